@@ -1,0 +1,98 @@
+// The run configuration: INI sections [model] [train] [optim] [data] [ckpt] [log] [dist], parsed once
+// with Boost.ProgramOptions into an immutable Config that is passed explicitly (no globals).
+//
+// Any key can be overridden on the command line as --section.key=value; the command line wins.
+// Unknown sections or keys are refused (the error names the key and the file); a value of the wrong
+// type names the key and the value. Every key has a default and a one-line meaning (config_help()).
+//
+//   st::Config cfg = st::load_config("configs/tiny.ini", {"--train.steps=10"});
+//   int accum = cfg.grad_accum_steps(/*world_size=*/2);  // throws kBadInput if it does not divide
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace st {
+
+struct ModelConfig {
+  int n_layer = 4;
+  int n_head = 4;
+  int n_embd = 128;
+  int vocab_size = 256;  // real vocabulary; the embedding is padded to padded_vocab() in memory
+  int seq_len = 128;     // T: context length, also the size of the position embedding
+  // vocab_size rounded up to a multiple of 128 (50257 -> 50304). Padded rows never enter the loss.
+  int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
+};
+
+struct TrainConfig {
+  int64_t steps = 600;        // total optimizer steps (a resumed run continues until this)
+  int64_t global_batch = 16;  // sequences per optimizer step, over all ranks
+  int64_t micro_batch = 16;   // sequences per rank per micro-step
+  uint64_t seed = 1337;       // seeds initialisation and data order
+  int64_t eval_every = 100;   // steps between validation passes (0: only at the end)
+  int64_t eval_batches = 8;   // micro-batches per validation pass, per rank
+  int64_t sample_tokens = 200;  // bytes of text generated at the end of a byte-level run (0: none)
+};
+
+struct OptimConfig {
+  float lr = 1e-3f;
+  float min_lr = 1e-4f;  // cosine decay ends here
+  int64_t warmup_steps = 50;
+  float weight_decay = 0.1f;  // decoupled; applied to matrices only
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float grad_clip = 1.0f;  // global-norm clip; 0 disables
+};
+
+enum class DataFormat { kLlmc, kText };
+
+struct DataConfig {
+  std::string path = "@fortunes";  // a file, a glob, or @fortunes (the built-in corpus)
+  DataFormat format = DataFormat::kText;
+  std::string val_path;      // empty: hold out the last val_holdout of the training stream
+  double val_holdout = 0.05;  // fraction held out when val_path is empty
+  bool shuffle = true;        // false: sequential order (see README "Data order")
+};
+
+struct CkptConfig {};  // keys arrive with the checkpoint issue
+
+struct LogConfig {
+  std::string metrics;  // JSONL path written by rank 0; empty: none
+  int64_t every = 1;    // steps between human-readable lines
+};
+
+struct DistConfig {};  // keys arrive with the sharding issue
+
+struct Config {
+  ModelConfig model;
+  TrainConfig train;
+  OptimConfig optim;
+  DataConfig data;
+  CkptConfig ckpt;
+  LogConfig log;
+  DistConfig dist;
+  std::string source;  // the INI file it came from, or "<defaults>"
+
+  // global_batch / (micro_batch * world_size). Throws kBadInput naming all three numbers if it does
+  // not divide evenly.
+  int64_t grad_accum_steps(int world_size) const;
+};
+
+// Parses `path` (if given) and then the --section.key=value overrides, validates cross-key constraints
+// (n_embd % n_head == 0, positive sizes, known enum values), and returns the result. Throws st::Error
+// of kind kBadInput naming the file and key for anything wrong; a missing file names the path.
+Config load_config(const std::optional<std::string>& path, const std::vector<std::string>& overrides);
+
+// Every key, one per line: "  section.key  (default: X)  meaning". Used by --help.
+std::string config_help();
+
+// The full config as INI text (every key, including defaults), for logs and checkpoint manifests.
+// load_config() of this text yields an equal Config.
+std::string to_ini(const Config& cfg);
+
+const char* to_string(DataFormat f);
+
+}  // namespace st

@@ -1,0 +1,16 @@
+// Token + learned position embedding. CPU fp32 reference; a CUDA version shares the signature.
+#pragma once
+
+#include <cstdint>
+
+namespace st {
+
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].  out [B,T,C], tokens [B,T], wte [Vp,C], wpe [>=T,C].
+// Every token must be in [0, Vp); the data layer guarantees tokens < vocab_size.
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
+
+// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:].
+// Deterministic: the sum order does not depend on the thread count.
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C);
+
+}  // namespace st

@@ -1,0 +1,19 @@
+// LayerNorm over the last dimension, eps = 1e-5 (as PyTorch's default). CPU fp32 reference.
+#pragma once
+
+#include <cstdint>
+
+namespace st {
+
+inline constexpr float kLayerNormEps = 1e-5f;
+
+// For each of N rows of C: out = (inp - mean) * rstd * weight + bias. Saves mean[N] and rstd[N] for
+// backward (rstd = 1/sqrt(var + eps), biased variance).
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int64_t N, int C);
+
+// Accumulates: dinp += ..., dweight += ..., dbias += ... . Deterministic over threads.
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int C);
+
+}  // namespace st

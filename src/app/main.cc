@@ -1,0 +1,3 @@
+#include <cstdio>
+
+int main() { std::puts("shardtrain: under construction"); return 0; }
