@@ -1,0 +1,468 @@
+#include "shardtrain/core/config.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+
+#include "shardtrain/core/error.h"
+
+namespace st {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory per test for the INI files it writes.
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "shardtrain_config_test.XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  fs::path dir_;
+};
+
+// Runs `f`, expects st::Error of kind kBadInput, and returns its message ("" and a failure otherwise).
+std::string bad_input_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected st::Error(kBadInput), nothing was thrown";
+  return "";
+}
+
+std::string load_error(const std::optional<std::string>& path, const std::vector<std::string>& overrides = {}) {
+  return bad_input_message([&] { load_config(path, overrides); });
+}
+
+std::string shipped(const std::string& name) { return std::string(SHARDTRAIN_SOURCE_DIR) + "/configs/" + name; }
+
+TEST_F(ConfigTest, DefaultsAreTheStructInitialisers) {
+  const Config c = load_config(std::nullopt, {});
+  EXPECT_EQ(c.source, "<defaults>");
+  EXPECT_EQ(c.model.n_layer, 4);
+  EXPECT_EQ(c.model.n_head, 4);
+  EXPECT_EQ(c.model.n_embd, 128);
+  EXPECT_EQ(c.model.vocab_size, 256);
+  EXPECT_EQ(c.model.seq_len, 128);
+  EXPECT_EQ(c.train.steps, 600);
+  EXPECT_EQ(c.train.global_batch, 16);
+  EXPECT_EQ(c.train.micro_batch, 16);
+  EXPECT_EQ(c.train.seed, 1337u);
+  EXPECT_EQ(c.train.eval_every, 100);
+  EXPECT_EQ(c.train.eval_batches, 8);
+  EXPECT_EQ(c.train.sample_tokens, 200);
+  EXPECT_EQ(c.optim.lr, 1e-3f);
+  EXPECT_EQ(c.optim.min_lr, 1e-4f);
+  EXPECT_EQ(c.optim.warmup_steps, 50);
+  EXPECT_EQ(c.optim.weight_decay, 0.1f);
+  EXPECT_EQ(c.optim.beta1, 0.9f);
+  EXPECT_EQ(c.optim.beta2, 0.95f);
+  EXPECT_EQ(c.optim.eps, 1e-8f);
+  EXPECT_EQ(c.optim.grad_clip, 1.0f);
+  EXPECT_EQ(c.data.path, "@fortunes");
+  EXPECT_EQ(c.data.format, DataFormat::kText);
+  EXPECT_EQ(c.data.val_path, "");
+  EXPECT_EQ(c.data.val_holdout, 0.05);
+  EXPECT_TRUE(c.data.shuffle);
+  EXPECT_EQ(c.log.metrics, "");
+  EXPECT_EQ(c.log.every, 1);
+  EXPECT_EQ(to_ini(c), to_ini(Config{}));
+}
+
+TEST_F(ConfigTest, FileValuesAreReadAndOthersKeepDefaults) {
+  const std::string path = write("a.ini",
+                                 "# a comment\n"
+                                 "[model]\n"
+                                 "n_layer = 6   # trailing comment\n"
+                                 "n_embd=96\n"
+                                 "n_head = 3\n"
+                                 "[train]\n"
+                                 "steps = 42\n"
+                                 "seed = 18446744073709551615\n"
+                                 "[optim]\n"
+                                 "lr = 3e-4\n"
+                                 "[data]\n"
+                                 "path = data/x_*.bin\n"
+                                 "format = llmc\n"
+                                 "val_holdout = 0.25\n"
+                                 "shuffle = no\n"
+                                 "[log]\n"
+                                 "metrics = runs/m.jsonl\n"
+                                 "[ckpt]\n"
+                                 "[dist]\n");
+  const Config c = load_config(path, {});
+  EXPECT_EQ(c.source, path);
+  EXPECT_EQ(c.model.n_layer, 6);
+  EXPECT_EQ(c.model.n_embd, 96);
+  EXPECT_EQ(c.model.n_head, 3);
+  EXPECT_EQ(c.model.seq_len, 128);  // default
+  EXPECT_EQ(c.train.steps, 42);
+  EXPECT_EQ(c.train.seed, 18446744073709551615ull);
+  EXPECT_EQ(c.train.global_batch, 16);  // default
+  EXPECT_EQ(c.optim.lr, 3e-4f);
+  EXPECT_EQ(c.optim.min_lr, 1e-4f);  // default
+  EXPECT_EQ(c.data.path, "data/x_*.bin");
+  EXPECT_EQ(c.data.format, DataFormat::kLlmc);
+  EXPECT_EQ(c.data.val_holdout, 0.25);
+  EXPECT_FALSE(c.data.shuffle);
+  EXPECT_EQ(c.log.metrics, "runs/m.jsonl");
+}
+
+TEST_F(ConfigTest, CommandLineOverridesFile) {
+  const std::string path = write("a.ini", "[train]\nsteps = 42\nmicro_batch = 8\n[data]\nshuffle = false\n");
+  const Config c =
+      load_config(path, {"--train.steps=7", "--data.shuffle", "yes", "--optim.lr", "0.5", "--model.n_layer=2"});
+  EXPECT_EQ(c.train.steps, 7);        // override beats file
+  EXPECT_EQ(c.train.micro_batch, 8);  // file beats default
+  EXPECT_TRUE(c.data.shuffle);
+  EXPECT_EQ(c.optim.lr, 0.5f);
+  EXPECT_EQ(c.model.n_layer, 2);
+  EXPECT_EQ(c.source, path);
+}
+
+TEST_F(ConfigTest, OverridesWithoutFile) {
+  const Config c = load_config(std::nullopt, {"--data.format=llmc", "--data.val_path=v.bin", "--log.metrics="});
+  EXPECT_EQ(c.source, "<defaults>");
+  EXPECT_EQ(c.data.format, DataFormat::kLlmc);
+  EXPECT_EQ(c.data.val_path, "v.bin");
+  EXPECT_EQ(c.log.metrics, "");
+}
+
+TEST_F(ConfigTest, BoolSpellings) {
+  const std::pair<const char*, bool> cases[] = {{"true", true}, {"false", false}, {"1", true},
+                                                {"0", false},   {"yes", true},    {"no", false}};
+  for (const auto& [text, want] : cases) {
+    const std::string path = write("b.ini", std::string("[data]\nshuffle = ") + text + "\n");
+    EXPECT_EQ(load_config(path, {}).data.shuffle, want) << text;
+  }
+  const std::string msg = load_error(write("c.ini", "[data]\nshuffle = maybe\n"));
+  EXPECT_NE(msg.find("data.shuffle"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'maybe'"), std::string::npos) << msg;
+  // Boost reads an empty bool as true; we do not.
+  const std::string empty = load_error(write("d.ini", "[data]\nshuffle =\n"));
+  EXPECT_NE(empty.find("data.shuffle"), std::string::npos) << empty;
+}
+
+TEST_F(ConfigTest, UnknownKeyInFileNamesKeyFileAndLine) {
+  const std::string path = write("k.ini", "[train]\nsteps = 5\nstepz = 5\n");
+  const std::string msg = load_error(path);
+  EXPECT_NE(msg.find("train.stepz"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path + ":3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("steps, global_batch"), std::string::npos) << msg;  // lists the section's keys
+}
+
+TEST_F(ConfigTest, KeyBeforeAnySectionIsUnknown) {
+  const std::string path = write("k.ini", "steps = 5\n");
+  const std::string msg = load_error(path);
+  EXPECT_NE(msg.find("'steps'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path + ":1"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, UnknownKeyOnCommandLineNamesKey) {
+  const std::string path = write("a.ini", "[train]\nsteps = 5\n");
+  const std::string msg = load_error(path, {"--train.stepz=5"});
+  EXPECT_NE(msg.find("train.stepz"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("command line"), std::string::npos) << msg;
+  // No prefix guessing: --train.step is not --train.steps.
+  const std::string prefix = load_error(std::nullopt, {"--train.step=5"});
+  EXPECT_NE(prefix.find("'train.step'"), std::string::npos) << prefix;
+  const std::string section = load_error(std::nullopt, {"--foo.bar=1"});
+  EXPECT_NE(section.find("foo.bar"), std::string::npos) << section;
+  EXPECT_NE(section.find("no section [foo]"), std::string::npos) << section;
+}
+
+TEST_F(ConfigTest, KeysOfSectionsWithoutKeysAreUnknown) {
+  const std::string path = write("c.ini", "[ckpt]\nevery = 100\n");
+  const std::string msg = load_error(path);
+  EXPECT_NE(msg.find("ckpt.every"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("no keys in this version"), std::string::npos) << msg;
+  const std::string cli = load_error(std::nullopt, {"--dist.world=2"});
+  EXPECT_NE(cli.find("dist.world"), std::string::npos) << cli;
+  EXPECT_NE(cli.find("command line"), std::string::npos) << cli;
+}
+
+TEST_F(ConfigTest, UnknownSectionNamesSectionAndFile) {
+  const std::string path = write("s.ini", "[train]\nsteps = 5\n[trian]\n");
+  const std::string msg = load_error(path);
+  EXPECT_NE(msg.find("[trian]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path + ":3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown section"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, WrongTypeNamesKeyAndValue) {
+  const std::string path = write("t.ini", "[train]\nsteps = abc\n");
+  const std::string msg = load_error(path);
+  EXPECT_NE(msg.find("train.steps"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'abc'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path + ":2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("an integer"), std::string::npos) << msg;
+
+  const std::string cli = load_error(std::nullopt, {"--optim.lr", "fast"});
+  EXPECT_NE(cli.find("optim.lr"), std::string::npos) << cli;
+  EXPECT_NE(cli.find("'fast'"), std::string::npos) << cli;
+  EXPECT_NE(cli.find("command line"), std::string::npos) << cli;
+
+  const std::string overflow = load_error(write("o.ini", "[model]\nn_layer = 99999999999\n"));
+  EXPECT_NE(overflow.find("model.n_layer"), std::string::npos) << overflow;
+  EXPECT_NE(overflow.find("'99999999999'"), std::string::npos) << overflow;
+
+  // Boost would wrap -1 to 2^64-1 for an unsigned key.
+  const std::string negative = load_error(std::nullopt, {"--train.seed=-1"});
+  EXPECT_NE(negative.find("train.seed"), std::string::npos) << negative;
+  EXPECT_NE(negative.find("'-1'"), std::string::npos) << negative;
+}
+
+TEST_F(ConfigTest, MissingFileNamesPath) {
+  const std::string path = (dir_ / "nope.ini").string();
+  const std::string msg = load_error(path);
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, MalformedLineNamesFileAndLine) {
+  const std::string path = write("m.ini", "[train]\nsteps = 5\nmicro_batch 4\n");
+  const std::string msg = load_error(path);
+  EXPECT_NE(msg.find(path + ":3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'micro_batch 4'"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, DuplicateKeyInFileNamesBothLines) {
+  const std::string path = write("d.ini", "[train]\nsteps = 5\n[optim]\nlr = 1\n[train]\nsteps = 6\n");
+  const std::string msg = load_error(path);
+  EXPECT_NE(msg.find("train.steps"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("lines 2, 6"), std::string::npos) << msg;
+
+  const std::string cli = load_error(std::nullopt, {"--train.steps=5", "--train.steps=6"});
+  EXPECT_NE(cli.find("train.steps"), std::string::npos) << cli;
+  EXPECT_NE(cli.find("'5', '6'"), std::string::npos) << cli;
+}
+
+TEST_F(ConfigTest, BadEnumListsAllowedValues) {
+  const std::string path = write("e.ini", "[data]\nformat = bin\n");
+  const std::string msg = load_error(path);
+  EXPECT_NE(msg.find("data.format"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'bin'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("llmc, text"), std::string::npos) << msg;
+  EXPECT_STREQ(to_string(DataFormat::kLlmc), "llmc");
+  EXPECT_STREQ(to_string(DataFormat::kText), "text");
+}
+
+TEST_F(ConfigTest, StrayCommandLineWordsAreRejected) {
+  const std::string msg = load_error(std::nullopt, {"--train.steps=5", "oops"});
+  EXPECT_NE(msg.find("'oops'"), std::string::npos) << msg;
+  const std::string missing = load_error(std::nullopt, {"--data.shuffle"});
+  EXPECT_NE(missing.find("data.shuffle needs a value"), std::string::npos) << missing;
+}
+
+TEST_F(ConfigTest, ValidationNamesKeysAndValues) {
+  const std::string heads = load_error(std::nullopt, {"--model.n_embd=100", "--model.n_head=3"});
+  EXPECT_NE(heads.find("model.n_embd (100)"), std::string::npos) << heads;
+  EXPECT_NE(heads.find("model.n_head (3)"), std::string::npos) << heads;
+
+  struct Case {
+    std::string override_arg;
+    std::string expect;
+  };
+  const Case cases[] = {
+      {"--model.n_layer=0", "model.n_layer must be > 0 (got 0)"},
+      {"--model.n_head=-1", "model.n_head must be > 0 (got -1)"},
+      {"--model.n_embd=0", "model.n_embd must be > 0 (got 0)"},
+      {"--model.vocab_size=0", "model.vocab_size must be > 0 (got 0)"},
+      {"--model.seq_len=0", "model.seq_len must be > 0 (got 0)"},
+      {"--train.steps=0", "train.steps must be > 0 (got 0)"},
+      {"--train.global_batch=0", "train.global_batch must be > 0 (got 0)"},
+      {"--train.micro_batch=-2", "train.micro_batch must be > 0 (got -2)"},
+      {"--train.eval_batches=0", "train.eval_batches must be >= 1 (got 0)"},
+      {"--train.eval_every=-1", "train.eval_every must be >= 0 (got -1)"},
+      {"--data.val_holdout=1", "data.val_holdout must be in [0, 1) (got 1)"},
+      {"--data.val_holdout=-0.5", "data.val_holdout must be in [0, 1) (got -0.5)"},
+      {"--optim.lr=0", "optim.lr must be finite and > 0 (got 0)"},
+      {"--optim.min_lr=0.01", "optim.min_lr (0.01) must be in [0, optim.lr] = [0, 0.001]"},
+      {"--optim.min_lr=-1", "optim.min_lr (-1) must be in [0, optim.lr] = [0, 0.001]"},
+      {"--optim.beta1=1", "optim.beta1 must be in [0, 1) (got 1)"},
+      {"--optim.beta2=-0.1", "optim.beta2 must be in [0, 1) (got -0.1)"},
+      {"--optim.eps=0", "optim.eps must be > 0 (got 0)"},
+      {"--optim.weight_decay=-0.1", "optim.weight_decay must be >= 0 (got -0.1)"},
+      {"--optim.grad_clip=-1", "optim.grad_clip must be >= 0 (0: off) (got -1)"},
+      {"--optim.warmup_steps=-1", "optim.warmup_steps must be >= 0 (got -1)"},
+      {"--optim.lr=nan", "optim.lr must be finite and > 0 (got nan)"},
+      {"--log.every=0", "log.every must be >= 1 (got 0)"},
+      {"--data.path=", "data.path must not be empty"},
+      {"--log.metrics=a#b", "log.metrics ('a#b') cannot be written to INI"},
+  };
+  for (const auto& c : cases) {
+    const std::string msg = load_error(std::nullopt, {c.override_arg});
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << c.override_arg << " -> " << msg;
+    EXPECT_NE(msg.find("<defaults> with command-line overrides"), std::string::npos) << msg;
+  }
+  // Every problem is reported, not just the first.
+  const std::string both = load_error(std::nullopt, {"--model.n_layer=0", "--log.every=0"});
+  EXPECT_NE(both.find("model.n_layer"), std::string::npos) << both;
+  EXPECT_NE(both.find("log.every"), std::string::npos) << both;
+  // Boundaries that are allowed.
+  const std::vector<std::string> edges = {"--train.eval_every=0",  "--data.val_holdout=0",   "--optim.min_lr=0",
+                                          "--optim.beta1=0",       "--optim.weight_decay=0", "--optim.grad_clip=0",
+                                          "--optim.warmup_steps=0"};
+  EXPECT_NO_THROW(load_config(std::nullopt, edges));
+}
+
+TEST_F(ConfigTest, GradAccumSteps) {
+  Config c;
+  c.train.global_batch = 512;
+  c.train.micro_batch = 16;
+  EXPECT_EQ(c.grad_accum_steps(1), 32);
+  EXPECT_EQ(c.grad_accum_steps(8), 4);
+  EXPECT_EQ(c.grad_accum_steps(32), 1);
+
+  c.train.global_batch = 24;
+  const std::string msg = bad_input_message([&] { c.grad_accum_steps(1); });
+  EXPECT_NE(msg.find("train.global_batch (24) must be a multiple of train.micro_batch (16) x world size (1) = 16"),
+            std::string::npos)
+      << msg;
+  c.train.global_batch = 512;
+  const std::string world = bad_input_message([&] { c.grad_accum_steps(3); });
+  EXPECT_NE(world.find("(512)"), std::string::npos) << world;
+  EXPECT_NE(world.find("(16)"), std::string::npos) << world;
+  EXPECT_NE(world.find("world size (3) = 48"), std::string::npos) << world;
+  // More ranks than the batch can feed: zero micro-steps is an error, not 0.
+  const std::string too_many = bad_input_message([&] { c.grad_accum_steps(64); });
+  EXPECT_NE(too_many.find("world size (64) = 1024"), std::string::npos) << too_many;
+  const std::string zero = bad_input_message([&] { c.grad_accum_steps(0); });
+  EXPECT_NE(zero.find("world size (0)"), std::string::npos) << zero;
+}
+
+TEST_F(ConfigTest, ToIniRoundTrips) {
+  Config x;
+  x.model.n_layer = 3;
+  x.model.n_head = 6;
+  x.model.n_embd = 192;
+  x.model.vocab_size = 50257;
+  x.train.steps = 123456789012;
+  x.train.seed = 18446744073709551615ull;
+  x.train.eval_every = 0;
+  x.optim.lr = 0.1f + 0.2f;  // not the float nearest a short decimal
+  x.optim.min_lr = 1.0f / 3.0f * 0.1f;
+  x.optim.eps = 1.1754944e-38f;
+  x.optim.beta2 = 0.999f;
+  x.data.path = "data/train_*.bin";
+  x.data.format = DataFormat::kLlmc;
+  x.data.val_path = "data/val.bin";
+  x.data.val_holdout = 0.1 + 0.2;
+  x.data.shuffle = false;
+  x.log.metrics = "runs/a b.jsonl";
+  x.log.every = 7;
+
+  const std::string ini = to_ini(x);
+  const std::string path = write("round.ini", ini);
+  const Config y = load_config(path, {});
+  EXPECT_EQ(to_ini(y), ini);
+  EXPECT_EQ(y.source, path);
+  EXPECT_EQ(y.model.n_head, 6);
+  EXPECT_EQ(y.train.steps, 123456789012);
+  EXPECT_EQ(y.train.seed, 18446744073709551615ull);
+  EXPECT_EQ(y.optim.lr, x.optim.lr);  // bit-exact
+  EXPECT_EQ(y.optim.min_lr, x.optim.min_lr);
+  EXPECT_EQ(y.optim.eps, x.optim.eps);
+  EXPECT_EQ(y.data.val_holdout, x.data.val_holdout);
+  EXPECT_EQ(y.data.format, DataFormat::kLlmc);
+  EXPECT_FALSE(y.data.shuffle);
+  EXPECT_EQ(y.log.metrics, "runs/a b.jsonl");
+
+  // Defaults print short: 1e-3f is "0.001", not "0.00100000005".
+  const std::string defaults = to_ini(Config{});
+  EXPECT_NE(defaults.find("\nlr = 0.001\n"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("\nval_path =\n"), std::string::npos) << defaults;
+  const Config z = load_config(write("defaults.ini", defaults), {});
+  EXPECT_EQ(to_ini(z), defaults);
+}
+
+TEST_F(ConfigTest, ShippedConfigsLoadWithTheirShapes) {
+  struct Shape {
+    const char* file;
+    int n_layer, n_head, n_embd, vocab, seq;
+    DataFormat format;
+  };
+  const Shape shapes[] = {
+      {"tiny.ini", 4, 4, 128, 256, 128, DataFormat::kText},
+      {"default.ini", 4, 4, 128, 256, 128, DataFormat::kText},
+      {"gpt2-124m.ini", 12, 12, 768, 50257, 1024, DataFormat::kLlmc},
+      {"gpt2-350m.ini", 24, 16, 1024, 50257, 1024, DataFormat::kLlmc},
+      {"gpt2-774m.ini", 36, 20, 1280, 50257, 1024, DataFormat::kLlmc},
+      {"gpt2-1.5b.ini", 48, 25, 1600, 50257, 1024, DataFormat::kLlmc},
+  };
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(s.file);
+    const Config c = load_config(shipped(s.file), {});
+    EXPECT_EQ(c.model.n_layer, s.n_layer);
+    EXPECT_EQ(c.model.n_head, s.n_head);
+    EXPECT_EQ(c.model.n_embd, s.n_embd);
+    EXPECT_EQ(c.model.vocab_size, s.vocab);
+    EXPECT_EQ(c.model.seq_len, s.seq);
+    EXPECT_EQ(c.data.format, s.format);
+    if (s.format == DataFormat::kLlmc) {
+      EXPECT_EQ(c.model.padded_vocab(), 50304);
+      EXPECT_EQ(c.data.path, "data/fineweb10B/fineweb_train_*.bin");
+      EXPECT_EQ(c.data.val_path, "data/fineweb10B/fineweb_val_*.bin");
+      EXPECT_EQ(c.train.global_batch, 512);
+      EXPECT_EQ(c.train.micro_batch, 16);
+      EXPECT_EQ(c.grad_accum_steps(8), 4);
+      EXPECT_EQ(c.optim.lr, 6e-4f);
+      EXPECT_EQ(c.optim.min_lr, 6e-5f);
+      EXPECT_EQ(c.optim.warmup_steps, 700);
+      EXPECT_EQ(c.optim.weight_decay, 0.1f);
+      EXPECT_EQ(c.optim.beta2, 0.95f);
+      EXPECT_EQ(c.optim.grad_clip, 1.0f);
+    } else {
+      EXPECT_EQ(c.data.path, "@fortunes");
+    }
+  }
+  // default.ini is the built-in defaults written out.
+  EXPECT_EQ(to_ini(load_config(shipped("default.ini"), {})), to_ini(Config{}));
+}
+
+TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
+  const std::string help = config_help();
+  std::istringstream ini(to_ini(Config{}));
+  std::string line, section;
+  int keys = 0;
+  while (std::getline(ini, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] == '[') {
+      section = line.substr(1, line.size() - 2);
+      EXPECT_NE(help.find(line), std::string::npos) << line;
+      continue;
+    }
+    const std::string name = section + "." + line.substr(0, line.find(" ="));
+    EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
+    ++keys;
+  }
+  EXPECT_EQ(keys, 27);
+  EXPECT_NE(help.find("(default: 0.001)"), std::string::npos) << help;
+  EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
+  EXPECT_NE(help.find("[ckpt]\n  (no keys in this version)"), std::string::npos) << help;
+}
+
+}  // namespace
+}  // namespace st
