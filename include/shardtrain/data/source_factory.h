@@ -1,0 +1,24 @@
+// One entry point from a data path and format to a TokenSource.
+//
+//   path == "@fortunes"          -> the built-in corpus (fortunes.h); needs format == kText
+//   format == DataFormat::kLlmc  -> llm.c shards, a file or a glob (llmc_source.h)
+//   format == DataFormat::kText  -> raw bytes, a file or a glob (text_source.h)
+//
+// Everything is validated here, at open, so bad data stops a run before its first step (kBadInput naming
+// the file and byte offset).
+//
+//   std::unique_ptr<st::TokenSource> src = st::open_token_source(cfg.data.path, cfg.data.format, 50257);
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/data/token_source.h"
+
+namespace st {
+
+// `vocab_size` is model.vocab_size: llm.c tokens must be below it; text needs it >= 256.
+std::unique_ptr<TokenSource> open_token_source(const std::string& path, DataFormat format, int vocab_size);
+
+}  // namespace st
