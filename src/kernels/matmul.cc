@@ -1,0 +1,62 @@
+#include "shardtrain/kernels/matmul.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "parallel.h"
+
+namespace st {
+
+using kernels_internal::kMinParallelWork;
+
+namespace {
+// CBLAS dimensions are int; N (rows = tokens) is int64 in the contract, so GEMMs over N go in chunks.
+constexpr int64_t kMaxRows = INT_MAX / 2;
+constexpr int kColBlock = 32;
+}  // namespace
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int C, int OC) {
+  float beta = 0.0f;
+  if (bias != nullptr) {
+#pragma omp parallel for schedule(static) if (N * OC >= kMinParallelWork)
+    for (int64_t n = 0; n < N; ++n) std::copy(bias, bias + OC, out + n * OC);
+    beta = 1.0f;
+  }
+  for (int64_t n0 = 0; n0 < N; n0 += kMaxRows) {
+    const int rows = static_cast<int>(std::min(kMaxRows, N - n0));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, OC, C, 1.0f, inp + n0 * C, C, weight, C, beta,
+                out + n0 * OC, OC);
+  }
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t N, int C, int OC) {
+  for (int64_t n0 = 0; n0 < N; n0 += kMaxRows) {
+    const int rows = static_cast<int>(std::min(kMaxRows, N - n0));
+    if (dinp != nullptr) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, OC, 1.0f, dout + n0 * OC, OC, weight, C, 1.0f,
+                  dinp + n0 * C, C);
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, rows, 1.0f, dout + n0 * OC, OC, inp + n0 * C, C, 1.0f,
+                dweight, C);
+  }
+  if (dbias != nullptr) {
+    // Blocks of columns, rows summed in order by one thread each: deterministic for any thread count.
+    const int nblocks = (OC + kColBlock - 1) / kColBlock;
+#pragma omp parallel for schedule(static) if (N * OC >= kMinParallelWork)
+    for (int blk = 0; blk < nblocks; ++blk) {
+      const int o0 = blk * kColBlock;
+      const int w = std::min(OC, o0 + kColBlock) - o0;
+      double acc[kColBlock] = {};
+      for (int64_t n = 0; n < N; ++n) {
+        const float* d = dout + n * OC + o0;
+        for (int j = 0; j < w; ++j) acc[j] += d[j];
+      }
+      for (int j = 0; j < w; ++j) dbias[o0 + j] += static_cast<float>(acc[j]);
+    }
+  }
+}
+
+}  // namespace st

@@ -1,0 +1,149 @@
+#include "shardtrain/kernels/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "grad_check.h"
+
+namespace st {
+namespace {
+
+using testing::max_rel_diff;
+using testing::numeric_grad;
+using testing::randn;
+using testing::weighted_sum;
+
+struct Case {
+  int64_t N;
+  int C, OC;
+  std::vector<float> inp, w, b, dout;
+  Case(int64_t n, int c, int oc, uint64_t stream) : N(n), C(c), OC(oc) {
+    inp = randn(N * C, stream);
+    w = randn(static_cast<int64_t>(OC) * C, stream + 1, 0.3f);
+    b = randn(OC, stream + 2);
+    dout = randn(N * OC, stream + 3);
+  }
+};
+
+std::vector<double> naive_forward(const Case& k, bool with_bias) {
+  std::vector<double> out(k.N * k.OC);
+  for (int64_t n = 0; n < k.N; ++n)
+    for (int o = 0; o < k.OC; ++o) {
+      double s = with_bias ? k.b[o] : 0.0;
+      for (int c = 0; c < k.C; ++c) s += static_cast<double>(k.inp[n * k.C + c]) * k.w[o * k.C + c];
+      out[n * k.OC + o] = s;
+    }
+  return out;
+}
+
+TEST(Matmul, ForwardMatchesNaiveDouble) {
+  Case k(7, 9, 5, 200);
+  std::vector<float> out(k.N * k.OC);
+  matmul_forward(out.data(), k.inp.data(), k.w.data(), k.b.data(), k.N, k.C, k.OC);
+  EXPECT_LE(max_rel_diff(out, naive_forward(k, true)), testing::kRefTol);
+}
+
+TEST(Matmul, ForwardWithoutBiasOverwritesOutput) {
+  Case k(13, 33, 17, 210);
+  std::vector<float> out(k.N * k.OC, 1e6f);  // stale contents must not leak in
+  matmul_forward(out.data(), k.inp.data(), k.w.data(), nullptr, k.N, k.C, k.OC);
+  EXPECT_LE(max_rel_diff(out, naive_forward(k, false)), testing::kRefTol);
+}
+
+TEST(Matmul, ForwardLargerShapeMatchesNaive) {
+  // Big enough for OpenBLAS to use its threaded and packed paths, with tails in every dimension.
+  Case k(131, 97, 67, 220);
+  std::vector<float> out(k.N * k.OC, -3.0f);
+  matmul_forward(out.data(), k.inp.data(), k.w.data(), k.b.data(), k.N, k.C, k.OC);
+  EXPECT_LE(max_rel_diff(out, naive_forward(k, true)), testing::kRefTol);
+}
+
+TEST(Matmul, BackwardMatchesNaiveDouble) {
+  Case k(11, 9, 5, 230);
+  std::vector<float> dinp(k.N * k.C, 0.0f), dw(k.OC * k.C, 0.0f), db(k.OC, 0.0f);
+  matmul_backward(dinp.data(), dw.data(), db.data(), k.dout.data(), k.inp.data(), k.w.data(), k.N, k.C, k.OC);
+  std::vector<double> rdinp(k.N * k.C, 0.0), rdw(k.OC * k.C, 0.0), rdb(k.OC, 0.0);
+  for (int64_t n = 0; n < k.N; ++n)
+    for (int o = 0; o < k.OC; ++o) {
+      const double d = k.dout[n * k.OC + o];
+      rdb[o] += d;
+      for (int c = 0; c < k.C; ++c) {
+        rdinp[n * k.C + c] += d * k.w[o * k.C + c];
+        rdw[o * k.C + c] += d * k.inp[n * k.C + c];
+      }
+    }
+  EXPECT_LE(max_rel_diff(dinp, rdinp), testing::kRefTol);
+  EXPECT_LE(max_rel_diff(dw, rdw), testing::kRefTol);
+  EXPECT_LE(max_rel_diff(db, rdb), testing::kRefTol);
+}
+
+TEST(Matmul, BackwardMatchesFiniteDifferences) {
+  Case k(7, 9, 5, 240);
+  const std::vector<float>& R = k.dout;
+  std::vector<float> out(k.N * k.OC);
+  auto loss = [&] {
+    matmul_forward(out.data(), k.inp.data(), k.w.data(), k.b.data(), k.N, k.C, k.OC);
+    return weighted_sum(out.data(), R);
+  };
+  std::vector<float> dinp(k.N * k.C, 0.0f), dw(k.OC * k.C, 0.0f), db(k.OC, 0.0f);
+  matmul_backward(dinp.data(), dw.data(), db.data(), R.data(), k.inp.data(), k.w.data(), k.N, k.C, k.OC);
+  const auto fd_inp = numeric_grad(k.inp.data(), k.N * k.C, testing::kFdStep, loss);
+  const auto fd_w = numeric_grad(k.w.data(), k.OC * k.C, testing::kFdStep, loss);
+  const auto fd_b = numeric_grad(k.b.data(), k.OC, testing::kFdStep, loss);
+  ASSERT_GT(testing::max_abs(fd_w), 0.1);
+  EXPECT_LE(max_rel_diff(dinp, fd_inp), testing::kFdTol);
+  EXPECT_LE(max_rel_diff(dw, fd_w), testing::kFdTol);
+  EXPECT_LE(max_rel_diff(db, fd_b), testing::kFdTol);
+}
+
+TEST(Matmul, BackwardAccumulatesIntoExistingGradients) {
+  Case k(9, 7, 6, 250);
+  std::vector<float> dinp(k.N * k.C, 0.0f), dw(k.OC * k.C, 0.0f), db(k.OC, 0.0f);
+  matmul_backward(dinp.data(), dw.data(), db.data(), k.dout.data(), k.inp.data(), k.w.data(), k.N, k.C, k.OC);
+  // Start from nonzero gradients G0: the result must be G0 + g.
+  auto g0_inp = randn(k.N * k.C, 251), g0_w = randn(k.OC * k.C, 252), g0_b = randn(k.OC, 253);
+  auto acc_inp = g0_inp, acc_w = g0_w, acc_b = g0_b;
+  matmul_backward(acc_inp.data(), acc_w.data(), acc_b.data(), k.dout.data(), k.inp.data(), k.w.data(), k.N, k.C, k.OC);
+  auto expect_sum = [](const std::vector<float>& got, const std::vector<float>& a, const std::vector<float>& b) {
+    std::vector<double> ref(a.size());
+    for (size_t i = 0; i < a.size(); ++i) ref[i] = static_cast<double>(a[i]) + b[i];
+    EXPECT_LE(max_rel_diff(got, ref), 1e-6);
+  };
+  expect_sum(acc_inp, g0_inp, dinp);
+  expect_sum(acc_w, g0_w, dw);
+  expect_sum(acc_b, g0_b, db);
+  // And a second call on the first result doubles it.
+  auto twice_w = dw, twice_b = db;
+  matmul_backward(nullptr, twice_w.data(), twice_b.data(), k.dout.data(), k.inp.data(), k.w.data(), k.N, k.C, k.OC);
+  expect_sum(twice_w, dw, dw);
+  expect_sum(twice_b, db, db);
+}
+
+TEST(Matmul, BackwardWithNullDinpAndDbias) {
+  Case k(8, 6, 4, 260);
+  std::vector<float> dinp(k.N * k.C, 0.0f), dw(k.OC * k.C, 0.0f), db(k.OC, 0.0f);
+  matmul_backward(dinp.data(), dw.data(), db.data(), k.dout.data(), k.inp.data(), k.w.data(), k.N, k.C, k.OC);
+  std::vector<float> dw_only(k.OC * k.C, 0.0f);
+  matmul_backward(nullptr, dw_only.data(), nullptr, k.dout.data(), k.inp.data(), k.w.data(), k.N, k.C, k.OC);
+  EXPECT_EQ(0, std::memcmp(dw.data(), dw_only.data(), dw.size() * sizeof(float)));
+}
+
+TEST(Matmul, DbiasDeterministicAcrossThreadCounts) {
+  // N*OC is well above the size below which the kernels stay serial (src/kernels/parallel.h).
+  Case k(1001, 3, 75, 270);
+  auto run = [&](int threads) {
+    std::vector<float> dw(k.OC * k.C, 0.0f), db(k.OC, 0.0f);
+    testing::with_threads(threads, [&] {
+      matmul_backward(nullptr, dw.data(), db.data(), k.dout.data(), k.inp.data(), k.w.data(), k.N, k.C, k.OC);
+    });
+    return db;
+  };
+  const auto d1 = run(1), d2 = run(2), d3 = run(3);
+  EXPECT_EQ(0, std::memcmp(d1.data(), d2.data(), d1.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(d1.data(), d3.data(), d1.size() * sizeof(float)));
+}
+
+}  // namespace
+}  // namespace st
