@@ -1,3 +1,106 @@
+// shardtrain: the command-line entry point. The only place an error becomes an exit code.
 #include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
 
-int main() { std::puts("shardtrain: under construction"); return 0; }
+#include "shardtrain/core/config.h"
+#include "shardtrain/core/env.h"
+#include "shardtrain/core/error.h"
+#include "shardtrain/core/log.h"
+#include "shardtrain/train/trainer.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: shardtrain <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train    train a GPT-2 model: shardtrain train [--config FILE] [--section.key=value ...]\n"
+    "           without --config it runs configs/default.ini (the tiny model on the built-in corpus)\n"
+    "\n"
+    "options:\n"
+    "  --help, -h     this text (with every config key)\n"
+    "  --help-env     the environment variables shardtrain reads\n"
+    "\n"
+    "exit codes: 0 success, 2 bad input (config, data, checkpoint: do not retry), 75 fault (retry from the\n"
+    "last checkpoint), 1 internal error\n";
+
+void print_help(bool with_usage) {
+  if (with_usage) std::fputs(kUsage, stdout);
+  std::printf("\nconfig keys (INI [section] key = value, or --section.key=value on the command line):\n%s",
+              st::config_help().c_str());
+}
+
+void print_env() {
+  std::puts("environment variables:");
+  for (const st::EnvVar& v : st::env_table())
+    std::printf("  %-26s (default: %s)\n      %s\n", v.name, v.default_value[0] ? v.default_value : "\"\"", v.help);
+}
+
+int cmd_train(const std::vector<std::string>& args) {
+  std::optional<std::string> config;
+  std::vector<std::string> overrides;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      std::puts("usage: shardtrain train [--config FILE] [--section.key=value ...]");
+      print_help(false);
+      return st::kExitOk;
+    }
+    if (a == "--config") {
+      if (i + 1 >= args.size()) ST_BAD_INPUT("--config needs a file name");
+      config = args[++i];
+    } else if (a.rfind("--config=", 0) == 0) {
+      config = a.substr(std::strlen("--config="));
+    } else {
+      overrides.push_back(a);
+    }
+  }
+  if (!config) {
+    config = (std::filesystem::path(st::env_get("SHARDTRAIN_CONFIG_DIR")) / "default.ini").string();
+    ST_LOG_INFO("no --config given: running ", *config);
+  }
+  const st::Config cfg = st::load_config(config, overrides);
+  const st::TrainSummary s = st::run_training(cfg);
+  std::printf("done: %lld steps (%lld skipped), final loss %.4f, val_loss %.4f, median %.0f tok/s\n",
+              static_cast<long long>(s.steps), static_cast<long long>(s.skipped), s.last_loss, s.val_loss,
+              s.median_tokens_per_s);
+  return st::kExitOk;
+}
+
+int run(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return st::kExitBadInput;
+  }
+  const std::string cmd = argv[1];
+  const std::vector<std::string> rest(argv + 2, argv + argc);
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    print_help(true);
+    return st::kExitOk;
+  }
+  if (cmd == "--help-env") {
+    print_env();
+    return st::kExitOk;
+  }
+  if (cmd == "train") return cmd_train(rest);
+  ST_BAD_INPUT("unknown command '", cmd, "' (expected: train; see shardtrain --help)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const st::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return st::exit_code_for(e.kind());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: internal: %s\n", e.what());
+    return st::kExitInternal;
+  }
+}

@@ -71,9 +71,9 @@ TEST_F(ConfigTest, DefaultsAreTheStructInitialisers) {
   EXPECT_EQ(c.train.eval_every, 100);
   EXPECT_EQ(c.train.eval_batches, 8);
   EXPECT_EQ(c.train.sample_tokens, 200);
-  EXPECT_EQ(c.optim.lr, 1e-3f);
-  EXPECT_EQ(c.optim.min_lr, 1e-4f);
-  EXPECT_EQ(c.optim.warmup_steps, 50);
+  EXPECT_EQ(c.optim.lr, 3e-3f);
+  EXPECT_EQ(c.optim.min_lr, 3e-4f);
+  EXPECT_EQ(c.optim.warmup_steps, 30);
   EXPECT_EQ(c.optim.weight_decay, 0.1f);
   EXPECT_EQ(c.optim.beta1, 0.9f);
   EXPECT_EQ(c.optim.beta2, 0.95f);
@@ -120,7 +120,7 @@ TEST_F(ConfigTest, FileValuesAreReadAndOthersKeepDefaults) {
   EXPECT_EQ(c.train.seed, 18446744073709551615ull);
   EXPECT_EQ(c.train.global_batch, 16);  // default
   EXPECT_EQ(c.optim.lr, 3e-4f);
-  EXPECT_EQ(c.optim.min_lr, 1e-4f);  // default
+  EXPECT_EQ(c.optim.min_lr, 3e-4f);  // default
   EXPECT_EQ(c.data.path, "data/x_*.bin");
   EXPECT_EQ(c.data.format, DataFormat::kLlmc);
   EXPECT_EQ(c.data.val_holdout, 0.25);
@@ -299,8 +299,8 @@ TEST_F(ConfigTest, ValidationNamesKeysAndValues) {
       {"--data.val_holdout=1", "data.val_holdout must be in [0, 1) (got 1)"},
       {"--data.val_holdout=-0.5", "data.val_holdout must be in [0, 1) (got -0.5)"},
       {"--optim.lr=0", "optim.lr must be finite and > 0 (got 0)"},
-      {"--optim.min_lr=0.01", "optim.min_lr (0.01) must be in [0, optim.lr] = [0, 0.001]"},
-      {"--optim.min_lr=-1", "optim.min_lr (-1) must be in [0, optim.lr] = [0, 0.001]"},
+      {"--optim.min_lr=0.01", "optim.min_lr (0.01) must be in [0, optim.lr] = [0, 0.003]"},
+      {"--optim.min_lr=-1", "optim.min_lr (-1) must be in [0, optim.lr] = [0, 0.003]"},
       {"--optim.beta1=1", "optim.beta1 must be in [0, 1) (got 1)"},
       {"--optim.beta2=-0.1", "optim.beta2 must be in [0, 1) (got -0.1)"},
       {"--optim.eps=0", "optim.eps must be > 0 (got 0)"},
@@ -390,9 +390,9 @@ TEST_F(ConfigTest, ToIniRoundTrips) {
   EXPECT_FALSE(y.data.shuffle);
   EXPECT_EQ(y.log.metrics, "runs/a b.jsonl");
 
-  // Defaults print short: 1e-3f is "0.001", not "0.00100000005".
+  // Defaults print short: 3e-3f is "0.003", not "0.00300000003".
   const std::string defaults = to_ini(Config{});
-  EXPECT_NE(defaults.find("\nlr = 0.001\n"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("\nlr = 0.003\n"), std::string::npos) << defaults;
   EXPECT_NE(defaults.find("\nval_path =\n"), std::string::npos) << defaults;
   const Config z = load_config(write("defaults.ini", defaults), {});
   EXPECT_EQ(to_ini(z), defaults);
@@ -459,7 +459,7 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     ++keys;
   }
   EXPECT_EQ(keys, 27);
-  EXPECT_NE(help.find("(default: 0.001)"), std::string::npos) << help;
+  EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
   EXPECT_NE(help.find("[ckpt]\n  (no keys in this version)"), std::string::npos) << help;
 }

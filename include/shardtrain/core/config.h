@@ -37,9 +37,9 @@ struct TrainConfig {
 };
 
 struct OptimConfig {
-  float lr = 1e-3f;
-  float min_lr = 1e-4f;  // cosine decay ends here
-  int64_t warmup_steps = 50;
+  float lr = 3e-3f;
+  float min_lr = 3e-4f;  // cosine decay ends here
+  int64_t warmup_steps = 30;
   float weight_decay = 0.1f;  // decoupled; applied to matrices only
   float beta1 = 0.9f;
   float beta2 = 0.95f;

@@ -1,0 +1,82 @@
+// RAII over HDF5 handles (files, datasets, dataspaces, property lists, attributes), and ST_H5_CHECK,
+// which reports the failing call with HDF5's own error stack.
+//
+//   st::H5File f = st::H5File::create("out.h5");
+//   st::h5_write_f32(f, "transformer.wte.weight", {V, C}, data);
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtrain/core/error.h"
+
+namespace st {
+
+namespace detail {
+// The innermost messages of HDF5's current error stack, one line; empty if none.
+std::string h5_error_stack();
+}  // namespace detail
+
+// A hid_t that closes itself with the matching H5*close. Moves, never copies.
+class H5Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  H5Handle() = default;
+  H5Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  H5Handle(H5Handle&& o) noexcept : id_(o.id_), closer_(o.closer_) { o.id_ = H5I_INVALID_HID; }
+  H5Handle& operator=(H5Handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = o.id_;
+      closer_ = o.closer_;
+      o.id_ = H5I_INVALID_HID;
+    }
+    return *this;
+  }
+  H5Handle(const H5Handle&) = delete;
+  H5Handle& operator=(const H5Handle&) = delete;
+  ~H5Handle() { reset(); }
+
+  hid_t get() const { return id_; }
+  void reset() {
+    if (id_ >= 0 && closer_ != nullptr) closer_(id_);
+    id_ = H5I_INVALID_HID;
+  }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer closer_ = nullptr;
+};
+
+class H5File {
+ public:
+  // Creates (truncating) a file for writing; errors name the path.
+  static H5File create(const std::string& path);
+  static H5File open_read(const std::string& path);
+  hid_t id() const { return h_.get(); }
+  const std::string& path() const { return path_; }
+  // Flushes HDF5's buffers to the OS and closes the file.
+  void close();
+
+ private:
+  H5Handle h_;
+  std::string path_;
+};
+
+// Writes a contiguous fp32 dataset at `name` (intermediate groups are created).
+void h5_write_f32(const H5File& f, const std::string& name, const std::vector<int64_t>& shape, const float* data);
+void h5_write_i32(const H5File& f, const std::string& name, const std::vector<int64_t>& shape, const int32_t* data);
+// Reads a whole fp32 dataset; the shape must match exactly (the error names the file, dataset and both shapes).
+void h5_read_f32(const H5File& f, const std::string& name, const std::vector<int64_t>& shape, float* data);
+
+}  // namespace st
+
+#define ST_H5_CHECK(expr)                                                                          \
+  do {                                                                                             \
+    if ((expr) < 0)                                                                                \
+      ::st::detail::fail(::st::ErrorKind::kFault, __FILE__, __LINE__, #expr,                       \
+                         "HDF5: " + ::st::detail::h5_error_stack());                               \
+  } while (0)

@@ -1,0 +1,51 @@
+// What a run reports while it trains: one JSONL object per optimizer step and per evaluation (to
+// log.metrics), one human-readable line every log.every steps (stdout), and a progress bar with an ETA
+// that is drawn only when stdout is a terminal. Only rank 0 reports.
+//
+// JSONL records (one per line, keys in this order):
+//   {"step": 12, "loss": 2.31, "lr": 0.001, "grad_norm": 0.53, "tokens_per_s": 12345.6, "ms": 45.2, "skipped": false}
+//   {"step": 100, "val_loss": 2.05}
+// `step` counts completed optimizer steps (1-based), so the first record has step 1.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include "shardtrain/train/local_step.h"
+
+namespace st {
+
+struct StepReport {
+  int64_t step = 0;  // 1-based: steps completed
+  StepStats stats;
+  double tokens_per_s = 0;
+  double ms = 0;
+};
+
+class MetricsSink {
+ public:
+  // `path` empty: no JSONL. Opening a path that cannot be written is a bad-input error naming log.metrics.
+  MetricsSink(const std::string& path, int64_t total_steps, int64_t every, bool enabled);
+
+  void step(const StepReport& r);
+  void eval(int64_t step, float val_loss);
+  // Prints a line on its own, clearing the progress bar first.
+  void line(const std::string& text);
+
+ private:
+  void clear_bar();
+  void draw_bar(int64_t step);
+
+  std::ofstream jsonl_;
+  int64_t total_steps_;
+  int64_t every_;
+  bool enabled_;
+  bool tty_;
+  bool bar_drawn_ = false;
+  std::chrono::steady_clock::time_point start_;
+  int64_t first_step_ = -1;
+};
+
+}  // namespace st

@@ -1,0 +1,25 @@
+// The training loop: data, steps, evaluation, metrics and, for byte-level runs, a text sample at the end.
+//
+//   st::TrainSummary s = st::run_training(cfg);
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "shardtrain/core/config.h"
+
+namespace st {
+
+struct TrainSummary {
+  int64_t steps = 0;          // optimizer steps taken (applied or skipped)
+  int64_t skipped = 0;        // steps skipped for a non-finite loss or gradient norm
+  float last_loss = 0;        // training loss of the last step
+  float val_loss = 0;         // validation loss after the last step
+  double median_tokens_per_s = 0;
+  std::string sample;         // generated text (byte-level runs with train.sample_tokens > 0)
+};
+
+// Runs cfg.train.steps optimizer steps. Bad data or config is reported before the first step.
+TrainSummary run_training(const Config& cfg);
+
+}  // namespace st

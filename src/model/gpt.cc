@@ -1,0 +1,200 @@
+#include "shardtrain/model/gpt.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "shardtrain/core/error.h"
+#include "shardtrain/kernels/attention.h"
+#include "shardtrain/kernels/embedding.h"
+#include "shardtrain/kernels/gelu.h"
+#include "shardtrain/kernels/layernorm.h"
+#include "shardtrain/kernels/matmul.h"
+#include "shardtrain/kernels/softmax_cross_entropy.h"
+
+namespace st {
+namespace {
+
+// Pointers into a block unit's flat buffer (params, or grads with P = float).
+template <typename P>
+struct BlockView {
+  P *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+  BlockView(P* base, const UnitLayout& u)
+      : ln1w(base + u.tensors[0].offset),
+        ln1b(base + u.tensors[1].offset),
+        qkvw(base + u.tensors[2].offset),
+        qkvb(base + u.tensors[3].offset),
+        projw(base + u.tensors[4].offset),
+        projb(base + u.tensors[5].offset),
+        ln2w(base + u.tensors[6].offset),
+        ln2b(base + u.tensors[7].offset),
+        fcw(base + u.tensors[8].offset),
+        fcb(base + u.tensors[9].offset),
+        fcprojw(base + u.tensors[10].offset),
+        fcprojb(base + u.tensors[11].offset) {}
+};
+
+void zero(std::vector<float>& v, int64_t n) { std::memset(v.data(), 0, sizeof(float) * static_cast<size_t>(n)); }
+
+// Rows of the classifier processed at once: bounds the logits scratch to ~32 MiB whatever the vocab.
+constexpr int64_t kLogitsChunkElems = int64_t{8} << 20;
+
+}  // namespace
+
+GptModel::GptModel(const ModelConfig& cfg, int64_t max_batch)
+    : cfg_(cfg), units_(build_units(cfg)), max_batch_(max_batch) {
+  ST_CHECK(max_batch > 0);
+  const int64_t BT = max_batch * cfg.seq_len, C = cfg.n_embd, NH = cfg.n_head, T = cfg.seq_len;
+  tokens_.resize(BT);
+  encoded_.resize(BT * C);
+  blocks_.resize(cfg.n_layer);
+  for (BlockActs& a : blocks_) {
+    a.ln1.resize(BT * C);
+    a.ln1_mean.resize(BT);
+    a.ln1_rstd.resize(BT);
+    a.qkv.resize(BT * 3 * C);
+    a.att.resize(max_batch * NH * T * T);
+    a.atty.resize(BT * C);
+    a.res2.resize(BT * C);
+    a.ln2.resize(BT * C);
+    a.ln2_mean.resize(BT);
+    a.ln2_rstd.resize(BT);
+    a.fch.resize(BT * 4 * C);
+    a.fch_gelu.resize(BT * 4 * C);
+    a.out.resize(BT * C);
+  }
+  lnf_.resize(BT * C);
+  lnf_mean_.resize(BT);
+  lnf_rstd_.resize(BT);
+  losses_.resize(BT);
+  dresid_.resize(BT * C);
+  dlnf_.resize(BT * C);
+  dbuf_c_.resize(BT * C);
+  dqkv_.resize(BT * 3 * C);
+  dfch_.resize(BT * 8 * C);  // dfch_gelu and dfch, back to back
+  const int64_t Vp = cfg.padded_vocab();
+  const int64_t chunk_rows = std::max<int64_t>(1, std::min<int64_t>(BT, kLogitsChunkElems / Vp));
+  logits_chunk_.resize(chunk_rows * Vp);
+}
+
+const float* GptModel::block_input(int layer) const {
+  return layer == 0 ? encoded_.data() : blocks_[layer - 1].out.data();
+}
+
+void GptModel::embedding_forward(const float* emb_params, const int32_t* tokens, int64_t B, int64_t t) {
+  ST_CHECK(B >= 1 && B <= max_batch_ && t >= 1 && t <= cfg_.seq_len, "shape [", B, ", ", t, "] exceeds [", max_batch_,
+           ", ", cfg_.seq_len, "]");
+  B_ = B;
+  T_ = t;
+  std::copy(tokens, tokens + B * t, tokens_.begin());
+  const UnitLayout& u = units_[0];
+  st::embedding_forward(encoded_.data(), tokens_.data(), emb_params + u.tensors[0].offset,
+                        emb_params + u.tensors[1].offset, static_cast<int>(B), static_cast<int>(t), cfg_.n_embd);
+}
+
+void GptModel::block_forward(int layer, const float* block_params) {
+  const BlockView<const float> p(block_params, units_[1 + layer]);
+  BlockActs& a = blocks_[layer];
+  const int64_t N = B_ * T_;
+  const int C = cfg_.n_embd;
+  const float* x = block_input(layer);
+  layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln1w, p.ln1b, N, C);
+  matmul_forward(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C);
+  attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), static_cast<int>(B_), static_cast<int>(T_), C,
+                    cfg_.n_head);
+  matmul_forward(a.res2.data(), a.atty.data(), p.projw, p.projb, N, C, C);
+  residual_forward(a.res2.data(), a.res2.data(), x, N * C);
+  layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C);
+  matmul_forward(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C);
+  gelu_forward(a.fch_gelu.data(), a.fch.data(), N * 4 * C);
+  matmul_forward(a.out.data(), a.fch_gelu.data(), p.fcprojw, p.fcprojb, N, 4 * C, C);
+  residual_forward(a.out.data(), a.out.data(), a.res2.data(), N * C);
+}
+
+float GptModel::head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets,
+                                      float dloss, float* head_grads, float* emb_grads) {
+  const UnitLayout& hu = units_.back();
+  const UnitLayout& eu = units_[0];
+  const int64_t N = B_ * T_;
+  const int C = cfg_.n_embd, V = cfg_.vocab_size, Vp = cfg_.padded_vocab();
+  const bool backward = head_grads != nullptr;
+  const float* x = cfg_.n_layer > 0 ? blocks_.back().out.data() : encoded_.data();
+  const float* lnfw = head_params + hu.tensors[0].offset;
+  const float* lnfb = head_params + hu.tensors[1].offset;
+  const float* wte = emb_params + eu.tensors[0].offset;
+  layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, lnfw, lnfb, N, C);
+  if (backward) zero(dlnf_, N * C);
+
+  const int64_t chunk_rows = static_cast<int64_t>(logits_chunk_.size()) / Vp;
+  for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
+    const int64_t rows = std::min(chunk_rows, N - r0);
+    float* logits = logits_chunk_.data();
+    matmul_forward(logits, lnf_.data() + r0 * C, wte, nullptr, rows, C, Vp);
+    softmax_cross_entropy(losses_.data() + r0, backward ? logits : nullptr, logits, targets + r0, rows, V, Vp, dloss);
+    if (backward) {
+      matmul_backward(dlnf_.data() + r0 * C, emb_grads + eu.tensors[0].offset, nullptr, logits, lnf_.data() + r0 * C,
+                      wte, rows, C, Vp);
+    }
+  }
+  if (backward) {
+    zero(dresid_, N * C);
+    layernorm_backward(dresid_.data(), head_grads + hu.tensors[0].offset, head_grads + hu.tensors[1].offset,
+                       dlnf_.data(), x, lnfw, lnf_mean_.data(), lnf_rstd_.data(), N, C);
+  }
+  double sum = 0.0;
+  for (int64_t i = 0; i < N; ++i) sum += losses_[i];
+  return static_cast<float>(sum / static_cast<double>(N));
+}
+
+void GptModel::head_logits(const float* head_params, const float* emb_params, int64_t pos,
+                           std::vector<float>* logits) {
+  ST_CHECK(pos >= 0 && pos < T_, "position ", pos, " outside the active length ", T_);
+  const UnitLayout& hu = units_.back();
+  const int C = cfg_.n_embd, Vp = cfg_.padded_vocab();
+  const float* x = (cfg_.n_layer > 0 ? blocks_.back().out.data() : encoded_.data()) + pos * C;
+  float mean = 0, rstd = 0;
+  std::vector<float> row(C);
+  layernorm_forward(row.data(), &mean, &rstd, x, head_params + hu.tensors[0].offset,
+                    head_params + hu.tensors[1].offset, 1, C);
+  logits->assign(Vp, 0.0f);
+  matmul_forward(logits->data(), row.data(), emb_params + units_[0].tensors[0].offset, nullptr, 1, C, Vp);
+  logits->resize(cfg_.vocab_size);
+}
+
+void GptModel::block_backward(int layer, const float* block_params, float* block_grads) {
+  const BlockView<const float> p(block_params, units_[1 + layer]);
+  const BlockView<float> g(block_grads, units_[1 + layer]);
+  BlockActs& a = blocks_[layer];
+  const int64_t N = B_ * T_;
+  const int C = cfg_.n_embd;
+  const float* x = block_input(layer);
+  float* dfch_gelu = dfch_.data();
+  float* dfch = dfch_.data() + N * 4 * C;
+
+  // MLP branch: dresid is d(out); the residual passes it to res2 unchanged.
+  std::memset(dfch_.data(), 0, sizeof(float) * static_cast<size_t>(N * 8 * C));
+  matmul_backward(dfch_gelu, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, N, 4 * C, C);
+  gelu_backward(dfch, a.fch.data(), dfch_gelu, N * 4 * C);
+  zero(dbuf_c_, N * C);
+  matmul_backward(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C);
+  layernorm_backward(dresid_.data(), g.ln2w, g.ln2b, dbuf_c_.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
+                     a.ln2_rstd.data(), N, C);
+
+  // Attention branch: dresid is now d(res2); the residual passes it to x unchanged.
+  zero(dbuf_c_, N * C);
+  matmul_backward(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C);
+  zero(dqkv_, N * 3 * C);
+  attention_backward(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.att.data(), static_cast<int>(B_),
+                     static_cast<int>(T_), C, cfg_.n_head);
+  zero(dbuf_c_, N * C);
+  matmul_backward(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C);
+  layernorm_backward(dresid_.data(), g.ln1w, g.ln1b, dbuf_c_.data(), x, p.ln1w, a.ln1_mean.data(), a.ln1_rstd.data(),
+                     N, C);
+}
+
+void GptModel::embedding_backward(float* emb_grads) {
+  const UnitLayout& u = units_[0];
+  st::embedding_backward(emb_grads + u.tensors[0].offset, emb_grads + u.tensors[1].offset, dresid_.data(),
+                         tokens_.data(), static_cast<int>(B_), static_cast<int>(T_), cfg_.n_embd);
+}
+
+}  // namespace st

@@ -1,0 +1,43 @@
+#include "shardtrain/optim/adamw_optimizer.h"
+
+#include <algorithm>
+
+#include "shardtrain/core/error.h"
+#include "shardtrain/kernels/adamw.h"
+
+namespace st {
+
+void adamw_step_span(const UnitLayout& unit, int64_t begin, int64_t end, const OptimConfig& cfg,
+                     const OptimizerStep& step, float* param, float* m, float* v, const float* grad) {
+  ST_CHECK(0 <= begin && begin <= end && end <= unit.numel);
+  AdamWParams p;
+  p.lr = step.lr;
+  p.beta1 = cfg.beta1;
+  p.beta2 = cfg.beta2;
+  p.eps = cfg.eps;
+  p.step = step.t;
+  p.grad_scale = step.grad_scale;
+  // Tensor boundaries split the span into runs with one decay setting each.
+  for (const TensorSpec& t : unit.tensors) {
+    const int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
+    if (lo >= hi) continue;
+    p.weight_decay = t.weight_decay ? cfg.weight_decay : 0.0f;
+    const int64_t k = lo - begin;
+    adamw_update(param + k, m + k, v + k, grad + k, hi - lo, p);
+  }
+}
+
+double sum_of_squares(const float* grad, int64_t n) {
+  double s = 0.0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(grad[i]) * grad[i];
+  return s;
+}
+
+float clip_coefficient(const OptimConfig& cfg, double grad_norm) {
+  if (cfg.grad_clip <= 0.0f) return 1.0f;
+  const double coef = cfg.grad_clip / (grad_norm + 1e-6);
+  return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
+}
+
+}  // namespace st

@@ -1,0 +1,106 @@
+#include "shardtrain/train/metrics.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "shardtrain/core/error.h"
+
+namespace st {
+namespace {
+
+// JSON has no NaN/Infinity literals; non-finite values are written as null.
+std::string json_number(double x) {
+  if (!std::isfinite(x)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.9g", x);
+  return buf;
+}
+
+std::string format_duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s / 60 % 60));
+  else
+    std::snprintf(buf, sizeof(buf), "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  return buf;
+}
+
+}  // namespace
+
+MetricsSink::MetricsSink(const std::string& path, int64_t total_steps, int64_t every, bool enabled)
+    : total_steps_(total_steps), every_(every), enabled_(enabled), tty_(enabled && isatty(STDOUT_FILENO) == 1) {
+  if (enabled_ && !path.empty()) {
+    jsonl_.open(path, std::ios::out | std::ios::trunc);
+    if (!jsonl_) ST_BAD_INPUT("log.metrics: cannot open ", path, " for writing");
+  }
+  start_ = std::chrono::steady_clock::now();
+}
+
+void MetricsSink::step(const StepReport& r) {
+  if (!enabled_) return;
+  if (first_step_ < 0) {
+    first_step_ = r.step - 1;
+    start_ = std::chrono::steady_clock::now() - std::chrono::microseconds(static_cast<int64_t>(r.ms * 1e3));
+  }
+  if (jsonl_.is_open()) {
+    jsonl_ << "{\"step\": " << r.step << ", \"loss\": " << json_number(r.stats.loss)
+           << ", \"lr\": " << json_number(r.stats.lr) << ", \"grad_norm\": " << json_number(r.stats.grad_norm)
+           << ", \"tokens_per_s\": " << json_number(r.tokens_per_s) << ", \"ms\": " << json_number(r.ms)
+           << ", \"skipped\": " << (r.stats.skipped ? "true" : "false") << "}\n";
+    jsonl_.flush();
+  }
+  if (r.step % every_ == 0 || r.step == total_steps_ || r.stats.skipped) {
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %9.0f tok/s | %7.1f ms%s",
+                  static_cast<long long>(r.step), static_cast<long long>(total_steps_), r.stats.loss, r.stats.lr,
+                  r.stats.grad_norm, r.tokens_per_s, r.ms, r.stats.skipped ? " | SKIPPED (non-finite)" : "");
+    line(buf);
+  }
+  draw_bar(r.step);
+}
+
+void MetricsSink::eval(int64_t step, float val_loss) {
+  if (!enabled_) return;
+  if (jsonl_.is_open()) {
+    jsonl_ << "{\"step\": " << step << ", \"val_loss\": " << json_number(val_loss) << "}\n";
+    jsonl_.flush();
+  }
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "step %6lld/%lld | val_loss %.4f", static_cast<long long>(step),
+                static_cast<long long>(total_steps_), val_loss);
+  line(buf);
+}
+
+void MetricsSink::line(const std::string& text) {
+  if (!enabled_) return;
+  clear_bar();
+  std::fprintf(stdout, "%s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+void MetricsSink::clear_bar() {
+  if (!bar_drawn_) return;
+  std::fputs("\r\033[K", stdout);
+  bar_drawn_ = false;
+}
+
+void MetricsSink::draw_bar(int64_t step) {
+  if (!tty_ || step >= total_steps_) return;
+  constexpr int kWidth = 30;
+  const double frac = static_cast<double>(step) / static_cast<double>(total_steps_);
+  const int filled = static_cast<int>(frac * kWidth);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double done = static_cast<double>(step - first_step_);
+  const double eta = done > 0 ? elapsed / done * static_cast<double>(total_steps_ - step) : 0.0;
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.append(static_cast<size_t>(kWidth - filled), '.');
+  std::fprintf(stdout, "\r[%s] %lld/%lld  ETA %s", bar.c_str(), static_cast<long long>(step),
+               static_cast<long long>(total_steps_), format_duration(eta).c_str());
+  std::fflush(stdout);
+  bar_drawn_ = true;
+}
+
+}  // namespace st

@@ -1,0 +1,138 @@
+// The shardtrain binary as a user runs it: exit codes, error messages and the default run end to end.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+Result run_shardtrain(const std::string& args) {
+  const std::string cmd = std::string(SHARDTRAIN_BINARY) + " " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("shardtrain_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p, std::ios::binary) << text;
+    return p.string();
+  }
+  fs::path dir_;
+};
+
+bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+TEST_F(Cli, HelpListsEveryConfigKey) {
+  const Result r = run_shardtrain("--help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* key : {"model.n_layer", "model.n_head", "model.n_embd", "model.vocab_size", "model.seq_len",
+                          "train.steps", "train.global_batch", "train.micro_batch", "train.seed", "train.eval_every",
+                          "train.eval_batches", "optim.lr", "optim.min_lr", "optim.warmup_steps",
+                          "optim.weight_decay", "optim.beta1", "optim.beta2", "optim.eps", "optim.grad_clip",
+                          "data.path", "data.format", "data.val_path", "data.shuffle", "log.metrics", "log.every"})
+    EXPECT_TRUE(contains(r.output, key)) << key;
+  const Result t = run_shardtrain("train --help");
+  EXPECT_EQ(t.code, 0);
+  EXPECT_TRUE(contains(t.output, "train.micro_batch"));
+}
+
+TEST_F(Cli, UnknownCommandIsBadInput) {
+  const Result r = run_shardtrain("trian");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.output, "trian")) << r.output;
+}
+
+TEST_F(Cli, MissingConfigFileNamesThePath) {
+  const Result r = run_shardtrain("train --config " + (dir_ / "nope.ini").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.output, (dir_ / "nope.ini").string())) << r.output;
+}
+
+TEST_F(Cli, UnknownKeyNamesKeyAndFile) {
+  const std::string ini = write("bad.ini", "[train]\nstepz = 3\n");
+  const Result r = run_shardtrain("train --config " + ini);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.output, "train.stepz")) << r.output;
+  EXPECT_TRUE(contains(r.output, ini)) << r.output;
+}
+
+TEST_F(Cli, NonDividingBatchShowsAllThreeNumbers) {
+  const Result r = run_shardtrain("train --train.global_batch=24 --train.micro_batch=16");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.output, "24") && contains(r.output, "16") && contains(r.output, "(1)")) << r.output;
+}
+
+TEST_F(Cli, BadDataIsReportedBeforeAnyStep) {
+  // An llm.c shard with the wrong magic number.
+  std::vector<int32_t> header(256, 0);
+  header[0] = 12345;
+  header[1] = 1;
+  header[2] = 0;
+  std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+  const std::string shard = write("bad.bin", bytes);
+  const std::string metrics = (dir_ / "m.jsonl").string();
+  const Result r = run_shardtrain("train --data.format=llmc --data.path=" + shard + " --log.metrics=" + metrics);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.output, shard)) << r.output;
+  EXPECT_TRUE(contains(r.output, "20240520")) << r.output;
+  EXPECT_FALSE(fs::exists(metrics));  // nothing ran
+}
+
+// The README's default run: the tiny model on the built-in corpus, on its defaults. Validation loss must
+// fall below 2.3 nats/byte (uniform is ln 256 = 5.55).
+TEST_F(Cli, DefaultRunLearnsTheCorpus) {
+  const std::string metrics = (dir_ / "m.jsonl").string();
+  const Result r = run_shardtrain("train --log.metrics=" + metrics);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(metrics);
+  std::string line;
+  int step_lines = 0;
+  double last_val = 1e9;
+  while (std::getline(in, line)) {
+    if (contains(line, "\"val_loss\"")) {
+      last_val = std::stod(line.substr(line.find("\"val_loss\": ") + 12));
+    } else {
+      ++step_lines;
+      for (const char* k : {"\"step\"", "\"loss\"", "\"lr\"", "\"grad_norm\"", "\"tokens_per_s\""})
+        ASSERT_TRUE(contains(line, k)) << k << " missing in " << line;
+    }
+  }
+  // One record per step: as many as the run reports it took ("done: N steps").
+  const size_t done = r.output.find("done: ");
+  ASSERT_NE(done, std::string::npos) << r.output;
+  EXPECT_EQ(step_lines, std::stoi(r.output.substr(done + 6)));
+  EXPECT_GE(step_lines, 100);
+  EXPECT_LT(last_val, 2.3) << r.output;
+  EXPECT_TRUE(contains(r.output, "sample")) << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,104 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "shardtrain/core/rng.h"
+#include "shardtrain/kernels/adamw.h"
+#include "shardtrain/optim/adamw_optimizer.h"
+#include "shardtrain/optim/lr_schedule.h"
+
+namespace st {
+namespace {
+
+TEST(LrSchedule, WarmupThenCosineToMin) {
+  OptimConfig o;
+  o.lr = 1e-3f;
+  o.min_lr = 1e-4f;
+  o.warmup_steps = 10;
+  EXPECT_FLOAT_EQ(lr_at(o, 0, 110), 1e-4f);
+  EXPECT_FLOAT_EQ(lr_at(o, 4, 110), 5e-4f);
+  EXPECT_FLOAT_EQ(lr_at(o, 9, 110), 1e-3f);
+  EXPECT_FLOAT_EQ(lr_at(o, 10, 110), 1e-3f);
+  EXPECT_FLOAT_EQ(lr_at(o, 60, 110), 5.5e-4f);  // half way: the mean of lr and min_lr
+  EXPECT_FLOAT_EQ(lr_at(o, 110, 110), 1e-4f);
+  o.warmup_steps = 0;
+  EXPECT_FLOAT_EQ(lr_at(o, 0, 100), 1e-3f);
+}
+
+TEST(Clip, CoefficientFollowsTorchRule) {
+  OptimConfig o;
+  o.grad_clip = 1.0f;
+  EXPECT_FLOAT_EQ(clip_coefficient(o, 0.5), 1.0f);
+  EXPECT_FLOAT_EQ(clip_coefficient(o, 4.0), static_cast<float>(1.0 / (4.0 + 1e-6)));
+  o.grad_clip = 0.0f;
+  EXPECT_FLOAT_EQ(clip_coefficient(o, 1e9), 1.0f);
+}
+
+TEST(SumOfSquares, MatchesDouble) {
+  std::vector<float> g(10001);
+  double want = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    g[i] = static_cast<float>(normal_at(3, 0, i));
+    want += static_cast<double>(g[i]) * g[i];
+  }
+  EXPECT_NEAR(sum_of_squares(g.data(), static_cast<int64_t>(g.size())), want, 1e-9 * want);
+}
+
+// A span that crosses tensor boundaries gets each tensor's own decay: the same result as updating
+// tensor by tensor with the kernel, and the same whichever way the unit is cut into spans.
+TEST(AdamwSpan, DecayFollowsTensorsAndSpansCompose) {
+  ModelConfig mc;
+  mc.n_layer = 1;
+  mc.n_embd = 8;
+  mc.n_head = 2;
+  mc.vocab_size = 256;
+  mc.seq_len = 4;
+  const UnitLayout u = build_units(mc)[1];
+  OptimConfig oc;
+  oc.weight_decay = 0.5f;
+  OptimizerStep os;
+  os.lr = 0.01f;
+  os.t = 3;
+  os.grad_scale = 0.7f;
+  std::vector<float> p0(u.numel), g(u.numel), m0(u.numel), v0(u.numel);
+  for (int64_t i = 0; i < u.numel; ++i) {
+    p0[i] = static_cast<float>(normal_at(1, 0, i));
+    g[i] = static_cast<float>(normal_at(1, 1, i));
+    m0[i] = static_cast<float>(0.1 * normal_at(1, 2, i));
+    v0[i] = static_cast<float>(std::fabs(0.1 * normal_at(1, 3, i)));
+  }
+  // Reference: the kernel, tensor by tensor.
+  std::vector<float> pr = p0, mr = m0, vr = v0;
+  for (const TensorSpec& t : u.tensors) {
+    AdamWParams ap;
+    ap.lr = os.lr;
+    ap.beta1 = oc.beta1;
+    ap.beta2 = oc.beta2;
+    ap.eps = oc.eps;
+    ap.step = os.t;
+    ap.grad_scale = os.grad_scale;
+    ap.weight_decay = t.weight_decay ? oc.weight_decay : 0.0f;
+    adamw_update(pr.data() + t.offset, mr.data() + t.offset, vr.data() + t.offset, g.data() + t.offset, t.numel, ap);
+  }
+  for (int64_t cut : {int64_t{1}, int64_t{13}, u.numel / 3, u.numel}) {
+    std::vector<float> p = p0, m = m0, v = v0;
+    for (int64_t b = 0; b < u.numel; b += cut) {
+      const int64_t e = std::min(u.numel, b + cut);
+      adamw_step_span(u, b, e, oc, os, p.data() + b, m.data() + b, v.data() + b, g.data() + b);
+    }
+    EXPECT_EQ(p, pr) << "cut " << cut;
+    EXPECT_EQ(m, mr) << "cut " << cut;
+    EXPECT_EQ(v, vr) << "cut " << cut;
+  }
+  // And decay really differs between a bias and a matrix: with zero gradient state only decay moves p.
+  const TensorSpec& w = u.tensor("attn.qkv.weight");
+  const TensorSpec& b = u.tensor("attn.qkv.bias");
+  std::vector<float> p = p0, m(u.numel, 0.0f), v(u.numel, 0.0f), zero(u.numel, 0.0f);
+  adamw_step_span(u, 0, u.numel, oc, os, p.data(), m.data(), v.data(), zero.data());
+  EXPECT_FLOAT_EQ(p[w.offset], p0[w.offset] * (1.0f - 0.01f * 0.5f));
+  EXPECT_FLOAT_EQ(p[b.offset], p0[b.offset]);
+}
+
+}  // namespace
+}  // namespace st

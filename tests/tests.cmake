@@ -1,0 +1,20 @@
+# Tests that are not GoogleTest binaries: PyTorch parity and end-to-end runs of the shardtrain binary.
+# Included from the top-level CMakeLists.txt when SHARDTRAIN_TESTS is on.
+
+find_program(SYSTEM_PYTHON3 NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+
+if(SYSTEM_PYTHON3)
+  # The tiny byte-level model, with gradient accumulation (global_batch = 2 x micro_batch).
+  add_test(NAME parity.torch.tiny
+           COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/model/parity_test.py $<TARGET_FILE:parity_dump>
+                   ${CMAKE_SOURCE_DIR}/configs/tiny.ini ${CMAKE_BINARY_DIR}/parity_tiny
+                   --train.micro_batch=2 --train.global_batch=4 --optim.warmup_steps=2 --train.steps=10
+                   --optim.lr=3e-3 --optim.eps=1e-6)
+  # A 2-layer GPT-2-shaped model: vocab 50257 padded to 50304, C=768, 12 heads.
+  add_test(NAME parity.torch.gpt2_2layer
+           COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/model/parity_test.py $<TARGET_FILE:parity_dump>
+                   ${CMAKE_SOURCE_DIR}/configs/gpt2-124m.ini ${CMAKE_BINARY_DIR}/parity_gpt2
+                   --model.n_layer=2 --model.seq_len=64 --train.micro_batch=2 --train.global_batch=2
+                   --optim.warmup_steps=2 --train.steps=10 --optim.lr=1e-3 --optim.eps=1e-6)
+  set_tests_properties(parity.torch.tiny parity.torch.gpt2_2layer PROPERTIES LABELS "cpu;parity" TIMEOUT 300)
+endif()

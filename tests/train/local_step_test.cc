@@ -1,0 +1,109 @@
+#include "shardtrain/train/local_step.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "shardtrain/core/rng.h"
+
+namespace st {
+namespace {
+
+Config small_config() {
+  Config c;
+  c.model.n_layer = 2;
+  c.model.n_head = 2;
+  c.model.n_embd = 32;
+  c.model.vocab_size = 200;  // padded to 256
+  c.model.seq_len = 16;
+  c.train.micro_batch = 4;
+  c.train.global_batch = 4;
+  c.train.steps = 10;
+  c.optim.warmup_steps = 0;
+  return c;
+}
+
+// Sequence s of a fixed random corpus: inputs and shifted targets.
+void fill_sequences(const Config& c, int64_t first_seq, int64_t B, int32_t* in, int32_t* tgt) {
+  const int64_t T = c.model.seq_len;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t <= T; ++t) {
+      const auto tok = static_cast<int32_t>(random_bits_at(9, static_cast<uint64_t>(first_seq + b), t) %
+                                            static_cast<uint64_t>(c.model.vocab_size));
+      if (t < T) in[b * T + t] = tok;
+      if (t > 0) tgt[b * T + t - 1] = tok;
+    }
+}
+
+TEST(LocalStep, InitialLossIsAboutLnVocab) {
+  const Config c = small_config();
+  LocalStep s(c);
+  const float loss = s.forward_backward(
+      [&](int64_t micro, int32_t* in, int32_t* tgt) { fill_sequences(c, micro * 4, 4, in, tgt); }, 1);
+  EXPECT_NEAR(loss, std::log(200.0), 0.05);
+}
+
+// Accumulating 2 micro-batches of 2 sequences gives the gradient of one batch of 4.
+TEST(LocalStep, GradientAccumulationMatchesOneBigBatch) {
+  Config big = small_config();
+  Config acc = small_config();
+  acc.train.micro_batch = 2;
+  LocalStep a(big), b(acc);
+  const float la = a.forward_backward([&](int64_t, int32_t* in, int32_t* tgt) { fill_sequences(big, 0, 4, in, tgt); }, 1);
+  const float lb = b.forward_backward(
+      [&](int64_t micro, int32_t* in, int32_t* tgt) { fill_sequences(acc, micro * 2, 2, in, tgt); }, 2);
+  EXPECT_NEAR(la, lb, 1e-5 * la);
+  const auto ga = a.grads(), gb = b.grads();
+  for (size_t u = 0; u < ga.size(); ++u) {
+    double max_ref = 0, max_diff = 0;
+    for (int64_t i = 0; i < a.units()[u].numel; ++i) {
+      max_ref = std::max(max_ref, std::fabs(static_cast<double>(ga[u][i])));
+      max_diff = std::max(max_diff, std::fabs(static_cast<double>(ga[u][i]) - gb[u][i]));
+    }
+    EXPECT_LE(max_diff, 1e-5 * max_ref) << a.units()[u].name;
+  }
+}
+
+TEST(LocalStep, TrainingLowersTheLossOnARepeatedBatch) {
+  Config c = small_config();
+  c.optim.lr = 3e-3f;
+  c.train.steps = 80;
+  LocalStep s(c);
+  auto batch = [&](int64_t, int32_t* in, int32_t* tgt) { fill_sequences(c, 0, 4, in, tgt); };
+  const float first = s.forward_backward(batch, 1);
+  s.optimizer_step(0, first);
+  float last = first;
+  for (int step = 1; step < 80; ++step) last = s.optimizer_step(step, s.forward_backward(batch, 1)).loss;
+  EXPECT_LT(last, 0.5f * first);  // memorising one batch
+  EXPECT_EQ(s.updates(), 80);
+}
+
+TEST(LocalStep, NonFiniteLossSkipsTheUpdate) {
+  const Config c = small_config();
+  LocalStep s(c);
+  s.mutable_params()[c.model.n_layer + 1][0] = std::numeric_limits<float>::quiet_NaN();  // lnf.weight[0]
+  const std::vector<float> before(s.params()[1], s.params()[1] + s.units()[1].numel);
+  const float loss = s.forward_backward([&](int64_t, int32_t* in, int32_t* tgt) { fill_sequences(c, 0, 4, in, tgt); }, 1);
+  ASSERT_TRUE(std::isnan(loss));
+  const StepStats st = s.optimizer_step(0, loss);
+  EXPECT_TRUE(st.skipped);
+  EXPECT_EQ(s.updates(), 0);
+  const std::vector<float> after(s.params()[1], s.params()[1] + s.units()[1].numel);
+  EXPECT_EQ(before, after);
+}
+
+TEST(LocalStep, GenerateIsDeterministicAndInVocab) {
+  const Config c = small_config();
+  LocalStep s(c);
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  const auto a = s.generate(prompt, 40, 5);  // longer than seq_len: the context slides
+  const auto b = s.generate(prompt, 40, 5);
+  ASSERT_EQ(a.size(), 40u);
+  EXPECT_EQ(a, b);
+  for (int32_t t : a) EXPECT_TRUE(t >= 0 && t < 200) << t;
+}
+
+}  // namespace
+}  // namespace st
