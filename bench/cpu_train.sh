@@ -12,10 +12,17 @@ while read -r name L C H V T B; do
   ours=$("$build/bench_cpu_train" --config configs/tiny.ini --model.n_layer="$L" --model.n_embd="$C" \
          --model.n_head="$H" --model.vocab_size="$V" --model.seq_len="$T" --train.micro_batch="$B" \
          --train.global_batch="$B")
-  peer=$(/usr/bin/python3 bench/cpu_train_torch.py --layers "$L" --dim "$C" --heads "$H" --vocab "$V" --T "$T" --B "$B")
   echo "[$name] $ours"
-  echo "[$name] $peer"
-  echo "[$name] shardtrain / pytorch tokens/s = $(ratio "$(tps "$ours")" "$(tps "$peer")")"
+  # PyTorch at 1 thread and at all cores: on a small shared machine its own pool can lose to 1 thread,
+  # so the ratio is taken against the faster of the two.
+  best=0
+  for threads in 1 "$(nproc)"; do
+    peer=$(/usr/bin/python3 bench/cpu_train_torch.py --layers "$L" --dim "$C" --heads "$H" --vocab "$V" --T "$T" \
+           --B "$B" --threads "$threads")
+    echo "[$name] $peer"
+    best=$(awk -v a="$best" -v b="$(tps "$peer")" 'BEGIN { print (b > a ? b : a) }')
+  done
+  echo "[$name] shardtrain / best pytorch tokens/s = $(ratio "$(tps "$ours")" "$best")"
 done <<'CASES'
 tiny 4 128 4 256 128 16
 small-gpt2-vocab 2 256 4 50257 128 4
