@@ -13,6 +13,16 @@ const std::vector<EnvVar>& env_table() {
        "where the built-in corpus (Debian package 'fortunes') is read from"},
       {"SHARDTRAIN_CONFIG_DIR", SHARDTRAIN_DEFAULT_CONFIG_DIR,
        "where `shardtrain train` without --config finds default.ini"},
+      {"SHARDTRAIN_NODE_ID", "",
+       "override the node id of this rank (tests stand in for several machines on one host); an integer, "
+       "set on every rank or none: ranks with equal ids form one node"},
+      // Set by MPI launchers, only read: whether to initialise MPI at all, and the launcher's view of
+      // the local rank (comm/mpi_session.h, comm/mpi_communicator.h).
+      {"OMPI_COMM_WORLD_SIZE", "", "set by Open MPI's mpirun (read only): shardtrain then initialises MPI"},
+      {"OMPI_COMM_WORLD_LOCAL_RANK", "",
+       "set by Open MPI's mpirun (read only): this rank's index on its node, checked against shared memory"},
+      {"PMIX_RANK", "", "set by PMIx launchers such as srun --mpi=pmix (read only): shardtrain then initialises MPI"},
+      {"PMI_SIZE", "", "set by PMI-1/2 launchers such as MPICH's mpiexec (read only): shardtrain then initialises MPI"},
   };
   return table;
 }

@@ -1,0 +1,74 @@
+// Communicator: the collectives that sharded training needs, behind one interface.
+//
+// Implementations: MpiCommunicator (CPU backend, one process per rank, mpi_communicator.h), the
+// in-process FakeWorld (N ranks as threads, for unit tests, fake_communicator.h), and a SoloCommunicator
+// (world size 1, no MPI at all). The CUDA backend adds a NCCL implementation later.
+//
+// Contract, for every implementation:
+//   * Collective calls are made by every rank of the communicator, in the same order, with the same
+//     counts. Counts are element counts, 64-bit; an implementation whose library takes `int` counts
+//     chunks internally.
+//   * Buffers are typed (float for parameters/gradients, double for norms and losses); a send and a
+//     receive buffer of one call must not overlap unless the call says so.
+//   * Reductions are sums; the caller scales (the gradient of a mean passes its 1/N in dloss).
+//   * Failures throw st::Error (kFault for a broken peer or library failure).
+//
+//   std::vector<float> full(comm.world_size() * shard);
+//   comm.all_gather(shard_buf, shard, full.data());             // full = [rank 0's | rank 1's | ...]
+//   comm.reduce_scatter(full_grad, shard, grad_shard);           // grad_shard = sum over ranks of my slice
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace st {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  // Position in this communicator, 0 <= rank() < world_size().
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // The machine this rank runs on (0-based, numbered in order of each node's lowest rank), this rank's
+  // index among the ranks of its node, and how many ranks that node has. SHARDTRAIN_NODE_ID overrides
+  // the node id (tests stand in for several machines on one host).
+  virtual int node_id() const = 0;
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
+  // "mpi", "fake", "solo".
+  virtual std::string kind() const = 0;
+
+  // recv[r * count + i] = rank r's send[i], for i < count. recv holds world_size() * count elements.
+  // send may alias recv + rank() * count (in place).
+  virtual void all_gather(const float* send, int64_t count, float* recv) = 0;
+  // recv[i] = sum over ranks r of r's send[rank() * count + i], for i < count. send holds
+  // world_size() * count elements.
+  virtual void reduce_scatter(const float* send, int64_t count, float* recv) = 0;
+  // buf[i] = sum over ranks of buf[i], in place.
+  virtual void all_reduce(float* buf, int64_t count) = 0;
+  virtual void all_reduce(double* buf, int64_t count) = 0;
+  // Root's bytes to every rank, in place.
+  virtual void broadcast(void* buf, int64_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+// The communicator of a single process: every collective is a copy (or nothing). It checks its arguments
+// as the other implementations do (counts >= 0, root 0, no overlap except in place).
+class SoloCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  int node_id() const override { return 0; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
+  std::string kind() const override { return "solo"; }
+  void all_gather(const float* send, int64_t count, float* recv) override;
+  void reduce_scatter(const float* send, int64_t count, float* recv) override;
+  void all_reduce(float* buf, int64_t count) override;
+  void all_reduce(double* buf, int64_t count) override;
+  void broadcast(void* buf, int64_t bytes, int root) override;
+  void barrier() override {}
+};
+
+}  // namespace st

@@ -1,0 +1,28 @@
+#include "shardtrain/comm/communicator.h"
+
+#include <cstring>
+
+#include "collective_args.h"
+
+namespace st {
+
+void SoloCommunicator::all_gather(const float* send, int64_t count, float* recv) {
+  const bool in_place = detail::check_all_gather(send, count, recv, 0, 1);
+  if (!in_place && count > 0) std::memcpy(recv, send, sizeof(float) * static_cast<size_t>(count));
+}
+
+void SoloCommunicator::reduce_scatter(const float* send, int64_t count, float* recv) {
+  detail::check_reduce_scatter(send, count, recv, 1);
+  if (count > 0) std::memcpy(recv, send, sizeof(float) * static_cast<size_t>(count));
+}
+
+void SoloCommunicator::all_reduce(float* buf, int64_t count) { detail::check_count(buf, count, "all_reduce"); }
+
+void SoloCommunicator::all_reduce(double* buf, int64_t count) { detail::check_count(buf, count, "all_reduce"); }
+
+void SoloCommunicator::broadcast(void* buf, int64_t bytes, int root) {
+  detail::check_count(buf, bytes, "broadcast");
+  detail::check_root(root, 1);
+}
+
+}  // namespace st
