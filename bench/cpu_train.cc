@@ -1,4 +1,5 @@
-// CPU training-step throughput of shardtrain's fp32 reference path (LocalStep), for bench/cpu_train.sh,
+// CPU training-step throughput of shardtrain's fp32 single-process path (StepEngine on a solo
+// communicator), for bench/cpu_train.sh,
 // which runs it side by side with PyTorch CPU on the same model.
 //
 //   bench_cpu_train --config configs/tiny.ini [--warmup 3] [--iters 10] [--section.key=value ...]
@@ -14,7 +15,8 @@
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/rng.h"
 #include "shardtrain/model/units.h"
-#include "shardtrain/train/local_step.h"
+#include "shardtrain/comm/communicator.h"
+#include "shardtrain/train/step_engine.h"
 
 int main(int argc, char** argv) {
   std::optional<std::string> config;
@@ -35,7 +37,8 @@ int main(int argc, char** argv) {
   try {
     const st::Config cfg = st::load_config(config, overrides);
     const int64_t accum = cfg.grad_accum_steps(1);
-    st::LocalStep s(cfg);
+    st::SoloCommunicator comm;
+    st::StepEngine s(cfg, comm);
     st::Rng rng(cfg.train.seed, 0xBE7C);
     const auto V = static_cast<uint64_t>(cfg.model.vocab_size);
     auto batch = [&](int64_t, int32_t* in, int32_t* tgt) {

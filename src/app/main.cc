@@ -7,6 +7,11 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
+#include "shardtrain/comm/communicator.h"
+#include "shardtrain/comm/mpi_communicator.h"
+#include "shardtrain/comm/mpi_session.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
@@ -41,7 +46,7 @@ void print_env() {
     std::printf("  %-26s (default: %s)\n      %s\n", v.name, v.default_value[0] ? v.default_value : "\"\"", v.help);
 }
 
-int cmd_train(const std::vector<std::string>& args) {
+int cmd_train(const std::vector<std::string>& args, st::Communicator& comm) {
   std::optional<std::string> config;
   std::vector<std::string> overrides;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -62,17 +67,18 @@ int cmd_train(const std::vector<std::string>& args) {
   }
   if (!config) {
     config = (std::filesystem::path(st::env_get("SHARDTRAIN_CONFIG_DIR")) / "default.ini").string();
-    ST_LOG_INFO("no --config given: running ", *config);
+    if (comm.rank() == 0) ST_LOG_INFO("no --config given: running ", *config);
   }
   const st::Config cfg = st::load_config(config, overrides);
-  const st::TrainSummary s = st::run_training(cfg);
+  const st::TrainSummary s = st::run_training(cfg, comm);
+  if (comm.rank() != 0) return st::kExitOk;
   std::printf("done: %lld steps (%lld skipped), final loss %.4f, val_loss %.4f, median %.0f tok/s\n",
               static_cast<long long>(s.steps), static_cast<long long>(s.skipped), s.last_loss, s.val_loss,
               s.median_tokens_per_s);
   return st::kExitOk;
 }
 
-int run(int argc, char** argv) {
+int run(int argc, char** argv, st::Communicator& comm) {
   if (argc < 2) {
     std::fputs(kUsage, stderr);
     return st::kExitBadInput;
@@ -87,20 +93,33 @@ int run(int argc, char** argv) {
     print_env();
     return st::kExitOk;
   }
-  if (cmd == "train") return cmd_train(rest);
+  if (cmd == "train") return cmd_train(rest, comm);
   ST_BAD_INPUT("unknown command '", cmd, "' (expected: train; see shardtrain --help)");
 }
 
 }  // namespace
 
+// Under mpirun every rank runs this. A rank that fails prints its error and aborts the whole job
+// (MPI_Abort with the error's exit code), so mpirun exits non-zero and no rank waits forever in a
+// collective. The session lives outside the try so that the error path can still abort.
 int main(int argc, char** argv) {
+  std::optional<st::MpiSession> mpi;
   try {
-    return run(argc, argv);
+    if (st::MpiSession::launched_by_mpi()) mpi.emplace(&argc, &argv);
+    std::unique_ptr<st::Communicator> comm;
+    if (mpi)
+      comm = std::make_unique<st::MpiCommunicator>();
+    else
+      comm = std::make_unique<st::SoloCommunicator>();
+    if (mpi) st::set_process_identity(comm->rank(), comm->world_size());
+    return run(argc, argv, *comm);  // comm is destroyed before the session finalises MPI
   } catch (const st::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    if (mpi) st::MpiSession::abort(st::exit_code_for(e.kind()));
     return st::exit_code_for(e.kind());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: internal: %s\n", e.what());
+    if (mpi) st::MpiSession::abort(st::kExitInternal);
     return st::kExitInternal;
   }
 }

@@ -1,6 +1,8 @@
 #include "shardtrain/ckpt/hf_export.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -65,7 +67,9 @@ std::vector<HfTensorMap> hf_gpt2_tensor_map(const ModelConfig& cfg, const std::v
 void write_hf_gpt2(const std::string& path, const ModelConfig& cfg, const std::vector<UnitLayout>& units,
                    const std::vector<const float*>& unit_buffers) {
   ST_ENFORCE_EQ(unit_buffers.size(), units.size());
-  H5File f = H5File::create(path);
+  // Written next to the target and renamed into place, so a reader never sees a half-written file.
+  const std::string tmp = path + ".tmp";
+  H5File f = H5File::create(tmp);
   std::vector<float> scratch;
   for (const HfTensorMap& m : hf_gpt2_tensor_map(cfg, units)) {
     const float* src = unit_buffers[m.unit] + m.tensor->offset;
@@ -77,6 +81,8 @@ void write_hf_gpt2(const std::string& path, const ModelConfig& cfg, const std::v
     h5_write_f32(f, m.hf_name, m.hf_shape, src);  // wte: the leading vocab_size rows are contiguous
   }
   f.close();
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    ST_FAULT("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
 }
 
 void read_hf_gpt2(const std::string& path, const ModelConfig& cfg, const std::vector<UnitLayout>& units,

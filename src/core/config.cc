@@ -198,6 +198,8 @@ const std::vector<Key>& keys() {
           "micro-batches per validation pass, per rank"),
       key("train", "sample_tokens", &Config::train, &TrainConfig::sample_tokens,
           "bytes of text generated at the end of a byte-level run (0: none)"),
+      key("train", "recompute", &Config::train, &TrainConfig::recompute,
+          "keep only each block's input and recompute its activations in backward (less memory)"),
 
       key("optim", "lr", &Config::optim, &OptimConfig::lr, "peak learning rate, reached after warmup"),
       key("optim", "min_lr", &Config::optim, &OptimConfig::min_lr, "learning rate at the end of the cosine decay"),
@@ -218,6 +220,9 @@ const std::vector<Key>& keys() {
       key("data", "val_holdout", &Config::data, &DataConfig::val_holdout,
           "fraction of the training stream held out when val_path is empty, in [0, 1)"),
       key("data", "shuffle", &Config::data, &DataConfig::shuffle, "shuffle the data order (false: sequential)"),
+
+      key("ckpt", "export", &Config::ckpt, &CkptConfig::export_path,
+          "at the end, write the full weights to this HDF5 file with Hugging Face GPT-2 names (empty: none)"),
 
       key("log", "metrics", &Config::log, &LogConfig::metrics, "JSONL metrics file written by rank 0 (empty: none)"),
       key("log", "every", &Config::log, &LogConfig::every, "steps between human-readable log lines"),

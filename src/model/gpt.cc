@@ -40,13 +40,14 @@ constexpr int64_t kLogitsChunkElems = int64_t{8} << 20;
 
 }  // namespace
 
-GptModel::GptModel(const ModelConfig& cfg, int64_t max_batch)
-    : cfg_(cfg), units_(build_units(cfg)), max_batch_(max_batch) {
+GptModel::GptModel(const ModelConfig& cfg, int64_t max_batch, bool recompute)
+    : cfg_(cfg), units_(build_units(cfg)), max_batch_(max_batch), recompute_(recompute) {
   ST_CHECK(max_batch > 0);
   const int64_t BT = max_batch * cfg.seq_len, C = cfg.n_embd, NH = cfg.n_head, T = cfg.seq_len;
   tokens_.resize(BT);
   encoded_.resize(BT * C);
-  blocks_.resize(cfg.n_layer);
+  blocks_.resize(recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer);
+  block_out_.assign(cfg.n_layer, std::vector<float>(BT * C));
   for (BlockActs& a : blocks_) {
     a.ln1.resize(BT * C);
     a.ln1_mean.resize(BT);
@@ -60,7 +61,6 @@ GptModel::GptModel(const ModelConfig& cfg, int64_t max_batch)
     a.ln2_rstd.resize(BT);
     a.fch.resize(BT * 4 * C);
     a.fch_gelu.resize(BT * 4 * C);
-    a.out.resize(BT * C);
   }
   lnf_.resize(BT * C);
   lnf_mean_.resize(BT);
@@ -77,7 +77,7 @@ GptModel::GptModel(const ModelConfig& cfg, int64_t max_batch)
 }
 
 const float* GptModel::block_input(int layer) const {
-  return layer == 0 ? encoded_.data() : blocks_[layer - 1].out.data();
+  return layer == 0 ? encoded_.data() : block_out_[layer - 1].data();
 }
 
 void GptModel::embedding_forward(const float* emb_params, const int32_t* tokens, int64_t B, int64_t t) {
@@ -93,7 +93,8 @@ void GptModel::embedding_forward(const float* emb_params, const int32_t* tokens,
 
 void GptModel::block_forward(int layer, const float* block_params) {
   const BlockView<const float> p(block_params, units_[1 + layer]);
-  BlockActs& a = blocks_[layer];
+  BlockActs& a = acts(layer);
+  float* out = block_out_[layer].data();
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd;
   const float* x = block_input(layer);
@@ -106,8 +107,8 @@ void GptModel::block_forward(int layer, const float* block_params) {
   layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C);
   matmul_forward(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C);
   gelu_forward(a.fch_gelu.data(), a.fch.data(), N * 4 * C);
-  matmul_forward(a.out.data(), a.fch_gelu.data(), p.fcprojw, p.fcprojb, N, 4 * C, C);
-  residual_forward(a.out.data(), a.out.data(), a.res2.data(), N * C);
+  matmul_forward(out, a.fch_gelu.data(), p.fcprojw, p.fcprojb, N, 4 * C, C);
+  residual_forward(out, out, a.res2.data(), N * C);
 }
 
 float GptModel::head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets,
@@ -117,7 +118,7 @@ float GptModel::head_forward_backward(const float* head_params, const float* emb
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd, V = cfg_.vocab_size, Vp = cfg_.padded_vocab();
   const bool backward = head_grads != nullptr;
-  const float* x = cfg_.n_layer > 0 ? blocks_.back().out.data() : encoded_.data();
+  const float* x = cfg_.n_layer > 0 ? block_out_.back().data() : encoded_.data();
   const float* lnfw = head_params + hu.tensors[0].offset;
   const float* lnfb = head_params + hu.tensors[1].offset;
   const float* wte = emb_params + eu.tensors[0].offset;
@@ -150,7 +151,7 @@ void GptModel::head_logits(const float* head_params, const float* emb_params, in
   ST_CHECK(pos >= 0 && pos < T_, "position ", pos, " outside the active length ", T_);
   const UnitLayout& hu = units_.back();
   const int C = cfg_.n_embd, Vp = cfg_.padded_vocab();
-  const float* x = (cfg_.n_layer > 0 ? blocks_.back().out.data() : encoded_.data()) + pos * C;
+  const float* x = (cfg_.n_layer > 0 ? block_out_.back().data() : encoded_.data()) + pos * C;
   float mean = 0, rstd = 0;
   std::vector<float> row(C);
   layernorm_forward(row.data(), &mean, &rstd, x, head_params + hu.tensors[0].offset,
@@ -161,9 +162,10 @@ void GptModel::head_logits(const float* head_params, const float* emb_params, in
 }
 
 void GptModel::block_backward(int layer, const float* block_params, float* block_grads) {
+  if (recompute_) block_forward(layer, block_params);  // refills the shared activations from the saved input
   const BlockView<const float> p(block_params, units_[1 + layer]);
   const BlockView<float> g(block_grads, units_[1 + layer]);
-  BlockActs& a = blocks_[layer];
+  BlockActs& a = acts(layer);
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd;
   const float* x = block_input(layer);

@@ -49,7 +49,9 @@ void MetricsSink::step(const StepReport& r) {
     jsonl_ << "{\"step\": " << r.step << ", \"loss\": " << json_number(r.stats.loss)
            << ", \"lr\": " << json_number(r.stats.lr) << ", \"grad_norm\": " << json_number(r.stats.grad_norm)
            << ", \"tokens_per_s\": " << json_number(r.tokens_per_s) << ", \"ms\": " << json_number(r.ms)
-           << ", \"skipped\": " << (r.stats.skipped ? "true" : "false") << "}\n";
+           << ", \"skipped\": " << (r.stats.skipped ? "true" : "false")
+           << ", \"mem_sharded_bytes\": " << r.mem_sharded_bytes
+           << ", \"mem_gathered_peak_bytes\": " << r.mem_gathered_peak_bytes << "}\n";
     jsonl_.flush();
   }
   if (r.step % every_ == 0 || r.step == total_steps_ || r.stats.skipped) {

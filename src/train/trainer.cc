@@ -4,12 +4,13 @@
 #include <chrono>
 #include <vector>
 
+#include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/data/data_split.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/model/units.h"
-#include "shardtrain/train/local_step.h"
 #include "shardtrain/train/metrics.h"
+#include "shardtrain/train/step_engine.h"
 
 namespace st {
 namespace {
@@ -35,37 +36,51 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
 }  // namespace
 
-TrainSummary run_training(const Config& cfg) {
-  constexpr int kRank = 0, kWorld = 1;
-  const int64_t accum = cfg.grad_accum_steps(kWorld);
+TrainSummary run_training(const Config& cfg, Communicator& comm) {
+  const int rank = comm.rank(), world = comm.world_size();
+  const bool lead = rank == 0;
+  const int64_t accum = cfg.grad_accum_steps(world);
   const int64_t B = cfg.train.micro_batch, T = cfg.model.seq_len;
 
-  // Everything that can be wrong with the inputs is found here, before step 1.
+  // Everything that can be wrong with the inputs is found here, before step 1 (every rank opens and
+  // validates the same files, so every rank fails alike).
   DataSplit data = open_data(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
-  ST_LOG_INFO("data: train ", data.train->describe());
-  ST_LOG_INFO("data: val ", data.val->describe());
+  if (lead) ST_LOG_INFO("data: train ", data.train->describe());
+  if (lead) ST_LOG_INFO("data: val ", data.val->describe());
   SamplerOptions so;
   so.T = static_cast<int>(T);
   so.micro_batch = B;
-  so.rank = kRank;
-  so.world = kWorld;
+  so.rank = rank;
+  so.world = world;
   so.accum = accum;
   so.seed = cfg.train.seed;
   so.shuffle = cfg.data.shuffle;
   const Sampler train_sampler(*data.train, so);
   const Sampler val_sampler(*data.val, so);
 
-  LocalStep engine(cfg);
+  StepEngine engine(cfg, comm);
   const int64_t n_params = count_params(engine.units());
-  ST_LOG_INFO("model: ", cfg.model.n_layer, " layers, ", cfg.model.n_head, " heads, n_embd ", cfg.model.n_embd,
-              ", vocab ", cfg.model.vocab_size, " (padded ", cfg.model.padded_vocab(), "), seq_len ", T, ", ", n_params,
-              " parameters");
-  ST_LOG_INFO("batch: global ", cfg.train.global_batch, " = micro ", B, " x world ", kWorld, " x accum ", accum, " (",
-              cfg.train.global_batch * T, " tokens per step)");
+  const MemoryStats mem0 = engine.sharded().memory();
+  if (lead) {
+    ST_LOG_INFO("model: ", cfg.model.n_layer, " layers, ", cfg.model.n_head, " heads, n_embd ", cfg.model.n_embd,
+                ", vocab ", cfg.model.vocab_size, " (padded ", cfg.model.padded_vocab(), "), seq_len ", T, ", ",
+                n_params, " parameters in ", engine.units().size(), " units");
+    ST_LOG_INFO("batch: global ", cfg.train.global_batch, " = micro ", B, " x world ", world, " x accum ", accum,
+                " (", cfg.train.global_batch * T, " tokens per step)", cfg.train.recompute ? ", recompute on" : "");
+    ST_LOG_INFO("sharding: ", comm.kind(), " communicator, ", world, " rank(s); per rank: sharded state ",
+                mib(mem0.sharded_state_bytes), " (16 B x ", mem0.sharded_state_bytes / 16, " elements, ",
+                mem0.padding_elements, " of them padding), gather buffers ", mib(mem0.gather_buffer_bytes));
+  }
 
-  MetricsSink sink(cfg.log.metrics, cfg.train.steps, cfg.log.every, kRank == 0);
+  MetricsSink sink(cfg.log.metrics, cfg.train.steps, cfg.log.every, lead);
   auto evaluate = [&](int64_t step) {
     const float v = engine.evaluate(
         [&](int64_t i, int32_t* in, int32_t* tgt) { val_sampler.fill_eval(i, in, tgt); }, cfg.train.eval_batches);
@@ -87,11 +102,15 @@ TrainSummary run_training(const Config& cfg) {
     r.stats = stats;
     r.ms = sec * 1e3;
     r.tokens_per_s = static_cast<double>(cfg.train.global_batch * T) / sec;
+    const MemoryStats mem = engine.sharded().memory();
+    r.mem_sharded_bytes = mem.sharded_state_bytes;
+    r.mem_gathered_peak_bytes = mem.gathered_peak_bytes;
     rates.push_back(r.tokens_per_s);
     if (stats.skipped) {
       ++summary.skipped;
-      ST_LOG_WARN("step ", step + 1, ": non-finite loss (", stats.loss, ") or gradient norm (", stats.grad_norm,
-                  "); update skipped");
+      if (lead)
+        ST_LOG_WARN("step ", step + 1, ": non-finite loss (", stats.loss, ") or gradient norm (", stats.grad_norm,
+                    "); update skipped on every rank");
     }
     sink.step(r);
     summary.steps = step + 1;
@@ -102,6 +121,21 @@ TrainSummary run_training(const Config& cfg) {
     }
   }
   summary.median_tokens_per_s = median(rates);
+  if (lead) {
+    const MemoryStats mem = engine.sharded().memory();
+    ST_LOG_INFO("memory per rank: sharded state ", mib(mem.sharded_state_bytes), ", gathered buffers peak ",
+                mib(mem.gathered_peak_bytes));
+  }
+
+  if (!cfg.ckpt.export_path.empty()) {
+    const std::vector<std::vector<float>> full = engine.gather_params();  // collective
+    if (lead) {
+      std::vector<const float*> ptrs;
+      for (const auto& f : full) ptrs.push_back(f.data());
+      write_hf_gpt2(cfg.ckpt.export_path, cfg.model, engine.units(), ptrs);
+      ST_LOG_INFO("ckpt.export: wrote the final weights to ", cfg.ckpt.export_path);
+    }
+  }
 
   const bool byte_level = cfg.data.format == DataFormat::kText && cfg.model.vocab_size == 256;
   if (byte_level && cfg.train.sample_tokens > 0) {

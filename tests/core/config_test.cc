@@ -192,9 +192,9 @@ TEST_F(ConfigTest, UnknownKeyOnCommandLineNamesKey) {
 }
 
 TEST_F(ConfigTest, KeysOfSectionsWithoutKeysAreUnknown) {
-  const std::string path = write("c.ini", "[ckpt]\nevery = 100\n");
+  const std::string path = write("c.ini", "[dist]\nworld = 100\n");
   const std::string msg = load_error(path);
-  EXPECT_NE(msg.find("ckpt.every"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("dist.world"), std::string::npos) << msg;
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
   EXPECT_NE(msg.find("no keys in this version"), std::string::npos) << msg;
   const std::string cli = load_error(std::nullopt, {"--dist.world=2"});
@@ -458,10 +458,10 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
     ++keys;
   }
-  EXPECT_EQ(keys, 27);
+  EXPECT_EQ(keys, 29);
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
-  EXPECT_NE(help.find("[ckpt]\n  (no keys in this version)"), std::string::npos) << help;
+  EXPECT_NE(help.find("[dist]\n  (no keys in this version)"), std::string::npos) << help;
 }
 
 }  // namespace

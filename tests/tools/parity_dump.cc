@@ -1,6 +1,6 @@
 // Test tool for the PyTorch parity test (tests/model/parity_test.py).
 //
-// Runs `steps` optimizer steps of LocalStep on seeded random batches and writes, into --out DIR:
+// Runs `steps` optimizer steps of the single-process StepEngine on seeded random batches and writes, into --out DIR:
 //   init.h5     the initial weights, Hugging Face GPT-2 names and layouts
 //   batches.h5  "tokens" [steps, accum, micro_batch, seq_len + 1] int32
 //   grads0.h5   the gradient of step 0 (before clipping), HF names and layouts
@@ -20,7 +20,8 @@
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/rng.h"
-#include "shardtrain/train/local_step.h"
+#include "shardtrain/comm/communicator.h"
+#include "shardtrain/train/step_engine.h"
 
 int main(int argc, char** argv) {
   std::optional<std::string> config;
@@ -47,9 +48,15 @@ int main(int argc, char** argv) {
     const st::Config cfg = st::load_config(config, overrides);
     const int64_t accum = cfg.grad_accum_steps(1);
     const int64_t B = cfg.train.micro_batch, T = cfg.model.seq_len;
-    st::LocalStep s(cfg);
+    st::SoloCommunicator comm;
+    st::StepEngine s(cfg, comm);
     const auto& units = s.units();
-    st::write_hf_gpt2(out + "/init.h5", cfg.model, units, s.params());
+    auto write = [&](const std::string& path, const std::vector<std::vector<float>>& full) {
+      std::vector<const float*> ptrs;
+      for (const auto& f : full) ptrs.push_back(f.data());
+      st::write_hf_gpt2(path, cfg.model, units, ptrs);
+    };
+    write(out + "/init.h5", s.gather_params());
 
     std::vector<int32_t> tokens(static_cast<size_t>(steps * accum * B * (T + 1)));
     st::Rng rng(cfg.train.seed, /*stream=*/0xBA7C4);
@@ -76,13 +83,13 @@ int main(int argc, char** argv) {
           }
       };
       const float loss = s.forward_backward(batch, accum);
-      if (step == 0) st::write_hf_gpt2(out + "/grads0.h5", cfg.model, units, s.grads());
+      if (step == 0) write(out + "/grads0.h5", s.gather_grads());
       const st::StepStats stats = s.optimizer_step(step, loss);
       trace << (step ? ", " : "") << "{\"loss\": " << stats.loss << ", \"grad_norm\": " << stats.grad_norm
             << ", \"lr\": " << stats.lr << "}";
     }
     trace << "]}\n";
-    st::write_hf_gpt2(out + "/final.h5", cfg.model, units, s.params());
+    write(out + "/final.h5", s.gather_params());
   } catch (const st::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return st::exit_code_for(e.kind());

@@ -34,6 +34,7 @@ struct TrainConfig {
   int64_t eval_every = 100;   // steps between validation passes (0: only at the end)
   int64_t eval_batches = 8;   // micro-batches per validation pass, per rank
   int64_t sample_tokens = 200;  // bytes of text generated at the end of a byte-level run (0: none)
+  bool recompute = false;       // keep only block inputs; recompute activations in backward
 };
 
 struct OptimConfig {
@@ -57,14 +58,16 @@ struct DataConfig {
   bool shuffle = true;        // false: sequential order (see README "Data order")
 };
 
-struct CkptConfig {};  // keys arrive with the checkpoint issue
+struct CkptConfig {
+  std::string export_path;  // ckpt.export: full weights, Hugging Face names, written at the end (empty: none)
+};
 
 struct LogConfig {
   std::string metrics;  // JSONL path written by rank 0; empty: none
   int64_t every = 1;    // steps between human-readable lines
 };
 
-struct DistConfig {};  // keys arrive with the sharding issue
+struct DistConfig {};  // no keys yet: the world comes from the launcher (mpirun)
 
 struct Config {
   ModelConfig model;

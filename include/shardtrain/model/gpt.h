@@ -27,8 +27,10 @@ namespace st {
 
 class GptModel {
  public:
-  // Allocates activations for micro-batches of up to max_batch sequences of cfg.seq_len tokens.
-  GptModel(const ModelConfig& cfg, int64_t max_batch);
+  // Allocates activations for micro-batches of up to max_batch sequences of cfg.seq_len tokens. With
+  // recompute, only each block's output (the next block's input) is kept per layer, plus one block's
+  // worth of activations that block_backward refills by re-running that block's forward.
+  GptModel(const ModelConfig& cfg, int64_t max_batch, bool recompute = false);
 
   const ModelConfig& config() const { return cfg_; }
   const std::vector<UnitLayout>& units() const { return units_; }
@@ -54,24 +56,28 @@ class GptModel {
   // Logits over the real vocabulary for position `pos` of sequence 0 of the active batch (for sampling).
   void head_logits(const float* head_params, const float* emb_params, int64_t pos, std::vector<float>* logits);
 
-  // Backward of block `layer`: consumes the residual gradient, accumulates into block_grads.
+  // Backward of block `layer`: consumes the residual gradient, accumulates into block_grads. With
+  // recompute it first re-runs the block's forward from its saved input.
   void block_backward(int layer, const float* block_params, float* block_grads);
   // Backward of unit 0 (needs no parameters): accumulates wte and wpe grads into emb_grads.
   void embedding_backward(float* emb_grads);
 
  private:
   struct BlockActs {
-    std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, out;
+    std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
   };
   const float* block_input(int layer) const;
+  BlockActs& acts(int layer) { return blocks_[recompute_ ? 0 : layer]; }
 
   ModelConfig cfg_;
   std::vector<UnitLayout> units_;
   int64_t max_batch_;
+  bool recompute_;
   int64_t B_ = 0, T_ = 0;  // the active shape of the last embedding_forward
   std::vector<int32_t> tokens_;
   std::vector<float> encoded_;
-  std::vector<BlockActs> blocks_;
+  std::vector<BlockActs> blocks_;             // n_layer of them, or 1 with recompute
+  std::vector<std::vector<float>> block_out_;  // each block's output: the next block's input
   std::vector<float> lnf_, lnf_mean_, lnf_rstd_, losses_;
   // Backward scratch, shared by all blocks.
   std::vector<float> dresid_, dlnf_, dbuf_c_, dqkv_, dfch_, logits_chunk_;

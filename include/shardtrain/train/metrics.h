@@ -3,7 +3,8 @@
 // that is drawn only when stdout is a terminal. Only rank 0 reports.
 //
 // JSONL records (one per line, keys in this order):
-//   {"step": 12, "loss": 2.31, "lr": 0.001, "grad_norm": 0.53, "tokens_per_s": 12345.6, "ms": 45.2, "skipped": false}
+//   {"step": 12, "loss": 2.31, "lr": 0.001, "grad_norm": 0.53, "tokens_per_s": 12345.6, "ms": 45.2, "skipped": false,
+//    "mem_sharded_bytes": 3407872, "mem_gathered_peak_bytes": 1187840}
 //   {"step": 100, "val_loss": 2.05}
 // `step` counts completed optimizer steps (1-based), so the first record has step 1.
 #pragma once
@@ -13,7 +14,7 @@
 #include <fstream>
 #include <string>
 
-#include "shardtrain/train/local_step.h"
+#include "shardtrain/train/step_engine.h"
 
 namespace st {
 
@@ -22,6 +23,8 @@ struct StepReport {
   StepStats stats;
   double tokens_per_s = 0;
   double ms = 0;
+  int64_t mem_sharded_bytes = 0;        // this rank's param/grad/m/v shards (rank 0's, as logged)
+  int64_t mem_gathered_peak_bytes = 0;  // peak of full-size gathered parameter and gradient buffers
 };
 
 class MetricsSink {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 
 namespace st {
@@ -19,7 +20,8 @@ struct TrainSummary {
   std::string sample;         // generated text (byte-level runs with train.sample_tokens > 0)
 };
 
-// Runs cfg.train.steps optimizer steps. Bad data or config is reported before the first step.
-TrainSummary run_training(const Config& cfg);
+// Runs cfg.train.steps optimizer steps on every rank of `comm` (collective). Bad data or config is
+// reported before the first step. Only rank 0 writes metrics, prints, and writes ckpt.export.
+TrainSummary run_training(const Config& cfg, Communicator& comm);
 
 }  // namespace st

@@ -1,4 +1,4 @@
-#include "shardtrain/train/local_step.h"
+#include "shardtrain/train/step_engine.h"
 
 #include <gtest/gtest.h>
 
@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/rng.h"
 
 namespace st {
@@ -37,25 +38,27 @@ void fill_sequences(const Config& c, int64_t first_seq, int64_t B, int32_t* in, 
     }
 }
 
-TEST(LocalStep, InitialLossIsAboutLnVocab) {
+TEST(StepEngine, InitialLossIsAboutLnVocab) {
   const Config c = small_config();
-  LocalStep s(c);
+  SoloCommunicator comm;
+  StepEngine s(c, comm);
   const float loss = s.forward_backward(
       [&](int64_t micro, int32_t* in, int32_t* tgt) { fill_sequences(c, micro * 4, 4, in, tgt); }, 1);
   EXPECT_NEAR(loss, std::log(200.0), 0.05);
 }
 
 // Accumulating 2 micro-batches of 2 sequences gives the gradient of one batch of 4.
-TEST(LocalStep, GradientAccumulationMatchesOneBigBatch) {
+TEST(StepEngine, GradientAccumulationMatchesOneBigBatch) {
   Config big = small_config();
   Config acc = small_config();
   acc.train.micro_batch = 2;
-  LocalStep a(big), b(acc);
+  SoloCommunicator comm;
+  StepEngine a(big, comm), b(acc, comm);
   const float la = a.forward_backward([&](int64_t, int32_t* in, int32_t* tgt) { fill_sequences(big, 0, 4, in, tgt); }, 1);
   const float lb = b.forward_backward(
       [&](int64_t micro, int32_t* in, int32_t* tgt) { fill_sequences(acc, micro * 2, 2, in, tgt); }, 2);
   EXPECT_NEAR(la, lb, 1e-5 * la);
-  const auto ga = a.grads(), gb = b.grads();
+  const auto ga = a.gather_grads(), gb = b.gather_grads();
   for (size_t u = 0; u < ga.size(); ++u) {
     double max_ref = 0, max_diff = 0;
     for (int64_t i = 0; i < a.units()[u].numel; ++i) {
@@ -66,11 +69,12 @@ TEST(LocalStep, GradientAccumulationMatchesOneBigBatch) {
   }
 }
 
-TEST(LocalStep, TrainingLowersTheLossOnARepeatedBatch) {
+TEST(StepEngine, TrainingLowersTheLossOnARepeatedBatch) {
   Config c = small_config();
   c.optim.lr = 3e-3f;
   c.train.steps = 80;
-  LocalStep s(c);
+  SoloCommunicator comm;
+  StepEngine s(c, comm);
   auto batch = [&](int64_t, int32_t* in, int32_t* tgt) { fill_sequences(c, 0, 4, in, tgt); };
   const float first = s.forward_backward(batch, 1);
   s.optimizer_step(0, first);
@@ -80,23 +84,25 @@ TEST(LocalStep, TrainingLowersTheLossOnARepeatedBatch) {
   EXPECT_EQ(s.updates(), 80);
 }
 
-TEST(LocalStep, NonFiniteLossSkipsTheUpdate) {
+TEST(StepEngine, NonFiniteLossSkipsTheUpdate) {
   const Config c = small_config();
-  LocalStep s(c);
-  s.mutable_params()[c.model.n_layer + 1][0] = std::numeric_limits<float>::quiet_NaN();  // lnf.weight[0]
-  const std::vector<float> before(s.params()[1], s.params()[1] + s.units()[1].numel);
+  SoloCommunicator comm;
+  StepEngine s(c, comm);
+  s.sharded().shard(c.model.n_layer + 1).param[0] = std::numeric_limits<float>::quiet_NaN();  // lnf.weight[0]
+  const std::vector<float> before = s.gather_params()[1];
   const float loss = s.forward_backward([&](int64_t, int32_t* in, int32_t* tgt) { fill_sequences(c, 0, 4, in, tgt); }, 1);
   ASSERT_TRUE(std::isnan(loss));
   const StepStats st = s.optimizer_step(0, loss);
   EXPECT_TRUE(st.skipped);
   EXPECT_EQ(s.updates(), 0);
-  const std::vector<float> after(s.params()[1], s.params()[1] + s.units()[1].numel);
+  const std::vector<float> after = s.gather_params()[1];
   EXPECT_EQ(before, after);
 }
 
-TEST(LocalStep, GenerateIsDeterministicAndInVocab) {
+TEST(StepEngine, GenerateIsDeterministicAndInVocab) {
   const Config c = small_config();
-  LocalStep s(c);
+  SoloCommunicator comm;
+  StepEngine s(c, comm);
   const std::vector<int32_t> prompt = {1, 2, 3};
   const auto a = s.generate(prompt, 40, 5);  // longer than seq_len: the context slides
   const auto b = s.generate(prompt, 40, 5);

@@ -1,0 +1,67 @@
+// One optimizer step of ZeRO-3 training on this rank: the micro-steps of the sharded model, the global
+// loss and gradient norm, clipping, the non-finite skip (agreed by all ranks, since both numbers are
+// all-reduced), and AdamW on this rank's owned spans only. With a SoloCommunicator it is the
+// single-process fp32 reference; with N ranks it computes the same step to rounding.
+//
+//   StepEngine e(cfg, comm);
+//   float loss = e.forward_backward(batch_fn, accum);   // grads hold the step's mean gradient, sharded
+//   StepStats s = e.optimizer_step(step, loss);          // norm, clip, skip-if-non-finite, AdamW
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "shardtrain/comm/communicator.h"
+#include "shardtrain/core/config.h"
+#include "shardtrain/shard/sharded_model.h"
+
+namespace st {
+
+// Fills this rank's micro-batch `micro_step` of the current step: inputs and targets, each
+// [micro_batch, seq_len].
+using BatchFn = std::function<void(int64_t micro_step, int32_t* inputs, int32_t* targets)>;
+
+struct StepStats {
+  float loss = 0;        // mean over all ranks' tokens
+  double grad_norm = 0;  // global, before clipping
+  float lr = 0;
+  bool skipped = false;  // non-finite loss or norm: no update was applied (on every rank)
+};
+
+class StepEngine {
+ public:
+  StepEngine(const Config& cfg, Communicator& comm);
+
+  // Zeroes the gradient shards, runs `accum` micro-steps, and returns the mean loss over every rank's
+  // accum * micro_batch * seq_len tokens. The gradient shards then hold the gradient of that mean.
+  float forward_backward(const BatchFn& batch, int64_t accum);
+
+  // Global gradient norm (local sums of squares over owned spans, all-reduced), clipping, a skip on a
+  // non-finite loss or norm, and AdamW with the scheduled lr of 0-based `step` on owned spans. The update
+  // count used for bias correction advances only on applied steps.
+  StepStats optimizer_step(int64_t step, float loss);
+
+  // Mean loss over `batches` micro-batches per rank, over all ranks. Collective.
+  float evaluate(const BatchFn& batch, int64_t batches);
+
+  // Samples `n` tokens continuing `prompt` (temperature 1), identically on every rank. Collective.
+  std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed);
+
+  // Full flat parameter (or gradient) buffers of every unit, on every rank. Collective.
+  std::vector<std::vector<float>> gather_params();
+  std::vector<std::vector<float>> gather_grads();
+
+  ShardedModel& sharded() { return model_; }
+  const std::vector<UnitLayout>& units() const { return model_.units(); }
+  int64_t updates() const { return updates_; }
+
+ private:
+  Config cfg_;
+  Communicator& comm_;
+  ShardedModel model_;
+  std::vector<int32_t> inputs_, targets_;
+  int64_t updates_ = 0;
+};
+
+}  // namespace st

@@ -1,0 +1,70 @@
+#include "shardtrain/shard/schedule.h"
+
+namespace st {
+namespace {
+
+void forward_part(int n_layer, std::vector<ScheduleOp>& s) {
+  for (int u = 0; u <= n_layer; ++u) {
+    s.push_back({OpKind::kGather, u});
+    s.push_back({OpKind::kForward, u});
+    s.push_back({OpKind::kRelease, u});
+  }
+  const int head = n_layer + 1;
+  s.push_back({OpKind::kGather, head});
+  s.push_back({OpKind::kGather, 0});
+  s.push_back({OpKind::kHeadForwardBackward, head});
+  s.push_back({OpKind::kRelease, 0});
+}
+
+}  // namespace
+
+std::vector<ScheduleOp> training_schedule(int n_layer) {
+  std::vector<ScheduleOp> s;
+  forward_part(n_layer, s);
+  const int head = n_layer + 1;
+  s.push_back({OpKind::kReduceScatter, head});
+  s.push_back({OpKind::kRelease, head});
+  for (int u = n_layer; u >= 1; --u) {
+    s.push_back({OpKind::kGather, u});
+    s.push_back({OpKind::kBackward, u});
+    s.push_back({OpKind::kReduceScatter, u});
+    s.push_back({OpKind::kRelease, u});
+  }
+  s.push_back({OpKind::kBackward, 0});
+  s.push_back({OpKind::kReduceScatter, 0});
+  return s;
+}
+
+std::vector<ScheduleOp> eval_schedule(int n_layer) {
+  std::vector<ScheduleOp> s;
+  forward_part(n_layer, s);
+  s.push_back({OpKind::kRelease, n_layer + 1});
+  return s;
+}
+
+std::string to_string(const ScheduleOp& op) {
+  const char* name = "?";
+  switch (op.kind) {
+    case OpKind::kGather:
+      name = "gather";
+      break;
+    case OpKind::kForward:
+      name = "forward";
+      break;
+    case OpKind::kHeadForwardBackward:
+      name = "head";
+      break;
+    case OpKind::kBackward:
+      name = "backward";
+      break;
+    case OpKind::kReduceScatter:
+      name = "reduce-scatter";
+      break;
+    case OpKind::kRelease:
+      name = "release";
+      break;
+  }
+  return std::string(name) + " " + std::to_string(op.unit);
+}
+
+}  // namespace st

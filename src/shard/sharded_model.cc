@@ -1,0 +1,178 @@
+#include "shardtrain/shard/sharded_model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "shardtrain/core/error.h"
+
+namespace st {
+namespace {
+
+int64_t bytes_of(const std::vector<float>& v) { return static_cast<int64_t>(v.size() * sizeof(float)); }
+
+}  // namespace
+
+ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
+    : cfg_(cfg), comm_(comm), model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute) {
+  const int world = comm.world_size(), rank = comm.rank();
+  int64_t max_unit_full = 0, max_slot = 0;
+  for (const UnitLayout& u : model_.units()) {
+    UnitShard s;
+    s.span = shard_span(u.numel, rank, world);
+    s.slot = padded_shard_size(u.numel, world);
+    s.param.assign(s.slot, 0.0f);
+    s.grad.assign(s.slot, 0.0f);
+    s.m.assign(s.slot, 0.0f);
+    s.v.assign(s.slot, 0.0f);
+    init_unit_range(u, cfg.model, cfg.train.seed, s.span.offset, s.span.end(), s.param.data());
+    if (u.index != 0) max_unit_full = std::max(max_unit_full, s.slot * world);
+    max_slot = std::max(max_slot, s.slot);
+    shards_.push_back(std::move(s));
+  }
+  emb_param_.data.assign(shards_[0].slot * world, 0.0f);
+  emb_grad_.data.assign(shards_[0].slot * world, 0.0f);
+  unit_param_.data.assign(max_unit_full, 0.0f);
+  unit_grad_.data.assign(max_unit_full, 0.0f);
+  rs_scratch_.assign(max_slot, 0.0f);
+  counters_.gathers.assign(shards_.size(), 0);
+  counters_.reduce_scatters.assign(shards_.size(), 0);
+}
+
+void ShardedModel::zero_grads() {
+  for (UnitShard& s : shards_) std::fill(s.grad.begin(), s.grad.end(), 0.0f);
+}
+
+void ShardedModel::occupy(Slot& s, int unit) {
+  ST_CHECK(s.unit == -1, "buffer for unit ", unit, " still holds unit ", s.unit, ": the schedule is inconsistent");
+  s.unit = unit;
+  in_use_bytes_ += bytes_of(s.data);
+  peak_bytes_ = std::max(peak_bytes_, in_use_bytes_);
+}
+
+void ShardedModel::release(Slot& s, int unit) {
+  ST_CHECK(s.unit == unit, "release of unit ", unit, " whose buffer holds unit ", s.unit);
+  s.unit = -1;
+  in_use_bytes_ -= bytes_of(s.data);
+}
+
+const float* ShardedModel::gathered(int unit) {
+  Slot& s = param_slot(unit);
+  ST_CHECK(s.unit == unit, "unit ", unit, " used without being gathered");
+  return s.data.data();
+}
+
+float* ShardedModel::full_grad(int unit) {
+  Slot& s = grad_slot(unit);
+  if (s.unit != unit) {  // first use in this micro-step: a zeroed buffer, since the kernels accumulate
+    occupy(s, unit);
+    std::fill(s.data.begin(), s.data.begin() + shards_[static_cast<size_t>(unit)].slot * comm_.world_size(), 0.0f);
+  }
+  return s.data.data();
+}
+
+float ShardedModel::run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss) {
+  const int L = cfg_.model.n_layer;
+  const int world = comm_.world_size();
+  float loss = 0.0f;
+  for (const ScheduleOp& op : schedule) {
+    const int u = op.unit;
+    UnitShard& sh = shards_[static_cast<size_t>(u)];
+    switch (op.kind) {
+      case OpKind::kGather: {
+        Slot& s = param_slot(u);
+        occupy(s, u);
+        comm_.all_gather(sh.param.data(), sh.slot, s.data.data());
+        ++counters_.gathers[static_cast<size_t>(u)];
+        counters_.gathered_elements += sh.slot * world;
+        break;
+      }
+      case OpKind::kForward:
+        if (u == 0)
+          model_.embedding_forward(gathered(0), tokens_, batch_, len_);
+        else
+          model_.block_forward(u - 1, gathered(u));
+        break;
+      case OpKind::kHeadForwardBackward:
+        if (mode == Mode::kLogits) {
+          model_.head_logits(gathered(u), gathered(0), len_ - 1, logits_out_);
+        } else if (mode == Mode::kEval) {
+          loss = model_.head_forward(gathered(u), gathered(0), targets);
+        } else {
+          float* head_grad = full_grad(u);
+          float* emb_grad = full_grad(0);
+          loss = model_.head_forward_backward(gathered(u), gathered(0), targets, dloss, head_grad, emb_grad);
+        }
+        break;
+      case OpKind::kBackward:
+        if (u == 0)
+          model_.embedding_backward(full_grad(0));
+        else
+          model_.block_backward(u - 1, gathered(u), full_grad(u));
+        break;
+      case OpKind::kReduceScatter: {
+        Slot& g = grad_slot(u);
+        ST_CHECK(g.unit == u, "reduce-scatter of unit ", u, " without a gradient");
+        comm_.reduce_scatter(g.data.data(), sh.slot, rs_scratch_.data());
+        for (int64_t i = 0; i < sh.span.count; ++i) sh.grad[static_cast<size_t>(i)] += rs_scratch_[static_cast<size_t>(i)];
+        release(g, u);
+        ++counters_.reduce_scatters[static_cast<size_t>(u)];
+        counters_.reduce_scattered_elements += sh.slot * world;
+        break;
+      }
+      case OpKind::kRelease:
+        release(param_slot(u), u);
+        break;
+    }
+  }
+  ST_CHECK(in_use_bytes_ == 0, "the schedule left ", in_use_bytes_, " bytes of buffers in use (n_layer ", L, ")");
+  return loss;
+}
+
+float ShardedModel::micro_step(const int32_t* inputs, const int32_t* targets, float dloss) {
+  tokens_ = inputs;
+  batch_ = cfg_.train.micro_batch;
+  len_ = cfg_.model.seq_len;
+  return run(training_schedule(cfg_.model.n_layer), Mode::kTrain, targets, dloss);
+}
+
+float ShardedModel::eval_micro(const int32_t* inputs, const int32_t* targets) {
+  tokens_ = inputs;
+  batch_ = cfg_.train.micro_batch;
+  len_ = cfg_.model.seq_len;
+  return run(eval_schedule(cfg_.model.n_layer), Mode::kEval, targets, 0.0f);
+}
+
+void ShardedModel::last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) {
+  tokens_ = tokens;
+  batch_ = 1;
+  len_ = len;
+  logits_out_ = logits;
+  run(eval_schedule(cfg_.model.n_layer), Mode::kLogits, nullptr, 0.0f);
+  logits_out_ = nullptr;
+}
+
+std::vector<float> ShardedModel::gather_full(int unit, std::vector<float> UnitShard::*state) {
+  const UnitShard& sh = shards_[static_cast<size_t>(unit)];
+  std::vector<float> full(static_cast<size_t>(sh.slot * comm_.world_size()));
+  comm_.all_gather((sh.*state).data(), sh.slot, full.data());
+  full.resize(static_cast<size_t>(model_.units()[static_cast<size_t>(unit)].numel));
+  return full;
+}
+
+std::vector<float> ShardedModel::gather_params(int unit) { return gather_full(unit, &UnitShard::param); }
+
+std::vector<float> ShardedModel::gather_grads(int unit) { return gather_full(unit, &UnitShard::grad); }
+
+MemoryStats ShardedModel::memory() const {
+  MemoryStats m;
+  for (const UnitShard& s : shards_) {
+    m.sharded_state_bytes += bytes_of(s.param) + bytes_of(s.grad) + bytes_of(s.m) + bytes_of(s.v);
+    m.padding_elements += s.slot - s.span.count;
+  }
+  m.gather_buffer_bytes = bytes_of(emb_param_.data) + bytes_of(unit_param_.data) + bytes_of(emb_grad_.data) +
+                          bytes_of(unit_grad_.data);
+  m.gathered_peak_bytes = peak_bytes_;
+  return m;
+}
+
+}  // namespace st

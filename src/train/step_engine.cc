@@ -1,0 +1,116 @@
+#include "shardtrain/train/step_engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "shardtrain/core/error.h"
+#include "shardtrain/core/rng.h"
+#include "shardtrain/optim/adamw_optimizer.h"
+#include "shardtrain/optim/lr_schedule.h"
+
+namespace st {
+namespace {
+
+// RNG stream for text generation, apart from the initialisation streams (units.cc).
+constexpr uint64_t kSampleStream = 0x5A3D1E;
+
+}  // namespace
+
+StepEngine::StepEngine(const Config& cfg, Communicator& comm) : cfg_(cfg), comm_(comm), model_(cfg, comm) {
+  const int64_t BT = cfg.train.micro_batch * cfg.model.seq_len;
+  inputs_.resize(BT);
+  targets_.resize(BT);
+}
+
+float StepEngine::forward_backward(const BatchFn& batch, int64_t accum) {
+  model_.zero_grads();
+  const int64_t tokens = cfg_.train.micro_batch * cfg_.model.seq_len * accum * comm_.world_size();
+  const float dloss = 1.0f / static_cast<float>(tokens);
+  double loss_sum = 0.0;
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    batch(micro, inputs_.data(), targets_.data());
+    loss_sum += model_.micro_step(inputs_.data(), targets_.data(), dloss);
+  }
+  comm_.all_reduce(&loss_sum, 1);
+  return static_cast<float>(loss_sum / static_cast<double>(accum * comm_.world_size()));
+}
+
+StepStats StepEngine::optimizer_step(int64_t step, float loss) {
+  StepStats s;
+  s.loss = loss;
+  s.lr = lr_at(cfg_.optim, step, cfg_.train.steps);
+  double sq = 0.0;
+  for (size_t u = 0; u < units().size(); ++u) {
+    const UnitShard& sh = model_.shard(static_cast<int>(u));
+    sq += sum_of_squares(sh.grad.data(), sh.span.count);
+  }
+  comm_.all_reduce(&sq, 1);
+  s.grad_norm = std::sqrt(sq);
+  // loss and norm are the same number on every rank, so every rank takes the same decision.
+  if (!std::isfinite(loss) || !std::isfinite(s.grad_norm)) {
+    s.skipped = true;
+    return s;
+  }
+  OptimizerStep os;
+  os.lr = s.lr;
+  os.t = ++updates_;
+  os.grad_scale = clip_coefficient(cfg_.optim, s.grad_norm);
+  for (const UnitLayout& u : units()) {
+    UnitShard& sh = model_.shard(u.index);
+    adamw_step_span(u, sh.span.offset, sh.span.end(), cfg_.optim, os, sh.param.data(), sh.m.data(), sh.v.data(),
+                    sh.grad.data());
+  }
+  return s;
+}
+
+float StepEngine::evaluate(const BatchFn& batch, int64_t batches) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < batches; ++i) {
+    batch(i, inputs_.data(), targets_.data());
+    sum += model_.eval_micro(inputs_.data(), targets_.data());
+  }
+  comm_.all_reduce(&sum, 1);
+  return static_cast<float>(sum / static_cast<double>(batches * comm_.world_size()));
+}
+
+std::vector<int32_t> StepEngine::generate(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed) {
+  ST_CHECK(!prompt.empty(), "generation needs a prompt of at least one token");
+  const int64_t T = cfg_.model.seq_len;
+  std::vector<int32_t> seq = prompt, out;
+  std::vector<float> logits;
+  Rng rng(seed, kSampleStream);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t len = std::min<int64_t>(T, static_cast<int64_t>(seq.size()));
+    model_.last_logits(seq.data() + seq.size() - len, len, &logits);
+    // Softmax sampling by inverse CDF; every rank draws the same number, so all agree on the token.
+    const float mx = *std::max_element(logits.begin(), logits.end());
+    double total = 0.0;
+    for (float& x : logits) total += (x = std::exp(x - mx));
+    double u = rng.next_uniform() * total;
+    int32_t tok = static_cast<int32_t>(logits.size()) - 1;
+    for (size_t k = 0; k < logits.size(); ++k) {
+      u -= logits[k];
+      if (u <= 0) {
+        tok = static_cast<int32_t>(k);
+        break;
+      }
+    }
+    seq.push_back(tok);
+    out.push_back(tok);
+  }
+  return out;
+}
+
+std::vector<std::vector<float>> StepEngine::gather_params() {
+  std::vector<std::vector<float>> out;
+  for (const UnitLayout& u : units()) out.push_back(model_.gather_params(u.index));
+  return out;
+}
+
+std::vector<std::vector<float>> StepEngine::gather_grads() {
+  std::vector<std::vector<float>> out;
+  for (const UnitLayout& u : units()) out.push_back(model_.gather_grads(u.index));
+  return out;
+}
+
+}  // namespace st

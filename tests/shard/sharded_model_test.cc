@@ -1,0 +1,176 @@
+// ZeRO-3 on the in-process fake communicator: N ranks (threads) against one process.
+#include "shardtrain/shard/sharded_model.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <mutex>
+#include <vector>
+
+#include "shardtrain/comm/communicator.h"
+#include "shardtrain/comm/fake_communicator.h"
+#include "shardtrain/core/rng.h"
+#include "shardtrain/train/step_engine.h"
+
+namespace st {
+namespace {
+
+Config small(int n_layer = 2, int n_embd = 16, int n_head = 2, int vocab = 50) {
+  Config c;
+  c.model.n_layer = n_layer;
+  c.model.n_embd = n_embd;
+  c.model.n_head = n_head;
+  c.model.vocab_size = vocab;  // padded to 128
+  c.model.seq_len = 8;
+  c.train.micro_batch = 1;
+  c.train.global_batch = 12;
+  c.train.steps = 4;
+  c.optim.warmup_steps = 1;
+  c.optim.eps = 1e-6f;  // see tests/shard/mpi_equivalence_test.py
+  return c;
+}
+
+// Global sequence g of a fixed random corpus, as the sampler would order them.
+void fill(const Config& c, int64_t g, int32_t* in, int32_t* tgt) {
+  const int64_t T = c.model.seq_len;
+  for (int64_t t = 0; t <= T; ++t) {
+    const auto tok = static_cast<int32_t>(random_bits_at(5, static_cast<uint64_t>(g), static_cast<uint64_t>(t)) %
+                                          static_cast<uint64_t>(c.model.vocab_size));
+    if (t < T) in[t] = tok;
+    if (t > 0) tgt[t - 1] = tok;
+  }
+}
+
+struct Trace {
+  std::vector<float> losses;
+  std::vector<double> norms;
+  std::vector<std::vector<float>> params;
+};
+
+Trace train(const Config& c, Communicator& comm) {
+  StepEngine e(c, comm);
+  const int64_t accum = c.grad_accum_steps(comm.world_size());
+  Trace tr;
+  for (int64_t step = 0; step < c.train.steps; ++step) {
+    const float loss = e.forward_backward(
+        [&](int64_t micro, int32_t* in, int32_t* tgt) {
+          fill(c, (step * accum + micro) * comm.world_size() + comm.rank(), in, tgt);
+        },
+        accum);
+    const StepStats s = e.optimizer_step(step, loss);
+    tr.losses.push_back(s.loss);
+    tr.norms.push_back(s.grad_norm);
+  }
+  tr.params = e.gather_params();
+  return tr;
+}
+
+void expect_close(const Trace& ref, const Trace& got, const std::string& what) {
+  ASSERT_EQ(ref.losses.size(), got.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::fabs(ref.losses[i])) << what << " step " << i;
+    EXPECT_NEAR(got.norms[i], ref.norms[i], 1e-5 * ref.norms[i]) << what << " step " << i;
+  }
+  for (size_t u = 0; u < ref.params.size(); ++u) {
+    ASSERT_EQ(ref.params[u].size(), got.params[u].size());
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < ref.params[u].size(); ++i) {
+      diff += std::pow(static_cast<double>(got.params[u][i]) - ref.params[u][i], 2);
+      norm += std::pow(static_cast<double>(ref.params[u][i]), 2);
+    }
+    EXPECT_LE(std::sqrt(diff), 1e-5 * std::sqrt(norm)) << what << " unit " << u;
+  }
+}
+
+class ShardedTest : public ::testing::Test {
+ protected:
+  void SetUp() override { omp_set_num_threads(1); }  // N ranks already run as N threads
+};
+
+TEST_F(ShardedTest, NRanksEqualOneProcess) {
+  const Config c = small();
+  SoloCommunicator solo;
+  const Trace ref = train(c, solo);
+  for (int world : {2, 3, 4}) {
+    Trace got;
+    fake::spawn(world, [&](Communicator& comm) {
+      Trace t = train(c, comm);
+      if (comm.rank() == 0) got = std::move(t);
+    });
+    expect_close(ref, got, "world " + std::to_string(world));
+  }
+}
+
+// More ranks than elements in the head unit (lnf weight+bias: 2 x n_embd = 4): ranks 4 and 5 own
+// empty spans of it and still take part in every collective.
+TEST_F(ShardedTest, RanksWithEmptySpansStillTrain) {
+  const Config c = small(/*n_layer=*/1, /*n_embd=*/2, /*n_head=*/1);
+  SoloCommunicator solo;
+  const Trace ref = train(c, solo);
+  Trace got;
+  std::vector<ShardSpan> head_spans(6);
+  fake::spawn(6, [&](Communicator& comm) {
+    Config c6 = c;
+    c6.train.global_batch = 12;
+    Trace t = train(c6, comm);
+    ShardedModel m(c6, comm);
+    head_spans[static_cast<size_t>(comm.rank())] = m.shard(2).span;
+    if (comm.rank() == 0) got = std::move(t);
+  });
+  EXPECT_EQ(head_spans[4], (ShardSpan{4, 0}));
+  EXPECT_EQ(head_spans[5], (ShardSpan{4, 0}));
+  expect_close(ref, got, "world 6");
+}
+
+TEST_F(ShardedTest, ShardedStateIs16BytesPerPaddedElement) {
+  const Config c = small(/*n_layer=*/3, /*n_embd=*/24, /*n_head=*/3, /*vocab=*/77);
+  for (int world = 1; world <= 5; ++world) {
+    fake::spawn(world, [&](Communicator& comm) {
+      ShardedModel m(c, comm);
+      int64_t want = 0, P = 0;
+      for (const UnitLayout& u : m.units()) {
+        want += 16 * ((u.numel + world - 1) / world);
+        P += u.numel;
+      }
+      const MemoryStats mem = m.memory();
+      EXPECT_EQ(mem.sharded_state_bytes, want) << "world " << world;
+      // 16 P / N plus at most 16 (N - 1) bytes of padding per unit.
+      EXPECT_GE(mem.sharded_state_bytes * world, 16 * P);
+      EXPECT_LE(mem.sharded_state_bytes, 16 * P / world + 16 * (world - 1) * static_cast<int64_t>(m.units().size()) + 16);
+    });
+  }
+}
+
+// Each micro-step gathers the embedding twice (forward and tied head), each block twice (forward and
+// backward), the head once, and reduce-scatters every unit once: nothing more.
+TEST_F(ShardedTest, GathersAndReduceScattersFollowTheSchedule) {
+  const Config c = small(/*n_layer=*/2);
+  fake::spawn(2, [&](Communicator& comm) {
+    StepEngine e(c, comm);
+    const int64_t accum = c.grad_accum_steps(2);  // 6
+    std::vector<int32_t> in(8), tgt(8);
+    e.forward_backward([&](int64_t micro, int32_t* i, int32_t* t) { fill(c, micro * 2 + comm.rank(), i, t); }, accum);
+    const CommCounters& k = e.sharded().counters();
+    EXPECT_EQ(k.gathers, (std::vector<int64_t>{2 * accum, 2 * accum, 2 * accum, accum}));
+    EXPECT_EQ(k.reduce_scatters, (std::vector<int64_t>{accum, accum, accum, accum}));
+    // The most in use at once: at the head, the embedding and head parameters and both their gradients.
+    const MemoryStats mem = e.sharded().memory();
+    EXPECT_GT(mem.gathered_peak_bytes, 0);
+    EXPECT_LE(mem.gathered_peak_bytes, mem.gather_buffer_bytes);
+  });
+}
+
+// Recomputing activations in backward gives bit-identical results.
+TEST_F(ShardedTest, RecomputeIsBitIdentical) {
+  Config c = small();
+  SoloCommunicator solo;
+  const Trace plain = train(c, solo);
+  c.train.recompute = true;
+  const Trace re = train(c, solo);
+  EXPECT_EQ(plain.losses, re.losses);
+  EXPECT_EQ(plain.params, re.params);
+}
+
+}  // namespace
+}  // namespace st
