@@ -19,9 +19,11 @@ std::string h5_error_stack() {
 
 namespace {
 
-// HDF5 prints its error stack to stderr by default; we carry it in the exception instead.
+// HDF5 prints its error stack to stderr by default; we carry it in the exception instead. In a thread-safe
+// HDF5 build (Debian's) the default error stack and its auto-print setting are per thread, so every thread
+// that opens a file silences its own.
 void silence_hdf5_auto_print() {
-  static const bool once = [] {
+  static thread_local const bool once = [] {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     return true;
   }();
@@ -39,7 +41,11 @@ void write_dataset(const H5File& f, const std::string& name, const std::vector<i
   ST_H5_CHECK(H5Pset_create_intermediate_group(lcpl.get(), 1));
   H5Handle ds(H5Dcreate2(f.id(), name.c_str(), type, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
   if (ds.get() < 0) ST_FAULT("cannot create dataset ", name, " in ", f.path(), ": ", detail::h5_error_stack());
-  ST_H5_CHECK(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+  hsize_t elements = 1;
+  for (hsize_t d : dims) elements *= d;
+  if (elements == 0) return;  // nothing to write (and data may be null)
+  if (H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    ST_FAULT("cannot write dataset ", name, " of ", f.path(), ": ", detail::h5_error_stack());
 }
 
 std::string shape_str(const std::vector<hsize_t>& s) {
@@ -69,8 +75,14 @@ H5File H5File::open_read(const std::string& path) {
 }
 
 void H5File::close() {
-  if (h_.get() >= 0) ST_H5_CHECK(H5Fflush(h_.get(), H5F_SCOPE_GLOBAL));
-  h_.reset();
+  if (h_.get() < 0) return;
+  if (H5Fflush(h_.get(), H5F_SCOPE_GLOBAL) < 0) {
+    const std::string stack = detail::h5_error_stack();
+    h_.reset();
+    ST_FAULT("cannot flush HDF5 file ", path_, ": ", stack);
+  }
+  // Closing writes the last metadata (superblock EOF) and can fail, e.g. when the disk is full.
+  if (H5Fclose(h_.release()) < 0) ST_FAULT("cannot close HDF5 file ", path_, ": ", detail::h5_error_stack());
 }
 
 void h5_write_f32(const H5File& f, const std::string& name, const std::vector<int64_t>& shape, const float* data) {
@@ -94,6 +106,118 @@ void h5_read_f32(const H5File& f, const std::string& name, const std::vector<int
   if (dims != want)
     ST_BAD_INPUT(f.path(), ": dataset ", name, " has shape ", shape_str(dims), ", expected ", shape_str(want));
   ST_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+}
+
+H5Handle h5_create_group(const H5File& f, const std::string& name) {
+  H5Handle gcpl(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
+  ST_H5_CHECK(gcpl.get());
+  ST_H5_CHECK(H5Pset_link_creation_order(gcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED));
+  H5Handle g(H5Gcreate2(f.id(), name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose);
+  if (g.get() < 0) ST_FAULT("cannot create group ", name, " in ", f.path(), ": ", detail::h5_error_stack());
+  return g;
+}
+
+H5Handle h5_open_group(const H5File& f, const std::string& name) {
+  // H5Lexists first: opening a missing path would fill the error stack with noise.
+  const htri_t exists = name == "/" ? 1 : H5Lexists(f.id(), name.c_str(), H5P_DEFAULT);
+  if (exists <= 0) ST_BAD_INPUT(f.path(), ": group ", name, " is missing");
+  H5Handle g(H5Gopen2(f.id(), name.c_str(), H5P_DEFAULT), H5Gclose);
+  if (g.get() < 0) ST_BAD_INPUT(f.path(), ": ", name, " is not a group: ", detail::h5_error_stack());
+  return g;
+}
+
+std::vector<std::string> h5_list_group(const H5File& f, hid_t group, const std::string& name) {
+  H5G_info_t info;
+  if (H5Gget_info(group, &info) < 0)
+    ST_BAD_INPUT(f.path(), ": cannot list group ", name, ": ", detail::h5_error_stack());
+  H5Handle gcpl(H5Gget_create_plist(group), H5Pclose);
+  ST_H5_CHECK(gcpl.get());
+  unsigned order_flags = 0;
+  ST_H5_CHECK(H5Pget_link_creation_order(gcpl.get(), &order_flags));
+  const H5_index_t index = (order_flags & H5P_CRT_ORDER_INDEXED) ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t len = H5Lget_name_by_idx(group, ".", index, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (len < 0) ST_BAD_INPUT(f.path(), ": cannot list group ", name, ": ", detail::h5_error_stack());
+    std::string link(static_cast<size_t>(len) + 1, '\0');
+    if (H5Lget_name_by_idx(group, ".", index, H5_ITER_INC, i, link.data(), link.size(), H5P_DEFAULT) < 0)
+      ST_BAD_INPUT(f.path(), ": cannot list group ", name, ": ", detail::h5_error_stack());
+    link.resize(static_cast<size_t>(len));
+    names.push_back(std::move(link));
+  }
+  return names;
+}
+
+void h5_write_attr_i64(const H5File& f, hid_t obj, const std::string& obj_name, const std::string& attr,
+                       int64_t value) {
+  H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  ST_H5_CHECK(space.get());
+  H5Handle a(H5Acreate2(obj, attr.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (a.get() < 0 || H5Awrite(a.get(), H5T_NATIVE_INT64, &value) < 0)
+    ST_FAULT("cannot write attribute ", attr, " of ", obj_name, " in ", f.path(), ": ", detail::h5_error_stack());
+}
+
+int64_t h5_read_attr_i64(const H5File& f, hid_t obj, const std::string& obj_name, const std::string& attr) {
+  const htri_t exists = H5Aexists(obj, attr.c_str());
+  if (exists < 0)
+    ST_BAD_INPUT(f.path(), ": cannot look up attribute ", attr, " of ", obj_name, ": ", detail::h5_error_stack());
+  if (exists == 0) ST_BAD_INPUT(f.path(), ": attribute ", attr, " of ", obj_name, " is missing");
+  H5Handle a(H5Aopen(obj, attr.c_str(), H5P_DEFAULT), H5Aclose);
+  if (a.get() < 0)
+    ST_BAD_INPUT(f.path(), ": cannot open attribute ", attr, " of ", obj_name, ": ", detail::h5_error_stack());
+  H5Handle type(H5Aget_type(a.get()), H5Tclose);
+  H5Handle space(H5Aget_space(a.get()), H5Sclose);
+  ST_H5_CHECK(type.get());
+  ST_H5_CHECK(space.get());
+  const hssize_t points = H5Sget_simple_extent_npoints(space.get());
+  if (H5Tget_class(type.get()) != H5T_INTEGER || points != 1)
+    ST_BAD_INPUT(f.path(), ": attribute ", attr, " of ", obj_name, " is not a scalar integer");
+  int64_t value = 0;
+  if (H5Aread(a.get(), H5T_NATIVE_INT64, &value) < 0)
+    ST_BAD_INPUT(f.path(), ": cannot read attribute ", attr, " of ", obj_name, ": ", detail::h5_error_stack());
+  return value;
+}
+
+H5Handle h5_open_dataset(const H5File& f, const std::string& name) {
+  const htri_t exists = H5Lexists(f.id(), name.c_str(), H5P_DEFAULT);
+  if (exists <= 0) ST_BAD_INPUT(f.path(), ": dataset ", name, " is missing");
+  H5Handle ds(H5Dopen2(f.id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (ds.get() < 0) ST_BAD_INPUT(f.path(), ": ", name, " is not a dataset: ", detail::h5_error_stack());
+  return ds;
+}
+
+std::vector<int64_t> h5_dataset_shape(const H5File& f, hid_t ds, const std::string& name) {
+  H5Handle space(H5Dget_space(ds), H5Sclose);
+  if (space.get() < 0)
+    ST_BAD_INPUT(f.path(), ": cannot read the shape of dataset ", name, ": ", detail::h5_error_stack());
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) ST_BAD_INPUT(f.path(), ": dataset ", name, " has no simple shape: ", detail::h5_error_stack());
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  ST_H5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
+  return {dims.begin(), dims.end()};
+}
+
+void h5_read_f32_range(const H5File& f, hid_t ds, const std::string& name, int64_t offset, int64_t count, float* out) {
+  H5Handle type(H5Dget_type(ds), H5Tclose);
+  ST_H5_CHECK(type.get());
+  if (H5Tget_class(type.get()) != H5T_FLOAT) ST_BAD_INPUT(f.path(), ": dataset ", name, " is not floating point");
+  H5Handle file_space(H5Dget_space(ds), H5Sclose);
+  ST_H5_CHECK(file_space.get());
+  const int rank = H5Sget_simple_extent_ndims(file_space.get());
+  hsize_t extent = 0;
+  if (rank != 1 || H5Sget_simple_extent_dims(file_space.get(), &extent, nullptr) < 0)
+    ST_BAD_INPUT(f.path(), ": dataset ", name, " has ", rank, " dimensions, expected 1");
+  if (offset < 0 || count < 0 || static_cast<hsize_t>(offset) + static_cast<hsize_t>(count) > extent)
+    ST_BAD_INPUT(f.path(), ": dataset ", name, " holds ", extent, " elements, cannot read [", offset, ", ",
+                 offset + count, ")");
+  if (count == 0) return;
+  const hsize_t start = static_cast<hsize_t>(offset), n = static_cast<hsize_t>(count);
+  ST_H5_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr, &n, nullptr));
+  H5Handle mem_space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  ST_H5_CHECK(mem_space.get());
+  if (H5Dread(ds, H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT, out) < 0)
+    ST_FAULT("cannot read elements [", offset, ", ", offset + count, ") of dataset ", name, " in ", f.path(), ": ",
+             detail::h5_error_stack());
 }
 
 }  // namespace st

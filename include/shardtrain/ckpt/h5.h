@@ -41,6 +41,12 @@ class H5Handle {
   ~H5Handle() { reset(); }
 
   hid_t get() const { return id_; }
+  // Gives up ownership without closing, e.g. to close explicitly and check the result.
+  hid_t release() {
+    const hid_t id = id_;
+    id_ = H5I_INVALID_HID;
+    return id;
+  }
   void reset() {
     if (id_ >= 0 && closer_ != nullptr) closer_(id_);
     id_ = H5I_INVALID_HID;
@@ -71,6 +77,30 @@ void h5_write_f32(const H5File& f, const std::string& name, const std::vector<in
 void h5_write_i32(const H5File& f, const std::string& name, const std::vector<int64_t>& shape, const int32_t* data);
 // Reads a whole fp32 dataset; the shape must match exactly (the error names the file, dataset and both shapes).
 void h5_read_f32(const H5File& f, const std::string& name, const std::vector<int64_t>& shape, float* data);
+
+// Groups. h5_create_group creates `name` (its parent must exist; kFault naming the file) and tracks its
+// links in creation order, so that h5_list_group returns them in the order they were written.
+H5Handle h5_create_group(const H5File& f, const std::string& name);
+H5Handle h5_open_group(const H5File& f, const std::string& name);  // kBadInput naming the file if absent
+// Names of the links in `group` (called `name` in messages): in creation order where tracked, else by name.
+std::vector<std::string> h5_list_group(const H5File& f, hid_t group, const std::string& name);
+
+// Scalar int64 attributes on a file, group or dataset; `obj_name` is only for messages. Writing fails
+// with kFault naming the file; reading fails with kBadInput naming the file, object and attribute if the
+// attribute is absent or not a scalar integer.
+void h5_write_attr_i64(const H5File& f, hid_t obj, const std::string& obj_name, const std::string& attr, int64_t value);
+int64_t h5_read_attr_i64(const H5File& f, hid_t obj, const std::string& obj_name, const std::string& attr);
+
+// kBadInput naming the file and dataset if absent.
+H5Handle h5_open_dataset(const H5File& f, const std::string& name);
+std::vector<int64_t> h5_dataset_shape(const H5File& f, hid_t ds, const std::string& name);
+// Reads elements [offset, offset + count) of the 1-D floating-point dataset `ds` (called `name` in
+// messages) into out as fp32, through a hyperslab of the file space, so only those elements are read.
+// kBadInput if the dataset is not 1-D floating point or does not hold the range; count 0 reads nothing.
+//
+//   H5Handle ds = h5_open_dataset(f, "/units/block.0/param");
+//   h5_read_f32_range(f, ds.get(), "/units/block.0/param", 100, 50, out);   // elements 100..149
+void h5_read_f32_range(const H5File& f, hid_t ds, const std::string& name, int64_t offset, int64_t count, float* out);
 
 }  // namespace st
 

@@ -1,0 +1,22 @@
+// Durable file operations for the checkpoint commit protocol. HDF5 never calls fsync itself, so the
+// protocol does: a file's data, then its directory entry.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace st {
+
+// fsync(2) of a file or directory by path; kFault naming the path and errno text on failure.
+void fsync_path(const std::string& path);
+// Writes `text` to `path` via `path.tmp-<pid>`: write, fsync, rename, fsync the directory.
+void write_file_atomic(const std::string& path, const std::string& text);
+std::string read_file(const std::string& path);  // kBadInput naming the path if it cannot be read
+int64_t file_size(const std::string& path);       // kBadInput naming the path if missing
+
+// SHA-256 (OpenSSL libcrypto) of a whole file, lowercase hex; streams in 1 MiB reads.
+std::string sha256_file(const std::string& path);
+std::string sha256_hex(const void* data, size_t bytes);
+// sha256_file: kBadInput naming the path if it cannot be opened; kFault if a read fails after that.
+
+}  // namespace st

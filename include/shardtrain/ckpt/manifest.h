@@ -1,0 +1,73 @@
+// manifest.json: the description of one committed checkpoint, written last by rank 0 (see
+// docs/checkpoint-format.md). A step directory without it is uncommitted and never loaded.
+//
+//   Manifest m = read_manifest("ckpt/step_00000100/manifest.json");   // validates every field
+//   check_model_matches(m, cfg.model, path);                           // names the field and both values
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/shard/shard_span.h"
+
+namespace st {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+struct ManifestTensor {
+  std::string name;            // as in model/units.h, e.g. "attn.qkv.weight"
+  std::vector<int64_t> shape;
+  int64_t offset = 0;          // in the unit's flat buffer
+};
+
+struct ManifestUnit {
+  std::string name;  // "embedding", "block.3", "head"
+  int64_t numel = 0;
+  std::vector<ManifestTensor> tensors;
+};
+
+struct ManifestFile {
+  std::string name;              // "rank_00001.h5", relative to the step directory
+  int rank = 0;
+  int64_t bytes = 0;
+  std::string sha256;            // lowercase hex of the whole file
+  std::vector<ShardSpan> spans;  // per unit, in unit order: the [offset, count) this file holds
+};
+
+struct Manifest {
+  int format_version = kCheckpointFormatVersion;
+  int64_t step = 0;     // optimizer steps completed when saved
+  int world_size = 1;   // ranks that wrote it
+  std::string config_ini;  // to_ini() of the run's config
+  ModelConfig model;
+  std::vector<ManifestUnit> units;
+  std::vector<ManifestFile> files;  // one per rank, in rank order
+  // Training state beyond the tensors.
+  int64_t optimizer_updates = 0;  // AdamW's t (applied steps; skipped steps do not count)
+  int64_t lr_step = 0;            // the LR schedule position of the next step (== step)
+  int64_t data_cursor = 0;        // global sequences consumed: step * train.global_batch
+  int64_t global_batch = 0;
+  uint64_t seed = 0;
+  bool shuffle = true;
+  std::vector<uint64_t> rng_counters;  // per rank: the counter of its sequential RNG (seed is `seed`)
+  double loss_scale = 1.0;             // fp16 dynamic loss scale (1 in fp32/bf16 runs)
+  int64_t skipped_steps = 0;           // non-finite steps skipped so far
+};
+
+std::string manifest_to_json(const Manifest& m);
+// Parses and validates (types, required fields, format version == kCheckpointFormatVersion, one file per
+// rank, spans that cover every unit exactly once). Errors are kBadInput naming `path` and the field.
+Manifest manifest_from_json(const std::string& text, const std::string& path);
+Manifest read_manifest(const std::string& path);
+// The checks manifest_from_json makes after parsing, on a Manifest in memory: format version, value ranges,
+// units whose tensors tile [0, numel) in order, files[i].rank == i, sha256 as 64 lowercase hex digits, one
+// span per unit per file, and spans that cover every unit exactly once. kBadInput naming `path` and the
+// field. A writer can call it before committing so that it never writes a checkpoint it cannot read.
+void validate_manifest(const Manifest& m, const std::string& path);
+
+// kBadInput unless the checkpoint's model equals `model`: names the field (model.n_embd, ...) and both values.
+void check_model_matches(const Manifest& m, const ModelConfig& model, const std::string& path);
+
+}  // namespace st

@@ -1,0 +1,69 @@
+// One rank's checkpoint file: a serial HDF5 file holding, for every unit, this rank's slices of the fp32
+// master weights and the AdamW moments (see docs/checkpoint-format.md):
+//
+//   /                       attrs: format_version, rank, world_size, step
+//   /units/<unit name>/     attrs: offset, count (the [offset, offset+count) of the unit's flat buffer)
+//       param  [count] f32
+//       exp_avg     [count] f32   (AdamW m)
+//       exp_avg_sq  [count] f32   (AdamW v)
+//
+// Any world size reads exactly the elements it needs: a reader intersects its new span with the spans
+// of the old files and reads those hyperslabs, opening only the files that hold them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtrain/shard/shard_span.h"
+
+namespace st {
+
+enum class ShardState { kParam, kExpAvg, kExpAvgSq };
+const char* dataset_name(ShardState s);  // "param", "exp_avg", "exp_avg_sq"
+
+struct UnitSlice {
+  std::string unit;  // unit name
+  ShardSpan span;
+  const float* param = nullptr;  // span.count elements each
+  const float* exp_avg = nullptr;
+  const float* exp_avg_sq = nullptr;
+};
+
+// Writes the file (truncating), flushes and fsyncs it. I/O failures are kFault naming the path.
+void write_shard_file(const std::string& path, int rank, int world_size, int64_t step,
+                      const std::vector<UnitSlice>& slices);
+
+// Reads slices of one rank file.
+class ShardFileReader {
+ public:
+  explicit ShardFileReader(const std::string& path);  // kBadInput naming the path if not a valid file
+  ShardFileReader(ShardFileReader&&) noexcept;
+  ShardFileReader& operator=(ShardFileReader&&) noexcept;
+  ~ShardFileReader();
+
+  int rank() const;
+  int world_size() const;
+  int64_t step() const;
+  ShardSpan span(const std::string& unit) const;  // kBadInput if the unit is absent
+  // Reads elements [want.offset, want.end()) of the unit's state into out; `want` must lie inside span(unit).
+  void read(const std::string& unit, ShardState state, const ShardSpan& want, float* out) const;
+  const std::string& path() const;
+  // The units this file holds, in the order they were written.
+  const std::vector<std::string>& unit_names() const;
+  bool has_unit(const std::string& unit) const;
+  // Notes on the contract above:
+  //  * The constructor checks the whole file: format_version == kCheckpointFormatVersion, 0 <= rank <
+  //    world_size, and for every unit the offset/count attributes and three 1-D float datasets of `count`
+  //    elements. A missing, truncated or garbage file is kBadInput naming the path (HDF5's error text follows).
+  //  * read(): a `want` outside span(unit) is kBadInput naming the path, the unit and both ranges (it means the
+  //    manifest and the file disagree); count 0 reads nothing. Only the wanted elements are read (a hyperslab).
+  //  * Debian's libhdf5 is built thread-safe (H5_HAVE_THREADSAFE): readers may be used from several threads,
+  //    but HDF5 runs every call under one global lock, so reads do not overlap.
+
+ private:
+  struct Impl;
+  Impl* impl_ = nullptr;
+};
+
+}  // namespace st

@@ -1,0 +1,380 @@
+#include "shardtrain/ckpt/manifest.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/core/error.h"
+
+namespace st {
+namespace {
+
+using json = nlohmann::json;
+// Written in declaration order so the file reads top-down like the struct.
+using ordered_json = nlohmann::ordered_json;
+
+std::string join(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+std::string index(const std::string& array, size_t i) { return array + "[" + std::to_string(i) + "]"; }
+
+std::string span_text(const ShardSpan& s) { return str_cat("[", s.offset, ", ", s.end(), ")"); }
+
+// Reads typed fields out of parsed JSON. Every error names the manifest path and the field's full path
+// (e.g. files[1].sha256), the type or range expected, and what was found.
+class FieldReader {
+ public:
+  explicit FieldReader(const std::string& path) : path_(path) {}
+
+  const json& field(const json& obj, const std::string& parent, const char* key) const {
+    const auto it = obj.find(key);
+    if (it == obj.end()) ST_BAD_INPUT(path_, ": required field ", join(parent, key), " is missing");
+    return *it;
+  }
+
+  const json& object(const json& v, const std::string& name) const {
+    if (!v.is_object()) wrong_type(v, name, "an object");
+    return v;
+  }
+  const json& array(const json& v, const std::string& name) const {
+    if (!v.is_array()) wrong_type(v, name, "an array");
+    return v;
+  }
+  std::string string(const json& v, const std::string& name) const {
+    if (!v.is_string()) wrong_type(v, name, "a string");
+    return v.get<std::string>();
+  }
+  bool boolean(const json& v, const std::string& name) const {
+    if (!v.is_boolean()) wrong_type(v, name, "true or false");
+    return v.get<bool>();
+  }
+  double number(const json& v, const std::string& name) const {
+    if (!v.is_number()) wrong_type(v, name, "a number");
+    return v.get<double>();
+  }
+  int64_t i64(const json& v, const std::string& name) const {
+    if (!v.is_number_integer()) wrong_type(v, name, "an integer");
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      ST_BAD_INPUT(path_, ": ", name, " is ", v.dump(), ", expected at most ", std::numeric_limits<int64_t>::max());
+    return v.get<int64_t>();
+  }
+  int i32(const json& v, const std::string& name) const {
+    const int64_t x = i64(v, name);
+    if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
+      ST_BAD_INPUT(path_, ": ", name, " is ", x, ", expected a 32-bit integer");
+    return static_cast<int>(x);
+  }
+  uint64_t u64(const json& v, const std::string& name) const {
+    // nlohmann stores every non-negative integer literal as unsigned, so this admits 0 .. 2^64-1.
+    if (!v.is_number_unsigned()) wrong_type(v, name, "a non-negative integer");
+    return v.get<uint64_t>();
+  }
+
+  // Shorthands for a named member of an object.
+  int64_t i64(const json& obj, const std::string& parent, const char* key) const {
+    return i64(field(obj, parent, key), join(parent, key));
+  }
+  int i32(const json& obj, const std::string& parent, const char* key) const {
+    return i32(field(obj, parent, key), join(parent, key));
+  }
+  std::string string(const json& obj, const std::string& parent, const char* key) const {
+    return string(field(obj, parent, key), join(parent, key));
+  }
+  const json& array(const json& obj, const std::string& parent, const char* key) const {
+    return array(field(obj, parent, key), join(parent, key));
+  }
+  const json& object(const json& obj, const std::string& parent, const char* key) const {
+    return object(field(obj, parent, key), join(parent, key));
+  }
+
+ private:
+  [[noreturn]] void wrong_type(const json& v, const std::string& name, const char* expected) const {
+    std::string shown = v.dump();
+    if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
+    ST_BAD_INPUT(path_, ": ", name, " must be ", expected, ", got ", v.type_name(), " ", shown);
+  }
+
+  const std::string& path_;
+};
+
+ModelConfig parse_model(const FieldReader& r, const json& j) {
+  ModelConfig m;
+  m.n_layer = r.i32(j, "model", "n_layer");
+  m.n_head = r.i32(j, "model", "n_head");
+  m.n_embd = r.i32(j, "model", "n_embd");
+  m.vocab_size = r.i32(j, "model", "vocab_size");
+  m.seq_len = r.i32(j, "model", "seq_len");
+  return m;
+}
+
+ManifestUnit parse_unit(const FieldReader& r, const json& j, const std::string& name) {
+  ManifestUnit u;
+  r.object(j, name);
+  u.name = r.string(j, name, "name");
+  u.numel = r.i64(j, name, "numel");
+  const std::string tensors_name = join(name, "tensors");
+  const json& tensors = r.array(j, name, "tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string tn = index(tensors_name, i);
+    const json& tj = r.object(tensors[i], tn);
+    ManifestTensor t;
+    t.name = r.string(tj, tn, "name");
+    const std::string shape_name = join(tn, "shape");
+    const json& shape = r.array(tj, tn, "shape");
+    for (size_t d = 0; d < shape.size(); ++d) t.shape.push_back(r.i64(shape[d], index(shape_name, d)));
+    t.offset = r.i64(tj, tn, "offset");
+    u.tensors.push_back(std::move(t));
+  }
+  return u;
+}
+
+ManifestFile parse_file(const FieldReader& r, const json& j, const std::string& name) {
+  ManifestFile f;
+  r.object(j, name);
+  f.name = r.string(j, name, "name");
+  f.rank = r.i32(j, name, "rank");
+  f.bytes = r.i64(j, name, "bytes");
+  f.sha256 = r.string(j, name, "sha256");
+  const std::string spans_name = join(name, "spans");
+  const json& spans = r.array(j, name, "spans");
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const std::string sn = index(spans_name, i);
+    const json& sj = r.object(spans[i], sn);
+    f.spans.push_back(ShardSpan{r.i64(sj, sn, "offset"), r.i64(sj, sn, "count")});
+  }
+  return f;
+}
+
+bool is_lower_hex_sha256(const std::string& s) {
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// The number of elements of a shape, or -1 if a dimension is negative or the product overflows.
+int64_t shape_numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return -1;
+  }
+  return n;
+}
+
+void require_at_least(const std::string& path, const std::string& name, int64_t value, int64_t min) {
+  if (value < min) ST_BAD_INPUT(path, ": ", name, " is ", value, ", expected >= ", min);
+}
+
+// Each unit's [0, numel) must be covered by the files' spans exactly once.
+void validate_coverage(const Manifest& m, const std::string& path) {
+  struct Piece {
+    ShardSpan span;
+    size_t file;
+  };
+  for (size_t u = 0; u < m.units.size(); ++u) {
+    const ManifestUnit& unit = m.units[u];
+    const std::string unit_text = str_cat("unit ", unit.name, " (units[", u, "], numel ", unit.numel, ")");
+    std::vector<Piece> pieces;
+    for (size_t f = 0; f < m.files.size(); ++f) {
+      const ShardSpan& s = m.files[f].spans[u];
+      const std::string sn = str_cat("files[", f, "].spans[", u, "]");
+      require_at_least(path, sn + ".offset", s.offset, 0);
+      require_at_least(path, sn + ".count", s.count, 0);
+      if (s.count > unit.numel || s.offset > unit.numel - s.count)
+        ST_BAD_INPUT(path, ": ", sn, " = ", span_text(s), " runs past the end of ", unit_text);
+      if (!s.empty()) pieces.push_back({s, f});
+    }
+    std::sort(pieces.begin(), pieces.end(),
+              [](const Piece& a, const Piece& b) { return a.span.offset < b.span.offset; });
+    int64_t covered = 0;  // [0, covered) is held by exactly one file so far
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const Piece& p = pieces[i];
+      if (p.span.offset < covered)
+        ST_BAD_INPUT(path, ": ", unit_text, ": files[", pieces[i - 1].file, "].spans[", u,
+                     "] = ", span_text(pieces[i - 1].span), " and files[", p.file, "].spans[", u,
+                     "] = ", span_text(p.span), " overlap");
+      if (p.span.offset > covered)
+        ST_BAD_INPUT(path, ": ", unit_text, ": elements ", span_text({covered, p.span.offset - covered}),
+                     " are in no file's span");
+      covered = p.span.end();
+    }
+    if (covered != unit.numel)
+      ST_BAD_INPUT(path, ": ", unit_text, ": elements ", span_text({covered, unit.numel - covered}),
+                   " are in no file's span");
+  }
+}
+
+}  // namespace
+
+void validate_manifest(const Manifest& m, const std::string& path) {
+  if (m.format_version != kCheckpointFormatVersion)
+    ST_BAD_INPUT(path, ": unknown checkpoint format version ", m.format_version, " (this build reads ",
+                 kCheckpointFormatVersion, ")");
+  require_at_least(path, "step", m.step, 0);
+  require_at_least(path, "world_size", m.world_size, 1);
+  require_at_least(path, "model.n_layer", m.model.n_layer, 1);
+  require_at_least(path, "model.n_head", m.model.n_head, 1);
+  require_at_least(path, "model.n_embd", m.model.n_embd, 1);
+  require_at_least(path, "model.vocab_size", m.model.vocab_size, 1);
+  require_at_least(path, "model.seq_len", m.model.seq_len, 1);
+  require_at_least(path, "optimizer_updates", m.optimizer_updates, 0);
+  require_at_least(path, "lr_step", m.lr_step, 0);
+  require_at_least(path, "data_cursor", m.data_cursor, 0);
+  require_at_least(path, "global_batch", m.global_batch, 1);
+  require_at_least(path, "skipped_steps", m.skipped_steps, 0);
+  if (!std::isfinite(m.loss_scale) || m.loss_scale <= 0)
+    ST_BAD_INPUT(path, ": loss_scale is ", m.loss_scale, ", expected a finite number > 0");
+  if (m.rng_counters.size() != static_cast<size_t>(m.world_size))
+    ST_BAD_INPUT(path, ": rng_counters has ", m.rng_counters.size(), " entries, expected world_size = ", m.world_size,
+                 " (one per rank)");
+
+  std::set<std::string> unit_names;
+  for (size_t u = 0; u < m.units.size(); ++u) {
+    const ManifestUnit& unit = m.units[u];
+    const std::string un = index("units", u);
+    // Unit names are HDF5 group names in the rank files.
+    if (unit.name.empty() || unit.name.find('/') != std::string::npos)
+      ST_BAD_INPUT(path, ": ", un, ".name is \"", unit.name, "\", expected a non-empty name without '/'");
+    if (!unit_names.insert(unit.name).second)
+      ST_BAD_INPUT(path, ": ", un, ".name \"", unit.name, "\" is used by an earlier unit too");
+    require_at_least(path, un + ".numel", unit.numel, 0);
+    int64_t next = 0;  // tensors tile the flat buffer in order
+    for (size_t t = 0; t < unit.tensors.size(); ++t) {
+      const ManifestTensor& tensor = unit.tensors[t];
+      const std::string tn = str_cat(un, ".tensors[", t, "]");
+      if (tensor.name.empty()) ST_BAD_INPUT(path, ": ", tn, ".name is empty");
+      const int64_t n = shape_numel(tensor.shape);
+      if (n < 0) ST_BAD_INPUT(path, ": ", tn, ".shape has a negative or too large dimension");
+      if (tensor.offset != next)
+        ST_BAD_INPUT(path, ": ", tn, ".offset is ", tensor.offset, ", expected ", next,
+                     " (the end of the previous tensor)");
+      if (__builtin_add_overflow(next, n, &next))
+        ST_BAD_INPUT(path, ": ", tn, ".shape makes the unit larger than 2^63 elements");
+    }
+    if (next != unit.numel)
+      ST_BAD_INPUT(path, ": ", un, ".numel is ", unit.numel, ", but its tensors hold ", next, " elements");
+  }
+
+  if (m.files.size() != static_cast<size_t>(m.world_size))
+    ST_BAD_INPUT(path, ": files has ", m.files.size(), " entries, expected world_size = ", m.world_size,
+                 " (one per rank)");
+  std::set<std::string> file_names;
+  for (size_t f = 0; f < m.files.size(); ++f) {
+    const ManifestFile& file = m.files[f];
+    const std::string fn = index("files", f);
+    // A plain name inside the step directory: never a path that could point elsewhere.
+    if (file.name.empty() || file.name == "." || file.name == ".." || file.name.find('/') != std::string::npos)
+      ST_BAD_INPUT(path, ": ", fn, ".name is \"", file.name, "\", expected a file name inside the step directory");
+    if (!file_names.insert(file.name).second)
+      ST_BAD_INPUT(path, ": ", fn, ".name \"", file.name, "\" is used by an earlier file too");
+    if (file.rank != static_cast<int>(f)) ST_BAD_INPUT(path, ": ", fn, ".rank is ", file.rank, ", expected ", f);
+    require_at_least(path, fn + ".bytes", file.bytes, 0);
+    if (!is_lower_hex_sha256(file.sha256))
+      ST_BAD_INPUT(path, ": ", fn, ".sha256 is \"", file.sha256, "\", expected 64 lowercase hex digits");
+    if (file.spans.size() != m.units.size())
+      ST_BAD_INPUT(path, ": ", fn, ".spans has ", file.spans.size(), " entries, expected ", m.units.size(),
+                   " (one per unit)");
+  }
+  validate_coverage(m, path);
+}
+
+std::string manifest_to_json(const Manifest& m) {
+  // JSON has no NaN or infinity: nlohmann would write null and the checkpoint could not be read back.
+  ST_CHECK(std::isfinite(m.loss_scale), "loss_scale = ", m.loss_scale, " cannot be stored in JSON");
+  ordered_json j;
+  j["format_version"] = m.format_version;
+  j["step"] = m.step;
+  j["world_size"] = m.world_size;
+  j["model"] = {{"n_layer", m.model.n_layer},
+                {"n_head", m.model.n_head},
+                {"n_embd", m.model.n_embd},
+                {"vocab_size", m.model.vocab_size},
+                {"seq_len", m.model.seq_len}};
+  j["optimizer_updates"] = m.optimizer_updates;
+  j["lr_step"] = m.lr_step;
+  j["data_cursor"] = m.data_cursor;
+  j["global_batch"] = m.global_batch;
+  j["seed"] = m.seed;
+  j["shuffle"] = m.shuffle;
+  j["rng_counters"] = m.rng_counters;
+  j["loss_scale"] = m.loss_scale;
+  j["skipped_steps"] = m.skipped_steps;
+  ordered_json files = ordered_json::array();
+  for (const ManifestFile& f : m.files) {
+    ordered_json spans = ordered_json::array();
+    for (const ShardSpan& s : f.spans) spans.push_back({{"offset", s.offset}, {"count", s.count}});
+    files.push_back(
+        {{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"sha256", f.sha256}, {"spans", std::move(spans)}});
+  }
+  j["files"] = std::move(files);
+  ordered_json units = ordered_json::array();
+  for (const ManifestUnit& u : m.units) {
+    ordered_json tensors = ordered_json::array();
+    for (const ManifestTensor& t : u.tensors)
+      tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}});
+    units.push_back({{"name", u.name}, {"numel", u.numel}, {"tensors", std::move(tensors)}});
+  }
+  j["units"] = std::move(units);
+  j["config_ini"] = m.config_ini;
+  return j.dump(2) + "\n";
+}
+
+Manifest manifest_from_json(const std::string& text, const std::string& path) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    ST_BAD_INPUT(path, ": not valid JSON at byte ", e.byte, ": ", e.what());
+  }
+  const FieldReader r(path);
+  r.object(j, "the top level");
+  Manifest m;
+  // The version comes first: a newer writer may have changed every other field.
+  m.format_version = r.i32(j, "", "format_version");
+  if (m.format_version != kCheckpointFormatVersion)
+    ST_BAD_INPUT(path, ": unknown checkpoint format version ", m.format_version, " (this build reads ",
+                 kCheckpointFormatVersion, ")");
+  m.step = r.i64(j, "", "step");
+  m.world_size = r.i32(j, "", "world_size");
+  m.model = parse_model(r, r.object(j, "", "model"));
+  m.optimizer_updates = r.i64(j, "", "optimizer_updates");
+  m.lr_step = r.i64(j, "", "lr_step");
+  m.data_cursor = r.i64(j, "", "data_cursor");
+  m.global_batch = r.i64(j, "", "global_batch");
+  m.seed = r.u64(r.field(j, "", "seed"), "seed");
+  m.shuffle = r.boolean(r.field(j, "", "shuffle"), "shuffle");
+  const json& counters = r.array(j, "", "rng_counters");
+  for (size_t i = 0; i < counters.size(); ++i) m.rng_counters.push_back(r.u64(counters[i], index("rng_counters", i)));
+  m.loss_scale = r.number(r.field(j, "", "loss_scale"), "loss_scale");
+  m.skipped_steps = r.i64(j, "", "skipped_steps");
+  const json& files = r.array(j, "", "files");
+  for (size_t i = 0; i < files.size(); ++i) m.files.push_back(parse_file(r, files[i], index("files", i)));
+  const json& units = r.array(j, "", "units");
+  for (size_t i = 0; i < units.size(); ++i) m.units.push_back(parse_unit(r, units[i], index("units", i)));
+  m.config_ini = r.string(j, "", "config_ini");
+  validate_manifest(m, path);
+  return m;
+}
+
+Manifest read_manifest(const std::string& path) { return manifest_from_json(read_file(path), path); }
+
+void check_model_matches(const Manifest& m, const ModelConfig& model, const std::string& path) {
+  std::string mismatches;
+  auto compare = [&](const char* field, int in_checkpoint, int in_config) {
+    if (in_checkpoint == in_config) return;
+    if (!mismatches.empty()) mismatches += "; ";
+    mismatches += str_cat("model.", field, " is ", in_checkpoint, " in the checkpoint, ", in_config, " in the config");
+  };
+  compare("n_layer", m.model.n_layer, model.n_layer);
+  compare("n_head", m.model.n_head, model.n_head);
+  compare("n_embd", m.model.n_embd, model.n_embd);
+  compare("vocab_size", m.model.vocab_size, model.vocab_size);
+  compare("seq_len", m.model.seq_len, model.seq_len);
+  if (!mismatches.empty()) ST_BAD_INPUT(path, ": ", mismatches);
+}
+
+}  // namespace st

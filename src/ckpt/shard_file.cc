@@ -1,0 +1,187 @@
+#include "shardtrain/ckpt/shard_file.h"
+
+#include <climits>
+#include <map>
+#include <memory>
+#include <set>
+#include <utility>
+
+#include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/h5.h"
+#include "shardtrain/ckpt/manifest.h"
+#include "shardtrain/core/error.h"
+
+namespace st {
+namespace {
+
+constexpr ShardState kStates[] = {ShardState::kParam, ShardState::kExpAvg, ShardState::kExpAvgSq};
+constexpr int kNumStates = 3;
+
+std::string unit_group(const std::string& unit) { return "/units/" + unit; }
+std::string dataset_path(const std::string& unit, ShardState s) { return unit_group(unit) + "/" + dataset_name(s); }
+
+const float* state_data(const UnitSlice& s, ShardState state) {
+  switch (state) {
+    case ShardState::kParam:
+      return s.param;
+    case ShardState::kExpAvg:
+      return s.exp_avg;
+    case ShardState::kExpAvgSq:
+      return s.exp_avg_sq;
+  }
+  return nullptr;
+}
+
+std::string span_text(const ShardSpan& s) { return str_cat("[", s.offset, ", ", s.end(), ")"); }
+
+}  // namespace
+
+const char* dataset_name(ShardState s) {
+  switch (s) {
+    case ShardState::kParam:
+      return "param";
+    case ShardState::kExpAvg:
+      return "exp_avg";
+    case ShardState::kExpAvgSq:
+      return "exp_avg_sq";
+  }
+  return "?";
+}
+
+void write_shard_file(const std::string& path, int rank, int world_size, int64_t step,
+                      const std::vector<UnitSlice>& slices) {
+  ST_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "rank ", rank, " of world_size ", world_size);
+  ST_CHECK(step >= 0, "step = ", step);
+  std::set<std::string> seen;
+  for (const UnitSlice& s : slices) {
+    ST_CHECK(!s.unit.empty() && s.unit.find('/') == std::string::npos, "unit name \"", s.unit,
+             "\" is not a plain HDF5 group name");
+    ST_CHECK(seen.insert(s.unit).second, "unit ", s.unit, " appears twice");
+    ST_CHECK(s.span.offset >= 0 && s.span.count >= 0, "unit ", s.unit, " span ", span_text(s.span));
+    for (ShardState state : kStates)
+      ST_CHECK(s.span.count == 0 || state_data(s, state) != nullptr, "unit ", s.unit, ": ", dataset_name(state),
+               " is null for ", s.span.count, " elements");
+  }
+
+  H5File f = H5File::create(path);
+  h5_write_attr_i64(f, f.id(), "/", "format_version", kCheckpointFormatVersion);
+  h5_write_attr_i64(f, f.id(), "/", "rank", rank);
+  h5_write_attr_i64(f, f.id(), "/", "world_size", world_size);
+  h5_write_attr_i64(f, f.id(), "/", "step", step);
+  // The groups track creation order, so a reader lists units in the order they were written.
+  h5_create_group(f, "/units");
+  for (const UnitSlice& s : slices) {
+    const std::string group_name = unit_group(s.unit);
+    H5Handle g = h5_create_group(f, group_name);
+    h5_write_attr_i64(f, g.get(), group_name, "offset", s.span.offset);
+    h5_write_attr_i64(f, g.get(), group_name, "count", s.span.count);
+    for (ShardState state : kStates) h5_write_f32(f, dataset_path(s.unit, state), {s.span.count}, state_data(s, state));
+  }
+  f.close();
+  // HDF5 leaves durability to the OS; the commit protocol needs the bytes on disk before the rename.
+  fsync_path(path);
+}
+
+struct ShardFileReader::Impl {
+  struct Unit {
+    ShardSpan span;
+    H5Handle datasets[kNumStates];
+  };
+  // Declared first, destroyed last: the datasets close before the file.
+  H5File file;
+  int rank = 0;
+  int world_size = 0;
+  int64_t step = 0;
+  std::vector<std::string> unit_order;
+  std::map<std::string, Unit> units;
+
+  const Unit& unit(const std::string& name) const {
+    const auto it = units.find(name);
+    if (it == units.end())
+      ST_BAD_INPUT(file.path(), ": unit ", name, " is not in this file (no group /units/", name, ")");
+    return it->second;
+  }
+};
+
+ShardFileReader::ShardFileReader(const std::string& path) : impl_(new Impl) {
+  // Holds impl_ until the constructor finishes: a throwing constructor runs no destructor.
+  std::unique_ptr<Impl> guard(impl_);
+  Impl& d = *impl_;
+  d.file = H5File::open_read(path);
+  const H5File& f = d.file;
+
+  const int64_t version = h5_read_attr_i64(f, f.id(), "/", "format_version");
+  if (version != kCheckpointFormatVersion)
+    ST_BAD_INPUT(path, ": unknown checkpoint format version ", version, " (this build reads ", kCheckpointFormatVersion,
+                 ")");
+  const int64_t world_size = h5_read_attr_i64(f, f.id(), "/", "world_size");
+  const int64_t rank = h5_read_attr_i64(f, f.id(), "/", "rank");
+  d.step = h5_read_attr_i64(f, f.id(), "/", "step");
+  if (world_size < 1 || world_size > INT_MAX)
+    ST_BAD_INPUT(path, ": attribute world_size of / is ", world_size, ", expected >= 1");
+  if (rank < 0 || rank >= world_size)
+    ST_BAD_INPUT(path, ": attribute rank of / is ", rank, ", expected 0 <= rank < world_size = ", world_size);
+  if (d.step < 0) ST_BAD_INPUT(path, ": attribute step of / is ", d.step, ", expected >= 0");
+  d.world_size = static_cast<int>(world_size);
+  d.rank = static_cast<int>(rank);
+
+  H5Handle units_group = h5_open_group(f, "/units");
+  d.unit_order = h5_list_group(f, units_group.get(), "/units");
+  for (const std::string& name : d.unit_order) {
+    const std::string group_name = unit_group(name);
+    H5Handle g = h5_open_group(f, group_name);
+    Impl::Unit u;
+    u.span.offset = h5_read_attr_i64(f, g.get(), group_name, "offset");
+    u.span.count = h5_read_attr_i64(f, g.get(), group_name, "count");
+    if (u.span.offset < 0 || u.span.count < 0)
+      ST_BAD_INPUT(path, ": group ", group_name, " has offset ", u.span.offset, " and count ", u.span.count,
+                   ", expected both >= 0");
+    for (int s = 0; s < kNumStates; ++s) {
+      const std::string ds_name = dataset_path(name, kStates[s]);
+      u.datasets[s] = h5_open_dataset(f, ds_name);
+      const std::vector<int64_t> shape = h5_dataset_shape(f, u.datasets[s].get(), ds_name);
+      if (shape != std::vector<int64_t>{u.span.count}) {
+        std::string shown = "[";
+        for (size_t i = 0; i < shape.size(); ++i) shown += (i ? ", " : "") + std::to_string(shape[i]);
+        ST_BAD_INPUT(path, ": dataset ", ds_name, " has shape ", shown, "], expected [", u.span.count,
+                     "] (the count attribute of ", group_name, ")");
+      }
+    }
+    d.units.emplace(name, std::move(u));
+  }
+  guard.release();
+}
+
+ShardFileReader::ShardFileReader(ShardFileReader&& o) noexcept : impl_(o.impl_) { o.impl_ = nullptr; }
+
+ShardFileReader& ShardFileReader::operator=(ShardFileReader&& o) noexcept {
+  if (this != &o) {
+    delete impl_;
+    impl_ = o.impl_;
+    o.impl_ = nullptr;
+  }
+  return *this;
+}
+
+ShardFileReader::~ShardFileReader() { delete impl_; }
+
+int ShardFileReader::rank() const { return impl_->rank; }
+int ShardFileReader::world_size() const { return impl_->world_size; }
+int64_t ShardFileReader::step() const { return impl_->step; }
+const std::string& ShardFileReader::path() const { return impl_->file.path(); }
+const std::vector<std::string>& ShardFileReader::unit_names() const { return impl_->unit_order; }
+bool ShardFileReader::has_unit(const std::string& unit) const { return impl_->units.count(unit) != 0; }
+
+ShardSpan ShardFileReader::span(const std::string& unit) const { return impl_->unit(unit).span; }
+
+void ShardFileReader::read(const std::string& unit, ShardState state, const ShardSpan& want, float* out) const {
+  const Impl::Unit& u = impl_->unit(unit);
+  if (want.count < 0 || want.offset < u.span.offset || want.end() > u.span.end())
+    ST_BAD_INPUT(path(), ": unit ", unit, " holds elements ", span_text(u.span), ", cannot read ", span_text(want));
+  if (want.count == 0) return;
+  const int s = static_cast<int>(state);
+  h5_read_f32_range(impl_->file, u.datasets[s].get(), dataset_path(unit, state), want.offset - u.span.offset,
+                    want.count, out);
+}
+
+}  // namespace st

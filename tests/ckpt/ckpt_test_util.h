@@ -1,0 +1,113 @@
+// Helpers shared by the checkpoint tests: a temporary directory per test, capturing an st::Error of an
+// expected kind, and bit-exact float comparison.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "shardtrain/core/error.h"
+
+namespace st::testing {
+
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    const std::string name = std::string("shardtrain_ckpt_") + (info ? info->name() : "x") + "_" +
+                             std::to_string(::getpid()) + "_" + std::to_string(counter++);
+    path_ = std::filesystem::temp_directory_path() / name;
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string str() const { return path_.string(); }
+
+  // Names of the entries in the directory, sorted.
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path_)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(f.good()) << path;
+}
+
+// Runs fn, which must throw st::Error of kind `kind`; returns its message ("" and a failure otherwise).
+inline std::string error_message(ErrorKind kind, const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const st::Error& e) {
+    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected st::Error, nothing was thrown";
+  return "";
+}
+inline std::string bad_input_message(const std::function<void()>& fn) {
+  return error_message(ErrorKind::kBadInput, fn);
+}
+inline std::string fault_message(const std::function<void()>& fn) { return error_message(ErrorKind::kFault, fn); }
+
+inline bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// Bit patterns, so that NaN payloads, -0.0 and denormals must survive exactly.
+inline std::vector<uint32_t> bits(const float* p, size_t n) {
+  std::vector<uint32_t> out(n);
+  if (n != 0) std::memcpy(out.data(), p, n * sizeof(float));
+  return out;
+}
+inline std::vector<uint32_t> bits(const std::vector<float>& v) { return bits(v.data(), v.size()); }
+
+// Deterministic, distinct float values: a mix of ordinary numbers and the awkward special values.
+inline std::vector<float> pattern(size_t n, uint32_t salt) {
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ (salt * 0x9e3779b9u);
+    x ^= x >> 15;
+    x *= 0x85ebca6bu;
+    x ^= x >> 13;
+    uint32_t b;
+    switch (i % 7) {
+      case 3:
+        b = 0x7fc00000u | (x & 0x3fffffu) | 1u;  // a NaN with a payload
+        break;
+      case 5:
+        b = x & 0x807fffffu;  // a denormal (or +-0)
+        break;
+      default:
+        b = (x & 0x80ffffffu) | 0x3e000000u;  // |v| in [0.125, 1) roughly, either sign
+    }
+    std::memcpy(&out[i], &b, 4);
+  }
+  return out;
+}
+
+}  // namespace st::testing
