@@ -221,6 +221,14 @@ const std::vector<Key>& keys() {
           "fraction of the training stream held out when val_path is empty, in [0, 1)"),
       key("data", "shuffle", &Config::data, &DataConfig::shuffle, "shuffle the data order (false: sequential)"),
 
+      key("ckpt", "dir", &Config::ckpt, &CkptConfig::dir,
+          "checkpoint directory: step_XXXXXXXX/ subdirectories and `latest` (empty: no checkpoints)"),
+      key("ckpt", "every", &Config::ckpt, &CkptConfig::every,
+          "steps between checkpoints; one is also saved at the end (0: only at the end)"),
+      key("ckpt", "keep", &Config::ckpt, &CkptConfig::keep,
+          "committed checkpoints to keep (0: all); the one resumed from is never deleted"),
+      key("ckpt", "resume", &Config::ckpt, &CkptConfig::resume,
+          "auto (the latest committed checkpoint in ckpt.dir, if any) | none | a step directory"),
       key("ckpt", "export", &Config::ckpt, &CkptConfig::export_path,
           "at the end, write the full weights to this HDF5 file with Hugging Face GPT-2 names (empty: none)"),
 
@@ -510,6 +518,10 @@ std::vector<std::string> check(const Config& c) {
 
   if (c.data.path.empty()) add("data.path must not be empty");
   float_check("data.val_holdout", c.data.val_holdout, c.data.val_holdout >= 0 && c.data.val_holdout < 1, "in [0, 1)");
+
+  at_least("ckpt.every", c.ckpt.every, 0);
+  at_least("ckpt.keep", c.ckpt.keep, 0);
+  if (c.ckpt.resume.empty()) add("ckpt.resume must be auto, none, or a checkpoint directory (got an empty value)");
 
   at_least("log.every", c.log.every, 1);
 

@@ -18,6 +18,12 @@ const std::vector<EnvVar>& env_table() {
        "set on every rank or none: ranks with equal ids form one node"},
       // Set by MPI launchers, only read: whether to initialise MPI at all, and the launcher's view of
       // the local rank (comm/mpi_session.h, comm/mpi_communicator.h).
+      {"HDF5_USE_FILE_LOCKING", "",
+       "read by HDF5 itself: FALSE turns off its file locks (needed on some NFS mounts); the log says which"},
+      {"SHARDTRAIN_FAULT", "",
+       "test-only fault injection, POINT:RANK[@STEP] (at the checkpoint of that step only) with POINT one of ckpt_mid_write (SIGKILL halfway through "
+       "writing the shard), ckpt_before_rename (rank 0: SIGKILL after the manifest fsync, before the rename), "
+       "ckpt_enospc (the shard write fails with ENOSPC)"},
       {"OMPI_COMM_WORLD_SIZE", "", "set by Open MPI's mpirun (read only): shardtrain then initialises MPI"},
       {"OMPI_COMM_WORLD_LOCAL_RANK", "",
        "set by Open MPI's mpirun (read only): this rank's index on its node, checked against shared memory"},

@@ -30,10 +30,10 @@ std::string format_duration(double seconds) {
 
 }  // namespace
 
-MetricsSink::MetricsSink(const std::string& path, int64_t total_steps, int64_t every, bool enabled)
+MetricsSink::MetricsSink(const std::string& path, int64_t total_steps, int64_t every, bool enabled, bool append)
     : total_steps_(total_steps), every_(every), enabled_(enabled), tty_(enabled && isatty(STDOUT_FILENO) == 1) {
   if (enabled_ && !path.empty()) {
-    jsonl_.open(path, std::ios::out | std::ios::trunc);
+    jsonl_.open(path, std::ios::out | (append ? std::ios::app : std::ios::trunc));
     if (!jsonl_) ST_BAD_INPUT("log.metrics: cannot open ", path, " for writing");
   }
   start_ = std::chrono::steady_clock::now();

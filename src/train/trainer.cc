@@ -4,6 +4,7 @@
 #include <chrono>
 #include <vector>
 
+#include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/data/data_split.h"
@@ -80,7 +81,35 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
                 mem0.padding_elements, " of them padding), gather buffers ", mib(mem0.gather_buffer_bytes));
   }
 
-  MetricsSink sink(cfg.log.metrics, cfg.train.steps, cfg.log.every, lead);
+  // Resume before anything is written: a bad checkpoint is bad input, found before step 1.
+  TrainSummary summary;
+  int64_t start_step = 0;
+  std::string resumed_from;
+  if (!cfg.ckpt.dir.empty()) {
+    if (lead) {
+      ST_LOG_INFO("checkpoints: ", cfg.ckpt.dir, " every ", cfg.ckpt.every, " step(s), keep ", cfg.ckpt.keep,
+                  "; HDF5 file locking ", hdf5_file_locking_mode());
+      clean_uncommitted(cfg.ckpt.dir);
+    }
+    comm.barrier();
+  }
+  if (const std::optional<std::string> from = resolve_resume(cfg.ckpt)) {
+    const CheckpointState cs = load_checkpoint(*from, cfg, engine.sharded(), comm);
+    engine.set_updates(cs.optimizer_updates);
+    start_step = cs.step;
+    summary.skipped = cs.skipped_steps;
+    resumed_from = *from;
+  }
+  auto save = [&](int64_t steps_done) {
+    if (cfg.ckpt.dir.empty()) return;
+    CheckpointState cs;
+    cs.step = steps_done;
+    cs.optimizer_updates = engine.updates();
+    cs.skipped_steps = summary.skipped;
+    save_checkpoint(cfg, engine.sharded(), cs, comm, resumed_from);
+  };
+
+  MetricsSink sink(cfg.log.metrics, cfg.train.steps, cfg.log.every, lead, /*append=*/start_step > 0);
   auto evaluate = [&](int64_t step) {
     const float v = engine.evaluate(
         [&](int64_t i, int32_t* in, int32_t* tgt) { val_sampler.fill_eval(i, in, tgt); }, cfg.train.eval_batches);
@@ -88,9 +117,11 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
     return v;
   };
 
-  TrainSummary summary;
   std::vector<double> rates;
-  for (int64_t step = 0; step < cfg.train.steps; ++step) {
+  if (start_step >= cfg.train.steps && lead)
+    ST_LOG_INFO("the checkpoint is at step ", start_step, " >= train.steps ", cfg.train.steps, ": nothing to train");
+  summary.steps = start_step;
+  for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const float loss = engine.forward_backward(
         [&](int64_t micro, int32_t* in, int32_t* tgt) { train_sampler.fill(step, micro, in, tgt); }, accum);
@@ -119,6 +150,7 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
     if (last || (cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0)) {
       summary.val_loss = evaluate(step + 1);
     }
+    if (last || (cfg.ckpt.every > 0 && (step + 1) % cfg.ckpt.every == 0)) save(step + 1);
   }
   summary.median_tokens_per_s = median(rates);
   if (lead) {

@@ -59,7 +59,11 @@ struct DataConfig {
 };
 
 struct CkptConfig {
-  std::string export_path;  // ckpt.export: full weights, Hugging Face names, written at the end (empty: none)
+  std::string dir;            // where step_XXXXXXXX/ checkpoints live (empty: no checkpoints)
+  int64_t every = 0;          // steps between saves; a save also happens at the end (0: only at the end)
+  int64_t keep = 3;           // committed checkpoints kept (0: all); the one resumed from is never deleted
+  std::string resume = "auto";  // auto (latest in dir, if any) | none | a step directory
+  std::string export_path;    // ckpt.export: full weights, Hugging Face names, written at the end (empty: none)
 };
 
 struct LogConfig {

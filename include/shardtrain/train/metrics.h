@@ -30,7 +30,8 @@ struct StepReport {
 class MetricsSink {
  public:
   // `path` empty: no JSONL. Opening a path that cannot be written is a bad-input error naming log.metrics.
-  MetricsSink(const std::string& path, int64_t total_steps, int64_t every, bool enabled);
+  // A resumed run appends to the file instead of truncating it.
+  MetricsSink(const std::string& path, int64_t total_steps, int64_t every, bool enabled, bool append = false);
 
   void step(const StepReport& r);
   void eval(int64_t step, float val_loss);

@@ -55,6 +55,8 @@ class StepEngine {
   ShardedModel& sharded() { return model_; }
   const std::vector<UnitLayout>& units() const { return model_.units(); }
   int64_t updates() const { return updates_; }
+  // Restores the AdamW update count from a checkpoint.
+  void set_updates(int64_t t) { updates_ = t; }
 
  private:
   Config cfg_;

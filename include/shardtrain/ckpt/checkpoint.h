@@ -1,0 +1,66 @@
+// Saving and loading sharded checkpoints: the commit protocol, resume, and resharding on load.
+//
+// Commit protocol (docs/checkpoint-format.md has the layout):
+//   1. Every rank writes rank_XXXXX.h5 into <dir>/step_XXXXXXXX.tmp-<nonce>/ (one nonce, chosen by rank 0
+//      and broadcast) and fsyncs it; HDF5 never calls fsync itself.
+//   2. The ranks agree that every write succeeded (an all-reduce of failures). If any failed, every rank
+//      throws kFault naming the failed ranks, and nothing is committed: no manifest, no rename.
+//   3. Rank 0 writes and fsyncs manifest.json (with every file's size and SHA-256), renames the directory
+//      to step_XXXXXXXX/, fsyncs <dir>, then replaces <dir>/latest atomically. A barrier ends the save.
+// A step directory without a manifest, or any *.tmp-* directory, is uncommitted: never loaded, removed
+// by clean_uncommitted() at start-up, and never counted by ckpt.keep.
+//
+//   CheckpointState s{step, engine.updates(), skipped, 1.0, {}};
+//   std::string where = save_checkpoint(cfg, model, s, comm);     // collective
+//   CheckpointState r = load_checkpoint(where, cfg, model, comm);   // collective; any world size
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardtrain/comm/communicator.h"
+#include "shardtrain/core/config.h"
+#include "shardtrain/shard/sharded_model.h"
+
+namespace st {
+
+// The training state a checkpoint carries beside the tensors.
+struct CheckpointState {
+  int64_t step = 0;               // optimizer steps completed
+  int64_t optimizer_updates = 0;  // AdamW t
+  int64_t skipped_steps = 0;
+  double loss_scale = 1.0;
+  std::vector<uint64_t> rng_counters;  // per rank, in rank order (on load: this run's ranks, or empty)
+};
+
+// "step_00000100".
+std::string step_dir_name(int64_t step);
+
+// Saves into cfg.ckpt.dir. Collective. Returns the committed step directory. Then applies ckpt.keep,
+// never deleting `protect` (the directory resumed from).
+std::string save_checkpoint(const Config& cfg, ShardedModel& model, const CheckpointState& state, Communicator& comm,
+                            const std::string& protect = "");
+
+// The committed step directories in `dir`, oldest first.
+std::vector<std::string> committed_checkpoints(const std::string& dir);
+
+// What ckpt.resume names: none -> nothing; auto -> the newest committed checkpoint in ckpt.dir, if any;
+// otherwise the given directory, which must exist and be committed (kBadInput naming it otherwise).
+std::optional<std::string> resolve_resume(const CkptConfig& cfg);
+
+// Loads a committed checkpoint into this rank's shards, whatever world size wrote it: each rank reads
+// the intersection of its spans with the old files' spans (hyperslabs), opening only those files and
+// verifying each one's size and SHA-256 against the manifest first. The model config must match
+// (kBadInput naming the field and both values). Collective.
+CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, ShardedModel& model,
+                                Communicator& comm);
+
+// Removes *.tmp-* directories left in `dir` by interrupted saves. Rank 0 only, before training.
+void clean_uncommitted(const std::string& dir);
+
+// "on (HDF5 default)" or "off (HDF5_USE_FILE_LOCKING=FALSE)": which HDF5 file-locking mode is in force.
+std::string hdf5_file_locking_mode();
+
+}  // namespace st

@@ -1,0 +1,322 @@
+#include "shardtrain/ckpt/checkpoint.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <regex>
+
+#include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/manifest.h"
+#include "shardtrain/ckpt/shard_file.h"
+#include "shardtrain/core/env.h"
+#include "shardtrain/core/error.h"
+#include "shardtrain/core/log.h"
+
+namespace fs = std::filesystem;
+
+namespace st {
+namespace {
+
+// The test-only seam: SHARDTRAIN_FAULT=POINT:RANK[@STEP] fires POINT on that rank (at the save of that
+// step only, if given). core/env.cc lists the points.
+bool fault_at(const char* point, int rank, int64_t step) {
+  const std::string spec = env_get("SHARDTRAIN_FAULT");
+  if (spec.empty()) return false;
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos) ST_BAD_INPUT("SHARDTRAIN_FAULT='", spec, "': expected POINT:RANK[@STEP]");
+  const auto at = spec.find('@', colon);
+  const std::string who = spec.substr(colon + 1, at == std::string::npos ? std::string::npos : at - colon - 1);
+  if (spec.substr(0, colon) != point || who != std::to_string(rank)) return false;
+  return at == std::string::npos || spec.substr(at + 1) == std::to_string(step);
+}
+
+[[noreturn]] void die_now(const char* point, int rank) {
+  std::fprintf(stderr, "SHARDTRAIN_FAULT: %s on rank %d: SIGKILL\n", point, rank);
+  std::fflush(stderr);
+  ::kill(::getpid(), SIGKILL);
+  std::abort();  // not reached
+}
+
+std::string rank_file_name(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "rank_%05d.h5", rank);
+  return buf;
+}
+
+// What each rank tells rank 0 about its file: size and hash, through one fixed-size broadcast per rank.
+struct FileRecord {
+  int64_t bytes = 0;
+  char sha256[65] = {0};
+};
+
+std::vector<UnitSlice> slices_of(ShardedModel& model) {
+  std::vector<UnitSlice> out;
+  for (const UnitLayout& u : model.units()) {
+    const UnitShard& sh = model.shard(u.index);
+    out.push_back(UnitSlice{u.name, sh.span, sh.param.data(), sh.m.data(), sh.v.data()});
+  }
+  return out;
+}
+
+Manifest make_manifest(const Config& cfg, ShardedModel& model, const CheckpointState& state, int world,
+                       const std::vector<FileRecord>& records) {
+  Manifest m;
+  m.step = state.step;
+  m.world_size = world;
+  m.config_ini = to_ini(cfg);
+  m.model = cfg.model;
+  for (const UnitLayout& u : model.units()) {
+    ManifestUnit mu;
+    mu.name = u.name;
+    mu.numel = u.numel;
+    for (const TensorSpec& t : u.tensors) mu.tensors.push_back(ManifestTensor{t.name, t.shape, t.offset});
+    m.units.push_back(std::move(mu));
+  }
+  for (int r = 0; r < world; ++r) {
+    ManifestFile f;
+    f.name = rank_file_name(r);
+    f.rank = r;
+    f.bytes = records[static_cast<size_t>(r)].bytes;
+    f.sha256 = records[static_cast<size_t>(r)].sha256;
+    for (const UnitLayout& u : model.units()) f.spans.push_back(shard_span(u.numel, r, world));
+    m.files.push_back(std::move(f));
+  }
+  m.optimizer_updates = state.optimizer_updates;
+  m.lr_step = state.step;
+  m.data_cursor = state.step * cfg.train.global_batch;
+  m.global_batch = cfg.train.global_batch;
+  m.seed = cfg.train.seed;
+  m.shuffle = cfg.data.shuffle;
+  m.rng_counters = state.rng_counters;
+  if (m.rng_counters.empty()) m.rng_counters.assign(static_cast<size_t>(world), 0);
+  m.loss_scale = state.loss_scale;
+  m.skipped_steps = state.skipped_steps;
+  return m;
+}
+
+// Renames tmp to final; a committed directory of the same step (a run that went back and saved the step
+// again) is moved aside first and removed after.
+void commit_rename(const fs::path& tmp, const fs::path& final_dir, const std::string& nonce) {
+  fs::path old;
+  if (fs::exists(final_dir)) {
+    old = final_dir;
+    old += ".old-" + nonce;
+    if (std::rename(final_dir.c_str(), old.c_str()) != 0)
+      ST_FAULT("cannot move ", final_dir.string(), " aside: ", std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), final_dir.c_str()) != 0)
+    ST_FAULT("cannot rename ", tmp.string(), " to ", final_dir.string(), ": ", std::strerror(errno));
+  if (!old.empty()) fs::remove_all(old);
+}
+
+// Keeps the newest `keep` committed checkpoints, and `protect` (the one resumed from) whatever its age.
+void apply_keep(const std::string& dir, int64_t keep, const std::string& protect) {
+  if (keep <= 0) return;
+  const std::vector<std::string> all = committed_checkpoints(dir);
+  const fs::path keep_path = protect.empty() ? fs::path() : fs::weakly_canonical(protect);
+  const int64_t old = static_cast<int64_t>(all.size()) - keep;
+  for (int64_t i = 0; i < old; ++i) {
+    const std::string& d = all[static_cast<size_t>(i)];
+    if (!protect.empty() && fs::weakly_canonical(d) == keep_path) continue;
+    fs::remove_all(d);
+    ST_LOG_INFO("ckpt.keep=", keep, ": removed ", d);
+  }
+}
+
+}  // namespace
+
+std::string step_dir_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step_%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string hdf5_file_locking_mode() {
+  std::string v = env_get("HDF5_USE_FILE_LOCKING");
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  if (v == "FALSE") return "off (HDF5_USE_FILE_LOCKING=FALSE)";
+  if (v == "BEST_EFFORT") return "best effort (HDF5_USE_FILE_LOCKING=BEST_EFFORT)";
+  return "on (HDF5 default)";
+}
+
+std::string save_checkpoint(const Config& cfg, ShardedModel& model, const CheckpointState& state, Communicator& comm,
+                            const std::string& protect) {
+  const int rank = comm.rank(), world = comm.world_size();
+  const auto t0 = std::chrono::steady_clock::now();
+  // One nonce for all ranks, so they all write into the same temporary directory.
+  uint64_t nonce_bits = 0;
+  if (rank == 0)
+    nonce_bits = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                 (static_cast<uint64_t>(::getpid()) << 32);
+  comm.broadcast(&nonce_bits, sizeof(nonce_bits), 0);
+  char nonce[20];
+  std::snprintf(nonce, sizeof(nonce), "%016llx", static_cast<unsigned long long>(nonce_bits));
+  const fs::path dir(cfg.ckpt.dir);
+  const fs::path final_dir = dir / step_dir_name(state.step);
+  const fs::path tmp = dir / (step_dir_name(state.step) + ".tmp-" + nonce);
+  const fs::path my_file = tmp / rank_file_name(rank);
+
+  // 1. Every rank writes and fsyncs its own file.
+  FileRecord mine;
+  std::string my_error;
+  try {
+    std::error_code ec;
+    fs::create_directories(tmp, ec);
+    if (ec) ST_FAULT("cannot create ", tmp.string(), ": ", ec.message());
+    const std::vector<UnitSlice> slices = slices_of(model);
+    if (fault_at("ckpt_enospc", rank, state.step))
+      ST_FAULT("cannot write ", my_file.string(), ": ", std::strerror(ENOSPC), " (injected by SHARDTRAIN_FAULT)");
+    if (fault_at("ckpt_mid_write", rank, state.step)) {
+      // Half the units reach the disk, then the process dies as if killed mid-write.
+      write_shard_file(my_file.string(), rank, world, state.step,
+                       std::vector<UnitSlice>(slices.begin(), slices.begin() + static_cast<long>(slices.size() / 2)));
+      die_now("ckpt_mid_write", rank);
+    }
+    write_shard_file(my_file.string(), rank, world, state.step, slices);
+    mine.bytes = file_size(my_file.string());
+    const std::string hash = sha256_file(my_file.string());
+    std::snprintf(mine.sha256, sizeof(mine.sha256), "%s", hash.c_str());
+  } catch (const Error& e) {
+    my_error = e.what();
+  }
+
+  // 2. All ranks agree that all succeeded.
+  std::vector<double> failed(static_cast<size_t>(world), 0.0);
+  failed[static_cast<size_t>(rank)] = my_error.empty() ? 0.0 : 1.0;
+  comm.all_reduce(failed.data(), world);
+  std::string failed_ranks;
+  for (int r = 0; r < world; ++r)
+    if (failed[static_cast<size_t>(r)] != 0.0) failed_ranks += (failed_ranks.empty() ? "" : ", ") + std::to_string(r);
+  if (!failed_ranks.empty()) {
+    ST_FAULT("checkpoint of step ", state.step, " not committed: rank(s) ", failed_ranks, " failed to write",
+             my_error.empty() ? std::string() : ": " + my_error);
+  }
+
+  // 3. Rank 0 learns every file's size and hash, writes the manifest and commits.
+  std::vector<FileRecord> records(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    FileRecord rec = (r == rank) ? mine : FileRecord{};
+    comm.broadcast(&rec, sizeof(rec), r);
+    records[static_cast<size_t>(r)] = rec;
+  }
+  if (rank == 0) {
+    const Manifest m = make_manifest(cfg, model, state, world, records);
+    write_file_atomic((tmp / "manifest.json").string(), manifest_to_json(m));
+    if (fault_at("ckpt_before_rename", rank, state.step)) die_now("ckpt_before_rename", rank);
+    commit_rename(tmp, final_dir, nonce);
+    fsync_path(dir.string());
+    write_file_atomic((dir / "latest").string(), step_dir_name(state.step) + "\n");
+    apply_keep(cfg.ckpt.dir, cfg.ckpt.keep, protect);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int64_t total = 0;
+    for (const FileRecord& r : records) total += r.bytes;
+    ST_LOG_INFO("checkpoint: saved step ", state.step, " to ", final_dir.string(), " (", world, " files, ", total,
+                " bytes, ", sec, " s)");
+  }
+  comm.barrier();
+  return final_dir.string();
+}
+
+std::vector<std::string> committed_checkpoints(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) return out;
+  static const std::regex name_re("step_[0-9]{8}");
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_directory() || !std::regex_match(e.path().filename().string(), name_re)) continue;
+    if (fs::exists(e.path() / "manifest.json")) out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::optional<std::string> resolve_resume(const CkptConfig& cfg) {
+  if (cfg.resume == "none") return std::nullopt;
+  if (cfg.resume == "auto") {
+    const std::vector<std::string> all = committed_checkpoints(cfg.dir);
+    if (all.empty()) return std::nullopt;
+    return all.back();
+  }
+  std::error_code ec;
+  if (!fs::is_directory(cfg.resume, ec))
+    ST_BAD_INPUT("ckpt.resume: checkpoint directory '", cfg.resume, "' does not exist (use auto or none to start fresh)");
+  if (!fs::exists(fs::path(cfg.resume) / "manifest.json"))
+    ST_BAD_INPUT("ckpt.resume: '", cfg.resume, "' has no manifest.json: it is not a committed checkpoint");
+  return cfg.resume;
+}
+
+CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, ShardedModel& model,
+                                Communicator& comm) {
+  const int rank = comm.rank(), world = comm.world_size();
+  const std::string manifest_path = (fs::path(step_dir) / "manifest.json").string();
+  const Manifest m = read_manifest(manifest_path);
+  check_model_matches(m, cfg.model, manifest_path);
+  const std::vector<UnitLayout>& units = model.units();
+  if (m.units.size() != units.size())
+    ST_BAD_INPUT(manifest_path, ": ", m.units.size(), " units, the model has ", units.size());
+  for (const UnitLayout& u : units) {
+    const ManifestUnit& mu = m.units[static_cast<size_t>(u.index)];
+    if (mu.name != u.name || mu.numel != u.numel)
+      ST_BAD_INPUT(manifest_path, ": units[", u.index, "] is ", mu.name, " of ", mu.numel, " elements, the model has ",
+                   u.name, " of ", u.numel);
+  }
+
+  // Old files are opened (and verified) only when one of this rank's spans meets theirs.
+  std::map<int, std::unique_ptr<ShardFileReader>> readers;
+  auto reader = [&](int r) -> const ShardFileReader& {
+    auto it = readers.find(r);
+    if (it != readers.end()) return *it->second;
+    const ManifestFile& f = m.files[static_cast<size_t>(r)];
+    const std::string path = (fs::path(step_dir) / f.name).string();
+    const int64_t bytes = file_size(path);
+    if (bytes != f.bytes) ST_BAD_INPUT(path, ": ", bytes, " bytes, the manifest says ", f.bytes, " (truncated or replaced)");
+    const std::string hash = sha256_file(path);
+    if (hash != f.sha256) ST_BAD_INPUT(path, ": SHA-256 ", hash, " does not match the manifest's ", f.sha256);
+    return *readers.emplace(r, std::make_unique<ShardFileReader>(path)).first->second;
+  };
+  for (const UnitLayout& u : units) {
+    UnitShard& sh = model.shard(u.index);
+    for (int r = 0; r < m.world_size; ++r) {
+      const ShardSpan part = intersect(sh.span, m.files[static_cast<size_t>(r)].spans[static_cast<size_t>(u.index)]);
+      if (part.count == 0) continue;
+      const ShardFileReader& f = reader(r);
+      const int64_t at = part.offset - sh.span.offset;
+      f.read(u.name, ShardState::kParam, part, sh.param.data() + at);
+      f.read(u.name, ShardState::kExpAvg, part, sh.m.data() + at);
+      f.read(u.name, ShardState::kExpAvgSq, part, sh.v.data() + at);
+    }
+  }
+  CheckpointState s;
+  s.step = m.step;
+  s.optimizer_updates = m.optimizer_updates;
+  s.skipped_steps = m.skipped_steps;
+  s.loss_scale = m.loss_scale;
+  if (m.world_size == world) s.rng_counters = m.rng_counters;
+  comm.barrier();
+  if (rank == 0)
+    ST_LOG_INFO("checkpoint: resumed from ", step_dir, " (step ", m.step, ", written by ", m.world_size,
+                " rank(s), loaded by ", world, ")");
+  return s;
+}
+
+void clean_uncommitted(const std::string& dir) {
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) return;
+  static const std::regex tmp_re("step_[0-9]{8}\\.(tmp|old)-[0-9a-f]+");
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_directory() && std::regex_match(e.path().filename().string(), tmp_re)) {
+      ST_LOG_INFO("checkpoint: removing uncommitted ", e.path().string());
+      fs::remove_all(e.path());
+    }
+  }
+}
+
+}  // namespace st

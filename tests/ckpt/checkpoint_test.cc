@@ -1,0 +1,309 @@
+// Save, commit, resume and reshard, on the solo and fake communicators.
+#include "shardtrain/ckpt/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "shardtrain/comm/fake_communicator.h"
+#include "shardtrain/core/error.h"
+#include "shardtrain/core/rng.h"
+#include "shardtrain/train/step_engine.h"
+
+namespace fs = std::filesystem;
+
+namespace st {
+namespace {
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    omp_set_num_threads(1);
+    dir_ = fs::temp_directory_path() / ("shardtrain_ckpt_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    cfg_.model.n_layer = 2;
+    cfg_.model.n_embd = 16;
+    cfg_.model.n_head = 2;
+    cfg_.model.vocab_size = 50;
+    cfg_.model.seq_len = 8;
+    cfg_.train.micro_batch = 1;
+    cfg_.train.global_batch = 12;
+    cfg_.train.steps = 8;
+    cfg_.optim.warmup_steps = 2;
+    cfg_.ckpt.dir = (dir_ / "ckpt").string();
+    cfg_.ckpt.keep = 0;
+  }
+  void TearDown() override {
+    unsetenv("SHARDTRAIN_FAULT");
+    fs::remove_all(dir_);
+  }
+  fs::path dir_;
+  Config cfg_;
+};
+
+struct State {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> param, m, v;  // full, per unit
+};
+
+void fill(const Config& c, int64_t g, int32_t* in, int32_t* tgt) {
+  for (int64_t t = 0; t <= c.model.seq_len; ++t) {
+    const auto tok = static_cast<int32_t>(random_bits_at(11, static_cast<uint64_t>(g), static_cast<uint64_t>(t)) %
+                                          static_cast<uint64_t>(c.model.vocab_size));
+    if (t < c.model.seq_len) in[t] = tok;
+    if (t > 0) tgt[t - 1] = tok;
+  }
+}
+
+// Trains steps [from, to) on `e`, appending each step's loss.
+void train(StepEngine& e, const Config& c, Communicator& comm, int64_t from, int64_t to, std::vector<float>* losses) {
+  const int64_t accum = c.grad_accum_steps(comm.world_size());
+  for (int64_t step = from; step < to; ++step) {
+    const float loss = e.forward_backward(
+        [&](int64_t micro, int32_t* in, int32_t* tgt) {
+          fill(c, (step * accum + micro) * comm.world_size() + comm.rank(), in, tgt);
+        },
+        accum);
+    losses->push_back(e.optimizer_step(step, loss).loss);
+  }
+}
+
+std::vector<float> gather(ShardedModel& m, int unit, std::vector<float> UnitShard::*state) {
+  const UnitShard& sh = m.shard(unit);
+  std::vector<float> full(static_cast<size_t>(sh.slot * m.comm().world_size()));
+  m.comm().all_gather((sh.*state).data(), sh.slot, full.data());
+  full.resize(static_cast<size_t>(m.units()[static_cast<size_t>(unit)].numel));
+  return full;
+}
+
+State snapshot(StepEngine& e, std::vector<float> losses) {
+  State s;
+  s.losses = std::move(losses);
+  for (const UnitLayout& u : e.units()) {
+    s.param.push_back(gather(e.sharded(), u.index, &UnitShard::param));
+    s.m.push_back(gather(e.sharded(), u.index, &UnitShard::m));
+    s.v.push_back(gather(e.sharded(), u.index, &UnitShard::v));
+  }
+  return s;
+}
+
+// Straight through, or S steps, save, a fresh engine, load, S more: every bit equal.
+State run(const Config& c, int world, bool with_resume) {
+  State out;
+  fake::spawn(world, [&](Communicator& comm) {
+    std::vector<float> losses;
+    const int64_t half = c.train.steps / 2;
+    StepEngine first(c, comm);
+    if (!with_resume) {
+      train(first, c, comm, 0, c.train.steps, &losses);
+      State s = snapshot(first, losses);
+      if (comm.rank() == 0) out = std::move(s);
+      return;
+    }
+    train(first, c, comm, 0, half, &losses);
+    CheckpointState cs;
+    cs.step = half;
+    cs.optimizer_updates = first.updates();
+    const std::string where = save_checkpoint(c, first.sharded(), cs, comm);
+    StepEngine second(c, comm);  // fresh init, then overwritten by the load
+    const CheckpointState back = load_checkpoint(where, c, second.sharded(), comm);
+    EXPECT_EQ(back.step, half);
+    second.set_updates(back.optimizer_updates);
+    train(second, c, comm, half, c.train.steps, &losses);
+    State s = snapshot(second, losses);
+    if (comm.rank() == 0) out = std::move(s);
+  });
+  return out;
+}
+
+TEST_F(CheckpointTest, ResumeIsBitExact) {
+  for (int world : {1, 2, 3}) {
+    const State straight = run(cfg_, world, false);
+    const State resumed = run(cfg_, world, true);
+    EXPECT_EQ(straight.losses, resumed.losses) << "world " << world;  // every bit
+    EXPECT_EQ(straight.param, resumed.param) << "world " << world;
+    EXPECT_EQ(straight.m, resumed.m) << "world " << world;
+    EXPECT_EQ(straight.v, resumed.v) << "world " << world;
+    fs::remove_all(cfg_.ckpt.dir);
+  }
+}
+
+// Save at N ranks, load at M: the loaded state equals the saved one bit for bit.
+TEST_F(CheckpointTest, ReshardsToAnyWorldSize) {
+  for (auto [from, to] : {std::pair{2, 3}, {3, 2}, {4, 1}, {1, 4}}) {
+    State saved;
+    std::string where;
+    fake::spawn(from, [&](Communicator& comm) {
+      StepEngine e(cfg_, comm);
+      std::vector<float> losses;
+      train(e, cfg_, comm, 0, 3, &losses);
+      CheckpointState cs;
+      cs.step = 3;
+      cs.optimizer_updates = e.updates();
+      const std::string w = save_checkpoint(cfg_, e.sharded(), cs, comm);
+      State s = snapshot(e, losses);
+      if (comm.rank() == 0) {
+        saved = std::move(s);
+        where = w;
+      }
+    });
+    State loaded;
+    fake::spawn(to, [&](Communicator& comm) {
+      StepEngine e(cfg_, comm);
+      const CheckpointState cs = load_checkpoint(where, cfg_, e.sharded(), comm);
+      EXPECT_EQ(cs.step, 3);
+      EXPECT_EQ(cs.optimizer_updates, 3);
+      State s = snapshot(e, {});
+      if (comm.rank() == 0) loaded = std::move(s);
+    });
+    EXPECT_EQ(saved.param, loaded.param) << from << " -> " << to;
+    EXPECT_EQ(saved.m, loaded.m) << from << " -> " << to;
+    EXPECT_EQ(saved.v, loaded.v) << from << " -> " << to;
+    fs::remove_all(cfg_.ckpt.dir);
+  }
+}
+
+TEST_F(CheckpointTest, CommitWritesManifestLatestAndKeepsK) {
+  Config c = cfg_;
+  c.ckpt.keep = 2;
+  SoloCommunicator comm;
+  StepEngine e(c, comm);
+  for (int64_t step : {1, 2, 3}) {
+    CheckpointState cs;
+    cs.step = step;
+    save_checkpoint(c, e.sharded(), cs, comm, /*protect=*/(fs::path(c.ckpt.dir) / step_dir_name(1)).string());
+  }
+  // The newest 2 (steps 2 and 3) plus step 1, which is protected (resumed from).
+  const std::vector<std::string> all = committed_checkpoints(c.ckpt.dir);
+  ASSERT_EQ(all.size(), 3u);
+  std::ifstream latest(fs::path(c.ckpt.dir) / "latest");
+  std::string name;
+  latest >> name;
+  EXPECT_EQ(name, "step_00000003");
+  CheckpointState cs;
+  cs.step = 4;
+  save_checkpoint(c, e.sharded(), cs, comm);
+  const std::vector<std::string> after = committed_checkpoints(c.ckpt.dir);
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(fs::path(after[0]).filename(), "step_00000003");
+  EXPECT_EQ(fs::path(after[1]).filename(), "step_00000004");
+}
+
+TEST_F(CheckpointTest, OneRankFailingCommitsNothingAndKeepsOlderCheckpoints) {
+  fake::spawn(3, [&](Communicator& comm) {
+    StepEngine e(cfg_, comm);
+    CheckpointState cs;
+    cs.step = 1;
+    save_checkpoint(cfg_, e.sharded(), cs, comm);
+    comm.barrier();
+    if (comm.rank() == 0) setenv("SHARDTRAIN_FAULT", "ckpt_enospc:1", 1);
+    comm.barrier();
+    cs.step = 2;
+    try {
+      save_checkpoint(cfg_, e.sharded(), cs, comm);
+      ADD_FAILURE() << "rank " << comm.rank() << ": the save of step 2 did not fail";
+    } catch (const Error& err) {
+      EXPECT_EQ(err.kind(), ErrorKind::kFault);
+      EXPECT_NE(std::string(err.what()).find("rank(s) 1 failed"), std::string::npos) << err.what();
+    }
+  });
+  const std::vector<std::string> all = committed_checkpoints(cfg_.ckpt.dir);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(fs::path(all[0]).filename(), "step_00000001");
+  EXPECT_FALSE(fs::exists(fs::path(cfg_.ckpt.dir) / "step_00000002"));
+  // The failed attempt's temporary directory is removed at the next start-up.
+  clean_uncommitted(cfg_.ckpt.dir);
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(cfg_.ckpt.dir)) entries += e.is_directory() ? 1 : 0;
+  EXPECT_EQ(entries, 1);
+}
+
+std::string load_error(const Config& c, const std::string& where) {
+  SoloCommunicator comm;
+  ShardedModel m(c, comm);
+  try {
+    load_checkpoint(where, c, m, comm);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(CheckpointTest, BadCheckpointsAreRefusedNamingTheFileOrField) {
+  std::string where;
+  fake::spawn(2, [&](Communicator& comm) {
+    StepEngine e(cfg_, comm);
+    CheckpointState cs;
+    cs.step = 5;
+    const std::string w = save_checkpoint(cfg_, e.sharded(), cs, comm);
+    if (comm.rank() == 0) where = w;
+  });
+  const fs::path rank1 = fs::path(where) / "rank_00001.h5";
+  const std::string pristine = [&] {
+    std::ifstream f(rank1, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }();
+  auto write_rank1 = [&](const std::string& bytes) {
+    std::ofstream(rank1, std::ios::binary | std::ios::trunc) << bytes;
+  };
+
+  std::string flipped = pristine;
+  flipped[flipped.size() / 2] ^= 0x01;
+  write_rank1(flipped);
+  std::string msg = load_error(cfg_, where);
+  EXPECT_NE(msg.find(rank1.string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("SHA-256"), std::string::npos) << msg;
+
+  write_rank1(pristine.substr(0, pristine.size() - 100));
+  msg = load_error(cfg_, where);
+  EXPECT_NE(msg.find(rank1.string()), std::string::npos) << msg;
+
+  fs::remove(rank1);
+  msg = load_error(cfg_, where);
+  EXPECT_NE(msg.find("rank_00001.h5"), std::string::npos) << msg;
+  write_rank1(pristine);
+  EXPECT_EQ(load_error(cfg_, where), "");
+
+  Config other = cfg_;
+  other.model.n_embd = 32;
+  msg = load_error(other, where);
+  EXPECT_NE(msg.find("model.n_embd"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("16"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("32"), std::string::npos) << msg;
+}
+
+TEST_F(CheckpointTest, ResumeResolution) {
+  CkptConfig k;
+  k.dir = cfg_.ckpt.dir;
+  k.resume = "auto";
+  EXPECT_FALSE(resolve_resume(k).has_value());                // nothing there yet: start fresh
+  fs::create_directories(fs::path(k.dir) / "step_00000009");  // no manifest: uncommitted, ignored
+  EXPECT_FALSE(resolve_resume(k).has_value());
+  k.resume = (fs::path(k.dir) / "step_00000009").string();
+  try {
+    resolve_resume(k);
+    ADD_FAILURE() << "an uncommitted directory was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("manifest.json"), std::string::npos) << e.what();
+  }
+  k.resume = (dir_ / "nope").string();
+  try {
+    resolve_resume(k);
+    ADD_FAILURE() << "a missing directory was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find(k.resume), std::string::npos) << e.what();
+  }
+  k.resume = "none";
+  EXPECT_FALSE(resolve_resume(k).has_value());
+}
+
+}  // namespace
+}  // namespace st
