@@ -12,6 +12,9 @@ CASE:
                   must have no manifest, and a plain rerun resumes from step 4 and ends with the same
                   weights as an uninterrupted run.
   kill-before-rename  the same with rank 0 killed after the manifest's fsync, before the rename.
+  enospc          3 ranks; rank 1's write of step 8 fails with ENOSPC: every rank reports it, the job
+                  exits with the fault code 75, step 8 is not committed, step 4 is intact (verified by
+                  resuming from it and matching an uninterrupted run).
 """
 import json
 import os
@@ -121,6 +124,26 @@ elif case in ("kill-mid-write", "kill-before-rename"):
     if not same_bits(shard_state(os.path.join(ref_dir, "step_00000012")), shard_state(os.path.join(dir_, "step_00000012"))):
         failures.append("the interrupted-and-resumed run ends with other weights than the uninterrupted one")
     print(f"{case}: killed run exit code {r.returncode}, rerun resumed and matched")
+elif case == "enospc":
+    ref_dir, dir_ = os.path.join(work, "ref"), os.path.join(work, "run")
+    shutil.rmtree(ref_dir, ignore_errors=True)
+    shutil.rmtree(dir_, ignore_errors=True)
+    run("ref", 3, [f"--ckpt.dir={ref_dir}"])
+    r, _ = run("failed", 3, [f"--ckpt.dir={dir_}"], env={"SHARDTRAIN_FAULT": "ckpt_enospc:1@8"}, expect_ok=False)
+    if r.returncode != 75:
+        failures.append(f"exit code {r.returncode}, expected the fault code 75")
+    for rank in range(3):
+        if f"[rank {rank}/3" not in r.stdout or "rank(s) 1 failed to write" not in r.stdout:
+            failures.append(f"rank {rank} did not report the failed save:\n" + r.stdout[-3000:])
+            break
+    if os.path.exists(os.path.join(dir_, "step_00000008", "manifest.json")):
+        failures.append("step 8 was committed although rank 1's write failed")
+    r2, _ = run("rerun", 3, [f"--ckpt.dir={dir_}"])
+    if "step 4" not in r2.stdout:
+        failures.append("the rerun did not resume from step 4")
+    if not same_bits(shard_state(os.path.join(ref_dir, "step_00000012")), shard_state(os.path.join(dir_, "step_00000012"))):
+        failures.append("resuming from the intact step 4 did not reproduce the uninterrupted run")
+    print(f"{case}: failed save exit code {r.returncode}; step 4 intact and resumable")
 else:
     sys.exit(f"unknown case {case}")
 
