@@ -1,0 +1,89 @@
+// Checkpoint save and load speed per rank, through the real commit protocol and resume path.
+//
+//   mpirun -np N bench_ckpt_io --config configs/gpt2-124m.ini --dir /tmp/ckpt [--iters 3] [--section.key=value ...]
+// Prints, from rank 0: median save and load seconds, per-rank GB/s (this rank's file bytes / time), and
+// the checkpoint's size on disk.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/comm/communicator.h"
+#include "shardtrain/comm/mpi_communicator.h"
+#include "shardtrain/comm/mpi_session.h"
+#include "shardtrain/core/config.h"
+#include "shardtrain/core/error.h"
+#include "shardtrain/shard/sharded_model.h"
+
+namespace fs = std::filesystem;
+
+int main(int argc, char** argv) {
+  std::optional<st::MpiSession> mpi;
+  try {
+    if (st::MpiSession::launched_by_mpi()) mpi.emplace(&argc, &argv);
+    std::unique_ptr<st::Communicator> comm;
+    if (mpi)
+      comm = std::make_unique<st::MpiCommunicator>();
+    else
+      comm = std::make_unique<st::SoloCommunicator>();
+    std::optional<std::string> config;
+    std::string dir;
+    int iters = 3;
+    std::vector<std::string> overrides;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--config" && i + 1 < argc) {
+        config = argv[++i];
+      } else if (a == "--dir" && i + 1 < argc) {
+        dir = argv[++i];
+      } else if (a == "--iters" && i + 1 < argc) {
+        iters = std::stoi(argv[++i]);
+      } else {
+        overrides.push_back(a);
+      }
+    }
+    if (dir.empty()) ST_BAD_INPUT("bench_ckpt_io needs --dir");
+    overrides.push_back("--ckpt.dir=" + dir);
+    overrides.push_back("--ckpt.keep=1");
+    overrides.push_back("--train.micro_batch=1");
+    const st::Config cfg = st::load_config(config, overrides);
+    st::ShardedModel model(cfg, *comm);
+    std::vector<double> save_s, load_s;
+    std::string where;
+    for (int it = 0; it < iters; ++it) {
+      st::CheckpointState cs;
+      cs.step = it + 1;
+      comm->barrier();
+      auto t0 = std::chrono::steady_clock::now();
+      where = st::save_checkpoint(cfg, model, cs, *comm);
+      save_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      comm->barrier();
+      t0 = std::chrono::steady_clock::now();
+      st::load_checkpoint(where, cfg, model, *comm);
+      load_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(save_s.begin(), save_s.end());
+    std::sort(load_s.begin(), load_s.end());
+    char name[32];
+    std::snprintf(name, sizeof(name), "rank_%05d.h5", comm->rank());
+    const double my_bytes = static_cast<double>(fs::file_size(fs::path(where) / name));
+    double total = 0;
+    for (const auto& e : fs::directory_iterator(where)) total += static_cast<double>(e.file_size());
+    if (comm->rank() == 0) {
+      const double s = save_s[save_s.size() / 2], l = load_s[load_s.size() / 2];
+      std::printf("ckpt_io world=%d params_file_bytes_rank0=%.0f size_on_disk_GB=%.3f median_save_s=%.3f "
+                  "save_GBps_per_rank=%.2f median_load_s=%.3f load_GBps_per_rank=%.2f\n",
+                  comm->world_size(), my_bytes, total / 1e9, s, my_bytes / s / 1e9, l, my_bytes / l / 1e9);
+    }
+    return 0;
+  } catch (const st::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    if (mpi) st::MpiSession::abort(st::exit_code_for(e.kind()));
+    return st::exit_code_for(e.kind());
+  }
+}
