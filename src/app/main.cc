@@ -9,6 +9,7 @@
 
 #include <memory>
 
+#include "commands.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/comm/mpi_session.h"
@@ -17,6 +18,7 @@
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/train/trainer.h"
+#include "eval_command.h"
 
 namespace {
 
@@ -26,6 +28,8 @@ constexpr const char* kUsage =
     "commands:\n"
     "  train    train a GPT-2 model: shardtrain train [--config FILE] [--section.key=value ...]\n"
     "           without --config it runs configs/default.ini (the tiny model on the built-in corpus)\n"
+    "  ckpt     checkpoint tools: shardtrain ckpt inspect|verify DIR, shardtrain ckpt export DIR --out PATH\n"
+    "  eval     mean loss of a checkpoint: shardtrain eval --ckpt DIR [--data.path=FILE] [--train.eval_batches=N]\n"
     "\n"
     "options:\n"
     "  --help, -h     this text (with every config key)\n"
@@ -94,6 +98,8 @@ int run(int argc, char** argv, st::Communicator& comm) {
     return st::kExitOk;
   }
   if (cmd == "train") return cmd_train(rest, comm);
+  if (cmd == "ckpt") return cmd_ckpt(rest);
+  if (cmd == "eval") return cmd_eval(rest, comm);
   ST_BAD_INPUT("unknown command '", cmd, "' (expected: train; see shardtrain --help)");
 }
 

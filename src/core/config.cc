@@ -403,10 +403,10 @@ std::string read_config_file(const std::string& path) {
   return text.str();
 }
 
-void apply_file(const std::string& path, const po::options_description& desc) {
-  const std::string text = read_config_file(path);
+// `label` names the text in errors: "config file PATH", or where else the INI came from.
+void apply_text(const std::string& text, const std::string& label, const po::options_description& desc) {
   const std::vector<IniLine> lines = scan_ini(text);
-  const Source src{"config file " + path, &lines};
+  const Source src{label, &lines};
   for (const auto& l : lines) {
     const std::string at = src.label + ":" + std::to_string(l.number);
     if (l.kind == IniLine::Kind::kMalformed)
@@ -547,13 +547,17 @@ int64_t Config::grad_accum_steps(int world_size) const {
   return train.global_batch / per_micro_step;
 }
 
-Config load_config(const std::optional<std::string>& path, const std::vector<std::string>& overrides) {
+namespace {
+
+// Parses an optional INI text (labelled for errors), then the overrides, then validates.
+Config load(const std::optional<std::string>& text, const std::string& label, const std::string& source,
+            const std::vector<std::string>& overrides) {
   Config cfg;
-  cfg.source = path ? *path : "<defaults>";
+  cfg.source = source;
   {
     // The description holds pointers into cfg; it must not outlive this scope.
     const po::options_description desc = describe(cfg);
-    if (path) apply_file(*path, desc);
+    if (text) apply_text(*text, label, desc);
     if (!overrides.empty()) apply_overrides(overrides, desc);
   }
   const auto problems = check(cfg);
@@ -563,6 +567,18 @@ Config load_config(const std::optional<std::string>& path, const std::vector<std
     ST_BAD_INPUT("config ", cfg.source, (overrides.empty() ? "" : " with command-line overrides"), ": ", joined);
   }
   return cfg;
+}
+
+}  // namespace
+
+Config load_config(const std::optional<std::string>& path, const std::vector<std::string>& overrides) {
+  if (!path) return load(std::nullopt, "", "<defaults>", overrides);
+  return load(read_config_file(*path), "config file " + *path, *path, overrides);
+}
+
+Config load_config_text(const std::string& ini_text, const std::string& label,
+                        const std::vector<std::string>& overrides) {
+  return load(ini_text, label, label, overrides);
 }
 
 std::string config_help() {

@@ -107,6 +107,40 @@ TEST_F(Cli, BadDataIsReportedBeforeAnyStep) {
   EXPECT_FALSE(fs::exists(metrics));  // nothing ran
 }
 
+// `eval` reads data.path whole with the documented batch layout, which is the layout of a validation
+// pass; pointed at the file the run validated on, it must print the run's final val_loss.
+TEST_F(Cli, EvalOfACheckpointEqualsTheRunsValidationLoss) {
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "line " + std::to_string(i * 7919 % 1000) + ": the quick brown fox.\n";
+  const std::string val = write("val.txt", text);
+  const std::string metrics = (dir_ / "m.jsonl").string();
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const Result r = run_shardtrain("train --config " + std::string(SHARDTRAIN_SOURCE_DIR) +
+                                  "/configs/tiny.ini --train.steps=3 --train.sample_tokens=0 --model.seq_len=32 "
+                                  "--train.micro_batch=4 --train.global_batch=4 --train.eval_batches=3 "
+                                  "--data.val_path=" + val + " --ckpt.dir=" + ckpt + " --log.metrics=" + metrics);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(metrics);
+  std::string line;
+  double val_loss = -1;
+  while (std::getline(in, line))
+    if (contains(line, "\"val_loss\"")) val_loss = std::stod(line.substr(line.find("\"val_loss\": ") + 12));
+  const Result e = run_shardtrain("eval --ckpt " + ckpt + "/step_00000003 --data.path=" + val +
+                                  " --train.eval_batches=3");
+  ASSERT_EQ(e.code, 0) << e.output;
+  const size_t at = e.output.find("loss ");
+  ASSERT_NE(at, std::string::npos) << e.output;
+  EXPECT_NEAR(std::stod(e.output.substr(at + 5)), val_loss, 1e-6) << e.output;
+  EXPECT_TRUE(contains(e.output, "step 3")) << e.output;
+
+  const Result bad = run_shardtrain("eval --ckpt " + ckpt + "/step_00000003 --model.n_embd=64");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_TRUE(contains(bad.output, "model.n_embd")) << bad.output;
+  const Result missing = run_shardtrain("eval --ckpt " + (dir_ / "nope").string());
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_TRUE(contains(missing.output, (dir_ / "nope").string())) << missing.output;
+}
+
 // The README's default run: the tiny model on the built-in corpus, on its defaults. Validation loss must
 // fall below 2.3 nats/byte (uniform is ln 256 = 5.55).
 TEST_F(Cli, DefaultRunLearnsTheCorpus) {

@@ -93,6 +93,10 @@ struct Config {
 // of kind kBadInput naming the file and key for anything wrong; a missing file names the path.
 Config load_config(const std::optional<std::string>& path, const std::vector<std::string>& overrides);
 
+// The same from INI text held in memory (a checkpoint manifest's config); `label` names it in errors.
+Config load_config_text(const std::string& ini_text, const std::string& label,
+                        const std::vector<std::string>& overrides);
+
 // Every key, one per line: "  section.key  (default: X)  meaning". Used by --help.
 std::string config_help();
 
