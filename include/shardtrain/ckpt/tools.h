@@ -1,0 +1,88 @@
+// Offline tools over one committed checkpoint directory (step_XXXXXXXX/): inspect it, verify every byte
+// of it, and export its weights as one consolidated Hugging Face GPT-2 file. Single-process: they read
+// the rank files directly and need no communicator, whatever world size wrote the checkpoint.
+//
+//   std::cout << inspect_checkpoint("ckpt/step_00000100");
+//   VerifyReport r = verify_checkpoint("ckpt/step_00000100");          // throws kBadInput on a problem
+//   export_checkpoint("ckpt/step_00000100", "out/model.safetensors");  // + out/config.json
+//
+// Every function first requires `step_dir` to be a committed checkpoint: an existing directory holding
+// manifest.json (kBadInput "... is not a committed checkpoint" naming it otherwise). read_manifest then
+// validates the manifest (docs/checkpoint-format.md, "What a reader checks"), and the manifest's units
+// must equal the layout its model config gives (model/units.h): names, numel, tensor names, shapes, offsets.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "shardtrain/ckpt/manifest.h"
+
+namespace st {
+
+// read_manifest of <step_dir>/manifest.json after the checks above.
+Manifest open_checkpoint(const std::string& step_dir);
+
+// A human-readable description, one "key value" per line (no hashing, no rank file is opened):
+//
+//   checkpoint ckpt/step_00000003
+//   step 3
+//   world_size 2
+//   format_version 1
+//   optimizer_updates 3
+//   data_cursor 48
+//   model n_layer=4 n_head=4 n_embd=128 vocab_size=256 seq_len=128
+//   units 6
+//     embedding numel=49152
+//       wte [256, 128]
+//       wpe [128, 128]
+//     block.0 numel=198272
+//       ln1.weight [128]
+//       ...
+//   files 2 bytes=6554528
+//     rank_00000.h5 bytes=3277264 sha256=97fd...
+//     rank_00001.h5 bytes=3277264 sha256=1c2a...
+std::string inspect_checkpoint(const std::string& step_dir);
+
+struct VerifyReport {
+  int files = 0;       // rank files checked (== world_size)
+  int64_t bytes = 0;   // their total size
+};
+
+// Checks the whole checkpoint, rank file by rank file in rank order, stopping at the first problem:
+//   1. the file exists, its size and SHA-256 equal the manifest's;
+//   2. it opens with ShardFileReader (which checks its structure), its rank / world_size / step attributes
+//      equal the manifest's, and it holds exactly the manifest's units;
+//   3. every unit's [offset, count) in the file equals the manifest's span.
+// A problem is kBadInput naming the file and what mismatched, expected vs actual.
+VerifyReport verify_checkpoint(const std::string& step_dir);
+
+enum class ExportFormat { kSafetensors, kHdf5 };
+
+// By suffix: ".safetensors" or ".h5"; nullopt for anything else.
+std::optional<ExportFormat> export_format_for(const std::string& path);
+
+struct ExportReport {
+  std::string path;         // the weights file written
+  std::string config_path;  // config.json beside it
+  int tensors = 0;
+  int64_t bytes = 0;        // size of the weights file
+};
+
+// Writes the checkpoint's fp32 weights (param) as full tensors under Hugging Face GPT-2 names and layouts,
+// exactly the tensors and order of write_hf_gpt2 (hf_export.h): Conv1D matrices transposed, wte cut to
+// vocab_size rows, lm_head omitted (tied). The format follows out_path's suffix (export_format_for;
+// kBadInput naming the path and the allowed suffixes otherwise): safetensors (safetensors.h) or HDF5
+// with one dataset per tensor (what ckpt.export writes).
+//
+// Streamed: for each tensor only its elements are read, by hyperslab, from the rank files whose spans
+// meet them; peak memory is about two copies of the largest tensor, never the whole model. Each rank file
+// is verified (size, SHA-256) before its first read. The output goes to out_path + ".tmp", is fsynced and
+// renamed over out_path; then config.json (GPT2Config's fields, GPT2LMHeadModel) is written atomically
+// into out_path's directory, replacing any config.json there. The output directory must exist.
+ExportReport export_checkpoint(const std::string& step_dir, const std::string& out_path);
+
+// The config.json text for a model: what Hugging Face's GPT2Config accepts, with dropout 0 and fp32.
+std::string hf_gpt2_config_json(const ModelConfig& model);
+
+}  // namespace st

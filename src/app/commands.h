@@ -1,0 +1,10 @@
+// The subcommands of the shardtrain binary beyond `train` (which lives in main.cc). Each takes the
+// arguments after its name, returns an exit code on success and throws st::Error otherwise; main() turns
+// errors into exit codes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+// shardtrain ckpt inspect|verify|export ...: offline checkpoint tools (ckpt/tools.h). Single-process.
+int cmd_ckpt(const std::vector<std::string>& args);

@@ -1,0 +1,115 @@
+#include "shardtrain/ckpt/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "shardtrain/core/error.h"
+
+// safetensors stores little-endian data; we write memory as it is, which is only right on such a host.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the safetensors writer assumes a little-endian host");
+
+namespace st {
+namespace {
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+void validate(const std::vector<SafetensorsTensor>& tensors) {
+  std::set<std::string> seen;
+  for (const SafetensorsTensor& t : tensors) {
+    ST_CHECK(!t.name.empty(), "safetensors: empty tensor name");
+    ST_CHECK(t.name != "__metadata__", "safetensors: a tensor may not be called __metadata__");
+    ST_CHECK(seen.insert(t.name).second, "safetensors: tensor ", t.name, " is declared twice");
+    for (int64_t d : t.shape) ST_CHECK(d >= 0, "safetensors: tensor ", t.name, " has a negative dimension ", d);
+  }
+}
+
+}  // namespace
+
+std::string safetensors_header(const std::vector<SafetensorsTensor>& tensors) {
+  validate(tensors);
+  // ordered_json keeps the declaration order, which is also the order of the data.
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  int64_t at = 0;
+  for (const SafetensorsTensor& t : tensors) {
+    const int64_t bytes = numel_of(t.shape) * static_cast<int64_t>(sizeof(float));
+    h[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {at, at + bytes}}};
+    at += bytes;
+  }
+  h["__metadata__"] = {{"format", "pt"}};
+  std::string text = h.dump();
+  // The data section starts at 8 + N; pad N with spaces (which JSON parsers skip) to a multiple of 8.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<SafetensorsTensor> tensors)
+    : path_(path), tensors_(std::move(tensors)) {
+  const std::string header = safetensors_header(tensors_);  // validates before anything touches the disk
+  int64_t data_bytes = 0;
+  for (const SafetensorsTensor& t : tensors_) data_bytes += numel_of(t.shape) * static_cast<int64_t>(sizeof(float));
+  file_bytes_ = 8 + static_cast<int64_t>(header.size()) + data_bytes;
+
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) ST_FAULT("cannot create ", path_, ": ", std::strerror(errno));
+  unsigned char len[8];
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  write_all(len, 8);
+  write_all(header.data(), static_cast<int64_t>(header.size()));
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SafetensorsWriter::write(const std::string& name, const float* data, int64_t numel) {
+  ST_CHECK(fd_ >= 0, path_, ": write(", name, ") after finish()");
+  ST_CHECK(next_ < tensors_.size(), path_, ": write(", name, "): all ", tensors_.size(), " tensors are written");
+  const SafetensorsTensor& t = tensors_[next_];
+  ST_CHECK(name == t.name, path_, ": write(", name, "): the next declared tensor is ", t.name);
+  ST_CHECK(numel == numel_of(t.shape), path_, ": write(", name, "): ", numel, " elements, the shape holds ",
+           numel_of(t.shape));
+  write_all(data, numel * static_cast<int64_t>(sizeof(float)));
+  ++next_;
+}
+
+void SafetensorsWriter::finish() {
+  ST_CHECK(fd_ >= 0, path_, ": finish() called twice");
+  ST_CHECK(next_ == tensors_.size(), path_, ": finish() after ", next_, " of ", tensors_.size(),
+           " tensors; the next is ", tensors_[next_].name);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ST_FAULT("cannot fsync ", path_, ": ", std::strerror(err));
+  }
+  if (::close(fd) != 0) ST_FAULT("cannot close ", path_, ": ", std::strerror(errno));
+}
+
+void SafetensorsWriter::write_all(const void* data, int64_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    // Linux moves at most about 2 GiB per write(2); ask for 1 GiB at a time.
+    const size_t want = static_cast<size_t>(std::min<int64_t>(bytes, int64_t{1} << 30));
+    const ssize_t n = ::write(fd_, p, want);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) ST_FAULT("cannot write ", path_, ": ", std::strerror(errno));
+    if (n == 0) ST_FAULT("cannot write ", path_, ": write(2) wrote nothing");
+    p += n;
+    bytes -= n;
+  }
+}
+
+}  // namespace st

@@ -1,0 +1,294 @@
+#include "shardtrain/ckpt/tools.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <system_error>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/h5.h"
+#include "shardtrain/ckpt/hf_export.h"
+#include "shardtrain/ckpt/safetensors.h"
+#include "shardtrain/ckpt/shard_file.h"
+#include "shardtrain/core/error.h"
+#include "shardtrain/model/units.h"
+
+namespace fs = std::filesystem;
+
+namespace st {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string span_str(const ShardSpan& s) { return str_cat("[", s.offset, ", ", s.end(), ")"); }
+
+std::string manifest_path_of(const std::string& step_dir) { return (fs::path(step_dir) / "manifest.json").string(); }
+
+std::string file_path_of(const std::string& step_dir, const ManifestFile& f) {
+  return (fs::path(step_dir) / f.name).string();
+}
+
+// The manifest's units must be the layout its own model config gives, or the names, transposes and
+// shapes of the HF map (built from the config) would not describe the stored buffers.
+void check_units_match_model(const Manifest& m, const std::vector<UnitLayout>& units, const std::string& path) {
+  if (m.units.size() != units.size())
+    ST_BAD_INPUT(path, ": units has ", m.units.size(), " entries, the model config (n_layer ", m.model.n_layer,
+                 ") gives ", units.size());
+  for (const UnitLayout& u : units) {
+    const ManifestUnit& mu = m.units[static_cast<size_t>(u.index)];
+    const std::string where = str_cat("units[", u.index, "]");
+    if (mu.name != u.name || mu.numel != u.numel)
+      ST_BAD_INPUT(path, ": ", where, " is ", mu.name, " of ", mu.numel, " elements, the model config gives ", u.name,
+                   " of ", u.numel);
+    if (mu.tensors.size() != u.tensors.size())
+      ST_BAD_INPUT(path, ": ", where, ".tensors has ", mu.tensors.size(), " entries, the model config gives ",
+                   u.tensors.size());
+    for (size_t k = 0; k < u.tensors.size(); ++k) {
+      const ManifestTensor& mt = mu.tensors[k];
+      const TensorSpec& t = u.tensors[k];
+      if (mt.name != t.name || mt.shape != t.shape || mt.offset != t.offset)
+        ST_BAD_INPUT(path, ": ", where, ".tensors[", k, "] is ", mt.name, " ", shape_str(mt.shape), " at ", mt.offset,
+                     ", the model config gives ", t.name, " ", shape_str(t.shape), " at ", t.offset);
+    }
+  }
+}
+
+// Size and SHA-256 of one rank file against the manifest; the first problem is kBadInput naming the file.
+void check_file_bytes(const std::string& path, const ManifestFile& f) {
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    ST_BAD_INPUT(path, ": missing (the manifest lists it as rank ", f.rank, "'s file of ", f.bytes, " bytes)");
+  const int64_t bytes = file_size(path);
+  if (bytes != f.bytes)
+    ST_BAD_INPUT(path, ": size mismatch: expected ", f.bytes, " bytes (manifest), actual ", bytes,
+                 " (truncated or replaced)");
+  const std::string hash = sha256_file(path);
+  if (hash != f.sha256)
+    ST_BAD_INPUT(path, ": SHA-256 mismatch: expected ", f.sha256, " (manifest), actual ", hash);
+}
+
+// [rows, cols] row-major -> [cols, rows] (Conv1D layout). Blocked, so both sides stay in cache.
+void transpose(const float* in, float* out, int64_t rows, int64_t cols) {
+  constexpr int64_t kB = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kB)
+    for (int64_t c0 = 0; c0 < cols; c0 += kB)
+      for (int64_t r = r0; r < std::min(r0 + kB, rows); ++r)
+        for (int64_t c = c0; c < std::min(c0 + kB, cols); ++c) out[c * rows + r] = in[r * cols + c];
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Renames tmp over path and makes the rename durable; kFault naming both on failure.
+void commit_rename(const std::string& tmp, const std::string& path) {
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    ST_FAULT("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
+  const fs::path dir = fs::path(path).parent_path();
+  fsync_path(dir.empty() ? "." : dir.string());
+}
+
+// Removes the temporary output if the export fails half way, so no *.tmp is left behind.
+class TmpFileGuard {
+ public:
+  explicit TmpFileGuard(std::string path) : path_(std::move(path)) {}
+  TmpFileGuard(const TmpFileGuard&) = delete;
+  TmpFileGuard& operator=(const TmpFileGuard&) = delete;
+  ~TmpFileGuard() {
+    if (armed_) {
+      std::error_code ec;
+      fs::remove(path_, ec);
+    }
+  }
+  void disarm() { armed_ = false; }
+
+ private:
+  std::string path_;
+  bool armed_ = true;
+};
+
+}  // namespace
+
+Manifest open_checkpoint(const std::string& step_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(step_dir, ec))
+    ST_BAD_INPUT(step_dir, " is not a committed checkpoint: no such directory");
+  const std::string manifest = manifest_path_of(step_dir);
+  if (!fs::is_regular_file(manifest, ec))
+    ST_BAD_INPUT(step_dir, " is not a committed checkpoint: it has no manifest.json");
+  Manifest m = read_manifest(manifest);
+  check_units_match_model(m, build_units(m.model), manifest);
+  return m;
+}
+
+std::string inspect_checkpoint(const std::string& step_dir) {
+  const Manifest m = open_checkpoint(step_dir);
+  std::ostringstream os;
+  os << "checkpoint " << step_dir << "\n"
+     << "step " << m.step << "\n"
+     << "world_size " << m.world_size << "\n"
+     << "format_version " << m.format_version << "\n"
+     << "optimizer_updates " << m.optimizer_updates << "\n"
+     << "data_cursor " << m.data_cursor << "\n"
+     << "model n_layer=" << m.model.n_layer << " n_head=" << m.model.n_head << " n_embd=" << m.model.n_embd
+     << " vocab_size=" << m.model.vocab_size << " seq_len=" << m.model.seq_len << "\n";
+  os << "units " << m.units.size() << "\n";
+  for (const ManifestUnit& u : m.units) {
+    os << "  " << u.name << " numel=" << u.numel << "\n";
+    for (const ManifestTensor& t : u.tensors) os << "    " << t.name << " " << shape_str(t.shape) << "\n";
+  }
+  int64_t total = 0;
+  for (const ManifestFile& f : m.files) total += f.bytes;
+  os << "files " << m.files.size() << " bytes=" << total << "\n";
+  for (const ManifestFile& f : m.files) os << "  " << f.name << " bytes=" << f.bytes << " sha256=" << f.sha256 << "\n";
+  return os.str();
+}
+
+VerifyReport verify_checkpoint(const std::string& step_dir) {
+  const Manifest m = open_checkpoint(step_dir);
+  VerifyReport report;
+  for (const ManifestFile& f : m.files) {
+    const std::string path = file_path_of(step_dir, f);
+    check_file_bytes(path, f);
+    const ShardFileReader reader(path);
+    const std::string manifest_field = str_cat("manifest files[", f.rank, "]");
+    if (reader.rank() != f.rank)
+      ST_BAD_INPUT(path, ": rank attribute mismatch: expected ", f.rank, " (", manifest_field, "), actual ",
+                   reader.rank());
+    if (reader.world_size() != m.world_size)
+      ST_BAD_INPUT(path, ": world_size attribute mismatch: expected ", m.world_size, " (manifest), actual ",
+                   reader.world_size());
+    if (reader.step() != m.step)
+      ST_BAD_INPUT(path, ": step attribute mismatch: expected ", m.step, " (manifest), actual ", reader.step());
+    if (reader.unit_names().size() != m.units.size())
+      ST_BAD_INPUT(path, ": holds ", reader.unit_names().size(), " units, expected ", m.units.size(), " (manifest)");
+    for (size_t u = 0; u < m.units.size(); ++u) {
+      const std::string& unit = m.units[u].name;
+      if (!reader.has_unit(unit)) ST_BAD_INPUT(path, ": unit ", unit, " is missing (the manifest lists it)");
+      const ShardSpan actual = reader.span(unit);
+      const ShardSpan& expected = f.spans[u];
+      if (!(actual == expected))
+        ST_BAD_INPUT(path, ": unit ", unit, " span mismatch: expected ", span_str(expected), " (", manifest_field,
+                     ".spans[", u, "]), actual ", span_str(actual));
+    }
+    ++report.files;
+    report.bytes += f.bytes;
+  }
+  return report;
+}
+
+std::optional<ExportFormat> export_format_for(const std::string& path) {
+  auto ends_with = [&](const std::string& suffix) {
+    return path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends_with(".safetensors")) return ExportFormat::kSafetensors;
+  if (ends_with(".h5")) return ExportFormat::kHdf5;
+  return std::nullopt;
+}
+
+std::string hf_gpt2_config_json(const ModelConfig& model) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"GPT2LMHeadModel"};
+  j["model_type"] = "gpt2";
+  j["vocab_size"] = model.vocab_size;
+  j["n_positions"] = model.seq_len;
+  j["n_ctx"] = model.seq_len;
+  j["n_embd"] = model.n_embd;
+  j["n_layer"] = model.n_layer;
+  j["n_head"] = model.n_head;
+  j["n_inner"] = nullptr;  // 4 * n_embd
+  j["activation_function"] = "gelu_new";
+  j["layer_norm_epsilon"] = 1e-05;
+  j["resid_pdrop"] = 0.0;
+  j["embd_pdrop"] = 0.0;
+  j["attn_pdrop"] = 0.0;
+  j["initializer_range"] = 0.02;
+  j["tie_word_embeddings"] = true;
+  j["torch_dtype"] = "float32";
+  return j.dump(2) + "\n";
+}
+
+ExportReport export_checkpoint(const std::string& step_dir, const std::string& out_path) {
+  const std::optional<ExportFormat> format = export_format_for(out_path);
+  if (!format) ST_BAD_INPUT("output path ", out_path, " must end in .safetensors or .h5");
+  const fs::path out_dir = fs::path(out_path).parent_path().empty() ? fs::path(".") : fs::path(out_path).parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(out_dir, ec)) ST_BAD_INPUT("output directory ", out_dir.string(), " does not exist");
+
+  const Manifest m = open_checkpoint(step_dir);
+  const std::vector<UnitLayout> units = build_units(m.model);
+  const std::vector<HfTensorMap> map = hf_gpt2_tensor_map(m.model, units);
+
+  // Rank files are opened lazily, each verified before its first read, and kept open for later tensors.
+  std::map<int, std::unique_ptr<ShardFileReader>> readers;
+  auto reader = [&](int r) -> const ShardFileReader& {
+    auto it = readers.find(r);
+    if (it != readers.end()) return *it->second;
+    const ManifestFile& f = m.files[static_cast<size_t>(r)];
+    const std::string path = file_path_of(step_dir, f);
+    check_file_bytes(path, f);
+    return *readers.emplace(r, std::make_unique<ShardFileReader>(path)).first->second;
+  };
+
+  // One HF tensor: the elements [offset, offset + numel) of its unit (wte: its first vocab_size rows, which
+  // are contiguous), gathered from every file whose span meets them, then transposed for Conv1D.
+  std::vector<float> buf, scratch;
+  auto load = [&](const HfTensorMap& t) -> const float* {
+    const UnitLayout& u = units[static_cast<size_t>(t.unit)];
+    const ShardSpan want{t.tensor->offset, numel_of(t.hf_shape)};
+    buf.resize(static_cast<size_t>(want.count));
+    int64_t filled = 0;
+    for (int r = 0; r < m.world_size; ++r) {
+      const ShardSpan part = intersect(want, m.files[static_cast<size_t>(r)].spans[static_cast<size_t>(u.index)]);
+      if (part.count == 0) continue;
+      reader(r).read(u.name, ShardState::kParam, part, buf.data() + (part.offset - want.offset));
+      filled += part.count;
+    }
+    // read_manifest checked that the spans cover each unit exactly once.
+    ST_ENFORCE_EQ(filled, want.count);
+    if (!t.transpose) return buf.data();
+    scratch.resize(buf.size());
+    transpose(buf.data(), scratch.data(), t.tensor->shape[0], t.tensor->shape[1]);
+    return scratch.data();
+  };
+
+  ExportReport report;
+  report.path = out_path;
+  report.config_path = (out_dir / "config.json").string();
+  report.tensors = static_cast<int>(map.size());
+  const std::string tmp = out_path + ".tmp";
+  TmpFileGuard guard(tmp);
+  if (*format == ExportFormat::kSafetensors) {
+    std::vector<SafetensorsTensor> decl;
+    for (const HfTensorMap& t : map) decl.push_back({t.hf_name, t.hf_shape});
+    SafetensorsWriter w(tmp, std::move(decl));
+    for (const HfTensorMap& t : map) w.write(t.hf_name, load(t), numel_of(t.hf_shape));
+    w.finish();
+  } else {
+    H5File f = H5File::create(tmp);
+    for (const HfTensorMap& t : map) h5_write_f32(f, t.hf_name, t.hf_shape, load(t));
+    f.close();
+    fsync_path(tmp);  // HDF5 never fsyncs
+  }
+  commit_rename(tmp, out_path);
+  guard.disarm();
+  report.bytes = file_size(out_path);
+  write_file_atomic(report.config_path, hf_gpt2_config_json(m.model));
+  return report;
+}
+
+}  // namespace st

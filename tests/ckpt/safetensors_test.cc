@@ -1,0 +1,111 @@
+// The safetensors writer's contract (ckpt/safetensors.h): the layout, alignment, order and misuse.
+#include "shardtrain/ckpt/safetensors.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt_test_util.h"
+
+namespace st {
+namespace {
+
+using st::testing::bits;
+using st::testing::contains;
+using st::testing::pattern;
+using st::testing::TempDir;
+
+std::string read_bytes(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+uint64_t header_len(const std::string& blob) {
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(blob[i])) << (8 * i);
+  return n;
+}
+
+std::string internal_error(const std::function<void()>& fn) {
+  return st::testing::error_message(ErrorKind::kInternal, fn);
+}
+
+TEST(Safetensors, LayoutIsHeaderThenAlignedBackToBackData) {
+  TempDir tmp;
+  const std::string path = tmp.file("t.safetensors");
+  const std::vector<float> a = pattern(6, 1), b = pattern(5, 2), c = pattern(1, 3);
+  SafetensorsWriter w(path, {{"z.first", {2, 3}}, {"a.second", {5}}, {"empty", {0, 4}}, {"scalar", {}}});
+  w.write("z.first", a.data(), 6);
+  w.write("a.second", b.data(), 5);
+  w.write("empty", nullptr, 0);
+  w.write("scalar", c.data(), 1);
+  w.finish();
+
+  const std::string blob = read_bytes(path);
+  ASSERT_EQ(static_cast<int64_t>(blob.size()), w.file_bytes());
+  const uint64_t n = header_len(blob);
+  EXPECT_EQ((8 + n) % 8, 0u);
+  const std::string header = blob.substr(8, n);
+  EXPECT_EQ(header, safetensors_header({{"z.first", {2, 3}}, {"a.second", {5}}, {"empty", {0, 4}}, {"scalar", {}}}));
+  EXPECT_EQ(header.front(), '{');
+  EXPECT_EQ(header.find_last_not_of(' '), header.rfind('}'));  // padded with spaces only
+  const auto j = nlohmann::ordered_json::parse(header);
+  std::vector<std::string> keys;
+  for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"z.first", "a.second", "empty", "scalar", "__metadata__"}));  // as declared
+  EXPECT_EQ(j["__metadata__"]["format"], "pt");
+  EXPECT_EQ(j["z.first"]["dtype"], "F32");
+  EXPECT_EQ(j["z.first"]["shape"], nlohmann::ordered_json({2, 3}));
+  EXPECT_EQ(j["z.first"]["data_offsets"], nlohmann::ordered_json({0, 24}));
+  EXPECT_EQ(j["a.second"]["data_offsets"], nlohmann::ordered_json({24, 44}));
+  EXPECT_EQ(j["empty"]["data_offsets"], nlohmann::ordered_json({44, 44}));
+  EXPECT_EQ(j["scalar"]["shape"], nlohmann::ordered_json::array());
+  EXPECT_EQ(j["scalar"]["data_offsets"], nlohmann::ordered_json({44, 48}));
+  const std::string data = blob.substr(8 + n);
+  ASSERT_EQ(data.size(), 48u);
+  // Bit for bit, NaN payloads and denormals included.
+  EXPECT_EQ(bits(reinterpret_cast<const float*>(data.data()), 6), bits(a));
+  EXPECT_EQ(bits(reinterpret_cast<const float*>(data.data() + 24), 5), bits(b));
+  EXPECT_EQ(bits(reinterpret_cast<const float*>(data.data() + 44), 1), bits(c));
+}
+
+TEST(Safetensors, HeaderPaddingAlignsEveryLength) {
+  // Names of every length mod 8 give every header length mod 8.
+  for (int len = 1; len <= 16; ++len) {
+    const std::string h = safetensors_header({{std::string(static_cast<size_t>(len), 'x'), {3}}});
+    EXPECT_EQ((8 + h.size()) % 8, 0u) << len;
+    EXPECT_TRUE(nlohmann::json::accept(h)) << len;
+  }
+}
+
+TEST(Safetensors, MisuseIsAnInternalErrorNamingTheTensor) {
+  TempDir tmp;
+  const std::vector<float> x(6, 1.0f);
+  EXPECT_TRUE(contains(internal_error([&] { SafetensorsWriter(tmp.file("a"), {{"t", {1}}, {"t", {2}}}); }),
+                       "t is declared twice"));
+  EXPECT_TRUE(contains(internal_error([&] { SafetensorsWriter(tmp.file("b"), {{"__metadata__", {1}}}); }),
+                       "__metadata__"));
+  EXPECT_TRUE(contains(internal_error([&] { SafetensorsWriter(tmp.file("c"), {{"neg", {2, -1}}}); }), "neg"));
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("a")));  // refused before the file is created
+
+  SafetensorsWriter w(tmp.file("d"), {{"first", {2, 3}}, {"second", {4}}});
+  EXPECT_TRUE(contains(internal_error([&] { w.write("second", x.data(), 4); }), "the next declared tensor is first"));
+  EXPECT_TRUE(contains(internal_error([&] { w.write("first", x.data(), 5); }), "the shape holds 6"));
+  w.write("first", x.data(), 6);
+  EXPECT_TRUE(contains(internal_error([&] { w.finish(); }), "the next is second"));
+}
+
+TEST(Safetensors, AnUnwritablePathIsAFaultNamingIt) {
+  TempDir tmp;
+  const std::string path = tmp.file("no/such/dir/t.safetensors");
+  const std::string msg = st::testing::fault_message([&] { SafetensorsWriter(path, {{"t", {1}}}); });
+  EXPECT_TRUE(contains(msg, path)) << msg;
+}
+
+}  // namespace
+}  // namespace st

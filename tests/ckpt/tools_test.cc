@@ -1,0 +1,443 @@
+// The offline checkpoint tools (ckpt/tools.h) on checkpoints written by the real save path: verify and
+// its failures, export to safetensors and HDF5 against the gathered parameters, and the CLI around them.
+#include "shardtrain/ckpt/tools.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt_test_util.h"
+#include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/h5.h"
+#include "shardtrain/ckpt/hf_export.h"
+#include "shardtrain/comm/fake_communicator.h"
+#include "shardtrain/core/rng.h"
+#include "shardtrain/train/step_engine.h"
+
+namespace fs = std::filesystem;
+
+namespace st {
+namespace {
+
+using st::testing::bad_input_message;
+using st::testing::bits;
+using st::testing::contains;
+using st::testing::TempDir;
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void write_text(const fs::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// A train step's micro-batch: deterministic tokens per global sequence index.
+void fill(const Config& c, int64_t g, int32_t* in, int32_t* tgt) {
+  for (int64_t t = 0; t <= c.model.seq_len; ++t) {
+    const auto tok = static_cast<int32_t>(random_bits_at(7, static_cast<uint64_t>(g), static_cast<uint64_t>(t)) %
+                                          static_cast<uint64_t>(c.model.vocab_size));
+    if (t < c.model.seq_len) in[t] = tok;
+    if (t > 0) tgt[t - 1] = tok;
+  }
+}
+
+// A checkpoint written by the real save path, and the full parameters it holds (gathered on rank 0).
+struct Saved {
+  std::string step_dir;
+  std::vector<std::vector<float>> params;  // full flat buffer per unit
+};
+
+// Trains `steps` steps on `world` fake ranks and saves into cfg.ckpt.dir.
+Saved train_and_save(const Config& cfg, int world, int64_t steps) {
+  Saved out;
+  fake::spawn(world, [&](Communicator& comm) {
+    StepEngine e(cfg, comm);
+    const int64_t accum = cfg.grad_accum_steps(comm.world_size());
+    for (int64_t step = 0; step < steps; ++step) {
+      const float loss = e.forward_backward(
+          [&](int64_t micro, int32_t* in, int32_t* tgt) {
+            fill(cfg, (step * accum + micro) * comm.world_size() + comm.rank(), in, tgt);
+          },
+          accum);
+      e.optimizer_step(step, loss);
+    }
+    CheckpointState cs;
+    cs.step = steps;
+    cs.optimizer_updates = e.updates();
+    const std::string where = save_checkpoint(cfg, e.sharded(), cs, comm);
+    std::vector<std::vector<float>> full = e.gather_params();  // collective
+    if (comm.rank() == 0) {
+      out.step_dir = where;
+      out.params = std::move(full);
+    }
+  });
+  return out;
+}
+
+// A safetensors file parsed by hand: the header JSON and the data section.
+struct Safetensors {
+  uint64_t header_len = 0;
+  nlohmann::ordered_json header;
+  std::string data;
+};
+
+Safetensors parse_safetensors(const std::string& path) {
+  const std::string blob = read_bytes(path);
+  Safetensors s;
+  EXPECT_GE(blob.size(), 8u) << path;
+  if (blob.size() < 8) return s;
+  for (int i = 0; i < 8; ++i) s.header_len |= static_cast<uint64_t>(static_cast<unsigned char>(blob[i])) << (8 * i);
+  EXPECT_LE(8 + s.header_len, blob.size()) << path;
+  s.header = nlohmann::ordered_json::parse(blob.substr(8, s.header_len));
+  s.data = blob.substr(8 + s.header_len);
+  return s;
+}
+
+// What an HF tensor must hold: its slice of the gathered unit buffer, transposed for Conv1D.
+std::vector<float> expected_tensor(const HfTensorMap& t, const std::vector<std::vector<float>>& params) {
+  const float* src = params[static_cast<size_t>(t.unit)].data() + t.tensor->offset;
+  const int64_t n = numel_of(t.hf_shape);
+  std::vector<float> out(static_cast<size_t>(n));
+  if (!t.transpose) {
+    std::memcpy(out.data(), src, static_cast<size_t>(n) * sizeof(float));
+  } else {
+    const int64_t rows = t.tensor->shape[0], cols = t.tensor->shape[1];
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(c * rows + r)] = src[r * cols + c];
+  }
+  return out;
+}
+
+struct CliResult {
+  int code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+CliResult run_shardtrain(const std::string& args) {
+  const std::string cmd = std::string(SHARDTRAIN_BINARY) + " " + args + " 2>&1";
+  CliResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class CkptToolsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    omp_set_num_threads(1);
+    cfg_.model.n_layer = 2;
+    cfg_.model.n_embd = 16;
+    cfg_.model.n_head = 2;
+    cfg_.model.vocab_size = 50;  // padded to 128 in memory: the export must keep 50 rows
+    cfg_.model.seq_len = 8;
+    cfg_.train.micro_batch = 1;
+    cfg_.train.global_batch = 6;
+    cfg_.optim.warmup_steps = 1;
+    cfg_.ckpt.dir = tmp_.file("ckpt");
+    cfg_.ckpt.keep = 0;
+  }
+  // A 3-rank checkpoint after 2 steps.
+  const Saved& saved() {
+    if (saved_.step_dir.empty()) saved_ = train_and_save(cfg_, 3, 2);
+    return saved_;
+  }
+  std::string rank_file(int r) const {
+    char name[32];
+    std::snprintf(name, sizeof(name), "rank_%05d.h5", r);
+    return (fs::path(saved_.step_dir) / name).string();
+  }
+  std::string verify_error() {
+    return bad_input_message([&] { verify_checkpoint(saved_.step_dir); });
+  }
+
+  TempDir tmp_;
+  Config cfg_;
+  Saved saved_;
+};
+
+TEST_F(CkptToolsTest, VerifyPassesOnAFreshCheckpoint) {
+  saved();
+  const VerifyReport r = verify_checkpoint(saved_.step_dir);
+  EXPECT_EQ(r.files, 3);
+  int64_t bytes = 0;
+  for (int i = 0; i < 3; ++i) bytes += file_size(rank_file(i));
+  EXPECT_EQ(r.bytes, bytes);
+}
+
+TEST_F(CkptToolsTest, VerifyNamesAFileWithAFlippedByte) {
+  saved();
+  std::string b = read_bytes(rank_file(1));
+  b[b.size() / 2] ^= 0x01;
+  write_text(rank_file(1), b);
+  const Manifest m = read_manifest((fs::path(saved_.step_dir) / "manifest.json").string());
+  const std::string msg = verify_error();
+  EXPECT_TRUE(contains(msg, rank_file(1))) << msg;
+  EXPECT_TRUE(contains(msg, "SHA-256 mismatch")) << msg;
+  EXPECT_TRUE(contains(msg, "expected " + m.files[1].sha256)) << msg;
+  EXPECT_TRUE(contains(msg, "actual " + sha256_file(rank_file(1)))) << msg;
+}
+
+TEST_F(CkptToolsTest, VerifyNamesATruncatedFile) {
+  saved();
+  const std::string b = read_bytes(rank_file(1));
+  write_text(rank_file(1), b.substr(0, b.size() - 100));
+  const std::string msg = verify_error();
+  EXPECT_TRUE(contains(msg, rank_file(1))) << msg;
+  EXPECT_TRUE(contains(msg, "expected " + std::to_string(b.size()) + " bytes")) << msg;
+  EXPECT_TRUE(contains(msg, "actual " + std::to_string(b.size() - 100))) << msg;
+}
+
+TEST_F(CkptToolsTest, VerifyNamesAMissingFile) {
+  saved();
+  fs::remove(rank_file(2));
+  const std::string msg = verify_error();
+  EXPECT_TRUE(contains(msg, rank_file(2))) << msg;
+  EXPECT_TRUE(contains(msg, "missing")) << msg;
+}
+
+TEST_F(CkptToolsTest, VerifyNamesTheFileWhoseManifestHashWasEdited) {
+  saved();
+  const fs::path manifest = fs::path(saved_.step_dir) / "manifest.json";
+  nlohmann::json j = nlohmann::json::parse(read_bytes(manifest));
+  const std::string fake(64, 'a');
+  j["files"][0]["sha256"] = fake;
+  write_text(manifest, j.dump(2));
+  const std::string msg = verify_error();
+  EXPECT_TRUE(contains(msg, rank_file(0))) << msg;
+  EXPECT_TRUE(contains(msg, "expected " + fake)) << msg;
+  EXPECT_TRUE(contains(msg, "actual " + sha256_file(rank_file(0)))) << msg;
+}
+
+// The manifest still covers every unit exactly once, and every file's bytes match, but the boundary
+// between files 0 and 1 of block.0 moved: only the span check can catch it.
+TEST_F(CkptToolsTest, VerifyNamesAFileWhoseSpanDisagreesWithTheManifest) {
+  saved();
+  const fs::path manifest = fs::path(saved_.step_dir) / "manifest.json";
+  nlohmann::json j = nlohmann::json::parse(read_bytes(manifest));
+  auto& s0 = j["files"][0]["spans"][1];
+  auto& s1 = j["files"][1]["spans"][1];
+  const int64_t count0 = s0["count"].get<int64_t>();
+  const int64_t off1 = s1["offset"].get<int64_t>(), count1 = s1["count"].get<int64_t>();
+  ASSERT_GT(count0, 1);
+  s0["count"] = count0 - 1;
+  s1["offset"] = off1 - 1;
+  s1["count"] = count1 + 1;
+  write_text(manifest, j.dump(2));
+  const std::string msg = verify_error();
+  EXPECT_TRUE(contains(msg, rank_file(0))) << msg;
+  EXPECT_TRUE(contains(msg, "unit block.0 span mismatch")) << msg;
+  EXPECT_TRUE(contains(msg, "expected [0, " + std::to_string(count0 - 1) + ")")) << msg;
+  EXPECT_TRUE(contains(msg, "actual [0, " + std::to_string(count0) + ")")) << msg;
+}
+
+TEST_F(CkptToolsTest, RefusesADirectoryThatIsNotACommittedCheckpoint) {
+  const std::string missing = tmp_.file("nope");
+  std::string msg = bad_input_message([&] { verify_checkpoint(missing); });
+  EXPECT_TRUE(contains(msg, missing + " is not a committed checkpoint")) << msg;
+  const std::string empty = tmp_.file("step_00000001");
+  fs::create_directories(empty);
+  msg = bad_input_message([&] { inspect_checkpoint(empty); });
+  EXPECT_TRUE(contains(msg, empty + " is not a committed checkpoint")) << msg;
+  EXPECT_TRUE(contains(msg, "manifest.json")) << msg;
+  msg = bad_input_message([&] { export_checkpoint(empty, tmp_.file("x.safetensors")); });
+  EXPECT_TRUE(contains(msg, empty + " is not a committed checkpoint")) << msg;
+}
+
+TEST_F(CkptToolsTest, InspectPrintsStateUnitsAndFiles) {
+  saved();
+  const std::string text = inspect_checkpoint(saved_.step_dir);
+  const Manifest m = read_manifest((fs::path(saved_.step_dir) / "manifest.json").string());
+  for (const std::string& line :
+       {std::string("step 2\n"), std::string("world_size 3\n"), std::string("format_version 1\n"),
+        "optimizer_updates " + std::to_string(m.optimizer_updates) + "\n", std::string("data_cursor 12\n"),
+        std::string("model n_layer=2 n_head=2 n_embd=16 vocab_size=50 seq_len=8\n"), std::string("units 4\n"),
+        std::string("  embedding numel=2176\n"), std::string("    wte [128, 16]\n"),
+        std::string("    attn.qkv.weight [48, 16]\n"), std::string("  head numel=32\n"),
+        "  rank_00002.h5 bytes=" + std::to_string(m.files[2].bytes) + " sha256=" + m.files[2].sha256 + "\n"})
+    EXPECT_TRUE(contains(text, line)) << "missing: " << line << "in:\n" << text;
+}
+
+TEST_F(CkptToolsTest, ExportSafetensorsEqualsTheGatheredParameters) {
+  saved();
+  const std::string out = tmp_.file("model.safetensors");
+  const ExportReport r = export_checkpoint(saved_.step_dir, out);
+  const std::vector<UnitLayout> units = build_units(cfg_.model);
+  const std::vector<HfTensorMap> map = hf_gpt2_tensor_map(cfg_.model, units);
+  EXPECT_EQ(r.tensors, static_cast<int>(map.size()));
+  EXPECT_EQ(r.bytes, file_size(out));
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+
+  const Safetensors s = parse_safetensors(out);
+  EXPECT_EQ((8 + s.header_len) % 8, 0u) << "data section not 8-byte aligned";
+  ASSERT_EQ(s.header.size(), map.size() + 1);  // + __metadata__
+  EXPECT_EQ(s.header["__metadata__"], nlohmann::ordered_json({{"format", "pt"}}));
+  int64_t end = 0;
+  size_t k = 0;
+  for (auto it = s.header.begin(); it != s.header.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    ASSERT_LT(k, map.size());
+    const HfTensorMap& t = map[k++];
+    EXPECT_EQ(it.key(), t.hf_name) << "order differs from write_hf_gpt2";
+    const auto& e = it.value();
+    EXPECT_EQ(e["dtype"], "F32") << t.hf_name;
+    EXPECT_EQ(e["shape"].get<std::vector<int64_t>>(), t.hf_shape) << t.hf_name;
+    const int64_t begin = e["data_offsets"][0].get<int64_t>(), stop = e["data_offsets"][1].get<int64_t>();
+    EXPECT_EQ(begin, end) << t.hf_name << ": not back to back";
+    ASSERT_EQ(stop - begin, numel_of(t.hf_shape) * 4) << t.hf_name;
+    ASSERT_LE(static_cast<size_t>(stop), s.data.size());
+    const std::vector<float> want = expected_tensor(t, saved_.params);
+    EXPECT_EQ(bits(reinterpret_cast<const float*>(s.data.data() + begin), want.size()), bits(want)) << t.hf_name;
+    end = stop;
+  }
+  EXPECT_EQ(static_cast<size_t>(end), s.data.size());
+  EXPECT_EQ(s.header["transformer.wte.weight"]["shape"], nlohmann::ordered_json({50, 16}));  // unpadded
+  EXPECT_EQ(s.header["transformer.h.1.mlp.c_fc.weight"]["shape"], nlohmann::ordered_json({16, 64}));  // Conv1D
+}
+
+TEST_F(CkptToolsTest, ExportHdf5EqualsTheGatheredParameters) {
+  saved();
+  const std::string out = tmp_.file("model.h5");
+  export_checkpoint(saved_.step_dir, out);
+  const std::vector<UnitLayout> units = build_units(cfg_.model);
+  {
+    const H5File f = H5File::open_read(out);
+    for (const HfTensorMap& t : hf_gpt2_tensor_map(cfg_.model, units)) {
+      std::vector<float> got(static_cast<size_t>(numel_of(t.hf_shape)));
+      h5_read_f32(f, t.hf_name, t.hf_shape, got.data());
+      EXPECT_EQ(bits(got), bits(expected_tensor(t, saved_.params))) << t.hf_name;
+    }
+  }
+  // read_hf_gpt2 takes it as ckpt.export's own file: the units come back whole (wte padding rows zero,
+  // as they are in the trained model).
+  std::vector<std::vector<float>> back(units.size());
+  std::vector<float*> ptrs;
+  for (const UnitLayout& u : units) {
+    back[static_cast<size_t>(u.index)].assign(static_cast<size_t>(u.numel), -1.0f);
+    ptrs.push_back(back[static_cast<size_t>(u.index)].data());
+  }
+  read_hf_gpt2(out, cfg_.model, units, ptrs);
+  for (const UnitLayout& u : units)
+    EXPECT_EQ(bits(back[static_cast<size_t>(u.index)]), bits(saved_.params[static_cast<size_t>(u.index)])) << u.name;
+}
+
+TEST_F(CkptToolsTest, ExportWritesConfigJsonBesideTheWeights) {
+  saved();
+  fs::create_directories(tmp_.file("hf"));
+  const ExportReport r = export_checkpoint(saved_.step_dir, tmp_.file("hf/model.safetensors"));
+  EXPECT_EQ(r.config_path, tmp_.file("hf/config.json"));
+  const nlohmann::json c = nlohmann::json::parse(read_bytes(r.config_path));
+  EXPECT_EQ(c["architectures"], nlohmann::json({"GPT2LMHeadModel"}));
+  EXPECT_EQ(c["model_type"], "gpt2");
+  EXPECT_EQ(c["vocab_size"], 50);
+  EXPECT_EQ(c["n_positions"], 8);
+  EXPECT_EQ(c["n_ctx"], 8);
+  EXPECT_EQ(c["n_embd"], 16);
+  EXPECT_EQ(c["n_layer"], 2);
+  EXPECT_EQ(c["n_head"], 2);
+  EXPECT_TRUE(c["n_inner"].is_null());
+  EXPECT_EQ(c["activation_function"], "gelu_new");
+  EXPECT_DOUBLE_EQ(c["layer_norm_epsilon"].get<double>(), 1e-5);
+  EXPECT_DOUBLE_EQ(c["resid_pdrop"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(c["embd_pdrop"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(c["attn_pdrop"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(c["initializer_range"].get<double>(), 0.02);
+  EXPECT_EQ(c["tie_word_embeddings"], true);
+  EXPECT_EQ(c["torch_dtype"], "float32");
+  EXPECT_EQ(c.size(), 17u);
+}
+
+TEST_F(CkptToolsTest, ExportRefusesABadSuffix) {
+  saved();
+  for (const char* name : {"model.bin", "model.pt", "model", "model.safetensors.bak", "model.h5x"}) {
+    const std::string out = tmp_.file(name);
+    const std::string msg = bad_input_message([&] { export_checkpoint(saved_.step_dir, out); });
+    EXPECT_TRUE(contains(msg, out)) << msg;
+    EXPECT_TRUE(contains(msg, ".safetensors or .h5")) << msg;
+    EXPECT_FALSE(fs::exists(out)) << out;
+  }
+  const CliResult r = run_shardtrain("ckpt export " + saved_.step_dir + " --out " + tmp_.file("model.bin"));
+  EXPECT_EQ(r.code, kExitBadInput) << r.output;
+  EXPECT_TRUE(contains(r.output, "--out " + tmp_.file("model.bin"))) << r.output;
+  EXPECT_TRUE(contains(r.output, "allowed: .safetensors, .h5")) << r.output;
+}
+
+TEST_F(CkptToolsTest, ExportVerifiesEachRankFileBeforeReadingIt) {
+  saved();
+  std::string b = read_bytes(rank_file(2));
+  b[b.size() / 3] ^= 0x40;
+  write_text(rank_file(2), b);
+  const std::string out = tmp_.file("model.safetensors");
+  const std::string msg = bad_input_message([&] { export_checkpoint(saved_.step_dir, out); });
+  EXPECT_TRUE(contains(msg, rank_file(2))) << msg;
+  EXPECT_TRUE(contains(msg, "SHA-256 mismatch")) << msg;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+}
+
+// The same weights saved by 3 ranks and, after resharding on load, by 1 rank: the exports are identical.
+TEST_F(CkptToolsTest, ExportIsByteIdenticalWhateverTheWorldSizeThatWrote) {
+  saved();
+  Config one = cfg_;
+  one.ckpt.dir = tmp_.file("ckpt1");
+  std::string where1;
+  fake::spawn(1, [&](Communicator& comm) {
+    StepEngine e(one, comm);
+    const CheckpointState cs = load_checkpoint(saved_.step_dir, one, e.sharded(), comm);
+    where1 = save_checkpoint(one, e.sharded(), cs, comm);
+  });
+  EXPECT_EQ(read_manifest((fs::path(saved_.step_dir) / "manifest.json").string()).world_size, 3);
+  EXPECT_EQ(read_manifest((fs::path(where1) / "manifest.json").string()).world_size, 1);
+  fs::create_directories(tmp_.file("from3"));
+  fs::create_directories(tmp_.file("from1"));
+  export_checkpoint(saved_.step_dir, tmp_.file("from3/model.safetensors"));
+  export_checkpoint(where1, tmp_.file("from1/model.safetensors"));
+  const std::string a = read_bytes(tmp_.file("from3/model.safetensors"));
+  const std::string b = read_bytes(tmp_.file("from1/model.safetensors"));
+  EXPECT_GT(a.size(), 2176u * 4);
+  EXPECT_TRUE(a == b) << "exports differ (" << a.size() << " vs " << b.size() << " bytes)";
+  EXPECT_EQ(read_bytes(tmp_.file("from3/config.json")), read_bytes(tmp_.file("from1/config.json")));
+}
+
+TEST_F(CkptToolsTest, CliVerifyExitCodes) {
+  saved();
+  CliResult r = run_shardtrain("ckpt verify " + saved_.step_dir);
+  EXPECT_EQ(r.code, 0) << r.output;
+  int64_t bytes = 0;
+  for (int i = 0; i < 3; ++i) bytes += file_size(rank_file(i));
+  EXPECT_EQ(r.output, "OK: " + saved_.step_dir + ": 3 files, " + std::to_string(bytes) + " bytes verified\n");
+  r = run_shardtrain("ckpt inspect " + saved_.step_dir);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "\nstep 2\n")) << r.output;
+  fs::remove(rank_file(1));
+  r = run_shardtrain("ckpt verify " + saved_.step_dir);
+  EXPECT_EQ(r.code, kExitBadInput) << r.output;
+  EXPECT_TRUE(contains(r.output, rank_file(1))) << r.output;
+}
+
+}  // namespace
+}  // namespace st
