@@ -175,7 +175,7 @@ Key key(const char* section, const char* name, S Config::*outer, T S::*member, c
   return Key{section, name, meaning, std::make_shared<MemberField<S, T>>(outer, member)};
 }
 
-constexpr const char* kSections[] = {"model", "train", "optim", "data", "ckpt", "log", "dist"};
+constexpr const char* kSections[] = {"model", "train", "optim", "data", "ckpt", "init", "log", "dist"};
 
 const std::vector<Key>& keys() {
   static const std::vector<Key> table = {
@@ -231,6 +231,10 @@ const std::vector<Key>& keys() {
           "auto (the latest committed checkpoint in ckpt.dir, if any) | none | a step directory"),
       key("ckpt", "export", &Config::ckpt, &CkptConfig::export_path,
           "at the end, write the full weights to this HDF5 file with Hugging Face GPT-2 names (empty: none)"),
+
+      key("init", "from", &Config::init, &InitConfig::from,
+          "start from these weights instead of random init: .safetensors or .h5 with Hugging Face GPT-2 "
+          "names (ignored when resuming a checkpoint)"),
 
       key("log", "metrics", &Config::log, &LogConfig::metrics, "JSONL metrics file written by rank 0 (empty: none)"),
       key("log", "every", &Config::log, &LogConfig::every, "steps between human-readable log lines"),

@@ -6,6 +6,7 @@
 
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/hf_export.h"
+#include "shardtrain/ckpt/init_from.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/data/data_split.h"
 #include "shardtrain/data/sampler.h"
@@ -99,6 +100,11 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
     start_step = cs.step;
     summary.skipped = cs.skipped_steps;
     resumed_from = *from;
+    if (lead && !cfg.init.from.empty())
+      ST_LOG_INFO("init.from ", cfg.init.from, " not used: the run resumes from ", *from);
+  } else if (!cfg.init.from.empty()) {
+    init_from_weights(cfg.init.from, cfg.model, engine.sharded());
+    if (lead) ST_LOG_INFO("init.from: weights loaded from ", cfg.init.from);
   }
   auto save = [&](int64_t steps_done) {
     if (cfg.ckpt.dir.empty()) return;

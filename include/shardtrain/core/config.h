@@ -66,6 +66,10 @@ struct CkptConfig {
   std::string export_path;    // ckpt.export: full weights, Hugging Face names, written at the end (empty: none)
 };
 
+struct InitConfig {
+  std::string from;  // init.from: start from these weights (.safetensors or .h5, HF GPT-2 names); empty: random
+};
+
 struct LogConfig {
   std::string metrics;  // JSONL path written by rank 0; empty: none
   int64_t every = 1;    // steps between human-readable lines
@@ -79,6 +83,7 @@ struct Config {
   OptimConfig optim;
   DataConfig data;
   CkptConfig ckpt;
+  InitConfig init;
   LogConfig log;
   DistConfig dist;
   std::string source;  // the INI file it came from, or "<defaults>"

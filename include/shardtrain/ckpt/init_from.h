@@ -1,0 +1,20 @@
+// Starting a run from full weights instead of GPT-2's random initialisation (fine-tuning).
+//
+// `path` is a .safetensors file (from `shardtrain ckpt export`, or Hugging Face's own GPT-2
+// model.safetensors, whose names lack the "transformer." prefix; F32, F16 or BF16) or an .h5 file with
+// the same names (ckpt.export, `ckpt export --out x.h5`). Every GPT-2 tensor must be present with
+// Hugging Face's shape (the error names the tensor, the file and both shapes); other tensors in the file
+// (lm_head.weight, which is tied, or the attn.bias causal masks of old exports) are ignored. Each rank
+// reads every tensor once and keeps only the part inside its own spans; AdamW moments stay zero.
+#pragma once
+
+#include <string>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/shard/sharded_model.h"
+
+namespace st {
+
+void init_from_weights(const std::string& path, const ModelConfig& cfg, ShardedModel& model);
+
+}  // namespace st

@@ -1,0 +1,42 @@
+// Reads tensors from a safetensors file (the layout is in safetensors.h) as fp32, one tensor at a time:
+// opening parses and validates only the header; read() seeks to the one tensor asked for.
+//
+//   SafetensorsReader r("model.safetensors");
+//   if (r.has("wte.weight")) r.read("wte.weight", {50257, 768}, buf.data());
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fstream>
+
+namespace st {
+
+class SafetensorsReader {
+ public:
+  // Opens the file and validates the header: its length, JSON, and every tensor's dtype, shape and
+  // data_offsets (inside the file, matching shape x dtype size). Errors are kBadInput naming the path.
+  explicit SafetensorsReader(const std::string& path);
+
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  std::vector<std::string> names() const;
+  const std::vector<int64_t>& shape(const std::string& name) const;
+  // Copies the tensor into out as fp32. Its shape must equal `shape` (the error names the tensor, the file
+  // and both shapes); dtypes F32, F16 and BF16 are accepted.
+  void read(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Entry {
+    std::string dtype;
+    std::vector<int64_t> shape;
+    int64_t begin = 0, end = 0;  // absolute byte offsets in the file
+  };
+  std::string path_;
+  mutable std::ifstream in_;
+  std::map<std::string, Entry> tensors_;
+};
+
+}  // namespace st
