@@ -100,7 +100,7 @@ int run(int argc, char** argv, st::Communicator& comm) {
   if (cmd == "train") return cmd_train(rest, comm);
   if (cmd == "ckpt") return cmd_ckpt(rest);
   if (cmd == "eval") return cmd_eval(rest, comm);
-  ST_BAD_INPUT("unknown command '", cmd, "' (expected: train; see shardtrain --help)");
+  ST_BAD_INPUT("unknown command '", cmd, "' (expected: train, eval or ckpt; see shardtrain --help)");
 }
 
 }  // namespace
