@@ -102,7 +102,10 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
     resumed_from = *from;
     if (lead && !cfg.init.from.empty())
       ST_LOG_INFO("init.from ", cfg.init.from, " not used: the run resumes from ", *from);
-  } else if (!cfg.init.from.empty()) {
+  } else if (cfg.ckpt.resume == "auto" && !cfg.ckpt.dir.empty() && lead) {
+    ST_LOG_INFO("ckpt.resume=auto: no committed checkpoint in ", cfg.ckpt.dir, ": starting fresh");
+  }
+  if (resumed_from.empty() && !cfg.init.from.empty()) {
     init_from_weights(cfg.init.from, cfg.model, engine.sharded());
     if (lead) ST_LOG_INFO("init.from: weights loaded from ", cfg.init.from);
   }
