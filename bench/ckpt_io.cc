@@ -14,8 +14,7 @@
 
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/comm/communicator.h"
-#include "shardtrain/comm/mpi_communicator.h"
-#include "shardtrain/comm/mpi_session.h"
+#include "shardtrain/comm/launcher.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/shard/sharded_model.h"
@@ -25,12 +24,7 @@ namespace fs = std::filesystem;
 int main(int argc, char** argv) {
   std::optional<st::MpiSession> mpi;
   try {
-    if (st::MpiSession::launched_by_mpi()) mpi.emplace(&argc, &argv);
-    std::unique_ptr<st::Communicator> comm;
-    if (mpi)
-      comm = std::make_unique<st::MpiCommunicator>();
-    else
-      comm = std::make_unique<st::SoloCommunicator>();
+    const std::unique_ptr<st::Communicator> comm = st::join_world(&argc, &argv, &mpi);
     std::optional<std::string> config;
     std::string dir;
     int iters = 3;
@@ -83,7 +77,6 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const st::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    if (mpi) st::MpiSession::abort(st::exit_code_for(e.kind()));
-    return st::exit_code_for(e.kind());
+    return st::fail_world(mpi, e.kind());
   }
 }

@@ -11,8 +11,7 @@
 
 #include "commands.h"
 #include "shardtrain/comm/communicator.h"
-#include "shardtrain/comm/mpi_communicator.h"
-#include "shardtrain/comm/mpi_session.h"
+#include "shardtrain/comm/launcher.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
@@ -111,21 +110,13 @@ int run(int argc, char** argv, st::Communicator& comm) {
 int main(int argc, char** argv) {
   std::optional<st::MpiSession> mpi;
   try {
-    if (st::MpiSession::launched_by_mpi()) mpi.emplace(&argc, &argv);
-    std::unique_ptr<st::Communicator> comm;
-    if (mpi)
-      comm = std::make_unique<st::MpiCommunicator>();
-    else
-      comm = std::make_unique<st::SoloCommunicator>();
-    if (mpi) st::set_process_identity(comm->rank(), comm->world_size());
+    const std::unique_ptr<st::Communicator> comm = st::join_world(&argc, &argv, &mpi);
     return run(argc, argv, *comm);  // comm is destroyed before the session finalises MPI
   } catch (const st::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    if (mpi) st::MpiSession::abort(st::exit_code_for(e.kind()));
-    return st::exit_code_for(e.kind());
+    return st::fail_world(mpi, e.kind());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: internal: %s\n", e.what());
-    if (mpi) st::MpiSession::abort(st::kExitInternal);
-    return st::kExitInternal;
+    return st::fail_world(mpi, st::ErrorKind::kInternal);
   }
 }
