@@ -3,27 +3,22 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/ckpt/safetensors_reader.h"
+#include "shardtrain/ckpt/tools.h"
 #include "shardtrain/core/error.h"
 
 namespace st {
-namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
-
 void init_from_weights(const std::string& path, const ModelConfig& cfg, ShardedModel& model) {
   // One reader function per format: reads the tensor `name` of HF shape `shape` into out.
   std::function<void(const std::string&, const std::vector<int64_t>&, float*)> read;
   std::unique_ptr<SafetensorsReader> st_reader;
   std::unique_ptr<H5File> h5;
-  if (ends_with(path, ".safetensors")) {
+  const std::optional<ExportFormat> format = export_format_for(path);
+  if (format == ExportFormat::kSafetensors) {
     st_reader = std::make_unique<SafetensorsReader>(path);
     read = [&](const std::string& name, const std::vector<int64_t>& shape, float* out) {
       // Hugging Face's GPT2LMHeadModel exports carry "transformer."; GPT2Model's (the hub's gpt2) do not.
@@ -35,7 +30,7 @@ void init_from_weights(const std::string& path, const ModelConfig& cfg, ShardedM
       else
         ST_BAD_INPUT("init.from ", path, ": tensor ", name, " (or ", bare, ") is missing");
     };
-  } else if (ends_with(path, ".h5")) {
+  } else if (format == ExportFormat::kHdf5) {
     h5 = std::make_unique<H5File>(H5File::open_read(path));
     read = [&](const std::string& name, const std::vector<int64_t>& shape, float* out) {
       h5_read_f32(*h5, name, shape, out);
@@ -54,10 +49,8 @@ void init_from_weights(const std::string& path, const ModelConfig& cfg, ShardedM
     read(m.hf_name, m.hf_shape, hf.data());
     const float* src = hf.data();
     if (m.transpose) {  // Conv1D [in, out] -> ours [out, in]
-      const int64_t rows = m.hf_shape[0], cols = m.hf_shape[1];
       ours.resize(static_cast<size_t>(hf_numel));
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) ours[static_cast<size_t>(c * rows + r)] = hf[static_cast<size_t>(r * cols + c)];
+      transpose_2d(hf.data(), ours.data(), m.hf_shape[0], m.hf_shape[1]);
       src = ours.data();
     }
     // The HF tensor covers [t.offset, t.offset + hf_numel) of the unit (wte: the real vocabulary rows,

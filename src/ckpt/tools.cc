@@ -79,15 +79,6 @@ void check_file_bytes(const std::string& path, const ManifestFile& f) {
     ST_BAD_INPUT(path, ": SHA-256 mismatch: expected ", f.sha256, " (manifest), actual ", hash);
 }
 
-// [rows, cols] row-major -> [cols, rows] (Conv1D layout). Blocked, so both sides stay in cache.
-void transpose(const float* in, float* out, int64_t rows, int64_t cols) {
-  constexpr int64_t kB = 32;
-  for (int64_t r0 = 0; r0 < rows; r0 += kB)
-    for (int64_t c0 = 0; c0 < cols; c0 += kB)
-      for (int64_t r = r0; r < std::min(r0 + kB, rows); ++r)
-        for (int64_t c = c0; c < std::min(c0 + kB, cols); ++c) out[c * rows + r] = in[r * cols + c];
-}
-
 int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -262,7 +253,7 @@ ExportReport export_checkpoint(const std::string& step_dir, const std::string& o
     ST_ENFORCE_EQ(filled, want.count);
     if (!t.transpose) return buf.data();
     scratch.resize(buf.size());
-    transpose(buf.data(), scratch.data(), t.tensor->shape[0], t.tensor->shape[1]);
+    transpose_2d(buf.data(), scratch.data(), t.tensor->shape[0], t.tensor->shape[1]);
     return scratch.data();
   };
 

@@ -26,6 +26,9 @@ struct HfTensorMap {
 // The mapping for every tensor of every unit, in unit order.
 std::vector<HfTensorMap> hf_gpt2_tensor_map(const ModelConfig& cfg, const std::vector<UnitLayout>& units);
 
+// [rows, cols] row-major -> [cols, rows]: between our [out, in] matrices and HF's Conv1D [in, out].
+void transpose_2d(const float* in, float* out, int64_t rows, int64_t cols);
+
 // Writes every tensor from the units' full flat buffers (params or grads alike).
 void write_hf_gpt2(const std::string& path, const ModelConfig& cfg, const std::vector<UnitLayout>& units,
                    const std::vector<const float*>& unit_buffers);
