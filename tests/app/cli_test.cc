@@ -1,5 +1,7 @@
 // The shardtrain binary as a user runs it: exit codes, error messages and the default run end to end.
 #include <gtest/gtest.h>
+
+#include "../common/run_shardtrain.h"
 #include <sys/wait.h>
 
 #include <array>
@@ -14,23 +16,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Result run_shardtrain(const std::string& args) {
-  const std::string cmd = std::string(SHARDTRAIN_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = st::testing::CliResult;
+using st::testing::run_shardtrain;
 
 class Cli : public ::testing::Test {
  protected:

@@ -3,6 +3,8 @@
 #include "shardtrain/ckpt/tools.h"
 
 #include <gtest/gtest.h>
+
+#include "../common/run_shardtrain.h"
 #include <omp.h>
 #include <sys/wait.h>
 
@@ -128,23 +130,8 @@ std::vector<float> expected_tensor(const HfTensorMap& t, const std::vector<std::
   return out;
 }
 
-struct CliResult {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-CliResult run_shardtrain(const std::string& args) {
-  const std::string cmd = std::string(SHARDTRAIN_BINARY) + " " + args + " 2>&1";
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using st::testing::CliResult;
+using st::testing::run_shardtrain;
 
 class CkptToolsTest : public ::testing::Test {
  protected:

@@ -1,0 +1,31 @@
+// Runs the built shardtrain binary (SHARDTRAIN_BINARY, defined by CMake for every test binary) as a user
+// would and returns its exit code and combined output.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace st::testing {
+
+struct CliResult {
+  int code = -1;       // exit status, -1 if it did not exit normally
+  std::string output;  // stdout and stderr together
+};
+
+inline CliResult run_shardtrain(const std::string& args) {
+  const std::string cmd = std::string(SHARDTRAIN_BINARY) + " " + args + " 2>&1";
+  CliResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+}  // namespace st::testing
