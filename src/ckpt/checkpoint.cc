@@ -57,7 +57,7 @@ struct FileRecord {
   char sha256[65] = {0};
 };
 
-std::vector<UnitSlice> slices_of(ShardedModel& model) {
+std::vector<UnitSlice> slices_of(ModelBackend& model) {
   std::vector<UnitSlice> out;
   for (const UnitLayout& u : model.units()) {
     const UnitShard& sh = model.shard(u.index);
@@ -66,7 +66,7 @@ std::vector<UnitSlice> slices_of(ShardedModel& model) {
   return out;
 }
 
-Manifest make_manifest(const Config& cfg, ShardedModel& model, const CheckpointState& state, int world,
+Manifest make_manifest(const Config& cfg, ModelBackend& model, const CheckpointState& state, int world,
                        const std::vector<FileRecord>& records) {
   Manifest m;
   m.step = state.step;
@@ -147,10 +147,11 @@ std::string hdf5_file_locking_mode() {
   return "on (HDF5 default)";
 }
 
-std::string save_checkpoint(const Config& cfg, ShardedModel& model, const CheckpointState& state, Communicator& comm,
+std::string save_checkpoint(const Config& cfg, ModelBackend& model, const CheckpointState& state, Communicator& comm,
                             const std::string& protect) {
   const int rank = comm.rank(), world = comm.world_size();
   const auto t0 = std::chrono::steady_clock::now();
+  model.pull_state();  // a device backend copies its shards to the host view
   // One nonce for all ranks, so they all write into the same temporary directory.
   uint64_t nonce_bits = 0;
   if (rank == 0)
@@ -253,7 +254,7 @@ std::optional<std::string> resolve_resume(const CkptConfig& cfg) {
   return cfg.resume;
 }
 
-CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, ShardedModel& model,
+CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, ModelBackend& model,
                                 Communicator& comm) {
   const int rank = comm.rank(), world = comm.world_size();
   const std::string manifest_path = (fs::path(step_dir) / "manifest.json").string();
@@ -269,6 +270,7 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
                    u.name, " of ", u.numel);
   }
 
+  model.pull_state();  // a device backend sizes its host view; every owned element is overwritten below
   // Old files are opened (and verified) only when one of this rank's spans meets theirs.
   std::map<int, std::unique_ptr<ShardFileReader>> readers;
   auto reader = [&](int r) -> const ShardFileReader& {
@@ -294,6 +296,7 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
       f.read(u.name, ShardState::kExpAvgSq, part, sh.v.data() + at);
     }
   }
+  model.push_state();
   CheckpointState s;
   s.step = m.step;
   s.optimizer_updates = m.optimizer_updates;

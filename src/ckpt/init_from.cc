@@ -12,7 +12,8 @@
 #include "shardtrain/core/error.h"
 
 namespace st {
-void init_from_weights(const std::string& path, const ModelConfig& cfg, ShardedModel& model) {
+void init_from_weights(const std::string& path, const ModelConfig& cfg, ModelBackend& model) {
+  model.pull_state();  // only the tensors read below change; the rest (wte padding rows) keeps its init
   // One reader function per format: reads the tensor `name` of HF shape `shape` into out.
   std::function<void(const std::string&, const std::vector<int64_t>&, float*)> read;
   std::unique_ptr<SafetensorsReader> st_reader;
@@ -59,6 +60,7 @@ void init_from_weights(const std::string& path, const ModelConfig& cfg, ShardedM
     std::copy(src + (part.offset - t.offset), src + (part.offset - t.offset) + part.count,
               sh.param.begin() + (part.offset - sh.span.offset));
   }
+  model.push_state();
 }
 
 }  // namespace st

@@ -22,39 +22,68 @@ namespace po = boost::program_options;
 namespace st {
 namespace {
 
-// The allowed spellings of data.format; to_string(), parsing and the error text all read this table.
-struct DataFormatName {
+// The allowed spellings of each enum-valued key; to_string(), parsing and the error text all read these
+// tables (one per enum type, found by overload on a null pointer of that type).
+template <typename E>
+struct EnumName {
   const char* name;
-  DataFormat value;
+  E value;
 };
-constexpr DataFormatName kDataFormats[] = {{"llmc", DataFormat::kLlmc}, {"text", DataFormat::kText}};
+constexpr EnumName<DataFormat> kDataFormats[] = {{"llmc", DataFormat::kLlmc}, {"text", DataFormat::kText}};
+constexpr EnumName<Device> kDevices[] = {{"cpu", Device::kCpu}, {"cuda", Device::kCuda}};
+constexpr EnumName<DType> kDTypes[] = {
+    {"auto", DType::kAuto}, {"fp32", DType::kF32}, {"bf16", DType::kBF16}, {"fp16", DType::kF16}};
 
-std::string data_format_names() {
+const auto& enum_names(const DataFormat*) { return kDataFormats; }
+const auto& enum_names(const Device*) { return kDevices; }
+const auto& enum_names(const DType*) { return kDTypes; }
+
+template <typename E>
+constexpr bool kIsConfigEnum = std::is_same_v<E, DataFormat> || std::is_same_v<E, Device> || std::is_same_v<E, DType>;
+
+template <typename E>
+std::string enum_name_list() {
   std::string out;
-  for (const auto& f : kDataFormats) out += (out.empty() ? "" : ", ") + std::string(f.name);
+  for (const auto& f : enum_names(static_cast<const E*>(nullptr))) out += (out.empty() ? "" : ", ") + std::string(f.name);
   return out;
 }
 
-}  // namespace
-
-const char* to_string(DataFormat f) {
-  for (const auto& entry : kDataFormats)
-    if (entry.value == f) return entry.name;
+template <typename E>
+const char* enum_to_string(E v) {
+  for (const auto& entry : enum_names(static_cast<const E*>(nullptr)))
+    if (entry.value == v) return entry.name;
   return "?";
 }
 
-// Boost.ProgramOptions finds this overload by argument-dependent lookup when it parses a DataFormat. The
-// error it throws carries no text of ours: the catch site rewrites it with the key and allowed values.
-void validate(boost::any& out, const std::vector<std::string>& values, DataFormat*, int) {
+// The error it throws carries no text of ours: the catch site rewrites it with the key and allowed values.
+template <typename E>
+void validate_enum(boost::any& out, const std::vector<std::string>& values) {
   po::validators::check_first_occurrence(out);
   const std::string& s = po::validators::get_single_string(values);
-  for (const auto& entry : kDataFormats) {
+  for (const auto& entry : enum_names(static_cast<const E*>(nullptr))) {
     if (s == entry.name) {
       out = entry.value;
       return;
     }
   }
   throw po::invalid_option_value(s);
+}
+
+}  // namespace
+
+const char* to_string(DataFormat f) { return enum_to_string(f); }
+const char* to_string(Device d) { return enum_to_string(d); }
+const char* to_string(DType t) { return enum_to_string(t); }
+
+// Boost.ProgramOptions finds these overloads by argument-dependent lookup when it parses an enum.
+void validate(boost::any& out, const std::vector<std::string>& values, DataFormat*, int) {
+  validate_enum<DataFormat>(out, values);
+}
+void validate(boost::any& out, const std::vector<std::string>& values, Device*, int) {
+  validate_enum<Device>(out, values);
+}
+void validate(boost::any& out, const std::vector<std::string>& values, DType*, int) {
+  validate_enum<DType>(out, values);
 }
 
 namespace {
@@ -88,7 +117,7 @@ std::string format_value(const T& v) {
     return v ? "true" : "false";
   } else if constexpr (std::is_floating_point_v<T>) {
     return format_float(v);
-  } else if constexpr (std::is_same_v<T, DataFormat>) {
+  } else if constexpr (kIsConfigEnum<T>) {
     return to_string(v);
   } else if constexpr (std::is_same_v<T, std::string>) {
     return v;
@@ -103,8 +132,8 @@ template <typename T>
 std::string expected_text() {
   if constexpr (std::is_same_v<T, bool>) {
     return "true/false, 1/0 or yes/no";
-  } else if constexpr (std::is_same_v<T, DataFormat>) {
-    return "one of: " + data_format_names();
+  } else if constexpr (kIsConfigEnum<T>) {
+    return "one of: " + enum_name_list<T>();
   } else if constexpr (std::is_floating_point_v<T>) {
     return "a number";
   } else if constexpr (std::is_same_v<T, std::string>) {
@@ -200,6 +229,11 @@ const std::vector<Key>& keys() {
           "bytes of text generated at the end of a byte-level run (0: none)"),
       key("train", "recompute", &Config::train, &TrainConfig::recompute,
           "keep only each block's input and recompute its activations in backward (less memory)"),
+      key("train", "device", &Config::train, &TrainConfig::device,
+          "cpu (fp32 reference, OpenBLAS, MPI) or cuda (one GPU per rank, NCCL)"),
+      key("train", "dtype", &Config::train, &TrainConfig::dtype,
+          "compute precision: bf16 (fp32 master weights), fp32 (parity), fp16 (dynamic loss scaling), "
+          "auto (bf16 on cuda, fp32 on cpu); cpu computes in fp32 only"),
 
       key("optim", "lr", &Config::optim, &OptimConfig::lr, "peak learning rate, reached after warmup"),
       key("optim", "min_lr", &Config::optim, &OptimConfig::min_lr, "learning rate at the end of the cosine decay"),
@@ -238,6 +272,12 @@ const std::vector<Key>& keys() {
 
       key("log", "metrics", &Config::log, &LogConfig::metrics, "JSONL metrics file written by rank 0 (empty: none)"),
       key("log", "every", &Config::log, &LogConfig::every, "steps between human-readable log lines"),
+
+      key("dist", "reshard_after_forward", &Config::dist, &DistConfig::reshard_after_forward,
+          "true: free each unit's gathered parameters after its forward and gather again in backward (ZeRO-3); "
+          "false: keep them until backward (fewer gathers, more memory)"),
+      key("dist", "max_gpu_mem_gib", &Config::dist, &DistConfig::max_gpu_mem_gib,
+          "cap on the device memory one rank may plan to use, in GiB (0: the card's free memory)"),
   };
   return table;
 }
@@ -528,6 +568,10 @@ std::vector<std::string> check(const Config& c) {
   if (c.ckpt.resume.empty()) add("ckpt.resume must be auto, none, or a checkpoint directory (got an empty value)");
 
   at_least("log.every", c.log.every, 1);
+  if (c.train.device == Device::kCpu && c.train.dtype != DType::kF32 && c.train.dtype != DType::kAuto)
+    add("train.dtype (", to_string(c.train.dtype), ") must be fp32 when train.device is cpu");
+  float_check("dist.max_gpu_mem_gib", c.dist.max_gpu_mem_gib,
+              c.dist.max_gpu_mem_gib >= 0 && std::isfinite(c.dist.max_gpu_mem_gib), ">= 0 (0: no cap)");
 
   // to_ini() must be able to write every value back: INI values are trimmed and '#' starts a comment.
   for (const auto& k : keys()) {
@@ -539,6 +583,11 @@ std::vector<std::string> check(const Config& c) {
 }
 
 }  // namespace
+
+DType Config::compute_dtype() const {
+  if (train.dtype != DType::kAuto) return train.dtype;
+  return train.device == Device::kCuda ? DType::kBF16 : DType::kF32;
+}
 
 int64_t Config::grad_accum_steps(int world_size) const {
   if (world_size <= 0) ST_BAD_INPUT("world size (", world_size, ") must be > 0");

@@ -10,28 +10,10 @@
 #include "shardtrain/kernels/layernorm.h"
 #include "shardtrain/kernels/matmul.h"
 #include "shardtrain/kernels/softmax_cross_entropy.h"
+#include "shardtrain/model/block_view.h"
 
 namespace st {
 namespace {
-
-// Pointers into a block unit's flat buffer (params, or grads with P = float).
-template <typename P>
-struct BlockView {
-  P *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-  BlockView(P* base, const UnitLayout& u)
-      : ln1w(base + u.tensors[0].offset),
-        ln1b(base + u.tensors[1].offset),
-        qkvw(base + u.tensors[2].offset),
-        qkvb(base + u.tensors[3].offset),
-        projw(base + u.tensors[4].offset),
-        projb(base + u.tensors[5].offset),
-        ln2w(base + u.tensors[6].offset),
-        ln2b(base + u.tensors[7].offset),
-        fcw(base + u.tensors[8].offset),
-        fcb(base + u.tensors[9].offset),
-        fcprojw(base + u.tensors[10].offset),
-        fcprojb(base + u.tensors[11].offset) {}
-};
 
 void zero(std::vector<float>& v, int64_t n) { std::memset(v.data(), 0, sizeof(float) * static_cast<size_t>(n)); }
 

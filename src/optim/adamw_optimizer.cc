@@ -7,8 +7,8 @@
 
 namespace st {
 
-void adamw_step_span(const UnitLayout& unit, int64_t begin, int64_t end, const OptimConfig& cfg,
-                     const OptimizerStep& step, float* param, float* m, float* v, const float* grad) {
+std::vector<AdamWRun> adamw_runs(const UnitLayout& unit, int64_t begin, int64_t end, const OptimConfig& cfg,
+                                 const OptimizerStep& step) {
   ST_CHECK(0 <= begin && begin <= end && end <= unit.numel);
   AdamWParams p;
   p.lr = step.lr;
@@ -17,14 +17,20 @@ void adamw_step_span(const UnitLayout& unit, int64_t begin, int64_t end, const O
   p.eps = cfg.eps;
   p.step = step.t;
   p.grad_scale = step.grad_scale;
-  // Tensor boundaries split the span into runs with one decay setting each.
+  std::vector<AdamWRun> runs;
   for (const TensorSpec& t : unit.tensors) {
     const int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
     if (lo >= hi) continue;
     p.weight_decay = t.weight_decay ? cfg.weight_decay : 0.0f;
-    const int64_t k = lo - begin;
-    adamw_update(param + k, m + k, v + k, grad + k, hi - lo, p);
+    runs.push_back(AdamWRun{lo - begin, hi - lo, p});
   }
+  return runs;
+}
+
+void adamw_step_span(const UnitLayout& unit, int64_t begin, int64_t end, const OptimConfig& cfg,
+                     const OptimizerStep& step, float* param, float* m, float* v, const float* grad) {
+  for (const AdamWRun& r : adamw_runs(unit, begin, end, cfg, step))
+    adamw_update(param + r.offset, m + r.offset, v + r.offset, grad + r.offset, r.count, r.params);
 }
 
 double sum_of_squares(const float* grad, int64_t n) {

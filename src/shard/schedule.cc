@@ -3,11 +3,12 @@
 namespace st {
 namespace {
 
-void forward_part(int n_layer, std::vector<ScheduleOp>& s) {
+// With reshard_after_forward = false the blocks stay gathered from their forward to their backward.
+void forward_part(int n_layer, bool reshard, std::vector<ScheduleOp>& s) {
   for (int u = 0; u <= n_layer; ++u) {
     s.push_back({OpKind::kGather, u});
     s.push_back({OpKind::kForward, u});
-    s.push_back({OpKind::kRelease, u});
+    if (reshard || u == 0) s.push_back({OpKind::kRelease, u});
   }
   const int head = n_layer + 1;
   s.push_back({OpKind::kGather, head});
@@ -18,14 +19,14 @@ void forward_part(int n_layer, std::vector<ScheduleOp>& s) {
 
 }  // namespace
 
-std::vector<ScheduleOp> training_schedule(int n_layer) {
+std::vector<ScheduleOp> training_schedule(int n_layer, bool reshard_after_forward) {
   std::vector<ScheduleOp> s;
-  forward_part(n_layer, s);
+  forward_part(n_layer, reshard_after_forward, s);
   const int head = n_layer + 1;
   s.push_back({OpKind::kReduceScatter, head});
   s.push_back({OpKind::kRelease, head});
   for (int u = n_layer; u >= 1; --u) {
-    s.push_back({OpKind::kGather, u});
+    if (reshard_after_forward) s.push_back({OpKind::kGather, u});
     s.push_back({OpKind::kBackward, u});
     s.push_back({OpKind::kReduceScatter, u});
     s.push_back({OpKind::kRelease, u});
@@ -37,7 +38,7 @@ std::vector<ScheduleOp> training_schedule(int n_layer) {
 
 std::vector<ScheduleOp> eval_schedule(int n_layer) {
   std::vector<ScheduleOp> s;
-  forward_part(n_layer, s);
+  forward_part(n_layer, /*reshard=*/true, s);
   s.push_back({OpKind::kRelease, n_layer + 1});
   return s;
 }

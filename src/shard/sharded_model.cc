@@ -31,7 +31,8 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
   }
   emb_param_.data.assign(shards_[0].slot * world, 0.0f);
   emb_grad_.data.assign(shards_[0].slot * world, 0.0f);
-  unit_param_.data.assign(max_unit_full, 0.0f);
+  unit_params_.resize(cfg.dist.reshard_after_forward ? 1 : static_cast<size_t>(cfg.model.n_layer + 1));
+  for (Slot& s : unit_params_) s.data.assign(max_unit_full, 0.0f);
   unit_grad_.data.assign(max_unit_full, 0.0f);
   rs_scratch_.assign(max_slot, 0.0f);
   counters_.gathers.assign(shards_.size(), 0);
@@ -132,7 +133,7 @@ float ShardedModel::micro_step(const int32_t* inputs, const int32_t* targets, fl
   tokens_ = inputs;
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;
-  return run(training_schedule(cfg_.model.n_layer), Mode::kTrain, targets, dloss);
+  return run(training_schedule(cfg_.model.n_layer, cfg_.dist.reshard_after_forward), Mode::kTrain, targets, dloss);
 }
 
 float ShardedModel::eval_micro(const int32_t* inputs, const int32_t* targets) {
@@ -159,6 +160,27 @@ std::vector<float> ShardedModel::gather_full(int unit, std::vector<float> UnitSh
   return full;
 }
 
+double ShardedModel::grad_sum_of_squares() {
+  double s = 0.0;
+  for (const UnitShard& sh : shards_) {
+    const float* g = sh.grad.data();
+    const int64_t n = sh.span.count;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(g[i]) * g[i];
+  }
+  return s;
+}
+
+void ShardedModel::adamw(int unit, const std::vector<AdamWRun>& runs) {
+  UnitShard& sh = shards_[static_cast<size_t>(unit)];
+  for (const AdamWRun& r : runs) {
+    ST_CHECK(r.offset >= 0 && r.offset + r.count <= sh.span.count, "AdamW run [", r.offset, ", +", r.count,
+             ") outside unit ", unit, "'s span of ", sh.span.count);
+    adamw_update(sh.param.data() + r.offset, sh.m.data() + r.offset, sh.v.data() + r.offset,
+                 sh.grad.data() + r.offset, r.count, r.params);
+  }
+}
+
 std::vector<float> ShardedModel::gather_params(int unit) { return gather_full(unit, &UnitShard::param); }
 
 std::vector<float> ShardedModel::gather_grads(int unit) { return gather_full(unit, &UnitShard::grad); }
@@ -169,7 +191,8 @@ MemoryStats ShardedModel::memory() const {
     m.sharded_state_bytes += bytes_of(s.param) + bytes_of(s.grad) + bytes_of(s.m) + bytes_of(s.v);
     m.padding_elements += s.slot - s.span.count;
   }
-  m.gather_buffer_bytes = bytes_of(emb_param_.data) + bytes_of(unit_param_.data) + bytes_of(emb_grad_.data) +
+  for (const Slot& s : unit_params_) m.gather_buffer_bytes += bytes_of(s.data);
+  m.gather_buffer_bytes += bytes_of(emb_param_.data) + bytes_of(emb_grad_.data) +
                           bytes_of(unit_grad_.data);
   m.gathered_peak_bytes = peak_bytes_;
   return m;

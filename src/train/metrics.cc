@@ -51,14 +51,20 @@ void MetricsSink::step(const StepReport& r) {
            << ", \"tokens_per_s\": " << json_number(r.tokens_per_s) << ", \"ms\": " << json_number(r.ms)
            << ", \"skipped\": " << (r.stats.skipped ? "true" : "false")
            << ", \"mem_sharded_bytes\": " << r.mem_sharded_bytes
-           << ", \"mem_gathered_peak_bytes\": " << r.mem_gathered_peak_bytes << "}\n";
+           << ", \"mem_gathered_peak_bytes\": " << r.mem_gathered_peak_bytes
+           << ", \"mfu\": " << (r.mfu ? json_number(*r.mfu) : std::string("null")) << "}\n";
     jsonl_.flush();
   }
   if (r.step % every_ == 0 || r.step == total_steps_ || r.stats.skipped) {
-    char buf[256];
-    std::snprintf(buf, sizeof(buf), "step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %9.0f tok/s | %7.1f ms%s",
+    char mfu[32] = "";
+    if (r.on_gpu && r.mfu)
+      std::snprintf(mfu, sizeof(mfu), " | mfu %4.1f%%", 100.0 * *r.mfu);
+    else if (r.on_gpu)
+      std::snprintf(mfu, sizeof(mfu), " | mfu unknown");
+    char buf[288];
+    std::snprintf(buf, sizeof(buf), "step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %9.0f tok/s | %7.1f ms%s%s",
                   static_cast<long long>(r.step), static_cast<long long>(total_steps_), r.stats.loss, r.stats.lr,
-                  r.stats.grad_norm, r.tokens_per_s, r.ms, r.stats.skipped ? " | SKIPPED (non-finite)" : "");
+                  r.stats.grad_norm, r.tokens_per_s, r.ms, mfu, r.stats.skipped ? " | SKIPPED (non-finite)" : "");
     line(buf);
   }
   draw_bar(r.step);

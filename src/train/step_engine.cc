@@ -16,20 +16,21 @@ constexpr uint64_t kSampleStream = 0x5A3D1E;
 
 }  // namespace
 
-StepEngine::StepEngine(const Config& cfg, Communicator& comm) : cfg_(cfg), comm_(comm), model_(cfg, comm) {
+StepEngine::StepEngine(const Config& cfg, Communicator& comm)
+    : cfg_(cfg), comm_(comm), model_(make_model_backend(cfg, comm)) {
   const int64_t BT = cfg.train.micro_batch * cfg.model.seq_len;
   inputs_.resize(BT);
   targets_.resize(BT);
 }
 
 float StepEngine::forward_backward(const BatchFn& batch, int64_t accum) {
-  model_.zero_grads();
+  model_->zero_grads();
   const int64_t tokens = cfg_.train.micro_batch * cfg_.model.seq_len * accum * comm_.world_size();
   const float dloss = 1.0f / static_cast<float>(tokens);
   double loss_sum = 0.0;
   for (int64_t micro = 0; micro < accum; ++micro) {
     batch(micro, inputs_.data(), targets_.data());
-    loss_sum += model_.micro_step(inputs_.data(), targets_.data(), dloss);
+    loss_sum += model_->micro_step(inputs_.data(), targets_.data(), dloss);
   }
   comm_.all_reduce(&loss_sum, 1);
   return static_cast<float>(loss_sum / static_cast<double>(accum * comm_.world_size()));
@@ -39,11 +40,7 @@ StepStats StepEngine::optimizer_step(int64_t step, float loss) {
   StepStats s;
   s.loss = loss;
   s.lr = lr_at(cfg_.optim, step, cfg_.train.steps);
-  double sq = 0.0;
-  for (size_t u = 0; u < units().size(); ++u) {
-    const UnitShard& sh = model_.shard(static_cast<int>(u));
-    sq += sum_of_squares(sh.grad.data(), sh.span.count);
-  }
+  double sq = model_->grad_sum_of_squares();
   comm_.all_reduce(&sq, 1);
   s.grad_norm = std::sqrt(sq);
   // loss and norm are the same number on every rank, so every rank takes the same decision.
@@ -56,9 +53,8 @@ StepStats StepEngine::optimizer_step(int64_t step, float loss) {
   os.t = ++updates_;
   os.grad_scale = clip_coefficient(cfg_.optim, s.grad_norm);
   for (const UnitLayout& u : units()) {
-    UnitShard& sh = model_.shard(u.index);
-    adamw_step_span(u, sh.span.offset, sh.span.end(), cfg_.optim, os, sh.param.data(), sh.m.data(), sh.v.data(),
-                    sh.grad.data());
+    const ShardSpan span = model_->shard(u.index).span;
+    model_->adamw(u.index, adamw_runs(u, span.offset, span.end(), cfg_.optim, os));
   }
   return s;
 }
@@ -67,7 +63,7 @@ float StepEngine::evaluate(const BatchFn& batch, int64_t batches) {
   double sum = 0.0;
   for (int64_t i = 0; i < batches; ++i) {
     batch(i, inputs_.data(), targets_.data());
-    sum += model_.eval_micro(inputs_.data(), targets_.data());
+    sum += model_->eval_micro(inputs_.data(), targets_.data());
   }
   comm_.all_reduce(&sum, 1);
   return static_cast<float>(sum / static_cast<double>(batches * comm_.world_size()));
@@ -81,7 +77,7 @@ std::vector<int32_t> StepEngine::generate(const std::vector<int32_t>& prompt, in
   Rng rng(seed, kSampleStream);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t len = std::min<int64_t>(T, static_cast<int64_t>(seq.size()));
-    model_.last_logits(seq.data() + seq.size() - len, len, &logits);
+    model_->last_logits(seq.data() + seq.size() - len, len, &logits);
     // Softmax sampling by inverse CDF; every rank draws the same number, so all agree on the token.
     const float mx = *std::max_element(logits.begin(), logits.end());
     double total = 0.0;
@@ -103,13 +99,13 @@ std::vector<int32_t> StepEngine::generate(const std::vector<int32_t>& prompt, in
 
 std::vector<std::vector<float>> StepEngine::gather_params() {
   std::vector<std::vector<float>> out;
-  for (const UnitLayout& u : units()) out.push_back(model_.gather_params(u.index));
+  for (const UnitLayout& u : units()) out.push_back(model_->gather_params(u.index));
   return out;
 }
 
 std::vector<std::vector<float>> StepEngine::gather_grads() {
   std::vector<std::vector<float>> out;
-  for (const UnitLayout& u : units()) out.push_back(model_.gather_grads(u.index));
+  for (const UnitLayout& u : units()) out.push_back(model_->gather_grads(u.index));
   return out;
 }
 

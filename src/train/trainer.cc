@@ -12,6 +12,7 @@
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/model/units.h"
 #include "shardtrain/train/metrics.h"
+#include "shardtrain/train/mfu.h"
 #include "shardtrain/train/step_engine.h"
 
 namespace st {
@@ -77,9 +78,13 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
                 n_params, " parameters in ", engine.units().size(), " units");
     ST_LOG_INFO("batch: global ", cfg.train.global_batch, " = micro ", B, " x world ", world, " x accum ", accum,
                 " (", cfg.train.global_batch * T, " tokens per step)", cfg.train.recompute ? ", recompute on" : "");
+    ST_LOG_INFO("backend: ", engine.sharded().describe());
     ST_LOG_INFO("sharding: ", comm.kind(), " communicator, ", world, " rank(s); per rank: sharded state ",
                 mib(mem0.sharded_state_bytes), " (16 B x ", mem0.sharded_state_bytes / 16, " elements, ",
                 mem0.padding_elements, " of them padding), gather buffers ", mib(mem0.gather_buffer_bytes));
+    if (cfg.train.device == Device::kCuda)
+      ST_LOG_INFO("device memory per rank: activations ", mib(mem0.activation_bytes), ", workspace ",
+                  mib(mem0.workspace_bytes), "; in use on the device after set-up ", mib(mem0.device_peak_bytes));
   }
 
   // Resume before anything is written: a bad checkpoint is bad input, found before step 1.
@@ -145,6 +150,8 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
     const MemoryStats mem = engine.sharded().memory();
     r.mem_sharded_bytes = mem.sharded_state_bytes;
     r.mem_gathered_peak_bytes = mem.gathered_peak_bytes;
+    r.on_gpu = cfg.train.device == Device::kCuda;
+    r.mfu = mfu(cfg.model, n_params, r.tokens_per_s, world, engine.sharded().device_name());
     rates.push_back(r.tokens_per_s);
     if (stats.skipped) {
       ++summary.skipped;
@@ -165,7 +172,8 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
   if (lead) {
     const MemoryStats mem = engine.sharded().memory();
     ST_LOG_INFO("memory per rank: sharded state ", mib(mem.sharded_state_bytes), ", gathered buffers peak ",
-                mib(mem.gathered_peak_bytes));
+                mib(mem.gathered_peak_bytes),
+                cfg.train.device == Device::kCuda ? ", device in use " + mib(mem.device_peak_bytes) : std::string());
   }
 
   if (!cfg.ckpt.export_path.empty()) {

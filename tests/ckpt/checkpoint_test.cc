@@ -13,6 +13,7 @@
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/rng.h"
+#include "shardtrain/shard/sharded_model.h"
 #include "shardtrain/train/step_engine.h"
 
 namespace fs = std::filesystem;
@@ -74,7 +75,7 @@ void train(StepEngine& e, const Config& c, Communicator& comm, int64_t from, int
   }
 }
 
-std::vector<float> gather(ShardedModel& m, int unit, std::vector<float> UnitShard::*state) {
+std::vector<float> gather(ModelBackend& m, int unit, std::vector<float> UnitShard::*state) {
   const UnitShard& sh = m.shard(unit);
   std::vector<float> full(static_cast<size_t>(sh.slot * m.comm().world_size()));
   m.comm().all_gather((sh.*state).data(), sh.slot, full.data());

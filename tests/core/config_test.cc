@@ -191,12 +191,12 @@ TEST_F(ConfigTest, UnknownKeyOnCommandLineNamesKey) {
   EXPECT_NE(section.find("no section [foo]"), std::string::npos) << section;
 }
 
-TEST_F(ConfigTest, KeysOfSectionsWithoutKeysAreUnknown) {
+TEST_F(ConfigTest, UnknownKeyOfDistListsItsKeys) {
   const std::string path = write("c.ini", "[dist]\nworld = 100\n");
   const std::string msg = load_error(path);
   EXPECT_NE(msg.find("dist.world"), std::string::npos) << msg;
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
-  EXPECT_NE(msg.find("no keys in this version"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("keys of [dist]: reshard_after_forward, max_gpu_mem_gib"), std::string::npos) << msg;
   const std::string cli = load_error(std::nullopt, {"--dist.world=2"});
   EXPECT_NE(cli.find("dist.world"), std::string::npos) << cli;
   EXPECT_NE(cli.find("command line"), std::string::npos) << cli;
@@ -458,10 +458,30 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
     ++keys;
   }
-  EXPECT_EQ(keys, 34);
+  EXPECT_EQ(keys, 38);
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
-  EXPECT_NE(help.find("[dist]\n  (no keys in this version)"), std::string::npos) << help;
+  EXPECT_NE(help.find("  dist.reshard_after_forward "), std::string::npos) << help;
+}
+
+TEST_F(ConfigTest, DeviceAndDtype) {
+  const Config def = load_config(std::nullopt, {});
+  EXPECT_EQ(def.train.device, Device::kCpu);
+  EXPECT_EQ(def.compute_dtype(), DType::kF32);
+  EXPECT_EQ(load_config(std::nullopt, {"--train.device=cuda"}).compute_dtype(), DType::kBF16);
+  EXPECT_EQ(load_config(std::nullopt, {"--train.device=cuda", "--train.dtype=fp16"}).compute_dtype(), DType::kF16);
+  const std::string bad = load_error(std::nullopt, {"--train.device=tpu"});
+  EXPECT_NE(bad.find("train.device"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("cpu, cuda"), std::string::npos) << bad;
+  const std::string cpu16 = load_error(std::nullopt, {"--train.dtype=bf16"});
+  EXPECT_NE(cpu16.find("train.dtype (bf16) must be fp32 when train.device is cpu"), std::string::npos) << cpu16;
+  const std::string cap = load_error(std::nullopt, {"--dist.max_gpu_mem_gib=-1"});
+  EXPECT_NE(cap.find("dist.max_gpu_mem_gib must be >= 0"), std::string::npos) << cap;
+  const Config round = load_config_text(to_ini(load_config(std::nullopt, {"--train.device=cuda",
+                                                                          "--dist.reshard_after_forward=false"})),
+                                        "ini", {});
+  EXPECT_EQ(round.train.device, Device::kCuda);
+  EXPECT_FALSE(round.dist.reshard_after_forward);
 }
 
 }  // namespace

@@ -31,3 +31,18 @@ if(MPIRUN_EXECUTABLE)
   set_tests_properties(mpi.shardtrain.batch_does_not_divide PROPERTIES LABELS "cpu;mpi" TIMEOUT 60
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
+
+# ZeRO-3 on GPUs, as processes: 1 vs 2 GPUs (fp32 and bf16) and checkpoints across GPU/CPU world sizes.
+# Label gpu; the script exits 77 (reported as skipped) with fewer than 2 GPUs. Stdlib-only Python, so
+# whichever python3 the GPU machine has will do.
+find_program(ANY_PYTHON3 NAMES python3)
+if(SHARDTRAIN_HAVE_CUDA AND ANY_PYTHON3 AND MPIRUN_EXECUTABLE)
+  foreach(case equivalence-fp32 equivalence-bf16 checkpoint)
+    add_test(NAME gpu.zero3.${case}
+             COMMAND ${ANY_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/gpu_zero3_test.py ${case} $<TARGET_FILE:shardtrain>
+                     $<TARGET_FILE:gpu_count> ${MPIRUN_EXECUTABLE} ${CMAKE_BINARY_DIR}/gpu_zero3_${case}
+                     ${CMAKE_SOURCE_DIR}/configs/tiny.ini)
+    set_tests_properties(gpu.zero3.${case} PROPERTIES LABELS "gpu;mpi" TIMEOUT 900 SKIP_RETURN_CODE 77 RUN_SERIAL ON
+                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  endforeach()
+endif()

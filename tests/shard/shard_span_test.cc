@@ -70,5 +70,29 @@ TEST(Schedule, TrainingGathersEachBlockTwiceAndTheTiedEmbeddingTwice) {
   for (const ScheduleOp& op : e) EXPECT_NE(op.kind, OpKind::kReduceScatter);
 }
 
+// Without resharding, each block is gathered once (forward) and stays live until its reduce-scatter.
+TEST(Schedule, NoReshardGathersEachBlockOnce) {
+  const int L = 3;
+  const std::vector<ScheduleOp> s = training_schedule(L, /*reshard_after_forward=*/false);
+  std::vector<int> gathers(L + 2, 0), live(L + 2, 0);
+  int most_live = 0;
+  for (const ScheduleOp& op : s) {
+    if (op.kind == OpKind::kGather) {
+      ++gathers[op.unit];
+      EXPECT_EQ(live[op.unit]++, 0) << to_string(op);
+    }
+    if (op.kind == OpKind::kRelease) EXPECT_EQ(live[op.unit]--, 1) << to_string(op);
+    if (op.kind == OpKind::kForward || op.kind == OpKind::kHeadForwardBackward ||
+        (op.kind == OpKind::kBackward && op.unit != 0))
+      EXPECT_EQ(live[op.unit], 1) << to_string(op) << " without its parameters";
+    int n = 0;
+    for (int u = 1; u <= L + 1; ++u) n += live[u];
+    most_live = std::max(most_live, n);
+  }
+  EXPECT_EQ(gathers, (std::vector<int>{2, 1, 1, 1, 1}));
+  EXPECT_EQ(live, (std::vector<int>(L + 2, 0)));
+  EXPECT_EQ(most_live, L + 1);  // every block and the head at once, just before the head's reduce-scatter
+}
+
 }  // namespace
 }  // namespace st

@@ -172,5 +172,25 @@ TEST_F(ShardedTest, RecomputeIsBitIdentical) {
   EXPECT_EQ(plain.params, re.params);
 }
 
+// Keeping blocks gathered from forward to backward (dist.reshard_after_forward = false) changes only the
+// communication: the results are bit-identical, each block is gathered once per micro-step, and more
+// gather buffers are held.
+TEST_F(ShardedTest, NoReshardAfterForwardIsBitIdenticalWithFewerGathers) {
+  Config c = small(/*n_layer=*/3);
+  fake::spawn(2, [&](Communicator& comm) {
+    const Trace zero3 = train(c, comm);
+    Config keep = c;
+    keep.dist.reshard_after_forward = false;
+    const Trace zero2 = train(keep, comm);
+    EXPECT_EQ(zero3.losses, zero2.losses);
+    EXPECT_EQ(zero3.params, zero2.params);
+    StepEngine e(keep, comm);
+    e.forward_backward([&](int64_t micro, int32_t* i, int32_t* t) { fill(keep, micro * 2 + comm.rank(), i, t); }, 1);
+    EXPECT_EQ(e.sharded().counters().gathers, (std::vector<int64_t>{2, 1, 1, 1, 1}));
+    StepEngine z(c, comm);
+    EXPECT_GT(e.sharded().memory().gather_buffer_bytes, z.sharded().memory().gather_buffer_bytes);
+  });
+}
+
 }  // namespace
 }  // namespace st

@@ -22,7 +22,7 @@
 
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
-#include "shardtrain/shard/sharded_model.h"
+#include "shardtrain/shard/model_backend.h"
 
 namespace st {
 
@@ -40,7 +40,7 @@ std::string step_dir_name(int64_t step);
 
 // Saves into cfg.ckpt.dir. Collective. Returns the committed step directory. Then applies ckpt.keep,
 // never deleting `protect` (the directory resumed from).
-std::string save_checkpoint(const Config& cfg, ShardedModel& model, const CheckpointState& state, Communicator& comm,
+std::string save_checkpoint(const Config& cfg, ModelBackend& model, const CheckpointState& state, Communicator& comm,
                             const std::string& protect = "");
 
 // The committed step directories in `dir`, oldest first.
@@ -54,7 +54,7 @@ std::optional<std::string> resolve_resume(const CkptConfig& cfg);
 // the intersection of its spans with the old files' spans (hyperslabs), opening only those files and
 // verifying each one's size and SHA-256 against the manifest first. The model config must match
 // (kBadInput naming the field and both values). Collective.
-CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, ShardedModel& model,
+CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, ModelBackend& model,
                                 Communicator& comm);
 
 // Removes *.tmp-* directories left in `dir` by interrupted saves. Rank 0 only, before training.

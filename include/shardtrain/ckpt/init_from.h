@@ -11,10 +11,10 @@
 #include <string>
 
 #include "shardtrain/core/config.h"
-#include "shardtrain/shard/sharded_model.h"
+#include "shardtrain/shard/model_backend.h"
 
 namespace st {
 
-void init_from_weights(const std::string& path, const ModelConfig& cfg, ShardedModel& model);
+void init_from_weights(const std::string& path, const ModelConfig& cfg, ModelBackend& model);
 
 }  // namespace st

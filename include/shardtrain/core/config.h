@@ -26,6 +26,10 @@ struct ModelConfig {
   int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
 };
 
+enum class Device { kCpu, kCuda };
+// Compute precision. Master weights, gradient shards and AdamW state are fp32 in every mode.
+enum class DType { kAuto, kF32, kBF16, kF16 };  // auto: bf16 on cuda, fp32 on cpu
+
 struct TrainConfig {
   int64_t steps = 600;        // total optimizer steps (a resumed run continues until this)
   int64_t global_batch = 16;  // sequences per optimizer step, over all ranks
@@ -35,6 +39,8 @@ struct TrainConfig {
   int64_t eval_batches = 8;   // micro-batches per validation pass, per rank
   int64_t sample_tokens = 200;  // bytes of text generated at the end of a byte-level run (0: none)
   bool recompute = false;       // keep only block inputs; recompute activations in backward
+  Device device = Device::kCpu;
+  DType dtype = DType::kAuto;  // see Config::compute_dtype()
 };
 
 struct OptimConfig {
@@ -75,7 +81,11 @@ struct LogConfig {
   int64_t every = 1;    // steps between human-readable lines
 };
 
-struct DistConfig {};  // no keys yet: the world comes from the launcher (mpirun)
+// The world itself comes from the launcher (mpirun); these shape how it is used.
+struct DistConfig {
+  bool reshard_after_forward = true;  // ZeRO-3: free gathered params after forward, gather again in backward
+  double max_gpu_mem_gib = 0;         // plan-time cap on one rank's device memory (0: the card's free memory)
+};
 
 struct Config {
   ModelConfig model;
@@ -91,6 +101,8 @@ struct Config {
   // global_batch / (micro_batch * world_size). Throws kBadInput naming all three numbers if it does
   // not divide evenly.
   int64_t grad_accum_steps(int world_size) const;
+  // train.dtype with auto resolved: bf16 on cuda, fp32 on cpu.
+  DType compute_dtype() const;
 };
 
 // Parses `path` (if given) and then the --section.key=value overrides, validates cross-key constraints
@@ -110,5 +122,7 @@ std::string config_help();
 std::string to_ini(const Config& cfg);
 
 const char* to_string(DataFormat f);
+const char* to_string(Device d);
+const char* to_string(DType t);
 
 }  // namespace st

@@ -20,4 +20,12 @@ struct AdamWParams {
 
 void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamWParams& p);
 
+// A contiguous run of a shard updated with one set of parameters (one weight-decay setting): elements
+// [offset, offset + count) of the shard's param/m/v/grad arrays.
+struct AdamWRun {
+  int64_t offset = 0;
+  int64_t count = 0;
+  AdamWParams params;
+};
+
 }  // namespace st

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/kernels/adamw.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
@@ -17,6 +18,11 @@ struct OptimizerStep {
   int64_t t = 1;          // 1-based update count, for bias correction
   float grad_scale = 1;  // clip coefficient
 };
+
+// The runs that update a shard holding elements [begin, end) of `unit`: the span split at tensor
+// boundaries, each run with its tensor's decay setting. Offsets are relative to begin.
+std::vector<AdamWRun> adamw_runs(const UnitLayout& unit, int64_t begin, int64_t end, const OptimConfig& cfg,
+                                 const OptimizerStep& step);
 
 // Updates param/m/v [0, end-begin), which hold elements [begin, end) of `unit`, from grad over the same.
 void adamw_step_span(const UnitLayout& unit, int64_t begin, int64_t end, const OptimConfig& cfg,

@@ -15,7 +15,7 @@
 //   reduce-scatter L+1, release L+1,
 //   for each block u, last to first: gather u, backward u, reduce-scatter u, release u,
 //   backward 0 (needs no parameters), reduce-scatter 0.
-// Evaluation is the forward part with a head forward only.
+// Evaluation is the forward part with a head forward only (always resharding: there is no backward).
 #pragma once
 
 #include <string>
@@ -38,7 +38,9 @@ struct ScheduleOp {
   bool operator==(const ScheduleOp& o) const { return kind == o.kind && unit == o.unit; }
 };
 
-std::vector<ScheduleOp> training_schedule(int n_layer);
+// reshard_after_forward = false (ZeRO-2-like): blocks are not released after their forward and not
+// gathered again in backward; they are released after their reduce-scatter.
+std::vector<ScheduleOp> training_schedule(int n_layer, bool reshard_after_forward = true);
 std::vector<ScheduleOp> eval_schedule(int n_layer);
 
 // "gather 3", for logs and test messages.

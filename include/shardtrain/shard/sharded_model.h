@@ -19,61 +19,45 @@
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/model/gpt.h"
+#include "shardtrain/shard/model_backend.h"
 #include "shardtrain/shard/schedule.h"
 #include "shardtrain/shard/shard_span.h"
 
 namespace st {
 
-// One unit's state on this rank. Vectors hold `slot` elements: the first span.count are the owned
-// elements [span.offset, span.end()) of the unit; the rest is padding that stays zero.
-struct UnitShard {
-  ShardSpan span;
-  int64_t slot = 0;  // padded_shard_size(numel, world)
-  std::vector<float> param, grad, m, v;
-};
-
-struct MemoryStats {
-  int64_t sharded_state_bytes = 0;   // param + grad + m + v shards, padding included
-  int64_t padding_elements = 0;      // per state vector, summed over units
-  int64_t gather_buffer_bytes = 0;   // full-size parameter and gradient buffers, allocated once
-  int64_t gathered_peak_bytes = 0;   // the most of those buffers in use at one time so far
-};
-
-// How often each unit was gathered and reduce-scattered since construction.
-struct CommCounters {
-  std::vector<int64_t> gathers, reduce_scatters;  // per unit
-  int64_t gathered_elements = 0;                  // received, padding included
-  int64_t reduce_scattered_elements = 0;          // sent
-};
-
-class ShardedModel {
+class ShardedModel final : public ModelBackend {
  public:
   // Initialises this rank's parameter shards from cfg.train.seed (identical to one process's init).
   ShardedModel(const Config& cfg, Communicator& comm);
 
-  const std::vector<UnitLayout>& units() const { return model_.units(); }
-  UnitShard& shard(int unit) { return shards_[static_cast<size_t>(unit)]; }
+  const std::vector<UnitLayout>& units() const override { return model_.units(); }
+  UnitShard& shard(int unit) override { return shards_[static_cast<size_t>(unit)]; }
   const UnitShard& shard(int unit) const { return shards_[static_cast<size_t>(unit)]; }
-  Communicator& comm() { return comm_; }
+  Communicator& comm() override { return comm_; }
+  std::string describe() const override { return "cpu/fp32"; }
+  std::string device_name() const override { return "cpu"; }
 
-  void zero_grads();
+  void zero_grads() override;
 
   // One training micro-step (forward, loss, backward, reduce-scatter) on this rank's micro-batch of
   // micro_batch x seq_len tokens. Gradients of the loss scaled by dloss per token accumulate into the
   // grad shards. Returns this rank's mean loss over its tokens. Collective.
-  float micro_step(const int32_t* inputs, const int32_t* targets, float dloss);
+  float micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override;
   // Forward and loss only. Collective.
-  float eval_micro(const int32_t* inputs, const int32_t* targets);
+  float eval_micro(const int32_t* inputs, const int32_t* targets) override;
   // Logits over the real vocabulary at the last position of tokens[0, len) (B = 1). Collective.
-  void last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits);
+  void last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) override;
+
+  double grad_sum_of_squares() override;
+  void adamw(int unit, const std::vector<AdamWRun>& runs) override;
 
   // The unit's full flat parameter buffer (numel elements), on every rank. Collective.
-  std::vector<float> gather_params(int unit);
+  std::vector<float> gather_params(int unit) override;
   // Same for the gradient accumulators.
-  std::vector<float> gather_grads(int unit);
+  std::vector<float> gather_grads(int unit) override;
 
-  MemoryStats memory() const;
-  const CommCounters& counters() const { return counters_; }
+  MemoryStats memory() const override;
+  const CommCounters& counters() const override { return counters_; }
 
  private:
   enum class Mode { kTrain, kEval, kLogits };
@@ -83,7 +67,11 @@ class ShardedModel {
   };
   float run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss);
   std::vector<float> gather_full(int unit, std::vector<float> UnitShard::*state);
-  Slot& param_slot(int unit) { return unit == 0 ? emb_param_ : unit_param_; }
+  // Blocks and the head share one buffer under ZeRO-3; without resharding after forward each keeps its own.
+  Slot& param_slot(int unit) {
+    if (unit == 0) return emb_param_;
+    return unit_params_[unit_params_.size() == 1 ? 0 : static_cast<size_t>(unit - 1)];
+  }
   Slot& grad_slot(int unit) { return unit == 0 ? emb_grad_ : unit_grad_; }
   const float* gathered(int unit);
   float* full_grad(int unit);
@@ -95,7 +83,8 @@ class ShardedModel {
   GptModel model_;
   std::vector<UnitShard> shards_;
   // Unit 0 (the tied embedding) is live at the same time as the head, so it has slots of its own.
-  Slot emb_param_, unit_param_, emb_grad_, unit_grad_;
+  Slot emb_param_, emb_grad_, unit_grad_;
+  std::vector<Slot> unit_params_;
   std::vector<float> rs_scratch_;
   int64_t in_use_bytes_ = 0, peak_bytes_ = 0;
   CommCounters counters_;

@@ -4,7 +4,8 @@
 //
 // JSONL records (one per line, keys in this order):
 //   {"step": 12, "loss": 2.31, "lr": 0.001, "grad_norm": 0.53, "tokens_per_s": 12345.6, "ms": 45.2, "skipped": false,
-//    "mem_sharded_bytes": 3407872, "mem_gathered_peak_bytes": 1187840}
+//    "mem_sharded_bytes": 3407872, "mem_gathered_peak_bytes": 1187840, "mfu": 0.41}
+// mfu is null on the CPU and on a GPU missing from the peak table (train/mfu.h).
 //   {"step": 100, "val_loss": 2.05}
 // `step` counts completed optimizer steps (1-based), so the first record has step 1.
 #pragma once
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "shardtrain/train/step_engine.h"
@@ -25,6 +27,8 @@ struct StepReport {
   double ms = 0;
   int64_t mem_sharded_bytes = 0;        // this rank's param/grad/m/v shards (rank 0's, as logged)
   int64_t mem_gathered_peak_bytes = 0;  // peak of full-size gathered parameter and gradient buffers
+  bool on_gpu = false;                  // the human line shows MFU (a percentage or "unknown") on GPUs only
+  std::optional<double> mfu;            // fraction of the devices' dense bf16 peak
 };
 
 class MetricsSink {

@@ -14,7 +14,9 @@
 
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
-#include "shardtrain/shard/sharded_model.h"
+#include <memory>
+
+#include "shardtrain/shard/model_backend.h"
 
 namespace st {
 
@@ -52,8 +54,8 @@ class StepEngine {
   std::vector<std::vector<float>> gather_params();
   std::vector<std::vector<float>> gather_grads();
 
-  ShardedModel& sharded() { return model_; }
-  const std::vector<UnitLayout>& units() const { return model_.units(); }
+  ModelBackend& sharded() { return *model_; }
+  const std::vector<UnitLayout>& units() const { return model_->units(); }
   int64_t updates() const { return updates_; }
   // Restores the AdamW update count from a checkpoint.
   void set_updates(int64_t t) { updates_ = t; }
@@ -61,7 +63,7 @@ class StepEngine {
  private:
   Config cfg_;
   Communicator& comm_;
-  ShardedModel model_;
+  std::unique_ptr<ModelBackend> model_;
   std::vector<int32_t> inputs_, targets_;
   int64_t updates_ = 0;
 };

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build, run the gpu tests, benchmark shardtrain beside PyTorch FSDP2, and
+# print a short table last. Full logs go to $OUT (the device tool brings them back).
+#
+#   bash bench/device_check.sh [all|build|test|bench]      # default all
+#   BENCH_STEPS=20 BENCH_CASES="1:16 2:16 2:32" bash bench/device_check.sh bench
+#
+# BENCH_CASES lists GPUs:micro_batch pairs for GPT-2 124M at T=1024, bf16, on random tokens. The peer is
+# .peer/fsdp2_gpt2.py (a copy of shared/reference/fsdp2_gpt2.py; carry .peer with the call) when present.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+STAGE=${1:-all}
+OUT=${OUT:-/tmp/device_check}
+BUILD=${BUILD:-build-device}
+ARCHS=${ARCHS:-90}
+BENCH_STEPS=${BENCH_STEPS:-20}
+BENCH_CASES=${BENCH_CASES:-"1:16 2:16 2:32"}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+summary=()
+
+if [[ $STAGE == all || $STAGE == build ]]; then
+  t0=$(date +%s)
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpus.txt" 2>&1
+  # The lent machine's image has Boost 1.83 headers but no Boost.ProgramOptions library: carry Debian's
+  # 1.83 packages in .boost/ (apt-get download libboost-program-options1.83-dev libboost-program-options1.83.0).
+  extra=()
+  if [[ -d .boost ]] && ! ls /usr/lib/x86_64-linux-gnu/libboost_program_options.so >/dev/null 2>&1; then
+    for f in .boost/*.deb; do dpkg -x "$f" /tmp/boost_po; done
+    cp /usr/lib/x86_64-linux-gnu/cmake/BoostDetectToolset-*.cmake /tmp/boost_po/usr/lib/x86_64-linux-gnu/cmake/ 2>/dev/null
+    [[ -e /tmp/boost_po/usr/include ]] || ln -s /usr/include /tmp/boost_po/usr/include  # the image's 1.83 headers
+    extra+=(-Dboost_program_options_DIR=/tmp/boost_po/usr/lib/x86_64-linux-gnu/cmake/boost_program_options-1.83.0)
+  fi
+  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" "${extra[@]}" \
+    >"$OUT/configure.log" 2>&1 &&
+    cmake --build "$BUILD" -j16 >"$OUT/build.log" 2>&1
+  rc=$?
+  summary+=("build: rc $rc in $(( $(date +%s) - t0 )) s ($(head -1 "$OUT/gpus.txt"), x$(wc -l <"$OUT/gpus.txt"))")
+  if [[ $rc != 0 ]]; then grep -E "error|Error" "$OUT/build.log" | head -30; printf '%s\n' "${summary[@]}"; exit 1; fi
+fi
+
+if [[ $STAGE == all || $STAGE == test ]]; then
+  t0=$(date +%s)
+  ctest --test-dir "$BUILD" -L gpu -V -j4 >"$OUT/ctest_gpu.log" 2>&1
+  rc=$?
+  grep -E "tests passed|tests failed|\*\*\*Failed|Not Run|\*\*\*Skipped" "$OUT/ctest_gpu.log" | head -30
+  summary+=("gpu tests: rc $rc in $(( $(date +%s) - t0 )) s: $(grep -E 'tests passed' "$OUT/ctest_gpu.log")")
+fi
+
+if [[ $STAGE == all || $STAGE == bench ]]; then
+  data=/tmp/shardtrain_random_tokens.bin
+  python3 - "$data" <<'PY'
+import sys, numpy as np
+n = 1 << 24  # 16.8M random GPT-2 tokens, llm.c .bin shard format
+h = np.zeros(256, dtype=np.int32); h[:3] = [20240520, 1, n]
+with open(sys.argv[1], "wb") as f:
+    f.write(h.tobytes()); f.write(np.random.default_rng(0).integers(0, 50257, n, dtype=np.uint16).tobytes())
+PY
+  table=("system          gpus  B   tok/s      mfu     peak GiB/rank  median ms")
+  for c in $BENCH_CASES; do
+    g=${c%%:*}; b=${c##*:}
+    log="$OUT/shardtrain_g${g}_b${b}.log"; m="$OUT/shardtrain_g${g}_b${b}.jsonl"
+    rm -f "$m"
+    mpirun --bind-to none -np "$g" -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
+      "$BUILD/shardtrain" train --config configs/gpt2-124m.ini --train.device=cuda --train.dtype=bf16 \
+      --data.path="$data" --data.val_path= --data.val_holdout=0.01 --train.micro_batch="$b" \
+      --train.global_batch=$((b * g)) --train.steps="$BENCH_STEPS" --train.eval_every=0 --train.eval_batches=1 \
+      --log.every=5 --log.metrics="$m" --optim.warmup_steps=5 >"$log" 2>&1 </dev/null
+    if [[ $? != 0 ]]; then table+=("shardtrain      $g     $b  FAILED (see $(basename "$log"))"); tail -5 "$log"; continue; fi
+    table+=("$(python3 - "$m" "$log" "$g" "$b" <<'PY'
+import json, re, sys, statistics
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+rows = rows[3:]  # warm-up
+tok = statistics.median(r["tokens_per_s"] for r in rows)
+ms = statistics.median(r["ms"] for r in rows)
+mfu = statistics.median(r["mfu"] for r in rows if r.get("mfu") is not None) if rows[0].get("mfu") is not None else None
+peak = re.findall(r"device in use ([0-9.]+) MiB", open(sys.argv[2]).read())
+peak = f"{float(peak[-1]) / 1024:.1f}" if peak else "?"
+print(f"shardtrain      {sys.argv[3]:<5} {sys.argv[4]:<3} {tok:<10.0f} {mfu * 100 if mfu else float('nan'):5.1f}%  {peak:<14} {ms:.1f}")
+PY
+)")
+    if [[ -f .peer/fsdp2_gpt2.py ]]; then
+      j="$OUT/fsdp2_g${g}_b${b}.json"
+      torchrun --nproc_per_node="$g" .peer/fsdp2_gpt2.py --B "$b" --steps "$BENCH_STEPS" --json "$j" \
+        >"$OUT/fsdp2_g${g}_b${b}.log" 2>&1 </dev/null
+      if [[ -f $j ]]; then
+        table+=("$(python3 -c "import json,sys; r=json.load(open('$j')); print(f\"pytorch-fsdp2   {r['world']:<5} {r['B']:<3} {r['tokens_per_s']:<10} {r['mfu']*100:5.1f}%  {r['peak_mem_gib']:<14} {r['median_step_ms']}\")")")
+      else
+        table+=("pytorch-fsdp2   $g     $b  FAILED"); tail -5 "$OUT/fsdp2_g${g}_b${b}.log"
+      fi
+    fi
+  done
+  printf '%s\n' "${table[@]}" | tee "$OUT/bench_table.txt"
+fi
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,77 @@
+// NcclCommunicator: the device-side collectives of the CUDA backend, on a caller-given stream.
+//
+// Bootstrap: rank 0 of the host communicator (MPI, or any Communicator) creates the NCCL unique id and
+// broadcasts it through that communicator; then every rank binds its local_rank()-th GPU and calls
+// ncclCommInitRank. The host communicator stays in use for host-side scalars (loss, norm, checkpoint
+// control); this one moves device buffers only.
+//
+//   MpiCommunicator host(...);
+//   NcclCommunicator nccl(host);                     // collective; selects this rank's GPU
+//   nccl.all_gather(shard, count, full, stream);     // enqueued on `stream`, returns at once
+//
+// Errors: every NCCL call goes through ST_NCCL_CHECK, whose message carries ncclGetErrorString and
+// ncclGetLastError (the library's own explanation) and is a kFault (retry from the last checkpoint).
+// abort() tears the communicator down without waiting for peers (a dead or hung rank).
+#pragma once
+
+#include <nccl.h>
+
+#include <cstdint>
+#include <string>
+
+#include "shardtrain/comm/communicator.h"
+#include "shardtrain/core/cuda.h"
+
+namespace st {
+namespace detail {
+[[noreturn]] void nccl_fail(const char* file, int line, const char* expr, ncclResult_t r, ncclComm_t comm);
+}  // namespace detail
+}  // namespace st
+
+#define ST_NCCL_CHECK_COMM(expr, comm)                                                             \
+  do {                                                                                             \
+    const ncclResult_t st_r_ = (expr);                                                             \
+    if (st_r_ != ncclSuccess) ::st::detail::nccl_fail(__FILE__, __LINE__, #expr, st_r_, (comm));  \
+  } while (0)
+#define ST_NCCL_CHECK(expr) ST_NCCL_CHECK_COMM(expr, nullptr)
+
+namespace st {
+
+// Maps a buffer element type to NCCL's.
+template <typename T>
+ncclDataType_t nccl_type();
+
+class NcclCommunicator {
+ public:
+  // Collective over `host`. Binds this process to GPU host.local_rank(); throws kBadInput if the node
+  // runs more ranks than it has visible GPUs.
+  explicit NcclCommunicator(Communicator& host);
+  ~NcclCommunicator();
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  int device() const { return device_; }
+
+  // Same contracts as Communicator (communicator.h), on device buffers, asynchronous on `stream`.
+  template <typename T>
+  void all_gather(const T* send, int64_t count, T* recv, cudaStream_t stream);
+  template <typename T>
+  void reduce_scatter(const T* send, int64_t count, T* recv, cudaStream_t stream);
+  template <typename T>
+  void all_reduce(T* buf, int64_t count, cudaStream_t stream);
+
+  // Aborts outstanding operations and frees the communicator without a handshake with peers. Later
+  // calls throw kFault naming `reason`.
+  void abort(const std::string& reason);
+
+ private:
+  void check_usable() const;
+
+  ncclComm_t comm_ = nullptr;
+  int rank_ = 0, world_ = 1, device_ = 0;
+  std::string aborted_;  // the reason, once aborted
+};
+
+}  // namespace st

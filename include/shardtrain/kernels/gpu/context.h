@@ -1,0 +1,29 @@
+// What every CUDA kernel wrapper needs besides its operands: the stream to launch on and the cuBLASLt
+// state (handle, workspace, cached descriptors). Passed explicitly; nothing is global.
+//
+// GPU kernels live in namespace st::gpu with the signature of their CPU reference in st (same operand
+// order and meaning), templated on the activation type T (float or bf16), plus a trailing context:
+//   st::layernorm_forward(out, mean, rstd, inp, w, b, N, C);                 // CPU, fp32
+//   st::gpu::layernorm_forward<bf16>(out, mean, rstd, inp, w, b, N, C, ctx); // GPU, device pointers
+// All pointers are device pointers, all launches are asynchronous on ctx.stream, and accumulating
+// (+=) outputs accumulate exactly as the CPU reference documents.
+#pragma once
+
+#include "shardtrain/core/cuda.h"
+
+namespace st::gpu {
+
+class Blas;  // kernels/gpu/matmul.h
+
+struct GpuContext {
+  cudaStream_t stream = nullptr;
+  Blas* blas = nullptr;  // needed by matmul and attention only
+  // Device scratch for kernels that need temporaries (attention's permuted q/k/v, deterministic
+  // reductions' partial sums). A kernel that uses it publishes `<kernel>_scratch_bytes(shape...)`; the
+  // caller sizes `scratch` as the max over the kernels it runs on this stream, allocated once. Kernels
+  // on one stream run in order, so they can share it; contents do not survive between calls.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+};
+
+}  // namespace st::gpu

@@ -1,0 +1,31 @@
+// Token + position embedding on the GPU: the CUDA version of kernels/embedding.h, same operands and
+// meaning, for activations T = float or bf16 (fp32 arithmetic, T only for storage). Device pointers,
+// asynchronous on ctx.stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "shardtrain/kernels/gpu/context.h"
+
+namespace st::gpu {
+
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].  out [B,T_,C], tokens [B,T_], wte [Vp,C], wpe [>=T_,C].
+// Every token must be in [0, Vp) (not checked on the device).
+template <typename T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C,
+                       const GpuContext& ctx);
+
+// Accumulates: dwte[v,:] += sum over positions (b,t) with tokens[b,t] == v of dout[b,t,:], and
+// dwpe[t,:] += sum_b dout[b,t,:]. Each sum is formed in fp32 in (b,t) order and added to the output
+// once, so the result is bit-identical run to run (no atomics). Rows of dwte whose token does not occur
+// are not touched. Needs embedding_backward_scratch_bytes(B, T_, C) bytes of ctx.scratch.
+template <typename T>
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C,
+                        const GpuContext& ctx);
+
+// Scratch for embedding_backward: the positions sorted by token (cub radix sort keys, values and its
+// temporary storage). Queries CUB, so it needs a CUDA device.
+size_t embedding_backward_scratch_bytes(int B, int T_, int C);
+
+}  // namespace st::gpu

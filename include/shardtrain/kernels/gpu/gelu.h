@@ -1,0 +1,24 @@
+// GELU (tanh approximation) and the residual add on the GPU: the CUDA versions of kernels/gelu.h, same
+// operands and meaning, for activations T = float or bf16 (fp32 arithmetic). Device pointers,
+// asynchronous on ctx.stream; no scratch.
+#pragma once
+
+#include <cstdint>
+
+#include "shardtrain/kernels/gpu/context.h"
+
+namespace st::gpu {
+
+// out[i] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x = inp[i].
+template <typename T>
+void gelu_forward(T* out, const T* inp, int64_t n, const GpuContext& ctx);
+
+// Accumulates: dinp[i] += gelu'(inp[i]) * dout[i].
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, const GpuContext& ctx);
+
+// out[i] = a[i] + b[i]. out may alias a or b.
+template <typename T>
+void residual_forward(T* out, const T* a, const T* b, int64_t n, const GpuContext& ctx);
+
+}  // namespace st::gpu

@@ -1,0 +1,29 @@
+// LayerNorm on the GPU: the CUDA version of kernels/layernorm.h (eps = kLayerNormEps), same operands and
+// meaning, for activations T = float or bf16 (fp32 arithmetic; mean and rstd are fp32). Device
+// pointers, asynchronous on ctx.stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/layernorm.h"
+
+namespace st::gpu {
+
+// For each of N rows of C: out = (inp - mean) * rstd * weight + bias. Writes mean[N] and rstd[N]
+// (rstd = 1/sqrt(biased var + eps)) for backward. No scratch.
+template <typename T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int C,
+                       const GpuContext& ctx);
+
+// Accumulates: dinp [N,C] += ..., dweight [C] += ..., dbias [C] += ... . dweight and dbias are reduced
+// over rows in fp32, per fixed chunk of rows into ctx.scratch and then over chunks in order, so the
+// result is bit-identical run to run. Needs layernorm_backward_scratch_bytes(N, C) bytes of scratch.
+template <typename T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const float* mean,
+                        const float* rstd, int64_t N, int C, const GpuContext& ctx);
+
+size_t layernorm_backward_scratch_bytes(int64_t N, int C);
+
+}  // namespace st::gpu

@@ -1,0 +1,100 @@
+// Dense layer on the GPU through cuBLASLt: the st::matmul_* contract (kernels/matmul.h) on device pointers,
+// plus the Blas object that owns the cuBLASLt state and a row-major strided-batched GEMM for attention.
+//
+//   st::gpu::Blas blas;                                   // handle + 32 MiB workspace, once per stream
+//   st::gpu::GpuContext ctx{stream, &blas, scratch, scratch_bytes};
+//   st::gpu::matmul_forward<bf16>(out, inp, w, b, N, C, OC, ctx);
+//
+// Precision: operands and outputs are T; products accumulate in fp32 (CUBLAS_COMPUTE_32F, never TF32, so
+// T = float keeps parity with the CPU reference). bf16 outputs are rounded once, at the store.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "shardtrain/core/cuda.h"
+#include "shardtrain/kernels/gpu/context.h"
+
+namespace st::gpu {
+
+// Optional fused epilogue of Blas::gemm, applied to x = alpha op(A) op(B) + beta C before the store.
+struct GemmEpilogue {
+  const void* bias = nullptr;  // [n] of T, added to every row of x
+  void* gelu_aux = nullptr;    // if set: gelu_aux = x (same layout as C, ldc % 8 == 0) and C = gelu(x)
+};
+
+// Owns a cuBLASLt handle, a device workspace, and one plan (descriptors, layouts, heuristic algorithm)
+// per distinct GEMM (type, transposes, shape, leading dimensions, batch, strides, epilogue, pointer
+// alignment), so repeated calls only set pointers and launch. Not thread-safe, and the workspace is
+// shared by every call: use one Blas per stream.
+class Blas {
+ public:
+  static constexpr size_t kDefaultWorkspaceBytes = size_t{32} << 20;
+
+  explicit Blas(size_t workspace_bytes = kDefaultWorkspaceBytes);
+  ~Blas();
+  Blas(Blas&& o) noexcept;
+  Blas& operator=(Blas&& o) noexcept;
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+
+  // Row-major strided-batched GEMM, for i in [0, batch):
+  //   C_i[m,n] = alpha * op(A_i)[m,k] @ op(B_i)[k,n] + beta * C_i      (then `ep`, if any)
+  // with X_i = X + i * stride_x (elements). All matrices are row-major with leading dimension (row pitch)
+  // ld: A is stored [m,k] (lda >= k), or [k,m] (lda >= m) when trans_a; B is stored [k,n] (ldb >= n), or
+  // [n,k] (ldb >= k) when trans_b; C is [m,n] (ldc >= n). beta = 0 never reads C (it may hold NaNs).
+  // Throws st::Error naming the shape when cuBLASLt has no algorithm for it.
+  template <typename T>
+  void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const T* a, int64_t lda,
+            int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, float beta, T* c, int64_t ldc,
+            int64_t stride_c, int batch, cudaStream_t stream, const GemmEpilogue& ep = {});
+
+  // As gemm, but returns false (and launches nothing) instead of throwing when there is no algorithm:
+  // for callers with a fallback, e.g. an epilogue cuBLASLt may not fuse for this type or alignment.
+  template <typename T>
+  bool try_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const T* a, int64_t lda,
+                int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, float beta, T* c, int64_t ldc,
+                int64_t stride_c, int batch, cudaStream_t stream, const GemmEpilogue& ep = {});
+
+  // Number of distinct GEMMs planned so far (each is planned once).
+  size_t plan_count() const { return plans_.size(); }
+
+ private:
+  struct Plan;
+  using Key = std::array<int64_t, 19>;
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+// out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC]. bias may be null. out is overwritten.
+template <typename T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC,
+                    const GpuContext& ctx);
+
+// pre_gelu[N,OC] = matmul_forward(inp, weight, bias); out[N,OC] = gelu(pre_gelu), the tanh GELU of
+// kernels/gelu.h. Both are overwritten; pre_gelu is what gelu_backward needs. For T = bf16 with OC % 8 == 0
+// this is one cuBLASLt call when it has a GELU_AUX(_BIAS) algorithm for the operands' alignment (out is
+// then the GELU of the fp32 product, not of its bf16 rounding). Otherwise, and always for T = float (CPU
+// parity), it is a GEMM plus an element-wise GELU kernel in fp32 with an accurate expf.
+template <typename T>
+void matmul_forward_gelu(T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC,
+                         const GpuContext& ctx);
+
+// Accumulates, like st::matmul_backward: dinp[N,C] += dout @ weight; dweight[OC,C] += dout^T @ inp;
+// dbias[OC] += sum_n dout[n,:]. dinp and dbias may be null. The bias sum runs in fp32 in a fixed order
+// that depends only on (N, OC), so it is bit-reproducible; it needs ctx.scratch of
+// matmul_backward_scratch_bytes(N, OC) bytes when dbias is given.
+template <typename T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
+                     int OC, const GpuContext& ctx);
+
+// Scratch of matmul_backward: fp32 partial column sums of dout, [chunks(N)][OC], chunks(N) <= 128.
+size_t matmul_backward_scratch_bytes(int64_t N, int OC);
+
+}  // namespace st::gpu

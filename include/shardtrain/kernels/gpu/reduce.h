@@ -1,0 +1,40 @@
+// Utility kernels of the GPU model: deterministic sums into a device double (gradient norm, mean loss),
+// fp32 <-> T conversion, accumulation and scaling. T = float or bf16. Device pointers, asynchronous on
+// ctx.stream.
+//
+//   DeviceBuffer<double> norm2(1);  // zeroed by the caller
+//   gpu::sum_of_squares<bf16>(grad, n, norm2.data(), ctx);  // needs reduce_scratch_bytes() of scratch
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "shardtrain/kernels/gpu/context.h"
+
+namespace st::gpu {
+
+// Scratch needed by sum_of_squares and sum (a fixed number of per-block partials, whatever n is).
+size_t reduce_scratch_bytes();
+
+// Accumulates: *out += sum_i x[i]^2 (*out is one device double). Squares are summed in fp32 per thread
+// and in double across threads and blocks, over a fixed grid and in a fixed order: bit-identical run to
+// run, and independent of the device. Needs reduce_scratch_bytes() of scratch.
+template <typename T>
+void sum_of_squares(const T* x, int64_t n, double* out, const GpuContext& ctx);
+
+// Accumulates: *out += sum_i x[i], as sum_of_squares (e.g. the losses of a batch, for the mean loss).
+void sum(const float* x, int64_t n, double* out, const GpuContext& ctx);
+
+// out[i] = in[i] rounded to T (round to nearest even).
+template <typename T>
+void convert(T* out, const float* in, int64_t n, const GpuContext& ctx);
+
+// Accumulates: acc[i] += in[i], in fp32.
+template <typename T>
+void accumulate(float* acc, const T* in, int64_t n, const GpuContext& ctx);
+
+// x[i] *= s, in fp32, rounded back to T.
+template <typename T>
+void scale(T* x, float s, int64_t n, const GpuContext& ctx);
+
+}  // namespace st::gpu

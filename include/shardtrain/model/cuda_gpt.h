@@ -1,0 +1,85 @@
+// GPT-2 forward and backward on one GPU, unit by unit: the CUDA twin of GptModel (gpt.h), with the same
+// calls, the same unit layout and the same accumulate (+=) contract for gradients. Parameters and
+// gradients are the unit's full flat buffers in the compute type T (float or bf16), in device memory,
+// gathered and reduce-scattered by the caller. Activations are T; LayerNorm statistics and per-token
+// losses are fp32. Every call is asynchronous on ctx.stream except those that return a host value.
+//
+//   CudaGpt<bf16> m(cfg, B, recompute, ctx);
+//   m.embedding_forward(P[0], host_tokens, B, T);
+//   for (l...) m.block_forward(l, P[1 + l]);
+//   m.head_forward_backward(P[L+1], P[0], host_targets, dloss, G[L+1], G[0]);  // adds the batch's loss
+//   for (l = L-1...0) m.block_backward(l, P[1 + l], G[1 + l]);
+//   m.embedding_backward(G[0]);
+//   double loss = m.take_loss_sum() / tokens;                                      // synchronises
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/core/cuda.h"
+#include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/model/units.h"
+
+namespace st {
+
+// Device bytes CudaGpt<T> allocates for micro-batches of max_batch (activations, backward scratch,
+// logits chunk, losses), and the kernel scratch it needs in GpuContext::scratch. Used to plan memory
+// before anything is allocated.
+struct CudaGptFootprint {
+  int64_t activation_bytes = 0;
+  int64_t scratch_bytes = 0;
+};
+template <typename T>
+CudaGptFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute);
+
+template <typename T>
+class CudaGpt {
+ public:
+  // ctx.scratch must hold cuda_gpt_footprint<T>(...).scratch_bytes; ctx must outlive the model.
+  CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, const gpu::GpuContext& ctx);
+
+  const std::vector<UnitLayout>& units() const { return units_; }
+
+  // Copies tokens [B, t] (host) to the device and runs unit 0's forward; sets the active shape.
+  void embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t);
+  void block_forward(int layer, const T* block_params);
+  // Final LayerNorm, tied classifier, cross-entropy (targets: host [B, t]) and, if head_grads is non-null,
+  // the start of backward (see GptModel::head_forward_backward). The batch's summed per-token loss is
+  // added to a device accumulator read by take_loss_sum().
+  void head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
+                             T* head_grads, T* emb_grads);
+  // Sum of the per-token losses since the last call; synchronises the stream.
+  double take_loss_sum();
+  // Logits over the real vocabulary at position `pos` of sequence 0; synchronises.
+  void head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits);
+  void block_backward(int layer, const T* block_params, T* block_grads);
+  void embedding_backward(T* emb_grads);
+
+ private:
+  struct BlockActs {
+    DeviceBuffer<T> ln1, qkv, att, atty, res2, ln2, fch, fch_gelu;
+    DeviceBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+  };
+  const T* block_input(int layer) const;
+  BlockActs& acts(int layer) { return blocks_[recompute_ ? 0 : static_cast<size_t>(layer)]; }
+  void upload_tokens(DeviceBuffer<int32_t>& dst, const int32_t* host, int64_t n);
+
+  ModelConfig cfg_;
+  std::vector<UnitLayout> units_;
+  int64_t max_batch_;
+  bool recompute_;
+  gpu::GpuContext ctx_;
+  int64_t B_ = 0, T_ = 0;
+  int64_t chunk_rows_ = 0;
+  DeviceBuffer<int32_t> tokens_, targets_;
+  PinnedBuffer<int32_t> staging_;  // host tokens pass through here so the upload is asynchronous
+  DeviceBuffer<T> encoded_;
+  std::vector<BlockActs> blocks_;
+  std::vector<DeviceBuffer<T>> block_out_;
+  DeviceBuffer<T> lnf_, dresid_, dlnf_, dbuf_c_, dqkv_, dfch_, logits_chunk_;
+  DeviceBuffer<float> lnf_mean_, lnf_rstd_, losses_;
+  DeviceBuffer<double> loss_sum_;
+};
+
+}  // namespace st

@@ -1,0 +1,102 @@
+// The interface StepEngine, checkpoints and init.from use to drive a ZeRO-3 sharded model, whatever the
+// device: ShardedModel (CPU, fp32, the reference; sharded_model.h) and CudaShardedModel (one GPU per
+// rank, NCCL; cuda_sharded_model.h) implement it. make_model_backend() picks one from train.device.
+//
+// Both hold, per unit u, the fp32 master parameter shard, gradient accumulator and AdamW moments over
+// this rank's ShardSpan (the same spans for the same world, whatever the backend), so a checkpoint is
+// the same file on either. The host view shard(u) is the state itself on the CPU; a device backend
+// keeps the state in device memory and fills the host view on pull_state() and reads it back on
+// push_state(): checkpoint save pulls, load and init.from push.
+//
+//   std::unique_ptr<ModelBackend> m = make_model_backend(cfg, comm);
+//   m->zero_grads();
+//   loss += m->micro_step(inputs, targets, dloss);      // grads accumulate in the shards
+//   double sq = m->grad_sum_of_squares();               // local, over owned spans
+//   m->adamw(u, runs);                                  // per unit, runs from adamw_runs()
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardtrain/comm/communicator.h"
+#include "shardtrain/core/config.h"
+#include "shardtrain/kernels/adamw.h"
+#include "shardtrain/model/units.h"
+#include "shardtrain/shard/shard_span.h"
+
+namespace st {
+
+// One unit's state on this rank. Vectors hold `slot` elements: the first span.count are the owned
+// elements [span.offset, span.end()) of the unit; the rest is padding that stays zero.
+struct UnitShard {
+  ShardSpan span;
+  int64_t slot = 0;  // padded_shard_size(numel, world)
+  std::vector<float> param, grad, m, v;
+};
+
+struct MemoryStats {
+  int64_t sharded_state_bytes = 0;   // param + grad + m + v shards (+ compute-precision copies), padding included
+  int64_t padding_elements = 0;      // per state vector, summed over units
+  int64_t gather_buffer_bytes = 0;   // full-size parameter and gradient buffers, allocated once
+  int64_t gathered_peak_bytes = 0;   // the most of those buffers in use at one time so far
+  int64_t activation_bytes = 0;      // saved activations and backward scratch (device backends)
+  int64_t workspace_bytes = 0;       // kernel scratch and library workspaces (device backends)
+  int64_t device_peak_bytes = 0;     // what the device allocator reports at its peak (device backends)
+};
+
+// How often each unit was gathered and reduce-scattered since construction.
+struct CommCounters {
+  std::vector<int64_t> gathers, reduce_scatters;  // per unit
+  int64_t gathered_elements = 0;                  // received, padding included
+  int64_t reduce_scattered_elements = 0;          // sent
+};
+
+class ModelBackend {
+ public:
+  virtual ~ModelBackend() = default;
+
+  virtual const std::vector<UnitLayout>& units() const = 0;
+  virtual Communicator& comm() = 0;
+  // "cpu/fp32", "cuda/bf16 on NVIDIA H200", for logs.
+  virtual std::string describe() const = 0;
+  // "cpu", or the CUDA device name ("NVIDIA H200"), which keys the MFU peak table (train/mfu.h).
+  virtual std::string device_name() const = 0;
+
+  virtual void zero_grads() = 0;
+  // One training micro-step (forward, loss, backward, reduce-scatter) on this rank's micro_batch x
+  // seq_len tokens (host arrays). Gradients of the loss, scaled by dloss per token, accumulate into the
+  // grad shards. Returns this rank's mean loss over its tokens. Collective.
+  virtual float micro_step(const int32_t* inputs, const int32_t* targets, float dloss) = 0;
+  // Forward and loss only. Collective.
+  virtual float eval_micro(const int32_t* inputs, const int32_t* targets) = 0;
+  // Logits over the real vocabulary at the last position of tokens[0, len) (B = 1). Collective.
+  virtual void last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) = 0;
+
+  // Sum of squares of this rank's owned gradient elements (not all-reduced), in double.
+  virtual double grad_sum_of_squares() = 0;
+  // AdamW on unit u's owned span: each run covers [offset, offset + count) relative to the span start,
+  // with its own parameters (adamw_runs() in optim splits the span at tensor boundaries).
+  virtual void adamw(int unit, const std::vector<AdamWRun>& runs) = 0;
+
+  // The unit's full flat parameter (or gradient accumulator) buffer of numel elements, on every rank.
+  // Collective.
+  virtual std::vector<float> gather_params(int unit) = 0;
+  virtual std::vector<float> gather_grads(int unit) = 0;
+
+  // Host view of the sharded state (see the file comment). Checkpoints read param/m/v after
+  // pull_state() and write them before push_state().
+  virtual UnitShard& shard(int unit) = 0;
+  virtual void pull_state() {}
+  virtual void push_state() {}
+
+  virtual MemoryStats memory() const = 0;
+  virtual const CommCounters& counters() const = 0;
+};
+
+// The backend train.device names: ShardedModel for cpu, CudaShardedModel for cuda (kBadInput if this
+// build has no CUDA backend or no device is visible).
+std::unique_ptr<ModelBackend> make_model_backend(const Config& cfg, Communicator& comm);
+
+}  // namespace st

@@ -1,0 +1,102 @@
+#include "gpu_pack.cuh"
+#include "shardtrain/kernels/gpu/gelu.h"
+
+namespace st::gpu {
+
+using namespace kernels_internal;  // gpu_pack.cuh
+
+namespace {
+
+constexpr int kBlock = 256;
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCube = 0.044715f;
+
+// As the reference: 0.5 (1 + tanh(u)) = sigmoid(2u), and x * sigmoid(2u) keeps full relative precision
+// for negative x, where 1 + tanh(u) cancels. For x << 0, expf overflows to inf and the result is -0.
+__device__ __forceinline__ float gelu(float x) {
+  const float u = kGeluScale * (x + kGeluCube * x * x * x);
+  return x / (1.0f + expf(-2.0f * u));
+}
+
+// With s = sigmoid(2u): gelu' = s + x * 2 s (1 - s) * u', since 0.5 sech^2(u) = 2 s (1 - s).
+__device__ __forceinline__ float gelu_grad(float x) {
+  const float u = kGeluScale * (x + kGeluCube * x * x * x);
+  const float s = 1.0f / (1.0f + expf(-2.0f * u));
+  const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
+  return s + 2.0f * x * s * (1.0f - s) * du;
+}
+
+template <int kVec, typename T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
+  for_each_pack<kVec>(n, thread_index(), thread_count(), [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float x[W];
+    load<W>(inp + i, x);
+    for (int k = 0; k < W; ++k) x[k] = gelu(x[k]);
+    store<W>(out + i, x);
+  });
+}
+
+template <int kVec, typename T>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
+  for_each_pack<kVec>(n, thread_index(), thread_count(), [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float x[W], d[W], g[W];
+    load<W>(inp + i, x);
+    load<W>(dout + i, d);
+    load<W>(dinp + i, g);
+    for (int k = 0; k < W; ++k) g[k] += gelu_grad(x[k]) * d[k];
+    store<W>(dinp + i, g);
+  });
+}
+
+// Aliasing is safe: each element's inputs are loaded before its output is stored, by the same thread.
+template <int kVec, typename T>
+__global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t n) {
+  for_each_pack<kVec>(n, thread_index(), thread_count(), [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float x[W], y[W];
+    load<W>(a + i, x);
+    load<W>(b + i, y);
+    for (int k = 0; k < W; ++k) x[k] += y[k];
+    store<W>(out + i, x);
+  });
+}
+
+}  // namespace
+
+template <typename T>
+void gelu_forward(T* out, const T* inp, int64_t n, const GpuContext& ctx) {
+  if (n == 0) return;
+  launch_packed<T>(all_aligned(16, out, inp), [&](auto w) {
+    constexpr int kVec = decltype(w)::value;
+    gelu_forward_kernel<kVec><<<grid_for((n + kVec - 1) / kVec, kBlock), kBlock, 0, ctx.stream>>>(out, inp, n);
+  });
+}
+
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, const GpuContext& ctx) {
+  if (n == 0) return;
+  launch_packed<T>(all_aligned(16, dinp, inp, dout), [&](auto w) {
+    constexpr int kVec = decltype(w)::value;
+    gelu_backward_kernel<kVec><<<grid_for((n + kVec - 1) / kVec, kBlock), kBlock, 0, ctx.stream>>>(dinp, inp, dout, n);
+  });
+}
+
+template <typename T>
+void residual_forward(T* out, const T* a, const T* b, int64_t n, const GpuContext& ctx) {
+  if (n == 0) return;
+  launch_packed<T>(all_aligned(16, out, a, b), [&](auto w) {
+    constexpr int kVec = decltype(w)::value;
+    residual_forward_kernel<kVec><<<grid_for((n + kVec - 1) / kVec, kBlock), kBlock, 0, ctx.stream>>>(out, a, b, n);
+  });
+}
+
+template void gelu_forward<float>(float*, const float*, int64_t, const GpuContext&);
+template void gelu_forward<bf16>(bf16*, const bf16*, int64_t, const GpuContext&);
+template void gelu_backward<float>(float*, const float*, const float*, int64_t, const GpuContext&);
+template void gelu_backward<bf16>(bf16*, const bf16*, const bf16*, int64_t, const GpuContext&);
+template void residual_forward<float>(float*, const float*, const float*, int64_t, const GpuContext&);
+template void residual_forward<bf16>(bf16*, const bf16*, const bf16*, int64_t, const GpuContext&);
+
+}  // namespace st::gpu

@@ -1,0 +1,135 @@
+// Private to src/kernels/*.cu: fp32 <-> T conversion, packed (vector) loads and stores with a scalar
+// fallback, and deterministic warp/block reductions.
+//
+// A kernel is written once, templated on the pack width kVec; the wrapper picks kVec = 16 / sizeof(T)
+// when every pointer allows it and 1 otherwise (launch_packed):
+//   for_each_pack<kVec>(n, first, stride, [&](int64_t i, auto w) {
+//     constexpr int W = decltype(w)::value;  // kVec, or 1 for the tail
+//     float x[W];
+//     load<W>(inp + i, x);
+//     ...
+//     store<W>(out + i, x);
+//   });
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "shardtrain/core/cuda.h"
+
+namespace st::gpu::kernels_internal {
+
+inline constexpr int kWarpSize = 32;
+
+template <typename T>
+__device__ __forceinline__ float to_f32(T x) {
+  return static_cast<float>(x);
+}
+// Round to nearest even, as PyTorch's .to(bfloat16).
+template <typename T>
+__device__ __forceinline__ T from_f32(float x) {
+  if constexpr (std::is_same_v<T, float>)
+    return x;
+  else
+    return __float2bfloat16_rn(x);
+}
+
+// kVec elements of T as one aligned load or store (4, 8 or 16 bytes).
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Pack {
+  T v[kVec];
+};
+
+template <int kVec, typename T>
+__device__ __forceinline__ void load(const T* p, float (&x)[kVec]) {
+  const Pack<T, kVec> pk = *reinterpret_cast<const Pack<T, kVec>*>(p);
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) x[k] = to_f32(pk.v[k]);
+}
+
+template <int kVec, typename T>
+__device__ __forceinline__ void store(T* p, const float (&x)[kVec]) {
+  Pack<T, kVec> pk;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) pk.v[k] = from_f32<T>(x[k]);
+  *reinterpret_cast<Pack<T, kVec>*>(p) = pk;
+}
+
+template <int W>
+using Width = std::integral_constant<int, W>;
+
+// Visits [0, n) in packs of kVec: thread `first` (counted in packs) takes packs first, first + stride, ...
+// and calls f(i, Width<kVec>()) for a full pack at element i, or f(j, Width<1>()) for each element of
+// the last, partial pack.
+template <int kVec, typename F>
+__device__ __forceinline__ void for_each_pack(int64_t n, int64_t first, int64_t stride, F&& f) {
+  for (int64_t i = first * kVec; i < n; i += stride * kVec) {
+    if (i + kVec <= n) {
+      f(i, Width<kVec>());
+    } else {
+      for (int64_t j = i; j < n; ++j) f(j, Width<1>());
+    }
+  }
+}
+
+// A grid-stride loop's start and stride.
+__device__ __forceinline__ int64_t thread_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t thread_count() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+// True when every pointer is aligned for packs of `bytes` (null pointers are ignored).
+template <typename... Ptrs>
+bool all_aligned(size_t bytes, const Ptrs*... ptrs) {
+  return ((reinterpret_cast<uintptr_t>(ptrs) % bytes == 0) && ...);
+}
+
+// Runs launch(Width<16 / sizeof(E)>()) when `vec`, else launch(Width<1>()): the lambda launches the kernel
+// instantiated for that pack width. Then checks the launch.
+template <typename E, typename F>
+void launch_packed(bool vec, F&& launch) {
+  if (vec)
+    launch(Width<16 / sizeof(E)>());
+  else
+    launch(Width<1>());
+  ST_CUDA_CHECK_LAUNCH();
+}
+
+// Threads for n items with `block` threads each, for a grid-stride loop: capped so huge n reuses threads.
+inline unsigned grid_for(int64_t n, int block) {
+  constexpr int64_t kMaxBlocks = 1 << 16;
+  const int64_t blocks = (n + block - 1) / block;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
+}
+
+// Butterfly reduction: every lane ends with the result, combined in the same order on every run.
+template <typename V, typename Op>
+__device__ __forceinline__ V warp_reduce(V v, Op op) {
+#pragma unroll
+  for (int off = kWarpSize / 2; off > 0; off /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// Block-wide reduction for blockDim.x a multiple of 32 (at most 1024); every thread gets the result.
+// `shared` holds at least 32 V. Deterministic: the combination order depends only on blockDim.x.
+template <typename V, typename Op>
+__device__ V block_reduce(V v, Op op, V* shared) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int nwarps = blockDim.x / kWarpSize;
+  v = warp_reduce(v, op);
+  __syncthreads();  // `shared` may still be read from a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = shared[0];
+  for (int w = 1; w < nwarps; ++w) v = op(v, shared[w]);
+  return v;
+}
+
+struct Add {
+  template <typename V>
+  __device__ __forceinline__ V operator()(V a, V b) const {
+    return a + b;
+  }
+};
+
+}  // namespace st::gpu::kernels_internal

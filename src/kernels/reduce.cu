@@ -1,0 +1,142 @@
+#include "gpu_pack.cuh"
+#include "shardtrain/kernels/gpu/reduce.h"
+
+namespace st::gpu {
+
+using namespace kernels_internal;  // gpu_pack.cuh
+
+namespace {
+
+constexpr int kBlock = 256;
+// The sums always run kReduceBlocks x kBlock threads (enough to keep an H200 streaming), so the summation
+// tree depends on n only: results are bit-identical across runs and devices.
+constexpr int kReduceBlocks = 512;
+
+struct Square {
+  __device__ __forceinline__ float operator()(float x) const { return x * x; }
+};
+struct Identity {
+  __device__ __forceinline__ float operator()(float x) const { return x; }
+};
+
+// Per-block partial[blockIdx.x] = sum of f(x[i]) over the block's grid-stride share.
+template <int kVec, typename T, typename F>
+__global__ void partial_sum_kernel(double* partial, const T* x, int64_t n, F f) {
+  __shared__ double shared[kWarpSize];
+  float acc = 0;
+  for_each_pack<kVec>(n, thread_index(), thread_count(), [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float v[W];
+    load<W>(x + i, v);
+    for (int k = 0; k < W; ++k) acc += f(v[k]);
+  });
+  const double block = block_reduce(static_cast<double>(acc), Add(), shared);
+  if (threadIdx.x == 0) partial[blockIdx.x] = block;
+}
+
+// One block: *out += sum of the kReduceBlocks partials.
+__global__ void finish_sum_kernel(double* out, const double* partial) {
+  __shared__ double shared[kWarpSize];
+  double acc = 0;
+  for (int i = threadIdx.x; i < kReduceBlocks; i += blockDim.x) acc += partial[i];
+  acc = block_reduce(acc, Add(), shared);
+  if (threadIdx.x == 0) *out += acc;
+}
+
+template <typename T, typename F>
+void reduce_sum(const T* x, int64_t n, double* out, F f, const GpuContext& ctx) {
+  if (n == 0) return;
+  ST_CHECK(ctx.scratch != nullptr && ctx.scratch_bytes >= reduce_scratch_bytes(), "reduction needs ",
+           reduce_scratch_bytes(), " bytes of scratch, ctx has ", ctx.scratch_bytes);
+  auto* partial = static_cast<double*>(ctx.scratch);
+  launch_packed<T>(all_aligned(16, x), [&](auto w) {
+    partial_sum_kernel<decltype(w)::value><<<kReduceBlocks, kBlock, 0, ctx.stream>>>(partial, x, n, f);
+  });
+  finish_sum_kernel<<<1, kBlock, 0, ctx.stream>>>(out, partial);
+  ST_CUDA_CHECK_LAUNCH();
+}
+
+template <int kVec, typename T>
+__global__ void convert_kernel(T* out, const float* in, int64_t n) {
+  for_each_pack<kVec>(n, thread_index(), thread_count(), [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float v[W];
+    load<W>(in + i, v);
+    store<W>(out + i, v);
+  });
+}
+
+template <int kVec, typename T>
+__global__ void accumulate_kernel(float* acc, const T* in, int64_t n) {
+  for_each_pack<kVec>(n, thread_index(), thread_count(), [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float a[W], v[W];
+    load<W>(acc + i, a);
+    load<W>(in + i, v);
+    for (int k = 0; k < W; ++k) a[k] += v[k];
+    store<W>(acc + i, a);
+  });
+}
+
+template <int kVec, typename T>
+__global__ void scale_kernel(T* x, float s, int64_t n) {
+  for_each_pack<kVec>(n, thread_index(), thread_count(), [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float v[W];
+    load<W>(x + i, v);
+    for (int k = 0; k < W; ++k) v[k] *= s;
+    store<W>(x + i, v);
+  });
+}
+
+unsigned grid_packs(int64_t n, int vec) { return grid_for((n + vec - 1) / vec, kBlock); }
+
+}  // namespace
+
+size_t reduce_scratch_bytes() { return kReduceBlocks * sizeof(double); }
+
+template <typename T>
+void sum_of_squares(const T* x, int64_t n, double* out, const GpuContext& ctx) {
+  reduce_sum(x, n, out, Square(), ctx);
+}
+
+void sum(const float* x, int64_t n, double* out, const GpuContext& ctx) { reduce_sum(x, n, out, Identity(), ctx); }
+
+// The element-wise kernels move fp32 in packs of four: 16 bytes of fp32 and 4 * sizeof(T) bytes of T.
+template <typename T>
+void convert(T* out, const float* in, int64_t n, const GpuContext& ctx) {
+  if (n == 0) return;
+  launch_packed<float>(all_aligned(16, in) && all_aligned(4 * sizeof(T), out), [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    convert_kernel<W><<<grid_packs(n, W), kBlock, 0, ctx.stream>>>(out, in, n);
+  });
+}
+
+template <typename T>
+void accumulate(float* acc, const T* in, int64_t n, const GpuContext& ctx) {
+  if (n == 0) return;
+  launch_packed<float>(all_aligned(16, acc) && all_aligned(4 * sizeof(T), in), [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    accumulate_kernel<W><<<grid_packs(n, W), kBlock, 0, ctx.stream>>>(acc, in, n);
+  });
+}
+
+template <typename T>
+void scale(T* x, float s, int64_t n, const GpuContext& ctx) {
+  if (n == 0) return;
+  launch_packed<T>(all_aligned(16, x), [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    scale_kernel<W><<<grid_packs(n, W), kBlock, 0, ctx.stream>>>(x, s, n);
+  });
+}
+
+template void sum_of_squares<float>(const float*, int64_t, double*, const GpuContext&);
+template void sum_of_squares<bf16>(const bf16*, int64_t, double*, const GpuContext&);
+template void convert<float>(float*, const float*, int64_t, const GpuContext&);
+template void convert<bf16>(bf16*, const float*, int64_t, const GpuContext&);
+template void accumulate<float>(float*, const float*, int64_t, const GpuContext&);
+template void accumulate<bf16>(float*, const bf16*, int64_t, const GpuContext&);
+template void scale<float>(float*, float, int64_t, const GpuContext&);
+template void scale<bf16>(bf16*, float, int64_t, const GpuContext&);
+
+}  // namespace st::gpu

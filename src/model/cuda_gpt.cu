@@ -1,0 +1,259 @@
+#include "shardtrain/model/cuda_gpt.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "shardtrain/core/error.h"
+#include "shardtrain/kernels/gpu/attention.h"
+#include "shardtrain/kernels/gpu/embedding.h"
+#include "shardtrain/kernels/gpu/gelu.h"
+#include "shardtrain/kernels/gpu/layernorm.h"
+#include "shardtrain/kernels/gpu/matmul.h"
+#include "shardtrain/kernels/gpu/reduce.h"
+#include "shardtrain/kernels/gpu/softmax_cross_entropy.h"
+#include "shardtrain/model/block_view.h"
+
+namespace st {
+namespace {
+
+// Classifier rows per chunk: bounds the logits scratch to 64 Mi elements whatever the vocabulary, so the
+// whole batch's logits never exist at once (a 50304-wide row: 1334 rows per chunk).
+constexpr int64_t kLogitsChunkElems = int64_t{64} << 20;
+
+int64_t chunk_rows_for(const ModelConfig& cfg, int64_t BT) {
+  return std::max<int64_t>(1, std::min<int64_t>(BT, kLogitsChunkElems / cfg.padded_vocab()));
+}
+
+template <typename T>
+void zero_async(DeviceBuffer<T>& b, int64_t n, cudaStream_t s) {
+  ST_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, sizeof(T) * static_cast<size_t>(n), s));
+}
+
+}  // namespace
+
+template <typename T>
+CudaGptFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute) {
+  const int64_t B = max_batch, T_ = cfg.seq_len, C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer;
+  const int64_t BT = B * T_, BTC = BT * C;
+  const int64_t per_block_t = 15 * BTC + B * NH * T_ * T_;
+  const int64_t blocks = recompute ? std::min<int64_t>(L, 1) : L;
+  const int64_t elems_t = blocks * per_block_t + L * BTC  // activations, block outputs
+                          + BTC                            // encoded
+                          + 4 * BTC + 3 * BTC + 8 * BTC    // lnf, dresid, dlnf, dbuf_c; dqkv; dfch
+                          + chunk_rows_for(cfg, BT) * cfg.padded_vocab();
+  const int64_t floats = blocks * 4 * BT + 3 * BT;
+  CudaGptFootprint f;
+  f.activation_bytes = elems_t * static_cast<int64_t>(sizeof(T)) + floats * 4 + 2 * BT * 4 + 8;
+  size_t s = gpu::embedding_backward_scratch_bytes(static_cast<int>(B), static_cast<int>(T_), static_cast<int>(C));
+  s = std::max(s, gpu::layernorm_backward_scratch_bytes(BT, static_cast<int>(C)));
+  s = std::max(s, gpu::matmul_backward_scratch_bytes(BT, static_cast<int>(4 * C)));
+  s = std::max(s, gpu::attention_forward_scratch_bytes<T>(static_cast<int>(B), static_cast<int>(T_),
+                                                          static_cast<int>(C), static_cast<int>(NH)));
+  s = std::max(s, gpu::attention_backward_scratch_bytes<T>(static_cast<int>(B), static_cast<int>(T_),
+                                                           static_cast<int>(C), static_cast<int>(NH)));
+  s = std::max(s, gpu::reduce_scratch_bytes());
+  f.scratch_bytes = static_cast<int64_t>(s);
+  return f;
+}
+
+template <typename T>
+CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, const gpu::GpuContext& ctx)
+    : cfg_(cfg), units_(build_units(cfg)), max_batch_(max_batch), recompute_(recompute), ctx_(ctx) {
+  ST_CHECK(max_batch > 0);
+  const CudaGptFootprint need = cuda_gpt_footprint<T>(cfg, max_batch, recompute);
+  ST_CHECK(ctx.scratch_bytes >= static_cast<size_t>(need.scratch_bytes), "GPU model needs ", need.scratch_bytes,
+           " bytes of kernel scratch, the context has ", ctx.scratch_bytes);
+  const int64_t BT = max_batch * cfg.seq_len, C = cfg.n_embd, NH = cfg.n_head, T_ = cfg.seq_len;
+  tokens_ = DeviceBuffer<int32_t>(BT);
+  targets_ = DeviceBuffer<int32_t>(BT);
+  staging_ = PinnedBuffer<int32_t>(2 * BT);
+  encoded_ = DeviceBuffer<T>(BT * C);
+  blocks_.resize(recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer);
+  for (BlockActs& a : blocks_) {
+    a.ln1 = DeviceBuffer<T>(BT * C);
+    a.qkv = DeviceBuffer<T>(BT * 3 * C);
+    a.att = DeviceBuffer<T>(max_batch * NH * T_ * T_);
+    a.atty = DeviceBuffer<T>(BT * C);
+    a.res2 = DeviceBuffer<T>(BT * C);
+    a.ln2 = DeviceBuffer<T>(BT * C);
+    a.fch = DeviceBuffer<T>(BT * 4 * C);
+    a.fch_gelu = DeviceBuffer<T>(BT * 4 * C);
+    a.ln1_mean = DeviceBuffer<float>(BT);
+    a.ln1_rstd = DeviceBuffer<float>(BT);
+    a.ln2_mean = DeviceBuffer<float>(BT);
+    a.ln2_rstd = DeviceBuffer<float>(BT);
+  }
+  for (int l = 0; l < cfg.n_layer; ++l) block_out_.emplace_back(BT * C);
+  lnf_ = DeviceBuffer<T>(BT * C);
+  dresid_ = DeviceBuffer<T>(BT * C);
+  dlnf_ = DeviceBuffer<T>(BT * C);
+  dbuf_c_ = DeviceBuffer<T>(BT * C);
+  dqkv_ = DeviceBuffer<T>(BT * 3 * C);
+  dfch_ = DeviceBuffer<T>(BT * 8 * C);
+  chunk_rows_ = chunk_rows_for(cfg, BT);
+  logits_chunk_ = DeviceBuffer<T>(chunk_rows_ * cfg.padded_vocab());
+  lnf_mean_ = DeviceBuffer<float>(BT);
+  lnf_rstd_ = DeviceBuffer<float>(BT);
+  losses_ = DeviceBuffer<float>(BT);
+  loss_sum_ = DeviceBuffer<double>(1);
+  ST_CUDA_CHECK(cudaMemsetAsync(loss_sum_.data(), 0, sizeof(double), ctx_.stream));
+}
+
+template <typename T>
+const T* CudaGpt<T>::block_input(int layer) const {
+  return layer == 0 ? encoded_.data() : block_out_[static_cast<size_t>(layer - 1)].data();
+}
+
+template <typename T>
+void CudaGpt<T>::upload_tokens(DeviceBuffer<int32_t>& dst, const int32_t* host, int64_t n) {
+  // The pinned staging area is reused by the next upload only after this copy has run: take_loss_sum()
+  // and head_logits() synchronise the stream once per micro-step, before the next upload.
+  int32_t* stage = staging_.data() + (&dst == &tokens_ ? 0 : max_batch_ * cfg_.seq_len);
+  std::memcpy(stage, host, sizeof(int32_t) * static_cast<size_t>(n));
+  ST_CUDA_CHECK(cudaMemcpyAsync(dst.data(), stage, sizeof(int32_t) * static_cast<size_t>(n), cudaMemcpyHostToDevice,
+                                ctx_.stream));
+}
+
+template <typename T>
+void CudaGpt<T>::embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) {
+  ST_CHECK(B >= 1 && B <= max_batch_ && t >= 1 && t <= cfg_.seq_len, "shape [", B, ", ", t, "] exceeds [",
+           max_batch_, ", ", cfg_.seq_len, "]");
+  B_ = B;
+  T_ = t;
+  upload_tokens(tokens_, tokens, B * t);
+  const UnitLayout& u = units_[0];
+  gpu::embedding_forward<T>(encoded_.data(), tokens_.data(), emb_params + u.tensors[0].offset,
+                            emb_params + u.tensors[1].offset, static_cast<int>(B), static_cast<int>(t), cfg_.n_embd,
+                            ctx_);
+}
+
+template <typename T>
+void CudaGpt<T>::block_forward(int layer, const T* block_params) {
+  const BlockView<const T> p(block_params, units_[static_cast<size_t>(1 + layer)]);
+  BlockActs& a = acts(layer);
+  T* out = block_out_[static_cast<size_t>(layer)].data();
+  const int64_t N = B_ * T_;
+  const int C = cfg_.n_embd;
+  const T* x = block_input(layer);
+  gpu::layernorm_forward<T>(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln1w, p.ln1b, N, C, ctx_);
+  gpu::matmul_forward<T>(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C, ctx_);
+  gpu::attention_forward<T>(a.atty.data(), a.att.data(), a.qkv.data(), static_cast<int>(B_), static_cast<int>(T_), C,
+                            cfg_.n_head, ctx_);
+  gpu::matmul_forward<T>(a.res2.data(), a.atty.data(), p.projw, p.projb, N, C, C, ctx_);
+  gpu::residual_forward<T>(a.res2.data(), a.res2.data(), x, N * C, ctx_);
+  gpu::layernorm_forward<T>(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C,
+                            ctx_);
+  gpu::matmul_forward_gelu<T>(a.fch_gelu.data(), a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, ctx_);
+  gpu::matmul_forward<T>(out, a.fch_gelu.data(), p.fcprojw, p.fcprojb, N, 4 * C, C, ctx_);
+  gpu::residual_forward<T>(out, out, a.res2.data(), N * C, ctx_);
+}
+
+template <typename T>
+void CudaGpt<T>::head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
+                                       T* head_grads, T* emb_grads) {
+  const UnitLayout& hu = units_.back();
+  const UnitLayout& eu = units_[0];
+  const int64_t N = B_ * T_;
+  const int C = cfg_.n_embd, V = cfg_.vocab_size, Vp = cfg_.padded_vocab();
+  const bool backward = head_grads != nullptr;
+  const T* x = cfg_.n_layer > 0 ? block_out_.back().data() : encoded_.data();
+  const T* lnfw = head_params + hu.tensors[0].offset;
+  const T* lnfb = head_params + hu.tensors[1].offset;
+  const T* wte = emb_params + eu.tensors[0].offset;
+  upload_tokens(targets_, targets, N);
+  gpu::layernorm_forward<T>(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, lnfw, lnfb, N, C, ctx_);
+  if (backward) zero_async(dlnf_, N * C, ctx_.stream);
+  for (int64_t r0 = 0; r0 < N; r0 += chunk_rows_) {
+    const int64_t rows = std::min(chunk_rows_, N - r0);
+    T* logits = logits_chunk_.data();
+    gpu::matmul_forward<T>(logits, lnf_.data() + r0 * C, wte, nullptr, rows, C, Vp, ctx_);
+    gpu::softmax_cross_entropy<T>(losses_.data() + r0, backward ? logits : nullptr, logits, targets_.data() + r0, rows,
+                                  V, Vp, dloss, ctx_);
+    if (backward) {
+      gpu::matmul_backward<T>(dlnf_.data() + r0 * C, emb_grads + eu.tensors[0].offset, nullptr, logits,
+                              lnf_.data() + r0 * C, wte, rows, C, Vp, ctx_);
+    }
+  }
+  gpu::sum(losses_.data(), N, loss_sum_.data(), ctx_);
+  if (backward) {
+    zero_async(dresid_, N * C, ctx_.stream);
+    gpu::layernorm_backward<T>(dresid_.data(), head_grads + hu.tensors[0].offset, head_grads + hu.tensors[1].offset,
+                               dlnf_.data(), x, lnfw, lnf_mean_.data(), lnf_rstd_.data(), N, C, ctx_);
+  }
+}
+
+template <typename T>
+double CudaGpt<T>::take_loss_sum() {
+  double sum = 0;
+  ST_CUDA_CHECK(cudaMemcpyAsync(&sum, loss_sum_.data(), sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream));
+  ST_CUDA_CHECK(cudaMemsetAsync(loss_sum_.data(), 0, sizeof(double), ctx_.stream));
+  ST_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  return sum;
+}
+
+template <typename T>
+void CudaGpt<T>::head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits) {
+  ST_CHECK(pos >= 0 && pos < T_, "position ", pos, " outside the active length ", T_);
+  const UnitLayout& hu = units_.back();
+  const int C = cfg_.n_embd, Vp = cfg_.padded_vocab();
+  const T* x = (cfg_.n_layer > 0 ? block_out_.back().data() : encoded_.data()) + pos * C;
+  gpu::layernorm_forward<T>(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, head_params + hu.tensors[0].offset,
+                            head_params + hu.tensors[1].offset, 1, C, ctx_);
+  gpu::matmul_forward<T>(logits_chunk_.data(), lnf_.data(), emb_params + units_[0].tensors[0].offset, nullptr, 1, C,
+                         Vp, ctx_);
+  std::vector<T> row(static_cast<size_t>(cfg_.vocab_size));
+  ST_CUDA_CHECK(cudaMemcpyAsync(row.data(), logits_chunk_.data(), sizeof(T) * row.size(), cudaMemcpyDeviceToHost,
+                                ctx_.stream));
+  ST_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  logits->resize(row.size());
+  for (size_t i = 0; i < row.size(); ++i) (*logits)[i] = static_cast<float>(row[i]);
+}
+
+template <typename T>
+void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads) {
+  if (recompute_) block_forward(layer, block_params);
+  const BlockView<const T> p(block_params, units_[static_cast<size_t>(1 + layer)]);
+  const BlockView<T> g(block_grads, units_[static_cast<size_t>(1 + layer)]);
+  BlockActs& a = acts(layer);
+  const int64_t N = B_ * T_;
+  const int C = cfg_.n_embd;
+  const T* x = block_input(layer);
+  T* dfch_gelu = dfch_.data();
+  T* dfch = dfch_.data() + N * 4 * C;
+  cudaStream_t s = ctx_.stream;
+
+  // MLP branch: dresid is d(out); the residual passes it to res2 unchanged.
+  zero_async(dfch_, N * 8 * C, s);
+  gpu::matmul_backward<T>(dfch_gelu, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, N, 4 * C, C,
+                          ctx_);
+  gpu::gelu_backward<T>(dfch, a.fch.data(), dfch_gelu, N * 4 * C, ctx_);
+  zero_async(dbuf_c_, N * C, s);
+  gpu::matmul_backward<T>(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx_);
+  gpu::layernorm_backward<T>(dresid_.data(), g.ln2w, g.ln2b, dbuf_c_.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
+                             a.ln2_rstd.data(), N, C, ctx_);
+
+  // Attention branch: dresid is now d(res2); the residual passes it to x unchanged.
+  zero_async(dbuf_c_, N * C, s);
+  gpu::matmul_backward<T>(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C, ctx_);
+  zero_async(dqkv_, N * 3 * C, s);
+  gpu::attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.att.data(), static_cast<int>(B_),
+                             static_cast<int>(T_), C, cfg_.n_head, ctx_);
+  zero_async(dbuf_c_, N * C, s);
+  gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C, ctx_);
+  gpu::layernorm_backward<T>(dresid_.data(), g.ln1w, g.ln1b, dbuf_c_.data(), x, p.ln1w, a.ln1_mean.data(),
+                             a.ln1_rstd.data(), N, C, ctx_);
+}
+
+template <typename T>
+void CudaGpt<T>::embedding_backward(T* emb_grads) {
+  const UnitLayout& u = units_[0];
+  gpu::embedding_backward<T>(emb_grads + u.tensors[0].offset, emb_grads + u.tensors[1].offset, dresid_.data(),
+                             tokens_.data(), static_cast<int>(B_), static_cast<int>(T_), cfg_.n_embd, ctx_);
+}
+
+template CudaGptFootprint cuda_gpt_footprint<float>(const ModelConfig&, int64_t, bool);
+template CudaGptFootprint cuda_gpt_footprint<bf16>(const ModelConfig&, int64_t, bool);
+template class CudaGpt<float>;
+template class CudaGpt<bf16>;
+
+}  // namespace st

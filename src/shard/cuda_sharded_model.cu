@@ -1,0 +1,544 @@
+#include "shardtrain/shard/cuda_sharded_model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <type_traits>
+
+#include "shardtrain/comm/nccl_communicator.h"
+#include "shardtrain/core/cuda.h"
+#include "shardtrain/core/error.h"
+#include "shardtrain/kernels/gpu/adamw.h"
+#include "shardtrain/kernels/gpu/matmul.h"
+#include "shardtrain/kernels/gpu/reduce.h"
+#include "shardtrain/model/cuda_gpt.h"
+#include "shardtrain/shard/schedule.h"
+
+namespace st {
+namespace {
+
+// Device memory outside our own allocations: the CUDA context, NCCL's channel buffers and cuBLASLt's
+// internal state. Counted in the plan so that a cap of 24 GiB means the whole card.
+constexpr int64_t kRuntimeReserveBytes = int64_t{768} << 20;
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(bytes) / double(int64_t{1} << 30));
+  return buf;
+}
+
+bool is_compute_op(OpKind k) {
+  return k == OpKind::kForward || k == OpKind::kBackward || k == OpKind::kHeadForwardBackward;
+}
+
+struct UnitSizes {
+  int64_t emb_full = 0;   // unit 0's gathered size (slot * world)
+  int64_t unit_full = 0;  // the largest other unit's gathered size
+  int64_t max_slot = 0;
+  int64_t slots = 0;      // sum of slots
+};
+
+UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world) {
+  UnitSizes s;
+  for (const UnitLayout& u : units) {
+    const int64_t slot = padded_shard_size(u.numel, world);
+    if (u.index == 0)
+      s.emb_full = slot * world;
+    else
+      s.unit_full = std::max(s.unit_full, slot * world);
+    s.max_slot = std::max(s.max_slot, slot);
+    s.slots += slot;
+  }
+  return s;
+}
+
+// Pool sizes: two unit buffers double-buffer the gathers under ZeRO-3; without resharding after forward
+// every block and the head keep their own until backward.
+int param_pool_size(const Config& cfg) { return cfg.dist.reshard_after_forward ? 2 : cfg.model.n_layer + 1; }
+constexpr int kGradPoolSize = 2;
+
+template <typename T>
+CudaMemoryPlan plan_for(const Config& cfg, int world) {
+  const std::vector<UnitLayout> units = build_units(cfg.model);
+  const UnitSizes s = unit_sizes(units, world);
+  const int64_t t = sizeof(T);
+  CudaMemoryPlan p;
+  p.sharded_state = s.slots * (16 + (std::is_same_v<T, float> ? 0 : t));
+  p.gather_buffers = (s.emb_full + param_pool_size(cfg) * s.unit_full) * t  // parameters
+                     + (s.emb_full + kGradPoolSize * s.unit_full) * t       // full gradients
+                     + s.max_slot * t;                                      // reduce-scatter output
+  const CudaGptFootprint f = cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute);
+  p.activations = f.activation_bytes;
+  p.workspace = f.scratch_bytes + static_cast<int64_t>(gpu::Blas::kDefaultWorkspaceBytes) +
+                static_cast<int64_t>(gpu::reduce_scratch_bytes()) + kRuntimeReserveBytes;
+  return p;
+}
+
+// The plan, or kBadInput with its breakdown if it exceeds dist.max_gpu_mem_gib or the device's free
+// memory. Runs before the large allocations: the cap stands in for a smaller card.
+template <typename T>
+CudaMemoryPlan checked_plan(const Config& cfg, int world, const std::string& device) {
+  const CudaMemoryPlan plan = plan_for<T>(cfg, world);
+  size_t free_b = 0, total_b = 0;
+  ST_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const int64_t free_bytes = static_cast<int64_t>(free_b);
+  const bool capped = cfg.dist.max_gpu_mem_gib > 0;
+  const int64_t cap = capped ? static_cast<int64_t>(cfg.dist.max_gpu_mem_gib * double(int64_t{1} << 30)) : free_bytes;
+  if (plan.total() > std::min(cap, free_bytes)) {
+    ST_BAD_INPUT("device memory: this config needs ", gib(plan.total()), " per rank (", plan.breakdown(), "), but ",
+                 capped && cap < free_bytes ? str_cat("dist.max_gpu_mem_gib caps it at ", gib(cap))
+                                            : str_cat(device, " has ", gib(free_bytes), " free"),
+                 "; lower train.micro_batch, set train.recompute=true, or use more ranks");
+  }
+  return plan;
+}
+
+template <typename T>
+class CudaShardedModel final : public ModelBackend {
+ public:
+  CudaShardedModel(const Config& cfg, Communicator& comm);
+  ~CudaShardedModel() override;
+
+  const std::vector<UnitLayout>& units() const override { return units_; }
+  Communicator& comm() override { return comm_; }
+  std::string describe() const override {
+    return str_cat("cuda/", std::is_same_v<T, float> ? "fp32" : "bf16", " on ", device_name_);
+  }
+  std::string device_name() const override { return device_name_; }
+  void zero_grads() override;
+  float micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override;
+  float eval_micro(const int32_t* inputs, const int32_t* targets) override;
+  void last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) override;
+  double grad_sum_of_squares() override;
+  void adamw(int unit, const std::vector<AdamWRun>& runs) override;
+  std::vector<float> gather_params(int unit) override { return gather_full(unit, /*grads=*/false); }
+  std::vector<float> gather_grads(int unit) override { return gather_full(unit, /*grads=*/true); }
+  UnitShard& shard(int unit) override { return host_[static_cast<size_t>(unit)]; }
+  void pull_state() override;
+  void push_state() override;
+  MemoryStats memory() const override;
+  const CommCounters& counters() const override { return counters_; }
+
+ private:
+  struct DeviceShard {
+    DeviceBuffer<float> master, grad, m, v;
+    DeviceBuffer<T> compute;  // the master rounded to T, which gathers read (empty when T is float)
+  };
+  // A full-unit buffer: `ready` is recorded when its contents are complete (gather done / backward
+  // done), `free` when its last reader has finished (compute done / reduce-scatter done).
+  struct Buffer {
+    DeviceBuffer<T> data;
+    int unit = -1;
+    CudaEvent ready, free;
+  };
+  enum class Mode { kTrain, kEval, kLogits };
+
+  float run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss);
+  void prefetch(const std::vector<ScheduleOp>& schedule, size_t at);
+  void issue_gather(int unit);
+  const T* gathered(int unit);
+  T* full_grad(int unit);
+  void reduce_scatter(int unit);
+  void release_params(int unit);
+  Buffer* free_buffer(std::vector<Buffer>& pool, Buffer& emb, int unit);
+  const T* gather_source(int unit) const;
+  std::vector<float> gather_full(int unit, bool grads);
+  void occupy(int64_t bytes);
+
+  Config cfg_;
+  Communicator& comm_;
+  std::vector<UnitLayout> units_;
+  NcclCommunicator nccl_;
+  std::string device_name_;
+  CudaMemoryPlan plan_;
+  CudaStream compute_stream_, comm_stream_;
+  gpu::Blas blas_;
+  DeviceBuffer<unsigned char> scratch_, comm_scratch_;
+  gpu::GpuContext ctx_, comm_ctx_;
+  CudaGpt<T> model_;
+  std::vector<DeviceShard> shards_;
+  std::vector<UnitShard> host_;
+  Buffer emb_param_, emb_grad_;
+  std::vector<Buffer> param_pool_, grad_pool_;
+  std::vector<Buffer*> params_of_, grads_of_;  // per unit: the buffer holding it, or null
+  DeviceBuffer<T> rs_out_;
+  DeviceBuffer<double> sq_;
+  CudaEvent compute_mark_, comm_mark_;
+  CommCounters counters_;
+  int64_t in_use_bytes_ = 0, peak_bytes_ = 0;
+  // The schedule being run: how far its gathers have been issued.
+  size_t next_gather_ = 0;
+  const int32_t* tokens_ = nullptr;
+  int64_t batch_ = 0, len_ = 0;
+  std::vector<float>* logits_out_ = nullptr;
+};
+
+template <typename T>
+CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
+    : cfg_(cfg),
+      comm_(comm),
+      units_(build_units(cfg.model)),
+      nccl_(comm),  // binds this rank's GPU before anything is allocated
+      device_name_(cuda_device_name()),
+      plan_(checked_plan<T>(cfg, comm.world_size(), device_name_)),
+      blas_(),
+      scratch_(cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute).scratch_bytes),
+      comm_scratch_(static_cast<int64_t>(gpu::reduce_scratch_bytes())),
+      ctx_{compute_stream_.get(), &blas_, scratch_.data(), scratch_.bytes()},
+      comm_ctx_{comm_stream_.get(), nullptr, comm_scratch_.data(), comm_scratch_.bytes()},
+      model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute, ctx_) {
+  const int world = comm.world_size(), rank = comm.rank();
+  const UnitSizes s = unit_sizes(units_, world);
+  std::vector<float> init;
+  for (const UnitLayout& u : units_) {
+    UnitShard h;
+    h.span = shard_span(u.numel, rank, world);
+    h.slot = padded_shard_size(u.numel, world);
+    DeviceShard d;
+    d.master = DeviceBuffer<float>(h.slot);
+    d.grad = DeviceBuffer<float>(h.slot);
+    d.m = DeviceBuffer<float>(h.slot);
+    d.v = DeviceBuffer<float>(h.slot);
+    if (!std::is_same_v<T, float>) d.compute = DeviceBuffer<T>(h.slot);
+    init.assign(static_cast<size_t>(h.slot), 0.0f);
+    init_unit_range(u, cfg.model, cfg.train.seed, h.span.offset, h.span.end(), init.data());
+    ST_CUDA_CHECK(cudaMemcpy(d.master.data(), init.data(), d.master.bytes(), cudaMemcpyHostToDevice));
+    ST_CUDA_CHECK(cudaMemset(d.grad.data(), 0, d.grad.bytes()));
+    ST_CUDA_CHECK(cudaMemset(d.m.data(), 0, d.m.bytes()));
+    ST_CUDA_CHECK(cudaMemset(d.v.data(), 0, d.v.bytes()));
+    if (!std::is_same_v<T, float>) gpu::convert<T>(d.compute.data(), d.master.data(), h.slot, ctx_);
+    shards_.push_back(std::move(d));
+    host_.push_back(std::move(h));
+  }
+  emb_param_.data = DeviceBuffer<T>(s.emb_full);
+  emb_grad_.data = DeviceBuffer<T>(s.emb_full);
+  param_pool_.resize(static_cast<size_t>(param_pool_size(cfg)));
+  for (Buffer& b : param_pool_) b.data = DeviceBuffer<T>(s.unit_full);
+  grad_pool_.resize(kGradPoolSize);
+  for (Buffer& b : grad_pool_) b.data = DeviceBuffer<T>(s.unit_full);
+  params_of_.assign(units_.size(), nullptr);
+  grads_of_.assign(units_.size(), nullptr);
+  rs_out_ = DeviceBuffer<T>(s.max_slot);
+  sq_ = DeviceBuffer<double>(1);
+  counters_.gathers.assign(units_.size(), 0);
+  counters_.reduce_scatters.assign(units_.size(), 0);
+  compute_stream_.synchronize();
+}
+
+template <typename T>
+CudaShardedModel<T>::~CudaShardedModel() {
+  // Outstanding work references our buffers; let it finish before they are freed.
+  cudaStreamSynchronize(comm_stream_.get());
+  cudaStreamSynchronize(compute_stream_.get());
+}
+
+template <typename T>
+void CudaShardedModel<T>::zero_grads() {
+  for (DeviceShard& d : shards_)
+    ST_CUDA_CHECK(cudaMemsetAsync(d.grad.data(), 0, d.grad.bytes(), compute_stream_.get()));
+}
+
+template <typename T>
+const T* CudaShardedModel<T>::gather_source(int unit) const {
+  const DeviceShard& d = shards_[static_cast<size_t>(unit)];
+  if constexpr (std::is_same_v<T, float>)
+    return d.master.data();
+  else
+    return d.compute.data();
+}
+
+template <typename T>
+typename CudaShardedModel<T>::Buffer* CudaShardedModel<T>::free_buffer(std::vector<Buffer>& pool, Buffer& emb,
+                                                                          int unit) {
+  if (unit == 0) return emb.unit == -1 ? &emb : nullptr;
+  for (Buffer& b : pool)
+    if (b.unit == -1) return &b;
+  return nullptr;
+}
+
+template <typename T>
+void CudaShardedModel<T>::occupy(int64_t bytes) {
+  in_use_bytes_ += bytes;
+  peak_bytes_ = std::max(peak_bytes_, in_use_bytes_);
+}
+
+template <typename T>
+void CudaShardedModel<T>::issue_gather(int unit) {
+  ST_CHECK(params_of_[static_cast<size_t>(unit)] == nullptr, "unit ", unit, " gathered twice");
+  Buffer* b = free_buffer(param_pool_, emb_param_, unit);
+  ST_CHECK(b != nullptr, "no free gather buffer for unit ", unit, ": the schedule is inconsistent");
+  const int64_t slot = host_[static_cast<size_t>(unit)].slot;
+  cudaStream_t ns = comm_stream_.get();
+  b->free.wait_on(ns);  // the unit that held it has finished computing
+  nccl_.all_gather<T>(gather_source(unit), slot, b->data.data(), ns);
+  b->ready.record(ns);
+  b->unit = unit;
+  params_of_[static_cast<size_t>(unit)] = b;
+  occupy(static_cast<int64_t>(b->data.bytes()));
+  ++counters_.gathers[static_cast<size_t>(unit)];
+  counters_.gathered_elements += slot * nccl_.world_size();
+}
+
+// Issues, in schedule order, every gather that lies at most one compute op ahead of `at` and has a free
+// buffer: the next unit's parameters arrive while the current one computes. Every rank makes the same
+// decisions, so the NCCL calls match across ranks.
+template <typename T>
+void CudaShardedModel<T>::prefetch(const std::vector<ScheduleOp>& schedule, size_t at) {
+  int computes = 0;
+  size_t i = at;
+  for (; i < next_gather_; ++i) computes += is_compute_op(schedule[i].kind) ? 1 : 0;
+  for (; i < schedule.size(); ++i) {
+    const ScheduleOp& op = schedule[i];
+    if (op.kind == OpKind::kGather) {
+      if (free_buffer(param_pool_, emb_param_, op.unit) == nullptr) return;
+      issue_gather(op.unit);
+      next_gather_ = i + 1;
+    } else if (is_compute_op(op.kind) && ++computes > 1) {
+      return;
+    }
+  }
+}
+
+template <typename T>
+const T* CudaShardedModel<T>::gathered(int unit) {
+  Buffer* b = params_of_[static_cast<size_t>(unit)];
+  ST_CHECK(b != nullptr, "unit ", unit, " used without being gathered");
+  b->ready.wait_on(compute_stream_.get());
+  return b->data.data();
+}
+
+template <typename T>
+T* CudaShardedModel<T>::full_grad(int unit) {
+  Buffer*& slot = grads_of_[static_cast<size_t>(unit)];
+  if (slot == nullptr) {  // first use in this micro-step: a zeroed buffer, since the kernels accumulate
+    slot = free_buffer(grad_pool_, emb_grad_, unit);
+    ST_CHECK(slot != nullptr, "no free gradient buffer for unit ", unit);
+    slot->unit = unit;
+    cudaStream_t cs = compute_stream_.get();
+    slot->free.wait_on(cs);  // its previous reduce-scatter has read it
+    const int64_t n = host_[static_cast<size_t>(unit)].slot * nccl_.world_size();
+    ST_CUDA_CHECK(cudaMemsetAsync(slot->data.data(), 0, sizeof(T) * static_cast<size_t>(n), cs));
+    occupy(static_cast<int64_t>(slot->data.bytes()));
+  }
+  return slot->data.data();
+}
+
+template <typename T>
+void CudaShardedModel<T>::reduce_scatter(int unit) {
+  Buffer*& b = grads_of_[static_cast<size_t>(unit)];
+  ST_CHECK(b != nullptr, "reduce-scatter of unit ", unit, " without a gradient");
+  const UnitShard& h = host_[static_cast<size_t>(unit)];
+  cudaStream_t ns = comm_stream_.get();
+  b->ready.record(compute_stream_.get());
+  b->ready.wait_on(ns);
+  nccl_.reduce_scatter<T>(b->data.data(), h.slot, rs_out_.data(), ns);
+  gpu::accumulate<T>(shards_[static_cast<size_t>(unit)].grad.data(), rs_out_.data(), h.span.count, comm_ctx_);
+  b->free.record(ns);
+  b->unit = -1;
+  in_use_bytes_ -= static_cast<int64_t>(b->data.bytes());
+  b = nullptr;
+  ++counters_.reduce_scatters[static_cast<size_t>(unit)];
+  counters_.reduce_scattered_elements += h.slot * nccl_.world_size();
+}
+
+template <typename T>
+void CudaShardedModel<T>::release_params(int unit) {
+  Buffer*& b = params_of_[static_cast<size_t>(unit)];
+  ST_CHECK(b != nullptr, "release of unit ", unit, " that is not gathered");
+  b->free.record(compute_stream_.get());
+  b->unit = -1;
+  in_use_bytes_ -= static_cast<int64_t>(b->data.bytes());
+  b = nullptr;
+}
+
+template <typename T>
+float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets,
+                               float dloss) {
+  cudaStream_t cs = compute_stream_.get(), ns = comm_stream_.get();
+  // Gathers read shards the optimizer (compute stream) may just have written.
+  compute_mark_.record(cs);
+  compute_mark_.wait_on(ns);
+  next_gather_ = 0;
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    const ScheduleOp& op = schedule[i];
+    const int u = op.unit;
+    prefetch(schedule, i);
+    switch (op.kind) {
+      case OpKind::kGather:
+        if (i >= next_gather_) {
+          issue_gather(u);
+          next_gather_ = i + 1;
+        }
+        break;
+      case OpKind::kForward:
+        if (u == 0)
+          model_.embedding_forward(gathered(0), tokens_, batch_, len_);
+        else
+          model_.block_forward(u - 1, gathered(u));
+        break;
+      case OpKind::kHeadForwardBackward:
+        if (mode == Mode::kLogits) {
+          model_.head_logits(gathered(u), gathered(0), len_ - 1, logits_out_);
+        } else if (mode == Mode::kEval) {
+          model_.head_forward_backward(gathered(u), gathered(0), targets, 0.0f, nullptr, nullptr);
+        } else {
+          T* head_grad = full_grad(u);
+          T* emb_grad = full_grad(0);
+          model_.head_forward_backward(gathered(u), gathered(0), targets, dloss, head_grad, emb_grad);
+        }
+        break;
+      case OpKind::kBackward:
+        if (u == 0)
+          model_.embedding_backward(full_grad(0));
+        else
+          model_.block_backward(u - 1, gathered(u), full_grad(u));
+        break;
+      case OpKind::kReduceScatter:
+        reduce_scatter(u);
+        break;
+      case OpKind::kRelease:
+        release_params(u);
+        break;
+    }
+  }
+  ST_CHECK(in_use_bytes_ == 0, "the schedule left ", in_use_bytes_, " bytes of buffers in use");
+  // The optimizer and the next step's zeroing must see every accumulated gradient.
+  comm_mark_.record(ns);
+  comm_mark_.wait_on(cs);
+  if (mode == Mode::kLogits) return 0.0f;
+  return static_cast<float>(model_.take_loss_sum() / static_cast<double>(batch_ * len_));
+}
+
+template <typename T>
+float CudaShardedModel<T>::micro_step(const int32_t* inputs, const int32_t* targets, float dloss) {
+  tokens_ = inputs;
+  batch_ = cfg_.train.micro_batch;
+  len_ = cfg_.model.seq_len;
+  return run(training_schedule(cfg_.model.n_layer, cfg_.dist.reshard_after_forward), Mode::kTrain, targets, dloss);
+}
+
+template <typename T>
+float CudaShardedModel<T>::eval_micro(const int32_t* inputs, const int32_t* targets) {
+  tokens_ = inputs;
+  batch_ = cfg_.train.micro_batch;
+  len_ = cfg_.model.seq_len;
+  return run(eval_schedule(cfg_.model.n_layer), Mode::kEval, targets, 0.0f);
+}
+
+template <typename T>
+void CudaShardedModel<T>::last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) {
+  tokens_ = tokens;
+  batch_ = 1;
+  len_ = len;
+  logits_out_ = logits;
+  run(eval_schedule(cfg_.model.n_layer), Mode::kLogits, nullptr, 0.0f);
+  logits_out_ = nullptr;
+}
+
+template <typename T>
+double CudaShardedModel<T>::grad_sum_of_squares() {
+  cudaStream_t cs = compute_stream_.get();
+  ST_CUDA_CHECK(cudaMemsetAsync(sq_.data(), 0, sizeof(double), cs));
+  for (size_t u = 0; u < shards_.size(); ++u)
+    gpu::sum_of_squares<float>(shards_[u].grad.data(), host_[u].span.count, sq_.data(), ctx_);
+  double sq = 0;
+  ST_CUDA_CHECK(cudaMemcpyAsync(&sq, sq_.data(), sizeof(double), cudaMemcpyDeviceToHost, cs));
+  compute_stream_.synchronize();
+  return sq;
+}
+
+template <typename T>
+void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
+  DeviceShard& d = shards_[static_cast<size_t>(unit)];
+  const int64_t owned = host_[static_cast<size_t>(unit)].span.count;
+  for (const AdamWRun& r : runs) {
+    ST_CHECK(r.offset >= 0 && r.offset + r.count <= owned, "AdamW run [", r.offset, ", +", r.count, ") outside unit ",
+             unit, "'s span of ", owned);
+    T* out = std::is_same_v<T, float> ? nullptr : reinterpret_cast<T*>(d.compute.data()) + r.offset;
+    gpu::adamw_update<T>(d.master.data() + r.offset, d.m.data() + r.offset, d.v.data() + r.offset,
+                         d.grad.data() + r.offset, r.count, r.params, out, ctx_);
+  }
+}
+
+template <typename T>
+std::vector<float> CudaShardedModel<T>::gather_full(int unit, bool grads) {
+  const UnitShard& h = host_[static_cast<size_t>(unit)];
+  const DeviceShard& d = shards_[static_cast<size_t>(unit)];
+  cudaStream_t cs = compute_stream_.get();
+  DeviceBuffer<float> full(h.slot * nccl_.world_size());
+  nccl_.all_gather<float>(grads ? d.grad.data() : d.master.data(), h.slot, full.data(), cs);
+  std::vector<float> out(static_cast<size_t>(full.size()));
+  ST_CUDA_CHECK(cudaMemcpyAsync(out.data(), full.data(), full.bytes(), cudaMemcpyDeviceToHost, cs));
+  compute_stream_.synchronize();
+  out.resize(static_cast<size_t>(units_[static_cast<size_t>(unit)].numel));
+  return out;
+}
+
+template <typename T>
+void CudaShardedModel<T>::pull_state() {
+  compute_stream_.synchronize();
+  comm_stream_.synchronize();
+  for (size_t u = 0; u < shards_.size(); ++u) {
+    UnitShard& h = host_[u];
+    const DeviceShard& d = shards_[u];
+    for (auto [host, dev] : {std::pair{&h.param, &d.master}, std::pair{&h.m, &d.m}, std::pair{&h.v, &d.v},
+                             std::pair{&h.grad, &d.grad}}) {
+      host->resize(static_cast<size_t>(h.slot));
+      ST_CUDA_CHECK(cudaMemcpy(host->data(), dev->data(), dev->bytes(), cudaMemcpyDeviceToHost));
+    }
+  }
+}
+
+template <typename T>
+void CudaShardedModel<T>::push_state() {
+  compute_stream_.synchronize();
+  comm_stream_.synchronize();
+  for (size_t u = 0; u < shards_.size(); ++u) {
+    UnitShard& h = host_[u];
+    DeviceShard& d = shards_[u];
+    for (auto [host, dev] : {std::pair{&h.param, &d.master}, std::pair{&h.m, &d.m}, std::pair{&h.v, &d.v}}) {
+      ST_CHECK(static_cast<int64_t>(host->size()) == h.slot, "push_state without pull_state");
+      ST_CUDA_CHECK(cudaMemcpy(dev->data(), host->data(), dev->bytes(), cudaMemcpyHostToDevice));
+    }
+    if constexpr (!std::is_same_v<T, float>) gpu::convert<T>(d.compute.data(), d.master.data(), h.slot, ctx_);
+  }
+  compute_stream_.synchronize();
+}
+
+template <typename T>
+MemoryStats CudaShardedModel<T>::memory() const {
+  MemoryStats m;
+  m.sharded_state_bytes = plan_.sharded_state;
+  for (const UnitShard& h : host_) m.padding_elements += h.slot - h.span.count;
+  m.gather_buffer_bytes = plan_.gather_buffers;
+  m.gathered_peak_bytes = peak_bytes_;
+  m.activation_bytes = plan_.activations;
+  m.workspace_bytes = plan_.workspace;
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) m.device_peak_bytes = static_cast<int64_t>(total_b - free_b);
+  return m;
+}
+
+}  // namespace
+
+std::string CudaMemoryPlan::breakdown() const {
+  return str_cat("sharded state ", gib(sharded_state), ", gather buffers ", gib(gather_buffers), ", activations ",
+                 gib(activations), ", workspace ", gib(workspace), "; total ", gib(total()));
+}
+
+CudaMemoryPlan plan_cuda_memory(const Config& cfg, int world_size) {
+  return cfg.compute_dtype() == DType::kF32 ? plan_for<float>(cfg, world_size) : plan_for<bf16>(cfg, world_size);
+}
+
+std::unique_ptr<ModelBackend> make_cuda_sharded_model(const Config& cfg, Communicator& comm) {
+  switch (cfg.compute_dtype()) {
+    case DType::kF32:
+      return std::make_unique<CudaShardedModel<float>>(cfg, comm);
+    case DType::kBF16:
+      return std::make_unique<CudaShardedModel<bf16>>(cfg, comm);
+    default:
+      ST_BAD_INPUT("train.dtype = ", to_string(cfg.compute_dtype()),
+                   " is not implemented by the CUDA backend yet; use bf16 or fp32");
+  }
+}
+
+}  // namespace st

@@ -1,0 +1,93 @@
+// Shared by the kernels' GPU tests (*_gpu_test.cc): the activation types with their tolerances, the
+// comparison rule against the CPU reference, integer uploads and a stream + scratch + context.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../common/gpu_test.h"
+#include "grad_check.h"
+#include "shardtrain/core/rng.h"
+#include "shardtrain/kernels/gpu/context.h"
+
+namespace st::test {
+
+using ActivationTypes = ::testing::Types<float, bf16>;
+struct ActivationNames {
+  template <typename T>
+  static std::string GetName(int) {
+    return std::is_same_v<T, float> ? "float" : "bf16";
+  }
+};
+
+// Relative tolerance against the fp32 CPU reference run on the same (bf16-rounded) operands: fp32 outputs
+// differ only by summation order and a few ulps of exp; bf16 outputs are rounded once (relative 2^-9).
+template <typename T>
+inline constexpr double kTol = std::is_same_v<T, float> ? 1e-5 : 1e-2;
+
+// all_close with relative tolerance rtol and a floor of a tenth of max|want|: many outputs are sums of
+// terms of either sign (accumulated gradients, x*w + b), whose rounding error scales with the terms rather
+// than with a result that may be near zero. A wrong or missing term still shows as an O(1) error.
+inline ::testing::AssertionResult close(const std::vector<float>& got, const std::vector<float>& want, double rtol) {
+  float amax = 0;
+  for (float w : want) amax = std::max(amax, std::fabs(w));
+  return all_close(got, want, rtol, 0.1 * amax);
+}
+
+// Bit-for-bit equality, for determinism checks.
+inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// n standard normals * scale + shift, rounded through T so the CPU reference sees the GPU's operands.
+template <typename T>
+std::vector<float> random_input(int64_t n, uint64_t stream, float scale = 1.0f, float shift = 0.0f) {
+  std::vector<float> x = ::st::testing::randn(n, stream, scale);
+  for (float& v : x) v += shift;
+  return round_through<T>(std::move(x));
+}
+
+// n integers uniform in [0, hi).
+inline std::vector<int32_t> random_ints(int64_t n, int hi, uint64_t stream) {
+  Rng rng(::st::testing::kSeed, stream);
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = static_cast<int32_t>(rng.next_below(hi));
+  return v;
+}
+
+// x on the device after `offset` elements of padding (offset 1 misaligns the kernel's pointers, to reach
+// the scalar paths), and back: download returns the elements after the padding.
+template <typename T>
+DeviceBuffer<T> upload(const std::vector<float>& x, int offset) {
+  std::vector<float> padded(offset, 1.0f);
+  padded.insert(padded.end(), x.begin(), x.end());
+  return to_device<T>(padded);
+}
+template <typename T>
+std::vector<float> download(const DeviceBuffer<T>& d, int offset) {
+  const std::vector<float> x = to_host(d);
+  return std::vector<float>(x.begin() + offset, x.end());
+}
+
+template <typename I>
+DeviceBuffer<I> ints_to_device(const std::vector<I>& host) {
+  DeviceBuffer<I> d(static_cast<int64_t>(host.size()));
+  ST_CUDA_CHECK(cudaMemcpy(d.data(), host.data(), d.bytes(), cudaMemcpyHostToDevice));
+  ST_CUDA_CHECK(cudaDeviceSynchronize());  // see to_device in tests/common/gpu_test.h
+  return d;
+}
+
+// A stream, `scratch_bytes` of scratch and the context over them. Construct after ST_SKIP_WITHOUT_GPU.
+struct GpuEnv {
+  explicit GpuEnv(size_t scratch_bytes = 0)
+      : scratch(static_cast<int64_t>(scratch_bytes)), ctx{stream.get(), nullptr, scratch.data(), scratch.bytes()} {}
+  CudaStream stream;
+  DeviceBuffer<unsigned char> scratch;
+  gpu::GpuContext ctx;
+};
+
+}  // namespace st::test

@@ -1,0 +1,136 @@
+// gpu::layernorm_* against the CPU reference st::layernorm_*.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "gpu_kernel_test.h"
+#include "shardtrain/kernels/gpu/layernorm.h"
+#include "shardtrain/kernels/layernorm.h"
+
+namespace st {
+namespace {
+
+using test::close;
+using test::kTol;
+using test::to_device;
+using test::to_host;
+
+struct Shape {
+  int64_t N;
+  int C;
+};
+// C = 1, 7, 771: scalar path; 64, 96, 768: packed. N = 300 and 1000 span several row chunks of the
+// dweight/dbias reduction.
+const Shape kShapes[] = {{1, 1}, {1, 7}, {5, 64}, {37, 771}, {300, 96}, {1000, 7}, {70, 768}};
+
+// One problem with its CPU forward (whose mean/rstd both backward passes use) and device copies.
+// Rows have mean 1 and standard deviation 2, as activations do not have zero mean.
+template <typename T>
+struct Problem {
+  explicit Problem(const Shape& s)
+      : inp(test::random_input<T>(s.N * s.C, 1, 2.0f, 1.0f)),
+        weight(test::random_input<T>(s.C, 2, 0.5f, 1.0f)),
+        bias(test::random_input<T>(s.C, 3)),
+        dout(test::random_input<T>(s.N * s.C, 4)),
+        out(s.N * s.C),
+        mean(s.N),
+        rstd(s.N) {
+    layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), s.N, s.C);
+  }
+  std::vector<float> inp, weight, bias, dout, out, mean, rstd;
+};
+
+template <typename T>
+class LayerNormGpuTest : public ::testing::Test {};
+TYPED_TEST_SUITE(LayerNormGpuTest, test::ActivationTypes, test::ActivationNames);
+
+TYPED_TEST(LayerNormGpuTest, ForwardMatchesCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
+    const Problem<T> p(s);
+    test::GpuEnv env;
+    DeviceBuffer<T> inp = to_device<T>(p.inp), weight = to_device<T>(p.weight), bias = to_device<T>(p.bias);
+    DeviceBuffer<T> out(s.N * s.C);
+    DeviceBuffer<float> mean(s.N), rstd(s.N);
+    test::poison(out);
+    test::poison(mean);
+    test::poison(rstd);
+    gpu::layernorm_forward<T>(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), s.N, s.C,
+                              env.ctx);
+    EXPECT_TRUE(close(to_host(out), p.out, kTol<T>)) << "out";
+    // mean and rstd are fp32 from the same operands whatever T is.
+    EXPECT_TRUE(close(to_host(mean), p.mean, kTol<float>)) << "mean";
+    EXPECT_TRUE(close(to_host(rstd), p.rstd, kTol<float>)) << "rstd";
+  }
+}
+
+TYPED_TEST(LayerNormGpuTest, BackwardAccumulatesLikeCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
+    const Problem<T> p(s);
+    // Non-zero starting gradients on both sides: the kernels accumulate.
+    std::vector<float> dinp = test::random_input<T>(s.N * s.C, 5);
+    std::vector<float> dweight = test::random_input<T>(s.C, 6);
+    std::vector<float> dbias = test::random_input<T>(s.C, 7);
+    DeviceBuffer<T> d_dinp = to_device<T>(dinp), d_dweight = to_device<T>(dweight), d_dbias = to_device<T>(dbias);
+    layernorm_backward(dinp.data(), dweight.data(), dbias.data(), p.dout.data(), p.inp.data(), p.weight.data(),
+                       p.mean.data(), p.rstd.data(), s.N, s.C);
+
+    test::GpuEnv env(gpu::layernorm_backward_scratch_bytes(s.N, s.C));
+    DeviceBuffer<T> dout = to_device<T>(p.dout), inp = to_device<T>(p.inp), weight = to_device<T>(p.weight);
+    DeviceBuffer<float> mean = to_device<float>(p.mean), rstd = to_device<float>(p.rstd);
+    gpu::layernorm_backward<T>(d_dinp.data(), d_dweight.data(), d_dbias.data(), dout.data(), inp.data(), weight.data(),
+                               mean.data(), rstd.data(), s.N, s.C, env.ctx);
+    EXPECT_TRUE(close(to_host(d_dinp), dinp, kTol<T>)) << "dinp";
+    EXPECT_TRUE(close(to_host(d_dweight), dweight, kTol<T>)) << "dweight";
+    EXPECT_TRUE(close(to_host(d_dbias), dbias, kTol<T>)) << "dbias";
+  }
+}
+
+TYPED_TEST(LayerNormGpuTest, BackwardIsDeterministic) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : {Shape{1000, 96}, Shape{777, 7}}) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
+    const Problem<T> p(s);
+    const std::vector<float> dinp0 = test::random_input<T>(s.N * s.C, 5);
+    const std::vector<float> dweight0 = test::random_input<T>(s.C, 6);
+    const std::vector<float> dbias0 = test::random_input<T>(s.C, 7);
+    test::GpuEnv env(gpu::layernorm_backward_scratch_bytes(s.N, s.C));
+    DeviceBuffer<T> dout = to_device<T>(p.dout), inp = to_device<T>(p.inp), weight = to_device<T>(p.weight);
+    DeviceBuffer<float> mean = to_device<float>(p.mean), rstd = to_device<float>(p.rstd);
+    std::vector<std::vector<float>> first;
+    for (int run = 0; run < 2; ++run) {
+      DeviceBuffer<T> dinp = to_device<T>(dinp0), dweight = to_device<T>(dweight0), dbias = to_device<T>(dbias0);
+      gpu::layernorm_backward<T>(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
+                                 mean.data(), rstd.data(), s.N, s.C, env.ctx);
+      const std::vector<std::vector<float>> got = {to_host(dinp), to_host(dweight), to_host(dbias)};
+      if (run == 0) {
+        first = got;
+      } else {
+        for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(test::bitwise_equal(got[i], first[i])) << "output " << i;
+      }
+    }
+  }
+}
+
+TYPED_TEST(LayerNormGpuTest, BackwardRejectsTooLittleScratch) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  const Shape s{300, 96};
+  const Problem<T> p(s);
+  DeviceBuffer<T> dout = to_device<T>(p.dout), inp = to_device<T>(p.inp), weight = to_device<T>(p.weight);
+  DeviceBuffer<T> dinp = to_device<T>(p.dout), dweight = to_device<T>(p.weight), dbias = to_device<T>(p.bias);
+  DeviceBuffer<float> mean = to_device<float>(p.mean), rstd = to_device<float>(p.rstd);
+  test::GpuEnv env(gpu::layernorm_backward_scratch_bytes(s.N, s.C) - 1);
+  EXPECT_THROW(gpu::layernorm_backward<T>(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
+                                          weight.data(), mean.data(), rstd.data(), s.N, s.C, env.ctx),
+               Error);
+}
+
+}  // namespace
+}  // namespace st

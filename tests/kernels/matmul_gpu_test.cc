@@ -1,0 +1,210 @@
+// st::gpu matmul (cuBLASLt) against the CPU reference st::matmul_*, for T = float (1e-5) and bf16 (1e-2).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "gpu_kernel_test.h"
+#include "shardtrain/kernels/gelu.h"
+#include "shardtrain/kernels/gpu/matmul.h"
+#include "shardtrain/kernels/matmul.h"
+
+namespace st {
+namespace {
+
+using test::close;
+using test::kTol;
+using test::poison;
+using test::random_input;
+using test::to_device;
+using test::to_host;
+
+// Odd sizes in every dimension (no 16-byte rows), N = 1, and N > 128 so the bias sum spans several chunks.
+struct Shape {
+  int64_t N;
+  int C, OC;
+};
+const Shape kShapes[] = {{1, 7, 13}, {5, 13, 7}, {37, 64, 48}, {130, 24, 72}, {300, 96, 200}};
+
+// Stream 0: the test helpers' cudaMemcpy/cudaMemset run there too, so everything is ordered.
+struct Env {
+  gpu::Blas blas;
+  DeviceBuffer<char> scratch;
+  explicit Env(size_t scratch_bytes = 0) : scratch(static_cast<int64_t>(std::max<size_t>(scratch_bytes, 1))) {
+    poison(scratch);  // kernels must not depend on what scratch held
+  }
+  gpu::GpuContext ctx() { return {nullptr, &blas, scratch.data(), static_cast<size_t>(scratch.size())}; }
+};
+
+// Random operands of one shape, already rounded to T so the CPU reference sees the GPU's values.
+template <typename T>
+struct Operands {
+  Shape s;
+  std::vector<float> inp, w, b, dout;
+  Operands(const Shape& shape, uint64_t stream) : s(shape) {
+    inp = random_input<T>(s.N * s.C, stream);
+    w = random_input<T>(static_cast<int64_t>(s.OC) * s.C, stream + 1, 0.3f);
+    b = random_input<T>(s.OC, stream + 2);
+    dout = random_input<T>(s.N * s.OC, stream + 3);
+  }
+};
+
+template <typename T>
+class MatmulGpu : public ::testing::Test {};
+TYPED_TEST_SUITE(MatmulGpu, test::ActivationTypes, test::ActivationNames);
+
+TYPED_TEST(MatmulGpu, ForwardMatchesCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  Env env;
+  for (const Shape& s : kShapes) {
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC << " bias=" << with_bias);
+      Operands<T> k(s, 100);
+      std::vector<float> want(s.N * s.OC);
+      matmul_forward(want.data(), k.inp.data(), k.w.data(), with_bias ? k.b.data() : nullptr, s.N, s.C, s.OC);
+
+      auto inp = to_device<T>(k.inp), w = to_device<T>(k.w), b = to_device<T>(k.b);
+      DeviceBuffer<T> out(s.N * s.OC);
+      poison(out);
+      gpu::matmul_forward<T>(out.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, s.N, s.C, s.OC,
+                             env.ctx());
+      EXPECT_TRUE(close(to_host(out), want, kTol<T>));
+    }
+  }
+}
+
+TYPED_TEST(MatmulGpu, ForwardGeluMatchesCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  Env env;
+  for (const Shape& s : kShapes) {
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC << " bias=" << with_bias);
+      Operands<T> k(s, 200);
+      std::vector<float> want_pre(s.N * s.OC), want_out(s.N * s.OC);
+      matmul_forward(want_pre.data(), k.inp.data(), k.w.data(), with_bias ? k.b.data() : nullptr, s.N, s.C, s.OC);
+      gelu_forward(want_out.data(), want_pre.data(), s.N * s.OC);
+
+      auto inp = to_device<T>(k.inp), w = to_device<T>(k.w), b = to_device<T>(k.b);
+      DeviceBuffer<T> out(s.N * s.OC), pre(s.N * s.OC);
+      poison(out);
+      poison(pre);
+      gpu::matmul_forward_gelu<T>(out.data(), pre.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, s.N,
+                                  s.C, s.OC, env.ctx());
+      EXPECT_TRUE(close(to_host(pre), want_pre, kTol<T>));
+      EXPECT_TRUE(close(to_host(out), want_out, kTol<T>));
+    }
+  }
+}
+
+// Operands one element past an allocation: 4- or 2-byte aligned only, which rules out the vectorised
+// cuBLASLt kernels (and, possibly, the fused bias).
+TYPED_TEST(MatmulGpu, ForwardUnalignedOperands) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  Env env;
+  const Shape s{33, 40, 24};
+  Operands<T> k(s, 300);
+  std::vector<float> want(s.N * s.OC);
+  matmul_forward(want.data(), k.inp.data(), k.w.data(), k.b.data(), s.N, s.C, s.OC);
+
+  auto inp = test::upload<T>(k.inp, 1), w = test::upload<T>(k.w, 1), b = test::upload<T>(k.b, 1);
+  DeviceBuffer<T> out(s.N * s.OC + 1);
+  poison(out);
+  gpu::matmul_forward<T>(out.data() + 1, inp.data() + 1, w.data() + 1, b.data() + 1, s.N, s.C, s.OC, env.ctx());
+  const std::vector<float> got = test::download(out, 1);
+  EXPECT_TRUE(close(got, want, kTol<T>));
+}
+
+TYPED_TEST(MatmulGpu, BackwardAccumulatesLikeCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    for (bool full : {true, false}) {  // full: dinp and dbias too; else dweight only (both null)
+      SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC << " full=" << full);
+      Operands<T> k(s, 400);
+      // Both sides start from the same non-zero gradients: the kernels must add to them.
+      const std::vector<float> dinp0 = random_input<T>(s.N * s.C, 410);
+      const std::vector<float> dw0 = random_input<T>(static_cast<int64_t>(s.OC) * s.C, 411);
+      const std::vector<float> db0 = random_input<T>(s.OC, 412);
+      std::vector<float> want_dinp = dinp0, want_dw = dw0, want_db = db0;
+      matmul_backward(full ? want_dinp.data() : nullptr, want_dw.data(), full ? want_db.data() : nullptr, k.dout.data(),
+                      k.inp.data(), k.w.data(), s.N, s.C, s.OC);
+
+      Env env(gpu::matmul_backward_scratch_bytes(s.N, s.OC));
+      auto dout = to_device<T>(k.dout), inp = to_device<T>(k.inp), w = to_device<T>(k.w);
+      auto dinp = to_device<T>(dinp0), dw = to_device<T>(dw0), db = to_device<T>(db0);
+      gpu::matmul_backward<T>(full ? dinp.data() : nullptr, dw.data(), full ? db.data() : nullptr, dout.data(),
+                              inp.data(), w.data(), s.N, s.C, s.OC, env.ctx());
+      EXPECT_TRUE(close(to_host(dw), want_dw, kTol<T>));
+      EXPECT_TRUE(close(to_host(dinp), want_dinp, kTol<T>));  // untouched (= dinp0) when not full
+      EXPECT_TRUE(close(to_host(db), want_db, kTol<T>));
+    }
+  }
+}
+
+// Same inputs, same bits: the bias sum has a fixed order. Also, the second run reuses every cuBLASLt plan.
+TYPED_TEST(MatmulGpu, BackwardBiasIsBitReproducible) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  const Shape s{4099, 64, 200};
+  Operands<T> k(s, 500);
+  const std::vector<float> db0 = random_input<T>(s.OC, 510);
+  Env env(gpu::matmul_backward_scratch_bytes(s.N, s.OC));
+  auto dout = to_device<T>(k.dout), inp = to_device<T>(k.inp), w = to_device<T>(k.w);
+  DeviceBuffer<T> dinp(s.N * s.C), dw(static_cast<int64_t>(s.OC) * s.C);
+
+  std::vector<std::vector<float>> runs;
+  size_t plans = 0;
+  for (int run = 0; run < 2; ++run) {
+    auto db = to_device<T>(db0);
+    gpu::matmul_backward<T>(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), s.N, s.C, s.OC,
+                            env.ctx());
+    runs.push_back(to_host(db));
+    if (run == 0) plans = env.blas.plan_count();
+  }
+  EXPECT_EQ(env.blas.plan_count(), plans);
+  EXPECT_TRUE(test::bitwise_equal(runs[0], runs[1]));
+}
+
+// Blas::gemm's row-major convention, every transpose combination, batched, with alpha and beta, against
+// the definition in double.
+TYPED_TEST(MatmulGpu, StridedBatchedGemmMatchesDefinition) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  Env env;
+  const int m = 5, n = 7, k = 3, batch = 3;
+  const float alpha = 0.75f, beta = -1.5f;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "trans_a=" << ta << " trans_b=" << tb);
+      // Padded rows (ld > row length) and padded batch strides, to pin down what ld and stride mean.
+      const int64_t lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 1, ldc = n + 3;
+      const int64_t sa = lda * (ta ? k : m) + 5, sb = ldb * (tb ? n : k) + 1, sc = ldc * m + 2;
+      const std::vector<float> a = random_input<T>(sa * batch, 600);
+      const std::vector<float> b = random_input<T>(sb * batch, 601);
+      const std::vector<float> c0 = random_input<T>(sc * batch, 602);
+      std::vector<float> want = c0;
+      for (int i = 0; i < batch; ++i)
+        for (int r = 0; r < m; ++r)
+          for (int col = 0; col < n; ++col) {
+            double acc = 0;
+            for (int x = 0; x < k; ++x) {
+              const double av = a[i * sa + (ta ? x * lda + r : r * lda + x)];
+              const double bv = b[i * sb + (tb ? col * ldb + x : x * ldb + col)];
+              acc += av * bv;
+            }
+            float& cv = want[i * sc + r * ldc + col];
+            cv = static_cast<float>(alpha * acc + beta * cv);
+          }
+      auto da = to_device<T>(a), db = to_device<T>(b), dc = to_device<T>(c0);
+      env.blas.gemm<T>(ta, tb, m, n, k, alpha, da.data(), lda, sa, db.data(), ldb, sb, beta, dc.data(), ldc, sc, batch,
+                       nullptr);
+      EXPECT_TRUE(close(to_host(dc), want, kTol<T>));  // padding: c0 on both sides
+    }
+  }
+}
+
+}  // namespace
+}  // namespace st

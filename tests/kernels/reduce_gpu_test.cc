@@ -1,0 +1,146 @@
+// gpu::sum_of_squares, sum, convert, accumulate and scale against double / host references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gpu_kernel_test.h"
+#include "shardtrain/kernels/gpu/reduce.h"
+
+namespace st {
+namespace {
+
+using test::kTol;
+using test::to_device;
+using test::to_host;
+
+// n elements starting `offset` into each buffer (offset 1: scalar path); 1 << 20 | 3 is more than one
+// element per thread of the fixed reduction grid, with a tail.
+struct Shape {
+  int64_t n;
+  int offset;
+};
+const Shape kShapes[] = {{1, 0}, {7, 0}, {1000, 0}, {1000, 1}, {(1 << 20) + 3, 0}};
+
+// The sums accumulate into *out: it starts at this, on both sides.
+constexpr double kStart = 2.5;
+
+DeviceBuffer<double> device_double(double x) {
+  DeviceBuffer<double> d(1);
+  ST_CUDA_CHECK(cudaMemcpy(d.data(), &x, sizeof(x), cudaMemcpyHostToDevice));
+  return d;
+}
+double host_double(const DeviceBuffer<double>& d) {
+  double x = 0;
+  ST_CUDA_CHECK(cudaDeviceSynchronize());
+  ST_CUDA_CHECK(cudaMemcpy(&x, d.data(), sizeof(x), cudaMemcpyDeviceToHost));
+  return x;
+}
+
+template <typename T>
+class ReduceGpuTest : public ::testing::Test {};
+TYPED_TEST_SUITE(ReduceGpuTest, test::ActivationTypes, test::ActivationNames);
+
+TYPED_TEST(ReduceGpuTest, SumOfSquaresAccumulatesAndIsDeterministic) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << s.n << " offset=" << s.offset);
+    const std::vector<float> x = test::random_input<T>(s.n, 1);
+    double want = kStart;
+    for (float v : x) want += static_cast<double>(v) * v;
+
+    test::GpuEnv env(gpu::reduce_scratch_bytes());
+    DeviceBuffer<T> d_x = test::upload<T>(x, s.offset);
+    double first = 0;
+    for (int run = 0; run < 2; ++run) {
+      DeviceBuffer<double> out = device_double(kStart);
+      gpu::sum_of_squares<T>(d_x.data() + s.offset, s.n, out.data(), env.ctx);
+      const double got = host_double(out);
+      // fp32 squares of the same operands summed in fp32/double: T does not loosen it.
+      EXPECT_NEAR(got, want, kTol<float> * want);
+      if (run == 0)
+        first = got;
+      else
+        EXPECT_EQ(std::memcmp(&got, &first, sizeof(got)), 0) << "not bit-identical: " << got << " vs " << first;
+    }
+  }
+}
+
+TEST(ReduceSumGpuTest, SumAccumulates) {
+  ST_SKIP_WITHOUT_GPU();
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << s.n << " offset=" << s.offset);
+    // Positive, like the per-token losses it sums.
+    std::vector<float> x = test::random_input<float>(s.n, 1);
+    for (float& v : x) v = 1.0f + std::fabs(v);
+    double want = kStart;
+    for (float v : x) want += v;
+
+    test::GpuEnv env(gpu::reduce_scratch_bytes());
+    DeviceBuffer<float> d_x = test::upload<float>(x, s.offset);
+    DeviceBuffer<double> out = device_double(kStart);
+    gpu::sum(d_x.data() + s.offset, s.n, out.data(), env.ctx);
+    EXPECT_NEAR(host_double(out), want, kTol<float> * want);
+  }
+}
+
+TYPED_TEST(ReduceGpuTest, SumRejectsTooLittleScratch) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  test::GpuEnv env(gpu::reduce_scratch_bytes() - 1);
+  DeviceBuffer<T> x = to_device<T>(std::vector<float>(10, 1.0f));
+  DeviceBuffer<double> out = device_double(0);
+  EXPECT_THROW(gpu::sum_of_squares<T>(x.data(), 10, out.data(), env.ctx), Error);
+}
+
+// convert, accumulate and scale do one fp32 operation and one rounding, as the host does: exact.
+TYPED_TEST(ReduceGpuTest, ConvertRoundsToNearestEven) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << s.n << " offset=" << s.offset);
+    const std::vector<float> in = test::random_input<float>(s.n, 1);
+    test::GpuEnv env;
+    DeviceBuffer<float> d_in = test::upload<float>(in, s.offset);
+    DeviceBuffer<T> out(s.offset + s.n);
+    test::poison(out);
+    gpu::convert<T>(out.data() + s.offset, d_in.data() + s.offset, s.n, env.ctx);
+    EXPECT_TRUE(test::all_close(test::download(out, s.offset), test::round_through<T>(in), 0.0, 0.0));
+  }
+}
+
+TYPED_TEST(ReduceGpuTest, AccumulateAdds) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << s.n << " offset=" << s.offset);
+    std::vector<float> acc = test::random_input<float>(s.n, 1);
+    const std::vector<float> in = test::random_input<T>(s.n, 2);
+    test::GpuEnv env;
+    DeviceBuffer<float> d_acc = test::upload<float>(acc, s.offset);
+    DeviceBuffer<T> d_in = test::upload<T>(in, s.offset);
+    gpu::accumulate<T>(d_acc.data() + s.offset, d_in.data() + s.offset, s.n, env.ctx);
+    for (int64_t i = 0; i < s.n; ++i) acc[i] += in[i];
+    EXPECT_TRUE(test::all_close(test::download(d_acc, s.offset), acc, 0.0, 0.0));
+  }
+}
+
+TYPED_TEST(ReduceGpuTest, ScaleMultiplies) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  constexpr float kScale = 0.37f;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << s.n << " offset=" << s.offset);
+    std::vector<float> x = test::random_input<T>(s.n, 1);
+    test::GpuEnv env;
+    DeviceBuffer<T> d_x = test::upload<T>(x, s.offset);
+    gpu::scale<T>(d_x.data() + s.offset, kScale, s.n, env.ctx);
+    for (float& v : x) v *= kScale;
+    EXPECT_TRUE(test::all_close(test::download(d_x, s.offset), test::round_through<T>(x), 0.0, 0.0));
+  }
+}
+
+}  // namespace
+}  // namespace st

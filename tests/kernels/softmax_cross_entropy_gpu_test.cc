@@ -1,0 +1,91 @@
+// gpu::softmax_cross_entropy against the CPU reference st::softmax_cross_entropy.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "gpu_kernel_test.h"
+#include "shardtrain/kernels/gpu/softmax_cross_entropy.h"
+#include "shardtrain/kernels/softmax_cross_entropy.h"
+
+namespace st {
+namespace {
+
+using test::close;
+using test::kTol;
+using test::to_device;
+using test::to_host;
+
+struct Shape {
+  int64_t N;
+  int V, Vp;
+};
+// Vp % 8 == 0: packed path (with V not a multiple of 8, a partial pack at V); Vp = 7, 5003: scalar path.
+// The last is GPT-2's padded vocabulary.
+const Shape kShapes[] = {{1, 7, 7}, {3, 50, 64}, {5, 1001, 1024}, {2, 5000, 5003}, {4, 50257, 50304}};
+constexpr float kDloss = 0.37f;
+
+// Logits of scale 3 (a peaked softmax), targets in [0, V), and the CPU losses and gradient.
+template <typename T>
+struct Problem {
+  explicit Problem(const Shape& s)
+      : logits(test::random_input<T>(s.N * s.Vp, 1, 3.0f)),
+        targets(test::random_ints(s.N, s.V, 2)),
+        losses(s.N),
+        dlogits(s.N * s.Vp) {
+    softmax_cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), s.N, s.V, s.Vp, kDloss);
+  }
+  std::vector<float> logits;
+  std::vector<int32_t> targets;
+  std::vector<float> losses, dlogits;
+};
+
+template <typename T>
+class SoftmaxCrossEntropyGpuTest : public ::testing::Test {};
+TYPED_TEST_SUITE(SoftmaxCrossEntropyGpuTest, test::ActivationTypes, test::ActivationNames);
+
+TYPED_TEST(SoftmaxCrossEntropyGpuTest, MatchesCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " V=" << s.V << " Vp=" << s.Vp);
+    const Problem<T> p(s);
+    test::GpuEnv env;
+    DeviceBuffer<T> logits = to_device<T>(p.logits), dlogits(s.N * s.Vp);
+    DeviceBuffer<int32_t> targets = test::ints_to_device(p.targets);
+    DeviceBuffer<float> losses(s.N);
+    test::poison(dlogits);
+    test::poison(losses);
+    gpu::softmax_cross_entropy<T>(losses.data(), dlogits.data(), logits.data(), targets.data(), s.N, s.V, s.Vp, kDloss,
+                                  env.ctx);
+    // The losses are fp32 from the same operands whatever T is.
+    EXPECT_TRUE(close(to_host(losses), p.losses, kTol<float>)) << "losses";
+    EXPECT_TRUE(close(to_host(dlogits), p.dlogits, kTol<T>)) << "dlogits";
+
+    // Without dlogits: the same losses, nothing else written.
+    test::poison(losses);
+    gpu::softmax_cross_entropy<T>(losses.data(), nullptr, logits.data(), targets.data(), s.N, s.V, s.Vp, kDloss,
+                                  env.ctx);
+    EXPECT_TRUE(close(to_host(losses), p.losses, kTol<float>)) << "losses without dlogits";
+  }
+}
+
+TYPED_TEST(SoftmaxCrossEntropyGpuTest, InPlace) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " V=" << s.V << " Vp=" << s.Vp);
+    const Problem<T> p(s);
+    test::GpuEnv env;
+    DeviceBuffer<T> logits = to_device<T>(p.logits);
+    DeviceBuffer<int32_t> targets = test::ints_to_device(p.targets);
+    DeviceBuffer<float> losses(s.N);
+    test::poison(losses);
+    gpu::softmax_cross_entropy<T>(losses.data(), logits.data(), logits.data(), targets.data(), s.N, s.V, s.Vp, kDloss,
+                                  env.ctx);
+    EXPECT_TRUE(close(to_host(losses), p.losses, kTol<float>)) << "losses";
+    EXPECT_TRUE(close(to_host(logits), p.dlogits, kTol<T>)) << "dlogits";
+  }
+}
+
+}  // namespace
+}  // namespace st
