@@ -17,6 +17,7 @@
 #include "shardtrain/ckpt/manifest.h"
 #include "shardtrain/ckpt/shard_file.h"
 #include "shardtrain/core/env.h"
+#include "shardtrain/core/fault.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/log.h"
 
@@ -24,19 +25,6 @@ namespace fs = std::filesystem;
 
 namespace st {
 namespace {
-
-// The test-only seam: SHARDTRAIN_FAULT=POINT:RANK[@STEP] fires POINT on that rank (at the save of that
-// step only, if given). core/env.cc lists the points.
-bool fault_at(const char* point, int rank, int64_t step) {
-  const std::string spec = env_get("SHARDTRAIN_FAULT");
-  if (spec.empty()) return false;
-  const auto colon = spec.find(':');
-  if (colon == std::string::npos) ST_BAD_INPUT("SHARDTRAIN_FAULT='", spec, "': expected POINT:RANK[@STEP]");
-  const auto at = spec.find('@', colon);
-  const std::string who = spec.substr(colon + 1, at == std::string::npos ? std::string::npos : at - colon - 1);
-  if (spec.substr(0, colon) != point || who != std::to_string(rank)) return false;
-  return at == std::string::npos || spec.substr(at + 1) == std::to_string(step);
-}
 
 [[noreturn]] void die_now(const char* point, int rank) {
   std::fprintf(stderr, "SHARDTRAIN_FAULT: %s on rank %d: SIGKILL\n", point, rank);
@@ -98,6 +86,7 @@ Manifest make_manifest(const Config& cfg, ModelBackend& model, const CheckpointS
   m.rng_counters = state.rng_counters;
   if (m.rng_counters.empty()) m.rng_counters.assign(static_cast<size_t>(world), 0);
   m.loss_scale = state.loss_scale;
+  m.loss_scale_good_steps = state.loss_scale_good_steps;
   m.skipped_steps = state.skipped_steps;
   return m;
 }
@@ -173,9 +162,9 @@ std::string save_checkpoint(const Config& cfg, ModelBackend& model, const Checkp
     fs::create_directories(tmp, ec);
     if (ec) ST_FAULT("cannot create ", tmp.string(), ": ", ec.message());
     const std::vector<UnitSlice> slices = slices_of(model);
-    if (fault_at("ckpt_enospc", rank, state.step))
+    if (fault_injected("ckpt_enospc", rank, state.step))
       ST_FAULT("cannot write ", my_file.string(), ": ", std::strerror(ENOSPC), " (injected by SHARDTRAIN_FAULT)");
-    if (fault_at("ckpt_mid_write", rank, state.step)) {
+    if (fault_injected("ckpt_mid_write", rank, state.step)) {
       // Half the units reach the disk, then the process dies as if killed mid-write.
       write_shard_file(my_file.string(), rank, world, state.step,
                        std::vector<UnitSlice>(slices.begin(), slices.begin() + static_cast<long>(slices.size() / 2)));
@@ -211,7 +200,7 @@ std::string save_checkpoint(const Config& cfg, ModelBackend& model, const Checkp
   if (rank == 0) {
     const Manifest m = make_manifest(cfg, model, state, world, records);
     write_file_atomic((tmp / "manifest.json").string(), manifest_to_json(m));
-    if (fault_at("ckpt_before_rename", rank, state.step)) die_now("ckpt_before_rename", rank);
+    if (fault_injected("ckpt_before_rename", rank, state.step)) die_now("ckpt_before_rename", rank);
     commit_rename(tmp, final_dir, nonce);
     fsync_path(dir.string());
     write_file_atomic((dir / "latest").string(), step_dir_name(state.step) + "\n");
@@ -302,6 +291,7 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
   s.optimizer_updates = m.optimizer_updates;
   s.skipped_steps = m.skipped_steps;
   s.loss_scale = m.loss_scale;
+  s.loss_scale_good_steps = m.loss_scale_good_steps;
   if (m.world_size == world) s.rng_counters = m.rng_counters;
   comm.barrier();
   if (rank == 0)

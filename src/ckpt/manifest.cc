@@ -226,6 +226,7 @@ void validate_manifest(const Manifest& m, const std::string& path) {
   require_at_least(path, "data_cursor", m.data_cursor, 0);
   require_at_least(path, "global_batch", m.global_batch, 1);
   require_at_least(path, "skipped_steps", m.skipped_steps, 0);
+  require_at_least(path, "loss_scale_good_steps", m.loss_scale_good_steps, 0);
   if (!std::isfinite(m.loss_scale) || m.loss_scale <= 0)
     ST_BAD_INPUT(path, ": loss_scale is ", m.loss_scale, ", expected a finite number > 0");
   if (m.rng_counters.size() != static_cast<size_t>(m.world_size))
@@ -303,6 +304,7 @@ std::string manifest_to_json(const Manifest& m) {
   j["rng_counters"] = m.rng_counters;
   j["loss_scale"] = m.loss_scale;
   j["skipped_steps"] = m.skipped_steps;
+  j["loss_scale_good_steps"] = m.loss_scale_good_steps;
   ordered_json files = ordered_json::array();
   for (const ManifestFile& f : m.files) {
     ordered_json spans = ordered_json::array();
@@ -351,6 +353,8 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   for (size_t i = 0; i < counters.size(); ++i) m.rng_counters.push_back(r.u64(counters[i], index("rng_counters", i)));
   m.loss_scale = r.number(r.field(j, "", "loss_scale"), "loss_scale");
   m.skipped_steps = r.i64(j, "", "skipped_steps");
+  // Added with fp16 training; manifests written before it have no such field and no scaling to resume.
+  if (j.contains("loss_scale_good_steps")) m.loss_scale_good_steps = r.i64(j, "", "loss_scale_good_steps");
   const json& files = r.array(j, "", "files");
   for (size_t i = 0; i < files.size(); ++i) m.files.push_back(parse_file(r, files[i], index("files", i)));
   const json& units = r.array(j, "", "units");

@@ -21,9 +21,10 @@ const std::vector<EnvVar>& env_table() {
       {"HDF5_USE_FILE_LOCKING", "",
        "read by HDF5 itself: FALSE turns off its file locks (needed on some NFS mounts); the log says which"},
       {"SHARDTRAIN_FAULT", "",
-       "test-only fault injection, POINT:RANK[@STEP] (at the checkpoint of that step only) with POINT one of ckpt_mid_write (SIGKILL halfway through "
-       "writing the shard), ckpt_before_rename (rank 0: SIGKILL after the manifest fsync, before the rename), "
-       "ckpt_enospc (the shard write fails with ENOSPC)"},
+       "test-only fault injection, POINT:RANK[@STEP] (at that step only) with POINT one of ckpt_mid_write (SIGKILL "
+       "halfway through writing the shard), ckpt_before_rename (rank 0: SIGKILL after the manifest fsync, before the "
+       "rename), ckpt_enospc (the shard write fails with ENOSPC), grad_inf (this rank's gradients of 1-based step "
+       "STEP become non-finite, as an fp16 overflow would make them)"},
       {"OMPI_COMM_WORLD_SIZE", "", "set by Open MPI's mpirun (read only): shardtrain then initialises MPI"},
       {"OMPI_COMM_WORLD_LOCAL_RANK", "",
        "set by Open MPI's mpirun (read only): this rank's index on its node, checked against shared memory"},

@@ -72,5 +72,7 @@ template void adamw_update<float>(float*, float*, float*, const float*, int64_t,
                                   const GpuContext&);
 template void adamw_update<bf16>(float*, float*, float*, const float*, int64_t, const AdamWParams&, bf16*,
                                  const GpuContext&);
+template void adamw_update<fp16>(float*, float*, float*, const float*, int64_t, const AdamWParams&, fp16*,
+                                 const GpuContext&);
 
 }  // namespace st::gpu

@@ -217,6 +217,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
 
 ST_INSTANTIATE_ATTENTION(float)
 ST_INSTANTIATE_ATTENTION(bf16)
+ST_INSTANTIATE_ATTENTION(fp16)
 #undef ST_INSTANTIATE_ATTENTION
 
 }  // namespace st::gpu

@@ -154,7 +154,10 @@ template void embedding_forward<float>(float*, const int32_t*, const float*, con
                                        const GpuContext&);
 template void embedding_forward<bf16>(bf16*, const int32_t*, const bf16*, const bf16*, int, int, int,
                                       const GpuContext&);
+template void embedding_forward<fp16>(fp16*, const int32_t*, const fp16*, const fp16*, int, int, int,
+                                      const GpuContext&);
 template void embedding_backward<float>(float*, float*, const float*, const int32_t*, int, int, int, const GpuContext&);
 template void embedding_backward<bf16>(bf16*, bf16*, const bf16*, const int32_t*, int, int, int, const GpuContext&);
+template void embedding_backward<fp16>(fp16*, fp16*, const fp16*, const int32_t*, int, int, int, const GpuContext&);
 
 }  // namespace st::gpu

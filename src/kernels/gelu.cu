@@ -94,9 +94,12 @@ void residual_forward(T* out, const T* a, const T* b, int64_t n, const GpuContex
 
 template void gelu_forward<float>(float*, const float*, int64_t, const GpuContext&);
 template void gelu_forward<bf16>(bf16*, const bf16*, int64_t, const GpuContext&);
+template void gelu_forward<fp16>(fp16*, const fp16*, int64_t, const GpuContext&);
 template void gelu_backward<float>(float*, const float*, const float*, int64_t, const GpuContext&);
 template void gelu_backward<bf16>(bf16*, const bf16*, const bf16*, int64_t, const GpuContext&);
+template void gelu_backward<fp16>(fp16*, const fp16*, const fp16*, int64_t, const GpuContext&);
 template void residual_forward<float>(float*, const float*, const float*, int64_t, const GpuContext&);
 template void residual_forward<bf16>(bf16*, const bf16*, const bf16*, int64_t, const GpuContext&);
+template void residual_forward<fp16>(fp16*, const fp16*, const fp16*, int64_t, const GpuContext&);
 
 }  // namespace st::gpu

@@ -21,20 +21,33 @@ namespace st::gpu::kernels_internal {
 
 inline constexpr int kWarpSize = 32;
 
+// T is float, bf16 or fp16; arithmetic is always fp32, T only storage.
 template <typename T>
 __device__ __forceinline__ float to_f32(T x) {
-  return static_cast<float>(x);
+  if constexpr (std::is_same_v<T, float>)
+    return x;
+  else if constexpr (std::is_same_v<T, bf16>)
+    return __bfloat162float(x);
+  else {
+    static_assert(std::is_same_v<T, fp16>, "T must be float, bf16 or fp16");
+    return __half2float(x);
+  }
 }
-// Round to nearest even, as PyTorch's .to(bfloat16).
+// Round to nearest even, as PyTorch's .to(bfloat16) / .to(float16). fp16 overflows to +-inf above 65504.
 template <typename T>
 __device__ __forceinline__ T from_f32(float x) {
   if constexpr (std::is_same_v<T, float>)
     return x;
-  else
+  else if constexpr (std::is_same_v<T, bf16>)
     return __float2bfloat16_rn(x);
+  else {
+    static_assert(std::is_same_v<T, fp16>, "T must be float, bf16 or fp16");
+    return __float2half_rn(x);
+  }
 }
 
-// kVec elements of T as one aligned load or store (4, 8 or 16 bytes).
+// kVec elements of T as one aligned load or store (4, 8 or 16 bytes; 16 / sizeof(T) elements when packed:
+// 4 floats, 8 bf16 or 8 fp16).
 template <typename T, int kVec>
 struct alignas(sizeof(T) * kVec) Pack {
   T v[kVec];

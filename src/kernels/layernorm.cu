@@ -216,9 +216,13 @@ template void layernorm_forward<float>(float*, float*, float*, const float*, con
                                        const GpuContext&);
 template void layernorm_forward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*, int64_t, int,
                                       const GpuContext&);
+template void layernorm_forward<fp16>(fp16*, float*, float*, const fp16*, const fp16*, const fp16*, int64_t, int,
+                                      const GpuContext&);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
                                         const float*, int64_t, int, const GpuContext&);
 template void layernorm_backward<bf16>(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*, const float*,
+                                       const float*, int64_t, int, const GpuContext&);
+template void layernorm_backward<fp16>(fp16*, fp16*, fp16*, const fp16*, const fp16*, const fp16*, const float*,
                                        const float*, int64_t, int, const GpuContext&);
 
 }  // namespace st::gpu

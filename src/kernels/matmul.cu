@@ -38,8 +38,13 @@ struct Blas::Plan {
 
 namespace {
 
+// A, B, C/D and the bias share T's type; compute and scale types are always fp32.
 template <typename T>
-constexpr cudaDataType_t kDataType = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
+constexpr cudaDataType_t kDataType = std::is_same_v<T, float> ? CUDA_R_32F
+                                                              : (std::is_same_v<T, bf16> ? CUDA_R_16BF : CUDA_R_16F);
+
+template <typename T>
+constexpr const char* kTypeName = std::is_same_v<T, float> ? "fp32" : (std::is_same_v<T, bf16> ? "bf16" : "fp16");
 
 // The alignment cuBLASLt may assume for a matrix: the largest power of two (<= 256, its default) dividing
 // the address and, when batched, the byte stride between matrices. A null pointer imposes nothing.
@@ -123,7 +128,7 @@ bool Blas::try_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
   if (!slot) {
     auto plan = std::make_unique<Plan>();
     const cudaDataType_t dt = kDataType<T>;
-    // fp32 accumulation for both types; CUBLAS_COMPUTE_32F (not _FAST_TF32) keeps float GEMMs in true fp32.
+    // fp32 accumulation for every type; CUBLAS_COMPUTE_32F (not _FAST_TF32) keeps float GEMMs in true fp32.
     ST_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -194,9 +199,9 @@ void Blas::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
                 int64_t stride_c, int batch, cudaStream_t stream, const GemmEpilogue& ep) {
   const bool ok = try_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
                            batch, stream, ep);
-  ST_CHECK(ok, "cuBLASLt has no algorithm for the ", std::is_same_v<T, float> ? "fp32" : "bf16", " GEMM m=", m,
-           " n=", n, " k=", k, " trans_a=", trans_a, " trans_b=", trans_b, " lda=", lda, " ldb=", ldb, " ldc=", ldc,
-           " batch=", batch, " bias=", ep.bias != nullptr, " gelu=", ep.gelu_aux != nullptr);
+  ST_CHECK(ok, "cuBLASLt has no algorithm for the ", kTypeName<T>, " GEMM m=", m, " n=", n, " k=", k,
+           " trans_a=", trans_a, " trans_b=", trans_b, " lda=", lda, " ldb=", ldb, " ldc=", ldc, " batch=", batch,
+           " bias=", ep.bias != nullptr, " gelu=", ep.gelu_aux != nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -297,8 +302,8 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 template <typename T>
 void matmul_forward_gelu(T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC,
                          const GpuContext& ctx) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    // One fused call. cuBLASLt does not document the accuracy of its GELU: invisible at bf16 output
+  if constexpr (!std::is_same_v<T, float>) {
+    // One fused call. cuBLASLt does not document the accuracy of its GELU: invisible at bf16/fp16 output
     // precision, but float keeps the exact kernel below.
     GemmEpilogue ep;
     ep.bias = bias;
@@ -349,6 +354,7 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 
 ST_INSTANTIATE_MATMUL(float)
 ST_INSTANTIATE_MATMUL(bf16)
+ST_INSTANTIATE_MATMUL(fp16)
 #undef ST_INSTANTIATE_MATMUL
 
 }  // namespace st::gpu

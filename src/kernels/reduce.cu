@@ -132,11 +132,15 @@ void scale(T* x, float s, int64_t n, const GpuContext& ctx) {
 
 template void sum_of_squares<float>(const float*, int64_t, double*, const GpuContext&);
 template void sum_of_squares<bf16>(const bf16*, int64_t, double*, const GpuContext&);
+template void sum_of_squares<fp16>(const fp16*, int64_t, double*, const GpuContext&);
 template void convert<float>(float*, const float*, int64_t, const GpuContext&);
 template void convert<bf16>(bf16*, const float*, int64_t, const GpuContext&);
+template void convert<fp16>(fp16*, const float*, int64_t, const GpuContext&);
 template void accumulate<float>(float*, const float*, int64_t, const GpuContext&);
 template void accumulate<bf16>(float*, const bf16*, int64_t, const GpuContext&);
+template void accumulate<fp16>(float*, const fp16*, int64_t, const GpuContext&);
 template void scale<float>(float*, float, int64_t, const GpuContext&);
 template void scale<bf16>(bf16*, float, int64_t, const GpuContext&);
+template void scale<fp16>(fp16*, float, int64_t, const GpuContext&);
 
 }  // namespace st::gpu

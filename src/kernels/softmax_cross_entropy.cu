@@ -79,5 +79,7 @@ template void softmax_cross_entropy<float>(float*, float*, const float*, const i
                                            const GpuContext&);
 template void softmax_cross_entropy<bf16>(float*, bf16*, const bf16*, const int32_t*, int64_t, int, int, float,
                                           const GpuContext&);
+template void softmax_cross_entropy<fp16>(float*, fp16*, const fp16*, const int32_t*, int64_t, int, int, float,
+                                          const GpuContext&);
 
 }  // namespace st::gpu

@@ -253,7 +253,9 @@ void CudaGpt<T>::embedding_backward(T* emb_grads) {
 
 template CudaGptFootprint cuda_gpt_footprint<float>(const ModelConfig&, int64_t, bool);
 template CudaGptFootprint cuda_gpt_footprint<bf16>(const ModelConfig&, int64_t, bool);
+template CudaGptFootprint cuda_gpt_footprint<fp16>(const ModelConfig&, int64_t, bool);
 template class CudaGpt<float>;
 template class CudaGpt<bf16>;
+template class CudaGpt<fp16>;
 
 }  // namespace st

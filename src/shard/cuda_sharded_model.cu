@@ -101,7 +101,8 @@ class CudaShardedModel final : public ModelBackend {
   const std::vector<UnitLayout>& units() const override { return units_; }
   Communicator& comm() override { return comm_; }
   std::string describe() const override {
-    return str_cat("cuda/", std::is_same_v<T, float> ? "fp32" : "bf16", " on ", device_name_);
+    const char* dtype = std::is_same_v<T, float> ? "fp32" : std::is_same_v<T, bf16> ? "bf16" : "fp16";
+    return str_cat("cuda/", dtype, " on ", device_name_);
   }
   std::string device_name() const override { return device_name_; }
   void zero_grads() override;
@@ -526,7 +527,7 @@ std::string CudaMemoryPlan::breakdown() const {
 }
 
 CudaMemoryPlan plan_cuda_memory(const Config& cfg, int world_size) {
-  return cfg.compute_dtype() == DType::kF32 ? plan_for<float>(cfg, world_size) : plan_for<bf16>(cfg, world_size);
+  return cfg.compute_dtype() == DType::kF32 ? plan_for<float>(cfg, world_size) : plan_for<bf16>(cfg, world_size);  // fp16: same sizes as bf16
 }
 
 std::unique_ptr<ModelBackend> make_cuda_sharded_model(const Config& cfg, Communicator& comm) {
@@ -535,10 +536,13 @@ std::unique_ptr<ModelBackend> make_cuda_sharded_model(const Config& cfg, Communi
       return std::make_unique<CudaShardedModel<float>>(cfg, comm);
     case DType::kBF16:
       return std::make_unique<CudaShardedModel<bf16>>(cfg, comm);
-    default:
-      ST_BAD_INPUT("train.dtype = ", to_string(cfg.compute_dtype()),
-                   " is not implemented by the CUDA backend yet; use bf16 or fp32");
+    case DType::kF16:
+      return std::make_unique<CudaShardedModel<fp16>>(cfg, comm);
+    case DType::kAuto:
+      break;
   }
+  ST_CHECK(false, "compute_dtype() returned auto");
+  return nullptr;
 }
 
 }  // namespace st

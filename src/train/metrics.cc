@@ -50,6 +50,7 @@ void MetricsSink::step(const StepReport& r) {
            << ", \"lr\": " << json_number(r.stats.lr) << ", \"grad_norm\": " << json_number(r.stats.grad_norm)
            << ", \"tokens_per_s\": " << json_number(r.tokens_per_s) << ", \"ms\": " << json_number(r.ms)
            << ", \"skipped\": " << (r.stats.skipped ? "true" : "false")
+           << ", \"loss_scale\": " << json_number(r.stats.loss_scale)
            << ", \"mem_sharded_bytes\": " << r.mem_sharded_bytes
            << ", \"mem_gathered_peak_bytes\": " << r.mem_gathered_peak_bytes
            << ", \"mfu\": " << (r.mfu ? json_number(*r.mfu) : std::string("null")) << "}\n";

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/fault.h"
 #include "shardtrain/core/rng.h"
 #include "shardtrain/optim/adamw_optimizer.h"
 #include "shardtrain/optim/lr_schedule.h"
@@ -17,16 +19,19 @@ constexpr uint64_t kSampleStream = 0x5A3D1E;
 }  // namespace
 
 StepEngine::StepEngine(const Config& cfg, Communicator& comm)
-    : cfg_(cfg), comm_(comm), model_(make_model_backend(cfg, comm)) {
+    : cfg_(cfg), comm_(comm), model_(make_model_backend(cfg, comm)), scaler_(LossScaler::for_dtype(cfg.compute_dtype())) {
   const int64_t BT = cfg.train.micro_batch * cfg.model.seq_len;
   inputs_.resize(BT);
   targets_.resize(BT);
 }
 
-float StepEngine::forward_backward(const BatchFn& batch, int64_t accum) {
+float StepEngine::forward_backward(const BatchFn& batch, int64_t accum, int64_t step) {
   model_->zero_grads();
   const int64_t tokens = cfg_.train.micro_batch * cfg_.model.seq_len * accum * comm_.world_size();
-  const float dloss = 1.0f / static_cast<float>(tokens);
+  float dloss = static_cast<float>(scaler_.scale() / static_cast<double>(tokens));
+  // The seam for "one rank's gradients overflowed": an infinite loss gradient makes every gradient of
+  // this rank non-finite, as an fp16 overflow would (steps are 1-based in SHARDTRAIN_FAULT).
+  if (step >= 0 && fault_injected("grad_inf", comm_.rank(), step + 1)) dloss = std::numeric_limits<float>::infinity();
   double loss_sum = 0.0;
   for (int64_t micro = 0; micro < accum; ++micro) {
     batch(micro, inputs_.data(), targets_.data());
@@ -40,18 +45,21 @@ StepStats StepEngine::optimizer_step(int64_t step, float loss) {
   StepStats s;
   s.loss = loss;
   s.lr = lr_at(cfg_.optim, step, cfg_.train.steps);
+  s.loss_scale = scaler_.scale();
   double sq = model_->grad_sum_of_squares();
   comm_.all_reduce(&sq, 1);
-  s.grad_norm = std::sqrt(sq);
+  s.grad_norm = std::sqrt(sq) / s.loss_scale;
   // loss and norm are the same number on every rank, so every rank takes the same decision.
-  if (!std::isfinite(loss) || !std::isfinite(s.grad_norm)) {
+  const bool finite = std::isfinite(loss) && std::isfinite(s.grad_norm);
+  scaler_.update(finite);
+  if (!finite) {
     s.skipped = true;
     return s;
   }
   OptimizerStep os;
   os.lr = s.lr;
   os.t = ++updates_;
-  os.grad_scale = clip_coefficient(cfg_.optim, s.grad_norm);
+  os.grad_scale = static_cast<float>(clip_coefficient(cfg_.optim, s.grad_norm) / s.loss_scale);
   for (const UnitLayout& u : units()) {
     const ShardSpan span = model_->shard(u.index).span;
     model_->adamw(u.index, adamw_runs(u, span.offset, span.end(), cfg_.optim, os));

@@ -102,6 +102,7 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
   if (const std::optional<std::string> from = resolve_resume(cfg.ckpt)) {
     const CheckpointState cs = load_checkpoint(*from, cfg, engine.sharded(), comm);
     engine.set_updates(cs.optimizer_updates);
+    engine.loss_scaler().restore(cs.loss_scale, cs.loss_scale_good_steps);
     start_step = cs.step;
     summary.skipped = cs.skipped_steps;
     resumed_from = *from;
@@ -120,6 +121,8 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
     cs.step = steps_done;
     cs.optimizer_updates = engine.updates();
     cs.skipped_steps = summary.skipped;
+    cs.loss_scale = engine.loss_scaler().scale();
+    cs.loss_scale_good_steps = engine.loss_scaler().good_steps();
     save_checkpoint(cfg, engine.sharded(), cs, comm, resumed_from);
   };
 
@@ -138,7 +141,7 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const float loss = engine.forward_backward(
-        [&](int64_t micro, int32_t* in, int32_t* tgt) { train_sampler.fill(step, micro, in, tgt); }, accum);
+        [&](int64_t micro, int32_t* in, int32_t* tgt) { train_sampler.fill(step, micro, in, tgt); }, accum, step);
     const StepStats stats = engine.optimizer_step(step, loss);
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -157,7 +160,10 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
       ++summary.skipped;
       if (lead)
         ST_LOG_WARN("step ", step + 1, ": non-finite loss (", stats.loss, ") or gradient norm (", stats.grad_norm,
-                    "); update skipped on every rank");
+                    "); update skipped on every rank",
+                    engine.loss_scaler().active() ? str_cat("; fp16 loss scale ", stats.loss_scale, " -> ",
+                                                            engine.loss_scaler().scale())
+                                                  : std::string());
     }
     sink.step(r);
     summary.steps = step + 1;

@@ -1,11 +1,12 @@
 // Helpers for GPU tests: skip (never pass) without a device, copy vectors to and from the device, and
-// round to bf16 on the host so a CPU reference sees exactly the GPU's operands.
+// round to bf16 or fp16 on the host so a CPU reference sees exactly the GPU's operands.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "shardtrain/core/cuda.h"
@@ -18,15 +19,28 @@
 
 namespace st::test {
 
+// T is float, bf16 or fp16; float -> T rounds to nearest even, as the kernels do.
 template <typename T>
 T from_float(float x) {
-  if constexpr (std::is_same_v<T, float>) return x;
-  else return static_cast<T>(__float2bfloat16(x));
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else if constexpr (std::is_same_v<T, bf16>) {
+    return __float2bfloat16_rn(x);
+  } else {
+    static_assert(std::is_same_v<T, fp16>, "T must be float, bf16 or fp16");
+    return __float2half_rn(x);
+  }
 }
 template <typename T>
 float to_float(T x) {
-  if constexpr (std::is_same_v<T, float>) return x;
-  else return __bfloat162float(x);
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else if constexpr (std::is_same_v<T, bf16>) {
+    return __bfloat162float(x);
+  } else {
+    static_assert(std::is_same_v<T, fp16>, "T must be float, bf16 or fp16");
+    return __half2float(x);
+  }
 }
 
 // Rounds every element through T (a no-op for float), so the CPU reference runs on the GPU's operands.

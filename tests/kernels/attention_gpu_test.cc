@@ -1,4 +1,4 @@
-// st::gpu attention against the CPU reference st::attention_*, for T = float (1e-5) and bf16 (1e-2).
+// st::gpu attention against the CPU reference st::attention_*, for T = float (1e-5), bf16 and fp16 (1e-2).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,9 +23,9 @@ using test::to_device;
 using test::to_host;
 
 // max |got - want| <= rtol * max |want| (all_close with the largest |want| as floor, not test::close's
-// tenth of it): the CPU tests' max_rel_diff. In bf16 the products consume rounded intermediates (att, dP,
-// dS) whose error scales with the terms, not the result. A CPU emulation of the bf16 pipeline on these
-// shapes gives at most 5e-3 by this measure, but up to 4e-2 with test::close's floor.
+// tenth of it): the CPU tests' max_rel_diff. In bf16 and fp16 the products consume rounded intermediates
+// (att, dP, dS) whose error scales with the terms, not the result. A CPU emulation of the bf16 pipeline on
+// these shapes gives at most 5e-3 by this measure, but up to 4e-2 with test::close's floor.
 ::testing::AssertionResult matches(const std::vector<float>& got, const std::vector<float>& want, double rtol) {
   double amax = 0;
   for (float w : want) amax = std::max(amax, std::fabs(static_cast<double>(w)));

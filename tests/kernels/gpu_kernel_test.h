@@ -16,16 +16,17 @@
 
 namespace st::test {
 
-using ActivationTypes = ::testing::Types<float, bf16>;
+using ActivationTypes = ::testing::Types<float, bf16, fp16>;
 struct ActivationNames {
   template <typename T>
   static std::string GetName(int) {
-    return std::is_same_v<T, float> ? "float" : "bf16";
+    return std::is_same_v<T, float> ? "float" : (std::is_same_v<T, bf16> ? "bf16" : "fp16");
   }
 };
 
-// Relative tolerance against the fp32 CPU reference run on the same (bf16-rounded) operands: fp32 outputs
-// differ only by summation order and a few ulps of exp; bf16 outputs are rounded once (relative 2^-9).
+// Relative tolerance against the fp32 CPU reference run on the same (T-rounded) operands: fp32 outputs
+// differ only by summation order and a few ulps of exp; bf16 outputs are rounded once (relative 2^-9),
+// fp16 ones too (2^-12; 1e-2 also covers rounded intermediates such as attention's scores).
 template <typename T>
 inline constexpr double kTol = std::is_same_v<T, float> ? 1e-5 : 1e-2;
 

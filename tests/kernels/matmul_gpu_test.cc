@@ -1,4 +1,4 @@
-// st::gpu matmul (cuBLASLt) against the CPU reference st::matmul_*, for T = float (1e-5) and bf16 (1e-2).
+// st::gpu matmul (cuBLASLt) against the CPU reference st::matmul_*, for T = float (1e-5), bf16 and fp16 (1e-2).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -32,6 +32,7 @@ struct CheckpointState {
   int64_t optimizer_updates = 0;  // AdamW t
   int64_t skipped_steps = 0;
   double loss_scale = 1.0;
+  int64_t loss_scale_good_steps = 0;
   std::vector<uint64_t> rng_counters;  // per rank, in rank order (on load: this run's ranks, or empty)
 };
 

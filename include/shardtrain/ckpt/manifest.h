@@ -53,6 +53,7 @@ struct Manifest {
   bool shuffle = true;
   std::vector<uint64_t> rng_counters;  // per rank: the counter of its sequential RNG (seed is `seed`)
   double loss_scale = 1.0;             // fp16 dynamic loss scale (1 in fp32/bf16 runs)
+  int64_t loss_scale_good_steps = 0;   // finite steps since the scale last changed (optional on read: 0)
   int64_t skipped_steps = 0;           // non-finite steps skipped so far
 };
 

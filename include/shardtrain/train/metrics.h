@@ -4,6 +4,7 @@
 //
 // JSONL records (one per line, keys in this order):
 //   {"step": 12, "loss": 2.31, "lr": 0.001, "grad_norm": 0.53, "tokens_per_s": 12345.6, "ms": 45.2, "skipped": false,
+//    "loss_scale": 1,
 //    "mem_sharded_bytes": 3407872, "mem_gathered_peak_bytes": 1187840, "mfu": 0.41}
 // mfu is null on the CPU and on a GPU missing from the peak table (train/mfu.h).
 //   {"step": 100, "val_loss": 2.05}

@@ -16,6 +16,7 @@
 #include "shardtrain/core/config.h"
 #include <memory>
 
+#include "shardtrain/optim/loss_scaler.h"
 #include "shardtrain/shard/model_backend.h"
 
 namespace st {
@@ -29,6 +30,7 @@ struct StepStats {
   double grad_norm = 0;  // global, before clipping
   float lr = 0;
   bool skipped = false;  // non-finite loss or norm: no update was applied (on every rank)
+  double loss_scale = 1;  // the fp16 loss scale this step's gradients were computed with (1 otherwise)
 };
 
 class StepEngine {
@@ -36,12 +38,14 @@ class StepEngine {
   StepEngine(const Config& cfg, Communicator& comm);
 
   // Zeroes the gradient shards, runs `accum` micro-steps, and returns the mean loss over every rank's
-  // accum * micro_batch * seq_len tokens. The gradient shards then hold the gradient of that mean.
-  float forward_backward(const BatchFn& batch, int64_t accum);
+  // accum * micro_batch * seq_len tokens. The gradient shards then hold the gradient of that mean, times
+  // the loss scale in fp16. `step` (0-based) only keys the grad_inf fault seam (core/fault.h).
+  float forward_backward(const BatchFn& batch, int64_t accum, int64_t step = -1);
 
-  // Global gradient norm (local sums of squares over owned spans, all-reduced), clipping, a skip on a
-  // non-finite loss or norm, and AdamW with the scheduled lr of 0-based `step` on owned spans. The update
-  // count used for bias correction advances only on applied steps.
+  // Global gradient norm (local sums of squares over owned spans, all-reduced, divided by the loss
+  // scale), clipping, a skip on a non-finite loss or norm, and AdamW with the scheduled lr of 0-based
+  // `step` on owned spans. The update count used for bias correction advances only on applied steps; in
+  // fp16 the loss scale backs off on a skip and grows after a run of finite steps.
   StepStats optimizer_step(int64_t step, float loss);
 
   // Mean loss over `batches` micro-batches per rank, over all ranks. Collective.
@@ -59,6 +63,7 @@ class StepEngine {
   int64_t updates() const { return updates_; }
   // Restores the AdamW update count from a checkpoint.
   void set_updates(int64_t t) { updates_ = t; }
+  LossScaler& loss_scaler() { return scaler_; }
 
  private:
   Config cfg_;
@@ -66,6 +71,7 @@ class StepEngine {
   std::unique_ptr<ModelBackend> model_;
   std::vector<int32_t> inputs_, targets_;
   int64_t updates_ = 0;
+  LossScaler scaler_;
 };
 
 }  // namespace st

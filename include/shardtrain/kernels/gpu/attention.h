@@ -3,8 +3,8 @@
 //
 // Layouts as the CPU reference: qkv [B,T,3C] (q, k, v of each token; head h owns columns [h*hs, (h+1)*hs),
 // hs = C/NH), out [B,T,C], att [B,NH,T,T] = the causal softmax probabilities, 0 above the diagonal.
-// Scores are computed in full T x T (the masked half is computed and discarded) and, for T = bf16, stored
-// in bf16 in att before the fp32 softmax reads them back.
+// Scores are computed in full T x T (the masked half is computed and discarded) and, for T = bf16 or fp16,
+// stored in T in att before the fp32 softmax reads them back (GEMMs accumulate in fp32).
 #pragma once
 
 #include <cstddef>

@@ -2,7 +2,7 @@
 // state (handle, workspace, cached descriptors). Passed explicitly; nothing is global.
 //
 // GPU kernels live in namespace st::gpu with the signature of their CPU reference in st (same operand
-// order and meaning), templated on the activation type T (float or bf16), plus a trailing context:
+// order and meaning), templated on the activation type T (float, bf16 or fp16), plus a trailing context:
 //   st::layernorm_forward(out, mean, rstd, inp, w, b, N, C);                 // CPU, fp32
 //   st::gpu::layernorm_forward<bf16>(out, mean, rstd, inp, w, b, N, C, ctx); // GPU, device pointers
 // All pointers are device pointers, all launches are asynchronous on ctx.stream, and accumulating

@@ -1,5 +1,5 @@
 // Token + position embedding on the GPU: the CUDA version of kernels/embedding.h, same operands and
-// meaning, for activations T = float or bf16 (fp32 arithmetic, T only for storage). Device pointers,
+// meaning, for activations T in {float, bf16, fp16} (fp32 arithmetic, T only for storage). Device pointers,
 // asynchronous on ctx.stream.
 #pragma once
 

@@ -1,5 +1,5 @@
 // GELU (tanh approximation) and the residual add on the GPU: the CUDA versions of kernels/gelu.h, same
-// operands and meaning, for activations T = float or bf16 (fp32 arithmetic). Device pointers,
+// operands and meaning, for activations T in {float, bf16, fp16} (fp32 arithmetic). Device pointers,
 // asynchronous on ctx.stream; no scratch.
 #pragma once
 

@@ -1,5 +1,5 @@
 // LayerNorm on the GPU: the CUDA version of kernels/layernorm.h (eps = kLayerNormEps), same operands and
-// meaning, for activations T = float or bf16 (fp32 arithmetic; mean and rstd are fp32). Device
+// meaning, for activations T in {float, bf16, fp16} (fp32 arithmetic; mean and rstd are fp32). Device
 // pointers, asynchronous on ctx.stream.
 #pragma once
 

@@ -6,7 +6,8 @@
 //   st::gpu::matmul_forward<bf16>(out, inp, w, b, N, C, OC, ctx);
 //
 // Precision: operands and outputs are T; products accumulate in fp32 (CUBLAS_COMPUTE_32F, never TF32, so
-// T = float keeps parity with the CPU reference). bf16 outputs are rounded once, at the store.
+// T = float keeps parity with the CPU reference). T in {float, bf16, fp16}; bf16/fp16 outputs are rounded
+// once, at the store.
 #pragma once
 
 #include <array>
@@ -78,9 +79,9 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
                     const GpuContext& ctx);
 
 // pre_gelu[N,OC] = matmul_forward(inp, weight, bias); out[N,OC] = gelu(pre_gelu), the tanh GELU of
-// kernels/gelu.h. Both are overwritten; pre_gelu is what gelu_backward needs. For T = bf16 with OC % 8 == 0
-// this is one cuBLASLt call when it has a GELU_AUX(_BIAS) algorithm for the operands' alignment (out is
-// then the GELU of the fp32 product, not of its bf16 rounding). Otherwise, and always for T = float (CPU
+// kernels/gelu.h. Both are overwritten; pre_gelu is what gelu_backward needs. For T = bf16 or fp16 with
+// OC % 8 == 0 this is one cuBLASLt call when it has a GELU_AUX(_BIAS) algorithm for the operands' alignment
+// (out is then the GELU of the fp32 product, not of its T rounding). Otherwise, and always for T = float (CPU
 // parity), it is a GEMM plus an element-wise GELU kernel in fp32 with an accurate expf.
 template <typename T>
 void matmul_forward_gelu(T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC,

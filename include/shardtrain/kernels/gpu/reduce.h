@@ -1,5 +1,5 @@
 // Utility kernels of the GPU model: deterministic sums into a device double (gradient norm, mean loss),
-// fp32 <-> T conversion, accumulation and scaling. T = float or bf16. Device pointers, asynchronous on
+// fp32 <-> T conversion, accumulation and scaling. T in {float, bf16, fp16}. Device pointers, asynchronous on
 // ctx.stream.
 //
 //   DeviceBuffer<double> norm2(1);  // zeroed by the caller

@@ -1,5 +1,5 @@
 // Fused softmax + cross-entropy over a padded vocabulary on the GPU: the CUDA version of
-// kernels/softmax_cross_entropy.h, same operands and meaning, for logits T = float or bf16 (fp32
+// kernels/softmax_cross_entropy.h, same operands and meaning, for logits T in {float, bf16, fp16} (fp32
 // arithmetic; losses are fp32). Device pointers, asynchronous on ctx.stream; no scratch.
 #pragma once
 
