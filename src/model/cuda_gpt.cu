@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "shardtrain/core/error.h"
-#include "shardtrain/kernels/gpu/attention.h"
+#include "shardtrain/kernels/gpu/flash_attention.h"
 #include "shardtrain/kernels/gpu/embedding.h"
 #include "shardtrain/kernels/gpu/gelu.h"
 #include "shardtrain/kernels/gpu/layernorm.h"
@@ -35,22 +35,20 @@ template <typename T>
 CudaGptFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute) {
   const int64_t B = max_batch, T_ = cfg.seq_len, C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer;
   const int64_t BT = B * T_, BTC = BT * C;
-  const int64_t per_block_t = 15 * BTC + B * NH * T_ * T_;
+  const int64_t per_block_t = 15 * BTC;
   const int64_t blocks = recompute ? std::min<int64_t>(L, 1) : L;
   const int64_t elems_t = blocks * per_block_t + L * BTC  // activations, block outputs
                           + BTC                            // encoded
                           + 4 * BTC + 3 * BTC + 8 * BTC    // lnf, dresid, dlnf, dbuf_c; dqkv; dfch
                           + chunk_rows_for(cfg, BT) * cfg.padded_vocab();
-  const int64_t floats = blocks * 4 * BT + 3 * BT;
+  const int64_t floats = blocks * (4 * BT + B * NH * T_) + 3 * BT;
   CudaGptFootprint f;
   f.activation_bytes = elems_t * static_cast<int64_t>(sizeof(T)) + floats * 4 + 2 * BT * 4 + 8;
   size_t s = gpu::embedding_backward_scratch_bytes(static_cast<int>(B), static_cast<int>(T_), static_cast<int>(C));
   s = std::max(s, gpu::layernorm_backward_scratch_bytes(BT, static_cast<int>(C)));
   s = std::max(s, gpu::matmul_backward_scratch_bytes(BT, static_cast<int>(4 * C)));
-  s = std::max(s, gpu::attention_forward_scratch_bytes<T>(static_cast<int>(B), static_cast<int>(T_),
-                                                          static_cast<int>(C), static_cast<int>(NH)));
-  s = std::max(s, gpu::attention_backward_scratch_bytes<T>(static_cast<int>(B), static_cast<int>(T_),
-                                                           static_cast<int>(C), static_cast<int>(NH)));
+  s = std::max(s, gpu::flash_attention_backward_scratch_bytes(static_cast<int>(B), static_cast<int>(T_),
+                                                              static_cast<int>(C), static_cast<int>(NH)));
   s = std::max(s, gpu::reduce_scratch_bytes());
   f.scratch_bytes = static_cast<int64_t>(s);
   return f;
@@ -72,7 +70,6 @@ CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, c
   for (BlockActs& a : blocks_) {
     a.ln1 = DeviceBuffer<T>(BT * C);
     a.qkv = DeviceBuffer<T>(BT * 3 * C);
-    a.att = DeviceBuffer<T>(max_batch * NH * T_ * T_);
     a.atty = DeviceBuffer<T>(BT * C);
     a.res2 = DeviceBuffer<T>(BT * C);
     a.ln2 = DeviceBuffer<T>(BT * C);
@@ -82,6 +79,7 @@ CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, c
     a.ln1_rstd = DeviceBuffer<float>(BT);
     a.ln2_mean = DeviceBuffer<float>(BT);
     a.ln2_rstd = DeviceBuffer<float>(BT);
+    a.att_lse = DeviceBuffer<float>(max_batch * NH * T_);
   }
   for (int l = 0; l < cfg.n_layer; ++l) block_out_.emplace_back(BT * C);
   lnf_ = DeviceBuffer<T>(BT * C);
@@ -137,8 +135,8 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   const T* x = block_input(layer);
   gpu::layernorm_forward<T>(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln1w, p.ln1b, N, C, ctx_);
   gpu::matmul_forward<T>(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C, ctx_);
-  gpu::attention_forward<T>(a.atty.data(), a.att.data(), a.qkv.data(), static_cast<int>(B_), static_cast<int>(T_), C,
-                            cfg_.n_head, ctx_);
+  gpu::flash_attention_forward<T>(a.atty.data(), a.att_lse.data(), a.qkv.data(), static_cast<int>(B_),
+                                  static_cast<int>(T_), C, cfg_.n_head, ctx_);
   gpu::matmul_forward<T>(a.res2.data(), a.atty.data(), p.projw, p.projb, N, C, C, ctx_);
   gpu::residual_forward<T>(a.res2.data(), a.res2.data(), x, N * C, ctx_);
   gpu::layernorm_forward<T>(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C,
@@ -236,8 +234,8 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   zero_async(dbuf_c_, N * C, s);
   gpu::matmul_backward<T>(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C, ctx_);
   zero_async(dqkv_, N * 3 * C, s);
-  gpu::attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.att.data(), static_cast<int>(B_),
-                             static_cast<int>(T_), C, cfg_.n_head, ctx_);
+  gpu::flash_attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.atty.data(), a.att_lse.data(),
+                                   static_cast<int>(B_), static_cast<int>(T_), C, cfg_.n_head, ctx_);
   zero_async(dbuf_c_, N * C, s);
   gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C, ctx_);
   gpu::layernorm_backward<T>(dresid_.data(), g.ln1w, g.ln1b, dbuf_c_.data(), x, p.ln1w, a.ln1_mean.data(),

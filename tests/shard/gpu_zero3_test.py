@@ -17,7 +17,7 @@ fewer GPUs than the case needs):
                     scale halves (65536 -> 32768 at step 4), and the weights after the 3-step run are
                     bit-identical to a 2-step run's (each run's final checkpoint exported to safetensors
                     with `shardtrain ckpt export`, compared value by value).
-  memory-cap        1 GPU, GPT-2 124M-shaped (byte vocabulary) at micro_batch 48 under dist.max_gpu_mem_gib=24 (a stand-in for an
+  memory-cap        1 GPU, GPT-2 124M-shaped (byte vocabulary) at micro_batch 96 under dist.max_gpu_mem_gib=24 (a stand-in for an
                     RTX 4090): exit code 2 before step 1, and the message gives the breakdown.
 
 usage: gpu_zero3_test.py CASE SHARDTRAIN GPU_COUNT_TOOL MPIRUN WORKDIR CONFIG
@@ -176,8 +176,9 @@ def main():
         compare(failures, "bf16 1 GPU resumed at step 10", bf_straight, bf_resumed, range(11, 21), 1e-6)
     elif case == "memory-cap":
         cmd = [shardtrain, "train", "--config", os.path.join(os.path.dirname(config), "gpt2-124m.ini"),
-               "--train.device=cuda", "--train.micro_batch=48", "--train.global_batch=48",
-               "--dist.max_gpu_mem_gib=24", f"--data.path={run.data}", "--data.format=text", "--model.vocab_size=256"]
+               "--train.device=cuda", "--train.micro_batch=96", "--train.global_batch=96",
+               "--dist.max_gpu_mem_gib=24", f"--data.path={run.data}", "--data.format=text", "--data.val_path=",
+               "--model.vocab_size=256"]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
         print(f"exit code {r.returncode}: " + r.stdout.strip().splitlines()[-1][:400])
         if r.returncode != 2:

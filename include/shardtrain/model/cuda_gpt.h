@@ -58,8 +58,9 @@ class CudaGpt {
 
  private:
   struct BlockActs {
-    DeviceBuffer<T> ln1, qkv, att, atty, res2, ln2, fch, fch_gelu;
+    DeviceBuffer<T> ln1, qkv, atty, res2, ln2, fch, fch_gelu;
     DeviceBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+    DeviceBuffer<float> att_lse;  // [B, NH, T]: what flash attention's backward needs besides qkv and atty
   };
   const T* block_input(int layer) const;
   BlockActs& acts(int layer) { return blocks_[recompute_ ? 0 : static_cast<size_t>(layer)]; }

@@ -17,8 +17,8 @@ class Blas;  // kernels/gpu/matmul.h
 
 struct GpuContext {
   cudaStream_t stream = nullptr;
-  Blas* blas = nullptr;  // needed by matmul and attention only
-  // Device scratch for kernels that need temporaries (attention's permuted q/k/v, deterministic
+  Blas* blas = nullptr;  // needed by the matmuls only
+  // Device scratch for kernels that need temporaries (flash attention's row terms, deterministic
   // reductions' partial sums). A kernel that uses it publishes `<kernel>_scratch_bytes(shape...)`; the
   // caller sizes `scratch` as the max over the kernels it runs on this stream, allocated once. Kernels
   // on one stream run in order, so they can share it; contents do not survive between calls.

@@ -1,5 +1,5 @@
 // Dense layer on the GPU through cuBLASLt: the st::matmul_* contract (kernels/matmul.h) on device pointers,
-// plus the Blas object that owns the cuBLASLt state and a row-major strided-batched GEMM for attention.
+// plus the Blas object that owns the cuBLASLt state and a general row-major strided-batched GEMM.
 //
 //   st::gpu::Blas blas;                                   // handle + 32 MiB workspace, once per stream
 //   st::gpu::GpuContext ctx{stream, &blas, scratch, scratch_bytes};
