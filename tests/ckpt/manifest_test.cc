@@ -65,6 +65,7 @@ Manifest make_manifest(int world) {
   m.shuffle = false;
   m.loss_scale = 0.1;  // not exactly representable: must still round-trip bit for bit
   m.skipped_steps = 3;
+  m.loss_scale_good_steps = 1999;
   return m;
 }
 
@@ -106,6 +107,7 @@ void expect_equal(const Manifest& a, const Manifest& b) {
   EXPECT_EQ(a.rng_counters, b.rng_counters);
   EXPECT_EQ(a.loss_scale, b.loss_scale);  // exact, not approximate
   EXPECT_EQ(a.skipped_steps, b.skipped_steps);
+  EXPECT_EQ(a.loss_scale_good_steps, b.loss_scale_good_steps);
 }
 
 TEST(Manifest, RoundTripKeepsEveryFieldExactly) {
@@ -196,6 +198,8 @@ TEST(Manifest, EachValidationErrorNamesThePathAndTheField) {
        {"units[1].tensors[2].shape[0] must be an integer, got string \"48\""}},
       {"zero loss scale", [](json& j) { j["loss_scale"] = 0; }, {"loss_scale is 0, expected a finite number > 0"}},
       {"zero global batch", [](json& j) { j["global_batch"] = 0; }, {"global_batch is 0, expected >= 1"}},
+      {"negative loss-scale count", [](json& j) { j["loss_scale_good_steps"] = -1; },
+       {"loss_scale_good_steps is -1, expected >= 0"}},
       {"one file too few",
        [](json& j) { j["files"].erase(2); },
        {"files has 2 entries, expected world_size = 3 (one per rank)"}},
@@ -260,6 +264,13 @@ TEST(Manifest, EachValidationErrorNamesThePathAndTheField) {
     EXPECT_TRUE(contains(msg, kPath + ": ")) << msg;
     for (const std::string& e : c.expect) EXPECT_TRUE(contains(msg, e)) << "expected \"" << e << "\" in: " << msg;
   }
+}
+
+// Manifests written before fp16 training carry no loss_scale_good_steps: they read as 0.
+TEST(Manifest, LossScaleCountIsOptionalOnRead) {
+  json j = json::parse(manifest_to_json(make_manifest(3)));
+  j.erase("loss_scale_good_steps");
+  EXPECT_EQ(manifest_from_json(j.dump(), kPath).loss_scale_good_steps, 0);
 }
 
 TEST(Manifest, EmptySpansAnywhereAreValid) {
