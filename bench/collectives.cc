@@ -1,0 +1,159 @@
+// All-gather and reduce-scatter bus bandwidth of shardtrain's NcclCommunicator, beside raw NCCL calls
+// made by this same binary on a second communicator, over 1 MiB .. 1 GiB (nccl-tests style).
+//
+//   mpirun --bind-to none -np 2 ./build/bench_collectives [--dtype bf16|fp32] [--max-mib 1024] [--iters 20]
+//
+// For each size (bytes of the full, gathered buffer): 5 warm-up and `iters` timed calls, each timed with
+// CUDA events on its stream; the median per rank, then the slowest rank. algbw = bytes / time, busbw =
+// algbw (n-1)/n (both collectives move (n-1)/n of the buffer through each rank's links). The last column
+// is the wrapper's busbw over raw NCCL's.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardtrain/comm/launcher.h"
+#include "shardtrain/core/error.h"
+
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "shardtrain/comm/nccl_communicator.h"
+#include "shardtrain/core/cuda.h"
+
+namespace st {
+namespace {
+
+struct Options {
+  bool bf16 = true;
+  int64_t max_mib = 1024;
+  int iters = 20;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) ST_BAD_INPUT("bench_collectives: ", a, " needs a value");
+      return argv[++i];
+    };
+    if (a == "--dtype") {
+      const std::string v = value();
+      if (v != "bf16" && v != "fp32") ST_BAD_INPUT("bench_collectives: --dtype ", v, ": expected bf16 or fp32");
+      o.bf16 = v == "bf16";
+    } else if (a == "--max-mib") {
+      o.max_mib = std::atoll(value().c_str());
+    } else if (a == "--iters") {
+      o.iters = std::atoi(value().c_str());
+    } else {
+      ST_BAD_INPUT("bench_collectives: unknown argument ", a, " (--dtype, --max-mib, --iters)");
+    }
+  }
+  if (o.max_mib < 1 || o.iters < 1) ST_BAD_INPUT("bench_collectives: --max-mib and --iters must be >= 1");
+  return o;
+}
+
+// Median milliseconds of `iters` calls of `fn` on `stream`, after 5 warm-up calls.
+template <typename Fn>
+double median_ms(cudaStream_t stream, int iters, Fn fn) {
+  for (int i = 0; i < 5; ++i) fn();
+  std::vector<double> ms;
+  CudaEvent start(true), stop(true);
+  for (int i = 0; i < iters; ++i) {
+    start.record(stream);
+    fn();
+    stop.record(stream);
+    stop.synchronize();
+    float t = 0;
+    ST_CUDA_CHECK(cudaEventElapsedTime(&t, start.get(), stop.get()));
+    ms.push_back(t);
+  }
+  std::nth_element(ms.begin(), ms.begin() + static_cast<long>(ms.size() / 2), ms.end());
+  return ms[ms.size() / 2];
+}
+
+template <typename T>
+void run(Communicator& host, const Options& o) {
+  NcclCommunicator wrapped(host);  // binds the GPU
+  ncclUniqueId id{};
+  if (host.rank() == 0) ST_NCCL_CHECK(ncclGetUniqueId(&id));
+  host.broadcast(&id, sizeof(id), 0);
+  ncclComm_t raw = nullptr;
+  ST_NCCL_CHECK(ncclCommInitRank(&raw, host.world_size(), id, host.rank()));
+  const int n = host.world_size();
+  CudaStream stream;
+  const int64_t max_bytes = o.max_mib << 20;
+  const int64_t max_elems = max_bytes / static_cast<int64_t>(sizeof(T));
+  DeviceBuffer<T> full(max_elems), shard(max_elems / n + 1);
+  ST_CUDA_CHECK(cudaMemset(full.data(), 0x3c, full.bytes()));  // finite values in both types, never zeros
+  ST_CUDA_CHECK(cudaMemset(shard.data(), 0x3c, shard.bytes()));
+  if (host.rank() == 0) {
+    std::printf("# %d ranks, %s, %d timed iterations, median per rank then max over ranks\n", n,
+                sizeof(T) == 2 ? "bf16" : "fp32", o.iters);
+    std::printf("%12s %-14s %10s %10s %10s | %10s %10s | %s\n", "bytes", "op", "wrap us", "wrap algbw", "busbw",
+                "raw us", "raw busbw", "wrap/raw");
+  }
+  for (int64_t bytes = int64_t{1} << 20; bytes <= max_bytes; bytes *= 4) {
+    const int64_t count = bytes / static_cast<int64_t>(sizeof(T)) / n;  // per-rank shard elements
+    for (int op = 0; op < 2; ++op) {
+      const bool gather = op == 0;
+      double wrap = median_ms(stream.get(), o.iters, [&] {
+        if (gather)
+          wrapped.all_gather<T>(shard.data(), count, full.data(), stream.get());
+        else
+          wrapped.reduce_scatter<T>(full.data(), count, shard.data(), stream.get());
+      });
+      double raw_ms = median_ms(stream.get(), o.iters, [&] {
+        if (gather)
+          ST_NCCL_CHECK(ncclAllGather(shard.data(), full.data(), static_cast<size_t>(count), nccl_type<T>(), raw,
+                                      stream.get()));
+        else
+          ST_NCCL_CHECK(ncclReduceScatter(full.data(), shard.data(), static_cast<size_t>(count), nccl_type<T>(),
+                                          ncclSum, raw, stream.get()));
+      });
+      // The slowest rank's medians: each rank fills its own slots, the sum over ranks assembles them.
+      std::vector<double> all(static_cast<size_t>(2 * n), 0.0);
+      all[static_cast<size_t>(2 * host.rank())] = wrap;
+      all[static_cast<size_t>(2 * host.rank() + 1)] = raw_ms;
+      host.all_reduce(all.data(), 2 * n);
+      for (int r = 0; r < n; ++r) {
+        wrap = std::max(wrap, all[static_cast<size_t>(2 * r)]);
+        raw_ms = std::max(raw_ms, all[static_cast<size_t>(2 * r + 1)]);
+      }
+      const double moved = static_cast<double>(count * n * static_cast<int64_t>(sizeof(T)));
+      const double algbw = moved / (wrap * 1e-3) / 1e9;
+      const double busbw = algbw * (n - 1) / n;
+      const double raw_bus = moved / (raw_ms * 1e-3) / 1e9 * (n - 1) / n;
+      if (host.rank() == 0)
+        std::printf("%12lld %-14s %10.1f %10.1f %10.1f | %10.1f %10.1f | %.3f\n", static_cast<long long>(moved),
+                    gather ? "all_gather" : "reduce_scatter", wrap * 1e3, algbw, busbw, raw_ms * 1e3, raw_bus,
+                    raw_bus > 0 ? busbw / raw_bus : 0.0);
+    }
+  }
+  ncclCommDestroy(raw);
+}
+
+}  // namespace
+}  // namespace st
+#endif
+
+int main(int argc, char** argv) {
+  std::optional<st::MpiSession> mpi;
+  try {
+    auto comm = st::join_world(&argc, &argv, &mpi);
+#ifdef SHARDTRAIN_HAVE_CUDA
+    const st::Options o = st::parse(argc, argv);
+    if (o.bf16)
+      st::run<st::bf16>(*comm, o);
+    else
+      st::run<float>(*comm, o);
+#else
+    ST_BAD_INPUT("bench_collectives needs the CUDA backend; this build has none");
+#endif
+    return 0;
+  } catch (const st::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return st::fail_world(mpi, e.kind());
+  }
+}
