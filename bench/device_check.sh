@@ -58,29 +58,15 @@ h = np.zeros(256, dtype=np.int32); h[:3] = [20240520, 1, n]
 with open(sys.argv[1], "wb") as f:
     f.write(h.tobytes()); f.write(np.random.default_rng(0).integers(0, 50257, n, dtype=np.uint16).tobytes())
 PY
-  table=("system          gpus  B   tok/s      mfu     peak GiB/rank  median ms")
+  table=("system          gpus  B   tok/s      mfu     peak GiB/rank  median ms  compute ms  exposed comm ms")
   for c in $BENCH_CASES; do
     g=${c%%:*}; b=${c##*:}
-    log="$OUT/shardtrain_g${g}_b${b}.log"; m="$OUT/shardtrain_g${g}_b${b}.jsonl"
-    rm -f "$m"
-    mpirun --bind-to none -np "$g" -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
-      "$BUILD/shardtrain" train --config configs/gpt2-124m.ini --train.device=cuda --train.dtype=bf16 \
+    row=$(TT_DIR="$OUT/tt" bash bench/train_throughput.sh "$BUILD" "$g" configs/gpt2-124m.ini --train.dtype=bf16 \
       --data.path="$data" --data.val_path= --data.val_holdout=0.01 --train.micro_batch="$b" \
-      --train.global_batch=$((b * g)) --train.steps="$BENCH_STEPS" --train.eval_every=0 --train.eval_batches=1 \
-      --log.every=5 --log.metrics="$m" --optim.warmup_steps=5 >"$log" 2>&1 </dev/null
-    if [[ $? != 0 ]]; then table+=("shardtrain      $g     $b  FAILED (see $(basename "$log"))"); tail -5 "$log"; continue; fi
-    table+=("$(python3 - "$m" "$log" "$g" "$b" <<'PY'
-import json, re, sys, statistics
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
-rows = rows[3:]  # warm-up
-tok = statistics.median(r["tokens_per_s"] for r in rows)
-ms = statistics.median(r["ms"] for r in rows)
-mfu = statistics.median(r["mfu"] for r in rows if r.get("mfu") is not None) if rows[0].get("mfu") is not None else None
-peak = re.findall(r"device in use ([0-9.]+) MiB", open(sys.argv[2]).read())
-peak = f"{float(peak[-1]) / 1024:.1f}" if peak else "?"
-print(f"shardtrain      {sys.argv[3]:<5} {sys.argv[4]:<3} {tok:<10.0f} {mfu * 100 if mfu else float('nan'):5.1f}%  {peak:<14} {ms:.1f}")
-PY
-)")
+      --train.global_batch=$((b * g)) --train.steps="$BENCH_STEPS" --log.every=5 --optim.warmup_steps=5)
+    read -r tok mfu peak ms compute comm _ <<<"$row"
+    if [[ $row == FAILED* ]]; then table+=("shardtrain      $g     $b  $row"); continue; fi
+    table+=("$(printf 'shardtrain      %-5s %-3s %-10s %-7s %-14s %-10s %-11s %s' "$g" "$b" "$tok" "$mfu" "$peak" "$ms" "$compute" "$comm")")
     if [[ -f .peer/fsdp2_gpt2.py ]]; then
       j="$OUT/fsdp2_g${g}_b${b}.json"
       torchrun --nproc_per_node="$g" .peer/fsdp2_gpt2.py --B "$b" --steps "$BENCH_STEPS" --json "$j" \

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <type_traits>
 
 #include "shardtrain/comm/nccl_communicator.h"
@@ -118,6 +119,11 @@ class CudaShardedModel final : public ModelBackend {
   void push_state() override;
   MemoryStats memory() const override;
   const CommCounters& counters() const override { return counters_; }
+  double take_exposed_comm_ms() override {
+    const double ms = exposed_ms_;
+    exposed_ms_ = 0;
+    return ms;
+  }
 
  private:
   struct DeviceShard {
@@ -132,6 +138,12 @@ class CudaShardedModel final : public ModelBackend {
     CudaEvent ready, free;
   };
   enum class Mode { kTrain, kEval, kLogits };
+  // Timing events around one wait of the compute stream on the communication stream.
+  struct Stall {
+    CudaEvent before{true}, after{true};
+  };
+  void wait_for_comm(const CudaEvent& done);
+  void collect_stalls();
 
   float run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss);
   void prefetch(const std::vector<ScheduleOp>& schedule, size_t at);
@@ -164,6 +176,9 @@ class CudaShardedModel final : public ModelBackend {
   DeviceBuffer<T> rs_out_;
   DeviceBuffer<double> sq_;
   CudaEvent compute_mark_, comm_mark_;
+  std::vector<std::unique_ptr<Stall>> stalls_;  // reused every run; grows to the schedule's waits
+  size_t stalls_used_ = 0;
+  double exposed_ms_ = 0;
   CommCounters counters_;
   int64_t in_use_bytes_ = 0, peak_bytes_ = 0;
   // The schedule being run: how far its gathers have been issued.
@@ -303,7 +318,7 @@ template <typename T>
 const T* CudaShardedModel<T>::gathered(int unit) {
   Buffer* b = params_of_[static_cast<size_t>(unit)];
   ST_CHECK(b != nullptr, "unit ", unit, " used without being gathered");
-  b->ready.wait_on(compute_stream_.get());
+  wait_for_comm(b->ready);
   return b->data.data();
 }
 
@@ -315,7 +330,7 @@ T* CudaShardedModel<T>::full_grad(int unit) {
     ST_CHECK(slot != nullptr, "no free gradient buffer for unit ", unit);
     slot->unit = unit;
     cudaStream_t cs = compute_stream_.get();
-    slot->free.wait_on(cs);  // its previous reduce-scatter has read it
+    wait_for_comm(slot->free);  // its previous reduce-scatter has read it
     const int64_t n = host_[static_cast<size_t>(unit)].slot * nccl_.world_size();
     ST_CUDA_CHECK(cudaMemsetAsync(slot->data.data(), 0, sizeof(T) * static_cast<size_t>(n), cs));
     occupy(static_cast<int64_t>(slot->data.bytes()));
@@ -404,9 +419,37 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
   ST_CHECK(in_use_bytes_ == 0, "the schedule left ", in_use_bytes_, " bytes of buffers in use");
   // The optimizer and the next step's zeroing must see every accumulated gradient.
   comm_mark_.record(ns);
-  comm_mark_.wait_on(cs);
-  if (mode == Mode::kLogits) return 0.0f;
-  return static_cast<float>(model_.take_loss_sum() / static_cast<double>(batch_ * len_));
+  wait_for_comm(comm_mark_);
+  float loss = 0.0f;
+  if (mode == Mode::kLogits)
+    compute_stream_.synchronize();
+  else
+    loss = static_cast<float>(model_.take_loss_sum() / static_cast<double>(batch_ * len_));  // synchronises
+  collect_stalls();
+  return loss;
+}
+
+// Events before and after the wait: the compute stream reaches `before` when its earlier work is done and
+// `after` when the communication is too, so after - before is the time communication held compute up.
+template <typename T>
+void CudaShardedModel<T>::wait_for_comm(const CudaEvent& done) {
+  if (stalls_used_ == stalls_.size()) stalls_.push_back(std::make_unique<Stall>());
+  Stall& s = *stalls_[stalls_used_++];
+  cudaStream_t cs = compute_stream_.get();
+  s.before.record(cs);
+  done.wait_on(cs);
+  s.after.record(cs);
+}
+
+// After the compute stream has synchronised: adds up this run's stalls.
+template <typename T>
+void CudaShardedModel<T>::collect_stalls() {
+  for (size_t i = 0; i < stalls_used_; ++i) {
+    float ms = 0;
+    ST_CUDA_CHECK(cudaEventElapsedTime(&ms, stalls_[i]->before.get(), stalls_[i]->after.get()));
+    exposed_ms_ += ms;
+  }
+  stalls_used_ = 0;
 }
 
 template <typename T>

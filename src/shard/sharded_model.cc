@@ -1,6 +1,7 @@
 #include "shardtrain/shard/sharded_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "shardtrain/core/error.h"
@@ -82,7 +83,9 @@ float ShardedModel::run(const std::vector<ScheduleOp>& schedule, Mode mode, cons
       case OpKind::kGather: {
         Slot& s = param_slot(u);
         occupy(s, u);
+        const auto t0 = std::chrono::steady_clock::now();
         comm_.all_gather(sh.param.data(), sh.slot, s.data.data());
+        comm_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         ++counters_.gathers[static_cast<size_t>(u)];
         counters_.gathered_elements += sh.slot * world;
         break;
@@ -113,7 +116,9 @@ float ShardedModel::run(const std::vector<ScheduleOp>& schedule, Mode mode, cons
       case OpKind::kReduceScatter: {
         Slot& g = grad_slot(u);
         ST_CHECK(g.unit == u, "reduce-scatter of unit ", u, " without a gradient");
+        const auto t0 = std::chrono::steady_clock::now();
         comm_.reduce_scatter(g.data.data(), sh.slot, rs_scratch_.data());
+        comm_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         for (int64_t i = 0; i < sh.span.count; ++i) sh.grad[static_cast<size_t>(i)] += rs_scratch_[static_cast<size_t>(i)];
         release(g, u);
         ++counters_.reduce_scatters[static_cast<size_t>(u)];

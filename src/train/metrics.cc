@@ -51,6 +51,7 @@ void MetricsSink::step(const StepReport& r) {
            << ", \"tokens_per_s\": " << json_number(r.tokens_per_s) << ", \"ms\": " << json_number(r.ms)
            << ", \"skipped\": " << (r.stats.skipped ? "true" : "false")
            << ", \"loss_scale\": " << json_number(r.stats.loss_scale)
+           << ", \"comm_exposed_ms\": " << json_number(r.comm_exposed_ms)
            << ", \"mem_sharded_bytes\": " << r.mem_sharded_bytes
            << ", \"mem_gathered_peak_bytes\": " << r.mem_gathered_peak_bytes
            << ", \"mfu\": " << (r.mfu ? json_number(*r.mfu) : std::string("null")) << "}\n";

@@ -151,6 +151,9 @@ TEST(CudaShardedModel, RecomputeAndNoReshardAreBitIdentical) {
   StepEngine e(keep, comm);
   e.forward_backward(batches(keep, 0), 1);
   EXPECT_EQ(e.sharded().counters().gathers, (std::vector<int64_t>{2, 1, 1, 1}));
+  // The compute stream's waits on communication were timed, and are reported once.
+  EXPECT_GE(e.sharded().take_exposed_comm_ms(), 0.0);
+  EXPECT_EQ(e.sharded().take_exposed_comm_ms(), 0.0);
 }
 
 TEST(CudaShardedModel, MemoryCapFailsBeforeAllocatingWithBreakdown) {

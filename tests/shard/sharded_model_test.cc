@@ -151,6 +151,9 @@ TEST_F(ShardedTest, GathersAndReduceScattersFollowTheSchedule) {
     const int64_t accum = c.grad_accum_steps(2);  // 6
     std::vector<int32_t> in(8), tgt(8);
     e.forward_backward([&](int64_t micro, int32_t* i, int32_t* t) { fill(c, micro * 2 + comm.rank(), i, t); }, accum);
+    // Time inside the collectives is reported once: taking it again right away gives exactly zero.
+    EXPECT_GE(e.sharded().take_exposed_comm_ms(), 0.0);
+    EXPECT_EQ(e.sharded().take_exposed_comm_ms(), 0.0);
     const CommCounters& k = e.sharded().counters();
     EXPECT_EQ(k.gathers, (std::vector<int64_t>{2 * accum, 2 * accum, 2 * accum, accum}));
     EXPECT_EQ(k.reduce_scatters, (std::vector<int64_t>{accum, accum, accum, accum}));

@@ -93,6 +93,10 @@ class ModelBackend {
 
   virtual MemoryStats memory() const = 0;
   virtual const CommCounters& counters() const = 0;
+  // Milliseconds the computation spent waiting for communication since the last call: on the GPU, the
+  // compute stream's stalls on the communication stream (timed with events around each wait); on the CPU,
+  // where every collective blocks, the time inside the collectives of the schedule.
+  virtual double take_exposed_comm_ms() = 0;
 };
 
 // The backend train.device names: ShardedModel for cpu, CudaShardedModel for cuda (kBadInput if this

@@ -58,6 +58,11 @@ class ShardedModel final : public ModelBackend {
 
   MemoryStats memory() const override;
   const CommCounters& counters() const override { return counters_; }
+  double take_exposed_comm_ms() override {
+    const double ms = comm_ms_;
+    comm_ms_ = 0;
+    return ms;
+  }
 
  private:
   enum class Mode { kTrain, kEval, kLogits };
@@ -87,6 +92,7 @@ class ShardedModel final : public ModelBackend {
   std::vector<Slot> unit_params_;
   std::vector<float> rs_scratch_;
   int64_t in_use_bytes_ = 0, peak_bytes_ = 0;
+  double comm_ms_ = 0;  // time inside the schedule's collectives, for take_exposed_comm_ms()
   CommCounters counters_;
   // The batch of the schedule being run.
   const int32_t* tokens_ = nullptr;
