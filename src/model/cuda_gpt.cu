@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/gpu/flash_attention.h"
 #include "shardtrain/kernels/gpu/embedding.h"
@@ -56,7 +57,12 @@ CudaGptFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, b
 
 template <typename T>
 CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, const gpu::GpuContext& ctx)
-    : cfg_(cfg), units_(build_units(cfg)), max_batch_(max_batch), recompute_(recompute), ctx_(ctx) {
+    : cfg_(cfg),
+      units_(build_units(cfg)),
+      max_batch_(max_batch),
+      recompute_(recompute),
+      ctx_(ctx),
+      timer_(env_get("SHARDTRAIN_PROFILE_OPS") == "1") {
   ST_CHECK(max_batch > 0);
   const CudaGptFootprint need = cuda_gpt_footprint<T>(cfg, max_batch, recompute);
   ST_CHECK(ctx.scratch_bytes >= static_cast<size_t>(need.scratch_bytes), "GPU model needs ", need.scratch_bytes,
@@ -120,6 +126,8 @@ void CudaGpt<T>::embedding_forward(const T* emb_params, const int32_t* tokens, i
   T_ = t;
   upload_tokens(tokens_, tokens, B * t);
   const UnitLayout& u = units_[0];
+  OpTimer::Laps lap = timer_.laps(ctx_.stream);
+  lap("fwd.embedding");
   gpu::embedding_forward<T>(encoded_.data(), tokens_.data(), emb_params + u.tensors[0].offset,
                             emb_params + u.tensors[1].offset, static_cast<int>(B), static_cast<int>(t), cfg_.n_embd,
                             ctx_);
@@ -133,16 +141,26 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd;
   const T* x = block_input(layer);
+  OpTimer::Laps lap = timer_.laps(ctx_.stream);
+  lap("fwd.layernorm");
   gpu::layernorm_forward<T>(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln1w, p.ln1b, N, C, ctx_);
+  lap("fwd.matmul");
   gpu::matmul_forward<T>(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C, ctx_);
+  lap("fwd.attention");
   gpu::flash_attention_forward<T>(a.atty.data(), a.att_lse.data(), a.qkv.data(), static_cast<int>(B_),
                                   static_cast<int>(T_), C, cfg_.n_head, ctx_);
+  lap("fwd.matmul");
   gpu::matmul_forward<T>(a.res2.data(), a.atty.data(), p.projw, p.projb, N, C, C, ctx_);
+  lap("fwd.residual");
   gpu::residual_forward<T>(a.res2.data(), a.res2.data(), x, N * C, ctx_);
+  lap("fwd.layernorm");
   gpu::layernorm_forward<T>(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C,
                             ctx_);
+  lap("fwd.matmul_gelu");
   gpu::matmul_forward_gelu<T>(a.fch_gelu.data(), a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, ctx_);
+  lap("fwd.matmul");
   gpu::matmul_forward<T>(out, a.fch_gelu.data(), p.fcprojw, p.fcprojb, N, 4 * C, C, ctx_);
+  lap("fwd.residual");
   gpu::residual_forward<T>(out, out, a.res2.data(), N * C, ctx_);
 }
 
@@ -159,21 +177,28 @@ void CudaGpt<T>::head_forward_backward(const T* head_params, const T* emb_params
   const T* lnfb = head_params + hu.tensors[1].offset;
   const T* wte = emb_params + eu.tensors[0].offset;
   upload_tokens(targets_, targets, N);
+  OpTimer::Laps lap = timer_.laps(ctx_.stream);
+  lap("head.layernorm");
   gpu::layernorm_forward<T>(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, lnfw, lnfb, N, C, ctx_);
   if (backward) zero_async(dlnf_, N * C, ctx_.stream);
   for (int64_t r0 = 0; r0 < N; r0 += chunk_rows_) {
     const int64_t rows = std::min(chunk_rows_, N - r0);
     T* logits = logits_chunk_.data();
+    lap("head.classifier_fwd");
     gpu::matmul_forward<T>(logits, lnf_.data() + r0 * C, wte, nullptr, rows, C, Vp, ctx_);
+    lap("head.softmax_xent");
     gpu::softmax_cross_entropy<T>(losses_.data() + r0, backward ? logits : nullptr, logits, targets_.data() + r0, rows,
                                   V, Vp, dloss, ctx_);
     if (backward) {
+      lap("head.classifier_bwd");
       gpu::matmul_backward<T>(dlnf_.data() + r0 * C, emb_grads + eu.tensors[0].offset, nullptr, logits,
                               lnf_.data() + r0 * C, wte, rows, C, Vp, ctx_);
     }
   }
+  lap("head.loss_sum");
   gpu::sum(losses_.data(), N, loss_sum_.data(), ctx_);
   if (backward) {
+    lap("head.layernorm_bwd");
     zero_async(dresid_, N * C, ctx_.stream);
     gpu::layernorm_backward<T>(dresid_.data(), head_grads + hu.tensors[0].offset, head_grads + hu.tensors[1].offset,
                                dlnf_.data(), x, lnfw, lnf_mean_.data(), lnf_rstd_.data(), N, C, ctx_);
@@ -186,6 +211,7 @@ double CudaGpt<T>::take_loss_sum() {
   ST_CUDA_CHECK(cudaMemcpyAsync(&sum, loss_sum_.data(), sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream));
   ST_CUDA_CHECK(cudaMemsetAsync(loss_sum_.data(), 0, sizeof(double), ctx_.stream));
   ST_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  timer_.collect();
   return sum;
 }
 
@@ -203,6 +229,7 @@ void CudaGpt<T>::head_logits(const T* head_params, const T* emb_params, int64_t 
   ST_CUDA_CHECK(cudaMemcpyAsync(row.data(), logits_chunk_.data(), sizeof(T) * row.size(), cudaMemcpyDeviceToHost,
                                 ctx_.stream));
   ST_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  timer_.collect();
   logits->resize(row.size());
   for (size_t i = 0; i < row.size(); ++i) (*logits)[i] = static_cast<float>(row[i]);
 }
@@ -219,25 +246,39 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   T* dfch_gelu = dfch_.data();
   T* dfch = dfch_.data() + N * 4 * C;
   cudaStream_t s = ctx_.stream;
+  OpTimer::Laps lap = timer_.laps(s);
 
   // MLP branch: dresid is d(out); the residual passes it to res2 unchanged.
+  lap("bwd.zero");
   zero_async(dfch_, N * 8 * C, s);
+  lap("bwd.matmul");
   gpu::matmul_backward<T>(dfch_gelu, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, N, 4 * C, C,
                           ctx_);
+  lap("bwd.gelu");
   gpu::gelu_backward<T>(dfch, a.fch.data(), dfch_gelu, N * 4 * C, ctx_);
+  lap("bwd.zero");
   zero_async(dbuf_c_, N * C, s);
+  lap("bwd.matmul");
   gpu::matmul_backward<T>(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx_);
+  lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln2w, g.ln2b, dbuf_c_.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
                              a.ln2_rstd.data(), N, C, ctx_);
 
   // Attention branch: dresid is now d(res2); the residual passes it to x unchanged.
+  lap("bwd.zero");
   zero_async(dbuf_c_, N * C, s);
+  lap("bwd.matmul");
   gpu::matmul_backward<T>(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C, ctx_);
+  lap("bwd.zero");
   zero_async(dqkv_, N * 3 * C, s);
+  lap("bwd.attention");
   gpu::flash_attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.atty.data(), a.att_lse.data(),
                                    static_cast<int>(B_), static_cast<int>(T_), C, cfg_.n_head, ctx_);
+  lap("bwd.zero");
   zero_async(dbuf_c_, N * C, s);
+  lap("bwd.matmul");
   gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C, ctx_);
+  lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln1w, g.ln1b, dbuf_c_.data(), x, p.ln1w, a.ln1_mean.data(),
                              a.ln1_rstd.data(), N, C, ctx_);
 }
@@ -245,6 +286,8 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
 template <typename T>
 void CudaGpt<T>::embedding_backward(T* emb_grads) {
   const UnitLayout& u = units_[0];
+  OpTimer::Laps lap = timer_.laps(ctx_.stream);
+  lap("bwd.embedding");
   gpu::embedding_backward<T>(emb_grads + u.tensors[0].offset, emb_grads + u.tensors[1].offset, dresid_.data(),
                              tokens_.data(), static_cast<int>(B_), static_cast<int>(T_), cfg_.n_embd, ctx_);
 }

@@ -119,6 +119,9 @@ class CudaShardedModel final : public ModelBackend {
   void push_state() override;
   MemoryStats memory() const override;
   const CommCounters& counters() const override { return counters_; }
+  std::string op_profile(int64_t steps) override {
+    return model_.timer().enabled() ? model_.timer().report(steps) : std::string();
+  }
   double take_exposed_comm_ms() override {
     const double ms = exposed_ms_;
     exposed_ms_ = 0;
@@ -481,12 +484,17 @@ void CudaShardedModel<T>::last_logits(const int32_t* tokens, int64_t len, std::v
 template <typename T>
 double CudaShardedModel<T>::grad_sum_of_squares() {
   cudaStream_t cs = compute_stream_.get();
-  ST_CUDA_CHECK(cudaMemsetAsync(sq_.data(), 0, sizeof(double), cs));
-  for (size_t u = 0; u < shards_.size(); ++u)
-    gpu::sum_of_squares<float>(shards_[u].grad.data(), host_[u].span.count, sq_.data(), ctx_);
+  {
+    OpTimer::Laps lap = model_.timer().laps(cs);
+    lap("optim.grad_norm");
+    ST_CUDA_CHECK(cudaMemsetAsync(sq_.data(), 0, sizeof(double), cs));
+    for (size_t u = 0; u < shards_.size(); ++u)
+      gpu::sum_of_squares<float>(shards_[u].grad.data(), host_[u].span.count, sq_.data(), ctx_);
+  }
   double sq = 0;
   ST_CUDA_CHECK(cudaMemcpyAsync(&sq, sq_.data(), sizeof(double), cudaMemcpyDeviceToHost, cs));
   compute_stream_.synchronize();
+  model_.timer().collect();
   return sq;
 }
 
@@ -494,6 +502,8 @@ template <typename T>
 void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
   DeviceShard& d = shards_[static_cast<size_t>(unit)];
   const int64_t owned = host_[static_cast<size_t>(unit)].span.count;
+  OpTimer::Laps lap = model_.timer().laps(compute_stream_.get());
+  lap("optim.adamw");
   for (const AdamWRun& r : runs) {
     ST_CHECK(r.offset >= 0 && r.offset + r.count <= owned, "AdamW run [", r.offset, ", +", r.count, ") outside unit ",
              unit, "'s span of ", owned);

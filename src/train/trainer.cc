@@ -177,6 +177,8 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
     if (last || (cfg.ckpt.every > 0 && (step + 1) % cfg.ckpt.every == 0)) save(step + 1);
   }
   summary.median_tokens_per_s = median(rates);
+  const std::string profile = engine.sharded().op_profile(summary.steps - start_step);
+  if (lead && !profile.empty()) sink.line(profile);
   if (lead) {
     const MemoryStats mem = engine.sharded().memory();
     ST_LOG_INFO("memory per rank: sharded state ", mib(mem.sharded_state_bytes), ", gathered buffers peak ",

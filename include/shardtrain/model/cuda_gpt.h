@@ -18,6 +18,7 @@
 
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/cuda.h"
+#include "shardtrain/core/cuda_timer.h"
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/model/units.h"
 
@@ -56,6 +57,10 @@ class CudaGpt {
   void block_backward(int layer, const T* block_params, T* block_grads);
   void embedding_backward(T* emb_grads);
 
+  // Per-op GPU time of the calls above (SHARDTRAIN_PROFILE_OPS=1; see core/cuda_timer.h). Collected by
+  // take_loss_sum() and head_logits(), which synchronise.
+  OpTimer& timer() { return timer_; }
+
  private:
   struct BlockActs {
     DeviceBuffer<T> ln1, qkv, atty, res2, ln2, fch, fch_gelu;
@@ -71,6 +76,7 @@ class CudaGpt {
   int64_t max_batch_;
   bool recompute_;
   gpu::GpuContext ctx_;
+  OpTimer timer_;
   int64_t B_ = 0, T_ = 0;
   int64_t chunk_rows_ = 0;
   DeviceBuffer<int32_t> tokens_, targets_;

@@ -97,6 +97,9 @@ class ModelBackend {
   // compute stream's stalls on the communication stream (timed with events around each wait); on the CPU,
   // where every collective blocks, the time inside the collectives of the schedule.
   virtual double take_exposed_comm_ms() = 0;
+  // The per-op GPU time table over `steps` steps when SHARDTRAIN_PROFILE_OPS=1 (core/cuda_timer.h);
+  // empty otherwise and on the CPU.
+  virtual std::string op_profile(int64_t steps) { return ""; }
 };
 
 // The backend train.device names: ShardedModel for cpu, CudaShardedModel for cuda (kBadInput if this
