@@ -7,7 +7,8 @@
 #
 # BENCH_CASES lists GPUs:micro_batch pairs for GPT-2 124M at T=1024, bf16, on random tokens. The peer is
 # .peer/fsdp2_gpt2.py (a copy of shared/reference/fsdp2_gpt2.py; carry .peer with the call) when present.
-# With 2 GPUs the bench stage also runs bench_collectives (NcclCommunicator vs raw NCCL busbw).
+# The bench stage also runs bench_gemm_shapes (each GEMM of a GPT-2 124M step through our cuBLASLt layer)
+# and, with 2 GPUs, bench_collectives (NcclCommunicator vs raw NCCL busbw).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -79,6 +80,7 @@ PY
     fi
   done
   printf '%s\n' "${table[@]}" | tee "$OUT/bench_table.txt"
+  "$BUILD/bench_gemm_shapes" --rows 16384 --n-embd 768 2>&1 | tee "$OUT/gemm_shapes.txt"
   if [[ $(nvidia-smi -L | wc -l) -ge 2 ]]; then
     mpirun --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
       "$BUILD/bench_collectives" --dtype bf16 --max-mib 1024 --iters 20 </dev/null 2>&1 | tee "$OUT/collectives.txt"
