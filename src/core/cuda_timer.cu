@@ -30,7 +30,9 @@ std::string OpTimer::report(int64_t steps) const {
   double total = 0;
   for (const auto& r : rows) total += r.second.first;
   const double per = steps > 0 ? static_cast<double>(steps) : 1.0;
-  std::string out = "op profile (GPU time per step; regions on the compute stream, SHARDTRAIN_PROFILE_OPS=1):\n";
+  std::string out =
+      "op profile (GPU time per step after the first, final evaluation included; compute stream; "
+      "SHARDTRAIN_PROFILE_OPS=1):\n";
   char line[160];
   for (const auto& r : rows) {
     std::snprintf(line, sizeof(line), "  %-24s %9.3f ms  %5.1f%%  %6.1f calls\n", r.first.c_str(),

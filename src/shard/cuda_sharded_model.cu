@@ -122,6 +122,7 @@ class CudaShardedModel final : public ModelBackend {
   std::string op_profile(int64_t steps) override {
     return model_.timer().enabled() ? model_.timer().report(steps) : std::string();
   }
+  void reset_op_profile() override { model_.timer().reset(); }
   double take_exposed_comm_ms() override {
     const double ms = exposed_ms_;
     exposed_ms_ = 0;

@@ -168,6 +168,7 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
                                                   : std::string());
     }
     sink.step(r);
+    if (step == start_step) engine.sharded().reset_op_profile();  // keep the first step's one-time costs out
     summary.steps = step + 1;
     summary.last_loss = stats.loss;
     const bool last = step + 1 == cfg.train.steps;
@@ -177,7 +178,7 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
     if (last || (cfg.ckpt.every > 0 && (step + 1) % cfg.ckpt.every == 0)) save(step + 1);
   }
   summary.median_tokens_per_s = median(rates);
-  const std::string profile = engine.sharded().op_profile(summary.steps - start_step);
+  const std::string profile = engine.sharded().op_profile(summary.steps - start_step - 1);
   if (lead && !profile.empty()) sink.line(profile);
   if (lead) {
     const MemoryStats mem = engine.sharded().memory();

@@ -54,6 +54,8 @@ class OpTimer {
   void collect();
   // One line per name, largest first: ms per step, share of the timed total, calls per step.
   std::string report(int64_t steps) const;
+  // Forgets the totals so far (the first step's cuBLASLt planning and first-touch costs, for example).
+  void reset() { totals_.clear(); }
 
  private:
   struct Mark {

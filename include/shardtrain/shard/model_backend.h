@@ -100,6 +100,9 @@ class ModelBackend {
   // The per-op GPU time table over `steps` steps when SHARDTRAIN_PROFILE_OPS=1 (core/cuda_timer.h);
   // empty otherwise and on the CPU.
   virtual std::string op_profile(int64_t steps) { return ""; }
+  // Starts the op profile afresh (the trainer calls it after the first step, whose one-time costs would
+  // otherwise dominate a short run's table).
+  virtual void reset_op_profile() {}
 };
 
 // The backend train.device names: ShardedModel for cpu, CudaShardedModel for cuda (kBadInput if this
