@@ -78,17 +78,6 @@ __global__ void accumulate_kernel(float* acc, const T* in, int64_t n) {
   });
 }
 
-template <int kVec, typename T>
-__global__ void scale_kernel(T* x, float s, int64_t n) {
-  for_each_pack<kVec>(n, thread_index(), thread_count(), [&](int64_t i, auto w) {
-    constexpr int W = decltype(w)::value;
-    float v[W];
-    load<W>(x + i, v);
-    for (int k = 0; k < W; ++k) v[k] *= s;
-    store<W>(x + i, v);
-  });
-}
-
 unsigned grid_packs(int64_t n, int vec) { return grid_for((n + vec - 1) / vec, kBlock); }
 
 }  // namespace
@@ -121,15 +110,6 @@ void accumulate(float* acc, const T* in, int64_t n, const GpuContext& ctx) {
   });
 }
 
-template <typename T>
-void scale(T* x, float s, int64_t n, const GpuContext& ctx) {
-  if (n == 0) return;
-  launch_packed<T>(all_aligned(16, x), [&](auto w) {
-    constexpr int W = decltype(w)::value;
-    scale_kernel<W><<<grid_packs(n, W), kBlock, 0, ctx.stream>>>(x, s, n);
-  });
-}
-
 template void sum_of_squares<float>(const float*, int64_t, double*, const GpuContext&);
 template void sum_of_squares<bf16>(const bf16*, int64_t, double*, const GpuContext&);
 template void sum_of_squares<fp16>(const fp16*, int64_t, double*, const GpuContext&);
@@ -139,8 +119,5 @@ template void convert<fp16>(fp16*, const float*, int64_t, const GpuContext&);
 template void accumulate<float>(float*, const float*, int64_t, const GpuContext&);
 template void accumulate<bf16>(float*, const bf16*, int64_t, const GpuContext&);
 template void accumulate<fp16>(float*, const fp16*, int64_t, const GpuContext&);
-template void scale<float>(float*, float, int64_t, const GpuContext&);
-template void scale<bf16>(bf16*, float, int64_t, const GpuContext&);
-template void scale<fp16>(fp16*, float, int64_t, const GpuContext&);
 
 }  // namespace st::gpu

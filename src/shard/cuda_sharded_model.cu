@@ -569,7 +569,7 @@ MemoryStats CudaShardedModel<T>::memory() const {
   m.activation_bytes = plan_.activations;
   m.workspace_bytes = plan_.workspace;
   size_t free_b = 0, total_b = 0;
-  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) m.device_peak_bytes = static_cast<int64_t>(total_b - free_b);
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) m.device_in_use_bytes = static_cast<int64_t>(total_b - free_b);
   return m;
 }
 
@@ -578,10 +578,6 @@ MemoryStats CudaShardedModel<T>::memory() const {
 std::string CudaMemoryPlan::breakdown() const {
   return str_cat("sharded state ", gib(sharded_state), ", gather buffers ", gib(gather_buffers), ", activations ",
                  gib(activations), ", workspace ", gib(workspace), "; total ", gib(total()));
-}
-
-CudaMemoryPlan plan_cuda_memory(const Config& cfg, int world_size) {
-  return cfg.compute_dtype() == DType::kF32 ? plan_for<float>(cfg, world_size) : plan_for<bf16>(cfg, world_size);  // fp16: same sizes as bf16
 }
 
 std::unique_ptr<ModelBackend> make_cuda_sharded_model(const Config& cfg, Communicator& comm) {

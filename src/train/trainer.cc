@@ -84,7 +84,7 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
                 mem0.padding_elements, " of them padding), gather buffers ", mib(mem0.gather_buffer_bytes));
     if (cfg.train.device == Device::kCuda)
       ST_LOG_INFO("device memory per rank: activations ", mib(mem0.activation_bytes), ", workspace ",
-                  mib(mem0.workspace_bytes), "; in use on the device after set-up ", mib(mem0.device_peak_bytes));
+                  mib(mem0.workspace_bytes), "; in use on the device after set-up ", mib(mem0.device_in_use_bytes));
   }
 
   // Resume before anything is written: a bad checkpoint is bad input, found before step 1.
@@ -184,7 +184,7 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
     const MemoryStats mem = engine.sharded().memory();
     ST_LOG_INFO("memory per rank: sharded state ", mib(mem.sharded_state_bytes), ", gathered buffers peak ",
                 mib(mem.gathered_peak_bytes),
-                cfg.train.device == Device::kCuda ? ", device in use " + mib(mem.device_peak_bytes) : std::string());
+                cfg.train.device == Device::kCuda ? ", device in use " + mib(mem.device_in_use_bytes) : std::string());
   }
 
   if (!cfg.ckpt.export_path.empty()) {

@@ -1,4 +1,4 @@
-// gpu::sum_of_squares, sum, convert, accumulate and scale against double / host references.
+// gpu::sum_of_squares, sum, convert and accumulate against double / host references.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -95,7 +95,7 @@ TYPED_TEST(ReduceGpuTest, SumRejectsTooLittleScratch) {
   EXPECT_THROW(gpu::sum_of_squares<T>(x.data(), 10, out.data(), env.ctx), Error);
 }
 
-// convert, accumulate and scale do one fp32 operation and one rounding, as the host does: exact.
+// convert and accumulate do one fp32 operation and one rounding, as the host does: exact.
 TYPED_TEST(ReduceGpuTest, ConvertRoundsToNearestEven) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;
@@ -124,21 +124,6 @@ TYPED_TEST(ReduceGpuTest, AccumulateAdds) {
     gpu::accumulate<T>(d_acc.data() + s.offset, d_in.data() + s.offset, s.n, env.ctx);
     for (int64_t i = 0; i < s.n; ++i) acc[i] += in[i];
     EXPECT_TRUE(test::all_close(test::download(d_acc, s.offset), acc, 0.0, 0.0));
-  }
-}
-
-TYPED_TEST(ReduceGpuTest, ScaleMultiplies) {
-  ST_SKIP_WITHOUT_GPU();
-  using T = TypeParam;
-  constexpr float kScale = 0.37f;
-  for (const Shape& s : kShapes) {
-    SCOPED_TRACE(::testing::Message() << "n=" << s.n << " offset=" << s.offset);
-    std::vector<float> x = test::random_input<T>(s.n, 1);
-    test::GpuEnv env;
-    DeviceBuffer<T> d_x = test::upload<T>(x, s.offset);
-    gpu::scale<T>(d_x.data() + s.offset, kScale, s.n, env.ctx);
-    for (float& v : x) v *= kScale;
-    EXPECT_TRUE(test::all_close(test::download(d_x, s.offset), test::round_through<T>(x), 0.0, 0.0));
   }
 }
 

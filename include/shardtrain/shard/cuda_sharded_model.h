@@ -36,7 +36,6 @@ struct CudaMemoryPlan {
   int64_t total() const { return sharded_state + gather_buffers + activations + workspace; }
   std::string breakdown() const;  // "sharded state 1.23 GiB, gather buffers ..., total ..."
 };
-CudaMemoryPlan plan_cuda_memory(const Config& cfg, int world_size);
 
 // Creates the backend for cfg.compute_dtype() (fp32 or bf16). Collective over `comm` (NCCL bootstrap).
 std::unique_ptr<ModelBackend> make_cuda_sharded_model(const Config& cfg, Communicator& comm);

@@ -43,7 +43,8 @@ struct MemoryStats {
   int64_t gathered_peak_bytes = 0;   // the most of those buffers in use at one time so far
   int64_t activation_bytes = 0;      // saved activations and backward scratch (device backends)
   int64_t workspace_bytes = 0;       // kernel scratch and library workspaces (device backends)
-  int64_t device_peak_bytes = 0;     // what the device allocator reports at its peak (device backends)
+  int64_t device_in_use_bytes = 0;   // device memory in use now (cudaMemGetInfo; device backends). Every
+                                     // buffer is allocated at set-up, so after it this is also the peak.
 };
 
 // How often each unit was gathered and reduce-scattered since construction.

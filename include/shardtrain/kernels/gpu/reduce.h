@@ -33,8 +33,4 @@ void convert(T* out, const float* in, int64_t n, const GpuContext& ctx);
 template <typename T>
 void accumulate(float* acc, const T* in, int64_t n, const GpuContext& ctx);
 
-// x[i] *= s, in fp32, rounded back to T.
-template <typename T>
-void scale(T* x, float s, int64_t n, const GpuContext& ctx);
-
 }  // namespace st::gpu
