@@ -3,14 +3,16 @@
 //
 //   mpirun --bind-to none -np 2 ./build/bench_collectives [--dtype bf16|fp32] [--max-mib 1024] [--iters 20]
 //
-// For each size (bytes of the full, gathered buffer): 5 warm-up and `iters` timed calls, each timed with
-// CUDA events on its stream; the median per rank, then the slowest rank. algbw = bytes / time, busbw =
+// For each size (bytes of the full, gathered buffer, doubling): 5 warm-up and `iters` timed calls of each,
+// wrapper and raw alternating, each call timed with CUDA events on its stream; the median per rank, then the
+// slowest rank. algbw = bytes / time, busbw =
 // algbw (n-1)/n (both collectives move (n-1)/n of the buffer through each rank's links). The last column
 // is the wrapper's busbw over raw NCCL's.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -54,23 +56,36 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Median milliseconds of `iters` calls of `fn` on `stream`, after 5 warm-up calls.
-template <typename Fn>
-double median_ms(cudaStream_t stream, int iters, Fn fn) {
-  for (int i = 0; i < 5; ++i) fn();
-  std::vector<double> ms;
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+// Median milliseconds of `iters` calls of `a` and of `b` on `stream`, after 5 warm-up calls of each. The
+// calls alternate (a, b, a, b, ...), so both see the same clocks, link state and neighbours: a drift during
+// the run cannot favour the one timed first.
+template <typename A, typename B>
+std::pair<double, double> interleaved_median_ms(cudaStream_t stream, int iters, A a, B b) {
+  for (int i = 0; i < 5; ++i) {
+    a();
+    b();
+  }
+  std::vector<double> ms_a, ms_b;
   CudaEvent start(true), stop(true);
-  for (int i = 0; i < iters; ++i) {
+  auto time = [&](auto& fn) {
     start.record(stream);
     fn();
     stop.record(stream);
     stop.synchronize();
     float t = 0;
     ST_CUDA_CHECK(cudaEventElapsedTime(&t, start.get(), stop.get()));
-    ms.push_back(t);
+    return static_cast<double>(t);
+  };
+  for (int i = 0; i < iters; ++i) {
+    ms_a.push_back(time(a));
+    ms_b.push_back(time(b));
   }
-  std::nth_element(ms.begin(), ms.begin() + static_cast<long>(ms.size() / 2), ms.end());
-  return ms[ms.size() / 2];
+  return {median(ms_a), median(ms_b)};
 }
 
 template <typename T>
@@ -94,24 +109,26 @@ void run(Communicator& host, const Options& o) {
     std::printf("%12s %-14s %10s %10s %10s | %10s %10s | %s\n", "bytes", "op", "wrap us", "wrap algbw", "busbw",
                 "raw us", "raw busbw", "wrap/raw");
   }
-  for (int64_t bytes = int64_t{1} << 20; bytes <= max_bytes; bytes *= 4) {
+  for (int64_t bytes = int64_t{1} << 20; bytes <= max_bytes; bytes *= 2) {
     const int64_t count = bytes / static_cast<int64_t>(sizeof(T)) / n;  // per-rank shard elements
     for (int op = 0; op < 2; ++op) {
       const bool gather = op == 0;
-      double wrap = median_ms(stream.get(), o.iters, [&] {
-        if (gather)
-          wrapped.all_gather<T>(shard.data(), count, full.data(), stream.get());
-        else
-          wrapped.reduce_scatter<T>(full.data(), count, shard.data(), stream.get());
-      });
-      double raw_ms = median_ms(stream.get(), o.iters, [&] {
-        if (gather)
-          ST_NCCL_CHECK(ncclAllGather(shard.data(), full.data(), static_cast<size_t>(count), nccl_type<T>(), raw,
-                                      stream.get()));
-        else
-          ST_NCCL_CHECK(ncclReduceScatter(full.data(), shard.data(), static_cast<size_t>(count), nccl_type<T>(),
-                                          ncclSum, raw, stream.get()));
-      });
+      auto [wrap, raw_ms] = interleaved_median_ms(
+          stream.get(), o.iters,
+          [&] {
+            if (gather)
+              wrapped.all_gather<T>(shard.data(), count, full.data(), stream.get());
+            else
+              wrapped.reduce_scatter<T>(full.data(), count, shard.data(), stream.get());
+          },
+          [&] {
+            if (gather)
+              ST_NCCL_CHECK(ncclAllGather(shard.data(), full.data(), static_cast<size_t>(count), nccl_type<T>(), raw,
+                                          stream.get()));
+            else
+              ST_NCCL_CHECK(ncclReduceScatter(full.data(), shard.data(), static_cast<size_t>(count), nccl_type<T>(),
+                                              ncclSum, raw, stream.get()));
+          });
       // The slowest rank's medians: each rank fills its own slots, the sum over ranks assembles them.
       std::vector<double> all(static_cast<size_t>(2 * n), 0.0);
       all[static_cast<size_t>(2 * host.rank())] = wrap;

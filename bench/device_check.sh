@@ -3,9 +3,10 @@
 # print a short table last. Full logs go to $OUT (the device tool brings them back).
 #
 #   bash bench/device_check.sh [all|build|test|bench]      # default all
-#   BENCH_STEPS=20 BENCH_CASES="1:16 2:16 2:32" bash bench/device_check.sh bench
+#   BENCH_STEPS=20 BENCH_CASES="1:16 2:16 2:32 2:16:350m 2:32:124m:nop2p" bash bench/device_check.sh bench
 #
-# BENCH_CASES lists GPUs:micro_batch pairs for GPT-2 124M at T=1024, bf16, on random tokens. The peer is
+# BENCH_CASES lists GPUS:MICRO_BATCH[:MODEL[:nop2p]] cases (MODEL 124m (default) or 350m; nop2p runs both
+# trainers with NCCL_P2P_DISABLE=1, the dual-RTX-4090 stand-in), GPT-2 at T=1024, bf16, random tokens. The peer is
 # .peer/fsdp2_gpt2.py (a copy of shared/reference/fsdp2_gpt2.py; carry .peer with the call) when present.
 # The bench stage also runs bench_gemm_shapes (each GEMM of a GPT-2 124M step through our cuBLASLt layer)
 # and, with 2 GPUs, bench_collectives (NcclCommunicator vs raw NCCL busbw).
@@ -17,7 +18,7 @@ OUT=${OUT:-/tmp/device_check}
 BUILD=${BUILD:-build-device}
 ARCHS=${ARCHS:-90}
 BENCH_STEPS=${BENCH_STEPS:-20}
-BENCH_CASES=${BENCH_CASES:-"1:16 2:16 2:32"}
+BENCH_CASES=${BENCH_CASES:-"1:16 1:32 2:16 2:32 2:16:350m 2:32:124m:nop2p"}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 summary=()
@@ -59,23 +60,41 @@ h = np.zeros(256, dtype=np.int32); h[:3] = [20240520, 1, n]
 with open(sys.argv[1], "wb") as f:
     f.write(h.tobytes()); f.write(np.random.default_rng(0).integers(0, 50257, n, dtype=np.uint16).tobytes())
 PY
-  table=("system          gpus  B   tok/s      mfu     peak GiB/rank  median ms  compute ms  exposed comm ms")
+  table=("$(printf '%-22s %-13s %-10s %-7s %-14s %-10s %-11s %-9s %s' case system tok/s mfu "peak GiB/rank" \
+    "median ms" "compute ms" "comm ms" "ours/fsdp2")")
   for c in $BENCH_CASES; do
-    g=${c%%:*}; b=${c##*:}
-    row=$(TT_DIR="$OUT/tt" bash bench/train_throughput.sh "$BUILD" "$g" configs/gpt2-124m.ini --train.dtype=bf16 \
-      --data.path="$data" --data.val_path= --data.val_holdout=0.01 --train.micro_batch="$b" \
+    IFS=: read -r g b model link <<<"$c"
+    model=${model:-124m}
+    case $model in
+      124m) peer_model=(--layers 12 --dim 768 --heads 12) ;;
+      350m) peer_model=(--layers 24 --dim 1024 --heads 16) ;;
+      *) echo "BENCH_CASES: unknown model '$model' in '$c' (124m or 350m)"; exit 2 ;;
+    esac
+    link_env=()
+    [[ $link == nop2p ]] && link_env=(NCCL_P2P_DISABLE=1)
+    tag="${model}_g${g}_b${b}${link:+_$link}"
+    row=$(env "${link_env[@]}" TT_DIR="$OUT/tt" bash bench/train_throughput.sh "$BUILD" "$g" "configs/gpt2-$model.ini" \
+      --train.dtype=bf16 --data.path="$data" --data.val_path= --data.val_holdout=0.01 --train.micro_batch="$b" \
       --train.global_batch=$((b * g)) --train.steps="$BENCH_STEPS" --log.every=5 --optim.warmup_steps=5)
+    if [[ $row == FAILED* ]]; then table+=("$(printf '%-22s %-13s %s' "$tag" shardtrain "$row")"); continue; fi
     read -r tok mfu peak ms compute comm _ <<<"$row"
-    if [[ $row == FAILED* ]]; then table+=("shardtrain      $g     $b  $row"); continue; fi
-    table+=("$(printf 'shardtrain      %-5s %-3s %-10s %-7s %-14s %-10s %-11s %s' "$g" "$b" "$tok" "$mfu" "$peak" "$ms" "$compute" "$comm")")
+    table+=("$(printf '%-22s %-13s %-10s %-7s %-14s %-10s %-11s %-9s' "$tag" shardtrain "$tok" "$mfu" "$peak" "$ms" \
+      "$compute" "$comm")")
     if [[ -f .peer/fsdp2_gpt2.py ]]; then
-      j="$OUT/fsdp2_g${g}_b${b}.json"
-      torchrun --nproc_per_node="$g" .peer/fsdp2_gpt2.py --B "$b" --steps "$BENCH_STEPS" --json "$j" \
-        >"$OUT/fsdp2_g${g}_b${b}.log" 2>&1 </dev/null
+      j="$OUT/fsdp2_$tag.json"
+      env "${link_env[@]}" torchrun --nproc_per_node="$g" .peer/fsdp2_gpt2.py "${peer_model[@]}" --B "$b" \
+        --steps "$BENCH_STEPS" --json "$j" >"$OUT/fsdp2_$tag.log" 2>&1 </dev/null
       if [[ -f $j ]]; then
-        table+=("$(python3 -c "import json,sys; r=json.load(open('$j')); print(f\"pytorch-fsdp2   {r['world']:<5} {r['B']:<3} {r['tokens_per_s']:<10} {r['mfu']*100:5.1f}%  {r['peak_mem_gib']:<14} {r['median_step_ms']}\")")")
+        table+=("$(python3 - "$j" "$tag" "$tok" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+ours = float(sys.argv[3])
+print(f"{sys.argv[2]:<22} {'pytorch-fsdp2':<13} {r['tokens_per_s']:<10.0f} {r['mfu'] * 100:5.1f}%  "
+      f"{r['peak_mem_gib']:<14.2f} {r['median_step_ms']:<10.1f} {'':<11} {'':<9} {ours / r['tokens_per_s']:.2f}x")
+PY
+)")
       else
-        table+=("pytorch-fsdp2   $g     $b  FAILED"); tail -5 "$OUT/fsdp2_g${g}_b${b}.log"
+        table+=("$(printf '%-22s %-13s FAILED' "$tag" pytorch-fsdp2)"); tail -5 "$OUT/fsdp2_$tag.log"
       fi
     fi
   done

@@ -6,47 +6,23 @@
 //
 // rows = micro_batch x seq_len. Each case: 3 warm-up and `iters` timed calls with CUDA events on one
 // stream, median; random bf16 operands (never zeros). One GPU, no MPI.
-#include <algorithm>
+#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <string>
-#include <vector>
 
+#include "bench_util.h"
 #include "shardtrain/core/error.h"
 
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/core/cuda.h"
-#include "shardtrain/core/rng.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 
 namespace st {
 namespace {
 
-template <typename Fn>
-double median_ms(cudaStream_t s, int iters, Fn fn) {
-  for (int i = 0; i < 3; ++i) fn();
-  CudaEvent a(true), b(true);
-  std::vector<double> ms;
-  for (int i = 0; i < iters; ++i) {
-    a.record(s);
-    fn();
-    b.record(s);
-    b.synchronize();
-    float t = 0;
-    ST_CUDA_CHECK(cudaEventElapsedTime(&t, a.get(), b.get()));
-    ms.push_back(t);
-  }
-  std::nth_element(ms.begin(), ms.begin() + static_cast<long>(ms.size() / 2), ms.end());
-  return ms[ms.size() / 2];
-}
+using bench::median_ms;
 
-DeviceBuffer<bf16> random_bf16(int64_t n, uint64_t stream) {
-  std::vector<bf16> h(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) h[static_cast<size_t>(i)] = __float2bfloat16(static_cast<float>(0.02 * normal_at(7, stream, static_cast<uint64_t>(i))));
-  DeviceBuffer<bf16> d(n);
-  ST_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), d.bytes(), cudaMemcpyHostToDevice));
-  return d;
-}
+// Operands at GPT-2's initialisation scale, 0.02 * N(0, 1).
+DeviceBuffer<bf16> random_bf16(int64_t n, uint64_t stream) { return bench::random_bf16(n, stream, 0.02); }
 
 void run(int64_t rows, int C, int iters) {
   CudaStream stream;
@@ -101,17 +77,8 @@ int main(int argc, char** argv) {
 #ifdef SHARDTRAIN_HAVE_CUDA
     int64_t rows = 16384;
     int C = 768, iters = 20;
-    for (int i = 1; i + 1 < argc; i += 2) {
-      const std::string a = argv[i];
-      if (a == "--rows")
-        rows = std::atoll(argv[i + 1]);
-      else if (a == "--n-embd")
-        C = std::atoi(argv[i + 1]);
-      else if (a == "--iters")
-        iters = std::atoi(argv[i + 1]);
-      else
-        ST_BAD_INPUT("bench_gemm_shapes: unknown argument ", a, " (--rows, --n-embd, --iters)");
-    }
+    st::bench::parse_int_flags(argc, argv, "bench_gemm_shapes",
+                               {{"--rows", &rows}, {"--n-embd", &C}, {"--iters", &iters}});
     if (rows < 1 || C < 1 || iters < 1) ST_BAD_INPUT("bench_gemm_shapes: --rows, --n-embd and --iters must be >= 1");
     if (st::cuda_device_count() == 0) ST_BAD_INPUT("bench_gemm_shapes: no CUDA device visible");
     st::run(rows, C, iters);

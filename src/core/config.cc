@@ -33,13 +33,17 @@ constexpr EnumName<DataFormat> kDataFormats[] = {{"llmc", DataFormat::kLlmc}, {"
 constexpr EnumName<Device> kDevices[] = {{"cpu", Device::kCpu}, {"cuda", Device::kCuda}};
 constexpr EnumName<DType> kDTypes[] = {
     {"auto", DType::kAuto}, {"fp32", DType::kF32}, {"bf16", DType::kBF16}, {"fp16", DType::kF16}};
+constexpr EnumName<AttentionImpl> kAttentionImpls[] = {
+    {"auto", AttentionImpl::kAuto}, {"cudnn", AttentionImpl::kCudnn}, {"flash", AttentionImpl::kFlash}};
 
 const auto& enum_names(const DataFormat*) { return kDataFormats; }
 const auto& enum_names(const Device*) { return kDevices; }
 const auto& enum_names(const DType*) { return kDTypes; }
+const auto& enum_names(const AttentionImpl*) { return kAttentionImpls; }
 
 template <typename E>
-constexpr bool kIsConfigEnum = std::is_same_v<E, DataFormat> || std::is_same_v<E, Device> || std::is_same_v<E, DType>;
+constexpr bool kIsConfigEnum = std::is_same_v<E, DataFormat> || std::is_same_v<E, Device> ||
+                                std::is_same_v<E, DType> || std::is_same_v<E, AttentionImpl>;
 
 template <typename E>
 std::string enum_name_list() {
@@ -74,6 +78,7 @@ void validate_enum(boost::any& out, const std::vector<std::string>& values) {
 const char* to_string(DataFormat f) { return enum_to_string(f); }
 const char* to_string(Device d) { return enum_to_string(d); }
 const char* to_string(DType t) { return enum_to_string(t); }
+const char* to_string(AttentionImpl a) { return enum_to_string(a); }
 
 // Boost.ProgramOptions finds these overloads by argument-dependent lookup when it parses an enum.
 void validate(boost::any& out, const std::vector<std::string>& values, DataFormat*, int) {
@@ -84,6 +89,9 @@ void validate(boost::any& out, const std::vector<std::string>& values, Device*, 
 }
 void validate(boost::any& out, const std::vector<std::string>& values, DType*, int) {
   validate_enum<DType>(out, values);
+}
+void validate(boost::any& out, const std::vector<std::string>& values, AttentionImpl*, int) {
+  validate_enum<AttentionImpl>(out, values);
 }
 
 namespace {
@@ -234,6 +242,9 @@ const std::vector<Key>& keys() {
       key("train", "dtype", &Config::train, &TrainConfig::dtype,
           "compute precision: bf16 (fp32 master weights), fp32 (parity), fp16 (dynamic loss scaling), "
           "auto (bf16 on cuda, fp32 on cpu); cpu computes in fp32 only"),
+      key("train", "attention", &Config::train, &TrainConfig::attention,
+          "cuda attention kernels: cudnn (cuDNN fused SDPA, bf16/fp16), flash (our own, any dtype), auto "
+          "(cudnn where cuDNN runs the type and shape, else flash); cpu takes auto only"),
 
       key("optim", "lr", &Config::optim, &OptimConfig::lr, "peak learning rate, reached after warmup"),
       key("optim", "min_lr", &Config::optim, &OptimConfig::min_lr, "learning rate at the end of the cosine decay"),
@@ -570,6 +581,10 @@ std::vector<std::string> check(const Config& c) {
   at_least("log.every", c.log.every, 1);
   if (c.train.device == Device::kCpu && c.train.dtype != DType::kF32 && c.train.dtype != DType::kAuto)
     add("train.dtype (", to_string(c.train.dtype), ") must be fp32 when train.device is cpu");
+  if (c.train.device == Device::kCpu && c.train.attention != AttentionImpl::kAuto)
+    add("train.attention (", to_string(c.train.attention), ") applies to train.device=cuda; cpu takes auto");
+  if (c.train.attention == AttentionImpl::kCudnn && c.compute_dtype() == DType::kF32)
+    add("train.attention (cudnn) needs train.dtype bf16 or fp16 (cuDNN's fused attention has no fp32 engine)");
   float_check("dist.max_gpu_mem_gib", c.dist.max_gpu_mem_gib,
               c.dist.max_gpu_mem_gib >= 0 && std::isfinite(c.dist.max_gpu_mem_gib), ">= 0 (0: no cap)");
 

@@ -28,15 +28,18 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
 }
 
 // With s = sigmoid(2u): gelu' = s + x * 2 s (1 - s) * u', since 0.5 sech^2(u) = 2 s (1 - s).
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, GradWrite write) {
   const ExpRange er = exp_range();
+  const bool accumulate = write == GradWrite::kAccumulate;
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float u = kGeluScale * (x + kGeluCube * x * x * x);
     const float s = 1.0f / (1.0f + exp_fast(-2.0f * u, er));
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
-    dinp[i] += (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
+    // dinp may alias dout when overwriting: dout[i] is read first, and dinp (maybe stale NaNs) is not read.
+    const float g = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
+    dinp[i] = accumulate ? dinp[i] + g : g;
   }
 }
 

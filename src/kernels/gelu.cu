@@ -38,13 +38,14 @@ __global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
 }
 
 template <int kVec, typename T>
-__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n, bool accumulate) {
+  // dinp may alias dout: each element's inputs are loaded before its output is stored, by the same thread.
   for_each_pack<kVec>(n, thread_index(), thread_count(), [&](int64_t i, auto w) {
     constexpr int W = decltype(w)::value;
-    float x[W], d[W], g[W];
+    float x[W], d[W], g[W] = {};
     load<W>(inp + i, x);
     load<W>(dout + i, d);
-    load<W>(dinp + i, g);
+    if (accumulate) load<W>(dinp + i, g);
     for (int k = 0; k < W; ++k) g[k] += gelu_grad(x[k]) * d[k];
     store<W>(dinp + i, g);
   });
@@ -75,11 +76,12 @@ void gelu_forward(T* out, const T* inp, int64_t n, const GpuContext& ctx) {
 }
 
 template <typename T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, const GpuContext& ctx) {
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, const GpuContext& ctx, GradWrite write) {
   if (n == 0) return;
   launch_packed<T>(all_aligned(16, dinp, inp, dout), [&](auto w) {
     constexpr int kVec = decltype(w)::value;
-    gelu_backward_kernel<kVec><<<grid_for((n + kVec - 1) / kVec, kBlock), kBlock, 0, ctx.stream>>>(dinp, inp, dout, n);
+    gelu_backward_kernel<kVec><<<grid_for((n + kVec - 1) / kVec, kBlock), kBlock, 0, ctx.stream>>>(dinp, inp, dout, n,
+                                                                                      write == GradWrite::kAccumulate);
   });
 }
 
@@ -95,9 +97,9 @@ void residual_forward(T* out, const T* a, const T* b, int64_t n, const GpuContex
 template void gelu_forward<float>(float*, const float*, int64_t, const GpuContext&);
 template void gelu_forward<bf16>(bf16*, const bf16*, int64_t, const GpuContext&);
 template void gelu_forward<fp16>(fp16*, const fp16*, int64_t, const GpuContext&);
-template void gelu_backward<float>(float*, const float*, const float*, int64_t, const GpuContext&);
-template void gelu_backward<bf16>(bf16*, const bf16*, const bf16*, int64_t, const GpuContext&);
-template void gelu_backward<fp16>(fp16*, const fp16*, const fp16*, int64_t, const GpuContext&);
+template void gelu_backward<float>(float*, const float*, const float*, int64_t, const GpuContext&, GradWrite);
+template void gelu_backward<bf16>(bf16*, const bf16*, const bf16*, int64_t, const GpuContext&, GradWrite);
+template void gelu_backward<fp16>(fp16*, const fp16*, const fp16*, int64_t, const GpuContext&, GradWrite);
 template void residual_forward<float>(float*, const float*, const float*, int64_t, const GpuContext&);
 template void residual_forward<bf16>(bf16*, const bf16*, const bf16*, int64_t, const GpuContext&);
 template void residual_forward<fp16>(fp16*, const fp16*, const fp16*, int64_t, const GpuContext&);

@@ -145,4 +145,34 @@ struct Add {
   }
 };
 
+// The second level of a deterministic column sum: out[c] += sum over g in [0, chunks) of part[g * C + c], for
+// c in [0, C), where part holds per-chunk partial sums (fp32). A block covers 32 columns with
+// kFinishLanes lanes down the chunks: lane y adds chunks y, y + kFinishLanes, ... in order, then lane 0 adds
+// the lanes' sums in order. The tree depends only on `chunks`, so the result is the same on every run; and
+// each thread's loads are independent, so hundreds of chunks cost a few memory latencies, not hundreds.
+constexpr int kFinishLanes = 32;
+
+template <typename T>
+__global__ void __launch_bounds__(kWarpSize* kFinishLanes)
+    finish_column_sums_kernel(T* out, const float* part, int64_t chunks, int C) {
+  __shared__ float lanes[kFinishLanes][kWarpSize + 1];
+  const int c = blockIdx.x * kWarpSize + threadIdx.x;
+  float acc = 0.0f;
+  if (c < C)
+    for (int64_t g = threadIdx.y; g < chunks; g += kFinishLanes) acc += part[g * C + c];
+  lanes[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  float sum = 0.0f;
+  for (int y = 0; y < kFinishLanes; ++y) sum += lanes[y][threadIdx.x];
+  out[c] = from_f32<T>(to_f32(out[c]) + sum);
+}
+
+template <typename T>
+void finish_column_sums(T* out, const float* part, int64_t chunks, int C, cudaStream_t stream) {
+  finish_column_sums_kernel<<<(C + kWarpSize - 1) / kWarpSize, dim3(kWarpSize, kFinishLanes), 0, stream>>>(
+      out, part, chunks, C);
+  ST_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace st::gpu::kernels_internal

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <type_traits>
 
 #include "gpu_pack.cuh"
 #include "shardtrain/kernels/gpu/layernorm.h"
@@ -21,6 +22,14 @@ constexpr int64_t kMaxChunks = 256;
 constexpr int64_t kMinChunkRows = 32;
 
 int64_t chunk_rows(int64_t N) { return std::max(kMinChunkRows, (N + kMaxChunks - 1) / kMaxChunks); }
+
+// Packs per lane of the fused backward: it covers C <= kMaxFusedPacks * 32 * kVec.
+constexpr int kMaxFusedPacks = 4;
+
+__device__ __forceinline__ unsigned char* dynamic_smem() {
+  extern __shared__ __align__(16) unsigned char st_layernorm_smem[];
+  return st_layernorm_smem;
+}
 int64_t num_chunks(int64_t N) { return (N + chunk_rows(N) - 1) / chunk_rows(N); }
 
 template <int kVec, typename T>
@@ -146,19 +155,84 @@ __global__ void layernorm_backward_partials_kernel(float* part_w, float* part_b,
   }
 }
 
-// dweight[c] += sum over chunks of part_w[chunk, c], in chunk order; likewise dbias.
-template <typename T>
-__global__ void layernorm_backward_finish_kernel(T* dweight, T* dbias, const float* part_w, const float* part_b,
-                                                 int64_t chunks, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float w = 0, b = 0;
-  for (int64_t g = 0; g < chunks; ++g) {
-    w += part_w[g * C + c];
-    b += part_b[g * C + c];
+// Fused backward for half-precision rows of up to kPacks * 32 packs (C <= 1024 in bf16/fp16): one read of inp
+// and dout and one read-modify-write of dinp, instead of the two kernels above (which read inp and dout twice).
+// Block = kRowsPerBlock warps over one chunk of rows (the same chunks as the partials kernel); a warp takes a
+// row at a time, its lanes always the same columns, so each lane sums norm * dout and dout for its columns in
+// registers. The warps then add their sums into shared memory one warp after another (fixed order), and the
+// block writes part_w/part_b[chunk, C] for finish_column_sums: bit-reproducible, as before.
+template <int kVec, int kPacks, typename T>
+__global__ void __launch_bounds__(kRowBlock)
+    layernorm_backward_fused_kernel(T* dinp, float* part_w, float* part_b, const T* dout, const T* inp,
+                                    const T* weight, const float* mean, const float* rstd, int64_t N, int C,
+                                    int64_t rows_per_chunk) {
+  float* sh_w = reinterpret_cast<float*>(dynamic_smem());
+  float* sh_b = sh_w + C;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
+  const int64_t r1 = min(N, r0 + rows_per_chunk);
+  float acc_w[kPacks][kVec] = {}, acc_b[kPacks][kVec] = {};
+  for (int64_t n = r0 + warp; n < r1; n += kRowsPerBlock) {
+    const float m = mean[n], r = rstd[n];
+    float xn[kPacks][kVec], dv[kPacks][kVec];
+    float sum_dn = 0, sum_dn_norm = 0;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int c = (p * kWarpSize + lane) * kVec;
+      if (c >= C) continue;
+      float wt[kVec];
+      load<kVec>(inp + n * C + c, xn[p]);
+      load<kVec>(dout + n * C + c, dv[p]);
+      load<kVec>(weight + c, wt);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        xn[p][k] = (xn[p][k] - m) * r;
+        acc_w[p][k] += xn[p][k] * dv[p][k];
+        acc_b[p][k] += dv[p][k];
+        dv[p][k] *= wt[k];  // from here on, dv is weight * dout
+        sum_dn += dv[p][k];
+        sum_dn_norm += dv[p][k] * xn[p][k];
+      }
+    }
+    const float mean_dn = warp_reduce(sum_dn, Add()) / C;
+    const float mean_dn_norm = warp_reduce(sum_dn_norm, Add()) / C;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int c = (p * kWarpSize + lane) * kVec;
+      if (c >= C) continue;
+      float g[kVec];
+      load<kVec>(dinp + n * C + c, g);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) g[k] += (dv[p][k] - mean_dn - xn[p][k] * mean_dn_norm) * r;
+      store<kVec>(dinp + n * C + c, g);
+    }
   }
-  dweight[c] = from_f32<T>(to_f32(dweight[c]) + w);
-  dbias[c] = from_f32<T>(to_f32(dbias[c]) + b);
+  for (int w = 0; w < kRowsPerBlock; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int p = 0; p < kPacks; ++p) {
+        const int c = (p * kWarpSize + lane) * kVec;
+        if (c >= C) continue;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          sh_w[c + k] = w == 0 ? acc_w[p][k] : sh_w[c + k] + acc_w[p][k];
+          sh_b[c + k] = w == 0 ? acc_b[p][k] : sh_b[c + k] + acc_b[p][k];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    part_w[static_cast<int64_t>(blockIdx.x) * C + c] = sh_w[c];
+    part_b[static_cast<int64_t>(blockIdx.x) * C + c] = sh_b[c];
+  }
+}
+
+template <typename T>
+void finish_layernorm_backward(T* dweight, T* dbias, const float* part_w, const float* part_b, int64_t chunks, int C,
+                               cudaStream_t stream) {
+  finish_column_sums(dweight, part_w, chunks, C, stream);
+  finish_column_sums(dbias, part_b, chunks, C, stream);
 }
 
 }  // namespace
@@ -190,15 +264,34 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   constexpr int kVec = 16 / sizeof(T);
   const bool vec = C % kVec == 0 && all_aligned(16, dinp, dout, inp, weight);
 
+  const int64_t chunks = num_chunks(N);
+  float* part_w = static_cast<float*>(ctx.scratch);
+  float* part_b = part_w + chunks * C;
+  const int packs = (C / kVec + kWarpSize - 1) / kWarpSize;  // per lane, when vec
+  if constexpr (!std::is_same_v<T, float>) {
+    if (vec && packs <= kMaxFusedPacks) {
+      const size_t smem = 2 * static_cast<size_t>(C) * sizeof(float);
+      auto launch = [&](auto packs_c) {
+        layernorm_backward_fused_kernel<kVec, decltype(packs_c)::value><<<static_cast<unsigned>(chunks), kRowBlock,
+                                                                          smem, ctx.stream>>>(
+            dinp, part_w, part_b, dout, inp, weight, mean, rstd, N, C, chunk_rows(N));
+      };
+      switch (packs) {
+        case 1: launch(Width<1>()); break;
+        case 2: launch(Width<2>()); break;
+        case 3: launch(Width<3>()); break;
+        default: launch(Width<4>()); break;
+      }
+      ST_CUDA_CHECK_LAUNCH();
+      finish_layernorm_backward(dweight, dbias, part_w, part_b, chunks, C, ctx.stream);
+      return;
+    }
+  }
   const unsigned grid = grid_for(N, kRowsPerBlock);
   launch_packed<T>(vec, [&](auto w) {
     layernorm_backward_dinp_kernel<decltype(w)::value>
         <<<grid, kRowBlock, 0, ctx.stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
   });
-
-  const int64_t chunks = num_chunks(N);
-  float* part_w = static_cast<float*>(ctx.scratch);
-  float* part_b = part_w + chunks * C;
   const dim3 block(kWarpSize, kRowLanes);
   launch_packed<T>(vec, [&](auto w) {
     constexpr int W = decltype(w)::value;
@@ -206,10 +299,7 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
     layernorm_backward_partials_kernel<W>
         <<<tiles, block, 0, ctx.stream>>>(part_w, part_b, dout, inp, mean, rstd, N, C, chunk_rows(N));
   });
-  constexpr int kFinishBlock = 256;
-  layernorm_backward_finish_kernel<<<(C + kFinishBlock - 1) / kFinishBlock, kFinishBlock, 0, ctx.stream>>>(
-      dweight, dbias, part_w, part_b, chunks, C);
-  ST_CUDA_CHECK_LAUNCH();
+  finish_layernorm_backward(dweight, dbias, part_w, part_b, chunks, C, ctx.stream);
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t, int,

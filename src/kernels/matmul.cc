@@ -6,6 +6,7 @@
 #include <climits>
 
 #include "parallel.h"
+#include "shardtrain/kernels/gelu.h"
 
 namespace st {
 
@@ -32,12 +33,13 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int C, int OC) {
+                     const float* weight, int64_t N, int C, int OC, GradWrite dinp_write) {
+  const float dinp_beta = dinp_write == GradWrite::kAccumulate ? 1.0f : 0.0f;
   for (int64_t n0 = 0; n0 < N; n0 += kMaxRows) {
     const int rows = static_cast<int>(std::min(kMaxRows, N - n0));
     if (dinp != nullptr) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, OC, 1.0f, dout + n0 * OC, OC, weight, C, 1.0f,
-                  dinp + n0 * C, C);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, OC, 1.0f, dout + n0 * OC, OC, weight, C,
+                  dinp_beta, dinp + n0 * C, C);
     }
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, rows, 1.0f, dout + n0 * OC, OC, inp + n0 * C, C, 1.0f,
                 dweight, C);
@@ -57,6 +59,12 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
       for (int j = 0; j < w; ++j) dbias[o0 + j] += static_cast<float>(acc[j]);
     }
   }
+}
+
+void matmul_backward_gelu(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, const float* pre_gelu, int64_t N, int C, int OC) {
+  matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, GradWrite::kOverwrite);
+  gelu_backward(dinp, pre_gelu, dinp, N * C, GradWrite::kOverwrite);
 }
 
 }  // namespace st

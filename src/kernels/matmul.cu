@@ -4,6 +4,7 @@
 
 #include "gpu_pack.cuh"
 #include "shardtrain/core/error.h"
+#include "shardtrain/kernels/gpu/gelu.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 
 namespace st::gpu {
@@ -70,9 +71,9 @@ void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmEpilogue& ep) {
   if (ep.bias) {
     ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep.bias, sizeof(ep.bias)));
   }
-  if (ep.gelu_aux) {
-    ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.gelu_aux,
-                                                   sizeof(ep.gelu_aux)));
+  const void* aux = ep.gelu_aux ? ep.gelu_aux : ep.dgelu_aux;
+  if (aux) {
+    ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
   }
 }
 
@@ -109,17 +110,20 @@ bool Blas::try_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                     int64_t stride_c, int batch, cudaStream_t stream, const GemmEpilogue& ep) {
   if (m == 0 || n == 0 || batch == 0) return true;
   ST_CHECK(m > 0 && n > 0 && k > 0 && batch > 0, "gemm: bad shape m=", m, " n=", n, " k=", k, " batch=", batch);
+  ST_CHECK(!ep.dgelu_aux || (!ep.bias && !ep.gelu_aux), "gemm: the DGELU epilogue takes no bias and no GELU");
+  const void* aux = ep.gelu_aux ? ep.gelu_aux : ep.dgelu_aux;
   // cuBLASLt's documented constraint on the GELU input matrix; its heuristic does not always enforce it.
-  if (ep.gelu_aux && (ldc % 8 != 0 || (batch > 1 && stride_c % 8 != 0))) return false;
+  if (aux && (ldc % 8 != 0 || (batch > 1 && stride_c % 8 != 0))) return false;
   if (batch == 1) stride_a = stride_b = stride_c = 0;
 
-  const cublasLtEpilogue_t epilogue = ep.gelu_aux
+  const cublasLtEpilogue_t epilogue = ep.dgelu_aux ? CUBLASLT_EPILOGUE_DGELU
+                                      : ep.gelu_aux
                                           ? (ep.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                                           : (ep.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
   const int64_t es = sizeof(T);
   const int64_t align_a = alignment_of(a, stride_a * es), align_b = alignment_of(b, stride_b * es);
   const int64_t align_c = alignment_of(c, stride_c * es);
-  const int64_t align_bias = alignment_of(ep.bias, 0), align_aux = alignment_of(ep.gelu_aux, stride_c * es);
+  const int64_t align_bias = alignment_of(ep.bias, 0), align_aux = alignment_of(aux, stride_c * es);
   // Everything the plan depends on; the heuristic's choice depends on the alignments too.
   const Key key = {kDataType<T>, trans_a,  trans_b, m,        n,       k,       lda,     ldb,        ldc,      stride_a,
                    stride_b,     stride_c, batch,   epilogue, align_a, align_b, align_c, align_bias, align_aux};
@@ -143,7 +147,7 @@ bool Blas::try_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
       ST_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                      sizeof(bias_type)));
     }
-    if (ep.gelu_aux) {
+    if (aux) {
       ST_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldc, sizeof(ldc)));
       if (batch > 1) {
@@ -201,7 +205,7 @@ void Blas::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
                            batch, stream, ep);
   ST_CHECK(ok, "cuBLASLt has no algorithm for the ", kTypeName<T>, " GEMM m=", m, " n=", n, " k=", k,
            " trans_a=", trans_a, " trans_b=", trans_b, " lda=", lda, " ldb=", ldb, " ldc=", ldc, " batch=", batch,
-           " bias=", ep.bias != nullptr, " gelu=", ep.gelu_aux != nullptr);
+           " bias=", ep.bias != nullptr, " gelu=", ep.gelu_aux != nullptr, " dgelu=", ep.dgelu_aux != nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -266,15 +270,6 @@ __global__ void bias_partial_kernel(float* partial, const T* dout, int64_t N, in
   }
 }
 
-template <typename T>
-__global__ void bias_finish_kernel(T* dbias, const float* partial, int chunks, int OC) {
-  const int col = blockIdx.x * blockDim.x + threadIdx.x;
-  if (col >= OC) return;
-  float sum = 0.0f;
-  for (int ch = 0; ch < chunks; ++ch) sum += partial[ch * int64_t{OC} + col];
-  dbias[col] = from_f32<T>(to_f32(dbias[col]) + sum);
-}
-
 }  // namespace
 
 size_t matmul_backward_scratch_bytes(int64_t N, int OC) {
@@ -321,11 +316,12 @@ void matmul_forward_gelu(T* out, T* pre_gelu, const T* inp, const T* weight, con
 
 template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
-                     int OC, const GpuContext& ctx) {
+                     int OC, const GpuContext& ctx, GradWrite dinp_write) {
   if (N == 0) return;
   Blas& blas = blas_of(ctx);
-  // dinp[N,C] += dout[N,OC] @ weight[OC,C]
-  if (dinp) blas.gemm(false, false, N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, 1.0f, dinp, C, 0, 1, ctx.stream);
+  // dinp[N,C] (+)= dout[N,OC] @ weight[OC,C]
+  const float dinp_beta = dinp_write == GradWrite::kAccumulate ? 1.0f : 0.0f;
+  if (dinp) blas.gemm(false, false, N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, dinp_beta, dinp, C, 0, 1, ctx.stream);
   // dweight[OC,C] += dout^T @ inp[N,C]
   blas.gemm(true, false, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1, ctx.stream);
   if (dbias) {
@@ -337,8 +333,27 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
     const dim3 grid((OC + kBiasCols - 1) / kBiasCols, chunks);
     bias_partial_kernel<<<grid, dim3(kBiasCols, kBiasLanes), 0, ctx.stream>>>(partial, dout, N, OC, bias_chunk_rows(N));
     ST_CUDA_CHECK_LAUNCH();
-    bias_finish_kernel<<<(OC + kBlock - 1) / kBlock, kBlock, 0, ctx.stream>>>(dbias, partial, chunks, OC);
-    ST_CUDA_CHECK_LAUNCH();
+    finish_column_sums(dbias, partial, chunks, OC, ctx.stream);
+  }
+}
+
+template <typename T>
+void matmul_backward_gelu(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                          const T* pre_gelu, int64_t N, int C, int OC, const GpuContext& ctx) {
+  if (N == 0) return;
+  bool fused = false;
+  if constexpr (!std::is_same_v<T, float>) {
+    // dinp[N,C] = gelu'(pre_gelu) * (dout[N,OC] @ weight[OC,C]); pre_gelu has dinp's layout.
+    GemmEpilogue ep;
+    ep.dgelu_aux = pre_gelu;
+    fused = blas_of(ctx).try_gemm(false, false, N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, 0.0f, dinp, C, 0, 1,
+                                  ctx.stream, ep);
+  }
+  if (fused) {
+    matmul_backward(static_cast<T*>(nullptr), dweight, dbias, dout, inp, weight, N, C, OC, ctx);
+  } else {
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, ctx, GradWrite::kOverwrite);
+    gelu_backward(dinp, pre_gelu, dinp, N * C, ctx, GradWrite::kOverwrite);
   }
 }
 
@@ -350,7 +365,10 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                                   const GemmEpilogue&);                                                               \
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&);            \
   template void matmul_forward_gelu<T>(T*, T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&);   \
-  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&);
+  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&,   \
+                                   GradWrite);                                                                     \
+  template void matmul_backward_gelu<T>(T*, T*, T*, const T*, const T*, const T*, const T*, int64_t, int, int,      \
+                                        const GpuContext&);
 
 ST_INSTANTIATE_MATMUL(float)
 ST_INSTANTIATE_MATMUL(bf16)

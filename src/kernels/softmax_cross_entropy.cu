@@ -1,4 +1,5 @@
 #include <cmath>
+#include <type_traits>
 
 #include "gpu_pack.cuh"
 #include "shardtrain/kernels/gpu/softmax_cross_entropy.h"
@@ -9,14 +10,27 @@ using namespace kernels_internal;  // gpu_pack.cuh
 
 namespace {
 
-constexpr int kBlock = 512;
+constexpr int kBlock = 1024;
 
 struct Max {
   __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
-// One block per row. Each thread keeps an online (max, sum of exp) over its elements, so the row is read
-// once for the loss and once more for the gradient.
+// exp for the loss and its gradient. Half-precision logits take the hardware exp2 (max relative error ~2^-21,
+// far below their own rounding); fp32 logits keep expf for parity with the CPU reference.
+template <typename T>
+__device__ __forceinline__ float row_exp(float x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return expf(x);
+  } else {
+    return __expf(x);
+  }
+}
+
+// One block per row. Each thread keeps an online (max, sum of exp) over its elements, by pack, so the row is
+// read once for the loss and once more for the gradient. (A variant holding the row in registers, to read it
+// only once, measured 46% slower on H200: at one 1024-thread block per SM nothing overlaps its load, reduce
+// and store phases. bench/RESULTS.md, 2026-11-29.)
 template <int kVec, typename T>
 __global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T* logits, const int32_t* targets,
                                              int64_t N, int V, int Vp, float dloss) {
@@ -27,23 +41,23 @@ __global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T*
     const bool valid = tgt >= 0 && tgt < V;
     // Read before the reductions' barriers, hence before any thread writes dlogits (which may alias x).
     const float x_tgt = valid ? to_f32(x[tgt]) : NAN;
+    // Online softmax by pack: the running sum is rescaled only when a pack raises the running max.
     float m = -INFINITY, s = 0;
     for_each_pack<kVec>(V, threadIdx.x, blockDim.x, [&](int64_t i, auto w) {
       constexpr int W = decltype(w)::value;
       float v[W];
       load<W>(x + i, v);
-      for (int k = 0; k < W; ++k) {
-        if (v[k] > m) {
-          s = s * expf(m - v[k]) + 1.0f;
-          m = v[k];
-        } else {
-          s += expf(v[k] - m);
-        }
+      float pm = v[0];
+      for (int k = 1; k < W; ++k) pm = fmaxf(pm, v[k]);
+      if (pm > m) {
+        s = m == -INFINITY ? 0.0f : s * row_exp<T>(m - pm);
+        m = pm;
       }
+      for (int k = 0; k < W; ++k) s += row_exp<T>(v[k] - m);
     });
     const float mx = block_reduce(m, Max(), shared);
     // A thread with no elements (V < blockDim) has m = -inf and contributes nothing.
-    const float sum = block_reduce(m == -INFINITY ? 0.0f : s * expf(m - mx), Add(), shared);
+    const float sum = block_reduce(m == -INFINITY ? 0.0f : s * row_exp<T>(m - mx), Add(), shared);
     if (threadIdx.x == 0) losses[n] = logf(sum) + mx - x_tgt;
     if (dlogits == nullptr) continue;
     T* d = dlogits + n * Vp;
@@ -53,7 +67,7 @@ __global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T*
       constexpr int W = decltype(w)::value;
       float v[W];
       load<W>(x + i, v);
-      for (int k = 0; k < W; ++k) v[k] = expf(v[k] - mx) * scale - (i + k == tgt ? dloss : 0.0f);
+      for (int k = 0; k < W; ++k) v[k] = row_exp<T>(v[k] - mx) * scale - (i + k == tgt ? dloss : 0.0f);
       store<W>(d + i, v);
     });
     for (int i = V + threadIdx.x; i < Vp; i += blockDim.x) d[i] = from_f32<T>(0.0f);
@@ -69,7 +83,8 @@ void softmax_cross_entropy(float* losses, T* dlogits, const T* logits, const int
   if (N == 0) return;
   constexpr int kVec = 16 / sizeof(T);
   // With Vp a multiple of kVec, aligned base pointers give aligned rows.
-  launch_packed<T>(Vp % kVec == 0 && all_aligned(16, logits, dlogits), [&](auto w) {
+  const bool vec = Vp % kVec == 0 && all_aligned(16, logits, dlogits);
+  launch_packed<T>(vec, [&](auto w) {
     softmax_cross_entropy_kernel<decltype(w)::value>
         <<<grid_for(N, 1), kBlock, 0, ctx.stream>>>(losses, dlogits, logits, targets, N, V, Vp, dloss);
   });

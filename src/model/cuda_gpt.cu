@@ -5,6 +5,7 @@
 
 #include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/kernels/gpu/flash_attention.h"
 #include "shardtrain/kernels/gpu/embedding.h"
 #include "shardtrain/kernels/gpu/gelu.h"
@@ -17,12 +18,16 @@
 namespace st {
 namespace {
 
-// Classifier rows per chunk: bounds the logits scratch to 64 Mi elements whatever the vocabulary, so the
-// whole batch's logits never exist at once (a 50304-wide row: 1334 rows per chunk).
-constexpr int64_t kLogitsChunkElems = int64_t{64} << 20;
+// Classifier rows per chunk: the logits scratch holds at most 256 Mi elements (512 MB in bf16) whatever the
+// vocabulary and batch, and the rows are split evenly (B x T = 16 x 1024 at a 50304-wide vocabulary: 4 chunks
+// of 4096 rows). Each chunk's weight-gradient GEMM reads and writes the whole [Vp, C] gradient once, so fewer,
+// larger chunks cost less traffic and fewer roundings of that gradient than many small ones.
+constexpr int64_t kLogitsChunkElems = int64_t{256} << 20;
 
 int64_t chunk_rows_for(const ModelConfig& cfg, int64_t BT) {
-  return std::max<int64_t>(1, std::min<int64_t>(BT, kLogitsChunkElems / cfg.padded_vocab()));
+  const int64_t max_rows = std::max<int64_t>(1, std::min<int64_t>(BT, kLogitsChunkElems / cfg.padded_vocab()));
+  const int64_t chunks = (BT + max_rows - 1) / max_rows;
+  return (BT + chunks - 1) / chunks;
 }
 
 template <typename T>
@@ -33,14 +38,15 @@ void zero_async(DeviceBuffer<T>& b, int64_t n, cudaStream_t s) {
 }  // namespace
 
 template <typename T>
-CudaGptFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute) {
+CudaGptFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute,
+                                    int64_t attention_scratch_bytes) {
   const int64_t B = max_batch, T_ = cfg.seq_len, C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer;
   const int64_t BT = B * T_, BTC = BT * C;
   const int64_t per_block_t = 15 * BTC;
   const int64_t blocks = recompute ? std::min<int64_t>(L, 1) : L;
   const int64_t elems_t = blocks * per_block_t + L * BTC  // activations, block outputs
                           + BTC                            // encoded
-                          + 4 * BTC + 3 * BTC + 8 * BTC    // lnf, dresid, dlnf, dbuf_c; dqkv; dfch
+                          + 4 * BTC + 3 * BTC + 4 * BTC    // lnf, dresid, dlnf, dbuf_c; dqkv; dfch
                           + chunk_rows_for(cfg, BT) * cfg.padded_vocab();
   const int64_t floats = blocks * (4 * BT + B * NH * T_) + 3 * BT;
   CudaGptFootprint f;
@@ -51,22 +57,26 @@ CudaGptFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, b
   s = std::max(s, gpu::flash_attention_backward_scratch_bytes(static_cast<int>(B), static_cast<int>(T_),
                                                               static_cast<int>(C), static_cast<int>(NH)));
   s = std::max(s, gpu::reduce_scratch_bytes());
+  s = std::max(s, static_cast<size_t>(attention_scratch_bytes));
   f.scratch_bytes = static_cast<int64_t>(s);
   return f;
 }
 
 template <typename T>
-CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, const gpu::GpuContext& ctx)
+CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
+                    const gpu::GpuContext& ctx)
     : cfg_(cfg),
       units_(build_units(cfg)),
       max_batch_(max_batch),
       recompute_(recompute),
+      cudnn_attention_(cudnn_attention),
       ctx_(ctx),
       timer_(env_get("SHARDTRAIN_PROFILE_OPS") == "1") {
   ST_CHECK(max_batch > 0);
   const CudaGptFootprint need = cuda_gpt_footprint<T>(cfg, max_batch, recompute);
   ST_CHECK(ctx.scratch_bytes >= static_cast<size_t>(need.scratch_bytes), "GPU model needs ", need.scratch_bytes,
            " bytes of kernel scratch, the context has ", ctx.scratch_bytes);
+  ST_CHECK(!cudnn_attention || ctx.cudnn != nullptr, "cuDNN attention without a cuDNN handle in the context");
   const int64_t BT = max_batch * cfg.seq_len, C = cfg.n_embd, NH = cfg.n_head, T_ = cfg.seq_len;
   tokens_ = DeviceBuffer<int32_t>(BT);
   targets_ = DeviceBuffer<int32_t>(BT);
@@ -93,7 +103,7 @@ CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, c
   dlnf_ = DeviceBuffer<T>(BT * C);
   dbuf_c_ = DeviceBuffer<T>(BT * C);
   dqkv_ = DeviceBuffer<T>(BT * 3 * C);
-  dfch_ = DeviceBuffer<T>(BT * 8 * C);
+  dfch_ = DeviceBuffer<T>(BT * 4 * C);
   chunk_rows_ = chunk_rows_for(cfg, BT);
   logits_chunk_ = DeviceBuffer<T>(chunk_rows_ * cfg.padded_vocab());
   lnf_mean_ = DeviceBuffer<float>(BT);
@@ -147,8 +157,12 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   lap("fwd.matmul");
   gpu::matmul_forward<T>(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C, ctx_);
   lap("fwd.attention");
-  gpu::flash_attention_forward<T>(a.atty.data(), a.att_lse.data(), a.qkv.data(), static_cast<int>(B_),
-                                  static_cast<int>(T_), C, cfg_.n_head, ctx_);
+  if (cudnn_shape())
+    gpu::cudnn_attention_forward<T>(a.atty.data(), a.att_lse.data(), a.qkv.data(), static_cast<int>(B_),
+                                    static_cast<int>(T_), C, cfg_.n_head, ctx_);
+  else
+    gpu::flash_attention_forward<T>(a.atty.data(), a.att_lse.data(), a.qkv.data(), static_cast<int>(B_),
+                                    static_cast<int>(T_), C, cfg_.n_head, ctx_);
   lap("fwd.matmul");
   gpu::matmul_forward<T>(a.res2.data(), a.atty.data(), p.projw, p.projb, N, C, C, ctx_);
   lap("fwd.residual");
@@ -180,7 +194,6 @@ void CudaGpt<T>::head_forward_backward(const T* head_params, const T* emb_params
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   lap("head.layernorm");
   gpu::layernorm_forward<T>(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, lnfw, lnfb, N, C, ctx_);
-  if (backward) zero_async(dlnf_, N * C, ctx_.stream);
   for (int64_t r0 = 0; r0 < N; r0 += chunk_rows_) {
     const int64_t rows = std::min(chunk_rows_, N - r0);
     T* logits = logits_chunk_.data();
@@ -192,7 +205,7 @@ void CudaGpt<T>::head_forward_backward(const T* head_params, const T* emb_params
     if (backward) {
       lap("head.classifier_bwd");
       gpu::matmul_backward<T>(dlnf_.data() + r0 * C, emb_grads + eu.tensors[0].offset, nullptr, logits,
-                              lnf_.data() + r0 * C, wte, rows, C, Vp, ctx_);
+                              lnf_.data() + r0 * C, wte, rows, C, Vp, ctx_, GradWrite::kOverwrite);
     }
   }
   lap("head.loss_sum");
@@ -243,41 +256,39 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd;
   const T* x = block_input(layer);
-  T* dfch_gelu = dfch_.data();
-  T* dfch = dfch_.data() + N * 4 * C;
   cudaStream_t s = ctx_.stream;
   OpTimer::Laps lap = timer_.laps(s);
+  constexpr GradWrite kOverwrite = GradWrite::kOverwrite;  // single-producer buffers: no memsets
 
-  // MLP branch: dresid is d(out); the residual passes it to res2 unchanged.
-  lap("bwd.zero");
-  zero_async(dfch_, N * 8 * C, s);
+  // MLP branch: dresid is d(out); the residual passes it to res2 unchanged. d(fch) through the GELU in one pass.
+  T* dfch = dfch_.data();
+  lap("bwd.matmul_gelu");
+  gpu::matmul_backward_gelu<T>(dfch, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, a.fch.data(),
+                               N, 4 * C, C, ctx_);
   lap("bwd.matmul");
-  gpu::matmul_backward<T>(dfch_gelu, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, N, 4 * C, C,
-                          ctx_);
-  lap("bwd.gelu");
-  gpu::gelu_backward<T>(dfch, a.fch.data(), dfch_gelu, N * 4 * C, ctx_);
-  lap("bwd.zero");
-  zero_async(dbuf_c_, N * C, s);
-  lap("bwd.matmul");
-  gpu::matmul_backward<T>(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx_);
+  gpu::matmul_backward<T>(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx_, kOverwrite);
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln2w, g.ln2b, dbuf_c_.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
                              a.ln2_rstd.data(), N, C, ctx_);
 
   // Attention branch: dresid is now d(res2); the residual passes it to x unchanged.
-  lap("bwd.zero");
-  zero_async(dbuf_c_, N * C, s);
   lap("bwd.matmul");
-  gpu::matmul_backward<T>(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C, ctx_);
-  lap("bwd.zero");
-  zero_async(dqkv_, N * 3 * C, s);
-  lap("bwd.attention");
-  gpu::flash_attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.atty.data(), a.att_lse.data(),
-                                   static_cast<int>(B_), static_cast<int>(T_), C, cfg_.n_head, ctx_);
-  lap("bwd.zero");
-  zero_async(dbuf_c_, N * C, s);
+  gpu::matmul_backward<T>(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C, ctx_,
+                          kOverwrite);
+  if (cudnn_shape()) {  // overwrites dqkv
+    lap("bwd.attention");
+    gpu::cudnn_attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.atty.data(), a.att_lse.data(),
+                                     static_cast<int>(B_), static_cast<int>(T_), C, cfg_.n_head, ctx_);
+  } else {  // accumulates into dqkv
+    lap("bwd.zero");
+    zero_async(dqkv_, N * 3 * C, s);
+    lap("bwd.attention");
+    gpu::flash_attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.atty.data(), a.att_lse.data(),
+                                     static_cast<int>(B_), static_cast<int>(T_), C, cfg_.n_head, ctx_);
+  }
   lap("bwd.matmul");
-  gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C, ctx_);
+  gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C, ctx_,
+                          kOverwrite);
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln1w, g.ln1b, dbuf_c_.data(), x, p.ln1w, a.ln1_mean.data(),
                              a.ln1_rstd.data(), N, C, ctx_);
@@ -292,9 +303,9 @@ void CudaGpt<T>::embedding_backward(T* emb_grads) {
                              tokens_.data(), static_cast<int>(B_), static_cast<int>(T_), cfg_.n_embd, ctx_);
 }
 
-template CudaGptFootprint cuda_gpt_footprint<float>(const ModelConfig&, int64_t, bool);
-template CudaGptFootprint cuda_gpt_footprint<bf16>(const ModelConfig&, int64_t, bool);
-template CudaGptFootprint cuda_gpt_footprint<fp16>(const ModelConfig&, int64_t, bool);
+template CudaGptFootprint cuda_gpt_footprint<float>(const ModelConfig&, int64_t, bool, int64_t);
+template CudaGptFootprint cuda_gpt_footprint<bf16>(const ModelConfig&, int64_t, bool, int64_t);
+template CudaGptFootprint cuda_gpt_footprint<fp16>(const ModelConfig&, int64_t, bool, int64_t);
 template class CudaGpt<float>;
 template class CudaGpt<bf16>;
 template class CudaGpt<fp16>;

@@ -9,6 +9,7 @@
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/gpu/adamw.h"
+#include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/kernels/gpu/reduce.h"
 #include "shardtrain/model/cuda_gpt.h"
@@ -57,8 +58,36 @@ UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world) {
 int param_pool_size(const Config& cfg) { return cfg.dist.reshard_after_forward ? 2 : cfg.model.n_layer + 1; }
 constexpr int kGradPoolSize = 2;
 
+// Which attention kernels the model runs (train.attention), and the kernel scratch they need. cuDNN's plans are
+// built here, once, at the training shape (micro_batch x seq_len): its deterministic backward keeps dS for
+// every head in its workspace (B x NH x T x T x 2 bytes), so the memory plan must know the size.
+struct AttentionChoice {
+  bool cudnn = false;
+  int64_t scratch_bytes = 0;
+  std::string what;  // for the log: the kernel, and why
+};
+
 template <typename T>
-CudaMemoryPlan plan_for(const Config& cfg, int world) {
+AttentionChoice choose_attention(const Config& cfg, gpu::Cudnn& cudnn) {
+  if (cfg.train.attention == AttentionImpl::kFlash) return {false, 0, "flash (train.attention=flash)"};
+  gpu::GpuContext probe;
+  probe.cudnn = &cudnn;
+  const int B = static_cast<int>(cfg.train.micro_batch), T_ = cfg.model.seq_len, C = cfg.model.n_embd,
+            NH = cfg.model.n_head;
+  try {
+    const size_t fwd = gpu::cudnn_attention_forward_scratch_bytes<T>(B, T_, C, NH, probe);
+    const size_t bwd = gpu::cudnn_attention_backward_scratch_bytes<T>(B, T_, C, NH, probe);
+    const size_t v = gpu::cudnn_runtime_version();
+    return {true, static_cast<int64_t>(std::max(fwd, bwd)),
+            str_cat("cudnn ", v / 10000, ".", v / 100 % 100, " (fused SDPA, deterministic backward)")};
+  } catch (const Error& e) {
+    if (cfg.train.attention == AttentionImpl::kCudnn) ST_BAD_INPUT("train.attention=cudnn: ", e.what());
+    return {false, 0, str_cat("flash (cuDNN cannot run this shape: ", e.what(), ")")};
+  }
+}
+
+template <typename T>
+CudaMemoryPlan plan_for(const Config& cfg, int world, int64_t attention_scratch_bytes) {
   const std::vector<UnitLayout> units = build_units(cfg.model);
   const UnitSizes s = unit_sizes(units, world);
   const int64_t t = sizeof(T);
@@ -67,7 +96,8 @@ CudaMemoryPlan plan_for(const Config& cfg, int world) {
   p.gather_buffers = (s.emb_full + param_pool_size(cfg) * s.unit_full) * t  // parameters
                      + (s.emb_full + kGradPoolSize * s.unit_full) * t       // full gradients
                      + s.max_slot * t;                                      // reduce-scatter output
-  const CudaGptFootprint f = cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute);
+  const CudaGptFootprint f =
+      cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_scratch_bytes);
   p.activations = f.activation_bytes;
   p.workspace = f.scratch_bytes + static_cast<int64_t>(gpu::Blas::kDefaultWorkspaceBytes) +
                 static_cast<int64_t>(gpu::reduce_scratch_bytes()) + kRuntimeReserveBytes;
@@ -77,8 +107,8 @@ CudaMemoryPlan plan_for(const Config& cfg, int world) {
 // The plan, or kBadInput with its breakdown if it exceeds dist.max_gpu_mem_gib or the device's free
 // memory. Runs before the large allocations: the cap stands in for a smaller card.
 template <typename T>
-CudaMemoryPlan checked_plan(const Config& cfg, int world, const std::string& device) {
-  const CudaMemoryPlan plan = plan_for<T>(cfg, world);
+CudaMemoryPlan checked_plan(const Config& cfg, int world, const std::string& device, int64_t attention_scratch_bytes) {
+  const CudaMemoryPlan plan = plan_for<T>(cfg, world, attention_scratch_bytes);
   size_t free_b = 0, total_b = 0;
   ST_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const int64_t free_bytes = static_cast<int64_t>(free_b);
@@ -103,7 +133,7 @@ class CudaShardedModel final : public ModelBackend {
   Communicator& comm() override { return comm_; }
   std::string describe() const override {
     const char* dtype = std::is_same_v<T, float> ? "fp32" : std::is_same_v<T, bf16> ? "bf16" : "fp16";
-    return str_cat("cuda/", dtype, " on ", device_name_);
+    return str_cat("cuda/", dtype, " on ", device_name_, ", attention ", attention_.what);
   }
   std::string device_name() const override { return device_name_; }
   void zero_grads() override;
@@ -166,6 +196,8 @@ class CudaShardedModel final : public ModelBackend {
   std::vector<UnitLayout> units_;
   NcclCommunicator nccl_;
   std::string device_name_;
+  gpu::Cudnn cudnn_;
+  AttentionChoice attention_;
   CudaMemoryPlan plan_;
   CudaStream compute_stream_, comm_stream_;
   gpu::Blas blas_;
@@ -199,13 +231,16 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       units_(build_units(cfg.model)),
       nccl_(comm),  // binds this rank's GPU before anything is allocated
       device_name_(cuda_device_name()),
-      plan_(checked_plan<T>(cfg, comm.world_size(), device_name_)),
+      cudnn_(),
+      attention_(choose_attention<T>(cfg, cudnn_)),
+      plan_(checked_plan<T>(cfg, comm.world_size(), device_name_, attention_.scratch_bytes)),
       blas_(),
-      scratch_(cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute).scratch_bytes),
+      scratch_(cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.scratch_bytes)
+                   .scratch_bytes),
       comm_scratch_(static_cast<int64_t>(gpu::reduce_scratch_bytes())),
-      ctx_{compute_stream_.get(), &blas_, scratch_.data(), scratch_.bytes()},
+      ctx_{compute_stream_.get(), &blas_, scratch_.data(), scratch_.bytes(), &cudnn_},
       comm_ctx_{comm_stream_.get(), nullptr, comm_scratch_.data(), comm_scratch_.bytes()},
-      model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute, ctx_) {
+      model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.cudnn, ctx_) {
   const int world = comm.world_size(), rank = comm.rank();
   const UnitSizes s = unit_sizes(units_, world);
   std::vector<float> init;

@@ -458,7 +458,7 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
     ++keys;
   }
-  EXPECT_EQ(keys, 38);
+  EXPECT_EQ(keys, 39);
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
   EXPECT_NE(help.find("  dist.reshard_after_forward "), std::string::npos) << help;
@@ -477,11 +477,28 @@ TEST_F(ConfigTest, DeviceAndDtype) {
   EXPECT_NE(cpu16.find("train.dtype (bf16) must be fp32 when train.device is cpu"), std::string::npos) << cpu16;
   const std::string cap = load_error(std::nullopt, {"--dist.max_gpu_mem_gib=-1"});
   EXPECT_NE(cap.find("dist.max_gpu_mem_gib must be >= 0"), std::string::npos) << cap;
-  const Config round = load_config_text(to_ini(load_config(std::nullopt, {"--train.device=cuda",
-                                                                          "--dist.reshard_after_forward=false"})),
-                                        "ini", {});
+  const Config round = load_config_text(
+      to_ini(load_config(std::nullopt,
+                         {"--train.device=cuda", "--dist.reshard_after_forward=false", "--train.attention=flash"})),
+      "ini", {});
   EXPECT_EQ(round.train.device, Device::kCuda);
   EXPECT_FALSE(round.dist.reshard_after_forward);
+  EXPECT_EQ(round.train.attention, AttentionImpl::kFlash);
+}
+
+TEST_F(ConfigTest, AttentionKernel) {
+  EXPECT_EQ(load_config(std::nullopt, {}).train.attention, AttentionImpl::kAuto);
+  EXPECT_EQ(load_config(std::nullopt, {"--train.device=cuda", "--train.attention=cudnn"}).train.attention,
+            AttentionImpl::kCudnn);
+  const std::string bad = load_error(std::nullopt, {"--train.device=cuda", "--train.attention=sdpa"});
+  EXPECT_NE(bad.find("train.attention"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("auto, cudnn, flash"), std::string::npos) << bad;
+  const std::string cpu = load_error(std::nullopt, {"--train.attention=flash"});
+  EXPECT_NE(cpu.find("train.attention (flash) applies to train.device=cuda; cpu takes auto"), std::string::npos)
+      << cpu;
+  const std::string fp32 =
+      load_error(std::nullopt, {"--train.device=cuda", "--train.dtype=fp32", "--train.attention=cudnn"});
+  EXPECT_NE(fp32.find("train.attention (cudnn) needs train.dtype bf16 or fp16"), std::string::npos) << fp32;
 }
 
 }  // namespace

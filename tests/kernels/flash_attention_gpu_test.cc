@@ -3,14 +3,11 @@
 // hs = 16, 32, 64, 128; the generic one elsewhere); and bit-for-bit reproducibility.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <ostream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "attention_gpu_test.h"
 #include "gpu_kernel_test.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/attention.h"
@@ -21,6 +18,9 @@ namespace {
 
 using test::all_close;
 using test::bitwise_equal;
+using test::cpu_lse;
+using test::matches;
+using test::part;
 using test::poison;
 using test::random_input;
 using test::to_device;
@@ -37,23 +37,7 @@ inline constexpr double kTol = std::is_same_v<T, float> ? 1e-5 : 2e-2;
 template <typename T>
 inline constexpr double kLseTol = std::is_same_v<T, float> ? 1e-5 : 1e-4;
 
-::testing::AssertionResult matches(const std::vector<float>& got, const std::vector<float>& want, double rtol) {
-  double amax = 0;
-  for (float w : want) amax = std::max(amax, std::fabs(static_cast<double>(w)));
-  return all_close(got, want, rtol, amax);
-}
-
-struct Shape {
-  int B, T, C, NH;
-  int64_t qkv_size() const { return static_cast<int64_t>(B) * T * 3 * C; }
-  int64_t out_size() const { return static_cast<int64_t>(B) * T * C; }
-  int64_t att_size() const { return static_cast<int64_t>(B) * NH * T * T; }
-  int64_t lse_size() const { return static_cast<int64_t>(B) * NH * T; }
-};
-
-std::ostream& operator<<(std::ostream& os, const Shape& s) {
-  return os << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH << " hs=" << s.C / s.NH;
-}
+using Shape = test::AttentionShape;
 
 // hs 4 (generic), 16 with a single token, 64 with a tail (67 = 64 + 3), 64 over two full tiles, 32 with a
 // tail, 128, 16 with a tail; then hs 128 over three tiles with a tail (the backward's 32-row inner tiles), hs 64
@@ -61,63 +45,10 @@ std::ostream& operator<<(std::ostream& os, const Shape& s) {
 const Shape kShapes[] = {{2, 5, 12, 3},   {1, 1, 16, 1},  {2, 67, 128, 2},  {1, 128, 256, 4}, {2, 33, 64, 2},
                          {1, 64, 256, 2}, {1, 40, 48, 3}, {1, 150, 256, 2}, {1, 300, 128, 2}, {2, 100, 40, 2}};
 
-// The q (which = 0), k or v part of a [B,T,3C] tensor: their gradients differ in scale, so each is compared
-// against its own magnitude.
-std::vector<float> part(const std::vector<float>& qkv, int which, const Shape& s) {
-  std::vector<float> x;
-  x.reserve(s.out_size());
-  for (int64_t row = 0; row < static_cast<int64_t>(s.B) * s.T; ++row) {
-    const auto first = qkv.begin() + row * 3 * s.C + which * s.C;
-    x.insert(x.end(), first, first + s.C);
-  }
-  return x;
-}
-
-// lse[b,h,i] = log sum_{j<=i} exp(q_i.k_j / sqrt(hs)), from scores computed in double.
-std::vector<float> cpu_lse(const std::vector<float>& qkv, const Shape& s) {
-  const int hs = s.C / s.NH;
-  const int64_t C3 = 3 * static_cast<int64_t>(s.C);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
-  std::vector<float> lse(s.lse_size());
-  std::vector<double> sc(s.T);
-  for (int b = 0; b < s.B; ++b) {
-    for (int h = 0; h < s.NH; ++h) {
-      const float* q = qkv.data() + static_cast<int64_t>(b) * s.T * C3 + h * hs;
-      const float* k = q + s.C;
-      for (int i = 0; i < s.T; ++i) {
-        double mx = -INFINITY;
-        for (int j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int d = 0; d < hs; ++d) dot += static_cast<double>(q[i * C3 + d]) * k[j * C3 + d];
-          sc[j] = dot * scale;
-          mx = std::max(mx, sc[j]);
-        }
-        double sum = 0;
-        for (int j = 0; j <= i; ++j) sum += std::exp(sc[j] - mx);
-        lse[(static_cast<int64_t>(b) * s.NH + h) * s.T + i] = static_cast<float>(mx + std::log(sum));
-      }
-    }
-  }
-  return lse;
-}
-
-// Inputs (rounded through T) and the CPU results on them. dqkv0 is the non-zero gradient both backward passes
-// accumulate into, at about the gradients' scale.
+// Inputs and CPU results; dqkv0 is the non-zero gradient both backward passes accumulate into.
 template <typename T>
-struct Problem {
-  explicit Problem(const Shape& s)
-      : qkv(random_input<T>(s.qkv_size(), 1100)),
-        dout(random_input<T>(s.out_size(), 1101)),
-        dqkv0(random_input<T>(s.qkv_size(), 1102, 0.1f)),
-        out(s.out_size()),
-        att(s.att_size()),
-        lse(cpu_lse(qkv, s)),
-        dqkv(dqkv0) {
-    attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
-    attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH);
-  }
-  std::vector<float> qkv, dout, dqkv0;
-  std::vector<float> out, att, lse, dqkv;  // CPU results
+struct Problem : test::AttentionProblem<T> {
+  explicit Problem(const Shape& s) : test::AttentionProblem<T>(s, 1100, test::InitialGrad::kRandom) {}
 };
 
 // Device outputs of one forward + backward.

@@ -63,6 +63,29 @@ TYPED_TEST(GeluGpuTest, BackwardAccumulatesLikeCpu) {
   }
 }
 
+// kOverwrite on a poisoned buffer, and in place on dout: the same values as accumulating into zeros.
+TYPED_TEST(GeluGpuTest, BackwardOverwritesInPlace) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << s.n << " offset=" << s.offset);
+    const std::vector<float> inp = test::random_input<T>(s.n, 4, 2.0f);
+    const std::vector<float> dout = test::random_input<T>(s.n, 5);
+    std::vector<float> want(s.n, 0.0f);
+    gelu_backward(want.data(), inp.data(), dout.data(), s.n);
+    test::GpuEnv env;
+    DeviceBuffer<T> d_inp = test::upload<T>(inp, s.offset), d_dout = test::upload<T>(dout, s.offset);
+    DeviceBuffer<T> fresh(s.offset + s.n);
+    test::poison(fresh);
+    gpu::gelu_backward<T>(fresh.data() + s.offset, d_inp.data() + s.offset, d_dout.data() + s.offset, s.n, env.ctx,
+                          GradWrite::kOverwrite);
+    EXPECT_TRUE(close(test::download(fresh, s.offset), want, kTol<T>));
+    gpu::gelu_backward<T>(d_dout.data() + s.offset, d_inp.data() + s.offset, d_dout.data() + s.offset, s.n, env.ctx,
+                          GradWrite::kOverwrite);
+    EXPECT_TRUE(test::bitwise_equal(test::download(d_dout, s.offset), test::download(fresh, s.offset)));
+  }
+}
+
 // out separate, out aliasing a, out aliasing b.
 enum class Alias { kNone, kA, kB };
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "grad_check.h"
@@ -83,6 +84,23 @@ TEST(Gelu, BackwardAccumulates) {
   auto acc = g0;
   gelu_backward(acc.data(), x.data(), dout.data(), n);
   for (int64_t i = 0; i < n; ++i) EXPECT_EQ(acc[i], g0[i] + once[i]) << i;
+}
+
+// kOverwrite ignores what dinp held (NaNs included) and may run in place on dout.
+TEST(Gelu, BackwardOverwritesAndRunsInPlace) {
+  const int64_t n = 97;
+  auto x = randn(n, 333, 2.0f);
+  auto dout = randn(n, 334);
+  std::vector<float> want(n, 0.0f);
+  gelu_backward(want.data(), x.data(), dout.data(), n);
+  std::vector<float> fresh(n, std::numeric_limits<float>::quiet_NaN());
+  gelu_backward(fresh.data(), x.data(), dout.data(), n, GradWrite::kOverwrite);
+  auto inplace = dout;
+  gelu_backward(inplace.data(), x.data(), inplace.data(), n, GradWrite::kOverwrite);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(fresh[i], want[i]) << i;
+    EXPECT_EQ(inplace[i], want[i]) << i;
+  }
 }
 
 TEST(Residual, AddsAndAllowsAliasing) {

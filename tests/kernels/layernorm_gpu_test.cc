@@ -19,9 +19,11 @@ struct Shape {
   int64_t N;
   int C;
 };
-// C = 1, 7, 771: scalar path; 64, 96, 768: packed. N = 300 and 1000 span several row chunks of the
-// dweight/dbias reduction.
-const Shape kShapes[] = {{1, 1}, {1, 7}, {5, 64}, {37, 771}, {300, 96}, {1000, 7}, {70, 768}};
+// C = 1, 7, 771: scalar path; 64, 96, 768, 1024: packed, and in bf16/fp16 the fused single-pass backward
+// (up to 4 packs of 8 per lane); 1600: packed, two-kernel backward. N = 300, 1000 and 2500 span several row
+// chunks of the dweight/dbias reduction.
+const Shape kShapes[] = {{1, 1},    {1, 7},    {5, 64},     {37, 771},   {300, 96},
+                         {1000, 7}, {70, 768}, {2500, 1024}, {301, 1600}};
 
 // One problem with its CPU forward (whose mean/rstd both backward passes use) and device copies.
 // Rows have mean 1 and standard deviation 2, as activations do not have zero mean.

@@ -144,6 +144,63 @@ TYPED_TEST(MatmulGpu, BackwardAccumulatesLikeCpu) {
   }
 }
 
+// kOverwrite: dinp = dout @ weight into a poisoned buffer; dweight and dbias still accumulate.
+TYPED_TEST(MatmulGpu, BackwardOverwritesDinpOnRequest) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC);
+    Operands<T> k(s, 450);
+    const std::vector<float> dw0 = random_input<T>(static_cast<int64_t>(s.OC) * s.C, 451);
+    const std::vector<float> db0 = random_input<T>(s.OC, 452);
+    std::vector<float> want_dinp(s.N * s.C, 0.0f), want_dw = dw0, want_db = db0;
+    matmul_backward(want_dinp.data(), want_dw.data(), want_db.data(), k.dout.data(), k.inp.data(), k.w.data(), s.N,
+                    s.C, s.OC);
+
+    Env env(gpu::matmul_backward_scratch_bytes(s.N, s.OC));
+    auto dout = to_device<T>(k.dout), inp = to_device<T>(k.inp), w = to_device<T>(k.w);
+    auto dw = to_device<T>(dw0), db = to_device<T>(db0);
+    DeviceBuffer<T> dinp(s.N * s.C);
+    poison(dinp);
+    gpu::matmul_backward<T>(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), s.N, s.C, s.OC,
+                            env.ctx(), GradWrite::kOverwrite);
+    EXPECT_TRUE(close(to_host(dinp), want_dinp, kTol<T>));
+    EXPECT_TRUE(close(to_host(dw), want_dw, kTol<T>));
+    EXPECT_TRUE(close(to_host(db), want_db, kTol<T>));
+  }
+}
+
+// matmul_backward_gelu against the CPU reference: the DGELU epilogue where cuBLASLt has it (C % 8 == 0), the
+// GEMM plus the GELU kernel otherwise; dinp is overwritten (poisoned first), dweight and dbias accumulate.
+TYPED_TEST(MatmulGpu, BackwardGeluMatchesCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC);
+    Operands<T> k(s, 460);
+    const std::vector<float> pre = random_input<T>(s.N * s.C, 461, 2.0f);
+    std::vector<float> act(pre.size());
+    gelu_forward(act.data(), pre.data(), s.N * s.C);
+    const std::vector<float> act_t = to_host(to_device<T>(act));  // the activations as T holds them
+    const std::vector<float> dw0 = random_input<T>(static_cast<int64_t>(s.OC) * s.C, 462);
+    const std::vector<float> db0 = random_input<T>(s.OC, 463);
+    std::vector<float> want_dinp(s.N * s.C), want_dw = dw0, want_db = db0;
+    matmul_backward_gelu(want_dinp.data(), want_dw.data(), want_db.data(), k.dout.data(), act_t.data(), k.w.data(),
+                         pre.data(), s.N, s.C, s.OC);
+
+    Env env(gpu::matmul_backward_scratch_bytes(s.N, s.OC));
+    auto dout = to_device<T>(k.dout), inp = to_device<T>(act), w = to_device<T>(k.w), p = to_device<T>(pre);
+    auto dw = to_device<T>(dw0), db = to_device<T>(db0);
+    DeviceBuffer<T> dinp(s.N * s.C);
+    poison(dinp);
+    gpu::matmul_backward_gelu<T>(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), p.data(), s.N,
+                                 s.C, s.OC, env.ctx());
+    EXPECT_TRUE(close(to_host(dinp), want_dinp, kTol<T>));
+    EXPECT_TRUE(close(to_host(dw), want_dw, kTol<T>));
+    EXPECT_TRUE(close(to_host(db), want_db, kTol<T>));
+  }
+}
+
 // Same inputs, same bits: the bias sum has a fixed order. Also, the second run reuses every cuBLASLt plan.
 TYPED_TEST(MatmulGpu, BackwardBiasIsBitReproducible) {
   ST_SKIP_WITHOUT_GPU();

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "grad_check.h"
+#include "shardtrain/kernels/gelu.h"
 
 namespace st {
 namespace {
@@ -119,6 +121,45 @@ TEST(Matmul, BackwardAccumulatesIntoExistingGradients) {
   matmul_backward(nullptr, twice_w.data(), twice_b.data(), k.dout.data(), k.inp.data(), k.w.data(), k.N, k.C, k.OC);
   expect_sum(twice_w, dw, dw);
   expect_sum(twice_b, db, db);
+}
+
+// kOverwrite: dinp = dout @ weight whatever it held before (NaNs included); dweight and dbias still accumulate.
+TEST(Matmul, BackwardOverwritesDinpOnRequest) {
+  Case k(9, 7, 6, 255);
+  std::vector<float> dinp(k.N * k.C, 0.0f), dw(k.OC * k.C, 0.0f), db(k.OC, 0.0f);
+  matmul_backward(dinp.data(), dw.data(), db.data(), k.dout.data(), k.inp.data(), k.w.data(), k.N, k.C, k.OC);
+  std::vector<float> fresh(k.N * k.C, std::numeric_limits<float>::quiet_NaN());
+  auto acc_w = dw, acc_b = db;
+  matmul_backward(fresh.data(), acc_w.data(), acc_b.data(), k.dout.data(), k.inp.data(), k.w.data(), k.N, k.C, k.OC,
+                  GradWrite::kOverwrite);
+  EXPECT_EQ(0, std::memcmp(fresh.data(), dinp.data(), dinp.size() * sizeof(float)));
+  for (size_t i = 0; i < dw.size(); ++i) EXPECT_FLOAT_EQ(acc_w[i], 2 * dw[i]) << i;
+  for (size_t i = 0; i < db.size(); ++i) EXPECT_FLOAT_EQ(acc_b[i], 2 * db[i]) << i;
+}
+
+// The MLP's second layer: out = gelu(pre) @ W^T + b. dinp is d/dpre of L = sum(out * R), by finite differences;
+// dweight and dbias accumulate as matmul_backward's.
+TEST(Matmul, BackwardGeluMatchesFiniteDifferences) {
+  Case k(6, 10, 5, 256);
+  const std::vector<float> pre = randn(k.N * k.C, 257, 1.5f);
+  std::vector<float> act(pre.size());
+  gelu_forward(act.data(), pre.data(), k.N * k.C);
+  std::vector<float> dpre(pre.size(), std::numeric_limits<float>::quiet_NaN());  // overwritten, never read
+  std::vector<float> dw(k.OC * k.C, 0.0f), db(k.OC, 0.0f), dw_ref = dw, db_ref = db;
+  matmul_backward_gelu(dpre.data(), dw.data(), db.data(), k.dout.data(), act.data(), k.w.data(), pre.data(), k.N, k.C,
+                       k.OC);
+  matmul_backward(nullptr, dw_ref.data(), db_ref.data(), k.dout.data(), act.data(), k.w.data(), k.N, k.C, k.OC);
+  EXPECT_EQ(dw, dw_ref);
+  EXPECT_EQ(db, db_ref);
+  std::vector<float> x = pre, a(x.size()), out(k.N * k.OC);
+  auto loss = [&] {
+    gelu_forward(a.data(), x.data(), k.N * k.C);
+    matmul_forward(out.data(), a.data(), k.w.data(), k.b.data(), k.N, k.C, k.OC);
+    return weighted_sum(out.data(), k.dout);
+  };
+  const auto fd = numeric_grad(x.data(), k.N * k.C, testing::kFdStep, loss);
+  ASSERT_GT(testing::max_abs(fd), 0.1);
+  EXPECT_LE(max_rel_diff(dpre, fd), testing::kFdTol);
 }
 
 TEST(Matmul, BackwardWithNullDinpAndDbias) {

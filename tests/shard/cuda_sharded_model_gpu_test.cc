@@ -133,6 +133,29 @@ TEST(CudaShardedModel, HalfPrecisionTracksCpu) {
   }
 }
 
+// cuDNN's fused attention and our flash attention compute the same function: the same 5 steps in bf16 and fp16
+// land within half-precision rounding of each other, and the backend says which one it runs.
+TEST(CudaShardedModel, CudnnAndFlashAttentionAgree) {
+  ST_SKIP_WITHOUT_GPU();
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    Config flash = small(Device::kCuda, t), cudnn = flash;
+    flash.train.attention = AttentionImpl::kFlash;
+    cudnn.train.attention = AttentionImpl::kCudnn;
+    {
+      SoloCommunicator comm;
+      EXPECT_NE(StepEngine(cudnn, comm).sharded().describe().find("attention cudnn"), std::string::npos);
+      EXPECT_NE(StepEngine(flash, comm).sharded().describe().find("attention flash"), std::string::npos);
+    }
+    const Trace a = train(flash, 5), b = train(cudnn, 5);
+    for (size_t i = 0; i < a.losses.size(); ++i) {
+      EXPECT_NEAR(b.losses[i], a.losses[i], 1e-2 * a.losses[i]) << to_string(t) << " step " << i;
+      EXPECT_NEAR(b.norms[i], a.norms[i], 3e-2 * a.norms[i]) << to_string(t) << " step " << i;
+    }
+    for (size_t u = 0; u < a.grads0.size(); ++u)
+      EXPECT_LT(rel_norm_error(b.grads0[u], a.grads0[u]), 2e-2) << to_string(t) << " gradient of unit " << u;
+  }
+}
+
 // Deterministic kernels: recompute and keeping parameters gathered change nothing, bit for bit.
 TEST(CudaShardedModel, RecomputeAndNoReshardAreBitIdentical) {
   ST_SKIP_WITHOUT_GPU();

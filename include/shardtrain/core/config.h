@@ -29,6 +29,9 @@ struct ModelConfig {
 enum class Device { kCpu, kCuda };
 // Compute precision. Master weights, gradient shards and AdamW state are fp32 in every mode.
 enum class DType { kAuto, kF32, kBF16, kF16 };  // auto: bf16 on cuda, fp32 on cpu
+// Attention kernels of the cuda backend: cuDNN's fused SDPA (bf16/fp16), our own flash attention (any
+// type), or auto: cuDNN where it has an engine for the type and shape, flash attention otherwise.
+enum class AttentionImpl { kAuto, kCudnn, kFlash };
 
 struct TrainConfig {
   int64_t steps = 600;        // total optimizer steps (a resumed run continues until this)
@@ -41,6 +44,7 @@ struct TrainConfig {
   bool recompute = false;       // keep only block inputs; recompute activations in backward
   Device device = Device::kCpu;
   DType dtype = DType::kAuto;  // see Config::compute_dtype()
+  AttentionImpl attention = AttentionImpl::kAuto;
 };
 
 struct OptimConfig {
@@ -124,5 +128,6 @@ std::string to_ini(const Config& cfg);
 const char* to_string(DataFormat f);
 const char* to_string(Device d);
 const char* to_string(DType t);
+const char* to_string(AttentionImpl a);
 
 }  // namespace st

@@ -4,14 +4,23 @@
 
 #include <cstdint>
 
+#include "shardtrain/kernels/grad_write.h"
+
 namespace st {
 
 // out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC].  bias may be null.
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int C, int OC);
 
 // Accumulates: dinp[N,C] += dout @ weight; dweight[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout[n,:].
-// dinp and dbias may be null (not needed / no bias).
+// dinp and dbias may be null (not needed / no bias). With dinp_write = kOverwrite, dinp = dout @ weight
+// instead (dinp is not read).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int C, int OC);
+                     const float* weight, int64_t N, int C, int OC, GradWrite dinp_write = GradWrite::kAccumulate);
+
+// The backward of out = gelu(pre_gelu) @ weight^T + bias, where inp = gelu(pre_gelu): dinp[N,C] =
+// gelu'(pre_gelu) * (dout @ weight), overwritten; dweight and dbias accumulate as in matmul_backward. The
+// reference for the GPU's fused version: matmul_backward (kOverwrite), then gelu_backward in place.
+void matmul_backward_gelu(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, const float* pre_gelu, int64_t N, int C, int OC);
 
 }  // namespace st

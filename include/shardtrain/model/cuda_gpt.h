@@ -25,20 +25,26 @@
 namespace st {
 
 // Device bytes CudaGpt<T> allocates for micro-batches of max_batch (activations, backward scratch,
-// logits chunk, losses), and the kernel scratch it needs in GpuContext::scratch. Used to plan memory
-// before anything is allocated.
+// logits chunk, losses), and the kernel scratch it needs in GpuContext::scratch, at least
+// attention_scratch_bytes (cuDNN attention's workspace, when the model runs it). Used to plan memory before
+// anything is allocated.
 struct CudaGptFootprint {
   int64_t activation_bytes = 0;
   int64_t scratch_bytes = 0;
 };
 template <typename T>
-CudaGptFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute);
+CudaGptFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute,
+                                    int64_t attention_scratch_bytes = 0);
 
 template <typename T>
 class CudaGpt {
  public:
-  // ctx.scratch must hold cuda_gpt_footprint<T>(...).scratch_bytes; ctx must outlive the model.
-  CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, const gpu::GpuContext& ctx);
+  // ctx.scratch must hold cuda_gpt_footprint<T>(...).scratch_bytes; ctx must outlive the model. With
+  // cudnn_attention, passes at the full shape (max_batch x seq_len: every training micro-step) run cuDNN's
+  // fused attention (ctx.cudnn, plans already built); other shapes (sampling, short evaluations) and
+  // !cudnn_attention run flash attention. Both compute the same function.
+  CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
+          const gpu::GpuContext& ctx);
 
   const std::vector<UnitLayout>& units() const { return units_; }
 
@@ -68,6 +74,7 @@ class CudaGpt {
     DeviceBuffer<float> att_lse;  // [B, NH, T]: what flash attention's backward needs besides qkv and atty
   };
   const T* block_input(int layer) const;
+  bool cudnn_shape() const { return cudnn_attention_ && B_ == max_batch_ && T_ == cfg_.seq_len; }
   BlockActs& acts(int layer) { return blocks_[recompute_ ? 0 : static_cast<size_t>(layer)]; }
   void upload_tokens(DeviceBuffer<int32_t>& dst, const int32_t* host, int64_t n);
 
@@ -75,6 +82,7 @@ class CudaGpt {
   std::vector<UnitLayout> units_;
   int64_t max_batch_;
   bool recompute_;
+  bool cudnn_attention_;
   gpu::GpuContext ctx_;
   OpTimer timer_;
   int64_t B_ = 0, T_ = 0;

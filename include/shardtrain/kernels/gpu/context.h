@@ -1,5 +1,6 @@
-// What every CUDA kernel wrapper needs besides its operands: the stream to launch on and the cuBLASLt
-// state (handle, workspace, cached descriptors). Passed explicitly; nothing is global.
+// What every CUDA kernel wrapper needs besides its operands: the stream to launch on, the cuBLASLt state
+// (handle, workspace, cached descriptors) and the cuDNN state (handle, cached attention plans). Passed
+// explicitly; nothing is global.
 //
 // GPU kernels live in namespace st::gpu with the signature of their CPU reference in st (same operand
 // order and meaning), templated on the activation type T (float, bf16 or fp16), plus a trailing context:
@@ -13,7 +14,8 @@
 
 namespace st::gpu {
 
-class Blas;  // kernels/gpu/matmul.h
+class Blas;   // kernels/gpu/matmul.h
+class Cudnn;  // kernels/gpu/cudnn_attention.h
 
 struct GpuContext {
   cudaStream_t stream = nullptr;
@@ -24,6 +26,7 @@ struct GpuContext {
   // on one stream run in order, so they can share it; contents do not survive between calls.
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
+  Cudnn* cudnn = nullptr;  // needed by cudnn_attention only
 };
 
 }  // namespace st::gpu

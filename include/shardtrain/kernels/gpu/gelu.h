@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/grad_write.h"
 
 namespace st::gpu {
 
@@ -13,9 +14,11 @@ namespace st::gpu {
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n, const GpuContext& ctx);
 
-// Accumulates: dinp[i] += gelu'(inp[i]) * dout[i].
+// Accumulates: dinp[i] += gelu'(inp[i]) * dout[i]. With write = kOverwrite, dinp[i] = gelu'(inp[i]) * dout[i],
+// and dinp may be dout (in place).
 template <typename T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, const GpuContext& ctx);
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, const GpuContext& ctx,
+                   GradWrite write = GradWrite::kAccumulate);
 
 // out[i] = a[i] + b[i]. out may alias a or b.
 template <typename T>

@@ -1,0 +1,89 @@
+// Shared by the single-GPU kernel benchmarks (bench/attention.cc, bench/gemm_shapes.cc): integer
+// `--name value` options and, with the CUDA backend, median timing with CUDA events and random bf16 operands.
+// Not a target of its own: CMakeLists.txt builds each bench/*.cc as a binary.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "shardtrain/core/error.h"
+
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "shardtrain/core/cuda.h"
+#include "shardtrain/core/rng.h"
+#endif
+
+namespace st::bench {
+
+// An integer option `--<name> value` and the variable it sets (parsed with atoi for int, atoll for int64_t).
+struct IntFlag {
+  IntFlag(const char* flag_name, int* value) : name(flag_name), int_value(value) {}
+  IntFlag(const char* flag_name, int64_t* value) : name(flag_name), int64_value(value) {}
+  const char* name;  // with the leading "--"
+  int* int_value = nullptr;
+  int64_t* int64_value = nullptr;
+};
+
+// Reads argv[1..] as `--name value` pairs into `flags` (a trailing name without a value is ignored). An unknown
+// name throws a bad-input st::Error naming `program`, the argument and the known flags.
+//   parse_int_flags(argc, argv, "bench_x", {{"--iters", &iters}, {"--rows", &rows}});
+inline void parse_int_flags(int argc, char** argv, const char* program, std::initializer_list<IntFlag> flags) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    const IntFlag* flag = std::find_if(flags.begin(), flags.end(), [&](const IntFlag& f) { return a == f.name; });
+    if (flag == flags.end()) {
+      std::string known;
+      for (const IntFlag& f : flags) known += (known.empty() ? "" : ", ") + std::string(f.name);
+      ST_BAD_INPUT(program, ": unknown argument ", a, " (", known, ")");
+    }
+    if (flag->int_value != nullptr) {
+      *flag->int_value = std::atoi(argv[i + 1]);
+    } else {
+      *flag->int64_value = std::atoll(argv[i + 1]);
+    }
+  }
+}
+
+#ifdef SHARDTRAIN_HAVE_CUDA
+
+// Median milliseconds of `iters` (>= 1) calls of fn(), after 3 untimed warm-up calls; each call is timed by a
+// pair of CUDA events on stream s, so fn must enqueue all its work on s.
+template <typename Fn>
+double median_ms(cudaStream_t s, int iters, Fn fn) {
+  for (int i = 0; i < 3; ++i) fn();
+  CudaEvent a(true), b(true);
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    a.record(s);
+    fn();
+    b.record(s);
+    b.synchronize();
+    float t = 0;
+    ST_CUDA_CHECK(cudaEventElapsedTime(&t, a.get(), b.get()));
+    ms.push_back(t);
+  }
+  std::nth_element(ms.begin(), ms.begin() + static_cast<long>(ms.size() / 2), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// n bf16 values scale * N(0, 1) on the device, element i from st::normal_at(7, stream, i); complete on return
+// (the copy is synchronised, so kernels on a non-blocking stream see it).
+inline DeviceBuffer<bf16> random_bf16(int64_t n, uint64_t stream, double scale = 1.0) {
+  std::vector<bf16> h(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = scale * normal_at(7, stream, static_cast<uint64_t>(i));
+    h[static_cast<size_t>(i)] = __float2bfloat16(static_cast<float>(x));
+  }
+  DeviceBuffer<bf16> d(n);
+  ST_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), d.bytes(), cudaMemcpyHostToDevice));
+  ST_CUDA_CHECK(cudaDeviceSynchronize());
+  return d;
+}
+
+#endif  // SHARDTRAIN_HAVE_CUDA
+
+}  // namespace st::bench
