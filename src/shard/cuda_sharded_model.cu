@@ -186,6 +186,7 @@ class CudaShardedModel final : public ModelBackend {
   T* full_grad(int unit);
   void reduce_scatter(int unit);
   void release_params(int unit);
+  void prefetch_embedding();
   Buffer* free_buffer(std::vector<Buffer>& pool, Buffer& emb, int unit);
   const T* gather_source(int unit) const;
   std::vector<float> gather_full(int unit, bool grads);
@@ -219,6 +220,8 @@ class CudaShardedModel final : public ModelBackend {
   int64_t in_use_bytes_ = 0, peak_bytes_ = 0;
   // The schedule being run: how far its gathers have been issued.
   size_t next_gather_ = 0;
+  // The optimizer has already issued the next run's first op, "gather 0" (prefetch_embedding).
+  bool embedding_prefetched_ = false;
   const int32_t* tokens_ = nullptr;
   int64_t batch_ = 0, len_ = 0;
   std::vector<float>* logits_out_ = nullptr;
@@ -405,6 +408,18 @@ void CudaShardedModel<T>::release_params(int unit) {
   b = nullptr;
 }
 
+// Every schedule starts with "gather 0", the largest unit (the tied embedding), and nothing can compute
+// before it arrives. So as soon as the optimizer has updated unit 0's shard, its all-gather for the next run
+// goes out on the communication stream, to overlap the optimizer steps of the other units instead of
+// starting the next step. Every rank steps the same units in the same order, so the collectives still match.
+template <typename T>
+void CudaShardedModel<T>::prefetch_embedding() {
+  compute_mark_.record(compute_stream_.get());  // the gather reads the shard AdamW just wrote
+  compute_mark_.wait_on(comm_stream_.get());
+  issue_gather(0);
+  embedding_prefetched_ = true;
+}
+
 template <typename T>
 float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets,
                                float dloss) {
@@ -413,6 +428,12 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
   compute_mark_.record(cs);
   compute_mark_.wait_on(ns);
   next_gather_ = 0;
+  if (embedding_prefetched_) {
+    ST_CHECK(!schedule.empty() && schedule[0] == (ScheduleOp{OpKind::kGather, 0}),
+             "a schedule that does not start by gathering unit 0 after the optimizer prefetched it");
+    next_gather_ = 1;
+    embedding_prefetched_ = false;
+  }
   for (size_t i = 0; i < schedule.size(); ++i) {
     const ScheduleOp& op = schedule[i];
     const int u = op.unit;
@@ -496,7 +517,8 @@ float CudaShardedModel<T>::micro_step(const int32_t* inputs, const int32_t* targ
   tokens_ = inputs;
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;
-  return run(training_schedule(cfg_.model.n_layer, cfg_.dist.reshard_after_forward), Mode::kTrain, targets, dloss);
+  return run(training_schedule(cfg_.model.n_layer, cfg_.dist.reshard_after_forward, /*keep_embedding=*/true),
+             Mode::kTrain, targets, dloss);
 }
 
 template <typename T>
@@ -504,7 +526,7 @@ float CudaShardedModel<T>::eval_micro(const int32_t* inputs, const int32_t* targ
   tokens_ = inputs;
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;
-  return run(eval_schedule(cfg_.model.n_layer), Mode::kEval, targets, 0.0f);
+  return run(eval_schedule(cfg_.model.n_layer, /*keep_embedding=*/true), Mode::kEval, targets, 0.0f);
 }
 
 template <typename T>
@@ -513,7 +535,7 @@ void CudaShardedModel<T>::last_logits(const int32_t* tokens, int64_t len, std::v
   batch_ = 1;
   len_ = len;
   logits_out_ = logits;
-  run(eval_schedule(cfg_.model.n_layer), Mode::kLogits, nullptr, 0.0f);
+  run(eval_schedule(cfg_.model.n_layer, /*keep_embedding=*/true), Mode::kLogits, nullptr, 0.0f);
   logits_out_ = nullptr;
 }
 
@@ -547,6 +569,7 @@ void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
     gpu::adamw_update<T>(d.master.data() + r.offset, d.m.data() + r.offset, d.v.data() + r.offset,
                          d.grad.data() + r.offset, r.count, r.params, out, ctx_);
   }
+  if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
 }
 
 template <typename T>
@@ -580,6 +603,10 @@ void CudaShardedModel<T>::pull_state() {
 
 template <typename T>
 void CudaShardedModel<T>::push_state() {
+  if (embedding_prefetched_) {  // gathered from the shard this replaces
+    release_params(0);
+    embedding_prefetched_ = false;
+  }
   compute_stream_.synchronize();
   comm_stream_.synchronize();
   for (size_t u = 0; u < shards_.size(); ++u) {

@@ -4,24 +4,24 @@ namespace st {
 namespace {
 
 // With reshard_after_forward = false the blocks stay gathered from their forward to their backward.
-void forward_part(int n_layer, bool reshard, std::vector<ScheduleOp>& s) {
+void forward_part(int n_layer, bool reshard, bool keep_embedding, std::vector<ScheduleOp>& s) {
   for (int u = 0; u <= n_layer; ++u) {
     s.push_back({OpKind::kGather, u});
     s.push_back({OpKind::kForward, u});
-    if (reshard || u == 0) s.push_back({OpKind::kRelease, u});
+    if (u == 0 ? !keep_embedding : reshard) s.push_back({OpKind::kRelease, u});
   }
   const int head = n_layer + 1;
   s.push_back({OpKind::kGather, head});
-  s.push_back({OpKind::kGather, 0});
+  if (!keep_embedding) s.push_back({OpKind::kGather, 0});
   s.push_back({OpKind::kHeadForwardBackward, head});
   s.push_back({OpKind::kRelease, 0});
 }
 
 }  // namespace
 
-std::vector<ScheduleOp> training_schedule(int n_layer, bool reshard_after_forward) {
+std::vector<ScheduleOp> training_schedule(int n_layer, bool reshard_after_forward, bool keep_embedding) {
   std::vector<ScheduleOp> s;
-  forward_part(n_layer, reshard_after_forward, s);
+  forward_part(n_layer, reshard_after_forward, keep_embedding, s);
   const int head = n_layer + 1;
   s.push_back({OpKind::kReduceScatter, head});
   s.push_back({OpKind::kRelease, head});
@@ -36,9 +36,9 @@ std::vector<ScheduleOp> training_schedule(int n_layer, bool reshard_after_forwar
   return s;
 }
 
-std::vector<ScheduleOp> eval_schedule(int n_layer) {
+std::vector<ScheduleOp> eval_schedule(int n_layer, bool keep_embedding) {
   std::vector<ScheduleOp> s;
-  forward_part(n_layer, /*reshard=*/true, s);
+  forward_part(n_layer, /*reshard=*/true, keep_embedding, s);
   s.push_back({OpKind::kRelease, n_layer + 1});
   return s;
 }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "shardtrain/shard/schedule.h"
@@ -68,6 +69,32 @@ TEST(Schedule, TrainingGathersEachBlockTwiceAndTheTiedEmbeddingTwice) {
   EXPECT_EQ(s.back(), (ScheduleOp{OpKind::kReduceScatter, 0}));
   const std::vector<ScheduleOp> e = eval_schedule(L);
   for (const ScheduleOp& op : e) EXPECT_NE(op.kind, OpKind::kReduceScatter);
+}
+
+// keep_embedding: the tied embedding is gathered once per micro-step and stays live from its forward through
+// the head; everything else is as before.
+TEST(Schedule, KeepEmbeddingGathersItOnce) {
+  const int L = 3;
+  for (bool reshard : {true, false}) {
+    const std::vector<ScheduleOp> s = training_schedule(L, reshard, /*keep_embedding=*/true);
+    std::vector<int> gathers(L + 2, 0), live(L + 2, 0);
+    for (const ScheduleOp& op : s) {
+      if (op.kind == OpKind::kGather) {
+        ++gathers[op.unit];
+        EXPECT_EQ(live[op.unit]++, 0) << to_string(op);
+      }
+      if (op.kind == OpKind::kRelease) EXPECT_EQ(live[op.unit]--, 1) << to_string(op);
+      if (op.kind == OpKind::kForward || op.kind == OpKind::kHeadForwardBackward ||
+          (op.kind == OpKind::kBackward && op.unit != 0))
+        EXPECT_EQ(live[op.unit], 1) << to_string(op) << " without its parameters";
+      if (op.kind == OpKind::kForward && op.unit > 0) EXPECT_EQ(live[0], 1) << to_string(op);
+    }
+    EXPECT_EQ(gathers, (std::vector<int>{1, reshard ? 2 : 1, reshard ? 2 : 1, reshard ? 2 : 1, 1}));
+    EXPECT_EQ(live, (std::vector<int>(L + 2, 0)));
+  }
+  const std::vector<ScheduleOp> e = eval_schedule(L, /*keep_embedding=*/true);
+  EXPECT_EQ(std::count(e.begin(), e.end(), ScheduleOp{OpKind::kGather, 0}), 1);
+  EXPECT_EQ(std::count(e.begin(), e.end(), ScheduleOp{OpKind::kRelease, 0}), 1);
 }
 
 // Without resharding, each block is gathered once (forward) and stays live until its reduce-scatter.

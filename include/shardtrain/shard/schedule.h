@@ -16,6 +16,11 @@
 //   for each block u, last to first: gather u, backward u, reduce-scatter u, release u,
 //   backward 0 (needs no parameters), reduce-scatter 0.
 // Evaluation is the forward part with a head forward only (always resharding: there is no backward).
+//
+// keep_embedding = true keeps unit 0 gathered from its forward to the head instead ("release 0" and the
+// second "gather 0" go): one gather of the large tied embedding per micro-step instead of two, for a backend
+// whose unit-0 buffer is dedicated and so held anyway (the GPU's). The CPU backend allocates per gather, and
+// keeps the default.
 #pragma once
 
 #include <string>
@@ -40,8 +45,8 @@ struct ScheduleOp {
 
 // reshard_after_forward = false (ZeRO-2-like): blocks are not released after their forward and not
 // gathered again in backward; they are released after their reduce-scatter.
-std::vector<ScheduleOp> training_schedule(int n_layer, bool reshard_after_forward = true);
-std::vector<ScheduleOp> eval_schedule(int n_layer);
+std::vector<ScheduleOp> training_schedule(int n_layer, bool reshard_after_forward = true, bool keep_embedding = false);
+std::vector<ScheduleOp> eval_schedule(int n_layer, bool keep_embedding = false);
 
 // "gather 3", for logs and test messages.
 std::string to_string(const ScheduleOp& op);
