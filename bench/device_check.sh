@@ -9,7 +9,7 @@
 # trainers with NCCL_P2P_DISABLE=1, the dual-RTX-4090 stand-in), GPT-2 at T=1024, bf16, random tokens. The peer is
 # .peer/fsdp2_gpt2.py (a copy of shared/reference/fsdp2_gpt2.py; carry .peer with the call) when present.
 # The bench stage also runs bench_gemm_shapes (each GEMM of a GPT-2 124M step through our cuBLASLt layer)
-# and, with 2 GPUs, bench_collectives (NcclCommunicator vs raw NCCL busbw).
+# and, with 2 GPUs, bench_collectives (NcclCommunicator vs raw NCCL busbw); BENCH_EXTRAS=0 skips both.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -99,8 +99,8 @@ PY
     fi
   done
   printf '%s\n' "${table[@]}" | tee "$OUT/bench_table.txt"
-  "$BUILD/bench_gemm_shapes" --rows 16384 --n-embd 768 2>&1 | tee "$OUT/gemm_shapes.txt"
-  if [[ $(nvidia-smi -L | wc -l) -ge 2 ]]; then
+  [[ ${BENCH_EXTRAS:-1} == 1 ]] && "$BUILD/bench_gemm_shapes" --rows 16384 --n-embd 768 2>&1 | tee "$OUT/gemm_shapes.txt"
+  if [[ ${BENCH_EXTRAS:-1} == 1 && $(nvidia-smi -L | wc -l) -ge 2 ]]; then
     mpirun --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
       "$BUILD/bench_collectives" --dtype bf16 --max-mib 1024 --iters 20 </dev/null 2>&1 | tee "$OUT/collectives.txt"
   fi

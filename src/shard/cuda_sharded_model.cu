@@ -176,7 +176,7 @@ class CudaShardedModel final : public ModelBackend {
   struct Stall {
     CudaEvent before{true}, after{true};
   };
-  void wait_for_comm(const CudaEvent& done);
+  void wait_for_comm(const CudaEvent& done, const char* what);
   void collect_stalls();
 
   float run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss);
@@ -360,7 +360,7 @@ template <typename T>
 const T* CudaShardedModel<T>::gathered(int unit) {
   Buffer* b = params_of_[static_cast<size_t>(unit)];
   ST_CHECK(b != nullptr, "unit ", unit, " used without being gathered");
-  wait_for_comm(b->ready);
+  wait_for_comm(b->ready, unit == 0 ? "comm_wait.gather_embedding" : "comm_wait.gather");
   return b->data.data();
 }
 
@@ -372,7 +372,7 @@ T* CudaShardedModel<T>::full_grad(int unit) {
     ST_CHECK(slot != nullptr, "no free gradient buffer for unit ", unit);
     slot->unit = unit;
     cudaStream_t cs = compute_stream_.get();
-    wait_for_comm(slot->free);  // its previous reduce-scatter has read it
+    wait_for_comm(slot->free, "comm_wait.grad_buffer");  // its previous reduce-scatter has read it
     const int64_t n = host_[static_cast<size_t>(unit)].slot * nccl_.world_size();
     ST_CUDA_CHECK(cudaMemsetAsync(slot->data.data(), 0, sizeof(T) * static_cast<size_t>(n), cs));
     occupy(static_cast<int64_t>(slot->data.bytes()));
@@ -479,7 +479,7 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
   ST_CHECK(in_use_bytes_ == 0, "the schedule left ", in_use_bytes_, " bytes of buffers in use");
   // The optimizer and the next step's zeroing must see every accumulated gradient.
   comm_mark_.record(ns);
-  wait_for_comm(comm_mark_);
+  wait_for_comm(comm_mark_, "comm_wait.step_end");
   float loss = 0.0f;
   if (mode == Mode::kLogits)
     compute_stream_.synchronize();
@@ -492,7 +492,9 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
 // Events before and after the wait: the compute stream reaches `before` when its earlier work is done and
 // `after` when the communication is too, so after - before is the time communication held compute up.
 template <typename T>
-void CudaShardedModel<T>::wait_for_comm(const CudaEvent& done) {
+void CudaShardedModel<T>::wait_for_comm(const CudaEvent& done, const char* what) {
+  OpTimer::Laps lap = model_.timer().laps(compute_stream_.get());  // the op profile's row for this wait
+  lap(what);
   if (stalls_used_ == stalls_.size()) stalls_.push_back(std::make_unique<Stall>());
   Stall& s = *stalls_[stalls_used_++];
   cudaStream_t cs = compute_stream_.get();
