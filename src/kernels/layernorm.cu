@@ -155,14 +155,16 @@ __global__ void layernorm_backward_partials_kernel(float* part_w, float* part_b,
   }
 }
 
-// Fused backward for half-precision rows of up to kPacks * 32 packs (C <= 1024 in bf16/fp16): one read of inp
-// and dout and one read-modify-write of dinp, instead of the two kernels above (which read inp and dout twice).
-// Block = kRowsPerBlock warps over one chunk of rows (the same chunks as the partials kernel); a warp takes a
-// row at a time, its lanes always the same columns, so each lane sums norm * dout and dout for its columns in
-// registers. The warps then add their sums into shared memory one warp after another (fixed order), and the
-// block writes part_w/part_b[chunk, C] for finish_column_sums: bit-reproducible, as before.
+// Fused backward for half-precision rows of up to kPacks * 32 packs (C <= 1024 in bf16/fp16): one pass over the rows
+// instead of the two kernels above (which read inp and dout twice from memory). Block = kRowsPerBlock warps over
+// one chunk of rows (the same chunks as the partials kernel); a warp takes a row at a time, its lanes always the
+// same columns, so each lane sums norm * dout and dout for its columns in registers. The second half of a row
+// re-reads inp and dout, which the first half has just brought into L1: keeping them in registers instead
+// would cost 64 registers a thread at C = 1024 and halve the blocks an SM holds. The warps then add their
+// sums into shared memory one warp after another (fixed order), and the block writes part_w/part_b[chunk, C] for
+// finish_column_sums: bit-reproducible, as before.
 template <int kVec, int kPacks, typename T>
-__global__ void __launch_bounds__(kRowBlock)
+__global__ void __launch_bounds__(kRowBlock, 2)
     layernorm_backward_fused_kernel(T* dinp, float* part_w, float* part_b, const T* dout, const T* inp,
                                     const T* weight, const float* mean, const float* rstd, int64_t N, int C,
                                     int64_t rows_per_chunk) {
@@ -174,24 +176,23 @@ __global__ void __launch_bounds__(kRowBlock)
   float acc_w[kPacks][kVec] = {}, acc_b[kPacks][kVec] = {};
   for (int64_t n = r0 + warp; n < r1; n += kRowsPerBlock) {
     const float m = mean[n], r = rstd[n];
-    float xn[kPacks][kVec], dv[kPacks][kVec];
     float sum_dn = 0, sum_dn_norm = 0;
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
       const int c = (p * kWarpSize + lane) * kVec;
       if (c >= C) continue;
-      float wt[kVec];
-      load<kVec>(inp + n * C + c, xn[p]);
-      load<kVec>(dout + n * C + c, dv[p]);
+      float xv[kVec], dv[kVec], wt[kVec];
+      load<kVec>(inp + n * C + c, xv);
+      load<kVec>(dout + n * C + c, dv);
       load<kVec>(weight + c, wt);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        xn[p][k] = (xn[p][k] - m) * r;
-        acc_w[p][k] += xn[p][k] * dv[p][k];
-        acc_b[p][k] += dv[p][k];
-        dv[p][k] *= wt[k];  // from here on, dv is weight * dout
-        sum_dn += dv[p][k];
-        sum_dn_norm += dv[p][k] * xn[p][k];
+        const float norm = (xv[k] - m) * r;
+        acc_w[p][k] += norm * dv[k];
+        acc_b[p][k] += dv[k];
+        const float dn = dv[k] * wt[k];
+        sum_dn += dn;
+        sum_dn_norm += dn * norm;
       }
     }
     const float mean_dn = warp_reduce(sum_dn, Add()) / C;
@@ -200,10 +201,16 @@ __global__ void __launch_bounds__(kRowBlock)
     for (int p = 0; p < kPacks; ++p) {
       const int c = (p * kWarpSize + lane) * kVec;
       if (c >= C) continue;
-      float g[kVec];
+      float xv[kVec], dv[kVec], wt[kVec], g[kVec];
+      load<kVec>(inp + n * C + c, xv);
+      load<kVec>(dout + n * C + c, dv);
+      load<kVec>(weight + c, wt);
       load<kVec>(dinp + n * C + c, g);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) g[k] += (dv[p][k] - mean_dn - xn[p][k] * mean_dn_norm) * r;
+      for (int k = 0; k < kVec; ++k) {
+        const float norm = (xv[k] - m) * r;
+        g[k] += (dv[k] * wt[k] - mean_dn - norm * mean_dn_norm) * r;
+      }
       store<kVec>(dinp + n * C + c, g);
     }
   }

@@ -32,6 +32,21 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
   }
 }
 
+void matmul_forward_residual(float* out, const float* inp, const float* weight, const float* bias,
+                             const float* residual, int64_t N, int C, int OC) {
+#pragma omp parallel for schedule(static) if (N * OC >= kMinParallelWork)
+  for (int64_t n = 0; n < N; ++n) {
+    float* o = out + n * OC;
+    const float* r = residual + n * OC;
+    for (int j = 0; j < OC; ++j) o[j] = r[j] + (bias != nullptr ? bias[j] : 0.0f);
+  }
+  for (int64_t n0 = 0; n0 < N; n0 += kMaxRows) {
+    const int rows = static_cast<int>(std::min(kMaxRows, N - n0));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, OC, C, 1.0f, inp + n0 * C, C, weight, C, 1.0f,
+                out + n0 * OC, OC);
+  }
+}
+
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int C, int OC, GradWrite dinp_write) {
   const float dinp_beta = dinp_write == GradWrite::kAccumulate ? 1.0f : 0.0f;

@@ -122,7 +122,8 @@ bool Blas::try_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                                           : (ep.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
   const int64_t es = sizeof(T);
   const int64_t align_a = alignment_of(a, stride_a * es), align_b = alignment_of(b, stride_b * es);
-  const int64_t align_c = alignment_of(c, stride_c * es);
+  const T* c_in = ep.c_in ? static_cast<const T*>(ep.c_in) : c;
+  const int64_t align_c = std::min(alignment_of(c, stride_c * es), alignment_of(c_in, stride_c * es));
   const int64_t align_bias = alignment_of(ep.bias, 0), align_aux = alignment_of(aux, stride_c * es);
   // Everything the plan depends on; the heuristic's choice depends on the alignments too.
   const Key key = {kDataType<T>, trans_a,  trans_b, m,        n,       k,       lda,     ldb,        ldc,      stride_a,
@@ -192,8 +193,8 @@ bool Blas::try_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
   if (!slot->found) return false;
 
   set_epilogue_pointers(slot->desc, ep);
-  ST_CUBLAS_CHECK(cublasLtMatmul(handle_, slot->desc, &alpha, b, slot->first, a, slot->second, &beta, c, slot->out, c,
-                                 slot->out, &slot->algo, workspace_, workspace_bytes_, stream));
+  ST_CUBLAS_CHECK(cublasLtMatmul(handle_, slot->desc, &alpha, b, slot->first, a, slot->second, &beta, c_in, slot->out,
+                                 c, slot->out, &slot->algo, workspace_, workspace_bytes_, stream));
   return true;
 }
 
@@ -227,6 +228,13 @@ template <typename T>
 __global__ void broadcast_rows_kernel(T* out, const T* bias, int64_t n, int OC) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     out[i] = bias[i % OC];
+}
+
+// out[r, o] += bias[o], in fp32, rounded once.
+template <typename T>
+__global__ void add_rows_kernel(T* out, const T* bias, int64_t n, int OC) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = from_f32<T>(to_f32(out[i]) + to_f32(bias[i % OC]));
 }
 
 // The CPU reference's formula, 0.5 x (1 + tanh(u)) = x / (1 + e^{-2u}), with an accurate expf.
@@ -291,6 +299,26 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
   const int64_t n = N * OC;
   broadcast_rows_kernel<<<grid_for(n, kBlock), kBlock, 0, ctx.stream>>>(out, bias, n, OC);
   ST_CUDA_CHECK_LAUNCH();
+  blas.gemm(false, true, N, OC, C, 1.0f, inp, C, 0, weight, C, 0, 1.0f, out, OC, 0, 1, ctx.stream);
+}
+
+template <typename T>
+void matmul_forward_residual(T* out, const T* inp, const T* weight, const T* bias, const T* residual, int64_t N, int C,
+                             int OC, const GpuContext& ctx) {
+  GemmEpilogue ep;
+  ep.bias = bias;
+  ep.c_in = residual;
+  Blas& blas = blas_of(ctx);
+  if (blas.try_gemm(false, true, N, OC, C, 1.0f, inp, C, 0, weight, C, 0, 1.0f, out, OC, 0, 1, ctx.stream, ep)) return;
+  // Unfused, in the CPU reference's order: out = residual + bias, then the product accumulated onto it.
+  const int64_t n = N * OC;
+  if (out != residual)
+    ST_CUDA_CHECK(cudaMemcpyAsync(out, residual, sizeof(T) * static_cast<size_t>(n), cudaMemcpyDeviceToDevice,
+                                  ctx.stream));
+  if (bias != nullptr) {
+    add_rows_kernel<<<grid_for(n, kBlock), kBlock, 0, ctx.stream>>>(out, bias, n, OC);
+    ST_CUDA_CHECK_LAUNCH();
+  }
   blas.gemm(false, true, N, OC, C, 1.0f, inp, C, 0, weight, C, 0, 1.0f, out, OC, 0, 1, ctx.stream);
 }
 
@@ -365,6 +393,8 @@ void matmul_backward_gelu(T* dinp, T* dweight, T* dbias, const T* dout, const T*
                                   const GemmEpilogue&);                                                               \
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&);            \
   template void matmul_forward_gelu<T>(T*, T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&);   \
+  template void matmul_forward_residual<T>(T*, const T*, const T*, const T*, const T*, int64_t, int, int,             \
+                                           const GpuContext&);                                                       \
   template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&,   \
                                    GradWrite);                                                                     \
   template void matmul_backward_gelu<T>(T*, T*, T*, const T*, const T*, const T*, const T*, int64_t, int, int,      \

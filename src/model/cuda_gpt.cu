@@ -8,7 +8,6 @@
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/kernels/gpu/flash_attention.h"
 #include "shardtrain/kernels/gpu/embedding.h"
-#include "shardtrain/kernels/gpu/gelu.h"
 #include "shardtrain/kernels/gpu/layernorm.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/kernels/gpu/reduce.h"
@@ -163,19 +162,15 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   else
     gpu::flash_attention_forward<T>(a.atty.data(), a.att_lse.data(), a.qkv.data(), static_cast<int>(B_),
                                     static_cast<int>(T_), C, cfg_.n_head, ctx_);
-  lap("fwd.matmul");
-  gpu::matmul_forward<T>(a.res2.data(), a.atty.data(), p.projw, p.projb, N, C, C, ctx_);
-  lap("fwd.residual");
-  gpu::residual_forward<T>(a.res2.data(), a.res2.data(), x, N * C, ctx_);
+  lap("fwd.matmul_residual");
+  gpu::matmul_forward_residual<T>(a.res2.data(), a.atty.data(), p.projw, p.projb, x, N, C, C, ctx_);
   lap("fwd.layernorm");
   gpu::layernorm_forward<T>(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C,
                             ctx_);
   lap("fwd.matmul_gelu");
   gpu::matmul_forward_gelu<T>(a.fch_gelu.data(), a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, ctx_);
-  lap("fwd.matmul");
-  gpu::matmul_forward<T>(out, a.fch_gelu.data(), p.fcprojw, p.fcprojb, N, 4 * C, C, ctx_);
-  lap("fwd.residual");
-  gpu::residual_forward<T>(out, out, a.res2.data(), N * C, ctx_);
+  lap("fwd.matmul_residual");
+  gpu::matmul_forward_residual<T>(out, a.fch_gelu.data(), p.fcprojw, p.fcprojb, a.res2.data(), N, 4 * C, C, ctx_);
 }
 
 template <typename T>

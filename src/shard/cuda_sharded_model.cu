@@ -169,6 +169,7 @@ class CudaShardedModel final : public ModelBackend {
   struct Buffer {
     DeviceBuffer<T> data;
     int unit = -1;
+    int64_t released = 0;  // when the host last handed it back (release_tick_), to reuse the oldest first
     CudaEvent ready, free;
   };
   enum class Mode { kTrain, kEval, kLogits };
@@ -218,6 +219,7 @@ class CudaShardedModel final : public ModelBackend {
   double exposed_ms_ = 0;
   CommCounters counters_;
   int64_t in_use_bytes_ = 0, peak_bytes_ = 0;
+  int64_t release_tick_ = 0;
   // The schedule being run: how far its gathers have been issued.
   size_t next_gather_ = 0;
   // The optimizer has already issued the next run's first op, "gather 0" (prefetch_embedding).
@@ -308,9 +310,13 @@ template <typename T>
 typename CudaShardedModel<T>::Buffer* CudaShardedModel<T>::free_buffer(std::vector<Buffer>& pool, Buffer& emb,
                                                                           int unit) {
   if (unit == 0) return emb.unit == -1 ? &emb : nullptr;
+  // The least recently released: its `free` event is the oldest, so the wait on it is the shortest. Taking
+  // the first free one instead would hand backward the buffer whose reduce-scatter was issued a moment ago,
+  // and every block's backward would wait for the previous block's reduce-scatter.
+  Buffer* oldest = nullptr;
   for (Buffer& b : pool)
-    if (b.unit == -1) return &b;
-  return nullptr;
+    if (b.unit == -1 && (oldest == nullptr || b.released < oldest->released)) oldest = &b;
+  return oldest;
 }
 
 template <typename T>
@@ -392,6 +398,7 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
   gpu::accumulate<T>(shards_[static_cast<size_t>(unit)].grad.data(), rs_out_.data(), h.span.count, comm_ctx_);
   b->free.record(ns);
   b->unit = -1;
+  b->released = ++release_tick_;
   in_use_bytes_ -= static_cast<int64_t>(b->data.bytes());
   b = nullptr;
   ++counters_.reduce_scatters[static_cast<size_t>(unit)];
@@ -404,6 +411,7 @@ void CudaShardedModel<T>::release_params(int unit) {
   ST_CHECK(b != nullptr, "release of unit ", unit, " that is not gathered");
   b->free.record(compute_stream_.get());
   b->unit = -1;
+  b->released = ++release_tick_;
   in_use_bytes_ -= static_cast<int64_t>(b->data.bytes());
   b = nullptr;
 }

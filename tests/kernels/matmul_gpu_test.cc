@@ -98,6 +98,41 @@ TYPED_TEST(MatmulGpu, ForwardGeluMatchesCpu) {
   }
 }
 
+// The projection into a residual: fused (beta = 1 reading the residual, bias epilogue) where cuBLASLt has an
+// algorithm; offset-by-one operands take the unfused path. Separate output (poisoned) and in place. In bf16/fp16
+// the unfused path rounds twice (residual + bias, then + product), and so may cuBLASLt in place (it is free to
+// split K and accumulate into the output), hence twice the tolerance there.
+TYPED_TEST(MatmulGpu, ForwardResidualMatchesCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  Env env;
+  for (const Shape& s : kShapes) {
+    for (int offset : {0, 1}) {
+      for (bool with_bias : {true, false}) {
+        for (bool in_place : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC << " offset=" << offset
+                                            << " bias=" << with_bias << " in_place=" << in_place);
+          Operands<T> k(s, 250);
+          const std::vector<float> res = random_input<T>(s.N * s.OC, 255);
+          std::vector<float> want(s.N * s.OC);
+          matmul_forward_residual(want.data(), k.inp.data(), k.w.data(), with_bias ? k.b.data() : nullptr,
+                                  res.data(), s.N, s.C, s.OC);
+
+          auto inp = test::upload<T>(k.inp, offset), w = test::upload<T>(k.w, offset);
+          auto b = test::upload<T>(k.b, offset), r = test::upload<T>(res, offset);
+          DeviceBuffer<T> sep(s.N * s.OC + offset);
+          poison(sep);
+          T* out = in_place ? r.data() + offset : sep.data() + offset;
+          gpu::matmul_forward_residual<T>(out, inp.data() + offset, w.data() + offset,
+                                          with_bias ? b.data() + offset : nullptr, r.data() + offset, s.N, s.C, s.OC,
+                                          env.ctx());
+          EXPECT_TRUE(close(test::download(in_place ? r : sep, offset), want, (offset == 0 && !in_place ? 1 : 2) * kTol<T>));
+        }
+      }
+    }
+  }
+}
+
 // Operands one element past an allocation: 4- or 2-byte aligned only, which rules out the vectorised
 // cuBLASLt kernels (and, possibly, the fused bias).
 TYPED_TEST(MatmulGpu, ForwardUnalignedOperands) {

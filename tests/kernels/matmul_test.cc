@@ -62,6 +62,23 @@ TEST(Matmul, ForwardLargerShapeMatchesNaive) {
   EXPECT_LE(max_rel_diff(out, naive_forward(k, true)), testing::kRefTol);
 }
 
+// residual + product + bias, into a separate output and in place over the residual, with and without bias.
+TEST(Matmul, ForwardResidualMatchesNaiveDouble) {
+  Case k(131, 97, 67, 225);
+  const std::vector<float> residual = randn(k.N * k.OC, 229);
+  for (bool with_bias : {true, false}) {
+    for (bool in_place : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "bias=" << with_bias << " in_place=" << in_place);
+      std::vector<double> want = naive_forward(k, with_bias);
+      for (size_t i = 0; i < want.size(); ++i) want[i] += residual[i];
+      std::vector<float> out = in_place ? residual : std::vector<float>(k.N * k.OC, 1e6f);
+      matmul_forward_residual(out.data(), k.inp.data(), k.w.data(), with_bias ? k.b.data() : nullptr,
+                              in_place ? out.data() : residual.data(), k.N, k.C, k.OC);
+      EXPECT_LE(max_rel_diff(out, want), testing::kRefTol);
+    }
+  }
+}
+
 TEST(Matmul, BackwardMatchesNaiveDouble) {
   Case k(11, 9, 5, 230);
   std::vector<float> dinp(k.N * k.C, 0.0f), dw(k.OC * k.C, 0.0f), db(k.OC, 0.0f);

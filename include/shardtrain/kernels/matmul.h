@@ -11,6 +11,11 @@ namespace st {
 // out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC].  bias may be null.
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int C, int OC);
 
+// out[N,OC] = residual[N,OC] + inp[N,C] @ weight[OC,C]^T + bias[OC]: a linear layer that feeds a residual
+// connection (the attention and MLP projections). bias may be null; out may be residual (in place).
+void matmul_forward_residual(float* out, const float* inp, const float* weight, const float* bias,
+                             const float* residual, int64_t N, int C, int OC);
+
 // Accumulates: dinp[N,C] += dout @ weight; dweight[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout[n,:].
 // dinp and dbias may be null (not needed / no bias). With dinp_write = kOverwrite, dinp = dout @ weight
 // instead (dinp is not read).

@@ -27,6 +27,7 @@ struct GemmEpilogue {
   const void* bias = nullptr;  // [n] of T, added to every row of x
   void* gelu_aux = nullptr;    // if set: gelu_aux = x (same layout as C, ldc % 8 == 0) and C = gelu(x)
   const void* dgelu_aux = nullptr;  // if set (no bias, no gelu_aux): C = gelu'(dgelu_aux) * x, elementwise
+  const void* c_in = nullptr;  // if set: the beta term reads this matrix (C's layout) instead of C; C is only written
 };
 
 // Owns a cuBLASLt handle, a device workspace, and one plan (descriptors, layouts, heuristic algorithm)
@@ -79,6 +80,13 @@ class Blas {
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC,
                     const GpuContext& ctx);
+
+// out[N,OC] = residual + inp @ weight^T + bias, like st::matmul_forward_residual: one cuBLASLt call (beta = 1
+// reading the residual, bias epilogue) where it has an algorithm; otherwise out = residual + bias, then the
+// product accumulated onto it. The fused sum is rounded to T once, the unfused one twice. out may be residual.
+template <typename T>
+void matmul_forward_residual(T* out, const T* inp, const T* weight, const T* bias, const T* residual, int64_t N, int C,
+                             int OC, const GpuContext& ctx);
 
 // pre_gelu[N,OC] = matmul_forward(inp, weight, bias); out[N,OC] = gelu(pre_gelu), the tanh GELU of
 // kernels/gelu.h. Both are overwritten; pre_gelu is what gelu_backward needs. For T = bf16 or fp16 with
