@@ -35,15 +35,20 @@ constexpr EnumName<DType> kDTypes[] = {
     {"auto", DType::kAuto}, {"fp32", DType::kF32}, {"bf16", DType::kBF16}, {"fp16", DType::kF16}};
 constexpr EnumName<AttentionImpl> kAttentionImpls[] = {
     {"auto", AttentionImpl::kAuto}, {"cudnn", AttentionImpl::kCudnn}, {"flash", AttentionImpl::kFlash}};
+constexpr EnumName<OffloadMode> kOffloadModes[] = {{"none", OffloadMode::kNone},
+                                                   {"optimizer", OffloadMode::kOptimizer},
+                                                   {"optimizer+params", OffloadMode::kOptimizerParams}};
 
 const auto& enum_names(const DataFormat*) { return kDataFormats; }
+const auto& enum_names(const OffloadMode*) { return kOffloadModes; }
 const auto& enum_names(const Device*) { return kDevices; }
 const auto& enum_names(const DType*) { return kDTypes; }
 const auto& enum_names(const AttentionImpl*) { return kAttentionImpls; }
 
 template <typename E>
 constexpr bool kIsConfigEnum = std::is_same_v<E, DataFormat> || std::is_same_v<E, Device> ||
-                                std::is_same_v<E, DType> || std::is_same_v<E, AttentionImpl>;
+                                std::is_same_v<E, DType> || std::is_same_v<E, AttentionImpl> ||
+                                std::is_same_v<E, OffloadMode>;
 
 template <typename E>
 std::string enum_name_list() {
@@ -79,6 +84,7 @@ const char* to_string(DataFormat f) { return enum_to_string(f); }
 const char* to_string(Device d) { return enum_to_string(d); }
 const char* to_string(DType t) { return enum_to_string(t); }
 const char* to_string(AttentionImpl a) { return enum_to_string(a); }
+const char* to_string(OffloadMode m) { return enum_to_string(m); }
 
 // Boost.ProgramOptions finds these overloads by argument-dependent lookup when it parses an enum.
 void validate(boost::any& out, const std::vector<std::string>& values, DataFormat*, int) {
@@ -92,6 +98,9 @@ void validate(boost::any& out, const std::vector<std::string>& values, DType*, i
 }
 void validate(boost::any& out, const std::vector<std::string>& values, AttentionImpl*, int) {
   validate_enum<AttentionImpl>(out, values);
+}
+void validate(boost::any& out, const std::vector<std::string>& values, OffloadMode*, int) {
+  validate_enum<OffloadMode>(out, values);
 }
 
 namespace {
@@ -255,6 +264,11 @@ const std::vector<Key>& keys() {
       key("optim", "beta2", &Config::optim, &OptimConfig::beta2, "AdamW second-moment decay, in [0, 1)"),
       key("optim", "eps", &Config::optim, &OptimConfig::eps, "AdamW epsilon"),
       key("optim", "grad_clip", &Config::optim, &OptimConfig::grad_clip, "global gradient-norm clip (0: off)"),
+      key("optim", "offload", &Config::optim, &OptimConfig::offload,
+          "optimizer state in host memory: none, optimizer (fp32 master, m, v; AdamW on host threads), "
+          "optimizer+params (also the compute-precision parameter shard; cuda only)"),
+      key("optim", "offload_threads", &Config::optim, &OptimConfig::offload_threads,
+          "host AdamW threads per rank with optim.offload (0: this rank's share of the CPUs, less one)"),
 
       key("data", "path", &Config::data, &DataConfig::path,
           "training data: a file, a glob, or @fortunes (the built-in corpus)"),
@@ -570,6 +584,10 @@ std::vector<std::string> check(const Config& c) {
   float_check("optim.beta2", o.beta2, o.beta2 >= 0 && o.beta2 < 1, "in [0, 1)");
   float_check("optim.eps", o.eps, o.eps > 0, "> 0");
   float_check("optim.grad_clip", o.grad_clip, o.grad_clip >= 0, ">= 0 (0: off)");
+  at_least("optim.offload_threads", o.offload_threads, 0);
+  if (c.train.device == Device::kCpu && o.offload == OffloadMode::kOptimizerParams)
+    add("optim.offload (optimizer+params) applies to train.device=cuda; on cpu the parameters are in host memory "
+        "already (optimizer runs the host AdamW threads)");
 
   if (c.data.path.empty()) add("data.path must not be empty");
   float_check("data.val_holdout", c.data.val_holdout, c.data.val_holdout >= 0 && c.data.val_holdout < 1, "in [0, 1)");

@@ -1,4 +1,3 @@
-#include <cmath>
 
 #include "gpu_pack.cuh"
 #include "shardtrain/kernels/gpu/adamw.h"
@@ -10,11 +9,6 @@ using namespace kernels_internal;  // gpu_pack.cuh
 namespace {
 
 constexpr int kBlock = 256;
-
-// The per-step scalars, formed on the host in double exactly as the CPU reference forms them.
-struct AdamWScalars {
-  float decay, step_size, bc2_sqrt, b1, b2, omb1, omb2, eps, gs;
-};
 
 // __fmul_rn/__fadd_rn keep nvcc from contracting to FMA: the CPU reference is built without FMA, and
 // this way a shard updated on the GPU and one updated on the CPU stay identical.
@@ -48,17 +42,7 @@ template <typename T>
 void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamWParams& p, T* param_out,
                   const GpuContext& ctx) {
   if (n == 0) return;
-  const double t = static_cast<double>(p.step);
-  AdamWScalars s;
-  s.decay = static_cast<float>(1.0 - static_cast<double>(p.lr) * p.weight_decay);
-  s.step_size = static_cast<float>(p.lr / (1.0 - std::pow(static_cast<double>(p.beta1), t)));
-  s.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(p.beta2), t)));
-  s.b1 = p.beta1;
-  s.b2 = p.beta2;
-  s.omb1 = 1.0f - p.beta1;
-  s.omb2 = 1.0f - p.beta2;
-  s.eps = p.eps;
-  s.gs = p.grad_scale;
+  const AdamWScalars s = adamw_scalars(p);
   // Packs of four fp32 (16 bytes); param_out's packs are then 4 * sizeof(T) bytes.
   constexpr int kVec = 16 / sizeof(float);
   const bool vec = all_aligned(16, param, m, v, grad) && all_aligned(kVec * sizeof(T), param_out);

@@ -34,9 +34,20 @@ void adamw_step_span(const UnitLayout& unit, int64_t begin, int64_t end, const O
 }
 
 double sum_of_squares(const float* grad, int64_t n) {
+  // Partial sums over fixed chunks, added in chunk order: the same bits for any thread count and any run (an
+  // OpenMP reduction combines its threads' sums in whatever order they finish).
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double s = 0.0;
+    for (int64_t i = c * kChunk, end = std::min(n, (c + 1) * kChunk); i < end; ++i)
+      s += static_cast<double>(grad[i]) * grad[i];
+    partial[static_cast<size_t>(c)] = s;
+  }
   double s = 0.0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(grad[i]) * grad[i];
+  for (double p : partial) s += p;
   return s;
 }
 

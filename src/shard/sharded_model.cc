@@ -15,6 +15,13 @@ int64_t bytes_of(const std::vector<float>& v) { return static_cast<int64_t>(v.si
 
 ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
     : cfg_(cfg), comm_(comm), model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute) {
+  if (cfg.optim.offload != OffloadMode::kNone) {
+    HostAdamW::Options o;
+    o.threads = static_cast<int>(cfg.optim.offload_threads);
+    o.local_rank = comm.local_rank();
+    o.local_size = comm.local_size();
+    offload_ = std::make_unique<HostAdamW>(o);
+  }
   const int world = comm.world_size(), rank = comm.rank();
   int64_t max_unit_full = 0, max_slot = 0;
   for (const UnitLayout& u : model_.units()) {
@@ -41,6 +48,7 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
 }
 
 void ShardedModel::zero_grads() {
+  settle();
   for (UnitShard& s : shards_) std::fill(s.grad.begin(), s.grad.end(), 0.0f);
 }
 
@@ -73,6 +81,7 @@ float* ShardedModel::full_grad(int unit) {
 }
 
 float ShardedModel::run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss) {
+  settle();
   const int L = cfg_.model.n_layer;
   const int world = comm_.world_size();
   float loss = 0.0f;
@@ -158,6 +167,7 @@ void ShardedModel::last_logits(const int32_t* tokens, int64_t len, std::vector<f
 }
 
 std::vector<float> ShardedModel::gather_full(int unit, std::vector<float> UnitShard::*state) {
+  settle();
   const UnitShard& sh = shards_[static_cast<size_t>(unit)];
   std::vector<float> full(static_cast<size_t>(sh.slot * comm_.world_size()));
   comm_.all_gather((sh.*state).data(), sh.slot, full.data());
@@ -166,6 +176,7 @@ std::vector<float> ShardedModel::gather_full(int unit, std::vector<float> UnitSh
 }
 
 double ShardedModel::grad_sum_of_squares() {
+  settle();
   double s = 0.0;
   for (const UnitShard& sh : shards_) {
     const float* g = sh.grad.data();
@@ -176,14 +187,23 @@ double ShardedModel::grad_sum_of_squares() {
   return s;
 }
 
+std::string ShardedModel::describe() const {
+  return offload_ ? str_cat("cpu/fp32, optimizer on host AdamW threads (", offload_->describe(), ")") : "cpu/fp32";
+}
+
 void ShardedModel::adamw(int unit, const std::vector<AdamWRun>& runs) {
   UnitShard& sh = shards_[static_cast<size_t>(unit)];
   for (const AdamWRun& r : runs) {
     ST_CHECK(r.offset >= 0 && r.offset + r.count <= sh.span.count, "AdamW run [", r.offset, ", +", r.count,
              ") outside unit ", unit, "'s span of ", sh.span.count);
+  }
+  if (offload_) {  // queued; settle() waits before the shards are read
+    offload_->submit(HostAdamW::Job{sh.param.data(), sh.m.data(), sh.v.data(), sh.grad.data(), runs});
+    return;
+  }
+  for (const AdamWRun& r : runs)
     adamw_update(sh.param.data() + r.offset, sh.m.data() + r.offset, sh.v.data() + r.offset,
                  sh.grad.data() + r.offset, r.count, r.params);
-  }
 }
 
 std::vector<float> ShardedModel::gather_params(int unit) { return gather_full(unit, &UnitShard::param); }

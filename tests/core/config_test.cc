@@ -458,7 +458,7 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
     ++keys;
   }
-  EXPECT_EQ(keys, 39);
+  EXPECT_EQ(keys, 41);
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
   EXPECT_NE(help.find("  dist.reshard_after_forward "), std::string::npos) << help;
@@ -499,6 +499,23 @@ TEST_F(ConfigTest, AttentionKernel) {
   const std::string fp32 =
       load_error(std::nullopt, {"--train.device=cuda", "--train.dtype=fp32", "--train.attention=cudnn"});
   EXPECT_NE(fp32.find("train.attention (cudnn) needs train.dtype bf16 or fp16"), std::string::npos) << fp32;
+}
+
+TEST_F(ConfigTest, OptimizerOffload) {
+  EXPECT_EQ(load_config(std::nullopt, {}).optim.offload, OffloadMode::kNone);
+  const Config c = load_config(std::nullopt, {"--train.device=cuda", "--optim.offload=optimizer+params",
+                                              "--optim.offload_threads=6"});
+  EXPECT_EQ(c.optim.offload, OffloadMode::kOptimizerParams);
+  EXPECT_EQ(c.optim.offload_threads, 6);
+  EXPECT_EQ(load_config_text(to_ini(c), "ini", {}).optim.offload, OffloadMode::kOptimizerParams);  // round trip
+  EXPECT_EQ(load_config(std::nullopt, {"--optim.offload=optimizer"}).optim.offload, OffloadMode::kOptimizer);
+  const std::string bad = load_error(std::nullopt, {"--optim.offload=cpu"});
+  EXPECT_NE(bad.find("optim.offload"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("none, optimizer, optimizer+params"), std::string::npos) << bad;
+  const std::string cpu = load_error(std::nullopt, {"--optim.offload=optimizer+params"});
+  EXPECT_NE(cpu.find("optim.offload (optimizer+params) applies to train.device=cuda"), std::string::npos) << cpu;
+  const std::string threads = load_error(std::nullopt, {"--optim.offload_threads=-2"});
+  EXPECT_NE(threads.find("optim.offload_threads"), std::string::npos) << threads;
 }
 
 }  // namespace

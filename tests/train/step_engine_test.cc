@@ -84,6 +84,34 @@ TEST(StepEngine, TrainingLowersTheLossOnARepeatedBatch) {
   EXPECT_EQ(s.updates(), 80);
 }
 
+// optim.offload=optimizer on the cpu backend runs AdamW on the host engine's threads with the SIMD kernels, while
+// the trainer thread goes on; none runs the reference loop in place. After 10 steps (clipping active, decay on
+// the matrices only) every parameter is the same bits.
+TEST(StepEngine, OffloadedOptimizerGivesIdenticalWeights) {
+  Config plain = small_config();
+  plain.optim.grad_clip = 0.5f;
+  Config offload = plain;
+  offload.optim.offload = OffloadMode::kOptimizer;
+  offload.optim.offload_threads = 3;
+  SoloCommunicator comm;
+  StepEngine a(plain, comm), b(offload, comm);
+  EXPECT_NE(b.sharded().describe().find("host AdamW threads (3 threads"), std::string::npos)
+      << b.sharded().describe();
+  for (int step = 0; step < 10; ++step) {
+    auto batch = [&](int64_t, int32_t* in, int32_t* tgt) { fill_sequences(plain, step * 4, 4, in, tgt); };
+    const StepStats sa = a.optimizer_step(step, a.forward_backward(batch, 1));
+    const StepStats sb = b.optimizer_step(step, b.forward_backward(batch, 1));
+    ASSERT_EQ(sa.loss, sb.loss) << "step " << step;
+    ASSERT_EQ(sa.grad_norm, sb.grad_norm) << "step " << step;
+  }
+  const auto pa = a.gather_params(), pb = b.gather_params();
+  for (size_t u = 0; u < pa.size(); ++u) EXPECT_EQ(pa[u], pb[u]) << a.units()[u].name;
+  for (size_t u = 0; u < pa.size(); ++u) {  // and the moments
+    EXPECT_EQ(a.sharded().shard(static_cast<int>(u)).m, b.sharded().shard(static_cast<int>(u)).m);
+    EXPECT_EQ(a.sharded().shard(static_cast<int>(u)).v, b.sharded().shard(static_cast<int>(u)).v);
+  }
+}
+
 TEST(StepEngine, NonFiniteLossSkipsTheUpdate) {
   const Config c = small_config();
   SoloCommunicator comm;

@@ -47,6 +47,10 @@ struct TrainConfig {
   AttentionImpl attention = AttentionImpl::kAuto;
 };
 
+// Where the optimizer state lives (train.device=cuda): on the device (none); fp32 master, m and v in host memory
+// with AdamW on host threads (optimizer); and also the compute-precision parameter shard (optimizer+params).
+enum class OffloadMode { kNone, kOptimizer, kOptimizerParams };
+
 struct OptimConfig {
   float lr = 3e-3f;
   float min_lr = 3e-4f;  // cosine decay ends here
@@ -56,6 +60,8 @@ struct OptimConfig {
   float beta2 = 0.95f;
   float eps = 1e-8f;
   float grad_clip = 1.0f;  // global-norm clip; 0 disables
+  OffloadMode offload = OffloadMode::kNone;
+  int64_t offload_threads = 0;  // host AdamW threads per rank; 0: this rank's share of the CPUs, less one
 };
 
 enum class DataFormat { kLlmc, kText };
@@ -129,5 +135,6 @@ const char* to_string(DataFormat f);
 const char* to_string(Device d);
 const char* to_string(DType t);
 const char* to_string(AttentionImpl a);
+const char* to_string(OffloadMode m);
 
 }  // namespace st

@@ -4,6 +4,7 @@
 // where g = grad * grad_scale (grad_scale carries the clip coefficient). CPU fp32 reference.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace st {
@@ -19,6 +20,26 @@ struct AdamWParams {
 };
 
 void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamWParams& p);
+
+// The per-step scalars of the update, formed in double and rounded once (as PyTorch does with its Python-float
+// hyperparameters). Every implementation (this reference, the host SIMD kernels, the GPU kernel) uses these, in
+// this order per element:
+//   g = grad * gs;  m = b1 m + omb1 g;  v = b2 v + (omb2 g) g;
+//   param = param * decay - step_size * (m / (sqrt(v) / bc2_sqrt + eps))
+struct AdamWScalars {
+  float decay, step_size, bc2_sqrt, b1, b2, omb1, omb2, eps, gs;
+};
+AdamWScalars adamw_scalars(const AdamWParams& p);
+
+// One element of the update in that order (the scalar loops of every host implementation). Compiled without
+// fused multiply-add (x86-64-v2 has none, and the SIMD file turns contraction off).
+inline void adamw_element(const AdamWScalars& s, float& param, float& m, float& v, float grad) {
+  const float g = grad * s.gs;
+  m = s.b1 * m + s.omb1 * g;
+  v = s.b2 * v + s.omb2 * g * g;
+  const float denom = std::sqrt(v) / s.bc2_sqrt + s.eps;
+  param = param * s.decay - s.step_size * (m / denom);  // addcdiv order: m / denom first
+}
 
 // A contiguous run of a shard updated with one set of parameters (one weight-decay setting): elements
 // [offset, offset + count) of the shard's param/m/v/grad arrays.

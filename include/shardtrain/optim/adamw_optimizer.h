@@ -28,7 +28,8 @@ std::vector<AdamWRun> adamw_runs(const UnitLayout& unit, int64_t begin, int64_t 
 void adamw_step_span(const UnitLayout& unit, int64_t begin, int64_t end, const OptimConfig& cfg,
                      const OptimizerStep& step, float* param, float* m, float* v, const float* grad);
 
-// Sum of squares of grad [0, n) in double, for the global gradient norm.
+// Sum of squares of grad [0, n) in double, for the global gradient norm: bit-reproducible (fixed chunks, added in
+// order), whatever the thread count.
 double sum_of_squares(const float* grad, int64_t n);
 
 // The factor clipping multiplies gradients by: min(1, grad_clip / (norm + 1e-6)) (PyTorch's

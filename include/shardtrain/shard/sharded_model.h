@@ -14,11 +14,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/model/gpt.h"
+#include "shardtrain/optim/host_adamw.h"
 #include "shardtrain/shard/model_backend.h"
 #include "shardtrain/shard/schedule.h"
 #include "shardtrain/shard/shard_span.h"
@@ -31,10 +33,16 @@ class ShardedModel final : public ModelBackend {
   ShardedModel(const Config& cfg, Communicator& comm);
 
   const std::vector<UnitLayout>& units() const override { return model_.units(); }
-  UnitShard& shard(int unit) override { return shards_[static_cast<size_t>(unit)]; }
-  const UnitShard& shard(int unit) const { return shards_[static_cast<size_t>(unit)]; }
+  UnitShard& shard(int unit) override {
+    settle();
+    return shards_[static_cast<size_t>(unit)];
+  }
+  const UnitShard& shard(int unit) const {
+    settle();
+    return shards_[static_cast<size_t>(unit)];
+  }
   Communicator& comm() override { return comm_; }
-  std::string describe() const override { return "cpu/fp32"; }
+  std::string describe() const override;
   std::string device_name() const override { return "cpu"; }
 
   void zero_grads() override;
@@ -83,9 +91,16 @@ class ShardedModel final : public ModelBackend {
   void occupy(Slot& s, int unit);
   void release(Slot& s, int unit);
 
+  // With optim.offload the optimizer runs on the HostAdamW threads while this thread goes on; everything that
+  // reads the shards first waits for it.
+  void settle() const {
+    if (offload_) offload_->wait_all();
+  }
+
   Config cfg_;
   Communicator& comm_;
   GptModel model_;
+  std::unique_ptr<HostAdamW> offload_;  // optim.offload=optimizer: the host AdamW engine, else null
   std::vector<UnitShard> shards_;
   // Unit 0 (the tied embedding) is live at the same time as the head, so it has slots of its own.
   Slot emb_param_, emb_grad_, unit_grad_;

@@ -1,0 +1,38 @@
+// AdamW on the host for optimizer offload: adamw_update's maths (kernels/adamw.h) vectorised with AVX-512 or
+// AVX2, chosen at run time from what the CPU has, with the scalar loop as the reference; plus the rounded
+// half-precision copy of the new parameters that the GPU gathers (bf16 or fp16 bits, round to nearest even).
+//
+//   const SimdIsa isa = best_simd_isa();                       // kAvx512, kAvx2 or kScalar
+//   adamw_update_isa(isa, param, m, v, grad, n, p, HalfKind::kBF16, out);
+//
+// Every ISA gives the same bits as adamw_update and as the GPU kernel: the same scalars (adamw_scalars), the
+// same operation order, IEEE division and square root, and no fused multiply-add (this file's sources are built
+// with -ffp-contract=off). Single-threaded: HostAdamW (optim/host_adamw.h) splits the work over threads.
+#pragma once
+
+#include <cstdint>
+
+#include "shardtrain/kernels/adamw.h"
+
+namespace st {
+
+enum class SimdIsa { kScalar, kAvx2, kAvx512 };
+enum class HalfKind { kNone, kBF16, kF16 };
+
+const char* to_string(SimdIsa isa);
+// The widest ISA this CPU supports (cpuid).
+SimdIsa best_simd_isa();
+// Whether this CPU can run `isa`.
+bool simd_isa_supported(SimdIsa isa);
+
+// float -> bf16 / fp16 bits, round to nearest even, as CUDA's __float2bfloat16 / __float2half: NaN stays a
+// (quiet) NaN, overflow goes to infinity, fp16 subnormals are rounded correctly.
+uint16_t round_to_bf16(float x);
+uint16_t round_to_f16(float x);
+
+// adamw_update on [0, n) with `isa` (which the CPU must support); when kind != kNone also writes
+// out[i] = the new param[i] rounded to that type.
+void adamw_update_isa(SimdIsa isa, float* param, float* m, float* v, const float* grad, int64_t n,
+                      const AdamWParams& p, HalfKind kind, uint16_t* out);
+
+}  // namespace st

@@ -1,0 +1,170 @@
+#include "shardtrain/kernels/adamw_host.h"
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "shardtrain/core/error.h"
+
+// Built with -ffp-contract=off (CMakeLists.txt): a fused multiply-add would change the bits.
+namespace st {
+namespace {
+
+uint32_t bits_of(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  return u;
+}
+
+constexpr uint16_t kCanonicalNaN = 0x7fff;  // what CUDA's conversions return for any NaN
+
+void scalar_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamWScalars& s,
+                   HalfKind kind, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    adamw_element(s, param[i], m[i], v[i], grad[i]);
+    if (kind == HalfKind::kBF16) out[i] = round_to_bf16(param[i]);
+    if (kind == HalfKind::kF16) out[i] = round_to_f16(param[i]);
+  }
+}
+
+// AVX2 (+F16C for the fp16 conversion): 8 lanes; the tail goes to the scalar loop.
+__attribute__((target("avx2,f16c"))) void avx2_update(float* param, float* m, float* v, const float* grad, int64_t n,
+                                                      const AdamWScalars& s, HalfKind kind, uint16_t* out) {
+  const __m256 gs = _mm256_set1_ps(s.gs), b1 = _mm256_set1_ps(s.b1), b2 = _mm256_set1_ps(s.b2);
+  const __m256 omb1 = _mm256_set1_ps(s.omb1), omb2 = _mm256_set1_ps(s.omb2), bc2 = _mm256_set1_ps(s.bc2_sqrt);
+  const __m256 eps = _mm256_set1_ps(s.eps), decay = _mm256_set1_ps(s.decay), step = _mm256_set1_ps(s.step_size);
+  const __m256i nan16 = _mm256_set1_epi32(kCanonicalNaN), one = _mm256_set1_epi32(1),
+                round = _mm256_set1_epi32(0x7fff);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), gs);
+    const __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(omb1, g));
+    const __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2), eps);
+    const __m256 p = _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(param + i), decay),
+                                   _mm256_mul_ps(step, _mm256_div_ps(mi, denom)));
+    _mm256_storeu_ps(param + i, p);
+    if (kind == HalfKind::kNone) continue;
+    const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_UNORD_Q));
+    __m256i h;
+    if (kind == HalfKind::kBF16) {
+      const __m256i u = _mm256_castps_si256(p);
+      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+      h = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, round), lsb), 16);
+    } else {
+      h = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    h = _mm256_blendv_epi8(h, nan16, is_nan);
+    // 8 x u32 -> 8 x u16: pack within 128-bit lanes, then bring the two lanes' halves together.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(packed));
+  }
+  scalar_update(param + i, m + i, v + i, grad + i, n - i, s, kind, out == nullptr ? nullptr : out + i);
+}
+
+// AVX-512F: 16 lanes; the tail runs masked.
+__attribute__((target("avx512f"))) void avx512_update(float* param, float* m, float* v, const float* grad, int64_t n,
+                                                      const AdamWScalars& s, HalfKind kind, uint16_t* out) {
+  const __m512 gs = _mm512_set1_ps(s.gs), b1 = _mm512_set1_ps(s.b1), b2 = _mm512_set1_ps(s.b2);
+  const __m512 omb1 = _mm512_set1_ps(s.omb1), omb2 = _mm512_set1_ps(s.omb2), bc2 = _mm512_set1_ps(s.bc2_sqrt);
+  const __m512 eps = _mm512_set1_ps(s.eps), decay = _mm512_set1_ps(s.decay), step = _mm512_set1_ps(s.step_size);
+  const __m512i nan16 = _mm512_set1_epi32(kCanonicalNaN), one = _mm512_set1_epi32(1),
+                round = _mm512_set1_epi32(0x7fff);
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, grad + i), gs);
+    const __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_maskz_loadu_ps(k, m + i)), _mm512_mul_ps(omb1, g));
+    const __m512 vi =
+        _mm512_add_ps(_mm512_mul_ps(b2, _mm512_maskz_loadu_ps(k, v + i)), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
+    _mm512_mask_storeu_ps(m + i, k, mi);
+    _mm512_mask_storeu_ps(v + i, k, vi);
+    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
+    const __m512 p = _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, param + i), decay),
+                                   _mm512_mul_ps(step, _mm512_div_ps(mi, denom)));
+    _mm512_mask_storeu_ps(param + i, k, p);
+    if (kind == HalfKind::kNone) continue;
+    const __mmask16 is_nan = _mm512_cmp_ps_mask(p, zero, _CMP_UNORD_Q);
+    __m512i h;
+    if (kind == HalfKind::kBF16) {
+      const __m512i u = _mm512_castps_si512(p);
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+      h = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, round), lsb), 16);
+    } else {
+      h = _mm512_cvtepu16_epi32(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    h = _mm512_mask_mov_epi32(h, is_nan, nan16);
+    const __m256i packed = _mm512_cvtepi32_epi16(h);
+    alignas(32) uint16_t lanes[16];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), packed);
+    std::memcpy(out + i, lanes, sizeof(uint16_t) * static_cast<size_t>(n - i >= 16 ? 16 : n - i));
+  }
+}
+
+}  // namespace
+
+const char* to_string(SimdIsa isa) {
+  switch (isa) {
+    case SimdIsa::kScalar: return "scalar";
+    case SimdIsa::kAvx2: return "avx2";
+    case SimdIsa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+bool simd_isa_supported(SimdIsa isa) {
+  static const bool avx2 = (__builtin_cpu_init(), __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"));
+  static const bool avx512 = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
+  switch (isa) {
+    case SimdIsa::kScalar: return true;
+    case SimdIsa::kAvx2: return avx2;
+    case SimdIsa::kAvx512: return avx512;
+  }
+  return false;
+}
+
+SimdIsa best_simd_isa() {
+  if (simd_isa_supported(SimdIsa::kAvx512)) return SimdIsa::kAvx512;
+  if (simd_isa_supported(SimdIsa::kAvx2)) return SimdIsa::kAvx2;
+  return SimdIsa::kScalar;
+}
+
+uint16_t round_to_bf16(float x) {
+  const uint32_t u = bits_of(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return kCanonicalNaN;
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// The classic branchy round-to-nearest-even float -> half (F. Giesen's float_to_half_fast3_rtne).
+uint16_t round_to_f16(float x) {
+  uint32_t u = bits_of(x);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  u &= 0x7fffffffu;
+  if (u >= 0x47800000u) return u > 0x7f800000u ? kCanonicalNaN : static_cast<uint16_t>(sign | 0x7c00u);  // >= 2^16
+  if (u < 0x38800000u) {  // below the smallest normal half, 2^-14: let the FPU round at 2^-24 steps
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    f += 0.5f;
+    return static_cast<uint16_t>(sign | (bits_of(f) - 0x3f000000u));
+  }
+  const uint32_t odd = (u >> 13) & 1u;
+  u += 0xc8000fffu + odd;  // re-bias the exponent (127 -> 15) and round to nearest even
+  return static_cast<uint16_t>(sign | (u >> 13));
+}
+
+void adamw_update_isa(SimdIsa isa, float* param, float* m, float* v, const float* grad, int64_t n,
+                      const AdamWParams& p, HalfKind kind, uint16_t* out) {
+  ST_CHECK(kind == HalfKind::kNone || out != nullptr, "adamw_update_isa: a half-precision copy needs `out`");
+  ST_CHECK(simd_isa_supported(isa), "adamw_update_isa: this CPU cannot run ", to_string(isa));
+  const AdamWScalars s = adamw_scalars(p);
+  switch (isa) {
+    case SimdIsa::kScalar: scalar_update(param, m, v, grad, n, s, kind, out); return;
+    case SimdIsa::kAvx2: avx2_update(param, m, v, grad, n, s, kind, out); return;
+    case SimdIsa::kAvx512: avx512_update(param, m, v, grad, n, s, kind, out); return;
+  }
+}
+
+}  // namespace st

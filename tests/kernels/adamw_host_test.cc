@@ -1,0 +1,154 @@
+// The host AdamW kernels (AVX-512, AVX2) against the scalar reference adamw_update, bit for bit, and the
+// float -> bf16/fp16 rounding against fixed cases and the CPU's own F16C conversion.
+#include "shardtrain/kernels/adamw_host.h"
+
+#include <gtest/gtest.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "grad_check.h"
+#include "shardtrain/core/rng.h"
+
+namespace st {
+namespace {
+
+using testing::randn;
+
+uint32_t bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  return u;
+}
+float from_bits(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof(x));
+  return x;
+}
+
+struct State {
+  std::vector<float> p, m, v, g;
+  State(int64_t n, uint64_t stream) : p(randn(n, stream, 0.05f)), m(randn(n, stream + 1, 0.01f)), g(randn(n, stream + 3)) {
+    v = randn(n, stream + 2, 0.01f);
+    for (float& x : v) x = x * x;  // second moments are non-negative
+  }
+};
+
+AdamWParams params(float wd, int64_t step) {
+  AdamWParams a;
+  a.lr = 3e-3f;
+  a.weight_decay = wd;
+  a.step = step;
+  a.grad_scale = 0.37f;  // a clip coefficient
+  return a;
+}
+
+const SimdIsa kIsas[] = {SimdIsa::kScalar, SimdIsa::kAvx2, SimdIsa::kAvx512};
+
+// Every length 0..40 (every tail mod 8 and mod 16, and lengths below one vector), plus larger odd ones, two
+// steps, with and without decay, every output kind: param, m, v and the rounded copy are bit-identical to the
+// scalar reference's.
+TEST(AdamWHost, EveryIsaIsBitIdenticalToTheReference) {
+  std::vector<int64_t> lengths;
+  for (int64_t n = 0; n <= 40; ++n) lengths.push_back(n);
+  for (int64_t n : {1000, 1023, 4097, 65541}) lengths.push_back(n);
+  int checked_isas = 0;
+  for (SimdIsa isa : kIsas) {
+    if (!simd_isa_supported(isa)) continue;
+    ++checked_isas;
+    for (int64_t n : lengths) {
+      for (HalfKind kind : {HalfKind::kNone, HalfKind::kBF16, HalfKind::kF16}) {
+        SCOPED_TRACE(::testing::Message() << to_string(isa) << " n=" << n << " kind=" << static_cast<int>(kind));
+        State want(n, 100 + static_cast<uint64_t>(n)), got = want;
+        std::vector<uint16_t> out(static_cast<size_t>(n) + 1, 0xabcd);  // one guard element past the end
+        for (int64_t step : {1, 2}) {
+          const AdamWParams a = params(step == 1 ? 0.1f : 0.0f, step);
+          adamw_update(want.p.data(), want.m.data(), want.v.data(), want.g.data(), n, a);
+          adamw_update_isa(isa, got.p.data(), got.m.data(), got.v.data(), got.g.data(), n, a, kind, out.data());
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(bits(got.p[i]), bits(want.p[i])) << "param " << i;
+          ASSERT_EQ(bits(got.m[i]), bits(want.m[i])) << "m " << i;
+          ASSERT_EQ(bits(got.v[i]), bits(want.v[i])) << "v " << i;
+          if (kind != HalfKind::kNone) {
+            const uint16_t r = kind == HalfKind::kBF16 ? round_to_bf16(want.p[i]) : round_to_f16(want.p[i]);
+            ASSERT_EQ(out[i], r) << "rounded copy " << i;
+          }
+        }
+        EXPECT_EQ(out[static_cast<size_t>(n)], 0xabcd) << "wrote past the end";
+      }
+    }
+  }
+  EXPECT_GE(checked_isas, 1);
+}
+
+// Non-finite gradients propagate the same way on every ISA (NaN params round to the canonical 0x7fff).
+TEST(AdamWHost, NonFiniteGradientsGiveTheSameBits) {
+  const int64_t n = 37;
+  for (SimdIsa isa : kIsas) {
+    if (!simd_isa_supported(isa)) continue;
+    SCOPED_TRACE(to_string(isa));
+    State want(n, 7), got = want;
+    want.g[3] = got.g[3] = std::numeric_limits<float>::quiet_NaN();
+    want.g[20] = got.g[20] = std::numeric_limits<float>::infinity();
+    std::vector<uint16_t> out(n);
+    adamw_update(want.p.data(), want.m.data(), want.v.data(), want.g.data(), n, params(0.1f, 1));
+    adamw_update_isa(isa, got.p.data(), got.m.data(), got.v.data(), got.g.data(), n, params(0.1f, 1), HalfKind::kBF16,
+                     out.data());
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(std::isnan(got.p[i]), std::isnan(want.p[i])) << i;
+      if (!std::isnan(want.p[i])) EXPECT_EQ(bits(got.p[i]), bits(want.p[i])) << i;
+      EXPECT_EQ(out[i], round_to_bf16(want.p[i])) << i;
+    }
+    EXPECT_EQ(out[3], 0x7fff);
+  }
+}
+
+TEST(AdamWHost, RoundToBf16IsNearestEven) {
+  EXPECT_EQ(round_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(round_to_bf16(-2.0f), 0xc000);
+  EXPECT_EQ(round_to_bf16(from_bits(0x3f808000)), 0x3f80);  // tie, even stays
+  EXPECT_EQ(round_to_bf16(from_bits(0x3f818000)), 0x3f82);  // tie, odd rounds up
+  EXPECT_EQ(round_to_bf16(from_bits(0x3f808001)), 0x3f81);  // above the tie
+  EXPECT_EQ(round_to_bf16(from_bits(0x7f7fffff)), 0x7f80);  // FLT_MAX overflows to infinity
+  EXPECT_EQ(round_to_bf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(round_to_bf16(std::numeric_limits<float>::quiet_NaN()), 0x7fff);
+  EXPECT_EQ(round_to_bf16(from_bits(0x00000001)), 0x0000);  // denormals round like any other value
+}
+
+TEST(AdamWHost, RoundToF16FixedCases) {
+  EXPECT_EQ(round_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(round_to_f16(-2.0f), 0xc000);
+  EXPECT_EQ(round_to_f16(65504.0f), 0x7bff);                 // largest half
+  EXPECT_EQ(round_to_f16(65519.0f), 0x7bff);                 // below the midpoint to 2^16
+  EXPECT_EQ(round_to_f16(65520.0f), 0x7c00);                 // the midpoint rounds (to even) to infinity
+  EXPECT_EQ(round_to_f16(std::ldexp(1.0f, -24)), 0x0001);    // smallest subnormal
+  EXPECT_EQ(round_to_f16(std::ldexp(1.0f, -25)), 0x0000);    // tie between 0 and it: even
+  EXPECT_EQ(round_to_f16(std::ldexp(3.0f, -25)), 0x0002);    // tie between 1 and 2: even
+  EXPECT_EQ(round_to_f16(std::ldexp(1.0f, -14)), 0x0400);    // smallest normal
+  EXPECT_EQ(round_to_f16(-std::numeric_limits<float>::infinity()), 0xfc00);
+  EXPECT_EQ(round_to_f16(std::numeric_limits<float>::quiet_NaN()), 0x7fff);
+}
+
+__attribute__((target("f16c"))) uint16_t hardware_f16(float x) {
+  return static_cast<uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// The software rounding against the CPU's F16C instruction on a million random bit patterns (every exponent,
+// so subnormal, normal, overflowing and tie cases all occur), NaNs aside.
+TEST(AdamWHost, RoundToF16MatchesF16c) {
+  if (!simd_isa_supported(SimdIsa::kAvx2)) GTEST_SKIP() << "this CPU has no F16C";
+  Rng rng(5, 0);
+  for (int i = 0; i < 1000000; ++i) {
+    const uint32_t u = static_cast<uint32_t>(rng.next_u64());
+    const float x = from_bits(u);
+    if (std::isnan(x)) continue;
+    ASSERT_EQ(round_to_f16(x), hardware_f16(x)) << std::hex << "bits 0x" << u;
+  }
+}
+
+}  // namespace
+}  // namespace st
