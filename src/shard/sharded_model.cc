@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "shardtrain/core/error.h"
+#include "shardtrain/optim/adamw_optimizer.h"
 
 namespace st {
 namespace {
@@ -178,12 +179,7 @@ std::vector<float> ShardedModel::gather_full(int unit, std::vector<float> UnitSh
 double ShardedModel::grad_sum_of_squares() {
   settle();
   double s = 0.0;
-  for (const UnitShard& sh : shards_) {
-    const float* g = sh.grad.data();
-    const int64_t n = sh.span.count;
-#pragma omp parallel for reduction(+ : s) schedule(static)
-    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(g[i]) * g[i];
-  }
+  for (const UnitShard& sh : shards_) s += sum_of_squares(sh.grad.data(), sh.span.count);  // bit-reproducible
   return s;
 }
 
