@@ -269,6 +269,9 @@ const std::vector<Key>& keys() {
           "optimizer+params (also the compute-precision parameter shard; cuda only)"),
       key("optim", "offload_threads", &Config::optim, &OptimConfig::offload_threads,
           "host AdamW threads per rank with optim.offload (0: this rank's share of the CPUs, less one)"),
+      key("optim", "offload_fraction", &Config::optim, &OptimConfig::offload_fraction,
+          "with optim.offload: offload the units from the last one back until this share of the parameters is "
+          "covered (1: all); the first units keep their optimizer on the GPU, so the next forward starts at once"),
 
       key("data", "path", &Config::data, &DataConfig::path,
           "training data: a file, a glob, or @fortunes (the built-in corpus)"),
@@ -585,6 +588,14 @@ std::vector<std::string> check(const Config& c) {
   float_check("optim.eps", o.eps, o.eps > 0, "> 0");
   float_check("optim.grad_clip", o.grad_clip, o.grad_clip >= 0, ">= 0 (0: off)");
   at_least("optim.offload_threads", o.offload_threads, 0);
+  float_check("optim.offload_fraction", o.offload_fraction, o.offload_fraction > 0 && o.offload_fraction <= 1,
+              "in (0, 1]");
+  if (o.offload == OffloadMode::kNone && o.offload_fraction != 1.0f)
+    add("optim.offload_fraction (", format_value(o.offload_fraction), ") needs optim.offload optimizer or "
+        "optimizer+params (it is none)");
+  if (c.train.device == Device::kCuda && o.offload != OffloadMode::kNone && c.compute_dtype() == DType::kF32)
+    add("optim.offload (", to_string(o.offload), ") needs train.dtype bf16 or fp16 on cuda (the host AdamW writes "
+        "the half-precision shard the GPU gathers)");
   if (c.train.device == Device::kCpu && o.offload == OffloadMode::kOptimizerParams)
     add("optim.offload (optimizer+params) applies to train.device=cuda; on cpu the parameters are in host memory "
         "already (optimizer runs the host AdamW threads)");

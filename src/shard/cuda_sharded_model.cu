@@ -13,6 +13,7 @@
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/kernels/gpu/reduce.h"
 #include "shardtrain/model/cuda_gpt.h"
+#include "shardtrain/optim/host_adamw.h"
 #include "shardtrain/shard/schedule.h"
 
 namespace st {
@@ -86,13 +87,66 @@ AttentionChoice choose_attention(const Config& cfg, gpu::Cudnn& cudnn) {
   }
 }
 
+// Which units optim.offload moves to the host: from the last unit back, until optim.offload_fraction of the
+// parameters is covered (all of them at 1). The first units, the tied embedding first, keep their optimizer on
+// the GPU: the next step's forward can start while the host AdamW still works on the later units.
+std::vector<bool> offloaded_units(const Config& cfg, const std::vector<UnitLayout>& units) {
+  std::vector<bool> out(units.size(), false);
+  if (cfg.optim.offload == OffloadMode::kNone) return out;
+  int64_t total = 0, covered = 0;
+  for (const UnitLayout& u : units) total += u.numel;
+  const double target = static_cast<double>(cfg.optim.offload_fraction) * static_cast<double>(total);
+  for (size_t i = units.size(); i-- > 0 && static_cast<double>(covered) < target;) {
+    out[i] = true;
+    covered += units[i].numel;
+  }
+  return out;
+}
+
+// Per element of a shard on the device: fp32 master, gradient, m and v plus the compute-type copy gathers read
+// (none for fp32: the master is read). An offloaded unit (optim.offload=optimizer) has master, m and v on the
+// host; with optimizer+params also the compute copy, which then passes through one of two staging buffers on
+// its way to a gather.
+template <typename T>
+int64_t sharded_state_bytes(const Config& cfg, const std::vector<UnitLayout>& units, int world) {
+  const int64_t t = sizeof(T);
+  const std::vector<bool> off = offloaded_units(cfg, units);
+  int64_t bytes = 0, staged_slot = 0;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const int64_t slot = padded_shard_size(units[i].numel, world);
+    if (!off[i])
+      bytes += slot * (16 + (std::is_same_v<T, float> ? 0 : t));
+    else if (cfg.optim.offload == OffloadMode::kOptimizer)
+      bytes += slot * (4 + t);
+    else
+      bytes += slot * 4, staged_slot = std::max(staged_slot, slot);
+  }
+  return bytes + 2 * staged_slot * t;
+}
+
+HalfKind half_kind_of(DType t) {
+  return t == DType::kBF16 ? HalfKind::kBF16 : t == DType::kF16 ? HalfKind::kF16 : HalfKind::kNone;
+}
+
+// The host AdamW waits on the offload stream for its job (a CUDA host function: it may block, and calls no
+// CUDA API), so the stream's H2D copy of the new shard starts the moment the CPU is done, without the
+// trainer's thread waiting.
+struct CpuWait {
+  HostAdamW* engine = nullptr;
+  int64_t ticket = -1;
+};
+void CUDART_CB wait_for_cpu(void* arg) {
+  const CpuWait* w = static_cast<const CpuWait*>(arg);
+  w->engine->wait(w->ticket);
+}
+
 template <typename T>
 CudaMemoryPlan plan_for(const Config& cfg, int world, int64_t attention_scratch_bytes) {
   const std::vector<UnitLayout> units = build_units(cfg.model);
   const UnitSizes s = unit_sizes(units, world);
   const int64_t t = sizeof(T);
   CudaMemoryPlan p;
-  p.sharded_state = s.slots * (16 + (std::is_same_v<T, float> ? 0 : t));
+  p.sharded_state = sharded_state_bytes<T>(cfg, units, world);
   p.gather_buffers = (s.emb_full + param_pool_size(cfg) * s.unit_full) * t  // parameters
                      + (s.emb_full + kGradPoolSize * s.unit_full) * t       // full gradients
                      + s.max_slot * t;                                      // reduce-scatter output
@@ -133,10 +187,24 @@ class CudaShardedModel final : public ModelBackend {
   Communicator& comm() override { return comm_; }
   std::string describe() const override {
     const char* dtype = std::is_same_v<T, float> ? "fp32" : std::is_same_v<T, bf16> ? "bf16" : "fp16";
-    return str_cat("cuda/", dtype, " on ", device_name_, ", attention ", attention_.what);
+    return str_cat("cuda/", dtype, " on ", device_name_, ", attention ", attention_.what,
+                   host_adamw_ ? str_cat(", optim.offload=", to_string(cfg_.optim.offload), " (", offload_summary(),
+                                         "; host AdamW: ", host_adamw_->describe(), ")")
+                               : std::string());
+  }
+  std::string offload_summary() const {
+    int64_t units = 0, params = 0, total = 0;
+    for (const UnitLayout& u : units_) {
+      total += u.numel;
+      if (offload(u.index)) ++units, params += u.numel;
+    }
+    char pct[16];
+    std::snprintf(pct, sizeof(pct), "%.1f%%", 100.0 * static_cast<double>(params) / static_cast<double>(total));
+    return str_cat(units, " of ", units_.size(), " units, ", pct, " of the parameters");
   }
   std::string device_name() const override { return device_name_; }
   void zero_grads() override;
+  void expect_micro_steps(int64_t n) override { micro_steps_left_ = n; }
   float micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override;
   float eval_micro(const int32_t* inputs, const int32_t* targets) override;
   void last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) override;
@@ -144,7 +212,10 @@ class CudaShardedModel final : public ModelBackend {
   void adamw(int unit, const std::vector<AdamWRun>& runs) override;
   std::vector<float> gather_params(int unit) override { return gather_full(unit, /*grads=*/false); }
   std::vector<float> gather_grads(int unit) override { return gather_full(unit, /*grads=*/true); }
-  UnitShard& shard(int unit) override { return host_[static_cast<size_t>(unit)]; }
+  UnitShard& shard(int unit) override {
+    if (host_adamw_) host_adamw_->wait_all();  // with optim.offload the view is the state the host AdamW writes
+    return host_[static_cast<size_t>(unit)];
+  }
   void pull_state() override;
   void push_state() override;
   MemoryStats memory() const override;
@@ -161,9 +232,30 @@ class CudaShardedModel final : public ModelBackend {
 
  private:
   struct DeviceShard {
-    DeviceBuffer<float> master, grad, m, v;
-    DeviceBuffer<T> compute;  // the master rounded to T, which gathers read (empty when T is float)
+    DeviceBuffer<float> master, grad, m, v;  // master, m, v empty with optim.offload (host_[u] holds them)
+    DeviceBuffer<T> compute;  // the master rounded to T, which gathers read (empty when T is float, and with
+                              // optim.offload=optimizer+params)
   };
+  // optim.offload: the pinned host buffers of a unit, and the events of its trip through the host AdamW.
+  struct OffloadShard {
+    PinnedBuffer<float> grad;    // the finished gradient shard, copied from the device during backward
+    PinnedBuffer<T> out;         // the new parameters in T, written by the host AdamW, copied to the device
+    CudaEvent grad_copied;       // the gradient has arrived in `grad`
+    CudaEvent params_ready;      // the host AdamW is done (and, with params on the device, they are there)
+    bool grad_on_host = false;   // this step's copy has been issued
+    CpuWait wait;                // the offload stream's host function waits on this job
+  };
+  // optim.offload=optimizer+params: a gather's source, copied up from `out` just before the all-gather.
+  struct Staging {
+    DeviceBuffer<T> data;
+    CudaEvent ready, free;
+  };
+  bool offload(int unit) const { return offloaded_[static_cast<size_t>(unit)]; }
+  bool params_on_host(int unit) const {
+    return offload(unit) && cfg_.optim.offload == OffloadMode::kOptimizerParams;
+  }
+  void copy_grad_to_host(int unit);
+  void upload_compute_copy(int unit);
   // A full-unit buffer: `ready` is recorded when its contents are complete (gather done / backward
   // done), `free` when its last reader has finished (compute done / reduce-scatter done).
   struct Buffer {
@@ -196,6 +288,7 @@ class CudaShardedModel final : public ModelBackend {
   Config cfg_;
   Communicator& comm_;
   std::vector<UnitLayout> units_;
+  std::vector<bool> offloaded_;  // per unit: its optimizer is on the host (optim.offload, offload_fraction)
   NcclCommunicator nccl_;
   std::string device_name_;
   gpu::Cudnn cudnn_;
@@ -207,7 +300,14 @@ class CudaShardedModel final : public ModelBackend {
   gpu::GpuContext ctx_, comm_ctx_;
   CudaGpt<T> model_;
   std::vector<DeviceShard> shards_;
-  std::vector<UnitShard> host_;
+  std::vector<UnitShard> host_;  // with optim.offload: param, m and v are the state itself
+  std::unique_ptr<HostAdamW> host_adamw_;
+  std::vector<OffloadShard> offload_;
+  std::vector<Staging> staging_;
+  size_t next_staging_ = 0;
+  CudaStream d2h_stream_, offload_stream_, h2d_stream_;
+  int64_t micro_steps_left_ = 0;  // expect_micro_steps(), counted down by micro_step()
+  bool last_micro_ = true;        // the running micro-step is the step's last
   Buffer emb_param_, emb_grad_;
   std::vector<Buffer> param_pool_, grad_pool_;
   std::vector<Buffer*> params_of_, grads_of_;  // per unit: the buffer holding it, or null
@@ -234,6 +334,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     : cfg_(cfg),
       comm_(comm),
       units_(build_units(cfg.model)),
+      offloaded_(offloaded_units(cfg, units_)),
       nccl_(comm),  // binds this rank's GPU before anything is allocated
       device_name_(cuda_device_name()),
       cudnn_(),
@@ -254,18 +355,27 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     h.span = shard_span(u.numel, rank, world);
     h.slot = padded_shard_size(u.numel, world);
     DeviceShard d;
-    d.master = DeviceBuffer<float>(h.slot);
     d.grad = DeviceBuffer<float>(h.slot);
-    d.m = DeviceBuffer<float>(h.slot);
-    d.v = DeviceBuffer<float>(h.slot);
-    if (!std::is_same_v<T, float>) d.compute = DeviceBuffer<T>(h.slot);
+    ST_CUDA_CHECK(cudaMemset(d.grad.data(), 0, d.grad.bytes()));
     init.assign(static_cast<size_t>(h.slot), 0.0f);
     init_unit_range(u, cfg.model, cfg.train.seed, h.span.offset, h.span.end(), init.data());
-    ST_CUDA_CHECK(cudaMemcpy(d.master.data(), init.data(), d.master.bytes(), cudaMemcpyHostToDevice));
-    ST_CUDA_CHECK(cudaMemset(d.grad.data(), 0, d.grad.bytes()));
-    ST_CUDA_CHECK(cudaMemset(d.m.data(), 0, d.m.bytes()));
-    ST_CUDA_CHECK(cudaMemset(d.v.data(), 0, d.v.bytes()));
-    if (!std::is_same_v<T, float>) gpu::convert<T>(d.compute.data(), d.master.data(), h.slot, ctx_);
+    if (offload(u.index)) {
+      h.param = init;
+      h.m.assign(init.size(), 0.0f);
+      h.v.assign(init.size(), 0.0f);
+      if (!params_on_host(u.index)) d.compute = DeviceBuffer<T>(h.slot);
+    } else {
+      d.master = DeviceBuffer<float>(h.slot);
+      d.m = DeviceBuffer<float>(h.slot);
+      d.v = DeviceBuffer<float>(h.slot);
+      ST_CUDA_CHECK(cudaMemcpy(d.master.data(), init.data(), d.master.bytes(), cudaMemcpyHostToDevice));
+      ST_CUDA_CHECK(cudaMemset(d.m.data(), 0, d.m.bytes()));
+      ST_CUDA_CHECK(cudaMemset(d.v.data(), 0, d.v.bytes()));
+      if (!std::is_same_v<T, float>) {
+        d.compute = DeviceBuffer<T>(h.slot);
+        gpu::convert<T>(d.compute.data(), d.master.data(), h.slot, ctx_);
+      }
+    }
     shards_.push_back(std::move(d));
     host_.push_back(std::move(h));
   }
@@ -281,20 +391,75 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   sq_ = DeviceBuffer<double>(1);
   counters_.gathers.assign(units_.size(), 0);
   counters_.reduce_scatters.assign(units_.size(), 0);
+  if (cfg.optim.offload != OffloadMode::kNone) {
+    ST_CHECK((!std::is_same_v<T, float>), "optim.offload needs a half-precision compute type");  // config refuses
+    HostAdamW::Options o;
+    o.threads = static_cast<int>(cfg.optim.offload_threads);
+    o.local_rank = comm.local_rank();
+    o.local_size = comm.local_size();
+    host_adamw_ = std::make_unique<HostAdamW>(o);
+    offload_.resize(units_.size());
+    int64_t staged_slot = 0;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (!offload(static_cast<int>(u))) continue;
+      offload_[u].grad = PinnedBuffer<float>(host_[u].slot);
+      offload_[u].out = PinnedBuffer<T>(host_[u].slot);
+      offload_[u].wait.engine = host_adamw_.get();
+      upload_compute_copy(static_cast<int>(u));
+      if (params_on_host(static_cast<int>(u))) staged_slot = std::max(staged_slot, host_[u].slot);
+    }
+    if (staged_slot > 0) {
+      staging_.resize(2);
+      for (Staging& st : staging_) st.data = DeviceBuffer<T>(staged_slot);
+    }
+  }
   compute_stream_.synchronize();
+}
+
+// optim.offload: out = the host master rounded to T, and with the parameters on the device, their copy there.
+// Synchronous: for set-up and push_state.
+template <typename T>
+void CudaShardedModel<T>::upload_compute_copy(int unit) {
+  const UnitShard& h = host_[static_cast<size_t>(unit)];
+  OffloadShard& o = offload_[static_cast<size_t>(unit)];
+  const HalfKind kind = half_kind_of(cfg_.compute_dtype());
+  uint16_t* out = reinterpret_cast<uint16_t*>(o.out.data());
+  for (int64_t i = 0; i < h.slot; ++i) {
+    const float x = h.param[static_cast<size_t>(i)];
+    out[i] = kind == HalfKind::kBF16 ? round_to_bf16(x) : round_to_f16(x);
+  }
+  if (!params_on_host(unit))
+    ST_CUDA_CHECK(cudaMemcpy(shards_[static_cast<size_t>(unit)].compute.data(), o.out.data(), o.out.bytes(),
+                             cudaMemcpyHostToDevice));
+}
+
+// optim.offload: the unit's gradient shard to the host, on the D2H stream, after what the communication
+// stream has issued so far (its reduce-scatter and accumulation).
+template <typename T>
+void CudaShardedModel<T>::copy_grad_to_host(int unit) {
+  OffloadShard& o = offload_[static_cast<size_t>(unit)];
+  comm_mark_.record(comm_stream_.get());
+  comm_mark_.wait_on(d2h_stream_.get());
+  const DeviceBuffer<float>& g = shards_[static_cast<size_t>(unit)].grad;
+  ST_CUDA_CHECK(cudaMemcpyAsync(o.grad.data(), g.data(), g.bytes(), cudaMemcpyDeviceToHost, d2h_stream_.get()));
+  o.grad_copied.record(d2h_stream_.get());
+  o.grad_on_host = true;
 }
 
 template <typename T>
 CudaShardedModel<T>::~CudaShardedModel() {
   // Outstanding work references our buffers; let it finish before they are freed.
-  cudaStreamSynchronize(comm_stream_.get());
-  cudaStreamSynchronize(compute_stream_.get());
+  for (cudaStream_t s : {offload_stream_.get(), h2d_stream_.get(), d2h_stream_.get(), comm_stream_.get(),
+                         compute_stream_.get()})
+    cudaStreamSynchronize(s);
 }
 
 template <typename T>
 void CudaShardedModel<T>::zero_grads() {
+  // The previous step's gradients have gone to the host before its optimizer ran (adamw waits for the copy).
   for (DeviceShard& d : shards_)
     ST_CUDA_CHECK(cudaMemsetAsync(d.grad.data(), 0, d.grad.bytes(), compute_stream_.get()));
+  for (OffloadShard& o : offload_) o.grad_on_host = false;
 }
 
 template <typename T>
@@ -333,7 +498,25 @@ void CudaShardedModel<T>::issue_gather(int unit) {
   const int64_t slot = host_[static_cast<size_t>(unit)].slot;
   cudaStream_t ns = comm_stream_.get();
   b->free.wait_on(ns);  // the unit that held it has finished computing
-  nccl_.all_gather<T>(gather_source(unit), slot, b->data.data(), ns);
+  const T* source = gather_source(unit);
+  Staging* staged = nullptr;
+  if (offload(unit)) {
+    OffloadShard& o = offload_[static_cast<size_t>(unit)];
+    if (params_on_host(unit)) {  // up from the host into a staging buffer, once the host AdamW is done with it
+      staged = &staging_[next_staging_++ % staging_.size()];
+      cudaStream_t hs = h2d_stream_.get();
+      staged->free.wait_on(hs);
+      o.params_ready.wait_on(hs);
+      ST_CUDA_CHECK(cudaMemcpyAsync(staged->data.data(), o.out.data(), o.out.bytes(), cudaMemcpyHostToDevice, hs));
+      staged->ready.record(hs);
+      staged->ready.wait_on(ns);
+      source = staged->data.data();
+    } else {
+      o.params_ready.wait_on(ns);  // the host AdamW's result has been copied up
+    }
+  }
+  nccl_.all_gather<T>(source, slot, b->data.data(), ns);
+  if (staged != nullptr) staged->free.record(ns);
   b->ready.record(ns);
   b->unit = unit;
   params_of_[static_cast<size_t>(unit)] = b;
@@ -396,6 +579,7 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
   b->ready.wait_on(ns);
   nccl_.reduce_scatter<T>(b->data.data(), h.slot, rs_out_.data(), ns);
   gpu::accumulate<T>(shards_[static_cast<size_t>(unit)].grad.data(), rs_out_.data(), h.span.count, comm_ctx_);
+  if (offload(unit) && last_micro_) copy_grad_to_host(unit);  // overlaps the rest of the backward
   b->free.record(ns);
   b->unit = -1;
   b->released = ++release_tick_;
@@ -524,6 +708,7 @@ void CudaShardedModel<T>::collect_stalls() {
 
 template <typename T>
 float CudaShardedModel<T>::micro_step(const int32_t* inputs, const int32_t* targets, float dloss) {
+  last_micro_ = --micro_steps_left_ <= 0;
   tokens_ = inputs;
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;
@@ -570,6 +755,27 @@ template <typename T>
 void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
   DeviceShard& d = shards_[static_cast<size_t>(unit)];
   const int64_t owned = host_[static_cast<size_t>(unit)].span.count;
+  if (offload(unit)) {
+    // Queued on the host AdamW; the offload stream waits for it and copies the new shard up, and the next
+    // gather of this unit waits for that. This thread goes on to the next unit, then to the next step.
+    for (const AdamWRun& r : runs)
+      ST_CHECK(r.offset >= 0 && r.offset + r.count <= owned, "AdamW run [", r.offset, ", +", r.count,
+               ") outside unit ", unit, "'s span of ", owned);
+    UnitShard& h = host_[static_cast<size_t>(unit)];
+    OffloadShard& o = offload_[static_cast<size_t>(unit)];
+    if (!o.grad_on_host) copy_grad_to_host(unit);
+    o.grad_copied.synchronize();
+    o.wait.ticket = host_adamw_->submit(HostAdamW::Job{h.param.data(), h.m.data(), h.v.data(), o.grad.data(), runs,
+                                                       half_kind_of(cfg_.compute_dtype()),
+                                                       reinterpret_cast<uint16_t*>(o.out.data())});
+    cudaStream_t os = offload_stream_.get();
+    ST_CUDA_CHECK(cudaLaunchHostFunc(os, wait_for_cpu, &o.wait));
+    if (!params_on_host(unit))
+      ST_CUDA_CHECK(cudaMemcpyAsync(d.compute.data(), o.out.data(), o.out.bytes(), cudaMemcpyHostToDevice, os));
+    o.params_ready.record(os);
+    if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
+    return;
+  }
   OpTimer::Laps lap = model_.timer().laps(compute_stream_.get());
   lap("optim.adamw");
   for (const AdamWRun& r : runs) {
@@ -588,7 +794,15 @@ std::vector<float> CudaShardedModel<T>::gather_full(int unit, bool grads) {
   const DeviceShard& d = shards_[static_cast<size_t>(unit)];
   cudaStream_t cs = compute_stream_.get();
   DeviceBuffer<float> full(h.slot * nccl_.world_size());
-  nccl_.all_gather<float>(grads ? d.grad.data() : d.master.data(), h.slot, full.data(), cs);
+  DeviceBuffer<float> host_master;  // optim.offload: the master is on the host
+  const float* source = grads ? d.grad.data() : d.master.data();
+  if (!grads && offload(unit)) {
+    host_adamw_->wait_all();
+    host_master = DeviceBuffer<float>(h.slot);
+    ST_CUDA_CHECK(cudaMemcpyAsync(host_master.data(), h.param.data(), host_master.bytes(), cudaMemcpyHostToDevice, cs));
+    source = host_master.data();
+  }
+  nccl_.all_gather<float>(source, h.slot, full.data(), cs);
   std::vector<float> out(static_cast<size_t>(full.size()));
   ST_CUDA_CHECK(cudaMemcpyAsync(out.data(), full.data(), full.bytes(), cudaMemcpyDeviceToHost, cs));
   compute_stream_.synchronize();
@@ -603,6 +817,12 @@ void CudaShardedModel<T>::pull_state() {
   for (size_t u = 0; u < shards_.size(); ++u) {
     UnitShard& h = host_[u];
     const DeviceShard& d = shards_[u];
+    if (offload(static_cast<int>(u))) {  // param, m and v are in host_ already; the gradient is on the device
+      host_adamw_->wait_all();
+      h.grad.resize(static_cast<size_t>(h.slot));
+      ST_CUDA_CHECK(cudaMemcpy(h.grad.data(), d.grad.data(), d.grad.bytes(), cudaMemcpyDeviceToHost));
+      continue;
+    }
     for (auto [host, dev] : {std::pair{&h.param, &d.master}, std::pair{&h.m, &d.m}, std::pair{&h.v, &d.v},
                              std::pair{&h.grad, &d.grad}}) {
       host->resize(static_cast<size_t>(h.slot));
@@ -617,11 +837,19 @@ void CudaShardedModel<T>::push_state() {
     release_params(0);
     embedding_prefetched_ = false;
   }
-  compute_stream_.synchronize();
-  comm_stream_.synchronize();
+  if (host_adamw_) host_adamw_->wait_all();
+  for (const CudaStream* st : {&compute_stream_, &comm_stream_, &offload_stream_, &h2d_stream_, &d2h_stream_})
+    st->synchronize();  // nothing in flight may still write the buffers replaced here
   for (size_t u = 0; u < shards_.size(); ++u) {
     UnitShard& h = host_[u];
     DeviceShard& d = shards_[u];
+    if (offload(static_cast<int>(u))) {  // host_ is the state: only the compute copy follows it
+      for (const std::vector<float>* v : {&h.param, &h.m, &h.v})
+        ST_CHECK(static_cast<int64_t>(v->size()) == h.slot, "push_state: unit ", u, " holds ", v->size(),
+                 " elements, expected ", h.slot);
+      upload_compute_copy(static_cast<int>(u));
+      continue;
+    }
     for (auto [host, dev] : {std::pair{&h.param, &d.master}, std::pair{&h.m, &d.m}, std::pair{&h.v, &d.v}}) {
       ST_CHECK(static_cast<int64_t>(host->size()) == h.slot, "push_state without pull_state");
       ST_CUDA_CHECK(cudaMemcpy(dev->data(), host->data(), dev->bytes(), cudaMemcpyHostToDevice));

@@ -27,6 +27,7 @@ StepEngine::StepEngine(const Config& cfg, Communicator& comm)
 
 float StepEngine::forward_backward(const BatchFn& batch, int64_t accum, int64_t step) {
   model_->zero_grads();
+  model_->expect_micro_steps(accum);
   const int64_t tokens = cfg_.train.micro_batch * cfg_.model.seq_len * accum * comm_.world_size();
   float dloss = static_cast<float>(scaler_.scale() / static_cast<double>(tokens));
   // The seam for "one rank's gradients overflowed": an infinite loss gradient makes every gradient of

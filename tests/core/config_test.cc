@@ -438,6 +438,16 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirShapes) {
       EXPECT_EQ(c.data.path, "@fortunes");
     }
   }
+  // The dual-4090 model: GPT-2-shaped 2.7B with the optimizer offloaded.
+  const Config big = load_config(shipped("gpt2-2.7b.ini"), {});
+  EXPECT_EQ(big.model.n_layer, 32);
+  EXPECT_EQ(big.model.n_head, 20);
+  EXPECT_EQ(big.model.n_embd, 2560);
+  EXPECT_EQ(big.model.padded_vocab(), 50304);
+  EXPECT_EQ(big.optim.offload, OffloadMode::kOptimizer);
+  EXPECT_EQ(big.train.device, Device::kCuda);
+  EXPECT_TRUE(big.train.recompute);
+  EXPECT_EQ(big.grad_accum_steps(2), 8);
   // default.ini is the built-in defaults written out.
   EXPECT_EQ(to_ini(load_config(shipped("default.ini"), {})), to_ini(Config{}));
 }
@@ -458,7 +468,7 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
     ++keys;
   }
-  EXPECT_EQ(keys, 41);
+  EXPECT_EQ(keys, 42);
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
   EXPECT_NE(help.find("  dist.reshard_after_forward "), std::string::npos) << help;
@@ -516,6 +526,18 @@ TEST_F(ConfigTest, OptimizerOffload) {
   EXPECT_NE(cpu.find("optim.offload (optimizer+params) applies to train.device=cuda"), std::string::npos) << cpu;
   const std::string threads = load_error(std::nullopt, {"--optim.offload_threads=-2"});
   EXPECT_NE(threads.find("optim.offload_threads"), std::string::npos) << threads;
+  EXPECT_EQ(load_config(std::nullopt, {"--optim.offload=optimizer", "--optim.offload_fraction=0.25"})
+                .optim.offload_fraction,
+            0.25f);
+  const std::string zero = load_error(std::nullopt, {"--optim.offload=optimizer", "--optim.offload_fraction=0"});
+  EXPECT_NE(zero.find("optim.offload_fraction"), std::string::npos) << zero;
+  const std::string unused = load_error(std::nullopt, {"--optim.offload_fraction=0.5"});
+  EXPECT_NE(unused.find("optim.offload_fraction (0.5) needs optim.offload optimizer or optimizer+params"),
+            std::string::npos)
+      << unused;
+  const std::string fp32 = load_error(std::nullopt, {"--train.device=cuda", "--train.dtype=fp32",
+                                                     "--optim.offload=optimizer"});
+  EXPECT_NE(fp32.find("optim.offload (optimizer) needs train.dtype bf16 or fp16 on cuda"), std::string::npos) << fp32;
 }
 
 }  // namespace

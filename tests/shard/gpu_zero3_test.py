@@ -17,6 +17,12 @@ fewer GPUs than the case needs):
                     scale halves (65536 -> 32768 at step 4), and the weights after the 3-step run are
                     bit-identical to a 2-step run's (each run's final checkpoint exported to safetensors
                     with `shardtrain ckpt export`, compared value by value).
+  offload           2 GPUs in bf16, 50 steps (gradient accumulation 3, clipping on) with optim.offload none,
+                    optimizer, optimizer+params and optimizer+params on half the parameters
+                    (offload_fraction 0.5): the host AdamW computes the GPU kernel's bits, so every
+                    step's loss agrees to rel 1e-6. Checkpoints cross: an offloaded run's step-10 checkpoint
+                    resumed without offload, and a non-offloaded one's resumed with optimizer+params, repeat the
+                    uninterrupted losses of steps 11-20 to rel 1e-6.
   memory-cap        1 GPU, GPT-2 124M-shaped (byte vocabulary) at micro_batch 96 under dist.max_gpu_mem_gib=24 (a stand-in for an
                     RTX 4090): exit code 2 before step 1, and the message gives the breakdown.
 
@@ -174,6 +180,25 @@ def main():
             f.write("step_00000010\n")
         bf_resumed = run.train("bf16_resumed", 1, bf)
         compare(failures, "bf16 1 GPU resumed at step 10", bf_straight, bf_resumed, range(11, 21), 1e-6)
+    elif case == "offload":
+        common = ["--train.dtype=bf16", "--train.steps=50", "--optim.offload_threads=4"]
+        ref = run.train("offload_none", 2, common)
+        for mode, fraction in (("optimizer", 1), ("optimizer+params", 1), ("optimizer+params", 0.5)):
+            got = run.train(f"offload_{mode}_{fraction}", 2, common + [f"--optim.offload={mode}",
+                                                                      f"--optim.offload_fraction={fraction}"])
+            compare(failures, f"optim.offload={mode} (fraction {fraction}) vs none (bf16)", ref, got, range(1, 51),
+                    1e-6)
+        for first, second in (("optimizer", "none"), ("none", "optimizer+params")):
+            d = os.path.join(work, f"ckpt_{first}_{second}")
+            flags = ["--train.dtype=bf16", "--train.steps=20", "--ckpt.every=10", "--ckpt.keep=0", f"--ckpt.dir={d}",
+                     "--optim.offload_threads=4"]
+            straight = run.train(f"straight_{first}", 2, flags + [f"--optim.offload={first}"])
+            shutil.rmtree(os.path.join(d, "step_00000020"))
+            with open(os.path.join(d, "latest"), "w") as f:
+                f.write("step_00000010\n")
+            resumed = run.train(f"resumed_{second}", 2, flags + [f"--optim.offload={second}"])
+            compare(failures, f"offload={first} checkpoint resumed with offload={second}", straight, resumed,
+                    range(11, 21), 1e-6)
     elif case == "memory-cap":
         cmd = [shardtrain, "train", "--config", os.path.join(os.path.dirname(config), "gpt2-124m.ini"),
                "--train.device=cuda", "--train.micro_batch=96", "--train.global_batch=96",

@@ -62,6 +62,7 @@ struct OptimConfig {
   float grad_clip = 1.0f;  // global-norm clip; 0 disables
   OffloadMode offload = OffloadMode::kNone;
   int64_t offload_threads = 0;  // host AdamW threads per rank; 0: this rank's share of the CPUs, less one
+  float offload_fraction = 1.0f;  // the share of the parameters offloaded: the last units in forward order
 };
 
 enum class DataFormat { kLlmc, kText };

@@ -38,7 +38,7 @@ class HostAdamW {
   struct Options {
     int threads = 0;  // 0: one per CPU of this rank's slice but the first
     int local_rank = 0, local_size = 1;
-    SimdIsa isa = best_simd_isa();
+    SimdIsa isa = fastest_simd_isa();
   };
   // One shard's update: runs (from adamw_runs) over param/m/v/grad, and the rounded copy in `out` (kind).
   struct Job {

@@ -14,6 +14,16 @@
 // free once the unit that held it has been released); the reduce-scatter of u's gradient (then its
 // accumulation into the fp32 shard) runs while u-1's backward computes.
 //
+// Optimizer offload (optim.offload, optim.offload_fraction): for the offloaded units (the last ones in forward
+// order) the fp32 master and AdamW moments live in host memory (host_[u], the checkpoint view) and AdamW runs on
+// HostAdamW's threads. During the step's last micro-step each offloaded unit's finished gradient shard is copied
+// to pinned host memory on a D2H stream as soon as its reduce-scatter has been accumulated, behind the rest of the
+// backward. adamw(u) queues the host job and returns; a host function on the offload stream waits for it, then
+// the new T shard is copied up (optimizer) or kept in pinned memory and copied into a staging buffer just
+// before each gather (optimizer+params). The next forward's gather of u waits for that on the GPU, never on the
+// trainer's thread. The update needs the global gradient norm (clipping, the finite check), so it starts once
+// the backward is done and overlaps the next forward; host AdamW and GPU AdamW give the same bits.
+//
 // Memory is planned before anything is allocated: if the plan exceeds dist.max_gpu_mem_gib, or the
 // device's free memory, construction throws kBadInput with the breakdown (sharded state, gather
 // buffers, activations, workspace).
