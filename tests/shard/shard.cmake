@@ -20,6 +20,19 @@ if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
   endforeach()
 endif()
 
+# The cpu backend's offloaded optimizer (host AdamW threads, one CPU share per local rank) under MPI: 2 ranks
+# with optim.offload=optimizer train what one process does (the single process offloads too; that offloading
+# changes no bit is StepEngine.OffloadedOptimizerGivesIdenticalWeights).
+if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
+  add_test(NAME mpi.equivalence.tiny.np2.offload
+           COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/mpi_equivalence_test.py $<TARGET_FILE:shardtrain>
+                   ${MPIRUN_EXECUTABLE} 2 ${CMAKE_BINARY_DIR}/mpi_equiv_tiny_offload ${CMAKE_SOURCE_DIR}/configs/tiny.ini
+                   --train.steps=20 --train.global_batch=12 --train.micro_batch=1 --model.seq_len=64
+                   --optim.lr=1e-3 --optim.eps=1e-6 --optim.offload=optimizer)
+  set_tests_properties(mpi.equivalence.tiny.np2.offload PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
+endif()
+
 # A global batch that does not divide over 2 ranks: every rank reports it, the job exits with the
 # bad-input code (2), and the message shows all three numbers.
 if(MPIRUN_EXECUTABLE)
