@@ -39,9 +39,11 @@ std::string rank_file_name(int rank) {
   return buf;
 }
 
-// What each rank tells rank 0 about its file: size and hash, through one fixed-size broadcast per rank.
+// What each rank tells rank 0 about its file: size and hash, through one fixed-size broadcast per rank. With
+// hybrid sharding only the ranks of replica 0 write; `file` is the shard rank they write as (-1: no file).
 struct FileRecord {
   int64_t bytes = 0;
+  int32_t file = -1;
   char sha256[65] = {0};
 };
 
@@ -139,6 +141,9 @@ std::string hdf5_file_locking_mode() {
 std::string save_checkpoint(const Config& cfg, ModelBackend& model, const CheckpointState& state, Communicator& comm,
                             const std::string& protect) {
   const int rank = comm.rank(), world = comm.world_size();
+  // The files: one per rank of the sharding group (the world, or a node in hybrid), written by replica 0.
+  const int file = model.shard_comm().rank(), files = model.shard_comm().world_size();
+  const bool writer = model.replica_index() == 0;
   const auto t0 = std::chrono::steady_clock::now();
   model.pull_state();  // a device backend copies its shards to the host view
   // One nonce for all ranks, so they all write into the same temporary directory.
@@ -152,30 +157,33 @@ std::string save_checkpoint(const Config& cfg, ModelBackend& model, const Checkp
   const fs::path dir(cfg.ckpt.dir);
   const fs::path final_dir = dir / step_dir_name(state.step);
   const fs::path tmp = dir / (step_dir_name(state.step) + ".tmp-" + nonce);
-  const fs::path my_file = tmp / rank_file_name(rank);
+  const fs::path my_file = tmp / rank_file_name(file);
 
-  // 1. Every rank writes and fsyncs its own file.
+  // 1. Every writing rank writes and fsyncs its own file (with hybrid sharding, replica 0's ranks).
   FileRecord mine;
   std::string my_error;
-  try {
-    std::error_code ec;
-    fs::create_directories(tmp, ec);
-    if (ec) ST_FAULT("cannot create ", tmp.string(), ": ", ec.message());
-    const std::vector<UnitSlice> slices = slices_of(model);
-    if (fault_injected("ckpt_enospc", rank, state.step))
-      ST_FAULT("cannot write ", my_file.string(), ": ", std::strerror(ENOSPC), " (injected by SHARDTRAIN_FAULT)");
-    if (fault_injected("ckpt_mid_write", rank, state.step)) {
-      // Half the units reach the disk, then the process dies as if killed mid-write.
-      write_shard_file(my_file.string(), rank, world, state.step,
-                       std::vector<UnitSlice>(slices.begin(), slices.begin() + static_cast<long>(slices.size() / 2)));
-      die_now("ckpt_mid_write", rank);
+  if (writer) {
+    try {
+      std::error_code ec;
+      fs::create_directories(tmp, ec);
+      if (ec) ST_FAULT("cannot create ", tmp.string(), ": ", ec.message());
+      const std::vector<UnitSlice> slices = slices_of(model);
+      if (fault_injected("ckpt_enospc", rank, state.step))
+        ST_FAULT("cannot write ", my_file.string(), ": ", std::strerror(ENOSPC), " (injected by SHARDTRAIN_FAULT)");
+      if (fault_injected("ckpt_mid_write", rank, state.step)) {
+        // Half the units reach the disk, then the process dies as if killed mid-write.
+        write_shard_file(my_file.string(), file, files, state.step,
+                         std::vector<UnitSlice>(slices.begin(), slices.begin() + static_cast<long>(slices.size() / 2)));
+        die_now("ckpt_mid_write", rank);
+      }
+      write_shard_file(my_file.string(), file, files, state.step, slices);
+      mine.bytes = file_size(my_file.string());
+      mine.file = file;
+      const std::string hash = sha256_file(my_file.string());
+      std::snprintf(mine.sha256, sizeof(mine.sha256), "%s", hash.c_str());
+    } catch (const Error& e) {
+      my_error = e.what();
     }
-    write_shard_file(my_file.string(), rank, world, state.step, slices);
-    mine.bytes = file_size(my_file.string());
-    const std::string hash = sha256_file(my_file.string());
-    std::snprintf(mine.sha256, sizeof(mine.sha256), "%s", hash.c_str());
-  } catch (const Error& e) {
-    my_error = e.what();
   }
 
   // 2. All ranks agree that all succeeded.
@@ -191,14 +199,14 @@ std::string save_checkpoint(const Config& cfg, ModelBackend& model, const Checkp
   }
 
   // 3. Rank 0 learns every file's size and hash, writes the manifest and commits.
-  std::vector<FileRecord> records(static_cast<size_t>(world));
+  std::vector<FileRecord> records(static_cast<size_t>(files));
   for (int r = 0; r < world; ++r) {
     FileRecord rec = (r == rank) ? mine : FileRecord{};
     comm.broadcast(&rec, sizeof(rec), r);
-    records[static_cast<size_t>(r)] = rec;
+    if (rec.file >= 0) records[static_cast<size_t>(rec.file)] = rec;
   }
   if (rank == 0) {
-    const Manifest m = make_manifest(cfg, model, state, world, records);
+    const Manifest m = make_manifest(cfg, model, state, files, records);
     write_file_atomic((tmp / "manifest.json").string(), manifest_to_json(m));
     if (fault_injected("ckpt_before_rename", rank, state.step)) die_now("ckpt_before_rename", rank);
     commit_rename(tmp, final_dir, nonce);
@@ -208,7 +216,7 @@ std::string save_checkpoint(const Config& cfg, ModelBackend& model, const Checkp
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     int64_t total = 0;
     for (const FileRecord& r : records) total += r.bytes;
-    ST_LOG_INFO("checkpoint: saved step ", state.step, " to ", final_dir.string(), " (", world, " files, ", total,
+    ST_LOG_INFO("checkpoint: saved step ", state.step, " to ", final_dir.string(), " (", files, " files, ", total,
                 " bytes, ", sec, " s)");
   }
   comm.barrier();

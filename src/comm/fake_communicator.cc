@@ -205,4 +205,9 @@ void spawn(int world_size, const std::function<void(Communicator&)>& fn, const W
   if (failed >= 0 && errors[failed]) std::rethrow_exception(errors[failed]);
 }
 
+std::unique_ptr<Communicator> FakeCommunicator::split(int color, int key) {
+  ST_CHECK(false, "FakeCommunicator cannot split (color ", color, ", key ", key, "): use MPI for hybrid sharding");
+  return nullptr;
+}
+
 }  // namespace st::fake

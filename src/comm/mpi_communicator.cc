@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,6 +140,28 @@ MpiCommunicator::MpiCommunicator(const MpiCommunicatorOptions& options) : max_ch
     free_handle();  // the destructor does not run for a constructor that throws
     throw;
   }
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm sub, int node_id, int64_t max_chunk) : comm_(sub), max_chunk_(max_chunk) {
+  try {
+    ST_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    ST_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    ST_MPI_CHECK(MPI_Comm_size(comm_, &world_size_));
+    std::vector<int> ids(static_cast<size_t>(world_size_));
+    ST_MPI_CHECK(MPI_Allgather(&node_id, 1, MPI_INT, ids.data(), 1, MPI_INT, comm_));
+    topology_ = node_topology_from_keys(std::vector<int64_t>(ids.begin(), ids.end()), rank_);
+  } catch (...) {
+    free_handle();
+    throw;
+  }
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  ST_CHECK(comm_ != MPI_COMM_NULL, "split of a moved-from MpiCommunicator");
+  ST_CHECK(color >= 0, "MpiCommunicator::split: color ", color, " must be >= 0");
+  MPI_Comm sub = MPI_COMM_NULL;
+  ST_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
+  return std::unique_ptr<Communicator>(new MpiCommunicator(sub, topology_.node_id, max_chunk_));
 }
 
 MpiCommunicator::~MpiCommunicator() { free_handle(); }

@@ -38,8 +38,11 @@ constexpr EnumName<AttentionImpl> kAttentionImpls[] = {
 constexpr EnumName<OffloadMode> kOffloadModes[] = {{"none", OffloadMode::kNone},
                                                    {"optimizer", OffloadMode::kOptimizer},
                                                    {"optimizer+params", OffloadMode::kOptimizerParams}};
+constexpr EnumName<ShardingMode> kShardingModes[] = {
+    {"full", ShardingMode::kFull}, {"hybrid", ShardingMode::kHybrid}, {"auto", ShardingMode::kAuto}};
 
 const auto& enum_names(const DataFormat*) { return kDataFormats; }
+const auto& enum_names(const ShardingMode*) { return kShardingModes; }
 const auto& enum_names(const OffloadMode*) { return kOffloadModes; }
 const auto& enum_names(const Device*) { return kDevices; }
 const auto& enum_names(const DType*) { return kDTypes; }
@@ -48,7 +51,7 @@ const auto& enum_names(const AttentionImpl*) { return kAttentionImpls; }
 template <typename E>
 constexpr bool kIsConfigEnum = std::is_same_v<E, DataFormat> || std::is_same_v<E, Device> ||
                                 std::is_same_v<E, DType> || std::is_same_v<E, AttentionImpl> ||
-                                std::is_same_v<E, OffloadMode>;
+                                std::is_same_v<E, OffloadMode> || std::is_same_v<E, ShardingMode>;
 
 template <typename E>
 std::string enum_name_list() {
@@ -85,6 +88,7 @@ const char* to_string(Device d) { return enum_to_string(d); }
 const char* to_string(DType t) { return enum_to_string(t); }
 const char* to_string(AttentionImpl a) { return enum_to_string(a); }
 const char* to_string(OffloadMode m) { return enum_to_string(m); }
+const char* to_string(ShardingMode m) { return enum_to_string(m); }
 
 // Boost.ProgramOptions finds these overloads by argument-dependent lookup when it parses an enum.
 void validate(boost::any& out, const std::vector<std::string>& values, DataFormat*, int) {
@@ -101,6 +105,9 @@ void validate(boost::any& out, const std::vector<std::string>& values, Attention
 }
 void validate(boost::any& out, const std::vector<std::string>& values, OffloadMode*, int) {
   validate_enum<OffloadMode>(out, values);
+}
+void validate(boost::any& out, const std::vector<std::string>& values, ShardingMode*, int) {
+  validate_enum<ShardingMode>(out, values);
 }
 
 namespace {
@@ -301,6 +308,10 @@ const std::vector<Key>& keys() {
       key("log", "metrics", &Config::log, &LogConfig::metrics, "JSONL metrics file written by rank 0 (empty: none)"),
       key("log", "every", &Config::log, &LogConfig::every, "steps between human-readable log lines"),
 
+      key("dist", "sharding", &Config::dist, &DistConfig::sharding,
+          "full (ZeRO-3 over every rank), hybrid (sharded within a node, replicated across nodes: gathers never "
+          "leave the node; cpu backend), or auto (hybrid when the nodes' link is much slower than the links "
+          "within a node, measured at start)"),
       key("dist", "reshard_after_forward", &Config::dist, &DistConfig::reshard_after_forward,
           "true: free each unit's gathered parameters after its forward and gather again in backward (ZeRO-3); "
           "false: keep them until backward (fewer gathers, more memory)"),
@@ -614,6 +625,8 @@ std::vector<std::string> check(const Config& c) {
     add("train.attention (", to_string(c.train.attention), ") applies to train.device=cuda; cpu takes auto");
   if (c.train.attention == AttentionImpl::kCudnn && c.compute_dtype() == DType::kF32)
     add("train.attention (cudnn) needs train.dtype bf16 or fp16 (cuDNN's fused attention has no fp32 engine)");
+  if (c.train.device == Device::kCuda && c.dist.sharding == ShardingMode::kHybrid)
+    add("dist.sharding (hybrid) is built for train.device=cpu only so far; cuda takes full or auto");
   float_check("dist.max_gpu_mem_gib", c.dist.max_gpu_mem_gib,
               c.dist.max_gpu_mem_gib >= 0 && std::isfinite(c.dist.max_gpu_mem_gib), ">= 0 (0: no cap)");
 

@@ -15,7 +15,10 @@ int64_t bytes_of(const std::vector<float>& v) { return static_cast<int64_t>(v.si
 }  // namespace
 
 ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
-    : cfg_(cfg), comm_(comm), model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute) {
+    : cfg_(cfg),
+      comm_(comm),
+      groups_(make_sharding_groups(cfg, comm)),
+      model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute) {
   if (cfg.optim.offload != OffloadMode::kNone) {
     HostAdamW::Options o;
     o.threads = static_cast<int>(cfg.optim.offload_threads);
@@ -23,7 +26,7 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
     o.local_size = comm.local_size();
     offload_ = std::make_unique<HostAdamW>(o);
   }
-  const int world = comm.world_size(), rank = comm.rank();
+  const int world = groups_.shard().world_size(), rank = groups_.shard().rank();
   int64_t max_unit_full = 0, max_slot = 0;
   for (const UnitLayout& u : model_.units()) {
     UnitShard s;
@@ -76,7 +79,8 @@ float* ShardedModel::full_grad(int unit) {
   Slot& s = grad_slot(unit);
   if (s.unit != unit) {  // first use in this micro-step: a zeroed buffer, since the kernels accumulate
     occupy(s, unit);
-    std::fill(s.data.begin(), s.data.begin() + shards_[static_cast<size_t>(unit)].slot * comm_.world_size(), 0.0f);
+    std::fill(s.data.begin(), s.data.begin() + shards_[static_cast<size_t>(unit)].slot * groups_.shard().world_size(),
+              0.0f);
   }
   return s.data.data();
 }
@@ -84,7 +88,8 @@ float* ShardedModel::full_grad(int unit) {
 float ShardedModel::run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss) {
   settle();
   const int L = cfg_.model.n_layer;
-  const int world = comm_.world_size();
+  Communicator& shard = groups_.shard();
+  const int world = shard.world_size();
   float loss = 0.0f;
   for (const ScheduleOp& op : schedule) {
     const int u = op.unit;
@@ -94,7 +99,7 @@ float ShardedModel::run(const std::vector<ScheduleOp>& schedule, Mode mode, cons
         Slot& s = param_slot(u);
         occupy(s, u);
         const auto t0 = std::chrono::steady_clock::now();
-        comm_.all_gather(sh.param.data(), sh.slot, s.data.data());
+        shard.all_gather(sh.param.data(), sh.slot, s.data.data());
         comm_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         ++counters_.gathers[static_cast<size_t>(u)];
         counters_.gathered_elements += sh.slot * world;
@@ -127,7 +132,11 @@ float ShardedModel::run(const std::vector<ScheduleOp>& schedule, Mode mode, cons
         Slot& g = grad_slot(u);
         ST_CHECK(g.unit == u, "reduce-scatter of unit ", u, " without a gradient");
         const auto t0 = std::chrono::steady_clock::now();
-        comm_.reduce_scatter(g.data.data(), sh.slot, rs_scratch_.data());
+        shard.reduce_scatter(g.data.data(), sh.slot, rs_scratch_.data());
+        if (groups_.replica) {  // hybrid: the same shard's sum over the nodes, the only traffic between them
+          groups_.replica->all_reduce(rs_scratch_.data(), sh.slot);
+          counters_.replica_reduced_elements += sh.slot;
+        }
         comm_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         for (int64_t i = 0; i < sh.span.count; ++i) sh.grad[static_cast<size_t>(i)] += rs_scratch_[static_cast<size_t>(i)];
         release(g, u);
@@ -170,8 +179,8 @@ void ShardedModel::last_logits(const int32_t* tokens, int64_t len, std::vector<f
 std::vector<float> ShardedModel::gather_full(int unit, std::vector<float> UnitShard::*state) {
   settle();
   const UnitShard& sh = shards_[static_cast<size_t>(unit)];
-  std::vector<float> full(static_cast<size_t>(sh.slot * comm_.world_size()));
-  comm_.all_gather((sh.*state).data(), sh.slot, full.data());
+  std::vector<float> full(static_cast<size_t>(sh.slot * groups_.shard().world_size()));
+  groups_.shard().all_gather((sh.*state).data(), sh.slot, full.data());
   full.resize(static_cast<size_t>(model_.units()[static_cast<size_t>(unit)].numel));
   return full;
 }
@@ -184,7 +193,9 @@ double ShardedModel::grad_sum_of_squares() {
 }
 
 std::string ShardedModel::describe() const {
-  return offload_ ? str_cat("cpu/fp32, optimizer on host AdamW threads (", offload_->describe(), ")") : "cpu/fp32";
+  return str_cat("cpu/fp32",
+                 offload_ ? str_cat(", optimizer on host AdamW threads (", offload_->describe(), ")") : std::string(),
+                 "; sharding ", groups_.why);
 }
 
 void ShardedModel::adamw(int unit, const std::vector<AdamWRun>& runs) {

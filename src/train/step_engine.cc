@@ -48,7 +48,7 @@ StepStats StepEngine::optimizer_step(int64_t step, float loss) {
   s.lr = lr_at(cfg_.optim, step, cfg_.train.steps);
   s.loss_scale = scaler_.scale();
   double sq = model_->grad_sum_of_squares();
-  comm_.all_reduce(&sq, 1);
+  model_->shard_comm().all_reduce(&sq, 1);  // each element once: hybrid's replicas hold the same shards
   s.grad_norm = std::sqrt(sq) / s.loss_scale;
   // loss and norm are the same number on every rank, so every rank takes the same decision.
   const bool finite = std::isfinite(loss) && std::isfinite(s.grad_norm);

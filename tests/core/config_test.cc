@@ -196,7 +196,7 @@ TEST_F(ConfigTest, UnknownKeyOfDistListsItsKeys) {
   const std::string msg = load_error(path);
   EXPECT_NE(msg.find("dist.world"), std::string::npos) << msg;
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
-  EXPECT_NE(msg.find("keys of [dist]: reshard_after_forward, max_gpu_mem_gib"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("keys of [dist]: sharding, reshard_after_forward, max_gpu_mem_gib"), std::string::npos) << msg;
   const std::string cli = load_error(std::nullopt, {"--dist.world=2"});
   EXPECT_NE(cli.find("dist.world"), std::string::npos) << cli;
   EXPECT_NE(cli.find("command line"), std::string::npos) << cli;
@@ -468,7 +468,7 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
     ++keys;
   }
-  EXPECT_EQ(keys, 42);
+  EXPECT_EQ(keys, 43);
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
   EXPECT_NE(help.find("  dist.reshard_after_forward "), std::string::npos) << help;
@@ -538,6 +538,17 @@ TEST_F(ConfigTest, OptimizerOffload) {
   const std::string fp32 = load_error(std::nullopt, {"--train.device=cuda", "--train.dtype=fp32",
                                                      "--optim.offload=optimizer"});
   EXPECT_NE(fp32.find("optim.offload (optimizer) needs train.dtype bf16 or fp16 on cuda"), std::string::npos) << fp32;
+}
+
+TEST_F(ConfigTest, ShardingMode) {
+  EXPECT_EQ(load_config(std::nullopt, {}).dist.sharding, ShardingMode::kFull);
+  EXPECT_EQ(load_config(std::nullopt, {"--dist.sharding=hybrid"}).dist.sharding, ShardingMode::kHybrid);
+  const Config a = load_config(std::nullopt, {"--dist.sharding=auto"});
+  EXPECT_EQ(load_config_text(to_ini(a), "ini", {}).dist.sharding, ShardingMode::kAuto);
+  const std::string bad = load_error(std::nullopt, {"--dist.sharding=hsdp"});
+  EXPECT_NE(bad.find("full, hybrid, auto"), std::string::npos) << bad;
+  const std::string cuda = load_error(std::nullopt, {"--train.device=cuda", "--dist.sharding=hybrid"});
+  EXPECT_NE(cuda.find("dist.sharding (hybrid) is built for train.device=cpu only so far"), std::string::npos) << cuda;
 }
 
 }  // namespace

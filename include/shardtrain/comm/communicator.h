@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace st {
@@ -51,6 +52,10 @@ class Communicator {
   // Root's bytes to every rank, in place.
   virtual void broadcast(void* buf, int64_t bytes, int root) = 0;
   virtual void barrier() = 0;
+  // A new communicator of the ranks that pass the same `color`, ranked by `key` (ties by rank). Collective
+  // over this communicator. Its node_id/local_rank/local_size describe the members' machines again, numbered
+  // within the group. Hybrid sharding splits the world into node groups and into replica groups.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 };
 
 // The communicator of a single process: every collective is a copy (or nothing). It checks its arguments
@@ -69,6 +74,7 @@ class SoloCommunicator final : public Communicator {
   void all_reduce(double* buf, int64_t count) override;
   void broadcast(void* buf, int64_t bytes, int root) override;
   void barrier() override {}
+  std::unique_ptr<Communicator> split(int color, int key) override { return std::make_unique<SoloCommunicator>(); }
 };
 
 }  // namespace st

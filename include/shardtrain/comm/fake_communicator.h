@@ -101,6 +101,8 @@ class FakeCommunicator final : public Communicator {
   void all_reduce(double* buf, int64_t count) override;
   void broadcast(void* buf, int64_t bytes, int root) override;
   void barrier() override;
+  // Not supported: a fake world is one group of threads (kInternal). Hybrid sharding is tested over MPI.
+  std::unique_ptr<Communicator> split(int color, int key) override;
 
  private:
   // Publishes this rank's slot and waits for every rank's; then checks they all called the same thing.

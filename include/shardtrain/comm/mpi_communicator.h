@@ -68,6 +68,8 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(double* buf, int64_t count) override;
   void broadcast(void* buf, int64_t bytes, int root) override;
   void barrier() override;
+  // MPI_Comm_split; the group's topology comes from its members' node ids (no new shared-memory split).
+  std::unique_ptr<Communicator> split(int color, int key) override;
 
   // How many nodes the world spans.
   int num_nodes() const { return topology_.num_nodes; }
@@ -76,6 +78,8 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm handle() const { return comm_; }
 
  private:
+  // Takes ownership of `sub` (from MPI_Comm_split); `node_id` is this rank's node in the parent's numbering.
+  MpiCommunicator(MPI_Comm sub, int node_id, int64_t max_chunk);
   void free_handle() noexcept;
 
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -93,7 +93,12 @@ struct LogConfig {
 };
 
 // The world itself comes from the launcher (mpirun); these shape how it is used.
+// How the sharded state spans the world: every rank (full ZeRO-3), or the ranks of one node with a replica per
+// node (hybrid, HSDP), or chosen at start from measured bandwidth (auto).
+enum class ShardingMode { kFull, kHybrid, kAuto };
+
 struct DistConfig {
+  ShardingMode sharding = ShardingMode::kFull;
   bool reshard_after_forward = true;  // ZeRO-3: free gathered params after forward, gather again in backward
   double max_gpu_mem_gib = 0;         // plan-time cap on one rank's device memory (0: the card's free memory)
 };
@@ -137,5 +142,6 @@ const char* to_string(Device d);
 const char* to_string(DType t);
 const char* to_string(AttentionImpl a);
 const char* to_string(OffloadMode m);
+const char* to_string(ShardingMode m);
 
 }  // namespace st

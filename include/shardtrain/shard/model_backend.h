@@ -52,6 +52,7 @@ struct CommCounters {
   std::vector<int64_t> gathers, reduce_scatters;  // per unit
   int64_t gathered_elements = 0;                  // received, padding included
   int64_t reduce_scattered_elements = 0;          // sent
+  int64_t replica_reduced_elements = 0;           // gradient shard elements all-reduced across nodes (hybrid)
 };
 
 class ModelBackend {
@@ -60,6 +61,11 @@ class ModelBackend {
 
   virtual const std::vector<UnitLayout>& units() const = 0;
   virtual Communicator& comm() = 0;
+  // The ranks the state is sharded over (spans, gathers, the gradient norm's sum): the world, or with
+  // dist.sharding=hybrid the ranks of this node. replica_index() is which copy of that sharded state this
+  // rank holds (its node, in hybrid; always 0 in full); copy 0 writes the checkpoint files.
+  virtual Communicator& shard_comm() { return comm(); }
+  virtual int replica_index() const { return 0; }
   // "cpu/fp32", "cuda/bf16 on NVIDIA H200", for logs.
   virtual std::string describe() const = 0;
   // "cpu", or the CUDA device name ("NVIDIA H200"), which keys the MFU peak table (train/mfu.h).

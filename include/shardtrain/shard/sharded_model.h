@@ -23,6 +23,7 @@
 #include "shardtrain/optim/host_adamw.h"
 #include "shardtrain/shard/model_backend.h"
 #include "shardtrain/shard/schedule.h"
+#include "shardtrain/shard/sharding.h"
 #include "shardtrain/shard/shard_span.h"
 
 namespace st {
@@ -42,6 +43,8 @@ class ShardedModel final : public ModelBackend {
     return shards_[static_cast<size_t>(unit)];
   }
   Communicator& comm() override { return comm_; }
+  Communicator& shard_comm() override { return groups_.shard(); }
+  int replica_index() const override { return groups_.replica_index(); }
   std::string describe() const override;
   std::string device_name() const override { return "cpu"; }
 
@@ -99,6 +102,7 @@ class ShardedModel final : public ModelBackend {
 
   Config cfg_;
   Communicator& comm_;
+  ShardingGroups groups_;  // dist.sharding: the world (full) or this node's ranks plus the replica group
   GptModel model_;
   std::unique_ptr<HostAdamW> offload_;  // optim.offload=optimizer: the host AdamW engine, else null
   std::vector<UnitShard> shards_;
