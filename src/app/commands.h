@@ -6,5 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/comm/communicator.h"
+
 // shardtrain ckpt inspect|verify|export ...: offline checkpoint tools (ckpt/tools.h). Single-process.
 int cmd_ckpt(const std::vector<std::string>& args);
+
+// shardtrain topo [--config FILE] [--section.key=value ...]: nodes, measured link bandwidths per communicator
+// group, and the sharding plan for the config (topo_command.cc). Collective, like train.
+int cmd_topo(const std::vector<std::string>& args, st::Communicator& world);

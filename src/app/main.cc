@@ -29,6 +29,7 @@ constexpr const char* kUsage =
     "           without --config it runs configs/default.ini (the tiny model on the built-in corpus)\n"
     "  ckpt     checkpoint tools: shardtrain ckpt inspect|verify DIR, shardtrain ckpt export DIR --out PATH\n"
     "  eval     mean loss of a checkpoint: shardtrain eval --ckpt DIR [--data.path=FILE] [--train.eval_batches=N]\n"
+    "  topo     nodes, measured link bandwidths and the sharding plan: shardtrain topo [--config FILE] [...]\n"
     "\n"
     "options:\n"
     "  --help, -h     this text (with every config key)\n"
@@ -99,7 +100,8 @@ int run(int argc, char** argv, st::Communicator& comm) {
   if (cmd == "train") return cmd_train(rest, comm);
   if (cmd == "ckpt") return cmd_ckpt(rest);
   if (cmd == "eval") return cmd_eval(rest, comm);
-  ST_BAD_INPUT("unknown command '", cmd, "' (expected: train, eval or ckpt; see shardtrain --help)");
+  if (cmd == "topo") return cmd_topo(rest, comm);
+  ST_BAD_INPUT("unknown command '", cmd, "' (expected: train, eval, topo or ckpt; see shardtrain --help)");
 }
 
 }  // namespace

@@ -70,6 +70,18 @@ if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
                    --train.steps=1 --dist.sharding=hybrid)
   set_tests_properties(mpi.sharding.hybrid_uneven_nodes PROPERTIES LABELS "cpu;mpi" TIMEOUT 60
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # `shardtrain topo` on the 2 x 2 layout: the plan it prints for dist.sharding=hybrid, and the node table.
+  add_test(NAME mpi.topo.plan_2x2
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/expect_exit.sh 0
+                   "^plan: hybrid: each unit sharded over the 2 rank\\(s\\) of a node, replicated on 2 nodes \\(dist.sharding=hybrid\\)$" --
+                   ${MPIRUN_EXECUTABLE} --oversubscribe --mca btl self,vader -np 4
+                   ${CMAKE_BINARY_DIR}/shardtrain_2_ranks_per_node.sh topo --dist.sharding=hybrid)
+  add_test(NAME mpi.topo.nodes_2x2
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/expect_exit.sh 0 "^topology: 4 rank\\(s\\) on 2 node\\(s\\)$" --
+                   ${MPIRUN_EXECUTABLE} --oversubscribe --mca btl self,vader -np 4
+                   ${CMAKE_BINARY_DIR}/shardtrain_2_ranks_per_node.sh topo)
+  set_tests_properties(mpi.topo.plan_2x2 mpi.topo.nodes_2x2 PROPERTIES LABELS "cpu;mpi" TIMEOUT 120 PROCESSORS 2
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
 endif()
 
 # A global batch that does not divide over 2 ranks: every rank reports it, the job exits with the

@@ -1,0 +1,158 @@
+// `shardtrain topo [--config FILE] [--section.key=value ...]`: what the ranks see of their machines and links,
+// and the sharding plan `train` would choose for that config on this world. Collective: run it the way train
+// runs (mpirun -np N shardtrain topo ...); rank 0 prints.
+//
+//   topology: 4 rank(s) on 2 node(s)
+//     rank  node  local  host
+//        0     0    0/2  box-a
+//   links (MPI, 16 MiB per rank, fastest of 3): all-gather and reduce-scatter bus bandwidth
+//     group                      ranks  all-gather  reduce-scatter
+//     world                          4   12.1 GB/s       11.8 GB/s
+//   plan: hybrid: each unit sharded over the 2 rank(s) of a node, replicated on 2 nodes (dist.sharding=hybrid)
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "shardtrain/core/config.h"
+#include "shardtrain/core/error.h"
+#include "shardtrain/model/units.h"
+#include "shardtrain/shard/shard_span.h"
+#include "shardtrain/shard/sharding.h"
+
+namespace {
+
+struct Busbw {
+  double all_gather = 0, reduce_scatter = 0;  // GB/s
+};
+
+// The fastest of 3 after a warm-up, in nccl-tests' bus bandwidth: (n - 1) / n x the bytes each rank receives
+// (all-gather) or sends (reduce-scatter) over the time.
+Busbw measure(st::Communicator& c) {
+  constexpr int64_t kCount = int64_t{1} << 22;  // 16 MiB of floats per rank
+  const int n = c.world_size();
+  std::vector<float> shard(static_cast<size_t>(kCount), 1.0f), full(static_cast<size_t>(kCount) * n, 1.0f);
+  auto best = [&](auto op) {
+    op();
+    double t = 1e30;
+    for (int i = 0; i < 3; ++i) {
+      c.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      op();
+      t = std::min(t, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return n <= 1 ? 0.0 : (n - 1.0) * static_cast<double>(kCount * sizeof(float)) / t / 1e9;
+  };
+  Busbw b;
+  b.all_gather = best([&] { c.all_gather(shard.data(), kCount, full.data()); });
+  b.reduce_scatter = best([&] { c.reduce_scatter(full.data(), kCount, shard.data()); });
+  return b;
+}
+
+std::string mib(int64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.2f MiB", static_cast<double>(bytes) / double(1 << 20));
+  return b;
+}
+
+// 16 bytes (param, grad, m, v) per element of every padded shard over `group` ranks.
+int64_t state_bytes(const st::Config& cfg, int group) {
+  int64_t b = 0;
+  for (const st::UnitLayout& u : st::build_units(cfg.model)) b += 16 * st::padded_shard_size(u.numel, group);
+  return b;
+}
+
+}  // namespace
+
+int cmd_topo(const std::vector<std::string>& args, st::Communicator& world) {
+  std::optional<std::string> config;
+  std::vector<std::string> overrides;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--config" && i + 1 < args.size()) {
+      config = args[++i];
+    } else if (args[i].rfind("--config=", 0) == 0) {
+      config = args[i].substr(std::strlen("--config="));
+    } else if (args[i] == "--help" || args[i] == "-h") {
+      std::puts("usage: shardtrain topo [--config FILE] [--section.key=value ...]   (under mpirun, as train runs)");
+      return st::kExitOk;
+    } else {
+      overrides.push_back(args[i]);
+    }
+  }
+  const st::Config cfg = st::load_config(config, overrides);
+  const int rank = world.rank(), n = world.world_size();
+  const bool lead = rank == 0;
+
+  // Every rank's node, local rank and host name, through one fixed-size broadcast per rank.
+  struct Where {
+    int node, local, local_size;
+    char host[64];
+  };
+  std::vector<Where> where(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    Where w{world.node_id(), world.local_rank(), world.local_size(), {0}};
+    if (r == rank) gethostname(w.host, sizeof(w.host) - 1);
+    world.broadcast(&w, sizeof(w), r);
+    where[static_cast<size_t>(r)] = w;
+  }
+  int nodes = 0;
+  for (const Where& w : where) nodes = std::max(nodes, w.node + 1);
+  if (lead) {
+    std::printf("topology: %d rank(s) on %d node(s)\n  rank  node  local  host\n", n, nodes);
+    for (int r = 0; r < n; ++r) {
+      const Where& w = where[static_cast<size_t>(r)];
+      std::printf("  %4d  %4d  %2d/%-2d  %s\n", r, w.node, w.local, w.local_size, w.host);
+    }
+  }
+
+  // The links, group by group: the world, then (with several nodes of equal size) every node group at once and
+  // every replica group at once; each group's rank 0 reports through a world all-reduce.
+  st::Config hybrid = cfg;
+  hybrid.dist.sharding = st::ShardingMode::kHybrid;
+  const bool even = std::all_of(where.begin(), where.end(), [&](const Where& w) { return w.local_size == where[0].local_size; });
+  std::vector<std::pair<std::string, Busbw>> rows;
+  const Busbw all = measure(world);
+  rows.push_back({"world", all});
+  if (nodes > 1 && even) {
+    st::ShardingGroups g = st::make_sharding_groups(hybrid, world);
+    for (st::Communicator* grp : {g.node.get(), g.replica.get()}) {
+      const Busbw b = measure(*grp);
+      const bool is_node = grp == g.node.get();
+      const int groups = is_node ? nodes : where[0].local_size, index = is_node ? world.node_id() : world.local_rank();
+      std::vector<double> v(static_cast<size_t>(2 * groups), 0.0);
+      if (grp->rank() == 0) {
+        v[static_cast<size_t>(2 * index)] = b.all_gather;
+        v[static_cast<size_t>(2 * index + 1)] = b.reduce_scatter;
+      }
+      world.all_reduce(v.data(), static_cast<int64_t>(v.size()));
+      for (int k = 0; k < groups; ++k)
+        rows.push_back({is_node ? st::str_cat("node ", k) : st::str_cat("across nodes, local rank ", k),
+                        Busbw{v[static_cast<size_t>(2 * k)], v[static_cast<size_t>(2 * k + 1)]}});
+    }
+  }
+  if (lead) {
+    std::printf("links (%s, 16 MiB per rank, fastest of 3): all-gather and reduce-scatter bus bandwidth\n",
+                world.kind().c_str());
+    std::printf("  %-28s %5s %11s %15s\n", "group", "ranks", "all-gather", "reduce-scatter");
+    for (const auto& [name, b] : rows) {
+      const int ranks = name == "world" ? n : name.rfind("node", 0) == 0 ? where[0].local_size : nodes;
+      std::printf("  %-28s %5d %6.2f GB/s %10.2f GB/s\n", name.c_str(), ranks, b.all_gather, b.reduce_scatter);
+    }
+  }
+
+  // The plan train would make for this config (dist.sharding, auto measured as train measures it).
+  const st::ShardingGroups plan = st::make_sharding_groups(cfg, world);
+  if (lead) {
+    std::printf("plan: %s\n", plan.why.c_str());
+    std::printf("  per-rank sharded state (cpu, 16 B an element): %s; full sharding %s, hybrid %s\n",
+                mib(state_bytes(cfg, plan.shard().world_size())).c_str(), mib(state_bytes(cfg, n)).c_str(),
+                nodes > 1 && even ? mib(state_bytes(cfg, where[0].local_size)).c_str() : "n/a (needs equal nodes)");
+  }
+  return st::kExitOk;
+}
