@@ -64,8 +64,9 @@ bool parse_int(const std::string& s, int* out) {
   return !s.empty() && ec == std::errc() && ptr == end;
 }
 
-// Node membership, computed collectively over `comm` (see mpi_communicator.h).
-NodeTopology discover_topology(MPI_Comm comm, int rank, int world) {
+// Node membership, computed collectively over `comm` (see mpi_communicator.h). *device_rank is the
+// shared-memory local rank (the launcher's, where it says otherwise), whatever SHARDTRAIN_NODE_ID says.
+NodeTopology discover_topology(MPI_Comm comm, int rank, int world, int* device_rank) {
   // Parsed before any collective: every rank normally sees the same environment, so a bad value stops
   // them all here; a lone bad rank is turned into a job abort by the launcher.
   int64_t override_id = 0;
@@ -95,8 +96,6 @@ NodeTopology discover_topology(MPI_Comm comm, int rank, int world) {
     ST_BAD_INPUT("environment variable SHARDTRAIN_NODE_ID is set on rank ", with, " but not on rank ", without,
                  ": set it on every rank or on none");
   }
-  if (has_override) return node_topology_from_keys(override_keys, rank);
-
   NodeTopology t = node_topology_from_keys(shared_keys, rank);
   const std::string env_local = env_get("OMPI_COMM_WORLD_LOCAL_RANK");
   int launcher_local = -1;
@@ -110,6 +109,8 @@ NodeTopology discover_topology(MPI_Comm comm, int rank, int world) {
       t.local_rank = launcher_local;
     }
   }
+  *device_rank = t.local_rank;
+  if (has_override) return node_topology_from_keys(override_keys, rank);
   return t;
 }
 
@@ -135,14 +136,15 @@ MpiCommunicator::MpiCommunicator(const MpiCommunicatorOptions& options) : max_ch
     ST_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     ST_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     ST_MPI_CHECK(MPI_Comm_size(comm_, &world_size_));
-    topology_ = discover_topology(comm_, rank_, world_size_);
+    topology_ = discover_topology(comm_, rank_, world_size_, &device_rank_);
   } catch (...) {
     free_handle();  // the destructor does not run for a constructor that throws
     throw;
   }
 }
 
-MpiCommunicator::MpiCommunicator(MPI_Comm sub, int node_id, int64_t max_chunk) : comm_(sub), max_chunk_(max_chunk) {
+MpiCommunicator::MpiCommunicator(MPI_Comm sub, int node_id, int device_rank, int64_t max_chunk)
+    : comm_(sub), max_chunk_(max_chunk), device_rank_(device_rank) {
   try {
     ST_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     ST_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
@@ -161,7 +163,7 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   ST_CHECK(color >= 0, "MpiCommunicator::split: color ", color, " must be >= 0");
   MPI_Comm sub = MPI_COMM_NULL;
   ST_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
-  return std::unique_ptr<Communicator>(new MpiCommunicator(sub, topology_.node_id, max_chunk_));
+  return std::unique_ptr<Communicator>(new MpiCommunicator(sub, topology_.node_id, device_rank_, max_chunk_));
 }
 
 MpiCommunicator::~MpiCommunicator() { free_handle(); }
@@ -171,7 +173,8 @@ MpiCommunicator::MpiCommunicator(MpiCommunicator&& other) noexcept
       rank_(other.rank_),
       world_size_(other.world_size_),
       max_chunk_(other.max_chunk_),
-      topology_(other.topology_) {}
+      topology_(other.topology_),
+      device_rank_(other.device_rank_) {}
 
 MpiCommunicator& MpiCommunicator::operator=(MpiCommunicator&& other) noexcept {
   if (this != &other) {
@@ -181,6 +184,7 @@ MpiCommunicator& MpiCommunicator::operator=(MpiCommunicator&& other) noexcept {
     world_size_ = other.world_size_;
     max_chunk_ = other.max_chunk_;
     topology_ = other.topology_;
+    device_rank_ = other.device_rank_;
   }
   return *this;
 }

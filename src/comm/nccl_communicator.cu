@@ -27,10 +27,10 @@ ncclDataType_t nccl_type<fp16>() { return ncclFloat16; }
 NcclCommunicator::NcclCommunicator(Communicator& host) : rank_(host.rank()), world_(host.world_size()) {
   const int devices = cuda_device_count();
   if (devices == 0) ST_BAD_INPUT("train.device = cuda, but no CUDA device is visible to rank ", rank_);
-  if (host.local_size() > devices)
-    ST_BAD_INPUT("train.device = cuda: node ", host.node_id(), " runs ", host.local_size(), " ranks but has ",
-                 devices, " visible CUDA device(s); start at most one rank per GPU");
-  device_ = host.local_rank();
+  if (host.device_rank() >= devices)
+    ST_BAD_INPUT("train.device = cuda: rank ", rank_, " is process ", host.device_rank() + 1,
+                 " of its machine, which has ", devices, " visible CUDA device(s); start at most one rank per GPU");
+  device_ = host.device_rank();
   ST_CUDA_CHECK(cudaSetDevice(device_));
   ncclUniqueId id{};
   if (rank_ == 0) ST_NCCL_CHECK(ncclGetUniqueId(&id));

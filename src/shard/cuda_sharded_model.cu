@@ -15,6 +15,7 @@
 #include "shardtrain/model/cuda_gpt.h"
 #include "shardtrain/optim/host_adamw.h"
 #include "shardtrain/shard/schedule.h"
+#include "shardtrain/shard/sharding.h"
 
 namespace st {
 namespace {
@@ -185,9 +186,11 @@ class CudaShardedModel final : public ModelBackend {
 
   const std::vector<UnitLayout>& units() const override { return units_; }
   Communicator& comm() override { return comm_; }
+  Communicator& shard_comm() override { return groups_.shard(); }
+  int replica_index() const override { return groups_.replica_index(); }
   std::string describe() const override {
     const char* dtype = std::is_same_v<T, float> ? "fp32" : std::is_same_v<T, bf16> ? "bf16" : "fp16";
-    return str_cat("cuda/", dtype, " on ", device_name_, ", attention ", attention_.what,
+    return str_cat("cuda/", dtype, " on ", device_name_, ", attention ", attention_.what, "; sharding ", groups_.why,
                    host_adamw_ ? str_cat(", optim.offload=", to_string(cfg_.optim.offload), " (", offload_summary(),
                                          "; host AdamW: ", host_adamw_->describe(), ")")
                                : std::string());
@@ -289,7 +292,9 @@ class CudaShardedModel final : public ModelBackend {
   Communicator& comm_;
   std::vector<UnitLayout> units_;
   std::vector<bool> offloaded_;  // per unit: its optimizer is on the host (optim.offload, offload_fraction)
-  NcclCommunicator nccl_;
+  ShardingGroups groups_;        // dist.sharding: the world, or this node's ranks plus the replica group
+  NcclCommunicator nccl_;        // over groups_.shard()
+  std::unique_ptr<NcclCommunicator> replica_nccl_;  // hybrid: over groups_.replica
   std::string device_name_;
   gpu::Cudnn cudnn_;
   AttentionChoice attention_;
@@ -335,11 +340,13 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       comm_(comm),
       units_(build_units(cfg.model)),
       offloaded_(offloaded_units(cfg, units_)),
-      nccl_(comm),  // binds this rank's GPU before anything is allocated
+      groups_(make_sharding_groups(cfg, comm)),
+      nccl_(groups_.shard()),  // binds this rank's GPU before anything is allocated
+      replica_nccl_(groups_.replica ? std::make_unique<NcclCommunicator>(*groups_.replica) : nullptr),
       device_name_(cuda_device_name()),
       cudnn_(),
       attention_(choose_attention<T>(cfg, cudnn_)),
-      plan_(checked_plan<T>(cfg, comm.world_size(), device_name_, attention_.scratch_bytes)),
+      plan_(checked_plan<T>(cfg, groups_.shard().world_size(), device_name_, attention_.scratch_bytes)),
       blas_(),
       scratch_(cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.scratch_bytes)
                    .scratch_bytes),
@@ -347,7 +354,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       ctx_{compute_stream_.get(), &blas_, scratch_.data(), scratch_.bytes(), &cudnn_},
       comm_ctx_{comm_stream_.get(), nullptr, comm_scratch_.data(), comm_scratch_.bytes()},
       model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.cudnn, ctx_) {
-  const int world = comm.world_size(), rank = comm.rank();
+  const int world = groups_.shard().world_size(), rank = groups_.shard().rank();
   const UnitSizes s = unit_sizes(units_, world);
   std::vector<float> init;
   for (const UnitLayout& u : units_) {
@@ -578,6 +585,10 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
   b->ready.record(compute_stream_.get());
   b->ready.wait_on(ns);
   nccl_.reduce_scatter<T>(b->data.data(), h.slot, rs_out_.data(), ns);
+  if (replica_nccl_) {  // hybrid: the same shard summed over the nodes, the only traffic between them
+    replica_nccl_->all_reduce<T>(rs_out_.data(), h.slot, ns);
+    counters_.replica_reduced_elements += h.slot;
+  }
   gpu::accumulate<T>(shards_[static_cast<size_t>(unit)].grad.data(), rs_out_.data(), h.span.count, comm_ctx_);
   if (offload(unit) && last_micro_) copy_grad_to_host(unit);  // overlaps the rest of the backward
   b->free.record(ns);

@@ -37,6 +37,9 @@ class Communicator {
   virtual int node_id() const = 0;
   virtual int local_rank() const = 0;
   virtual int local_size() const = 0;
+  // This process's index among the processes of its machine: which GPU it drives. The shared-memory local
+  // rank, which SHARDTRAIN_NODE_ID does not change (stand-in nodes on one host still use different GPUs).
+  virtual int device_rank() const { return local_rank(); }
   // "mpi", "fake", "solo".
   virtual std::string kind() const = 0;
 

@@ -43,8 +43,9 @@ ncclDataType_t nccl_type();
 
 class NcclCommunicator {
  public:
-  // Collective over `host`. Binds this process to GPU host.local_rank(); throws kBadInput if the node
-  // runs more ranks than it has visible GPUs.
+  // Collective over `host`. Binds this process to GPU host.device_rank() (its shared-memory local rank);
+  // throws kBadInput if the machine runs more ranks than it has visible GPUs. `host` may be a sub-communicator
+  // (hybrid sharding's node and replica groups): its rank 0 creates the unique id.
   explicit NcclCommunicator(Communicator& host);
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
