@@ -20,6 +20,9 @@
 #include <vector>
 
 #include "commands.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/model/units.h"
@@ -110,6 +113,28 @@ int cmd_topo(const std::vector<std::string>& args, st::Communicator& world) {
       std::printf("  %4d  %4d  %2d/%-2d  %s\n", r, w.node, w.local, w.local_size, w.host);
     }
   }
+
+#ifdef SHARDTRAIN_HAVE_CUDA
+  // The GPUs rank 0 sees, and which pairs report peer access (train verifies it with a copy before NCCL starts).
+  int gpus = 0;
+  if (lead && cudaGetDeviceCount(&gpus) == cudaSuccess && gpus > 0) {
+    std::printf("gpus on %s (peer access as the driver reports it):\n", where[0].host);
+    for (int i = 0; i < gpus; ++i) {
+      cudaDeviceProp p{};
+      char bus[32] = "?";
+      cudaGetDeviceProperties(&p, i);
+      cudaDeviceGetPCIBusId(bus, sizeof(bus), i);
+      std::string peers;
+      for (int j = 0; j < gpus; ++j) {
+        int can = 0;
+        if (j != i) cudaDeviceCanAccessPeer(&can, i, j);
+        peers += j == i ? " -" : can ? " P" : " .";
+      }
+      std::printf("  gpu %d  %-24s  %s  peers:%s\n", i, p.name, bus, peers.c_str());
+    }
+  }
+  cudaGetLastError();
+#endif
 
   // The links, group by group: the world, then (with several nodes of equal size) every node group at once and
   // every replica group at once; each group's rank 0 reports through a world all-reduce.

@@ -1,5 +1,14 @@
 #include "shardtrain/comm/nccl_communicator.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "shardtrain/core/env.h"
+#include "shardtrain/core/error.h"
+#include "shardtrain/core/fault.h"
 #include "shardtrain/core/log.h"
 
 namespace st {
@@ -24,6 +33,79 @@ ncclDataType_t nccl_type<bf16>() { return ncclBfloat16; }
 template <>
 ncclDataType_t nccl_type<fp16>() { return ncclFloat16; }
 
+namespace {
+
+// A 1 MiB copy from every GPU of this machine that reports peer access to `device`, with a pattern checked on
+// arrival and a deadline: some machines (RTX 4090 boxes among them) report peer access the hardware cannot do,
+// and NCCL then hangs. Returns the failures ("1->0 timed out", ...), empty when all worked.
+std::string failed_peer_copies(int device, bool injected) {
+  if (injected) return "injected by SHARDTRAIN_FAULT=p2p_broken";
+  constexpr size_t kBytes = size_t{1} << 20;
+  constexpr unsigned char kPattern = 0x5a;
+  std::string failures;
+  for (int peer = 0; peer < cuda_device_count(); ++peer) {
+    int can = 0;
+    if (peer == device || cudaDeviceCanAccessPeer(&can, device, peer) != cudaSuccess || !can) continue;
+    void* src = nullptr;
+    ST_CUDA_CHECK(cudaSetDevice(peer));
+    ST_CUDA_CHECK(cudaMalloc(&src, kBytes));
+    ST_CUDA_CHECK(cudaMemset(src, kPattern, kBytes));
+    ST_CUDA_CHECK(cudaDeviceSynchronize());
+    ST_CUDA_CHECK(cudaSetDevice(device));
+    DeviceBuffer<unsigned char> dst(kBytes);
+    ST_CUDA_CHECK(cudaMemset(dst.data(), 0, kBytes));
+    CudaStream s;
+    bool ok = cudaMemcpyPeerAsync(dst.data(), device, src, peer, kBytes, s.get()) == cudaSuccess;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    cudaError_t q = cudaErrorNotReady;
+    while (ok && (q = cudaStreamQuery(s.get())) == cudaErrorNotReady && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::vector<unsigned char> host(4096, 0);
+    if (ok && q == cudaSuccess) {
+      ST_CUDA_CHECK(cudaMemcpy(host.data(), dst.data() + kBytes - host.size(), host.size(), cudaMemcpyDeviceToHost));
+      ok = std::all_of(host.begin(), host.end(), [](unsigned char c) { return c == kPattern; });
+      if (!ok) failures += str_cat(failures.empty() ? "" : ", ", peer, "->", device, " copied wrong bytes");
+    } else {
+      failures += str_cat(failures.empty() ? "" : ", ", peer, "->", device, q == cudaErrorNotReady ? " timed out" : " failed");
+    }
+    if (q != cudaErrorNotReady) {  // a copy still in flight keeps its buffers: leaking them beats a crash
+      ST_CUDA_CHECK(cudaSetDevice(peer));
+      cudaFree(src);
+      ST_CUDA_CHECK(cudaSetDevice(device));
+    } else {
+      new DeviceBuffer<unsigned char>(std::move(dst));  // deliberately leaked, with src: the copy may still land
+    }
+  }
+  cudaGetLastError();  // clear the (non-sticky) error a failed peer copy leaves
+  return failures;
+}
+
+// Once per process, collectively over the first communicator's ranks (a machine's GPUs: every rank of it
+// decides alike): unless NCCL_P2P_DISABLE is set, verify peer copies and fall back to NCCL_P2P_DISABLE=1.
+void check_peer_access(Communicator& host, int device) {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  if (!env_get("NCCL_P2P_DISABLE").empty()) {
+    if (host.rank() == 0) ST_LOG_INFO("peer access: NCCL_P2P_DISABLE=", env_get("NCCL_P2P_DISABLE"), " (set by the user)");
+    return;
+  }
+  const std::string failures = failed_peer_copies(device, fault_injected("p2p_broken", host.rank(), -1));
+  double bad = failures.empty() ? 0.0 : 1.0;
+  host.all_reduce(&bad, 1);
+  if (!failures.empty()) ST_LOG_WARN("peer access: rank ", host.rank(), " on GPU ", device, ": ", failures);
+  if (bad > 0) {
+    setenv("NCCL_P2P_DISABLE", "1", 1);  // before ncclCommInitRank, on every rank alike
+    if (host.rank() == 0)
+      ST_LOG_WARN("peer access: GPU peer copies failed on ", bad, " rank(s); NCCL_P2P_DISABLE=1 for this run "
+                  "(NCCL goes through shared memory or sockets instead of hanging)");
+  } else if (host.rank() == 0) {
+    ST_LOG_INFO("peer access: every GPU pair that reports it copied 1 MiB correctly");
+  }
+}
+
+}  // namespace
+
 NcclCommunicator::NcclCommunicator(Communicator& host) : rank_(host.rank()), world_(host.world_size()) {
   const int devices = cuda_device_count();
   if (devices == 0) ST_BAD_INPUT("train.device = cuda, but no CUDA device is visible to rank ", rank_);
@@ -32,6 +114,7 @@ NcclCommunicator::NcclCommunicator(Communicator& host) : rank_(host.rank()), wor
                  " of its machine, which has ", devices, " visible CUDA device(s); start at most one rank per GPU");
   device_ = host.device_rank();
   ST_CUDA_CHECK(cudaSetDevice(device_));
+  check_peer_access(host, device_);
   ncclUniqueId id{};
   if (rank_ == 0) ST_NCCL_CHECK(ncclGetUniqueId(&id));
   host.broadcast(&id, sizeof(id), 0);

@@ -26,7 +26,11 @@ const std::vector<EnvVar>& env_table() {
        "test-only fault injection, POINT:RANK[@STEP] (at that step only) with POINT one of ckpt_mid_write (SIGKILL "
        "halfway through writing the shard), ckpt_before_rename (rank 0: SIGKILL after the manifest fsync, before the "
        "rename), ckpt_enospc (the shard write fails with ENOSPC), grad_inf (this rank's gradients of 1-based step "
-       "STEP become non-finite, as an fp16 overflow would make them)"},
+       "STEP become non-finite, as an fp16 overflow would make them), p2p_broken (this rank's start-up "
+       "peer-to-peer copy check fails, as on a machine whose GPUs report peer access they cannot do)"},
+      {"NCCL_P2P_DISABLE", "",
+       "read by NCCL; shardtrain reads it too: unset, it first checks that the GPUs which report peer access can "
+       "copy to each other, and sets it to 1 for the run if they cannot (the log says so)"},
       {"OMPI_COMM_WORLD_SIZE", "", "set by Open MPI's mpirun (read only): shardtrain then initialises MPI"},
       {"OMPI_COMM_WORLD_LOCAL_RANK", "",
        "set by Open MPI's mpirun (read only): this rank's index on its node, checked against shared memory"},

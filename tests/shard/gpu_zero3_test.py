@@ -27,7 +27,8 @@ fewer GPUs than the case needs):
                     NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (sockets). dist.sharding=hybrid (each GPU holds the
                     whole state, gradient shards all-reduced between the "nodes") matches full sharding over NVLink
                     to rel 1e-5 for 30 fp32 steps; full sharding with NCCL_P2P_DISABLE=1 alone (the dual-4090
-                    stand-in) matches too.
+                    stand-in) matches too, and so does a run whose start-up peer-copy check is made to fail
+                    (SHARDTRAIN_FAULT=p2p_broken:1), which must say in the log that it set NCCL_P2P_DISABLE=1.
   memory-cap        1 GPU, GPT-2 124M-shaped (byte vocabulary) at micro_batch 96 under dist.max_gpu_mem_gib=24 (a stand-in for an
                     RTX 4090): exit code 2 before step 1, and the message gives the breakdown.
 
@@ -89,6 +90,7 @@ class Runner:
         if r.returncode != 0:
             print(" ".join(cmd) + "\n" + r.stdout[-6000:])
             sys.exit(f"{tag} failed with exit code {r.returncode}")
+        self.last_output = r.stdout
         return read_losses(metrics)
 
 
@@ -211,11 +213,19 @@ def main():
         os.chmod(wrapper, 0o755)
         common = ["--train.dtype=fp32", "--train.steps=30"]
         ref = run.train("full_nvlink", 2, common)
+        print("\n".join(l for l in run.last_output.splitlines() if "peer access" in l))
         sockets = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
         hyb = run.train("hybrid_sockets", 2, common + ["--dist.sharding=hybrid"], env=sockets, binary=wrapper)
         compare(failures, "hybrid over sockets vs full over NVLink (fp32)", ref, hyb, range(1, 31), 1e-5)
         nop2p = run.train("full_nop2p", 2, common, env={"NCCL_P2P_DISABLE": "1"})
         compare(failures, "full with NCCL_P2P_DISABLE=1 vs full (fp32)", ref, nop2p, range(1, 31), 1e-5)
+        # A machine whose GPUs report peer access they cannot do: rank 1's start-up copy check fails, every rank
+        # sets NCCL_P2P_DISABLE=1 before NCCL starts, the log says so, and training goes on unchanged.
+        broken = run.train("full_p2p_broken", 2, common, fault="p2p_broken:1")
+        compare(failures, "full after the peer-copy check failed (fp32)", ref, broken, range(1, 31), 1e-5)
+        print("\n".join(l for l in run.last_output.splitlines() if "peer access" in l))
+        if "NCCL_P2P_DISABLE=1 for this run" not in run.last_output:
+            failures.append("the failed peer-copy check was not reported in the log")
     elif case == "memory-cap":
         cmd = [shardtrain, "train", "--config", os.path.join(os.path.dirname(config), "gpt2-124m.ini"),
                "--train.device=cuda", "--train.micro_batch=96", "--train.global_batch=96",
