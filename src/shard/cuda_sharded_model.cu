@@ -530,6 +530,7 @@ void CudaShardedModel<T>::issue_gather(int unit) {
   occupy(static_cast<int64_t>(b->data.bytes()));
   ++counters_.gathers[static_cast<size_t>(unit)];
   counters_.gathered_elements += slot * nccl_.world_size();
+  counters_.cross_node_bytes += groups_.shard_cross_bytes(slot, sizeof(T));
 }
 
 // Issues, in schedule order, every gather that lies at most one compute op ahead of `at` and has a free
@@ -588,6 +589,7 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
   if (replica_nccl_) {  // hybrid: the same shard summed over the nodes, the only traffic between them
     replica_nccl_->all_reduce<T>(rs_out_.data(), h.slot, ns);
     counters_.replica_reduced_elements += h.slot;
+    counters_.cross_node_bytes += groups_.replica_cross_bytes(h.slot, sizeof(T));
   }
   gpu::accumulate<T>(shards_[static_cast<size_t>(unit)].grad.data(), rs_out_.data(), h.span.count, comm_ctx_);
   if (offload(unit) && last_micro_) copy_grad_to_host(unit);  // overlaps the rest of the backward
@@ -598,6 +600,7 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
   b = nullptr;
   ++counters_.reduce_scatters[static_cast<size_t>(unit)];
   counters_.reduce_scattered_elements += h.slot * nccl_.world_size();
+  counters_.cross_node_bytes += groups_.shard_cross_bytes(h.slot, sizeof(T));
 }
 
 template <typename T>

@@ -103,6 +103,7 @@ float ShardedModel::run(const std::vector<ScheduleOp>& schedule, Mode mode, cons
         comm_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         ++counters_.gathers[static_cast<size_t>(u)];
         counters_.gathered_elements += sh.slot * world;
+        counters_.cross_node_bytes += groups_.shard_cross_bytes(sh.slot, sizeof(float));
         break;
       }
       case OpKind::kForward:
@@ -136,12 +137,14 @@ float ShardedModel::run(const std::vector<ScheduleOp>& schedule, Mode mode, cons
         if (groups_.replica) {  // hybrid: the same shard's sum over the nodes, the only traffic between them
           groups_.replica->all_reduce(rs_scratch_.data(), sh.slot);
           counters_.replica_reduced_elements += sh.slot;
+          counters_.cross_node_bytes += groups_.replica_cross_bytes(sh.slot, sizeof(float));
         }
         comm_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         for (int64_t i = 0; i < sh.span.count; ++i) sh.grad[static_cast<size_t>(i)] += rs_scratch_[static_cast<size_t>(i)];
         release(g, u);
         ++counters_.reduce_scatters[static_cast<size_t>(u)];
         counters_.reduce_scattered_elements += sh.slot * world;
+        counters_.cross_node_bytes += groups_.shard_cross_bytes(sh.slot, sizeof(float));
         break;
       }
       case OpKind::kRelease:

@@ -37,6 +37,7 @@ std::string gbs(double v) {
 ShardingGroups make_sharding_groups(const Config& cfg, Communicator& world) {
   ShardingGroups g;
   g.world = &world;
+  g.shard_peers_off_node = world.world_size() - world.local_size();  // full; hybrid sets 0 below
   const ShardingMode asked = cfg.dist.sharding;
   if (asked == ShardingMode::kFull) {
     g.why = "full: every unit sharded over all " + std::to_string(world.world_size()) + " rank(s) (dist.sharding=full)";
@@ -89,6 +90,7 @@ ShardingGroups make_sharding_groups(const Config& cfg, Communicator& world) {
                     " nodes (dist.sharding=hybrid)");
   }
   g.mode = ShardingMode::kHybrid;
+  g.shard_peers_off_node = 0;
   g.node = std::move(node);
   g.replica = std::move(replica);
   return g;

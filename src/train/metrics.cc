@@ -52,6 +52,7 @@ void MetricsSink::step(const StepReport& r) {
            << ", \"skipped\": " << (r.stats.skipped ? "true" : "false")
            << ", \"loss_scale\": " << json_number(r.stats.loss_scale)
            << ", \"comm_exposed_ms\": " << json_number(r.comm_exposed_ms)
+           << ", \"comm_cross_node_bytes\": " << r.comm_cross_node_bytes
            << ", \"mem_sharded_bytes\": " << r.mem_sharded_bytes
            << ", \"mem_gathered_peak_bytes\": " << r.mem_gathered_peak_bytes
            << ", \"mfu\": " << (r.mfu ? json_number(*r.mfu) : std::string("null")) << "}\n";

@@ -140,6 +140,7 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
   summary.steps = start_step;
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     engine.sharded().take_exposed_comm_ms();  // drop what evaluation or set-up waited
+    const int64_t cross_before = engine.sharded().counters().cross_node_bytes;
     const auto t0 = std::chrono::steady_clock::now();
     const float loss = engine.forward_backward(
         [&](int64_t micro, int32_t* in, int32_t* tgt) { train_sampler.fill(step, micro, in, tgt); }, accum, step);
@@ -151,6 +152,7 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
     r.stats = stats;
     r.ms = sec * 1e3;
     r.comm_exposed_ms = engine.sharded().take_exposed_comm_ms();
+    r.comm_cross_node_bytes = engine.sharded().counters().cross_node_bytes - cross_before;
     r.tokens_per_s = static_cast<double>(cfg.train.global_batch * T) / sec;
     const MemoryStats mem = engine.sharded().memory();
     r.mem_sharded_bytes = mem.sharded_state_bytes;

@@ -15,9 +15,13 @@ import subprocess
 import sys
 
 
-def losses(path):
+def records(path):
     with open(path) as f:
-        return {r["step"]: r["loss"] for r in map(json.loads, f) if "loss" in r}
+        return {r["step"]: r for r in map(json.loads, f) if "loss" in r}
+
+
+def losses(path):
+    return {s: r["loss"] for s, r in records(path).items()}
 
 
 def main():
@@ -66,6 +70,19 @@ def main():
     full = train("full", 4, "full", full_dir)
     compare("full checkpoint resumed with hybrid sharding", full,
             train("hybrid_from_full", 4, "hybrid", os.path.join(work, "c3"), resume_from=full_dir))
+    # Bytes across the node boundary per step and rank (the metrics' comm_cross_node_bytes). Hybrid: the
+    # all-reduce of each micro-step's gradient shard between the 2 nodes, 2(r-1)/r = 1 x 4 bytes x the node
+    # shard's elements (mem_sharded_bytes / 16) x 3 micro-steps (12 sequences / 4 ranks). Full over 2 nodes:
+    # every gather and reduce-scatter exchanges with the 2 ranks of the other node, which comes to more.
+    h = records(os.path.join(work, "hybrid.jsonl"))[5]
+    f = records(os.path.join(work, "full.jsonl"))[5]
+    want = 4 * h["mem_sharded_bytes"] // 16 * 3
+    print(f"bytes across nodes per step: hybrid {h['comm_cross_node_bytes']} (expected {want}), "
+          f"full {f['comm_cross_node_bytes']}")
+    if h["comm_cross_node_bytes"] != want:
+        failures.append(f"hybrid crossed {h['comm_cross_node_bytes']} bytes per step, expected {want}")
+    if not f["comm_cross_node_bytes"] > h["comm_cross_node_bytes"]:
+        failures.append(f"full sharding crossed {f['comm_cross_node_bytes']} bytes, not more than hybrid")
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))
         return 1

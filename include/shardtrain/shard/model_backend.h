@@ -53,6 +53,10 @@ struct CommCounters {
   int64_t gathered_elements = 0;                  // received, padding included
   int64_t reduce_scattered_elements = 0;          // sent
   int64_t replica_reduced_elements = 0;           // gradient shard elements all-reduced across nodes (hybrid)
+  // Bytes this rank exchanged with ranks on other nodes: what an all-gather receives from them, what a
+  // reduce-scatter sends them, and 2(r-1)/r of an all-reduce across r nodes (the volume of a ring or of direct
+  // exchange; the number carries to any link).
+  int64_t cross_node_bytes = 0;
 };
 
 class ModelBackend {

@@ -22,12 +22,22 @@ struct ShardingGroups {
   std::unique_ptr<Communicator> node;       // hybrid: the ranks of this node
   std::unique_ptr<Communicator> replica;    // hybrid: the ranks of every node with this local rank
   Communicator* world = nullptr;
+  int shard_peers_off_node = 0;  // members of shard() on other nodes (full over several nodes; 0 in hybrid)
 
   // The ranks a unit is sharded over.
   Communicator& shard() const { return node ? *node : *world; }
   // Copies of the sharded state (nodes, in hybrid) and which one this rank holds.
   int replicas() const { return replica ? replica->world_size() : 1; }
   int replica_index() const { return replica ? replica->rank() : 0; }
+  // Bytes that cross nodes for collectives over `elements` per rank, of `bytes_per_element`: an all-gather or
+  // reduce-scatter over shard(), or an all-reduce over replica (counters' cross_node_bytes).
+  int64_t shard_cross_bytes(int64_t elements, int64_t bytes_per_element) const {
+    return elements * bytes_per_element * shard_peers_off_node;
+  }
+  int64_t replica_cross_bytes(int64_t elements, int64_t bytes_per_element) const {
+    const int r = replicas();
+    return r <= 1 ? 0 : elements * bytes_per_element * 2 * (r - 1) / r;
+  }
 };
 
 // Collective over `world`. kBadInput for dist.sharding=hybrid when the nodes have different numbers of ranks.

@@ -4,7 +4,7 @@
 //
 // JSONL records (one per line, keys in this order):
 //   {"step": 12, "loss": 2.31, "lr": 0.001, "grad_norm": 0.53, "tokens_per_s": 12345.6, "ms": 45.2, "skipped": false,
-//    "loss_scale": 1, "comm_exposed_ms": 0.8,
+//    "loss_scale": 1, "comm_exposed_ms": 0.8, "comm_cross_node_bytes": 0,
 //    "mem_sharded_bytes": 3407872, "mem_gathered_peak_bytes": 1187840, "mfu": 0.41}
 // mfu is null on the CPU and on a GPU missing from the peak table (train/mfu.h).
 //   {"step": 100, "val_loss": 2.05}
@@ -27,6 +27,7 @@ struct StepReport {
   double tokens_per_s = 0;
   double ms = 0;
   double comm_exposed_ms = 0;  // of ms: computation waiting for communication (ModelBackend::take_exposed_comm_ms)
+  int64_t comm_cross_node_bytes = 0;  // this step's bytes between this rank and other nodes (CommCounters)
   int64_t mem_sharded_bytes = 0;        // this rank's param/grad/m/v shards (rank 0's, as logged)
   int64_t mem_gathered_peak_bytes = 0;  // peak of full-size gathered parameter and gradient buffers
   bool on_gpu = false;                  // the human line shows MFU (a percentage or "unknown") on GPUs only
