@@ -16,6 +16,7 @@
 #include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/preempt.h"
 #include "shardtrain/train/trainer.h"
 #include "eval_command.h"
 
@@ -36,7 +37,8 @@ constexpr const char* kUsage =
     "  --help-env     the environment variables shardtrain reads\n"
     "\n"
     "exit codes: 0 success, 2 bad input (config, data, checkpoint: do not retry), 75 fault (retry from the\n"
-    "last checkpoint), 1 internal error\n";
+    "last checkpoint), 76 preempted (SIGTERM/SIGINT: checkpoint committed; resume with ckpt.resume=auto),\n"
+    "1 internal error\n";
 
 void print_help(bool with_usage) {
   if (with_usage) std::fputs(kUsage, stdout);
@@ -74,7 +76,9 @@ int cmd_train(const std::vector<std::string>& args, st::Communicator& comm) {
     if (comm.rank() == 0) ST_LOG_INFO("no --config given: running ", *config);
   }
   const st::Config cfg = st::load_config(config, overrides);
+  st::install_preemption_handlers();
   const st::TrainSummary s = st::run_training(cfg, comm);
+  if (s.preempted) return st::kExitPreempted;
   if (comm.rank() != 0) return st::kExitOk;
   std::printf("done: %lld steps (%lld skipped), final loss %.4f, val_loss %.4f, median %.0f tok/s\n",
               static_cast<long long>(s.steps), static_cast<long long>(s.skipped), s.last_loss, s.val_loss,

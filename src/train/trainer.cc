@@ -8,6 +8,7 @@
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/ckpt/init_from.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/preempt.h"
 #include "shardtrain/data/data_split.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/model/units.h"
@@ -177,9 +178,24 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
     if (last || (cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0)) {
       summary.val_loss = evaluate(step + 1);
     }
-    if (last || (cfg.ckpt.every > 0 && (step + 1) % cfg.ckpt.every == 0)) save(step + 1);
+    const bool saved = last || (cfg.ckpt.every > 0 && (step + 1) % cfg.ckpt.every == 0);
+    if (saved) save(step + 1);
+    // Preemption: one signalled rank stops them all here, after a committed checkpoint.
+    double stop = preemption_requested() ? 1.0 : 0.0;
+    comm.all_reduce(&stop, 1);
+    if (stop > 0 && !last) {
+      if (!saved) save(step + 1);
+      summary.preempted = true;
+      summary.checkpoint = cfg.ckpt.dir.empty() ? std::string() : cfg.ckpt.dir + "/" + step_dir_name(step + 1);
+      if (lead)
+        ST_LOG_WARN("preempted (SIGTERM/SIGINT on ", stop, " rank(s)) after step ", step + 1,
+                    cfg.ckpt.dir.empty() ? std::string(": no ckpt.dir, so no checkpoint")
+                                         : ": checkpoint " + summary.checkpoint + " committed; resume with ckpt.resume=auto");
+      break;
+    }
   }
   summary.median_tokens_per_s = median(rates);
+  if (summary.preempted) return summary;  // no export, no sample: the run is not finished
   const std::string profile = engine.sharded().op_profile(summary.steps - start_step - 1);
   if (lead && !profile.empty()) sink.line(profile);
   if (lead) {

@@ -33,6 +33,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitInternal = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitFault = 75;  // EX_TEMPFAIL
+inline constexpr int kExitPreempted = 76;  // stopped by SIGTERM/SIGINT after committing a checkpoint (core/preempt.h)
 
 class Error : public std::runtime_error {
  public:

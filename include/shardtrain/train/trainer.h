@@ -18,6 +18,8 @@ struct TrainSummary {
   float val_loss = 0;         // validation loss after the last step
   double median_tokens_per_s = 0;
   std::string sample;         // generated text (byte-level runs with train.sample_tokens > 0)
+  bool preempted = false;     // stopped early by SIGTERM/SIGINT on some rank (core/preempt.h)
+  std::string checkpoint;     // the checkpoint committed on preemption (empty without ckpt.dir)
 };
 
 // Runs cfg.train.steps optimizer steps on every rank of `comm` (collective). Bad data or config is
