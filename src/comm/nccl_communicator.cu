@@ -37,8 +37,10 @@ namespace {
 
 // A 1 MiB copy from every GPU of this machine that reports peer access to `device`, with a pattern checked on
 // arrival and a deadline: some machines (RTX 4090 boxes among them) report peer access the hardware cannot do,
-// and NCCL then hangs. Returns the failures ("1->0 timed out", ...), empty when all worked.
-std::string failed_peer_copies(int device, bool injected) {
+// and NCCL then hangs. Returns the failures ("1->0 timed out", ...), empty when all worked; *checked counts
+// the pairs that reported peer access.
+std::string failed_peer_copies(int device, bool injected, int* checked) {
+  *checked = 0;
   if (injected) return "injected by SHARDTRAIN_FAULT=p2p_broken";
   constexpr size_t kBytes = size_t{1} << 20;
   constexpr unsigned char kPattern = 0x5a;
@@ -46,6 +48,7 @@ std::string failed_peer_copies(int device, bool injected) {
   for (int peer = 0; peer < cuda_device_count(); ++peer) {
     int can = 0;
     if (peer == device || cudaDeviceCanAccessPeer(&can, device, peer) != cudaSuccess || !can) continue;
+    ++*checked;
     void* src = nullptr;
     ST_CUDA_CHECK(cudaSetDevice(peer));
     ST_CUDA_CHECK(cudaMalloc(&src, kBytes));
@@ -90,17 +93,21 @@ void check_peer_access(Communicator& host, int device) {
     if (host.rank() == 0) ST_LOG_INFO("peer access: NCCL_P2P_DISABLE=", env_get("NCCL_P2P_DISABLE"), " (set by the user)");
     return;
   }
-  const std::string failures = failed_peer_copies(device, fault_injected("p2p_broken", host.rank(), -1));
-  double bad = failures.empty() ? 0.0 : 1.0;
-  host.all_reduce(&bad, 1);
+  int checked = 0;
+  const std::string failures = failed_peer_copies(device, fault_injected("p2p_broken", host.rank(), -1), &checked);
+  double counts[2] = {failures.empty() ? 0.0 : 1.0, static_cast<double>(checked)};
+  host.all_reduce(counts, 2);
+  const double bad = counts[0];
   if (!failures.empty()) ST_LOG_WARN("peer access: rank ", host.rank(), " on GPU ", device, ": ", failures);
   if (bad > 0) {
     setenv("NCCL_P2P_DISABLE", "1", 1);  // before ncclCommInitRank, on every rank alike
     if (host.rank() == 0)
       ST_LOG_WARN("peer access: GPU peer copies failed on ", bad, " rank(s); NCCL_P2P_DISABLE=1 for this run "
                   "(NCCL goes through shared memory or sockets instead of hanging)");
+  } else if (host.rank() == 0 && counts[1] == 0) {
+    ST_LOG_INFO("peer access: no GPU pair reports it (e.g. RTX 4090s): NCCL goes through shared memory or sockets");
   } else if (host.rank() == 0) {
-    ST_LOG_INFO("peer access: every GPU pair that reports it copied 1 MiB correctly");
+    ST_LOG_INFO("peer access: ", counts[1], " GPU pair(s) report it, and each copied 1 MiB correctly");
   }
 }
 
