@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <sstream>
 #include <vector>
 
 #include "shardtrain/ckpt/checkpoint.h"
@@ -46,11 +47,43 @@ std::string mib(int64_t bytes) {
   return buf;
 }
 
+// Every rank must train the same config (a hostfile run with one box's config file edited, or a flag given to one
+// rank, would otherwise train something no checkpoint can describe). Rank 0's INI goes to every rank; a rank
+// whose own differs names the first differing key, and every rank stops with kBadInput before step 1.
+void check_same_config(const Config& cfg, Communicator& comm) {
+  const std::string mine = to_ini(cfg);
+  int64_t size = static_cast<int64_t>(mine.size());
+  comm.broadcast(&size, sizeof(size), 0);
+  std::string lead = comm.rank() == 0 ? mine : std::string(static_cast<size_t>(size), '\0');
+  comm.broadcast(lead.data(), size, 0);
+  std::string differs;
+  if (lead != mine) {
+    std::istringstream a(lead), b(mine);
+    std::string la, lb, section;
+    while (std::getline(a, la)) {
+      if (!std::getline(b, lb)) lb.clear();
+      if (!la.empty() && la[0] == '[') section = la.substr(1, la.size() - 2);
+      if (la != lb) {
+        const std::string key = la.substr(0, la.find(" ="));
+        differs = str_cat(section, ".", key, ": rank 0 has '", la, "', rank ", comm.rank(), " has '", lb, "'");
+        break;
+      }
+    }
+    if (differs.empty()) differs = str_cat("rank ", comm.rank(), "'s config has more lines than rank 0's");
+  }
+  double bad = differs.empty() ? 0.0 : 1.0;
+  comm.all_reduce(&bad, 1);
+  if (!differs.empty()) ST_BAD_INPUT("the ranks were given different configs; first difference: ", differs);
+  if (bad > 0)
+    ST_BAD_INPUT("the ranks were given different configs (", bad, " rank(s) differ from rank 0; their errors name the key)");
+}
+
 }  // namespace
 
 TrainSummary run_training(const Config& cfg, Communicator& comm) {
   const int rank = comm.rank(), world = comm.world_size();
   const bool lead = rank == 0;
+  check_same_config(cfg, comm);
   const int64_t accum = cfg.grad_accum_steps(world);
   const int64_t B = cfg.train.micro_batch, T = cfg.model.seq_len;
 
