@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -35,26 +34,25 @@ struct Busbw {
   double all_gather = 0, reduce_scatter = 0;  // GB/s
 };
 
-// The fastest of 3 after a warm-up, in nccl-tests' bus bandwidth: (n - 1) / n x the bytes each rank receives
-// (all-gather) or sends (reduce-scatter) over the time.
+struct LinkRow {
+  std::string group;
+  int ranks = 0;
+  Busbw busbw;
+};
+
+// nccl-tests' bus bandwidth of the fastest of 3 calls: (n - 1) / n x the bytes each rank receives (all-gather)
+// or sends (reduce-scatter) over the time.
 Busbw measure(st::Communicator& c) {
   constexpr int64_t kCount = int64_t{1} << 22;  // 16 MiB of floats per rank
   const int n = c.world_size();
   std::vector<float> shard(static_cast<size_t>(kCount), 1.0f), full(static_cast<size_t>(kCount) * n, 1.0f);
-  auto best = [&](auto op) {
-    op();
-    double t = 1e30;
-    for (int i = 0; i < 3; ++i) {
-      c.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      op();
-      t = std::min(t, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return n <= 1 ? 0.0 : (n - 1.0) * static_cast<double>(kCount * sizeof(float)) / t / 1e9;
+  auto busbw = [&](double seconds) {
+    return n <= 1 ? 0.0 : (n - 1.0) * static_cast<double>(kCount * sizeof(float)) / seconds / 1e9;
   };
   Busbw b;
-  b.all_gather = best([&] { c.all_gather(shard.data(), kCount, full.data()); });
-  b.reduce_scatter = best([&] { c.reduce_scatter(full.data(), kCount, shard.data()); });
+  b.all_gather = busbw(st::fastest_collective_seconds(c, [&] { c.all_gather(shard.data(), kCount, full.data()); }));
+  b.reduce_scatter =
+      busbw(st::fastest_collective_seconds(c, [&] { c.reduce_scatter(full.data(), kCount, shard.data()); }));
   return b;
 }
 
@@ -141,9 +139,8 @@ int cmd_topo(const std::vector<std::string>& args, st::Communicator& world) {
   st::Config hybrid = cfg;
   hybrid.dist.sharding = st::ShardingMode::kHybrid;
   const bool even = std::all_of(where.begin(), where.end(), [&](const Where& w) { return w.local_size == where[0].local_size; });
-  std::vector<std::pair<std::string, Busbw>> rows;
-  const Busbw all = measure(world);
-  rows.push_back({"world", all});
+  std::vector<LinkRow> rows;
+  rows.push_back({"world", n, measure(world)});
   if (nodes > 1 && even) {
     st::ShardingGroups g = st::make_sharding_groups(hybrid, world);
     for (st::Communicator* grp : {g.node.get(), g.replica.get()}) {
@@ -158,17 +155,16 @@ int cmd_topo(const std::vector<std::string>& args, st::Communicator& world) {
       world.all_reduce(v.data(), static_cast<int64_t>(v.size()));
       for (int k = 0; k < groups; ++k)
         rows.push_back({is_node ? st::str_cat("node ", k) : st::str_cat("across nodes, local rank ", k),
-                        Busbw{v[static_cast<size_t>(2 * k)], v[static_cast<size_t>(2 * k + 1)]}});
+                        grp->world_size(), Busbw{v[static_cast<size_t>(2 * k)], v[static_cast<size_t>(2 * k + 1)]}});
     }
   }
   if (lead) {
     std::printf("links (%s, 16 MiB per rank, fastest of 3): all-gather and reduce-scatter bus bandwidth\n",
                 world.kind().c_str());
     std::printf("  %-28s %5s %11s %15s\n", "group", "ranks", "all-gather", "reduce-scatter");
-    for (const auto& [name, b] : rows) {
-      const int ranks = name == "world" ? n : name.rfind("node", 0) == 0 ? where[0].local_size : nodes;
-      std::printf("  %-28s %5d %6.2f GB/s %10.2f GB/s\n", name.c_str(), ranks, b.all_gather, b.reduce_scatter);
-    }
+    for (const LinkRow& r : rows)
+      std::printf("  %-28s %5d %6.2f GB/s %10.2f GB/s\n", r.group.c_str(), r.ranks, r.busbw.all_gather,
+                  r.busbw.reduce_scatter);
   }
 
   // The plan train would make for this config (dist.sharding, auto measured as train measures it).

@@ -115,12 +115,14 @@ int64_t sharded_state_bytes(const Config& cfg, const std::vector<UnitLayout>& un
   int64_t bytes = 0, staged_slot = 0;
   for (size_t i = 0; i < units.size(); ++i) {
     const int64_t slot = padded_shard_size(units[i].numel, world);
-    if (!off[i])
+    if (!off[i]) {
       bytes += slot * (16 + (std::is_same_v<T, float> ? 0 : t));
-    else if (cfg.optim.offload == OffloadMode::kOptimizer)
+    } else if (cfg.optim.offload == OffloadMode::kOptimizer) {
       bytes += slot * (4 + t);
-    else
-      bytes += slot * 4, staged_slot = std::max(staged_slot, slot);
+    } else {
+      bytes += slot * 4;
+      staged_slot = std::max(staged_slot, slot);
+    }
   }
   return bytes + 2 * staged_slot * t;
 }

@@ -10,18 +10,11 @@
 namespace st {
 namespace {
 
-// all-reduce bus bandwidth of `comm` in GB/s: 16 MiB of floats, the fastest of 3 after a warm-up.
+// all-reduce bus bandwidth of `comm` in GB/s, on 16 MiB of floats.
 double all_reduce_busbw(Communicator& comm) {
   constexpr int64_t kCount = int64_t{1} << 22;
   std::vector<float> buf(static_cast<size_t>(kCount), 1.0f);
-  comm.all_reduce(buf.data(), kCount);
-  double best = 1e30;
-  for (int i = 0; i < 3; ++i) {
-    comm.barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    comm.all_reduce(buf.data(), kCount);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
+  const double best = fastest_collective_seconds(comm, [&] { comm.all_reduce(buf.data(), kCount); });
   const int n = comm.world_size();
   return n <= 1 ? 0.0 : 2.0 * (n - 1) / n * static_cast<double>(kCount * sizeof(float)) / best / 1e9;
 }
@@ -33,6 +26,18 @@ std::string gbs(double v) {
 }
 
 }  // namespace
+
+double fastest_collective_seconds(Communicator& comm, const std::function<void()>& op) {
+  op();
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    comm.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    op();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
 
 ShardingGroups make_sharding_groups(const Config& cfg, Communicator& world) {
   ShardingGroups g;

@@ -8,6 +8,7 @@
 //   if (g.replica) g.replica->all_reduce(grad_shard, n);   // across nodes, hybrid only
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,10 @@ struct ShardingGroups {
     return r <= 1 ? 0 : elements * bytes_per_element * 2 * (r - 1) / r;
   }
 };
+
+// Seconds of the fastest of 3 calls of the collective `op` over `comm`, each after a barrier, after one untimed
+// warm-up call. Collective. (auto's bandwidth measurement and `shardtrain topo`.)
+double fastest_collective_seconds(Communicator& comm, const std::function<void()>& op);
 
 // Collective over `world`. kBadInput for dist.sharding=hybrid when the nodes have different numbers of ranks.
 // With one node hybrid is full sharding (and says so).
