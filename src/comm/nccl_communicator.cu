@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <thread>
 #include <vector>
 
+#include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/fault.h"
@@ -127,10 +129,32 @@ NcclCommunicator::NcclCommunicator(Communicator& host) : rank_(host.rank()), wor
   host.broadcast(&id, sizeof(id), 0);
   ST_NCCL_CHECK(ncclCommInitRank(&comm_, world_, id, rank_));
   ST_LOG_DEBUG("nccl: rank ", rank_, "/", world_, " on device ", device_, " (", cuda_device_name(), ")");
+  watchdog_ = host.watchdog();
+  if (watchdog_ && watchdog_->enabled()) {
+    channel_ = watchdog_->channel("nccl " + host.name());
+    // From the watchdog's thread, while this rank's stream is stuck in a collective: ncclCommAbort is the one
+    // NCCL call made for that. The process ends right after (the expiry action), so comm_ is left as it is.
+    abort_hook_ = watchdog_->add_abort_hook([this] {
+      aborted_by_watchdog_ = true;
+      ncclCommAbort(comm_);
+    });
+  }
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (comm_) ncclCommDestroy(comm_);
+  if (abort_hook_ >= 0) watchdog_->remove_abort_hook(abort_hook_);
+  if (comm_ && !aborted_by_watchdog_) ncclCommDestroy(comm_);
+}
+
+void NcclCommunicator::watch(const char* op, int64_t count, cudaStream_t stream) {
+  if (channel_ < 0) return;
+  auto done = std::make_shared<CudaEvent>();
+  done->record(stream);
+  const int device = device_;
+  watchdog_->begin_async(channel_, op, count, [done, device] {
+    cudaSetDevice(device);  // the watchdog's thread
+    return cudaEventQuery(done->get()) != cudaErrorNotReady;  // an error surfaces on the trainer's thread
+  });
 }
 
 void NcclCommunicator::abort(const std::string& reason) {
@@ -148,6 +172,7 @@ void NcclCommunicator::all_gather(const T* send, int64_t count, T* recv, cudaStr
   check_usable();
   ST_CHECK(count >= 0, "all_gather count ", count);
   ST_NCCL_CHECK_COMM(ncclAllGather(send, recv, static_cast<size_t>(count), nccl_type<T>(), comm_, stream), comm_);
+  watch("all_gather", count, stream);
 }
 
 template <typename T>
@@ -156,6 +181,7 @@ void NcclCommunicator::reduce_scatter(const T* send, int64_t count, T* recv, cud
   ST_CHECK(count >= 0, "reduce_scatter count ", count);
   ST_NCCL_CHECK_COMM(
       ncclReduceScatter(send, recv, static_cast<size_t>(count), nccl_type<T>(), ncclSum, comm_, stream), comm_);
+  watch("reduce_scatter", count, stream);
 }
 
 template <typename T>
@@ -164,6 +190,7 @@ void NcclCommunicator::all_reduce(T* buf, int64_t count, cudaStream_t stream) {
   ST_CHECK(count >= 0, "all_reduce count ", count);
   ST_NCCL_CHECK_COMM(ncclAllReduce(buf, buf, static_cast<size_t>(count), nccl_type<T>(), ncclSum, comm_, stream),
                      comm_);
+  watch("all_reduce", count, stream);
 }
 
 #define ST_NCCL_INSTANTIATE(T)                                                                  \

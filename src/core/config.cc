@@ -317,6 +317,10 @@ const std::vector<Key>& keys() {
           "false: keep them until backward (fewer gathers, more memory)"),
       key("dist", "max_gpu_mem_gib", &Config::dist, &DistConfig::max_gpu_mem_gib,
           "cap on the device memory one rank may plan to use, in GiB (0: the card's free memory)"),
+      key("dist", "timeout_s", &Config::dist, &DistConfig::timeout_s,
+          "seconds one collective may take before the watchdog logs the op and ends the job with exit code 75 "
+          "(a dead, stopped or hung rank); it must exceed the longest wait for a peer (a checkpoint save, "
+          "the first step's planning). 0: no deadline"),
   };
   return table;
 }
@@ -627,6 +631,8 @@ std::vector<std::string> check(const Config& c) {
     add("train.attention (cudnn) needs train.dtype bf16 or fp16 (cuDNN's fused attention has no fp32 engine)");
   if (c.train.device == Device::kCuda && c.dist.sharding == ShardingMode::kAuto)
     add("dist.sharding (auto) is built for train.device=cpu only so far; cuda takes full or hybrid");
+  float_check("dist.timeout_s", c.dist.timeout_s, c.dist.timeout_s >= 0 && std::isfinite(c.dist.timeout_s),
+              ">= 0 (0: no deadline)");
   float_check("dist.max_gpu_mem_gib", c.dist.max_gpu_mem_gib,
               c.dist.max_gpu_mem_gib >= 0 && std::isfinite(c.dist.max_gpu_mem_gib), ">= 0 (0: no cap)");
 

@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <sstream>
 #include <vector>
 
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/ckpt/init_from.h"
+#include "shardtrain/comm/watched_communicator.h"
+#include "shardtrain/comm/watchdog.h"
+#include "shardtrain/core/fault.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/preempt.h"
 #include "shardtrain/data/data_split.h"
@@ -80,7 +84,10 @@ void check_same_config(const Config& cfg, Communicator& comm) {
 
 }  // namespace
 
-TrainSummary run_training(const Config& cfg, Communicator& comm) {
+TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
+  // Every collective below, NCCL's included, runs under dist.timeout_s's deadline.
+  Watchdog watchdog(cfg.dist.timeout_s, world_comm.rank());
+  WatchedCommunicator comm(world_comm, watchdog, "world");
   const int rank = comm.rank(), world = comm.world_size();
   const bool lead = rank == 0;
   check_same_config(cfg, comm);
@@ -175,6 +182,7 @@ TrainSummary run_training(const Config& cfg, Communicator& comm) {
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     engine.sharded().take_exposed_comm_ms();  // drop what evaluation or set-up waited
     const int64_t cross_before = engine.sharded().counters().cross_node_bytes;
+    if (fault_injected("sigstop", rank, step + 1)) std::raise(SIGSTOP);  // a stopped rank: the watchdog's test
     const auto t0 = std::chrono::steady_clock::now();
     const float loss = engine.forward_backward(
         [&](int64_t micro, int32_t* in, int32_t* tgt) { train_sampler.fill(step, micro, in, tgt); }, accum, step);

@@ -29,6 +29,9 @@ fewer GPUs than the case needs):
                     to rel 1e-5 for 30 fp32 steps; full sharding with NCCL_P2P_DISABLE=1 alone (the dual-4090
                     stand-in) matches too, and so does a run whose start-up peer-copy check is made to fail
                     (SHARDTRAIN_FAULT=p2p_broken:1), which must say in the log that it set NCCL_P2P_DISABLE=1.
+  watchdog          2 GPUs in bf16; SHARDTRAIN_FAULT=sigstop:1@3 stops rank 1 before step 3. Rank 0's next NCCL
+                    collective passes dist.timeout_s=5: the watchdog names it (channel "nccl ...", op, sequence
+                    number, the last completed op), aborts the NCCL communicators and mpirun exits 75.
   memory-cap        1 GPU, GPT-2 124M-shaped (byte vocabulary) at micro_batch 96 under dist.max_gpu_mem_gib=24 (a stand-in for an
                     RTX 4090): exit code 2 before step 1, and the message gives the breakdown.
 
@@ -39,6 +42,7 @@ Only the standard library: it runs under whichever python3 the GPU machine has.
 import json
 import os
 import random
+import re
 import struct
 import shutil
 import subprocess
@@ -69,7 +73,7 @@ class Runner:
         with open(self.data, "wb") as f:
             f.write(text)
 
-    def train(self, tag, ranks, overrides, device="cuda", fault=None, env=None, binary=None):
+    def train(self, tag, ranks, overrides, device="cuda", fault=None, env=None, binary=None, expect_rc=0):
         metrics = os.path.join(self.work, f"{tag}.jsonl")
         if os.path.exists(metrics):
             os.remove(metrics)
@@ -87,11 +91,11 @@ class Runner:
         env = dict(os.environ, SHARDTRAIN_FAULT=fault or "", **(env or {}))
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900,
                            stdin=subprocess.DEVNULL, env=env)
-        if r.returncode != 0:
+        if r.returncode != expect_rc:
             print(" ".join(cmd) + "\n" + r.stdout[-6000:])
-            sys.exit(f"{tag} failed with exit code {r.returncode}")
+            sys.exit(f"{tag} ended with exit code {r.returncode}, expected {expect_rc}")
         self.last_output = r.stdout
-        return read_losses(metrics)
+        return read_losses(metrics) if expect_rc == 0 else None
 
 
 def read_safetensors(path):
@@ -226,6 +230,15 @@ def main():
         print("\n".join(l for l in run.last_output.splitlines() if "peer access" in l))
         if "NCCL_P2P_DISABLE=1 for this run" not in run.last_output:
             failures.append("the failed peer-copy check was not reported in the log")
+    elif case == "watchdog":
+        run.train("watchdog", 2, ["--train.dtype=bf16", "--train.steps=8", "--dist.timeout_s=5"],
+                  fault="sigstop:1@3", expect_rc=75)
+        lines = [l for l in run.last_output.splitlines() if "watchdog: rank 0:" in l]
+        print("\n".join(lines))
+        if not any(re.search(r"watchdog: rank 0: [a-z_]+ #\d+ on communicator '[^']+' \(count \d+\) has not "
+                             r"completed after \d+ s \(dist.timeout_s = 5\); last completed there: #\d+ [a-z_]+", l)
+                   for l in lines):
+            failures.append("no watchdog message naming the op, its sequence number and the last completed one")
     elif case == "memory-cap":
         cmd = [shardtrain, "train", "--config", os.path.join(os.path.dirname(config), "gpt2-124m.ini"),
                "--train.device=cuda", "--train.micro_batch=96", "--train.global_batch=96",

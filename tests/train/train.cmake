@@ -24,3 +24,17 @@ if(MPIRUN_EXECUTABLE)
   set_tests_properties(train.configs_differ_across_ranks PROPERTIES LABELS "cpu;mpi" TIMEOUT 60
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
+
+# The watchdog: rank 1 stops itself (SIGSTOP) before step 3; rank 0's next collective passes dist.timeout_s, and the
+# job ends with the fault code (75 through MPI_Abort, so mpirun kills the stopped rank too) naming the op. ctest's
+# TIMEOUT bounds "the others exit within timeout + a few seconds".
+if(MPIRUN_EXECUTABLE)
+  add_test(NAME train.watchdog.stopped_rank
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/expect_exit.sh 75
+                   "watchdog: rank 0: [a-z_]+ #[0-9]+ on communicator '[^']+' \\(count [0-9]+\\) has not completed after [0-9]+ s \\(dist.timeout_s = 3\\); last completed there: #[0-9]+ [a-z_]+" --
+                   ${MPIRUN_EXECUTABLE} --oversubscribe --mca btl self,vader -np 2 $<TARGET_FILE:shardtrain> train
+                   --config ${CMAKE_SOURCE_DIR}/configs/tiny.ini --train.steps=6 --train.global_batch=4
+                   --train.micro_batch=2 --train.eval_every=0 --train.sample_tokens=0 --dist.timeout_s=3)
+  set_tests_properties(train.watchdog.stopped_rank PROPERTIES LABELS "cpu;mpi" TIMEOUT 60 PROCESSORS 2
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;SHARDTRAIN_FAULT=sigstop:1@3")
+endif()

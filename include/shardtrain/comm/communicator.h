@@ -24,6 +24,8 @@
 
 namespace st {
 
+class Watchdog;
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -42,6 +44,11 @@ class Communicator {
   virtual int device_rank() const { return local_rank(); }
   // "mpi", "fake", "solo".
   virtual std::string kind() const = 0;
+  // The watchdog that puts this communicator's collectives under a deadline (watched_communicator.h), or null.
+  // Device communicators built over this one (NCCL) report to the same watchdog.
+  virtual Watchdog* watchdog() const { return nullptr; }
+  // A name for messages: "world", or the parent's name and the split's color ("world/1").
+  virtual std::string name() const { return "world"; }
 
   // recv[r * count + i] = rank r's send[i], for i < count. recv holds world_size() * count elements.
   // send may alias recv + rank() * count (in place).

@@ -12,10 +12,15 @@
 // Errors: every NCCL call goes through ST_NCCL_CHECK, whose message carries ncclGetErrorString and
 // ncclGetLastError (the library's own explanation) and is a kFault (retry from the last checkpoint).
 // abort() tears the communicator down without waiting for peers (a dead or hung rank).
+//
+// Watchdog: when `host` has one (host.watchdog(), watched_communicator.h), every collective is reported to it on
+// a channel "nccl <host name>" with a CUDA event recorded after it, and ncclCommAbort is registered as its abort
+// hook: a collective a peer never joins ends the job after dist.timeout_s instead of hanging the stream.
 #pragma once
 
 #include <nccl.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -69,8 +74,13 @@ class NcclCommunicator {
 
  private:
   void check_usable() const;
+  // Reports the collective just enqueued on `stream` to the watchdog (no-op without one).
+  void watch(const char* op, int64_t count, cudaStream_t stream);
 
   ncclComm_t comm_ = nullptr;
+  Watchdog* watchdog_ = nullptr;
+  int channel_ = -1, abort_hook_ = -1;
+  std::atomic<bool> aborted_by_watchdog_{false};
   int rank_ = 0, world_ = 1, device_ = 0;
   std::string aborted_;  // the reason, once aborted
 };

@@ -101,6 +101,7 @@ struct DistConfig {
   ShardingMode sharding = ShardingMode::kFull;
   bool reshard_after_forward = true;  // ZeRO-3: free gathered params after forward, gather again in backward
   double max_gpu_mem_gib = 0;         // plan-time cap on one rank's device memory (0: the card's free memory)
+  double timeout_s = 600;             // deadline of one collective (comm/watchdog.h); 0: none
 };
 
 struct Config {
