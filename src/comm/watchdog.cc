@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <future>
+#include <tuple>
+#include <utility>
 
 #include "shardtrain/comm/mpi_session.h"
 #include "shardtrain/core/error.h"
@@ -37,7 +39,10 @@ Watchdog::Watchdog(double timeout_s, int rank, ExpiryAction on_expiry, double po
       rank_(rank),
       on_expiry_(on_expiry ? std::move(on_expiry) : ExpiryAction(end_job_with_fault)),
       poll_s_(poll_s > 0 ? poll_s : std::min(1.0, timeout_s / 10)) {
-  if (enabled()) thread_ = std::thread([this] { run(); });
+  if (enabled()) {
+    deadline_thread_ = std::thread([this] { every_poll(&Watchdog::check_deadline); });
+    probe_thread_ = std::thread([this] { every_poll(&Watchdog::poll_async); });
+  }
 }
 
 Watchdog::~Watchdog() {
@@ -46,7 +51,8 @@ Watchdog::~Watchdog() {
     stop_ = true;
   }
   wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  for (std::thread* t : {&deadline_thread_, &probe_thread_})
+    if (t->joinable()) t->join();
 }
 
 int Watchdog::channel(const std::string& name) {
@@ -65,7 +71,8 @@ uint64_t Watchdog::begin_async(int channel, const char* op, int64_t count, std::
   Channel& c = channels_.at(static_cast<size_t>(channel));
   const uint64_t seq = c.next_seq++;
   if (enabled()) {
-    c.open.emplace(seq, Op{seq, op, count, Clock::now(), std::move(done)});
+    c.open.emplace(seq, Op{seq, op, count, Clock::now(),
+                           done ? std::make_shared<std::function<bool()>>(std::move(done)) : nullptr});
   } else {  // no deadline: only the numbering
     c.last_done_seq = seq;
     c.last_done_op = op;
@@ -113,7 +120,30 @@ size_t Watchdog::outstanding() const {
   return n;
 }
 
-void Watchdog::check_now() {
+void Watchdog::poll_async() {
+  // The probes run without the lock: a CUDA call can block behind another thread's (a cudaFree waiting for a
+  // stuck kernel), and the deadline check must still see the op as open and fire.
+  std::vector<std::tuple<size_t, uint64_t, std::shared_ptr<std::function<bool()>>>> probes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t ci = 0; ci < channels_.size(); ++ci)
+      for (const auto& [seq, op] : channels_[ci].open)
+        if (op.done) probes.emplace_back(ci, seq, op.done);
+  }
+  std::vector<std::pair<size_t, uint64_t>> finished;
+  for (const auto& [ci, seq, probe] : probes)
+    if ((*probe)()) finished.emplace_back(ci, seq);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [ci, seq] : finished) {
+    Channel& c = channels_[ci];
+    const auto it = c.open.find(seq);
+    if (it == c.open.end()) continue;
+    mark_done(c, it->second);
+    c.open.erase(it);
+  }
+}
+
+void Watchdog::check_deadline() {
   std::string message;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -121,18 +151,12 @@ void Watchdog::check_now() {
     const Clock::time_point now = Clock::now();
     const Channel* late_channel = nullptr;
     const Op* late = nullptr;
-    for (Channel& c : channels_) {
-      for (auto it = c.open.begin(); it != c.open.end();) {
-        if (it->second.done && it->second.done()) {
-          mark_done(c, it->second);
-          it = c.open.erase(it);
-          continue;
-        }
-        if (!late || it->second.start < late->start) {
-          late = &it->second;
+    for (const Channel& c : channels_) {
+      for (const auto& [seq, op] : c.open) {
+        if (!late || op.start < late->start) {
+          late = &op;
           late_channel = &c;
         }
-        ++it;
       }
     }
     if (!late || std::chrono::duration<double>(now - late->start).count() <= timeout_s_) return;
@@ -150,6 +174,11 @@ void Watchdog::check_now() {
   expire(message);
 }
 
+void Watchdog::check_now() {
+  poll_async();
+  check_deadline();
+}
+
 void Watchdog::expire(const std::string& message) {
   std::vector<std::function<void()>> hooks;
   {
@@ -161,13 +190,13 @@ void Watchdog::expire(const std::string& message) {
   on_expiry_(message);
 }
 
-void Watchdog::run() {
+void Watchdog::every_poll(void (Watchdog::*pass)()) {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     wake_.wait_for(lock, std::chrono::duration<double>(poll_s_), [this] { return stop_; });
     if (stop_) break;
     lock.unlock();
-    check_now();
+    (this->*pass)();
     lock.lock();
   }
 }

@@ -6,7 +6,8 @@
 //   * blocking ops (MPI, TCP, the host side) bracket the call: begin() ... end();
 //   * asynchronous ops (NCCL on a stream) report how to ask whether they finished: begin_async(), whose probe
 //     the watchdog polls (a CUDA event query); the probe is dropped once it says done.
-// A thread wakes every poll_s. When the oldest unfinished op of any channel is older than timeout_s (counted
+// Two threads wake every poll_s: one asks the async ops' probes (without holding anything, since a CUDA query can
+// block behind a stuck call of another thread), the other checks deadlines. When the oldest unfinished op of any channel is older than timeout_s (counted
 // from begin, as c10d counts from enqueue), it:
 //   1. logs the rank, the channel, the op, its sequence number and size, and the last op that completed there;
 //   2. runs the abort hooks (NcclCommunicator registers ncclCommAbort), each bounded: a hook that hangs too is
@@ -57,8 +58,9 @@ class Watchdog {
   // A blocking op starts; returns its sequence number. end() with that number when it returns (or throws).
   uint64_t begin(int channel, const char* op, int64_t count);
   void end(int channel, uint64_t seq);
-  // An asynchronous op was enqueued; `done` returns true once it completed. It is called from the watchdog's
-  // thread only, never after it returned true, and destroyed (with what it holds) on that thread or in ~Watchdog.
+  // An asynchronous op was enqueued; `done` returns true once it completed. It is called from the watchdog's probe
+  // thread (or check_now), one call at a time, never after it returned true, and destroyed (with what it holds) on
+  // that thread or in ~Watchdog.
   uint64_t begin_async(int channel, const char* op, int64_t count, std::function<bool()> done);
 
   // Run on expiry before the expiry action (ncclCommAbort). Returns an id for remove_abort_hook, which must be
@@ -73,7 +75,7 @@ class Watchdog {
   // Ops begun but not seen completed, over all channels (for tests).
   size_t outstanding() const;
 
-  // One pass of the check the thread runs (polls async ops, fires on expiry). Public for tests; thread-safe.
+  // One pass of both threads' work: ask the probes, then check the deadlines (and fire). For tests; thread-safe.
   void check_now();
 
  private:
@@ -83,7 +85,7 @@ class Watchdog {
     const char* op;
     int64_t count;
     Clock::time_point start;
-    std::function<bool()> done;  // null for blocking ops
+    std::shared_ptr<std::function<bool()>> done;  // null for blocking ops; shared: called outside the lock
   };
   struct Channel {
     std::string name;
@@ -93,7 +95,9 @@ class Watchdog {
     const char* last_done_op = nullptr;
   };
 
-  void run();
+  void poll_async();
+  void check_deadline();
+  void every_poll(void (Watchdog::*pass)());
   void expire(const std::string& message);
   void mark_done(Channel& c, const Op& op);
 
@@ -109,7 +113,7 @@ class Watchdog {
   bool fired_ = false;
   bool stop_ = false;
   std::condition_variable wake_;
-  std::thread thread_;
+  std::thread deadline_thread_, probe_thread_;
 };
 
 }  // namespace st
