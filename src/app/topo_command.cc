@@ -5,7 +5,10 @@
 //   topology: 4 rank(s) on 2 node(s)
 //     rank  node  local  host
 //        0     0    0/2  box-a
-//   links (MPI, 16 MiB per rank, fastest of 3): all-gather and reduce-scatter bus bandwidth
+//   gpus on box-a (links from NVML: ok):            (each node's GPUs, PCIe, NVLink/PCIe relation, peer access)
+//   ...
+//     network: NCCL_SOCKET_IFNAME=enp5s0 (set)
+//   links (mpi, 16 MiB of floats per rank, fastest of 3): all-gather and reduce-scatter bus bandwidth
 //     group                      ranks  all-gather  reduce-scatter
 //     world                          4   12.1 GB/s       11.8 GB/s
 //   plan: hybrid: each unit sharded over the 2 rank(s) of a node, replicated on 2 nodes (dist.sharding=hybrid)
@@ -19,8 +22,10 @@
 #include <vector>
 
 #include "commands.h"
+#include "shardtrain/comm/gpu_topology.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
-#include <cuda_runtime.h>
+#include "shardtrain/comm/nccl_busbw.h"
+#include "shardtrain/shard/cuda_sharded_model.h"
 #endif
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/error.h"
@@ -40,20 +45,14 @@ struct LinkRow {
   Busbw busbw;
 };
 
-// nccl-tests' bus bandwidth of the fastest of 3 calls: (n - 1) / n x the bytes each rank receives (all-gather)
-// or sends (reduce-scatter) over the time.
-Busbw measure(st::Communicator& c) {
-  constexpr int64_t kCount = int64_t{1} << 22;  // 16 MiB of floats per rank
-  const int n = c.world_size();
-  std::vector<float> shard(static_cast<size_t>(kCount), 1.0f), full(static_cast<size_t>(kCount) * n, 1.0f);
-  auto busbw = [&](double seconds) {
-    return n <= 1 ? 0.0 : (n - 1.0) * static_cast<double>(kCount * sizeof(float)) / seconds / 1e9;
-  };
-  Busbw b;
-  b.all_gather = busbw(st::fastest_collective_seconds(c, [&] { c.all_gather(shard.data(), kCount, full.data()); }));
-  b.reduce_scatter =
-      busbw(st::fastest_collective_seconds(c, [&] { c.reduce_scatter(full.data(), kCount, shard.data()); }));
-  return b;
+// nccl-tests' bus bandwidth of the fastest of 3 calls: through NCCL on GPU buffers for a cuda config (what training
+// will see), through the communicator on host buffers otherwise (sharding.h).
+Busbw measure(st::Communicator& c, bool nccl) {
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (nccl) return Busbw{st::nccl_busbw(c, st::CollectiveOp::kAllGather), st::nccl_busbw(c, st::CollectiveOp::kReduceScatter)};
+#endif
+  (void)nccl;
+  return Busbw{st::host_busbw(c, st::CollectiveOp::kAllGather), st::host_busbw(c, st::CollectiveOp::kReduceScatter)};
 }
 
 std::string mib(int64_t bytes) {
@@ -112,27 +111,19 @@ int cmd_topo(const std::vector<std::string>& args, st::Communicator& world) {
     }
   }
 
-#ifdef SHARDTRAIN_HAVE_CUDA
-  // The GPUs rank 0 sees, and which pairs report peer access (train verifies it with a copy before NCCL starts).
-  int gpus = 0;
-  if (lead && cudaGetDeviceCount(&gpus) == cudaSuccess && gpus > 0) {
-    std::printf("gpus on %s (peer access as the driver reports it):\n", where[0].host);
-    for (int i = 0; i < gpus; ++i) {
-      cudaDeviceProp p{};
-      char bus[32] = "?";
-      cudaGetDeviceProperties(&p, i);
-      cudaDeviceGetPCIBusId(bus, sizeof(bus), i);
-      std::string peers;
-      for (int j = 0; j < gpus; ++j) {
-        int can = 0;
-        if (j != i) cudaDeviceCanAccessPeer(&can, i, j);
-        peers += j == i ? " -" : can ? " P" : " .";
-      }
-      std::printf("  gpu %d  %-24s  %s  peers:%s\n", i, p.name, bus, peers.c_str());
-    }
+  // Each node's GPUs and links as its first rank sees them (NVML), and the network NCCL would use between nodes.
+  for (int r = 0; r < n; ++r) {
+    if (where[static_cast<size_t>(r)].local != 0) continue;
+    std::string text;
+    if (r == rank)
+      text = st::format_gpu_topology(st::discover_gpu_topology(), where[static_cast<size_t>(r)].host) +
+             "  network: " + st::nccl_network_summary() + "\n";
+    int64_t size = static_cast<int64_t>(text.size());
+    world.broadcast(&size, sizeof(size), r);
+    text.resize(static_cast<size_t>(size));
+    world.broadcast(text.data(), size, r);
+    if (lead) std::fputs(text.c_str(), stdout);
   }
-  cudaGetLastError();
-#endif
 
   // The links, group by group: the world, then (with several nodes of equal size) every node group at once and
   // every replica group at once; each group's rank 0 reports through a world all-reduce.
@@ -140,11 +131,12 @@ int cmd_topo(const std::vector<std::string>& args, st::Communicator& world) {
   hybrid.dist.sharding = st::ShardingMode::kHybrid;
   const bool even = std::all_of(where.begin(), where.end(), [&](const Where& w) { return w.local_size == where[0].local_size; });
   std::vector<LinkRow> rows;
-  rows.push_back({"world", n, measure(world)});
+  const bool nccl = cfg.train.device == st::Device::kCuda;
+  rows.push_back({"world", n, measure(world, nccl)});
   if (nodes > 1 && even) {
     st::ShardingGroups g = st::make_sharding_groups(hybrid, world);
     for (st::Communicator* grp : {g.node.get(), g.replica.get()}) {
-      const Busbw b = measure(*grp);
+      const Busbw b = measure(*grp, nccl);
       const bool is_node = grp == g.node.get();
       const int groups = is_node ? nodes : where[0].local_size, index = is_node ? world.node_id() : world.local_rank();
       std::vector<double> v(static_cast<size_t>(2 * groups), 0.0);
@@ -159,8 +151,8 @@ int cmd_topo(const std::vector<std::string>& args, st::Communicator& world) {
     }
   }
   if (lead) {
-    std::printf("links (%s, 16 MiB per rank, fastest of 3): all-gather and reduce-scatter bus bandwidth\n",
-                world.kind().c_str());
+    std::printf("links (%s, fastest of 3): all-gather and reduce-scatter bus bandwidth\n",
+                nccl ? "NCCL, 64 MiB of bf16 per rank on the GPUs" : (world.kind() + ", 16 MiB of floats per rank").c_str());
     std::printf("  %-28s %5s %11s %15s\n", "group", "ranks", "all-gather", "reduce-scatter");
     for (const LinkRow& r : rows)
       std::printf("  %-28s %5d %6.2f GB/s %10.2f GB/s\n", r.group.c_str(), r.ranks, r.busbw.all_gather,
@@ -168,7 +160,11 @@ int cmd_topo(const std::vector<std::string>& args, st::Communicator& world) {
   }
 
   // The plan train would make for this config (dist.sharding, auto measured as train measures it).
-  const st::ShardingGroups plan = st::make_sharding_groups(cfg, world);
+  st::AutoShardingInputs inputs;  // as train weighs dist.sharding=auto: NCCL's links and the GPU memory plan on cuda
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (nccl) inputs = st::cuda_auto_sharding_inputs(cfg, world);
+#endif
+  const st::ShardingGroups plan = st::make_sharding_groups(cfg, world, inputs);
   if (lead) {
     std::printf("plan: %s\n", plan.why.c_str());
     std::printf("  per-rank sharded state (cpu, 16 B an element): %s; full sharding %s, hybrid %s\n",

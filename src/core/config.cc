@@ -310,8 +310,8 @@ const std::vector<Key>& keys() {
 
       key("dist", "sharding", &Config::dist, &DistConfig::sharding,
           "full (ZeRO-3 over every rank), hybrid (sharded within a node, replicated across nodes: gathers never "
-          "leave the node), or auto (hybrid when all-reduce across nodes measures under half the bandwidth "
-          "within a node; cpu backend only so far)"),
+          "leave the node), or auto (measures the links at start and picks the mode with the least estimated "
+          "communication per step that fits in memory; the log says why)"),
       key("dist", "reshard_after_forward", &Config::dist, &DistConfig::reshard_after_forward,
           "true: free each unit's gathered parameters after its forward and gather again in backward (ZeRO-3); "
           "false: keep them until backward (fewer gathers, more memory)"),
@@ -629,8 +629,6 @@ std::vector<std::string> check(const Config& c) {
     add("train.attention (", to_string(c.train.attention), ") applies to train.device=cuda; cpu takes auto");
   if (c.train.attention == AttentionImpl::kCudnn && c.compute_dtype() == DType::kF32)
     add("train.attention (cudnn) needs train.dtype bf16 or fp16 (cuDNN's fused attention has no fp32 engine)");
-  if (c.train.device == Device::kCuda && c.dist.sharding == ShardingMode::kAuto)
-    add("dist.sharding (auto) is built for train.device=cpu only so far; cuda takes full or hybrid");
   float_check("dist.timeout_s", c.dist.timeout_s, c.dist.timeout_s >= 0 && std::isfinite(c.dist.timeout_s),
               ">= 0 (0: no deadline)");
   float_check("dist.max_gpu_mem_gib", c.dist.max_gpu_mem_gib,

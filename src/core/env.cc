@@ -32,6 +32,10 @@ const std::vector<EnvVar>& env_table() {
       {"NCCL_P2P_DISABLE", "",
        "read by NCCL; shardtrain reads it too: unset, it first checks that the GPUs which report peer access can "
        "copy to each other, and sets it to 1 for the run if they cannot (the log says so)"},
+      {"NCCL_SOCKET_IFNAME", "",
+       "read by NCCL: the network interface(s) between nodes; shardtrain reads it only to report it (topo, the train "
+       "log); launch/mpirun.sh --iface sets it"},
+      {"NCCL_IB_DISABLE", "", "read by NCCL: 1 keeps it off InfiniBand/RoCE; shardtrain reports it beside NCCL_SOCKET_IFNAME"},
       {"OMPI_COMM_WORLD_SIZE", "", "set by Open MPI's mpirun (read only): shardtrain then initialises MPI"},
       {"OMPI_COMM_WORLD_LOCAL_RANK", "",
        "set by Open MPI's mpirun (read only): this rank's index on its node, checked against shared memory"},

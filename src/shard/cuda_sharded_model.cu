@@ -1,13 +1,18 @@
 #include "shardtrain/shard/cuda_sharded_model.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <type_traits>
 
+#include "shardtrain/comm/gpu_topology.h"
+#include "shardtrain/comm/nccl_busbw.h"
 #include "shardtrain/comm/nccl_communicator.h"
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/log.h"
 #include "shardtrain/kernels/gpu/adamw.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/kernels/gpu/matmul.h"
@@ -163,21 +168,50 @@ CudaMemoryPlan plan_for(const Config& cfg, int world, int64_t attention_scratch_
 
 // The plan, or kBadInput with its breakdown if it exceeds dist.max_gpu_mem_gib or the device's free
 // memory. Runs before the large allocations: the cap stands in for a smaller card.
+// The current device's free memory and the cap on what one rank may plan (dist.max_gpu_mem_gib, else the free).
+struct DeviceBudget {
+  int64_t free = 0, cap = 0;
+  bool capped = false;
+  int64_t usable() const { return std::min(cap, free); }
+};
+DeviceBudget device_budget(const Config& cfg) {
+  size_t free_b = 0, total_b = 0;
+  ST_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  DeviceBudget b;
+  b.free = static_cast<int64_t>(free_b);
+  b.capped = cfg.dist.max_gpu_mem_gib > 0;
+  b.cap = b.capped ? static_cast<int64_t>(cfg.dist.max_gpu_mem_gib * double(int64_t{1} << 30)) : b.free;
+  return b;
+}
+
 template <typename T>
 CudaMemoryPlan checked_plan(const Config& cfg, int world, const std::string& device, int64_t attention_scratch_bytes) {
   const CudaMemoryPlan plan = plan_for<T>(cfg, world, attention_scratch_bytes);
-  size_t free_b = 0, total_b = 0;
-  ST_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  const int64_t free_bytes = static_cast<int64_t>(free_b);
-  const bool capped = cfg.dist.max_gpu_mem_gib > 0;
-  const int64_t cap = capped ? static_cast<int64_t>(cfg.dist.max_gpu_mem_gib * double(int64_t{1} << 30)) : free_bytes;
-  if (plan.total() > std::min(cap, free_bytes)) {
+  const DeviceBudget budget = device_budget(cfg);
+  const int64_t free_bytes = budget.free, cap = budget.cap;
+  const bool capped = budget.capped;
+  if (plan.total() > budget.usable()) {
     ST_BAD_INPUT("device memory: this config needs ", gib(plan.total()), " per rank (", plan.breakdown(), "), but ",
                  capped && cap < free_bytes ? str_cat("dist.max_gpu_mem_gib caps it at ", gib(cap))
                                             : str_cat(device, " has ", gib(free_bytes), " free"),
                  "; lower train.micro_batch, set train.recompute=true, or use more ranks");
   }
   return plan;
+}
+
+// dist.sharding=auto on GPUs: the links measured through NCCL, and the memory plan against the cap or the free
+// memory. Attention's scratch is left out of that plan (it is planned after the sharding, and is a few hundred MiB
+// at most); the full check follows once the sharding is chosen.
+template <typename T>
+AutoShardingInputs cuda_auto_inputs(const Config& cfg, const Communicator& comm) {
+  AutoShardingInputs in;
+  in.gather_bytes = in.grad_bytes = sizeof(T);
+  in.busbw = [](Communicator& group, CollectiveOp op) { return nccl_busbw(group, op); };
+  in.fits = [&cfg, device = comm.device_rank()](int group) {
+    ST_CUDA_CHECK(cudaSetDevice(device));
+    return plan_for<T>(cfg, group, 0).total() <= device_budget(cfg).usable();
+  };
+  return in;
 }
 
 template <typename T>
@@ -342,7 +376,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       comm_(comm),
       units_(build_units(cfg.model)),
       offloaded_(offloaded_units(cfg, units_)),
-      groups_(make_sharding_groups(cfg, comm)),
+      groups_(make_sharding_groups(cfg, comm, cuda_auto_inputs<T>(cfg, comm))),
       nccl_(groups_.shard()),  // binds this rank's GPU before anything is allocated
       replica_nccl_(groups_.replica ? std::make_unique<NcclCommunicator>(*groups_.replica) : nullptr),
       device_name_(cuda_device_name()),
@@ -356,6 +390,11 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       ctx_{compute_stream_.get(), &blas_, scratch_.data(), scratch_.bytes(), &cudnn_},
       comm_ctx_{comm_stream_.get(), nullptr, comm_scratch_.data(), comm_scratch_.bytes()},
       model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.cudnn, ctx_) {
+  if (comm.local_rank() == 0) {  // each machine's GPUs and links, as `shardtrain topo` prints them
+    char host[64] = {};
+    gethostname(host, sizeof(host) - 1);
+    ST_LOG_INFO(format_gpu_topology(discover_gpu_topology(), host), "  network: ", nccl_network_summary());
+  }
   const int world = groups_.shard().world_size(), rank = groups_.shard().rank();
   const UnitSizes s = unit_sizes(units_, world);
   std::vector<float> init;
@@ -909,6 +948,21 @@ std::unique_ptr<ModelBackend> make_cuda_sharded_model(const Config& cfg, Communi
   }
   ST_CHECK(false, "compute_dtype() returned auto");
   return nullptr;
+}
+
+AutoShardingInputs cuda_auto_sharding_inputs(const Config& cfg, const Communicator& comm) {
+  switch (cfg.compute_dtype()) {
+    case DType::kF32:
+      return cuda_auto_inputs<float>(cfg, comm);
+    case DType::kBF16:
+      return cuda_auto_inputs<bf16>(cfg, comm);
+    case DType::kF16:
+      return cuda_auto_inputs<fp16>(cfg, comm);
+    case DType::kAuto:
+      break;
+  }
+  ST_CHECK(false, "compute_dtype() returned auto");
+  return {};
 }
 
 }  // namespace st

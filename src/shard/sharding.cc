@@ -6,18 +6,10 @@
 #include <vector>
 
 #include "shardtrain/core/error.h"
+#include "shardtrain/model/units.h"
 
 namespace st {
 namespace {
-
-// all-reduce bus bandwidth of `comm` in GB/s, on 16 MiB of floats.
-double all_reduce_busbw(Communicator& comm) {
-  constexpr int64_t kCount = int64_t{1} << 22;
-  std::vector<float> buf(static_cast<size_t>(kCount), 1.0f);
-  const double best = fastest_collective_seconds(comm, [&] { comm.all_reduce(buf.data(), kCount); });
-  const int n = comm.world_size();
-  return n <= 1 ? 0.0 : 2.0 * (n - 1) / n * static_cast<double>(kCount * sizeof(float)) / best / 1e9;
-}
 
 std::string gbs(double v) {
   char b[32];
@@ -25,7 +17,73 @@ std::string gbs(double v) {
   return b;
 }
 
+std::string ms(double seconds) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.1f ms", seconds * 1e3);
+  return b;
+}
+
+// Seconds to move `bytes` at `gbs` GB/s; a group that measured nothing (0 GB/s) never wins.
+double seconds_at(double bytes, double gbs) {
+  if (bytes <= 0) return 0;
+  return gbs > 0 ? bytes / (gbs * 1e9) : 1e30;
+}
+
 }  // namespace
+
+ShardingChoice choose_sharding(const ShardingEstimate& e) {
+  const double P = static_cast<double>(e.params);
+  const double per_micro = static_cast<double>(e.gathers_per_micro_step) * P * static_cast<double>(e.gather_bytes) +
+                           P * static_cast<double>(e.grad_bytes);
+  const double micro = static_cast<double>(e.micro_steps);
+  ShardingChoice c;
+  c.full_s = seconds_at(micro * per_micro * (e.world - 1) / e.world, e.world_all_gather);
+  c.hybrid_s = seconds_at(micro * per_micro * (e.local - 1) / e.local, e.node_all_gather) +
+               seconds_at(2.0 * (e.nodes - 1) / e.nodes * P / e.local * static_cast<double>(e.grad_bytes),
+                          e.replica_all_reduce);
+  std::string memory;
+  if (e.full_fits && e.hybrid_fits) {
+    c.hybrid = c.hybrid_s < c.full_s;
+    memory = "both fit in memory";
+  } else if (e.full_fits != e.hybrid_fits) {
+    c.hybrid = e.hybrid_fits;
+    memory = e.hybrid_fits ? "only hybrid fits in memory" : str_cat("only full fits in memory (hybrid holds ", e.nodes,
+                                                                    "x the state per rank)");
+  } else {
+    c.hybrid = false;
+    memory = "neither fits in memory: full needs the least";
+  }
+  c.why = str_cat(c.hybrid ? "hybrid" : "full", ": estimated communication per step ", ms(c.full_s), " full, ",
+                  ms(c.hybrid_s), " hybrid (all-gather over all ", e.world, " ranks ", gbs(e.world_all_gather),
+                  e.local > 1 ? str_cat(", within a node ", gbs(e.node_all_gather)) : std::string(),
+                  "; all-reduce across the ", e.nodes, " nodes ", gbs(e.replica_all_reduce), "); ", memory,
+                  " (dist.sharding=auto)");
+  return c;
+}
+
+double host_busbw(Communicator& comm, CollectiveOp op) {
+  constexpr int64_t kCount = int64_t{1} << 22;  // 16 MiB of floats per rank
+  const int n = comm.world_size();
+  std::vector<float> shard(static_cast<size_t>(kCount), 1.0f), full(static_cast<size_t>(kCount) * n, 1.0f);
+  const double best = fastest_collective_seconds(comm, [&] {
+    switch (op) {
+      case CollectiveOp::kAllGather:
+        comm.all_gather(shard.data(), kCount, full.data());
+        break;
+      case CollectiveOp::kReduceScatter:
+        comm.reduce_scatter(full.data(), kCount, shard.data());
+        break;
+      case CollectiveOp::kAllReduce:
+        comm.all_reduce(shard.data(), kCount);
+        break;
+    }
+  });
+  const double bytes = static_cast<double>(kCount * sizeof(float));
+  if (n <= 1) return 0.0;
+  // nccl-tests: all-gather and reduce-scatter move (n-1)/n of the n x kCount gathered buffer, all-reduce 2 (n-1)/n of
+  // its kCount.
+  return (op == CollectiveOp::kAllReduce ? 2.0 * (n - 1) / n : n - 1.0) * bytes / best / 1e9;
+}
 
 double fastest_collective_seconds(Communicator& comm, const std::function<void()>& op) {
   op();
@@ -39,7 +97,7 @@ double fastest_collective_seconds(Communicator& comm, const std::function<void()
   return best;
 }
 
-ShardingGroups make_sharding_groups(const Config& cfg, Communicator& world) {
+ShardingGroups make_sharding_groups(const Config& cfg, Communicator& world, const AutoShardingInputs& in) {
   ShardingGroups g;
   g.world = &world;
   g.shard_peers_off_node = world.world_size() - world.local_size();  // full; hybrid sets 0 below
@@ -77,19 +135,30 @@ ShardingGroups make_sharding_groups(const Config& cfg, Communicator& world) {
   std::unique_ptr<Communicator> node = world.split(world.node_id(), world.rank());
   std::unique_ptr<Communicator> replica = world.split(world.local_rank(), world.node_id());
   if (asked == ShardingMode::kAuto) {
-    // Every rank measures its node group, then its replica group (one at a time: they may share links); the
-    // means over all ranks decide, the same numbers on every rank.
-    double bw[2] = {all_reduce_busbw(*node), all_reduce_busbw(*replica)};
-    world.all_reduce(bw, 2);
-    const double intra = bw[0] / world.world_size(), inter = bw[1] / world.world_size();
-    const bool hybrid = inter < 0.5 * intra;
-    g.why = str_cat(hybrid ? "hybrid" : "full", ": all-reduce within a node ", gbs(intra), ", across nodes ",
-                    gbs(inter),
-                    hybrid ? str_cat(" (under half): gathers stay in the node, for ", nodes,
-                                     "x the per-rank state")
-                           : std::string(" (at least half): sharding over all ranks needs the least memory"),
-                    " (dist.sharding=auto)");
-    if (!hybrid) return g;
+    // One kind of group at a time on every rank (the groups of a kind at once, as training runs them: the replica
+    // groups share the node's network link); the means over all ranks decide, the same on every rank.
+    const auto busbw = in.busbw ? in.busbw : host_busbw;
+    double bw[3] = {busbw(world, CollectiveOp::kAllGather),
+                    min_local > 1 ? busbw(*node, CollectiveOp::kAllGather) : 0.0,
+                    busbw(*replica, CollectiveOp::kAllReduce)};
+    world.all_reduce(bw, 3);
+    ShardingEstimate e;
+    e.world = world.world_size();
+    e.local = min_local;
+    e.nodes = nodes;
+    for (const UnitLayout& u : build_units(cfg.model)) e.params += u.numel;
+    e.gather_bytes = in.gather_bytes;
+    e.grad_bytes = in.grad_bytes;
+    e.gathers_per_micro_step = cfg.dist.reshard_after_forward ? 2 : 1;
+    e.micro_steps = cfg.grad_accum_steps(e.world);
+    e.world_all_gather = bw[0] / e.world;
+    e.node_all_gather = bw[1] / e.world;
+    e.replica_all_reduce = bw[2] / e.world;
+    e.full_fits = !in.fits || in.fits(e.world);
+    e.hybrid_fits = !in.fits || in.fits(e.local);
+    const ShardingChoice choice = choose_sharding(e);
+    g.why = choice.why;
+    if (!choice.hybrid) return g;
   } else {
     g.why = str_cat("hybrid: each unit sharded over the ", min_local, " rank(s) of a node, replicated on ", nodes,
                     " nodes (dist.sharding=hybrid)");

@@ -27,8 +27,10 @@ fewer GPUs than the case needs):
                     NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (sockets). dist.sharding=hybrid (each GPU holds the
                     whole state, gradient shards all-reduced between the "nodes") matches full sharding over NVLink
                     to rel 1e-5 for 30 fp32 steps; full sharding with NCCL_P2P_DISABLE=1 alone (the dual-4090
-                    stand-in) matches too, and so does a run whose start-up peer-copy check is made to fail
-                    (SHARDTRAIN_FAULT=p2p_broken:1), which must say in the log that it set NCCL_P2P_DISABLE=1.
+                    stand-in) matches too; dist.sharding=auto on the stand-in measures the sockets through NCCL,
+                    chooses hybrid (saying why) and matches; on one node it says it shards fully. A run whose
+                    start-up peer-copy check is made to fail (SHARDTRAIN_FAULT=p2p_broken:1) matches too, and
+                    must say in the log that it set NCCL_P2P_DISABLE=1.
   watchdog          2 GPUs in bf16; SHARDTRAIN_FAULT=sigstop:1@3 stops rank 1 before step 3. Rank 0's next NCCL
                     collective passes dist.timeout_s=5: the watchdog names it (channel "nccl ...", op, sequence
                     number, the last completed op), aborts the NCCL communicators and mpirun exits 75.
@@ -221,6 +223,18 @@ def main():
         sockets = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
         hyb = run.train("hybrid_sockets", 2, common + ["--dist.sharding=hybrid"], env=sockets, binary=wrapper)
         compare(failures, "hybrid over sockets vs full over NVLink (fp32)", ref, hyb, range(1, 31), 1e-5)
+        # dist.sharding=auto there: NCCL measures the sockets; with one GPU per "workstation" replicating moves the
+        # fewest bytes across them, so it picks hybrid, says why, and trains the same.
+        auto = run.train("auto_sockets", 2, common + ["--dist.sharding=auto"], env=sockets, binary=wrapper)
+        why = [l for l in run.last_output.splitlines() if "dist.sharding=auto" in l]
+        print("\n".join(why))
+        if not any("hybrid: estimated communication per step" in l and "all-reduce across the 2 nodes" in l
+                   for l in why):
+            failures.append("dist.sharding=auto on the two-workstation stand-in did not choose hybrid, saying why")
+        compare(failures, "auto over sockets vs full over NVLink (fp32)", ref, auto, range(1, 31), 1e-5)
+        run.train("auto_one_node", 2, common + ["--dist.sharding=auto", "--train.steps=2"])
+        if "full: one node, where hybrid is full sharding (dist.sharding=auto)" not in run.last_output:
+            failures.append("dist.sharding=auto on one node did not say it shards fully")
         nop2p = run.train("full_nop2p", 2, common, env={"NCCL_P2P_DISABLE": "1"})
         compare(failures, "full with NCCL_P2P_DISABLE=1 vs full (fp32)", ref, nop2p, range(1, 31), 1e-5)
         # A machine whose GPUs report peer access they cannot do: rank 1's start-up copy check fails, every rank

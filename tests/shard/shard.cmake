@@ -80,7 +80,15 @@ if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
            COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/expect_exit.sh 0 "^topology: 4 rank\\(s\\) on 2 node\\(s\\)$" --
                    ${MPIRUN_EXECUTABLE} --oversubscribe --mca btl self,vader -np 4
                    ${CMAKE_BINARY_DIR}/shardtrain_2_ranks_per_node.sh topo)
-  set_tests_properties(mpi.topo.plan_2x2 mpi.topo.nodes_2x2 PROPERTIES LABELS "cpu;mpi" TIMEOUT 120 PROCESSORS 2
+  # dist.sharding=auto on the same layout: both estimates, the three measured bandwidths and the memory verdict
+  # (which mode wins on one host's shared memory is the measurement's business; choose_sharding's unit tests fix
+  # the decision for given numbers).
+  add_test(NAME mpi.topo.plan_auto_2x2
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/expect_exit.sh 0
+                   "^plan: (full|hybrid): estimated communication per step [0-9.]+ ms full, [0-9.]+ ms hybrid \\(all-gather over all 4 ranks [0-9.]+ GB/s, within a node [0-9.]+ GB/s; all-reduce across the 2 nodes [0-9.]+ GB/s\\); both fit in memory \\(dist.sharding=auto\\)$" --
+                   ${MPIRUN_EXECUTABLE} --oversubscribe --mca btl self,vader -np 4
+                   ${CMAKE_BINARY_DIR}/shardtrain_2_ranks_per_node.sh topo --dist.sharding=auto --train.micro_batch=4)
+  set_tests_properties(mpi.topo.plan_2x2 mpi.topo.nodes_2x2 mpi.topo.plan_auto_2x2 PROPERTIES LABELS "cpu;mpi" TIMEOUT 120 PROCESSORS 2
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
 endif()
 

@@ -26,6 +26,9 @@ namespace st {
 
 class Watchdog;
 
+// The collectives, by name (bandwidth probes, sharding choices).
+enum class CollectiveOp { kAllGather, kReduceScatter, kAllReduce };
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

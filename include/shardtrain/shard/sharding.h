@@ -41,12 +41,55 @@ struct ShardingGroups {
   }
 };
 
+// What dist.sharding=auto weighs, per optimizer step, for one rank. choose_sharding() is the pure decision (tested
+// with numbers); make_sharding_groups measures the bandwidths and fills it.
+struct ShardingEstimate {
+  int world = 1, local = 1, nodes = 1;  // ranks, ranks per node, nodes (equal nodes)
+  int64_t params = 0;                   // elements of the model
+  int64_t gather_bytes = 4;             // bytes per element of a parameter all-gather
+  int64_t grad_bytes = 4;               // bytes per element of a gradient reduce-scatter / all-reduce
+  int64_t gathers_per_micro_step = 2;   // forward, and again in backward (dist.reshard_after_forward)
+  int64_t micro_steps = 1;              // gradient accumulation: gathers and reduce-scatters per step
+  // Bus bandwidth in GB/s (nccl-tests' definition): all-gather over the world and over a node, all-reduce over
+  // a replica group (one rank per node, all replica groups at once, as training runs them).
+  double world_all_gather = 0, node_all_gather = 0, replica_all_reduce = 0;
+  bool full_fits = true, hybrid_fits = true;  // one rank's memory holds the state sharded over world / local
+};
+
+struct ShardingChoice {
+  bool hybrid = false;
+  double full_s = 0, hybrid_s = 0;  // estimated communication seconds per step
+  std::string why;                  // one line: the estimates, the bandwidths, memory
+};
+
+// Estimated per-step communication of each mode, from the bytes each rank moves and the measured bus bandwidths:
+//   full:   micro_steps x (gathers x P x gather_bytes + P x grad_bytes) x (W-1)/W / world_all_gather
+//   hybrid: the same over a node's L ranks at node_all_gather, plus the replica all-reduce of the gradient shard,
+//           2 (N-1)/N x P/L x grad_bytes / replica_all_reduce, once per step.
+// The faster mode that fits in memory wins; when only one fits, that one; when neither, full (the least memory;
+// the backend's memory check then explains).
+ShardingChoice choose_sharding(const ShardingEstimate& e);
+
+// What the backend knows for dist.sharding=auto: the model's size and dtypes, how to measure a group's bandwidth
+// (default: host collectives through the Communicator), and whether a sharding fits one rank's memory (default:
+// always).
+struct AutoShardingInputs {
+  int64_t params = 0;
+  int64_t gather_bytes = 4, grad_bytes = 4;
+  std::function<double(Communicator& group, CollectiveOp op)> busbw;  // GB/s; collective over `group`
+  std::function<bool(int group_size)> fits;
+};
+
+// Bus bandwidth in GB/s of `op` over `comm` through the Communicator itself (host buffers, 16 MiB of floats per
+// rank, fastest of 3). Collective.
+double host_busbw(Communicator& comm, CollectiveOp op);
+
 // Seconds of the fastest of 3 calls of the collective `op` over `comm`, each after a barrier, after one untimed
 // warm-up call. Collective. (auto's bandwidth measurement and `shardtrain topo`.)
 double fastest_collective_seconds(Communicator& comm, const std::function<void()>& op);
 
 // Collective over `world`. kBadInput for dist.sharding=hybrid when the nodes have different numbers of ranks.
-// With one node hybrid is full sharding (and says so).
-ShardingGroups make_sharding_groups(const Config& cfg, Communicator& world);
+// With one node hybrid is full sharding (and says so). `in` is used by dist.sharding=auto only.
+ShardingGroups make_sharding_groups(const Config& cfg, Communicator& world, const AutoShardingInputs& in = {});
 
 }  // namespace st

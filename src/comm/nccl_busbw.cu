@@ -1,0 +1,52 @@
+#include "shardtrain/comm/nccl_busbw.h"
+
+#include <algorithm>
+
+#include "shardtrain/comm/nccl_communicator.h"
+#include "shardtrain/core/cuda.h"
+
+namespace st {
+
+double nccl_busbw(Communicator& group, CollectiveOp op, int64_t bytes) {
+  const int n = group.world_size();
+  if (n <= 1) return 0.0;
+  NcclCommunicator nccl(group);
+  const int64_t count = bytes / static_cast<int64_t>(sizeof(bf16));
+  DeviceBuffer<bf16> shard(count), full(count * n);
+  ST_CUDA_CHECK(cudaMemset(shard.data(), 0, count * sizeof(bf16)));
+  ST_CUDA_CHECK(cudaMemset(full.data(), 0, count * n * sizeof(bf16)));
+  CudaStream stream;
+  auto once = [&] {
+    switch (op) {
+      case CollectiveOp::kAllGather:
+        nccl.all_gather<bf16>(shard.data(), count, full.data(), stream.get());
+        break;
+      case CollectiveOp::kReduceScatter:
+        nccl.reduce_scatter<bf16>(full.data(), count, shard.data(), stream.get());
+        break;
+      case CollectiveOp::kAllReduce:
+        nccl.all_reduce<bf16>(shard.data(), count, stream.get());
+        break;
+    }
+  };
+  once();  // warm-up: NCCL sets up its channels and buffers on the first call
+  ST_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  CudaEvent start(true), stop(true);
+  float best_ms = 1e30f;
+  for (int i = 0; i < 3; ++i) {
+    group.barrier();
+    start.record(stream.get());
+    once();
+    stop.record(stream.get());
+    stop.synchronize();
+    float ms = 0;
+    ST_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+    best_ms = std::min(best_ms, ms);
+  }
+  // nccl-tests: all-gather and reduce-scatter move (n-1)/n of the n x count gathered buffer, all-reduce 2 (n-1)/n of
+  // its count.
+  const double factor = op == CollectiveOp::kAllReduce ? 2.0 * (n - 1) / n : n - 1.0;
+  return factor * static_cast<double>(count * sizeof(bf16)) / (best_ms * 1e-3) / 1e9;
+}
+
+}  // namespace st
