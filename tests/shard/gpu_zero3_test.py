@@ -232,7 +232,7 @@ def main():
                    for l in why):
             failures.append("dist.sharding=auto on the two-workstation stand-in did not choose hybrid, saying why")
         compare(failures, "auto over sockets vs full over NVLink (fp32)", ref, auto, range(1, 31), 1e-5)
-        run.train("auto_one_node", 2, common + ["--dist.sharding=auto", "--train.steps=2"])
+        run.train("auto_one_node", 2, ["--train.dtype=fp32", "--train.steps=2", "--dist.sharding=auto"])
         if "full: one node, where hybrid is full sharding (dist.sharding=auto)" not in run.last_output:
             failures.append("dist.sharding=auto on one node did not say it shards fully")
         nop2p = run.train("full_nop2p", 2, common, env={"NCCL_P2P_DISABLE": "1"})
