@@ -279,6 +279,11 @@ const std::vector<Key>& keys() {
       key("optim", "offload_fraction", &Config::optim, &OptimConfig::offload_fraction,
           "with optim.offload: offload the units from the last one back until this share of the parameters is "
           "covered (1: all); the first units keep their optimizer on the GPU, so the next forward starts at once"),
+      key("optim", "offload_speculative", &Config::optim, &OptimConfig::offload_speculative,
+          "with optim.offload on cuda: start each unit's host AdamW during the backward, as soon as its gradient is "
+          "on the host, assuming the step is not clipped, into a second copy of the host state (12 more bytes per "
+          "offloaded parameter of host memory); a clipped step redoes it, a skipped one drops it: the results are "
+          "the same bits either way"),
 
       key("data", "path", &Config::data, &DataConfig::path,
           "training data: a file, a glob, or @fortunes (the built-in corpus)"),
@@ -608,6 +613,9 @@ std::vector<std::string> check(const Config& c) {
   if (o.offload == OffloadMode::kNone && o.offload_fraction != 1.0f)
     add("optim.offload_fraction (", format_value(o.offload_fraction), ") needs optim.offload optimizer or "
         "optimizer+params (it is none)");
+  if (o.offload_speculative && (c.train.device != Device::kCuda || o.offload == OffloadMode::kNone))
+    add("optim.offload_speculative (true) needs train.device=cuda and optim.offload optimizer or optimizer+params "
+        "(they are ", to_string(c.train.device), " and ", to_string(o.offload), ")");
   if (c.train.device == Device::kCuda && o.offload != OffloadMode::kNone && c.compute_dtype() == DType::kF32)
     add("optim.offload (", to_string(o.offload), ") needs train.dtype bf16 or fp16 on cuda (the host AdamW writes "
         "the half-precision shard the GPU gathers)");

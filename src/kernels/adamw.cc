@@ -29,4 +29,13 @@ void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n
   for (int64_t i = 0; i < n; ++i) adamw_element(s, param[i], m[i], v[i], grad[i]);
 }
 
+bool operator==(const AdamWParams& a, const AdamWParams& b) {
+  return a.lr == b.lr && a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps &&
+         a.weight_decay == b.weight_decay && a.step == b.step && a.grad_scale == b.grad_scale;
+}
+
+bool operator==(const AdamWRun& a, const AdamWRun& b) {
+  return a.offset == b.offset && a.count == b.count && a.params == b.params;
+}
+
 }  // namespace st

@@ -22,17 +22,21 @@ uint32_t bits_of(float x) {
 
 constexpr uint16_t kCanonicalNaN = 0x7fff;  // what CUDA's conversions return for any NaN
 
-void scalar_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamWScalars& s,
-                   HalfKind kind, uint16_t* out) {
+void scalar_update(const AdamWArrays& a, const float* grad, int64_t n, const AdamWScalars& s, HalfKind kind,
+                   uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) {
-    adamw_element(s, param[i], m[i], v[i], grad[i]);
-    if (kind == HalfKind::kBF16) out[i] = round_to_bf16(param[i]);
-    if (kind == HalfKind::kF16) out[i] = round_to_f16(param[i]);
+    float p = a.param[i], m = a.m[i], v = a.v[i];
+    adamw_element(s, p, m, v, grad[i]);
+    a.param_out[i] = p;
+    a.m_out[i] = m;
+    a.v_out[i] = v;
+    if (kind == HalfKind::kBF16) out[i] = round_to_bf16(p);
+    if (kind == HalfKind::kF16) out[i] = round_to_f16(p);
   }
 }
 
 // AVX2 (+F16C for the fp16 conversion): 8 lanes; the tail goes to the scalar loop.
-__attribute__((target("avx2,f16c"))) void avx2_update(float* param, float* m, float* v, const float* grad, int64_t n,
+__attribute__((target("avx2,f16c"))) void avx2_update(const AdamWArrays& a, const float* grad, int64_t n,
                                                       const AdamWScalars& s, HalfKind kind, uint16_t* out) {
   const __m256 gs = _mm256_set1_ps(s.gs), b1 = _mm256_set1_ps(s.b1), b2 = _mm256_set1_ps(s.b2);
   const __m256 omb1 = _mm256_set1_ps(s.omb1), omb2 = _mm256_set1_ps(s.omb2), bc2 = _mm256_set1_ps(s.bc2_sqrt);
@@ -42,14 +46,15 @@ __attribute__((target("avx2,f16c"))) void avx2_update(float* param, float* m, fl
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), gs);
-    const __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(omb1, g));
-    const __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
-    _mm256_storeu_ps(m + i, mi);
-    _mm256_storeu_ps(v + i, vi);
+    const __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(a.m + i)), _mm256_mul_ps(omb1, g));
+    const __m256 vi =
+        _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(a.v + i)), _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
+    _mm256_storeu_ps(a.m_out + i, mi);
+    _mm256_storeu_ps(a.v_out + i, vi);
     const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2), eps);
-    const __m256 p = _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(param + i), decay),
+    const __m256 p = _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(a.param + i), decay),
                                    _mm256_mul_ps(step, _mm256_div_ps(mi, denom)));
-    _mm256_storeu_ps(param + i, p);
+    _mm256_storeu_ps(a.param_out + i, p);
     if (kind == HalfKind::kNone) continue;
     const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_UNORD_Q));
     __m256i h;
@@ -65,11 +70,11 @@ __attribute__((target("avx2,f16c"))) void avx2_update(float* param, float* m, fl
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(packed));
   }
-  scalar_update(param + i, m + i, v + i, grad + i, n - i, s, kind, out == nullptr ? nullptr : out + i);
+  scalar_update(a.offset(i), grad + i, n - i, s, kind, out == nullptr ? nullptr : out + i);
 }
 
 // AVX-512F: 16 lanes; the tail runs masked.
-__attribute__((target("avx512f"))) void avx512_update(float* param, float* m, float* v, const float* grad, int64_t n,
+__attribute__((target("avx512f"))) void avx512_update(const AdamWArrays& a, const float* grad, int64_t n,
                                                       const AdamWScalars& s, HalfKind kind, uint16_t* out) {
   const __m512 gs = _mm512_set1_ps(s.gs), b1 = _mm512_set1_ps(s.b1), b2 = _mm512_set1_ps(s.b2);
   const __m512 omb1 = _mm512_set1_ps(s.omb1), omb2 = _mm512_set1_ps(s.omb2), bc2 = _mm512_set1_ps(s.bc2_sqrt);
@@ -80,15 +85,15 @@ __attribute__((target("avx512f"))) void avx512_update(float* param, float* m, fl
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
     const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, grad + i), gs);
-    const __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_maskz_loadu_ps(k, m + i)), _mm512_mul_ps(omb1, g));
+    const __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_maskz_loadu_ps(k, a.m + i)), _mm512_mul_ps(omb1, g));
     const __m512 vi =
-        _mm512_add_ps(_mm512_mul_ps(b2, _mm512_maskz_loadu_ps(k, v + i)), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
-    _mm512_mask_storeu_ps(m + i, k, mi);
-    _mm512_mask_storeu_ps(v + i, k, vi);
+        _mm512_add_ps(_mm512_mul_ps(b2, _mm512_maskz_loadu_ps(k, a.v + i)), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
+    _mm512_mask_storeu_ps(a.m_out + i, k, mi);
+    _mm512_mask_storeu_ps(a.v_out + i, k, vi);
     const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
-    const __m512 p = _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, param + i), decay),
+    const __m512 p = _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, a.param + i), decay),
                                    _mm512_mul_ps(step, _mm512_div_ps(mi, denom)));
-    _mm512_mask_storeu_ps(param + i, k, p);
+    _mm512_mask_storeu_ps(a.param_out + i, k, p);
     if (kind == HalfKind::kNone) continue;
     const __mmask16 is_nan = _mm512_cmp_ps_mask(p, zero, _CMP_UNORD_Q);
     __m512i h;
@@ -189,16 +194,21 @@ uint16_t round_to_f16(float x) {
   return static_cast<uint16_t>(sign | (u >> 13));
 }
 
-void adamw_update_isa(SimdIsa isa, float* param, float* m, float* v, const float* grad, int64_t n,
-                      const AdamWParams& p, HalfKind kind, uint16_t* out) {
+void adamw_update_isa(SimdIsa isa, const AdamWArrays& a, const float* grad, int64_t n, const AdamWParams& p,
+                      HalfKind kind, uint16_t* out) {
   ST_CHECK(kind == HalfKind::kNone || out != nullptr, "adamw_update_isa: a half-precision copy needs `out`");
   ST_CHECK(simd_isa_supported(isa), "adamw_update_isa: this CPU cannot run ", to_string(isa));
   const AdamWScalars s = adamw_scalars(p);
   switch (isa) {
-    case SimdIsa::kScalar: scalar_update(param, m, v, grad, n, s, kind, out); return;
-    case SimdIsa::kAvx2: avx2_update(param, m, v, grad, n, s, kind, out); return;
-    case SimdIsa::kAvx512: avx512_update(param, m, v, grad, n, s, kind, out); return;
+    case SimdIsa::kScalar: scalar_update(a, grad, n, s, kind, out); return;
+    case SimdIsa::kAvx2: avx2_update(a, grad, n, s, kind, out); return;
+    case SimdIsa::kAvx512: avx512_update(a, grad, n, s, kind, out); return;
   }
+}
+
+void adamw_update_isa(SimdIsa isa, float* param, float* m, float* v, const float* grad, int64_t n,
+                      const AdamWParams& p, HalfKind kind, uint16_t* out) {
+  adamw_update_isa(isa, AdamWArrays::in_place(param, m, v), grad, n, p, kind, out);
 }
 
 }  // namespace st

@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/log.h"
@@ -93,7 +94,9 @@ void HostAdamW::wait_all() {
 void HostAdamW::run_tile(const Job& job, const Tile& t) const {
   const AdamWRun& r = job.runs[static_cast<size_t>(t.run)];
   const int64_t i = r.offset + t.offset;
-  adamw_update_isa(isa_, job.param + i, job.m + i, job.v + i, job.grad + i, t.count, r.params, job.kind,
+  const AdamWArrays state{job.param, job.m, job.v, job.param_out ? job.param_out : job.param,
+                         job.m_out ? job.m_out : job.m, job.v_out ? job.v_out : job.v};
+  adamw_update_isa(isa_, state.offset(i), job.grad + i, t.count, r.params, job.kind,
                    job.out == nullptr ? nullptr : job.out + i);
 }
 
@@ -106,20 +109,30 @@ void HostAdamW::work(int cpu) {
   }
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    // The oldest job with a tile left: jobs finish roughly in submission order, which is the order they are
-    // waited for.
+    // The job with a tile left of the lowest priority value, the oldest among equals: jobs finish roughly in
+    // that order, which is the order they are waited for (the next forward needs the first units first).
     Pending* p = nullptr;
     int64_t ticket = -1;
+    bool gated = false;
     for (auto& [t, q] : pending_) {
-      if (q->next < q->tiles.size()) {
+      if (q->next >= q->tiles.size()) continue;
+      if (!q->open && q->job.ready && !q->job.ready()) {
+        gated = true;
+        continue;
+      }
+      q->open = true;
+      if (p == nullptr || q->job.priority < p->job.priority) {
         p = q.get();
         ticket = t;
-        break;
       }
     }
     if (p == nullptr) {
       if (stop_) return;
-      work_cv_.wait(lock);
+      if (gated) {
+        work_cv_.wait_for(lock, std::chrono::microseconds(50));  // a gradient still on its way: look again soon
+      } else {
+        work_cv_.wait(lock);
+      }
       continue;
     }
     const Tile tile = p->tiles[p->next++];

@@ -244,6 +244,8 @@ class CudaShardedModel final : public ModelBackend {
   std::string device_name() const override { return device_name_; }
   void zero_grads() override;
   void expect_micro_steps(int64_t n) override { micro_steps_left_ = n; }
+  void speculate_optimizer(std::vector<std::vector<AdamWRun>> runs) override { speculative_runs_ = std::move(runs); }
+  void drop_speculation() override;
   float micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override;
   float eval_micro(const int32_t* inputs, const int32_t* targets) override;
   void last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) override;
@@ -282,7 +284,16 @@ class CudaShardedModel final : public ModelBackend {
     CudaEvent grad_copied;       // the gradient has arrived in `grad`
     CudaEvent params_ready;      // the host AdamW is done (and, with params on the device, they are there)
     bool grad_on_host = false;   // this step's copy has been issued
-    CpuWait wait;                // the offload stream's host function waits on this job
+    // What the offload stream's host function waits on, one per submission in turn: with speculation this thread
+    // may queue the next step's job before the stream has run the last one's function (at most one ahead).
+    CpuWait waits[2];
+    int64_t submissions = 0;
+    int64_t ticket = -1;         // the last job submitted
+    bool speculated = false;     // this step's speculative update is queued (optim.offload_speculative)
+  };
+  // optim.offload_speculative: the second copy of a unit's host state, which a speculative update writes.
+  struct NextState {
+    std::vector<float> param, m, v;
   };
   // optim.offload=optimizer+params: a gather's source, copied up from `out` just before the all-gather.
   struct Staging {
@@ -295,6 +306,12 @@ class CudaShardedModel final : public ModelBackend {
   }
   void copy_grad_to_host(int unit);
   void upload_compute_copy(int unit);
+  // optim.offload: queues `job` on the host AdamW and, on the offload stream, the copy of its result to the
+  // device behind it (params_ready marks the end).
+  void submit_host_update(int unit, HostAdamW::Job job);
+  HostAdamW::Job host_update_job(int unit, const std::vector<AdamWRun>& runs);
+  // optim.offload_speculative: unit's update with this step's unclipped runs, gated on its gradient's arrival.
+  void speculate(int unit);
   // A full-unit buffer: `ready` is recorded when its contents are complete (gather done / backward
   // done), `free` when its last reader has finished (compute done / reduce-scatter done).
   struct Buffer {
@@ -344,6 +361,8 @@ class CudaShardedModel final : public ModelBackend {
   std::vector<UnitShard> host_;  // with optim.offload: param, m and v are the state itself
   std::unique_ptr<HostAdamW> host_adamw_;
   std::vector<OffloadShard> offload_;
+  std::vector<NextState> next_;                               // optim.offload_speculative, per offloaded unit
+  std::vector<std::vector<AdamWRun>> speculative_runs_;       // this step's, by unit (speculate_optimizer)
   std::vector<Staging> staging_;
   size_t next_staging_ = 0;
   CudaStream d2h_stream_, offload_stream_, h2d_stream_;
@@ -452,7 +471,12 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       if (!offload(static_cast<int>(u))) continue;
       offload_[u].grad = PinnedBuffer<float>(host_[u].slot);
       offload_[u].out = PinnedBuffer<T>(host_[u].slot);
-      offload_[u].wait.engine = host_adamw_.get();
+      for (CpuWait& w : offload_[u].waits) w.engine = host_adamw_.get();
+      if (cfg.optim.offload_speculative) {
+        next_.resize(units_.size());
+        for (std::vector<float>* a : {&next_[u].param, &next_[u].m, &next_[u].v})
+          a->assign(static_cast<size_t>(host_[u].slot), 0.0f);
+      }
       upload_compute_copy(static_cast<int>(u));
       if (params_on_host(static_cast<int>(u))) staged_slot = std::max(staged_slot, host_[u].slot);
     }
@@ -633,7 +657,10 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
     counters_.cross_node_bytes += groups_.replica_cross_bytes(h.slot, sizeof(T));
   }
   gpu::accumulate<T>(shards_[static_cast<size_t>(unit)].grad.data(), rs_out_.data(), h.span.count, comm_ctx_);
-  if (offload(unit) && last_micro_) copy_grad_to_host(unit);  // overlaps the rest of the backward
+  if (offload(unit) && last_micro_) {
+    copy_grad_to_host(unit);  // overlaps the rest of the backward
+    if (!speculative_runs_.empty()) speculate(unit);
+  }
   b->free.record(ns);
   b->unit = -1;
   b->released = ++release_tick_;
@@ -816,18 +843,28 @@ void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
     for (const AdamWRun& r : runs)
       ST_CHECK(r.offset >= 0 && r.offset + r.count <= owned, "AdamW run [", r.offset, ", +", r.count,
                ") outside unit ", unit, "'s span of ", owned);
-    UnitShard& h = host_[static_cast<size_t>(unit)];
     OffloadShard& o = offload_[static_cast<size_t>(unit)];
+    if (o.speculated) {
+      o.speculated = false;
+      const std::vector<AdamWRun>& guessed = speculative_runs_[static_cast<size_t>(unit)];
+      if (runs == guessed) {
+        // Not clipped: the speculative update is this step's, bit for bit. Its output becomes the state (its job
+        // may still be running: everything that reads the state waits for the host AdamW first).
+        UnitShard& h = host_[static_cast<size_t>(unit)];
+        NextState& n = next_[static_cast<size_t>(unit)];
+        std::swap(h.param, n.param);
+        std::swap(h.m, n.m);
+        std::swap(h.v, n.v);
+        if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
+        return;
+      }
+      // Clipped: drop it (the state it read is untouched) and update again below, after its copy to the device.
+      host_adamw_->wait(o.ticket);
+      o.params_ready.synchronize();
+    }
     if (!o.grad_on_host) copy_grad_to_host(unit);
     o.grad_copied.synchronize();
-    o.wait.ticket = host_adamw_->submit(HostAdamW::Job{h.param.data(), h.m.data(), h.v.data(), o.grad.data(), runs,
-                                                       half_kind_of(cfg_.compute_dtype()),
-                                                       reinterpret_cast<uint16_t*>(o.out.data())});
-    cudaStream_t os = offload_stream_.get();
-    ST_CUDA_CHECK(cudaLaunchHostFunc(os, wait_for_cpu, &o.wait));
-    if (!params_on_host(unit))
-      ST_CUDA_CHECK(cudaMemcpyAsync(d.compute.data(), o.out.data(), o.out.bytes(), cudaMemcpyHostToDevice, os));
-    o.params_ready.record(os);
+    submit_host_update(unit, host_update_job(unit, runs));
     if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
     return;
   }
@@ -841,6 +878,69 @@ void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
                          d.grad.data() + r.offset, r.count, r.params, out, ctx_);
   }
   if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
+}
+
+template <typename T>
+HostAdamW::Job CudaShardedModel<T>::host_update_job(int unit, const std::vector<AdamWRun>& runs) {
+  UnitShard& h = host_[static_cast<size_t>(unit)];
+  OffloadShard& o = offload_[static_cast<size_t>(unit)];
+  HostAdamW::Job job;
+  job.param = h.param.data();
+  job.m = h.m.data();
+  job.v = h.v.data();
+  job.grad = o.grad.data();
+  job.runs = runs;
+  job.kind = half_kind_of(cfg_.compute_dtype());
+  job.out = reinterpret_cast<uint16_t*>(o.out.data());
+  job.priority = unit;  // the next forward needs the first units first
+  return job;
+}
+
+template <typename T>
+void CudaShardedModel<T>::submit_host_update(int unit, HostAdamW::Job job) {
+  OffloadShard& o = offload_[static_cast<size_t>(unit)];
+  o.ticket = host_adamw_->submit(std::move(job));
+  CpuWait& w = o.waits[o.submissions++ % 2];
+  w.ticket = o.ticket;
+  cudaStream_t os = offload_stream_.get();
+  ST_CUDA_CHECK(cudaLaunchHostFunc(os, wait_for_cpu, &w));
+  if (!params_on_host(unit))
+    ST_CUDA_CHECK(cudaMemcpyAsync(shards_[static_cast<size_t>(unit)].compute.data(), o.out.data(), o.out.bytes(),
+                                  cudaMemcpyHostToDevice, os));
+  o.params_ready.record(os);
+}
+
+// The unit's reduce-scatter is done for this step, so nothing reads its parameter shard again before the next
+// forward: the speculative result may go up to the device at once (a clipped step sends the right one after it;
+// a skipped one restores the old one, drop_speculation).
+template <typename T>
+void CudaShardedModel<T>::speculate(int unit) {
+  OffloadShard& o = offload_[static_cast<size_t>(unit)];
+  NextState& n = next_[static_cast<size_t>(unit)];
+  HostAdamW::Job job = host_update_job(unit, speculative_runs_[static_cast<size_t>(unit)]);
+  job.param_out = n.param.data();
+  job.m_out = n.m.data();
+  job.v_out = n.v.data();
+  const cudaEvent_t landed = o.grad_copied.get();
+  const int device = nccl_.device();
+  job.ready = [landed, device] {  // asked on the host AdamW's workers
+    cudaSetDevice(device);
+    return cudaEventQuery(landed) != cudaErrorNotReady;
+  };
+  submit_host_update(unit, std::move(job));
+  o.speculated = true;
+}
+
+template <typename T>
+void CudaShardedModel<T>::drop_speculation() {
+  for (size_t u = 0; u < offload_.size(); ++u) {
+    OffloadShard& o = offload_[u];
+    if (!o.speculated) continue;
+    o.speculated = false;
+    host_adamw_->wait(o.ticket);
+    o.params_ready.synchronize();
+    upload_compute_copy(static_cast<int>(u));  // the unchanged state's rounded copy, back where gathers read it
+  }
 }
 
 template <typename T>

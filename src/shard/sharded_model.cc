@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/optim/adamw_optimizer.h"
@@ -208,7 +209,13 @@ void ShardedModel::adamw(int unit, const std::vector<AdamWRun>& runs) {
              ") outside unit ", unit, "'s span of ", sh.span.count);
   }
   if (offload_) {  // queued; settle() waits before the shards are read
-    offload_->submit(HostAdamW::Job{sh.param.data(), sh.m.data(), sh.v.data(), sh.grad.data(), runs});
+    HostAdamW::Job job;
+    job.param = sh.param.data();
+    job.m = sh.m.data();
+    job.v = sh.v.data();
+    job.grad = sh.grad.data();
+    job.runs = runs;
+    offload_->submit(std::move(job));
     return;
   }
   for (const AdamWRun& r : runs)

@@ -23,11 +23,23 @@ StepEngine::StepEngine(const Config& cfg, Communicator& comm)
   const int64_t BT = cfg.train.micro_batch * cfg.model.seq_len;
   inputs_.resize(BT);
   targets_.resize(BT);
+  // Fixed for the run. Asked once: with optimizer offload, shard() waits for the host AdamW, which the optimizer
+  // loop must not do between its units.
+  for (const UnitLayout& u : units()) spans_.push_back(model_->shard(u.index).span);
 }
 
 float StepEngine::forward_backward(const BatchFn& batch, int64_t accum, int64_t step) {
   model_->zero_grads();
   model_->expect_micro_steps(accum);
+  if (cfg_.optim.offload_speculative && step >= 0) {
+    // The update this step takes unless it is clipped or skipped (optimizer_step's arithmetic with a clip
+    // coefficient of 1), so that the host AdamW can start during the backward.
+    OptimizerStep os;
+    os.lr = lr_at(cfg_.optim, step, cfg_.train.steps);
+    os.t = updates_ + 1;
+    os.grad_scale = static_cast<float>(1.0f / scaler_.scale());
+    model_->speculate_optimizer(unit_runs(os));
+  }
   const int64_t tokens = cfg_.train.micro_batch * cfg_.model.seq_len * accum * comm_.world_size();
   float dloss = static_cast<float>(scaler_.scale() / static_cast<double>(tokens));
   // The seam for "one rank's gradients overflowed": an infinite loss gradient makes every gradient of
@@ -54,6 +66,7 @@ StepStats StepEngine::optimizer_step(int64_t step, float loss) {
   const bool finite = std::isfinite(loss) && std::isfinite(s.grad_norm);
   scaler_.update(finite);
   if (!finite) {
+    model_->drop_speculation();
     s.skipped = true;
     return s;
   }
@@ -61,11 +74,18 @@ StepStats StepEngine::optimizer_step(int64_t step, float loss) {
   os.lr = s.lr;
   os.t = ++updates_;
   os.grad_scale = static_cast<float>(clip_coefficient(cfg_.optim, s.grad_norm) / s.loss_scale);
-  for (const UnitLayout& u : units()) {
-    const ShardSpan span = model_->shard(u.index).span;
-    model_->adamw(u.index, adamw_runs(u, span.offset, span.end(), cfg_.optim, os));
-  }
+  const std::vector<std::vector<AdamWRun>> runs = unit_runs(os);
+  for (const UnitLayout& u : units()) model_->adamw(u.index, runs[static_cast<size_t>(u.index)]);
   return s;
+}
+
+std::vector<std::vector<AdamWRun>> StepEngine::unit_runs(const OptimizerStep& step) {
+  std::vector<std::vector<AdamWRun>> runs(units().size());
+  for (const UnitLayout& u : units()) {
+    const ShardSpan& span = spans_[static_cast<size_t>(u.index)];
+    runs[static_cast<size_t>(u.index)] = adamw_runs(u, span.offset, span.end(), cfg_.optim, step);
+  }
+  return runs;
 }
 
 float StepEngine::evaluate(const BatchFn& batch, int64_t batches) {

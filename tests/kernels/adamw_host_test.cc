@@ -85,6 +85,34 @@ TEST(AdamWHost, EveryIsaIsBitIdenticalToTheReference) {
   EXPECT_GE(checked_isas, 1);
 }
 
+// Out of place (what offload's speculative step does): the inputs stay as they were, and the outputs are the
+// in-place update's bits, on every ISA and tail length.
+TEST(AdamWHost, OutOfPlaceWritesTheInPlaceBitsAndLeavesTheInputs) {
+  for (SimdIsa isa : kIsas) {
+    if (!simd_isa_supported(isa)) continue;
+    for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 33, 1001}) {
+      SCOPED_TRACE(::testing::Message() << to_string(isa) << " n=" << n);
+      const State before(n, 300 + static_cast<uint64_t>(n));
+      State in_place = before, src = before, dst(n, 999);
+      std::vector<uint16_t> out_a(static_cast<size_t>(n) + 1), out_b(static_cast<size_t>(n) + 1);
+      const AdamWParams a = params(0.1f, 3);
+      adamw_update_isa(isa, in_place.p.data(), in_place.m.data(), in_place.v.data(), in_place.g.data(), n, a,
+                       HalfKind::kBF16, out_a.data());
+      const AdamWArrays arrays{src.p.data(), src.m.data(), src.v.data(), dst.p.data(), dst.m.data(), dst.v.data()};
+      adamw_update_isa(isa, arrays, src.g.data(), n, a, HalfKind::kBF16, out_b.data());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(bits(dst.p[i]), bits(in_place.p[i])) << i;
+        ASSERT_EQ(bits(dst.m[i]), bits(in_place.m[i])) << i;
+        ASSERT_EQ(bits(dst.v[i]), bits(in_place.v[i])) << i;
+        ASSERT_EQ(out_b[i], out_a[i]) << i;
+        ASSERT_EQ(bits(src.p[i]), bits(before.p[i])) << i;
+        ASSERT_EQ(bits(src.m[i]), bits(before.m[i])) << i;
+        ASSERT_EQ(bits(src.v[i]), bits(before.v[i])) << i;
+      }
+    }
+  }
+}
+
 // Non-finite gradients propagate the same way on every ISA (NaN params round to the canonical 0x7fff).
 TEST(AdamWHost, NonFiniteGradientsGiveTheSameBits) {
   const int64_t n = 37;

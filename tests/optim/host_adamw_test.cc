@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "shardtrain/core/error.h"
@@ -72,6 +75,40 @@ TEST(HostAdamW, JobsOnThreadsMatchTheReference) {
     EXPECT_EQ(got[j].v, want[j].v);
     for (size_t i = 0; i < got[j].out.size(); ++i) ASSERT_EQ(got[j].out[i], round_to_bf16(want[j].p[i])) << i;
   }
+}
+
+// Optimizer offload's speculative step: a job gated on its gradient's arrival does not start before the gate opens,
+// writes beside the state it reads (which stays as it was), and gives the in-place job's bits.
+TEST(HostAdamW, AGatedOutOfPlaceJobWaitsForItsGateAndLeavesItsInputs) {
+  HostAdamW::Options o;
+  o.threads = 2;
+  HostAdamW engine(o);
+  const int64_t n = 2 * HostAdamW::kTileElements + 5;
+  const Shard before(n, 77);
+  Shard src = before, dst(n, 5), in_place = before;
+  std::atomic<bool> landed{false};
+  HostAdamW::Job job{src.p.data(), src.m.data(), src.v.data(), src.g.data(), two_runs(n, 4), HalfKind::kBF16,
+                     dst.out.data()};
+  job.param_out = dst.p.data();
+  job.m_out = dst.m.data();
+  job.v_out = dst.v.data();
+  job.priority = 3;
+  job.ready = [&] { return landed.load(); };
+  const std::vector<float> dst_before = dst.p;
+  const int64_t t = engine.submit(std::move(job));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(dst.p, dst_before) << "the job ran before its gate opened";
+  landed = true;
+  engine.wait(t);
+  engine.wait(engine.submit(HostAdamW::Job{in_place.p.data(), in_place.m.data(), in_place.v.data(), in_place.g.data(),
+                                           two_runs(n, 4), HalfKind::kBF16, in_place.out.data()}));
+  EXPECT_EQ(dst.p, in_place.p);
+  EXPECT_EQ(dst.m, in_place.m);
+  EXPECT_EQ(dst.v, in_place.v);
+  EXPECT_EQ(dst.out, in_place.out);
+  EXPECT_EQ(src.p, before.p);
+  EXPECT_EQ(src.m, before.m);
+  EXPECT_EQ(src.v, before.v);
 }
 
 // wait_all with nothing queued returns; a ticket that was never issued is an error, not a hang.

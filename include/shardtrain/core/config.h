@@ -63,6 +63,7 @@ struct OptimConfig {
   OffloadMode offload = OffloadMode::kNone;
   int64_t offload_threads = 0;  // host AdamW threads per rank; 0: this rank's share of the CPUs, less one
   float offload_fraction = 1.0f;  // the share of the parameters offloaded: the last units in forward order
+  bool offload_speculative = false;  // start each unit's host AdamW during backward, unclipped; redo if clipped
 };
 
 enum class DataFormat { kLlmc, kText };

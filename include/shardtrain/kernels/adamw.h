@@ -49,4 +49,8 @@ struct AdamWRun {
   AdamWParams params;
 };
 
+// Every field equal (floats by value): the same update, bit for bit (optimizer offload's speculative step).
+bool operator==(const AdamWParams& a, const AdamWParams& b);
+bool operator==(const AdamWRun& a, const AdamWRun& b);
+
 }  // namespace st

@@ -35,8 +35,23 @@ bool simd_isa_supported(SimdIsa isa);
 uint16_t round_to_bf16(float x);
 uint16_t round_to_f16(float x);
 
-// adamw_update on [0, n) with `isa` (which the CPU must support); when kind != kNone also writes
-// out[i] = the new param[i] rounded to that type.
+// The state an update reads and the state it writes: the same arrays (in place), or others of the same length
+// (optimizer offload's speculative step writes beside the state it reads, so that dropping it costs nothing).
+// Each output array is either its input or does not overlap any input.
+struct AdamWArrays {
+  const float *param, *m, *v;
+  float *param_out, *m_out, *v_out;
+  static AdamWArrays in_place(float* param, float* m, float* v) { return {param, m, v, param, m, v}; }
+  AdamWArrays offset(int64_t i) const {
+    return {param + i, m + i, v + i, param_out + i, m_out + i, v_out + i};
+  }
+};
+
+// adamw_update on [0, n) with `isa` (which the CPU must support): reads a.param/m/v, writes a.param_out/m_out/v_out;
+// when kind != kNone also writes out[i] = the new param[i] rounded to that type.
+void adamw_update_isa(SimdIsa isa, const AdamWArrays& a, const float* grad, int64_t n, const AdamWParams& p,
+                      HalfKind kind, uint16_t* out);
+// The same, in place.
 void adamw_update_isa(SimdIsa isa, float* param, float* m, float* v, const float* grad, int64_t n,
                       const AdamWParams& p, HalfKind kind, uint16_t* out);
 

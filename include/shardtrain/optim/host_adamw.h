@@ -1,7 +1,7 @@
 // The host side of optimizer offload: AdamW over host-resident shards on a pool of worker threads, with the
-// SIMD kernels of kernels/adamw_host.h. Jobs (one per unit) are queued and taken in submission order; each is
-// cut into tiles of kTileElements that the workers share, so one large unit (the tied embedding) uses every
-// thread. The caller goes on while they run and waits for a job only when it needs that unit's result.
+// SIMD kernels of kernels/adamw_host.h. Jobs (one per unit) are queued and taken by priority (lowest first), in
+// submission order among equals; each is cut into tiles of kTileElements that the workers share, so one large
+// unit (the tied embedding) uses every thread. The caller goes on while they run and waits for a job only when it needs that unit's result.
 //
 //   HostAdamW::Options o;
 //   o.local_rank = comm.local_rank();
@@ -18,6 +18,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,7 +41,8 @@ class HostAdamW {
     int local_rank = 0, local_size = 1;
     SimdIsa isa = fastest_simd_isa();
   };
-  // One shard's update: runs (from adamw_runs) over param/m/v/grad, and the rounded copy in `out` (kind).
+  // One shard's update: runs (from adamw_runs) over param/m/v/grad, and the rounded copy in `out` (kind). The new
+  // state goes to param_out/m_out/v_out where set (arrays beside the ones read, not overlapping them), else in place.
   struct Job {
     float* param = nullptr;
     float* m = nullptr;
@@ -49,6 +51,13 @@ class HostAdamW {
     std::vector<AdamWRun> runs;
     HalfKind kind = HalfKind::kNone;
     uint16_t* out = nullptr;
+    float* param_out = nullptr;
+    float* m_out = nullptr;
+    float* v_out = nullptr;
+    int64_t priority = 0;  // lower runs first (the unit index: the next forward needs unit 0 first)
+    // When set, the job starts only once this returns true (its gradient has landed: a CUDA event query). Asked
+    // by the workers, under the pool's lock, until it does; it must not block.
+    std::function<bool()> ready;
   };
 
   explicit HostAdamW(const Options& options);
@@ -77,6 +86,7 @@ class HostAdamW {
     Job job;
     std::vector<Tile> tiles;
     size_t next = 0, finished = 0;
+    bool open = false;  // job.ready() has returned true (or there is none)
   };
   void work(int cpu);
   void run_tile(const Job& job, const Tile& tile) const;

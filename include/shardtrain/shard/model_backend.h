@@ -94,6 +94,14 @@ class ModelBackend {
   // AdamW on unit u's owned span: each run covers [offset, offset + count) relative to the span start,
   // with its own parameters (adamw_runs() in optim splits the span at tensor boundaries).
   virtual void adamw(int unit, const std::vector<AdamWRun>& runs) = 0;
+  // optim.offload_speculative: the runs of every unit (by index) that the coming step's adamw() calls pass if the
+  // step is neither clipped nor skipped. Called before the step's first micro-step. A backend that speculates
+  // starts each offloaded unit's update as soon as its gradient reaches the host, beside the state it reads, and
+  // adamw() keeps that result when its runs equal these exactly (else it redoes the update). Only the cuda
+  // backend speculates (the config refuses the key elsewhere).
+  virtual void speculate_optimizer(std::vector<std::vector<AdamWRun>> runs) {}
+  // The step was skipped (non-finite): drop every speculative update and restore what it changed.
+  virtual void drop_speculation() {}
 
   // The unit's full flat parameter (or gradient accumulator) buffer of numel elements, on every rank.
   // Collective.

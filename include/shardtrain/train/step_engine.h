@@ -10,12 +10,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
-#include <memory>
-
+#include "shardtrain/optim/adamw_optimizer.h"
 #include "shardtrain/optim/loss_scaler.h"
 #include "shardtrain/shard/model_backend.h"
 
@@ -66,10 +66,14 @@ class StepEngine {
   LossScaler& loss_scaler() { return scaler_; }
 
  private:
+  // Every unit's AdamW runs (by unit index) for `step`.
+  std::vector<std::vector<AdamWRun>> unit_runs(const OptimizerStep& step);
+
   Config cfg_;
   Communicator& comm_;
   std::unique_ptr<ModelBackend> model_;
   std::vector<int32_t> inputs_, targets_;
+  std::vector<ShardSpan> spans_;  // each unit's owned span on this rank, by unit index
   int64_t updates_ = 0;
   LossScaler scaler_;
 };
