@@ -123,9 +123,10 @@ int run(int argc, char** argv, st::Communicator& comm) {
 int main(int argc, char** argv) {
   std::optional<st::MpiSession> mpi;
   try {
-    const bool is_train = argc >= 2 && std::strcmp(argv[1], "train") == 0;
-    const st::WorldOptions world =
-        st::world_options_from_args(argc, argv, is_train ? std::optional<std::string>(default_config_path()) : std::nullopt);
+    const std::string cmd = argc >= 2 ? argv[1] : "";
+    st::WorldOptions world = st::world_options_from_args(
+        argc, argv, cmd == "train" ? std::optional<std::string>(default_config_path()) : std::nullopt);
+    world.single_process = cmd != "train" && cmd != "eval" && cmd != "topo";
     const std::unique_ptr<st::Communicator> comm = st::join_world(&argc, &argv, world, &mpi);
     return run(argc, argv, *comm);  // comm is destroyed before the session finalises MPI
   } catch (const st::Error& e) {

@@ -48,7 +48,7 @@ std::unique_ptr<Communicator> join_world(int* argc, char*** argv, const WorldOpt
     set_process_identity(comm->rank(), comm->world_size());
     return comm;
   }
-  if (how == Bootstrap::kEnv) {
+  if (how == Bootstrap::kEnv && !options.single_process) {
     const RendezvousOptions o = rendezvous_options_from_env(options.rendezvous_timeout_s);
     set_process_identity(o.rank, o.world_size);  // before the rendezvous, so that its errors name the rank
     TcpCommunicatorOptions tcp;

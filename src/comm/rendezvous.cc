@@ -243,7 +243,7 @@ void join_at_rank0(const RendezvousOptions& o, int mesh_port, TcpMesh* mesh) {
   mesh->links[0] = std::move(s);
 }
 
-// Every rank: connect to the ranks between 0 and us, accept the ranks above us.
+// Every rank but 0: connect to the ranks between 0 and us, accept the ranks above us.
 void connect_mesh(const RendezvousOptions& o, const Socket& listener, TcpMesh* mesh) {
   const auto deadline = after(o.timeout_s);
   for (int r = 1; r < o.rank; ++r) {
@@ -261,7 +261,8 @@ void connect_mesh(const RendezvousOptions& o, const Socket& listener, TcpMesh* m
     w.send(s, deadline, str_cat("rendezvous: connecting to rank ", r));
     mesh->links[r] = std::move(s);
   }
-  for (int expected = o.world_size - 1 - o.rank; expected > 0;) {
+  // Rank 0's links all came through MASTER_PORT already.
+  for (int expected = o.rank == 0 ? 0 : o.world_size - 1 - o.rank; expected > 0;) {
     Socket s = tcp_accept(listener, deadline);
     if (!s) {
       std::vector<int> missing;

@@ -24,3 +24,18 @@ set_tests_properties(${env_bootstrap_tests} PROPERTIES LABELS "cpu;comm" TIMEOUT
 if(MPIRUN_EXECUTABLE)
   set_tests_properties(comm.env_bootstrap.pod comm.env_bootstrap.torchrun PROPERTIES LABELS "cpu;comm;mpi")
 endif()
+
+# Commands that do not communicate join no world: with a pod's variables set (WORLD_SIZE=4, rank 1) --help-env
+# answers at once (a rendezvous would wait for rank 0, which never comes) and lists the bootstrap's variables.
+add_test(NAME comm.env_bootstrap.help_env_in_a_pod
+         COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/expect_exit.sh 0 "^  JOB_COMPLETION_INDEX " --
+                 $<TARGET_FILE:shardtrain> --help-env)
+# Inconsistent variables stop before any connection: exit 2 naming the variable and its value.
+add_test(NAME comm.env_bootstrap.rank_outside_world
+         COMMAND sh ${CMAKE_SOURCE_DIR}/tests/comm/expect_exit.sh 2
+                 "environment variable RANK=4 is outside \\[0, 3\\]" --
+                 $<TARGET_FILE:shardtrain> train --config ${CMAKE_SOURCE_DIR}/configs/tiny.ini --train.steps=1)
+set_tests_properties(comm.env_bootstrap.help_env_in_a_pod PROPERTIES LABELS "cpu;comm" TIMEOUT 30
+                     ENVIRONMENT "WORLD_SIZE=4;RANK=1;MASTER_ADDR=127.0.0.1;MASTER_PORT=9")
+set_tests_properties(comm.env_bootstrap.rank_outside_world PROPERTIES LABELS "cpu;comm" TIMEOUT 30
+                     ENVIRONMENT "WORLD_SIZE=4;RANK=4;MASTER_ADDR=127.0.0.1")

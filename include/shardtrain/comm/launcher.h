@@ -29,6 +29,10 @@ namespace st {
 struct WorldOptions {
   Bootstrap bootstrap = Bootstrap::kAuto;
   double rendezvous_timeout_s = 300;
+  // The command does not communicate (ckpt, --help): env gives a world of one without a rendezvous, so that
+  // `kubectl exec POD -- shardtrain ckpt inspect DIR` works in a pod whose WORLD_SIZE says 4. (MPI is still
+  // initialised under mpirun, as before.)
+  bool single_process = false;
 };
 
 // dist.bootstrap and dist.rendezvous_timeout_s as `shardtrain COMMAND ARGS...` will load them: from the file of
