@@ -15,7 +15,7 @@ foreach(case ${env_bootstrap_cases})
   add_test(NAME comm.env_bootstrap.${case}
            COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/comm/env_bootstrap_test.py ${case}
                    $<TARGET_FILE:shardtrain> "${MPIRUN_EXECUTABLE}" ${CMAKE_BINARY_DIR}/env_bootstrap_${case}
-                   ${CMAKE_SOURCE_DIR}/configs/tiny.ini --train.steps=8 --train.global_batch=8 --train.micro_batch=1
+                   ${CMAKE_SOURCE_DIR}/configs/tiny.ini --train.steps=8 --train.global_batch=12 --train.micro_batch=1
                    --model.seq_len=64 --optim.lr=1e-3 --optim.eps=1e-6)
   list(APPEND env_bootstrap_tests comm.env_bootstrap.${case})
 endforeach()

@@ -41,7 +41,7 @@ def free_port():
 
 def clean_env(**extra):
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OMPI_", "PMIX_", "PMI_")) and k not in
+           if not k.startswith(("OMPI_COMM_WORLD", "PMIX_", "PMI_")) and k not in
            ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "JOB_COMPLETION_INDEX", "MASTER_ADDR",
             "MASTER_PORT", "SHARDTRAIN_FAULT", "SHARDTRAIN_NODE_ID")}
     env.update({k: str(v) for k, v in extra.items()})
