@@ -131,7 +131,7 @@ void exchange(TcpCommunicator::World& world, const std::vector<int>& members, in
     if (fds.empty()) return;
     if (::poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
-      ST_FAULT(op, ": poll failed: ", std::strerror(errno));
+      ST_FAULT(op, ": poll failed: ", errno_text(errno));
     }
     for (size_t k = 0; k < fds.size(); ++k) {
       Transfer& t = *pending[k];
@@ -140,7 +140,7 @@ void exchange(TcpCommunicator::World& world, const std::vector<int>& members, in
       if ((re & (POLLIN | POLLHUP | POLLERR)) && t.recv_bytes) {
         const ssize_t n = ::recv(fds[k].fd, t.recv, std::min(t.recv_bytes, kIoBytes), MSG_DONTWAIT);
         if (n == 0) lost(t, "connection closed by the peer");
-        if (n < 0 && !would_block(errno)) lost(t, std::strerror(errno));
+        if (n < 0 && !would_block(errno)) lost(t, errno_text(errno));
         if (n > 0) {
           t.recv += n;
           t.recv_bytes -= static_cast<size_t>(n);
@@ -148,7 +148,7 @@ void exchange(TcpCommunicator::World& world, const std::vector<int>& members, in
       }
       if ((re & (POLLOUT | POLLHUP | POLLERR)) && t.send_bytes) {
         const ssize_t n = ::send(fds[k].fd, t.send, std::min(t.send_bytes, kIoBytes), MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0 && !would_block(errno)) lost(t, std::strerror(errno));
+        if (n < 0 && !would_block(errno)) lost(t, errno_text(errno));
         if (n > 0) {
           t.send += n;
           t.send_bytes -= static_cast<size_t>(n);

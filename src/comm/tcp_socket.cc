@@ -26,8 +26,6 @@ std::string lower_first(std::string s) {
   return s;
 }
 
-std::string errno_text(int err) { return lower_first(std::strerror(err)); }
-
 // Milliseconds left until `deadline` for poll(): 0 once it has passed, at most a day.
 int ms_left(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -187,6 +185,8 @@ void recv_exact(const Socket& s, void* buf, size_t n, Clock::time_point deadline
 }
 
 void set_nonblocking(const Socket& s) { set_flags(s.fd(), true); }
+
+std::string errno_text(int err) { return lower_first(std::strerror(err)); }
 
 std::string local_host_name() {
   char name[256] = {0};

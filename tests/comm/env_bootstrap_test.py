@@ -26,8 +26,10 @@ import socket
 import subprocess
 import sys
 
-import h5py
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shard"))
+from mpi_equivalence_test import read_h5  # noqa: E402  (the exported weights, tensor by tensor)
 
 POD_LAUNCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "launch", "pod_launch.sh")
 TIMEOUT = 300
@@ -62,13 +64,6 @@ def start_all(cmds_envs):
 def read_losses(path):
     with open(path) as f:
         return [json.loads(line)["loss"] for line in f if "val_loss" not in line]
-
-
-def read_h5(path):
-    out = {}
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda n, o: out.__setitem__(n, np.array(o)) if isinstance(o, h5py.Dataset) else None)
-    return out
 
 
 def train_args(config, overrides, work, tag):

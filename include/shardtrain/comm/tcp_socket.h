@@ -61,6 +61,9 @@ void recv_exact(const Socket& s, void* buf, size_t n, Clock::time_point deadline
 // Switches a connected socket to non-blocking mode (for the collectives' poll loop).
 void set_nonblocking(const Socket& s);
 
+// The system's text for errno value `err`, first letter in lower case ("connection reset by peer").
+std::string errno_text(int err);
+
 // This machine's host name (gethostname).
 std::string local_host_name();
 
