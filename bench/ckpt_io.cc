@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 int main(int argc, char** argv) {
   std::optional<st::MpiSession> mpi;
   try {
-    const std::unique_ptr<st::Communicator> comm = st::join_world(&argc, &argv, &mpi);
+    const std::unique_ptr<st::Communicator> comm = st::join_world(&argc, &argv, st::WorldOptions{}, &mpi);
     std::optional<std::string> config;
     std::string dir;
     int iters = 3;

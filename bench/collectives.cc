@@ -158,7 +158,7 @@ void run(Communicator& host, const Options& o) {
 int main(int argc, char** argv) {
   std::optional<st::MpiSession> mpi;
   try {
-    auto comm = st::join_world(&argc, &argv, &mpi);
+    auto comm = st::join_world(&argc, &argv, st::WorldOptions{}, &mpi);
 #ifdef SHARDTRAIN_HAVE_CUDA
     const st::Options o = st::parse(argc, argv);
     if (o.bf16)

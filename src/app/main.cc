@@ -52,6 +52,11 @@ void print_env() {
     std::printf("  %-26s (default: %s)\n      %s\n", v.name, v.default_value[0] ? v.default_value : "\"\"", v.help);
 }
 
+// What `train` runs without --config.
+std::string default_config_path() {
+  return (std::filesystem::path(st::env_get("SHARDTRAIN_CONFIG_DIR")) / "default.ini").string();
+}
+
 int cmd_train(const std::vector<std::string>& args, st::Communicator& comm) {
   std::optional<std::string> config;
   std::vector<std::string> overrides;
@@ -72,7 +77,7 @@ int cmd_train(const std::vector<std::string>& args, st::Communicator& comm) {
     }
   }
   if (!config) {
-    config = (std::filesystem::path(st::env_get("SHARDTRAIN_CONFIG_DIR")) / "default.ini").string();
+    config = default_config_path();
     if (comm.rank() == 0) ST_LOG_INFO("no --config given: running ", *config);
   }
   const st::Config cfg = st::load_config(config, overrides);
@@ -110,13 +115,19 @@ int run(int argc, char** argv, st::Communicator& comm) {
 
 }  // namespace
 
-// Under mpirun every rank runs this. A rank that fails prints its error and aborts the whole job
-// (MPI_Abort with the error's exit code), so mpirun exits non-zero and no rank waits forever in a
-// collective. The session lives outside the try so that the error path can still abort.
+// Every rank runs this (under mpirun, or started with the env bootstrap's variables). A rank that fails prints
+// its error and ends the whole job: under MPI it aborts it (MPI_Abort with the error's exit code), so mpirun
+// exits non-zero; with the env bootstrap it exits with that code, and its closed connections make the other
+// ranks fail (kFault). No rank waits forever in a collective. The session lives outside the try so that the
+// error path can still abort.
 int main(int argc, char** argv) {
   std::optional<st::MpiSession> mpi;
   try {
-    const std::unique_ptr<st::Communicator> comm = st::join_world(&argc, &argv, &mpi);
+    const std::string cmd = argc >= 2 ? argv[1] : "";
+    st::WorldOptions world = st::world_options_from_args(
+        argc, argv, cmd == "train" ? std::optional<std::string>(default_config_path()) : std::nullopt);
+    world.single_process = cmd != "train" && cmd != "eval" && cmd != "topo";
+    const std::unique_ptr<st::Communicator> comm = st::join_world(&argc, &argv, world, &mpi);
     return run(argc, argv, *comm);  // comm is destroyed before the session finalises MPI
   } catch (const st::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -41,7 +41,11 @@ constexpr EnumName<OffloadMode> kOffloadModes[] = {{"none", OffloadMode::kNone},
 constexpr EnumName<ShardingMode> kShardingModes[] = {
     {"full", ShardingMode::kFull}, {"hybrid", ShardingMode::kHybrid}, {"auto", ShardingMode::kAuto}};
 
+constexpr EnumName<Bootstrap> kBootstraps[] = {
+    {"auto", Bootstrap::kAuto}, {"mpi", Bootstrap::kMpi}, {"env", Bootstrap::kEnv}};
+
 const auto& enum_names(const DataFormat*) { return kDataFormats; }
+const auto& enum_names(const Bootstrap*) { return kBootstraps; }
 const auto& enum_names(const ShardingMode*) { return kShardingModes; }
 const auto& enum_names(const OffloadMode*) { return kOffloadModes; }
 const auto& enum_names(const Device*) { return kDevices; }
@@ -51,7 +55,8 @@ const auto& enum_names(const AttentionImpl*) { return kAttentionImpls; }
 template <typename E>
 constexpr bool kIsConfigEnum = std::is_same_v<E, DataFormat> || std::is_same_v<E, Device> ||
                                 std::is_same_v<E, DType> || std::is_same_v<E, AttentionImpl> ||
-                                std::is_same_v<E, OffloadMode> || std::is_same_v<E, ShardingMode>;
+                                std::is_same_v<E, OffloadMode> || std::is_same_v<E, ShardingMode> ||
+                                std::is_same_v<E, Bootstrap>;
 
 template <typename E>
 std::string enum_name_list() {
@@ -89,6 +94,7 @@ const char* to_string(DType t) { return enum_to_string(t); }
 const char* to_string(AttentionImpl a) { return enum_to_string(a); }
 const char* to_string(OffloadMode m) { return enum_to_string(m); }
 const char* to_string(ShardingMode m) { return enum_to_string(m); }
+const char* to_string(Bootstrap b) { return enum_to_string(b); }
 
 // Boost.ProgramOptions finds these overloads by argument-dependent lookup when it parses an enum.
 void validate(boost::any& out, const std::vector<std::string>& values, DataFormat*, int) {
@@ -108,6 +114,9 @@ void validate(boost::any& out, const std::vector<std::string>& values, OffloadMo
 }
 void validate(boost::any& out, const std::vector<std::string>& values, ShardingMode*, int) {
   validate_enum<ShardingMode>(out, values);
+}
+void validate(boost::any& out, const std::vector<std::string>& values, Bootstrap*, int) {
+  validate_enum<Bootstrap>(out, values);
 }
 
 namespace {
@@ -326,6 +335,13 @@ const std::vector<Key>& keys() {
           "seconds one collective may take before the watchdog logs the op and ends the job with exit code 75 "
           "(a dead, stopped or hung rank); it must exceed the longest wait for a peer (a checkpoint save, "
           "the first step's planning). 0: no deadline"),
+      key("dist", "bootstrap", &Config::dist, &DistConfig::bootstrap,
+          "how ranks find each other: mpi (mpirun), env (WORLD_SIZE, RANK or JOB_COMPLETION_INDEX x LOCAL_WORLD_SIZE + "
+          "LOCAL_RANK, MASTER_ADDR, MASTER_PORT: a TCP rendezvous on rank 0, as torchrun and Kubernetes Indexed Jobs "
+          "give), auto (mpi under mpirun, else env when WORLD_SIZE is set, else one process); read before the "
+          "command runs, from --config and --dist.* on the command line"),
+      key("dist", "rendezvous_timeout_s", &Config::dist, &DistConfig::rendezvous_timeout_s,
+          "dist.bootstrap=env: seconds the ranks wait for each other at start-up before failing (exit 75)"),
   };
   return table;
 }
@@ -639,6 +655,8 @@ std::vector<std::string> check(const Config& c) {
     add("train.attention (cudnn) needs train.dtype bf16 or fp16 (cuDNN's fused attention has no fp32 engine)");
   float_check("dist.timeout_s", c.dist.timeout_s, c.dist.timeout_s >= 0 && std::isfinite(c.dist.timeout_s),
               ">= 0 (0: no deadline)");
+  float_check("dist.rendezvous_timeout_s", c.dist.rendezvous_timeout_s,
+              c.dist.rendezvous_timeout_s > 0 && std::isfinite(c.dist.rendezvous_timeout_s), "finite and > 0");
   float_check("dist.max_gpu_mem_gib", c.dist.max_gpu_mem_gib,
               c.dist.max_gpu_mem_gib >= 0 && std::isfinite(c.dist.max_gpu_mem_gib), ">= 0 (0: no cap)");
 

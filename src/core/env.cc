@@ -40,6 +40,18 @@ const std::vector<EnvVar>& env_table() {
       {"OMPI_COMM_WORLD_LOCAL_RANK", "",
        "set by Open MPI's mpirun (read only): this rank's index on its node, checked against shared memory"},
       {"PMIX_RANK", "", "set by PMIx launchers such as srun --mpi=pmix (read only): shardtrain then initialises MPI"},
+      // dist.bootstrap=env (comm/rendezvous.h): torchrun / PyTorchJob names, and Kubernetes' Indexed Job index.
+      {"WORLD_SIZE", "", "dist.bootstrap=env: the number of ranks; set, it also makes dist.bootstrap=auto pick env"},
+      {"RANK", "", "dist.bootstrap=env: this process's rank (unset: JOB_COMPLETION_INDEX x LOCAL_WORLD_SIZE + LOCAL_RANK)"},
+      {"JOB_COMPLETION_INDEX", "",
+       "set by a Kubernetes Indexed Job per pod (read only): the pod's index, for the rank when RANK is unset"},
+      {"LOCAL_RANK", "",
+       "dist.bootstrap=env: this process's index in its pod or machine, 0 when unset (launch/pod_launch.sh sets it); "
+       "also the GPU it drives"},
+      {"LOCAL_WORLD_SIZE", "1", "dist.bootstrap=env: processes per pod or machine (GPUs per pod)"},
+      {"MASTER_ADDR", "",
+       "dist.bootstrap=env: rank 0's host name or address (Kubernetes: the headless Service name of pod 0)"},
+      {"MASTER_PORT", "29500", "dist.bootstrap=env: the TCP port rank 0 listens on for the rendezvous"},
       {"PMI_SIZE", "", "set by PMI-1/2 launchers such as MPICH's mpiexec (read only): shardtrain then initialises MPI"},
   };
   return table;

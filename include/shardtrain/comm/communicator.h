@@ -1,6 +1,7 @@
 // Communicator: the collectives that sharded training needs, behind one interface.
 //
-// Implementations: MpiCommunicator (CPU backend, one process per rank, mpi_communicator.h), the
+// Implementations: MpiCommunicator (CPU backend, one process per rank, mpi_communicator.h), TcpCommunicator
+// (dist.bootstrap=env: the same over TCP sockets without MPI, tcp_communicator.h), the
 // in-process FakeWorld (N ranks as threads, for unit tests, fake_communicator.h), and a SoloCommunicator
 // (world size 1, no MPI at all). The CUDA backend adds a NCCL implementation later.
 //
@@ -45,7 +46,7 @@ class Communicator {
   // This process's index among the processes of its machine: which GPU it drives. The shared-memory local
   // rank, which SHARDTRAIN_NODE_ID does not change (stand-in nodes on one host still use different GPUs).
   virtual int device_rank() const { return local_rank(); }
-  // "mpi", "fake", "solo".
+  // "mpi", "tcp", "fake", "solo".
   virtual std::string kind() const = 0;
   // The watchdog that puts this communicator's collectives under a deadline (watched_communicator.h), or null.
   // Device communicators built over this one (NCCL) report to the same watchdog.

@@ -97,12 +97,17 @@ struct LogConfig {
 // How the sharded state spans the world: every rank (full ZeRO-3), or the ranks of one node with a replica per
 // node (hybrid, HSDP), or chosen at start from measured bandwidth (auto).
 enum class ShardingMode { kFull, kHybrid, kAuto };
+// How the ranks find each other (comm/launcher.h): auto (MPI under mpirun, else env when WORLD_SIZE is set, else
+// one process), mpi, or env (torchrun / Kubernetes Indexed Job variables and a TCP rendezvous on rank 0).
+enum class Bootstrap { kAuto, kMpi, kEnv };
 
 struct DistConfig {
   ShardingMode sharding = ShardingMode::kFull;
   bool reshard_after_forward = true;  // ZeRO-3: free gathered params after forward, gather again in backward
   double max_gpu_mem_gib = 0;         // plan-time cap on one rank's device memory (0: the card's free memory)
   double timeout_s = 600;             // deadline of one collective (comm/watchdog.h); 0: none
+  Bootstrap bootstrap = Bootstrap::kAuto;
+  double rendezvous_timeout_s = 300;  // how long ranks wait for each other in the env bootstrap's rendezvous
 };
 
 struct Config {
@@ -145,5 +150,6 @@ const char* to_string(DType t);
 const char* to_string(AttentionImpl a);
 const char* to_string(OffloadMode m);
 const char* to_string(ShardingMode m);
+const char* to_string(Bootstrap b);
 
 }  // namespace st
