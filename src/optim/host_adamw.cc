@@ -111,14 +111,19 @@ void HostAdamW::work(int cpu) {
   while (true) {
     // The job with a tile left of the lowest priority value, the oldest among equals: jobs finish roughly in
     // that order, which is the order they are waited for (the next forward needs the first units first).
+    // Gates are asked oldest first and at most one per pass: gradients land in the order they were copied, so
+    // when the oldest has not, no later one has. One worker at a time polls; the others sleep until woken.
     Pending* p = nullptr;
     int64_t ticket = -1;
     bool gated = false;
     for (auto& [t, q] : pending_) {
       if (q->next >= q->tiles.size()) continue;
-      if (!q->open && q->job.ready && !q->job.ready()) {
-        gated = true;
-        continue;
+      if (!q->open && q->job.ready) {
+        if (gated || !q->job.ready()) {
+          gated = true;
+          continue;
+        }
+        work_cv_.notify_all();  // a gate opened: every worker can take tiles of it
       }
       q->open = true;
       if (p == nullptr || q->job.priority < p->job.priority) {
@@ -128,8 +133,10 @@ void HostAdamW::work(int cpu) {
     }
     if (p == nullptr) {
       if (stop_) return;
-      if (gated) {
-        work_cv_.wait_for(lock, std::chrono::microseconds(50));  // a gradient still on its way: look again soon
+      if (gated && !polling_) {
+        polling_ = true;  // a gradient still on its way: this worker looks again soon
+        work_cv_.wait_for(lock, std::chrono::microseconds(200));
+        polling_ = false;
       } else {
         work_cv_.wait(lock);
       }

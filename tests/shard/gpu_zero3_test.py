@@ -16,13 +16,17 @@ fewer GPUs than the case needs):
                     non-finite. Step 3 is skipped (rank 0 reports it: the norm is all-reduced), the loss
                     scale halves (65536 -> 32768 at step 4), and the weights after the 3-step run are
                     bit-identical to a 2-step run's (each run's final checkpoint exported to safetensors
-                    with `shardtrain ckpt export`, compared value by value).
+                    with `shardtrain ckpt export`, compared value by value); so are those of the same faulty run
+                    with a speculative offloaded optimizer (the dropped update restored).
   offload           2 GPUs in bf16, 50 steps (gradient accumulation 3, clipping on) with optim.offload none,
                     optimizer, optimizer+params and optimizer+params on half the parameters
                     (offload_fraction 0.5): the host AdamW computes the GPU kernel's bits, so every
                     step's loss agrees to rel 1e-6. Checkpoints cross: an offloaded run's step-10 checkpoint
                     resumed without offload, and a non-offloaded one's resumed with optimizer+params, repeat the
-                    uninterrupted losses of steps 11-20 to rel 1e-6.
+                    uninterrupted losses of steps 11-20 to rel 1e-6. With optim.offload_speculative (the host AdamW
+                    started in the backward, unclipped): optimizer and optimizer+params with the default clip
+                    (some steps redone, some kept; the test checks both happen), and half offloaded with clipping
+                    off (all kept), each against no offload to rel 1e-6.
   hybrid            2 GPUs standing in for two workstations: SHARDTRAIN_NODE_ID = MPI rank (a wrapper sets it),
                     NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (sockets). dist.sharding=hybrid (each GPU holds the
                     whole state, gradient shards all-reduced between the "nodes") matches full sharding over NVLink
@@ -201,6 +205,21 @@ def main():
                                                                       f"--optim.offload_fraction={fraction}"])
             compare(failures, f"optim.offload={mode} (fraction {fraction}) vs none (bf16)", ref, got, range(1, 51),
                     1e-6)
+        # optim.offload_speculative: each unit's host AdamW starts in the backward, unclipped. With the default clip
+        # some steps are clipped (redone) and some not (kept); with clipping off every one is kept.
+        for mode in ("optimizer", "optimizer+params"):
+            tag = f"spec_{mode}"
+            got = run.train(tag, 2, common + [f"--optim.offload={mode}", "--optim.offload_speculative=true"])
+            compare(failures, f"speculative optim.offload={mode} vs none (bf16)", ref, got, range(1, 51), 1e-6)
+            norms = [r["grad_norm"] for r in read_records(os.path.join(work, f"{tag}.jsonl")).values()]
+            clipped = sum(1 for n in norms if n > 1.0)
+            print(f"{tag}: {clipped} of {len(norms)} steps clipped (redone), {len(norms) - clipped} kept")
+            if not 0 < clipped < len(norms):
+                failures.append(f"{tag}: the run did not exercise both kept and redone updates ({clipped} clipped)")
+        ref0 = run.train("offload_none_noclip", 2, common + ["--optim.grad_clip=0"])
+        got0 = run.train("spec_noclip", 2, common + ["--optim.grad_clip=0", "--optim.offload=optimizer",
+                                                     "--optim.offload_speculative=true", "--optim.offload_fraction=0.5"])
+        compare(failures, "speculative, no clipping, half offloaded vs none (bf16)", ref0, got0, range(1, 51), 1e-6)
         for first, second in (("optimizer", "none"), ("none", "optimizer+params")):
             d = os.path.join(work, f"ckpt_{first}_{second}")
             flags = ["--train.dtype=bf16", "--train.steps=20", "--ckpt.every=10", "--ckpt.keep=0", f"--ckpt.dir={d}",
@@ -268,9 +287,10 @@ def main():
         if "step 1" in r.stdout or "step      1" in r.stdout:
             failures.append("training started before the memory check failed")
     elif case == "fp16-overflow":
-        def final_weights(tag, steps, fault=None):
+        def final_weights(tag, steps, fault=None, extra=()):
             d = os.path.join(work, f"ckpt_{tag}")
-            run.train(tag, 2, ["--train.dtype=fp16", f"--train.steps={steps}", f"--ckpt.dir={d}"], fault=fault)
+            run.train(tag, 2, ["--train.dtype=fp16", f"--train.steps={steps}", f"--ckpt.dir={d}"] + list(extra),
+                      fault=fault)
             out = os.path.join(work, f"{tag}.safetensors")
             subprocess.run([shardtrain, "ckpt", "export", os.path.join(d, f"step_{steps:08d}"), "--out", out],
                            check=True, stdout=subprocess.DEVNULL)
@@ -288,7 +308,12 @@ def main():
         if [more[s]["loss_scale"] for s in (1, 2, 3, 4)] != [65536, 65536, 65536, 32768]:
             failures.append("loss scale did not halve after the overflow: " + str([more[s]["loss_scale"] for s in more]))
         w2b = final_weights("fp16_clean2", 2)
-        for name, other in (("a second 2-step run", w2b), ("the run whose step 3 was skipped", w3)):
+        # The skipped step with a speculative offloaded update already on its way: dropped, the device copy restored.
+        w3s = final_weights("fp16_fault_spec", 3, fault="grad_inf:1@3",
+                            extra=["--optim.offload=optimizer", "--optim.offload_speculative=true",
+                                   "--optim.offload_threads=4"])
+        for name, other in (("a second 2-step run", w2b), ("the run whose step 3 was skipped", w3),
+                            ("the speculative offloaded run whose step 3 was skipped", w3s)):
             diff = max_abs_diff(w2, other)
             print(f"2-step run vs {name}: max |weight diff| {diff}")
             if diff != 0.0:

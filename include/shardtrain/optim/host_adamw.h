@@ -56,7 +56,8 @@ class HostAdamW {
     float* v_out = nullptr;
     int64_t priority = 0;  // lower runs first (the unit index: the next forward needs unit 0 first)
     // When set, the job starts only once this returns true (its gradient has landed: a CUDA event query). Asked
-    // by the workers, under the pool's lock, until it does; it must not block.
+    // by one worker at a time, under the pool's lock, every 200 us, for the oldest gated job only (so gates must
+    // open in submission order), until it does; it must not block.
     std::function<bool()> ready;
   };
 
@@ -98,6 +99,7 @@ class HostAdamW {
   std::map<int64_t, std::unique_ptr<Pending>> pending_;  // by ticket, until finished
   int64_t next_ticket_ = 0;
   bool stop_ = false;
+  bool polling_ = false;  // a worker is polling the oldest gate
   std::vector<std::thread> workers_;
 };
 
