@@ -17,6 +17,8 @@ CASE:
                and 2 exit 75 naming rank 1.
   fail         3 ranks; rank 1 alone cannot read the built-in corpus (its SHARDTRAIN_FORTUNES_DIR is wrong): rank 1
                exits 2 with its own message, ranks 0 and 2 exit 75 naming rank 1 (they see its closed connections).
+  stopped      2 ranks; rank 1 stops itself with SIGSTOP before step 3 (a hung rank: its sockets stay open): rank 0's
+               watchdog (dist.timeout_s=3) names the collective it waits in and exits 75.
 Ports: each run binds port 0 to get a free one, so parallel ctest runs do not collide.
 """
 import json
@@ -151,6 +153,21 @@ def failure_case(case, shardtrain, work, config, overrides):
         expect(failures, res, 1, 2, r"rank 1/3 .*SHARDTRAIN_FORTUNES_DIR")
         for r in (0, 2):
             expect(failures, res, r, 75, rf"rank {r}/3 .*lost peer .*rank 1 on ")
+    elif case == "stopped":
+        # Rank 1 stops itself (SIGSTOP) before step 3: rank 0's watchdog names the collective it waits in and
+        # ends it with the fault code, within dist.timeout_s and a few seconds. Rank 1 stays stopped: killed here.
+        args[-1] = "--dist.rendezvous_timeout_s=60"
+        cmds = [(args + ["--dist.timeout_s=3"], env(r, 2, SHARDTRAIN_FAULT="sigstop:1@3")) for r in range(2)]
+        procs = [subprocess.Popen(c, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for c, e in cmds]
+        try:
+            text0, _ = procs[0].communicate(timeout=60)
+        finally:
+            procs[1].kill()
+        text1, _ = procs[1].communicate()
+        res = [(procs[0].returncode, text0), (procs[1].returncode, text1)]
+        expect(failures, res, 0, 75, r"rank 0/2 .*watchdog: rank 0: [a-z_]+ #\d+ on communicator 'world[^']*' "
+                                     r"\(count \d+\) has not completed after \d+ s \(dist.timeout_s = 3\)")
     else:
         sys.exit(f"unknown case {case}")
     for i, (rc, text) in enumerate(res):
