@@ -6,11 +6,18 @@
 set -u
 /usr/sbin/sshd -De &
 sshd_pid=$!
+stopping=0
 stop() {
+  stopping=1
   pkill -TERM -x shardtrain
   while pgrep -x shardtrain >/dev/null; do sleep 1; done
   kill -TERM "$sshd_pid" 2>/dev/null
 }
 trap stop TERM INT
-wait "$sshd_pid"   # returns early when a trapped signal arrives; stop() then runs
-wait "$sshd_pid"
+wait "$sshd_pid"   # a trapped signal ends this wait early; stop() then runs
+rc=$?
+if [ "$stopping" -eq 1 ]; then
+  wait "$sshd_pid"
+  rc=0
+fi
+exit "$rc"
