@@ -108,6 +108,13 @@ function checkIndexedJob(job, docs, configKeys) {
     const got = actionFor(policy, failedPod);
     fact(`${what}: ${text}`, got === want, `podFailurePolicy gives ${got}, expected ${want}`);
   }
+  // The API server's own checks of onExitCodes, which the OpenAPI schema does not express.
+  const reqs = ((policy && policy.rules) || []).map((r) => r.onExitCodes).filter(Boolean);
+  const names = new Set([...pod.containers, ...(pod.initContainers || [])].map((c) => c.name));
+  fact(`${what}: every onExitCodes.containerName names a container of the pod`,
+       reqs.every((r) => !r.containerName || names.has(r.containerName)));
+  fact(`${what}: onExitCodes values are ascending, unique and non-zero`,
+       reqs.every((r) => r.values.every((v, i) => v !== 0 && (i === 0 || v > r.values[i - 1]))));
   fact(`${what}: completionMode Indexed, completions = parallelism`,
        spec.completionMode === 'Indexed' && spec.completions === spec.parallelism);
   fact(`${what}: backoffLimit (${spec.backoffLimit}) >= parallelism (one fault fails every pod)`,

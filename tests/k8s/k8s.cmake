@@ -19,7 +19,7 @@ set(policy_check ${NODE_EXECUTABLE} ${k8s_tools}/policy_check.js --shardtrain $<
 
 add_test(NAME k8s.schema COMMAND ${expect_exit} 0 "^k8s schema: 4 of 4 objects in 3 files valid$" --
          ${schema_check} ${k8s_dir})
-add_test(NAME k8s.policy COMMAND ${expect_exit} 0 "^k8s policy: 32 of 32 facts hold$" -- ${policy_check} ${k8s_dir})
+add_test(NAME k8s.policy COMMAND ${expect_exit} 0 "^k8s policy: 34 of 34 facts hold$" -- ${policy_check} ${k8s_dir})
 
 # Each: NAME, the expected line (grep -E), the check, then its mutation and files.
 function(k8s_reject name regex)
@@ -42,6 +42,8 @@ k8s_reject(no_exit2_rule "^FAIL Job shardtrain: exit 2 \\(bad input\\) fails the
 k8s_reject(disruption_counted "^FAIL Job shardtrain: a disruption \\(DisruptionTarget\\) after exit 76 is ignored: podFailurePolicy gives Count, expected Ignore$"
            ${policy_check} --set "Job:spec.podFailurePolicy.rules=[{\"action\":\"Count\",\"onExitCodes\":{\"containerName\":\"trainer\",\"operator\":\"In\",\"values\":[75,76]}},{\"action\":\"Ignore\",\"onPodConditions\":[{\"type\":\"DisruptionTarget\",\"status\":\"True\"}]},{\"action\":\"FailJob\",\"onExitCodes\":{\"operator\":\"In\",\"values\":[1,2]}}]"
            ${k8s_dir})
+k8s_reject(exit_codes_unsorted "^FAIL Job shardtrain: onExitCodes values are ascending, unique and non-zero$"
+           ${policy_check} --set "Job:spec.podFailurePolicy.rules[2].onExitCodes.values=[76,75]" ${k8s_dir})
 k8s_reject(restart_on_failure "^FAIL Job shardtrain: restartPolicy Never"
            ${policy_check} --set "Job:spec.template.spec.restartPolicy=\"OnFailure\"" ${k8s_dir})
 k8s_reject(short_grace "^FAIL Job shardtrain: terminationGracePeriodSeconds \\(60\\) > step"
