@@ -9,8 +9,9 @@
 # What it sets:
 #   * -np = hosts x gpus-per-host, --map-by ppr:N:node (N ranks on each host, in hostfile order), --bind-to none
 #     (shardtrain pins its own host threads; MPI's binding would squeeze them onto one core);
-#   * -x for every NCCL_*, OMPI_MCA_* and SHARDTRAIN_* variable set here, and OMP_NUM_THREADS, so that every rank on
-#     every host sees the same environment;
+#   * -x for every NCCL_*, OMPI_MCA_* and SHARDTRAIN_* variable set here, and OMP_NUM_THREADS and
+#     HDF5_USE_FILE_LOCKING, so that every rank on every host sees the same environment (ranks started through ssh,
+#     as in an MPIJob, see nothing else of it);
 #   * --iface IFACE (a LAN between workstations): NCCL_SOCKET_IFNAME=IFACE, NCCL_IB_DISABLE=1, and Open MPI's TCP
 #     transport on the same interface (btl_tcp_if_include, oob_tcp_if_include).
 # --gpus-per-host defaults to the GPUs nvidia-smi lists here (1 without nvidia-smi). It prints the mpirun line
@@ -24,7 +25,7 @@ while [[ $# -gt 0 ]]; do
     --iface) iface=$2; shift 2 ;;
     --dry-run) dry=1; shift ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "launch/mpirun.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,7 +49,8 @@ if [[ -n $iface ]]; then
   args+=(--mca btl_tcp_if_include "$iface" --mca oob_tcp_if_include "$iface")
 fi
 while IFS='=' read -r name _; do
-  [[ $name =~ ^(NCCL_|OMPI_MCA_|SHARDTRAIN_) || $name == OMP_NUM_THREADS ]] && args+=(-x "$name")
+  [[ $name =~ ^(NCCL_|OMPI_MCA_|SHARDTRAIN_) || $name == OMP_NUM_THREADS || $name == HDF5_USE_FILE_LOCKING ]] &&
+    args+=(-x "$name")
 done < <(env | sort)
 echo "mpirun ${args[*]} $*"
 [[ $dry -eq 1 ]] && exit 0
