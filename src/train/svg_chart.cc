@@ -144,11 +144,11 @@ AxisRange nice_range(double min, double max, int target) {
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
   const double norm = raw / mag;
   AxisRange r;
-  r.step = (norm <= 1 ? 1 : norm <= 2 ? 2 : norm <= 5 ? 5 : 10) * mag;
-  r.lo = std::floor(min / r.step) * r.step;
-  if (r.lo > min) r.lo -= r.step;  // rounding in the division
-  r.hi = std::ceil(max / r.step) * r.step;
-  if (r.hi < max) r.hi += r.step;
+  constexpr double kSlack = 1e-9;  // 1.2 / 6 is 0.20000000000000004, and 0.6 / 0.2 is 2.9999999999999996
+  r.step = (norm <= 1 + kSlack ? 1 : norm <= 2 + kSlack ? 2 : norm <= 5 + kSlack ? 5 : 10) * mag;
+  // A data edge within rounding of a tick is that tick; std::min/max keep lo <= min and max <= hi exactly.
+  r.lo = std::min(std::floor(min / r.step + kSlack) * r.step, min);
+  r.hi = std::max(std::ceil(max / r.step - kSlack) * r.step, max);
   return r;
 }
 
