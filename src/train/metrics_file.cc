@@ -22,7 +22,11 @@ MetricsSeries read_metrics_series(const std::string& path, const std::vector<std
     try {
       record = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {
-      ST_BAD_INPUT(path, ":", number, ": not a JSON object (", e.what(), ")");
+      // The parser numbers lines within the one line it was given: keep its "column N: why" only.
+      const std::string what = e.what();
+      const size_t column = what.find("column ");
+      ST_BAD_INPUT(path, ":", number, ": not a JSON object (", column == std::string::npos ? what : what.substr(column),
+                   ")");
     }
     if (!record.is_object()) ST_BAD_INPUT(path, ":", number, ": expected a JSON object, got ", record.type_name());
     const auto step_it = record.find("step");
