@@ -87,24 +87,13 @@ TEST(MetricsSink, AppendKeepsTheEarlierRecords) {
 }
 
 TEST(ProgressBar, ShowsEtaRateAndLoss) {
-  ProgressState s;
-  s.step = 120;
-  s.total = 600;
-  s.elapsed_s = 25.0;
-  s.steps_done = 20;  // resumed at step 100: 1.25 s a step, 480 steps left
-  s.tokens_per_s = 12345.0;
-  s.loss = 2.3456f;
+  // step, total, elapsed_s, steps_done, tokens_per_s, loss: resumed at step 100, 1.25 s a step, 480 steps left.
+  const ProgressState s{120, 600, 25.0, 20, 12345.0, 2.3456f};
   EXPECT_EQ(progress_bar_text(s), "[######........................] 120/600 | ETA 10m00s | 12.3k tok/s | loss 2.3456");
 }
 
 TEST(ProgressBar, RateUnitsHoursAndEdges) {
-  ProgressState s;
-  s.step = 1;
-  s.total = 3;
-  s.elapsed_s = 4000.0;
-  s.steps_done = 1;
-  s.tokens_per_s = 9999.4;
-  s.loss = 5.5f;
+  ProgressState s{1, 3, 4000.0, 1, 9999.4, 5.5f};
   EXPECT_EQ(progress_bar_text(s), "[##########....................] 1/3 | ETA 2h13m | 9999 tok/s | loss 5.5000");
   s.tokens_per_s = 583200.0;
   s.loss = std::numeric_limits<float>::quiet_NaN();
@@ -112,10 +101,7 @@ TEST(ProgressBar, RateUnitsHoursAndEdges) {
   s.tokens_per_s = 12345678.0;
   s.loss = std::numeric_limits<float>::infinity();
   EXPECT_EQ(progress_bar_text(s), "[##########....................] 1/3 | ETA 2h13m | 12.35M tok/s | loss inf");
-  s.steps_done = 0;  // nothing done yet: no ETA to give
-  s.step = 0;
-  s.tokens_per_s = 0;
-  s.loss = 0;
+  s = ProgressState{0, 3, 0.0, 0, 0.0, 0.0f};  // nothing done yet: no ETA to give
   EXPECT_EQ(progress_bar_text(s), "[..............................] 0/3 | ETA -- | 0 tok/s | loss 0.0000");
   s.step = 3;
   s.steps_done = 3;
