@@ -14,3 +14,7 @@ int cmd_ckpt(const std::vector<std::string>& args);
 // shardtrain topo [--config FILE] [--section.key=value ...]: nodes, measured link bandwidths per communicator
 // group, and the sharding plan for the config (topo_command.cc). Collective, like train.
 int cmd_topo(const std::vector<std::string>& args, st::Communicator& world);
+
+// shardtrain plot METRICS.jsonl [--out FILE.svg]: the run's curves as a self-contained SVG (plot_command.cc).
+// Single-process.
+int cmd_plot(const std::vector<std::string>& args);

@@ -31,6 +31,7 @@ constexpr const char* kUsage =
     "  ckpt     checkpoint tools: shardtrain ckpt inspect|verify DIR, shardtrain ckpt export DIR --out PATH\n"
     "  eval     mean loss of a checkpoint: shardtrain eval --ckpt DIR [--data.path=FILE] [--train.eval_batches=N]\n"
     "  topo     nodes, measured link bandwidths and the sharding plan: shardtrain topo [--config FILE] [...]\n"
+    "  plot     a metrics file's curves as an SVG: shardtrain plot METRICS.jsonl [--out run.svg]\n"
     "\n"
     "options:\n"
     "  --help, -h     this text (with every config key)\n"
@@ -110,7 +111,8 @@ int run(int argc, char** argv, st::Communicator& comm) {
   if (cmd == "ckpt") return cmd_ckpt(rest);
   if (cmd == "eval") return cmd_eval(rest, comm);
   if (cmd == "topo") return cmd_topo(rest, comm);
-  ST_BAD_INPUT("unknown command '", cmd, "' (expected: train, eval, topo or ckpt; see shardtrain --help)");
+  if (cmd == "plot") return cmd_plot(rest);
+  ST_BAD_INPUT("unknown command '", cmd, "' (expected: train, eval, topo, plot or ckpt; see shardtrain --help)");
 }
 
 }  // namespace

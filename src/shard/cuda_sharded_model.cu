@@ -260,6 +260,10 @@ class CudaShardedModel final : public ModelBackend {
   void pull_state() override;
   void push_state() override;
   MemoryStats memory() const override;
+  int64_t peak_memory_bytes() override {
+    sample_device_memory();
+    return device_peak_bytes_;
+  }
   const CommCounters& counters() const override { return counters_; }
   std::string op_profile(int64_t steps) override {
     return model_.timer().enabled() ? model_.timer().report(steps) : std::string();
@@ -326,6 +330,8 @@ class CudaShardedModel final : public ModelBackend {
     CudaEvent before{true}, after{true};
   };
   void wait_for_comm(const CudaEvent& done, const char* what);
+  // Folds the device memory in use now (cudaMemGetInfo: total - free) into device_peak_bytes_.
+  void sample_device_memory();
   void collect_stalls();
 
   float run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss);
@@ -379,6 +385,7 @@ class CudaShardedModel final : public ModelBackend {
   double exposed_ms_ = 0;
   CommCounters counters_;
   int64_t in_use_bytes_ = 0, peak_bytes_ = 0;
+  int64_t device_peak_bytes_ = 0;  // peak_memory_bytes(): the most device memory seen in use
   int64_t release_tick_ = 0;
   // The schedule being run: how far its gathers have been issued.
   size_t next_gather_ = 0;
@@ -486,6 +493,14 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     }
   }
   compute_stream_.synchronize();
+  sample_device_memory();
+}
+
+template <typename T>
+void CudaShardedModel<T>::sample_device_memory() {
+  size_t free_b = 0, total_b = 0;
+  ST_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  device_peak_bytes_ = std::max(device_peak_bytes_, static_cast<int64_t>(total_b - free_b));
 }
 
 // optim.offload: out = the host master rounded to T, and with the parameters on the device, their copy there.
@@ -794,8 +809,13 @@ float CudaShardedModel<T>::micro_step(const int32_t* inputs, const int32_t* targ
   tokens_ = inputs;
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;
-  return run(training_schedule(cfg_.model.n_layer, cfg_.dist.reshard_after_forward, /*keep_embedding=*/true),
-             Mode::kTrain, targets, dloss);
+  const float loss =
+      run(training_schedule(cfg_.model.n_layer, cfg_.dist.reshard_after_forward, /*keep_embedding=*/true),
+          Mode::kTrain, targets, dloss);
+  // Every buffer of ours is allocated at set-up, but NCCL connects its peers (and allocates their buffers) at
+  // the first collectives, and the libraries may allocate on first use: sample after each micro-step.
+  sample_device_memory();
+  return loss;
 }
 
 template <typename T>

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/process_memory.h"
 #include "shardtrain/optim/adamw_optimizer.h"
 
 namespace st {
@@ -239,5 +240,7 @@ MemoryStats ShardedModel::memory() const {
   m.gathered_peak_bytes = peak_bytes_;
   return m;
 }
+
+int64_t ShardedModel::peak_memory_bytes() { return process_peak_rss_bytes(); }
 
 }  // namespace st

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "shardtrain/core/error.h"
+#include "shardtrain/train/progress_bar.h"
 
 namespace st {
 namespace {
@@ -18,14 +19,10 @@ std::string json_number(double x) {
   return buf;
 }
 
-std::string format_duration(double seconds) {
-  const int64_t s = static_cast<int64_t>(seconds + 0.5);
-  char buf[32];
-  if (s >= 3600)
-    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s / 60 % 60));
-  else
-    std::snprintf(buf, sizeof(buf), "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
-  return buf;
+std::string json_int_array(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
 }
 
 }  // namespace
@@ -49,12 +46,13 @@ void MetricsSink::step(const StepReport& r) {
     jsonl_ << "{\"step\": " << r.step << ", \"loss\": " << json_number(r.stats.loss)
            << ", \"lr\": " << json_number(r.stats.lr) << ", \"grad_norm\": " << json_number(r.stats.grad_norm)
            << ", \"tokens_per_s\": " << json_number(r.tokens_per_s) << ", \"ms\": " << json_number(r.ms)
-           << ", \"skipped\": " << (r.stats.skipped ? "true" : "false")
+           << ", \"skipped\": " << (r.stats.skipped ? "true" : "false") << ", \"skipped_total\": " << r.skipped_total
            << ", \"loss_scale\": " << json_number(r.stats.loss_scale)
            << ", \"comm_exposed_ms\": " << json_number(r.comm_exposed_ms)
            << ", \"comm_cross_node_bytes\": " << r.comm_cross_node_bytes
            << ", \"mem_sharded_bytes\": " << r.mem_sharded_bytes
            << ", \"mem_gathered_peak_bytes\": " << r.mem_gathered_peak_bytes
+           << ", \"mem_peak_bytes\": " << json_int_array(r.mem_peak_bytes)
            << ", \"mfu\": " << (r.mfu ? json_number(*r.mfu) : std::string("null")) << "}\n";
     jsonl_.flush();
   }
@@ -70,7 +68,9 @@ void MetricsSink::step(const StepReport& r) {
                   r.stats.grad_norm, r.tokens_per_s, r.ms, mfu, r.stats.skipped ? " | SKIPPED (non-finite)" : "");
     line(buf);
   }
-  draw_bar(r.step);
+  tokens_ += r.tokens_per_s * r.ms * 1e-3;
+  step_seconds_ += r.ms * 1e-3;
+  draw_bar(r);
 }
 
 void MetricsSink::eval(int64_t step, float val_loss) {
@@ -98,18 +98,16 @@ void MetricsSink::clear_bar() {
   bar_drawn_ = false;
 }
 
-void MetricsSink::draw_bar(int64_t step) {
-  if (!tty_ || step >= total_steps_) return;
-  constexpr int kWidth = 30;
-  const double frac = static_cast<double>(step) / static_cast<double>(total_steps_);
-  const int filled = static_cast<int>(frac * kWidth);
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  const double done = static_cast<double>(step - first_step_);
-  const double eta = done > 0 ? elapsed / done * static_cast<double>(total_steps_ - step) : 0.0;
-  std::string bar(static_cast<size_t>(filled), '#');
-  bar.append(static_cast<size_t>(kWidth - filled), '.');
-  std::fprintf(stdout, "\r[%s] %lld/%lld  ETA %s", bar.c_str(), static_cast<long long>(step),
-               static_cast<long long>(total_steps_), format_duration(eta).c_str());
+void MetricsSink::draw_bar(const StepReport& r) {
+  if (!tty_ || r.step >= total_steps_) return;
+  ProgressState p;
+  p.step = r.step;
+  p.total = total_steps_;
+  p.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  p.steps_done = r.step - first_step_;
+  p.tokens_per_s = step_seconds_ > 0 ? tokens_ / step_seconds_ : 0.0;
+  p.loss = r.stats.loss;
+  std::fprintf(stdout, "\r%s", progress_bar_text(p).c_str());
   std::fflush(stdout);
   bar_drawn_ = true;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <sstream>
 #include <vector>
@@ -80,6 +81,17 @@ void check_same_config(const Config& cfg, Communicator& comm) {
   if (!differs.empty()) ST_BAD_INPUT("the ranks were given different configs; first difference: ", differs);
   if (bad > 0)
     ST_BAD_INPUT("the ranks were given different configs (", bad, " rank(s) differ from rank 0; their errors name the key)");
+}
+
+// Every rank's peak memory, in rank order, on every rank: one all-reduce of world doubles (exact for any byte
+// count below 2^53) a step, next to the step's own collectives.
+std::vector<int64_t> peak_memory_per_rank(int64_t mine, Communicator& comm) {
+  std::vector<double> all(static_cast<size_t>(comm.world_size()), 0.0);
+  all[static_cast<size_t>(comm.rank())] = static_cast<double>(mine);
+  comm.all_reduce(all.data(), static_cast<int64_t>(all.size()));
+  std::vector<int64_t> bytes;
+  for (double b : all) bytes.push_back(std::llround(b));
+  return bytes;
 }
 
 }  // namespace
@@ -199,6 +211,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     const MemoryStats mem = engine.sharded().memory();
     r.mem_sharded_bytes = mem.sharded_state_bytes;
     r.mem_gathered_peak_bytes = mem.gathered_peak_bytes;
+    r.mem_peak_bytes = peak_memory_per_rank(engine.sharded().peak_memory_bytes(), comm);
     r.on_gpu = cfg.train.device == Device::kCuda;
     r.mfu = mfu(cfg.model, n_params, r.tokens_per_s, world, engine.sharded().device_name());
     rates.push_back(r.tokens_per_s);
@@ -211,6 +224,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
                                                             engine.loss_scaler().scale())
                                                   : std::string());
     }
+    r.skipped_total = summary.skipped;
     sink.step(r);
     if (step == start_step) engine.sharded().reset_op_profile();  // keep the first step's one-time costs out
     summary.steps = step + 1;

@@ -197,6 +197,23 @@ TEST(CudaShardedModel, MemoryCapFailsBeforeAllocatingWithBreakdown) {
   }
 }
 
+// peak_memory_bytes() is the most device memory seen in use: at least what the plan allocated (all of it is
+// allocated at set-up), no more than the device has, and never lower after more steps.
+TEST(CudaShardedModel, PeakMemoryCoversThePlanAndNeverDecreases) {
+  ST_SKIP_WITHOUT_GPU();
+  const Config c = small(Device::kCuda, DType::kBF16);
+  SoloCommunicator comm;
+  StepEngine e(c, comm);
+  const MemoryStats mem = e.sharded().memory();
+  const int64_t at_start = e.sharded().peak_memory_bytes();
+  EXPECT_GE(at_start, mem.sharded_state_bytes + mem.gather_buffer_bytes + mem.activation_bytes);
+  size_t free_b = 0, total_b = 0;
+  ST_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  EXPECT_LE(at_start, static_cast<int64_t>(total_b));
+  for (int64_t s = 0; s < 2; ++s) e.optimizer_step(s, e.forward_backward(batches(c, s), 2));
+  EXPECT_GE(e.sharded().peak_memory_bytes(), at_start);
+}
+
 // A checkpoint written by the GPU backend loads into the CPU backend (and back) with identical state.
 TEST(CudaShardedModel, CheckpointsCrossBackends) {
   ST_SKIP_WITHOUT_GPU();

@@ -10,6 +10,7 @@
 
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/comm/fake_communicator.h"
+#include "shardtrain/core/process_memory.h"
 #include "shardtrain/core/rng.h"
 #include "shardtrain/train/step_engine.h"
 
@@ -140,6 +141,19 @@ TEST_F(ShardedTest, ShardedStateIs16BytesPerPaddedElement) {
       EXPECT_LE(mem.sharded_state_bytes, 16 * P / world + 16 * (world - 1) * static_cast<int64_t>(m.units().size()) + 16);
     });
   }
+}
+
+// The CPU backend's peak memory is the process's peak resident set: at least its own state and buffers, which
+// are all resident (written at construction), and never lower at a later call.
+TEST_F(ShardedTest, PeakMemoryIsTheProcessPeakResidentSet) {
+  const Config c = small(/*n_layer=*/2, /*n_embd=*/256, /*n_head=*/4, /*vocab=*/1000);
+  SoloCommunicator solo;
+  ShardedModel m(c, solo);
+  const MemoryStats mem = m.memory();
+  const int64_t peak = m.peak_memory_bytes();
+  EXPECT_GE(peak, mem.sharded_state_bytes + mem.gather_buffer_bytes);
+  EXPECT_LE(peak, process_peak_rss_bytes());
+  EXPECT_GE(m.peak_memory_bytes(), peak);
 }
 
 // Each micro-step gathers the embedding twice (forward and tied head), each block twice (forward and

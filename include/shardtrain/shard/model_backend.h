@@ -115,6 +115,12 @@ class ModelBackend {
   virtual void push_state() {}
 
   virtual MemoryStats memory() const = 0;
+  // The most memory this rank has held at once so far, in bytes, for the metrics' mem_peak_bytes: on the
+  // CPU the process's peak resident set (core/process_memory.h; ranks that share a process share it); on a
+  // GPU the most device memory found in use (cudaMemGetInfo: total - free, which covers the CUDA context,
+  // NCCL's and the libraries' own buffers), sampled after set-up, after every micro-step and at each call.
+  // Never decreases.
+  virtual int64_t peak_memory_bytes() = 0;
   virtual const CommCounters& counters() const = 0;
   // Milliseconds the computation spent waiting for communication since the last call: on the GPU, the
   // compute stream's stalls on the communication stream (timed with events around each wait); on the CPU,

@@ -68,6 +68,7 @@ class ShardedModel final : public ModelBackend {
   std::vector<float> gather_grads(int unit) override;
 
   MemoryStats memory() const override;
+  int64_t peak_memory_bytes() override;
   const CommCounters& counters() const override { return counters_; }
   double take_exposed_comm_ms() override {
     const double ms = comm_ms_;

@@ -1,0 +1,83 @@
+// `shardtrain plot METRICS.jsonl [--out FILE.svg]`: the curves of a run's metrics file (log.metrics) as one
+// self-contained SVG a browser shows: loss with val_loss, tokens/s, learning rate and gradient norm against
+// step, one panel each. Reading follows train/metrics_file.h (a resumed run's repeated steps: the last record
+// wins); drawing is train/svg_chart.h. Single-process.
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "shardtrain/core/error.h"
+#include "shardtrain/train/metrics_file.h"
+#include "shardtrain/train/svg_chart.h"
+
+namespace {
+
+constexpr const char* kPlotUsage =
+    "usage: shardtrain plot METRICS.jsonl [--out FILE.svg]\n"
+    "  draws loss and val_loss, tokens/s, lr and grad_norm against step from a log.metrics file as an SVG\n"
+    "  (default --out: METRICS with the extension .svg). Steps that appear more than once (a resumed run appends)\n"
+    "  are drawn with their last record.\n";
+
+std::vector<st::ChartPoint> points_of(const st::MetricsSeries& m, const std::string& key) {
+  std::vector<st::ChartPoint> out;
+  for (const st::SeriesPoint& p : m.series.at(key)) out.push_back({static_cast<double>(p.step), p.value});
+  return out;
+}
+
+}  // namespace
+
+int cmd_plot(const std::vector<std::string>& args) {
+  std::optional<std::string> in, out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kPlotUsage, stdout);
+      return st::kExitOk;
+    }
+    if (a == "--out") {
+      if (i + 1 >= args.size()) ST_BAD_INPUT("plot: --out needs a file name");
+      out = args[++i];
+    } else if (a.rfind("--out=", 0) == 0) {
+      out = a.substr(std::strlen("--out="));
+    } else if (a.rfind("--", 0) == 0) {
+      ST_BAD_INPUT("plot: unknown option '", a, "' (expected --out FILE)");
+    } else if (in) {
+      ST_BAD_INPUT("plot: one metrics file at a time (got '", *in, "' and '", a, "')");
+    } else {
+      in = a;
+    }
+  }
+  if (!in) ST_BAD_INPUT("plot: no metrics file given\n", kPlotUsage);
+  if (!out) out = std::filesystem::path(*in).replace_extension(".svg").string();
+  if (*out == *in) ST_BAD_INPUT("plot: --out ", *out, " is the metrics file itself");
+
+  const st::MetricsSeries m = st::read_metrics_series(*in, {"loss", "val_loss", "tokens_per_s", "lr", "grad_norm"});
+  std::vector<st::ChartPanel> panels(4);
+  panels[0] = {"loss", "loss (nats/token)",
+               {{"loss", "#1f77b4", points_of(m, "loss"), false}, {"val_loss", "#d62728", points_of(m, "val_loss"), true}}};
+  panels[1] = {"tokens_per_s", "tokens/s", {{"tokens_per_s", "#2ca02c", points_of(m, "tokens_per_s"), false}}};
+  panels[2] = {"lr", "learning rate", {{"lr", "#9467bd", points_of(m, "lr"), false}}};
+  panels[3] = {"grad_norm", "gradient norm (before clipping)", {{"grad_norm", "#ff7f0e", points_of(m, "grad_norm"), false}}};
+  const std::string title = st::str_cat("shardtrain metrics: ", std::filesystem::path(*in).filename().string(), " (steps ",
+                                        m.first_step, "-", m.last_step, ")");
+  const std::string svg = st::render_svg_chart(title, panels);
+
+  std::ofstream f(*out, std::ios::binary | std::ios::trunc);
+  if (!f) ST_BAD_INPUT("plot: cannot open ", *out, " for writing");
+  f << svg;
+  f.close();
+  if (!f) ST_BAD_INPUT("plot: writing ", *out, " failed");
+  std::printf("plot: wrote %s: %lld steps (%lld-%lld), %zu loss and %zu val_loss points", out->c_str(),
+              static_cast<long long>(m.steps), static_cast<long long>(m.first_step),
+              static_cast<long long>(m.last_step), m.series.at("loss").size(), m.series.at("val_loss").size());
+  if (m.replaced_steps > 0)
+    std::printf("; %lld step(s) appear more than once (a resumed run), drawn with their last record",
+                static_cast<long long>(m.replaced_steps));
+  std::printf("\n");
+  return st::kExitOk;
+}
