@@ -314,6 +314,7 @@ class CudaShardedModel final : public ModelBackend {
   // device behind it (params_ready marks the end).
   void submit_host_update(int unit, HostAdamW::Job job);
   HostAdamW::Job host_update_job(int unit, const std::vector<AdamWRun>& runs);
+  void upload_after_host_update(int unit);
   // optim.offload_speculative: unit's update with this step's unclipped runs, gated on its gradient's arrival.
   void speculate(int unit);
   // A full-unit buffer: `ready` is recorded when its contents are complete (gather done / backward
@@ -369,6 +370,7 @@ class CudaShardedModel final : public ModelBackend {
   std::vector<OffloadShard> offload_;
   std::vector<NextState> next_;                               // optim.offload_speculative, per offloaded unit
   std::vector<std::vector<AdamWRun>> speculative_runs_;       // this step's, by unit (speculate_optimizer)
+  int64_t spec_kept_ = 0, spec_redone_ = 0, spec_dropped_ = 0;  // for the log
   std::vector<Staging> staging_;
   size_t next_staging_ = 0;
   CudaStream d2h_stream_, offload_stream_, h2d_stream_;
@@ -539,11 +541,18 @@ CudaShardedModel<T>::~CudaShardedModel() {
   for (cudaStream_t s : {offload_stream_.get(), h2d_stream_.get(), d2h_stream_.get(), comm_stream_.get(),
                          compute_stream_.get()})
     cudaStreamSynchronize(s);
+  if (cfg_.optim.offload_speculative && comm_.rank() == 0)
+    ST_LOG_INFO("optim.offload_speculative: of ", spec_kept_ + spec_redone_ + spec_dropped_,
+                " speculative unit updates, ", spec_kept_, " kept, ", spec_redone_, " redone (clipped), ", spec_dropped_,
+                " dropped (skipped steps)");
 }
 
 template <typename T>
 void CudaShardedModel<T>::zero_grads() {
-  // The previous step's gradients have gone to the host before its optimizer ran (adamw waits for the copy).
+  // The previous step's gradients have gone to the host before this memset (the waits below).
+  // With optim.offload_speculative the optimizer does not wait for the copies: the compute stream does, here.
+  for (OffloadShard& o : offload_)
+    if (o.grad_on_host) o.grad_copied.wait_on(compute_stream_.get());
   for (DeviceShard& d : shards_)
     ST_CUDA_CHECK(cudaMemsetAsync(d.grad.data(), 0, d.grad.bytes(), compute_stream_.get()));
   for (OffloadShard& o : offload_) o.grad_on_host = false;
@@ -868,6 +877,7 @@ void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
       o.speculated = false;
       const std::vector<AdamWRun>& guessed = speculative_runs_[static_cast<size_t>(unit)];
       if (runs == guessed) {
+        ++spec_kept_;
         // Not clipped: the speculative update is this step's, bit for bit. Its output becomes the state (its job
         // may still be running: everything that reads the state waits for the host AdamW first).
         UnitShard& h = host_[static_cast<size_t>(unit)];
@@ -875,12 +885,13 @@ void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
         std::swap(h.param, n.param);
         std::swap(h.m, n.m);
         std::swap(h.v, n.v);
+        upload_after_host_update(unit);
         if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
         return;
       }
-      // Clipped: drop it (the state it read is untouched) and update again below, after its copy to the device.
+      // Clipped: drop it (the state it read is untouched; `out` is rewritten) and update again below.
+      ++spec_redone_;
       host_adamw_->wait(o.ticket);
-      o.params_ready.synchronize();
     }
     if (!o.grad_on_host) copy_grad_to_host(unit);
     o.grad_copied.synchronize();
@@ -918,8 +929,15 @@ HostAdamW::Job CudaShardedModel<T>::host_update_job(int unit, const std::vector<
 
 template <typename T>
 void CudaShardedModel<T>::submit_host_update(int unit, HostAdamW::Job job) {
+  offload_[static_cast<size_t>(unit)].ticket = host_adamw_->submit(std::move(job));
+  upload_after_host_update(unit);
+}
+
+// In unit order (the optimizer's), so that the offload stream, which runs these in turn, copies the first units up
+// first: the order the host AdamW finishes them in (its priorities) and the next forward needs them in.
+template <typename T>
+void CudaShardedModel<T>::upload_after_host_update(int unit) {
   OffloadShard& o = offload_[static_cast<size_t>(unit)];
-  o.ticket = host_adamw_->submit(std::move(job));
   CpuWait& w = o.waits[o.submissions++ % 2];
   w.ticket = o.ticket;
   cudaStream_t os = offload_stream_.get();
@@ -930,9 +948,8 @@ void CudaShardedModel<T>::submit_host_update(int unit, HostAdamW::Job job) {
   o.params_ready.record(os);
 }
 
-// The unit's reduce-scatter is done for this step, so nothing reads its parameter shard again before the next
-// forward: the speculative result may go up to the device at once (a clipped step sends the right one after it;
-// a skipped one restores the old one, drop_speculation).
+// Only the host AdamW runs now; the result goes up to the device when the step keeps it (adamw(), in unit order:
+// queued now, in the backward's reverse order, the offload stream would hold unit 0's copy behind every other).
 template <typename T>
 void CudaShardedModel<T>::speculate(int unit) {
   OffloadShard& o = offload_[static_cast<size_t>(unit)];
@@ -947,7 +964,7 @@ void CudaShardedModel<T>::speculate(int unit) {
     cudaSetDevice(device);
     return cudaEventQuery(landed) != cudaErrorNotReady;
   };
-  submit_host_update(unit, std::move(job));
+  o.ticket = host_adamw_->submit(std::move(job));
   o.speculated = true;
 }
 
@@ -957,9 +974,9 @@ void CudaShardedModel<T>::drop_speculation() {
     OffloadShard& o = offload_[u];
     if (!o.speculated) continue;
     o.speculated = false;
+    ++spec_dropped_;
     host_adamw_->wait(o.ticket);
-    o.params_ready.synchronize();
-    upload_compute_copy(static_cast<int>(u));  // the unchanged state's rounded copy, back where gathers read it
+    upload_compute_copy(static_cast<int>(u));  // the unchanged state's rounded copy, back in `out` (and on the device)
   }
 }
 
