@@ -541,6 +541,9 @@ CudaShardedModel<T>::~CudaShardedModel() {
   for (cudaStream_t s : {offload_stream_.get(), h2d_stream_.get(), d2h_stream_.get(), comm_stream_.get(),
                          compute_stream_.get()})
     cudaStreamSynchronize(s);
+  // Host jobs write into host_ and next_ (speculative ones may still run if a step was cut short): finish them
+  // before those are freed. Every gradient copy has landed by now, so every gate is open.
+  if (host_adamw_) host_adamw_->wait_all();
   if (cfg_.optim.offload_speculative && comm_.rank() == 0)
     ST_LOG_INFO("optim.offload_speculative: of ", spec_kept_ + spec_redone_ + spec_dropped_,
                 " speculative unit updates, ", spec_kept_, " kept, ", spec_redone_, " redone (clipped), ", spec_dropped_,
