@@ -43,10 +43,7 @@ double nccl_busbw(Communicator& group, CollectiveOp op, int64_t bytes) {
     ST_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
     best_ms = std::min(best_ms, ms);
   }
-  // nccl-tests: all-gather and reduce-scatter move (n-1)/n of the n x count gathered buffer, all-reduce 2 (n-1)/n of
-  // its count.
-  const double factor = op == CollectiveOp::kAllReduce ? 2.0 * (n - 1) / n : n - 1.0;
-  return factor * static_cast<double>(count * sizeof(bf16)) / (best_ms * 1e-3) / 1e9;
+  return bus_bandwidth(op, n, static_cast<double>(count * sizeof(bf16)), best_ms * 1e-3);
 }
 
 }  // namespace st

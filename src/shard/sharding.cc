@@ -78,11 +78,7 @@ double host_busbw(Communicator& comm, CollectiveOp op) {
         break;
     }
   });
-  const double bytes = static_cast<double>(kCount * sizeof(float));
-  if (n <= 1) return 0.0;
-  // nccl-tests: all-gather and reduce-scatter move (n-1)/n of the n x kCount gathered buffer, all-reduce 2 (n-1)/n of
-  // its kCount.
-  return (op == CollectiveOp::kAllReduce ? 2.0 * (n - 1) / n : n - 1.0) * bytes / best / 1e9;
+  return bus_bandwidth(op, n, static_cast<double>(kCount * sizeof(float)), best);
 }
 
 double fastest_collective_seconds(Communicator& comm, const std::function<void()>& op) {

@@ -32,13 +32,9 @@ float StepEngine::forward_backward(const BatchFn& batch, int64_t accum, int64_t 
   model_->zero_grads();
   model_->expect_micro_steps(accum);
   if (cfg_.optim.offload_speculative && step >= 0) {
-    // The update this step takes unless it is clipped or skipped (optimizer_step's arithmetic with a clip
-    // coefficient of 1), so that the host AdamW can start during the backward.
-    OptimizerStep os;
-    os.lr = lr_at(cfg_.optim, step, cfg_.train.steps);
-    os.t = updates_ + 1;
-    os.grad_scale = static_cast<float>(1.0f / scaler_.scale());
-    model_->speculate_optimizer(unit_runs(os));
+    // The update this step takes unless it is clipped or skipped, so that the host AdamW can start during the
+    // backward: optimizer_step builds its runs the same way, so an unclipped step's are equal bit for bit.
+    model_->speculate_optimizer(unit_runs(next_update(step, 1.0f, scaler_.scale())));
   }
   const int64_t tokens = cfg_.train.micro_batch * cfg_.model.seq_len * accum * comm_.world_size();
   float dloss = static_cast<float>(scaler_.scale() / static_cast<double>(tokens));
@@ -70,13 +66,19 @@ StepStats StepEngine::optimizer_step(int64_t step, float loss) {
     s.skipped = true;
     return s;
   }
-  OptimizerStep os;
-  os.lr = s.lr;
-  os.t = ++updates_;
-  os.grad_scale = static_cast<float>(clip_coefficient(cfg_.optim, s.grad_norm) / s.loss_scale);
-  const std::vector<std::vector<AdamWRun>> runs = unit_runs(os);
+  const std::vector<std::vector<AdamWRun>> runs =
+      unit_runs(next_update(step, clip_coefficient(cfg_.optim, s.grad_norm), s.loss_scale));
+  ++updates_;
   for (const UnitLayout& u : units()) model_->adamw(u.index, runs[static_cast<size_t>(u.index)]);
   return s;
+}
+
+OptimizerStep StepEngine::next_update(int64_t step, float clip, double loss_scale) const {
+  OptimizerStep os;
+  os.lr = lr_at(cfg_.optim, step, cfg_.train.steps);
+  os.t = updates_ + 1;
+  os.grad_scale = static_cast<float>(clip / loss_scale);
+  return os;
 }
 
 std::vector<std::vector<AdamWRun>> StepEngine::unit_runs(const OptimizerStep& step) {

@@ -30,6 +30,15 @@ class Watchdog;
 // The collectives, by name (bandwidth probes, sharding choices).
 enum class CollectiveOp { kAllGather, kReduceScatter, kAllReduce };
 
+// nccl-tests' bus bandwidth in GB/s of one `op` over `ranks` ranks that took `seconds`, with `bytes` per rank (the
+// shard of an all-gather or reduce-scatter, the buffer of an all-reduce): all-gather and reduce-scatter move
+// (n-1)/n of the n x bytes gathered buffer, all-reduce 2 (n-1)/n of its bytes. 0 for a group of one.
+inline double bus_bandwidth(CollectiveOp op, int ranks, double bytes, double seconds) {
+  if (ranks <= 1) return 0.0;
+  const double factor = op == CollectiveOp::kAllReduce ? 2.0 * (ranks - 1) / ranks : ranks - 1.0;
+  return factor * bytes / seconds / 1e9;
+}
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -66,6 +66,8 @@ class StepEngine {
   LossScaler& loss_scaler() { return scaler_; }
 
  private:
+  // The next AdamW update at `step`: its lr, its count, and the gradient scale clip / loss_scale.
+  OptimizerStep next_update(int64_t step, float clip, double loss_scale) const;
   // Every unit's AdamW runs (by unit index) for `step`.
   std::vector<std::vector<AdamWRun>> unit_runs(const OptimizerStep& step);
 
