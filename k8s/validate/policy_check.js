@@ -5,8 +5,8 @@
 //   node k8s/validate/policy_check.js [--shardtrain BUILD/shardtrain] k8s
 //   node k8s/validate/policy_check.js --delete 'Job:spec.podFailurePolicy.rules[0]' k8s   # must fail
 //
-// With --shardtrain, every --section.key=value in a command must be a key `shardtrain --help` lists (or a key
-// of the env-bootstrap contract, CONTRACT_KEYS). Prints one line per fact; exit 1 if any fails, 2 on a usage error.
+// With --shardtrain, every --section.key=value in a command must be a key `shardtrain --help` lists.
+// Prints one line per fact; exit 1 if any fails, 2 on a usage error.
 'use strict';
 const {loadFromArgs} = require('./manifests');
 const {actionFor} = require('./pod_failure_policy');
@@ -23,8 +23,6 @@ const STEP_BOUND_S = 120;
 // The Job controller delays a replacement pod by up to 6 minutes after repeated failures; the ranks that are
 // already up must wait longer than that at the rendezvous.
 const REPLACEMENT_DELAY_CAP_S = 360;
-// Config keys of the env-bootstrap contract (dist.bootstrap=env), built on another branch.
-const CONTRACT_KEYS = ['dist.bootstrap', 'dist.rendezvous_timeout_s'];
 const REPO = path.join(__dirname, '..', '..');
 
 const results = [];
@@ -60,7 +58,7 @@ function knownConfigKeys(shardtrain) {
   const help = execFileSync(shardtrain, ['--help'], {encoding: 'utf8'});
   const keys = [...help.matchAll(/^\s+([a-z_]+\.[a-z_]+)\s+\(default/gm)].map((m) => m[1]);
   if (keys.length < 20) throw new Error(`${shardtrain} --help listed only ${keys.length} config keys`);
-  return new Set([...keys, ...CONTRACT_KEYS]);
+  return new Set(keys);
 }
 
 // Facts shared by both launch styles, for the pod that runs the trainers.
