@@ -342,6 +342,15 @@ const std::vector<Key>& keys() {
           "command runs, from --config and --dist.* on the command line"),
       key("dist", "rendezvous_timeout_s", &Config::dist, &DistConfig::rendezvous_timeout_s,
           "dist.bootstrap=env: seconds the ranks wait for each other at start-up before failing (exit 75)"),
+      key("dist", "prefetch_depth", &Config::dist, &DistConfig::prefetch_depth,
+          "cuda: units whose parameter all-gather may run ahead of the unit computing, and gradient buffers whose "
+          "reduce-scatter may run behind it (0: gather each unit just before use); each adds one unit's gathered "
+          "parameters and gradient of memory. -1: the measured default for the sharding group's link (nvlink 1, "
+          "pcie 2, network 1; the log says which). The cpu backend gathers synchronously and takes -1 only"),
+      key("dist", "bucket_mb", &Config::dist, &DistConfig::bucket_mb,
+          "hybrid sharding: the gradient shards of consecutive units are all-reduced across nodes together, once per "
+          "optimizer step, as soon as this many MiB of them are final (0: one all-reduce per unit). -1: the measured "
+          "default (0). Applies to dist.sharding hybrid and auto"),
   };
   return table;
 }
@@ -659,6 +668,18 @@ std::vector<std::string> check(const Config& c) {
               c.dist.rendezvous_timeout_s > 0 && std::isfinite(c.dist.rendezvous_timeout_s), "finite and > 0");
   float_check("dist.max_gpu_mem_gib", c.dist.max_gpu_mem_gib,
               c.dist.max_gpu_mem_gib >= 0 && std::isfinite(c.dist.max_gpu_mem_gib), ">= 0 (0: no cap)");
+  if (c.dist.prefetch_depth < -1 || c.dist.prefetch_depth > kMaxPrefetchDepth)
+    add("dist.prefetch_depth (", c.dist.prefetch_depth, ") must be -1 (the link's default) or in [0, ",
+        kMaxPrefetchDepth, "]");
+  if (c.train.device == Device::kCpu && c.dist.prefetch_depth != -1)
+    add("dist.prefetch_depth (", c.dist.prefetch_depth, ") applies to train.device=cuda; the cpu backend gathers "
+        "each unit when it is needed and takes -1 only");
+  float_check("dist.bucket_mb", c.dist.bucket_mb,
+              std::isfinite(c.dist.bucket_mb) && (c.dist.bucket_mb == -1 || c.dist.bucket_mb >= 0),
+              "-1 (the default) or >= 0 (0: one all-reduce per unit)");
+  if (c.dist.sharding == ShardingMode::kFull && c.dist.bucket_mb != -1)
+    add("dist.bucket_mb (", format_value(c.dist.bucket_mb), ") applies to dist.sharding hybrid or auto (it is full: "
+        "no all-reduce across nodes)");
 
   // to_ini() must be able to write every value back: INI values are trimmed and '#' starts a comment.
   for (const auto& k : keys()) {

@@ -19,6 +19,8 @@
 #include "shardtrain/kernels/gpu/reduce.h"
 #include "shardtrain/model/cuda_gpt.h"
 #include "shardtrain/optim/host_adamw.h"
+#include "shardtrain/core/env.h"
+#include "shardtrain/shard/comm_tuning.h"
 #include "shardtrain/shard/schedule.h"
 #include "shardtrain/shard/sharding.h"
 
@@ -60,10 +62,32 @@ UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world) {
   return s;
 }
 
-// Pool sizes: two unit buffers double-buffer the gathers under ZeRO-3; without resharding after forward
-// every block and the head keep their own until backward.
-int param_pool_size(const Config& cfg) { return cfg.dist.reshard_after_forward ? 2 : cfg.model.n_layer + 1; }
-constexpr int kGradPoolSize = 2;
+// What the communication plan adds to the device memory: the prefetch depth sizes the pools, hybrid's all-reduce
+// across nodes stages one bucket.
+struct CommPlan {
+  int prefetch_depth = 1;
+  int64_t replica_bucket_elements = 0;  // hybrid only
+};
+// Pool sizes: the unit computing plus `prefetch_depth` gathered ahead under ZeRO-3 (without resharding after forward
+// every block and the head keep their own until backward); gradients: the unit computing plus as many
+// reduce-scatters in flight.
+int param_pool_size(const Config& cfg, const CommPlan& c) {
+  return cfg.dist.reshard_after_forward ? c.prefetch_depth + 1 : cfg.model.n_layer + 1;
+}
+int grad_pool_size(const CommPlan& c) { return c.prefetch_depth + 1; }
+
+// dist.prefetch_depth and dist.bucket_mb for this run: the link of the sharding group (nodes from the groups,
+// NVLink from NVML, peer-to-peer from NCCL_P2P_DISABLE, which the start-up peer check may have set).
+CommTuning cuda_comm_tuning(const Config& cfg, const ShardingGroups& g) {
+  const GpuTopology topo = discover_gpu_topology();
+  bool nvlink = true;
+  for (size_t a = 0; a < topo.link.size(); ++a)
+    for (size_t b = 0; b < topo.link[a].size(); ++b)
+      if (a != b && topo.link[a][b].rfind("NV", 0) != 0) nvlink = false;
+  const std::string p2p = env_get("NCCL_P2P_DISABLE");
+  const LinkKind link = classify_link(g.shard_peers_off_node > 0, !p2p.empty() && p2p != "0", nvlink);
+  return resolve_comm_tuning(cfg.dist, link, g.replica != nullptr);
+}
 
 // Which attention kernels the model runs (train.attention), and the kernel scratch they need. cuDNN's plans are
 // built here, once, at the training shape (micro_batch x seq_len): its deterministic backward keeps dS for
@@ -149,15 +173,16 @@ void CUDART_CB wait_for_cpu(void* arg) {
 }
 
 template <typename T>
-CudaMemoryPlan plan_for(const Config& cfg, int world, int64_t attention_scratch_bytes) {
+CudaMemoryPlan plan_for(const Config& cfg, int world, const CommPlan& comm, int64_t attention_scratch_bytes) {
   const std::vector<UnitLayout> units = build_units(cfg.model);
   const UnitSizes s = unit_sizes(units, world);
   const int64_t t = sizeof(T);
   CudaMemoryPlan p;
   p.sharded_state = sharded_state_bytes<T>(cfg, units, world);
-  p.gather_buffers = (s.emb_full + param_pool_size(cfg) * s.unit_full) * t  // parameters
-                     + (s.emb_full + kGradPoolSize * s.unit_full) * t       // full gradients
-                     + s.max_slot * t;                                      // reduce-scatter output
+  p.gather_buffers = (s.emb_full + param_pool_size(cfg, comm) * s.unit_full) * t  // parameters
+                     + (s.emb_full + grad_pool_size(comm) * s.unit_full) * t      // full gradients
+                     + s.max_slot * t                                             // reduce-scatter output
+                     + comm.replica_bucket_elements * t;                          // hybrid: one bucket
   const CudaGptFootprint f =
       cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_scratch_bytes);
   p.activations = f.activation_bytes;
@@ -185,8 +210,9 @@ DeviceBudget device_budget(const Config& cfg) {
 }
 
 template <typename T>
-CudaMemoryPlan checked_plan(const Config& cfg, int world, const std::string& device, int64_t attention_scratch_bytes) {
-  const CudaMemoryPlan plan = plan_for<T>(cfg, world, attention_scratch_bytes);
+CudaMemoryPlan checked_plan(const Config& cfg, int world, const CommPlan& comm, const std::string& device,
+                            int64_t attention_scratch_bytes) {
+  const CudaMemoryPlan plan = plan_for<T>(cfg, world, comm, attention_scratch_bytes);
   const DeviceBudget budget = device_budget(cfg);
   const int64_t free_bytes = budget.free, cap = budget.cap;
   const bool capped = budget.capped;
@@ -209,7 +235,13 @@ AutoShardingInputs cuda_auto_inputs(const Config& cfg, const Communicator& comm)
   in.busbw = [](Communicator& group, CollectiveOp op) { return nccl_busbw(group, op); };
   in.fits = [&cfg, device = comm.device_rank()](int group) {
     ST_CUDA_CHECK(cudaSetDevice(device));
-    return plan_for<T>(cfg, group, 0).total() <= device_budget(cfg).usable();
+    // The link, and with it the default prefetch depth, is known once the sharding is: plan for the deepest default.
+    CommPlan c;
+    c.prefetch_depth = 0;
+    for (LinkKind k : {LinkKind::kNvlink, LinkKind::kPcie, LinkKind::kNetwork})
+      c.prefetch_depth = std::max(c.prefetch_depth, default_comm_tuning(k).prefetch_depth);
+    if (cfg.dist.prefetch_depth >= 0) c.prefetch_depth = static_cast<int>(cfg.dist.prefetch_depth);
+    return plan_for<T>(cfg, group, c, 0).total() <= device_budget(cfg).usable();
   };
   return in;
 }
@@ -227,6 +259,7 @@ class CudaShardedModel final : public ModelBackend {
   std::string describe() const override {
     const char* dtype = std::is_same_v<T, float> ? "fp32" : std::is_same_v<T, bf16> ? "bf16" : "fp16";
     return str_cat("cuda/", dtype, " on ", device_name_, ", attention ", attention_.what, "; sharding ", groups_.why,
+                   "; ", tuning_.why,
                    host_adamw_ ? str_cat(", optim.offload=", to_string(cfg_.optim.offload), " (", offload_summary(),
                                          "; host AdamW: ", host_adamw_->describe(), ")")
                                : std::string());
@@ -309,6 +342,14 @@ class CudaShardedModel final : public ModelBackend {
     return offload(unit) && cfg_.optim.offload == OffloadMode::kOptimizerParams;
   }
   void copy_grad_to_host(int unit);
+  // The last micro-step's reduce-scatter of `unit` is accumulated: hybrid sums the shard across nodes (in buckets, on
+  // the replica stream); with optim.offload the shard then goes to the host.
+  void finish_grad(int unit);
+  // The stream on which gradient shards become final: the replica stream in hybrid, else the communication stream.
+  cudaStream_t final_grad_stream() { return buckets_ ? replica_stream_.get() : comm_stream_.get(); }
+  CommPlan comm_plan() const {
+    return {tuning_.prefetch_depth, buckets_ ? buckets_->capacity() : 0};
+  }
   void upload_compute_copy(int unit);
   // optim.offload: queues `job` on the host AdamW and, on the offload stream, the copy of its result to the
   // device behind it (params_ready marks the end).
@@ -355,11 +396,14 @@ class CudaShardedModel final : public ModelBackend {
   ShardingGroups groups_;        // dist.sharding: the world, or this node's ranks plus the replica group
   NcclCommunicator nccl_;        // over groups_.shard()
   std::unique_ptr<NcclCommunicator> replica_nccl_;  // hybrid: over groups_.replica
+  CommTuning tuning_;                               // dist.prefetch_depth, dist.bucket_mb resolved for the link
+  std::unique_ptr<ReplicaBuckets> buckets_;         // hybrid: the all-reduce across nodes, once per step
   std::string device_name_;
   gpu::Cudnn cudnn_;
   AttentionChoice attention_;
   CudaMemoryPlan plan_;
   CudaStream compute_stream_, comm_stream_;
+  CudaStream replica_stream_;  // hybrid: the all-reduce across nodes, beside the node's gathers and reduce-scatters
   gpu::Blas blas_;
   DeviceBuffer<unsigned char> scratch_, comm_scratch_;
   gpu::GpuContext ctx_, comm_ctx_;
@@ -376,12 +420,15 @@ class CudaShardedModel final : public ModelBackend {
   CudaStream d2h_stream_, offload_stream_, h2d_stream_;
   int64_t micro_steps_left_ = 0;  // expect_micro_steps(), counted down by micro_step()
   bool last_micro_ = true;        // the running micro-step is the step's last
+  bool summed_across_nodes_ = false;  // hybrid: this step's gradients went across nodes (zero_grads clears)
   Buffer emb_param_, emb_grad_;
   std::vector<Buffer> param_pool_, grad_pool_;
   std::vector<Buffer*> params_of_, grads_of_;  // per unit: the buffer holding it, or null
   DeviceBuffer<T> rs_out_;
+  DeviceBuffer<T> bucket_;  // hybrid: one bucket of gradient shards in T, as they cross nodes
+  gpu::GpuContext replica_ctx_;
   DeviceBuffer<double> sq_;
-  CudaEvent compute_mark_, comm_mark_;
+  CudaEvent compute_mark_, comm_mark_, replica_mark_;
   std::vector<std::unique_ptr<Stall>> stalls_;  // reused every run; grows to the schedule's waits
   size_t stalls_used_ = 0;
   double exposed_ms_ = 0;
@@ -407,10 +454,20 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       groups_(make_sharding_groups(cfg, comm, cuda_auto_inputs<T>(cfg, comm))),
       nccl_(groups_.shard()),  // binds this rank's GPU before anything is allocated
       replica_nccl_(groups_.replica ? std::make_unique<NcclCommunicator>(*groups_.replica) : nullptr),
+      tuning_(cuda_comm_tuning(cfg, groups_)),
+      buckets_(groups_.replica ? std::make_unique<ReplicaBuckets>(
+                                     [&] {
+                                       std::vector<int64_t> slots;
+                                       for (const UnitLayout& u : units_)
+                                         slots.push_back(padded_shard_size(u.numel, groups_.shard().world_size()));
+                                       return slots;
+                                     }(),
+                                     tuning_.bucket_bytes / static_cast<int64_t>(sizeof(T)))
+                               : nullptr),
       device_name_(cuda_device_name()),
       cudnn_(),
       attention_(choose_attention<T>(cfg, cudnn_)),
-      plan_(checked_plan<T>(cfg, groups_.shard().world_size(), device_name_, attention_.scratch_bytes)),
+      plan_(checked_plan<T>(cfg, groups_.shard().world_size(), comm_plan(), device_name_, attention_.scratch_bytes)),
       blas_(),
       scratch_(cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.scratch_bytes)
                    .scratch_bytes),
@@ -457,9 +514,13 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   }
   emb_param_.data = DeviceBuffer<T>(s.emb_full);
   emb_grad_.data = DeviceBuffer<T>(s.emb_full);
-  param_pool_.resize(static_cast<size_t>(param_pool_size(cfg)));
+  param_pool_.resize(static_cast<size_t>(param_pool_size(cfg, comm_plan())));
   for (Buffer& b : param_pool_) b.data = DeviceBuffer<T>(s.unit_full);
-  grad_pool_.resize(kGradPoolSize);
+  grad_pool_.resize(static_cast<size_t>(grad_pool_size(comm_plan())));
+  if (buckets_) {
+    bucket_ = DeviceBuffer<T>(buckets_->capacity());
+    replica_ctx_ = {replica_stream_.get(), nullptr, nullptr, 0};
+  }
   for (Buffer& b : grad_pool_) b.data = DeviceBuffer<T>(s.unit_full);
   params_of_.assign(units_.size(), nullptr);
   grads_of_.assign(units_.size(), nullptr);
@@ -522,12 +583,12 @@ void CudaShardedModel<T>::upload_compute_copy(int unit) {
                              cudaMemcpyHostToDevice));
 }
 
-// optim.offload: the unit's gradient shard to the host, on the D2H stream, after what the communication
-// stream has issued so far (its reduce-scatter and accumulation).
+// optim.offload: the unit's gradient shard to the host, on the D2H stream, after what the stream of final gradients
+// has issued so far (its reduce-scatter and accumulation; in hybrid, its bucket's all-reduce across nodes).
 template <typename T>
 void CudaShardedModel<T>::copy_grad_to_host(int unit) {
   OffloadShard& o = offload_[static_cast<size_t>(unit)];
-  comm_mark_.record(comm_stream_.get());
+  comm_mark_.record(final_grad_stream());
   comm_mark_.wait_on(d2h_stream_.get());
   const DeviceBuffer<float>& g = shards_[static_cast<size_t>(unit)].grad;
   ST_CUDA_CHECK(cudaMemcpyAsync(o.grad.data(), g.data(), g.bytes(), cudaMemcpyDeviceToHost, d2h_stream_.get()));
@@ -538,8 +599,8 @@ void CudaShardedModel<T>::copy_grad_to_host(int unit) {
 template <typename T>
 CudaShardedModel<T>::~CudaShardedModel() {
   // Outstanding work references our buffers; let it finish before they are freed.
-  for (cudaStream_t s : {offload_stream_.get(), h2d_stream_.get(), d2h_stream_.get(), comm_stream_.get(),
-                         compute_stream_.get()})
+  for (cudaStream_t s : {offload_stream_.get(), h2d_stream_.get(), d2h_stream_.get(), replica_stream_.get(),
+                         comm_stream_.get(), compute_stream_.get()})
     cudaStreamSynchronize(s);
   // Host jobs write into host_ and next_ (speculative ones may still run if a step was cut short): finish them
   // before those are freed. Every gradient copy has landed by now, so every gate is open.
@@ -559,6 +620,8 @@ void CudaShardedModel<T>::zero_grads() {
   for (DeviceShard& d : shards_)
     ST_CUDA_CHECK(cudaMemsetAsync(d.grad.data(), 0, d.grad.bytes(), compute_stream_.get()));
   for (OffloadShard& o : offload_) o.grad_on_host = false;
+  summed_across_nodes_ = false;
+  if (buckets_) buckets_->drop();  // a step cut short (an exception in its backward) left units in a bucket
 }
 
 template <typename T>
@@ -625,9 +688,9 @@ void CudaShardedModel<T>::issue_gather(int unit) {
   counters_.cross_node_bytes += groups_.shard_cross_bytes(slot, sizeof(T));
 }
 
-// Issues, in schedule order, every gather that lies at most one compute op ahead of `at` and has a free
-// buffer: the next unit's parameters arrive while the current one computes. Every rank makes the same
-// decisions, so the NCCL calls match across ranks.
+// Issues, in schedule order, every gather that lies at most prefetch_depth compute ops ahead of `at` and has a free
+// buffer: the next units' parameters arrive while the current one computes. Every rank makes the same decisions,
+// so the NCCL calls match across ranks.
 template <typename T>
 void CudaShardedModel<T>::prefetch(const std::vector<ScheduleOp>& schedule, size_t at) {
   int computes = 0;
@@ -636,10 +699,13 @@ void CudaShardedModel<T>::prefetch(const std::vector<ScheduleOp>& schedule, size
   for (; i < schedule.size(); ++i) {
     const ScheduleOp& op = schedule[i];
     if (op.kind == OpKind::kGather) {
+      // A unit still held from an earlier op (the last block, between its forward and its backward's gather) must
+      // be released before it is gathered again; so must a buffer be free.
+      if (params_of_[static_cast<size_t>(op.unit)] != nullptr) return;
       if (free_buffer(param_pool_, emb_param_, op.unit) == nullptr) return;
       issue_gather(op.unit);
       next_gather_ = i + 1;
-    } else if (is_compute_op(op.kind) && ++computes > 1) {
+    } else if (is_compute_op(op.kind) && ++computes > tuning_.prefetch_depth) {
       return;
     }
   }
@@ -678,16 +744,8 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
   b->ready.record(compute_stream_.get());
   b->ready.wait_on(ns);
   nccl_.reduce_scatter<T>(b->data.data(), h.slot, rs_out_.data(), ns);
-  if (replica_nccl_) {  // hybrid: the same shard summed over the nodes, the only traffic between them
-    replica_nccl_->all_reduce<T>(rs_out_.data(), h.slot, ns);
-    counters_.replica_reduced_elements += h.slot;
-    counters_.cross_node_bytes += groups_.replica_cross_bytes(h.slot, sizeof(T));
-  }
   gpu::accumulate<T>(shards_[static_cast<size_t>(unit)].grad.data(), rs_out_.data(), h.span.count, comm_ctx_);
-  if (offload(unit) && last_micro_) {
-    copy_grad_to_host(unit);  // overlaps the rest of the backward
-    if (!speculative_runs_.empty()) speculate(unit);
-  }
+  if (last_micro_) finish_grad(unit);  // overlaps the rest of the backward
   b->free.record(ns);
   b->unit = -1;
   b->released = ++release_tick_;
@@ -696,6 +754,43 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
   ++counters_.reduce_scatters[static_cast<size_t>(unit)];
   counters_.reduce_scattered_elements += h.slot * nccl_.world_size();
   counters_.cross_node_bytes += groups_.shard_cross_bytes(h.slot, sizeof(T));
+}
+
+// Hybrid sums each shard across nodes once per optimizer step, after the last micro-step has accumulated into it
+// (gradient accumulation does not multiply the traffic between nodes), on its own stream: the node's gathers and
+// reduce-scatters go on meanwhile. A bucket's shards are rounded to T into one buffer (exact for a single
+// micro-step: the accumulated value is one reduce-scatter's output), summed in one call, and written back.
+template <typename T>
+void CudaShardedModel<T>::finish_grad(int unit) {
+  std::vector<int> finished;
+  if (!buckets_) {
+    finished.push_back(unit);
+  } else {
+    cudaStream_t rs = replica_stream_.get();
+    for (const ReplicaBuckets::Bucket& b : buckets_->add(unit)) {
+      comm_mark_.record(comm_stream_.get());  // the bucket's units are accumulated
+      comm_mark_.wait_on(rs);
+      for (size_t i = 0; i < b.units.size(); ++i) {
+        const DeviceBuffer<float>& g = shards_[static_cast<size_t>(b.units[i])].grad;
+        gpu::convert<T>(bucket_.data() + b.offsets[i], g.data(), g.size(), replica_ctx_);
+      }
+      replica_nccl_->all_reduce<T>(bucket_.data(), b.elements, rs);
+      for (size_t i = 0; i < b.units.size(); ++i) {
+        DeviceBuffer<float>& g = shards_[static_cast<size_t>(b.units[i])].grad;
+        ST_CUDA_CHECK(cudaMemsetAsync(g.data(), 0, g.bytes(), rs));
+        gpu::accumulate<T>(g.data(), bucket_.data() + b.offsets[i], g.size(), replica_ctx_);
+        finished.push_back(b.units[i]);
+      }
+      counters_.replica_reduced_elements += b.elements;
+      counters_.cross_node_bytes += groups_.replica_cross_bytes(b.elements, sizeof(T));
+    }
+    summed_across_nodes_ = buckets_->joined_units() == 0;  // the step's last unit went out
+  }
+  for (int u : finished) {
+    if (!offload(u)) continue;
+    copy_grad_to_host(u);
+    if (!speculative_runs_.empty()) speculate(u);
+  }
 }
 
 template <typename T>
@@ -778,9 +873,14 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
     }
   }
   ST_CHECK(in_use_bytes_ == 0, "the schedule left ", in_use_bytes_, " bytes of buffers in use");
-  // The optimizer and the next step's zeroing must see every accumulated gradient.
+  // The optimizer and the next step's zeroing must see every accumulated gradient (and, in hybrid, its sum across
+  // nodes, which the last micro-step issued).
   comm_mark_.record(ns);
   wait_for_comm(comm_mark_, "comm_wait.step_end");
+  if (buckets_ && mode == Mode::kTrain && last_micro_) {
+    replica_mark_.record(replica_stream_.get());
+    wait_for_comm(replica_mark_, "comm_wait.across_nodes");
+  }
   float loss = 0.0f;
   if (mode == Mode::kLogits)
     compute_stream_.synchronize();
@@ -817,6 +917,8 @@ void CudaShardedModel<T>::collect_stalls() {
 
 template <typename T>
 float CudaShardedModel<T>::micro_step(const int32_t* inputs, const int32_t* targets, float dloss) {
+  ST_CHECK(!summed_across_nodes_, "micro_step after this step's gradients were summed across nodes: call zero_grads() "
+           "and expect_micro_steps() first");
   last_micro_ = --micro_steps_left_ <= 0;
   tokens_ = inputs;
   batch_ = cfg_.train.micro_batch;
@@ -1009,6 +1111,7 @@ template <typename T>
 void CudaShardedModel<T>::pull_state() {
   compute_stream_.synchronize();
   comm_stream_.synchronize();
+  replica_stream_.synchronize();
   for (size_t u = 0; u < shards_.size(); ++u) {
     UnitShard& h = host_[u];
     const DeviceShard& d = shards_[u];
@@ -1033,7 +1136,8 @@ void CudaShardedModel<T>::push_state() {
     embedding_prefetched_ = false;
   }
   if (host_adamw_) host_adamw_->wait_all();
-  for (const CudaStream* st : {&compute_stream_, &comm_stream_, &offload_stream_, &h2d_stream_, &d2h_stream_})
+  for (const CudaStream* st :
+       {&compute_stream_, &comm_stream_, &replica_stream_, &offload_stream_, &h2d_stream_, &d2h_stream_})
     st->synchronize();  // nothing in flight may still write the buffers replaced here
   for (size_t u = 0; u < shards_.size(); ++u) {
     UnitShard& h = host_[u];

@@ -49,12 +49,21 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
   for (Slot& s : unit_params_) s.data.assign(max_unit_full, 0.0f);
   unit_grad_.data.assign(max_unit_full, 0.0f);
   rs_scratch_.assign(max_slot, 0.0f);
+  if (groups_.replica) {
+    tuning_ = resolve_comm_tuning(cfg.dist, LinkKind::kNetwork, /*hybrid=*/true);
+    std::vector<int64_t> slots;
+    for (const UnitShard& s : shards_) slots.push_back(s.slot);
+    buckets_ = std::make_unique<ReplicaBuckets>(std::move(slots),
+                                                tuning_.bucket_bytes / static_cast<int64_t>(sizeof(float)));
+    bucket_.assign(static_cast<size_t>(buckets_->capacity()), 0.0f);
+  }
   counters_.gathers.assign(shards_.size(), 0);
   counters_.reduce_scatters.assign(shards_.size(), 0);
 }
 
 void ShardedModel::zero_grads() {
   settle();
+  summed_across_nodes_ = false;
   for (UnitShard& s : shards_) std::fill(s.grad.begin(), s.grad.end(), 0.0f);
 }
 
@@ -136,13 +145,9 @@ float ShardedModel::run(const std::vector<ScheduleOp>& schedule, Mode mode, cons
         ST_CHECK(g.unit == u, "reduce-scatter of unit ", u, " without a gradient");
         const auto t0 = std::chrono::steady_clock::now();
         shard.reduce_scatter(g.data.data(), sh.slot, rs_scratch_.data());
-        if (groups_.replica) {  // hybrid: the same shard's sum over the nodes, the only traffic between them
-          groups_.replica->all_reduce(rs_scratch_.data(), sh.slot);
-          counters_.replica_reduced_elements += sh.slot;
-          counters_.cross_node_bytes += groups_.replica_cross_bytes(sh.slot, sizeof(float));
-        }
         comm_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         for (int64_t i = 0; i < sh.span.count; ++i) sh.grad[static_cast<size_t>(i)] += rs_scratch_[static_cast<size_t>(i)];
+        if (buckets_ && last_micro_) finish_grad(u);
         release(g, u);
         ++counters_.reduce_scatters[static_cast<size_t>(u)];
         counters_.reduce_scattered_elements += sh.slot * world;
@@ -158,7 +163,31 @@ float ShardedModel::run(const std::vector<ScheduleOp>& schedule, Mode mode, cons
   return loss;
 }
 
+// Hybrid sums each gradient shard across nodes once per optimizer step, after the last micro-step has accumulated
+// into it: gradient accumulation does not multiply the traffic between nodes.
+void ShardedModel::finish_grad(int unit) {
+  for (const ReplicaBuckets::Bucket& b : buckets_->add(unit)) {
+    for (size_t i = 0; i < b.units.size(); ++i) {
+      const UnitShard& sh = shards_[static_cast<size_t>(b.units[i])];
+      std::copy(sh.grad.begin(), sh.grad.begin() + sh.slot, bucket_.begin() + b.offsets[i]);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    groups_.replica->all_reduce(bucket_.data(), b.elements);
+    comm_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    for (size_t i = 0; i < b.units.size(); ++i) {
+      UnitShard& sh = shards_[static_cast<size_t>(b.units[i])];
+      std::copy(bucket_.begin() + b.offsets[i], bucket_.begin() + b.offsets[i] + sh.slot, sh.grad.begin());
+    }
+    counters_.replica_reduced_elements += b.elements;
+    counters_.cross_node_bytes += groups_.replica_cross_bytes(b.elements, sizeof(float));
+  }
+  summed_across_nodes_ = buckets_->joined_units() == 0;  // the step's last unit went out
+}
+
 float ShardedModel::micro_step(const int32_t* inputs, const int32_t* targets, float dloss) {
+  ST_CHECK(!summed_across_nodes_, "micro_step after this step's gradients were summed across nodes: call zero_grads() "
+           "and expect_micro_steps() first");
+  last_micro_ = --micro_steps_left_ <= 0;
   tokens_ = inputs;
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;
@@ -200,7 +229,11 @@ double ShardedModel::grad_sum_of_squares() {
 std::string ShardedModel::describe() const {
   return str_cat("cpu/fp32",
                  offload_ ? str_cat(", optimizer on host AdamW threads (", offload_->describe(), ")") : std::string(),
-                 "; sharding ", groups_.why);
+                 "; sharding ", groups_.why,
+                 buckets_ ? str_cat("; all-reduce across nodes once per step in buckets of ",
+                                    tuning_.bucket_bytes == 0 ? std::string("one unit")
+                                                              : str_cat(tuning_.bucket_bytes, " bytes"))
+                          : std::string());
 }
 
 void ShardedModel::adamw(int unit, const std::vector<AdamWRun>& runs) {

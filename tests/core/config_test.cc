@@ -468,7 +468,7 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
     ++keys;
   }
-  EXPECT_EQ(keys, 47);
+  EXPECT_EQ(keys, 49);
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
   EXPECT_NE(help.find("  dist.reshard_after_forward "), std::string::npos) << help;
@@ -551,6 +551,27 @@ TEST_F(ConfigTest, ShardingMode) {
             ShardingMode::kHybrid);
   EXPECT_EQ(load_config(std::nullopt, {"--train.device=cuda", "--dist.sharding=auto"}).dist.sharding,
             ShardingMode::kAuto);
+}
+
+TEST_F(ConfigTest, PrefetchDepthAndBucket) {
+  const Config d = load_config(std::nullopt, {});
+  EXPECT_EQ(d.dist.prefetch_depth, -1);
+  EXPECT_EQ(d.dist.bucket_mb, -1.0);
+  const Config c = load_config(std::nullopt, {"--train.device=cuda", "--dist.prefetch_depth=0",
+                                              "--dist.sharding=hybrid", "--dist.bucket_mb=0.5"});
+  EXPECT_EQ(c.dist.prefetch_depth, 0);
+  EXPECT_EQ(c.dist.bucket_mb, 0.5);
+  EXPECT_EQ(load_config_text(to_ini(c), "ini", {}).dist.bucket_mb, 0.5);
+  std::string e = load_error(std::nullopt, {"--train.device=cuda", "--dist.prefetch_depth=9"});
+  EXPECT_NE(e.find("dist.prefetch_depth (9) must be -1 (the link's default) or in [0, 8]"), std::string::npos) << e;
+  e = load_error(std::nullopt, {"--dist.prefetch_depth=1"});
+  EXPECT_NE(e.find("dist.prefetch_depth (1) applies to train.device=cuda"), std::string::npos) << e;
+  e = load_error(std::nullopt, {"--dist.sharding=hybrid", "--dist.bucket_mb=-2"});
+  EXPECT_NE(e.find("dist.bucket_mb"), std::string::npos) << e;
+  EXPECT_NE(e.find("-2"), std::string::npos) << e;
+  e = load_error(std::nullopt, {"--dist.bucket_mb=8"});
+  EXPECT_NE(e.find("dist.bucket_mb (8) applies to dist.sharding hybrid or auto (it is full"), std::string::npos) << e;
+  EXPECT_EQ(load_config(std::nullopt, {"--dist.sharding=auto", "--dist.bucket_mb=0"}).dist.bucket_mb, 0.0);
 }
 
 }  // namespace

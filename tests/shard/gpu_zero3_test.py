@@ -35,6 +35,11 @@ fewer GPUs than the case needs):
                     chooses hybrid (saying why) and matches; on one node it says it shards fully. A run whose
                     start-up peer-copy check is made to fail (SHARDTRAIN_FAULT=p2p_broken:1) matches too, and
                     must say in the log that it set NCCL_P2P_DISABLE=1.
+  comm-tuning       2 GPUs in bf16, 12 steps (3 micro-steps each): dist.prefetch_depth 0, 1 and 3 only move when
+                    gathers are issued, so the losses are bit-identical; the log names the link kind (nvlink; pcie
+                    with NCCL_P2P_DISABLE=1; network on the two-workstation stand-in) and its default depth. Hybrid
+                    on the stand-in with dist.bucket_mb 0.5 (two units a call), 64 (the whole tiny model in one call)
+                    and the default (one unit a call) sums the same elements: bit-identical losses again.
   watchdog          2 GPUs in bf16; SHARDTRAIN_FAULT=sigstop:1@3 stops rank 1 before step 3. Rank 0's next NCCL
                     collective passes dist.timeout_s=5: the watchdog names it (channel "nccl ...", op, sequence
                     number, the last completed op), aborts the NCCL communicators and mpirun exits 75.
@@ -132,6 +137,15 @@ def read_safetensors(path):
 def max_abs_diff(path_a, path_b):
     a, b = read_safetensors(path_a), read_safetensors(path_b)
     return max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a)
+
+
+def workstations_wrapper(work, shardtrain):
+    """A `shardtrain` that runs each MPI rank as its own node (SHARDTRAIN_NODE_ID = rank): two workstations."""
+    wrapper = os.path.join(work, "as_workstations.sh")
+    with open(wrapper, "w") as f:
+        f.write(f'#!/bin/sh\nexport SHARDTRAIN_NODE_ID="${{OMPI_COMM_WORLD_RANK:-0}}"\nexec {shardtrain} "$@"\n')
+    os.chmod(wrapper, 0o755)
+    return wrapper
 
 
 def compare(failures, name, ref, got, steps, rtol):
@@ -243,10 +257,7 @@ def main():
             compare(failures, f"offload={first} checkpoint resumed with offload={second}", straight, resumed,
                     range(11, 21), 1e-6)
     elif case == "hybrid":
-        wrapper = os.path.join(work, "as_workstations.sh")
-        with open(wrapper, "w") as f:
-            f.write(f'#!/bin/sh\nexport SHARDTRAIN_NODE_ID="${{OMPI_COMM_WORLD_RANK:-0}}"\nexec {shardtrain} "$@"\n')
-        os.chmod(wrapper, 0o755)
+        wrapper = workstations_wrapper(work, shardtrain)
         common = ["--train.dtype=fp32", "--train.steps=30"]
         ref = run.train("full_nvlink", 2, common)
         print("\n".join(l for l in run.last_output.splitlines() if "peer access" in l))
@@ -274,6 +285,43 @@ def main():
         print("\n".join(l for l in run.last_output.splitlines() if "peer access" in l))
         if "NCCL_P2P_DISABLE=1 for this run" not in run.last_output:
             failures.append("the failed peer-copy check was not reported in the log")
+    elif case == "comm-tuning":
+        wrapper = workstations_wrapper(work, shardtrain)
+        common = ["--train.dtype=bf16", "--train.steps=12"]
+        sockets = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
+
+        def comm_line():
+            return next((l[l.index("communication:"):] for l in run.last_output.splitlines()
+                         if "communication:" in l), "")
+
+        def same(name, ref, got):
+            diff = [s for s in ref if got.get(s) != ref[s]]
+            print(f"{name}: {len(ref)} steps, {len(diff)} differ")
+            if diff or sorted(got) != sorted(ref):
+                failures.append(f"{name}: steps {diff[:5]} differ (e.g. {[(ref[s], got.get(s)) for s in diff[:2]]})")
+
+        def expect_line(want):
+            line = comm_line()
+            print(line)
+            if want not in line:
+                failures.append(f"expected '{want}' in the log's communication line: '{line}'")
+
+        ref = run.train("depth_default", 2, common)
+        expect_line("prefetch depth 1 (default for nvlink)")
+        for d in (0, 3):
+            same(f"prefetch_depth={d} vs the default", ref, run.train(f"depth_{d}", 2, common + [f"--dist.prefetch_depth={d}"]))
+            expect_line(f"prefetch depth {d} (dist.prefetch_depth)")
+        one_step = ["--train.dtype=bf16", "--train.steps=1"]
+        run.train("pcie", 2, one_step, env={"NCCL_P2P_DISABLE": "1"})
+        expect_line("prefetch depth 2 (default for pcie)")
+        run.train("network", 2, one_step, env=sockets, binary=wrapper)
+        expect_line("prefetch depth 1 (default for network)")
+        hyb = run.train("hybrid_default", 2, common + ["--dist.sharding=hybrid"], env=sockets, binary=wrapper)
+        expect_line("all-reduce across nodes in buckets of one unit (default for network)")
+        for b in ("0.5", "64"):
+            same(f"hybrid dist.bucket_mb={b} vs the default", hyb,
+                 run.train(f"hybrid_{b}", 2, common + ["--dist.sharding=hybrid", f"--dist.bucket_mb={b}"], env=sockets,
+                           binary=wrapper))
     elif case == "watchdog":
         run.train("watchdog", 2, ["--train.dtype=bf16", "--train.steps=8", "--dist.timeout_s=5"],
                   fault="sigstop:1@3", expect_rc=75)

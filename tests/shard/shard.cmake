@@ -55,6 +55,19 @@ if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
     set_tests_properties(mpi.sharding.${mode}.2x2 PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;SHARD_GROUP=${group}")
   endforeach()
+  # Hybrid's all-reduce across nodes in other bucket sizes than the default (one call per unit, the case above): a few
+  # units per call (0.5 MiB: about two of the tiny model's blocks) and the whole model in one call (64 MiB), against
+  # one process as above.
+  foreach(bucket 0.5 64)
+    add_test(NAME mpi.sharding.hybrid.2x2.bucket_${bucket}
+             COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/mpi_equivalence_test.py
+                     ${CMAKE_BINARY_DIR}/shardtrain_2_ranks_per_node.sh ${MPIRUN_EXECUTABLE} 4
+                     ${CMAKE_BINARY_DIR}/mpi_sharding_bucket_${bucket} ${CMAKE_SOURCE_DIR}/configs/tiny.ini
+                     --train.steps=20 --train.global_batch=12 --train.micro_batch=1 --model.seq_len=64
+                     --optim.lr=1e-3 --optim.eps=1e-6 --dist.sharding=hybrid --dist.bucket_mb=${bucket})
+    set_tests_properties(mpi.sharding.hybrid.2x2.bucket_${bucket} PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
+                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;SHARD_GROUP=2")
+  endforeach()
   add_test(NAME mpi.sharding.checkpoints_cross
            COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/hybrid_checkpoint_test.py
                    ${CMAKE_BINARY_DIR}/shardtrain_2_ranks_per_node.sh ${MPIRUN_EXECUTABLE}
@@ -109,7 +122,8 @@ endif()
 # whichever python3 the GPU machine has will do.
 find_program(ANY_PYTHON3 NAMES python3)
 if(SHARDTRAIN_HAVE_CUDA AND ANY_PYTHON3 AND MPIRUN_EXECUTABLE)
-  foreach(case equivalence-fp32 equivalence-bf16 checkpoint fp16-overflow memory-cap offload hybrid watchdog)
+  foreach(case equivalence-fp32 equivalence-bf16 checkpoint fp16-overflow memory-cap offload hybrid comm-tuning
+               watchdog)
     add_test(NAME gpu.zero3.${case}
              COMMAND ${ANY_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/gpu_zero3_test.py ${case} $<TARGET_FILE:shardtrain>
                      $<TARGET_FILE:gpu_count> ${MPIRUN_EXECUTABLE} ${CMAKE_BINARY_DIR}/gpu_zero3_${case}

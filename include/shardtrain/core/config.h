@@ -101,6 +101,9 @@ enum class ShardingMode { kFull, kHybrid, kAuto };
 // one process), mpi, or env (torchrun / Kubernetes Indexed Job variables and a TCP rendezvous on rank 0).
 enum class Bootstrap { kAuto, kMpi, kEnv };
 
+// dist.prefetch_depth's ceiling: each unit of depth holds one more gathered unit of parameters and of gradients.
+constexpr int64_t kMaxPrefetchDepth = 8;
+
 struct DistConfig {
   ShardingMode sharding = ShardingMode::kFull;
   bool reshard_after_forward = true;  // ZeRO-3: free gathered params after forward, gather again in backward
@@ -108,6 +111,8 @@ struct DistConfig {
   double timeout_s = 600;             // deadline of one collective (comm/watchdog.h); 0: none
   Bootstrap bootstrap = Bootstrap::kAuto;
   double rendezvous_timeout_s = 300;  // how long ranks wait for each other in the env bootstrap's rendezvous
+  int64_t prefetch_depth = -1;        // units gathered ahead of compute (cuda); -1: the link's default
+  double bucket_mb = -1;              // hybrid's cross-node all-reduce bucket in MiB (0: per unit); -1: the default
 };
 
 struct Config {

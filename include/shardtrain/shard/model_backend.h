@@ -77,8 +77,9 @@ class ModelBackend {
 
   virtual void zero_grads() = 0;
   // How many micro_step calls the step after zero_grads() will make (gradient accumulation). A backend that
-  // moves the finished gradients somewhere (optimizer offload copies them to the host) does so during the last
-  // one; without this hint it treats every micro-step as the last.
+  // moves the finished gradients somewhere (optimizer offload copies them to the host; hybrid sharding sums them
+  // across nodes) does so during the last one; without this hint it treats every micro-step as the last, and
+  // hybrid then refuses a second micro-step before zero_grads().
   virtual void expect_micro_steps(int64_t n) {}
   // One training micro-step (forward, loss, backward, reduce-scatter) on this rank's micro_batch x
   // seq_len tokens (host arrays). Gradients of the loss, scaled by dloss per token, accumulate into the

@@ -21,6 +21,7 @@
 #include "shardtrain/core/config.h"
 #include "shardtrain/model/gpt.h"
 #include "shardtrain/optim/host_adamw.h"
+#include "shardtrain/shard/comm_tuning.h"
 #include "shardtrain/shard/model_backend.h"
 #include "shardtrain/shard/schedule.h"
 #include "shardtrain/shard/sharding.h"
@@ -49,6 +50,7 @@ class ShardedModel final : public ModelBackend {
   std::string device_name() const override { return "cpu"; }
 
   void zero_grads() override;
+  void expect_micro_steps(int64_t n) override { micro_steps_left_ = n; }
 
   // One training micro-step (forward, loss, backward, reduce-scatter) on this rank's micro-batch of
   // micro_batch x seq_len tokens. Gradients of the loss scaled by dloss per token accumulate into the
@@ -94,6 +96,9 @@ class ShardedModel final : public ModelBackend {
   float* full_grad(int unit);
   void occupy(Slot& s, int unit);
   void release(Slot& s, int unit);
+  // Hybrid: unit's gradient shard is final for this step (its last micro-step's reduce-scatter is in): into the
+  // replica buckets, and every full bucket summed across nodes.
+  void finish_grad(int unit);
 
   // With optim.offload the optimizer runs on the HostAdamW threads while this thread goes on; everything that
   // reads the shards first waits for it.
@@ -111,6 +116,12 @@ class ShardedModel final : public ModelBackend {
   Slot emb_param_, emb_grad_, unit_grad_;
   std::vector<Slot> unit_params_;
   std::vector<float> rs_scratch_;
+  CommTuning tuning_;                        // dist.bucket_mb resolved (hybrid)
+  std::unique_ptr<ReplicaBuckets> buckets_;  // hybrid: the cross-node all-reduce's buckets
+  std::vector<float> bucket_;                // hybrid: one bucket's shards, contiguous
+  int64_t micro_steps_left_ = 0;             // expect_micro_steps(), counted down by micro_step()
+  bool last_micro_ = true;                   // the running micro-step is the step's last
+  bool summed_across_nodes_ = false;         // hybrid: this step's gradients went across nodes (zero_grads clears)
   int64_t in_use_bytes_ = 0, peak_bytes_ = 0;
   double comm_ms_ = 0;  // time inside the schedule's collectives, for take_exposed_comm_ms()
   CommCounters counters_;

@@ -1,0 +1,120 @@
+#include "shardtrain/shard/comm_tuning.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "shardtrain/core/error.h"
+
+namespace st {
+namespace {
+
+// Measured on the lent 2x H200 with bench/comm_tuning.sh (bench/RESULTS.md, 2026-11-30, "issue 8: prefetch depth
+// and bucket size per link"), GPT-2 124M, 2 x 32, bf16, tok/s by depth 0 / 1 / 2 / 3:
+//   nvlink   1.070M / 1.077M / 1.083M / 1.082M   one unit ahead hides the gathers (exposed 3.8 -> 0.4 ms); more is
+//                                                noise (350M 2 x 16, two rounds: depth 1 390k 389k, depth 2 389k 390k)
+//   pcie     0.942M / 1.039M / 1.042M / 1.042M   (NCCL_P2P_DISABLE=1) 1 and 2 alike; 2 guards against uneven ops
+//   network  0.381M / 0.541M / 0.516M / 0.513M   (sockets; depth 1 and 2 twice more: 531k 500k, 510k 519k) deeper
+//                                                prefetch queues gathers ahead of the reduce-scatters on the one link
+int default_prefetch_depth(LinkKind k) {
+  switch (k) {
+    case LinkKind::kNvlink:
+      return 1;
+    case LinkKind::kPcie:
+      return 2;
+    case LinkKind::kNetwork:
+      return 1;
+  }
+  return 1;
+}
+
+// The all-reduce across nodes, hybrid on the same stand-in, tok/s by dist.bucket_mb in three rounds:
+//   0 (one unit a call)  634k 553k 676k     8 MiB  592k 512k 634k     32 MiB  627k 563k 634k     256 MiB  552k
+// The sockets move +-10% from round to round; per unit has the best median. (At 124M a block's shard is 14 MB, so 0
+// and 8 are nearly the same plan: 8 only adds the 3 KB head to the last block's call.) One bucket for the whole model
+// waits for the end of the backward and loses the overlap. A bucket helps small units (small models, slow LANs)
+// amortise the per-call latency; set dist.bucket_mb for those.
+constexpr int64_t kDefaultBucketBytes = 0;
+
+std::string mb(int64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.4g MiB", static_cast<double>(bytes) / double(int64_t{1} << 20));
+  return b;
+}
+
+}  // namespace
+
+const char* to_string(LinkKind k) {
+  switch (k) {
+    case LinkKind::kNvlink:
+      return "nvlink";
+    case LinkKind::kPcie:
+      return "pcie";
+    case LinkKind::kNetwork:
+      return "network";
+  }
+  return "?";
+}
+
+LinkKind classify_link(bool crosses_nodes, bool p2p_disabled, bool all_pairs_nvlink) {
+  if (crosses_nodes) return LinkKind::kNetwork;
+  if (p2p_disabled || !all_pairs_nvlink) return LinkKind::kPcie;
+  return LinkKind::kNvlink;
+}
+
+CommTuning default_comm_tuning(LinkKind shard_link) {
+  CommTuning t;
+  t.prefetch_depth = default_prefetch_depth(shard_link);
+  t.bucket_bytes = kDefaultBucketBytes;
+  return t;
+}
+
+CommTuning resolve_comm_tuning(const DistConfig& dist, LinkKind shard_link, bool hybrid) {
+  CommTuning t = default_comm_tuning(shard_link);
+  const bool depth_set = dist.prefetch_depth >= 0, bucket_set = dist.bucket_mb >= 0;
+  if (depth_set) t.prefetch_depth = static_cast<int>(dist.prefetch_depth);
+  if (bucket_set) t.bucket_bytes = static_cast<int64_t>(dist.bucket_mb * double(int64_t{1} << 20));
+  t.why = str_cat("communication: prefetch depth ", t.prefetch_depth,
+                  depth_set ? " (dist.prefetch_depth)" : str_cat(" (default for ", to_string(shard_link), ")"));
+  if (hybrid)
+    t.why += str_cat(", all-reduce across nodes in buckets of ", t.bucket_bytes == 0 ? "one unit" : mb(t.bucket_bytes),
+                     bucket_set ? " (dist.bucket_mb)" : " (default for network)");
+  t.why += str_cat("; sharding group link: ", to_string(shard_link));
+  return t;
+}
+
+ReplicaBuckets::ReplicaBuckets(std::vector<int64_t> unit_elements, int64_t bucket_elements)
+    : elements_(std::move(unit_elements)), bucket_(bucket_elements), joined_(elements_.size(), false) {
+  ST_CHECK(bucket_elements >= 0, "bucket of ", bucket_elements, " elements");
+  capacity_ = bucket_;
+  for (int64_t e : elements_) {
+    ST_CHECK(e >= 0, "unit of ", e, " elements");
+    capacity_ = std::max(capacity_, e);
+  }
+}
+
+std::vector<ReplicaBuckets::Bucket> ReplicaBuckets::add(int unit) {
+  ST_CHECK(unit >= 0 && static_cast<size_t>(unit) < elements_.size(), "unit ", unit, " outside 0..",
+           elements_.size());
+  ST_CHECK(!joined_[static_cast<size_t>(unit)], "unit ", unit, " joined a bucket twice in one step");
+  joined_[static_cast<size_t>(unit)] = true;
+  ++joined_count_;
+  std::vector<Bucket> out;
+  const int64_t n = elements_[static_cast<size_t>(unit)];
+  if (!pending_.units.empty() && pending_.elements + n > capacity_) out.push_back(std::exchange(pending_, Bucket{}));
+  pending_.units.push_back(unit);
+  pending_.offsets.push_back(pending_.elements);
+  pending_.elements += n;
+  const bool last = joined_count_ == static_cast<int64_t>(elements_.size());
+  if (pending_.elements >= bucket_ || last) out.push_back(std::exchange(pending_, Bucket{}));
+  if (last) drop();  // the step's every unit has gone out: the next step starts empty
+  return out;
+}
+
+void ReplicaBuckets::drop() {
+  pending_ = Bucket{};
+  std::fill(joined_.begin(), joined_.end(), false);
+  joined_count_ = 0;
+}
+
+}  // namespace st

@@ -1,0 +1,125 @@
+#include "shardtrain/shard/comm_tuning.h"
+
+#include <gtest/gtest.h>
+
+#include "shardtrain/core/error.h"
+
+namespace st {
+namespace {
+
+using Units = std::vector<int>;
+
+TEST(ClassifyLink, NodesThenPeerToPeerThenNvlink) {
+  EXPECT_EQ(classify_link(true, false, true), LinkKind::kNetwork);
+  EXPECT_EQ(classify_link(true, true, false), LinkKind::kNetwork);
+  EXPECT_EQ(classify_link(false, true, true), LinkKind::kPcie);  // NVLink present, NCCL_P2P_DISABLE set
+  EXPECT_EQ(classify_link(false, false, false), LinkKind::kPcie);
+  EXPECT_EQ(classify_link(false, false, true), LinkKind::kNvlink);
+}
+
+TEST(CommTuning, DefaultsPerLinkKind) {
+  EXPECT_EQ(default_comm_tuning(LinkKind::kNvlink).prefetch_depth, 1);
+  EXPECT_EQ(default_comm_tuning(LinkKind::kPcie).prefetch_depth, 2);
+  EXPECT_EQ(default_comm_tuning(LinkKind::kNetwork).prefetch_depth, 1);
+  EXPECT_EQ(default_comm_tuning(LinkKind::kNetwork).bucket_bytes, 0);
+}
+
+TEST(CommTuning, ConfigOverridesAndTheLogSaysWhere) {
+  DistConfig d;
+  CommTuning t = resolve_comm_tuning(d, LinkKind::kPcie, /*hybrid=*/false);
+  EXPECT_EQ(t.prefetch_depth, 2);
+  EXPECT_EQ(t.why, "communication: prefetch depth 2 (default for pcie); sharding group link: pcie");
+  d.prefetch_depth = 0;
+  d.bucket_mb = 0.5;
+  t = resolve_comm_tuning(d, LinkKind::kNvlink, /*hybrid=*/true);
+  EXPECT_EQ(t.prefetch_depth, 0);
+  EXPECT_EQ(t.bucket_bytes, 524288);
+  EXPECT_EQ(t.why,
+            "communication: prefetch depth 0 (dist.prefetch_depth), all-reduce across nodes in buckets of 0.5 MiB "
+            "(dist.bucket_mb); sharding group link: nvlink");
+  d.bucket_mb = 0;
+  EXPECT_NE(resolve_comm_tuning(d, LinkKind::kNvlink, true).why.find("buckets of one unit (dist.bucket_mb)"),
+            std::string::npos);
+}
+
+TEST(ReplicaBuckets, ZeroBucketSendsEveryUnitAlone) {
+  ReplicaBuckets b({10, 4, 4, 2}, 0);
+  EXPECT_EQ(b.capacity(), 10);
+  for (int u : {3, 2, 1, 0}) {
+    const auto out = b.add(u);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].units, Units{u});
+    EXPECT_EQ(out[0].offsets, std::vector<int64_t>{0});
+  }
+  EXPECT_EQ(b.pending_units(), 0);
+}
+
+TEST(ReplicaBuckets, FillsToTheBucketAndTheLastUnitFlushes) {
+  // Backward order: the head (3), blocks 2 and 1, the embedding (0).
+  ReplicaBuckets b({10, 4, 4, 2}, 6);
+  EXPECT_EQ(b.capacity(), 10);
+  EXPECT_TRUE(b.add(3).empty());  // 2 < 6
+  const auto first = b.add(2);    // 2 + 4 = 6 >= 6
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].units, (Units{3, 2}));
+  EXPECT_EQ(first[0].offsets, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(first[0].elements, 6);
+  EXPECT_TRUE(b.add(1).empty());
+  EXPECT_EQ(b.pending_units(), 1);
+  EXPECT_EQ(b.joined_units(), 3);
+  // Unit 0 (10) would overflow the capacity with unit 1 (4) inside: unit 1 goes out alone, then unit 0, the last.
+  const auto last = b.add(0);
+  ASSERT_EQ(last.size(), 2u);
+  EXPECT_EQ(last[0].units, Units{1});
+  EXPECT_EQ(last[1].units, Units{0});
+  EXPECT_EQ(last[1].elements, 10);
+  EXPECT_EQ(b.pending_units(), 0);
+  EXPECT_EQ(b.joined_units(), 0);
+  // The next step starts over.
+  EXPECT_TRUE(b.add(3).empty());
+}
+
+TEST(ReplicaBuckets, OneBucketForTheWholeModel) {
+  ReplicaBuckets b({10, 4, 4, 2}, 1000);
+  EXPECT_EQ(b.capacity(), 1000);
+  EXPECT_TRUE(b.add(3).empty());
+  EXPECT_TRUE(b.add(2).empty());
+  EXPECT_TRUE(b.add(1).empty());
+  const auto out = b.add(0);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].units, (Units{3, 2, 1, 0}));
+  EXPECT_EQ(out[0].offsets, (std::vector<int64_t>{0, 2, 6, 10}));
+  EXPECT_EQ(out[0].elements, 20);
+}
+
+TEST(ReplicaBuckets, EveryUnitGoesOutOnceInEveryOrder) {
+  const std::vector<int64_t> sizes = {7, 0, 3, 5, 1, 9};
+  for (int64_t bucket : {0, 1, 4, 8, 12, 100}) {
+    ReplicaBuckets b(sizes, bucket);
+    std::vector<int> seen(sizes.size(), 0);
+    for (int u : {5, 4, 3, 2, 1, 0})
+      for (const auto& out : b.add(u)) {
+        EXPECT_LE(out.elements, b.capacity());
+        int64_t offset = 0;
+        for (size_t i = 0; i < out.units.size(); ++i) {
+          EXPECT_EQ(out.offsets[i], offset);
+          offset += sizes[static_cast<size_t>(out.units[i])];
+          ++seen[static_cast<size_t>(out.units[i])];
+        }
+        EXPECT_EQ(out.elements, offset);
+      }
+    EXPECT_EQ(seen, std::vector<int>(sizes.size(), 1)) << "bucket " << bucket;
+  }
+}
+
+TEST(ReplicaBuckets, AUnitTwiceInAStepThrowsAndDropStartsOver) {
+  ReplicaBuckets b({4, 4, 4}, 100);
+  EXPECT_TRUE(b.add(2).empty());
+  EXPECT_THROW(b.add(2), Error);
+  b.drop();
+  EXPECT_EQ(b.pending_units(), 0);
+  EXPECT_TRUE(b.add(2).empty());
+}
+
+}  // namespace
+}  // namespace st
