@@ -30,6 +30,7 @@
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/model/units.h"
+#include "shardtrain/shard/comm_tuning.h"
 #include "shardtrain/shard/shard_span.h"
 #include "shardtrain/shard/sharding.h"
 
@@ -167,6 +168,7 @@ int cmd_topo(const std::vector<std::string>& args, st::Communicator& world) {
   const st::ShardingGroups plan = st::make_sharding_groups(cfg, world, inputs);
   if (lead) {
     std::printf("plan: %s\n", plan.why.c_str());
+    if (nccl) std::printf("  %s\n", st::resolve_comm_tuning(cfg.dist, st::shard_link(plan), plan.replica != nullptr).why.c_str());
     std::printf("  per-rank sharded state (cpu, 16 B an element): %s; full sharding %s, hybrid %s\n",
                 mib(state_bytes(cfg, plan.shard().world_size())).c_str(), mib(state_bytes(cfg, n)).c_str(),
                 nodes > 1 && even ? mib(state_bytes(cfg, where[0].local_size)).c_str() : "n/a (needs equal nodes)");

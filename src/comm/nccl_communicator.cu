@@ -129,6 +129,24 @@ NcclCommunicator::NcclCommunicator(Communicator& host) : rank_(host.rank()), wor
   host.broadcast(&id, sizeof(id), 0);
   ST_NCCL_CHECK(ncclCommInitRank(&comm_, world_, id, rank_));
   ST_LOG_DEBUG("nccl: rank ", rank_, "/", world_, " on device ", device_, " (", cuda_device_name(), ")");
+  attach_watchdog(host);
+}
+
+NcclCommunicator::NcclCommunicator(NcclCommunicator& parent, Communicator& host, int color, int key)
+    : rank_(host.rank()), world_(host.world_size()), device_(parent.device_) {
+  parent.check_usable();
+  ST_CUDA_CHECK(cudaSetDevice(device_));
+  ST_NCCL_CHECK_COMM(ncclCommSplit(parent.comm_, color, key, &comm_, nullptr), parent.comm_);
+  int rank = -1, count = -1;
+  ST_NCCL_CHECK_COMM(ncclCommUserRank(comm_, &rank), comm_);
+  ST_NCCL_CHECK_COMM(ncclCommCount(comm_, &count), comm_);
+  ST_CHECK(rank == rank_ && count == world_, "ncclCommSplit(color ", color, ", key ", key, ") gave rank ", rank, " of ",
+           count, ", but the host group '", host.name(), "' has rank ", rank_, " of ", world_);
+  ST_LOG_DEBUG("nccl: split '", host.name(), "': rank ", rank_, "/", world_, " on device ", device_);
+  attach_watchdog(host);
+}
+
+void NcclCommunicator::attach_watchdog(Communicator& host) {
   watchdog_ = host.watchdog();
   if (watchdog_ && watchdog_->enabled()) {
     channel_ = watchdog_->channel("nccl " + host.name());

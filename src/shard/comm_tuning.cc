@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <utility>
 
+#include "shardtrain/comm/gpu_topology.h"
+#include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
 
 namespace st {
@@ -60,6 +62,16 @@ LinkKind classify_link(bool crosses_nodes, bool p2p_disabled, bool all_pairs_nvl
   if (crosses_nodes) return LinkKind::kNetwork;
   if (p2p_disabled || !all_pairs_nvlink) return LinkKind::kPcie;
   return LinkKind::kNvlink;
+}
+
+LinkKind shard_link(const ShardingGroups& groups) {
+  const GpuTopology topo = discover_gpu_topology();
+  bool nvlink = !topo.link.empty();
+  for (size_t a = 0; a < topo.link.size(); ++a)
+    for (size_t b = 0; b < topo.link[a].size(); ++b)
+      if (a != b && topo.link[a][b].rfind("NV", 0) != 0) nvlink = false;
+  const std::string p2p = env_get("NCCL_P2P_DISABLE");
+  return classify_link(groups.shard_peers_off_node > 0, !p2p.empty() && p2p != "0", nvlink);
 }
 
 CommTuning default_comm_tuning(LinkKind shard_link) {

@@ -19,7 +19,6 @@
 #include "shardtrain/kernels/gpu/reduce.h"
 #include "shardtrain/model/cuda_gpt.h"
 #include "shardtrain/optim/host_adamw.h"
-#include "shardtrain/core/env.h"
 #include "shardtrain/shard/comm_tuning.h"
 #include "shardtrain/shard/schedule.h"
 #include "shardtrain/shard/sharding.h"
@@ -62,6 +61,13 @@ UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world) {
   return s;
 }
 
+// The NCCL communicator of groups.shard(): the world's own under full sharding; in hybrid split from `world` with the
+// colour and key of make_sharding_groups' node split (the node, ranks in world order).
+NcclCommunicator shard_nccl(const ShardingGroups& g, Communicator& comm, NcclCommunicator* world) {
+  if (world == nullptr) return NcclCommunicator(g.shard());
+  return NcclCommunicator(*world, *g.node, comm.node_id(), comm.rank());
+}
+
 // What the communication plan adds to the device memory: the prefetch depth sizes the pools, hybrid's all-reduce
 // across nodes stages one bucket.
 struct CommPlan {
@@ -75,19 +81,6 @@ int param_pool_size(const Config& cfg, const CommPlan& c) {
   return cfg.dist.reshard_after_forward ? c.prefetch_depth + 1 : cfg.model.n_layer + 1;
 }
 int grad_pool_size(const CommPlan& c) { return c.prefetch_depth + 1; }
-
-// dist.prefetch_depth and dist.bucket_mb for this run: the link of the sharding group (nodes from the groups,
-// NVLink from NVML, peer-to-peer from NCCL_P2P_DISABLE, which the start-up peer check may have set).
-CommTuning cuda_comm_tuning(const Config& cfg, const ShardingGroups& g) {
-  const GpuTopology topo = discover_gpu_topology();
-  bool nvlink = true;
-  for (size_t a = 0; a < topo.link.size(); ++a)
-    for (size_t b = 0; b < topo.link[a].size(); ++b)
-      if (a != b && topo.link[a][b].rfind("NV", 0) != 0) nvlink = false;
-  const std::string p2p = env_get("NCCL_P2P_DISABLE");
-  const LinkKind link = classify_link(g.shard_peers_off_node > 0, !p2p.empty() && p2p != "0", nvlink);
-  return resolve_comm_tuning(cfg.dist, link, g.replica != nullptr);
-}
 
 // Which attention kernels the model runs (train.attention), and the kernel scratch they need. cuDNN's plans are
 // built here, once, at the training shape (micro_batch x seq_len): its deterministic backward keeps dS for
@@ -394,6 +387,7 @@ class CudaShardedModel final : public ModelBackend {
   std::vector<UnitLayout> units_;
   std::vector<bool> offloaded_;  // per unit: its optimizer is on the host (optim.offload, offload_fraction)
   ShardingGroups groups_;        // dist.sharding: the world, or this node's ranks plus the replica group
+  std::unique_ptr<NcclCommunicator> world_nccl_;  // hybrid, during set-up: what the node and replica groups split
   NcclCommunicator nccl_;        // over groups_.shard()
   std::unique_ptr<NcclCommunicator> replica_nccl_;  // hybrid: over groups_.replica
   CommTuning tuning_;                               // dist.prefetch_depth, dist.bucket_mb resolved for the link
@@ -452,9 +446,12 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       units_(build_units(cfg.model)),
       offloaded_(offloaded_units(cfg, units_)),
       groups_(make_sharding_groups(cfg, comm, cuda_auto_inputs<T>(cfg, comm))),
-      nccl_(groups_.shard()),  // binds this rank's GPU before anything is allocated
-      replica_nccl_(groups_.replica ? std::make_unique<NcclCommunicator>(*groups_.replica) : nullptr),
-      tuning_(cuda_comm_tuning(cfg, groups_)),
+      world_nccl_(groups_.replica ? std::make_unique<NcclCommunicator>(comm) : nullptr),  // binds this rank's GPU
+      nccl_(shard_nccl(groups_, comm, world_nccl_.get())),  // binds this rank's GPU before anything is allocated
+      replica_nccl_(groups_.replica ? std::make_unique<NcclCommunicator>(*world_nccl_, *groups_.replica,
+                                                                         comm.local_rank(), comm.node_id())
+                                    : nullptr),
+      tuning_(resolve_comm_tuning(cfg.dist, shard_link(groups_), groups_.replica != nullptr)),
       buckets_(groups_.replica ? std::make_unique<ReplicaBuckets>(
                                      [&] {
                                        std::vector<int64_t> slots;
@@ -480,6 +477,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     gethostname(host, sizeof(host) - 1);
     ST_LOG_INFO(format_gpu_topology(discover_gpu_topology(), host), "  network: ", nccl_network_summary());
   }
+  world_nccl_.reset();  // the groups are split off; they keep no tie to it
   const int world = groups_.shard().world_size(), rank = groups_.shard().rank();
   const UnitSizes s = unit_sizes(units_, world);
   std::vector<float> init;

@@ -40,6 +40,10 @@ fewer GPUs than the case needs):
                     with NCCL_P2P_DISABLE=1; network on the two-workstation stand-in) and its default depth. Hybrid
                     on the stand-in with dist.bucket_mb 0.5 (two units a call), 64 (the whole tiny model in one call)
                     and the default (one unit a call) sums the same elements: bit-identical losses again.
+  hybrid-2x2        4 GPUs as 2 nodes x 2 (SHARDTRAIN_NODE_ID = rank / 2; NCCL over sockets between them): hybrid
+                    sharding, whose node and replica NCCL communicators are split from the world's (ncclCommSplit),
+                    matches full sharding over the 4 GPUs to rel 1e-5 for 30 fp32 steps, with the default bucket
+                    and with dist.bucket_mb=0.5; each rank's sharded state is half the model (2-rank shards).
   watchdog          2 GPUs in bf16; SHARDTRAIN_FAULT=sigstop:1@3 stops rank 1 before step 3. Rank 0's next NCCL
                     collective passes dist.timeout_s=5: the watchdog names it (channel "nccl ...", op, sequence
                     number, the last completed op), aborts the NCCL communicators and mpirun exits 75.
@@ -168,7 +172,7 @@ def main():
     os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     gpus = int(subprocess.run([gpu_count_tool], stdout=subprocess.PIPE, text=True).stdout.strip() or 0)
-    need = 1 if case == "memory-cap" else 2
+    need = {"memory-cap": 1, "hybrid-2x2": 4}.get(case, 2)
     if gpus < need:
         print(f"SKIPPED: {case} needs {need} GPUs, {gpus} visible")
         return SKIP
@@ -322,6 +326,24 @@ def main():
             same(f"hybrid dist.bucket_mb={b} vs the default", hyb,
                  run.train(f"hybrid_{b}", 2, common + ["--dist.sharding=hybrid", f"--dist.bucket_mb={b}"], env=sockets,
                            binary=wrapper))
+    elif case == "hybrid-2x2":
+        wrapper = os.path.join(work, "two_nodes_of_two.sh")
+        with open(wrapper, "w") as f:
+            f.write(f'#!/bin/sh\nexport SHARDTRAIN_NODE_ID="$(( ${{OMPI_COMM_WORLD_RANK:-0}} / 2 ))"\n'
+                    f'exec {shardtrain} "$@"\n')
+        os.chmod(wrapper, 0o755)
+        common = ["--train.dtype=fp32", "--train.steps=30"]
+        ref = run.train("full_4", 4, common)
+        full_state = read_records(os.path.join(work, "full_4.jsonl"))[1]["mem_sharded_bytes"]
+        sockets = {"NCCL_SHM_DISABLE": "1"}
+        for extra in ([], ["--dist.bucket_mb=0.5"]):
+            tag = "hybrid_2x2" + ("_bucket" if extra else "")
+            got = run.train(tag, 4, common + ["--dist.sharding=hybrid"] + extra, env=sockets, binary=wrapper)
+            compare(failures, f"hybrid 2 x 2 {' '.join(extra)} vs full over 4 GPUs (fp32)", ref, got, range(1, 31), 1e-5)
+            state = read_records(os.path.join(work, f"{tag}.jsonl"))[1]["mem_sharded_bytes"]
+            print(f"{tag}: sharded state {state} B per rank, full sharding {full_state} B")
+            if not 1.9 * full_state <= state <= 2.1 * full_state:
+                failures.append(f"{tag}: sharded state {state} B per rank, expected about twice full's {full_state} B")
     elif case == "watchdog":
         run.train("watchdog", 2, ["--train.dtype=bf16", "--train.steps=8", "--dist.timeout_s=5"],
                   fault="sigstop:1@3", expect_rc=75)

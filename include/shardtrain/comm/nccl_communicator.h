@@ -2,7 +2,8 @@
 //
 // Bootstrap: rank 0 of the host communicator (MPI, or any Communicator) creates the NCCL unique id and
 // broadcasts it through that communicator; then every rank binds its local_rank()-th GPU and calls
-// ncclCommInitRank. The host communicator stays in use for host-side scalars (loss, norm, checkpoint
+// ncclCommInitRank. Groups (hybrid sharding's node and replica communicators) are split from a world one with
+// ncclCommSplit. The host communicator stays in use for host-side scalars (loss, norm, checkpoint
 // control); this one moves device buffers only.
 //
 //   MpiCommunicator host(...);
@@ -52,6 +53,10 @@ class NcclCommunicator {
   // throws kBadInput if the machine runs more ranks than it has visible GPUs. `host` may be a sub-communicator
   // (hybrid sharding's node and replica groups): its rank 0 creates the unique id.
   explicit NcclCommunicator(Communicator& host);
+  // A sub-communicator of `parent` by ncclCommSplit (no new bootstrap, no second peer check): the ranks of `parent`
+  // with this `color`, ordered by `key`. `host` is the matching host sub-communicator (Communicator::split with the
+  // same color and key), whose rank and size it must have; it names the watchdog channel. Collective over `parent`.
+  NcclCommunicator(NcclCommunicator& parent, Communicator& host, int color, int key);
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -74,6 +79,8 @@ class NcclCommunicator {
 
  private:
   void check_usable() const;
+  // The watchdog channel and abort hook, when `host` has a watchdog.
+  void attach_watchdog(Communicator& host);
   // Reports the collective just enqueued on `stream` to the watchdog (no-op without one).
   void watch(const char* op, int64_t count, cudaStream_t stream);
 

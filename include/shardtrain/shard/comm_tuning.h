@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/shard/sharding.h"
 
 namespace st {
 
@@ -32,6 +33,11 @@ const char* to_string(LinkKind k);
 
 // A group's link: crossing nodes decides first, then peer-to-peer, then NVLink between every pair.
 LinkKind classify_link(bool crosses_nodes, bool p2p_disabled, bool all_pairs_nvlink);
+
+// The link of groups.shard() on this machine: across nodes from the groups; NVLink between every pair of the visible
+// GPUs from NVML (gpu_topology.h; none visible, or NVML missing: not NVLink); peer-to-peer off when NCCL_P2P_DISABLE
+// is set to anything but 0 (the start-up peer check sets it when copies fail).
+LinkKind shard_link(const ShardingGroups& groups);
 
 struct CommTuning {
   int prefetch_depth = 1;
