@@ -86,14 +86,15 @@ int main(int argc, char** argv) {
                              {{"--params", &params}, {"--iters", &iters}, {"--max-threads", &max_threads}});
   std::vector<float> p(params, 0.01f), m(params, 0.0f), v(params, 0.0f), g(params, 0.001f);
   std::vector<uint16_t> out(params);
+  std::vector<float> p2(params), m2(params), v2(params);  // out-of-place outputs (optim.offload_speculative)
   st::AdamWParams ap;
   ap.lr = 1e-4f;
   ap.weight_decay = 0.1f;
   std::printf("# host AdamW, %lld params (%.2f GB moved per step), median of %d; widest ISA %s, training uses %s\n",
               static_cast<long long>(params), 30.0 * params / 1e9, iters, st::to_string(st::best_simd_isa()),
               st::to_string(st::fastest_simd_isa()));
-  std::printf("%8s %8s %14s %16s %17s %11s\n", "threads", "isa", "adamw Gparam/s", "roofline GB/s",
-              "roofline Gparam/s", "of roofline");
+  std::printf("%8s %8s %14s %16s %17s %11s %20s\n", "threads", "isa", "adamw Gparam/s", "roofline GB/s",
+              "roofline Gparam/s", "of roofline", "out-of-place Gparam/s");
   std::vector<int> counts;
   for (int t = 1; t < max_threads; t *= 2) counts.push_back(t);
   counts.push_back(max_threads);
@@ -111,10 +112,20 @@ int main(int argc, char** argv) {
         engine.wait(engine.submit(st::HostAdamW::Job{p.data(), m.data(), v.data(), g.data(),
                                                      {st::AdamWRun{0, params, ap}}, st::HalfKind::kBF16, out.data()}));
       });
+      // Out of place, as a speculative step writes: the state goes to a second copy.
+      const double s_oop = median_seconds(iters, [&] {
+        ap.step = ++step;
+        st::HostAdamW::Job job{p.data(), m.data(), v.data(), g.data(), {st::AdamWRun{0, params, ap}},
+                               st::HalfKind::kBF16, out.data()};
+        job.param_out = p2.data();
+        job.m_out = m2.data();
+        job.v_out = v2.data();
+        engine.wait(engine.submit(std::move(job)));
+      });
       const double bw = update_bandwidth(p, m, v, g, out, threads, iters);
       const double gps = params / s / 1e9, roof = bw / 30.0 / 1e9;
-      std::printf("%8d %8s %14.2f %16.1f %17.2f %10.0f%%\n", threads, st::to_string(isa), gps, bw / 1e9, roof,
-                  100.0 * gps / roof);
+      std::printf("%8d %8s %14.2f %16.1f %17.2f %10.0f%% %20.2f\n", threads, st::to_string(isa), gps, bw / 1e9, roof,
+                  100.0 * gps / roof, params / s_oop / 1e9);
     }
   }
   return 0;

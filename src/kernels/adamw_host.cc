@@ -22,6 +22,33 @@ uint32_t bits_of(float x) {
 
 constexpr uint16_t kCanonicalNaN = 0x7fff;  // what CUDA's conversions return for any NaN
 
+bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// Elements before `p` reaches a `bytes` boundary (p is 4-byte aligned): where a vector loop whose stores must be
+// aligned starts.
+int64_t elements_to_boundary(const float* p, size_t bytes) {
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(p) % bytes;
+  return mis == 0 ? 0 : static_cast<int64_t>((bytes - mis) / sizeof(float));
+}
+
+// Which outputs of a vector loop take streaming (non-temporal) stores: those the update only writes, that is the
+// state written out of place (a speculative update) and the half copy, when each is aligned for the vector at
+// the loop's first element. A streaming store skips the read-for-ownership a plain store pays for a line not in
+// cache. On the lent host (Xeon, 16 threads) an out-of-place update went from 3.29 to 4.43 Gparam/s with them; an
+// in-place update reads every line it writes, so it keeps plain stores for the state.
+struct StreamStores {
+  bool state = false, out = false;
+  bool any() const { return state || out; }
+};
+StreamStores stream_stores(const AdamWArrays& a, const uint16_t* out, int64_t first, size_t vector_bytes) {
+  StreamStores s;
+  if (a.param_out == a.param) return s;
+  s.state = aligned_to(a.param_out + first, vector_bytes) && aligned_to(a.m_out + first, vector_bytes) &&
+            aligned_to(a.v_out + first, vector_bytes);
+  s.out = out != nullptr && aligned_to(out + first, vector_bytes / 2);
+  return s;
+}
+
 void scalar_update(const AdamWArrays& a, const float* grad, int64_t n, const AdamWScalars& s, HalfKind kind,
                    uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) {
@@ -43,18 +70,27 @@ __attribute__((target("avx2,f16c"))) void avx2_update(const AdamWArrays& a, cons
   const __m256 eps = _mm256_set1_ps(s.eps), decay = _mm256_set1_ps(s.decay), step = _mm256_set1_ps(s.step_size);
   const __m256i nan16 = _mm256_set1_epi32(kCanonicalNaN), one = _mm256_set1_epi32(1),
                 round = _mm256_set1_epi32(0x7fff);
-  int64_t i = 0;
+  // Out of place, the scalar loop first takes the elements before param_out's 32-byte boundary.
+  int64_t i = a.param_out == a.param ? 0 : std::min(n, elements_to_boundary(a.param_out, 32));
+  scalar_update(a, grad, i, s, kind, out);
+  const StreamStores nt = stream_stores(a, out, i, 32);
   for (; i + 8 <= n; i += 8) {
     const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), gs);
     const __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(a.m + i)), _mm256_mul_ps(omb1, g));
     const __m256 vi =
         _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(a.v + i)), _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
-    _mm256_storeu_ps(a.m_out + i, mi);
-    _mm256_storeu_ps(a.v_out + i, vi);
     const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2), eps);
     const __m256 p = _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(a.param + i), decay),
                                    _mm256_mul_ps(step, _mm256_div_ps(mi, denom)));
-    _mm256_storeu_ps(a.param_out + i, p);
+    if (nt.state) {
+      _mm256_stream_ps(a.m_out + i, mi);
+      _mm256_stream_ps(a.v_out + i, vi);
+      _mm256_stream_ps(a.param_out + i, p);
+    } else {
+      _mm256_storeu_ps(a.m_out + i, mi);
+      _mm256_storeu_ps(a.v_out + i, vi);
+      _mm256_storeu_ps(a.param_out + i, p);
+    }
     if (kind == HalfKind::kNone) continue;
     const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_UNORD_Q));
     __m256i h;
@@ -68,8 +104,12 @@ __attribute__((target("avx2,f16c"))) void avx2_update(const AdamWArrays& a, cons
     h = _mm256_blendv_epi8(h, nan16, is_nan);
     // 8 x u32 -> 8 x u16: pack within 128-bit lanes, then bring the two lanes' halves together.
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(packed));
+    if (nt.out)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(packed));
+    else
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(packed));
   }
+  if (nt.any()) _mm_sfence();  // streaming stores are weakly ordered: visible before the job reports done
   scalar_update(a.offset(i), grad + i, n - i, s, kind, out == nullptr ? nullptr : out + i);
 }
 
@@ -82,18 +122,30 @@ __attribute__((target("avx512f"))) void avx512_update(const AdamWArrays& a, cons
   const __m512i nan16 = _mm512_set1_epi32(kCanonicalNaN), one = _mm512_set1_epi32(1),
                 round = _mm512_set1_epi32(0x7fff);
   const __m512 zero = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) {
+  // Out of place, the scalar loop first takes the elements before param_out's 64-byte boundary; streaming stores
+  // then go to full, aligned vectors only (the masked tail stores plainly).
+  const int64_t first = a.param_out == a.param ? 0 : std::min(n, elements_to_boundary(a.param_out, 64));
+  scalar_update(a, grad, first, s, kind, out);
+  const StreamStores nt = stream_stores(a, out, first, 64);
+  for (int64_t i = first; i < n; i += 16) {
     const __mmask16 k = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    const bool full = k == 0xffff;
     const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, grad + i), gs);
     const __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_maskz_loadu_ps(k, a.m + i)), _mm512_mul_ps(omb1, g));
     const __m512 vi =
         _mm512_add_ps(_mm512_mul_ps(b2, _mm512_maskz_loadu_ps(k, a.v + i)), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
-    _mm512_mask_storeu_ps(a.m_out + i, k, mi);
-    _mm512_mask_storeu_ps(a.v_out + i, k, vi);
     const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
     const __m512 p = _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, a.param + i), decay),
                                    _mm512_mul_ps(step, _mm512_div_ps(mi, denom)));
-    _mm512_mask_storeu_ps(a.param_out + i, k, p);
+    if (nt.state && full) {
+      _mm512_stream_ps(a.m_out + i, mi);
+      _mm512_stream_ps(a.v_out + i, vi);
+      _mm512_stream_ps(a.param_out + i, p);
+    } else {
+      _mm512_mask_storeu_ps(a.m_out + i, k, mi);
+      _mm512_mask_storeu_ps(a.v_out + i, k, vi);
+      _mm512_mask_storeu_ps(a.param_out + i, k, p);
+    }
     if (kind == HalfKind::kNone) continue;
     const __mmask16 is_nan = _mm512_cmp_ps_mask(p, zero, _CMP_UNORD_Q);
     __m512i h;
@@ -106,7 +158,9 @@ __attribute__((target("avx512f"))) void avx512_update(const AdamWArrays& a, cons
     }
     h = _mm512_mask_mov_epi32(h, is_nan, nan16);
     const __m256i packed = _mm512_cvtepi32_epi16(h);
-    if (k == 0xffff) {
+    if (full && nt.out) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i), packed);
+    } else if (full) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), packed);
     } else {  // the tail: through a stack copy (a 16-bit masked store would need AVX512BW)
       alignas(32) uint16_t lanes[16];
@@ -114,6 +168,7 @@ __attribute__((target("avx512f"))) void avx512_update(const AdamWArrays& a, cons
       std::memcpy(out + i, lanes, sizeof(uint16_t) * static_cast<size_t>(n - i));
     }
   }
+  if (nt.any()) _mm_sfence();  // streaming stores are weakly ordered: visible before the job reports done
 }
 
 }  // namespace

@@ -46,6 +46,12 @@ AdamWParams params(float wd, int64_t step) {
   return a;
 }
 
+// Elements from p to the next 64-byte boundary (p is float-aligned).
+int64_t elements_before_64(const float* p) {
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(p) % 64;
+  return mis == 0 ? 0 : static_cast<int64_t>((64 - mis) / sizeof(float));
+}
+
 const SimdIsa kIsas[] = {SimdIsa::kScalar, SimdIsa::kAvx2, SimdIsa::kAvx512};
 
 // Every length 0..40 (every tail mod 8 and mod 16, and lengths below one vector), plus larger odd ones, two
@@ -108,6 +114,52 @@ TEST(AdamWHost, OutOfPlaceWritesTheInPlaceBitsAndLeavesTheInputs) {
         ASSERT_EQ(bits(src.p[i]), bits(before.p[i])) << i;
         ASSERT_EQ(bits(src.m[i]), bits(before.m[i])) << i;
         ASSERT_EQ(bits(src.v[i]), bits(before.v[i])) << i;
+      }
+    }
+  }
+}
+
+// Out of place at every alignment: the outputs start 0..16 elements past a 64-byte boundary, all at one offset
+// (the streaming-store path: a scalar head up to the boundary, then aligned vectors) or each at its own (plain
+// stores), with the half copy aligned or not. The bits equal the in-place update's, and nothing is written
+// before or after the outputs.
+TEST(AdamWHost, OutOfPlaceAtEveryAlignmentGivesTheInPlaceBits) {
+  constexpr int64_t kGuard = 32;
+  for (SimdIsa isa : kIsas) {
+    if (!simd_isa_supported(isa)) continue;
+    for (int64_t n : {1, 5, 16, 31, 100, 1001}) {
+      const State before(n, 500 + static_cast<uint64_t>(n));
+      State in_place = before;
+      std::vector<uint16_t> want_out(static_cast<size_t>(n));
+      const AdamWParams a = params(0.1f, 2);
+      adamw_update_isa(isa, in_place.p.data(), in_place.m.data(), in_place.v.data(), in_place.g.data(), n, a,
+                       HalfKind::kBF16, want_out.data());
+      for (int64_t shift = 0; shift <= 16; ++shift) {
+        for (bool same : {true, false}) {
+          SCOPED_TRACE(::testing::Message() << to_string(isa) << " n=" << n << " shift=" << shift << " same=" << same);
+          // 64-byte aligned backing stores (over-allocated and aligned by hand), the outputs at the offsets.
+          std::vector<float> store(static_cast<size_t>(3 * (n + 2 * kGuard + 16) + 16), -7.0f);
+          float* base = store.data() + elements_before_64(store.data());
+          float* outs[3];
+          for (int k = 0; k < 3; ++k)
+            outs[k] = base + k * (n + 2 * kGuard + 16) + kGuard + (same ? shift : (shift + 5 * k) % 17);
+          std::vector<uint16_t> half(static_cast<size_t>(n + 2 * kGuard + 16), 0xabcd);
+          uint16_t* out = half.data() + kGuard + shift;
+          const AdamWArrays arrays{before.p.data(), before.m.data(), before.v.data(), outs[0], outs[1], outs[2]};
+          adamw_update_isa(isa, arrays, before.g.data(), n, a, HalfKind::kBF16, out);
+          for (int64_t i = 0; i < n; ++i) {
+            ASSERT_EQ(bits(outs[0][i]), bits(in_place.p[i])) << i;
+            ASSERT_EQ(bits(outs[1][i]), bits(in_place.m[i])) << i;
+            ASSERT_EQ(bits(outs[2][i]), bits(in_place.v[i])) << i;
+            ASSERT_EQ(out[i], want_out[static_cast<size_t>(i)]) << i;
+          }
+          for (int k = 0; k < 3; ++k) {
+            ASSERT_EQ(outs[k][-1], -7.0f) << "wrote before output " << k;
+            ASSERT_EQ(outs[k][n], -7.0f) << "wrote past output " << k;
+          }
+          ASSERT_EQ(out[-1], 0xabcd);
+          ASSERT_EQ(out[n], 0xabcd);
+        }
       }
     }
   }
