@@ -41,11 +41,15 @@ constexpr EnumName<OffloadMode> kOffloadModes[] = {{"none", OffloadMode::kNone},
 constexpr EnumName<ShardingMode> kShardingModes[] = {
     {"full", ShardingMode::kFull}, {"hybrid", ShardingMode::kHybrid}, {"auto", ShardingMode::kAuto}};
 
+constexpr EnumName<Speculation> kSpeculations[] = {
+    {"auto", Speculation::kAuto}, {"true", Speculation::kOn}, {"false", Speculation::kOff}};
+
 constexpr EnumName<Bootstrap> kBootstraps[] = {
     {"auto", Bootstrap::kAuto}, {"mpi", Bootstrap::kMpi}, {"env", Bootstrap::kEnv}};
 
 const auto& enum_names(const DataFormat*) { return kDataFormats; }
 const auto& enum_names(const Bootstrap*) { return kBootstraps; }
+const auto& enum_names(const Speculation*) { return kSpeculations; }
 const auto& enum_names(const ShardingMode*) { return kShardingModes; }
 const auto& enum_names(const OffloadMode*) { return kOffloadModes; }
 const auto& enum_names(const Device*) { return kDevices; }
@@ -56,7 +60,7 @@ template <typename E>
 constexpr bool kIsConfigEnum = std::is_same_v<E, DataFormat> || std::is_same_v<E, Device> ||
                                 std::is_same_v<E, DType> || std::is_same_v<E, AttentionImpl> ||
                                 std::is_same_v<E, OffloadMode> || std::is_same_v<E, ShardingMode> ||
-                                std::is_same_v<E, Bootstrap>;
+                                std::is_same_v<E, Bootstrap> || std::is_same_v<E, Speculation>;
 
 template <typename E>
 std::string enum_name_list() {
@@ -95,6 +99,7 @@ const char* to_string(AttentionImpl a) { return enum_to_string(a); }
 const char* to_string(OffloadMode m) { return enum_to_string(m); }
 const char* to_string(ShardingMode m) { return enum_to_string(m); }
 const char* to_string(Bootstrap b) { return enum_to_string(b); }
+const char* to_string(Speculation s) { return enum_to_string(s); }
 
 // Boost.ProgramOptions finds these overloads by argument-dependent lookup when it parses an enum.
 void validate(boost::any& out, const std::vector<std::string>& values, DataFormat*, int) {
@@ -117,6 +122,9 @@ void validate(boost::any& out, const std::vector<std::string>& values, ShardingM
 }
 void validate(boost::any& out, const std::vector<std::string>& values, Bootstrap*, int) {
   validate_enum<Bootstrap>(out, values);
+}
+void validate(boost::any& out, const std::vector<std::string>& values, Speculation*, int) {
+  validate_enum<Speculation>(out, values);
 }
 
 namespace {
@@ -292,7 +300,8 @@ const std::vector<Key>& keys() {
           "with optim.offload on cuda: start each unit's host AdamW during the backward, as soon as its gradient is "
           "on the host, assuming the step is not clipped, into a second copy of the host state (12 more bytes per "
           "offloaded parameter of host memory); a clipped step redoes it, a skipped one drops it: the results are "
-          "the same bits either way"),
+          "the same bits either way. true, false, or auto: on with optim.offload on cuda when the node's ranks' "
+          "second copies take at most half the host memory available at start (the log says which)"),
 
       key("data", "path", &Config::data, &DataConfig::path,
           "training data: a file, a glob, or @fortunes (the built-in corpus)"),
@@ -638,7 +647,7 @@ std::vector<std::string> check(const Config& c) {
   if (o.offload == OffloadMode::kNone && o.offload_fraction != 1.0f)
     add("optim.offload_fraction (", format_value(o.offload_fraction), ") needs optim.offload optimizer or "
         "optimizer+params (it is none)");
-  if (o.offload_speculative && (c.train.device != Device::kCuda || o.offload == OffloadMode::kNone))
+  if (o.offload_speculative == Speculation::kOn && (c.train.device != Device::kCuda || o.offload == OffloadMode::kNone))
     add("optim.offload_speculative (true) needs train.device=cuda and optim.offload optimizer or optimizer+params "
         "(they are ", to_string(c.train.device), " and ", to_string(o.offload), ")");
   if (c.train.device == Device::kCuda && o.offload != OffloadMode::kNone && c.compute_dtype() == DType::kF32)

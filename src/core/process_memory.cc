@@ -24,4 +24,16 @@ int64_t process_peak_rss_bytes() {
   return 0;
 }
 
+int64_t host_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream in(line.substr(13));
+    int64_t kib = 0;
+    if (in >> kib && kib > 0) return kib * 1024;
+  }
+  return 0;
+}
+
 }  // namespace st

@@ -13,6 +13,7 @@
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/process_memory.h"
 #include "shardtrain/kernels/gpu/adamw.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/kernels/gpu/matmul.h"
@@ -272,6 +273,7 @@ class CudaShardedModel final : public ModelBackend {
   void expect_micro_steps(int64_t n) override { micro_steps_left_ = n; }
   void speculate_optimizer(std::vector<std::vector<AdamWRun>> runs) override { speculative_runs_ = std::move(runs); }
   void drop_speculation() override;
+  bool speculates() const override { return speculative_; }
   float micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override;
   float eval_micro(const int32_t* inputs, const int32_t* targets) override;
   void last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) override;
@@ -349,6 +351,7 @@ class CudaShardedModel final : public ModelBackend {
   void submit_host_update(int unit, HostAdamW::Job job);
   HostAdamW::Job host_update_job(int unit, const std::vector<AdamWRun>& runs);
   void upload_after_host_update(int unit);
+  bool resolve_speculation() const;
   // optim.offload_speculative: unit's update with this step's unclipped runs, gated on its gradient's arrival.
   void speculate(int unit);
   // A full-unit buffer: `ready` is recorded when its contents are complete (gather done / backward
@@ -406,6 +409,7 @@ class CudaShardedModel final : public ModelBackend {
   std::vector<UnitShard> host_;  // with optim.offload: param, m and v are the state itself
   std::unique_ptr<HostAdamW> host_adamw_;
   std::vector<OffloadShard> offload_;
+  bool speculative_ = false;                                  // optim.offload_speculative, resolved
   std::vector<NextState> next_;                               // optim.offload_speculative, per offloaded unit
   std::vector<std::vector<AdamWRun>> speculative_runs_;       // this step's, by unit (speculate_optimizer)
   int64_t spec_kept_ = 0, spec_redone_ = 0, spec_dropped_ = 0;  // for the log
@@ -533,6 +537,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     o.local_rank = comm.local_rank();
     o.local_size = comm.local_size();
     host_adamw_ = std::make_unique<HostAdamW>(o);
+    speculative_ = resolve_speculation();
     offload_.resize(units_.size());
     int64_t staged_slot = 0;
     for (size_t u = 0; u < units_.size(); ++u) {
@@ -540,7 +545,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       offload_[u].grad = PinnedBuffer<float>(host_[u].slot);
       offload_[u].out = PinnedBuffer<T>(host_[u].slot);
       for (CpuWait& w : offload_[u].waits) w.engine = host_adamw_.get();
-      if (cfg.optim.offload_speculative) {
+      if (speculative_) {
         next_.resize(units_.size());
         for (std::vector<float>* a : {&next_[u].param, &next_[u].m, &next_[u].v})
           a->assign(static_cast<size_t>(host_[u].slot), 0.0f);
@@ -603,10 +608,27 @@ CudaShardedModel<T>::~CudaShardedModel() {
   // Host jobs write into host_ and next_ (speculative ones may still run if a step was cut short): finish them
   // before those are freed. Every gradient copy has landed by now, so every gate is open.
   if (host_adamw_) host_adamw_->wait_all();
-  if (cfg_.optim.offload_speculative && comm_.rank() == 0)
+  if (speculative_ && comm_.rank() == 0)
     ST_LOG_INFO("optim.offload_speculative: of ", spec_kept_ + spec_redone_ + spec_dropped_,
                 " speculative unit updates, ", spec_kept_, " kept, ", spec_redone_, " redone (clipped), ", spec_dropped_,
                 " dropped (skipped steps)");
+}
+
+// optim.offload_speculative: true and false as said; auto speculates when the node's ranks can hold the second copy
+// of their offloaded state (speculative_copy_fits). Each rank decides for itself: speculation changes no bit and no
+// collective, so ranks that differ still train alike.
+template <typename T>
+bool CudaShardedModel<T>::resolve_speculation() const {
+  const Speculation asked = cfg_.optim.offload_speculative;
+  if (asked != Speculation::kAuto) return asked == Speculation::kOn;
+  int64_t elements = 0;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (offload(static_cast<int>(u))) elements += host_[u].slot;
+  std::string why;
+  const bool on = speculative_copy_fits(12 * elements, comm_.local_size(), host_available_bytes(), &why);
+  if (comm_.rank() == 0)
+    ST_LOG_INFO("optim.offload_speculative=auto: ", on ? "on" : "off (it would take over half of it)", " (", why, ")");
+  return on;
 }
 
 template <typename T>

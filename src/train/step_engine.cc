@@ -31,7 +31,7 @@ StepEngine::StepEngine(const Config& cfg, Communicator& comm)
 float StepEngine::forward_backward(const BatchFn& batch, int64_t accum, int64_t step) {
   model_->zero_grads();
   model_->expect_micro_steps(accum);
-  if (cfg_.optim.offload_speculative && step >= 0) {
+  if (model_->speculates() && step >= 0) {
     // The update this step takes unless it is clipped or skipped, so that the host AdamW can start during the
     // backward: optimizer_step builds its runs the same way, so an unclipped step's are equal bit for bit.
     model_->speculate_optimizer(unit_runs(next_update(step, 1.0f, scaler_.scale())));

@@ -538,6 +538,19 @@ TEST_F(ConfigTest, OptimizerOffload) {
   const std::string fp32 = load_error(std::nullopt, {"--train.device=cuda", "--train.dtype=fp32",
                                                      "--optim.offload=optimizer"});
   EXPECT_NE(fp32.find("optim.offload (optimizer) needs train.dtype bf16 or fp16 on cuda"), std::string::npos) << fp32;
+  // optim.offload_speculative: auto by default (valid anywhere: it resolves to off where it cannot apply), true
+  // only with offload on cuda; the old true/false spellings still read.
+  EXPECT_EQ(load_config(std::nullopt, {}).optim.offload_speculative, Speculation::kAuto);
+  const Config spec = load_config(std::nullopt, {"--train.device=cuda", "--optim.offload=optimizer",
+                                                 "--optim.offload_speculative=true"});
+  EXPECT_EQ(spec.optim.offload_speculative, Speculation::kOn);
+  EXPECT_EQ(load_config_text(to_ini(spec), "ini", {}).optim.offload_speculative, Speculation::kOn);
+  EXPECT_EQ(load_config(std::nullopt, {"--optim.offload_speculative=false"}).optim.offload_speculative,
+            Speculation::kOff);
+  const std::string on_cpu = load_error(std::nullopt, {"--optim.offload=optimizer", "--optim.offload_speculative=true"});
+  EXPECT_NE(on_cpu.find("optim.offload_speculative (true) needs train.device=cuda"), std::string::npos) << on_cpu;
+  const std::string word = load_error(std::nullopt, {"--optim.offload_speculative=yes"});
+  EXPECT_NE(word.find("auto, true, false"), std::string::npos) << word;
 }
 
 TEST_F(ConfigTest, ShardingMode) {

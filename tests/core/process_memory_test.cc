@@ -3,10 +3,23 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 namespace st {
 namespace {
+
+TEST(ProcessMemory, HostAvailableIsPositiveAndBelowTheTotal) {
+  const int64_t available = host_available_bytes();
+  EXPECT_GT(available, int64_t{64} << 20);  // any machine that runs the tests has 64 MiB to spare
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t total_kib = 0;
+  meminfo >> key >> total_kib;  // the first line: MemTotal
+  ASSERT_EQ(key, "MemTotal:");
+  EXPECT_LE(available, total_kib * 1024);
+}
 
 TEST(ProcessMemory, PeakRssGrowsWithTouchedMemoryAndNeverShrinks) {
   const int64_t before = process_peak_rss_bytes();

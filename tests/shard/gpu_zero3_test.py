@@ -20,13 +20,14 @@ fewer GPUs than the case needs):
                     with a speculative offloaded optimizer (the dropped update restored).
   offload           2 GPUs in bf16, 50 steps (gradient accumulation 3, clipping on) with optim.offload none,
                     optimizer, optimizer+params and optimizer+params on half the parameters
-                    (offload_fraction 0.5): the host AdamW computes the GPU kernel's bits, so every
-                    step's loss agrees to rel 1e-6. Checkpoints cross: an offloaded run's step-10 checkpoint
+                    (offload_fraction 0.5), not speculating: the host AdamW computes the GPU kernel's bits, so
+                    every step's loss agrees to rel 1e-6. Speculating (optim.offload_speculative true, or auto, the
+                    default, which must say it turned it on; the host AdamW started in the backward, unclipped):
+                    optimizer and optimizer+params with the default clip (some steps redone, some kept; the test
+                    checks both happen), and half offloaded with clipping off (all kept), each against no offload
+                    to rel 1e-6. Checkpoints cross (default speculation): an offloaded run's step-10 checkpoint
                     resumed without offload, and a non-offloaded one's resumed with optimizer+params, repeat the
-                    uninterrupted losses of steps 11-20 to rel 1e-6. With optim.offload_speculative (the host AdamW
-                    started in the backward, unclipped): optimizer and optimizer+params with the default clip
-                    (some steps redone, some kept; the test checks both happen), and half offloaded with clipping
-                    off (all kept), each against no offload to rel 1e-6.
+                    uninterrupted losses of steps 11-20 to rel 1e-6.
   hybrid            2 GPUs standing in for two workstations: SHARDTRAIN_NODE_ID = MPI rank (a wrapper sets it),
                     NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (sockets). dist.sharding=hybrid (each GPU holds the
                     whole state, gradient shards all-reduced between the "nodes") matches full sharding over NVLink
@@ -230,14 +231,18 @@ def main():
         ref = run.train("offload_none", 2, common)
         for mode, fraction in (("optimizer", 1), ("optimizer+params", 1), ("optimizer+params", 0.5)):
             got = run.train(f"offload_{mode}_{fraction}", 2, common + [f"--optim.offload={mode}",
-                                                                      f"--optim.offload_fraction={fraction}"])
+                                                                      f"--optim.offload_fraction={fraction}",
+                                                                      "--optim.offload_speculative=false"])
             compare(failures, f"optim.offload={mode} (fraction {fraction}) vs none (bf16)", ref, got, range(1, 51),
                     1e-6)
         # optim.offload_speculative: each unit's host AdamW starts in the backward, unclipped. With the default clip
-        # some steps are clipped (redone) and some not (kept); with clipping off every one is kept.
-        for mode in ("optimizer", "optimizer+params"):
+        # some steps are clipped (redone) and some not (kept); with clipping off every one is kept. The default, auto,
+        # turns it on here (the host has the memory) and says so.
+        for mode, spec in (("optimizer", "true"), ("optimizer+params", "auto")):
             tag = f"spec_{mode}"
-            got = run.train(tag, 2, common + [f"--optim.offload={mode}", "--optim.offload_speculative=true"])
+            got = run.train(tag, 2, common + [f"--optim.offload={mode}", f"--optim.offload_speculative={spec}"])
+            if spec == "auto" and "optim.offload_speculative=auto: on (second copy" not in run.last_output:
+                failures.append(f"{tag}: optim.offload_speculative=auto did not say it turned speculation on")
             compare(failures, f"speculative optim.offload={mode} vs none (bf16)", ref, got, range(1, 51), 1e-6)
             kept, redone = speculation_counts(failures, tag, run.last_output)
             if not (kept > 0 and redone > 0):

@@ -50,6 +50,9 @@ struct TrainConfig {
 // Where the optimizer state lives (train.device=cuda): on the device (none); fp32 master, m and v in host memory
 // with AdamW on host threads (optimizer); and also the compute-precision parameter shard (optimizer+params).
 enum class OffloadMode { kNone, kOptimizer, kOptimizerParams };
+// optim.offload_speculative: auto (on with optim.offload on cuda when the host has memory for the second copy of the
+// offloaded state), true, false.
+enum class Speculation { kAuto, kOn, kOff };
 
 struct OptimConfig {
   float lr = 3e-3f;
@@ -63,7 +66,7 @@ struct OptimConfig {
   OffloadMode offload = OffloadMode::kNone;
   int64_t offload_threads = 0;  // host AdamW threads per rank; 0: this rank's share of the CPUs, less one
   float offload_fraction = 1.0f;  // the share of the parameters offloaded: the last units in forward order
-  bool offload_speculative = false;  // start each unit's host AdamW during backward, unclipped; redo if clipped
+  Speculation offload_speculative = Speculation::kAuto;  // host AdamW during backward, unclipped; redo if clipped
 };
 
 enum class DataFormat { kLlmc, kText };
@@ -156,5 +159,6 @@ const char* to_string(AttentionImpl a);
 const char* to_string(OffloadMode m);
 const char* to_string(ShardingMode m);
 const char* to_string(Bootstrap b);
+const char* to_string(Speculation s);
 
 }  // namespace st

@@ -95,6 +95,9 @@ class ModelBackend {
   // AdamW on unit u's owned span: each run covers [offset, offset + count) relative to the span start,
   // with its own parameters (adamw_runs() in optim splits the span at tensor boundaries).
   virtual void adamw(int unit, const std::vector<AdamWRun>& runs) = 0;
+  // Whether the backend starts the optimizer during the backward (optim.offload_speculative resolved): the step
+  // engine then hands it speculate_optimizer() before each step.
+  virtual bool speculates() const { return false; }
   // optim.offload_speculative: the runs of every unit (by index) that the coming step's adamw() calls pass if the
   // step is neither clipped nor skipped. Called before the step's first micro-step. A backend that speculates
   // starts each offloaded unit's update as soon as its gradient reaches the host, beside the state it reads, and
