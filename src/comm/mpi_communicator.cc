@@ -65,8 +65,9 @@ bool parse_int(const std::string& s, int* out) {
 }
 
 // Node membership, computed collectively over `comm` (see mpi_communicator.h). *device_rank is the
-// shared-memory local rank (the launcher's, where it says otherwise), whatever SHARDTRAIN_NODE_ID says.
-NodeTopology discover_topology(MPI_Comm comm, int rank, int world, int* device_rank) {
+// shared-memory local rank (the launcher's, where it says otherwise) and *device_ranks the shared-memory local size,
+// whatever SHARDTRAIN_NODE_ID says.
+NodeTopology discover_topology(MPI_Comm comm, int rank, int world, int* device_rank, int* device_ranks) {
   // Parsed before any collective: every rank normally sees the same environment, so a bad value stops
   // them all here; a lone bad rank is turned into a job abort by the launcher.
   int64_t override_id = 0;
@@ -110,6 +111,7 @@ NodeTopology discover_topology(MPI_Comm comm, int rank, int world, int* device_r
     }
   }
   *device_rank = t.local_rank;
+  *device_ranks = std::max(t.local_size, t.local_rank + 1);
   if (has_override) return node_topology_from_keys(override_keys, rank);
   return t;
 }
@@ -136,15 +138,15 @@ MpiCommunicator::MpiCommunicator(const MpiCommunicatorOptions& options) : max_ch
     ST_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     ST_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     ST_MPI_CHECK(MPI_Comm_size(comm_, &world_size_));
-    topology_ = discover_topology(comm_, rank_, world_size_, &device_rank_);
+    topology_ = discover_topology(comm_, rank_, world_size_, &device_rank_, &device_ranks_);
   } catch (...) {
     free_handle();  // the destructor does not run for a constructor that throws
     throw;
   }
 }
 
-MpiCommunicator::MpiCommunicator(MPI_Comm sub, int node_id, int device_rank, int64_t max_chunk)
-    : comm_(sub), max_chunk_(max_chunk), device_rank_(device_rank) {
+MpiCommunicator::MpiCommunicator(MPI_Comm sub, int node_id, int device_rank, int device_ranks, int64_t max_chunk)
+    : comm_(sub), max_chunk_(max_chunk), device_rank_(device_rank), device_ranks_(device_ranks) {
   try {
     ST_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     ST_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
@@ -163,7 +165,7 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   ST_CHECK(color >= 0, "MpiCommunicator::split: color ", color, " must be >= 0");
   MPI_Comm sub = MPI_COMM_NULL;
   ST_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
-  return std::unique_ptr<Communicator>(new MpiCommunicator(sub, topology_.node_id, device_rank_, max_chunk_));
+  return std::unique_ptr<Communicator>(new MpiCommunicator(sub, topology_.node_id, device_rank_, device_ranks_, max_chunk_));
 }
 
 MpiCommunicator::~MpiCommunicator() { free_handle(); }
@@ -174,7 +176,8 @@ MpiCommunicator::MpiCommunicator(MpiCommunicator&& other) noexcept
       world_size_(other.world_size_),
       max_chunk_(other.max_chunk_),
       topology_(other.topology_),
-      device_rank_(other.device_rank_) {}
+      device_rank_(other.device_rank_),
+      device_ranks_(other.device_ranks_) {}
 
 MpiCommunicator& MpiCommunicator::operator=(MpiCommunicator&& other) noexcept {
   if (this != &other) {
@@ -185,6 +188,7 @@ MpiCommunicator& MpiCommunicator::operator=(MpiCommunicator&& other) noexcept {
     max_chunk_ = other.max_chunk_;
     topology_ = other.topology_;
     device_rank_ = other.device_rank_;
+    device_ranks_ = other.device_ranks_;
   }
   return *this;
 }

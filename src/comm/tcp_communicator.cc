@@ -75,16 +75,24 @@ TcpCommunicator::TcpCommunicator(TcpMesh mesh, const TcpCommunicatorOptions& opt
   if (with >= 0)
     for (int r = 0; r < n; ++r) world_->node_keys[r] = *world_->peers[r].node_id;
   topology_ = node_topology_from_keys(world_->node_keys, rank_);
-  device_rank_ = node_topology_from_keys(host_keys, rank_).local_rank;
+  const NodeTopology host = node_topology_from_keys(host_keys, rank_);
+  device_rank_ = host.local_rank;
+  device_ranks_ = host.local_size;
   if (options.launcher_local_rank >= 0 && options.launcher_local_rank != device_rank_) {
     ST_LOG_WARN("the launcher's LOCAL_RANK=", options.launcher_local_rank, " differs from this rank's index among the ",
                 "ranks of host ", hosts[rank_], " (", device_rank_, "); using the launcher's for the device");
     device_rank_ = options.launcher_local_rank;
+    device_ranks_ = std::max(device_ranks_, device_rank_ + 1);
   }
 }
 
-TcpCommunicator::TcpCommunicator(std::shared_ptr<World> world, std::vector<int> members, int rank, int device_rank)
-    : world_(std::move(world)), members_(std::move(members)), rank_(rank), device_rank_(device_rank) {
+TcpCommunicator::TcpCommunicator(std::shared_ptr<World> world, std::vector<int> members, int rank, int device_rank,
+                                 int device_ranks)
+    : world_(std::move(world)),
+      members_(std::move(members)),
+      rank_(rank),
+      device_rank_(device_rank),
+      device_ranks_(device_ranks) {
   std::vector<int64_t> keys;
   for (int w : members_) keys.push_back(world_->node_keys[w]);
   topology_ = node_topology_from_keys(keys, rank_);
@@ -275,7 +283,7 @@ std::unique_ptr<Communicator> TcpCommunicator::split(int color, int key) {
     if (group[i] == rank_) new_rank = static_cast<int>(i);
     members.push_back(members_[group[i]]);
   }
-  return std::unique_ptr<Communicator>(new TcpCommunicator(world_, std::move(members), new_rank, device_rank_));
+  return std::unique_ptr<Communicator>(new TcpCommunicator(world_, std::move(members), new_rank, device_rank_, device_ranks_));
 }
 
 }  // namespace st

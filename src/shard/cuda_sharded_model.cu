@@ -534,8 +534,8 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     ST_CHECK((!std::is_same_v<T, float>), "optim.offload needs a half-precision compute type");  // config refuses
     HostAdamW::Options o;
     o.threads = static_cast<int>(cfg.optim.offload_threads);
-    o.local_rank = comm.local_rank();
-    o.local_size = comm.local_size();
+    o.local_rank = comm.device_rank();  // the machine's CPUs, also under SHARDTRAIN_NODE_ID stand-ins
+    o.local_size = comm.device_ranks();
     host_adamw_ = std::make_unique<HostAdamW>(o);
     speculative_ = resolve_speculation();
     offload_.resize(units_.size());

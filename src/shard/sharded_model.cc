@@ -24,8 +24,8 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
   if (cfg.optim.offload != OffloadMode::kNone) {
     HostAdamW::Options o;
     o.threads = static_cast<int>(cfg.optim.offload_threads);
-    o.local_rank = comm.local_rank();
-    o.local_size = comm.local_size();
+    o.local_rank = comm.device_rank();  // the machine's CPUs, also under SHARDTRAIN_NODE_ID stand-ins
+    o.local_size = comm.device_ranks();
     offload_ = std::make_unique<HostAdamW>(o);
   }
   const int world = groups_.shard().world_size(), rank = groups_.shard().rank();

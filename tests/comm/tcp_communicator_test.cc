@@ -202,6 +202,7 @@ TEST(TcpCommunicatorTest, TopologyFromHostNamesAndSplit) {
         EXPECT_EQ(c.local_rank(), r / 2);
         EXPECT_EQ(c.local_size(), 2);
         EXPECT_EQ(c.device_rank(), r / 2);
+        EXPECT_EQ(c.device_ranks(), 2);
         // Node groups, ranked in reverse by key.
         auto node = c.split(c.node_id(), -r);
         EXPECT_EQ(node->world_size(), 2);
@@ -242,6 +243,8 @@ TEST(TcpCommunicatorTest, NodeIdOverrideAndMixedOverrideIsBadInput) {
         EXPECT_EQ(c.num_nodes(), 2);
         EXPECT_EQ(c.node_id(), c.rank() == 2 ? 1 : 0);
         EXPECT_EQ(c.device_rank(), c.rank());  // one host name: the device index ignores the override
+        EXPECT_EQ(c.device_ranks(), 3);
+        EXPECT_EQ(c.split(0, c.rank())->device_ranks(), 3);
       });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(out[r].error, "") << "rank " << r;
   port = free_port();

@@ -199,6 +199,12 @@ void check_topology(Checker& check, int rank, int world) {
                  st::str_cat("SHARDTRAIN_NODE_ID topology: node ", comm.node_id(), " local ", comm.local_rank(), "/",
                              comm.local_size(), " nodes ", comm.num_nodes(), "; expected node ", parity, " local ",
                              rank / 2, "/", expect_size, " nodes ", expect_nodes));
+    // The machine's processes are still all of them: device_rank/device_ranks ignore the override (GPUs and the
+    // host AdamW's CPU slices are the host's), in the world and in a split of it.
+    check.expect(comm.device_rank() == rank && comm.device_ranks() == world,
+                 st::str_cat("SHARDTRAIN_NODE_ID device rank ", comm.device_rank(), "/", comm.device_ranks(),
+                             "; expected ", rank, "/", world));
+    check.expect(comm.split(parity, rank)->device_ranks() == world, "a split keeps device_ranks()");
     // The collectives do not care about nodes; run one across them.
     std::vector<double> x(5, rank + 1.0);
     comm.all_reduce(x.data(), 5);

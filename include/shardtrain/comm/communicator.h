@@ -55,6 +55,9 @@ class Communicator {
   // This process's index among the processes of its machine: which GPU it drives. The shared-memory local
   // rank, which SHARDTRAIN_NODE_ID does not change (stand-in nodes on one host still use different GPUs).
   virtual int device_rank() const { return local_rank(); }
+  // How many processes run on this machine (device_rank()'s range), whatever SHARDTRAIN_NODE_ID says: the host
+  // AdamW threads of optimizer offload split the machine's CPUs by it.
+  virtual int device_ranks() const { return local_size(); }
   // "mpi", "tcp", "fake", "solo".
   virtual std::string kind() const = 0;
   // The watchdog that puts this communicator's collectives under a deadline (watched_communicator.h), or null.

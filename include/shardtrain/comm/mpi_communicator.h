@@ -61,6 +61,7 @@ class MpiCommunicator final : public Communicator {
   int local_rank() const override { return topology_.local_rank; }
   int local_size() const override { return topology_.local_size; }
   int device_rank() const override { return device_rank_; }
+  int device_ranks() const override { return device_ranks_; }
   std::string kind() const override { return "mpi"; }
 
   void all_gather(const float* send, int64_t count, float* recv) override;
@@ -80,7 +81,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   // Takes ownership of `sub` (from MPI_Comm_split); `node_id` is this rank's node in the parent's numbering.
-  MpiCommunicator(MPI_Comm sub, int node_id, int device_rank, int64_t max_chunk);
+  MpiCommunicator(MPI_Comm sub, int node_id, int device_rank, int device_ranks, int64_t max_chunk);
   void free_handle() noexcept;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -88,7 +89,8 @@ class MpiCommunicator final : public Communicator {
   int world_size_ = 1;
   int64_t max_chunk_ = INT_MAX;
   NodeTopology topology_;
-  int device_rank_ = 0;  // the shared-memory local rank (device_rank())
+  int device_rank_ = 0;   // the shared-memory local rank (device_rank())
+  int device_ranks_ = 1;  // the shared-memory local size (device_ranks())
 };
 
 }  // namespace st

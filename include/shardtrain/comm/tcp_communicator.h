@@ -57,6 +57,7 @@ class TcpCommunicator final : public Communicator {
   int local_rank() const override { return topology_.local_rank; }
   int local_size() const override { return topology_.local_size; }
   int device_rank() const override { return device_rank_; }
+  int device_ranks() const override { return device_ranks_; }
   std::string kind() const override { return "tcp"; }
   int num_nodes() const { return topology_.num_nodes; }
 
@@ -72,7 +73,8 @@ class TcpCommunicator final : public Communicator {
   struct World;
 
  private:
-  TcpCommunicator(std::shared_ptr<World> world, std::vector<int> members, int rank, int device_rank);
+  TcpCommunicator(std::shared_ptr<World> world, std::vector<int> members, int rank, int device_rank,
+                  int device_ranks);
 
   template <typename T>
   void all_gather_impl(const T* send, int64_t count, T* recv, const char* op);
@@ -86,6 +88,7 @@ class TcpCommunicator final : public Communicator {
   int rank_ = 0;
   NodeTopology topology_;
   int device_rank_ = 0;
+  int device_ranks_ = 1;  // ranks on this host (device_ranks())
 };
 
 }  // namespace st

@@ -29,6 +29,7 @@ class WatchedCommunicator final : public Communicator {
   int local_rank() const override { return inner_.local_rank(); }
   int local_size() const override { return inner_.local_size(); }
   int device_rank() const override { return inner_.device_rank(); }
+  int device_ranks() const override { return inner_.device_ranks(); }
   std::string kind() const override { return inner_.kind(); }
   Watchdog* watchdog() const override { return &watchdog_; }
   std::string name() const override { return name_; }
