@@ -68,6 +68,16 @@ if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
     set_tests_properties(mpi.sharding.hybrid.2x2.bucket_${bucket} PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;SHARD_GROUP=2")
   endforeach()
+  # Hybrid with the optimizer on host threads: the gradient shards are summed across nodes before the host AdamW
+  # reads them.
+  add_test(NAME mpi.sharding.hybrid.2x2.offload
+           COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/mpi_equivalence_test.py
+                   ${CMAKE_BINARY_DIR}/shardtrain_2_ranks_per_node.sh ${MPIRUN_EXECUTABLE} 4
+                   ${CMAKE_BINARY_DIR}/mpi_sharding_offload ${CMAKE_SOURCE_DIR}/configs/tiny.ini
+                   --train.steps=20 --train.global_batch=12 --train.micro_batch=1 --model.seq_len=64
+                   --optim.lr=1e-3 --optim.eps=1e-6 --dist.sharding=hybrid --optim.offload=optimizer)
+  set_tests_properties(mpi.sharding.hybrid.2x2.offload PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;SHARD_GROUP=2")
   add_test(NAME mpi.sharding.checkpoints_cross
            COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/hybrid_checkpoint_test.py
                    ${CMAKE_BINARY_DIR}/shardtrain_2_ranks_per_node.sh ${MPIRUN_EXECUTABLE}
