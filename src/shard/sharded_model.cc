@@ -64,6 +64,7 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
 void ShardedModel::zero_grads() {
   settle();
   summed_across_nodes_ = false;
+  if (buckets_) buckets_->drop();  // a step cut short (an exception in its backward) left units in a bucket
   for (UnitShard& s : shards_) std::fill(s.grad.begin(), s.grad.end(), 0.0f);
 }
 
