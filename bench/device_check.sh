@@ -5,9 +5,14 @@
 #   bash bench/device_check.sh [all|build|test|bench]      # default all
 #   BENCH_STEPS=20 BENCH_CASES="1:16 2:16 2:32 2:16:350m 2:32:124m:nop2p" bash bench/device_check.sh bench
 #
-# BENCH_CASES lists GPUS:MICRO_BATCH[:MODEL[:nop2p]] cases (MODEL 124m (default) or 350m; nop2p runs both
-# trainers with NCCL_P2P_DISABLE=1, the dual-RTX-4090 stand-in), GPT-2 at T=1024, bf16, random tokens. The peer is
-# .peer/fsdp2_gpt2.py (a copy of shared/reference/fsdp2_gpt2.py; carry .peer with the call) when present.
+# BENCH_CASES lists GPUS:MICRO_BATCH[:MODEL[:FLAGS]] cases, GPT-2 at T=1024, bf16, random tokens: MODEL 124m
+# (default), 350m or 1.5b; FLAGS a '+'-joined list, each given to both trainers:
+#   nop2p     NCCL_P2P_DISABLE=1 (the dual-RTX-4090 stand-in)
+#   offload   --optim.offload=optimizer / --offload
+#   cap24     --dist.max_gpu_mem_gib=24 / --mem-cap-gib 24 (a 24 GB card)
+#   recompute --train.recompute=true / --recompute
+# e.g. BENCH_CASES="2:16:350m 2:16:350m:offload 2:4:1.5b:nop2p+cap24+recompute 2:4:1.5b:nop2p+cap24+recompute+offload".
+# The peer is .peer/fsdp2_gpt2.py (a copy of shared/reference/fsdp2_gpt2.py; carry .peer with the call) when present.
 # The bench stage also runs bench_gemm_shapes (each GEMM of a GPT-2 124M step through our cuBLASLt layer)
 # and, with 2 GPUs, bench_collectives (NcclCommunicator vs raw NCCL busbw); BENCH_EXTRAS=0 skips both.
 set -uo pipefail
@@ -63,19 +68,30 @@ PY
   table=("$(printf '%-22s %-13s %-10s %-7s %-14s %-10s %-11s %-9s %s' case system tok/s mfu "peak GiB/rank" \
     "median ms" "compute ms" "comm ms" "ours/fsdp2")")
   for c in $BENCH_CASES; do
-    IFS=: read -r g b model link <<<"$c"
+    IFS=: read -r g b model flags <<<"$c"
     model=${model:-124m}
     case $model in
       124m) peer_model=(--layers 12 --dim 768 --heads 12) ;;
       350m) peer_model=(--layers 24 --dim 1024 --heads 16) ;;
-      *) echo "BENCH_CASES: unknown model '$model' in '$c' (124m or 350m)"; exit 2 ;;
+      1.5b) peer_model=(--layers 48 --dim 1600 --heads 25) ;;
+      *) echo "BENCH_CASES: unknown model '$model' in '$c' (124m, 350m or 1.5b)"; exit 2 ;;
     esac
-    link_env=()
-    [[ $link == nop2p ]] && link_env=(NCCL_P2P_DISABLE=1)
-    tag="${model}_g${g}_b${b}${link:+_$link}"
+    link_env=() ours_flags=() peer_flags=()
+    IFS=+ read -ra flag_list <<<"$flags"
+    for f in "${flag_list[@]}"; do
+      case $f in
+        nop2p) link_env=(NCCL_P2P_DISABLE=1) ;;
+        offload) ours_flags+=(--optim.offload=optimizer); peer_flags+=(--offload) ;;
+        cap24) ours_flags+=(--dist.max_gpu_mem_gib=24); peer_flags+=(--mem-cap-gib 24) ;;
+        recompute) ours_flags+=(--train.recompute=true); peer_flags+=(--recompute) ;;
+        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, offload, cap24, recompute)"; exit 2 ;;
+      esac
+    done
+    tag="${model}_g${g}_b${b}${flags:+_${flags//+/-}}"
     row=$(env "${link_env[@]}" TT_DIR="$OUT/tt" bash bench/train_throughput.sh "$BUILD" "$g" "configs/gpt2-$model.ini" \
       --train.dtype=bf16 --data.path="$data" --data.val_path= --data.val_holdout=0.01 --train.micro_batch="$b" \
-      --train.global_batch=$((b * g)) --train.steps="$BENCH_STEPS" --log.every=5 --optim.warmup_steps=5)
+      --train.global_batch=$((b * g)) --train.steps="$BENCH_STEPS" --log.every=5 --optim.warmup_steps=5 \
+      "${ours_flags[@]}")
     if [[ $row == FAILED* ]]; then table+=("$(printf '%-22s %-13s %s' "$tag" shardtrain "$row")"); continue; fi
     read -r tok mfu peak ms compute comm _ <<<"$row"
     table+=("$(printf '%-22s %-13s %-10s %-7s %-14s %-10s %-11s %-9s' "$tag" shardtrain "$tok" "$mfu" "$peak" "$ms" \
@@ -83,7 +99,7 @@ PY
     if [[ -f .peer/fsdp2_gpt2.py ]]; then
       j="$OUT/fsdp2_$tag.json"
       env "${link_env[@]}" torchrun --nproc_per_node="$g" .peer/fsdp2_gpt2.py "${peer_model[@]}" --B "$b" \
-        --steps "$BENCH_STEPS" --json "$j" >"$OUT/fsdp2_$tag.log" 2>&1 </dev/null
+        --steps "$BENCH_STEPS" "${peer_flags[@]}" --json "$j" >"$OUT/fsdp2_$tag.log" 2>&1 </dev/null
       if [[ -f $j ]]; then
         table+=("$(python3 - "$j" "$tag" "$tok" <<'PY'
 import json, sys
