@@ -62,11 +62,18 @@ UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world) {
   return s;
 }
 
-// The NCCL communicator of groups.shard(): the world's own under full sharding; in hybrid split from `world` with the
-// colour and key of make_sharding_groups' node split (the node, ranks in world order).
+// The NCCL communicator of groups.shard(): the world's own under full sharding; in hybrid split from `world` as
+// make_sharding_groups split the host communicators (node_split).
 NcclCommunicator shard_nccl(const ShardingGroups& g, Communicator& comm, NcclCommunicator* world) {
   if (world == nullptr) return NcclCommunicator(g.shard());
-  return NcclCommunicator(*world, *g.node, comm.node_id(), comm.rank());
+  const SplitSpec s = node_split(comm);
+  return NcclCommunicator(*world, *g.node, s.color, s.key);
+}
+// Hybrid's replica groups the same way (replica_split); null under full sharding.
+std::unique_ptr<NcclCommunicator> replica_nccl(const ShardingGroups& g, Communicator& comm, NcclCommunicator* world) {
+  if (world == nullptr) return nullptr;
+  const SplitSpec s = replica_split(comm);
+  return std::make_unique<NcclCommunicator>(*world, *g.replica, s.color, s.key);
 }
 
 // What the communication plan adds to the device memory: the prefetch depth sizes the pools, hybrid's all-reduce
@@ -452,9 +459,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       groups_(make_sharding_groups(cfg, comm, cuda_auto_inputs<T>(cfg, comm))),
       world_nccl_(groups_.replica ? std::make_unique<NcclCommunicator>(comm) : nullptr),  // binds this rank's GPU
       nccl_(shard_nccl(groups_, comm, world_nccl_.get())),  // binds this rank's GPU before anything is allocated
-      replica_nccl_(groups_.replica ? std::make_unique<NcclCommunicator>(*world_nccl_, *groups_.replica,
-                                                                         comm.local_rank(), comm.node_id())
-                                    : nullptr),
+      replica_nccl_(replica_nccl(groups_, comm, world_nccl_.get())),
       tuning_(resolve_comm_tuning(cfg.dist, shard_link(groups_), groups_.replica != nullptr)),
       buckets_(groups_.replica ? std::make_unique<ReplicaBuckets>(
                                      [&] {
@@ -625,7 +630,8 @@ bool CudaShardedModel<T>::resolve_speculation() const {
   for (size_t u = 0; u < units_.size(); ++u)
     if (offload(static_cast<int>(u))) elements += host_[u].slot;
   std::string why;
-  const bool on = speculative_copy_fits(12 * elements, comm_.local_size(), host_available_bytes(), &why);
+  // The machine's processes share its memory, whatever SHARDTRAIN_NODE_ID says.
+  const bool on = speculative_copy_fits(12 * elements, comm_.device_ranks(), host_available_bytes(), &why);
   if (comm_.rank() == 0)
     ST_LOG_INFO("optim.offload_speculative=auto: ", on ? "on" : "off (it would take over half of it)", " (", why, ")");
   return on;

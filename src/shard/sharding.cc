@@ -93,6 +93,9 @@ double fastest_collective_seconds(Communicator& comm, const std::function<void()
   return best;
 }
 
+SplitSpec node_split(const Communicator& world) { return {world.node_id(), world.rank()}; }
+SplitSpec replica_split(const Communicator& world) { return {world.local_rank(), world.node_id()}; }
+
 ShardingGroups make_sharding_groups(const Config& cfg, Communicator& world, const AutoShardingInputs& in) {
   ShardingGroups g;
   g.world = &world;
@@ -127,9 +130,9 @@ ShardingGroups make_sharding_groups(const Config& cfg, Communicator& world, cons
                     " ranks, hybrid needs equal nodes (dist.sharding=auto)");
     return g;
   }
-  // Same color = same group; ranked by world rank (node group) or by node (replica group).
-  std::unique_ptr<Communicator> node = world.split(world.node_id(), world.rank());
-  std::unique_ptr<Communicator> replica = world.split(world.local_rank(), world.node_id());
+  const SplitSpec ns = node_split(world), rs = replica_split(world);
+  std::unique_ptr<Communicator> node = world.split(ns.color, ns.key);
+  std::unique_ptr<Communicator> replica = world.split(rs.color, rs.key);
   if (asked == ShardingMode::kAuto) {
     // One kind of group at a time on every rank (the groups of a kind at once, as training runs them: the replica
     // groups share the node's network link); the means over all ranks decide, the same on every rank.

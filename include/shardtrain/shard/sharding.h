@@ -88,6 +88,14 @@ double host_busbw(Communicator& comm, CollectiveOp op);
 // warm-up call. Collective. (auto's bandwidth measurement and `shardtrain topo`.)
 double fastest_collective_seconds(Communicator& comm, const std::function<void()>& op);
 
+// The colour and key of hybrid's splits of `world` (Communicator::split here, ncclCommSplit on GPUs, which must agree):
+// node groups ranked by world rank; replica groups (the ranks of every node with one local rank) ranked by node.
+struct SplitSpec {
+  int color = 0, key = 0;
+};
+SplitSpec node_split(const Communicator& world);
+SplitSpec replica_split(const Communicator& world);
+
 // Collective over `world`. kBadInput for dist.sharding=hybrid when the nodes have different numbers of ranks.
 // With one node hybrid is full sharding (and says so). `in` is used by dist.sharding=auto only.
 ShardingGroups make_sharding_groups(const Config& cfg, Communicator& world, const AutoShardingInputs& in = {});
