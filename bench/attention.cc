@@ -105,7 +105,7 @@ void run(int B, int T, int C, int NH, int iters) {
 #endif
 
 int main(int argc, char** argv) {
-  try {
+  return st::bench::gpu_main("bench_attention", [&] {
 #ifdef SHARDTRAIN_HAVE_CUDA
     int B = 16, T = 1024, C = 768, NH = 12, iters = 20;
     st::bench::parse_int_flags(
@@ -117,14 +117,7 @@ int main(int argc, char** argv) {
           "--n-head; got B=",
           B, " T=", T, " C=", C, " NH=", NH, " iters=", iters);
     }
-    if (st::cuda_device_count() == 0) ST_BAD_INPUT("bench_attention: no CUDA device visible");
     st::run(B, T, C, NH, iters);
-#else
-    ST_BAD_INPUT("bench_attention needs the CUDA backend; this build has none");
 #endif
-    return 0;
-  } catch (const st::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return st::exit_code_for(e.kind());
-  }
+  });
 }

@@ -1,10 +1,11 @@
-// Shared by the single-GPU kernel benchmarks (bench/attention.cc, bench/gemm_shapes.cc): integer
-// `--name value` options and, with the CUDA backend, median timing with CUDA events and random bf16 operands.
+// Shared by the single-GPU kernel benchmarks (bench/attention.cc, bench/gemm_shapes.cc, bench/layernorm.cc):
+// integer `--name value` options and, with the CUDA backend, median timing with CUDA events and random operands.
 // Not a target of its own: CMakeLists.txt builds each bench/*.cc as a binary.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
@@ -48,6 +49,27 @@ inline void parse_int_flags(int argc, char** argv, const char* program, std::ini
   }
 }
 
+// A single-GPU benchmark's main: runs body() (which parses the flags and runs the cases) and returns 0, or prints
+// the st::Error it threw and returns that error's exit code. Without the CUDA backend or a visible device, body
+// does not run and the error names `program`. body's code must itself sit inside #ifdef SHARDTRAIN_HAVE_CUDA.
+//   int main(int argc, char** argv) { return st::bench::gpu_main("bench_x", [&] { ... }); }
+template <typename Body>
+int gpu_main(const char* program, Body&& body) {
+  try {
+#ifdef SHARDTRAIN_HAVE_CUDA
+    if (cuda_device_count() == 0) ST_BAD_INPUT(program, ": no CUDA device visible");
+    body();
+#else
+    (void)body;
+    ST_BAD_INPUT(program, " needs the CUDA backend; this build has none");
+#endif
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return exit_code_for(e.kind());
+  }
+}
+
 #ifdef SHARDTRAIN_HAVE_CUDA
 
 // Median milliseconds of `iters` (>= 1) calls of fn(), after 3 untimed warm-up calls; each call is timed by a
@@ -70,18 +92,24 @@ double median_ms(cudaStream_t s, int iters, Fn fn) {
   return ms[ms.size() / 2];
 }
 
-// n bf16 values scale * N(0, 1) on the device, element i from st::normal_at(7, stream, i); complete on return
-// (the copy is synchronised, so kernels on a non-blocking stream see it).
-inline DeviceBuffer<bf16> random_bf16(int64_t n, uint64_t stream, double scale = 1.0) {
-  std::vector<bf16> h(static_cast<size_t>(n));
+// n values of T (float, bf16 or fp16) scale * N(0, 1) + shift on the device, element i from
+// st::normal_at(7, stream, i); complete on return (the copy is synchronised, so kernels on a non-blocking stream
+// see it).
+template <typename T>
+DeviceBuffer<T> random_device(int64_t n, uint64_t stream, double scale = 1.0, double shift = 0.0) {
+  std::vector<T> h(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    const double x = scale * normal_at(7, stream, static_cast<uint64_t>(i));
-    h[static_cast<size_t>(i)] = __float2bfloat16(static_cast<float>(x));
+    const double x = shift + scale * normal_at(7, stream, static_cast<uint64_t>(i));
+    h[static_cast<size_t>(i)] = static_cast<T>(static_cast<float>(x));
   }
-  DeviceBuffer<bf16> d(n);
+  DeviceBuffer<T> d(n);
   ST_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), d.bytes(), cudaMemcpyHostToDevice));
   ST_CUDA_CHECK(cudaDeviceSynchronize());
   return d;
+}
+
+inline DeviceBuffer<bf16> random_bf16(int64_t n, uint64_t stream, double scale = 1.0) {
+  return random_device<bf16>(n, stream, scale);
 }
 
 #endif  // SHARDTRAIN_HAVE_CUDA

@@ -90,6 +90,7 @@ Manifest make_manifest(const Config& cfg, ModelBackend& model, const CheckpointS
   m.loss_scale = state.loss_scale;
   m.loss_scale_good_steps = state.loss_scale_good_steps;
   m.skipped_steps = state.skipped_steps;
+  m.gemm_algorithms = model.gemm_algorithms();
   return m;
 }
 
@@ -294,6 +295,7 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
     }
   }
   model.push_state();
+  if (!m.gemm_algorithms.empty()) model.use_gemm_algorithms(m.gemm_algorithms);
   CheckpointState s;
   s.step = m.step;
   s.optimizer_updates = m.optimizer_updates;

@@ -322,6 +322,11 @@ std::string manifest_to_json(const Manifest& m) {
   }
   j["units"] = std::move(units);
   j["config_ini"] = m.config_ini;
+  if (!m.gemm_algorithms.empty()) {
+    j["gemm_algorithms"] = {{"device", m.gemm_algorithms.device},
+                            {"library", m.gemm_algorithms.library},
+                            {"plans", m.gemm_algorithms.plans}};
+  }
   return j.dump(2) + "\n";
 }
 
@@ -360,6 +365,13 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   const json& units = r.array(j, "", "units");
   for (size_t i = 0; i < units.size(); ++i) m.units.push_back(parse_unit(r, units[i], index("units", i)));
   m.config_ini = r.string(j, "", "config_ini");
+  // Added with GEMM tuning; optional (the cpu backend records none).
+  if (j.contains("gemm_algorithms")) {
+    const json& g = r.object(j, "", "gemm_algorithms");
+    m.gemm_algorithms.device = r.string(g, "gemm_algorithms", "device");
+    m.gemm_algorithms.library = r.i64(g, "gemm_algorithms", "library");
+    m.gemm_algorithms.plans = r.string(g, "gemm_algorithms", "plans");
+  }
   validate_manifest(m, path);
   return m;
 }

@@ -270,6 +270,11 @@ const std::vector<Key>& keys() {
           "bytes of text generated at the end of a byte-level run (0: none)"),
       key("train", "recompute", &Config::train, &TrainConfig::recompute,
           "keep only each block's input and recompute its activations in backward (less memory)"),
+      key("train", "gemm_autotune", &Config::train, &TrainConfig::gemm_autotune,
+          "cuda: time the first N algorithms cuBLASLt's heuristic lists for each GEMM shape and keep the fastest "
+          "(rank 0 times, every rank takes its pick; checkpoints keep the picks, so a resumed run computes the same "
+          "bits). 0 or 1: the heuristic's first (the default: timed picks win alone but lost in sustained training on "
+          "H200s). The cpu backend takes 0 only"),
       key("train", "device", &Config::train, &TrainConfig::device,
           "cpu (fp32 reference, OpenBLAS, MPI) or cuda (one GPU per rank, NCCL)"),
       key("train", "dtype", &Config::train, &TrainConfig::dtype,
@@ -680,6 +685,11 @@ std::vector<std::string> check(const Config& c) {
   if (c.dist.prefetch_depth < -1 || c.dist.prefetch_depth > kMaxPrefetchDepth)
     add("dist.prefetch_depth (", c.dist.prefetch_depth, ") must be -1 (the link's default) or in [0, ",
         kMaxPrefetchDepth, "]");
+  if (c.train.gemm_autotune < 0 || c.train.gemm_autotune > kMaxGemmCandidates)
+    add("train.gemm_autotune (", c.train.gemm_autotune, ") must be in [0, ", kMaxGemmCandidates, "]");
+  if (c.train.device == Device::kCpu && c.train.gemm_autotune != 0)
+    add("train.gemm_autotune (", c.train.gemm_autotune, ") applies to train.device=cuda (cuBLASLt); the cpu backend "
+        "takes 0 only");
   if (c.train.device == Device::kCpu && c.dist.prefetch_depth != -1)
     add("dist.prefetch_depth (", c.dist.prefetch_depth, ") applies to train.device=cuda; the cpu backend gathers "
         "each unit when it is needed and takes -1 only");

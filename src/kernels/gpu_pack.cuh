@@ -149,17 +149,35 @@ struct Add {
 // c in [0, C), where part holds per-chunk partial sums (fp32). A block covers 32 columns with
 // kFinishLanes lanes down the chunks: lane y adds chunks y, y + kFinishLanes, ... in order, then lane 0 adds
 // the lanes' sums in order. The tree depends only on `chunks`, so the result is the same on every run; and
-// each thread's loads are independent, so hundreds of chunks cost a few memory latencies, not hundreds.
+// each thread's loads are independent (issued kFinishBatch at a time), so hundreds of chunks cost a few memory
+// latencies, not hundreds. blockIdx.y picks one of two (out, part) pairs, so two column sums of the same
+// shape can finish in one launch.
 constexpr int kFinishLanes = 32;
+constexpr int kFinishBatch = 24;  // one round for up to 768 chunks (LayerNorm makes about that many)
 
 template <typename T>
 __global__ void __launch_bounds__(kWarpSize* kFinishLanes)
-    finish_column_sums_kernel(T* out, const float* part, int64_t chunks, int C) {
+    finish_column_sums_kernel(T* out0, const float* part0, T* out1, const float* part1, int64_t chunks, int C) {
   __shared__ float lanes[kFinishLanes][kWarpSize + 1];
+  T* out = blockIdx.y == 0 ? out0 : out1;
+  const float* part = blockIdx.y == 0 ? part0 : part1;
   const int c = blockIdx.x * kWarpSize + threadIdx.x;
   float acc = 0.0f;
-  if (c < C)
-    for (int64_t g = threadIdx.y; g < chunks; g += kFinishLanes) acc += part[g * C + c];
+  if (c < C) {
+    // kFinishBatch loads in flight at a time, whatever `chunks` is (an unrolled loop with a remainder would run
+    // the remainder's loads one after another); the additions stay in chunk order.
+    for (int64_t g0 = threadIdx.y; g0 < chunks; g0 += kFinishLanes * kFinishBatch) {
+      float v[kFinishBatch];
+#pragma unroll
+      for (int u = 0; u < kFinishBatch; ++u) {
+        const int64_t g = g0 + u * kFinishLanes;
+        v[u] = g < chunks ? part[g * C + c] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kFinishBatch; ++u)
+        if (g0 + u * kFinishLanes < chunks) acc += v[u];
+    }
+  }
   lanes[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y != 0 || c >= C) return;
@@ -168,11 +186,26 @@ __global__ void __launch_bounds__(kWarpSize* kFinishLanes)
   out[c] = from_f32<T>(to_f32(out[c]) + sum);
 }
 
+// Launches the first `outputs` (1 or 2) of the finishes (out0, part0), (out1, part1).
+template <typename T>
+void launch_finish_column_sums(unsigned outputs, T* out0, const float* part0, T* out1, const float* part1,
+                               int64_t chunks, int C, cudaStream_t stream) {
+  const dim3 grid((C + kWarpSize - 1) / kWarpSize, outputs);
+  finish_column_sums_kernel<<<grid, dim3(kWarpSize, kFinishLanes), 0, stream>>>(out0, part0, out1, part1, chunks, C);
+  ST_CUDA_CHECK_LAUNCH();
+}
+
 template <typename T>
 void finish_column_sums(T* out, const float* part, int64_t chunks, int C, cudaStream_t stream) {
-  finish_column_sums_kernel<<<(C + kWarpSize - 1) / kWarpSize, dim3(kWarpSize, kFinishLanes), 0, stream>>>(
-      out, part, chunks, C);
-  ST_CUDA_CHECK_LAUNCH();
+  launch_finish_column_sums(1, out, part, out, part, chunks, C, stream);
+}
+
+// Two column sums over the same chunks and C in one launch: out0 from part0 and out1 from part1, each exactly as
+// finish_column_sums would (LayerNorm's dweight and dbias).
+template <typename T>
+void finish_column_sums_pair(T* out0, const float* part0, T* out1, const float* part1, int64_t chunks, int C,
+                             cudaStream_t stream) {
+  launch_finish_column_sums(2, out0, part0, out1, part1, chunks, C, stream);
 }
 
 }  // namespace st::gpu::kernels_internal

@@ -14,23 +14,55 @@ namespace {
 constexpr int kRowsPerBlock = 8;
 constexpr int kRowBlock = kRowsPerBlock * kWarpSize;
 
-// dweight/dbias: a block covers kWarpSize packs of columns and one chunk of rows, with kRowLanes threads
-// down the rows. Chunks are a function of N alone (never of the device), so the summation tree, and with
-// it every bit of the result, is the same on every run and every GPU.
+// Row kernels that keep a whole row in registers, kPacks packs of kVec per lane (lane l has packs l, l + 32, ...):
+// up to kMaxRowPacks, i.e. C <= 2560 in bf16/fp16 and C <= 1280 in fp32 when packed. Instantiated for the pack
+// counts of row_pack_tiers (a row of fewer packs runs in the next larger tier; the missing packs are skipped).
+constexpr int kMaxRowPacks = 10;
+
+// Calls f(Width<P>()) for the smallest instantiated P >= packs (1 <= packs <= kMaxRowPacks). The tiers are
+// GPT-2's widths in bf16: 768 (3 packs a lane), 1024 (4), 1600 (7), 2560 (10).
+template <typename F>
+void row_pack_tiers(int packs, F&& f) {
+  if (packs <= 2)
+    f(Width<2>());
+  else if (packs <= 3)
+    f(Width<3>());
+  else if (packs <= 4)
+    f(Width<4>());
+  else if (packs <= 7)
+    f(Width<7>());
+  else
+    f(Width<kMaxRowPacks>());
+}
+
+// dweight/dbias are summed per chunk of rows into part_w/part_b[chunk, C], then over chunks in order
+// (finish_column_sums_pair). Chunks are a function of N alone (never of the device), so the summation tree, and
+// with it every bit of the result, is the same on every run and every GPU. About kTargetChunks chunks: one block
+// of the fused backward each, which at C = 1024 is one wave on an H200 (132 SMs x 6 blocks = 792 slots; 683 chunks
+// at N = 16384) while the partials (2 * chunks * C floats, written and read back through L2) stay ~5% of the
+// rows' traffic. Rows per chunk are a multiple of kFusedWarps so the fused block's warps get equal shares.
+constexpr int64_t kTargetChunks = 768;
+constexpr int64_t kMinChunkRows = 8;
+
+// Fused backward: blocks of kFusedWarps warps (one row per warp at a time).
+constexpr int kFusedWarps = 4;
+constexpr int kFusedThreads = kFusedWarps * kWarpSize;
+
+int64_t chunk_rows(int64_t N) {
+  const int64_t rows = std::max(kMinChunkRows, (N + kTargetChunks - 1) / kTargetChunks);
+  return (rows + kFusedWarps - 1) / kFusedWarps * kFusedWarps;
+}
+
+int64_t num_chunks(int64_t N) { return (N + chunk_rows(N) - 1) / chunk_rows(N); }
+
+// dweight/dbias of the two-kernel backward: a block covers kWarpSize packs of columns and one chunk of rows, with
+// kRowLanes threads down the rows.
 constexpr int kRowLanes = 8;
-constexpr int64_t kMaxChunks = 256;
-constexpr int64_t kMinChunkRows = 32;
-
-int64_t chunk_rows(int64_t N) { return std::max(kMinChunkRows, (N + kMaxChunks - 1) / kMaxChunks); }
-
-// Packs per lane of the fused backward: it covers C <= kMaxFusedPacks * 32 * kVec.
-constexpr int kMaxFusedPacks = 4;
 
 __device__ __forceinline__ unsigned char* dynamic_smem() {
   extern __shared__ __align__(16) unsigned char st_layernorm_smem[];
   return st_layernorm_smem;
 }
-int64_t num_chunks(int64_t N) { return (N + chunk_rows(N) - 1) / chunk_rows(N); }
 
 template <int kVec, typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
@@ -155,91 +187,209 @@ __global__ void layernorm_backward_partials_kernel(float* part_w, float* part_b,
   }
 }
 
-// Fused backward for half-precision rows of up to kPacks * 32 packs (C <= 1024 in bf16/fp16): one pass over the rows
-// instead of the two kernels above (which read inp and dout twice from memory). Block = kRowsPerBlock warps over
-// one chunk of rows (the same chunks as the partials kernel); a warp takes a row at a time, its lanes always the
-// same columns, so each lane sums norm * dout and dout for its columns in registers. The second half of a row
-// re-reads inp and dout, which the first half has just brought into L1: keeping them in registers instead
-// would cost 64 registers a thread at C = 1024 and halve the blocks an SM holds. The warps then add their
-// sums into shared memory one warp after another (fixed order), and the block writes part_w/part_b[chunk, C] for
-// finish_column_sums: bit-reproducible, as before.
+// A row's packs [0, kPacks) of this lane, raw (T, not yet fp32: half the registers for half types); packs past C
+// are left unread.
 template <int kVec, int kPacks, typename T>
-__global__ void __launch_bounds__(kRowBlock, 2)
-    layernorm_backward_fused_kernel(T* dinp, float* part_w, float* part_b, const T* dout, const T* inp,
-                                    const T* weight, const float* mean, const float* rstd, int64_t N, int C,
-                                    int64_t rows_per_chunk) {
-  float* sh_w = reinterpret_cast<float*>(dynamic_smem());
-  float* sh_b = sh_w + C;
+struct RowPacks {
+  Pack<T, kVec> p[kPacks];
+
+  __device__ __forceinline__ void load(const T* row, int lane, int C) {
+#pragma unroll
+    for (int i = 0; i < kPacks; ++i) {
+      const int c = column(i, lane);
+      if (c < C) p[i] = *reinterpret_cast<const Pack<T, kVec>*>(row + c);
+    }
+  }
+  __device__ __forceinline__ float at(int i, int k) const { return to_f32(p[i].v[k]); }
+  // Makes the packs opaque to the compiler, so that fp32 values converted from them before this point are not
+  // kept alive for uses after it: without it, the fused backward held its whole row as fp32 across the row
+  // reductions (twice the registers, and spills in bf16) instead of converting again, which costs a shift.
+  __device__ __forceinline__ void reconvert_after() {
+#pragma unroll
+    for (int i = 0; i < kPacks; ++i) {
+      unsigned* words = reinterpret_cast<unsigned*>(p[i].v);
+#pragma unroll
+      for (int j = 0; j < static_cast<int>(sizeof(p[i]) / sizeof(unsigned)); ++j) asm volatile("" : "+r"(words[j]));
+    }
+  }
+  // First column of pack i of `lane`.
+  static __device__ __forceinline__ int column(int i, int lane) { return (i * kWarpSize + lane) * kVec; }
+};
+
+// Forward for packed rows of up to kPacks packs a lane: one warp per row, as layernorm_forward_kernel, but the row
+// is loaded once, every pack's load in flight at once, and both passes of the (two-pass) variance read it from
+// registers. The sums run over the same packs and elements in the same order as layernorm_forward_kernel's, so
+// the results are bit-identical to it.
+template <int kVec, int kPacks, typename T>
+__global__ void __launch_bounds__(kRowBlock)
+    layernorm_forward_rows_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
+                                  int64_t N, int C) {
+  using Row = RowPacks<kVec, kPacks, T>;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t nwarps = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
+  for (int64_t n = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize; n < N; n += nwarps) {
+    Row x;
+    x.load(inp + n * C, lane, C);
+    float s = 0;
+#pragma unroll
+    for (int i = 0; i < kPacks; ++i) {
+      if (Row::column(i, lane) >= C) continue;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) s += x.at(i, k);
+    }
+    x.reconvert_after();
+    const float m = warp_reduce(s, Add()) / C;
+    float ss = 0;
+#pragma unroll
+    for (int i = 0; i < kPacks; ++i) {
+      if (Row::column(i, lane) >= C) continue;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) ss += (x.at(i, k) - m) * (x.at(i, k) - m);
+    }
+    x.reconvert_after();
+    const float r = 1.0f / sqrtf(warp_reduce(ss, Add()) / C + kLayerNormEps);
+#pragma unroll
+    for (int i = 0; i < kPacks; ++i) {
+      const int c = Row::column(i, lane);
+      if (c >= C) continue;
+      float v[kVec], wt[kVec], b[kVec];
+      load<kVec>(weight + c, wt);
+      load<kVec>(bias + c, b);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) v[k] = (x.at(i, k) - m) * r * wt[k] + b[k];
+      store<kVec>(out + n * C + c, v);
+    }
+    if (lane == 0) {
+      mean[n] = m;
+      rstd[n] = r;
+    }
+  }
+}
+
+// Shared memory of the fused backward: each warp owns a [2][slots] float4 slice (sums of norm * dout, then of
+// dout), slots = packs a lane * kVec / 4 * 32. A lane's kVec columns of pack i are float4s (i * kVec / 4 + q) * 32 +
+// lane, q in [0, kVec / 4): a warp's float4 accesses are then 32 consecutive float4s, free of bank conflicts
+// (indexing by column would put lanes 32 bytes apart, two-way conflicts).
+__host__ __device__ inline int fused_slots(int C, int kVec) {
+  return (C / kVec + kWarpSize - 1) / kWarpSize * (kVec / 4) * kWarpSize;
+}
+inline size_t fused_smem_bytes(int C, int kVec) {
+  return static_cast<size_t>(kFusedWarps) * 2 * fused_slots(C, kVec) * sizeof(float4);
+}
+// Blocks an H200 SM (228 KB of shared memory, 1 KB of it reserved per block) holds at C = kPacks * 32 * kVec, at
+// most 8 (32 warps): the register budget __launch_bounds__ gives the fused kernel, so registers never limit
+// occupancy below what shared memory allows.
+constexpr int fused_min_blocks(int packs, int vec) {
+  const int kb = kFusedWarps * 2 * packs * vec * kWarpSize * 4 / 1024 + 1;
+  return 228 / kb < 8 ? 228 / kb : 8;
+}
+
+// Fused backward for packed half-precision rows of up to kPacks packs a lane (C <= 2560 in bf16/fp16): dinp and the
+// chunk's partial dweight/dbias in one pass over inp and dout, instead of two kernels that each read them.
+//
+// Block = kFusedWarps warps over one chunk of rows; a warp takes rows warp, warp + kFusedWarps, ... of the chunk,
+// its lanes always the same columns. Its row stays in registers between the two halves (raw T: 32 registers a
+// lane at C = 1024), and its column sums go to the warp's private shared slice, not registers: that is what
+// lets an SM hold 24 warps at C = 1024 (6 blocks, limited by the 32 KB slices; 72 registers in bf16, 80 in fp16)
+// where keeping the sums in registers held 16 (114 registers). Measured on an H200 at N = 16384, C = 1024 bf16
+// (bench_layernorm): 56 us a call against 76 before, ~46 us of it this kernel and ~5 us the finish. dinp's loads
+// are left where the second half uses them: loading them before the row reductions spilled and ran slower, and
+// 2x fewer or 2x more chunks than kTargetChunks were both slower too.
+//
+// No atomics: each lane adds its own columns, one row after another, so each slice entry is a fixed sequence of
+// additions. After the rows, the block adds the warps' slices in warp order and writes part_w/part_b[chunk, C] for
+// finish_column_sums_pair. The sum tree depends on N and C alone.
+template <int kVec, int kPacks, typename T>
+__global__ void __launch_bounds__(kFusedThreads, fused_min_blocks(kPacks, kVec))
+    layernorm_backward_fused_kernel(T* dinp, float* part_w, float* part_b, const T* dout, const T* inp, const T* weight,
+                                    const float* mean, const float* rstd, int64_t N, int C, int64_t rows_per_chunk) {
+  static_assert(kVec % 4 == 0, "slices hold float4s");
+  constexpr int kQuads = kVec / 4;
+  using Row = RowPacks<kVec, kPacks, T>;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int slots = fused_slots(C, kVec);
+  float4* const smem = reinterpret_cast<float4*>(dynamic_smem());
+  float4* const sum_w = smem + warp * 2 * slots;
+  float4* const sum_b = sum_w + slots;
+  const auto slot = [&](int i, int q) { return (i * kQuads + q) * kWarpSize + lane; };
+  // Only this lane touches its slots until the block-wide sum, so no barrier before the rows.
+#pragma unroll
+  for (int i = 0; i < kPacks; ++i) {
+    if (Row::column(i, lane) >= C) continue;
+#pragma unroll
+    for (int q = 0; q < kQuads; ++q) sum_w[slot(i, q)] = sum_b[slot(i, q)] = make_float4(0, 0, 0, 0);
+  }
+
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
   const int64_t r1 = min(N, r0 + rows_per_chunk);
-  float acc_w[kPacks][kVec] = {}, acc_b[kPacks][kVec] = {};
-  for (int64_t n = r0 + warp; n < r1; n += kRowsPerBlock) {
+  for (int64_t n = r0 + warp; n < r1; n += kFusedWarps) {
+    Row x, d;
+    x.load(inp + n * C, lane, C);
+    d.load(dout + n * C, lane, C);
     const float m = mean[n], r = rstd[n];
     float sum_dn = 0, sum_dn_norm = 0;
 #pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      const int c = (p * kWarpSize + lane) * kVec;
+    for (int i = 0; i < kPacks; ++i) {
+      const int c = Row::column(i, lane);
       if (c >= C) continue;
-      float xv[kVec], dv[kVec], wt[kVec];
-      load<kVec>(inp + n * C + c, xv);
-      load<kVec>(dout + n * C + c, dv);
+      float wt[kVec];
       load<kVec>(weight + c, wt);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        const float norm = (xv[k] - m) * r;
-        acc_w[p][k] += norm * dv[k];
-        acc_b[p][k] += dv[k];
-        const float dn = dv[k] * wt[k];
-        sum_dn += dn;
-        sum_dn_norm += dn * norm;
+      for (int q = 0; q < kQuads; ++q) {
+        float4 w4 = sum_w[slot(i, q)], b4 = sum_b[slot(i, q)];
+        float* w = &w4.x;
+        float* b = &b4.x;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int k = q * 4 + j;
+          const float norm = (x.at(i, k) - m) * r;
+          w[j] += norm * d.at(i, k);
+          b[j] += d.at(i, k);
+          const float dn = d.at(i, k) * wt[k];
+          sum_dn += dn;
+          sum_dn_norm += dn * norm;
+        }
+        sum_w[slot(i, q)] = w4;
+        sum_b[slot(i, q)] = b4;
       }
     }
+    x.reconvert_after();
+    d.reconvert_after();
     const float mean_dn = warp_reduce(sum_dn, Add()) / C;
     const float mean_dn_norm = warp_reduce(sum_dn_norm, Add()) / C;
 #pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      const int c = (p * kWarpSize + lane) * kVec;
+    for (int i = 0; i < kPacks; ++i) {
+      const int c = Row::column(i, lane);
       if (c >= C) continue;
-      float xv[kVec], dv[kVec], wt[kVec], g[kVec];
-      load<kVec>(inp + n * C + c, xv);
-      load<kVec>(dout + n * C + c, dv);
+      float wt[kVec], g[kVec];
       load<kVec>(weight + c, wt);
       load<kVec>(dinp + n * C + c, g);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        const float norm = (xv[k] - m) * r;
-        g[k] += (dv[k] * wt[k] - mean_dn - norm * mean_dn_norm) * r;
+        const float norm = (x.at(i, k) - m) * r;
+        g[k] += (d.at(i, k) * wt[k] - mean_dn - norm * mean_dn_norm) * r;
       }
       store<kVec>(dinp + n * C + c, g);
     }
   }
-  for (int w = 0; w < kRowsPerBlock; ++w) {
-    if (warp == w) {
-#pragma unroll
-      for (int p = 0; p < kPacks; ++p) {
-        const int c = (p * kWarpSize + lane) * kVec;
-        if (c >= C) continue;
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          sh_w[c + k] = w == 0 ? acc_w[p][k] : sh_w[c + k] + acc_w[p][k];
-          sh_b[c + k] = w == 0 ? acc_b[p][k] : sh_b[c + k] + acc_b[p][k];
-        }
-      }
-    }
-    __syncthreads();
-  }
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    part_w[static_cast<int64_t>(blockIdx.x) * C + c] = sh_w[c];
-    part_b[static_cast<int64_t>(blockIdx.x) * C + c] = sh_b[c];
-  }
-}
+  __syncthreads();
 
-template <typename T>
-void finish_layernorm_backward(T* dweight, T* dbias, const float* part_w, const float* part_b, int64_t chunks, int C,
-                               cudaStream_t stream) {
-  finish_column_sums(dweight, part_w, chunks, C, stream);
-  finish_column_sums(dbias, part_b, chunks, C, stream);
+  // Thread t takes column quads t, t + blockDim.x, ... of dweight then dbias (coalesced writes), each the sum of
+  // the warps' slices in warp order.
+  const int quads = C / 4;
+  for (int j = threadIdx.x; j < 2 * quads; j += blockDim.x) {
+    const int which = j < quads ? 0 : 1;  // 0: dweight, 1: dbias
+    const int c = (j - which * quads) * 4;
+    const int pack = c / kVec;
+    const int s = ((pack / kWarpSize) * kQuads + c % kVec / 4) * kWarpSize + pack % kWarpSize + which * slots;
+    float4 t = smem[s];
+    for (int w = 1; w < kFusedWarps; ++w) {
+      const float4 u = smem[w * 2 * slots + s];
+      t = make_float4(t.x + u.x, t.y + u.y, t.z + u.z, t.w + u.w);
+    }
+    float* part = which == 0 ? part_w : part_b;
+    *reinterpret_cast<float4*>(part + static_cast<int64_t>(blockIdx.x) * C + c) = t;
+  }
 }
 
 }  // namespace
@@ -255,7 +405,17 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
   constexpr int kVec = 16 / sizeof(T);
   const unsigned grid = grid_for(N, kRowsPerBlock);
   // With C a multiple of kVec, aligned base pointers give aligned rows.
-  launch_packed<T>(C % kVec == 0 && all_aligned(16, out, inp, weight, bias), [&](auto w) {
+  const bool vec = C % kVec == 0 && all_aligned(16, out, inp, weight, bias);
+  const int packs = (C / kVec + kWarpSize - 1) / kWarpSize;  // a lane's, when vec
+  if (vec && packs <= kMaxRowPacks) {
+    row_pack_tiers(packs, [&](auto packs_c) {
+      layernorm_forward_rows_kernel<kVec, decltype(packs_c)::value>
+          <<<grid, kRowBlock, 0, ctx.stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+    });
+    ST_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  launch_packed<T>(vec, [&](auto w) {
     layernorm_forward_kernel<decltype(w)::value>
         <<<grid, kRowBlock, 0, ctx.stream>>>(out, mean, rstd, inp, weight, bias, N, C);
   });
@@ -274,39 +434,42 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   const int64_t chunks = num_chunks(N);
   float* part_w = static_cast<float*>(ctx.scratch);
   float* part_b = part_w + chunks * C;
-  const int packs = (C / kVec + kWarpSize - 1) / kWarpSize;  // per lane, when vec
+  const int packs = (C / kVec + kWarpSize - 1) / kWarpSize;  // a lane's, when vec
+  // fp32 rows keep the two kernels: in registers they would take twice the registers of a half row.
+  bool fused = false;
   if constexpr (!std::is_same_v<T, float>) {
-    if (vec && packs <= kMaxFusedPacks) {
-      const size_t smem = 2 * static_cast<size_t>(C) * sizeof(float);
-      auto launch = [&](auto packs_c) {
-        layernorm_backward_fused_kernel<kVec, decltype(packs_c)::value><<<static_cast<unsigned>(chunks), kRowBlock,
-                                                                          smem, ctx.stream>>>(
+    fused = vec && packs <= kMaxRowPacks;
+    if (fused) {
+      // At most 80 KB (C = 2560), which every GPU from sm_80 on allows a block: whether this path runs never
+      // depends on the device, nor, therefore, does the sum order.
+      const size_t smem = fused_smem_bytes(C, kVec);
+      row_pack_tiers(packs, [&](auto packs_c) {
+        const auto kernel = layernorm_backward_fused_kernel<kVec, decltype(packs_c)::value, T>;
+        ST_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        ST_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
+        kernel<<<static_cast<unsigned>(chunks), kFusedThreads, smem, ctx.stream>>>(
             dinp, part_w, part_b, dout, inp, weight, mean, rstd, N, C, chunk_rows(N));
-      };
-      switch (packs) {
-        case 1: launch(Width<1>()); break;
-        case 2: launch(Width<2>()); break;
-        case 3: launch(Width<3>()); break;
-        default: launch(Width<4>()); break;
-      }
+      });
       ST_CUDA_CHECK_LAUNCH();
-      finish_layernorm_backward(dweight, dbias, part_w, part_b, chunks, C, ctx.stream);
-      return;
     }
   }
-  const unsigned grid = grid_for(N, kRowsPerBlock);
-  launch_packed<T>(vec, [&](auto w) {
-    layernorm_backward_dinp_kernel<decltype(w)::value>
-        <<<grid, kRowBlock, 0, ctx.stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-  });
-  const dim3 block(kWarpSize, kRowLanes);
-  launch_packed<T>(vec, [&](auto w) {
-    constexpr int W = decltype(w)::value;
-    const dim3 tiles((C / W + kWarpSize - 1) / kWarpSize, static_cast<unsigned>(chunks));
-    layernorm_backward_partials_kernel<W>
-        <<<tiles, block, 0, ctx.stream>>>(part_w, part_b, dout, inp, mean, rstd, N, C, chunk_rows(N));
-  });
-  finish_layernorm_backward(dweight, dbias, part_w, part_b, chunks, C, ctx.stream);
+  if (!fused) {
+    const unsigned grid = grid_for(N, kRowsPerBlock);
+    launch_packed<T>(vec, [&](auto w) {
+      layernorm_backward_dinp_kernel<decltype(w)::value>
+          <<<grid, kRowBlock, 0, ctx.stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+    });
+    const dim3 block(kWarpSize, kRowLanes);
+    launch_packed<T>(vec, [&](auto w) {
+      constexpr int W = decltype(w)::value;
+      const dim3 tiles((C / W + kWarpSize - 1) / kWarpSize, static_cast<unsigned>(chunks));
+      layernorm_backward_partials_kernel<W>
+          <<<tiles, block, 0, ctx.stream>>>(part_w, part_b, dout, inp, mean, rstd, N, C, chunk_rows(N));
+    });
+  }
+  finish_column_sums_pair(dweight, part_w, dbias, part_b, chunks, C, ctx.stream);
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t, int,

@@ -1,6 +1,11 @@
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "gpu_pack.cuh"
 #include "shardtrain/core/error.h"
@@ -94,14 +99,131 @@ Blas::Blas(Blas&& o) noexcept
     : handle_(std::exchange(o.handle_, nullptr)),
       workspace_(std::exchange(o.workspace_, nullptr)),
       workspace_bytes_(std::exchange(o.workspace_bytes_, 0)),
+      tune_candidates_(std::exchange(o.tune_candidates_, 0)),
+      time_here_(o.time_here_),
+      agree_(std::move(o.agree_)),
+      presets_(std::move(o.presets_)),
+      tuning_stats_(o.tuning_stats_),
       plans_(std::move(o.plans_)) {}
 
 Blas& Blas::operator=(Blas&& o) noexcept {
   std::swap(handle_, o.handle_);
   std::swap(workspace_, o.workspace_);
   std::swap(workspace_bytes_, o.workspace_bytes_);
+  std::swap(tune_candidates_, o.tune_candidates_);
+  std::swap(time_here_, o.time_here_);
+  std::swap(agree_, o.agree_);
+  std::swap(presets_, o.presets_);
+  std::swap(tuning_stats_, o.tuning_stats_);
   std::swap(plans_, o.plans_);
   return *this;
+}
+
+void Blas::set_tuning(int candidates, bool time_here, std::function<int(int)> agree) {
+  ST_CHECK(candidates >= 0, "Blas: tuning candidates must be >= 0, got ", candidates);
+  tune_candidates_ = candidates;
+  time_here_ = time_here;
+  agree_ = std::move(agree);
+}
+
+std::string Blas::algorithms() const {
+  std::ostringstream out;
+  for (const auto& [key, plan] : plans_) {
+    if (!plan->found) continue;
+    out << "gemm";
+    for (int64_t v : key) out << ' ' << v;
+    uint64_t words[8];
+    static_assert(sizeof(words) == sizeof(plan->algo), "cublasLtMatmulAlgo_t is eight 64-bit words");
+    std::memcpy(words, &plan->algo, sizeof(words));
+    for (uint64_t w : words) out << ' ' << std::hex << w << std::dec;
+    out << '\n';
+  }
+  return out.str();
+}
+
+void Blas::use_algorithms(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty()) continue;
+    std::istringstream fields(line);
+    std::string tag;
+    Key key{};
+    uint64_t words[8] = {};
+    fields >> tag;
+    for (int64_t& v : key) fields >> v;
+    for (uint64_t& w : words) fields >> std::hex >> w;
+    std::string rest;
+    ST_CHECK(tag == "gemm" && fields && !(fields >> rest), "GEMM algorithm list, line ", n,
+             ": expected \"gemm\", 19 integers and 8 hex words, got '", line, "'");
+    cublasLtMatmulAlgo_t algo;
+    std::memcpy(&algo, words, sizeof(algo));
+    presets_[key] = algo;
+  }
+  plans_.clear();
+}
+
+std::vector<double> Blas::time_algorithms(const Plan& plan, const cublasLtMatmulHeuristicResult_t* results, int count,
+                                         float beta, int64_t elem_bytes, int64_t a_elems, int64_t b_elems,
+                                         int64_t c_elems, int64_t bias_elems, bool aux, cudaStream_t stream) {
+  constexpr int64_t kMaxScratchBytes = int64_t{2} << 30;
+  auto padded = [&](int64_t elems) { return (elems * elem_bytes + 255) / 256 * 256; };
+  const int64_t a_bytes = padded(a_elems), b_bytes = padded(b_elems), c_bytes = padded(c_elems);
+  const int64_t total = a_bytes + b_bytes + c_bytes * (aux ? 2 : 1) + padded(bias_elems);
+  size_t free_bytes = 0, total_bytes = 0;
+  ST_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  void* scratch = nullptr;
+  if (total > std::min<int64_t>(kMaxScratchBytes, static_cast<int64_t>(free_bytes / 4)) || cudaMalloc(&scratch, static_cast<size_t>(total)) != cudaSuccess) {
+    (void)cudaGetLastError();  // an allocation failure is not sticky; clear it
+    return {};
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  struct Release {
+    void* p;
+    cudaEvent_t* events[2];
+    ~Release() {
+      for (cudaEvent_t* e : events)
+        if (*e) cudaEventDestroy(*e);
+      cudaFree(p);  // synchronises the device: every launch below has finished
+    }
+  } release{scratch, {&start, &stop}};
+  ST_CUDA_CHECK(cudaEventCreate(&start));
+  ST_CUDA_CHECK(cudaEventCreate(&stop));
+  char* base = static_cast<char*>(scratch);
+  ST_CUDA_CHECK(cudaMemsetAsync(base, 0x3c, static_cast<size_t>(total), stream));  // small finite values, any type
+  const void* sa = base;
+  const void* sb = base + a_bytes;
+  void* sc = base + a_bytes + b_bytes;
+  GemmEpilogue ep;
+  if (aux) ep.gelu_aux = base + a_bytes + b_bytes + c_bytes;
+  if (bias_elems > 0) ep.bias = base + a_bytes + b_bytes + c_bytes * (aux ? 2 : 1);
+  set_epilogue_pointers(plan.desc, ep);
+
+  constexpr int kRounds = 3, kCalls = 5;
+  const float alpha = 1.0f;
+  std::vector<double> ms;
+  for (int i = 0; i < count; ++i) {
+    auto launch = [&] {
+      return cublasLtMatmul(handle_, plan.desc, &alpha, sb, plan.first, sa, plan.second, &beta, sc, plan.out, sc,
+                            plan.out, &results[i].algo, workspace_, workspace_bytes_, stream);
+    };
+    double best = std::numeric_limits<double>::infinity();
+    if (results[i].state == CUBLAS_STATUS_SUCCESS && launch() == CUBLAS_STATUS_SUCCESS) {  // the first is a warm-up
+      for (int r = 0; r < kRounds; ++r) {  // the best round: least disturbed by other streams
+        ST_CUDA_CHECK(cudaEventRecord(start, stream));
+        for (int c = 0; c < kCalls; ++c) ST_CUBLAS_CHECK(launch());
+        ST_CUDA_CHECK(cudaEventRecord(stop, stream));
+        ST_CUDA_CHECK(cudaEventSynchronize(stop));
+        float elapsed = 0;
+        ST_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
+        best = std::min(best, static_cast<double>(elapsed) / kCalls);
+      }
+    }
+    ms.push_back(best);
+  }
+  return ms;
 }
 
 template <typename T>
@@ -166,26 +288,59 @@ bool Blas::try_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
     set_layout_batch(plan->second, batch, stride_a);
     set_layout_batch(plan->out, batch, stride_c);
 
-    cublasLtMatmulPreference_t pref = nullptr;
-    ST_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = workspace_bytes_;
-    cublasStatus_t status =
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-    if (status == CUBLAS_STATUS_SUCCESS) {
-      set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_b);
-      set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_a);
-      set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c);
-      set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c);
-      cublasLtMatmulHeuristicResult_t result{};
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    auto preset = presets_.find(key);
+    if (preset != presets_.end()) {
+      cublasLtMatmulHeuristicResult_t check{};
+      status = cublasLtMatmulAlgoCheck(handle_, plan->desc, plan->first, plan->second, plan->out, plan->out,
+                                       &preset->second, &check);
+      ST_CHECK(status == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= workspace_bytes_,
+               "the given cuBLASLt algorithm for the ", kTypeName<T>, " GEMM m=", m, " n=", n, " k=", k,
+               " is not valid here (cublasLtMatmulAlgoCheck status ", static_cast<int>(status), ", workspace ",
+               check.workspaceSize, " of ", workspace_bytes_, " bytes)");
+      plan->algo = preset->second;
+      plan->found = true;
+    } else {
+      cublasLtMatmulPreference_t pref = nullptr;
+      ST_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      const uint64_t ws = workspace_bytes_;
+      status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+      std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(1, tune_candidates_)));
       int returned = 0;
-      status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second, plan->out, plan->out,
-                                              pref, 1, &result, &returned);
-      if (status == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-        plan->algo = result.algo;
+      if (status == CUBLAS_STATUS_SUCCESS) {
+        set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_b);
+        set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_a);
+        set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c);
+        set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c);
+        status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second, plan->out, plan->out,
+                                                pref, static_cast<int>(results.size()), results.data(), &returned);
+      }
+      cublasLtMatmulPreferenceDestroy(pref);
+      if (status == CUBLAS_STATUS_SUCCESS && returned > 0 && results[0].state == CUBLAS_STATUS_SUCCESS) {
+        int pick = 0;
+        if (tune_candidates_ > 1 && time_here_) {
+          const int64_t a_elems = (batch - 1) * stride_a + (trans_a ? k : m) * lda;
+          const int64_t b_elems = (batch - 1) * stride_b + (trans_b ? n : k) * ldb;
+          const int64_t c_elems = (batch - 1) * stride_c + m * ldc;
+          const std::vector<double> ms = time_algorithms(*plan, results.data(), returned, beta, es, a_elems, b_elems,
+                                                         c_elems, ep.bias ? n : 0, aux != nullptr, stream);
+          if (!ms.empty() && std::isfinite(ms[0])) {
+            pick = static_cast<int>(std::min_element(ms.begin(), ms.end()) - ms.begin());
+            ++tuning_stats_.plans;
+            tuning_stats_.first_ms += ms[0];
+            tuning_stats_.chosen_ms += ms[static_cast<size_t>(pick)];
+          }
+        }
+        if (tune_candidates_ > 1 && agree_) {
+          pick = agree_(pick);
+          ST_CHECK(pick >= 0 && pick < returned && results[static_cast<size_t>(pick)].state == CUBLAS_STATUS_SUCCESS,
+                   "GEMM tuning agreed on candidate ", pick, " of ", returned, " for m=", m, " n=", n, " k=", k,
+                   ": the processes' cuBLASLt lists differ");
+        }
+        plan->algo = results[static_cast<size_t>(pick)].algo;
         plan->found = true;
       }
     }
-    cublasLtMatmulPreferenceDestroy(pref);
     // NOT_SUPPORTED is the heuristic's "no algorithm"; anything else is a real failure.
     if (status != CUBLAS_STATUS_NOT_SUPPORTED) ST_CUBLAS_CHECK(status);
     slot = std::move(plan);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <type_traits>
@@ -304,6 +305,10 @@ class CudaShardedModel final : public ModelBackend {
     return model_.timer().enabled() ? model_.timer().report(steps) : std::string();
   }
   void reset_op_profile() override { model_.timer().reset(); }
+  GemmAlgorithms gemm_algorithms() const override {
+    return {device_name_, static_cast<int64_t>(cublasLtGetVersion()), blas_.algorithms()};
+  }
+  void use_gemm_algorithms(const GemmAlgorithms& a) override;
   double take_exposed_comm_ms() override {
     const double ms = exposed_ms_;
     exposed_ms_ = 0;
@@ -403,6 +408,8 @@ class CudaShardedModel final : public ModelBackend {
   CommTuning tuning_;                               // dist.prefetch_depth, dist.bucket_mb resolved for the link
   std::unique_ptr<ReplicaBuckets> buckets_;         // hybrid: the all-reduce across nodes, once per step
   std::string device_name_;
+  int gemm_candidates_ = 0;  // train.gemm_autotune resolved
+  int gemm_timed_logged_ = 0;  // GEMM shapes timed when the log last said so
   gpu::Cudnn cudnn_;
   AttentionChoice attention_;
   CudaMemoryPlan plan_;
@@ -487,6 +494,13 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     ST_LOG_INFO(format_gpu_topology(discover_gpu_topology(), host), "  network: ", nccl_network_summary());
   }
   world_nccl_.reset();  // the groups are split off; they keep no tie to it
+  // Rank 0 times each GEMM's candidates and every rank takes its pick: one set of algorithms for the run.
+  gemm_candidates_ = static_cast<int>(cfg.train.gemm_autotune);
+  blas_.set_tuning(gemm_candidates_, comm.rank() == 0, [this](int pick) {
+    int32_t p = pick;
+    comm_.broadcast(&p, sizeof(p), 0);
+    return static_cast<int>(p);
+  });
   const int world = groups_.shard().world_size(), rank = groups_.shard().rank();
   const UnitSizes s = unit_sizes(units_, world);
   std::vector<float> init;
@@ -913,7 +927,30 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
   else
     loss = static_cast<float>(model_.take_loss_sum() / static_cast<double>(batch_ * len_));  // synchronises
   collect_stalls();
+  const gpu::Blas::TuningStats& t = blas_.tuning_stats();
+  if (t.plans != gemm_timed_logged_) {  // rank 0 timed new shapes in this run
+    gemm_timed_logged_ = t.plans;
+    ST_LOG_INFO("GEMM tuning (train.gemm_autotune=", gemm_candidates_, "): ", t.plans,
+                " shapes timed; one call of each takes ", std::round(t.first_ms * 1000) / 1000, " ms with cuBLASLt's first "
+                "choice, ", std::round(t.chosen_ms * 1000) / 1000, " ms with the fastest of its list (every rank takes it)");
+  }
   return loss;
+}
+
+template <typename T>
+void CudaShardedModel<T>::use_gemm_algorithms(const GemmAlgorithms& a) {
+  const int64_t library = static_cast<int64_t>(cublasLtGetVersion());
+  if (a.device != device_name_ || a.library != library) {
+    if (comm_.rank() == 0)
+      ST_LOG_INFO("GEMM algorithms: the checkpoint's were picked on ", a.device, " with cuBLASLt ", a.library,
+                  "; this is ", device_name_, " with ", library,
+                  ": picking anew (the bits may differ from the run that wrote the checkpoint)");
+    return;
+  }
+  blas_.use_algorithms(a.plans);
+  if (comm_.rank() == 0)
+    ST_LOG_INFO("GEMM algorithms: ", std::count(a.plans.begin(), a.plans.end(), '\n'),
+                " from the checkpoint (picked on ", a.device, " with cuBLASLt ", a.library, ")");
 }
 
 // Events before and after the wait: the compute stream reaches `before` when its earlier work is done and

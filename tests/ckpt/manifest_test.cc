@@ -66,6 +66,7 @@ Manifest make_manifest(int world) {
   m.loss_scale = 0.1;  // not exactly representable: must still round-trip bit for bit
   m.skipped_steps = 3;
   m.loss_scale_good_steps = 1999;
+  m.gemm_algorithms = {"NVIDIA H200", 130100, "gemm 1 2 3\ngemm 4 5 6\n"};
   return m;
 }
 
@@ -108,6 +109,9 @@ void expect_equal(const Manifest& a, const Manifest& b) {
   EXPECT_EQ(a.loss_scale, b.loss_scale);  // exact, not approximate
   EXPECT_EQ(a.skipped_steps, b.skipped_steps);
   EXPECT_EQ(a.loss_scale_good_steps, b.loss_scale_good_steps);
+  EXPECT_EQ(a.gemm_algorithms.device, b.gemm_algorithms.device);
+  EXPECT_EQ(a.gemm_algorithms.library, b.gemm_algorithms.library);
+  EXPECT_EQ(a.gemm_algorithms.plans, b.gemm_algorithms.plans);
 }
 
 TEST(Manifest, RoundTripKeepsEveryFieldExactly) {
@@ -200,6 +204,10 @@ TEST(Manifest, EachValidationErrorNamesThePathAndTheField) {
       {"zero global batch", [](json& j) { j["global_batch"] = 0; }, {"global_batch is 0, expected >= 1"}},
       {"negative loss-scale count", [](json& j) { j["loss_scale_good_steps"] = -1; },
        {"loss_scale_good_steps is -1, expected >= 0"}},
+      {"gemm library not an integer", [](json& j) { j["gemm_algorithms"]["library"] = "13.1"; },
+       {"gemm_algorithms.library must be an integer, got string \"13.1\""}},
+      {"gemm plans missing", [](json& j) { j["gemm_algorithms"].erase("plans"); },
+       {"required field gemm_algorithms.plans is missing"}},
       {"one file too few",
        [](json& j) { j["files"].erase(2); },
        {"files has 2 entries, expected world_size = 3 (one per rank)"}},
@@ -271,6 +279,18 @@ TEST(Manifest, LossScaleCountIsOptionalOnRead) {
   json j = json::parse(manifest_to_json(make_manifest(3)));
   j.erase("loss_scale_good_steps");
   EXPECT_EQ(manifest_from_json(j.dump(), kPath).loss_scale_good_steps, 0);
+}
+
+// The cpu backend records no GEMM algorithms: the field is left out, and a manifest without it (also those written
+// before GEMM tuning) reads as none.
+TEST(Manifest, GemmAlgorithmsAreOptional) {
+  Manifest m = make_manifest(2);
+  m.gemm_algorithms = {};
+  const json j = json::parse(manifest_to_json(m));
+  EXPECT_FALSE(j.contains("gemm_algorithms"));
+  const Manifest back = manifest_from_json(j.dump(), kPath);
+  EXPECT_TRUE(back.gemm_algorithms.empty());
+  EXPECT_EQ(back.gemm_algorithms.library, 0);
 }
 
 TEST(Manifest, EmptySpansAnywhereAreValid) {

@@ -468,7 +468,7 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
     ++keys;
   }
-  EXPECT_EQ(keys, 49);
+  EXPECT_EQ(keys, 50);
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
   EXPECT_NE(help.find("  dist.reshard_after_forward "), std::string::npos) << help;
@@ -585,6 +585,20 @@ TEST_F(ConfigTest, PrefetchDepthAndBucket) {
   e = load_error(std::nullopt, {"--dist.bucket_mb=8"});
   EXPECT_NE(e.find("dist.bucket_mb (8) applies to dist.sharding hybrid or auto (it is full"), std::string::npos) << e;
   EXPECT_EQ(load_config(std::nullopt, {"--dist.sharding=auto", "--dist.bucket_mb=0"}).dist.bucket_mb, 0.0);
+}
+
+TEST_F(ConfigTest, GemmAutotune) {
+  EXPECT_EQ(load_config(std::nullopt, {}).train.gemm_autotune, 0);
+  const Config c = load_config(std::nullopt, {"--train.device=cuda", "--train.gemm_autotune=8"});
+  EXPECT_EQ(c.train.gemm_autotune, 8);
+  EXPECT_EQ(load_config_text(to_ini(c), "ini", {}).train.gemm_autotune, 8);
+  std::string e = load_error(std::nullopt, {"--train.device=cuda", "--train.gemm_autotune=65"});
+  EXPECT_NE(e.find("train.gemm_autotune (65) must be in [0, 64]"), std::string::npos) << e;
+  e = load_error(std::nullopt, {"--train.device=cuda", "--train.gemm_autotune=-1"});
+  EXPECT_NE(e.find("train.gemm_autotune (-1) must be in [0, 64]"), std::string::npos) << e;
+  // The cpu backend has no cuBLASLt: a value there would be ignored, so it is refused.
+  e = load_error(std::nullopt, {"--train.gemm_autotune=4"});
+  EXPECT_NE(e.find("train.gemm_autotune (4) applies to train.device=cuda"), std::string::npos) << e;
 }
 
 }  // namespace

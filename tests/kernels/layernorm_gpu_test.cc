@@ -19,11 +19,13 @@ struct Shape {
   int64_t N;
   int C;
 };
-// C = 1, 7, 771: scalar path; 64, 96, 768, 1024: packed, and in bf16/fp16 the fused single-pass backward
-// (up to 4 packs of 8 per lane); 1600: packed, two-kernel backward. N = 300, 1000 and 2500 span several row
-// chunks of the dweight/dbias reduction.
-const Shape kShapes[] = {{1, 1},    {1, 7},    {5, 64},     {37, 771},   {300, 96},
-                         {1000, 7}, {70, 768}, {2500, 1024}, {301, 1600}};
+// C = 1, 7, 771: scalar path. 64, 96, 768, 1024, 1600, 2560: packed, with the row held in registers (forward in
+// every dtype up to 10 packs a lane, fp32 C = 2560 past that; backward fused in bf16/fp16, two kernels in fp32);
+// 96 and 1600 leave some lanes a pack short of the others. Row chunks of the dweight/dbias reduction are 8 rows up
+// to N = 6144 (rounded up to 4 rows past it): N = 5 leaves warps of the one chunk without rows, N = 2500 and
+// 103 end on a partial chunk, N = 9001 has 12-row chunks and a last chunk of one row.
+const Shape kShapes[] = {{1, 1},    {1, 7},     {5, 64},      {37, 771},   {300, 96},  {1000, 7},
+                         {70, 768}, {9001, 64}, {2500, 1024}, {301, 1600}, {103, 2560}};
 
 // One problem with its CPU forward (whose mean/rstd both backward passes use) and device copies.
 // Rows have mean 1 and standard deviation 2, as activations do not have zero mean.
@@ -96,7 +98,7 @@ TYPED_TEST(LayerNormGpuTest, BackwardAccumulatesLikeCpu) {
 TYPED_TEST(LayerNormGpuTest, BackwardIsDeterministic) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;
-  for (const Shape& s : {Shape{1000, 96}, Shape{777, 7}}) {
+  for (const Shape& s : {Shape{1000, 96}, Shape{777, 7}, Shape{2500, 1024}, Shape{301, 1600}}) {
     SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
     const Problem<T> p(s);
     const std::vector<float> dinp0 = test::random_input<T>(s.N * s.C, 5);

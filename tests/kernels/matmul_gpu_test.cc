@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "gpu_kernel_test.h"
@@ -295,6 +296,70 @@ TYPED_TEST(MatmulGpu, StridedBatchedGemmMatchesDefinition) {
                        nullptr);
       EXPECT_TRUE(close(to_host(dc), want, kTol<T>));  // padding: c0 on both sides
     }
+  }
+}
+
+// Tuning times cuBLASLt's candidates and keeps one of them: the result still matches the CPU reference. The
+// algorithms it lists replay in a new Blas bit for bit, and are checked before use.
+TYPED_TEST(MatmulGpu, TunedAlgorithmsMatchCpuAndReplayExactly) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  const Shape s{512, 256, 384};
+  Operands<T> k(s, 700);
+  std::vector<float> want(s.N * s.OC);
+  matmul_forward(want.data(), k.inp.data(), k.w.data(), k.b.data(), s.N, s.C, s.OC);
+  auto inp = to_device<T>(k.inp), w = to_device<T>(k.w), b = to_device<T>(k.b);
+  auto run = [&](Env& env) {
+    DeviceBuffer<T> out(s.N * s.OC);
+    poison(out);
+    gpu::matmul_forward<T>(out.data(), inp.data(), w.data(), b.data(), s.N, s.C, s.OC, env.ctx());
+    return to_host(out);
+  };
+
+  Env tuned;
+  tuned.blas.set_tuning(8);
+  const std::vector<float> got = run(tuned);
+  EXPECT_TRUE(close(got, want, kTol<T>));
+  EXPECT_EQ(tuned.blas.tuning_stats().plans, 1);
+  EXPECT_LE(tuned.blas.tuning_stats().chosen_ms, tuned.blas.tuning_stats().first_ms);
+  const std::string listed = tuned.blas.algorithms();
+  EXPECT_EQ(std::count(listed.begin(), listed.end(), '\n'), 1) << listed;
+
+  Env replay;
+  replay.blas.use_algorithms(listed);
+  EXPECT_EQ(run(replay), got);  // bit for bit
+  EXPECT_EQ(replay.blas.algorithms(), listed);
+  EXPECT_EQ(replay.blas.tuning_stats().plans, 0);
+
+  // A process that does not time asks `agree` and takes its answer (here the heuristic's second).
+  Env follower;
+  int asked = 0;
+  follower.blas.set_tuning(8, false, [&](int pick) {
+    EXPECT_EQ(pick, 0);
+    ++asked;
+    return 1;
+  });
+  EXPECT_TRUE(close(run(follower), want, kTol<T>));
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(follower.blas.tuning_stats().plans, 0);
+
+  Env bad;
+  try {
+    bad.blas.use_algorithms("gemm 1 2 3");
+    ADD_FAILURE() << "a short line was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("GEMM algorithm list, line 1"), std::string::npos) << e.what();
+  }
+  // The same key with an algorithm cuBLASLt rejects: the GEMM names itself instead of running something else.
+  std::string corrupt = listed.substr(0, listed.rfind(' ', listed.size() - 1));
+  for (int word = 0; word < 7; ++word) corrupt = corrupt.substr(0, corrupt.rfind(' '));
+  corrupt += " ffffffff ffffffff ffffffff ffffffff ffffffff ffffffff ffffffff ffffffff\n";
+  bad.blas.use_algorithms(corrupt);
+  try {
+    run(bad);
+    ADD_FAILURE() << "a corrupt algorithm ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not valid here"), std::string::npos) << e.what();
   }
 }
 

@@ -11,7 +11,9 @@ fewer GPUs than the case needs):
                     1 GPU resumes to step 20 and matches the uninterrupted run to rel 1e-5; 3 CPU ranks
                     resume and match to rel 1e-4; and the CPU ranks' step-20 checkpoint loads on 1 GPU
                     (a 2-step continuation matches the CPU's own continuation to rel 1e-4). A 1-GPU bf16
-                    run resumed from its step-10 checkpoint repeats the uninterrupted losses exactly.
+                    run resumed from its step-10 checkpoint repeats the uninterrupted losses exactly: the
+                    straight run timed its GEMMs (train.gemm_autotune), the resumed one takes the checkpoint's
+                    picks and times none.
   fp16-overflow     2 GPUs in fp16; SHARDTRAIN_FAULT=grad_inf:1@3 makes rank 1's gradients of step 3
                     non-finite. Step 3 is skipped (rank 0 reports it: the norm is all-reduced), the loss
                     scale halves (65536 -> 32768 at step 4), and the weights after the 3-step run are
@@ -153,6 +155,11 @@ def workstations_wrapper(work, shardtrain):
     return wrapper
 
 
+def expect_in_log(failures, name, output, pattern):
+    if not re.search(pattern, output):
+        failures.append(f"{name}: the log has no line matching {pattern!r}")
+
+
 def compare(failures, name, ref, got, steps, rtol):
     worst = 0.0
     for s in steps:
@@ -219,13 +226,22 @@ def main():
         compare(failures, "1 GPU continuing the 3-CPU-rank checkpoint", cpu_more, gpu_more, [21, 22], 1e-4)
         # bf16: resuming repeats the uninterrupted trajectory (the bf16 copy is re-derived from the master).
         b = os.path.join(work, "ckpt_bf16")
-        bf = ["--train.dtype=bf16", "--train.steps=20", "--ckpt.every=10", "--ckpt.keep=0", f"--ckpt.dir={b}"]
+        bf = ["--train.dtype=bf16", "--train.steps=20", "--ckpt.every=10", "--ckpt.keep=0", f"--ckpt.dir={b}",
+              "--train.gemm_autotune=16"]
+        # The GEMMs' candidates are timed (train.gemm_autotune); the checkpoint keeps the picks and the resumed run
+        # takes them instead of timing again, which could pick others.
         bf_straight = run.train("bf16_straight", 1, bf)
+        expect_in_log(failures, "bf16 straight", run.last_output, r"GEMM tuning \(train\.gemm_autotune=16\): [1-9]")
+        with open(os.path.join(b, "step_00000010", "manifest.json")) as f:
+            plans = json.load(f)["gemm_algorithms"]["plans"].splitlines()
         shutil.rmtree(os.path.join(b, "step_00000020"))
         with open(os.path.join(b, "latest"), "w") as f:
             f.write("step_00000010\n")
         bf_resumed = run.train("bf16_resumed", 1, bf)
-        compare(failures, "bf16 1 GPU resumed at step 10", bf_straight, bf_resumed, range(11, 21), 1e-6)
+        expect_in_log(failures, "bf16 resumed", run.last_output, rf"GEMM algorithms: {len(plans)} from the checkpoint")
+        if "GEMM tuning" in run.last_output:
+            failures.append("bf16 resumed: timed GEMMs the checkpoint had picked")
+        compare(failures, "bf16 1 GPU resumed at step 10", bf_straight, bf_resumed, range(11, 21), 0)
     elif case == "offload":
         common = ["--train.dtype=bf16", "--train.steps=50", "--optim.offload_threads=4"]
         ref = run.train("offload_none", 2, common)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/kernels/gemm_algorithms.h"
 #include "shardtrain/shard/shard_span.h"
 
 namespace st {
@@ -55,6 +56,7 @@ struct Manifest {
   double loss_scale = 1.0;             // fp16 dynamic loss scale (1 in fp32/bf16 runs)
   int64_t loss_scale_good_steps = 0;   // finite steps since the scale last changed (optional on read: 0)
   int64_t skipped_steps = 0;           // non-finite steps skipped so far
+  GemmAlgorithms gemm_algorithms;      // optional (absent: none recorded, e.g. the cpu backend)
 };
 
 std::string manifest_to_json(const Manifest& m);

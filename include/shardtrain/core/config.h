@@ -45,6 +45,10 @@ struct TrainConfig {
   Device device = Device::kCpu;
   DType dtype = DType::kAuto;  // see Config::compute_dtype()
   AttentionImpl attention = AttentionImpl::kAuto;
+  // cuda: cuBLASLt algorithms timed per GEMM (the heuristic's first N; 0 or 1: its first). Rank 0 times, every
+  // rank takes its pick, and checkpoints keep the picks for the resumed run. Off by default: the picks win in
+  // isolation but lose in sustained training on the H200s (bench/RESULTS.md, session 7).
+  int64_t gemm_autotune = 0;
 };
 
 // Where the optimizer state lives (train.device=cuda): on the device (none); fp32 master, m and v in host memory
@@ -106,6 +110,8 @@ enum class Bootstrap { kAuto, kMpi, kEnv };
 
 // dist.prefetch_depth's ceiling: each unit of depth holds one more gathered unit of parameters and of gradients.
 constexpr int64_t kMaxPrefetchDepth = 8;
+// train.gemm_autotune's largest candidate list.
+constexpr int64_t kMaxGemmCandidates = 64;
 
 struct DistConfig {
   ShardingMode sharding = ShardingMode::kFull;

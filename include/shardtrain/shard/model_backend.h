@@ -23,6 +23,7 @@
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/kernels/adamw.h"
+#include "shardtrain/kernels/gemm_algorithms.h"
 #include "shardtrain/model/units.h"
 #include "shardtrain/shard/shard_span.h"
 
@@ -133,6 +134,12 @@ class ModelBackend {
   // The per-op GPU time table over `steps` steps when SHARDTRAIN_PROFILE_OPS=1 (core/cuda_timer.h);
   // empty otherwise and on the CPU.
   virtual std::string op_profile(int64_t steps) { return ""; }
+
+  // The GEMM algorithms in use (cuda: cuBLASLt's pick for every GEMM planned so far; empty elsewhere), for the
+  // checkpoint; and a checkpoint's, for the GEMMs planned from now on. use_gemm_algorithms takes them only when
+  // they were picked on this kind of device with this cuBLASLt, and otherwise says in the log that it picks anew.
+  virtual GemmAlgorithms gemm_algorithms() const { return {}; }
+  virtual void use_gemm_algorithms(const GemmAlgorithms& algorithms) {}
   // Starts the op profile afresh (the trainer calls it after the first step, whose one-time costs would
   // otherwise dominate a short run's table).
   virtual void reset_op_profile() {}

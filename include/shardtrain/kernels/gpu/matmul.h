@@ -13,8 +13,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/kernels/gpu/context.h"
@@ -66,13 +69,48 @@ class Blas {
   // Number of distinct GEMMs planned so far (each is planned once).
   size_t plan_count() const { return plans_.size(); }
 
+  // Tuning: for each new plan, time the first `candidates` algorithms cuBLASLt's heuristic lists (on scratch
+  // operands of the plan's shape, so no caller data is touched; at most 2 GiB and a quarter of the free memory,
+  // else untimed) and keep the fastest; 0 or 1 takes the heuristic's first. `agree`, when set, is called with this
+  // process's pick (an index into the list; 0 when `time_here` is false) for every plan made while tuning and
+  // returns the one to use: processes that must compute the same bits pass one process's pick around. Plans
+  // already made keep their algorithm.
+  void set_tuning(int candidates, bool time_here = true, std::function<int(int)> agree = {});
+
+  // Every plan's algorithm, one line per plan ("gemm" then the plan's key and the algorithm's eight words), and
+  // the reverse: plans made after use_algorithms() take the listed algorithm for their key (checked with
+  // cublasLtMatmulAlgoCheck; st::Error naming the GEMM if cuBLASLt rejects it) instead of planning anew. With
+  // the same cuBLASLt on the same kind of device, a later process then computes the same bits.
+  std::string algorithms() const;
+  void use_algorithms(const std::string& text);
+
+  // What tuning found so far: plans timed, and the sum over them of one call with the heuristic's first
+  // algorithm and with the chosen one.
+  struct TuningStats {
+    int plans = 0;
+    double first_ms = 0, chosen_ms = 0;
+  };
+  const TuningStats& tuning_stats() const { return tuning_stats_; }
+
  private:
   struct Plan;
   using Key = std::array<int64_t, 19>;
 
+  // Milliseconds per call of each of `count` heuristic results on scratch operands of the plan's shape (element
+  // counts of A, B, C; a bias of n and a C-shaped aux when the epilogue has them); infinity for one that fails to
+  // launch. Empty when the scratch would exceed 2 GiB or cannot be allocated: the caller keeps the first.
+  std::vector<double> time_algorithms(const Plan& plan, const cublasLtMatmulHeuristicResult_t* results, int count,
+                                      float beta, int64_t elem_bytes, int64_t a_elems, int64_t b_elems,
+                                      int64_t c_elems, int64_t bias_elems, bool aux, cudaStream_t stream);
+
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  int tune_candidates_ = 0;
+  bool time_here_ = true;
+  std::function<int(int)> agree_;
+  std::map<Key, cublasLtMatmulAlgo_t> presets_;
+  TuningStats tuning_stats_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 
