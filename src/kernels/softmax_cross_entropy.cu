@@ -10,7 +10,9 @@ using namespace kernels_internal;  // gpu_pack.cuh
 
 namespace {
 
-constexpr int kBlock = 1024;
+// 256 threads a row: several rows share an SM, so one row's loads overlap another's reductions and stores (at 1024,
+// one block filled an SM and its phases ran one after another: 1.8 TB/s at GPT-2's vocabulary).
+constexpr int kBlock = 256;
 
 struct Max {
   __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
@@ -29,8 +31,8 @@ __device__ __forceinline__ float row_exp(float x) {
 
 // One block per row. Each thread keeps an online (max, sum of exp) over its elements, by pack, so the row is
 // read once for the loss and once more for the gradient. (A variant holding the row in registers, to read it
-// only once, measured 46% slower on H200: at one 1024-thread block per SM nothing overlaps its load, reduce
-// and store phases. bench/RESULTS.md, 2026-11-29.)
+// only once, measured 46% slower on H200 with 1024-thread blocks: at one block per SM nothing overlapped its load,
+// reduce and store phases. bench/RESULTS.md, 2026-11-29.)
 template <int kVec, typename T>
 __global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T* logits, const int32_t* targets,
                                              int64_t N, int V, int Vp, float dloss) {
