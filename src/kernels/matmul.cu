@@ -2,13 +2,13 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <sstream>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "gpu_pack.cuh"
 #include "shardtrain/core/error.h"
+#include "shardtrain/kernels/gemm_algorithms.h"
 #include "shardtrain/kernels/gpu/gelu.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 
@@ -127,40 +127,23 @@ void Blas::set_tuning(int candidates, bool time_here, std::function<int(int)> ag
 }
 
 std::string Blas::algorithms() const {
-  std::ostringstream out;
+  std::vector<GemmAlgorithmEntry> entries;
   for (const auto& [key, plan] : plans_) {
     if (!plan->found) continue;
-    out << "gemm";
-    for (int64_t v : key) out << ' ' << v;
-    uint64_t words[8];
-    static_assert(sizeof(words) == sizeof(plan->algo), "cublasLtMatmulAlgo_t is eight 64-bit words");
-    std::memcpy(words, &plan->algo, sizeof(words));
-    for (uint64_t w : words) out << ' ' << std::hex << w << std::dec;
-    out << '\n';
+    GemmAlgorithmEntry e;
+    e.key = key;
+    static_assert(sizeof(e.algo) == sizeof(plan->algo), "cublasLtMatmulAlgo_t is eight 64-bit words");
+    std::memcpy(e.algo.data(), &plan->algo, sizeof(e.algo));
+    entries.push_back(e);
   }
-  return out.str();
+  return format_gemm_algorithms(entries);
 }
 
 void Blas::use_algorithms(const std::string& text) {
-  std::istringstream in(text);
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.empty()) continue;
-    std::istringstream fields(line);
-    std::string tag;
-    Key key{};
-    uint64_t words[8] = {};
-    fields >> tag;
-    for (int64_t& v : key) fields >> v;
-    for (uint64_t& w : words) fields >> std::hex >> w;
-    std::string rest;
-    ST_CHECK(tag == "gemm" && fields && !(fields >> rest), "GEMM algorithm list, line ", n,
-             ": expected \"gemm\", 19 integers and 8 hex words, got '", line, "'");
+  for (const GemmAlgorithmEntry& e : parse_gemm_algorithms(text)) {
     cublasLtMatmulAlgo_t algo;
-    std::memcpy(&algo, words, sizeof(algo));
-    presets_[key] = algo;
+    std::memcpy(&algo, e.algo.data(), sizeof(algo));
+    presets_[e.key] = algo;
   }
   plans_.clear();
 }

@@ -77,10 +77,11 @@ class Blas {
   // already made keep their algorithm.
   void set_tuning(int candidates, bool time_here = true, std::function<int(int)> agree = {});
 
-  // Every plan's algorithm, one line per plan ("gemm" then the plan's key and the algorithm's eight words), and
-  // the reverse: plans made after use_algorithms() take the listed algorithm for their key (checked with
-  // cublasLtMatmulAlgoCheck; st::Error naming the GEMM if cuBLASLt rejects it) instead of planning anew. With
-  // the same cuBLASLt on the same kind of device, a later process then computes the same bits.
+  // Every plan's algorithm (format_gemm_algorithms in kernels/gemm_algorithms.h: a line per plan), and the
+  // reverse (st::Error naming the line if the text does not parse): plans made after use_algorithms() take the
+  // listed algorithm for their key (checked with cublasLtMatmulAlgoCheck; st::Error naming the GEMM if cuBLASLt
+  // rejects it) instead of planning anew. With the same cuBLASLt on the same kind of device, a later process then
+  // computes the same bits.
   std::string algorithms() const;
   void use_algorithms(const std::string& text);
 
