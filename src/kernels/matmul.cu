@@ -149,8 +149,8 @@ void Blas::use_algorithms(const std::string& text) {
 }
 
 std::vector<double> Blas::time_algorithms(const Plan& plan, const cublasLtMatmulHeuristicResult_t* results, int count,
-                                         float beta, int64_t elem_bytes, int64_t a_elems, int64_t b_elems,
-                                         int64_t c_elems, int64_t bias_elems, bool aux, cudaStream_t stream) {
+                                          float beta, int64_t elem_bytes, int64_t a_elems, int64_t b_elems,
+                                          int64_t c_elems, int64_t bias_elems, bool aux, cudaStream_t stream) {
   constexpr int64_t kMaxScratchBytes = int64_t{2} << 30;
   auto padded = [&](int64_t elems) { return (elems * elem_bytes + 255) / 256 * 256; };
   const int64_t a_bytes = padded(a_elems), b_bytes = padded(b_elems), c_bytes = padded(c_elems);
@@ -158,7 +158,8 @@ std::vector<double> Blas::time_algorithms(const Plan& plan, const cublasLtMatmul
   size_t free_bytes = 0, total_bytes = 0;
   ST_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   void* scratch = nullptr;
-  if (total > std::min<int64_t>(kMaxScratchBytes, static_cast<int64_t>(free_bytes / 4)) || cudaMalloc(&scratch, static_cast<size_t>(total)) != cudaSuccess) {
+  if (total > std::min<int64_t>(kMaxScratchBytes, static_cast<int64_t>(free_bytes / 4)) ||
+      cudaMalloc(&scratch, static_cast<size_t>(total)) != cudaSuccess) {
     (void)cudaGetLastError();  // an allocation failure is not sticky; clear it
     return {};
   }
@@ -451,8 +452,8 @@ void matmul_forward_residual(T* out, const T* inp, const T* weight, const T* bia
   // Unfused, in the CPU reference's order: out = residual + bias, then the product accumulated onto it.
   const int64_t n = N * OC;
   if (out != residual)
-    ST_CUDA_CHECK(cudaMemcpyAsync(out, residual, sizeof(T) * static_cast<size_t>(n), cudaMemcpyDeviceToDevice,
-                                  ctx.stream));
+    ST_CUDA_CHECK(
+        cudaMemcpyAsync(out, residual, sizeof(T) * static_cast<size_t>(n), cudaMemcpyDeviceToDevice, ctx.stream));
   if (bias != nullptr) {
     add_rows_kernel<<<grid_for(n, kBlock), kBlock, 0, ctx.stream>>>(out, bias, n, OC);
     ST_CUDA_CHECK_LAUNCH();
@@ -532,10 +533,10 @@ void matmul_backward_gelu(T* dinp, T* dweight, T* dbias, const T* dout, const T*
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&);            \
   template void matmul_forward_gelu<T>(T*, T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&);   \
   template void matmul_forward_residual<T>(T*, const T*, const T*, const T*, const T*, int64_t, int, int,             \
-                                           const GpuContext&);                                                       \
-  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&,   \
-                                   GradWrite);                                                                     \
-  template void matmul_backward_gelu<T>(T*, T*, T*, const T*, const T*, const T*, const T*, int64_t, int, int,      \
+                                           const GpuContext&);                                                        \
+  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&,    \
+                                   GradWrite);                                                                        \
+  template void matmul_backward_gelu<T>(T*, T*, T*, const T*, const T*, const T*, const T*, int64_t, int, int,        \
                                         const GpuContext&);
 
 ST_INSTANTIATE_MATMUL(float)

@@ -931,8 +931,9 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
   if (t.plans != gemm_timed_logged_) {  // rank 0 timed new shapes in this run
     gemm_timed_logged_ = t.plans;
     ST_LOG_INFO("GEMM tuning (train.gemm_autotune=", gemm_candidates_, "): ", t.plans,
-                " shapes timed; one call of each takes ", std::round(t.first_ms * 1000) / 1000, " ms with cuBLASLt's first "
-                "choice, ", std::round(t.chosen_ms * 1000) / 1000, " ms with the fastest of its list (every rank takes it)");
+                " shapes timed; one call of each takes ", std::round(t.first_ms * 1000) / 1000,
+                " ms with cuBLASLt's first choice, ", std::round(t.chosen_ms * 1000) / 1000,
+                " ms with the fastest of its list (every rank takes it)");
   }
   return loss;
 }

@@ -42,11 +42,11 @@ TEST(GemmAlgorithms, BadLinesNameTheLine) {
     std::string text;
     int line;
   } cases[] = {
-      {"gemm 1 2 3\n", 1},                                  // too few fields
-      {good + "GEMM" + line.substr(4) + "\n", 2},            // wrong tag
-      {good + line + " 0\n", 2},                             // one field too many
-      {line.substr(0, line.rfind(' ')) + " xyz\n", 1},       // not hex
-      {"gemm x" + line.substr(6) + "\n", 1},                 // key not an integer
+      {"gemm 1 2 3\n", 1},                              // too few fields
+      {good + "GEMM" + line.substr(4) + "\n", 2},       // wrong tag
+      {good + line + " 0\n", 2},                        // one field too many
+      {line.substr(0, line.rfind(' ')) + " xyz\n", 1},  // not hex
+      {"gemm x" + line.substr(6) + "\n", 1},            // key not an integer
   };
   for (const auto& c : cases) {
     try {
@@ -54,8 +54,8 @@ TEST(GemmAlgorithms, BadLinesNameTheLine) {
       ADD_FAILURE() << "accepted: " << c.text;
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
-      const std::string want = "GEMM algorithm list, line " + std::to_string(c.line) +
-                               ": expected \"gemm\", 19 integers and 8 hex words";
+      const std::string want =
+          "GEMM algorithm list, line " + std::to_string(c.line) + ": expected \"gemm\", 19 integers and 8 hex words";
       EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
   }

@@ -27,8 +27,8 @@ namespace st::gpu {
 
 // Optional fused epilogue of Blas::gemm, applied to x = alpha op(A) op(B) + beta C before the store.
 struct GemmEpilogue {
-  const void* bias = nullptr;  // [n] of T, added to every row of x
-  void* gelu_aux = nullptr;    // if set: gelu_aux = x (same layout as C, ldc % 8 == 0) and C = gelu(x)
+  const void* bias = nullptr;       // [n] of T, added to every row of x
+  void* gelu_aux = nullptr;         // if set: gelu_aux = x (same layout as C, ldc % 8 == 0) and C = gelu(x)
   const void* dgelu_aux = nullptr;  // if set (no bias, no gelu_aux): C = gelu'(dgelu_aux) * x, elementwise
   const void* c_in = nullptr;  // if set: the beta term reads this matrix (C's layout) instead of C; C is only written
 };
@@ -101,8 +101,8 @@ class Blas {
   // counts of A, B, C; a bias of n and a C-shaped aux when the epilogue has them); infinity for one that fails to
   // launch. Empty when the scratch would exceed 2 GiB or cannot be allocated: the caller keeps the first.
   std::vector<double> time_algorithms(const Plan& plan, const cublasLtMatmulHeuristicResult_t* results, int count,
-                                      float beta, int64_t elem_bytes, int64_t a_elems, int64_t b_elems,
-                                      int64_t c_elems, int64_t bias_elems, bool aux, cudaStream_t stream);
+                                      float beta, int64_t elem_bytes, int64_t a_elems, int64_t b_elems, int64_t c_elems,
+                                      int64_t bias_elems, bool aux, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
