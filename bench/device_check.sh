@@ -65,8 +65,8 @@ h = np.zeros(256, dtype=np.int32); h[:3] = [20240520, 1, n]
 with open(sys.argv[1], "wb") as f:
     f.write(h.tobytes()); f.write(np.random.default_rng(0).integers(0, 50257, n, dtype=np.uint16).tobytes())
 PY
-  table=("$(printf '%-22s %-13s %-10s %-7s %-14s %-10s %-11s %-9s %s' case system tok/s mfu "peak GiB/rank" \
-    "median ms" "compute ms" "comm ms" "ours/fsdp2")")
+  table=("$(printf '%-22s %-13s %-10s %-7s %-14s %-10s %-11s %-9s %-10s %s' case system tok/s mfu "peak GiB/rank" \
+    "median ms" "compute ms" "comm ms" "ours/fsdp2" "SM MHz / W / power-capped (ours)")")
   for c in $BENCH_CASES; do
     IFS=: read -r g b model flags <<<"$c"
     model=${model:-124m}
@@ -93,9 +93,9 @@ PY
       --train.global_batch=$((b * g)) --train.steps="$BENCH_STEPS" --log.every=5 --optim.warmup_steps=5 \
       "${ours_flags[@]}")
     if [[ $row == FAILED* ]]; then table+=("$(printf '%-22s %-13s %s' "$tag" shardtrain "$row")"); continue; fi
-    read -r tok mfu peak ms compute comm _ <<<"$row"
-    table+=("$(printf '%-22s %-13s %-10s %-7s %-14s %-10s %-11s %-9s' "$tag" shardtrain "$tok" "$mfu" "$peak" "$ms" \
-      "$compute" "$comm")")
+    read -r tok mfu peak ms compute comm _ sm watts capped _ <<<"$row"
+    table+=("$(printf '%-22s %-13s %-10s %-7s %-14s %-10s %-11s %-9s %-10s %s' "$tag" shardtrain "$tok" "$mfu" "$peak" \
+      "$ms" "$compute" "$comm" "" "$sm / $watts / $capped")")
     if [[ -f .peer/fsdp2_gpt2.py ]]; then
       j="$OUT/fsdp2_$tag.json"
       env "${link_env[@]}" torchrun --nproc_per_node="$g" .peer/fsdp2_gpt2.py "${peer_model[@]}" --B "$b" \

@@ -8,6 +8,9 @@
 #
 # GPUS = 0 runs the CPU backend in one process. Prints one table row (see HEADER below) and leaves the
 # JSONL and the log in ${TT_DIR:-/tmp/train_throughput}. WARMUP steps (default 3) are left out of the medians.
+# With GPUs, nvidia-smi samples every GPU every 200 ms during the run; the row ends with the median SM clock and
+# power of the samples drawing over half the power limit (the training, not the start-up), and the share of those
+# with the software power cap among the clock-event reasons ("-" without nvidia-smi).
 set -uo pipefail
 BUILD=$1 GPUS=$2 CONFIG=$3
 shift 3
@@ -27,15 +30,23 @@ else
   done
   cmd=(mpirun --bind-to none -np "$GPUS" "${forward[@]}" "$BUILD/shardtrain" train --config "$CONFIG" --train.device=cuda)
 fi
+smi="$TT_DIR/$tag.smi.csv" smi_pid=""
+: >"$smi"
+if [[ $GPUS -gt 0 ]] && command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=index,clocks.sm,power.draw,power.limit,clocks_event_reasons.active \
+    --format=csv,noheader,nounits -lms 200 >"$smi" 2>/dev/null &
+  smi_pid=$!
+fi
 "${cmd[@]}" --train.eval_every=0 --train.eval_batches=1 --train.sample_tokens=0 --log.metrics="$m" "$@" \
   >"$log" 2>&1 </dev/null
 rc=$?
+[[ -n $smi_pid ]] && kill "$smi_pid" 2>/dev/null
 if [[ $rc != 0 ]]; then
   echo "FAILED (exit $rc): see $log"
   tail -5 "$log"
   exit $rc
 fi
-python3 - "$m" "$log" "$WARMUP" <<'PY'
+python3 - "$m" "$log" "$WARMUP" "$smi" <<'PY'
 import json, re, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][int(sys.argv[3]):]
 if not rows:
@@ -46,6 +57,18 @@ mfu = [r["mfu"] for r in rows if r.get("mfu") is not None]
 mfu = f"{100 * statistics.median(mfu):5.1f}%" if mfu else "  n/a "
 peak = re.findall(r"device in use ([0-9.]+) MiB", open(sys.argv[2]).read())
 peak = f"{float(peak[-1]) / 1024:.1f}" if peak else "n/a"
-# HEADER: tok/s  MFU  peak GiB/rank  step ms  compute ms  exposed comm ms  steps
-print(f"{tok:10.0f} {mfu} {peak:>8} {ms:9.1f} {ms - comm:9.1f} {comm:8.2f} {len(rows):4d}")
+# index, SM MHz, W, limit W, clock-event reasons (hex; 0x4 = software power cap); odd lines (errors) are skipped.
+hot = []
+for line in open(sys.argv[4]):
+    f = [x.strip() for x in line.split(",")]
+    try:
+        sm, w, limit, why = float(f[1]), float(f[2]), float(f[3]), int(f[4], 16)
+    except (IndexError, ValueError):
+        continue
+    if w > limit / 2:
+        hot.append((sm, w, why & 0x4 != 0))
+gpu = (f"{statistics.median(h[0] for h in hot):6.0f} {statistics.median(h[1] for h in hot):5.0f} "
+       f"{100 * sum(h[2] for h in hot) / len(hot):4.0f}%") if hot else "     -     -     -"
+# HEADER: tok/s  MFU  peak GiB/rank  step ms  compute ms  exposed comm ms  steps  SM MHz  W  power-capped
+print(f"{tok:10.0f} {mfu} {peak:>8} {ms:9.1f} {ms - comm:9.1f} {comm:8.2f} {len(rows):4d} {gpu}")
 PY
