@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardtrain/core/error.h"
@@ -49,6 +50,28 @@ inline void parse_int_flags(int argc, char** argv, const char* program, std::ini
   }
 }
 
+// Takes `--<name> value` (a benchmark's one text option) out of argv[1..] into *value (left as it is when absent)
+// and returns the other arguments, argv[0] first, for parse_int_flags:
+//   std::vector<char*> rest = take_text_flag(argc, argv, "--dtype", &dtype);
+//   parse_int_flags(static_cast<int>(rest.size()), rest.data(), "bench_x", {...});
+inline std::vector<char*> take_text_flag(int argc, char** argv, const char* name, std::string* value) {
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == name && i + 1 < argc) {
+      *value = argv[++i];
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  return rest;
+}
+
+// The median of v (the upper middle one for an even count). v must not be empty.
+inline double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
 // A single-GPU benchmark's main: runs body() (which parses the flags and runs the cases) and returns 0, or prints
 // the st::Error it threw and returns that error's exit code. Without the CUDA backend or a visible device, body
 // does not run and the error names `program`. body's code must itself sit inside #ifdef SHARDTRAIN_HAVE_CUDA.
@@ -72,6 +95,13 @@ int gpu_main(const char* program, Body&& body) {
 
 #ifdef SHARDTRAIN_HAVE_CUDA
 
+// Milliseconds from `a` to `b` (negative when b came first); both recorded with timing, on one device.
+inline double elapsed_ms(const CudaEvent& a, const CudaEvent& b) {
+  float t = 0;
+  ST_CUDA_CHECK(cudaEventElapsedTime(&t, a.get(), b.get()));
+  return t;
+}
+
 // Median milliseconds of `iters` (>= 1) calls of fn(), after 3 untimed warm-up calls; each call is timed by a
 // pair of CUDA events on stream s, so fn must enqueue all its work on s.
 template <typename Fn>
@@ -84,12 +114,9 @@ double median_ms(cudaStream_t s, int iters, Fn fn) {
     fn();
     b.record(s);
     b.synchronize();
-    float t = 0;
-    ST_CUDA_CHECK(cudaEventElapsedTime(&t, a.get(), b.get()));
-    ms.push_back(t);
+    ms.push_back(elapsed_ms(a, b));
   }
-  std::nth_element(ms.begin(), ms.begin() + static_cast<long>(ms.size() / 2), ms.end());
-  return ms[ms.size() / 2];
+  return median(std::move(ms));
 }
 
 // n values of T (float, bf16 or fp16) scale * N(0, 1) + shift on the device, element i from

@@ -14,7 +14,6 @@
 // One GPU, no MPI.
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -85,16 +84,8 @@ int main(int argc, char** argv) {
 #ifdef SHARDTRAIN_HAVE_CUDA
     int64_t N = 16384;
     int C = 1024, iters = 50;
-    // --dtype is the one text option: take it out before the integer flags are parsed.
     std::string dtype = "bf16";
-    std::vector<char*> rest = {argv[0]};
-    for (int i = 1; i < argc; ++i) {
-      if (std::strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
-        dtype = argv[++i];
-      } else {
-        rest.push_back(argv[i]);
-      }
-    }
+    std::vector<char*> rest = st::bench::take_text_flag(argc, argv, "--dtype", &dtype);
     st::bench::parse_int_flags(static_cast<int>(rest.size()), rest.data(), "bench_layernorm",
                                {{"--rows", &N}, {"--n-embd", &C}, {"--iters", &iters}});
     if (N < 1 || C < 1 || iters < 1) {

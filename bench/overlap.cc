@@ -71,14 +71,7 @@ struct Options {
 Options parse(int argc, char** argv) {
   Options o;
   std::string mode = "all";
-  std::vector<char*> ints{argv[0]};  // everything but --mode, for parse_int_flags
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--mode" && i + 1 < argc) {
-      mode = argv[++i];
-    } else {
-      ints.push_back(argv[i]);
-    }
-  }
+  std::vector<char*> ints = bench::take_text_flag(argc, argv, "--mode", &mode);  // the rest are integers
   bench::parse_int_flags(
       static_cast<int>(ints.size()), ints.data(), "bench_overlap",
       {{"--m", &o.m}, {"--n", &o.n}, {"--k", &o.k}, {"--mib", &o.mib}, {"--calls", &o.calls}, {"--rounds", &o.rounds}});
@@ -120,18 +113,6 @@ bool finished(const CudaEvent& e) {
   }
   ST_CUDA_CHECK(r);
   return true;
-}
-
-// Milliseconds from `a` to `b` (negative when b came first); both recorded with timing, on one device.
-double ms_between(const CudaEvent& a, const CudaEvent& b) {
-  float t = 0;
-  ST_CUDA_CHECK(cudaEventElapsedTime(&t, a.get(), b.get()));
-  return t;
-}
-
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-  return v[v.size() / 2];
 }
 
 // Both ranks of a 2-GPU NCCL communicator made in this process (ncclCommInitAll over devices 0 and 1).
@@ -223,13 +204,13 @@ class TrafficLoop {
   double gbps(const CudaEvent& from, const CudaEvent& to) const {
     int64_t first = -1, last = -1;
     for (int64_t i = 0; i < issued_; ++i) {
-      if (ms_between(from, end(0, i)) < 0 || ms_between(end(0, i), to) < 0) continue;
+      if (bench::elapsed_ms(from, end(0, i)) < 0 || bench::elapsed_ms(end(0, i), to) < 0) continue;
       if (first < 0) first = i;
       last = i;
     }
     if (last - first < 1) return 0;
     const double bytes = static_cast<double>(last - first) * static_cast<double>(sides_[0]->recv.bytes());
-    return bytes / (ms_between(end(0, first), end(0, last)) * 1e-3) / 1e9;
+    return bytes / (bench::elapsed_ms(end(0, first), end(0, last)) * 1e-3) / 1e9;
   }
   // After finish(): gbps over operations first .. the last issued.
   double gbps_from(int64_t first) const { return gbps(end(0, first), end(0, issued_ - 1)); }
@@ -343,7 +324,7 @@ void run(const Options& o) {
       *gbps = traffic.gbps(start, stop);
     }
     stop.synchronize();
-    return ms_between(start, stop) / o.calls;
+    return bench::elapsed_ms(start, stop) / o.calls;
   };
 
   const double flops = 2.0 * static_cast<double>(o.m) * static_cast<double>(o.n) * static_cast<double>(o.k);
@@ -366,10 +347,10 @@ void run(const Options& o) {
       rates.push_back(gbps);
     }
     ModeResult res;
-    res.ms_per_call = median(ms);
+    res.ms_per_call = bench::median(ms);
     res.spread = (*std::max_element(ms.begin(), ms.end()) - *std::min_element(ms.begin(), ms.end())) / res.ms_per_call;
     if (mode.traffic != Traffic::kNone) {
-      res.comm_gbps = median(rates);
+      res.comm_gbps = bench::median(rates);
       traffic.begin(mode.traffic);
       traffic.pump_while([&] { return traffic.retired() < kAloneOps; });
       traffic.finish();
