@@ -29,6 +29,11 @@ void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n
   for (int64_t i = 0; i < n; ++i) adamw_element(s, param[i], m[i], v[i], grad[i]);
 }
 
+void adamw_update_runs(float* param, float* m, float* v, const float* grad, const std::vector<AdamWRun>& runs) {
+  for (const AdamWRun& r : runs)
+    adamw_update(param + r.offset, m + r.offset, v + r.offset, grad + r.offset, r.count, r.params);
+}
+
 bool operator==(const AdamWParams& a, const AdamWParams& b) {
   return a.lr == b.lr && a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps &&
          a.weight_decay == b.weight_decay && a.step == b.step && a.grad_scale == b.grad_scale;

@@ -66,14 +66,18 @@ __global__ void convert_kernel(T* out, const float* in, int64_t n) {
   });
 }
 
-template <int kVec, typename T>
+template <int kVec, bool kOverwrite, typename T>
 __global__ void accumulate_kernel(float* acc, const T* in, int64_t n) {
   for_each_pack<kVec>(n, thread_index(), thread_count(), [&](int64_t i, auto w) {
     constexpr int W = decltype(w)::value;
     float a[W], v[W];
-    load<W>(acc + i, a);
     load<W>(in + i, v);
-    for (int k = 0; k < W; ++k) a[k] += v[k];
+    if constexpr (kOverwrite) {
+      for (int k = 0; k < W; ++k) a[k] = v[k];
+    } else {
+      load<W>(acc + i, a);
+      for (int k = 0; k < W; ++k) a[k] += v[k];
+    }
     store<W>(acc + i, a);
   });
 }
@@ -102,11 +106,14 @@ void convert(T* out, const float* in, int64_t n, const GpuContext& ctx) {
 }
 
 template <typename T>
-void accumulate(float* acc, const T* in, int64_t n, const GpuContext& ctx) {
+void accumulate(float* acc, const T* in, int64_t n, const GpuContext& ctx, GradWrite write) {
   if (n == 0) return;
   launch_packed<float>(all_aligned(16, acc) && all_aligned(4 * sizeof(T), in), [&](auto w) {
     constexpr int W = decltype(w)::value;
-    accumulate_kernel<W><<<grid_packs(n, W), kBlock, 0, ctx.stream>>>(acc, in, n);
+    if (write == GradWrite::kOverwrite)
+      accumulate_kernel<W, true><<<grid_packs(n, W), kBlock, 0, ctx.stream>>>(acc, in, n);
+    else
+      accumulate_kernel<W, false><<<grid_packs(n, W), kBlock, 0, ctx.stream>>>(acc, in, n);
   });
 }
 
@@ -116,8 +123,8 @@ template void sum_of_squares<fp16>(const fp16*, int64_t, double*, const GpuConte
 template void convert<float>(float*, const float*, int64_t, const GpuContext&);
 template void convert<bf16>(bf16*, const float*, int64_t, const GpuContext&);
 template void convert<fp16>(fp16*, const float*, int64_t, const GpuContext&);
-template void accumulate<float>(float*, const float*, int64_t, const GpuContext&);
-template void accumulate<bf16>(float*, const bf16*, int64_t, const GpuContext&);
-template void accumulate<fp16>(float*, const fp16*, int64_t, const GpuContext&);
+template void accumulate<float>(float*, const float*, int64_t, const GpuContext&, GradWrite);
+template void accumulate<bf16>(float*, const bf16*, int64_t, const GpuContext&, GradWrite);
+template void accumulate<fp16>(float*, const fp16*, int64_t, const GpuContext&, GradWrite);
 
 }  // namespace st::gpu

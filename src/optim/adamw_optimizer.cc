@@ -29,8 +29,7 @@ std::vector<AdamWRun> adamw_runs(const UnitLayout& unit, int64_t begin, int64_t 
 
 void adamw_step_span(const UnitLayout& unit, int64_t begin, int64_t end, const OptimConfig& cfg,
                      const OptimizerStep& step, float* param, float* m, float* v, const float* grad) {
-  for (const AdamWRun& r : adamw_runs(unit, begin, end, cfg, step))
-    adamw_update(param + r.offset, m + r.offset, v + r.offset, grad + r.offset, r.count, r.params);
+  adamw_update_runs(param, m, v, grad, adamw_runs(unit, begin, end, cfg, step));
 }
 
 double sum_of_squares(const float* grad, int64_t n) {

@@ -1,5 +1,3 @@
-#include "shardtrain/shard/cuda_sharded_model.h"
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +20,7 @@
 #include "shardtrain/model/cuda_gpt.h"
 #include "shardtrain/optim/host_adamw.h"
 #include "shardtrain/shard/comm_tuning.h"
+#include "shardtrain/shard/cuda_sharded_model.h"
 #include "shardtrain/shard/schedule.h"
 #include "shardtrain/shard/sharding.h"
 
@@ -46,7 +45,7 @@ struct UnitSizes {
   int64_t emb_full = 0;   // unit 0's gathered size (slot * world)
   int64_t unit_full = 0;  // the largest other unit's gathered size
   int64_t max_slot = 0;
-  int64_t slots = 0;      // sum of slots
+  int64_t slots = 0;  // sum of slots
 };
 
 UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world) {
@@ -323,17 +322,17 @@ class CudaShardedModel final : public ModelBackend {
   };
   // optim.offload: the pinned host buffers of a unit, and the events of its trip through the host AdamW.
   struct OffloadShard {
-    PinnedBuffer<float> grad;    // the finished gradient shard, copied from the device during backward
-    PinnedBuffer<T> out;         // the new parameters in T, written by the host AdamW, copied to the device
-    CudaEvent grad_copied;       // the gradient has arrived in `grad`
-    CudaEvent params_ready;      // the host AdamW is done (and, with params on the device, they are there)
-    bool grad_on_host = false;   // this step's copy has been issued
+    PinnedBuffer<float> grad;   // the finished gradient shard, copied from the device during backward
+    PinnedBuffer<T> out;        // the new parameters in T, written by the host AdamW, copied to the device
+    CudaEvent grad_copied;      // the gradient has arrived in `grad`
+    CudaEvent params_ready;     // the host AdamW is done (and, with params on the device, they are there)
+    bool grad_on_host = false;  // this step's copy has been issued
     // What the offload stream's host function waits on, one per submission in turn: with speculation this thread
     // may queue the next step's job before the stream has run the last one's function (at most one ahead).
     CpuWait waits[2];
     int64_t submissions = 0;
-    int64_t ticket = -1;         // the last job submitted
-    bool speculated = false;     // this step's speculative update is queued (optim.offload_speculative)
+    int64_t ticket = -1;      // the last job submitted
+    bool speculated = false;  // this step's speculative update is queued (optim.offload_speculative)
   };
   // optim.offload_speculative: the second copy of a unit's host state, which a speculative update writes.
   struct NextState {
@@ -345,18 +344,14 @@ class CudaShardedModel final : public ModelBackend {
     CudaEvent ready, free;
   };
   bool offload(int unit) const { return offloaded_[static_cast<size_t>(unit)]; }
-  bool params_on_host(int unit) const {
-    return offload(unit) && cfg_.optim.offload == OffloadMode::kOptimizerParams;
-  }
+  bool params_on_host(int unit) const { return offload(unit) && cfg_.optim.offload == OffloadMode::kOptimizerParams; }
   void copy_grad_to_host(int unit);
   // The last micro-step's reduce-scatter of `unit` is accumulated: hybrid sums the shard across nodes (in buckets, on
   // the replica stream); with optim.offload the shard then goes to the host.
   void finish_grad(int unit);
   // The stream on which gradient shards become final: the replica stream in hybrid, else the communication stream.
   cudaStream_t final_grad_stream() { return buckets_ ? replica_stream_.get() : comm_stream_.get(); }
-  CommPlan comm_plan() const {
-    return {tuning_.prefetch_depth, buckets_ ? buckets_->capacity() : 0};
-  }
+  CommPlan comm_plan() const { return {tuning_.prefetch_depth, buckets_ ? buckets_->capacity() : 0}; }
   void upload_compute_copy(int unit);
   // optim.offload: queues `job` on the host AdamW and, on the offload stream, the copy of its result to the
   // device behind it (params_ready marks the end).
@@ -402,36 +397,38 @@ class CudaShardedModel final : public ModelBackend {
   std::vector<UnitLayout> units_;
   std::vector<bool> offloaded_;  // per unit: its optimizer is on the host (optim.offload, offload_fraction)
   ShardingGroups groups_;        // dist.sharding: the world, or this node's ranks plus the replica group
-  std::unique_ptr<NcclCommunicator> world_nccl_;  // hybrid, during set-up: what the node and replica groups split
-  NcclCommunicator nccl_;        // over groups_.shard()
+  std::unique_ptr<NcclCommunicator> world_nccl_;    // hybrid, during set-up: what the node and replica groups split
+  NcclCommunicator nccl_;                           // over groups_.shard()
   std::unique_ptr<NcclCommunicator> replica_nccl_;  // hybrid: over groups_.replica
   CommTuning tuning_;                               // dist.prefetch_depth, dist.bucket_mb resolved for the link
   std::unique_ptr<ReplicaBuckets> buckets_;         // hybrid: the all-reduce across nodes, once per step
   std::string device_name_;
-  int gemm_candidates_ = 0;  // train.gemm_autotune resolved
+  int gemm_candidates_ = 0;    // train.gemm_autotune resolved
   int gemm_timed_logged_ = 0;  // GEMM shapes timed when the log last said so
   gpu::Cudnn cudnn_;
   AttentionChoice attention_;
   CudaMemoryPlan plan_;
   CudaStream compute_stream_, comm_stream_;
+  // The device AdamW, beside the next step's forward: a unit's gather waits for its update only (updated_).
+  CudaStream optim_stream_;
   CudaStream replica_stream_;  // hybrid: the all-reduce across nodes, beside the node's gathers and reduce-scatters
   gpu::Blas blas_;
   DeviceBuffer<unsigned char> scratch_, comm_scratch_;
-  gpu::GpuContext ctx_, comm_ctx_;
+  gpu::GpuContext ctx_, comm_ctx_, optim_ctx_;
   CudaGpt<T> model_;
   std::vector<DeviceShard> shards_;
   std::vector<UnitShard> host_;  // with optim.offload: param, m and v are the state itself
   std::unique_ptr<HostAdamW> host_adamw_;
   std::vector<OffloadShard> offload_;
-  bool speculative_ = false;                                  // optim.offload_speculative, resolved
-  std::vector<NextState> next_;                               // optim.offload_speculative, per offloaded unit
-  std::vector<std::vector<AdamWRun>> speculative_runs_;       // this step's, by unit (speculate_optimizer)
+  bool speculative_ = false;                                    // optim.offload_speculative, resolved
+  std::vector<NextState> next_;                                 // optim.offload_speculative, per offloaded unit
+  std::vector<std::vector<AdamWRun>> speculative_runs_;         // this step's, by unit (speculate_optimizer)
   int64_t spec_kept_ = 0, spec_redone_ = 0, spec_dropped_ = 0;  // for the log
   std::vector<Staging> staging_;
   size_t next_staging_ = 0;
   CudaStream d2h_stream_, offload_stream_, h2d_stream_;
-  int64_t micro_steps_left_ = 0;  // expect_micro_steps(), counted down by micro_step()
-  bool last_micro_ = true;        // the running micro-step is the step's last
+  int64_t micro_steps_left_ = 0;      // expect_micro_steps(), counted down by micro_step()
+  bool last_micro_ = true;            // the running micro-step is the step's last
   bool summed_across_nodes_ = false;  // hybrid: this step's gradients went across nodes (zero_grads clears)
   Buffer emb_param_, emb_grad_;
   std::vector<Buffer> param_pool_, grad_pool_;
@@ -441,6 +438,10 @@ class CudaShardedModel final : public ModelBackend {
   gpu::GpuContext replica_ctx_;
   DeviceBuffer<double> sq_;
   CudaEvent compute_mark_, comm_mark_, replica_mark_;
+  std::vector<CudaEvent> updated_;  // per unit: its last device AdamW is done (optim stream); never recorded: none
+  // zero_grads() was called and no micro-step has finished since: the reduce-scatters write the gradient shards
+  // rather than add to them, so nothing zeroes them.
+  bool fresh_grads_ = false;
   std::vector<std::unique_ptr<Stall>> stalls_;  // reused every run; grows to the schedule's waits
   size_t stalls_used_ = 0;
   double exposed_ms_ = 0;
@@ -487,6 +488,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       comm_scratch_(static_cast<int64_t>(gpu::reduce_scratch_bytes())),
       ctx_{compute_stream_.get(), &blas_, scratch_.data(), scratch_.bytes(), &cudnn_},
       comm_ctx_{comm_stream_.get(), nullptr, comm_scratch_.data(), comm_scratch_.bytes()},
+      optim_ctx_{optim_stream_.get(), nullptr, nullptr, 0},
       model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.cudnn, ctx_) {
   if (comm.local_rank() == 0) {  // each machine's GPUs and links, as `shardtrain topo` prints them
     char host[64] = {};
@@ -544,6 +546,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   }
   for (Buffer& b : grad_pool_) b.data = DeviceBuffer<T>(s.unit_full);
   params_of_.assign(units_.size(), nullptr);
+  updated_.resize(units_.size());
   grads_of_.assign(units_.size(), nullptr);
   rs_out_ = DeviceBuffer<T>(s.max_slot);
   sq_ = DeviceBuffer<double>(1);
@@ -622,15 +625,15 @@ template <typename T>
 CudaShardedModel<T>::~CudaShardedModel() {
   // Outstanding work references our buffers; let it finish before they are freed.
   for (cudaStream_t s : {offload_stream_.get(), h2d_stream_.get(), d2h_stream_.get(), replica_stream_.get(),
-                         comm_stream_.get(), compute_stream_.get()})
+                         comm_stream_.get(), compute_stream_.get(), optim_stream_.get()})
     cudaStreamSynchronize(s);
   // Host jobs write into host_ and next_ (speculative ones may still run if a step was cut short): finish them
   // before those are freed. Every gradient copy has landed by now, so every gate is open.
   if (host_adamw_) host_adamw_->wait_all();
   if (speculative_ && comm_.rank() == 0)
     ST_LOG_INFO("optim.offload_speculative: of ", spec_kept_ + spec_redone_ + spec_dropped_,
-                " speculative unit updates, ", spec_kept_, " kept, ", spec_redone_, " redone (clipped), ", spec_dropped_,
-                " dropped (skipped steps)");
+                " speculative unit updates, ", spec_kept_, " kept, ", spec_redone_, " redone (clipped), ",
+                spec_dropped_, " dropped (skipped steps)");
 }
 
 // optim.offload_speculative: true and false as said; auto speculates when the node's ranks can hold the second copy
@@ -653,12 +656,13 @@ bool CudaShardedModel<T>::resolve_speculation() const {
 
 template <typename T>
 void CudaShardedModel<T>::zero_grads() {
-  // The previous step's gradients have gone to the host before this memset (the waits below).
-  // With optim.offload_speculative the optimizer does not wait for the copies: the compute stream does, here.
+  // No memset: the next micro-step's reduce-scatters overwrite the shards (fresh_grads_). They run on the
+  // communication stream after the compute stream's backward ops, so the previous step's copies of the gradients to
+  // the host are done before they do: the compute stream waits for those here (with optim.offload_speculative the
+  // optimizer does not wait for them).
   for (OffloadShard& o : offload_)
     if (o.grad_on_host) o.grad_copied.wait_on(compute_stream_.get());
-  for (DeviceShard& d : shards_)
-    ST_CUDA_CHECK(cudaMemsetAsync(d.grad.data(), 0, d.grad.bytes(), compute_stream_.get()));
+  fresh_grads_ = true;
   for (OffloadShard& o : offload_) o.grad_on_host = false;
   summed_across_nodes_ = false;
   if (buckets_) buckets_->drop();  // a step cut short (an exception in its backward) left units in a bucket
@@ -675,7 +679,7 @@ const T* CudaShardedModel<T>::gather_source(int unit) const {
 
 template <typename T>
 typename CudaShardedModel<T>::Buffer* CudaShardedModel<T>::free_buffer(std::vector<Buffer>& pool, Buffer& emb,
-                                                                          int unit) {
+                                                                       int unit) {
   if (unit == 0) return emb.unit == -1 ? &emb : nullptr;
   // The least recently released: its `free` event is the oldest, so the wait on it is the shortest. Taking
   // the first free one instead would hand backward the buffer whose reduce-scatter was issued a moment ago,
@@ -702,6 +706,7 @@ void CudaShardedModel<T>::issue_gather(int unit) {
   b->free.wait_on(ns);  // the unit that held it has finished computing
   const T* source = gather_source(unit);
   Staging* staged = nullptr;
+  updated_[static_cast<size_t>(unit)].wait_on(ns);  // the shard the device AdamW writes
   if (offload(unit)) {
     OffloadShard& o = offload_[static_cast<size_t>(unit)];
     if (params_on_host(unit)) {  // up from the host into a staging buffer, once the host AdamW is done with it
@@ -784,7 +789,10 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
   b->ready.record(compute_stream_.get());
   b->ready.wait_on(ns);
   nccl_.reduce_scatter<T>(b->data.data(), h.slot, rs_out_.data(), ns);
-  gpu::accumulate<T>(shards_[static_cast<size_t>(unit)].grad.data(), rs_out_.data(), h.span.count, comm_ctx_);
+  // The step's first write of the shard replaces the last step's gradient, which that step's AdamW read.
+  if (fresh_grads_) updated_[static_cast<size_t>(unit)].wait_on(ns);
+  gpu::accumulate<T>(shards_[static_cast<size_t>(unit)].grad.data(), rs_out_.data(), h.span.count, comm_ctx_,
+                     fresh_grads_ ? GradWrite::kOverwrite : GradWrite::kAccumulate);
   if (last_micro_) finish_grad(unit);  // overlaps the rest of the backward
   b->free.record(ns);
   b->unit = -1;
@@ -817,8 +825,7 @@ void CudaShardedModel<T>::finish_grad(int unit) {
       replica_nccl_->all_reduce<T>(bucket_.data(), b.elements, rs);
       for (size_t i = 0; i < b.units.size(); ++i) {
         DeviceBuffer<float>& g = shards_[static_cast<size_t>(b.units[i])].grad;
-        ST_CUDA_CHECK(cudaMemsetAsync(g.data(), 0, g.bytes(), rs));
-        gpu::accumulate<T>(g.data(), bucket_.data() + b.offsets[i], g.size(), replica_ctx_);
+        gpu::accumulate<T>(g.data(), bucket_.data() + b.offsets[i], g.size(), replica_ctx_, GradWrite::kOverwrite);
         finished.push_back(b.units[i]);
       }
       counters_.replica_reduced_elements += b.elements;
@@ -850,9 +857,7 @@ void CudaShardedModel<T>::release_params(int unit) {
 // starting the next step. Every rank steps the same units in the same order, so the collectives still match.
 template <typename T>
 void CudaShardedModel<T>::prefetch_embedding() {
-  compute_mark_.record(compute_stream_.get());  // the gather reads the shard AdamW just wrote
-  compute_mark_.wait_on(comm_stream_.get());
-  issue_gather(0);
+  issue_gather(0);  // after unit 0's update (updated_, or with offload its upload)
   embedding_prefetched_ = true;
 }
 
@@ -860,7 +865,8 @@ template <typename T>
 float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets,
                                float dloss) {
   cudaStream_t cs = compute_stream_.get(), ns = comm_stream_.get();
-  // Gathers read shards the optimizer (compute stream) may just have written.
+  // Nothing the communication stream issues from here overtakes what the compute stream has queued before (a unit's
+  // gather waits for its optimizer update by itself: issue_gather).
   compute_mark_.record(cs);
   compute_mark_.wait_on(ns);
   next_gather_ = 0;
@@ -981,15 +987,17 @@ void CudaShardedModel<T>::collect_stalls() {
 
 template <typename T>
 float CudaShardedModel<T>::micro_step(const int32_t* inputs, const int32_t* targets, float dloss) {
-  ST_CHECK(!summed_across_nodes_, "micro_step after this step's gradients were summed across nodes: call zero_grads() "
+  ST_CHECK(!summed_across_nodes_,
+           "micro_step after this step's gradients were summed across nodes: call zero_grads() "
            "and expect_micro_steps() first");
   last_micro_ = --micro_steps_left_ <= 0;
   tokens_ = inputs;
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;
   const float loss =
-      run(training_schedule(cfg_.model.n_layer, cfg_.dist.reshard_after_forward, /*keep_embedding=*/true),
-          Mode::kTrain, targets, dloss);
+      run(training_schedule(cfg_.model.n_layer, cfg_.dist.reshard_after_forward, /*keep_embedding=*/true), Mode::kTrain,
+          targets, dloss);
+  fresh_grads_ = false;  // the next micro-step of this step adds to the shards
   // Every buffer of ours is allocated at set-up, but NCCL connects its peers (and allocates their buffers) at
   // the first collectives, and the libraries may allocate on first use: sample after each micro-step.
   sample_device_memory();
@@ -1035,12 +1043,12 @@ template <typename T>
 void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
   DeviceShard& d = shards_[static_cast<size_t>(unit)];
   const int64_t owned = host_[static_cast<size_t>(unit)].span.count;
+  for (const AdamWRun& r : runs)
+    ST_CHECK(r.offset >= 0 && r.offset + r.count <= owned, "AdamW run [", r.offset, ", +", r.count, ") outside unit ",
+             unit, "'s span of ", owned);
   if (offload(unit)) {
     // Queued on the host AdamW; the offload stream waits for it and copies the new shard up, and the next
     // gather of this unit waits for that. This thread goes on to the next unit, then to the next step.
-    for (const AdamWRun& r : runs)
-      ST_CHECK(r.offset >= 0 && r.offset + r.count <= owned, "AdamW run [", r.offset, ", +", r.count,
-               ") outside unit ", unit, "'s span of ", owned);
     OffloadShard& o = offload_[static_cast<size_t>(unit)];
     if (o.speculated) {
       o.speculated = false;
@@ -1068,15 +1076,18 @@ void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
     if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
     return;
   }
-  OpTimer::Laps lap = model_.timer().laps(compute_stream_.get());
-  lap("optim.adamw");
-  for (const AdamWRun& r : runs) {
-    ST_CHECK(r.offset >= 0 && r.offset + r.count <= owned, "AdamW run [", r.offset, ", +", r.count, ") outside unit ",
-             unit, "'s span of ", owned);
-    T* out = std::is_same_v<T, float> ? nullptr : reinterpret_cast<T*>(d.compute.data()) + r.offset;
-    gpu::adamw_update<T>(d.master.data() + r.offset, d.m.data() + r.offset, d.v.data() + r.offset,
-                         d.grad.data() + r.offset, r.count, r.params, out, ctx_);
+  // On the optimizer stream, after what the compute stream has queued (the step's final gradients, their norm), so
+  // that the next step's forward starts once unit 0 is updated and gathered, while the other units update.
+  cudaStream_t os = optim_stream_.get();
+  compute_mark_.record(compute_stream_.get());
+  compute_mark_.wait_on(os);
+  {
+    OpTimer::Laps lap = model_.timer().laps(os);
+    lap("optim.adamw");
+    T* out = std::is_same_v<T, float> ? nullptr : reinterpret_cast<T*>(d.compute.data());
+    gpu::adamw_update_runs<T>(d.master.data(), d.m.data(), d.v.data(), d.grad.data(), runs, out, optim_ctx_);
   }
+  updated_[static_cast<size_t>(unit)].record(os);
   if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
 }
 
@@ -1154,6 +1165,7 @@ std::vector<float> CudaShardedModel<T>::gather_full(int unit, bool grads) {
   const UnitShard& h = host_[static_cast<size_t>(unit)];
   const DeviceShard& d = shards_[static_cast<size_t>(unit)];
   cudaStream_t cs = compute_stream_.get();
+  optim_stream_.synchronize();  // the master as the last AdamW left it
   DeviceBuffer<float> full(h.slot * nccl_.world_size());
   DeviceBuffer<float> host_master;  // optim.offload: the master is on the host
   const float* source = grads ? d.grad.data() : d.master.data();
@@ -1174,6 +1186,7 @@ std::vector<float> CudaShardedModel<T>::gather_full(int unit, bool grads) {
 template <typename T>
 void CudaShardedModel<T>::pull_state() {
   compute_stream_.synchronize();
+  optim_stream_.synchronize();
   comm_stream_.synchronize();
   replica_stream_.synchronize();
   for (size_t u = 0; u < shards_.size(); ++u) {
@@ -1185,8 +1198,8 @@ void CudaShardedModel<T>::pull_state() {
       ST_CUDA_CHECK(cudaMemcpy(h.grad.data(), d.grad.data(), d.grad.bytes(), cudaMemcpyDeviceToHost));
       continue;
     }
-    for (auto [host, dev] : {std::pair{&h.param, &d.master}, std::pair{&h.m, &d.m}, std::pair{&h.v, &d.v},
-                             std::pair{&h.grad, &d.grad}}) {
+    for (auto [host, dev] :
+         {std::pair{&h.param, &d.master}, std::pair{&h.m, &d.m}, std::pair{&h.v, &d.v}, std::pair{&h.grad, &d.grad}}) {
       host->resize(static_cast<size_t>(h.slot));
       ST_CUDA_CHECK(cudaMemcpy(host->data(), dev->data(), dev->bytes(), cudaMemcpyDeviceToHost));
     }
@@ -1200,8 +1213,8 @@ void CudaShardedModel<T>::push_state() {
     embedding_prefetched_ = false;
   }
   if (host_adamw_) host_adamw_->wait_all();
-  for (const CudaStream* st :
-       {&compute_stream_, &comm_stream_, &replica_stream_, &offload_stream_, &h2d_stream_, &d2h_stream_})
+  for (const CudaStream* st : {&compute_stream_, &optim_stream_, &comm_stream_, &replica_stream_, &offload_stream_,
+                               &h2d_stream_, &d2h_stream_})
     st->synchronize();  // nothing in flight may still write the buffers replaced here
   for (size_t u = 0; u < shards_.size(); ++u) {
     UnitShard& h = host_[u];

@@ -253,9 +253,7 @@ void ShardedModel::adamw(int unit, const std::vector<AdamWRun>& runs) {
     offload_->submit(std::move(job));
     return;
   }
-  for (const AdamWRun& r : runs)
-    adamw_update(sh.param.data() + r.offset, sh.m.data() + r.offset, sh.v.data() + r.offset,
-                 sh.grad.data() + r.offset, r.count, r.params);
+  adamw_update_runs(sh.param.data(), sh.m.data(), sh.v.data(), sh.grad.data(), runs);
 }
 
 std::vector<float> ShardedModel::gather_params(int unit) { return gather_full(unit, &UnitShard::param); }

@@ -127,5 +127,24 @@ TYPED_TEST(ReduceGpuTest, AccumulateAdds) {
   }
 }
 
+// The first micro-step's reduce-scatter writes the shard's gradient instead of adding to a zeroed one.
+TYPED_TEST(ReduceGpuTest, AccumulateOverwriteWrites) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << s.n << " offset=" << s.offset);
+    const std::vector<float> in = test::random_input<T>(s.n, 2);
+    test::GpuEnv env;
+    DeviceBuffer<float> d_acc(s.offset + s.n + 1);
+    test::poison(d_acc);
+    DeviceBuffer<T> d_in = test::upload<T>(in, s.offset);
+    gpu::accumulate<T>(d_acc.data() + s.offset, d_in.data() + s.offset, s.n, env.ctx, GradWrite::kOverwrite);
+    std::vector<float> got = test::to_host(d_acc);
+    EXPECT_TRUE(std::isnan(got.back())) << "wrote past n";
+    got.pop_back();
+    EXPECT_TRUE(test::all_close(std::vector<float>(got.begin() + s.offset, got.end()), in, 0.0, 0.0));
+  }
+}
+
 }  // namespace
 }  // namespace st

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 namespace st {
 
@@ -48,6 +49,9 @@ struct AdamWRun {
   int64_t count = 0;
   AdamWParams params;
 };
+
+// adamw_update over each run [offset, offset + count) of the arrays, with the run's parameters.
+void adamw_update_runs(float* param, float* m, float* v, const float* grad, const std::vector<AdamWRun>& runs);
 
 // Every field equal (floats by value): the same update, bit for bit (optimizer offload's speculative step).
 bool operator==(const AdamWParams& a, const AdamWParams& b);

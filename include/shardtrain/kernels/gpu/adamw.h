@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "shardtrain/kernels/adamw.h"
 #include "shardtrain/kernels/gpu/context.h"
@@ -17,5 +18,12 @@ namespace st::gpu {
 template <typename T>
 void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamWParams& p, T* param_out,
                   const GpuContext& ctx);
+
+// st::adamw_update_runs: each run [offset, offset + count) of param, m, v, grad (and param_out) updated with its
+// own parameters. Contiguous runs that differ in nothing but the weight decay (a unit's tensors, as adamw_runs
+// gives them) go out as one launch, up to 16 runs a launch.
+template <typename T>
+void adamw_update_runs(float* param, float* m, float* v, const float* grad, const std::vector<AdamWRun>& runs,
+                       T* param_out, const GpuContext& ctx);
 
 }  // namespace st::gpu

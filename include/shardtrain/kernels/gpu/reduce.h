@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/grad_write.h"
 
 namespace st::gpu {
 
@@ -29,8 +30,9 @@ void sum(const float* x, int64_t n, double* out, const GpuContext& ctx);
 template <typename T>
 void convert(T* out, const float* in, int64_t n, const GpuContext& ctx);
 
-// Accumulates: acc[i] += in[i], in fp32.
+// Accumulates: acc[i] += in[i], in fp32; with GradWrite::kOverwrite, acc[i] = in[i] (the same value as adding to a
+// zeroed acc, but for the sign of a zero: one pass instead of a memset, a read and a write).
 template <typename T>
-void accumulate(float* acc, const T* in, int64_t n, const GpuContext& ctx);
+void accumulate(float* acc, const T* in, int64_t n, const GpuContext& ctx, GradWrite write = GradWrite::kAccumulate);
 
 }  // namespace st::gpu
