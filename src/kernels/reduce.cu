@@ -56,6 +56,12 @@ void reduce_sum(const T* x, int64_t n, double* out, F f, const GpuContext& ctx) 
   ST_CUDA_CHECK_LAUNCH();
 }
 
+__global__ void sum_in_order_kernel(const double* parts, int64_t n, double* out) {
+  double acc = 0;
+  for (int64_t i = 0; i < n; ++i) acc += parts[i];
+  *out = acc;
+}
+
 template <int kVec, typename T>
 __global__ void convert_kernel(T* out, const float* in, int64_t n) {
   for_each_pack<kVec>(n, thread_index(), thread_count(), [&](int64_t i, auto w) {
@@ -103,6 +109,11 @@ void convert(T* out, const float* in, int64_t n, const GpuContext& ctx) {
     constexpr int W = decltype(w)::value;
     convert_kernel<W><<<grid_packs(n, W), kBlock, 0, ctx.stream>>>(out, in, n);
   });
+}
+
+void sum_in_order(const double* parts, int64_t n, double* out, const GpuContext& ctx) {
+  sum_in_order_kernel<<<1, 1, 0, ctx.stream>>>(parts, n, out);
+  ST_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>

@@ -437,6 +437,11 @@ class CudaShardedModel final : public ModelBackend {
   DeviceBuffer<T> bucket_;  // hybrid: one bucket of gradient shards in T, as they cross nodes
   gpu::GpuContext replica_ctx_;
   DeviceBuffer<double> sq_;
+  // Each unit's sum of squares of its final gradient shard, taken as it becomes final (finish_grad, on that stream);
+  // sq_parts_ counts them since zero_grads(). All there: the norm is one in-order sum (grad_sum_of_squares).
+  DeviceBuffer<double> unit_sq_;
+  int64_t sq_parts_ = 0;
+  DeviceBuffer<unsigned char> replica_scratch_;  // hybrid: the replica stream's reductions
   CudaEvent compute_mark_, comm_mark_, replica_mark_;
   std::vector<CudaEvent> updated_;  // per unit: its last device AdamW is done (optim stream); never recorded: none
   // zero_grads() was called and no micro-step has finished since: the reduce-scatters write the gradient shards
@@ -542,7 +547,8 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   grad_pool_.resize(static_cast<size_t>(grad_pool_size(comm_plan())));
   if (buckets_) {
     bucket_ = DeviceBuffer<T>(buckets_->capacity());
-    replica_ctx_ = {replica_stream_.get(), nullptr, nullptr, 0};
+    replica_scratch_ = DeviceBuffer<unsigned char>(static_cast<int64_t>(gpu::reduce_scratch_bytes()));
+    replica_ctx_ = {replica_stream_.get(), nullptr, replica_scratch_.data(), replica_scratch_.bytes()};
   }
   for (Buffer& b : grad_pool_) b.data = DeviceBuffer<T>(s.unit_full);
   params_of_.assign(units_.size(), nullptr);
@@ -550,6 +556,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   grads_of_.assign(units_.size(), nullptr);
   rs_out_ = DeviceBuffer<T>(s.max_slot);
   sq_ = DeviceBuffer<double>(1);
+  unit_sq_ = DeviceBuffer<double>(static_cast<int64_t>(units_.size()));
   counters_.gathers.assign(units_.size(), 0);
   counters_.reduce_scatters.assign(units_.size(), 0);
   if (cfg.optim.offload != OffloadMode::kNone) {
@@ -663,6 +670,7 @@ void CudaShardedModel<T>::zero_grads() {
   for (OffloadShard& o : offload_)
     if (o.grad_on_host) o.grad_copied.wait_on(compute_stream_.get());
   fresh_grads_ = true;
+  sq_parts_ = 0;
   for (OffloadShard& o : offload_) o.grad_on_host = false;
   summed_across_nodes_ = false;
   if (buckets_) buckets_->drop();  // a step cut short (an exception in its backward) left units in a bucket
@@ -832,6 +840,15 @@ void CudaShardedModel<T>::finish_grad(int unit) {
       counters_.cross_node_bytes += groups_.replica_cross_bytes(b.elements, sizeof(T));
     }
     summed_across_nodes_ = buckets_->joined_units() == 0;  // the step's last unit went out
+  }
+  // The norm's share of each finished shard, here rather than after the backward, where it would hold up the
+  // optimizer: on the stream that finished it (comm_ctx_ and replica_ctx_ each have reduction scratch).
+  const gpu::GpuContext& final_ctx = buckets_ ? replica_ctx_ : comm_ctx_;
+  for (int u : finished) {
+    ST_CUDA_CHECK(cudaMemsetAsync(unit_sq_.data() + u, 0, sizeof(double), final_ctx.stream));
+    gpu::sum_of_squares<float>(shards_[static_cast<size_t>(u)].grad.data(), host_[static_cast<size_t>(u)].span.count,
+                               unit_sq_.data() + u, final_ctx);
+    ++sq_parts_;
   }
   for (int u : finished) {
     if (!offload(u)) continue;
@@ -1028,9 +1045,15 @@ double CudaShardedModel<T>::grad_sum_of_squares() {
   {
     OpTimer::Laps lap = model_.timer().laps(cs);
     lap("optim.grad_norm");
-    ST_CUDA_CHECK(cudaMemsetAsync(sq_.data(), 0, sizeof(double), cs));
-    for (size_t u = 0; u < shards_.size(); ++u)
-      gpu::sum_of_squares<float>(shards_[u].grad.data(), host_[u].span.count, sq_.data(), ctx_);
+    if (sq_parts_ == static_cast<int64_t>(shards_.size())) {
+      // Every unit's part was taken as its gradient became final (finish_grad); the compute stream has waited for
+      // those streams (run()). The same bits as the loop below.
+      gpu::sum_in_order(unit_sq_.data(), static_cast<int64_t>(shards_.size()), sq_.data(), ctx_);
+    } else {  // asked before the step's last micro-step
+      ST_CUDA_CHECK(cudaMemsetAsync(sq_.data(), 0, sizeof(double), cs));
+      for (size_t u = 0; u < shards_.size(); ++u)
+        gpu::sum_of_squares<float>(shards_[u].grad.data(), host_[u].span.count, sq_.data(), ctx_);
+    }
   }
   double sq = 0;
   ST_CUDA_CHECK(cudaMemcpyAsync(&sq, sq_.data(), sizeof(double), cudaMemcpyDeviceToHost, cs));

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "gpu_kernel_test.h"
@@ -84,6 +85,37 @@ TEST(ReduceSumGpuTest, SumAccumulates) {
     gpu::sum(d_x.data() + s.offset, s.n, out.data(), env.ctx);
     EXPECT_NEAR(host_double(out), want, kTol<float> * want);
   }
+}
+
+// The gradient norm's two ways: each unit's sum of squares into its own part, then sum_in_order, gives the bits of
+// one total that sum_of_squares accumulated unit after unit.
+TEST(ReduceSumGpuTest, SumInOrderOfPartsEqualsAccumulatingInTurn) {
+  ST_SKIP_WITHOUT_GPU();
+  test::GpuEnv env(gpu::reduce_scratch_bytes());
+  const int64_t sizes[] = {1000, 7, (1 << 20) + 3, 1, 4099, 65536};
+  const int units = static_cast<int>(std::size(sizes));
+  DeviceBuffer<double> parts(units), in_turn = device_double(0), in_order = device_double(-1);
+  ST_CUDA_CHECK(cudaMemset(parts.data(), 0, parts.bytes()));
+  std::vector<DeviceBuffer<float>> grads;
+  for (int u = 0; u < units; ++u) {
+    grads.push_back(to_device<float>(test::random_input<float>(sizes[u], 10 + u, 1e-3f * (u + 1))));
+    gpu::sum_of_squares<float>(grads.back().data(), sizes[u], in_turn.data(), env.ctx);
+    gpu::sum_of_squares<float>(grads.back().data(), sizes[u], parts.data() + u, env.ctx);
+  }
+  gpu::sum_in_order(parts.data(), units, in_order.data(), env.ctx);
+  const double a = host_double(in_turn), b = host_double(in_order);
+  EXPECT_GT(a, 0.0);
+  EXPECT_EQ(std::memcmp(&a, &b, sizeof(a)), 0) << a << " vs " << b;
+  // And against a host loop in the same order, on parts whose sums round.
+  std::vector<double> host_parts(1000);
+  for (size_t i = 0; i < host_parts.size(); ++i) host_parts[i] = 1.0 / static_cast<double>(i + 3) * (i % 2 ? 1e10 : 1);
+  DeviceBuffer<double> d_parts(static_cast<int64_t>(host_parts.size()));
+  ST_CUDA_CHECK(cudaMemcpy(d_parts.data(), host_parts.data(), d_parts.bytes(), cudaMemcpyHostToDevice));
+  double want = 0;
+  for (double x : host_parts) want += x;
+  gpu::sum_in_order(d_parts.data(), static_cast<int64_t>(host_parts.size()), in_order.data(), env.ctx);
+  const double got = host_double(in_order);
+  EXPECT_EQ(std::memcmp(&got, &want, sizeof(got)), 0) << got << " vs " << want;
 }
 
 TYPED_TEST(ReduceGpuTest, SumRejectsTooLittleScratch) {

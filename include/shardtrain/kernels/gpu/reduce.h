@@ -26,6 +26,11 @@ void sum_of_squares(const T* x, int64_t n, double* out, const GpuContext& ctx);
 // Accumulates: *out += sum_i x[i], as sum_of_squares (e.g. the losses of a batch, for the mean loss).
 void sum(const float* x, int64_t n, double* out, const GpuContext& ctx);
 
+// *out = ((0 + parts[0]) + parts[1]) + ... in index order, on one thread (st::sum_in_order on the host). Per-unit
+// sums of squares, each taken into its own zeroed part and then added this way, give the bits of one out that
+// sum_of_squares accumulated unit after unit.
+void sum_in_order(const double* parts, int64_t n, double* out, const GpuContext& ctx);
+
 // out[i] = in[i] rounded to T (round to nearest even).
 template <typename T>
 void convert(T* out, const float* in, int64_t n, const GpuContext& ctx);
