@@ -711,10 +711,10 @@ void CudaShardedModel<T>::issue_gather(int unit) {
   ST_CHECK(b != nullptr, "no free gather buffer for unit ", unit, ": the schedule is inconsistent");
   const int64_t slot = host_[static_cast<size_t>(unit)].slot;
   cudaStream_t ns = comm_stream_.get();
-  b->free.wait_on(ns);  // the unit that held it has finished computing
+  b->free.wait_on(ns);                              // the unit that held it has finished computing
+  updated_[static_cast<size_t>(unit)].wait_on(ns);  // the shard its device AdamW writes (optim stream)
   const T* source = gather_source(unit);
   Staging* staged = nullptr;
-  updated_[static_cast<size_t>(unit)].wait_on(ns);  // the shard the device AdamW writes
   if (offload(unit)) {
     OffloadShard& o = offload_[static_cast<size_t>(unit)];
     if (params_on_host(unit)) {  // up from the host into a staging buffer, once the host AdamW is done with it
