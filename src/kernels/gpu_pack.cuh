@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "shardtrain/core/cuda.h"
+#include "shardtrain/kernels/grad_write.h"
 
 namespace st::gpu::kernels_internal {
 
@@ -157,7 +158,8 @@ constexpr int kFinishBatch = 24;  // one round for up to 768 chunks (LayerNorm m
 
 template <typename T>
 __global__ void __launch_bounds__(kWarpSize* kFinishLanes)
-    finish_column_sums_kernel(T* out0, const float* part0, T* out1, const float* part1, int64_t chunks, int C) {
+    finish_column_sums_kernel(T* out0, const float* part0, T* out1, const float* part1, int64_t chunks, int C,
+                              bool accumulate) {
   __shared__ float lanes[kFinishLanes][kWarpSize + 1];
   T* out = blockIdx.y == 0 ? out0 : out1;
   const float* part = blockIdx.y == 0 ? part0 : part1;
@@ -183,29 +185,31 @@ __global__ void __launch_bounds__(kWarpSize* kFinishLanes)
   if (threadIdx.y != 0 || c >= C) return;
   float sum = 0.0f;
   for (int y = 0; y < kFinishLanes; ++y) sum += lanes[y][threadIdx.x];
-  out[c] = from_f32<T>(to_f32(out[c]) + sum);
+  out[c] = from_f32<T>((accumulate ? to_f32(out[c]) : 0.0f) + sum);  // overwriting: what a zeroed out would get
 }
 
 // Launches the first `outputs` (1 or 2) of the finishes (out0, part0), (out1, part1).
 template <typename T>
 void launch_finish_column_sums(unsigned outputs, T* out0, const float* part0, T* out1, const float* part1,
-                               int64_t chunks, int C, cudaStream_t stream) {
+                               int64_t chunks, int C, cudaStream_t stream, GradWrite write) {
   const dim3 grid((C + kWarpSize - 1) / kWarpSize, outputs);
-  finish_column_sums_kernel<<<grid, dim3(kWarpSize, kFinishLanes), 0, stream>>>(out0, part0, out1, part1, chunks, C);
+  finish_column_sums_kernel<<<grid, dim3(kWarpSize, kFinishLanes), 0, stream>>>(out0, part0, out1, part1, chunks, C,
+                                                                                 write == GradWrite::kAccumulate);
   ST_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
-void finish_column_sums(T* out, const float* part, int64_t chunks, int C, cudaStream_t stream) {
-  launch_finish_column_sums(1, out, part, out, part, chunks, C, stream);
+void finish_column_sums(T* out, const float* part, int64_t chunks, int C, cudaStream_t stream,
+                        GradWrite write = GradWrite::kAccumulate) {
+  launch_finish_column_sums(1, out, part, out, part, chunks, C, stream, write);
 }
 
 // Two column sums over the same chunks and C in one launch: out0 from part0 and out1 from part1, each exactly as
 // finish_column_sums would (LayerNorm's dweight and dbias).
 template <typename T>
 void finish_column_sums_pair(T* out0, const float* part0, T* out1, const float* part1, int64_t chunks, int C,
-                             cudaStream_t stream) {
-  launch_finish_column_sums(2, out0, part0, out1, part1, chunks, C, stream);
+                             cudaStream_t stream, GradWrite write = GradWrite::kAccumulate) {
+  launch_finish_column_sums(2, out0, part0, out1, part1, chunks, C, stream, write);
 }
 
 }  // namespace st::gpu::kernels_internal

@@ -42,7 +42,9 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int C) {
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int C,
+                        GradWrite param_write) {
+  const bool param_add = param_write == GradWrite::kAccumulate;
   // dinp: rows are independent.
 #pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
@@ -87,8 +89,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       }
     }
     for (int j = 0; j < w; ++j) {
-      dweight[c0 + j] += static_cast<float>(acc_w[j]);
-      dbias[c0 + j] += static_cast<float>(acc_b[j]);
+      dweight[c0 + j] = (param_add ? dweight[c0 + j] : 0.0f) + static_cast<float>(acc_w[j]);
+      dbias[c0 + j] = (param_add ? dbias[c0 + j] : 0.0f) + static_cast<float>(acc_b[j]);
     }
   }
 }

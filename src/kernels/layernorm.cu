@@ -423,7 +423,7 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const float* mean,
-                        const float* rstd, int64_t N, int C, const GpuContext& ctx) {
+                        const float* rstd, int64_t N, int C, const GpuContext& ctx, GradWrite param_write) {
   if (N == 0 || C == 0) return;
   const size_t need = layernorm_backward_scratch_bytes(N, C);
   ST_CHECK(ctx.scratch != nullptr && ctx.scratch_bytes >= need, "layernorm_backward needs ", need,
@@ -469,7 +469,7 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
           <<<tiles, block, 0, ctx.stream>>>(part_w, part_b, dout, inp, mean, rstd, N, C, chunk_rows(N));
     });
   }
-  finish_column_sums_pair(dweight, part_w, dbias, part_b, chunks, C, ctx.stream);
+  finish_column_sums_pair(dweight, part_w, dbias, part_b, chunks, C, ctx.stream, param_write);
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t, int,
@@ -479,10 +479,10 @@ template void layernorm_forward<bf16>(bf16*, float*, float*, const bf16*, const 
 template void layernorm_forward<fp16>(fp16*, float*, float*, const fp16*, const fp16*, const fp16*, int64_t, int,
                                       const GpuContext&);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
-                                        const float*, int64_t, int, const GpuContext&);
+                                        const float*, int64_t, int, const GpuContext&, GradWrite);
 template void layernorm_backward<bf16>(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*, const float*,
-                                       const float*, int64_t, int, const GpuContext&);
+                                       const float*, int64_t, int, const GpuContext&, GradWrite);
 template void layernorm_backward<fp16>(fp16*, fp16*, fp16*, const fp16*, const fp16*, const fp16*, const float*,
-                                       const float*, int64_t, int, const GpuContext&);
+                                       const float*, int64_t, int, const GpuContext&, GradWrite);
 
 }  // namespace st::gpu

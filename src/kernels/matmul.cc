@@ -48,16 +48,19 @@ void matmul_forward_residual(float* out, const float* inp, const float* weight, 
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int C, int OC, GradWrite dinp_write) {
+                     const float* weight, int64_t N, int C, int OC, GradWrite dinp_write, GradWrite param_write) {
   const float dinp_beta = dinp_write == GradWrite::kAccumulate ? 1.0f : 0.0f;
+  const bool param_add = param_write == GradWrite::kAccumulate;
   for (int64_t n0 = 0; n0 < N; n0 += kMaxRows) {
     const int rows = static_cast<int>(std::min(kMaxRows, N - n0));
     if (dinp != nullptr) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, OC, 1.0f, dout + n0 * OC, OC, weight, C,
                   dinp_beta, dinp + n0 * C, C);
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, rows, 1.0f, dout + n0 * OC, OC, inp + n0 * C, C, 1.0f,
-                dweight, C);
+    // The first row block writes dweight when overwriting; the later ones add to it.
+    const float dweight_beta = param_add || n0 > 0 ? 1.0f : 0.0f;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, rows, 1.0f, dout + n0 * OC, OC, inp + n0 * C, C,
+                dweight_beta, dweight, C);
   }
   if (dbias != nullptr) {
     // Blocks of columns, rows summed in order by one thread each: deterministic for any thread count.
@@ -71,14 +74,14 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
         const float* d = dout + n * OC + o0;
         for (int j = 0; j < w; ++j) acc[j] += d[j];
       }
-      for (int j = 0; j < w; ++j) dbias[o0 + j] += static_cast<float>(acc[j]);
+      for (int j = 0; j < w; ++j) dbias[o0 + j] = (param_add ? dbias[o0 + j] : 0.0f) + static_cast<float>(acc[j]);
     }
   }
 }
 
 void matmul_backward_gelu(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                          const float* weight, const float* pre_gelu, int64_t N, int C, int OC) {
-  matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, GradWrite::kOverwrite);
+                          const float* weight, const float* pre_gelu, int64_t N, int C, int OC, GradWrite param_write) {
+  matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, GradWrite::kOverwrite, param_write);
   gelu_backward(dinp, pre_gelu, dinp, N * C, GradWrite::kOverwrite);
 }
 

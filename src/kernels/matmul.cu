@@ -483,14 +483,15 @@ void matmul_forward_gelu(T* out, T* pre_gelu, const T* inp, const T* weight, con
 
 template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
-                     int OC, const GpuContext& ctx, GradWrite dinp_write) {
+                     int OC, const GpuContext& ctx, GradWrite dinp_write, GradWrite param_write) {
   if (N == 0) return;
   Blas& blas = blas_of(ctx);
   // dinp[N,C] (+)= dout[N,OC] @ weight[OC,C]
   const float dinp_beta = dinp_write == GradWrite::kAccumulate ? 1.0f : 0.0f;
   if (dinp) blas.gemm(false, false, N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, dinp_beta, dinp, C, 0, 1, ctx.stream);
-  // dweight[OC,C] += dout^T @ inp[N,C]
-  blas.gemm(true, false, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1, ctx.stream);
+  // dweight[OC,C] (+)= dout^T @ inp[N,C]
+  const float dweight_beta = param_write == GradWrite::kAccumulate ? 1.0f : 0.0f;
+  blas.gemm(true, false, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, dweight_beta, dweight, C, 0, 1, ctx.stream);
   if (dbias) {
     const size_t need = matmul_backward_scratch_bytes(N, OC);
     ST_CHECK(ctx.scratch != nullptr && ctx.scratch_bytes >= need, "matmul_backward needs ", need,
@@ -500,13 +501,14 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
     const dim3 grid((OC + kBiasCols - 1) / kBiasCols, chunks);
     bias_partial_kernel<<<grid, dim3(kBiasCols, kBiasLanes), 0, ctx.stream>>>(partial, dout, N, OC, bias_chunk_rows(N));
     ST_CUDA_CHECK_LAUNCH();
-    finish_column_sums(dbias, partial, chunks, OC, ctx.stream);
+    finish_column_sums(dbias, partial, chunks, OC, ctx.stream, param_write);
   }
 }
 
 template <typename T>
 void matmul_backward_gelu(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                          const T* pre_gelu, int64_t N, int C, int OC, const GpuContext& ctx) {
+                          const T* pre_gelu, int64_t N, int C, int OC, const GpuContext& ctx,
+                          GradWrite param_write) {
   if (N == 0) return;
   bool fused = false;
   if constexpr (!std::is_same_v<T, float>) {
@@ -517,9 +519,10 @@ void matmul_backward_gelu(T* dinp, T* dweight, T* dbias, const T* dout, const T*
                                   ctx.stream, ep);
   }
   if (fused) {
-    matmul_backward(static_cast<T*>(nullptr), dweight, dbias, dout, inp, weight, N, C, OC, ctx);
+    matmul_backward(static_cast<T*>(nullptr), dweight, dbias, dout, inp, weight, N, C, OC, ctx,
+                    GradWrite::kAccumulate, param_write);
   } else {
-    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, ctx, GradWrite::kOverwrite);
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, ctx, GradWrite::kOverwrite, param_write);
     gelu_backward(dinp, pre_gelu, dinp, N * C, ctx, GradWrite::kOverwrite);
   }
 }
@@ -535,9 +538,9 @@ void matmul_backward_gelu(T* dinp, T* dweight, T* dbias, const T* dout, const T*
   template void matmul_forward_residual<T>(T*, const T*, const T*, const T*, const T*, int64_t, int, int,             \
                                            const GpuContext&);                                                        \
   template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&,    \
-                                   GradWrite);                                                                        \
+                                   GradWrite, GradWrite);                                                             \
   template void matmul_backward_gelu<T>(T*, T*, T*, const T*, const T*, const T*, const T*, int64_t, int, int,        \
-                                        const GpuContext&);
+                                        const GpuContext&, GradWrite);
 
 ST_INSTANTIATE_MATMUL(float)
 ST_INSTANTIATE_MATMUL(bf16)

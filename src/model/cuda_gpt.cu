@@ -1,18 +1,17 @@
-#include "shardtrain/model/cuda_gpt.h"
-
 #include <algorithm>
 #include <cstring>
 
 #include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
-#include "shardtrain/kernels/gpu/flash_attention.h"
 #include "shardtrain/kernels/gpu/embedding.h"
+#include "shardtrain/kernels/gpu/flash_attention.h"
 #include "shardtrain/kernels/gpu/layernorm.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/kernels/gpu/reduce.h"
 #include "shardtrain/kernels/gpu/softmax_cross_entropy.h"
 #include "shardtrain/model/block_view.h"
+#include "shardtrain/model/cuda_gpt.h"
 
 namespace st {
 namespace {
@@ -44,8 +43,8 @@ CudaGptFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, b
   const int64_t per_block_t = 15 * BTC;
   const int64_t blocks = recompute ? std::min<int64_t>(L, 1) : L;
   const int64_t elems_t = blocks * per_block_t + L * BTC  // activations, block outputs
-                          + BTC                            // encoded
-                          + 4 * BTC + 3 * BTC + 4 * BTC    // lnf, dresid, dlnf, dbuf_c; dqkv; dfch
+                          + BTC                           // encoded
+                          + 4 * BTC + 3 * BTC + 4 * BTC   // lnf, dresid, dlnf, dbuf_c; dqkv; dfch
                           + chunk_rows_for(cfg, BT) * cfg.padded_vocab();
   const int64_t floats = blocks * (4 * BT + B * NH * T_) + 3 * BT;
   CudaGptFootprint f;
@@ -129,8 +128,8 @@ void CudaGpt<T>::upload_tokens(DeviceBuffer<int32_t>& dst, const int32_t* host, 
 
 template <typename T>
 void CudaGpt<T>::embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) {
-  ST_CHECK(B >= 1 && B <= max_batch_ && t >= 1 && t <= cfg_.seq_len, "shape [", B, ", ", t, "] exceeds [",
-           max_batch_, ", ", cfg_.seq_len, "]");
+  ST_CHECK(B >= 1 && B <= max_batch_ && t >= 1 && t <= cfg_.seq_len, "shape [", B, ", ", t, "] exceeds [", max_batch_,
+           ", ", cfg_.seq_len, "]");
   B_ = B;
   T_ = t;
   upload_tokens(tokens_, tokens, B * t);
@@ -208,8 +207,10 @@ void CudaGpt<T>::head_forward_backward(const T* head_params, const T* emb_params
   if (backward) {
     lap("head.layernorm_bwd");
     zero_async(dresid_, N * C, ctx_.stream);
+    // The head unit's only gradients: written, not added to.
     gpu::layernorm_backward<T>(dresid_.data(), head_grads + hu.tensors[0].offset, head_grads + hu.tensors[1].offset,
-                               dlnf_.data(), x, lnfw, lnf_mean_.data(), lnf_rstd_.data(), N, C, ctx_);
+                               dlnf_.data(), x, lnfw, lnf_mean_.data(), lnf_rstd_.data(), N, C, ctx_,
+                               GradWrite::kOverwrite);
   }
 }
 
@@ -231,11 +232,11 @@ void CudaGpt<T>::head_logits(const T* head_params, const T* emb_params, int64_t 
   const T* x = (cfg_.n_layer > 0 ? block_out_.back().data() : encoded_.data()) + pos * C;
   gpu::layernorm_forward<T>(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, head_params + hu.tensors[0].offset,
                             head_params + hu.tensors[1].offset, 1, C, ctx_);
-  gpu::matmul_forward<T>(logits_chunk_.data(), lnf_.data(), emb_params + units_[0].tensors[0].offset, nullptr, 1, C,
-                         Vp, ctx_);
+  gpu::matmul_forward<T>(logits_chunk_.data(), lnf_.data(), emb_params + units_[0].tensors[0].offset, nullptr, 1, C, Vp,
+                         ctx_);
   std::vector<T> row(static_cast<size_t>(cfg_.vocab_size));
-  ST_CUDA_CHECK(cudaMemcpyAsync(row.data(), logits_chunk_.data(), sizeof(T) * row.size(), cudaMemcpyDeviceToHost,
-                                ctx_.stream));
+  ST_CUDA_CHECK(
+      cudaMemcpyAsync(row.data(), logits_chunk_.data(), sizeof(T) * row.size(), cudaMemcpyDeviceToHost, ctx_.stream));
   ST_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
   timer_.collect();
   logits->resize(row.size());
@@ -253,23 +254,26 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   const T* x = block_input(layer);
   cudaStream_t s = ctx_.stream;
   OpTimer::Laps lap = timer_.laps(s);
-  constexpr GradWrite kOverwrite = GradWrite::kOverwrite;  // single-producer buffers: no memsets
+  // Single-producer buffers, no memsets: the activation gradients, and every one of the block's parameter gradients
+  // (block_grads is written, not added to; the caller need not zero it).
+  constexpr GradWrite kOverwrite = GradWrite::kOverwrite;
 
   // MLP branch: dresid is d(out); the residual passes it to res2 unchanged. d(fch) through the GELU in one pass.
   T* dfch = dfch_.data();
   lap("bwd.matmul_gelu");
   gpu::matmul_backward_gelu<T>(dfch, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, a.fch.data(),
-                               N, 4 * C, C, ctx_);
+                               N, 4 * C, C, ctx_, kOverwrite);
   lap("bwd.matmul");
-  gpu::matmul_backward<T>(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx_, kOverwrite);
+  gpu::matmul_backward<T>(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx_, kOverwrite,
+                          kOverwrite);
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln2w, g.ln2b, dbuf_c_.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
-                             a.ln2_rstd.data(), N, C, ctx_);
+                             a.ln2_rstd.data(), N, C, ctx_, kOverwrite);
 
   // Attention branch: dresid is now d(res2); the residual passes it to x unchanged.
   lap("bwd.matmul");
   gpu::matmul_backward<T>(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C, ctx_,
-                          kOverwrite);
+                          kOverwrite, kOverwrite);
   if (cudnn_shape()) {  // overwrites dqkv
     lap("bwd.attention");
     gpu::cudnn_attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.atty.data(), a.att_lse.data(),
@@ -283,10 +287,10 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   }
   lap("bwd.matmul");
   gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C, ctx_,
-                          kOverwrite);
+                          kOverwrite, kOverwrite);
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln1w, g.ln1b, dbuf_c_.data(), x, p.ln1w, a.ln1_mean.data(),
-                             a.ln1_rstd.data(), N, C, ctx_);
+                             a.ln1_rstd.data(), N, C, ctx_, kOverwrite);
 }
 
 template <typename T>

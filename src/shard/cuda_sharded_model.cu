@@ -550,7 +550,11 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     replica_scratch_ = DeviceBuffer<unsigned char>(static_cast<int64_t>(gpu::reduce_scratch_bytes()));
     replica_ctx_ = {replica_stream_.get(), nullptr, replica_scratch_.data(), replica_scratch_.bytes()};
   }
-  for (Buffer& b : grad_pool_) b.data = DeviceBuffer<T>(s.unit_full);
+  for (Buffer& b : grad_pool_) {
+    b.data = DeviceBuffer<T>(s.unit_full);
+    // Zeroed once: no block writes past its elements, so what its reduce-scatter sends from there stays 0.
+    ST_CUDA_CHECK(cudaMemset(b.data.data(), 0, b.data.bytes()));
+  }
   params_of_.assign(units_.size(), nullptr);
   updated_.resize(units_.size());
   grads_of_.assign(units_.size(), nullptr);
@@ -775,14 +779,19 @@ const T* CudaShardedModel<T>::gathered(int unit) {
 template <typename T>
 T* CudaShardedModel<T>::full_grad(int unit) {
   Buffer*& slot = grads_of_[static_cast<size_t>(unit)];
-  if (slot == nullptr) {  // first use in this micro-step: a zeroed buffer, since the kernels accumulate
+  if (slot == nullptr) {  // first use in this micro-step
     slot = free_buffer(grad_pool_, emb_grad_, unit);
     ST_CHECK(slot != nullptr, "no free gradient buffer for unit ", unit);
     slot->unit = unit;
     cudaStream_t cs = compute_stream_.get();
     wait_for_comm(slot->free, "comm_wait.grad_buffer");  // its previous reduce-scatter has read it
-    const int64_t n = host_[static_cast<size_t>(unit)].slot * nccl_.world_size();
-    ST_CUDA_CHECK(cudaMemsetAsync(slot->data.data(), 0, sizeof(T) * static_cast<size_t>(n), cs));
+    // Only the embedding's is zeroed: the classifier and the token lookup add to it. A block's and the head's
+    // backward write theirs (CudaGpt). What lies past a unit's elements goes into the reduce-scatter's padding,
+    // which nothing reads.
+    if (unit == 0) {
+      const int64_t n = host_[0].slot * nccl_.world_size();
+      ST_CUDA_CHECK(cudaMemsetAsync(slot->data.data(), 0, sizeof(T) * static_cast<size_t>(n), cs));
+    }
     occupy(static_cast<int64_t>(slot->data.bytes()));
   }
   return slot->data.data();

@@ -31,7 +31,8 @@ float from_bits(uint32_t u) {
 
 struct State {
   std::vector<float> p, m, v, g;
-  State(int64_t n, uint64_t stream) : p(randn(n, stream, 0.05f)), m(randn(n, stream + 1, 0.01f)), g(randn(n, stream + 3)) {
+  State(int64_t n, uint64_t stream)
+      : p(randn(n, stream, 0.05f)), m(randn(n, stream + 1, 0.01f)), g(randn(n, stream + 3)) {
     v = randn(n, stream + 2, 0.01f);
     for (float& x : v) x = x * x;  // second moments are non-negative
   }
@@ -202,13 +203,13 @@ TEST(AdamWHost, RoundToBf16IsNearestEven) {
 TEST(AdamWHost, RoundToF16FixedCases) {
   EXPECT_EQ(round_to_f16(1.0f), 0x3c00);
   EXPECT_EQ(round_to_f16(-2.0f), 0xc000);
-  EXPECT_EQ(round_to_f16(65504.0f), 0x7bff);                 // largest half
-  EXPECT_EQ(round_to_f16(65519.0f), 0x7bff);                 // below the midpoint to 2^16
-  EXPECT_EQ(round_to_f16(65520.0f), 0x7c00);                 // the midpoint rounds (to even) to infinity
-  EXPECT_EQ(round_to_f16(std::ldexp(1.0f, -24)), 0x0001);    // smallest subnormal
-  EXPECT_EQ(round_to_f16(std::ldexp(1.0f, -25)), 0x0000);    // tie between 0 and it: even
-  EXPECT_EQ(round_to_f16(std::ldexp(3.0f, -25)), 0x0002);    // tie between 1 and 2: even
-  EXPECT_EQ(round_to_f16(std::ldexp(1.0f, -14)), 0x0400);    // smallest normal
+  EXPECT_EQ(round_to_f16(65504.0f), 0x7bff);               // largest half
+  EXPECT_EQ(round_to_f16(65519.0f), 0x7bff);               // below the midpoint to 2^16
+  EXPECT_EQ(round_to_f16(65520.0f), 0x7c00);               // the midpoint rounds (to even) to infinity
+  EXPECT_EQ(round_to_f16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(round_to_f16(std::ldexp(1.0f, -25)), 0x0000);  // tie between 0 and it: even
+  EXPECT_EQ(round_to_f16(std::ldexp(3.0f, -25)), 0x0002);  // tie between 1 and 2: even
+  EXPECT_EQ(round_to_f16(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
   EXPECT_EQ(round_to_f16(-std::numeric_limits<float>::infinity()), 0xfc00);
   EXPECT_EQ(round_to_f16(std::numeric_limits<float>::quiet_NaN()), 0x7fff);
 }

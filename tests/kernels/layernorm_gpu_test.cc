@@ -95,6 +95,34 @@ TYPED_TEST(LayerNormGpuTest, BackwardAccumulatesLikeCpu) {
   }
 }
 
+// param_write = kOverwrite: dweight and dbias, poisoned first, get exactly what accumulating into zeroed ones gives
+// (BackwardAccumulatesLikeCpu holds that against the CPU); dinp still accumulates, bit for bit as it does there.
+TYPED_TEST(LayerNormGpuTest, BackwardOverwritesParamsOnRequest) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
+    const Problem<T> p(s);
+    const std::vector<float> dinp0 = test::random_input<T>(s.N * s.C, 8), zeros(s.C, 0.0f);
+    test::GpuEnv env(gpu::layernorm_backward_scratch_bytes(s.N, s.C));
+    DeviceBuffer<T> dout = to_device<T>(p.dout), inp = to_device<T>(p.inp), weight = to_device<T>(p.weight);
+    DeviceBuffer<float> mean = to_device<float>(p.mean), rstd = to_device<float>(p.rstd);
+    // Accumulating into zeroed parameter gradients...
+    DeviceBuffer<T> add_dinp = to_device<T>(dinp0), add_dweight = to_device<T>(zeros), add_dbias = to_device<T>(zeros);
+    gpu::layernorm_backward<T>(add_dinp.data(), add_dweight.data(), add_dbias.data(), dout.data(), inp.data(),
+                               weight.data(), mean.data(), rstd.data(), s.N, s.C, env.ctx);
+    // ...and overwriting poisoned ones.
+    DeviceBuffer<T> dinp = to_device<T>(dinp0), dweight(s.C), dbias(s.C);
+    test::poison(dweight);
+    test::poison(dbias);
+    gpu::layernorm_backward<T>(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
+                               mean.data(), rstd.data(), s.N, s.C, env.ctx, GradWrite::kOverwrite);
+    EXPECT_TRUE(test::bitwise_equal(to_host(dinp), to_host(add_dinp))) << "dinp";
+    EXPECT_TRUE(test::bitwise_equal(to_host(dweight), to_host(add_dweight))) << "dweight";
+    EXPECT_TRUE(test::bitwise_equal(to_host(dbias), to_host(add_dbias))) << "dbias";
+  }
+}
+
 TYPED_TEST(LayerNormGpuTest, BackwardIsDeterministic) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;

@@ -149,6 +149,24 @@ TEST(LayerNorm, BackwardAccumulates) {
   }
 }
 
+// param_write = kOverwrite: dweight and dbias get what adding to zeroed ones gives, whatever they held; dinp still
+// accumulates (it is the residual stream's gradient).
+TEST(LayerNorm, BackwardOverwritesParamsOnRequest) {
+  Fixture f(6, 10, 131);
+  std::vector<float> out(f.N * f.C), mean(f.N), rstd(f.N);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), f.x.data(), f.w.data(), f.b.data(), f.N, f.C);
+  const std::vector<float> dinp0 = randn(f.N * f.C, 132);
+  std::vector<float> dinp = dinp0, dw(f.C, 0.0f), db(f.C, 0.0f);
+  layernorm_backward(dinp.data(), dw.data(), db.data(), f.dout.data(), f.x.data(), f.w.data(), mean.data(), rstd.data(),
+                     f.N, f.C);
+  std::vector<float> dinp2 = dinp0, dw2(f.C, std::nanf("")), db2(f.C, std::nanf(""));
+  layernorm_backward(dinp2.data(), dw2.data(), db2.data(), f.dout.data(), f.x.data(), f.w.data(), mean.data(),
+                     rstd.data(), f.N, f.C, GradWrite::kOverwrite);
+  EXPECT_EQ(0, std::memcmp(dinp2.data(), dinp.data(), dinp.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(dw2.data(), dw.data(), dw.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(db2.data(), db.data(), db.size() * sizeof(float)));
+}
+
 TEST(LayerNorm, BackwardDeterministicAcrossThreadCounts) {
   // Many rows and several column blocks, so a row-parallel reduction would reorder sums; N*C is well
   // above the size below which the kernels stay serial (src/kernels/parallel.h).

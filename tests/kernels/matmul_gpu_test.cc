@@ -116,8 +116,8 @@ TYPED_TEST(MatmulGpu, ForwardResidualMatchesCpu) {
           Operands<T> k(s, 250);
           const std::vector<float> res = random_input<T>(s.N * s.OC, 255);
           std::vector<float> want(s.N * s.OC);
-          matmul_forward_residual(want.data(), k.inp.data(), k.w.data(), with_bias ? k.b.data() : nullptr,
-                                  res.data(), s.N, s.C, s.OC);
+          matmul_forward_residual(want.data(), k.inp.data(), k.w.data(), with_bias ? k.b.data() : nullptr, res.data(),
+                                  s.N, s.C, s.OC);
 
           auto inp = test::upload<T>(k.inp, offset), w = test::upload<T>(k.w, offset);
           auto b = test::upload<T>(k.b, offset), r = test::upload<T>(res, offset);
@@ -127,7 +127,8 @@ TYPED_TEST(MatmulGpu, ForwardResidualMatchesCpu) {
           gpu::matmul_forward_residual<T>(out, inp.data() + offset, w.data() + offset,
                                           with_bias ? b.data() + offset : nullptr, r.data() + offset, s.N, s.C, s.OC,
                                           env.ctx());
-          EXPECT_TRUE(close(test::download(in_place ? r : sep, offset), want, (offset == 0 && !in_place ? 1 : 2) * kTol<T>));
+          EXPECT_TRUE(
+              close(test::download(in_place ? r : sep, offset), want, (offset == 0 && !in_place ? 1 : 2) * kTol<T>));
         }
       }
     }
@@ -190,8 +191,8 @@ TYPED_TEST(MatmulGpu, BackwardOverwritesDinpOnRequest) {
     const std::vector<float> dw0 = random_input<T>(static_cast<int64_t>(s.OC) * s.C, 451);
     const std::vector<float> db0 = random_input<T>(s.OC, 452);
     std::vector<float> want_dinp(s.N * s.C, 0.0f), want_dw = dw0, want_db = db0;
-    matmul_backward(want_dinp.data(), want_dw.data(), want_db.data(), k.dout.data(), k.inp.data(), k.w.data(), s.N,
-                    s.C, s.OC);
+    matmul_backward(want_dinp.data(), want_dw.data(), want_db.data(), k.dout.data(), k.inp.data(), k.w.data(), s.N, s.C,
+                    s.OC);
 
     Env env(gpu::matmul_backward_scratch_bytes(s.N, s.OC));
     auto dout = to_device<T>(k.dout), inp = to_device<T>(k.inp), w = to_device<T>(k.w);
@@ -203,6 +204,47 @@ TYPED_TEST(MatmulGpu, BackwardOverwritesDinpOnRequest) {
     EXPECT_TRUE(close(to_host(dinp), want_dinp, kTol<T>));
     EXPECT_TRUE(close(to_host(dw), want_dw, kTol<T>));
     EXPECT_TRUE(close(to_host(db), want_db, kTol<T>));
+  }
+}
+
+// param_write = kOverwrite: dweight and dbias poisoned first, written as the CPU reference writes them; through
+// matmul_backward and matmul_backward_gelu (its fused DGELU path where cuBLASLt has one).
+TYPED_TEST(MatmulGpu, BackwardOverwritesParamsOnRequest) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    for (bool gelu : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC << " gelu=" << gelu);
+      Operands<T> k(s, 470);
+      const std::vector<float> pre = random_input<T>(s.N * s.C, 471, 2.0f);
+      std::vector<float> act(pre.size());
+      gelu_forward(act.data(), pre.data(), s.N * s.C);
+      const std::vector<float> inp_t = gelu ? to_host(to_device<T>(act)) : k.inp;
+      std::vector<float> want_dinp(s.N * s.C, 0.0f), want_dw(static_cast<size_t>(s.OC) * s.C, 0.0f),
+          want_db(s.OC, 0.0f);
+      if (gelu)
+        matmul_backward_gelu(want_dinp.data(), want_dw.data(), want_db.data(), k.dout.data(), inp_t.data(), k.w.data(),
+                             pre.data(), s.N, s.C, s.OC);
+      else
+        matmul_backward(want_dinp.data(), want_dw.data(), want_db.data(), k.dout.data(), inp_t.data(), k.w.data(), s.N,
+                        s.C, s.OC, GradWrite::kOverwrite);
+
+      Env env(gpu::matmul_backward_scratch_bytes(s.N, s.OC));
+      auto dout = to_device<T>(k.dout), inp = to_device<T>(inp_t), w = to_device<T>(k.w), p = to_device<T>(pre);
+      DeviceBuffer<T> dinp(s.N * s.C), dw(static_cast<int64_t>(s.OC) * s.C), db(s.OC);
+      poison(dinp);
+      poison(dw);
+      poison(db);
+      if (gelu)
+        gpu::matmul_backward_gelu<T>(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), p.data(),
+                                     s.N, s.C, s.OC, env.ctx(), GradWrite::kOverwrite);
+      else
+        gpu::matmul_backward<T>(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), s.N, s.C, s.OC,
+                                env.ctx(), GradWrite::kOverwrite, GradWrite::kOverwrite);
+      EXPECT_TRUE(close(to_host(dinp), want_dinp, kTol<T>));
+      EXPECT_TRUE(close(to_host(dw), want_dw, kTol<T>));
+      EXPECT_TRUE(close(to_host(db), want_db, kTol<T>));
+    }
   }
 }
 

@@ -154,6 +154,33 @@ TEST(Matmul, BackwardOverwritesDinpOnRequest) {
   for (size_t i = 0; i < db.size(); ++i) EXPECT_FLOAT_EQ(acc_b[i], 2 * db[i]) << i;
 }
 
+// param_write = kOverwrite: dweight and dbias get the bits that adding to zeroed ones gives, whatever they held
+// (NaNs included); dinp still follows dinp_write. Also through matmul_backward_gelu.
+TEST(Matmul, BackwardOverwritesParamsOnRequest) {
+  Case k(9, 7, 6, 257);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> dinp(k.N * k.C, 0.0f), dw(k.OC * k.C, 0.0f), db(k.OC, 0.0f);
+  matmul_backward(dinp.data(), dw.data(), db.data(), k.dout.data(), k.inp.data(), k.w.data(), k.N, k.C, k.OC);
+  std::vector<float> dinp2(k.N * k.C, 0.0f), dw2(k.OC * k.C, nan), db2(k.OC, nan);
+  matmul_backward(dinp2.data(), dw2.data(), db2.data(), k.dout.data(), k.inp.data(), k.w.data(), k.N, k.C, k.OC,
+                  GradWrite::kAccumulate, GradWrite::kOverwrite);
+  EXPECT_EQ(0, std::memcmp(dinp2.data(), dinp.data(), dinp.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(dw2.data(), dw.data(), dw.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(db2.data(), db.data(), db.size() * sizeof(float)));
+
+  const std::vector<float> pre = randn(k.N * k.C, 258);
+  std::vector<float> act(pre.size()), g_dinp(pre.size()), g_dw(k.OC * k.C, 0.0f), g_db(k.OC, 0.0f);
+  gelu_forward(act.data(), pre.data(), k.N * k.C);
+  matmul_backward_gelu(g_dinp.data(), g_dw.data(), g_db.data(), k.dout.data(), act.data(), k.w.data(), pre.data(), k.N,
+                       k.C, k.OC);
+  std::vector<float> o_dinp(pre.size()), o_dw(k.OC * k.C, nan), o_db(k.OC, nan);
+  matmul_backward_gelu(o_dinp.data(), o_dw.data(), o_db.data(), k.dout.data(), act.data(), k.w.data(), pre.data(), k.N,
+                       k.C, k.OC, GradWrite::kOverwrite);
+  EXPECT_EQ(0, std::memcmp(o_dinp.data(), g_dinp.data(), g_dinp.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(o_dw.data(), g_dw.data(), g_dw.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(o_db.data(), g_db.data(), g_db.size() * sizeof(float)));
+}
+
 // The MLP's second layer: out = gelu(pre) @ W^T + b. dinp is d/dpre of L = sum(out * R), by finite differences;
 // dweight and dbias accumulate as matmul_backward's.
 TEST(Matmul, BackwardGeluMatchesFiniteDifferences) {

@@ -21,7 +21,8 @@ struct Shape {
 };
 // Vp % 8 == 0: packed path (with V not a multiple of 8, a partial pack at V); Vp = 7, 5003: scalar path.
 // 50304 is GPT-2's padded vocabulary; 70008 is wider than 64 Ki.
-const Shape kShapes[] = {{1, 7, 7}, {3, 50, 64}, {5, 1001, 1024}, {2, 5000, 5003}, {4, 50257, 50304}, {2, 70001, 70008}};
+const Shape kShapes[] = {{1, 7, 7},       {3, 50, 64},       {5, 1001, 1024},
+                         {2, 5000, 5003}, {4, 50257, 50304}, {2, 70001, 70008}};
 constexpr float kDloss = 0.37f;
 
 // Logits of scale 3 (a peaked softmax), targets in [0, V), and the CPU losses and gradient.

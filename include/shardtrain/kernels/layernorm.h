@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "shardtrain/kernels/grad_write.h"
+
 namespace st {
 
 inline constexpr float kLayerNormEps = 1e-5f;
@@ -12,8 +14,11 @@ inline constexpr float kLayerNormEps = 1e-5f;
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        int64_t N, int C);
 
-// Accumulates: dinp += ..., dweight += ..., dbias += ... . Deterministic over threads.
+// Accumulates: dinp += ..., dweight += ..., dbias += ... . Deterministic over threads. With param_write =
+// kOverwrite, dweight and dbias are written instead (not read); dinp still accumulates (the residual stream's
+// gradient).
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int C);
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int C,
+                        GradWrite param_write = GradWrite::kAccumulate);
 
 }  // namespace st

@@ -18,14 +18,16 @@ void matmul_forward_residual(float* out, const float* inp, const float* weight, 
 
 // Accumulates: dinp[N,C] += dout @ weight; dweight[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout[n,:].
 // dinp and dbias may be null (not needed / no bias). With dinp_write = kOverwrite, dinp = dout @ weight
-// instead (dinp is not read).
+// instead (dinp is not read); with param_write = kOverwrite, dweight and dbias are written the same way.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int C, int OC, GradWrite dinp_write = GradWrite::kAccumulate);
+                     const float* weight, int64_t N, int C, int OC, GradWrite dinp_write = GradWrite::kAccumulate,
+                     GradWrite param_write = GradWrite::kAccumulate);
 
 // The backward of out = gelu(pre_gelu) @ weight^T + bias, where inp = gelu(pre_gelu): dinp[N,C] =
-// gelu'(pre_gelu) * (dout @ weight), overwritten; dweight and dbias accumulate as in matmul_backward. The
+// gelu'(pre_gelu) * (dout @ weight), overwritten; dweight and dbias as in matmul_backward (param_write). The
 // reference for the GPU's fused version: matmul_backward (kOverwrite), then gelu_backward in place.
 void matmul_backward_gelu(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                          const float* weight, const float* pre_gelu, int64_t N, int C, int OC);
+                          const float* weight, const float* pre_gelu, int64_t N, int C, int OC,
+                          GradWrite param_write = GradWrite::kAccumulate);
 
 }  // namespace st

@@ -1,5 +1,7 @@
 // GPT-2 forward and backward on one GPU, unit by unit: the CUDA twin of GptModel (gpt.h), with the same
-// calls, the same unit layout and the same accumulate (+=) contract for gradients. Parameters and
+// calls and the same unit layout. Gradients: the embedding's accumulate (+=: the classifier and the token lookup
+// both add to it), as in GptModel; a block's and the head's are written (=), so their buffers need no zeroing
+// (GptModel adds to them, the same values on zeroed buffers). Parameters and
 // gradients are the unit's full flat buffers in the compute type T (float, bf16 or fp16), in device memory,
 // gathered and reduce-scattered by the caller. Activations are T; LayerNorm statistics and per-token
 // losses are fp32. Every call is asynchronous on ctx.stream except those that return a host value.

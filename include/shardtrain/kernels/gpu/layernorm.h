@@ -17,12 +17,14 @@ template <typename T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int C,
                        const GpuContext& ctx);
 
-// Accumulates: dinp [N,C] += ..., dweight [C] += ..., dbias [C] += ... . dweight and dbias are reduced
-// over rows in fp32, per fixed chunk of rows into ctx.scratch and then over chunks in order, so the
-// result is bit-identical run to run. Needs layernorm_backward_scratch_bytes(N, C) bytes of scratch.
+// Accumulates: dinp [N,C] += ..., dweight [C] += ..., dbias [C] += ... (param_write = kOverwrite: dweight and dbias
+// are written, as st::layernorm_backward). dweight and dbias are reduced over rows in fp32, per fixed chunk of rows
+// into ctx.scratch and then over chunks in order, so the result is bit-identical run to run. Needs
+// layernorm_backward_scratch_bytes(N, C) bytes of scratch.
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const float* mean,
-                        const float* rstd, int64_t N, int C, const GpuContext& ctx);
+                        const float* rstd, int64_t N, int C, const GpuContext& ctx,
+                        GradWrite param_write = GradWrite::kAccumulate);
 
 size_t layernorm_backward_scratch_bytes(int64_t N, int C);
 
