@@ -8,8 +8,9 @@
 // stream, median; random bf16 operands (never zeros). One GPU, no MPI.
 //
 // --algos K (K > 0) also times, for each shape's forward, input-gradient and weight-gradient product (no epilogue),
-// the first K algorithms cuBLASLt's heuristic offers, with Blas's own tuning (train.gemm_autotune): how much the
-// heuristic's first choice leaves against the fastest of its own list.
+// and for the MLP projection's input gradient with the DGELU epilogue, the first K algorithms cuBLASLt's heuristic
+// offers, with Blas's own tuning (train.gemm_autotune): how much the heuristic's first choice leaves against the
+// fastest of its own list.
 #include <cstdint>
 #include <cstdio>
 
@@ -32,10 +33,11 @@ DeviceBuffer<bf16> random_bf16(int64_t n, uint64_t stream) { return bench::rando
 // tunes (train.gemm_autotune's mechanism: the first `max_algos` candidates timed on scratch operands, best of three
 // rounds of five calls): prints the heuristic's first algorithm's time and the chosen one's.
 void algo_sweep(const char* name, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const bf16* a,
-                const bf16* b, bf16* out, int max_algos, cudaStream_t s) {
+                const bf16* b, bf16* out, int max_algos, cudaStream_t s, const gpu::GemmEpilogue& ep = {}) {
   gpu::Blas blas;
   blas.set_tuning(max_algos);
-  blas.gemm<bf16>(trans_a, trans_b, m, n, k, 1.0f, a, trans_a ? m : k, 0, b, trans_b ? k : n, 0, 0.0f, out, n, 0, 1, s);
+  blas.gemm<bf16>(trans_a, trans_b, m, n, k, 1.0f, a, trans_a ? m : k, 0, b, trans_b ? k : n, 0, 0.0f, out, n, 0, 1, s,
+                  ep);
   const gpu::Blas::TuningStats& t = blas.tuning_stats();
   if (t.plans == 0) {
     std::printf("%-10s m %6lld n %6lld k %6lld: not timed (one candidate, or no room for the scratch operands)\n", name,
@@ -90,6 +92,22 @@ void run(int64_t rows, int C, int iters, int algos) {
           gpu::matmul_backward<bf16>(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), rows, sh.c,
                                      sh.oc, ctx);
         }));
+    if (sh.c == 4 * C) {  // the MLP projection's backward through the GELU, and its input gradient alone
+      row("matmul_backward_gelu", 2 * fwd_flops, median_ms(s, iters, [&] {
+            gpu::matmul_backward_gelu<bf16>(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
+                                            aux.data(), rows, sh.c, sh.oc, ctx);
+          }));
+      gpu::GemmEpilogue dgelu;
+      dgelu.dgelu_aux = aux.data();
+      row("dinp gemm, dgelu", fwd_flops, median_ms(s, iters, [&] {
+            blas.gemm(false, false, rows, sh.c, sh.oc, 1.0f, dout.data(), sh.oc, 0, w.data(), sh.c, 0, 0.0f,
+                      dinp.data(), sh.c, 0, 1, s, dgelu);
+          }));
+      row("dinp gemm, no epilogue", fwd_flops, median_ms(s, iters, [&] {
+            blas.gemm(false, false, rows, sh.c, sh.oc, 1.0f, dout.data(), sh.oc, 0, w.data(), sh.c, 0, 0.0f,
+                      dinp.data(), sh.c, 0, 1, s);
+          }));
+    }
   }
   std::printf("distinct cuBLASLt plans: %zu\n", blas.plan_count());
   if (algos <= 0) return;
@@ -100,6 +118,9 @@ void run(int64_t rows, int C, int iters, int algos) {
     algo_sweep(sh.name, false, false, rows, sh.c, sh.oc, dout.data(), w.data(), dinp.data(), algos, s);
     algo_sweep(sh.name, true, false, sh.oc, sh.c, rows, dout.data(), inp.data(), dw.data(), algos, s);
   }
+  gpu::GemmEpilogue dgelu;  // the MLP projection's input gradient with the GELU's derivative applied (DGELU)
+  dgelu.dgelu_aux = aux.data();
+  algo_sweep("mlp.proj dgelu", false, false, rows, 4 * C, C, dout.data(), w.data(), dinp.data(), algos, s, dgelu);
 }
 
 }  // namespace
