@@ -25,6 +25,7 @@
 #include "shardtrain/comm/gpu_topology.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/comm/nccl_busbw.h"
+#include "shardtrain/comm/nccl_communicator.h"
 #include "shardtrain/shard/cuda_sharded_model.h"
 #endif
 #include "shardtrain/core/config.h"
@@ -166,9 +167,16 @@ int cmd_topo(const std::vector<std::string>& args, st::Communicator& world) {
   if (nccl) inputs = st::cuda_auto_sharding_inputs(cfg, world);
 #endif
   const st::ShardingGroups plan = st::make_sharding_groups(cfg, world, inputs);
+  bool copy_engines = false;
+#ifdef SHARDTRAIN_HAVE_CUDA
+  copy_engines = nccl && st::nccl_has_copy_engine_collectives();
+#endif
   if (lead) {
     std::printf("plan: %s\n", plan.why.c_str());
-    if (nccl) std::printf("  %s\n", st::resolve_comm_tuning(cfg.dist, st::shard_link(plan), plan.replica != nullptr).why.c_str());
+    if (nccl)
+      std::printf(
+          "  %s\n",
+          st::resolve_comm_tuning(cfg.dist, st::shard_link(plan), plan.replica != nullptr, copy_engines).why.c_str());
     std::printf("  per-rank sharded state (cpu, 16 B an element): %s; full sharding %s, hybrid %s\n",
                 mib(state_bytes(cfg, plan.shard().world_size())).c_str(), mib(state_bytes(cfg, n)).c_str(),
                 nodes > 1 && even ? mib(state_bytes(cfg, where[0].local_size)).c_str() : "n/a (needs equal nodes)");

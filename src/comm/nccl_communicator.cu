@@ -132,17 +132,30 @@ NcclCommunicator::NcclCommunicator(Communicator& host) : rank_(host.rank()), wor
   attach_watchdog(host);
 }
 
-NcclCommunicator::NcclCommunicator(NcclCommunicator& parent, Communicator& host, int color, int key)
+bool nccl_has_copy_engine_collectives() {
+  int version = 0;
+  return ncclGetVersion(&version) == ncclSuccess && version >= 22800;
+}
+
+NcclCommunicator::NcclCommunicator(NcclCommunicator& parent, Communicator& host, int color, int key,
+                                   const NcclSplitOptions& options)
     : rank_(host.rank()), world_(host.world_size()), device_(parent.device_) {
   parent.check_usable();
+  ST_CHECK(options.max_ctas >= 0, "max_ctas ", options.max_ctas);
   ST_CUDA_CHECK(cudaSetDevice(device_));
-  ST_NCCL_CHECK_COMM(ncclCommSplit(parent.comm_, color, key, &comm_, nullptr), parent.comm_);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  if (options.max_ctas > 0) config.maxCTAs = options.max_ctas;
+  if (options.zero_cta) config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+  const bool configured = options.max_ctas > 0 || options.zero_cta;
+  ST_NCCL_CHECK_COMM(ncclCommSplit(parent.comm_, color, key, &comm_, configured ? &config : nullptr), parent.comm_);
   int rank = -1, count = -1;
   ST_NCCL_CHECK_COMM(ncclCommUserRank(comm_, &rank), comm_);
   ST_NCCL_CHECK_COMM(ncclCommCount(comm_, &count), comm_);
   ST_CHECK(rank == rank_ && count == world_, "ncclCommSplit(color ", color, ", key ", key, ") gave rank ", rank, " of ",
            count, ", but the host group '", host.name(), "' has rank ", rank_, " of ", world_);
-  ST_LOG_DEBUG("nccl: split '", host.name(), "': rank ", rank_, "/", world_, " on device ", device_);
+  ST_LOG_DEBUG("nccl: split '", host.name(), "': rank ", rank_, "/", world_, " on device ", device_,
+               options.max_ctas > 0 ? str_cat(", at most ", options.max_ctas, " CTAs") : std::string(),
+               options.zero_cta ? ", zero-CTA policy" : "");
   attach_watchdog(host);
 }
 
@@ -161,7 +174,21 @@ void NcclCommunicator::attach_watchdog(Communicator& host) {
 
 NcclCommunicator::~NcclCommunicator() {
   if (abort_hook_ >= 0) watchdog_->remove_abort_hook(abort_hook_);
-  if (comm_ && !aborted_by_watchdog_) ncclCommDestroy(comm_);
+  if (aborted_by_watchdog_) return;   // the process ends next; a window may still be in use by the aborted NCCL
+  if (comm_) ncclCommDestroy(comm_);  // releases the windows
+  for (void* p : windows_) ncclMemFree(p);
+}
+
+void* NcclCommunicator::window_alloc(size_t bytes) {
+  check_usable();
+  ST_CHECK(bytes > 0, "window of 0 bytes");
+  ST_CUDA_CHECK(cudaSetDevice(device_));
+  void* p = nullptr;
+  ST_NCCL_CHECK_COMM(ncclMemAlloc(&p, bytes), comm_);
+  windows_.push_back(p);  // freed with the communicator, also if the registration below throws
+  ncclWindow_t window = nullptr;
+  ST_NCCL_CHECK_COMM(ncclCommWindowRegister(comm_, p, bytes, &window, NCCL_WIN_COLL_SYMMETRIC), comm_);
+  return p;
 }
 
 void NcclCommunicator::watch(const char* op, int64_t count, cudaStream_t stream) {

@@ -48,7 +48,11 @@ constexpr EnumName<Bootstrap> kBootstraps[] = {
     {"auto", Bootstrap::kAuto}, {"mpi", Bootstrap::kMpi}, {"env", Bootstrap::kEnv}};
 
 const auto& enum_names(const DataFormat*) { return kDataFormats; }
+constexpr EnumName<GatherEngine> kGatherEngines[] = {
+    {"auto", GatherEngine::kAuto}, {"copy", GatherEngine::kCopy}, {"sm", GatherEngine::kSm}};
+
 const auto& enum_names(const Bootstrap*) { return kBootstraps; }
+const auto& enum_names(const GatherEngine*) { return kGatherEngines; }
 const auto& enum_names(const Speculation*) { return kSpeculations; }
 const auto& enum_names(const ShardingMode*) { return kShardingModes; }
 const auto& enum_names(const OffloadMode*) { return kOffloadModes; }
@@ -57,10 +61,10 @@ const auto& enum_names(const DType*) { return kDTypes; }
 const auto& enum_names(const AttentionImpl*) { return kAttentionImpls; }
 
 template <typename E>
-constexpr bool kIsConfigEnum = std::is_same_v<E, DataFormat> || std::is_same_v<E, Device> ||
-                                std::is_same_v<E, DType> || std::is_same_v<E, AttentionImpl> ||
-                                std::is_same_v<E, OffloadMode> || std::is_same_v<E, ShardingMode> ||
-                                std::is_same_v<E, Bootstrap> || std::is_same_v<E, Speculation>;
+constexpr bool kIsConfigEnum =
+    std::is_same_v<E, DataFormat> || std::is_same_v<E, Device> || std::is_same_v<E, DType> ||
+    std::is_same_v<E, AttentionImpl> || std::is_same_v<E, OffloadMode> || std::is_same_v<E, ShardingMode> ||
+    std::is_same_v<E, Bootstrap> || std::is_same_v<E, Speculation> || std::is_same_v<E, GatherEngine>;
 
 template <typename E>
 std::string enum_name_list() {
@@ -99,6 +103,7 @@ const char* to_string(AttentionImpl a) { return enum_to_string(a); }
 const char* to_string(OffloadMode m) { return enum_to_string(m); }
 const char* to_string(ShardingMode m) { return enum_to_string(m); }
 const char* to_string(Bootstrap b) { return enum_to_string(b); }
+const char* to_string(GatherEngine g) { return enum_to_string(g); }
 const char* to_string(Speculation s) { return enum_to_string(s); }
 
 // Boost.ProgramOptions finds these overloads by argument-dependent lookup when it parses an enum.
@@ -122,6 +127,9 @@ void validate(boost::any& out, const std::vector<std::string>& values, ShardingM
 }
 void validate(boost::any& out, const std::vector<std::string>& values, Bootstrap*, int) {
   validate_enum<Bootstrap>(out, values);
+}
+void validate(boost::any& out, const std::vector<std::string>& values, GatherEngine*, int) {
+  validate_enum<GatherEngine>(out, values);
 }
 void validate(boost::any& out, const std::vector<std::string>& values, Speculation*, int) {
   validate_enum<Speculation>(out, values);
@@ -361,6 +369,17 @@ const std::vector<Key>& keys() {
           "reduce-scatter may run behind it (0: gather each unit just before use); each adds one unit's gathered "
           "parameters and gradient of memory. -1: the measured default for the sharding group's link (nvlink 1, "
           "pcie 2, network 1; the log says which). The cpu backend gathers synchronously and takes -1 only"),
+      key("dist", "reduce_scatter_ctas", &Config::dist, &DistConfig::reduce_scatter_ctas,
+          "cuda: the most CTAs (SMs) NCCL may run a block's gradient reduce-scatter on, through a communicator of "
+          "its own; fewer leave more of the GPU to the backward it overlaps (the embedding's, which the next "
+          "step waits for, keeps NCCL's choice). 0: NCCL's own choice for every reduce-scatter. -1: the measured "
+          "default for the sharding group's link (nvlink 4, pcie 0, network 0; the log says which). The cpu "
+          "backend takes -1 only"),
+      key("dist", "gather_engine", &Config::dist, &DistConfig::gather_engine,
+          "cuda: what moves the parameter all-gathers: copy (NCCL's copy engines, with no SM taken from the compute "
+          "they overlap: the sharding group must be one node's GPUs on NVLink with peer-to-peer, and NCCL 2.28 or "
+          "newer), sm (NCCL's kernels), or auto (copy where that holds, else sm; the log says which). The cpu "
+          "backend takes auto only"),
       key("dist", "bucket_mb", &Config::dist, &DistConfig::bucket_mb,
           "hybrid sharding: the gradient shards of consecutive units are all-reduced across nodes together, once per "
           "optimizer step, as soon as this many MiB of them are final (0: one all-reduce per unit). -1: the measured "
@@ -685,6 +704,19 @@ std::vector<std::string> check(const Config& c) {
   if (c.dist.prefetch_depth < -1 || c.dist.prefetch_depth > kMaxPrefetchDepth)
     add("dist.prefetch_depth (", c.dist.prefetch_depth, ") must be -1 (the link's default) or in [0, ",
         kMaxPrefetchDepth, "]");
+  if (c.dist.reduce_scatter_ctas < -1 || c.dist.reduce_scatter_ctas > kMaxNcclCtas)
+    add("dist.reduce_scatter_ctas (", c.dist.reduce_scatter_ctas,
+        ") must be -1 (the link's default), 0 (NCCL's "
+        "own) or in [1, ",
+        kMaxNcclCtas, "]");
+  if (c.train.device == Device::kCpu && c.dist.gather_engine != GatherEngine::kAuto)
+    add("dist.gather_engine (", to_string(c.dist.gather_engine),
+        ") applies to train.device=cuda (NCCL); the cpu "
+        "backend takes auto only");
+  if (c.train.device == Device::kCpu && c.dist.reduce_scatter_ctas != -1)
+    add("dist.reduce_scatter_ctas (", c.dist.reduce_scatter_ctas,
+        ") applies to train.device=cuda (NCCL); the cpu "
+        "backend takes -1 only");
   if (c.train.gemm_autotune < 0 || c.train.gemm_autotune > kMaxGemmCandidates)
     add("train.gemm_autotune (", c.train.gemm_autotune, ") must be in [0, ", kMaxGemmCandidates, "]");
   if (c.train.device == Device::kCpu && c.train.gemm_autotune != 0)

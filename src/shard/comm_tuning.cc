@@ -30,6 +30,23 @@ int default_prefetch_depth(LinkKind k) {
   return 1;
 }
 
+// The most CTAs of a block's gradient reduce-scatter (bench/RESULTS.md, 2026-11-30, session 9, "reduce-scatters on
+// fewer SMs"). GPT-2 350M and 124M, 2 x 16, bf16, tok/s, same call, NCCL's own choice (24 channels) against 4:
+//   nvlink   350M 404.5k 406.2k against 411.8k 409.8k; 124M 1.029M against 1.052M. The backward's kernels lose fewer
+//            SMs to the reduce-scatter (compute 80.0 -> 78.7 ms a 350M step); 4 for all reduce-scatters, the
+//            embedding's too, gave 411.9k with 1.75 ms exposed against 1.1, so the embedding's (the step's last,
+//            which the next forward waits for) keeps NCCL's choice. Limiting the gathers too (NCCL_MAX_CTAS=4)
+//            exposed them: 403.4k, 3.1 ms exposed.
+//   pcie, network: not measured; NCCL's choice.
+int default_reduce_scatter_ctas(LinkKind k) { return k == LinkKind::kNvlink ? 4 : 0; }
+
+// The all-gathers on the copy engines (NCCL's zero-CTA path) against NCCL's kernels, same call (bench/RESULTS.md,
+// session 9), tok/s:
+//   nvlink   350M 2 x 16, reduce-scatters on 4 CTAs: 417.5k 416.2k against 412.1k 413.2k; on NCCL's choice: 411.4k
+//            against 405.9k. 124M 2 x 16: 1.068M against 1.068M. The copy engines take no SM from the compute.
+//   pcie, network: NCCL has no copy-engine path there.
+bool default_copy_engine_gathers(LinkKind k) { return k == LinkKind::kNvlink; }
+
 // The all-reduce across nodes, hybrid on the same stand-in, tok/s by dist.bucket_mb in three rounds:
 //   0 (one unit a call)  634k 553k 676k     8 MiB  592k 512k 634k     32 MiB  627k 563k 634k     256 MiB  552k
 // The sockets move +-10% from round to round; per unit has the best median. (At 124M a block's shard is 14 MB, so 0
@@ -78,19 +95,45 @@ CommTuning default_comm_tuning(LinkKind shard_link) {
   CommTuning t;
   t.prefetch_depth = default_prefetch_depth(shard_link);
   t.bucket_bytes = kDefaultBucketBytes;
+  t.reduce_scatter_ctas = default_reduce_scatter_ctas(shard_link);
+  t.copy_engine_gathers = default_copy_engine_gathers(shard_link);
   return t;
 }
 
-CommTuning resolve_comm_tuning(const DistConfig& dist, LinkKind shard_link, bool hybrid) {
+CommTuning resolve_comm_tuning(const DistConfig& dist, LinkKind shard_link, bool hybrid, bool copy_engines) {
   CommTuning t = default_comm_tuning(shard_link);
   const bool depth_set = dist.prefetch_depth >= 0, bucket_set = dist.bucket_mb >= 0;
+  const bool ctas_set = dist.reduce_scatter_ctas >= 0;
   if (depth_set) t.prefetch_depth = static_cast<int>(dist.prefetch_depth);
+  if (ctas_set) t.reduce_scatter_ctas = static_cast<int>(dist.reduce_scatter_ctas);
   if (bucket_set) t.bucket_bytes = static_cast<int64_t>(dist.bucket_mb * double(int64_t{1} << 20));
   t.why = str_cat("communication: prefetch depth ", t.prefetch_depth,
                   depth_set ? " (dist.prefetch_depth)" : str_cat(" (default for ", to_string(shard_link), ")"));
   if (hybrid)
     t.why += str_cat(", all-reduce across nodes in buckets of ", t.bucket_bytes == 0 ? "one unit" : mb(t.bucket_bytes),
                      bucket_set ? " (dist.bucket_mb)" : " (default for network)");
+  if (dist.gather_engine == GatherEngine::kCopy) {
+    if (shard_link != LinkKind::kNvlink)
+      ST_BAD_INPUT(
+          "dist.gather_engine = copy needs the sharding group on one node's GPUs over NVLink with "
+          "peer-to-peer, but its link is ",
+          to_string(shard_link), "; set dist.gather_engine = sm or auto");
+    if (!copy_engines)
+      ST_BAD_INPUT(
+          "dist.gather_engine = copy needs NCCL 2.28 or newer (its copy-engine all-gather), which this "
+          "build does not link; set dist.gather_engine = sm or auto");
+  }
+  t.copy_engine_gathers = dist.gather_engine == GatherEngine::kAuto ? t.copy_engine_gathers && copy_engines
+                                                                    : dist.gather_engine == GatherEngine::kCopy;
+  t.why += str_cat(", gathers on ", t.copy_engine_gathers ? "the copy engines" : "NCCL's kernels",
+                   dist.gather_engine != GatherEngine::kAuto ? " (dist.gather_engine)"
+                   : shard_link == LinkKind::kNvlink && !copy_engines
+                       ? " (default for nvlink needs NCCL 2.28)"
+                       : str_cat(" (default for ", to_string(shard_link), ")"));
+  t.why += str_cat(", block reduce-scatters on ",
+                   t.reduce_scatter_ctas == 0 ? std::string("NCCL's choice of CTAs")
+                                              : str_cat("at most ", t.reduce_scatter_ctas, " CTAs"),
+                   ctas_set ? " (dist.reduce_scatter_ctas)" : str_cat(" (default for ", to_string(shard_link), ")"));
   t.why += str_cat("; sharding group link: ", to_string(shard_link));
   return t;
 }

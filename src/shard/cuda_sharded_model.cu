@@ -76,6 +76,31 @@ std::unique_ptr<NcclCommunicator> replica_nccl(const ShardingGroups& g, Communic
   return std::make_unique<NcclCommunicator>(*world, *g.replica, s.color, s.key);
 }
 
+// Device buffers carved in turn out of one symmetric window of `windows` (copy-engine gathers), each at a 256-byte
+// boundary. Every rank carves the same sizes in the same order, so a buffer lies at the same offset of its window on
+// every rank, as NCCL's symmetric windows require. With `windows` null, each buffer is its own cudaMalloc.
+class WindowArena {
+ public:
+  static int64_t bytes_for(int64_t n, size_t elem) { return (n * static_cast<int64_t>(elem) + 255) / 256 * 256; }
+  WindowArena(NcclCommunicator* windows, int64_t bytes) : left_(bytes) {
+    if (windows != nullptr && bytes > 0) next_ = static_cast<char*>(windows->window_alloc(static_cast<size_t>(bytes)));
+  }
+  template <typename U>
+  DeviceBuffer<U> take(int64_t n) {
+    if (next_ == nullptr) return DeviceBuffer<U>(n);
+    const int64_t bytes = bytes_for(n, sizeof(U));
+    ST_CHECK(bytes <= left_, "window arena: ", bytes, " bytes asked, ", left_, " left");
+    DeviceBuffer<U> b = DeviceBuffer<U>::borrow(reinterpret_cast<U*>(next_), n);
+    next_ += bytes;
+    left_ -= bytes;
+    return b;
+  }
+
+ private:
+  char* next_ = nullptr;
+  int64_t left_ = 0;
+};
+
 // What the communication plan adds to the device memory: the prefetch depth sizes the pools, hybrid's all-reduce
 // across nodes stages one bucket.
 struct CommPlan {
@@ -400,8 +425,15 @@ class CudaShardedModel final : public ModelBackend {
   std::unique_ptr<NcclCommunicator> world_nccl_;    // hybrid, during set-up: what the node and replica groups split
   NcclCommunicator nccl_;                           // over groups_.shard()
   std::unique_ptr<NcclCommunicator> replica_nccl_;  // hybrid: over groups_.replica
-  CommTuning tuning_;                               // dist.prefetch_depth, dist.bucket_mb resolved for the link
-  std::unique_ptr<ReplicaBuckets> buckets_;         // hybrid: the all-reduce across nodes, once per step
+  CommTuning tuning_;  // dist.prefetch_depth, dist.bucket_mb, dist.reduce_scatter_ctas resolved for the link
+  // The blocks' and the head's reduce-scatters, over groups_.shard() on at most tuning_.reduce_scatter_ctas CTAs, on
+  // the communication stream beside nccl_; null when that is 0 (NCCL's choice) or the group is one rank.
+  std::unique_ptr<NcclCommunicator> capped_rs_nccl_;
+  // tuning_.copy_engine_gathers: the all-gathers, over groups_.shard() with NCCL's zero-CTA policy. It owns the
+  // symmetric windows that every gather's source and destination are carved from (declared before those buffers, so
+  // it outlives them). Null otherwise, or for a group of one rank.
+  std::unique_ptr<NcclCommunicator> gather_nccl_;
+  std::unique_ptr<ReplicaBuckets> buckets_;  // hybrid: the all-reduce across nodes, once per step
   std::string device_name_;
   int gemm_candidates_ = 0;    // train.gemm_autotune resolved
   int gemm_timed_logged_ = 0;  // GEMM shapes timed when the log last said so
@@ -473,7 +505,8 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       world_nccl_(groups_.replica ? std::make_unique<NcclCommunicator>(comm) : nullptr),  // binds this rank's GPU
       nccl_(shard_nccl(groups_, comm, world_nccl_.get())),  // binds this rank's GPU before anything is allocated
       replica_nccl_(replica_nccl(groups_, comm, world_nccl_.get())),
-      tuning_(resolve_comm_tuning(cfg.dist, shard_link(groups_), groups_.replica != nullptr)),
+      tuning_(resolve_comm_tuning(cfg.dist, shard_link(groups_), groups_.replica != nullptr,
+                                  nccl_has_copy_engine_collectives())),
       buckets_(groups_.replica ? std::make_unique<ReplicaBuckets>(
                                      [&] {
                                        std::vector<int64_t> slots;
@@ -501,6 +534,23 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     ST_LOG_INFO(format_gpu_topology(discover_gpu_topology(), host), "  network: ", nccl_network_summary());
   }
   world_nccl_.reset();  // the groups are split off; they keep no tie to it
+  const int world = groups_.shard().world_size(), rank = groups_.shard().rank();
+  // The splits are collective over the group: every rank takes its rank 0's settings (the links it classified agree
+  // on one machine, but a rank must never be the only one to split).
+  int32_t split[2] = {tuning_.reduce_scatter_ctas, tuning_.copy_engine_gathers ? 1 : 0};
+  groups_.shard().broadcast(split, sizeof(split), 0);
+  tuning_.reduce_scatter_ctas = split[0];
+  tuning_.copy_engine_gathers = split[1] != 0;
+  if (tuning_.reduce_scatter_ctas > 0 && world > 1) {
+    NcclSplitOptions o;
+    o.max_ctas = tuning_.reduce_scatter_ctas;
+    capped_rs_nccl_ = std::make_unique<NcclCommunicator>(nccl_, groups_.shard(), /*color=*/0, rank, o);
+  }
+  if (tuning_.copy_engine_gathers && world > 1) {
+    NcclSplitOptions o;
+    o.zero_cta = true;
+    gather_nccl_ = std::make_unique<NcclCommunicator>(nccl_, groups_.shard(), /*color=*/0, rank, o);
+  }
   // Rank 0 times each GEMM's candidates and every rank takes its pick: one set of algorithms for the run.
   gemm_candidates_ = static_cast<int>(cfg.train.gemm_autotune);
   blas_.set_tuning(gemm_candidates_, comm.rank() == 0, [this](int pick) {
@@ -508,8 +558,16 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     comm_.broadcast(&p, sizeof(p), 0);
     return static_cast<int>(p);
   });
-  const int world = groups_.shard().world_size(), rank = groups_.shard().rank();
   const UnitSizes s = unit_sizes(units_, world);
+  // The gathers' sources (each unit's shard in T, read on the device) and destinations, in two symmetric windows of
+  // gather_nccl_ for copy-engine gathers (each buffer its own allocation otherwise).
+  int64_t source_bytes = 0;
+  for (const UnitLayout& u : units_)
+    if (!params_on_host(u.index)) source_bytes += WindowArena::bytes_for(padded_shard_size(u.numel, world), sizeof(T));
+  WindowArena sources(gather_nccl_.get(), source_bytes);
+  const int64_t pool_size = param_pool_size(cfg, comm_plan());
+  WindowArena gathered(gather_nccl_.get(), WindowArena::bytes_for(s.emb_full, sizeof(T)) +
+                                               pool_size * WindowArena::bytes_for(s.unit_full, sizeof(T)));
   std::vector<float> init;
   for (const UnitLayout& u : units_) {
     UnitShard h;
@@ -524,26 +582,29 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       h.param = init;
       h.m.assign(init.size(), 0.0f);
       h.v.assign(init.size(), 0.0f);
-      if (!params_on_host(u.index)) d.compute = DeviceBuffer<T>(h.slot);
+      if (!params_on_host(u.index)) d.compute = sources.take<T>(h.slot);
     } else {
-      d.master = DeviceBuffer<float>(h.slot);
+      if constexpr (std::is_same_v<T, float>)
+        d.master = sources.take<float>(h.slot);  // the gather's source
+      else
+        d.master = DeviceBuffer<float>(h.slot);
       d.m = DeviceBuffer<float>(h.slot);
       d.v = DeviceBuffer<float>(h.slot);
       ST_CUDA_CHECK(cudaMemcpy(d.master.data(), init.data(), d.master.bytes(), cudaMemcpyHostToDevice));
       ST_CUDA_CHECK(cudaMemset(d.m.data(), 0, d.m.bytes()));
       ST_CUDA_CHECK(cudaMemset(d.v.data(), 0, d.v.bytes()));
       if (!std::is_same_v<T, float>) {
-        d.compute = DeviceBuffer<T>(h.slot);
+        d.compute = sources.take<T>(h.slot);
         gpu::convert<T>(d.compute.data(), d.master.data(), h.slot, ctx_);
       }
     }
     shards_.push_back(std::move(d));
     host_.push_back(std::move(h));
   }
-  emb_param_.data = DeviceBuffer<T>(s.emb_full);
+  emb_param_.data = gathered.take<T>(s.emb_full);
   emb_grad_.data = DeviceBuffer<T>(s.emb_full);
-  param_pool_.resize(static_cast<size_t>(param_pool_size(cfg, comm_plan())));
-  for (Buffer& b : param_pool_) b.data = DeviceBuffer<T>(s.unit_full);
+  param_pool_.resize(static_cast<size_t>(pool_size));
+  for (Buffer& b : param_pool_) b.data = gathered.take<T>(s.unit_full);
   grad_pool_.resize(static_cast<size_t>(grad_pool_size(comm_plan())));
   if (buckets_) {
     bucket_ = DeviceBuffer<T>(buckets_->capacity());
@@ -734,7 +795,9 @@ void CudaShardedModel<T>::issue_gather(int unit) {
       o.params_ready.wait_on(ns);  // the host AdamW's result has been copied up
     }
   }
-  nccl_.all_gather<T>(source, slot, b->data.data(), ns);
+  // A staged source lies outside gather_nccl_'s windows: those gathers stay on NCCL's kernels.
+  NcclCommunicator& gc = gather_nccl_ && staged == nullptr ? *gather_nccl_ : nccl_;
+  gc.all_gather<T>(source, slot, b->data.data(), ns);
   if (staged != nullptr) staged->free.record(ns);
   b->ready.record(ns);
   b->unit = unit;
@@ -805,7 +868,9 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
   cudaStream_t ns = comm_stream_.get();
   b->ready.record(compute_stream_.get());
   b->ready.wait_on(ns);
-  nccl_.reduce_scatter<T>(b->data.data(), h.slot, rs_out_.data(), ns);
+  // The embedding's is the backward's last, and the next step's first gather waits for its update: NCCL's choice.
+  NcclCommunicator& rs = capped_rs_nccl_ && unit != 0 ? *capped_rs_nccl_ : nccl_;
+  rs.reduce_scatter<T>(b->data.data(), h.slot, rs_out_.data(), ns);
   // The step's first write of the shard replaces the last step's gradient, which that step's AdamW read.
   if (fresh_grads_) updated_[static_cast<size_t>(unit)].wait_on(ns);
   gpu::accumulate<T>(shards_[static_cast<size_t>(unit)].grad.data(), rs_out_.data(), h.span.count, comm_ctx_,

@@ -468,7 +468,7 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
     ++keys;
   }
-  EXPECT_EQ(keys, 50);
+  EXPECT_EQ(keys, 52);
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
   EXPECT_NE(help.find("  dist.reshard_after_forward "), std::string::npos) << help;
@@ -585,6 +585,39 @@ TEST_F(ConfigTest, PrefetchDepthAndBucket) {
   e = load_error(std::nullopt, {"--dist.bucket_mb=8"});
   EXPECT_NE(e.find("dist.bucket_mb (8) applies to dist.sharding hybrid or auto (it is full"), std::string::npos) << e;
   EXPECT_EQ(load_config(std::nullopt, {"--dist.sharding=auto", "--dist.bucket_mb=0"}).dist.bucket_mb, 0.0);
+}
+
+TEST_F(ConfigTest, ReduceScatterCtas) {
+  EXPECT_EQ(load_config(std::nullopt, {}).dist.reduce_scatter_ctas, -1);
+  const Config c = load_config(std::nullopt, {"--train.device=cuda", "--dist.reduce_scatter_ctas=8"});
+  EXPECT_EQ(c.dist.reduce_scatter_ctas, 8);
+  EXPECT_EQ(load_config_text(to_ini(c), "ini", {}).dist.reduce_scatter_ctas, 8);
+  EXPECT_EQ(load_config(std::nullopt, {"--train.device=cuda", "--dist.reduce_scatter_ctas=0"}).dist.reduce_scatter_ctas,
+            0);
+  std::string e = load_error(std::nullopt, {"--train.device=cuda", "--dist.reduce_scatter_ctas=65"});
+  EXPECT_NE(e.find("dist.reduce_scatter_ctas (65) must be -1 (the link's default), 0 (NCCL's own) or in [1, 64]"),
+            std::string::npos)
+      << e;
+  e = load_error(std::nullopt, {"--train.device=cuda", "--dist.reduce_scatter_ctas=-2"});
+  EXPECT_NE(e.find("dist.reduce_scatter_ctas (-2) must be"), std::string::npos) << e;
+  e = load_error(std::nullopt, {"--dist.reduce_scatter_ctas=4"});
+  EXPECT_NE(e.find("dist.reduce_scatter_ctas (4) applies to train.device=cuda (NCCL)"), std::string::npos) << e;
+}
+
+TEST_F(ConfigTest, GatherEngine) {
+  EXPECT_EQ(load_config(std::nullopt, {}).dist.gather_engine, GatherEngine::kAuto);
+  for (const auto& [name, want] : {std::pair<const char*, GatherEngine>{"copy", GatherEngine::kCopy},
+                                   {"sm", GatherEngine::kSm},
+                                   {"auto", GatherEngine::kAuto}}) {
+    const Config c = load_config(std::nullopt, {"--train.device=cuda", std::string("--dist.gather_engine=") + name});
+    EXPECT_EQ(c.dist.gather_engine, want) << name;
+    EXPECT_EQ(load_config_text(to_ini(c), "ini", {}).dist.gather_engine, want) << name;
+  }
+  std::string e = load_error(std::nullopt, {"--train.device=cuda", "--dist.gather_engine=dma"});
+  EXPECT_NE(e.find("dist.gather_engine"), std::string::npos) << e;
+  EXPECT_NE(e.find("auto, copy, sm"), std::string::npos) << e;
+  e = load_error(std::nullopt, {"--dist.gather_engine=copy"});
+  EXPECT_NE(e.find("dist.gather_engine (copy) applies to train.device=cuda (NCCL)"), std::string::npos) << e;
 }
 
 TEST_F(ConfigTest, GemmAutotune) {

@@ -22,24 +22,82 @@ TEST(CommTuning, DefaultsPerLinkKind) {
   EXPECT_EQ(default_comm_tuning(LinkKind::kPcie).prefetch_depth, 2);
   EXPECT_EQ(default_comm_tuning(LinkKind::kNetwork).prefetch_depth, 1);
   EXPECT_EQ(default_comm_tuning(LinkKind::kNetwork).bucket_bytes, 0);
+  EXPECT_EQ(default_comm_tuning(LinkKind::kNvlink).reduce_scatter_ctas, 4);
+  EXPECT_EQ(default_comm_tuning(LinkKind::kPcie).reduce_scatter_ctas, 0);
+  EXPECT_EQ(default_comm_tuning(LinkKind::kNetwork).reduce_scatter_ctas, 0);
+  EXPECT_TRUE(default_comm_tuning(LinkKind::kNvlink).copy_engine_gathers);
+  EXPECT_FALSE(default_comm_tuning(LinkKind::kPcie).copy_engine_gathers);
+  EXPECT_FALSE(default_comm_tuning(LinkKind::kNetwork).copy_engine_gathers);
+}
+
+TEST(CommTuning, GatherEngine) {
+  DistConfig d;  // auto: the copy engines on NVLink when NCCL has them
+  EXPECT_TRUE(resolve_comm_tuning(d, LinkKind::kNvlink, false, /*copy_engines=*/true).copy_engine_gathers);
+  CommTuning t = resolve_comm_tuning(d, LinkKind::kNvlink, false, /*copy_engines=*/false);
+  EXPECT_FALSE(t.copy_engine_gathers);
+  EXPECT_NE(t.why.find("gathers on NCCL's kernels (default for nvlink needs NCCL 2.28)"), std::string::npos) << t.why;
+  t = resolve_comm_tuning(d, LinkKind::kPcie, false, true);
+  EXPECT_FALSE(t.copy_engine_gathers);
+  EXPECT_NE(t.why.find("gathers on NCCL's kernels (default for pcie)"), std::string::npos) << t.why;
+  d.gather_engine = GatherEngine::kSm;
+  t = resolve_comm_tuning(d, LinkKind::kNvlink, false, true);
+  EXPECT_FALSE(t.copy_engine_gathers);
+  EXPECT_NE(t.why.find("gathers on NCCL's kernels (dist.gather_engine)"), std::string::npos) << t.why;
+  d.gather_engine = GatherEngine::kCopy;
+  t = resolve_comm_tuning(d, LinkKind::kNvlink, false, true);
+  EXPECT_TRUE(t.copy_engine_gathers);
+  EXPECT_NE(t.why.find("gathers on the copy engines (dist.gather_engine)"), std::string::npos) << t.why;
+  // Asked for where NCCL cannot: refused, naming the key, the link and the way out.
+  for (LinkKind k : {LinkKind::kPcie, LinkKind::kNetwork}) {
+    try {
+      resolve_comm_tuning(d, k, false, true);
+      ADD_FAILURE() << "gather_engine = copy accepted on " << to_string(k);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+      const std::string m = e.what();
+      EXPECT_NE(m.find("dist.gather_engine = copy needs"), std::string::npos) << m;
+      EXPECT_NE(m.find(std::string("its link is ") + to_string(k)), std::string::npos) << m;
+    }
+  }
+  try {
+    resolve_comm_tuning(d, LinkKind::kNvlink, false, /*copy_engines=*/false);
+    ADD_FAILURE() << "gather_engine = copy accepted without NCCL 2.28";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs NCCL 2.28 or newer"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CommTuning, ConfigOverridesAndTheLogSaysWhere) {
   DistConfig d;
   CommTuning t = resolve_comm_tuning(d, LinkKind::kPcie, /*hybrid=*/false);
   EXPECT_EQ(t.prefetch_depth, 2);
-  EXPECT_EQ(t.why, "communication: prefetch depth 2 (default for pcie); sharding group link: pcie");
+  EXPECT_EQ(t.reduce_scatter_ctas, 0);
+  EXPECT_EQ(t.why,
+            "communication: prefetch depth 2 (default for pcie), gathers on NCCL's kernels (default for pcie), block "
+            "reduce-scatters on NCCL's choice of CTAs (default for pcie); sharding group link: pcie");
   d.prefetch_depth = 0;
   d.bucket_mb = 0.5;
   t = resolve_comm_tuning(d, LinkKind::kNvlink, /*hybrid=*/true);
   EXPECT_EQ(t.prefetch_depth, 0);
   EXPECT_EQ(t.bucket_bytes, 524288);
+  EXPECT_EQ(t.reduce_scatter_ctas, 4);
   EXPECT_EQ(t.why,
             "communication: prefetch depth 0 (dist.prefetch_depth), all-reduce across nodes in buckets of 0.5 MiB "
-            "(dist.bucket_mb); sharding group link: nvlink");
+            "(dist.bucket_mb), gathers on NCCL's kernels (default for nvlink needs NCCL 2.28), block reduce-scatters "
+            "on at most 4 CTAs (default for nvlink); sharding group link: nvlink");
   d.bucket_mb = 0;
   EXPECT_NE(resolve_comm_tuning(d, LinkKind::kNvlink, true).why.find("buckets of one unit (dist.bucket_mb)"),
             std::string::npos);
+  d.reduce_scatter_ctas = 0;  // NCCL's own choice, on any link
+  t = resolve_comm_tuning(d, LinkKind::kNvlink, false);
+  EXPECT_EQ(t.reduce_scatter_ctas, 0);
+  EXPECT_NE(t.why.find("block reduce-scatters on NCCL's choice of CTAs (dist.reduce_scatter_ctas)"), std::string::npos)
+      << t.why;
+  d.reduce_scatter_ctas = 2;
+  t = resolve_comm_tuning(d, LinkKind::kPcie, false);
+  EXPECT_EQ(t.reduce_scatter_ctas, 2);
+  EXPECT_NE(t.why.find("block reduce-scatters on at most 2 CTAs (dist.reduce_scatter_ctas)"), std::string::npos)
+      << t.why;
 }
 
 TEST(ReplicaBuckets, ZeroBucketSendsEveryUnitAlone) {

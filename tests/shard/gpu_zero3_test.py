@@ -333,12 +333,28 @@ def main():
 
         ref = run.train("depth_default", 2, common)
         expect_line("prefetch depth 1 (default for nvlink)")
+        expect_line("block reduce-scatters on at most 4 CTAs (default for nvlink)")
+        expect_line("gathers on the copy engines (default for nvlink)")
+        # An all-gather copies: on the copy engines or on NCCL's kernels, the same bits.
+        same("gather_engine=sm vs the default", ref, run.train("gather_sm", 2, common + ["--dist.gather_engine=sm"]))
+        expect_line("gathers on NCCL's kernels (dist.gather_engine)")
+        # Two ranks sum each element in one addition, whatever CTAs NCCL runs it on: the same bits.
+        for c in (0, 1):
+            same(f"reduce_scatter_ctas={c} vs the default", ref,
+                 run.train(f"rs_ctas_{c}", 2, common + [f"--dist.reduce_scatter_ctas={c}"]))
+        expect_line("block reduce-scatters on at most 1 CTAs (dist.reduce_scatter_ctas)")
         for d in (0, 3):
             same(f"prefetch_depth={d} vs the default", ref, run.train(f"depth_{d}", 2, common + [f"--dist.prefetch_depth={d}"]))
             expect_line(f"prefetch depth {d} (dist.prefetch_depth)")
         one_step = ["--train.dtype=bf16", "--train.steps=1"]
         run.train("pcie", 2, one_step, env={"NCCL_P2P_DISABLE": "1"})
         expect_line("prefetch depth 2 (default for pcie)")
+        expect_line("block reduce-scatters on NCCL's choice of CTAs (default for pcie)")
+        expect_line("gathers on NCCL's kernels (default for pcie)")
+        # Copy-engine gathers asked for without peer-to-peer: refused before training, naming the key and the link.
+        run.train("pcie_copy", 2, one_step + ["--dist.gather_engine=copy"], env={"NCCL_P2P_DISABLE": "1"}, expect_rc=2)
+        if "dist.gather_engine = copy needs" not in run.last_output or "its link is pcie" not in run.last_output:
+            failures.append("dist.gather_engine=copy without peer-to-peer was not refused with the key and the link")
         run.train("network", 2, one_step, env=sockets, binary=wrapper)
         expect_line("prefetch depth 1 (default for network)")
         hyb = run.train("hybrid_default", 2, common + ["--dist.sharding=hybrid"], env=sockets, binary=wrapper)

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/cuda.h"
@@ -47,6 +48,16 @@ namespace st {
 template <typename T>
 ncclDataType_t nccl_type();
 
+// How a split communicator's collectives may use the GPU (ncclConfig_t). Default: as its parent.
+struct NcclSplitOptions {
+  int max_ctas = 0;       // > 0: at most this many CTAs (SMs) per collective
+  bool zero_cta = false;  // NCCL_CTA_POLICY_ZERO: all-gathers between symmetric windows (window_alloc) run on the
+                          // copy engines, with no CTA at all; other collectives as before
+};
+
+// The linked NCCL (ncclGetVersion, e.g. 22803 for 2.28.3) offers copy-engine all-gathers: 2.28 or newer.
+bool nccl_has_copy_engine_collectives();
+
 class NcclCommunicator {
  public:
   // Collective over `host`. Binds this process to GPU host.device_rank() (its shared-memory local rank);
@@ -56,7 +67,8 @@ class NcclCommunicator {
   // A sub-communicator of `parent` by ncclCommSplit (no new bootstrap, no second peer check): the ranks of `parent`
   // with this `color`, ordered by `key`. `host` is the matching host sub-communicator (Communicator::split with the
   // same color and key), whose rank and size it must have; it names the watchdog channel. Collective over `parent`.
-  NcclCommunicator(NcclCommunicator& parent, Communicator& host, int color, int key);
+  NcclCommunicator(NcclCommunicator& parent, Communicator& host, int color, int key,
+                   const NcclSplitOptions& options = {});
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -77,6 +89,12 @@ class NcclCommunicator {
   // calls throw kFault naming `reason`.
   void abort(const std::string& reason);
 
+  // `bytes` of device memory (ncclMemAlloc), registered as a symmetric window of this communicator
+  // (NCCL_WIN_COLL_SYMMETRIC). Collective: every rank asks for the same sizes in the same order, so a buffer at one
+  // offset of its window on one rank is at that offset on all. The communicator owns the memory: it is freed after
+  // ncclCommDestroy, which releases the window.
+  void* window_alloc(size_t bytes);
+
  private:
   void check_usable() const;
   // The watchdog channel and abort hook, when `host` has a watchdog.
@@ -89,7 +107,8 @@ class NcclCommunicator {
   int channel_ = -1, abort_hook_ = -1;
   std::atomic<bool> aborted_by_watchdog_{false};
   int rank_ = 0, world_ = 1, device_ = 0;
-  std::string aborted_;  // the reason, once aborted
+  std::string aborted_;         // the reason, once aborted
+  std::vector<void*> windows_;  // window_alloc's memory, freed after the communicator
 };
 
 }  // namespace st

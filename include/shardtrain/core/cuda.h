@@ -103,13 +103,24 @@ class CudaBuffer {
   explicit CudaBuffer(int64_t n) : n_(n) {
     if (n > 0) ST_CUDA_CHECK(Alloc(reinterpret_cast<void**>(&p_), bytes()));
   }
-  ~CudaBuffer() {
-    if (p_) Free(p_);
+  // n elements at p, which another owner allocated and keeps alive for longer (a part of a larger allocation, such as
+  // a communicator's symmetric window): never freed through this buffer.
+  static CudaBuffer borrow(T* p, int64_t n) {
+    CudaBuffer b;
+    b.p_ = p;
+    b.n_ = n;
+    b.owned_ = false;
+    return b;
   }
-  CudaBuffer(CudaBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  ~CudaBuffer() {
+    if (p_ && owned_) Free(p_);
+  }
+  CudaBuffer(CudaBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), owned_(std::exchange(o.owned_, true)) {}
   CudaBuffer& operator=(CudaBuffer&& o) noexcept {
     std::swap(p_, o.p_);
     std::swap(n_, o.n_);
+    std::swap(owned_, o.owned_);
     return *this;
   }
   T* data() const { return p_; }
@@ -119,6 +130,7 @@ class CudaBuffer {
  private:
   T* p_ = nullptr;
   int64_t n_ = 0;
+  bool owned_ = true;
 };
 
 namespace detail {

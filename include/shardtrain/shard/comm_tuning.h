@@ -6,9 +6,16 @@
 //                   reduce-scatter may still run behind it): depth + 1 gathered units of memory each way (cuda).
 //   bucket bytes    hybrid sharding's all-reduce across nodes: finished gradient shards of consecutive units are
 //                   summed in one call once a bucket holds this many bytes (0: one call per unit).
+//   reduce-scatter  the most CTAs NCCL may run a block's gradient reduce-scatter on (0: NCCL's own choice). Those
+//   CTAs            CTAs take SMs from the backward the reduce-scatter overlaps; one with fewer runs longer but
+//                   still hides behind it (cuda).
+//   gather engine   the parameter all-gathers on the copy engines (NCCL's zero-CTA path, between symmetric windows)
+//                   or on NCCL's kernels (cuda). The copy engines take no SM; NCCL offers them within one node over
+//                   NVLink peer-to-peer, from 2.28.
 //
-// dist.prefetch_depth and dist.bucket_mb set them; -1 (their default) takes the measured default for the link kind,
-// default_comm_tuning(), whose numbers come from bench/RESULTS.md.
+// dist.prefetch_depth, dist.bucket_mb, dist.reduce_scatter_ctas and dist.gather_engine set them; -1 or auto (their
+// defaults) take the measured default for the link kind, default_comm_tuning(), whose numbers come from
+// bench/RESULTS.md.
 //
 //   const LinkKind link = classify_link(groups.shard_peers_off_node > 0, p2p_disabled, all_pairs_nvlink);
 //   const CommTuning t = resolve_comm_tuning(cfg.dist, link, /*hybrid=*/groups.replica != nullptr);
@@ -42,15 +49,20 @@ LinkKind shard_link(const ShardingGroups& groups);
 struct CommTuning {
   int prefetch_depth = 1;
   int64_t bucket_bytes = 0;
-  std::string why;  // one line for the log: each value and where it came from
+  int reduce_scatter_ctas = 0;       // 0: NCCL's own choice
+  bool copy_engine_gathers = false;  // dist.gather_engine resolved
+  std::string why;                   // one line for the log: each value and where it came from
 };
 
 // The measured defaults: prefetch depth for the link of the sharding group, bucket size for the link between nodes.
 CommTuning default_comm_tuning(LinkKind shard_link);
 
-// dist.prefetch_depth and dist.bucket_mb where set (>= 0), the defaults for `shard_link` otherwise. `hybrid`: whether
+// dist.prefetch_depth, dist.bucket_mb and dist.reduce_scatter_ctas where set (>= 0), the defaults for `shard_link`
+// otherwise; dist.gather_engine likewise, where `copy_engines` says whether the linked NCCL has the copy-engine path
+// (nccl_has_copy_engine_collectives()). Throws kBadInput for gather_engine = copy on another link than NVLink, or
+// without that NCCL. `hybrid`: whether
 // the run all-reduces across nodes (only then does the bucket size say anything, and the log says so).
-CommTuning resolve_comm_tuning(const DistConfig& dist, LinkKind shard_link, bool hybrid);
+CommTuning resolve_comm_tuning(const DistConfig& dist, LinkKind shard_link, bool hybrid, bool copy_engines = false);
 
 // Groups finished gradient shards into all-reduce buckets. Units join in the order their gradients become final (the
 // backward's); a bucket goes out as soon as it holds at least `bucket_elements`, or when every unit has joined. A
