@@ -291,6 +291,10 @@ const std::vector<Key>& keys() {
       key("train", "attention", &Config::train, &TrainConfig::attention,
           "cuda attention kernels: cudnn (cuDNN fused SDPA, bf16/fp16), flash (our own, any dtype), auto "
           "(cudnn where cuDNN runs the type and shape, else flash); cpu takes auto only"),
+      key("train", "deterministic", &Config::train, &TrainConfig::deterministic,
+          "cuda: true (the default) gives the same bits run after run, so a resumed run repeats the uninterrupted "
+          "one exactly; false lets cuDNN's attention backward add dQ with atomics (faster; runs then differ in the "
+          "last bits). The cpu backend is deterministic and takes true only"),
 
       key("optim", "lr", &Config::optim, &OptimConfig::lr, "peak learning rate, reached after warmup"),
       key("optim", "min_lr", &Config::optim, &OptimConfig::min_lr, "learning rate at the end of the cosine decay"),
@@ -709,6 +713,9 @@ std::vector<std::string> check(const Config& c) {
         ") must be -1 (the link's default), 0 (NCCL's "
         "own) or in [1, ",
         kMaxNcclCtas, "]");
+  if (c.train.device == Device::kCpu && !c.train.deterministic)
+    add("train.deterministic (false) applies to train.device=cuda; the cpu backend is deterministic and takes true "
+        "only");
   if (c.train.device == Device::kCpu && c.dist.gather_engine != GatherEngine::kAuto)
     add("dist.gather_engine (", to_string(c.dist.gather_engine),
         ") applies to train.device=cuda (NCCL); the cpu "

@@ -62,12 +62,13 @@ CudaGptFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, b
 
 template <typename T>
 CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
-                    const gpu::GpuContext& ctx)
+                    const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward)
     : cfg_(cfg),
       units_(build_units(cfg)),
       max_batch_(max_batch),
       recompute_(recompute),
       cudnn_attention_(cudnn_attention),
+      attention_backward_(attention_backward),
       ctx_(ctx),
       timer_(env_get("SHARDTRAIN_PROFILE_OPS") == "1") {
   ST_CHECK(max_batch > 0);
@@ -277,7 +278,8 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   if (cudnn_shape()) {  // overwrites dqkv
     lap("bwd.attention");
     gpu::cudnn_attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.atty.data(), a.att_lse.data(),
-                                     static_cast<int>(B_), static_cast<int>(T_), C, cfg_.n_head, ctx_);
+                                     static_cast<int>(B_), static_cast<int>(T_), C, cfg_.n_head, ctx_,
+                                     attention_backward_);
   } else {  // accumulates into dqkv
     lap("bwd.zero");
     zero_async(dqkv_, N * 3 * C, s);

@@ -122,24 +122,35 @@ struct AttentionChoice {
   bool cudnn = false;
   int64_t scratch_bytes = 0;
   std::string what;  // for the log: the kernel, and why
+  gpu::CudnnBackwardMode backward = gpu::CudnnBackwardMode::kDeterministic;  // train.deterministic
 };
 
 template <typename T>
 AttentionChoice choose_attention(const Config& cfg, gpu::Cudnn& cudnn) {
-  if (cfg.train.attention == AttentionImpl::kFlash) return {false, 0, "flash (train.attention=flash)"};
+  // Our flash backward is deterministic: train.deterministic=false changes nothing there, and the log says so.
+  const std::string flash_note = cfg.train.deterministic ? ""
+                                                         : "; its backward is deterministic whatever "
+                                                           "train.deterministic says";
+  if (cfg.train.attention == AttentionImpl::kFlash)
+    return {false, 0, str_cat("flash (train.attention=flash)", flash_note), {}};
   gpu::GpuContext probe;
   probe.cudnn = &cudnn;
   const int B = static_cast<int>(cfg.train.micro_batch), T_ = cfg.model.seq_len, C = cfg.model.n_embd,
             NH = cfg.model.n_head;
+  const gpu::CudnnBackwardMode mode =
+      cfg.train.deterministic ? gpu::CudnnBackwardMode::kDeterministic : gpu::CudnnBackwardMode::kNondeterministic;
   try {
     const size_t fwd = gpu::cudnn_attention_forward_scratch_bytes<T>(B, T_, C, NH, probe);
-    const size_t bwd = gpu::cudnn_attention_backward_scratch_bytes<T>(B, T_, C, NH, probe);
+    const size_t bwd = gpu::cudnn_attention_backward_scratch_bytes<T>(B, T_, C, NH, probe, mode);
     const size_t v = gpu::cudnn_runtime_version();
     return {true, static_cast<int64_t>(std::max(fwd, bwd)),
-            str_cat("cudnn ", v / 10000, ".", v / 100 % 100, " (fused SDPA, deterministic backward)")};
+            str_cat("cudnn ", v / 10000, ".", v / 100 % 100, " (fused SDPA, ",
+                    cfg.train.deterministic ? "deterministic backward)"
+                                            : "nondeterministic backward: dQ by atomics, train.deterministic=false)"),
+            mode};
   } catch (const Error& e) {
     if (cfg.train.attention == AttentionImpl::kCudnn) ST_BAD_INPUT("train.attention=cudnn: ", e.what());
-    return {false, 0, str_cat("flash (cuDNN cannot run this shape: ", e.what(), ")")};
+    return {false, 0, str_cat("flash (cuDNN cannot run this shape: ", e.what(), ")", flash_note), {}};
   }
 }
 
@@ -527,7 +538,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       ctx_{compute_stream_.get(), &blas_, scratch_.data(), scratch_.bytes(), &cudnn_},
       comm_ctx_{comm_stream_.get(), nullptr, comm_scratch_.data(), comm_scratch_.bytes()},
       optim_ctx_{optim_stream_.get(), nullptr, nullptr, 0},
-      model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.cudnn, ctx_) {
+      model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.cudnn, ctx_, attention_.backward) {
   if (comm.local_rank() == 0) {  // each machine's GPUs and links, as `shardtrain topo` prints them
     char host[64] = {};
     gethostname(host, sizeof(host) - 1);

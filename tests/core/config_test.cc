@@ -468,7 +468,7 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
     ++keys;
   }
-  EXPECT_EQ(keys, 52);
+  EXPECT_EQ(keys, 53);
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
   EXPECT_NE(help.find("  dist.reshard_after_forward "), std::string::npos) << help;
@@ -602,6 +602,15 @@ TEST_F(ConfigTest, ReduceScatterCtas) {
   EXPECT_NE(e.find("dist.reduce_scatter_ctas (-2) must be"), std::string::npos) << e;
   e = load_error(std::nullopt, {"--dist.reduce_scatter_ctas=4"});
   EXPECT_NE(e.find("dist.reduce_scatter_ctas (4) applies to train.device=cuda (NCCL)"), std::string::npos) << e;
+}
+
+TEST_F(ConfigTest, Deterministic) {
+  EXPECT_TRUE(load_config(std::nullopt, {}).train.deterministic);
+  const Config c = load_config(std::nullopt, {"--train.device=cuda", "--train.deterministic=false"});
+  EXPECT_FALSE(c.train.deterministic);
+  EXPECT_FALSE(load_config_text(to_ini(c), "ini", {}).train.deterministic);
+  const std::string e = load_error(std::nullopt, {"--train.deterministic=false"});
+  EXPECT_NE(e.find("train.deterministic (false) applies to train.device=cuda"), std::string::npos) << e;
 }
 
 TEST_F(ConfigTest, GatherEngine) {

@@ -45,6 +45,9 @@ struct TrainConfig {
   Device device = Device::kCpu;
   DType dtype = DType::kAuto;  // see Config::compute_dtype()
   AttentionImpl attention = AttentionImpl::kAuto;
+  // cuda: false lets cuDNN's attention backward sum dQ with atomics: faster, but two runs (and a resumed run against
+  // an uninterrupted one) differ in the last bits. True: every kernel gives the same bits run after run.
+  bool deterministic = true;
   // cuda: cuBLASLt algorithms timed per GEMM (the heuristic's first N; 0 or 1: its first). Rank 0 times, every
   // rank takes its pick, and checkpoints keep the picks for the resumed run. Off by default: the picks win in
   // isolation but lose in sustained training on the H200s (bench/RESULTS.md, session 7).

@@ -22,6 +22,7 @@
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/core/cuda_timer.h"
 #include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
@@ -44,9 +45,10 @@ class CudaGpt {
   // ctx.scratch must hold cuda_gpt_footprint<T>(...).scratch_bytes; ctx must outlive the model. With
   // cudnn_attention, passes at the full shape (max_batch x seq_len: every training micro-step) run cuDNN's
   // fused attention (ctx.cudnn, plans already built); other shapes (sampling, short evaluations) and
-  // !cudnn_attention run flash attention. Both compute the same function.
-  CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
-          const gpu::GpuContext& ctx);
+  // !cudnn_attention run flash attention. Both compute the same function. attention_backward picks cuDNN's
+  // deterministic backward or the one that adds dQ with atomics (train.deterministic=false).
+  CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention, const gpu::GpuContext& ctx,
+          gpu::CudnnBackwardMode attention_backward = gpu::CudnnBackwardMode::kDeterministic);
 
   const std::vector<UnitLayout>& units() const { return units_; }
 
@@ -85,6 +87,7 @@ class CudaGpt {
   int64_t max_batch_;
   bool recompute_;
   bool cudnn_attention_;
+  gpu::CudnnBackwardMode attention_backward_;
   gpu::GpuContext ctx_;
   OpTimer timer_;
   int64_t B_ = 0, T_ = 0;
