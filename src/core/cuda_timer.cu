@@ -1,7 +1,7 @@
+#include "shardtrain/core/cuda_timer.h"
+
 #include <algorithm>
 #include <cstdio>
-
-#include "shardtrain/core/cuda_timer.h"
 
 namespace st {
 
@@ -32,9 +32,7 @@ std::string OpTimer::report(int64_t steps) const {
   const double per = steps > 0 ? static_cast<double>(steps) : 1.0;
   std::string out =
       "op profile (GPU time per step after the first, final evaluation included; compute stream, and optim.adamw on "
-      "the "
-      "optimizer stream beside it; "
-      "SHARDTRAIN_PROFILE_OPS=1):\n";
+      "the optimizer stream beside it; SHARDTRAIN_PROFILE_OPS=1):\n";
   char line[160];
   for (const auto& r : rows) {
     std::snprintf(line, sizeof(line), "  %-24s %9.3f ms  %5.1f%%  %6.1f calls\n", r.first.c_str(), r.second.first / per,

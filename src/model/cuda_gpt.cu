@@ -1,3 +1,5 @@
+#include "shardtrain/model/cuda_gpt.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -11,7 +13,6 @@
 #include "shardtrain/kernels/gpu/reduce.h"
 #include "shardtrain/kernels/gpu/softmax_cross_entropy.h"
 #include "shardtrain/model/block_view.h"
-#include "shardtrain/model/cuda_gpt.h"
 
 namespace st {
 namespace {

@@ -1,3 +1,5 @@
+#include "shardtrain/shard/cuda_sharded_model.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,7 +22,6 @@
 #include "shardtrain/model/cuda_gpt.h"
 #include "shardtrain/optim/host_adamw.h"
 #include "shardtrain/shard/comm_tuning.h"
-#include "shardtrain/shard/cuda_sharded_model.h"
 #include "shardtrain/shard/schedule.h"
 #include "shardtrain/shard/sharding.h"
 

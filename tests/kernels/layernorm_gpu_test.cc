@@ -44,6 +44,28 @@ struct Problem {
   std::vector<float> inp, weight, bias, dout, out, mean, rstd;
 };
 
+// A problem's backward operands on the device, and gpu::layernorm_backward over them.
+template <typename T>
+struct DeviceBackward {
+  DeviceBackward(const Problem<T>& p, const Shape& s)
+      : N(s.N),
+        C(s.C),
+        dout(to_device<T>(p.dout)),
+        inp(to_device<T>(p.inp)),
+        weight(to_device<T>(p.weight)),
+        mean(to_device<float>(p.mean)),
+        rstd(to_device<float>(p.rstd)) {}
+  void run(DeviceBuffer<T>& dinp, DeviceBuffer<T>& dweight, DeviceBuffer<T>& dbias, const gpu::GpuContext& ctx,
+           GradWrite param_write = GradWrite::kAccumulate) const {
+    gpu::layernorm_backward<T>(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
+                               mean.data(), rstd.data(), N, C, ctx, param_write);
+  }
+  int64_t N;
+  int C;
+  DeviceBuffer<T> dout, inp, weight;
+  DeviceBuffer<float> mean, rstd;
+};
+
 template <typename T>
 class LayerNormGpuTest : public ::testing::Test {};
 TYPED_TEST_SUITE(LayerNormGpuTest, test::ActivationTypes, test::ActivationNames);
@@ -85,10 +107,7 @@ TYPED_TEST(LayerNormGpuTest, BackwardAccumulatesLikeCpu) {
                        p.mean.data(), p.rstd.data(), s.N, s.C);
 
     test::GpuEnv env(gpu::layernorm_backward_scratch_bytes(s.N, s.C));
-    DeviceBuffer<T> dout = to_device<T>(p.dout), inp = to_device<T>(p.inp), weight = to_device<T>(p.weight);
-    DeviceBuffer<float> mean = to_device<float>(p.mean), rstd = to_device<float>(p.rstd);
-    gpu::layernorm_backward<T>(d_dinp.data(), d_dweight.data(), d_dbias.data(), dout.data(), inp.data(), weight.data(),
-                               mean.data(), rstd.data(), s.N, s.C, env.ctx);
+    DeviceBackward<T>(p, s).run(d_dinp, d_dweight, d_dbias, env.ctx);
     EXPECT_TRUE(close(to_host(d_dinp), dinp, kTol<T>)) << "dinp";
     EXPECT_TRUE(close(to_host(d_dweight), dweight, kTol<T>)) << "dweight";
     EXPECT_TRUE(close(to_host(d_dbias), dbias, kTol<T>)) << "dbias";
@@ -105,18 +124,15 @@ TYPED_TEST(LayerNormGpuTest, BackwardOverwritesParamsOnRequest) {
     const Problem<T> p(s);
     const std::vector<float> dinp0 = test::random_input<T>(s.N * s.C, 8), zeros(s.C, 0.0f);
     test::GpuEnv env(gpu::layernorm_backward_scratch_bytes(s.N, s.C));
-    DeviceBuffer<T> dout = to_device<T>(p.dout), inp = to_device<T>(p.inp), weight = to_device<T>(p.weight);
-    DeviceBuffer<float> mean = to_device<float>(p.mean), rstd = to_device<float>(p.rstd);
+    const DeviceBackward<T> d(p, s);
     // Accumulating into zeroed parameter gradients...
     DeviceBuffer<T> add_dinp = to_device<T>(dinp0), add_dweight = to_device<T>(zeros), add_dbias = to_device<T>(zeros);
-    gpu::layernorm_backward<T>(add_dinp.data(), add_dweight.data(), add_dbias.data(), dout.data(), inp.data(),
-                               weight.data(), mean.data(), rstd.data(), s.N, s.C, env.ctx);
+    d.run(add_dinp, add_dweight, add_dbias, env.ctx);
     // ...and overwriting poisoned ones.
     DeviceBuffer<T> dinp = to_device<T>(dinp0), dweight(s.C), dbias(s.C);
     test::poison(dweight);
     test::poison(dbias);
-    gpu::layernorm_backward<T>(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
-                               mean.data(), rstd.data(), s.N, s.C, env.ctx, GradWrite::kOverwrite);
+    d.run(dinp, dweight, dbias, env.ctx, GradWrite::kOverwrite);
     EXPECT_TRUE(test::bitwise_equal(to_host(dinp), to_host(add_dinp))) << "dinp";
     EXPECT_TRUE(test::bitwise_equal(to_host(dweight), to_host(add_dweight))) << "dweight";
     EXPECT_TRUE(test::bitwise_equal(to_host(dbias), to_host(add_dbias))) << "dbias";
@@ -133,13 +149,11 @@ TYPED_TEST(LayerNormGpuTest, BackwardIsDeterministic) {
     const std::vector<float> dweight0 = test::random_input<T>(s.C, 6);
     const std::vector<float> dbias0 = test::random_input<T>(s.C, 7);
     test::GpuEnv env(gpu::layernorm_backward_scratch_bytes(s.N, s.C));
-    DeviceBuffer<T> dout = to_device<T>(p.dout), inp = to_device<T>(p.inp), weight = to_device<T>(p.weight);
-    DeviceBuffer<float> mean = to_device<float>(p.mean), rstd = to_device<float>(p.rstd);
+    const DeviceBackward<T> d(p, s);
     std::vector<std::vector<float>> first;
     for (int run = 0; run < 2; ++run) {
       DeviceBuffer<T> dinp = to_device<T>(dinp0), dweight = to_device<T>(dweight0), dbias = to_device<T>(dbias0);
-      gpu::layernorm_backward<T>(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
-                                 mean.data(), rstd.data(), s.N, s.C, env.ctx);
+      d.run(dinp, dweight, dbias, env.ctx);
       const std::vector<std::vector<float>> got = {to_host(dinp), to_host(dweight), to_host(dbias)};
       if (run == 0) {
         first = got;
@@ -155,13 +169,10 @@ TYPED_TEST(LayerNormGpuTest, BackwardRejectsTooLittleScratch) {
   using T = TypeParam;
   const Shape s{300, 96};
   const Problem<T> p(s);
-  DeviceBuffer<T> dout = to_device<T>(p.dout), inp = to_device<T>(p.inp), weight = to_device<T>(p.weight);
+  const DeviceBackward<T> d(p, s);
   DeviceBuffer<T> dinp = to_device<T>(p.dout), dweight = to_device<T>(p.weight), dbias = to_device<T>(p.bias);
-  DeviceBuffer<float> mean = to_device<float>(p.mean), rstd = to_device<float>(p.rstd);
   test::GpuEnv env(gpu::layernorm_backward_scratch_bytes(s.N, s.C) - 1);
-  EXPECT_THROW(gpu::layernorm_backward<T>(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
-                                          weight.data(), mean.data(), rstd.data(), s.N, s.C, env.ctx),
-               Error);
+  EXPECT_THROW(d.run(dinp, dweight, dbias, env.ctx), Error);
 }
 
 }  // namespace
