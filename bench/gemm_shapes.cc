@@ -92,6 +92,10 @@ void run(int64_t rows, int C, int iters, int algos) {
           gpu::matmul_backward<bf16>(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), rows, sh.c,
                                      sh.oc, ctx);
         }));
+    row("matmul_backward (no db)", 2 * fwd_flops, median_ms(s, iters, [&] {
+          gpu::matmul_backward<bf16>(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), rows, sh.c,
+                                     sh.oc, ctx);
+        }));
     if (sh.c == 4 * C) {  // the MLP projection's backward through the GELU, and its input gradient alone
       row("matmul_backward_gelu", 2 * fwd_flops, median_ms(s, iters, [&] {
             gpu::matmul_backward_gelu<bf16>(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),

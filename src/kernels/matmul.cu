@@ -398,22 +398,33 @@ constexpr int64_t kMinChunkRows = 64;
 int64_t bias_chunk_rows(int64_t N) { return std::max(kMinChunkRows, (N + kMaxChunks - 1) / kMaxChunks); }
 int64_t bias_chunks(int64_t N) { return (N + bias_chunk_rows(N) - 1) / bias_chunk_rows(N); }
 
-template <typename T>
+// A thread covers kVec consecutive columns (one packed load a row); the sums, and so the bits, are the same for
+// every kVec: each column's lane y still adds rows r0 + y, r0 + y + kBiasLanes, ... in order.
+template <int kVec, typename T>
 __global__ void bias_partial_kernel(float* partial, const T* dout, int64_t N, int OC, int64_t chunk_rows) {
-  __shared__ float lanes[kBiasLanes][kBiasCols + 1];
-  const int col = blockIdx.x * kBiasCols + threadIdx.x;
+  __shared__ float lanes[kBiasLanes][kBiasCols * kVec + 1];
+  const int col = (blockIdx.x * kBiasCols + threadIdx.x) * kVec;
   const int64_t r0 = blockIdx.y * chunk_rows;
   const int64_t r1 = r0 + chunk_rows < N ? r0 + chunk_rows : N;
-  float acc = 0.0f;
+  float acc[kVec] = {};
   if (col < OC) {
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kBiasLanes) acc += to_f32(dout[r * OC + col]);
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kBiasLanes) {
+      float x[kVec];
+      load<kVec>(dout + r * OC + col, x);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc[k] += x[k];
+    }
   }
-  lanes[threadIdx.y][threadIdx.x] = acc;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) lanes[threadIdx.y][threadIdx.x * kVec + k] = acc[k];
   __syncthreads();
   if (threadIdx.y == 0 && col < OC) {
-    float sum = 0.0f;
-    for (int l = 0; l < kBiasLanes; ++l) sum += lanes[l][threadIdx.x];
-    partial[blockIdx.y * int64_t{OC} + col] = sum;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      float sum = 0.0f;
+      for (int l = 0; l < kBiasLanes; ++l) sum += lanes[l][threadIdx.x * kVec + k];
+      partial[blockIdx.y * int64_t{OC} + col + k] = sum;
+    }
   }
 }
 
@@ -481,6 +492,28 @@ void matmul_forward_gelu(T* out, T* pre_gelu, const T* inp, const T* weight, con
   ST_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+// dbias[OC] (+)= column sums of dout[N, OC], in two deterministic passes through ctx's scratch.
+template <typename T>
+void bias_grad(T* dbias, const T* dout, int64_t N, int OC, const GpuContext& ctx, GradWrite write) {
+  const size_t need = matmul_backward_scratch_bytes(N, OC);
+  ST_CHECK(ctx.scratch != nullptr && ctx.scratch_bytes >= need, "matmul_backward needs ", need,
+           " bytes of scratch for N=", N, " OC=", OC, "; GpuContext has ", ctx.scratch_bytes);
+  float* partial = static_cast<float*>(ctx.scratch);
+  const int chunks = static_cast<int>(bias_chunks(N));
+  constexpr int kVec = 16 / sizeof(T);
+  launch_packed<T>(OC % kVec == 0 && all_aligned(16, dout), [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    const dim3 grid((OC + kBiasCols * W - 1) / (kBiasCols * W), chunks);
+    bias_partial_kernel<W>
+        <<<grid, dim3(kBiasCols, kBiasLanes), 0, ctx.stream>>>(partial, dout, N, OC, bias_chunk_rows(N));
+  });
+  finish_column_sums(dbias, partial, chunks, OC, ctx.stream, write);
+}
+
+}  // namespace
+
 template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
                      int OC, const GpuContext& ctx, GradWrite dinp_write, GradWrite param_write) {
@@ -492,17 +525,7 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   // dweight[OC,C] (+)= dout^T @ inp[N,C]
   const float dweight_beta = param_write == GradWrite::kAccumulate ? 1.0f : 0.0f;
   blas.gemm(true, false, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, dweight_beta, dweight, C, 0, 1, ctx.stream);
-  if (dbias) {
-    const size_t need = matmul_backward_scratch_bytes(N, OC);
-    ST_CHECK(ctx.scratch != nullptr && ctx.scratch_bytes >= need, "matmul_backward needs ", need,
-             " bytes of scratch for N=", N, " OC=", OC, "; GpuContext has ", ctx.scratch_bytes);
-    float* partial = static_cast<float*>(ctx.scratch);
-    const int chunks = static_cast<int>(bias_chunks(N));
-    const dim3 grid((OC + kBiasCols - 1) / kBiasCols, chunks);
-    bias_partial_kernel<<<grid, dim3(kBiasCols, kBiasLanes), 0, ctx.stream>>>(partial, dout, N, OC, bias_chunk_rows(N));
-    ST_CUDA_CHECK_LAUNCH();
-    finish_column_sums(dbias, partial, chunks, OC, ctx.stream, param_write);
-  }
+  if (dbias) bias_grad(dbias, dout, N, OC, ctx, param_write);
 }
 
 template <typename T>

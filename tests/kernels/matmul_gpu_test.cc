@@ -279,28 +279,67 @@ TYPED_TEST(MatmulGpu, BackwardGeluMatchesCpu) {
   }
 }
 
-// Same inputs, same bits: the bias sum has a fixed order. Also, the second run reuses every cuBLASLt plan.
+// Same inputs, same bits: the bias sum has a fixed order, added to or written (OC = 200 takes the packed loads,
+// OC = 201 the scalar ones), and it is right: dout's column sums, on db0 or in its place. Also, the second run
+// reuses every cuBLASLt plan.
 TYPED_TEST(MatmulGpu, BackwardBiasIsBitReproducible) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;
-  const Shape s{4099, 64, 200};
-  Operands<T> k(s, 500);
-  const std::vector<float> db0 = random_input<T>(s.OC, 510);
-  Env env(gpu::matmul_backward_scratch_bytes(s.N, s.OC));
-  auto dout = to_device<T>(k.dout), inp = to_device<T>(k.inp), w = to_device<T>(k.w);
-  DeviceBuffer<T> dinp(s.N * s.C), dw(static_cast<int64_t>(s.OC) * s.C);
+  for (const Shape& s : {Shape{4099, 64, 200}, Shape{4099, 64, 201}}) {
+    for (GradWrite write : {GradWrite::kAccumulate, GradWrite::kOverwrite}) {
+      SCOPED_TRACE(::testing::Message() << "OC=" << s.OC << " write=" << static_cast<int>(write));
+      Operands<T> k(s, 500);
+      const std::vector<float> db0 = random_input<T>(s.OC, 510);
+      Env env(gpu::matmul_backward_scratch_bytes(s.N, s.OC));
+      auto dout = to_device<T>(k.dout), inp = to_device<T>(k.inp), w = to_device<T>(k.w);
+      DeviceBuffer<T> dinp(s.N * s.C), dw(static_cast<int64_t>(s.OC) * s.C);
 
-  std::vector<std::vector<float>> runs;
-  size_t plans = 0;
-  for (int run = 0; run < 2; ++run) {
-    auto db = to_device<T>(db0);
-    gpu::matmul_backward<T>(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), s.N, s.C, s.OC,
-                            env.ctx());
-    runs.push_back(to_host(db));
-    if (run == 0) plans = env.blas.plan_count();
+      std::vector<std::vector<float>> runs;
+      size_t plans = 0;
+      for (int run = 0; run < 2; ++run) {
+        auto db = to_device<T>(db0);
+        gpu::matmul_backward<T>(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), s.N, s.C, s.OC,
+                                env.ctx(), GradWrite::kOverwrite, write);
+        runs.push_back(to_host(db));
+        if (run == 0) plans = env.blas.plan_count();
+      }
+      EXPECT_EQ(env.blas.plan_count(), plans);
+      EXPECT_TRUE(test::bitwise_equal(runs[0], runs[1]));
+      std::vector<float> want(db0.size());
+      for (int o = 0; o < s.OC; ++o) {
+        double sum = write == GradWrite::kAccumulate ? db0[static_cast<size_t>(o)] : 0.0;
+        for (int64_t r = 0; r < s.N; ++r) sum += k.dout[static_cast<size_t>(r * s.OC + o)];
+        want[static_cast<size_t>(o)] = static_cast<float>(sum);
+      }
+      EXPECT_TRUE(close(runs[0], want, kTol<T>));
+    }
   }
-  EXPECT_EQ(env.blas.plan_count(), plans);
-  EXPECT_TRUE(test::bitwise_equal(runs[0], runs[1]));
+}
+
+// The packed bias sums (OC % 8 == 0) add each column's rows in the scalar kernel's order: the same dout columns,
+// once 200 wide (packed) and once with a 201st column appended (scalar), give the same bits for the first 200.
+TYPED_TEST(MatmulGpu, BackwardBiasPackedAndScalarSumsAgreeBitForBit) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  constexpr int64_t N = 4099;
+  constexpr int C = 16, OC = 200;
+  const std::vector<float> dout = random_input<T>(N * OC, 530), extra = random_input<T>(N, 531);
+  std::vector<float> dout_wide;
+  for (int64_t r = 0; r < N; ++r) {
+    dout_wide.insert(dout_wide.end(), dout.begin() + r * OC, dout.begin() + (r + 1) * OC);
+    dout_wide.push_back(extra[static_cast<size_t>(r)]);
+  }
+  const std::vector<float> inp = random_input<T>(N * C, 532);
+  Env env(gpu::matmul_backward_scratch_bytes(N, OC + 1));
+  auto x = to_device<T>(inp), d = to_device<T>(dout), dw_ = to_device<T>(dout_wide);
+  DeviceBuffer<T> dw(static_cast<int64_t>(OC + 1) * C), db(OC), db_wide(OC + 1);
+  gpu::matmul_backward<T>(nullptr, dw.data(), db.data(), d.data(), x.data(), nullptr, N, C, OC, env.ctx(),
+                          GradWrite::kOverwrite, GradWrite::kOverwrite);
+  gpu::matmul_backward<T>(nullptr, dw.data(), db_wide.data(), dw_.data(), x.data(), nullptr, N, C, OC + 1, env.ctx(),
+                          GradWrite::kOverwrite, GradWrite::kOverwrite);
+  std::vector<float> packed = to_host(db), scalar = to_host(db_wide);
+  scalar.pop_back();
+  EXPECT_TRUE(test::bitwise_equal(packed, scalar));
 }
 
 // Blas::gemm's row-major convention, every transpose combination, batched, with alpha and beta, against
