@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Two (or more) variants of shardtrain on the same cases in one run, interleaved round by round, so that a
+# machine's drift and its power cap fall on every variant alike; then each case's median tokens/s per variant and
+# the ratio to the first. The lent GPU machines differ by a few per cent from call to call, more than most
+# single changes gain: compare variants only within one run.
+#
+#   bash bench/ab_throughput.sh ROUNDS CASES VARIANT... [-- TRAIN_FLAGS...]
+#   bash bench/ab_throughput.sh 2 "2:16:124m 2:16:350m" base=build-base new=build-device -- --data.path=tok.bin
+#
+# CASES: space-separated GPUS:MICRO_BATCH:MODEL (configs/gpt2-MODEL.ini; MODEL may also name any configs/*.ini
+# stem, e.g. tiny), each run with --train.global_batch=GPUS*MICRO_BATCH. GPUS = 0 runs the CPU backend.
+# VARIANT: NAME=BUILD[,VAR=VALUE...]: the build folder, and environment variables set for its runs only (an
+# experiment's switch, NCCL_P2P_DISABLE=1, ...). TRAIN_FLAGS go to every run, after these defaults:
+# --train.dtype=bf16 on GPUs, --train.steps=${AB_STEPS:-14}, --log.every=5 (a key may be given once: set the steps
+# through AB_STEPS). Each run is one
+# bench/train_throughput.sh row (3 warm-up steps, then medians); rows go to stdout as they finish, the summary last.
+#
+# A build of another commit, beside the working tree (the GPU machine gets a copy of the tree, not the history):
+#   git archive REV | (mkdir -p build-ab-src && tar -x -C build-ab-src)      # here; carry build-ab-src
+#   cmake -S build-ab-src -B build-base -DCMAKE_BUILD_TYPE=Release && cmake --build build-base --target shardtrain
+set -uo pipefail
+if [[ $# -lt 3 ]]; then
+  sed -n '2,12p' "$0" >&2
+  exit 2
+fi
+ROUNDS=$1 CASES=$2
+shift 2
+variants=()
+while [[ $# -gt 0 && $1 != -- ]]; do
+  [[ $1 == *=* ]] || { echo "ab_throughput: variant '$1' is not NAME=BUILD[,VAR=VALUE...]" >&2; exit 2; }
+  variants+=("$1")
+  shift
+done
+[[ ${1:-} == -- ]] && shift
+flags=("$@")
+[[ ${#variants[@]} -ge 1 ]] || { echo "ab_throughput: no variant given" >&2; exit 2; }
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ab_throughput: ROUNDS must be a positive integer, got '$ROUNDS'" >&2; exit 2; }
+cd "$(dirname "$0")/.."
+for v in "${variants[@]}"; do
+  build=${v#*=}
+  build=${build%%,*}
+  [[ -x $build/shardtrain ]] || { echo "ab_throughput: variant '${v%%=*}': no $build/shardtrain" >&2; exit 2; }
+done
+
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+printf '%-8s %-14s %-5s %s\n' variant case round \
+  "tok/s  MFU  peak GiB/rank  step ms  compute ms  exposed comm ms  steps  SM MHz  W  power-capped"
+for ((round = 1; round <= ROUNDS; ++round)); do
+  for c in $CASES; do
+    IFS=: read -r gpus mb model <<<"$c"
+    config=configs/gpt2-$model.ini
+    [[ -f $config ]] || config=configs/$model.ini
+    [[ -f $config ]] || { echo "ab_throughput: case '$c': no configs/gpt2-$model.ini or configs/$model.ini" >&2; exit 2; }
+    dtype=()
+    [[ $gpus -gt 0 ]] && dtype=(--train.dtype=bf16)
+    for v in "${variants[@]}"; do
+      name=${v%%=*} rest=${v#*=}
+      build=${rest%%,*}
+      envs=()
+      [[ $rest == *,* ]] && IFS=, read -r -a envs <<<"${rest#*,}"
+      row=$(env "${envs[@]}" bash bench/train_throughput.sh "$build" "$gpus" "$config" "${dtype[@]}" \
+        --train.micro_batch="$mb" --train.global_batch=$((mb * (gpus > 0 ? gpus : 1))) \
+        --train.steps="${AB_STEPS:-14}" --log.every=5 "${flags[@]}" | tail -1)
+      printf '%-8s %-14s %-5s %s\n' "$name" "$c" "$round" "$row"
+      printf '%s\t%s\t%s\n' "$name" "$c" "$row" >>"$results"
+    done
+  done
+done
+
+python3 - "$results" "${variants[@]%%=*}" <<'PY'
+import statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+names = sys.argv[2:]
+cases = list(dict.fromkeys(r[1] for r in rows))
+print(f"\nmedian tok/s per case (ratio to {names[0]}):")
+for case in cases:
+    cells, first = [], None
+    for n in names:
+        toks = []
+        for r in rows:
+            try:
+                if r[0] == n and r[1] == case:
+                    toks.append(float(r[2].split()[0]))
+            except (IndexError, ValueError):
+                pass  # a FAILED row
+        if not toks:
+            cells.append(f"{n} failed")
+            continue
+        med = statistics.median(toks)
+        first = med if first is None and n == names[0] else first
+        ratio = f" ({med / first:.3f}x)" if first else ""
+        cells.append(f"{n} {med:,.0f}{ratio} [{len(toks)} runs]")
+    print(f"  {case:<14} " + ", ".join(cells))
+PY
