@@ -40,6 +40,17 @@ for v in "${variants[@]}"; do
   build=${v#*=}
   build=${build%%,*}
   [[ -x $build/shardtrain ]] || { echo "ab_throughput: variant '${v%%=*}': no $build/shardtrain" >&2; exit 2; }
+  if [[ ${v#*=} == *,* ]]; then
+    IFS=, read -r -a envs <<<"${v#*,}"
+    for e in "${envs[@]}"; do
+      [[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] ||
+        { echo "ab_throughput: variant '${v%%=*}': '$e' is not VAR=VALUE" >&2; exit 2; }
+    done
+  fi
+done
+for c in $CASES; do
+  [[ $c =~ ^[0-9]+:[1-9][0-9]*:[A-Za-z0-9._-]+$ ]] ||
+    { echo "ab_throughput: case '$c' is not GPUS:MICRO_BATCH:MODEL" >&2; exit 2; }
 done
 
 results=$(mktemp)

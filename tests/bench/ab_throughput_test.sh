@@ -9,20 +9,20 @@ fail() { echo "FAIL: $*"; exit 1; }
 TT_DIR=$(mktemp -d)
 export TT_DIR
 trap 'rm -rf "$TT_DIR"' EXIT
-out=$(AB_STEPS=6 bash "$SRC/bench/ab_throughput.sh" 2 "0:2:tiny 0:4:tiny" \
+out=$(AB_STEPS=4 bash "$SRC/bench/ab_throughput.sh" 2 "0:1:tiny 0:2:tiny" \
   one="$BUILD" two="$BUILD,SHARDTRAIN_LOG_LEVEL=warn" -- --data.val_holdout=0.1 2>&1) || fail "exit $?: $out"
 echo "$out"
-rows=$(grep -cE '^(one|two) +0:[24]:tiny +[12] +[0-9]+ ' <<<"$out")
+rows=$(grep -cE '^(one|two) +0:[12]:tiny +[12] +[0-9]+ ' <<<"$out")
 [[ $rows == 8 ]] || fail "expected 8 rows (2 variants x 2 cases x 2 rounds), got $rows"
 order=$(grep -E '^(one|two) ' <<<"$out" | awk '{print $1 $2 $3}' | tr '\n' ' ')
-[[ $order == "one0:2:tiny1 two0:2:tiny1 one0:4:tiny1 two0:4:tiny1 one0:2:tiny2 two0:2:tiny2 one0:4:tiny2 two0:4:tiny2 " ]] ||
+[[ $order == "one0:1:tiny1 two0:1:tiny1 one0:2:tiny1 two0:2:tiny1 one0:1:tiny2 two0:1:tiny2 one0:2:tiny2 two0:2:tiny2 " ]] ||
   fail "rows out of order: $order"
-for c in 0:2:tiny 0:4:tiny; do
+for c in 0:1:tiny 0:2:tiny; do
   grep -qE "^  $c +one [0-9,]+ \(1\.000x\) \[2 runs\], two [0-9,]+ \([0-9.]+x\) \[2 runs\]$" <<<"$out" ||
     fail "no summary line for $c"
 done
 # A variant's environment goes to its runs only: without the built-in corpus, that variant's runs fail.
-out=$(AB_STEPS=6 bash "$SRC/bench/ab_throughput.sh" 1 "0:2:tiny" ok="$BUILD" bad="$BUILD,SHARDTRAIN_FORTUNES_DIR=/no/such/dir" 2>&1)
+out=$(AB_STEPS=4 bash "$SRC/bench/ab_throughput.sh" 1 "0:2:tiny" ok="$BUILD" bad="$BUILD,SHARDTRAIN_FORTUNES_DIR=/no/such/dir" 2>&1)
 grep -qE "^  0:2:tiny +ok [0-9,]+ \(1\.000x\) \[1 runs\], bad failed$" <<<"$out" || fail "a failing variant: $out"
 # Refusals.
 out=$(bash "$SRC/bench/ab_throughput.sh" 1 "0:2:tiny" a="$BUILD/no-such-dir" 2>&1) && fail "a missing build ran"
@@ -32,4 +32,8 @@ grep -q "case '0:2:nosuchmodel': no configs/gpt2-nosuchmodel.ini or configs/nosu
   fail "missing config: $out"
 out=$(bash "$SRC/bench/ab_throughput.sh" x "0:2:tiny" a="$BUILD" 2>&1) && fail "a bad ROUNDS ran"
 grep -q "ROUNDS must be a positive integer, got 'x'" <<<"$out" || fail "bad rounds: $out"
+out=$(bash "$SRC/bench/ab_throughput.sh" 1 "2:16" a="$BUILD" 2>&1) && fail "a malformed case ran"
+grep -q "case '2:16' is not GPUS:MICRO_BATCH:MODEL" <<<"$out" || fail "malformed case: $out"
+out=$(bash "$SRC/bench/ab_throughput.sh" 1 "0:2:tiny" a="$BUILD,NOEQUALS" 2>&1) && fail "a malformed variant ran"
+grep -q "variant 'a': 'NOEQUALS' is not VAR=VALUE" <<<"$out" || fail "malformed variant: $out"
 echo PASS
