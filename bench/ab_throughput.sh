@@ -36,21 +36,28 @@ flags=("$@")
 [[ ${#variants[@]} -ge 1 ]] || { echo "ab_throughput: no variant given" >&2; exit 2; }
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ab_throughput: ROUNDS must be a positive integer, got '$ROUNDS'" >&2; exit 2; }
 cd "$(dirname "$0")/.."
+# Everything is parsed and checked before the first run.
+names=() builds=() envs_of=()  # envs_of[i]: variant i's VAR=VALUE list, comma-separated
 for v in "${variants[@]}"; do
-  build=${v#*=}
-  build=${build%%,*}
-  [[ -x $build/shardtrain ]] || { echo "ab_throughput: variant '${v%%=*}': no $build/shardtrain" >&2; exit 2; }
-  if [[ ${v#*=} == *,* ]]; then
-    IFS=, read -r -a envs <<<"${v#*,}"
-    for e in "${envs[@]}"; do
-      [[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] ||
-        { echo "ab_throughput: variant '${v%%=*}': '$e' is not VAR=VALUE" >&2; exit 2; }
-    done
-  fi
+  name=${v%%=*} rest=${v#*=}
+  build=${rest%%,*} envs=""
+  [[ $rest == *,* ]] && envs=${rest#*,}
+  [[ -x $build/shardtrain ]] || { echo "ab_throughput: variant '$name': no $build/shardtrain" >&2; exit 2; }
+  IFS=, read -r -a list <<<"$envs"
+  for e in "${list[@]}"; do
+    [[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || { echo "ab_throughput: variant '$name': '$e' is not VAR=VALUE" >&2; exit 2; }
+  done
+  names+=("$name") builds+=("$build") envs_of+=("$envs")
 done
+cases=() configs=()
 for c in $CASES; do
   [[ $c =~ ^[0-9]+:[1-9][0-9]*:[A-Za-z0-9._-]+$ ]] ||
     { echo "ab_throughput: case '$c' is not GPUS:MICRO_BATCH:MODEL" >&2; exit 2; }
+  model=${c##*:}
+  config=configs/gpt2-$model.ini
+  [[ -f $config ]] || config=configs/$model.ini
+  [[ -f $config ]] || { echo "ab_throughput: case '$c': no configs/gpt2-$model.ini or configs/$model.ini" >&2; exit 2; }
+  cases+=("$c") configs+=("$config")
 done
 
 results=$(mktemp)
@@ -58,49 +65,40 @@ trap 'rm -f "$results"' EXIT
 printf '%-8s %-14s %-5s %s\n' variant case round \
   "tok/s  MFU  peak GiB/rank  step ms  compute ms  exposed comm ms  steps  SM MHz  W  power-capped"
 for ((round = 1; round <= ROUNDS; ++round)); do
-  for c in $CASES; do
-    IFS=: read -r gpus mb model <<<"$c"
-    config=configs/gpt2-$model.ini
-    [[ -f $config ]] || config=configs/$model.ini
-    [[ -f $config ]] || { echo "ab_throughput: case '$c': no configs/gpt2-$model.ini or configs/$model.ini" >&2; exit 2; }
+  for ci in "${!cases[@]}"; do
+    IFS=: read -r gpus mb _ <<<"${cases[ci]}"
     dtype=()
     [[ $gpus -gt 0 ]] && dtype=(--train.dtype=bf16)
-    for v in "${variants[@]}"; do
-      name=${v%%=*} rest=${v#*=}
-      build=${rest%%,*}
-      envs=()
-      [[ $rest == *,* ]] && IFS=, read -r -a envs <<<"${rest#*,}"
-      row=$(env "${envs[@]}" bash bench/train_throughput.sh "$build" "$gpus" "$config" "${dtype[@]}" \
+    for vi in "${!names[@]}"; do
+      IFS=, read -r -a envs <<<"${envs_of[vi]}"
+      row=$(env "${envs[@]}" bash bench/train_throughput.sh "${builds[vi]}" "$gpus" "${configs[ci]}" "${dtype[@]}" \
         --train.micro_batch="$mb" --train.global_batch=$((mb * (gpus > 0 ? gpus : 1))) \
         --train.steps="${AB_STEPS:-14}" --log.every=5 "${flags[@]}" | tail -1)
-      printf '%-8s %-14s %-5s %s\n' "$name" "$c" "$round" "$row"
-      printf '%s\t%s\t%s\n' "$name" "$c" "$row" >>"$results"
+      printf '%-8s %-14s %-5s %s\n' "${names[vi]}" "${cases[ci]}" "$round" "$row"
+      printf '%s\t%s\t%s\n' "${names[vi]}" "${cases[ci]}" "$row" >>"$results"
     done
   done
 done
 
-python3 - "$results" "${variants[@]%%=*}" <<'PY'
+python3 - "$results" "${names[@]}" <<'PY'
 import statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 names = sys.argv[2:]
-cases = list(dict.fromkeys(r[1] for r in rows))
+def tok(row):  # tok/s of a table row, None for a FAILED run's message
+    try:
+        return float(row.split()[0])
+    except (IndexError, ValueError):
+        return None
 print(f"\nmedian tok/s per case (ratio to {names[0]}):")
-for case in cases:
-    cells, first = [], None
+for case in dict.fromkeys(r[1] for r in rows):
+    runs = {n: [t for r in rows if r[0] == n and r[1] == case and (t := tok(r[2])) is not None] for n in names}
+    first = statistics.median(runs[names[0]]) if runs[names[0]] else None
+    cells = []
     for n in names:
-        toks = []
-        for r in rows:
-            try:
-                if r[0] == n and r[1] == case:
-                    toks.append(float(r[2].split()[0]))
-            except (IndexError, ValueError):
-                pass  # a FAILED row
-        if not toks:
+        if not runs[n]:
             cells.append(f"{n} failed")
             continue
-        med = statistics.median(toks)
-        first = med if first is None and n == names[0] else first
-        ratio = f" ({med / first:.3f}x)" if first else ""
-        cells.append(f"{n} {med:,.0f}{ratio} [{len(toks)} runs]")
+        med = statistics.median(runs[n])
+        cells.append(f"{n} {med:,.0f}" + (f" ({med / first:.3f}x)" if first else "") + f" [{len(runs[n])} runs]")
     print(f"  {case:<14} " + ", ".join(cells))
 PY
