@@ -14,6 +14,7 @@
 # --train.dtype=bf16 on GPUs, --train.steps=${AB_STEPS:-14}, --log.every=5 (a key may be given once: set the steps
 # through AB_STEPS). Each run is one
 # bench/train_throughput.sh row (3 warm-up steps, then medians); rows go to stdout as they finish, the summary last.
+# A run still going after ${AB_TIMEOUT:-300} seconds is stopped and counted as failed (AB_TIMEOUT=0: no limit).
 #
 # A build of another commit, beside the working tree (the GPU machine gets a copy of the tree, not the history):
 #   git archive REV | (mkdir -p build-ab-src && tar -x -C build-ab-src)      # here; carry build-ab-src
@@ -35,6 +36,8 @@ done
 flags=("$@")
 [[ ${#variants[@]} -ge 1 ]] || { echo "ab_throughput: no variant given" >&2; exit 2; }
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ab_throughput: ROUNDS must be a positive integer, got '$ROUNDS'" >&2; exit 2; }
+AB_TIMEOUT=${AB_TIMEOUT:-300}
+[[ $AB_TIMEOUT =~ ^[0-9]+$ ]] || { echo "ab_throughput: AB_TIMEOUT must be whole seconds, got '$AB_TIMEOUT'" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 # Everything is parsed and checked before the first run.
 names=() builds=() envs_of=()  # envs_of[i]: variant i's VAR=VALUE list, comma-separated
@@ -71,7 +74,7 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     [[ $gpus -gt 0 ]] && dtype=(--train.dtype=bf16)
     for vi in "${!names[@]}"; do
       IFS=, read -r -a envs <<<"${envs_of[vi]}"
-      row=$(env "${envs[@]}" bash bench/train_throughput.sh "${builds[vi]}" "$gpus" "${configs[ci]}" "${dtype[@]}" \
+      row=$(env "${envs[@]}" TT_TIMEOUT="$AB_TIMEOUT" bash bench/train_throughput.sh "${builds[vi]}" "$gpus" "${configs[ci]}" "${dtype[@]}" \
         --train.micro_batch="$mb" --train.global_batch=$((mb * (gpus > 0 ? gpus : 1))) \
         --train.steps="${AB_STEPS:-14}" --log.every=5 "${flags[@]}" | tail -1)
       printf '%-8s %-14s %-5s %s\n' "${names[vi]}" "${cases[ci]}" "$round" "$row"

@@ -15,6 +15,8 @@
 # The peer is .peer/fsdp2_gpt2.py (a copy of shared/reference/fsdp2_gpt2.py; carry .peer with the call) when present.
 # The bench stage also runs bench_gemm_shapes (each GEMM of a GPT-2 124M step through our cuBLASLt layer)
 # and, with 2 GPUs, bench_collectives (NcclCommunicator vs raw NCCL busbw); BENCH_EXTRAS=0 skips both.
+# Each training run (ours or the peer's) still going after BENCH_TIMEOUT seconds (default 300; 0: no limit) is
+# stopped and its row reads FAILED, so one hung case cannot spend the whole device call.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -24,6 +26,7 @@ BUILD=${BUILD:-build-device}
 ARCHS=${ARCHS:-90}
 BENCH_STEPS=${BENCH_STEPS:-20}
 BENCH_CASES=${BENCH_CASES:-"1:16 1:32 2:16 2:32 2:16:350m 2:32:124m:nop2p"}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 summary=()
@@ -88,7 +91,7 @@ PY
       esac
     done
     tag="${model}_g${g}_b${b}${flags:+_${flags//+/-}}"
-    row=$(env "${link_env[@]}" TT_DIR="$OUT/tt" bash bench/train_throughput.sh "$BUILD" "$g" "configs/gpt2-$model.ini" \
+    row=$(env "${link_env[@]}" TT_DIR="$OUT/tt" TT_TIMEOUT="$BENCH_TIMEOUT" bash bench/train_throughput.sh "$BUILD" "$g" "configs/gpt2-$model.ini" \
       --train.dtype=bf16 --data.path="$data" --data.val_path= --data.val_holdout=0.01 --train.micro_batch="$b" \
       --train.global_batch=$((b * g)) --train.steps="$BENCH_STEPS" --log.every=5 --optim.warmup_steps=5 \
       "${ours_flags[@]}")
@@ -98,7 +101,9 @@ PY
       "$ms" "$compute" "$comm" "" "$sm / $watts / $capped")")
     if [[ -f .peer/fsdp2_gpt2.py ]]; then
       j="$OUT/fsdp2_$tag.json"
-      env "${link_env[@]}" torchrun --nproc_per_node="$g" .peer/fsdp2_gpt2.py "${peer_model[@]}" --B "$b" \
+      peer_limit=()
+      [[ $BENCH_TIMEOUT -gt 0 ]] && peer_limit=(timeout --kill-after=15 "$BENCH_TIMEOUT")
+      env "${link_env[@]}" "${peer_limit[@]}" torchrun --nproc_per_node="$g" .peer/fsdp2_gpt2.py "${peer_model[@]}" --B "$b" \
         --steps "$BENCH_STEPS" "${peer_flags[@]}" --json "$j" >"$OUT/fsdp2_$tag.log" 2>&1 </dev/null
       if [[ -f $j ]]; then
         table+=("$(python3 - "$j" "$tag" "$tok" <<'PY'

@@ -8,6 +8,8 @@
 #
 # GPUS = 0 runs the CPU backend in one process. Prints one table row (see HEADER below) and leaves the
 # JSONL and the log in ${TT_DIR:-/tmp/train_throughput}. WARMUP steps (default 3) are left out of the medians.
+# TT_TIMEOUT seconds (default 0: none) bound the run: a run still going then is stopped (SIGTERM, SIGKILL 15 s
+# later) and reported as FAILED (exit 124), so that one hung variant cannot spend a whole device call.
 # With GPUs, nvidia-smi samples every GPU every 200 ms during the run; the row ends with the median SM clock and
 # power of the samples drawing over half the power limit (the training, not the start-up), and the share of those
 # with the software power cap among the clock-event reasons ("-" without nvidia-smi).
@@ -16,6 +18,8 @@ BUILD=$1 GPUS=$2 CONFIG=$3
 shift 3
 TT_DIR=${TT_DIR:-/tmp/train_throughput}
 WARMUP=${WARMUP:-3}
+TT_TIMEOUT=${TT_TIMEOUT:-0}
+[[ $TT_TIMEOUT =~ ^[0-9]+$ ]] || { echo "train_throughput: TT_TIMEOUT must be whole seconds, got '$TT_TIMEOUT'" >&2; exit 2; }
 mkdir -p "$TT_DIR"
 tag="g${GPUS}_$(basename "$CONFIG" .ini)_$$"
 m="$TT_DIR/$tag.jsonl" log="$TT_DIR/$tag.log"
@@ -37,10 +41,16 @@ if [[ $GPUS -gt 0 ]] && command -v nvidia-smi >/dev/null; then
     --format=csv,noheader,nounits -lms 200 >"$smi" 2>/dev/null &
   smi_pid=$!
 fi
-"${cmd[@]}" --train.eval_every=0 --train.eval_batches=1 --train.sample_tokens=0 --log.metrics="$m" "$@" \
+limit=()
+[[ $TT_TIMEOUT -gt 0 ]] && limit=(timeout --kill-after=15 "$TT_TIMEOUT")
+"${limit[@]}" "${cmd[@]}" --train.eval_every=0 --train.eval_batches=1 --train.sample_tokens=0 --log.metrics="$m" "$@" \
   >"$log" 2>&1 </dev/null
 rc=$?
 [[ -n $smi_pid ]] && kill "$smi_pid" 2>/dev/null
+if [[ $TT_TIMEOUT -gt 0 && ($rc == 124 || $rc == 137) ]]; then
+  echo "FAILED (timed out after $TT_TIMEOUT s): see $log"
+  exit 124
+fi
 if [[ $rc != 0 ]]; then
   echo "FAILED (exit $rc): see $log"
   tail -5 "$log"

@@ -24,6 +24,10 @@ done
 # A variant's environment goes to its runs only: without the built-in corpus, that variant's runs fail.
 out=$(AB_STEPS=4 bash "$SRC/bench/ab_throughput.sh" 1 "0:2:tiny" ok="$BUILD" bad="$BUILD,SHARDTRAIN_FORTUNES_DIR=/no/such/dir" 2>&1)
 grep -qE "^  0:2:tiny +ok [0-9,]+ \(1\.000x\) \[1 runs\], bad failed$" <<<"$out" || fail "a failing variant: $out"
+# A run past AB_TIMEOUT is stopped and counted as failed; the other variant's runs still count.
+out=$(AB_STEPS=100000 AB_TIMEOUT=2 bash "$SRC/bench/ab_throughput.sh" 1 "0:2:tiny" slow="$BUILD" 2>&1)
+grep -qE "^slow +0:2:tiny +1 +FAILED \(timed out after 2 s\)" <<<"$out" || fail "a run past AB_TIMEOUT: $out"
+grep -qE "^  0:2:tiny +slow failed$" <<<"$out" || fail "a timed-out run in the summary: $out"
 # Refusals.
 out=$(bash "$SRC/bench/ab_throughput.sh" 1 "0:2:tiny" a="$BUILD/no-such-dir" 2>&1) && fail "a missing build ran"
 grep -q "variant 'a': no $BUILD/no-such-dir/shardtrain" <<<"$out" || fail "missing build: $out"
@@ -32,6 +36,8 @@ grep -q "case '0:2:nosuchmodel': no configs/gpt2-nosuchmodel.ini or configs/nosu
   fail "missing config: $out"
 out=$(bash "$SRC/bench/ab_throughput.sh" x "0:2:tiny" a="$BUILD" 2>&1) && fail "a bad ROUNDS ran"
 grep -q "ROUNDS must be a positive integer, got 'x'" <<<"$out" || fail "bad rounds: $out"
+out=$(AB_TIMEOUT=soon bash "$SRC/bench/ab_throughput.sh" 1 "0:2:tiny" a="$BUILD" 2>&1) && fail "a bad AB_TIMEOUT ran"
+grep -q "AB_TIMEOUT must be whole seconds, got 'soon'" <<<"$out" || fail "bad timeout: $out"
 out=$(bash "$SRC/bench/ab_throughput.sh" 1 "2:16" a="$BUILD" 2>&1) && fail "a malformed case ran"
 grep -q "case '2:16' is not GPUS:MICRO_BATCH:MODEL" <<<"$out" || fail "malformed case: $out"
 out=$(bash "$SRC/bench/ab_throughput.sh" 1 "0:2:tiny" a="$BUILD,NOEQUALS" 2>&1) && fail "a malformed variant ran"
