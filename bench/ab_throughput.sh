@@ -74,8 +74,8 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     [[ $gpus -gt 0 ]] && dtype=(--train.dtype=bf16)
     for vi in "${!names[@]}"; do
       IFS=, read -r -a envs <<<"${envs_of[vi]}"
-      row=$(env "${envs[@]}" TT_TIMEOUT="$AB_TIMEOUT" bash bench/train_throughput.sh "${builds[vi]}" "$gpus" "${configs[ci]}" "${dtype[@]}" \
-        --train.micro_batch="$mb" --train.global_batch=$((mb * (gpus > 0 ? gpus : 1))) \
+      row=$(env "${envs[@]}" TT_TIMEOUT="$AB_TIMEOUT" bash bench/train_throughput.sh "${builds[vi]}" "$gpus" \
+        "${configs[ci]}" "${dtype[@]}" --train.micro_batch="$mb" --train.global_batch=$((mb * (gpus > 0 ? gpus : 1))) \
         --train.steps="${AB_STEPS:-14}" --log.every=5 "${flags[@]}" | tail -1)
       printf '%-8s %-14s %-5s %s\n' "${names[vi]}" "${cases[ci]}" "$round" "$row"
       printf '%s\t%s\t%s\n' "${names[vi]}" "${cases[ci]}" "$row" >>"$results"

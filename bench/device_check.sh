@@ -91,8 +91,8 @@ PY
       esac
     done
     tag="${model}_g${g}_b${b}${flags:+_${flags//+/-}}"
-    row=$(env "${link_env[@]}" TT_DIR="$OUT/tt" TT_TIMEOUT="$BENCH_TIMEOUT" bash bench/train_throughput.sh "$BUILD" "$g" "configs/gpt2-$model.ini" \
-      --train.dtype=bf16 --data.path="$data" --data.val_path= --data.val_holdout=0.01 --train.micro_batch="$b" \
+    row=$(env "${link_env[@]}" TT_DIR="$OUT/tt" TT_TIMEOUT="$BENCH_TIMEOUT" bash bench/train_throughput.sh "$BUILD" "$g" \
+      "configs/gpt2-$model.ini" --train.dtype=bf16 --data.path="$data" --data.val_path= --data.val_holdout=0.01 --train.micro_batch="$b" \
       --train.global_batch=$((b * g)) --train.steps="$BENCH_STEPS" --log.every=5 --optim.warmup_steps=5 \
       "${ours_flags[@]}")
     if [[ $row == FAILED* ]]; then table+=("$(printf '%-22s %-13s %s' "$tag" shardtrain "$row")"); continue; fi
@@ -103,8 +103,8 @@ PY
       j="$OUT/fsdp2_$tag.json"
       peer_limit=()
       [[ $BENCH_TIMEOUT -gt 0 ]] && peer_limit=(timeout --kill-after=15 "$BENCH_TIMEOUT")
-      env "${link_env[@]}" "${peer_limit[@]}" torchrun --nproc_per_node="$g" .peer/fsdp2_gpt2.py "${peer_model[@]}" --B "$b" \
-        --steps "$BENCH_STEPS" "${peer_flags[@]}" --json "$j" >"$OUT/fsdp2_$tag.log" 2>&1 </dev/null
+      env "${link_env[@]}" "${peer_limit[@]}" torchrun --nproc_per_node="$g" .peer/fsdp2_gpt2.py "${peer_model[@]}" \
+        --B "$b" --steps "$BENCH_STEPS" "${peer_flags[@]}" --json "$j" >"$OUT/fsdp2_$tag.log" 2>&1 </dev/null
       if [[ -f $j ]]; then
         table+=("$(python3 - "$j" "$tag" "$tok" <<'PY'
 import json, sys

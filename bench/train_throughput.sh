@@ -43,11 +43,13 @@ if [[ $GPUS -gt 0 ]] && command -v nvidia-smi >/dev/null; then
 fi
 limit=()
 [[ $TT_TIMEOUT -gt 0 ]] && limit=(timeout --kill-after=15 "$TT_TIMEOUT")
+start=$SECONDS
 "${limit[@]}" "${cmd[@]}" --train.eval_every=0 --train.eval_batches=1 --train.sample_tokens=0 --log.metrics="$m" "$@" \
   >"$log" 2>&1 </dev/null
 rc=$?
 [[ -n $smi_pid ]] && kill "$smi_pid" 2>/dev/null
-if [[ $TT_TIMEOUT -gt 0 && ($rc == 124 || $rc == 137) ]]; then
+# 124: stopped by SIGTERM; 137: by the SIGKILL after it (or killed otherwise, e.g. out of memory, before the limit).
+if [[ $TT_TIMEOUT -gt 0 && ($rc == 124 || $rc == 137) && $((SECONDS - start)) -ge $TT_TIMEOUT ]]; then
   echo "FAILED (timed out after $TT_TIMEOUT s): see $log"
   exit 124
 fi
