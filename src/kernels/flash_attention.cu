@@ -58,22 +58,7 @@ __device__ __forceinline__ unsigned char* dynamic_smem() {
 // PTX wrappers. The ones that touch shared memory are volatile so they are neither hoisted out of loops nor
 // merged across the barriers between tile refills.
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared without going through registers; with valid == false nothing is read and the
-// destination is zero-filled.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+// smem_addr and the cp.async wrappers are in gpu_pack.cuh.
 
 // Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i receives it: lane l
 // holds row l/4, columns 2(l%4) and 2(l%4)+1 (with .trans: rows 2(l%4) and 2(l%4)+1 of column l/4).

@@ -116,6 +116,26 @@ inline unsigned grid_for(int64_t n, int block) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
 }
 
+// Shared-memory address of a generic pointer into shared memory, for PTX.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared without going through registers (sm_80 on), cached in L2 only; with valid == false
+// nothing is read and the destination is zero-filled. Volatile, with a memory clobber, so that the copies are
+// neither hoisted out of loops nor merged across barriers.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid = true) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight; the copies of the others are then
+// visible to this thread (to the block only after a barrier).
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // Butterfly reduction: every lane ends with the result, combined in the same order on every run.
 template <typename V, typename Op>
 __device__ __forceinline__ V warp_reduce(V v, Op op) {

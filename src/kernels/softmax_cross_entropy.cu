@@ -17,15 +17,15 @@ namespace {
 // one block filled an SM and its phases ran one after another: 1.8 TB/s at GPT-2's vocabulary).
 constexpr int kBlock = 256;
 
-// The one-read kernel's blocks, and how many of them an SM must hold for a row to take that kernel. A row read
-// once into registers by 1024-thread blocks ran 46% slower than reading it twice (bench/RESULTS.md, 2026-11-29):
-// one block filled an SM, so its load, reductions and store ran one after another. Staged in shared memory, a
-// 100 KB row (bf16 at GPT-2's vocabulary) leaves room for a second block in an H100/H200 SM's 228 KB, so one row's
-// load can overlap the other's reductions and stores; a row with no room for two takes the fallback. At 512
-// threads two blocks may take 64 registers a thread (at 1024, 32): room for kSmemLoads packs in flight each.
-constexpr int kSmemBlock = 512;
-constexpr int kSmemBlocksPerSm = 2;
-constexpr int kSmemLoads = 4;
+// The one-read kernel: a block of kStagedBlock threads a row, the row staged in shared memory by cp.async, then
+// read from there for its max, its sum of exp and its gradient. A 100 KB row (bf16 at GPT-2's vocabulary) leaves
+// room for a second block in an H100/H200 SM's 228 KB, so one row's load overlaps the other's reductions and
+// stores (a 1024-thread block reading its row into registers ran its load, reductions and store one after
+// another: 46% slower than reading rows twice, bench/RESULTS.md 2026-11-29). A row with no room for two takes
+// the fallback. One block per row, scheduled by the hardware: an SM busy with another stream's kernel (NCCL's,
+// AdamW's) delays none of the others' rows.
+constexpr int kStagedBlock = 512;
+constexpr int kStagedBlocksPerSm = 2;
 
 struct Max {
   __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
@@ -34,16 +34,27 @@ struct Max {
 // exp for the loss and its gradient. Half-precision logits take the hardware exp2 (max relative error ~2^-21,
 // far below their own rounding); fp32 logits keep expf for parity with the CPU reference.
 template <typename T>
+constexpr bool kHalfLogits = !std::is_same_v<T, float>;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <typename T>
 __device__ __forceinline__ float row_exp(float x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return expf(x);
-  } else {
+  if constexpr (kHalfLogits<T>) {
     return __expf(x);
+  } else {
+    return expf(x);
   }
 }
 
 // Adds W logits to a thread's online (max, sum of exp): the running sum is rescaled only when they raise the
-// running max.
+// running max. Half-precision logits take exp(v - m) as 2^(v log2(e) - m log2(e)): one fused multiply-add
+// before the exp2 instead of a subtraction and a multiplication.
 template <typename T, int W>
 __device__ __forceinline__ void online_add(const float (&v)[W], float& m, float& s) {
   float pm = v[0];
@@ -52,10 +63,42 @@ __device__ __forceinline__ void online_add(const float (&v)[W], float& m, float&
     s = m == -INFINITY ? 0.0f : s * row_exp<T>(m - pm);
     m = pm;
   }
-  for (int k = 0; k < W; ++k) s += row_exp<T>(v[k] - m);
+  if constexpr (kHalfLogits<T>) {
+    const float ml = m * kLog2e;
+    for (int k = 0; k < W; ++k) s += ex2(fmaf(v[k], kLog2e, -ml));
+  } else {
+    for (int k = 0; k < W; ++k) s += row_exp<T>(v[k] - m);
+  }
 }
 
-// The fallback, for rows too wide for softmax_cross_entropy_smem_kernel or not packed: one block per row. Each
+// Calls body(grad) with grad(x) = exp(x - mx) * scale, a row's gradient before its target term (scale = dloss /
+// sum). Half-precision logits with scale > 0 fold the scale into the exponent, 2^(x log2(e) - (mx log2(e) -
+// log2(scale))): one fused multiply-add and the exp2 an element. The choice is made once a row, outside body's
+// loops, so the loops carry no per-element branch.
+template <typename T, typename F>
+__device__ __forceinline__ void with_row_grad(float mx, float scale, F&& body) {
+  if constexpr (kHalfLogits<T>) {
+    if (scale > 0.0f) {
+      const float shift = mx * kLog2e - log2f(scale);
+      body([shift](float x) { return ex2(fmaf(x, kLog2e, -shift)); });
+      return;
+    }
+  }
+  body([mx, scale](float x) { return row_exp<T>(x - mx) * scale; });
+}
+
+// Subtracts dloss from the element of v (W of them, from column i) that is the target, if any: one comparison a
+// pack, not one an element.
+template <int W>
+__device__ __forceinline__ void subtract_target(float (&v)[W], int64_t i, int tgt, float dloss) {
+  if (static_cast<uint64_t>(tgt - i) < static_cast<uint64_t>(W)) {
+#pragma unroll
+    for (int k = 0; k < W; ++k)
+      if (i + k == tgt) v[k] -= dloss;
+  }
+}
+
+// The fallback, for rows too wide for softmax_cross_entropy_staged_kernel or not packed: one block per row. Each
 // thread keeps an online (max, sum of exp) over its elements, by pack, so the row is read once for the loss and
 // once more for the gradient.
 template <int kVec, typename T>
@@ -81,110 +124,157 @@ __global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T*
     if (threadIdx.x == 0) losses[n] = logf(sum) + mx - x_tgt;
     if (dlogits == nullptr) continue;
     T* d = dlogits + n * Vp;
-    const float scale = dloss / sum;
     // In place, each element is read before the same thread writes it.
-    for_each_pack<kVec>(V, threadIdx.x, blockDim.x, [&](int64_t i, auto w) {
-      constexpr int W = decltype(w)::value;
-      float v[W];
-      load<W>(x + i, v);
-      for (int k = 0; k < W; ++k) v[k] = row_exp<T>(v[k] - mx) * scale - (i + k == tgt ? dloss : 0.0f);
-      store<W>(d + i, v);
+    with_row_grad<T>(mx, dloss / sum, [&](auto grad) {
+      for_each_pack<kVec>(V, threadIdx.x, blockDim.x, [&](int64_t i, auto w) {
+        constexpr int W = decltype(w)::value;
+        float v[W];
+        load<W>(x + i, v);
+        for (int k = 0; k < W; ++k) v[k] = grad(v[k]);
+        subtract_target(v, i, tgt, dloss);
+        store<W>(d + i, v);
+      });
     });
     for (int i = V + threadIdx.x; i < Vp; i += blockDim.x) d[i] = from_f32<T>(0.0f);
   }
 }
 
-// Dynamic shared memory of softmax_cross_entropy_smem_kernel: the reductions' 32 floats, then (with dlogits) the
-// packs that hold [0, V).
+// Dynamic shared memory of softmax_cross_entropy_staged_kernel: the reductions' 32 floats, then the packs that
+// hold [0, V).
 template <typename T>
-size_t smem_bytes(int V, bool with_row) {
+size_t staged_smem_bytes(int V) {
   constexpr int kVec = 16 / sizeof(T);
   const size_t packs = (static_cast<size_t>(V) + kVec - 1) / kVec;
-  return kWarpSize * sizeof(float) + (with_row ? packs * sizeof(Pack<T, kVec>) : 0);
+  return kWarpSize * sizeof(float) + packs * sizeof(Pack<T, kVec>);
 }
 
-// The row read once: one block per row, packed (Vp % kVec == 0). Each thread loads its packs (kSmemLoads in flight)
-// into shared memory and its online (max, sum of exp); after the block's reductions it writes the gradient from
-// the packs it staged itself (the same packs, so no barrier guards them) and zeros [V, Vp). In place, every read
-// of the row precedes the reductions' barriers, hence every write. Without dlogits nothing is staged, and the
-// losses are those with dlogits, bit for bit.
+// A pack's elements in fp32. bf16 pairs are split with one integer op each (a bf16 is an fp32's high half),
+// where element-wise conversion extracts the high one first.
 template <int kVec, typename T>
-__global__ void __launch_bounds__(kSmemBlock, kSmemBlocksPerSm)
-    softmax_cross_entropy_smem_kernel(float* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N,
-                                      int V, int Vp, float dloss) {
-  using P = Pack<T, kVec>;
-  extern __shared__ __align__(16) unsigned char smem[];
-  float* shared = reinterpret_cast<float*>(smem);
-  P* row = reinterpret_cast<P*>(smem + kWarpSize * sizeof(float));
-  const int full = V / kVec;                // packs wholly in [0, V)
-  const int packs = (V + kVec - 1) / kVec;  // and the partial one at V, if any
-  const int tail = full % kSmemBlock;       // the thread that owns it
-  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
-    const P* x = reinterpret_cast<const P*>(logits + n * Vp);
-    const int tgt = targets[n];
-    const bool valid = tgt >= 0 && tgt < V;
-    const float x_tgt = valid ? to_f32(logits[n * Vp + tgt]) : NAN;
-    float m = -INFINITY, s = 0;
-    for (int p0 = threadIdx.x; p0 < full; p0 += kSmemLoads * kSmemBlock) {
-      P pk[kSmemLoads];
+__device__ __forceinline__ void unpack(const Pack<T, kVec>& pk, float (&v)[kVec]) {
+  if constexpr (std::is_same_v<T, bf16> && kVec % 2 == 0) {
+    const unsigned* w = reinterpret_cast<const unsigned*>(pk.v);
 #pragma unroll
-      for (int u = 0; u < kSmemLoads; ++u) {
-        const int p = p0 + u * kSmemBlock;
-        if (p < full) pk[u] = x[p];
-      }
-#pragma unroll
-      for (int u = 0; u < kSmemLoads; ++u) {
-        const int p = p0 + u * kSmemBlock;
-        if (p < full) {
-          if (dlogits != nullptr) row[p] = pk[u];
-          float v[kVec];
-#pragma unroll
-          for (int k = 0; k < kVec; ++k) v[k] = to_f32(pk[u].v[k]);
-          online_add<T>(v, m, s);
-        }
-      }
+    for (int j = 0; j < kVec / 2; ++j) {
+      v[2 * j] = __uint_as_float(w[j] << 16);
+      v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
     }
-    if (packs > full && threadIdx.x == tail) {
-      // Its elements past V are padding (within the row, as Vp % kVec == 0) and never enter the loss.
-      const P pk = x[full];
-      if (dlogits != nullptr) row[full] = pk;
+  } else {
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        const float v[1] = {to_f32(pk.v[k])};
-        if (full * kVec + k < V) online_add<T>(v, m, s);
-      }
-    }
-    const float mx = block_reduce(m, Max(), shared);
-    const float sum = block_reduce(m == -INFINITY ? 0.0f : s * row_exp<T>(m - mx), Add(), shared);
-    if (threadIdx.x == 0) losses[n] = logf(sum) + mx - x_tgt;
-    if (dlogits == nullptr) continue;
-    P* d = reinterpret_cast<P*>(dlogits + n * Vp);
-    const float scale = dloss / sum;
-    for (int p = threadIdx.x; p < Vp / kVec; p += kSmemBlock) {
-      const int i = p * kVec;
-      float v[kVec];
-      if (p < full) {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k)
-          v[k] = row_exp<T>(to_f32(row[p].v[k]) - mx) * scale - (i + k == tgt ? dloss : 0.0f);
-      } else {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k)
-          v[k] = p < packs && i + k < V ? row_exp<T>(to_f32(row[p].v[k]) - mx) * scale - (i + k == tgt ? dloss : 0.0f)
-                                        : 0.0f;
-      }
-      P pk;
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) pk.v[k] = from_f32<T>(v[k]);
-      d[p] = pk;
-    }
+    for (int k = 0; k < kVec; ++k) v[k] = to_f32(pk.v[k]);
   }
 }
 
-// The most dynamic shared memory a block of softmax_cross_entropy_smem_kernel<T> may take on the current device
-// with kSmemBlocksPerSm of them on an SM (H100/H200: 113 KB). Asked once a device, when the kernel is allowed it.
+// The largest element of packs first, first + stride, ... < end. Half types compare raw pairs (__hmax2, exact in
+// T, as fmaxf ignoring NaNs): no conversion an element.
+template <int kVec, typename T>
+__device__ __forceinline__ float packs_max(const Pack<T, kVec>* row, int first, int end, int stride) {
+  if constexpr (kHalfLogits<T> && kVec % 2 == 0) {
+    using T2 = std::conditional_t<std::is_same_v<T, bf16>, __nv_bfloat162, __half2>;
+    T2 acc;
+    acc.x = acc.y = from_f32<T>(-INFINITY);
+    for (int p = first; p < end; p += stride) {
+      const Pack<T, kVec> pk = row[p];
+      const T2* h = reinterpret_cast<const T2*>(pk.v);
+#pragma unroll
+      for (int j = 0; j < kVec / 2; ++j) acc = __hmax2(acc, h[j]);
+    }
+    return fmaxf(to_f32(acc.x), to_f32(acc.y));
+  } else {
+    float acc = -INFINITY;
+    for (int p = first; p < end; p += stride) {
+      const Pack<T, kVec> pk = row[p];
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc = fmaxf(acc, to_f32(pk.v[k]));
+    }
+    return acc;
+  }
+}
+
+// The sum of exp(x - mx) over the elements of packs first, first + stride, ... < end; half types as
+// 2^(x log2(e) - mx log2(e)), one fused multiply-add and the exp2 an element.
+template <int kVec, typename T>
+__device__ __forceinline__ float packs_sum_exp(const Pack<T, kVec>* row, int first, int end, int stride, float mx) {
+  float s = 0.0f;
+  const float ml = mx * kLog2e;
+  for (int p = first; p < end; p += stride) {
+    float v[kVec];
+    unpack(row[p], v);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      if constexpr (kHalfLogits<T>) {
+        s += ex2(fmaf(v[k], kLog2e, -ml));
+      } else {
+        s += row_exp<T>(v[k] - mx);
+      }
+    }
+  }
+  return s;
+}
+
+// The row read once: packed rows (Vp % kVec == 0), as described at kStagedBlock. Each thread stages its own packs
+// (p = threadIdx.x, + kStagedBlock, ...) and is the only one to read them back: its part of the max, of the sum
+// of exp(x - max) and of the gradient, and it zeros [V, Vp). So no barrier guards the row, and in a grid-stride
+// loop a thread's copies of the next row follow its own last read of this one. In place, every read of a row
+// precedes the reductions' barriers, hence every write to it. Without dlogits the row is staged all the same and
+// nothing is written but the losses: they are those with dlogits, bit for bit.
+template <int kVec, typename T>
+__global__ void __launch_bounds__(kStagedBlock, kStagedBlocksPerSm)
+    softmax_cross_entropy_staged_kernel(float* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N,
+                                        int V, int Vp, float dloss) {
+  using P = Pack<T, kVec>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* shared = reinterpret_cast<float*>(smem);
+  const int full = V / kVec;                // packs wholly in [0, V)
+  const int packs = (V + kVec - 1) / kVec;  // and the partial one at V, if any
+  P* const row = reinterpret_cast<P*>(smem + kWarpSize * sizeof(float));
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const P* x = reinterpret_cast<const P*>(logits + n * Vp);
+    for (int p = threadIdx.x; p < packs; p += kStagedBlock) cp_async_16(row + p, x + p);
+    cp_async_commit();
+    const int tgt = targets[n];
+    const bool valid = tgt >= 0 && tgt < V;
+    const float x_tgt = valid ? to_f32(logits[n * Vp + tgt]) : NAN;
+    cp_async_wait<0>();
+    const int tail = packs > full && threadIdx.x == full % kStagedBlock ? full : -1;  // the partial pack's owner
+    // The row's max, then the sum of exp(x - max): two reads of the staged row, and no rescaling of a running sum.
+    float m = packs_max<kVec>(row, threadIdx.x, full, kStagedBlock);
+    if (tail >= 0)
+      for (int k = 0; full * kVec + k < V; ++k) m = fmaxf(m, to_f32(row[tail].v[k]));
+    const float mx = block_reduce(m, Max(), shared);
+    float s = packs_sum_exp<kVec>(row, threadIdx.x, full, kStagedBlock, mx);
+    if (tail >= 0)
+      for (int k = 0; full * kVec + k < V; ++k) s += row_exp<T>(to_f32(row[tail].v[k]) - mx);
+    const float sum = block_reduce(s, Add(), shared);
+    if (threadIdx.x == 0) losses[n] = logf(sum) + mx - x_tgt;
+    if (dlogits == nullptr) continue;
+    P* d = reinterpret_cast<P*>(dlogits + n * Vp);
+    with_row_grad<T>(mx, dloss / sum, [&](auto grad) {
+      for (int p = threadIdx.x; p < Vp / kVec; p += kStagedBlock) {
+        const int i = p * kVec;
+        float v[kVec];
+        if (p < full) {
+          unpack(row[p], v);
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) v[k] = grad(v[k]);
+        } else {
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) v[k] = p < packs && i + k < V ? grad(to_f32(row[p].v[k])) : 0.0f;
+        }
+        if (valid) subtract_target(v, i, tgt, dloss);  // never a padding column
+        P pk;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) pk.v[k] = from_f32<T>(v[k]);
+        d[p] = pk;
+      }
+    });
+  }
+}
+
+// The most dynamic shared memory a block of softmax_cross_entropy_staged_kernel<T> may take on the current device
+// with kStagedBlocksPerSm of them on an SM (H100/H200: 113 KB). Asked once a device, when the kernel is allowed it.
 template <typename T>
-size_t smem_capacity() {
+size_t staged_capacity() {
   static std::mutex mu;
   static std::vector<int64_t> capacity;  // by device; -1 until asked
   int device = 0;
@@ -196,8 +286,8 @@ size_t smem_capacity() {
     ST_CUDA_CHECK(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     ST_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
     ST_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
-    const int64_t cap = std::max<int64_t>(0, std::min<int64_t>(per_block, per_sm / kSmemBlocksPerSm - reserved));
-    const auto kernel = softmax_cross_entropy_smem_kernel<16 / sizeof(T), T>;
+    const int64_t cap = std::max<int64_t>(0, std::min<int64_t>(per_block, per_sm / kStagedBlocksPerSm - reserved));
+    const auto kernel = softmax_cross_entropy_staged_kernel<16 / sizeof(T), T>;
     ST_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(cap)));
     ST_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
@@ -218,10 +308,9 @@ void softmax_cross_entropy(float* losses, T* dlogits, const T* logits, const int
   const bool vec = Vp % kVec == 0 && all_aligned(16, logits, dlogits);
   // The path depends on the shape, the alignment and the device, not on whether dlogits is given: the losses
   // without it are the same bits.
-  if (vec && smem_bytes<T>(V, true) <= smem_capacity<T>()) {
-    softmax_cross_entropy_smem_kernel<kVec>
-        <<<grid_for(N, 1), kSmemBlock, smem_bytes<T>(V, dlogits != nullptr), ctx.stream>>>(losses, dlogits, logits,
-                                                                                           targets, N, V, Vp, dloss);
+  if (vec && staged_smem_bytes<T>(V) <= staged_capacity<T>()) {
+    softmax_cross_entropy_staged_kernel<kVec><<<grid_for(N, 1), kStagedBlock, staged_smem_bytes<T>(V), ctx.stream>>>(
+        losses, dlogits, logits, targets, N, V, Vp, dloss);
     ST_CUDA_CHECK_LAUNCH();
     return;
   }
