@@ -52,9 +52,19 @@ __device__ __forceinline__ float row_exp(float x) {
   }
 }
 
+// exp(x - m), ml = m log2(e): half-precision logits as 2^(x log2(e) - ml), one fused multiply-add before the exp2
+// instead of a subtraction and a multiplication.
+template <typename T>
+__device__ __forceinline__ float exp_minus(float x, float m, float ml) {
+  if constexpr (kHalfLogits<T>) {
+    return ex2(fmaf(x, kLog2e, -ml));
+  } else {
+    return row_exp<T>(x - m);
+  }
+}
+
 // Adds W logits to a thread's online (max, sum of exp): the running sum is rescaled only when they raise the
-// running max. Half-precision logits take exp(v - m) as 2^(v log2(e) - m log2(e)): one fused multiply-add
-// before the exp2 instead of a subtraction and a multiplication.
+// running max.
 template <typename T, int W>
 __device__ __forceinline__ void online_add(const float (&v)[W], float& m, float& s) {
   float pm = v[0];
@@ -63,12 +73,8 @@ __device__ __forceinline__ void online_add(const float (&v)[W], float& m, float&
     s = m == -INFINITY ? 0.0f : s * row_exp<T>(m - pm);
     m = pm;
   }
-  if constexpr (kHalfLogits<T>) {
-    const float ml = m * kLog2e;
-    for (int k = 0; k < W; ++k) s += ex2(fmaf(v[k], kLog2e, -ml));
-  } else {
-    for (int k = 0; k < W; ++k) s += row_exp<T>(v[k] - m);
-  }
+  const float ml = m * kLog2e;
+  for (int k = 0; k < W; ++k) s += exp_minus<T>(v[k], m, ml);
 }
 
 // Calls body(grad) with grad(x) = exp(x - mx) * scale, a row's gradient before its target term (scale = dloss /
@@ -191,8 +197,7 @@ __device__ __forceinline__ float packs_max(const Pack<T, kVec>* row, int first, 
   }
 }
 
-// The sum of exp(x - mx) over the elements of packs first, first + stride, ... < end; half types as
-// 2^(x log2(e) - mx log2(e)), one fused multiply-add and the exp2 an element.
+// The sum of exp(x - mx) over the elements of packs first, first + stride, ... < end (exp_minus).
 template <int kVec, typename T>
 __device__ __forceinline__ float packs_sum_exp(const Pack<T, kVec>* row, int first, int end, int stride, float mx) {
   float s = 0.0f;
@@ -201,13 +206,7 @@ __device__ __forceinline__ float packs_sum_exp(const Pack<T, kVec>* row, int fir
     float v[kVec];
     unpack(row[p], v);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      if constexpr (kHalfLogits<T>) {
-        s += ex2(fmaf(v[k], kLog2e, -ml));
-      } else {
-        s += row_exp<T>(v[k] - mx);
-      }
-    }
+    for (int k = 0; k < kVec; ++k) s += exp_minus<T>(v[k], mx, ml);
   }
   return s;
 }
