@@ -2,6 +2,7 @@
 // n_embd 1024): time per call and effective memory bandwidth.
 //
 //   ./build/bench_layernorm [--rows 16384] [--n-embd 1024] [--dtype bf16|fp16|fp32] [--iters 50]
+//                           [--staging auto|staged|direct]
 //
 // Each pass: 3 warm-up and `iters` timed samples with CUDA events on one stream, median; a sample is
 // kCallsPerSample calls back to back, as in a training step where the stream's queue is never empty (an event pair
@@ -43,7 +44,7 @@ double per_call_ms(cudaStream_t s, int iters, Fn fn) {
 }
 
 template <typename T>
-void run(int64_t N, int C, const char* dtype, int iters) {
+void run(int64_t N, int C, const char* dtype, int iters, gpu::RowStaging staging) {
   CudaStream stream;
   DeviceBuffer<unsigned char> scratch(static_cast<int64_t>(gpu::layernorm_backward_scratch_bytes(N, C)));
   const gpu::GpuContext ctx{stream.get(), nullptr, scratch.data(), scratch.bytes(), nullptr};
@@ -71,7 +72,7 @@ void run(int64_t N, int C, const char* dtype, int iters) {
   // dinp, dweight and dbias grow by one gradient per call; the time does not depend on their values.
   row("backward", 4 * act, per_call_ms(s, iters, [&] {
         gpu::layernorm_backward<T>(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
-                                   mean.data(), rstd.data(), N, C, ctx);
+                                   mean.data(), rstd.data(), N, C, ctx, GradWrite::kAccumulate, staging);
       }));
 }
 
@@ -85,19 +86,30 @@ int main(int argc, char** argv) {
     int64_t N = 16384;
     int C = 1024, iters = 50;
     std::string dtype = "bf16";
+    std::string staging_name = "auto";
     std::vector<char*> rest = st::bench::take_text_flag(argc, argv, "--dtype", &dtype);
+    rest = st::bench::take_text_flag(static_cast<int>(rest.size()), rest.data(), "--staging", &staging_name);
     st::bench::parse_int_flags(static_cast<int>(rest.size()), rest.data(), "bench_layernorm",
                                {{"--rows", &N}, {"--n-embd", &C}, {"--iters", &iters}});
     if (N < 1 || C < 1 || iters < 1) {
       ST_BAD_INPUT("bench_layernorm: --rows, --n-embd and --iters must be >= 1; got rows=", N, " n-embd=", C,
                    " iters=", iters);
     }
+    st::gpu::RowStaging staging = st::gpu::RowStaging::kAuto;
+    if (staging_name == "staged") {
+      staging = st::gpu::RowStaging::kStaged;
+    } else if (staging_name == "direct") {
+      staging = st::gpu::RowStaging::kDirect;
+    } else if (staging_name != "auto") {
+      ST_BAD_INPUT("bench_layernorm: --staging must be auto, staged or direct; got ", staging_name);
+    }
+    std::printf("# backward row staging: %s (bf16/fp16 at C <= 2560, a multiple of 8)\n", staging_name.c_str());
     if (dtype == "bf16") {
-      st::run<st::bf16>(N, C, "bf16", iters);
+      st::run<st::bf16>(N, C, "bf16", iters, staging);
     } else if (dtype == "fp16") {
-      st::run<st::fp16>(N, C, "fp16", iters);
+      st::run<st::fp16>(N, C, "fp16", iters, staging);
     } else if (dtype == "fp32") {
-      st::run<float>(N, C, "fp32", iters);
+      st::run<float>(N, C, "fp32", iters, staging);
     } else {
       ST_BAD_INPUT("bench_layernorm: --dtype must be bf16, fp16 or fp32; got ", dtype);
     }

@@ -764,11 +764,8 @@ template <typename Kernel>
 void allow_smem(Kernel* kernel, size_t bytes, const char* what) {
   constexpr size_t kDefaultLimit = 48 * 1024;
   if (bytes <= kDefaultLimit) return;
-  int device = 0, limit = 0;
-  ST_CUDA_CHECK(cudaGetDevice(&device));
-  ST_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  ST_CHECK(bytes <= static_cast<size_t>(limit), what, " needs ", bytes,
-           " bytes of shared memory per block; the device allows ", limit);
+  const size_t limit = smem_per_block_optin();
+  ST_CHECK(bytes <= limit, what, " needs ", bytes, " bytes of shared memory per block; the device allows ", limit);
   ST_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 

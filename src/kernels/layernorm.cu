@@ -38,10 +38,12 @@ void row_pack_tiers(int packs, F&& f) {
 // dweight/dbias are summed per chunk of rows into part_w/part_b[chunk, C], then over chunks in order
 // (finish_column_sums_pair). Chunks are a function of N alone (never of the device), so the summation tree, and
 // with it every bit of the result, is the same on every run and every GPU. About kTargetChunks chunks: one block
-// of the fused backward each, which at C = 1024 is one wave on an H200 (132 SMs x 6 blocks = 792 slots; 683 chunks
-// at N = 16384) while the partials (2 * chunks * C floats, written and read back through L2) stay ~5% of the
-// rows' traffic. Rows per chunk are a multiple of kFusedWarps so the fused block's warps get equal shares.
-constexpr int64_t kTargetChunks = 768;
+// of the fused backward each. 512 is about one wave of the fused kernel on an H200 at GPT-2's widths (132 SMs x 5
+// blocks at C = 768, x 3 at C = 1024), and the partials (2 * chunks * C floats, written and read back through L2)
+// stay ~4% of the rows' traffic. Measured with bench_layernorm (N = 16384 and 32768, C = 768 and 1024): 512 and 384
+// within 1% of each other and best, 256 2-8% slower, 640-768 (a second, partial wave) 4-13% slower. Rows per
+// chunk are a multiple of kFusedWarps so the fused block's warps get equal shares.
+constexpr int64_t kTargetChunks = 512;
 constexpr int64_t kMinChunkRows = 8;
 
 // Fused backward: blocks of kFusedWarps warps (one row per warp at a time).
@@ -267,20 +269,21 @@ __global__ void __launch_bounds__(kRowBlock)
 }
 
 // Shared memory of the fused backward: each warp owns a [2][slots] float4 slice (sums of norm * dout, then of
-// dout), slots = packs a lane * kVec / 4 * 32. A lane's kVec columns of pack i are float4s (i * kVec / 4 + q) * 32 +
+// dout), slots = packs a lane * kVec / 4 * 32, and after all the slices a [3][slots * 4] T staging area (a row of
+// inp, of dout and of dinp). A lane's kVec columns of pack i are float4s (i * kVec / 4 + q) * 32 +
 // lane, q in [0, kVec / 4): a warp's float4 accesses are then 32 consecutive float4s, free of bank conflicts
 // (indexing by column would put lanes 32 bytes apart, two-way conflicts).
 __host__ __device__ inline int fused_slots(int C, int kVec) {
   return (C / kVec + kWarpSize - 1) / kWarpSize * (kVec / 4) * kWarpSize;
 }
-inline size_t fused_smem_bytes(int C, int kVec) {
-  return static_cast<size_t>(kFusedWarps) * 2 * fused_slots(C, kVec) * sizeof(float4);
+inline size_t fused_smem_bytes(int C, int kVec, size_t elem_bytes) {
+  return static_cast<size_t>(kFusedWarps) * fused_slots(C, kVec) * (2 * sizeof(float4) + 3 * 4 * elem_bytes);
 }
 // Blocks an H200 SM (228 KB of shared memory, 1 KB of it reserved per block) holds at C = kPacks * 32 * kVec, at
 // most 8 (32 warps): the register budget __launch_bounds__ gives the fused kernel, so registers never limit
 // occupancy below what shared memory allows.
-constexpr int fused_min_blocks(int packs, int vec) {
-  const int kb = kFusedWarps * 2 * packs * vec * kWarpSize * 4 / 1024 + 1;
+constexpr int fused_min_blocks(int packs, int vec, int elem_bytes) {
+  const int kb = kFusedWarps * (2 * 4 + 3 * elem_bytes) * packs * vec * kWarpSize / 1024 + 1;
   return 228 / kb < 8 ? 228 / kb : 8;
 }
 
@@ -289,18 +292,22 @@ constexpr int fused_min_blocks(int packs, int vec) {
 //
 // Block = kFusedWarps warps over one chunk of rows; a warp takes rows warp, warp + kFusedWarps, ... of the chunk,
 // its lanes always the same columns. Its row stays in registers between the two halves (raw T: 32 registers a
-// lane at C = 1024), and its column sums go to the warp's private shared slice, not registers: that is what
-// lets an SM hold 24 warps at C = 1024 (6 blocks, limited by the 32 KB slices; 72 registers in bf16, 80 in fp16)
-// where keeping the sums in registers held 16 (114 registers). Measured on an H200 at N = 16384, C = 1024 bf16
-// (bench_layernorm): 56 us a call against 76 before, ~46 us of it this kernel and ~5 us the finish. dinp's loads
-// are left where the second half uses them: loading them before the row reductions spilled and ran slower, and
-// 2x fewer or 2x more chunks than kTargetChunks were both slower too.
+// lane at C = 1024), and its column sums go to the warp's private shared slice, not registers (sums in registers
+// took 114 of them and held 16 warps an SM).
+//
+// kStage: the memory is read ahead by cp.async into the warp's staging area, not registers: the next row's inp and
+// dout while this row is worked on, and this row's dinp while its sums and reductions run, so a warp always has a
+// row in flight. Without it (kStage = false: the same sums in the same order, for GPUs that cannot give a block the
+// staging area's shared memory) the warp waits on each row's loads (long-scoreboard stalls 4.7 -> 1.5 an instruction in
+// ncu). Measured on an H200, bf16, bench_layernorm, loads in registers (768 chunks) -> staged (512 chunks):
+// N = 16384, C = 768 44.1 -> 38.6 us; C = 1024 55.4 -> 49.4 us; N = 32768, C = 768 73.5 -> 65.8 us; C = 1024
+// 94.2 -> 85.3 us; C = 1600 108 -> 85 us. ncu, C = 768: DRAM 47.7% -> 54.1% of peak.
 //
 // No atomics: each lane adds its own columns, one row after another, so each slice entry is a fixed sequence of
 // additions. After the rows, the block adds the warps' slices in warp order and writes part_w/part_b[chunk, C] for
 // finish_column_sums_pair. The sum tree depends on N and C alone.
-template <int kVec, int kPacks, typename T>
-__global__ void __launch_bounds__(kFusedThreads, fused_min_blocks(kPacks, kVec))
+template <int kVec, int kPacks, bool kStage, typename T>
+__global__ void __launch_bounds__(kFusedThreads, fused_min_blocks(kPacks, kVec, kStage ? sizeof(T) : 0))
     layernorm_backward_fused_kernel(T* dinp, float* part_w, float* part_b, const T* dout, const T* inp, const T* weight,
                                     const float* mean, const float* rstd, int64_t N, int C, int64_t rows_per_chunk) {
   static_assert(kVec % 4 == 0, "slices hold float4s");
@@ -312,6 +319,20 @@ __global__ void __launch_bounds__(kFusedThreads, fused_min_blocks(kPacks, kVec))
   float4* const sum_w = smem + warp * 2 * slots;
   float4* const sum_b = sum_w + slots;
   const auto slot = [&](int i, int q) { return (i * kQuads + q) * kWarpSize + lane; };
+  // Staging (kStage): this warp's [3][row] of T after all warps' slices: inp and dout of its next row, dinp of
+  // this one.
+  const int row_elems = slots * 4;  // packs a lane * kWarpSize * kVec
+  T* const stage_x = reinterpret_cast<T*>(smem + kFusedWarps * 2 * slots) + warp * 3 * row_elems;
+  T* const stage_d = stage_x + row_elems;
+  T* const stage_g = stage_d + row_elems;
+  // Each lane copies exactly the packs it reads later, so its own cp.async waits order them; no barrier.
+  const auto stage = [&](T* dst, const T* src) {
+#pragma unroll
+    for (int i = 0; i < kPacks; ++i) {
+      const int c = Row::column(i, lane);
+      if (c < C) cp_async_16(dst + c, src + c);
+    }
+  };
   // Only this lane touches its slots until the block-wide sum, so no barrier before the rows.
 #pragma unroll
   for (int i = 0; i < kPacks; ++i) {
@@ -322,10 +343,33 @@ __global__ void __launch_bounds__(kFusedThreads, fused_min_blocks(kPacks, kVec))
 
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
   const int64_t r1 = min(N, r0 + rows_per_chunk);
+  if constexpr (kStage) {
+    if (r0 + warp < r1) {
+      stage(stage_x, inp + (r0 + warp) * C);
+      stage(stage_d, dout + (r0 + warp) * C);
+    }
+    cp_async_commit();
+  }
   for (int64_t n = r0 + warp; n < r1; n += kFusedWarps) {
     Row x, d;
-    x.load(inp + n * C, lane, C);
-    d.load(dout + n * C, lane, C);
+    if constexpr (kStage) {
+      // Groups in flight here: this row's inp and dout. Then two a row: its dinp, and the next row's inp and dout
+      // (committed even when empty, so that cp_async_wait<1> below always means "this row's dinp").
+      cp_async_wait<0>();
+      x.load(stage_x, lane, C);
+      d.load(stage_d, lane, C);
+      __syncwarp();  // the loads above complete before the copies below overwrite their source
+      stage(stage_g, dinp + n * C);
+      cp_async_commit();
+      if (n + kFusedWarps < r1) {
+        stage(stage_x, inp + (n + kFusedWarps) * C);
+        stage(stage_d, dout + (n + kFusedWarps) * C);
+      }
+      cp_async_commit();
+    } else {
+      x.load(inp + n * C, lane, C);
+      d.load(dout + n * C, lane, C);
+    }
     const float m = mean[n], r = rstd[n];
     float sum_dn = 0, sum_dn_norm = 0;
 #pragma unroll
@@ -357,13 +401,14 @@ __global__ void __launch_bounds__(kFusedThreads, fused_min_blocks(kPacks, kVec))
     d.reconvert_after();
     const float mean_dn = warp_reduce(sum_dn, Add()) / C;
     const float mean_dn_norm = warp_reduce(sum_dn_norm, Add()) / C;
+    if constexpr (kStage) cp_async_wait<1>();  // this row's dinp; the next row's inp and dout may be in flight
 #pragma unroll
     for (int i = 0; i < kPacks; ++i) {
       const int c = Row::column(i, lane);
       if (c >= C) continue;
       float wt[kVec], g[kVec];
       load<kVec>(weight + c, wt);
-      load<kVec>(dinp + n * C + c, g);
+      load<kVec>((kStage ? stage_g : dinp + n * C) + c, g);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         const float norm = (x.at(i, k) - m) * r;
@@ -371,6 +416,7 @@ __global__ void __launch_bounds__(kFusedThreads, fused_min_blocks(kPacks, kVec))
       }
       store<kVec>(dinp + n * C + c, g);
     }
+    if constexpr (kStage) __syncwarp();  // stage_g read before the next row's copies overwrite it
   }
   __syncthreads();
 
@@ -423,7 +469,8 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const float* mean,
-                        const float* rstd, int64_t N, int C, const GpuContext& ctx, GradWrite param_write) {
+                        const float* rstd, int64_t N, int C, const GpuContext& ctx, GradWrite param_write,
+                        RowStaging staging) {
   if (N == 0 || C == 0) return;
   const size_t need = layernorm_backward_scratch_bytes(N, C);
   ST_CHECK(ctx.scratch != nullptr && ctx.scratch_bytes >= need, "layernorm_backward needs ", need,
@@ -440,11 +487,20 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   if constexpr (!std::is_same_v<T, float>) {
     fused = vec && packs <= kMaxRowPacks;
     if (fused) {
-      // At most 80 KB (C = 2560), which every GPU from sm_80 on allows a block: whether this path runs never
-      // depends on the device, nor, therefore, does the sum order.
-      const size_t smem = fused_smem_bytes(C, kVec);
+      // Without staging at most 80 KB (C = 2560), which every GPU from sm_80 on allows a block: whether this path
+      // runs never depends on the device, nor, therefore, does the sum order. Staging (up to 140 KB) does not
+      // change the sums.
+      const size_t staged_smem = fused_smem_bytes(C, kVec, sizeof(T));
+      const size_t limit = smem_per_block_optin();
+      ST_CHECK(staging != RowStaging::kStaged || staged_smem <= limit,
+               "layernorm_backward: RowStaging::kStaged at C = ", C, " needs ", staged_smem,
+               " bytes of shared memory a block; the device allows ", limit);
+      const bool staged = staging == RowStaging::kStaged || (staging == RowStaging::kAuto && staged_smem <= limit);
+      const size_t smem = staged ? staged_smem : fused_smem_bytes(C, kVec, 0);
       row_pack_tiers(packs, [&](auto packs_c) {
-        const auto kernel = layernorm_backward_fused_kernel<kVec, decltype(packs_c)::value, T>;
+        constexpr int P = decltype(packs_c)::value;
+        const auto kernel = staged ? layernorm_backward_fused_kernel<kVec, P, true, T>
+                                   : layernorm_backward_fused_kernel<kVec, P, false, T>;
         ST_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         ST_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -479,10 +535,10 @@ template void layernorm_forward<bf16>(bf16*, float*, float*, const bf16*, const 
 template void layernorm_forward<fp16>(fp16*, float*, float*, const fp16*, const fp16*, const fp16*, int64_t, int,
                                       const GpuContext&);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
-                                        const float*, int64_t, int, const GpuContext&, GradWrite);
+                                        const float*, int64_t, int, const GpuContext&, GradWrite, RowStaging);
 template void layernorm_backward<bf16>(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*, const float*,
-                                       const float*, int64_t, int, const GpuContext&, GradWrite);
+                                       const float*, int64_t, int, const GpuContext&, GradWrite, RowStaging);
 template void layernorm_backward<fp16>(fp16*, fp16*, fp16*, const fp16*, const fp16*, const fp16*, const float*,
-                                       const float*, int64_t, int, const GpuContext&, GradWrite);
+                                       const float*, int64_t, int, const GpuContext&, GradWrite, RowStaging);
 
 }  // namespace st::gpu

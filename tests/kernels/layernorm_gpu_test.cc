@@ -1,6 +1,7 @@
 // gpu::layernorm_* against the CPU reference st::layernorm_*.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "gpu_kernel_test.h"
@@ -44,6 +45,16 @@ struct Problem {
   std::vector<float> inp, weight, bias, dout, out, mean, rstd;
 };
 
+// Non-zero gradients to accumulate into (the kernels add to them), on the host.
+template <typename T>
+struct StartGrads {
+  explicit StartGrads(const Shape& s)
+      : dinp(test::random_input<T>(s.N * s.C, 5)),
+        dweight(test::random_input<T>(s.C, 6)),
+        dbias(test::random_input<T>(s.C, 7)) {}
+  std::vector<float> dinp, dweight, dbias;
+};
+
 // A problem's backward operands on the device, and gpu::layernorm_backward over them.
 template <typename T>
 struct DeviceBackward {
@@ -56,9 +67,17 @@ struct DeviceBackward {
         mean(to_device<float>(p.mean)),
         rstd(to_device<float>(p.rstd)) {}
   void run(DeviceBuffer<T>& dinp, DeviceBuffer<T>& dweight, DeviceBuffer<T>& dbias, const gpu::GpuContext& ctx,
-           GradWrite param_write = GradWrite::kAccumulate) const {
+           GradWrite param_write = GradWrite::kAccumulate, gpu::RowStaging staging = gpu::RowStaging::kAuto) const {
     gpu::layernorm_backward<T>(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
-                               mean.data(), rstd.data(), N, C, ctx, param_write);
+                               mean.data(), rstd.data(), N, C, ctx, param_write, staging);
+  }
+  // The backward accumulated into device copies of `start`: {dinp, dweight, dbias} on the host.
+  std::vector<std::vector<float>> outputs(const StartGrads<T>& start, const gpu::GpuContext& ctx,
+                                          gpu::RowStaging staging = gpu::RowStaging::kAuto) const {
+    DeviceBuffer<T> dinp = to_device<T>(start.dinp), dweight = to_device<T>(start.dweight),
+                    dbias = to_device<T>(start.dbias);
+    run(dinp, dweight, dbias, ctx, GradWrite::kAccumulate, staging);
+    return {to_host(dinp), to_host(dweight), to_host(dbias)};
   }
   int64_t N;
   int C;
@@ -144,23 +163,44 @@ TYPED_TEST(LayerNormGpuTest, BackwardIsDeterministic) {
   using T = TypeParam;
   for (const Shape& s : {Shape{1000, 96}, Shape{777, 7}, Shape{2500, 1024}, Shape{301, 1600}}) {
     SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
-    const Problem<T> p(s);
-    const std::vector<float> dinp0 = test::random_input<T>(s.N * s.C, 5);
-    const std::vector<float> dweight0 = test::random_input<T>(s.C, 6);
-    const std::vector<float> dbias0 = test::random_input<T>(s.C, 7);
+    const StartGrads<T> start(s);
     test::GpuEnv env(gpu::layernorm_backward_scratch_bytes(s.N, s.C));
-    const DeviceBackward<T> d(p, s);
-    std::vector<std::vector<float>> first;
-    for (int run = 0; run < 2; ++run) {
-      DeviceBuffer<T> dinp = to_device<T>(dinp0), dweight = to_device<T>(dweight0), dbias = to_device<T>(dbias0);
-      d.run(dinp, dweight, dbias, env.ctx);
-      const std::vector<std::vector<float>> got = {to_host(dinp), to_host(dweight), to_host(dbias)};
-      if (run == 0) {
-        first = got;
-      } else {
-        for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(test::bitwise_equal(got[i], first[i])) << "output " << i;
-      }
+    const DeviceBackward<T> d(Problem<T>(s), s);
+    const std::vector<std::vector<float>> first = d.outputs(start, env.ctx), second = d.outputs(start, env.ctx);
+    for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(test::bitwise_equal(second[i], first[i])) << "output " << i;
+  }
+}
+
+// The backward that reads rows ahead into shared memory and the one that loads them where they are used give the
+// same bits (BackwardAccumulatesLikeCpu holds kAuto against the CPU). Run with kStaged where the device allows the
+// staged block's shared memory, and with kDirect everywhere; kAuto is one of the two.
+TYPED_TEST(LayerNormGpuTest, BackwardStagedAndDirectAgreeBitwise) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
+    const StartGrads<T> start(s);
+    test::GpuEnv env(gpu::layernorm_backward_scratch_bytes(s.N, s.C));
+    const DeviceBackward<T> d(Problem<T>(s), s);
+    const std::vector<std::vector<float>> direct = d.outputs(start, env.ctx, gpu::RowStaging::kDirect),
+                                          automatic = d.outputs(start, env.ctx, gpu::RowStaging::kAuto);
+    for (size_t i = 0; i < direct.size(); ++i)
+      EXPECT_TRUE(test::bitwise_equal(automatic[i], direct[i])) << "output " << i;
+    // 140 KB at C = 2560 in half precision; an RTX 4090 allows 99 KB and must refuse it with the sizes.
+    bool allowed = true;
+    try {
+      const std::vector<std::vector<float>> staged = d.outputs(start, env.ctx, gpu::RowStaging::kStaged);
+      for (size_t i = 0; i < direct.size(); ++i)
+        EXPECT_TRUE(test::bitwise_equal(staged[i], direct[i])) << "output " << i;
+    } catch (const Error& e) {
+      allowed = false;
+      const std::string want = "RowStaging::kStaged at C = " + std::to_string(s.C) + " needs ";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
+    int device = 0, limit = 0;
+    ST_CUDA_CHECK(cudaGetDevice(&device));
+    ST_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (limit >= 227 * 1024) EXPECT_TRUE(allowed) << "an H100/H200 allows every staged width";
   }
 }
 

@@ -21,10 +21,18 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 // are written, as st::layernorm_backward). dweight and dbias are reduced over rows in fp32, per fixed chunk of rows
 // into ctx.scratch and then over chunks in order, so the result is bit-identical run to run. Needs
 // layernorm_backward_scratch_bytes(N, C) bytes of scratch.
+//
+// How the bf16/fp16 backward (C <= 2560, a multiple of 8) reads its rows: kStaged reads each row ahead into shared
+// memory, kDirect straight into registers when it is used. Both do the same arithmetic in the same order, so give
+// the same bits; kStaged is faster, but its block needs more shared memory than some GPUs allow one (an RTX 4090
+// allows 99 KB: enough up to C = 1024). kAuto takes kStaged where the device allows it; forcing kStaged where it
+// does not is an error. fp32 and other widths ignore it.
+enum class RowStaging { kAuto, kStaged, kDirect };
+
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const float* mean,
                         const float* rstd, int64_t N, int C, const GpuContext& ctx,
-                        GradWrite param_write = GradWrite::kAccumulate);
+                        GradWrite param_write = GradWrite::kAccumulate, RowStaging staging = RowStaging::kAuto);
 
 size_t layernorm_backward_scratch_bytes(int64_t N, int C);
 
