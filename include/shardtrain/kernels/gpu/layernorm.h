@@ -25,7 +25,7 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 // How the bf16/fp16 backward (C <= 2560, a multiple of 8) reads its rows: kStaged reads each row ahead into shared
 // memory, kDirect straight into registers when it is used. Both do the same arithmetic in the same order, so give
 // the same bits; kStaged is faster, but its block needs more shared memory than some GPUs allow one (an RTX 4090
-// allows 99 KB: enough up to C = 1024). kAuto takes kStaged where the device allows it; forcing kStaged where it
+// allows 99 KiB: enough up to C = 1792). kAuto takes kStaged where the device allows it; forcing kStaged where it
 // does not is an error. fp32 and other widths ignore it.
 enum class RowStaging { kAuto, kStaged, kDirect };
 
