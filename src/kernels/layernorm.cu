@@ -297,11 +297,11 @@ constexpr int fused_min_blocks(int packs, int vec, int elem_bytes) {
 //
 // kStage: the memory is read ahead by cp.async into the warp's staging area, not registers: the next row's inp and
 // dout while this row is worked on, and this row's dinp while its sums and reductions run, so a warp always has a
-// row in flight. Without it (kStage = false: the same sums in the same order, for GPUs that cannot give a block the
-// staging area's shared memory) the warp waits on each row's loads (long-scoreboard stalls 4.7 -> 1.5 an instruction in
-// ncu). Measured on an H200, bf16, bench_layernorm, loads in registers (768 chunks) -> staged (512 chunks):
-// N = 16384, C = 768 44.1 -> 38.6 us; C = 1024 55.4 -> 49.4 us; N = 32768, C = 768 73.5 -> 65.8 us; C = 1024
-// 94.2 -> 85.3 us; C = 1600 108 -> 85 us. ncu, C = 768: DRAM 47.7% -> 54.1% of peak.
+// row in flight. Without it (kStage = false: the same sums in the same order, for GPUs that cannot give a block
+// the staging area's shared memory) the warp waits on each row's loads. ncu at C = 768, direct at 768 chunks ->
+// staged at 512: long-scoreboard stalls 4.7 -> 1.5 cycles an instruction, DRAM 47.7% -> 54.1% of peak. bench_layernorm on an H200, bf16,
+// N = 16384, both at 512 chunks, direct -> staged: C = 768 43.7 -> 38.8 us, C = 1024 55.3 -> 49.1 us,
+// C = 1600 86.1 -> 84.9 us.
 //
 // No atomics: each lane adds its own columns, one row after another, so each slice entry is a fixed sequence of
 // additions. After the rows, the block adds the warps' slices in warp order and writes part_w/part_b[chunk, C] for
