@@ -9,19 +9,20 @@
 #
 # CASES: space-separated GPUS:MICRO_BATCH:MODEL (configs/gpt2-MODEL.ini; MODEL may also name any configs/*.ini
 # stem, e.g. tiny), each run with --train.global_batch=GPUS*MICRO_BATCH. GPUS = 0 runs the CPU backend.
-# VARIANT: NAME=BUILD[,VAR=VALUE...]: the build folder, and environment variables set for its runs only (an
-# experiment's switch, NCCL_P2P_DISABLE=1, ...). TRAIN_FLAGS go to every run, after these defaults:
-# --train.dtype=bf16 on GPUs, --train.steps=${AB_STEPS:-14}, --log.every=5 (a key may be given once: set the steps
-# through AB_STEPS). Each run is one
-# bench/train_throughput.sh row (3 warm-up steps, then medians); rows go to stdout as they finish, the summary last.
-# A run still going after ${AB_TIMEOUT:-300} seconds is stopped and counted as failed (AB_TIMEOUT=0: no limit).
+# VARIANT: NAME=BUILD[,VAR=VALUE...][,--section.key=value...]: the build folder, environment variables set for its
+# runs only (an experiment's switch, NCCL_P2P_DISABLE=1, ...) and training flags for its runs only (e.g.
+# sm=build,--dist.gather_engine=sm against copy=build: two settings of one binary, interleaved). TRAIN_FLAGS go to
+# every run, after these defaults: --train.dtype=bf16 on GPUs, --train.steps=${AB_STEPS:-14}, --log.every=5 (a key
+# may be given once: set the steps through AB_STEPS). Each run is one bench/train_throughput.sh row (3 warm-up
+# steps, then medians); rows go to stdout as they finish, the summary last. A run still going after
+# ${AB_TIMEOUT:-300} seconds is stopped and counted as failed (AB_TIMEOUT=0: no limit).
 #
 # A build of another commit, beside the working tree (the GPU machine gets a copy of the tree, not the history):
 #   git archive REV | (mkdir -p build-ab-src && tar -x -C build-ab-src)      # here; carry build-ab-src
 #   cmake -S build-ab-src -B build-base -DCMAKE_BUILD_TYPE=Release && cmake --build build-base --target shardtrain
 set -uo pipefail
 if [[ $# -lt 3 ]]; then
-  sed -n '2,12p' "$0" >&2
+  sed -n '2,16p' "$0" >&2
   exit 2
 fi
 ROUNDS=$1 CASES=$2
@@ -40,17 +41,24 @@ AB_TIMEOUT=${AB_TIMEOUT:-300}
 [[ $AB_TIMEOUT =~ ^[0-9]+$ ]] || { echo "ab_throughput: AB_TIMEOUT must be whole seconds, got '$AB_TIMEOUT'" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 # Everything is parsed and checked before the first run.
-names=() builds=() envs_of=()  # envs_of[i]: variant i's VAR=VALUE list, comma-separated
+names=() builds=() envs_of=() flags_of=()  # variant i's VAR=VALUE list and its flags, each comma-separated
 for v in "${variants[@]}"; do
   name=${v%%=*} rest=${v#*=}
-  build=${rest%%,*} envs=""
-  [[ $rest == *,* ]] && envs=${rest#*,}
+  build=${rest%%,*} items="" envs="" vflags=""
+  [[ $rest == *,* ]] && items=${rest#*,}
   [[ -x $build/shardtrain ]] || { echo "ab_throughput: variant '$name': no $build/shardtrain" >&2; exit 2; }
-  IFS=, read -r -a list <<<"$envs"
+  IFS=, read -r -a list <<<"$items"
   for e in "${list[@]}"; do
-    [[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || { echo "ab_throughput: variant '$name': '$e' is not VAR=VALUE" >&2; exit 2; }
+    if [[ $e =~ ^--[a-z_]+\.[a-z0-9_]+= ]]; then
+      vflags+=${vflags:+,}$e
+    elif [[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; then
+      envs+=${envs:+,}$e
+    else
+      echo "ab_throughput: variant '$name': '$e' is not VAR=VALUE or --section.key=value" >&2
+      exit 2
+    fi
   done
-  names+=("$name") builds+=("$build") envs_of+=("$envs")
+  names+=("$name") builds+=("$build") envs_of+=("$envs") flags_of+=("$vflags")
 done
 cases=() configs=()
 for c in $CASES; do
@@ -74,9 +82,10 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     [[ $gpus -gt 0 ]] && dtype=(--train.dtype=bf16)
     for vi in "${!names[@]}"; do
       IFS=, read -r -a envs <<<"${envs_of[vi]}"
+      IFS=, read -r -a vflags <<<"${flags_of[vi]}"
       row=$(env "${envs[@]}" TT_TIMEOUT="$AB_TIMEOUT" bash bench/train_throughput.sh "${builds[vi]}" "$gpus" \
         "${configs[ci]}" "${dtype[@]}" --train.micro_batch="$mb" --train.global_batch=$((mb * (gpus > 0 ? gpus : 1))) \
-        --train.steps="${AB_STEPS:-14}" --log.every=5 "${flags[@]}" | tail -1)
+        --train.steps="${AB_STEPS:-14}" --log.every=5 "${flags[@]}" "${vflags[@]}" | tail -1)
       printf '%-8s %-14s %-5s %s\n' "${names[vi]}" "${cases[ci]}" "$round" "$row"
       printf '%s\t%s\t%s\n' "${names[vi]}" "${cases[ci]}" "$row" >>"$results"
     done

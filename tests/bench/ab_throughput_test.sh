@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/ab_throughput.sh on the CPU backend: every variant runs every case each round (rows in that order), the
 # summary gives each case's median per variant with the first variant at exactly 1.000x, a variant's environment
-# reaches its runs only, and bad arguments are refused naming what is wrong.
+# and flags reach its runs only, and bad arguments are refused naming what is wrong.
 #   ab_throughput_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 SRC=$1 BUILD=$2
@@ -24,6 +24,11 @@ done
 # A variant's environment goes to its runs only: without the built-in corpus, that variant's runs fail.
 out=$(AB_STEPS=4 bash "$SRC/bench/ab_throughput.sh" 1 "0:2:tiny" ok="$BUILD" bad="$BUILD,SHARDTRAIN_FORTUNES_DIR=/no/such/dir" 2>&1)
 grep -qE "^  0:2:tiny +ok [0-9,]+ \(1\.000x\) \[1 runs\], bad failed$" <<<"$out" || fail "a failing variant: $out"
+# A variant's flags go to its runs only, after the common ones: with a data file that does not exist, that variant's
+# runs fail and the other's do not.
+out=$(AB_STEPS=4 bash "$SRC/bench/ab_throughput.sh" 1 "0:2:tiny" ok="$BUILD" bad="$BUILD,--data.path=/no/such/tokens.bin" \
+  -- --data.val_holdout=0.1 2>&1)
+grep -qE "^  0:2:tiny +ok [0-9,]+ \(1\.000x\) \[1 runs\], bad failed$" <<<"$out" || fail "a variant's flag: $out"
 # A run past AB_TIMEOUT is stopped, its row says so, and the summary counts it as failed.
 out=$(AB_STEPS=100000 AB_TIMEOUT=2 bash "$SRC/bench/ab_throughput.sh" 1 "0:2:tiny" slow="$BUILD" 2>&1)
 grep -qE "^slow +0:2:tiny +1 +FAILED \(timed out after 2 s\)" <<<"$out" || fail "a run past AB_TIMEOUT: $out"
@@ -41,5 +46,7 @@ grep -q "AB_TIMEOUT must be whole seconds, got 'soon'" <<<"$out" || fail "bad ti
 out=$(bash "$SRC/bench/ab_throughput.sh" 1 "2:16" a="$BUILD" 2>&1) && fail "a malformed case ran"
 grep -q "case '2:16' is not GPUS:MICRO_BATCH:MODEL" <<<"$out" || fail "malformed case: $out"
 out=$(bash "$SRC/bench/ab_throughput.sh" 1 "0:2:tiny" a="$BUILD,NOEQUALS" 2>&1) && fail "a malformed variant ran"
-grep -q "variant 'a': 'NOEQUALS' is not VAR=VALUE" <<<"$out" || fail "malformed variant: $out"
+grep -q "variant 'a': 'NOEQUALS' is not VAR=VALUE or --section.key=value" <<<"$out" || fail "malformed variant: $out"
+out=$(bash "$SRC/bench/ab_throughput.sh" 1 "0:2:tiny" a="$BUILD,--steps" 2>&1) && fail "a malformed variant flag ran"
+grep -q "variant 'a': '--steps' is not VAR=VALUE or --section.key=value" <<<"$out" || fail "malformed flag: $out"
 echo PASS
