@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/kernels/grad_write.h"
@@ -118,12 +119,19 @@ inline unsigned grid_for(int64_t n, int block) {
 }
 
 // The most dynamic shared memory the current device lets one block opt in to (227 KB on H100/H200, 99 KB on an
-// RTX 4090). A driver attribute query, cheap enough to ask at each launch.
+// RTX 4090). Asked of the driver once for every device: launch paths call this at each launch.
 inline size_t smem_per_block_optin() {
-  int device = 0, limit = 0;
+  static const std::vector<int> limits = [] {
+    int devices = 0;
+    ST_CUDA_CHECK(cudaGetDeviceCount(&devices));
+    std::vector<int> v(static_cast<size_t>(devices));
+    for (int d = 0; d < devices; ++d)
+      ST_CUDA_CHECK(cudaDeviceGetAttribute(&v[static_cast<size_t>(d)], cudaDevAttrMaxSharedMemoryPerBlockOptin, d));
+    return v;
+  }();
+  int device = 0;
   ST_CUDA_CHECK(cudaGetDevice(&device));
-  ST_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return static_cast<size_t>(limit);
+  return static_cast<size_t>(limits.at(static_cast<size_t>(device)));
 }
 
 // Shared-memory address of a generic pointer into shared memory, for PTX.

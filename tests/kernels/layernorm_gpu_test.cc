@@ -118,18 +118,15 @@ TYPED_TEST(LayerNormGpuTest, BackwardAccumulatesLikeCpu) {
     SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
     const Problem<T> p(s);
     // Non-zero starting gradients on both sides: the kernels accumulate.
-    std::vector<float> dinp = test::random_input<T>(s.N * s.C, 5);
-    std::vector<float> dweight = test::random_input<T>(s.C, 6);
-    std::vector<float> dbias = test::random_input<T>(s.C, 7);
-    DeviceBuffer<T> d_dinp = to_device<T>(dinp), d_dweight = to_device<T>(dweight), d_dbias = to_device<T>(dbias);
-    layernorm_backward(dinp.data(), dweight.data(), dbias.data(), p.dout.data(), p.inp.data(), p.weight.data(),
-                       p.mean.data(), p.rstd.data(), s.N, s.C);
-
+    const StartGrads<T> start(s);
     test::GpuEnv env(gpu::layernorm_backward_scratch_bytes(s.N, s.C));
-    DeviceBackward<T>(p, s).run(d_dinp, d_dweight, d_dbias, env.ctx);
-    EXPECT_TRUE(close(to_host(d_dinp), dinp, kTol<T>)) << "dinp";
-    EXPECT_TRUE(close(to_host(d_dweight), dweight, kTol<T>)) << "dweight";
-    EXPECT_TRUE(close(to_host(d_dbias), dbias, kTol<T>)) << "dbias";
+    const std::vector<std::vector<float>> got = DeviceBackward<T>(p, s).outputs(start, env.ctx);
+    StartGrads<T> want = start;
+    layernorm_backward(want.dinp.data(), want.dweight.data(), want.dbias.data(), p.dout.data(), p.inp.data(),
+                       p.weight.data(), p.mean.data(), p.rstd.data(), s.N, s.C);
+    EXPECT_TRUE(close(got[0], want.dinp, kTol<T>)) << "dinp";
+    EXPECT_TRUE(close(got[1], want.dweight, kTol<T>)) << "dweight";
+    EXPECT_TRUE(close(got[2], want.dbias, kTol<T>)) << "dbias";
   }
 }
 
