@@ -230,6 +230,19 @@ void NcclCommunicator::reduce_scatter(const T* send, int64_t count, T* recv, cud
 }
 
 template <typename T>
+void NcclCommunicator::all_to_all(const T* send, int64_t count, T* recv, cudaStream_t stream) {
+  check_usable();
+  ST_CHECK(count >= 0, "all_to_all count ", count);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  ST_NCCL_CHECK_COMM(ncclAlltoAll(send, recv, static_cast<size_t>(count), nccl_type<T>(), comm_, stream), comm_);
+  watch("all_to_all", count, stream);
+#else
+  (void)send, (void)recv, (void)stream;
+  ST_FAULT("all_to_all needs NCCL 2.28 or newer; this build's nccl.h is ", NCCL_VERSION_CODE);
+#endif
+}
+
+template <typename T>
 void NcclCommunicator::all_reduce(T* buf, int64_t count, cudaStream_t stream) {
   check_usable();
   ST_CHECK(count >= 0, "all_reduce count ", count);
@@ -238,10 +251,11 @@ void NcclCommunicator::all_reduce(T* buf, int64_t count, cudaStream_t stream) {
   watch("all_reduce", count, stream);
 }
 
-#define ST_NCCL_INSTANTIATE(T)                                                                  \
-  template void NcclCommunicator::all_gather<T>(const T*, int64_t, T*, cudaStream_t);         \
-  template void NcclCommunicator::reduce_scatter<T>(const T*, int64_t, T*, cudaStream_t);     \
-  template void NcclCommunicator::all_reduce<T>(T*, int64_t, cudaStream_t);
+#define ST_NCCL_INSTANTIATE(T)                                                            \
+  template void NcclCommunicator::all_gather<T>(const T*, int64_t, T*, cudaStream_t);     \
+  template void NcclCommunicator::reduce_scatter<T>(const T*, int64_t, T*, cudaStream_t); \
+  template void NcclCommunicator::all_reduce<T>(T*, int64_t, cudaStream_t);               \
+  template void NcclCommunicator::all_to_all<T>(const T*, int64_t, T*, cudaStream_t);
 ST_NCCL_INSTANTIATE(float)
 ST_NCCL_INSTANTIATE(double)
 ST_NCCL_INSTANTIATE(bf16)

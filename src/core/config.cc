@@ -48,11 +48,11 @@ constexpr EnumName<Bootstrap> kBootstraps[] = {
     {"auto", Bootstrap::kAuto}, {"mpi", Bootstrap::kMpi}, {"env", Bootstrap::kEnv}};
 
 const auto& enum_names(const DataFormat*) { return kDataFormats; }
-constexpr EnumName<GatherEngine> kGatherEngines[] = {
-    {"auto", GatherEngine::kAuto}, {"copy", GatherEngine::kCopy}, {"sm", GatherEngine::kSm}};
+constexpr EnumName<CommEngine> kCommEngines[] = {
+    {"auto", CommEngine::kAuto}, {"copy", CommEngine::kCopy}, {"sm", CommEngine::kSm}};
 
 const auto& enum_names(const Bootstrap*) { return kBootstraps; }
-const auto& enum_names(const GatherEngine*) { return kGatherEngines; }
+const auto& enum_names(const CommEngine*) { return kCommEngines; }
 const auto& enum_names(const Speculation*) { return kSpeculations; }
 const auto& enum_names(const ShardingMode*) { return kShardingModes; }
 const auto& enum_names(const OffloadMode*) { return kOffloadModes; }
@@ -64,7 +64,7 @@ template <typename E>
 constexpr bool kIsConfigEnum =
     std::is_same_v<E, DataFormat> || std::is_same_v<E, Device> || std::is_same_v<E, DType> ||
     std::is_same_v<E, AttentionImpl> || std::is_same_v<E, OffloadMode> || std::is_same_v<E, ShardingMode> ||
-    std::is_same_v<E, Bootstrap> || std::is_same_v<E, Speculation> || std::is_same_v<E, GatherEngine>;
+    std::is_same_v<E, Bootstrap> || std::is_same_v<E, Speculation> || std::is_same_v<E, CommEngine>;
 
 template <typename E>
 std::string enum_name_list() {
@@ -103,7 +103,7 @@ const char* to_string(AttentionImpl a) { return enum_to_string(a); }
 const char* to_string(OffloadMode m) { return enum_to_string(m); }
 const char* to_string(ShardingMode m) { return enum_to_string(m); }
 const char* to_string(Bootstrap b) { return enum_to_string(b); }
-const char* to_string(GatherEngine g) { return enum_to_string(g); }
+const char* to_string(CommEngine g) { return enum_to_string(g); }
 const char* to_string(Speculation s) { return enum_to_string(s); }
 
 // Boost.ProgramOptions finds these overloads by argument-dependent lookup when it parses an enum.
@@ -128,8 +128,8 @@ void validate(boost::any& out, const std::vector<std::string>& values, ShardingM
 void validate(boost::any& out, const std::vector<std::string>& values, Bootstrap*, int) {
   validate_enum<Bootstrap>(out, values);
 }
-void validate(boost::any& out, const std::vector<std::string>& values, GatherEngine*, int) {
-  validate_enum<GatherEngine>(out, values);
+void validate(boost::any& out, const std::vector<std::string>& values, CommEngine*, int) {
+  validate_enum<CommEngine>(out, values);
 }
 void validate(boost::any& out, const std::vector<std::string>& values, Speculation*, int) {
   validate_enum<Speculation>(out, values);
@@ -383,6 +383,12 @@ const std::vector<Key>& keys() {
           "cuda: what moves the parameter all-gathers: copy (NCCL's copy engines, with no SM taken from the compute "
           "they overlap: the sharding group must be one node's GPUs on NVLink with peer-to-peer, and NCCL 2.28 or "
           "newer), sm (NCCL's kernels), or auto (copy where that holds, else sm; the log says which). The cpu "
+          "backend takes auto only"),
+      key("dist", "reduce_engine", &Config::dist, &DistConfig::reduce_engine,
+          "cuda: what moves the gradient reduce-scatters: copy (each rank's slices go to their owners by NCCL's "
+          "copy-engine all-to-all, and the owner adds them in rank order, in fp32, as it takes its shard: no NCCL "
+          "kernel beside the backward; same conditions as dist.gather_engine = copy, and one more unit of gradient "
+          "memory), sm (NCCL's reduce-scatter kernels), or auto (sm: copy is not yet measured to pay). The cpu "
           "backend takes auto only"),
       key("dist", "bucket_mb", &Config::dist, &DistConfig::bucket_mb,
           "hybrid sharding: the gradient shards of consecutive units are all-reduced across nodes together, once per "
@@ -716,10 +722,13 @@ std::vector<std::string> check(const Config& c) {
   if (c.train.device == Device::kCpu && !c.train.deterministic)
     add("train.deterministic (false) applies to train.device=cuda; the cpu backend is deterministic and takes true "
         "only");
-  if (c.train.device == Device::kCpu && c.dist.gather_engine != GatherEngine::kAuto)
+  if (c.train.device == Device::kCpu && c.dist.gather_engine != CommEngine::kAuto)
     add("dist.gather_engine (", to_string(c.dist.gather_engine),
         ") applies to train.device=cuda (NCCL); the cpu "
         "backend takes auto only");
+  if (c.train.device == Device::kCpu && c.dist.reduce_engine != CommEngine::kAuto)
+    add("dist.reduce_engine (", to_string(c.dist.reduce_engine),
+        ") applies to train.device=cuda (NCCL); the cpu backend takes auto only");
   if (c.train.device == Device::kCpu && c.dist.reduce_scatter_ctas != -1)
     add("dist.reduce_scatter_ctas (", c.dist.reduce_scatter_ctas,
         ") applies to train.device=cuda (NCCL); the cpu "

@@ -88,6 +88,26 @@ __global__ void accumulate_kernel(float* acc, const T* in, int64_t n) {
   });
 }
 
+template <int kVec, bool kOverwrite, typename T>
+__global__ void accumulate_parts_kernel(float* acc, const T* parts, int nparts, int64_t stride, int64_t n) {
+  for_each_pack<kVec>(n, thread_index(), thread_count(), [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float s[W], v[W];
+    load<W>(parts + i, s);
+    for (int q = 1; q < nparts; ++q) {
+      load<W>(parts + q * stride + i, v);
+      for (int k = 0; k < W; ++k) s[k] += v[k];
+    }
+    if constexpr (!std::is_same_v<T, float>)
+      for (int k = 0; k < W; ++k) s[k] = to_f32(from_f32<T>(s[k]));  // what a reduce-scatter in T delivers
+    if constexpr (!kOverwrite) {
+      load<W>(acc + i, v);
+      for (int k = 0; k < W; ++k) s[k] = v[k] + s[k];
+    }
+    store<W>(acc + i, s);
+  });
+}
+
 unsigned grid_packs(int64_t n, int vec) { return grid_for((n + vec - 1) / vec, kBlock); }
 
 }  // namespace
@@ -128,6 +148,21 @@ void accumulate(float* acc, const T* in, int64_t n, const GpuContext& ctx, GradW
   });
 }
 
+template <typename T>
+void accumulate_parts(float* acc, const T* parts, int nparts, int64_t stride, int64_t n, const GpuContext& ctx,
+                      GradWrite write) {
+  ST_CHECK(nparts >= 1 && n >= 0 && stride >= n, "accumulate_parts: ", nparts, " parts of ", n, " at stride ", stride);
+  if (n == 0) return;
+  // Every part starts 4 * sizeof(T) bytes aligned when the first does and the stride keeps it.
+  launch_packed<float>(all_aligned(16, acc) && all_aligned(4 * sizeof(T), parts) && stride % 4 == 0, [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    if (write == GradWrite::kOverwrite)
+      accumulate_parts_kernel<W, true><<<grid_packs(n, W), kBlock, 0, ctx.stream>>>(acc, parts, nparts, stride, n);
+    else
+      accumulate_parts_kernel<W, false><<<grid_packs(n, W), kBlock, 0, ctx.stream>>>(acc, parts, nparts, stride, n);
+  });
+}
+
 template void sum_of_squares<float>(const float*, int64_t, double*, const GpuContext&);
 template void sum_of_squares<bf16>(const bf16*, int64_t, double*, const GpuContext&);
 template void sum_of_squares<fp16>(const fp16*, int64_t, double*, const GpuContext&);
@@ -137,5 +172,8 @@ template void convert<fp16>(fp16*, const float*, int64_t, const GpuContext&);
 template void accumulate<float>(float*, const float*, int64_t, const GpuContext&, GradWrite);
 template void accumulate<bf16>(float*, const bf16*, int64_t, const GpuContext&, GradWrite);
 template void accumulate<fp16>(float*, const fp16*, int64_t, const GpuContext&, GradWrite);
+template void accumulate_parts<float>(float*, const float*, int, int64_t, int64_t, const GpuContext&, GradWrite);
+template void accumulate_parts<bf16>(float*, const bf16*, int, int64_t, int64_t, const GpuContext&, GradWrite);
+template void accumulate_parts<fp16>(float*, const fp16*, int, int64_t, int64_t, const GpuContext&, GradWrite);
 
 }  // namespace st::gpu

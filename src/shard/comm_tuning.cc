@@ -47,6 +47,10 @@ int default_reduce_scatter_ctas(LinkKind k) { return k == LinkKind::kNvlink ? 4 
 //   pcie, network: NCCL has no copy-engine path there.
 bool default_copy_engine_gathers(LinkKind k) { return k == LinkKind::kNvlink; }
 
+// The reduce-scatters' exchange on the copy engines (NCCL's zero-CTA all-to-all, the owner adding the slices):
+// not measured yet, so no link defaults to it.
+bool default_copy_engine_reduce_scatters(LinkKind) { return false; }
+
 // The all-reduce across nodes, hybrid on the same stand-in, tok/s by dist.bucket_mb in three rounds:
 //   0 (one unit a call)  634k 553k 676k     8 MiB  592k 512k 634k     32 MiB  627k 563k 634k     256 MiB  552k
 // The sockets move +-10% from round to round; per unit has the best median. (At 124M a block's shard is 14 MB, so 0
@@ -97,7 +101,28 @@ CommTuning default_comm_tuning(LinkKind shard_link) {
   t.bucket_bytes = kDefaultBucketBytes;
   t.reduce_scatter_ctas = default_reduce_scatter_ctas(shard_link);
   t.copy_engine_gathers = default_copy_engine_gathers(shard_link);
+  t.copy_engine_reduce_scatters = default_copy_engine_reduce_scatters(shard_link);
   return t;
+}
+
+// dist.<key> (gather_engine or reduce_engine) resolved: copy is refused off NVLink peer-to-peer or without NCCL's
+// copy-engine collectives; auto takes `by_default` where NCCL has them. Appends ", <what> on ..." to `why`.
+bool resolve_engine(CommEngine engine, const char* key, const char* what, bool by_default, LinkKind shard_link,
+                    bool copy_engines, std::string* why) {
+  if (engine == CommEngine::kCopy) {
+    if (shard_link != LinkKind::kNvlink)
+      ST_BAD_INPUT("dist.", key, " = copy needs the sharding group on one node's GPUs over NVLink with peer-to-peer, ",
+                   "but its link is ", to_string(shard_link), "; set dist.", key, " = sm or auto");
+    if (!copy_engines)
+      ST_BAD_INPUT("dist.", key, " = copy needs NCCL 2.28 or newer (its copy-engine collectives), which this build ",
+                   "does not link; set dist.", key, " = sm or auto");
+  }
+  const bool copy = engine == CommEngine::kAuto ? by_default && copy_engines : engine == CommEngine::kCopy;
+  *why += str_cat(", ", what, " on ", copy ? "the copy engines" : "NCCL's kernels",
+                  engine != CommEngine::kAuto   ? str_cat(" (dist.", key, ")")
+                  : by_default && !copy_engines ? str_cat(" (default for ", to_string(shard_link), " needs NCCL 2.28)")
+                                                : str_cat(" (default for ", to_string(shard_link), ")"));
+  return copy;
 }
 
 CommTuning resolve_comm_tuning(const DistConfig& dist, LinkKind shard_link, bool hybrid, bool copy_engines) {
@@ -112,28 +137,22 @@ CommTuning resolve_comm_tuning(const DistConfig& dist, LinkKind shard_link, bool
   if (hybrid)
     t.why += str_cat(", all-reduce across nodes in buckets of ", t.bucket_bytes == 0 ? "one unit" : mb(t.bucket_bytes),
                      bucket_set ? " (dist.bucket_mb)" : " (default for network)");
-  if (dist.gather_engine == GatherEngine::kCopy) {
-    if (shard_link != LinkKind::kNvlink)
+  t.copy_engine_gathers = resolve_engine(dist.gather_engine, "gather_engine", "gathers", t.copy_engine_gathers,
+                                         shard_link, copy_engines, &t.why);
+  t.copy_engine_reduce_scatters = resolve_engine(dist.reduce_engine, "reduce_engine", "reduce-scatters",
+                                                 t.copy_engine_reduce_scatters, shard_link, copy_engines, &t.why);
+  if (t.copy_engine_reduce_scatters) {
+    if (ctas_set)
       ST_BAD_INPUT(
-          "dist.gather_engine = copy needs the sharding group on one node's GPUs over NVLink with "
-          "peer-to-peer, but its link is ",
-          to_string(shard_link), "; set dist.gather_engine = sm or auto");
-    if (!copy_engines)
-      ST_BAD_INPUT(
-          "dist.gather_engine = copy needs NCCL 2.28 or newer (its copy-engine all-gather), which this "
-          "build does not link; set dist.gather_engine = sm or auto");
+          "dist.reduce_scatter_ctas (", dist.reduce_scatter_ctas,
+          ") caps NCCL's reduce-scatter kernels, which dist.reduce_engine = copy does not run; leave it at -1");
+    t.reduce_scatter_ctas = 0;
+  } else {
+    t.why += str_cat(", block reduce-scatters on ",
+                     t.reduce_scatter_ctas == 0 ? std::string("NCCL's choice of CTAs")
+                                                : str_cat("at most ", t.reduce_scatter_ctas, " CTAs"),
+                     ctas_set ? " (dist.reduce_scatter_ctas)" : str_cat(" (default for ", to_string(shard_link), ")"));
   }
-  t.copy_engine_gathers = dist.gather_engine == GatherEngine::kAuto ? t.copy_engine_gathers && copy_engines
-                                                                    : dist.gather_engine == GatherEngine::kCopy;
-  t.why += str_cat(", gathers on ", t.copy_engine_gathers ? "the copy engines" : "NCCL's kernels",
-                   dist.gather_engine != GatherEngine::kAuto ? " (dist.gather_engine)"
-                   : shard_link == LinkKind::kNvlink && !copy_engines
-                       ? " (default for nvlink needs NCCL 2.28)"
-                       : str_cat(" (default for ", to_string(shard_link), ")"));
-  t.why += str_cat(", block reduce-scatters on ",
-                   t.reduce_scatter_ctas == 0 ? std::string("NCCL's choice of CTAs")
-                                              : str_cat("at most ", t.reduce_scatter_ctas, " CTAs"),
-                   ctas_set ? " (dist.reduce_scatter_ctas)" : str_cat(" (default for ", to_string(shard_link), ")"));
   t.why += str_cat("; sharding group link: ", to_string(shard_link));
   return t;
 }

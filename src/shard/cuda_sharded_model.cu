@@ -107,6 +107,7 @@ class WindowArena {
 struct CommPlan {
   int prefetch_depth = 1;
   int64_t replica_bucket_elements = 0;  // hybrid only
+  bool exchange_reduce = false;         // copy-engine reduce-scatters: their all-to-all lands a whole unit
 };
 // Pool sizes: the unit computing plus `prefetch_depth` gathered ahead under ZeRO-3 (without resharding after forward
 // every block and the head keep their own until backward); gradients: the unit computing plus as many
@@ -217,10 +218,10 @@ CudaMemoryPlan plan_for(const Config& cfg, int world, const CommPlan& comm, int6
   const int64_t t = sizeof(T);
   CudaMemoryPlan p;
   p.sharded_state = sharded_state_bytes<T>(cfg, units, world);
-  p.gather_buffers = (s.emb_full + param_pool_size(cfg, comm) * s.unit_full) * t  // parameters
-                     + (s.emb_full + grad_pool_size(comm) * s.unit_full) * t      // full gradients
-                     + s.max_slot * t                                             // reduce-scatter output
-                     + comm.replica_bucket_elements * t;                          // hybrid: one bucket
+  p.gather_buffers = (s.emb_full + param_pool_size(cfg, comm) * s.unit_full) * t                    // parameters
+                     + (s.emb_full + grad_pool_size(comm) * s.unit_full) * t                        // full gradients
+                     + (comm.exchange_reduce ? std::max(s.emb_full, s.unit_full) : s.max_slot) * t  // its output
+                     + comm.replica_bucket_elements * t;  // hybrid: one bucket
   const CudaGptFootprint f =
       cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_scratch_bytes);
   p.activations = f.activation_bytes;
@@ -388,7 +389,9 @@ class CudaShardedModel final : public ModelBackend {
   void finish_grad(int unit);
   // The stream on which gradient shards become final: the replica stream in hybrid, else the communication stream.
   cudaStream_t final_grad_stream() { return buckets_ ? replica_stream_.get() : comm_stream_.get(); }
-  CommPlan comm_plan() const { return {tuning_.prefetch_depth, buckets_ ? buckets_->capacity() : 0}; }
+  CommPlan comm_plan() const {
+    return {tuning_.prefetch_depth, buckets_ ? buckets_->capacity() : 0, tuning_.copy_engine_reduce_scatters};
+  }
   void upload_compute_copy(int unit);
   // optim.offload: queues `job` on the host AdamW and, on the offload stream, the copy of its result to the
   // device behind it (params_ready marks the end).
@@ -441,10 +444,11 @@ class CudaShardedModel final : public ModelBackend {
   // The blocks' and the head's reduce-scatters, over groups_.shard() on at most tuning_.reduce_scatter_ctas CTAs, on
   // the communication stream beside nccl_; null when that is 0 (NCCL's choice) or the group is one rank.
   std::unique_ptr<NcclCommunicator> capped_rs_nccl_;
-  // tuning_.copy_engine_gathers: the all-gathers, over groups_.shard() with NCCL's zero-CTA policy. It owns the
-  // symmetric windows that every gather's source and destination are carved from (declared before those buffers, so
-  // it outlives them). Null otherwise, or for a group of one rank.
-  std::unique_ptr<NcclCommunicator> gather_nccl_;
+  // Over groups_.shard() with NCCL's zero-CTA policy, for tuning_.copy_engine_gathers (the all-gathers) and
+  // tuning_.copy_engine_reduce_scatters (the reduce-scatters' all-to-all). It owns the symmetric windows their
+  // buffers are carved from (declared before those buffers, so it outlives them). Null when neither is on, or for a
+  // group of one rank.
+  std::unique_ptr<NcclCommunicator> ce_nccl_;
   std::unique_ptr<ReplicaBuckets> buckets_;  // hybrid: the all-reduce across nodes, once per step
   std::string device_name_;
   int gemm_candidates_ = 0;    // train.gemm_autotune resolved
@@ -549,20 +553,24 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   const int world = groups_.shard().world_size(), rank = groups_.shard().rank();
   // The splits are collective over the group: every rank takes its rank 0's settings (the links it classified agree
   // on one machine, but a rank must never be the only one to split).
-  int32_t split[2] = {tuning_.reduce_scatter_ctas, tuning_.copy_engine_gathers ? 1 : 0};
+  int32_t split[3] = {tuning_.reduce_scatter_ctas, tuning_.copy_engine_gathers ? 1 : 0,
+                      tuning_.copy_engine_reduce_scatters ? 1 : 0};
   groups_.shard().broadcast(split, sizeof(split), 0);
   tuning_.reduce_scatter_ctas = split[0];
   tuning_.copy_engine_gathers = split[1] != 0;
+  tuning_.copy_engine_reduce_scatters = split[2] != 0;
   if (tuning_.reduce_scatter_ctas > 0 && world > 1) {
     NcclSplitOptions o;
     o.max_ctas = tuning_.reduce_scatter_ctas;
     capped_rs_nccl_ = std::make_unique<NcclCommunicator>(nccl_, groups_.shard(), /*color=*/0, rank, o);
   }
-  if (tuning_.copy_engine_gathers && world > 1) {
+  if ((tuning_.copy_engine_gathers || tuning_.copy_engine_reduce_scatters) && world > 1) {
     NcclSplitOptions o;
     o.zero_cta = true;
-    gather_nccl_ = std::make_unique<NcclCommunicator>(nccl_, groups_.shard(), /*color=*/0, rank, o);
+    ce_nccl_ = std::make_unique<NcclCommunicator>(nccl_, groups_.shard(), /*color=*/0, rank, o);
   }
+  NcclCommunicator* const gather_windows = tuning_.copy_engine_gathers ? ce_nccl_.get() : nullptr;
+  NcclCommunicator* const grad_windows = tuning_.copy_engine_reduce_scatters ? ce_nccl_.get() : nullptr;
   // Rank 0 times each GEMM's candidates and every rank takes its pick: one set of algorithms for the run.
   gemm_candidates_ = static_cast<int>(cfg.train.gemm_autotune);
   blas_.set_tuning(gemm_candidates_, comm.rank() == 0, [this](int pick) {
@@ -572,14 +580,14 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   });
   const UnitSizes s = unit_sizes(units_, world);
   // The gathers' sources (each unit's shard in T, read on the device) and destinations, in two symmetric windows of
-  // gather_nccl_ for copy-engine gathers (each buffer its own allocation otherwise).
+  // ce_nccl_ for copy-engine gathers (each buffer its own allocation otherwise).
   int64_t source_bytes = 0;
   for (const UnitLayout& u : units_)
     if (!params_on_host(u.index)) source_bytes += WindowArena::bytes_for(padded_shard_size(u.numel, world), sizeof(T));
-  WindowArena sources(gather_nccl_.get(), source_bytes);
+  WindowArena sources(gather_windows, source_bytes);
   const int64_t pool_size = param_pool_size(cfg, comm_plan());
-  WindowArena gathered(gather_nccl_.get(), WindowArena::bytes_for(s.emb_full, sizeof(T)) +
-                                               pool_size * WindowArena::bytes_for(s.unit_full, sizeof(T)));
+  WindowArena gathered(gather_windows, WindowArena::bytes_for(s.emb_full, sizeof(T)) +
+                                           pool_size * WindowArena::bytes_for(s.unit_full, sizeof(T)));
   std::vector<float> init;
   for (const UnitLayout& u : units_) {
     UnitShard h;
@@ -614,7 +622,12 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     host_.push_back(std::move(h));
   }
   emb_param_.data = gathered.take<T>(s.emb_full);
-  emb_grad_.data = DeviceBuffer<T>(s.emb_full);
+  // The full gradients and, for copy-engine reduce-scatters, their all-to-all's output: in a third window then.
+  const int64_t exchanged = std::max(s.emb_full, s.unit_full);
+  WindowArena grads(grad_windows, WindowArena::bytes_for(s.emb_full, sizeof(T)) +
+                                      grad_pool_size(comm_plan()) * WindowArena::bytes_for(s.unit_full, sizeof(T)) +
+                                      WindowArena::bytes_for(exchanged, sizeof(T)));
+  emb_grad_.data = grads.take<T>(s.emb_full);
   param_pool_.resize(static_cast<size_t>(pool_size));
   for (Buffer& b : param_pool_) b.data = gathered.take<T>(s.unit_full);
   grad_pool_.resize(static_cast<size_t>(grad_pool_size(comm_plan())));
@@ -624,14 +637,14 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     replica_ctx_ = {replica_stream_.get(), nullptr, replica_scratch_.data(), replica_scratch_.bytes()};
   }
   for (Buffer& b : grad_pool_) {
-    b.data = DeviceBuffer<T>(s.unit_full);
+    b.data = grads.take<T>(s.unit_full);
     // Zeroed once: no block writes past its elements, so what its reduce-scatter sends from there stays 0.
     ST_CUDA_CHECK(cudaMemset(b.data.data(), 0, b.data.bytes()));
   }
   params_of_.assign(units_.size(), nullptr);
   updated_.resize(units_.size());
   grads_of_.assign(units_.size(), nullptr);
-  rs_out_ = DeviceBuffer<T>(s.max_slot);
+  rs_out_ = tuning_.copy_engine_reduce_scatters && ce_nccl_ ? grads.take<T>(exchanged) : DeviceBuffer<T>(s.max_slot);
   sq_ = DeviceBuffer<double>(1);
   unit_sq_ = DeviceBuffer<double>(static_cast<int64_t>(units_.size()));
   counters_.gathers.assign(units_.size(), 0);
@@ -807,8 +820,8 @@ void CudaShardedModel<T>::issue_gather(int unit) {
       o.params_ready.wait_on(ns);  // the host AdamW's result has been copied up
     }
   }
-  // A staged source lies outside gather_nccl_'s windows: those gathers stay on NCCL's kernels.
-  NcclCommunicator& gc = gather_nccl_ && staged == nullptr ? *gather_nccl_ : nccl_;
+  // A staged source lies outside ce_nccl_'s windows: those gathers stay on NCCL's kernels.
+  NcclCommunicator& gc = tuning_.copy_engine_gathers && ce_nccl_ && staged == nullptr ? *ce_nccl_ : nccl_;
   gc.all_gather<T>(source, slot, b->data.data(), ns);
   if (staged != nullptr) staged->free.record(ns);
   b->ready.record(ns);
@@ -880,13 +893,22 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
   cudaStream_t ns = comm_stream_.get();
   b->ready.record(compute_stream_.get());
   b->ready.wait_on(ns);
-  // The embedding's is the backward's last, and the next step's first gather waits for its update: NCCL's choice.
-  NcclCommunicator& rs = capped_rs_nccl_ && unit != 0 ? *capped_rs_nccl_ : nccl_;
-  rs.reduce_scatter<T>(b->data.data(), h.slot, rs_out_.data(), ns);
-  // The step's first write of the shard replaces the last step's gradient, which that step's AdamW read.
-  if (fresh_grads_) updated_[static_cast<size_t>(unit)].wait_on(ns);
-  gpu::accumulate<T>(shards_[static_cast<size_t>(unit)].grad.data(), rs_out_.data(), h.span.count, comm_ctx_,
-                     fresh_grads_ ? GradWrite::kOverwrite : GradWrite::kAccumulate);
+  const GradWrite write = fresh_grads_ ? GradWrite::kOverwrite : GradWrite::kAccumulate;
+  float* const shard_grad = shards_[static_cast<size_t>(unit)].grad.data();
+  if (tuning_.copy_engine_reduce_scatters && ce_nccl_) {
+    // Each rank's slice q goes to rank q on the copy engines; this rank adds the slices it received in rank order
+    // as it takes them into its shard (the addition NCCL's reduce-scatter kernel would have made on the SMs).
+    ce_nccl_->all_to_all<T>(b->data.data(), h.slot, rs_out_.data(), ns);
+    if (fresh_grads_) updated_[static_cast<size_t>(unit)].wait_on(ns);
+    gpu::accumulate_parts<T>(shard_grad, rs_out_.data(), nccl_.world_size(), h.slot, h.span.count, comm_ctx_, write);
+  } else {
+    // The embedding's is the backward's last, and the next step's first gather waits for its update: NCCL's choice.
+    NcclCommunicator& rs = capped_rs_nccl_ && unit != 0 ? *capped_rs_nccl_ : nccl_;
+    rs.reduce_scatter<T>(b->data.data(), h.slot, rs_out_.data(), ns);
+    // The step's first write of the shard replaces the last step's gradient, which that step's AdamW read.
+    if (fresh_grads_) updated_[static_cast<size_t>(unit)].wait_on(ns);
+    gpu::accumulate<T>(shard_grad, rs_out_.data(), h.span.count, comm_ctx_, write);
+  }
   if (last_micro_) finish_grad(unit);  // overlaps the rest of the backward
   b->free.record(ns);
   b->unit = -1;

@@ -1,4 +1,4 @@
-// gpu::sum_of_squares, sum, convert and accumulate against double / host references.
+// gpu::sum_of_squares, sum, convert, accumulate and accumulate_parts against double / host references.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +8,7 @@
 
 #include "gpu_kernel_test.h"
 #include "shardtrain/kernels/gpu/reduce.h"
+#include "shardtrain/kernels/reduce.h"
 
 namespace st {
 namespace {
@@ -176,6 +177,48 @@ TYPED_TEST(ReduceGpuTest, AccumulateOverwriteWrites) {
     got.pop_back();
     EXPECT_TRUE(test::all_close(std::vector<float>(got.begin() + s.offset, got.end()), in, 0.0, 0.0));
   }
+}
+
+// The owner's sum of the slices an all-to-all brought it, against st::accumulate_parts with the sum rounded to T:
+// one, two and three parts, strides that keep the packed path and one that does not (odd), both write modes. Bit
+// for bit: the same fp32 additions in the same order, one rounding.
+TYPED_TEST(ReduceGpuTest, AccumulatePartsMatchesHost) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    for (int nparts : {1, 2, 3}) {
+      for (int64_t stride : {s.n, (s.n + 7) / 4 * 4, s.n + 5}) {
+        for (GradWrite write : {GradWrite::kAccumulate, GradWrite::kOverwrite}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "n=" << s.n << " offset=" << s.offset << " parts=" << nparts << " stride=" << stride
+                       << " overwrite=" << (write == GradWrite::kOverwrite));
+          std::vector<float> acc = test::random_input<float>(s.n, 1);
+          const std::vector<float> parts = test::random_input<T>(nparts * stride, 2);
+          test::GpuEnv env;
+          DeviceBuffer<float> d_acc = test::upload<float>(acc, s.offset);
+          DeviceBuffer<T> d_parts = test::upload<T>(parts, s.offset);
+          gpu::accumulate_parts<T>(d_acc.data() + s.offset, d_parts.data() + s.offset, nparts, stride, s.n, env.ctx,
+                                   write);
+          // The host reference's sum, rounded to T as the reduce-scatter it replaces would, then added.
+          std::vector<float> sum(s.n);
+          accumulate_parts(sum.data(), parts.data(), nparts, stride, s.n, GradWrite::kOverwrite);
+          sum = test::round_through<T>(sum);
+          for (int64_t i = 0; i < s.n; ++i) acc[i] = write == GradWrite::kOverwrite ? sum[i] : acc[i] + sum[i];
+          EXPECT_TRUE(test::all_close(test::download(d_acc, s.offset), acc, 0.0, 0.0));
+        }
+      }
+    }
+  }
+}
+
+TYPED_TEST(ReduceGpuTest, AccumulatePartsRejectsOverlappingParts) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  test::GpuEnv env;
+  DeviceBuffer<float> acc(8);
+  DeviceBuffer<T> parts(16);
+  EXPECT_THROW(gpu::accumulate_parts<T>(acc.data(), parts.data(), 2, 4, 8, env.ctx), Error);
+  EXPECT_THROW(gpu::accumulate_parts<T>(acc.data(), parts.data(), 0, 8, 8, env.ctx), Error);
 }
 
 }  // namespace

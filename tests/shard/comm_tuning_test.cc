@@ -30,7 +30,7 @@ TEST(CommTuning, DefaultsPerLinkKind) {
   EXPECT_FALSE(default_comm_tuning(LinkKind::kNetwork).copy_engine_gathers);
 }
 
-TEST(CommTuning, GatherEngine) {
+TEST(CommTuning, CommEngine) {
   DistConfig d;  // auto: the copy engines on NVLink when NCCL has them
   EXPECT_TRUE(resolve_comm_tuning(d, LinkKind::kNvlink, false, /*copy_engines=*/true).copy_engine_gathers);
   CommTuning t = resolve_comm_tuning(d, LinkKind::kNvlink, false, /*copy_engines=*/false);
@@ -39,11 +39,11 @@ TEST(CommTuning, GatherEngine) {
   t = resolve_comm_tuning(d, LinkKind::kPcie, false, true);
   EXPECT_FALSE(t.copy_engine_gathers);
   EXPECT_NE(t.why.find("gathers on NCCL's kernels (default for pcie)"), std::string::npos) << t.why;
-  d.gather_engine = GatherEngine::kSm;
+  d.gather_engine = CommEngine::kSm;
   t = resolve_comm_tuning(d, LinkKind::kNvlink, false, true);
   EXPECT_FALSE(t.copy_engine_gathers);
   EXPECT_NE(t.why.find("gathers on NCCL's kernels (dist.gather_engine)"), std::string::npos) << t.why;
-  d.gather_engine = GatherEngine::kCopy;
+  d.gather_engine = CommEngine::kCopy;
   t = resolve_comm_tuning(d, LinkKind::kNvlink, false, true);
   EXPECT_TRUE(t.copy_engine_gathers);
   EXPECT_NE(t.why.find("gathers on the copy engines (dist.gather_engine)"), std::string::npos) << t.why;
@@ -67,14 +67,67 @@ TEST(CommTuning, GatherEngine) {
   }
 }
 
+// dist.reduce_engine: auto stays on NCCL's kernels everywhere (copy is not measured yet); copy where NCCL can
+// (NVLink peer-to-peer, 2.28+) leaves no CTA count to cap; refused elsewhere, or beside an explicit CTA cap.
+TEST(CommTuning, ReduceEngine) {
+  DistConfig d;
+  for (LinkKind k : {LinkKind::kNvlink, LinkKind::kPcie, LinkKind::kNetwork}) {
+    const CommTuning t = resolve_comm_tuning(d, k, false, /*copy_engines=*/true);
+    EXPECT_FALSE(t.copy_engine_reduce_scatters) << to_string(k);
+    EXPECT_NE(t.why.find(std::string("reduce-scatters on NCCL's kernels (default for ") + to_string(k) + ")"),
+              std::string::npos)
+        << t.why;
+  }
+  d.reduce_engine = CommEngine::kCopy;
+  CommTuning t = resolve_comm_tuning(d, LinkKind::kNvlink, false, true);
+  EXPECT_TRUE(t.copy_engine_reduce_scatters);
+  EXPECT_EQ(t.reduce_scatter_ctas, 0);
+  EXPECT_NE(t.why.find("reduce-scatters on the copy engines (dist.reduce_engine)"), std::string::npos) << t.why;
+  EXPECT_EQ(t.why.find("block reduce-scatters on"), std::string::npos) << t.why;
+  for (LinkKind k : {LinkKind::kPcie, LinkKind::kNetwork}) {
+    try {
+      resolve_comm_tuning(d, k, false, true);
+      ADD_FAILURE() << "reduce_engine = copy accepted on " << to_string(k);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+      const std::string m = e.what();
+      EXPECT_NE(m.find("dist.reduce_engine = copy needs"), std::string::npos) << m;
+      EXPECT_NE(m.find(std::string("its link is ") + to_string(k)), std::string::npos) << m;
+    }
+  }
+  try {
+    resolve_comm_tuning(d, LinkKind::kNvlink, false, /*copy_engines=*/false);
+    ADD_FAILURE() << "reduce_engine = copy accepted without NCCL 2.28";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dist.reduce_engine = copy needs NCCL 2.28 or newer"), std::string::npos)
+        << e.what();
+  }
+  d.reduce_scatter_ctas = 2;
+  try {
+    resolve_comm_tuning(d, LinkKind::kNvlink, false, true);
+    ADD_FAILURE() << "reduce_engine = copy accepted with dist.reduce_scatter_ctas = 2";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find("dist.reduce_scatter_ctas (2) caps NCCL's reduce-scatter kernels"),
+              std::string::npos)
+        << e.what();
+  }
+  d.reduce_engine = CommEngine::kSm;
+  t = resolve_comm_tuning(d, LinkKind::kNvlink, false, true);
+  EXPECT_FALSE(t.copy_engine_reduce_scatters);
+  EXPECT_EQ(t.reduce_scatter_ctas, 2);
+  EXPECT_NE(t.why.find("reduce-scatters on NCCL's kernels (dist.reduce_engine)"), std::string::npos) << t.why;
+}
+
 TEST(CommTuning, ConfigOverridesAndTheLogSaysWhere) {
   DistConfig d;
   CommTuning t = resolve_comm_tuning(d, LinkKind::kPcie, /*hybrid=*/false);
   EXPECT_EQ(t.prefetch_depth, 2);
   EXPECT_EQ(t.reduce_scatter_ctas, 0);
   EXPECT_EQ(t.why,
-            "communication: prefetch depth 2 (default for pcie), gathers on NCCL's kernels (default for pcie), block "
-            "reduce-scatters on NCCL's choice of CTAs (default for pcie); sharding group link: pcie");
+            "communication: prefetch depth 2 (default for pcie), gathers on NCCL's kernels (default for pcie), "
+            "reduce-scatters on NCCL's kernels (default for pcie), block reduce-scatters on NCCL's choice of CTAs "
+            "(default for pcie); sharding group link: pcie");
   d.prefetch_depth = 0;
   d.bucket_mb = 0.5;
   t = resolve_comm_tuning(d, LinkKind::kNvlink, /*hybrid=*/true);
@@ -83,8 +136,9 @@ TEST(CommTuning, ConfigOverridesAndTheLogSaysWhere) {
   EXPECT_EQ(t.reduce_scatter_ctas, 4);
   EXPECT_EQ(t.why,
             "communication: prefetch depth 0 (dist.prefetch_depth), all-reduce across nodes in buckets of 0.5 MiB "
-            "(dist.bucket_mb), gathers on NCCL's kernels (default for nvlink needs NCCL 2.28), block reduce-scatters "
-            "on at most 4 CTAs (default for nvlink); sharding group link: nvlink");
+            "(dist.bucket_mb), gathers on NCCL's kernels (default for nvlink needs NCCL 2.28), reduce-scatters on "
+            "NCCL's kernels (default for nvlink), block reduce-scatters on at most 4 CTAs (default for nvlink); "
+            "sharding group link: nvlink");
   d.bucket_mb = 0;
   EXPECT_NE(resolve_comm_tuning(d, LinkKind::kNvlink, true).why.find("buckets of one unit (dist.bucket_mb)"),
             std::string::npos);

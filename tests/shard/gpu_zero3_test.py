@@ -39,7 +39,8 @@ fewer GPUs than the case needs):
                     start-up peer-copy check is made to fail (SHARDTRAIN_FAULT=p2p_broken:1) matches too, and
                     must say in the log that it set NCCL_P2P_DISABLE=1.
   comm-tuning       2 GPUs in bf16, 12 steps (3 micro-steps each): dist.prefetch_depth 0, 1 and 3 only move when
-                    gathers are issued, so the losses are bit-identical; the log names the link kind (nvlink; pcie
+                    gathers are issued, so the losses are bit-identical; so are dist.gather_engine=sm,
+                    dist.reduce_scatter_ctas 0 and 1, and dist.reduce_engine=copy (with either gather engine); the log names the link kind (nvlink; pcie
                     with NCCL_P2P_DISABLE=1; network on the two-workstation stand-in) and its default depth. Hybrid
                     on the stand-in with dist.bucket_mb 0.5 (two units a call), 64 (the whole tiny model in one call)
                     and the default (one unit a call) sums the same elements: bit-identical losses again.
@@ -348,6 +349,14 @@ def main():
             same(f"reduce_scatter_ctas={c} vs the default", ref,
                  run.train(f"rs_ctas_{c}", 2, common + [f"--dist.reduce_scatter_ctas={c}"]))
         expect_line("block reduce-scatters on at most 1 CTAs (dist.reduce_scatter_ctas)")
+        # The reduce-scatters as a copy-engine all-to-all whose owner adds the two slices and rounds to bf16: the one
+        # addition and rounding NCCL's kernel makes, so the same bits; also with the gathers on NCCL's kernels (the
+        # zero-CTA communicator then serves the reduce-scatters alone).
+        same("reduce_engine=copy vs the default", ref,
+             run.train("reduce_copy", 2, common + ["--dist.reduce_engine=copy"]))
+        expect_line("reduce-scatters on the copy engines (dist.reduce_engine)")
+        same("reduce_engine=copy, gather_engine=sm vs the default", ref,
+             run.train("reduce_copy_gather_sm", 2, common + ["--dist.reduce_engine=copy", "--dist.gather_engine=sm"]))
         for d in (0, 3):
             same(f"prefetch_depth={d} vs the default", ref, run.train(f"depth_{d}", 2, common + [f"--dist.prefetch_depth={d}"]))
             expect_line(f"prefetch depth {d} (dist.prefetch_depth)")
@@ -360,6 +369,10 @@ def main():
         run.train("pcie_copy", 2, one_step + ["--dist.gather_engine=copy"], env={"NCCL_P2P_DISABLE": "1"}, expect_rc=2)
         if "dist.gather_engine = copy needs" not in run.last_output or "its link is pcie" not in run.last_output:
             failures.append("dist.gather_engine=copy without peer-to-peer was not refused with the key and the link")
+        run.train("pcie_reduce_copy", 2, one_step + ["--dist.reduce_engine=copy"], env={"NCCL_P2P_DISABLE": "1"},
+                  expect_rc=2)
+        if "dist.reduce_engine = copy needs" not in run.last_output or "its link is pcie" not in run.last_output:
+            failures.append("dist.reduce_engine=copy without peer-to-peer was not refused with the key and the link")
         run.train("network", 2, one_step, env=sockets, binary=wrapper)
         expect_line("prefetch depth 1 (default for network)")
         hyb = run.train("hybrid_default", 2, common + ["--dist.sharding=hybrid"], env=sockets, binary=wrapper)

@@ -84,6 +84,11 @@ class NcclCommunicator {
   void reduce_scatter(const T* send, int64_t count, T* recv, cudaStream_t stream);
   template <typename T>
   void all_reduce(T* buf, int64_t count, cudaStream_t stream);
+  // send [world][count] -> recv [world][count]: slice r of each rank's send goes to rank r, and rank q's slice for
+  // this rank lands at recv + q * count (ncclAlltoAll, NCCL 2.28+; with the zero-CTA policy and both buffers in
+  // symmetric windows, on the copy engines). Throws kFault when built against an older NCCL.
+  template <typename T>
+  void all_to_all(const T* send, int64_t count, T* recv, cudaStream_t stream);
 
   // Aborts outstanding operations and frees the communicator without a handshake with peers. Later
   // calls throw kFault naming `reason`.

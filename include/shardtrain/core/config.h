@@ -110,9 +110,9 @@ enum class ShardingMode { kFull, kHybrid, kAuto };
 // How the ranks find each other (comm/launcher.h): auto (MPI under mpirun, else env when WORLD_SIZE is set, else
 // one process), mpi, or env (torchrun / Kubernetes Indexed Job variables and a TCP rendezvous on rank 0).
 enum class Bootstrap { kAuto, kMpi, kEnv };
-// What moves the parameter all-gathers (cuda): NCCL's copy-engine path (zero CTAs: NVLink peer-to-peer within one
-// node, NCCL 2.28+), NCCL's kernels on the SMs, or auto (the copy engines where the sharding group's link allows).
-enum class GatherEngine { kAuto, kCopy, kSm };
+// What moves a kind of collective (cuda): NCCL's copy-engine path (zero CTAs: NVLink peer-to-peer within one node,
+// NCCL 2.28+), NCCL's kernels on the SMs, or auto (the measured default for the sharding group's link).
+enum class CommEngine { kAuto, kCopy, kSm };
 
 // dist.prefetch_depth's ceiling: each unit of depth holds one more gathered unit of parameters and of gradients.
 constexpr int64_t kMaxPrefetchDepth = 8;
@@ -130,7 +130,8 @@ struct DistConfig {
   double rendezvous_timeout_s = 300;  // how long ranks wait for each other in the env bootstrap's rendezvous
   int64_t prefetch_depth = -1;        // units gathered ahead of compute (cuda); -1: the link's default
   int64_t reduce_scatter_ctas = -1;   // NCCL CTAs a reduce-scatter may take (cuda); 0: NCCL's own; -1: the link's
-  GatherEngine gather_engine = GatherEngine::kAuto;  // cuda: the all-gathers on the copy engines or on SMs
+  CommEngine gather_engine = CommEngine::kAuto;  // cuda: the all-gathers on the copy engines or on SMs
+  CommEngine reduce_engine = CommEngine::kAuto;  // cuda: the reduce-scatters' exchange on the copy engines or on SMs
   double bucket_mb = -1;  // hybrid's cross-node all-reduce bucket in MiB (0: per unit); -1: the default
 };
 
@@ -175,7 +176,7 @@ const char* to_string(AttentionImpl a);
 const char* to_string(OffloadMode m);
 const char* to_string(ShardingMode m);
 const char* to_string(Bootstrap b);
-const char* to_string(GatherEngine g);
+const char* to_string(CommEngine g);
 const char* to_string(Speculation s);
 
 }  // namespace st

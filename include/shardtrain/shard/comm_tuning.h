@@ -12,9 +12,11 @@
 //   gather engine   the parameter all-gathers on the copy engines (NCCL's zero-CTA path, between symmetric windows)
 //                   or on NCCL's kernels (cuda). The copy engines take no SM; NCCL offers them within one node over
 //                   NVLink peer-to-peer, from 2.28.
+//   reduce engine   the gradient reduce-scatters as NCCL's kernels, or as a copy-engine all-to-all of the slices
+//                   (same conditions) whose owner adds them as it takes its shard (cuda).
 //
-// dist.prefetch_depth, dist.bucket_mb, dist.reduce_scatter_ctas and dist.gather_engine set them; -1 or auto (their
-// defaults) take the measured default for the link kind, default_comm_tuning(), whose numbers come from
+// dist.prefetch_depth, dist.bucket_mb, dist.reduce_scatter_ctas, dist.gather_engine and dist.reduce_engine set them; -1
+// or auto (their defaults) take the measured default for the link kind, default_comm_tuning(), whose numbers come from
 // bench/RESULTS.md.
 //
 //   const LinkKind link = classify_link(groups.shard_peers_off_node > 0, p2p_disabled, all_pairs_nvlink);
@@ -51,6 +53,7 @@ struct CommTuning {
   int64_t bucket_bytes = 0;
   int reduce_scatter_ctas = 0;       // 0: NCCL's own choice
   bool copy_engine_gathers = false;  // dist.gather_engine resolved
+  bool copy_engine_reduce_scatters = false;  // dist.reduce_engine resolved (reduce_scatter_ctas is then 0)
   std::string why;                   // one line for the log: each value and where it came from
 };
 
@@ -58,9 +61,9 @@ struct CommTuning {
 CommTuning default_comm_tuning(LinkKind shard_link);
 
 // dist.prefetch_depth, dist.bucket_mb and dist.reduce_scatter_ctas where set (>= 0), the defaults for `shard_link`
-// otherwise; dist.gather_engine likewise, where `copy_engines` says whether the linked NCCL has the copy-engine path
-// (nccl_has_copy_engine_collectives()). Throws kBadInput for gather_engine = copy on another link than NVLink, or
-// without that NCCL. `hybrid`: whether
+// otherwise; dist.gather_engine and dist.reduce_engine likewise, where `copy_engines` says whether the linked NCCL
+// has the copy-engine path (nccl_has_copy_engine_collectives()). Throws kBadInput for either engine = copy on another
+// link than NVLink, or without that NCCL, and for reduce_engine = copy with reduce_scatter_ctas set. `hybrid`: whether
 // the run all-reduces across nodes (only then does the bucket size say anything, and the log says so).
 CommTuning resolve_comm_tuning(const DistConfig& dist, LinkKind shard_link, bool hybrid, bool copy_engines = false);
 

@@ -40,4 +40,12 @@ void convert(T* out, const float* in, int64_t n, const GpuContext& ctx);
 template <typename T>
 void accumulate(float* acc, const T* in, int64_t n, const GpuContext& ctx, GradWrite write = GradWrite::kAccumulate);
 
+// Accumulates: acc[i] += the sum of parts[q * stride + i] over q in [0, nparts), added in index order in fp32 and
+// rounded to T (as a reduce-scatter in T delivers it: with two parts, NCCL's one addition, bit for bit); with
+// kOverwrite, acc[i] = that sum. st::accumulate_parts (kernels/reduce.h) is the fp32 reference; for half T the
+// rounding comes between its sum and its addition to acc.
+template <typename T>
+void accumulate_parts(float* acc, const T* parts, int nparts, int64_t stride, int64_t n, const GpuContext& ctx,
+                      GradWrite write = GradWrite::kAccumulate);
+
 }  // namespace st::gpu
