@@ -220,7 +220,7 @@ CudaMemoryPlan plan_for(const Config& cfg, int world, const CommPlan& comm, int6
   p.sharded_state = sharded_state_bytes<T>(cfg, units, world);
   p.gather_buffers = (s.emb_full + param_pool_size(cfg, comm) * s.unit_full) * t                    // parameters
                      + (s.emb_full + grad_pool_size(comm) * s.unit_full) * t                        // full gradients
-                     + (comm.exchange_reduce ? std::max(s.emb_full, s.unit_full) : s.max_slot) * t  // its output
+                     + (comm.exchange_reduce ? std::max(s.emb_full, s.unit_full) : s.max_slot) * t  // RS output
                      + comm.replica_bucket_elements * t;  // hybrid: one bucket
   const CudaGptFootprint f =
       cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_scratch_bytes);
