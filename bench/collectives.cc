@@ -2,12 +2,19 @@
 // made by this same binary on a second communicator, over 1 MiB .. 1 GiB (nccl-tests style).
 //
 //   mpirun --bind-to none -np 2 ./build/bench_collectives [--dtype bf16|fp32] [--max-mib 1024] [--iters 20]
+//                                                         [--exchange]
 //
 // For each size (bytes of the full, gathered buffer, doubling): 5 warm-up and `iters` timed calls of each,
 // wrapper and raw alternating, each call timed with CUDA events on its stream; the median per rank, then the
 // slowest rank. algbw = bytes / time, busbw =
 // algbw (n-1)/n (both collectives move (n-1)/n of the buffer through each rank's links). The last column
 // is the wrapper's busbw over raw NCCL's.
+//
+// --exchange adds a second table, the two ways training can reduce-scatter a unit's gradient into its fp32 shard
+// (dist.reduce_engine): NCCL's reduce-scatter kernels on at most 4 CTAs (a communicator split with maxCTAs, the
+// NVLink default) then gpu::accumulate, against NCCL's zero-CTA all-to-all between symmetric windows (the copy
+// engines, NCCL 2.28+) then gpu::accumulate_parts. Timed interleaved, as above; "ratio" is the first's time over
+// the second's.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +29,7 @@
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/comm/nccl_communicator.h"
 #include "shardtrain/core/cuda.h"
+#include "shardtrain/kernels/gpu/reduce.h"
 
 namespace st {
 namespace {
@@ -30,6 +38,7 @@ struct Options {
   bool bf16 = true;
   int64_t max_mib = 1024;
   int iters = 20;
+  bool exchange = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -48,8 +57,10 @@ Options parse(int argc, char** argv) {
       o.max_mib = std::atoll(value().c_str());
     } else if (a == "--iters") {
       o.iters = std::atoi(value().c_str());
+    } else if (a == "--exchange") {
+      o.exchange = true;
     } else {
-      ST_BAD_INPUT("bench_collectives: unknown argument ", a, " (--dtype, --max-mib, --iters)");
+      ST_BAD_INPUT("bench_collectives: unknown argument ", a, " (--dtype, --max-mib, --iters, --exchange)");
     }
   }
   if (o.max_mib < 1 || o.iters < 1) ST_BAD_INPUT("bench_collectives: --max-mib and --iters must be >= 1");
@@ -86,6 +97,58 @@ std::pair<double, double> interleaved_median_ms(cudaStream_t stream, int iters, 
     ms_b.push_back(time(b));
   }
   return {median(ms_a), median(ms_b)};
+}
+
+// The slowest rank's value of `ms`.
+double slowest(Communicator& host, double ms) {
+  std::vector<double> all(static_cast<size_t>(host.world_size()), 0.0);
+  all[static_cast<size_t>(host.rank())] = ms;
+  host.all_reduce(all.data(), host.world_size());
+  return *std::max_element(all.begin(), all.end());
+}
+
+// --exchange: see the header.
+template <typename T>
+void run_exchange(Communicator& host, NcclCommunicator& parent, const Options& o, cudaStream_t stream) {
+  const int n = host.world_size();
+  if (n < 2 || !nccl_has_copy_engine_collectives()) {
+    if (host.rank() == 0) std::printf("# --exchange: needs 2+ ranks and NCCL 2.28+; skipped\n");
+    return;
+  }
+  NcclSplitOptions capped, zero;
+  capped.max_ctas = 4;
+  zero.zero_cta = true;
+  NcclCommunicator rs_comm(parent, host, 0, host.rank(), capped), ce_comm(parent, host, 0, host.rank(), zero);
+  const int64_t max_elems = (o.max_mib << 20) / static_cast<int64_t>(sizeof(T));
+  // Both collectives' buffers in ce_comm's symmetric windows (the all-to-all's copy-engine path needs them).
+  const size_t window = static_cast<size_t>(max_elems) * sizeof(T);
+  T* send = static_cast<T*>(ce_comm.window_alloc(window));
+  T* recv = static_cast<T*>(ce_comm.window_alloc(window));
+  ST_CUDA_CHECK(cudaMemset(send, 0x3c, window));
+  DeviceBuffer<T> shard(max_elems / n + 1);
+  DeviceBuffer<float> acc(max_elems / n + 1);
+  ST_CUDA_CHECK(cudaMemset(acc.data(), 0, acc.bytes()));
+  const gpu::GpuContext ctx{stream, nullptr, nullptr, 0, nullptr};
+  if (host.rank() == 0) std::printf("\n%12s %-34s %10s | %-34s %10s | %s\n", "bytes", "op", "us", "op", "us", "ratio");
+  for (int64_t bytes = int64_t{1} << 20; bytes <= (o.max_mib << 20); bytes *= 2) {
+    const int64_t count = bytes / static_cast<int64_t>(sizeof(T)) / n;
+    auto [kernels, copies] = interleaved_median_ms(
+        stream, o.iters,
+        [&] {
+          rs_comm.reduce_scatter<T>(send, count, shard.data(), stream);
+          gpu::accumulate<T>(acc.data(), shard.data(), count, ctx, GradWrite::kOverwrite);
+        },
+        [&] {
+          ce_comm.all_to_all<T>(send, count, recv, stream);
+          gpu::accumulate_parts<T>(acc.data(), recv, n, count, count, ctx, GradWrite::kOverwrite);
+        });
+    kernels = slowest(host, kernels);
+    copies = slowest(host, copies);
+    if (host.rank() == 0)
+      std::printf("%12lld %-34s %10.1f | %-34s %10.1f | %.3f\n", static_cast<long long>(count * n * sizeof(T)),
+                  "reduce_scatter (4 CTAs) + accumulate", kernels * 1e3, "all_to_all (copy) + accumulate_parts",
+                  copies * 1e3, kernels / copies);
+  }
 }
 
 template <typename T>
@@ -149,6 +212,7 @@ void run(Communicator& host, const Options& o) {
     }
   }
   ncclCommDestroy(raw);
+  if (o.exchange) run_exchange<T>(host, wrapped, o, stream.get());
 }
 
 }  // namespace

@@ -14,7 +14,8 @@
 # e.g. BENCH_CASES="2:16:350m 2:16:350m:offload 2:4:1.5b:nop2p+cap24+recompute 2:4:1.5b:nop2p+cap24+recompute+offload".
 # The peer is .peer/fsdp2_gpt2.py (a copy of shared/reference/fsdp2_gpt2.py; carry .peer with the call) when present.
 # The bench stage also runs bench_gemm_shapes (each GEMM of a GPT-2 124M step through our cuBLASLt layer)
-# and, with 2 GPUs, bench_collectives (NcclCommunicator vs raw NCCL busbw); BENCH_EXTRAS=0 skips both.
+# and, with 2 GPUs, bench_collectives (NcclCommunicator vs raw NCCL busbw, and --exchange: the two reduce engines);
+# BENCH_EXTRAS=0 skips both.
 # Each training run (ours or the peer's) still going after BENCH_TIMEOUT seconds (default 300; 0: no limit) is
 # stopped and its row reads FAILED, so one hung case cannot spend the whole device call.
 set -uo pipefail
@@ -123,7 +124,7 @@ PY
   [[ ${BENCH_EXTRAS:-1} == 1 ]] && "$BUILD/bench_gemm_shapes" --rows 16384 --n-embd 768 2>&1 | tee "$OUT/gemm_shapes.txt"
   if [[ ${BENCH_EXTRAS:-1} == 1 && $(nvidia-smi -L | wc -l) -ge 2 ]]; then
     mpirun --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
-      "$BUILD/bench_collectives" --dtype bf16 --max-mib 1024 --iters 20 </dev/null 2>&1 | tee "$OUT/collectives.txt"
+      "$BUILD/bench_collectives" --dtype bf16 --max-mib 1024 --iters 20 --exchange </dev/null 2>&1 | tee "$OUT/collectives.txt"
   fi
 fi
 printf '%s\n' "${summary[@]}"
