@@ -387,8 +387,9 @@ const std::vector<Key>& keys() {
       key("dist", "reduce_engine", &Config::dist, &DistConfig::reduce_engine,
           "cuda: what moves the gradient reduce-scatters: copy (each rank's slices go to their owners by NCCL's "
           "copy-engine all-to-all, and the owner adds them in rank order, in fp32, as it takes its shard: no NCCL "
-          "kernel beside the backward; same conditions as dist.gather_engine = copy, and one more unit of gradient "
-          "memory), sm (NCCL's reduce-scatter kernels), or auto (sm: copy is not yet measured to pay). The cpu "
+          "kernel beside the backward; same conditions as dist.gather_engine = copy, and a unit-sized receive "
+          "buffer), sm (NCCL's reduce-scatter kernels), or auto (copy where that holds and dist.reduce_scatter_ctas "
+          "is not set, else sm; the log says which). The cpu "
           "backend takes auto only"),
       key("dist", "bucket_mb", &Config::dist, &DistConfig::bucket_mb,
           "hybrid sharding: the gradient shards of consecutive units are all-reduced across nodes together, once per "

@@ -47,9 +47,13 @@ int default_reduce_scatter_ctas(LinkKind k) { return k == LinkKind::kNvlink ? 4 
 //   pcie, network: NCCL has no copy-engine path there.
 bool default_copy_engine_gathers(LinkKind k) { return k == LinkKind::kNvlink; }
 
-// The reduce-scatters' exchange on the copy engines (NCCL's zero-CTA all-to-all, the owner adding the slices):
-// not measured yet, so no link defaults to it.
-bool default_copy_engine_reduce_scatters(LinkKind) { return false; }
+// The reduce-scatters as NCCL's zero-CTA (copy-engine) all-to-all, the owner adding the slices (bench/RESULTS.md,
+// 2026-11-30, session 14). bench_collectives --exchange, 2 ranks, bf16, against a 4-CTA reduce-scatter + accumulate:
+// 16 MiB 80.9 against 145.6 us, 64 MiB 195.2 against 517.5. Training, same call, 3 rounds, tok/s:
+//   nvlink   124M 2 x 16 1.097M against 1.092M, peak 8.6 against 9.1 GiB; 350M 2 x 16 429.0k against 427.3k, 18.5
+//            against 19.0 GiB. Compute 0.0-0.5 ms shorter a step, as the backward keeps every SM.
+//   pcie, network: NCCL has no copy-engine path there.
+bool default_copy_engine_reduce_scatters(LinkKind k) { return k == LinkKind::kNvlink; }
 
 // The all-reduce across nodes, hybrid on the same stand-in, tok/s by dist.bucket_mb in three rounds:
 //   0 (one unit a call)  634k 553k 676k     8 MiB  592k 512k 634k     32 MiB  627k 563k 634k     256 MiB  552k
@@ -139,8 +143,13 @@ CommTuning resolve_comm_tuning(const DistConfig& dist, LinkKind shard_link, bool
                      bucket_set ? " (dist.bucket_mb)" : " (default for network)");
   t.copy_engine_gathers = resolve_engine(dist.gather_engine, "gather_engine", "gathers", t.copy_engine_gathers,
                                          shard_link, copy_engines, &t.why);
-  t.copy_engine_reduce_scatters = resolve_engine(dist.reduce_engine, "reduce_engine", "reduce-scatters",
-                                                 t.copy_engine_reduce_scatters, shard_link, copy_engines, &t.why);
+  if (dist.reduce_engine == CommEngine::kAuto && ctas_set) {  // a CTA cap asks for NCCL's kernels
+    t.copy_engine_reduce_scatters = false;
+    t.why += ", reduce-scatters on NCCL's kernels (dist.reduce_scatter_ctas)";
+  } else {
+    t.copy_engine_reduce_scatters = resolve_engine(dist.reduce_engine, "reduce_engine", "reduce-scatters",
+                                                   t.copy_engine_reduce_scatters, shard_link, copy_engines, &t.why);
+  }
   if (t.copy_engine_reduce_scatters) {
     if (ctas_set)
       ST_BAD_INPUT(

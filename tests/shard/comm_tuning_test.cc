@@ -67,19 +67,36 @@ TEST(CommTuning, CommEngine) {
   }
 }
 
-// dist.reduce_engine: auto stays on NCCL's kernels everywhere (copy is not measured yet); copy where NCCL can
-// (NVLink peer-to-peer, 2.28+) leaves no CTA count to cap; refused elsewhere, or beside an explicit CTA cap.
+// dist.reduce_engine: auto takes the copy engines over NVLink where NCCL has them (2.28+), NCCL's kernels elsewhere
+// and beside an explicit CTA cap; copy leaves no CTA count to cap; refused off NVLink, without 2.28, or beside a cap.
 TEST(CommTuning, ReduceEngine) {
   DistConfig d;
-  for (LinkKind k : {LinkKind::kNvlink, LinkKind::kPcie, LinkKind::kNetwork}) {
-    const CommTuning t = resolve_comm_tuning(d, k, false, /*copy_engines=*/true);
+  CommTuning t = resolve_comm_tuning(d, LinkKind::kNvlink, false, /*copy_engines=*/true);
+  EXPECT_TRUE(t.copy_engine_reduce_scatters);
+  EXPECT_EQ(t.reduce_scatter_ctas, 0);
+  EXPECT_NE(t.why.find("reduce-scatters on the copy engines (default for nvlink)"), std::string::npos) << t.why;
+  t = resolve_comm_tuning(d, LinkKind::kNvlink, false, /*copy_engines=*/false);
+  EXPECT_FALSE(t.copy_engine_reduce_scatters);
+  EXPECT_EQ(t.reduce_scatter_ctas, 4);
+  EXPECT_NE(t.why.find("reduce-scatters on NCCL's kernels (default for nvlink needs NCCL 2.28)"), std::string::npos)
+      << t.why;
+  for (LinkKind k : {LinkKind::kPcie, LinkKind::kNetwork}) {
+    t = resolve_comm_tuning(d, k, false, /*copy_engines=*/true);
     EXPECT_FALSE(t.copy_engine_reduce_scatters) << to_string(k);
     EXPECT_NE(t.why.find(std::string("reduce-scatters on NCCL's kernels (default for ") + to_string(k) + ")"),
               std::string::npos)
         << t.why;
   }
+  d.reduce_scatter_ctas = 1;  // auto beside a CTA cap: NCCL's kernels, capped
+  t = resolve_comm_tuning(d, LinkKind::kNvlink, false, true);
+  EXPECT_FALSE(t.copy_engine_reduce_scatters);
+  EXPECT_EQ(t.reduce_scatter_ctas, 1);
+  EXPECT_NE(t.why.find("reduce-scatters on NCCL's kernels (dist.reduce_scatter_ctas)"), std::string::npos) << t.why;
+  EXPECT_NE(t.why.find("block reduce-scatters on at most 1 CTAs (dist.reduce_scatter_ctas)"), std::string::npos)
+      << t.why;
+  d.reduce_scatter_ctas = -1;
   d.reduce_engine = CommEngine::kCopy;
-  CommTuning t = resolve_comm_tuning(d, LinkKind::kNvlink, false, true);
+  t = resolve_comm_tuning(d, LinkKind::kNvlink, false, true);
   EXPECT_TRUE(t.copy_engine_reduce_scatters);
   EXPECT_EQ(t.reduce_scatter_ctas, 0);
   EXPECT_NE(t.why.find("reduce-scatters on the copy engines (dist.reduce_engine)"), std::string::npos) << t.why;
@@ -137,7 +154,8 @@ TEST(CommTuning, ConfigOverridesAndTheLogSaysWhere) {
   EXPECT_EQ(t.why,
             "communication: prefetch depth 0 (dist.prefetch_depth), all-reduce across nodes in buckets of 0.5 MiB "
             "(dist.bucket_mb), gathers on NCCL's kernels (default for nvlink needs NCCL 2.28), reduce-scatters on "
-            "NCCL's kernels (default for nvlink), block reduce-scatters on at most 4 CTAs (default for nvlink); "
+            "NCCL's kernels (default for nvlink needs NCCL 2.28), block reduce-scatters on at most 4 CTAs (default for "
+            "nvlink); "
             "sharding group link: nvlink");
   d.bucket_mb = 0;
   EXPECT_NE(resolve_comm_tuning(d, LinkKind::kNvlink, true).why.find("buckets of one unit (dist.bucket_mb)"),

@@ -40,7 +40,9 @@ fewer GPUs than the case needs):
                     must say in the log that it set NCCL_P2P_DISABLE=1.
   comm-tuning       2 GPUs in bf16, 12 steps (3 micro-steps each): dist.prefetch_depth 0, 1 and 3 only move when
                     gathers are issued, so the losses are bit-identical; so are dist.gather_engine=sm,
-                    dist.reduce_scatter_ctas 0 and 1, and dist.reduce_engine=copy (with either gather engine); the log names the link kind (nvlink; pcie
+                    dist.reduce_engine=sm (NCCL's kernels against the default copy-engine all-to-all),
+                    dist.reduce_scatter_ctas 0 and 1, and reduce_engine=copy beside gather_engine=sm; the log
+                    names the link kind (nvlink; pcie
                     with NCCL_P2P_DISABLE=1; network on the two-workstation stand-in) and its default depth. Hybrid
                     on the stand-in with dist.bucket_mb 0.5 (two units a call), 64 (the whole tiny model in one call)
                     and the default (one unit a call) sums the same elements: bit-identical losses again.
@@ -339,24 +341,26 @@ def main():
 
         ref = run.train("depth_default", 2, common)
         expect_line("prefetch depth 1 (default for nvlink)")
-        expect_line("block reduce-scatters on at most 4 CTAs (default for nvlink)")
         expect_line("gathers on the copy engines (default for nvlink)")
+        expect_line("reduce-scatters on the copy engines (default for nvlink)")
         # An all-gather copies: on the copy engines or on NCCL's kernels, the same bits.
         same("gather_engine=sm vs the default", ref, run.train("gather_sm", 2, common + ["--dist.gather_engine=sm"]))
         expect_line("gathers on NCCL's kernels (dist.gather_engine)")
-        # Two ranks sum each element in one addition, whatever CTAs NCCL runs it on: the same bits.
+        # The default's reduce-scatters are a copy-engine all-to-all whose owner adds the two slices and rounds to
+        # bf16: the one addition and rounding NCCL's kernel makes, so NCCL's kernels give the same bits, on any
+        # number of CTAs (an explicit cap takes them under reduce_engine=auto).
+        same("reduce_engine=sm vs the default", ref, run.train("reduce_sm", 2, common + ["--dist.reduce_engine=sm"]))
+        expect_line("reduce-scatters on NCCL's kernels (dist.reduce_engine)")
+        expect_line("block reduce-scatters on at most 4 CTAs (default for nvlink)")
         for c in (0, 1):
             same(f"reduce_scatter_ctas={c} vs the default", ref,
                  run.train(f"rs_ctas_{c}", 2, common + [f"--dist.reduce_scatter_ctas={c}"]))
         expect_line("block reduce-scatters on at most 1 CTAs (dist.reduce_scatter_ctas)")
-        # The reduce-scatters as a copy-engine all-to-all whose owner adds the two slices and rounds to bf16: the one
-        # addition and rounding NCCL's kernel makes, so the same bits; also with the gathers on NCCL's kernels (the
-        # zero-CTA communicator then serves the reduce-scatters alone).
-        same("reduce_engine=copy vs the default", ref,
-             run.train("reduce_copy", 2, common + ["--dist.reduce_engine=copy"]))
-        expect_line("reduce-scatters on the copy engines (dist.reduce_engine)")
+        # Both copy engines' paths with the gathers on NCCL's kernels (the zero-CTA communicator then serves the
+        # reduce-scatters alone).
         same("reduce_engine=copy, gather_engine=sm vs the default", ref,
              run.train("reduce_copy_gather_sm", 2, common + ["--dist.reduce_engine=copy", "--dist.gather_engine=sm"]))
+        expect_line("reduce-scatters on the copy engines (dist.reduce_engine)")
         for d in (0, 3):
             same(f"prefetch_depth={d} vs the default", ref, run.train(f"depth_{d}", 2, common + [f"--dist.prefetch_depth={d}"]))
             expect_line(f"prefetch depth {d} (dist.prefetch_depth)")
