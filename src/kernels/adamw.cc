@@ -29,9 +29,14 @@ void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n
   for (int64_t i = 0; i < n; ++i) adamw_element(s, param[i], m[i], v[i], grad[i]);
 }
 
-void adamw_update_runs(float* param, float* m, float* v, const float* grad, const std::vector<AdamWRun>& runs) {
-  for (const AdamWRun& r : runs)
-    adamw_update(param + r.offset, m + r.offset, v + r.offset, grad + r.offset, r.count, r.params);
+void adamw_update_runs(float* param, float* m, float* v, const float* grad, const std::vector<AdamWRun>& runs,
+                       const StepGate* gate) {
+  if (gate != nullptr && gate->skip != 0) return;
+  for (const AdamWRun& r : runs) {
+    AdamWParams p = r.params;
+    if (gate != nullptr) p.grad_scale = gate->grad_scale;
+    adamw_update(param + r.offset, m + r.offset, v + r.offset, grad + r.offset, r.count, p);
+  }
 }
 
 bool operator==(const AdamWParams& a, const AdamWParams& b) {

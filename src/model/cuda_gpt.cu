@@ -227,6 +227,12 @@ double CudaGpt<T>::take_loss_sum() {
 }
 
 template <typename T>
+void CudaGpt<T>::move_loss_sum(double* dst) {
+  ST_CUDA_CHECK(cudaMemcpyAsync(dst, loss_sum_.data(), sizeof(double), cudaMemcpyDeviceToDevice, ctx_.stream));
+  ST_CUDA_CHECK(cudaMemsetAsync(loss_sum_.data(), 0, sizeof(double), ctx_.stream));
+}
+
+template <typename T>
 void CudaGpt<T>::head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits) {
   ST_CHECK(pos >= 0 && pos < T_, "position ", pos, " outside the active length ", T_);
   const UnitLayout& hu = units_.back();

@@ -50,10 +50,6 @@ double sum_of_squares(const float* grad, int64_t n) {
   return s;
 }
 
-float clip_coefficient(const OptimConfig& cfg, double grad_norm) {
-  if (cfg.grad_clip <= 0.0f) return 1.0f;
-  const double coef = cfg.grad_clip / (grad_norm + 1e-6);
-  return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
-}
+float clip_coefficient(const OptimConfig& cfg, double grad_norm) { return clip_factor(cfg.grad_clip, grad_norm); }
 
 }  // namespace st

@@ -320,6 +320,13 @@ class CudaShardedModel final : public ModelBackend {
   void drop_speculation() override;
   bool speculates() const override { return speculative_; }
   float micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override;
+  bool gates_on_device() const override {
+    return std::none_of(offloaded_.begin(), offloaded_.end(), [](bool o) { return o; });
+  }
+  void micro_step_queued(const int32_t* inputs, const int32_t* targets, float dloss) override;
+  void queue_gated_update(double earlier_losses, double loss_scale, float grad_clip,
+                          const std::vector<std::vector<AdamWRun>>& runs) override;
+  GatedStep finish_gated_step() override;
   float eval_micro(const int32_t* inputs, const int32_t* targets) override;
   void last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) override;
   double grad_sum_of_squares() override;
@@ -418,6 +425,10 @@ class CudaShardedModel final : public ModelBackend {
   // Folds the device memory in use now (cudaMemGetInfo: total - free) into device_peak_bytes_.
   void sample_device_memory();
   void collect_stalls();
+  void after_sync();
+  // AdamW on the optimizer stream after what the compute stream has queued; gate: the device's decision, or null.
+  void device_adamw(int unit, const std::vector<AdamWRun>& runs, const StepGate* gate);
+  void check_runs(int unit, const std::vector<AdamWRun>& runs) const;  // each run inside the unit's span
 
   float run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss);
   void prefetch(const std::vector<ScheduleOp>& schedule, size_t at);
@@ -485,6 +496,15 @@ class CudaShardedModel final : public ModelBackend {
   DeviceBuffer<T> bucket_;  // hybrid: one bucket of gradient shards in T, as they cross nodes
   gpu::GpuContext replica_ctx_;
   DeviceBuffer<double> sq_;
+  // The step's end on the device (gates_on_device): [sum of squares, last micro-step's loss sum, the earlier ones']
+  // all-reduced, the decision AdamW reads, and what the host reads back; loss_queued_: micro_step_queued() left its
+  // loss in step_sums_[1]; gate_queued_: queue_gated_update() ran and finish_gated_step() has not.
+  DeviceBuffer<double> step_sums_;
+  DeviceBuffer<StepGate> gate_;
+  PinnedBuffer<double> host_sums_;  // [this rank's last loss sum, its earlier losses] (uploaded)
+  PinnedBuffer<StepGate> host_gate_;
+  CudaEvent gate_ready_;
+  bool loss_queued_ = false, gate_queued_ = false;
   // Each unit's sum of squares of its final gradient shard, taken as it becomes final (finish_grad, on that stream);
   // sq_parts_ counts them since zero_grads(). All there: the norm is one in-order sum (grad_sum_of_squares).
   DeviceBuffer<double> unit_sq_;
@@ -646,6 +666,10 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   grads_of_.assign(units_.size(), nullptr);
   rs_out_ = tuning_.copy_engine_reduce_scatters && ce_nccl_ ? grads.take<T>(exchanged) : DeviceBuffer<T>(s.max_slot);
   sq_ = DeviceBuffer<double>(1);
+  step_sums_ = DeviceBuffer<double>(3);
+  gate_ = DeviceBuffer<StepGate>(1);
+  host_sums_ = PinnedBuffer<double>(2);
+  host_gate_ = PinnedBuffer<StepGate>(1);
   unit_sq_ = DeviceBuffer<double>(static_cast<int64_t>(units_.size()));
   counters_.gathers.assign(units_.size(), 0);
   counters_.reduce_scatters.assign(units_.size(), 0);
@@ -1052,11 +1076,22 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
     replica_mark_.record(replica_stream_.get());
     wait_for_comm(replica_mark_, "comm_wait.across_nodes");
   }
+  if (loss_queued_) {  // micro_step_queued: the loss stays on the device; finish_gated_step() reads it
+    model_.move_loss_sum(step_sums_.data() + 1);
+    return 0.0f;
+  }
   float loss = 0.0f;
   if (mode == Mode::kLogits)
     compute_stream_.synchronize();
   else
     loss = static_cast<float>(model_.take_loss_sum() / static_cast<double>(batch_ * len_));  // synchronises
+  after_sync();
+  return loss;
+}
+
+// Once the compute stream has synchronised: the stalls' times, and the GEMM tuning's note when new shapes were timed.
+template <typename T>
+void CudaShardedModel<T>::after_sync() {
   collect_stalls();
   const gpu::Blas::TuningStats& t = blas_.tuning_stats();
   if (t.plans != gemm_timed_logged_) {  // rank 0 timed new shapes in this run
@@ -1066,7 +1101,6 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
                 " ms with cuBLASLt's first choice, ", std::round(t.chosen_ms * 1000) / 1000,
                 " ms with the fastest of its list (every rank takes it)");
   }
-  return loss;
 }
 
 template <typename T>
@@ -1108,6 +1142,21 @@ void CudaShardedModel<T>::collect_stalls() {
     exposed_ms_ += ms;
   }
   stalls_used_ = 0;
+}
+
+template <typename T>
+void CudaShardedModel<T>::micro_step_queued(const int32_t* inputs, const int32_t* targets, float dloss) {
+  ST_CHECK(gates_on_device() && !loss_queued_ && !gate_queued_, "micro_step_queued: ",
+           gates_on_device() ? "the last queued step was not finished (finish_gated_step)" : "optimizer offload is on");
+  ST_CHECK(micro_steps_left_ <= 1, "micro_step_queued for a micro-step that is not the step's last (",
+           micro_steps_left_, " left)");
+  loss_queued_ = true;
+  try {
+    micro_step(inputs, targets, dloss);
+  } catch (...) {
+    loss_queued_ = false;
+    throw;
+  }
 }
 
 template <typename T>
@@ -1171,12 +1220,16 @@ double CudaShardedModel<T>::grad_sum_of_squares() {
 }
 
 template <typename T>
-void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
-  DeviceShard& d = shards_[static_cast<size_t>(unit)];
+void CudaShardedModel<T>::check_runs(int unit, const std::vector<AdamWRun>& runs) const {
   const int64_t owned = host_[static_cast<size_t>(unit)].span.count;
   for (const AdamWRun& r : runs)
     ST_CHECK(r.offset >= 0 && r.offset + r.count <= owned, "AdamW run [", r.offset, ", +", r.count, ") outside unit ",
              unit, "'s span of ", owned);
+}
+
+template <typename T>
+void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
+  check_runs(unit, runs);
   if (offload(unit)) {
     // Queued on the host AdamW; the offload stream waits for it and copies the new shard up, and the next
     // gather of this unit waits for that. This thread goes on to the next unit, then to the next step.
@@ -1207,8 +1260,14 @@ void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
     if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
     return;
   }
-  // On the optimizer stream, after what the compute stream has queued (the step's final gradients, their norm), so
-  // that the next step's forward starts once unit 0 is updated and gathered, while the other units update.
+  device_adamw(unit, runs, nullptr);
+}
+
+// On the optimizer stream, after what the compute stream has queued (the step's final gradients, their norm, the
+// gate), so that the next step's forward starts once unit 0 is updated and gathered, while the other units update.
+template <typename T>
+void CudaShardedModel<T>::device_adamw(int unit, const std::vector<AdamWRun>& runs, const StepGate* gate) {
+  DeviceShard& d = shards_[static_cast<size_t>(unit)];
   cudaStream_t os = optim_stream_.get();
   compute_mark_.record(compute_stream_.get());
   compute_mark_.wait_on(os);
@@ -1216,10 +1275,62 @@ void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
     OpTimer::Laps lap = model_.timer().laps(os);
     lap("optim.adamw");
     T* out = std::is_same_v<T, float> ? nullptr : reinterpret_cast<T*>(d.compute.data());
-    gpu::adamw_update_runs<T>(d.master.data(), d.m.data(), d.v.data(), d.grad.data(), runs, out, optim_ctx_);
+    gpu::adamw_update_runs<T>(d.master.data(), d.m.data(), d.v.data(), d.grad.data(), runs, out, optim_ctx_, gate);
   }
   updated_[static_cast<size_t>(unit)].record(os);
   if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
+}
+
+// The norm's parts were taken as each gradient became final (finish_grad); summed in order as grad_sum_of_squares
+// does, all-reduced with the losses over the sharding group (the losses also across nodes: a non-finite loss
+// anywhere skips the step everywhere), decided on, and every unit's AdamW queued behind the decision.
+template <typename T>
+void CudaShardedModel<T>::queue_gated_update(double earlier_losses, double loss_scale, float grad_clip,
+                                             const std::vector<std::vector<AdamWRun>>& runs) {
+  ST_CHECK(loss_queued_ && !gate_queued_, "queue_gated_update without a queued last micro-step");
+  ST_CHECK(sq_parts_ == static_cast<int64_t>(shards_.size()), "queue_gated_update: ", sq_parts_, " of ", shards_.size(),
+           " units' gradients are final");
+  ST_CHECK(runs.size() == shards_.size(), "queue_gated_update: runs for ", runs.size(), " units, the model has ",
+           shards_.size());
+  for (size_t u = 0; u < runs.size(); ++u) check_runs(static_cast<int>(u), runs[u]);
+  cudaStream_t cs = compute_stream_.get();
+  {
+    OpTimer::Laps lap = model_.timer().laps(cs);
+    lap("optim.grad_norm");
+    gpu::sum_in_order(unit_sq_.data(), static_cast<int64_t>(shards_.size()), step_sums_.data(), ctx_);
+    // This rank's last loss goes to the host before the all-reduce; the earlier ones come up from it.
+    host_sums_.data()[1] = earlier_losses;  // read by the copy below, which runs before the next step writes here
+    ST_CUDA_CHECK(
+        cudaMemcpyAsync(host_sums_.data(), step_sums_.data() + 1, sizeof(double), cudaMemcpyDeviceToHost, cs));
+    ST_CUDA_CHECK(
+        cudaMemcpyAsync(step_sums_.data() + 2, host_sums_.data() + 1, sizeof(double), cudaMemcpyHostToDevice, cs));
+    nccl_.all_reduce<double>(step_sums_.data(), 3, cs);
+    // Hybrid: the replicas hold the same shards (the sum of squares is the sharding group's), but their own losses.
+    if (replica_nccl_) replica_nccl_->all_reduce<double>(step_sums_.data() + 1, 2, cs);
+    gpu::decide_step(step_sums_.data(), loss_scale, grad_clip, gate_.data(), ctx_);
+    ST_CUDA_CHECK(cudaMemcpyAsync(host_gate_.data(), gate_.data(), sizeof(StepGate), cudaMemcpyDeviceToHost, cs));
+    gate_ready_.record(cs);
+  }
+  loss_queued_ = false;
+  gate_queued_ = true;
+  for (size_t u = 0; u < shards_.size(); ++u) device_adamw(static_cast<int>(u), runs[u], gate_.data());
+}
+
+template <typename T>
+ModelBackend::GatedStep CudaShardedModel<T>::finish_gated_step() {
+  ST_CHECK(gate_queued_, "finish_gated_step without queue_gated_update");
+  gate_queued_ = false;
+  gate_ready_.synchronize();  // the decision, not the AdamW behind it
+  after_sync();
+  // The op profile's marks include AdamW's, on the optimizer stream: collected once it is done (profiling only).
+  if (model_.timer().enabled()) {
+    optim_stream_.synchronize();
+    model_.timer().collect();
+  }
+  GatedStep g;
+  g.last_loss = static_cast<float>(host_sums_.data()[0] / static_cast<double>(batch_ * len_));
+  g.gate = *host_gate_.data();
+  return g;
 }
 
 template <typename T>

@@ -196,9 +196,8 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     const int64_t cross_before = engine.sharded().counters().cross_node_bytes;
     if (fault_injected("sigstop", rank, step + 1)) std::raise(SIGSTOP);  // a stopped rank: the watchdog's test
     const auto t0 = std::chrono::steady_clock::now();
-    const float loss = engine.forward_backward(
+    const StepStats stats = engine.train_step(
         [&](int64_t micro, int32_t* in, int32_t* tgt) { train_sampler.fill(step, micro, in, tgt); }, accum, step);
-    const StepStats stats = engine.optimizer_step(step, loss);
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     StepReport r;

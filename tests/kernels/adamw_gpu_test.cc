@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <vector>
 
 #include "gpu_kernel_test.h"
@@ -96,6 +97,38 @@ std::vector<AdamWRun> unit_like_runs() {
   return runs;
 }
 
+// param, m, v (>= 0) and grad of n elements, from seeds seed .. seed + 3.
+struct State {
+  std::vector<float> param, m, v, grad;
+};
+State random_state(int64_t n, uint64_t seed) {
+  State st{test::random_input<float>(n, seed), test::random_input<float>(n, seed + 1, 0.1f),
+           test::random_input<float>(n, seed + 2, 0.1f), test::random_input<float>(n, seed + 3)};
+  for (float& x : st.v) x *= x;
+  return st;
+}
+
+// Two device copies (a, b) of param, m and v, the gradient, and two outputs in T poisoned with NaN.
+template <typename T>
+struct TwoCopies {
+  TwoCopies(const std::vector<float>& param, const std::vector<float>& m, const std::vector<float>& v,
+            const std::vector<float>& grad)
+      : a_param(to_device<float>(param)),
+        a_m(to_device<float>(m)),
+        a_v(to_device<float>(v)),
+        b_param(to_device<float>(param)),
+        b_m(to_device<float>(m)),
+        b_v(to_device<float>(v)),
+        grad(to_device<float>(grad)),
+        a_out(static_cast<int64_t>(param.size())),
+        b_out(static_cast<int64_t>(param.size())) {
+    test::poison(a_out);
+    test::poison(b_out);
+  }
+  DeviceBuffer<float> a_param, a_m, a_v, b_param, b_m, b_v, grad;
+  DeviceBuffer<T> a_out, b_out;
+};
+
 // adamw_update_runs: the CPU reference's numbers, and the same bits as one gpu::adamw_update a run (whose rounded
 // output MatchesCpu checks).
 TYPED_TEST(AdamWGpuTest, RunsMatchCpuAndSingleRunsBitForBit) {
@@ -103,18 +136,10 @@ TYPED_TEST(AdamWGpuTest, RunsMatchCpuAndSingleRunsBitForBit) {
   using T = TypeParam;
   const std::vector<AdamWRun> runs = unit_like_runs();
   const int64_t n = runs.back().offset + runs.back().count;
-  std::vector<float> param = test::random_input<float>(n, 1);
-  std::vector<float> m = test::random_input<float>(n, 2, 0.1f);
-  std::vector<float> v = test::random_input<float>(n, 3, 0.1f);
-  for (float& x : v) x *= x;
-  const std::vector<float> grad = test::random_input<float>(n, 4);
+  auto [param, m, v, grad] = random_state(n, 1);
   test::GpuEnv env;
-  DeviceBuffer<float> a_param = to_device<float>(param), a_m = to_device<float>(m), a_v = to_device<float>(v);
-  DeviceBuffer<float> b_param = to_device<float>(param), b_m = to_device<float>(m), b_v = to_device<float>(v);
-  DeviceBuffer<float> d_grad = to_device<float>(grad);
-  DeviceBuffer<T> a_out(n), b_out(n);
-  test::poison(a_out);
-  test::poison(b_out);
+  TwoCopies<T> d(param, m, v, grad);
+  auto& [a_param, a_m, a_v, b_param, b_m, b_v, d_grad, a_out, b_out] = d;
   gpu::adamw_update_runs<T>(a_param.data(), a_m.data(), a_v.data(), d_grad.data(), runs, a_out.data(), env.ctx);
   for (const AdamWRun& r : runs)
     gpu::adamw_update<T>(b_param.data() + r.offset, b_m.data() + r.offset, b_v.data() + r.offset,
@@ -138,6 +163,87 @@ TYPED_TEST(AdamWGpuTest, RunsMatchCpuAndSingleRunsBitForBit) {
       ASSERT_EQ(got[i], before[i]) << i;
       ASSERT_TRUE(std::isnan(out[i])) << i;
     }
+  }
+}
+
+// The step's gate read on the device: the same bits as runs carrying its grad_scale (the CPU reference's numbers with
+// that gate), and a skipping gate leaves the state and the rounded copy untouched.
+TYPED_TEST(AdamWGpuTest, GateReplacesGradScaleOrSkips) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  const std::vector<AdamWRun> runs = unit_like_runs();
+  const int64_t n = runs.back().offset + runs.back().count;
+  const auto [param, m, v, grad] = random_state(n, 5);
+  test::GpuEnv env;
+  StepGate gate;
+  gate.grad_scale = 0.37f;
+  std::vector<AdamWRun> scaled = runs;
+  for (AdamWRun& r : scaled) r.params.grad_scale = gate.grad_scale;
+  for (int skip : {0, 1}) {
+    SCOPED_TRACE(::testing::Message() << "skip=" << skip);
+    gate.skip = skip;
+    DeviceBuffer<StepGate> d_gate(1);
+    ST_CUDA_CHECK(cudaMemcpy(d_gate.data(), &gate, sizeof(StepGate), cudaMemcpyHostToDevice));
+    TwoCopies<T> d(param, m, v, grad);
+    auto& [a_param, a_m, a_v, b_param, b_m, b_v, d_grad, a_out, b_out] = d;
+    gpu::adamw_update_runs<T>(a_param.data(), a_m.data(), a_v.data(), d_grad.data(), runs, a_out.data(), env.ctx,
+                              d_gate.data());
+    std::vector<float> want_param = param, want_m = m, want_v = v;
+    adamw_update_runs(want_param.data(), want_m.data(), want_v.data(), grad.data(), runs, &gate);
+    const std::vector<float> got = to_host(a_param);
+    if (skip) {
+      EXPECT_EQ(got, param);
+      EXPECT_EQ(to_host(a_m), m);
+      EXPECT_EQ(to_host(a_v), v);
+      for (float x : to_host(a_out)) ASSERT_TRUE(std::isnan(x));
+      continue;
+    }
+    gpu::adamw_update_runs<T>(b_param.data(), b_m.data(), b_v.data(), d_grad.data(), scaled, b_out.data(), env.ctx);
+    EXPECT_TRUE(close(got, want_param, kStateTol)) << "param";
+    EXPECT_TRUE(close(to_host(a_m), want_m, kStateTol)) << "m";
+    EXPECT_TRUE(close(to_host(a_v), want_v, kStateTol)) << "v";
+    EXPECT_NE(got, param);
+    EXPECT_EQ(got, to_host(b_param));
+    EXPECT_EQ(to_host(a_m), to_host(b_m));
+    EXPECT_EQ(to_host(a_v), to_host(b_v));
+    const std::vector<float> out = to_host(a_out), ref_out = to_host(b_out);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_TRUE(out[i] == ref_out[i] || (std::isnan(out[i]) && std::isnan(ref_out[i]))) << i;
+  }
+}
+
+// gpu::decide_step computes st::decide_step's bits on the device: clipped, unclipped, fp16-scaled, no clip, and the
+// non-finite cases that skip.
+TEST(DecideStepGpu, MatchesHost) {
+  ST_SKIP_WITHOUT_GPU();
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  struct Case {
+    double sq, loss, loss_scale;
+    float clip;
+  };
+  const Case cases[] = {{16.0, 3.5, 1.0, 1.0f},    {0.25, 3.5, 1.0, 1.0f},   {1.7e7, 2.0, 1024.0, 1.0f},
+                        {123.456, 7.0, 1.0, 0.0f}, {2.0, 1.0, 1.0, 0.3f},    {inf, 3.5, 1.0, 1.0f},
+                        {nan, 3.5, 1.0, 1.0f},     {16.0, inf, 1.0, 1.0f},   {16.0, nan, 65536.0, 1.0f},
+                        {0.0, 0.0, 1.0, 1.0f},     {3.3e-12, 5.5, 1.0, 1.0f}};
+  test::GpuEnv env;
+  DeviceBuffer<double> sums(2);
+  DeviceBuffer<StepGate> out(1);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "sq=" << c.sq << " loss=" << c.loss << " scale=" << c.loss_scale
+                                      << " clip=" << c.clip);
+    const double host_sums[2] = {c.sq, c.loss};
+    ST_CUDA_CHECK(cudaMemcpy(sums.data(), host_sums, sizeof(host_sums), cudaMemcpyHostToDevice));
+    gpu::decide_step(sums.data(), c.loss_scale, c.clip, out.data(), env.ctx);
+    env.stream.synchronize();  // the copy below is on the legacy stream, which does not wait for env's
+    StepGate got;
+    ST_CUDA_CHECK(cudaMemcpy(&got, out.data(), sizeof(StepGate), cudaMemcpyDeviceToHost));
+    const StepGate want = decide_step(c.sq, c.loss, c.loss_scale, c.clip);
+    EXPECT_EQ(got.skip, want.skip);
+    EXPECT_EQ(got.grad_scale, want.grad_scale);
+    if (std::isnan(want.grad_norm))
+      EXPECT_TRUE(std::isnan(got.grad_norm));
+    else
+      EXPECT_EQ(got.grad_norm, want.grad_norm);
   }
 }
 

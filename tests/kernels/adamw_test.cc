@@ -103,6 +103,41 @@ TEST(AdamW, ZeroGradientOnlyDecays) {
   EXPECT_EQ(p, p1);
 }
 
+// adamw_update_runs with a gate: its grad_scale replaces the runs' (the same bits as runs that carry it), and a
+// skipping gate leaves param, m and v as they were.
+TEST(AdamW, GateReplacesGradScaleOrSkips) {
+  const int64_t n = 37;
+  const auto g = randn(n, 750);
+  AdamWParams a;
+  a.lr = 1e-2f;
+  a.weight_decay = 0.1f;
+  a.step = 3;
+  a.grad_scale = 1.0f;
+  AdamState gated{randn(n, 751), randn(n, 752, 0.1f), randn(n, 753, 0.1f)};
+  for (float& x : gated.v) x = x * x;
+  AdamState plain = gated;
+  const AdamState before = gated;
+  AdamWParams decayless = a;
+  decayless.weight_decay = 0.0f;
+  const std::vector<AdamWRun> runs = {{0, 20, a}, {20, 17, decayless}};
+  StepGate gate;
+  gate.grad_scale = 0.3f;
+  adamw_update_runs(gated.p.data(), gated.m.data(), gated.v.data(), g.data(), runs, &gate);
+  std::vector<AdamWRun> scaled = runs;
+  for (AdamWRun& r : scaled) r.params.grad_scale = 0.3f;
+  adamw_update_runs(plain.p.data(), plain.m.data(), plain.v.data(), g.data(), scaled);
+  EXPECT_EQ(gated.p, plain.p);
+  EXPECT_EQ(gated.m, plain.m);
+  EXPECT_EQ(gated.v, plain.v);
+  EXPECT_NE(gated.p, before.p);
+  AdamState skipped = before;
+  gate.skip = 1;
+  adamw_update_runs(skipped.p.data(), skipped.m.data(), skipped.v.data(), g.data(), runs, &gate);
+  EXPECT_EQ(skipped.p, before.p);
+  EXPECT_EQ(skipped.m, before.m);
+  EXPECT_EQ(skipped.v, before.v);
+}
+
 TEST(AdamW, GradScaleMultipliesGradient) {
   // grad_scale = 2 on g is the same as grad_scale = 1 on 2g (scaling by 2 is exact in float).
   const int64_t n = 21;

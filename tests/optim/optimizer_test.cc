@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "shardtrain/core/rng.h"
@@ -33,6 +34,33 @@ TEST(Clip, CoefficientFollowsTorchRule) {
   EXPECT_FLOAT_EQ(clip_coefficient(o, 4.0), static_cast<float>(1.0 / (4.0 + 1e-6)));
   o.grad_clip = 0.0f;
   EXPECT_FLOAT_EQ(clip_coefficient(o, 1e9), 1.0f);
+}
+
+// decide_step: the norm unscaled, the clip over the loss scale (float(clip / loss_scale), the scale StepEngine's
+// runs carried before), and a skip on a non-finite loss or norm.
+TEST(DecideStep, NormClipAndSkip) {
+  StepGate g = decide_step(16.0, 3.5, 1.0, 1.0f);  // norm 4: clipped to 1
+  EXPECT_EQ(g.grad_norm, 4.0);
+  EXPECT_EQ(g.skip, 0);
+  EXPECT_EQ(g.grad_scale, static_cast<float>(1.0 / (4.0 + 1e-6)));
+  g = decide_step(0.25, 3.5, 1.0, 1.0f);  // norm 0.5: not clipped
+  EXPECT_EQ(g.grad_norm, 0.5);
+  EXPECT_EQ(g.grad_scale, 1.0f);
+  g = decide_step(16.0 * 1024.0 * 1024.0, 3.5, 1024.0, 1.0f);  // fp16: the norm of the unscaled gradient is 4
+  EXPECT_EQ(g.grad_norm, 4.0);
+  const float clip = static_cast<float>(1.0 / (4.0 + 1e-6));
+  EXPECT_EQ(g.grad_scale, static_cast<float>(static_cast<double>(clip) / 1024.0));
+  g = decide_step(16.0, 3.5, 1.0, 0.0f);  // optim.grad_clip = 0: no clipping
+  EXPECT_EQ(g.grad_scale, 1.0f);
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(decide_step(inf, 3.5, 1.0, 1.0f).skip, 1);
+  EXPECT_EQ(decide_step(nan, 3.5, 1.0, 1.0f).skip, 1);
+  EXPECT_EQ(decide_step(16.0, inf, 1.0, 1.0f).skip, 1);
+  EXPECT_EQ(decide_step(16.0, nan, 1.0, 1.0f).skip, 1);
+  EXPECT_EQ(decide_step(16.0, -3.5, 1.0, 1.0f).skip, 0);
+  OptimConfig o;
+  o.grad_clip = 0.7f;
+  for (double norm : {0.1, 0.7, 0.71, 3.0, 1e6}) EXPECT_EQ(clip_factor(0.7f, norm), clip_coefficient(o, norm)) << norm;
 }
 
 TEST(SumOfSquares, MatchesDouble) {

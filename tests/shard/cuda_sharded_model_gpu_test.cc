@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <vector>
 
@@ -240,6 +241,66 @@ TEST(CudaShardedModel, CheckpointsCrossBackends) {
   EXPECT_EQ(back.gather_params(), gpu.gather_params());
   // The restored bf16 compute copy is what the next forward uses: same loss as the original engine.
   EXPECT_EQ(back.forward_backward(batches(g, 2), 2), gpu.forward_backward(batches(g, 2), 2));
+}
+
+// StepEngine::train_step decides the step's end on the device (norm, clip, skip: gpu::decide_step) and queues AdamW
+// before the host reads the loss back. It gives the host path's bits: the losses, norms, skips, loss scales, update
+// count and parameters, over steps that clip (optim.grad_clip 0.05), a skipped step (grad_inf at the third), and two
+// micro-steps a step. With optimizer offload the backend does not gate, and train_step takes the host path.
+TEST(CudaShardedModel, TrainStepGatedOnDeviceMatchesHostPath) {
+  ST_SKIP_WITHOUT_GPU();
+  struct Run {
+    std::vector<StepStats> stats;
+    std::vector<std::vector<float>> params;
+    int64_t updates = 0;
+  };
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    Config c = small(Device::kCuda, dt);
+    c.optim.grad_clip = 0.05f;
+    SCOPED_TRACE(::testing::Message() << "dtype " << static_cast<int>(dt));
+    auto run = [&](bool gated) {
+      SoloCommunicator comm;
+      StepEngine e(c, comm);
+      EXPECT_TRUE(e.sharded().gates_on_device());
+      Run r;
+      for (int64_t s = 0; s < 5; ++s)
+        r.stats.push_back(gated ? e.train_step(batches(c, s), 2, s)
+                                : e.optimizer_step(s, e.forward_backward(batches(c, s), 2, s)));
+      r.params = e.gather_params();
+      r.updates = e.updates();
+      return r;
+    };
+    ASSERT_EQ(setenv("SHARDTRAIN_FAULT", "grad_inf:0@3", 1), 0);
+    const Run host = run(false), device = run(true);
+    unsetenv("SHARDTRAIN_FAULT");
+    ASSERT_EQ(host.stats.size(), device.stats.size());
+    int clipped = 0;
+    for (size_t i = 0; i < host.stats.size(); ++i) {
+      const StepStats &h = host.stats[i], &d = device.stats[i];
+      EXPECT_EQ(d.skipped, h.skipped) << "step " << i;
+      EXPECT_EQ(d.skipped, i == 2) << "step " << i;
+      EXPECT_EQ(d.loss_scale, h.loss_scale) << "step " << i;
+      EXPECT_EQ(d.lr, h.lr) << "step " << i;
+      if (!h.skipped) {
+        EXPECT_EQ(d.loss, h.loss) << "step " << i;
+        EXPECT_EQ(d.grad_norm, h.grad_norm) << "step " << i;
+        clipped += h.grad_norm > 0.05 ? 1 : 0;
+      } else {
+        EXPECT_FALSE(std::isfinite(d.grad_norm)) << "step " << i;
+      }
+    }
+    EXPECT_GE(clipped, 2) << "the steps should clip";
+    EXPECT_EQ(device.updates, 4);
+    EXPECT_EQ(host.updates, 4);
+    ASSERT_EQ(device.params.size(), host.params.size());
+    for (size_t u = 0; u < host.params.size(); ++u) EXPECT_EQ(device.params[u], host.params[u]) << "unit " << u;
+  }
+  Config off = small(Device::kCuda, DType::kBF16);
+  off.optim.offload = OffloadMode::kOptimizer;
+  SoloCommunicator comm;
+  StepEngine e(off, comm);
+  EXPECT_FALSE(e.sharded().gates_on_device());
+  EXPECT_TRUE(std::isfinite(e.train_step(batches(off, 0), 2, 0).loss));
 }
 
 }  // namespace

@@ -8,6 +8,12 @@
 #include <cstdint>
 #include <vector>
 
+#ifdef __CUDACC__
+#define ST_HOST_DEVICE __host__ __device__
+#else
+#define ST_HOST_DEVICE
+#endif
+
 namespace st {
 
 struct AdamWParams {
@@ -50,8 +56,44 @@ struct AdamWRun {
   AdamWParams params;
 };
 
-// adamw_update over each run [offset, offset + count) of the arrays, with the run's parameters.
-void adamw_update_runs(float* param, float* m, float* v, const float* grad, const std::vector<AdamWRun>& runs);
+// The end of a step, decided from the step's global sums: its gradient norm, whether it is skipped, and the factor
+// AdamW multiplies the gradients by. One function for the host (StepEngine) and the device (gpu::decide_step, which
+// the cuda backend runs so that no host round trip sits between the backward and the optimizer): the same bits.
+struct StepGate {
+  double grad_norm = 0;  // sqrt(sum of squares) / loss_scale: the unscaled gradient's global norm
+  float grad_scale = 1;  // clip coefficient / loss_scale: replaces every run's AdamWParams::grad_scale
+  int32_t skip = 0;      // 1: the loss or the norm is not finite; AdamW leaves the state untouched
+};
+
+// The gradient clip coefficient (optim.grad_clip; 0 or less: no clipping): grad_clip / (norm + 1e-6) when below 1.
+ST_HOST_DEVICE inline float clip_factor(float grad_clip, double grad_norm) {
+  if (grad_clip <= 0.0f) return 1.0f;
+  const double coef = grad_clip / (grad_norm + 1e-6);
+  return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
+}
+
+ST_HOST_DEVICE inline bool finite_double(double x) {
+#ifdef __CUDA_ARCH__
+  return isfinite(x);
+#else
+  return std::isfinite(x);
+#endif
+}
+
+// sum_sq: the global sum of squares of the (loss-scaled) gradient; loss: any global sum of the step's losses
+// (only its finiteness counts).
+ST_HOST_DEVICE inline StepGate decide_step(double sum_sq, double loss, double loss_scale, float grad_clip) {
+  StepGate g;
+  g.grad_norm = sqrt(sum_sq) / loss_scale;
+  g.skip = finite_double(loss) && finite_double(g.grad_norm) ? 0 : 1;
+  g.grad_scale = static_cast<float>(static_cast<double>(clip_factor(grad_clip, g.grad_norm)) / loss_scale);
+  return g;
+}
+
+// adamw_update over each run [offset, offset + count) of the arrays, with the run's parameters. With a gate, its
+// grad_scale replaces the runs', and a skipping gate leaves everything untouched.
+void adamw_update_runs(float* param, float* m, float* v, const float* grad, const std::vector<AdamWRun>& runs,
+                       const StepGate* gate = nullptr);
 
 // Every field equal (floats by value): the same update, bit for bit (optimizer offload's speculative step).
 bool operator==(const AdamWParams& a, const AdamWParams& b);

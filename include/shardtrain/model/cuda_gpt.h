@@ -62,6 +62,9 @@ class CudaGpt {
                              T* head_grads, T* emb_grads);
   // Sum of the per-token losses since the last call; synchronises the stream.
   double take_loss_sum();
+  // The same sum, moved to *dst (device memory) on the stream, without waiting: the accumulator restarts at 0. The
+  // caller synchronises before the next token upload reuses the staging area (see upload_tokens).
+  void move_loss_sum(double* dst);
   // Logits over the real vocabulary at position `pos` of sequence 0; synchronises.
   void head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits);
   void block_backward(int layer, const T* block_params, T* block_grads);

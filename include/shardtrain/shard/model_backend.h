@@ -96,6 +96,26 @@ class ModelBackend {
   // AdamW on unit u's owned span: each run covers [offset, offset + count) relative to the span start,
   // with its own parameters (adamw_runs() in optim splits the span at tensor boundaries).
   virtual void adamw(int unit, const std::vector<AdamWRun>& runs) = 0;
+  // The step's end with no host round trip between the backward and the optimizer (gates_on_device(): the cuda
+  // backend without optimizer offload). The step's last micro-step goes in by micro_step_queued(), which returns
+  // before the loss is known. queue_gated_update() then all-reduces the sum of squares and the losses on the device,
+  // decides the step there (decide_step: norm, clip, skip) and queues every unit's AdamW with runs[unit], whose
+  // grad_scale the decision replaces. finish_gated_step() waits for the decision alone, not for AdamW:
+  //   m->micro_step_queued(in, tgt, dloss);
+  //   m->queue_gated_update(earlier_losses, loss_scale, grad_clip, runs);   // runs: adamw_runs() of every unit
+  //   GatedStep g = m->finish_gated_step();   // g.gate.skip: nothing was updated
+  virtual bool gates_on_device() const { return false; }
+  virtual void micro_step_queued(const int32_t* inputs, const int32_t* targets, float dloss);
+  // earlier_losses: this rank's sum of the step's earlier micro-steps' losses (0 for one micro-step); a non-finite
+  // one anywhere skips the step, as a non-finite last loss does.
+  virtual void queue_gated_update(double earlier_losses, double loss_scale, float grad_clip,
+                                  const std::vector<std::vector<AdamWRun>>& runs);
+  struct GatedStep {
+    float last_loss = 0;  // this rank's mean loss of the last micro-step, as micro_step() returns it
+    StepGate gate;        // what the device decided (grad_norm global)
+  };
+  virtual GatedStep finish_gated_step();
+
   // Whether the backend starts the optimizer during the backward (optim.offload_speculative resolved): the step
   // engine then hands it speculate_optimizer() before each step.
   virtual bool speculates() const { return false; }

@@ -4,6 +4,7 @@
 // single-process fp32 reference; with N ranks it computes the same step to rounding.
 //
 //   StepEngine e(cfg, comm);
+//   StepStats s = e.train_step(batch_fn, accum, step);   // both of the next two, in one
 //   float loss = e.forward_backward(batch_fn, accum);   // grads hold the step's mean gradient, sharded
 //   StepStats s = e.optimizer_step(step, loss);          // norm, clip, skip-if-non-finite, AdamW
 #pragma once
@@ -48,6 +49,11 @@ class StepEngine {
   // fp16 the loss scale backs off on a skip and grows after a run of finite steps.
   StepStats optimizer_step(int64_t step, float loss);
 
+  // forward_backward then optimizer_step, with the same results. On a backend that gates_on_device() the host does
+  // not wait between the backward and the optimizer: the norm, the clip and the skip are decided on the device and
+  // AdamW is queued before the host reads the loss and the norm back (the only wait of the step).
+  StepStats train_step(const BatchFn& batch, int64_t accum, int64_t step);
+
   // Mean loss over `batches` micro-batches per rank, over all ranks. Collective.
   float evaluate(const BatchFn& batch, int64_t batches);
 
@@ -66,6 +72,12 @@ class StepEngine {
   LossScaler& loss_scaler() { return scaler_; }
 
  private:
+  // zero_grads, the micro-step count, the speculative update; returns the loss gradient a token (the fault seam's).
+  float begin_step(int64_t accum, int64_t step);
+  // The mean over every rank's tokens of the step whose micro-steps' mean losses on this rank sum to loss_sum.
+  float mean_loss(double loss_sum, int64_t accum);
+  // The loss scaler, and with an applied step the update count; a skipped one drops any speculative update.
+  StepStats end_step(StepStats s, bool finite);
   // The next AdamW update at `step`: its lr, its count, and the gradient scale clip / loss_scale.
   OptimizerStep next_update(int64_t step, float clip, double loss_scale) const;
   // Every unit's AdamW runs (by unit index) for `step`.

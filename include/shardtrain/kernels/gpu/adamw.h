@@ -21,9 +21,14 @@ void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n
 
 // st::adamw_update_runs: each run [offset, offset + count) of param, m, v, grad (and param_out) updated with its
 // own parameters. Contiguous runs that differ in nothing but the weight decay (a unit's tensors, as adamw_runs
-// gives them) go out as one launch, up to 16 runs a launch.
+// gives them) go out as one launch, up to 16 runs a launch. gate (device memory; null: none) is read when the
+// kernels run: its grad_scale replaces the runs', and a skipping gate leaves everything untouched.
 template <typename T>
 void adamw_update_runs(float* param, float* m, float* v, const float* grad, const std::vector<AdamWRun>& runs,
-                       T* param_out, const GpuContext& ctx);
+                       T* param_out, const GpuContext& ctx, const StepGate* gate = nullptr);
+
+// *out = st::decide_step(sums[0], sums[1], loss_scale, grad_clip) on the device (sums: the global sum of squares
+// and loss sum, device memory), so that AdamW can read the step's clip and skip without the host.
+void decide_step(const double* sums, double loss_scale, float grad_clip, StepGate* out, const GpuContext& ctx);
 
 }  // namespace st::gpu
