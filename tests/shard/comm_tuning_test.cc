@@ -17,6 +17,18 @@ TEST(ClassifyLink, NodesThenPeerToPeerThenNvlink) {
   EXPECT_EQ(classify_link(false, false, true), LinkKind::kNvlink);
 }
 
+// What resolve_comm_tuning refuses d with (a kBadInput error's message); a failure, and "", if it accepts it.
+std::string refusal(const DistConfig& d, LinkKind k, bool copy_engines) {
+  try {
+    resolve_comm_tuning(d, k, false, copy_engines);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted on " << to_string(k) << (copy_engines ? "" : " without NCCL 2.28");
+  return "";
+}
+
 TEST(CommTuning, DefaultsPerLinkKind) {
   EXPECT_EQ(default_comm_tuning(LinkKind::kNvlink).prefetch_depth, 1);
   EXPECT_EQ(default_comm_tuning(LinkKind::kPcie).prefetch_depth, 2);
@@ -49,22 +61,12 @@ TEST(CommTuning, CommEngine) {
   EXPECT_NE(t.why.find("gathers on the copy engines (dist.gather_engine)"), std::string::npos) << t.why;
   // Asked for where NCCL cannot: refused, naming the key, the link and the way out.
   for (LinkKind k : {LinkKind::kPcie, LinkKind::kNetwork}) {
-    try {
-      resolve_comm_tuning(d, k, false, true);
-      ADD_FAILURE() << "gather_engine = copy accepted on " << to_string(k);
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
-      const std::string m = e.what();
-      EXPECT_NE(m.find("dist.gather_engine = copy needs"), std::string::npos) << m;
-      EXPECT_NE(m.find(std::string("its link is ") + to_string(k)), std::string::npos) << m;
-    }
+    const std::string m = refusal(d, k, true);
+    EXPECT_NE(m.find("dist.gather_engine = copy needs"), std::string::npos) << m;
+    EXPECT_NE(m.find(std::string("its link is ") + to_string(k)), std::string::npos) << m;
   }
-  try {
-    resolve_comm_tuning(d, LinkKind::kNvlink, false, /*copy_engines=*/false);
-    ADD_FAILURE() << "gather_engine = copy accepted without NCCL 2.28";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("needs NCCL 2.28 or newer"), std::string::npos) << e.what();
-  }
+  const std::string m = refusal(d, LinkKind::kNvlink, /*copy_engines=*/false);
+  EXPECT_NE(m.find("needs NCCL 2.28 or newer"), std::string::npos) << m;
 }
 
 // dist.reduce_engine: auto takes the copy engines over NVLink where NCCL has them (2.28+), NCCL's kernels elsewhere
@@ -102,33 +104,15 @@ TEST(CommTuning, ReduceEngine) {
   EXPECT_NE(t.why.find("reduce-scatters on the copy engines (dist.reduce_engine)"), std::string::npos) << t.why;
   EXPECT_EQ(t.why.find("block reduce-scatters on"), std::string::npos) << t.why;
   for (LinkKind k : {LinkKind::kPcie, LinkKind::kNetwork}) {
-    try {
-      resolve_comm_tuning(d, k, false, true);
-      ADD_FAILURE() << "reduce_engine = copy accepted on " << to_string(k);
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
-      const std::string m = e.what();
-      EXPECT_NE(m.find("dist.reduce_engine = copy needs"), std::string::npos) << m;
-      EXPECT_NE(m.find(std::string("its link is ") + to_string(k)), std::string::npos) << m;
-    }
+    const std::string m = refusal(d, k, true);
+    EXPECT_NE(m.find("dist.reduce_engine = copy needs"), std::string::npos) << m;
+    EXPECT_NE(m.find(std::string("its link is ") + to_string(k)), std::string::npos) << m;
   }
-  try {
-    resolve_comm_tuning(d, LinkKind::kNvlink, false, /*copy_engines=*/false);
-    ADD_FAILURE() << "reduce_engine = copy accepted without NCCL 2.28";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("dist.reduce_engine = copy needs NCCL 2.28 or newer"), std::string::npos)
-        << e.what();
-  }
+  std::string m = refusal(d, LinkKind::kNvlink, /*copy_engines=*/false);
+  EXPECT_NE(m.find("dist.reduce_engine = copy needs NCCL 2.28 or newer"), std::string::npos) << m;
   d.reduce_scatter_ctas = 2;
-  try {
-    resolve_comm_tuning(d, LinkKind::kNvlink, false, true);
-    ADD_FAILURE() << "reduce_engine = copy accepted with dist.reduce_scatter_ctas = 2";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
-    EXPECT_NE(std::string(e.what()).find("dist.reduce_scatter_ctas (2) caps NCCL's reduce-scatter kernels"),
-              std::string::npos)
-        << e.what();
-  }
+  m = refusal(d, LinkKind::kNvlink, true);
+  EXPECT_NE(m.find("dist.reduce_scatter_ctas (2) caps NCCL's reduce-scatter kernels"), std::string::npos) << m;
   d.reduce_engine = CommEngine::kSm;
   t = resolve_comm_tuning(d, LinkKind::kNvlink, false, true);
   EXPECT_FALSE(t.copy_engine_reduce_scatters);
