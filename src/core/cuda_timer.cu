@@ -31,8 +31,8 @@ std::string OpTimer::report(int64_t steps) const {
   for (const auto& r : rows) total += r.second.first;
   const double per = steps > 0 ? static_cast<double>(steps) : 1.0;
   std::string out =
-      "op profile (GPU time per step after the first, final evaluation included; compute stream, and optim.adamw on "
-      "the optimizer stream beside it; SHARDTRAIN_PROFILE_OPS=1):\n";
+      "op profile (GPU time per training step after the first, evaluations left out; compute stream, and optim.adamw "
+      "on the optimizer stream beside it; SHARDTRAIN_PROFILE_OPS=1):\n";
   char line[160];
   for (const auto& r : rows) {
     std::snprintf(line, sizeof(line), "  %-24s %9.3f ms  %5.1f%%  %6.1f calls\n", r.first.c_str(), r.second.first / per,

@@ -21,7 +21,8 @@ const std::vector<EnvVar>& env_table() {
       {"HDF5_USE_FILE_LOCKING", "",
        "read by HDF5 itself: FALSE turns off its file locks (needed on some NFS mounts); the log says which"},
       {"SHARDTRAIN_PROFILE_OPS", "",
-       "1: time every GPU op with CUDA events and print the per-op table (ms per step) at the end of train"},
+       "1: time every GPU op with CUDA events and print the per-op table (ms per training step, evaluations left "
+       "out) at the end of train"},
       {"SHARDTRAIN_FAULT", "",
        "test-only fault injection, POINT:RANK[@STEP] (at that step only) with POINT one of ckpt_mid_write (SIGKILL "
        "halfway through writing the shard), ckpt_before_rename (rank 0: SIGKILL after the manifest fsync, before the "

@@ -349,6 +349,7 @@ class CudaShardedModel final : public ModelBackend {
     return model_.timer().enabled() ? model_.timer().report(steps) : std::string();
   }
   void reset_op_profile() override { model_.timer().reset(); }
+  void pause_op_profile(bool paused) override { model_.timer().pause(paused); }
   GemmAlgorithms gemm_algorithms() const override {
     return {device_name_, static_cast<int64_t>(cublasLtGetVersion()), blas_.algorithms()};
   }

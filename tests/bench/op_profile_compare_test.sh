@@ -11,7 +11,7 @@ trap 'rm -rf "$dir"' EXIT
 # The progress bar's carriage returns come before the profile, as in a real log.
 printf 'step 1/4 | loss 11.0\r[####....] 2/4\rstep 4/4 | loss 10.9\n' >"$dir/a.log"
 cat >>"$dir/a.log" <<'LOG'
-op profile (GPU time per step after the first, final evaluation included; SHARDTRAIN_PROFILE_OPS=1):
+op profile (GPU time per training step after the first, evaluations left out; SHARDTRAIN_PROFILE_OPS=1):
   bwd.matmul                   8.000 ms   40.0%    36.0 calls
   fwd.layernorm                2.000 ms   10.0%    25.8 calls
   optim.adamw                  1.000 ms    5.0%    15.1 calls

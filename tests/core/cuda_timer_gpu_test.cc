@@ -8,7 +8,7 @@ namespace st {
 namespace {
 
 // Laps split a stream's work by name: each region's calls are counted, a region is closed by the next
-// lap or by the end of the Laps scope, and a disabled timer records nothing.
+// lap or by the end of the Laps scope, a paused timer records nothing new, and a disabled timer nothing at all.
 TEST(OpTimer, AttributesEachRegionToItsName) {
   ST_SKIP_WITHOUT_GPU();
   CudaStream s;
@@ -22,9 +22,17 @@ TEST(OpTimer, AttributesEachRegionToItsName) {
     ST_CUDA_CHECK(cudaMemcpyAsync(big.data(), big.data() + (int64_t{32} << 20), big.bytes() / 2,
                                   cudaMemcpyDeviceToDevice, s.get()));
   }
+  timer.pause(true);
+  {
+    OpTimer::Laps lap = timer.laps(s.get());
+    lap("paused");
+    ST_CUDA_CHECK(cudaMemsetAsync(big.data(), 2, big.bytes(), s.get()));
+  }
+  timer.pause(false);
   s.synchronize();
   timer.collect();
   const std::string r = timer.report(2);
+  EXPECT_EQ(r.find("paused"), std::string::npos) << r;
   EXPECT_NE(r.find("fill"), std::string::npos) << r;
   EXPECT_NE(r.find("copy"), std::string::npos) << r;
   EXPECT_NE(r.find("1.0 calls"), std::string::npos) << r;  // one call of each per step

@@ -11,9 +11,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "../common/gpu_test.h"
+#include "../common/run_shardtrain.h"
 #include "../common/temp_dir.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/comm/communicator.h"
@@ -179,6 +181,33 @@ TEST(CudaShardedModel, RecomputeAndNoReshardAreBitIdentical) {
   // The compute stream's waits on communication were timed, and are reported once.
   EXPECT_GE(e.sharded().take_exposed_comm_ms(), 0.0);
   EXPECT_EQ(e.sharded().take_exposed_comm_ms(), 0.0);
+}
+
+// SHARDTRAIN_PROFILE_OPS=1: the op profile is the training steps'. An evaluation after every step (3 micro-batches
+// each, the same forward ops) adds no calls: one embedding forward and one head a step, as one micro-step makes.
+TEST(CudaShardedModel, OpProfileLeavesEvaluationsOut) {
+  ST_SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  const std::string text = dir.file("text.txt");
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 2000; ++i) f << "line " << i << ": the quick brown fox jumps over the lazy dog\n";
+  }
+  ASSERT_EQ(setenv("SHARDTRAIN_PROFILE_OPS", "1", 1), 0);
+  const testing::CliResult r = testing::run_shardtrain(
+      "train --config " SHARDTRAIN_SOURCE_DIR "/configs/tiny.ini --data.path=" + text +
+      " --data.format=text --train.device=cuda --train.dtype=bf16 --train.steps=4 --train.micro_batch=2 "
+      "--train.global_batch=2 --train.eval_every=1 --train.eval_batches=3 --train.sample_tokens=0 --log.every=1");
+  unsetenv("SHARDTRAIN_PROFILE_OPS");
+  ASSERT_EQ(r.code, 0) << r.output;
+  ASSERT_NE(r.output.find("evaluations left out"), std::string::npos) << r.output;
+  // Steps 2-4 are profiled (the first is left out); with the evaluations in, these rows would read 5.0 calls.
+  for (const char* op : {"  fwd.embedding ", "  head.layernorm "}) {
+    const size_t at = r.output.find(op);
+    ASSERT_NE(at, std::string::npos) << op << r.output;
+    const std::string row = r.output.substr(at, r.output.find('\n', at) - at);
+    EXPECT_NE(row.find(" 1.0 calls"), std::string::npos) << row;
+  }
 }
 
 TEST(CudaShardedModel, MemoryCapFailsBeforeAllocatingWithBreakdown) {

@@ -48,7 +48,10 @@ class OpTimer {
     cudaStream_t s_;
   };
 
-  Laps laps(cudaStream_t stream) { return Laps(enabled_ ? this : nullptr, stream); }
+  Laps laps(cudaStream_t stream) { return Laps(enabled_ && !paused_ ? this : nullptr, stream); }
+  // While paused, new laps record nothing (the trainer pauses for evaluations: the table is the training steps').
+  // Laps already recorded are still collected.
+  void pause(bool paused) { paused_ = paused; }
   // Adds the elapsed time of every region recorded since the last call. Call after the stream has
   // synchronised.
   void collect();
@@ -65,6 +68,7 @@ class OpTimer {
   void mark(const char* name, cudaStream_t s);
 
   bool enabled_;
+  bool paused_ = false;
   std::vector<std::unique_ptr<Mark>> marks_;  // reused between collects
   size_t used_ = 0;
   std::map<std::string, std::pair<double, int64_t>> totals_;  // name -> (ms, calls)
