@@ -349,7 +349,6 @@ class CudaShardedModel final : public ModelBackend {
     return model_.timer().enabled() ? model_.timer().report(steps) : std::string();
   }
   void reset_op_profile() override { model_.timer().reset(); }
-  void pause_op_profile(bool paused) override { model_.timer().pause(paused); }
   GemmAlgorithms gemm_algorithms() const override {
     return {device_name_, static_cast<int64_t>(cublasLtGetVersion()), blas_.algorithms()};
   }
@@ -1019,6 +1018,9 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
   // gather waits for its optimizer update by itself: issue_gather).
   compute_mark_.record(cs);
   compute_mark_.wait_on(ns);
+  // The op profile is the training steps' (and their optimizer's, which follows a training run): evaluation and
+  // sampling record nothing in it.
+  model_.timer().pause(mode != Mode::kTrain);
   next_gather_ = 0;
   if (embedding_prefetched_) {
     ST_CHECK(!schedule.empty() && schedule[0] == (ScheduleOp{OpKind::kGather, 0}),

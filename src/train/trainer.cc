@@ -181,10 +181,8 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
 
   MetricsSink sink(cfg.log.metrics, cfg.train.steps, cfg.log.every, lead, /*append=*/start_step > 0);
   auto evaluate = [&](int64_t step) {
-    engine.sharded().pause_op_profile(true);  // the op profile is the training steps'
-    const float v = engine.evaluate(
-        [&](int64_t i, int32_t* in, int32_t* tgt) { val_sampler.fill_eval(i, in, tgt); }, cfg.train.eval_batches);
-    engine.sharded().pause_op_profile(false);
+    const float v = engine.evaluate([&](int64_t i, int32_t* in, int32_t* tgt) { val_sampler.fill_eval(i, in, tgt); },
+                                    cfg.train.eval_batches);
     sink.eval(step, v);
     return v;
   };

@@ -49,7 +49,8 @@ class OpTimer {
   };
 
   Laps laps(cudaStream_t stream) { return Laps(enabled_ && !paused_ ? this : nullptr, stream); }
-  // While paused, new laps record nothing (the trainer pauses for evaluations: the table is the training steps').
+  // While paused, new laps record nothing (CudaShardedModel pauses it for evaluation and sampling runs: the table is
+  // the training steps').
   // Laps already recorded are still collected.
   void pause(bool paused) { paused_ = paused; }
   // Adds the elapsed time of every region recorded since the last call. Call after the stream has

@@ -163,8 +163,6 @@ class ModelBackend {
   // Starts the op profile afresh (the trainer calls it after the first step, whose one-time costs would
   // otherwise dominate a short run's table).
   virtual void reset_op_profile() {}
-  // Paused, the op profile records nothing new (evaluations: the table is the training steps').
-  virtual void pause_op_profile(bool paused) {}
 };
 
 // The backend train.device names: ShardedModel for cpu, CudaShardedModel for cuda (kBadInput if this
