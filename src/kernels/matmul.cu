@@ -1,3 +1,5 @@
+#include "shardtrain/kernels/gpu/matmul.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,8 +11,8 @@
 #include "gpu_pack.cuh"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/gemm_algorithms.h"
+#include "shardtrain/kernels/gpu/fill.h"
 #include "shardtrain/kernels/gpu/gelu.h"
-#include "shardtrain/kernels/gpu/matmul.h"
 
 namespace st::gpu {
 
@@ -148,10 +150,29 @@ void Blas::use_algorithms(const std::string& text) {
   plans_.clear();
 }
 
+namespace {
+
+// Operands for timing GEMM algorithms: uniform in [-1, 1) (gpu::fill_uniform), whatever the type. Random bits matter:
+// on constant operands (a memset) the tensor cores draw less power, the clocks stay higher than in training, and
+// the timings flatter the kernels that draw the most (bench/RESULTS.md, session 16).
+void fill_operands(void* p, int64_t bytes, cudaDataType_t type, cudaStream_t stream) {
+  constexpr uint64_t kSeed = 0x5eed;
+  const GpuContext ctx{stream};
+  if (type == CUDA_R_32F)
+    fill_uniform(static_cast<float*>(p), bytes / 4, kSeed, ctx);
+  else if (type == CUDA_R_16BF)
+    fill_uniform(static_cast<bf16*>(p), bytes / 2, kSeed, ctx);
+  else
+    fill_uniform(static_cast<fp16*>(p), bytes / 2, kSeed, ctx);
+}
+
+}  // namespace
+
 std::vector<double> Blas::time_algorithms(const Plan& plan, const cublasLtMatmulHeuristicResult_t* results, int count,
-                                          float beta, int64_t elem_bytes, int64_t a_elems, int64_t b_elems,
+                                          float beta, cudaDataType_t type, int64_t a_elems, int64_t b_elems,
                                           int64_t c_elems, int64_t bias_elems, bool aux, cudaStream_t stream) {
   constexpr int64_t kMaxScratchBytes = int64_t{2} << 30;
+  const int64_t elem_bytes = type == CUDA_R_32F ? 4 : 2;
   auto padded = [&](int64_t elems) { return (elems * elem_bytes + 255) / 256 * 256; };
   const int64_t a_bytes = padded(a_elems), b_bytes = padded(b_elems), c_bytes = padded(c_elems);
   const int64_t total = a_bytes + b_bytes + c_bytes * (aux ? 2 : 1) + padded(bias_elems);
@@ -176,7 +197,7 @@ std::vector<double> Blas::time_algorithms(const Plan& plan, const cublasLtMatmul
   ST_CUDA_CHECK(cudaEventCreate(&start));
   ST_CUDA_CHECK(cudaEventCreate(&stop));
   char* base = static_cast<char*>(scratch);
-  ST_CUDA_CHECK(cudaMemsetAsync(base, 0x3c, static_cast<size_t>(total), stream));  // small finite values, any type
+  fill_operands(base, total, type, stream);
   const void* sa = base;
   const void* sb = base + a_bytes;
   void* sc = base + a_bytes + b_bytes;
@@ -306,7 +327,7 @@ bool Blas::try_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           const int64_t a_elems = (batch - 1) * stride_a + (trans_a ? k : m) * lda;
           const int64_t b_elems = (batch - 1) * stride_b + (trans_b ? n : k) * ldb;
           const int64_t c_elems = (batch - 1) * stride_c + m * ldc;
-          const std::vector<double> ms = time_algorithms(*plan, results.data(), returned, beta, es, a_elems, b_elems,
+          const std::vector<double> ms = time_algorithms(*plan, results.data(), returned, beta, dt, a_elems, b_elems,
                                                          c_elems, ep.bias ? n : 0, aux != nullptr, stream);
           if (!ms.empty() && std::isfinite(ms[0])) {
             pick = static_cast<int>(std::min_element(ms.begin(), ms.end()) - ms.begin());

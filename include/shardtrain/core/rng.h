@@ -9,10 +9,12 @@
 
 #include <cstdint>
 
+#include "shardtrain/core/host_device.h"
+
 namespace st {
 
 // SplitMix64 finaliser: a bijective, well-mixed 64-bit hash.
-inline uint64_t mix64(uint64_t x) {
+ST_HOST_DEVICE inline uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -20,13 +22,18 @@ inline uint64_t mix64(uint64_t x) {
 }
 
 // 64 random bits for (seed, stream, index).
-inline uint64_t random_bits_at(uint64_t seed, uint64_t stream, uint64_t index) {
+ST_HOST_DEVICE inline uint64_t random_bits_at(uint64_t seed, uint64_t stream, uint64_t index) {
   return mix64(mix64(seed ^ mix64(stream + 0x632BE59BD9B4E019ull)) + index);
 }
 
 // Uniform in (0, 1): never exactly 0, so log() is safe.
 inline double uniform_at(uint64_t seed, uint64_t stream, uint64_t index) {
   return (static_cast<double>(random_bits_at(seed, stream, index) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+// Uniform in [-1, 1) from the top 24 bits: exact in fp32, the same on the host and in a kernel.
+ST_HOST_DEVICE inline float uniform_pm1_at(uint64_t seed, uint64_t index) {
+  return static_cast<float>(random_bits_at(seed, 0, index) >> 40) * (2.0f / 16777216.0f) - 1.0f;
 }
 
 // Standard normal N(0, 1) by Box-Muller on two independent uniforms of the same index.

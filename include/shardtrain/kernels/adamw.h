@@ -8,11 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#ifdef __CUDACC__
-#define ST_HOST_DEVICE __host__ __device__
-#else
-#define ST_HOST_DEVICE
-#endif
+#include "shardtrain/core/host_device.h"
 
 namespace st {
 

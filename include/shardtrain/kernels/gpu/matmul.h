@@ -97,12 +97,12 @@ class Blas {
   struct Plan;
   using Key = std::array<int64_t, 19>;
 
-  // Milliseconds per call of each of `count` heuristic results on scratch operands of the plan's shape (element
-  // counts of A, B, C; a bias of n and a C-shaped aux when the epilogue has them); infinity for one that fails to
-  // launch. Empty when the scratch would exceed 2 GiB or cannot be allocated: the caller keeps the first.
+  // Milliseconds per call of each of `count` heuristic results on random scratch operands (gpu::fill_uniform) of the
+  // plan's shape (element counts of A, B, C; a bias of n and a C-shaped aux when the epilogue has them); infinity for
+  // one that fails to launch. Empty when the scratch would exceed 2 GiB or cannot be allocated: the caller keeps the first.
   std::vector<double> time_algorithms(const Plan& plan, const cublasLtMatmulHeuristicResult_t* results, int count,
-                                      float beta, int64_t elem_bytes, int64_t a_elems, int64_t b_elems, int64_t c_elems,
-                                      int64_t bias_elems, bool aux, cudaStream_t stream);
+                                      float beta, cudaDataType_t type, int64_t a_elems, int64_t b_elems,
+                                      int64_t c_elems, int64_t bias_elems, bool aux, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
