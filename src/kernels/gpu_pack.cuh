@@ -194,14 +194,13 @@ struct Add {
 constexpr int kFinishLanes = 32;
 constexpr int kFinishBatch = 24;  // one round for up to 768 chunks (LayerNorm makes about that many)
 
+// One block of that finish: columns [32 col_block, 32 col_block + 32) of one (out, part). Also the body of
+// ColumnSums's batched finish (column_sums.cu), so both give the same bits.
 template <typename T>
-__global__ void __launch_bounds__(kWarpSize* kFinishLanes)
-    finish_column_sums_kernel(T* out0, const float* part0, T* out1, const float* part1, int64_t chunks, int C,
-                              bool accumulate) {
+__device__ __forceinline__ void finish_column_sums_block(T* out, const float* part, int64_t chunks, int C,
+                                                         bool accumulate, int col_block) {
   __shared__ float lanes[kFinishLanes][kWarpSize + 1];
-  T* out = blockIdx.y == 0 ? out0 : out1;
-  const float* part = blockIdx.y == 0 ? part0 : part1;
-  const int c = blockIdx.x * kWarpSize + threadIdx.x;
+  const int c = col_block * kWarpSize + threadIdx.x;
   float acc = 0.0f;
   if (c < C) {
     // kFinishBatch loads in flight at a time, whatever `chunks` is (an unrolled loop with a remainder would run
@@ -224,6 +223,14 @@ __global__ void __launch_bounds__(kWarpSize* kFinishLanes)
   float sum = 0.0f;
   for (int y = 0; y < kFinishLanes; ++y) sum += lanes[y][threadIdx.x];
   out[c] = from_f32<T>((accumulate ? to_f32(out[c]) : 0.0f) + sum);  // overwriting: what a zeroed out would get
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kWarpSize* kFinishLanes)
+    finish_column_sums_kernel(T* out0, const float* part0, T* out1, const float* part1, int64_t chunks, int C,
+                              bool accumulate) {
+  finish_column_sums_block(blockIdx.y == 0 ? out0 : out1, blockIdx.y == 0 ? part0 : part1, chunks, C, accumulate,
+                           static_cast<int>(blockIdx.x));
 }
 
 // Launches the first `outputs` (1 or 2) of the finishes (out0, part0), (out1, part1).

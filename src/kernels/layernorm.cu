@@ -1,8 +1,10 @@
+#include "shardtrain/kernels/gpu/layernorm.h"
+
 #include <algorithm>
 #include <type_traits>
 
 #include "gpu_pack.cuh"
-#include "shardtrain/kernels/gpu/layernorm.h"
+#include "shardtrain/kernels/gpu/column_sums.h"
 
 namespace st::gpu {
 
@@ -472,14 +474,15 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
                         const float* rstd, int64_t N, int C, const GpuContext& ctx, GradWrite param_write,
                         RowStaging staging) {
   if (N == 0 || C == 0) return;
+  ColumnSums* const deferred = ctx.column_sums;
   const size_t need = layernorm_backward_scratch_bytes(N, C);
-  ST_CHECK(ctx.scratch != nullptr && ctx.scratch_bytes >= need, "layernorm_backward needs ", need,
-           " bytes of scratch, ctx has ", ctx.scratch_bytes);
+  ST_CHECK(deferred != nullptr || (ctx.scratch != nullptr && ctx.scratch_bytes >= need), "layernorm_backward needs ",
+           need, " bytes of scratch, ctx has ", ctx.scratch_bytes);
   constexpr int kVec = 16 / sizeof(T);
   const bool vec = C % kVec == 0 && all_aligned(16, dinp, dout, inp, weight);
 
   const int64_t chunks = num_chunks(N);
-  float* part_w = static_cast<float*>(ctx.scratch);
+  float* part_w = deferred ? deferred->reserve(2 * chunks * C) : static_cast<float*>(ctx.scratch);
   float* part_b = part_w + chunks * C;
   const int packs = (C / kVec + kWarpSize - 1) / kWarpSize;  // a lane's, when vec
   // fp32 rows keep the two kernels: in registers they would take twice the registers of a half row.
@@ -525,7 +528,12 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
           <<<tiles, block, 0, ctx.stream>>>(part_w, part_b, dout, inp, mean, rstd, N, C, chunk_rows(N));
     });
   }
-  finish_column_sums_pair(dweight, part_w, dbias, part_b, chunks, C, ctx.stream, param_write);
+  if (deferred) {
+    deferred->queue(dweight, part_w, chunks, C, param_write);
+    deferred->queue(dbias, part_b, chunks, C, param_write);
+  } else {
+    finish_column_sums_pair(dweight, part_w, dbias, part_b, chunks, C, ctx.stream, param_write);
+  }
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t, int,

@@ -11,6 +11,7 @@
 #include "gpu_pack.cuh"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/gemm_algorithms.h"
+#include "shardtrain/kernels/gpu/column_sums.h"
 #include "shardtrain/kernels/gpu/fill.h"
 #include "shardtrain/kernels/gpu/gelu.h"
 
@@ -518,11 +519,12 @@ namespace {
 // dbias[OC] (+)= column sums of dout[N, OC], in two deterministic passes through ctx's scratch.
 template <typename T>
 void bias_grad(T* dbias, const T* dout, int64_t N, int OC, const GpuContext& ctx, GradWrite write) {
-  const size_t need = matmul_backward_scratch_bytes(N, OC);
-  ST_CHECK(ctx.scratch != nullptr && ctx.scratch_bytes >= need, "matmul_backward needs ", need,
-           " bytes of scratch for N=", N, " OC=", OC, "; GpuContext has ", ctx.scratch_bytes);
-  float* partial = static_cast<float*>(ctx.scratch);
   const int chunks = static_cast<int>(bias_chunks(N));
+  ColumnSums* const deferred = ctx.column_sums;
+  const size_t need = matmul_backward_scratch_bytes(N, OC);
+  ST_CHECK(deferred != nullptr || (ctx.scratch != nullptr && ctx.scratch_bytes >= need), "matmul_backward needs ", need,
+           " bytes of scratch for N=", N, " OC=", OC, "; GpuContext has ", ctx.scratch_bytes);
+  float* partial = deferred ? deferred->reserve(int64_t{chunks} * OC) : static_cast<float*>(ctx.scratch);
   constexpr int kVec = 16 / sizeof(T);
   launch_packed<T>(OC % kVec == 0 && all_aligned(16, dout), [&](auto w) {
     constexpr int W = decltype(w)::value;
@@ -530,7 +532,10 @@ void bias_grad(T* dbias, const T* dout, int64_t N, int OC, const GpuContext& ctx
     bias_partial_kernel<W>
         <<<grid, dim3(kBiasCols, kBiasLanes), 0, ctx.stream>>>(partial, dout, N, OC, bias_chunk_rows(N));
   });
-  finish_column_sums(dbias, partial, chunks, OC, ctx.stream, write);
+  if (deferred)
+    deferred->queue(dbias, partial, chunks, OC, write);
+  else
+    finish_column_sums(dbias, partial, chunks, OC, ctx.stream, write);
 }
 
 }  // namespace

@@ -29,6 +29,15 @@ int64_t chunk_rows_for(const ModelConfig& cfg, int64_t BT) {
   return (BT + chunks - 1) / chunks;
 }
 
+// Bytes of one block backward's deferred column sums (block_backward): two LayerNorms and four biases, at BT rows.
+int64_t block_column_sums_bytes(int64_t BT, int C) {
+  auto floats = [](size_t bytes) { return static_cast<int64_t>(bytes / sizeof(float)); };
+  size_t b = 2 * gpu::ColumnSums::reserved_bytes(floats(gpu::layernorm_backward_scratch_bytes(BT, C)));
+  for (int oc : {C, 4 * C, C, 3 * C})
+    b += gpu::ColumnSums::reserved_bytes(floats(gpu::matmul_backward_scratch_bytes(BT, oc)));
+  return static_cast<int64_t>(b);
+}
+
 template <typename T>
 void zero_async(DeviceBuffer<T>& b, int64_t n, cudaStream_t s) {
   ST_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, sizeof(T) * static_cast<size_t>(n), s));
@@ -49,7 +58,8 @@ CudaGptFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, b
                           + chunk_rows_for(cfg, BT) * cfg.padded_vocab();
   const int64_t floats = blocks * (4 * BT + B * NH * T_) + 3 * BT;
   CudaGptFootprint f;
-  f.activation_bytes = elems_t * static_cast<int64_t>(sizeof(T)) + floats * 4 + 2 * BT * 4 + 8;
+  f.activation_bytes = elems_t * static_cast<int64_t>(sizeof(T)) + floats * 4 + 2 * BT * 4 + 8 +
+                       block_column_sums_bytes(BT, static_cast<int>(C));
   size_t s = gpu::embedding_backward_scratch_bytes(static_cast<int>(B), static_cast<int>(T_), static_cast<int>(C));
   s = std::max(s, gpu::layernorm_backward_scratch_bytes(BT, static_cast<int>(C)));
   s = std::max(s, gpu::matmul_backward_scratch_bytes(BT, static_cast<int>(4 * C)));
@@ -98,6 +108,7 @@ CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, b
     a.att_lse = DeviceBuffer<float>(max_batch * NH * T_);
   }
   for (int l = 0; l < cfg.n_layer; ++l) block_out_.emplace_back(BT * C);
+  column_sums_ = gpu::ColumnSums(static_cast<size_t>(block_column_sums_bytes(BT, static_cast<int>(C))));
   lnf_ = DeviceBuffer<T>(BT * C);
   dresid_ = DeviceBuffer<T>(BT * C);
   dlnf_ = DeviceBuffer<T>(BT * C);
@@ -265,41 +276,46 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   // Single-producer buffers, no memsets: the activation gradients, and every one of the block's parameter gradients
   // (block_grads is written, not added to; the caller need not zero it).
   constexpr GradWrite kOverwrite = GradWrite::kOverwrite;
+  // The four biases' and two LayerNorms' gradient sums are finished together at the end, in one launch.
+  gpu::GpuContext ctx = ctx_;
+  ctx.column_sums = &column_sums_;
 
   // MLP branch: dresid is d(out); the residual passes it to res2 unchanged. d(fch) through the GELU in one pass.
   T* dfch = dfch_.data();
   lap("bwd.matmul_gelu");
   gpu::matmul_backward_gelu<T>(dfch, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, a.fch.data(),
-                               N, 4 * C, C, ctx_, kOverwrite);
+                               N, 4 * C, C, ctx, kOverwrite);
   lap("bwd.matmul");
-  gpu::matmul_backward<T>(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx_, kOverwrite,
+  gpu::matmul_backward<T>(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx, kOverwrite,
                           kOverwrite);
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln2w, g.ln2b, dbuf_c_.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
-                             a.ln2_rstd.data(), N, C, ctx_, kOverwrite);
+                             a.ln2_rstd.data(), N, C, ctx, kOverwrite);
 
   // Attention branch: dresid is now d(res2); the residual passes it to x unchanged.
   lap("bwd.matmul");
-  gpu::matmul_backward<T>(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C, ctx_,
+  gpu::matmul_backward<T>(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C, ctx,
                           kOverwrite, kOverwrite);
   if (cudnn_shape()) {  // overwrites dqkv
     lap("bwd.attention");
     gpu::cudnn_attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.atty.data(), a.att_lse.data(),
-                                     static_cast<int>(B_), static_cast<int>(T_), C, cfg_.n_head, ctx_,
+                                     static_cast<int>(B_), static_cast<int>(T_), C, cfg_.n_head, ctx,
                                      attention_backward_);
   } else {  // accumulates into dqkv
     lap("bwd.zero");
     zero_async(dqkv_, N * 3 * C, s);
     lap("bwd.attention");
     gpu::flash_attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.atty.data(), a.att_lse.data(),
-                                     static_cast<int>(B_), static_cast<int>(T_), C, cfg_.n_head, ctx_);
+                                     static_cast<int>(B_), static_cast<int>(T_), C, cfg_.n_head, ctx);
   }
   lap("bwd.matmul");
-  gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C, ctx_,
+  gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C, ctx,
                           kOverwrite, kOverwrite);
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln1w, g.ln1b, dbuf_c_.data(), x, p.ln1w, a.ln1_mean.data(),
-                             a.ln1_rstd.data(), N, C, ctx_, kOverwrite);
+                             a.ln1_rstd.data(), N, C, ctx, kOverwrite);
+  lap("bwd.layernorm");  // the block's column sums (bias and LayerNorm gradients), all in one launch
+  column_sums_.finish(s);
 }
 
 template <typename T>

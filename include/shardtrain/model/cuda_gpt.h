@@ -21,6 +21,7 @@
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/core/cuda_timer.h"
+#include "shardtrain/kernels/gpu/column_sums.h"
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/model/units.h"
@@ -103,6 +104,7 @@ class CudaGpt {
   DeviceBuffer<T> lnf_, dresid_, dlnf_, dbuf_c_, dqkv_, dfch_, logits_chunk_;
   DeviceBuffer<float> lnf_mean_, lnf_rstd_, losses_;
   DeviceBuffer<double> loss_sum_;
+  gpu::ColumnSums column_sums_;  // block_backward's bias and LayerNorm gradient sums, finished in one launch
 };
 
 }  // namespace st

@@ -16,6 +16,7 @@ namespace st::gpu {
 
 class Blas;   // kernels/gpu/matmul.h
 class Cudnn;  // kernels/gpu/cudnn_attention.h
+class ColumnSums;  // kernels/gpu/column_sums.h
 
 struct GpuContext {
   cudaStream_t stream = nullptr;
@@ -27,6 +28,9 @@ struct GpuContext {
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
   Cudnn* cudnn = nullptr;  // needed by cudnn_attention only
+  // When set, the bias and LayerNorm parameter gradients' column sums keep their partials there and queue their
+  // finish for the caller's ColumnSums::finish (column_sums.h); scratch is then not used for them.
+  ColumnSums* column_sums = nullptr;
 };
 
 }  // namespace st::gpu
