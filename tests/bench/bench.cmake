@@ -7,3 +7,6 @@ set_tests_properties(bench.ab_throughput PROPERTIES LABELS "cpu" TIMEOUT 300 ENV
 add_test(NAME bench.op_profile_compare
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/bench/op_profile_compare_test.sh ${CMAKE_SOURCE_DIR})
 set_tests_properties(bench.op_profile_compare PROPERTIES LABELS "cpu" TIMEOUT 60)
+add_test(NAME bench.kernel_trace_report
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/bench/kernel_trace_report_test.sh ${CMAKE_SOURCE_DIR})
+set_tests_properties(bench.kernel_trace_report PROPERTIES LABELS "cpu" TIMEOUT 60)

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Where a training step's device time goes, from a bench/trace kernel timeline (libst_kernel_trace.so).
+
+    python3 bench/kernel_trace_report.py trace.csv [--marker REGEX] [--skip 3] [--top 25]
+
+A step runs from one start of the marker kernel on the compute stream (default: the embedding's forward, the first
+kernel of every micro-step; with gradient accumulation give a kernel that runs once a step) to the next. The compute
+stream is the stream with the most kernel time. Steps before --skip and the last interval (the final evaluation
+follows it) are left out; every figure is the median over the steps left.
+
+Prints, per step: the wall time; the compute stream's busy time (the union of its kernels) and its idle time, cut
+into gaps by length (many short gaps are launch latency; a few long ones are waits on another stream or the host);
+the longest gaps with the kernels on each side; every other stream's busy time and how much of it ran beside the
+compute stream's kernels; and the kernels by time on the compute stream.
+"""
+import argparse
+import csv
+import re
+import statistics
+import sys
+from collections import defaultdict
+
+
+def load(path):
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            rows.append((r["kind"], int(r["start_ns"]), int(r["end_ns"]), int(r["stream"]), int(r["bytes"]), r["name"]))
+    if not rows:
+        sys.exit(f"{path}: no records")
+    return sorted(rows, key=lambda r: r[1])
+
+
+def short(name):
+    """A kernel's name without its return type, arguments and our namespaces."""
+    name = name.replace("(anonymous namespace)::", "")
+    name = re.sub(r"\(.*", "", name)
+    name = re.sub(r"^void |st::gpu::|kernels_internal::|cutlass::", "", name)
+    return name[:72]
+
+
+def union(intervals):
+    """Total length of the union of (start, end) intervals, sorted by start."""
+    total, cur_s, cur_e = 0, None, None
+    for s, e in intervals:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def overlap(a, b):
+    """Length of time covered by both interval lists (each sorted, each its own union)."""
+    total, i, j = 0, 0, 0
+    while i < len(a) and j < len(b):
+        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if e > s:
+            total += e - s
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def merged(intervals):
+    out = []
+    for s, e in intervals:
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+GAP_BUCKETS = [(0, 2e3, "< 2 us"), (2e3, 5e3, "2-5 us"), (5e3, 20e3, "5-20 us"), (20e3, 100e3, "20-100 us"),
+               (100e3, float("inf"), ">= 100 us")]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("trace")
+    ap.add_argument("--marker", default=r"embedding_forward_kernel")
+    ap.add_argument("--skip", type=int, default=3)
+    ap.add_argument("--top", type=int, default=25)
+    a = ap.parse_args()
+    rows = load(a.trace)
+    busy = defaultdict(int)
+    for kind, s, e, stream, _, _ in rows:
+        if kind == "kernel":
+            busy[stream] += e - s
+    compute = max(busy, key=busy.get)
+    marker = re.compile(a.marker)
+    starts = [s for kind, s, _, stream, _, name in rows if kind == "kernel" and stream == compute and marker.search(name)]
+    steps = list(zip(starts, starts[1:]))[a.skip:-1]
+    if not steps:
+        sys.exit(f"{a.trace}: {len(starts)} marker kernels ({a.marker}) on stream {compute}; need more than --skip + 2")
+
+    per = defaultdict(lambda: [0] * len(steps))  # metric -> its value in each step (ns, or a count)
+    names = defaultdict(lambda: defaultdict(int))  # step index -> name -> ns
+    counts = defaultdict(lambda: defaultdict(int))
+    longest = []
+    for i, (t0, t1) in enumerate(steps):
+        inside = [r for r in rows if t0 <= r[1] < t1]
+        comp = [(s, min(e, t1)) for kind, s, e, st, _, _ in inside if kind == "kernel" and st == compute]
+        comp_m = merged(comp)
+        b = union(comp)
+        per["wall"][i] = t1 - t0
+        per["compute busy"][i] = b
+        per["compute idle"][i] = t1 - t0 - b
+        ck = [r for r in inside if r[0] == "kernel" and r[3] == compute]
+        gaps = defaultdict(lambda: [0, 0])
+        # The gap after each kernel, the last one's up to the next step's first.
+        for prev, nxt in zip(ck, ck[1:] + [(None, t1, None, None, None, "the next step")]):
+            g = nxt[1] - prev[2]
+            if g <= 0:
+                continue
+            for lo, hi, label in GAP_BUCKETS:
+                if lo <= g < hi:
+                    gaps[label][0] += 1
+                    gaps[label][1] += g
+            longest.append((g, i, short(prev[5]), short(nxt[5])))
+        for _, _, label in GAP_BUCKETS:
+            per[f"gaps {label} (count)"][i] = gaps[label][0]
+            per[f"gaps {label} (time)"][i] = gaps[label][1]
+        for kind, s, e, st, _, name in inside:
+            if kind == "kernel" and st == compute:
+                names[i][short(name)] += e - s
+                counts[i][short(name)] += 1
+        for st in sorted({r[3] for r in inside if r[3] != compute}):
+            other = merged([(s, min(e, t1)) for kind, s, e, s2, _, _ in inside if s2 == st])
+            per[f"stream {st} busy"][i] = union(other)
+            per[f"stream {st} beside compute kernels"][i] = overlap(other, comp_m)
+
+    def med(k):
+        return statistics.median(per[k])
+
+    print(f"# {a.trace}: {len(steps)} steps (after {a.skip} skipped), compute stream {compute}, medians a step")
+    print(f"wall                          {med('wall') / 1e6:8.3f} ms")
+    print(f"compute stream busy           {med('compute busy') / 1e6:8.3f} ms")
+    print(f"compute stream idle           {med('compute idle') / 1e6:8.3f} ms")
+    for _, _, label in GAP_BUCKETS:
+        print(f"  gaps {label:<10} {med(f'gaps {label} (count)'):6.0f} gaps {med(f'gaps {label} (time)') / 1e6:8.3f} ms")
+    for k in sorted(per):
+        if k.startswith("stream "):
+            print(f"{k:<38} {med(k) / 1e6:8.3f} ms")
+    print("\nlongest gaps on the compute stream (all steps):")
+    for g, i, before, after in sorted(longest, reverse=True)[:10]:
+        print(f"  {g / 1e3:8.1f} us  step {i + a.skip}: after {before} | before {after}")
+    print(f"\ncompute stream kernels, ms a step (median), calls:")
+    keys = {k for d in names.values() for k in d}
+    table = []
+    for k in keys:
+        table.append((statistics.median(names[i].get(k, 0) for i in range(len(steps))) / 1e6,
+                      statistics.median(counts[i].get(k, 0) for i in range(len(steps))), k))
+    for ms, n, k in sorted(table, reverse=True)[:a.top]:
+        print(f"  {ms:7.3f} {n:5.0f}  {k}")
+    print(f"  {sum(t[0] for t in table):7.3f}        all {len(table)} kernels")
+
+
+if __name__ == "__main__":
+    main()
