@@ -516,7 +516,8 @@ void matmul_forward_gelu(T* out, T* pre_gelu, const T* inp, const T* weight, con
 
 namespace {
 
-// dbias[OC] (+)= column sums of dout[N, OC], in two deterministic passes through ctx's scratch.
+// dbias[OC] (+)= column sums of dout[N, OC], in two deterministic passes through ctx's scratch, or with the second
+// pass queued on ctx.column_sums.
 template <typename T>
 void bias_grad(T* dbias, const T* dout, int64_t N, int OC, const GpuContext& ctx, GradWrite write) {
   const int chunks = static_cast<int>(bias_chunks(N));

@@ -20,7 +20,8 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 // Accumulates: dinp [N,C] += ..., dweight [C] += ..., dbias [C] += ... (param_write = kOverwrite: dweight and dbias
 // are written, as st::layernorm_backward). dweight and dbias are reduced over rows in fp32, per fixed chunk of rows
 // into ctx.scratch and then over chunks in order, so the result is bit-identical run to run. Needs
-// layernorm_backward_scratch_bytes(N, C) bytes of scratch.
+// layernorm_backward_scratch_bytes(N, C) bytes of scratch, or, with ctx.column_sums, as much room there, and dweight
+// and dbias are then complete only after that ColumnSums's finish() (column_sums.h).
 //
 // How the bf16/fp16 backward (C <= 2560, a multiple of 8) reads its rows: kStaged reads each row ahead into shared
 // memory, kDirect straight into registers when it is used. Both do the same arithmetic in the same order, so give

@@ -141,7 +141,8 @@ void matmul_forward_gelu(T* out, T* pre_gelu, const T* inp, const T* weight, con
 // without reading it, param_write = kOverwrite likewise dweight and dbias (the values of adding to zeroed ones).
 // The bias sum runs in fp32 in a fixed order
 // that depends only on (N, OC), so it is bit-reproducible; it needs ctx.scratch of
-// matmul_backward_scratch_bytes(N, OC) bytes when dbias is given.
+// matmul_backward_scratch_bytes(N, OC) bytes when dbias is given, or, with ctx.column_sums, as much room there, and
+// dbias is then complete only after that ColumnSums's finish() (column_sums.h).
 template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
                      int OC, const GpuContext& ctx, GradWrite dinp_write = GradWrite::kAccumulate,
