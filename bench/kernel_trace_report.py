@@ -14,6 +14,7 @@ the longest gaps with the kernels on each side; every other stream's busy time a
 compute stream's kernels; and the kernels by time on the compute stream.
 """
 import argparse
+import bisect
 import csv
 import re
 import statistics
@@ -39,21 +40,6 @@ def short(name):
     return name[:72]
 
 
-def union(intervals):
-    """Total length of the union of (start, end) intervals, sorted by start."""
-    total, cur_s, cur_e = 0, None, None
-    for s, e in intervals:
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
-
-
 def overlap(a, b):
     """Length of time covered by both interval lists (each sorted, each its own union)."""
     total, i, j = 0, 0, 0
@@ -69,6 +55,7 @@ def overlap(a, b):
 
 
 def merged(intervals):
+    """The union of (start, end) intervals sorted by start, as disjoint [start, end] pairs."""
     out = []
     for s, e in intervals:
         if out and s <= out[-1][1]:
@@ -76,6 +63,10 @@ def merged(intervals):
         else:
             out.append([s, e])
     return out
+
+
+def covered(disjoint):
+    return sum(e - s for s, e in disjoint)
 
 
 GAP_BUCKETS = [(0, 2e3, "< 2 us"), (2e3, 5e3, "2-5 us"), (5e3, 20e3, "5-20 us"), (20e3, 100e3, "20-100 us"),
@@ -96,8 +87,10 @@ def main():
             busy[stream] += e - s
     compute = max(busy, key=busy.get)
     marker = re.compile(a.marker)
-    starts = [s for kind, s, _, stream, _, name in rows if kind == "kernel" and stream == compute and marker.search(name)]
+    starts = [s for kind, s, _, stream, _, name in rows
+              if kind == "kernel" and stream == compute and marker.search(name)]
     steps = list(zip(starts, starts[1:]))[a.skip:-1]
+    row_starts = [r[1] for r in rows]  # rows are sorted by start: each step's rows are one slice
     if not steps:
         sys.exit(f"{a.trace}: {len(starts)} marker kernels ({a.marker}) on stream {compute}; need more than --skip + 2")
 
@@ -106,10 +99,9 @@ def main():
     counts = defaultdict(lambda: defaultdict(int))
     longest = []
     for i, (t0, t1) in enumerate(steps):
-        inside = [r for r in rows if t0 <= r[1] < t1]
-        comp = [(s, min(e, t1)) for kind, s, e, st, _, _ in inside if kind == "kernel" and st == compute]
-        comp_m = merged(comp)
-        b = union(comp)
+        inside = rows[bisect.bisect_left(row_starts, t0):bisect.bisect_left(row_starts, t1)]
+        comp_m = merged([(s, min(e, t1)) for kind, s, e, st, _, _ in inside if kind == "kernel" and st == compute])
+        b = covered(comp_m)
         per["wall"][i] = t1 - t0
         per["compute busy"][i] = b
         per["compute idle"][i] = t1 - t0 - b
@@ -134,7 +126,7 @@ def main():
                 counts[i][short(name)] += 1
         for st in sorted({r[3] for r in inside if r[3] != compute}):
             other = merged([(s, min(e, t1)) for kind, s, e, s2, _, _ in inside if s2 == st])
-            per[f"stream {st} busy"][i] = union(other)
+            per[f"stream {st} busy"][i] = covered(other)
             per[f"stream {st} beside compute kernels"][i] = overlap(other, comp_m)
 
     def med(k):
@@ -145,7 +137,8 @@ def main():
     print(f"compute stream busy           {med('compute busy') / 1e6:8.3f} ms")
     print(f"compute stream idle           {med('compute idle') / 1e6:8.3f} ms")
     for _, _, label in GAP_BUCKETS:
-        print(f"  gaps {label:<10} {med(f'gaps {label} (count)'):6.0f} gaps {med(f'gaps {label} (time)') / 1e6:8.3f} ms")
+        count, time = med(f"gaps {label} (count)"), med(f"gaps {label} (time)")
+        print(f"  gaps {label:<10} {count:6.0f} gaps {time / 1e6:8.3f} ms")
     for k in sorted(per):
         if k.startswith("stream "):
             print(f"{k:<38} {med(k) / 1e6:8.3f} ms")

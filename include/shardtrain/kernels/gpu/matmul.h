@@ -99,7 +99,8 @@ class Blas {
 
   // Milliseconds per call of each of `count` heuristic results on random scratch operands (gpu::fill_uniform) of the
   // plan's shape (element counts of A, B, C; a bias of n and a C-shaped aux when the epilogue has them); infinity for
-  // one that fails to launch. Empty when the scratch would exceed 2 GiB or cannot be allocated: the caller keeps the first.
+  // one that fails to launch. Empty when the scratch would exceed 2 GiB or cannot be allocated: the caller keeps the
+  // first.
   std::vector<double> time_algorithms(const Plan& plan, const cublasLtMatmulHeuristicResult_t* results, int count,
                                       float beta, cudaDataType_t type, int64_t a_elems, int64_t b_elems,
                                       int64_t c_elems, int64_t bias_elems, bool aux, cudaStream_t stream);
