@@ -12,6 +12,12 @@ Prints, per step: the wall time; the compute stream's busy time (the union of it
 into gaps by length (many short gaps are launch latency; a few long ones are waits on another stream or the host);
 the longest gaps with the kernels on each side; every other stream's busy time and how much of it ran beside the
 compute stream's kernels; and the kernels by time on the compute stream.
+
+With API records in the trace (ST_KERNEL_TRACE_API=1), it also prints how far ahead of the device the host issued
+the compute stream's kernels (a kernel's start less the start of the call that launched it), and which gaps the
+host left: those whose next kernel's launch call started only after the previous kernel had ended. Their
+host-late part (that call's start less the previous kernel's end) is a lower bound on the idle time the host
+caused; the rest of the idle time is the device's (launch latency, waits on other streams).
 """
 import argparse
 import bisect
@@ -23,13 +29,21 @@ from collections import defaultdict
 
 
 def load(path):
-    rows = []
+    """The device rows (kind, start, end, stream, bytes, name, correlation) sorted by start, and the start of each
+    correlation id's first API call (empty for a trace without API records or correlation ids)."""
+    rows, launched = [], {}
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
-            rows.append((r["kind"], int(r["start_ns"]), int(r["end_ns"]), int(r["stream"]), int(r["bytes"]), r["name"]))
+            corr = int(r["correlation"]) if r.get("correlation") else None
+            if r["kind"] == "api":
+                start = int(r["start_ns"])
+                launched[corr] = min(start, launched.get(corr, start))
+                continue
+            rows.append((r["kind"], int(r["start_ns"]), int(r["end_ns"]), int(r["stream"]), int(r["bytes"]), r["name"],
+                         corr))
     if not rows:
         sys.exit(f"{path}: no records")
-    return sorted(rows, key=lambda r: r[1])
+    return sorted(rows, key=lambda r: r[1]), launched
 
 
 def short(name):
@@ -80,14 +94,14 @@ def main():
     ap.add_argument("--skip", type=int, default=3)
     ap.add_argument("--top", type=int, default=25)
     a = ap.parse_args()
-    rows = load(a.trace)
+    rows, launched = load(a.trace)
     busy = defaultdict(int)
-    for kind, s, e, stream, _, _ in rows:
+    for kind, s, e, stream, *_ in rows:
         if kind == "kernel":
             busy[stream] += e - s
     compute = max(busy, key=busy.get)
     marker = re.compile(a.marker)
-    starts = [s for kind, s, _, stream, _, name in rows
+    starts = [s for kind, s, _, stream, _, name, _ in rows
               if kind == "kernel" and stream == compute and marker.search(name)]
     steps = list(zip(starts, starts[1:]))[a.skip:-1]
     row_starts = [r[1] for r in rows]  # rows are sorted by start: each step's rows are one slice
@@ -100,7 +114,7 @@ def main():
     longest = []
     for i, (t0, t1) in enumerate(steps):
         inside = rows[bisect.bisect_left(row_starts, t0):bisect.bisect_left(row_starts, t1)]
-        comp_m = merged([(s, min(e, t1)) for kind, s, e, st, _, _ in inside if kind == "kernel" and st == compute])
+        comp_m = merged([(s, min(e, t1)) for kind, s, e, st, *_ in inside if kind == "kernel" and st == compute])
         b = covered(comp_m)
         per["wall"][i] = t1 - t0
         per["compute busy"][i] = b
@@ -108,10 +122,15 @@ def main():
         ck = [r for r in inside if r[0] == "kernel" and r[3] == compute]
         gaps = defaultdict(lambda: [0, 0])
         # The gap after each kernel, the last one's up to the next step's first.
-        for prev, nxt in zip(ck, ck[1:] + [(None, t1, None, None, None, "the next step")]):
+        for prev, nxt in zip(ck, ck[1:] + [(None, t1, None, None, None, "the next step", None)]):
             g = nxt[1] - prev[2]
             if g <= 0:
                 continue
+            issued = launched.get(nxt[6])
+            if issued is not None and issued > prev[2]:
+                per["host-late gaps (count)"][i] += 1
+                per["host-late gaps (time)"][i] += g
+                per["host-late part"][i] += min(g, issued - prev[2])
             for lo, hi, label in GAP_BUCKETS:
                 if lo <= g < hi:
                     gaps[label][0] += 1
@@ -120,12 +139,18 @@ def main():
         for _, _, label in GAP_BUCKETS:
             per[f"gaps {label} (count)"][i] = gaps[label][0]
             per[f"gaps {label} (time)"][i] = gaps[label][1]
-        for kind, s, e, st, _, name in inside:
+        leads = []
+        for kind, s, e, st, _, name, corr in inside:
             if kind == "kernel" and st == compute:
                 names[i][short(name)] += e - s
                 counts[i][short(name)] += 1
+                if corr in launched:
+                    leads.append(s - launched[corr])
+        if leads:
+            per["host lead (median)"][i] = statistics.median(leads)
+            per["host lead (min)"][i] = min(leads)
         for st in sorted({r[3] for r in inside if r[3] != compute}):
-            other = merged([(s, min(e, t1)) for kind, s, e, s2, _, _ in inside if s2 == st])
+            other = merged([(s, min(e, t1)) for kind, s, e, s2, *_ in inside if s2 == st])
             per[f"stream {st} busy"][i] = covered(other)
             per[f"stream {st} beside compute kernels"][i] = overlap(other, comp_m)
 
@@ -139,6 +164,11 @@ def main():
     for _, _, label in GAP_BUCKETS:
         count, time = med(f"gaps {label} (count)"), med(f"gaps {label} (time)")
         print(f"  gaps {label:<10} {count:6.0f} gaps {time / 1e6:8.3f} ms")
+    if launched:
+        print(f"host lead, kernel start - launch call start: median {med('host lead (median)') / 1e3:8.1f} us, "
+              f"least {med('host lead (min)') / 1e3:8.1f} us")
+        print(f"gaps the host left            {med('host-late gaps (count)'):6.0f} gaps "
+              f"{med('host-late gaps (time)') / 1e6:8.3f} ms, host-late part {med('host-late part') / 1e6:8.3f} ms")
     for k in sorted(per):
         if k.startswith("stream "):
             print(f"{k:<38} {med(k) / 1e6:8.3f} ms")

@@ -9,8 +9,13 @@
 // CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, which keeps kernels concurrent (the plain KERNEL kind serialises them), so
 // the timeline is the program's own; CUPTI adds a little host time per launch.
 //
-// CSV columns: kind (kernel, memcpy, memset), start_ns, end_ns, device, stream, bytes, name. Timestamps are CUPTI's
-// (nanoseconds, one clock for every device of the process).
+// With ST_KERNEL_TRACE_API=1 it also records every CUDA runtime and driver API call (kind "api", the host's start
+// and end, the thread in the stream column, the call's name): a device operation and the call that issued it share
+// a correlation id, so the report can tell a gap the host left (the launch came after the device ran dry) from one
+// the device left. It costs more host time per call than the device records alone.
+//
+// CSV columns: kind (kernel, memcpy, memset, api), start_ns, end_ns, device, stream, bytes, correlation, name.
+// Timestamps are CUPTI's (nanoseconds, one clock for the host and every device of the process).
 #include <cupti.h>
 #include <cxxabi.h>
 
@@ -55,9 +60,10 @@ std::string demangled(const char* name) {
 
 // Kernel names can hold commas (template arguments): quote them.
 void write_row(const char* kind, uint64_t start, uint64_t end, uint32_t device, uint32_t stream, uint64_t bytes,
-               const char* name) {
-  std::fprintf(g_out, "%s,%llu,%llu,%u,%u,%llu,\"", kind, static_cast<unsigned long long>(start),
-               static_cast<unsigned long long>(end), device, stream, static_cast<unsigned long long>(bytes));
+               uint32_t correlation, const char* name) {
+  std::fprintf(g_out, "%s,%llu,%llu,%u,%u,%llu,%u,\"", kind, static_cast<unsigned long long>(start),
+               static_cast<unsigned long long>(end), device, stream, static_cast<unsigned long long>(bytes),
+               correlation);
   for (const char* c = name ? name : ""; *c; ++c) std::fputc(*c == '"' ? '\'' : *c, g_out);
   std::fputs("\"\n", g_out);
 }
@@ -91,22 +97,34 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
       case CUPTI_ACTIVITY_KIND_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-        write_row("kernel", k->start, k->end, k->deviceId, k->streamId, 0, demangled(k->name).c_str());
+        write_row("kernel", k->start, k->end, k->deviceId, k->streamId, 0, k->correlationId,
+                  demangled(k->name).c_str());
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-        write_row("memcpy", m->start, m->end, m->deviceId, m->streamId, m->bytes, copy_kind(m->copyKind));
+        write_row("memcpy", m->start, m->end, m->deviceId, m->streamId, m->bytes, m->correlationId,
+                  copy_kind(m->copyKind));
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY2: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record);
-        write_row("memcpy", m->start, m->end, m->deviceId, m->streamId, m->bytes, "peer");
+        write_row("memcpy", m->start, m->end, m->deviceId, m->streamId, m->bytes, m->correlationId, "peer");
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-        write_row("memset", m->start, m->end, m->deviceId, m->streamId, m->bytes, "");
+        write_row("memset", m->start, m->end, m->deviceId, m->streamId, m->bytes, m->correlationId, "");
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_RUNTIME:
+      case CUPTI_ACTIVITY_KIND_DRIVER: {
+        const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+        const char* name = nullptr;
+        cuptiGetCallbackName(
+            record->kind == CUPTI_ACTIVITY_KIND_RUNTIME ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API,
+            a->cbid, &name);
+        write_row("api", a->start, a->end, 0, a->threadId, 0, a->correlationId, name ? name : "");
         break;
       }
       default:
@@ -133,12 +151,17 @@ extern "C" int InitializeInjection(void) {
     std::fprintf(stderr, "kernel_trace: cannot write %s\n", path.c_str());
     return 0;
   }
-  std::fputs("kind,start_ns,end_ns,device,stream,bytes,name\n", g_out);
+  std::fputs("kind,start_ns,end_ns,device,stream,bytes,correlation,name\n", g_out);
   check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable kernels");
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY), "enable memcpy");
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY2), "enable peer memcpy");
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET), "enable memset");
+  const char* api = std::getenv("ST_KERNEL_TRACE_API");
+  if (api && std::string(api) == "1") {
+    check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME), "enable runtime API");
+    check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER), "enable driver API");
+  }
   std::atexit(finish);
   return 1;
 }

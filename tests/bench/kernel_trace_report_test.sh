@@ -2,7 +2,8 @@
 # bench/kernel_trace_report.py on a made-up timeline with known answers: each 200 us step has three kernels on the
 # compute stream (busy 120 us) with gaps of 1, 3 and 76 us, and on a second stream a 30 us kernel beside nothing
 # and a 20 us copy of which 17 us run beside compute kernels. Steps are cut at the marker kernel; the first (--skip)
-# and the last interval are left out. A trace without enough markers is refused with a message.
+# and the last interval are left out. A trace without enough markers is refused with a message. The same trace with
+# API records gives the host's lead and the gaps it left.
 #   kernel_trace_report_test.sh SOURCE_DIR
 set -uo pipefail
 SRC=$1
@@ -43,4 +44,27 @@ grep -Eq "^ +0\.100 +1  gemm$" <<<"$out" || fail "kernel table row for gemm"
 # Too few markers for the steps asked for.
 if msg=$("$py" "$SRC/bench/kernel_trace_report.py" --skip 6 "$dir/trace.csv" 2>&1); then fail "accepted --skip 6"; fi
 grep -q "7 marker kernels (embedding_forward_kernel) on stream 7; need more than --skip + 2" <<<"$msg" || fail "refusal: $msg"
+# The same timeline with correlation ids and API records (ST_KERNEL_TRACE_API=1): the embedding and gemm kernels
+# are launched 50 and 40 us before their step, the ln kernel 2 us before it starts, 1 us after gemm ended. So each
+# step has one host-late gap (3 us, its host-late part 1 us), and the host leads by 50 us (median), 2 us (least).
+"$py" - "$dir/trace.csv" "$dir/api.csv" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+out = ["kind,start_ns,end_ns,device,stream,bytes,correlation,name"]
+us, corr = 1000, 0
+for line in lines[1:]:
+    kind, start, rest = line.split(",", 2)
+    corr += 1
+    end, device, stream, nbytes, name = rest.split(",", 4)
+    out.append(f"{kind},{start},{end},{device},{stream},{nbytes},{corr},{name}")
+    step_start = int(start) // (200 * us) * (200 * us)
+    issued = {'"gemm"': step_start - 40 * us, '"ln"': int(start) - 2 * us}.get(name, step_start - 50 * us)
+    out.append(f'api,{issued},{issued + 500},0,1,0,{corr},"cudaLaunchKernel"')
+open(sys.argv[2], "w").write("\n".join(out) + "\n")
+PY
+out=$("$py" "$SRC/bench/kernel_trace_report.py" --skip 1 "$dir/api.csv" 2>&1) || fail "exit $? with API records: $out"
+echo "$out"
+[[ $(val "compute stream idle") == 0.080 ]] || fail "idle with API records: $(val 'compute stream idle')"
+grep -Eq "^host lead, kernel start - launch call start: median +50.0 us, least +2.0 us$" <<<"$out" || fail "host lead"
+grep -Eq "^gaps the host left +1 gaps +0.003 ms, host-late part +0.001 ms$" <<<"$out" || fail "host-late gaps"
 echo PASS
