@@ -392,8 +392,12 @@ class CudaShardedModel final : public ModelBackend {
   bool params_on_host(int unit) const { return offload(unit) && cfg_.optim.offload == OffloadMode::kOptimizerParams; }
   void copy_grad_to_host(int unit);
   // The last micro-step's reduce-scatter of `unit` is accumulated: hybrid sums the shard across nodes (in buckets, on
-  // the replica stream); with optim.offload the shard then goes to the host.
-  void finish_grad(int unit);
+  // the replica stream); with optim.offload the shard then goes to the host. `norm_taken`: the accumulation took the
+  // shard's share of the norm (squares_of).
+  void finish_grad(int unit, bool norm_taken);
+  // Where the accumulation into `unit`'s shard takes the shard's share of the norm as it writes it: the step's last
+  // micro-step without hybrid (whose shards become final only after the all-reduce across nodes); else null.
+  double* squares_of(int unit);
   // The stream on which gradient shards become final: the replica stream in hybrid, else the communication stream.
   cudaStream_t final_grad_stream() { return buckets_ ? replica_stream_.get() : comm_stream_.get(); }
   CommPlan comm_plan() const {
@@ -505,7 +509,7 @@ class CudaShardedModel final : public ModelBackend {
   PinnedBuffer<StepGate> host_gate_;
   CudaEvent gate_ready_;
   bool loss_queued_ = false, gate_queued_ = false;
-  // Each unit's sum of squares of its final gradient shard, taken as it becomes final (finish_grad, on that stream);
+  // Each unit's sum of squares of its final gradient shard, taken as it becomes final (squares_of, finish_grad);
   // sq_parts_ counts them since zero_grads(). All there: the norm is one in-order sum (grad_sum_of_squares).
   DeviceBuffer<double> unit_sq_;
   int64_t sq_parts_ = 0;
@@ -919,21 +923,23 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
   b->ready.wait_on(ns);
   const GradWrite write = fresh_grads_ ? GradWrite::kOverwrite : GradWrite::kAccumulate;
   float* const shard_grad = shards_[static_cast<size_t>(unit)].grad.data();
+  double* const squares = squares_of(unit);
   if (tuning_.copy_engine_reduce_scatters && ce_nccl_) {
     // Each rank's slice q goes to rank q on the copy engines; this rank adds the slices it received in rank order
     // as it takes them into its shard (the addition NCCL's reduce-scatter kernel would have made on the SMs).
     ce_nccl_->all_to_all<T>(b->data.data(), h.slot, rs_out_.data(), ns);
     if (fresh_grads_) updated_[static_cast<size_t>(unit)].wait_on(ns);
-    gpu::accumulate_parts<T>(shard_grad, rs_out_.data(), nccl_.world_size(), h.slot, h.span.count, comm_ctx_, write);
+    gpu::accumulate_parts<T>(shard_grad, rs_out_.data(), nccl_.world_size(), h.slot, h.span.count, comm_ctx_, write,
+                             squares);
   } else {
     // The embedding's is the backward's last, and the next step's first gather waits for its update: NCCL's choice.
     NcclCommunicator& rs = capped_rs_nccl_ && unit != 0 ? *capped_rs_nccl_ : nccl_;
     rs.reduce_scatter<T>(b->data.data(), h.slot, rs_out_.data(), ns);
     // The step's first write of the shard replaces the last step's gradient, which that step's AdamW read.
     if (fresh_grads_) updated_[static_cast<size_t>(unit)].wait_on(ns);
-    gpu::accumulate<T>(shard_grad, rs_out_.data(), h.span.count, comm_ctx_, write);
+    gpu::accumulate<T>(shard_grad, rs_out_.data(), h.span.count, comm_ctx_, write, squares);
   }
-  if (last_micro_) finish_grad(unit);  // overlaps the rest of the backward
+  if (last_micro_) finish_grad(unit, squares != nullptr);  // overlaps the rest of the backward
   b->free.record(ns);
   b->unit = -1;
   b->released = ++release_tick_;
@@ -949,7 +955,15 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
 // reduce-scatters go on meanwhile. A bucket's shards are rounded to T into one buffer (exact for a single
 // micro-step: the accumulated value is one reduce-scatter's output), summed in one call, and written back.
 template <typename T>
-void CudaShardedModel<T>::finish_grad(int unit) {
+double* CudaShardedModel<T>::squares_of(int unit) {
+  if (!last_micro_ || buckets_) return nullptr;
+  double* part = unit_sq_.data() + unit;
+  ST_CUDA_CHECK(cudaMemsetAsync(part, 0, sizeof(double), comm_stream_.get()));
+  return part;
+}
+
+template <typename T>
+void CudaShardedModel<T>::finish_grad(int unit, bool norm_taken) {
   std::vector<int> finished;
   if (!buckets_) {
     finished.push_back(unit);
@@ -974,12 +988,15 @@ void CudaShardedModel<T>::finish_grad(int unit) {
     summed_across_nodes_ = buckets_->joined_units() == 0;  // the step's last unit went out
   }
   // The norm's share of each finished shard, here rather than after the backward, where it would hold up the
-  // optimizer: on the stream that finished it (comm_ctx_ and replica_ctx_ each have reduction scratch).
+  // optimizer: on the stream that finished it (comm_ctx_ and replica_ctx_ each have reduction scratch), unless the
+  // accumulation took it.
   const gpu::GpuContext& final_ctx = buckets_ ? replica_ctx_ : comm_ctx_;
   for (int u : finished) {
-    ST_CUDA_CHECK(cudaMemsetAsync(unit_sq_.data() + u, 0, sizeof(double), final_ctx.stream));
-    gpu::sum_of_squares<float>(shards_[static_cast<size_t>(u)].grad.data(), host_[static_cast<size_t>(u)].span.count,
-                               unit_sq_.data() + u, final_ctx);
+    if (!norm_taken) {
+      ST_CUDA_CHECK(cudaMemsetAsync(unit_sq_.data() + u, 0, sizeof(double), final_ctx.stream));
+      gpu::sum_of_squares<float>(shards_[static_cast<size_t>(u)].grad.data(), host_[static_cast<size_t>(u)].span.count,
+                                 unit_sq_.data() + u, final_ctx);
+    }
     ++sq_parts_;
   }
   for (int u : finished) {

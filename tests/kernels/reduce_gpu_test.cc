@@ -1,6 +1,7 @@
 // gpu::sum_of_squares, sum, convert, accumulate and accumulate_parts against double / host references.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -209,6 +210,65 @@ TYPED_TEST(ReduceGpuTest, AccumulatePartsMatchesHost) {
       }
     }
   }
+}
+
+// With sum_sq, the accumulations also take the sum of squares of what they store, in the same pass: the stored values
+// and the sum are bit for bit those of the accumulation without it followed by sum_of_squares<float>. Both write
+// modes, one and two parts, and acc and the input aligned alike (the one pass) or not (acc aligned, the input not:
+// two passes, as sum_of_squares alone would take acc's packs).
+TYPED_TEST(ReduceGpuTest, AccumulateTakesTheSumOfSquaresOfWhatItStores) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  struct Offsets {
+    int acc, in;
+  };
+  for (const int64_t n : {int64_t{1}, int64_t{1000}, int64_t{(1 << 20) + 3}}) {
+    for (const Offsets o : {Offsets{0, 0}, Offsets{1, 1}, Offsets{0, 1}}) {
+      for (int nparts : {0, 1, 2}) {  // 0: accumulate, else accumulate_parts
+        for (GradWrite write : {GradWrite::kAccumulate, GradWrite::kOverwrite}) {
+          SCOPED_TRACE(::testing::Message() << "n=" << n << " offsets " << o.acc << "/" << o.in << " parts=" << nparts
+                                            << " overwrite=" << (write == GradWrite::kOverwrite));
+          const std::vector<float> acc = test::random_input<float>(n, 1);
+          const int64_t stride = n + 4;
+          const std::vector<float> in = test::random_input<T>(std::max(nparts, 1) * stride, 2);
+          test::GpuEnv env(gpu::reduce_scratch_bytes());
+          DeviceBuffer<T> d_in = test::upload<T>(in, o.in);
+          std::vector<float> stored[2];
+          double sums[2];
+          for (int fused = 0; fused < 2; ++fused) {
+            DeviceBuffer<float> d_acc = test::upload<float>(acc, o.acc);
+            DeviceBuffer<double> sum = device_double(kStart);
+            float* a = d_acc.data() + o.acc;
+            double* sq = fused ? sum.data() : nullptr;
+            if (nparts == 0)
+              gpu::accumulate<T>(a, d_in.data() + o.in, n, env.ctx, write, sq);
+            else
+              gpu::accumulate_parts<T>(a, d_in.data() + o.in, nparts, stride, n, env.ctx, write, sq);
+            if (!fused) gpu::sum_of_squares<float>(a, n, sum.data(), env.ctx);
+            stored[fused] = test::download(d_acc, o.acc);
+            sums[fused] = host_double(sum);
+          }
+          EXPECT_TRUE(test::all_close(stored[1], stored[0], 0.0, 0.0));
+          EXPECT_EQ(std::memcmp(&sums[1], &sums[0], sizeof(double)), 0) << sums[1] << " vs " << sums[0];
+          double want = kStart;
+          for (float v : stored[0]) want += static_cast<double>(v) * v;
+          EXPECT_NEAR(sums[1], want, kTol<float> * want);
+        }
+      }
+    }
+  }
+}
+
+TYPED_TEST(ReduceGpuTest, AccumulateSumOfSquaresNeedsScratch) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  test::GpuEnv env;  // no scratch
+  DeviceBuffer<float> acc(64);
+  DeviceBuffer<T> in(64);
+  DeviceBuffer<double> sum(1);
+  EXPECT_THROW(gpu::accumulate<T>(acc.data(), in.data(), 64, env.ctx, GradWrite::kOverwrite, sum.data()), Error);
+  EXPECT_THROW(gpu::accumulate_parts<T>(acc.data(), in.data(), 1, 64, 64, env.ctx, GradWrite::kOverwrite, sum.data()),
+               Error);
 }
 
 TYPED_TEST(ReduceGpuTest, AccumulatePartsRejectsOverlappingParts) {

@@ -37,15 +37,19 @@ void convert(T* out, const float* in, int64_t n, const GpuContext& ctx);
 
 // Accumulates: acc[i] += in[i], in fp32; with GradWrite::kOverwrite, acc[i] = in[i] (the same value as adding to a
 // zeroed acc, but for the sign of a zero: one pass instead of a memset, a read and a write).
+// With sum_sq, also *sum_sq += sum_i acc[i]^2 of the values stored, with the bits sum_of_squares<float>(acc, n,
+// sum_sq, ctx) would give after it, in the same pass where the pointers' alignment allows (a gradient shard's
+// share of the norm as it is written). Then it needs reduce_scratch_bytes() of scratch.
 template <typename T>
-void accumulate(float* acc, const T* in, int64_t n, const GpuContext& ctx, GradWrite write = GradWrite::kAccumulate);
+void accumulate(float* acc, const T* in, int64_t n, const GpuContext& ctx, GradWrite write = GradWrite::kAccumulate,
+                double* sum_sq = nullptr);
 
 // Accumulates: acc[i] += the sum of parts[q * stride + i] over q in [0, nparts), added in index order in fp32 and
 // rounded to T (as a reduce-scatter in T delivers it: with two parts, NCCL's one addition, bit for bit); with
 // kOverwrite, acc[i] = that sum. st::accumulate_parts (kernels/reduce.h) is the fp32 reference; for half T the
-// rounding comes between its sum and its addition to acc.
+// rounding comes between its sum and its addition to acc. sum_sq as for accumulate.
 template <typename T>
 void accumulate_parts(float* acc, const T* parts, int nparts, int64_t stride, int64_t n, const GpuContext& ctx,
-                      GradWrite write = GradWrite::kAccumulate);
+                      GradWrite write = GradWrite::kAccumulate, double* sum_sq = nullptr);
 
 }  // namespace st::gpu
