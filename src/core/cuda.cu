@@ -1,5 +1,7 @@
 #include "shardtrain/core/cuda.h"
 
+#include <atomic>
+
 namespace st {
 namespace detail {
 
@@ -34,6 +36,22 @@ int cuda_device_count() {
     return 0;
   }
   return n;
+}
+
+bool cuda_programmatic_launch() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> known[kMaxDevices];  // 0 not asked yet, 1 no, 2 yes
+  int dev = 0;
+  ST_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= kMaxDevices) return false;
+  int k = known[dev].load(std::memory_order_relaxed);
+  if (k == 0) {
+    int major = 0;
+    ST_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    k = major >= 9 ? 2 : 1;
+    known[dev].store(k, std::memory_order_relaxed);
+  }
+  return k == 2;
 }
 
 std::string cuda_device_name() {

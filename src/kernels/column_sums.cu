@@ -22,6 +22,7 @@ struct Jobs {
 // return at once, whole, before the block's barrier).
 template <typename T>
 __global__ void __launch_bounds__(kWarpSize* kFinishLanes) finish_queued_kernel(const Jobs jobs) {
+  wait_for_predecessor();  // launched by launch_after_predecessor
   const ColumnSums::Job& j = jobs.job[blockIdx.y];
   if (static_cast<int64_t>(blockIdx.x) * kWarpSize >= j.C) return;
   finish_column_sums_block(static_cast<T*>(j.out), j.part, j.chunks, j.C, j.accumulate != 0,
@@ -67,12 +68,11 @@ void ColumnSums::finish(cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>((widest + kWarpSize - 1) / kWarpSize), static_cast<unsigned>(jobs_.size()));
     const dim3 block(kWarpSize, kFinishLanes);
     if (type_ == Type::kFloat)
-      finish_queued_kernel<float><<<grid, block, 0, stream>>>(jobs);
+      launch_after_predecessor(finish_queued_kernel<float>, grid, block, 0, stream, jobs);
     else if (type_ == Type::kBf16)
-      finish_queued_kernel<bf16><<<grid, block, 0, stream>>>(jobs);
+      launch_after_predecessor(finish_queued_kernel<bf16>, grid, block, 0, stream, jobs);
     else
-      finish_queued_kernel<fp16><<<grid, block, 0, stream>>>(jobs);
-    ST_CUDA_CHECK_LAUNCH();
+      launch_after_predecessor(finish_queued_kernel<fp16>, grid, block, 0, stream, jobs);
   }
   jobs_.clear();
   used_ = 0;

@@ -24,6 +24,33 @@ namespace st::gpu::kernels_internal {
 
 inline constexpr int kWarpSize = 32;
 
+// Programmatic dependent launch: launch_after_predecessor() lets the device start launching a kernel while the
+// stream's previous kernel still runs (sm_90 and up; elsewhere an ordinary launch), which takes the launch latency,
+// about 1 us an H200 kernel (bench_launch_gaps), out of the gap between them. The kernel must call
+// wait_for_predecessor() as its first statement: until then the previous kernel may still be writing what it reads,
+// or reading what it writes. After it, the previous kernel has finished and its writes are visible.
+__device__ __forceinline__ void wait_for_predecessor() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();
+#endif
+}
+
+template <typename... Params, typename... Args>
+void launch_after_predecessor(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                              Args... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = cuda_programmatic_launch() ? 1 : 0;
+  ST_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+}
+
 // T is float, bf16 or fp16; arithmetic is always fp32, T only storage.
 template <typename T>
 __device__ __forceinline__ float to_f32(T x) {

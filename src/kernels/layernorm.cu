@@ -228,6 +228,7 @@ template <int kVec, int kPacks, typename T>
 __global__ void __launch_bounds__(kRowBlock)
     layernorm_forward_rows_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
                                   int64_t N, int C) {
+  wait_for_predecessor();  // launched by launch_after_predecessor
   using Row = RowPacks<kVec, kPacks, T>;
   const int lane = threadIdx.x % kWarpSize;
   const int64_t nwarps = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
@@ -313,6 +314,7 @@ __global__ void __launch_bounds__(kFusedThreads, fused_min_blocks(kPacks, kVec, 
     layernorm_backward_fused_kernel(T* dinp, float* part_w, float* part_b, const T* dout, const T* inp, const T* weight,
                                     const float* mean, const float* rstd, int64_t N, int C, int64_t rows_per_chunk) {
   static_assert(kVec % 4 == 0, "slices hold float4s");
+  wait_for_predecessor();  // launched by launch_after_predecessor
   constexpr int kQuads = kVec / 4;
   using Row = RowPacks<kVec, kPacks, T>;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
@@ -457,8 +459,8 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
   const int packs = (C / kVec + kWarpSize - 1) / kWarpSize;  // a lane's, when vec
   if (vec && packs <= kMaxRowPacks) {
     row_pack_tiers(packs, [&](auto packs_c) {
-      layernorm_forward_rows_kernel<kVec, decltype(packs_c)::value>
-          <<<grid, kRowBlock, 0, ctx.stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+      launch_after_predecessor(layernorm_forward_rows_kernel<kVec, decltype(packs_c)::value, T>, grid, kRowBlock, 0,
+                               ctx.stream, out, mean, rstd, inp, weight, bias, N, C);
     });
     ST_CUDA_CHECK_LAUNCH();
     return;
@@ -508,8 +510,8 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         ST_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
-        kernel<<<static_cast<unsigned>(chunks), kFusedThreads, smem, ctx.stream>>>(
-            dinp, part_w, part_b, dout, inp, weight, mean, rstd, N, C, chunk_rows(N));
+        launch_after_predecessor(kernel, static_cast<unsigned>(chunks), kFusedThreads, smem, ctx.stream, dinp, part_w,
+                                 part_b, dout, inp, weight, mean, rstd, N, C, chunk_rows(N));
       });
       ST_CUDA_CHECK_LAUNCH();
     }

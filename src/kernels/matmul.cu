@@ -424,6 +424,7 @@ int64_t bias_chunks(int64_t N) { return (N + bias_chunk_rows(N) - 1) / bias_chun
 // every kVec: each column's lane y still adds rows r0 + y, r0 + y + kBiasLanes, ... in order.
 template <int kVec, typename T>
 __global__ void bias_partial_kernel(float* partial, const T* dout, int64_t N, int OC, int64_t chunk_rows) {
+  wait_for_predecessor();  // launched by launch_after_predecessor
   __shared__ float lanes[kBiasLanes][kBiasCols * kVec + 1];
   const int col = (blockIdx.x * kBiasCols + threadIdx.x) * kVec;
   const int64_t r0 = blockIdx.y * chunk_rows;
@@ -530,8 +531,8 @@ void bias_grad(T* dbias, const T* dout, int64_t N, int OC, const GpuContext& ctx
   launch_packed<T>(OC % kVec == 0 && all_aligned(16, dout), [&](auto w) {
     constexpr int W = decltype(w)::value;
     const dim3 grid((OC + kBiasCols * W - 1) / (kBiasCols * W), chunks);
-    bias_partial_kernel<W>
-        <<<grid, dim3(kBiasCols, kBiasLanes), 0, ctx.stream>>>(partial, dout, N, OC, bias_chunk_rows(N));
+    launch_after_predecessor(bias_partial_kernel<W, T>, grid, dim3(kBiasCols, kBiasLanes), 0, ctx.stream, partial, dout,
+                             N, OC, bias_chunk_rows(N));
   });
   if (deferred)
     deferred->queue(dbias, partial, chunks, OC, write);

@@ -221,6 +221,7 @@ template <int kVec, typename T>
 __global__ void __launch_bounds__(kStagedBlock, kStagedBlocksPerSm)
     softmax_cross_entropy_staged_kernel(float* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N,
                                         int V, int Vp, float dloss) {
+  wait_for_predecessor();  // launched by launch_after_predecessor
   using P = Pack<T, kVec>;
   extern __shared__ __align__(16) unsigned char smem[];
   float* shared = reinterpret_cast<float*>(smem);
@@ -308,9 +309,8 @@ void softmax_cross_entropy(float* losses, T* dlogits, const T* logits, const int
   // The path depends on the shape, the alignment and the device, not on whether dlogits is given: the losses
   // without it are the same bits.
   if (vec && staged_smem_bytes<T>(V) <= staged_capacity<T>()) {
-    softmax_cross_entropy_staged_kernel<kVec><<<grid_for(N, 1), kStagedBlock, staged_smem_bytes<T>(V), ctx.stream>>>(
-        losses, dlogits, logits, targets, N, V, Vp, dloss);
-    ST_CUDA_CHECK_LAUNCH();
+    launch_after_predecessor(softmax_cross_entropy_staged_kernel<kVec, T>, grid_for(N, 1), kStagedBlock,
+                             staged_smem_bytes<T>(V), ctx.stream, losses, dlogits, logits, targets, N, V, Vp, dloss);
     return;
   }
   launch_packed<T>(vec, [&](auto w) {

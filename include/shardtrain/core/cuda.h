@@ -34,6 +34,9 @@ namespace detail {
 int cuda_device_count();
 // "NVIDIA H200" for the current device.
 std::string cuda_device_name();
+// Whether the current device can launch a kernel while its stream's previous kernel still runs (programmatic
+// dependent launch: compute capability 9.0 and up). Asked once per device.
+bool cuda_programmatic_launch();
 
 }  // namespace st
 
