@@ -111,6 +111,16 @@ void run(int64_t rows, int C, int iters, int algos) {
             blas.gemm(false, false, rows, sh.c, sh.oc, 1.0f, dout.data(), sh.oc, 0, w.data(), sh.c, 0, 0.0f,
                       dinp.data(), sh.c, 0, 1, s);
           }));
+      // The same products from the weight stored transposed ([C, OC]: B transposed, the forward's layout), for which
+      // cuBLASLt may offer other kernels.
+      row("dinp gemm, dgelu, w^T", fwd_flops, median_ms(s, iters, [&] {
+            blas.gemm(false, true, rows, sh.c, sh.oc, 1.0f, dout.data(), sh.oc, 0, w.data(), sh.oc, 0, 0.0f,
+                      dinp.data(), sh.c, 0, 1, s, dgelu);
+          }));
+      row("dinp gemm, w^T", fwd_flops, median_ms(s, iters, [&] {
+            blas.gemm(false, true, rows, sh.c, sh.oc, 1.0f, dout.data(), sh.oc, 0, w.data(), sh.oc, 0, 0.0f,
+                      dinp.data(), sh.c, 0, 1, s);
+          }));
     }
   }
   std::printf("distinct cuBLASLt plans: %zu\n", blas.plan_count());
