@@ -46,7 +46,7 @@ if [[ $STAGE == all || $STAGE == build ]]; then
   fi
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" "${extra[@]}" \
     >"$OUT/configure.log" 2>&1 &&
-    cmake --build "$BUILD" -j16 >"$OUT/build.log" 2>&1
+    cmake --build "$BUILD" -j"$(nproc)" >"$OUT/build.log" 2>&1
   rc=$?
   summary+=("build: rc $rc in $(( $(date +%s) - t0 )) s ($(head -1 "$OUT/gpus.txt"), x$(wc -l <"$OUT/gpus.txt"))")
   if [[ $rc != 0 ]]; then grep -E "error|Error" "$OUT/build.log" | head -30; printf '%s\n' "${summary[@]}"; exit 1; fi
