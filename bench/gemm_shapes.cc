@@ -103,24 +103,18 @@ void run(int64_t rows, int C, int iters, int algos) {
           }));
       gpu::GemmEpilogue dgelu;
       dgelu.dgelu_aux = aux.data();
-      row("dinp gemm, dgelu", fwd_flops, median_ms(s, iters, [&] {
-            blas.gemm(false, false, rows, sh.c, sh.oc, 1.0f, dout.data(), sh.oc, 0, w.data(), sh.c, 0, 0.0f,
-                      dinp.data(), sh.c, 0, 1, s, dgelu);
-          }));
-      row("dinp gemm, no epilogue", fwd_flops, median_ms(s, iters, [&] {
-            blas.gemm(false, false, rows, sh.c, sh.oc, 1.0f, dout.data(), sh.oc, 0, w.data(), sh.c, 0, 0.0f,
-                      dinp.data(), sh.c, 0, 1, s);
-          }));
-      // The same products from the weight stored transposed ([C, OC]: B transposed, the forward's layout), for which
-      // cuBLASLt may offer other kernels.
-      row("dinp gemm, dgelu, w^T", fwd_flops, median_ms(s, iters, [&] {
-            blas.gemm(false, true, rows, sh.c, sh.oc, 1.0f, dout.data(), sh.oc, 0, w.data(), sh.oc, 0, 0.0f,
-                      dinp.data(), sh.c, 0, 1, s, dgelu);
-          }));
-      row("dinp gemm, w^T", fwd_flops, median_ms(s, iters, [&] {
-            blas.gemm(false, true, rows, sh.c, sh.oc, 1.0f, dout.data(), sh.oc, 0, w.data(), sh.oc, 0, 0.0f,
-                      dinp.data(), sh.c, 0, 1, s);
-          }));
+      // dinp = dout . w, from w as the model stores it ([OC, C]) or transposed ([C, OC]: B transposed, the forward's
+      // layout, for which cuBLASLt may offer other kernels), with or without the DGELU epilogue.
+      auto dinp_row = [&](const char* call, bool w_transposed, const gpu::GemmEpilogue& ep) {
+        row(call, fwd_flops, median_ms(s, iters, [&] {
+              blas.gemm(false, w_transposed, rows, sh.c, sh.oc, 1.0f, dout.data(), sh.oc, 0, w.data(),
+                        w_transposed ? sh.oc : sh.c, 0, 0.0f, dinp.data(), sh.c, 0, 1, s, ep);
+            }));
+      };
+      dinp_row("dinp gemm, dgelu", false, dgelu);
+      dinp_row("dinp gemm, no epilogue", false, {});
+      dinp_row("dinp gemm, dgelu, w^T", true, dgelu);
+      dinp_row("dinp gemm, w^T", true, {});
     }
   }
   std::printf("distinct cuBLASLt plans: %zu\n", blas.plan_count());

@@ -22,18 +22,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
-namespace {
+#include "../bench_util.h"
+#include "shardtrain/core/cuda.h"
+#include "shardtrain/core/error.h"
 
-void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  std::fprintf(stderr, "bench_launch_gaps: %s: %s\n", what, cudaGetErrorString(e));
-  std::exit(1);
-}
+namespace st {
+namespace {
 
 __global__ void spin_kernel(long long cycles) {
   const long long start = clock64();
@@ -66,7 +64,7 @@ struct Setup {
 
 void launch_chain(const Setup& s, bool memset, bool pdl) {
   for (int k = 0; k < s.kernels; ++k) {
-    if (memset) check(cudaMemsetAsync(s.flag, 0, sizeof(int), s.stream), "cudaMemsetAsync");
+    if (memset) ST_CUDA_CHECK(cudaMemsetAsync(s.flag, 0, sizeof(int), s.stream));
     if (!pdl) {
       chain_kernel<false><<<s.blocks, s.threads, 0, s.stream>>>(s.buf, s.work);
       continue;
@@ -80,82 +78,68 @@ void launch_chain(const Setup& s, bool memset, bool pdl) {
     attribute.val.programmaticStreamSerializationAllowed = 1;
     config.attrs = &attribute;
     config.numAttrs = 1;
-    check(cudaLaunchKernelEx(&config, chain_kernel<true>, s.buf, s.work), "cudaLaunchKernelEx");
+    ST_CUDA_CHECK(cudaLaunchKernelEx(&config, chain_kernel<true>, s.buf, s.work));
   }
+  ST_CUDA_CHECK_LAUNCH();
 }
 
 // Microseconds per kernel: the spin, an event, the chain (`issue`), an event.
 double time_chain(const Setup& s, long long spin_cycles, const std::function<void()>& issue) {
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "cudaEventCreate");
-  check(cudaEventCreate(&b), "cudaEventCreate");
+  CudaEvent a(true), b(true);
   spin_kernel<<<1, 1, 0, s.stream>>>(spin_cycles);
-  check(cudaEventRecord(a, s.stream), "cudaEventRecord");
+  a.record(s.stream);
   issue();
-  check(cudaEventRecord(b, s.stream), "cudaEventRecord");
-  check(cudaEventSynchronize(b), "cudaEventSynchronize");
-  float ms = 0;
-  check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return 1e3 * ms / s.kernels;
+  b.record(s.stream);
+  b.synchronize();
+  return 1e3 * bench::elapsed_ms(a, b) / s.kernels;
 }
 
 cudaGraphExec_t capture(const Setup& s, bool memset, bool pdl) {
   cudaGraph_t graph;
-  check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  ST_CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
   launch_chain(s, memset, pdl);
-  check(cudaStreamEndCapture(s.stream, &graph), "cudaStreamEndCapture");
+  ST_CUDA_CHECK(cudaStreamEndCapture(s.stream, &graph));
   cudaGraphExec_t exec;
-  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  cudaGraphDestroy(graph);
+  ST_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  ST_CUDA_CHECK(cudaGraphDestroy(graph));
   return exec;
 }
 
-std::vector<int> parse_list(const char* text) {
+std::vector<int> parse_list(const std::string& text) {
   std::vector<int> out;
-  for (const char* p = text; *p;) {
-    out.push_back(std::atoi(p));
-    while (*p && *p != ',') ++p;
-    if (*p == ',') ++p;
+  for (size_t p = 0; p < text.size();) {
+    out.push_back(std::atoi(text.c_str() + p));
+    const size_t comma = text.find(',', p);
+    p = comma == std::string::npos ? text.size() : comma + 1;
   }
   return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+void run(int argc, char** argv) {
   int kernels = 400, repeats = 7;
-  std::vector<int> works = {0, 64, 512};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--kernels") {
-      kernels = std::atoi(argv[i + 1]);
-    } else if (a == "--repeats") {
-      repeats = std::atoi(argv[i + 1]);
-    } else if (a == "--work") {
-      works = parse_list(argv[i + 1]);
-    } else {
-      std::fprintf(stderr, "bench_launch_gaps: unknown option %s (known: --kernels, --repeats, --work)\n", a.c_str());
-      return 2;
-    }
-  }
-  if (kernels < 1 || repeats < 1 || works.empty()) {
-    std::fprintf(stderr, "bench_launch_gaps: --kernels and --repeats must be >= 1 and --work non-empty\n");
-    return 2;
-  }
+  std::string work_list = "0,64,512";
+  std::vector<char*> rest = bench::take_text_flag(argc, argv, "--work", &work_list);
+  bench::parse_int_flags(static_cast<int>(rest.size()), rest.data(), "bench_launch_gaps",
+                         {{"--kernels", &kernels}, {"--repeats", &repeats}});
+  const std::vector<int> works = parse_list(work_list);
+  if (kernels < 1 || repeats < 1 || works.empty())
+    ST_BAD_INPUT("bench_launch_gaps: --kernels and --repeats must be >= 1 and --work non-empty, got ", kernels, ", ",
+                 repeats, ", '", work_list, "'");
   cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  ST_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  CudaStream stream;
   Setup s{};
-  check(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  s.stream = stream.get();
   s.blocks = prop.multiProcessorCount * 8;
   s.kernels = kernels;
-  check(cudaMalloc(&s.buf, sizeof(float) * s.blocks * s.threads), "cudaMalloc");
-  check(cudaMemset(s.buf, 0, sizeof(float) * s.blocks * s.threads), "cudaMemset");
-  check(cudaMalloc(&s.flag, sizeof(int)), "cudaMalloc");
+  DeviceBuffer<float> buf(int64_t{s.blocks} * s.threads);
+  DeviceBuffer<int> flag(1);
+  ST_CUDA_CHECK(cudaMemset(buf.data(), 0, buf.bytes()));
+  s.buf = buf.data();
+  s.flag = flag.data();
   // The spin outlasts queuing the chain: 4 us of host time per launch at the most, at the GPU's clock.
   int clock_khz = 0;
-  check(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0), "cudaDeviceGetAttribute");
+  ST_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
   const long long spin_cycles = static_cast<long long>(clock_khz * 1e3 * (4e-6 * kernels + 2e-3));
 
   std::printf("# %s, %d SMs, %d kernels a chain, %d blocks x %d threads, median of %d, us per kernel\n", prop.name,
@@ -171,8 +155,8 @@ int main(int argc, char** argv) {
     std::vector<Case> cases = {
         {[&] { launch_chain(s, false, false); }, {}},
         {[&] { launch_chain(s, true, false); }, {}},
-        {[&] { check(cudaGraphLaunch(plain, s.stream), "cudaGraphLaunch"); }, {}},
-        {[&] { check(cudaGraphLaunch(with_memset, s.stream), "cudaGraphLaunch"); }, {}},
+        {[&] { ST_CUDA_CHECK(cudaGraphLaunch(plain, s.stream)); }, {}},
+        {[&] { ST_CUDA_CHECK(cudaGraphLaunch(with_memset, s.stream)); }, {}},
         {[&] { launch_chain(s, false, true); }, {}},
     };
     for (Case& c : cases) time_chain(s, spin_cycles, c.issue);  // warm-up
@@ -181,14 +165,16 @@ int main(int argc, char** argv) {
     }
     const int widths[] = {10, 14, 10, 14, 10};  // the header's columns
     std::printf("%8d", work);
-    for (size_t i = 0; i < cases.size(); ++i) {
-      std::sort(cases[i].us.begin(), cases[i].us.end());
-      std::printf(" %*.2f", widths[i], cases[i].us[cases[i].us.size() / 2]);
-    }
+    for (size_t i = 0; i < cases.size(); ++i) std::printf(" %*.2f", widths[i], bench::median(cases[i].us));
     std::printf("\n");
-    cudaGraphExecDestroy(plain);
-    cudaGraphExecDestroy(with_memset);
+    ST_CUDA_CHECK(cudaGraphExecDestroy(plain));
+    ST_CUDA_CHECK(cudaGraphExecDestroy(with_memset));
   }
-  check(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
-  return 0;
+}
+
+}  // namespace
+}  // namespace st
+
+int main(int argc, char** argv) {
+  return st::bench::gpu_main("bench_launch_gaps", [&] { st::run(argc, argv); });
 }
