@@ -462,7 +462,6 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
       launch_after_predecessor(layernorm_forward_rows_kernel<kVec, decltype(packs_c)::value, T>, grid, kRowBlock, 0,
                                ctx.stream, out, mean, rstd, inp, weight, bias, N, C);
     });
-    ST_CUDA_CHECK_LAUNCH();
     return;
   }
   launch_packed<T>(vec, [&](auto w) {
@@ -513,7 +512,6 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
         launch_after_predecessor(kernel, static_cast<unsigned>(chunks), kFusedThreads, smem, ctx.stream, dinp, part_w,
                                  part_b, dout, inp, weight, mean, rstd, N, C, chunk_rows(N));
       });
-      ST_CUDA_CHECK_LAUNCH();
     }
   }
   if (!fused) {
