@@ -345,7 +345,8 @@ const std::vector<Key>& keys() {
           "start from these weights instead of random init: .safetensors or .h5 with Hugging Face GPT-2 "
           "names (ignored when resuming a checkpoint)"),
 
-      key("log", "metrics", &Config::log, &LogConfig::metrics, "JSONL metrics file written by rank 0 (empty: none)"),
+      key("log", "metrics", &Config::log, &LogConfig::metrics,
+          "JSONL metrics file written by rank 0, its directory made if missing (empty: none)"),
       key("log", "every", &Config::log, &LogConfig::every, "steps between human-readable log lines"),
 
       key("dist", "sharding", &Config::dist, &DistConfig::sharding,

@@ -2,8 +2,12 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/train/progress_bar.h"
@@ -30,8 +34,14 @@ std::string json_int_array(const std::vector<int64_t>& v) {
 MetricsSink::MetricsSink(const std::string& path, int64_t total_steps, int64_t every, bool enabled, bool append)
     : total_steps_(total_steps), every_(every), enabled_(enabled), tty_(enabled && isatty(STDOUT_FILENO) == 1) {
   if (enabled_ && !path.empty()) {
+    // Like ckpt.dir, the file's directory is made when missing (runs/exp1/metrics.jsonl).
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (ec)
+      ST_BAD_INPUT("log.metrics: cannot create the directory ", parent.string(), " of ", path, ": ", ec.message());
     jsonl_.open(path, std::ios::out | (append ? std::ios::app : std::ios::trunc));
-    if (!jsonl_) ST_BAD_INPUT("log.metrics: cannot open ", path, " for writing");
+    if (!jsonl_) ST_BAD_INPUT("log.metrics: cannot open ", path, " for writing: ", std::strerror(errno));
   }
   start_ = std::chrono::steady_clock::now();
 }

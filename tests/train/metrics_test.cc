@@ -10,6 +10,7 @@
 #include <string>
 
 #include "../common/temp_dir.h"
+#include "shardtrain/core/error.h"
 #include "shardtrain/train/progress_bar.h"
 
 namespace st {
@@ -84,6 +85,35 @@ TEST(MetricsSink, AppendKeepsTheEarlierRecords) {
   EXPECT_EQ(read_all(path), "{\"step\": 5, \"val_loss\": 3}\n{\"step\": 6, \"val_loss\": 2}\n");
   { MetricsSink(path, 10, 1000, true).eval(1, 1.0f); }
   EXPECT_EQ(read_all(path), "{\"step\": 1, \"val_loss\": 1}\n");
+}
+
+TEST(MetricsSink, MakesTheFilesDirectoryAndSaysWhyItCannotOpen) {
+  testing::TempDir dir;
+  const std::string path = dir.file("runs/exp1/m.jsonl");
+  { MetricsSink(path, 10, 1000, true).eval(2, 4.0f); }
+  EXPECT_EQ(read_all(path), "{\"step\": 2, \"val_loss\": 4}\n");
+
+  // A directory where the file should be: the error names the key, the path and the system's reason.
+  try {
+    MetricsSink(dir.file("runs"), 10, 1000, true);
+    FAIL() << "opened a directory as the metrics file";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(
+        std::string(e.what()).find("log.metrics: cannot open " + dir.file("runs") + " for writing: Is a directory"),
+        std::string::npos)
+        << e.what();
+  }
+  // A file where a directory should be.
+  try {
+    MetricsSink(dir.file("runs/exp1/m.jsonl/x.jsonl"), 10, 1000, true);
+    FAIL() << "made a directory inside a file";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find("log.metrics: cannot create the directory " + dir.file("runs/exp1/m.jsonl")),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ProgressBar, ShowsEtaRateAndLoss) {
