@@ -10,7 +10,8 @@ follows it) are left out; every figure is the median over the steps left.
 
 Prints, per step: the wall time; the compute stream's busy time (the union of its kernels) and its idle time, cut
 into gaps by length (many short gaps are launch latency; a few long ones are waits on another stream or the host);
-the longest gaps with the kernels on each side; every other stream's busy time and how much of it ran beside the
+what the gaps of 2 us or more have in them (another stream's kernels, a memset, or neither); the longest gaps with
+the kernels on each side; every other stream's busy time and how much of it ran beside the
 compute stream's kernels; and the kernels by time on the compute stream.
 
 With API records in the trace (ST_KERNEL_TRACE_API=1), it also prints how far ahead of the device the host issued
@@ -86,6 +87,19 @@ def covered(disjoint):
 GAP_BUCKETS = [(0, 2e3, "< 2 us"), (2e3, 5e3, "2-5 us"), (5e3, 20e3, "5-20 us"), (20e3, 100e3, "20-100 us"),
                (100e3, float("inf"), ">= 100 us")]
 
+# What a gap of 2 us or more has in it, first match: another stream's kernels running through more than half of it
+# (the compute stream's next kernel waited for SMs or for that stream), a memset on the compute stream (cuBLASLt and
+# cuDNN issue one before many of their kernels: two launch gaps instead of one), or neither (launch to launch).
+GAP_CAUSES = ["another stream's kernels over half of it", "a memset on the compute stream", "neither"]
+
+
+def gap_cause(t0, t1, other_kernels, memset_starts):
+    """GAP_CAUSES' index for the gap (t0, t1): other_kernels are disjoint sorted intervals, memset_starts sorted."""
+    if overlap([(t0, t1)], other_kernels) * 2 > t1 - t0:
+        return 0
+    j = bisect.bisect_left(memset_starts, t0)
+    return 1 if j < len(memset_starts) and memset_starts[j] < t1 else 2
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -120,6 +134,8 @@ def main():
         per["compute busy"][i] = b
         per["compute idle"][i] = t1 - t0 - b
         ck = [r for r in inside if r[0] == "kernel" and r[3] == compute]
+        other_kernels = merged([(s, e) for kind, s, e, st, *_ in inside if kind == "kernel" and st != compute])
+        memset_starts = [s for kind, s, _, st, *_ in inside if kind == "memset" and st == compute]
         gaps = defaultdict(lambda: [0, 0])
         # The gap after each kernel, the last one's up to the next step's first.
         for prev, nxt in zip(ck, ck[1:] + [(None, t1, None, None, None, "the next step", None)]):
@@ -135,6 +151,10 @@ def main():
                 if lo <= g < hi:
                     gaps[label][0] += 1
                     gaps[label][1] += g
+            if g >= 2e3:
+                cause = GAP_CAUSES[gap_cause(prev[2], nxt[1], other_kernels, memset_starts)]
+                per[f"cause {cause} (count)"][i] += 1
+                per[f"cause {cause} (time)"][i] += g
             longest.append((g, i, short(prev[5]), short(nxt[5])))
         for _, _, label in GAP_BUCKETS:
             per[f"gaps {label} (count)"][i] = gaps[label][0]
@@ -164,6 +184,10 @@ def main():
     for _, _, label in GAP_BUCKETS:
         count, time = med(f"gaps {label} (count)"), med(f"gaps {label} (time)")
         print(f"  gaps {label:<10} {count:6.0f} gaps {time / 1e6:8.3f} ms")
+    print("gaps of 2 us or more, by what is in them:")
+    for cause in GAP_CAUSES:
+        count, time = med(f"cause {cause} (count)"), med(f"cause {cause} (time)")
+        print(f"  {cause:<41} {count:6.0f} gaps {time / 1e6:8.3f} ms")
     if launched:
         print(f"host lead, kernel start - launch call start: median {med('host lead (median)') / 1e3:8.1f} us, "
               f"least {med('host lead (min)') / 1e3:8.1f} us")

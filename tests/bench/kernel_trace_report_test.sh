@@ -3,7 +3,7 @@
 # compute stream (busy 120 us) with gaps of 1, 3 and 76 us, and on a second stream a 30 us kernel beside nothing
 # and a 20 us copy of which 17 us run beside compute kernels. Steps are cut at the marker kernel; the first (--skip)
 # and the last interval are left out. A trace without enough markers is refused with a message. The same trace with
-# API records gives the host's lead and the gaps it left.
+# API records gives the host's lead and the gaps it left. A third timeline gives each kind of gap's cause.
 #   kernel_trace_report_test.sh SOURCE_DIR
 set -uo pipefail
 SRC=$1
@@ -67,4 +67,26 @@ echo "$out"
 [[ $(val "compute stream idle") == 0.080 ]] || fail "idle with API records: $(val 'compute stream idle')"
 grep -Eq "^host lead, kernel start - launch call start: median +50.0 us, least +2.0 us$" <<<"$out" || fail "host lead"
 grep -Eq "^gaps the host left +1 gaps +0.003 ms, host-late part +0.001 ms$" <<<"$out" || fail "host-late gaps"
+# What the gaps have in them. Each 200 us step: kernels on stream 7 at 0-10 (the marker), 13-50, 60-100 and 140-150;
+# a memset on stream 7 at 55 (in the 10 us gap) and one at 137 (in the 40 us gap, which stream 8's 100-135 kernel
+# fills for 35 us: that gap is the other stream's); the 3 us gap and the 50 us one to the next step have neither.
+"$py" - "$dir/causes.csv" <<'PY'
+import sys
+rows = ["kind,start_ns,end_ns,device,stream,bytes,correlation,name"]
+us = 1000
+for step in range(6):
+    t = step * 200 * us
+    for kind, a, b, stream, name in [("kernel", 0, 10, 7, "embedding_forward_kernel"), ("kernel", 13, 50, 7, "k2"),
+                                     ("memset", 55, 56, 7, ""), ("kernel", 60, 100, 7, "gemm"),
+                                     ("kernel", 100, 135, 8, "adamw"), ("memset", 137, 138, 7, ""),
+                                     ("kernel", 140, 150, 7, "k4")]:
+        rows.append(f'{kind},{t + a * us},{t + b * us},0,{stream},4,,"{name}"')
+open(sys.argv[1], "w").write("\n".join(rows) + "\n")
+PY
+out=$("$py" "$SRC/bench/kernel_trace_report.py" --skip 1 "$dir/causes.csv" 2>&1) || fail "exit $? on the causes trace: $out"
+echo "$out"
+cause() { grep -m1 "^  $1" <<<"$out" | awk '{print $(NF-3), $(NF-1)}'; }
+[[ $(cause "another stream") == "1 0.040" ]] || fail "gaps of another stream's kernels: $(cause 'another stream')"
+[[ $(cause "a memset") == "1 0.010" ]] || fail "gaps with a memset: $(cause 'a memset')"
+[[ $(cause "neither") == "2 0.053" ]] || fail "gaps with neither: $(cause neither)"
 echo PASS
