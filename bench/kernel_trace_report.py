@@ -11,8 +11,8 @@ follows it) are left out; every figure is the median over the steps left.
 Prints, per step: the wall time; the compute stream's busy time (the union of its kernels) and its idle time, cut
 into gaps by length (many short gaps are launch latency; a few long ones are waits on another stream or the host);
 what the gaps of 2 us or more have in them (another stream's kernels, a memset, or neither); the longest gaps with
-the kernels on each side; every other stream's busy time and how much of it ran beside the
-compute stream's kernels; and the kernels by time on the compute stream.
+the kernels on each side; every other stream's busy time and how much of it ran beside the compute stream's
+kernels; and the kernels by time on the compute stream.
 
 With API records in the trace (ST_KERNEL_TRACE_API=1), it also prints how far ahead of the device the host issued
 the compute stream's kernels (a kernel's start less the start of the call that launched it), and which gaps the
