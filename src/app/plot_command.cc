@@ -2,6 +2,7 @@
 // self-contained SVG a browser shows: loss with val_loss, tokens/s, learning rate and gradient norm against
 // step, one panel each. Reading follows train/metrics_file.h (a resumed run's repeated steps: the last record
 // wins); drawing is train/svg_chart.h. Single-process.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -68,7 +69,7 @@ int cmd_plot(const std::vector<std::string>& args) {
   const std::string svg = st::render_svg_chart(title, panels);
 
   std::ofstream f(*out, std::ios::binary | std::ios::trunc);
-  if (!f) ST_BAD_INPUT("plot: cannot open ", *out, " for writing");
+  if (!f) ST_BAD_INPUT("plot: cannot open ", *out, " for writing: ", std::strerror(errno));
   f << svg;
   f.close();
   if (!f) ST_BAD_INPUT("plot: writing ", *out, " failed");
