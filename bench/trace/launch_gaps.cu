@@ -12,8 +12,8 @@
 //                   persistent kernels);
 //   graph           the same launches captured once and replayed as a CUDA graph;
 //   graph+memset    the memset chain as a graph;
-//   pdl             launches with cudaLaunchAttributeProgrammaticStreamSerialization: the next kernel is launched
-//                   while the previous runs and waits for it in cudaGridDependencySynchronize().
+//   pdl             launches as our kernels make them (launch_after_predecessor, src/kernels/gpu_pack.cuh): the
+//                   next kernel is launched while the previous runs and waits for it in wait_for_predecessor().
 // --work sets each kernel's length: the number of dependent FMAs per thread, on 8 blocks per SM of 256 threads
 // (0: an empty kernel, so the per-kernel time is the launch-to-launch time). Printed per case: the median over
 // --repeats of the chain's time per kernel, in microseconds.
@@ -26,12 +26,16 @@
 #include <string>
 #include <vector>
 
+#include "../../src/kernels/gpu_pack.cuh"  // launch_after_predecessor, wait_for_predecessor: what our kernels use
 #include "../bench_util.h"
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/core/error.h"
 
 namespace st {
 namespace {
+
+using gpu::kernels_internal::launch_after_predecessor;
+using gpu::kernels_internal::wait_for_predecessor;
 
 __global__ void spin_kernel(long long cycles) {
   const long long start = clock64();
@@ -43,9 +47,7 @@ __global__ void spin_kernel(long long cycles) {
 // kernel i wrote. With `pdl`, the kernel waits for its predecessor before it reads.
 template <bool kPdl>
 __global__ void chain_kernel(float* buf, int work) {
-#if __CUDA_ARCH__ >= 900
-  if constexpr (kPdl) cudaGridDependencySynchronize();  // PDL needs sm_90; on sm_89 the launch serialises
-#endif
+  if constexpr (kPdl) wait_for_predecessor();  // PDL needs sm_90; on sm_89 the launch serialises
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   float v = buf[i];
   for (int k = 0; k < work; ++k) v = fmaf(v, 0.999f, 0.001f);
@@ -65,20 +67,10 @@ struct Setup {
 void launch_chain(const Setup& s, bool memset, bool pdl) {
   for (int k = 0; k < s.kernels; ++k) {
     if (memset) ST_CUDA_CHECK(cudaMemsetAsync(s.flag, 0, sizeof(int), s.stream));
-    if (!pdl) {
+    if (pdl)
+      launch_after_predecessor(chain_kernel<true>, s.blocks, s.threads, 0, s.stream, s.buf, s.work);
+    else
       chain_kernel<false><<<s.blocks, s.threads, 0, s.stream>>>(s.buf, s.work);
-      continue;
-    }
-    cudaLaunchConfig_t config{};
-    config.gridDim = s.blocks;
-    config.blockDim = s.threads;
-    config.stream = s.stream;
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    ST_CUDA_CHECK(cudaLaunchKernelEx(&config, chain_kernel<true>, s.buf, s.work));
   }
   ST_CUDA_CHECK_LAUNCH();
 }
