@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <memory>
 #include <type_traits>
 
@@ -14,53 +13,23 @@
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/core/process_memory.h"
-#include "shardtrain/kernels/gpu/adamw.h"
-#include "shardtrain/kernels/gpu/cudnn_attention.h"
+#include "shardtrain/kernels/gpu/attention_choice.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/kernels/gpu/reduce.h"
 #include "shardtrain/model/cuda_gpt.h"
-#include "shardtrain/optim/host_adamw.h"
 #include "shardtrain/shard/comm_tuning.h"
+#include "shardtrain/shard/device_optimizer.h"
+#include "shardtrain/shard/memory_plan.h"
+#include "shardtrain/shard/offload_pipeline.h"
 #include "shardtrain/shard/schedule.h"
+#include "shardtrain/shard/schedule_runner.h"
 #include "shardtrain/shard/sharding.h"
 
 namespace st {
 namespace {
 
-// Device memory outside our own allocations: the CUDA context, NCCL's channel buffers and cuBLASLt's
-// internal state. Counted in the plan so that a cap of 24 GiB means the whole card.
-constexpr int64_t kRuntimeReserveBytes = int64_t{768} << 20;
-
-std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(bytes) / double(int64_t{1} << 30));
-  return buf;
-}
-
 bool is_compute_op(OpKind k) {
   return k == OpKind::kForward || k == OpKind::kBackward || k == OpKind::kHeadForwardBackward;
-}
-
-struct UnitSizes {
-  int64_t emb_full = 0;   // unit 0's gathered size (slot * world)
-  int64_t unit_full = 0;  // the largest other unit's gathered size
-  int64_t max_slot = 0;
-  int64_t slots = 0;  // sum of slots
-};
-
-UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world) {
-  UnitSizes s;
-  for (const UnitLayout& u : units) {
-    const int64_t slot = padded_shard_size(u.numel, world);
-    if (u.index == 0)
-      s.emb_full = slot * world;
-    else
-      s.unit_full = std::max(s.unit_full, slot * world);
-    s.max_slot = std::max(s.max_slot, slot);
-    s.slots += slot;
-  }
-  return s;
 }
 
 // The NCCL communicator of groups.shard(): the world's own under full sharding; in hybrid split from `world` as
@@ -102,165 +71,28 @@ class WindowArena {
   int64_t left_ = 0;
 };
 
-// What the communication plan adds to the device memory: the prefetch depth sizes the pools, hybrid's all-reduce
-// across nodes stages one bucket.
-struct CommPlan {
-  int prefetch_depth = 1;
-  int64_t replica_bucket_elements = 0;  // hybrid only
-  bool exchange_reduce = false;         // copy-engine reduce-scatters: their all-to-all lands a whole unit
-};
-// Pool sizes: the unit computing plus `prefetch_depth` gathered ahead under ZeRO-3 (without resharding after forward
-// every block and the head keep their own until backward); gradients: the unit computing plus as many
-// reduce-scatters in flight.
-int param_pool_size(const Config& cfg, const CommPlan& c) {
-  return cfg.dist.reshard_after_forward ? c.prefetch_depth + 1 : cfg.model.n_layer + 1;
-}
-int grad_pool_size(const CommPlan& c) { return c.prefetch_depth + 1; }
-
-// Which attention kernels the model runs (train.attention), and the kernel scratch they need. cuDNN's plans are
-// built here, once, at the training shape (micro_batch x seq_len): its deterministic backward keeps dS for
-// every head in its workspace (B x NH x T x T x 2 bytes), so the memory plan must know the size.
-struct AttentionChoice {
-  bool cudnn = false;
-  int64_t scratch_bytes = 0;
-  std::string what;  // for the log: the kernel, and why
-  gpu::CudnnBackwardMode backward = gpu::CudnnBackwardMode::kDeterministic;  // train.deterministic
-};
-
+// What CudaGpt<T> and the libraries need at the training shape, for the memory plan.
 template <typename T>
-AttentionChoice choose_attention(const Config& cfg, gpu::Cudnn& cudnn) {
-  // Our flash backward is deterministic: train.deterministic=false changes nothing there, and the log says so.
-  const std::string flash_note = cfg.train.deterministic ? ""
-                                                         : "; its backward is deterministic whatever "
-                                                           "train.deterministic says";
-  if (cfg.train.attention == AttentionImpl::kFlash)
-    return {false, 0, str_cat("flash (train.attention=flash)", flash_note), {}};
-  gpu::GpuContext probe;
-  probe.cudnn = &cudnn;
-  const int B = static_cast<int>(cfg.train.micro_batch), T_ = cfg.model.seq_len, C = cfg.model.n_embd,
-            NH = cfg.model.n_head;
-  const gpu::CudnnBackwardMode mode =
-      cfg.train.deterministic ? gpu::CudnnBackwardMode::kDeterministic : gpu::CudnnBackwardMode::kNondeterministic;
-  try {
-    const size_t fwd = gpu::cudnn_attention_forward_scratch_bytes<T>(B, T_, C, NH, probe);
-    const size_t bwd = gpu::cudnn_attention_backward_scratch_bytes<T>(B, T_, C, NH, probe, mode);
-    const size_t v = gpu::cudnn_runtime_version();
-    return {true, static_cast<int64_t>(std::max(fwd, bwd)),
-            str_cat("cudnn ", v / 10000, ".", v / 100 % 100, " (fused SDPA, ",
-                    cfg.train.deterministic ? "deterministic backward)"
-                                            : "nondeterministic backward: dQ by atomics, train.deterministic=false)"),
-            mode};
-  } catch (const Error& e) {
-    if (cfg.train.attention == AttentionImpl::kCudnn) ST_BAD_INPUT("train.attention=cudnn: ", e.what());
-    return {false, 0, str_cat("flash (cuDNN cannot run this shape: ", e.what(), ")", flash_note), {}};
-  }
-}
-
-// Which units optim.offload moves to the host: from the last unit back, until optim.offload_fraction of the
-// parameters is covered (all of them at 1). The first units, the tied embedding first, keep their optimizer on
-// the GPU: the next step's forward can start while the host AdamW still works on the later units.
-std::vector<bool> offloaded_units(const Config& cfg, const std::vector<UnitLayout>& units) {
-  std::vector<bool> out(units.size(), false);
-  if (cfg.optim.offload == OffloadMode::kNone) return out;
-  int64_t total = 0, covered = 0;
-  for (const UnitLayout& u : units) total += u.numel;
-  const double target = static_cast<double>(cfg.optim.offload_fraction) * static_cast<double>(total);
-  for (size_t i = units.size(); i-- > 0 && static_cast<double>(covered) < target;) {
-    out[i] = true;
-    covered += units[i].numel;
-  }
-  return out;
-}
-
-// Per element of a shard on the device: fp32 master, gradient, m and v plus the compute-type copy gathers read
-// (none for fp32: the master is read). An offloaded unit (optim.offload=optimizer) has master, m and v on the
-// host; with optimizer+params also the compute copy, which then passes through one of two staging buffers on
-// its way to a gather.
-template <typename T>
-int64_t sharded_state_bytes(const Config& cfg, const std::vector<UnitLayout>& units, int world) {
-  const int64_t t = sizeof(T);
-  const std::vector<bool> off = offloaded_units(cfg, units);
-  int64_t bytes = 0, staged_slot = 0;
-  for (size_t i = 0; i < units.size(); ++i) {
-    const int64_t slot = padded_shard_size(units[i].numel, world);
-    if (!off[i]) {
-      bytes += slot * (16 + (std::is_same_v<T, float> ? 0 : t));
-    } else if (cfg.optim.offload == OffloadMode::kOptimizer) {
-      bytes += slot * (4 + t);
-    } else {
-      bytes += slot * 4;
-      staged_slot = std::max(staged_slot, slot);
-    }
-  }
-  return bytes + 2 * staged_slot * t;
-}
-
-HalfKind half_kind_of(DType t) {
-  return t == DType::kBF16 ? HalfKind::kBF16 : t == DType::kF16 ? HalfKind::kF16 : HalfKind::kNone;
-}
-
-// The host AdamW waits on the offload stream for its job (a CUDA host function: it may block, and calls no
-// CUDA API), so the stream's H2D copy of the new shard starts the moment the CPU is done, without the
-// trainer's thread waiting.
-struct CpuWait {
-  HostAdamW* engine = nullptr;
-  int64_t ticket = -1;
-};
-void CUDART_CB wait_for_cpu(void* arg) {
-  const CpuWait* w = static_cast<const CpuWait*>(arg);
-  w->engine->wait(w->ticket);
-}
-
-template <typename T>
-CudaMemoryPlan plan_for(const Config& cfg, int world, const CommPlan& comm, int64_t attention_scratch_bytes) {
-  const std::vector<UnitLayout> units = build_units(cfg.model);
-  const UnitSizes s = unit_sizes(units, world);
-  const int64_t t = sizeof(T);
-  CudaMemoryPlan p;
-  p.sharded_state = sharded_state_bytes<T>(cfg, units, world);
-  p.gather_buffers = (s.emb_full + param_pool_size(cfg, comm) * s.unit_full) * t                    // parameters
-                     + (s.emb_full + grad_pool_size(comm) * s.unit_full) * t                        // full gradients
-                     + (comm.exchange_reduce ? std::max(s.emb_full, s.unit_full) : s.max_slot) * t  // RS output
-                     + comm.replica_bucket_elements * t;  // hybrid: one bucket
+ComputeFootprint compute_footprint(const Config& cfg, int64_t attention_scratch_bytes) {
   const CudaGptFootprint f =
       cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_scratch_bytes);
-  p.activations = f.activation_bytes;
-  p.workspace = f.scratch_bytes + static_cast<int64_t>(gpu::Blas::kDefaultWorkspaceBytes) +
-                static_cast<int64_t>(gpu::reduce_scratch_bytes()) + kRuntimeReserveBytes;
-  return p;
+  return {f.activation_bytes, f.scratch_bytes + static_cast<int64_t>(gpu::Blas::kDefaultWorkspaceBytes) +
+                                  static_cast<int64_t>(gpu::reduce_scratch_bytes())};
 }
 
-// The plan, or kBadInput with its breakdown if it exceeds dist.max_gpu_mem_gib or the device's free
-// memory. Runs before the large allocations: the cap stands in for a smaller card.
-// The current device's free memory and the cap on what one rank may plan (dist.max_gpu_mem_gib, else the free).
-struct DeviceBudget {
-  int64_t free = 0, cap = 0;
-  bool capped = false;
-  int64_t usable() const { return std::min(cap, free); }
-};
-DeviceBudget device_budget(const Config& cfg) {
+int64_t device_free_bytes() {
   size_t free_b = 0, total_b = 0;
   ST_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  DeviceBudget b;
-  b.free = static_cast<int64_t>(free_b);
-  b.capped = cfg.dist.max_gpu_mem_gib > 0;
-  b.cap = b.capped ? static_cast<int64_t>(cfg.dist.max_gpu_mem_gib * double(int64_t{1} << 30)) : b.free;
-  return b;
+  return static_cast<int64_t>(free_b);
 }
 
+// The plan, or kBadInput with its breakdown if it exceeds dist.max_gpu_mem_gib or the device's free memory. Runs
+// before the large allocations: the cap stands in for a smaller card.
 template <typename T>
-CudaMemoryPlan checked_plan(const Config& cfg, int world, const CommPlan& comm, const std::string& device,
-                            int64_t attention_scratch_bytes) {
-  const CudaMemoryPlan plan = plan_for<T>(cfg, world, comm, attention_scratch_bytes);
-  const DeviceBudget budget = device_budget(cfg);
-  const int64_t free_bytes = budget.free, cap = budget.cap;
-  const bool capped = budget.capped;
-  if (plan.total() > budget.usable()) {
-    ST_BAD_INPUT("device memory: this config needs ", gib(plan.total()), " per rank (", plan.breakdown(), "), but ",
-                 capped && cap < free_bytes ? str_cat("dist.max_gpu_mem_gib caps it at ", gib(cap))
-                                            : str_cat(device, " has ", gib(free_bytes), " free"),
-                 "; lower train.micro_batch, set train.recompute=true, or use more ranks");
-  }
+MemoryPlan checked_plan(const Config& cfg, int world, const CommPlan& comm, const std::string& device,
+                        int64_t attention_scratch_bytes) {
+  const MemoryPlan plan = plan_memory(cfg, world, comm, compute_footprint<T>(cfg, attention_scratch_bytes));
+  check_memory_plan(plan, DeviceBudget::of(cfg, device_free_bytes()), device);
   return plan;
 }
 
@@ -280,13 +112,17 @@ AutoShardingInputs cuda_auto_inputs(const Config& cfg, const Communicator& comm)
     for (LinkKind k : {LinkKind::kNvlink, LinkKind::kPcie, LinkKind::kNetwork})
       c.prefetch_depth = std::max(c.prefetch_depth, default_comm_tuning(k).prefetch_depth);
     if (cfg.dist.prefetch_depth >= 0) c.prefetch_depth = static_cast<int>(cfg.dist.prefetch_depth);
-    return plan_for<T>(cfg, group, c, 0).total() <= device_budget(cfg).usable();
+    return plan_memory(cfg, group, c, compute_footprint<T>(cfg, 0)).total() <=
+           DeviceBudget::of(cfg, device_free_bytes()).usable();
   };
   return in;
 }
 
+// The CUDA backend of ModelBackend: one process per GPU, the schedule run through run_schedule (this class is its
+// executor), gathers and reduce-scatters on the communication stream into buffers allocated once. The optimizer
+// step is DeviceOptimizer's, optimizer offload is OffloadPipeline's, the memory plan is memory_plan.h's.
 template <typename T>
-class CudaShardedModel final : public ModelBackend {
+class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
  public:
   CudaShardedModel(const Config& cfg, Communicator& comm);
   ~CudaShardedModel() override;
@@ -299,30 +135,22 @@ class CudaShardedModel final : public ModelBackend {
     const char* dtype = std::is_same_v<T, float> ? "fp32" : std::is_same_v<T, bf16> ? "bf16" : "fp16";
     return str_cat("cuda/", dtype, " on ", device_name_, ", attention ", attention_.what, "; sharding ", groups_.why,
                    "; ", tuning_.why,
-                   host_adamw_ ? str_cat(", optim.offload=", to_string(cfg_.optim.offload), " (", offload_summary(),
-                                         "; host AdamW: ", host_adamw_->describe(), ")")
-                               : std::string());
-  }
-  std::string offload_summary() const {
-    int64_t units = 0, params = 0, total = 0;
-    for (const UnitLayout& u : units_) {
-      total += u.numel;
-      if (offload(u.index)) ++units, params += u.numel;
-    }
-    char pct[16];
-    std::snprintf(pct, sizeof(pct), "%.1f%%", 100.0 * static_cast<double>(params) / static_cast<double>(total));
-    return str_cat(units, " of ", units_.size(), " units, ", pct, " of the parameters");
+                   offload_ ? str_cat(", optim.offload=", to_string(cfg_.optim.offload), " (",
+                                      offload_->describe(units_), ")")
+                            : std::string());
   }
   std::string device_name() const override { return device_name_; }
   void zero_grads() override;
   void expect_micro_steps(int64_t n) override { micro_steps_left_ = n; }
-  void speculate_optimizer(std::vector<std::vector<AdamWRun>> runs) override { speculative_runs_ = std::move(runs); }
-  void drop_speculation() override;
-  bool speculates() const override { return speculative_; }
-  float micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override;
-  bool gates_on_device() const override {
-    return std::none_of(offloaded_.begin(), offloaded_.end(), [](bool o) { return o; });
+  void speculate_optimizer(std::vector<std::vector<AdamWRun>> runs) override {
+    if (offload_) offload_->set_speculative_runs(std::move(runs));
   }
+  void drop_speculation() override {
+    if (offload_) offload_->drop_speculation();
+  }
+  bool speculates() const override { return offload_ && offload_->speculates(); }
+  float micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override;
+  bool gates_on_device() const override { return !(offload_ && offload_->any()); }
   void micro_step_queued(const int32_t* inputs, const int32_t* targets, float dloss) override;
   void queue_gated_update(double earlier_losses, double loss_scale, float grad_clip,
                           const std::vector<std::vector<AdamWRun>>& runs) override;
@@ -334,7 +162,7 @@ class CudaShardedModel final : public ModelBackend {
   std::vector<float> gather_params(int unit) override { return gather_full(unit, /*grads=*/false); }
   std::vector<float> gather_grads(int unit) override { return gather_full(unit, /*grads=*/true); }
   UnitShard& shard(int unit) override {
-    if (host_adamw_) host_adamw_->wait_all();  // with optim.offload the view is the state the host AdamW writes
+    if (offload(unit)) return offload_->state(unit);  // the state the host AdamW writes
     return host_[static_cast<size_t>(unit)];
   }
   void pull_state() override;
@@ -360,58 +188,12 @@ class CudaShardedModel final : public ModelBackend {
   }
 
  private:
+  // One unit's sharded state on the device. master, m, v: empty for an offloaded unit (OffloadPipeline holds
+  // them); compute: the master rounded to T, which gathers read (empty when T is float, and for offloaded units).
   struct DeviceShard {
-    DeviceBuffer<float> master, grad, m, v;  // master, m, v empty with optim.offload (host_[u] holds them)
-    DeviceBuffer<T> compute;  // the master rounded to T, which gathers read (empty when T is float, and with
-                              // optim.offload=optimizer+params)
+    DeviceBuffer<float> master, grad, m, v;
+    DeviceBuffer<T> compute;
   };
-  // optim.offload: the pinned host buffers of a unit, and the events of its trip through the host AdamW.
-  struct OffloadShard {
-    PinnedBuffer<float> grad;   // the finished gradient shard, copied from the device during backward
-    PinnedBuffer<T> out;        // the new parameters in T, written by the host AdamW, copied to the device
-    CudaEvent grad_copied;      // the gradient has arrived in `grad`
-    CudaEvent params_ready;     // the host AdamW is done (and, with params on the device, they are there)
-    bool grad_on_host = false;  // this step's copy has been issued
-    // What the offload stream's host function waits on, one per submission in turn: with speculation this thread
-    // may queue the next step's job before the stream has run the last one's function (at most one ahead).
-    CpuWait waits[2];
-    int64_t submissions = 0;
-    int64_t ticket = -1;      // the last job submitted
-    bool speculated = false;  // this step's speculative update is queued (optim.offload_speculative)
-  };
-  // optim.offload_speculative: the second copy of a unit's host state, which a speculative update writes.
-  struct NextState {
-    std::vector<float> param, m, v;
-  };
-  // optim.offload=optimizer+params: a gather's source, copied up from `out` just before the all-gather.
-  struct Staging {
-    DeviceBuffer<T> data;
-    CudaEvent ready, free;
-  };
-  bool offload(int unit) const { return offloaded_[static_cast<size_t>(unit)]; }
-  bool params_on_host(int unit) const { return offload(unit) && cfg_.optim.offload == OffloadMode::kOptimizerParams; }
-  void copy_grad_to_host(int unit);
-  // The last micro-step's reduce-scatter of `unit` is accumulated: hybrid sums the shard across nodes (in buckets, on
-  // the replica stream); with optim.offload the shard then goes to the host. `norm_taken`: the accumulation took the
-  // shard's share of the norm (squares_of).
-  void finish_grad(int unit, bool norm_taken);
-  // Where the accumulation into `unit`'s shard takes the shard's share of the norm as it writes it: the step's last
-  // micro-step without hybrid (whose shards become final only after the all-reduce across nodes); else null.
-  double* squares_of(int unit);
-  // The stream on which gradient shards become final: the replica stream in hybrid, else the communication stream.
-  cudaStream_t final_grad_stream() { return buckets_ ? replica_stream_.get() : comm_stream_.get(); }
-  CommPlan comm_plan() const {
-    return {tuning_.prefetch_depth, buckets_ ? buckets_->capacity() : 0, tuning_.copy_engine_reduce_scatters};
-  }
-  void upload_compute_copy(int unit);
-  // optim.offload: queues `job` on the host AdamW and, on the offload stream, the copy of its result to the
-  // device behind it (params_ready marks the end).
-  void submit_host_update(int unit, HostAdamW::Job job);
-  HostAdamW::Job host_update_job(int unit, const std::vector<AdamWRun>& runs);
-  void upload_after_host_update(int unit);
-  bool resolve_speculation() const;
-  // optim.offload_speculative: unit's update with this step's unclipped runs, gated on its gradient's arrival.
-  void speculate(int unit);
   // A full-unit buffer: `ready` is recorded when its contents are complete (gather done / backward
   // done), `free` when its last reader has finished (compute done / reduce-scatter done).
   struct Buffer {
@@ -425,33 +207,54 @@ class CudaShardedModel final : public ModelBackend {
   struct Stall {
     CudaEvent before{true}, after{true};
   };
+  bool offload(int unit) const { return offload_ && offload_->holds(unit); }
+  // The last micro-step's reduce-scatter of `unit` is accumulated: hybrid sums the shard across nodes (in buckets, on
+  // the replica stream); its share of the norm is taken; with optim.offload the shard then goes to the host.
+  // `norm_taken`: the accumulation took the shard's share of the norm (squares_of).
+  void finish_grad(int unit, bool norm_taken);
+  // Where the accumulation into `unit`'s shard takes the shard's share of the norm as it writes it: the step's last
+  // micro-step without hybrid (whose shards become final only after the all-reduce across nodes); else null.
+  double* squares_of(int unit);
+  // The stream on which gradient shards become final: the replica stream in hybrid, else the communication stream.
+  cudaStream_t final_grad_stream() { return buckets_ ? replica_stream_.get() : comm_stream_.get(); }
+  CommPlan comm_plan() const {
+    return {tuning_.prefetch_depth, buckets_ ? buckets_->capacity() : 0, tuning_.copy_engine_reduce_scatters};
+  }
   void wait_for_comm(const CudaEvent& done, const char* what);
   // Folds the device memory in use now (cudaMemGetInfo: total - free) into device_peak_bytes_.
   void sample_device_memory();
   void collect_stalls();
   void after_sync();
-  // AdamW on the optimizer stream after what the compute stream has queued; gate: the device's decision, or null.
+  // AdamW of a unit whose optimizer is on the device (DeviceOptimizer); gate: the device's decision, or null.
   void device_adamw(int unit, const std::vector<AdamWRun>& runs, const StepGate* gate);
   void check_runs(int unit, const std::vector<AdamWRun>& runs) const;  // each run inside the unit's span
 
   float run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss);
-  void prefetch(const std::vector<ScheduleOp>& schedule, size_t at);
+  // ScheduleExecutor: collectives are issued on the communication stream, compute on the compute stream.
+  void prefetch(const std::vector<ScheduleOp>& schedule, size_t at) override;
+  void gather(int unit, size_t at) override;
+  void embedding_forward() override { model_.embedding_forward(gathered(0), tokens_, batch_, len_); }
+  void block_forward(int unit) override { model_.block_forward(unit - 1, gathered(unit)); }
+  void head(int unit) override;
+  void block_backward(int unit) override { model_.block_backward(unit - 1, gathered(unit), full_grad(unit)); }
+  void embedding_backward() override { model_.embedding_backward(full_grad(0)); }
+  void reduce_scatter(int unit) override;
+  void release(int unit) override { release_params(unit); }
+
   void issue_gather(int unit);
   const T* gathered(int unit);
   T* full_grad(int unit);
-  void reduce_scatter(int unit);
   void release_params(int unit);
   void prefetch_embedding();
   Buffer* free_buffer(std::vector<Buffer>& pool, Buffer& emb, int unit);
-  const T* gather_source(int unit) const;
+  const T* device_source(int unit) const;  // what a gather of a unit whose optimizer is on the device reads
   std::vector<float> gather_full(int unit, bool grads);
   void occupy(int64_t bytes);
 
   Config cfg_;
   Communicator& comm_;
   std::vector<UnitLayout> units_;
-  std::vector<bool> offloaded_;  // per unit: its optimizer is on the host (optim.offload, offload_fraction)
-  ShardingGroups groups_;        // dist.sharding: the world, or this node's ranks plus the replica group
+  ShardingGroups groups_;  // dist.sharding: the world, or this node's ranks plus the replica group
   std::unique_ptr<NcclCommunicator> world_nccl_;    // hybrid, during set-up: what the node and replica groups split
   NcclCommunicator nccl_;                           // over groups_.shard()
   std::unique_ptr<NcclCommunicator> replica_nccl_;  // hybrid: over groups_.replica
@@ -469,27 +272,18 @@ class CudaShardedModel final : public ModelBackend {
   int gemm_candidates_ = 0;    // train.gemm_autotune resolved
   int gemm_timed_logged_ = 0;  // GEMM shapes timed when the log last said so
   gpu::Cudnn cudnn_;
-  AttentionChoice attention_;
-  CudaMemoryPlan plan_;
+  gpu::AttentionChoice attention_;
+  MemoryPlan plan_;
   CudaStream compute_stream_, comm_stream_;
-  // The device AdamW, beside the next step's forward: a unit's gather waits for its update only (updated_).
-  CudaStream optim_stream_;
   CudaStream replica_stream_;  // hybrid: the all-reduce across nodes, beside the node's gathers and reduce-scatters
   gpu::Blas blas_;
   DeviceBuffer<unsigned char> scratch_, comm_scratch_;
-  gpu::GpuContext ctx_, comm_ctx_, optim_ctx_;
+  gpu::GpuContext ctx_, comm_ctx_;
   CudaGpt<T> model_;
+  DeviceOptimizer<T> optimizer_;  // AdamW beside the next step's forward, the norm and the on-device gate
   std::vector<DeviceShard> shards_;
-  std::vector<UnitShard> host_;  // with optim.offload: param, m and v are the state itself
-  std::unique_ptr<HostAdamW> host_adamw_;
-  std::vector<OffloadShard> offload_;
-  bool speculative_ = false;                                    // optim.offload_speculative, resolved
-  std::vector<NextState> next_;                                 // optim.offload_speculative, per offloaded unit
-  std::vector<std::vector<AdamWRun>> speculative_runs_;         // this step's, by unit (speculate_optimizer)
-  int64_t spec_kept_ = 0, spec_redone_ = 0, spec_dropped_ = 0;  // for the log
-  std::vector<Staging> staging_;
-  size_t next_staging_ = 0;
-  CudaStream d2h_stream_, offload_stream_, h2d_stream_;
+  std::vector<UnitShard> host_;  // the host view of the units whose optimizer is on the device (pull/push_state)
+  std::unique_ptr<OffloadPipeline<T>> offload_;  // optim.offload; null without it
   int64_t micro_steps_left_ = 0;      // expect_micro_steps(), counted down by micro_step()
   bool last_micro_ = true;            // the running micro-step is the step's last
   bool summed_across_nodes_ = false;  // hybrid: this step's gradients went across nodes (zero_grads clears)
@@ -499,23 +293,11 @@ class CudaShardedModel final : public ModelBackend {
   DeviceBuffer<T> rs_out_;
   DeviceBuffer<T> bucket_;  // hybrid: one bucket of gradient shards in T, as they cross nodes
   gpu::GpuContext replica_ctx_;
-  DeviceBuffer<double> sq_;
-  // The step's end on the device (gates_on_device): [sum of squares, last micro-step's loss sum, the earlier ones']
-  // all-reduced, the decision AdamW reads, and what the host reads back; loss_queued_: micro_step_queued() left its
-  // loss in step_sums_[1]; gate_queued_: queue_gated_update() ran and finish_gated_step() has not.
-  DeviceBuffer<double> step_sums_;
-  DeviceBuffer<StepGate> gate_;
-  PinnedBuffer<double> host_sums_;  // [this rank's last loss sum, its earlier losses] (uploaded)
-  PinnedBuffer<StepGate> host_gate_;
-  CudaEvent gate_ready_;
-  bool loss_queued_ = false, gate_queued_ = false;
-  // Each unit's sum of squares of its final gradient shard, taken as it becomes final (squares_of, finish_grad);
-  // sq_parts_ counts them since zero_grads(). All there: the norm is one in-order sum (grad_sum_of_squares).
-  DeviceBuffer<double> unit_sq_;
-  int64_t sq_parts_ = 0;
   DeviceBuffer<unsigned char> replica_scratch_;  // hybrid: the replica stream's reductions
+  // loss_queued_: micro_step_queued() left its loss on the device; gate_queued_: queue_gated_update() ran and
+  // finish_gated_step() has not.
+  bool loss_queued_ = false, gate_queued_ = false;
   CudaEvent compute_mark_, comm_mark_, replica_mark_;
-  std::vector<CudaEvent> updated_;  // per unit: its last device AdamW is done (optim stream); never recorded: none
   // zero_grads() was called and no micro-step has finished since: the reduce-scatters write the gradient shards
   // rather than add to them, so nothing zeroes them.
   bool fresh_grads_ = false;
@@ -530,9 +312,13 @@ class CudaShardedModel final : public ModelBackend {
   size_t next_gather_ = 0;
   // The optimizer has already issued the next run's first op, "gather 0" (prefetch_embedding).
   bool embedding_prefetched_ = false;
+  // The schedule being run: its batch, mode, targets and loss scale.
   const int32_t* tokens_ = nullptr;
   int64_t batch_ = 0, len_ = 0;
   std::vector<float>* logits_out_ = nullptr;
+  Mode mode_ = Mode::kTrain;
+  const int32_t* targets_ = nullptr;
+  float dloss_ = 0.0f;
 };
 
 template <typename T>
@@ -540,7 +326,6 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     : cfg_(cfg),
       comm_(comm),
       units_(build_units(cfg.model)),
-      offloaded_(offloaded_units(cfg, units_)),
       groups_(make_sharding_groups(cfg, comm, cuda_auto_inputs<T>(cfg, comm))),
       world_nccl_(groups_.replica ? std::make_unique<NcclCommunicator>(comm) : nullptr),  // binds this rank's GPU
       nccl_(shard_nccl(groups_, comm, world_nccl_.get())),  // binds this rank's GPU before anything is allocated
@@ -558,7 +343,10 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
                                : nullptr),
       device_name_(cuda_device_name()),
       cudnn_(),
-      attention_(choose_attention<T>(cfg, cudnn_)),
+      attention_(gpu::choose_attention<T>({cfg.train.attention, cfg.train.deterministic,
+                                           static_cast<int>(cfg.train.micro_batch), cfg.model.seq_len,
+                                           cfg.model.n_embd, cfg.model.n_head},
+                                          cudnn_)),
       plan_(checked_plan<T>(cfg, groups_.shard().world_size(), comm_plan(), device_name_, attention_.scratch_bytes)),
       blas_(),
       scratch_(cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.scratch_bytes)
@@ -566,8 +354,8 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       comm_scratch_(static_cast<int64_t>(gpu::reduce_scratch_bytes())),
       ctx_{compute_stream_.get(), &blas_, scratch_.data(), scratch_.bytes(), &cudnn_},
       comm_ctx_{comm_stream_.get(), nullptr, comm_scratch_.data(), comm_scratch_.bytes()},
-      optim_ctx_{optim_stream_.get(), nullptr, nullptr, 0},
-      model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.cudnn, ctx_, attention_.backward) {
+      model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.cudnn, ctx_, attention_.backward),
+      optimizer_(static_cast<int>(units_.size()), model_.timer()) {
   if (comm.local_rank() == 0) {  // each machine's GPUs and links, as `shardtrain topo` prints them
     char host[64] = {};
     gethostname(host, sizeof(host) - 1);
@@ -602,6 +390,10 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     comm_.broadcast(&p, sizeof(p), 0);
     return static_cast<int>(p);
   });
+  const std::vector<bool> offloaded = offloaded_units(cfg, units_);
+  const auto params_on_host = [&](int u) {
+    return offloaded[static_cast<size_t>(u)] && cfg.optim.offload == OffloadMode::kOptimizerParams;
+  };
   const UnitSizes s = unit_sizes(units_, world);
   // The gathers' sources (each unit's shard in T, read on the device) and destinations, in two symmetric windows of
   // ce_nccl_ for copy-engine gathers (each buffer its own allocation otherwise).
@@ -612,6 +404,8 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   const int64_t pool_size = param_pool_size(cfg, comm_plan());
   WindowArena gathered(gather_windows, WindowArena::bytes_for(s.emb_full, sizeof(T)) +
                                            pool_size * WindowArena::bytes_for(s.unit_full, sizeof(T)));
+  std::vector<UnitShard> offload_states;      // optim.offload: the host state of each unit it holds
+  std::vector<DeviceBuffer<T>> offload_copies;  // and the device copies its gathers read (optimizer)
   std::vector<float> init;
   for (const UnitLayout& u : units_) {
     UnitShard h;
@@ -622,11 +416,13 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     ST_CUDA_CHECK(cudaMemset(d.grad.data(), 0, d.grad.bytes()));
     init.assign(static_cast<size_t>(h.slot), 0.0f);
     init_unit_range(u, cfg.model, cfg.train.seed, h.span.offset, h.span.end(), init.data());
-    if (offload(u.index)) {
-      h.param = init;
-      h.m.assign(init.size(), 0.0f);
-      h.v.assign(init.size(), 0.0f);
-      if (!params_on_host(u.index)) d.compute = sources.take<T>(h.slot);
+    UnitShard state{h.span, h.slot, {}, {}, {}, {}};
+    DeviceBuffer<T> copy;
+    if (offloaded[static_cast<size_t>(u.index)]) {
+      state.param = init;
+      state.m.assign(init.size(), 0.0f);
+      state.v.assign(init.size(), 0.0f);
+      if (!params_on_host(u.index)) copy = sources.take<T>(h.slot);
     } else {
       if constexpr (std::is_same_v<T, float>)
         d.master = sources.take<float>(h.slot);  // the gather's source
@@ -644,6 +440,8 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     }
     shards_.push_back(std::move(d));
     host_.push_back(std::move(h));
+    offload_states.push_back(std::move(state));
+    offload_copies.push_back(std::move(copy));
   }
   emb_param_.data = gathered.take<T>(s.emb_full);
   // The full gradients and, for copy-engine reduce-scatters, their all-to-all's output: in a third window then.
@@ -666,44 +464,20 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     ST_CUDA_CHECK(cudaMemset(b.data.data(), 0, b.data.bytes()));
   }
   params_of_.assign(units_.size(), nullptr);
-  updated_.resize(units_.size());
   grads_of_.assign(units_.size(), nullptr);
   rs_out_ = tuning_.copy_engine_reduce_scatters && ce_nccl_ ? grads.take<T>(exchanged) : DeviceBuffer<T>(s.max_slot);
-  sq_ = DeviceBuffer<double>(1);
-  step_sums_ = DeviceBuffer<double>(3);
-  gate_ = DeviceBuffer<StepGate>(1);
-  host_sums_ = PinnedBuffer<double>(2);
-  host_gate_ = PinnedBuffer<StepGate>(1);
-  unit_sq_ = DeviceBuffer<double>(static_cast<int64_t>(units_.size()));
   counters_.gathers.assign(units_.size(), 0);
   counters_.reduce_scatters.assign(units_.size(), 0);
   if (cfg.optim.offload != OffloadMode::kNone) {
-    ST_CHECK((!std::is_same_v<T, float>), "optim.offload needs a half-precision compute type");  // config refuses
-    HostAdamW::Options o;
+    typename OffloadPipeline<T>::Options o;
+    o.mode = cfg.optim.offload;
+    o.speculation = cfg.optim.offload_speculative;
     o.threads = static_cast<int>(cfg.optim.offload_threads);
     o.local_rank = comm.device_rank();  // the machine's CPUs, also under SHARDTRAIN_NODE_ID stand-ins
     o.local_size = comm.device_ranks();
-    host_adamw_ = std::make_unique<HostAdamW>(o);
-    speculative_ = resolve_speculation();
-    offload_.resize(units_.size());
-    int64_t staged_slot = 0;
-    for (size_t u = 0; u < units_.size(); ++u) {
-      if (!offload(static_cast<int>(u))) continue;
-      offload_[u].grad = PinnedBuffer<float>(host_[u].slot);
-      offload_[u].out = PinnedBuffer<T>(host_[u].slot);
-      for (CpuWait& w : offload_[u].waits) w.engine = host_adamw_.get();
-      if (speculative_) {
-        next_.resize(units_.size());
-        for (std::vector<float>* a : {&next_[u].param, &next_[u].m, &next_[u].v})
-          a->assign(static_cast<size_t>(host_[u].slot), 0.0f);
-      }
-      upload_compute_copy(static_cast<int>(u));
-      if (params_on_host(static_cast<int>(u))) staged_slot = std::max(staged_slot, host_[u].slot);
-    }
-    if (staged_slot > 0) {
-      staging_.resize(2);
-      for (Staging& st : staging_) st.data = DeviceBuffer<T>(staged_slot);
-    }
+    o.device = nccl_.device();
+    o.log = comm.rank() == 0;
+    offload_ = std::make_unique<OffloadPipeline<T>>(o, offloaded, std::move(offload_states), std::move(offload_copies));
   }
   compute_stream_.synchronize();
   sample_device_memory();
@@ -716,86 +490,29 @@ void CudaShardedModel<T>::sample_device_memory() {
   device_peak_bytes_ = std::max(device_peak_bytes_, static_cast<int64_t>(total_b - free_b));
 }
 
-// optim.offload: out = the host master rounded to T, and with the parameters on the device, their copy there.
-// Synchronous: for set-up and push_state.
-template <typename T>
-void CudaShardedModel<T>::upload_compute_copy(int unit) {
-  const UnitShard& h = host_[static_cast<size_t>(unit)];
-  OffloadShard& o = offload_[static_cast<size_t>(unit)];
-  const HalfKind kind = half_kind_of(cfg_.compute_dtype());
-  uint16_t* out = reinterpret_cast<uint16_t*>(o.out.data());
-  for (int64_t i = 0; i < h.slot; ++i) {
-    const float x = h.param[static_cast<size_t>(i)];
-    out[i] = kind == HalfKind::kBF16 ? round_to_bf16(x) : round_to_f16(x);
-  }
-  if (!params_on_host(unit))
-    ST_CUDA_CHECK(cudaMemcpy(shards_[static_cast<size_t>(unit)].compute.data(), o.out.data(), o.out.bytes(),
-                             cudaMemcpyHostToDevice));
-}
-
-// optim.offload: the unit's gradient shard to the host, on the D2H stream, after what the stream of final gradients
-// has issued so far (its reduce-scatter and accumulation; in hybrid, its bucket's all-reduce across nodes).
-template <typename T>
-void CudaShardedModel<T>::copy_grad_to_host(int unit) {
-  OffloadShard& o = offload_[static_cast<size_t>(unit)];
-  comm_mark_.record(final_grad_stream());
-  comm_mark_.wait_on(d2h_stream_.get());
-  const DeviceBuffer<float>& g = shards_[static_cast<size_t>(unit)].grad;
-  ST_CUDA_CHECK(cudaMemcpyAsync(o.grad.data(), g.data(), g.bytes(), cudaMemcpyDeviceToHost, d2h_stream_.get()));
-  o.grad_copied.record(d2h_stream_.get());
-  o.grad_on_host = true;
-}
-
 template <typename T>
 CudaShardedModel<T>::~CudaShardedModel() {
-  // Outstanding work references our buffers; let it finish before they are freed.
-  for (cudaStream_t s : {offload_stream_.get(), h2d_stream_.get(), d2h_stream_.get(), replica_stream_.get(),
-                         comm_stream_.get(), compute_stream_.get(), optim_stream_.get()})
+  // Outstanding work references our buffers; let it finish before they are freed (the offload pipeline, destroyed
+  // first, waits for its own streams and host jobs).
+  for (cudaStream_t s : {replica_stream_.get(), comm_stream_.get(), compute_stream_.get(), optimizer_.stream()})
     cudaStreamSynchronize(s);
-  // Host jobs write into host_ and next_ (speculative ones may still run if a step was cut short): finish them
-  // before those are freed. Every gradient copy has landed by now, so every gate is open.
-  if (host_adamw_) host_adamw_->wait_all();
-  if (speculative_ && comm_.rank() == 0)
-    ST_LOG_INFO("optim.offload_speculative: of ", spec_kept_ + spec_redone_ + spec_dropped_,
-                " speculative unit updates, ", spec_kept_, " kept, ", spec_redone_, " redone (clipped), ",
-                spec_dropped_, " dropped (skipped steps)");
-}
-
-// optim.offload_speculative: true and false as said; auto speculates when the node's ranks can hold the second copy
-// of their offloaded state (speculative_copy_fits). Each rank decides for itself: speculation changes no bit and no
-// collective, so ranks that differ still train alike.
-template <typename T>
-bool CudaShardedModel<T>::resolve_speculation() const {
-  const Speculation asked = cfg_.optim.offload_speculative;
-  if (asked != Speculation::kAuto) return asked == Speculation::kOn;
-  int64_t elements = 0;
-  for (size_t u = 0; u < units_.size(); ++u)
-    if (offload(static_cast<int>(u))) elements += host_[u].slot;
-  std::string why;
-  // The machine's processes share its memory, whatever SHARDTRAIN_NODE_ID says.
-  const bool on = speculative_copy_fits(12 * elements, comm_.device_ranks(), host_available_bytes(), &why);
-  if (comm_.rank() == 0)
-    ST_LOG_INFO("optim.offload_speculative=auto: ", on ? "on" : "off (it would take over half of it)", " (", why, ")");
-  return on;
 }
 
 template <typename T>
 void CudaShardedModel<T>::zero_grads() {
   // No memset: the next micro-step's reduce-scatters overwrite the shards (fresh_grads_). They run on the
   // communication stream after the compute stream's backward ops, so the previous step's copies of the gradients to
-  // the host are done before they do: the compute stream waits for those here (with optim.offload_speculative the
-  // optimizer does not wait for them).
-  for (OffloadShard& o : offload_)
-    if (o.grad_on_host) o.grad_copied.wait_on(compute_stream_.get());
+  // the host are done before they do: the compute stream waits for those (start_step; with
+  // optim.offload_speculative the optimizer does not wait for them).
+  if (offload_) offload_->start_step(compute_stream_.get());
   fresh_grads_ = true;
-  sq_parts_ = 0;
-  for (OffloadShard& o : offload_) o.grad_on_host = false;
+  optimizer_.reset_norm();
   summed_across_nodes_ = false;
   if (buckets_) buckets_->drop();  // a step cut short (an exception in its backward) left units in a bucket
 }
 
 template <typename T>
-const T* CudaShardedModel<T>::gather_source(int unit) const {
+const T* CudaShardedModel<T>::device_source(int unit) const {
   const DeviceShard& d = shards_[static_cast<size_t>(unit)];
   if constexpr (std::is_same_v<T, float>)
     return d.master.data();
@@ -829,29 +546,14 @@ void CudaShardedModel<T>::issue_gather(int unit) {
   ST_CHECK(b != nullptr, "no free gather buffer for unit ", unit, ": the schedule is inconsistent");
   const int64_t slot = host_[static_cast<size_t>(unit)].slot;
   cudaStream_t ns = comm_stream_.get();
-  b->free.wait_on(ns);                              // the unit that held it has finished computing
-  updated_[static_cast<size_t>(unit)].wait_on(ns);  // the shard its device AdamW writes (optim stream)
-  const T* source = gather_source(unit);
-  Staging* staged = nullptr;
-  if (offload(unit)) {
-    OffloadShard& o = offload_[static_cast<size_t>(unit)];
-    if (params_on_host(unit)) {  // up from the host into a staging buffer, once the host AdamW is done with it
-      staged = &staging_[next_staging_++ % staging_.size()];
-      cudaStream_t hs = h2d_stream_.get();
-      staged->free.wait_on(hs);
-      o.params_ready.wait_on(hs);
-      ST_CUDA_CHECK(cudaMemcpyAsync(staged->data.data(), o.out.data(), o.out.bytes(), cudaMemcpyHostToDevice, hs));
-      staged->ready.record(hs);
-      staged->ready.wait_on(ns);
-      source = staged->data.data();
-    } else {
-      o.params_ready.wait_on(ns);  // the host AdamW's result has been copied up
-    }
-  }
+  b->free.wait_on(ns);                   // the unit that held it has finished computing
+  optimizer_.wait_updated(unit, ns);     // the shard its device AdamW writes (optimizer stream)
+  bool staged = false;                   // optim.offload=optimizer+params: a staging buffer filled from the host
+  const T* source = offload(unit) ? offload_->gather_source(unit, ns, &staged) : device_source(unit);
   // A staged source lies outside ce_nccl_'s windows: those gathers stay on NCCL's kernels.
-  NcclCommunicator& gc = tuning_.copy_engine_gathers && ce_nccl_ && staged == nullptr ? *ce_nccl_ : nccl_;
+  NcclCommunicator& gc = tuning_.copy_engine_gathers && ce_nccl_ && !staged ? *ce_nccl_ : nccl_;
   gc.all_gather<T>(source, slot, b->data.data(), ns);
-  if (staged != nullptr) staged->free.record(ns);
+  if (staged) offload_->gather_issued(ns);
   b->ready.record(ns);
   b->unit = unit;
   params_of_[static_cast<size_t>(unit)] = b;
@@ -928,7 +630,7 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
     // Each rank's slice q goes to rank q on the copy engines; this rank adds the slices it received in rank order
     // as it takes them into its shard (the addition NCCL's reduce-scatter kernel would have made on the SMs).
     ce_nccl_->all_to_all<T>(b->data.data(), h.slot, rs_out_.data(), ns);
-    if (fresh_grads_) updated_[static_cast<size_t>(unit)].wait_on(ns);
+    if (fresh_grads_) optimizer_.wait_updated(unit, ns);
     gpu::accumulate_parts<T>(shard_grad, rs_out_.data(), nccl_.world_size(), h.slot, h.span.count, comm_ctx_, write,
                              squares);
   } else {
@@ -936,7 +638,7 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
     NcclCommunicator& rs = capped_rs_nccl_ && unit != 0 ? *capped_rs_nccl_ : nccl_;
     rs.reduce_scatter<T>(b->data.data(), h.slot, rs_out_.data(), ns);
     // The step's first write of the shard replaces the last step's gradient, which that step's AdamW read.
-    if (fresh_grads_) updated_[static_cast<size_t>(unit)].wait_on(ns);
+    if (fresh_grads_) optimizer_.wait_updated(unit, ns);
     gpu::accumulate<T>(shard_grad, rs_out_.data(), h.span.count, comm_ctx_, write, squares);
   }
   if (last_micro_) finish_grad(unit, squares != nullptr);  // overlaps the rest of the backward
@@ -957,9 +659,7 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
 template <typename T>
 double* CudaShardedModel<T>::squares_of(int unit) {
   if (!last_micro_ || buckets_) return nullptr;
-  double* part = unit_sq_.data() + unit;
-  ST_CUDA_CHECK(cudaMemsetAsync(part, 0, sizeof(double), comm_stream_.get()));
-  return part;
+  return optimizer_.norm_part(unit, comm_stream_.get());
 }
 
 template <typename T>
@@ -992,18 +692,13 @@ void CudaShardedModel<T>::finish_grad(int unit, bool norm_taken) {
   // accumulation took it.
   const gpu::GpuContext& final_ctx = buckets_ ? replica_ctx_ : comm_ctx_;
   for (int u : finished) {
-    if (!norm_taken) {
-      ST_CUDA_CHECK(cudaMemsetAsync(unit_sq_.data() + u, 0, sizeof(double), final_ctx.stream));
+    if (!norm_taken)
       gpu::sum_of_squares<float>(shards_[static_cast<size_t>(u)].grad.data(), host_[static_cast<size_t>(u)].span.count,
-                                 unit_sq_.data() + u, final_ctx);
-    }
-    ++sq_parts_;
+                                 optimizer_.norm_part(u, final_ctx.stream), final_ctx);
+    optimizer_.part_done();
   }
-  for (int u : finished) {
-    if (!offload(u)) continue;
-    copy_grad_to_host(u);
-    if (!speculative_runs_.empty()) speculate(u);
-  }
+  for (int u : finished)
+    if (offload(u)) offload_->grad_final(u, shards_[static_cast<size_t>(u)].grad, final_grad_stream());
 }
 
 template <typename T>
@@ -1045,48 +740,10 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
     next_gather_ = 1;
     embedding_prefetched_ = false;
   }
-  for (size_t i = 0; i < schedule.size(); ++i) {
-    const ScheduleOp& op = schedule[i];
-    const int u = op.unit;
-    prefetch(schedule, i);
-    switch (op.kind) {
-      case OpKind::kGather:
-        if (i >= next_gather_) {
-          issue_gather(u);
-          next_gather_ = i + 1;
-        }
-        break;
-      case OpKind::kForward:
-        if (u == 0)
-          model_.embedding_forward(gathered(0), tokens_, batch_, len_);
-        else
-          model_.block_forward(u - 1, gathered(u));
-        break;
-      case OpKind::kHeadForwardBackward:
-        if (mode == Mode::kLogits) {
-          model_.head_logits(gathered(u), gathered(0), len_ - 1, logits_out_);
-        } else if (mode == Mode::kEval) {
-          model_.head_forward_backward(gathered(u), gathered(0), targets, 0.0f, nullptr, nullptr);
-        } else {
-          T* head_grad = full_grad(u);
-          T* emb_grad = full_grad(0);
-          model_.head_forward_backward(gathered(u), gathered(0), targets, dloss, head_grad, emb_grad);
-        }
-        break;
-      case OpKind::kBackward:
-        if (u == 0)
-          model_.embedding_backward(full_grad(0));
-        else
-          model_.block_backward(u - 1, gathered(u), full_grad(u));
-        break;
-      case OpKind::kReduceScatter:
-        reduce_scatter(u);
-        break;
-      case OpKind::kRelease:
-        release_params(u);
-        break;
-    }
-  }
+  mode_ = mode;
+  targets_ = targets;
+  dloss_ = dloss;
+  run_schedule(schedule, *this);
   ST_CHECK(in_use_bytes_ == 0, "the schedule left ", in_use_bytes_, " bytes of buffers in use");
   // The optimizer and the next step's zeroing must see every accumulated gradient (and, in hybrid, its sum across
   // nodes, which the last micro-step issued).
@@ -1097,7 +754,7 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
     wait_for_comm(replica_mark_, "comm_wait.across_nodes");
   }
   if (loss_queued_) {  // micro_step_queued: the loss stays on the device; finish_gated_step() reads it
-    model_.move_loss_sum(step_sums_.data() + 1);
+    model_.move_loss_sum(optimizer_.loss_slot());
     return 0.0f;
   }
   float loss = 0.0f;
@@ -1107,6 +764,26 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
     loss = static_cast<float>(model_.take_loss_sum() / static_cast<double>(batch_ * len_));  // synchronises
   after_sync();
   return loss;
+}
+
+template <typename T>
+void CudaShardedModel<T>::gather(int unit, size_t at) {
+  if (at < next_gather_) return;  // prefetch() issued it
+  issue_gather(unit);
+  next_gather_ = at + 1;
+}
+
+template <typename T>
+void CudaShardedModel<T>::head(int unit) {
+  if (mode_ == Mode::kLogits) {
+    model_.head_logits(gathered(unit), gathered(0), len_ - 1, logits_out_);
+  } else if (mode_ == Mode::kEval) {
+    model_.head_forward_backward(gathered(unit), gathered(0), targets_, 0.0f, nullptr, nullptr);
+  } else {
+    T* head_grad = full_grad(unit);
+    T* emb_grad = full_grad(0);
+    model_.head_forward_backward(gathered(unit), gathered(0), targets_, dloss_, head_grad, emb_grad);
+  }
 }
 
 // Once the compute stream has synchronised: the stalls' times, and the GEMM tuning's note when new shapes were timed.
@@ -1218,25 +895,11 @@ void CudaShardedModel<T>::last_logits(const int32_t* tokens, int64_t len, std::v
 
 template <typename T>
 double CudaShardedModel<T>::grad_sum_of_squares() {
-  cudaStream_t cs = compute_stream_.get();
-  {
-    OpTimer::Laps lap = model_.timer().laps(cs);
-    lap("optim.grad_norm");
-    if (sq_parts_ == static_cast<int64_t>(shards_.size())) {
-      // Every unit's part was taken as its gradient became final (finish_grad); the compute stream has waited for
-      // those streams (run()). The same bits as the loop below.
-      gpu::sum_in_order(unit_sq_.data(), static_cast<int64_t>(shards_.size()), sq_.data(), ctx_);
-    } else {  // asked before the step's last micro-step
-      ST_CUDA_CHECK(cudaMemsetAsync(sq_.data(), 0, sizeof(double), cs));
-      for (size_t u = 0; u < shards_.size(); ++u)
-        gpu::sum_of_squares<float>(shards_[u].grad.data(), host_[u].span.count, sq_.data(), ctx_);
-    }
-  }
-  double sq = 0;
-  ST_CUDA_CHECK(cudaMemcpyAsync(&sq, sq_.data(), sizeof(double), cudaMemcpyDeviceToHost, cs));
-  compute_stream_.synchronize();
-  model_.timer().collect();
-  return sq;
+  // With every unit's share taken as its gradient became final (finish_grad), the compute stream has waited for
+  // those streams (run()); else the shards are read here. The same bits either way.
+  std::vector<typename DeviceOptimizer<T>::GradView> grads;
+  for (size_t u = 0; u < shards_.size(); ++u) grads.push_back({shards_[u].grad.data(), host_[u].span.count});
+  return optimizer_.sum_of_squares(grads, ctx_);
 }
 
 template <typename T>
@@ -1251,32 +914,9 @@ template <typename T>
 void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
   check_runs(unit, runs);
   if (offload(unit)) {
-    // Queued on the host AdamW; the offload stream waits for it and copies the new shard up, and the next
-    // gather of this unit waits for that. This thread goes on to the next unit, then to the next step.
-    OffloadShard& o = offload_[static_cast<size_t>(unit)];
-    if (o.speculated) {
-      o.speculated = false;
-      const std::vector<AdamWRun>& guessed = speculative_runs_[static_cast<size_t>(unit)];
-      if (runs == guessed) {
-        ++spec_kept_;
-        // Not clipped: the speculative update is this step's, bit for bit. Its output becomes the state (its job
-        // may still be running: everything that reads the state waits for the host AdamW first).
-        UnitShard& h = host_[static_cast<size_t>(unit)];
-        NextState& n = next_[static_cast<size_t>(unit)];
-        std::swap(h.param, n.param);
-        std::swap(h.m, n.m);
-        std::swap(h.v, n.v);
-        upload_after_host_update(unit);
-        if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
-        return;
-      }
-      // Clipped: drop it (the state it read is untouched; `out` is rewritten) and update again below.
-      ++spec_redone_;
-      host_adamw_->wait(o.ticket);
-    }
-    if (!o.grad_on_host) copy_grad_to_host(unit);
-    o.grad_copied.synchronize();
-    submit_host_update(unit, host_update_job(unit, runs));
+    // Queued on the host AdamW; the offload stream waits for it and copies the new shard up, and the next gather of
+    // this unit waits for that. This thread goes on to the next unit, then to the next step.
+    offload_->update(unit, runs, shards_[static_cast<size_t>(unit)].grad, final_grad_stream());
     if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
     return;
   }
@@ -1288,138 +928,38 @@ void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
 template <typename T>
 void CudaShardedModel<T>::device_adamw(int unit, const std::vector<AdamWRun>& runs, const StepGate* gate) {
   DeviceShard& d = shards_[static_cast<size_t>(unit)];
-  cudaStream_t os = optim_stream_.get();
-  compute_mark_.record(compute_stream_.get());
-  compute_mark_.wait_on(os);
-  {
-    OpTimer::Laps lap = model_.timer().laps(os);
-    lap("optim.adamw");
-    T* out = std::is_same_v<T, float> ? nullptr : reinterpret_cast<T*>(d.compute.data());
-    gpu::adamw_update_runs<T>(d.master.data(), d.m.data(), d.v.data(), d.grad.data(), runs, out, optim_ctx_, gate);
-  }
-  updated_[static_cast<size_t>(unit)].record(os);
+  T* compute = std::is_same_v<T, float> ? nullptr : d.compute.data();
+  optimizer_.update(unit, {d.master.data(), d.m.data(), d.v.data(), d.grad.data(), compute}, runs, gate,
+                    compute_stream_.get());
   if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
 }
 
 // The norm's parts were taken as each gradient became final (finish_grad); summed in order as grad_sum_of_squares
-// does, all-reduced with the losses over the sharding group (the losses also across nodes: a non-finite loss
-// anywhere skips the step everywhere), decided on, and every unit's AdamW queued behind the decision.
+// does, all-reduced with the losses over the sharding group, decided on, and every unit's AdamW queued behind the
+// decision.
 template <typename T>
 void CudaShardedModel<T>::queue_gated_update(double earlier_losses, double loss_scale, float grad_clip,
                                              const std::vector<std::vector<AdamWRun>>& runs) {
   ST_CHECK(loss_queued_ && !gate_queued_, "queue_gated_update without a queued last micro-step");
-  ST_CHECK(sq_parts_ == static_cast<int64_t>(shards_.size()), "queue_gated_update: ", sq_parts_, " of ", shards_.size(),
-           " units' gradients are final");
   ST_CHECK(runs.size() == shards_.size(), "queue_gated_update: runs for ", runs.size(), " units, the model has ",
            shards_.size());
   for (size_t u = 0; u < runs.size(); ++u) check_runs(static_cast<int>(u), runs[u]);
-  cudaStream_t cs = compute_stream_.get();
-  {
-    OpTimer::Laps lap = model_.timer().laps(cs);
-    lap("optim.grad_norm");
-    gpu::sum_in_order(unit_sq_.data(), static_cast<int64_t>(shards_.size()), step_sums_.data(), ctx_);
-    // This rank's last loss goes to the host before the all-reduce; the earlier ones come up from it.
-    host_sums_.data()[1] = earlier_losses;  // read by the copy below, which runs before the next step writes here
-    ST_CUDA_CHECK(
-        cudaMemcpyAsync(host_sums_.data(), step_sums_.data() + 1, sizeof(double), cudaMemcpyDeviceToHost, cs));
-    ST_CUDA_CHECK(
-        cudaMemcpyAsync(step_sums_.data() + 2, host_sums_.data() + 1, sizeof(double), cudaMemcpyHostToDevice, cs));
-    nccl_.all_reduce<double>(step_sums_.data(), 3, cs);
-    // Hybrid: the replicas hold the same shards (the sum of squares is the sharding group's), but their own losses.
-    if (replica_nccl_) replica_nccl_->all_reduce<double>(step_sums_.data() + 1, 2, cs);
-    gpu::decide_step(step_sums_.data(), loss_scale, grad_clip, gate_.data(), ctx_);
-    ST_CUDA_CHECK(cudaMemcpyAsync(host_gate_.data(), gate_.data(), sizeof(StepGate), cudaMemcpyDeviceToHost, cs));
-    gate_ready_.record(cs);
-  }
+  optimizer_.queue_gate(earlier_losses, loss_scale, grad_clip, nccl_, replica_nccl_.get(), ctx_);
   loss_queued_ = false;
   gate_queued_ = true;
-  for (size_t u = 0; u < shards_.size(); ++u) device_adamw(static_cast<int>(u), runs[u], gate_.data());
+  for (size_t u = 0; u < shards_.size(); ++u) device_adamw(static_cast<int>(u), runs[u], optimizer_.gate());
 }
 
 template <typename T>
 ModelBackend::GatedStep CudaShardedModel<T>::finish_gated_step() {
   ST_CHECK(gate_queued_, "finish_gated_step without queue_gated_update");
   gate_queued_ = false;
-  gate_ready_.synchronize();  // the decision, not the AdamW behind it
-  after_sync();
-  // The op profile's marks include AdamW's, on the optimizer stream: collected once it is done (profiling only).
-  if (model_.timer().enabled()) {
-    optim_stream_.synchronize();
-    model_.timer().collect();
-  }
+  double last_loss_sum = 0;
   GatedStep g;
-  g.last_loss = static_cast<float>(host_sums_.data()[0] / static_cast<double>(batch_ * len_));
-  g.gate = *host_gate_.data();
+  g.gate = optimizer_.finish_gate(&last_loss_sum);  // the decision, not the AdamW behind it
+  after_sync();
+  g.last_loss = static_cast<float>(last_loss_sum / static_cast<double>(batch_ * len_));
   return g;
-}
-
-template <typename T>
-HostAdamW::Job CudaShardedModel<T>::host_update_job(int unit, const std::vector<AdamWRun>& runs) {
-  UnitShard& h = host_[static_cast<size_t>(unit)];
-  OffloadShard& o = offload_[static_cast<size_t>(unit)];
-  HostAdamW::Job job;
-  job.param = h.param.data();
-  job.m = h.m.data();
-  job.v = h.v.data();
-  job.grad = o.grad.data();
-  job.runs = runs;
-  job.kind = half_kind_of(cfg_.compute_dtype());
-  job.out = reinterpret_cast<uint16_t*>(o.out.data());
-  job.priority = unit;  // the next forward needs the first units first
-  return job;
-}
-
-template <typename T>
-void CudaShardedModel<T>::submit_host_update(int unit, HostAdamW::Job job) {
-  offload_[static_cast<size_t>(unit)].ticket = host_adamw_->submit(std::move(job));
-  upload_after_host_update(unit);
-}
-
-// In unit order (the optimizer's), so that the offload stream, which runs these in turn, copies the first units up
-// first: the order the host AdamW finishes them in (its priorities) and the next forward needs them in.
-template <typename T>
-void CudaShardedModel<T>::upload_after_host_update(int unit) {
-  OffloadShard& o = offload_[static_cast<size_t>(unit)];
-  CpuWait& w = o.waits[o.submissions++ % 2];
-  w.ticket = o.ticket;
-  cudaStream_t os = offload_stream_.get();
-  ST_CUDA_CHECK(cudaLaunchHostFunc(os, wait_for_cpu, &w));
-  if (!params_on_host(unit))
-    ST_CUDA_CHECK(cudaMemcpyAsync(shards_[static_cast<size_t>(unit)].compute.data(), o.out.data(), o.out.bytes(),
-                                  cudaMemcpyHostToDevice, os));
-  o.params_ready.record(os);
-}
-
-// Only the host AdamW runs now; the result goes up to the device when the step keeps it (adamw(), in unit order:
-// queued now, in the backward's reverse order, the offload stream would hold unit 0's copy behind every other).
-template <typename T>
-void CudaShardedModel<T>::speculate(int unit) {
-  OffloadShard& o = offload_[static_cast<size_t>(unit)];
-  NextState& n = next_[static_cast<size_t>(unit)];
-  HostAdamW::Job job = host_update_job(unit, speculative_runs_[static_cast<size_t>(unit)]);
-  job.param_out = n.param.data();
-  job.m_out = n.m.data();
-  job.v_out = n.v.data();
-  const cudaEvent_t landed = o.grad_copied.get();
-  const int device = nccl_.device();
-  job.ready = [landed, device] {  // asked on the host AdamW's workers
-    cudaSetDevice(device);
-    return cudaEventQuery(landed) != cudaErrorNotReady;
-  };
-  o.ticket = host_adamw_->submit(std::move(job));
-  o.speculated = true;
-}
-
-template <typename T>
-void CudaShardedModel<T>::drop_speculation() {
-  for (size_t u = 0; u < offload_.size(); ++u) {
-    OffloadShard& o = offload_[u];
-    if (!o.speculated) continue;
-    o.speculated = false;
-    ++spec_dropped_;
-    host_adamw_->wait(o.ticket);
-    upload_compute_copy(static_cast<int>(u));  // the unchanged state's rounded copy, back in `out` (and on the device)
-  }
 }
 
 template <typename T>
@@ -1427,14 +967,15 @@ std::vector<float> CudaShardedModel<T>::gather_full(int unit, bool grads) {
   const UnitShard& h = host_[static_cast<size_t>(unit)];
   const DeviceShard& d = shards_[static_cast<size_t>(unit)];
   cudaStream_t cs = compute_stream_.get();
-  optim_stream_.synchronize();  // the master as the last AdamW left it
+  optimizer_.synchronize();  // the master as the last AdamW left it
   DeviceBuffer<float> full(h.slot * nccl_.world_size());
   DeviceBuffer<float> host_master;  // optim.offload: the master is on the host
   const float* source = grads ? d.grad.data() : d.master.data();
   if (!grads && offload(unit)) {
-    host_adamw_->wait_all();
+    const UnitShard& state = offload_->state(unit);
     host_master = DeviceBuffer<float>(h.slot);
-    ST_CUDA_CHECK(cudaMemcpyAsync(host_master.data(), h.param.data(), host_master.bytes(), cudaMemcpyHostToDevice, cs));
+    ST_CUDA_CHECK(
+        cudaMemcpyAsync(host_master.data(), state.param.data(), host_master.bytes(), cudaMemcpyHostToDevice, cs));
     source = host_master.data();
   }
   nccl_.all_gather<float>(source, h.slot, full.data(), cs);
@@ -1448,16 +989,16 @@ std::vector<float> CudaShardedModel<T>::gather_full(int unit, bool grads) {
 template <typename T>
 void CudaShardedModel<T>::pull_state() {
   compute_stream_.synchronize();
-  optim_stream_.synchronize();
+  optimizer_.synchronize();
   comm_stream_.synchronize();
   replica_stream_.synchronize();
   for (size_t u = 0; u < shards_.size(); ++u) {
     UnitShard& h = host_[u];
     const DeviceShard& d = shards_[u];
-    if (offload(static_cast<int>(u))) {  // param, m and v are in host_ already; the gradient is on the device
-      host_adamw_->wait_all();
-      h.grad.resize(static_cast<size_t>(h.slot));
-      ST_CUDA_CHECK(cudaMemcpy(h.grad.data(), d.grad.data(), d.grad.bytes(), cudaMemcpyDeviceToHost));
+    if (offload(static_cast<int>(u))) {  // param, m and v are on the host already; the gradient is on the device
+      UnitShard& state = offload_->state(static_cast<int>(u));
+      state.grad.resize(static_cast<size_t>(state.slot));
+      ST_CUDA_CHECK(cudaMemcpy(state.grad.data(), d.grad.data(), d.grad.bytes(), cudaMemcpyDeviceToHost));
       continue;
     }
     for (auto [host, dev] :
@@ -1474,18 +1015,18 @@ void CudaShardedModel<T>::push_state() {
     release_params(0);
     embedding_prefetched_ = false;
   }
-  if (host_adamw_) host_adamw_->wait_all();
-  for (const CudaStream* st : {&compute_stream_, &optim_stream_, &comm_stream_, &replica_stream_, &offload_stream_,
-                               &h2d_stream_, &d2h_stream_})
+  if (offload_) {
+    offload_->wait_all();
+    offload_->synchronize();
+  }
+  for (const CudaStream* st : {&compute_stream_, &comm_stream_, &replica_stream_})
     st->synchronize();  // nothing in flight may still write the buffers replaced here
+  optimizer_.synchronize();
   for (size_t u = 0; u < shards_.size(); ++u) {
     UnitShard& h = host_[u];
     DeviceShard& d = shards_[u];
-    if (offload(static_cast<int>(u))) {  // host_ is the state: only the compute copy follows it
-      for (const std::vector<float>* v : {&h.param, &h.m, &h.v})
-        ST_CHECK(static_cast<int64_t>(v->size()) == h.slot, "push_state: unit ", u, " holds ", v->size(),
-                 " elements, expected ", h.slot);
-      upload_compute_copy(static_cast<int>(u));
+    if (offload(static_cast<int>(u))) {  // the host state is the state: only the compute copy follows it
+      offload_->push(static_cast<int>(u));
       continue;
     }
     for (auto [host, dev] : {std::pair{&h.param, &d.master}, std::pair{&h.m, &d.m}, std::pair{&h.v, &d.v}}) {
@@ -1512,11 +1053,6 @@ MemoryStats CudaShardedModel<T>::memory() const {
 }
 
 }  // namespace
-
-std::string CudaMemoryPlan::breakdown() const {
-  return str_cat("sharded state ", gib(sharded_state), ", gather buffers ", gib(gather_buffers), ", activations ",
-                 gib(activations), ", workspace ", gib(workspace), "; total ", gib(total()));
-}
 
 std::unique_ptr<ModelBackend> make_cuda_sharded_model(const Config& cfg, Communicator& comm) {
   switch (cfg.compute_dtype()) {

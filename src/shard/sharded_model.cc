@@ -99,70 +99,66 @@ float* ShardedModel::full_grad(int unit) {
 
 float ShardedModel::run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss) {
   settle();
-  const int L = cfg_.model.n_layer;
-  Communicator& shard = groups_.shard();
-  const int world = shard.world_size();
-  float loss = 0.0f;
-  for (const ScheduleOp& op : schedule) {
-    const int u = op.unit;
-    UnitShard& sh = shards_[static_cast<size_t>(u)];
-    switch (op.kind) {
-      case OpKind::kGather: {
-        Slot& s = param_slot(u);
-        occupy(s, u);
-        const auto t0 = std::chrono::steady_clock::now();
-        shard.all_gather(sh.param.data(), sh.slot, s.data.data());
-        comm_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        ++counters_.gathers[static_cast<size_t>(u)];
-        counters_.gathered_elements += sh.slot * world;
-        counters_.cross_node_bytes += groups_.shard_cross_bytes(sh.slot, sizeof(float));
-        break;
-      }
-      case OpKind::kForward:
-        if (u == 0)
-          model_.embedding_forward(gathered(0), tokens_, batch_, len_);
-        else
-          model_.block_forward(u - 1, gathered(u));
-        break;
-      case OpKind::kHeadForwardBackward:
-        if (mode == Mode::kLogits) {
-          model_.head_logits(gathered(u), gathered(0), len_ - 1, logits_out_);
-        } else if (mode == Mode::kEval) {
-          loss = model_.head_forward(gathered(u), gathered(0), targets);
-        } else {
-          float* head_grad = full_grad(u);
-          float* emb_grad = full_grad(0);
-          loss = model_.head_forward_backward(gathered(u), gathered(0), targets, dloss, head_grad, emb_grad);
-        }
-        break;
-      case OpKind::kBackward:
-        if (u == 0)
-          model_.embedding_backward(full_grad(0));
-        else
-          model_.block_backward(u - 1, gathered(u), full_grad(u));
-        break;
-      case OpKind::kReduceScatter: {
-        Slot& g = grad_slot(u);
-        ST_CHECK(g.unit == u, "reduce-scatter of unit ", u, " without a gradient");
-        const auto t0 = std::chrono::steady_clock::now();
-        shard.reduce_scatter(g.data.data(), sh.slot, rs_scratch_.data());
-        comm_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        for (int64_t i = 0; i < sh.span.count; ++i) sh.grad[static_cast<size_t>(i)] += rs_scratch_[static_cast<size_t>(i)];
-        if (buckets_ && last_micro_) finish_grad(u);
-        release(g, u);
-        ++counters_.reduce_scatters[static_cast<size_t>(u)];
-        counters_.reduce_scattered_elements += sh.slot * world;
-        counters_.cross_node_bytes += groups_.shard_cross_bytes(sh.slot, sizeof(float));
-        break;
-      }
-      case OpKind::kRelease:
-        release(param_slot(u), u);
-        break;
-    }
-  }
-  ST_CHECK(in_use_bytes_ == 0, "the schedule left ", in_use_bytes_, " bytes of buffers in use (n_layer ", L, ")");
-  return loss;
+  mode_ = mode;
+  targets_ = targets;
+  dloss_ = dloss;
+  loss_ = 0.0f;
+  run_schedule(schedule, *this);
+  ST_CHECK(in_use_bytes_ == 0, "the schedule left ", in_use_bytes_, " bytes of buffers in use (n_layer ",
+           cfg_.model.n_layer, ")");
+  return loss_;
 }
+
+void ShardedModel::gather(int unit, size_t /*at*/) {
+  UnitShard& sh = shards_[static_cast<size_t>(unit)];
+  Communicator& shard = groups_.shard();
+  Slot& s = param_slot(unit);
+  occupy(s, unit);
+  const auto t0 = std::chrono::steady_clock::now();
+  shard.all_gather(sh.param.data(), sh.slot, s.data.data());
+  comm_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ++counters_.gathers[static_cast<size_t>(unit)];
+  counters_.gathered_elements += sh.slot * shard.world_size();
+  counters_.cross_node_bytes += groups_.shard_cross_bytes(sh.slot, sizeof(float));
+}
+
+void ShardedModel::embedding_forward() { model_.embedding_forward(gathered(0), tokens_, batch_, len_); }
+
+void ShardedModel::block_forward(int unit) { model_.block_forward(unit - 1, gathered(unit)); }
+
+void ShardedModel::head(int unit) {
+  if (mode_ == Mode::kLogits) {
+    model_.head_logits(gathered(unit), gathered(0), len_ - 1, logits_out_);
+  } else if (mode_ == Mode::kEval) {
+    loss_ = model_.head_forward(gathered(unit), gathered(0), targets_);
+  } else {
+    float* head_grad = full_grad(unit);
+    float* emb_grad = full_grad(0);
+    loss_ = model_.head_forward_backward(gathered(unit), gathered(0), targets_, dloss_, head_grad, emb_grad);
+  }
+}
+
+void ShardedModel::block_backward(int unit) { model_.block_backward(unit - 1, gathered(unit), full_grad(unit)); }
+
+void ShardedModel::embedding_backward() { model_.embedding_backward(full_grad(0)); }
+
+void ShardedModel::reduce_scatter(int unit) {
+  UnitShard& sh = shards_[static_cast<size_t>(unit)];
+  Communicator& shard = groups_.shard();
+  Slot& g = grad_slot(unit);
+  ST_CHECK(g.unit == unit, "reduce-scatter of unit ", unit, " without a gradient");
+  const auto t0 = std::chrono::steady_clock::now();
+  shard.reduce_scatter(g.data.data(), sh.slot, rs_scratch_.data());
+  comm_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  for (int64_t i = 0; i < sh.span.count; ++i) sh.grad[static_cast<size_t>(i)] += rs_scratch_[static_cast<size_t>(i)];
+  if (buckets_ && last_micro_) finish_grad(unit);
+  release(g, unit);
+  ++counters_.reduce_scatters[static_cast<size_t>(unit)];
+  counters_.reduce_scattered_elements += sh.slot * shard.world_size();
+  counters_.cross_node_bytes += groups_.shard_cross_bytes(sh.slot, sizeof(float));
+}
+
+void ShardedModel::release(int unit) { release(param_slot(unit), unit); }
 
 // Hybrid sums each gradient shard across nodes once per optimizer step, after the last micro-step has accumulated
 // into it: gradient accumulation does not multiply the traffic between nodes.

@@ -24,12 +24,13 @@
 #include "shardtrain/shard/comm_tuning.h"
 #include "shardtrain/shard/model_backend.h"
 #include "shardtrain/shard/schedule.h"
+#include "shardtrain/shard/schedule_runner.h"
 #include "shardtrain/shard/sharding.h"
 #include "shardtrain/shard/shard_span.h"
 
 namespace st {
 
-class ShardedModel final : public ModelBackend {
+class ShardedModel final : public ModelBackend, private ScheduleExecutor {
  public:
   // Initialises this rank's parameter shards from cfg.train.seed (identical to one process's init).
   ShardedModel(const Config& cfg, Communicator& comm);
@@ -85,6 +86,15 @@ class ShardedModel final : public ModelBackend {
     int unit = -1;  // which unit's buffer it holds, -1 if free
   };
   float run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss);
+  // ScheduleExecutor: each collective blocks; compute runs on this thread.
+  void gather(int unit, size_t at) override;
+  void embedding_forward() override;
+  void block_forward(int unit) override;
+  void head(int unit) override;
+  void block_backward(int unit) override;
+  void embedding_backward() override;
+  void reduce_scatter(int unit) override;
+  void release(int unit) override;
   std::vector<float> gather_full(int unit, std::vector<float> UnitShard::*state);
   // Blocks and the head share one buffer under ZeRO-3; without resharding after forward each keeps its own.
   Slot& param_slot(int unit) {
@@ -125,10 +135,13 @@ class ShardedModel final : public ModelBackend {
   int64_t in_use_bytes_ = 0, peak_bytes_ = 0;
   double comm_ms_ = 0;  // time inside the schedule's collectives, for take_exposed_comm_ms()
   CommCounters counters_;
-  // The batch of the schedule being run.
+  // The schedule being run: its batch, mode, targets and loss scale, and the loss its head computed.
   const int32_t* tokens_ = nullptr;
   int64_t batch_ = 0, len_ = 0;
   std::vector<float>* logits_out_ = nullptr;
+  Mode mode_ = Mode::kTrain;
+  const int32_t* targets_ = nullptr;
+  float dloss_ = 0.0f, loss_ = 0.0f;
 };
 
 }  // namespace st

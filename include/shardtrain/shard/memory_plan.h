@@ -1,0 +1,92 @@
+// The device memory a CUDA rank will hold, planned before anything is allocated: a pure function of the config,
+// the sharding group's size, the communication plan and what the compute kernels need (CudaGpt's footprint), checked
+// against the device budget (dist.max_gpu_mem_gib, else the device's free memory). Host code: the CPU tests check
+// every term.
+//
+//   const MemoryPlan plan = plan_memory(cfg, world, comm, compute);
+//   check_memory_plan(plan, DeviceBudget::of(cfg, free_bytes), "NVIDIA H200");  // kBadInput with the breakdown
+//
+// Per rank and unit u (S_u = padded_shard_size(numel_u, world)) the sharded state is the fp32 master, gradient,
+// AdamW m and v (16 S_u bytes) plus, in bf16/fp16, the compute-type copy the gathers read (2 S_u bytes). A unit
+// whose optimizer is offloaded (optim.offload) keeps only its gradient and compute copy on the device
+// (optimizer), or only its gradient (optimizer+params: its compute copy passes through one of two staging buffers
+// on its way to a gather). Gathered parameters and full gradients are unit-sized buffers in the compute type,
+// allocated once: a dedicated one for the tied embedding (unit 0) and pools for the rest.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/model/units.h"
+
+namespace st {
+
+// Device memory outside the plan's own allocations: the CUDA context, NCCL's channel buffers and cuBLASLt's
+// internal state. Counted so that a cap of 24 GiB means the whole card.
+inline constexpr int64_t kRuntimeReserveBytes = int64_t{768} << 20;
+
+// What the communication plan adds to the device memory.
+struct CommPlan {
+  int prefetch_depth = 1;               // gathers in flight ahead of the unit computing (dist.prefetch_depth)
+  int64_t replica_bucket_elements = 0;  // hybrid: one bucket of gradient shards as they cross nodes
+  bool exchange_reduce = false;         // copy-engine reduce-scatters: their all-to-all lands a whole unit
+};
+
+// Gathered-parameter buffers besides unit 0's: the unit computing plus prefetch_depth gathered ahead when
+// dist.reshard_after_forward (else every block and the head keep their own until backward).
+int param_pool_size(const Config& cfg, const CommPlan& comm);
+// Full-gradient buffers besides unit 0's: the unit computing plus as many reduce-scatters in flight.
+int grad_pool_size(const CommPlan& comm);
+
+// Element counts that size the gather buffers.
+struct UnitSizes {
+  int64_t emb_full = 0;   // unit 0's gathered size (slot * world)
+  int64_t unit_full = 0;  // the largest other unit's gathered size
+  int64_t max_slot = 0;   // the largest shard
+  int64_t slots = 0;      // the sum of the shards
+};
+UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world);
+
+// Which units optim.offload moves to the host: from the last unit back, until optim.offload_fraction of the
+// parameters is covered (all of them at 1). The first units, the tied embedding first, keep their optimizer on
+// the device, so the next step's forward can start while the host AdamW still works on the later units.
+std::vector<bool> offloaded_units(const Config& cfg, const std::vector<UnitLayout>& units);
+
+// What the compute side needs besides the sharded state and the gather buffers: CudaGpt's activations and its
+// kernel scratch, and the libraries' fixed workspaces (cuBLASLt, the reduction scratch).
+struct ComputeFootprint {
+  int64_t activation_bytes = 0;
+  int64_t workspace_bytes = 0;
+};
+
+// Bytes per rank, by kind.
+struct MemoryPlan {
+  int64_t sharded_state = 0;
+  int64_t gather_buffers = 0;
+  int64_t activations = 0;
+  int64_t workspace = 0;  // the footprint's workspace plus kRuntimeReserveBytes
+  int64_t total() const { return sharded_state + gather_buffers + activations + workspace; }
+  std::string breakdown() const;  // "sharded state 1.23 GiB, gather buffers ..., total ..."
+};
+
+// Sharded state bytes per rank for the compute type's element size (4: fp32, 2: bf16/fp16).
+int64_t sharded_state_bytes(const Config& cfg, const std::vector<UnitLayout>& units, int world, int64_t element_bytes);
+
+// The plan for cfg (model, dtype, offload, reshard_after_forward) sharded over `world` ranks.
+MemoryPlan plan_memory(const Config& cfg, int world, const CommPlan& comm, const ComputeFootprint& compute);
+
+// The memory one rank may plan: the device's free memory, capped by dist.max_gpu_mem_gib where set.
+struct DeviceBudget {
+  int64_t free = 0, cap = 0;
+  bool capped = false;
+  int64_t usable() const { return cap < free ? cap : free; }
+  static DeviceBudget of(const Config& cfg, int64_t free_bytes);
+};
+
+// kBadInput when the plan exceeds the budget: the message gives the plan's breakdown, what limits it (the cap, or
+// `device`'s free memory) and what to change.
+void check_memory_plan(const MemoryPlan& plan, const DeviceBudget& budget, const std::string& device);
+
+}  // namespace st

@@ -1,0 +1,38 @@
+#include "shardtrain/kernels/gpu/attention_choice.h"
+
+#include <algorithm>
+
+#include "shardtrain/core/error.h"
+
+namespace st::gpu {
+
+template <typename T>
+AttentionChoice choose_attention(const AttentionRequest& r, Cudnn& cudnn) {
+  // Our flash backward is deterministic: train.deterministic=false changes nothing there, and the log says so.
+  const std::string flash_note =
+      r.deterministic ? "" : "; its backward is deterministic whatever train.deterministic says";
+  if (r.impl == AttentionImpl::kFlash) return {false, 0, str_cat("flash (train.attention=flash)", flash_note), {}};
+  GpuContext probe;
+  probe.cudnn = &cudnn;
+  const CudnnBackwardMode mode = r.deterministic ? CudnnBackwardMode::kDeterministic
+                                                 : CudnnBackwardMode::kNondeterministic;
+  try {
+    const size_t fwd = cudnn_attention_forward_scratch_bytes<T>(r.B, r.T, r.C, r.NH, probe);
+    const size_t bwd = cudnn_attention_backward_scratch_bytes<T>(r.B, r.T, r.C, r.NH, probe, mode);
+    const size_t v = cudnn_runtime_version();
+    return {true, static_cast<int64_t>(std::max(fwd, bwd)),
+            str_cat("cudnn ", v / 10000, ".", v / 100 % 100, " (fused SDPA, ",
+                    r.deterministic ? "deterministic backward)"
+                                    : "nondeterministic backward: dQ by atomics, train.deterministic=false)"),
+            mode};
+  } catch (const Error& e) {
+    if (r.impl == AttentionImpl::kCudnn) ST_BAD_INPUT("train.attention=cudnn: ", e.what());
+    return {false, 0, str_cat("flash (cuDNN cannot run this shape: ", e.what(), ")", flash_note), {}};
+  }
+}
+
+template AttentionChoice choose_attention<float>(const AttentionRequest&, Cudnn&);
+template AttentionChoice choose_attention<bf16>(const AttentionRequest&, Cudnn&);
+template AttentionChoice choose_attention<fp16>(const AttentionRequest&, Cudnn&);
+
+}  // namespace st::gpu

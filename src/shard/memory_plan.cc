@@ -1,0 +1,109 @@
+#include "shardtrain/shard/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "shardtrain/core/error.h"
+#include "shardtrain/shard/shard_span.h"
+
+namespace st {
+namespace {
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(bytes) / double(int64_t{1} << 30));
+  return buf;
+}
+
+int64_t element_bytes_of(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+}  // namespace
+
+int param_pool_size(const Config& cfg, const CommPlan& comm) {
+  return cfg.dist.reshard_after_forward ? comm.prefetch_depth + 1 : cfg.model.n_layer + 1;
+}
+
+int grad_pool_size(const CommPlan& comm) { return comm.prefetch_depth + 1; }
+
+UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world) {
+  UnitSizes s;
+  for (const UnitLayout& u : units) {
+    const int64_t slot = padded_shard_size(u.numel, world);
+    if (u.index == 0)
+      s.emb_full = slot * world;
+    else
+      s.unit_full = std::max(s.unit_full, slot * world);
+    s.max_slot = std::max(s.max_slot, slot);
+    s.slots += slot;
+  }
+  return s;
+}
+
+std::vector<bool> offloaded_units(const Config& cfg, const std::vector<UnitLayout>& units) {
+  std::vector<bool> out(units.size(), false);
+  if (cfg.optim.offload == OffloadMode::kNone) return out;
+  int64_t total = 0, covered = 0;
+  for (const UnitLayout& u : units) total += u.numel;
+  const double target = static_cast<double>(cfg.optim.offload_fraction) * static_cast<double>(total);
+  for (size_t i = units.size(); i-- > 0 && static_cast<double>(covered) < target;) {
+    out[i] = true;
+    covered += units[i].numel;
+  }
+  return out;
+}
+
+int64_t sharded_state_bytes(const Config& cfg, const std::vector<UnitLayout>& units, int world, int64_t t) {
+  const std::vector<bool> off = offloaded_units(cfg, units);
+  int64_t bytes = 0, staged_slot = 0;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const int64_t slot = padded_shard_size(units[i].numel, world);
+    if (!off[i]) {
+      bytes += slot * (16 + (t == 4 ? 0 : t));  // fp32 gathers read the master itself
+    } else if (cfg.optim.offload == OffloadMode::kOptimizer) {
+      bytes += slot * (4 + t);
+    } else {
+      bytes += slot * 4;
+      staged_slot = std::max(staged_slot, slot);
+    }
+  }
+  return bytes + 2 * staged_slot * t;
+}
+
+MemoryPlan plan_memory(const Config& cfg, int world, const CommPlan& comm, const ComputeFootprint& compute) {
+  const std::vector<UnitLayout> units = build_units(cfg.model);
+  const UnitSizes s = unit_sizes(units, world);
+  const int64_t t = element_bytes_of(cfg.compute_dtype());
+  MemoryPlan p;
+  p.sharded_state = sharded_state_bytes(cfg, units, world, t);
+  p.gather_buffers = (s.emb_full + param_pool_size(cfg, comm) * s.unit_full) * t                    // parameters
+                     + (s.emb_full + grad_pool_size(comm) * s.unit_full) * t                        // full gradients
+                     + (comm.exchange_reduce ? std::max(s.emb_full, s.unit_full) : s.max_slot) * t  // RS output
+                     + comm.replica_bucket_elements * t;                                            // hybrid bucket
+  p.activations = compute.activation_bytes;
+  p.workspace = compute.workspace_bytes + kRuntimeReserveBytes;
+  return p;
+}
+
+std::string MemoryPlan::breakdown() const {
+  return str_cat("sharded state ", gib(sharded_state), ", gather buffers ", gib(gather_buffers), ", activations ",
+                 gib(activations), ", workspace ", gib(workspace), "; total ", gib(total()));
+}
+
+DeviceBudget DeviceBudget::of(const Config& cfg, int64_t free_bytes) {
+  DeviceBudget b;
+  b.free = free_bytes;
+  b.capped = cfg.dist.max_gpu_mem_gib > 0;
+  b.cap = b.capped ? static_cast<int64_t>(cfg.dist.max_gpu_mem_gib * double(int64_t{1} << 30)) : free_bytes;
+  return b;
+}
+
+void check_memory_plan(const MemoryPlan& plan, const DeviceBudget& budget, const std::string& device) {
+  if (plan.total() <= budget.usable()) return;
+  ST_BAD_INPUT("device memory: this config needs ", gib(plan.total()), " per rank (", plan.breakdown(), "), but ",
+               budget.capped && budget.cap < budget.free
+                   ? str_cat("dist.max_gpu_mem_gib caps it at ", gib(budget.cap))
+                   : str_cat(device, " has ", gib(budget.free), " free"),
+               "; lower train.micro_batch, set train.recompute=true, or use more ranks");
+}
+
+}  // namespace st

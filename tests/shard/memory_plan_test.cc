@@ -1,0 +1,147 @@
+// The GPU memory plan is host arithmetic: every term is checked here against numbers worked out by hand for
+// GPT-2 124M (llm.c's layout: 124,475,904 parameters; unit 0 = wte + wpe 39,419,904; each block 7,087,872; the
+// final LayerNorm 1,536).
+#include "shardtrain/shard/memory_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "shardtrain/core/error.h"
+
+namespace st {
+namespace {
+
+constexpr int64_t kParams = 124475904;
+constexpr int64_t kEmbedding = 39419904;
+constexpr int64_t kBlock = 7087872;
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+Config gpt2_124m(DType dtype) {
+  Config c;
+  c.model.n_layer = 12;
+  c.model.n_head = 12;
+  c.model.n_embd = 768;
+  c.model.vocab_size = 50257;
+  c.model.seq_len = 1024;
+  c.train.device = Device::kCuda;
+  c.train.dtype = dtype;
+  return c;
+}
+
+TEST(MemoryPlan, ShardedStateIs18BytesPerParameterInBf16And16InFp32) {
+  const Config bf16 = gpt2_124m(DType::kBF16), fp32 = gpt2_124m(DType::kF32);
+  const CommPlan comm;
+  EXPECT_EQ(plan_memory(bf16, 1, comm, {}).sharded_state, 18 * kParams);
+  EXPECT_EQ(plan_memory(fp32, 1, comm, {}).sharded_state, 16 * kParams);
+  // Two ranks hold half each (every unit divides evenly).
+  EXPECT_EQ(plan_memory(bf16, 2, comm, {}).sharded_state, 18 * kParams / 2);
+}
+
+TEST(MemoryPlan, ShardPaddingIsCounted) {
+  Config c = gpt2_124m(DType::kBF16);
+  c.model.n_layer = 1;
+  c.model.n_embd = 48;
+  c.model.n_head = 3;
+  c.model.vocab_size = 300;  // padded to 384
+  c.model.seq_len = 24;
+  // Units: 384*48 + 24*48 = 19,584; a block 12*48*48 + 13*48 = 28,272; the final LayerNorm 96. Over 5 ranks each
+  // shard is rounded up: 3,917 + 5,655 + 20 = 9,592 elements per rank.
+  EXPECT_EQ(plan_memory(c, 5, CommPlan{}, {}).sharded_state, 18 * 9592);
+}
+
+TEST(MemoryPlan, OffloadFractionMovesTheLastUnitsToTheHost) {
+  Config c = gpt2_124m(DType::kBF16);
+  c.optim.offload = OffloadMode::kOptimizer;
+  c.optim.offload_fraction = 0.5f;
+  // From the last unit back until half of the parameters are covered: the final LayerNorm and nine blocks
+  // (1,536 + 9 x 7,087,872 = 63,792,384 >= 62,237,952; eight would fall short).
+  std::vector<bool> want(14, false);
+  for (int u = 4; u <= 13; ++u) want[static_cast<size_t>(u)] = true;
+  EXPECT_EQ(offloaded_units(c, build_units(c.model)), want);
+  const int64_t on_device = kEmbedding + 3 * kBlock, on_host = kParams - on_device;
+  // Offloaded units keep their fp32 gradient and the bf16 copy the gathers read.
+  EXPECT_EQ(plan_memory(c, 1, CommPlan{}, {}).sharded_state, 18 * on_device + 6 * on_host);
+
+  c.optim.offload_fraction = 1.0f;
+  EXPECT_EQ(plan_memory(c, 1, CommPlan{}, {}).sharded_state, 6 * kParams);
+  // optimizer+params: only the gradient stays, plus two staging buffers of the largest offloaded shard.
+  c.optim.offload = OffloadMode::kOptimizerParams;
+  EXPECT_EQ(plan_memory(c, 1, CommPlan{}, {}).sharded_state, 4 * kParams + 2 * 2 * kEmbedding);
+
+  c.optim.offload = OffloadMode::kNone;
+  EXPECT_EQ(offloaded_units(c, build_units(c.model)), std::vector<bool>(14, false));
+}
+
+TEST(MemoryPlan, GatherBuffersFollowThePrefetchDepthAndResharding) {
+  const Config c = gpt2_124m(DType::kBF16);
+  CommPlan comm;
+  comm.prefetch_depth = 1;
+  // Parameters and gradients: unit 0's buffer plus two unit-sized ones each; the reduce-scatter's output: the
+  // largest shard. In bf16.
+  const int64_t depth1 = 2 * 2 * (kEmbedding + 2 * kBlock) + 2 * kEmbedding;
+  EXPECT_EQ(plan_memory(c, 1, comm, {}).gather_buffers, depth1);
+  comm.prefetch_depth = 3;
+  EXPECT_EQ(param_pool_size(c, comm), 4);
+  EXPECT_EQ(grad_pool_size(comm), 4);
+  EXPECT_EQ(plan_memory(c, 1, comm, {}).gather_buffers, depth1 + 2 * 2 * 2 * kBlock);
+  // Without resharding after forward every block and the head keep a parameter buffer until backward.
+  Config keep = c;
+  keep.dist.reshard_after_forward = false;
+  EXPECT_EQ(param_pool_size(keep, comm), 13);
+  // Copy-engine reduce-scatters land a whole unit; hybrid stages one bucket across nodes.
+  comm.prefetch_depth = 1;
+  comm.exchange_reduce = true;
+  comm.replica_bucket_elements = 1000;
+  EXPECT_EQ(plan_memory(c, 1, comm, {}).gather_buffers, depth1 + 2 * 1000);
+}
+
+TEST(MemoryPlan, WorkspaceAddsTheRuntimeReserve) {
+  const MemoryPlan p = plan_memory(gpt2_124m(DType::kBF16), 1, CommPlan{}, {123, 456});
+  EXPECT_EQ(p.activations, 123);
+  EXPECT_EQ(p.workspace, 456 + kRuntimeReserveBytes);
+  EXPECT_EQ(p.total(), p.sharded_state + p.gather_buffers + 123 + 456 + kRuntimeReserveBytes);
+}
+
+TEST(MemoryPlan, BudgetIsTheCapOrTheFreeMemory) {
+  Config c = gpt2_124m(DType::kBF16);
+  EXPECT_EQ(DeviceBudget::of(c, 5 * kGiB).usable(), 5 * kGiB);
+  c.dist.max_gpu_mem_gib = 2.5;
+  const DeviceBudget b = DeviceBudget::of(c, 5 * kGiB);
+  EXPECT_TRUE(b.capped);
+  EXPECT_EQ(b.usable(), 5 * kGiB / 2);
+  EXPECT_EQ(DeviceBudget::of(c, kGiB).usable(), kGiB);  // the cap never adds memory
+}
+
+TEST(MemoryPlan, APlanOverTheBudgetIsBadInputWithItsBreakdown) {
+  MemoryPlan p;
+  p.sharded_state = 3 * kGiB;
+  p.gather_buffers = kGiB / 2;
+  p.activations = kGiB;
+  p.workspace = kGiB / 4;  // 4.75 GiB in all
+  Config c = gpt2_124m(DType::kBF16);
+  EXPECT_NO_THROW(check_memory_plan(p, DeviceBudget::of(c, p.total()), "NVIDIA H200"));  // exactly fits
+  c.dist.max_gpu_mem_gib = 4;
+  try {
+    check_memory_plan(p, DeviceBudget::of(c, 100 * kGiB), "NVIDIA H200");
+    FAIL() << "a plan of 4.75 GiB passed a cap of 4 GiB";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("needs 4.75 GiB per rank"), std::string::npos) << m;
+    EXPECT_NE(m.find("sharded state 3.00 GiB, gather buffers 0.50 GiB, activations 1.00 GiB, workspace 0.25 GiB"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("dist.max_gpu_mem_gib caps it at 4.00 GiB"), std::string::npos) << m;
+  }
+  c.dist.max_gpu_mem_gib = 0;
+  try {
+    check_memory_plan(p, DeviceBudget::of(c, 2 * kGiB), "NVIDIA H200");
+    FAIL() << "a plan of 4.75 GiB passed 2 GiB of free memory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NVIDIA H200 has 2.00 GiB free"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace st
