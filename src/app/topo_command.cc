@@ -26,7 +26,7 @@
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/comm/nccl_busbw.h"
 #include "shardtrain/comm/nccl_communicator.h"
-#include "shardtrain/shard/cuda_sharded_model.h"
+#include "shardtrain/shard/cuda_memory_plan.h"
 #endif
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/error.h"

@@ -8,114 +8,33 @@
 #include <type_traits>
 
 #include "shardtrain/comm/gpu_topology.h"
-#include "shardtrain/comm/nccl_busbw.h"
 #include "shardtrain/comm/nccl_communicator.h"
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/stall_timer.h"
 #include "shardtrain/kernels/gpu/attention_choice.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/kernels/gpu/reduce.h"
 #include "shardtrain/model/cuda_gpt.h"
 #include "shardtrain/shard/comm_tuning.h"
+#include "shardtrain/shard/cuda_memory_plan.h"
 #include "shardtrain/shard/device_optimizer.h"
+#include "shardtrain/shard/device_shards.h"
 #include "shardtrain/shard/memory_plan.h"
 #include "shardtrain/shard/offload_pipeline.h"
+#include "shardtrain/shard/replica_reduction.h"
 #include "shardtrain/shard/schedule.h"
 #include "shardtrain/shard/schedule_runner.h"
+#include "shardtrain/shard/shard_collectives.h"
 #include "shardtrain/shard/sharding.h"
+#include "shardtrain/shard/unit_buffers.h"
 
 namespace st {
 namespace {
 
 bool is_compute_op(OpKind k) {
   return k == OpKind::kForward || k == OpKind::kBackward || k == OpKind::kHeadForwardBackward;
-}
-
-// The NCCL communicator of groups.shard(): the world's own under full sharding; in hybrid split from `world` as
-// make_sharding_groups split the host communicators (node_split).
-NcclCommunicator shard_nccl(const ShardingGroups& g, Communicator& comm, NcclCommunicator* world) {
-  if (world == nullptr) return NcclCommunicator(g.shard());
-  const SplitSpec s = node_split(comm);
-  return NcclCommunicator(*world, *g.node, s.color, s.key);
-}
-// Hybrid's replica groups the same way (replica_split); null under full sharding.
-std::unique_ptr<NcclCommunicator> replica_nccl(const ShardingGroups& g, Communicator& comm, NcclCommunicator* world) {
-  if (world == nullptr) return nullptr;
-  const SplitSpec s = replica_split(comm);
-  return std::make_unique<NcclCommunicator>(*world, *g.replica, s.color, s.key);
-}
-
-// Device buffers carved in turn out of one symmetric window of `windows` (copy-engine gathers), each at a 256-byte
-// boundary. Every rank carves the same sizes in the same order, so a buffer lies at the same offset of its window on
-// every rank, as NCCL's symmetric windows require. With `windows` null, each buffer is its own cudaMalloc.
-class WindowArena {
- public:
-  static int64_t bytes_for(int64_t n, size_t elem) { return (n * static_cast<int64_t>(elem) + 255) / 256 * 256; }
-  WindowArena(NcclCommunicator* windows, int64_t bytes) : left_(bytes) {
-    if (windows != nullptr && bytes > 0) next_ = static_cast<char*>(windows->window_alloc(static_cast<size_t>(bytes)));
-  }
-  template <typename U>
-  DeviceBuffer<U> take(int64_t n) {
-    if (next_ == nullptr) return DeviceBuffer<U>(n);
-    const int64_t bytes = bytes_for(n, sizeof(U));
-    ST_CHECK(bytes <= left_, "window arena: ", bytes, " bytes asked, ", left_, " left");
-    DeviceBuffer<U> b = DeviceBuffer<U>::borrow(reinterpret_cast<U*>(next_), n);
-    next_ += bytes;
-    left_ -= bytes;
-    return b;
-  }
-
- private:
-  char* next_ = nullptr;
-  int64_t left_ = 0;
-};
-
-// What CudaGpt<T> and the libraries need at the training shape, for the memory plan.
-template <typename T>
-ComputeFootprint compute_footprint(const Config& cfg, int64_t attention_scratch_bytes) {
-  const CudaGptFootprint f =
-      cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_scratch_bytes);
-  return {f.activation_bytes, f.scratch_bytes + static_cast<int64_t>(gpu::Blas::kDefaultWorkspaceBytes) +
-                                  static_cast<int64_t>(gpu::reduce_scratch_bytes())};
-}
-
-int64_t device_free_bytes() {
-  size_t free_b = 0, total_b = 0;
-  ST_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  return static_cast<int64_t>(free_b);
-}
-
-// The plan, or kBadInput with its breakdown if it exceeds dist.max_gpu_mem_gib or the device's free memory. Runs
-// before the large allocations: the cap stands in for a smaller card.
-template <typename T>
-MemoryPlan checked_plan(const Config& cfg, int world, const CommPlan& comm, const std::string& device,
-                        int64_t attention_scratch_bytes) {
-  const MemoryPlan plan = plan_memory(cfg, world, comm, compute_footprint<T>(cfg, attention_scratch_bytes));
-  check_memory_plan(plan, DeviceBudget::of(cfg, device_free_bytes()), device);
-  return plan;
-}
-
-// dist.sharding=auto on GPUs: the links measured through NCCL, and the memory plan against the cap or the free
-// memory. Attention's scratch is left out of that plan (it is planned after the sharding, and is a few hundred MiB
-// at most); the full check follows once the sharding is chosen.
-template <typename T>
-AutoShardingInputs cuda_auto_inputs(const Config& cfg, const Communicator& comm) {
-  AutoShardingInputs in;
-  in.gather_bytes = in.grad_bytes = sizeof(T);
-  in.busbw = [](Communicator& group, CollectiveOp op) { return nccl_busbw(group, op); };
-  in.fits = [&cfg, device = comm.device_rank()](int group) {
-    ST_CUDA_CHECK(cudaSetDevice(device));
-    // The link, and with it the default prefetch depth, is known once the sharding is: plan for the deepest default.
-    CommPlan c;
-    c.prefetch_depth = 0;
-    for (LinkKind k : {LinkKind::kNvlink, LinkKind::kPcie, LinkKind::kNetwork})
-      c.prefetch_depth = std::max(c.prefetch_depth, default_comm_tuning(k).prefetch_depth);
-    if (cfg.dist.prefetch_depth >= 0) c.prefetch_depth = static_cast<int>(cfg.dist.prefetch_depth);
-    return plan_memory(cfg, group, c, compute_footprint<T>(cfg, 0)).total() <=
-           DeviceBudget::of(cfg, device_free_bytes()).usable();
-  };
-  return in;
 }
 
 // The CUDA backend of ModelBackend: one process per GPU, the schedule run through run_schedule (this class is its
@@ -134,7 +53,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   std::string describe() const override {
     const char* dtype = std::is_same_v<T, float> ? "fp32" : std::is_same_v<T, bf16> ? "bf16" : "fp16";
     return str_cat("cuda/", dtype, " on ", device_name_, ", attention ", attention_.what, "; sharding ", groups_.why,
-                   "; ", tuning_.why,
+                   "; ", coll_.tuning().why,
                    offload_ ? str_cat(", optim.offload=", to_string(cfg_.optim.offload), " (",
                                       offload_->describe(units_), ")")
                             : std::string());
@@ -163,7 +82,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   std::vector<float> gather_grads(int unit) override { return gather_full(unit, /*grads=*/true); }
   UnitShard& shard(int unit) override {
     if (offload(unit)) return offload_->state(unit);  // the state the host AdamW writes
-    return host_[static_cast<size_t>(unit)];
+    return shards_->view(unit);
   }
   void pull_state() override;
   void push_state() override;
@@ -181,33 +100,19 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
     return {device_name_, static_cast<int64_t>(cublasLtGetVersion()), blas_.algorithms()};
   }
   void use_gemm_algorithms(const GemmAlgorithms& a) override;
-  double take_exposed_comm_ms() override {
-    const double ms = exposed_ms_;
-    exposed_ms_ = 0;
-    return ms;
-  }
+  double take_exposed_comm_ms() override { return stalls_.take_ms(); }
 
  private:
-  // One unit's sharded state on the device. master, m, v: empty for an offloaded unit (OffloadPipeline holds
-  // them); compute: the master rounded to T, which gathers read (empty when T is float, and for offloaded units).
-  struct DeviceShard {
-    DeviceBuffer<float> master, grad, m, v;
-    DeviceBuffer<T> compute;
-  };
-  // A full-unit buffer: `ready` is recorded when its contents are complete (gather done / backward
-  // done), `free` when its last reader has finished (compute done / reduce-scatter done).
-  struct Buffer {
-    DeviceBuffer<T> data;
-    int unit = -1;
-    int64_t released = 0;  // when the host last handed it back (release_tick_), to reuse the oldest first
-    CudaEvent ready, free;
-  };
+  using Buffer = typename UnitBuffers<T>::Buffer;
   enum class Mode { kTrain, kEval, kLogits };
-  // Timing events around one wait of the compute stream on the communication stream.
-  struct Stall {
-    CudaEvent before{true}, after{true};
-  };
   bool offload(int unit) const { return offload_ && offload_->holds(unit); }
+  // Every unit's shard size over the sharding group, in unit order; hybrid's bucket size in elements of T.
+  std::vector<int64_t> shard_slots() const {
+    std::vector<int64_t> slots;
+    for (const UnitLayout& u : units_) slots.push_back(padded_shard_size(u.numel, groups_.shard().world_size()));
+    return slots;
+  }
+  int64_t replica_bucket_size() const { return coll_.tuning().bucket_bytes / static_cast<int64_t>(sizeof(T)); }
   // The last micro-step's reduce-scatter of `unit` is accumulated: hybrid sums the shard across nodes (in buckets, on
   // the replica stream); its share of the norm is taken; with optim.offload the shard then goes to the host.
   // `norm_taken`: the accumulation took the shard's share of the norm (squares_of).
@@ -216,14 +121,14 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   // micro-step without hybrid (whose shards become final only after the all-reduce across nodes); else null.
   double* squares_of(int unit);
   // The stream on which gradient shards become final: the replica stream in hybrid, else the communication stream.
-  cudaStream_t final_grad_stream() { return buckets_ ? replica_stream_.get() : comm_stream_.get(); }
+  cudaStream_t final_grad_stream() { return replica_ ? replica_->stream() : comm_stream_.get(); }
   CommPlan comm_plan() const {
-    return {tuning_.prefetch_depth, buckets_ ? buckets_->capacity() : 0, tuning_.copy_engine_reduce_scatters};
+    return {coll_.tuning().prefetch_depth, replica_bucket_elements_,
+            coll_.tuning().copy_engine_reduce_scatters};
   }
   void wait_for_comm(const CudaEvent& done, const char* what);
   // Folds the device memory in use now (cudaMemGetInfo: total - free) into device_peak_bytes_.
   void sample_device_memory();
-  void collect_stalls();
   void after_sync();
   // AdamW of a unit whose optimizer is on the device (DeviceOptimizer); gate: the device's decision, or null.
   void device_adamw(int unit, const std::vector<AdamWRun>& runs, const StepGate* gate);
@@ -246,28 +151,15 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   T* full_grad(int unit);
   void release_params(int unit);
   void prefetch_embedding();
-  Buffer* free_buffer(std::vector<Buffer>& pool, Buffer& emb, int unit);
-  const T* device_source(int unit) const;  // what a gather of a unit whose optimizer is on the device reads
   std::vector<float> gather_full(int unit, bool grads);
-  void occupy(int64_t bytes);
 
   Config cfg_;
   Communicator& comm_;
   std::vector<UnitLayout> units_;
   ShardingGroups groups_;  // dist.sharding: the world, or this node's ranks plus the replica group
-  std::unique_ptr<NcclCommunicator> world_nccl_;    // hybrid, during set-up: what the node and replica groups split
-  NcclCommunicator nccl_;                           // over groups_.shard()
-  std::unique_ptr<NcclCommunicator> replica_nccl_;  // hybrid: over groups_.replica
-  CommTuning tuning_;  // dist.prefetch_depth, dist.bucket_mb, dist.reduce_scatter_ctas resolved for the link
-  // The blocks' and the head's reduce-scatters, over groups_.shard() on at most tuning_.reduce_scatter_ctas CTAs, on
-  // the communication stream beside nccl_; null when that is 0 (NCCL's choice) or the group is one rank.
-  std::unique_ptr<NcclCommunicator> capped_rs_nccl_;
-  // Over groups_.shard() with NCCL's zero-CTA policy, for tuning_.copy_engine_gathers (the all-gathers) and
-  // tuning_.copy_engine_reduce_scatters (the reduce-scatters' all-to-all). It owns the symmetric windows their
-  // buffers are carved from (declared before those buffers, so it outlives them). Null when neither is on, or for a
-  // group of one rank.
-  std::unique_ptr<NcclCommunicator> ce_nccl_;
-  std::unique_ptr<ReplicaBuckets> buckets_;  // hybrid: the all-reduce across nodes, once per step
+  // The sharding group's NCCL communicators (and hybrid's replica group's), and the tuning resolved for its link.
+  ShardCollectives coll_;
+  int64_t replica_bucket_elements_ = 0;  // hybrid: ReplicaReduction's staging buffer, planned before it exists
   std::string device_name_;
   int gemm_candidates_ = 0;    // train.gemm_autotune resolved
   int gemm_timed_logged_ = 0;  // GEMM shapes timed when the log last said so
@@ -275,25 +167,19 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   gpu::AttentionChoice attention_;
   MemoryPlan plan_;
   CudaStream compute_stream_, comm_stream_;
-  CudaStream replica_stream_;  // hybrid: the all-reduce across nodes, beside the node's gathers and reduce-scatters
   gpu::Blas blas_;
   DeviceBuffer<unsigned char> scratch_, comm_scratch_;
   gpu::GpuContext ctx_, comm_ctx_;
   CudaGpt<T> model_;
   DeviceOptimizer<T> optimizer_;  // AdamW beside the next step's forward, the norm and the on-device gate
-  std::vector<DeviceShard> shards_;
-  std::vector<UnitShard> host_;  // the host view of the units whose optimizer is on the device (pull/push_state)
+  std::unique_ptr<DeviceShards<T>> shards_;  // this rank's sharded state on the device
   std::unique_ptr<OffloadPipeline<T>> offload_;  // optim.offload; null without it
   int64_t micro_steps_left_ = 0;      // expect_micro_steps(), counted down by micro_step()
   bool last_micro_ = true;            // the running micro-step is the step's last
   bool summed_across_nodes_ = false;  // hybrid: this step's gradients went across nodes (zero_grads clears)
-  Buffer emb_param_, emb_grad_;
-  std::vector<Buffer> param_pool_, grad_pool_;
-  std::vector<Buffer*> params_of_, grads_of_;  // per unit: the buffer holding it, or null
+  std::unique_ptr<UnitBuffers<T>> buffers_;  // the gathered parameters and full gradients
   DeviceBuffer<T> rs_out_;
-  DeviceBuffer<T> bucket_;  // hybrid: one bucket of gradient shards in T, as they cross nodes
-  gpu::GpuContext replica_ctx_;
-  DeviceBuffer<unsigned char> replica_scratch_;  // hybrid: the replica stream's reductions
+  std::unique_ptr<ReplicaReduction<T>> replica_;  // hybrid: the all-reduce across nodes, once per step
   // loss_queued_: micro_step_queued() left its loss on the device; gate_queued_: queue_gated_update() ran and
   // finish_gated_step() has not.
   bool loss_queued_ = false, gate_queued_ = false;
@@ -301,13 +187,9 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   // zero_grads() was called and no micro-step has finished since: the reduce-scatters write the gradient shards
   // rather than add to them, so nothing zeroes them.
   bool fresh_grads_ = false;
-  std::vector<std::unique_ptr<Stall>> stalls_;  // reused every run; grows to the schedule's waits
-  size_t stalls_used_ = 0;
-  double exposed_ms_ = 0;
+  StallTimer stalls_;  // the compute stream's waits on communication (take_exposed_comm_ms)
   CommCounters counters_;
-  int64_t in_use_bytes_ = 0, peak_bytes_ = 0;
   int64_t device_peak_bytes_ = 0;  // peak_memory_bytes(): the most device memory seen in use
-  int64_t release_tick_ = 0;
   // The schedule being run: how far its gathers have been issued.
   size_t next_gather_ = 0;
   // The optimizer has already issued the next run's first op, "gather 0" (prefetch_embedding).
@@ -326,28 +208,17 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     : cfg_(cfg),
       comm_(comm),
       units_(build_units(cfg.model)),
-      groups_(make_sharding_groups(cfg, comm, cuda_auto_inputs<T>(cfg, comm))),
-      world_nccl_(groups_.replica ? std::make_unique<NcclCommunicator>(comm) : nullptr),  // binds this rank's GPU
-      nccl_(shard_nccl(groups_, comm, world_nccl_.get())),  // binds this rank's GPU before anything is allocated
-      replica_nccl_(replica_nccl(groups_, comm, world_nccl_.get())),
-      tuning_(resolve_comm_tuning(cfg.dist, shard_link(groups_), groups_.replica != nullptr,
-                                  nccl_has_copy_engine_collectives())),
-      buckets_(groups_.replica ? std::make_unique<ReplicaBuckets>(
-                                     [&] {
-                                       std::vector<int64_t> slots;
-                                       for (const UnitLayout& u : units_)
-                                         slots.push_back(padded_shard_size(u.numel, groups_.shard().world_size()));
-                                       return slots;
-                                     }(),
-                                     tuning_.bucket_bytes / static_cast<int64_t>(sizeof(T)))
-                               : nullptr),
+      groups_(make_sharding_groups(cfg, comm, cuda_auto_sharding_inputs(cfg, comm))),
+      coll_(cfg.dist, groups_, comm),  // binds this rank's GPU before anything is allocated
+      replica_bucket_elements_(groups_.replica ? ReplicaReduction<T>::capacity_for(shard_slots(), replica_bucket_size())
+                                               : 0),
       device_name_(cuda_device_name()),
       cudnn_(),
       attention_(gpu::choose_attention<T>({cfg.train.attention, cfg.train.deterministic,
                                            static_cast<int>(cfg.train.micro_batch), cfg.model.seq_len,
                                            cfg.model.n_embd, cfg.model.n_head},
                                           cudnn_)),
-      plan_(checked_plan<T>(cfg, groups_.shard().world_size(), comm_plan(), device_name_, attention_.scratch_bytes)),
+      plan_(checked_cuda_plan<T>(cfg, groups_.shard().world_size(), comm_plan(), device_name_, attention_.scratch_bytes)),
       blas_(),
       scratch_(cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.scratch_bytes)
                    .scratch_bytes),
@@ -361,28 +232,10 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     gethostname(host, sizeof(host) - 1);
     ST_LOG_INFO(format_gpu_topology(discover_gpu_topology(), host), "  network: ", nccl_network_summary());
   }
-  world_nccl_.reset();  // the groups are split off; they keep no tie to it
+  coll_.split(groups_.shard());
   const int world = groups_.shard().world_size(), rank = groups_.shard().rank();
-  // The splits are collective over the group: every rank takes its rank 0's settings (the links it classified agree
-  // on one machine, but a rank must never be the only one to split).
-  int32_t split[3] = {tuning_.reduce_scatter_ctas, tuning_.copy_engine_gathers ? 1 : 0,
-                      tuning_.copy_engine_reduce_scatters ? 1 : 0};
-  groups_.shard().broadcast(split, sizeof(split), 0);
-  tuning_.reduce_scatter_ctas = split[0];
-  tuning_.copy_engine_gathers = split[1] != 0;
-  tuning_.copy_engine_reduce_scatters = split[2] != 0;
-  if (tuning_.reduce_scatter_ctas > 0 && world > 1) {
-    NcclSplitOptions o;
-    o.max_ctas = tuning_.reduce_scatter_ctas;
-    capped_rs_nccl_ = std::make_unique<NcclCommunicator>(nccl_, groups_.shard(), /*color=*/0, rank, o);
-  }
-  if ((tuning_.copy_engine_gathers || tuning_.copy_engine_reduce_scatters) && world > 1) {
-    NcclSplitOptions o;
-    o.zero_cta = true;
-    ce_nccl_ = std::make_unique<NcclCommunicator>(nccl_, groups_.shard(), /*color=*/0, rank, o);
-  }
-  NcclCommunicator* const gather_windows = tuning_.copy_engine_gathers ? ce_nccl_.get() : nullptr;
-  NcclCommunicator* const grad_windows = tuning_.copy_engine_reduce_scatters ? ce_nccl_.get() : nullptr;
+  NcclCommunicator* const gather_windows = coll_.gather_windows();
+  NcclCommunicator* const grad_windows = coll_.grad_windows();
   // Rank 0 times each GEMM's candidates and every rank takes its pick: one set of algorithms for the run.
   gemm_candidates_ = static_cast<int>(cfg.train.gemm_autotune);
   blas_.set_tuning(gemm_candidates_, comm.rank() == 0, [this](int pick) {
@@ -396,7 +249,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   };
   const UnitSizes s = unit_sizes(units_, world);
   // The gathers' sources (each unit's shard in T, read on the device) and destinations, in two symmetric windows of
-  // ce_nccl_ for copy-engine gathers (each buffer its own allocation otherwise).
+  // the zero-CTA communicator for copy-engine gathers (each buffer its own allocation otherwise).
   int64_t source_bytes = 0;
   for (const UnitLayout& u : units_)
     if (!params_on_host(u.index)) source_bytes += WindowArena::bytes_for(padded_shard_size(u.numel, world), sizeof(T));
@@ -404,68 +257,21 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   const int64_t pool_size = param_pool_size(cfg, comm_plan());
   WindowArena gathered(gather_windows, WindowArena::bytes_for(s.emb_full, sizeof(T)) +
                                            pool_size * WindowArena::bytes_for(s.unit_full, sizeof(T)));
-  std::vector<UnitShard> offload_states;      // optim.offload: the host state of each unit it holds
-  std::vector<DeviceBuffer<T>> offload_copies;  // and the device copies its gathers read (optimizer)
-  std::vector<float> init;
-  for (const UnitLayout& u : units_) {
-    UnitShard h;
-    h.span = shard_span(u.numel, rank, world);
-    h.slot = padded_shard_size(u.numel, world);
-    DeviceShard d;
-    d.grad = DeviceBuffer<float>(h.slot);
-    ST_CUDA_CHECK(cudaMemset(d.grad.data(), 0, d.grad.bytes()));
-    init.assign(static_cast<size_t>(h.slot), 0.0f);
-    init_unit_range(u, cfg.model, cfg.train.seed, h.span.offset, h.span.end(), init.data());
-    UnitShard state{h.span, h.slot, {}, {}, {}, {}};
-    DeviceBuffer<T> copy;
-    if (offloaded[static_cast<size_t>(u.index)]) {
-      state.param = init;
-      state.m.assign(init.size(), 0.0f);
-      state.v.assign(init.size(), 0.0f);
-      if (!params_on_host(u.index)) copy = sources.take<T>(h.slot);
-    } else {
-      if constexpr (std::is_same_v<T, float>)
-        d.master = sources.take<float>(h.slot);  // the gather's source
-      else
-        d.master = DeviceBuffer<float>(h.slot);
-      d.m = DeviceBuffer<float>(h.slot);
-      d.v = DeviceBuffer<float>(h.slot);
-      ST_CUDA_CHECK(cudaMemcpy(d.master.data(), init.data(), d.master.bytes(), cudaMemcpyHostToDevice));
-      ST_CUDA_CHECK(cudaMemset(d.m.data(), 0, d.m.bytes()));
-      ST_CUDA_CHECK(cudaMemset(d.v.data(), 0, d.v.bytes()));
-      if (!std::is_same_v<T, float>) {
-        d.compute = sources.take<T>(h.slot);
-        gpu::convert<T>(d.compute.data(), d.master.data(), h.slot, ctx_);
-      }
-    }
-    shards_.push_back(std::move(d));
-    host_.push_back(std::move(h));
-    offload_states.push_back(std::move(state));
-    offload_copies.push_back(std::move(copy));
-  }
-  emb_param_.data = gathered.take<T>(s.emb_full);
+  typename DeviceShards<T>::Offloaded for_offload;  // optim.offload: the initial state of the units it holds
+  shards_ = std::make_unique<DeviceShards<T>>(cfg, units_, rank, world, offloaded,
+                                              cfg.optim.offload == OffloadMode::kOptimizerParams, sources, ctx_,
+                                              &for_offload);
   // The full gradients and, for copy-engine reduce-scatters, their all-to-all's output: in a third window then.
   const int64_t exchanged = std::max(s.emb_full, s.unit_full);
   WindowArena grads(grad_windows, WindowArena::bytes_for(s.emb_full, sizeof(T)) +
                                       grad_pool_size(comm_plan()) * WindowArena::bytes_for(s.unit_full, sizeof(T)) +
                                       WindowArena::bytes_for(exchanged, sizeof(T)));
-  emb_grad_.data = grads.take<T>(s.emb_full);
-  param_pool_.resize(static_cast<size_t>(pool_size));
-  for (Buffer& b : param_pool_) b.data = gathered.take<T>(s.unit_full);
-  grad_pool_.resize(static_cast<size_t>(grad_pool_size(comm_plan())));
-  if (buckets_) {
-    bucket_ = DeviceBuffer<T>(buckets_->capacity());
-    replica_scratch_ = DeviceBuffer<unsigned char>(static_cast<int64_t>(gpu::reduce_scratch_bytes()));
-    replica_ctx_ = {replica_stream_.get(), nullptr, replica_scratch_.data(), replica_scratch_.bytes()};
-  }
-  for (Buffer& b : grad_pool_) {
-    b.data = grads.take<T>(s.unit_full);
-    // Zeroed once: no block writes past its elements, so what its reduce-scatter sends from there stays 0.
-    ST_CUDA_CHECK(cudaMemset(b.data.data(), 0, b.data.bytes()));
-  }
-  params_of_.assign(units_.size(), nullptr);
-  grads_of_.assign(units_.size(), nullptr);
-  rs_out_ = tuning_.copy_engine_reduce_scatters && ce_nccl_ ? grads.take<T>(exchanged) : DeviceBuffer<T>(s.max_slot);
+  buffers_ = std::make_unique<UnitBuffers<T>>(static_cast<int>(units_.size()), s.emb_full, s.unit_full,
+                                               static_cast<int>(pool_size), grad_pool_size(comm_plan()), gathered,
+                                               grads);
+  if (groups_.replica)
+    replica_ = std::make_unique<ReplicaReduction<T>>(shard_slots(), replica_bucket_size(), *coll_.replica());
+  rs_out_ = coll_.exchange() ? grads.take<T>(exchanged) : DeviceBuffer<T>(s.max_slot);
   counters_.gathers.assign(units_.size(), 0);
   counters_.reduce_scatters.assign(units_.size(), 0);
   if (cfg.optim.offload != OffloadMode::kNone) {
@@ -475,9 +281,10 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     o.threads = static_cast<int>(cfg.optim.offload_threads);
     o.local_rank = comm.device_rank();  // the machine's CPUs, also under SHARDTRAIN_NODE_ID stand-ins
     o.local_size = comm.device_ranks();
-    o.device = nccl_.device();
+    o.device = coll_.shard().device();
     o.log = comm.rank() == 0;
-    offload_ = std::make_unique<OffloadPipeline<T>>(o, offloaded, std::move(offload_states), std::move(offload_copies));
+    offload_ = std::make_unique<OffloadPipeline<T>>(o, offloaded, std::move(for_offload.states),
+                                                   std::move(for_offload.copies));
   }
   compute_stream_.synchronize();
   sample_device_memory();
@@ -494,7 +301,7 @@ template <typename T>
 CudaShardedModel<T>::~CudaShardedModel() {
   // Outstanding work references our buffers; let it finish before they are freed (the offload pipeline, destroyed
   // first, waits for its own streams and host jobs).
-  for (cudaStream_t s : {replica_stream_.get(), comm_stream_.get(), compute_stream_.get(), optimizer_.stream()})
+  for (cudaStream_t s : {comm_stream_.get(), compute_stream_.get(), optimizer_.stream()})
     cudaStreamSynchronize(s);
 }
 
@@ -508,58 +315,23 @@ void CudaShardedModel<T>::zero_grads() {
   fresh_grads_ = true;
   optimizer_.reset_norm();
   summed_across_nodes_ = false;
-  if (buckets_) buckets_->drop();  // a step cut short (an exception in its backward) left units in a bucket
-}
-
-template <typename T>
-const T* CudaShardedModel<T>::device_source(int unit) const {
-  const DeviceShard& d = shards_[static_cast<size_t>(unit)];
-  if constexpr (std::is_same_v<T, float>)
-    return d.master.data();
-  else
-    return d.compute.data();
-}
-
-template <typename T>
-typename CudaShardedModel<T>::Buffer* CudaShardedModel<T>::free_buffer(std::vector<Buffer>& pool, Buffer& emb,
-                                                                       int unit) {
-  if (unit == 0) return emb.unit == -1 ? &emb : nullptr;
-  // The least recently released: its `free` event is the oldest, so the wait on it is the shortest. Taking
-  // the first free one instead would hand backward the buffer whose reduce-scatter was issued a moment ago,
-  // and every block's backward would wait for the previous block's reduce-scatter.
-  Buffer* oldest = nullptr;
-  for (Buffer& b : pool)
-    if (b.unit == -1 && (oldest == nullptr || b.released < oldest->released)) oldest = &b;
-  return oldest;
-}
-
-template <typename T>
-void CudaShardedModel<T>::occupy(int64_t bytes) {
-  in_use_bytes_ += bytes;
-  peak_bytes_ = std::max(peak_bytes_, in_use_bytes_);
+  if (replica_) replica_->drop();  // a step cut short (an exception in its backward) left units in a bucket
 }
 
 template <typename T>
 void CudaShardedModel<T>::issue_gather(int unit) {
-  ST_CHECK(params_of_[static_cast<size_t>(unit)] == nullptr, "unit ", unit, " gathered twice");
-  Buffer* b = free_buffer(param_pool_, emb_param_, unit);
-  ST_CHECK(b != nullptr, "no free gather buffer for unit ", unit, ": the schedule is inconsistent");
-  const int64_t slot = host_[static_cast<size_t>(unit)].slot;
+  Buffer* b = &buffers_->take_params(unit);
+  const int64_t slot = shards_->view(unit).slot;
   cudaStream_t ns = comm_stream_.get();
   b->free.wait_on(ns);                   // the unit that held it has finished computing
   optimizer_.wait_updated(unit, ns);     // the shard its device AdamW writes (optimizer stream)
   bool staged = false;                   // optim.offload=optimizer+params: a staging buffer filled from the host
-  const T* source = offload(unit) ? offload_->gather_source(unit, ns, &staged) : device_source(unit);
-  // A staged source lies outside ce_nccl_'s windows: those gathers stay on NCCL's kernels.
-  NcclCommunicator& gc = tuning_.copy_engine_gathers && ce_nccl_ && !staged ? *ce_nccl_ : nccl_;
-  gc.all_gather<T>(source, slot, b->data.data(), ns);
+  const T* source = offload(unit) ? offload_->gather_source(unit, ns, &staged) : shards_->gather_source(unit);
+  coll_.gather_comm(staged).all_gather<T>(source, slot, b->data.data(), ns);
   if (staged) offload_->gather_issued(ns);
   b->ready.record(ns);
-  b->unit = unit;
-  params_of_[static_cast<size_t>(unit)] = b;
-  occupy(static_cast<int64_t>(b->data.bytes()));
   ++counters_.gathers[static_cast<size_t>(unit)];
-  counters_.gathered_elements += slot * nccl_.world_size();
+  counters_.gathered_elements += slot * coll_.shard().world_size();
   counters_.cross_node_bytes += groups_.shard_cross_bytes(slot, sizeof(T));
 }
 
@@ -576,11 +348,10 @@ void CudaShardedModel<T>::prefetch(const std::vector<ScheduleOp>& schedule, size
     if (op.kind == OpKind::kGather) {
       // A unit still held from an earlier op (the last block, between its forward and its backward's gather) must
       // be released before it is gathered again; so must a buffer be free.
-      if (params_of_[static_cast<size_t>(op.unit)] != nullptr) return;
-      if (free_buffer(param_pool_, emb_param_, op.unit) == nullptr) return;
+      if (!buffers_->can_take_params(op.unit)) return;
       issue_gather(op.unit);
       next_gather_ = i + 1;
-    } else if (is_compute_op(op.kind) && ++computes > tuning_.prefetch_depth) {
+    } else if (is_compute_op(op.kind) && ++computes > coll_.tuning().prefetch_depth) {
       return;
     }
   }
@@ -588,7 +359,7 @@ void CudaShardedModel<T>::prefetch(const std::vector<ScheduleOp>& schedule, size
 
 template <typename T>
 const T* CudaShardedModel<T>::gathered(int unit) {
-  Buffer* b = params_of_[static_cast<size_t>(unit)];
+  Buffer* b = buffers_->params(unit);
   ST_CHECK(b != nullptr, "unit ", unit, " used without being gathered");
   wait_for_comm(b->ready, unit == 0 ? "comm_wait.gather_embedding" : "comm_wait.gather");
   return b->data.data();
@@ -596,120 +367,82 @@ const T* CudaShardedModel<T>::gathered(int unit) {
 
 template <typename T>
 T* CudaShardedModel<T>::full_grad(int unit) {
-  Buffer*& slot = grads_of_[static_cast<size_t>(unit)];
+  Buffer* slot = buffers_->grads(unit);
   if (slot == nullptr) {  // first use in this micro-step
-    slot = free_buffer(grad_pool_, emb_grad_, unit);
-    ST_CHECK(slot != nullptr, "no free gradient buffer for unit ", unit);
-    slot->unit = unit;
+    slot = &buffers_->take_grads(unit);
     cudaStream_t cs = compute_stream_.get();
     wait_for_comm(slot->free, "comm_wait.grad_buffer");  // its previous reduce-scatter has read it
     // Only the embedding's is zeroed: the classifier and the token lookup add to it. A block's and the head's
     // backward write theirs (CudaGpt). What lies past a unit's elements goes into the reduce-scatter's padding,
     // which nothing reads.
     if (unit == 0) {
-      const int64_t n = host_[0].slot * nccl_.world_size();
+      const int64_t n = shards_->view(0).slot * coll_.shard().world_size();
       ST_CUDA_CHECK(cudaMemsetAsync(slot->data.data(), 0, sizeof(T) * static_cast<size_t>(n), cs));
     }
-    occupy(static_cast<int64_t>(slot->data.bytes()));
   }
   return slot->data.data();
 }
 
 template <typename T>
 void CudaShardedModel<T>::reduce_scatter(int unit) {
-  Buffer*& b = grads_of_[static_cast<size_t>(unit)];
+  Buffer* b = buffers_->grads(unit);
   ST_CHECK(b != nullptr, "reduce-scatter of unit ", unit, " without a gradient");
-  const UnitShard& h = host_[static_cast<size_t>(unit)];
+  const UnitShard& h = shards_->view(unit);
   cudaStream_t ns = comm_stream_.get();
   b->ready.record(compute_stream_.get());
   b->ready.wait_on(ns);
   const GradWrite write = fresh_grads_ ? GradWrite::kOverwrite : GradWrite::kAccumulate;
-  float* const shard_grad = shards_[static_cast<size_t>(unit)].grad.data();
+  float* const shard_grad = shards_->grad(unit).data();
   double* const squares = squares_of(unit);
-  if (tuning_.copy_engine_reduce_scatters && ce_nccl_) {
+  const int world = coll_.shard().world_size();
+  if (NcclCommunicator* exchange = coll_.exchange()) {
     // Each rank's slice q goes to rank q on the copy engines; this rank adds the slices it received in rank order
     // as it takes them into its shard (the addition NCCL's reduce-scatter kernel would have made on the SMs).
-    ce_nccl_->all_to_all<T>(b->data.data(), h.slot, rs_out_.data(), ns);
+    exchange->all_to_all<T>(b->data.data(), h.slot, rs_out_.data(), ns);
     if (fresh_grads_) optimizer_.wait_updated(unit, ns);
-    gpu::accumulate_parts<T>(shard_grad, rs_out_.data(), nccl_.world_size(), h.slot, h.span.count, comm_ctx_, write,
-                             squares);
+    gpu::accumulate_parts<T>(shard_grad, rs_out_.data(), world, h.slot, h.span.count, comm_ctx_, write, squares);
   } else {
-    // The embedding's is the backward's last, and the next step's first gather waits for its update: NCCL's choice.
-    NcclCommunicator& rs = capped_rs_nccl_ && unit != 0 ? *capped_rs_nccl_ : nccl_;
-    rs.reduce_scatter<T>(b->data.data(), h.slot, rs_out_.data(), ns);
+    coll_.reduce_scatter_comm(unit).reduce_scatter<T>(b->data.data(), h.slot, rs_out_.data(), ns);
     // The step's first write of the shard replaces the last step's gradient, which that step's AdamW read.
     if (fresh_grads_) optimizer_.wait_updated(unit, ns);
     gpu::accumulate<T>(shard_grad, rs_out_.data(), h.span.count, comm_ctx_, write, squares);
   }
   if (last_micro_) finish_grad(unit, squares != nullptr);  // overlaps the rest of the backward
-  b->free.record(ns);
-  b->unit = -1;
-  b->released = ++release_tick_;
-  in_use_bytes_ -= static_cast<int64_t>(b->data.bytes());
-  b = nullptr;
+  buffers_->release_grads(unit, ns);
   ++counters_.reduce_scatters[static_cast<size_t>(unit)];
-  counters_.reduce_scattered_elements += h.slot * nccl_.world_size();
+  counters_.reduce_scattered_elements += h.slot * world;
   counters_.cross_node_bytes += groups_.shard_cross_bytes(h.slot, sizeof(T));
 }
 
-// Hybrid sums each shard across nodes once per optimizer step, after the last micro-step has accumulated into it
-// (gradient accumulation does not multiply the traffic between nodes), on its own stream: the node's gathers and
-// reduce-scatters go on meanwhile. A bucket's shards are rounded to T into one buffer (exact for a single
-// micro-step: the accumulated value is one reduce-scatter's output), summed in one call, and written back.
 template <typename T>
 double* CudaShardedModel<T>::squares_of(int unit) {
-  if (!last_micro_ || buckets_) return nullptr;
+  if (!last_micro_ || replica_) return nullptr;
   return optimizer_.norm_part(unit, comm_stream_.get());
 }
 
 template <typename T>
 void CudaShardedModel<T>::finish_grad(int unit, bool norm_taken) {
-  std::vector<int> finished;
-  if (!buckets_) {
-    finished.push_back(unit);
-  } else {
-    cudaStream_t rs = replica_stream_.get();
-    for (const ReplicaBuckets::Bucket& b : buckets_->add(unit)) {
-      comm_mark_.record(comm_stream_.get());  // the bucket's units are accumulated
-      comm_mark_.wait_on(rs);
-      for (size_t i = 0; i < b.units.size(); ++i) {
-        const DeviceBuffer<float>& g = shards_[static_cast<size_t>(b.units[i])].grad;
-        gpu::convert<T>(bucket_.data() + b.offsets[i], g.data(), g.size(), replica_ctx_);
-      }
-      replica_nccl_->all_reduce<T>(bucket_.data(), b.elements, rs);
-      for (size_t i = 0; i < b.units.size(); ++i) {
-        DeviceBuffer<float>& g = shards_[static_cast<size_t>(b.units[i])].grad;
-        gpu::accumulate<T>(g.data(), bucket_.data() + b.offsets[i], g.size(), replica_ctx_, GradWrite::kOverwrite);
-        finished.push_back(b.units[i]);
-      }
-      counters_.replica_reduced_elements += b.elements;
-      counters_.cross_node_bytes += groups_.replica_cross_bytes(b.elements, sizeof(T));
-    }
-    summed_across_nodes_ = buckets_->joined_units() == 0;  // the step's last unit went out
+  std::vector<int> finished{unit};
+  if (replica_) {
+    finished = replica_->add(unit, *shards_, comm_stream_.get(), groups_, counters_);
+    summed_across_nodes_ = replica_->idle();  // the step's last unit went out
   }
   // The norm's share of each finished shard, here rather than after the backward, where it would hold up the
-  // optimizer: on the stream that finished it (comm_ctx_ and replica_ctx_ each have reduction scratch), unless the
-  // accumulation took it.
-  const gpu::GpuContext& final_ctx = buckets_ ? replica_ctx_ : comm_ctx_;
+  // optimizer: on the stream that finished it (each has reduction scratch of its own), unless the accumulation took it.
+  const gpu::GpuContext& final_ctx = replica_ ? replica_->ctx() : comm_ctx_;
   for (int u : finished) {
     if (!norm_taken)
-      gpu::sum_of_squares<float>(shards_[static_cast<size_t>(u)].grad.data(), host_[static_cast<size_t>(u)].span.count,
+      gpu::sum_of_squares<float>(shards_->grad(u).data(), shards_->view(u).span.count,
                                  optimizer_.norm_part(u, final_ctx.stream), final_ctx);
     optimizer_.part_done();
   }
   for (int u : finished)
-    if (offload(u)) offload_->grad_final(u, shards_[static_cast<size_t>(u)].grad, final_grad_stream());
+    if (offload(u)) offload_->grad_final(u, shards_->grad(u), final_grad_stream());
 }
 
 template <typename T>
 void CudaShardedModel<T>::release_params(int unit) {
-  Buffer*& b = params_of_[static_cast<size_t>(unit)];
-  ST_CHECK(b != nullptr, "release of unit ", unit, " that is not gathered");
-  b->free.record(compute_stream_.get());
-  b->unit = -1;
-  b->released = ++release_tick_;
-  in_use_bytes_ -= static_cast<int64_t>(b->data.bytes());
-  b = nullptr;
+  buffers_->release_params(unit, compute_stream_.get());
 }
 
 // Every schedule starts with "gather 0", the largest unit (the tied embedding), and nothing can compute
@@ -744,13 +477,13 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
   targets_ = targets;
   dloss_ = dloss;
   run_schedule(schedule, *this);
-  ST_CHECK(in_use_bytes_ == 0, "the schedule left ", in_use_bytes_, " bytes of buffers in use");
+  ST_CHECK(buffers_->in_use_bytes() == 0, "the schedule left ", buffers_->in_use_bytes(), " bytes of buffers in use");
   // The optimizer and the next step's zeroing must see every accumulated gradient (and, in hybrid, its sum across
   // nodes, which the last micro-step issued).
   comm_mark_.record(ns);
   wait_for_comm(comm_mark_, "comm_wait.step_end");
-  if (buckets_ && mode == Mode::kTrain && last_micro_) {
-    replica_mark_.record(replica_stream_.get());
+  if (replica_ && mode == Mode::kTrain && last_micro_) {
+    replica_mark_.record(replica_->stream());
     wait_for_comm(replica_mark_, "comm_wait.across_nodes");
   }
   if (loss_queued_) {  // micro_step_queued: the loss stays on the device; finish_gated_step() reads it
@@ -789,7 +522,7 @@ void CudaShardedModel<T>::head(int unit) {
 // Once the compute stream has synchronised: the stalls' times, and the GEMM tuning's note when new shapes were timed.
 template <typename T>
 void CudaShardedModel<T>::after_sync() {
-  collect_stalls();
+  stalls_.collect();
   const gpu::Blas::TuningStats& t = blas_.tuning_stats();
   if (t.plans != gemm_timed_logged_) {  // rank 0 timed new shapes in this run
     gemm_timed_logged_ = t.plans;
@@ -816,29 +549,12 @@ void CudaShardedModel<T>::use_gemm_algorithms(const GemmAlgorithms& a) {
                 " from the checkpoint (picked on ", a.device, " with cuBLASLt ", a.library, ")");
 }
 
-// Events before and after the wait: the compute stream reaches `before` when its earlier work is done and
-// `after` when the communication is too, so after - before is the time communication held compute up.
+// The compute stream waits for `done`, timed (take_exposed_comm_ms), with a row in the op profile.
 template <typename T>
 void CudaShardedModel<T>::wait_for_comm(const CudaEvent& done, const char* what) {
-  OpTimer::Laps lap = model_.timer().laps(compute_stream_.get());  // the op profile's row for this wait
+  OpTimer::Laps lap = model_.timer().laps(compute_stream_.get());
   lap(what);
-  if (stalls_used_ == stalls_.size()) stalls_.push_back(std::make_unique<Stall>());
-  Stall& s = *stalls_[stalls_used_++];
-  cudaStream_t cs = compute_stream_.get();
-  s.before.record(cs);
-  done.wait_on(cs);
-  s.after.record(cs);
-}
-
-// After the compute stream has synchronised: adds up this run's stalls.
-template <typename T>
-void CudaShardedModel<T>::collect_stalls() {
-  for (size_t i = 0; i < stalls_used_; ++i) {
-    float ms = 0;
-    ST_CUDA_CHECK(cudaEventElapsedTime(&ms, stalls_[i]->before.get(), stalls_[i]->after.get()));
-    exposed_ms_ += ms;
-  }
-  stalls_used_ = 0;
+  stalls_.wait(compute_stream_.get(), done);
 }
 
 template <typename T>
@@ -898,13 +614,14 @@ double CudaShardedModel<T>::grad_sum_of_squares() {
   // With every unit's share taken as its gradient became final (finish_grad), the compute stream has waited for
   // those streams (run()); else the shards are read here. The same bits either way.
   std::vector<typename DeviceOptimizer<T>::GradView> grads;
-  for (size_t u = 0; u < shards_.size(); ++u) grads.push_back({shards_[u].grad.data(), host_[u].span.count});
+  for (int u = 0; u < static_cast<int>(shards_->size()); ++u)
+    grads.push_back({shards_->grad(u).data(), shards_->view(u).span.count});
   return optimizer_.sum_of_squares(grads, ctx_);
 }
 
 template <typename T>
 void CudaShardedModel<T>::check_runs(int unit, const std::vector<AdamWRun>& runs) const {
-  const int64_t owned = host_[static_cast<size_t>(unit)].span.count;
+  const int64_t owned = shards_->view(unit).span.count;
   for (const AdamWRun& r : runs)
     ST_CHECK(r.offset >= 0 && r.offset + r.count <= owned, "AdamW run [", r.offset, ", +", r.count, ") outside unit ",
              unit, "'s span of ", owned);
@@ -916,7 +633,7 @@ void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
   if (offload(unit)) {
     // Queued on the host AdamW; the offload stream waits for it and copies the new shard up, and the next gather of
     // this unit waits for that. This thread goes on to the next unit, then to the next step.
-    offload_->update(unit, runs, shards_[static_cast<size_t>(unit)].grad, final_grad_stream());
+    offload_->update(unit, runs, shards_->grad(unit), final_grad_stream());
     if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
     return;
   }
@@ -927,10 +644,7 @@ void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
 // gate), so that the next step's forward starts once unit 0 is updated and gathered, while the other units update.
 template <typename T>
 void CudaShardedModel<T>::device_adamw(int unit, const std::vector<AdamWRun>& runs, const StepGate* gate) {
-  DeviceShard& d = shards_[static_cast<size_t>(unit)];
-  T* compute = std::is_same_v<T, float> ? nullptr : d.compute.data();
-  optimizer_.update(unit, {d.master.data(), d.m.data(), d.v.data(), d.grad.data(), compute}, runs, gate,
-                    compute_stream_.get());
+  optimizer_.update(unit, shards_->optimizer_state(unit), runs, gate, compute_stream_.get());
   if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
 }
 
@@ -941,13 +655,13 @@ template <typename T>
 void CudaShardedModel<T>::queue_gated_update(double earlier_losses, double loss_scale, float grad_clip,
                                              const std::vector<std::vector<AdamWRun>>& runs) {
   ST_CHECK(loss_queued_ && !gate_queued_, "queue_gated_update without a queued last micro-step");
-  ST_CHECK(runs.size() == shards_.size(), "queue_gated_update: runs for ", runs.size(), " units, the model has ",
-           shards_.size());
+  ST_CHECK(runs.size() == shards_->size(), "queue_gated_update: runs for ", runs.size(), " units, the model has ",
+           shards_->size());
   for (size_t u = 0; u < runs.size(); ++u) check_runs(static_cast<int>(u), runs[u]);
-  optimizer_.queue_gate(earlier_losses, loss_scale, grad_clip, nccl_, replica_nccl_.get(), ctx_);
+  optimizer_.queue_gate(earlier_losses, loss_scale, grad_clip, coll_.shard(), coll_.replica(), ctx_);
   loss_queued_ = false;
   gate_queued_ = true;
-  for (size_t u = 0; u < shards_.size(); ++u) device_adamw(static_cast<int>(u), runs[u], optimizer_.gate());
+  for (size_t u = 0; u < shards_->size(); ++u) device_adamw(static_cast<int>(u), runs[u], optimizer_.gate());
 }
 
 template <typename T>
@@ -964,13 +678,12 @@ ModelBackend::GatedStep CudaShardedModel<T>::finish_gated_step() {
 
 template <typename T>
 std::vector<float> CudaShardedModel<T>::gather_full(int unit, bool grads) {
-  const UnitShard& h = host_[static_cast<size_t>(unit)];
-  const DeviceShard& d = shards_[static_cast<size_t>(unit)];
+  const UnitShard& h = shards_->view(unit);
   cudaStream_t cs = compute_stream_.get();
   optimizer_.synchronize();  // the master as the last AdamW left it
-  DeviceBuffer<float> full(h.slot * nccl_.world_size());
+  DeviceBuffer<float> full(h.slot * coll_.shard().world_size());
   DeviceBuffer<float> host_master;  // optim.offload: the master is on the host
-  const float* source = grads ? d.grad.data() : d.master.data();
+  const float* source = grads ? shards_->grad(unit).data() : shards_->master(unit);
   if (!grads && offload(unit)) {
     const UnitShard& state = offload_->state(unit);
     host_master = DeviceBuffer<float>(h.slot);
@@ -978,7 +691,7 @@ std::vector<float> CudaShardedModel<T>::gather_full(int unit, bool grads) {
         cudaMemcpyAsync(host_master.data(), state.param.data(), host_master.bytes(), cudaMemcpyHostToDevice, cs));
     source = host_master.data();
   }
-  nccl_.all_gather<float>(source, h.slot, full.data(), cs);
+  coll_.shard().all_gather<float>(source, h.slot, full.data(), cs);
   std::vector<float> out(static_cast<size_t>(full.size()));
   ST_CUDA_CHECK(cudaMemcpyAsync(out.data(), full.data(), full.bytes(), cudaMemcpyDeviceToHost, cs));
   compute_stream_.synchronize();
@@ -991,21 +704,17 @@ void CudaShardedModel<T>::pull_state() {
   compute_stream_.synchronize();
   optimizer_.synchronize();
   comm_stream_.synchronize();
-  replica_stream_.synchronize();
-  for (size_t u = 0; u < shards_.size(); ++u) {
-    UnitShard& h = host_[u];
-    const DeviceShard& d = shards_[u];
-    if (offload(static_cast<int>(u))) {  // param, m and v are on the host already; the gradient is on the device
-      UnitShard& state = offload_->state(static_cast<int>(u));
-      state.grad.resize(static_cast<size_t>(state.slot));
-      ST_CUDA_CHECK(cudaMemcpy(state.grad.data(), d.grad.data(), d.grad.bytes(), cudaMemcpyDeviceToHost));
+  if (replica_) ST_CUDA_CHECK(cudaStreamSynchronize(replica_->stream()));
+  for (int u = 0; u < static_cast<int>(shards_->size()); ++u) {
+    if (!offload(u)) {
+      shards_->pull(u);
       continue;
     }
-    for (auto [host, dev] :
-         {std::pair{&h.param, &d.master}, std::pair{&h.m, &d.m}, std::pair{&h.v, &d.v}, std::pair{&h.grad, &d.grad}}) {
-      host->resize(static_cast<size_t>(h.slot));
-      ST_CUDA_CHECK(cudaMemcpy(host->data(), dev->data(), dev->bytes(), cudaMemcpyDeviceToHost));
-    }
+    // Param, m and v are on the host already; the gradient is on the device.
+    UnitShard& state = offload_->state(u);
+    const DeviceBuffer<float>& g = shards_->grad(u);
+    state.grad.resize(static_cast<size_t>(state.slot));
+    ST_CUDA_CHECK(cudaMemcpy(state.grad.data(), g.data(), g.bytes(), cudaMemcpyDeviceToHost));
   }
 }
 
@@ -1019,21 +728,15 @@ void CudaShardedModel<T>::push_state() {
     offload_->wait_all();
     offload_->synchronize();
   }
-  for (const CudaStream* st : {&compute_stream_, &comm_stream_, &replica_stream_})
-    st->synchronize();  // nothing in flight may still write the buffers replaced here
+  // Nothing in flight may still write the buffers replaced here.
+  for (const CudaStream* st : {&compute_stream_, &comm_stream_}) st->synchronize();
+  if (replica_) ST_CUDA_CHECK(cudaStreamSynchronize(replica_->stream()));
   optimizer_.synchronize();
-  for (size_t u = 0; u < shards_.size(); ++u) {
-    UnitShard& h = host_[u];
-    DeviceShard& d = shards_[u];
-    if (offload(static_cast<int>(u))) {  // the host state is the state: only the compute copy follows it
-      offload_->push(static_cast<int>(u));
-      continue;
-    }
-    for (auto [host, dev] : {std::pair{&h.param, &d.master}, std::pair{&h.m, &d.m}, std::pair{&h.v, &d.v}}) {
-      ST_CHECK(static_cast<int64_t>(host->size()) == h.slot, "push_state without pull_state");
-      ST_CUDA_CHECK(cudaMemcpy(dev->data(), host->data(), dev->bytes(), cudaMemcpyHostToDevice));
-    }
-    if constexpr (!std::is_same_v<T, float>) gpu::convert<T>(d.compute.data(), d.master.data(), h.slot, ctx_);
+  for (int u = 0; u < static_cast<int>(shards_->size()); ++u) {
+    if (offload(u))
+      offload_->push(u);  // the host state is the state: only the compute copy follows it
+    else
+      shards_->push(u, ctx_);
   }
   compute_stream_.synchronize();
 }
@@ -1042,9 +745,9 @@ template <typename T>
 MemoryStats CudaShardedModel<T>::memory() const {
   MemoryStats m;
   m.sharded_state_bytes = plan_.sharded_state;
-  for (const UnitShard& h : host_) m.padding_elements += h.slot - h.span.count;
+  m.padding_elements = shards_->padding_elements();
   m.gather_buffer_bytes = plan_.gather_buffers;
-  m.gathered_peak_bytes = peak_bytes_;
+  m.gathered_peak_bytes = buffers_->peak_bytes();
   m.activation_bytes = plan_.activations;
   m.workspace_bytes = plan_.workspace;
   size_t free_b = 0, total_b = 0;
@@ -1067,21 +770,6 @@ std::unique_ptr<ModelBackend> make_cuda_sharded_model(const Config& cfg, Communi
   }
   ST_CHECK(false, "compute_dtype() returned auto");
   return nullptr;
-}
-
-AutoShardingInputs cuda_auto_sharding_inputs(const Config& cfg, const Communicator& comm) {
-  switch (cfg.compute_dtype()) {
-    case DType::kF32:
-      return cuda_auto_inputs<float>(cfg, comm);
-    case DType::kBF16:
-      return cuda_auto_inputs<bf16>(cfg, comm);
-    case DType::kF16:
-      return cuda_auto_inputs<fp16>(cfg, comm);
-    case DType::kAuto:
-      break;
-  }
-  ST_CHECK(false, "compute_dtype() returned auto");
-  return {};
 }
 
 }  // namespace st

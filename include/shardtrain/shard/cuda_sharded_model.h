@@ -22,15 +22,10 @@
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/shard/model_backend.h"
-#include "shardtrain/shard/sharding.h"
 
 namespace st {
 
 // Creates the backend for cfg.compute_dtype() (fp32, bf16 or fp16). Collective over `comm` (NCCL bootstrap).
 std::unique_ptr<ModelBackend> make_cuda_sharded_model(const Config& cfg, Communicator& comm);
-
-// What dist.sharding=auto weighs on GPUs for cfg.compute_dtype(): links measured through NCCL, the memory plan
-// against the cap or the free memory (sharding.h). `cfg` must outlive the result.
-AutoShardingInputs cuda_auto_sharding_inputs(const Config& cfg, const Communicator& comm);
 
 }  // namespace st

@@ -1,0 +1,105 @@
+#include "shardtrain/shard/device_shards.h"
+
+#include <type_traits>
+#include <utility>
+
+#include "shardtrain/core/error.h"
+#include "shardtrain/kernels/gpu/reduce.h"
+#include "shardtrain/shard/shard_span.h"
+
+namespace st {
+
+template <typename T>
+DeviceShards<T>::DeviceShards(const Config& cfg, const std::vector<UnitLayout>& units, int rank, int world,
+                              const std::vector<bool>& offloaded, bool params_on_host, WindowArena& sources,
+                              const gpu::GpuContext& ctx, Offloaded* initial) {
+  std::vector<float> init;
+  for (const UnitLayout& u : units) {
+    UnitShard h;
+    h.span = shard_span(u.numel, rank, world);
+    h.slot = padded_shard_size(u.numel, world);
+    Device d;
+    d.grad = DeviceBuffer<float>(h.slot);
+    ST_CUDA_CHECK(cudaMemset(d.grad.data(), 0, d.grad.bytes()));
+    init.assign(static_cast<size_t>(h.slot), 0.0f);
+    init_unit_range(u, cfg.model, cfg.train.seed, h.span.offset, h.span.end(), init.data());
+    UnitShard state{h.span, h.slot, {}, {}, {}, {}};
+    DeviceBuffer<T> copy;
+    if (offloaded[static_cast<size_t>(u.index)]) {
+      state.param = init;
+      state.m.assign(init.size(), 0.0f);
+      state.v.assign(init.size(), 0.0f);
+      if (!params_on_host) copy = sources.take<T>(h.slot);
+    } else {
+      if constexpr (std::is_same_v<T, float>)
+        d.master = sources.take<float>(h.slot);  // the gather's source
+      else
+        d.master = DeviceBuffer<float>(h.slot);
+      d.m = DeviceBuffer<float>(h.slot);
+      d.v = DeviceBuffer<float>(h.slot);
+      ST_CUDA_CHECK(cudaMemcpy(d.master.data(), init.data(), d.master.bytes(), cudaMemcpyHostToDevice));
+      ST_CUDA_CHECK(cudaMemset(d.m.data(), 0, d.m.bytes()));
+      ST_CUDA_CHECK(cudaMemset(d.v.data(), 0, d.v.bytes()));
+      if (!std::is_same_v<T, float>) {
+        d.compute = sources.take<T>(h.slot);
+        gpu::convert<T>(d.compute.data(), d.master.data(), h.slot, ctx);
+      }
+    }
+    device_.push_back(std::move(d));
+    views_.push_back(std::move(h));
+    initial->states.push_back(std::move(state));
+    initial->copies.push_back(std::move(copy));
+  }
+  ST_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+}
+
+template <typename T>
+const T* DeviceShards<T>::gather_source(int unit) const {
+  const Device& d = device_[static_cast<size_t>(unit)];
+  if constexpr (std::is_same_v<T, float>)
+    return d.master.data();
+  else
+    return d.compute.data();
+}
+
+template <typename T>
+typename DeviceOptimizer<T>::UnitState DeviceShards<T>::optimizer_state(int unit) {
+  Device& d = device_[static_cast<size_t>(unit)];
+  T* compute = std::is_same_v<T, float> ? nullptr : d.compute.data();
+  return {d.master.data(), d.m.data(), d.v.data(), d.grad.data(), compute};
+}
+
+template <typename T>
+void DeviceShards<T>::pull(int unit) {
+  UnitShard& h = views_[static_cast<size_t>(unit)];
+  const Device& d = device_[static_cast<size_t>(unit)];
+  for (auto [host, dev] :
+       {std::pair{&h.param, &d.master}, std::pair{&h.m, &d.m}, std::pair{&h.v, &d.v}, std::pair{&h.grad, &d.grad}}) {
+    host->resize(static_cast<size_t>(h.slot));
+    ST_CUDA_CHECK(cudaMemcpy(host->data(), dev->data(), dev->bytes(), cudaMemcpyDeviceToHost));
+  }
+}
+
+template <typename T>
+void DeviceShards<T>::push(int unit, const gpu::GpuContext& ctx) {
+  UnitShard& h = views_[static_cast<size_t>(unit)];
+  Device& d = device_[static_cast<size_t>(unit)];
+  for (auto [host, dev] : {std::pair{&h.param, &d.master}, std::pair{&h.m, &d.m}, std::pair{&h.v, &d.v}}) {
+    ST_CHECK(static_cast<int64_t>(host->size()) == h.slot, "push_state without pull_state");
+    ST_CUDA_CHECK(cudaMemcpy(dev->data(), host->data(), dev->bytes(), cudaMemcpyHostToDevice));
+  }
+  if constexpr (!std::is_same_v<T, float>) gpu::convert<T>(d.compute.data(), d.master.data(), h.slot, ctx);
+}
+
+template <typename T>
+int64_t DeviceShards<T>::padding_elements() const {
+  int64_t n = 0;
+  for (const UnitShard& h : views_) n += h.slot - h.span.count;
+  return n;
+}
+
+template class DeviceShards<float>;
+template class DeviceShards<bf16>;
+template class DeviceShards<fp16>;
+
+}  // namespace st
