@@ -26,6 +26,9 @@ AttentionChoice choose_attention(const AttentionRequest& r, Cudnn& cudnn) {
                                     : "nondeterministic backward: dQ by atomics, train.deterministic=false)"),
             mode};
   } catch (const Error& e) {
+    // A fault (a cuDNN call or a plan build that failed, not a shape cuDNN cannot run) is not a reason to run other
+    // kernels than the same run would alone.
+    if (e.kind() == ErrorKind::kFault) throw;
     if (r.impl == AttentionImpl::kCudnn) ST_BAD_INPUT("train.attention=cudnn: ", e.what());
     return {false, 0, str_cat("flash (cuDNN cannot run this shape: ", e.what(), ")", flash_note), {}};
   }

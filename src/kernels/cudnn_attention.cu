@@ -498,6 +498,19 @@ bool has_nondeterministic_note(cudnnBackendDescriptor_t config) {
   return std::find(notes.begin(), notes.begin() + n, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) != notes.begin() + n;
 }
 
+// Whether a failed finalize says the engine config cannot run the graph (cuDNN's bad-parameter and not-supported
+// categories), rather than that building it failed.
+bool rejects_graph(cudnnStatus_t status) {
+  const int category = static_cast<int>(status) / 1000 * 1000;
+  return category == CUDNN_STATUS_BAD_PARAM || category == CUDNN_STATUS_NOT_SUPPORTED;
+}
+constexpr int kFinalizeAttempts = 3;
+// A build that failed for a reason other than the graph (see choose_engine): a fault, never "cuDNN cannot run this
+// shape", which would let train.attention=auto take flash attention instead.
+struct BuildFailure : Error {
+  explicit BuildFailure(const std::string& what) : Error(ErrorKind::kFault, what) {}
+};
+
 // Heuristics mode A ranks the engine configs for the graph; the first that finalizes into an execution plan
 // is kept (cudnn-frontend's default policy). Configs whose engine declares itself nondeterministic are
 // skipped: every pass we build is meant to be reproducible except the nondeterministic backward.
@@ -528,13 +541,25 @@ void choose_engine(cudnnHandle_t handle, cudnnBackendDescriptor_t graph, bool re
       rejected += str_cat("; config ", i, ": nondeterministic");
       continue;
     }
-    Desc candidate(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    set_attr(candidate.get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-    set_desc(candidate.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, raw[i]);
-    const cudnnStatus_t status = cudnnBackendFinalize(candidate.get());
+    // A config that cannot run this graph (bad parameter, not supported) is a property of the graph and the device:
+    // the next one is taken. Any other failure (a runtime compilation or an allocation that failed, typically while
+    // other processes load the same GPU) is not: taking the next engine would give this run other numerics than the
+    // same run alone. The same config is built again, and a failure that persists is a fault (retry the run).
+    Desc candidate;
+    cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
+    for (int attempt = 0; attempt < kFinalizeAttempts; ++attempt) {
+      candidate = Desc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      set_attr(candidate.get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+      set_desc(candidate.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, raw[i]);
+      status = cudnnBackendFinalize(candidate.get());
+      if (status == CUDNN_STATUS_SUCCESS || rejects_graph(status)) break;
+    }
     if (status != CUDNN_STATUS_SUCCESS) {
       char last[512] = "";
       cudnnGetLastErrorString(last, sizeof(last));
+      if (!rejects_graph(status))
+        throw BuildFailure(str_cat("cuDNN could not build engine config ", i, " of ", returned, " (",
+                                   kFinalizeAttempts, " attempts): ", cudnnGetErrorString(status), " ", last));
       rejected += str_cat("; config ", i, ": ", cudnnGetErrorString(status), " ", last);
       continue;
     }
@@ -592,6 +617,8 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, cudnnDataType_t io, const
       ST_CUDA_CHECK(cudaDeviceSynchronize());  // a pageable copy may return before the DMA lands
     }
     plan->ok = true;
+  } catch (const BuildFailure&) {
+    throw;
   } catch (const Error& e) {
     plan->failure = str_cat(describe(s, io, pass), ": ", e.what());
   }

@@ -31,7 +31,8 @@ struct AttentionChoice {
 };
 
 // flash when asked; cudnn when asked (kBadInput naming train.attention when cuDNN cannot run T at this shape);
-// auto: cudnn where cuDNN runs the type and shape, else flash. fp32 always takes flash under auto.
+// auto: cudnn where cuDNN runs the type and shape, else flash. fp32 always takes flash under auto. A fault while
+// building cuDNN's plans (st::Error of kind kFault) propagates: it never turns into a choice of other kernels.
 template <typename T>
 AttentionChoice choose_attention(const AttentionRequest& request, Cudnn& cudnn);
 

@@ -66,7 +66,9 @@ enum class CudnnBackwardMode { kDeterministic, kNondeterministic };
 // Whether cuDNN can run this attention (forward and the given backward mode) on the current device: builds
 // and caches both plans, and returns false instead of throwing when cuDNN (>= 9.10) has no engine for them,
 // hs is not a multiple of 8, the element type is fp32 (instantiated so that code generic over it links),
-// or ctx.cudnn is null. Throws st::Error only for an invalid shape (B, T, NH < 1, C not a multiple of NH).
+// or ctx.cudnn is null. Throws st::Error for an invalid shape (B, T, NH < 1, C not a multiple of NH), and a fault
+// (kind kFault) when an engine config that suits the graph fails to build three times over (a runtime compilation
+// or an allocation that failed): the next-ranked engine is never taken for a reason other than the graph.
 // The other calls on an unsupported shape throw st::Error with cuDNN's reason.
 template <typename T>
 bool cudnn_attention_supported(int B, int T_, int C, int NH, const GpuContext& ctx,
