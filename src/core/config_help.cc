@@ -29,7 +29,7 @@ std::string config_help() {
       std::string value = k->field->format(defaults);
       if (value.empty()) value = "\"\"";
       os << "  " << std::left << std::setw(static_cast<int>(name_width)) << k->full_name() << "  "
-         << std::setw(static_cast<int>(default_width + 11)) << ("(default: " + value + ")") << "  " << k->meaning
+         << std::setw(static_cast<int>(default_width + 11)) << ("(default: " + value + ")") << "  " << k->description
          << "\n";
     }
     if (in_section.empty()) os << "  (no keys in this version)\n";

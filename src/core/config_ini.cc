@@ -36,7 +36,7 @@ std::string unknown_key_hint(const std::string& full_name) {
 
 po::options_description describe(Config& cfg) {
   po::options_description desc("shardtrain config");
-  for (const auto& k : keys()) k.field->add_to(desc, k.full_name(), k.meaning, cfg);
+  for (const auto& k : keys()) k.field->add_to(desc, k.full_name(), k.description, cfg);
   return desc;
 }
 

@@ -157,8 +157,9 @@ class MemberField final : public config_internal::Field {
  public:
   MemberField(S Config::*section, T S::*member) : section_(section), member_(member) {}
 
-  void add_to(po::options_description& desc, const std::string& key, const char* meaning, Config& cfg) const override {
-    desc.add_options()(key.c_str(), po::value<T>(&((cfg.*section_).*member_)), meaning);
+  void add_to(po::options_description& desc, const std::string& key, const char* description,
+              Config& cfg) const override {
+    desc.add_options()(key.c_str(), po::value<T>(&((cfg.*section_).*member_)), description);
   }
   std::string format(const Config& cfg) const override { return format_value((cfg.*section_).*member_); }
   std::string expected() const override { return expected_text<T>(); }
@@ -181,8 +182,9 @@ class MemberField final : public config_internal::Field {
 };
 
 template <typename S, typename T>
-config_internal::Key key(const char* section, const char* name, S Config::*outer, T S::*member, const char* meaning) {
-  return config_internal::Key{section, name, meaning, std::make_shared<MemberField<S, T>>(outer, member)};
+config_internal::Key key(const char* section, const char* name, S Config::*outer, T S::*member,
+                         const char* description) {
+  return config_internal::Key{section, name, description, std::make_shared<MemberField<S, T>>(outer, member)};
 }
 
 }  // namespace
@@ -193,63 +195,82 @@ std::string format_number(float v) { return format_float(v); }
 std::string format_number(double v) { return format_float(v); }
 
 const std::vector<Key>& keys() {
+  // Each description is the key's only one: `shardtrain --help` prints it and docs/config.md is generated from it.
+  // Say what the key does, its unit and range where a type does not, and what 0 or -1 mean.
   static const std::vector<Key> table = {
       key("model", "n_layer", &Config::model, &ModelConfig::n_layer, "number of transformer blocks"),
-      key("model", "n_head", &Config::model, &ModelConfig::n_head, "attention heads per block; must divide n_embd"),
-      key("model", "n_embd", &Config::model, &ModelConfig::n_embd, "embedding width (channels)"),
+      key("model", "n_head", &Config::model, &ModelConfig::n_head,
+          "attention heads per block; must divide model.n_embd"),
+      key("model", "n_embd", &Config::model, &ModelConfig::n_embd,
+          "embedding width (channels); a multiple of model.n_head"),
       key("model", "vocab_size", &Config::model, &ModelConfig::vocab_size,
-          "real vocabulary (256: bytes, 50257: GPT-2); padded to a multiple of 128 in memory"),
-      key("model", "seq_len", &Config::model, &ModelConfig::seq_len, "context length T in tokens"),
+          "real vocabulary (256: bytes, 50257: GPT-2); the embedding is padded to a multiple of 128 rows in memory "
+          "(50257 -> 50304) and the padded logits never enter the loss"),
+      key("model", "seq_len", &Config::model, &ModelConfig::seq_len,
+          "context length T in tokens, also the length of the position embedding"),
 
       key("train", "steps", &Config::train, &TrainConfig::steps,
           "total optimizer steps (a resumed run continues until this)"),
       key("train", "global_batch", &Config::train, &TrainConfig::global_batch,
-          "sequences per optimizer step over all ranks; a multiple of micro_batch x world size"),
+          "sequences per optimizer step over all ranks; a multiple of train.micro_batch x world size, the quotient "
+          "being the micro-steps whose gradients each step accumulates"),
       key("train", "micro_batch", &Config::train, &TrainConfig::micro_batch, "sequences per rank per micro-step"),
       key("train", "seed", &Config::train, &TrainConfig::seed, "seeds initialisation and data order"),
       key("train", "eval_every", &Config::train, &TrainConfig::eval_every,
           "steps between validation passes (0: only at the end)"),
       key("train", "eval_batches", &Config::train, &TrainConfig::eval_batches,
-          "micro-batches per validation pass, per rank"),
+          "micro-batches per validation pass, per rank (at least 1)"),
       key("train", "sample_tokens", &Config::train, &TrainConfig::sample_tokens,
           "bytes of text generated at the end of a byte-level run (0: none)"),
       key("train", "recompute", &Config::train, &TrainConfig::recompute,
-          "keep only each block's input and recompute its activations in backward (less memory)"),
+          "keep only each block's input and recompute its activations in backward (less memory, more compute)"),
       key("train", "gemm_autotune", &Config::train, &TrainConfig::gemm_autotune,
-          "cuda: time the first N algorithms cuBLASLt's heuristic lists for each GEMM shape and keep the fastest "
-          "(rank 0 times, every rank takes its pick; checkpoints keep the picks, so a resumed run computes the same "
-          "bits). Timed on random operands. 0 or 1: the heuristic's first (the default: on H200s the timed picks "
-          "gained 1% at 124M and nothing at 350M in sustained training). The cpu backend takes 0 only"),
+          "cuda: for each GEMM shape, time the first N algorithms of cuBLASLt's heuristic list and keep the fastest "
+          "(0 or 1: the heuristic's first, untimed; at most 64). A shape is timed the first time it runs, on scratch "
+          "operands filled with uniform random values (a shape whose operands do not fit in the scratch memory keeps "
+          "the heuristic's first); rank 0 times and every rank takes its pick. Timings vary, so two fresh tuned runs "
+          "may pick differently; tuned or not, a checkpoint records every GEMM's algorithm, and a run resumed on the "
+          "same GPU model and cuBLASLt version takes them, so it computes the same bits. 0 by default: the timed "
+          "picks measured 1.01x tokens/s at 124M and 1.00x at 350M on one H200 (bench/RESULTS.md, GEMM tuning on "
+          "random operands). The cpu backend takes 0 only"),
       key("train", "device", &Config::train, &TrainConfig::device,
           "cpu (fp32 reference, OpenBLAS, MPI) or cuda (one GPU per rank, NCCL)"),
       key("train", "dtype", &Config::train, &TrainConfig::dtype,
-          "compute precision: bf16 (fp32 master weights), fp32 (parity), fp16 (dynamic loss scaling), "
-          "auto (bf16 on cuda, fp32 on cpu); cpu computes in fp32 only"),
+          "compute precision: bf16, fp16 (with dynamic loss scaling), fp32, or auto (bf16 on cuda, fp32 on cpu); "
+          "master weights, gradient shards and AdamW state are fp32 in every mode. The cpu backend computes in fp32 "
+          "only"),
       key("train", "attention", &Config::train, &TrainConfig::attention,
-          "cuda attention kernels: cudnn (cuDNN fused SDPA, bf16/fp16), flash (our own, any dtype), auto "
-          "(cudnn where cuDNN runs the type and shape, else flash); cpu takes auto only"),
+          "cuda attention kernels: cudnn (cuDNN's fused SDPA; needs bf16 or fp16), flash (shardtrain's own, any "
+          "dtype), or auto (cudnn where cuDNN runs the type and shape, else flash). The cpu backend takes auto only"),
       key("train", "deterministic", &Config::train, &TrainConfig::deterministic,
-          "cuda: true (the default) gives the same bits run after run, so a resumed run repeats the uninterrupted "
-          "one exactly; false lets cuDNN's attention backward add dQ with atomics (faster; runs then differ in the "
-          "last bits). The cpu backend is deterministic and takes true only"),
+          "cuda: true gives the same bits run after run, so a resumed run repeats the uninterrupted one exactly; "
+          "false lets cuDNN's attention backward add dQ with atomics (faster; runs then differ in the last bits). "
+          "The cpu backend is deterministic and takes true only"),
 
-      key("optim", "lr", &Config::optim, &OptimConfig::lr, "peak learning rate, reached after warmup"),
-      key("optim", "min_lr", &Config::optim, &OptimConfig::min_lr, "learning rate at the end of the cosine decay"),
-      key("optim", "warmup_steps", &Config::optim, &OptimConfig::warmup_steps, "steps of linear warmup to lr"),
+      key("optim", "lr", &Config::optim, &OptimConfig::lr,
+          "peak learning rate: a linear warmup to it over optim.warmup_steps, then a cosine decay to optim.min_lr at "
+          "train.steps"),
+      key("optim", "min_lr", &Config::optim, &OptimConfig::min_lr,
+          "learning rate at the end of the cosine decay, in [0, optim.lr]"),
+      key("optim", "warmup_steps", &Config::optim, &OptimConfig::warmup_steps, "steps of linear warmup to optim.lr"),
       key("optim", "weight_decay", &Config::optim, &OptimConfig::weight_decay,
-          "AdamW decoupled weight decay, applied to matrices only"),
+          "AdamW decoupled weight decay, applied to the blocks' matrices only (biases, LayerNorm gains and the "
+          "embeddings do not decay)"),
       key("optim", "beta1", &Config::optim, &OptimConfig::beta1, "AdamW first-moment decay, in [0, 1)"),
       key("optim", "beta2", &Config::optim, &OptimConfig::beta2, "AdamW second-moment decay, in [0, 1)"),
-      key("optim", "eps", &Config::optim, &OptimConfig::eps, "AdamW epsilon"),
+      key("optim", "eps", &Config::optim, &OptimConfig::eps, "AdamW epsilon, > 0"),
       key("optim", "grad_clip", &Config::optim, &OptimConfig::grad_clip, "global gradient-norm clip (0: off)"),
       key("optim", "offload", &Config::optim, &OptimConfig::offload,
-          "optimizer state in host memory: none, optimizer (fp32 master, m, v; AdamW on host threads), "
-          "optimizer+params (also the compute-precision parameter shard; cuda only)"),
+          "where the optimizer state lives: none (with the parameters), optimizer (fp32 master weights, m and v in "
+          "host memory, AdamW on host threads), or optimizer+params (also the compute-precision parameter shard; "
+          "cuda only). On cuda, offloading needs train.dtype bf16 or fp16"),
       key("optim", "offload_threads", &Config::optim, &OptimConfig::offload_threads,
-          "host AdamW threads per rank with optim.offload (0: this rank's share of the CPUs, less one)"),
+          "host AdamW threads per rank with optim.offload (0: this rank's share of the CPUs, less one for the rank "
+          "itself)"),
       key("optim", "offload_fraction", &Config::optim, &OptimConfig::offload_fraction,
           "with optim.offload: offload the units from the last one back until this share of the parameters is "
-          "covered (1: all); the first units keep their optimizer on the GPU, so the next forward starts at once"),
+          "covered, in (0, 1] (1: all); the first units keep their optimizer on the GPU, so the next forward starts "
+          "at once"),
       key("optim", "offload_speculative", &Config::optim, &OptimConfig::offload_speculative,
           "with optim.offload on cuda: start each unit's host AdamW during the backward, as soon as its gradient is "
           "on the host, assuming the step is not clipped, into a second copy of the host state (12 more bytes per "
@@ -262,9 +283,9 @@ const std::vector<Key>& keys() {
       key("data", "format", &Config::data, &DataConfig::format,
           "llmc (llm.c .bin token shards) or text (raw bytes, vocab 256)"),
       key("data", "val_path", &Config::data, &DataConfig::val_path,
-          "validation data (empty: hold out the last val_holdout of the training stream)"),
+          "validation data (empty: hold out the last data.val_holdout of the training stream)"),
       key("data", "val_holdout", &Config::data, &DataConfig::val_holdout,
-          "fraction of the training stream held out when val_path is empty, in [0, 1)"),
+          "fraction of the training stream held out for validation when data.val_path is empty, in [0, 1)"),
       key("data", "shuffle", &Config::data, &DataConfig::shuffle, "shuffle the data order (false: sequential)"),
 
       key("ckpt", "dir", &Config::ckpt, &CkptConfig::dir,
@@ -274,13 +295,14 @@ const std::vector<Key>& keys() {
       key("ckpt", "keep", &Config::ckpt, &CkptConfig::keep,
           "committed checkpoints to keep (0: all); the one resumed from is never deleted"),
       key("ckpt", "resume", &Config::ckpt, &CkptConfig::resume,
-          "auto (the latest committed checkpoint in ckpt.dir, if any) | none | a step directory"),
+          "auto (the latest committed checkpoint in ckpt.dir, if any), none (start from step 0), or a step "
+          "directory to resume from"),
       key("ckpt", "export", &Config::ckpt, &CkptConfig::export_path,
           "at the end, write the full weights to this HDF5 file with Hugging Face GPT-2 names (empty: none)"),
 
       key("init", "from", &Config::init, &InitConfig::from,
           "start from these weights instead of random init: .safetensors or .h5 with Hugging Face GPT-2 "
-          "names (ignored when resuming a checkpoint)"),
+          "names (empty: random init; ignored when resuming a checkpoint)"),
 
       key("log", "metrics", &Config::log, &LogConfig::metrics,
           "JSONL metrics file written by rank 0, its directory made if missing (empty: none)"),
@@ -308,27 +330,28 @@ const std::vector<Key>& keys() {
           "dist.bootstrap=env: seconds the ranks wait for each other at start-up before failing (exit 75)"),
       key("dist", "prefetch_depth", &Config::dist, &DistConfig::prefetch_depth,
           "cuda: units whose parameter all-gather may run ahead of the unit computing, and gradient buffers whose "
-          "reduce-scatter may run behind it (0: gather each unit just before use); each adds one unit's gathered "
-          "parameters and gradient of memory. -1: the measured default for the sharding group's link (nvlink 1, "
-          "pcie 2, network 1; the log says which). The cpu backend gathers synchronously and takes -1 only"),
+          "reduce-scatter may run behind it (0: gather each unit just before use; at most 8); each adds one unit's "
+          "gathered parameters and gradient of memory. -1: the measured default for the sharding group's link "
+          "(nvlink 1, pcie 2, network 1; the log says which). The cpu backend gathers synchronously and takes -1 "
+          "only"),
       key("dist", "reduce_scatter_ctas", &Config::dist, &DistConfig::reduce_scatter_ctas,
           "cuda: the most CTAs (SMs) NCCL may run a block's gradient reduce-scatter on, through a communicator of "
-          "its own; fewer leave more of the GPU to the backward it overlaps (the embedding's, which the next "
-          "step waits for, keeps NCCL's choice). 0: NCCL's own choice for every reduce-scatter. -1: the measured "
-          "default for the sharding group's link (nvlink 4, pcie 0, network 0; the log says which). The cpu "
-          "backend takes -1 only"),
+          "its own, at most 64; fewer leave more of the GPU to the backward it overlaps (the embedding's, which the "
+          "next step waits for, keeps NCCL's choice). 0: NCCL's own choice for every reduce-scatter. -1: the "
+          "measured default for the sharding group's link (nvlink 4, pcie 0, network 0; the log says which). Set "
+          "(0 or more), it keeps dist.reduce_engine=auto on NCCL's kernels and is refused with "
+          "dist.reduce_engine=copy. The cpu backend takes -1 only"),
       key("dist", "gather_engine", &Config::dist, &DistConfig::gather_engine,
           "cuda: what moves the parameter all-gathers: copy (NCCL's copy engines, with no SM taken from the compute "
           "they overlap: the sharding group must be one node's GPUs on NVLink with peer-to-peer, and NCCL 2.28 or "
-          "newer), sm (NCCL's kernels), or auto (copy where that holds, else sm; the log says which). The cpu "
-          "backend takes auto only"),
+          "newer; refused otherwise), sm (NCCL's kernels), or auto (copy where that holds, else sm; the log says "
+          "which). The cpu backend takes auto only"),
       key("dist", "reduce_engine", &Config::dist, &DistConfig::reduce_engine,
           "cuda: what moves the gradient reduce-scatters: copy (each rank's slices go to their owners by NCCL's "
           "copy-engine all-to-all, and the owner adds them in rank order, in fp32, as it takes its shard: no NCCL "
-          "kernel beside the backward; same conditions as dist.gather_engine = copy, and a unit-sized receive "
+          "kernel beside the backward; same conditions as dist.gather_engine=copy, and a unit-sized receive "
           "buffer), sm (NCCL's reduce-scatter kernels), or auto (copy where that holds and dist.reduce_scatter_ctas "
-          "is not set, else sm; the log says which). The cpu "
-          "backend takes auto only"),
+          "is -1, else sm; the log says which). The cpu backend takes auto only"),
       key("dist", "bucket_mb", &Config::dist, &DistConfig::bucket_mb,
           "hybrid sharding: the gradient shards of consecutive units are all-reduced across nodes together, once per "
           "optimizer step, as soon as this many MiB of them are final (0: one all-reduce per unit). -1: the measured "

@@ -21,8 +21,8 @@ class Field {
  public:
   virtual ~Field() = default;
   // Registers `key` in `desc`; Boost writes the parsed value into this key's field of `cfg` on notify().
-  virtual void add_to(boost::program_options::options_description& desc, const std::string& key, const char* meaning,
-                      Config& cfg) const = 0;
+  virtual void add_to(boost::program_options::options_description& desc, const std::string& key,
+                      const char* description, Config& cfg) const = 0;
   // The field's value in `cfg` as INI text (to_ini() writes it, help shows the default).
   virtual std::string format(const Config& cfg) const = 0;
   // What a value must look like: "an integer", "one of: cpu, cuda", ... (errors, help, docs/config.md).
@@ -35,7 +35,7 @@ class Field {
 struct Key {
   const char* section;
   const char* name;
-  const char* meaning;
+  const char* description;
   std::shared_ptr<const Field> field;
 
   std::string full_name() const { return std::string(section) + "." + name; }
