@@ -4,8 +4,9 @@
 // Any key can be overridden on the command line as --section.key=value; the command line wins. Unknown sections or
 // keys are refused (the error names the key and the file); a value of the wrong type names the key and the value.
 //
-// The key table in src/core/config_keys.cc describes every key (meaning, unit, range, default), and `shardtrain --help`
-// prints it. The fields below carry at most a unit or type note.
+// The key table in src/core/config_keys.cc describes every key (meaning, unit, range, default); `shardtrain --help`
+// prints it and docs/config.md is generated from it (config_markdown()). The fields below carry at most a unit or
+// type note.
 //
 //   st::Config cfg = st::load_config("configs/tiny.ini", {"--train.steps=10"});
 //   int accum = cfg.grad_accum_steps(/*world_size=*/2);  // throws kBadInput if it does not divide
@@ -148,6 +149,11 @@ Config load_config_text(const std::string& ini_text, const std::string& label,
 
 // Every key, one per line: "  section.key  (default: X)  description". Used by --help.
 std::string config_help();
+
+// docs/config.md: a header that says how to regenerate the file, then per section a Markdown table of every key
+// with what its value must look like, its default and its description. `shardtrain --help-config=markdown` prints
+// it.
+std::string config_markdown();
 
 // The full config as INI text (every key, including defaults), for logs and checkpoint manifests.
 // load_config() of this text yields an equal Config.
