@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <boost/lexical_cast.hpp>
+#include <cmath>
 #include <iomanip>
 #include <limits>
 #include <locale>
@@ -102,6 +103,12 @@ namespace {
 
 template <typename T>
 std::string format_float(T v) {
+  if (std::isfinite(v) && v == std::trunc(v) && std::fabs(v) < T(1e15)) {
+    std::ostringstream os;
+    os.imbue(std::locale::classic());
+    os << std::fixed << std::setprecision(0) << v;
+    return os.str();
+  }
   for (int precision = 1; precision <= std::numeric_limits<T>::max_digits10; ++precision) {
     std::ostringstream os;
     os.imbue(std::locale::classic());

@@ -52,7 +52,7 @@ bool is_section(const std::string& name);
 std::string section_list();
 
 // The shortest decimal text that reads back (through the same parser Boost uses) to exactly `v`, so to_ini()
-// round-trips and help shows 0.001 rather than 0.00100000005.
+// round-trips and help shows 0.001 rather than 0.00100000005; a whole number prints as one (600, not 6e+02).
 std::string format_number(float v);
 std::string format_number(double v);
 

@@ -395,6 +395,17 @@ TEST_F(ConfigTest, ToIniRoundTrips) {
   const std::string defaults = to_ini(Config{});
   EXPECT_NE(defaults.find("\nlr = 0.003\n"), std::string::npos) << defaults;
   EXPECT_NE(defaults.find("\nval_path =\n"), std::string::npos) << defaults;
+  // Whole numbers print as integers: 600, not the shortest %g form 6e+02; small and fractional ones as before.
+  EXPECT_NE(defaults.find("\ntimeout_s = 600\n"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("\nrendezvous_timeout_s = 300\n"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("\ngrad_clip = 1\n"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("\nbucket_mb = -1\n"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("\neps = 1e-08\n"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("\nval_holdout = 0.05\n"), std::string::npos) << defaults;
+  const Config big = load_config(std::nullopt, {"--dist.timeout_s=1e20", "--dist.max_gpu_mem_gib=80"});
+  EXPECT_NE(to_ini(big).find("\ntimeout_s = 1e+20\n"), std::string::npos) << to_ini(big);
+  EXPECT_NE(to_ini(big).find("\nmax_gpu_mem_gib = 80\n"), std::string::npos) << to_ini(big);
+  EXPECT_EQ(load_config(write("big.ini", to_ini(big)), {}).dist.timeout_s, 1e20);
   const Config z = load_config(write("defaults.ini", defaults), {});
   EXPECT_EQ(to_ini(z), defaults);
 }
