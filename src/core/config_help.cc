@@ -13,31 +13,13 @@ using config_internal::keys;
 using config_internal::keys_in;
 using config_internal::kSections;
 
-std::string config_help() {
-  const Config defaults;
-  size_t name_width = 0;
-  size_t default_width = 0;
-  for (const auto& k : keys()) {
-    name_width = std::max(name_width, k.full_name().size());
-    default_width = std::max(default_width, k.field->format(defaults).size());
-  }
-  std::ostringstream os;
-  for (const char* section : kSections) {
-    os << "[" << section << "]\n";
-    const std::vector<const Key*> in_section = keys_in(section);
-    for (const Key* k : in_section) {
-      std::string value = k->field->format(defaults);
-      if (value.empty()) value = "\"\"";
-      os << "  " << std::left << std::setw(static_cast<int>(name_width)) << k->full_name() << "  "
-         << std::setw(static_cast<int>(default_width + 11)) << ("(default: " + value + ")") << "  " << k->description
-         << "\n";
-    }
-    if (in_section.empty()) os << "  (no keys in this version)\n";
-  }
-  return os.str();
-}
-
 namespace {
+
+// A key's default as help and docs/config.md show it: "" for an empty string.
+std::string shown_default(const Key& k) {
+  const std::string value = k.field->format(Config{});
+  return value.empty() ? "\"\"" : value;
+}
 
 // Markdown table cells: a '|' would end the cell.
 std::string escape_cell(const std::string& text) {
@@ -51,8 +33,29 @@ std::string escape_cell(const std::string& text) {
 
 }  // namespace
 
-std::string config_markdown() {
+std::string config_help() {
   const Config defaults;
+  size_t name_width = 0;
+  size_t default_width = 0;
+  for (const auto& k : keys()) {
+    name_width = std::max(name_width, k.full_name().size());
+    default_width = std::max(default_width, k.field->format(defaults).size());
+  }
+  std::ostringstream os;
+  for (const char* section : kSections) {
+    os << "[" << section << "]\n";
+    const std::vector<const Key*> in_section = keys_in(section);
+    for (const Key* k : in_section) {
+      os << "  " << std::left << std::setw(static_cast<int>(name_width)) << k->full_name() << "  "
+         << std::setw(static_cast<int>(default_width + 11)) << ("(default: " + shown_default(*k) + ")") << "  "
+         << k->description << "\n";
+    }
+    if (in_section.empty()) os << "  (no keys in this version)\n";
+  }
+  return os.str();
+}
+
+std::string config_markdown() {
   std::ostringstream os;
   os << "# Configuration keys\n"
         "\n"
@@ -77,10 +80,8 @@ std::string config_markdown() {
     }
     os << "| key | value | default | description |\n|---|---|---|---|\n";
     for (const Key* k : in_section) {
-      std::string value = k->field->format(defaults);
-      if (value.empty()) value = "\"\"";
-      os << "| `" << k->full_name() << "` | " << escape_cell(k->field->expected()) << " | `" << escape_cell(value)
-         << "` | " << escape_cell(k->description) << " |\n";
+      os << "| `" << k->full_name() << "` | " << escape_cell(k->field->expected()) << " | `"
+         << escape_cell(shown_default(*k)) << "` | " << escape_cell(k->description) << " |\n";
     }
   }
   return os.str();
