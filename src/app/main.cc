@@ -34,8 +34,10 @@ constexpr const char* kUsage =
     "  plot     a metrics file's curves as an SVG: shardtrain plot METRICS.jsonl [--out run.svg]\n"
     "\n"
     "options:\n"
-    "  --help, -h     this text (with every config key)\n"
-    "  --help-env     the environment variables shardtrain reads\n"
+    "  --help, -h                this text (with every config key)\n"
+    "  --help-config             every config key, without the commands\n"
+    "  --help-config=markdown    every config key as Markdown: docs/config.md is this output\n"
+    "  --help-env                the environment variables shardtrain reads\n"
     "\n"
     "exit codes: 0 success, 2 bad input (config, data, checkpoint: do not retry), 75 fault (retry from the\n"
     "last checkpoint), 76 preempted (SIGTERM/SIGINT: checkpoint committed; resume with ckpt.resume=auto),\n"
@@ -107,6 +109,16 @@ int run(int argc, char** argv, st::Communicator& comm) {
     print_env();
     return st::kExitOk;
   }
+  if (cmd == "--help-config") {
+    print_help(false);
+    return st::kExitOk;
+  }
+  if (cmd == "--help-config=markdown") {
+    std::fputs(st::config_markdown().c_str(), stdout);
+    return st::kExitOk;
+  }
+  if (cmd.rfind("--help-config=", 0) == 0)
+    ST_BAD_INPUT("unknown format in '", cmd, "' (expected --help-config=markdown, or --help-config for plain text)");
   if (cmd == "train") return cmd_train(rest, comm);
   if (cmd == "ckpt") return cmd_ckpt(rest);
   if (cmd == "eval") return cmd_eval(rest, comm);

@@ -8,6 +8,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "shardtrain/core/error.h"
 
@@ -394,6 +395,17 @@ TEST_F(ConfigTest, ToIniRoundTrips) {
   const std::string defaults = to_ini(Config{});
   EXPECT_NE(defaults.find("\nlr = 0.003\n"), std::string::npos) << defaults;
   EXPECT_NE(defaults.find("\nval_path =\n"), std::string::npos) << defaults;
+  // Whole numbers print as integers: 600, not the shortest %g form 6e+02; small and fractional ones as before.
+  EXPECT_NE(defaults.find("\ntimeout_s = 600\n"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("\nrendezvous_timeout_s = 300\n"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("\ngrad_clip = 1\n"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("\nbucket_mb = -1\n"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("\neps = 1e-08\n"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("\nval_holdout = 0.05\n"), std::string::npos) << defaults;
+  const Config big = load_config(std::nullopt, {"--dist.timeout_s=1e20", "--dist.max_gpu_mem_gib=80"});
+  EXPECT_NE(to_ini(big).find("\ntimeout_s = 1e+20\n"), std::string::npos) << to_ini(big);
+  EXPECT_NE(to_ini(big).find("\nmax_gpu_mem_gib = 80\n"), std::string::npos) << to_ini(big);
+  EXPECT_EQ(load_config(write("big.ini", to_ini(big)), {}).dist.timeout_s, 1e20);
   const Config z = load_config(write("defaults.ini", defaults), {});
   EXPECT_EQ(to_ini(z), defaults);
 }
@@ -472,6 +484,45 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
   EXPECT_NE(help.find("  dist.reshard_after_forward "), std::string::npos) << help;
+}
+
+// docs/config.md's text: a table row per key, in to_ini()'s order, with what the value must look like, the default
+// and the description; each row has exactly the five '|' of its four cells.
+TEST_F(ConfigTest, MarkdownHasOneRowPerKeyOfToIni) {
+  const std::string md = config_markdown();
+  std::vector<std::string> ini_names;
+  std::istringstream ini(to_ini(Config{}));
+  std::string line, section;
+  while (std::getline(ini, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] == '[') {
+      section = line.substr(1, line.size() - 2);
+      EXPECT_NE(md.find("\n## [" + section + "]\n"), std::string::npos) << section;
+      continue;
+    }
+    ini_names.push_back(section + "." + line.substr(0, line.find(" =")));
+  }
+  std::vector<std::string> row_names;
+  std::istringstream rows(md);
+  while (std::getline(rows, line)) {
+    if (line.rfind("| `", 0) != 0) continue;
+    row_names.push_back(line.substr(3, line.find('`', 3) - 3));
+    int cell_bars = 0;
+    for (size_t i = 0; i < line.size(); ++i) cell_bars += line[i] == '|' && (i == 0 || line[i - 1] != '\\');
+    EXPECT_EQ(cell_bars, 5) << line;
+  }
+  EXPECT_EQ(row_names, ini_names);
+  EXPECT_EQ(row_names.size(), 54u);
+
+  EXPECT_EQ(md.substr(0, md.find('\n')), "# Configuration keys");
+  EXPECT_NE(md.find("\n    ./build/shardtrain --help-config=markdown > docs/config.md\n"), std::string::npos);
+  EXPECT_NE(md.find("\n| `model.n_layer` | an integer | `4` | number of transformer blocks |\n"), std::string::npos);
+  EXPECT_NE(md.find("\n| `train.seed` | a non-negative integer | `1337` | "), std::string::npos);
+  EXPECT_NE(md.find("\n| `train.gemm_autotune` | an integer | `0` | cuda: "), std::string::npos);
+  EXPECT_NE(md.find("\n| `train.device` | one of: cpu, cuda | `cpu` | "), std::string::npos);
+  EXPECT_NE(md.find("\n| `optim.lr` | a number | `0.003` | "), std::string::npos);
+  EXPECT_NE(md.find("\n| `data.shuffle` | true/false, 1/0 or yes/no | `true` | "), std::string::npos);
+  EXPECT_NE(md.find("\n| `log.metrics` | a string | `\"\"` | "), std::string::npos);
 }
 
 TEST_F(ConfigTest, DeviceAndDtype) {

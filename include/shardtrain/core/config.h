@@ -1,9 +1,12 @@
-// The run configuration: INI sections [model] [train] [optim] [data] [ckpt] [log] [dist], parsed once
-// with Boost.ProgramOptions into an immutable Config that is passed explicitly (no globals).
+// The run configuration: INI sections [model] [train] [optim] [data] [ckpt] [init] [log] [dist], parsed once with
+// Boost.ProgramOptions into an immutable Config that is passed explicitly (no globals).
 //
-// Any key can be overridden on the command line as --section.key=value; the command line wins.
-// Unknown sections or keys are refused (the error names the key and the file); a value of the wrong
-// type names the key and the value. Every key has a default and a one-line meaning (config_help()).
+// Any key can be overridden on the command line as --section.key=value; the command line wins. Unknown sections or
+// keys are refused (the error names the key and the file); a value of the wrong type names the key and the value.
+//
+// The key table in src/core/config_keys.cc describes every key (meaning, unit, range, default); `shardtrain --help`
+// prints it and docs/config.md is generated from it (config_markdown()). The fields below carry at most a unit or
+// type note.
 //
 //   st::Config cfg = st::load_config("configs/tiny.ini", {"--train.steps=10"});
 //   int accum = cfg.grad_accum_steps(/*world_size=*/2);  // throws kBadInput if it does not divide
@@ -20,99 +23,81 @@ struct ModelConfig {
   int n_layer = 4;
   int n_head = 4;
   int n_embd = 128;
-  int vocab_size = 256;  // real vocabulary; the embedding is padded to padded_vocab() in memory
-  int seq_len = 128;     // T: context length, also the size of the position embedding
-  // vocab_size rounded up to a multiple of 128 (50257 -> 50304). Padded rows never enter the loss.
+  int vocab_size = 256;  // real vocabulary; see padded_vocab()
+  int seq_len = 128;     // tokens
+  // vocab_size rounded up to a multiple of 128 (50257 -> 50304): the embedding's rows in memory.
   int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
 };
 
 enum class Device { kCpu, kCuda };
-// Compute precision. Master weights, gradient shards and AdamW state are fp32 in every mode.
-enum class DType { kAuto, kF32, kBF16, kF16 };  // auto: bf16 on cuda, fp32 on cpu
-// Attention kernels of the cuda backend: cuDNN's fused SDPA (bf16/fp16), our own flash attention (any
-// type), or auto: cuDNN where it has an engine for the type and shape, flash attention otherwise.
+enum class DType { kAuto, kF32, kBF16, kF16 };  // compute precision; Config::compute_dtype() resolves kAuto
 enum class AttentionImpl { kAuto, kCudnn, kFlash };
 
 struct TrainConfig {
-  int64_t steps = 600;        // total optimizer steps (a resumed run continues until this)
-  int64_t global_batch = 16;  // sequences per optimizer step, over all ranks
-  int64_t micro_batch = 16;   // sequences per rank per micro-step
-  uint64_t seed = 1337;       // seeds initialisation and data order
-  int64_t eval_every = 100;   // steps between validation passes (0: only at the end)
-  int64_t eval_batches = 8;   // micro-batches per validation pass, per rank
-  int64_t sample_tokens = 200;  // bytes of text generated at the end of a byte-level run (0: none)
-  bool recompute = false;       // keep only block inputs; recompute activations in backward
+  int64_t steps = 600;
+  int64_t global_batch = 16;  // sequences, over all ranks
+  int64_t micro_batch = 16;   // sequences, per rank
+  uint64_t seed = 1337;
+  int64_t eval_every = 100;     // steps
+  int64_t eval_batches = 8;     // micro-batches, per rank
+  int64_t sample_tokens = 200;  // bytes
+  bool recompute = false;
   Device device = Device::kCpu;
-  DType dtype = DType::kAuto;  // see Config::compute_dtype()
+  DType dtype = DType::kAuto;
   AttentionImpl attention = AttentionImpl::kAuto;
-  // cuda: false lets cuDNN's attention backward sum dQ with atomics: faster, but two runs (and a resumed run against
-  // an uninterrupted one) differ in the last bits. True: every kernel gives the same bits run after run.
   bool deterministic = true;
-  // cuda: cuBLASLt algorithms timed per GEMM (the heuristic's first N; 0 or 1: its first). Rank 0 times, every
-  // rank takes its pick, and checkpoints keep the picks for the resumed run. Off by default: the picks win in
-  // isolation but lose in sustained training on the H200s (bench/RESULTS.md, session 7).
-  int64_t gemm_autotune = 0;
+  int64_t gemm_autotune = 0;  // cuBLASLt candidates timed per GEMM shape, <= kMaxGemmCandidates
 };
 
-// Where the optimizer state lives (train.device=cuda): on the device (none); fp32 master, m and v in host memory
-// with AdamW on host threads (optimizer); and also the compute-precision parameter shard (optimizer+params).
 enum class OffloadMode { kNone, kOptimizer, kOptimizerParams };
-// optim.offload_speculative: auto (on with optim.offload on cuda when the host has memory for the second copy of the
-// offloaded state), true, false.
-enum class Speculation { kAuto, kOn, kOff };
+enum class Speculation { kAuto, kOn, kOff };  // optim.offload_speculative: auto, true, false
 
 struct OptimConfig {
   float lr = 3e-3f;
-  float min_lr = 3e-4f;  // cosine decay ends here
+  float min_lr = 3e-4f;
   int64_t warmup_steps = 30;
-  float weight_decay = 0.1f;  // decoupled; applied to matrices only
+  float weight_decay = 0.1f;
   float beta1 = 0.9f;
   float beta2 = 0.95f;
   float eps = 1e-8f;
-  float grad_clip = 1.0f;  // global-norm clip; 0 disables
+  float grad_clip = 1.0f;  // global norm; 0: off
   OffloadMode offload = OffloadMode::kNone;
-  int64_t offload_threads = 0;  // host AdamW threads per rank; 0: this rank's share of the CPUs, less one
-  float offload_fraction = 1.0f;  // the share of the parameters offloaded: the last units in forward order
-  Speculation offload_speculative = Speculation::kAuto;  // host AdamW during backward, unclipped; redo if clipped
+  int64_t offload_threads = 0;    // 0: automatic
+  float offload_fraction = 1.0f;  // share of the parameters, in (0, 1]
+  Speculation offload_speculative = Speculation::kAuto;
 };
 
 enum class DataFormat { kLlmc, kText };
 
 struct DataConfig {
-  std::string path = "@fortunes";  // a file, a glob, or @fortunes (the built-in corpus)
+  std::string path = "@fortunes";  // a file, a glob, or @fortunes
   DataFormat format = DataFormat::kText;
-  std::string val_path;      // empty: hold out the last val_holdout of the training stream
-  double val_holdout = 0.05;  // fraction held out when val_path is empty
-  bool shuffle = true;        // false: sequential order (see README "Data order")
+  std::string val_path;       // empty: hold out val_holdout
+  double val_holdout = 0.05;  // fraction, in [0, 1)
+  bool shuffle = true;
 };
 
 struct CkptConfig {
-  std::string dir;            // where step_XXXXXXXX/ checkpoints live (empty: no checkpoints)
-  int64_t every = 0;          // steps between saves; a save also happens at the end (0: only at the end)
-  int64_t keep = 3;           // committed checkpoints kept (0: all); the one resumed from is never deleted
-  std::string resume = "auto";  // auto (latest in dir, if any) | none | a step directory
-  std::string export_path;    // ckpt.export: full weights, Hugging Face names, written at the end (empty: none)
+  std::string dir;              // empty: no checkpoints
+  int64_t every = 0;            // steps; 0: only at the end
+  int64_t keep = 3;             // 0: all
+  std::string resume = "auto";  // "auto", "none" or a step directory
+  std::string export_path;      // key ckpt.export; empty: none
 };
 
 struct InitConfig {
-  std::string from;  // init.from: start from these weights (.safetensors or .h5, HF GPT-2 names); empty: random
+  std::string from;  // empty: random init
 };
 
 struct LogConfig {
-  std::string metrics;  // JSONL path written by rank 0; empty: none
-  int64_t every = 1;    // steps between human-readable lines
+  std::string metrics;  // JSONL path; empty: none
+  int64_t every = 1;    // steps
 };
 
-// The world itself comes from the launcher (mpirun); these shape how it is used.
-// How the sharded state spans the world: every rank (full ZeRO-3), or the ranks of one node with a replica per
-// node (hybrid, HSDP), or chosen at start from measured bandwidth (auto).
+// The world itself comes from the launcher; these shape how it is used.
 enum class ShardingMode { kFull, kHybrid, kAuto };
-// How the ranks find each other (comm/launcher.h): auto (MPI under mpirun, else env when WORLD_SIZE is set, else
-// one process), mpi, or env (torchrun / Kubernetes Indexed Job variables and a TCP rendezvous on rank 0).
-enum class Bootstrap { kAuto, kMpi, kEnv };
-// What moves a kind of collective (cuda): NCCL's copy-engine path (zero CTAs: NVLink peer-to-peer within one node,
-// NCCL 2.28+), NCCL's kernels on the SMs, or auto (the measured default for the sharding group's link).
-enum class CommEngine { kAuto, kCopy, kSm };
+enum class Bootstrap { kAuto, kMpi, kEnv };   // how the ranks find each other (comm/launcher.h)
+enum class CommEngine { kAuto, kCopy, kSm };  // what moves a kind of collective on cuda
 
 // dist.prefetch_depth's ceiling: each unit of depth holds one more gathered unit of parameters and of gradients.
 constexpr int64_t kMaxPrefetchDepth = 8;
@@ -123,16 +108,16 @@ constexpr int64_t kMaxGemmCandidates = 64;
 
 struct DistConfig {
   ShardingMode sharding = ShardingMode::kFull;
-  bool reshard_after_forward = true;  // ZeRO-3: free gathered params after forward, gather again in backward
-  double max_gpu_mem_gib = 0;         // plan-time cap on one rank's device memory (0: the card's free memory)
-  double timeout_s = 600;             // deadline of one collective (comm/watchdog.h); 0: none
+  bool reshard_after_forward = true;
+  double max_gpu_mem_gib = 0;  // GiB; 0: the card's free memory
+  double timeout_s = 600;      // seconds; 0: no deadline
   Bootstrap bootstrap = Bootstrap::kAuto;
-  double rendezvous_timeout_s = 300;  // how long ranks wait for each other in the env bootstrap's rendezvous
-  int64_t prefetch_depth = -1;        // units gathered ahead of compute (cuda); -1: the link's default
-  int64_t reduce_scatter_ctas = -1;   // NCCL CTAs a reduce-scatter may take (cuda); 0: NCCL's own; -1: the link's
-  CommEngine gather_engine = CommEngine::kAuto;  // cuda: the all-gathers on the copy engines or on SMs
-  CommEngine reduce_engine = CommEngine::kAuto;  // cuda: the reduce-scatters' exchange on the copy engines or on SMs
-  double bucket_mb = -1;  // hybrid's cross-node all-reduce bucket in MiB (0: per unit); -1: the default
+  double rendezvous_timeout_s = 300;  // seconds
+  int64_t prefetch_depth = -1;        // units, <= kMaxPrefetchDepth; -1: the link's default
+  int64_t reduce_scatter_ctas = -1;   // <= kMaxNcclCtas; 0: NCCL's own; -1: the link's default
+  CommEngine gather_engine = CommEngine::kAuto;
+  CommEngine reduce_engine = CommEngine::kAuto;
+  double bucket_mb = -1;  // MiB; 0: one all-reduce per unit; -1: the default
 };
 
 struct Config {
@@ -162,8 +147,13 @@ Config load_config(const std::optional<std::string>& path, const std::vector<std
 Config load_config_text(const std::string& ini_text, const std::string& label,
                         const std::vector<std::string>& overrides);
 
-// Every key, one per line: "  section.key  (default: X)  meaning". Used by --help.
+// Every key, one per line: "  section.key  (default: X)  description". Used by --help.
 std::string config_help();
+
+// docs/config.md: a header that says how to regenerate the file, then per section a Markdown table of every key
+// with what its value must look like, its default and its description. `shardtrain --help-config=markdown` prints
+// it.
+std::string config_markdown();
 
 // The full config as INI text (every key, including defaults), for logs and checkpoint manifests.
 // load_config() of this text yields an equal Config.

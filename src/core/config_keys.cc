@@ -1,0 +1,395 @@
+// The key table, and what each key's type brings: the allowed spellings of an enum, how a value prints, what a
+// value must look like, and how Boost.ProgramOptions parses an enum.
+#include "config_keys.h"
+
+#include <algorithm>
+#include <boost/lexical_cast.hpp>
+#include <cmath>
+#include <iomanip>
+#include <limits>
+#include <locale>
+#include <sstream>
+#include <type_traits>
+
+namespace po = boost::program_options;
+
+namespace st {
+namespace {
+
+// The allowed spellings of each enum-valued key; to_string(), parsing and the error text all read these
+// tables (one per enum type, found by overload on a null pointer of that type).
+template <typename E>
+struct EnumName {
+  const char* name;
+  E value;
+};
+constexpr EnumName<DataFormat> kDataFormats[] = {{"llmc", DataFormat::kLlmc}, {"text", DataFormat::kText}};
+constexpr EnumName<Device> kDevices[] = {{"cpu", Device::kCpu}, {"cuda", Device::kCuda}};
+constexpr EnumName<DType> kDTypes[] = {
+    {"auto", DType::kAuto}, {"fp32", DType::kF32}, {"bf16", DType::kBF16}, {"fp16", DType::kF16}};
+constexpr EnumName<AttentionImpl> kAttentionImpls[] = {
+    {"auto", AttentionImpl::kAuto}, {"cudnn", AttentionImpl::kCudnn}, {"flash", AttentionImpl::kFlash}};
+constexpr EnumName<OffloadMode> kOffloadModes[] = {{"none", OffloadMode::kNone},
+                                                   {"optimizer", OffloadMode::kOptimizer},
+                                                   {"optimizer+params", OffloadMode::kOptimizerParams}};
+constexpr EnumName<Speculation> kSpeculations[] = {
+    {"auto", Speculation::kAuto}, {"true", Speculation::kOn}, {"false", Speculation::kOff}};
+constexpr EnumName<ShardingMode> kShardingModes[] = {
+    {"full", ShardingMode::kFull}, {"hybrid", ShardingMode::kHybrid}, {"auto", ShardingMode::kAuto}};
+constexpr EnumName<Bootstrap> kBootstraps[] = {
+    {"auto", Bootstrap::kAuto}, {"mpi", Bootstrap::kMpi}, {"env", Bootstrap::kEnv}};
+constexpr EnumName<CommEngine> kCommEngines[] = {
+    {"auto", CommEngine::kAuto}, {"copy", CommEngine::kCopy}, {"sm", CommEngine::kSm}};
+
+const auto& enum_names(const DataFormat*) { return kDataFormats; }
+const auto& enum_names(const Device*) { return kDevices; }
+const auto& enum_names(const DType*) { return kDTypes; }
+const auto& enum_names(const AttentionImpl*) { return kAttentionImpls; }
+const auto& enum_names(const OffloadMode*) { return kOffloadModes; }
+const auto& enum_names(const Speculation*) { return kSpeculations; }
+const auto& enum_names(const ShardingMode*) { return kShardingModes; }
+const auto& enum_names(const Bootstrap*) { return kBootstraps; }
+const auto& enum_names(const CommEngine*) { return kCommEngines; }
+
+template <typename E>
+constexpr bool kIsConfigEnum =
+    std::is_same_v<E, DataFormat> || std::is_same_v<E, Device> || std::is_same_v<E, DType> ||
+    std::is_same_v<E, AttentionImpl> || std::is_same_v<E, OffloadMode> || std::is_same_v<E, ShardingMode> ||
+    std::is_same_v<E, Bootstrap> || std::is_same_v<E, Speculation> || std::is_same_v<E, CommEngine>;
+
+template <typename E>
+std::string enum_name_list() {
+  std::string out;
+  for (const auto& f : enum_names(static_cast<const E*>(nullptr)))
+    out += (out.empty() ? "" : ", ") + std::string(f.name);
+  return out;
+}
+
+template <typename E>
+const char* enum_to_string(E v) {
+  for (const auto& entry : enum_names(static_cast<const E*>(nullptr)))
+    if (entry.value == v) return entry.name;
+  return "?";
+}
+
+}  // namespace
+
+const char* to_string(DataFormat f) { return enum_to_string(f); }
+const char* to_string(Device d) { return enum_to_string(d); }
+const char* to_string(DType t) { return enum_to_string(t); }
+const char* to_string(AttentionImpl a) { return enum_to_string(a); }
+const char* to_string(OffloadMode m) { return enum_to_string(m); }
+const char* to_string(ShardingMode m) { return enum_to_string(m); }
+const char* to_string(Bootstrap b) { return enum_to_string(b); }
+const char* to_string(CommEngine g) { return enum_to_string(g); }
+const char* to_string(Speculation s) { return enum_to_string(s); }
+
+// Boost.ProgramOptions finds this overload by argument-dependent lookup when it parses an enum-valued key. The
+// error it throws carries no text of ours: the catch site rewrites it with the key and allowed values.
+template <typename E, typename = std::enable_if_t<kIsConfigEnum<E>>>
+void validate(boost::any& out, const std::vector<std::string>& values, E*, int) {
+  po::validators::check_first_occurrence(out);
+  const std::string& s = po::validators::get_single_string(values);
+  for (const auto& entry : enum_names(static_cast<const E*>(nullptr))) {
+    if (s == entry.name) {
+      out = entry.value;
+      return;
+    }
+  }
+  throw po::invalid_option_value(s);
+}
+
+namespace {
+
+template <typename T>
+std::string format_float(T v) {
+  if (std::isfinite(v) && v == std::trunc(v) && std::fabs(v) < T(1e15)) {
+    std::ostringstream os;
+    os.imbue(std::locale::classic());
+    os << std::fixed << std::setprecision(0) << v;
+    return os.str();
+  }
+  for (int precision = 1; precision <= std::numeric_limits<T>::max_digits10; ++precision) {
+    std::ostringstream os;
+    os.imbue(std::locale::classic());
+    os << std::setprecision(precision) << v;
+    try {
+      if (boost::lexical_cast<T>(os.str()) == v) return os.str();
+    } catch (const boost::bad_lexical_cast&) {
+      // inf/nan spellings the parser does not take back; fall through to full precision.
+    }
+  }
+  std::ostringstream os;
+  os.imbue(std::locale::classic());
+  os << std::setprecision(std::numeric_limits<T>::max_digits10) << v;
+  return os.str();
+}
+
+template <typename T>
+std::string format_value(const T& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v ? "true" : "false";
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return format_float(v);
+  } else if constexpr (kIsConfigEnum<T>) {
+    return to_string(v);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return v;
+  } else {
+    static_assert(std::is_integral_v<T>);
+    return std::to_string(v);
+  }
+}
+
+// What a value of type T must look like, for "bad value ... (expected ...)" messages.
+template <typename T>
+std::string expected_text() {
+  if constexpr (std::is_same_v<T, bool>) {
+    return "true/false, 1/0 or yes/no";
+  } else if constexpr (kIsConfigEnum<T>) {
+    return "one of: " + enum_name_list<T>();
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return "a number";
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return "a string";
+  } else if constexpr (std::is_unsigned_v<T>) {
+    return "a non-negative integer";
+  } else {
+    return "an integer";
+  }
+}
+
+template <typename S, typename T>
+class MemberField final : public config_internal::Field {
+ public:
+  MemberField(S Config::*section, T S::*member) : section_(section), member_(member) {}
+
+  void add_to(po::options_description& desc, const std::string& key, const char* description,
+              Config& cfg) const override {
+    desc.add_options()(key.c_str(), po::value<T>(&((cfg.*section_).*member_)), description);
+  }
+  std::string format(const Config& cfg) const override { return format_value((cfg.*section_).*member_); }
+  std::string expected() const override { return expected_text<T>(); }
+  bool rejects(const std::string& raw) const override {
+    if constexpr (std::is_same_v<T, std::string>) {
+      return false;
+    } else {
+      const auto first = raw.find_first_not_of(" \t");
+      if (first == std::string::npos) return true;
+      if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T> && !std::is_same_v<T, bool>) {
+        return raw[first] == '-';
+      }
+      return false;
+    }
+  }
+
+ private:
+  S Config::*section_;
+  T S::*member_;
+};
+
+template <typename S, typename T>
+config_internal::Key key(const char* section, const char* name, S Config::*outer, T S::*member,
+                         const char* description) {
+  return config_internal::Key{section, name, description, std::make_shared<MemberField<S, T>>(outer, member)};
+}
+
+}  // namespace
+
+namespace config_internal {
+
+std::string format_number(float v) { return format_float(v); }
+std::string format_number(double v) { return format_float(v); }
+
+const std::vector<Key>& keys() {
+  // Each description is the key's only one: `shardtrain --help` prints it and docs/config.md is generated from it.
+  // Say what the key does, its unit and range where a type does not, and what 0 or -1 mean.
+  static const std::vector<Key> table = {
+      key("model", "n_layer", &Config::model, &ModelConfig::n_layer, "number of transformer blocks"),
+      key("model", "n_head", &Config::model, &ModelConfig::n_head,
+          "attention heads per block; must divide model.n_embd"),
+      key("model", "n_embd", &Config::model, &ModelConfig::n_embd,
+          "embedding width (channels); a multiple of model.n_head"),
+      key("model", "vocab_size", &Config::model, &ModelConfig::vocab_size,
+          "real vocabulary (256: bytes, 50257: GPT-2); the embedding is padded to a multiple of 128 rows in memory "
+          "(50257 -> 50304) and the padded logits never enter the loss"),
+      key("model", "seq_len", &Config::model, &ModelConfig::seq_len,
+          "context length T in tokens, also the length of the position embedding"),
+
+      key("train", "steps", &Config::train, &TrainConfig::steps,
+          "total optimizer steps (a resumed run continues until this)"),
+      key("train", "global_batch", &Config::train, &TrainConfig::global_batch,
+          "sequences per optimizer step over all ranks; a multiple of train.micro_batch x world size, the quotient "
+          "being the micro-steps whose gradients each step accumulates"),
+      key("train", "micro_batch", &Config::train, &TrainConfig::micro_batch, "sequences per rank per micro-step"),
+      key("train", "seed", &Config::train, &TrainConfig::seed, "seeds initialisation and data order"),
+      key("train", "eval_every", &Config::train, &TrainConfig::eval_every,
+          "steps between validation passes (0: only at the end)"),
+      key("train", "eval_batches", &Config::train, &TrainConfig::eval_batches,
+          "micro-batches per validation pass, per rank (at least 1)"),
+      key("train", "sample_tokens", &Config::train, &TrainConfig::sample_tokens,
+          "bytes of text generated at the end of a byte-level run (0: none)"),
+      key("train", "recompute", &Config::train, &TrainConfig::recompute,
+          "keep only each block's input and recompute its activations in backward (less memory, more compute)"),
+      key("train", "gemm_autotune", &Config::train, &TrainConfig::gemm_autotune,
+          "cuda: for each GEMM shape, time the first N algorithms of cuBLASLt's heuristic list and keep the fastest "
+          "(0 or 1: the heuristic's first, untimed; at most 64). A shape is timed the first time it runs, on scratch "
+          "operands filled with uniform random values (a shape whose operands do not fit in the scratch memory keeps "
+          "the heuristic's first); rank 0 times and every rank takes its pick. Timings vary, so two fresh tuned runs "
+          "may pick differently; tuned or not, a checkpoint records every GEMM's algorithm, and a run resumed on the "
+          "same GPU model and cuBLASLt version takes them, so it computes the same bits. 0 by default: the timed "
+          "picks measured 1.01x tokens/s at 124M and 1.00x at 350M on one H200 (bench/RESULTS.md, GEMM tuning on "
+          "random operands). The cpu backend takes 0 only"),
+      key("train", "device", &Config::train, &TrainConfig::device,
+          "cpu (fp32 reference, OpenBLAS, MPI) or cuda (one GPU per rank, NCCL)"),
+      key("train", "dtype", &Config::train, &TrainConfig::dtype,
+          "compute precision: bf16, fp16 (with dynamic loss scaling), fp32, or auto (bf16 on cuda, fp32 on cpu); "
+          "master weights, gradient shards and AdamW state are fp32 in every mode. The cpu backend computes in fp32 "
+          "only"),
+      key("train", "attention", &Config::train, &TrainConfig::attention,
+          "cuda attention kernels: cudnn (cuDNN's fused SDPA; needs bf16 or fp16), flash (shardtrain's own, any "
+          "dtype), or auto (cudnn where cuDNN runs the type and shape, else flash). The cpu backend takes auto only"),
+      key("train", "deterministic", &Config::train, &TrainConfig::deterministic,
+          "cuda: true gives the same bits run after run, so a resumed run repeats the uninterrupted one exactly; "
+          "false lets cuDNN's attention backward add dQ with atomics (faster; runs then differ in the last bits). "
+          "The cpu backend is deterministic and takes true only"),
+
+      key("optim", "lr", &Config::optim, &OptimConfig::lr,
+          "peak learning rate: a linear warmup to it over optim.warmup_steps, then a cosine decay to optim.min_lr at "
+          "train.steps"),
+      key("optim", "min_lr", &Config::optim, &OptimConfig::min_lr,
+          "learning rate at the end of the cosine decay, in [0, optim.lr]"),
+      key("optim", "warmup_steps", &Config::optim, &OptimConfig::warmup_steps, "steps of linear warmup to optim.lr"),
+      key("optim", "weight_decay", &Config::optim, &OptimConfig::weight_decay,
+          "AdamW decoupled weight decay, applied to the blocks' matrices only (biases, LayerNorm gains and the "
+          "embeddings do not decay)"),
+      key("optim", "beta1", &Config::optim, &OptimConfig::beta1, "AdamW first-moment decay, in [0, 1)"),
+      key("optim", "beta2", &Config::optim, &OptimConfig::beta2, "AdamW second-moment decay, in [0, 1)"),
+      key("optim", "eps", &Config::optim, &OptimConfig::eps, "AdamW epsilon, > 0"),
+      key("optim", "grad_clip", &Config::optim, &OptimConfig::grad_clip, "global gradient-norm clip (0: off)"),
+      key("optim", "offload", &Config::optim, &OptimConfig::offload,
+          "where the optimizer state lives: none (with the parameters), optimizer (fp32 master weights, m and v in "
+          "host memory, AdamW on host threads), or optimizer+params (also the compute-precision parameter shard; "
+          "cuda only). On cuda, offloading needs train.dtype bf16 or fp16"),
+      key("optim", "offload_threads", &Config::optim, &OptimConfig::offload_threads,
+          "host AdamW threads per rank with optim.offload (0: this rank's share of the CPUs, less one for the rank "
+          "itself)"),
+      key("optim", "offload_fraction", &Config::optim, &OptimConfig::offload_fraction,
+          "with optim.offload: offload the units from the last one back until this share of the parameters is "
+          "covered, in (0, 1] (1: all); the first units keep their optimizer on the GPU, so the next forward starts "
+          "at once"),
+      key("optim", "offload_speculative", &Config::optim, &OptimConfig::offload_speculative,
+          "with optim.offload on cuda: start each unit's host AdamW during the backward, as soon as its gradient is "
+          "on the host, assuming the step is not clipped, into a second copy of the host state (12 more bytes per "
+          "offloaded parameter of host memory); a clipped step redoes it, a skipped one drops it: the results are "
+          "the same bits either way. true, false, or auto: on with optim.offload on cuda when the node's ranks' "
+          "second copies take at most half the host memory available at start (the log says which)"),
+
+      key("data", "path", &Config::data, &DataConfig::path,
+          "training data: a file, a glob, or @fortunes (the built-in corpus)"),
+      key("data", "format", &Config::data, &DataConfig::format,
+          "llmc (llm.c .bin token shards) or text (raw bytes, vocab 256)"),
+      key("data", "val_path", &Config::data, &DataConfig::val_path,
+          "validation data (empty: hold out the last data.val_holdout of the training stream)"),
+      key("data", "val_holdout", &Config::data, &DataConfig::val_holdout,
+          "fraction of the training stream held out for validation when data.val_path is empty, in [0, 1)"),
+      key("data", "shuffle", &Config::data, &DataConfig::shuffle, "shuffle the data order (false: sequential)"),
+
+      key("ckpt", "dir", &Config::ckpt, &CkptConfig::dir,
+          "checkpoint directory: step_XXXXXXXX/ subdirectories and `latest` (empty: no checkpoints)"),
+      key("ckpt", "every", &Config::ckpt, &CkptConfig::every,
+          "steps between checkpoints; one is also saved at the end (0: only at the end)"),
+      key("ckpt", "keep", &Config::ckpt, &CkptConfig::keep,
+          "committed checkpoints to keep (0: all); the one resumed from is never deleted"),
+      key("ckpt", "resume", &Config::ckpt, &CkptConfig::resume,
+          "auto (the latest committed checkpoint in ckpt.dir, if any), none (start from step 0), or a step "
+          "directory to resume from"),
+      key("ckpt", "export", &Config::ckpt, &CkptConfig::export_path,
+          "at the end, write the full weights to this HDF5 file with Hugging Face GPT-2 names (empty: none)"),
+
+      key("init", "from", &Config::init, &InitConfig::from,
+          "start from these weights instead of random init: .safetensors or .h5 with Hugging Face GPT-2 "
+          "names (empty: random init; ignored when resuming a checkpoint)"),
+
+      key("log", "metrics", &Config::log, &LogConfig::metrics,
+          "JSONL metrics file written by rank 0, its directory made if missing (empty: none)"),
+      key("log", "every", &Config::log, &LogConfig::every, "steps between human-readable log lines"),
+
+      key("dist", "sharding", &Config::dist, &DistConfig::sharding,
+          "full (ZeRO-3 over every rank), hybrid (sharded within a node, replicated across nodes: gathers never "
+          "leave the node), or auto (measures the links at start and picks the mode with the least estimated "
+          "communication per step that fits in memory; the log says why)"),
+      key("dist", "reshard_after_forward", &Config::dist, &DistConfig::reshard_after_forward,
+          "true: free each unit's gathered parameters after its forward and gather again in backward (ZeRO-3); "
+          "false: keep them until backward (fewer gathers, more memory)"),
+      key("dist", "max_gpu_mem_gib", &Config::dist, &DistConfig::max_gpu_mem_gib,
+          "cap on the device memory one rank may plan to use, in GiB (0: the card's free memory)"),
+      key("dist", "timeout_s", &Config::dist, &DistConfig::timeout_s,
+          "seconds one collective may take before the watchdog logs the op and ends the job with exit code 75 "
+          "(a dead, stopped or hung rank); it must exceed the longest wait for a peer (a checkpoint save, "
+          "the first step's planning). 0: no deadline"),
+      key("dist", "bootstrap", &Config::dist, &DistConfig::bootstrap,
+          "how ranks find each other: mpi (mpirun), env (WORLD_SIZE, RANK or JOB_COMPLETION_INDEX x LOCAL_WORLD_SIZE + "
+          "LOCAL_RANK, MASTER_ADDR, MASTER_PORT: a TCP rendezvous on rank 0, as torchrun and Kubernetes Indexed Jobs "
+          "give), auto (mpi under mpirun, else env when WORLD_SIZE is set, else one process); read before the "
+          "command runs, from --config and --dist.* on the command line"),
+      key("dist", "rendezvous_timeout_s", &Config::dist, &DistConfig::rendezvous_timeout_s,
+          "dist.bootstrap=env: seconds the ranks wait for each other at start-up before failing (exit 75)"),
+      key("dist", "prefetch_depth", &Config::dist, &DistConfig::prefetch_depth,
+          "cuda: units whose parameter all-gather may run ahead of the unit computing, and gradient buffers whose "
+          "reduce-scatter may run behind it (0: gather each unit just before use; at most 8); each adds one unit's "
+          "gathered parameters and gradient of memory. -1: the measured default for the sharding group's link "
+          "(nvlink 1, pcie 2, network 1; the log says which). The cpu backend gathers synchronously and takes -1 "
+          "only"),
+      key("dist", "reduce_scatter_ctas", &Config::dist, &DistConfig::reduce_scatter_ctas,
+          "cuda: the most CTAs (SMs) NCCL may run a block's gradient reduce-scatter on, through a communicator of "
+          "its own, at most 64; fewer leave more of the GPU to the backward it overlaps (the embedding's, which the "
+          "next step waits for, keeps NCCL's choice). 0: NCCL's own choice for every reduce-scatter. -1: the "
+          "measured default for the sharding group's link (nvlink 4, pcie 0, network 0; the log says which). Set "
+          "(0 or more), it keeps dist.reduce_engine=auto on NCCL's kernels and is refused with "
+          "dist.reduce_engine=copy. The cpu backend takes -1 only"),
+      key("dist", "gather_engine", &Config::dist, &DistConfig::gather_engine,
+          "cuda: what moves the parameter all-gathers: copy (NCCL's copy engines, with no SM taken from the compute "
+          "they overlap: the sharding group must be one node's GPUs on NVLink with peer-to-peer, and NCCL 2.28 or "
+          "newer; refused otherwise), sm (NCCL's kernels), or auto (copy where that holds, else sm; the log says "
+          "which). The cpu backend takes auto only"),
+      key("dist", "reduce_engine", &Config::dist, &DistConfig::reduce_engine,
+          "cuda: what moves the gradient reduce-scatters: copy (each rank's slices go to their owners by NCCL's "
+          "copy-engine all-to-all, and the owner adds them in rank order, in fp32, as it takes its shard: no NCCL "
+          "kernel beside the backward; same conditions as dist.gather_engine=copy, and a unit-sized receive "
+          "buffer), sm (NCCL's reduce-scatter kernels), or auto (copy where that holds and dist.reduce_scatter_ctas "
+          "is -1, else sm; the log says which). The cpu backend takes auto only"),
+      key("dist", "bucket_mb", &Config::dist, &DistConfig::bucket_mb,
+          "hybrid sharding: the gradient shards of consecutive units are all-reduced across nodes together, once per "
+          "optimizer step, as soon as this many MiB of them are final (0: one all-reduce per unit). -1: the measured "
+          "default (0). Applies to dist.sharding hybrid and auto"),
+  };
+  return table;
+  return table;
+}
+
+std::vector<const Key*> keys_in(const std::string& section) {
+  std::vector<const Key*> out;
+  for (const auto& k : keys())
+    if (section == k.section) out.push_back(&k);
+  return out;
+}
+
+const Key* find_key(const std::string& full_name) {
+  for (const auto& k : keys())
+    if (k.full_name() == full_name) return &k;
+  return nullptr;
+}
+
+bool is_section(const std::string& name) {
+  return std::find(std::begin(kSections), std::end(kSections), name) != std::end(kSections);
+}
+
+std::string section_list() {
+  std::string out;
+  for (const char* s : kSections) out += (out.empty() ? "" : ", ") + std::string(s);
+  return out;
+}
+
+}  // namespace config_internal
+}  // namespace st

@@ -1,0 +1,134 @@
+// The checks that span keys or ranges a type cannot express, after the file and the overrides are merged.
+#include "config_validate.h"
+
+#include <cmath>
+
+#include "config_keys.h"
+#include "shardtrain/core/error.h"
+
+namespace st::config_internal {
+namespace {
+
+// What INI reading trims from either end of a value (line breaks are refused on their own).
+bool is_blank(char c) { return c == ' ' || c == '\t'; }
+
+}  // namespace
+
+std::vector<std::string> find_problems(const Config& c) {
+  std::vector<std::string> problems;
+  auto add = [&](auto&&... parts) { problems.push_back(str_cat(parts...)); };
+  auto positive = [&](const char* name, int64_t v) {
+    if (v <= 0) add(name, " must be > 0 (got ", v, ")");
+  };
+  auto at_least = [&](const char* name, int64_t v, int64_t min) {
+    if (v < min) add(name, " must be >= ", min, " (got ", v, ")");
+  };
+  // Written as !(ok) so NaN fails every check.
+  auto float_check = [&](const char* name, auto v, bool ok, const char* want) {
+    if (!ok) add(name, " must be ", want, " (got ", format_number(v), ")");
+  };
+
+  positive("model.n_layer", c.model.n_layer);
+  positive("model.n_head", c.model.n_head);
+  positive("model.n_embd", c.model.n_embd);
+  positive("model.vocab_size", c.model.vocab_size);
+  positive("model.seq_len", c.model.seq_len);
+  if (c.model.n_head > 0 && c.model.n_embd > 0 && c.model.n_embd % c.model.n_head != 0)
+    add("model.n_embd (", c.model.n_embd, ") must be a multiple of model.n_head (", c.model.n_head, ")");
+
+  positive("train.steps", c.train.steps);
+  positive("train.global_batch", c.train.global_batch);
+  positive("train.micro_batch", c.train.micro_batch);
+  at_least("train.eval_every", c.train.eval_every, 0);
+  at_least("train.eval_batches", c.train.eval_batches, 1);
+  at_least("train.sample_tokens", c.train.sample_tokens, 0);
+
+  const auto& o = c.optim;
+  float_check("optim.lr", o.lr, o.lr > 0 && std::isfinite(o.lr), "finite and > 0");
+  if (!(o.min_lr >= 0 && o.min_lr <= o.lr))
+    add("optim.min_lr (", format_number(o.min_lr), ") must be in [0, optim.lr] = [0, ", format_number(o.lr), "]");
+  at_least("optim.warmup_steps", o.warmup_steps, 0);
+  float_check("optim.weight_decay", o.weight_decay, o.weight_decay >= 0, ">= 0");
+  float_check("optim.beta1", o.beta1, o.beta1 >= 0 && o.beta1 < 1, "in [0, 1)");
+  float_check("optim.beta2", o.beta2, o.beta2 >= 0 && o.beta2 < 1, "in [0, 1)");
+  float_check("optim.eps", o.eps, o.eps > 0, "> 0");
+  float_check("optim.grad_clip", o.grad_clip, o.grad_clip >= 0, ">= 0 (0: off)");
+  at_least("optim.offload_threads", o.offload_threads, 0);
+  float_check("optim.offload_fraction", o.offload_fraction, o.offload_fraction > 0 && o.offload_fraction <= 1,
+              "in (0, 1]");
+  if (o.offload == OffloadMode::kNone && o.offload_fraction != 1.0f)
+    add("optim.offload_fraction (", format_number(o.offload_fraction),
+        ") needs optim.offload optimizer or optimizer+params (it is none)");
+  if (o.offload_speculative == Speculation::kOn && (c.train.device != Device::kCuda || o.offload == OffloadMode::kNone))
+    add("optim.offload_speculative (true) needs train.device=cuda and optim.offload optimizer or optimizer+params",
+        " (they are ", to_string(c.train.device), " and ", to_string(o.offload), ")");
+  if (c.train.device == Device::kCuda && o.offload != OffloadMode::kNone && c.compute_dtype() == DType::kF32)
+    add("optim.offload (", to_string(o.offload),
+        ") needs train.dtype bf16 or fp16 on cuda (the host AdamW writes the half-precision shard the GPU gathers)");
+  if (c.train.device == Device::kCpu && o.offload == OffloadMode::kOptimizerParams)
+    add("optim.offload (optimizer+params) applies to train.device=cuda; on cpu the parameters are in host memory "
+        "already (optimizer runs the host AdamW threads)");
+
+  if (c.data.path.empty()) add("data.path must not be empty");
+  float_check("data.val_holdout", c.data.val_holdout, c.data.val_holdout >= 0 && c.data.val_holdout < 1, "in [0, 1)");
+
+  at_least("ckpt.every", c.ckpt.every, 0);
+  at_least("ckpt.keep", c.ckpt.keep, 0);
+  if (c.ckpt.resume.empty()) add("ckpt.resume must be auto, none, or a checkpoint directory (got an empty value)");
+
+  at_least("log.every", c.log.every, 1);
+  if (c.train.device == Device::kCpu && c.train.dtype != DType::kF32 && c.train.dtype != DType::kAuto)
+    add("train.dtype (", to_string(c.train.dtype), ") must be fp32 when train.device is cpu");
+  if (c.train.device == Device::kCpu && c.train.attention != AttentionImpl::kAuto)
+    add("train.attention (", to_string(c.train.attention), ") applies to train.device=cuda; cpu takes auto");
+  if (c.train.attention == AttentionImpl::kCudnn && c.compute_dtype() == DType::kF32)
+    add("train.attention (cudnn) needs train.dtype bf16 or fp16 (cuDNN's fused attention has no fp32 engine)");
+  float_check("dist.timeout_s", c.dist.timeout_s, c.dist.timeout_s >= 0 && std::isfinite(c.dist.timeout_s),
+              ">= 0 (0: no deadline)");
+  float_check("dist.rendezvous_timeout_s", c.dist.rendezvous_timeout_s,
+              c.dist.rendezvous_timeout_s > 0 && std::isfinite(c.dist.rendezvous_timeout_s), "finite and > 0");
+  float_check("dist.max_gpu_mem_gib", c.dist.max_gpu_mem_gib,
+              c.dist.max_gpu_mem_gib >= 0 && std::isfinite(c.dist.max_gpu_mem_gib), ">= 0 (0: no cap)");
+  if (c.dist.prefetch_depth < -1 || c.dist.prefetch_depth > kMaxPrefetchDepth)
+    add("dist.prefetch_depth (", c.dist.prefetch_depth, ") must be -1 (the link's default) or in [0, ",
+        kMaxPrefetchDepth, "]");
+  if (c.dist.reduce_scatter_ctas < -1 || c.dist.reduce_scatter_ctas > kMaxNcclCtas)
+    add("dist.reduce_scatter_ctas (", c.dist.reduce_scatter_ctas,
+        ") must be -1 (the link's default), 0 (NCCL's own) or in [1, ", kMaxNcclCtas, "]");
+  if (c.train.device == Device::kCpu && !c.train.deterministic)
+    add("train.deterministic (false) applies to train.device=cuda; the cpu backend is deterministic and takes",
+        " true only");
+  if (c.train.device == Device::kCpu && c.dist.gather_engine != CommEngine::kAuto)
+    add("dist.gather_engine (", to_string(c.dist.gather_engine),
+        ") applies to train.device=cuda (NCCL); the cpu backend takes auto only");
+  if (c.train.device == Device::kCpu && c.dist.reduce_engine != CommEngine::kAuto)
+    add("dist.reduce_engine (", to_string(c.dist.reduce_engine),
+        ") applies to train.device=cuda (NCCL); the cpu backend takes auto only");
+  if (c.train.device == Device::kCpu && c.dist.reduce_scatter_ctas != -1)
+    add("dist.reduce_scatter_ctas (", c.dist.reduce_scatter_ctas,
+        ") applies to train.device=cuda (NCCL); the cpu backend takes -1 only");
+  if (c.train.gemm_autotune < 0 || c.train.gemm_autotune > kMaxGemmCandidates)
+    add("train.gemm_autotune (", c.train.gemm_autotune, ") must be in [0, ", kMaxGemmCandidates, "]");
+  if (c.train.device == Device::kCpu && c.train.gemm_autotune != 0)
+    add("train.gemm_autotune (", c.train.gemm_autotune,
+        ") applies to train.device=cuda (cuBLASLt); the cpu backend takes 0 only");
+  if (c.train.device == Device::kCpu && c.dist.prefetch_depth != -1)
+    add("dist.prefetch_depth (", c.dist.prefetch_depth,
+        ") applies to train.device=cuda; the cpu backend gathers each unit when it is needed and takes -1 only");
+  float_check("dist.bucket_mb", c.dist.bucket_mb,
+              std::isfinite(c.dist.bucket_mb) && (c.dist.bucket_mb == -1 || c.dist.bucket_mb >= 0),
+              "-1 (the default) or >= 0 (0: one all-reduce per unit)");
+  if (c.dist.sharding == ShardingMode::kFull && c.dist.bucket_mb != -1)
+    add("dist.bucket_mb (", format_number(c.dist.bucket_mb),
+        ") applies to dist.sharding hybrid or auto (it is full: no all-reduce across nodes)");
+
+  // to_ini() must be able to write every value back: INI values are trimmed and '#' starts a comment.
+  for (const auto& k : keys()) {
+    const std::string v = k.field->format(c);
+    if (v.find_first_of("#\r\n") != std::string::npos || (!v.empty() && (is_blank(v.front()) || is_blank(v.back()))))
+      add(k.full_name(), " ('", v, "') cannot be written to INI: no '#', line breaks, or leading/trailing spaces");
+  }
+  return problems;
+}
+
+}  // namespace st::config_internal
