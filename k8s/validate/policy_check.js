@@ -56,7 +56,7 @@ function volumeFor(podSpec, container, mountPath) {
 
 function knownConfigKeys(shardtrain) {
   const help = execFileSync(shardtrain, ['--help'], {encoding: 'utf8'});
-  const keys = [...help.matchAll(/^\s+([a-z_]+\.[a-z_]+)\s+\(default/gm)].map((m) => m[1]);
+  const keys = [...help.matchAll(/^\s+([a-z_]+\.[a-z0-9_]+)\s+\(default/gm)].map((m) => m[1]);
   if (keys.length < 20) throw new Error(`${shardtrain} --help listed only ${keys.length} config keys`);
   return new Set(keys);
 }
@@ -78,7 +78,7 @@ function checkTrainerPod(what, podSpec, container, trainerArgs, docs, configKeys
   fact(`${what}: ckpt.dir (${ckptDir}) is on a writable mount of a ReadWriteMany claim defined in k8s/ (${claim})`,
        !!(pvc && !mount.readOnly && pvc.spec.accessModes.includes('ReadWriteMany')));
   if (configKeys) {
-    const unknown = trainerArgs.filter((a) => /^--[a-z_]+\.[a-z_]+/.test(a))
+    const unknown = trainerArgs.filter((a) => /^--[a-z_]+\.[a-z0-9_]+/.test(a))
         .map((a) => a.slice(2).split('=')[0]).filter((k) => !configKeys.has(k));
     fact(`${what}: every --section.key is a shardtrain config key`, unknown.length === 0, unknown.join(', '));
   }

@@ -54,9 +54,12 @@ k8s_reject(slots_vs_gpus "^FAIL MPIJob shardtrain-mpi: slotsPerWorker \\(1\\) = 
            ${policy_check} --set "MPIJob:spec.slotsPerWorker=1" ${k8s_dir})
 k8s_reject(unknown_config_key "^FAIL Job shardtrain: every --section.key is a shardtrain config key: ckpt.dirr$"
            ${policy_check} --set "Job:spec.template.spec.containers[0].command[13]=\"--ckpt.dirr=/ckpt/x\"" ${k8s_dir})
+# A key with a digit in its name (optim.beta1) is a config key like any other.
+add_test(NAME k8s.accept.digit_in_key COMMAND ${expect_exit} 0 "^k8s policy: 34 of 34 facts hold$" --
+         ${policy_check} --set "Job:spec.template.spec.containers[0].command[13]=\"--optim.beta1=0.85\"" ${k8s_dir})
 
 # Without node_modules (here: the scripts copied where there is none) the checks fail and say what to run.
 add_test(NAME k8s.missing_node_modules
          COMMAND ${expect_exit} 3 "node_modules is missing or incomplete: run .npm ci --prefix k8s/validate." --
                  sh -c "d=$(mktemp -d) && cp ${k8s_tools}/*.js \"$d\" && ${NODE_EXECUTABLE} \"$d/schema_check.js\" ${k8s_dir}; rc=$?; rm -rf \"$d\"; exit $rc")
-set_tests_properties(k8s.schema k8s.policy k8s.missing_node_modules ${k8s_reject_tests} PROPERTIES LABELS cpu TIMEOUT 60)
+set_tests_properties(k8s.schema k8s.policy k8s.accept.digit_in_key k8s.missing_node_modules ${k8s_reject_tests} PROPERTIES LABELS cpu TIMEOUT 60)
