@@ -1,12 +1,12 @@
 #include "shardtrain/shard/comm_tuning.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <utility>
 
 #include "shardtrain/comm/gpu_topology.h"
 #include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/format.h"
 
 namespace st {
 namespace {
@@ -62,12 +62,6 @@ bool default_copy_engine_reduce_scatters(LinkKind k) { return k == LinkKind::kNv
 // waits for the end of the backward and loses the overlap. A bucket helps small units (small models, slow LANs)
 // amortise the per-call latency; set dist.bucket_mb for those.
 constexpr int64_t kDefaultBucketBytes = 0;
-
-std::string mb(int64_t bytes) {
-  char b[32];
-  std::snprintf(b, sizeof(b), "%.4g MiB", static_cast<double>(bytes) / double(int64_t{1} << 20));
-  return b;
-}
 
 }  // namespace
 
@@ -139,7 +133,8 @@ CommTuning resolve_comm_tuning(const DistConfig& dist, LinkKind shard_link, bool
   t.why = str_cat("communication: prefetch depth ", t.prefetch_depth,
                   depth_set ? " (dist.prefetch_depth)" : str_cat(" (default for ", to_string(shard_link), ")"));
   if (hybrid)
-    t.why += str_cat(", all-reduce across nodes in buckets of ", t.bucket_bytes == 0 ? "one unit" : mb(t.bucket_bytes),
+    t.why += str_cat(", all-reduce across nodes in buckets of ",
+                     t.bucket_bytes == 0 ? "one unit" : format_mib(t.bucket_bytes),
                      bucket_set ? " (dist.bucket_mb)" : " (default for network)");
   t.copy_engine_gathers = resolve_engine(dist.gather_engine, "gather_engine", "gathers", t.copy_engine_gathers,
                                          shard_link, copy_engines, &t.why);
