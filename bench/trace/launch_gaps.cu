@@ -30,6 +30,7 @@
 #include "../bench_util.h"
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/stats.h"
 
 namespace st {
 namespace {
@@ -157,7 +158,7 @@ void run(int argc, char** argv) {
     }
     const int widths[] = {10, 14, 10, 14, 10};  // the header's columns
     std::printf("%8d", work);
-    for (size_t i = 0; i < cases.size(); ++i) std::printf(" %*.2f", widths[i], bench::median(cases[i].us));
+    for (size_t i = 0; i < cases.size(); ++i) std::printf(" %*.2f", widths[i], st::median(cases[i].us));
     std::printf("\n");
     ST_CUDA_CHECK(cudaGraphExecDestroy(plain));
     ST_CUDA_CHECK(cudaGraphExecDestroy(with_memset));

@@ -16,6 +16,7 @@
 #include "shardtrain/core/format.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/preempt.h"
+#include "shardtrain/core/stats.h"
 #include "shardtrain/data/data_split.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/model/units.h"
@@ -39,12 +40,6 @@ std::string printable(const std::vector<int32_t>& tokens) {
     }
   }
   return out;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
 }
 
 // Every rank must train the same config (a hostfile run with one box's config file edited, or a flag given to one
