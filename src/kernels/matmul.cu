@@ -155,7 +155,7 @@ namespace {
 
 // Operands for timing GEMM algorithms: uniform in [-1, 1) (gpu::fill_uniform), whatever the type. Random bits matter:
 // on constant operands (a memset) the tensor cores draw less power, the clocks stay higher than in training, and
-// the timings flatter the kernels that draw the most (bench/RESULTS.md, session 16).
+// the timings flatter the kernels that draw the most (docs/performance.md).
 void fill_operands(void* p, int64_t bytes, cudaDataType_t type, cudaStream_t stream) {
   constexpr uint64_t kSeed = 0x5eed;
   const GpuContext ctx{stream};
