@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Two (or more) variants of shardtrain on the same cases in one run, interleaved round by round, so that a
 # machine's drift and its power cap fall on every variant alike; then each case's median tokens/s per variant and
-# the ratio to the first. The lent GPU machines differ by a few per cent from call to call, more than most
-# single changes gain: compare variants only within one run.
+# the ratio to the first. Machines of one kind, and one machine from one start to the next, differ by a few per
+# cent, more than most single changes gain: compare variants only within one run.
 #
 #   bash bench/ab_throughput.sh ROUNDS CASES VARIANT... [-- TRAIN_FLAGS...]
 #   bash bench/ab_throughput.sh 2 "2:16:124m 2:16:350m" base=build-base new=build-device -- --data.path=tok.bin

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/stats.h"
 
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/core/cuda.h"
@@ -64,12 +65,6 @@ inline std::vector<char*> take_text_flag(int argc, char** argv, const char* name
     }
   }
   return rest;
-}
-
-// The median of v (the upper middle one for an even count). v must not be empty.
-inline double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-  return v[v.size() / 2];
 }
 
 // A single-GPU benchmark's main: runs body() (which parses the flags and runs the cases) and returns 0, or prints

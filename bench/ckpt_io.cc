@@ -17,6 +17,7 @@
 #include "shardtrain/comm/launcher.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/stats.h"
 #include "shardtrain/shard/sharded_model.h"
 
 namespace fs = std::filesystem;
@@ -61,15 +62,13 @@ int main(int argc, char** argv) {
       st::load_checkpoint(where, cfg, model, *comm);
       load_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    std::sort(save_s.begin(), save_s.end());
-    std::sort(load_s.begin(), load_s.end());
     char name[32];
     std::snprintf(name, sizeof(name), "rank_%05d.h5", comm->rank());
     const double my_bytes = static_cast<double>(fs::file_size(fs::path(where) / name));
     double total = 0;
     for (const auto& e : fs::directory_iterator(where)) total += static_cast<double>(e.file_size());
     if (comm->rank() == 0) {
-      const double s = save_s[save_s.size() / 2], l = load_s[load_s.size() / 2];
+      const double s = st::median(save_s), l = st::median(load_s);
       std::printf("ckpt_io world=%d params_file_bytes_rank0=%.0f size_on_disk_GB=%.3f median_save_s=%.3f "
                   "save_GBps_per_rank=%.2f median_load_s=%.3f load_GBps_per_rank=%.2f\n",
                   comm->world_size(), my_bytes, total / 1e9, s, my_bytes / s / 1e9, l, my_bytes / l / 1e9);

@@ -19,12 +19,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardtrain/comm/launcher.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/stats.h"
 
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/comm/nccl_communicator.h"
@@ -65,11 +66,6 @@ Options parse(int argc, char** argv) {
   }
   if (o.max_mib < 1 || o.iters < 1) ST_BAD_INPUT("bench_collectives: --max-mib and --iters must be >= 1");
   return o;
-}
-
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-  return v[v.size() / 2];
 }
 
 // Median milliseconds of `iters` calls of `a` and of `b` on `stream`, after 5 warm-up calls of each. The

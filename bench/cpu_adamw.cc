@@ -10,14 +10,15 @@
 #include <pthread.h>
 #include <sched.h>
 
-#include <algorithm>
-#include <cstring>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bench_util.h"
+#include "shardtrain/core/stats.h"
 #include "shardtrain/optim/host_adamw.h"
 
 namespace {
@@ -35,8 +36,7 @@ double median_seconds(int iters, Fn fn) {
     fn();
     t.push_back(seconds_since(t0));
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return st::median(std::move(t));
 }
 
 // The memory roofline of the update: the same arrays and bytes as AdamW (read param, m, v, grad; write param, m, v

@@ -4,18 +4,18 @@
 //
 //   bench_cpu_train --config configs/tiny.ini [--warmup 3] [--iters 10] [--section.key=value ...]
 // Prints one line: key=value pairs with the median step time and tokens/s.
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/rng.h"
+#include "shardtrain/core/stats.h"
 #include "shardtrain/model/units.h"
-#include "shardtrain/comm/communicator.h"
 #include "shardtrain/train/step_engine.h"
 
 int main(int argc, char** argv) {
@@ -55,8 +55,7 @@ int main(int argc, char** argv) {
       const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (it >= warmup) ms.push_back(dt);
     }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2];
+    const double med = st::median(ms);
     const double tokens = static_cast<double>(cfg.train.global_batch * cfg.model.seq_len);
     std::printf("system=shardtrain-cpu params=%lld L=%d C=%d T=%d B=%lld median_step_ms=%.2f tokens_per_s=%.0f loss=%.4f\n",
                 static_cast<long long>(st::count_params(s.units())), cfg.model.n_layer, cfg.model.n_embd,

@@ -35,8 +35,8 @@ summary=()
 if [[ $STAGE == all || $STAGE == build ]]; then
   t0=$(date +%s)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpus.txt" 2>&1
-  # The lent machine's image has Boost 1.83 headers but no Boost.ProgramOptions library: carry Debian's
-  # 1.83 packages in .boost/ (apt-get download libboost-program-options1.83-dev libboost-program-options1.83.0).
+  # An image with Boost 1.83's headers but no Boost.ProgramOptions library builds with Debian's 1.83 packages
+  # carried in .boost/ (apt-get download libboost-program-options1.83-dev libboost-program-options1.83.0).
   extra=()
   if [[ -d .boost ]] && ! ls /usr/lib/x86_64-linux-gnu/libboost_program_options.so >/dev/null 2>&1; then
     for f in .boost/*.deb; do dpkg -x "$f" /tmp/boost_po; done

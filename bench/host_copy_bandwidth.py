@@ -4,7 +4,7 @@
     python3 bench/host_copy_bandwidth.py [--gib 1] [--reps 5]
 
 Prints GB/s per direction per GPU (medians are not needed: one timed batch of `reps` 1 GiB copies per stream after a
-warm-up batch). Issue 7 uses it to bound an optimizer update of host-resident state: what the host's memory system
+warm-up batch). It bounds an optimizer update of host-resident state (optim.offload): what the host's memory system
 moves when every GPU copies both ways at once. Needs PyTorch with CUDA (the GPU machine's python3).
 """
 import argparse

@@ -347,10 +347,10 @@ void run(const Options& o) {
       rates.push_back(gbps);
     }
     ModeResult res;
-    res.ms_per_call = bench::median(ms);
+    res.ms_per_call = median(ms);
     res.spread = (*std::max_element(ms.begin(), ms.end()) - *std::min_element(ms.begin(), ms.end())) / res.ms_per_call;
     if (mode.traffic != Traffic::kNone) {
-      res.comm_gbps = bench::median(rates);
+      res.comm_gbps = median(rates);
       traffic.begin(mode.traffic);
       traffic.pump_while([&] { return traffic.retired() < kAloneOps; });
       traffic.finish();

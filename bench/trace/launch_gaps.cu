@@ -1,5 +1,5 @@
 // What a dependent launch costs on the device, and what CUDA graphs and programmatic dependent launch (PDL) take
-// off it: the question behind the training step's 2-20 us gaps (bench/RESULTS.md, session 16).
+// off it: a bound on the 2-20 us gaps between the training step's kernels (docs/performance.md).
 //
 //   build/bench_launch_gaps [--kernels 400] [--repeats 7] [--work 0,64,512]
 //
@@ -30,6 +30,7 @@
 #include "../bench_util.h"
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/stats.h"
 
 namespace st {
 namespace {
@@ -157,7 +158,7 @@ void run(int argc, char** argv) {
     }
     const int widths[] = {10, 14, 10, 14, 10};  // the header's columns
     std::printf("%8d", work);
-    for (size_t i = 0; i < cases.size(); ++i) std::printf(" %*.2f", widths[i], bench::median(cases[i].us));
+    for (size_t i = 0; i < cases.size(); ++i) std::printf(" %*.2f", widths[i], st::median(cases[i].us));
     std::printf("\n");
     ST_CUDA_CHECK(cudaGraphExecDestroy(plain));
     ST_CUDA_CHECK(cudaGraphExecDestroy(with_memset));

@@ -132,8 +132,8 @@ int run(int argc, char** argv, st::Communicator& comm) {
 // Every rank runs this (under mpirun, or started with the env bootstrap's variables). A rank that fails prints
 // its error and ends the whole job: under MPI it aborts it (MPI_Abort with the error's exit code), so mpirun
 // exits non-zero; with the env bootstrap it exits with that code, and its closed connections make the other
-// ranks fail (kFault). No rank waits forever in a collective. The session lives outside the try so that the
-// error path can still abort.
+// ranks fail (kFault). No rank waits forever in a collective. The MpiSession lives outside the try so that
+// the error path can still abort.
 int main(int argc, char** argv) {
   std::optional<st::MpiSession> mpi;
   try {

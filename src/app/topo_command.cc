@@ -30,6 +30,7 @@
 #endif
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/format.h"
 #include "shardtrain/model/units.h"
 #include "shardtrain/shard/comm_tuning.h"
 #include "shardtrain/shard/shard_span.h"
@@ -55,12 +56,6 @@ Busbw measure(st::Communicator& c, bool nccl) {
 #endif
   (void)nccl;
   return Busbw{st::host_busbw(c, st::CollectiveOp::kAllGather), st::host_busbw(c, st::CollectiveOp::kReduceScatter)};
-}
-
-std::string mib(int64_t bytes) {
-  char b[32];
-  std::snprintf(b, sizeof(b), "%.2f MiB", static_cast<double>(bytes) / double(1 << 20));
-  return b;
 }
 
 // 16 bytes (param, grad, m, v) per element of every padded shard over `group` ranks.
@@ -177,9 +172,11 @@ int cmd_topo(const std::vector<std::string>& args, st::Communicator& world) {
       std::printf(
           "  %s\n",
           st::resolve_comm_tuning(cfg.dist, st::shard_link(plan), plan.replica != nullptr, copy_engines).why.c_str());
-    std::printf("  per-rank sharded state (cpu, 16 B an element): %s; full sharding %s, hybrid %s\n",
-                mib(state_bytes(cfg, plan.shard().world_size())).c_str(), mib(state_bytes(cfg, n)).c_str(),
-                nodes > 1 && even ? mib(state_bytes(cfg, where[0].local_size)).c_str() : "n/a (needs equal nodes)");
+    std::printf(
+        "  per-rank sharded state (cpu, 16 B an element): %s; full sharding %s, hybrid %s\n",
+        st::format_mib(state_bytes(cfg, plan.shard().world_size())).c_str(),
+        st::format_mib(state_bytes(cfg, n)).c_str(),
+        nodes > 1 && even ? st::format_mib(state_bytes(cfg, where[0].local_size)).c_str() : "n/a (needs equal nodes)");
   }
   return st::kExitOk;
 }

@@ -34,8 +34,8 @@ int64_t elements_to_boundary(const float* p, size_t bytes) {
 // Which outputs of a vector loop take streaming (non-temporal) stores: those the update only writes, that is the
 // state written out of place (a speculative update) and the half copy, when each is aligned for the vector at
 // the loop's first element. A streaming store skips the read-for-ownership a plain store pays for a line not in
-// cache. On the lent host (Xeon, 16 threads) an out-of-place update went from 3.29 to 4.43 Gparam/s with them; an
-// in-place update reads every line it writes, so it keeps plain stores for the state.
+// cache. On a 32-vCPU Xeon host at 16 threads they take an out-of-place update from 3.29 to 4.43 Gparam/s
+// (docs/performance.md); an in-place update reads every line it writes, so it keeps plain stores for the state.
 struct StreamStores {
   bool state = false, out = false;
   bool any() const { return state || out; }

@@ -10,11 +10,6 @@ using kernels_internal::exp_range;
 using kernels_internal::ExpRange;
 using kernels_internal::kMinParallelWork;
 
-namespace {
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluCube = 0.044715f;
-}  // namespace
-
 // 0.5 (1 + tanh(u)) = 1 / (1 + e^{-2u}): one exp_fast instead of a tanhf call, and x * sigmoid(2u) keeps
 // full relative precision for negative x, where 1 + tanh(u) cancels.
 void gelu_forward(float* out, const float* inp, int64_t n) {
@@ -22,23 +17,21 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
-    const float u = kGeluScale * (x + kGeluCube * x * x * x);
+    const float u = gelu_tanh_arg(x);
     out[i] = x / (1.0f + exp_fast(-2.0f * u, er));
   }
 }
 
-// With s = sigmoid(2u): gelu' = s + x * 2 s (1 - s) * u', since 0.5 sech^2(u) = 2 s (1 - s).
+// gelu' from s = sigmoid(2u) (gelu_grad_from_sigmoid).
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, GradWrite write) {
   const ExpRange er = exp_range();
   const bool accumulate = write == GradWrite::kAccumulate;
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
-    const float u = kGeluScale * (x + kGeluCube * x * x * x);
-    const float s = 1.0f / (1.0f + exp_fast(-2.0f * u, er));
-    const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
+    const float s = 1.0f / (1.0f + exp_fast(-2.0f * gelu_tanh_arg(x), er));
     // dinp may alias dout when overwriting: dout[i] is read first, and dinp (maybe stale NaNs) is not read.
-    const float g = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
+    const float g = gelu_grad_from_sigmoid(x, s) * dout[i];
     dinp[i] = accumulate ? dinp[i] + g : g;
   }
 }

@@ -1,3 +1,5 @@
+#include "shardtrain/kernels/gelu.h"
+
 #include "gpu_pack.cuh"
 #include "shardtrain/kernels/gpu/gelu.h"
 
@@ -8,22 +10,17 @@ using namespace kernels_internal;  // gpu_pack.cuh
 namespace {
 
 constexpr int kBlock = 256;
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluCube = 0.044715f;
 
 // As the reference: 0.5 (1 + tanh(u)) = sigmoid(2u), and x * sigmoid(2u) keeps full relative precision
 // for negative x, where 1 + tanh(u) cancels. For x << 0, expf overflows to inf and the result is -0.
 __device__ __forceinline__ float gelu(float x) {
-  const float u = kGeluScale * (x + kGeluCube * x * x * x);
+  const float u = gelu_tanh_arg(x);
   return x / (1.0f + expf(-2.0f * u));
 }
 
-// With s = sigmoid(2u): gelu' = s + x * 2 s (1 - s) * u', since 0.5 sech^2(u) = 2 s (1 - s).
 __device__ __forceinline__ float gelu_grad(float x) {
-  const float u = kGeluScale * (x + kGeluCube * x * x * x);
-  const float s = 1.0f / (1.0f + expf(-2.0f * u));
-  const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
-  return s + 2.0f * x * s * (1.0f - s) * du;
+  const float s = 1.0f / (1.0f + expf(-2.0f * gelu_tanh_arg(x)));
+  return gelu_grad_from_sigmoid(x, s);
 }
 
 template <int kVec, typename T>

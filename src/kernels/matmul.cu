@@ -155,7 +155,7 @@ namespace {
 
 // Operands for timing GEMM algorithms: uniform in [-1, 1) (gpu::fill_uniform), whatever the type. Random bits matter:
 // on constant operands (a memset) the tensor cores draw less power, the clocks stay higher than in training, and
-// the timings flatter the kernels that draw the most (bench/RESULTS.md, session 16).
+// the timings flatter the kernels that draw the most (docs/performance.md).
 void fill_operands(void* p, int64_t bytes, cudaDataType_t type, cudaStream_t stream) {
   constexpr uint64_t kSeed = 0x5eed;
   const GpuContext ctx{stream};
@@ -376,8 +376,6 @@ void Blas::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
 namespace {
 
 constexpr int kBlock = 256;
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluCube = 0.044715f;
 
 Blas& blas_of(const GpuContext& ctx) {
   ST_CHECK(ctx.blas != nullptr, "GpuContext::blas is null; matmul needs a Blas");
@@ -396,16 +394,6 @@ template <typename T>
 __global__ void add_rows_kernel(T* out, const T* bias, int64_t n, int OC) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     out[i] = from_f32<T>(to_f32(out[i]) + to_f32(bias[i % OC]));
-}
-
-// The CPU reference's formula, 0.5 x (1 + tanh(u)) = x / (1 + e^{-2u}), with an accurate expf.
-template <typename T>
-__global__ void gelu_kernel(T* out, const T* inp, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const float x = to_f32(inp[i]);
-    const float u = kGeluScale * (x + kGeluCube * x * x * x);
-    out[i] = from_f32<T>(x / (1.0f + expf(-2.0f * u)));
-  }
 }
 
 // dbias in two deterministic passes. Pass 1: block (x, y) sums rows [y * chunk_rows, ...) of columns
@@ -500,7 +488,7 @@ void matmul_forward_gelu(T* out, T* pre_gelu, const T* inp, const T* weight, con
                          const GpuContext& ctx) {
   if constexpr (!std::is_same_v<T, float>) {
     // One fused call. cuBLASLt does not document the accuracy of its GELU: invisible at bf16/fp16 output
-    // precision, but float keeps the exact kernel below.
+    // precision, but float keeps gelu_forward's exact kernel (gelu.cu).
     GemmEpilogue ep;
     ep.bias = bias;
     ep.gelu_aux = pre_gelu;
@@ -510,9 +498,7 @@ void matmul_forward_gelu(T* out, T* pre_gelu, const T* inp, const T* weight, con
     }
   }
   matmul_forward(pre_gelu, inp, weight, bias, N, C, OC, ctx);
-  const int64_t n = N * OC;
-  gelu_kernel<<<grid_for(n, kBlock), kBlock, 0, ctx.stream>>>(out, pre_gelu, n);
-  ST_CUDA_CHECK_LAUNCH();
+  gelu_forward(out, pre_gelu, N * OC, ctx);
 }
 
 namespace {

@@ -5,22 +5,19 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/format.h"
 #include "shardtrain/core/log.h"
 
 namespace st {
 
 bool speculative_copy_fits(int64_t extra_bytes_per_rank, int local_ranks, int64_t available, std::string* why) {
-  const double gib = double(int64_t{1} << 30);
   const int64_t node = extra_bytes_per_rank * local_ranks;
   const bool fits = available > 0 && 2 * node <= available;
-  char b[256];
-  std::snprintf(b, sizeof(b), "second copy %.2f GiB per rank, %.2f GiB for the node's %d rank(s); %.2f GiB available",
-                static_cast<double>(extra_bytes_per_rank) / gib, static_cast<double>(node) / gib, local_ranks,
-                static_cast<double>(available) / gib);
-  if (why) *why = b;
+  if (why)
+    *why = str_cat("second copy ", format_gib(extra_bytes_per_rank), " per rank, ", format_gib(node),
+                   " for the node's ", local_ranks, " rank(s); ", format_gib(available), " available");
   return fits;
 }
 namespace {

@@ -10,11 +10,13 @@
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/ckpt/init_from.h"
-#include "shardtrain/comm/watched_communicator.h"
 #include "shardtrain/comm/watchdog.h"
+#include "shardtrain/comm/watched_communicator.h"
 #include "shardtrain/core/fault.h"
+#include "shardtrain/core/format.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/preempt.h"
+#include "shardtrain/core/stats.h"
 #include "shardtrain/data/data_split.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/model/units.h"
@@ -38,18 +40,6 @@ std::string printable(const std::vector<int32_t>& tokens) {
     }
   }
   return out;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
-std::string mib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
 }
 
 // Every rank must train the same config (a hostfile run with one box's config file edited, or a flag given to one
@@ -133,11 +123,12 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
                 " (", cfg.train.global_batch * T, " tokens per step)", cfg.train.recompute ? ", recompute on" : "");
     ST_LOG_INFO("backend: ", engine.sharded().describe());
     ST_LOG_INFO("sharding: ", comm.kind(), " communicator, ", world, " rank(s); per rank: sharded state ",
-                mib(mem0.sharded_state_bytes), " (16 B x ", mem0.sharded_state_bytes / 16, " elements, ",
-                mem0.padding_elements, " of them padding), gather buffers ", mib(mem0.gather_buffer_bytes));
+                format_mib(mem0.sharded_state_bytes), " (16 B x ", mem0.sharded_state_bytes / 16, " elements, ",
+                mem0.padding_elements, " of them padding), gather buffers ", format_mib(mem0.gather_buffer_bytes));
     if (cfg.train.device == Device::kCuda)
-      ST_LOG_INFO("device memory per rank: activations ", mib(mem0.activation_bytes), ", workspace ",
-                  mib(mem0.workspace_bytes), "; in use on the device after set-up ", mib(mem0.device_in_use_bytes));
+      ST_LOG_INFO("device memory per rank: activations ", format_mib(mem0.activation_bytes), ", workspace ",
+                  format_mib(mem0.workspace_bytes), "; in use on the device after set-up ",
+                  format_mib(mem0.device_in_use_bytes));
   }
 
   // Resume before anything is written: a bad checkpoint is bad input, found before step 1.
@@ -254,9 +245,10 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   if (lead && !profile.empty()) sink.line(profile);
   if (lead) {
     const MemoryStats mem = engine.sharded().memory();
-    ST_LOG_INFO("memory per rank: sharded state ", mib(mem.sharded_state_bytes), ", gathered buffers peak ",
-                mib(mem.gathered_peak_bytes),
-                cfg.train.device == Device::kCuda ? ", device in use " + mib(mem.device_in_use_bytes) : std::string());
+    ST_LOG_INFO(
+        "memory per rank: sharded state ", format_mib(mem.sharded_state_bytes), ", gathered buffers peak ",
+        format_mib(mem.gathered_peak_bytes),
+        cfg.train.device == Device::kCuda ? ", device in use " + format_mib(mem.device_in_use_bytes) : std::string());
   }
 
   if (!cfg.ckpt.export_path.empty()) {

@@ -1,5 +1,5 @@
 # The benchmark drivers' own logic, on the CPU backend or on made-up logs (their numbers are measured on GPUs:
-# bench/RESULTS.md).
+# docs/performance.md).
 add_test(NAME bench.ab_throughput
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/bench/ab_throughput_test.sh ${CMAKE_SOURCE_DIR}
                  $<TARGET_FILE_DIR:shardtrain>)

@@ -3,16 +3,16 @@
 
 #include <gtest/gtest.h>
 #include <omp.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
+#include "../common/temp_dir.h"
+#include "../common/tiny_training.h"
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/error.h"
-#include "shardtrain/core/rng.h"
 #include "shardtrain/shard/sharded_model.h"
 #include "shardtrain/train/step_engine.h"
 
@@ -21,30 +21,23 @@ namespace fs = std::filesystem;
 namespace st {
 namespace {
 
+using testing::TempDir;
+using testing::Trace;
+
+constexpr uint64_t kSeed = 11;  // the corpus of testing::corpus_batches
+
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
     omp_set_num_threads(1);
-    dir_ = fs::temp_directory_path() / ("shardtrain_ckpt_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    cfg_.model.n_layer = 2;
-    cfg_.model.n_embd = 16;
-    cfg_.model.n_head = 2;
-    cfg_.model.vocab_size = 50;
-    cfg_.model.seq_len = 8;
-    cfg_.train.micro_batch = 1;
-    cfg_.train.global_batch = 12;
+    cfg_ = testing::tiny_config();
     cfg_.train.steps = 8;
     cfg_.optim.warmup_steps = 2;
-    cfg_.ckpt.dir = (dir_ / "ckpt").string();
+    cfg_.ckpt.dir = tmp_.file("ckpt");
     cfg_.ckpt.keep = 0;
   }
-  void TearDown() override {
-    unsetenv("SHARDTRAIN_FAULT");
-    fs::remove_all(dir_);
-  }
-  fs::path dir_;
+  void TearDown() override { unsetenv("SHARDTRAIN_FAULT"); }
+  TempDir tmp_;
   Config cfg_;
 };
 
@@ -52,28 +45,6 @@ struct State {
   std::vector<float> losses;
   std::vector<std::vector<float>> param, m, v;  // full, per unit
 };
-
-void fill(const Config& c, int64_t g, int32_t* in, int32_t* tgt) {
-  for (int64_t t = 0; t <= c.model.seq_len; ++t) {
-    const auto tok = static_cast<int32_t>(random_bits_at(11, static_cast<uint64_t>(g), static_cast<uint64_t>(t)) %
-                                          static_cast<uint64_t>(c.model.vocab_size));
-    if (t < c.model.seq_len) in[t] = tok;
-    if (t > 0) tgt[t - 1] = tok;
-  }
-}
-
-// Trains steps [from, to) on `e`, appending each step's loss.
-void train(StepEngine& e, const Config& c, Communicator& comm, int64_t from, int64_t to, std::vector<float>* losses) {
-  const int64_t accum = c.grad_accum_steps(comm.world_size());
-  for (int64_t step = from; step < to; ++step) {
-    const float loss = e.forward_backward(
-        [&](int64_t micro, int32_t* in, int32_t* tgt) {
-          fill(c, (step * accum + micro) * comm.world_size() + comm.rank(), in, tgt);
-        },
-        accum);
-    losses->push_back(e.optimizer_step(step, loss).loss);
-  }
-}
 
 std::vector<float> gather(ModelBackend& m, int unit, std::vector<float> UnitShard::*state) {
   const UnitShard& sh = m.shard(unit);
@@ -98,16 +69,16 @@ State snapshot(StepEngine& e, std::vector<float> losses) {
 State run(const Config& c, int world, bool with_resume) {
   State out;
   fake::spawn(world, [&](Communicator& comm) {
-    std::vector<float> losses;
+    Trace tr;  // the losses of every step, before and after the resume
     const int64_t half = c.train.steps / 2;
     StepEngine first(c, comm);
     if (!with_resume) {
-      train(first, c, comm, 0, c.train.steps, &losses);
-      State s = snapshot(first, losses);
+      testing::train_steps(first, c, comm, kSeed, 0, c.train.steps, &tr);
+      State s = snapshot(first, tr.losses);
       if (comm.rank() == 0) out = std::move(s);
       return;
     }
-    train(first, c, comm, 0, half, &losses);
+    testing::train_steps(first, c, comm, kSeed, 0, half, &tr);
     CheckpointState cs;
     cs.step = half;
     cs.optimizer_updates = first.updates();
@@ -116,8 +87,8 @@ State run(const Config& c, int world, bool with_resume) {
     const CheckpointState back = load_checkpoint(where, c, second.sharded(), comm);
     EXPECT_EQ(back.step, half);
     second.set_updates(back.optimizer_updates);
-    train(second, c, comm, half, c.train.steps, &losses);
-    State s = snapshot(second, losses);
+    testing::train_steps(second, c, comm, kSeed, half, c.train.steps, &tr);
+    State s = snapshot(second, tr.losses);
     if (comm.rank() == 0) out = std::move(s);
   });
   return out;
@@ -142,13 +113,13 @@ TEST_F(CheckpointTest, ReshardsToAnyWorldSize) {
     std::string where;
     fake::spawn(from, [&](Communicator& comm) {
       StepEngine e(cfg_, comm);
-      std::vector<float> losses;
-      train(e, cfg_, comm, 0, 3, &losses);
+      Trace tr;
+      testing::train_steps(e, cfg_, comm, kSeed, 0, 3, &tr);
       CheckpointState cs;
       cs.step = 3;
       cs.optimizer_updates = e.updates();
       const std::string w = save_checkpoint(cfg_, e.sharded(), cs, comm);
-      State s = snapshot(e, losses);
+      State s = snapshot(e, tr.losses);
       if (comm.rank() == 0) {
         saved = std::move(s);
         where = w;
@@ -247,13 +218,8 @@ TEST_F(CheckpointTest, BadCheckpointsAreRefusedNamingTheFileOrField) {
     if (comm.rank() == 0) where = w;
   });
   const fs::path rank1 = fs::path(where) / "rank_00001.h5";
-  const std::string pristine = [&] {
-    std::ifstream f(rank1, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  }();
-  auto write_rank1 = [&](const std::string& bytes) {
-    std::ofstream(rank1, std::ios::binary | std::ios::trunc) << bytes;
-  };
+  const std::string pristine = testing::read_bytes(rank1.string());
+  auto write_rank1 = [&](const std::string& bytes) { testing::write_bytes(rank1.string(), bytes); };
 
   std::string flipped = pristine;
   flipped[flipped.size() / 2] ^= 0x01;
@@ -294,7 +260,7 @@ TEST_F(CheckpointTest, ResumeResolution) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("manifest.json"), std::string::npos) << e.what();
   }
-  k.resume = (dir_ / "nope").string();
+  k.resume = tmp_.file("nope");
   try {
     resolve_resume(k);
     ADD_FAILURE() << "a missing directory was accepted";

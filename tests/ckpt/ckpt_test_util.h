@@ -1,5 +1,5 @@
 // Helpers shared by the checkpoint tests: a temporary directory per test, capturing an st::Error of an
-// expected kind, and bit-exact float comparison.
+// expected kind, bit-exact float comparison, and what the HF export files hold.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../common/temp_dir.h"
+#include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/core/error.h"
 
 namespace st::testing {
@@ -70,6 +71,36 @@ inline std::vector<float> pattern(size_t n, uint32_t salt) {
     std::memcpy(&out[i], &b, 4);
   }
   return out;
+}
+
+// The elements of a tensor of this shape (1 for a scalar).
+inline int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// What an HF tensor holds: its slice of the full unit buffers `params`, transposed for Conv1D (ours [out, in],
+// HF's [in, out]).
+inline std::vector<float> hf_tensor_values(const HfTensorMap& t, const std::vector<std::vector<float>>& params) {
+  const float* src = params[static_cast<size_t>(t.unit)].data() + t.tensor->offset;
+  const int64_t n = numel_of(t.hf_shape);
+  std::vector<float> out(static_cast<size_t>(n));
+  if (!t.transpose) {
+    std::memcpy(out.data(), src, static_cast<size_t>(n) * sizeof(float));
+  } else {
+    const int64_t rows = t.tensor->shape[0], cols = t.tensor->shape[1];
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(c * rows + r)] = src[r * cols + c];
+  }
+  return out;
+}
+
+// The header length at the start of a safetensors file's bytes: 8 bytes, little-endian. blob holds at least 8.
+inline uint64_t safetensors_header_len(const std::string& blob) {
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(blob[i])) << (8 * i);
+  return n;
 }
 
 }  // namespace st::testing

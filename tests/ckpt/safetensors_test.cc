@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -18,18 +17,9 @@ namespace {
 using st::testing::bits;
 using st::testing::contains;
 using st::testing::pattern;
+using st::testing::read_bytes;
+using st::testing::safetensors_header_len;
 using st::testing::TempDir;
-
-std::string read_bytes(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-uint64_t header_len(const std::string& blob) {
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(blob[i])) << (8 * i);
-  return n;
-}
 
 std::string internal_error(const std::function<void()>& fn) {
   return st::testing::error_message(ErrorKind::kInternal, fn);
@@ -48,7 +38,7 @@ TEST(Safetensors, LayoutIsHeaderThenAlignedBackToBackData) {
 
   const std::string blob = read_bytes(path);
   ASSERT_EQ(static_cast<int64_t>(blob.size()), w.file_bytes());
-  const uint64_t n = header_len(blob);
+  const uint64_t n = safetensors_header_len(blob);
   EXPECT_EQ((8 + n) % 8, 0u);
   const std::string header = blob.substr(8, n);
   EXPECT_EQ(header, safetensors_header({{"z.first", {2, 3}}, {"a.second", {5}}, {"empty", {0, 4}}, {"scalar", {}}}));

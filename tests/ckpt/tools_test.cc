@@ -3,8 +3,6 @@
 #include "shardtrain/ckpt/tools.h"
 
 #include <gtest/gtest.h>
-
-#include "../common/run_shardtrain.h"
 #include <omp.h>
 #include <sys/wait.h>
 
@@ -19,13 +17,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/run_shardtrain.h"
+#include "../common/tiny_training.h"
 #include "ckpt_test_util.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/comm/fake_communicator.h"
-#include "shardtrain/core/rng.h"
 #include "shardtrain/train/step_engine.h"
 
 namespace fs = std::filesystem;
@@ -36,32 +35,14 @@ namespace {
 using st::testing::bad_input_message;
 using st::testing::bits;
 using st::testing::contains;
+using st::testing::hf_tensor_values;
+using st::testing::numel_of;
+using st::testing::read_bytes;
+using st::testing::safetensors_header_len;
 using st::testing::TempDir;
+using st::testing::write_bytes;
 
-std::string read_bytes(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-void write_text(const fs::path& p, const std::string& bytes) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
-}
-
-int64_t numel_of(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-// A train step's micro-batch: deterministic tokens per global sequence index.
-void fill(const Config& c, int64_t g, int32_t* in, int32_t* tgt) {
-  for (int64_t t = 0; t <= c.model.seq_len; ++t) {
-    const auto tok = static_cast<int32_t>(random_bits_at(7, static_cast<uint64_t>(g), static_cast<uint64_t>(t)) %
-                                          static_cast<uint64_t>(c.model.vocab_size));
-    if (t < c.model.seq_len) in[t] = tok;
-    if (t > 0) tgt[t - 1] = tok;
-  }
-}
+constexpr uint64_t kSeed = 7;  // the corpus of testing::corpus_batches
 
 // A checkpoint written by the real save path, and the full parameters it holds (gathered on rank 0).
 struct Saved {
@@ -74,15 +55,8 @@ Saved train_and_save(const Config& cfg, int world, int64_t steps) {
   Saved out;
   fake::spawn(world, [&](Communicator& comm) {
     StepEngine e(cfg, comm);
-    const int64_t accum = cfg.grad_accum_steps(comm.world_size());
-    for (int64_t step = 0; step < steps; ++step) {
-      const float loss = e.forward_backward(
-          [&](int64_t micro, int32_t* in, int32_t* tgt) {
-            fill(cfg, (step * accum + micro) * comm.world_size() + comm.rank(), in, tgt);
-          },
-          accum);
-      e.optimizer_step(step, loss);
-    }
+    testing::Trace trace;
+    testing::train_steps(e, cfg, comm, kSeed, 0, steps, &trace);
     CheckpointState cs;
     cs.step = steps;
     cs.optimizer_updates = e.updates();
@@ -108,26 +82,11 @@ Safetensors parse_safetensors(const std::string& path) {
   Safetensors s;
   EXPECT_GE(blob.size(), 8u) << path;
   if (blob.size() < 8) return s;
-  for (int i = 0; i < 8; ++i) s.header_len |= static_cast<uint64_t>(static_cast<unsigned char>(blob[i])) << (8 * i);
+  s.header_len = safetensors_header_len(blob);
   EXPECT_LE(8 + s.header_len, blob.size()) << path;
   s.header = nlohmann::ordered_json::parse(blob.substr(8, s.header_len));
   s.data = blob.substr(8 + s.header_len);
   return s;
-}
-
-// What an HF tensor must hold: its slice of the gathered unit buffer, transposed for Conv1D.
-std::vector<float> expected_tensor(const HfTensorMap& t, const std::vector<std::vector<float>>& params) {
-  const float* src = params[static_cast<size_t>(t.unit)].data() + t.tensor->offset;
-  const int64_t n = numel_of(t.hf_shape);
-  std::vector<float> out(static_cast<size_t>(n));
-  if (!t.transpose) {
-    std::memcpy(out.data(), src, static_cast<size_t>(n) * sizeof(float));
-  } else {
-    const int64_t rows = t.tensor->shape[0], cols = t.tensor->shape[1];
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(c * rows + r)] = src[r * cols + c];
-  }
-  return out;
 }
 
 using st::testing::CliResult;
@@ -137,12 +96,7 @@ class CkptToolsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     omp_set_num_threads(1);
-    cfg_.model.n_layer = 2;
-    cfg_.model.n_embd = 16;
-    cfg_.model.n_head = 2;
-    cfg_.model.vocab_size = 50;  // padded to 128 in memory: the export must keep 50 rows
-    cfg_.model.seq_len = 8;
-    cfg_.train.micro_batch = 1;
+    cfg_ = testing::tiny_config();  // vocabulary 50, padded to 128 in memory: the export must keep 50 rows
     cfg_.train.global_batch = 6;
     cfg_.optim.warmup_steps = 1;
     cfg_.ckpt.dir = tmp_.file("ckpt");
@@ -180,7 +134,7 @@ TEST_F(CkptToolsTest, VerifyNamesAFileWithAFlippedByte) {
   saved();
   std::string b = read_bytes(rank_file(1));
   b[b.size() / 2] ^= 0x01;
-  write_text(rank_file(1), b);
+  write_bytes(rank_file(1), b);
   const Manifest m = read_manifest((fs::path(saved_.step_dir) / "manifest.json").string());
   const std::string msg = verify_error();
   EXPECT_TRUE(contains(msg, rank_file(1))) << msg;
@@ -192,7 +146,7 @@ TEST_F(CkptToolsTest, VerifyNamesAFileWithAFlippedByte) {
 TEST_F(CkptToolsTest, VerifyNamesATruncatedFile) {
   saved();
   const std::string b = read_bytes(rank_file(1));
-  write_text(rank_file(1), b.substr(0, b.size() - 100));
+  write_bytes(rank_file(1), b.substr(0, b.size() - 100));
   const std::string msg = verify_error();
   EXPECT_TRUE(contains(msg, rank_file(1))) << msg;
   EXPECT_TRUE(contains(msg, "expected " + std::to_string(b.size()) + " bytes")) << msg;
@@ -213,7 +167,7 @@ TEST_F(CkptToolsTest, VerifyNamesTheFileWhoseManifestHashWasEdited) {
   nlohmann::json j = nlohmann::json::parse(read_bytes(manifest));
   const std::string fake(64, 'a');
   j["files"][0]["sha256"] = fake;
-  write_text(manifest, j.dump(2));
+  write_bytes(manifest, j.dump(2));
   const std::string msg = verify_error();
   EXPECT_TRUE(contains(msg, rank_file(0))) << msg;
   EXPECT_TRUE(contains(msg, "expected " + fake)) << msg;
@@ -234,7 +188,7 @@ TEST_F(CkptToolsTest, VerifyNamesAFileWhoseSpanDisagreesWithTheManifest) {
   s0["count"] = count0 - 1;
   s1["offset"] = off1 - 1;
   s1["count"] = count1 + 1;
-  write_text(manifest, j.dump(2));
+  write_bytes(manifest, j.dump(2));
   const std::string msg = verify_error();
   EXPECT_TRUE(contains(msg, rank_file(0))) << msg;
   EXPECT_TRUE(contains(msg, "unit block.0 span mismatch")) << msg;
@@ -297,7 +251,7 @@ TEST_F(CkptToolsTest, ExportSafetensorsEqualsTheGatheredParameters) {
     EXPECT_EQ(begin, end) << t.hf_name << ": not back to back";
     ASSERT_EQ(stop - begin, numel_of(t.hf_shape) * 4) << t.hf_name;
     ASSERT_LE(static_cast<size_t>(stop), s.data.size());
-    const std::vector<float> want = expected_tensor(t, saved_.params);
+    const std::vector<float> want = hf_tensor_values(t, saved_.params);
     EXPECT_EQ(bits(reinterpret_cast<const float*>(s.data.data() + begin), want.size()), bits(want)) << t.hf_name;
     end = stop;
   }
@@ -316,7 +270,7 @@ TEST_F(CkptToolsTest, ExportHdf5EqualsTheGatheredParameters) {
     for (const HfTensorMap& t : hf_gpt2_tensor_map(cfg_.model, units)) {
       std::vector<float> got(static_cast<size_t>(numel_of(t.hf_shape)));
       h5_read_f32(f, t.hf_name, t.hf_shape, got.data());
-      EXPECT_EQ(bits(got), bits(expected_tensor(t, saved_.params))) << t.hf_name;
+      EXPECT_EQ(bits(got), bits(hf_tensor_values(t, saved_.params))) << t.hf_name;
     }
   }
   // read_hf_gpt2 takes it as ckpt.export's own file: the units come back whole (wte padding rows zero,
@@ -377,7 +331,7 @@ TEST_F(CkptToolsTest, ExportVerifiesEachRankFileBeforeReadingIt) {
   saved();
   std::string b = read_bytes(rank_file(2));
   b[b.size() / 3] ^= 0x40;
-  write_text(rank_file(2), b);
+  write_bytes(rank_file(2), b);
   const std::string out = tmp_.file("model.safetensors");
   const std::string msg = bad_input_message([&] { export_checkpoint(saved_.step_dir, out); });
   EXPECT_TRUE(contains(msg, rank_file(2))) << msg;

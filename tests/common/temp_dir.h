@@ -1,5 +1,5 @@
 // Test helpers shared across layers: a temporary directory per test that removes itself, and a raw
-// file writer. Header-only; include it from a layer's own test utilities.
+// file reader and writer. Header-only; include it from a layer's own test utilities.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,13 @@ inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(f.good()) << path;
+}
+
+// The whole file's bytes; "" and a test failure when it cannot be opened.
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f.is_open()) << path;
+  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 }  // namespace st::testing

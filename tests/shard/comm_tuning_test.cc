@@ -136,7 +136,7 @@ TEST(CommTuning, ConfigOverridesAndTheLogSaysWhere) {
   EXPECT_EQ(t.bucket_bytes, 524288);
   EXPECT_EQ(t.reduce_scatter_ctas, 4);
   EXPECT_EQ(t.why,
-            "communication: prefetch depth 0 (dist.prefetch_depth), all-reduce across nodes in buckets of 0.5 MiB "
+            "communication: prefetch depth 0 (dist.prefetch_depth), all-reduce across nodes in buckets of 0.50 MiB "
             "(dist.bucket_mb), gathers on NCCL's kernels (default for nvlink needs NCCL 2.28), reduce-scatters on "
             "NCCL's kernels (default for nvlink needs NCCL 2.28), block reduce-scatters on at most 4 CTAs (default for "
             "nvlink); "

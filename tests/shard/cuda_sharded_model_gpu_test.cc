@@ -17,15 +17,18 @@
 #include "../common/gpu_test.h"
 #include "../common/run_shardtrain.h"
 #include "../common/temp_dir.h"
+#include "../common/tiny_training.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/error.h"
-#include "shardtrain/core/rng.h"
 #include "shardtrain/optim/loss_scaler.h"
 #include "shardtrain/train/step_engine.h"
 
 namespace st {
 namespace {
+
+using testing::rel_norm_error;
+using testing::Trace;
 
 // Odd sizes on purpose: vocab 300 (padded to 384), 3 heads of 16, T = 24, two micro-batches of 3.
 Config small(Device device, DType dtype) {
@@ -46,58 +49,24 @@ Config small(Device device, DType dtype) {
   return c;
 }
 
-BatchFn batches(const Config& c, int64_t step) {
-  return [&c, step](int64_t micro, int32_t* in, int32_t* tgt) {
-    const int64_t T = c.model.seq_len, B = c.train.micro_batch;
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t <= T; ++t) {
-        const uint64_t seq = static_cast<uint64_t>((step * 2 + micro) * B + b);
-        const auto tok = static_cast<int32_t>(random_bits_at(77, seq, static_cast<uint64_t>(t)) % 300u);
-        if (t < T) in[b * T + t] = tok;
-        if (t > 0) tgt[b * T + t - 1] = tok;
-      }
-  };
-}
+constexpr uint64_t kSeed = 77;  // the corpus of testing::corpus_batches
 
-struct Trace {
-  std::vector<float> losses;
-  std::vector<double> norms;
-  std::vector<std::vector<float>> grads0;  // gradients of the first step
-  std::vector<std::vector<float>> params;  // after the last step
-};
+// Step `step`'s micro-batches on one rank.
+BatchFn batches(const Config& c, int64_t step) { return testing::corpus_batches(c, kSeed, step); }
 
+// 0 .. steps - 1 on one rank, with the first step's gradients.
 Trace train(const Config& c, int64_t steps, bool recompute = false) {
   Config cfg = c;
   cfg.train.recompute = recompute;
   SoloCommunicator comm;
-  StepEngine e(cfg, comm);
-  Trace tr;
-  for (int64_t s = 0; s < steps; ++s) {
-    const float loss = e.forward_backward(batches(cfg, s), 2);
-    if (s == 0) tr.grads0 = e.gather_grads();
-    const StepStats st = e.optimizer_step(s, loss);
-    tr.losses.push_back(st.loss);
-    tr.norms.push_back(st.grad_norm);
-  }
-  tr.params = e.gather_params();
-  return tr;
+  return testing::train(cfg, comm, kSeed, steps, /*record_grads=*/true);
 }
 
-// ||got - want|| / ||want|| over a whole unit: the measure for bf16, whose per-element error on small
-// gradients is dominated by rounding.
+// The largest |v[i]|.
 double max_abs(const std::vector<float>& v) {
   double m = 0;
   for (float x : v) m = std::max(m, std::fabs(static_cast<double>(x)));
   return m;
-}
-
-double rel_norm_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    d += std::pow(static_cast<double>(got[i]) - want[i], 2);
-    n += std::pow(static_cast<double>(want[i]), 2);
-  }
-  return std::sqrt(d / std::max(n, 1e-300));
 }
 
 TEST(CudaShardedModel, Fp32MatchesCpuLossGradientsAndTrajectory) {

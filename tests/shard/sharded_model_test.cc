@@ -8,64 +8,33 @@
 #include <mutex>
 #include <vector>
 
+#include "../common/tiny_training.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/process_memory.h"
-#include "shardtrain/core/rng.h"
 #include "shardtrain/train/step_engine.h"
 
 namespace st {
 namespace {
 
+using testing::rel_norm_error;
+using testing::Trace;
+
+constexpr uint64_t kSeed = 5;  // the corpus of testing::corpus_batches
+
 Config small(int n_layer = 2, int n_embd = 16, int n_head = 2, int vocab = 50) {
-  Config c;
+  Config c = testing::tiny_config();
   c.model.n_layer = n_layer;
   c.model.n_embd = n_embd;
   c.model.n_head = n_head;
   c.model.vocab_size = vocab;  // padded to 128
-  c.model.seq_len = 8;
-  c.train.micro_batch = 1;
-  c.train.global_batch = 12;
   c.train.steps = 4;
   c.optim.warmup_steps = 1;
   c.optim.eps = 1e-6f;  // see tests/shard/mpi_equivalence_test.py
   return c;
 }
 
-// Global sequence g of a fixed random corpus, as the sampler would order them.
-void fill(const Config& c, int64_t g, int32_t* in, int32_t* tgt) {
-  const int64_t T = c.model.seq_len;
-  for (int64_t t = 0; t <= T; ++t) {
-    const auto tok = static_cast<int32_t>(random_bits_at(5, static_cast<uint64_t>(g), static_cast<uint64_t>(t)) %
-                                          static_cast<uint64_t>(c.model.vocab_size));
-    if (t < T) in[t] = tok;
-    if (t > 0) tgt[t - 1] = tok;
-  }
-}
-
-struct Trace {
-  std::vector<float> losses;
-  std::vector<double> norms;
-  std::vector<std::vector<float>> params;
-};
-
-Trace train(const Config& c, Communicator& comm) {
-  StepEngine e(c, comm);
-  const int64_t accum = c.grad_accum_steps(comm.world_size());
-  Trace tr;
-  for (int64_t step = 0; step < c.train.steps; ++step) {
-    const float loss = e.forward_backward(
-        [&](int64_t micro, int32_t* in, int32_t* tgt) {
-          fill(c, (step * accum + micro) * comm.world_size() + comm.rank(), in, tgt);
-        },
-        accum);
-    const StepStats s = e.optimizer_step(step, loss);
-    tr.losses.push_back(s.loss);
-    tr.norms.push_back(s.grad_norm);
-  }
-  tr.params = e.gather_params();
-  return tr;
-}
+Trace train(const Config& c, Communicator& comm) { return testing::train(c, comm, kSeed, c.train.steps); }
 
 void expect_close(const Trace& ref, const Trace& got, const std::string& what) {
   ASSERT_EQ(ref.losses.size(), got.losses.size());
@@ -73,15 +42,9 @@ void expect_close(const Trace& ref, const Trace& got, const std::string& what) {
     EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::fabs(ref.losses[i])) << what << " step " << i;
     EXPECT_NEAR(got.norms[i], ref.norms[i], 1e-5 * ref.norms[i]) << what << " step " << i;
   }
-  for (size_t u = 0; u < ref.params.size(); ++u) {
-    ASSERT_EQ(ref.params[u].size(), got.params[u].size());
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < ref.params[u].size(); ++i) {
-      diff += std::pow(static_cast<double>(got.params[u][i]) - ref.params[u][i], 2);
-      norm += std::pow(static_cast<double>(ref.params[u][i]), 2);
-    }
-    EXPECT_LE(std::sqrt(diff), 1e-5 * std::sqrt(norm)) << what << " unit " << u;
-  }
+  ASSERT_EQ(ref.params.size(), got.params.size());
+  for (size_t u = 0; u < ref.params.size(); ++u)
+    EXPECT_LE(rel_norm_error(got.params[u], ref.params[u]), 1e-5) << what << " unit " << u;
 }
 
 class ShardedTest : public ::testing::Test {
@@ -163,8 +126,7 @@ TEST_F(ShardedTest, GathersAndReduceScattersFollowTheSchedule) {
   fake::spawn(2, [&](Communicator& comm) {
     StepEngine e(c, comm);
     const int64_t accum = c.grad_accum_steps(2);  // 6
-    std::vector<int32_t> in(8), tgt(8);
-    e.forward_backward([&](int64_t micro, int32_t* i, int32_t* t) { fill(c, micro * 2 + comm.rank(), i, t); }, accum);
+    e.forward_backward(testing::corpus_batches(c, kSeed, 0, 2, comm.rank()), accum);
     // Time inside the collectives is reported once: taking it again right away gives exactly zero.
     EXPECT_GE(e.sharded().take_exposed_comm_ms(), 0.0);
     EXPECT_EQ(e.sharded().take_exposed_comm_ms(), 0.0);
@@ -202,7 +164,7 @@ TEST_F(ShardedTest, NoReshardAfterForwardIsBitIdenticalWithFewerGathers) {
     EXPECT_EQ(zero3.losses, zero2.losses);
     EXPECT_EQ(zero3.params, zero2.params);
     StepEngine e(keep, comm);
-    e.forward_backward([&](int64_t micro, int32_t* i, int32_t* t) { fill(keep, micro * 2 + comm.rank(), i, t); }, 1);
+    e.forward_backward(testing::corpus_batches(keep, kSeed, 0, 2, comm.rank()), 1);
     EXPECT_EQ(e.sharded().counters().gathers, (std::vector<int64_t>{2, 1, 1, 1, 1}));
     StepEngine z(c, comm);
     EXPECT_GT(e.sharded().memory().gather_buffer_bytes, z.sharded().memory().gather_buffer_bytes);

@@ -5,7 +5,7 @@
 namespace st {
 namespace {
 
-// GPT-2 124M in bf16 on two workstations with one GPU each, over ~3 GB/s sockets (issue 8's stand-in).
+// GPT-2 124M in bf16 on two workstations with one GPU each, over ~3 GB/s sockets.
 ShardingEstimate two_workstations() {
   ShardingEstimate e;
   e.world = 2;

@@ -327,7 +327,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mpi_comm_check: run me under mpirun (no MPI launcher in the environment)\n");
     return st::kExitBadInput;
   }
-  // The session outlives the try block, so the error path can still abort the whole job through MPI.
+  // The MpiSession outlives the try block, so the error path can still abort the whole job through MPI.
   std::optional<st::MpiSession> mpi;
   try {
     mpi.emplace(&argc, &argv);

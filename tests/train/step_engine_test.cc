@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
+#include "../common/tiny_training.h"
 #include "shardtrain/comm/communicator.h"
-#include "shardtrain/core/rng.h"
 
 namespace st {
 namespace {
@@ -26,16 +26,11 @@ Config small_config() {
   return c;
 }
 
-// Sequence s of a fixed random corpus: inputs and shifted targets.
+constexpr uint64_t kSeed = 9;  // the corpus of testing::fill_sequences
+
+// Sequences first_seq .. first_seq + B - 1 of a fixed random corpus: inputs and shifted targets.
 void fill_sequences(const Config& c, int64_t first_seq, int64_t B, int32_t* in, int32_t* tgt) {
-  const int64_t T = c.model.seq_len;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t <= T; ++t) {
-      const auto tok = static_cast<int32_t>(random_bits_at(9, static_cast<uint64_t>(first_seq + b), t) %
-                                            static_cast<uint64_t>(c.model.vocab_size));
-      if (t < T) in[b * T + t] = tok;
-      if (t > 0) tgt[b * T + t - 1] = tok;
-    }
+  testing::fill_sequences(c, kSeed, first_seq, B, in, tgt);
 }
 
 TEST(StepEngine, InitialLossIsAboutLnVocab) {

@@ -3,7 +3,8 @@
 // Implementations: MpiCommunicator (CPU backend, one process per rank, mpi_communicator.h), TcpCommunicator
 // (dist.bootstrap=env: the same over TCP sockets without MPI, tcp_communicator.h), the
 // in-process FakeWorld (N ranks as threads, for unit tests, fake_communicator.h), and a SoloCommunicator
-// (world size 1, no MPI at all). The CUDA backend adds a NCCL implementation later.
+// (world size 1, no MPI at all). The CUDA backend's device-side collectives are NcclCommunicator
+// (nccl_communicator.h), which bootstraps through one of these.
 //
 // Contract, for every implementation:
 //   * Collective calls are made by every rank of the communicator, in the same order, with the same

@@ -1,6 +1,6 @@
 // The one error type and CHECK family of shardtrain.
 //
-// Policy (see STYLE.md):
+// Policy (see docs/design.md):
 //   * Broken invariants and failed library calls throw st::Error of kind kInternal or kFault.
 //   * Inputs a user can get wrong (config keys, data files, checkpoints) throw kind kBadInput with a
 //     message that names the file or key and the expected vs actual value.

@@ -25,7 +25,7 @@ SimdIsa best_simd_isa();
 // The supported ISA that runs the update fastest here, timed once per process on 4 MiB arrays (a
 // hundredth of a second). Widest is not always fastest: AVX-512's division and square root, which dominate this loop,
 // are no faster per element than AVX2's on some CPUs (one thread of the development VM's AMD EPYC: AVX-512 0.88,
-// AVX2 1.64 Gparam/s, `bench_cpu_adamw --params 8388608 --iters 3 --max-threads 2`; bench/RESULTS.md).
+// AVX2 1.64 Gparam/s, `bench_cpu_adamw --params 8388608 --iters 3 --max-threads 2`; docs/performance.md).
 SimdIsa fastest_simd_isa();
 // Whether this CPU can run `isa`.
 bool simd_isa_supported(SimdIsa isa);

@@ -17,7 +17,7 @@
 //
 // dist.prefetch_depth, dist.bucket_mb, dist.reduce_scatter_ctas, dist.gather_engine and dist.reduce_engine set them; -1
 // or auto (their defaults) take the measured default for the link kind, default_comm_tuning(), whose numbers come from
-// bench/RESULTS.md.
+// docs/performance.md.
 //
 //   const LinkKind link = classify_link(groups.shard_peers_off_node > 0, p2p_disabled, all_pairs_nvlink);
 //   const CommTuning t = resolve_comm_tuning(cfg.dist, link, /*hybrid=*/groups.replica != nullptr);
