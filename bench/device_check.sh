@@ -12,7 +12,7 @@
 #   cap24     --dist.max_gpu_mem_gib=24 / --mem-cap-gib 24 (a 24 GB card)
 #   recompute --train.recompute=true / --recompute
 # e.g. BENCH_CASES="2:16:350m 2:16:350m:offload 2:4:1.5b:nop2p+cap24+recompute 2:4:1.5b:nop2p+cap24+recompute+offload".
-# The peer is .peer/fsdp2_gpt2.py (a copy of shared/reference/fsdp2_gpt2.py; carry .peer with the call) when present.
+# The peer, when present, is .peer/fsdp2_gpt2.py: PyTorch FSDP2 training the same GPT-2 (an ignored folder: carry it).
 # The bench stage also runs bench_gemm_shapes (each GEMM of a GPT-2 124M step through our cuBLASLt layer)
 # and, with 2 GPUs, bench_collectives (NcclCommunicator vs raw NCCL busbw, and --exchange: the two reduce engines);
 # BENCH_EXTRAS=0 skips both.

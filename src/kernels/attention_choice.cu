@@ -14,8 +14,8 @@ AttentionChoice choose_attention(const AttentionRequest& r, Cudnn& cudnn) {
   if (r.impl == AttentionImpl::kFlash) return {false, 0, str_cat("flash (train.attention=flash)", flash_note), {}};
   GpuContext probe;
   probe.cudnn = &cudnn;
-  const CudnnBackwardMode mode = r.deterministic ? CudnnBackwardMode::kDeterministic
-                                                 : CudnnBackwardMode::kNondeterministic;
+  const CudnnBackwardMode mode =
+      r.deterministic ? CudnnBackwardMode::kDeterministic : CudnnBackwardMode::kNondeterministic;
   try {
     const size_t fwd = cudnn_attention_forward_scratch_bytes<T>(r.B, r.T, r.C, r.NH, probe);
     const size_t bwd = cudnn_attention_backward_scratch_bytes<T>(r.B, r.T, r.C, r.NH, probe, mode);

@@ -28,7 +28,7 @@ int64_t device_free_bytes() {
 
 template <typename T>
 MemoryPlan checked_cuda_plan(const Config& cfg, int world, const CommPlan& comm, const std::string& device,
-                        int64_t attention_scratch_bytes) {
+                             int64_t attention_scratch_bytes) {
   const MemoryPlan plan = plan_memory(cfg, world, comm, cuda_compute_footprint<T>(cfg, attention_scratch_bytes));
   check_memory_plan(plan, DeviceBudget::of(cfg, device_free_bytes()), device);
   return plan;

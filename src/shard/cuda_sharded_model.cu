@@ -52,11 +52,11 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   int replica_index() const override { return groups_.replica_index(); }
   std::string describe() const override {
     const char* dtype = std::is_same_v<T, float> ? "fp32" : std::is_same_v<T, bf16> ? "bf16" : "fp16";
-    return str_cat("cuda/", dtype, " on ", device_name_, ", attention ", attention_.what, "; sharding ", groups_.why,
-                   "; ", coll_.tuning().why,
-                   offload_ ? str_cat(", optim.offload=", to_string(cfg_.optim.offload), " (",
-                                      offload_->describe(units_), ")")
-                            : std::string());
+    return str_cat(
+        "cuda/", dtype, " on ", device_name_, ", attention ", attention_.what, "; sharding ", groups_.why, "; ",
+        coll_.tuning().why,
+        offload_ ? str_cat(", optim.offload=", to_string(cfg_.optim.offload), " (", offload_->describe(units_), ")")
+                 : std::string());
   }
   std::string device_name() const override { return device_name_; }
   void zero_grads() override;
@@ -123,8 +123,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   // The stream on which gradient shards become final: the replica stream in hybrid, else the communication stream.
   cudaStream_t final_grad_stream() { return replica_ ? replica_->stream() : comm_stream_.get(); }
   CommPlan comm_plan() const {
-    return {coll_.tuning().prefetch_depth, replica_bucket_elements_,
-            coll_.tuning().copy_engine_reduce_scatters};
+    return {coll_.tuning().prefetch_depth, replica_bucket_elements_, coll_.tuning().copy_engine_reduce_scatters};
   }
   void wait_for_comm(const CudaEvent& done, const char* what);
   // Folds the device memory in use now (cudaMemGetInfo: total - free) into device_peak_bytes_.
@@ -171,13 +170,13 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   DeviceBuffer<unsigned char> scratch_, comm_scratch_;
   gpu::GpuContext ctx_, comm_ctx_;
   CudaGpt<T> model_;
-  DeviceOptimizer<T> optimizer_;  // AdamW beside the next step's forward, the norm and the on-device gate
+  DeviceOptimizer<T> optimizer_;             // AdamW beside the next step's forward, the norm and the on-device gate
   std::unique_ptr<DeviceShards<T>> shards_;  // this rank's sharded state on the device
   std::unique_ptr<OffloadPipeline<T>> offload_;  // optim.offload; null without it
-  int64_t micro_steps_left_ = 0;      // expect_micro_steps(), counted down by micro_step()
-  bool last_micro_ = true;            // the running micro-step is the step's last
-  bool summed_across_nodes_ = false;  // hybrid: this step's gradients went across nodes (zero_grads clears)
-  std::unique_ptr<UnitBuffers<T>> buffers_;  // the gathered parameters and full gradients
+  int64_t micro_steps_left_ = 0;                 // expect_micro_steps(), counted down by micro_step()
+  bool last_micro_ = true;                       // the running micro-step is the step's last
+  bool summed_across_nodes_ = false;             // hybrid: this step's gradients went across nodes (zero_grads clears)
+  std::unique_ptr<UnitBuffers<T>> buffers_;      // the gathered parameters and full gradients
   DeviceBuffer<T> rs_out_;
   std::unique_ptr<ReplicaReduction<T>> replica_;  // hybrid: the all-reduce across nodes, once per step
   // loss_queued_: micro_step_queued() left its loss on the device; gate_queued_: queue_gated_update() ran and
@@ -214,11 +213,12 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
                                                : 0),
       device_name_(cuda_device_name()),
       cudnn_(),
-      attention_(gpu::choose_attention<T>({cfg.train.attention, cfg.train.deterministic,
-                                           static_cast<int>(cfg.train.micro_batch), cfg.model.seq_len,
-                                           cfg.model.n_embd, cfg.model.n_head},
-                                          cudnn_)),
-      plan_(checked_cuda_plan<T>(cfg, groups_.shard().world_size(), comm_plan(), device_name_, attention_.scratch_bytes)),
+      attention_(gpu::choose_attention<T>(
+          {cfg.train.attention, cfg.train.deterministic, static_cast<int>(cfg.train.micro_batch), cfg.model.seq_len,
+           cfg.model.n_embd, cfg.model.n_head},
+          cudnn_)),
+      plan_(
+          checked_cuda_plan<T>(cfg, groups_.shard().world_size(), comm_plan(), device_name_, attention_.scratch_bytes)),
       blas_(),
       scratch_(cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.scratch_bytes)
                    .scratch_bytes),
@@ -266,9 +266,9 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   WindowArena grads(grad_windows, WindowArena::bytes_for(s.emb_full, sizeof(T)) +
                                       grad_pool_size(comm_plan()) * WindowArena::bytes_for(s.unit_full, sizeof(T)) +
                                       WindowArena::bytes_for(exchanged, sizeof(T)));
-  buffers_ = std::make_unique<UnitBuffers<T>>(static_cast<int>(units_.size()), s.emb_full, s.unit_full,
-                                               static_cast<int>(pool_size), grad_pool_size(comm_plan()), gathered,
-                                               grads);
+  buffers_ =
+      std::make_unique<UnitBuffers<T>>(static_cast<int>(units_.size()), s.emb_full, s.unit_full,
+                                       static_cast<int>(pool_size), grad_pool_size(comm_plan()), gathered, grads);
   if (groups_.replica)
     replica_ = std::make_unique<ReplicaReduction<T>>(shard_slots(), replica_bucket_size(), *coll_.replica());
   rs_out_ = coll_.exchange() ? grads.take<T>(exchanged) : DeviceBuffer<T>(s.max_slot);
@@ -284,7 +284,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     o.device = coll_.shard().device();
     o.log = comm.rank() == 0;
     offload_ = std::make_unique<OffloadPipeline<T>>(o, offloaded, std::move(for_offload.states),
-                                                   std::move(for_offload.copies));
+                                                    std::move(for_offload.copies));
   }
   compute_stream_.synchronize();
   sample_device_memory();
@@ -301,8 +301,7 @@ template <typename T>
 CudaShardedModel<T>::~CudaShardedModel() {
   // Outstanding work references our buffers; let it finish before they are freed (the offload pipeline, destroyed
   // first, waits for its own streams and host jobs).
-  for (cudaStream_t s : {comm_stream_.get(), compute_stream_.get(), optimizer_.stream()})
-    cudaStreamSynchronize(s);
+  for (cudaStream_t s : {comm_stream_.get(), compute_stream_.get(), optimizer_.stream()}) cudaStreamSynchronize(s);
 }
 
 template <typename T>
@@ -323,9 +322,9 @@ void CudaShardedModel<T>::issue_gather(int unit) {
   Buffer* b = &buffers_->take_params(unit);
   const int64_t slot = shards_->view(unit).slot;
   cudaStream_t ns = comm_stream_.get();
-  b->free.wait_on(ns);                   // the unit that held it has finished computing
-  optimizer_.wait_updated(unit, ns);     // the shard its device AdamW writes (optimizer stream)
-  bool staged = false;                   // optim.offload=optimizer+params: a staging buffer filled from the host
+  b->free.wait_on(ns);                // the unit that held it has finished computing
+  optimizer_.wait_updated(unit, ns);  // the shard its device AdamW writes (optimizer stream)
+  bool staged = false;                // optim.offload=optimizer+params: a staging buffer filled from the host
   const T* source = offload(unit) ? offload_->gather_source(unit, ns, &staged) : shards_->gather_source(unit);
   coll_.gather_comm(staged).all_gather<T>(source, slot, b->data.data(), ns);
   if (staged) offload_->gather_issued(ns);

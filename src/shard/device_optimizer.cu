@@ -60,8 +60,8 @@ void DeviceOptimizer<T>::update(int unit, const UnitState& s, const std::vector<
 }
 
 template <typename T>
-void DeviceOptimizer<T>::queue_gate(double earlier_losses, double loss_scale, float grad_clip,
-                                    NcclCommunicator& shard, NcclCommunicator* replica, const gpu::GpuContext& ctx) {
+void DeviceOptimizer<T>::queue_gate(double earlier_losses, double loss_scale, float grad_clip, NcclCommunicator& shard,
+                                    NcclCommunicator* replica, const gpu::GpuContext& ctx) {
   ST_CHECK(all_parts(), "the step's gate: ", parts_, " of ", units_, " units' gradients are final");
   cudaStream_t cs = ctx.stream;
   OpTimer::Laps lap = timer_.laps(cs);

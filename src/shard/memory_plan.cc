@@ -1,19 +1,13 @@
 #include "shardtrain/shard/memory_plan.h"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/format.h"
 #include "shardtrain/shard/shard_span.h"
 
 namespace st {
 namespace {
-
-std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(bytes) / double(int64_t{1} << 30));
-  return buf;
-}
 
 int64_t element_bytes_of(DType t) { return t == DType::kF32 ? 4 : 2; }
 
@@ -85,8 +79,9 @@ MemoryPlan plan_memory(const Config& cfg, int world, const CommPlan& comm, const
 }
 
 std::string MemoryPlan::breakdown() const {
-  return str_cat("sharded state ", gib(sharded_state), ", gather buffers ", gib(gather_buffers), ", activations ",
-                 gib(activations), ", workspace ", gib(workspace), "; total ", gib(total()));
+  return str_cat("sharded state ", format_gib(sharded_state), ", gather buffers ", format_gib(gather_buffers),
+                 ", activations ", format_gib(activations), ", workspace ", format_gib(workspace), "; total ",
+                 format_gib(total()));
 }
 
 DeviceBudget DeviceBudget::of(const Config& cfg, int64_t free_bytes) {
@@ -99,11 +94,11 @@ DeviceBudget DeviceBudget::of(const Config& cfg, int64_t free_bytes) {
 
 void check_memory_plan(const MemoryPlan& plan, const DeviceBudget& budget, const std::string& device) {
   if (plan.total() <= budget.usable()) return;
-  ST_BAD_INPUT("device memory: this config needs ", gib(plan.total()), " per rank (", plan.breakdown(), "), but ",
-               budget.capped && budget.cap < budget.free
-                   ? str_cat("dist.max_gpu_mem_gib caps it at ", gib(budget.cap))
-                   : str_cat(device, " has ", gib(budget.free), " free"),
-               "; lower train.micro_batch, set train.recompute=true, or use more ranks");
+  ST_BAD_INPUT(
+      "device memory: this config needs ", format_gib(plan.total()), " per rank (", plan.breakdown(), "), but ",
+      budget.capped && budget.cap < budget.free ? str_cat("dist.max_gpu_mem_gib caps it at ", format_gib(budget.cap))
+                                                : str_cat(device, " has ", format_gib(budget.free), " free"),
+      "; lower train.micro_batch, set train.recompute=true, or use more ranks");
 }
 
 }  // namespace st

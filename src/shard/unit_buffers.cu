@@ -40,8 +40,8 @@ bool UnitBuffers<T>::can_take_params(int unit) {
 }
 
 template <typename T>
-typename UnitBuffers<T>::Buffer& UnitBuffers<T>::take(std::vector<Buffer*>& of, std::vector<Buffer>& pool,
-                                                      Buffer& emb, int unit, const char* what) {
+typename UnitBuffers<T>::Buffer& UnitBuffers<T>::take(std::vector<Buffer*>& of, std::vector<Buffer>& pool, Buffer& emb,
+                                                      int unit, const char* what) {
   Buffer*& held = of[static_cast<size_t>(unit)];
   ST_CHECK(held == nullptr, "unit ", unit, " already holds a ", what, " buffer");
   Buffer* b = free_buffer(pool, emb, unit);

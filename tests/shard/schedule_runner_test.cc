@@ -16,7 +16,9 @@ class Recorder : public ScheduleExecutor {
   std::vector<std::string> calls;
   std::vector<size_t> prefetched_at;
   void prefetch(const std::vector<ScheduleOp>&, size_t at) override { prefetched_at.push_back(at); }
-  void gather(int unit, size_t at) override { calls.push_back("gather " + std::to_string(unit) + "@" + std::to_string(at)); }
+  void gather(int unit, size_t at) override {
+    calls.push_back("gather " + std::to_string(unit) + "@" + std::to_string(at));
+  }
   void embedding_forward() override { calls.push_back("embedding_forward"); }
   void block_forward(int unit) override { calls.push_back("block_forward " + std::to_string(unit)); }
   void head(int unit) override { calls.push_back("head " + std::to_string(unit)); }
@@ -29,11 +31,12 @@ class Recorder : public ScheduleExecutor {
 TEST(ScheduleRunner, CallsTheHooksOfEveryOpInOrder) {
   Recorder r;
   run_schedule(training_schedule(1, /*reshard_after_forward=*/true, /*keep_embedding=*/true), r);
-  const std::vector<std::string> want = {
-      "gather 0@0",       "embedding_forward", "gather 1@2",         "block_forward 1",  "release 1",
-      "gather 2@5",       "head 2",            "release 0",          "reduce_scatter 2", "release 2",
-      "gather 1@10",      "block_backward 1",  "reduce_scatter 1",   "release 1",        "embedding_backward",
-      "reduce_scatter 0"};
+  const std::vector<std::string> want = {"gather 0@0",       "embedding_forward", "gather 1@2",
+                                         "block_forward 1",  "release 1",         "gather 2@5",
+                                         "head 2",           "release 0",         "reduce_scatter 2",
+                                         "release 2",        "gather 1@10",       "block_backward 1",
+                                         "reduce_scatter 1", "release 1",         "embedding_backward",
+                                         "reduce_scatter 0"};
   EXPECT_EQ(r.calls, want);
   ASSERT_EQ(r.prefetched_at.size(), 16u);  // once before each op, with its index
   for (size_t i = 0; i < r.prefetched_at.size(); ++i) EXPECT_EQ(r.prefetched_at[i], i);
@@ -66,7 +69,8 @@ TEST(ScheduleRunner, RefusesASchedulesBrokenOrder) {
   expect_refused({{OpKind::kGather, 1}, {OpKind::kGather, 1}}, "gather 1: unit 1 is already gathered");
   expect_refused({{OpKind::kReduceScatter, 3}}, "reduce-scatter 3: unit 3 has no gradient");
   expect_refused({{OpKind::kRelease, 2}}, "release 2: unit 2 is not gathered");
-  expect_refused({{OpKind::kGather, 2}, {OpKind::kHeadForwardBackward, 2}}, "the tied embedding (unit 0) is not gathered");
+  expect_refused({{OpKind::kGather, 2}, {OpKind::kHeadForwardBackward, 2}},
+                 "the tied embedding (unit 0) is not gathered");
   expect_refused({{OpKind::kGather, 1}}, "the schedule ends with unit 1 gathered");
   std::vector<ScheduleOp> no_rs = training_schedule(1);
   no_rs.pop_back();  // the embedding's reduce-scatter

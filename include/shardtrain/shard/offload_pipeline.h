@@ -42,10 +42,10 @@ class OffloadPipeline {
   struct Options {
     OffloadMode mode = OffloadMode::kOptimizer;  // optimizer or optimizer+params
     Speculation speculation = Speculation::kAuto;
-    int threads = 0;                       // optim.offload_threads (0: the machine's share)
-    int local_rank = 0, local_size = 1;    // this process among the machine's GPU processes (HostAdamW's CPUs)
-    int device = 0;                        // this rank's CUDA device
-    bool log = false;                      // this rank logs the decisions (rank 0)
+    int threads = 0;                     // optim.offload_threads (0: the machine's share)
+    int local_rank = 0, local_size = 1;  // this process among the machine's GPU processes (HostAdamW's CPUs)
+    int device = 0;                      // this rank's CUDA device
+    bool log = false;                    // this rank logs the decisions (rank 0)
   };
   // states[u]: the host state of each unit (span and slot set; for an offloaded unit, param initialised and m, v
   // zero; others are left empty and unused). offloaded[u]: the unit's optimizer is on the host. device_copies[u]:
@@ -98,11 +98,11 @@ class OffloadPipeline {
   };
   static void wait_for_cpu(void* arg);
   struct Unit {
-    PinnedBuffer<float> grad;  // the finished gradient shard, copied from the device during backward
-    PinnedBuffer<T> out;       // the new parameters in T, written by the host AdamW, copied to the device
-    DeviceBuffer<T> device;    // optimizer: the parameters in T on the device, which gathers read
-    CudaEvent grad_copied;     // the gradient has arrived in `grad`
-    CudaEvent params_ready;    // the host AdamW is done (and, with params on the device, they are there)
+    PinnedBuffer<float> grad;   // the finished gradient shard, copied from the device during backward
+    PinnedBuffer<T> out;        // the new parameters in T, written by the host AdamW, copied to the device
+    DeviceBuffer<T> device;     // optimizer: the parameters in T on the device, which gathers read
+    CudaEvent grad_copied;      // the gradient has arrived in `grad`
+    CudaEvent params_ready;     // the host AdamW is done (and, with params on the device, they are there)
     bool grad_on_host = false;  // this step's copy has been issued
     // What the offload stream's host function waits on, one per submission in turn: with speculation this thread
     // may queue the next step's job before the stream has run the last one's function (at most one ahead).

@@ -50,7 +50,7 @@ class ReplicaReduction {
   ReplicaBuckets buckets_;
   NcclCommunicator& replica_;
   CudaStream stream_;
-  DeviceBuffer<T> bucket_;                // one bucket of gradient shards in T
+  DeviceBuffer<T> bucket_;               // one bucket of gradient shards in T
   DeviceBuffer<unsigned char> scratch_;  // the replica stream's reductions
   gpu::GpuContext ctx_;
   CudaEvent after_mark_;

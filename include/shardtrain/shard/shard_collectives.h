@@ -67,9 +67,7 @@ class ShardCollectives {
   NcclCommunicator* gather_windows() { return tuning_.copy_engine_gathers ? ce_.get() : nullptr; }
   NcclCommunicator* grad_windows() { return tuning_.copy_engine_reduce_scatters ? ce_.get() : nullptr; }
   // A gather: on the copy engines when asked for, unless its source lies outside the windows (`staged`).
-  NcclCommunicator& gather_comm(bool staged) {
-    return tuning_.copy_engine_gathers && ce_ && !staged ? *ce_ : nccl_;
-  }
+  NcclCommunicator& gather_comm(bool staged) { return tuning_.copy_engine_gathers && ce_ && !staged ? *ce_ : nccl_; }
   // The copy-engine reduce-scatter's all-to-all (dist.reduce_engine), or null for NCCL's reduce-scatter kernel.
   NcclCommunicator* exchange() { return tuning_.copy_engine_reduce_scatters ? ce_.get() : nullptr; }
   // A reduce-scatter of `unit` with NCCL's kernel: the blocks' and the head's on the capped communicator. The
