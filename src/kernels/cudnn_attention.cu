@@ -1,4 +1,6 @@
-// Causal attention as cuDNN operation graphs (cuDNN 9 backend C API, no cudnn-frontend).
+// Causal attention as cuDNN operation graphs (cuDNN 9 backend C API, no cudnn-frontend). About 820 lines in one
+// file on purpose: the RAII descriptor, the graph builder, the forward and backward graphs, the engine choice and the
+// plan cache are one unit that nothing else uses, and the graphs only make sense read beside the builder.
 //
 // cuDNN 9.14's unified SDPA operation cannot express this (no causal mask before 9.21's score-modifier
 // subgraphs, no backward before 9.17). What cuDNN runs instead: its runtime pattern-matches a graph of

@@ -11,6 +11,10 @@ namespace st::gpu {
 
 using namespace kernels_internal;  // gpu_pack.cuh
 
+// One file of about 870 lines on purpose: the three tensor-core kernels share the PTX wrappers, the tile loaders and
+// the warp-level products below (one dynamic shared-memory layout, one accumulator layout), all inlined into each
+// kernel; splitting them would only move those helpers into a header of their own, shared by nothing else.
+//
 // Two implementations of one contract (see the header):
 //
 // Tensor-core path (T = bf16/fp16, hs in {16, 32, 64, 128}). A block has 4 warps; each warp owns 16 rows of
