@@ -28,3 +28,8 @@ include(${CMAKE_SOURCE_DIR}/tests/launch/launch.cmake)
 include(${CMAKE_SOURCE_DIR}/tests/k8s/k8s.cmake)
 include(${CMAKE_SOURCE_DIR}/tests/app/app.cmake)
 include(${CMAKE_SOURCE_DIR}/tests/bench/bench.cmake)
+# The fault-injection suite's tests that are not GoogleTest binaries: one tests/faults/<topic>.cmake each.
+file(GLOB FAULT_TEST_CMAKES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/faults/*.cmake)
+foreach(f ${FAULT_TEST_CMAKES})
+  include(${f})
+endforeach()
