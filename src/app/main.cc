@@ -10,11 +10,13 @@
 #include <memory>
 
 #include "commands.h"
+#include "config_args.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/comm/launcher.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/excerpt.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/preempt.h"
 #include "shardtrain/train/trainer.h"
@@ -27,7 +29,8 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  train    train a GPT-2 model: shardtrain train [--config FILE] [--section.key=value ...]\n"
-    "           without --config it runs configs/default.ini (the tiny model on the built-in corpus)\n"
+    "           without --config it runs configs/default.ini (the tiny model on the built-in corpus); one\n"
+    "           --config at most, a regular file of at most 1 MiB\n"
     "  ckpt     checkpoint tools: shardtrain ckpt inspect|verify DIR, shardtrain ckpt export DIR --out PATH\n"
     "  eval     mean loss of a checkpoint: shardtrain eval --ckpt DIR [--data.path=FILE] [--train.eval_batches=N]\n"
     "  topo     nodes, measured link bandwidths and the sharding plan: shardtrain topo [--config FILE] [...]\n"
@@ -61,24 +64,14 @@ std::string default_config_path() {
 }
 
 int cmd_train(const std::vector<std::string>& args, st::Communicator& comm) {
-  std::optional<std::string> config;
-  std::vector<std::string> overrides;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") {
-      std::puts("usage: shardtrain train [--config FILE] [--section.key=value ...]");
-      print_help(false);
-      return st::kExitOk;
-    }
-    if (a == "--config") {
-      if (i + 1 >= args.size()) ST_BAD_INPUT("--config needs a file name");
-      config = args[++i];
-    } else if (a.rfind("--config=", 0) == 0) {
-      config = a.substr(std::strlen("--config="));
-    } else {
-      overrides.push_back(a);
-    }
+  const ConfigArgs parsed = parse_config_args(args);
+  if (parsed.help) {
+    std::puts("usage: shardtrain train [--config FILE] [--section.key=value ...]");
+    print_help(false);
+    return st::kExitOk;
   }
+  std::optional<std::string> config = parsed.config;
+  const std::vector<std::string>& overrides = parsed.overrides;
   if (!config) {
     config = default_config_path();
     if (comm.rank() == 0) ST_LOG_INFO("no --config given: running ", *config);
@@ -118,13 +111,15 @@ int run(int argc, char** argv, st::Communicator& comm) {
     return st::kExitOk;
   }
   if (cmd.rfind("--help-config=", 0) == 0)
-    ST_BAD_INPUT("unknown format in '", cmd, "' (expected --help-config=markdown, or --help-config for plain text)");
+    ST_BAD_INPUT("unknown format in '", st::excerpt(cmd),
+                 "' (expected --help-config=markdown, or --help-config for plain text)");
   if (cmd == "train") return cmd_train(rest, comm);
   if (cmd == "ckpt") return cmd_ckpt(rest);
   if (cmd == "eval") return cmd_eval(rest, comm);
   if (cmd == "topo") return cmd_topo(rest, comm);
   if (cmd == "plot") return cmd_plot(rest);
-  ST_BAD_INPUT("unknown command '", cmd, "' (expected: train, eval, topo, plot or ckpt; see shardtrain --help)");
+  ST_BAD_INPUT("unknown command '", st::excerpt(cmd),
+               "' (expected: train, eval, topo, plot or ckpt; see shardtrain --help)");
 }
 
 }  // namespace

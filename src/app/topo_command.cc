@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "config_args.h"
 #include "shardtrain/comm/gpu_topology.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/comm/nccl_busbw.h"
@@ -68,21 +69,12 @@ int64_t state_bytes(const st::Config& cfg, int group) {
 }  // namespace
 
 int cmd_topo(const std::vector<std::string>& args, st::Communicator& world) {
-  std::optional<std::string> config;
-  std::vector<std::string> overrides;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--config" && i + 1 < args.size()) {
-      config = args[++i];
-    } else if (args[i].rfind("--config=", 0) == 0) {
-      config = args[i].substr(std::strlen("--config="));
-    } else if (args[i] == "--help" || args[i] == "-h") {
-      std::puts("usage: shardtrain topo [--config FILE] [--section.key=value ...]   (under mpirun, as train runs)");
-      return st::kExitOk;
-    } else {
-      overrides.push_back(args[i]);
-    }
+  const ConfigArgs parsed = parse_config_args(args);
+  if (parsed.help) {
+    std::puts("usage: shardtrain topo [--config FILE] [--section.key=value ...]   (under mpirun, as train runs)");
+    return st::kExitOk;
   }
-  const st::Config cfg = st::load_config(config, overrides);
+  const st::Config cfg = st::load_config(parsed.config, parsed.overrides);
   const int rank = world.rank(), n = world.world_size();
   const bool lead = rank == 0;
 

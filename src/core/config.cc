@@ -6,6 +6,7 @@
 #include "config_ini.h"
 #include "config_validate.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/excerpt.h"
 
 namespace st {
 
@@ -46,7 +47,8 @@ Config load(const std::optional<std::string>& text, const std::string& label, co
 
 Config load_config(const std::optional<std::string>& path, const std::vector<std::string>& overrides) {
   if (!path) return load(std::nullopt, "", "<defaults>", overrides);
-  return load(config_internal::read_config_file(*path), "config file " + *path, *path, overrides);
+  const std::string shown = excerpt(*path, kExcerptPathChars);
+  return load(config_internal::read_config_file(*path), "config file " + shown, shown, overrides);
 }
 
 Config load_config_text(const std::string& ini_text, const std::string& label,

@@ -70,7 +70,13 @@ std::string config_markdown() {
         "the command line as `--section.key=value` (or `--section.key value`), which wins over the file; "
         "`--section.key=` sets a string key to empty. Unknown sections and keys are refused with the file, line "
         "and key; a value of the wrong type names the key, the value and what it must look like. A key left out "
-        "takes the default below.\n";
+        "takes the default below.\n"
+        "\n"
+        "`--config` is given at most once, and names a regular file of at most 1 MiB: a FIFO, a pipe such as "
+        "`<(...)` or a device is refused before it is read. A number must be finite (`inf` and `nan` are refused) "
+        "and within its type and the range below; an integer past its type says `out of range [MIN, MAX]`. String "
+        "values hold no control characters and at most 4095 bytes (a path). Errors show a value with control bytes "
+        "and bytes that are not UTF-8 as `\\xNN`, cut after 80 characters with its size.\n";
   for (const char* section : kSections) {
     os << "\n## [" << section << "]\n\n";
     const std::vector<const Key*> in_section = keys_in(section);

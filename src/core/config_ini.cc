@@ -3,21 +3,38 @@
 // must look like) and refuses what it would accept silently.
 #include "config_ini.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "config_keys.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/excerpt.h"
+#include "shardtrain/core/format.h"
 
 namespace po = boost::program_options;
 
 namespace st {
 namespace config_internal {
 namespace {
+
+// Boost's own messages quote the offending token: room for the text around it and an excerpt's worth of the token.
+constexpr size_t kBoostMessageChars = 2 * kExcerptChars;
+
+// What a path that is not a regular file is, for the error that refuses it.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (a named pipe, or a pipe such as <(...))";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "of an unknown kind";
+}
 
 // The hint after "unknown key 'x.y'": what the section does hold, or that there is no such section.
 std::string unknown_key_hint(const std::string& full_name) {
@@ -27,7 +44,7 @@ std::string unknown_key_hint(const std::string& full_name) {
            section_list();
   }
   const std::string section = full_name.substr(0, dot);
-  if (!is_section(section)) return "no section [" + section + "]; sections: " + section_list();
+  if (!is_section(section)) return "no section [" + excerpt(section) + "]; sections: " + section_list();
   std::string names;
   for (const Key* k : keys_in(section)) names += (names.empty() ? "" : ", ") + std::string(k->name);
   if (names.empty()) return "section [" + section + "] has no keys in this version";
@@ -121,8 +138,8 @@ struct Source {
 
 [[noreturn]] void throw_bad_value(const Source& src, const std::string& full_name, const std::string& raw) {
   const Key* k = find_key(full_name);
-  ST_BAD_INPUT(src.at(full_name), ": bad value '", raw, "' for ", full_name, " (expected ",
-               (k != nullptr ? k->field->expected() : std::string("a valid value")), ")");
+  ST_BAD_INPUT(src.at(full_name), ": bad value '", excerpt(raw), "' for ", excerpt(full_name), " (",
+               (k != nullptr ? k->field->why_bad(raw) : std::string("expected a valid value")), ")");
 }
 
 // Stores `parsed` into the fields bound in its description, turning Boost's errors into ours.
@@ -142,16 +159,16 @@ void store_into_config(const po::parsed_options& parsed, const Source& src) {
     if (src.lines != nullptr) {
       for (int line : lines_of_key(*src.lines, name)) where += (where.empty() ? "lines " : ", ") + std::to_string(line);
     } else {
-      for (const auto& v : raw_values(parsed, name)) where += (where.empty() ? "values '" : "', '") + v;
+      for (const auto& v : raw_values(parsed, name)) where += (where.empty() ? "values '" : "', '") + excerpt(v);
       where += "'";
     }
-    ST_BAD_INPUT(src.label, ": ", name, " is set more than once (", where, ")");
+    ST_BAD_INPUT(src.label, ": ", excerpt(name), " is set more than once (", where, ")");
   } catch (const po::validation_error& e) {
     const std::string name = bare_key(e.get_option_name());
     const auto values = raw_values(parsed, name);
     throw_bad_value(src, name, values.empty() ? std::string() : values.front());
   } catch (const po::error& e) {
-    ST_BAD_INPUT(src.label, ": ", e.what());
+    ST_BAD_INPUT(src.label, ": ", excerpt(e.what(), kBoostMessageChars));
   }
 }
 
@@ -162,9 +179,9 @@ void apply_text(const std::string& text, const std::string& label, const po::opt
   for (const auto& l : lines) {
     const std::string at = src.label + ":" + std::to_string(l.number);
     if (l.kind == IniLine::Kind::kMalformed)
-      ST_BAD_INPUT(at, ": malformed line '", l.text, "' (expected [section], key = value, or a # comment)");
+      ST_BAD_INPUT(at, ": malformed line '", excerpt(l.text), "' (expected [section], key = value, or a # comment)");
     if (l.kind == IniLine::Kind::kSection && !is_section(l.name))
-      ST_BAD_INPUT(at, ": unknown section [", l.name, "] (sections: ", section_list(), ")");
+      ST_BAD_INPUT(at, ": unknown section [", excerpt(l.name), "] (sections: ", section_list(), ")");
   }
 
   std::istringstream in(text);
@@ -173,12 +190,12 @@ void apply_text(const std::string& text, const std::string& label, const po::opt
     parsed.emplace(po::parse_config_file(in, desc, /*allow_unregistered=*/false));
   } catch (const po::unknown_option& e) {
     const std::string name = bare_key(e.get_option_name());
-    ST_BAD_INPUT(src.at(name), ": unknown key '", name, "' (", unknown_key_hint(name), ")");
+    ST_BAD_INPUT(src.at(name), ": unknown key '", excerpt(name), "' (", unknown_key_hint(name), ")");
   } catch (const po::invalid_config_file_syntax& e) {
     // scan_ini() should have caught it first; keep Boost's text, which quotes the line.
-    ST_BAD_INPUT(src.label, ": malformed line: ", e.what());
+    ST_BAD_INPUT(src.label, ": malformed line: ", excerpt(e.what(), kBoostMessageChars));
   } catch (const po::error& e) {
-    ST_BAD_INPUT(src.label, ": ", e.what());
+    ST_BAD_INPUT(src.label, ": ", excerpt(e.what(), kBoostMessageChars));
   }
   store_into_config(*parsed, src);
 }
@@ -204,21 +221,22 @@ void apply_overrides(const std::vector<std::string>& overrides, const po::option
     parsed.emplace(po::command_line_parser(args).options(desc).style(style).run());
   } catch (const po::unknown_option& e) {
     const std::string name = bare_key(e.get_option_name());
-    ST_BAD_INPUT(src.label, ": unknown key '", name, "' in '", e.get_option_name(), "' (", unknown_key_hint(name), ")");
+    ST_BAD_INPUT(src.label, ": unknown key '", excerpt(name), "' in '", excerpt(e.get_option_name()), "' (",
+                 unknown_key_hint(name), ")");
   } catch (const po::invalid_command_line_syntax& e) {
     const std::string name = bare_key(e.get_option_name());
-    const std::string usage = "write --" + (name.empty() ? std::string("section.key") : name) + "=VALUE";
+    const std::string usage = "write --" + (name.empty() ? std::string("section.key") : excerpt(name)) + "=VALUE";
     if (e.kind() == po::invalid_command_line_syntax::missing_parameter)
-      ST_BAD_INPUT(src.label, ": ", name, " needs a value (", usage, ")");
-    ST_BAD_INPUT(src.label, ": ", e.what(), " (", usage, ")");
+      ST_BAD_INPUT(src.label, ": ", excerpt(name), " needs a value (", usage, ")");
+    ST_BAD_INPUT(src.label, ": ", excerpt(e.what(), kBoostMessageChars), " (", usage, ")");
   } catch (const po::error& e) {
-    ST_BAD_INPUT(src.label, ": ", e.what(), " (overrides are --section.key=value)");
+    ST_BAD_INPUT(src.label, ": ", excerpt(e.what(), kBoostMessageChars), " (overrides are --section.key=value)");
   }
   // Boost keeps words that are not options as positional arguments and store() drops them silently.
   for (const auto& opt : parsed->options) {
     if (opt.string_key.empty()) {
       const std::string word = opt.original_tokens.empty() ? std::string() : opt.original_tokens.front();
-      ST_BAD_INPUT(src.label, ": unexpected argument '", word, "' (overrides are --section.key=value)");
+      ST_BAD_INPUT(src.label, ": unexpected argument '", excerpt(word), "' (overrides are --section.key=value)");
     }
   }
   store_into_config(*parsed, src);
@@ -227,15 +245,46 @@ void apply_overrides(const std::vector<std::string>& overrides, const po::option
 }  // namespace
 
 std::string read_config_file(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) ST_BAD_INPUT("config file '", path, "' does not exist");
-  if (std::filesystem::is_directory(path, ec)) ST_BAD_INPUT("config file '", path, "' is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) ST_BAD_INPUT("config file '", path, "' cannot be opened: ", std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) ST_BAD_INPUT("config file '", path, "' cannot be read: ", std::strerror(errno));
-  return text.str();
+  const std::string shown = "config file '" + excerpt(path, kExcerptPathChars) + "'";
+  // stat(2) first: a FIFO must be refused before open(2), which would wait for a writer.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) ST_BAD_INPUT(shown, " does not exist");
+    ST_BAD_INPUT(shown, " cannot be read: ", std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode))
+    ST_BAD_INPUT(shown, " is ", file_kind(st.st_mode),
+                 ", not a regular file (a config must be one: write it to a file)");
+  if (st.st_size > kMaxConfigBytes)
+    ST_BAD_INPUT(shown, " is ", st.st_size, " bytes",
+                 st.st_size >= (int64_t{1} << 30) ? " (" + format_gib(st.st_size) + ")" : std::string(), ", over the ",
+                 format_mib(kMaxConfigBytes), " limit for a config file");
+  // O_NONBLOCK: should the path have become a FIFO since the stat, open(2) must still not wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) ST_BAD_INPUT(shown, " cannot be opened: ", std::strerror(errno));
+  std::string text;
+  int err = 0;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    err = EINVAL;
+  } else {
+    // Read one byte past the limit to tell a file that grew since the stat from one that is exactly at it.
+    text.resize(static_cast<size_t>(kMaxConfigBytes) + 1);
+    size_t got = 0;
+    while (got < text.size()) {
+      const ssize_t r = ::read(fd, text.data() + got, text.size() - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) err = errno;
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    text.resize(got);
+  }
+  ::close(fd);
+  if (err == EINVAL) ST_BAD_INPUT(shown, " changed while it was opened (it is no longer a regular file)");
+  if (err != 0) ST_BAD_INPUT(shown, " cannot be read: ", std::strerror(err));
+  if (static_cast<int64_t>(text.size()) > kMaxConfigBytes)
+    ST_BAD_INPUT(shown, " grew past the ", format_mib(kMaxConfigBytes), " limit for a config file while it was read");
+  return text;
 }
 
 void parse_into(Config& cfg, const std::optional<std::string>& ini_text, const std::string& label,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <boost/lexical_cast.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <iomanip>
 #include <limits>
 #include <locale>
@@ -149,7 +150,7 @@ std::string expected_text() {
   } else if constexpr (kIsConfigEnum<T>) {
     return "one of: " + enum_name_list<T>();
   } else if constexpr (std::is_floating_point_v<T>) {
-    return "a number";
+    return "a finite number";
   } else if constexpr (std::is_same_v<T, std::string>) {
     return "a string";
   } else if constexpr (std::is_unsigned_v<T>) {
@@ -157,6 +158,30 @@ std::string expected_text() {
   } else {
     return "an integer";
   }
+}
+
+template <typename T>
+constexpr bool is_integer = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+
+// What INI reading trims from either end of a value.
+std::string trimmed(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// [+-]digits: an integer, whatever its size.
+bool is_integer_literal(const std::string& s) {
+  const size_t digits = s.empty() || (s[0] != '+' && s[0] != '-') ? 0 : 1;
+  return s.size() > digits && s.find_first_not_of("0123456789", digits) == std::string::npos;
+}
+
+// A decimal number strtold(3) reads whole and finds finite in long double ("1e39", not "inf" or "0x10").
+bool is_finite_literal(const std::string& s) {
+  if (s.empty() || s.find_first_of("xXnN") != std::string::npos) return false;
+  char* end = nullptr;
+  const long double v = std::strtold(s.c_str(), &end);
+  return end == s.c_str() + s.size() && std::isfinite(v);
 }
 
 template <typename S, typename T>
@@ -174,13 +199,33 @@ class MemberField final : public config_internal::Field {
     if constexpr (std::is_same_v<T, std::string>) {
       return false;
     } else {
-      const auto first = raw.find_first_not_of(" \t");
-      if (first == std::string::npos) return true;
-      if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T> && !std::is_same_v<T, bool>) {
-        return raw[first] == '-';
+      const std::string text = trimmed(raw);
+      if (text.empty()) return true;
+      if constexpr (is_integer<T>) {
+        if constexpr (std::is_unsigned_v<T>) return text.front() == '-';
+      } else if constexpr (std::is_floating_point_v<T>) {
+        // Boost parses inf and nan; a training run cannot use either.
+        try {
+          return !std::isfinite(boost::lexical_cast<T>(text));
+        } catch (const boost::bad_lexical_cast&) {
+          return false;  // Boost refuses it too, and the caller asks why_bad()
+        }
       }
       return false;
     }
+  }
+  std::string why_bad(const std::string& raw) const override {
+    const std::string text = trimmed(raw);
+    if constexpr (is_integer<T>) {
+      if (is_integer_literal(text))
+        return "out of range [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
+               std::to_string(std::numeric_limits<T>::max()) + "]";
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (is_finite_literal(text))
+        return "out of range [" + format_float(std::numeric_limits<T>::lowest()) + ", " +
+               format_float(std::numeric_limits<T>::max()) + "]";
+    }
+    return "expected " + expected_text<T>();
   }
 
  private:
@@ -323,18 +368,19 @@ const std::vector<Key>& keys() {
           "true: free each unit's gathered parameters after its forward and gather again in backward (ZeRO-3); "
           "false: keep them until backward (fewer gathers, more memory)"),
       key("dist", "max_gpu_mem_gib", &Config::dist, &DistConfig::max_gpu_mem_gib,
-          "cap on the device memory one rank may plan to use, in GiB (0: the card's free memory)"),
+          "cap on the device memory one rank may plan to use, in GiB, at most 1048576 (0: the card's free memory)"),
       key("dist", "timeout_s", &Config::dist, &DistConfig::timeout_s,
           "seconds one collective may take before the watchdog logs the op and ends the job with exit code 75 "
           "(a dead, stopped or hung rank); it must exceed the longest wait for a peer (a checkpoint save, "
-          "the first step's planning). 0: no deadline"),
+          "the first step's planning). 0: no deadline; at most 1e8"),
       key("dist", "bootstrap", &Config::dist, &DistConfig::bootstrap,
           "how ranks find each other: mpi (mpirun), env (WORLD_SIZE, RANK or JOB_COMPLETION_INDEX x LOCAL_WORLD_SIZE + "
           "LOCAL_RANK, MASTER_ADDR, MASTER_PORT: a TCP rendezvous on rank 0, as torchrun and Kubernetes Indexed Jobs "
           "give), auto (mpi under mpirun, else env when WORLD_SIZE is set, else one process); read before the "
           "command runs, from --config and --dist.* on the command line"),
       key("dist", "rendezvous_timeout_s", &Config::dist, &DistConfig::rendezvous_timeout_s,
-          "dist.bootstrap=env: seconds the ranks wait for each other at start-up before failing (exit 75)"),
+          "dist.bootstrap=env: seconds the ranks wait for each other at start-up before failing (exit 75); at "
+          "most 1e8"),
       key("dist", "prefetch_depth", &Config::dist, &DistConfig::prefetch_depth,
           "cuda: units whose parameter all-gather may run ahead of the unit computing, and gradient buffers whose "
           "reduce-scatter may run behind it (0: gather each unit just before use; at most 8); each adds one unit's "
@@ -361,10 +407,10 @@ const std::vector<Key>& keys() {
           "is -1, else sm; the log says which). The cpu backend takes auto only"),
       key("dist", "bucket_mb", &Config::dist, &DistConfig::bucket_mb,
           "hybrid sharding: the gradient shards of consecutive units are all-reduced across nodes together, once per "
-          "optimizer step, as soon as this many MiB of them are final (0: one all-reduce per unit). -1: the measured "
+          "optimizer step, as soon as this many MiB of them are final, at most 1048576 (0: one all-reduce per unit). "
+          "-1: the measured "
           "default (0). Applies to dist.sharding hybrid and auto"),
   };
-  return table;
   return table;
 }
 

@@ -28,8 +28,11 @@ class Field {
   // What a value must look like: "an integer", "one of: cpu, cuda", ... (errors, help, docs/config.md).
   virtual std::string expected() const = 0;
   // Texts Boost would take but we do not: an empty value for a non-string (Boost reads an empty bool
-  // as true) and a negative unsigned (Boost wraps -1 to 2^64-1).
+  // as true), a negative unsigned (Boost wraps -1 to 2^64-1), and inf or nan for a floating-point key.
   virtual bool rejects(const std::string& raw) const = 0;
+  // Why `raw` is no value of this key, for "bad value ... (WHY)": "out of range [MIN, MAX]" for a number the type
+  // cannot hold (an int past 2^31 - 1, a float past 3.4e38), else "expected " and what a value must look like.
+  virtual std::string why_bad(const std::string& raw) const = 0;
 };
 
 struct Key {

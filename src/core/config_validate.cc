@@ -1,16 +1,27 @@
 // The checks that span keys or ranges a type cannot express, after the file and the overrides are merged.
 #include "config_validate.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "config_keys.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/excerpt.h"
 
 namespace st::config_internal {
 namespace {
 
 // What INI reading trims from either end of a value (line breaks are refused on their own).
 bool is_blank(char c) { return c == ' ' || c == '\t'; }
+
+// The most seconds a timeout may be: about 3 years, far below where a deadline in nanoseconds overflows (292 years).
+constexpr double kMaxSeconds = 1e8;
+// The most GiB (dist.max_gpu_mem_gib) or MiB (dist.bucket_mb) a size key may be: 2^20, far below where it
+// overflows as a byte count.
+constexpr double kMaxSizeUnits = 1 << 20;
+
+// Linux's PATH_MAX, with its terminating NUL.
+constexpr size_t kMaxPathBytes = 4095;
 
 }  // namespace
 
@@ -48,11 +59,11 @@ std::vector<std::string> find_problems(const Config& c) {
   if (!(o.min_lr >= 0 && o.min_lr <= o.lr))
     add("optim.min_lr (", format_number(o.min_lr), ") must be in [0, optim.lr] = [0, ", format_number(o.lr), "]");
   at_least("optim.warmup_steps", o.warmup_steps, 0);
-  float_check("optim.weight_decay", o.weight_decay, o.weight_decay >= 0, ">= 0");
+  float_check("optim.weight_decay", o.weight_decay, o.weight_decay >= 0 && std::isfinite(o.weight_decay), ">= 0");
   float_check("optim.beta1", o.beta1, o.beta1 >= 0 && o.beta1 < 1, "in [0, 1)");
   float_check("optim.beta2", o.beta2, o.beta2 >= 0 && o.beta2 < 1, "in [0, 1)");
-  float_check("optim.eps", o.eps, o.eps > 0, "> 0");
-  float_check("optim.grad_clip", o.grad_clip, o.grad_clip >= 0, ">= 0 (0: off)");
+  float_check("optim.eps", o.eps, o.eps > 0 && std::isfinite(o.eps), "> 0");
+  float_check("optim.grad_clip", o.grad_clip, o.grad_clip >= 0 && std::isfinite(o.grad_clip), ">= 0 (0: off)");
   at_least("optim.offload_threads", o.offload_threads, 0);
   float_check("optim.offload_fraction", o.offload_fraction, o.offload_fraction > 0 && o.offload_fraction <= 1,
               "in (0, 1]");
@@ -83,12 +94,12 @@ std::vector<std::string> find_problems(const Config& c) {
     add("train.attention (", to_string(c.train.attention), ") applies to train.device=cuda; cpu takes auto");
   if (c.train.attention == AttentionImpl::kCudnn && c.compute_dtype() == DType::kF32)
     add("train.attention (cudnn) needs train.dtype bf16 or fp16 (cuDNN's fused attention has no fp32 engine)");
-  float_check("dist.timeout_s", c.dist.timeout_s, c.dist.timeout_s >= 0 && std::isfinite(c.dist.timeout_s),
-              ">= 0 (0: no deadline)");
+  float_check("dist.timeout_s", c.dist.timeout_s, c.dist.timeout_s >= 0 && c.dist.timeout_s <= kMaxSeconds,
+              "in [0, 1e8] (0: no deadline)");
   float_check("dist.rendezvous_timeout_s", c.dist.rendezvous_timeout_s,
-              c.dist.rendezvous_timeout_s > 0 && std::isfinite(c.dist.rendezvous_timeout_s), "finite and > 0");
+              c.dist.rendezvous_timeout_s > 0 && c.dist.rendezvous_timeout_s <= kMaxSeconds, "in (0, 1e8]");
   float_check("dist.max_gpu_mem_gib", c.dist.max_gpu_mem_gib,
-              c.dist.max_gpu_mem_gib >= 0 && std::isfinite(c.dist.max_gpu_mem_gib), ">= 0 (0: no cap)");
+              c.dist.max_gpu_mem_gib >= 0 && c.dist.max_gpu_mem_gib <= kMaxSizeUnits, "in [0, 1048576] (0: no cap)");
   if (c.dist.prefetch_depth < -1 || c.dist.prefetch_depth > kMaxPrefetchDepth)
     add("dist.prefetch_depth (", c.dist.prefetch_depth, ") must be -1 (the link's default) or in [0, ",
         kMaxPrefetchDepth, "]");
@@ -116,17 +127,29 @@ std::vector<std::string> find_problems(const Config& c) {
     add("dist.prefetch_depth (", c.dist.prefetch_depth,
         ") applies to train.device=cuda; the cpu backend gathers each unit when it is needed and takes -1 only");
   float_check("dist.bucket_mb", c.dist.bucket_mb,
-              std::isfinite(c.dist.bucket_mb) && (c.dist.bucket_mb == -1 || c.dist.bucket_mb >= 0),
-              "-1 (the default) or >= 0 (0: one all-reduce per unit)");
+              c.dist.bucket_mb == -1 || (c.dist.bucket_mb >= 0 && c.dist.bucket_mb <= kMaxSizeUnits),
+              "-1 (the default) or in [0, 1048576] (0: one all-reduce per unit)");
   if (c.dist.sharding == ShardingMode::kFull && c.dist.bucket_mb != -1)
     add("dist.bucket_mb (", format_number(c.dist.bucket_mb),
         ") applies to dist.sharding hybrid or auto (it is full: no all-reduce across nodes)");
 
-  // to_ini() must be able to write every value back: INI values are trimmed and '#' starts a comment.
   for (const auto& k : keys()) {
     const std::string v = k.field->format(c);
-    if (v.find_first_of("#\r\n") != std::string::npos || (!v.empty() && (is_blank(v.front()) || is_blank(v.back()))))
-      add(k.full_name(), " ('", v, "') cannot be written to INI: no '#', line breaks, or leading/trailing spaces");
+    // The string keys are paths (and ckpt.resume's words): none is longer than the system's PATH_MAX, and none
+    // holds a control character, which no file name needs and a terminal would obey when an error shows it.
+    if (v.size() > kMaxPathBytes) {
+      add(k.full_name(), " is ", v.size(), " bytes, longer than a path can be (", kMaxPathBytes, "): '", excerpt(v),
+          "'");
+      continue;
+    }
+    const auto control = std::find_if(v.begin(), v.end(), [](char ch) {
+      return (static_cast<unsigned char>(ch) < 0x20 && ch != '\t') || ch == 0x7F;
+    });
+    // to_ini() must be able to write every value back: INI values are trimmed and '#' starts a comment.
+    if (v.find('#') != std::string::npos || control != v.end() ||
+        (!v.empty() && (is_blank(v.front()) || is_blank(v.back()))))
+      add(k.full_name(), " ('", excerpt(v), "') cannot be written to INI: no '#', control characters such as line ",
+          "breaks, or leading/trailing spaces");
   }
   return problems;
 }

@@ -29,7 +29,7 @@ DataSplit open_data(const DataConfig& cfg, int vocab_size, int seq_len) {
   if (!cfg.val_path.empty()) {
     split.train = open_token_source(cfg.path, cfg.format, vocab_size);
     require_one_window(*split.train, "data.path", cfg.path, seq_len);
-    split.val = open_token_source(cfg.val_path, cfg.format, vocab_size);
+    split.val = open_token_source(cfg.val_path, cfg.format, vocab_size, "data.val_path");
     require_one_window(*split.val, "data.val_path", cfg.val_path, seq_len);
     return split;
   }

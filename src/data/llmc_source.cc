@@ -152,9 +152,9 @@ int64_t find_first_token_at_least_in_file(const std::string& path, int64_t byte_
   return first == kNone ? -1 : first;
 }
 
-std::unique_ptr<FileTokenSource> open_llmc_source(const std::string& path, int vocab_size) {
+std::unique_ptr<FileTokenSource> open_llmc_source(const std::string& path, int vocab_size, const std::string& key) {
   if (vocab_size <= 0) ST_BAD_INPUT("model.vocab_size must be > 0, got ", vocab_size);
-  const std::vector<std::string> paths = expand_data_path(path);
+  const std::vector<std::string> paths = expand_data_path(path, key);
   std::vector<FilePayload> files;
   files.reserve(paths.size());
   int64_t total = 0;

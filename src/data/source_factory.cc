@@ -7,18 +7,19 @@
 
 namespace st {
 
-std::unique_ptr<TokenSource> open_token_source(const std::string& path, DataFormat format, int vocab_size) {
+std::unique_ptr<TokenSource> open_token_source(const std::string& path, DataFormat format, int vocab_size,
+                                               const std::string& key) {
   if (path == kFortunesPath) {
     if (format != DataFormat::kText) {
-      ST_BAD_INPUT("data.path=", kFortunesPath, " is a text corpus: it needs data.format=text, not llmc");
+      ST_BAD_INPUT(key, "=", kFortunesPath, " is a text corpus: it needs data.format=text, not llmc");
     }
     return open_fortunes_source(vocab_size);
   }
   switch (format) {
     case DataFormat::kLlmc:
-      return open_llmc_source(path, vocab_size);
+      return open_llmc_source(path, vocab_size, key);
     case DataFormat::kText:
-      return open_text_source(path, vocab_size);
+      return open_text_source(path, vocab_size, key);
   }
   ST_CHECK(false, "unknown DataFormat ", static_cast<int>(format));
 }

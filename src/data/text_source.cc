@@ -38,11 +38,11 @@ std::unique_ptr<FileTokenSource> open_text_files(const std::vector<std::string>&
   return std::make_unique<FileTokenSource>(std::move(files), TokenWidth::kU8, kByteVocab, std::move(description));
 }
 
-std::unique_ptr<FileTokenSource> open_text_source(const std::string& path, int vocab_size) {
+std::unique_ptr<FileTokenSource> open_text_source(const std::string& path, int vocab_size, const std::string& key) {
   const std::string label = str_cat("text '", path, "'");
   // Check the vocabulary before touching the files: that error is about the config, not the data.
   check_byte_vocab(vocab_size, label);
-  return open_text_files(expand_data_path(path), vocab_size, label);
+  return open_text_files(expand_data_path(path, key), vocab_size, label);
 }
 
 }  // namespace st

@@ -138,9 +138,15 @@ struct Config {
   DType compute_dtype() const;
 };
 
+// The largest config file load_config() reads: a config is a few kB, and a bound keeps /dev/zero or a mistaken
+// multi-GB file from being read into memory.
+inline constexpr int64_t kMaxConfigBytes = int64_t{1} << 20;
+
 // Parses `path` (if given) and then the --section.key=value overrides, validates cross-key constraints
 // (n_embd % n_head == 0, positive sizes, known enum values), and returns the result. Throws st::Error
-// of kind kBadInput naming the file and key for anything wrong; a missing file names the path.
+// of kind kBadInput naming the file and key for anything wrong; a missing file names the path, and so does a path
+// that is not a regular file (a FIFO, a device: refused without being opened for reading) or one larger than
+// kMaxConfigBytes.
 Config load_config(const std::optional<std::string>& path, const std::vector<std::string>& overrides);
 
 // The same from INI text held in memory (a checkpoint manifest's config); `label` names it in errors.

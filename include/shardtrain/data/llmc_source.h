@@ -31,8 +31,10 @@ inline constexpr int64_t kLlmcHeaderInts = 256;
 inline constexpr int64_t kLlmcHeaderBytes = kLlmcHeaderInts * 4;
 
 // Opens `path` (one file or a glob, expanded by expand_data_path(): sorted) as one stream: the tokens of
-// the first file, then of the second, ... `vocab_size` is the model's (model.vocab_size), > 0.
-std::unique_ptr<FileTokenSource> open_llmc_source(const std::string& path, int vocab_size);
+// the first file, then of the second, ... `vocab_size` is the model's (model.vocab_size), > 0. `key` names the
+// config key that gave `path` in the errors about the pattern.
+std::unique_ptr<FileTokenSource> open_llmc_source(const std::string& path, int vocab_size,
+                                                  const std::string& key = "data.path");
 
 // Index of the first token >= limit in p[0, n), or -1 if there is none. Scans in parallel (OpenMP);
 // the answer does not depend on the number of threads.

@@ -18,7 +18,9 @@
 
 namespace st {
 
-// `vocab_size` is model.vocab_size: llm.c tokens must be below it; text needs it >= 256.
-std::unique_ptr<TokenSource> open_token_source(const std::string& path, DataFormat format, int vocab_size);
+// `vocab_size` is model.vocab_size: llm.c tokens must be below it; text needs it >= 256. `key` is the config key
+// that gave `path` (data.path, data.val_path), for the errors that name it.
+std::unique_ptr<TokenSource> open_token_source(const std::string& path, DataFormat format, int vocab_size,
+                                               const std::string& key = "data.path");
 
 }  // namespace st

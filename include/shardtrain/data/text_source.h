@@ -16,8 +16,10 @@ namespace st {
 inline constexpr int kByteVocab = 256;
 
 // Opens `path` (one file or a glob, expanded by expand_data_path(): sorted). Throws kBadInput naming
-// model.vocab_size when vocab_size < 256, naming the file when one is empty (0 bytes).
-std::unique_ptr<FileTokenSource> open_text_source(const std::string& path, int vocab_size);
+// model.vocab_size when vocab_size < 256, naming the file when one is empty (0 bytes). `key` names the config key
+// that gave `path` in the errors about the pattern.
+std::unique_ptr<FileTokenSource> open_text_source(const std::string& path, int vocab_size,
+                                                  const std::string& key = "data.path");
 
 // Opens the given files, in the order given, as one byte stream. describe() is `label` followed by
 // " (K files, N bytes)". Same checks as open_text_source(); `paths` must not be empty.
