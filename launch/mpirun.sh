@@ -16,6 +16,13 @@
 #     transport on the same interface (btl_tcp_if_include, oob_tcp_if_include).
 # --gpus-per-host defaults to the GPUs nvidia-smi lists here (1 without nvidia-smi). It prints the mpirun line
 # before running it; --dry-run only prints it.
+#
+# Stopping: send SIGTERM or SIGINT (Ctrl-C) to this script, not to mpirun. It passes the signal on to every rank
+# as SIGUSR1, which mpirun forwards at once; the ranks stop at the next step boundary, commit a checkpoint and exit
+# 76, and so do mpirun and this script. (mpirun itself, on SIGTERM or SIGINT, waits 1 s, sends the ranks SIGTERM,
+# kills them 1 s later whether or not their checkpoint is written, and exits 1.) A second signal is passed on too:
+# the ranks then exit 76 at once, without a checkpoint. mpirun runs in a process group of its own, so a Ctrl-C
+# reaches it only through this script, and with stdin from /dev/null (shardtrain reads no input).
 set -euo pipefail
 hostfile="" gpus="" iface="" dry=0
 while [[ $# -gt 0 ]]; do
@@ -25,7 +32,7 @@ while [[ $# -gt 0 ]]; do
     --iface) iface=$2; shift 2 ;;
     --dry-run) dry=1; shift ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "launch/mpirun.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -54,4 +61,12 @@ while IFS='=' read -r name _; do
 done < <(env | sort)
 echo "mpirun ${args[*]} $*"
 [[ $dry -eq 1 ]] && exit 0
-exec mpirun "${args[@]}" "$@"
+set -m  # job control: mpirun gets a process group of its own
+mpirun "${args[@]}" "$@" </dev/null &
+pid=$!
+set +m +e
+trap 'kill -USR1 "$pid" 2>/dev/null' TERM INT
+trap 'kill -HUP "$pid" 2>/dev/null' HUP
+# A trapped signal interrupts wait; wait again until mpirun has ended, then once more for its exit status.
+while kill -0 "$pid" 2>/dev/null; do wait "$pid"; done
+wait "$pid"

@@ -43,8 +43,8 @@ constexpr const char* kUsage =
     "  --help-env                the environment variables shardtrain reads\n"
     "\n"
     "exit codes: 0 success, 2 bad input (config, data, checkpoint: do not retry), 75 fault (retry from the\n"
-    "last checkpoint), 76 preempted (SIGTERM/SIGINT: checkpoint committed; resume with ckpt.resume=auto),\n"
-    "1 internal error\n";
+    "last checkpoint), 76 preempted (SIGTERM, SIGINT or SIGUSR1: checkpoint committed; resume with\n"
+    "ckpt.resume=auto), 1 internal error\n";
 
 void print_help(bool with_usage) {
   if (with_usage) std::fputs(kUsage, stdout);

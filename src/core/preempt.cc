@@ -32,6 +32,7 @@ void install_preemption_handlers() {
   sa.sa_flags = SA_RESTART;  // blocking calls (MPI, file I/O) resume instead of failing with EINTR
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);  // what launch/mpirun.sh sends: mpirun forwards it at once (preempt.h)
 }
 
 bool preemption_requested() { return g_signals != 0; }

@@ -233,7 +233,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
       summary.preempted = true;
       summary.checkpoint = cfg.ckpt.dir.empty() ? std::string() : cfg.ckpt.dir + "/" + step_dir_name(step + 1);
       if (lead)
-        ST_LOG_WARN("preempted (SIGTERM/SIGINT on ", stop, " rank(s)) after step ", step + 1,
+        ST_LOG_WARN("preempted (a stop signal on ", stop, " rank(s)) after step ", step + 1,
                     cfg.ckpt.dir.empty() ? std::string(": no ckpt.dir, so no checkpoint")
                                          : ": checkpoint " + summary.checkpoint + " committed; resume with ckpt.resume=auto");
       break;

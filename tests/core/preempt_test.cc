@@ -33,6 +33,7 @@ void expect_two_signals_exit(int sig) {
 TEST(Preempt, FirstSignalAsksSecondExitsAtOnce) {
   expect_two_signals_exit(SIGTERM);
   expect_two_signals_exit(SIGINT);
+  expect_two_signals_exit(SIGUSR1);
 }
 
 }  // namespace

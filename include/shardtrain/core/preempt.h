@@ -1,7 +1,11 @@
 // Preemption: SIGTERM or SIGINT (a Kubernetes eviction, a scheduler's preemption, Ctrl-C) asks the run to stop
-// at the next step boundary. Every rank learns it there (the trainer all-reduces the flag each step, so one
+// at the next step boundary. Every rank learns it there (the trainer all-reduces the flag after every step, so one
 // signalled rank is enough), a checkpoint is committed, and the process exits with kExitPreempted. A second
 // signal exits at once with the same code, without a checkpoint.
+//
+// SIGUSR1 does the same. launch/mpirun.sh turns its own SIGTERM or SIGINT into a SIGUSR1 to mpirun, because Open
+// MPI's mpirun forwards SIGUSR1 to every rank at once, whereas on SIGTERM or SIGINT it kills the job: it waits
+// odls_base_sigkill_timeout (1 s), sends the ranks SIGTERM, sends SIGKILL 1 s later, and exits 1.
 //
 //   install_preemption_handlers();            // once, before training
 //   if (preemption_requested()) ...           // this process has been signalled
