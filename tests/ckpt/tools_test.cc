@@ -196,6 +196,19 @@ TEST_F(CkptToolsTest, VerifyNamesAFileWhoseSpanDisagreesWithTheManifest) {
   EXPECT_TRUE(contains(msg, "actual [0, " + std::to_string(count0) + ")")) << msg;
 }
 
+// The manifest's step edited: the directory's name disagrees before any rank file is read.
+TEST_F(CkptToolsTest, VerifyNamesAManifestWhoseStepDisagreesWithTheDirectoryName) {
+  saved();
+  const fs::path manifest = fs::path(saved_.step_dir) / "manifest.json";
+  nlohmann::json j = nlohmann::json::parse(read_bytes(manifest));
+  j["step"] = 3;
+  write_bytes(manifest, j.dump(2));
+  const std::string msg = verify_error();
+  EXPECT_TRUE(contains(msg, manifest.string() + ": step mismatch: expected 2 (the directory name step_00000002), "
+                                                "actual 3 (manifest step)"))
+      << msg;
+}
+
 TEST_F(CkptToolsTest, RefusesADirectoryThatIsNotACommittedCheckpoint) {
   const std::string missing = tmp_.file("nope");
   std::string msg = bad_input_message([&] { verify_checkpoint(missing); });

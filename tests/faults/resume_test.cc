@@ -22,10 +22,8 @@ namespace st {
 namespace {
 
 using st::testing::CliResult;
-using st::testing::read_bytes;
 using st::testing::run_shardtrain;
 using st::testing::TempDir;
-using st::testing::write_bytes;
 
 // configs/tiny.ini cut down until a step takes milliseconds: 1 layer, n_embd 32, T 32, 4 sequences a step (unless
 // `extra` sets train.global_batch).
@@ -44,12 +42,16 @@ bool contains(const std::string& haystack, const std::string& needle) {
 std::map<std::string, std::string> snapshot(const std::string& dir) {
   std::map<std::string, std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(dir))
-    out[e.path().string()] = e.is_regular_file() ? read_bytes(e.path().string()) : std::string("<dir>");
+    out[e.path().string()] = e.is_regular_file() ? testing::read_bytes(e.path().string()) : std::string("<dir>");
   return out;
 }
 
-nlohmann::ordered_json read_json(const std::string& path) { return nlohmann::ordered_json::parse(read_bytes(path)); }
-void write_json(const std::string& path, const nlohmann::ordered_json& j) { write_bytes(path, j.dump(2) + "\n"); }
+nlohmann::ordered_json read_json(const std::string& path) {
+  return nlohmann::ordered_json::parse(testing::read_bytes(path));
+}
+void write_json(const std::string& path, const nlohmann::ordered_json& j) {
+  testing::write_bytes(path, j.dump(2) + "\n");
+}
 
 // Sets the int64 attribute `name` of the file's root group.
 void set_root_attr(const std::string& path, const char* name, int64_t value) {
@@ -118,21 +120,20 @@ class ResumeFaultTest : public ::testing::Test {
 
 TempDir* ResumeFaultTest::pristine_ = nullptr;
 
-TEST_F(ResumeFaultTest, ManifestStepEditedUpIsRefused) {
-  auto j = read_json(manifest());
-  j["step"] = 5;
-  write_json(manifest(), j);
-  expect_every_reader_refuses(step_dir(), {manifest() + ": step mismatch: expected 4 (the directory name "
-                                                        "step_00000004), actual 5 (manifest step)"});
-}
-
-// Resumed "at step 2", the run would train steps 3-6 on step 4's weights and then replace step_00000004.
-TEST_F(ResumeFaultTest, ManifestStepEditedDownIsRefusedAndTheCheckpointKept) {
-  auto j = read_json(manifest());
-  j["step"] = 2;
-  write_json(manifest(), j);
-  expect_every_reader_refuses(step_dir(), {manifest() + ": step mismatch: expected 4 (the directory name "
-                                                        "step_00000004), actual 2 (manifest step)"});
+// 4 -> 5 would resume "at step 5" on step 4's state; 4 -> 2 would train steps 3-6 on step 4's weights and then
+// replace the committed step_00000004.
+TEST_F(ResumeFaultTest, ManifestStepEditedUpOrDownIsRefusedAndTheCheckpointKept) {
+  const std::string pristine = testing::read_bytes(manifest());
+  for (int edited : {5, 2}) {
+    auto j = read_json(manifest());
+    j["step"] = edited;
+    write_json(manifest(), j);
+    expect_every_reader_refuses(step_dir(), {manifest() +
+                                             ": step mismatch: expected 4 (the directory name "
+                                             "step_00000004), actual " +
+                                             std::to_string(edited) + " (manifest step)"});
+    testing::write_bytes(manifest(), pristine);
+  }
 }
 
 // Directory renamed with the manifest: only the rank file's own step attribute still says 4.
@@ -140,7 +141,7 @@ TEST_F(ResumeFaultTest, StepDirectoryRenamedWithItsManifestIsRefusedByTheRankFil
   auto j = read_json(manifest());
   j["step"] = 5;
   write_json(manifest(), j);
-  fs::rename(step_dir(), step_dir("step_00000005"));
+  fs::rename(step_dir(), step_dir("step_00000005"));  // resume=auto now picks it as the newest
   expect_every_reader_refuses(
       step_dir("step_00000005"),
       {rank0("step_00000005") + ": step attribute mismatch: expected 5 (manifest step), actual 4"});
@@ -164,8 +165,8 @@ TEST_F(ResumeFaultTest, ManifestWorldSizeEditedIsRefused) {
 }
 
 TEST_F(ResumeFaultTest, RankFileSizeChangedIsRefused) {
-  const std::string bytes = read_bytes(rank0());
-  write_bytes(rank0(), bytes + "garbage");
+  const std::string bytes = testing::read_bytes(rank0());
+  testing::write_bytes(rank0(), bytes + "garbage");
   expect_every_reader_refuses(step_dir(), {rank0() + ": size mismatch: expected " + std::to_string(bytes.size()) +
                                            " bytes (manifest), actual " + std::to_string(bytes.size() + 7)});
 }
