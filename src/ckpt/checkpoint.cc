@@ -239,7 +239,7 @@ std::string save_checkpoint(const Config& cfg, ModelBackend& model, const Checkp
     if (fault_injected("ckpt_before_rename", rank, state.step)) die_now("ckpt_before_rename", rank);
     commit_rename(tmp, final_dir, nonce);
     fsync_path(dir.string());
-    check_ckpt_dir(cfg.ckpt.dir);  // made a directory during the run: the step is committed, `latest` cannot be
+    check_latest_file(cfg.ckpt.dir);  // a directory made at `latest` during the run: bad input, the step committed
     write_file_atomic((dir / "latest").string(), step_dir_name(state.step) + "\n");
     apply_keep(cfg.ckpt.dir, cfg.ckpt.keep, protect);
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -265,7 +265,7 @@ std::vector<std::string> committed_checkpoints(const std::string& dir) {
   return out;
 }
 
-void check_ckpt_dir(const std::string& dir) {
+void check_latest_file(const std::string& dir) {
   if (dir.empty()) return;
   const fs::path latest = fs::path(dir) / "latest";
   std::error_code ec;
@@ -277,7 +277,7 @@ void check_ckpt_dir(const std::string& dir) {
 }
 
 std::optional<std::string> resolve_resume(const CkptConfig& cfg) {
-  check_ckpt_dir(cfg.dir);
+  check_latest_file(cfg.dir);
   if (cfg.resume == "none") return std::nullopt;
   if (cfg.resume == "auto") {
     const std::vector<std::string> all = committed_checkpoints(cfg.dir);
@@ -345,7 +345,6 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
   s.loss_scale_good_steps = m.loss_scale_good_steps;
   if (m.world_size == world) s.rng_counters = m.rng_counters;
   s.data = DataOrder{m.global_batch, m.seed, m.shuffle, m.train_windows};
-  s.data_cursor = m.data_cursor;
   comm.barrier();
   if (rank == 0)
     ST_LOG_INFO("checkpoint: resumed from ", step_dir, " (step ", m.step, ", written by ", m.world_size,

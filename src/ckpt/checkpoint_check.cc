@@ -56,6 +56,16 @@ void check_dir_name(const std::string& step_dir, const Manifest& m, const std::s
                  " (manifest step)");
 }
 
+// Fields the writer derives from the step: an edit of one of them alone shows here.
+void check_step_fields(const Manifest& m, const std::string& path) {
+  if (m.lr_step != m.step)
+    ST_BAD_INPUT(path, ": lr_step mismatch: expected ", m.step, " (manifest step), actual ", m.lr_step);
+  const int64_t cursor = m.step * m.global_batch;
+  if (m.data_cursor != cursor)
+    ST_BAD_INPUT(path, ": data_cursor mismatch: expected ", cursor, " (step ", m.step, " x global_batch ",
+                 m.global_batch, "), actual ", m.data_cursor);
+}
+
 std::string file_path_of(const std::string& step_dir, const ManifestFile& f) {
   return (fs::path(step_dir) / f.name).string();
 }
@@ -81,6 +91,7 @@ Manifest open_checkpoint(const std::string& step_dir) {
   Manifest m = read_manifest(manifest);
   check_units_match_model(m, build_units(m.model), manifest);
   check_dir_name(step_dir, m, manifest);
+  check_step_fields(m, manifest);
   return m;
 }
 

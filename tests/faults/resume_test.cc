@@ -136,10 +136,13 @@ TEST_F(ResumeFaultTest, ManifestStepEditedUpOrDownIsRefusedAndTheCheckpointKept)
   }
 }
 
-// Directory renamed with the manifest: only the rank file's own step attribute still says 4.
+// Directory renamed with the manifest, whose step-derived fields follow: only the rank file's own step attribute
+// still says 4.
 TEST_F(ResumeFaultTest, StepDirectoryRenamedWithItsManifestIsRefusedByTheRankFile) {
   auto j = read_json(manifest());
   j["step"] = 5;
+  j["lr_step"] = 5;
+  j["data_cursor"] = 20;
   write_json(manifest(), j);
   fs::rename(step_dir(), step_dir("step_00000005"));  // resume=auto now picks it as the newest
   expect_every_reader_refuses(

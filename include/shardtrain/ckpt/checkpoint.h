@@ -36,9 +36,8 @@ struct CheckpointState {
   int64_t loss_scale_good_steps = 0;
   std::vector<uint64_t> rng_counters;  // per rank, in rank order (on load: this run's ranks, or empty)
   // The data order. On save only data.train_windows is read (the rest is the config's); on load all of it is
-  // the manifest's, and data_cursor the global sequences consumed (step * the checkpoint's global_batch).
+  // the manifest's.
   DataOrder data;
-  int64_t data_cursor = 0;
 };
 
 // "step_00000100".
@@ -54,12 +53,12 @@ std::vector<std::string> committed_checkpoints(const std::string& dir);
 
 // What ckpt.resume names: none -> nothing; auto -> the newest committed checkpoint in ckpt.dir, if any
 // (whatever `latest` says: it is written last and may lag); otherwise the given directory, which must exist
-// and be committed (kBadInput naming it otherwise). First, whatever ckpt.resume says, check_ckpt_dir.
+// and be committed (kBadInput naming it otherwise). First, whatever ckpt.resume says, check_latest_file.
 std::optional<std::string> resolve_resume(const CkptConfig& cfg);
 
 // kBadInput naming the path if <ckpt.dir>/latest exists and is not a file (a directory there would make
 // every save commit its step and then fail to replace `latest`). Nothing to check without ckpt.dir.
-void check_ckpt_dir(const std::string& dir);
+void check_latest_file(const std::string& dir);
 
 // Loads a committed checkpoint into this rank's shards, whatever world size wrote it. Every rank opens it
 // with open_checkpoint (checkpoint_check.h); the model config must match (kBadInput naming the field and

@@ -21,6 +21,7 @@ namespace st {
 //     shapes and offsets;
 //   * a directory named step_XXXXXXXX carries the manifest's step in its name (a directory under any other
 //     name, e.g. a copy, is checked through the rank files' step attributes alone).
+//   * lr_step == step and data_cursor == step * global_batch (the writer derives both from the step).
 Manifest open_checkpoint(const std::string& step_dir);
 
 // Existence and size of every rank file the manifest lists; no file is opened. Cheap (one stat a file):
