@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/checkpoint_check.h"
 #include "shardtrain/ckpt/manifest.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/error.h"
@@ -43,8 +44,8 @@ int cmd_eval(const std::vector<std::string>& args, st::Communicator& comm) {
   }
   if (dir.empty()) ST_BAD_INPUT("shardtrain eval needs --ckpt DIR (a committed step directory)");
   const std::string manifest_path = (fs::path(dir) / "manifest.json").string();
-  if (!fs::exists(manifest_path)) ST_BAD_INPUT("--ckpt ", dir, ": no manifest.json: not a committed checkpoint");
-  const st::Manifest m = st::read_manifest(manifest_path);
+  // The checks of every checkpoint reader, before anything is built; load_checkpoint checks the rank files.
+  const st::Manifest m = st::open_checkpoint(dir);
   const st::Config cfg = st::load_config_text(m.config_ini, "the config saved in " + manifest_path, overrides);
   st::check_model_matches(m, cfg.model, "command-line overrides of " + manifest_path);
 

@@ -81,6 +81,11 @@ int cmd_train(const std::vector<std::string>& args, st::Communicator& comm) {
   const st::TrainSummary s = st::run_training(cfg, comm);
   if (s.preempted) return st::kExitPreempted;
   if (comm.rank() != 0) return st::kExitOk;
+  if (s.nothing_to_train) {
+    std::printf("done: nothing to train: the checkpoint is at step %lld, train.steps is %lld\n",
+                static_cast<long long>(s.steps), static_cast<long long>(cfg.train.steps));
+    return st::kExitOk;
+  }
   std::printf("done: %lld steps (%lld skipped), final loss %.4f, val_loss %.4f, median %.0f tok/s\n",
               static_cast<long long>(s.steps), static_cast<long long>(s.skipped), s.last_loss, s.val_loss,
               s.median_tokens_per_s);

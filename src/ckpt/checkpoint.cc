@@ -4,21 +4,23 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <regex>
 
+#include "shardtrain/ckpt/checkpoint_check.h"
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/manifest.h"
 #include "shardtrain/ckpt/shard_file.h"
 #include "shardtrain/core/env.h"
-#include "shardtrain/core/fault.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/fault.h"
 #include "shardtrain/core/log.h"
 
 namespace fs = std::filesystem;
@@ -85,6 +87,7 @@ Manifest make_manifest(const Config& cfg, ModelBackend& model, const CheckpointS
   m.global_batch = cfg.train.global_batch;
   m.seed = cfg.train.seed;
   m.shuffle = cfg.data.shuffle;
+  m.train_windows = state.data.train_windows;
   m.rng_counters = state.rng_counters;
   if (m.rng_counters.empty()) m.rng_counters.assign(static_cast<size_t>(world), 0);
   m.loss_scale = state.loss_scale;
@@ -120,6 +123,30 @@ void apply_keep(const std::string& dir, int64_t keep, const std::string& protect
     if (!protect.empty() && fs::weakly_canonical(d) == keep_path) continue;
     fs::remove_all(d);
     ST_LOG_INFO("ckpt.keep=", keep, ": removed ", d);
+  }
+}
+
+// Runs fn on every rank; if it throws st::Error on any rank, every rank throws the error of the lowest such
+// rank (its kind and message, which names that rank), so that all ranks fail alike and none waits in a later
+// collective for a rank that gave up.
+void on_all_ranks(Communicator& comm, const std::function<void()>& fn) {
+  const int world = comm.world_size();
+  std::string message;
+  std::vector<double> kinds(static_cast<size_t>(world), 0.0);  // 1 + ErrorKind of each failed rank, else 0
+  try {
+    fn();
+  } catch (const Error& e) {
+    message = e.what();
+    kinds[static_cast<size_t>(comm.rank())] = 1.0 + static_cast<int>(e.kind());
+  }
+  comm.all_reduce(kinds.data(), world);
+  for (int r = 0; r < world; ++r) {
+    if (kinds[static_cast<size_t>(r)] == 0.0) continue;
+    int64_t bytes = static_cast<int64_t>(message.size());
+    comm.broadcast(&bytes, sizeof(bytes), r);
+    std::string text = comm.rank() == r ? message : std::string(static_cast<size_t>(bytes), '\0');
+    if (bytes > 0) comm.broadcast(text.data(), bytes, r);
+    throw Error(static_cast<ErrorKind>(static_cast<int>(kinds[static_cast<size_t>(r)]) - 1), text);
   }
 }
 
@@ -212,6 +239,7 @@ std::string save_checkpoint(const Config& cfg, ModelBackend& model, const Checkp
     if (fault_injected("ckpt_before_rename", rank, state.step)) die_now("ckpt_before_rename", rank);
     commit_rename(tmp, final_dir, nonce);
     fsync_path(dir.string());
+    check_latest_file(cfg.ckpt.dir);  // a directory made at `latest` during the run: bad input, the step committed
     write_file_atomic((dir / "latest").string(), step_dir_name(state.step) + "\n");
     apply_keep(cfg.ckpt.dir, cfg.ckpt.keep, protect);
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -237,7 +265,19 @@ std::vector<std::string> committed_checkpoints(const std::string& dir) {
   return out;
 }
 
+void check_latest_file(const std::string& dir) {
+  if (dir.empty()) return;
+  const fs::path latest = fs::path(dir) / "latest";
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(latest, ec);  // a symlink is replaced, never followed
+  if (ec || !fs::exists(st) || fs::is_regular_file(st) || fs::is_symlink(st)) return;
+  ST_BAD_INPUT(latest.string(), " is ", fs::is_directory(st) ? "a directory" : "not a regular file",
+               ": it must be a file holding the name of the newest committed step directory (e.g. step_00000100), "
+               "written by shardtrain after each checkpoint. Remove it (checkpoints are found without it)");
+}
+
 std::optional<std::string> resolve_resume(const CkptConfig& cfg) {
+  check_latest_file(cfg.dir);
   if (cfg.resume == "none") return std::nullopt;
   if (cfg.resume == "auto") {
     const std::vector<std::string> all = committed_checkpoints(cfg.dir);
@@ -256,44 +296,45 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
                                 Communicator& comm) {
   const int rank = comm.rank(), world = comm.world_size();
   const std::string manifest_path = (fs::path(step_dir) / "manifest.json").string();
-  const Manifest m = read_manifest(manifest_path);
-  check_model_matches(m, cfg.model, manifest_path);
   const std::vector<UnitLayout>& units = model.units();
-  if (m.units.size() != units.size())
-    ST_BAD_INPUT(manifest_path, ": ", m.units.size(), " units, the model has ", units.size());
-  for (const UnitLayout& u : units) {
-    const ManifestUnit& mu = m.units[static_cast<size_t>(u.index)];
-    if (mu.name != u.name || mu.numel != u.numel)
-      ST_BAD_INPUT(manifest_path, ": units[", u.index, "] is ", mu.name, " of ", mu.numel, " elements, the model has ",
-                   u.name, " of ", u.numel);
-  }
+  Manifest m;
+  on_all_ranks(comm, [&] {
+    m = open_checkpoint(step_dir);
+    check_model_matches(m, cfg.model, manifest_path);
+    if (m.units.size() != units.size())
+      ST_BAD_INPUT(manifest_path, ": ", m.units.size(), " units, the model has ", units.size());
+    for (const UnitLayout& u : units) {
+      const ManifestUnit& mu = m.units[static_cast<size_t>(u.index)];
+      if (mu.name != u.name || mu.numel != u.numel)
+        ST_BAD_INPUT(manifest_path, ": units[", u.index, "] is ", mu.name, " of ", mu.numel,
+                     " elements, the model has ", u.name, " of ", u.numel);
+    }
+    // A file this world reads no element of is still accounted for.
+    if (rank == 0) check_rank_file_sizes(step_dir, m);
+  });
 
   model.pull_state();  // a device backend sizes its host view; every owned element is overwritten below
-  // Old files are opened (and verified) only when one of this rank's spans meets theirs.
-  std::map<int, std::unique_ptr<ShardFileReader>> readers;
-  auto reader = [&](int r) -> const ShardFileReader& {
-    auto it = readers.find(r);
-    if (it != readers.end()) return *it->second;
-    const ManifestFile& f = m.files[static_cast<size_t>(r)];
-    const std::string path = (fs::path(step_dir) / f.name).string();
-    const int64_t bytes = file_size(path);
-    if (bytes != f.bytes) ST_BAD_INPUT(path, ": ", bytes, " bytes, the manifest says ", f.bytes, " (truncated or replaced)");
-    const std::string hash = sha256_file(path);
-    if (hash != f.sha256) ST_BAD_INPUT(path, ": SHA-256 ", hash, " does not match the manifest's ", f.sha256);
-    return *readers.emplace(r, std::make_unique<ShardFileReader>(path)).first->second;
-  };
-  for (const UnitLayout& u : units) {
-    UnitShard& sh = model.shard(u.index);
-    for (int r = 0; r < m.world_size; ++r) {
-      const ShardSpan part = intersect(sh.span, m.files[static_cast<size_t>(r)].spans[static_cast<size_t>(u.index)]);
-      if (part.count == 0) continue;
-      const ShardFileReader& f = reader(r);
-      const int64_t at = part.offset - sh.span.offset;
-      f.read(u.name, ShardState::kParam, part, sh.param.data() + at);
-      f.read(u.name, ShardState::kExpAvg, part, sh.m.data() + at);
-      f.read(u.name, ShardState::kExpAvgSq, part, sh.v.data() + at);
+  on_all_ranks(comm, [&] {
+    // Old files are opened (and checked) only when one of this rank's spans meets theirs.
+    std::map<int, std::unique_ptr<ShardFileReader>> readers;
+    auto reader = [&](int r) -> const ShardFileReader& {
+      auto it = readers.find(r);
+      if (it != readers.end()) return *it->second;
+      return *readers.emplace(r, std::make_unique<ShardFileReader>(open_rank_file(step_dir, m, r))).first->second;
+    };
+    for (const UnitLayout& u : units) {
+      UnitShard& sh = model.shard(u.index);
+      for (int r = 0; r < m.world_size; ++r) {
+        const ShardSpan part = intersect(sh.span, m.files[static_cast<size_t>(r)].spans[static_cast<size_t>(u.index)]);
+        if (part.count == 0) continue;
+        const ShardFileReader& f = reader(r);
+        const int64_t at = part.offset - sh.span.offset;
+        f.read(u.name, ShardState::kParam, part, sh.param.data() + at);
+        f.read(u.name, ShardState::kExpAvg, part, sh.m.data() + at);
+        f.read(u.name, ShardState::kExpAvgSq, part, sh.v.data() + at);
+      }
     }
-  }
+  });
   model.push_state();
   if (!m.gemm_algorithms.empty()) model.use_gemm_algorithms(m.gemm_algorithms);
   CheckpointState s;
@@ -303,6 +344,7 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
   s.loss_scale = m.loss_scale;
   s.loss_scale_good_steps = m.loss_scale_good_steps;
   if (m.world_size == world) s.rng_counters = m.rng_counters;
+  s.data = DataOrder{m.global_batch, m.seed, m.shuffle, m.train_windows};
   comm.barrier();
   if (rank == 0)
     ST_LOG_INFO("checkpoint: resumed from ", step_dir, " (step ", m.step, ", written by ", m.world_size,

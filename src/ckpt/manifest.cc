@@ -226,6 +226,7 @@ void validate_manifest(const Manifest& m, const std::string& path) {
   require_at_least(path, "data_cursor", m.data_cursor, 0);
   require_at_least(path, "global_batch", m.global_batch, 1);
   require_at_least(path, "skipped_steps", m.skipped_steps, 0);
+  require_at_least(path, "train_windows", m.train_windows, 0);
   require_at_least(path, "loss_scale_good_steps", m.loss_scale_good_steps, 0);
   if (!std::isfinite(m.loss_scale) || m.loss_scale <= 0)
     ST_BAD_INPUT(path, ": loss_scale is ", m.loss_scale, ", expected a finite number > 0");
@@ -301,6 +302,7 @@ std::string manifest_to_json(const Manifest& m) {
   j["global_batch"] = m.global_batch;
   j["seed"] = m.seed;
   j["shuffle"] = m.shuffle;
+  if (m.train_windows > 0) j["train_windows"] = m.train_windows;
   j["rng_counters"] = m.rng_counters;
   j["loss_scale"] = m.loss_scale;
   j["skipped_steps"] = m.skipped_steps;
@@ -354,6 +356,11 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   m.global_batch = r.i64(j, "", "global_batch");
   m.seed = r.u64(r.field(j, "", "seed"), "seed");
   m.shuffle = r.boolean(r.field(j, "", "shuffle"), "shuffle");
+  // Optional: a manifest without it resumes with no check of the training data's size.
+  if (j.contains("train_windows")) {
+    m.train_windows = r.i64(j, "", "train_windows");
+    require_at_least(path, "train_windows", m.train_windows, 1);
+  }
   const json& counters = r.array(j, "", "rng_counters");
   for (size_t i = 0; i < counters.size(); ++i) m.rng_counters.push_back(r.u64(counters[i], index("rng_counters", i)));
   m.loss_scale = r.number(r.field(j, "", "loss_scale"), "loss_scale");
@@ -374,6 +381,12 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   }
   validate_manifest(m, path);
   return m;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
 }
 
 Manifest read_manifest(const std::string& path) { return manifest_from_json(read_file(path), path); }

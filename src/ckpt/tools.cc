@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shardtrain/ckpt/checkpoint_check.h"
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/ckpt/hf_export.h"
@@ -25,59 +26,6 @@ namespace fs = std::filesystem;
 
 namespace st {
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-std::string span_str(const ShardSpan& s) { return str_cat("[", s.offset, ", ", s.end(), ")"); }
-
-std::string manifest_path_of(const std::string& step_dir) { return (fs::path(step_dir) / "manifest.json").string(); }
-
-std::string file_path_of(const std::string& step_dir, const ManifestFile& f) {
-  return (fs::path(step_dir) / f.name).string();
-}
-
-// The manifest's units must be the layout its own model config gives, or the names, transposes and
-// shapes of the HF map (built from the config) would not describe the stored buffers.
-void check_units_match_model(const Manifest& m, const std::vector<UnitLayout>& units, const std::string& path) {
-  if (m.units.size() != units.size())
-    ST_BAD_INPUT(path, ": units has ", m.units.size(), " entries, the model config (n_layer ", m.model.n_layer,
-                 ") gives ", units.size());
-  for (const UnitLayout& u : units) {
-    const ManifestUnit& mu = m.units[static_cast<size_t>(u.index)];
-    const std::string where = str_cat("units[", u.index, "]");
-    if (mu.name != u.name || mu.numel != u.numel)
-      ST_BAD_INPUT(path, ": ", where, " is ", mu.name, " of ", mu.numel, " elements, the model config gives ", u.name,
-                   " of ", u.numel);
-    if (mu.tensors.size() != u.tensors.size())
-      ST_BAD_INPUT(path, ": ", where, ".tensors has ", mu.tensors.size(), " entries, the model config gives ",
-                   u.tensors.size());
-    for (size_t k = 0; k < u.tensors.size(); ++k) {
-      const ManifestTensor& mt = mu.tensors[k];
-      const TensorSpec& t = u.tensors[k];
-      if (mt.name != t.name || mt.shape != t.shape || mt.offset != t.offset)
-        ST_BAD_INPUT(path, ": ", where, ".tensors[", k, "] is ", mt.name, " ", shape_str(mt.shape), " at ", mt.offset,
-                     ", the model config gives ", t.name, " ", shape_str(t.shape), " at ", t.offset);
-    }
-  }
-}
-
-// Size and SHA-256 of one rank file against the manifest; the first problem is kBadInput naming the file.
-void check_file_bytes(const std::string& path, const ManifestFile& f) {
-  std::error_code ec;
-  if (!fs::exists(path, ec))
-    ST_BAD_INPUT(path, ": missing (the manifest lists it as rank ", f.rank, "'s file of ", f.bytes, " bytes)");
-  const int64_t bytes = file_size(path);
-  if (bytes != f.bytes)
-    ST_BAD_INPUT(path, ": size mismatch: expected ", f.bytes, " bytes (manifest), actual ", bytes,
-                 " (truncated or replaced)");
-  const std::string hash = sha256_file(path);
-  if (hash != f.sha256)
-    ST_BAD_INPUT(path, ": SHA-256 mismatch: expected ", f.sha256, " (manifest), actual ", hash);
-}
 
 int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -114,18 +62,6 @@ class TmpFileGuard {
 
 }  // namespace
 
-Manifest open_checkpoint(const std::string& step_dir) {
-  std::error_code ec;
-  if (!fs::is_directory(step_dir, ec))
-    ST_BAD_INPUT(step_dir, " is not a committed checkpoint: no such directory");
-  const std::string manifest = manifest_path_of(step_dir);
-  if (!fs::is_regular_file(manifest, ec))
-    ST_BAD_INPUT(step_dir, " is not a committed checkpoint: it has no manifest.json");
-  Manifest m = read_manifest(manifest);
-  check_units_match_model(m, build_units(m.model), manifest);
-  return m;
-}
-
 std::string inspect_checkpoint(const std::string& step_dir) {
   const Manifest m = open_checkpoint(step_dir);
   std::ostringstream os;
@@ -140,7 +76,7 @@ std::string inspect_checkpoint(const std::string& step_dir) {
   os << "units " << m.units.size() << "\n";
   for (const ManifestUnit& u : m.units) {
     os << "  " << u.name << " numel=" << u.numel << "\n";
-    for (const ManifestTensor& t : u.tensors) os << "    " << t.name << " " << shape_str(t.shape) << "\n";
+    for (const ManifestTensor& t : u.tensors) os << "    " << t.name << " " << shape_text(t.shape) << "\n";
   }
   int64_t total = 0;
   for (const ManifestFile& f : m.files) total += f.bytes;
@@ -153,29 +89,7 @@ VerifyReport verify_checkpoint(const std::string& step_dir) {
   const Manifest m = open_checkpoint(step_dir);
   VerifyReport report;
   for (const ManifestFile& f : m.files) {
-    const std::string path = file_path_of(step_dir, f);
-    check_file_bytes(path, f);
-    const ShardFileReader reader(path);
-    const std::string manifest_field = str_cat("manifest files[", f.rank, "]");
-    if (reader.rank() != f.rank)
-      ST_BAD_INPUT(path, ": rank attribute mismatch: expected ", f.rank, " (", manifest_field, "), actual ",
-                   reader.rank());
-    if (reader.world_size() != m.world_size)
-      ST_BAD_INPUT(path, ": world_size attribute mismatch: expected ", m.world_size, " (manifest), actual ",
-                   reader.world_size());
-    if (reader.step() != m.step)
-      ST_BAD_INPUT(path, ": step attribute mismatch: expected ", m.step, " (manifest), actual ", reader.step());
-    if (reader.unit_names().size() != m.units.size())
-      ST_BAD_INPUT(path, ": holds ", reader.unit_names().size(), " units, expected ", m.units.size(), " (manifest)");
-    for (size_t u = 0; u < m.units.size(); ++u) {
-      const std::string& unit = m.units[u].name;
-      if (!reader.has_unit(unit)) ST_BAD_INPUT(path, ": unit ", unit, " is missing (the manifest lists it)");
-      const ShardSpan actual = reader.span(unit);
-      const ShardSpan& expected = f.spans[u];
-      if (!(actual == expected))
-        ST_BAD_INPUT(path, ": unit ", unit, " span mismatch: expected ", span_str(expected), " (", manifest_field,
-                     ".spans[", u, "]), actual ", span_str(actual));
-    }
+    open_rank_file(step_dir, m, f.rank);
     ++report.files;
     report.bytes += f.bytes;
   }
@@ -224,15 +138,13 @@ ExportReport export_checkpoint(const std::string& step_dir, const std::string& o
   const std::vector<UnitLayout> units = build_units(m.model);
   const std::vector<HfTensorMap> map = hf_gpt2_tensor_map(m.model, units);
 
-  // Rank files are opened lazily, each verified before its first read, and kept open for later tensors.
+  // Rank files are opened lazily, each checked (open_rank_file) before its first read, and kept open for later
+  // tensors.
   std::map<int, std::unique_ptr<ShardFileReader>> readers;
   auto reader = [&](int r) -> const ShardFileReader& {
     auto it = readers.find(r);
     if (it != readers.end()) return *it->second;
-    const ManifestFile& f = m.files[static_cast<size_t>(r)];
-    const std::string path = file_path_of(step_dir, f);
-    check_file_bytes(path, f);
-    return *readers.emplace(r, std::make_unique<ShardFileReader>(path)).first->second;
+    return *readers.emplace(r, std::make_unique<ShardFileReader>(open_rank_file(step_dir, m, r))).first->second;
   };
 
   // One HF tensor: the elements [offset, offset + numel) of its unit (wte: its first vocab_size rows, which

@@ -349,6 +349,10 @@ const std::vector<Key>& keys() {
       key("ckpt", "resume", &Config::ckpt, &CkptConfig::resume,
           "auto (the latest committed checkpoint in ckpt.dir, if any), none (start from step 0), or a step "
           "directory to resume from"),
+      key("ckpt", "allow_data_change", &Config::ckpt, &CkptConfig::allow_data_change,
+          "resume even if train.global_batch, data.shuffle, train.seed (shuffled data) or the training data's size "
+          "differ from the checkpoint's, which skips or repeats data (the log says which); false: such a resume "
+          "is refused with exit code 2, naming each key"),
       key("ckpt", "export", &Config::ckpt, &CkptConfig::export_path,
           "at the end, write the full weights to this HDF5 file with Hugging Face GPT-2 names (empty: none)"),
 

@@ -10,6 +10,7 @@
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/ckpt/init_from.h"
+#include "shardtrain/ckpt/resume_data.h"
 #include "shardtrain/comm/watchdog.h"
 #include "shardtrain/comm/watched_communicator.h"
 #include "shardtrain/core/fault.h"
@@ -145,6 +146,10 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   }
   if (const std::optional<std::string> from = resolve_resume(cfg.ckpt)) {
     const CheckpointState cs = load_checkpoint(*from, cfg, engine.sharded(), comm);
+    const DataOrder order{cfg.train.global_batch, cfg.train.seed, cfg.data.shuffle, train_sampler.num_windows()};
+    const std::vector<std::string> notes = check_data_order(cs.data, cs.step, order, cfg.ckpt.allow_data_change, *from);
+    if (lead)
+      for (const std::string& line : notes) ST_LOG_INFO(line);
     engine.set_updates(cs.optimizer_updates);
     engine.loss_scaler().restore(cs.loss_scale, cs.loss_scale_good_steps);
     start_step = cs.step;
@@ -167,6 +172,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     cs.skipped_steps = summary.skipped;
     cs.loss_scale = engine.loss_scaler().scale();
     cs.loss_scale_good_steps = engine.loss_scaler().good_steps();
+    cs.data.train_windows = train_sampler.num_windows();
     save_checkpoint(cfg, engine.sharded(), cs, comm, resumed_from);
   };
 
@@ -179,8 +185,12 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   };
 
   std::vector<double> rates;
-  if (start_step >= cfg.train.steps && lead)
-    ST_LOG_INFO("the checkpoint is at step ", start_step, " >= train.steps ", cfg.train.steps, ": nothing to train");
+  // A checkpoint at or past train.steps: the run is finished. No step, evaluation, save or sample; ckpt.export
+  // is still written (the weights are the finished run's).
+  summary.nothing_to_train = start_step >= cfg.train.steps;
+  if (summary.nothing_to_train && lead)
+    ST_LOG_INFO("nothing to train: the checkpoint ", resumed_from, " is at step ", start_step, ", train.steps is ",
+                cfg.train.steps, " (raise train.steps to train further)");
   summary.steps = start_step;
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     engine.sharded().take_exposed_comm_ms();  // drop what evaluation or set-up waited
@@ -241,9 +251,10 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   }
   summary.median_tokens_per_s = median(rates);
   if (summary.preempted) return summary;  // no export, no sample: the run is not finished
-  const std::string profile = engine.sharded().op_profile(summary.steps - start_step - 1);
+  const std::string profile =
+      summary.nothing_to_train ? std::string() : engine.sharded().op_profile(summary.steps - start_step - 1);
   if (lead && !profile.empty()) sink.line(profile);
-  if (lead) {
+  if (lead && !summary.nothing_to_train) {
     const MemoryStats mem = engine.sharded().memory();
     ST_LOG_INFO(
         "memory per rank: sharded state ", format_mib(mem.sharded_state_bytes), ", gathered buffers peak ",
@@ -262,7 +273,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   }
 
   const bool byte_level = cfg.data.format == DataFormat::kText && cfg.model.vocab_size == 256;
-  if (byte_level && cfg.train.sample_tokens > 0) {
+  if (byte_level && cfg.train.sample_tokens > 0 && !summary.nothing_to_train) {
     std::vector<int32_t> prompt(static_cast<size_t>(std::min<int64_t>(16, data.val->size())));
     data.val->read(0, static_cast<int64_t>(prompt.size()), prompt.data());
     const std::vector<int32_t> gen = engine.generate(prompt, cfg.train.sample_tokens, cfg.train.seed);

@@ -196,6 +196,19 @@ TEST_F(CheckpointTest, OneRankFailingCommitsNothingAndKeepsOlderCheckpoints) {
   EXPECT_EQ(entries, 1);
 }
 
+// Saves freshly initialized weights as step `step` from `world` fake ranks; returns the step directory.
+std::string save_untrained(const Config& c, int world, int64_t step) {
+  std::string where;
+  fake::spawn(world, [&](Communicator& comm) {
+    StepEngine e(c, comm);
+    CheckpointState cs;
+    cs.step = step;
+    const std::string w = save_checkpoint(c, e.sharded(), cs, comm);
+    if (comm.rank() == 0) where = w;
+  });
+  return where;
+}
+
 std::string load_error(const Config& c, const std::string& where) {
   SoloCommunicator comm;
   ShardedModel m(c, comm);
@@ -209,14 +222,7 @@ std::string load_error(const Config& c, const std::string& where) {
 }
 
 TEST_F(CheckpointTest, BadCheckpointsAreRefusedNamingTheFileOrField) {
-  std::string where;
-  fake::spawn(2, [&](Communicator& comm) {
-    StepEngine e(cfg_, comm);
-    CheckpointState cs;
-    cs.step = 5;
-    const std::string w = save_checkpoint(cfg_, e.sharded(), cs, comm);
-    if (comm.rank() == 0) where = w;
-  });
+  const std::string where = save_untrained(cfg_, 2, 5);
   const fs::path rank1 = fs::path(where) / "rank_00001.h5";
   const std::string pristine = testing::read_bytes(rank1.string());
   auto write_rank1 = [&](const std::string& bytes) { testing::write_bytes(rank1.string(), bytes); };
@@ -270,6 +276,44 @@ TEST_F(CheckpointTest, ResumeResolution) {
   }
   k.resume = "none";
   EXPECT_FALSE(resolve_resume(k).has_value());
+  // A `latest` that is a directory would make every save fail after committing: refused, resuming or not.
+  fs::create_directories(fs::path(k.dir) / "latest");
+  for (const char* resume : {"none", "auto"}) {
+    k.resume = resume;
+    try {
+      resolve_resume(k);
+      ADD_FAILURE() << "a directory at latest was accepted (ckpt.resume=" << resume << ")";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+      EXPECT_NE(std::string(e.what()).find(k.dir + "/latest is a directory: it must be a file"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// A problem only rank 1 can see (its own file) stops both ranks with rank 1's message, not rank 0 with a peer
+// failure.
+TEST_F(CheckpointTest, EveryRankThrowsTheProblemOneRankFound) {
+  const std::string where = save_untrained(cfg_, 2, 3);
+  const std::string rank1 = (fs::path(where) / "rank_00001.h5").string();
+  std::string bytes = testing::read_bytes(rank1);
+  bytes[bytes.size() / 2] ^= 0x01;
+  testing::write_bytes(rank1, bytes);
+  std::vector<std::string> messages(2);
+  std::vector<int> kinds(2, -1);
+  fake::spawn(2, [&](Communicator& comm) {
+    StepEngine e(cfg_, comm);
+    try {
+      load_checkpoint(where, cfg_, e.sharded(), comm);
+    } catch (const Error& err) {
+      messages[static_cast<size_t>(comm.rank())] = err.what();
+      kinds[static_cast<size_t>(comm.rank())] = static_cast<int>(err.kind());
+    }
+  });
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(kinds[r], static_cast<int>(ErrorKind::kBadInput)) << messages[r];
+    EXPECT_NE(messages[r].find(rank1 + ": SHA-256 mismatch"), std::string::npos) << messages[r];
+  }
 }
 
 }  // namespace

@@ -63,6 +63,7 @@ Manifest make_manifest(int world) {
   m.global_batch = 48;
   m.seed = std::numeric_limits<uint64_t>::max();
   m.shuffle = false;
+  m.train_windows = 76495;
   m.loss_scale = 0.1;  // not exactly representable: must still round-trip bit for bit
   m.skipped_steps = 3;
   m.loss_scale_good_steps = 1999;
@@ -105,6 +106,7 @@ void expect_equal(const Manifest& a, const Manifest& b) {
   EXPECT_EQ(a.global_batch, b.global_batch);
   EXPECT_EQ(a.seed, b.seed);
   EXPECT_EQ(a.shuffle, b.shuffle);
+  EXPECT_EQ(a.train_windows, b.train_windows);
   EXPECT_EQ(a.rng_counters, b.rng_counters);
   EXPECT_EQ(a.loss_scale, b.loss_scale);  // exact, not approximate
   EXPECT_EQ(a.skipped_steps, b.skipped_steps);
@@ -279,6 +281,21 @@ TEST(Manifest, LossScaleCountIsOptionalOnRead) {
   json j = json::parse(manifest_to_json(make_manifest(3)));
   j.erase("loss_scale_good_steps");
   EXPECT_EQ(manifest_from_json(j.dump(), kPath).loss_scale_good_steps, 0);
+}
+
+// A manifest without train_windows reads as 0 (not recorded), and a writer that has no count leaves the field out;
+// a recorded count must be at least 1.
+TEST(Manifest, TrainWindowsAreOptional) {
+  json j = json::parse(manifest_to_json(make_manifest(2)));
+  EXPECT_EQ(j["train_windows"], 76495);
+  j.erase("train_windows");
+  EXPECT_EQ(manifest_from_json(j.dump(), kPath).train_windows, 0);
+  Manifest m = make_manifest(2);
+  m.train_windows = 0;
+  EXPECT_FALSE(json::parse(manifest_to_json(m)).contains("train_windows"));
+  j["train_windows"] = 0;
+  const std::string msg = bad_input_message([&] { manifest_from_json(j.dump(), kPath); });
+  EXPECT_TRUE(contains(msg, kPath + ": train_windows is 0, expected >= 1")) << msg;
 }
 
 // The cpu backend records no GEMM algorithms: the field is left out, and a manifest without it (also those written

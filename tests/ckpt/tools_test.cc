@@ -196,6 +196,38 @@ TEST_F(CkptToolsTest, VerifyNamesAFileWhoseSpanDisagreesWithTheManifest) {
   EXPECT_TRUE(contains(msg, "actual [0, " + std::to_string(count0) + ")")) << msg;
 }
 
+// The manifest's step edited: the directory's name disagrees before any rank file is read.
+TEST_F(CkptToolsTest, VerifyNamesAManifestWhoseStepDisagreesWithTheDirectoryName) {
+  saved();
+  const fs::path manifest = fs::path(saved_.step_dir) / "manifest.json";
+  nlohmann::json j = nlohmann::json::parse(read_bytes(manifest));
+  j["step"] = 3;
+  write_bytes(manifest, j.dump(2));
+  const std::string msg = verify_error();
+  EXPECT_TRUE(contains(msg, manifest.string() + ": step mismatch: expected 2 (the directory name step_00000002), "
+                                                "actual 3 (manifest step)"))
+      << msg;
+}
+
+// lr_step and data_cursor follow from the step; an edit of either alone is refused naming both values.
+TEST_F(CkptToolsTest, VerifyNamesAStepDerivedFieldThatDisagreesWithTheStep) {
+  saved();
+  const fs::path manifest = fs::path(saved_.step_dir) / "manifest.json";
+  const std::string pristine = read_bytes(manifest);
+  nlohmann::json j = nlohmann::json::parse(pristine);
+  j["data_cursor"] = 13;
+  write_bytes(manifest, j.dump(2));
+  std::string msg = verify_error();
+  EXPECT_TRUE(contains(msg, manifest.string() + ": data_cursor mismatch: expected 12 (step 2 x global_batch 6), "
+                                                "actual 13"))
+      << msg;
+  j = nlohmann::json::parse(pristine);
+  j["lr_step"] = 3;
+  write_bytes(manifest, j.dump(2));
+  msg = verify_error();
+  EXPECT_TRUE(contains(msg, manifest.string() + ": lr_step mismatch: expected 2 (manifest step), actual 3")) << msg;
+}
+
 TEST_F(CkptToolsTest, RefusesADirectoryThatIsNotACommittedCheckpoint) {
   const std::string missing = tmp_.file("nope");
   std::string msg = bad_input_message([&] { verify_checkpoint(missing); });

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/ckpt/resume_data.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/shard/model_backend.h"
@@ -34,6 +35,9 @@ struct CheckpointState {
   double loss_scale = 1.0;
   int64_t loss_scale_good_steps = 0;
   std::vector<uint64_t> rng_counters;  // per rank, in rank order (on load: this run's ranks, or empty)
+  // The data order. On save only data.train_windows is read (the rest is the config's); on load all of it is
+  // the manifest's.
+  DataOrder data;
 };
 
 // "step_00000100".
@@ -47,14 +51,21 @@ std::string save_checkpoint(const Config& cfg, ModelBackend& model, const Checkp
 // The committed step directories in `dir`, oldest first.
 std::vector<std::string> committed_checkpoints(const std::string& dir);
 
-// What ckpt.resume names: none -> nothing; auto -> the newest committed checkpoint in ckpt.dir, if any;
-// otherwise the given directory, which must exist and be committed (kBadInput naming it otherwise).
+// What ckpt.resume names: none -> nothing; auto -> the newest committed checkpoint in ckpt.dir, if any
+// (whatever `latest` says: it is written last and may lag); otherwise the given directory, which must exist
+// and be committed (kBadInput naming it otherwise). First, whatever ckpt.resume says, check_latest_file.
 std::optional<std::string> resolve_resume(const CkptConfig& cfg);
 
-// Loads a committed checkpoint into this rank's shards, whatever world size wrote it: each rank reads
-// the intersection of its spans with the old files' spans (hyperslabs), opening only those files and
-// verifying each one's size and SHA-256 against the manifest first. The model config must match
-// (kBadInput naming the field and both values). Collective.
+// kBadInput naming the path if <ckpt.dir>/latest exists and is not a file (a directory there would make
+// every save commit its step and then fail to replace `latest`). Nothing to check without ckpt.dir.
+void check_latest_file(const std::string& dir);
+
+// Loads a committed checkpoint into this rank's shards, whatever world size wrote it. Every rank opens it
+// with open_checkpoint (checkpoint_check.h); the model config must match (kBadInput naming the field and
+// both values); rank 0 checks that every rank file exists with the manifest's size. Then each rank reads
+// the intersection of its spans with the old files' spans (hyperslabs), opening only those files, each
+// with open_rank_file (size, SHA-256, structure, attributes, spans) before its first read. A problem found
+// on any rank is thrown on every rank, with that rank's message and kind. Collective.
 CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, ModelBackend& model,
                                 Communicator& comm);
 

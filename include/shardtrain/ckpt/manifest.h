@@ -52,6 +52,7 @@ struct Manifest {
   int64_t global_batch = 0;
   uint64_t seed = 0;
   bool shuffle = true;
+  int64_t train_windows = 0;           // the training data's windows (data/sampler.h); optional (0: not recorded)
   std::vector<uint64_t> rng_counters;  // per rank: the counter of its sequential RNG (seed is `seed`)
   double loss_scale = 1.0;             // fp16 dynamic loss scale (1 in fp32/bf16 runs)
   int64_t loss_scale_good_steps = 0;   // finite steps since the scale last changed (optional on read: 0)
@@ -69,6 +70,9 @@ Manifest read_manifest(const std::string& path);
 // span per unit per file, and spans that cover every unit exactly once. kBadInput naming `path` and the
 // field. A writer can call it before committing so that it never writes a checkpoint it cannot read.
 void validate_manifest(const Manifest& m, const std::string& path);
+
+// A tensor shape for messages and listings: "[768, 2304]".
+std::string shape_text(const std::vector<int64_t>& shape);
 
 // kBadInput unless the checkpoint's model equals `model`: names the field (model.n_embd, ...) and both values.
 void check_model_matches(const Manifest& m, const ModelConfig& model, const std::string& path);

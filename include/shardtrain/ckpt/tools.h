@@ -6,22 +6,20 @@
 //   VerifyReport r = verify_checkpoint("ckpt/step_00000100");          // throws kBadInput on a problem
 //   export_checkpoint("ckpt/step_00000100", "out/model.safetensors");  // + out/config.json
 //
-// Every function first requires `step_dir` to be a committed checkpoint: an existing directory holding
-// manifest.json (kBadInput "... is not a committed checkpoint" naming it otherwise). read_manifest then
-// validates the manifest (docs/checkpoint-format.md, "What a reader checks"), and the manifest's units
-// must equal the layout its model config gives (model/units.h): names, numel, tensor names, shapes, offsets.
+// Every function first opens `step_dir` with open_checkpoint (checkpoint_check.h): a committed checkpoint
+// whose manifest is valid, names the directory's step and describes its own model's layout; verify and
+// export then check each rank file with open_rank_file before reading it, as resume and eval do
+// (docs/checkpoint-format.md, "What a reader checks").
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "shardtrain/ckpt/checkpoint_check.h"
 #include "shardtrain/ckpt/manifest.h"
 
 namespace st {
-
-// read_manifest of <step_dir>/manifest.json after the checks above.
-Manifest open_checkpoint(const std::string& step_dir);
 
 // A human-readable description, one "key value" per line (no hashing, no rank file is opened):
 //
@@ -49,12 +47,9 @@ struct VerifyReport {
   int64_t bytes = 0;   // their total size
 };
 
-// Checks the whole checkpoint, rank file by rank file in rank order, stopping at the first problem:
-//   1. the file exists, its size and SHA-256 equal the manifest's;
-//   2. it opens with ShardFileReader (which checks its structure), its rank / world_size / step attributes
-//      equal the manifest's, and it holds exactly the manifest's units;
-//   3. every unit's [offset, count) in the file equals the manifest's span.
-// A problem is kBadInput naming the file and what mismatched, expected vs actual.
+// Checks the whole checkpoint: open_checkpoint, then open_rank_file on every rank file in rank order (size,
+// SHA-256, structure, rank / world_size / step attributes, units and spans), stopping at the first problem,
+// which is kBadInput naming the file and what mismatched, expected vs actual.
 VerifyReport verify_checkpoint(const std::string& step_dir);
 
 enum class ExportFormat { kSafetensors, kHdf5 };
@@ -77,7 +72,7 @@ struct ExportReport {
 //
 // Streamed: for each tensor only its elements are read, by hyperslab, from the rank files whose spans
 // meet them; peak memory is about two copies of the largest tensor, never the whole model. Each rank file
-// is verified (size, SHA-256) before its first read. The output goes to out_path + ".tmp", is fsynced and
+// is checked by open_rank_file before its first read. The output goes to out_path + ".tmp", is fsynced and
 // renamed over out_path; then config.json (GPT2Config's fields, GPT2LMHeadModel) is written atomically
 // into out_path's directory, replacing any config.json there. The output directory must exist.
 ExportReport export_checkpoint(const std::string& step_dir, const std::string& out_path);

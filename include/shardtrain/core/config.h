@@ -83,6 +83,7 @@ struct CkptConfig {
   int64_t keep = 3;             // 0: all
   std::string resume = "auto";  // "auto", "none" or a step directory
   std::string export_path;      // key ckpt.export; empty: none
+  bool allow_data_change = false;  // resume even if the data order differs from the checkpoint's
 };
 
 struct InitConfig {

@@ -20,6 +20,7 @@ struct TrainSummary {
   std::string sample;         // generated text (byte-level runs with train.sample_tokens > 0)
   bool preempted = false;     // stopped early by SIGTERM/SIGINT on some rank (core/preempt.h)
   std::string checkpoint;     // the checkpoint committed on preemption (empty without ckpt.dir)
+  bool nothing_to_train = false;  // resumed at or past train.steps: no step ran, no loss to report
 };
 
 // Runs cfg.train.steps optimizer steps on every rank of `comm` (collective). Bad data or config is

@@ -1,0 +1,38 @@
+// What every reader of a committed checkpoint checks before it trusts a byte of it: resume
+// (load_checkpoint), `shardtrain eval`, `ckpt export` and `ckpt verify` all go through these two calls, so
+// they refuse exactly the same checkpoints (docs/checkpoint-format.md, "What a reader checks").
+//
+//   const Manifest m = open_checkpoint("ckpt/step_00000100");      // the manifest and the directory
+//   const ShardFileReader f = open_rank_file(dir, m, 1);           // rank_00001.h5, checked against m
+//
+// Every problem is kBadInput naming the file and what disagrees, expected vs actual.
+#pragma once
+
+#include <string>
+
+#include "shardtrain/ckpt/manifest.h"
+#include "shardtrain/ckpt/shard_file.h"
+
+namespace st {
+
+// Requires `step_dir` to be an existing directory holding manifest.json ("... is not a committed
+// checkpoint" otherwise), reads and validates the manifest (read_manifest), and checks that
+//   * its units are the layout its own model config gives (model/units.h): names, numel, tensor names,
+//     shapes and offsets;
+//   * a directory named step_XXXXXXXX carries the manifest's step in its name (a directory under any other
+//     name, e.g. a copy, is checked through the rank files' step attributes alone).
+//   * lr_step == step and data_cursor == step * global_batch (the writer derives both from the step).
+Manifest open_checkpoint(const std::string& step_dir);
+
+// Existence and size of every rank file the manifest lists; no file is opened. Cheap (one stat a file):
+// load_checkpoint runs it on one rank so that a file no rank reads is still accounted for.
+void check_rank_file_sizes(const std::string& step_dir, const Manifest& m);
+
+// Opens rank file `file` of the manifest after checking, in this order:
+//   1. it exists and its size and SHA-256 equal the manifest's (before HDF5 parses a byte of it);
+//   2. it is a well-formed shard file (ShardFileReader's constructor);
+//   3. its rank, world_size and step attributes equal `file`, the manifest's world_size and step;
+//   4. it holds exactly the manifest's units, each with the manifest's span for this file.
+ShardFileReader open_rank_file(const std::string& step_dir, const Manifest& m, int file);
+
+}  // namespace st

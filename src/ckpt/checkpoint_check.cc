@@ -1,0 +1,133 @@
+#include "shardtrain/ckpt/checkpoint_check.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+#include <system_error>
+#include <vector>
+
+#include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/core/error.h"
+#include "shardtrain/model/units.h"
+
+namespace fs = std::filesystem;
+
+namespace st {
+namespace {
+
+std::string span_str(const ShardSpan& s) { return str_cat("[", s.offset, ", ", s.end(), ")"); }
+
+// The manifest's units must be the layout its own model config gives, or a reader that builds its model from
+// that config (resume, eval, the HF export's names and transposes) would not describe the stored buffers.
+void check_units_match_model(const Manifest& m, const std::vector<UnitLayout>& units, const std::string& path) {
+  if (m.units.size() != units.size())
+    ST_BAD_INPUT(path, ": units has ", m.units.size(), " entries, the model config (n_layer ", m.model.n_layer,
+                 ") gives ", units.size());
+  for (const UnitLayout& u : units) {
+    const ManifestUnit& mu = m.units[static_cast<size_t>(u.index)];
+    const std::string where = str_cat("units[", u.index, "]");
+    if (mu.name != u.name || mu.numel != u.numel)
+      ST_BAD_INPUT(path, ": ", where, " is ", mu.name, " of ", mu.numel, " elements, the model config gives ", u.name,
+                   " of ", u.numel);
+    if (mu.tensors.size() != u.tensors.size())
+      ST_BAD_INPUT(path, ": ", where, ".tensors has ", mu.tensors.size(), " entries, the model config gives ",
+                   u.tensors.size());
+    for (size_t k = 0; k < u.tensors.size(); ++k) {
+      const ManifestTensor& mt = mu.tensors[k];
+      const TensorSpec& t = u.tensors[k];
+      if (mt.name != t.name || mt.shape != t.shape || mt.offset != t.offset)
+        ST_BAD_INPUT(path, ": ", where, ".tensors[", k, "] is ", mt.name, " ", shape_text(mt.shape), " at ", mt.offset,
+                     ", the model config gives ", t.name, " ", shape_text(t.shape), " at ", t.offset);
+    }
+  }
+}
+
+// A committed directory is named after its step (step_dir_name); an edited manifest step shows here first.
+void check_dir_name(const std::string& step_dir, const Manifest& m, const std::string& path) {
+  static const std::regex name_re("step_([0-9]{8})");
+  fs::path dir = fs::path(step_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // "ckpt/step_00000004/"
+  const std::string name = dir.filename().string();
+  std::smatch match;
+  if (!std::regex_match(name, match, name_re)) return;
+  const int64_t named = std::stoll(match[1].str());
+  if (named != m.step)
+    ST_BAD_INPUT(path, ": step mismatch: expected ", named, " (the directory name ", name, "), actual ", m.step,
+                 " (manifest step)");
+}
+
+// Fields the writer derives from the step: an edit of one of them alone shows here.
+void check_step_fields(const Manifest& m, const std::string& path) {
+  if (m.lr_step != m.step)
+    ST_BAD_INPUT(path, ": lr_step mismatch: expected ", m.step, " (manifest step), actual ", m.lr_step);
+  const int64_t cursor = m.step * m.global_batch;
+  if (m.data_cursor != cursor)
+    ST_BAD_INPUT(path, ": data_cursor mismatch: expected ", cursor, " (step ", m.step, " x global_batch ",
+                 m.global_batch, "), actual ", m.data_cursor);
+}
+
+std::string file_path_of(const std::string& step_dir, const ManifestFile& f) {
+  return (fs::path(step_dir) / f.name).string();
+}
+
+void check_size(const std::string& path, const ManifestFile& f) {
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    ST_BAD_INPUT(path, ": missing (the manifest lists it as rank ", f.rank, "'s file of ", f.bytes, " bytes)");
+  const int64_t bytes = file_size(path);
+  if (bytes != f.bytes)
+    ST_BAD_INPUT(path, ": size mismatch: expected ", f.bytes, " bytes (manifest), actual ", bytes,
+                 " (truncated or replaced)");
+}
+
+}  // namespace
+
+Manifest open_checkpoint(const std::string& step_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(step_dir, ec)) ST_BAD_INPUT(step_dir, " is not a committed checkpoint: no such directory");
+  const std::string manifest = (fs::path(step_dir) / "manifest.json").string();
+  if (!fs::is_regular_file(manifest, ec))
+    ST_BAD_INPUT(step_dir, " is not a committed checkpoint: it has no manifest.json");
+  Manifest m = read_manifest(manifest);
+  check_units_match_model(m, build_units(m.model), manifest);
+  check_dir_name(step_dir, m, manifest);
+  check_step_fields(m, manifest);
+  return m;
+}
+
+void check_rank_file_sizes(const std::string& step_dir, const Manifest& m) {
+  for (const ManifestFile& f : m.files) check_size(file_path_of(step_dir, f), f);
+}
+
+ShardFileReader open_rank_file(const std::string& step_dir, const Manifest& m, int file) {
+  const ManifestFile& f = m.files[static_cast<size_t>(file)];
+  const std::string path = file_path_of(step_dir, f);
+  check_size(path, f);
+  // The whole file is hashed before HDF5 parses it, so HDF5 only ever sees the bytes that were committed.
+  const std::string hash = sha256_file(path);
+  if (hash != f.sha256) ST_BAD_INPUT(path, ": SHA-256 mismatch: expected ", f.sha256, " (manifest), actual ", hash);
+
+  ShardFileReader reader(path);
+  const std::string field = str_cat("manifest files[", f.rank, "]");
+  if (reader.rank() != f.rank)
+    ST_BAD_INPUT(path, ": rank attribute mismatch: expected ", f.rank, " (", field, ".rank), actual ", reader.rank());
+  if (reader.world_size() != m.world_size)
+    ST_BAD_INPUT(path, ": world_size attribute mismatch: expected ", m.world_size, " (manifest world_size), actual ",
+                 reader.world_size());
+  if (reader.step() != m.step)
+    ST_BAD_INPUT(path, ": step attribute mismatch: expected ", m.step, " (manifest step), actual ", reader.step());
+  if (reader.unit_names().size() != m.units.size())
+    ST_BAD_INPUT(path, ": holds ", reader.unit_names().size(), " units, expected ", m.units.size(), " (manifest)");
+  for (size_t u = 0; u < m.units.size(); ++u) {
+    const std::string& unit = m.units[u].name;
+    if (!reader.has_unit(unit)) ST_BAD_INPUT(path, ": unit ", unit, " is missing (the manifest lists it)");
+    const ShardSpan actual = reader.span(unit);
+    const ShardSpan& expected = f.spans[u];
+    if (!(actual == expected))
+      ST_BAD_INPUT(path, ": unit ", unit, " span mismatch: expected ", span_str(expected), " (", field, ".spans[", u,
+                   "]), actual ", span_str(actual));
+  }
+  return reader;
+}
+
+}  // namespace st
