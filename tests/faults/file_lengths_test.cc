@@ -11,8 +11,6 @@
 
 #include "../ckpt/ckpt_test_util.h"
 #include "../common/run_shardtrain.h"
-#include "shardtrain/ckpt/h5.h"
-#include "shardtrain/ckpt/manifest.h"
 #include "shardtrain/ckpt/safetensors_reader.h"
 #include "shardtrain/ckpt/shard_file.h"
 
@@ -53,70 +51,49 @@ TEST(FileLengths, SafetensorsHeaderLengthOf2To63IsBadInputThroughTheCli) {
       << r.output;
 }
 
-TEST(FileLengths, SafetensorsHeaderLengthOf2To64Minus1IsBadInput) {
+// Each file opened by SafetensorsReader: the message of its kBadInput must hold the file's path, then `expected`.
+struct BadSafetensors {
+  const char* name;
+  std::string bytes;
+  std::string expected;
+};
+
+TEST(FileLengths, SafetensorsLengthsShapesAndOffsetsAreBoundedByTheFile) {
+  const BadSafetensors cases[] = {
+      {"max_length", safetensors_bytes(std::numeric_limits<uint64_t>::max(), "{}"),
+       ": header length 18446744073709551615 runs past the end of the 10-byte file (at most 2 bytes follow the "
+       "length)"},
+      // 2^62 x 4 elements: the product is 2^64, 0 once it wraps, which [0, 0] would match.
+      {"product_wraps", one_tensor_file(R"({"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]})"),
+       ": tensor t: shape [4611686018427387904,4] holds more elements than the 98-byte file has bytes"},
+      // -1 x -4 = 4 elements, 16 bytes: the product alone cannot tell.
+      {"negative_dim", one_tensor_file(R"({"dtype":"F32","shape":[-1,-4],"data_offsets":[0,16]})"),
+       ": tensor t: shape holds -1, expected integers >= 0"},
+      // 16 bytes for 4 floats, but the data section has its 16 bytes from 0, not from 2^63.
+      {"offsets_past_end",
+       one_tensor_file(R"({"dtype":"F32","shape":[4],"data_offsets":[9223372036854775808,9223372036854775824]})"),
+       ": tensor t: data_offsets [9223372036854775808, 9223372036854775824] do not lie within the 16-byte data "
+       "section"},
+      {"negative_offset", one_tensor_file(R"({"dtype":"F32","shape":[4],"data_offsets":[-16,0]})"),
+       ": tensor t: data_offsets holds -16, expected integers >= 0"},
+  };
   TempDir dir;
-  const std::string path = dir.file("max.safetensors");
-  write_bytes(path, safetensors_bytes(std::numeric_limits<uint64_t>::max(), "{}"));
-  const std::string msg = bad_input_message([&] { SafetensorsReader r(path); });
-  EXPECT_TRUE(contains(msg, path + ": header length 18446744073709551615 runs past the end of the 10-byte file (at "
-                                   "most 2 bytes follow the length)"))
-      << msg;
+  for (const BadSafetensors& c : cases) {
+    const std::string path = dir.file(std::string(c.name) + ".safetensors");
+    write_bytes(path, c.bytes);
+    const std::string msg = bad_input_message([&] { SafetensorsReader r(path); });
+    EXPECT_TRUE(contains(msg, path + c.expected)) << c.name << ": " << msg;
+  }
 }
 
-TEST(FileLengths, SafetensorsShapeWhoseProductWrapsIsBadInput) {
-  TempDir dir;
-  const std::string path = dir.file("wrap.safetensors");
-  // 2^62 x 4 elements: the product is 2^64, 0 once it wraps, which [0, 0] would match.
-  write_bytes(path, one_tensor_file(R"({"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]})"));
-  const std::string msg = bad_input_message([&] { SafetensorsReader r(path); });
-  EXPECT_TRUE(contains(msg, path + ": tensor t: shape [4611686018427387904,4] holds more elements than the ")) << msg;
-}
-
-TEST(FileLengths, SafetensorsNegativeDimensionIsBadInput) {
-  TempDir dir;
-  const std::string path = dir.file("negative.safetensors");
-  // -1 x -4 = 4 elements, 16 bytes: the product alone cannot tell.
-  write_bytes(path, one_tensor_file(R"({"dtype":"F32","shape":[-1,-4],"data_offsets":[0,16]})"));
-  const std::string msg = bad_input_message([&] { SafetensorsReader r(path); });
-  EXPECT_TRUE(contains(msg, path + ": tensor t: shape holds -1, expected integers >= 0")) << msg;
-}
-
-TEST(FileLengths, SafetensorsDataOffsetsPastTheFileAreBadInput) {
-  TempDir dir;
-  const std::string path = dir.file("offsets.safetensors");
-  // 2^63 + 16 - 2^63 = 16 bytes for 4 floats, but the data section has 16 bytes from 0, not from 2^63.
-  write_bytes(
-      path, one_tensor_file(R"({"dtype":"F32","shape":[4],"data_offsets":[9223372036854775808,9223372036854775824]})"));
-  const std::string msg = bad_input_message([&] { SafetensorsReader r(path); });
-  EXPECT_TRUE(contains(msg, path + ": tensor t: data_offsets [9223372036854775808, 9223372036854775824] do not lie "
-                                   "within the 16-byte data section"))
-      << msg;
-  const std::string negative = dir.file("negative_offsets.safetensors");
-  write_bytes(negative, one_tensor_file(R"({"dtype":"F32","shape":[4],"data_offsets":[-16,0]})"));
-  const std::string neg_msg = bad_input_message([&] { SafetensorsReader r(negative); });
-  EXPECT_TRUE(contains(neg_msg, negative + ": tensor t: data_offsets holds -16, expected integers >= 0")) << neg_msg;
-}
-
-// A rank file whose unit group says offset 2^63 - 1 and count 2: offset + count wraps, and a read would
-// compare against a negative end.
+// A rank file whose unit says offset 2^63 - 1 and count 2: offset + count wraps, and a read would compare
+// against a negative end. (The writer takes the span as given; the reader must not.)
 TEST(FileLengths, ShardFileSpanWhoseEndWrapsIsBadInput) {
   TempDir dir;
   const std::string path = dir.file("rank_00000.h5");
-  {
-    H5File f = H5File::create(path);
-    h5_write_attr_i64(f, f.id(), "/", "format_version", kCheckpointFormatVersion);
-    h5_write_attr_i64(f, f.id(), "/", "rank", 0);
-    h5_write_attr_i64(f, f.id(), "/", "world_size", 1);
-    h5_write_attr_i64(f, f.id(), "/", "step", 0);
-    h5_create_group(f, "/units");
-    H5Handle g = h5_create_group(f, "/units/head");
-    h5_write_attr_i64(f, g.get(), "/units/head", "offset", std::numeric_limits<int64_t>::max());
-    h5_write_attr_i64(f, g.get(), "/units/head", "count", 2);
-    const float data[2] = {1.0f, 2.0f};
-    for (const char* state : {"param", "exp_avg", "exp_avg_sq"})
-      h5_write_f32(f, std::string("/units/head/") + state, {2}, data);
-    f.close();
-  }
+  const float data[2] = {1.0f, 2.0f};
+  write_shard_file(path, 0, 1, 0,
+                   {UnitSlice{"head", ShardSpan{std::numeric_limits<int64_t>::max(), 2}, data, data, data}});
   const std::string msg = bad_input_message([&] { ShardFileReader r(path); });
   EXPECT_TRUE(contains(msg, path + ": group /units/head has offset 9223372036854775807 and count 2, expected both >= 0 "
                                    "and offset + count <= 9223372036854775807"))
