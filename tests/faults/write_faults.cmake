@@ -1,7 +1,8 @@
-# Failed writes (tests/faults/write_faults.sh): a save, `ckpt export` and the trainer's ckpt.export past the
-# file-size limit, a save on a full private tmpfs, and an output path under a file. Included from
-# tests/tests.cmake.
-set(write_fault_cases save_fsize export_h5_fsize export_safetensors_fsize train_export_fsize save_enospc out_under_file)
+# Failed writes (tests/faults/write_faults.sh): a save, `ckpt export`, the trainer's ckpt.export, the metrics
+# file and `plot --out` past the file-size limit, a save on a full private tmpfs, and an output path under a
+# file. Included from tests/tests.cmake.
+set(write_fault_cases save_fsize export_h5_fsize export_safetensors_fsize train_export_fsize save_enospc
+                      metrics_fsize plot_fsize out_under_file)
 set(write_fault_tests)
 foreach(c ${write_fault_cases})
   add_test(NAME faults.write.${c}

@@ -1,9 +1,9 @@
 #!/bin/sh
-# Failed writes, driven through the shardtrain binary: a save, `ckpt export` to .h5 and .safetensors and the
-# trainer's ckpt.export past the file-size limit (ulimit -f: write(2) fails with EFBIG), a save on a full
-# private file system (ENOSPC), and an output path under a file. Each must exit as the README's table says,
-# name the file and the OS's error text, and leave no committed checkpoint or file at the final path behind;
-# the checkpoint committed before the fault must still verify.
+# Failed writes, driven through the shardtrain binary: a save, `ckpt export` to .h5 and .safetensors, the
+# trainer's ckpt.export, the metrics file and `plot --out` past the file-size limit (ulimit -f: write(2) fails
+# with EFBIG), a save on a full private file system (ENOSPC), and an output path under a file. Each must exit
+# as the README's table says, name the file and the OS's error text, and leave no committed checkpoint or file
+# at the final path behind; the checkpoint committed before the fault must still verify.
 #
 #   write_faults.sh CASE SHARDTRAIN EXPECT_EXIT CONFIG WORKDIR
 #
@@ -109,6 +109,24 @@ case "$case_name" in
       "$bin" ckpt verify "$ckpt/step_00000001" || { echo "FAIL: step 1 no longer verifies" >&2; exit 1; }
       echo "write_faults save_enospc: ok"
     ' sh "$work" "$bin" "$expect_exit" $model
+    ;;
+  metrics_fsize)
+    # Each step's JSONL record is about 500 bytes: the second runs past a 1-block limit (512 or 1024 bytes).
+    # shellcheck disable=SC2086
+    sh "$expect_exit" 75 "log\.metrics: cannot write .*/metrics\.jsonl: File too large" -- \
+      sh -c "ulimit -f 1; exec \"\$0\" \"\$@\"" "$bin" train $model --train.steps=4 \
+      --log.metrics="$work/metrics.jsonl" || fail "the run did not end as expected"
+    ;;
+  plot_fsize)
+    # shellcheck disable=SC2086
+    "$bin" train $model --train.steps=2 --log.metrics="$work/metrics.jsonl" >"$work/setup.log" 2>&1 ||
+      { cat "$work/setup.log"; fail "setting up: the run did not write its metrics"; }
+    sh "$expect_exit" 75 "write to .*/chart\.svg\.tmp-[0-9]+ failed after .*: File too large" -- \
+      sh -c "ulimit -f 1; exec \"\$0\" \"\$@\"" "$bin" plot "$work/metrics.jsonl" --out "$work/chart.svg" ||
+      fail "the plot did not end as expected"
+    no_file "$work/chart.svg"
+    left=$(ls "$work" | grep chart)
+    [ -z "$left" ] || fail "the failed plot left $left"
     ;;
   out_under_file)
     commit_step1 "$work/ckpt"
