@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return st::fail_world(mpi, e.kind());
   } catch (const std::bad_alloc& e) {
-    // Host memory ran out after the memory plan fitted (shard/host_memory_plan.h refuses a config that cannot
+    // Host memory ran out after the memory plan fitted (shard/memory_plan.h refuses a config that cannot
     // fit with kBadInput, before allocating): other processes took it, or an allocation outside the plan did.
     std::fprintf(stderr,
                  "error: out of host memory (%s): an allocation failed after start-up; free memory on this host, or "
