@@ -1,8 +1,10 @@
 // shardtrain: the command-line entry point. The only place an error becomes an exit code.
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -135,6 +137,10 @@ int run(int argc, char** argv, st::Communicator& comm) {
 // ranks fail (kFault). No rank waits forever in a collective. The MpiSession lives outside the try so that
 // the error path can still abort.
 int main(int argc, char** argv) {
+  // A write past the file-size limit (ulimit -f, RLIMIT_FSIZE) raises SIGXFSZ, whose default action kills the
+  // process with no message and a half-written file. Ignored, the write fails with EFBIG instead, and the error
+  // path reports it (kFault, naming the file) and removes what it had written, as for a full disk.
+  std::signal(SIGXFSZ, SIG_IGN);
   std::optional<st::MpiSession> mpi;
   try {
     const std::string cmd = argc >= 2 ? argv[1] : "";
@@ -146,6 +152,14 @@ int main(int argc, char** argv) {
   } catch (const st::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return st::fail_world(mpi, e.kind());
+  } catch (const std::bad_alloc& e) {
+    // Host memory ran out after the memory plan fitted (shard/memory_plan.h refuses a config that cannot
+    // fit with kBadInput, before allocating): other processes took it, or an allocation outside the plan did.
+    std::fprintf(stderr,
+                 "error: out of host memory (%s): an allocation failed after start-up; free memory on this host, or "
+                 "lower train.micro_batch, set train.recompute=true or use more ranks\n",
+                 e.what());
+    return st::fail_world(mpi, st::ErrorKind::kFault);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: internal: %s\n", e.what());
     return st::fail_world(mpi, st::ErrorKind::kInternal);

@@ -2,16 +2,15 @@
 // self-contained SVG a browser shows: loss with val_loss, tokens/s, learning rate and gradient norm against
 // step, one panel each. Reading follows train/metrics_file.h (a resumed run's repeated steps: the last record
 // wins); drawing is train/svg_chart.h. Single-process.
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/train/metrics_file.h"
 #include "shardtrain/train/svg_chart.h"
@@ -68,11 +67,10 @@ int cmd_plot(const std::vector<std::string>& args) {
                                         m.first_step, "-", m.last_step, ")");
   const std::string svg = st::render_svg_chart(title, panels);
 
-  std::ofstream f(*out, std::ios::binary | std::ios::trunc);
-  if (!f) ST_BAD_INPUT("plot: cannot open ", *out, " for writing: ", std::strerror(errno));
-  f << svg;
-  f.close();
-  if (!f) ST_BAD_INPUT("plot: writing ", *out, " failed");
+  // A directory that is missing or a file is bad input; a write that fails (a full disk, ulimit -f) is a fault
+  // naming the file and the OS's error, and leaves no half-written chart.
+  st::check_output_dir(*out, "plot --out");
+  st::write_file_atomic(*out, svg);
   std::printf("plot: wrote %s: %lld steps (%lld-%lld), %zu loss and %zu val_loss points", out->c_str(),
               static_cast<long long>(m.steps), static_cast<long long>(m.first_step),
               static_cast<long long>(m.last_step), m.series.at("loss").size(), m.series.at("val_loss").size());

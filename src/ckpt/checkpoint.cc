@@ -222,6 +222,12 @@ std::string save_checkpoint(const Config& cfg, ModelBackend& model, const Checkp
   for (int r = 0; r < world; ++r)
     if (failed[static_cast<size_t>(r)] != 0.0) failed_ranks += (failed_ranks.empty() ? "" : ", ") + std::to_string(r);
   if (!failed_ranks.empty()) {
+    // Every rank is past its write: the temporary directory is removed now rather than at the next start, so a
+    // full disk gets its space back and nothing half-written stays beside the committed checkpoints.
+    if (rank == 0) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+    }
     ST_FAULT("checkpoint of step ", state.step, " not committed: rank(s) ", failed_ranks, " failed to write",
              my_error.empty() ? std::string() : ": " + my_error);
   }

@@ -47,19 +47,6 @@ std::string parent_dir(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-// Deletes a temporary file unless dismissed, so a failed write_file_atomic leaves nothing behind.
-class RemoveOnFailure {
- public:
-  explicit RemoveOnFailure(std::string path) : path_(std::move(path)) {}
-  ~RemoveOnFailure() {
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-  void dismiss() { path_.clear(); }
-
- private:
-  std::string path_;
-};
-
 std::string openssl_error() {
   const unsigned long code = ERR_get_error();
   if (code == 0) return "no OpenSSL error queued";
@@ -98,6 +85,24 @@ std::string sha256_end(EVP_MD_CTX* ctx) {
 }
 
 }  // namespace
+
+RemoveOnFailure::~RemoveOnFailure() {
+  if (!path_.empty()) ::unlink(path_.c_str());
+}
+
+void check_output_dir(const std::string& path, const std::string& what) {
+  const std::string dir = parent_dir(path);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT) ST_BAD_INPUT(what, " ", path, ": output directory ", dir, " does not exist");
+    // ENOTDIR: a component above dir is a file.
+    ST_BAD_INPUT(what, " ", path, ": output directory ", dir, " cannot be used: ", std::strerror(err));
+  }
+  if (!S_ISDIR(st.st_mode))
+    ST_BAD_INPUT(what, " ", path, ": ", dir,
+                 S_ISREG(st.st_mode) ? " is a file, not a directory" : " is not a directory");
+}
 
 void fsync_path(const std::string& path) {
   // O_RDONLY works for directories too; fsync on a read-only descriptor flushes the whole inode.

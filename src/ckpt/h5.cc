@@ -1,33 +1,67 @@
 #include "shardtrain/ckpt/h5.h"
 
+#include <algorithm>
+
 namespace st {
 namespace detail {
 
 std::string h5_error_stack() {
-  std::string out;
-  auto walk = [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
-    auto* s = static_cast<std::string*>(data);
-    if (!s->empty()) *s += "; ";
-    *s += std::string(e->func_name ? e->func_name : "?") + ": " + (e->desc ? e->desc : "");
+  // Walked from the API call down to the innermost failure. A failed system call's record (the sec2 driver's)
+  // embeds the time, a newline and the OS's own text ("error message = 'File too large'"): that text leads,
+  // and each record is cut before its time stamp.
+  struct Stack {
+    std::vector<std::string> records;
+    std::string os_error;
+  } stack;
+  auto walk = [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+    auto* s = static_cast<Stack*>(data);
+    std::string desc = e->desc ? e->desc : "";
+    const std::string key = "error message = '";
+    if (const size_t at = desc.find(key); at != std::string::npos) {
+      const size_t begin = at + key.size(), end = desc.find('\'', begin);
+      s->os_error = desc.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    }
+    if (const size_t at = desc.find(": time = "); at != std::string::npos) desc.resize(at);
+    if (const size_t at = desc.find(", errno = "); at != std::string::npos) desc.resize(at);
+    std::replace(desc.begin(), desc.end(), '\n', ' ');
+    s->records.push_back(std::string(e->func_name ? e->func_name : "?") + ": " + desc);
     return 0;
   };
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk, &out);
-  return out.empty() ? "no HDF5 error stack" : out;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk, &stack);
+  if (stack.records.empty()) return "no HDF5 error stack";
+  // The outermost record says what the library was doing, the innermost why it failed.
+  std::string out = stack.records.front();
+  if (stack.records.size() > 1) out += "; ... " + stack.records.back();
+  return stack.os_error.empty() ? out : stack.os_error + " (HDF5: " + out + ")";
 }
 
 }  // namespace detail
 
 namespace {
 
-// HDF5 prints its error stack to stderr by default; we carry it in the exception instead. In a thread-safe
+// Called before every file is created or opened, so before HDF5's first call in the process.
+//
+// HDF5 registers H5_term_library with atexit() unless told not to. When a write fails (a full disk, or the
+// file-size limit), H5Fclose cannot flush the file's metadata and fails; HDF5 before 1.14.1 (Debian ships
+// 1.10) then frees the file's structure but leaves its ID registered, and H5_term_library at exit closes that
+// ID again and crashes (SIGSEGV in H5F__close_cb), turning a reported fault into a core dump. Without the
+// atexit hook the process ends normally: every file it meant to keep was closed explicitly (H5File::close), and
+// the OS reclaims the rest.
+//
+// HDF5 also prints its error stack to stderr by default; we carry it in the exception instead. In a thread-safe
 // HDF5 build (Debian's) the default error stack and its auto-print setting are per thread, so every thread
 // that opens a file silences its own.
-void silence_hdf5_auto_print() {
-  static thread_local const bool once = [] {
+void prepare_hdf5() {
+  static const bool no_atexit = [] {
+    H5dont_atexit();
+    return true;
+  }();
+  static thread_local const bool silenced = [] {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     return true;
   }();
-  (void)once;
+  (void)no_atexit;
+  (void)silenced;
 }
 
 std::vector<hsize_t> to_hsize(const std::vector<int64_t>& shape) { return {shape.begin(), shape.end()}; }
@@ -57,7 +91,7 @@ std::string shape_str(const std::vector<hsize_t>& s) {
 }  // namespace
 
 H5File H5File::create(const std::string& path) {
-  silence_hdf5_auto_print();
+  prepare_hdf5();
   H5File f;
   f.path_ = path;
   f.h_ = H5Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
@@ -66,7 +100,7 @@ H5File H5File::create(const std::string& path) {
 }
 
 H5File H5File::open_read(const std::string& path) {
-  silence_hdf5_auto_print();
+  prepare_hdf5();
   H5File f;
   f.path_ = path;
   f.h_ = H5Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 
+#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/core/error.h"
 
@@ -69,8 +70,11 @@ std::vector<HfTensorMap> hf_gpt2_tensor_map(const ModelConfig& cfg, const std::v
 void write_hf_gpt2(const std::string& path, const ModelConfig& cfg, const std::vector<UnitLayout>& units,
                    const std::vector<const float*>& unit_buffers) {
   ST_ENFORCE_EQ(unit_buffers.size(), units.size());
-  // Written next to the target and renamed into place, so a reader never sees a half-written file.
+  // Written next to the target and renamed into place, so a reader never sees a half-written file; a failed
+  // write removes the temporary file (its HDF5 handles are closed first: f is declared after the guard).
+  check_output_dir(path, "ckpt.export");
   const std::string tmp = path + ".tmp";
+  RemoveOnFailure cleanup(tmp);
   H5File f = H5File::create(tmp);
   std::vector<float> scratch;
   for (const HfTensorMap& m : hf_gpt2_tensor_map(cfg, units)) {
@@ -83,8 +87,10 @@ void write_hf_gpt2(const std::string& path, const ModelConfig& cfg, const std::v
     h5_write_f32(f, m.hf_name, m.hf_shape, src);  // wte: the leading vocab_size rows are contiguous
   }
   f.close();
+  fsync_path(tmp);  // HDF5 never fsyncs
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     ST_FAULT("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
+  cleanup.dismiss();
 }
 
 void read_hf_gpt2(const std::string& path, const ModelConfig& cfg, const std::vector<UnitLayout>& units,

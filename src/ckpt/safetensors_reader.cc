@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "shardtrain/core/error.h"
 
@@ -52,14 +53,21 @@ float half_to_float(uint16_t h) {
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), in_(path, std::ios::binary) {
   if (!in_) ST_BAD_INPUT("safetensors file '", path, "' cannot be opened: ", std::strerror(errno));
   std::error_code ec;
-  const auto file_bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) ST_BAD_INPUT("safetensors file '", path, "': cannot get its size: ", ec.message());
+  // Every length and offset below comes from the file: each is checked as an unsigned number against the
+  // file's size before it sizes an allocation or enters signed arithmetic (a length of 2^63 or more would
+  // turn negative in an int64_t and pass a signed bound).
+  const uint64_t file_bytes = size;
   uint64_t n = 0;
   in_.read(reinterpret_cast<char*>(&n), 8);
   if (!in_ || file_bytes < 8) ST_BAD_INPUT(path, ": shorter than the 8-byte safetensors header length");
-  if (static_cast<int64_t>(n) > file_bytes - 8)
-    ST_BAD_INPUT(path, ": header length ", n, " runs past the end of the ", file_bytes, "-byte file");
+  if (n > file_bytes - 8)
+    ST_BAD_INPUT(path, ": header length ", n, " runs past the end of the ", file_bytes, "-byte file (at most ",
+                 file_bytes - 8, " bytes follow the length)");
   std::string text(n, '\0');
   in_.read(text.data(), static_cast<std::streamsize>(n));
+  if (!in_) ST_BAD_INPUT(path, ": the ", n, "-byte safetensors header could not be read (file truncated?)");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);
@@ -67,27 +75,47 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), in_
     ST_BAD_INPUT(path, ": the safetensors header is not valid JSON: ", e.what());
   }
   if (!header.is_object()) ST_BAD_INPUT(path, ": the safetensors header is not a JSON object");
-  const int64_t data_start = 8 + static_cast<int64_t>(n);
+  const uint64_t data_start = 8 + n, data_bytes = file_bytes - data_start;  // n <= file_bytes - 8
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") continue;
     const nlohmann::json& t = it.value();
+    const std::string where = str_cat(path, ": tensor ", it.key());
     Entry e;
+    std::vector<uint64_t> off;
     try {
       e.dtype = t.at("dtype").get<std::string>();
-      e.shape = t.at("shape").get<std::vector<int64_t>>();
-      const auto off = t.at("data_offsets").get<std::vector<int64_t>>();
-      if (off.size() != 2) ST_BAD_INPUT(path, ": tensor ", it.key(), ": data_offsets must hold 2 numbers");
-      e.begin = data_start + off[0];
-      e.end = data_start + off[1];
+      // Negative numbers are refused by name: nlohmann would convert them to huge unsigned values.
+      for (const nlohmann::json& d : t.at("shape"))
+        if (!d.is_number_unsigned()) ST_BAD_INPUT(where, ": shape holds ", d.dump(), ", expected integers >= 0");
+      for (const nlohmann::json& o : t.at("data_offsets"))
+        if (!o.is_number_unsigned())
+          ST_BAD_INPUT(where, ": data_offsets holds ", o.dump(), ", expected integers >= 0");
+      const auto dims = t.at("shape").get<std::vector<uint64_t>>();
+      off = t.at("data_offsets").get<std::vector<uint64_t>>();
+      if (off.size() != 2) ST_BAD_INPUT(where, ": data_offsets must hold 2 numbers, it holds ", off.size());
+      // A tensor's elements fit its bytes, and its bytes fit the file: the shape's product is bounded by
+      // the data section's size before it is multiplied on, so it never wraps.
+      uint64_t numel = 1;
+      for (uint64_t d : dims) {
+        if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) || (d != 0 && numel > data_bytes / d))
+          ST_BAD_INPUT(where, ": shape ", t.at("shape").dump(), " holds more elements than the ", file_bytes,
+                       "-byte file has bytes");
+        numel *= d;
+        e.shape.push_back(static_cast<int64_t>(d));
+      }
+      if (off[0] > off[1] || off[1] > data_bytes)
+        ST_BAD_INPUT(where, ": data_offsets [", off[0], ", ", off[1], "] do not lie within the ", data_bytes,
+                     "-byte data section (bytes [", data_start, ", ", file_bytes, ") of the file)");
+      const uint64_t size = static_cast<uint64_t>(dtype_size(e.dtype));
+      if (size != 0 && (numel > data_bytes / size || off[1] - off[0] != numel * size))
+        ST_BAD_INPUT(where, " of shape ", shape_str(e.shape), " and dtype ", e.dtype, " needs ", numel, " x ", size,
+                     " bytes, its data_offsets [", off[0], ", ", off[1], "] hold ", off[1] - off[0]);
     } catch (const nlohmann::json::exception& ex) {
-      ST_BAD_INPUT(path, ": tensor ", it.key(), ": ", ex.what());
+      ST_BAD_INPUT(where, ": ", ex.what());
     }
-    int64_t numel = 1;
-    for (int64_t d : e.shape) numel *= d;
-    const int64_t size = dtype_size(e.dtype);
-    if (size != 0 && (e.end - e.begin != numel * size || e.begin < data_start || e.end > file_bytes))
-      ST_BAD_INPUT(path, ": tensor ", it.key(), " of shape ", shape_str(e.shape), " and dtype ", e.dtype,
-                   " has data_offsets that do not fit it or the ", file_bytes, "-byte file");
+    // All within the file's size, so within int64_t.
+    e.begin = static_cast<int64_t>(data_start + off[0]);
+    e.end = static_cast<int64_t>(data_start + off[1]);
     tensors_.emplace(it.key(), std::move(e));
   }
 }

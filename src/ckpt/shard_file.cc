@@ -1,6 +1,7 @@
 #include "shardtrain/ckpt/shard_file.h"
 
 #include <climits>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -133,9 +134,10 @@ ShardFileReader::ShardFileReader(const std::string& path) : impl_(new Impl) {
     Impl::Unit u;
     u.span.offset = h5_read_attr_i64(f, g.get(), group_name, "offset");
     u.span.count = h5_read_attr_i64(f, g.get(), group_name, "count");
-    if (u.span.offset < 0 || u.span.count < 0)
+    // offset + count is the span's end, which reads compare against: it must not wrap.
+    if (u.span.offset < 0 || u.span.count < 0 || u.span.offset > std::numeric_limits<int64_t>::max() - u.span.count)
       ST_BAD_INPUT(path, ": group ", group_name, " has offset ", u.span.offset, " and count ", u.span.count,
-                   ", expected both >= 0");
+                   ", expected both >= 0 and offset + count <= ", std::numeric_limits<int64_t>::max());
     for (int s = 0; s < kNumStates; ++s) {
       const std::string ds_name = dataset_path(name, kStates[s]);
       u.datasets[s] = h5_open_dataset(f, ds_name);

@@ -41,25 +41,6 @@ void commit_rename(const std::string& tmp, const std::string& path) {
   fsync_path(dir.empty() ? "." : dir.string());
 }
 
-// Removes the temporary output if the export fails half way, so no *.tmp is left behind.
-class TmpFileGuard {
- public:
-  explicit TmpFileGuard(std::string path) : path_(std::move(path)) {}
-  TmpFileGuard(const TmpFileGuard&) = delete;
-  TmpFileGuard& operator=(const TmpFileGuard&) = delete;
-  ~TmpFileGuard() {
-    if (armed_) {
-      std::error_code ec;
-      fs::remove(path_, ec);
-    }
-  }
-  void disarm() { armed_ = false; }
-
- private:
-  std::string path_;
-  bool armed_ = true;
-};
-
 }  // namespace
 
 std::string inspect_checkpoint(const std::string& step_dir) {
@@ -131,8 +112,7 @@ ExportReport export_checkpoint(const std::string& step_dir, const std::string& o
   const std::optional<ExportFormat> format = export_format_for(out_path);
   if (!format) ST_BAD_INPUT("output path ", out_path, " must end in .safetensors or .h5");
   const fs::path out_dir = fs::path(out_path).parent_path().empty() ? fs::path(".") : fs::path(out_path).parent_path();
-  std::error_code ec;
-  if (!fs::is_directory(out_dir, ec)) ST_BAD_INPUT("output directory ", out_dir.string(), " does not exist");
+  check_output_dir(out_path, "ckpt export --out");
 
   const Manifest m = open_checkpoint(step_dir);
   const std::vector<UnitLayout> units = build_units(m.model);
@@ -173,8 +153,10 @@ ExportReport export_checkpoint(const std::string& step_dir, const std::string& o
   report.path = out_path;
   report.config_path = (out_dir / "config.json").string();
   report.tensors = static_cast<int>(map.size());
+  // Written beside the target and renamed into place; a failed write removes it, so neither a *.tmp nor a
+  // half-written file at out_path is left.
   const std::string tmp = out_path + ".tmp";
-  TmpFileGuard guard(tmp);
+  RemoveOnFailure guard(tmp);
   if (*format == ExportFormat::kSafetensors) {
     std::vector<SafetensorsTensor> decl;
     for (const HfTensorMap& t : map) decl.push_back({t.hf_name, t.hf_shape});
@@ -188,7 +170,7 @@ ExportReport export_checkpoint(const std::string& step_dir, const std::string& o
     fsync_path(tmp);  // HDF5 never fsyncs
   }
   commit_rename(tmp, out_path);
-  guard.disarm();
+  guard.dismiss();
   report.bytes = file_size(out_path);
   write_file_atomic(report.config_path, hf_gpt2_config_json(m.model));
   return report;

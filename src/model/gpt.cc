@@ -58,6 +58,31 @@ GptModel::GptModel(const ModelConfig& cfg, int64_t max_batch, bool recompute)
   logits_chunk_.resize(chunk_rows * Vp);
 }
 
+int64_t GptModel::footprint_bytes(const ModelConfig& cfg, int64_t max_batch, bool recompute) {
+  const int64_t BT = max_batch * cfg.seq_len, C = cfg.n_embd, T = cfg.seq_len, Vp = cfg.padded_vocab();
+  const int64_t blocks = recompute ? std::min<int64_t>(cfg.n_layer, 1) : cfg.n_layer;
+  // Per block: ln1, atty, res2, ln2 (BT x C), qkv (3), fch and fch_gelu (4 each); four BT statistics; att.
+  const int64_t per_block = 15 * BT * C + 4 * BT + max_batch * cfg.n_head * T * T;
+  const int64_t chunk_rows = std::max<int64_t>(1, std::min<int64_t>(BT, kLogitsChunkElems / Vp));
+  const int64_t floats = blocks * per_block + cfg.n_layer * BT * C  // block outputs
+                         + BT * C + BT * C + 3 * BT                 // encoded, lnf and its statistics, losses
+                         + 3 * BT * C + 3 * BT * C + 8 * BT * C     // dresid, dlnf, dbuf_c; dqkv; dfch
+                         + chunk_rows * Vp;
+  return floats * static_cast<int64_t>(sizeof(float)) + BT * static_cast<int64_t>(sizeof(int32_t));  // + tokens
+}
+
+int64_t GptModel::allocated_bytes() const {
+  auto bytes = [](const auto& v) { return static_cast<int64_t>(v.size() * sizeof(v[0])); };
+  int64_t n = bytes(tokens_) + bytes(encoded_) + bytes(lnf_) + bytes(lnf_mean_) + bytes(lnf_rstd_) + bytes(losses_) +
+              bytes(dresid_) + bytes(dlnf_) + bytes(dbuf_c_) + bytes(dqkv_) + bytes(dfch_) + bytes(logits_chunk_);
+  for (const std::vector<float>& o : block_out_) n += bytes(o);
+  for (const BlockActs& a : blocks_)
+    for (const std::vector<float>* v : {&a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.att, &a.atty, &a.res2, &a.ln2,
+                                        &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu})
+      n += bytes(*v);
+  return n;
+}
+
 const float* GptModel::block_input(int layer) const {
   return layer == 0 ? encoded_.data() : block_out_[layer - 1].data();
 }

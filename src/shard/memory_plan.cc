@@ -1,9 +1,12 @@
 #include "shardtrain/shard/memory_plan.h"
 
 #include <algorithm>
+#include <cmath>
+#include <iomanip>
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/format.h"
+#include "shardtrain/model/gpt.h"
 #include "shardtrain/shard/shard_span.h"
 
 namespace st {
@@ -74,7 +77,7 @@ MemoryPlan plan_memory(const Config& cfg, int world, const CommPlan& comm, const
                      + (comm.exchange_reduce ? std::max(s.emb_full, s.unit_full) : s.max_slot) * t  // RS output
                      + comm.replica_bucket_elements * t;                                            // hybrid bucket
   p.activations = compute.activation_bytes;
-  p.workspace = compute.workspace_bytes + kRuntimeReserveBytes;
+  p.workspace = compute.workspace_bytes + compute.runtime_reserve_bytes;
   return p;
 }
 
@@ -99,6 +102,43 @@ void check_memory_plan(const MemoryPlan& plan, const DeviceBudget& budget, const
       budget.capped && budget.cap < budget.free ? str_cat("dist.max_gpu_mem_gib caps it at ", format_gib(budget.cap))
                                                 : str_cat(device, " has ", format_gib(budget.free), " free"),
       "; lower train.micro_batch, set train.recompute=true, or use more ranks");
+}
+
+MemoryPlan plan_host_memory(const Config& cfg, int world, int64_t replica_bucket_elements) {
+  Config host = cfg;
+  host.train.dtype = DType::kF32;
+  host.optim.offload = OffloadMode::kNone;  // the CPU backend holds all four fp32 states either way
+  CommPlan comm;
+  comm.prefetch_depth = 0;
+  comm.replica_bucket_elements = replica_bucket_elements;
+  ComputeFootprint compute;
+  compute.activation_bytes = GptModel::footprint_bytes(cfg.model, cfg.train.micro_batch, cfg.train.recompute);
+  compute.runtime_reserve_bytes = kHostReserveBytes;
+  return plan_memory(host, world, comm, compute);
+}
+
+void check_host_memory_plan(const Config& cfg, int world, int64_t replica_bucket_elements,
+                            const HostMemoryBudget& budget) {
+  const std::string what_to_change = "; lower train.micro_batch, set train.recompute=true, or use more ranks";
+  // The plan counts elements in int64_t, which wraps for an n_embd or seq_len in the millions of millions: its
+  // largest terms are estimated in floating point first, and a config past 2^60 bytes (an exbibyte) is refused
+  // on that estimate alone.
+  const ModelConfig& m = cfg.model;
+  const double C = static_cast<double>(m.n_embd), L = static_cast<double>(m.n_layer),
+               T = static_cast<double>(m.seq_len);
+  const double B = static_cast<double>(cfg.train.micro_batch), BT = B * T;
+  const double params = (static_cast<double>(m.padded_vocab()) + T) * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+  const double state = 16.0 * params / static_cast<double>(std::max(world, 1));
+  const double activations =
+      4.0 * (L * (15.0 * BT * C + B * static_cast<double>(m.n_head) * T * T) + (L + 16.0) * BT * C);
+  if (state + activations > std::ldexp(1.0, 60))
+    ST_BAD_INPUT("host memory: this config needs about ", std::setprecision(3),
+                 (state + activations) / std::ldexp(1.0, 30), " GiB per rank (", params, " parameters), but ",
+                 budget.limited_by, what_to_change);
+  const MemoryPlan plan = plan_host_memory(cfg, world, replica_bucket_elements);
+  if (plan.total() <= budget.bytes) return;
+  ST_BAD_INPUT("host memory: this config needs ", format_gib(plan.total()), " per rank (", plan.breakdown(), "), but ",
+               budget.limited_by, what_to_change);
 }
 
 }  // namespace st

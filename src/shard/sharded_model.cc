@@ -8,11 +8,30 @@
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/process_memory.h"
 #include "shardtrain/optim/adamw_optimizer.h"
+#include "shardtrain/shard/memory_plan.h"
 
 namespace st {
 namespace {
 
 int64_t bytes_of(const std::vector<float>& v) { return static_cast<int64_t>(v.size() * sizeof(float)); }
+
+// Checks the host memory plan (shard/memory_plan.h) before the model's activations and the shards are
+// allocated, so a config that cannot fit is refused at once with its breakdown (kBadInput) rather than ending
+// in std::bad_alloc after minutes of allocating and initialising. The budget is split between the ranks of this
+// host. Returns the model config for GptModel's constructor, which runs next.
+const ModelConfig& planned_model(const Config& cfg, const ShardingGroups& groups, Communicator& comm) {
+  const int world = groups.shard().world_size();
+  int64_t bucket_elements = 0;
+  if (groups.replica) {
+    std::vector<int64_t> slots;
+    for (const UnitLayout& u : build_units(cfg.model)) slots.push_back(padded_shard_size(u.numel, world));
+    const CommTuning tuning = resolve_comm_tuning(cfg.dist, LinkKind::kNetwork, /*hybrid=*/true);
+    bucket_elements =
+        ReplicaBuckets(std::move(slots), tuning.bucket_bytes / static_cast<int64_t>(sizeof(float))).capacity();
+  }
+  check_host_memory_plan(cfg, world, bucket_elements, host_memory_budget(host_memory_limits(), comm.device_ranks()));
+  return cfg.model;
+}
 
 }  // namespace
 
@@ -20,7 +39,7 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
     : cfg_(cfg),
       comm_(comm),
       groups_(make_sharding_groups(cfg, comm)),
-      model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute) {
+      model_(planned_model(cfg, groups_, comm), cfg.train.micro_batch, cfg.train.recompute) {
   if (cfg.optim.offload != OffloadMode::kNone) {
     HostAdamW::Options o;
     o.threads = static_cast<int>(cfg.optim.offload_threads);

@@ -40,6 +40,7 @@ MetricsSink::MetricsSink(const std::string& path, int64_t total_steps, int64_t e
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     if (ec)
       ST_BAD_INPUT("log.metrics: cannot create the directory ", parent.string(), " of ", path, ": ", ec.message());
+    path_ = path;
     jsonl_.open(path, std::ios::out | (append ? std::ios::app : std::ios::trunc));
     if (!jsonl_) ST_BAD_INPUT("log.metrics: cannot open ", path, " for writing: ", std::strerror(errno));
   }
@@ -64,7 +65,7 @@ void MetricsSink::step(const StepReport& r) {
            << ", \"mem_gathered_peak_bytes\": " << r.mem_gathered_peak_bytes
            << ", \"mem_peak_bytes\": " << json_int_array(r.mem_peak_bytes)
            << ", \"mfu\": " << (r.mfu ? json_number(*r.mfu) : std::string("null")) << "}\n";
-    jsonl_.flush();
+    flush_jsonl();
   }
   if (r.step % every_ == 0 || r.step == total_steps_ || r.stats.skipped) {
     char mfu[32] = "";
@@ -87,12 +88,19 @@ void MetricsSink::eval(int64_t step, float val_loss) {
   if (!enabled_) return;
   if (jsonl_.is_open()) {
     jsonl_ << "{\"step\": " << step << ", \"val_loss\": " << json_number(val_loss) << "}\n";
-    jsonl_.flush();
+    flush_jsonl();
   }
   char buf[128];
   std::snprintf(buf, sizeof(buf), "step %6lld/%lld | val_loss %.4f", static_cast<long long>(step),
                 static_cast<long long>(total_steps_), val_loss);
   line(buf);
+}
+
+void MetricsSink::flush_jsonl() {
+  errno = 0;
+  jsonl_.flush();
+  // The stream keeps no error text: errno is the failed write(2)'s (EFBIG, ENOSPC).
+  if (!jsonl_) ST_FAULT("log.metrics: cannot write ", path_, ": ", errno != 0 ? std::strerror(errno) : "write failed");
 }
 
 void MetricsSink::line(const std::string& text) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/ckpt/init_from.h"
 #include "shardtrain/ckpt/resume_data.h"
@@ -132,6 +133,8 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
                   format_mib(mem0.device_in_use_bytes));
   }
 
+  // ckpt.export is written at the end: a directory it cannot be written into is bad input, found before step 1.
+  if (!cfg.ckpt.export_path.empty()) check_output_dir(cfg.ckpt.export_path, "ckpt.export");
   // Resume before anything is written: a bad checkpoint is bad input, found before step 1.
   TrainSummary summary;
   int64_t start_step = 0;

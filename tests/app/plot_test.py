@@ -119,7 +119,7 @@ def hand_written(shardtrain, work):
     expect_bad_input(shardtrain, [metrics, "--outt=x.svg"], "unknown option '--outt=x.svg'")
     nodir = os.path.join(work, "no-such-dir", "x.svg")
     expect_bad_input(shardtrain, [metrics, "--out=" + nodir],
-                     "plot: cannot open " + nodir + " for writing: No such file or directory")
+                     "plot --out " + nodir + ": output directory " + os.path.dirname(nodir) + " does not exist")
     print("ok: plot of a hand-written file: 4 panels, 5 loss points mapped, errors exit 2 with file and line")
 
 

@@ -15,8 +15,9 @@ struct CliResult {
   std::string output;  // stdout and stderr together
 };
 
-inline CliResult run_shardtrain(const std::string& args) {
-  const std::string cmd = std::string(SHARDTRAIN_BINARY) + " " + args + " 2>&1";
+// `shell_prefix` runs before the binary in the same shell, e.g. "ulimit -v 4000000; exec".
+inline CliResult run_shardtrain(const std::string& args, const std::string& shell_prefix = "") {
+  const std::string cmd = shell_prefix + " " + std::string(SHARDTRAIN_BINARY) + " " + args + " 2>&1";
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;

@@ -1,13 +1,17 @@
 // The GPU memory plan is host arithmetic: every term is checked here against numbers worked out by hand for
-// GPT-2 124M (llm.c's layout: 124,475,904 parameters; unit 0 = wte + wpe 39,419,904; each block 7,087,872; the
+// GPT-2 124M; so is the CPU backend's host plan, with its budget (core/process_memory.h) and GptModel's real
+// allocations (llm.c's layout: 124,475,904 parameters; unit 0 = wte + wpe 39,419,904; each block 7,087,872; the
 // final LayerNorm 1,536).
 #include "shardtrain/shard/memory_plan.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <string>
 
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/process_memory.h"
+#include "shardtrain/model/gpt.h"
 
 namespace st {
 namespace {
@@ -140,6 +144,136 @@ TEST(MemoryPlan, APlanOverTheBudgetIsBadInputWithItsBreakdown) {
     FAIL() << "a plan of 4.75 GiB passed 2 GiB of free memory";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("NVIDIA H200 has 2.00 GiB free"), std::string::npos) << e.what();
+  }
+}
+
+// The CPU backend's plan: fp32, one sequence a micro-batch.
+Config gpt2_124m_cpu() {
+  Config c = gpt2_124m(DType::kF32);
+  c.train.device = Device::kCpu;
+  c.train.micro_batch = 1;
+  return c;
+}
+
+ModelConfig small_model(int64_t vocab) {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_embd = 64;
+  m.vocab_size = vocab;
+  m.seq_len = 64;
+  return m;
+}
+
+TEST(HostMemoryPlan, FootprintIsWhatGptModelAllocates) {
+  // Byte-level (the logits chunk holds every row) and GPT-2's vocabulary (the chunk holds 166 of 256 rows).
+  for (const int64_t vocab : {int64_t{256}, int64_t{50257}}) {
+    for (const bool recompute : {false, true}) {
+      const ModelConfig m = small_model(vocab);
+      const GptModel model(m, 4, recompute);
+      EXPECT_EQ(GptModel::footprint_bytes(m, 4, recompute), model.allocated_bytes())
+          << "vocab " << vocab << ", recompute " << recompute;
+    }
+  }
+}
+
+TEST(HostMemoryPlan, Gpt2SmallOnOneRankByHand) {
+  const MemoryPlan p = plan_host_memory(gpt2_124m_cpu(), 1, 0);
+  EXPECT_EQ(p.sharded_state, 16 * kParams);  // param, grad, m, v in fp32
+  // Gathered parameters and full gradients: unit 0's own and one shared by the blocks and the head (the largest
+  // is a block); the reduce-scatter's output: the largest shard (unit 0's).
+  EXPECT_EQ(p.gather_buffers, 4 * (2 * (kEmbedding + kBlock) + kEmbedding));
+  // B = 1, T = 1024, C = 768: per block 15 BTC + 4 BT + NH T^2 = 24,383,488 floats, 12 blocks; 12 block outputs;
+  // encoded and lnf (2 BTC) and 3 BT; backward scratch 14 BTC; a 166-row logits chunk of 50304; 1024 tokens.
+  EXPECT_EQ(p.activations,
+            4 * (12 * 24383488 + 12 * 786432 + 2 * 786432 + 3 * 1024 + 14 * 786432 + 166 * 50304) + 4 * 1024);
+  EXPECT_EQ(p.workspace, kHostReserveBytes);
+  EXPECT_EQ(p.total(), p.sharded_state + p.gather_buffers + p.activations + kHostReserveBytes);
+}
+
+TEST(HostMemoryPlan, OffloadAndDtypeDoNotShrinkTheCpuState) {
+  Config c = gpt2_124m_cpu();
+  const MemoryPlan base = plan_host_memory(c, 2, 0);
+  c.optim.offload = OffloadMode::kOptimizer;
+  c.train.dtype = DType::kBF16;
+  EXPECT_EQ(plan_host_memory(c, 2, 0).total(), base.total());
+  EXPECT_EQ(base.sharded_state, 16 * kParams / 2);  // every unit divides evenly by 2
+  // Hybrid sharding's bucket is fp32 on the CPU.
+  EXPECT_EQ(plan_host_memory(gpt2_124m_cpu(), 2, 1000).gather_buffers, base.gather_buffers + 4000);
+}
+
+TEST(HostMemoryPlan, TheSmallestLimitBindsAndSharedOnesAreSplitBetweenRanks) {
+  HostMemoryLimits l;
+  l.mem_available = 64 * kGiB;
+  l.cgroup_limit = 48 * kGiB;
+  l.cgroup_free = 40 * kGiB;
+  l.as_limit = 32 * kGiB;
+  l.as_free = 30 * kGiB;
+  HostMemoryBudget b = host_memory_budget(l, 1);
+  EXPECT_EQ(b.bytes, 30 * kGiB);
+  EXPECT_EQ(b.limited_by,
+            "the address-space limit (RLIMIT_AS, ulimit -v) of 32.00 GiB leaves 30.00 GiB to this process");
+  b = host_memory_budget(l, 2);  // the cgroup's 40 GiB between 2 ranks; RLIMIT_AS is each process's own
+  EXPECT_EQ(b.bytes, 20 * kGiB);
+  EXPECT_EQ(b.limited_by,
+            "the cgroup's memory limit (memory.max) of 48.00 GiB leaves 40.00 GiB, shared by the 2 ranks on this host");
+  l.data_limit = 8 * kGiB;
+  l.data_free = 7 * kGiB;
+  EXPECT_EQ(host_memory_budget(l, 2).bytes, 7 * kGiB);
+  const HostMemoryLimits host_only{16 * kGiB};
+  b = host_memory_budget(host_only, 4);
+  EXPECT_EQ(b.bytes, 4 * kGiB);
+  EXPECT_EQ(b.limited_by, "the host has 16.00 GiB available (MemAvailable), shared by the 4 ranks on this host");
+}
+
+TEST(HostMemoryPlan, RlimitsAreRead) {
+  const HostMemoryLimits before = host_memory_limits();
+  EXPECT_GT(before.mem_available, 64 << 20);
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_DATA, &saved), 0);
+  if (saved.rlim_max != RLIM_INFINITY) GTEST_SKIP() << "RLIMIT_DATA has a hard limit here";
+  rlimit r = saved;
+  r.rlim_cur = static_cast<rlim_t>(1000) * kGiB;
+  ASSERT_EQ(setrlimit(RLIMIT_DATA, &r), 0);
+  const HostMemoryLimits l = host_memory_limits();
+  ASSERT_EQ(setrlimit(RLIMIT_DATA, &saved), 0);
+  EXPECT_EQ(l.data_limit, 1000 * kGiB);
+  EXPECT_GT(l.data_free, 999 * kGiB);  // less this process's data segment
+  EXPECT_LT(l.data_free, 1000 * kGiB);
+}
+
+TEST(HostMemoryPlan, APlanOverTheBudgetIsBadInputWithItsBreakdown) {
+  const Config c = gpt2_124m_cpu();
+  const MemoryPlan p = plan_host_memory(c, 1, 0);
+  EXPECT_NO_THROW(check_host_memory_plan(c, 1, 0, HostMemoryBudget{p.total(), "x"}));  // exactly fits
+  try {
+    check_host_memory_plan(c, 1, 0, HostMemoryBudget{2 * kGiB, "the host has 2.00 GiB available (MemAvailable)"});
+    FAIL() << "a plan of " << p.total() << " bytes passed 2 GiB";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("host memory: this config needs 3.80 GiB per rank (sharded state 1.85 GiB, gather buffers 0.49 "
+                     "GiB, activations 1.20 GiB, workspace 0.25 GiB; total 3.80 GiB), but the host has 2.00 GiB "
+                     "available (MemAvailable); lower train.micro_batch"),
+              std::string::npos)
+        << m;
+  }
+}
+
+TEST(HostMemoryPlan, AModelPastTheArithmeticIsRefusedOnItsEstimate) {
+  Config c = gpt2_124m_cpu();
+  c.model.n_embd = 2000000000;  // 12 L C^2 is past 2^63 elements
+  c.model.n_head = 1;
+  try {
+    check_host_memory_plan(c, 1, 0, HostMemoryBudget{64 * kGiB, "the host has 64.00 GiB available (MemAvailable)"});
+    FAIL() << "n_embd 2e9 passed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("host memory: this config needs about 8.58e+12 GiB per rank (5.76e+20 parameters), but the host "
+                     "has 64.00 GiB available"),
+              std::string::npos)
+        << m;
   }
 }
 

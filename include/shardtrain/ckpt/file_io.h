@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace st {
 
@@ -13,6 +14,27 @@ void fsync_path(const std::string& path);
 void write_file_atomic(const std::string& path, const std::string& text);
 std::string read_file(const std::string& path);  // kBadInput naming the path if it cannot be read
 int64_t file_size(const std::string& path);       // kBadInput naming the path if missing
+
+// kBadInput unless the directory that `path` is written into (its parent; "." if none) exists and is a
+// directory. `what` names the setting in the message ("ckpt export --out", "ckpt.export").
+void check_output_dir(const std::string& path, const std::string& what);
+
+// Deletes a file when it goes out of scope unless dismissed: a write that fails half way leaves nothing behind.
+//
+//   RemoveOnFailure cleanup(tmp);
+//   write(tmp); rename(tmp, path);
+//   cleanup.dismiss();
+class RemoveOnFailure {
+ public:
+  explicit RemoveOnFailure(std::string path) : path_(std::move(path)) {}
+  RemoveOnFailure(const RemoveOnFailure&) = delete;
+  RemoveOnFailure& operator=(const RemoveOnFailure&) = delete;
+  ~RemoveOnFailure();
+  void dismiss() { path_.clear(); }
+
+ private:
+  std::string path_;
+};
 
 // SHA-256 (OpenSSL libcrypto) of a whole file, lowercase hex; streams in 1 MiB reads.
 std::string sha256_file(const std::string& path);

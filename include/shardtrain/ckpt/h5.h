@@ -16,7 +16,8 @@
 namespace st {
 
 namespace detail {
-// The innermost messages of HDF5's current error stack, one line; empty if none.
+// HDF5's current error stack on one line: the OS error text where a system call failed, the outermost record
+// (what the library was doing) and the innermost (why it failed); "no HDF5 error stack" if empty.
 std::string h5_error_stack();
 }  // namespace detail
 

@@ -32,6 +32,12 @@ class GptModel {
   // worth of activations that block_backward refills by re-running that block's forward.
   GptModel(const ModelConfig& cfg, int64_t max_batch, bool recompute = false);
 
+  // The bytes that constructor allocates (activations, backward scratch, the logits chunk), computed without
+  // allocating: the CPU backend's memory plan (shard/memory_plan.h) counts them before the model exists.
+  // Equals allocated_bytes() of the model it would build.
+  static int64_t footprint_bytes(const ModelConfig& cfg, int64_t max_batch, bool recompute);
+  int64_t allocated_bytes() const;
+
   const ModelConfig& config() const { return cfg_; }
   const std::vector<UnitLayout>& units() const { return units_; }
 

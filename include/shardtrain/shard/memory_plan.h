@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/core/process_memory.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
@@ -59,6 +60,7 @@ std::vector<bool> offloaded_units(const Config& cfg, const std::vector<UnitLayou
 struct ComputeFootprint {
   int64_t activation_bytes = 0;
   int64_t workspace_bytes = 0;
+  int64_t runtime_reserve_bytes = kRuntimeReserveBytes;  // memory the runtime holds outside the plan's buffers
 };
 
 // Bytes per rank, by kind.
@@ -66,7 +68,7 @@ struct MemoryPlan {
   int64_t sharded_state = 0;
   int64_t gather_buffers = 0;
   int64_t activations = 0;
-  int64_t workspace = 0;  // the footprint's workspace plus kRuntimeReserveBytes
+  int64_t workspace = 0;  // the footprint's workspace plus its runtime reserve
   int64_t total() const { return sharded_state + gather_buffers + activations + workspace; }
   std::string breakdown() const;  // "sharded state 1.23 GiB, gather buffers ..., total ..."
 };
@@ -88,5 +90,27 @@ struct DeviceBudget {
 // kBadInput when the plan exceeds the budget: the message gives the plan's breakdown, what limits it (the cap, or
 // `device`'s free memory) and what to change.
 void check_memory_plan(const MemoryPlan& plan, const DeviceBudget& budget, const std::string& device);
+
+// The CPU backend (ShardedModel, fp32) plans the same terms in host memory: the 16 S_u bytes of sharded state per
+// unit whatever optim.offload says (the optimizer already runs on the host), gather buffers at prefetch depth 0
+// (every collective blocks), GptModel's activations and scratch (GptModel::footprint_bytes), and
+// kHostReserveBytes for what runs beside them.
+//
+//   check_host_memory_plan(cfg, world, bucket, host_memory_budget(host_memory_limits(), comm.device_ranks()));
+//
+// What runs beside the plan's buffers: the data pipeline's batches, OpenBLAS's and OpenMP's threads (their stacks
+// and malloc arenas count in full against RLIMIT_AS), MPI's shared-memory segments. configs/tiny.ini (plan 113 MiB
+// without this) peaks at 134 MiB resident and runs under ulimit -v 1000000 (2-core x86 host, 2026-12-01); 256 MiB
+// leaves room for a larger model's per-thread buffers.
+inline constexpr int64_t kHostReserveBytes = int64_t{256} << 20;
+
+// The plan of one CPU rank for cfg sharded over `world` ranks; replica_bucket_elements is hybrid sharding's bucket.
+MemoryPlan plan_host_memory(const Config& cfg, int world, int64_t replica_bucket_elements);
+
+// kBadInput when the plan exceeds the budget (core/process_memory.h): the plan's breakdown, the limit that binds
+// (MemAvailable, the cgroup's memory.max, RLIMIT_AS or RLIMIT_DATA, and how many ranks share it) and what to change.
+// A model whose parameter count alone overflows the plan's arithmetic is refused the same way, before it is built.
+void check_host_memory_plan(const Config& cfg, int world, int64_t replica_bucket_elements,
+                            const HostMemoryBudget& budget);
 
 }  // namespace st

@@ -45,7 +45,8 @@ struct StepReport {
 
 class MetricsSink {
  public:
-  // `path` empty: no JSONL. Opening a path that cannot be written is a bad-input error naming log.metrics.
+  // `path` empty: no JSONL. Opening a path that cannot be written is a bad-input error naming log.metrics; a
+  // record that cannot be written (a full disk, ulimit -f) is a fault naming the file and the OS's error.
   // A resumed run appends to the file instead of truncating it.
   MetricsSink(const std::string& path, int64_t total_steps, int64_t every, bool enabled, bool append = false);
 
@@ -57,7 +58,9 @@ class MetricsSink {
  private:
   void clear_bar();
   void draw_bar(const StepReport& r);
+  void flush_jsonl();
 
+  std::string path_;
   std::ofstream jsonl_;
   int64_t total_steps_;
   int64_t every_;

@@ -1,0 +1,47 @@
+// A config the host cannot hold: the CPU backend plans its memory before it allocates (shard/memory_plan.h) and
+// refuses at start-up with the plan's breakdown and the limit that binds (exit 2), instead of allocating and
+// initialising until std::bad_alloc ends the run as an internal error.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "../common/run_shardtrain.h"
+
+namespace st {
+namespace {
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+const std::string kTiny = "train --config " SHARDTRAIN_SOURCE_DIR "/configs/tiny.ini --train.steps=1 ";
+
+TEST(MemoryPlanFaults, AHugeEmbeddingIsRefusedWithinASecondWithTheBreakdown) {
+  // n_embd 65536: 12 x 4 x 65536^2 parameters, 3 TiB of sharded state; no test machine has that.
+  const auto t0 = std::chrono::steady_clock::now();
+  const st::testing::CliResult r = st::testing::run_shardtrain(kTiny + "--model.n_embd=65536");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_LT(seconds, 1.0) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "host memory: this config needs 3688.89 GiB per rank (sharded state 3072.43 GiB, gather buffers "
+                       "576.20 GiB, activations 40.02 GiB, workspace 0.25 GiB; total 3688.89 GiB), but "))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "lower train.micro_batch, set train.recompute=true, or use more ranks")) << r.output;
+}
+
+TEST(MemoryPlanFaults, AnAddressSpaceLimitIsNamed) {
+  // n_embd 1024 plans 1.79 GiB; ulimit -v 1000000 KiB leaves this process less than 1 GiB.
+  const st::testing::CliResult r =
+      st::testing::run_shardtrain(kTiny + "--model.n_embd=1024", "ulimit -v 1000000 && exec");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "host memory: this config needs 1.79 GiB per rank (sharded state 0.76 GiB, gather "
+                       "buffers 0.14 GiB, activations 0.64 GiB, workspace 0.25 GiB; total 1.79 GiB), but "
+                       "the address-space limit (RLIMIT_AS, ulimit -v) of 0.95 GiB leaves "))
+      << r.output;
+}
+
+}  // namespace
+}  // namespace st
