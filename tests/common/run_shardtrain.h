@@ -15,8 +15,9 @@ struct CliResult {
   std::string output;  // stdout and stderr together
 };
 
-inline CliResult run_shardtrain(const std::string& args) {
-  const std::string cmd = std::string(SHARDTRAIN_BINARY) + " " + args + " 2>&1";
+// Runs a shell command line (`sh -c`) and returns its exit code and its stdout and stderr together.
+inline CliResult run_command(const std::string& command) {
+  const std::string cmd = "(" + command + ") 2>&1";
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -26,6 +27,10 @@ inline CliResult run_shardtrain(const std::string& args) {
   const int status = pclose(p);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+inline CliResult run_shardtrain(const std::string& args) {
+  return run_command(std::string(SHARDTRAIN_BINARY) + " " + args);
 }
 
 }  // namespace st::testing
