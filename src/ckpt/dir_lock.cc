@@ -6,12 +6,17 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/log.h"
@@ -57,6 +62,16 @@ std::string describe_holder(int fd) {
                  started.empty() ? "?" : started);
 }
 
+// A holder record on one line: "host=a, pid=1, started=...".
+std::string one_line(const std::string& record) {
+  std::string out;
+  std::istringstream in(record);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out += (out.empty() ? "" : ", ") + line;
+  return out.empty() ? "an empty record" : out;
+}
+
 bool no_lock_support(int err) { return err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS; }
 
 // Creating and removing a directory is what a save does first; a directory that refuses it (read-only
@@ -67,6 +82,50 @@ void prove_writable(const std::string& dir) {
     ST_BAD_INPUT("ckpt.dir '", dir, "' is not writable: cannot create a directory in it: ", std::strerror(errno),
                  "; give ckpt.dir a directory this job can write");
   ::rmdir(probe.c_str());
+}
+
+// What every rank does with the errors of a start-up check that only some ranks run: all learn which ranks
+// failed, and all throw the lowest failing rank's error (its kind, its message), so the job stops as a whole
+// instead of one rank exiting while the others wait in their next collective.
+void stop_together(const std::string& mine, ErrorKind kind, const char* what, Communicator& comm) {
+  const int rank = comm.rank(), world = comm.world_size();
+  std::vector<double> failed(static_cast<size_t>(world), 0.0);
+  failed[static_cast<size_t>(rank)] = mine.empty() ? 0.0 : 1.0;
+  comm.all_reduce(failed.data(), world);
+  int root = 0;
+  while (root < world && failed[static_cast<size_t>(root)] == 0.0) ++root;
+  if (root == world) return;
+  int64_t head[2] = {static_cast<int64_t>(mine.size()), static_cast<int64_t>(kind)};  // message bytes, kind
+  comm.broadcast(head, sizeof(head), root);
+  std::string message = rank == root ? mine : std::string(static_cast<size_t>(head[0]), '\0');
+  comm.broadcast(message.data(), head[0], root);
+  if (rank == root) throw Error(kind, message);
+  throw Error(static_cast<ErrorKind>(head[1]),
+              str_cat(process_prefix(), " stopped: rank ", root, " ", what, ": ", message));
+}
+
+// The lock file as this machine sees it, against the record rank 0 wrote: "" when they match. A shared
+// filesystem shows the new record at once (NFS revalidates a file when it is opened); a few retries cover a
+// client whose attribute cache is late.
+std::string check_same_directory(const std::string& dir, const std::string& record, int node) {
+  const std::string path = (fs::path(dir) / kDirLockFile).string();
+  std::string seen;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    std::ifstream f(path, std::ios::binary);
+    seen = f ? std::string(std::istreambuf_iterator<char>(f), {}) : std::string();
+    if (f && seen == record) return "";
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  std::error_code ec;
+  const std::string sees = !fs::exists(dir, ec)    ? "no such directory"
+                           : !fs::exists(path, ec) ? "no lock file " + path
+                                                   : "another job's record in " + path + " (" + one_line(seen) + ")";
+  return str_cat(process_prefix(), " ckpt.dir '", dir, "' is not one directory shared by every machine: node ", node,
+                 " (", this_host(), ") sees ", sees, " where rank 0 wrote ", one_line(record),
+                 ". A run over several machines needs "
+                 "ckpt.dir on a filesystem all of them mount (NFS or another shared filesystem): a save commits one "
+                 "directory holding every rank's file, and resume reads them all (docs/checkpoint-format.md, "
+                 "\"Checkpoint directory\")");
 }
 
 }  // namespace
@@ -117,17 +176,21 @@ DirLock DirLock::acquire(const std::string& dir) {
       ::fsync(fd) != 0)
     ST_BAD_INPUT("ckpt.dir '", dir, "' is not writable: cannot write ", path, ": ", std::strerror(errno),
                  "; give ckpt.dir a directory this job can write");
+  lock.record_ = record;
   return lock;
 }
 
 DirLock::DirLock(DirLock&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), path_(std::exchange(other.path_, std::string())) {}
+    : fd_(std::exchange(other.fd_, -1)),
+      path_(std::exchange(other.path_, std::string())),
+      record_(std::exchange(other.record_, std::string())) {}
 
 DirLock& DirLock::operator=(DirLock&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
     path_ = std::exchange(other.path_, std::string());
+    record_ = std::exchange(other.record_, std::string());
   }
   return *this;
 }
@@ -140,28 +203,30 @@ DirLock lock_checkpoint_dir(const std::string& dir, Communicator& comm) {
   if (dir.empty()) return DirLock();
   DirLock lock;
   std::string error;
-  int64_t head[2] = {0, static_cast<int64_t>(ErrorKind::kBadInput)};  // message bytes, error kind
+  ErrorKind kind = ErrorKind::kBadInput;
   if (comm.rank() == 0) {
     try {
       lock = DirLock::acquire(dir);
       ST_LOG_INFO("ckpt.dir ", dir, ": locked by this job (", lock.path(), ")");
     } catch (const Error& e) {
       error = e.what();
-      head[1] = static_cast<int64_t>(e.kind());
+      kind = e.kind();
     } catch (const std::exception& e) {
       error = e.what();
-      head[1] = static_cast<int64_t>(ErrorKind::kInternal);
+      kind = ErrorKind::kInternal;
     }
-    head[0] = static_cast<int64_t>(error.size());
   }
-  // Every rank learns rank 0's outcome, so all stop together with its message.
-  comm.broadcast(head, sizeof(head), 0);
-  if (head[0] == 0) return lock;
-  error.resize(static_cast<size_t>(head[0]));
-  comm.broadcast(error.data(), head[0], 0);
-  const auto kind = static_cast<ErrorKind>(head[1]);
-  if (comm.rank() == 0) throw Error(kind, error);
-  throw Error(kind, str_cat(process_prefix(), " stopped: rank 0 could not take ckpt.dir: ", error));
+  stop_together(error, kind, "could not take ckpt.dir", comm);
+
+  // Every other machine must see the same directory: rank 0's record in its lock file.
+  std::string record = lock.record();
+  int64_t bytes = static_cast<int64_t>(record.size());
+  comm.broadcast(&bytes, sizeof(bytes), 0);
+  record.resize(static_cast<size_t>(bytes));
+  comm.broadcast(record.data(), bytes, 0);
+  if (comm.node_id() != 0 && comm.local_rank() == 0) error = check_same_directory(dir, record, comm.node_id());
+  stop_together(error, ErrorKind::kBadInput, "does not see rank 0's ckpt.dir", comm);
+  return lock;
 }
 
 }  // namespace st

@@ -172,6 +172,28 @@ TEST(CkptDirTest, EveryRankOfAJobStopsWhenTheDirectoryIsHeld) {
   EXPECT_NE(r.output.find("is in use by another job: host trainer-7, pid 4242"), std::string::npos) << r.output;
 }
 
+// Two stand-in machines (SHARDTRAIN_NODE_ID) where the second has a ckpt.dir of its own at the same path (a
+// tmpfs mounted over it in its own mount namespace): the run would commit checkpoints without its files.
+TEST(CkptDirTest, AMachineWithADirectoryOfItsOwnStopsTheJob) {
+  if (run_command("command -v mpirun").code != 0) GTEST_SKIP() << "mpirun is not installed";
+  TempDir tmp;
+  const std::string dir = tmp.file("ckpt");
+  fs::create_directories(dir);
+  if (run_command("unshare -m sh -c 'mount -t tmpfs none " + dir + "'").code != 0)
+    GTEST_SKIP() << "a mount namespace with a tmpfs (unshare -m) is not permitted here";
+  const std::string job = std::string(SHARDTRAIN_BINARY) + " " + tiny_args(dir, 3, "--dist.timeout_s=60");
+  const CliResult r = run_command(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 timeout 120 mpirun "
+      "--oversubscribe --bind-to none --mca btl self,vader -np 1 sh -c 'SHARDTRAIN_NODE_ID=0 exec " +
+      job + "' : -np 1 unshare -m sh -c 'mount -t tmpfs none " + dir + " && SHARDTRAIN_NODE_ID=1 exec " + job + "'");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("ckpt.dir '" + dir + "' is not one directory shared by every machine: node 1 (" +
+                          host_name() + ") sees no lock file " + dir + "/.lock where rank 0 wrote host=" + host_name()),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/step_00000003")) << r.output;
+}
+
 // Two real jobs: the first stops itself (SIGSTOP) after its step-2 checkpoint, mid-run, with a save in flight
 // beside it. A second job with another seed is refused; after the first is SIGKILLed, a third resumes its
 // checkpoint and finishes.

@@ -38,19 +38,23 @@ class DirLock {
   ~DirLock();  // closes the descriptor, which releases the lock; the file stays
 
   bool held() const { return fd_ >= 0; }
-  const std::string& path() const { return path_; }  // <dir>/.lock, or "" when nothing is held
+  const std::string& path() const { return path_; }      // <dir>/.lock, or "" when nothing is held
+  const std::string& record() const { return record_; }  // what was written into it
 
  private:
   int fd_ = -1;
   std::string path_;
+  std::string record_;
 };
 
 // The lock file's name inside a checkpoint directory.
 inline constexpr const char* kDirLockFile = ".lock";
 
-// Collective. Rank 0 acquires the lock on `dir` (nothing when `dir` is empty); every rank learns the
-// outcome, and on failure every rank throws kBadInput with rank 0's message, so a job stops as a whole
-// (exit 2) instead of rank 0 alone. Returns the held lock on rank 0 and an empty one elsewhere.
+// Collective. Rank 0 acquires the lock on `dir` (nothing when `dir` is empty); then one rank of every other
+// machine checks that it sees the same directory (rank 0's record in the lock file): a node-local ckpt.dir
+// would commit checkpoints that lack the other machines' files. On any failure every rank throws the failing
+// rank's error (kBadInput: exit 2), so a job stops as a whole instead of one rank exiting while the rest wait.
+// Returns the held lock on rank 0 and an empty one elsewhere.
 DirLock lock_checkpoint_dir(const std::string& dir, Communicator& comm);
 
 }  // namespace st
