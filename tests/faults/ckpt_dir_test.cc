@@ -121,7 +121,7 @@ char proc_state(pid_t pid) {
 class HeldLock {
  public:
   HeldLock(const std::string& dir, const std::string& record) {
-    fd_ = ::open((dir + "/.lock").c_str(), O_RDWR | O_CREAT, 0644);
+    fd_ = ::open((dir + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     EXPECT_GE(fd_, 0);
     EXPECT_EQ(::flock(fd_, LOCK_EX | LOCK_NB), 0);
     EXPECT_EQ(::pwrite(fd_, record.data(), record.size(), 0), static_cast<ssize_t>(record.size()));
