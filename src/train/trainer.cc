@@ -9,6 +9,7 @@
 
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/dir_lock.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/ckpt/init_from.h"
 #include "shardtrain/ckpt/resume_data.h"
@@ -95,6 +96,9 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   const int rank = comm.rank(), world = comm.world_size();
   const bool lead = rank == 0;
   check_same_config(cfg, comm);
+  // This job owns ckpt.dir from here to its exit: a second job on it, or a ckpt.dir that is a file or
+  // read-only, stops every rank with kBadInput before anything is loaded, cleaned or trained.
+  const DirLock ckpt_dir_lock = lock_checkpoint_dir(cfg.ckpt.dir, comm);
   const int64_t accum = cfg.grad_accum_steps(world);
   const int64_t B = cfg.train.micro_batch, T = cfg.model.seq_len;
 
@@ -245,10 +249,14 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
       if (!saved) save(step + 1);
       summary.preempted = true;
       summary.checkpoint = cfg.ckpt.dir.empty() ? std::string() : cfg.ckpt.dir + "/" + step_dir_name(step + 1);
+      // Exit 76 either way (README "Exit codes"): the signal stopped the run, not its input or a fault.
       if (lead)
         ST_LOG_WARN("preempted (a stop signal on ", stop, " rank(s)) after step ", step + 1,
-                    cfg.ckpt.dir.empty() ? std::string(": no ckpt.dir, so no checkpoint")
-                                         : ": checkpoint " + summary.checkpoint + " committed; resume with ckpt.resume=auto");
+                    cfg.ckpt.dir.empty()
+                        ? str_cat(": NO checkpoint was saved (ckpt.dir is not set), so the ", step + 1,
+                                  " step(s) trained are lost and a rerun starts again from step 1; exit 76 "
+                                  "here does not mean a checkpoint was committed")
+                        : ": checkpoint " + summary.checkpoint + " committed; resume with ckpt.resume=auto");
       break;
     }
   }

@@ -15,9 +15,9 @@ struct CliResult {
   std::string output;  // stdout and stderr together
 };
 
-// `shell_prefix` runs before the binary in the same shell, e.g. "ulimit -v 4000000; exec".
-inline CliResult run_shardtrain(const std::string& args, const std::string& shell_prefix = "") {
-  const std::string cmd = shell_prefix + " " + std::string(SHARDTRAIN_BINARY) + " " + args + " 2>&1";
+// Runs a shell command line (`sh -c`) and returns its exit code and its stdout and stderr together.
+inline CliResult run_command(const std::string& command) {
+  const std::string cmd = "(" + command + ") 2>&1";
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -27,6 +27,11 @@ inline CliResult run_shardtrain(const std::string& args, const std::string& shel
   const int status = pclose(p);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// `shell_prefix` runs before the binary in the same shell, e.g. "ulimit -v 4000000; exec".
+inline CliResult run_shardtrain(const std::string& args, const std::string& shell_prefix = "") {
+  return run_command(shell_prefix + " " + std::string(SHARDTRAIN_BINARY) + " " + args);
 }
 
 }  // namespace st::testing

@@ -69,7 +69,8 @@ void check_latest_file(const std::string& dir);
 CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, ModelBackend& model,
                                 Communicator& comm);
 
-// Removes *.tmp-* directories left in `dir` by interrupted saves. Rank 0 only, before training.
+// Removes *.tmp-* directories left in `dir` by interrupted saves. Rank 0 only, before training, while it holds
+// the directory's lock (dir_lock.h): another job's save in flight looks the same.
 void clean_uncommitted(const std::string& dir);
 
 // "on (HDF5 default)" or "off (HDF5_USE_FILE_LOCKING=FALSE)": which HDF5 file-locking mode is in force.

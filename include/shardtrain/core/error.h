@@ -33,7 +33,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitInternal = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitFault = 75;  // EX_TEMPFAIL
-inline constexpr int kExitPreempted = 76;  // stopped by SIGTERM/SIGINT after committing a checkpoint (core/preempt.h)
+inline constexpr int kExitPreempted = 76;  // SIGTERM/SIGINT (core/preempt.h); checkpoint committed if ckpt.dir set
 
 class Error : public std::runtime_error {
  public:

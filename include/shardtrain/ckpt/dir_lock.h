@@ -1,0 +1,60 @@
+// Ownership of a checkpoint directory: one job at a time writes into a ckpt.dir.
+//
+// A job takes an exclusive flock(2) on <ckpt.dir>/.lock before it touches anything there (the start-up
+// clean-up of uncommitted saves, resume, pruning) and holds it until the process ends. The kernel drops the
+// lock when the holder's file descriptor closes, so a SIGKILLed or crashed job leaves no stale lock on a
+// local filesystem; on NFS the server releases a dead client's lock when its lease expires
+// (docs/checkpoint-format.md, "Checkpoint directory").
+//
+// After the lock is taken the file records the holder, one `key=value` a line: host, pid, and the start
+// time in ISO-8601 UTC. A second job reads it and names the holder in its error.
+//
+// Rank 0 alone takes the lock: it is the rank that cleans, commits, prunes and writes `latest`, and the
+// other ranks write only into the temporary directory of a save that rank 0 starts, inside the same job.
+// flock excludes processes, not jobs, so a lock on every rank would make a job's ranks exclude each other.
+//
+//   DirLock lock = lock_checkpoint_dir(cfg.ckpt.dir, comm);   // collective; held while `lock` lives
+#pragma once
+
+#include <string>
+
+#include "shardtrain/comm/communicator.h"
+
+namespace st {
+
+class DirLock {
+ public:
+  DirLock() = default;  // holds nothing
+  // Creates `dir` if absent (with its parents), proves it is a writable directory, takes the lock and
+  // writes the holder record. kBadInput naming `dir` when it is not a directory, cannot be created or
+  // written (errno text), another job holds it (naming that holder: host, pid, start time), or its
+  // filesystem has no working locks (ENOLCK, EOPNOTSUPP, ENOSYS).
+  static DirLock acquire(const std::string& dir);
+
+  DirLock(DirLock&& other) noexcept;
+  DirLock& operator=(DirLock&& other) noexcept;
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+  ~DirLock();  // closes the descriptor, which releases the lock; the file stays
+
+  bool held() const { return fd_ >= 0; }
+  const std::string& path() const { return path_; }      // <dir>/.lock, or "" when nothing is held
+  const std::string& record() const { return record_; }  // what was written into it
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+  std::string record_;
+};
+
+// The lock file's name inside a checkpoint directory.
+inline constexpr const char* kDirLockFile = ".lock";
+
+// Collective. Rank 0 acquires the lock on `dir` (nothing when `dir` is empty); then one rank of every other
+// machine checks that it sees the same directory (rank 0's record in the lock file): a node-local ckpt.dir
+// would commit checkpoints that lack the other machines' files. On any failure every rank throws the failing
+// rank's error (kBadInput: exit 2), so a job stops as a whole instead of one rank exiting while the rest wait.
+// Returns the held lock on rank 0 and an empty one elsewhere.
+DirLock lock_checkpoint_dir(const std::string& dir, Communicator& comm);
+
+}  // namespace st

@@ -1,0 +1,232 @@
+#include "shardtrain/ckpt/dir_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "shardtrain/core/error.h"
+#include "shardtrain/core/log.h"
+
+namespace fs = std::filesystem;
+
+namespace st {
+namespace {
+
+std::string this_host() {
+  char buf[HOST_NAME_MAX + 1] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+std::string utc_now_iso8601() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// The holder as a second job names it: "host H, pid P, started T", from the record's key=value lines.
+std::string describe_holder(int fd) {
+  char buf[4096];
+  const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+  std::string host, pid, started;
+  std::istringstream in(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0));
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    if (key == "host") host = value;
+    if (key == "pid") pid = value;
+    if (key == "started") started = value;
+  }
+  // The holder writes its record right after taking the lock: an empty one is a job still starting.
+  if (host.empty() && pid.empty()) return "a job that has not written its host and pid yet (it is starting)";
+  return str_cat("host ", host.empty() ? "?" : host, ", pid ", pid.empty() ? "?" : pid, ", started ",
+                 started.empty() ? "?" : started);
+}
+
+// A holder record on one line: "host=a, pid=1, started=...".
+std::string one_line(const std::string& record) {
+  std::string out;
+  std::istringstream in(record);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out += (out.empty() ? "" : ", ") + line;
+  return out.empty() ? "an empty record" : out;
+}
+
+bool no_lock_support(int err) { return err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS; }
+
+// Creating and removing a directory is what a save does first; a directory that refuses it (read-only
+// mount, permissions, a full disk or quota) is found here, before step 1, instead of after the training.
+void prove_writable(const std::string& dir) {
+  std::string probe = (fs::path(dir) / ".write-probe-XXXXXX").string();
+  if (::mkdtemp(probe.data()) == nullptr)
+    ST_BAD_INPUT("ckpt.dir '", dir, "' is not writable: cannot create a directory in it: ", std::strerror(errno),
+                 "; give ckpt.dir a directory this job can write");
+  ::rmdir(probe.c_str());
+}
+
+// What every rank does with the errors of a start-up check that only some ranks run: all learn which ranks
+// failed, and all throw the lowest failing rank's error (its kind, its message), so the job stops as a whole
+// instead of one rank exiting while the others wait in their next collective.
+void stop_together(const std::string& mine, ErrorKind kind, const char* what, Communicator& comm) {
+  const int rank = comm.rank(), world = comm.world_size();
+  std::vector<double> failed(static_cast<size_t>(world), 0.0);
+  failed[static_cast<size_t>(rank)] = mine.empty() ? 0.0 : 1.0;
+  comm.all_reduce(failed.data(), world);
+  int root = 0;
+  while (root < world && failed[static_cast<size_t>(root)] == 0.0) ++root;
+  if (root == world) return;
+  int64_t head[2] = {static_cast<int64_t>(mine.size()), static_cast<int64_t>(kind)};  // message bytes, kind
+  comm.broadcast(head, sizeof(head), root);
+  std::string message = rank == root ? mine : std::string(static_cast<size_t>(head[0]), '\0');
+  comm.broadcast(message.data(), head[0], root);
+  if (rank == root) throw Error(kind, message);
+  throw Error(static_cast<ErrorKind>(head[1]),
+              str_cat(process_prefix(), " stopped: rank ", root, " ", what, ": ", message));
+}
+
+// The lock file as this machine sees it, against the record rank 0 wrote: "" when they match. A shared
+// filesystem shows the new record at once (NFS revalidates a file when it is opened); a few retries cover a
+// client whose attribute cache is late.
+std::string check_same_directory(const std::string& dir, const std::string& record, int node) {
+  const std::string path = (fs::path(dir) / kDirLockFile).string();
+  std::string seen;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    std::ifstream f(path, std::ios::binary);
+    seen = f ? std::string(std::istreambuf_iterator<char>(f), {}) : std::string();
+    if (f && seen == record) return "";
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  std::error_code ec;
+  const std::string sees = !fs::exists(dir, ec)    ? "no such directory"
+                           : !fs::exists(path, ec) ? "no lock file " + path
+                                                   : "another job's record in " + path + " (" + one_line(seen) + ")";
+  return str_cat(process_prefix(), " ckpt.dir '", dir, "' is not one directory shared by every machine: node ", node,
+                 " (", this_host(), ") sees ", sees, " where rank 0 wrote ", one_line(record),
+                 ". A run over several machines needs "
+                 "ckpt.dir on a filesystem all of them mount (NFS or another shared filesystem): a save commits one "
+                 "directory holding every rank's file, and resume reads them all (docs/checkpoint-format.md, "
+                 "\"Checkpoint directory\")");
+}
+
+}  // namespace
+
+DirLock DirLock::acquire(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec) ST_BAD_INPUT("ckpt.dir '", dir, "' cannot be created: ", ec.message());
+  }
+  if (!fs::is_directory(dir, ec))
+    ST_BAD_INPUT("ckpt.dir '", dir, "' is not a directory", ec ? ": " + ec.message() : std::string(" (it is a file)"),
+                 "; give ckpt.dir a directory path");
+
+  const std::string path = (fs::path(dir) / kDirLockFile).string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0)
+    ST_BAD_INPUT("ckpt.dir '", dir, "' is not writable: cannot open ", path, " for writing: ", std::strerror(errno),
+                 "; give ckpt.dir a directory this job can write");
+  DirLock lock;
+  lock.fd_ = fd;  // closed by ~DirLock on every path below
+  lock.path_ = path;
+
+  int rc;
+  do {
+    rc = ::flock(fd, LOCK_EX | LOCK_NB);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    const int err = errno;
+    if (err == EWOULDBLOCK)
+      ST_BAD_INPUT("ckpt.dir '", dir, "' is in use by another job: ", describe_holder(fd), " (lock file ", path,
+                   "). Two jobs on one ckpt.dir delete each other's unfinished saves and resume each other's "
+                   "checkpoints: wait for that job to end, stop it, or give this job another ckpt.dir. A job "
+                   "that died releases the lock at once on a local filesystem, and when its client's lease "
+                   "expires on NFS (docs/checkpoint-format.md, \"Checkpoint directory\")");
+    if (no_lock_support(err))
+      ST_BAD_INPUT("ckpt.dir '", dir, "' is on a filesystem without working file locks (flock on ", path, ": ",
+                   std::strerror(err),
+                   "). shardtrain locks ckpt.dir so that no two jobs write into it at once: "
+                   "put ckpt.dir on a filesystem with locking (on NFS, a server and client with the lock service "
+                   "running; docs/checkpoint-format.md, \"Checkpoint directory\")");
+    ST_BAD_INPUT("ckpt.dir '", dir, "': cannot lock ", path, ": ", std::strerror(err));
+  }
+
+  prove_writable(dir);
+  const std::string record = str_cat("host=", this_host(), "\npid=", ::getpid(), "\nstarted=", utc_now_iso8601(), "\n");
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, record.data(), record.size(), 0) != static_cast<ssize_t>(record.size()) ||
+      ::fsync(fd) != 0)
+    ST_BAD_INPUT("ckpt.dir '", dir, "' is not writable: cannot write ", path, ": ", std::strerror(errno),
+                 "; give ckpt.dir a directory this job can write");
+  lock.record_ = record;
+  return lock;
+}
+
+DirLock::DirLock(DirLock&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      path_(std::exchange(other.path_, std::string())),
+      record_(std::exchange(other.record_, std::string())) {}
+
+DirLock& DirLock::operator=(DirLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    path_ = std::exchange(other.path_, std::string());
+    record_ = std::exchange(other.record_, std::string());
+  }
+  return *this;
+}
+
+DirLock::~DirLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+DirLock lock_checkpoint_dir(const std::string& dir, Communicator& comm) {
+  if (dir.empty()) return DirLock();
+  DirLock lock;
+  std::string error;
+  ErrorKind kind = ErrorKind::kBadInput;
+  if (comm.rank() == 0) {
+    try {
+      lock = DirLock::acquire(dir);
+      ST_LOG_INFO("ckpt.dir ", dir, ": locked by this job (", lock.path(), ")");
+    } catch (const Error& e) {
+      error = e.what();
+      kind = e.kind();
+    } catch (const std::exception& e) {
+      error = e.what();
+      kind = ErrorKind::kInternal;
+    }
+  }
+  stop_together(error, kind, "could not take ckpt.dir", comm);
+
+  // Every other machine must see the same directory: rank 0's record in its lock file.
+  std::string record = lock.record();
+  int64_t bytes = static_cast<int64_t>(record.size());
+  comm.broadcast(&bytes, sizeof(bytes), 0);
+  record.resize(static_cast<size_t>(bytes));
+  comm.broadcast(record.data(), bytes, 0);
+  if (comm.node_id() != 0 && comm.local_rank() == 0) error = check_same_directory(dir, record, comm.node_id());
+  stop_together(error, ErrorKind::kBadInput, "does not see rank 0's ckpt.dir", comm);
+  return lock;
+}
+
+}  // namespace st
