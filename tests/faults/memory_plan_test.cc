@@ -32,9 +32,10 @@ TEST(MemoryPlanFaults, AHugeEmbeddingIsRefusedWithinASecondWithTheBreakdown) {
 }
 
 TEST(MemoryPlanFaults, AnAddressSpaceLimitIsNamed) {
-  // n_embd 1024 plans 1.79 GiB; ulimit -v 1000000 KiB leaves this process less than 1 GiB.
-  const st::testing::CliResult r =
-      st::testing::run_shardtrain(kTiny + "--model.n_embd=1024", "ulimit -v 1000000 && exec");
+  // n_embd 1024 plans 1.79 GiB; ulimit -v 1000000 KiB leaves this process less than 1 GiB. One OpenBLAS thread:
+  // on a many-core machine its thread pool's stacks alone exhaust that address space at load time.
+  const st::testing::CliResult r = st::testing::run_shardtrain(
+      kTiny + "--model.n_embd=1024", "ulimit -v 1000000 && OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 exec");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_TRUE(contains(r.output,
                        "host memory: this config needs 1.79 GiB per rank (sharded state 0.76 GiB, gather "
