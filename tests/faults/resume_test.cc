@@ -14,6 +14,7 @@
 
 #include "../common/run_shardtrain.h"
 #include "../common/temp_dir.h"
+#include "shardtrain/ckpt/dir_lock.h"
 #include "shardtrain/ckpt/file_io.h"
 
 namespace fs = std::filesystem;
@@ -39,10 +40,14 @@ bool contains(const std::string& haystack, const std::string& needle) {
 }
 
 // Every file below `dir` with its bytes.
+// Every path under `dir` with its SHA-256 ("<dir>" for a directory), except the lock file, whose holder record
+// each job rewrites by design (dir_lock.h).
 std::map<std::string, std::string> snapshot(const std::string& dir) {
   std::map<std::string, std::string> out;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    out[e.path().string()] = e.is_regular_file() ? testing::read_bytes(e.path().string()) : std::string("<dir>");
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.path().filename() == st::kDirLockFile) continue;
+    out[e.path().string()] = e.is_regular_file() ? st::sha256_file(e.path().string()) : std::string("<dir>");
+  }
   return out;
 }
 
