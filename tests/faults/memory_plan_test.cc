@@ -29,15 +29,17 @@ TEST(MemoryPlanFaults, AHugeEmbeddingIsRefusedWithTheBreakdown) {
 }
 
 TEST(MemoryPlanFaults, AnAddressSpaceLimitIsNamed) {
-  // n_embd 1024 plans 1.79 GiB; ulimit -v 1000000 KiB leaves this process less than 1 GiB. One OpenBLAS thread:
-  // on a many-core machine its thread pool's stacks alone exhaust that address space at load time.
+  // n_embd 1024 plans 1.79 GiB; ulimit -v 1572864 KiB (1.50 GiB) leaves less than that once the binary's libraries
+  // are mapped. The limit must still hold those libraries (a CUDA build maps about 0.9 GiB of them) and OpenBLAS's
+  // 128 MiB start-up buffer: OpenBLAS retries a failed allocation of that buffer forever, before main. One OpenBLAS
+  // thread, since on a many-core machine its thread pool's stacks alone would take that address space.
   const st::testing::CliResult r = st::testing::run_shardtrain(
-      kTiny + "--model.n_embd=1024", "ulimit -v 1000000 && OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 exec");
+      kTiny + "--model.n_embd=1024", "ulimit -v 1572864 && OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 exec");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_TRUE(contains(r.output,
                        "host memory: this config needs 1.79 GiB per rank (sharded state 0.76 GiB, gather "
                        "buffers 0.14 GiB, activations 0.64 GiB, workspace 0.25 GiB; total 1.79 GiB), but "
-                       "the address-space limit (RLIMIT_AS, ulimit -v) of 0.95 GiB leaves "))
+                       "the address-space limit (RLIMIT_AS, ulimit -v) of 1.50 GiB leaves "))
       << r.output;
 }
 
