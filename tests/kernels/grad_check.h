@@ -2,11 +2,13 @@
 // central finite differences and the relative error used by every gradient check.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "shardtrain/core/rng.h"
@@ -90,6 +92,15 @@ void with_threads(int n, Fn&& fn) {
   omp_set_num_threads(n);
   fn();
   omp_set_num_threads(saved);
+}
+
+// run() returns a float vector: it must give the same bits under 1, 2 and 3 OpenMP threads.
+template <typename Run>
+void expect_same_bits_across_thread_counts(Run&& run) {
+  std::vector<float> g[3];
+  for (int t = 1; t <= 3; ++t) with_threads(t, [&] { g[t - 1] = run(); });
+  EXPECT_EQ(0, std::memcmp(g[0].data(), g[1].data(), g[0].size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(g[0].data(), g[2].data(), g[0].size() * sizeof(float)));
 }
 
 }  // namespace st::testing

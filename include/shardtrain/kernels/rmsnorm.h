@@ -1,0 +1,19 @@
+// RMSNorm over the last dimension, as Hugging Face's LlamaRMSNorm: out = inp * rstd * weight with
+// rstd = 1 / sqrt(mean(inp^2) + eps), no bias, no mean subtraction. CPU fp32 reference.
+#pragma once
+
+#include <cstdint>
+
+#include "shardtrain/kernels/grad_write.h"
+
+namespace st {
+
+// For each of N rows of C: out = inp * rstd * weight. Saves rstd[N] for backward.
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps, int64_t N, int C);
+
+// Accumulates dinp += ... (the residual stream's gradient) and dweight += ... . Deterministic over threads. With
+// param_write = kOverwrite, dweight is written instead (not read).
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, int64_t N, int C, GradWrite param_write = GradWrite::kAccumulate);
+
+}  // namespace st
