@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <map>
 #include <memory>
 #include <regex>
@@ -18,6 +17,7 @@
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/manifest.h"
 #include "shardtrain/ckpt/shard_file.h"
+#include "shardtrain/comm/on_all_ranks.h"
 #include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/fault.h"
@@ -123,30 +123,6 @@ void apply_keep(const std::string& dir, int64_t keep, const std::string& protect
     if (!protect.empty() && fs::weakly_canonical(d) == keep_path) continue;
     fs::remove_all(d);
     ST_LOG_INFO("ckpt.keep=", keep, ": removed ", d);
-  }
-}
-
-// Runs fn on every rank; if it throws st::Error on any rank, every rank throws the error of the lowest such
-// rank (its kind and message, which names that rank), so that all ranks fail alike and none waits in a later
-// collective for a rank that gave up.
-void on_all_ranks(Communicator& comm, const std::function<void()>& fn) {
-  const int world = comm.world_size();
-  std::string message;
-  std::vector<double> kinds(static_cast<size_t>(world), 0.0);  // 1 + ErrorKind of each failed rank, else 0
-  try {
-    fn();
-  } catch (const Error& e) {
-    message = e.what();
-    kinds[static_cast<size_t>(comm.rank())] = 1.0 + static_cast<int>(e.kind());
-  }
-  comm.all_reduce(kinds.data(), world);
-  for (int r = 0; r < world; ++r) {
-    if (kinds[static_cast<size_t>(r)] == 0.0) continue;
-    int64_t bytes = static_cast<int64_t>(message.size());
-    comm.broadcast(&bytes, sizeof(bytes), r);
-    std::string text = comm.rank() == r ? message : std::string(static_cast<size_t>(bytes), '\0');
-    if (bytes > 0) comm.broadcast(text.data(), bytes, r);
-    throw Error(static_cast<ErrorKind>(static_cast<int>(kinds[static_cast<size_t>(r)]) - 1), text);
   }
 }
 

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "shardtrain/comm/on_all_ranks.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/log.h"
 
@@ -82,26 +83,6 @@ void prove_writable(const std::string& dir) {
     ST_BAD_INPUT("ckpt.dir '", dir, "' is not writable: cannot create a directory in it: ", std::strerror(errno),
                  "; give ckpt.dir a directory this job can write");
   ::rmdir(probe.c_str());
-}
-
-// What every rank does with the errors of a start-up check that only some ranks run: all learn which ranks
-// failed, and all throw the lowest failing rank's error (its kind, its message), so the job stops as a whole
-// instead of one rank exiting while the others wait in their next collective.
-void stop_together(const std::string& mine, ErrorKind kind, const char* what, Communicator& comm) {
-  const int rank = comm.rank(), world = comm.world_size();
-  std::vector<double> failed(static_cast<size_t>(world), 0.0);
-  failed[static_cast<size_t>(rank)] = mine.empty() ? 0.0 : 1.0;
-  comm.all_reduce(failed.data(), world);
-  int root = 0;
-  while (root < world && failed[static_cast<size_t>(root)] == 0.0) ++root;
-  if (root == world) return;
-  int64_t head[2] = {static_cast<int64_t>(mine.size()), static_cast<int64_t>(kind)};  // message bytes, kind
-  comm.broadcast(head, sizeof(head), root);
-  std::string message = rank == root ? mine : std::string(static_cast<size_t>(head[0]), '\0');
-  comm.broadcast(message.data(), head[0], root);
-  if (rank == root) throw Error(kind, message);
-  throw Error(static_cast<ErrorKind>(head[1]),
-              str_cat(process_prefix(), " stopped: rank ", root, " ", what, ": ", message));
 }
 
 // The lock file as this machine sees it, against the record rank 0 wrote: "" when they match. A shared
@@ -202,21 +183,14 @@ DirLock::~DirLock() {
 DirLock lock_checkpoint_dir(const std::string& dir, Communicator& comm) {
   if (dir.empty()) return DirLock();
   DirLock lock;
-  std::string error;
-  ErrorKind kind = ErrorKind::kBadInput;
-  if (comm.rank() == 0) {
-    try {
-      lock = DirLock::acquire(dir);
-      ST_LOG_INFO("ckpt.dir ", dir, ": locked by this job (", lock.path(), ")");
-    } catch (const Error& e) {
-      error = e.what();
-      kind = e.kind();
-    } catch (const std::exception& e) {
-      error = e.what();
-      kind = ErrorKind::kInternal;
-    }
-  }
-  stop_together(error, kind, "could not take ckpt.dir", comm);
+  on_all_ranks(
+      comm,
+      [&] {
+        if (comm.rank() != 0) return;
+        lock = DirLock::acquire(dir);
+        ST_LOG_INFO("ckpt.dir ", dir, ": locked by this job (", lock.path(), ")");
+      },
+      "could not take ckpt.dir");
 
   // Every other machine must see the same directory: rank 0's record in its lock file.
   std::string record = lock.record();
@@ -224,8 +198,14 @@ DirLock lock_checkpoint_dir(const std::string& dir, Communicator& comm) {
   comm.broadcast(&bytes, sizeof(bytes), 0);
   record.resize(static_cast<size_t>(bytes));
   comm.broadcast(record.data(), bytes, 0);
-  if (comm.node_id() != 0 && comm.local_rank() == 0) error = check_same_directory(dir, record, comm.node_id());
-  stop_together(error, ErrorKind::kBadInput, "does not see rank 0's ckpt.dir", comm);
+  on_all_ranks(
+      comm,
+      [&] {
+        if (comm.node_id() == 0 || comm.local_rank() != 0) return;
+        const std::string error = check_same_directory(dir, record, comm.node_id());
+        if (!error.empty()) throw Error(ErrorKind::kBadInput, error);
+      },
+      "does not see rank 0's ckpt.dir");
   return lock;
 }
 
