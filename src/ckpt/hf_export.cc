@@ -38,6 +38,8 @@ void transpose_2d(const float* in, float* out, int64_t rows, int64_t cols) {
 }
 
 std::vector<HfTensorMap> hf_gpt2_tensor_map(const ModelConfig& cfg, const std::vector<UnitLayout>& units) {
+  if (cfg.arch != ModelArch::kGpt2)
+    ST_BAD_INPUT("this model is model.arch=", to_string(cfg.arch), "; GPT-2 Hugging Face names apply to gpt2 only");
   std::vector<HfTensorMap> out;
   for (const UnitLayout& u : units) {
     for (const TensorSpec& t : u.tensors) {

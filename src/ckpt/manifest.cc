@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iomanip>
 #include <limits>
+#include <locale>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "shardtrain/ckpt/file_io.h"
@@ -31,6 +35,7 @@ std::string span_text(const ShardSpan& s) { return str_cat("[", s.offset, ", ", 
 class FieldReader {
  public:
   explicit FieldReader(const std::string& path) : path_(path) {}
+  const std::string& path() const { return path_; }
 
   const json& field(const json& obj, const std::string& parent, const char* key) const {
     const auto it = obj.find(key);
@@ -103,13 +108,42 @@ class FieldReader {
   const std::string& path_;
 };
 
+// The model family: "arch" is absent from manifests written before the llama family, which are gpt2.
+ModelArch parse_arch(const FieldReader& r, const json& j) {
+  if (!j.contains("arch")) return ModelArch::kGpt2;
+  const std::string a = r.string(j, "model", "arch");
+  for (ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama})
+    if (a == to_string(arch)) return arch;
+  ST_BAD_INPUT(r.path(), ": model.arch is \"", a, "\", expected gpt2 or llama");
+}
+
 ModelConfig parse_model(const FieldReader& r, const json& j) {
   ModelConfig m;
+  m.arch = parse_arch(r, j);
   m.n_layer = r.i32(j, "model", "n_layer");
   m.n_head = r.i32(j, "model", "n_head");
   m.n_embd = r.i32(j, "model", "n_embd");
   m.vocab_size = r.i32(j, "model", "vocab_size");
   m.seq_len = r.i32(j, "model", "seq_len");
+  if (m.arch == ModelArch::kLlama) {
+    m.n_kv_head = r.i32(j, "model", "n_kv_head");
+    m.ffn_dim = r.i32(j, "model", "ffn_dim");
+    m.rope_theta = static_cast<float>(r.number(r.field(j, "model", "rope_theta"), "model.rope_theta"));
+    const std::string scaling = r.string(j, "model", "rope_scaling");
+    if (scaling == to_string(RopeScaling::kLlama3)) {
+      m.rope_scaling = RopeScaling::kLlama3;
+    } else if (scaling != to_string(RopeScaling::kNone)) {
+      ST_BAD_INPUT(r.path(), ": model.rope_scaling is \"", scaling, "\", expected none or llama3");
+    }
+    auto f32 = [&](const char* key) { return static_cast<float>(r.number(r.field(j, "model", key), join("model", key))); };
+    m.rope_scaling_factor = f32("rope_scaling_factor");
+    m.rope_scaling_low_freq_factor = f32("rope_scaling_low_freq_factor");
+    m.rope_scaling_high_freq_factor = f32("rope_scaling_high_freq_factor");
+    m.rope_scaling_original_max_position = r.i32(j, "model", "rope_scaling_original_max_position");
+    m.rms_norm_eps = f32("rms_norm_eps");
+    m.tie_embeddings = r.boolean(r.field(j, "model", "tie_embeddings"), "model.tie_embeddings");
+    m.qkv_bias = r.boolean(r.field(j, "model", "qkv_bias"), "model.qkv_bias");
+  }
   return m;
 }
 
@@ -291,11 +325,26 @@ std::string manifest_to_json(const Manifest& m) {
   j["format_version"] = m.format_version;
   j["step"] = m.step;
   j["world_size"] = m.world_size;
-  j["model"] = {{"n_layer", m.model.n_layer},
+  j["model"] = {{"arch", to_string(m.model.arch)},
+                {"n_layer", m.model.n_layer},
                 {"n_head", m.model.n_head},
                 {"n_embd", m.model.n_embd},
                 {"vocab_size", m.model.vocab_size},
                 {"seq_len", m.model.seq_len}};
+  if (m.model.is_llama()) {
+    ordered_json& mj = j["model"];
+    mj["n_kv_head"] = m.model.kv_heads();
+    mj["ffn_dim"] = m.model.ffn_dim;
+    mj["rope_theta"] = m.model.rope_theta;
+    mj["rope_scaling"] = to_string(m.model.rope_scaling);
+    mj["rope_scaling_factor"] = m.model.rope_scaling_factor;
+    mj["rope_scaling_low_freq_factor"] = m.model.rope_scaling_low_freq_factor;
+    mj["rope_scaling_high_freq_factor"] = m.model.rope_scaling_high_freq_factor;
+    mj["rope_scaling_original_max_position"] = m.model.rope_scaling_original_max_position;
+    mj["rms_norm_eps"] = m.model.rms_norm_eps;
+    mj["tie_embeddings"] = m.model.tie_embeddings;
+    mj["qkv_bias"] = m.model.qkv_bias;
+  }
   j["optimizer_updates"] = m.optimizer_updates;
   j["lr_step"] = m.lr_step;
   j["data_cursor"] = m.data_cursor;
@@ -392,17 +441,53 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 Manifest read_manifest(const std::string& path) { return manifest_from_json(read_file(path), path); }
 
 void check_model_matches(const Manifest& m, const ModelConfig& model, const std::string& path) {
+  if (m.model.arch != model.arch)
+    ST_BAD_INPUT(path, ": the checkpoint holds a ", to_string(m.model.arch), " model (model.arch=",
+                 to_string(m.model.arch), "), the config asks for model.arch=", to_string(model.arch));
   std::string mismatches;
-  auto compare = [&](const char* field, int in_checkpoint, int in_config) {
+  auto compare = [&](const char* field, auto in_checkpoint, auto in_config) {
     if (in_checkpoint == in_config) return;
     if (!mismatches.empty()) mismatches += "; ";
-    mismatches += str_cat("model.", field, " is ", in_checkpoint, " in the checkpoint, ", in_config, " in the config");
+    auto text = [](auto v) {
+      if constexpr (std::is_same_v<decltype(v), bool>) {
+        return std::string(v ? "true" : "false");
+      } else if constexpr (std::is_floating_point_v<decltype(v)>) {
+        std::ostringstream os;  // shortest text that round-trips a float is at most 9 significant digits
+        os.imbue(std::locale::classic());
+        os << std::setprecision(9) << v;
+        return os.str();
+      } else if constexpr (std::is_enum_v<decltype(v)>) {
+        return std::string(to_string(v));
+      } else {
+        return std::to_string(v);
+      }
+    };
+    mismatches += str_cat("model.", field, " is ", text(in_checkpoint), " in the checkpoint, ", text(in_config),
+                          " in the config");
   };
   compare("n_layer", m.model.n_layer, model.n_layer);
   compare("n_head", m.model.n_head, model.n_head);
   compare("n_embd", m.model.n_embd, model.n_embd);
   compare("vocab_size", m.model.vocab_size, model.vocab_size);
   compare("seq_len", m.model.seq_len, model.seq_len);
+  if (model.is_llama()) {
+    compare("n_kv_head", m.model.kv_heads(), model.kv_heads());
+    compare("ffn_dim", m.model.ffn_dim, model.ffn_dim);
+    compare("rope_theta", m.model.rope_theta, model.rope_theta);
+    compare("rope_scaling", m.model.rope_scaling, model.rope_scaling);
+    if (model.rope_scaling == RopeScaling::kLlama3 && m.model.rope_scaling == RopeScaling::kLlama3) {
+      compare("rope_scaling_factor", m.model.rope_scaling_factor, model.rope_scaling_factor);
+      compare("rope_scaling_low_freq_factor", m.model.rope_scaling_low_freq_factor,
+              model.rope_scaling_low_freq_factor);
+      compare("rope_scaling_high_freq_factor", m.model.rope_scaling_high_freq_factor,
+              model.rope_scaling_high_freq_factor);
+      compare("rope_scaling_original_max_position", m.model.rope_scaling_original_max_position,
+              model.rope_scaling_original_max_position);
+    }
+    compare("rms_norm_eps", m.model.rms_norm_eps, model.rms_norm_eps);
+    compare("tie_embeddings", m.model.tie_embeddings, model.tie_embeddings);
+    compare("qkv_bias", m.model.qkv_bias, model.qkv_bias);
+  }
   if (!mismatches.empty()) ST_BAD_INPUT(path, ": ", mismatches);
 }
 

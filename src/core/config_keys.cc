@@ -24,6 +24,8 @@ struct EnumName {
   const char* name;
   E value;
 };
+constexpr EnumName<ModelArch> kModelArchs[] = {{"gpt2", ModelArch::kGpt2}, {"llama", ModelArch::kLlama}};
+constexpr EnumName<RopeScaling> kRopeScalings[] = {{"none", RopeScaling::kNone}, {"llama3", RopeScaling::kLlama3}};
 constexpr EnumName<DataFormat> kDataFormats[] = {{"llmc", DataFormat::kLlmc}, {"text", DataFormat::kText}};
 constexpr EnumName<Device> kDevices[] = {{"cpu", Device::kCpu}, {"cuda", Device::kCuda}};
 constexpr EnumName<DType> kDTypes[] = {
@@ -42,6 +44,8 @@ constexpr EnumName<Bootstrap> kBootstraps[] = {
 constexpr EnumName<CommEngine> kCommEngines[] = {
     {"auto", CommEngine::kAuto}, {"copy", CommEngine::kCopy}, {"sm", CommEngine::kSm}};
 
+const auto& enum_names(const ModelArch*) { return kModelArchs; }
+const auto& enum_names(const RopeScaling*) { return kRopeScalings; }
 const auto& enum_names(const DataFormat*) { return kDataFormats; }
 const auto& enum_names(const Device*) { return kDevices; }
 const auto& enum_names(const DType*) { return kDTypes; }
@@ -54,7 +58,7 @@ const auto& enum_names(const CommEngine*) { return kCommEngines; }
 
 template <typename E>
 constexpr bool kIsConfigEnum =
-    std::is_same_v<E, DataFormat> || std::is_same_v<E, Device> || std::is_same_v<E, DType> ||
+    std::is_same_v<E, ModelArch> || std::is_same_v<E, RopeScaling> || std::is_same_v<E, DataFormat> || std::is_same_v<E, Device> || std::is_same_v<E, DType> ||
     std::is_same_v<E, AttentionImpl> || std::is_same_v<E, OffloadMode> || std::is_same_v<E, ShardingMode> ||
     std::is_same_v<E, Bootstrap> || std::is_same_v<E, Speculation> || std::is_same_v<E, CommEngine>;
 
@@ -75,6 +79,8 @@ const char* enum_to_string(E v) {
 
 }  // namespace
 
+const char* to_string(ModelArch a) { return enum_to_string(a); }
+const char* to_string(RopeScaling r) { return enum_to_string(r); }
 const char* to_string(DataFormat f) { return enum_to_string(f); }
 const char* to_string(Device d) { return enum_to_string(d); }
 const char* to_string(DType t) { return enum_to_string(t); }
@@ -250,16 +256,49 @@ const std::vector<Key>& keys() {
   // Each description is the key's only one: `shardtrain --help` prints it and docs/config.md is generated from it.
   // Say what the key does, its unit and range where a type does not, and what 0 or -1 mean.
   static const std::vector<Key> table = {
+      key("model", "arch", &Config::model, &ModelConfig::arch,
+          "model family: gpt2 (LayerNorm, learned positions, GELU MLP, biases, tied head) or llama (Hugging Face's "
+          "LlamaForCausalLM: RMSNorm, RoPE, grouped-query attention, SwiGLU MLP, no biases; Qwen 2.5 is llama with "
+          "model.qkv_bias=true, SmolLM2 a llama shape). The model.* keys below marked llama take their defaults "
+          "under gpt2"),
       key("model", "n_layer", &Config::model, &ModelConfig::n_layer, "number of transformer blocks"),
       key("model", "n_head", &Config::model, &ModelConfig::n_head,
-          "attention heads per block; must divide model.n_embd"),
+          "attention (query) heads per block; must divide model.n_embd, whose quotient is the head dimension"),
       key("model", "n_embd", &Config::model, &ModelConfig::n_embd,
           "embedding width (channels); a multiple of model.n_head"),
       key("model", "vocab_size", &Config::model, &ModelConfig::vocab_size,
           "real vocabulary (256: bytes, 50257: GPT-2); the embedding is padded to a multiple of 128 rows in memory "
           "(50257 -> 50304) and the padded logits never enter the loss"),
       key("model", "seq_len", &Config::model, &ModelConfig::seq_len,
-          "context length T in tokens, also the length of the position embedding"),
+          "context length T in tokens (gpt2: also the length of the position embedding)"),
+      key("model", "n_kv_head", &Config::model, &ModelConfig::n_kv_head,
+          "llama: key/value heads (grouped-query attention: each serves model.n_head / model.n_kv_head query heads); "
+          "must divide model.n_head. 0: model.n_head"),
+      key("model", "ffn_dim", &Config::model, &ModelConfig::ffn_dim,
+          "llama: hidden width of the SwiGLU MLP (Hugging Face's intermediate_size); required for llama. gpt2: 0 "
+          "(its MLP is 4 x model.n_embd)"),
+      key("model", "rope_theta", &Config::model, &ModelConfig::rope_theta,
+          "llama: RoPE base; the rotation of pair i at position t is t / rope_theta^(2i / head_dim)"),
+      key("model", "rope_scaling", &Config::model, &ModelConfig::rope_scaling,
+          "llama: none, or llama3 (Hugging Face's rope_type \"llama3\": frequencies below the low-frequency band "
+          "are divided by model.rope_scaling_factor, those above the high-frequency band kept, those between "
+          "interpolated)"),
+      key("model", "rope_scaling_factor", &Config::model, &ModelConfig::rope_scaling_factor,
+          "llama3 RoPE scaling: factor (> 0)"),
+      key("model", "rope_scaling_low_freq_factor", &Config::model, &ModelConfig::rope_scaling_low_freq_factor,
+          "llama3 RoPE scaling: low_freq_factor (> 0)"),
+      key("model", "rope_scaling_high_freq_factor", &Config::model, &ModelConfig::rope_scaling_high_freq_factor,
+          "llama3 RoPE scaling: high_freq_factor (> model.rope_scaling_low_freq_factor)"),
+      key("model", "rope_scaling_original_max_position", &Config::model,
+          &ModelConfig::rope_scaling_original_max_position,
+          "llama3 RoPE scaling: original_max_position_embeddings (> 0)"),
+      key("model", "rms_norm_eps", &Config::model, &ModelConfig::rms_norm_eps,
+          "llama: the epsilon of every RMSNorm (> 0)"),
+      key("model", "tie_embeddings", &Config::model, &ModelConfig::tie_embeddings,
+          "llama: the LM head is the token embedding (true) or a tensor of its own (false). gpt2: true"),
+      key("model", "qkv_bias", &Config::model, &ModelConfig::qkv_bias,
+          "llama: biases on the q, k and v projections (Qwen 2.5); no other llama layer has a bias. gpt2: false (its "
+          "biases are part of the family)"),
 
       key("train", "steps", &Config::train, &TrainConfig::steps,
           "total optimizer steps (a resumed run continues until this)"),

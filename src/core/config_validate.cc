@@ -23,6 +23,49 @@ constexpr double kMaxSizeUnits = 1 << 20;
 // Linux's PATH_MAX, with its terminating NUL.
 constexpr size_t kMaxPathBytes = 4095;
 
+// The family's own keys: llama's shape and RoPE, or gpt2 with every llama key at its default (a llama key set
+// under gpt2 would be parsed and ignored).
+template <typename Add, typename FloatCheck>
+void check_family_keys(const ModelConfig& m, Add&& add, FloatCheck&& float_check) {
+  const ModelConfig d;
+  if (m.arch == ModelArch::kGpt2) {
+    auto unused = [&](const char* name, bool is_default) {
+      if (!is_default) add("model.", name, " applies to model.arch=llama only; this model is gpt2");
+    };
+    unused("n_kv_head", m.n_kv_head == 0 || m.n_kv_head == m.n_head);
+    unused("ffn_dim", m.ffn_dim == 0 || m.ffn_dim == 4 * m.n_embd);
+    unused("rope_theta", m.rope_theta == d.rope_theta);
+    unused("rope_scaling", m.rope_scaling == d.rope_scaling);
+    unused("rope_scaling_factor", m.rope_scaling_factor == d.rope_scaling_factor);
+    unused("rope_scaling_low_freq_factor", m.rope_scaling_low_freq_factor == d.rope_scaling_low_freq_factor);
+    unused("rope_scaling_high_freq_factor", m.rope_scaling_high_freq_factor == d.rope_scaling_high_freq_factor);
+    unused("rope_scaling_original_max_position",
+           m.rope_scaling_original_max_position == d.rope_scaling_original_max_position);
+    unused("rms_norm_eps", m.rms_norm_eps == d.rms_norm_eps);
+    unused("tie_embeddings", m.tie_embeddings);
+    unused("qkv_bias", !m.qkv_bias);
+    return;
+  }
+  if (m.n_kv_head < 0) add("model.n_kv_head must be >= 0 (got ", m.n_kv_head, ")");
+  if (m.n_kv_head > 0 && m.n_head > 0 && m.n_head % m.n_kv_head != 0)
+    add("model.n_head (", m.n_head, ") must be a multiple of model.n_kv_head (", m.n_kv_head, ")");
+  if (m.ffn_dim <= 0) add("model.ffn_dim must be > 0 for model.arch=llama (got ", m.ffn_dim, ")");
+  if (m.n_head > 0 && m.n_embd > 0 && m.n_embd % m.n_head == 0 && m.head_dim() % 2 != 0)
+    add("model.n_embd / model.n_head (the head dimension, ", m.head_dim(), ") must be even for RoPE");
+  float_check("model.rope_theta", m.rope_theta, m.rope_theta > 1 && std::isfinite(m.rope_theta), "finite and > 1");
+  float_check("model.rms_norm_eps", m.rms_norm_eps, m.rms_norm_eps > 0 && m.rms_norm_eps < 1, "in (0, 1)");
+  if (m.rope_scaling == RopeScaling::kLlama3) {
+    float_check("model.rope_scaling_factor", m.rope_scaling_factor, m.rope_scaling_factor > 0, "> 0");
+    float_check("model.rope_scaling_low_freq_factor", m.rope_scaling_low_freq_factor,
+                m.rope_scaling_low_freq_factor > 0, "> 0");
+    if (!(m.rope_scaling_high_freq_factor > m.rope_scaling_low_freq_factor))
+      add("model.rope_scaling_high_freq_factor (", format_number(m.rope_scaling_high_freq_factor),
+          ") must be > model.rope_scaling_low_freq_factor (", format_number(m.rope_scaling_low_freq_factor), ")");
+    if (m.rope_scaling_original_max_position <= 0)
+      add("model.rope_scaling_original_max_position must be > 0 (got ", m.rope_scaling_original_max_position, ")");
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> find_problems(const Config& c) {
@@ -46,6 +89,7 @@ std::vector<std::string> find_problems(const Config& c) {
   positive("model.seq_len", c.model.seq_len);
   if (c.model.n_head > 0 && c.model.n_embd > 0 && c.model.n_embd % c.model.n_head != 0)
     add("model.n_embd (", c.model.n_embd, ") must be a multiple of model.n_head (", c.model.n_head, ")");
+  check_family_keys(c.model, add, float_check);
 
   positive("train.steps", c.train.steps);
   positive("train.global_batch", c.train.global_batch);

@@ -17,8 +17,9 @@ using kernels_internal::exp_range;
 using kernels_internal::ExpRange;
 using kernels_internal::kMinParallelWork;
 
-// Layout: per (b, h), q/k/v are T x hs matrices strided inside qkv (leading dimension 3C) and the head's
-// slice of out/dout is T x hs (leading dimension C), so every product is an sgemm on the buffers in place.
+// Layout: per (b, h), q/k/v are T x hs matrices strided inside qkv (leading dimension QKV = (NH + 2 NKV) hs) and
+// the head's slice of out/dout is T x hs (leading dimension C = NH hs), so every product is an sgemm on the buffers
+// in place. Query head h reads K/V head h / (NH / NKV).
 //
 // Causality by blocks of kQueryBlock query rows: rows [i0, i1) only see keys [0, i1), so each product is
 // restricted to those columns. At T = 1024 that skips ~44% of the flops of the full T x T products; the
@@ -42,22 +43,23 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alp
 
 }  // namespace
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-  ST_CHECK(NH > 0 && C % NH == 0, "C = ", C, " is not a multiple of NH = ", NH);
-  const int hs = C / NH;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV, int hs) {
+  ST_CHECK(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0, "NH = ", NH, " is not a multiple of NKV = ", NKV);
+  const int64_t C = static_cast<int64_t>(NH) * hs;
+  const int64_t QKV = static_cast<int64_t>(NH + 2 * NKV) * hs;
+  const int group = NH / NKV;
   const int64_t TT = static_cast<int64_t>(T) * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 
   // S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T, written into att.
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
-      const float* q = qkv + static_cast<int64_t>(b) * T * C3 + h * hs;
-      const float* k = q + C;
+      const float* q = qkv + static_cast<int64_t>(b) * T * QKV + h * hs;
+      const float* k = qkv + static_cast<int64_t>(b) * T * QKV + C + (h / group) * hs;
       float* s = att + (static_cast<int64_t>(b) * NH + h) * TT;
       for (int i0 = 0; i0 < T; i0 += kQueryBlock) {
         const int i1 = std::min(T, i0 + kQueryBlock);
-        gemm(CblasNoTrans, CblasTrans, i1 - i0, i1, hs, scale, q + i0 * C3, C3, k, C3, 0.0f,
+        gemm(CblasNoTrans, CblasTrans, i1 - i0, i1, hs, scale, q + i0 * QKV, QKV, k, QKV, 0.0f,
              s + static_cast<int64_t>(i0) * T, T);
       }
     }
@@ -89,23 +91,24 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   // out[i0:i1] = P[i0:i1, 0:i1] V[0:i1].
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
-      const float* v = qkv + static_cast<int64_t>(b) * T * C3 + h * hs + 2 * C;
+      const float* v = qkv + static_cast<int64_t>(b) * T * QKV + C + (NKV + h / group) * static_cast<int64_t>(hs);
       const float* p = att + (static_cast<int64_t>(b) * NH + h) * TT;
       float* o = out + static_cast<int64_t>(b) * T * C + h * hs;
       for (int i0 = 0; i0 < T; i0 += kQueryBlock) {
         const int i1 = std::min(T, i0 + kQueryBlock);
-        gemm(CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1, 1.0f, p + static_cast<int64_t>(i0) * T, T, v, C3, 0.0f,
+        gemm(CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1, 1.0f, p + static_cast<int64_t>(i0) * T, T, v, QKV, 0.0f,
              o + static_cast<int64_t>(i0) * C, C);
       }
     }
   }
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C,
-                        int NH) {
-  ST_CHECK(NH > 0 && C % NH == 0, "C = ", C, " is not a multiple of NH = ", NH);
-  const int hs = C / NH;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int NH,
+                        int NKV, int hs) {
+  ST_CHECK(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0, "NH = ", NH, " is not a multiple of NKV = ", NKV);
+  const int64_t C = static_cast<int64_t>(NH) * hs;
+  const int64_t C3 = static_cast<int64_t>(NH + 2 * NKV) * hs;  // the row stride of qkv
+  const int group = NH / NKV;
   const int64_t TT = static_cast<int64_t>(T) * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   std::vector<float> ds(TT);  // dP, then dS in place; one (b, h) at a time
@@ -113,13 +116,15 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
-      const int64_t base = static_cast<int64_t>(b) * T * C3 + h * hs;
-      const float* q = qkv + base;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* dq = dqkv + base;
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
+      const int64_t row = static_cast<int64_t>(b) * T * C3;
+      const int64_t kv = C + static_cast<int64_t>(h / group) * hs;  // K head; its V head is NKV heads further
+      const int64_t to_v = static_cast<int64_t>(NKV) * hs;
+      const float* q = qkv + row + h * hs;
+      const float* k = qkv + row + kv;
+      const float* v = k + to_v;
+      float* dq = dqkv + row + h * hs;
+      float* dk = dqkv + row + kv;
+      float* dv = dk + to_v;
       const float* p = att + (static_cast<int64_t>(b) * NH + h) * TT;
       const float* dout_h = dout + static_cast<int64_t>(b) * T * C + h * hs;
 
@@ -156,6 +161,17 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
       }
     }
   }
+}
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  ST_CHECK(NH > 0 && C % NH == 0, "C = ", C, " is not a multiple of NH = ", NH);
+  attention_forward(out, att, qkv, B, T, NH, NH, C / NH);
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C,
+                        int NH) {
+  ST_CHECK(NH > 0 && C % NH == 0, "C = ", C, " is not a multiple of NH = ", NH);
+  attention_backward(dqkv, dout, qkv, att, B, T, NH, NH, C / NH);
 }
 
 }  // namespace st

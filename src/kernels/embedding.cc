@@ -21,6 +21,10 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
     const int64_t t = bt % T;
     float* o = out + bt * C;
     const float* e = wte + static_cast<int64_t>(tokens[bt]) * C;
+    if (wpe == nullptr) {
+      std::copy(e, e + C, o);
+      continue;
+    }
     const float* p = wpe + t * C;
     for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
   }
@@ -38,11 +42,10 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
         const int64_t bt = static_cast<int64_t>(b) * T + t;
         const float* d = dout + bt * C;
         float* gw = dwte + static_cast<int64_t>(tokens[bt]) * C;
+        for (int c = c0; c < c1; ++c) gw[c] += d[c];
+        if (dwpe == nullptr) continue;
         float* gp = dwpe + static_cast<int64_t>(t) * C;
-        for (int c = c0; c < c1; ++c) {
-          gw[c] += d[c];
-          gp[c] += d[c];
-        }
+        for (int c = c0; c < c1; ++c) gp[c] += d[c];
       }
     }
   }

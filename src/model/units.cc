@@ -4,12 +4,10 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/rng.h"
+#include "shardtrain/model/family.h"
 
 namespace st {
-namespace {
-
-// Appends a tensor at the end of the unit's flat buffer.
-void add(UnitLayout& u, std::string name, std::vector<int64_t> shape, InitKind init, bool decay) {
+void add_tensor(UnitLayout& u, std::string name, std::vector<int64_t> shape, InitKind init, bool decay) {
   TensorSpec t;
   t.name = std::move(name);
   t.shape = std::move(shape);
@@ -21,6 +19,8 @@ void add(UnitLayout& u, std::string name, std::vector<int64_t> shape, InitKind i
   u.numel += t.numel;
   u.tensors.push_back(std::move(t));
 }
+
+namespace {
 
 // Which initialisation stream a unit draws from: its index, offset so that it never collides with
 // streams that other parts of the program derive from the same seed.
@@ -35,43 +35,7 @@ const TensorSpec& UnitLayout::tensor(const std::string& tensor_name) const {
 }
 
 std::vector<UnitLayout> build_units(const ModelConfig& cfg) {
-  const int64_t C = cfg.n_embd, Vp = cfg.padded_vocab(), T = cfg.seq_len;
-  std::vector<UnitLayout> units;
-
-  UnitLayout emb;
-  emb.kind = UnitKind::kEmbedding;
-  emb.name = "embedding";
-  add(emb, "wte", {Vp, C}, InitKind::kEmbeddingPadded, false);
-  add(emb, "wpe", {T, C}, InitKind::kNormal, false);
-  units.push_back(std::move(emb));
-
-  for (int l = 0; l < cfg.n_layer; ++l) {
-    UnitLayout b;
-    b.kind = UnitKind::kBlock;
-    b.layer = l;
-    b.name = "block." + std::to_string(l);
-    add(b, "ln1.weight", {C}, InitKind::kOnes, false);
-    add(b, "ln1.bias", {C}, InitKind::kZeros, false);
-    add(b, "attn.qkv.weight", {3 * C, C}, InitKind::kNormal, true);
-    add(b, "attn.qkv.bias", {3 * C}, InitKind::kZeros, false);
-    add(b, "attn.proj.weight", {C, C}, InitKind::kResidualProj, true);
-    add(b, "attn.proj.bias", {C}, InitKind::kZeros, false);
-    add(b, "ln2.weight", {C}, InitKind::kOnes, false);
-    add(b, "ln2.bias", {C}, InitKind::kZeros, false);
-    add(b, "mlp.fc.weight", {4 * C, C}, InitKind::kNormal, true);
-    add(b, "mlp.fc.bias", {4 * C}, InitKind::kZeros, false);
-    add(b, "mlp.proj.weight", {C, 4 * C}, InitKind::kResidualProj, true);
-    add(b, "mlp.proj.bias", {C}, InitKind::kZeros, false);
-    units.push_back(std::move(b));
-  }
-
-  UnitLayout head;
-  head.kind = UnitKind::kHead;
-  head.name = "head";
-  add(head, "lnf.weight", {C}, InitKind::kOnes, false);
-  add(head, "lnf.bias", {C}, InitKind::kZeros, false);
-  units.push_back(std::move(head));
-
+  std::vector<UnitLayout> units = model_family(cfg.arch).build_units(cfg);
   for (size_t i = 0; i < units.size(); ++i) units[i].index = static_cast<int>(i);
   return units;
 }

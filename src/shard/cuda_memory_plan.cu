@@ -7,7 +7,7 @@
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/kernels/gpu/reduce.h"
-#include "shardtrain/model/cuda_gpt.h"
+#include "shardtrain/model/gpt2/cuda_gpt_model.h"
 #include "shardtrain/shard/comm_tuning.h"
 
 namespace st {

@@ -16,7 +16,7 @@
 #include "shardtrain/kernels/gpu/attention_choice.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/kernels/gpu/reduce.h"
-#include "shardtrain/model/cuda_gpt.h"
+#include "shardtrain/model/gpt2/cuda_gpt_model.h"
 #include "shardtrain/shard/comm_tuning.h"
 #include "shardtrain/shard/cuda_memory_plan.h"
 #include "shardtrain/shard/device_optimizer.h"

@@ -6,7 +6,7 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/format.h"
-#include "shardtrain/model/gpt.h"
+#include "shardtrain/model/family.h"
 #include "shardtrain/shard/shard_span.h"
 
 namespace st {
@@ -112,7 +112,7 @@ MemoryPlan plan_host_memory(const Config& cfg, int world, int64_t replica_bucket
   comm.prefetch_depth = 0;
   comm.replica_bucket_elements = replica_bucket_elements;
   ComputeFootprint compute;
-  compute.activation_bytes = GptModel::footprint_bytes(cfg.model, cfg.train.micro_batch, cfg.train.recompute);
+  compute.activation_bytes = model_family(cfg.model.arch).cpu_footprint_bytes(cfg.model, cfg.train.micro_batch, cfg.train.recompute);
   compute.runtime_reserve_bytes = kHostReserveBytes;
   return plan_memory(host, world, comm, compute);
 }

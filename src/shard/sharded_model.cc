@@ -7,6 +7,7 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/process_memory.h"
+#include "shardtrain/model/family.h"
 #include "shardtrain/optim/adamw_optimizer.h"
 #include "shardtrain/shard/memory_plan.h"
 
@@ -18,7 +19,7 @@ int64_t bytes_of(const std::vector<float>& v) { return static_cast<int64_t>(v.si
 // Checks the host memory plan (shard/memory_plan.h) before the model's activations and the shards are
 // allocated, so a config that cannot fit is refused at once with its breakdown (kBadInput) rather than ending
 // in std::bad_alloc after minutes of allocating and initialising. The budget is split between the ranks of this
-// host. Returns the model config for GptModel's constructor, which runs next.
+// host. Returns the model config for the model's constructor, which runs next.
 const ModelConfig& planned_model(const Config& cfg, const ShardingGroups& groups, Communicator& comm) {
   const int world = groups.shard().world_size();
   int64_t bucket_elements = 0;
@@ -39,7 +40,8 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
     : cfg_(cfg),
       comm_(comm),
       groups_(make_sharding_groups(cfg, comm)),
-      model_(planned_model(cfg, groups_, comm), cfg.train.micro_batch, cfg.train.recompute) {
+      model_(model_family(cfg.model.arch).make_cpu_model(planned_model(cfg, groups_, comm), cfg.train.micro_batch,
+                                                          cfg.train.recompute)) {
   if (cfg.optim.offload != OffloadMode::kNone) {
     HostAdamW::Options o;
     o.threads = static_cast<int>(cfg.optim.offload_threads);
@@ -49,7 +51,7 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
   }
   const int world = groups_.shard().world_size(), rank = groups_.shard().rank();
   int64_t max_unit_full = 0, max_slot = 0;
-  for (const UnitLayout& u : model_.units()) {
+  for (const UnitLayout& u : model_->units()) {
     UnitShard s;
     s.span = shard_span(u.numel, rank, world);
     s.slot = padded_shard_size(u.numel, world);
@@ -141,25 +143,25 @@ void ShardedModel::gather(int unit, size_t /*at*/) {
   counters_.cross_node_bytes += groups_.shard_cross_bytes(sh.slot, sizeof(float));
 }
 
-void ShardedModel::embedding_forward() { model_.embedding_forward(gathered(0), tokens_, batch_, len_); }
+void ShardedModel::embedding_forward() { model_->embedding_forward(gathered(0), tokens_, batch_, len_); }
 
-void ShardedModel::block_forward(int unit) { model_.block_forward(unit - 1, gathered(unit)); }
+void ShardedModel::block_forward(int unit) { model_->block_forward(unit - 1, gathered(unit)); }
 
 void ShardedModel::head(int unit) {
   if (mode_ == Mode::kLogits) {
-    model_.head_logits(gathered(unit), gathered(0), len_ - 1, logits_out_);
+    model_->head_logits(gathered(unit), gathered(0), len_ - 1, logits_out_);
   } else if (mode_ == Mode::kEval) {
-    loss_ = model_.head_forward(gathered(unit), gathered(0), targets_);
+    loss_ = model_->head_forward(gathered(unit), gathered(0), targets_);
   } else {
     float* head_grad = full_grad(unit);
     float* emb_grad = full_grad(0);
-    loss_ = model_.head_forward_backward(gathered(unit), gathered(0), targets_, dloss_, head_grad, emb_grad);
+    loss_ = model_->head_forward_backward(gathered(unit), gathered(0), targets_, dloss_, head_grad, emb_grad);
   }
 }
 
-void ShardedModel::block_backward(int unit) { model_.block_backward(unit - 1, gathered(unit), full_grad(unit)); }
+void ShardedModel::block_backward(int unit) { model_->block_backward(unit - 1, gathered(unit), full_grad(unit)); }
 
-void ShardedModel::embedding_backward() { model_.embedding_backward(full_grad(0)); }
+void ShardedModel::embedding_backward() { model_->embedding_backward(full_grad(0)); }
 
 void ShardedModel::reduce_scatter(int unit) {
   UnitShard& sh = shards_[static_cast<size_t>(unit)];
@@ -231,7 +233,7 @@ std::vector<float> ShardedModel::gather_full(int unit, std::vector<float> UnitSh
   const UnitShard& sh = shards_[static_cast<size_t>(unit)];
   std::vector<float> full(static_cast<size_t>(sh.slot * groups_.shard().world_size()));
   groups_.shard().all_gather((sh.*state).data(), sh.slot, full.data());
-  full.resize(static_cast<size_t>(model_.units()[static_cast<size_t>(unit)].numel));
+  full.resize(static_cast<size_t>(model_->units()[static_cast<size_t>(unit)].numel));
   return full;
 }
 

@@ -1,5 +1,7 @@
 #include "shardtrain/train/mfu.h"
 
+#include "shardtrain/model/family.h"
+
 namespace st {
 namespace {
 
@@ -15,8 +17,8 @@ constexpr Peak kPeaks[] = {
 
 }  // namespace
 
-double flops_per_token(const ModelConfig& cfg, int64_t n_params) {
-  return 6.0 * static_cast<double>(n_params) +
+double flops_per_token(const ModelConfig& cfg) {
+  return 6.0 * static_cast<double>(model_family(cfg.arch).flop_params(cfg)) +
          6.0 * static_cast<double>(cfg.n_layer) * cfg.n_embd * static_cast<double>(cfg.seq_len);
 }
 
@@ -26,11 +28,10 @@ std::optional<double> dense_bf16_peak(const std::string& device_name) {
   return std::nullopt;
 }
 
-std::optional<double> mfu(const ModelConfig& cfg, int64_t n_params, double tokens_per_s, int devices,
-                          const std::string& device_name) {
+std::optional<double> mfu(const ModelConfig& cfg, double tokens_per_s, int devices, const std::string& device_name) {
   const std::optional<double> peak = dense_bf16_peak(device_name);
   if (!peak || devices <= 0) return std::nullopt;
-  return tokens_per_s * flops_per_token(cfg, n_params) / (*peak * devices);
+  return tokens_per_s * flops_per_token(cfg) / (*peak * devices);
 }
 
 }  // namespace st

@@ -220,7 +220,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     r.mem_gathered_peak_bytes = mem.gathered_peak_bytes;
     r.mem_peak_bytes = peak_memory_per_rank(engine.sharded().peak_memory_bytes(), comm);
     r.on_gpu = cfg.train.device == Device::kCuda;
-    r.mfu = mfu(cfg.model, n_params, r.tokens_per_s, world, engine.sharded().device_name());
+    r.mfu = mfu(cfg.model, r.tokens_per_s, world, engine.sharded().device_name());
     rates.push_back(r.tokens_per_s);
     if (stats.skipped) {
       ++summary.skipped;

@@ -33,10 +33,29 @@ ModelConfig small_model() {
   return m;
 }
 
+// A small llama with every family key away from its default.
+ModelConfig small_llama() {
+  ModelConfig m = small_model();
+  m.arch = ModelArch::kLlama;
+  m.n_head = 4;
+  m.n_kv_head = 2;
+  m.ffn_dim = 40;
+  m.rope_theta = 500000.0f;
+  m.rope_scaling = RopeScaling::kLlama3;
+  m.rope_scaling_factor = 32.0f;
+  m.rope_scaling_low_freq_factor = 1.5f;
+  m.rope_scaling_high_freq_factor = 4.25f;
+  m.rope_scaling_original_max_position = 64;
+  m.rms_norm_eps = 1e-6f;  // not exactly representable: must round-trip bit for bit
+  m.tie_embeddings = false;
+  m.qkv_bias = true;
+  return m;
+}
+
 // A manifest as the commit code would write it: units from the model layout, spans from shard_span.
-Manifest make_manifest(int world) {
+Manifest make_manifest(int world, const ModelConfig& model = small_model()) {
   Config cfg;
-  cfg.model = small_model();
+  cfg.model = model;
   Manifest m;
   m.step = 100;
   m.world_size = world;
@@ -81,6 +100,18 @@ void expect_equal(const Manifest& a, const Manifest& b) {
   EXPECT_EQ(a.model.n_embd, b.model.n_embd);
   EXPECT_EQ(a.model.vocab_size, b.model.vocab_size);
   EXPECT_EQ(a.model.seq_len, b.model.seq_len);
+  EXPECT_EQ(a.model.arch, b.model.arch);
+  EXPECT_EQ(a.model.n_kv_head, b.model.n_kv_head);
+  EXPECT_EQ(a.model.ffn_dim, b.model.ffn_dim);
+  EXPECT_EQ(a.model.rope_theta, b.model.rope_theta);
+  EXPECT_EQ(a.model.rope_scaling, b.model.rope_scaling);
+  EXPECT_EQ(a.model.rope_scaling_factor, b.model.rope_scaling_factor);
+  EXPECT_EQ(a.model.rope_scaling_low_freq_factor, b.model.rope_scaling_low_freq_factor);
+  EXPECT_EQ(a.model.rope_scaling_high_freq_factor, b.model.rope_scaling_high_freq_factor);
+  EXPECT_EQ(a.model.rope_scaling_original_max_position, b.model.rope_scaling_original_max_position);
+  EXPECT_EQ(a.model.rms_norm_eps, b.model.rms_norm_eps);
+  EXPECT_EQ(a.model.tie_embeddings, b.model.tie_embeddings);
+  EXPECT_EQ(a.model.qkv_bias, b.model.qkv_bias);
   ASSERT_EQ(a.units.size(), b.units.size());
   for (size_t u = 0; u < a.units.size(); ++u) {
     EXPECT_EQ(a.units[u].name, b.units[u].name);
@@ -130,7 +161,7 @@ TEST(Manifest, JsonIsPrettyPrintedWithIndentTwoAndExactIntegers) {
   const std::string text = manifest_to_json(make_manifest(2));
   EXPECT_EQ(text.rfind("{\n  \"format_version\": 1,\n  \"step\": 100,\n", 0), 0u) << text.substr(0, 80);
   EXPECT_TRUE(contains(text, "\n  \"seed\": 18446744073709551615,\n")) << text;
-  EXPECT_TRUE(contains(text, "\n  \"model\": {\n    \"n_layer\": 2,\n")) << text;
+  EXPECT_TRUE(contains(text, "\n  \"model\": {\n    \"arch\": \"gpt2\",\n    \"n_layer\": 2,\n")) << text;
   EXPECT_TRUE(contains(text, "\"spans\": [\n        {\n          \"offset\": 0,\n          \"count\": ")) << text;
   EXPECT_EQ(text.back(), '\n');
 }
@@ -357,6 +388,55 @@ TEST(Manifest, CheckModelMatchesNamesEachDifferingField) {
                                   : "model.seq_len is 32 in the checkpoint, 33 in the config"))
         << msg;
   }
+}
+
+TEST(Manifest, LlamaModelKeysRoundTripExactly) {
+  const Manifest m = make_manifest(3, small_llama());
+  const std::string text = manifest_to_json(m);
+  EXPECT_TRUE(contains(text, "\"arch\": \"llama\"")) << text;
+  expect_equal(manifest_from_json(text, kPath), m);
+  EXPECT_EQ(manifest_to_json(manifest_from_json(text, kPath)), text);
+  EXPECT_NO_THROW(check_model_matches(m, small_llama(), kPath));
+}
+
+// Manifests written before the llama family have no model.arch: they are gpt2, and carry no llama keys.
+TEST(Manifest, ModelWithoutArchIsGpt2) {
+  json j = json::parse(manifest_to_json(make_manifest(2)));
+  EXPECT_FALSE(j["model"].contains("n_kv_head"));
+  j["model"].erase("arch");
+  EXPECT_EQ(manifest_from_json(j.dump(), kPath).model.arch, ModelArch::kGpt2);
+  j["model"]["arch"] = "mamba";
+  const std::string msg = bad_input_message([&] { manifest_from_json(j.dump(), kPath); });
+  EXPECT_TRUE(contains(msg, kPath + ": model.arch is \"mamba\", expected gpt2 or llama")) << msg;
+}
+
+TEST(Manifest, LlamaManifestNamesAMissingFamilyKey) {
+  json j = json::parse(manifest_to_json(make_manifest(2, small_llama())));
+  j["model"].erase("rope_theta");
+  const std::string msg = bad_input_message([&] { manifest_from_json(j.dump(), kPath); });
+  EXPECT_TRUE(contains(msg, kPath + ": required field model.rope_theta is missing")) << msg;
+}
+
+TEST(Manifest, CheckModelMatchesNamesBothFamilies) {
+  const Manifest gpt2 = make_manifest(2);
+  ModelConfig llama = small_llama();
+  std::string msg = bad_input_message([&] { check_model_matches(gpt2, llama, kPath); });
+  EXPECT_TRUE(contains(msg, kPath + ": the checkpoint holds a gpt2 model (model.arch=gpt2), the config asks for "
+                                    "model.arch=llama"))
+      << msg;
+  const Manifest m = make_manifest(2, small_llama());
+  msg = bad_input_message([&] { check_model_matches(m, small_model(), kPath); });
+  EXPECT_TRUE(contains(msg, "holds a llama model (model.arch=llama), the config asks for model.arch=gpt2")) << msg;
+  llama.n_kv_head = 4;
+  llama.rms_norm_eps = 1e-5f;
+  llama.tie_embeddings = true;
+  llama.rope_scaling_factor = 8.0f;
+  msg = bad_input_message([&] { check_model_matches(m, llama, kPath); });
+  EXPECT_TRUE(contains(msg, "model.n_kv_head is 2 in the checkpoint, 4 in the config; model.rope_scaling_factor is "
+                            "32 in the checkpoint, 8 in the config; model.rms_norm_eps is 9.99999997e-07 in the "
+                            "checkpoint, 9.99999975e-06 in the config; model.tie_embeddings is false in the "
+                            "checkpoint, true in the config"))
+      << msg;
 }
 
 }  // namespace

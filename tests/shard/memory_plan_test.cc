@@ -11,7 +11,7 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/process_memory.h"
-#include "shardtrain/model/gpt.h"
+#include "shardtrain/model/gpt2/gpt_model.h"
 
 namespace st {
 namespace {

@@ -19,14 +19,41 @@
 
 namespace st {
 
+// The model families: GPT-2 (LayerNorm, learned positions, GELU MLP, biases, tied head) and Llama (RMSNorm, RoPE,
+// grouped-query attention, SwiGLU MLP, no biases but optional q/k/v biases, tied or untied head). Qwen 2.5 is llama
+// with qkv_bias; SmolLM2 is a llama shape.
+enum class ModelArch { kGpt2, kLlama };
+enum class RopeScaling { kNone, kLlama3 };  // kLlama3: Hugging Face's rope_type "llama3"
+
 struct ModelConfig {
+  ModelArch arch = ModelArch::kGpt2;
   int n_layer = 4;
   int n_head = 4;
   int n_embd = 128;
   int vocab_size = 256;  // real vocabulary; see padded_vocab()
   int seq_len = 128;     // tokens
+  // llama only (gpt2 takes the defaults; validation refuses anything else).
+  int n_kv_head = 0;  // 0: n_head (no grouping)
+  int ffn_dim = 0;    // SwiGLU hidden width; 0: gpt2's 4 x n_embd (llama needs it set)
+  float rope_theta = 10000.0f;
+  RopeScaling rope_scaling = RopeScaling::kNone;
+  float rope_scaling_factor = 8.0f;
+  float rope_scaling_low_freq_factor = 1.0f;
+  float rope_scaling_high_freq_factor = 4.0f;
+  int rope_scaling_original_max_position = 8192;
+  float rms_norm_eps = 1e-5f;
+  bool tie_embeddings = true;
+  bool qkv_bias = false;
+
   // vocab_size rounded up to a multiple of 128 (50257 -> 50304): the embedding's rows in memory.
   int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
+  bool is_llama() const { return arch == ModelArch::kLlama; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int head_dim() const { return n_embd / n_head; }
+  // Width of the fused q/k/v activation: n_embd for q, head_dim per K/V head for k and v.
+  int qkv_dim() const { return (n_head + 2 * kv_heads()) * head_dim(); }
+  // Hidden width of the MLP: ffn_dim when set, else 4 x n_embd.
+  int mlp_dim() const { return ffn_dim > 0 ? ffn_dim : 4 * n_embd; }
 };
 
 enum class Device { kCpu, kCuda };
@@ -166,6 +193,8 @@ std::string config_markdown();
 // load_config() of this text yields an equal Config.
 std::string to_ini(const Config& cfg);
 
+const char* to_string(ModelArch a);
+const char* to_string(RopeScaling r);
 const char* to_string(DataFormat f);
 const char* to_string(Device d);
 const char* to_string(DType t);

@@ -1,16 +1,22 @@
 // The model as a list of units: the embedding, each transformer block, and the head.
 //
-// A unit is the granularity of sharding: its tensors are flattened, in the fixed order listed below,
-// into one flat fp32 buffer. The layout depends only on the model config, never on the world size, so
-// a rank that owns [offset, offset+count) of a unit can be resharded to any other world size.
+// A unit is the granularity of sharding: its tensors are flattened, in a fixed order, into one flat fp32 buffer.
+// The layout depends only on the model config, never on the world size, so a rank that owns [offset, offset+count)
+// of a unit can be resharded to any other world size. Each family lists its tensors (matrices in PyTorch nn.Linear
+// layout [out, in], row-major; Vp = the padded vocabulary, whose rows >= vocab_size are zero padding):
 //
-// Flat order (shapes row-major; matrices in PyTorch nn.Linear layout [out, in]):
-//   unit 0       "embedding": wte [Vp, C] (Vp = padded vocab; rows >= vocab_size are zero padding),
-//                             wpe [T, C]
+// gpt2 (src/model/gpt2/gpt2_family.cc):
+//   unit 0       "embedding": wte [Vp, C], wpe [T, C]
 //   unit 1+l     "block.l":   ln1.weight [C], ln1.bias [C], attn.qkv.weight [3C, C], attn.qkv.bias [3C],
 //                             attn.proj.weight [C, C], attn.proj.bias [C], ln2.weight [C], ln2.bias [C],
 //                             mlp.fc.weight [4C, C], mlp.fc.bias [4C], mlp.proj.weight [C, 4C], mlp.proj.bias [C]
-//   unit L+1     "head":      lnf.weight [C], lnf.bias [C]   (the LM head itself is wte, tied)
+//   unit L+1     "head":      lnf.weight [C], lnf.bias [C]   (the LM head is wte, tied)
+// llama (src/model/llama/llama_family.cc), with D = C / H the head dimension, KV key/value heads, F = ffn_dim:
+//   unit 0       "embedding": embed_tokens [Vp, C]
+//   unit 1+l     "block.l":   attn_norm.weight [C], attn.qkv.weight [(H + 2 KV) D, C] (q, k, v projections stacked),
+//                             attn.qkv.bias [(H + 2 KV) D] (model.qkv_bias only), attn.o.weight [C, C],
+//                             mlp_norm.weight [C], mlp.gate_up.weight [2F, C] (gate, then up), mlp.down.weight [C, F]
+//   unit L+1     "head":      norm.weight [C], lm_head [Vp, C] (untied only: tied, the LM head is embed_tokens)
 #pragma once
 
 #include <cstdint>
@@ -23,7 +29,7 @@ namespace st {
 
 enum class InitKind {
   kNormal,        // N(0, 0.02)
-  kResidualProj,  // N(0, 0.02 / sqrt(2 * n_layer)): projections that write into the residual stream
+  kResidualProj,  // N(0, 0.02 / sqrt(2 * n_layer)): GPT-2's projections that write into the residual stream
   kZeros,
   kOnes,
   kEmbeddingPadded,  // N(0, 0.02) for rows < vocab_size, zero for the padding rows
@@ -37,7 +43,7 @@ struct TensorSpec {
   int64_t offset = 0;          // first element in the unit's flat buffer
   int64_t numel = 0;
   InitKind init = InitKind::kNormal;
-  bool weight_decay = false;  // AdamW decay: matrices of the blocks only
+  bool weight_decay = false;  // AdamW decay: the family's rule (both: the matrices of the blocks only)
 };
 
 struct UnitLayout {
@@ -51,14 +57,16 @@ struct UnitLayout {
   const TensorSpec& tensor(const std::string& name) const;  // throws if absent
 };
 
-// The unit list of a GPT-2 model: size n_layer + 2.
+// The unit list of the config's family (cfg.arch): size n_layer + 2.
 std::vector<UnitLayout> build_units(const ModelConfig& cfg);
+
+// Appends a tensor at the end of the unit's flat buffer (for the families' unit lists).
+void add_tensor(UnitLayout& u, std::string name, std::vector<int64_t> shape, InitKind init, bool decay);
 
 // Total parameters over all units (padding rows of wte included: they are real memory).
 int64_t count_params(const std::vector<UnitLayout>& units);
 
-// Fills elements [begin, end) of the unit's flat buffer into out[0, end-begin) with GPT-2's
-// initialisation. Each element is a pure function of (seed, unit index, flat index), so any shard of any
+// Fills elements [begin, end) of the unit's flat buffer into out[0, end-begin) with each tensor's InitKind. Each element is a pure function of (seed, unit index, flat index), so any shard of any
 // world size initialises exactly as one process would.
 void init_unit_range(const UnitLayout& unit, const ModelConfig& cfg, uint64_t seed, int64_t begin, int64_t end,
                      float* out);

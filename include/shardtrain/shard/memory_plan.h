@@ -93,7 +93,7 @@ void check_memory_plan(const MemoryPlan& plan, const DeviceBudget& budget, const
 
 // The CPU backend (ShardedModel, fp32) plans the same terms in host memory: the 16 S_u bytes of sharded state per
 // unit whatever optim.offload says (the optimizer already runs on the host), gather buffers at prefetch depth 0
-// (every collective blocks), GptModel's activations and scratch (GptModel::footprint_bytes), and
+// (every collective blocks), the model's activations and scratch (its family's cpu_footprint_bytes), and
 // kHostReserveBytes for what runs beside them.
 //
 //   check_host_memory_plan(cfg, world, bucket, host_memory_budget(host_memory_limits(), comm.device_ranks()));

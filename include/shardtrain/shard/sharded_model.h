@@ -19,7 +19,7 @@
 
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
-#include "shardtrain/model/gpt.h"
+#include "shardtrain/model/unit_model.h"
 #include "shardtrain/optim/host_adamw.h"
 #include "shardtrain/shard/comm_tuning.h"
 #include "shardtrain/shard/model_backend.h"
@@ -35,7 +35,7 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   // Initialises this rank's parameter shards from cfg.train.seed (identical to one process's init).
   ShardedModel(const Config& cfg, Communicator& comm);
 
-  const std::vector<UnitLayout>& units() const override { return model_.units(); }
+  const std::vector<UnitLayout>& units() const override { return model_->units(); }
   UnitShard& shard(int unit) override {
     settle();
     return shards_[static_cast<size_t>(unit)];
@@ -119,7 +119,7 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   Config cfg_;
   Communicator& comm_;
   ShardingGroups groups_;  // dist.sharding: the world (full) or this node's ranks plus the replica group
-  GptModel model_;
+  std::unique_ptr<UnitModel> model_;  // the family's CPU model
   std::unique_ptr<HostAdamW> offload_;  // optim.offload=optimizer: the host AdamW engine, else null
   std::vector<UnitShard> shards_;
   // Unit 0 (the tied embedding) is live at the same time as the head, so it has slots of its own.

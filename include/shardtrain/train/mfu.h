@@ -1,6 +1,9 @@
-// Model FLOPs utilisation: the FLOPs a step must do (llm.c's count) over the device's dense peak.
+// Model FLOPs utilisation: the FLOPs a step must do over the device's dense peak.
 //
-//   FLOPs per token = 6 P + 6 L C T     (P parameters, L layers, C width, T context: matmuls + attention)
+//   FLOPs per token = 6 P + 6 L C T     (L layers, C width, T context: matmuls + causal attention)
+//
+// P is the family's count (model/family.h): gpt2 every parameter (llm.c's convention), llama the parameters of
+// matrix products (the Hugging Face / torchtitan peers' convention).
 //   MFU = tokens/s per device * FLOPs per token / peak
 //
 // Peaks are the dense bf16 tensor rates (fp32 accumulate) from the vendors' datasheets, keyed by the
@@ -15,14 +18,13 @@
 
 namespace st {
 
-double flops_per_token(const ModelConfig& cfg, int64_t n_params);
+double flops_per_token(const ModelConfig& cfg);
 
 // Dense bf16 peak in FLOP/s for a device name as CUDA reports it ("NVIDIA H200", "NVIDIA GeForce RTX
 // 4090"), or nullopt if unknown (including "cpu").
 std::optional<double> dense_bf16_peak(const std::string& device_name);
 
 // tokens_per_s over all `devices`; nullopt when the peak is unknown.
-std::optional<double> mfu(const ModelConfig& cfg, int64_t n_params, double tokens_per_s, int devices,
-                          const std::string& device_name);
+std::optional<double> mfu(const ModelConfig& cfg, double tokens_per_s, int devices, const std::string& device_name);
 
 }  // namespace st

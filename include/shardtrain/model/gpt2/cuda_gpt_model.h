@@ -1,4 +1,4 @@
-// GPT-2 forward and backward on one GPU, unit by unit: the CUDA twin of GptModel (gpt.h), with the same
+// GPT-2 forward and backward on one GPU, unit by unit: the CUDA twin of GptModel (gpt_model.h), with the same
 // calls and the same unit layout. Gradients: the embedding's accumulate (+=: the classifier and the token lookup
 // both add to it), as in GptModel; a block's and the head's are written (=), so their buffers need no zeroing
 // (GptModel adds to them, the same values on zeroed buffers). Parameters and

@@ -1,4 +1,4 @@
-#include "shardtrain/model/cuda_gpt.h"
+#include "shardtrain/model/gpt2/cuda_gpt_model.h"
 
 #include <algorithm>
 #include <cstring>
@@ -12,7 +12,7 @@
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/kernels/gpu/reduce.h"
 #include "shardtrain/kernels/gpu/softmax_cross_entropy.h"
-#include "shardtrain/model/block_view.h"
+#include "shardtrain/model/gpt2/block_view.h"
 
 namespace st {
 namespace {

@@ -1,5 +1,5 @@
 // Named pointers into a block unit's flat buffer (parameters or gradients, host or device, any element
-// type), in the tensor order of units.h. Shared by the CPU model (gpt.cc) and the GPU model (cuda_gpt.cu).
+// type), in the tensor order of units.h. Shared by the CPU model (gpt_model.cc) and the GPU model (cuda_gpt_model.cu).
 //
 //   const BlockView<const float> p(params, units[1 + layer]);   // p.qkvw points at attn.qkv.weight
 #pragma once

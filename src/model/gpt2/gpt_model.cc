@@ -1,4 +1,4 @@
-#include "shardtrain/model/gpt.h"
+#include "shardtrain/model/gpt2/gpt_model.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,16 +9,13 @@
 #include "shardtrain/kernels/gelu.h"
 #include "shardtrain/kernels/layernorm.h"
 #include "shardtrain/kernels/matmul.h"
-#include "shardtrain/kernels/softmax_cross_entropy.h"
-#include "shardtrain/model/block_view.h"
+#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/gpt2/block_view.h"
 
 namespace st {
 namespace {
 
 void zero(std::vector<float>& v, int64_t n) { std::memset(v.data(), 0, sizeof(float) * static_cast<size_t>(n)); }
-
-// Rows of the classifier processed at once: bounds the logits scratch to ~32 MiB whatever the vocab.
-constexpr int64_t kLogitsChunkElems = int64_t{8} << 20;
 
 }  // namespace
 
@@ -54,7 +51,7 @@ GptModel::GptModel(const ModelConfig& cfg, int64_t max_batch, bool recompute)
   dqkv_.resize(BT * 3 * C);
   dfch_.resize(BT * 8 * C);  // dfch_gelu and dfch, back to back
   const int64_t Vp = cfg.padded_vocab();
-  const int64_t chunk_rows = std::max<int64_t>(1, std::min<int64_t>(BT, kLogitsChunkElems / Vp));
+  const int64_t chunk_rows = classifier_chunk_rows(BT, Vp);
   logits_chunk_.resize(chunk_rows * Vp);
 }
 
@@ -63,7 +60,7 @@ int64_t GptModel::footprint_bytes(const ModelConfig& cfg, int64_t max_batch, boo
   const int64_t blocks = recompute ? std::min<int64_t>(cfg.n_layer, 1) : cfg.n_layer;
   // Per block: ln1, atty, res2, ln2 (BT x C), qkv (3), fch and fch_gelu (4 each); four BT statistics; att.
   const int64_t per_block = 15 * BT * C + 4 * BT + max_batch * cfg.n_head * T * T;
-  const int64_t chunk_rows = std::max<int64_t>(1, std::min<int64_t>(BT, kLogitsChunkElems / Vp));
+  const int64_t chunk_rows = classifier_chunk_rows(BT, Vp);
   const int64_t floats = blocks * per_block + cfg.n_layer * BT * C  // block outputs
                          + BT * C + BT * C + 3 * BT                 // encoded, lnf and its statistics, losses
                          + 3 * BT * C + 3 * BT * C + 8 * BT * C     // dresid, dlnf, dbuf_c; dqkv; dfch
@@ -132,25 +129,15 @@ float GptModel::head_forward_backward(const float* head_params, const float* emb
   layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, lnfw, lnfb, N, C);
   if (backward) zero(dlnf_, N * C);
 
-  const int64_t chunk_rows = static_cast<int64_t>(logits_chunk_.size()) / Vp;
-  for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
-    const int64_t rows = std::min(chunk_rows, N - r0);
-    float* logits = logits_chunk_.data();
-    matmul_forward(logits, lnf_.data() + r0 * C, wte, nullptr, rows, C, Vp);
-    softmax_cross_entropy(losses_.data() + r0, backward ? logits : nullptr, logits, targets + r0, rows, V, Vp, dloss);
-    if (backward) {
-      matmul_backward(dlnf_.data() + r0 * C, emb_grads + eu.tensors[0].offset, nullptr, logits, lnf_.data() + r0 * C,
-                      wte, rows, C, Vp);
-    }
-  }
+  const double loss = chunked_classifier(lnf_.data(), wte, targets, N, C, V, Vp, dloss, logits_chunk_.data(),
+                                         losses_.data(), backward ? dlnf_.data() : nullptr,
+                                         backward ? emb_grads + eu.tensors[0].offset : nullptr);
   if (backward) {
     zero(dresid_, N * C);
     layernorm_backward(dresid_.data(), head_grads + hu.tensors[0].offset, head_grads + hu.tensors[1].offset,
                        dlnf_.data(), x, lnfw, lnf_mean_.data(), lnf_rstd_.data(), N, C);
   }
-  double sum = 0.0;
-  for (int64_t i = 0; i < N; ++i) sum += losses_[i];
-  return static_cast<float>(sum / static_cast<double>(N));
+  return static_cast<float>(loss);
 }
 
 void GptModel::head_logits(const float* head_params, const float* emb_params, int64_t pos,

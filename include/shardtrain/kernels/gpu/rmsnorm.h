@@ -1,0 +1,27 @@
+// RMSNorm on the GPU: the CUDA version of kernels/rmsnorm.h, same operands and meaning, for activations T in
+// {float, bf16, fp16} (fp32 arithmetic; rstd is fp32). Device pointers, asynchronous on ctx.stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/rmsnorm.h"
+
+namespace st::gpu {
+
+// For each of N rows of C: out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps), saved for backward.
+template <typename T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, float eps, int64_t N, int C,
+                     const GpuContext& ctx);
+
+// Accumulates dinp [N,C] += ... and dweight [C] += ... (param_write = kOverwrite: dweight is written). dweight is
+// reduced over rows in fp32 in a fixed order (per chunk of rows into ctx.scratch, then over chunks), so the result
+// is bit-identical run to run. Needs rmsnorm_backward_scratch_bytes(N, C) bytes of ctx.scratch.
+template <typename T>
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const float* rstd, int64_t N,
+                      int C, const GpuContext& ctx, GradWrite param_write = GradWrite::kAccumulate);
+
+size_t rmsnorm_backward_scratch_bytes(int64_t N, int C);
+
+}  // namespace st::gpu

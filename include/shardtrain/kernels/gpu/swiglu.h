@@ -1,0 +1,21 @@
+// SwiGLU on the GPU: the CUDA version of kernels/swiglu.h, same operands and meaning, for activations T in {float,
+// bf16, fp16} (fp32 arithmetic). Device pointers, asynchronous on ctx.stream; no scratch.
+#pragma once
+
+#include <cstdint>
+
+#include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/swiglu.h"
+
+namespace st::gpu {
+
+// out [N, F] = silu(gate_up[:, :F]) * gate_up[:, F:].
+template <typename T>
+void swiglu_forward(T* out, const T* gate_up, int64_t N, int F, const GpuContext& ctx);
+
+// dgate_up [N, 2F] = the gradient of out applied to dout [N, F]; written (kOverwrite) or added.
+template <typename T>
+void swiglu_backward(T* dgate_up, const T* dout, const T* gate_up, int64_t N, int F, const GpuContext& ctx,
+                     GradWrite write = GradWrite::kOverwrite);
+
+}  // namespace st::gpu

@@ -1,0 +1,20 @@
+// The SwiGLU gate of Llama's MLP: out = silu(gate) * up, silu(g) = g / (1 + exp(-g)). The gate and up projections
+// are one GEMM, so their output is one buffer: gate_up [N, 2F], each row F gate values then F up values.
+// CPU fp32 reference.
+#pragma once
+
+#include <cstdint>
+
+#include "shardtrain/kernels/grad_write.h"
+
+namespace st {
+
+// out [N, F] = silu(gate_up[:, :F]) * gate_up[:, F:].
+void swiglu_forward(float* out, const float* gate_up, int64_t N, int F);
+
+// dgate_up [N, 2F] = d(out)/d(gate_up) applied to dout [N, F]: d gate = dout * up * silu'(gate), d up = dout *
+// silu(gate), with silu'(g) = s (1 + g (1 - s)), s = sigmoid(g). Written (kOverwrite, the default) or added.
+void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int F,
+                     GradWrite write = GradWrite::kOverwrite);
+
+}  // namespace st

@@ -1,0 +1,38 @@
+// What differs between model families, in one place per family: src/model/gpt2/ and src/model/llama/ each define
+// their unit list (tensor layout, initialisation, weight-decay rule), their CPU model and their FLOP count. The
+// engine (sharding, schedules, collectives, offload, checkpoints, the memory plan) sees only the unit list and the
+// UnitModel calls, and so is the same for every family.
+//
+//   const ModelFamily& f = model_family(cfg.model.arch);
+//   std::vector<UnitLayout> units = f.build_units(cfg.model);
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/model/unit_model.h"
+#include "shardtrain/model/units.h"
+
+namespace st {
+
+struct ModelFamily {
+  ModelArch arch;
+  const char* name;  // as model.arch spells it, and as checkpoints record it
+  // The unit list: embedding, n_layer blocks, head (units.h).
+  std::vector<UnitLayout> (*build_units)(const ModelConfig& cfg);
+  // P in the FLOP count 6 P + 6 L C T per token (train/mfu.h). gpt2: every parameter (llm.c's convention); llama:
+  // the parameters of matrix products, the embedding lookup excluded and a tied head counted once (the convention
+  // of Hugging Face / torchtitan peers).
+  int64_t (*flop_params)(const ModelConfig& cfg);
+  // The CPU fp32 model, and the bytes it would allocate (for the memory plan, before it exists).
+  std::unique_ptr<UnitModel> (*make_cpu_model)(const ModelConfig& cfg, int64_t max_batch, bool recompute);
+  int64_t (*cpu_footprint_bytes)(const ModelConfig& cfg, int64_t max_batch, bool recompute);
+};
+
+const ModelFamily& model_family(ModelArch arch);
+const ModelFamily& gpt2_family();
+const ModelFamily& llama_family();
+
+}  // namespace st

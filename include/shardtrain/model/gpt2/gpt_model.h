@@ -1,0 +1,68 @@
+// GPT-2 forward and backward, one unit at a time, on the CPU in fp32 (the numerical reference): the calls of
+// UnitModel (unit_model.h) on GPT-2's units (units.h): LayerNorm, learned positions, GELU MLP, biases, and the LM
+// head tied to wte.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/model/unit_model.h"
+#include "shardtrain/model/units.h"
+
+namespace st {
+
+class GptModel final : public UnitModel {
+ public:
+  // Allocates activations for micro-batches of up to max_batch sequences of cfg.seq_len tokens. With
+  // recompute, only each block's output (the next block's input) is kept per layer, plus one block's
+  // worth of activations that block_backward refills by re-running that block's forward.
+  GptModel(const ModelConfig& cfg, int64_t max_batch, bool recompute = false);
+
+  // The bytes that constructor allocates (activations, backward scratch, the logits chunk), computed without
+  // allocating: the CPU backend's memory plan (shard/memory_plan.h) counts them before the model exists.
+  // Equals allocated_bytes() of the model it would build.
+  static int64_t footprint_bytes(const ModelConfig& cfg, int64_t max_batch, bool recompute);
+  int64_t allocated_bytes() const override;
+
+  const ModelConfig& config() const override { return cfg_; }
+  const std::vector<UnitLayout>& units() const override { return units_; }
+
+  void embedding_forward(const float* emb_params, const int32_t* tokens, int64_t B, int64_t t) override;
+  void embedding_forward(const float* emb_params, const int32_t* tokens) {
+    embedding_forward(emb_params, tokens, max_batch_, cfg_.seq_len);
+  }
+  void block_forward(int layer, const float* block_params) override;
+
+  // Final LayerNorm and the classifier on wte (tied): its gradient goes to emb_grads.
+  float head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets, float dloss,
+                              float* head_grads, float* emb_grads) override;
+  using UnitModel::head_forward;
+  void head_logits(const float* head_params, const float* emb_params, int64_t pos,
+                   std::vector<float>* logits) override;
+  void block_backward(int layer, const float* block_params, float* block_grads) override;
+  // Accumulates wte and wpe grads into emb_grads.
+  void embedding_backward(float* emb_grads) override;
+
+ private:
+  struct BlockActs {
+    std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
+  };
+  const float* block_input(int layer) const;
+  BlockActs& acts(int layer) { return blocks_[recompute_ ? 0 : layer]; }
+
+  ModelConfig cfg_;
+  std::vector<UnitLayout> units_;
+  int64_t max_batch_;
+  bool recompute_;
+  int64_t B_ = 0, T_ = 0;  // the active shape of the last embedding_forward
+  std::vector<int32_t> tokens_;
+  std::vector<float> encoded_;
+  std::vector<BlockActs> blocks_;             // n_layer of them, or 1 with recompute
+  std::vector<std::vector<float>> block_out_;  // each block's output: the next block's input
+  std::vector<float> lnf_, lnf_mean_, lnf_rstd_, losses_;
+  // Backward scratch, shared by all blocks.
+  std::vector<float> dresid_, dlnf_, dbuf_c_, dqkv_, dfch_, logits_chunk_;
+};
+
+}  // namespace st

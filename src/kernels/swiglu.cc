@@ -1,0 +1,41 @@
+#include "shardtrain/kernels/swiglu.h"
+
+#include <cmath>
+
+#include "parallel.h"
+
+namespace st {
+
+using kernels_internal::kMinParallelWork;
+
+void swiglu_forward(float* out, const float* gate_up, int64_t N, int F) {
+#pragma omp parallel for schedule(static) if (N * F >= kMinParallelWork)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* g = gate_up + n * 2 * F;
+    const float* u = g + F;
+    float* o = out + n * F;
+    for (int f = 0; f < F; ++f) o[f] = g[f] / (1.0f + std::exp(-g[f])) * u[f];
+  }
+}
+
+void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int F, GradWrite write) {
+  const bool add = write == GradWrite::kAccumulate;
+#pragma omp parallel for schedule(static) if (N * F >= kMinParallelWork)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* g = gate_up + n * 2 * F;
+    const float* u = g + F;
+    const float* d = dout + n * F;
+    float* dg = dgate_up + n * 2 * F;
+    float* du = dg + F;
+    for (int f = 0; f < F; ++f) {
+      const float s = 1.0f / (1.0f + std::exp(-g[f]));
+      const float silu = g[f] * s;
+      const float dsilu = s * (1.0f + g[f] * (1.0f - s));
+      const float vg = d[f] * u[f] * dsilu, vu = d[f] * silu;
+      dg[f] = add ? dg[f] + vg : vg;
+      du[f] = add ? du[f] + vu : vu;
+    }
+  }
+}
+
+}  // namespace st
