@@ -5,14 +5,17 @@
 #   bash bench/device_check.sh [all|build|test|bench]      # default all
 #   BENCH_STEPS=20 BENCH_CASES="1:16 2:16 2:32 2:16:350m 2:32:124m:nop2p" bash bench/device_check.sh bench
 #
-# BENCH_CASES lists GPUS:MICRO_BATCH[:MODEL[:FLAGS]] cases, GPT-2 at T=1024, bf16, random tokens: MODEL 124m
-# (default), 350m or 1.5b; FLAGS a '+'-joined list, each given to both trainers:
+# BENCH_CASES lists GPUS:MICRO_BATCH[:MODEL[:FLAGS]] cases, bf16, random tokens: MODEL a GPT-2 size at T=1024, 124m
+# (default), 350m or 1.5b, or a llama-family shape at T=2048 (configs/MODEL.ini: llama3.2-1b, llama3.2-3b, qwen2.5-0.5b,
+# smollm2-360m; token ids below 65536, the llm.c shard format's limit, with the classifier over the full vocabulary);
+# FLAGS a '+'-joined list, each given to both trainers:
 #   nop2p     NCCL_P2P_DISABLE=1 (the dual-RTX-4090 stand-in)
 #   offload   --optim.offload=optimizer / --offload
 #   cap24     --dist.max_gpu_mem_gib=24 / --mem-cap-gib 24 (a 24 GB card)
 #   recompute --train.recompute=true / --recompute
 # e.g. BENCH_CASES="2:16:350m 2:16:350m:offload 2:4:1.5b:nop2p+cap24+recompute 2:4:1.5b:nop2p+cap24+recompute+offload".
-# The peer, when present, is .peer/fsdp2_gpt2.py: PyTorch FSDP2 training the same GPT-2 (an ignored folder: carry it).
+# The peers, when present, are .peer/fsdp2_gpt2.py and .peer/fsdp2_llama.py: PyTorch FSDP2 training the same GPT-2,
+# or transformers' Llama/Qwen2 (an ignored folder: carry it).
 # The bench stage also runs bench_gemm_shapes (each GEMM of a GPT-2 124M step through our cuBLASLt layer)
 # and, with 2 GPUs, bench_collectives (NcclCommunicator vs raw NCCL busbw, and --exchange: the two reduce engines);
 # BENCH_EXTRAS=0 skips both.
@@ -64,21 +67,25 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
   data=/tmp/shardtrain_random_tokens.bin
   python3 - "$data" <<'PY'
 import sys, numpy as np
-n = 1 << 24  # 16.8M random GPT-2 tokens, llm.c .bin shard format
+n = 1 << 24  # 16.8M random tokens, llm.c .bin shard format; below 49152, the smallest vocabulary benchmarked (SmolLM2)
 h = np.zeros(256, dtype=np.int32); h[:3] = [20240520, 1, n]
 with open(sys.argv[1], "wb") as f:
-    f.write(h.tobytes()); f.write(np.random.default_rng(0).integers(0, 50257, n, dtype=np.uint16).tobytes())
+    f.write(h.tobytes()); f.write(np.random.default_rng(0).integers(0, 49152, n, dtype=np.uint16).tobytes())
 PY
   table=("$(printf '%-22s %-13s %-10s %-7s %-14s %-10s %-11s %-9s %-10s %s' case system tok/s mfu "peak GiB/rank" \
     "median ms" "compute ms" "comm ms" "ours/fsdp2" "SM MHz / W / power-capped (ours)")")
   for c in $BENCH_CASES; do
     IFS=: read -r g b model flags <<<"$c"
     model=${model:-124m}
+    config="configs/gpt2-$model.ini" peer=.peer/fsdp2_gpt2.py seq=()
     case $model in
       124m) peer_model=(--layers 12 --dim 768 --heads 12) ;;
       350m) peer_model=(--layers 24 --dim 1024 --heads 16) ;;
       1.5b) peer_model=(--layers 48 --dim 1600 --heads 25) ;;
-      *) echo "BENCH_CASES: unknown model '$model' in '$c' (124m, 350m or 1.5b)"; exit 2 ;;
+      llama3.2-1b | llama3.2-3b | qwen2.5-0.5b | smollm2-360m)
+        config="configs/$model.ini" peer=.peer/fsdp2_llama.py peer_model=(--shape "$model" --T 2048)
+        seq=(--model.seq_len=2048) ;;
+      *) echo "BENCH_CASES: unknown model '$model' in '$c' (124m, 350m, 1.5b, llama3.2-1b, llama3.2-3b, qwen2.5-0.5b, smollm2-360m)"; exit 2 ;;
     esac
     link_env=() ours_flags=() peer_flags=()
     IFS=+ read -ra flag_list <<<"$flags"
@@ -93,18 +100,18 @@ PY
     done
     tag="${model}_g${g}_b${b}${flags:+_${flags//+/-}}"
     row=$(env "${link_env[@]}" TT_DIR="$OUT/tt" TT_TIMEOUT="$BENCH_TIMEOUT" bash bench/train_throughput.sh "$BUILD" "$g" \
-      "configs/gpt2-$model.ini" --train.dtype=bf16 --data.path="$data" --data.val_path= --data.val_holdout=0.01 --train.micro_batch="$b" \
+      "$config" "${seq[@]}" --train.dtype=bf16 --data.path="$data" --data.val_path= --data.val_holdout=0.01 --train.micro_batch="$b" \
       --train.global_batch=$((b * g)) --train.steps="$BENCH_STEPS" --log.every=5 --optim.warmup_steps=5 \
       "${ours_flags[@]}")
     if [[ $row == FAILED* ]]; then table+=("$(printf '%-22s %-13s %s' "$tag" shardtrain "$row")"); continue; fi
     read -r tok mfu peak ms compute comm _ sm watts capped _ <<<"$row"
     table+=("$(printf '%-22s %-13s %-10s %-7s %-14s %-10s %-11s %-9s %-10s %s' "$tag" shardtrain "$tok" "$mfu" "$peak" \
       "$ms" "$compute" "$comm" "" "$sm / $watts / $capped")")
-    if [[ -f .peer/fsdp2_gpt2.py ]]; then
+    if [[ -f $peer ]]; then
       j="$OUT/fsdp2_$tag.json"
       peer_limit=()
       [[ $BENCH_TIMEOUT -gt 0 ]] && peer_limit=(timeout --kill-after=15 "$BENCH_TIMEOUT")
-      env "${link_env[@]}" "${peer_limit[@]}" torchrun --nproc_per_node="$g" .peer/fsdp2_gpt2.py "${peer_model[@]}" \
+      env "${link_env[@]}" "${peer_limit[@]}" torchrun --nproc_per_node="$g" "$peer" "${peer_model[@]}" \
         --B "$b" --steps "$BENCH_STEPS" "${peer_flags[@]}" --json "$j" >"$OUT/fsdp2_$tag.log" 2>&1 </dev/null
       if [[ -f $j ]]; then
         table+=("$(python3 - "$j" "$tag" "$tok" <<'PY'

@@ -9,4 +9,17 @@ if(SYSTEM_PYTHON3 AND CKPT_MPIRUN)
     set_tests_properties(ckpt.process.${c} PROPERTIES LABELS "cpu;mpi;ckpt" TIMEOUT 600 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
   endforeach()
+  # The llama family: the same resume and resharding guarantees (its unit layout differs: no position table,
+  # fused q/k/v and gate/up matrices, an untied head here).
+  foreach(c resume-2 reshard-2-3)
+    add_test(NAME ckpt.process.llama.${c}
+             COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/ckpt/resume_faults_test.py $<TARGET_FILE:shardtrain>
+                     ${CKPT_MPIRUN} ${CMAKE_BINARY_DIR}/ckpt_process_llama_${c} ${c}
+                     ${CMAKE_BINARY_DIR}/tiny-llama-untied.ini)
+    set_tests_properties(ckpt.process.llama.${c} PROPERTIES LABELS "cpu;mpi;ckpt" TIMEOUT 600 PROCESSORS 2
+                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
+  endforeach()
+  file(READ ${CMAKE_SOURCE_DIR}/configs/tiny-llama.ini tiny_llama_ini)
+  string(REPLACE "[model]\n" "[model]\ntie_embeddings = false\n" tiny_llama_ini "${tiny_llama_ini}")
+  file(WRITE ${CMAKE_BINARY_DIR}/tiny-llama-untied.ini "${tiny_llama_ini}")
 endif()

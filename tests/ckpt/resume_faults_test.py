@@ -2,7 +2,7 @@
 """Checkpoints with real processes: bit-exact resume, resharding, and faults injected through
 SHARDTRAIN_FAULT (the test-only seam in src/ckpt/checkpoint.cc).
 
-usage: resume_faults_test.py SHARDTRAIN MPIRUN WORKDIR CASE
+usage: resume_faults_test.py SHARDTRAIN MPIRUN WORKDIR CASE [CONFIG]   (CONFIG: configs/tiny.ini by default)
 CASE:
   resume-N        run A: 12 steps at N ranks, checkpoint every 4 (shuffle on); run B: resume A's step 4 at
                   the same N into another directory. Per-step losses and the final weights, m and v must
@@ -26,8 +26,10 @@ import h5py
 import numpy as np
 
 shardtrain, mpirun, work, case = sys.argv[1:5]
+config = sys.argv[5] if len(sys.argv) > 5 else os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs", "tiny.ini")
 os.makedirs(work, exist_ok=True)
-COMMON = ["train", "--config", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs", "tiny.ini"),
+COMMON = ["train", "--config", config,
           "--model.n_layer=2", "--model.seq_len=32", "--train.global_batch=12", "--train.micro_batch=1",
           "--train.steps=12", "--ckpt.every=4", "--ckpt.keep=0", "--train.eval_every=0", "--train.eval_batches=1",
           "--train.sample_tokens=0", "--optim.warmup_steps=2", "--optim.eps=1e-6"]

@@ -1,18 +1,24 @@
 // Test tool for the PyTorch parity test (tests/model/parity_test.py).
 //
-// Runs `steps` optimizer steps of the single-process StepEngine on seeded random batches and writes, into --out DIR:
-//   init.h5     the initial weights, Hugging Face GPT-2 names and layouts
-//   batches.h5  "tokens" [steps, accum, micro_batch, seq_len + 1] int32
-//   grads0.h5   the gradient of step 0 (before clipping), HF names and layouts
+// Runs `steps` optimizer steps of the StepEngine on seeded random batches and writes, into --out DIR (rank 0):
+//   init.h5     the initial weights: gpt2, Hugging Face GPT-2 names and layouts; llama, shardtrain's own tensors
+//               ("<unit>.<tensor>", e.g. "block.0.attn.qkv.weight", layouts of model/units.h, padded vocabulary)
+//   batches.h5  "tokens" [steps, accum, world x micro_batch, seq_len + 1] int32: rank r trains rows
+//               [r x micro_batch, (r + 1) x micro_batch) of each micro-step
+//   grads0.h5   the gradient of step 0 (before clipping), named as init.h5
 //   final.h5    the weights after the last step
-//   trace.json  per step: loss, grad_norm, lr; and the optimizer settings the test must mirror
+//   trace.json  per step: loss, grad_norm, lr; the optimizer settings and model keys the test must mirror
+// Under mpirun (or the env bootstrap) every rank trains its share of the same global batches, as the trainer does.
 //
 //   parity_dump --config configs/tiny.ini --out /tmp/p --steps 5 [--train.micro_batch=2 ...]
+//   mpirun -np 3 parity_dump --config configs/tiny-llama.ini --out /tmp/p --steps 5
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,7 +27,40 @@
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/rng.h"
 #include "shardtrain/comm/communicator.h"
+#include "shardtrain/comm/launcher.h"
 #include "shardtrain/train/step_engine.h"
+
+namespace {
+
+// One h5 file of every unit's full flat buffer, in the family's names (see the header comment).
+void write_weights(const std::string& path, const st::ModelConfig& model, const std::vector<st::UnitLayout>& units,
+                   const std::vector<std::vector<float>>& full) {
+  std::vector<const float*> ptrs;
+  for (const auto& f : full) ptrs.push_back(f.data());
+  if (model.arch == st::ModelArch::kGpt2) {
+    st::write_hf_gpt2(path, model, units, ptrs);
+    return;
+  }
+  st::H5File f = st::H5File::create(path);
+  for (const st::UnitLayout& u : units)
+    for (const st::TensorSpec& t : u.tensors) st::h5_write_f32(f, u.name + "." + t.name, t.shape, ptrs[u.index] + t.offset);
+  f.close();
+}
+
+std::string model_json(const st::ModelConfig& m) {
+  std::ostringstream o;
+  o << std::setprecision(9) << "\"arch\": \"" << st::to_string(m.arch) << "\", \"n_head\": " << m.n_head
+    << ", \"n_kv_head\": " << m.kv_heads() << ", \"vocab_size\": " << m.vocab_size
+    << ", \"rope_theta\": " << m.rope_theta << ", \"rope_scaling\": \"" << st::to_string(m.rope_scaling)
+    << "\", \"rope_scaling_factor\": " << m.rope_scaling_factor
+    << ", \"rope_scaling_low_freq_factor\": " << m.rope_scaling_low_freq_factor
+    << ", \"rope_scaling_high_freq_factor\": " << m.rope_scaling_high_freq_factor
+    << ", \"rope_scaling_original_max_position\": " << m.rope_scaling_original_max_position
+    << ", \"rms_norm_eps\": " << m.rms_norm_eps << ", \"tie_embeddings\": " << (m.tie_embeddings ? "true" : "false");
+  return o.str();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::optional<std::string> config;
@@ -44,38 +83,41 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: parity_dump --config FILE --out DIR [--steps N] [--section.key=value ...]\n");
     return 2;
   }
+  std::optional<st::MpiSession> mpi;
   try {
+    const std::unique_ptr<st::Communicator> comm =
+        st::join_world(&argc, &argv, st::world_options_from_args(argc, argv, std::nullopt), &mpi);
     const st::Config cfg = st::load_config(config, overrides);
-    const int64_t accum = cfg.grad_accum_steps(1);
-    const int64_t B = cfg.train.micro_batch, T = cfg.model.seq_len;
-    st::SoloCommunicator comm;
-    st::StepEngine s(cfg, comm);
+    const int64_t world = comm->world_size(), rank = comm->rank();
+    const bool lead = rank == 0;
+    const int64_t accum = cfg.grad_accum_steps(static_cast<int>(world));
+    const int64_t B = cfg.train.micro_batch, T = cfg.model.seq_len, rows = world * B;
+    st::StepEngine s(cfg, *comm);
     const auto& units = s.units();
     auto write = [&](const std::string& path, const std::vector<std::vector<float>>& full) {
-      std::vector<const float*> ptrs;
-      for (const auto& f : full) ptrs.push_back(f.data());
-      st::write_hf_gpt2(path, cfg.model, units, ptrs);
+      if (lead) write_weights(path, cfg.model, units, full);
     };
     write(out + "/init.h5", s.gather_params());
 
-    std::vector<int32_t> tokens(static_cast<size_t>(steps * accum * B * (T + 1)));
+    std::vector<int32_t> tokens(static_cast<size_t>(steps * accum * rows * (T + 1)));
     st::Rng rng(cfg.train.seed, /*stream=*/0xBA7C4);
     for (int32_t& t : tokens) t = static_cast<int32_t>(rng.next_below(static_cast<uint64_t>(cfg.model.vocab_size)));
-    {
+    if (lead) {
       st::H5File f = st::H5File::create(out + "/batches.h5");
-      st::h5_write_i32(f, "tokens", {steps, accum, B, T + 1}, tokens.data());
+      st::h5_write_i32(f, "tokens", {steps, accum, rows, T + 1}, tokens.data());
       f.close();
     }
 
-    std::ofstream trace(out + "/trace.json");
+    std::ostringstream trace;
     trace << std::setprecision(9) << "{\"lr\": " << cfg.optim.lr << ", \"min_lr\": " << cfg.optim.min_lr
           << ", \"warmup_steps\": " << cfg.optim.warmup_steps << ", \"total_steps\": " << cfg.train.steps
           << ", \"weight_decay\": " << cfg.optim.weight_decay << ", \"beta1\": " << cfg.optim.beta1
           << ", \"beta2\": " << cfg.optim.beta2 << ", \"eps\": " << cfg.optim.eps
-          << ", \"grad_clip\": " << cfg.optim.grad_clip << ", \"n_head\": " << cfg.model.n_head << ", \"steps\": [";
+          << ", \"grad_clip\": " << cfg.optim.grad_clip << ", \"world\": " << world << ", "
+          << model_json(cfg.model) << ", \"steps\": [";
     for (int64_t step = 0; step < steps; ++step) {
       auto batch = [&](int64_t micro, int32_t* in, int32_t* tgt) {
-        const int32_t* base = tokens.data() + ((step * accum + micro) * B) * (T + 1);
+        const int32_t* base = tokens.data() + ((step * accum + micro) * rows + rank * B) * (T + 1);
         for (int64_t b = 0; b < B; ++b)
           for (int64_t t = 0; t < T; ++t) {
             in[b * T + t] = base[b * (T + 1) + t];
@@ -90,9 +132,10 @@ int main(int argc, char** argv) {
     }
     trace << "]}\n";
     write(out + "/final.h5", s.gather_params());
+    if (lead) std::ofstream(out + "/trace.json") << trace.str();
   } catch (const st::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
-    return st::exit_code_for(e.kind());
+    return st::fail_world(mpi, e.kind());
   }
   return 0;
 }
