@@ -18,6 +18,61 @@ ModelConfig gpt2_124m() {
   return c;
 }
 
+// Hugging Face's shapes (config.json): layers, hidden, heads, K/V heads, intermediate, vocabulary.
+ModelConfig llama(int L, int C, int H, int KV, int F, int V, bool tied = true, bool qkv_bias = false) {
+  ModelConfig c;
+  c.arch = ModelArch::kLlama;
+  c.n_layer = L;
+  c.n_embd = C;
+  c.n_head = H;
+  c.n_kv_head = KV;
+  c.ffn_dim = F;
+  c.vocab_size = V;
+  c.seq_len = 2048;
+  c.tie_embeddings = tied;
+  c.qkv_bias = qkv_bias;
+  return c;
+}
+
+// The parameter counts Hugging Face reports for these models (their vocabularies are multiples of 128: no padding).
+TEST(Units, LlamaFamilyHasHuggingFaceParameterCounts) {
+  EXPECT_EQ(count_params(build_units(llama(16, 2048, 32, 8, 8192, 128256))), 1235814400);          // Llama-3.2-1B
+  EXPECT_EQ(count_params(build_units(llama(28, 3072, 24, 8, 8192, 128256))), 3212749824);          // Llama-3.2-3B
+  EXPECT_EQ(count_params(build_units(llama(24, 896, 14, 2, 4864, 151936, true, true))), 494032768);  // Qwen2.5-0.5B
+  EXPECT_EQ(count_params(build_units(llama(32, 960, 15, 5, 2560, 49152))), 361821120);             // SmolLM2-360M
+}
+
+TEST(Units, LlamaLayoutStacksQkvAndGateUp) {
+  const ModelConfig c = llama(2, 64, 8, 2, 96, 1000, /*tied=*/false, /*qkv_bias=*/true);  // D = 8, vocab -> 1024
+  const auto units = build_units(c);
+  ASSERT_EQ(units.size(), 4u);
+  EXPECT_EQ(units[0].tensors.size(), 1u);  // no position table
+  EXPECT_EQ(units[0].tensor("embed_tokens").shape, (std::vector<int64_t>{1024, 64}));
+  std::vector<std::string> names;
+  for (const TensorSpec& t : units[1].tensors) names.push_back(t.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"attn_norm.weight", "attn.qkv.weight", "attn.qkv.bias", "attn.o.weight",
+                                             "mlp_norm.weight", "mlp.gate_up.weight", "mlp.down.weight"}));
+  EXPECT_EQ(units[1].tensor("attn.qkv.weight").shape, (std::vector<int64_t>{(8 + 2 * 2) * 8, 64}));
+  EXPECT_EQ(units[1].tensor("mlp.gate_up.weight").shape, (std::vector<int64_t>{2 * 96, 64}));
+  EXPECT_EQ(units[1].tensor("mlp.down.weight").shape, (std::vector<int64_t>{64, 96}));
+  EXPECT_EQ(units[3].tensor("lm_head").shape, (std::vector<int64_t>{1024, 64}));
+  ModelConfig tied = c;
+  tied.tie_embeddings = true;
+  tied.qkv_bias = false;
+  EXPECT_EQ(build_units(tied)[3].tensors.size(), 1u);  // norm.weight only
+  EXPECT_EQ(build_units(tied)[1].tensors.size(), 6u);
+  for (const UnitLayout& u : units)
+    for (const TensorSpec& t : u.tensors) {
+      EXPECT_EQ(t.weight_decay, u.kind == UnitKind::kBlock && t.shape.size() == 2) << u.name << " " << t.name;
+      // Hugging Face's initialisation: every matrix N(0, 0.02) (the padding rows zero), norms 1, biases 0.
+      const InitKind want = t.name.find("norm") != std::string::npos ? InitKind::kOnes
+                            : t.name.find("bias") != std::string::npos ? InitKind::kZeros
+                            : u.kind == UnitKind::kBlock ? InitKind::kNormal
+                                                         : InitKind::kEmbeddingPadded;
+      EXPECT_EQ(t.init, want) << u.name << " " << t.name;
+    }
+}
+
 TEST(Units, Gpt2SmallHasLlmcParameterCount) {
   const auto units = build_units(gpt2_124m());
   ASSERT_EQ(units.size(), 14u);

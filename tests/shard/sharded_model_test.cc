@@ -34,6 +34,21 @@ Config small(int n_layer = 2, int n_embd = 16, int n_head = 2, int vocab = 50) {
   return c;
 }
 
+// The same size as a llama: grouped-query attention (4 query heads on 2 K/V heads), SwiGLU, RoPE with llama3
+// scaling, an untied head, q/k/v biases.
+Config small_llama() {
+  Config c = small();
+  c.model.arch = ModelArch::kLlama;
+  c.model.n_head = 4;
+  c.model.n_kv_head = 2;
+  c.model.ffn_dim = 40;
+  c.model.rope_scaling = RopeScaling::kLlama3;
+  c.model.rope_scaling_original_max_position = 8;
+  c.model.tie_embeddings = false;
+  c.model.qkv_bias = true;
+  return c;
+}
+
 Trace train(const Config& c, Communicator& comm) { return testing::train(c, comm, kSeed, c.train.steps); }
 
 void expect_close(const Trace& ref, const Trace& got, const std::string& what) {
@@ -53,16 +68,18 @@ class ShardedTest : public ::testing::Test {
 };
 
 TEST_F(ShardedTest, NRanksEqualOneProcess) {
-  const Config c = small();
-  SoloCommunicator solo;
-  const Trace ref = train(c, solo);
-  for (int world : {2, 3, 4}) {
-    Trace got;
-    fake::spawn(world, [&](Communicator& comm) {
-      Trace t = train(c, comm);
-      if (comm.rank() == 0) got = std::move(t);
-    });
-    expect_close(ref, got, "world " + std::to_string(world));
+  for (const Config& c : {small(), small_llama()}) {
+    SCOPED_TRACE(to_string(c.model.arch));
+    SoloCommunicator solo;
+    const Trace ref = train(c, solo);
+    for (int world : {2, 3, 4}) {
+      Trace got;
+      fake::spawn(world, [&](Communicator& comm) {
+        Trace t = train(c, comm);
+        if (comm.rank() == 0) got = std::move(t);
+      });
+      expect_close(ref, got, "world " + std::to_string(world));
+    }
   }
 }
 
@@ -142,13 +159,15 @@ TEST_F(ShardedTest, GathersAndReduceScattersFollowTheSchedule) {
 
 // Recomputing activations in backward gives bit-identical results.
 TEST_F(ShardedTest, RecomputeIsBitIdentical) {
-  Config c = small();
-  SoloCommunicator solo;
-  const Trace plain = train(c, solo);
-  c.train.recompute = true;
-  const Trace re = train(c, solo);
-  EXPECT_EQ(plain.losses, re.losses);
-  EXPECT_EQ(plain.params, re.params);
+  for (Config c : {small(), small_llama()}) {
+    SCOPED_TRACE(to_string(c.model.arch));
+    SoloCommunicator solo;
+    const Trace plain = train(c, solo);
+    c.train.recompute = true;
+    const Trace re = train(c, solo);
+    EXPECT_EQ(plain.losses, re.losses);
+    EXPECT_EQ(plain.params, re.params);
+  }
 }
 
 // Keeping blocks gathered from forward to backward (dist.reshard_after_forward = false) changes only the

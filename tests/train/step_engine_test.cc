@@ -26,6 +26,18 @@ Config small_config() {
   return c;
 }
 
+// small_config() as a llama: 2 K/V heads for 4 query heads, SwiGLU, RoPE, untied head, q/k/v biases.
+Config small_llama_config() {
+  Config c = small_config();
+  c.model.arch = ModelArch::kLlama;
+  c.model.n_head = 4;
+  c.model.n_kv_head = 2;
+  c.model.ffn_dim = 88;
+  c.model.tie_embeddings = false;
+  c.model.qkv_bias = true;
+  return c;
+}
+
 constexpr uint64_t kSeed = 9;  // the corpus of testing::fill_sequences
 
 // Sequences first_seq .. first_seq + B - 1 of a fixed random corpus: inputs and shifted targets.
@@ -33,19 +45,27 @@ void fill_sequences(const Config& c, int64_t first_seq, int64_t B, int32_t* in, 
   testing::fill_sequences(c, kSeed, first_seq, B, in, tgt);
 }
 
+class StepEngineFamily : public ::testing::TestWithParam<ModelArch> {
+ protected:
+  Config config() const { return GetParam() == ModelArch::kLlama ? small_llama_config() : small_config(); }
+};
+INSTANTIATE_TEST_SUITE_P(Families, StepEngineFamily, ::testing::Values(ModelArch::kGpt2, ModelArch::kLlama),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
 TEST(StepEngine, InitialLossIsAboutLnVocab) {
-  const Config c = small_config();
-  SoloCommunicator comm;
-  StepEngine s(c, comm);
-  const float loss = s.forward_backward(
-      [&](int64_t micro, int32_t* in, int32_t* tgt) { fill_sequences(c, micro * 4, 4, in, tgt); }, 1);
-  EXPECT_NEAR(loss, std::log(200.0), 0.05);
+  for (const Config& c : {small_config(), small_llama_config()}) {
+    SoloCommunicator comm;
+    StepEngine s(c, comm);
+    const float loss = s.forward_backward(
+        [&](int64_t micro, int32_t* in, int32_t* tgt) { fill_sequences(c, micro * 4, 4, in, tgt); }, 1);
+    EXPECT_NEAR(loss, std::log(200.0), 0.05) << to_string(c.model.arch);
+  }
 }
 
 // Accumulating 2 micro-batches of 2 sequences gives the gradient of one batch of 4.
-TEST(StepEngine, GradientAccumulationMatchesOneBigBatch) {
-  Config big = small_config();
-  Config acc = small_config();
+TEST_P(StepEngineFamily, GradientAccumulationMatchesOneBigBatch) {
+  Config big = config();
+  Config acc = config();
   acc.train.micro_batch = 2;
   SoloCommunicator comm;
   StepEngine a(big, comm), b(acc, comm);
@@ -64,8 +84,8 @@ TEST(StepEngine, GradientAccumulationMatchesOneBigBatch) {
   }
 }
 
-TEST(StepEngine, TrainingLowersTheLossOnARepeatedBatch) {
-  Config c = small_config();
+TEST_P(StepEngineFamily, TrainingLowersTheLossOnARepeatedBatch) {
+  Config c = config();
   c.optim.lr = 3e-3f;
   c.train.steps = 80;
   SoloCommunicator comm;
@@ -82,8 +102,8 @@ TEST(StepEngine, TrainingLowersTheLossOnARepeatedBatch) {
 // optim.offload=optimizer on the cpu backend runs AdamW on the host engine's threads with the SIMD kernels, while
 // the trainer thread goes on; none runs the reference loop in place. After 10 steps (clipping active, decay on
 // the matrices only) every parameter is the same bits.
-TEST(StepEngine, OffloadedOptimizerGivesIdenticalWeights) {
-  Config plain = small_config();
+TEST_P(StepEngineFamily, OffloadedOptimizerGivesIdenticalWeights) {
+  Config plain = config();
   plain.optim.grad_clip = 0.5f;
   Config offload = plain;
   offload.optim.offload = OffloadMode::kOptimizer;
