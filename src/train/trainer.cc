@@ -122,7 +122,9 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   const int64_t n_params = count_params(engine.units());
   const MemoryStats mem0 = engine.sharded().memory();
   if (lead) {
-    ST_LOG_INFO("model: ", cfg.model.n_layer, " layers, ", cfg.model.n_head, " heads, n_embd ", cfg.model.n_embd,
+    ST_LOG_INFO("model: ", to_string(cfg.model.arch), ", ", cfg.model.n_layer, " layers, ", cfg.model.n_head, " heads",
+                cfg.model.kv_heads() != cfg.model.n_head ? str_cat(" (", cfg.model.kv_heads(), " K/V heads)") : "",
+                ", n_embd ", cfg.model.n_embd, cfg.model.is_llama() ? str_cat(", ffn_dim ", cfg.model.ffn_dim) : "",
                 ", vocab ", cfg.model.vocab_size, " (padded ", cfg.model.padded_vocab(), "), seq_len ", T, ", ",
                 n_params, " parameters in ", engine.units().size(), " units");
     ST_LOG_INFO("batch: global ", cfg.train.global_batch, " = micro ", B, " x world ", world, " x accum ", accum,
