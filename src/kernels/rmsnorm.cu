@@ -17,25 +17,31 @@ constexpr int kRowBlock = kRowsPerBlock * kWarpSize;
 
 // dweight is summed per chunk of rows into part[chunk, C], then over chunks in order (finish_column_sums). Chunks
 // are a function of N alone (never of the device), so the summation tree, and with it every bit of the result, is
-// the same on every run and every GPU. About kTargetChunks chunks, as layernorm_backward's: enough blocks to fill
-// an H200, while the partials (chunks * C floats) stay small beside the rows.
+// the same on every run and every GPU. About kTargetChunks chunks, as layernorm_backward's: with a thread per chunk
+// and column pack, enough threads to fill an H200 at any width, while the partials (chunks * C floats) stay small
+// beside the rows.
 constexpr int64_t kTargetChunks = 512;
 constexpr int64_t kMinChunkRows = 8;
+constexpr int kPartialsBlock = 256;
 
 int64_t chunk_rows(int64_t N) { return std::max(kMinChunkRows, (N + kTargetChunks - 1) / kTargetChunks); }
 int64_t num_chunks(int64_t N) { return (N + chunk_rows(N) - 1) / chunk_rows(N); }
 
-// The dweight partials: a block covers kWarpSize packs of columns and one chunk of rows, with kRowLanes threads down
-// the rows.
-constexpr int kRowLanes = 8;
+// Calls f(n, lane) for each row n of this warp's: rows blockIdx.x * kRowsPerBlock + warp, then every
+// gridDim.x * kRowsPerBlock rows on. The loop is uniform over a warp, so f may reduce across its 32 lanes.
+template <typename F>
+__device__ __forceinline__ void for_each_warp_row(int64_t N, F&& f) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
+  for (int64_t n = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize; n < N; n += stride)
+    f(n, static_cast<int>(threadIdx.x % kWarpSize));
+}
 
+// out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps): the sum of squares in fp32 over the warp, then a
+// second pass over the row (from L1) for the output.
 template <int kVec, typename T>
 __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const T* weight, float eps, int64_t N,
                                        int C) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t nwarps = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
-  // The row loop is uniform over a warp, so the shuffles below see all 32 lanes.
-  for (int64_t n = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize; n < N; n += nwarps) {
+  for_each_warp_row(N, [&](int64_t n, int lane) {
     const T* x = inp + n * C;
     float ss = 0;
     for_each_pack<kVec>(C, lane, kWarpSize, [&](int64_t c, auto w) {
@@ -45,7 +51,6 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const 
       for (int k = 0; k < W; ++k) ss += v[k] * v[k];
     });
     const float r = 1.0f / sqrtf(warp_reduce(ss, Add()) / C + eps);
-    // The second read of the row hits L1.
     for_each_pack<kVec>(C, lane, kWarpSize, [&](int64_t c, auto w) {
       constexpr int W = decltype(w)::value;
       float v[W], wt[W];
@@ -55,25 +60,22 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const 
       store<W>(out + n * C + c, v);
     });
     if (lane == 0) rstd[n] = r;
-  }
+  });
 }
 
-// dinp += rstd * (dn - norm * mean(dn * norm)), norm = inp * rstd, dn = weight * dout: one warp per row.
+// dinp += rstd * (dn - norm * mean(dn * norm)), norm = inp * rstd, dn = weight * dout, as the reference.
 template <int kVec, typename T>
 __global__ void rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight, const float* rstd,
                                              int64_t N, int C) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t nwarps = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
-  for (int64_t n = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize; n < N; n += nwarps) {
-    const T* x = inp + n * C;
-    const T* d = dout + n * C;
+  for_each_warp_row(N, [&](int64_t n, int lane) {
+    const int64_t row = n * C;
     const float r = rstd[n];
     float sum_dn_norm = 0;
     for_each_pack<kVec>(C, lane, kWarpSize, [&](int64_t c, auto w) {
       constexpr int W = decltype(w)::value;
       float xv[W], dv[W], wt[W];
-      load<W>(x + c, xv);
-      load<W>(d + c, dv);
+      load<W>(inp + row + c, xv);
+      load<W>(dout + row + c, dv);
       load<W>(weight + c, wt);
       for (int k = 0; k < W; ++k) sum_dn_norm += (wt[k] * dv[k]) * (xv[k] * r);
     });
@@ -81,43 +83,37 @@ __global__ void rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* in
     for_each_pack<kVec>(C, lane, kWarpSize, [&](int64_t c, auto w) {
       constexpr int W = decltype(w)::value;
       float xv[W], dv[W], wt[W], g[W];
-      load<W>(x + c, xv);
-      load<W>(d + c, dv);
+      load<W>(inp + row + c, xv);
+      load<W>(dout + row + c, dv);
       load<W>(weight + c, wt);
-      load<W>(dinp + n * C + c, g);
+      load<W>(dinp + row + c, g);
       for (int k = 0; k < W; ++k) g[k] += (wt[k] * dv[k] - xv[k] * r * mean_dn_norm) * r;
-      store<W>(dinp + n * C + c, g);
+      store<W>(dinp + row + c, g);
     });
-  }
+  });
 }
 
-// Block (kWarpSize, kRowLanes), grid (column tiles, chunks): the partial sums of (inp * rstd) * dout over one chunk
-// of rows, for kWarpSize * kVec columns, written to part[chunk, C]. kVec divides C. Lane y of a column adds rows
-// y, y + kRowLanes, ... of the chunk in order, then lane 0 adds the lanes' sums in order: a fixed tree.
+// part[chunk, c] = sum over the chunk's rows n, in order, of (inp[n, c] * rstd[n]) * dout[n, c]: one thread per
+// chunk and pack of kVec columns (kVec divides C), a grid-stride loop over them. Threads next to each other take
+// packs next to each other in one chunk, so each row's loads are coalesced.
 template <int kVec, typename T>
 __global__ void rmsnorm_backward_partials_kernel(float* part, const T* dout, const T* inp, const float* rstd, int64_t N,
-                                                 int C, int64_t rows_per_chunk) {
-  __shared__ float sh[kRowLanes][kWarpSize * kVec];
-  const int c = (blockIdx.x * kWarpSize + threadIdx.x) * kVec;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
-  const int64_t r1 = min(N, r0 + rows_per_chunk);
-  float acc[kVec] = {};
-  if (c < C) {
-    for (int64_t n = r0 + threadIdx.y; n < r1; n += kRowLanes) {
+                                                 int C, int64_t rows_per_chunk, int64_t chunks) {
+  const int64_t packs = C / kVec;
+  for (int64_t i = thread_index(); i < chunks * packs; i += thread_count()) {
+    const int64_t chunk = i / packs;
+    const int64_t c = (i - chunk * packs) * kVec;
+    const int64_t r1 = min(N, (chunk + 1) * rows_per_chunk);
+    float acc[kVec] = {};
+    for (int64_t n = chunk * rows_per_chunk; n < r1; ++n) {
       float xv[kVec], dv[kVec];
       load<kVec>(inp + n * C + c, xv);
       load<kVec>(dout + n * C + c, dv);
       const float r = rstd[n];
       for (int k = 0; k < kVec; ++k) acc[k] += (xv[k] * r) * dv[k];
     }
-  }
-  for (int k = 0; k < kVec; ++k) sh[threadIdx.y][threadIdx.x * kVec + k] = acc[k];
-  __syncthreads();
-  if (threadIdx.y != 0 || c >= C) return;
-  for (int k = 0; k < kVec; ++k) {
-    float s = 0;
-    for (int y = 0; y < kRowLanes; ++y) s += sh[y][threadIdx.x * kVec + k];
-    part[static_cast<int64_t>(blockIdx.y) * C + c + k] = s;
+    float* p = part + chunk * C + c;
+    for (int k = 0; k < kVec; ++k) p[k] = acc[k];
   }
 }
 
@@ -159,9 +155,8 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
   float* part = deferred ? deferred->reserve(chunks * C) : static_cast<float*>(ctx.scratch);
   launch_packed<T>(vec, [&](auto w) {
     constexpr int W = decltype(w)::value;
-    const dim3 tiles((C / W + kWarpSize - 1) / kWarpSize, static_cast<unsigned>(chunks));
-    rmsnorm_backward_partials_kernel<W>
-        <<<tiles, dim3(kWarpSize, kRowLanes), 0, ctx.stream>>>(part, dout, inp, rstd, N, C, chunk_rows(N));
+    rmsnorm_backward_partials_kernel<W><<<grid_for(chunks * (C / W), kPartialsBlock), kPartialsBlock, 0, ctx.stream>>>(
+        part, dout, inp, rstd, N, C, chunk_rows(N), chunks);
   });
   if (deferred)
     deferred->queue(dweight, part, chunks, C, param_write);

@@ -25,8 +25,7 @@ struct Shape {
 // C = 1, 7, 13, 771: not a multiple of any pack, the scalar path. C = 4 and 12: packed in fp32 only (4 floats a pack,
 // 8 bf16/fp16). 64, 96, 768, 2048, 4096 (Llama 3 8B's width): packed in every type; 96 leaves some lanes a pack
 // short of the others. dweight's row chunks are 8 rows up to N = 4096: N = 5 is one partial chunk, N = 103 and 2500
-// end on a partial chunk, N = 9001 has 18-row chunks (not a multiple of the 8 lanes down a chunk) and a shorter last
-// one.
+// end on a partial chunk, N = 9001 has 18-row chunks and a last chunk of one row.
 const Shape kShapes[] = {{1, 1},   {1, 7},    {5, 64},    {37, 771},    {300, 96},   {1000, 7}, {64, 4},
                          {33, 12}, {70, 768}, {9001, 64}, {2500, 2048}, {103, 4096}, {17, 13}};
 

@@ -82,29 +82,20 @@ TYPED_TEST_SUITE(RopeGpuTest, test::ActivationTypes, test::ActivationNames);
 // Tolerances (kTol, gpu_kernel_test.h): each output is x cos - y sin (or its transpose) of the same operands in fp32
 // on both sides, so fp32 outputs differ by an ulp or two (a fused multiply-add on the device); bf16 and fp16 outputs
 // are that value rounded once to T, a relative 2^-9 or 2^-12 at most, within 1e-2.
-TYPED_TEST(RopeGpuTest, ForwardMatchesCpu) {
+// Both directions, in place; the value heads, which neither may touch, keep their bits.
+TYPED_TEST(RopeGpuTest, ForwardAndBackwardMatchCpu) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;
   for (const Shape& s : kShapes) {
-    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV
-                                      << " hs=" << s.hs << " offset=" << s.offset);
-    const Problem<T> p(s);
-    const auto [want, got] = rotate_both(s, p, Direction::kForward);
-    EXPECT_TRUE(close(got, want, kTol<T>));
-    EXPECT_TRUE(test::bitwise_equal(value_heads(got, s), value_heads(p.qkv, s))) << "value heads";
-  }
-}
-
-TYPED_TEST(RopeGpuTest, BackwardMatchesCpu) {
-  ST_SKIP_WITHOUT_GPU();
-  using T = TypeParam;
-  for (const Shape& s : kShapes) {
-    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV
-                                      << " hs=" << s.hs << " offset=" << s.offset);
-    const Problem<T> p(s);
-    const auto [want, got] = rotate_both(s, p, Direction::kBackward);
-    EXPECT_TRUE(close(got, want, kTol<T>));
-    EXPECT_TRUE(test::bitwise_equal(value_heads(got, s), value_heads(p.qkv, s))) << "value heads";
+    for (Direction dir : {Direction::kForward, Direction::kBackward}) {
+      SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV
+                                        << " hs=" << s.hs << " offset=" << s.offset
+                                        << (dir == Direction::kForward ? " forward" : " backward"));
+      const Problem<T> p(s);
+      const auto [want, got] = rotate_both(s, p, dir);
+      EXPECT_TRUE(close(got, want, kTol<T>));
+      EXPECT_TRUE(test::bitwise_equal(value_heads(got, s), value_heads(p.qkv, s))) << "value heads";
+    }
   }
 }
 

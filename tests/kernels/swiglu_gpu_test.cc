@@ -23,10 +23,11 @@ struct Shape {
 const Shape kShapes[] = {{1, 1, 0},   {3, 7, 0},   {5, 4, 0},     {9, 12, 0},   {37, 13, 0},
                          {50, 64, 0}, {50, 64, 1}, {301, 344, 0}, {4, 14336, 0}};
 
-// gate_up with gates of scale 3 (into both tails of the sigmoid) and up of scale 1; dout of scale 1.
+// gate_up with gates of scale 3 (into both tails of the sigmoid) and up of scale 1; dout of scale 1. On the host and,
+// after s.offset elements of padding, on the device.
 template <typename T>
 struct Problem {
-  explicit Problem(const Shape& s) : gate_up(s.N * 2 * s.F), dout(test::random_input<T>(s.N * s.F, 3)) {
+  explicit Problem(const Shape& s) : s(s), gate_up(s.N * 2 * s.F), dout(test::random_input<T>(s.N * s.F, 3)) {
     const std::vector<float> gate = test::random_input<T>(s.N * s.F, 1, 3.0f), up = test::random_input<T>(s.N * s.F, 2);
     for (int64_t n = 0; n < s.N; ++n) {
       for (int f = 0; f < s.F; ++f) {
@@ -34,8 +35,17 @@ struct Problem {
         gate_up[n * 2 * s.F + s.F + f] = up[n * s.F + f];
       }
     }
+    d_gate_up = test::upload<T>(gate_up, s.offset);
+    d_dout = test::upload<T>(dout, s.offset);
   }
+  // gpu::swiglu_backward into `into` (padded as the operands), from the device operands.
+  void backward(DeviceBuffer<T>& into, const gpu::GpuContext& ctx, GradWrite write = GradWrite::kOverwrite) const {
+    gpu::swiglu_backward<T>(into.data() + s.offset, d_dout.data() + s.offset, d_gate_up.data() + s.offset, s.N, s.F,
+                            ctx, write);
+  }
+  Shape s;
   std::vector<float> gate_up, dout;
+  DeviceBuffer<T> d_gate_up, d_dout;
 };
 
 template <typename T>
@@ -55,56 +65,39 @@ TYPED_TEST(SwigluGpuTest, ForwardMatchesCpu) {
     std::vector<float> want(s.N * s.F);
     swiglu_forward(want.data(), p.gate_up.data(), s.N, s.F);
     test::GpuEnv env;
-    DeviceBuffer<T> gate_up = test::upload<T>(p.gate_up, s.offset), out(s.offset + s.N * s.F);
+    DeviceBuffer<T> out(s.offset + s.N * s.F);
     test::poison(out);
-    gpu::swiglu_forward<T>(out.data() + s.offset, gate_up.data() + s.offset, s.N, s.F, env.ctx);
+    gpu::swiglu_forward<T>(out.data() + s.offset, p.d_gate_up.data() + s.offset, s.N, s.F, env.ctx);
     EXPECT_TRUE(close(test::download(out, s.offset), want, kTol<T>));
   }
 }
 
-// kOverwrite (the default) into a poisoned buffer, then kAccumulate into a non-zero one.
-TYPED_TEST(SwigluGpuTest, BackwardOverwritesOrAccumulatesLikeCpu) {
+// kOverwrite (the default) into a poisoned buffer, kAccumulate into a non-zero one, and kOverwrite in place on
+// gate_up (the activation is no longer needed once its gradient is formed): the in-place result has the bits of the
+// separate one, as each element's inputs are read before its outputs are written.
+TYPED_TEST(SwigluGpuTest, BackwardOverwritesAccumulatesOrReplacesLikeCpu) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(::testing::Message() << "N=" << s.N << " F=" << s.F << " offset=" << s.offset);
-    const Problem<T> p(s);
+    Problem<T> p(s);
     test::GpuEnv env;
-    DeviceBuffer<T> gate_up = test::upload<T>(p.gate_up, s.offset), dout = test::upload<T>(p.dout, s.offset);
-
     std::vector<float> want(s.N * 2 * s.F);
     swiglu_backward(want.data(), p.dout.data(), p.gate_up.data(), s.N, s.F);
     DeviceBuffer<T> fresh(s.offset + s.N * 2 * s.F);
     test::poison(fresh);
-    gpu::swiglu_backward<T>(fresh.data() + s.offset, dout.data() + s.offset, gate_up.data() + s.offset, s.N, s.F,
-                            env.ctx);
-    EXPECT_TRUE(close(test::download(fresh, s.offset), want, kTol<T>)) << "overwrite";
+    p.backward(fresh, env.ctx);
+    const std::vector<float> got = test::download(fresh, s.offset);
+    EXPECT_TRUE(close(got, want, kTol<T>)) << "overwrite";
 
     std::vector<float> acc = test::random_input<T>(s.N * 2 * s.F, 4);
     DeviceBuffer<T> d_acc = test::upload<T>(acc, s.offset);
     swiglu_backward(acc.data(), p.dout.data(), p.gate_up.data(), s.N, s.F, GradWrite::kAccumulate);
-    gpu::swiglu_backward<T>(d_acc.data() + s.offset, dout.data() + s.offset, gate_up.data() + s.offset, s.N, s.F,
-                            env.ctx, GradWrite::kAccumulate);
+    p.backward(d_acc, env.ctx, GradWrite::kAccumulate);
     EXPECT_TRUE(close(test::download(d_acc, s.offset), acc, kTol<T>)) << "accumulate";
-  }
-}
 
-// The backward in place on gate_up (the activation is no longer needed once its gradient is formed): the same bits
-// as into a separate buffer, as each element's inputs are read before its outputs are written.
-TYPED_TEST(SwigluGpuTest, BackwardInPlaceMatchesSeparate) {
-  ST_SKIP_WITHOUT_GPU();
-  using T = TypeParam;
-  for (const Shape& s : kShapes) {
-    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " F=" << s.F << " offset=" << s.offset);
-    const Problem<T> p(s);
-    test::GpuEnv env;
-    DeviceBuffer<T> gate_up = test::upload<T>(p.gate_up, s.offset), dout = test::upload<T>(p.dout, s.offset);
-    DeviceBuffer<T> separate(s.offset + s.N * 2 * s.F);
-    gpu::swiglu_backward<T>(separate.data() + s.offset, dout.data() + s.offset, gate_up.data() + s.offset, s.N, s.F,
-                            env.ctx);
-    gpu::swiglu_backward<T>(gate_up.data() + s.offset, dout.data() + s.offset, gate_up.data() + s.offset, s.N, s.F,
-                            env.ctx);
-    EXPECT_TRUE(test::bitwise_equal(test::download(gate_up, s.offset), test::download(separate, s.offset)));
+    p.backward(p.d_gate_up, env.ctx);
+    EXPECT_TRUE(test::bitwise_equal(test::download(p.d_gate_up, s.offset), got)) << "in place";
   }
 }
 
