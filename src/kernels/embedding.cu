@@ -1,7 +1,8 @@
+#include "shardtrain/kernels/gpu/embedding.h"
+
 #include <cub/device/device_radix_sort.cuh>
 
 #include "gpu_pack.cuh"
-#include "shardtrain/kernels/gpu/embedding.h"
 
 namespace st::gpu {
 
@@ -21,8 +22,10 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T*
     const int64_t bt = i / C, c = i % C;
     float e[W], p[W];
     load<W>(wte + static_cast<int64_t>(tokens[bt]) * C + c, e);
-    load<W>(wpe + (bt % T_) * C + c, p);
-    for (int k = 0; k < W; ++k) e[k] += p[k];
+    if (wpe != nullptr) {  // null: no position embedding (llama)
+      load<W>(wpe + (bt % T_) * C + c, p);
+      for (int k = 0; k < W; ++k) e[k] += p[k];
+    }
     store<W>(out + i, e);
   });
 }
@@ -125,12 +128,14 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, 
 
   const int BT = B * T_;  // fits: checked by the scratch size
 
-  // dwpe: a plain ordered sum over b.
-  const int64_t TC = static_cast<int64_t>(T_) * C;
-  launch_packed<T>(vec, [&](auto w) {
-    constexpr int W = decltype(w)::value;
-    embedding_backward_wpe_kernel<W><<<grid_for(TC / W, kBlock), kBlock, 0, ctx.stream>>>(dwpe, dout, B, T_, C);
-  });
+  // dwpe: a plain ordered sum over b; none without a position embedding.
+  if (dwpe != nullptr) {
+    const int64_t TC = static_cast<int64_t>(T_) * C;
+    launch_packed<T>(vec, [&](auto w) {
+      constexpr int W = decltype(w)::value;
+      embedding_backward_wpe_kernel<W><<<grid_for(TC / W, kBlock), kBlock, 0, ctx.stream>>>(dwpe, dout, B, T_, C);
+    });
+  }
 
   // dwte: group positions by token with a stable sort, so each token's rows are summed in (b,t) order by
   // one block, without atomics.

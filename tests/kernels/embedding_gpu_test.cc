@@ -80,6 +80,30 @@ TYPED_TEST(EmbeddingGpuTest, BackwardAccumulatesLikeCpu) {
   }
 }
 
+// wpe / dwpe null (no position embedding, llama): out = wte[tokens], and only dwte is accumulated.
+TYPED_TEST(EmbeddingGpuTest, WithoutPositionEmbeddingMatchesCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " Vp=" << s.Vp);
+    const Problem<T> p(s);
+    std::vector<float> want(int64_t{s.B} * s.T * s.C);
+    embedding_forward(want.data(), p.tokens.data(), p.wte.data(), nullptr, s.B, s.T, s.C);
+    test::GpuEnv env(gpu::embedding_backward_scratch_bytes(s.B, s.T, s.C));
+    DeviceBuffer<T> out(static_cast<int64_t>(want.size()));
+    test::poison(out);
+    gpu::embedding_forward<T>(out.data(), p.d_tokens.data(), p.d_wte.data(), nullptr, s.B, s.T, s.C, env.ctx);
+    // A copy of wte's rows: exact in every type.
+    EXPECT_TRUE(test::bitwise_equal(to_host(out), want)) << "out";
+
+    std::vector<float> dwte = test::random_input<T>(int64_t{s.Vp} * s.C, 5);
+    DeviceBuffer<T> d_dwte = to_device<T>(dwte);
+    embedding_backward(dwte.data(), nullptr, p.dout.data(), p.tokens.data(), s.B, s.T, s.C);
+    gpu::embedding_backward<T>(d_dwte.data(), nullptr, p.d_dout.data(), p.d_tokens.data(), s.B, s.T, s.C, env.ctx);
+    EXPECT_TRUE(close(to_host(d_dwte), dwte, kTol<T>)) << "dwte";
+  }
+}
+
 TYPED_TEST(EmbeddingGpuTest, BackwardIsDeterministic) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;

@@ -40,6 +40,23 @@ TEST(Embedding, ForwardIsTokenRowPlusPositionRow) {
             << b << "," << t << "," << c;
 }
 
+// wpe / dwpe null (no position embedding, llama): out is the token's row, and dwte is what it is with a position
+// embedding (its sums do not involve dwpe).
+TEST(Embedding, WithoutPositionEmbedding) {
+  Case k(2, 5, 12, 11, 5, 4, 420);
+  std::vector<float> out(k.B * k.T * k.C);
+  embedding_forward(out.data(), k.tokens.data(), k.wte.data(), nullptr, k.B, k.T, k.C);
+  for (int bt = 0; bt < k.B * k.T; ++bt)
+    for (int c = 0; c < k.C; ++c) ASSERT_EQ(out[bt * k.C + c], k.wte[k.tokens[bt] * k.C + c]) << bt << "," << c;
+
+  const auto dout = randn(k.B * k.T * k.C, 421);
+  std::vector<float> dwte(k.Vp * k.C, 0.0f), with_wpe(k.Vp * k.C, 0.0f), dwpe(k.T * k.C, 0.0f);
+  embedding_backward(dwte.data(), nullptr, dout.data(), k.tokens.data(), k.B, k.T, k.C);
+  embedding_backward(with_wpe.data(), dwpe.data(), dout.data(), k.tokens.data(), k.B, k.T, k.C);
+  EXPECT_EQ(0, std::memcmp(dwte.data(), with_wpe.data(), dwte.size() * sizeof(float)));
+  EXPECT_NE(dwte[k.tokens[0] * k.C], 0.0f);
+}
+
 TEST(Embedding, BackwardMatchesNaiveDouble) {
   Case k(3, 7, 9, 13, 7, 4, 410);  // only 4 distinct tokens in 21 positions: many repeats
   const auto dout = randn(k.B * k.T * k.C, 411);

@@ -1,11 +1,11 @@
-// Deferred finishes of the deterministic column sums (the bias and LayerNorm parameter gradients).
+// Deferred finishes of the deterministic column sums (the bias, LayerNorm and RMSNorm parameter gradients).
 //
 // Those gradients are column sums in two passes: per-chunk partial sums, then a small kernel that adds the chunks in
 // order (finish_column_sums). One transformer block's backward has six such finishes (four biases, two LayerNorms),
 // each a launch of a few microseconds plus the gap before the next kernel, and nothing reads their results before
-// the block's backward ends. With a ColumnSums in GpuContext::column_sums, matmul_backward, matmul_backward_gelu and
-// layernorm_backward write their partials into its buffer instead of the context's scratch and queue their finish;
-// the caller then finishes all of them in one launch, before anything reads those gradients:
+// the block's backward ends. With a ColumnSums in GpuContext::column_sums, matmul_backward, matmul_backward_gelu,
+// layernorm_backward and rmsnorm_backward write their partials into its buffer instead of the context's scratch and
+// queue their finish; the caller then finishes all of them in one launch, before anything reads those gradients:
 //
 //   gpu::GpuContext bctx = ctx;
 //   bctx.column_sums = &sums;                   // sized by the caller for one block's partials

@@ -14,8 +14,8 @@
 
 namespace st::gpu {
 
-class Blas;   // kernels/gpu/matmul.h
-class Cudnn;  // kernels/gpu/cudnn_attention.h
+class Blas;        // kernels/gpu/matmul.h
+class Cudnn;       // kernels/gpu/cudnn_attention.h
 class ColumnSums;  // kernels/gpu/column_sums.h
 
 struct GpuContext {
@@ -28,8 +28,8 @@ struct GpuContext {
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
   Cudnn* cudnn = nullptr;  // needed by cudnn_attention only
-  // When set, the bias and LayerNorm parameter gradients' column sums keep their partials there and queue their
-  // finish for the caller's ColumnSums::finish (column_sums.h); scratch is then not used for them.
+  // When set, the bias, LayerNorm and RMSNorm parameter gradients' column sums keep their partials there and queue
+  // their finish for the caller's ColumnSums::finish (column_sums.h); scratch is then not used for them.
   ColumnSums* column_sums = nullptr;
 };
 

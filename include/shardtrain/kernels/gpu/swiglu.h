@@ -13,7 +13,8 @@ namespace st::gpu {
 template <typename T>
 void swiglu_forward(T* out, const T* gate_up, int64_t N, int F, const GpuContext& ctx);
 
-// dgate_up [N, 2F] = the gradient of out applied to dout [N, F]; written (kOverwrite) or added.
+// dgate_up [N, 2F] = the gradient of out applied to dout [N, F]; written (kOverwrite) or added. dgate_up may be
+// gate_up itself (the gradient replaces the activation in place).
 template <typename T>
 void swiglu_backward(T* dgate_up, const T* dout, const T* gate_up, int64_t N, int F, const GpuContext& ctx,
                      GradWrite write = GradWrite::kOverwrite);

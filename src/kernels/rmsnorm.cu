@@ -1,0 +1,178 @@
+#include "shardtrain/kernels/gpu/rmsnorm.h"
+
+#include <algorithm>
+
+#include "gpu_pack.cuh"
+#include "shardtrain/kernels/gpu/column_sums.h"
+
+namespace st::gpu {
+
+using namespace kernels_internal;  // gpu_pack.cuh
+
+namespace {
+
+// Forward and dinp: one warp per row, kRowsPerBlock rows per block, a grid-stride loop over the rows.
+constexpr int kRowsPerBlock = 8;
+constexpr int kRowBlock = kRowsPerBlock * kWarpSize;
+
+// dweight is summed per chunk of rows into part[chunk, C], then over chunks in order (finish_column_sums). Chunks
+// are a function of N alone (never of the device), so the summation tree, and with it every bit of the result, is
+// the same on every run and every GPU. About kTargetChunks chunks, as layernorm_backward's: with a thread per chunk
+// and column pack, enough threads to fill an H200 at any width, while the partials (chunks * C floats) stay small
+// beside the rows.
+constexpr int64_t kTargetChunks = 512;
+constexpr int64_t kMinChunkRows = 8;
+constexpr int kPartialsBlock = 256;
+
+int64_t chunk_rows(int64_t N) { return std::max(kMinChunkRows, (N + kTargetChunks - 1) / kTargetChunks); }
+int64_t num_chunks(int64_t N) { return (N + chunk_rows(N) - 1) / chunk_rows(N); }
+
+// Calls f(n, lane) for each row n of this warp's: rows blockIdx.x * kRowsPerBlock + warp, then every
+// gridDim.x * kRowsPerBlock rows on. The loop is uniform over a warp, so f may reduce across its 32 lanes.
+template <typename F>
+__device__ __forceinline__ void for_each_warp_row(int64_t N, F&& f) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
+  for (int64_t n = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize; n < N; n += stride)
+    f(n, static_cast<int>(threadIdx.x % kWarpSize));
+}
+
+// out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps): the sum of squares in fp32 over the warp, then a
+// second pass over the row (from L1) for the output.
+template <int kVec, typename T>
+__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const T* weight, float eps, int64_t N,
+                                       int C) {
+  for_each_warp_row(N, [&](int64_t n, int lane) {
+    const T* x = inp + n * C;
+    float ss = 0;
+    for_each_pack<kVec>(C, lane, kWarpSize, [&](int64_t c, auto w) {
+      constexpr int W = decltype(w)::value;
+      float v[W];
+      load<W>(x + c, v);
+      for (int k = 0; k < W; ++k) ss += v[k] * v[k];
+    });
+    const float r = 1.0f / sqrtf(warp_reduce(ss, Add()) / C + eps);
+    for_each_pack<kVec>(C, lane, kWarpSize, [&](int64_t c, auto w) {
+      constexpr int W = decltype(w)::value;
+      float v[W], wt[W];
+      load<W>(x + c, v);
+      load<W>(weight + c, wt);
+      for (int k = 0; k < W; ++k) v[k] = v[k] * r * wt[k];
+      store<W>(out + n * C + c, v);
+    });
+    if (lane == 0) rstd[n] = r;
+  });
+}
+
+// dinp += rstd * (dn - norm * mean(dn * norm)), norm = inp * rstd, dn = weight * dout, as the reference.
+template <int kVec, typename T>
+__global__ void rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight, const float* rstd,
+                                             int64_t N, int C) {
+  for_each_warp_row(N, [&](int64_t n, int lane) {
+    const int64_t row = n * C;
+    const float r = rstd[n];
+    float sum_dn_norm = 0;
+    for_each_pack<kVec>(C, lane, kWarpSize, [&](int64_t c, auto w) {
+      constexpr int W = decltype(w)::value;
+      float xv[W], dv[W], wt[W];
+      load<W>(inp + row + c, xv);
+      load<W>(dout + row + c, dv);
+      load<W>(weight + c, wt);
+      for (int k = 0; k < W; ++k) sum_dn_norm += (wt[k] * dv[k]) * (xv[k] * r);
+    });
+    const float mean_dn_norm = warp_reduce(sum_dn_norm, Add()) / C;
+    for_each_pack<kVec>(C, lane, kWarpSize, [&](int64_t c, auto w) {
+      constexpr int W = decltype(w)::value;
+      float xv[W], dv[W], wt[W], g[W];
+      load<W>(inp + row + c, xv);
+      load<W>(dout + row + c, dv);
+      load<W>(weight + c, wt);
+      load<W>(dinp + row + c, g);
+      for (int k = 0; k < W; ++k) g[k] += (wt[k] * dv[k] - xv[k] * r * mean_dn_norm) * r;
+      store<W>(dinp + row + c, g);
+    });
+  });
+}
+
+// part[chunk, c] = sum over the chunk's rows n, in order, of (inp[n, c] * rstd[n]) * dout[n, c]: one thread per
+// chunk and pack of kVec columns (kVec divides C), a grid-stride loop over them. Threads next to each other take
+// packs next to each other in one chunk, so each row's loads are coalesced.
+template <int kVec, typename T>
+__global__ void rmsnorm_backward_partials_kernel(float* part, const T* dout, const T* inp, const float* rstd, int64_t N,
+                                                 int C, int64_t rows_per_chunk, int64_t chunks) {
+  const int64_t packs = C / kVec;
+  for (int64_t i = thread_index(); i < chunks * packs; i += thread_count()) {
+    const int64_t chunk = i / packs;
+    const int64_t c = (i - chunk * packs) * kVec;
+    const int64_t r1 = min(N, (chunk + 1) * rows_per_chunk);
+    float acc[kVec] = {};
+    for (int64_t n = chunk * rows_per_chunk; n < r1; ++n) {
+      float xv[kVec], dv[kVec];
+      load<kVec>(inp + n * C + c, xv);
+      load<kVec>(dout + n * C + c, dv);
+      const float r = rstd[n];
+      for (int k = 0; k < kVec; ++k) acc[k] += (xv[k] * r) * dv[k];
+    }
+    float* p = part + chunk * C + c;
+    for (int k = 0; k < kVec; ++k) p[k] = acc[k];
+  }
+}
+
+}  // namespace
+
+size_t rmsnorm_backward_scratch_bytes(int64_t N, int C) {
+  return N <= 0 || C <= 0 ? 0 : static_cast<size_t>(num_chunks(N)) * C * sizeof(float);
+}
+
+template <typename T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, float eps, int64_t N, int C,
+                     const GpuContext& ctx) {
+  if (N == 0 || C == 0) return;
+  constexpr int kVec = 16 / sizeof(T);
+  // With C a multiple of kVec, aligned base pointers give aligned rows.
+  const bool vec = C % kVec == 0 && all_aligned(16, out, inp, weight);
+  launch_packed<T>(vec, [&](auto w) {
+    rmsnorm_forward_kernel<decltype(w)::value>
+        <<<grid_for(N, kRowsPerBlock), kRowBlock, 0, ctx.stream>>>(out, rstd, inp, weight, eps, N, C);
+  });
+}
+
+template <typename T>
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const float* rstd, int64_t N,
+                      int C, const GpuContext& ctx, GradWrite param_write) {
+  if (N == 0 || C == 0) return;
+  ColumnSums* const deferred = ctx.column_sums;
+  const size_t need = rmsnorm_backward_scratch_bytes(N, C);
+  ST_CHECK(deferred != nullptr || (ctx.scratch != nullptr && ctx.scratch_bytes >= need), "rmsnorm_backward needs ",
+           need, " bytes of scratch, ctx has ", ctx.scratch_bytes);
+  constexpr int kVec = 16 / sizeof(T);
+  const bool vec = C % kVec == 0 && all_aligned(16, dinp, dout, inp, weight);
+  launch_packed<T>(vec, [&](auto w) {
+    rmsnorm_backward_dinp_kernel<decltype(w)::value>
+        <<<grid_for(N, kRowsPerBlock), kRowBlock, 0, ctx.stream>>>(dinp, dout, inp, weight, rstd, N, C);
+  });
+
+  const int64_t chunks = num_chunks(N);
+  float* part = deferred ? deferred->reserve(chunks * C) : static_cast<float*>(ctx.scratch);
+  launch_packed<T>(vec, [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    rmsnorm_backward_partials_kernel<W><<<grid_for(chunks * (C / W), kPartialsBlock), kPartialsBlock, 0, ctx.stream>>>(
+        part, dout, inp, rstd, N, C, chunk_rows(N), chunks);
+  });
+  if (deferred)
+    deferred->queue(dweight, part, chunks, C, param_write);
+  else
+    finish_column_sums(dweight, part, chunks, C, ctx.stream, param_write);
+}
+
+template void rmsnorm_forward<float>(float*, float*, const float*, const float*, float, int64_t, int,
+                                     const GpuContext&);
+template void rmsnorm_forward<bf16>(bf16*, float*, const bf16*, const bf16*, float, int64_t, int, const GpuContext&);
+template void rmsnorm_forward<fp16>(fp16*, float*, const fp16*, const fp16*, float, int64_t, int, const GpuContext&);
+template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*, const float*, int64_t,
+                                      int, const GpuContext&, GradWrite);
+template void rmsnorm_backward<bf16>(bf16*, bf16*, const bf16*, const bf16*, const bf16*, const float*, int64_t, int,
+                                     const GpuContext&, GradWrite);
+template void rmsnorm_backward<fp16>(fp16*, fp16*, const fp16*, const fp16*, const fp16*, const float*, int64_t, int,
+                                     const GpuContext&, GradWrite);
+
+}  // namespace st::gpu

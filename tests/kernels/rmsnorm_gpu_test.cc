@@ -1,0 +1,186 @@
+// gpu::rmsnorm_* against the CPU reference st::rmsnorm_*.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "gpu_kernel_test.h"
+#include "shardtrain/kernels/gpu/column_sums.h"
+#include "shardtrain/kernels/gpu/rmsnorm.h"
+#include "shardtrain/kernels/rmsnorm.h"
+
+namespace st {
+namespace {
+
+using test::close;
+using test::kTol;
+using test::to_device;
+using test::to_host;
+
+constexpr float kEps = 1e-5f;  // Llama 3's rms_norm_eps
+
+struct Shape {
+  int64_t N;
+  int C;
+};
+// C = 1, 7, 13, 771: not a multiple of any pack, the scalar path. C = 4 and 12: packed in fp32 only (4 floats a pack,
+// 8 bf16/fp16). 64, 96, 768, 2048, 4096 (Llama 3 8B's width): packed in every type; 96 leaves some lanes a pack
+// short of the others. dweight's row chunks are 8 rows up to N = 4096: N = 5 is one partial chunk, N = 103 and 2500
+// end on a partial chunk, N = 9001 has 18-row chunks and a last chunk of one row.
+const Shape kShapes[] = {{1, 1},   {1, 7},    {5, 64},    {37, 771},    {300, 96},   {1000, 7}, {64, 4},
+                         {33, 12}, {70, 768}, {9001, 64}, {2500, 2048}, {103, 4096}, {17, 13}};
+
+// One problem with its CPU forward (whose rstd both backward passes use). Rows have mean 0.5 and standard deviation
+// 2: RMSNorm does not subtract the mean, so the rows should not be centred.
+template <typename T>
+struct Problem {
+  explicit Problem(const Shape& s)
+      : inp(test::random_input<T>(s.N * s.C, 1, 2.0f, 0.5f)),
+        weight(test::random_input<T>(s.C, 2, 0.5f, 1.0f)),
+        dout(test::random_input<T>(s.N * s.C, 3)),
+        out(s.N * s.C),
+        rstd(s.N) {
+    rmsnorm_forward(out.data(), rstd.data(), inp.data(), weight.data(), kEps, s.N, s.C);
+  }
+  std::vector<float> inp, weight, dout, out, rstd;
+};
+
+// A problem's backward operands on the device, and gpu::rmsnorm_backward over them.
+template <typename T>
+struct DeviceBackward {
+  DeviceBackward(const Problem<T>& p, const Shape& s)
+      : N(s.N),
+        C(s.C),
+        dout(to_device<T>(p.dout)),
+        inp(to_device<T>(p.inp)),
+        weight(to_device<T>(p.weight)),
+        rstd(to_device<float>(p.rstd)) {}
+  void run(DeviceBuffer<T>& dinp, DeviceBuffer<T>& dweight, const gpu::GpuContext& ctx,
+           GradWrite param_write = GradWrite::kAccumulate) const {
+    gpu::rmsnorm_backward<T>(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(), rstd.data(), N, C,
+                             ctx, param_write);
+  }
+  // The backward accumulated into device copies of dinp0 and dweight0: {dinp, dweight} on the host.
+  std::vector<std::vector<float>> outputs(const std::vector<float>& dinp0, const std::vector<float>& dweight0,
+                                          const gpu::GpuContext& ctx) const {
+    DeviceBuffer<T> dinp = to_device<T>(dinp0), dweight = to_device<T>(dweight0);
+    run(dinp, dweight, ctx);
+    if (ctx.column_sums) ctx.column_sums->finish(ctx.stream);
+    return {to_host(dinp), to_host(dweight)};
+  }
+  int64_t N;
+  int C;
+  DeviceBuffer<T> dout, inp, weight;
+  DeviceBuffer<float> rstd;
+};
+
+template <typename T>
+class RmsNormGpuTest : public ::testing::Test {};
+TYPED_TEST_SUITE(RmsNormGpuTest, test::ActivationTypes, test::ActivationNames);
+
+// Tolerances (kTol, gpu_kernel_test.h): the GPU sums in fp32 where the reference sums in double, so fp32 outputs
+// differ by a few ulps of the sums (1e-5); bf16 and fp16 outputs are rounded once to T from such an fp32 value,
+// a relative 2^-9 (bf16) or 2^-12 (fp16) at most, within 1e-2. rstd is fp32 whatever T is.
+TYPED_TEST(RmsNormGpuTest, ForwardMatchesCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
+    const Problem<T> p(s);
+    test::GpuEnv env;
+    DeviceBuffer<T> inp = to_device<T>(p.inp), weight = to_device<T>(p.weight);
+    DeviceBuffer<T> out(s.N * s.C);
+    DeviceBuffer<float> rstd(s.N);
+    test::poison(out);
+    test::poison(rstd);
+    gpu::rmsnorm_forward<T>(out.data(), rstd.data(), inp.data(), weight.data(), kEps, s.N, s.C, env.ctx);
+    EXPECT_TRUE(close(to_host(out), p.out, kTol<T>)) << "out";
+    EXPECT_TRUE(close(to_host(rstd), p.rstd, kTol<float>)) << "rstd";
+  }
+}
+
+TYPED_TEST(RmsNormGpuTest, BackwardAccumulatesLikeCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
+    const Problem<T> p(s);
+    // Non-zero starting gradients on both sides: the kernels accumulate.
+    const std::vector<float> dinp0 = test::random_input<T>(s.N * s.C, 4), dweight0 = test::random_input<T>(s.C, 5);
+    test::GpuEnv env(gpu::rmsnorm_backward_scratch_bytes(s.N, s.C));
+    const std::vector<std::vector<float>> got = DeviceBackward<T>(p, s).outputs(dinp0, dweight0, env.ctx);
+    std::vector<float> dinp = dinp0, dweight = dweight0;
+    rmsnorm_backward(dinp.data(), dweight.data(), p.dout.data(), p.inp.data(), p.weight.data(), p.rstd.data(), s.N,
+                     s.C);
+    EXPECT_TRUE(close(got[0], dinp, kTol<T>)) << "dinp";
+    EXPECT_TRUE(close(got[1], dweight, kTol<T>)) << "dweight";
+  }
+}
+
+// param_write = kOverwrite: dweight, poisoned first, gets exactly what accumulating into a zeroed one gives
+// (BackwardAccumulatesLikeCpu holds that against the CPU); dinp still accumulates, bit for bit as it does there.
+TYPED_TEST(RmsNormGpuTest, BackwardOverwritesParamsOnRequest) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
+    const Problem<T> p(s);
+    const std::vector<float> dinp0 = test::random_input<T>(s.N * s.C, 6), zeros(s.C, 0.0f);
+    test::GpuEnv env(gpu::rmsnorm_backward_scratch_bytes(s.N, s.C));
+    const DeviceBackward<T> d(p, s);
+    DeviceBuffer<T> add_dinp = to_device<T>(dinp0), add_dweight = to_device<T>(zeros);
+    d.run(add_dinp, add_dweight, env.ctx);
+    DeviceBuffer<T> dinp = to_device<T>(dinp0), dweight(s.C);
+    test::poison(dweight);
+    d.run(dinp, dweight, env.ctx, GradWrite::kOverwrite);
+    EXPECT_TRUE(test::bitwise_equal(to_host(dinp), to_host(add_dinp))) << "dinp";
+    EXPECT_TRUE(test::bitwise_equal(to_host(dweight), to_host(add_dweight))) << "dweight";
+  }
+}
+
+TYPED_TEST(RmsNormGpuTest, BackwardIsDeterministic) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : {Shape{1000, 96}, Shape{777, 7}, Shape{2500, 2048}, Shape{9001, 64}}) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
+    const std::vector<float> dinp0 = test::random_input<T>(s.N * s.C, 7), dweight0 = test::random_input<T>(s.C, 8);
+    test::GpuEnv env(gpu::rmsnorm_backward_scratch_bytes(s.N, s.C));
+    const DeviceBackward<T> d(Problem<T>(s), s);
+    const std::vector<std::vector<float>> first = d.outputs(dinp0, dweight0, env.ctx),
+                                          second = d.outputs(dinp0, dweight0, env.ctx);
+    for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(test::bitwise_equal(second[i], first[i])) << "output " << i;
+  }
+}
+
+// With ctx.column_sums, dweight's partials go to the ColumnSums buffer and its finish adds them: the same bits as
+// the immediate path, and the context's scratch (absent here) is not needed.
+TYPED_TEST(RmsNormGpuTest, BackwardQueuedColumnSumsMatchImmediateBitwise) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : {Shape{300, 96}, Shape{37, 771}, Shape{2500, 2048}}) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
+    const std::vector<float> dinp0 = test::random_input<T>(s.N * s.C, 9), dweight0 = test::random_input<T>(s.C, 10);
+    const DeviceBackward<T> d(Problem<T>(s), s);
+    test::GpuEnv env(gpu::rmsnorm_backward_scratch_bytes(s.N, s.C));
+    const std::vector<std::vector<float>> want = d.outputs(dinp0, dweight0, env.ctx);
+    gpu::ColumnSums sums(gpu::ColumnSums::reserved_bytes(gpu::rmsnorm_backward_scratch_bytes(s.N, s.C) / 4));
+    gpu::GpuContext deferred{env.stream.get(), nullptr, nullptr, 0};
+    deferred.column_sums = &sums;
+    const std::vector<std::vector<float>> got = d.outputs(dinp0, dweight0, deferred);
+    EXPECT_TRUE(sums.empty());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(test::bitwise_equal(got[i], want[i])) << "output " << i;
+  }
+}
+
+TYPED_TEST(RmsNormGpuTest, BackwardRejectsTooLittleScratch) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  const Shape s{300, 96};
+  const Problem<T> p(s);
+  const DeviceBackward<T> d(p, s);
+  DeviceBuffer<T> dinp = to_device<T>(p.dout), dweight = to_device<T>(p.weight);
+  test::GpuEnv env(gpu::rmsnorm_backward_scratch_bytes(s.N, s.C) - 1);
+  EXPECT_THROW(d.run(dinp, dweight, env.ctx), Error);
+}
+
+}  // namespace
+}  // namespace st

@@ -1,0 +1,145 @@
+#include "shardtrain/kernels/swiglu.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "grad_check.h"
+
+namespace st {
+namespace {
+
+using testing::max_rel_diff;
+using testing::numeric_grad;
+using testing::randn;
+using testing::weighted_sum;
+
+struct Fixture {
+  int64_t N;
+  int F;
+  std::vector<float> gate_up, dout;
+  // Gates of scale 3, into both tails of the sigmoid; up of scale 1.
+  Fixture(int64_t n, int f, uint64_t stream) : N(n), F(f), dout(randn(n * f, stream + 2)) {
+    const std::vector<float> gate = randn(n * f, stream, 3.0f), up = randn(n * f, stream + 1);
+    gate_up.resize(n * 2 * f);
+    for (int64_t r = 0; r < n; ++r) {
+      for (int c = 0; c < f; ++c) {
+        gate_up[r * 2 * f + c] = gate[r * f + c];
+        gate_up[r * 2 * f + f + c] = up[r * f + c];
+      }
+    }
+  }
+};
+
+struct Naive {
+  std::vector<double> out, dgate_up;
+};
+
+// From the definition, in double: out = g sigmoid(g) u; d/dg = u (sigmoid(g) + g sigmoid(g) (1 - sigmoid(g))),
+// d/du = g sigmoid(g).
+Naive naive_swiglu(const Fixture& f) {
+  Naive r;
+  r.out.resize(f.N * f.F);
+  r.dgate_up.resize(f.N * 2 * f.F);
+  for (int64_t n = 0; n < f.N; ++n) {
+    for (int c = 0; c < f.F; ++c) {
+      const double g = f.gate_up[n * 2 * f.F + c], u = f.gate_up[n * 2 * f.F + f.F + c], d = f.dout[n * f.F + c];
+      const double sig = 1.0 / (1.0 + std::exp(-g));
+      r.out[n * f.F + c] = g * sig * u;
+      r.dgate_up[n * 2 * f.F + c] = d * u * (sig + g * sig * (1.0 - sig));
+      r.dgate_up[n * 2 * f.F + f.F + c] = d * g * sig;
+    }
+  }
+  return r;
+}
+
+TEST(Swiglu, HandWorkedValues) {
+  // gate 0: silu(0) = 0, silu'(0) = 1/2. gate_up = [0, 2 | 3, 5] (F = 2): out = [0, 2 sigmoid(2) * 5].
+  const std::vector<float> gate_up = {0.0f, 2.0f, 3.0f, 5.0f}, dout = {1.0f, 1.0f};
+  std::vector<float> out(2), d(4);
+  swiglu_forward(out.data(), gate_up.data(), 1, 2);
+  const double s2 = 1.0 / (1.0 + std::exp(-2.0));
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_FLOAT_EQ(out[1], static_cast<float>(2 * s2 * 5));
+  swiglu_backward(d.data(), dout.data(), gate_up.data(), 1, 2);
+  EXPECT_FLOAT_EQ(d[0], 1.5f);  // up 3 * silu'(0) = 3 / 2
+  EXPECT_FLOAT_EQ(d[1], static_cast<float>(5 * (s2 + 2 * s2 * (1 - s2))));
+  EXPECT_EQ(d[2], 0.0f);  // silu(0)
+  EXPECT_FLOAT_EQ(d[3], static_cast<float>(2 * s2));
+}
+
+TEST(Swiglu, ForwardAndBackwardMatchDefinitionInDouble) {
+  const Fixture f(7, 13, 400);
+  std::vector<float> out(f.N * f.F), dgu(f.N * 2 * f.F);
+  swiglu_forward(out.data(), f.gate_up.data(), f.N, f.F);
+  swiglu_backward(dgu.data(), f.dout.data(), f.gate_up.data(), f.N, f.F);
+  const Naive r = naive_swiglu(f);
+  EXPECT_LE(max_rel_diff(out, r.out), testing::kRefTol);
+  EXPECT_LE(max_rel_diff(dgu, r.dgate_up), testing::kRefTol);
+}
+
+TEST(Swiglu, BackwardMatchesFiniteDifferences) {
+  Fixture f(5, 11, 410);
+  const std::vector<float>& R = f.dout;  // L = sum(out * R), so dL/dout = R
+  std::vector<float> out(f.N * f.F);
+  auto loss = [&] {
+    swiglu_forward(out.data(), f.gate_up.data(), f.N, f.F);
+    return weighted_sum(out.data(), R);
+  };
+  std::vector<float> dgu(f.N * 2 * f.F);
+  swiglu_backward(dgu.data(), R.data(), f.gate_up.data(), f.N, f.F);
+  const auto fd = numeric_grad(f.gate_up.data(), f.N * 2 * f.F, testing::kFdStep, loss);
+  ASSERT_GT(testing::max_abs(fd), 0.1);
+  EXPECT_LE(max_rel_diff(dgu, fd), testing::kFdTol);
+}
+
+// Saturated gates: silu(g) -> 0 (as -0: exp(-g) overflows to inf) for g << 0 and -> g for g >> 0, with finite
+// gradients (no inf * 0).
+TEST(Swiglu, SaturatedGatesStayFinite) {
+  const std::vector<float> gate_up = {-200.0f, 200.0f, 3.0f, 3.0f}, dout = {1.0f, 1.0f};
+  std::vector<float> out(2), d(4);
+  swiglu_forward(out.data(), gate_up.data(), 1, 2);
+  swiglu_backward(d.data(), dout.data(), gate_up.data(), 1, 2);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 600.0f);
+  EXPECT_EQ(d[0], 0.0f);
+  EXPECT_EQ(d[1], 3.0f);  // up * silu'(200) = 3 * 1
+  EXPECT_EQ(d[2], 0.0f);
+  EXPECT_EQ(d[3], 200.0f);
+}
+
+// kOverwrite (the default) writes whatever dgate_up held; kAccumulate adds.
+TEST(Swiglu, BackwardOverwritesOrAccumulates) {
+  const Fixture f(6, 10, 420);
+  const int64_t n = f.N * 2 * f.F;
+  std::vector<float> once(n, std::nanf(""));
+  swiglu_backward(once.data(), f.dout.data(), f.gate_up.data(), f.N, f.F);
+  for (int64_t i = 0; i < n; ++i) ASSERT_FALSE(std::isnan(once[i])) << i;
+
+  std::vector<float> acc(n, 0.0f);
+  swiglu_backward(acc.data(), f.dout.data(), f.gate_up.data(), f.N, f.F, GradWrite::kAccumulate);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(acc[i], once[i]) << i;  // 0 + g is exact
+  swiglu_backward(acc.data(), f.dout.data(), f.gate_up.data(), f.N, f.F, GradWrite::kAccumulate);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(acc[i], 2 * once[i]) << i;  // g + g is exact
+
+  const std::vector<float> start = randn(n, 423);
+  std::vector<float> added = start;
+  swiglu_backward(added.data(), f.dout.data(), f.gate_up.data(), f.N, f.F, GradWrite::kAccumulate);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(added[i], start[i] + once[i]) << i;
+}
+
+TEST(Swiglu, DeterministicAcrossThreadCounts) {
+  // Above the size below which the kernels stay serial.
+  const Fixture f(301, 77, 430);
+  testing::expect_same_bits_across_thread_counts([&] {
+    std::vector<float> g(f.N * f.F + f.N * 2 * f.F);
+    swiglu_forward(g.data(), f.gate_up.data(), f.N, f.F);
+    swiglu_backward(g.data() + f.N * f.F, f.dout.data(), f.gate_up.data(), f.N, f.F);
+    return g;
+  });
+}
+
+}  // namespace
+}  // namespace st
