@@ -46,6 +46,16 @@ if(SYSTEM_PYTHON3)
     endforeach()
   endforeach()
 endif()
+# The llama family against Hugging Face transformers (on the GPU machine, whose python3 has it): import of
+# save_pretrained directories, logits, bf16 loss, and train -> export -> from_pretrained. Skipped (exit 77) where
+# transformers or a CUDA device is missing.
+find_program(PATH_PYTHON3 NAMES python3)
+if(PATH_PYTHON3 AND SHARDTRAIN_HAVE_CUDA)
+  add_test(NAME gpu.transformers.llama
+           COMMAND ${PATH_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/model/transformers_check.py $<TARGET_FILE:shardtrain>
+                   $<TARGET_FILE:logits_dump> ${CMAKE_BINARY_DIR}/transformers_check)
+  set_tests_properties(gpu.transformers.llama PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)
+endif()
 include(${CMAKE_SOURCE_DIR}/tests/shard/shard.cmake)
 include(${CMAKE_SOURCE_DIR}/tests/comm/comm.cmake)
 include(${CMAKE_SOURCE_DIR}/tests/comm/env_bootstrap.cmake)
