@@ -9,8 +9,7 @@ random-initialised by transformers and saved with save_pretrained (F32, and BF16
     mean cross-entropy of the two sets of logits to 1e-2 relative;
   * train, export, load: 20 steps on cuda in fp32 from the F32 directory, the checkpoint exported (`ckpt export
     --dtype f32`), loaded by transformers' from_pretrained; its loss on the evaluation windows equals `shardtrain
-    eval`'s on the same checkpoint to 1e-5 relative. The export of the BF16 import, untrained, is byte-identical to
-    it (BF16 in, BF16 out).
+    eval`'s on the same checkpoint to 1e-5 relative.
 Exits 77 (skipped) where transformers or a CUDA device is missing.
 
 usage: transformers_check.py SHARDTRAIN LOGITS_DUMP WORKDIR
