@@ -1,4 +1,4 @@
-// Causal attention as cuDNN operation graphs (cuDNN 9 backend C API, no cudnn-frontend). About 820 lines in one
+// Causal attention as cuDNN operation graphs (cuDNN 9 backend C API, no cudnn-frontend). About 900 lines in one
 // file on purpose: the RAII descriptor, the graph builder, the forward and backward graphs, the engine choice and the
 // plan cache are one unit that nothing else uses, and the graphs only make sense read beside the builder.
 //
@@ -164,7 +164,8 @@ class GraphBuilder {
     pointwise(CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, b, keep, y);
   }
 
-  // y = op over the dims where y has extent 1, in fp32.
+  // y = op over the dims where y is smaller than x, in fp32: a dim of extent 1 in y reduces whole, NKV heads in y
+  // of NH in x reduce each group of NH/NKV consecutive heads.
   void reduction(cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
     Desc& desc = keep(Desc(CUDNN_BACKEND_REDUCTION_DESCRIPTOR));
     const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
