@@ -16,9 +16,12 @@ AttentionChoice choose_attention(const AttentionRequest& r, Cudnn& cudnn) {
   probe.cudnn = &cudnn;
   const CudnnBackwardMode mode =
       r.deterministic ? CudnnBackwardMode::kDeterministic : CudnnBackwardMode::kNondeterministic;
+  // An hs of 0 left by a C that NH does not divide is refused by cuDNN's shape check, like any invalid shape.
+  const int NKV = r.NKV > 0 ? r.NKV : r.NH;
+  const int hs = r.hs > 0 ? r.hs : (r.NH > 0 && r.C % r.NH == 0 ? r.C / r.NH : 0);
   try {
-    const size_t fwd = cudnn_attention_forward_scratch_bytes<T>(r.B, r.T, r.C, r.NH, probe);
-    const size_t bwd = cudnn_attention_backward_scratch_bytes<T>(r.B, r.T, r.C, r.NH, probe, mode);
+    const size_t fwd = cudnn_attention_forward_scratch_bytes<T>(r.B, r.T, r.NH, NKV, hs, probe);
+    const size_t bwd = cudnn_attention_backward_scratch_bytes<T>(r.B, r.T, r.NH, NKV, hs, probe, mode);
     const size_t v = cudnn_runtime_version();
     return {true, static_cast<int64_t>(std::max(fwd, bwd)),
             str_cat("cudnn ", v / 10000, ".", v / 100 % 100, " (fused SDPA, ",

@@ -1,4 +1,4 @@
-// Causal attention as cuDNN operation graphs (cuDNN 9 backend C API, no cudnn-frontend). About 820 lines in one
+// Causal attention as cuDNN operation graphs (cuDNN 9 backend C API, no cudnn-frontend). About 900 lines in one
 // file on purpose: the RAII descriptor, the graph builder, the forward and backward graphs, the engine choice and the
 // plan cache are one unit that nothing else uses, and the graphs only make sense read beside the builder.
 //
@@ -164,7 +164,8 @@ class GraphBuilder {
     pointwise(CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, b, keep, y);
   }
 
-  // y = op over the dims where y has extent 1, in fp32.
+  // y = op over the dims where y is smaller than x, in fp32: a dim of extent 1 in y reduces whole, NKV heads in y
+  // of NH in x reduce each group of NH/NKV consecutive heads.
   void reduction(cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
     Desc& desc = keep(Desc(CUDNN_BACKEND_REDUCTION_DESCRIPTOR));
     const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
@@ -286,34 +287,42 @@ const char* pass_name(Pass p) {
   return "?";
 }
 
+// NH query heads and NKV key/value heads of hs values; C = NH hs is the width of q and of out.
 struct Shape {
-  int64_t B, T, C, NH, hs;
+  int64_t B, T, NH, NKV, hs;
+  int64_t C() const { return NH * hs; }
+  int64_t ld() const { return (NH + 2 * NKV) * hs; }  // qkv's row stride
+  int64_t k_offset() const { return C(); }            // of the first K head in a qkv row
+  int64_t v_offset() const { return C() + NKV * hs; }
 };
 
 std::string describe(const Shape& s, cudnnDataType_t io, Pass pass) {
   return str_cat("cuDNN attention ", pass_name(pass), " ", io == CUDNN_DATA_BFLOAT16 ? "bf16" : "fp16", " B=", s.B,
-                 " T=", s.T, " C=", s.C, " NH=", s.NH, " hs=", s.hs);
+                 " T=", s.T, " C=", s.C(), " NH=", s.NH, " NKV=", s.NKV, " hs=", s.hs);
 }
 
 // The dims and strides of every tensor, [b, h, row, col] order. q, k, v are the column blocks of the rows of
-// qkv, so a head's [T, hs] slice has row stride 3C; kT is k with its last two dims (and strides) swapped,
-// which is how cuDNN's matmul takes a transposed operand.
+// qkv, so a head's [T, hs] slice has row stride (NH + 2 NKV) hs; kT is k with its last two dims (and strides)
+// swapped, which is how cuDNN's matmul takes a transposed operand. K and V (and dK, dV) have NKV heads; the
+// matmuls with Q's NH heads broadcast them over each group of NH/NKV query heads.
 struct Layout {
   explicit Layout(const Shape& s)
       : bhtd{s.B, s.NH, s.T, s.hs},
         bhdt{s.B, s.NH, s.hs, s.T},
         bhtt{s.B, s.NH, s.T, s.T},
         bht1{s.B, s.NH, s.T, 1},
+        kv_bhtd{s.B, s.NKV, s.T, s.hs},
+        kv_bhdt{s.B, s.NKV, s.hs, s.T},
         b111{s.B, 1, 1, 1},
-        qkv{s.T * 3 * s.C, s.hs, 3 * s.C, 1},
-        qkv_t{s.T * 3 * s.C, s.hs, 1, 3 * s.C},
-        out{s.T * s.C, s.hs, s.C, 1},
+        qkv{s.T * s.ld(), s.hs, s.ld(), 1},
+        qkv_t{s.T * s.ld(), s.hs, 1, s.ld()},
+        out{s.T * s.C(), s.hs, s.C(), 1},
         scores{s.NH * s.T * s.T, s.T * s.T, s.T, 1},
         scores_t{s.NH * s.T * s.T, s.T * s.T, 1, s.T},
         bhtd_packed{s.NH * s.T * s.hs, s.T * s.hs, s.hs, 1},
         bht1_packed{s.NH * s.T, s.T, 1, 1} {}
   // dims
-  Dims bhtd, bhdt, bhtt, bht1, b111;
+  Dims bhtd, bhdt, bhtt, bht1, kv_bhtd, kv_bhdt, b111;
   // strides
   Dims qkv, qkv_t, out, scores, scores_t, bhtd_packed, bht1_packed;
   Dims ones{1, 1, 1, 1};
@@ -360,8 +369,8 @@ void build_forward(GraphBuilder& g, cudnnDataType_t io, const Shape& s) {
   const Layout l(s);
   const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
   auto q = g.tensor(kQ, io, l.bhtd, l.qkv);
-  auto kt = g.tensor(kK, io, l.bhdt, l.qkv_t);
-  auto v = g.tensor(kV, io, l.bhtd, l.qkv);
+  auto kt = g.tensor(kK, io, l.kv_bhdt, l.qkv_t);
+  auto v = g.tensor(kV, io, l.kv_bhtd, l.qkv);
   auto o = g.tensor(kO, io, l.bhtd, l.out);
   auto stats = g.tensor(kStats, f32, l.bht1, l.bht1_packed);
   auto scale = g.scalar(kScale);
@@ -393,6 +402,8 @@ void build_forward(GraphBuilder& g, cudnnDataType_t io, const Shape& s) {
 //   Dsum = sum_row(dO * O) * 1 (fp32, in scratch);
 //   S = Q @ K^T * scale; [padding mask]; S -= Stats; causal; P = exp(S);
 //   dV = P^T @ dO; dS = (dO @ V^T - Dsum) * P * scale; dK = dS^T @ Q;
+//   with grouping (NKV < NH), dV and dK are computed per query head (NH heads, typed as T, virtual) and summed
+//   over each group of NH/NKV heads by a reduction into the NKV-head dV and dK, as cudnn-frontend lowers GQA;
 //   dQ = dS @ K, straight into dQ (deterministic: the engine keeps dP in its workspace and runs dQ as its own
 //   GEMM) or through the fp32 accumulator in scratch (atomics) and an identity copy.
 // padding_workaround: the sequence-length padding mask, with the matching GEMM extents, that cudnn-frontend
@@ -402,14 +413,22 @@ void build_backward(GraphBuilder& g, cudnnDataType_t io, const Shape& s, bool de
   const Layout l(s);
   const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
   auto q = g.tensor(kQ, io, l.bhtd, l.qkv);
-  auto kt = g.tensor(kK, io, l.bhdt, l.qkv_t);
-  auto vt = g.tensor(kV, io, l.bhdt, l.qkv_t);
+  auto kt = g.tensor(kK, io, l.kv_bhdt, l.qkv_t);
+  auto vt = g.tensor(kV, io, l.kv_bhdt, l.qkv_t);
   auto o = g.tensor(kO, io, l.bhtd, l.out);
   auto d_o = g.tensor(kDO, io, l.bhtd, l.out);
   auto stats = g.tensor(kStats, f32, l.bht1, l.bht1_packed);
   auto dq = g.tensor(kDQ, io, l.bhtd, l.qkv);
-  auto dk = g.tensor(kDK, io, l.bhtd, l.qkv);
-  auto dv = g.tensor(kDV, io, l.bhtd, l.qkv);
+  auto dk = g.tensor(kDK, io, l.kv_bhtd, l.qkv);
+  auto dv = g.tensor(kDV, io, l.kv_bhtd, l.qkv);
+  const bool grouped = s.NKV != s.NH;
+  // The matmul's output for a K/V gradient: the gradient itself, or its per-query-head form and the reduction.
+  auto per_query_head = [&](cudnnBackendDescriptor_t grad) {
+    return grouped ? g.virtual_tensor(io, l.bhtd, l.bhtd_packed) : grad;
+  };
+  auto sum_groups = [&](cudnnBackendDescriptor_t full, cudnnBackendDescriptor_t grad) {
+    if (grouped) g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, grad);
+  };
   auto scale = g.scalar(kScale);
   auto neg_inf = g.scalar(kNegInf);
   auto one = g.scalar(kOne);
@@ -420,7 +439,7 @@ void build_backward(GraphBuilder& g, cudnnDataType_t io, const Shape& s, bool de
   }
 
   // The softmax backward's row term, sum_d dO * O.
-  auto do_o = g.virtual_tensor(f32, l.bhtd, {s.NH * s.T * s.hs, s.T * s.hs, s.NH * s.hs, 1});
+  auto do_o = g.virtual_tensor(f32, l.bhtd, {s.NH * s.T * s.hs, s.T * s.hs, s.C(), 1});
   g.binary(CUDNN_POINTWISE_MUL, d_o, o, do_o);
   auto do_o_sum = g.virtual_tensor(f32, l.bht1, l.bht1_packed);
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, do_o, do_o_sum);
@@ -442,7 +461,9 @@ void build_backward(GraphBuilder& g, cudnnDataType_t io, const Shape& s, bool de
   // dV = P^T dO.
   auto p_t = g.virtual_tensor(io, l.bhtt, l.scores_t);
   g.reshape(p, p_t);
-  g.matmul(p_t, d_o, dv, {seq_kv, nullptr, seq_q});
+  auto dv_full = per_query_head(dv);
+  g.matmul(p_t, d_o, dv_full, {seq_kv, nullptr, seq_q});
+  sum_groups(dv_full, dv);
 
   // dS = P * (dP - Dsum) * scale, dP = dO V^T.
   auto dp = g.virtual_tensor(f32, l.bhtt, l.scores);
@@ -457,10 +478,12 @@ void build_backward(GraphBuilder& g, cudnnDataType_t io, const Shape& s, bool de
   // dK = dS^T Q.
   auto ds_t = g.virtual_tensor(io, l.bhtt, l.scores_t);
   g.reshape(ds, ds_t);
-  g.matmul(ds_t, q, dk, {seq_kv, nullptr, seq_q});
+  auto dk_full = per_query_head(dk);
+  g.matmul(ds_t, q, dk_full, {seq_kv, nullptr, seq_q});
+  sum_groups(dk_full, dk);
 
   // dQ = dS K (K as the un-transposed view of K^T; fp32 like every untyped frontend intermediate).
-  auto k = g.virtual_tensor(f32, l.bhtd, l.qkv);
+  auto k = g.virtual_tensor(f32, l.kv_bhtd, l.qkv);
   g.reshape(kt, k);
   if (deterministic) {
     g.matmul(ds, k, dq, {seq_q, nullptr, seq_kv});
@@ -584,7 +607,7 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, cudnnDataType_t io, const
     plan->failure = str_cat(describe(s, io, pass), ": needs cuDNN >= ", kMinCudnnVersion, ", have ", version);
     return plan;
   }
-  // Every tensor is declared 16-byte aligned: k and v start C elements apart and rows 3C apart.
+  // Every tensor is declared 16-byte aligned: heads start multiples of hs elements apart, and so do rows.
   if (s.hs % 8 != 0) {
     plan->failure = str_cat(describe(s, io, pass), ": head size must be a multiple of 8 (16-byte aligned rows)");
     return plan;
@@ -632,10 +655,17 @@ constexpr bool kOnCudnn = std::is_same_v<T, bf16> || std::is_same_v<T, fp16>;
 template <typename T>
 constexpr cudnnDataType_t kIoType = std::is_same_v<T, bf16> ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
 
+Shape make_shape(int B, int T_, int NH, int NKV, int hs) {
+  ST_CHECK(B > 0 && T_ > 0 && NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0, "cuDNN attention: bad shape B=", B,
+           " T=", T_, " NH=", NH, " NKV=", NKV, " hs=", hs, " (NH must be a multiple of NKV)");
+  return Shape{B, T_, NH, NKV, hs};
+}
+
+// The GPT-2 form: NKV = NH heads of size C / NH.
 Shape make_shape(int B, int T_, int C, int NH) {
   ST_CHECK(B > 0 && T_ > 0 && NH > 0 && C > 0 && C % NH == 0, "cuDNN attention: bad shape B=", B, " T=", T_, " C=", C,
            " NH=", NH, " (C must be a multiple of NH)");
-  return Shape{B, T_, C, NH, C / NH};
+  return make_shape(B, T_, NH, NH, C / NH);
 }
 
 Pass backward_pass(CudnnBackwardMode mode) {
@@ -683,7 +713,7 @@ struct Cudnn::State {
   State(const State&) = delete;
   State& operator=(const State&) = delete;
 
-  using Key = std::array<int64_t, 6>;  // io type, B, T, C, NH, pass
+  using Key = std::array<int64_t, 7>;  // io type, B, T, NH, NKV, hs, pass
   cudnnHandle_t handle = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans;
 };
@@ -698,7 +728,7 @@ namespace {
 
 Plan& plan_for(Cudnn& cudnn, cudnnDataType_t io, const Shape& s, Pass pass) {
   Cudnn::State& st = cudnn.state();
-  std::unique_ptr<Plan>& slot = st.plans[{io, s.B, s.T, s.C, s.NH, static_cast<int64_t>(pass)}];
+  std::unique_ptr<Plan>& slot = st.plans[{io, s.B, s.T, s.NH, s.NKV, s.hs, static_cast<int64_t>(pass)}];
   if (!slot) slot = build_plan(st.handle, io, s, pass);
   return *slot;
 }
@@ -731,35 +761,15 @@ void* ptr(const T* p) {
   return const_cast<void*>(static_cast<const void*>(p));
 }
 
-}  // namespace
-
-// ---------------------------------------------------------------------------------------------------------
-// Entry points
-
-size_t cudnn_runtime_version() { return cudnnGetVersion(); }
-
+// The entry points on a checked shape: the (NH, NKV, hs) and (C, NH) forms differ only in how they build it.
 template <typename T>
-bool cudnn_attention_supported(int B, int T_, int C, int NH, const GpuContext& ctx, CudnnBackwardMode mode) {
-  if (!kOnCudnn<T> || ctx.cudnn == nullptr) return false;
-  const Shape s = make_shape(B, T_, C, NH);
+bool supported(const Shape& s, const GpuContext& ctx, CudnnBackwardMode mode) {
   return plan_for(*ctx.cudnn, kIoType<T>, s, Pass::kForward).ok &&
          plan_for(*ctx.cudnn, kIoType<T>, s, backward_pass(mode)).ok;
 }
 
 template <typename T>
-size_t cudnn_attention_forward_scratch_bytes(int B, int T_, int C, int NH, const GpuContext& ctx) {
-  return runnable_plan<T>(ctx, make_shape(B, T_, C, NH), Pass::kForward).scratch_bytes;
-}
-
-template <typename T>
-size_t cudnn_attention_backward_scratch_bytes(int B, int T_, int C, int NH, const GpuContext& ctx,
-                                              CudnnBackwardMode mode) {
-  return runnable_plan<T>(ctx, make_shape(B, T_, C, NH), backward_pass(mode)).scratch_bytes;
-}
-
-template <typename T>
-void cudnn_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, const GpuContext& ctx) {
-  const Shape s = make_shape(B, T_, C, NH);
+void forward(T* out, float* lse, const T* qkv, const Shape& s, const GpuContext& ctx) {
   Plan& p = runnable_plan<T>(ctx, s, Pass::kForward);
   check_scratch(p, ctx, s, kIoType<T>, Pass::kForward);
   check_aligned(out, "out");
@@ -767,8 +777,8 @@ void cudnn_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, in
   check_aligned(qkv, "qkv");
   execute(*ctx.cudnn, p, ctx,
           {{kQ, ptr(qkv)},
-           {kK, ptr(qkv + s.C)},
-           {kV, ptr(qkv + 2 * s.C)},
+           {kK, ptr(qkv + s.k_offset())},
+           {kV, ptr(qkv + s.v_offset())},
            {kO, out},
            {kStats, lse},
            {kScale, &p.scale},
@@ -777,9 +787,8 @@ void cudnn_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, in
 }
 
 template <typename T>
-void cudnn_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
-                              int C, int NH, const GpuContext& ctx, CudnnBackwardMode mode) {
-  const Shape s = make_shape(B, T_, C, NH);
+void backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, const Shape& s,
+              const GpuContext& ctx, CudnnBackwardMode mode) {
   const Pass pass = backward_pass(mode);
   Plan& p = runnable_plan<T>(ctx, s, pass);
   check_scratch(p, ctx, s, kIoType<T>, pass);
@@ -790,14 +799,14 @@ void cudnn_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
   check_aligned(lse, "lse");
   char* scratch = static_cast<char*>(ctx.scratch);
   std::vector<std::pair<int64_t, void*>> binds = {{kQ, ptr(qkv)},
-                                                  {kK, ptr(qkv + s.C)},
-                                                  {kV, ptr(qkv + 2 * s.C)},
+                                                  {kK, ptr(qkv + s.k_offset())},
+                                                  {kV, ptr(qkv + s.v_offset())},
                                                   {kO, ptr(out)},
                                                   {kDO, ptr(dout)},
                                                   {kStats, ptr(lse)},
                                                   {kDQ, dqkv},
-                                                  {kDK, dqkv + s.C},
-                                                  {kDV, dqkv + 2 * s.C},
+                                                  {kDK, dqkv + s.k_offset()},
+                                                  {kDV, dqkv + s.v_offset()},
                                                   {kScale, &p.scale},
                                                   {kNegInf, &p.neg_inf},
                                                   {kOne, &p.one},
@@ -811,7 +820,78 @@ void cudnn_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
   execute(*ctx.cudnn, p, ctx, binds, describe(s, kIoType<T>, pass));
 }
 
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+// Entry points
+
+size_t cudnn_runtime_version() { return cudnnGetVersion(); }
+
+template <typename T>
+bool cudnn_attention_supported(int B, int T_, int NH, int NKV, int hs, const GpuContext& ctx, CudnnBackwardMode mode) {
+  if (!kOnCudnn<T> || ctx.cudnn == nullptr) return false;
+  return supported<T>(make_shape(B, T_, NH, NKV, hs), ctx, mode);
+}
+
+template <typename T>
+bool cudnn_attention_supported(int B, int T_, int C, int NH, const GpuContext& ctx, CudnnBackwardMode mode) {
+  if (!kOnCudnn<T> || ctx.cudnn == nullptr) return false;
+  return supported<T>(make_shape(B, T_, C, NH), ctx, mode);
+}
+
+template <typename T>
+size_t cudnn_attention_forward_scratch_bytes(int B, int T_, int NH, int NKV, int hs, const GpuContext& ctx) {
+  return runnable_plan<T>(ctx, make_shape(B, T_, NH, NKV, hs), Pass::kForward).scratch_bytes;
+}
+
+template <typename T>
+size_t cudnn_attention_forward_scratch_bytes(int B, int T_, int C, int NH, const GpuContext& ctx) {
+  return runnable_plan<T>(ctx, make_shape(B, T_, C, NH), Pass::kForward).scratch_bytes;
+}
+
+template <typename T>
+size_t cudnn_attention_backward_scratch_bytes(int B, int T_, int NH, int NKV, int hs, const GpuContext& ctx,
+                                              CudnnBackwardMode mode) {
+  return runnable_plan<T>(ctx, make_shape(B, T_, NH, NKV, hs), backward_pass(mode)).scratch_bytes;
+}
+
+template <typename T>
+size_t cudnn_attention_backward_scratch_bytes(int B, int T_, int C, int NH, const GpuContext& ctx,
+                                              CudnnBackwardMode mode) {
+  return runnable_plan<T>(ctx, make_shape(B, T_, C, NH), backward_pass(mode)).scratch_bytes;
+}
+
+template <typename T>
+void cudnn_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int NH, int NKV, int hs,
+                             const GpuContext& ctx) {
+  forward(out, lse, qkv, make_shape(B, T_, NH, NKV, hs), ctx);
+}
+
+template <typename T>
+void cudnn_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, const GpuContext& ctx) {
+  forward(out, lse, qkv, make_shape(B, T_, C, NH), ctx);
+}
+
+template <typename T>
+void cudnn_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
+                              int NH, int NKV, int hs, const GpuContext& ctx, CudnnBackwardMode mode) {
+  backward(dqkv, dout, qkv, out, lse, make_shape(B, T_, NH, NKV, hs), ctx, mode);
+}
+
+template <typename T>
+void cudnn_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
+                              int C, int NH, const GpuContext& ctx, CudnnBackwardMode mode) {
+  backward(dqkv, dout, qkv, out, lse, make_shape(B, T_, C, NH), ctx, mode);
+}
+
 #define ST_INSTANTIATE(T)                                                                                              \
+  template bool cudnn_attention_supported<T>(int, int, int, int, int, const GpuContext&, CudnnBackwardMode);           \
+  template size_t cudnn_attention_forward_scratch_bytes<T>(int, int, int, int, int, const GpuContext&);                \
+  template size_t cudnn_attention_backward_scratch_bytes<T>(int, int, int, int, int, const GpuContext&,                \
+                                                            CudnnBackwardMode);                                        \
+  template void cudnn_attention_forward<T>(T*, float*, const T*, int, int, int, int, int, const GpuContext&);          \
+  template void cudnn_attention_backward<T>(T*, const T*, const T*, const T*, const float*, int, int, int, int, int,   \
+                                            const GpuContext&, CudnnBackwardMode);                                     \
   template bool cudnn_attention_supported<T>(int, int, int, int, const GpuContext&, CudnnBackwardMode);                \
   template size_t cudnn_attention_forward_scratch_bytes<T>(int, int, int, int, const GpuContext&);                     \
   template size_t cudnn_attention_backward_scratch_bytes<T>(int, int, int, int, const GpuContext&, CudnnBackwardMode); \

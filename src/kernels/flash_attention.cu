@@ -11,7 +11,7 @@ namespace st::gpu {
 
 using namespace kernels_internal;  // gpu_pack.cuh
 
-// One file of about 870 lines on purpose: the three tensor-core kernels share the PTX wrappers, the tile loaders and
+// One file of about 940 lines on purpose: the three tensor-core kernels share the PTX wrappers, the tile loaders and
 // the warp-level products below (one dynamic shared-memory layout, one accumulator layout), all inlined into each
 // kernel; splitting them would only move those helpers into a header of their own, shared by nothing else.
 //
@@ -24,8 +24,10 @@ using namespace kernels_internal;  // gpu_pack.cuh
 //   forward:   block = (64 queries, head, batch); loops over the key tiles 0..diagonal (tiles wholly above
 //              the diagonal are never visited; only the diagonal tile is masked). The next K tile loads while
 //              the softmax and P V run, the next V tile while the next Q K^T runs.
-//   dk/dv:     block = (64 keys, head, batch); loops over the query tiles from the diagonal down, recomputing
-//              P^T = exp(K Q^T * scale - lse) and accumulating dV += P^T dO, dK += dS^T Q in registers.
+//   dk/dv:     block = (64 keys, K/V head, batch); loops over the query heads that share the K/V head (one,
+//              without grouping), in order, and for each over the query tiles from the diagonal down,
+//              recomputing P^T = exp(K Q^T * scale - lse) and accumulating dV += P^T dO, dK += dS^T Q in
+//              registers: a K/V head's gradient sums its query heads without atomics or partial buffers.
 //   dq:        block = (64 queries, head, batch); loops over the key tiles up to the diagonal, accumulating
 //              dQ += dS K in registers.
 // The streamed tiles of the backward kernels are double-buffered; at hs = 128 they have 32 rows instead of 64,
@@ -34,8 +36,9 @@ using namespace kernels_internal;  // gpu_pack.cuh
 // sums in a fixed order: no atomics, bit-reproducible.
 //
 // Generic path (anything else, in particular T = float for the fp32 parity tests): one warp per row (query
-// row for forward and dq, key row for dk/dv), lanes over 32 keys (queries) at a time for the dot products and
-// over the head dimension for the accumulations, fp32 throughout, the same fixed orders. Simple and slow.
+// row for forward and dq, key row of a K/V head for dk/dv, over its query heads in order), lanes over 32 keys (queries)
+// at a time for the dot products and over the head dimension for the accumulations, fp32 throughout, the same fixed
+// orders. Simple and slow.
 
 namespace {
 
@@ -203,6 +206,32 @@ struct Stride {
   static constexpr int value = kHs + kPad;
 };
 
+// Element offsets of a head's column block in the first row of batch b: qkv rows are [NH q heads | NKV k heads |
+// NKV v heads] of hs values (row stride ld), out/dout rows [NH heads] (row stride C). Query head h reads K/V
+// head h / group.
+struct QkvLayout {
+  int64_t C, ld, to_v;  // out's row stride, qkv's row stride, a K head's offset to its V head
+  int hs, group;
+  __host__ __device__ QkvLayout(int NH, int NKV, int hs_)
+      : C(static_cast<int64_t>(NH) * hs_),
+        ld(static_cast<int64_t>(NH + 2 * NKV) * hs_),
+        to_v(static_cast<int64_t>(NKV) * hs_),
+        hs(hs_),
+        group(NH / NKV) {}
+  __device__ int64_t q(int b, int T_, int h) const {
+    return static_cast<int64_t>(b) * T_ * ld + static_cast<int64_t>(h) * hs;
+  }
+  __device__ int64_t k_head(int b, int T_, int kvh) const {
+    return static_cast<int64_t>(b) * T_ * ld + C + static_cast<int64_t>(kvh) * hs;
+  }
+  __device__ int64_t v_head(int b, int T_, int kvh) const { return k_head(b, T_, kvh) + to_v; }
+  __device__ int64_t k(int b, int T_, int h) const { return k_head(b, T_, h / group); }
+  __device__ int64_t v(int b, int T_, int h) const { return v_head(b, T_, h / group); }
+  __device__ int64_t o(int b, int T_, int h) const {
+    return static_cast<int64_t>(b) * T_ * C + static_cast<int64_t>(h) * hs;
+  }
+};
+
 // ---------------------------------------------------------------------------------------------------------------
 // Tensor-core forward.
 
@@ -213,8 +242,8 @@ constexpr size_t forward_smem_bytes() {
 
 template <typename T, int kHs>
 __global__ void __launch_bounds__(kThreads)
-    flash_forward_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ qkv, int T_, int C, int NH,
-                         float scale) {
+    flash_forward_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ qkv, int T_, int NH,
+                         int NKV, float scale) {
   constexpr int kS = Stride<kHs>::value;
   T* sQ = reinterpret_cast<T*>(dynamic_smem());
   T* sK = sQ + kTile * kS;
@@ -224,10 +253,11 @@ __global__ void __launch_bounds__(kThreads)
   // Longest rows (most key tiles) first, so the short ones fill the tail of the grid.
   const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kTile;
   const int qw = q0 + warp * kWarpRows;  // this warp's first query
-  const int64_t ld = 3 * static_cast<int64_t>(C);
-  const T* q_g = qkv + static_cast<int64_t>(b) * T_ * ld + static_cast<int64_t>(h) * kHs;
-  const T* k_g = q_g + C;
-  const T* v_g = q_g + 2 * static_cast<int64_t>(C);
+  const QkvLayout lay(NH, NKV, kHs);
+  const int64_t ld = lay.ld;
+  const T* q_g = qkv + lay.q(b, T_, h);
+  const T* k_g = qkv + lay.k(b, T_, h);
+  const T* v_g = qkv + lay.v(b, T_, h);
   const float sl2 = scale * kLog2e;  // exp(x * scale) = exp2(x * sl2)
 
   load_tile<kTile, kHs>(sQ, q_g, ld, q0, T_);
@@ -302,7 +332,7 @@ __global__ void __launch_bounds__(kThreads)
     const int q = qw + lane / 4 + 8 * r;
     if (q < T_) {
       const float inv = 1.0f / sum;
-      T* o_g = out + (static_cast<int64_t>(b) * T_ + q) * C + static_cast<int64_t>(h) * kHs + 2 * (lane % 4);
+      T* o_g = out + (static_cast<int64_t>(b) * T_ + q) * lay.C + static_cast<int64_t>(h) * kHs + 2 * (lane % 4);
 #pragma unroll
       for (int d = 0; d < kHs / 8; ++d) {
         const float x[2] = {o[d][2 * r] * inv, o[d][2 * r + 1] * inv};
@@ -338,7 +368,7 @@ constexpr size_t dq_smem_bytes() {
 template <typename T, int kHs>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_dkdv_kernel(T* __restrict__ dqkv, const T* __restrict__ dout, const T* __restrict__ qkv,
-                               const float* __restrict__ lse, const float* __restrict__ D, int T_, int C, int NH,
+                               const float* __restrict__ lse, const float* __restrict__ D, int T_, int NH, int NKV,
                                float scale) {
   constexpr int kS = Stride<kHs>::value, kIn = Inner<kHs>::value;
   T* sK = reinterpret_cast<T*>(dynamic_smem());
@@ -348,21 +378,28 @@ __global__ void __launch_bounds__(kThreads)
   float* sL = reinterpret_cast<float*>(sdO + 2 * kIn * kS);  // [2][kIn]: lse * log2(e), +inf past T_
   float* sD = sL + 2 * kIn;                                  // [2][kIn]: D, 0 past T_
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize, lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int kvh = blockIdx.y, b = blockIdx.z;           // the block's K/V head
   const int k0 = static_cast<int>(blockIdx.x) * kTile;  // tile 0 (the most query tiles) first
   const int kw = k0 + warp * kWarpRows;                 // this warp's first key
-  const int64_t ld = 3 * static_cast<int64_t>(C);
-  const T* q_g = qkv + static_cast<int64_t>(b) * T_ * ld + static_cast<int64_t>(h) * kHs;
-  const T* do_g = dout + static_cast<int64_t>(b) * T_ * C + static_cast<int64_t>(h) * kHs;
-  const int64_t row0 = (static_cast<int64_t>(b) * NH + h) * T_;
+  const QkvLayout lay(NH, NKV, kHs);
+  const int64_t ld = lay.ld;
+  const int group = NH / NKV;  // query heads kvh * group .. kvh * group + group - 1 read this K/V head
   const float sl2 = scale * kLog2e;
 
-  // Query tile iq into buffer buf. The plain stores of lse/D are ordered by the same barriers as the cp.async
-  // copies: each buffer is refilled only after the barrier that ends the iteration reading it.
-  auto load_queries = [&](int iq, int buf) {
-    const int q0 = iq * kIn;
-    load_tile<kIn, kHs>(sQ + buf * kIn * kS, q_g, ld, q0, T_);
-    load_tile<kIn, kHs>(sdO + buf * kIn * kS, do_g, C, q0, T_);
+  const int iq0 = k0 / kIn;  // the query tile starting at k0: every earlier query precedes every key here
+  const int nq = (T_ + kIn - 1) / kIn;
+  const int nqh = nq - iq0;  // query tiles per query head
+  const int n_steps = group * nqh;
+
+  // Step `step` (query head kvh * group + step / nqh, query tile iq0 + step % nqh) into buffer buf. The plain
+  // stores of lse/D are ordered by the same barriers as the cp.async copies: each buffer is refilled only after
+  // the barrier that ends the iteration reading it.
+  auto load_queries = [&](int step, int buf) {
+    const int h = kvh * group + step / nqh;
+    const int q0 = (iq0 + step % nqh) * kIn;
+    const int64_t row0 = (static_cast<int64_t>(b) * NH + h) * T_;
+    load_tile<kIn, kHs>(sQ + buf * kIn * kS, qkv + lay.q(b, T_, h), ld, q0, T_);
+    load_tile<kIn, kHs>(sdO + buf * kIn * kS, dout + lay.o(b, T_, h), lay.C, q0, T_);
     for (int i = static_cast<int>(threadIdx.x); i < kIn; i += kThreads) {
       const int q = q0 + i;
       // +inf: P = exp2(s * sl2 - inf) = 0 for the zero-filled queries past T_, so they add nothing.
@@ -371,17 +408,17 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
 
-  load_tile<kTile, kHs>(sK, q_g + C, ld, k0, T_);
-  load_tile<kTile, kHs>(sV, q_g + 2 * static_cast<int64_t>(C), ld, k0, T_);
-  const int iq0 = k0 / kIn;  // the query tile starting at k0: every earlier query precedes every key here
-  const int nq = (T_ + kIn - 1) / kIn;
-  load_queries(iq0, 0);
+  load_tile<kTile, kHs>(sK, qkv + lay.k_head(b, T_, kvh), ld, k0, T_);
+  load_tile<kTile, kHs>(sV, qkv + lay.v_head(b, T_, kvh), ld, k0, T_);
+  load_queries(0, 0);
   cp_async_commit();
 
+  // The query heads of the group, one after the other, each over its query tiles in order: one fixed summation
+  // order into the registers, whatever the grouping.
   float dk[kHs / 8][4] = {}, dv[kHs / 8][4] = {};
-  for (int iq = iq0; iq < nq; ++iq) {
-    const int buf = (iq - iq0) & 1;
-    if (iq + 1 < nq) load_queries(iq + 1, buf ^ 1);
+  for (int step = 0; step < n_steps; ++step) {
+    const int buf = step & 1;
+    if (step + 1 < n_steps) load_queries(step + 1, buf ^ 1);
     cp_async_commit();
     cp_async_wait<1>();  // tile iq (and K, V) landed
     __syncthreads();
@@ -389,7 +426,7 @@ __global__ void __launch_bounds__(kThreads)
     const T* sdOb = sdO + buf * kIn * kS;
     const float* sLb = sL + buf * kIn;
     const float* sDb = sD + buf * kIn;
-    const int q0 = iq * kIn;
+    const int q0 = (iq0 + step % nqh) * kIn;
     const bool diagonal = kw + kWarpRows - 1 > q0;  // some key of this warp follows some query of the tile
 
     // P^T = exp(K Q^T * scale - lse), 0 where key > query.
@@ -416,8 +453,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < 2; ++r) {
     const int key = kw + lane / 4 + 8 * r;
     if (key < T_) {
-      T* dk_g = dqkv + (static_cast<int64_t>(b) * T_ + key) * ld + C + static_cast<int64_t>(h) * kHs + 2 * (lane % 4);
-      T* dv_g = dk_g + C;
+      T* dk_g = dqkv + lay.k_head(b, T_, kvh) + key * ld + 2 * (lane % 4);
+      T* dv_g = dk_g + lay.to_v;
 #pragma unroll
       for (int d = 0; d < kHs / 8; ++d) {
         add_pair(dk_g + 8 * d, dk[d][2 * r] * scale, dk[d][2 * r + 1] * scale);
@@ -430,7 +467,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int kHs>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_dq_kernel(T* __restrict__ dqkv, const T* __restrict__ dout, const T* __restrict__ qkv,
-                             const float* __restrict__ lse, const float* __restrict__ D, int T_, int C, int NH,
+                             const float* __restrict__ lse, const float* __restrict__ D, int T_, int NH, int NKV,
                              float scale) {
   constexpr int kS = Stride<kHs>::value, kIn = Inner<kHs>::value;
   T* sQ = reinterpret_cast<T*>(dynamic_smem());
@@ -441,11 +478,12 @@ __global__ void __launch_bounds__(kThreads)
   const int h = blockIdx.y, b = blockIdx.z;
   const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kTile;  // longest first
   const int qw = q0 + warp * kWarpRows;
-  const int64_t ld = 3 * static_cast<int64_t>(C);
-  const T* q_g = qkv + static_cast<int64_t>(b) * T_ * ld + static_cast<int64_t>(h) * kHs;
-  const T* k_g = q_g + C;
-  const T* v_g = q_g + 2 * static_cast<int64_t>(C);
-  const T* do_g = dout + static_cast<int64_t>(b) * T_ * C + static_cast<int64_t>(h) * kHs;
+  const QkvLayout lay(NH, NKV, kHs);
+  const int64_t ld = lay.ld;
+  const T* q_g = qkv + lay.q(b, T_, h);
+  const T* k_g = qkv + lay.k(b, T_, h);
+  const T* v_g = qkv + lay.v(b, T_, h);
+  const T* do_g = dout + lay.o(b, T_, h);
   const int64_t row0 = (static_cast<int64_t>(b) * NH + h) * T_;
   const float sl2 = scale * kLog2e;
 
@@ -454,7 +492,7 @@ __global__ void __launch_bounds__(kThreads)
     load_tile<kIn, kHs>(sV + buf * kIn * kS, v_g, ld, jk * kIn, T_);
   };
   load_tile<kTile, kHs>(sQ, q_g, ld, q0, T_);
-  load_tile<kTile, kHs>(sdO, do_g, C, q0, T_);
+  load_tile<kTile, kHs>(sdO, do_g, lay.C, q0, T_);
   load_keys(0, 0);
   cp_async_commit();
 
@@ -502,7 +540,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < 2; ++r) {
     const int q = qw + lane / 4 + 8 * r;
     if (q < T_) {
-      T* dq_g = dqkv + (static_cast<int64_t>(b) * T_ + q) * ld + static_cast<int64_t>(h) * kHs + 2 * (lane % 4);
+      T* dq_g = dqkv + lay.q(b, T_, h) + q * ld + 2 * (lane % 4);
 #pragma unroll
       for (int d = 0; d < kHs / 8; ++d) add_pair(dq_g + 8 * d, dq[d][2 * r] * scale, dq[d][2 * r + 1] * scale);
     }
@@ -565,19 +603,19 @@ __host__ __device__ inline int generic_dkdv_floats(int hs) { return 4 * hs + 2 *
 template <typename T>
 __global__ void __launch_bounds__(kGenericWarps* kWarpSize)
     generic_forward_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ qkv, int B, int T_,
-                           int C, int NH, float scale) {
+                           int NH, int NKV, int hs, float scale) {
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize, lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kGenericWarps + warp;
   if (row >= static_cast<int64_t>(B) * NH * T_) return;  // whole warps only: no block barriers below
   const RowIndex ri = row_index(row, T_, NH);
-  const int hs = C / NH;
   float* sq = reinterpret_cast<float*>(dynamic_smem()) + warp * generic_forward_floats(hs);
   float* acc = sq + hs;  // element d owned by lane d % 32
   float* sp = acc + hs;  // the current 32 probabilities
-  const int64_t ld = 3 * static_cast<int64_t>(C);
-  const T* base = qkv + static_cast<int64_t>(ri.b) * T_ * ld + static_cast<int64_t>(ri.h) * hs;
-  const T* k = base + C;
-  const T* v = base + 2 * static_cast<int64_t>(C);
+  const QkvLayout lay(NH, NKV, hs);
+  const int64_t ld = lay.ld;
+  const T* base = qkv + lay.q(ri.b, T_, ri.h);
+  const T* k = qkv + lay.k(ri.b, T_, ri.h);
+  const T* v = qkv + lay.v(ri.b, T_, ri.h);
   for (int d = lane; d < hs; d += kWarpSize) {
     sq[d] = to_f32(base[ri.i * ld + d]);
     acc[d] = 0.0f;
@@ -604,7 +642,7 @@ __global__ void __launch_bounds__(kGenericWarps* kWarpSize)
     __syncwarp();  // sp is rewritten next round
   }
   const float inv = 1.0f / l;
-  T* o = out + (static_cast<int64_t>(ri.b) * T_ + ri.i) * C + static_cast<int64_t>(ri.h) * hs;
+  T* o = out + lay.o(ri.b, T_, ri.h) + ri.i * lay.C;
   for (int d = lane; d < hs; d += kWarpSize) o[d] = from_f32<T>(acc[d] * inv);
   if (lane == 0) lse[row] = m + logf(l);
 }
@@ -613,22 +651,22 @@ __global__ void __launch_bounds__(kGenericWarps* kWarpSize)
 template <typename T>
 __global__ void __launch_bounds__(kGenericWarps* kWarpSize)
     generic_dq_kernel(T* __restrict__ dqkv, const T* __restrict__ dout, const T* __restrict__ qkv,
-                      const float* __restrict__ lse, const float* __restrict__ D, int B, int T_, int C, int NH,
-                      float scale) {
+                      const float* __restrict__ lse, const float* __restrict__ D, int B, int T_, int NH, int NKV,
+                      int hs, float scale) {
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize, lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kGenericWarps + warp;
   if (row >= static_cast<int64_t>(B) * NH * T_) return;
   const RowIndex ri = row_index(row, T_, NH);
-  const int hs = C / NH;
   float* sq = reinterpret_cast<float*>(dynamic_smem()) + warp * generic_dq_floats(hs);
   float* sdo = sq + hs;
   float* dq = sdo + hs;  // element d owned by lane d % 32
   float* sds = dq + hs;
-  const int64_t ld = 3 * static_cast<int64_t>(C);
-  const T* base = qkv + static_cast<int64_t>(ri.b) * T_ * ld + static_cast<int64_t>(ri.h) * hs;
-  const T* k = base + C;
-  const T* v = base + 2 * static_cast<int64_t>(C);
-  const T* dout_i = dout + (static_cast<int64_t>(ri.b) * T_ + ri.i) * C + static_cast<int64_t>(ri.h) * hs;
+  const QkvLayout lay(NH, NKV, hs);
+  const int64_t ld = lay.ld;
+  const T* base = qkv + lay.q(ri.b, T_, ri.h);
+  const T* k = qkv + lay.k(ri.b, T_, ri.h);
+  const T* v = qkv + lay.v(ri.b, T_, ri.h);
+  const T* dout_i = dout + lay.o(ri.b, T_, ri.h) + ri.i * lay.C;
   for (int d = lane; d < hs; d += kWarpSize) {
     sq[d] = to_f32(base[ri.i * ld + d]);
     sdo[d] = to_f32(dout_i[d]);
@@ -653,64 +691,68 @@ __global__ void __launch_bounds__(kGenericWarps* kWarpSize)
     }
     __syncwarp();
   }
-  T* dst = dqkv + (static_cast<int64_t>(ri.b) * T_ + ri.i) * ld + static_cast<int64_t>(ri.h) * hs;
+  T* dst = dqkv + lay.q(ri.b, T_, ri.h) + ri.i * ld;
   for (int d = lane; d < hs; d += kWarpSize) dst[d] = from_f32<T>(to_f32(dst[d]) + dq[d] * scale);
 }
 
-// dk, dv of key row j: sums over queries i >= j of dS_ij q_i and P_ij dout_i.
+// dk, dv of key row j of K/V head kvh: sums over the group's query heads h (in order) and queries i >= j of
+// dS_ij q_i and P_ij dout_i. Rows are flattened as ((b*NKV + kvh)*T + j).
 template <typename T>
 __global__ void __launch_bounds__(kGenericWarps* kWarpSize)
     generic_dkdv_kernel(T* __restrict__ dqkv, const T* __restrict__ dout, const T* __restrict__ qkv,
-                        const float* __restrict__ lse, const float* __restrict__ D, int B, int T_, int C, int NH,
-                        float scale) {
+                        const float* __restrict__ lse, const float* __restrict__ D, int B, int T_, int NH, int NKV,
+                        int hs, float scale) {
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize, lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kGenericWarps + warp;
-  if (row >= static_cast<int64_t>(B) * NH * T_) return;
-  const RowIndex ri = row_index(row, T_, NH);  // ri.i is the key index here
-  const int hs = C / NH;
+  if (row >= static_cast<int64_t>(B) * NKV * T_) return;
+  const RowIndex ri = row_index(row, T_, NKV);  // ri.h is the K/V head, ri.i the key index
   float* sk = reinterpret_cast<float*>(dynamic_smem()) + warp * generic_dkdv_floats(hs);
   float* sv = sk + hs;
   float* dk = sv + hs;  // dk, dv: element d owned by lane d % 32
   float* dv = dk + hs;
   float* sp = dv + hs;
   float* sds = sp + kWarpSize;
-  const int64_t ld = 3 * static_cast<int64_t>(C);
-  const T* q = qkv + static_cast<int64_t>(ri.b) * T_ * ld + static_cast<int64_t>(ri.h) * hs;
-  const T* dout_b = dout + static_cast<int64_t>(ri.b) * T_ * C + static_cast<int64_t>(ri.h) * hs;
-  const float* lse_bh = lse + (row - ri.i);
-  const float* D_bh = D + (row - ri.i);
+  const QkvLayout lay(NH, NKV, hs);
+  const int64_t ld = lay.ld;
+  const T* k_j = qkv + lay.k_head(ri.b, T_, ri.h) + ri.i * ld;
   for (int d = lane; d < hs; d += kWarpSize) {
-    sk[d] = to_f32(q[ri.i * ld + C + d]);
-    sv[d] = to_f32(q[ri.i * ld + 2 * static_cast<int64_t>(C) + d]);
+    sk[d] = to_f32(k_j[d]);
+    sv[d] = to_f32(k_j[lay.to_v + d]);
     dk[d] = dv[d] = 0.0f;
   }
   __syncwarp();
-  for (int i0 = ri.i; i0 < T_; i0 += kWarpSize) {
-    const int i = i0 + lane;
-    float p = 0.0f, ds = 0.0f;
-    if (i < T_) {
-      p = expf(dot_row(sk, q + i * ld, hs) * scale - lse_bh[i]);
-      ds = p * (dot_row(sv, dout_b + static_cast<int64_t>(i) * C, hs) - D_bh[i]);
-    }
-    sp[lane] = p;
-    sds[lane] = ds;
-    __syncwarp();
-    const int n = min(kWarpSize, T_ - i0);
-    for (int d = lane; d < hs; d += kWarpSize) {
-      float ak = dk[d], av = dv[d];
-      for (int ii = 0; ii < n; ++ii) {
-        ak += sds[ii] * to_f32(q[(i0 + ii) * ld + d]);
-        av += sp[ii] * to_f32(dout_b[static_cast<int64_t>(i0 + ii) * C + d]);
+  for (int h = ri.h * lay.group; h < (ri.h + 1) * lay.group; ++h) {
+    const T* q = qkv + lay.q(ri.b, T_, h);
+    const T* dout_b = dout + lay.o(ri.b, T_, h);
+    const float* lse_bh = lse + (static_cast<int64_t>(ri.b) * NH + h) * T_;
+    const float* D_bh = D + (static_cast<int64_t>(ri.b) * NH + h) * T_;
+    for (int i0 = ri.i; i0 < T_; i0 += kWarpSize) {
+      const int i = i0 + lane;
+      float p = 0.0f, ds = 0.0f;
+      if (i < T_) {
+        p = expf(dot_row(sk, q + i * ld, hs) * scale - lse_bh[i]);
+        ds = p * (dot_row(sv, dout_b + i * lay.C, hs) - D_bh[i]);
       }
-      dk[d] = ak;
-      dv[d] = av;
+      sp[lane] = p;
+      sds[lane] = ds;
+      __syncwarp();
+      const int n = min(kWarpSize, T_ - i0);
+      for (int d = lane; d < hs; d += kWarpSize) {
+        float ak = dk[d], av = dv[d];
+        for (int ii = 0; ii < n; ++ii) {
+          ak += sds[ii] * to_f32(q[(i0 + ii) * ld + d]);
+          av += sp[ii] * to_f32(dout_b[(i0 + ii) * lay.C + d]);
+        }
+        dk[d] = ak;
+        dv[d] = av;
+      }
+      __syncwarp();
     }
-    __syncwarp();
   }
-  T* dst = dqkv + (static_cast<int64_t>(ri.b) * T_ + ri.i) * ld + C + static_cast<int64_t>(ri.h) * hs;
+  T* dst = dqkv + lay.k_head(ri.b, T_, ri.h) + ri.i * ld;
   for (int d = lane; d < hs; d += kWarpSize) {
     dst[d] = from_f32<T>(to_f32(dst[d]) + dk[d] * scale);
-    dst[C + d] = from_f32<T>(to_f32(dst[C + d]) + dv[d]);
+    dst[lay.to_v + d] = from_f32<T>(to_f32(dst[lay.to_v + d]) + dv[d]);
   }
 }
 
@@ -718,17 +760,23 @@ __global__ void __launch_bounds__(kGenericWarps* kWarpSize)
 // Host side.
 
 struct Shape {
-  int B, T_, C, NH, hs;
+  int B, T_, NH, NKV, hs;
   float scale;
   bool empty() const { return B == 0 || T_ == 0; }
-  int64_t rows() const { return static_cast<int64_t>(B) * NH * T_; }  // (b, h, t) rows
+  int64_t rows() const { return static_cast<int64_t>(B) * NH * T_; }      // (b, h, t) rows
+  int64_t kv_rows() const { return static_cast<int64_t>(B) * NKV * T_; }  // (b, K/V head, t) rows
 };
 
-Shape check_shape(int B, int T_, int C, int NH, const char* what) {
+Shape check_shape(int B, int T_, int NH, int NKV, int hs, const char* what) {
   ST_CHECK(B >= 0 && T_ >= 0, what, ": B = ", B, ", T = ", T_, " must be >= 0");
+  ST_CHECK(NH > 0 && NKV > 0 && NH % NKV == 0, what, ": NH = ", NH, " is not a positive multiple of NKV = ", NKV);
+  ST_CHECK(hs > 0, what, ": head size hs = ", hs, " must be > 0");
+  return Shape{B, T_, NH, NKV, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
+}
+
+// The GPT-2 form: NKV = NH heads of size C / NH.
+void check_heads(int C, int NH, const char* what) {
   ST_CHECK(NH > 0 && C > 0 && C % NH == 0, what, ": C = ", C, " is not a positive multiple of NH = ", NH);
-  const int hs = C / NH;
-  return Shape{B, T_, C, NH, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
 }
 
 // The tensor-core kernels need T = bf16/fp16, an instantiated head size, and 16-byte aligned bases for their
@@ -773,29 +821,35 @@ void allow_smem(Kernel* kernel, size_t bytes, const char* what) {
   ST_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-unsigned generic_grid(const Shape& s) { return static_cast<unsigned>((s.rows() + kGenericWarps - 1) / kGenericWarps); }
+unsigned generic_grid(int64_t rows) { return static_cast<unsigned>((rows + kGenericWarps - 1) / kGenericWarps); }
 size_t generic_smem(int floats_per_warp) {
   return static_cast<size_t>(kGenericWarps) * floats_per_warp * sizeof(float);
 }
 
-// Blocks of the tensor-core kernels: (64-row tiles, heads, batch).
-dim3 tile_grid(const Shape& s) {
-  ST_CHECK(s.B <= 65535 && s.NH <= 65535, "flash attention: B = ", s.B, " and NH = ", s.NH, " must be <= 65535");
-  return dim3(static_cast<unsigned>((s.T_ + kTile - 1) / kTile), static_cast<unsigned>(s.NH),
+// Blocks of the tensor-core kernels: (64-row tiles, heads, batch); heads = NH (query heads) or NKV (K/V heads).
+dim3 tile_grid(const Shape& s, int heads) {
+  ST_CHECK(s.B <= 65535 && heads <= 65535, "flash attention: B = ", s.B, " and ", heads, " heads must be <= 65535");
+  return dim3(static_cast<unsigned>((s.T_ + kTile - 1) / kTile), static_cast<unsigned>(heads),
               static_cast<unsigned>(s.B));
 }
 
 }  // namespace
 
-size_t flash_attention_backward_scratch_bytes(int B, int T_, int C, int NH) {
+// D has one float per (b, query head, t), whatever the K/V heads and the head size.
+size_t flash_attention_backward_scratch_bytes(int B, int T_, int NH, int /*NKV*/, int /*hs*/) {
   constexpr size_t kAlign = 256;
   const size_t bytes = static_cast<size_t>(B) * NH * T_ * sizeof(float);
   return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
+size_t flash_attention_backward_scratch_bytes(int B, int T_, int /*C*/, int NH) {
+  return flash_attention_backward_scratch_bytes(B, T_, NH, NH, 0);
+}
+
 template <typename T>
-void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, const GpuContext& ctx) {
-  const Shape s = check_shape(B, T_, C, NH, "flash_attention_forward");
+void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int NH, int NKV, int hs,
+                             const GpuContext& ctx) {
+  const Shape s = check_shape(B, T_, NH, NKV, hs, "flash_attention_forward");
   if (s.empty()) return;
   if (use_tensor_cores<T>(s.hs, out, qkv)) {
     if constexpr (!std::is_same_v<T, float>) {
@@ -803,25 +857,26 @@ void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, in
         constexpr int kHs = decltype(hs_c)::value;
         constexpr size_t smem = forward_smem_bytes<T, kHs>();
         allow_smem(flash_forward_kernel<T, kHs>, smem, "flash_forward_kernel");
-        flash_forward_kernel<T, kHs><<<tile_grid(s), kThreads, smem, ctx.stream>>>(out, lse, qkv, T_, C, NH, s.scale);
+        flash_forward_kernel<T, kHs>
+            <<<tile_grid(s, NH), kThreads, smem, ctx.stream>>>(out, lse, qkv, T_, NH, NKV, s.scale);
         ST_CUDA_CHECK_LAUNCH();
       });
     }
   } else {
     const size_t smem = generic_smem(generic_forward_floats(s.hs));
     allow_smem(generic_forward_kernel<T>, smem, "generic_forward_kernel");
-    generic_forward_kernel<T>
-        <<<generic_grid(s), kGenericWarps * kWarpSize, smem, ctx.stream>>>(out, lse, qkv, B, T_, C, NH, s.scale);
+    generic_forward_kernel<T><<<generic_grid(s.rows()), kGenericWarps * kWarpSize, smem, ctx.stream>>>(
+        out, lse, qkv, B, T_, NH, NKV, hs, s.scale);
     ST_CUDA_CHECK_LAUNCH();
   }
 }
 
 template <typename T>
 void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
-                              int C, int NH, const GpuContext& ctx) {
-  const Shape s = check_shape(B, T_, C, NH, "flash_attention_backward");
+                              int NH, int NKV, int hs, const GpuContext& ctx) {
+  const Shape s = check_shape(B, T_, NH, NKV, hs, "flash_attention_backward");
   if (s.empty()) return;
-  const size_t need = flash_attention_backward_scratch_bytes(B, T_, C, NH);
+  const size_t need = flash_attention_backward_scratch_bytes(B, T_, NH, NKV, hs);
   ST_CHECK(ctx.scratch != nullptr && ctx.scratch_bytes >= need, "flash_attention_backward needs ", need,
            " bytes of scratch; GpuContext has ", ctx.scratch_bytes);
   float* D = static_cast<float*>(ctx.scratch);
@@ -840,10 +895,10 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
         allow_smem(flash_backward_dkdv_kernel<T, kHs>, dkdv_smem, "flash_backward_dkdv_kernel");
         allow_smem(flash_backward_dq_kernel<T, kHs>, dq_smem, "flash_backward_dq_kernel");
         flash_backward_dkdv_kernel<T, kHs>
-            <<<tile_grid(s), kThreads, dkdv_smem, ctx.stream>>>(dqkv, dout, qkv, lse, D, T_, C, NH, s.scale);
+            <<<tile_grid(s, NKV), kThreads, dkdv_smem, ctx.stream>>>(dqkv, dout, qkv, lse, D, T_, NH, NKV, s.scale);
         ST_CUDA_CHECK_LAUNCH();
         flash_backward_dq_kernel<T, kHs>
-            <<<tile_grid(s), kThreads, dq_smem, ctx.stream>>>(dqkv, dout, qkv, lse, D, T_, C, NH, s.scale);
+            <<<tile_grid(s, NH), kThreads, dq_smem, ctx.stream>>>(dqkv, dout, qkv, lse, D, T_, NH, NKV, s.scale);
         ST_CUDA_CHECK_LAUNCH();
       });
     }
@@ -851,18 +906,34 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
     const size_t dkdv_smem = generic_smem(generic_dkdv_floats(s.hs)), dq_smem = generic_smem(generic_dq_floats(s.hs));
     allow_smem(generic_dkdv_kernel<T>, dkdv_smem, "generic_dkdv_kernel");
     allow_smem(generic_dq_kernel<T>, dq_smem, "generic_dq_kernel");
-    generic_dkdv_kernel<T><<<generic_grid(s), kGenericWarps * kWarpSize, dkdv_smem, ctx.stream>>>(
-        dqkv, dout, qkv, lse, D, B, T_, C, NH, s.scale);
+    generic_dkdv_kernel<T><<<generic_grid(s.kv_rows()), kGenericWarps * kWarpSize, dkdv_smem, ctx.stream>>>(
+        dqkv, dout, qkv, lse, D, B, T_, NH, NKV, hs, s.scale);
     ST_CUDA_CHECK_LAUNCH();
-    generic_dq_kernel<T><<<generic_grid(s), kGenericWarps * kWarpSize, dq_smem, ctx.stream>>>(dqkv, dout, qkv, lse, D,
-                                                                                              B, T_, C, NH, s.scale);
+    generic_dq_kernel<T><<<generic_grid(s.rows()), kGenericWarps * kWarpSize, dq_smem, ctx.stream>>>(
+        dqkv, dout, qkv, lse, D, B, T_, NH, NKV, hs, s.scale);
     ST_CUDA_CHECK_LAUNCH();
   }
 }
 
-#define ST_INSTANTIATE_FLASH_ATTENTION(T)                                                                       \
-  template void flash_attention_forward<T>(T*, float*, const T*, int, int, int, int, const GpuContext&);        \
-  template void flash_attention_backward<T>(T*, const T*, const T*, const T*, const float*, int, int, int, int, \
+template <typename T>
+void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, const GpuContext& ctx) {
+  check_heads(C, NH, "flash_attention_forward");
+  flash_attention_forward<T>(out, lse, qkv, B, T_, NH, NH, C / NH, ctx);
+}
+
+template <typename T>
+void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
+                              int C, int NH, const GpuContext& ctx) {
+  check_heads(C, NH, "flash_attention_backward");
+  flash_attention_backward<T>(dqkv, dout, qkv, out, lse, B, T_, NH, NH, C / NH, ctx);
+}
+
+#define ST_INSTANTIATE_FLASH_ATTENTION(T)                                                                            \
+  template void flash_attention_forward<T>(T*, float*, const T*, int, int, int, int, int, const GpuContext&);        \
+  template void flash_attention_backward<T>(T*, const T*, const T*, const T*, const float*, int, int, int, int, int, \
+                                            const GpuContext&);                                                      \
+  template void flash_attention_forward<T>(T*, float*, const T*, int, int, int, int, const GpuContext&);             \
+  template void flash_attention_backward<T>(T*, const T*, const T*, const T*, const float*, int, int, int, int,      \
                                             const GpuContext&);
 
 ST_INSTANTIATE_FLASH_ATTENTION(float)

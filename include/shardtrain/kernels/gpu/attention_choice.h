@@ -7,6 +7,8 @@
 //   const AttentionChoice a = choose_attention<bf16>({cfg.train.attention, cfg.train.deterministic, B, T, C, NH},
 //                                                     cudnn);
 //   CudaGpt<bf16> model(cfg.model, B, recompute, a.cudnn, ctx, a.backward);   // scratch >= a.scratch_bytes
+//
+// A grouped-query model names its K/V heads and head size too: {impl, deterministic, B, T, C, NH, NKV, hs}.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,8 @@ struct AttentionRequest {
   AttentionImpl impl = AttentionImpl::kAuto;  // train.attention
   bool deterministic = true;                  // train.deterministic
   int B = 0, T = 0, C = 0, NH = 0;            // the training shape
+  int NKV = 0;                                // key/value heads (grouped-query attention); 0: NH
+  int hs = 0;                                 // head size; 0: C / NH
 };
 
 struct AttentionChoice {
@@ -30,7 +34,8 @@ struct AttentionChoice {
   CudnnBackwardMode backward = CudnnBackwardMode::kDeterministic;
 };
 
-// flash when asked; cudnn when asked (kBadInput naming train.attention when cuDNN cannot run T at this shape);
+// flash when asked; cudnn when asked (kBadInput naming train.attention when cuDNN cannot run T at this shape, heads
+// and head size);
 // auto: cudnn where cuDNN runs the type and shape, else flash. fp32 always takes flash under auto. A fault while
 // building cuDNN's plans (st::Error of kind kFault) propagates: it never turns into a choice of other kernels.
 template <typename T>
