@@ -4,8 +4,8 @@
 // allocated.
 //
 //   gpu::Cudnn cudnn;
-//   const AttentionChoice a = choose_attention<bf16>({cfg.train.attention, cfg.train.deterministic, B, T, C, NH},
-//                                                     cudnn);
+//   const AttentionChoice a = choose_attention<bf16>(
+//       {cfg.train.attention, cfg.train.deterministic, B, T, C, NH, NKV, hs}, cudnn);
 //   CudaGpt<bf16> model(cfg.model, B, recompute, a.cudnn, ctx, a.backward);   // scratch >= a.scratch_bytes
 #pragma once
 
@@ -21,6 +21,8 @@ struct AttentionRequest {
   AttentionImpl impl = AttentionImpl::kAuto;  // train.attention
   bool deterministic = true;                  // train.deterministic
   int B = 0, T = 0, C = 0, NH = 0;            // the training shape
+  int NKV = 0;                                // key/value heads (grouped-query attention); 0: NH
+  int hs = 0;                                 // head size; 0: C / NH
 };
 
 struct AttentionChoice {

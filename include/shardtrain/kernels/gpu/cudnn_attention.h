@@ -97,4 +97,23 @@ void cudnn_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
                               int C, int NH, const GpuContext& ctx,
                               CudnnBackwardMode mode = CudnnBackwardMode::kDeterministic);
 
+// Grouped-query attention: the calls above with NKV key/value heads shared by NH query heads and hs per head, on
+// qkv [B,T,(NH+2 NKV) hs] (q heads, then k heads, then v heads per row), out [B,T,NH hs], lse [B,NH,T]. The
+// backward OVERWRITES dqkv. NKV = NH, hs = C / NH is the multi-head attention above.
+template <typename T>
+bool cudnn_attention_supported(int B, int T_, int NH, int NKV, int hs, const GpuContext& ctx,
+                               CudnnBackwardMode mode = CudnnBackwardMode::kDeterministic);
+template <typename T>
+size_t cudnn_attention_forward_scratch_bytes(int B, int T_, int NH, int NKV, int hs, const GpuContext& ctx);
+template <typename T>
+size_t cudnn_attention_backward_scratch_bytes(int B, int T_, int NH, int NKV, int hs, const GpuContext& ctx,
+                                              CudnnBackwardMode mode = CudnnBackwardMode::kDeterministic);
+template <typename T>
+void cudnn_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int NH, int NKV, int hs,
+                             const GpuContext& ctx);
+template <typename T>
+void cudnn_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
+                              int NH, int NKV, int hs, const GpuContext& ctx,
+                              CudnnBackwardMode mode = CudnnBackwardMode::kDeterministic);
+
 }  // namespace st::gpu

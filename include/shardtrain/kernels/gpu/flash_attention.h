@@ -38,4 +38,16 @@ void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
 // (= sum_j P_ij dP_ij, the softmax backward's row term), rounded up to 256 bytes.
 size_t flash_attention_backward_scratch_bytes(int B, int T_, int C, int NH);
 
+// Grouped-query attention (NKV key/value heads shared by NH query heads, NH a multiple of NKV; hs per head):
+// qkv [B,T,(NH+2 NKV) hs] (q heads, then k heads, then v heads per row, as st::attention_forward's GQA layout),
+// query head h reads key/value head h / (NH / NKV). out [B,T,NH hs], lse [B,NH,T]. The backward ACCUMULATES into
+// dqkv [B,T,(NH+2 NKV) hs]. NKV = NH, hs = C / NH is the multi-head attention above.
+template <typename T>
+void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int NH, int NKV, int hs,
+                             const GpuContext& ctx);
+template <typename T>
+void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
+                              int NH, int NKV, int hs, const GpuContext& ctx);
+size_t flash_attention_backward_scratch_bytes(int B, int T_, int NH, int NKV, int hs);
+
 }  // namespace st::gpu
