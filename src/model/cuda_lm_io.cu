@@ -29,8 +29,6 @@ CudaLmIo<T>::CudaLmIo(const ModelConfig& cfg, int64_t max_batch, cudaStream_t st
     : C_(cfg.n_embd),
       V_(cfg.vocab_size),
       Vp_(cfg.padded_vocab()),
-      max_batch_(max_batch),
-      seq_len_(cfg.seq_len),
       max_tokens_(max_batch * cfg.seq_len),
       chunk_rows_(cuda_classifier_chunk_rows(cfg, max_batch * cfg.seq_len)) {
   tokens_ = DeviceBuffer<int32_t>(max_tokens_);
@@ -58,20 +56,6 @@ const int32_t* CudaLmIo<T>::upload(DeviceBuffer<int32_t>& dst, int64_t staging_o
   ST_CUDA_CHECK(
       cudaMemcpyAsync(dst.data(), stage, sizeof(int32_t) * static_cast<size_t>(n), cudaMemcpyHostToDevice, stream));
   return dst.data();
-}
-
-template <typename T>
-void CudaLmIo<T>::check_context(const gpu::GpuContext& ctx, int64_t scratch_needed, bool cudnn_attention) {
-  ST_CHECK(ctx.scratch_bytes >= static_cast<size_t>(scratch_needed), "GPU model needs ", scratch_needed,
-           " bytes of kernel scratch, the context has ", ctx.scratch_bytes);
-  ST_CHECK(!cudnn_attention || ctx.cudnn != nullptr, "cuDNN attention without a cuDNN handle in the context");
-}
-
-template <typename T>
-const int32_t* CudaLmIo<T>::upload_batch(const int32_t* host, int64_t B, int64_t t, cudaStream_t stream) {
-  ST_CHECK(B >= 1 && B <= max_batch_ && t >= 1 && t <= seq_len_, "shape [", B, ", ", t, "] exceeds [", max_batch_, ", ",
-           seq_len_, "]");
-  return upload_tokens(host, B * t, stream);
 }
 
 template <typename T>

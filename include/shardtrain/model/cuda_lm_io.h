@@ -36,12 +36,6 @@ class CudaLmIo {
   // Device bytes the constructor allocates: tokens, targets, the logits chunk, the per-token losses, their sum.
   static int64_t device_bytes(const ModelConfig& cfg, int64_t max_batch);
 
-  // Checks that ctx suits a model needing scratch_needed bytes of kernel scratch (and a cuDNN handle when it runs
-  // cuDNN's attention).
-  static void check_context(const gpu::GpuContext& ctx, int64_t scratch_needed, bool cudnn_attention);
-
-  // Checks a micro-batch's shape [B, t] against the model's [max_batch, seq_len], then upload_tokens(host, B t).
-  const int32_t* upload_batch(const int32_t* host, int64_t B, int64_t t, cudaStream_t stream);
   // Copies n host tokens (or targets) to the device on `stream` and returns where they are. The pinned staging area
   // is reused by the next upload: the caller synchronises the stream once per micro-step in between (take_loss_sum,
   // logits_of_row, or its own synchronisation after move_loss_sum).
@@ -69,7 +63,7 @@ class CudaLmIo {
                         cudaStream_t stream);
 
   int C_ = 0, V_ = 0, Vp_ = 0;
-  int64_t max_batch_ = 0, seq_len_ = 0, max_tokens_ = 0, chunk_rows_ = 0;
+  int64_t max_tokens_ = 0, chunk_rows_ = 0;
   DeviceBuffer<int32_t> tokens_, targets_;
   PinnedBuffer<int32_t> staging_;  // host tokens, then targets, pass through here so the uploads are asynchronous
   DeviceBuffer<T> logits_chunk_;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/kernels/gpu/embedding.h"
@@ -59,19 +58,9 @@ CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch,
 template <typename T>
 CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
                     const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward)
-    : cfg_(cfg),
-      units_(build_units(cfg)),
-      max_batch_(max_batch),
-      recompute_(recompute),
-      cudnn_attention_(cudnn_attention),
-      attention_backward_(attention_backward),
-      ctx_(ctx),
-      timer_(env_get("SHARDTRAIN_PROFILE_OPS") == "1") {
-  ST_CHECK(max_batch > 0);
-  CudaLmIo<T>::check_context(ctx, cuda_gpt_footprint<T>(cfg, max_batch, recompute).scratch_bytes, cudnn_attention);
+    : CudaModelBase<T>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward,
+                       cuda_gpt_footprint<T>(cfg, max_batch, recompute).scratch_bytes) {
   const int64_t BT = max_batch * cfg.seq_len, C = cfg.n_embd, NH = cfg.n_head, T_ = cfg.seq_len;
-  io_ = CudaLmIo<T>(cfg, max_batch, ctx_.stream);
-  encoded_ = DeviceBuffer<T>(BT * C);
   blocks_.resize(recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer);
   for (BlockActs& a : blocks_) {
     a.ln1 = DeviceBuffer<T>(BT * C);
@@ -87,7 +76,6 @@ CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, b
     a.ln2_rstd = DeviceBuffer<float>(BT);
     a.att_lse = DeviceBuffer<float>(max_batch * NH * T_);
   }
-  for (int l = 0; l < cfg.n_layer; ++l) block_out_.emplace_back(BT * C);
   column_sums_ = gpu::ColumnSums(static_cast<size_t>(block_column_sums_bytes(BT, static_cast<int>(C))));
   lnf_ = DeviceBuffer<T>(BT * C);
   dresid_ = DeviceBuffer<T>(BT * C);
@@ -100,15 +88,8 @@ CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, b
 }
 
 template <typename T>
-const T* CudaGpt<T>::block_input(int layer) const {
-  return layer == 0 ? encoded_.data() : block_out_[static_cast<size_t>(layer - 1)].data();
-}
-
-template <typename T>
 void CudaGpt<T>::embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) {
-  const int32_t* dev_tokens = io_.upload_batch(tokens, B, t, ctx_.stream);
-  B_ = B;
-  T_ = t;
+  const int32_t* dev_tokens = this->start_batch(tokens, B, t);
   const UnitLayout& u = units_[0];
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   lap("fwd.embedding");
@@ -156,7 +137,7 @@ void CudaGpt<T>::head_forward_backward(const T* head_params, const T* emb_params
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd;
   const bool backward = head_grads != nullptr;
-  const T* x = cfg_.n_layer > 0 ? block_out_.back().data() : encoded_.data();
+  const T* x = final_output();
   const T* lnfw = head_params + hu.tensors[0].offset;
   const T* lnfb = head_params + hu.tensors[1].offset;
   io_.upload_targets(targets, N, ctx_.stream);
@@ -176,23 +157,11 @@ void CudaGpt<T>::head_forward_backward(const T* head_params, const T* emb_params
 }
 
 template <typename T>
-double CudaGpt<T>::take_loss_sum() {
-  const double sum = io_.take_loss_sum(ctx_.stream);
-  timer_.collect();
-  return sum;
-}
-
-template <typename T>
-void CudaGpt<T>::move_loss_sum(double* dst) {
-  io_.move_loss_sum(dst, ctx_.stream);
-}
-
-template <typename T>
 void CudaGpt<T>::head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits) {
   ST_CHECK(pos >= 0 && pos < T_, "position ", pos, " outside the active length ", T_);
   const UnitLayout& hu = units_.back();
   const int C = cfg_.n_embd;
-  const T* x = (cfg_.n_layer > 0 ? block_out_.back().data() : encoded_.data()) + pos * C;
+  const T* x = (final_output()) + pos * C;
   gpu::layernorm_forward<T>(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, head_params + hu.tensors[0].offset,
                             head_params + hu.tensors[1].offset, 1, C, ctx_);
   io_.logits_of_row(lnf_.data(), emb_params + units_[0].tensors[0].offset, logits, ctx_);

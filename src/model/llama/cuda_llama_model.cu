@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/kernels/gpu/embedding.h"
@@ -78,23 +77,14 @@ CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batc
 template <typename T>
 CudaLlama<T>::CudaLlama(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
                         const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward)
-    : cfg_(cfg),
-      units_(build_units(cfg)),
-      max_batch_(max_batch),
-      recompute_(recompute),
-      cudnn_attention_(cudnn_attention),
-      attention_backward_(attention_backward),
-      ctx_(ctx),
-      timer_(env_get("SHARDTRAIN_PROFILE_OPS") == "1") {
-  ST_CHECK(max_batch > 0 && cfg.is_llama());
-  CudaLmIo<T>::check_context(ctx, cuda_llama_footprint<T>(cfg, max_batch, recompute).scratch_bytes, cudnn_attention);
+    : CudaModelBase<T>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward,
+                       cuda_llama_footprint<T>(cfg, max_batch, recompute).scratch_bytes) {
+  ST_CHECK(cfg.is_llama());
   const Sizes z(cfg, max_batch, recompute);
   const int64_t BT = z.BT, C = z.C, F = z.F;
-  io_ = CudaLmIo<T>(cfg, max_batch, ctx_.stream);
   const RopeTable rope = rope_table(cfg, cfg.seq_len);
   rope_cos_ = device_copy(rope.cos, ctx_.stream);
   rope_sin_ = device_copy(rope.sin, ctx_.stream);
-  encoded_ = DeviceBuffer<T>(BT * C);
   blocks_.resize(static_cast<size_t>(z.blocks));
   for (BlockActs& a : blocks_) {
     for (DeviceBuffer<T>* b : {&a.norm1, &a.atty, &a.res2, &a.norm2}) *b = DeviceBuffer<T>(BT * C);
@@ -105,7 +95,6 @@ CudaLlama<T>::CudaLlama(const ModelConfig& cfg, int64_t max_batch, bool recomput
     a.rstd2 = DeviceBuffer<float>(BT);
     a.att_lse = DeviceBuffer<float>(z.B * z.NH * z.T);
   }
-  for (int l = 0; l < cfg.n_layer; ++l) block_out_.emplace_back(BT * C);
   for (DeviceBuffer<T>* b : {&normf_, &dresid_, &dnormf_, &dbuf_c_}) *b = DeviceBuffer<T>(BT * C);
   dqkv_ = DeviceBuffer<T>(BT * z.QKV);
   dmlp_ = DeviceBuffer<T>(BT * F);
@@ -116,11 +105,6 @@ CudaLlama<T>::CudaLlama(const ModelConfig& cfg, int64_t max_batch, bool recomput
 }
 
 template <typename T>
-const T* CudaLlama<T>::block_input(int layer) const {
-  return layer == 0 ? encoded_.data() : block_out_[static_cast<size_t>(layer - 1)].data();
-}
-
-template <typename T>
 const T* CudaLlama<T>::classifier(const T* head_params, const T* emb_params) const {
   return cfg_.tie_embeddings ? emb_params + units_.front().tensor("embed_tokens").offset
                              : head_params + units_.back().tensor("lm_head").offset;
@@ -128,9 +112,7 @@ const T* CudaLlama<T>::classifier(const T* head_params, const T* emb_params) con
 
 template <typename T>
 void CudaLlama<T>::embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) {
-  const int32_t* dev_tokens = io_.upload_batch(tokens, B, t, ctx_.stream);
-  B_ = B;
-  T_ = t;
+  const int32_t* dev_tokens = this->start_batch(tokens, B, t);
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   lap("fwd.embedding");
   gpu::embedding_forward<T>(encoded_.data(), dev_tokens, emb_params + units_[0].tensor("embed_tokens").offset, nullptr,
@@ -185,7 +167,7 @@ void CudaLlama<T>::head_forward_backward(const T* head_params, const T* emb_para
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd;
   const bool backward = head_grads != nullptr;
-  const T* x = cfg_.n_layer > 0 ? block_out_.back().data() : encoded_.data();
+  const T* x = final_output();
   const T* normw = head_params + hu.tensor("norm.weight").offset;
   // Tied: the classifier's gradient adds to the embedding's (the token lookup adds to it too). Untied: lm_head's is
   // the head's own, written by the first chunk.
@@ -209,22 +191,10 @@ void CudaLlama<T>::head_forward_backward(const T* head_params, const T* emb_para
 }
 
 template <typename T>
-double CudaLlama<T>::take_loss_sum() {
-  const double sum = io_.take_loss_sum(ctx_.stream);
-  timer_.collect();
-  return sum;
-}
-
-template <typename T>
-void CudaLlama<T>::move_loss_sum(double* dst) {
-  io_.move_loss_sum(dst, ctx_.stream);
-}
-
-template <typename T>
 void CudaLlama<T>::head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits) {
   ST_CHECK(pos >= 0 && pos < T_, "position ", pos, " outside the active length ", T_);
   const int C = cfg_.n_embd;
-  const T* x = (cfg_.n_layer > 0 ? block_out_.back().data() : encoded_.data()) + pos * C;
+  const T* x = (final_output()) + pos * C;
   gpu::rmsnorm_forward<T>(normf_.data(), rstdf_.data(), x, head_params + units_.back().tensor("norm.weight").offset,
                           cfg_.rms_norm_eps, 1, C, ctx_);
   io_.logits_of_row(normf_.data(), classifier(head_params, emb_params), logits, ctx_);

@@ -24,8 +24,7 @@
 #include "shardtrain/kernels/gpu/column_sums.h"
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
-#include "shardtrain/model/cuda_lm_io.h"
-#include "shardtrain/model/cuda_unit_model.h"
+#include "shardtrain/model/cuda_model_base.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
@@ -39,7 +38,7 @@ CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch,
                                       int64_t attention_scratch_bytes = 0);
 
 template <typename T>
-class CudaGpt final : public CudaUnitModel<T> {
+class CudaGpt final : public CudaModelBase<T> {
  public:
   // ctx.scratch must hold cuda_gpt_footprint<T>(...).scratch_bytes; ctx must outlive the model. With
   // cudnn_attention, passes at the full shape (max_batch x seq_len: every training micro-step) run cuDNN's
@@ -49,45 +48,29 @@ class CudaGpt final : public CudaUnitModel<T> {
   CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention, const gpu::GpuContext& ctx,
           gpu::CudnnBackwardMode attention_backward = gpu::CudnnBackwardMode::kDeterministic);
 
-  const std::vector<UnitLayout>& units() const override { return units_; }
-
   void embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) override;
   void block_forward(int layer, const T* block_params) override;
   // Final LayerNorm, the classifier tied to wte, cross-entropy (targets: host [B, t]) and, with head_grads, the
   // start of backward (GptModel::head_forward_backward).
   void head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
                              T* head_grads, T* emb_grads) override;
-  double take_loss_sum() override;
-  void move_loss_sum(double* dst) override;
   void head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits) override;
   void block_backward(int layer, const T* block_params, T* block_grads) override;
   void embedding_backward(T* emb_grads) override;
 
-  OpTimer& timer() override { return timer_; }
-
  private:
+  using Base = CudaModelBase<T>;
+  using Base::attention_backward_, Base::B_, Base::block_input, Base::block_out_, Base::cfg_, Base::ctx_,
+      Base::cudnn_shape, Base::encoded_, Base::final_output, Base::io_, Base::recompute_, Base::T_, Base::timer_,
+      Base::units_;
   struct BlockActs {
     DeviceBuffer<T> ln1, qkv, atty, res2, ln2, fch, fch_gelu;
     DeviceBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
     DeviceBuffer<float> att_lse;  // [B, NH, T]: what flash attention's backward needs besides qkv and atty
   };
-  const T* block_input(int layer) const;
-  bool cudnn_shape() const { return cudnn_attention_ && B_ == max_batch_ && T_ == cfg_.seq_len; }
-  BlockActs& acts(int layer) { return blocks_[recompute_ ? 0 : static_cast<size_t>(layer)]; }
+  BlockActs& acts(int layer) { return blocks_[this->acts_index(layer)]; }
 
-  ModelConfig cfg_;
-  std::vector<UnitLayout> units_;
-  int64_t max_batch_;
-  bool recompute_;
-  bool cudnn_attention_;
-  gpu::CudnnBackwardMode attention_backward_;
-  gpu::GpuContext ctx_;
-  OpTimer timer_;
-  int64_t B_ = 0, T_ = 0;
-  CudaLmIo<T> io_;  // tokens and targets, the chunked classifier, the loss accumulator
-  DeviceBuffer<T> encoded_;
   std::vector<BlockActs> blocks_;
-  std::vector<DeviceBuffer<T>> block_out_;
   DeviceBuffer<T> lnf_, dresid_, dlnf_, dbuf_c_, dqkv_, dfch_;
   DeviceBuffer<float> lnf_mean_, lnf_rstd_;
   gpu::ColumnSums column_sums_;  // block_backward's bias and LayerNorm gradient sums, finished in one launch

@@ -21,8 +21,7 @@
 #include "shardtrain/core/cuda_timer.h"
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
-#include "shardtrain/model/cuda_lm_io.h"
-#include "shardtrain/model/cuda_unit_model.h"
+#include "shardtrain/model/cuda_model_base.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
@@ -34,7 +33,7 @@ CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batc
                                         int64_t attention_scratch_bytes = 0);
 
 template <typename T>
-class CudaLlama final : public CudaUnitModel<T> {
+class CudaLlama final : public CudaModelBase<T> {
  public:
   // As CudaGpt's constructor: ctx.scratch must hold cuda_llama_footprint<T>(...).scratch_bytes and ctx must outlive
   // the model; with cudnn_attention, passes at the full shape (max_batch x seq_len) run cuDNN's fused attention,
@@ -42,50 +41,34 @@ class CudaLlama final : public CudaUnitModel<T> {
   CudaLlama(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention, const gpu::GpuContext& ctx,
             gpu::CudnnBackwardMode attention_backward = gpu::CudnnBackwardMode::kDeterministic);
 
-  const std::vector<UnitLayout>& units() const override { return units_; }
-
   void embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) override;
   void block_forward(int layer, const T* block_params) override;
   // Final RMSNorm and the classifier: embed_tokens when tied (its gradient added to emb_grads), else the head's
   // lm_head (its gradient written into head_grads).
   void head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
                              T* head_grads, T* emb_grads) override;
-  double take_loss_sum() override;
-  void move_loss_sum(double* dst) override;
   void head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits) override;
   void block_backward(int layer, const T* block_params, T* block_grads) override;
   void embedding_backward(T* emb_grads) override;
 
-  OpTimer& timer() override { return timer_; }
-
  private:
+  using Base = CudaModelBase<T>;
+  using Base::attention_backward_, Base::B_, Base::block_input, Base::block_out_, Base::cfg_, Base::ctx_,
+      Base::cudnn_shape, Base::encoded_, Base::final_output, Base::io_, Base::recompute_, Base::T_, Base::timer_,
+      Base::units_;
   struct BlockActs {
     DeviceBuffer<T> norm1, qkv, atty, res2, norm2, gate_up, mlp;
     DeviceBuffer<float> rstd1, rstd2;
     DeviceBuffer<float> att_lse;  // [B, NH, T]: what attention's backward needs besides qkv and atty
   };
-  const T* block_input(int layer) const;
-  bool cudnn_shape() const { return cudnn_attention_ && B_ == max_batch_ && T_ == cfg_.seq_len; }
-  BlockActs& acts(int layer) { return blocks_[recompute_ ? 0 : static_cast<size_t>(layer)]; }
+  BlockActs& acts(int layer) { return blocks_[this->acts_index(layer)]; }
   // The classifier's weight [Vp, C]: embed_tokens when tied, else lm_head.
   const T* classifier(const T* head_params, const T* emb_params) const;
   void attention_forward(BlockActs& a);
   void attention_backward(BlockActs& a, OpTimer::Laps& lap);  // dbuf_c_ (d atty) -> dqkv_ (written)
 
-  ModelConfig cfg_;
-  std::vector<UnitLayout> units_;
-  int64_t max_batch_;
-  bool recompute_;
-  bool cudnn_attention_;
-  gpu::CudnnBackwardMode attention_backward_;
-  gpu::GpuContext ctx_;
-  OpTimer timer_;
-  int64_t B_ = 0, T_ = 0;
-  CudaLmIo<T> io_;                           // tokens and targets, the chunked classifier, the loss accumulator
   DeviceBuffer<float> rope_cos_, rope_sin_;  // [seq_len, hs/2]
-  DeviceBuffer<T> encoded_;
   std::vector<BlockActs> blocks_;
-  std::vector<DeviceBuffer<T>> block_out_;
   DeviceBuffer<T> normf_, dresid_, dnormf_, dbuf_c_, dqkv_, dmlp_, dgate_up_;
   DeviceBuffer<float> rstdf_;
 };
