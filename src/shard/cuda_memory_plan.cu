@@ -7,15 +7,16 @@
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/kernels/gpu/reduce.h"
-#include "shardtrain/model/gpt2/cuda_gpt_model.h"
+#include "shardtrain/model/cuda_family.h"
 #include "shardtrain/shard/comm_tuning.h"
 
 namespace st {
 
 template <typename T>
 ComputeFootprint cuda_compute_footprint(const Config& cfg, int64_t attention_scratch_bytes) {
-  const CudaGptFootprint f =
-      cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_scratch_bytes);
+  const CudaModelFootprint f =
+      cuda_model_family<T>(cfg.model.arch)
+          .footprint(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_scratch_bytes);
   return {f.activation_bytes, f.scratch_bytes + static_cast<int64_t>(gpu::Blas::kDefaultWorkspaceBytes) +
                                   static_cast<int64_t>(gpu::reduce_scratch_bytes())};
 }

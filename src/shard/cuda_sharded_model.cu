@@ -16,7 +16,7 @@
 #include "shardtrain/kernels/gpu/attention_choice.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/kernels/gpu/reduce.h"
-#include "shardtrain/model/gpt2/cuda_gpt_model.h"
+#include "shardtrain/model/cuda_family.h"
 #include "shardtrain/shard/comm_tuning.h"
 #include "shardtrain/shard/cuda_memory_plan.h"
 #include "shardtrain/shard/device_optimizer.h"
@@ -93,9 +93,9 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   }
   const CommCounters& counters() const override { return counters_; }
   std::string op_profile(int64_t steps) override {
-    return model_.timer().enabled() ? model_.timer().report(steps) : std::string();
+    return model_->timer().enabled() ? model_->timer().report(steps) : std::string();
   }
-  void reset_op_profile() override { model_.timer().reset(); }
+  void reset_op_profile() override { model_->timer().reset(); }
   GemmAlgorithms gemm_algorithms() const override {
     return {device_name_, static_cast<int64_t>(cublasLtGetVersion()), blas_.algorithms()};
   }
@@ -137,11 +137,11 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   // ScheduleExecutor: collectives are issued on the communication stream, compute on the compute stream.
   void prefetch(const std::vector<ScheduleOp>& schedule, size_t at) override;
   void gather(int unit, size_t at) override;
-  void embedding_forward() override { model_.embedding_forward(gathered(0), tokens_, batch_, len_); }
-  void block_forward(int unit) override { model_.block_forward(unit - 1, gathered(unit)); }
+  void embedding_forward() override { model_->embedding_forward(gathered(0), tokens_, batch_, len_); }
+  void block_forward(int unit) override { model_->block_forward(unit - 1, gathered(unit)); }
   void head(int unit) override;
-  void block_backward(int unit) override { model_.block_backward(unit - 1, gathered(unit), full_grad(unit)); }
-  void embedding_backward() override { model_.embedding_backward(full_grad(0)); }
+  void block_backward(int unit) override { model_->block_backward(unit - 1, gathered(unit), full_grad(unit)); }
+  void embedding_backward() override { model_->embedding_backward(full_grad(0)); }
   void reduce_scatter(int unit) override;
   void release(int unit) override { release_params(unit); }
 
@@ -169,7 +169,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   gpu::Blas blas_;
   DeviceBuffer<unsigned char> scratch_, comm_scratch_;
   gpu::GpuContext ctx_, comm_ctx_;
-  CudaGpt<T> model_;
+  std::unique_ptr<CudaUnitModel<T>> model_;  // cfg.model.arch's CUDA model (cuda_family.h)
   DeviceOptimizer<T> optimizer_;             // AdamW beside the next step's forward, the norm and the on-device gate
   std::unique_ptr<DeviceShards<T>> shards_;  // this rank's sharded state on the device
   std::unique_ptr<OffloadPipeline<T>> offload_;  // optim.offload; null without it
@@ -215,18 +215,21 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       cudnn_(),
       attention_(gpu::choose_attention<T>(
           {cfg.train.attention, cfg.train.deterministic, static_cast<int>(cfg.train.micro_batch), cfg.model.seq_len,
-           cfg.model.n_embd, cfg.model.n_head},
+           cfg.model.n_embd, cfg.model.n_head, cfg.model.kv_heads(), cfg.model.head_dim()},
           cudnn_)),
       plan_(
           checked_cuda_plan<T>(cfg, groups_.shard().world_size(), comm_plan(), device_name_, attention_.scratch_bytes)),
       blas_(),
-      scratch_(cuda_gpt_footprint<T>(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.scratch_bytes)
+      scratch_(cuda_model_family<T>(cfg.model.arch)
+                   .footprint(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.scratch_bytes)
                    .scratch_bytes),
       comm_scratch_(static_cast<int64_t>(gpu::reduce_scratch_bytes())),
       ctx_{compute_stream_.get(), &blas_, scratch_.data(), scratch_.bytes(), &cudnn_},
       comm_ctx_{comm_stream_.get(), nullptr, comm_scratch_.data(), comm_scratch_.bytes()},
-      model_(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.cudnn, ctx_, attention_.backward),
-      optimizer_(static_cast<int>(units_.size()), model_.timer()) {
+      model_(cuda_model_family<T>(cfg.model.arch)
+                 .make_model(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.cudnn, ctx_,
+                             attention_.backward)),
+      optimizer_(static_cast<int>(units_.size()), model_->timer()) {
   if (comm.local_rank() == 0) {  // each machine's GPUs and links, as `shardtrain topo` prints them
     char host[64] = {};
     gethostname(host, sizeof(host) - 1);
@@ -371,9 +374,9 @@ T* CudaShardedModel<T>::full_grad(int unit) {
     slot = &buffers_->take_grads(unit);
     cudaStream_t cs = compute_stream_.get();
     wait_for_comm(slot->free, "comm_wait.grad_buffer");  // its previous reduce-scatter has read it
-    // Only the embedding's is zeroed: the classifier and the token lookup add to it. A block's and the head's
-    // backward write theirs (CudaGpt). What lies past a unit's elements goes into the reduce-scatter's padding,
-    // which nothing reads.
+    // Only the embedding's is zeroed: a tied classifier and the token lookup add to it. A block's and the head's
+    // backward write theirs (cuda_unit_model.h). What lies past a unit's elements goes into the reduce-scatter's
+    // padding, which nothing reads.
     if (unit == 0) {
       const int64_t n = shards_->view(0).slot * coll_.shard().world_size();
       ST_CUDA_CHECK(cudaMemsetAsync(slot->data.data(), 0, sizeof(T) * static_cast<size_t>(n), cs));
@@ -464,7 +467,7 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
   compute_mark_.wait_on(ns);
   // The op profile is the training steps' (and their optimizer's, which follows a training run): evaluation and
   // sampling record nothing in it.
-  model_.timer().pause(mode != Mode::kTrain);
+  model_->timer().pause(mode != Mode::kTrain);
   next_gather_ = 0;
   if (embedding_prefetched_) {
     ST_CHECK(!schedule.empty() && schedule[0] == (ScheduleOp{OpKind::kGather, 0}),
@@ -486,14 +489,14 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
     wait_for_comm(replica_mark_, "comm_wait.across_nodes");
   }
   if (loss_queued_) {  // micro_step_queued: the loss stays on the device; finish_gated_step() reads it
-    model_.move_loss_sum(optimizer_.loss_slot());
+    model_->move_loss_sum(optimizer_.loss_slot());
     return 0.0f;
   }
   float loss = 0.0f;
   if (mode == Mode::kLogits)
     compute_stream_.synchronize();
   else
-    loss = static_cast<float>(model_.take_loss_sum() / static_cast<double>(batch_ * len_));  // synchronises
+    loss = static_cast<float>(model_->take_loss_sum() / static_cast<double>(batch_ * len_));  // synchronises
   after_sync();
   return loss;
 }
@@ -508,13 +511,13 @@ void CudaShardedModel<T>::gather(int unit, size_t at) {
 template <typename T>
 void CudaShardedModel<T>::head(int unit) {
   if (mode_ == Mode::kLogits) {
-    model_.head_logits(gathered(unit), gathered(0), len_ - 1, logits_out_);
+    model_->head_logits(gathered(unit), gathered(0), len_ - 1, logits_out_);
   } else if (mode_ == Mode::kEval) {
-    model_.head_forward_backward(gathered(unit), gathered(0), targets_, 0.0f, nullptr, nullptr);
+    model_->head_forward_backward(gathered(unit), gathered(0), targets_, 0.0f, nullptr, nullptr);
   } else {
     T* head_grad = full_grad(unit);
     T* emb_grad = full_grad(0);
-    model_.head_forward_backward(gathered(unit), gathered(0), targets_, dloss_, head_grad, emb_grad);
+    model_->head_forward_backward(gathered(unit), gathered(0), targets_, dloss_, head_grad, emb_grad);
   }
 }
 
@@ -551,7 +554,7 @@ void CudaShardedModel<T>::use_gemm_algorithms(const GemmAlgorithms& a) {
 // The compute stream waits for `done`, timed (take_exposed_comm_ms), with a row in the op profile.
 template <typename T>
 void CudaShardedModel<T>::wait_for_comm(const CudaEvent& done, const char* what) {
-  OpTimer::Laps lap = model_.timer().laps(compute_stream_.get());
+  OpTimer::Laps lap = model_->timer().laps(compute_stream_.get());
   lap(what);
   stalls_.wait(compute_stream_.get(), done);
 }

@@ -23,8 +23,6 @@ ModelBackend::GatedStep ModelBackend::finish_gated_step() {
 
 std::unique_ptr<ModelBackend> make_model_backend(const Config& cfg, Communicator& comm) {
   if (cfg.train.device == Device::kCpu) return std::make_unique<ShardedModel>(cfg, comm);
-  if (cfg.model.arch != ModelArch::kGpt2)
-    ST_BAD_INPUT("model.arch = ", to_string(cfg.model.arch), " runs on train.device = cpu only in this build");
 #ifdef SHARDTRAIN_HAVE_CUDA
   return make_cuda_sharded_model(cfg, comm);
 #else

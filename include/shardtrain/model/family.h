@@ -1,7 +1,8 @@
 // What differs between model families, in one place per family: src/model/gpt2/ and src/model/llama/ each define
 // their unit list (tensor layout, initialisation, weight-decay rule), their CPU model and their FLOP count. The
 // engine (sharding, schedules, collectives, offload, checkpoints, the memory plan) sees only the unit list and the
-// UnitModel calls, and so is the same for every family.
+// UnitModel calls, and so is the same for every family. The GPU side of a family (its CUDA model and that model's
+// device footprint) is cuda_model_family() in cuda_family.h, apart so that CPU-only builds see no CUDA type.
 //
 //   const ModelFamily& f = model_family(cfg.model.arch);
 //   std::vector<UnitLayout> units = f.build_units(cfg.model);

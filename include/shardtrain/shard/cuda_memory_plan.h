@@ -1,5 +1,5 @@
-// memory_plan.h on a CUDA device: what CudaGpt<T> and the libraries need at the training shape, the device's free
-// memory, the plan checked against them, and what dist.sharding=auto weighs.
+// memory_plan.h on a CUDA device: what the family's CUDA model (cuda_family.h) and the libraries need at the training
+// shape, the device's free memory, the plan checked against them, and what dist.sharding=auto weighs.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,7 @@
 
 namespace st {
 
-// CudaGpt<T>'s activations and kernel scratch (at least attention_scratch_bytes), cuBLASLt's workspace and the
+// The CUDA model's activations and kernel scratch (at least attention_scratch_bytes), cuBLASLt's workspace and the
 // reduction scratch, for cfg's micro-batch and recompute setting.
 template <typename T>
 ComputeFootprint cuda_compute_footprint(const Config& cfg, int64_t attention_scratch_bytes);

@@ -66,7 +66,7 @@ class DeviceOptimizer {
   void update(int unit, const UnitState& state, const std::vector<AdamWRun>& runs, const StepGate* gate,
               cudaStream_t after);
 
-  // Where the step's last micro-step leaves its loss sum (CudaGpt::move_loss_sum) for queue_gate().
+  // Where the step's last micro-step leaves its loss sum (CudaUnitModel::move_loss_sum) for queue_gate().
   double* loss_slot() { return sums_.data() + 1; }
   // On ctx.stream, after the last micro-step: the norm's parts summed in order, this rank's losses (the last one
   // from loss_slot(), `earlier_losses` from the host), all-reduced over `shard` (and the losses over `replica` in

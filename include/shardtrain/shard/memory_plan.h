@@ -1,7 +1,7 @@
 // The device memory a CUDA rank will hold, planned before anything is allocated: a pure function of the config,
-// the sharding group's size, the communication plan and what the compute kernels need (CudaGpt's footprint), checked
-// against the device budget (dist.max_gpu_mem_gib, else the device's free memory). Host code: the CPU tests check
-// every term.
+// the sharding group's size, the communication plan and what the compute kernels need (the CUDA model's footprint),
+// checked against the device budget (dist.max_gpu_mem_gib, else the device's free memory). Host code: the CPU tests
+// check every term.
 //
 //   const MemoryPlan plan = plan_memory(cfg, world, comm, compute);
 //   check_memory_plan(plan, DeviceBudget::of(cfg, free_bytes), "NVIDIA H200");  // kBadInput with the breakdown
@@ -55,7 +55,7 @@ UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world);
 // the device, so the next step's forward can start while the host AdamW still works on the later units.
 std::vector<bool> offloaded_units(const Config& cfg, const std::vector<UnitLayout>& units);
 
-// What the compute side needs besides the sharded state and the gather buffers: CudaGpt's activations and its
+// What the compute side needs besides the sharded state and the gather buffers: the CUDA model's activations and its
 // kernel scratch, and the libraries' fixed workspaces (cuBLASLt, the reduction scratch).
 struct ComputeFootprint {
   int64_t activation_bytes = 0;

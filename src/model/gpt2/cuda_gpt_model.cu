@@ -1,9 +1,7 @@
 #include "shardtrain/model/gpt2/cuda_gpt_model.h"
 
 #include <algorithm>
-#include <cstring>
 
-#include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/kernels/gpu/embedding.h"
@@ -11,23 +9,10 @@
 #include "shardtrain/kernels/gpu/layernorm.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/kernels/gpu/reduce.h"
-#include "shardtrain/kernels/gpu/softmax_cross_entropy.h"
 #include "shardtrain/model/gpt2/block_view.h"
 
 namespace st {
 namespace {
-
-// Classifier rows per chunk: the logits scratch holds at most 256 Mi elements (512 MB in bf16) whatever the
-// vocabulary and batch, and the rows are split evenly (B x T = 16 x 1024 at a 50304-wide vocabulary: 4 chunks
-// of 4096 rows). Each chunk's weight-gradient GEMM reads and writes the whole [Vp, C] gradient once, so fewer,
-// larger chunks cost less traffic and fewer roundings of that gradient than many small ones.
-constexpr int64_t kLogitsChunkElems = int64_t{256} << 20;
-
-int64_t chunk_rows_for(const ModelConfig& cfg, int64_t BT) {
-  const int64_t max_rows = std::max<int64_t>(1, std::min<int64_t>(BT, kLogitsChunkElems / cfg.padded_vocab()));
-  const int64_t chunks = (BT + max_rows - 1) / max_rows;
-  return (BT + chunks - 1) / chunks;
-}
 
 // Bytes of one block backward's deferred column sums (block_backward): two LayerNorms and four biases, at BT rows.
 int64_t block_column_sums_bytes(int64_t BT, int C) {
@@ -46,19 +31,18 @@ void zero_async(DeviceBuffer<T>& b, int64_t n, cudaStream_t s) {
 }  // namespace
 
 template <typename T>
-CudaGptFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute,
-                                    int64_t attention_scratch_bytes) {
+CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute,
+                                      int64_t attention_scratch_bytes) {
   const int64_t B = max_batch, T_ = cfg.seq_len, C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer;
   const int64_t BT = B * T_, BTC = BT * C;
   const int64_t per_block_t = 15 * BTC;
   const int64_t blocks = recompute ? std::min<int64_t>(L, 1) : L;
   const int64_t elems_t = blocks * per_block_t + L * BTC  // activations, block outputs
                           + BTC                           // encoded
-                          + 4 * BTC + 3 * BTC + 4 * BTC   // lnf, dresid, dlnf, dbuf_c; dqkv; dfch
-                          + chunk_rows_for(cfg, BT) * cfg.padded_vocab();
-  const int64_t floats = blocks * (4 * BT + B * NH * T_) + 3 * BT;
-  CudaGptFootprint f;
-  f.activation_bytes = elems_t * static_cast<int64_t>(sizeof(T)) + floats * 4 + 2 * BT * 4 + 8 +
+                          + 4 * BTC + 3 * BTC + 4 * BTC;  // lnf, dresid, dlnf, dbuf_c; dqkv; dfch
+  const int64_t floats = blocks * (4 * BT + B * NH * T_) + 2 * BT;
+  CudaModelFootprint f;
+  f.activation_bytes = elems_t * static_cast<int64_t>(sizeof(T)) + floats * 4 + CudaLmIo<T>::device_bytes(cfg, B) +
                        block_column_sums_bytes(BT, static_cast<int>(C));
   size_t s = gpu::embedding_backward_scratch_bytes(static_cast<int>(B), static_cast<int>(T_), static_cast<int>(C));
   s = std::max(s, gpu::layernorm_backward_scratch_bytes(BT, static_cast<int>(C)));
@@ -74,24 +58,9 @@ CudaGptFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, b
 template <typename T>
 CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
                     const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward)
-    : cfg_(cfg),
-      units_(build_units(cfg)),
-      max_batch_(max_batch),
-      recompute_(recompute),
-      cudnn_attention_(cudnn_attention),
-      attention_backward_(attention_backward),
-      ctx_(ctx),
-      timer_(env_get("SHARDTRAIN_PROFILE_OPS") == "1") {
-  ST_CHECK(max_batch > 0);
-  const CudaGptFootprint need = cuda_gpt_footprint<T>(cfg, max_batch, recompute);
-  ST_CHECK(ctx.scratch_bytes >= static_cast<size_t>(need.scratch_bytes), "GPU model needs ", need.scratch_bytes,
-           " bytes of kernel scratch, the context has ", ctx.scratch_bytes);
-  ST_CHECK(!cudnn_attention || ctx.cudnn != nullptr, "cuDNN attention without a cuDNN handle in the context");
+    : CudaModelBase<T>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward,
+                       cuda_gpt_footprint<T>(cfg, max_batch, recompute).scratch_bytes) {
   const int64_t BT = max_batch * cfg.seq_len, C = cfg.n_embd, NH = cfg.n_head, T_ = cfg.seq_len;
-  tokens_ = DeviceBuffer<int32_t>(BT);
-  targets_ = DeviceBuffer<int32_t>(BT);
-  staging_ = PinnedBuffer<int32_t>(2 * BT);
-  encoded_ = DeviceBuffer<T>(BT * C);
   blocks_.resize(recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer);
   for (BlockActs& a : blocks_) {
     a.ln1 = DeviceBuffer<T>(BT * C);
@@ -107,7 +76,6 @@ CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, b
     a.ln2_rstd = DeviceBuffer<float>(BT);
     a.att_lse = DeviceBuffer<float>(max_batch * NH * T_);
   }
-  for (int l = 0; l < cfg.n_layer; ++l) block_out_.emplace_back(BT * C);
   column_sums_ = gpu::ColumnSums(static_cast<size_t>(block_column_sums_bytes(BT, static_cast<int>(C))));
   lnf_ = DeviceBuffer<T>(BT * C);
   dresid_ = DeviceBuffer<T>(BT * C);
@@ -115,41 +83,17 @@ CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, b
   dbuf_c_ = DeviceBuffer<T>(BT * C);
   dqkv_ = DeviceBuffer<T>(BT * 3 * C);
   dfch_ = DeviceBuffer<T>(BT * 4 * C);
-  chunk_rows_ = chunk_rows_for(cfg, BT);
-  logits_chunk_ = DeviceBuffer<T>(chunk_rows_ * cfg.padded_vocab());
   lnf_mean_ = DeviceBuffer<float>(BT);
   lnf_rstd_ = DeviceBuffer<float>(BT);
-  losses_ = DeviceBuffer<float>(BT);
-  loss_sum_ = DeviceBuffer<double>(1);
-  ST_CUDA_CHECK(cudaMemsetAsync(loss_sum_.data(), 0, sizeof(double), ctx_.stream));
-}
-
-template <typename T>
-const T* CudaGpt<T>::block_input(int layer) const {
-  return layer == 0 ? encoded_.data() : block_out_[static_cast<size_t>(layer - 1)].data();
-}
-
-template <typename T>
-void CudaGpt<T>::upload_tokens(DeviceBuffer<int32_t>& dst, const int32_t* host, int64_t n) {
-  // The pinned staging area is reused by the next upload only after this copy has run: take_loss_sum()
-  // and head_logits() synchronise the stream once per micro-step, before the next upload.
-  int32_t* stage = staging_.data() + (&dst == &tokens_ ? 0 : max_batch_ * cfg_.seq_len);
-  std::memcpy(stage, host, sizeof(int32_t) * static_cast<size_t>(n));
-  ST_CUDA_CHECK(cudaMemcpyAsync(dst.data(), stage, sizeof(int32_t) * static_cast<size_t>(n), cudaMemcpyHostToDevice,
-                                ctx_.stream));
 }
 
 template <typename T>
 void CudaGpt<T>::embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) {
-  ST_CHECK(B >= 1 && B <= max_batch_ && t >= 1 && t <= cfg_.seq_len, "shape [", B, ", ", t, "] exceeds [", max_batch_,
-           ", ", cfg_.seq_len, "]");
-  B_ = B;
-  T_ = t;
-  upload_tokens(tokens_, tokens, B * t);
+  const int32_t* dev_tokens = this->start_batch(tokens, B, t);
   const UnitLayout& u = units_[0];
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   lap("fwd.embedding");
-  gpu::embedding_forward<T>(encoded_.data(), tokens_.data(), emb_params + u.tensors[0].offset,
+  gpu::embedding_forward<T>(encoded_.data(), dev_tokens, emb_params + u.tensors[0].offset,
                             emb_params + u.tensors[1].offset, static_cast<int>(B), static_cast<int>(t), cfg_.n_embd,
                             ctx_);
 }
@@ -191,32 +135,17 @@ void CudaGpt<T>::head_forward_backward(const T* head_params, const T* emb_params
   const UnitLayout& hu = units_.back();
   const UnitLayout& eu = units_[0];
   const int64_t N = B_ * T_;
-  const int C = cfg_.n_embd, V = cfg_.vocab_size, Vp = cfg_.padded_vocab();
+  const int C = cfg_.n_embd;
   const bool backward = head_grads != nullptr;
-  const T* x = cfg_.n_layer > 0 ? block_out_.back().data() : encoded_.data();
+  const T* x = final_output();
   const T* lnfw = head_params + hu.tensors[0].offset;
   const T* lnfb = head_params + hu.tensors[1].offset;
-  const T* wte = emb_params + eu.tensors[0].offset;
-  upload_tokens(targets_, targets, N);
+  io_.upload_targets(targets, N, ctx_.stream);
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   lap("head.layernorm");
   gpu::layernorm_forward<T>(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, lnfw, lnfb, N, C, ctx_);
-  for (int64_t r0 = 0; r0 < N; r0 += chunk_rows_) {
-    const int64_t rows = std::min(chunk_rows_, N - r0);
-    T* logits = logits_chunk_.data();
-    lap("head.classifier_fwd");
-    gpu::matmul_forward<T>(logits, lnf_.data() + r0 * C, wte, nullptr, rows, C, Vp, ctx_);
-    lap("head.softmax_xent");
-    gpu::softmax_cross_entropy<T>(losses_.data() + r0, backward ? logits : nullptr, logits, targets_.data() + r0, rows,
-                                  V, Vp, dloss, ctx_);
-    if (backward) {
-      lap("head.classifier_bwd");
-      gpu::matmul_backward<T>(dlnf_.data() + r0 * C, emb_grads + eu.tensors[0].offset, nullptr, logits,
-                              lnf_.data() + r0 * C, wte, rows, C, Vp, ctx_, GradWrite::kOverwrite);
-    }
-  }
-  lap("head.loss_sum");
-  gpu::sum(losses_.data(), N, loss_sum_.data(), ctx_);
+  io_.classify(lnf_.data(), emb_params + eu.tensors[0].offset, N, dloss, backward ? dlnf_.data() : nullptr,
+               backward ? emb_grads + eu.tensors[0].offset : nullptr, GradWrite::kAccumulate, lap, ctx_);
   if (backward) {
     lap("head.layernorm_bwd");
     zero_async(dresid_, N * C, ctx_.stream);
@@ -228,38 +157,15 @@ void CudaGpt<T>::head_forward_backward(const T* head_params, const T* emb_params
 }
 
 template <typename T>
-double CudaGpt<T>::take_loss_sum() {
-  double sum = 0;
-  ST_CUDA_CHECK(cudaMemcpyAsync(&sum, loss_sum_.data(), sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream));
-  ST_CUDA_CHECK(cudaMemsetAsync(loss_sum_.data(), 0, sizeof(double), ctx_.stream));
-  ST_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-  timer_.collect();
-  return sum;
-}
-
-template <typename T>
-void CudaGpt<T>::move_loss_sum(double* dst) {
-  ST_CUDA_CHECK(cudaMemcpyAsync(dst, loss_sum_.data(), sizeof(double), cudaMemcpyDeviceToDevice, ctx_.stream));
-  ST_CUDA_CHECK(cudaMemsetAsync(loss_sum_.data(), 0, sizeof(double), ctx_.stream));
-}
-
-template <typename T>
 void CudaGpt<T>::head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits) {
   ST_CHECK(pos >= 0 && pos < T_, "position ", pos, " outside the active length ", T_);
   const UnitLayout& hu = units_.back();
-  const int C = cfg_.n_embd, Vp = cfg_.padded_vocab();
-  const T* x = (cfg_.n_layer > 0 ? block_out_.back().data() : encoded_.data()) + pos * C;
+  const int C = cfg_.n_embd;
+  const T* x = (final_output()) + pos * C;
   gpu::layernorm_forward<T>(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, head_params + hu.tensors[0].offset,
                             head_params + hu.tensors[1].offset, 1, C, ctx_);
-  gpu::matmul_forward<T>(logits_chunk_.data(), lnf_.data(), emb_params + units_[0].tensors[0].offset, nullptr, 1, C, Vp,
-                         ctx_);
-  std::vector<T> row(static_cast<size_t>(cfg_.vocab_size));
-  ST_CUDA_CHECK(
-      cudaMemcpyAsync(row.data(), logits_chunk_.data(), sizeof(T) * row.size(), cudaMemcpyDeviceToHost, ctx_.stream));
-  ST_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  io_.logits_of_row(lnf_.data(), emb_params + units_[0].tensors[0].offset, logits, ctx_);
   timer_.collect();
-  logits->resize(row.size());
-  for (size_t i = 0; i < row.size(); ++i) (*logits)[i] = static_cast<float>(row[i]);
 }
 
 template <typename T>
@@ -324,12 +230,12 @@ void CudaGpt<T>::embedding_backward(T* emb_grads) {
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   lap("bwd.embedding");
   gpu::embedding_backward<T>(emb_grads + u.tensors[0].offset, emb_grads + u.tensors[1].offset, dresid_.data(),
-                             tokens_.data(), static_cast<int>(B_), static_cast<int>(T_), cfg_.n_embd, ctx_);
+                             io_.tokens(), static_cast<int>(B_), static_cast<int>(T_), cfg_.n_embd, ctx_);
 }
 
-template CudaGptFootprint cuda_gpt_footprint<float>(const ModelConfig&, int64_t, bool, int64_t);
-template CudaGptFootprint cuda_gpt_footprint<bf16>(const ModelConfig&, int64_t, bool, int64_t);
-template CudaGptFootprint cuda_gpt_footprint<fp16>(const ModelConfig&, int64_t, bool, int64_t);
+template CudaModelFootprint cuda_gpt_footprint<float>(const ModelConfig&, int64_t, bool, int64_t);
+template CudaModelFootprint cuda_gpt_footprint<bf16>(const ModelConfig&, int64_t, bool, int64_t);
+template CudaModelFootprint cuda_gpt_footprint<fp16>(const ModelConfig&, int64_t, bool, int64_t);
 template class CudaGpt<float>;
 template class CudaGpt<bf16>;
 template class CudaGpt<fp16>;

@@ -4,8 +4,8 @@
 // allocated.
 //
 //   gpu::Cudnn cudnn;
-//   const AttentionChoice a = choose_attention<bf16>({cfg.train.attention, cfg.train.deterministic, B, T, C, NH},
-//                                                     cudnn);
+//   const AttentionChoice a = choose_attention<bf16>(
+//       {cfg.train.attention, cfg.train.deterministic, B, T, C, NH, NKV, hs}, cudnn);
 //   CudaGpt<bf16> model(cfg.model, B, recompute, a.cudnn, ctx, a.backward);   // scratch >= a.scratch_bytes
 //
 // A grouped-query model names its K/V heads and head size too: {impl, deterministic, B, T, C, NH, NKV, hs}.

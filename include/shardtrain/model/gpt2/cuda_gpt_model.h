@@ -1,10 +1,10 @@
 // GPT-2 forward and backward on one GPU, unit by unit: the CUDA twin of GptModel (gpt_model.h), with the same
-// calls and the same unit layout. Gradients: the embedding's accumulate (+=: the classifier and the token lookup
-// both add to it), as in GptModel; a block's and the head's are written (=), so their buffers need no zeroing
-// (GptModel adds to them, the same values on zeroed buffers). Parameters and
-// gradients are the unit's full flat buffers in the compute type T (float, bf16 or fp16), in device memory,
-// gathered and reduce-scattered by the caller. Activations are T; LayerNorm statistics and per-token
-// losses are fp32. Every call is asynchronous on ctx.stream except those that return a host value.
+// calls (those of CudaUnitModel, cuda_unit_model.h) and the same unit layout. Gradients: the embedding's accumulate
+// (+=: the classifier and the token lookup both add to it), as in GptModel; a block's and the head's are written (=),
+// so their buffers need no zeroing (GptModel adds to them, the same values on zeroed buffers). Parameters and gradients
+// are the unit's full flat buffers in the compute type T (float, bf16 or fp16), in device memory, gathered and
+// reduce-scattered by the caller. Activations are T; LayerNorm statistics and per-token losses are fp32. Every call is
+// asynchronous on ctx.stream except those that return a host value.
 //
 //   CudaGpt<bf16> m(cfg, B, recompute, ctx);
 //   m.embedding_forward(P[0], host_tokens, B, T);
@@ -24,6 +24,7 @@
 #include "shardtrain/kernels/gpu/column_sums.h"
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
+#include "shardtrain/model/cuda_model_base.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
@@ -32,16 +33,12 @@ namespace st {
 // logits chunk, losses), and the kernel scratch it needs in GpuContext::scratch, at least
 // attention_scratch_bytes (cuDNN attention's workspace, when the model runs it). Used to plan memory before
 // anything is allocated.
-struct CudaGptFootprint {
-  int64_t activation_bytes = 0;
-  int64_t scratch_bytes = 0;
-};
 template <typename T>
-CudaGptFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute,
-                                    int64_t attention_scratch_bytes = 0);
+CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute,
+                                      int64_t attention_scratch_bytes = 0);
 
 template <typename T>
-class CudaGpt {
+class CudaGpt final : public CudaModelBase<T> {
  public:
   // ctx.scratch must hold cuda_gpt_footprint<T>(...).scratch_bytes; ctx must outlive the model. With
   // cudnn_attention, passes at the full shape (max_batch x seq_len: every training micro-step) run cuDNN's
@@ -51,59 +48,31 @@ class CudaGpt {
   CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention, const gpu::GpuContext& ctx,
           gpu::CudnnBackwardMode attention_backward = gpu::CudnnBackwardMode::kDeterministic);
 
-  const std::vector<UnitLayout>& units() const { return units_; }
-
-  // Copies tokens [B, t] (host) to the device and runs unit 0's forward; sets the active shape.
-  void embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t);
-  void block_forward(int layer, const T* block_params);
-  // Final LayerNorm, tied classifier, cross-entropy (targets: host [B, t]) and, if head_grads is non-null,
-  // the start of backward (see GptModel::head_forward_backward). The batch's summed per-token loss is
-  // added to a device accumulator read by take_loss_sum().
+  void embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) override;
+  void block_forward(int layer, const T* block_params) override;
+  // Final LayerNorm, the classifier tied to wte, cross-entropy (targets: host [B, t]) and, with head_grads, the
+  // start of backward (GptModel::head_forward_backward).
   void head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
-                             T* head_grads, T* emb_grads);
-  // Sum of the per-token losses since the last call; synchronises the stream.
-  double take_loss_sum();
-  // The same sum, moved to *dst (device memory) on the stream, without waiting: the accumulator restarts at 0. The
-  // caller synchronises before the next token upload reuses the staging area (see upload_tokens).
-  void move_loss_sum(double* dst);
-  // Logits over the real vocabulary at position `pos` of sequence 0; synchronises.
-  void head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits);
-  void block_backward(int layer, const T* block_params, T* block_grads);
-  void embedding_backward(T* emb_grads);
-
-  // Per-op GPU time of the calls above (SHARDTRAIN_PROFILE_OPS=1; see core/cuda_timer.h). Collected by
-  // take_loss_sum() and head_logits(), which synchronise.
-  OpTimer& timer() { return timer_; }
+                             T* head_grads, T* emb_grads) override;
+  void head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits) override;
+  void block_backward(int layer, const T* block_params, T* block_grads) override;
+  void embedding_backward(T* emb_grads) override;
 
  private:
+  using Base = CudaModelBase<T>;
+  using Base::attention_backward_, Base::B_, Base::block_input, Base::block_out_, Base::cfg_, Base::ctx_,
+      Base::cudnn_shape, Base::encoded_, Base::final_output, Base::io_, Base::recompute_, Base::T_, Base::timer_,
+      Base::units_;
   struct BlockActs {
     DeviceBuffer<T> ln1, qkv, atty, res2, ln2, fch, fch_gelu;
     DeviceBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
     DeviceBuffer<float> att_lse;  // [B, NH, T]: what flash attention's backward needs besides qkv and atty
   };
-  const T* block_input(int layer) const;
-  bool cudnn_shape() const { return cudnn_attention_ && B_ == max_batch_ && T_ == cfg_.seq_len; }
-  BlockActs& acts(int layer) { return blocks_[recompute_ ? 0 : static_cast<size_t>(layer)]; }
-  void upload_tokens(DeviceBuffer<int32_t>& dst, const int32_t* host, int64_t n);
+  BlockActs& acts(int layer) { return blocks_[this->acts_index(layer)]; }
 
-  ModelConfig cfg_;
-  std::vector<UnitLayout> units_;
-  int64_t max_batch_;
-  bool recompute_;
-  bool cudnn_attention_;
-  gpu::CudnnBackwardMode attention_backward_;
-  gpu::GpuContext ctx_;
-  OpTimer timer_;
-  int64_t B_ = 0, T_ = 0;
-  int64_t chunk_rows_ = 0;
-  DeviceBuffer<int32_t> tokens_, targets_;
-  PinnedBuffer<int32_t> staging_;  // host tokens pass through here so the upload is asynchronous
-  DeviceBuffer<T> encoded_;
   std::vector<BlockActs> blocks_;
-  std::vector<DeviceBuffer<T>> block_out_;
-  DeviceBuffer<T> lnf_, dresid_, dlnf_, dbuf_c_, dqkv_, dfch_, logits_chunk_;
-  DeviceBuffer<float> lnf_mean_, lnf_rstd_, losses_;
-  DeviceBuffer<double> loss_sum_;
+  DeviceBuffer<T> lnf_, dresid_, dlnf_, dbuf_c_, dqkv_, dfch_;
+  DeviceBuffer<float> lnf_mean_, lnf_rstd_;
   gpu::ColumnSums column_sums_;  // block_backward's bias and LayerNorm gradient sums, finished in one launch
 };
 

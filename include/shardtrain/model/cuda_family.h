@@ -1,0 +1,38 @@
+// The CUDA side of ModelFamily (family.h): per family, its GPU model and the device memory that model needs, which
+// the CUDA engine and its memory plan take from here. Apart from family.h so that CPU-only builds see no CUDA type.
+//
+//   const CudaModelFamily<bf16>& f = cuda_model_family<bf16>(cfg.model.arch);
+//   const CudaModelFootprint need = f.footprint(cfg.model, B, recompute, attention.scratch_bytes);
+//   std::unique_ptr<CudaUnitModel<bf16>> m = f.make_model(cfg.model, B, recompute, attention.cudnn, ctx,
+//                                                         attention.backward);   // ctx.scratch >= need.scratch_bytes
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/gpu/cudnn_attention.h"
+#include "shardtrain/model/cuda_unit_model.h"
+
+namespace st {
+
+template <typename T>
+struct CudaModelFamily {
+  ModelArch arch;
+  // The model for micro-batches of up to max_batch sequences. With cudnn_attention, passes at the full shape
+  // (max_batch x seq_len) run cuDNN's fused attention (ctx.cudnn, plans already built), others flash attention;
+  // attention_backward picks cuDNN's deterministic backward or not. ctx must outlive the model.
+  std::unique_ptr<CudaUnitModel<T>> (*make_model)(const ModelConfig& cfg, int64_t max_batch, bool recompute,
+                                                  bool cudnn_attention, const gpu::GpuContext& ctx,
+                                                  gpu::CudnnBackwardMode attention_backward);
+  // The bytes that model allocates and the kernel scratch it needs (at least attention_scratch_bytes: what the
+  // attention choice asks for), computed without allocating.
+  CudaModelFootprint (*footprint)(const ModelConfig& cfg, int64_t max_batch, bool recompute,
+                                  int64_t attention_scratch_bytes);
+};
+
+template <typename T>
+const CudaModelFamily<T>& cuda_model_family(ModelArch arch);
+
+}  // namespace st

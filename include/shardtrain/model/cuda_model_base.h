@@ -1,0 +1,64 @@
+// What every family's CUDA model (CudaGpt, CudaLlama) keeps besides its own activations, and the CudaUnitModel calls
+// that need nothing else: the config and unit list, the context and attention choice, the active shape, the op
+// timer, the token embedding's output and each block's output (the next block's input), and the two ends (CudaLmIo:
+// uploads, the chunked classifier, the loss accumulator).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/core/cuda.h"
+#include "shardtrain/core/cuda_timer.h"
+#include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/gpu/cudnn_attention.h"
+#include "shardtrain/model/cuda_lm_io.h"
+#include "shardtrain/model/cuda_unit_model.h"
+#include "shardtrain/model/units.h"
+
+namespace st {
+
+template <typename T>
+class CudaModelBase : public CudaUnitModel<T> {
+ public:
+  const std::vector<UnitLayout>& units() const override { return units_; }
+  double take_loss_sum() override;
+  void move_loss_sum(double* dst) override;
+  OpTimer& timer() override { return timer_; }
+
+ protected:
+  // Checks that ctx holds scratch_bytes of kernel scratch (and a cuDNN handle with cudnn_attention), and allocates
+  // the ends and the block outputs for micro-batches of up to max_batch x cfg.seq_len tokens.
+  CudaModelBase(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
+                const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward, int64_t scratch_bytes);
+
+  // Checks [B, t] against [max_batch, seq_len], makes it the active shape and uploads the tokens (host [B, t]);
+  // returns them on the device.
+  const int32_t* start_batch(const int32_t* tokens, int64_t B, int64_t t);
+  // Passes at the full shape (every training micro-step) run cuDNN's fused attention when the model was made for it;
+  // others (sampling, short evaluations) flash attention. Both compute the same function.
+  bool cudnn_shape() const { return cudnn_attention_ && B_ == max_batch_ && T_ == cfg_.seq_len; }
+  // Which set of block activations layer `layer` uses: its own, or with recompute the one shared set.
+  size_t acts_index(int layer) const { return recompute_ ? 0 : static_cast<size_t>(layer); }
+  // Block `layer`'s input: the embedding's output or the previous block's; final_output() is the head's input.
+  const T* block_input(int layer) const {
+    return layer == 0 ? encoded_.data() : block_out_[static_cast<size_t>(layer - 1)].data();
+  }
+  const T* final_output() const { return block_input(cfg_.n_layer); }
+
+  ModelConfig cfg_;
+  std::vector<UnitLayout> units_;
+  int64_t max_batch_;
+  bool recompute_;
+  bool cudnn_attention_;
+  gpu::CudnnBackwardMode attention_backward_;
+  gpu::GpuContext ctx_;
+  OpTimer timer_;
+  int64_t B_ = 0, T_ = 0;
+  CudaLmIo<T> io_;                          // tokens and targets, the chunked classifier, the loss accumulator
+  DeviceBuffer<T> encoded_;                 // [B, T, C]: the token embedding's output
+  std::vector<DeviceBuffer<T>> block_out_;  // [B, T, C] per block
+};
+
+}  // namespace st

@@ -1,0 +1,76 @@
+// Llama forward and backward on one GPU, unit by unit: the CUDA twin of LlamaModel (llama_model.h), op for op, with
+// the calls of CudaUnitModel (cuda_unit_model.h) on llama's units (units.h):
+//   h   = x + o(attention(rope(q), rope(k), v))    with q, k, v = qkv(rmsnorm(x)) (+ bias with model.qkv_bias)
+//   out = h + down(silu(gate(n)) * up(n))         with n = rmsnorm(h)
+// grouped-query attention (model.n_kv_head), the final RMSNorm and a classifier tied to embed_tokens or untied.
+// Gradients: the embedding's accumulate (+=: the token lookup, and the classifier when tied, add to it); a block's
+// and the head's are written (=), so their buffers need no zeroing. Parameters and gradients are the unit's full flat
+// buffers in the compute type T (float, bf16 or fp16), in device memory. Activations are T; RMSNorm statistics, the
+// RoPE tables, attention's logsumexp and per-token losses are fp32. Every call is asynchronous on ctx.stream except
+// those that return a host value.
+//
+//   CudaLlama<bf16> m(cfg, B, recompute, cudnn_attention, ctx);   // ctx.scratch >= cuda_llama_footprint(...)
+//   ... the calls of CudaUnitModel, in its order ...
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/core/cuda.h"
+#include "shardtrain/core/cuda_timer.h"
+#include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/gpu/cudnn_attention.h"
+#include "shardtrain/model/cuda_model_base.h"
+#include "shardtrain/model/units.h"
+
+namespace st {
+
+// Device bytes CudaLlama<T> allocates for micro-batches of max_batch, and the kernel scratch it needs (at least
+// attention_scratch_bytes, cuDNN attention's workspace when the model runs it), computed without allocating.
+template <typename T>
+CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute,
+                                        int64_t attention_scratch_bytes = 0);
+
+template <typename T>
+class CudaLlama final : public CudaModelBase<T> {
+ public:
+  // As CudaGpt's constructor: ctx.scratch must hold cuda_llama_footprint<T>(...).scratch_bytes and ctx must outlive
+  // the model; with cudnn_attention, passes at the full shape (max_batch x seq_len) run cuDNN's fused attention,
+  // others flash attention; attention_backward picks cuDNN's backward. Uploads the RoPE tables (st::rope_table) once.
+  CudaLlama(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention, const gpu::GpuContext& ctx,
+            gpu::CudnnBackwardMode attention_backward = gpu::CudnnBackwardMode::kDeterministic);
+
+  void embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) override;
+  void block_forward(int layer, const T* block_params) override;
+  // Final RMSNorm and the classifier: embed_tokens when tied (its gradient added to emb_grads), else the head's
+  // lm_head (its gradient written into head_grads).
+  void head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
+                             T* head_grads, T* emb_grads) override;
+  void head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits) override;
+  void block_backward(int layer, const T* block_params, T* block_grads) override;
+  void embedding_backward(T* emb_grads) override;
+
+ private:
+  using Base = CudaModelBase<T>;
+  using Base::attention_backward_, Base::B_, Base::block_input, Base::block_out_, Base::cfg_, Base::ctx_,
+      Base::cudnn_shape, Base::encoded_, Base::final_output, Base::io_, Base::recompute_, Base::T_, Base::timer_,
+      Base::units_;
+  struct BlockActs {
+    DeviceBuffer<T> norm1, qkv, atty, res2, norm2, gate_up, mlp;
+    DeviceBuffer<float> rstd1, rstd2;
+    DeviceBuffer<float> att_lse;  // [B, NH, T]: what attention's backward needs besides qkv and atty
+  };
+  BlockActs& acts(int layer) { return blocks_[this->acts_index(layer)]; }
+  // The classifier's weight [Vp, C]: embed_tokens when tied, else lm_head.
+  const T* classifier(const T* head_params, const T* emb_params) const;
+  void attention_forward(BlockActs& a);
+  void attention_backward(BlockActs& a, OpTimer::Laps& lap);  // dbuf_c_ (d atty) -> dqkv_ (written)
+
+  DeviceBuffer<float> rope_cos_, rope_sin_;  // [seq_len, hs/2]
+  std::vector<BlockActs> blocks_;
+  DeviceBuffer<T> normf_, dresid_, dnormf_, dbuf_c_, dqkv_, dmlp_, dgate_up_;
+  DeviceBuffer<float> rstdf_;
+};
+
+}  // namespace st

@@ -1,0 +1,55 @@
+#include "shardtrain/model/cuda_model_base.h"
+
+#include "shardtrain/core/env.h"
+#include "shardtrain/core/error.h"
+
+namespace st {
+
+template <typename T>
+CudaModelBase<T>::CudaModelBase(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
+                                const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward,
+                                int64_t scratch_bytes)
+    : cfg_(cfg),
+      units_(build_units(cfg)),
+      max_batch_(max_batch),
+      recompute_(recompute),
+      cudnn_attention_(cudnn_attention),
+      attention_backward_(attention_backward),
+      ctx_(ctx),
+      timer_(env_get("SHARDTRAIN_PROFILE_OPS") == "1") {
+  ST_CHECK(max_batch > 0);
+  ST_CHECK(ctx.scratch_bytes >= static_cast<size_t>(scratch_bytes), "GPU model needs ", scratch_bytes,
+           " bytes of kernel scratch, the context has ", ctx.scratch_bytes);
+  ST_CHECK(!cudnn_attention || ctx.cudnn != nullptr, "cuDNN attention without a cuDNN handle in the context");
+  const int64_t BTC = max_batch * cfg.seq_len * cfg.n_embd;
+  io_ = CudaLmIo<T>(cfg, max_batch, ctx_.stream);
+  encoded_ = DeviceBuffer<T>(BTC);
+  for (int l = 0; l < cfg.n_layer; ++l) block_out_.emplace_back(BTC);
+}
+
+template <typename T>
+const int32_t* CudaModelBase<T>::start_batch(const int32_t* tokens, int64_t B, int64_t t) {
+  ST_CHECK(B >= 1 && B <= max_batch_ && t >= 1 && t <= cfg_.seq_len, "shape [", B, ", ", t, "] exceeds [", max_batch_,
+           ", ", cfg_.seq_len, "]");
+  B_ = B;
+  T_ = t;
+  return io_.upload_tokens(tokens, B * t, ctx_.stream);
+}
+
+template <typename T>
+double CudaModelBase<T>::take_loss_sum() {
+  const double sum = io_.take_loss_sum(ctx_.stream);
+  timer_.collect();
+  return sum;
+}
+
+template <typename T>
+void CudaModelBase<T>::move_loss_sum(double* dst) {
+  io_.move_loss_sum(dst, ctx_.stream);
+}
+
+template class CudaModelBase<float>;
+template class CudaModelBase<bf16>;
+template class CudaModelBase<fp16>;
+
+}  // namespace st

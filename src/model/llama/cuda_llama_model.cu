@@ -1,0 +1,279 @@
+#include "shardtrain/model/llama/cuda_llama_model.h"
+
+#include <algorithm>
+
+#include "shardtrain/core/error.h"
+#include "shardtrain/kernels/gpu/cudnn_attention.h"
+#include "shardtrain/kernels/gpu/embedding.h"
+#include "shardtrain/kernels/gpu/flash_attention.h"
+#include "shardtrain/kernels/gpu/matmul.h"
+#include "shardtrain/kernels/gpu/reduce.h"
+#include "shardtrain/kernels/gpu/rmsnorm.h"
+#include "shardtrain/kernels/gpu/rope.h"
+#include "shardtrain/kernels/gpu/swiglu.h"
+#include "shardtrain/kernels/rope.h"
+#include "shardtrain/model/llama/block_view.h"
+
+namespace st {
+namespace {
+
+// Every device buffer's element count, from the config alone: the constructor allocates exactly these, and
+// cuda_llama_footprint sums them.
+struct Sizes {
+  int64_t B, T, BT, C, QKV, F, NH, blocks, layers;
+  Sizes(const ModelConfig& cfg, int64_t max_batch, bool recompute)
+      : B(max_batch),
+        T(cfg.seq_len),
+        BT(max_batch * cfg.seq_len),
+        C(cfg.n_embd),
+        QKV(cfg.qkv_dim()),
+        F(cfg.mlp_dim()),
+        NH(cfg.n_head),
+        blocks(recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer),
+        layers(cfg.n_layer) {}
+  // norm1, atty, res2, norm2; qkv; gate_up [2F] and mlp [F].
+  int64_t block_elems() const { return 4 * BT * C + BT * QKV + 3 * BT * F; }
+  int64_t block_floats() const { return 2 * BT + B * NH * T; }  // rstd1, rstd2; att_lse
+  int64_t elems() const {
+    return blocks * block_elems() + layers * BT * C  // activations, block outputs
+           + BT * C                                  // encoded
+           + 4 * BT * C + BT * QKV + 3 * BT * F;     // normf, dresid, dnormf, dbuf_c; dqkv; dmlp, dgate_up
+  }
+  int64_t floats(int hs) const { return blocks * block_floats() + BT + T * hs; }  // + rstdf; the RoPE tables
+};
+
+template <typename T>
+void zero_async(DeviceBuffer<T>& b, int64_t n, cudaStream_t s) {
+  ST_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, sizeof(T) * static_cast<size_t>(n), s));
+}
+
+template <typename T>
+DeviceBuffer<T> device_copy(const std::vector<T>& host, cudaStream_t s) {
+  DeviceBuffer<T> d(static_cast<int64_t>(host.size()));
+  ST_CUDA_CHECK(cudaMemcpyAsync(d.data(), host.data(), d.bytes(), cudaMemcpyHostToDevice, s));
+  return d;
+}
+
+}  // namespace
+
+template <typename T>
+CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute,
+                                        int64_t attention_scratch_bytes) {
+  const Sizes z(cfg, max_batch, recompute);
+  const int B = static_cast<int>(z.B), T_ = static_cast<int>(z.T), C = static_cast<int>(z.C);
+  CudaModelFootprint f;
+  f.activation_bytes = z.elems() * static_cast<int64_t>(sizeof(T)) + z.floats(cfg.head_dim()) * 4 +
+                       CudaLmIo<T>::device_bytes(cfg, max_batch);
+  size_t s = gpu::embedding_backward_scratch_bytes(B, T_, C);
+  s = std::max(s, gpu::rmsnorm_backward_scratch_bytes(z.BT, C));
+  if (cfg.qkv_bias) s = std::max(s, gpu::matmul_backward_scratch_bytes(z.BT, static_cast<int>(z.QKV)));
+  s = std::max(s, gpu::flash_attention_backward_scratch_bytes(B, T_, cfg.n_head, cfg.kv_heads(), cfg.head_dim()));
+  s = std::max(s, gpu::reduce_scratch_bytes());
+  s = std::max(s, static_cast<size_t>(attention_scratch_bytes));
+  f.scratch_bytes = static_cast<int64_t>(s);
+  return f;
+}
+
+template <typename T>
+CudaLlama<T>::CudaLlama(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
+                        const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward)
+    : CudaModelBase<T>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward,
+                       cuda_llama_footprint<T>(cfg, max_batch, recompute).scratch_bytes) {
+  ST_CHECK(cfg.is_llama());
+  const Sizes z(cfg, max_batch, recompute);
+  const int64_t BT = z.BT, C = z.C, F = z.F;
+  const RopeTable rope = rope_table(cfg, cfg.seq_len);
+  rope_cos_ = device_copy(rope.cos, ctx_.stream);
+  rope_sin_ = device_copy(rope.sin, ctx_.stream);
+  blocks_.resize(static_cast<size_t>(z.blocks));
+  for (BlockActs& a : blocks_) {
+    for (DeviceBuffer<T>* b : {&a.norm1, &a.atty, &a.res2, &a.norm2}) *b = DeviceBuffer<T>(BT * C);
+    a.qkv = DeviceBuffer<T>(BT * z.QKV);
+    a.gate_up = DeviceBuffer<T>(BT * 2 * F);
+    a.mlp = DeviceBuffer<T>(BT * F);
+    a.rstd1 = DeviceBuffer<float>(BT);
+    a.rstd2 = DeviceBuffer<float>(BT);
+    a.att_lse = DeviceBuffer<float>(z.B * z.NH * z.T);
+  }
+  for (DeviceBuffer<T>* b : {&normf_, &dresid_, &dnormf_, &dbuf_c_}) *b = DeviceBuffer<T>(BT * C);
+  dqkv_ = DeviceBuffer<T>(BT * z.QKV);
+  dmlp_ = DeviceBuffer<T>(BT * F);
+  dgate_up_ = DeviceBuffer<T>(BT * 2 * F);
+  rstdf_ = DeviceBuffer<float>(BT);
+  // The tables' host copies go out of scope: the copies must have left them.
+  ST_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+}
+
+template <typename T>
+const T* CudaLlama<T>::classifier(const T* head_params, const T* emb_params) const {
+  return cfg_.tie_embeddings ? emb_params + units_.front().tensor("embed_tokens").offset
+                             : head_params + units_.back().tensor("lm_head").offset;
+}
+
+template <typename T>
+void CudaLlama<T>::embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) {
+  const int32_t* dev_tokens = this->start_batch(tokens, B, t);
+  OpTimer::Laps lap = timer_.laps(ctx_.stream);
+  lap("fwd.embedding");
+  gpu::embedding_forward<T>(encoded_.data(), dev_tokens, emb_params + units_[0].tensor("embed_tokens").offset, nullptr,
+                            static_cast<int>(B), static_cast<int>(t), cfg_.n_embd, ctx_);
+}
+
+template <typename T>
+void CudaLlama<T>::attention_forward(BlockActs& a) {
+  const int B = static_cast<int>(B_), Tn = static_cast<int>(T_), NH = cfg_.n_head, KV = cfg_.kv_heads(),
+            D = cfg_.head_dim();
+  if (cudnn_shape())
+    gpu::cudnn_attention_forward<T>(a.atty.data(), a.att_lse.data(), a.qkv.data(), B, Tn, NH, KV, D, ctx_);
+  else
+    gpu::flash_attention_forward<T>(a.atty.data(), a.att_lse.data(), a.qkv.data(), B, Tn, NH, KV, D, ctx_);
+}
+
+template <typename T>
+void CudaLlama<T>::block_forward(int layer, const T* block_params) {
+  const LlamaBlockView<const T> p(block_params, units_[static_cast<size_t>(1 + layer)]);
+  BlockActs& a = acts(layer);
+  T* out = block_out_[static_cast<size_t>(layer)].data();
+  const int64_t N = B_ * T_;
+  const int C = cfg_.n_embd, QKV = cfg_.qkv_dim(), F = cfg_.mlp_dim();
+  const float eps = cfg_.rms_norm_eps;
+  const T* x = block_input(layer);
+  OpTimer::Laps lap = timer_.laps(ctx_.stream);
+  lap("fwd.rmsnorm");
+  gpu::rmsnorm_forward<T>(a.norm1.data(), a.rstd1.data(), x, p.attn_norm, eps, N, C, ctx_);
+  lap("fwd.matmul");
+  gpu::matmul_forward<T>(a.qkv.data(), a.norm1.data(), p.qkvw, p.qkvb, N, C, QKV, ctx_);
+  lap("fwd.rope");
+  gpu::rope_forward<T>(a.qkv.data(), rope_cos_.data(), rope_sin_.data(), B_, T_, cfg_.n_head, cfg_.kv_heads(),
+                       cfg_.head_dim(), ctx_);
+  lap("fwd.attention");
+  attention_forward(a);
+  lap("fwd.matmul_residual");
+  gpu::matmul_forward_residual<T>(a.res2.data(), a.atty.data(), p.ow, nullptr, x, N, C, C, ctx_);
+  lap("fwd.rmsnorm");
+  gpu::rmsnorm_forward<T>(a.norm2.data(), a.rstd2.data(), a.res2.data(), p.mlp_norm, eps, N, C, ctx_);
+  lap("fwd.matmul");
+  gpu::matmul_forward<T>(a.gate_up.data(), a.norm2.data(), p.gate_up, nullptr, N, C, 2 * F, ctx_);
+  lap("fwd.swiglu");
+  gpu::swiglu_forward<T>(a.mlp.data(), a.gate_up.data(), N, F, ctx_);
+  lap("fwd.matmul_residual");
+  gpu::matmul_forward_residual<T>(out, a.mlp.data(), p.down, nullptr, a.res2.data(), N, F, C, ctx_);
+}
+
+template <typename T>
+void CudaLlama<T>::head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
+                                         T* head_grads, T* emb_grads) {
+  const UnitLayout& hu = units_.back();
+  const int64_t N = B_ * T_;
+  const int C = cfg_.n_embd;
+  const bool backward = head_grads != nullptr;
+  const T* x = final_output();
+  const T* normw = head_params + hu.tensor("norm.weight").offset;
+  // Tied: the classifier's gradient adds to the embedding's (the token lookup adds to it too). Untied: lm_head's is
+  // the head's own, written by the first chunk.
+  T* dw = nullptr;
+  if (backward)
+    dw = cfg_.tie_embeddings ? emb_grads + units_.front().tensor("embed_tokens").offset
+                             : head_grads + hu.tensor("lm_head").offset;
+  const GradWrite dw_write = cfg_.tie_embeddings ? GradWrite::kAccumulate : GradWrite::kOverwrite;
+  io_.upload_targets(targets, N, ctx_.stream);
+  OpTimer::Laps lap = timer_.laps(ctx_.stream);
+  lap("head.rmsnorm");
+  gpu::rmsnorm_forward<T>(normf_.data(), rstdf_.data(), x, normw, cfg_.rms_norm_eps, N, C, ctx_);
+  io_.classify(normf_.data(), classifier(head_params, emb_params), N, dloss, backward ? dnormf_.data() : nullptr, dw,
+               dw_write, lap, ctx_);
+  if (backward) {
+    lap("head.rmsnorm_bwd");
+    zero_async(dresid_, N * C, ctx_.stream);
+    gpu::rmsnorm_backward<T>(dresid_.data(), head_grads + hu.tensor("norm.weight").offset, dnormf_.data(), x, normw,
+                             rstdf_.data(), N, C, ctx_, GradWrite::kOverwrite);
+  }
+}
+
+template <typename T>
+void CudaLlama<T>::head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits) {
+  ST_CHECK(pos >= 0 && pos < T_, "position ", pos, " outside the active length ", T_);
+  const int C = cfg_.n_embd;
+  const T* x = (final_output()) + pos * C;
+  gpu::rmsnorm_forward<T>(normf_.data(), rstdf_.data(), x, head_params + units_.back().tensor("norm.weight").offset,
+                          cfg_.rms_norm_eps, 1, C, ctx_);
+  io_.logits_of_row(normf_.data(), classifier(head_params, emb_params), logits, ctx_);
+  timer_.collect();
+}
+
+template <typename T>
+void CudaLlama<T>::attention_backward(BlockActs& a, OpTimer::Laps& lap) {
+  const int B = static_cast<int>(B_), Tn = static_cast<int>(T_), NH = cfg_.n_head, KV = cfg_.kv_heads(),
+            D = cfg_.head_dim();
+  if (cudnn_shape()) {  // overwrites dqkv
+    lap("bwd.attention");
+    gpu::cudnn_attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.atty.data(), a.att_lse.data(), B, Tn,
+                                     NH, KV, D, ctx_, attention_backward_);
+  } else {  // accumulates into dqkv
+    lap("bwd.zero");
+    zero_async(dqkv_, B_ * T_ * cfg_.qkv_dim(), ctx_.stream);
+    lap("bwd.attention");
+    gpu::flash_attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.atty.data(), a.att_lse.data(), B, Tn,
+                                     NH, KV, D, ctx_);
+  }
+}
+
+template <typename T>
+void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_grads) {
+  if (recompute_) block_forward(layer, block_params);  // refills the shared activations from the saved input
+  const LlamaBlockView<const T> p(block_params, units_[static_cast<size_t>(1 + layer)]);
+  const LlamaBlockView<T> g(block_grads, units_[static_cast<size_t>(1 + layer)]);
+  BlockActs& a = acts(layer);
+  const int64_t N = B_ * T_;
+  const int C = cfg_.n_embd, QKV = cfg_.qkv_dim(), F = cfg_.mlp_dim();
+  const T* x = block_input(layer);
+  OpTimer::Laps lap = timer_.laps(ctx_.stream);
+  // Every activation gradient has one producer and every parameter gradient of the block is written, not added to
+  // (the caller need not zero block_grads); only dresid accumulates, through the two RMSNorms' input gradients.
+  constexpr GradWrite kOverwrite = GradWrite::kOverwrite;
+
+  // MLP branch: dresid is d(out); the residual passes it to res2 unchanged.
+  lap("bwd.matmul");
+  gpu::matmul_backward<T>(dmlp_.data(), g.down, nullptr, dresid_.data(), a.mlp.data(), p.down, N, F, C, ctx_,
+                          kOverwrite, kOverwrite);
+  lap("bwd.swiglu");
+  gpu::swiglu_backward<T>(dgate_up_.data(), dmlp_.data(), a.gate_up.data(), N, F, ctx_, kOverwrite);
+  lap("bwd.matmul");
+  gpu::matmul_backward<T>(dbuf_c_.data(), g.gate_up, nullptr, dgate_up_.data(), a.norm2.data(), p.gate_up, N, C, 2 * F,
+                          ctx_, kOverwrite, kOverwrite);
+  lap("bwd.rmsnorm");
+  gpu::rmsnorm_backward<T>(dresid_.data(), g.mlp_norm, dbuf_c_.data(), a.res2.data(), p.mlp_norm, a.rstd2.data(), N, C,
+                           ctx_, kOverwrite);
+
+  // Attention branch: dresid is now d(res2); the residual passes it to x unchanged.
+  lap("bwd.matmul");
+  gpu::matmul_backward<T>(dbuf_c_.data(), g.ow, nullptr, dresid_.data(), a.atty.data(), p.ow, N, C, C, ctx_, kOverwrite,
+                          kOverwrite);
+  attention_backward(a, lap);
+  lap("bwd.rope");  // d(rotated q, k) -> d(q, k) as the qkv matmul produced them
+  gpu::rope_backward<T>(dqkv_.data(), rope_cos_.data(), rope_sin_.data(), B_, T_, cfg_.n_head, cfg_.kv_heads(),
+                        cfg_.head_dim(), ctx_);
+  lap("bwd.matmul");
+  gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.norm1.data(), p.qkvw, N, C, QKV, ctx_,
+                          kOverwrite, kOverwrite);
+  lap("bwd.rmsnorm");
+  gpu::rmsnorm_backward<T>(dresid_.data(), g.attn_norm, dbuf_c_.data(), x, p.attn_norm, a.rstd1.data(), N, C, ctx_,
+                           kOverwrite);
+}
+
+template <typename T>
+void CudaLlama<T>::embedding_backward(T* emb_grads) {
+  OpTimer::Laps lap = timer_.laps(ctx_.stream);
+  lap("bwd.embedding");
+  gpu::embedding_backward<T>(emb_grads + units_[0].tensor("embed_tokens").offset, nullptr, dresid_.data(), io_.tokens(),
+                             static_cast<int>(B_), static_cast<int>(T_), cfg_.n_embd, ctx_);
+}
+
+template CudaModelFootprint cuda_llama_footprint<float>(const ModelConfig&, int64_t, bool, int64_t);
+template CudaModelFootprint cuda_llama_footprint<bf16>(const ModelConfig&, int64_t, bool, int64_t);
+template CudaModelFootprint cuda_llama_footprint<fp16>(const ModelConfig&, int64_t, bool, int64_t);
+template class CudaLlama<float>;
+template class CudaLlama<bf16>;
+template class CudaLlama<fp16>;
+
+}  // namespace st
