@@ -4,6 +4,7 @@
 #include "shardtrain/core/config.h"
 
 #include <filesystem>
+#include <iterator>
 
 #include "config_ini.h"
 #include "config_keys.h"
@@ -61,10 +62,12 @@ void apply_hf_model(Config& cfg, const config_internal::ExplicitKeys& set) {
 // Parses an optional INI text (labelled for errors), then the overrides, then (with `hf_model`) the model of an
 // init.from directory, then validates.
 Config load(const std::optional<std::string>& text, const std::string& label, const std::string& source,
-            const std::vector<std::string>& overrides, bool hf_model) {
+            const std::vector<std::string>& overrides, bool hf_model, ConfigFileRole role = ConfigFileRole::kChosen) {
   Config cfg;
   cfg.source = source;
-  const config_internal::ExplicitKeys set = config_internal::parse_into(cfg, text, label, source, overrides);
+  config_internal::ExplicitKeys set = config_internal::parse_into(cfg, text, label, source, overrides);
+  if (role == ConfigFileRole::kDefaults)
+    for (auto it = set.begin(); it != set.end();) it = it->second == source ? set.erase(it) : std::next(it);
   if (hf_model && !cfg.init.from.empty() && std::filesystem::is_directory(cfg.init.from)) apply_hf_model(cfg, set);
   const auto problems = config_internal::find_problems(cfg);
   if (!problems.empty()) {
@@ -77,10 +80,12 @@ Config load(const std::optional<std::string>& text, const std::string& label, co
 
 }  // namespace
 
-Config load_config(const std::optional<std::string>& path, const std::vector<std::string>& overrides) {
+Config load_config(const std::optional<std::string>& path, const std::vector<std::string>& overrides,
+                   ConfigFileRole role) {
   if (!path) return load(std::nullopt, "", "<defaults>", overrides, /*hf_model=*/true);
   const std::string shown = excerpt(*path, kExcerptPathChars);
-  return load(config_internal::read_config_file(*path), "config file " + shown, shown, overrides, /*hf_model=*/true);
+  return load(config_internal::read_config_file(*path), "config file " + shown, shown, overrides, /*hf_model=*/true,
+              role);
 }
 
 Config load_config_text(const std::string& ini_text, const std::string& label,

@@ -394,7 +394,8 @@ const std::vector<Key>& keys() {
           "differ from the checkpoint's, which skips or repeats data (the log says which); false: such a resume "
           "is refused with exit code 2, naming each key"),
       key("ckpt", "export", &Config::ckpt, &CkptConfig::export_path,
-          "at the end, write the full weights to this HDF5 file with Hugging Face GPT-2 names (empty: none)"),
+          "at the end, write the full weights to this HDF5 file with Hugging Face GPT-2 names (empty: none; gpt2 "
+          "only: a llama model is exported with shardtrain ckpt export)"),
 
       key("init", "from", &Config::init, &InitConfig::from,
           "start from these weights instead of random init: .safetensors or .h5 with Hugging Face GPT-2 "
