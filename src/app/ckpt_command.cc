@@ -20,8 +20,38 @@ constexpr const char* kCkptUsage =
     "                                   tensors, and the rank files with their sizes and SHA-256\n"
     "  verify STEP_DIR                  checks the manifest and every rank file (size, SHA-256, structure,\n"
     "                                   spans); exit 0 if all is well, 2 naming the first bad file\n"
-    "  export STEP_DIR --out PATH       consolidated fp32 weights with Hugging Face GPT-2 names and layouts;\n"
-    "                                   PATH ends in .safetensors or .h5; config.json is written beside it\n";
+    "  export STEP_DIR --out PATH       gpt2: consolidated fp32 weights with Hugging Face GPT-2 names and layouts;\n"
+    "                                   PATH ends in .safetensors or .h5; config.json is written beside it\n"
+    "  export STEP_DIR --out DIR [--dtype f32|bf16] [--max-shard-size SIZE]\n"
+    "                                   llama: a Hugging Face model directory (config.json, model.safetensors or\n"
+    "                                   shards with model.safetensors.index.json) that LlamaForCausalLM or\n"
+    "                                   Qwen2ForCausalLM loads; DIR must be new or empty. --dtype: f32 (default)\n"
+    "                                   or bf16. --max-shard-size: bytes per file before splitting, with an\n"
+    "                                   optional KB, MB or GB (powers of 1000, as Hugging Face's; default 5GB)\n";
+
+// "5GB", "200MB", "1000": bytes, in powers of 1000 as Hugging Face's max_shard_size.
+int64_t parse_size(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  const std::string unit = text.substr(digits);
+  int64_t scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  if (unit == "KB") scale = 1000;
+  if (unit == "MB") scale = 1000 * 1000;
+  if (unit == "GB") scale = 1000 * 1000 * 1000;
+  if (digits == 0 || digits > 12 || scale == 0)
+    ST_BAD_INPUT("ckpt export: --max-shard-size '", text, "': expected a byte count with an optional KB, MB or GB, "
+                 "e.g. 5GB");
+  const int64_t n = std::stoll(text.substr(0, digits)) * scale;
+  if (n <= 0) ST_BAD_INPUT("ckpt export: --max-shard-size must be > 0 (got ", text, ")");
+  return n;
+}
+
+st::SafetensorsDtype parse_dtype(const std::string& text) {
+  if (text == "f32") return st::SafetensorsDtype::kF32;
+  if (text == "bf16") return st::SafetensorsDtype::kBF16;
+  ST_BAD_INPUT("ckpt export: --dtype '", text, "': expected f32 or bf16");
+}
 
 // The one positional STEP_DIR, refusing anything else unknown.
 std::string step_dir_arg(const std::string& tool, const std::vector<std::string>& positional) {
@@ -43,18 +73,29 @@ int cmd_ckpt(const std::vector<std::string>& args) {
     return st::kExitOk;
   }
   std::vector<std::string> positional;
-  std::string out;
-  for (size_t i = 1; i < args.size(); ++i) {
+  std::string out, dtype, max_shard_size;
+  // An export option as "--name VALUE" or "--name=VALUE"; true if `a` is one (and stores its value).
+  size_t i = 1;
+  auto option = [&](const std::string& a, const char* name, std::string& value) {
+    const std::string eq = std::string(name) + "=";
+    if (a.rfind(eq, 0) == 0) {
+      value = a.substr(eq.size());
+      return true;
+    }
+    if (a != name) return false;
+    if (i + 1 >= args.size()) ST_BAD_INPUT("ckpt export: ", name, " needs a value (see shardtrain ckpt --help)");
+    value = args[++i];
+    return true;
+  };
+  for (; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
       std::fputs(kCkptUsage, stdout);
       return st::kExitOk;
     }
-    if (tool == "export" && a == "--out") {
-      if (i + 1 >= args.size()) ST_BAD_INPUT("ckpt export: --out needs a path ending in .safetensors or .h5");
-      out = args[++i];
-    } else if (tool == "export" && a.rfind("--out=", 0) == 0) {
-      out = a.substr(std::strlen("--out="));
+    if (tool == "export" && (option(a, "--out", out) || option(a, "--dtype", dtype) ||
+                             option(a, "--max-shard-size", max_shard_size))) {
+      continue;
     } else if (a.rfind("--", 0) == 0) {
       ST_BAD_INPUT("ckpt ", tool, ": unknown option ", a, " (see shardtrain ckpt --help)");
     } else {
@@ -74,9 +115,21 @@ int cmd_ckpt(const std::vector<std::string>& args) {
   }
   if (tool == "export") {
     const std::string dir = step_dir_arg(tool, positional);
-    if (out.empty()) ST_BAD_INPUT("ckpt export: --out PATH is required (PATH ends in .safetensors or .h5)");
-    if (!st::export_format_for(out))
-      ST_BAD_INPUT("ckpt export: --out ", out, ": unsupported suffix; allowed: .safetensors, .h5");
+    if (out.empty())
+      ST_BAD_INPUT("ckpt export: --out is required (gpt2: a file ending in .safetensors or .h5; llama: a directory)");
+    if (!st::export_format_for(out)) {
+      // No file suffix: a Hugging Face model directory (llama checkpoints).
+      st::HfDirExportOptions options;
+      if (!dtype.empty()) options.dtype = parse_dtype(dtype);
+      if (!max_shard_size.empty()) options.max_shard_bytes = parse_size(max_shard_size);
+      const st::HfDirExportReport r = st::export_checkpoint_hf_dir(dir, out, options);
+      std::printf("exported %s: %d tensors in %d file(s), %lld bytes, to %s\n", dir.c_str(), r.tensors, r.files,
+                  static_cast<long long>(r.bytes), r.dir.c_str());
+      return st::kExitOk;
+    }
+    if (!dtype.empty() || !max_shard_size.empty())
+      ST_BAD_INPUT("ckpt export: --dtype and --max-shard-size apply to a llama checkpoint's directory export; ", out,
+                   " names a GPT-2 weights file, which is fp32");
     const st::ExportReport r = st::export_checkpoint(dir, out);
     std::printf("exported %s: %d tensors, %lld bytes to %s; config: %s\n", dir.c_str(), r.tensors,
                 static_cast<long long>(r.bytes), r.path.c_str(), r.config_path.c_str());

@@ -74,11 +74,13 @@ int cmd_train(const std::vector<std::string>& args, st::Communicator& comm) {
   }
   std::optional<std::string> config = parsed.config;
   const std::vector<std::string>& overrides = parsed.overrides;
+  st::ConfigFileRole role = st::ConfigFileRole::kChosen;
   if (!config) {
     config = default_config_path();
+    role = st::ConfigFileRole::kDefaults;
     if (comm.rank() == 0) ST_LOG_INFO("no --config given: running ", *config);
   }
-  const st::Config cfg = st::load_config(config, overrides);
+  const st::Config cfg = st::load_config(config, overrides, role);
   st::install_preemption_handlers();
   const st::TrainSummary s = st::run_training(cfg, comm);
   if (s.preempted) return st::kExitPreempted;

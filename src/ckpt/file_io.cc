@@ -87,7 +87,8 @@ std::string sha256_end(EVP_MD_CTX* ctx) {
 }  // namespace
 
 RemoveOnFailure::~RemoveOnFailure() {
-  if (!path_.empty()) ::unlink(path_.c_str());
+  std::error_code ec;  // a destructor reports nothing: what cannot be removed stays
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
 }
 
 void check_output_dir(const std::string& path, const std::string& what) {

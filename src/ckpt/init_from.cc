@@ -1,18 +1,46 @@
 #include "shardtrain/ckpt/init_from.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
 
 #include "shardtrain/ckpt/h5.h"
+#include "shardtrain/ckpt/hf_dir.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/ckpt/safetensors_reader.h"
 #include "shardtrain/ckpt/tools.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/model/llama/llama_hf.h"
 
 namespace st {
+namespace {
+
+// A Hugging Face llama-family directory. Every rank checks every tensor's presence, shape and dtype (from the
+// headers), so a bad directory fails on all ranks alike; then it reads only the elements inside its own spans.
+void init_from_hf_dir(const std::string& dir, const ModelConfig& cfg, ModelBackend& model) {
+  if (!cfg.is_llama())
+    ST_BAD_INPUT("init.from ", dir, " is a directory (a Hugging Face llama or qwen2 model); this model is model.arch=",
+                 to_string(cfg.arch), ": a GPT-2 model starts from a .safetensors or .h5 file");
+  const HfDirWeights weights(dir);
+  const std::vector<HfRange> map = llama_hf_tensor_map(cfg, model.units());
+  for (const HfRange& r : map) weights.check(r.hf_name, r.hf_shape);
+  model.pull_state();  // only the ranges read below change; the padding rows keep their zero init
+  for (const HfRange& r : map) {
+    UnitShard& sh = model.shard(r.unit);
+    const ShardSpan part = intersect(sh.span, ShardSpan{r.offset, r.numel});
+    if (part.count == 0) continue;
+    weights.read_range(r.hf_name, part.offset - r.offset, part.count,
+                       sh.param.data() + (part.offset - sh.span.offset));
+  }
+  model.push_state();
+}
+
+}  // namespace
+
 void init_from_weights(const std::string& path, const ModelConfig& cfg, ModelBackend& model) {
+  if (std::filesystem::is_directory(path)) return init_from_hf_dir(path, cfg, model);
   model.pull_state();  // only the tensors read below change; the rest (wte padding rows) keeps its init
   // One reader function per format: reads the tensor `name` of HF shape `shape` into out.
   std::function<void(const std::string&, const std::vector<int64_t>&, float*)> read;
@@ -37,7 +65,7 @@ void init_from_weights(const std::string& path, const ModelConfig& cfg, ModelBac
       h5_read_f32(*h5, name, shape, out);
     };
   } else {
-    ST_BAD_INPUT("init.from '", path, "': expected a .safetensors or .h5 file");
+    ST_BAD_INPUT("init.from '", path, "': expected a .safetensors or .h5 file, or a Hugging Face model directory");
   }
 
   std::vector<float> hf, ours;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/core/error.h"
+#include "shardtrain/kernels/adamw_host.h"
 
 // safetensors stores little-endian data; we write memory as it is, which is only right on such a host.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the safetensors writer assumes a little-endian host");
@@ -36,14 +37,18 @@ void validate(const std::vector<SafetensorsTensor>& tensors) {
 
 }  // namespace
 
+int64_t safetensors_bytes(const SafetensorsTensor& t) {
+  return numel_of(t.shape) * (t.dtype == SafetensorsDtype::kBF16 ? 2 : 4);
+}
+
 std::string safetensors_header(const std::vector<SafetensorsTensor>& tensors) {
   validate(tensors);
   // ordered_json keeps the declaration order, which is also the order of the data.
   nlohmann::ordered_json h = nlohmann::ordered_json::object();
   int64_t at = 0;
   for (const SafetensorsTensor& t : tensors) {
-    const int64_t bytes = numel_of(t.shape) * static_cast<int64_t>(sizeof(float));
-    h[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {at, at + bytes}}};
+    const int64_t bytes = safetensors_bytes(t);
+    h[t.name] = {{"dtype", t.dtype == SafetensorsDtype::kBF16 ? "BF16" : "F32"}, {"shape", t.shape}, {"data_offsets", {at, at + bytes}}};
     at += bytes;
   }
   h["__metadata__"] = {{"format", "pt"}};
@@ -57,7 +62,7 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Safete
     : path_(path), tensors_(std::move(tensors)) {
   const std::string header = safetensors_header(tensors_);  // validates before anything touches the disk
   int64_t data_bytes = 0;
-  for (const SafetensorsTensor& t : tensors_) data_bytes += numel_of(t.shape) * static_cast<int64_t>(sizeof(float));
+  for (const SafetensorsTensor& t : tensors_) data_bytes += safetensors_bytes(t);
   file_bytes_ = 8 + static_cast<int64_t>(header.size()) + data_bytes;
 
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -80,7 +85,18 @@ void SafetensorsWriter::write(const std::string& name, const float* data, int64_
   ST_CHECK(name == t.name, path_, ": write(", name, "): the next declared tensor is ", t.name);
   ST_CHECK(numel == numel_of(t.shape), path_, ": write(", name, "): ", numel, " elements, the shape holds ",
            numel_of(t.shape));
-  write_all(data, numel * static_cast<int64_t>(sizeof(float)));
+  if (t.dtype == SafetensorsDtype::kF32) {
+    write_all(data, numel * static_cast<int64_t>(sizeof(float)));
+  } else {
+    // Converted in bounded chunks: never a second copy of the whole tensor.
+    constexpr int64_t kChunk = int64_t{1} << 20;
+    std::vector<uint16_t> half(static_cast<size_t>(std::min(numel, kChunk)));
+    for (int64_t at = 0; at < numel; at += kChunk) {
+      const int64_t n = std::min(kChunk, numel - at);
+      for (int64_t i = 0; i < n; ++i) half[static_cast<size_t>(i)] = round_to_bf16(data[at + i]);
+      write_all(half.data(), n * 2);
+    }
+  }
   ++next_;
 }
 

@@ -126,29 +126,39 @@ std::vector<std::string> SafetensorsReader::names() const {
   return out;
 }
 
-const std::vector<int64_t>& SafetensorsReader::shape(const std::string& name) const {
+const SafetensorsReader::Entry& SafetensorsReader::entry(const std::string& name) const {
   const auto it = tensors_.find(name);
   if (it == tensors_.end()) ST_BAD_INPUT(path_, ": no tensor ", name);
-  return it->second.shape;
+  return it->second;
 }
 
+const std::vector<int64_t>& SafetensorsReader::shape(const std::string& name) const { return entry(name).shape; }
+
+const std::string& SafetensorsReader::dtype(const std::string& name) const { return entry(name).dtype; }
+
 void SafetensorsReader::read(const std::string& name, const std::vector<int64_t>& want, float* out) const {
-  const auto it = tensors_.find(name);
-  if (it == tensors_.end()) ST_BAD_INPUT(path_, ": no tensor ", name);
-  const Entry& e = it->second;
+  const Entry& e = entry(name);
   if (e.shape != want)
     ST_BAD_INPUT(path_, ": tensor ", name, " has shape ", shape_str(e.shape), ", expected ", shape_str(want));
   const int64_t size = dtype_size(e.dtype);
+  read_range(name, 0, size == 0 ? 0 : (e.end - e.begin) / size, out);
+}
+
+void SafetensorsReader::read_range(const std::string& name, int64_t begin, int64_t count, float* out) const {
+  const Entry& e = entry(name);
+  const int64_t size = dtype_size(e.dtype);
   if (size == 0) ST_BAD_INPUT(path_, ": tensor ", name, " has dtype ", e.dtype, "; F32, F16 and BF16 are supported");
   const int64_t numel = (e.end - e.begin) / size;
+  ST_CHECK(begin >= 0 && count >= 0 && begin <= numel && count <= numel - begin, path_, ": tensor ", name,
+           ": elements [", begin, ", ", begin + count, ") of ", numel);
   in_.clear();
-  in_.seekg(e.begin);
+  in_.seekg(e.begin + begin * size);
   if (size == 4) {
-    in_.read(reinterpret_cast<char*>(out), static_cast<std::streamsize>(numel * 4));
+    in_.read(reinterpret_cast<char*>(out), static_cast<std::streamsize>(count * 4));
   } else {
-    std::vector<uint16_t> raw(static_cast<size_t>(numel));
-    in_.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(numel * 2));
-    for (int64_t i = 0; i < numel; ++i) {
+    std::vector<uint16_t> raw(static_cast<size_t>(count));
+    in_.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(count * 2));
+    for (int64_t i = 0; i < count; ++i) {
       if (e.dtype == "BF16") {
         const uint32_t bits = static_cast<uint32_t>(raw[static_cast<size_t>(i)]) << 16;
         std::memcpy(out + i, &bits, 4);

@@ -20,6 +20,8 @@
 #include "shardtrain/ckpt/safetensors.h"
 #include "shardtrain/ckpt/shard_file.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/hf_config.h"
+#include "shardtrain/model/llama/llama_hf.h"
 #include "shardtrain/model/units.h"
 
 namespace fs = std::filesystem;
@@ -40,6 +42,37 @@ void commit_rename(const std::string& tmp, const std::string& path) {
   const fs::path dir = fs::path(path).parent_path();
   fsync_path(dir.empty() ? "." : dir.string());
 }
+
+// The checkpoint's parameters by range. Rank files are opened lazily, each checked (open_rank_file) before its
+// first read, and kept open for later ranges.
+class ParamGather {
+ public:
+  ParamGather(const std::string& step_dir, const Manifest& m) : step_dir_(step_dir), m_(m) {}
+
+  // Elements `want` of unit u's parameters, from every rank file whose span meets them.
+  void read(const UnitLayout& u, ShardSpan want, float* out) {
+    int64_t filled = 0;
+    for (int r = 0; r < m_.world_size; ++r) {
+      const ShardSpan part = intersect(want, m_.files[static_cast<size_t>(r)].spans[static_cast<size_t>(u.index)]);
+      if (part.count == 0) continue;
+      reader(r).read(u.name, ShardState::kParam, part, out + (part.offset - want.offset));
+      filled += part.count;
+    }
+    // read_manifest checked that the spans cover each unit exactly once.
+    ST_ENFORCE_EQ(filled, want.count);
+  }
+
+ private:
+  const ShardFileReader& reader(int r) {
+    auto it = readers_.find(r);
+    if (it != readers_.end()) return *it->second;
+    return *readers_.emplace(r, std::make_unique<ShardFileReader>(open_rank_file(step_dir_, m_, r))).first->second;
+  }
+
+  const std::string& step_dir_;
+  const Manifest& m_;
+  std::map<int, std::unique_ptr<ShardFileReader>> readers_;
+};
 
 }  // namespace
 
@@ -115,34 +148,21 @@ ExportReport export_checkpoint(const std::string& step_dir, const std::string& o
   check_output_dir(out_path, "ckpt export --out");
 
   const Manifest m = open_checkpoint(step_dir);
+  if (m.model.is_llama())
+    ST_BAD_INPUT("ckpt export ", step_dir, ": a llama checkpoint is exported as a Hugging Face model directory: --out "
+                 "names the directory (", out_path, " ends in a file suffix)");
   const std::vector<UnitLayout> units = build_units(m.model);
   const std::vector<HfTensorMap> map = hf_gpt2_tensor_map(m.model, units);
 
-  // Rank files are opened lazily, each checked (open_rank_file) before its first read, and kept open for later
-  // tensors.
-  std::map<int, std::unique_ptr<ShardFileReader>> readers;
-  auto reader = [&](int r) -> const ShardFileReader& {
-    auto it = readers.find(r);
-    if (it != readers.end()) return *it->second;
-    return *readers.emplace(r, std::make_unique<ShardFileReader>(open_rank_file(step_dir, m, r))).first->second;
-  };
+  ParamGather gather(step_dir, m);
 
   // One HF tensor: the elements [offset, offset + numel) of its unit (wte: its first vocab_size rows, which
-  // are contiguous), gathered from every file whose span meets them, then transposed for Conv1D.
+  // are contiguous), gathered from the rank files, then transposed for Conv1D.
   std::vector<float> buf, scratch;
   auto load = [&](const HfTensorMap& t) -> const float* {
-    const UnitLayout& u = units[static_cast<size_t>(t.unit)];
     const ShardSpan want{t.tensor->offset, numel_of(t.hf_shape)};
     buf.resize(static_cast<size_t>(want.count));
-    int64_t filled = 0;
-    for (int r = 0; r < m.world_size; ++r) {
-      const ShardSpan part = intersect(want, m.files[static_cast<size_t>(r)].spans[static_cast<size_t>(u.index)]);
-      if (part.count == 0) continue;
-      reader(r).read(u.name, ShardState::kParam, part, buf.data() + (part.offset - want.offset));
-      filled += part.count;
-    }
-    // read_manifest checked that the spans cover each unit exactly once.
-    ST_ENFORCE_EQ(filled, want.count);
+    gather.read(units[static_cast<size_t>(t.unit)], want, buf.data());
     if (!t.transpose) return buf.data();
     scratch.resize(buf.size());
     transpose_2d(buf.data(), scratch.data(), t.tensor->shape[0], t.tensor->shape[1]);
@@ -173,6 +193,96 @@ ExportReport export_checkpoint(const std::string& step_dir, const std::string& o
   guard.dismiss();
   report.bytes = file_size(out_path);
   write_file_atomic(report.config_path, hf_gpt2_config_json(m.model));
+  return report;
+}
+
+}  // namespace st
+
+namespace st {
+
+HfDirExportReport export_checkpoint_hf_dir(const std::string& step_dir, const std::string& out_dir,
+                                           const HfDirExportOptions& options) {
+  if (options.max_shard_bytes <= 0)
+    ST_BAD_INPUT("ckpt export: --max-shard-size must be > 0 bytes (got ", options.max_shard_bytes, ")");
+  const Manifest m = open_checkpoint(step_dir);
+  if (!m.model.is_llama())
+    ST_BAD_INPUT("ckpt export ", step_dir, ": this checkpoint is model.arch=", to_string(m.model.arch), ": --out ",
+                 out_dir, " must be a file with an allowed suffix (allowed: .safetensors, .h5); a Hugging Face model "
+                 "directory is written for llama checkpoints");
+  // "out/" and "out" are the same directory; its parent must exist.
+  std::string dir = out_dir;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  check_output_dir(dir, "ckpt export --out");
+  std::error_code ec;
+  if (fs::exists(dir, ec) && (!fs::is_directory(dir, ec) || !fs::is_empty(dir, ec)))
+    ST_BAD_INPUT("ckpt export --out ", dir, ": exists and is ",
+                 fs::is_directory(dir, ec) ? "not empty" : "not a directory",
+                 "; name a new directory (or an empty one) for the Hugging Face model");
+
+  const std::vector<UnitLayout> units = build_units(m.model);
+  const std::vector<HfRange> map = llama_hf_tensor_map(m.model, units);
+
+  // Files: tensors in map order, a new file when the next tensor would take the current one past the limit
+  // (Hugging Face's rule: a tensor larger than the limit gets a file of its own).
+  std::vector<std::vector<SafetensorsTensor>> files;
+  int64_t in_file = 0, total = 0;
+  for (const HfRange& r : map) {
+    const SafetensorsTensor t{r.hf_name, r.hf_shape, options.dtype};
+    const int64_t bytes = safetensors_bytes(t);
+    if (files.empty() || (in_file > 0 && in_file + bytes > options.max_shard_bytes)) {
+      files.emplace_back();
+      in_file = 0;
+    }
+    files.back().push_back(t);
+    in_file += bytes;
+    total += bytes;
+  }
+  auto file_name = [&](size_t i) {
+    if (files.size() == 1) return std::string("model.safetensors");
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, files.size());
+    return std::string(name);
+  };
+
+  const std::string tmp = dir + ".tmp";
+  fs::remove_all(tmp, ec);  // a previous export that was killed
+  if (!fs::create_directory(tmp, ec)) ST_FAULT("cannot create ", tmp, ": ", ec.message());
+  RemoveOnFailure guard(tmp);
+
+  HfDirExportReport report;
+  report.dir = dir;
+  report.tensors = static_cast<int>(map.size());
+  report.files = static_cast<int>(files.size());
+  ParamGather gather(step_dir, m);
+  std::vector<float> buf;
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  size_t next = 0;  // index into map
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string name = file_name(i);
+    const std::string path = (fs::path(tmp) / name).string();
+    SafetensorsWriter w(path, files[i]);
+    for (const SafetensorsTensor& t : files[i]) {
+      const HfRange& r = map[next++];
+      buf.resize(static_cast<size_t>(r.numel));
+      gather.read(units[static_cast<size_t>(r.unit)], ShardSpan{r.offset, r.numel}, buf.data());
+      w.write(t.name, buf.data(), r.numel);
+      weight_map[t.name] = name;
+    }
+    w.finish();
+    report.bytes += w.file_bytes();
+  }
+  if (files.size() > 1) {
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", total}};
+    index["weight_map"] = weight_map;
+    write_file_atomic((fs::path(tmp) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+  }
+  write_file_atomic((fs::path(tmp) / "config.json").string(),
+                    hf_llama_config_json(m.model, options.dtype == SafetensorsDtype::kBF16 ? "bfloat16" : "float32"));
+  fsync_path(tmp);
+  // rename(2) replaces an empty directory.
+  commit_rename(tmp, dir);
+  guard.dismiss();
   return report;
 }
 

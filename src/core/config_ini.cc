@@ -142,8 +142,10 @@ struct Source {
                (k != nullptr ? k->field->why_bad(raw) : std::string("expected a valid value")), ")");
 }
 
-// Stores `parsed` into the fields bound in its description, turning Boost's errors into ours.
-void store_into_config(const po::parsed_options& parsed, const Source& src) {
+// Stores `parsed` into the fields bound in its description, turning Boost's errors into ours, and records each key
+// it sets in `set` as set by `origin`.
+void store_into_config(const po::parsed_options& parsed, const Source& src, const std::string& origin,
+                       ExplicitKeys& set) {
   for (const auto& opt : parsed.options) {
     const Key* k = find_key(opt.string_key);
     const std::string raw = opt.value.empty() ? std::string() : opt.value.front();
@@ -170,10 +172,13 @@ void store_into_config(const po::parsed_options& parsed, const Source& src) {
   } catch (const po::error& e) {
     ST_BAD_INPUT(src.label, ": ", excerpt(e.what(), kBoostMessageChars));
   }
+  for (const auto& opt : parsed.options)
+    if (!opt.string_key.empty()) set[opt.string_key] = origin;
 }
 
 // `label` names the text in errors: "config file PATH", or where else the INI came from.
-void apply_text(const std::string& text, const std::string& label, const po::options_description& desc) {
+void apply_text(const std::string& text, const std::string& label, const std::string& origin,
+                const po::options_description& desc, ExplicitKeys& set) {
   const std::vector<IniLine> lines = scan_ini(text);
   const Source src{label, &lines};
   for (const auto& l : lines) {
@@ -197,10 +202,11 @@ void apply_text(const std::string& text, const std::string& label, const po::opt
   } catch (const po::error& e) {
     ST_BAD_INPUT(src.label, ": ", excerpt(e.what(), kBoostMessageChars));
   }
-  store_into_config(*parsed, src);
+  store_into_config(*parsed, src, origin, set);
 }
 
-void apply_overrides(const std::vector<std::string>& overrides, const po::options_description& desc) {
+void apply_overrides(const std::vector<std::string>& overrides, const po::options_description& desc,
+                     ExplicitKeys& set) {
   const Source src{"command line", nullptr};
   // Long options only, never guessed from a prefix: --train.step must not silently mean --train.steps.
   const int style = po::command_line_style::allow_long | po::command_line_style::long_allow_adjacent |
@@ -239,7 +245,7 @@ void apply_overrides(const std::vector<std::string>& overrides, const po::option
       ST_BAD_INPUT(src.label, ": unexpected argument '", excerpt(word), "' (overrides are --section.key=value)");
     }
   }
-  store_into_config(*parsed, src);
+  store_into_config(*parsed, src, "the command line", set);
 }
 
 }  // namespace
@@ -287,12 +293,14 @@ std::string read_config_file(const std::string& path) {
   return text;
 }
 
-void parse_into(Config& cfg, const std::optional<std::string>& ini_text, const std::string& label,
-                const std::vector<std::string>& overrides) {
+ExplicitKeys parse_into(Config& cfg, const std::optional<std::string>& ini_text, const std::string& label,
+                        const std::string& origin, const std::vector<std::string>& overrides) {
   // The description holds pointers into cfg; it must not outlive this call.
   const po::options_description desc = describe(cfg);
-  if (ini_text) apply_text(*ini_text, label, desc);
-  if (!overrides.empty()) apply_overrides(overrides, desc);
+  ExplicitKeys set;
+  if (ini_text) apply_text(*ini_text, label, origin, desc, set);
+  if (!overrides.empty()) apply_overrides(overrides, desc, set);
+  return set;
 }
 
 }  // namespace config_internal

@@ -200,6 +200,7 @@ class MemberField final : public config_internal::Field {
     desc.add_options()(key.c_str(), po::value<T>(&((cfg.*section_).*member_)), description);
   }
   std::string format(const Config& cfg) const override { return format_value((cfg.*section_).*member_); }
+  void copy(const Config& from, Config& to) const override { (to.*section_).*member_ = (from.*section_).*member_; }
   std::string expected() const override { return expected_text<T>(); }
   bool rejects(const std::string& raw) const override {
     if constexpr (std::is_same_v<T, std::string>) {
@@ -393,11 +394,14 @@ const std::vector<Key>& keys() {
           "differ from the checkpoint's, which skips or repeats data (the log says which); false: such a resume "
           "is refused with exit code 2, naming each key"),
       key("ckpt", "export", &Config::ckpt, &CkptConfig::export_path,
-          "at the end, write the full weights to this HDF5 file with Hugging Face GPT-2 names (empty: none)"),
+          "at the end, write the full weights to this HDF5 file with Hugging Face GPT-2 names (empty: none; gpt2 "
+          "only: a llama model is exported with shardtrain ckpt export)"),
 
       key("init", "from", &Config::init, &InitConfig::from,
           "start from these weights instead of random init: .safetensors or .h5 with Hugging Face GPT-2 "
-          "names (empty: random init; ignored when resuming a checkpoint)"),
+          "names, or a Hugging Face llama or qwen2 model directory (config.json and model.safetensors or its "
+          "shards), whose config.json sets every model.* key but model.seq_len (a key set to another value is "
+          "refused) (empty: random init; ignored when resuming a checkpoint)"),
 
       key("log", "metrics", &Config::log, &LogConfig::metrics,
           "JSONL metrics file written by rank 0, its directory made if missing (empty: none)"),

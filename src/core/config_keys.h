@@ -25,6 +25,8 @@ class Field {
                       const char* description, Config& cfg) const = 0;
   // The field's value in `cfg` as INI text (to_ini() writes it, help shows the default).
   virtual std::string format(const Config& cfg) const = 0;
+  // Sets this key's field of `to` to its value in `from`.
+  virtual void copy(const Config& from, Config& to) const = 0;
   // What a value must look like: "an integer", "one of: cpu, cuda", ... (errors, help, docs/config.md).
   virtual std::string expected() const = 0;
   // Texts Boost would take but we do not: an empty value for a non-string (Boost reads an empty bool

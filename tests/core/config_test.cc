@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shardtrain/core/error.h"
+#include "shardtrain/model/units.h"
 
 namespace st {
 namespace {
@@ -465,6 +466,75 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirShapes) {
   EXPECT_EQ(big.grad_accum_steps(2), 8);
   // default.ini is the built-in defaults written out.
   EXPECT_EQ(to_ini(load_config(shipped("default.ini"), {})), to_ini(Config{}));
+}
+
+// The fine-tuning configs carry the real shapes: each loads on its own with that model's parameter count, and with
+// init.from at a directory holding the model's published config.json (as on the Hugging Face hub) without a conflict.
+TEST_F(ConfigTest, ShippedLlamaConfigsAgreeWithTheirHuggingFaceConfigs) {
+  struct Model {
+    const char* file;
+    const char* config_json;
+    int64_t params;
+    int n_kv_head;
+    bool qkv_bias;
+  };
+  const std::string llama32_1b =
+      R"({"architectures":["LlamaForCausalLM"],"attention_bias":false,"attention_dropout":0.0,"bos_token_id":128000,
+           "eos_token_id":128001,"head_dim":64,"hidden_act":"silu","hidden_size":2048,"initializer_range":0.02,
+           "intermediate_size":8192,"max_position_embeddings":131072,"mlp_bias":false,"model_type":"llama",
+           "num_attention_heads":32,"num_hidden_layers":16,"num_key_value_heads":8,"pretraining_tp":1,
+           "rms_norm_eps":1e-05,"rope_scaling":{"factor":32.0,"high_freq_factor":4.0,"low_freq_factor":1.0,
+           "original_max_position_embeddings":8192,"rope_type":"llama3"},"rope_theta":500000.0,
+           "tie_word_embeddings":true,"torch_dtype":"bfloat16","use_cache":true,"vocab_size":128256})";
+  // Llama-3.2-3B's config.json is 1B's with four fields changed.
+  std::string llama32_3b = llama32_1b;
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {R"("head_dim":64)", R"("head_dim":128)"},
+           {R"("hidden_size":2048)", R"("hidden_size":3072)"},
+           {R"("num_attention_heads":32)", R"("num_attention_heads":24)"},
+           {R"("num_hidden_layers":16)", R"("num_hidden_layers":28)"}})
+    llama32_3b.replace(llama32_3b.find(from), from.size(), to);
+  const Model models[] = {
+      {"llama3.2-1b.ini", llama32_1b.c_str(), 1235814400, 8, false},
+      {"llama3.2-3b.ini", llama32_3b.c_str(), 3212749824, 8, false},
+      {"qwen2.5-0.5b.ini",
+       R"({"architectures":["Qwen2ForCausalLM"],"attention_dropout":0.0,"bos_token_id":151643,"eos_token_id":151643,
+           "hidden_act":"silu","hidden_size":896,"initializer_range":0.02,"intermediate_size":4864,
+           "max_position_embeddings":32768,"max_window_layers":24,"model_type":"qwen2","num_attention_heads":14,
+           "num_hidden_layers":24,"num_key_value_heads":2,"rms_norm_eps":1e-06,"rope_theta":1000000.0,
+           "sliding_window":32768,"tie_word_embeddings":true,"torch_dtype":"bfloat16","use_cache":true,
+           "use_sliding_window":false,"vocab_size":151936})",
+       494032768, 2, true},
+      {"smollm2-360m.ini",
+       R"({"architectures":["LlamaForCausalLM"],"attention_bias":false,"attention_dropout":0.0,"bos_token_id":0,
+           "eos_token_id":0,"hidden_act":"silu","hidden_size":960,"initializer_range":0.02,"intermediate_size":2560,
+           "is_llama_config":true,"max_position_embeddings":8192,"model_type":"llama","num_attention_heads":15,
+           "num_hidden_layers":32,"num_key_value_heads":5,"pretraining_tp":1,"rms_norm_eps":1e-05,
+           "rope_interleaved":false,"rope_scaling":null,"rope_theta":100000,"tie_word_embeddings":true,
+           "torch_dtype":"bfloat16","use_cache":true,"vocab_size":49152})",
+       361821120, 5, false},
+  };
+  for (const Model& m : models) {
+    SCOPED_TRACE(m.file);
+    const Config alone = load_config(shipped(m.file), {});
+    EXPECT_EQ(alone.model.arch, ModelArch::kLlama);
+    EXPECT_EQ(alone.model.seq_len, 2048);
+    EXPECT_EQ(alone.model.n_kv_head, m.n_kv_head);
+    EXPECT_EQ(alone.model.qkv_bias, m.qkv_bias);
+    EXPECT_TRUE(alone.model.tie_embeddings);
+    EXPECT_EQ(alone.train.device, Device::kCuda);
+    EXPECT_EQ(alone.train.dtype, DType::kBF16);
+    EXPECT_EQ(alone.data.format, DataFormat::kLlmc);
+    EXPECT_EQ(alone.grad_accum_steps(8) * alone.train.micro_batch * 8, alone.train.global_batch);
+    EXPECT_EQ(count_params(build_units(alone.model)), m.params);
+    const fs::path hf = dir_ / (std::string(m.file) + ".hf");
+    fs::create_directories(hf);
+    std::ofstream((hf / "config.json").string()) << m.config_json;
+    const Config with_hf = load_config(shipped(m.file), {"--init.from=" + hf.string()});
+    Config same = alone;
+    same.init.from = hf.string();
+    EXPECT_EQ(to_ini(with_hf), to_ini(same)) << "config.json and the file disagree on a model key";
+  }
 }
 
 TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {

@@ -19,7 +19,7 @@ int64_t file_size(const std::string& path);       // kBadInput naming the path i
 // directory. `what` names the setting in the message ("ckpt export --out", "ckpt.export").
 void check_output_dir(const std::string& path, const std::string& what);
 
-// Deletes a file when it goes out of scope unless dismissed: a write that fails half way leaves nothing behind.
+// Deletes a file (or a directory with its contents) when it goes out of scope unless dismissed: a write that fails half way leaves nothing behind.
 //
 //   RemoveOnFailure cleanup(tmp);
 //   write(tmp); rename(tmp, path);

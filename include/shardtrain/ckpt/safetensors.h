@@ -1,10 +1,10 @@
-// A streaming writer of fp32 safetensors files (https://huggingface.co/docs/safetensors), the format
+// A streaming writer of fp32 or bf16 safetensors files (https://huggingface.co/docs/safetensors), the format
 // Hugging Face loads with safetensors.torch.load_file / from_pretrained.
 //
 // File layout:
 //   bytes [0, 8)        N, the header length, unsigned 64-bit little-endian
 //   bytes [8, 8 + N)    UTF-8 JSON, in the order the tensors were declared:
-//                         {"<name>": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...,
+//                         {"<name>": {"dtype": "F32" | "BF16", "shape": [...], "data_offsets": [begin, end]}, ...,
 //                          "__metadata__": {"format": "pt"}}
 //                       padded with spaces (0x20) so that the data section starts 8-byte aligned
 //   bytes [8 + N, EOF)  the tensors' raw little-endian fp32 bytes, back to back in declaration order;
@@ -23,8 +23,9 @@
 //  * The writer writes `path` itself, truncating it. Atomicity (write a temporary name, then rename) is
 //    the caller's business. I/O failures (cannot create, disk full) are kFault naming the path and
 //    strerror. A writer destroyed before finish() closes the file and leaves it incomplete.
-//  * Only fp32 on a little-endian host (checked at compile time): the bytes are written as they are in
-//    memory, so NaN payloads, -0.0 and denormals survive bit for bit.
+//  * The caller always hands fp32. An F32 tensor is written as it is in memory (little-endian host, checked at
+//    compile time), so NaN payloads, -0.0 and denormals survive bit for bit. A BF16 tensor is rounded to nearest
+//    even (round_to_bf16: any NaN becomes the canonical NaN), which is exact for values that came from bf16.
 //
 //   SafetensorsWriter w(path, {{"a", {2, 3}}, {"b", {4}}});   // header written here
 //   w.write("a", a_data, 6);
@@ -38,12 +39,18 @@
 
 namespace st {
 
+enum class SafetensorsDtype { kF32, kBF16 };
+
 struct SafetensorsTensor {
   std::string name;            // e.g. "transformer.h.0.attn.c_attn.weight"
   std::vector<int64_t> shape;  // row-major; {} is a scalar (1 element)
+  SafetensorsDtype dtype = SafetensorsDtype::kF32;
 };
 
-// The header JSON for these tensors (dtype F32, offsets back to back), padded with spaces so that
+// Bytes of a tensor's data in the file.
+int64_t safetensors_bytes(const SafetensorsTensor& t);
+
+// The header JSON for these tensors (their dtypes, offsets back to back), padded with spaces so that
 // 8 + size() is a multiple of 8. This is exactly the text SafetensorsWriter writes after the length.
 std::string safetensors_header(const std::vector<SafetensorsTensor>& tensors);
 

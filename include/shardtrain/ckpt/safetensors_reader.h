@@ -23,12 +23,19 @@ class SafetensorsReader {
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   std::vector<std::string> names() const;
   const std::vector<int64_t>& shape(const std::string& name) const;
+  // The tensor's dtype as the header spells it ("F32", "BF16", ...).
+  const std::string& dtype(const std::string& name) const;
   // Copies the tensor into out as fp32. Its shape must equal `shape` (the error names the tensor, the file
-  // and both shapes); dtypes F32, F16 and BF16 are accepted.
+  // and both shapes); dtypes F32, F16 and BF16 are accepted (any other is kBadInput naming the file, the tensor
+  // and the dtype), and converted exactly.
   void read(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
+  // Elements [begin, begin + count) of the tensor in row-major order, as read(): only their bytes are read.
+  void read_range(const std::string& name, int64_t begin, int64_t count, float* out) const;
   const std::string& path() const { return path_; }
 
  private:
+  struct Entry;
+  const Entry& entry(const std::string& name) const;
   struct Entry {
     std::string dtype;
     std::vector<int64_t> shape;

@@ -1,5 +1,5 @@
 // Offline tools over one committed checkpoint directory (step_XXXXXXXX/): inspect it, verify every byte
-// of it, and export its weights as one consolidated Hugging Face GPT-2 file. Single-process: they read
+// of it, and export its weights for Hugging Face: one consolidated GPT-2 file, or a llama-family model directory. Single-process: they read
 // the rank files directly and need no communicator, whatever world size wrote the checkpoint.
 //
 //   std::cout << inspect_checkpoint("ckpt/step_00000100");
@@ -18,6 +18,7 @@
 
 #include "shardtrain/ckpt/checkpoint_check.h"
 #include "shardtrain/ckpt/manifest.h"
+#include "shardtrain/ckpt/safetensors.h"
 
 namespace st {
 
@@ -76,6 +77,30 @@ struct ExportReport {
 // renamed over out_path; then config.json (GPT2Config's fields, GPT2LMHeadModel) is written atomically
 // into out_path's directory, replacing any config.json there. The output directory must exist.
 ExportReport export_checkpoint(const std::string& step_dir, const std::string& out_path);
+
+struct HfDirExportOptions {
+  SafetensorsDtype dtype = SafetensorsDtype::kF32;
+  // Largest tensor data per file before the model is split into shards, in bytes: Hugging Face's max_shard_size
+  // (5GB = 5e9). A tensor larger than this gets a file of its own.
+  int64_t max_shard_bytes = 5'000'000'000;
+};
+
+struct HfDirExportReport {
+  std::string dir;
+  int tensors = 0;
+  int files = 0;       // safetensors files
+  int64_t bytes = 0;   // their total size
+};
+
+// A llama-family checkpoint as a Hugging Face model directory that LlamaForCausalLM / Qwen2ForCausalLM
+// from_pretrained loads: config.json (hf_llama_config_json, core/hf_config.h), and the tensors of
+// model/llama/llama_hf.h (embed_tokens and lm_head cut to vocab_size rows, q/k/v and gate/up split) in F32 or BF16,
+// in model.safetensors or, past max_shard_bytes, model-0000i-of-0000N.safetensors with model.safetensors.index.json
+// (metadata.total_size, weight_map). Streamed one tensor at a time from the rank files, as export_checkpoint.
+// Written into out_dir + ".tmp" and renamed into place: out_dir must not exist or be an empty directory, and its
+// parent must exist (kBadInput naming it otherwise).
+HfDirExportReport export_checkpoint_hf_dir(const std::string& step_dir, const std::string& out_dir,
+                                           const HfDirExportOptions& options);
 
 // The config.json text for a model: what Hugging Face's GPT2Config accepts, with dropout 0 and fp32.
 std::string hf_gpt2_config_json(const ModelConfig& model);

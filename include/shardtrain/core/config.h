@@ -175,7 +175,13 @@ inline constexpr int64_t kMaxConfigBytes = int64_t{1} << 20;
 // of kind kBadInput naming the file and key for anything wrong; a missing file names the path, and so does a path
 // that is not a regular file (a FIFO, a device: refused without being opened for reading) or one larger than
 // kMaxConfigBytes.
-Config load_config(const std::optional<std::string>& path, const std::vector<std::string>& overrides);
+//
+// When init.from names a Hugging Face model directory, the model.* keys come from its config.json
+// (core/hf_config.h): a key the file or an override sets to another value is kBadInput naming both. A file loaded
+// as kDefaults (what `train` runs without --config) sets no key explicitly: config.json's model wins over it.
+enum class ConfigFileRole { kChosen, kDefaults };
+Config load_config(const std::optional<std::string>& path, const std::vector<std::string>& overrides,
+                   ConfigFileRole role = ConfigFileRole::kChosen);
 
 // The same from INI text held in memory (a checkpoint manifest's config); `label` names it in errors.
 Config load_config_text(const std::string& ini_text, const std::string& label,
