@@ -9,6 +9,7 @@
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/model/llama/llama_hf.h"
 
 namespace st {
 namespace {
@@ -90,6 +91,26 @@ void write_hf_gpt2(const std::string& path, const ModelConfig& cfg, const std::v
   }
   f.close();
   fsync_path(tmp);  // HDF5 never fsyncs
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    ST_FAULT("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
+  cleanup.dismiss();
+}
+
+void write_hf_weights(const std::string& path, const ModelConfig& cfg, const std::vector<UnitLayout>& units,
+                      const std::vector<const float*>& unit_buffers) {
+  if (cfg.arch == ModelArch::kGpt2) {
+    write_hf_gpt2(path, cfg, units, unit_buffers);
+    return;
+  }
+  ST_ENFORCE_EQ(unit_buffers.size(), units.size());
+  check_output_dir(path, "ckpt.export");
+  const std::string tmp = path + ".tmp";
+  RemoveOnFailure cleanup(tmp);
+  H5File f = H5File::create(tmp);
+  for (const HfRange& r : llama_hf_tensor_map(cfg, units))
+    h5_write_f32(f, r.hf_name, r.hf_shape, unit_buffers[static_cast<size_t>(r.unit)] + r.offset);
+  f.close();
+  fsync_path(tmp);
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     ST_FAULT("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
   cleanup.dismiss();

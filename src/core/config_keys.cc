@@ -394,8 +394,9 @@ const std::vector<Key>& keys() {
           "differ from the checkpoint's, which skips or repeats data (the log says which); false: such a resume "
           "is refused with exit code 2, naming each key"),
       key("ckpt", "export", &Config::ckpt, &CkptConfig::export_path,
-          "at the end, write the full weights to this HDF5 file with Hugging Face GPT-2 names (empty: none; gpt2 "
-          "only: a llama model is exported with shardtrain ckpt export)"),
+          "at the end, write the full fp32 weights to this HDF5 file, one dataset per tensor under its Hugging Face "
+          "name (GPT2LMHeadModel's, or LlamaForCausalLM's for a llama; empty: none). A Hugging Face model directory "
+          "is written from a checkpoint: shardtrain ckpt export STEP_DIR --out DIR"),
 
       key("init", "from", &Config::init, &InitConfig::from,
           "start from these weights instead of random init: .safetensors or .h5 with Hugging Face GPT-2 "

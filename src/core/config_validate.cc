@@ -90,9 +90,6 @@ std::vector<std::string> find_problems(const Config& c) {
   if (c.model.n_head > 0 && c.model.n_embd > 0 && c.model.n_embd % c.model.n_head != 0)
     add("model.n_embd (", c.model.n_embd, ") must be a multiple of model.n_head (", c.model.n_head, ")");
   check_family_keys(c.model, add, float_check);
-  if (c.model.is_llama() && !c.ckpt.export_path.empty())
-    add("ckpt.export writes Hugging Face GPT-2 names; a llama model is exported from its checkpoint as a Hugging Face "
-        "model directory: shardtrain ckpt export STEP_DIR --out DIR");
 
   positive("train.steps", c.train.steps);
   positive("train.global_batch", c.train.global_batch);

@@ -280,7 +280,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     if (lead) {
       std::vector<const float*> ptrs;
       for (const auto& f : full) ptrs.push_back(f.data());
-      write_hf_gpt2(cfg.ckpt.export_path, cfg.model, engine.units(), ptrs);
+      write_hf_weights(cfg.ckpt.export_path, cfg.model, engine.units(), ptrs);
       ST_LOG_INFO("ckpt.export: wrote the final weights to ", cfg.ckpt.export_path);
     }
   }

@@ -14,6 +14,16 @@ if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
                      ${MPIRUN_EXECUTABLE} ${n} ${CMAKE_BINARY_DIR}/mpi_equiv_gpt2_${n} @gpt2-shaped
                      --train.steps=30 --train.global_batch=12 --train.micro_batch=1 --optim.warmup_steps=5
                      --optim.eps=1e-6)
+    # The llama family: grouped-query attention, SwiGLU, RoPE with llama3 scaling, an untied head.
+    add_test(NAME mpi.equivalence.tiny_llama.np${n}
+             COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/mpi_equivalence_test.py $<TARGET_FILE:shardtrain>
+                     ${MPIRUN_EXECUTABLE} ${n} ${CMAKE_BINARY_DIR}/mpi_equiv_tiny_llama_${n}
+                     ${CMAKE_SOURCE_DIR}/configs/tiny-llama.ini
+                     --train.steps=30 --train.global_batch=12 --train.micro_batch=1 --model.seq_len=64
+                     --optim.lr=1e-3 --optim.eps=1e-6 --model.rope_scaling=llama3
+                     --model.rope_scaling_original_max_position=64 --model.tie_embeddings=false)
+    set_tests_properties(mpi.equivalence.tiny_llama.np${n} PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
+                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
     set_tests_properties(mpi.equivalence.tiny.np${n} mpi.equivalence.gpt2_shaped.np${n} PROPERTIES
                          LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
@@ -77,6 +87,15 @@ if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
                    --train.steps=20 --train.global_batch=12 --train.micro_batch=1 --model.seq_len=64
                    --optim.lr=1e-3 --optim.eps=1e-6 --dist.sharding=hybrid --optim.offload=optimizer)
   set_tests_properties(mpi.sharding.hybrid.2x2.offload PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;SHARD_GROUP=2")
+  # The llama family in hybrid sharding with the optimizer on host threads.
+  add_test(NAME mpi.sharding.hybrid.2x2.llama_offload
+           COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/mpi_equivalence_test.py
+                   ${CMAKE_BINARY_DIR}/shardtrain_2_ranks_per_node.sh ${MPIRUN_EXECUTABLE} 4
+                   ${CMAKE_BINARY_DIR}/mpi_sharding_llama_offload ${CMAKE_SOURCE_DIR}/configs/tiny-llama.ini
+                   --train.steps=20 --train.global_batch=12 --train.micro_batch=1 --model.seq_len=64
+                   --optim.lr=1e-3 --optim.eps=1e-6 --dist.sharding=hybrid --optim.offload=optimizer)
+  set_tests_properties(mpi.sharding.hybrid.2x2.llama_offload PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;SHARD_GROUP=2")
   add_test(NAME mpi.sharding.checkpoints_cross
            COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/hybrid_checkpoint_test.py

@@ -1,4 +1,5 @@
-// Full named tensors with Hugging Face GPT-2 names and layouts, in one HDF5 file.
+// Full named tensors with Hugging Face names and layouts, in one HDF5 file: GPT-2's (below), or the llama family's
+// (model/llama/llama_hf.h: ranges of our units, no transposes).
 //
 // HF's GPT-2 uses Conv1D, whose weights are [in, out]: our [out, in] matrices are transposed on the way
 // out (attn.c_attn.weight is [C, 3C]). transformer.wte.weight keeps only the real vocabulary rows
@@ -32,6 +33,11 @@ void transpose_2d(const float* in, float* out, int64_t rows, int64_t cols);
 // Writes every tensor from the units' full flat buffers (params or grads alike).
 void write_hf_gpt2(const std::string& path, const ModelConfig& cfg, const std::vector<UnitLayout>& units,
                    const std::vector<const float*>& unit_buffers);
+
+// The family's names: write_hf_gpt2 for gpt2; for llama, the tensors of llama_hf_tensor_map (embed_tokens and
+// lm_head cut to vocab_size rows, q/k/v and gate/up split), fp32.
+void write_hf_weights(const std::string& path, const ModelConfig& cfg, const std::vector<UnitLayout>& units,
+                      const std::vector<const float*>& unit_buffers);
 
 // Reads every tensor back into the units' flat buffers; wte padding rows are set to zero. Shapes must
 // match the config (errors name the file, the dataset and both shapes).
