@@ -81,10 +81,11 @@ for name, (Config, Model, fields) in CASES.items():
     model = Model(Config(**fields, attn_implementation="eager")).float().eval()
     f32_dir, bf16_dir = os.path.join(work, name + "_f32"), os.path.join(work, name + "_bf16")
     model.save_pretrained(f32_dir, safe_serialization=True)
-    model.to(torch.bfloat16).save_pretrained(bf16_dir, safe_serialization=True)
-    model.float()
     gen = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, V, (T,), generator=gen).tolist()
+    with torch.no_grad():  # before the bf16 copy below rounds the weights
+        ref = model(torch.tensor([tokens])).logits[0].double()
+    model.to(torch.bfloat16).save_pretrained(bf16_dir, safe_serialization=True)
     stream = torch.randint(0, V, (4096,), generator=gen).tolist()
     data = os.path.join(work, name + "_tokens.bin")
     write_tokens(data, stream)
@@ -94,8 +95,6 @@ for name, (Config, Model, fields) in CASES.items():
                 f"[optim]\nlr = 1e-3\nwarmup_steps = 2\n[data]\npath = {data}\nformat = llmc\nval_holdout = 0.1\n")
     common = [f"--model.seq_len={T}", f"--init.from={f32_dir}"]
 
-    with torch.no_grad():
-        ref = model(torch.tensor([tokens])).logits[0].double()
     scale = ref.abs().max().item()
     for device in ("cuda", "cpu"):
         got = ours_logits(ini, tokens, *common, f"--train.device={device}", "--train.dtype=fp32")
@@ -105,8 +104,7 @@ for name, (Config, Model, fields) in CASES.items():
             failures.append(f"{name} {device} fp32 logits: {err:.2e} > 1e-4")
 
     with torch.no_grad():
-        ref16 = model.to(torch.bfloat16).cuda()(torch.tensor([tokens]).cuda()).logits[0].double().cpu()
-    model.float().cpu()
+        ref16 = model.cuda()(torch.tensor([tokens]).cuda()).logits[0].double().cpu()  # bf16 weights, bf16 compute
     got16 = ours_logits(ini, tokens, f"--model.seq_len={T}", f"--init.from={bf16_dir}", "--train.device=cuda",
                         "--train.dtype=bf16")
     l_ref, l_got = ce(ref16, tokens), ce(got16, tokens)
