@@ -135,29 +135,49 @@ HfModelConfig read_hf_config(const std::string& path) {
   hf.keys = {"model.arch",       "model.n_embd",     "model.n_layer",        "model.n_head",
              "model.n_kv_head",  "model.ffn_dim",    "model.vocab_size",     "model.rope_theta",
              "model.rms_norm_eps", "model.tie_embeddings", "model.qkv_bias", "model.rope_scaling"};
-  m.rope_scaling = RopeScaling::kNone;
-  if (f.has("rope_scaling")) {
-    const json& rs = f.at("rope_scaling");
-    if (!rs.is_object()) f.bad("rope_scaling", "is " + excerpt(rs.dump()) + ", expected an object or null");
+  // RoPE: transformers 4 writes rope_theta and rope_scaling {rope_type, factors} (null: none); transformers 5 writes
+  // rope_parameters {rope_theta, rope_type, factors} instead. Either is read; a file with both must agree.
+  auto read_rope = [&](const char* field, const json& rs, ModelConfig& out) {
+    if (!rs.is_object()) f.bad(field, "is " + excerpt(rs.dump()) + ", expected an object or null");
     const Fields s(rs, path);
+    const std::string prefix = std::string(field) + ".";
+    auto number_at = [&](const char* key) {
+      const std::string name = prefix + key;
+      return s.number(name.c_str(), s.has(key) ? rs.at(key) : json());
+    };
+    if (s.has("rope_theta")) out.rope_theta = number_at("rope_theta");
     // Older files spell rope_type as "type".
     const char* type_field = s.has("rope_type") ? "rope_type" : "type";
-    const std::string type = s.has(type_field) ? s.string(type_field) : std::string();
+    const std::string type = s.has(type_field) ? s.string(type_field) : std::string("default");
+    out.rope_scaling = RopeScaling::kNone;
     if (type == "llama3") {
-      m.rope_scaling = RopeScaling::kLlama3;
-      m.rope_scaling_factor = s.number("rope_scaling.factor", s.has("factor") ? rs.at("factor") : json());
-      m.rope_scaling_low_freq_factor =
-          s.number("rope_scaling.low_freq_factor", s.has("low_freq_factor") ? rs.at("low_freq_factor") : json());
-      m.rope_scaling_high_freq_factor =
-          s.number("rope_scaling.high_freq_factor", s.has("high_freq_factor") ? rs.at("high_freq_factor") : json());
-      m.rope_scaling_original_max_position = s.positive_int("original_max_position_embeddings");
-      hf.keys.insert(hf.keys.end(),
-                     {"model.rope_scaling_factor", "model.rope_scaling_low_freq_factor",
-                      "model.rope_scaling_high_freq_factor", "model.rope_scaling_original_max_position"});
+      out.rope_scaling = RopeScaling::kLlama3;
+      out.rope_scaling_factor = number_at("factor");
+      out.rope_scaling_low_freq_factor = number_at("low_freq_factor");
+      out.rope_scaling_high_freq_factor = number_at("high_freq_factor");
+      out.rope_scaling_original_max_position = s.positive_int("original_max_position_embeddings");
     } else if (type != "default") {
-      f.bad("rope_scaling", "has rope_type '" + excerpt(type) + "'; supported are llama3 and none (null)");
+      f.bad(field, "has rope_type '" + excerpt(type) + "'; supported are llama3 and default (none)");
     }
+  };
+  m.rope_scaling = RopeScaling::kNone;
+  if (f.has("rope_scaling")) read_rope("rope_scaling", f.at("rope_scaling"), m);
+  if (f.has("rope_parameters")) {
+    ModelConfig v5 = m;
+    read_rope("rope_parameters", f.at("rope_parameters"), v5);
+    const bool same = v5.rope_theta == m.rope_theta && v5.rope_scaling == m.rope_scaling &&
+                      (m.rope_scaling == RopeScaling::kNone ||
+                       (v5.rope_scaling_factor == m.rope_scaling_factor &&
+                        v5.rope_scaling_low_freq_factor == m.rope_scaling_low_freq_factor &&
+                        v5.rope_scaling_high_freq_factor == m.rope_scaling_high_freq_factor &&
+                        v5.rope_scaling_original_max_position == m.rope_scaling_original_max_position));
+    if ((f.has("rope_theta") || f.has("rope_scaling")) && !same)
+      f.bad("rope_parameters", "disagrees with rope_theta / rope_scaling in the same file");
+    m = v5;
   }
+  if (m.rope_scaling == RopeScaling::kLlama3)
+    hf.keys.insert(hf.keys.end(), {"model.rope_scaling_factor", "model.rope_scaling_low_freq_factor",
+                                   "model.rope_scaling_high_freq_factor", "model.rope_scaling_original_max_position"});
   return hf;
 }
 

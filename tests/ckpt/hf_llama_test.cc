@@ -125,6 +125,38 @@ TEST_F(HfLlamaTest, AKeySetToAnotherValueIsRefusedNamingBothSources) {
   EXPECT_TRUE(contains(msg, "model.seq_len = 65 exceeds max_position_embeddings = 64 in " + json)) << msg;
 }
 
+// transformers 5 writes the RoPE settings as rope_parameters {rope_theta, rope_type, factors}, without rope_theta or
+// rope_scaling at the top level: the same model keys result.
+TEST_F(HfLlamaTest, RopeParametersOfTransformers5AreRead) {
+  Variant v;
+  v.llama3 = true;
+  write_hf_dir(dir_.file("hf"), v);
+  const std::string path = dir_.file("hf") + "/config.json";
+  const ModelConfig want = read_hf_config(path).model;
+  nlohmann::json j = nlohmann::json::parse(config_json(v));
+  nlohmann::json params = j.at("rope_scaling");
+  params["rope_theta"] = j.at("rope_theta");
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  j["rope_parameters"] = params;
+  std::ofstream(path) << j.dump();
+  const ModelConfig got = read_hf_config(path).model;
+  EXPECT_EQ(got.rope_theta, 500000.0f);
+  EXPECT_EQ(got.rope_scaling, RopeScaling::kLlama3);
+  EXPECT_EQ(got.rope_scaling_factor, want.rope_scaling_factor);
+  EXPECT_EQ(got.rope_scaling_original_max_position, want.rope_scaling_original_max_position);
+  // No scaling: rope_type "default".
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  std::ofstream(path) << j.dump();
+  EXPECT_EQ(read_hf_config(path).model.rope_theta, 1000000.0f);
+  EXPECT_EQ(read_hf_config(path).model.rope_scaling, RopeScaling::kNone);
+  // Both forms in one file must agree.
+  j["rope_theta"] = 10000.0;
+  std::ofstream(path) << j.dump();
+  const std::string msg = bad_input_message([&] { read_hf_config(path); });
+  EXPECT_TRUE(contains(msg, path + ": field rope_parameters disagrees with rope_theta / rope_scaling")) << msg;
+}
+
 TEST_F(HfLlamaTest, UnsupportedConfigFieldsAreRefusedByName) {
   write_hf_dir(dir_.file("hf"), Variant{});
   const std::string path = dir_.file("hf") + "/config.json";

@@ -81,6 +81,9 @@ for name, (Config, Model, fields) in CASES.items():
     model = Model(Config(**fields, attn_implementation="eager")).float().eval()
     f32_dir, bf16_dir = os.path.join(work, name + "_f32"), os.path.join(work, name + "_bf16")
     model.save_pretrained(f32_dir, safe_serialization=True)
+    saved = json.load(open(os.path.join(f32_dir, "config.json")))
+    print(f"{name}: transformers {transformers.__version__} wrote RoPE as " +
+          ", ".join(f"{k}={saved[k]}" for k in ("rope_theta", "rope_scaling", "rope_parameters") if k in saved))
     gen = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, V, (T,), generator=gen).tolist()
     with torch.no_grad():  # before the bf16 copy below rounds the weights

@@ -17,6 +17,8 @@
 //   rope_theta                             rope_theta (absent: 10000)
 //   rope_scaling {rope_type "llama3", ...} rope_scaling = llama3 and its four factors (null, absent or rope_type
 //                                          "default": none; any other rope_type is refused)
+//   rope_parameters {rope_theta, rope_type, ...}  the same, as transformers 5 writes it (a file with both forms
+//                                          must agree)
 //   rms_norm_eps                           rms_norm_eps (absent: 1e-6, as Hugging Face's)
 //   tie_word_embeddings                    tie_embeddings (absent: false, as Hugging Face's)
 //   attention_bias (llama)                 must be false: Hugging Face's also puts a bias on o_proj
