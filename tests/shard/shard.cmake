@@ -160,8 +160,9 @@ if(SHARDTRAIN_HAVE_CUDA AND ANY_PYTHON3 AND MPIRUN_EXECUTABLE)
     set_tests_properties(gpu.zero3.${case} PROPERTIES LABELS "gpu;mpi" TIMEOUT 900 SKIP_RETURN_CODE 77 RUN_SERIAL ON
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   endforeach()
-  # The llama family (configs/tiny-llama.ini: grouped-query attention, RoPE, RMSNorm, SwiGLU): 1 vs 2 GPUs.
-  foreach(case equivalence-fp32 equivalence-bf16)
+  # The llama family (configs/tiny-llama.ini: grouped-query attention, RoPE, RMSNorm, SwiGLU): 1 vs 2 GPUs, checkpoints
+  # across world sizes and backends (2 GPUs -> 1 GPU, 2 GPUs -> 3 CPU ranks -> 1 GPU), and optimizer offload.
+  foreach(case equivalence-fp32 equivalence-bf16 checkpoint offload)
     add_test(NAME gpu.zero3.llama.${case}
              COMMAND ${ANY_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/gpu_zero3_test.py ${case} $<TARGET_FILE:shardtrain>
                      $<TARGET_FILE:gpu_count> ${MPIRUN_EXECUTABLE} ${CMAKE_BINARY_DIR}/gpu_zero3_llama_${case}
