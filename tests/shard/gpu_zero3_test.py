@@ -53,6 +53,8 @@ fewer GPUs than the case needs):
   watchdog          2 GPUs in bf16; SHARDTRAIN_FAULT=sigstop:1@3 stops rank 1 before step 3. Rank 0's next NCCL
                     collective passes dist.timeout_s=5: the watchdog names it (channel "nccl ...", op, sequence
                     number, the last completed op), aborts the NCCL communicators and mpirun exits 75.
+  backends          1 GPU: a 1-GPU run's step-10 checkpoint resumed by 3 CPU ranks, and a 3-CPU-rank run's by 1 GPU
+                    (fp32), each repeating the run it came from for steps 11-20 to rel 1e-4.
   memory-cap        1 GPU, GPT-2 124M-shaped (byte vocabulary) at micro_batch 96 under dist.max_gpu_mem_gib=24 (a stand-in for an
                     RTX 4090): exit code 2 before step 1, and the message gives the breakdown.
 
@@ -183,7 +185,7 @@ def main():
     os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     gpus = int(subprocess.run([gpu_count_tool], stdout=subprocess.PIPE, text=True).stdout.strip() or 0)
-    need = {"memory-cap": 1, "hybrid-2x2": 4}.get(case, 2)
+    need = {"memory-cap": 1, "backends": 1, "hybrid-2x2": 4}.get(case, 2)
     if gpus < need:
         print(f"SKIPPED: {case} needs {need} GPUs, {gpus} visible")
         return SKIP
@@ -212,6 +214,18 @@ def main():
             nondet = run.train("np2_nondeterministic", 2, common + ["--train.deterministic=false"])
             expect_in_log(failures, "train.deterministic=false", run.last_output, r"nondeterministic backward: dQ by atomics")
             compare(failures, "2 GPUs, train.deterministic=false vs true (bf16), final loss", two, nondet, steps[-1:], 2e-2)
+    elif case == "backends":
+        # One GPU and 3 CPU ranks (fp32) each resume the other's step-10 checkpoint and repeat its steps 11-20.
+        common = ["--train.dtype=fp32", "--train.steps=20", "--ckpt.every=10", "--ckpt.keep=0"]
+        for src, src_ranks, src_device, dst, dst_ranks, dst_device in (("gpu1", 1, "cuda", "cpu3", 3, "cpu"),
+                                                                       ("cpu3", 3, "cpu", "gpu1", 1, "cuda")):
+            a = os.path.join(work, f"ckpt_{src}")
+            straight = run.train(f"{src}_straight", src_ranks, common + [f"--ckpt.dir={a}"], device=src_device)
+            d = os.path.join(work, f"ckpt_{src}_to_{dst}")
+            os.makedirs(d)
+            shutil.copytree(os.path.join(a, "step_00000010"), os.path.join(d, "step_00000010"))
+            got = run.train(f"{src}_to_{dst}", dst_ranks, common + [f"--ckpt.dir={d}"], device=dst_device)
+            compare(failures, f"{dst} resuming the {src} step-10 checkpoint", straight, got, range(11, 21), 1e-4)
     elif case == "checkpoint":
         a = os.path.join(work, "ckpt_a")
         common = ["--train.dtype=fp32", "--train.steps=20", "--ckpt.every=10", "--ckpt.keep=0"]
