@@ -1,9 +1,8 @@
 // Full named tensors with Hugging Face names and layouts, in one HDF5 file: GPT-2's (below), or the llama family's
 // (model/llama/llama_hf.h: ranges of our units, no transposes).
 //
-// HF's GPT-2 uses Conv1D, whose weights are [in, out]: our [out, in] matrices are transposed on the way
-// out (attn.c_attn.weight is [C, 3C]). transformer.wte.weight keeps only the real vocabulary rows
-// [vocab_size, C]; the padding rows exist only in memory. lm_head.weight is tied to wte and not written.
+// GPT-2's names and layouts are model/gpt2/gpt2_hf.h's: Conv1D matrices transposed, wte cut to the real vocabulary,
+// lm_head tied and not written.
 //
 //   write_hf_gpt2(path, cfg, units, {P[0], P[1], ...});   // one full flat buffer per unit
 #pragma once
@@ -12,23 +11,10 @@
 #include <vector>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/model/gpt2/gpt2_hf.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
-
-struct HfTensorMap {
-  std::string hf_name;            // "transformer.h.0.attn.c_attn.weight"
-  int unit = 0;                   // index into the unit list
-  const TensorSpec* tensor = nullptr;
-  bool transpose = false;         // Conv1D layout
-  std::vector<int64_t> hf_shape;  // shape as written
-};
-
-// The mapping for every tensor of every unit, in unit order.
-std::vector<HfTensorMap> hf_gpt2_tensor_map(const ModelConfig& cfg, const std::vector<UnitLayout>& units);
-
-// [rows, cols] row-major -> [cols, rows]: between our [out, in] matrices and HF's Conv1D [in, out].
-void transpose_2d(const float* in, float* out, int64_t rows, int64_t cols);
 
 // Writes every tensor from the units' full flat buffers (params or grads alike).
 void write_hf_gpt2(const std::string& path, const ModelConfig& cfg, const std::vector<UnitLayout>& units,
