@@ -28,10 +28,10 @@ std::optional<double> dense_bf16_peak(const std::string& device_name) {
   return std::nullopt;
 }
 
-std::optional<double> mfu(const ModelConfig& cfg, double tokens_per_s, int devices, const std::string& device_name) {
+std::optional<double> mfu(double flops_per_token, double tokens_per_s, int devices, const std::string& device_name) {
   const std::optional<double> peak = dense_bf16_peak(device_name);
   if (!peak || devices <= 0) return std::nullopt;
-  return tokens_per_s * flops_per_token(cfg) / (*peak * devices);
+  return tokens_per_s * flops_per_token / (*peak * devices);
 }
 
 }  // namespace st

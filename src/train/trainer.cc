@@ -120,6 +120,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
 
   StepEngine engine(cfg, comm);
   const int64_t n_params = count_params(engine.units());
+  const double step_flops_per_token = flops_per_token(cfg.model);
   const MemoryStats mem0 = engine.sharded().memory();
   if (lead) {
     ST_LOG_INFO("model: ", to_string(cfg.model.arch), ", ", cfg.model.n_layer, " layers, ", cfg.model.n_head, " heads",
@@ -222,7 +223,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     r.mem_gathered_peak_bytes = mem.gathered_peak_bytes;
     r.mem_peak_bytes = peak_memory_per_rank(engine.sharded().peak_memory_bytes(), comm);
     r.on_gpu = cfg.train.device == Device::kCuda;
-    r.mfu = mfu(cfg.model, r.tokens_per_s, world, engine.sharded().device_name());
+    r.mfu = mfu(step_flops_per_token, r.tokens_per_s, world, engine.sharded().device_name());
     rates.push_back(r.tokens_per_s);
     if (stats.skipped) {
       ++summary.skipped;

@@ -28,8 +28,8 @@ TEST(Mfu, Gpt2SmallAtKnownThroughput) {
   EXPECT_EQ(P, 124475904);
   EXPECT_DOUBLE_EQ(flops_per_token(m), 6.0 * 124475904 + 6.0 * 12 * 768 * 1024);
   // 1.0M tok/s on two H200s: 1e6 x 803.48e6 / (2 x 989e12) = 40.6 %.
-  EXPECT_NEAR(*mfu(m, 1.0e6, 2, "NVIDIA H200"), 0.40621, 1e-4);
-  EXPECT_FALSE(mfu(m, 1.0e6, 2, "Some Future GPU").has_value());
+  EXPECT_NEAR(*mfu(flops_per_token(m), 1.0e6, 2, "NVIDIA H200"), 0.40621, 1e-4);
+  EXPECT_FALSE(mfu(flops_per_token(m), 1.0e6, 2, "Some Future GPU").has_value());
 }
 
 // Llama-3.2-1B's shape: P = 16 x (3072 x 2048 (q, k, v with 8 K/V heads) + 2048^2 + 3 x 8192 x 2048 + 2 x 2048

@@ -24,7 +24,8 @@ double flops_per_token(const ModelConfig& cfg);
 // 4090"), or nullopt if unknown (including "cpu").
 std::optional<double> dense_bf16_peak(const std::string& device_name);
 
-// tokens_per_s over all `devices`; nullopt when the peak is unknown.
-std::optional<double> mfu(const ModelConfig& cfg, double tokens_per_s, int devices, const std::string& device_name);
+// tokens_per_s over all `devices`, at flops_per_token(cfg) (computed once by the caller: it builds the unit list);
+// nullopt when the peak is unknown.
+std::optional<double> mfu(double flops_per_token, double tokens_per_s, int devices, const std::string& device_name);
 
 }  // namespace st

@@ -12,7 +12,7 @@ template <typename P>
 struct LlamaBlockView {
   P *attn_norm, *qkvw, *qkvb, *ow, *mlp_norm, *gate_up, *down;
   LlamaBlockView(P* base, const UnitLayout& u) {
-    const bool bias = u.tensors.size() == 7;
+    const bool bias = u.tensors.size() > 2 && u.tensors[2].name == "attn.qkv.bias";
     size_t i = 0;
     attn_norm = base + u.tensors[i++].offset;
     qkvw = base + u.tensors[i++].offset;
