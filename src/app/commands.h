@@ -18,3 +18,7 @@ int cmd_topo(const std::vector<std::string>& args, st::Communicator& world);
 // shardtrain plot METRICS.jsonl [--out FILE.svg]: the run's curves as a self-contained SVG (plot_command.cc).
 // Single-process.
 int cmd_plot(const std::vector<std::string>& args);
+
+// shardtrain tokenize --tokenizer FILE --out PREFIX [options] INPUT...: text or JSONL to llm.c token shards
+// (text/tokenize_job.h; tokenize_command.cc). Single-process, one encoding thread per core.
+int cmd_tokenize(const std::vector<std::string>& args);

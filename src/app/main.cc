@@ -37,6 +37,7 @@ constexpr const char* kUsage =
     "  eval     mean loss of a checkpoint: shardtrain eval --ckpt DIR [--data.path=FILE] [--train.eval_batches=N]\n"
     "  topo     nodes, measured link bandwidths and the sharding plan: shardtrain topo [--config FILE] [...]\n"
     "  plot     a metrics file's curves as an SVG: shardtrain plot METRICS.jsonl [--out run.svg]\n"
+    "  tokenize text or JSONL to token shards: shardtrain tokenize --tokenizer tokenizer.json --out PREFIX INPUT...\n"
     "\n"
     "options:\n"
     "  --help, -h                this text (with every config key)\n"
@@ -127,8 +128,9 @@ int run(int argc, char** argv, st::Communicator& comm) {
   if (cmd == "eval") return cmd_eval(rest, comm);
   if (cmd == "topo") return cmd_topo(rest, comm);
   if (cmd == "plot") return cmd_plot(rest);
+  if (cmd == "tokenize") return cmd_tokenize(rest);
   ST_BAD_INPUT("unknown command '", st::excerpt(cmd),
-               "' (expected: train, eval, topo, plot or ckpt; see shardtrain --help)");
+               "' (expected: train, eval, topo, plot, tokenize or ckpt; see shardtrain --help)");
 }
 
 }  // namespace
