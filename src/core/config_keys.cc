@@ -27,6 +27,7 @@ struct EnumName {
 constexpr EnumName<ModelArch> kModelArchs[] = {{"gpt2", ModelArch::kGpt2}, {"llama", ModelArch::kLlama}};
 constexpr EnumName<RopeScaling> kRopeScalings[] = {{"none", RopeScaling::kNone}, {"llama3", RopeScaling::kLlama3}};
 constexpr EnumName<DataFormat> kDataFormats[] = {{"llmc", DataFormat::kLlmc}, {"text", DataFormat::kText}};
+constexpr EnumName<LossMaskMode> kLossMaskModes[] = {{"auto", LossMaskMode::kAuto}, {"off", LossMaskMode::kOff}};
 constexpr EnumName<Device> kDevices[] = {{"cpu", Device::kCpu}, {"cuda", Device::kCuda}};
 constexpr EnumName<DType> kDTypes[] = {
     {"auto", DType::kAuto}, {"fp32", DType::kF32}, {"bf16", DType::kBF16}, {"fp16", DType::kF16}};
@@ -47,6 +48,7 @@ constexpr EnumName<CommEngine> kCommEngines[] = {
 const auto& enum_names(const ModelArch*) { return kModelArchs; }
 const auto& enum_names(const RopeScaling*) { return kRopeScalings; }
 const auto& enum_names(const DataFormat*) { return kDataFormats; }
+const auto& enum_names(const LossMaskMode*) { return kLossMaskModes; }
 const auto& enum_names(const Device*) { return kDevices; }
 const auto& enum_names(const DType*) { return kDTypes; }
 const auto& enum_names(const AttentionImpl*) { return kAttentionImpls; }
@@ -58,7 +60,8 @@ const auto& enum_names(const CommEngine*) { return kCommEngines; }
 
 template <typename E>
 constexpr bool kIsConfigEnum =
-    std::is_same_v<E, ModelArch> || std::is_same_v<E, RopeScaling> || std::is_same_v<E, DataFormat> || std::is_same_v<E, Device> || std::is_same_v<E, DType> ||
+    std::is_same_v<E, ModelArch> || std::is_same_v<E, RopeScaling> || std::is_same_v<E, DataFormat> ||
+    std::is_same_v<E, LossMaskMode> || std::is_same_v<E, Device> || std::is_same_v<E, DType> ||
     std::is_same_v<E, AttentionImpl> || std::is_same_v<E, OffloadMode> || std::is_same_v<E, ShardingMode> ||
     std::is_same_v<E, Bootstrap> || std::is_same_v<E, Speculation> || std::is_same_v<E, CommEngine>;
 
@@ -82,6 +85,7 @@ const char* enum_to_string(E v) {
 const char* to_string(ModelArch a) { return enum_to_string(a); }
 const char* to_string(RopeScaling r) { return enum_to_string(r); }
 const char* to_string(DataFormat f) { return enum_to_string(f); }
+const char* to_string(LossMaskMode m) { return enum_to_string(m); }
 const char* to_string(Device d) { return enum_to_string(d); }
 const char* to_string(DType t) { return enum_to_string(t); }
 const char* to_string(AttentionImpl a) { return enum_to_string(a); }
@@ -379,6 +383,11 @@ const std::vector<Key>& keys() {
       key("data", "val_holdout", &Config::data, &DataConfig::val_holdout,
           "fraction of the training stream held out for validation when data.val_path is empty, in [0, 1)"),
       key("data", "shuffle", &Config::data, &DataConfig::shuffle, "shuffle the data order (false: sequential)"),
+      key("data", "loss_mask", &Config::data, &DataConfig::loss_mask,
+          "auto: where an llm.c shard NAME.bin has a loss mask NAME.mask beside it, train and evaluate only on the "
+          "targets it marks (then every file of data.path needs one; data.val_path decides for itself), the loss "
+          "being their mean over the step; off: read no mask, every token is a target "
+          "(docs/data-format.md)"),
 
       key("ckpt", "dir", &Config::ckpt, &CkptConfig::dir,
           "checkpoint directory: step_XXXXXXXX/ subdirectories and `latest` (empty: no checkpoints)"),

@@ -27,9 +27,9 @@ DataSplit open_data(const DataConfig& cfg, int vocab_size, int seq_len) {
   const int64_t need = static_cast<int64_t>(seq_len) + 1;
   DataSplit split;
   if (!cfg.val_path.empty()) {
-    split.train = open_token_source(cfg.path, cfg.format, vocab_size);
+    split.train = open_token_source(cfg.path, cfg.format, vocab_size, "data.path", cfg.loss_mask);
     require_one_window(*split.train, "data.path", cfg.path, seq_len);
-    split.val = open_token_source(cfg.val_path, cfg.format, vocab_size, "data.val_path");
+    split.val = open_token_source(cfg.val_path, cfg.format, vocab_size, "data.val_path", cfg.loss_mask);
     require_one_window(*split.val, "data.val_path", cfg.val_path, seq_len);
     return split;
   }
@@ -37,7 +37,8 @@ DataSplit open_data(const DataConfig& cfg, int vocab_size, int seq_len) {
   if (!(cfg.val_holdout > 0.0 && cfg.val_holdout < 1.0)) {
     ST_BAD_INPUT("data.val_holdout must be in (0, 1) when data.val_path is empty, got ", cfg.val_holdout);
   }
-  std::shared_ptr<const TokenSource> all = open_token_source(cfg.path, cfg.format, vocab_size);
+  std::shared_ptr<const TokenSource> all =
+      open_token_source(cfg.path, cfg.format, vocab_size, "data.path", cfg.loss_mask);
   const int64_t n = all->size();
   // floor() in double is exact enough: a stream of 2^53 tokens is far beyond any disk.
   const int64_t n_val = static_cast<int64_t>(std::floor(static_cast<double>(n) * cfg.val_holdout));

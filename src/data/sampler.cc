@@ -58,12 +58,49 @@ void Sampler::fill_eval(int64_t batch, int32_t* inputs, int32_t* targets) const 
 
 void Sampler::fill_windows(const int64_t* windows, int32_t* inputs, int32_t* targets) const {
   const int64_t T = options_.T;
+  const bool masked = source_.has_loss_mask();
+  std::vector<uint8_t> mask(masked ? static_cast<size_t>(T) : 0);
   for (int64_t b = 0; b < options_.micro_batch; ++b) {
     // Two reads of T tokens, offset by one, instead of one read of T+1 and a copy: no scratch buffer,
     // and the second read hits the pages the first just touched.
     source_.read(windows[b] * T, T, inputs + b * T);
-    source_.read(windows[b] * T + 1, T, targets + b * T);
+    int32_t* tgt = targets + b * T;
+    source_.read(windows[b] * T + 1, T, tgt);
+    if (!masked) continue;
+    source_.read_mask(windows[b] * T + 1, T, mask.data());
+    for (int64_t t = 0; t < T; ++t)
+      if (mask[static_cast<size_t>(t)] == 0) tgt[t] = kNoTarget;
   }
+}
+
+int64_t Sampler::window_targets(int64_t w) const {
+  const int64_t T = options_.T;
+  if (!source_.has_loss_mask()) return T;
+  std::vector<uint8_t> mask(static_cast<size_t>(T));
+  source_.read_mask(w * T + 1, T, mask.data());
+  int64_t n = 0;
+  for (uint8_t m : mask) n += m;
+  return n;
+}
+
+int64_t Sampler::step_targets(int64_t step) const {
+  ST_CHECK(step >= 0, "step ", step);
+  const int64_t G = sequences_per_step();
+  if (!source_.has_loss_mask()) return G * options_.T;
+  int64_t n = 0;
+  for (int64_t g = step * G; g < (step + 1) * G; ++g) n += window_targets(window_of(g));
+  return n;
+}
+
+int64_t Sampler::eval_targets(int64_t batches) const {
+  ST_CHECK(batches >= 0, "eval batches ", batches);
+  const int64_t per_batch = options_.world * options_.micro_batch;
+  if (!source_.has_loss_mask()) return batches * per_batch * options_.T;
+  int64_t n = 0;
+  // Rank r's sequence b of batch i reads window ((i * world + r) * micro_batch + b) mod W (eval_window): every
+  // rank's sequences of batches [0, batches) are the indices [0, batches * world * micro_batch).
+  for (int64_t k = 0; k < batches * per_batch; ++k) n += window_targets(k % num_windows_);
+  return n;
 }
 
 }  // namespace st

@@ -19,6 +19,12 @@ void SliceSource::read(int64_t offset, int64_t count, int32_t* out) const {
   parent_->read(begin_ + offset, count, out);
 }
 
+void SliceSource::read_mask(int64_t offset, int64_t count, uint8_t* out) const {
+  ST_CHECK(offset >= 0 && count >= 0 && offset <= size() - count, "mask read [", offset, ", +", count,
+           ") outside a slice of ", size(), " tokens");
+  parent_->read_mask(begin_ + offset, count, out);
+}
+
 std::string SliceSource::describe() const {
   return str_cat("tokens [", begin_, ", ", end_, ") of ", parent_->describe());
 }

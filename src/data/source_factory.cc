@@ -8,7 +8,7 @@
 namespace st {
 
 std::unique_ptr<TokenSource> open_token_source(const std::string& path, DataFormat format, int vocab_size,
-                                               const std::string& key) {
+                                               const std::string& key, LossMaskMode loss_mask) {
   if (path == kFortunesPath) {
     if (format != DataFormat::kText) {
       ST_BAD_INPUT(key, "=", kFortunesPath, " is a text corpus: it needs data.format=text, not llmc");
@@ -17,7 +17,7 @@ std::unique_ptr<TokenSource> open_token_source(const std::string& path, DataForm
   }
   switch (format) {
     case DataFormat::kLlmc:
-      return open_llmc_source(path, vocab_size, key);
+      return open_llmc_source(path, vocab_size, key, loss_mask);
     case DataFormat::kText:
       return open_text_source(path, vocab_size, key);
   }

@@ -29,13 +29,13 @@ std::unique_ptr<FileTokenSource> open_text_files(const std::vector<std::string>&
     MappedFile f(p);
     if (f.size() == 0) ST_BAD_INPUT("text data file ", p, " is empty (0 bytes)");
     const int64_t n = f.size();
-    files.push_back(FilePayload{std::move(f), 0, n});
+    files.push_back(FilePayload{std::move(f), 0, n, TokenWidth::kU8});
     total += n;
   }
   std::string description =
       str_cat(label, " (", paths.size(), paths.size() == 1 ? " file, " : " files, ", total, " bytes)");
   ST_LOG_INFO("data: ", description);
-  return std::make_unique<FileTokenSource>(std::move(files), TokenWidth::kU8, kByteVocab, std::move(description));
+  return std::make_unique<FileTokenSource>(std::move(files), kByteVocab, std::move(description));
 }
 
 std::unique_ptr<FileTokenSource> open_text_source(const std::string& path, int vocab_size, const std::string& key) {

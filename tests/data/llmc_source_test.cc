@@ -15,7 +15,9 @@ using testing::LlmcShard;
 using testing::read_all;
 using testing::TempDir;
 using testing::write_bytes;
+using testing::LlmcShard32;
 using testing::write_llmc;
+using testing::write_llmc32;
 
 std::vector<uint16_t> iota_tokens(int n, uint16_t first) {
   std::vector<uint16_t> t(static_cast<size_t>(n));
@@ -57,6 +59,72 @@ TEST(LlmcSource, ReadsFullUint16Range) {
   EXPECT_EQ(read_all(*src), (std::vector<int32_t>{0, 1, 65535, 40000}));
 }
 
+TEST(LlmcSource, ReadsUint32ShardsExactlyAboveTheUint16Range) {
+  TempDir dir;
+  // Qwen 2.5's vocabulary: 151936 tokens; its largest id and ids on both sides of 2^16.
+  const std::vector<uint32_t> tokens = {0, 65535, 65536, 65537, 128255, 151935, 100000, 7};
+  write_llmc32(dir.file("q.bin"), tokens);
+  auto src = open_llmc_source(dir.file("q.bin"), 151936);
+  EXPECT_EQ(src->size(), 8);
+  EXPECT_EQ(src->file_width(0), TokenWidth::kU32);
+  EXPECT_EQ(read_all(*src), (std::vector<int32_t>{0, 65535, 65536, 65537, 128255, 151935, 100000, 7}));
+  std::vector<int32_t> part(3);
+  src->read(4, 3, part.data());
+  EXPECT_EQ(part, (std::vector<int32_t>{128255, 151935, 100000}));
+  EXPECT_TRUE(contains(src->describe(), "1 file, 8 tokens, uint32")) << src->describe();
+}
+
+TEST(LlmcSource, Uint32TokenAtOrAboveVocabNamesValueAndByte) {
+  TempDir dir;
+  write_llmc32(dir.file("l.bin"), {5, 128255, 128256, 200000});  // Llama 3: vocab 128256
+  const std::string msg = bad_input_message([&] { open_llmc_source(dir.file("l.bin"), 128256); });
+  EXPECT_TRUE(contains(msg, dir.file("l.bin"))) << msg;
+  EXPECT_TRUE(contains(msg, "token 128256 at byte 1032 (token index 2) is >= model.vocab_size 128256")) << msg;
+}
+
+TEST(LlmcSource, OneGlobMayMixUint16AndUint32Shards) {
+  TempDir dir;
+  write_llmc(dir.file("a.bin"), {1, 2, 3});
+  write_llmc32(dir.file("b.bin"), {70000, 4});
+  write_llmc(dir.file("c.bin"), {5});
+  auto src = open_llmc_source(dir.file("*.bin"), 70001);
+  EXPECT_EQ(read_all(*src), (std::vector<int32_t>{1, 2, 3, 70000, 4, 5}));
+  EXPECT_EQ(src->file_width(0), TokenWidth::kU16);
+  EXPECT_EQ(src->file_width(1), TokenWidth::kU32);
+  std::vector<int32_t> part(3);
+  src->read(2, 3, part.data());  // across both boundaries of the uint32 shard
+  EXPECT_EQ(part, (std::vector<int32_t>{3, 70000, 4}));
+  EXPECT_TRUE(contains(src->describe(), "3 files, 6 tokens, 2 uint16 and 1 uint32")) << src->describe();
+}
+
+TEST(LlmcSource, MagicAndVersionMustBeOneOfTheTwoPairs) {
+  TempDir dir;
+  LlmcShard32 wide{{1, 2}};
+  wide.version = 1;  // the uint16 version under the uint32 magic
+  write_bytes(dir.file("w.bin"), wide.bytes());
+  std::string msg = bad_input_message([&] { open_llmc_source(dir.file("w.bin"), 256); });
+  EXPECT_TRUE(contains(msg, dir.file("w.bin"))) << msg;
+  EXPECT_TRUE(contains(msg, "unsupported version at byte 4: expected 7 (the version of magic 20240801, uint32 "
+                            "tokens), got 1")) << msg;
+
+  LlmcShard narrow{{1, 2}};
+  narrow.version = 7;  // the uint32 version under the uint16 magic
+  write_bytes(dir.file("n.bin"), narrow.bytes());
+  msg = bad_input_message([&] { open_llmc_source(dir.file("n.bin"), 256); });
+  EXPECT_TRUE(contains(msg, "unsupported version at byte 4: expected 1 (the version of magic 20240520, uint16 "
+                            "tokens), got 7")) << msg;
+}
+
+TEST(LlmcSource, Uint32SizeIsCheckedInFourByteTokens) {
+  TempDir dir;
+  LlmcShard32 s{{1, 2, 3}};
+  s.header_count = 5;  // bytes [1024, 1044), the file is 1036 bytes
+  write_bytes(dir.file("t.bin"), s.bytes());
+  const std::string msg = bad_input_message([&] { open_llmc_source(dir.file("t.bin"), 256); });
+  EXPECT_TRUE(contains(msg, "byte 8 says 5 tokens, i.e. bytes [1024, 1044), but the file is 1036 bytes: room for 3 "
+                            "tokens")) << msg;
+}
+
 TEST(LlmcSource, GlobOrderIsBytewiseSortedNotCreationOrder) {
   TempDir dir;
   write_llmc(dir.file("c9.bin"), {9});
@@ -78,7 +146,7 @@ TEST(LlmcSource, BadMagicNamesFileExpectedGotAndByte0) {
   const std::string msg = bad_input_message([&] { open_llmc_source(dir.file("bad.bin"), 256); });
   EXPECT_TRUE(contains(msg, dir.file("bad.bin"))) << msg;
   EXPECT_TRUE(contains(msg, "at byte 0")) << msg;
-  EXPECT_TRUE(contains(msg, "expected 20240520, got 12345")) << msg;
+  EXPECT_TRUE(contains(msg, "expected 20240520 (uint16 tokens) or 20240801 (uint32 tokens), got 12345")) << msg;
 }
 
 TEST(LlmcSource, BadVersionNamesByte4) {
@@ -198,6 +266,21 @@ TEST(FindFirstTokenAtLeast, FindsTheFirstOverManyChunks) {
   EXPECT_EQ(find_first_token_at_least(t.data(), static_cast<int64_t>(t.size()), 7), 0);
   EXPECT_EQ(find_first_token_at_least(t.data(), static_cast<int64_t>(t.size()), 65536), -1);
   EXPECT_EQ(find_first_token_at_least(t.data(), 0, 1), -1);
+}
+
+TEST(FindFirstTokenAtLeast, Uint32InMemoryAndInFile) {
+  std::vector<uint32_t> t(700'001, 65536);
+  t[400'000] = 151935;
+  t[650'000] = 151936;
+  EXPECT_EQ(find_first_token_at_least(t.data(), static_cast<int64_t>(t.size()), 151936), 650'000);
+  EXPECT_EQ(find_first_token_at_least(t.data(), static_cast<int64_t>(t.size()), 100000), 400'000);
+  EXPECT_EQ(find_first_token_at_least(t.data(), static_cast<int64_t>(t.size()), 151937), -1);
+  TempDir dir;
+  write_llmc32(dir.file("big.bin"), t);  // three 256 Ki-token chunks of the in-file scan
+  const int64_t n = static_cast<int64_t>(t.size());
+  EXPECT_EQ(find_first_token_at_least_in_file(dir.file("big.bin"), 1024, n, 151936, TokenWidth::kU32), 650'000);
+  EXPECT_EQ(find_first_token_at_least_in_file(dir.file("big.bin"), 1024, n, 65537, TokenWidth::kU32), 400'000);
+  EXPECT_EQ(find_first_token_at_least_in_file(dir.file("big.bin"), 1024, n, 151937, TokenWidth::kU32), -1);
 }
 
 TEST(FindFirstTokenAtLeast, InFileScansChunksAndReportsTheFirstBadToken) {

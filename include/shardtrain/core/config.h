@@ -95,6 +95,8 @@ struct OptimConfig {
 };
 
 enum class DataFormat { kLlmc, kText };
+// data.loss_mask: auto reads the llm.c shards' loss masks (NAME.mask beside NAME.bin) where they exist; off reads none.
+enum class LossMaskMode { kAuto, kOff };
 
 struct DataConfig {
   std::string path = "@fortunes";  // a file, a glob, or @fortunes
@@ -102,6 +104,7 @@ struct DataConfig {
   std::string val_path;       // empty: hold out val_holdout
   double val_holdout = 0.05;  // fraction, in [0, 1)
   bool shuffle = true;
+  LossMaskMode loss_mask = LossMaskMode::kAuto;
 };
 
 struct CkptConfig {
@@ -202,6 +205,7 @@ std::string to_ini(const Config& cfg);
 const char* to_string(ModelArch a);
 const char* to_string(RopeScaling r);
 const char* to_string(DataFormat f);
+const char* to_string(LossMaskMode m);
 const char* to_string(Device d);
 const char* to_string(DType t);
 const char* to_string(AttentionImpl a);

@@ -5,6 +5,8 @@
 //       train = the tokens before them.
 //     0 < data.val_holdout < 1 is required.
 //   data.val_path set: train is all of data.path, val is all of data.val_path, same data.format.
+//   Loss masks (data.loss_mask=auto): a held-out val is a slice of the training stream, masks included; a
+//   data.val_path decides for itself whether its files have masks (llmc_source.h).
 //
 // Each stream must hold at least seq_len + 1 tokens (one window of the sampler); otherwise kBadInput
 // naming the paths and all the numbers.

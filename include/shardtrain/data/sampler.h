@@ -27,6 +27,12 @@
 //   Inputs and targets of sequence b: inputs[b*T + t] = token[w*T + t], targets[b*T + t] = token[w*T + t + 1]
 //     for 0 <= t < T: targets are the inputs shifted by one.
 //
+//   Loss masks: where the source has one (TokenSource::has_loss_mask) and mask[w*T + t + 1] == 0, targets[b*T + t]
+//     is kNoTarget (-1) instead. THE CONVENTION, everywhere downstream (kernels, models, backends, StepEngine):
+//     a target < 0 is not a target, as PyTorch's ignore_index: its position gets no loss and no gradient, and it is
+//     not counted in the mean. step_targets() and eval_targets() count the targets of every rank, so that each rank
+//     knows the normaliser of the mean without a collective.
+//
 //   Evaluation (fill_eval): batch i of a validation pass gives sequence b the window
 //       ((i * world + rank) * micro_batch + b) mod W,
 //     never shuffled, independent of seed, step and accum: every pass reads the same windows.
@@ -42,6 +48,9 @@
 #include "shardtrain/data/token_source.h"
 
 namespace st {
+
+// The target of a position whose loss-mask byte is 0 (any target < 0 means the same).
+inline constexpr int32_t kNoTarget = -1;
 
 // The random_bits_at() stream the shuffled order draws its per-epoch keys from.
 inline constexpr uint64_t kDataOrderStream = 0xDA7A0DE4DA7A0DE4ull;
@@ -69,6 +78,13 @@ class Sampler {
   // Writes this rank's micro-batch of validation batch `batch` (>= 0), same layout as fill().
   void fill_eval(int64_t batch, int32_t* inputs, int32_t* targets) const;
 
+  // The number of targets (entries >= 0 of the targets fill() writes) in optimizer step `step` over every rank and
+  // micro-step: the normaliser of the step's mean loss. Without a loss mask, sequences_per_step() * T. Reads the mask
+  // bytes of the step's G windows (G * T bytes).
+  int64_t step_targets(int64_t step) const;
+  // The same over validation batches [0, batches) of every rank (fill_eval).
+  int64_t eval_targets(int64_t batches) const;
+
   // The pieces of the order, exposed so the trainer can log or checkpoint them and tests can check them.
   int64_t num_windows() const { return num_windows_; }
   int64_t global_index(int64_t step, int64_t micro_step, int64_t b) const;
@@ -80,6 +96,8 @@ class Sampler {
 
  private:
   void fill_windows(const int64_t* windows, int32_t* inputs, int32_t* targets) const;
+  // The targets of window w: how many of its T mask bytes [w*T + 1, w*T + T + 1) are 1.
+  int64_t window_targets(int64_t w) const;
 
   const TokenSource& source_;
   SamplerOptions options_;

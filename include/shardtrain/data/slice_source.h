@@ -25,6 +25,8 @@ class SliceSource final : public TokenSource {
   void read(int64_t offset, int64_t count, int32_t* out) const override;
   std::string describe() const override;
   int vocab_size() const override { return parent_->vocab_size(); }
+  bool has_loss_mask() const override { return parent_->has_loss_mask(); }
+  void read_mask(int64_t offset, int64_t count, uint8_t* out) const override;
 
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }
