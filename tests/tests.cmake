@@ -65,6 +65,7 @@ include(${CMAKE_SOURCE_DIR}/tests/train/train.cmake)
 include(${CMAKE_SOURCE_DIR}/tests/launch/launch.cmake)
 include(${CMAKE_SOURCE_DIR}/tests/k8s/k8s.cmake)
 include(${CMAKE_SOURCE_DIR}/tests/text/text.cmake)
+include(${CMAKE_SOURCE_DIR}/tests/text/tokenize.cmake)
 include(${CMAKE_SOURCE_DIR}/tests/app/app.cmake)
 include(${CMAKE_SOURCE_DIR}/tests/bench/bench.cmake)
 # The fault-injection suite's tests that are not GoogleTest binaries: one tests/faults/<topic>.cmake each.

