@@ -15,6 +15,10 @@ int cmd_ckpt(const std::vector<std::string>& args);
 // group, and the sharding plan for the config (topo_command.cc). Collective, like train.
 int cmd_topo(const std::vector<std::string>& args, st::Communicator& world);
 
+// shardtrain generate --ckpt DIR (--prompt TEXT | --prompt-ids 1,2,3) [...]: a checkpoint's model continues a prompt,
+// decoding with a key/value cache (generate_command.cc). Collective: every rank decodes the same; rank 0 prints.
+int cmd_generate(const std::vector<std::string>& args, st::Communicator& world);
+
 // shardtrain plot METRICS.jsonl [--out FILE.svg]: the run's curves as a self-contained SVG (plot_command.cc).
 // Single-process.
 int cmd_plot(const std::vector<std::string>& args);

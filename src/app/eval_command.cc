@@ -8,18 +8,14 @@
 #include "eval_command.h"
 
 #include <cstdio>
-#include <filesystem>
 
+#include "checkpoint_config.h"
 #include "shardtrain/ckpt/checkpoint.h"
-#include "shardtrain/ckpt/checkpoint_check.h"
-#include "shardtrain/ckpt/manifest.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/source_factory.h"
 #include "shardtrain/train/step_engine.h"
-
-namespace fs = std::filesystem;
 
 int cmd_eval(const std::vector<std::string>& args, st::Communicator& comm) {
   std::string dir;
@@ -43,11 +39,7 @@ int cmd_eval(const std::vector<std::string>& args, st::Communicator& comm) {
     }
   }
   if (dir.empty()) ST_BAD_INPUT("shardtrain eval needs --ckpt DIR (a committed step directory)");
-  const std::string manifest_path = (fs::path(dir) / "manifest.json").string();
-  // The checks of every checkpoint reader, before anything is built; load_checkpoint checks the rank files.
-  const st::Manifest m = st::open_checkpoint(dir);
-  const st::Config cfg = st::load_config_text(m.config_ini, "the config saved in " + manifest_path, overrides);
-  st::check_model_matches(m, cfg.model, "command-line overrides of " + manifest_path);
+  const st::Config cfg = checkpoint_config(dir, overrides);
 
   const int world = comm.world_size();
   const int64_t batches = cfg.train.eval_batches;

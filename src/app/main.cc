@@ -35,6 +35,9 @@ constexpr const char* kUsage =
     "           --config at most, a regular file of at most 1 MiB\n"
     "  ckpt     checkpoint tools: shardtrain ckpt inspect|verify DIR, shardtrain ckpt export DIR --out PATH\n"
     "  eval     mean loss of a checkpoint: shardtrain eval --ckpt DIR [--data.path=FILE] [--train.eval_batches=N]\n"
+    "  generate text from a checkpoint, with a key/value cache: shardtrain generate --ckpt DIR (--prompt TEXT |\n"
+    "           --prompt-ids 1,2,3) [--max-tokens N] [--temperature T] [--top-k K] [--seed S] [--train.device=cuda]\n"
+    "           (shardtrain generate --help for the details)\n"
     "  topo     nodes, measured link bandwidths and the sharding plan: shardtrain topo [--config FILE] [...]\n"
     "  plot     a metrics file's curves as an SVG: shardtrain plot METRICS.jsonl [--out run.svg]\n"
     "  tokenize text or JSONL to token shards: shardtrain tokenize --tokenizer tokenizer.json --out PREFIX INPUT...\n"
@@ -126,11 +129,12 @@ int run(int argc, char** argv, st::Communicator& comm) {
   if (cmd == "train") return cmd_train(rest, comm);
   if (cmd == "ckpt") return cmd_ckpt(rest);
   if (cmd == "eval") return cmd_eval(rest, comm);
+  if (cmd == "generate") return cmd_generate(rest, comm);
   if (cmd == "topo") return cmd_topo(rest, comm);
   if (cmd == "plot") return cmd_plot(rest);
   if (cmd == "tokenize") return cmd_tokenize(rest);
   ST_BAD_INPUT("unknown command '", st::excerpt(cmd),
-               "' (expected: train, eval, topo, plot, tokenize or ckpt; see shardtrain --help)");
+               "' (expected: train, eval, generate, topo, plot, tokenize or ckpt; see shardtrain --help)");
 }
 
 }  // namespace
@@ -150,7 +154,7 @@ int main(int argc, char** argv) {
     const std::string cmd = argc >= 2 ? argv[1] : "";
     st::WorldOptions world = st::world_options_from_args(
         argc, argv, cmd == "train" ? std::optional<std::string>(default_config_path()) : std::nullopt);
-    world.single_process = cmd != "train" && cmd != "eval" && cmd != "topo";
+    world.single_process = cmd != "train" && cmd != "eval" && cmd != "generate" && cmd != "topo";
     const std::unique_ptr<st::Communicator> comm = st::join_world(&argc, &argv, world, &mpi);
     return run(argc, argv, *comm);  // comm is destroyed before the session finalises MPI
   } catch (const st::Error& e) {

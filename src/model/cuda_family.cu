@@ -1,7 +1,9 @@
 #include "shardtrain/model/cuda_family.h"
 
 #include "shardtrain/core/error.h"
+#include "shardtrain/model/gpt2/cuda_gpt_decoder.h"
 #include "shardtrain/model/gpt2/cuda_gpt_model.h"
+#include "shardtrain/model/llama/cuda_llama_decoder.h"
 #include "shardtrain/model/llama/cuda_llama_model.h"
 
 namespace st {
@@ -13,12 +15,20 @@ std::unique_ptr<CudaUnitModel<T>> make(const ModelConfig& cfg, int64_t max_batch
   return std::make_unique<Model>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward);
 }
 
+template <typename T, typename D>
+std::unique_ptr<Decoder> make_decoder(const ModelConfig& cfg, const std::vector<std::vector<float>>& weights,
+                                      int device) {
+  return std::make_unique<D>(cfg, weights, device);
+}
+
 }  // namespace
 
 template <typename T>
 const CudaModelFamily<T>& cuda_model_family(ModelArch arch) {
-  static const CudaModelFamily<T> gpt2{ModelArch::kGpt2, &make<T, CudaGpt<T>>, &cuda_gpt_footprint<T>};
-  static const CudaModelFamily<T> llama{ModelArch::kLlama, &make<T, CudaLlama<T>>, &cuda_llama_footprint<T>};
+  static const CudaModelFamily<T> gpt2{ModelArch::kGpt2, &make<T, CudaGpt<T>>, &cuda_gpt_footprint<T>,
+                                       &make_decoder<T, CudaGptDecoder<T>>};
+  static const CudaModelFamily<T> llama{ModelArch::kLlama, &make<T, CudaLlama<T>>, &cuda_llama_footprint<T>,
+                                        &make_decoder<T, CudaLlamaDecoder<T>>};
   switch (arch) {
     case ModelArch::kGpt2:
       return gpt2;

@@ -6,17 +6,11 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/fault.h"
-#include "shardtrain/core/rng.h"
+#include "shardtrain/model/decoder.h"
 #include "shardtrain/optim/adamw_optimizer.h"
 #include "shardtrain/optim/lr_schedule.h"
 
 namespace st {
-namespace {
-
-// RNG stream for text generation, apart from the initialisation streams (units.cc).
-constexpr uint64_t kSampleStream = 0x5A3D1E;
-
-}  // namespace
 
 StepEngine::StepEngine(const Config& cfg, Communicator& comm)
     : cfg_(cfg), comm_(comm), model_(make_model_backend(cfg, comm)), scaler_(LossScaler::for_dtype(cfg.compute_dtype())) {
@@ -139,32 +133,10 @@ float StepEngine::evaluate(const BatchFn& batch, int64_t batches) {
   return static_cast<float>(sum / static_cast<double>(batches * comm_.world_size()));
 }
 
-std::vector<int32_t> StepEngine::generate(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed) {
-  ST_CHECK(!prompt.empty(), "generation needs a prompt of at least one token");
-  const int64_t T = cfg_.model.seq_len;
-  std::vector<int32_t> seq = prompt, out;
-  std::vector<float> logits;
-  Rng rng(seed, kSampleStream);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t len = std::min<int64_t>(T, static_cast<int64_t>(seq.size()));
-    model_->last_logits(seq.data() + seq.size() - len, len, &logits);
-    // Softmax sampling by inverse CDF; every rank draws the same number, so all agree on the token.
-    const float mx = *std::max_element(logits.begin(), logits.end());
-    double total = 0.0;
-    for (float& x : logits) total += (x = std::exp(x - mx));
-    double u = rng.next_uniform() * total;
-    int32_t tok = static_cast<int32_t>(logits.size()) - 1;
-    for (size_t k = 0; k < logits.size(); ++k) {
-      u -= logits[k];
-      if (u <= 0) {
-        tok = static_cast<int32_t>(k);
-        break;
-      }
-    }
-    seq.push_back(tok);
-    out.push_back(tok);
-  }
-  return out;
+std::vector<int32_t> StepEngine::generate(const std::vector<int32_t>& prompt, int64_t n, const SamplingOptions& options,
+                                          GenerationStats* stats) {
+  const std::unique_ptr<Decoder> decoder = make_decoder(cfg_, gather_params(), comm_.device_rank());
+  return generate_tokens(*decoder, prompt, n, options, stats);
 }
 
 std::vector<std::vector<float>> StepEngine::gather_params() {

@@ -4,10 +4,19 @@
 #include "../common/run_shardtrain.h"
 #include <sys/wait.h>
 
+#include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/checkpoint_check.h"
+#include "shardtrain/comm/communicator.h"
+#include "shardtrain/core/config.h"
+#include "shardtrain/data/text_codec.h"
+#include "shardtrain/model/sampling.h"
+#include "shardtrain/train/step_engine.h"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -28,6 +37,20 @@ class Cli : public ::testing::Test {
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
+  // A tiny byte-level GPT (configs/tiny.ini, seq_len 32, 8 sequences a step) trained for `steps` steps; returns its
+  // checkpoint's step directory. 200 steps (a few seconds) take its greedy text from one byte repeated to a few.
+  std::string train_tiny(int steps, const std::string& extra = "") {
+    const std::string ckpt = (dir_ / "ckpt").string();
+    const Result r =
+        run_shardtrain("train --config " + std::string(SHARDTRAIN_SOURCE_DIR) +
+                       "/configs/tiny.ini --train.sample_tokens=0 --model.seq_len=32 --train.micro_batch=8 "
+                       "--train.global_batch=8 --train.eval_every=0 --train.eval_batches=1 --train.steps=" +
+                       std::to_string(steps) + " --ckpt.dir=" + ckpt + " " + extra);
+    EXPECT_EQ(r.code, 0) << r.output;
+    char name[32];
+    std::snprintf(name, sizeof(name), "/step_%08d", steps);
+    return ckpt + name;
+  }
   std::string write(const std::string& name, const std::string& text) {
     const fs::path p = dir_ / name;
     std::ofstream(p, std::ios::binary) << text;
@@ -37,6 +60,24 @@ class Cli : public ::testing::Test {
 };
 
 bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+// The greedy continuation of `seq` by checkpoint step_dir's model, each token the argmax of the sharded model's
+// last_logits over the whole prefix: the full recompute, without a key/value cache.
+std::vector<int32_t> greedy_by_recompute(const std::string& step_dir, std::vector<int32_t> seq, int n) {
+  st::Config cfg = st::load_config_text(st::open_checkpoint(step_dir).config_ini, step_dir, {});
+  cfg.train.micro_batch = cfg.train.global_batch = 1;
+  st::SoloCommunicator comm;
+  st::StepEngine engine(cfg, comm);
+  st::load_checkpoint(step_dir, cfg, engine.sharded(), comm);
+  std::vector<int32_t> out;
+  std::vector<float> logits;
+  for (int i = 0; i < n; ++i) {
+    engine.sharded().last_logits(seq.data(), static_cast<int64_t>(seq.size()), &logits);
+    out.push_back(st::argmax_token(logits));
+    seq.push_back(out.back());
+  }
+  return out;
+}
 
 TEST_F(Cli, HelpListsEveryConfigKey) {
   const Result r = run_shardtrain("--help");
@@ -166,6 +207,108 @@ TEST_F(Cli, TinyLlamaLearnsTheCorpus) {
   ASSERT_NE(val, std::string::npos) << r.output;
   EXPECT_LT(std::stod(r.output.substr(val + 9)), 2.4) << r.output;
   EXPECT_TRUE(contains(r.output, "sample")) << r.output;
+}
+
+// `generate` on a byte-level checkpoint: the same flags give the same text; greedy decoding with the key/value cache
+// prints what the full recompute's argmax gives; the summary line goes to stderr.
+TEST_F(Cli, GenerateIsDeterministicAndGreedyIsTheFullRecompute) {
+  const std::string step = train_tiny(200);
+  const std::string sample =
+      "generate --ckpt " + step + " --prompt 'The q' --max-tokens 40 --temperature 0.9 --top-k 20";
+  const Result a = run_shardtrain(sample + " --seed 3 2>/dev/null");
+  const Result b = run_shardtrain(sample + " --seed=3 2>/dev/null");
+  const Result c = run_shardtrain(sample + " --seed 4 2>/dev/null");
+  ASSERT_EQ(a.code, 0) << a.output;
+  EXPECT_EQ(a.output, b.output);
+  EXPECT_NE(a.output, c.output);
+  // 5 + 20 bytes: within the 32 positions, so no slide. stdout holds the text alone, stderr the summary.
+  const std::string greedy = "generate --ckpt " + step + " --prompt 'The q' --max-tokens 20 --temperature 0";
+  const Result g = run_shardtrain(greedy + " 2>/dev/null");
+  ASSERT_EQ(g.code, 0) << g.output;
+  const st::ByteCodec bytes;
+  const std::vector<int32_t> ids = greedy_by_recompute(step, bytes.encode("The q"), 20);
+  EXPECT_GE(std::set<int32_t>(ids.begin(), ids.end()).size(), 3u);  // a real sequence, not one byte repeated
+  const std::string want = bytes.decode(ids) + "\n";
+  EXPECT_EQ(g.output, want);
+  const Result summary = run_shardtrain(greedy + " 2>&1 >/dev/null");
+  EXPECT_TRUE(contains(summary.output, "generate: " + step + " (step 200) on cpu/fp32: prefill 5 tokens in "))
+      << summary.output;
+  EXPECT_TRUE(contains(summary.output, "decode 19 tokens in ") && contains(summary.output, " tokens/s)"))
+      << summary.output;
+  // top-k 1 at any temperature is greedy.
+  EXPECT_EQ(run_shardtrain(greedy + " --top-k 1 --temperature 3 2>/dev/null").output, want);
+  // Past seq_len the context slides (at 5 + 27 tokens, then every 16) and generation goes on.
+  const std::string longer = "generate --ckpt " + step + " --prompt 'The q' --max-tokens 70 --temperature 0";
+  const Result l = run_shardtrain(longer + " 2>/dev/null");
+  ASSERT_EQ(l.code, 0) << l.output;
+  EXPECT_EQ(l.output.substr(0, want.size() - 1), want.substr(0, want.size() - 1));
+  EXPECT_TRUE(contains(run_shardtrain(longer + " 2>&1 >/dev/null").output, "the context slid 3 time(s)"));
+}
+
+TEST_F(Cli, GenerateHelpListsItsFlags) {
+  const Result r = run_shardtrain("generate --help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* flag : {"--ckpt DIR", "--prompt TEXT", "--prompt-ids LIST", "--max-tokens N", "--temperature T",
+                           "--top-k K", "--seed S", "--train.device=cpu|cuda"})
+    EXPECT_TRUE(contains(r.output, flag)) << flag << " missing in " << r.output;
+  EXPECT_TRUE(contains(run_shardtrain("--help").output, "  generate text from a checkpoint"));
+}
+
+TEST_F(Cli, GenerateRefusesBadFlagsNamingThem) {
+  const std::string no_ckpt = "generate --ckpt " + (dir_ / "nope").string() + " --prompt hi ";
+  for (const auto& [args, names] : std::vector<std::pair<std::string, std::string>>{
+           {"--temperature -1", "--temperature"},
+           {"--temperature hot", "--temperature"},
+           {"--top-k -2", "--top-k"},
+           {"--top-k 2.5", "--top-k"},
+           {"--max-tokens 0", "--max-tokens"},
+           {"--max-tokens", "--max-tokens"},
+           {"--seed -1", "--seed"},
+           {"--topk 3", "--topk"},
+           {"--prompt-ids 1,2", "both"}}) {
+    const Result r = run_shardtrain(no_ckpt + args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.output;
+    EXPECT_TRUE(contains(r.output, names)) << args << ": " << r.output;
+  }
+  const Result no_prompt = run_shardtrain("generate --ckpt " + (dir_ / "nope").string());
+  EXPECT_EQ(no_prompt.code, 2);
+  EXPECT_TRUE(contains(no_prompt.output, "--prompt")) << no_prompt.output;
+  const Result no_dir = run_shardtrain("generate --prompt hi");
+  EXPECT_EQ(no_dir.code, 2);
+  EXPECT_TRUE(contains(no_dir.output, "--ckpt")) << no_dir.output;
+  const Result missing = run_shardtrain(no_ckpt);
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_TRUE(contains(missing.output, (dir_ / "nope").string())) << missing.output;
+
+  // What needs the checkpoint's model: a prompt past seq_len, an id past the vocabulary, a changed model key.
+  const std::string step = train_tiny(1);
+  const Result too_long = run_shardtrain("generate --ckpt " + step + " --prompt '" + std::string(33, 'a') + "'");
+  EXPECT_EQ(too_long.code, 2);
+  EXPECT_TRUE(contains(too_long.output, "--prompt holds 33 tokens") && contains(too_long.output, "model.seq_len"))
+      << too_long.output;
+  const Result bad_id = run_shardtrain("generate --ckpt " + step + " --prompt-ids 1,256");
+  EXPECT_EQ(bad_id.code, 2);
+  EXPECT_TRUE(contains(bad_id.output, "--prompt-ids") && contains(bad_id.output, "[0, 256)")) << bad_id.output;
+  const Result model = run_shardtrain("generate --ckpt " + step + " --prompt hi --model.n_embd=64");
+  EXPECT_EQ(model.code, 2);
+  EXPECT_TRUE(contains(model.output, "model.n_embd")) << model.output;
+}
+
+// A vocabulary other than bytes: --prompt needs a tokenizer and is refused; --prompt-ids works and prints ids, the
+// greedy ones equal to the full recompute's.
+TEST_F(Cli, GenerateWithoutATokenizerTakesIds) {
+  const std::string step = train_tiny(200, "--model.vocab_size=300");
+  const Result text = run_shardtrain("generate --ckpt " + step + " --prompt hi");
+  EXPECT_EQ(text.code, 2);
+  EXPECT_TRUE(contains(text.output, "tokenizer") && contains(text.output, "--prompt-ids")) << text.output;
+  const Result ids = run_shardtrain("generate --ckpt " + step + " --prompt-ids 72,299,32 --max-tokens 12 "
+                                    "--temperature 0 2>/dev/null");
+  ASSERT_EQ(ids.code, 0) << ids.output;
+  const std::vector<int32_t> greedy = greedy_by_recompute(step, {72, 299, 32}, 12);
+  EXPECT_GE(std::set<int32_t>(greedy.begin(), greedy.end()).size(), 3u);
+  std::string want;
+  for (int32_t t : greedy) want += (want.empty() ? "" : ",") + std::to_string(t);
+  EXPECT_EQ(ids.output, want + "\n");
 }
 
 }  // namespace

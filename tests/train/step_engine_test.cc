@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "../common/tiny_training.h"
@@ -147,11 +148,36 @@ TEST(StepEngine, GenerateIsDeterministicAndInVocab) {
   SoloCommunicator comm;
   StepEngine s(c, comm);
   const std::vector<int32_t> prompt = {1, 2, 3};
-  const auto a = s.generate(prompt, 40, 5);  // longer than seq_len: the context slides
-  const auto b = s.generate(prompt, 40, 5);
+  SamplingOptions o;
+  o.seed = 5;
+  const auto a = s.generate(prompt, 40, o);  // longer than seq_len: the context slides
+  const auto b = s.generate(prompt, 40, o);
   ASSERT_EQ(a.size(), 40u);
   EXPECT_EQ(a, b);
   for (int32_t t : a) EXPECT_TRUE(t >= 0 && t < 200) << t;
+}
+
+// Greedy generation through the engine's decoder picks, token after token, the argmax of the sharded model's
+// last_logits over the whole prefix (the full recompute).
+TEST_P(StepEngineFamily, GreedyGenerationEqualsTheArgmaxOfLastLogits) {
+  const Config c = config();
+  SoloCommunicator comm;
+  StepEngine s(c, comm);
+  testing::Trace trace;
+  testing::train_steps(s, c, comm, kSeed, 0, 3, &trace);  // weights past initialisation
+  std::vector<int32_t> seq = {5, 6, 7};
+  SamplingOptions greedy;
+  greedy.temperature = 0;
+  GenerationStats stats;
+  const std::vector<int32_t> got = s.generate(seq, c.model.seq_len - 3, greedy, &stats);  // fills the window
+  EXPECT_EQ(stats.slides, 0);
+  EXPECT_GT(std::set<int32_t>(got.begin(), got.end()).size(), 2u);  // a real sequence, not one token repeated
+  std::vector<float> logits;
+  for (int32_t t : got) {
+    s.sharded().last_logits(seq.data(), static_cast<int64_t>(seq.size()), &logits);
+    ASSERT_EQ(t, argmax_token(logits)) << "after " << seq.size() << " tokens";
+    seq.push_back(t);
+  }
 }
 
 }  // namespace

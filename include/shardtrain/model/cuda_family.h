@@ -1,5 +1,6 @@
 // The CUDA side of ModelFamily (family.h): per family, its GPU model and the device memory that model needs, which
-// the CUDA engine and its memory plan take from here. Apart from family.h so that CPU-only builds see no CUDA type.
+// the CUDA engine and its memory plan take from here, and its GPU decoder. Apart from family.h so that CPU-only builds
+// see no CUDA type.
 //
 //   const CudaModelFamily<bf16>& f = cuda_model_family<bf16>(cfg.model.arch);
 //   const CudaModelFootprint need = f.footprint(cfg.model, B, recompute, attention.scratch_bytes);
@@ -9,11 +10,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "shardtrain/core/config.h"
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/model/cuda_unit_model.h"
+#include "shardtrain/model/decoder.h"
 
 namespace st {
 
@@ -30,6 +33,10 @@ struct CudaModelFamily {
   // attention choice asks for), computed without allocating.
   CudaModelFootprint (*footprint)(const ModelConfig& cfg, int64_t max_batch, bool recompute,
                                   int64_t attention_scratch_bytes);
+  // The decoder with a key/value cache (decoder.h) on CUDA device `device`, its weights rounded to T from every
+  // unit's full fp32 buffer.
+  std::unique_ptr<Decoder> (*make_decoder)(const ModelConfig& cfg, const std::vector<std::vector<float>>& weights,
+                                           int device);
 };
 
 template <typename T>

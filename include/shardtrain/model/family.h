@@ -1,8 +1,9 @@
 // What differs between model families, in one place per family: src/model/gpt2/ and src/model/llama/ each define
-// their unit list (tensor layout, initialisation, weight-decay rule), their CPU model and their FLOP count. The
-// engine (sharding, schedules, collectives, offload, checkpoints, the memory plan) sees only the unit list and the
-// UnitModel calls, and so is the same for every family. The GPU side of a family (its CUDA model and that model's
-// device footprint) is cuda_model_family() in cuda_family.h, apart so that CPU-only builds see no CUDA type.
+// their unit list (tensor layout, initialisation, weight-decay rule), their CPU model, their CPU decoder and their FLOP
+// count. The engine (sharding, schedules, collectives, offload, checkpoints, the memory plan) sees only the unit list
+// and the UnitModel calls, and so is the same for every family. The GPU side of a family (its CUDA model, that model's
+// device footprint and its CUDA decoder) is cuda_model_family() in cuda_family.h, apart so that CPU-only builds see no
+// CUDA type.
 //
 //   const ModelFamily& f = model_family(cfg.model.arch);
 //   std::vector<UnitLayout> units = f.build_units(cfg.model);
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/model/decoder.h"
 #include "shardtrain/model/unit_model.h"
 #include "shardtrain/model/units.h"
 
@@ -30,6 +32,8 @@ struct ModelFamily {
   // The CPU fp32 model, and the bytes it would allocate (for the memory plan, before it exists).
   std::unique_ptr<UnitModel> (*make_cpu_model)(const ModelConfig& cfg, int64_t max_batch, bool recompute);
   int64_t (*cpu_footprint_bytes)(const ModelConfig& cfg, int64_t max_batch, bool recompute);
+  // The CPU fp32 decoder with a key/value cache (decoder.h) over every unit's full weights.
+  std::unique_ptr<Decoder> (*make_cpu_decoder)(const ModelConfig& cfg, std::vector<std::vector<float>> weights);
 };
 
 const ModelFamily& model_family(ModelArch arch);

@@ -16,6 +16,8 @@
 
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
+#include "shardtrain/model/generation.h"
+#include "shardtrain/model/sampling.h"
 #include "shardtrain/optim/adamw_optimizer.h"
 #include "shardtrain/optim/loss_scaler.h"
 #include "shardtrain/shard/model_backend.h"
@@ -57,8 +59,11 @@ class StepEngine {
   // Mean loss over `batches` micro-batches per rank, over all ranks. Collective.
   float evaluate(const BatchFn& batch, int64_t batches);
 
-  // Samples `n` tokens continuing `prompt` (temperature 1), identically on every rank. Collective.
-  std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed);
+  // Samples `n` tokens continuing `prompt` with a key/value-cache decoder on train.device (model/decoder.h) over the
+  // gathered weights, by generate_tokens (model/generation.h: the sampling rule, the sliding context), identically
+  // on every rank. Collective (the gather).
+  std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int64_t n, const SamplingOptions& options,
+                                GenerationStats* stats = nullptr);
 
   // Full flat parameter (or gradient) buffers of every unit, on every rank. Collective.
   std::vector<std::vector<float>> gather_params();

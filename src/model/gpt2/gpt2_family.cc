@@ -1,5 +1,6 @@
-// GPT-2: its unit list, FLOP count and CPU model.
+// GPT-2: its unit list, FLOP count, CPU model and CPU decoder.
 #include "shardtrain/model/family.h"
+#include "shardtrain/model/gpt2/gpt_decoder.h"
 #include "shardtrain/model/gpt2/gpt_model.h"
 
 namespace st {
@@ -52,11 +53,15 @@ std::unique_ptr<UnitModel> make_gpt2(const ModelConfig& cfg, int64_t max_batch, 
   return std::make_unique<GptModel>(cfg, max_batch, recompute);
 }
 
+std::unique_ptr<Decoder> make_gpt2_decoder(const ModelConfig& cfg, std::vector<std::vector<float>> weights) {
+  return std::make_unique<GptDecoder>(cfg, std::move(weights));
+}
+
 }  // namespace
 
 const ModelFamily& gpt2_family() {
   static const ModelFamily f{ModelArch::kGpt2, "gpt2", gpt2_units, gpt2_flop_params, make_gpt2,
-                             GptModel::footprint_bytes};
+                             GptModel::footprint_bytes, make_gpt2_decoder};
   return f;
 }
 

@@ -1,7 +1,8 @@
-// Llama (Hugging Face's LlamaForCausalLM; Qwen2ForCausalLM with q/k/v biases): its unit list, FLOP count and CPU
-// model. Initialisation as Hugging Face's: every matrix N(0, 0.02), norms 1, biases 0. Weight decay on the blocks'
-// matrices only, as for gpt2.
+// Llama (Hugging Face's LlamaForCausalLM; Qwen2ForCausalLM with q/k/v biases): its unit list, FLOP count, CPU model and
+// CPU decoder. Initialisation as Hugging Face's: every matrix N(0, 0.02), norms 1, biases 0. Weight decay on the
+// blocks' matrices only, as for gpt2.
 #include "shardtrain/model/family.h"
+#include "shardtrain/model/llama/llama_decoder.h"
 #include "shardtrain/model/llama/llama_model.h"
 
 namespace st {
@@ -55,11 +56,15 @@ std::unique_ptr<UnitModel> make_llama(const ModelConfig& cfg, int64_t max_batch,
   return std::make_unique<LlamaModel>(cfg, max_batch, recompute);
 }
 
+std::unique_ptr<Decoder> make_llama_decoder(const ModelConfig& cfg, std::vector<std::vector<float>> weights) {
+  return std::make_unique<LlamaDecoder>(cfg, std::move(weights));
+}
+
 }  // namespace
 
 const ModelFamily& llama_family() {
   static const ModelFamily f{ModelArch::kLlama, "llama", llama_units, llama_flop_params, make_llama,
-                             LlamaModel::footprint_bytes};
+                             LlamaModel::footprint_bytes, make_llama_decoder};
   return f;
 }
 

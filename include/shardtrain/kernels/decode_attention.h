@@ -1,0 +1,22 @@
+// Attention of new queries against a key/value cache: the attention step of decoding with a KV cache (one new token
+// a step, or a prompt's tokens at once), with grouped-query attention. CPU fp32 reference; the CUDA version
+// (kernels/gpu/decode_attention.h) shares the signature.
+//
+//   // the n new tokens' keys and values are already in the cache at positions pos .. pos + n - 1
+//   decode_attention(out, qkv, QKV, k_cache, v_cache, n, pos, NH, NKV, hs);
+#pragma once
+
+#include <cstdint>
+
+namespace st {
+
+// n queries at positions pos .. pos + n - 1 against the cache's keys and values at positions 0 .. pos + n - 1 (the
+// queries' own included): query i attends to keys 0 .. pos + i (causal), with scores q.k / sqrt(hs) and a softmax
+// over them. Query i's NH heads are the NH hs values at q + i * q_stride (q_stride >= NH hs: q may point into the
+// fused qkv rows of attention.h, q_stride = (NH + 2 NKV) hs); k_cache and v_cache are [>= pos + n, NKV hs],
+// position-major; query head h reads K/V head h / (NH / NKV). Overwrites out [n, NH hs] (heads concatenated).
+// NH must be a positive multiple of NKV, n >= 1, pos >= 0.
+void decode_attention(float* out, const float* q, int64_t q_stride, const float* k_cache, const float* v_cache, int n,
+                      int pos, int NH, int NKV, int hs);
+
+}  // namespace st

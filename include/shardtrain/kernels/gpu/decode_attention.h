@@ -1,0 +1,29 @@
+// Attention of new queries against a key/value cache on the GPU: the CUDA version of kernels/decode_attention.h,
+// same operands and meaning, for T in {float, bf16, fp16} (q, the cache and out in T; scores, softmax and sums in
+// fp32). Device pointers, asynchronous on ctx.stream; no scratch.
+//
+// One block per (query, head) pair walks the visible keys in tiles of kDecodeAttentionTile with an online softmax
+// (a running max and sum, the accumulator rescaled when the max grows), in a fixed order: reruns are bit-identical.
+// A single query (decoding one token) gets NH blocks, each reading its K/V head's pos + 1 keys and values once.
+#pragma once
+
+#include <cstdint>
+
+#include "shardtrain/kernels/decode_attention.h"
+#include "shardtrain/kernels/gpu/context.h"
+
+namespace st::gpu {
+
+// Keys a block scores at a time.
+inline constexpr int kDecodeAttentionTile = 64;
+// The largest head size: each of the block's 128 threads keeps 4 of a head's output values.
+inline constexpr int kDecodeAttentionMaxHeadSize = 512;
+
+// As st::decode_attention: out [n, NH hs] (overwritten) from the n queries at q + i * q_stride (positions pos .. pos
+// + n - 1) and the cache's keys and values [>= pos + n, NKV hs]; query i attends to keys 0 .. pos + i. hs <=
+// kDecodeAttentionMaxHeadSize.
+template <typename T>
+void decode_attention(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int n, int pos, int NH,
+                      int NKV, int hs, const GpuContext& ctx);
+
+}  // namespace st::gpu

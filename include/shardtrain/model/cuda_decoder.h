@@ -1,0 +1,19 @@
+// The GPU decoders (decoder.h) by compute type, for make_decoder: CudaGptDecoder and CudaLlamaDecoder
+// (cuda_decoder_base.h), through cuda_model_family(). Free of CUDA types, so that decoder.cc can call it; built only
+// with the CUDA backend.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/model/decoder.h"
+
+namespace st {
+
+// The decoder of model's family on CUDA device `device` in `dtype` (kF32, kBF16 or kF16), its weights rounded from
+// the fp32 ones (every unit's full flat buffer, in unit order). kBadInput when no such device is visible.
+std::unique_ptr<Decoder> make_cuda_decoder(const ModelConfig& model, DType dtype,
+                                           const std::vector<std::vector<float>>& weights, int device);
+
+}  // namespace st

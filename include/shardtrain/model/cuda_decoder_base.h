@@ -1,0 +1,56 @@
+// What every family's GPU decoder (CudaGptDecoder, CudaLlamaDecoder) keeps besides its own activations: the device
+// and its stream, cuBLASLt and kernel context, the weights in the compute type T (float, bf16 or fp16; uploaded once,
+// rounded from fp32), the key/value cache in T ([n_layer, seq_len, NKV hs] for keys, the same for values), the token
+// upload and the classifier's last row. The CUDA twin of what GptDecoder and LlamaDecoder share (kv_cache.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/core/cuda.h"
+#include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/gpu/matmul.h"
+#include "shardtrain/model/decoder.h"
+#include "shardtrain/model/units.h"
+
+namespace st {
+
+template <typename T>
+class CudaDecoderBase : public Decoder {
+ public:
+  // "cuda/bf16 on NVIDIA H200".
+  std::string describe() const override;
+
+ protected:
+  // Makes `device` current (kBadInput when it is not visible), checks and uploads the weights, allocates the cache.
+  CudaDecoderBase(const ModelConfig& cfg, const std::vector<std::vector<float>>& weights, int device);
+
+  // Unit u's weights on the device, in T.
+  const T* unit(int u) const { return w_[static_cast<size_t>(u)].data(); }
+  // Copies n host tokens to the device; the host array may go when the call returns.
+  const int32_t* upload_tokens(const int32_t* tokens, int64_t n);
+  // As KvCache::append: the key and value heads of n fused qkv rows into positions pos .. pos + n - 1 of `layer`.
+  void append_kv(int layer, const T* qkv, int64_t n, int64_t pos);
+  const T* keys(int layer) const { return k_.data() + layer * layer_elems_; }
+  const T* values(int layer) const { return v_.data() + layer * layer_elems_; }
+  // The logits over the real vocabulary of one normalised row xn [C] with the classifier w [Vp, C], in fp32 on the
+  // host; synchronises the stream.
+  void classify_row(const T* xn, const T* w, std::vector<float>* logits);
+
+  int device_;  // first: made current before the stream, cuBLASLt and the buffers are created
+  std::vector<UnitLayout> units_;
+  CudaStream stream_;
+  gpu::Blas blas_;
+  gpu::GpuContext ctx_;
+
+ private:
+  std::string device_name_;
+  std::vector<DeviceBuffer<T>> w_;
+  int64_t q_width_, kv_width_, qkv_width_, layer_elems_;
+  DeviceBuffer<T> k_, v_, logits_;
+  DeviceBuffer<int32_t> tokens_;
+};
+
+}  // namespace st

@@ -1,0 +1,69 @@
+// Autoregressive decoding with a key/value cache: a model's forward for one new token at a time, which keeps every
+// earlier position's keys and values instead of recomputing the whole window. One implementation per family and
+// device behind this interface: GptDecoder and LlamaDecoder on the CPU (fp32, the reference), CudaGptDecoder and
+// CudaLlamaDecoder on a GPU (the compute type: fp32, bf16 or fp16).
+//
+//   std::unique_ptr<Decoder> d = make_decoder(cfg, engine.gather_params());   // the full weights of every unit
+//   std::vector<float> logits = d->prefill(prompt);   // positions 0 .. prompt.size() - 1
+//   logits = d->step(next);                           // one more position; d->position() counts them
+//
+// The cache holds model.seq_len positions (max_length()): the positions a model knows (gpt2's wpe has seq_len rows).
+// A step on a full cache is an error; a caller that needs more tokens prefills again with a shorter context
+// (generate_tokens in generation.h slides the window that way).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardtrain/core/config.h"
+
+namespace st {
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+
+  // Empties the cache and runs `tokens` (1 to max_length() of them, each in [0, vocab_size)) at positions 0 ..
+  // n - 1. Returns the logits over the real vocabulary (model.vocab_size, fp32) for the position after the last.
+  // kBadInput for an empty or too long prompt or a token outside the vocabulary.
+  const std::vector<float>& prefill(const std::vector<int32_t>& tokens);
+  // Runs one token at position() and returns the logits that follow it. Throws (naming the cache's size) when the
+  // cache is full(); kBadInput for a token outside the vocabulary.
+  const std::vector<float>& step(int32_t token);
+
+  // Positions in the cache: the prompt's and every step's since the last prefill.
+  int64_t position() const { return position_; }
+  int64_t max_length() const { return cfg_.seq_len; }
+  bool full() const { return position_ >= max_length(); }
+  const ModelConfig& config() const { return cfg_; }
+  // "cpu/fp32", "cuda/bf16 on NVIDIA H200", for logs.
+  virtual std::string describe() const = 0;
+
+ protected:
+  explicit Decoder(const ModelConfig& cfg);
+  // Runs tokens[0, n) at positions pos .. pos + n - 1 with the cache holding positions 0 .. pos - 1, appends their
+  // keys and values to it, and writes the logits over the real vocabulary that follow the last token into *logits.
+  // The base class has checked n, pos and the tokens.
+  virtual void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) = 0;
+
+ private:
+  void check_tokens(const int32_t* tokens, int64_t n) const;
+
+  ModelConfig cfg_;
+  int64_t position_ = 0;
+  std::vector<float> logits_;
+};
+
+// The decoder of cfg.model's family on train.device: fp32 on the CPU; on a GPU (CUDA device `cuda_device`, the
+// rank's device) in cfg.compute_dtype(), its weights rounded from these. weights: every unit's full flat fp32
+// buffer, in unit order (StepEngine::gather_params()). kBadInput for train.device = cuda in a build without CUDA or
+// with no such device.
+std::unique_ptr<Decoder> make_decoder(const Config& cfg, std::vector<std::vector<float>> weights, int cuda_device = 0);
+
+// The checks every implementation's constructor makes: one buffer per unit of cfg's unit list, each of its size
+// (kBadInput naming the unit, expected vs actual).
+void check_decoder_weights(const ModelConfig& cfg, const std::vector<std::vector<float>>& weights);
+
+}  // namespace st

@@ -1,0 +1,32 @@
+// Text generation with a decoder (decoder.h) and the sampling rule of sampling.h: prefill the prompt, then sample
+// and step one token at a time. Past the cache's max_length() positions the context slides: the decoder is
+// prefilled again with the last max_length() / 2 tokens (prompt and generated alike), so every token is conditioned
+// on at least that many before it, and a re-read costs one prefill every max_length() / 2 tokens.
+//
+//   GenerationStats stats;
+//   std::vector<int32_t> out = generate_tokens(*decoder, prompt, 100, {0.8, 40, seed}, &stats);
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "shardtrain/model/decoder.h"
+#include "shardtrain/model/sampling.h"
+
+namespace st {
+
+struct GenerationStats {
+  int64_t prompt_tokens = 0;   // the prompt tokens prefilled (its last max_length() when it is longer)
+  double prefill_seconds = 0;  // the prompt's prefill
+  int64_t decode_steps = 0;    // forwards after the prompt's: one per generated token but the last
+  double decode_seconds = 0;   // those forwards and every sampling, the slides' prefills included
+  int64_t slides = 0;          // times the context slid (a prefill of the last max_length() / 2 tokens)
+};
+
+// n >= 0 tokens continuing `prompt` (at least one token; a prompt longer than max_length() keeps its last
+// max_length() tokens). Token i is sample_token(logits, options, i). The same decoder type, weights, prompt and
+// options give the same tokens on every call.
+std::vector<int32_t> generate_tokens(Decoder& decoder, const std::vector<int32_t>& prompt, int64_t n,
+                                     const SamplingOptions& options, GenerationStats* stats = nullptr);
+
+}  // namespace st

@@ -1,0 +1,31 @@
+// GPT-2 decoding with a key/value cache on one GPU (the Decoder of decoder.h): GptDecoder's forward (gpt_decoder.h),
+// op for op, in the compute type T (float, bf16 or fp16) with the CUDA kernels of CudaGpt (cuda_gpt_model.h), the
+// attention reading the cache through gpu::decode_attention. Activations for up to seq_len new positions are
+// allocated once.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/core/cuda.h"
+#include "shardtrain/model/cuda_decoder_base.h"
+
+namespace st {
+
+template <typename T>
+class CudaGptDecoder final : public CudaDecoderBase<T> {
+ public:
+  // weights: every unit's full flat fp32 buffer (check_decoder_weights); `device` becomes the current CUDA device.
+  CudaGptDecoder(const ModelConfig& cfg, const std::vector<std::vector<float>>& weights, int device);
+
+ protected:
+  void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) override;
+
+ private:
+  using Base = CudaDecoderBase<T>;
+  DeviceBuffer<T> x_, norm_, qkv_, att_, fch_, fch_gelu_;  // [seq_len rows]
+  DeviceBuffer<float> mean_, rstd_;
+};
+
+}  // namespace st

@@ -1,0 +1,27 @@
+// GPT-2 decoding with a key/value cache on the CPU in fp32 (the Decoder of decoder.h): GptModel's forward
+// (gpt_model.h), op for op, on the new positions only, their attention reading the cache
+// (kernels/decode_attention.h). Positions come from wpe's rows pos .. pos + n - 1.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/model/cpu_decoder_base.h"
+
+namespace st {
+
+class GptDecoder final : public CpuDecoderBase {
+ public:
+  // weights: every unit's full flat fp32 buffer (check_decoder_weights), kept by the decoder.
+  GptDecoder(const ModelConfig& cfg, std::vector<std::vector<float>> weights);
+
+ protected:
+  void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) override;
+
+ private:
+  // Activations of the new positions (n rows), resized per call.
+  std::vector<float> x_, norm_, mean_, rstd_, qkv_, att_, fch_, fch_gelu_;
+};
+
+}  // namespace st

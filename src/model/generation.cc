@@ -1,0 +1,60 @@
+#include "shardtrain/model/generation.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "shardtrain/core/error.h"
+
+namespace st {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The last `keep` tokens of a + b.
+std::vector<int32_t> tail(const std::vector<int32_t>& a, const std::vector<int32_t>& b, int64_t keep) {
+  std::vector<int32_t> all = a;
+  all.insert(all.end(), b.begin(), b.end());
+  const auto from = static_cast<ptrdiff_t>(std::max<int64_t>(0, static_cast<int64_t>(all.size()) - keep));
+  return std::vector<int32_t>(all.begin() + from, all.end());
+}
+
+}  // namespace
+
+std::vector<int32_t> generate_tokens(Decoder& decoder, const std::vector<int32_t>& prompt, int64_t n,
+                                     const SamplingOptions& options, GenerationStats* stats) {
+  if (prompt.empty()) ST_BAD_INPUT("generation needs a prompt of at least one token");
+  ST_CHECK(n >= 0, "a generation of ", n, " tokens");
+  check_sampling_options(options);
+  GenerationStats s;
+  std::vector<int32_t> out;
+  if (n == 0) {
+    if (stats != nullptr) *stats = s;
+    return out;
+  }
+  const std::vector<int32_t> context = tail(prompt, {}, decoder.max_length());
+  s.prompt_tokens = static_cast<int64_t>(context.size());
+  auto t0 = std::chrono::steady_clock::now();
+  const std::vector<float>* logits = &decoder.prefill(context);  // the decoder's own, valid until its next call
+  s.prefill_seconds = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  const int64_t keep = std::max<int64_t>(1, decoder.max_length() / 2);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t token = sample_token(*logits, options, static_cast<uint64_t>(i));
+    out.push_back(token);
+    if (i + 1 == n) break;
+    if (decoder.full()) {
+      logits = &decoder.prefill(tail(prompt, out, keep));
+      ++s.slides;
+    } else {
+      logits = &decoder.step(token);
+    }
+    ++s.decode_steps;
+  }
+  s.decode_seconds = seconds_since(t0);
+  if (stats != nullptr) *stats = s;
+  return out;
+}
+
+}  // namespace st

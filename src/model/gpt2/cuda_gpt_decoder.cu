@@ -1,0 +1,57 @@
+#include "shardtrain/model/gpt2/cuda_gpt_decoder.h"
+
+#include "shardtrain/kernels/gpu/decode_attention.h"
+#include "shardtrain/kernels/gpu/embedding.h"
+#include "shardtrain/kernels/gpu/layernorm.h"
+#include "shardtrain/kernels/gpu/matmul.h"
+#include "shardtrain/model/gpt2/block_view.h"
+
+namespace st {
+
+template <typename T>
+CudaGptDecoder<T>::CudaGptDecoder(const ModelConfig& cfg, const std::vector<std::vector<float>>& weights, int device)
+    : CudaDecoderBase<T>(cfg, weights, device) {
+  const int64_t rows = cfg.seq_len, C = cfg.n_embd;
+  for (DeviceBuffer<T>* b : {&x_, &norm_, &att_}) *b = DeviceBuffer<T>(rows * C);
+  qkv_ = DeviceBuffer<T>(rows * 3 * C);
+  fch_ = DeviceBuffer<T>(rows * 4 * C);
+  fch_gelu_ = DeviceBuffer<T>(rows * 4 * C);
+  mean_ = DeviceBuffer<float>(rows);
+  rstd_ = DeviceBuffer<float>(rows);
+}
+
+template <typename T>
+void CudaGptDecoder<T>::forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) {
+  const ModelConfig& cfg = this->config();
+  const gpu::GpuContext& ctx = this->ctx_;
+  const std::vector<UnitLayout>& units = this->units_;
+  const int C = cfg.n_embd, NH = cfg.n_head, hs = cfg.head_dim();
+  const int32_t* dev_tokens = this->upload_tokens(tokens, n);
+  const T* wte = this->unit(0) + units[0].tensors[0].offset;
+  gpu::embedding_forward<T>(x_.data(), dev_tokens, wte, this->unit(0) + units[0].tensors[1].offset + pos * C, 1,
+                            static_cast<int>(n), C, ctx);
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const BlockView<const T> p(this->unit(1 + l), units[static_cast<size_t>(1 + l)]);
+    gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data(), p.ln1w, p.ln1b, n, C, ctx);
+    gpu::matmul_forward<T>(qkv_.data(), norm_.data(), p.qkvw, p.qkvb, n, C, 3 * C, ctx);
+    this->append_kv(l, qkv_.data(), n, pos);
+    gpu::decode_attention<T>(att_.data(), qkv_.data(), 3 * C, this->keys(l), this->values(l), static_cast<int>(n),
+                             static_cast<int>(pos), NH, NH, hs, ctx);
+    gpu::matmul_forward_residual<T>(x_.data(), att_.data(), p.projw, p.projb, x_.data(), n, C, C, ctx);
+    gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data(), p.ln2w, p.ln2b, n, C, ctx);
+    gpu::matmul_forward_gelu<T>(fch_gelu_.data(), fch_.data(), norm_.data(), p.fcw, p.fcb, n, C, 4 * C, ctx);
+    gpu::matmul_forward_residual<T>(x_.data(), fch_gelu_.data(), p.fcprojw, p.fcprojb, x_.data(), n, 4 * C, C, ctx);
+  }
+  // The final LayerNorm and the classifier (wte, tied) on the last position only.
+  const UnitLayout& hu = units.back();
+  const T* head = this->unit(cfg.n_layer + 1);
+  gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data() + (n - 1) * C,
+                            head + hu.tensors[0].offset, head + hu.tensors[1].offset, 1, C, ctx);
+  this->classify_row(norm_.data(), wte, logits);
+}
+
+template class CudaGptDecoder<float>;
+template class CudaGptDecoder<bf16>;
+template class CudaGptDecoder<fp16>;
+
+}  // namespace st

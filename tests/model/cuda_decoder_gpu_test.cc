@@ -1,0 +1,114 @@
+// The GPU decoders (CudaGptDecoder, CudaLlamaDecoder) against the CPU decoders (GptDecoder, LlamaDecoder), for the
+// tiny gpt2 and llama of decoder_test_util.h (grouped-query attention, q/k/v biases, llama3 RoPE scaling, an untied
+// head): in fp32 the logits after the prompt's prefill and after every step agree to 1e-4 of their largest, and
+// greedy generation gives the same tokens; in bf16 and fp16 (the CPU run on the weights rounded to T) the logits
+// agree to 2e-2 and 1e-2 of their largest, which covers every activation's rounding to T. make_decoder picks the GPU
+// decoder for train.device = cuda, in the compute type.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../kernels/gpu_kernel_test.h"
+#include "decoder_test_util.h"
+#include "shardtrain/core/error.h"
+#include "shardtrain/model/cuda_decoder.h"
+#include "shardtrain/model/decoder.h"
+#include "shardtrain/model/family.h"
+#include "shardtrain/model/generation.h"
+
+namespace st {
+namespace {
+
+using testing::random_weights;
+
+template <typename T>
+constexpr DType kDType = std::is_same_v<T, float>  ? DType::kF32
+                         : std::is_same_v<T, bf16> ? DType::kBF16
+                                                   : DType::kF16;
+
+// max |got - want| / max |want|.
+double rel_max_error(const std::vector<float>& got, const std::vector<float>& want) {
+  return got.size() == want.size() ? testing::max_rel_diff(got, testing::to_double(want)) : INFINITY;
+}
+
+// Every weight rounded through T (a no-op for float): the CPU reference's operands.
+template <typename T>
+std::vector<std::vector<float>> rounded(std::vector<std::vector<float>> w) {
+  for (std::vector<float>& u : w) u = test::round_through<T>(std::move(u));
+  return w;
+}
+
+template <typename T>
+constexpr double kLogitTol = std::is_same_v<T, float>  ? 1e-4
+                             : std::is_same_v<T, bf16> ? 2e-2
+                                                       : 1e-2;
+
+const std::vector<int32_t> kPrompt = {17, 250, 3, 3, 99, 12, 0};
+
+template <typename T>
+void expect_logits_match(const ModelConfig& c) {
+  const std::vector<std::vector<float>> w = rounded<T>(random_weights(c, 21));
+  const std::unique_ptr<Decoder> cpu = model_family(c.arch).make_cpu_decoder(c, w);
+  const std::unique_ptr<Decoder> gpu = make_cuda_decoder(c, kDType<T>, w, 0);
+  EXPECT_LE(rel_max_error(gpu->prefill(kPrompt), cpu->prefill(kPrompt)), kLogitTol<T>) << "prefill";
+  for (int32_t t : {4, 299, 42, 42, 7, 123, 250, 1, 64, 200, 5, 9, 180}) {  // to the last position
+    const std::vector<float> want = cpu->step(t);
+    EXPECT_LE(rel_max_error(gpu->step(t), want), kLogitTol<T>) << "position " << cpu->position() - 1;
+  }
+  EXPECT_TRUE(gpu->full());
+  EXPECT_THROW(gpu->step(1), Error);
+}
+
+template <typename T>
+class CudaDecoderGpu : public ::testing::Test {};
+TYPED_TEST_SUITE(CudaDecoderGpu, test::ActivationTypes, test::ActivationNames);
+
+TYPED_TEST(CudaDecoderGpu, Gpt2LogitsMatchTheCpuDecoder) {
+  ST_SKIP_WITHOUT_GPU();
+  expect_logits_match<TypeParam>(testing::tiny_gpt2());
+}
+
+TYPED_TEST(CudaDecoderGpu, LlamaLogitsMatchTheCpuDecoder) {
+  ST_SKIP_WITHOUT_GPU();
+  expect_logits_match<TypeParam>(testing::tiny_llama());
+}
+
+// fp32: greedy generation on the GPU gives the CPU's tokens, within the window and across a slide of the context.
+TEST(CudaDecoderGpuGreedy, TokensEqualTheCpuDecoders) {
+  ST_SKIP_WITHOUT_GPU();
+  for (const ModelConfig& c : {testing::tiny_gpt2(), testing::tiny_llama()}) {
+    SCOPED_TRACE(to_string(c.arch));
+    const std::vector<std::vector<float>> w = random_weights(c, 22);
+    SamplingOptions greedy;
+    greedy.temperature = 0;
+    const std::vector<int32_t> want =
+        generate_tokens(*model_family(c.arch).make_cpu_decoder(c, w), kPrompt, 24, greedy);
+    GenerationStats stats;
+    EXPECT_EQ(generate_tokens(*make_cuda_decoder(c, DType::kF32, w, 0), kPrompt, 24, greedy, &stats), want);
+    EXPECT_EQ(stats.slides, 1);
+  }
+}
+
+TEST(CudaDecoderGpuFactory, MakeDecoderPicksTheDeviceAndType) {
+  ST_SKIP_WITHOUT_GPU();
+  Config cfg;
+  cfg.model = testing::tiny_llama();
+  cfg.train.device = Device::kCuda;
+  const std::unique_ptr<Decoder> d = make_decoder(cfg, random_weights(cfg.model, 23), 0);
+  EXPECT_EQ(d->describe().rfind("cuda/bf16 on ", 0), 0u) << d->describe();  // train.dtype auto: bf16 on cuda
+  cfg.train.dtype = DType::kF16;
+  EXPECT_EQ(make_decoder(cfg, random_weights(cfg.model, 23), 0)->describe().rfind("cuda/fp16 on ", 0), 0u);
+  try {
+    make_decoder(cfg, random_weights(cfg.model, 23), cuda_device_count());
+    FAIL() << "a device past the visible ones";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find("not visible"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace st
