@@ -3,7 +3,8 @@
 // The config comes from the checkpoint's manifest, with overrides that may change anything but the model
 // (train.device picks the decoder's device, train.dtype its compute type on cuda). Every rank (under mpirun) loads the
 // checkpoint at its world size, gathers the full weights and decodes the same tokens with the same seed; the ranks
-// check that they agree, and rank 0 prints: the generated text (byte-level models, --prompt) or ids (--prompt-ids)
+// check that they agree, and rank 0 prints: the generated text (--prompt, through the tokenizer or as bytes) or ids
+// (--prompt-ids)
 // on stdout, a summary with the prefill and decode rates on stderr.
 #include <cmath>
 #include <cstdio>
@@ -22,15 +23,18 @@
 #include "shardtrain/data/text_codec.h"
 #include "shardtrain/model/decoder.h"
 #include "shardtrain/model/generation.h"
+#include "shardtrain/text/tokenizer_codec.h"
 #include "shardtrain/train/step_engine.h"
 
 namespace {
 
 constexpr const char* kGenerateUsage =
-    "usage: shardtrain generate --ckpt DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] [--temperature T]\n"
-    "                           [--top-k K] [--seed S] [--train.device=cpu|cuda] [--section.key=value ...]\n"
+    "usage: shardtrain generate --ckpt DIR (--prompt TEXT | --prompt-ids 1,2,3) [--tokenizer FILE] [--max-tokens N]\n"
+    "                           [--temperature T] [--top-k K] [--seed S] [--train.device=cpu|cuda] [--section.key=value ...]\n"
     "  continues the prompt with checkpoint DIR's model, decoding with a key/value cache:\n"
-    "  --prompt TEXT       text, one token a byte (byte-level models, model.vocab_size 256); prints text\n"
+    "  --prompt TEXT       text, read through the tokenizer as a new document (its family's separator first), or one\n"
+    "                      token a byte for byte-level models (model.vocab_size 256); prints text\n"
+    "  --tokenizer FILE    a Hugging Face tokenizer.json (default: the checkpoint's data.tokenizer)\n"
     "  --prompt-ids LIST   token ids, comma-separated (any model); prints ids\n"
     "  --max-tokens N      tokens to generate (default 100); past model.seq_len positions the context slides to\n"
     "                      the last model.seq_len / 2 tokens\n"
@@ -92,6 +96,8 @@ GenerateArgs parse_args(const std::vector<std::string>& args) {
       g.prompt = *v;
     } else if (auto v = flag_value(args, &i, "--prompt-ids")) {
       g.prompt_ids = *v;
+    } else if (auto v = flag_value(args, &i, "--tokenizer")) {
+      g.overrides.push_back("--data.tokenizer=" + *v);
     } else if (auto v = flag_value(args, &i, "--max-tokens")) {
       g.max_tokens = parse_value<int64_t>("--max-tokens", *v, "an integer >= 1");
       if (g.max_tokens < 1) ST_BAD_INPUT("--max-tokens ", g.max_tokens, " is out of range (expected >= 1)");
@@ -165,14 +171,16 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
     return st::kExitOk;
   }
   const st::Config cfg = checkpoint_config(g.dir, g.overrides);
-  // The one place text meets ids: a tokenizer for other vocabularies would be chosen here.
-  const std::unique_ptr<st::TextCodec> codec = st::text_codec(cfg.model.vocab_size);
+  // The one place text meets ids: the tokenizer (--tokenizer, or the run's data.tokenizer), else bytes for a
+  // byte-level model.
+  const std::unique_ptr<st::TextCodec> codec =
+      st::make_text_codec(cfg.data.tokenizer, cfg.model.vocab_size, "--tokenizer (data.tokenizer)");
   std::vector<int32_t> prompt;
   if (g.prompt) {
     if (!codec)
       ST_BAD_INPUT("--prompt TEXT needs a tokenizer for this model's vocabulary of ", cfg.model.vocab_size,
                    " tokens (model.vocab_size; text is read without one only by byte-level models, vocab_size 256): "
-                   "give the prompt as token ids with --prompt-ids 1,2,3");
+                   "give --tokenizer FILE (its tokenizer.json), or the prompt as token ids with --prompt-ids 1,2,3");
     prompt = codec->encode(*g.prompt);
     if (prompt.empty()) ST_BAD_INPUT("--prompt is empty: give at least one byte of text");
   } else {

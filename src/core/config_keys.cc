@@ -388,6 +388,10 @@ const std::vector<Key>& keys() {
           "targets it marks (then every file of data.path needs one; data.val_path decides for itself), the loss "
           "being their mean over the step; off: read no mask, every token is a target "
           "(docs/data-format.md)"),
+      key("data", "tokenizer", &Config::data, &DataConfig::tokenizer,
+          "a Hugging Face tokenizer.json (the one `shardtrain tokenize` wrote the data with): the end-of-run sample "
+          "is printed as text through it, and `shardtrain generate` uses it by default; its vocabulary must fit "
+          "model.vocab_size. Empty: byte-level models print bytes, others print no sample"),
 
       key("ckpt", "dir", &Config::ckpt, &CkptConfig::dir,
           "checkpoint directory: step_XXXXXXXX/ subdirectories and `latest` (empty: no checkpoints)"),

@@ -23,6 +23,7 @@
 #include "shardtrain/data/data_split.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/text_codec.h"
+#include "shardtrain/text/tokenizer_codec.h"
 #include "shardtrain/model/units.h"
 #include "shardtrain/train/metrics.h"
 #include "shardtrain/train/mfu.h"
@@ -93,6 +94,12 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   DataSplit data = open_data(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
   if (lead) ST_LOG_INFO("data: train ", data.train->describe());
   if (lead) ST_LOG_INFO("data: val ", data.val->describe());
+  // The end-of-run sample's text: through data.tokenizer (loaded now, so that a wrong file stops the run before step
+  // 1), or bytes for a byte-level text run.
+  const bool byte_level = cfg.data.format == DataFormat::kText && cfg.model.vocab_size == 256;
+  const std::unique_ptr<TextCodec> codec =
+      !cfg.data.tokenizer.empty() || byte_level ? make_text_codec(cfg.data.tokenizer, cfg.model.vocab_size, "data.tokenizer")
+                                                : nullptr;
   SamplerOptions so;
   so.T = static_cast<int>(T);
   so.micro_batch = B;
@@ -272,17 +279,15 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     }
   }
 
-  const bool byte_level = cfg.data.format == DataFormat::kText && cfg.model.vocab_size == 256;
-  if (byte_level && cfg.train.sample_tokens > 0 && !summary.nothing_to_train) {
+  if (codec && cfg.train.sample_tokens > 0 && !summary.nothing_to_train) {
     std::vector<int32_t> prompt(static_cast<size_t>(std::min<int64_t>(16, data.val->size())));
     data.val->read(0, static_cast<int64_t>(prompt.size()), prompt.data());
-    SamplingOptions sampling;  // temperature 1 over every byte
+    SamplingOptions sampling;  // temperature 1 over the whole vocabulary
     sampling.seed = cfg.train.seed;
     const std::vector<int32_t> gen = engine.generate(prompt, cfg.train.sample_tokens, sampling);
-    const ByteCodec bytes;
-    summary.sample = bytes.decode(prompt) + bytes.decode(gen);
-    sink.line("sample (prompt: the first " + std::to_string(prompt.size()) + " bytes of the validation text):\n" +
-              summary.sample);
+    summary.sample = codec->decode(prompt) + codec->decode(gen);
+    sink.line("sample (prompt: the first " + std::to_string(prompt.size()) + (byte_level ? " bytes" : " tokens") +
+              " of the validation data):\n" + summary.sample);
   }
   return summary;
 }

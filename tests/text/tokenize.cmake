@@ -33,3 +33,9 @@ add_test(NAME tokenize.cli.missing_input
                  $<TARGET_FILE:shardtrain> tokenize --tokenizer ${tok_ref}/tokenizer-gpt2/models/tokenizer.json
                  --out ${tok_work}/bad/d ${tok_work}/does-not-exist.txt)
 set_tests_properties(tokenize.cli.bad_flag tokenize.cli.no_tokenizer tokenize.cli.missing_input PROPERTIES LABELS cpu)
+
+# Text in, text out: tokenize, train with data.tokenizer (a text sample at the end), generate from the checkpoint.
+add_test(NAME tokenize.train_generate
+         COMMAND sh ${CMAKE_SOURCE_DIR}/tests/text/text_roundtrip_test.sh $<TARGET_FILE:shardtrain>
+                 ${tok_ref}/tokenizer-gpt2/models/tokenizer.json ${tok_work}/roundtrip)
+set_tests_properties(tokenize.train_generate PROPERTIES LABELS cpu TIMEOUT 300 PROCESSORS 2)

@@ -105,6 +105,7 @@ struct DataConfig {
   double val_holdout = 0.05;  // fraction, in [0, 1)
   bool shuffle = true;
   LossMaskMode loss_mask = LossMaskMode::kAuto;
+  std::string tokenizer;  // a Hugging Face tokenizer.json for text output; empty: none
 };
 
 struct CkptConfig {

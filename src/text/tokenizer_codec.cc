@@ -1,0 +1,33 @@
+#include "shardtrain/text/tokenizer_codec.h"
+
+#include "shardtrain/core/error.h"
+#include "shardtrain/text/conventions.h"
+
+namespace st {
+
+TokenizerCodec::TokenizerCodec(Tokenizer tok) : tok_(std::move(tok)) {
+  // A tokenizer without a separator shardtrain knows reads prompts as they are.
+  const bool known = tok_.token_id("<|begin_of_text|>").has_value() || tok_.token_id("<|endoftext|>").has_value();
+  separator_ = known ? Conventions(tok_, "").separator() : -1;
+}
+
+std::vector<int32_t> TokenizerCodec::encode(const std::string& text) const {
+  std::vector<int32_t> ids;
+  const std::vector<int32_t> body = tok_.encode(text, /*added_tokens=*/true);
+  if (separator_ >= 0 && (body.empty() || body.front() != separator_)) ids.push_back(separator_);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
+std::string TokenizerCodec::decode(const std::vector<int32_t>& ids) const { return tok_.decode(ids); }
+
+std::unique_ptr<TextCodec> make_text_codec(const std::string& tokenizer_path, int vocab_size, const std::string& what) {
+  if (tokenizer_path.empty()) return text_codec(vocab_size);
+  Tokenizer tok = Tokenizer::load(tokenizer_path);
+  if (tok.vocab_size() > vocab_size)
+    ST_BAD_INPUT(what, " = ", tokenizer_path, " has ", tok.vocab_size(), " token ids, more than the model's vocabulary of ",
+                 vocab_size, " (model.vocab_size): the tokenizer belongs to another model");
+  return std::make_unique<TokenizerCodec>(std::move(tok));
+}
+
+}  // namespace st
