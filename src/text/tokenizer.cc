@@ -218,7 +218,6 @@ Tokenizer Tokenizer::load(const std::string& path) {
   std::vector<std::string> raw_patterns, normalized_patterns;
   std::vector<text::AddedToken> raw_tokens, normalized_tokens;
   int32_t max_id = n_vocab - 1;
-  std::vector<std::string> added_decode;  // bytes of ids past the vocab
   for (const text::AddedToken& t : spec.added) {
     impl->added_ids.emplace(t.content, t.id);
     max_id = std::max(max_id, t.id);
@@ -227,8 +226,8 @@ Tokenizer Tokenizer::load(const std::string& path) {
       const std::string pattern(spec.nfc ? text::nfc(t.content, &buf) : std::string_view(t.content));
       if (std::find(normalized_patterns.begin(), normalized_patterns.end(), pattern) != normalized_patterns.end()) {
         ST_BAD_INPUT(path, ": field added_tokens: \"", excerpt(t.content),
-                     "\" normalizes to the text of another "
-                     "added token with normalized true; expected distinct tokens");
+                     "\" normalizes to the text of another added token with normalized true; expected distinct "
+                     "tokens");
       }
       normalized_patterns.push_back(pattern);
       normalized_tokens.push_back(t);

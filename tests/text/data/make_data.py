@@ -61,6 +61,10 @@ def adversarial():
         # Long words: the heap-based merge path.
         "a" * 5000 + " " + "ab" * 1000 + " " + "supercalifragilisticexpialidocious" * 30 + " "
         + "\u00e9" * 500 + " " + "\u65e5" * 300 + "\n",
+        # Words that are one token of Llama 3's vocabulary but that its merges alone would split (ignore_merges).
+        "vi\u1ec7c h\u1ee3p nhi\u1ec1u \u0111i\u1ec1u Vi\u1ec7t \u0627\u06cc\u0631\u0627\u0646 ngo\u00e0i "
+        "de\u011fi\u015f \u0445\u0430\u0440\u0430\u043a\u0442\u0435\u0440 oldu\u011fu gelmektedir "
+        "\u0432\u0438\u043a\u043e\u0440\u0438\u0441\u0442 olu\u015ftur\n.:.:.:.:.:.:.:.:x\n",
         # Mixed scripts and other text.
         "na\u00efve caf\u00e9 r\u00e9sum\u00e9 \u0395\u03bb\u03bb\u03b7\u03bd\u03b9\u03ba\u03ac "
         "\u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440 \u0928\u092e\u0938\u094d\u0924\u0947 "

