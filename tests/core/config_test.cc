@@ -585,7 +585,7 @@ TEST_F(ConfigTest, MarkdownHasOneRowPerKeyOfToIni) {
     EXPECT_EQ(cell_bars, 5) << line;
   }
   EXPECT_EQ(row_names, ini_names);
-  EXPECT_EQ(row_names.size(), 67u);
+  EXPECT_EQ(row_names.size(), 68u);
 
   EXPECT_EQ(md.substr(0, md.find('\n')), "# Configuration keys");
   EXPECT_NE(md.find("\n    ./build/shardtrain --help-config=markdown > docs/config.md\n"), std::string::npos);
