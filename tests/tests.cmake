@@ -18,31 +18,49 @@ if(SYSTEM_PYTHON3)
                    --optim.warmup_steps=2 --train.steps=10 --optim.lr=1e-3 --optim.eps=1e-6)
   set_tests_properties(parity.torch.tiny parity.torch.gpt2_2layer PROPERTIES LABELS "cpu;parity" TIMEOUT 300)
 
+  # parity_case(NAME NP ARGS...): parity_test.py ARGS at NP ranks (NP > 1 under mpirun, where there is one).
+  find_program(PARITY_MPIRUN NAMES mpirun mpiexec)
+  function(parity_case name np)
+    if(np EQUAL 1)
+      set(launch)
+    elseif(PARITY_MPIRUN)
+      set(launch --mpirun ${PARITY_MPIRUN} --np ${np})
+    else()
+      return()
+    endif()
+    add_test(NAME ${name} COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/model/parity_test.py ${launch} ${ARGN})
+    set_tests_properties(${name} PROPERTIES LABELS "cpu;parity" TIMEOUT 300 PROCESSORS 2
+                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
+  endfunction()
+  set(parity_batches --model.seq_len=64 --train.micro_batch=2 --train.global_batch=12 --optim.warmup_steps=2
+                     --train.steps=10 --optim.lr=1e-3 --optim.eps=1e-6)
+
   # The llama family against Hugging Face's Llama written out in torch, at 1 and 3 ranks (3: uneven spans), in two
   # shapes: grouped-query attention (4 query heads on 2 K/V heads) with llama3 RoPE scaling and a tied head; and
   # q/k/v biases (Qwen 2.5) with an untied head.
-  find_program(PARITY_MPIRUN NAMES mpirun mpiexec)
   set(llama_gqa --model.rope_theta=500000 --model.rope_scaling=llama3 --model.rope_scaling_factor=8
                 --model.rope_scaling_original_max_position=64)
   set(llama_bias --model.n_kv_head=4 --model.qkv_bias=true --model.tie_embeddings=false)
   foreach(shape gqa bias)
     foreach(np 1 3)
-      if(np EQUAL 1)
-        set(launch)
-      elseif(PARITY_MPIRUN)
-        set(launch --mpirun ${PARITY_MPIRUN} --np ${np})
-      else()
-        continue()
-      endif()
-      add_test(NAME parity.torch.llama_${shape}.np${np}
-               COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/model/parity_test.py ${launch}
-                       $<TARGET_FILE:parity_dump> ${CMAKE_SOURCE_DIR}/configs/tiny-llama.ini
-                       ${CMAKE_BINARY_DIR}/parity_llama_${shape}_${np} ${llama_${shape}} --model.seq_len=64
-                       --train.micro_batch=2 --train.global_batch=12 --optim.warmup_steps=2 --train.steps=10
-                       --optim.lr=1e-3 --optim.eps=1e-6)
-      set_tests_properties(parity.torch.llama_${shape}.np${np} PROPERTIES LABELS "cpu;parity" TIMEOUT 300
-                           PROCESSORS 2
-                           ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
+      parity_case(parity.torch.llama_${shape}.np${np} ${np} $<TARGET_FILE:parity_dump>
+                  ${CMAKE_SOURCE_DIR}/configs/tiny-llama.ini ${CMAKE_BINARY_DIR}/parity_llama_${shape}_${np}
+                  ${llama_${shape}} ${parity_batches})
+    endforeach()
+  endforeach()
+
+  # Loss masks against PyTorch's ignore_index mean over the whole global batch: a random mask with one rank's whole
+  # micro-batch masked, gradient accumulation at both rank counts (np1: 6 micro-steps, np3: 2), at the llama cases'
+  # tolerances.
+  set(masked_gpt2_config ${CMAKE_SOURCE_DIR}/configs/tiny.ini)
+  set(masked_gpt2_args)
+  set(masked_llama_config ${CMAKE_SOURCE_DIR}/configs/tiny-llama.ini)
+  set(masked_llama_args ${llama_gqa})
+  foreach(family gpt2 llama)
+    foreach(np 1 3)
+      parity_case(parity.torch.masked_${family}.np${np} ${np} --mask --tol 1e-6,1e-5,2e-6 $<TARGET_FILE:parity_dump>
+                  ${masked_${family}_config} ${CMAKE_BINARY_DIR}/parity_masked_${family}_${np} ${masked_${family}_args}
+                  ${parity_batches})
     endforeach()
   endforeach()
 endif()

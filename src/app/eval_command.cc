@@ -4,7 +4,8 @@
 // batch keys but not the model (a changed model key is an error naming it). The data is data.path read
 // whole (no validation holdout). With B = train.micro_batch and T = model.seq_len, batch b is B rows of
 // T+1 tokens and row j starts at token (b*B + j)*T. With W ranks (under mpirun), rank r evaluates
-// batches r, r+W, ...; train.eval_batches must be a multiple of W.
+// batches r, r+W, ...; train.eval_batches must be a multiple of W. Where the data has loss masks (data.loss_mask),
+// the loss is the mean over the targets they mark, as in training.
 #include "eval_command.h"
 
 #include <cstdio>
@@ -26,7 +27,8 @@ int cmd_eval(const std::vector<std::string>& args, st::Communicator& comm) {
       std::puts(
           "usage: shardtrain eval --ckpt DIR [--data.path=FILE] [--train.eval_batches=N] [--section.key=value ...]\n"
           "  mean loss of checkpoint DIR over N sequential batches of data.path (read whole):\n"
-          "  batch b is train.micro_batch rows of model.seq_len+1 tokens; row j starts at token (b*B + j)*T");
+          "  batch b is train.micro_batch rows of model.seq_len+1 tokens; row j starts at token (b*B + j)*T;\n"
+          "  with loss masks beside llm.c shards (data.loss_mask=auto), over the targets they mark");
       return st::kExitOk;
     }
     if (a == "--ckpt") {
@@ -46,7 +48,7 @@ int cmd_eval(const std::vector<std::string>& args, st::Communicator& comm) {
   if (batches % world != 0)
     ST_BAD_INPUT("train.eval_batches (", batches, ") must be a multiple of the world size (", world, ")");
   const std::unique_ptr<st::TokenSource> data =
-      st::open_token_source(cfg.data.path, cfg.data.format, cfg.model.vocab_size);
+      st::open_token_source(cfg.data.path, cfg.data.format, cfg.model.vocab_size, "data.path", cfg.data.loss_mask);
   st::SamplerOptions so;
   so.T = cfg.model.seq_len;
   so.micro_batch = cfg.train.micro_batch;

@@ -26,7 +26,10 @@ void widen(const uint8_t* src, int64_t n, int32_t* out) {
 
 FileTokenSource::FileTokenSource(std::vector<FilePayload> files, int vocab_size, std::string description,
                                  std::vector<MaskPayload> masks)
-    : files_(std::move(files)), masks_(std::move(masks)), vocab_size_(vocab_size), description_(std::move(description)) {
+    : files_(std::move(files)),
+      masks_(std::move(masks)),
+      vocab_size_(vocab_size),
+      description_(std::move(description)) {
   ST_CHECK(vocab_size_ > 0, "vocab_size = ", vocab_size_);
   ST_CHECK(masks_.empty() || masks_.size() == files_.size(), masks_.size(), " masks for ", files_.size(), " files");
   starts_.reserve(files_.size() + 1);
@@ -39,8 +42,8 @@ FileTokenSource::FileTokenSource(std::vector<FilePayload> files, int vocab_size,
              " bytes");
     if (!masks_.empty()) {
       const MaskPayload& m = masks_[i];
-      ST_CHECK(m.byte_offset >= 0 && m.byte_offset + f.count <= m.file.size(), m.file.path(), ": mask [",
-               m.byte_offset, ", +", f.count, " bytes) exceeds the file's ", m.file.size(), " bytes");
+      ST_CHECK(m.byte_offset >= 0 && m.byte_offset + f.count <= m.file.size(), m.file.path(), ": mask [", m.byte_offset,
+               ", +", f.count, " bytes) exceeds the file's ", m.file.size(), " bytes");
     }
     starts_.push_back(starts_.back() + f.count);
   }

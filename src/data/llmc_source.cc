@@ -37,8 +37,8 @@ struct ShardHeader {
 int64_t check_header_count(const MappedFile& f, const std::string& what) {
   if (f.size() == 0) ST_BAD_INPUT(what, " is empty (0 bytes)");
   if (f.size() < kLlmcHeaderBytes) {
-    ST_BAD_INPUT(what, " is ", f.size(), " bytes, shorter than the ", kLlmcHeaderBytes, "-byte header (it ends at byte ",
-                 f.size(), ")");
+    ST_BAD_INPUT(what, " is ", f.size(), " bytes, shorter than the ", kLlmcHeaderBytes,
+                 "-byte header (it ends at byte ", f.size(), ")");
   }
   return header_int(f, 2);
 }
@@ -97,8 +97,8 @@ int64_t check_mask(const MappedFile& m, int64_t n, const std::string& shard_path
   if (version != kLlmcMaskVersion)
     ST_BAD_INPUT(what, ": unsupported version at byte 4: expected ", kLlmcMaskVersion, ", got ", version);
   if (count != n) {
-    ST_BAD_INPUT(what, ": the header at byte 8 says ", count, " tokens, but its token shard ", shard_path, " holds ",
-                 n, ": expected ", n, ", got ", count);
+    ST_BAD_INPUT(what, ": the header at byte 8 says ", count, " tokens, but its token shard ", shard_path, " holds ", n,
+                 ": expected ", n, ", got ", count);
   }
   check_payload_size(m, what, n, 1, "bytes");
   const MaskScan scan = scan_mask_file(m.path(), kLlmcHeaderBytes, n);
@@ -131,7 +131,8 @@ std::vector<std::string> mask_paths(const std::vector<std::string>& paths, LossM
   if (without != has.end()) {
     const size_t w = static_cast<size_t>(with - has.begin()), wo = static_cast<size_t>(without - has.begin());
     ST_BAD_INPUT(key, " '", pattern, "': loss mask ", masks[wo], " of ", paths[wo], " is missing, but ", paths[w],
-                 " has one (", masks[w], "): with data.loss_mask=auto either every file has its mask or none does "
+                 " has one (", masks[w],
+                 "): with data.loss_mask=auto either every file has its mask or none does "
                  "(data.loss_mask=off reads no mask)");
   }
   return masks;
@@ -318,8 +319,7 @@ std::unique_ptr<FileTokenSource> open_llmc_source(const std::string& path, int v
                                            : str_cat(narrow, " uint16 and ", wide, " uint32");
   std::string description =
       str_cat("llm.c shards '", path, "' (", paths.size(), paths.size() == 1 ? " file, " : " files, ", total,
-              " tokens, ", widths,
-              masks.empty() ? std::string() : str_cat("; loss masks: ", targets, " targets"), ")");
+              " tokens, ", widths, masks.empty() ? std::string() : str_cat("; loss masks: ", targets, " targets"), ")");
   ST_LOG_INFO("data: ", description);
   return std::make_unique<FileTokenSource>(std::move(files), vocab_size, std::move(description),
                                            std::move(mask_payloads));

@@ -1,5 +1,6 @@
 #include "shardtrain/kernels/softmax_cross_entropy.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "parallel.h"
@@ -19,13 +20,18 @@ void softmax_cross_entropy(float* losses, float* dlogits, const float* logits, c
   // Validated up front: an exception cannot leave the parallel region, and a bad target would read
   // outside the row.
   for (int64_t n = 0; n < N; ++n) {
-    ST_CHECK(targets[n] >= 0 && targets[n] < V, "targets[", n, "] = ", targets[n], " not in [0, ", V, ")");
+    ST_CHECK(targets[n] < V, "targets[", n, "] = ", targets[n], " not in [0, ", V, ") nor < 0 (not a target)");
   }
   const ExpRange er = exp_range();
 #pragma omp parallel for schedule(static) if (N * V >= kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits + n * Vp;
     const int tgt = targets[n];
+    if (tgt < 0) {  // not a target: no loss, no gradient
+      losses[n] = 0.0f;
+      if (dlogits != nullptr) std::fill(dlogits + n * Vp, dlogits + (n + 1) * Vp, 0.0f);
+      continue;
+    }
     // Everything needed from the row is read before dlogits (which may alias logits) is written.
     const float x_tgt = x[tgt];
     float mx = x[0];

@@ -114,7 +114,15 @@ __global__ void softmax_cross_entropy_kernel(float* losses, T* dlogits, const T*
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const T* x = logits + n * Vp;
     const int tgt = targets[n];
-    const bool valid = tgt >= 0 && tgt < V;
+    // Not a target (masked): no loss, no gradient. The branch is the whole block's (one row, one target), so no
+    // thread skips a barrier that another waits at.
+    if (tgt < 0) {
+      if (threadIdx.x == 0) losses[n] = 0.0f;
+      if (dlogits != nullptr)
+        for (int64_t i = threadIdx.x; i < Vp; i += blockDim.x) dlogits[n * Vp + i] = from_f32<T>(0.0f);
+      continue;
+    }
+    const bool valid = tgt < V;
     // Read before the reductions' barriers, hence before any thread writes dlogits (which may alias x).
     const float x_tgt = valid ? to_f32(x[tgt]) : NAN;
     float m = -INFINITY, s = 0;
@@ -233,7 +241,22 @@ __global__ void __launch_bounds__(kStagedBlock, kStagedBlocksPerSm)
     for (int p = threadIdx.x; p < packs; p += kStagedBlock) cp_async_16(row + p, x + p);
     cp_async_commit();
     const int tgt = targets[n];
-    const bool valid = tgt >= 0 && tgt < V;
+    // Not a target (masked): no loss, no gradient (block-uniform, as in the fallback). The row's copies were issued
+    // before its target was known, so that an unmasked row's load overlaps the target's; each thread waits for its
+    // own before it zeroes the packs it copied (in place they are the row itself) or stages the next row there.
+    if (tgt < 0) {
+      cp_async_wait<0>();
+      if (threadIdx.x == 0) losses[n] = 0.0f;
+      if (dlogits != nullptr) {
+        P zero;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) zero.v[k] = from_f32<T>(0.0f);
+        P* d = reinterpret_cast<P*>(dlogits + n * Vp);
+        for (int p = threadIdx.x; p < Vp / kVec; p += kStagedBlock) d[p] = zero;
+      }
+      continue;
+    }
+    const bool valid = tgt < V;
     const float x_tgt = valid ? to_f32(logits[n * Vp + tgt]) : NAN;
     cp_async_wait<0>();
     const int tail = packs > full && threadIdx.x == full % kStagedBlock ? full : -1;  // the partial pack's owner

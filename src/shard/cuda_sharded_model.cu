@@ -68,13 +68,13 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
     if (offload_) offload_->drop_speculation();
   }
   bool speculates() const override { return offload_ && offload_->speculates(); }
-  float micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override;
+  double micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override;
   bool gates_on_device() const override { return !(offload_ && offload_->any()); }
   void micro_step_queued(const int32_t* inputs, const int32_t* targets, float dloss) override;
   void queue_gated_update(double earlier_losses, double loss_scale, float grad_clip,
                           const std::vector<std::vector<AdamWRun>>& runs) override;
   GatedStep finish_gated_step() override;
-  float eval_micro(const int32_t* inputs, const int32_t* targets) override;
+  double eval_micro(const int32_t* inputs, const int32_t* targets) override;
   void last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) override;
   double grad_sum_of_squares() override;
   void adamw(int unit, const std::vector<AdamWRun>& runs) override;
@@ -133,7 +133,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   void device_adamw(int unit, const std::vector<AdamWRun>& runs, const StepGate* gate);
   void check_runs(int unit, const std::vector<AdamWRun>& runs) const;  // each run inside the unit's span
 
-  float run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss);
+  double run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss);
   // ScheduleExecutor: collectives are issued on the communication stream, compute on the compute stream.
   void prefetch(const std::vector<ScheduleOp>& schedule, size_t at) override;
   void gather(int unit, size_t at) override;
@@ -458,8 +458,8 @@ void CudaShardedModel<T>::prefetch_embedding() {
 }
 
 template <typename T>
-float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets,
-                               float dloss) {
+double CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets,
+                                float dloss) {
   cudaStream_t cs = compute_stream_.get(), ns = comm_stream_.get();
   // Nothing the communication stream issues from here overtakes what the compute stream has queued before (a unit's
   // gather waits for its optimizer update by itself: issue_gather).
@@ -490,15 +490,15 @@ float CudaShardedModel<T>::run(const std::vector<ScheduleOp>& schedule, Mode mod
   }
   if (loss_queued_) {  // micro_step_queued: the loss stays on the device; finish_gated_step() reads it
     model_->move_loss_sum(optimizer_.loss_slot());
-    return 0.0f;
+    return 0.0;
   }
-  float loss = 0.0f;
+  double loss_sum = 0.0;
   if (mode == Mode::kLogits)
     compute_stream_.synchronize();
   else
-    loss = static_cast<float>(model_->take_loss_sum() / static_cast<double>(batch_ * len_));  // synchronises
+    loss_sum = model_->take_loss_sum();  // synchronises
   after_sync();
-  return loss;
+  return loss_sum;
 }
 
 template <typename T>
@@ -575,7 +575,7 @@ void CudaShardedModel<T>::micro_step_queued(const int32_t* inputs, const int32_t
 }
 
 template <typename T>
-float CudaShardedModel<T>::micro_step(const int32_t* inputs, const int32_t* targets, float dloss) {
+double CudaShardedModel<T>::micro_step(const int32_t* inputs, const int32_t* targets, float dloss) {
   ST_CHECK(!summed_across_nodes_,
            "micro_step after this step's gradients were summed across nodes: call zero_grads() "
            "and expect_micro_steps() first");
@@ -583,18 +583,18 @@ float CudaShardedModel<T>::micro_step(const int32_t* inputs, const int32_t* targ
   tokens_ = inputs;
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;
-  const float loss =
+  const double loss_sum =
       run(training_schedule(cfg_.model.n_layer, cfg_.dist.reshard_after_forward, /*keep_embedding=*/true), Mode::kTrain,
           targets, dloss);
   fresh_grads_ = false;  // the next micro-step of this step adds to the shards
   // Every buffer of ours is allocated at set-up, but NCCL connects its peers (and allocates their buffers) at
   // the first collectives, and the libraries may allocate on first use: sample after each micro-step.
   sample_device_memory();
-  return loss;
+  return loss_sum;
 }
 
 template <typename T>
-float CudaShardedModel<T>::eval_micro(const int32_t* inputs, const int32_t* targets) {
+double CudaShardedModel<T>::eval_micro(const int32_t* inputs, const int32_t* targets) {
   tokens_ = inputs;
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;
@@ -670,11 +670,9 @@ template <typename T>
 ModelBackend::GatedStep CudaShardedModel<T>::finish_gated_step() {
   ST_CHECK(gate_queued_, "finish_gated_step without queue_gated_update");
   gate_queued_ = false;
-  double last_loss_sum = 0;
   GatedStep g;
-  g.gate = optimizer_.finish_gate(&last_loss_sum);  // the decision, not the AdamW behind it
+  g.gate = optimizer_.finish_gate(&g.last_loss_sum);  // the decision, not the AdamW behind it
   after_sync();
-  g.last_loss = static_cast<float>(last_loss_sum / static_cast<double>(batch_ * len_));
   return g;
 }
 

@@ -118,12 +118,12 @@ float* ShardedModel::full_grad(int unit) {
   return s.data.data();
 }
 
-float ShardedModel::run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss) {
+double ShardedModel::run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss) {
   settle();
   mode_ = mode;
   targets_ = targets;
   dloss_ = dloss;
-  loss_ = 0.0f;
+  loss_ = 0.0;
   run_schedule(schedule, *this);
   ST_CHECK(in_use_bytes_ == 0, "the schedule left ", in_use_bytes_, " bytes of buffers in use (n_layer ",
            cfg_.model.n_layer, ")");
@@ -202,7 +202,7 @@ void ShardedModel::finish_grad(int unit) {
   summed_across_nodes_ = buckets_->joined_units() == 0;  // the step's last unit went out
 }
 
-float ShardedModel::micro_step(const int32_t* inputs, const int32_t* targets, float dloss) {
+double ShardedModel::micro_step(const int32_t* inputs, const int32_t* targets, float dloss) {
   ST_CHECK(!summed_across_nodes_, "micro_step after this step's gradients were summed across nodes: call zero_grads() "
            "and expect_micro_steps() first");
   last_micro_ = --micro_steps_left_ <= 0;
@@ -212,7 +212,7 @@ float ShardedModel::micro_step(const int32_t* inputs, const int32_t* targets, fl
   return run(training_schedule(cfg_.model.n_layer, cfg_.dist.reshard_after_forward), Mode::kTrain, targets, dloss);
 }
 
-float ShardedModel::eval_micro(const int32_t* inputs, const int32_t* targets) {
+double ShardedModel::eval_micro(const int32_t* inputs, const int32_t* targets) {
   tokens_ = inputs;
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;

@@ -76,7 +76,10 @@ void MetricsSink::step(const StepReport& r) {
     char buf[288];
     std::snprintf(buf, sizeof(buf), "step %6lld/%lld | loss %.4f | lr %.2e | norm %.4f | %9.0f tok/s | %7.1f ms%s%s",
                   static_cast<long long>(r.step), static_cast<long long>(total_steps_), r.stats.loss, r.stats.lr,
-                  r.stats.grad_norm, r.tokens_per_s, r.ms, mfu, r.stats.skipped ? " | SKIPPED (non-finite)" : "");
+                  r.stats.grad_norm, r.tokens_per_s, r.ms, mfu,
+                  r.stats.no_targets ? " | SKIPPED (no target)"
+                  : r.stats.skipped  ? " | SKIPPED (non-finite)"
+                                     : "");
     line(buf);
   }
   tokens_ += r.tokens_per_s * r.ms * 1e-3;

@@ -22,8 +22,15 @@ StepEngine::StepEngine(const Config& cfg, Communicator& comm)
   for (const UnitLayout& u : units()) spans_.push_back(model_->shard(u.index).span);
 }
 
-float StepEngine::begin_step(int64_t accum, int64_t step) {
+int64_t StepEngine::step_targets(int64_t accum, int64_t targets) const {
   ST_CHECK(accum >= 1, "a step of ", accum, " micro-steps");
+  const int64_t positions = cfg_.train.micro_batch * cfg_.model.seq_len * accum * comm_.world_size();
+  if (targets == kEveryPosition) return positions;
+  ST_CHECK(targets >= 0 && targets <= positions, "a step of ", targets, " targets in ", positions, " positions");
+  return targets;
+}
+
+float StepEngine::begin_step(int64_t accum, int64_t step, int64_t targets) {
   model_->zero_grads();
   model_->expect_micro_steps(accum);
   if (model_->speculates() && step >= 0) {
@@ -31,38 +38,70 @@ float StepEngine::begin_step(int64_t accum, int64_t step) {
     // backward: optimizer_step builds its runs the same way, so an unclipped step's are equal bit for bit.
     model_->speculate_optimizer(unit_runs(next_update(step, 1.0f, scaler_.scale())));
   }
-  const int64_t tokens = cfg_.train.micro_batch * cfg_.model.seq_len * accum * comm_.world_size();
-  float dloss = static_cast<float>(scaler_.scale() / static_cast<double>(tokens));
+  // The mean over the step's targets: each one's loss gradient is 1 / targets (times the fp16 loss scale).
+  float dloss = static_cast<float>(scaler_.scale() / static_cast<double>(targets));
   // The seam for "one rank's gradients overflowed": an infinite loss gradient makes every gradient of
   // this rank non-finite, as an fp16 overflow would (steps are 1-based in SHARDTRAIN_FAULT).
   if (step >= 0 && fault_injected("grad_inf", comm_.rank(), step + 1)) dloss = std::numeric_limits<float>::infinity();
   return dloss;
 }
 
-float StepEngine::mean_loss(double loss_sum, int64_t accum) {
-  comm_.all_reduce(&loss_sum, 1);
-  return static_cast<float>(loss_sum / static_cast<double>(accum * comm_.world_size()));
+int64_t StepEngine::fill(const BatchFn& batch, int64_t micro) {
+  batch(micro, inputs_.data(), targets_.data());
+  return static_cast<int64_t>(std::count_if(targets_.begin(), targets_.end(), [](int32_t t) { return t >= 0; }));
 }
 
-float StepEngine::forward_backward(const BatchFn& batch, int64_t accum, int64_t step) {
-  const float dloss = begin_step(accum, step);
+float StepEngine::mean_loss(double loss_sum, int64_t local_targets, int64_t targets) {
+  // One all-reduce, as without masks: the loss sums and, beside them, the counts that check the normaliser.
+  double sums[2] = {loss_sum, static_cast<double>(local_targets)};
+  comm_.all_reduce(sums, 2);
+  ST_CHECK(std::llround(sums[1]) == targets, "the step's batches hold ", std::llround(sums[1]),
+           " targets over every rank, but its loss was normalised by ", targets,
+           " (the caller's count: Sampler::step_targets, or every position)");
+  return static_cast<float>(sums[0] / static_cast<double>(targets));
+}
+
+StepStats StepEngine::no_target_step(int64_t step) {
+  StepStats s;
+  s.loss = std::numeric_limits<float>::quiet_NaN();
+  s.lr = lr_at(cfg_.optim, step, cfg_.train.steps);
+  s.loss_scale = scaler_.scale();
+  s.skipped = s.no_targets = true;
+  return s;
+}
+
+float StepEngine::forward_backward(const BatchFn& batch, int64_t accum, int64_t step, int64_t targets) {
+  const int64_t n = step_targets(accum, targets);
+  no_targets_ = n == 0;
+  if (no_targets_) {
+    model_->zero_grads();
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  const float dloss = begin_step(accum, step, n);
   double loss_sum = 0.0;
+  int64_t local = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
-    batch(micro, inputs_.data(), targets_.data());
+    local += fill(batch, micro);
     loss_sum += model_->micro_step(inputs_.data(), targets_.data(), dloss);
   }
-  return mean_loss(loss_sum, accum);
+  return mean_loss(loss_sum, local, n);
 }
 
-StepStats StepEngine::train_step(const BatchFn& batch, int64_t accum, int64_t step) {
-  if (!model_->gates_on_device()) return optimizer_step(step, forward_backward(batch, accum, step));
-  const float dloss = begin_step(accum, step);
+StepStats StepEngine::train_step(const BatchFn& batch, int64_t accum, int64_t step, int64_t targets) {
+  if (!model_->gates_on_device()) return optimizer_step(step, forward_backward(batch, accum, step, targets));
+  const int64_t n = step_targets(accum, targets);
+  if (n == 0) {
+    model_->zero_grads();
+    return no_target_step(step);
+  }
+  const float dloss = begin_step(accum, step, n);
   double loss_sum = 0.0;
+  int64_t local = 0;
   for (int64_t micro = 0; micro + 1 < accum; ++micro) {
-    batch(micro, inputs_.data(), targets_.data());
+    local += fill(batch, micro);
     loss_sum += model_->micro_step(inputs_.data(), targets_.data(), dloss);
   }
-  batch(accum - 1, inputs_.data(), targets_.data());
+  local += fill(batch, accum - 1);
   model_->micro_step_queued(inputs_.data(), targets_.data(), dloss);
   StepStats s;
   s.lr = lr_at(cfg_.optim, step, cfg_.train.steps);
@@ -71,7 +110,7 @@ StepStats StepEngine::train_step(const BatchFn& batch, int64_t accum, int64_t st
   model_->queue_gated_update(loss_sum, s.loss_scale, cfg_.optim.grad_clip,
                              unit_runs(next_update(step, 1.0f, s.loss_scale)));
   const ModelBackend::GatedStep g = model_->finish_gated_step();
-  s.loss = mean_loss(loss_sum + g.last_loss, accum);
+  s.loss = mean_loss(loss_sum + g.last_loss_sum, local, n);
   s.grad_norm = g.gate.grad_norm;
   return end_step(s, g.gate.skip == 0);
 }
@@ -88,6 +127,10 @@ StepStats StepEngine::end_step(StepStats s, bool finite) {
 }
 
 StepStats StepEngine::optimizer_step(int64_t step, float loss) {
+  if (no_targets_) {
+    no_targets_ = false;
+    return no_target_step(step);
+  }
   StepStats s;
   s.loss = loss;
   s.lr = lr_at(cfg_.optim, step, cfg_.train.steps);
@@ -124,13 +167,18 @@ std::vector<std::vector<AdamWRun>> StepEngine::unit_runs(const OptimizerStep& st
 }
 
 float StepEngine::evaluate(const BatchFn& batch, int64_t batches) {
-  double sum = 0.0;
+  double sums[2] = {0.0, 0.0};  // the loss sum and the number of targets, over every rank after the all-reduce
   for (int64_t i = 0; i < batches; ++i) {
-    batch(i, inputs_.data(), targets_.data());
-    sum += model_->eval_micro(inputs_.data(), targets_.data());
+    sums[1] += static_cast<double>(fill(batch, i));
+    sums[0] += model_->eval_micro(inputs_.data(), targets_.data());
   }
-  comm_.all_reduce(&sum, 1);
-  return static_cast<float>(sum / static_cast<double>(batches * comm_.world_size()));
+  comm_.all_reduce(sums, 2);
+  if (sums[1] == 0.0) {
+    ST_BAD_INPUT("evaluation over ", batches, " batch(es) of ", cfg_.train.micro_batch, " x ", cfg_.model.seq_len,
+                 " tokens on each of ", comm_.world_size(),
+                 " rank(s) found no target: every one is masked by the data's loss masks");
+  }
+  return static_cast<float>(sums[0] / sums[1]);
 }
 
 std::vector<int32_t> StepEngine::generate(const std::vector<int32_t>& prompt, int64_t n, const SamplingOptions& options,

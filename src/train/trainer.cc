@@ -110,6 +110,13 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   so.shuffle = cfg.data.shuffle;
   const Sampler train_sampler(*data.train, so);
   const Sampler val_sampler(*data.val, so);
+  // Loss masks that leave the validation batches without a target would fail the first evaluation: found here.
+  if (val_sampler.eval_targets(cfg.train.eval_batches) == 0) {
+    ST_BAD_INPUT("validation data ", data.val->describe(), ": its loss masks mark no target in the ",
+                 cfg.train.eval_batches,
+                 " validation batch(es) of train.eval_batches (every one is masked); use other validation data, more "
+                 "train.eval_batches, or data.loss_mask=off");
+  }
 
   StepEngine engine(cfg, comm);
   const int64_t n_params = count_params(engine.units());
@@ -200,8 +207,9 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     const int64_t cross_before = engine.sharded().counters().cross_node_bytes;
     if (fault_injected("sigstop", rank, step + 1)) std::raise(SIGSTOP);  // a stopped rank: the watchdog's test
     const auto t0 = std::chrono::steady_clock::now();
-    const StepStats stats = engine.train_step(
-        [&](int64_t micro, int32_t* in, int32_t* tgt) { train_sampler.fill(step, micro, in, tgt); }, accum, step);
+    const StepStats stats =
+        engine.train_step([&](int64_t micro, int32_t* in, int32_t* tgt) { train_sampler.fill(step, micro, in, tgt); },
+                          accum, step, train_sampler.step_targets(step));
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     StepReport r;
@@ -217,8 +225,13 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     r.mem_peak_bytes = peak_memory_per_rank(engine.sharded().peak_memory_bytes(), comm);
     r.on_gpu = cfg.train.device == Device::kCuda;
     r.mfu = mfu(step_flops_per_token, r.tokens_per_s, world, engine.sharded().device_name());
-    rates.push_back(r.tokens_per_s);
-    if (stats.skipped) {
+    if (!stats.no_targets) rates.push_back(r.tokens_per_s);  // a step with no target computed nothing
+    if (stats.no_targets) {
+      ++summary.skipped;
+      if (lead)
+        ST_LOG_WARN("step ", step + 1, ": the loss masks mark no target in the step's ", cfg.train.global_batch,
+                    " sequences; nothing to learn from, update skipped on every rank");
+    } else if (stats.skipped) {
       ++summary.skipped;
       if (lead)
         ST_LOG_WARN("step ", step + 1, ": non-finite loss (", stats.loss, ") or gradient norm (", stats.grad_norm,

@@ -12,10 +12,10 @@ namespace {
 using testing::bad_input_message;
 using testing::contains;
 using testing::LlmcShard;
+using testing::LlmcShard32;
 using testing::read_all;
 using testing::TempDir;
 using testing::write_bytes;
-using testing::LlmcShard32;
 using testing::write_llmc;
 using testing::write_llmc32;
 
@@ -104,15 +104,19 @@ TEST(LlmcSource, MagicAndVersionMustBeOneOfTheTwoPairs) {
   write_bytes(dir.file("w.bin"), wide.bytes());
   std::string msg = bad_input_message([&] { open_llmc_source(dir.file("w.bin"), 256); });
   EXPECT_TRUE(contains(msg, dir.file("w.bin"))) << msg;
-  EXPECT_TRUE(contains(msg, "unsupported version at byte 4: expected 7 (the version of magic 20240801, uint32 "
-                            "tokens), got 1")) << msg;
+  EXPECT_TRUE(contains(msg,
+                       "unsupported version at byte 4: expected 7 (the version of magic 20240801, uint32 "
+                       "tokens), got 1"))
+      << msg;
 
   LlmcShard narrow{{1, 2}};
   narrow.version = 7;  // the uint32 version under the uint16 magic
   write_bytes(dir.file("n.bin"), narrow.bytes());
   msg = bad_input_message([&] { open_llmc_source(dir.file("n.bin"), 256); });
-  EXPECT_TRUE(contains(msg, "unsupported version at byte 4: expected 1 (the version of magic 20240520, uint16 "
-                            "tokens), got 7")) << msg;
+  EXPECT_TRUE(contains(msg,
+                       "unsupported version at byte 4: expected 1 (the version of magic 20240520, uint16 "
+                       "tokens), got 7"))
+      << msg;
 }
 
 TEST(LlmcSource, Uint32SizeIsCheckedInFourByteTokens) {
@@ -121,8 +125,10 @@ TEST(LlmcSource, Uint32SizeIsCheckedInFourByteTokens) {
   s.header_count = 5;  // bytes [1024, 1044), the file is 1036 bytes
   write_bytes(dir.file("t.bin"), s.bytes());
   const std::string msg = bad_input_message([&] { open_llmc_source(dir.file("t.bin"), 256); });
-  EXPECT_TRUE(contains(msg, "byte 8 says 5 tokens, i.e. bytes [1024, 1044), but the file is 1036 bytes: room for 3 "
-                            "tokens")) << msg;
+  EXPECT_TRUE(contains(msg,
+                       "byte 8 says 5 tokens, i.e. bytes [1024, 1044), but the file is 1036 bytes: room for 3 "
+                       "tokens"))
+      << msg;
 }
 
 TEST(LlmcSource, GlobOrderIsBytewiseSortedNotCreationOrder) {

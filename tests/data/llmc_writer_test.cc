@@ -103,8 +103,10 @@ TEST(LlmcShardWriter, ValuesThatDoNotFitAreRefusedAndLeaveNothing) {
     LlmcShardWriter w(dir.file("a.bin"), 16, false);
     w.write(wide.data(), 2);
   });
-  EXPECT_TRUE(contains(msg, "llm.c shard " + dir.file("a.bin") + ": token 65536 at index 1 does not fit a 16-bit "
-                            "shard: expected 0 <= token < 65536")) << msg;
+  EXPECT_TRUE(contains(msg, "llm.c shard " + dir.file("a.bin") +
+                                ": token 65536 at index 1 does not fit a 16-bit "
+                                "shard: expected 0 <= token < 65536"))
+      << msg;
   const std::vector<int32_t> negative = {-1};
   msg = error_of(ErrorKind::kBadInput, [&] {
     LlmcShardWriter w(dir.file("a.bin"), 32, false);
@@ -142,7 +144,8 @@ TEST(LlmcShardWriter, AMissingDirectoryIsBadInputNamingIt) {
   const std::string msg =
       error_of(ErrorKind::kBadInput, [&] { LlmcShardWriter(dir.file("no/such/a.bin"), 16, false); });
   EXPECT_TRUE(contains(msg, "llm.c shard " + dir.file("no/such/a.bin") + ": cannot create a file in " +
-                                dir.file("no/such") + ": No such file or directory")) << msg;
+                                dir.file("no/such") + ": No such file or directory"))
+      << msg;
 }
 
 TEST(LlmcShardWriter, AnUnmaskedShardReplacesAStaleMask) {

@@ -95,8 +95,7 @@ TEST(LossMask, AMissingMaskInAGlobIsRefusedNamingIt) {
   write_mask(dir.file("s_1.bin"), {1, 1});
   msg = bad_input_message([&] { open_llmc_source(dir.file("s_*.bin"), 256, "data.val_path"); });
   EXPECT_TRUE(contains(msg, "data.val_path '")) << msg;
-  EXPECT_TRUE(contains(msg, "loss mask " + dir.file("s_0.mask") + " of " + dir.file("s_0.bin") + " is missing"))
-      << msg;
+  EXPECT_TRUE(contains(msg, "loss mask " + dir.file("s_0.mask") + " of " + dir.file("s_0.bin") + " is missing")) << msg;
 }
 
 TEST(LossMask, AMaskOfTheWrongLengthIsRefused) {
@@ -104,15 +103,20 @@ TEST(LossMask, AMaskOfTheWrongLengthIsRefused) {
   write_llmc(dir.file("a.bin"), {1, 2, 3, 4});
   write_mask(dir.file("a.bin"), {1, 1, 1});  // its header says 3 tokens
   std::string msg = bad_input_message([&] { open_llmc_source(dir.file("a.bin"), 256); });
-  EXPECT_TRUE(contains(msg, "loss mask " + dir.file("a.mask") + ": the header at byte 8 says 3 tokens, but its token "
-                            "shard " + dir.file("a.bin") + " holds 4: expected 4, got 3")) << msg;
+  EXPECT_TRUE(contains(msg, "loss mask " + dir.file("a.mask") +
+                                ": the header at byte 8 says 3 tokens, but its token "
+                                "shard " +
+                                dir.file("a.bin") + " holds 4: expected 4, got 3"))
+      << msg;
 
   LlmcMask truncated{{1, 1}};
   truncated.header_count = 4;  // says 4, holds 2
   write_bytes(dir.file("a.mask"), truncated.bytes());
   msg = bad_input_message([&] { open_llmc_source(dir.file("a.bin"), 256); });
-  EXPECT_TRUE(contains(msg, "loss mask " + dir.file("a.mask") + " is truncated: the header at byte 8 says 4 bytes, "
-                            "i.e. bytes [1024, 1028), but the file is 1026 bytes: room for 2 bytes")) << msg;
+  EXPECT_TRUE(contains(msg, "loss mask " + dir.file("a.mask") +
+                                " is truncated: the header at byte 8 says 4 bytes, "
+                                "i.e. bytes [1024, 1028), but the file is 1026 bytes: room for 2 bytes"))
+      << msg;
 
   write_bytes(dir.file("a.mask"), LlmcMask{{1, 1, 1, 1}}.bytes() + std::string(3, '\1'));
   msg = bad_input_message([&] { open_llmc_source(dir.file("a.bin"), 256); });
@@ -136,8 +140,10 @@ TEST(LossMask, BadMagicVersionAndByteValuesNameFileAndOffset) {
 
   write_mask(dir.file("a.bin"), {1, 0, 2, 255});
   msg = bad_input_message([&] { open_llmc_source(dir.file("a.bin"), 256); });
-  EXPECT_TRUE(contains(msg, "loss mask " + dir.file("a.mask") + ": byte value 2 at byte 1026 (token index 2): "
-                            "expected 0 (not a target) or 1 (a target)")) << msg;
+  EXPECT_TRUE(contains(msg, "loss mask " + dir.file("a.mask") +
+                                ": byte value 2 at byte 1026 (token index 2): "
+                                "expected 0 (not a target) or 1 (a target)"))
+      << msg;
 }
 
 TEST(LossMask, ABadByteFarIntoALargeMaskIsFoundByTheParallelScan) {

@@ -29,14 +29,17 @@ const Shape kShapes[] = {{1, 7, 7},         {3, 50, 64},       {5, 1001, 1024}, 
                          {3, 16411, 16416}, {4, 50257, 50304}, {2, 70001, 70008}};
 constexpr float kDloss = 0.37f;
 
-// Logits of scale 3 (a peaked softmax), targets in [0, V), and the CPU losses and gradient.
+// Logits of scale 3 (a peaked softmax), targets in [0, V), and the CPU losses and gradient. With `masked`, every
+// third row from row 0 is not a target (-1, or -100 as PyTorch's ignore_index, alternately).
 template <typename T>
 struct Problem {
-  explicit Problem(const Shape& s, float dloss = kDloss)
+  explicit Problem(const Shape& s, float dloss = kDloss, bool masked = false)
       : logits(test::random_input<T>(s.N * s.Vp, 1, 3.0f)),
         targets(test::random_ints(s.N, s.V, 2)),
         losses(s.N),
         dlogits(s.N * s.Vp) {
+    if (masked)
+      for (int64_t n = 0; n < s.N; n += 3) targets[static_cast<size_t>(n)] = n % 2 == 0 ? -1 : -100;
     softmax_cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), s.N, s.V, s.Vp, dloss);
   }
   std::vector<float> logits;
@@ -152,7 +155,45 @@ TYPED_TEST(SoftmaxCrossEntropyGpuTest, InPlace) {
   }
 }
 
-// A target outside [0, V) gives a NaN loss, on every path.
+// Rows whose target is < 0 (masked) get loss 0 and a dlogits row of exact zeros, padding included, on every path, out
+// of place and in place; every other row is the CPU's, element by element. Shapes with one row (all of it masked)
+// and with more rows than the grid has blocks.
+TYPED_TEST(SoftmaxCrossEntropyGpuTest, IgnoredRowsMatchCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+  shapes.push_back({300, 50257, 50304});
+  shapes.push_back({65600, 50, 64});
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " V=" << s.V << " Vp=" << s.Vp);
+    const Problem<T> p(s, kDloss, /*masked=*/true);
+    OnDevice<T> d(s, p);
+    d.run(d.dlogits.data());
+    const std::vector<float> losses = to_host(d.losses), dlogits = to_host(d.dlogits);
+    EXPECT_TRUE(close(losses, p.losses, kTol<float>)) << "losses";
+    EXPECT_TRUE(close(dlogits, p.dlogits, kTol<T>)) << "dlogits";
+    int64_t ignored = 0;
+    for (int64_t n = 0; n < s.N; ++n) {
+      if (p.targets[static_cast<size_t>(n)] >= 0) continue;
+      ++ignored;
+      ASSERT_EQ(losses[static_cast<size_t>(n)], 0.0f) << "row " << n;
+      for (int64_t c = 0; c < s.Vp; ++c)
+        ASSERT_EQ(dlogits[static_cast<size_t>(n * s.Vp + c)], 0.0f) << "row " << n << " col " << c;
+    }
+    EXPECT_EQ(ignored, (s.N + 2) / 3);
+    // Without dlogits: the same losses, bit for bit.
+    test::poison(d.losses);
+    d.run(nullptr);
+    EXPECT_TRUE(test::bitwise_equal(to_host(d.losses), losses)) << "losses without dlogits";
+    // In place: the same bits as out of place.
+    test::poison(d.losses);
+    d.run(d.logits.data());
+    EXPECT_TRUE(test::bitwise_equal(to_host(d.logits), dlogits)) << "in place";
+    EXPECT_TRUE(test::bitwise_equal(to_host(d.losses), losses)) << "losses in place";
+  }
+}
+
+// A target >= V gives a NaN loss, on every path; a target < 0 is a masked row (IgnoredRowsMatchCpu).
 TYPED_TEST(SoftmaxCrossEntropyGpuTest, OutOfRangeTargetGivesNan) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;
@@ -160,7 +201,7 @@ TYPED_TEST(SoftmaxCrossEntropyGpuTest, OutOfRangeTargetGivesNan) {
     SCOPED_TRACE(::testing::Message() << "V=" << s.V << " Vp=" << s.Vp);
     test::GpuEnv env;
     DeviceBuffer<T> logits = to_device<T>(test::random_input<T>(2 * s.Vp, 1, 3.0f)), dlogits(2 * s.Vp);
-    DeviceBuffer<int32_t> targets = test::ints_to_device(std::vector<int32_t>{-1, s.V});
+    DeviceBuffer<int32_t> targets = test::ints_to_device(std::vector<int32_t>{s.V + 1, s.V});
     DeviceBuffer<float> losses(2);
     gpu::softmax_cross_entropy<T>(losses.data(), dlogits.data(), logits.data(), targets.data(), 2, s.V, s.Vp, kDloss,
                                   env.ctx);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -151,10 +152,39 @@ TEST(SoftmaxCrossEntropy, RejectsTargetOutsideRealVocabulary) {
   k.targets[2] = 6;  // == V: a padding column, not a class
   EXPECT_THROW(softmax_cross_entropy(losses.data(), nullptr, k.logits.data(), k.targets.data(), k.N, k.V, k.Vp, 1.0f),
                Error);
-  k.targets[2] = -1;
-  EXPECT_THROW(softmax_cross_entropy(losses.data(), nullptr, k.logits.data(), k.targets.data(), k.N, k.V, k.Vp, 1.0f),
-               Error);
   EXPECT_EQ(losses[0], -1.0f);  // nothing written before the check
+}
+
+// A target < 0 is not a target: loss 0 and a dlogits row of exact zeros (padding included), in place or not; the
+// other rows are what they are without the ignored ones, bit for bit.
+TEST(SoftmaxCrossEntropy, NegativeTargetsAreIgnoredRows) {
+  Case k(9, 11, 16, 560);
+  Case kept = k;
+  const std::vector<int64_t> ignored = {0, 3, 4, 8};
+  for (int64_t n : ignored) k.targets[n] = n == 4 ? -100 : -1;  // any negative value, -100 as PyTorch's default
+  const float dloss = 0.37f;
+  std::vector<float> losses(k.N, -5.0f), dlogits(k.N * k.Vp, 123.0f);
+  softmax_cross_entropy(losses.data(), dlogits.data(), k.logits.data(), k.targets.data(), k.N, k.V, k.Vp, dloss);
+  std::vector<float> all_losses(k.N), all_dlogits(k.N * k.Vp);
+  softmax_cross_entropy(all_losses.data(), all_dlogits.data(), kept.logits.data(), kept.targets.data(), k.N, k.V, k.Vp,
+                        dloss);
+  for (int64_t n = 0; n < k.N; ++n) {
+    const bool skip = std::find(ignored.begin(), ignored.end(), n) != ignored.end();
+    EXPECT_EQ(losses[n], skip ? 0.0f : all_losses[n]) << "row " << n;
+    for (int i = 0; i < k.Vp; ++i)
+      EXPECT_EQ(dlogits[n * k.Vp + i], skip ? 0.0f : all_dlogits[n * k.Vp + i]) << "row " << n << " col " << i;
+  }
+  // In place: the same bits; the ignored rows' logits (NaN padding included) become zeros.
+  auto inplace = k.logits;
+  std::vector<float> losses2(k.N);
+  softmax_cross_entropy(losses2.data(), inplace.data(), inplace.data(), k.targets.data(), k.N, k.V, k.Vp, dloss);
+  EXPECT_EQ(0, std::memcmp(losses.data(), losses2.data(), losses.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(dlogits.data(), inplace.data(), dlogits.size() * sizeof(float)));
+  // Every row ignored.
+  std::vector<int32_t> none(k.N, -1);
+  softmax_cross_entropy(losses.data(), dlogits.data(), k.logits.data(), none.data(), k.N, k.V, k.Vp, dloss);
+  EXPECT_EQ(std::count(losses.begin(), losses.end(), 0.0f), k.N);
+  EXPECT_EQ(std::count(dlogits.begin(), dlogits.end(), 0.0f), k.N * k.Vp);
 }
 
 }  // namespace

@@ -100,7 +100,8 @@ Result cpu_run(const ModelConfig& c, const std::vector<std::vector<float>>& p, c
   m.embedding_forward(p[0].data(), b.tokens.data(), kB, c.seq_len);
   for (int l = 0; l < L; ++l) m.block_forward(l, p[1 + l].data());
   r.loss = m.head_forward_backward(p[L + 1].data(), p[0].data(), b.targets.data(), dloss_of(c), r.grads[L + 1].data(),
-                                   r.grads[0].data());
+                                   r.grads[0].data()) /
+           static_cast<double>(kB * c.seq_len);
   for (int l = L - 1; l >= 0; --l) m.block_backward(l, p[1 + l].data(), r.grads[1 + l].data());
   m.embedding_backward(r.grads[0].data());
   m.head_logits(p[L + 1].data(), p[0].data(), c.seq_len - 1, &r.logits);

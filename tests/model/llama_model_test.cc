@@ -49,9 +49,9 @@ TEST(LlamaModel, TiedHeadSendsTheClassifierGradientToTheEmbedding) {
     std::vector<int32_t> tokens(c.seq_len, 7), targets(c.seq_len, 9);  // token 7 only; row 8 is never looked up
     m.embedding_forward(p[0].data(), tokens.data(), 1, c.seq_len);
     for (int l = 0; l < c.n_layer; ++l) m.block_forward(l, p[1 + l].data());
-    const float loss = m.head_forward_backward(p.back().data(), p[0].data(), targets.data(), 1.0f / c.seq_len,
-                                               g.back().data(), g[0].data());
-    EXPECT_GT(loss, 0.0f);
+    const double loss_sum = m.head_forward_backward(p.back().data(), p[0].data(), targets.data(), 1.0f / c.seq_len,
+                                                    g.back().data(), g[0].data());
+    EXPECT_GT(loss_sum, 0.0);
     for (int l = c.n_layer - 1; l >= 0; --l) m.block_backward(l, p[1 + l].data(), g[1 + l].data());
     m.embedding_backward(g[0].data());
     const float* row8 = g[0].data() + 8 * c.n_embd;

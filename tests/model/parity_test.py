@@ -9,10 +9,15 @@ q/k/v biases), runs the same batches and the same optimizer, and asserts, per fa
   * every step-0 gradient agrees to max|diff| / max|ref| <= GRAD_TOL (per tensor),
   * after all steps of AdamW (decay on block matrices only, global-norm clip, warmup+cosine lr), every
     parameter agrees to max|diff| <= PARAM_TOL * max(1, max|param|).
-gpt2: 1e-5, 1e-4, 1e-5; llama: 1e-6, 1e-5, 2e-6.
+gpt2: 1e-5, 1e-4, 1e-5; llama: 1e-6, 1e-5, 2e-6; --tol LOSS,GRAD,PARAM sets them.
+
+--mask: the batches come with a random loss mask (parity_dump --mask: half the targets, and rank 0's whole
+micro-batch of step 0's micro-step 1 masked). Here the masked targets are -100, and each step's loss is PyTorch's
+F.cross_entropy(logits, targets, ignore_index=-100) with reduction mean over the whole global batch (every micro-step
+of every rank in one call): the sum over the kept targets divided by their number.
 
 Needs Debian's python3-torch, python3-h5py, python3-numpy: run it with /usr/bin/python3.
-usage: parity_test.py [--mpirun MPIRUN --np N] PARITY_DUMP CONFIG WORKDIR [--section.key=value ...]
+usage: parity_test.py [--mpirun MPIRUN --np N] [--mask] [--tol L,G,P] PARITY_DUMP CONFIG WORKDIR [--section.key=value ...]
 """
 import json
 import math
@@ -67,7 +72,7 @@ class Gpt2(torch.nn.Module):
             x = x + m @ self.w(h + "mlp.c_proj.weight") + self.w(h + "mlp.c_proj.bias")
         x = F.layer_norm(x, (C,), self.w("transformer.ln_f.weight"), self.w("transformer.ln_f.bias"), 1e-5)
         logits = x @ self.w("transformer.wte.weight").t()
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=IGNORE)
 
 
 class Llama(torch.nn.Module):
@@ -170,7 +175,7 @@ class Llama(torch.nn.Module):
         x = self.rms(x, self.w("model.norm.weight"))
         head = self.w("model.embed_tokens.weight" if self.t["tie_embeddings"] else "lm_head.weight")
         logits = x @ head.t()
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=IGNORE)
 
     def to_ours(self, tensors):
         """HF-named arrays (parameters or their gradients) back in shardtrain's layout, padded rows left out."""
@@ -207,6 +212,7 @@ def decays(name):
 
 
 TOLERANCES = {"gpt2": (1e-5, 1e-4, 1e-5), "llama": (1e-6, 1e-5, 2e-6)}  # loss, grad, param
+IGNORE = -100  # PyTorch's default ignore_index
 
 
 def main():
@@ -215,17 +221,34 @@ def main():
     if args[0] == "--mpirun":
         launch = [args[1], "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader", "-np", args[3]]
         args = args[4:]
+    masked = args[0] == "--mask"
+    if masked:
+        args = args[1:]
+    tol = None
+    if args[0] == "--tol":
+        tol = tuple(float(x) for x in args[1].split(","))
+        args = args[2:]
     tool, config, work = args[:3]
     overrides = args[3:]
     os.makedirs(work, exist_ok=True)
     steps = 5
-    subprocess.run(launch + [tool, "--config", config, "--out", work, "--steps", str(steps)] + overrides, check=True)
+    subprocess.run(launch + [tool, "--config", config, "--out", work, "--steps", str(steps)] + (["--mask"] if masked else [])
+                   + overrides, check=True)
     trace = json.load(open(os.path.join(work, "trace.json")))
     init = load(os.path.join(work, "init.h5"))
-    tokens = torch.tensor(load(os.path.join(work, "batches.h5"))["tokens"]).long()
+    batches = load(os.path.join(work, "batches.h5"))
+    tokens = torch.tensor(batches["tokens"]).long()
+    # targets[step, micro, row, t]: the next token, or IGNORE where the mask says it is not trained on.
+    targets = tokens[..., 1:].clone()
+    if masked:
+        targets[torch.tensor(batches["mask"]) == 0] = IGNORE
+        kept = (targets != IGNORE).sum(dim=(1, 2, 3))
+        empty = ((targets[0, 1] != IGNORE).sum(dim=1) == 0).sum().item() if targets.shape[1] > 1 else 0
+        print(f"masked: targets kept per step {kept.tolist()} of {targets[0].numel()}; rows of step 0's micro-step 1 "
+              f"with no target: {empty}")
     grads0 = load(os.path.join(work, "grads0.h5"))
     final = load(os.path.join(work, "final.h5"))
-    loss_tol, grad_tol, param_tol = TOLERANCES[trace["arch"]]
+    loss_tol, grad_tol, param_tol = tol or TOLERANCES[trace["arch"]]
 
     init64 = {k: v.astype(np.float64) for k, v in init.items()}
     if trace["arch"] == "llama":
@@ -249,9 +272,14 @@ def main():
     for step in range(steps):
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0
-        for micro in range(accum):
+        if masked:
+            # The whole global batch in one call: the ignore_index mean over all of its kept targets.
+            loss = model(tokens[step, :, :, :-1].reshape(-1, tokens.shape[-1] - 1), targets[step].reshape(-1, targets.shape[-1]))
+            loss.backward()
+            loss_sum = loss.item()
+        for micro in range(0 if masked else accum):
             batch = tokens[step, micro]
-            loss = model(batch[:, :-1], batch[:, 1:]) / accum
+            loss = model(batch[:, :-1], targets[step, micro]) / accum
             loss.backward()
             loss_sum += loss.item()
         mine = trace["steps"][step]["loss"]
@@ -284,7 +312,7 @@ def main():
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures[:20]))
         return 1
-    print(f"parity OK over {len(named)} tensors ({trace['arch']}, {trace['world']} rank(s))")
+    print(f"parity OK over {len(named)} tensors ({trace['arch']}, {trace['world']} rank(s){', masked' if masked else ''})")
     return 0
 
 

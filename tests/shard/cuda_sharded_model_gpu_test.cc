@@ -291,35 +291,45 @@ TEST(CudaShardedModel, CheckpointsCrossBackends) {
   EXPECT_EQ(back.forward_backward(batches(g, 2), 2), gpu.forward_backward(batches(g, 2), 2));
 }
 
+// What five steps of two micro-steps leave behind.
+struct StepsRun {
+  std::vector<StepStats> stats;
+  std::vector<std::vector<float>> params;
+  int64_t updates = 0;
+};
+
+// Steps 0 .. 4 of two micro-steps on one rank, step s's batches and number of targets from step_batch(s, &n) (n left
+// at kEveryPosition: every position), through train_step (`gated`: decided on the device, on a cuda backend without
+// offload) or through forward_backward and optimizer_step (the host path).
+template <typename StepBatch>
+StepsRun run_steps(const Config& c, bool gated, StepBatch step_batch) {
+  SoloCommunicator comm;
+  StepEngine e(c, comm);
+  if (c.train.device == Device::kCuda) EXPECT_TRUE(e.sharded().gates_on_device());
+  StepsRun r;
+  for (int64_t s = 0; s < 5; ++s) {
+    int64_t n = kEveryPosition;
+    const BatchFn batch = step_batch(s, &n);
+    r.stats.push_back(gated ? e.train_step(batch, 2, s, n) : e.optimizer_step(s, e.forward_backward(batch, 2, s, n)));
+  }
+  r.params = e.gather_params();
+  r.updates = e.updates();
+  return r;
+}
+
 // StepEngine::train_step decides the step's end on the device (norm, clip, skip: gpu::decide_step) and queues AdamW
 // before the host reads the loss back. It gives the host path's bits: the losses, norms, skips, loss scales, update
 // count and parameters, over steps that clip (optim.grad_clip 0.05), a skipped step (grad_inf at the third), and two
 // micro-steps a step. With optimizer offload the backend does not gate, and train_step takes the host path.
 TEST(CudaShardedModel, TrainStepGatedOnDeviceMatchesHostPath) {
   ST_SKIP_WITHOUT_GPU();
-  struct Run {
-    std::vector<StepStats> stats;
-    std::vector<std::vector<float>> params;
-    int64_t updates = 0;
-  };
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     Config c = small(Device::kCuda, dt);
     c.optim.grad_clip = 0.05f;
     SCOPED_TRACE(::testing::Message() << "dtype " << static_cast<int>(dt));
-    auto run = [&](bool gated) {
-      SoloCommunicator comm;
-      StepEngine e(c, comm);
-      EXPECT_TRUE(e.sharded().gates_on_device());
-      Run r;
-      for (int64_t s = 0; s < 5; ++s)
-        r.stats.push_back(gated ? e.train_step(batches(c, s), 2, s)
-                                : e.optimizer_step(s, e.forward_backward(batches(c, s), 2, s)));
-      r.params = e.gather_params();
-      r.updates = e.updates();
-      return r;
-    };
+    auto run = [&](bool gated) { return run_steps(c, gated, [&](int64_t s, int64_t*) { return batches(c, s); }); };
     ASSERT_EQ(setenv("SHARDTRAIN_FAULT", "grad_inf:0@3", 1), 0);
-    const Run host = run(false), device = run(true);
+    const StepsRun host = run(false), device = run(true);
     unsetenv("SHARDTRAIN_FAULT");
     ASSERT_EQ(host.stats.size(), device.stats.size());
     int clipped = 0;
@@ -349,6 +359,58 @@ TEST(CudaShardedModel, TrainStepGatedOnDeviceMatchesHostPath) {
   StepEngine e(off, comm);
   EXPECT_FALSE(e.sharded().gates_on_device());
   EXPECT_TRUE(std::isfinite(e.train_step(batches(off, 0), 2, 0).loss));
+}
+
+// Step `step`'s micro-batches with loss masks: the target at position t of sequence b of micro-step m is kept when
+// (step + m + b + t) % 3 != 0, except that micro-step 1 of step 1 keeps none and step 3 none at all. *targets gets
+// the step's count, as Sampler::step_targets gives it.
+BatchFn masked_batches(const Config& c, int64_t step, int64_t* targets) {
+  const int64_t B = c.train.micro_batch, T = c.model.seq_len, accum = c.grad_accum_steps(1);
+  auto kept = [step](int64_t m, int64_t b, int64_t t) {
+    return step != 3 && !(step == 1 && m == 1) && (step + m + b + t) % 3 != 0;
+  };
+  *targets = 0;
+  for (int64_t m = 0; m < accum; ++m)
+    for (int64_t i = 0; i < B * T; ++i) *targets += kept(m, i / T, i % T) ? 1 : 0;
+  const BatchFn plain = batches(c, step);
+  return [plain, kept, B, T](int64_t m, int32_t* in, int32_t* tgt) {
+    plain(m, in, tgt);
+    for (int64_t i = 0; i < B * T; ++i)
+      if (!kept(m, i / T, i % T)) tgt[i] = -1;
+  };
+}
+
+// Loss masks on the GPU, through the device-gated step and the host path, train what they train on the CPU: masked
+// rows add no loss and no gradient (the softmax-cross-entropy kernel and the chunked classifier), the step's mean is
+// over its kept targets (a micro-batch with none included), and the step with no target is skipped alike, without an
+// update. fp32 to 1e-4 as expect_fp32_matches; bf16 and fp16 to 2e-2 on the losses.
+TEST(CudaShardedModel, MaskedStepsMatchCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  auto run = [](const Config& c, bool gated) {
+    return run_steps(c, gated, [&](int64_t s, int64_t* n) { return masked_batches(c, s, n); });
+  };
+  const StepsRun cpu = run(small(Device::kCpu, DType::kF32), false);
+  ASSERT_EQ(cpu.updates, 4);
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (bool gated : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << to_string(dt) << (gated ? ", gated on the device" : ", host path"));
+      const StepsRun gpu = run(small(Device::kCuda, dt), gated);
+      const double tol = dt == DType::kF32 ? 1e-4 : 2e-2;
+      for (size_t i = 0; i < cpu.stats.size(); ++i) {
+        EXPECT_EQ(gpu.stats[i].skipped, i == 3) << "step " << i;
+        EXPECT_EQ(gpu.stats[i].no_targets, i == 3) << "step " << i;
+        if (i == 3) {
+          EXPECT_TRUE(std::isnan(gpu.stats[i].loss));
+          continue;
+        }
+        EXPECT_NEAR(gpu.stats[i].loss, cpu.stats[i].loss, tol * cpu.stats[i].loss) << "step " << i;
+      }
+      EXPECT_EQ(gpu.updates, 4);
+      if (dt == DType::kF32)
+        for (size_t u = 0; u < cpu.params.size(); ++u)
+          EXPECT_LE(rel_norm_error(gpu.params[u], cpu.params[u]), 1e-4) << "parameters of unit " << u;
+    }
+  }
 }
 
 // Optimizer offload on one GPU: the host AdamW trains what the device AdamW trains, bit for bit, whichever units it

@@ -24,8 +24,14 @@ if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
                      --model.rope_scaling_original_max_position=64 --model.tie_embeddings=false)
     set_tests_properties(mpi.equivalence.tiny_llama.np${n} PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
-    set_tests_properties(mpi.equivalence.tiny.np${n} mpi.equivalence.gpt2_shaped.np${n} PROPERTIES
-                         LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
+    # Loss masks over a glob of a uint16 and a uint32 shard: the ranks compute the step's normaliser from every rank's
+    # mask bytes, and all skip the step with no target.
+    add_test(NAME mpi.equivalence.masked.np${n}
+             COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/mpi_equivalence_test.py $<TARGET_FILE:shardtrain>
+                     ${MPIRUN_EXECUTABLE} ${n} ${CMAKE_BINARY_DIR}/mpi_equiv_masked_${n} @masked
+                     --train.steps=30 --train.micro_batch=1 --optim.lr=1e-3 --optim.eps=1e-6)
+    set_tests_properties(mpi.equivalence.tiny.np${n} mpi.equivalence.gpt2_shaped.np${n} mpi.equivalence.masked.np${n}
+                         PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
   endforeach()
 endif()

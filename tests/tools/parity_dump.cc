@@ -4,19 +4,24 @@
 //   init.h5     the initial weights: gpt2, Hugging Face GPT-2 names and layouts; llama, shardtrain's own tensors
 //               ("<unit>.<tensor>", e.g. "block.0.attn.qkv.weight", layouts of model/units.h, padded vocabulary)
 //   batches.h5  "tokens" [steps, accum, world x micro_batch, seq_len + 1] int32: rank r trains rows
-//               [r x micro_batch, (r + 1) x micro_batch) of each micro-step
+//               [r x micro_batch, (r + 1) x micro_batch) of each micro-step; with --mask also
+//               "mask" [steps, accum, world x micro_batch, seq_len] int32: 1 where the target (tokens[..., t + 1]) is
+//               trained on, 0 where it is not (it goes in as -1, kNoTarget): random, half of them, and rank 0's
+//               whole micro-batch of micro-step 1 of step 0 (rows [0, micro_batch)) 0 (with accum >= 2)
 //   grads0.h5   the gradient of step 0 (before clipping), named as init.h5
 //   final.h5    the weights after the last step
 //   trace.json  per step: loss, grad_norm, lr; the optimizer settings and model keys the test must mirror
 // Under mpirun (or the env bootstrap) every rank trains its share of the same global batches, as the trainer does.
 //
-//   parity_dump --config configs/tiny.ini --out /tmp/p --steps 5 [--train.micro_batch=2 ...]
+//   parity_dump --config configs/tiny.ini --out /tmp/p --steps 5 [--mask] [--train.micro_batch=2 ...]
 //   mpirun -np 3 parity_dump --config configs/tiny-llama.ini --out /tmp/p --steps 5
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -28,6 +33,7 @@
 #include "shardtrain/core/rng.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/comm/launcher.h"
+#include "shardtrain/data/sampler.h"
 #include "shardtrain/train/step_engine.h"
 
 namespace {
@@ -66,6 +72,7 @@ int main(int argc, char** argv) {
   std::optional<std::string> config;
   std::string out;
   int64_t steps = 5;
+  bool masked = false;
   std::vector<std::string> overrides;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -75,6 +82,8 @@ int main(int argc, char** argv) {
       out = argv[++i];
     } else if (a == "--steps" && i + 1 < argc) {
       steps = std::stoll(argv[++i]);
+    } else if (a == "--mask") {
+      masked = true;
     } else {
       overrides.push_back(a);
     }
@@ -102,9 +111,21 @@ int main(int argc, char** argv) {
     std::vector<int32_t> tokens(static_cast<size_t>(steps * accum * rows * (T + 1)));
     st::Rng rng(cfg.train.seed, /*stream=*/0xBA7C4);
     for (int32_t& t : tokens) t = static_cast<int32_t>(rng.next_below(static_cast<uint64_t>(cfg.model.vocab_size)));
+    // mask[((step * accum + micro) * rows + row) * T + t]; every target is trained on without --mask.
+    std::vector<int32_t> mask(static_cast<size_t>(steps * accum * rows * T), 1);
+    std::vector<int64_t> step_targets(static_cast<size_t>(steps), accum * rows * T);
+    if (masked) {
+      st::Rng mask_rng(cfg.train.seed, /*stream=*/0x3A5C);
+      for (int32_t& m : mask) m = static_cast<int32_t>(mask_rng.next_below(2));
+      if (accum >= 2) std::fill(mask.begin() + rows * T, mask.begin() + rows * T + B * T, 0);  // rank 0's micro 1
+      for (int64_t step = 0; step < steps; ++step)
+        step_targets[static_cast<size_t>(step)] = std::accumulate(
+            mask.begin() + step * accum * rows * T, mask.begin() + (step + 1) * accum * rows * T, int64_t{0});
+    }
     if (lead) {
       st::H5File f = st::H5File::create(out + "/batches.h5");
       st::h5_write_i32(f, "tokens", {steps, accum, rows, T + 1}, tokens.data());
+      if (masked) st::h5_write_i32(f, "mask", {steps, accum, rows, T}, mask.data());
       f.close();
     }
 
@@ -117,14 +138,16 @@ int main(int argc, char** argv) {
           << model_json(cfg.model) << ", \"steps\": [";
     for (int64_t step = 0; step < steps; ++step) {
       auto batch = [&](int64_t micro, int32_t* in, int32_t* tgt) {
-        const int32_t* base = tokens.data() + ((step * accum + micro) * rows + rank * B) * (T + 1);
+        const int64_t row0 = (step * accum + micro) * rows + rank * B;
+        const int32_t* base = tokens.data() + row0 * (T + 1);
+        const int32_t* keep = mask.data() + row0 * T;
         for (int64_t b = 0; b < B; ++b)
           for (int64_t t = 0; t < T; ++t) {
             in[b * T + t] = base[b * (T + 1) + t];
-            tgt[b * T + t] = base[b * (T + 1) + t + 1];
+            tgt[b * T + t] = keep[b * T + t] != 0 ? base[b * (T + 1) + t + 1] : st::kNoTarget;
           }
       };
-      const float loss = s.forward_backward(batch, accum);
+      const float loss = s.forward_backward(batch, accum, step, step_targets[static_cast<size_t>(step)]);
       if (step == 0) write(out + "/grads0.h5", s.gather_grads());
       const st::StepStats stats = s.optimizer_step(step, loss);
       trace << (step ? ", " : "") << "{\"loss\": " << stats.loss << ", \"grad_norm\": " << stats.grad_norm

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -9,6 +10,7 @@
 
 #include "../common/tiny_training.h"
 #include "shardtrain/comm/communicator.h"
+#include "shardtrain/data/sampler.h"
 
 namespace st {
 namespace {
@@ -141,6 +143,161 @@ TEST(StepEngine, NonFiniteLossSkipsTheUpdate) {
   EXPECT_EQ(s.updates(), 0);
   const std::vector<float> after = s.gather_params()[1];
   EXPECT_EQ(before, after);
+}
+
+// Sequences as fill_sequences, with the targets at masked positions set to kNoTarget (-1): position p of the batch
+// (p = b * T + t, over the whole step: micro-step m's batch of B sequences holds positions [m*B*T, (m+1)*B*T)) is kept
+// when keep(p). Returns the batch function; *targets gets the number kept.
+template <typename Keep>
+BatchFn masked_batches(const Config& c, int64_t B, Keep keep, int64_t* targets = nullptr) {
+  const int64_t T = c.model.seq_len;
+  if (targets != nullptr) {
+    *targets = 0;
+    for (int64_t p = 0; p < 4 * T; ++p) *targets += keep(p) ? 1 : 0;
+  }
+  return [c, B, T, keep](int64_t micro, int32_t* in, int32_t* tgt) {
+    fill_sequences(c, micro * B, B, in, tgt);
+    for (int64_t i = 0; i < B * T; ++i)
+      if (!keep(micro * B * T + i)) tgt[i] = kNoTarget;
+  };
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b, double* max_ref) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+    *max_ref = std::max(*max_ref, std::fabs(static_cast<double>(b[i])));
+  }
+  return d;
+}
+
+// The masked mean is PyTorch's ignore_index mean: the mean over the kept targets of each one's loss, and its gradient
+// the mean of their gradients. Each single-target step (one kept position: a causal model's loss there does not
+// depend on the other targets) gives one term; the masked step over all of them must be their mean.
+TEST_P(StepEngineFamily, MaskedLossIsTheMeanOverTheKeptTargets) {
+  const Config c = config();
+  SoloCommunicator comm;
+  StepEngine s(c, comm);
+  const std::vector<int64_t> kept = {0, 5, 17, 30, 47, 63};  // positions in the 4 x 16 batch
+  double loss_sum = 0;
+  std::vector<std::vector<double>> grad_sum;
+  for (int64_t p : kept) {
+    const float l = s.forward_backward(masked_batches(c, 4, [p](int64_t q) { return q == p; }), 1, -1, 1);
+    loss_sum += l;
+    const auto g = s.gather_grads();
+    grad_sum.resize(g.size());
+    for (size_t u = 0; u < g.size(); ++u) {
+      grad_sum[u].resize(g[u].size(), 0.0);
+      for (size_t i = 0; i < g[u].size(); ++i) grad_sum[u][i] += g[u][i];
+    }
+  }
+  int64_t n = 0;
+  const auto keep = [&](int64_t q) { return std::find(kept.begin(), kept.end(), q) != kept.end(); };
+  const BatchFn batch = masked_batches(c, 4, keep, &n);
+  const float loss = s.forward_backward(batch, 1, -1, n);
+  ASSERT_EQ(n, 6);
+  EXPECT_NEAR(loss, loss_sum / 6, 1e-6 * loss);
+  const auto g = s.gather_grads();
+  for (size_t u = 0; u < g.size(); ++u) {
+    std::vector<float> mean(g[u].size());
+    for (size_t i = 0; i < mean.size(); ++i) mean[i] = static_cast<float>(grad_sum[u][i] / 6);
+    double max_ref = 0;
+    const double diff = max_abs_diff(g[u], mean, &max_ref);
+    EXPECT_LE(diff, 1e-5 * max_ref) << s.units()[u].name;
+  }
+  // The evaluation of the same batch is the same masked mean.
+  EXPECT_NEAR(s.evaluate(masked_batches(c, 4, keep), 1), loss, 1e-6 * loss);
+}
+
+// The normaliser is the step's count over every micro-step, not each micro-batch's: accumulating 4 micro-batches of
+// 1 sequence, one of them with no target at all, gives the loss and gradient of one batch of 4.
+TEST_P(StepEngineFamily, MaskedAccumulationMatchesOneBigBatch) {
+  Config big = config();
+  Config acc = config();
+  acc.train.micro_batch = 1;
+  const int64_t T = big.model.seq_len;
+  // Sequence 1 entirely masked; elsewhere every third position.
+  const auto keep = [T](int64_t p) { return p / T != 1 && p % 3 != 0; };
+  SoloCommunicator comm;
+  StepEngine a(big, comm), b(acc, comm);
+  int64_t n = 0;
+  const BatchFn one = masked_batches(big, 4, keep, &n);
+  ASSERT_EQ(n, 10 + 11 + 10);  // sequences 0, 2 and 3: the positions of [0, 16), [32, 48), [48, 64) not % 3
+  const float la = a.forward_backward(one, 1, -1, n);
+  const float lb = b.forward_backward(masked_batches(acc, 1, keep), 4, -1, n);
+  EXPECT_NEAR(la, lb, 1e-6 * la);
+  const auto ga = a.gather_grads(), gb = b.gather_grads();
+  for (size_t u = 0; u < ga.size(); ++u) {
+    double max_ref = 0;
+    const double diff = max_abs_diff(gb[u], ga[u], &max_ref);
+    EXPECT_LE(diff, 1e-5 * max_ref) << a.units()[u].name;
+  }
+}
+
+// A step whose batch holds no target computes nothing and applies nothing: zero gradient, no update (count, weights
+// and moments unchanged), no change of the loss scale; loss NaN, skipped and no_targets. Through train_step as well.
+TEST_P(StepEngineFamily, AStepWithNoTargetIsSkippedWithoutAnUpdate) {
+  const Config c = config();
+  SoloCommunicator comm;
+  StepEngine s(c, comm);
+  const BatchFn all = masked_batches(c, 4, [](int64_t) { return true; });
+  s.optimizer_step(0, s.forward_backward(all, 1));  // one applied step: moments are non-zero
+  ASSERT_EQ(s.updates(), 1);
+  const auto params = s.gather_params();
+  const std::vector<float> m = s.sharded().shard(1).m;
+  const BatchFn none = masked_batches(c, 4, [](int64_t) { return false; });
+  const float loss = s.forward_backward(none, 1, 1, 0);
+  EXPECT_TRUE(std::isnan(loss));
+  for (const auto& g : s.gather_grads()) EXPECT_EQ(std::count(g.begin(), g.end(), 0.0f), static_cast<long>(g.size()));
+  const StepStats st = s.optimizer_step(1, loss);
+  EXPECT_TRUE(st.skipped);
+  EXPECT_TRUE(st.no_targets);
+  EXPECT_TRUE(std::isnan(st.loss));
+  EXPECT_EQ(st.grad_norm, 0.0);
+  const StepStats st2 = s.train_step(none, 1, 2, 0);
+  EXPECT_TRUE(st2.skipped && st2.no_targets);
+  EXPECT_EQ(s.updates(), 1);
+  EXPECT_EQ(s.gather_params(), params);
+  EXPECT_EQ(s.sharded().shard(1).m, m);
+  // The next step with targets is update 2.
+  const StepStats st3 = s.train_step(all, 1, 3);
+  EXPECT_FALSE(st3.skipped);
+  EXPECT_EQ(s.updates(), 2);
+}
+
+// The count the caller gives must be the batches' own: a wrong one is a bug, found at the step's loss all-reduce.
+TEST(StepEngine, ATargetCountThatDisagreesWithTheBatchesIsAnInternalError) {
+  const Config c = small_config();
+  SoloCommunicator comm;
+  StepEngine s(c, comm);
+  int64_t n = 0;
+  const auto even = [](int64_t p) { return p % 2 == 0; };
+  const BatchFn half = masked_batches(c, 4, even, &n);
+  try {
+    s.forward_backward(half, 1, -1, n + 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInternal);
+    EXPECT_NE(std::string(e.what()).find("the step's batches hold 32 targets over every rank, but its loss was "
+                                         "normalised by 33"),
+              std::string::npos)
+        << e.what();
+  }
+  // Every position counts unless told otherwise: masked batches need their count.
+  EXPECT_THROW(s.forward_backward(half, 1), Error);
+}
+
+TEST(StepEngine, EvaluationWithNoTargetIsBadInput) {
+  const Config c = small_config();
+  SoloCommunicator comm;
+  StepEngine s(c, comm);
+  try {
+    s.evaluate(masked_batches(c, 4, [](int64_t) { return false; }), 2);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find("found no target"), std::string::npos) << e.what();
+  }
 }
 
 TEST(StepEngine, GenerateIsDeterministicAndInVocab) {

@@ -29,8 +29,8 @@
 namespace st {
 
 // Opens `path` (one file or a glob, expanded by expand_data_path(): sorted) as one stream: the tokens of
-// the first file, then of the second, ... `vocab_size` is the model's (model.vocab_size), > 0. `key` names the config key
-// that gave `path` in the errors about the pattern and its masks.
+// the first file, then of the second, ... `vocab_size` is the model's (model.vocab_size), > 0. `key` names the config
+// key that gave `path` in the errors about the pattern and its masks.
 std::unique_ptr<FileTokenSource> open_llmc_source(const std::string& path, int vocab_size,
                                                   const std::string& key = "data.path",
                                                   LossMaskMode loss_mask = LossMaskMode::kAuto);

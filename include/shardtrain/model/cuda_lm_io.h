@@ -44,7 +44,8 @@ class CudaLmIo {
   const int32_t* tokens() const { return tokens_.data(); }
 
   // The classifier on x [N, C] (the final norm's output) with weight w [Vp, C], against the uploaded targets: each
-  // token's cross-entropy goes into the loss accumulator. With dx non-null (backward; each token's loss gradient
+  // token's cross-entropy goes into the loss accumulator (a target < 0 is not a target: it adds 0, and its dlogits
+  // row is 0, so it adds nothing to dx or dw either). With dx non-null (backward; each token's loss gradient
   // scaled by dloss), writes dx [N, C] and adds the weight's gradient to dw [Vp, C], or writes it for the first
   // chunk when dw_write is kOverwrite. Laps: head.classifier_fwd, head.softmax_xent, head.classifier_bwd,
   // head.loss_sum.

@@ -14,7 +14,7 @@
 //   m->head_forward_backward(P[L+1], P[0], host_targets, dloss, G[L+1], G[0]);  // adds the batch's loss
 //   for (l = L-1...0) m->block_backward(l, P[1 + l], G[1 + l]);
 //   m->embedding_backward(G[0]);
-//   double loss = m->take_loss_sum() / tokens;                                    // synchronises
+//   double loss = m->take_loss_sum() / targets;                                   // synchronises
 #pragma once
 
 #include <cstdint>
@@ -46,7 +46,8 @@ class CudaUnitModel {
   virtual void block_forward(int layer, const T* block_params) = 0;
   // Final norm, classifier, cross-entropy (targets: host [B, t]) and, if head_grads is non-null, the start of
   // backward (UnitModel::head_forward_backward): head_grads written, emb_grads += the classifier's gradient when the
-  // head is tied. The batch's summed per-token loss is added to a device accumulator read by take_loss_sum().
+  // head is tied. A target < 0 is not a target: no loss, no gradient. The batch's summed per-token loss is added to a
+  // device accumulator read by take_loss_sum().
   virtual void head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
                                      T* head_grads, T* emb_grads) = 0;
   // Sum of the per-token losses since the last call; synchronises the stream.

@@ -8,7 +8,7 @@
 //   std::unique_ptr<UnitModel> m = model_family(cfg.arch).make_cpu_model(cfg, B, recompute);
 //   m->embedding_forward(P[0], tokens, B, T);
 //   for (int l = 0; l < L; ++l) m->block_forward(l, P[1 + l]);
-//   float loss = m->head_forward_backward(P[L + 1], P[0], targets, dloss, G[L + 1], G[0]);
+//   double loss_sum = m->head_forward_backward(P[L + 1], P[0], targets, dloss, G[L + 1], G[0]);
 //   for (int l = L - 1; l >= 0; --l) m->block_backward(l, P[1 + l], G[1 + l]);
 //   m->embedding_backward(G[0]);
 // The head is fused with the start of backward: the classifier is processed in row chunks, each of which computes
@@ -37,13 +37,14 @@ class UnitModel {
   virtual void embedding_forward(const float* emb_params, const int32_t* tokens, int64_t B, int64_t t) = 0;
   // Forward of block `layer` on the active shape; keeps what its backward needs.
   virtual void block_forward(int layer, const float* block_params) = 0;
-  // Final norm, LM head, mean cross-entropy and, if head_grads is non-null, the start of backward: head_grads (+=),
+  // Final norm, LM head, cross-entropy and, if head_grads is non-null, the start of backward: head_grads (+=),
   // emb_grads (+= the classifier's gradient when the head is tied) and the residual gradient that block_backward
-  // continues from. Each token's loss gradient is scaled by dloss (the caller passes 1/(B*T*accum)). Returns the
-  // mean loss over the active B*t tokens.
-  virtual float head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets,
-                                      float dloss, float* head_grads, float* emb_grads) = 0;
-  float head_forward(const float* head_params, const float* emb_params, const int32_t* targets) {
+  // continues from. Each token's loss gradient is scaled by dloss (the caller passes 1 / the step's number of
+  // targets). A target < 0 is not a target: no loss, no gradient. Returns the sum of the per-token losses over the
+  // active B*t tokens (the targets among them).
+  virtual double head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets,
+                                       float dloss, float* head_grads, float* emb_grads) = 0;
+  double head_forward(const float* head_params, const float* emb_params, const int32_t* targets) {
     return head_forward_backward(head_params, emb_params, targets, 0.0f, nullptr, nullptr);
   }
   // Logits over the real vocabulary for position `pos` of sequence 0 of the active batch (for sampling).

@@ -10,7 +10,7 @@
 //
 //   std::unique_ptr<ModelBackend> m = make_model_backend(cfg, comm);
 //   m->zero_grads();
-//   loss += m->micro_step(inputs, targets, dloss);      // grads accumulate in the shards
+//   loss_sum += m->micro_step(inputs, targets, dloss);  // grads accumulate in the shards
 //   double sq = m->grad_sum_of_squares();               // local, over owned spans
 //   m->adamw(u, runs);                                  // per unit, runs from adamw_runs()
 #pragma once
@@ -84,10 +84,11 @@ class ModelBackend {
   virtual void expect_micro_steps(int64_t n) {}
   // One training micro-step (forward, loss, backward, reduce-scatter) on this rank's micro_batch x
   // seq_len tokens (host arrays). Gradients of the loss, scaled by dloss per token, accumulate into the
-  // grad shards. Returns this rank's mean loss over its tokens. Collective.
-  virtual float micro_step(const int32_t* inputs, const int32_t* targets, float dloss) = 0;
-  // Forward and loss only. Collective.
-  virtual float eval_micro(const int32_t* inputs, const int32_t* targets) = 0;
+  // grad shards. A target < 0 is not a target (a masked position): no loss, no gradient. Returns this rank's sum of
+  // the per-token losses over its targets. Collective.
+  virtual double micro_step(const int32_t* inputs, const int32_t* targets, float dloss) = 0;
+  // Forward and loss only: the same sum. Collective.
+  virtual double eval_micro(const int32_t* inputs, const int32_t* targets) = 0;
   // Logits over the real vocabulary at the last position of tokens[0, len) (B = 1). Collective.
   virtual void last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) = 0;
 
@@ -106,13 +107,13 @@ class ModelBackend {
   //   GatedStep g = m->finish_gated_step();   // g.gate.skip: nothing was updated
   virtual bool gates_on_device() const { return false; }
   virtual void micro_step_queued(const int32_t* inputs, const int32_t* targets, float dloss);
-  // earlier_losses: this rank's sum of the step's earlier micro-steps' losses (0 for one micro-step); a non-finite
+  // earlier_losses: this rank's sum of the step's earlier micro-steps' loss sums (0 for one micro-step); a non-finite
   // one anywhere skips the step, as a non-finite last loss does.
   virtual void queue_gated_update(double earlier_losses, double loss_scale, float grad_clip,
                                   const std::vector<std::vector<AdamWRun>>& runs);
   struct GatedStep {
-    float last_loss = 0;  // this rank's mean loss of the last micro-step, as micro_step() returns it
-    StepGate gate;        // what the device decided (grad_norm global)
+    double last_loss_sum = 0;  // this rank's loss sum of the last micro-step, as micro_step() returns it
+    StepGate gate;             // what the device decided (grad_norm global)
   };
   virtual GatedStep finish_gated_step();
 

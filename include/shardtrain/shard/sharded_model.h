@@ -9,7 +9,7 @@
 //
 //   ShardedModel m(cfg, comm);
 //   m.zero_grads();
-//   for (micro...) loss += m.micro_step(inputs, targets, dloss);   // grads accumulate in the shards
+//   for (micro...) loss_sum += m.micro_step(inputs, targets, dloss);   // grads accumulate in the shards
 //   // optimizer steps m.shard(u) over m.shard(u).span
 #pragma once
 
@@ -55,10 +55,10 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
 
   // One training micro-step (forward, loss, backward, reduce-scatter) on this rank's micro-batch of
   // micro_batch x seq_len tokens. Gradients of the loss scaled by dloss per token accumulate into the
-  // grad shards. Returns this rank's mean loss over its tokens. Collective.
-  float micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override;
+  // grad shards. Returns this rank's loss sum over its targets (targets < 0 are not). Collective.
+  double micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override;
   // Forward and loss only. Collective.
-  float eval_micro(const int32_t* inputs, const int32_t* targets) override;
+  double eval_micro(const int32_t* inputs, const int32_t* targets) override;
   // Logits over the real vocabulary at the last position of tokens[0, len) (B = 1). Collective.
   void last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) override;
 
@@ -85,7 +85,7 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
     std::vector<float> data;
     int unit = -1;  // which unit's buffer it holds, -1 if free
   };
-  float run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss);
+  double run(const std::vector<ScheduleOp>& schedule, Mode mode, const int32_t* targets, float dloss);
   // ScheduleExecutor: each collective blocks; compute runs on this thread.
   void gather(int unit, size_t at) override;
   void embedding_forward() override;
@@ -141,7 +141,8 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   std::vector<float>* logits_out_ = nullptr;
   Mode mode_ = Mode::kTrain;
   const int32_t* targets_ = nullptr;
-  float dloss_ = 0.0f, loss_ = 0.0f;
+  float dloss_ = 0.0f;
+  double loss_ = 0.0;  // the head's loss sum
 };
 
 }  // namespace st

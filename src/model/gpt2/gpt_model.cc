@@ -115,8 +115,8 @@ void GptModel::block_forward(int layer, const float* block_params) {
   residual_forward(out, out, a.res2.data(), N * C);
 }
 
-float GptModel::head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets,
-                                      float dloss, float* head_grads, float* emb_grads) {
+double GptModel::head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets,
+                                       float dloss, float* head_grads, float* emb_grads) {
   const UnitLayout& hu = units_.back();
   const UnitLayout& eu = units_[0];
   const int64_t N = B_ * T_;
@@ -129,15 +129,15 @@ float GptModel::head_forward_backward(const float* head_params, const float* emb
   layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, lnfw, lnfb, N, C);
   if (backward) zero(dlnf_, N * C);
 
-  const double loss = chunked_classifier(lnf_.data(), wte, targets, N, C, V, Vp, dloss, logits_chunk_.data(),
-                                         losses_.data(), backward ? dlnf_.data() : nullptr,
-                                         backward ? emb_grads + eu.tensors[0].offset : nullptr);
+  const double loss_sum = chunked_classifier(lnf_.data(), wte, targets, N, C, V, Vp, dloss, logits_chunk_.data(),
+                                             losses_.data(), backward ? dlnf_.data() : nullptr,
+                                             backward ? emb_grads + eu.tensors[0].offset : nullptr);
   if (backward) {
     zero(dresid_, N * C);
     layernorm_backward(dresid_.data(), head_grads + hu.tensors[0].offset, head_grads + hu.tensors[1].offset,
                        dlnf_.data(), x, lnfw, lnf_mean_.data(), lnf_rstd_.data(), N, C);
   }
-  return static_cast<float>(loss);
+  return loss_sum;
 }
 
 void GptModel::head_logits(const float* head_params, const float* emb_params, int64_t pos,

@@ -133,8 +133,8 @@ void LlamaModel::block_forward(int layer, const float* block_params) {
   matmul_forward_residual(out, a.mlp.data(), p.down, nullptr, a.res2.data(), N, F, C);
 }
 
-float LlamaModel::head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets,
-                                        float dloss, float* head_grads, float* emb_grads) {
+double LlamaModel::head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets,
+                                         float dloss, float* head_grads, float* emb_grads) {
   const UnitLayout& hu = units_.back();
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd, V = cfg_.vocab_size, Vp = cfg_.padded_vocab();
@@ -149,14 +149,14 @@ float LlamaModel::head_forward_backward(const float* head_params, const float* e
   rmsnorm_forward(normf_.data(), rstdf_.data(), x, normw, cfg_.rms_norm_eps, N, C);
   if (backward) zero(dnormf_, N * C);
 
-  const double loss = chunked_classifier(normf_.data(), w, targets, N, C, V, Vp, dloss, logits_chunk_.data(),
-                                         losses_.data(), backward ? dnormf_.data() : nullptr, dw);
+  const double loss_sum = chunked_classifier(normf_.data(), w, targets, N, C, V, Vp, dloss, logits_chunk_.data(),
+                                             losses_.data(), backward ? dnormf_.data() : nullptr, dw);
   if (backward) {
     zero(dresid_, N * C);
     rmsnorm_backward(dresid_.data(), head_grads + hu.tensor("norm.weight").offset, dnormf_.data(), x, normw,
                      rstdf_.data(), N, C);
   }
-  return static_cast<float>(loss);
+  return loss_sum;
 }
 
 void LlamaModel::head_logits(const float* head_params, const float* emb_params, int64_t pos,

@@ -12,7 +12,7 @@
 //   m.head_forward_backward(P[L+1], P[0], host_targets, dloss, G[L+1], G[0]);  // adds the batch's loss
 //   for (l = L-1...0) m.block_backward(l, P[1 + l], G[1 + l]);
 //   m.embedding_backward(G[0]);
-//   double loss = m.take_loss_sum() / tokens;                                      // synchronises
+//   double loss = m.take_loss_sum() / targets;                                     // synchronises
 #pragma once
 
 #include <cstdint>

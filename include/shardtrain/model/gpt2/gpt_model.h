@@ -35,8 +35,8 @@ class GptModel final : public UnitModel {
   void block_forward(int layer, const float* block_params) override;
 
   // Final LayerNorm and the classifier on wte (tied): its gradient goes to emb_grads.
-  float head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets, float dloss,
-                              float* head_grads, float* emb_grads) override;
+  double head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets, float dloss,
+                               float* head_grads, float* emb_grads) override;
   using UnitModel::head_forward;
   void head_logits(const float* head_params, const float* emb_params, int64_t pos,
                    std::vector<float>* logits) override;

@@ -32,8 +32,8 @@ class LlamaModel final : public UnitModel {
   void block_forward(int layer, const float* block_params) override;
   // Final RMSNorm and the classifier: embed_tokens when tied (its gradient goes to emb_grads), else the head's
   // lm_head (to head_grads).
-  float head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets, float dloss,
-                              float* head_grads, float* emb_grads) override;
+  double head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets, float dloss,
+                               float* head_grads, float* emb_grads) override;
   void head_logits(const float* head_params, const float* emb_params, int64_t pos,
                    std::vector<float>* logits) override;
   void block_backward(int layer, const float* block_params, float* block_grads) override;
