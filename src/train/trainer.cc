@@ -218,14 +218,15 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     r.ms = sec * 1e3;
     r.comm_exposed_ms = engine.sharded().take_exposed_comm_ms();
     r.comm_cross_node_bytes = engine.sharded().counters().cross_node_bytes - cross_before;
-    r.tokens_per_s = static_cast<double>(cfg.train.global_batch * T) / sec;
+    // A step with no target computed nothing: no throughput to report.
+    r.tokens_per_s = stats.no_targets ? 0.0 : static_cast<double>(cfg.train.global_batch * T) / sec;
     const MemoryStats mem = engine.sharded().memory();
     r.mem_sharded_bytes = mem.sharded_state_bytes;
     r.mem_gathered_peak_bytes = mem.gathered_peak_bytes;
     r.mem_peak_bytes = peak_memory_per_rank(engine.sharded().peak_memory_bytes(), comm);
     r.on_gpu = cfg.train.device == Device::kCuda;
     r.mfu = mfu(step_flops_per_token, r.tokens_per_s, world, engine.sharded().device_name());
-    if (!stats.no_targets) rates.push_back(r.tokens_per_s);  // a step with no target computed nothing
+    if (!stats.no_targets) rates.push_back(r.tokens_per_s);
     if (stats.no_targets) {
       ++summary.skipped;
       if (lead)

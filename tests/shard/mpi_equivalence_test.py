@@ -143,9 +143,11 @@ def main():
             failures.append(f"{k}: ||diff||/||ref|| = {diff:.2e}, max|diff| = {np.abs(got_w[k] - ref).max():.2e}")
     if masked:
         skipped = [s["step"] for s in ref_steps if s["skipped"]]
-        if skipped != [5] or ref_steps[4]["loss"] is not None or got_steps[4]["skipped_total"] != 1:
+        if (skipped != [5] or ref_steps[4]["loss"] is not None or got_steps[4]["skipped_total"] != 1
+                or got_steps[4]["tokens_per_s"] != 0):
             failures.append(f"masked: the steps skipped are {skipped} (expected [5], the step with no target), "
-                            f"step 5's loss {ref_steps[4]['loss']} (expected null)")
+                            f"step 5's loss {ref_steps[4]['loss']} (expected null), tokens_per_s "
+                            f"{got_steps[4]['tokens_per_s']} (expected 0)")
     # Memory: 16 bytes per element of every padded shard (param, grad, m, v), sharded over SHARD_GROUP ranks
     # (N; a node's ranks with dist.sharding=hybrid).
     g = int(os.environ.get("SHARD_GROUP", n))
