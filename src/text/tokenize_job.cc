@@ -1,7 +1,5 @@
 #include "shardtrain/text/tokenize_job.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
