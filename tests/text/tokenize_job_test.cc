@@ -55,6 +55,14 @@ std::vector<int32_t> read_split(const std::string& prefix, const char* split, in
   return out;
 }
 
+// The tokens whose mask byte is 1.
+std::vector<int32_t> trained_ids(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask) {
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (mask[i]) out.push_back(ids[i]);
+  return out;
+}
+
 std::string gpl3() { return read_bytes("/usr/share/common-licenses/GPL-3"); }
 
 TokenizeOptions options(const TempDir& dir, const std::string& family, std::vector<std::string> inputs) {
@@ -219,10 +227,7 @@ TEST(Tokenize, ChatMLAddsQwensDefaultSystemMessage) {
   EXPECT_EQ(tok.decode(got),
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
             "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n");
-  std::vector<int32_t> trained;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (mask[i]) trained.push_back(got[i]);
-  EXPECT_EQ(tok.decode(trained), "4<|im_end|>");
+  EXPECT_EQ(tok.decode(trained_ids(got, mask)), "4<|im_end|>");
 }
 
 TEST(Tokenize, PromptTrainsOnTheCompletionAndTheEndToken) {
@@ -238,10 +243,7 @@ TEST(Tokenize, PromptTrainsOnTheCompletionAndTheEndToken) {
   tok.encode_into("Q: capital of France?\nA: Paris", false, &want);
   want.push_back(50256);
   EXPECT_EQ(got, want);
-  std::vector<int32_t> trained;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (mask[i]) trained.push_back(got[i]);
-  EXPECT_EQ(tok.decode(trained), " Paris<|endoftext|>");
+  EXPECT_EQ(tok.decode(trained_ids(got, mask)), " Paris<|endoftext|>");
 }
 
 TEST(Tokenize, DocumentTextNeverBecomesASpecialToken) {
