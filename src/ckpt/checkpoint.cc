@@ -180,11 +180,10 @@ std::string save_checkpoint(const Config& cfg, ModelBackend& model, const Checkp
                          std::vector<UnitSlice>(slices.begin(), slices.begin() + static_cast<long>(slices.size() / 2)));
         die_now("ckpt_mid_write", rank);
       }
-      write_shard_file(my_file.string(), file, files, state.step, slices);
-      mine.bytes = file_size(my_file.string());
+      const WrittenFile written = write_shard_file(my_file.string(), file, files, state.step, slices);
+      mine.bytes = written.bytes;
       mine.file = file;
-      const std::string hash = sha256_file(my_file.string());
-      std::snprintf(mine.sha256, sizeof(mine.sha256), "%s", hash.c_str());
+      std::snprintf(mine.sha256, sizeof(mine.sha256), "%s", written.sha256.c_str());
     } catch (const Error& e) {
       my_error = e.what();
     }
