@@ -484,6 +484,18 @@ WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pie
     at = p.offset + p.bytes;
   }
   keep_until(total);
+  // The blocks are reserved in one call first, so that the file system lays them out in order: concurrent writes
+  // into holes would allocate each 16 MiB piece where its write lands first, and the file would be read back in
+  // scattered extents. A full disk shows here, before anything is written. File systems without fallocate
+  // (EOPNOTSUPP) just skip it.
+  if (total > 0) {
+    int err = 0;
+    do {
+      err = ::fallocate(fd.get(), 0, 0, total) == 0 ? 0 : errno;
+    } while (err == EINTR);
+    if (err != 0 && err != EOPNOTSUPP)
+      ST_FAULT("cannot write ", path, ": ", std::strerror(err), " (reserving its ", total, " bytes)");
+  }
 
   // The hash runs beside the writes, over the same bytes in file order.
   BackgroundHash hash(runs);
