@@ -64,15 +64,17 @@ struct PlacedBytes {
 // the file holds (they are read back first, so they should be small: a format's metadata). The file's length
 // does not change.
 //
-// The whole file is rewritten in file order in 16 MiB writes, four in flight, with O_DIRECT where the file
-// system allows it (page-cache writeback throttles a buffered stream; a file system that refuses O_DIRECT,
-// e.g. tmpfs, gets buffered writes). A separate thread hashes the same bytes from memory meanwhile. Overwriting
-// a file that already has its length (HDF5 sets it when it closes) lets the direct writes run concurrently,
-// which extending writes on ext4 do not.
+// The file's blocks are reserved first (fallocate), then the whole file is rewritten in file order in 16 MiB
+// writes, four in flight, with O_DIRECT where the file system allows it (a file system that refuses O_DIRECT,
+// e.g. tmpfs before Linux 6.6, gets writes through the page cache), and the last partial 4 KiB block through the
+// page cache. A separate thread hashes the same bytes from memory meanwhile. Overwriting a file that already has
+// its length (HDF5 sets it when it closes) lets the direct writes run side by side, which extending writes on
+// ext4 do not. The 64 MiB of staging buffers stay mapped for the process's next call. Measurements:
+// docs/performance.md, "Checkpoint writes".
 //
-// A failed write, fsync or close (ENOSPC, EFBIG past RLIMIT_FSIZE with SIGXFSZ ignored, EIO, a write that
-// makes no progress) is kFault naming the path and the OS's error text; the partially written file stays for
-// the caller to remove.
+// A failed reservation, write, fsync or close (ENOSPC, EFBIG past RLIMIT_FSIZE with SIGXFSZ ignored, EIO, a
+// write that makes no progress) is kFault naming the path and the OS's error text; the partially written file
+// stays for the caller to remove.
 WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pieces);
 
 }  // namespace st
