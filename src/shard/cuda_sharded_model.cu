@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <type_traits>
 
@@ -86,6 +87,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   }
   void pull_state() override;
   void push_state() override;
+  void snapshot_state(StateSnapshot* snap) override;
   MemoryStats memory() const override;
   int64_t peak_memory_bytes() override {
     sample_device_memory();
@@ -716,6 +718,51 @@ void CudaShardedModel<T>::pull_state() {
     state.grad.resize(static_cast<size_t>(state.slot));
     ST_CUDA_CHECK(cudaMemcpy(state.grad.data(), g.data(), g.bytes(), cudaMemcpyDeviceToHost));
   }
+}
+
+// Device-resident units are copied into pinned memory on the optimizer stream: behind this step's AdamW, ahead of the
+// next step's, which therefore cannot change the state before it is copied. The copy engine moves it while the next
+// step's forward runs. Offloaded units live in host memory already: they are copied once the host AdamW is done.
+template <typename T>
+void CudaShardedModel<T>::snapshot_state(StateSnapshot* snap) {
+  int64_t floats = 0;
+  for (int u = 0; u < static_cast<int>(shards_->size()); ++u) floats += 3 * shard(u).span.count;
+  if (snap->capacity < floats) {
+    snap->storage.reset();
+    float* p = nullptr;
+    ST_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p), static_cast<size_t>(floats) * sizeof(float)));
+    snap->storage = std::shared_ptr<float>(p, [](float* q) { cudaFreeHost(q); });
+    snap->capacity = floats;
+  }
+  if (offload_) offload_->wait_all();
+  cudaStream_t os = optimizer_.stream();
+  float* at = snap->storage.get();
+  snap->units.clear();
+  for (int u = 0; u < static_cast<int>(shards_->size()); ++u) {
+    const UnitShard& view = shard(u);
+    const int64_t n = view.span.count;
+    snap->units.push_back({units_[static_cast<size_t>(u)].name, view.span, at, at + n, at + 2 * n});
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    if (offload(u)) {
+      std::memcpy(at, view.param.data(), bytes);
+      std::memcpy(at + n, view.m.data(), bytes);
+      std::memcpy(at + 2 * n, view.v.data(), bytes);
+    } else {
+      const typename DeviceOptimizer<T>::UnitState d = shards_->optimizer_state(u);
+      ST_CUDA_CHECK(cudaMemcpyAsync(at, d.master, bytes, cudaMemcpyDeviceToHost, os));
+      ST_CUDA_CHECK(cudaMemcpyAsync(at + n, d.m, bytes, cudaMemcpyDeviceToHost, os));
+      ST_CUDA_CHECK(cudaMemcpyAsync(at + 2 * n, d.v, bytes, cudaMemcpyDeviceToHost, os));
+    }
+    at += 3 * n;
+  }
+  auto copied = std::make_shared<CudaEvent>();
+  copied->record(os);
+  int device = 0;
+  ST_CUDA_CHECK(cudaGetDevice(&device));
+  snap->ready = [copied, device] {
+    ST_CUDA_CHECK(cudaSetDevice(device));  // the waiting thread may be another than the one that trains
+    copied->synchronize();
+  };
 }
 
 template <typename T>

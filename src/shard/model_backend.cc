@@ -1,5 +1,7 @@
 #include "shardtrain/shard/model_backend.h"
 
+#include <algorithm>
+
 #include "shardtrain/core/error.h"
 #include "shardtrain/shard/sharded_model.h"
 
@@ -19,6 +21,39 @@ void ModelBackend::queue_gated_update(double, double, float, const std::vector<s
 ModelBackend::GatedStep ModelBackend::finish_gated_step() {
   ST_CHECK(false, describe(), ": finish_gated_step() on a backend that does not gate the step on the device");
   return {};
+}
+
+namespace {
+
+// Storage for `floats` floats in `snap`, kept when it is big enough already.
+float* snapshot_storage(StateSnapshot* snap, int64_t floats) {
+  if (snap->capacity < floats) {
+    snap->storage.reset();  // the old block goes before the new one is taken
+    snap->storage = std::shared_ptr<float>(new float[static_cast<size_t>(floats)], std::default_delete<float[]>());
+    snap->capacity = floats;
+  }
+  return snap->storage.get();
+}
+
+}  // namespace
+
+void ModelBackend::snapshot_state(StateSnapshot* snap) {
+  pull_state();
+  int64_t floats = 0;
+  for (const UnitLayout& u : units()) floats += 3 * shard(u.index).span.count;
+  float* at = snapshot_storage(snap, floats);
+  snap->units.clear();
+  snap->ready = nullptr;
+  for (const UnitLayout& u : units()) {
+    const UnitShard& sh = shard(u.index);
+    const size_t n = static_cast<size_t>(sh.span.count);
+    StateSnapshot::Unit su{u.name, sh.span, at, at + n, at + 2 * n};
+    std::copy_n(sh.param.data(), n, at);
+    std::copy_n(sh.m.data(), n, at + n);
+    std::copy_n(sh.v.data(), n, at + 2 * n);
+    at += 3 * n;
+    snap->units.push_back(std::move(su));
+  }
 }
 
 std::unique_ptr<ModelBackend> make_model_backend(const Config& cfg, Communicator& comm) {

@@ -4,10 +4,12 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <memory>
 #include <sstream>
 #include <vector>
 
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/checkpoint_saver.h"
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/dir_lock.h"
 #include "shardtrain/ckpt/hf_export.h"
@@ -174,8 +176,11 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     init_from_weights(cfg.init.from, cfg.model, engine.sharded());
     if (lead) ST_LOG_INFO("init.from: weights loaded from ", cfg.init.from);
   }
+  // Saves run in the background (ckpt.async): their agreement rides on the per-step all-reduce below.
+  std::unique_ptr<CheckpointSaver> saver;
+  if (!cfg.ckpt.dir.empty()) saver = std::make_unique<CheckpointSaver>(cfg, engine.sharded(), comm, resumed_from);
   auto save = [&](int64_t steps_done) {
-    if (cfg.ckpt.dir.empty()) return;
+    if (!saver) return;
     CheckpointState cs;
     cs.step = steps_done;
     cs.optimizer_updates = engine.updates();
@@ -183,7 +188,10 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     cs.loss_scale = engine.loss_scaler().scale();
     cs.loss_scale_good_steps = engine.loss_scaler().good_steps();
     cs.data.train_windows = train_sampler.num_windows();
-    save_checkpoint(cfg, engine.sharded(), cs, comm, resumed_from);
+    saver->save(cs);
+  };
+  auto drain = [&] {
+    if (saver) saver->drain();
   };
 
   MetricsSink sink(cfg.log.metrics, cfg.train.steps, cfg.log.every, lead, /*append=*/start_step > 0);
@@ -242,21 +250,33 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
                                                   : std::string());
     }
     r.skipped_total = summary.skipped;
+    const bool last = step + 1 == cfg.train.steps;
+    const bool saved = last || (cfg.ckpt.every > 0 && (step + 1) % cfg.ckpt.every == 0);
+    if (saved) {
+      const auto s0 = std::chrono::steady_clock::now();
+      save(step + 1);
+      r.ckpt_ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count() * 1e3;
+    }
+    // One all-reduce a step: a stop signal on any rank, and the pending save's agreement (checkpoint_saver.h).
+    std::vector<double> control(1 + (saver ? saver->control_words() : 0), 0.0);
+    control[0] = preemption_requested() ? 1.0 : 0.0;
+    if (saver) saver->put_control(control.data() + 1);
+    comm.all_reduce(control.data(), static_cast<int64_t>(control.size()));
+    if (saver) saver->take_control(control.data() + 1);
+    const double stop = control[0];
     sink.step(r);
     if (step == start_step) engine.sharded().reset_op_profile();  // keep the first step's one-time costs out
     summary.steps = step + 1;
     summary.last_loss = stats.loss;
-    const bool last = step + 1 == cfg.train.steps;
     if (last || (cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0)) {
       summary.val_loss = evaluate(step + 1);
     }
-    const bool saved = last || (cfg.ckpt.every > 0 && (step + 1) % cfg.ckpt.every == 0);
-    if (saved) save(step + 1);
-    // Preemption: one signalled rank stops them all here, after a committed checkpoint.
-    double stop = preemption_requested() ? 1.0 : 0.0;
-    comm.all_reduce(&stop, 1);
+    // Preemption: one signalled rank stops them all here, after a committed checkpoint: the pending save commits
+    // first, then this step's.
     if (stop > 0 && !last) {
+      drain();
       if (!saved) save(step + 1);
+      drain();
       summary.preempted = true;
       summary.checkpoint = cfg.ckpt.dir.empty() ? std::string() : cfg.ckpt.dir + "/" + step_dir_name(step + 1);
       // Exit 76 either way (README "Exit codes"): the signal stopped the run, not its input or a fault.
@@ -270,6 +290,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
       break;
     }
   }
+  drain();  // a normal end waits for the last save's commit
   summary.median_tokens_per_s = median(rates);
   if (summary.preempted) return summary;  // no export, no sample: the run is not finished
   const std::string profile =
