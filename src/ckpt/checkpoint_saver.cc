@@ -29,6 +29,12 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+std::string format_ms(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f ms", ms);
+  return buf;
+}
+
 [[noreturn]] void die_now(const char* point, int rank) {
   std::fprintf(stderr, "SHARDTRAIN_FAULT: %s on rank %d: SIGKILL\n", point, rank);
   std::fflush(stderr);
@@ -265,7 +271,7 @@ struct CheckpointSaver::Impl {
       for (const FileRecord& r : records) total += r.bytes;
       ST_LOG_INFO("checkpoint: saved step ", state.step, " to ", final_dir.string(), " (", files, " files, ", total,
                   " bytes, ", seconds_since(started), " s",
-                  cfg.ckpt.async ? str_cat(", in the background after a ", snapshot_ms, " ms snapshot") : "", ")");
+                  cfg.ckpt.async ? str_cat(", in the background after a ", format_ms(snapshot_ms), " snapshot") : "", ")");
     } catch (...) {
       if (!renamed) {
         std::error_code ec;
@@ -329,8 +335,9 @@ struct CheckpointSaver::Impl {
     const std::string message = str_cat("checkpoint of step ", state.step, " not committed: ", what, mine_text);
     if (cfg.ckpt.on_error == CkptOnError::kWarn) {
       if (leader || !mine_text.empty())
-        ST_LOG_WARN(message, "; training goes on (ckpt.on_error = warn), the newest committed checkpoint is ",
-                    last_committed.empty() ? std::string("the one before this run's saves") : last_committed);
+        ST_LOG_WARN(message, "; training goes on (ckpt.on_error = warn); ",
+                    last_committed.empty() ? std::string("no save of this run has committed yet")
+                                           : "the newest committed checkpoint is " + last_committed);
       return;
     }
     if (kind == ErrorKind::kBadInput) ST_BAD_INPUT(message);

@@ -259,6 +259,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     }
     // One all-reduce a step: a stop signal on any rank, and the pending save's agreement (checkpoint_saver.h).
     std::vector<double> control(1 + (saver ? saver->control_words() : 0), 0.0);
+    if (fault_injected("sigterm", rank, step + 1)) std::raise(SIGTERM);  // a stop signal with a save pending
     control[0] = preemption_requested() ? 1.0 : 0.0;
     if (saver) saver->put_control(control.data() + 1);
     comm.all_reduce(control.data(), static_cast<int64_t>(control.size()));
