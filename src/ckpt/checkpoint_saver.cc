@@ -169,9 +169,11 @@ struct CheckpointSaver::Impl {
   fs::path tmp, final_dir;
   Clock::time_point started;
   double snapshot_ms = 0;
+  double wait_ms = 0;  // the last save()'s wait for the save before it
+  bool warned_wait = false;
   Job job;
-  FileRecord mine;                   // set by the write job before it ends
-  std::vector<FileRecord> records;   // every file's, once all are written
+  FileRecord mine;                  // set by the write job before it ends
+  std::vector<FileRecord> records;  // every file's, once all are written
 
   Impl(const Config& c, ModelBackend& m, Communicator& co, std::string p)
       : cfg(c), model(m), comm(co), protect(std::move(p)) {
@@ -189,6 +191,8 @@ struct CheckpointSaver::Impl {
     char buf[20];
     std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(bits));
     nonce = buf;
+    // The snapshot's memory is taken now, not at the first save's step (pinning gigabytes takes a while).
+    if (cfg.ckpt.async && writer && !cfg.ckpt.dir.empty()) model.reserve_snapshot(&snap);
   }
 
   // The write job: this rank's file, from the snapshot, into the temporary directory.
@@ -271,7 +275,8 @@ struct CheckpointSaver::Impl {
       for (const FileRecord& r : records) total += r.bytes;
       ST_LOG_INFO("checkpoint: saved step ", state.step, " to ", final_dir.string(), " (", files, " files, ", total,
                   " bytes, ", seconds_since(started), " s",
-                  cfg.ckpt.async ? str_cat(", in the background after a ", format_ms(snapshot_ms), " snapshot") : "", ")");
+                  cfg.ckpt.async ? str_cat(", in the background after a ", format_ms(snapshot_ms), " snapshot") : "",
+                  ")");
     } catch (...) {
       if (!renamed) {
         std::error_code ec;
@@ -321,9 +326,9 @@ struct CheckpointSaver::Impl {
         if (job.error().empty()) put_record(mine, slot);
       }
     } else if (phase == Phase::kCommitting && leader && job.finished()) {
-      slot[kCommit] = job.error().empty()                     ? kCommitted
+      slot[kCommit] = job.error().empty()                  ? kCommitted
                       : job.kind() == ErrorKind::kBadInput ? kCommitBadInput
-                                                              : kCommitFault;
+                                                           : kCommitFault;
     }
   }
 
@@ -402,9 +407,20 @@ CheckpointSaver::CheckpointSaver(const Config& cfg, ModelBackend& model, Communi
 CheckpointSaver::~CheckpointSaver() = default;
 
 void CheckpointSaver::save(const CheckpointState& state) {
-  ST_CHECK(!impl_->cfg.ckpt.dir.empty(), "CheckpointSaver::save without ckpt.dir");
-  impl_->drain();
-  impl_->start(state);
+  Impl& d = *impl_;
+  ST_CHECK(!d.cfg.ckpt.dir.empty(), "CheckpointSaver::save without ckpt.dir");
+  const bool was_pending = pending();
+  const int64_t previous = d.state.step;
+  const auto t0 = Clock::now();
+  d.drain();
+  d.wait_ms = seconds_since(t0) * 1e3;
+  if (was_pending && d.leader && !d.warned_wait) {
+    d.warned_wait = true;
+    ST_LOG_WARN("checkpoint: the save of step ", state.step, " waited ", format_ms(d.wait_ms), " for step ", previous,
+                "'s to commit: saves come faster than they are written (ckpt.every = ", d.cfg.ckpt.every,
+                "); the metrics' ckpt_wait_ms has each wait. Raise ckpt.every, or see docs/performance.md");
+  }
+  d.start(state);
   if (!impl_->cfg.ckpt.async) impl_->drain();
 }
 
@@ -414,5 +430,6 @@ void CheckpointSaver::take_control(const double* summed) { impl_->take(summed); 
 void CheckpointSaver::drain() { impl_->drain(); }
 bool CheckpointSaver::pending() const { return impl_->phase != Impl::Phase::kIdle; }
 std::string CheckpointSaver::last_committed() const { return impl_->last_committed; }
+double CheckpointSaver::last_wait_ms() const { return impl_->wait_ms; }
 
 }  // namespace st

@@ -88,6 +88,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   void pull_state() override;
   void push_state() override;
   void snapshot_state(StateSnapshot* snap) override;
+  void reserve_snapshot(StateSnapshot* snap) override;
   MemoryStats memory() const override;
   int64_t peak_memory_bytes() override {
     sample_device_memory();
@@ -168,6 +169,12 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   gpu::AttentionChoice attention_;
   MemoryPlan plan_;
   CudaStream compute_stream_, comm_stream_;
+  // snapshot_state(): the copy stream, the event it starts after, and per unit the end of the unit's copy, which that
+  // unit's next AdamW waits for while snapshot_fence_ says so.
+  CudaStream snapshot_stream_;
+  CudaEvent snapshot_after_;
+  std::vector<CudaEvent> snapshot_copied_;
+  std::vector<bool> snapshot_fence_;
   gpu::Blas blas_;
   DeviceBuffer<unsigned char> scratch_, comm_scratch_;
   gpu::GpuContext ctx_, comm_ctx_;
@@ -648,6 +655,10 @@ void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
 // gate), so that the next step's forward starts once unit 0 is updated and gathered, while the other units update.
 template <typename T>
 void CudaShardedModel<T>::device_adamw(int unit, const std::vector<AdamWRun>& runs, const StepGate* gate) {
+  if (unit < static_cast<int>(snapshot_fence_.size()) && snapshot_fence_[static_cast<size_t>(unit)]) {
+    snapshot_copied_[static_cast<size_t>(unit)].wait_on(optimizer_.stream());  // the snapshot has this unit's state
+    snapshot_fence_[static_cast<size_t>(unit)] = false;
+  }
   optimizer_.update(unit, shards_->optimizer_state(unit), runs, gate, compute_stream_.get());
   if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
 }
@@ -720,43 +731,60 @@ void CudaShardedModel<T>::pull_state() {
   }
 }
 
-// Device-resident units are copied into pinned memory on the optimizer stream: behind this step's AdamW, ahead of the
-// next step's, which therefore cannot change the state before it is copied. The copy engine moves it while the next
-// step's forward runs. Offloaded units live in host memory already: they are copied once the host AdamW is done.
+// Device-resident units are copied into pinned memory on a stream of their own, behind this step's AdamW (an event
+// on the optimizer stream), last unit first: the order in which the next step's backward finishes them. Each unit's
+// next AdamW waits for its own copy alone (device_adamw), so the copy engine moves the state while the next step's
+// forward and backward run. Offloaded units live in host memory already: they are copied once the host AdamW is done.
 template <typename T>
-void CudaShardedModel<T>::snapshot_state(StateSnapshot* snap) {
+void CudaShardedModel<T>::reserve_snapshot(StateSnapshot* snap) {
   int64_t floats = 0;
   for (int u = 0; u < static_cast<int>(shards_->size()); ++u) floats += 3 * shard(u).span.count;
-  if (snap->capacity < floats) {
-    snap->storage.reset();
-    float* p = nullptr;
-    ST_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p), static_cast<size_t>(floats) * sizeof(float)));
-    snap->storage = std::shared_ptr<float>(p, [](float* q) { cudaFreeHost(q); });
-    snap->capacity = floats;
-  }
+  if (snap->capacity >= floats) return;
+  snap->storage.reset();
+  float* p = nullptr;
+  ST_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p), static_cast<size_t>(floats) * sizeof(float)));
+  snap->storage = std::shared_ptr<float>(p, [](float* q) { cudaFreeHost(q); });
+  snap->capacity = floats;
+}
+
+template <typename T>
+void CudaShardedModel<T>::snapshot_state(StateSnapshot* snap) {
+  reserve_snapshot(snap);
   if (offload_) offload_->wait_all();
-  cudaStream_t os = optimizer_.stream();
+  const int n_units = static_cast<int>(shards_->size());
+  snapshot_copied_.resize(static_cast<size_t>(n_units));
+  snapshot_fence_.assign(static_cast<size_t>(n_units), false);
+  cudaStream_t cs = snapshot_stream_.get();
+  snapshot_after_.record(optimizer_.stream());
+  snapshot_after_.wait_on(cs);
+  snap->units.assign(static_cast<size_t>(n_units), StateSnapshot::Unit{});
   float* at = snap->storage.get();
-  snap->units.clear();
-  for (int u = 0; u < static_cast<int>(shards_->size()); ++u) {
+  for (int u = 0; u < n_units; ++u) {
     const UnitShard& view = shard(u);
     const int64_t n = view.span.count;
-    snap->units.push_back({units_[static_cast<size_t>(u)].name, view.span, at, at + n, at + 2 * n});
-    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-    if (offload(u)) {
-      std::memcpy(at, view.param.data(), bytes);
-      std::memcpy(at + n, view.m.data(), bytes);
-      std::memcpy(at + 2 * n, view.v.data(), bytes);
-    } else {
-      const typename DeviceOptimizer<T>::UnitState d = shards_->optimizer_state(u);
-      ST_CUDA_CHECK(cudaMemcpyAsync(at, d.master, bytes, cudaMemcpyDeviceToHost, os));
-      ST_CUDA_CHECK(cudaMemcpyAsync(at + n, d.m, bytes, cudaMemcpyDeviceToHost, os));
-      ST_CUDA_CHECK(cudaMemcpyAsync(at + 2 * n, d.v, bytes, cudaMemcpyDeviceToHost, os));
-    }
+    snap->units[static_cast<size_t>(u)] = {units_[static_cast<size_t>(u)].name, view.span, at, at + n, at + 2 * n};
     at += 3 * n;
   }
+  for (int u = n_units - 1; u >= 0; --u) {
+    const StateSnapshot::Unit& su = snap->units[static_cast<size_t>(u)];
+    const size_t bytes = static_cast<size_t>(su.span.count) * sizeof(float);
+    float* dst = const_cast<float*>(su.param);
+    if (offload(u)) {
+      const UnitShard& view = shard(u);
+      std::memcpy(dst, view.param.data(), bytes);
+      std::memcpy(dst + su.span.count, view.m.data(), bytes);
+      std::memcpy(dst + 2 * su.span.count, view.v.data(), bytes);
+      continue;
+    }
+    const typename DeviceOptimizer<T>::UnitState d = shards_->optimizer_state(u);
+    ST_CUDA_CHECK(cudaMemcpyAsync(dst, d.master, bytes, cudaMemcpyDeviceToHost, cs));
+    ST_CUDA_CHECK(cudaMemcpyAsync(dst + su.span.count, d.m, bytes, cudaMemcpyDeviceToHost, cs));
+    ST_CUDA_CHECK(cudaMemcpyAsync(dst + 2 * su.span.count, d.v, bytes, cudaMemcpyDeviceToHost, cs));
+    snapshot_copied_[static_cast<size_t>(u)].record(cs);
+    snapshot_fence_[static_cast<size_t>(u)] = true;
+  }
   auto copied = std::make_shared<CudaEvent>();
-  copied->record(os);
+  copied->record(cs);
   int device = 0;
   ST_CUDA_CHECK(cudaGetDevice(&device));
   snap->ready = [copied, device] {
@@ -775,8 +803,8 @@ void CudaShardedModel<T>::push_state() {
     offload_->wait_all();
     offload_->synchronize();
   }
-  // Nothing in flight may still write the buffers replaced here.
-  for (const CudaStream* st : {&compute_stream_, &comm_stream_}) st->synchronize();
+  // Nothing in flight may still write the buffers replaced here, nor read them for a snapshot.
+  for (const CudaStream* st : {&compute_stream_, &comm_stream_, &snapshot_stream_}) st->synchronize();
   if (replica_) ST_CUDA_CHECK(cudaStreamSynchronize(replica_->stream()));
   optimizer_.synchronize();
   for (int u = 0; u < static_cast<int>(shards_->size()); ++u) {

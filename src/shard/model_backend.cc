@@ -23,25 +23,19 @@ ModelBackend::GatedStep ModelBackend::finish_gated_step() {
   return {};
 }
 
-namespace {
-
-// Storage for `floats` floats in `snap`, kept when it is big enough already.
-float* snapshot_storage(StateSnapshot* snap, int64_t floats) {
-  if (snap->capacity < floats) {
-    snap->storage.reset();  // the old block goes before the new one is taken
-    snap->storage = std::shared_ptr<float>(new float[static_cast<size_t>(floats)], std::default_delete<float[]>());
-    snap->capacity = floats;
-  }
-  return snap->storage.get();
+void ModelBackend::reserve_snapshot(StateSnapshot* snap) {
+  int64_t floats = 0;
+  for (const UnitLayout& u : units()) floats += 3 * shard(u.index).span.count;
+  if (snap->capacity >= floats) return;
+  snap->storage.reset();  // the old block goes before the new one is taken
+  snap->storage = std::shared_ptr<float>(new float[static_cast<size_t>(floats)], std::default_delete<float[]>());
+  snap->capacity = floats;
 }
-
-}  // namespace
 
 void ModelBackend::snapshot_state(StateSnapshot* snap) {
   pull_state();
-  int64_t floats = 0;
-  for (const UnitLayout& u : units()) floats += 3 * shard(u.index).span.count;
-  float* at = snapshot_storage(snap, floats);
+  reserve_snapshot(snap);
+  float* at = snap->storage.get();
   snap->units.clear();
   snap->ready = nullptr;
   for (const UnitLayout& u : units()) {
@@ -61,8 +55,9 @@ std::unique_ptr<ModelBackend> make_model_backend(const Config& cfg, Communicator
 #ifdef SHARDTRAIN_HAVE_CUDA
   return make_cuda_sharded_model(cfg, comm);
 #else
-  ST_BAD_INPUT("train.device = cuda, but this shardtrain was built without the CUDA backend (nvcc was not found "
-               "at configure time, or -DSHARDTRAIN_CUDA=OFF); use train.device = cpu or rebuild with CUDA");
+  ST_BAD_INPUT(
+      "train.device = cuda, but this shardtrain was built without the CUDA backend (nvcc was not found "
+      "at configure time, or -DSHARDTRAIN_CUDA=OFF); use train.device = cpu or rebuild with CUDA");
 #endif
 }
 

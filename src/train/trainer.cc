@@ -256,6 +256,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
       const auto s0 = std::chrono::steady_clock::now();
       save(step + 1);
       r.ckpt_ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count() * 1e3;
+      r.ckpt_wait_ms = saver ? saver->last_wait_ms() : 0.0;
     }
     // One all-reduce a step: a stop signal on any rank, and the pending save's agreement (checkpoint_saver.h).
     std::vector<double> control(1 + (saver ? saver->control_words() : 0), 0.0);

@@ -154,8 +154,7 @@ TEST_F(CheckpointSaverTest, FailedWriteStopsEveryRankAndLeavesNothing) {
   }
   EXPECT_TRUE(testing::contains(messages[1], "No space left on device")) << messages[1];
   // No step directory, committed or temporary, is left behind.
-  for (const auto& entry : fs::directory_iterator(cfg_.ckpt.dir))
-    EXPECT_FALSE(entry.is_directory()) << entry.path();
+  for (const auto& entry : fs::directory_iterator(cfg_.ckpt.dir)) EXPECT_FALSE(entry.is_directory()) << entry.path();
 }
 
 TEST_F(CheckpointSaverTest, FailedWriteWithWarnTrainsOnAndSavesAgain) {

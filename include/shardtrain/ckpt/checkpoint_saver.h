@@ -63,6 +63,9 @@ class CheckpointSaver {
   bool pending() const;
   // The step directory of the newest save this saver committed ("" before the first).
   std::string last_committed() const;
+  // How long the last save() waited for the save before it to end (0 when none was pending), in ms. The first
+  // wait is also logged as a warning: saves come faster than the disk writes them.
+  double last_wait_ms() const;
 
  private:
   struct Impl;
