@@ -15,6 +15,8 @@ CASE:
   enospc          3 ranks; rank 1's write of step 8 fails with ENOSPC: every rank reports it, the job
                   exits with the fault code 75, step 8 is not committed, step 4 is intact (verified by
                   resuming from it and matching an uninterrupted run).
+Saves run in the background (ckpt.async = true, the default): the kills land in a background write while the other
+ranks train on. A CASE ending in -sync runs the same with ckpt.async = false.
 """
 import json
 import os
@@ -26,13 +28,16 @@ import h5py
 import numpy as np
 
 shardtrain, mpirun, work, case = sys.argv[1:5]
+sync = case.endswith("-sync")
+case = case[: -len("-sync")] if sync else case
 config = sys.argv[5] if len(sys.argv) > 5 else os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs", "tiny.ini")
 os.makedirs(work, exist_ok=True)
 COMMON = ["train", "--config", config,
           "--model.n_layer=2", "--model.seq_len=32", "--train.global_batch=12", "--train.micro_batch=1",
           "--train.steps=12", "--ckpt.every=4", "--ckpt.keep=0", "--train.eval_every=0", "--train.eval_batches=1",
-          "--train.sample_tokens=0", "--optim.warmup_steps=2", "--optim.eps=1e-6"]
+          "--train.sample_tokens=0", "--optim.warmup_steps=2", "--optim.eps=1e-6",
+          f"--ckpt.async={'false' if sync else 'true'}"]
 
 
 def run(tag, n, extra, env=None, expect_ok=True):
