@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <type_traits>
 
@@ -182,6 +184,8 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   DeviceOptimizer<T> optimizer_;             // AdamW beside the next step's forward, the norm and the on-device gate
   std::unique_ptr<DeviceShards<T>> shards_;  // this rank's sharded state on the device
   std::unique_ptr<OffloadPipeline<T>> offload_;  // optim.offload; null without it
+  std::shared_future<void> snapshot_copier_;     // the last snapshot's copies of host-resident units (before offload_
+                                                 // in destruction: it reads the host state)
   int64_t micro_steps_left_ = 0;                 // expect_micro_steps(), counted down by micro_step()
   bool last_micro_ = true;                       // the running micro-step is the step's last
   bool summed_across_nodes_ = false;             // hybrid: this step's gradients went across nodes (zero_grads clears)
@@ -750,7 +754,8 @@ void CudaShardedModel<T>::reserve_snapshot(StateSnapshot* snap) {
 template <typename T>
 void CudaShardedModel<T>::snapshot_state(StateSnapshot* snap) {
   reserve_snapshot(snap);
-  if (offload_) offload_->wait_all();
+  if (snapshot_copier_.valid()) snapshot_copier_.wait();  // the last snapshot's host copies are done
+  if (offload_) offload_->wait_all();                     // this step's host updates too
   const int n_units = static_cast<int>(shards_->size());
   snapshot_copied_.resize(static_cast<size_t>(n_units));
   snapshot_fence_.assign(static_cast<size_t>(n_units), false);
@@ -765,17 +770,26 @@ void CudaShardedModel<T>::snapshot_state(StateSnapshot* snap) {
     snap->units[static_cast<size_t>(u)] = {units_[static_cast<size_t>(u)].name, view.span, at, at + n, at + 2 * n};
     at += 3 * n;
   }
+  // Host-resident units: copied by a thread of the snapshot's own, in the order the next step submits their host
+  // updates (the backward's with speculation, else unit order), each update held until its unit is copied.
+  struct HostCopy {
+    int unit;
+    const float* src[3];
+    float* dst;
+    int64_t n;
+  };
+  std::vector<HostCopy> host;
+  auto copied = std::make_shared<std::vector<std::atomic<bool>>>(static_cast<size_t>(n_units));
   for (int u = n_units - 1; u >= 0; --u) {
     const StateSnapshot::Unit& su = snap->units[static_cast<size_t>(u)];
-    const size_t bytes = static_cast<size_t>(su.span.count) * sizeof(float);
     float* dst = const_cast<float*>(su.param);
+    (*copied)[static_cast<size_t>(u)].store(!offload(u), std::memory_order_relaxed);
     if (offload(u)) {
       const UnitShard& view = shard(u);
-      std::memcpy(dst, view.param.data(), bytes);
-      std::memcpy(dst + su.span.count, view.m.data(), bytes);
-      std::memcpy(dst + 2 * su.span.count, view.v.data(), bytes);
+      host.push_back({u, {view.param.data(), view.m.data(), view.v.data()}, dst, su.span.count});
       continue;
     }
+    const size_t bytes = static_cast<size_t>(su.span.count) * sizeof(float);
     const typename DeviceOptimizer<T>::UnitState d = shards_->optimizer_state(u);
     ST_CUDA_CHECK(cudaMemcpyAsync(dst, d.master, bytes, cudaMemcpyDeviceToHost, cs));
     ST_CUDA_CHECK(cudaMemcpyAsync(dst + su.span.count, d.m, bytes, cudaMemcpyDeviceToHost, cs));
@@ -783,13 +797,26 @@ void CudaShardedModel<T>::snapshot_state(StateSnapshot* snap) {
     snapshot_copied_[static_cast<size_t>(u)].record(cs);
     snapshot_fence_[static_cast<size_t>(u)] = true;
   }
-  auto copied = std::make_shared<CudaEvent>();
-  copied->record(cs);
+  std::shared_future<void> copier;
+  if (!host.empty()) {
+    if (!offload_->speculates()) std::reverse(host.begin(), host.end());
+    offload_->hold_updates_until(copied);
+    copier = std::async(std::launch::async, [host = std::move(host), copied] {
+               for (const HostCopy& h : host) {
+                 for (int k = 0; k < 3; ++k) std::copy_n(h.src[k], h.n, h.dst + k * h.n);
+                 (*copied)[static_cast<size_t>(h.unit)].store(true, std::memory_order_release);
+               }
+             }).share();
+    snapshot_copier_ = copier;
+  }
+  auto device_copied = std::make_shared<CudaEvent>();
+  device_copied->record(cs);
   int device = 0;
   ST_CUDA_CHECK(cudaGetDevice(&device));
-  snap->ready = [copied, device] {
+  snap->ready = [device_copied, copier, device] {
+    if (copier.valid()) copier.wait();
     ST_CUDA_CHECK(cudaSetDevice(device));  // the waiting thread may be another than the one that trains
-    copied->synchronize();
+    device_copied->synchronize();
   };
 }
 
@@ -803,6 +830,7 @@ void CudaShardedModel<T>::push_state() {
     offload_->wait_all();
     offload_->synchronize();
   }
+  if (snapshot_copier_.valid()) snapshot_copier_.wait();
   // Nothing in flight may still write the buffers replaced here, nor read them for a snapshot.
   for (const CudaStream* st : {&compute_stream_, &comm_stream_, &snapshot_stream_}) st->synchronize();
   if (replica_) ST_CUDA_CHECK(cudaStreamSynchronize(replica_->stream()));
