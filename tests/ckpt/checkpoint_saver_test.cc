@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 #include <vector>
 
 #include "../common/temp_dir.h"
@@ -143,7 +145,11 @@ TEST_F(CheckpointSaverTest, FailedWriteStopsEveryRankAndLeavesNothing) {
     CheckpointSaver saver(cfg_, e.sharded(), comm);
     saver.save(state_at(3, e));
     messages[static_cast<size_t>(comm.rank())] = testing::fault_message([&] {
-      for (int i = 0; i < 1000 && saver.pending(); ++i) control_round(saver, comm);
+      // Steps of training go by (a round each) until every rank's write has ended: the same count on every rank.
+      while (saver.pending()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        control_round(saver, comm);
+      }
     });
     EXPECT_FALSE(saver.pending());
   });
