@@ -85,9 +85,9 @@ std::vector<Candidate> candidates(const std::vector<NodeInventory>& nodes) {
 
 std::string describe_loss(const Candidate& c) {
   const std::vector<int> lost = c.lost();
-  return str_cat(step_dir_name(c.step), " lacks ", file_list(lost, c.names), " (", lost.size(), " of ",
-                 c.held_by.size(), " rank files: in no node's directory, as a primary or a replica; it is on node(s) ",
-                 node_list(c.holders), ")");
+  return str_cat(step_dir_name(c.step), " has lost ", file_list(lost, c.names), " (", lost.size(), " of its ",
+                 c.held_by.size(), " rank files are in no node's directory, as a primary or a replica; node(s) ",
+                 node_list(c.holders), " hold the rest)");
 }
 
 }  // namespace
