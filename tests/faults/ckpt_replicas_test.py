@@ -10,6 +10,8 @@ Run B: 8 steps into its own directories. Then the case damages B's directories a
 CASE:
   resume-async, resume-sync  node 1's directory is wiped: C restores it from node 0's replicas and resumes step 8;
                   its losses and its step-12 state (both nodes' copies) equal A's bit for bit (ckpt.async true/false).
+  tcp             resume-async with dist.bootstrap=env instead of mpirun (4 processes, RANK and WORLD_SIZE set
+                  each, MASTER_ADDR=127.0.0.1): the replicas go over TcpCommunicator's second mesh.
   fallback        node 0's replicas of node 1's step-8 files are deleted too: step 8 is lost, C warns naming the
                   lost files and resumes step 4; losses 5..12 and the step-12 state equal A's bit for bit.
   lost            node 0's replicas of node 1's files are deleted in steps 4 and 8: exit 2, naming the lost rank
@@ -30,6 +32,7 @@ CASE:
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -64,8 +67,28 @@ def run(tag, n, extra, program=wrapper, env=None):
     return r
 
 
+def run_tcp(tag, n, extra):
+    """The same as run() with the env bootstrap: n processes started at once, rank r with SHARDTRAIN_NODE_ID r / 2."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    args = COMMON + [ASYNC, "--dist.bootstrap=env", f"--log.metrics={os.path.join(work, tag + '.jsonl')}"] + extra
+    procs = []
+    for rank in range(n):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
+        env.update(WORLD_SIZE=str(n), RANK=str(rank), LOCAL_RANK=str(rank % 2), LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), SHARDTRAIN_NODE_ID=str(rank // 2))
+        procs.append(subprocess.Popen([shardtrain] + args, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL))
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    with open(os.path.join(work, tag + ".log"), "w") as f:
+        f.write("".join(outs))
+    return subprocess.CompletedProcess(args, max(p.returncode for p in procs), "".join(outs))
+
+
 def train(tag, steps, dirs, extra=()):
-    r = run(tag, 4, [f"--train.steps={steps}", f"--ckpt.dir={dirs}/node{{node}}"] + list(extra))
+    launch = run_tcp if case == "tcp" else run
+    r = launch(tag, 4, [f"--train.steps={steps}", f"--ckpt.dir={dirs}/node{{node}}"] + list(extra))
     if r.returncode != 0:
         print(r.stdout)
         sys.exit(f"{tag}: exit code {r.returncode}")
@@ -102,7 +125,7 @@ def expect_exit(r, code, needles):
         check(n in r.stdout, f"output lacks: {n}")
 
 
-if case in ("resume-async", "resume-sync", "fallback", "lost", "lost-named", "verify"):
+if case in ("resume-async", "resume-sync", "tcp", "fallback", "lost", "lost-named", "verify"):
     if case not in ("lost", "lost-named", "verify"):
         train("A", 12, os.path.join(work, "A"))
     train("B", 8, os.path.join(work, "B"))
@@ -112,9 +135,9 @@ if case in ("resume-async", "resume-sync", "fallback", "lost", "lost-named", "ve
                      "replicas": [2 - 2 * node, 3 - 2 * node]}, f"B's node {node} step 8 node_local: {nl}")
     C = ["--train.steps=12", f"--ckpt.dir={os.path.join(work, 'B')}/node{{node}}"]
 
-    if case in ("resume-async", "resume-sync"):
+    if case in ("resume-async", "resume-sync", "tcp"):
         shutil.rmtree(os.path.join(work, "B", "node1"))
-        c = run("C", 4, C)
+        c = (run_tcp if case == "tcp" else run)("C", 4, C)
         expect_exit(c, 0, [f"checkpoint: restored {step_dir('B', 1, 8)} on node 1 from the other nodes' copies: "
                            "rank_00000.h5, rank_00001.h5, rank_00002.h5, rank_00003.h5"])
         expect_resumed_like_a(c, 8)
