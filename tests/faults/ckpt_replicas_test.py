@@ -12,6 +12,8 @@ CASE:
                   its losses and its step-12 state (both nodes' copies) equal A's bit for bit (ckpt.async true/false).
   tcp             resume-async with dist.bootstrap=env instead of mpirun (4 processes, RANK and WORLD_SIZE set
                   each, MASTER_ADDR=127.0.0.1): the replicas go over TcpCommunicator's second mesh.
+  reshard         node 1's directory is wiped and C runs 2 ranks, one a node: node 1 gets back the files its
+                  rank's spans meet (rank_00002.h5, rank_00003.h5) and C's losses equal A's to rel 1e-5.
   fallback        node 0's replicas of node 1's step-8 files are deleted too: step 8 is lost, C warns naming the
                   lost files and resumes step 4; losses 5..12 and the step-12 state equal A's bit for bit.
   lost            node 0's replicas of node 1's files are deleted in steps 4 and 8: exit 2, naming the lost rank
@@ -125,7 +127,7 @@ def expect_exit(r, code, needles):
         check(n in r.stdout, f"output lacks: {n}")
 
 
-if case in ("resume-async", "resume-sync", "tcp", "fallback", "lost", "lost-named", "verify"):
+if case in ("resume-async", "resume-sync", "tcp", "reshard", "fallback", "lost", "lost-named", "verify"):
     if case not in ("lost", "lost-named", "verify"):
         train("A", 12, os.path.join(work, "A"))
     train("B", 8, os.path.join(work, "B"))
@@ -147,6 +149,20 @@ if case in ("resume-async", "resume-sync", "tcp", "fallback", "lost", "lost-name
                            stderr=subprocess.STDOUT, text=True)
         expect_exit(v, 0, ["node-local copy of node 1 of 2 (ckpt.replicas=1): primaries rank_00002.h5, rank_00003.h5; "
                            "replicas rank_00000.h5, rank_00001.h5"])
+
+    elif case == "reshard":
+        one_per_node = os.path.join(work, "one_rank_per_node.sh")
+        with open(one_per_node, "w") as f:
+            f.write(f'#!/bin/sh\nexport SHARDTRAIN_NODE_ID=${{OMPI_COMM_WORLD_RANK:-0}}\nexec "{shardtrain}" "$@"\n')
+        os.chmod(one_per_node, 0o755)
+        shutil.rmtree(os.path.join(work, "B", "node1"))
+        c = run("C", 2, C, program=one_per_node)
+        expect_exit(c, 0, [f"checkpoint: restored {step_dir('B', 1, 8)} on node 1 from the other nodes' copies: "
+                           "rank_00002.h5, rank_00003.h5 (",
+                           "(step 8, written by 4 rank(s), loaded by 2)"])
+        la, lc = losses(os.path.join(work, "A.jsonl")), losses(os.path.join(work, "C.jsonl"))
+        check(sorted(lc) == [9, 10, 11, 12], f"C trained steps {sorted(lc)}")
+        check(all(abs(lc[s] - la[s]) <= 1e-5 * abs(la[s]) for s in lc), f"C's losses vs A's: {la} {lc}")
 
     elif case == "fallback":
         drop_replicas_of_node1(8)
