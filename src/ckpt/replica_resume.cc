@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
-#include <sstream>
 
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/file_io.h"
@@ -119,30 +119,22 @@ NodeInventory scan_node_dir(const std::string& dir) {
 }
 
 std::string inventory_to_text(const NodeInventory& inv) {
-  std::ostringstream os;
-  for (const StepHolding& h : inv) {
-    os << h.step << " " << h.save << " " << h.files << " " << h.held.size();
-    for (int f : h.held) os << " " << f;
-    for (const std::string& n : h.names) os << " " << n;
-    os << "\n";
-  }
-  return os.str();
+  nlohmann::json j = nlohmann::json::array();
+  for (const StepHolding& h : inv)
+    j.push_back({{"step", h.step}, {"save", h.save}, {"files", h.files}, {"held", h.held}, {"names", h.names}});
+  return j.dump();
 }
 
 NodeInventory inventory_from_text(const std::string& text) {
   NodeInventory inv;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
+  if (text.empty()) return inv;
+  for (const nlohmann::json& j : nlohmann::json::parse(text)) {
     StepHolding h;
-    size_t held = 0;
-    ls >> h.step >> h.save >> h.files >> held;
-    h.held.resize(held);
-    for (int& f : h.held) ls >> f;
-    h.names.resize(static_cast<size_t>(h.files));
-    for (std::string& n : h.names) ls >> n;
-    ST_CHECK(!ls.fail(), "checkpoint inventory line '", line, "' is malformed");
+    h.step = j.at("step").get<int64_t>();
+    h.save = j.at("save").get<std::string>();
+    h.files = j.at("files").get<int>();
+    h.held = j.at("held").get<std::vector<int>>();
+    h.names = j.at("names").get<std::vector<std::string>>();
     inv.push_back(std::move(h));
   }
   return inv;
@@ -383,7 +375,9 @@ std::optional<std::string> resume_node_local(const Config& cfg, ModelBackend& mo
   // The reference copy's manifest, from its node's leader to every rank.
   const int ref_rank = layout.ranks[static_cast<size_t>(choice.reference_node)][0];
   std::string manifest_text;
-  if (comm.rank() == ref_rank) manifest_text = read_file((fs::path(dir) / step_name / "manifest.json").string());
+  on_all_ranks(comm, [&] {
+    if (comm.rank() == ref_rank) manifest_text = read_file((fs::path(dir) / step_name / "manifest.json").string());
+  });
   int64_t bytes = static_cast<int64_t>(manifest_text.size());
   comm.broadcast(&bytes, sizeof(bytes), ref_rank);
   manifest_text.resize(static_cast<size_t>(bytes));

@@ -45,7 +45,7 @@ struct StepHolding {
 // What one node's ckpt.dir holds, newest step last.
 using NodeInventory = std::vector<StepHolding>;
 
-// The inventory of a node's ckpt.dir (committed step directories only), and its text form for the exchange.
+// The inventory of a node's ckpt.dir (committed step directories only), and its text form (JSON) for the exchange.
 NodeInventory scan_node_dir(const std::string& dir);
 std::string inventory_to_text(const NodeInventory& inv);
 NodeInventory inventory_from_text(const std::string& text);
