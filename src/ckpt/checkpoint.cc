@@ -102,8 +102,9 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
         ST_BAD_INPUT(manifest_path, ": units[", u.index, "] is ", mu.name, " of ", mu.numel,
                      " elements, the model has ", u.name, " of ", u.numel);
     }
-    // A file this world reads no element of is still accounted for.
-    if (rank == 0) check_rank_file_sizes(step_dir, m);
+    // A file this world reads no element of is still accounted for: by rank 0, or in node-local copies
+    // (ckpt.replicas = 1, each node's step_dir its own) by each node's leader for the files its copy holds.
+    if (m.node_local ? comm.local_rank() == 0 : rank == 0) check_rank_file_sizes(step_dir, m);
   });
 
   model.pull_state();  // a device backend sizes its host view; every owned element is overwritten below

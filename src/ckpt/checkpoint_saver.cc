@@ -3,18 +3,22 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <thread>
 #include <vector>
 
 #include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/file_transfer.h"
 #include "shardtrain/ckpt/manifest.h"
+#include "shardtrain/ckpt/node_local.h"
 #include "shardtrain/ckpt/shard_file.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/fault.h"
@@ -158,9 +162,16 @@ struct CheckpointSaver::Impl {
   int rank = 0, world = 1;
   int file = 0, files = 1;  // this rank's file and the number of files (the sharding group)
   bool writer = true;       // replica 0 writes the files
-  bool leader = true;       // rank 0 commits
+  bool leader = true;       // commits: rank 0, or with ckpt.replicas = 1 each node's local rank 0 (its own dir)
+  std::string dir;          // ckpt.dir, or with ckpt.replicas = 1 this node's (node_ckpt_dir)
   std::string nonce;
   std::string last_committed;
+  // ckpt.replicas = 1: the ring of replica holders, and the communicator the write job sends replicas over (a dup:
+  // the training thread's collectives never see its traffic).
+  bool replicas = false;
+  NodeLayout layout;
+  std::unique_ptr<Communicator> replica_comm;
+  std::vector<int> committers;  // the ranks whose commit ends a save: rank 0, or every node's leader
 
   StateSnapshot snap;
   GemmAlgorithms gemm;
@@ -172,8 +183,10 @@ struct CheckpointSaver::Impl {
   double wait_ms = 0;  // the last save()'s wait for the save before it
   bool warned_wait = false;
   Job job;
-  FileRecord mine;                  // set by the write job before it ends
-  std::vector<FileRecord> records;  // every file's, once all are written
+  FileRecord mine;                   // set by the write job before it ends
+  FileTake replica;                  // ckpt.replicas = 1: the source rank's file, received by the write job
+  std::vector<FileRecord> records;   // every file's, once all are written
+  std::vector<int> file_of_rank;     // which file each rank wrote (-1: none), once all are written
 
   Impl(const Config& c, ModelBackend& m, Communicator& co, std::string p)
       : cfg(c), model(m), comm(co), protect(std::move(p)) {
@@ -183,6 +196,19 @@ struct CheckpointSaver::Impl {
     files = model.shard_comm().world_size();
     writer = model.replica_index() == 0;
     leader = rank == 0;
+    dir = cfg.ckpt.dir;
+    committers = {0};
+    replicas = cfg.ckpt.replicas == 1;
+    if (replicas) {
+      layout = node_layout(comm);
+      check_replica_layout(layout);
+      check_replica_sharding(model, comm);
+      leader = comm.local_rank() == 0;
+      dir = node_ckpt_dir(cfg.ckpt.dir, comm.node_id());
+      committers.clear();
+      for (const std::vector<int>& on : layout.ranks) committers.push_back(on[0]);
+      replica_comm = comm.dup();
+    }
     // One nonce for all ranks and all of this run's saves: the step names the directory, the nonce the run.
     uint64_t bits = 0;
     if (rank == 0)
@@ -217,6 +243,28 @@ struct CheckpointSaver::Impl {
     mine.bytes = file_size(path.string());
     mine.sha256 = sha256_file(path.string());
     mine.file = file;
+  }
+
+  // The write job with ckpt.replicas = 1: this rank's file, then the exchange of the ring (this file to the holder,
+  // the source's file from it, at once). The exchange runs whatever the write did, since the holder waits for this
+  // rank's header and this rank holds for its source; a failed write offers nothing and fails the save.
+  void write_and_replicate() {
+    std::exception_ptr failed;
+    try {
+      write_file();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    FileOffer offer;
+    if (!failed) offer = FileOffer{mine.file, (tmp / rank_file_name(mine.file)).string(), mine.bytes, mine.sha256};
+    replica = FileTake{};
+    try {
+      transfer_files(*replica_comm, layout.holder_of(rank), &offer, layout.source_of(rank), &replica,
+                     [this](int f) { return (tmp / rank_file_name(f)).string(); });
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+    if (failed) std::rethrow_exception(failed);
   }
 
   Manifest make_manifest() const {
@@ -254,28 +302,45 @@ struct CheckpointSaver::Impl {
     m.loss_scale_good_steps = state.loss_scale_good_steps;
     m.skipped_steps = state.skipped_steps;
     m.gemm_algorithms = gemm;
+    if (replicas) {
+      ManifestNodeLocal nl;
+      nl.node = comm.node_id();
+      nl.nodes = layout.nodes;
+      for (int r : layout.ranks[static_cast<size_t>(nl.node)])
+        nl.primaries.push_back(file_of_rank[static_cast<size_t>(r)]);
+      for (int r : layout.ranks[static_cast<size_t>((nl.node + 1) % nl.nodes)])
+        nl.replicas.push_back(file_of_rank[static_cast<size_t>(r)]);
+      std::sort(nl.primaries.begin(), nl.primaries.end());
+      std::sort(nl.replicas.begin(), nl.replicas.end());
+      m.node_local = std::move(nl);
+    }
     return m;
   }
 
-  // The commit job, on rank 0 once every file is written. On failure the temporary directory goes too, unless the
-  // rename happened (then the step is committed and only `latest` or ckpt.keep failed).
+  // The commit job, on each committer (rank 0, or every node's leader in its own directory) once every file is
+  // written. On failure the temporary directory goes too, unless the rename happened (then the step is committed
+  // and only `latest` or ckpt.keep failed).
   void commit() {
     bool renamed = false;
     try {
-      const fs::path dir(cfg.ckpt.dir);
-      write_file_atomic((tmp / "manifest.json").string(), manifest_to_json(make_manifest()));
+      const Manifest m = make_manifest();
+      write_file_atomic((tmp / "manifest.json").string(), manifest_to_json(m));
       if (fault_injected("ckpt_before_rename", rank, state.step)) die_now("ckpt_before_rename", rank);
       commit_rename(tmp, final_dir, nonce);
       renamed = true;
-      fsync_path(dir.string());
-      check_latest_file(cfg.ckpt.dir);  // a directory made at `latest` during the run: bad input, the step committed
-      write_file_atomic((dir / "latest").string(), step_dir_name(state.step) + "\n");
-      apply_keep(cfg.ckpt.dir, cfg.ckpt.keep, protect);
+      fsync_path(dir);
+      check_latest_file(dir);  // a directory made at `latest` during the run: bad input, the step committed
+      write_file_atomic((fs::path(dir) / "latest").string(), step_dir_name(state.step) + "\n");
+      apply_keep(dir, cfg.ckpt.keep, protect);
       int64_t total = 0;
       for (const FileRecord& r : records) total += r.bytes;
       ST_LOG_INFO("checkpoint: saved step ", state.step, " to ", final_dir.string(), " (", files, " files, ", total,
                   " bytes, ", seconds_since(started), " s",
                   cfg.ckpt.async ? str_cat(", in the background after a ", format_ms(snapshot_ms), " snapshot") : "",
+                  m.node_local ? str_cat("; this node's ", m.node_local->primaries.size(), " files and node ",
+                                         (m.node_local->node + 1) % m.node_local->nodes, "'s ",
+                                         m.node_local->replicas.size(), " as replicas")
+                               : "",
                   ")");
     } catch (...) {
       if (!renamed) {
@@ -289,9 +354,8 @@ struct CheckpointSaver::Impl {
   void start(const CheckpointState& s) {
     state = s;
     started = Clock::now();
-    const fs::path dir(cfg.ckpt.dir);
-    final_dir = dir / step_dir_name(state.step);
-    tmp = dir / (step_dir_name(state.step) + ".tmp-" + nonce);
+    final_dir = fs::path(dir) / step_dir_name(state.step);
+    tmp = fs::path(dir) / (step_dir_name(state.step) + ".tmp-" + nonce);
     gemm = model.gemm_algorithms();
     mine = FileRecord{};
     records.clear();
@@ -310,7 +374,11 @@ struct CheckpointSaver::Impl {
       }
     }
     snapshot_ms = seconds_since(started) * 1e3;
-    job.start([this] { write_file(); });
+    if (replicas) {
+      job.start([this] { write_and_replicate(); });
+    } else {
+      job.start([this] { write_file(); });
+    }
   }
 
   int64_t words() const { return phase == Phase::kIdle ? 0 : static_cast<int64_t>(world) * kSlot; }
@@ -369,8 +437,10 @@ struct CheckpointSaver::Impl {
         return;
       }
       records.assign(static_cast<size_t>(files), FileRecord{});
+      file_of_rank.assign(static_cast<size_t>(world), -1);
       for (int r = 0; r < world; ++r) {
         const FileRecord rec = take_record(w + static_cast<size_t>(r) * kSlot);
+        file_of_rank[static_cast<size_t>(r)] = rec.file;
         if (rec.file >= 0) records[static_cast<size_t>(rec.file)] = rec;
       }
       phase = Phase::kCommitting;
@@ -378,15 +448,24 @@ struct CheckpointSaver::Impl {
       return;
     }
     if (phase == Phase::kCommitting) {
-      const double c = w[kCommit];  // rank 0's slot
-      if (c == kNotYet) return;
-      if (c == kCommitted) {
+      // Every committer's slot: the save ends once all have ended, committed or not.
+      std::string failed;
+      bool bad_input = false;
+      for (int c : committers) {
+        const double v = w[static_cast<size_t>(c) * kSlot + kCommit];
+        if (v == kNotYet) return;
+        if (v == kCommitted) continue;
+        bad_input = bad_input || v == kCommitBadInput;
+        failed += str_cat(failed.empty() ? "" : ", ",
+                          replicas ? layout.describe_node(layout.node_of[static_cast<size_t>(c)]) : "rank 0");
+      }
+      if (failed.empty()) {
         job.join();
         phase = Phase::kIdle;
         last_committed = final_dir.string();
         return;
       }
-      fail(c == kCommitBadInput ? ErrorKind::kBadInput : ErrorKind::kFault, "rank 0 could not commit it");
+      fail(bad_input ? ErrorKind::kBadInput : ErrorKind::kFault, str_cat(failed, " could not commit it"));
     }
   }
 

@@ -189,4 +189,13 @@ std::string sha256_hex(const void* data, size_t bytes) {
   return sha256_end(ctx.get());
 }
 
+struct Sha256Stream::Ctx {
+  EvpCtx evp = sha256_begin();
+};
+
+Sha256Stream::Sha256Stream() : ctx_(std::make_unique<Ctx>()) {}
+Sha256Stream::~Sha256Stream() = default;
+void Sha256Stream::update(const void* data, size_t bytes) { sha256_update(ctx_->evp.get(), data, bytes); }
+std::string Sha256Stream::hex() { return sha256_end(ctx_->evp.get()); }
+
 }  // namespace st

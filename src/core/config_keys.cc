@@ -418,6 +418,15 @@ const std::vector<Key>& keys() {
       key("ckpt", "on_error", &Config::ckpt, &CkptConfig::on_error,
           "a save that fails (a full disk, an I/O error) is never committed, and its temporary directory is removed; "
           "stop: the run then stops with exit code 75; warn: it logs the error and trains on"),
+      key("ckpt", "replicas", &Config::ckpt, &CkptConfig::replicas,
+          "0: ckpt.dir is one directory every node shares (a shared filesystem). 1: node-local checkpoints, for "
+          "machines without a shared filesystem: each node saves its ranks' files into its own ckpt.dir (the same "
+          "path on each machine's disk, or a path with {node}, which becomes the node id, e.g. ckpt/node{node}: one "
+          "directory per node on one host or a shared filesystem) and keeps a replica of the next node's files (the "
+          "last node keeps node 0's), so that resume restores a node whose directory was lost from its neighbour. "
+          "Needs 2 or more nodes with the same number of ranks and dist.sharding=full; about twice the disk, and "
+          "each save sends every rank's file over the network once (docs/checkpoint-format.md). {node} in ckpt.dir "
+          "or ckpt.resume needs 1"),
       key("ckpt", "export", &Config::ckpt, &CkptConfig::export_path,
           "at the end, write the full fp32 weights to this HDF5 file, one dataset per tensor under its Hugging Face "
           "name (GPT2LMHeadModel's, or LlamaForCausalLM's for a llama; empty: none). A Hugging Face model directory "

@@ -10,10 +10,12 @@
 
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/checkpoint_saver.h"
-#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/dir_lock.h"
+#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/ckpt/init_from.h"
+#include "shardtrain/ckpt/node_local.h"
+#include "shardtrain/ckpt/replica_resume.h"
 #include "shardtrain/ckpt/resume_data.h"
 #include "shardtrain/comm/watchdog.h"
 #include "shardtrain/comm/watched_communicator.h"
@@ -25,8 +27,8 @@
 #include "shardtrain/data/data_split.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/text_codec.h"
-#include "shardtrain/text/tokenizer_codec.h"
 #include "shardtrain/model/units.h"
+#include "shardtrain/text/tokenizer_codec.h"
 #include "shardtrain/train/metrics.h"
 #include "shardtrain/train/mfu.h"
 #include "shardtrain/train/step_engine.h"
@@ -86,8 +88,11 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   const bool lead = rank == 0;
   check_same_config(cfg, comm);
   // This job owns ckpt.dir from here to its exit: a second job on it, or a ckpt.dir that is a file or
-  // read-only, stops every rank with kBadInput before anything is loaded, cleaned or trained.
-  const DirLock ckpt_dir_lock = lock_checkpoint_dir(cfg.ckpt.dir, comm);
+  // read-only, stops every rank with kBadInput before anything is loaded, cleaned or trained. With
+  // ckpt.replicas = 1 each node owns its own directory (node_local.h).
+  const bool node_local = cfg.ckpt.replicas == 1;
+  const DirLock ckpt_dir_lock =
+      node_local ? lock_node_local_dirs(cfg.ckpt.dir, comm) : lock_checkpoint_dir(cfg.ckpt.dir, comm);
   const int64_t accum = cfg.grad_accum_steps(world);
   const int64_t B = cfg.train.micro_batch, T = cfg.model.seq_len;
 
@@ -149,14 +154,16 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   int64_t start_step = 0;
   std::string resumed_from;
   if (!cfg.ckpt.dir.empty()) {
-    if (lead) {
+    if (lead)
       ST_LOG_INFO("checkpoints: ", cfg.ckpt.dir, " every ", cfg.ckpt.every, " step(s), keep ", cfg.ckpt.keep,
+                  node_local ? "; node-local directories, each node's files replicated on the previous node" : "",
                   "; HDF5 file locking ", hdf5_file_locking_mode());
-      clean_uncommitted(cfg.ckpt.dir);
-    }
+    if (node_local ? comm.local_rank() == 0 : lead) clean_uncommitted(node_ckpt_dir(cfg.ckpt.dir, comm.node_id()));
     comm.barrier();
   }
-  if (const std::optional<std::string> from = resolve_resume(cfg.ckpt)) {
+  const std::optional<std::string> resume_from =
+      node_local ? resume_node_local(cfg, engine.sharded(), comm) : resolve_resume(cfg.ckpt);
+  if (const std::optional<std::string>& from = resume_from) {
     const CheckpointState cs = load_checkpoint(*from, cfg, engine.sharded(), comm);
     const DataOrder order{cfg.train.global_batch, cfg.train.seed, cfg.data.shuffle, train_sampler.num_windows()};
     const std::vector<std::string> notes = check_data_order(cs.data, cs.step, order, cfg.ckpt.allow_data_change, *from);
@@ -169,7 +176,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     resumed_from = *from;
     if (lead && !cfg.init.from.empty())
       ST_LOG_INFO("init.from ", cfg.init.from, " not used: the run resumes from ", *from);
-  } else if (cfg.ckpt.resume == "auto" && !cfg.ckpt.dir.empty() && lead) {
+  } else if (cfg.ckpt.resume == "auto" && !cfg.ckpt.dir.empty() && lead && !node_local) {
     ST_LOG_INFO("ckpt.resume=auto: no committed checkpoint in ", cfg.ckpt.dir, ": starting fresh");
   }
   if (resumed_from.empty() && !cfg.init.from.empty()) {
@@ -280,7 +287,9 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
       if (!saved) save(step + 1);
       drain();
       summary.preempted = true;
-      summary.checkpoint = cfg.ckpt.dir.empty() ? std::string() : cfg.ckpt.dir + "/" + step_dir_name(step + 1);
+      summary.checkpoint = cfg.ckpt.dir.empty()
+                               ? std::string()
+                               : node_ckpt_dir(cfg.ckpt.dir, comm.node_id()) + "/" + step_dir_name(step + 1);
       // Exit 76 either way (README "Exit codes"): the signal stopped the run, not its input or a fault.
       if (lead)
         ST_LOG_WARN("preempted (a stop signal on ", stop, " rank(s)) after step ", step + 1,

@@ -57,7 +57,8 @@ std::vector<std::string> committed_checkpoints(const std::string& dir);
 
 // What ckpt.resume names: none -> nothing; auto -> the newest committed checkpoint in ckpt.dir, if any
 // (whatever `latest` says: it is written last and may lag); otherwise the given directory, which must exist
-// and be committed (kBadInput naming it otherwise). First, whatever ckpt.resume says, check_latest_file.
+// and be committed (kBadInput naming it otherwise). First, whatever ckpt.resume says, check_latest_file. For one
+// shared ckpt.dir; node-local directories (ckpt.replicas = 1) resume through resume_node_local (replica_resume.h).
 std::optional<std::string> resolve_resume(const CkptConfig& cfg);
 
 // kBadInput naming the path if <ckpt.dir>/latest exists and is not a file (a directory there would make

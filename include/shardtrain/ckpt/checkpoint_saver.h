@@ -25,6 +25,11 @@
 //
 // save() first waits for the save before it (the snapshot memory is reused), as drain() does. With
 // ckpt.async = false, save() writes and commits before it returns.
+//
+// With ckpt.replicas = 1 (node_local.h) every node saves into its own directory: the write job also sends this
+// rank's file to its replica holder and receives its source's (file_transfer.h), over a dup of `comm` made by the
+// constructor that only the background thread uses; each node's leader commits its own directory, and the save
+// ends once every leader has reported its commit.
 #pragma once
 
 #include <cstdint>

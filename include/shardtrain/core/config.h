@@ -120,6 +120,8 @@ struct CkptConfig {
   bool allow_data_change = false;  // resume even if the data order differs from the checkpoint's
   bool async = true;               // write in the background from a snapshot; false: training waits for the commit
   CkptOnError on_error = CkptOnError::kStop;
+  int64_t replicas = 0;  // 0: one ckpt.dir shared by every node; 1: node-local dirs, each node's files also on the
+                         // previous node's disk (ckpt/node_local.h)
 };
 
 struct InitConfig {
