@@ -1,13 +1,38 @@
-// Checkpoint save and load speed per rank, through the real commit protocol and resume path.
+// Checkpoint save and load speed per rank, through the real commit protocol and resume path, beside what the
+// disk does on its own with the same number of bytes.
 //
 //   mpirun -np N bench_ckpt_io --config configs/gpt2-124m.ini --dir /tmp/ckpt [--iters 3] [--section.key=value ...]
-// Prints, from rank 0: median save and load seconds, per-rank GB/s (this rank's file bytes / time), and
-// the checkpoint's size on disk. Beside each load it times the two halves of it on this rank's own file: the
-// SHA-256 pass alone (sha256_file) and the reads alone (ShardFileReader hyperslabs of this rank's spans, no
-// hash), so that the cost of verifying on load is measured, not estimated.
+//
+// Each iteration times, on every rank at once (a barrier before each part):
+//   save     save_checkpoint: the rank file written and hashed, the manifest, the rename;
+//   load     load_checkpoint of that checkpoint, every check of open_rank_file (SHA-256 included);
+//   hash     the first half of that load on this rank's own file: sha256_file alone;
+//   reads    the second half: ShardFileReader hyperslab reads of this rank's spans, no hash (they find the file in
+//            the page cache, where the hash pass put it, as the load's reads do);
+//   writer   write_shard_file alone of this rank's state into --dir;
+//   plain    the writer's byte count written as `dd bs=64M conv=fsync` does: open O_WRONLY|O_CREAT|O_TRUNC, 64 MiB
+//            write()s from one buffer, fsync, close;
+//   direct   the same with O_DIRECT (`dd bs=64M oflag=direct`, its last partial block without O_DIRECT as dd does,
+//            then fsync); skipped, and said so, where the file system refuses O_DIRECT (tmpfs).
+// Before the load and before the hash pass, this rank's file is dropped from the page cache (fdatasync, then
+// posix_fadvise DONTNEED, which drops clean pages without root), and the share of its pages still resident is
+// measured with mincore and printed: 0% means the part read the disk, 100% that it read memory.
+// The AdamW moments, zero in a fresh model, are filled with varied floats first, as a trained model's are, and the
+// plain writes' buffer holds varied bytes, so that a storage layer that compresses zeros flatters neither side.
+//
+// Prints, from rank 0: medians over --iters of each part's seconds and per-rank GB/s (this rank's file bytes /
+// time), writer / max(plain, direct), load GB/s beside save GB/s, and the checkpoint's size on disk.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -25,6 +50,107 @@
 #include "shardtrain/shard/sharded_model.h"
 
 namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kPlainBlock = size_t{64} << 20;  // dd bs=64M
+constexpr size_t kDirectAlign = 4096;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Drops the file's pages from the page cache: fdatasync makes them clean, DONTNEED then drops clean pages.
+void drop_from_page_cache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) ST_FAULT("cannot open ", path, ": ", std::strerror(errno));
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+// The share of the file's pages in the page cache, in percent (mincore of a read-only mapping).
+double percent_in_page_cache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) ST_FAULT("cannot open ", path, ": ", std::strerror(errno));
+  struct stat st {};
+  ::fstat(fd, &st);
+  const size_t size = static_cast<size_t>(st.st_size);
+  double out = 0;
+  if (size > 0) {
+    void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) ST_FAULT("cannot map ", path, ": ", std::strerror(errno));
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE)), pages = (size + page - 1) / page;
+    std::vector<unsigned char> resident(pages);
+    if (::mincore(map, size, resident.data()) != 0) ST_FAULT("mincore of ", path, ": ", std::strerror(errno));
+    ::munmap(map, size);
+    size_t in = 0;
+    for (unsigned char r : resident) in += r & 1;
+    out = 100.0 * static_cast<double>(in) / static_cast<double>(pages);
+  }
+  ::close(fd);
+  return out;
+}
+
+void write_all(int fd, const char* buf, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, buf, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) ST_FAULT("cannot write ", path, ": ", w < 0 ? std::strerror(errno) : "no progress");
+    buf += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+// `bytes` bytes to a new file the way dd writes them: 64 MiB write()s of `buf`, fsync, close. Returns the
+// seconds, or nothing where O_DIRECT was asked for and the file system refuses it.
+std::optional<double> plain_write(const std::string& path, int64_t bytes, const char* buf, bool direct) {
+  fs::remove(path);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (direct ? O_DIRECT : 0), 0644);
+  if (fd < 0 && direct && errno == EINVAL) return std::nullopt;
+  if (fd < 0) ST_FAULT("cannot create ", path, ": ", std::strerror(errno));
+  // O_DIRECT takes whole blocks only: the last partial block is written without it, as dd does.
+  const int64_t end = direct ? bytes / static_cast<int64_t>(kDirectAlign) * static_cast<int64_t>(kDirectAlign) : bytes;
+  for (int64_t done = 0; done < end;) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(end - done, static_cast<int64_t>(kPlainBlock)));
+    if (direct && done == 0) {  // the first write shows whether the file system takes O_DIRECT writes
+      const ssize_t w = ::write(fd, buf, n);
+      if (w < 0 && errno == EINVAL) {
+        ::close(fd);
+        fs::remove(path);
+        return std::nullopt;
+      }
+      if (w < 0) ST_FAULT("cannot write ", path, ": ", std::strerror(errno));
+      write_all(fd, buf + w, n - static_cast<size_t>(w), path);
+    } else {
+      write_all(fd, buf, n, path);
+    }
+    done += static_cast<int64_t>(n);
+  }
+  if (end < bytes) {
+    if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_DIRECT) != 0)
+      ST_FAULT("cannot turn O_DIRECT off on ", path, ": ", std::strerror(errno));
+    write_all(fd, buf, static_cast<size_t>(bytes - end), path);
+  }
+  if (::fsync(fd) != 0) ST_FAULT("fsync of ", path, ": ", std::strerror(errno));
+  if (::close(fd) != 0) ST_FAULT("close of ", path, ": ", std::strerror(errno));
+  return seconds_since(t0);
+}
+
+// Varied bits (a xorshift stream): no zero runs, no short period.
+void fill_varied(void* out, size_t bytes, uint64_t seed) {
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  auto* p = static_cast<unsigned char*>(out);
+  for (size_t i = 0; i < bytes; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(p + i, &x, std::min<size_t>(8, bytes - i));
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::optional<st::MpiSession> mpi;
@@ -47,32 +173,53 @@ int main(int argc, char** argv) {
       }
     }
     if (dir.empty()) ST_BAD_INPUT("bench_ckpt_io needs --dir");
+    if (iters < 1) ST_BAD_INPUT("bench_ckpt_io: --iters is ", iters, ", expected >= 1");
     overrides.push_back("--ckpt.dir=" + dir);
     overrides.push_back("--ckpt.keep=1");
     overrides.push_back("--train.micro_batch=1");
     const st::Config cfg = st::load_config(config, overrides);
     st::ShardedModel model(cfg, *comm);
-    std::vector<double> save_s, load_s, hash_s, read_s;
+    std::vector<st::UnitSlice> slices;
+    for (const st::UnitLayout& u : model.units()) {
+      st::UnitShard& sh = model.shard(u.index);
+      const size_t n = static_cast<size_t>(sh.span.count);
+      fill_varied(sh.m.data(), n * sizeof(float), 2 * static_cast<uint64_t>(u.index) + 1);
+      fill_varied(sh.v.data(), n * sizeof(float), 2 * static_cast<uint64_t>(u.index) + 2);
+      slices.push_back(st::UnitSlice{u.name, sh.span, sh.param.data(), sh.m.data(), sh.v.data()});
+    }
+    model.push_state();
+
     char name[32];
     std::snprintf(name, sizeof(name), "rank_%05d.h5", comm->rank());
-    auto seconds_since = [](std::chrono::steady_clock::time_point t0) {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    };
+    const std::string tag = name + 5;  // "00000.h5"
+    const std::string writer_path = (fs::path(dir) / ("bench_writer_" + tag)).string();
+    const std::string plain_path = (fs::path(dir) / ("bench_plain_" + tag + ".bin")).string();
+    std::unique_ptr<char, decltype(&std::free)> block(static_cast<char*>(std::aligned_alloc(kDirectAlign, kPlainBlock)),
+                                                      &std::free);
+    fill_varied(block.get(), kPlainBlock, 1000 + static_cast<uint64_t>(comm->rank()));
+
+    std::vector<double> save_s, load_s, hash_s, read_s, writer_s, plain_s, direct_s, cached_load, cached_hash;
+    bool direct_refused = false;
     std::string where;
+    int64_t my_bytes = 0;
     for (int it = 0; it < iters; ++it) {
       st::CheckpointState cs;
       cs.step = it + 1;
       comm->barrier();
       auto t0 = std::chrono::steady_clock::now();
       where = st::save_checkpoint(cfg, model, cs, *comm);
-      save_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      save_s.push_back(seconds_since(t0));
+      const std::string mine = (fs::path(where) / name).string();
+      drop_from_page_cache(mine);
+      cached_load.push_back(percent_in_page_cache(mine));
       comm->barrier();
       t0 = std::chrono::steady_clock::now();
       st::load_checkpoint(where, cfg, model, *comm);
-      load_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      load_s.push_back(seconds_since(t0));
       // The halves of the load on this rank's own file (the load above read the same file, written by the same
-      // world size): the hash pass, then the reads without it.
-      const std::string mine = (fs::path(where) / name).string();
+      // world size): the hash pass from the disk, then the reads without it.
+      drop_from_page_cache(mine);
+      cached_hash.push_back(percent_in_page_cache(mine));
       comm->barrier();
       t0 = std::chrono::steady_clock::now();
       st::sha256_file(mine);
@@ -89,17 +236,50 @@ int main(int argc, char** argv) {
         }
       }
       read_s.push_back(seconds_since(t0));
+
+      // The writer alone, then the disk alone with the same byte count.
+      fs::remove(writer_path);
+      comm->barrier();
+      t0 = std::chrono::steady_clock::now();
+      my_bytes = st::write_shard_file(writer_path, comm->rank(), comm->world_size(), cs.step, slices).bytes;
+      writer_s.push_back(seconds_since(t0));
+      fs::remove(writer_path);
+      comm->barrier();
+      plain_s.push_back(*plain_write(plain_path, my_bytes, block.get(), false));
+      fs::remove(plain_path);
+      comm->barrier();
+      const std::optional<double> direct = plain_write(plain_path, my_bytes, block.get(), true);
+      if (direct) direct_s.push_back(*direct);
+      direct_refused = !direct;
+      fs::remove(plain_path);
     }
-    const double my_bytes = static_cast<double>(fs::file_size(fs::path(where) / name));
     double total = 0;
     for (const auto& e : fs::directory_iterator(where)) total += static_cast<double>(e.file_size());
     if (comm->rank() == 0) {
+      const double bytes = static_cast<double>(my_bytes);
       const double s = st::median(save_s), l = st::median(load_s);
-      std::printf("ckpt_io world=%d params_file_bytes_rank0=%.0f size_on_disk_GB=%.3f median_save_s=%.3f "
-                  "save_GBps_per_rank=%.2f median_load_s=%.3f load_GBps_per_rank=%.2f\n",
-                  comm->world_size(), my_bytes, total / 1e9, s, my_bytes / s / 1e9, l, my_bytes / l / 1e9);
-      std::printf("ckpt_io load_halves median_hash_s=%.3f hash_GBps=%.2f median_read_without_hash_s=%.3f\n",
-                  st::median(hash_s), my_bytes / st::median(hash_s) / 1e9, st::median(read_s));
+      std::printf(
+          "ckpt_io world=%d params_file_bytes_rank0=%.0f size_on_disk_GB=%.3f median_save_s=%.3f "
+          "save_GBps_per_rank=%.2f median_load_s=%.3f load_GBps_per_rank=%.2f load_over_save=%.2f "
+          "page_cache_before_load=%.0f%%\n",
+          comm->world_size(), bytes, total / 1e9, s, bytes / s / 1e9, l, bytes / l / 1e9, s / l,
+          st::median(cached_load));
+      std::printf(
+          "ckpt_io load_halves median_hash_s=%.3f hash_GBps=%.2f page_cache_before_hash=%.0f%% "
+          "median_read_without_hash_s=%.3f (reads from the page cache the hash pass filled)\n",
+          st::median(hash_s), bytes / st::median(hash_s) / 1e9, st::median(cached_hash), st::median(read_s));
+      const double w = st::median(writer_s), p = st::median(plain_s);
+      double best = p;
+      std::printf("ckpt_io write median_writer_s=%.3f writer_GBps=%.2f median_plain_s=%.3f plain_GBps=%.2f ", w,
+                  bytes / w / 1e9, p, bytes / p / 1e9);
+      if (direct_refused) {
+        std::printf("direct=skipped (the file system refuses O_DIRECT) ");
+      } else {
+        const double d = st::median(direct_s);
+        best = std::min(best, d);
+        std::printf("median_direct_s=%.3f direct_GBps=%.2f ", d, bytes / d / 1e9);
+      }
+      std::printf("writer_over_best_plain=%.2f\n", best / w);
     }
     return 0;
   } catch (const st::Error& e) {

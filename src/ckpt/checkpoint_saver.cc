@@ -239,9 +239,9 @@ struct CheckpointSaver::Impl {
                        std::vector<UnitSlice>(slices.begin(), slices.begin() + static_cast<long>(slices.size() / 2)));
       die_now("ckpt_mid_write", rank);
     }
-    write_shard_file(path.string(), file, files, state.step, slices);
-    mine.bytes = file_size(path.string());
-    mine.sha256 = sha256_file(path.string());
+    const WrittenFile written = write_shard_file(path.string(), file, files, state.step, slices);  // hashed as written
+    mine.bytes = written.bytes;
+    mine.sha256 = written.sha256;
     mine.file = file;
   }
 

@@ -1,6 +1,7 @@
 #include "shardtrain/ckpt/h5.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace st {
 namespace detail {
@@ -125,6 +126,33 @@ void h5_write_f32(const H5File& f, const std::string& name, const std::vector<in
 
 void h5_write_i32(const H5File& f, const std::string& name, const std::vector<int64_t>& shape, const int32_t* data) {
   write_dataset(f, name, shape, H5T_NATIVE_INT32, data);
+}
+
+H5Handle h5_create_f32_unfilled(const H5File& f, const std::string& name, int64_t count) {
+  // The caller writes the bytes of host floats verbatim as the file's IEEE little-endian ones.
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "raw float32 writes assume a little-endian host");
+  const hsize_t dims = static_cast<hsize_t>(count);
+  H5Handle space(H5Screate_simple(1, &dims, nullptr), H5Sclose);
+  ST_H5_CHECK(space.get());
+  H5Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  ST_H5_CHECK(lcpl.get());
+  ST_H5_CHECK(H5Pset_create_intermediate_group(lcpl.get(), 1));
+  H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  ST_H5_CHECK(dcpl.get());
+  ST_H5_CHECK(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS));
+  ST_H5_CHECK(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY));
+  ST_H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));
+  H5Handle ds(H5Dcreate2(f.id(), name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+              H5Dclose);
+  if (ds.get() < 0) ST_FAULT("cannot create dataset ", name, " in ", f.path(), ": ", detail::h5_error_stack());
+  return ds;
+}
+
+int64_t h5_dataset_offset(const H5File& f, hid_t ds, const std::string& name) {
+  const haddr_t at = H5Dget_offset(ds);
+  if (at == HADDR_UNDEF) return -1;
+  if (at > static_cast<haddr_t>(INT64_MAX)) ST_FAULT(f.path(), ": dataset ", name, " has file offset ", at);
+  return static_cast<int64_t>(at);
 }
 
 void h5_read_f32(const H5File& f, const std::string& name, const std::vector<int64_t>& shape, float* data) {

@@ -49,8 +49,8 @@ const char* dataset_name(ShardState s) {
   return "?";
 }
 
-void write_shard_file(const std::string& path, int rank, int world_size, int64_t step,
-                      const std::vector<UnitSlice>& slices) {
+WrittenFile write_shard_file(const std::string& path, int rank, int world_size, int64_t step,
+                             const std::vector<UnitSlice>& slices) {
   ST_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "rank ", rank, " of world_size ", world_size);
   ST_CHECK(step >= 0, "step = ", step);
   std::set<std::string> seen;
@@ -64,6 +64,9 @@ void write_shard_file(const std::string& path, int rank, int world_size, int64_t
                " is null for ", s.span.count, " elements");
   }
 
+  // HDF5 lays the file out and writes everything but the floats; overwrite_file then puts them at their
+  // datasets' offsets and fsyncs (the commit protocol needs the bytes on disk before the rename).
+  std::vector<PlacedBytes> raw;
   H5File f = H5File::create(path);
   h5_write_attr_i64(f, f.id(), "/", "format_version", kCheckpointFormatVersion);
   h5_write_attr_i64(f, f.id(), "/", "rank", rank);
@@ -76,11 +79,17 @@ void write_shard_file(const std::string& path, int rank, int world_size, int64_t
     H5Handle g = h5_create_group(f, group_name);
     h5_write_attr_i64(f, g.get(), group_name, "offset", s.span.offset);
     h5_write_attr_i64(f, g.get(), group_name, "count", s.span.count);
-    for (ShardState state : kStates) h5_write_f32(f, dataset_path(s.unit, state), {s.span.count}, state_data(s, state));
+    for (ShardState state : kStates) {
+      const std::string name = dataset_path(s.unit, state);
+      const H5Handle ds = h5_create_f32_unfilled(f, name, s.span.count);
+      if (s.span.count == 0) continue;
+      const int64_t at = h5_dataset_offset(f, ds.get(), name);
+      ST_CHECK(at >= 0, path, ": dataset ", name, " of ", s.span.count, " elements has no storage");
+      raw.push_back(PlacedBytes{at, state_data(s, state), s.span.count * static_cast<int64_t>(sizeof(float))});
+    }
   }
   f.close();
-  // HDF5 leaves durability to the OS; the commit protocol needs the bytes on disk before the rename.
-  fsync_path(path);
+  return overwrite_file(path, std::move(raw));
 }
 
 struct ShardFileReader::Impl {

@@ -3,11 +3,15 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/child_process.h"
 #include "../common/temp_dir.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/core/error.h"
@@ -39,6 +44,33 @@ inline std::string fault_message(const std::function<void()>& fn) { return error
 
 inline bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
+}
+
+// True where `dir` is on a tmpfs (which refuses O_DIRECT before Linux 6.6 and takes it since).
+inline bool on_tmpfs(const std::string& dir) {
+  struct statfs fs {};
+  return ::statfs(dir.c_str(), &fs) == 0 && fs.f_type == 0x01021994;  // TMPFS_MAGIC
+}
+
+// Runs fn in a child process under RLIMIT_FSIZE = limit bytes with SIGXFSZ ignored (as the shardtrain binary
+// runs: write(2) then fails with EFBIG), and expects it to throw kFault whose message holds `want`. The child
+// ends through exit(), so a crash in an exit handler fails the test too. The limit and the signal's disposition
+// are process-wide, hence the child.
+inline void expect_fault_past_file_size_limit(rlim_t limit, const std::string& want, const std::function<void()>& fn) {
+  const int status = exit_status_in_child([&] {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit lim{limit, limit};
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return 10;
+    try {
+      fn();
+    } catch (const st::Error& e) {
+      if (e.kind() == ErrorKind::kFault && contains(e.what(), want)) return 0;
+      std::fprintf(stderr, "expected a fault holding \"%s\", got: %s\n", want.c_str(), e.what());
+      return 11;
+    }
+    return 12;
+  });
+  EXPECT_EQ(status, 0) << "10: setrlimit failed, 11: wrong error, 12: no error, > 128: killed by a signal";
 }
 
 // Bit patterns, so that NaN payloads, -0.0 and denormals must survive exactly.

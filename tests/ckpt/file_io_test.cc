@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ckpt_test_util.h"
 
@@ -11,9 +13,29 @@ namespace {
 
 using testing::bad_input_message;
 using testing::contains;
+using testing::error_message;
+using testing::expect_fault_past_file_size_limit;
 using testing::fault_message;
+using testing::on_tmpfs;
+using testing::read_bytes;
 using testing::TempDir;
 using testing::write_bytes;
+
+constexpr size_t kMiB = size_t{1} << 20;
+constexpr size_t kIoBytes = 16 * kMiB;  // the read and write size of file_io.cc
+
+// `size` bytes of a xorshift stream: no zero runs, different for each seed.
+std::string varied_bytes(size_t size, uint64_t seed) {
+  std::string out(size, '\0');
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (char& c : out) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x >> 56);
+  }
+  return out;
+}
 
 TEST(Sha256, KnownVectors) {
   EXPECT_EQ(sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
@@ -26,7 +48,7 @@ TEST(Sha256, FileOfOneMillionAMatchesTheNistVector) {
   EXPECT_EQ(sha256_file(dir.file("a")), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
-// The file is hashed in 1 MiB reads: sizes across and between chunk boundaries must agree with the one-shot hash.
+// Sizes across and between 1 MiB boundaries must agree with the one-shot hash.
 TEST(Sha256, FileLargerThanOneChunkEqualsHashOfItsBytes) {
   TempDir dir;
   for (size_t size : {size_t{0}, size_t{1} << 20, (size_t{1} << 20) + 1, (size_t{3} << 20) + 12345}) {
@@ -40,6 +62,17 @@ TEST(Sha256, FileLargerThanOneChunkEqualsHashOfItsBytes) {
     write_bytes(path, bytes);
     EXPECT_EQ(sha256_file(path), sha256_hex(bytes.data(), bytes.size())) << size;
     EXPECT_EQ(file_size(path), static_cast<int64_t>(size));
+  }
+}
+
+// The file is hashed in 16 MiB reads, each hashed while the next is read.
+TEST(Sha256, FileAcrossTheReadSizeEqualsHashOfItsBytes) {
+  TempDir dir;
+  for (size_t size : {kIoBytes - 1, kIoBytes, kIoBytes + 1, 2 * kIoBytes + 12345}) {
+    const std::string bytes = varied_bytes(size, size);
+    const std::string path = dir.file("blob_" + std::to_string(size));
+    write_bytes(path, bytes);
+    EXPECT_EQ(sha256_file(path), sha256_hex(bytes.data(), bytes.size())) << size;
   }
 }
 
@@ -95,6 +128,82 @@ TEST(FsyncPath, FilesAndDirectoriesSucceedMissingIsAFault) {
   const std::string msg = fault_message([&] { fsync_path(dir.file("gone")); });
   EXPECT_TRUE(contains(msg, dir.file("gone"))) << msg;
   EXPECT_TRUE(contains(msg, "No such file or directory")) << msg;
+}
+
+// Writes a file of `size` varied bytes, overwrites three pieces of it (given out of order, one empty) and checks
+// the result: the pieces at their offsets, every other byte as it was, the length and SHA-256 returned equal to
+// the file's.
+void expect_overwrite_places_pieces(const std::string& path, size_t size) {
+  SCOPED_TRACE(::testing::Message() << path << " of " << size << " bytes");
+  std::string expected = varied_bytes(size, 1);
+  write_bytes(path, expected);
+  const std::string middle = varied_bytes(size / 3, 2), last = varied_bytes(std::min<size_t>(3, size), 3);
+  const std::vector<PlacedBytes> pieces = {
+      {static_cast<int64_t>(size - last.size()), last.data(), static_cast<int64_t>(last.size())},
+      {static_cast<int64_t>(size / 2), nullptr, 0},
+      {static_cast<int64_t>(size / 6), middle.data(), static_cast<int64_t>(middle.size())},
+  };
+  expected.replace(size / 6, middle.size(), middle);
+  expected.replace(size - last.size(), last.size(), last);
+
+  const WrittenFile w = overwrite_file(path, pieces);
+  EXPECT_EQ(w.bytes, static_cast<int64_t>(size));
+  EXPECT_EQ(w.sha256, sha256_hex(expected.data(), expected.size()));
+  EXPECT_EQ(w.sha256, sha256_file(path));
+  EXPECT_EQ(file_size(path), static_cast<int64_t>(size));
+  EXPECT_TRUE(read_bytes(path) == expected);  // not EXPECT_EQ: a mismatch would print megabytes
+}
+
+// Sizes below, at and across the 16 MiB write size, with and without a last partial 4 KiB block (written
+// without O_DIRECT); the largest runs several writes at once and its middle piece crosses a write boundary.
+TEST(OverwriteFile, PlacesThePiecesKeepsTheRestAndReturnsLengthAndHash) {
+  TempDir dir;
+  for (size_t size : {size_t{0}, size_t{1}, size_t{4096}, size_t{5000}, kIoBytes, 3 * kIoBytes + 12345})
+    expect_overwrite_places_pieces(dir.file("f_" + std::to_string(size)), size);
+}
+
+// On a tmpfs the writes go through the page cache or, on Linux >= 6.6, direct.
+TEST(OverwriteFile, WorksOnTmpfs) {
+  if (!on_tmpfs("/dev/shm")) GTEST_SKIP() << "/dev/shm is not a tmpfs here";
+  TempDir dir("/dev/shm");
+  for (size_t size : {size_t{5000}, 2 * kIoBytes + 100})
+    expect_overwrite_places_pieces(dir.file("f_" + std::to_string(size)), size);
+}
+
+// Past RLIMIT_FSIZE write(2) stops at the limit, then fails with EFBIG: a fault naming the path, the OS's text and
+// the byte. The limit is not a multiple of 512, so a direct write there is refused (EINVAL) and the write starts
+// over through the page cache, which reaches the same byte.
+TEST(OverwriteFile, AWritePastTheFileSizeLimitIsAFaultNamingThePathAndTheByte) {
+  TempDir dir;
+  const std::string path = dir.file("big");
+  write_bytes(path, varied_bytes(kMiB + 100, 4));
+  const std::string piece = varied_bytes(kMiB, 5);
+  expect_fault_past_file_size_limit(256 * 1024 + 100, path + ": File too large (at byte 262244 of 1048676)", [&] {
+    overwrite_file(path, {{0, piece.data(), static_cast<int64_t>(piece.size())}});
+  });
+}
+
+TEST(OverwriteFile, AMissingFileIsAFaultNamingThePathAndErrno) {
+  TempDir dir;
+  const std::string msg = fault_message([&] { overwrite_file(dir.file("gone"), {}); });
+  EXPECT_TRUE(contains(msg, "cannot open " + dir.file("gone") + " to write it: No such file or directory")) << msg;
+}
+
+// Overlapping pieces, or one past the end, are the caller's bug.
+TEST(OverwriteFile, OverlappingOrOutsidePiecesAreAnInternalError) {
+  TempDir dir;
+  const std::string path = dir.file("f");
+  write_bytes(path, std::string(100, 'x'));
+  const std::string bytes(60, 'y');
+  std::string msg = error_message(ErrorKind::kInternal, [&] {
+    overwrite_file(path, {{50, bytes.data(), 10}, {0, bytes.data(), 60}});
+  });
+  EXPECT_TRUE(contains(msg, path + ": 10 bytes at 50 overlap the previous piece (ending at 60)")) << msg;
+  msg = error_message(ErrorKind::kInternal, [&] { overwrite_file(path, {{41, bytes.data(), 60}}); });
+  EXPECT_TRUE(contains(msg, path + ": 60 bytes at 41 overlap the previous piece (ending at 0) or pass the end of the "
+                                   "100-byte file"))
+      << msg;
+  EXPECT_EQ(read_bytes(path), std::string(100, 'x'));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ckpt_test_util.h"
+#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/ckpt/manifest.h"
 
@@ -19,7 +20,9 @@ namespace {
 using testing::bad_input_message;
 using testing::bits;
 using testing::contains;
+using testing::expect_fault_past_file_size_limit;
 using testing::fault_message;
+using testing::on_tmpfs;
 using testing::pattern;
 using testing::TempDir;
 using testing::write_bytes;
@@ -292,6 +295,61 @@ TEST(ShardFile, MalformedFilesNameTheObject) {
   EXPECT_TRUE(contains(msg, path + ": dataset /units/head/exp_avg_sq is missing")) << msg;
   path = build("fine.h5", true, 4, true);
   EXPECT_EQ(ShardFileReader(path).span("head"), (ShardSpan{0, 4}));
+}
+
+// Writes `slices`, then checks what write_shard_file returned against the file (length and SHA-256) and reads
+// every unit back bit-exactly.
+void expect_written_and_read_back(const std::string& path, const std::vector<OwnedSlice>& slices) {
+  SCOPED_TRACE(path);
+  const WrittenFile w = write_shard_file(path, 0, 1, 77, views(slices));
+  EXPECT_EQ(w.bytes, file_size(path));
+  EXPECT_EQ(w.sha256, sha256_file(path));
+  const ShardFileReader r(path);
+  EXPECT_EQ(r.step(), 77);
+  ASSERT_EQ(r.unit_names().size(), slices.size());
+  for (const OwnedSlice& s : slices) {
+    EXPECT_EQ(r.span(s.unit), s.span) << s.unit;
+    for (int k = 0; k < 3; ++k) {
+      std::vector<float> out(s.state[k].size());
+      r.read(s.unit, kStates[k], s.span, out.data());
+      EXPECT_TRUE(bits(out) == bits(s.state[k])) << s.unit << " " << dataset_name(kStates[k]);
+    }
+  }
+}
+
+// The SHA-256 is taken from memory while the bytes are written: it must be the file's. Unit sets: the sample
+// (empty units among others), none, only empty ones, and one unit whose datasets (18 MB each) cross the 16 MiB
+// write size.
+TEST(ShardFile, WriteReturnsTheFilesLengthAndSha256) {
+  TempDir dir;
+  expect_written_and_read_back(dir.file("sample.h5"), sample_slices());
+  expect_written_and_read_back(dir.file("none.h5"), {});
+  std::vector<OwnedSlice> empty;
+  empty.emplace_back("block.0", ShardSpan{0, 0}, 6);
+  empty.emplace_back("block.1", ShardSpan{12, 0}, 7);
+  expect_written_and_read_back(dir.file("empty.h5"), empty);
+  std::vector<OwnedSlice> large;
+  large.emplace_back("embedding", ShardSpan{3, 4500001}, 8);
+  large.emplace_back("head", ShardSpan{0, 5}, 9);
+  expect_written_and_read_back(dir.file("large.h5"), large);
+}
+
+// The same on a tmpfs, where the writes go through the page cache or, on Linux >= 6.6, direct.
+TEST(ShardFile, WriteOnTmpfsReturnsTheFilesLengthAndSha256) {
+  if (!on_tmpfs("/dev/shm")) GTEST_SKIP() << "/dev/shm is not a tmpfs here";
+  TempDir dir("/dev/shm");
+  expect_written_and_read_back(dir.file("sample.h5"), sample_slices());
+}
+
+// Past RLIMIT_FSIZE the write fails with EFBIG: a fault naming the path and the OS's text, and the process then
+// exits normally (HDF5 keeps no exit handler that could crash on the file it failed to close).
+TEST(ShardFile, AWritePastTheFileSizeLimitIsAFaultNamingThePath) {
+  TempDir dir;
+  const std::string path = dir.file("rank_00000.h5");
+  std::vector<OwnedSlice> slices;
+  slices.emplace_back("embedding", ShardSpan{0, 300000}, 10);  // 3.6 MB of floats
+  expect_fault_past_file_size_limit(256 * 1024, path + ": File too large",
+                                    [&] { write_shard_file(path, 0, 1, 1, views(slices)); });
 }
 
 TEST(ShardFile, WriteIntoAMissingDirectoryIsAFaultNamingThePath) {

@@ -17,12 +17,13 @@ namespace st::testing {
 
 class TempDir {
  public:
-  TempDir() {
+  // A new directory under `base` (the system's temporary directory unless given, e.g. /dev/shm for a tmpfs).
+  explicit TempDir(const std::filesystem::path& base = std::filesystem::temp_directory_path()) {
     static std::atomic<int> counter{0};
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     const std::string name = std::string("shardtrain_test_") + (info ? info->name() : "x") + "_" +
                              std::to_string(::getpid()) + "_" + std::to_string(counter++);
-    path_ = std::filesystem::temp_directory_path() / name;
+    path_ = base / name;
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }

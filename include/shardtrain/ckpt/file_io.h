@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace st {
 
@@ -14,13 +15,14 @@ void fsync_path(const std::string& path);
 // Writes `text` to `path` via `path.tmp-<pid>`: write, fsync, rename, fsync the directory.
 void write_file_atomic(const std::string& path, const std::string& text);
 std::string read_file(const std::string& path);  // kBadInput naming the path if it cannot be read
-int64_t file_size(const std::string& path);       // kBadInput naming the path if missing
+int64_t file_size(const std::string& path);      // kBadInput naming the path if missing
 
 // kBadInput unless the directory that `path` is written into (its parent; "." if none) exists and is a
 // directory. `what` names the setting in the message ("ckpt export --out", "ckpt.export").
 void check_output_dir(const std::string& path, const std::string& what);
 
-// Deletes a file (or a directory with its contents) when it goes out of scope unless dismissed: a write that fails half way leaves nothing behind.
+// Deletes a file (or a directory with its contents) when it goes out of scope unless dismissed: a write that fails half
+// way leaves nothing behind.
 //
 //   RemoveOnFailure cleanup(tmp);
 //   write(tmp); rename(tmp, path);
@@ -37,7 +39,9 @@ class RemoveOnFailure {
   std::string path_;
 };
 
-// SHA-256 (OpenSSL libcrypto) of a whole file, lowercase hex; streams in 1 MiB reads.
+// SHA-256 (OpenSSL libcrypto) of a whole file, lowercase hex. Reads in 16 MiB pieces with sequential
+// read-ahead advised, hashing each piece while the next is read; the file's pages stay in the page cache,
+// so a reader that parses the file right after finds them there.
 std::string sha256_file(const std::string& path);
 std::string sha256_hex(const void* data, size_t bytes);
 // sha256_file: kBadInput naming the path if it cannot be opened; kFault if a read fails after that.
@@ -56,5 +60,35 @@ class Sha256Stream {
   struct Ctx;
   std::unique_ptr<Ctx> ctx_;
 };
+
+// What a writer put on disk: the file's length and the SHA-256 of its bytes (lowercase hex, equal to
+// sha256_file(path)), computed from memory while the bytes were written.
+struct WrittenFile {
+  int64_t bytes = 0;
+  std::string sha256;
+};
+
+// Bytes from memory placed at a file offset.
+struct PlacedBytes {
+  int64_t offset = 0;
+  const void* data = nullptr;
+  int64_t bytes = 0;
+};
+
+// Writes `pieces` into the existing file `path` at their offsets, fsyncs it and returns its length and
+// SHA-256. Pieces must not overlap and must lie inside the file (ST_CHECK); the bytes between them keep what
+// the file holds (they are read back first, so they should be small: a format's metadata). The file's length
+// does not change.
+//
+// The whole file is rewritten in file order in 16 MiB writes, four in flight, with O_DIRECT where the file
+// system allows it (page-cache writeback throttles a buffered stream; a file system that refuses O_DIRECT,
+// e.g. tmpfs, gets buffered writes). A separate thread hashes the same bytes from memory meanwhile. Overwriting
+// a file that already has its length (HDF5 sets it when it closes) lets the direct writes run concurrently,
+// which extending writes on ext4 do not.
+//
+// A failed write, fsync or close (ENOSPC, EFBIG past RLIMIT_FSIZE with SIGXFSZ ignored, EIO, a write that
+// makes no progress) is kFault naming the path and the OS's error text; the partially written file stays for
+// the caller to remove.
+WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pieces);
 
 }  // namespace st

@@ -76,6 +76,12 @@ class H5File {
 // Writes a contiguous fp32 dataset at `name` (intermediate groups are created).
 void h5_write_f32(const H5File& f, const std::string& name, const std::vector<int64_t>& shape, const float* data);
 void h5_write_i32(const H5File& f, const std::string& name, const std::vector<int64_t>& shape, const int32_t* data);
+// Creates a 1-D float32 (IEEE little-endian) dataset of `count` elements at `name` (intermediate groups are
+// created) whose storage HDF5 allocates now and never writes: contiguous layout, H5D_ALLOC_TIME_EARLY,
+// H5D_FILL_TIME_NEVER. The caller writes the raw bytes itself at h5_dataset_offset once the file is closed.
+H5Handle h5_create_f32_unfilled(const H5File& f, const std::string& name, int64_t count);
+// The file offset of a contiguous dataset's raw data; -1 if it has none (0 elements).
+int64_t h5_dataset_offset(const H5File& f, hid_t ds, const std::string& name);
 // Reads a whole fp32 dataset; the shape must match exactly (the error names the file, dataset and both shapes).
 void h5_read_f32(const H5File& f, const std::string& name, const std::vector<int64_t>& shape, float* data);
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/shard/shard_span.h"
 
 namespace st {
@@ -30,9 +31,14 @@ struct UnitSlice {
   const float* exp_avg_sq = nullptr;
 };
 
-// Writes the file (truncating), flushes and fsyncs it. I/O failures are kFault naming the path.
-void write_shard_file(const std::string& path, int rank, int world_size, int64_t step,
-                      const std::vector<UnitSlice>& slices);
+// Writes the file (truncating) and fsyncs it; returns its length and SHA-256 (equal to file_size and
+// sha256_file of `path`), hashed from memory while the bytes were written, so that no second pass reads
+// the file. HDF5 writes the structure (attributes, groups, the datasets' headers and their allocated,
+// unfilled storage); the raw floats then go in with overwrite_file (file_io.h): large writes in file order.
+// I/O failures (ENOSPC, EFBIG, EIO) are kFault naming the path and the OS's error text; a failed write
+// leaves a partial file at `path`.
+WrittenFile write_shard_file(const std::string& path, int rank, int world_size, int64_t step,
+                             const std::vector<UnitSlice>& slices);
 
 // Reads slices of one rank file.
 class ShardFileReader {
