@@ -21,7 +21,8 @@
 // plain writes' buffer holds varied bytes, so that a storage layer that compresses zeros flatters neither side.
 //
 // Prints, from rank 0: medians over --iters of each part's seconds and per-rank GB/s (this rank's file bytes /
-// time), writer / max(plain, direct), load GB/s beside save GB/s, and the checkpoint's size on disk.
+// time), the writer's GB/s over the faster plain write's (writer_over_best_plain), the load's GB/s over the save's
+// (load_speed_over_save), and the checkpoint's size on disk.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -260,7 +261,7 @@ int main(int argc, char** argv) {
       const double s = st::median(save_s), l = st::median(load_s);
       std::printf(
           "ckpt_io world=%d params_file_bytes_rank0=%.0f size_on_disk_GB=%.3f median_save_s=%.3f "
-          "save_GBps_per_rank=%.2f median_load_s=%.3f load_GBps_per_rank=%.2f load_over_save=%.2f "
+          "save_GBps_per_rank=%.2f median_load_s=%.3f load_GBps_per_rank=%.2f load_speed_over_save=%.2f "
           "page_cache_before_load=%.0f%%\n",
           comm->world_size(), bytes, total / 1e9, s, bytes / s / 1e9, l, bytes / l / 1e9, s / l,
           st::median(cached_load));

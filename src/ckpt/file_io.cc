@@ -97,6 +97,8 @@ std::string sha256_end(EVP_MD_CTX* ctx) {
 // (docs/performance.md, "Checkpoint writes"), and four of them (64 MiB) are all the memory a write holds.
 constexpr size_t kIoBytes = size_t{16} << 20;
 constexpr int kWritesInFlight = 4;
+// Pieces a hash pass asks the kernel to read ahead of the one it reads (64 MiB).
+constexpr int64_t kReadAheadPieces = 4;
 // O_DIRECT needs buffers, offsets and lengths aligned to the device's logical block: 4096 covers 512-byte
 // and 4 KiB devices alike.
 constexpr size_t kDirectAlign = 4096;
@@ -414,8 +416,7 @@ int64_t file_size(const std::string& path) {
 std::string sha256_file(const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) ST_BAD_INPUT("cannot read ", path, " to hash it: ", errno_text());
-  // Doubles the kernel's read-ahead window: with 16 MiB reads a cold file streams at the disk's speed.
-  (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);  // doubles the kernel's read-ahead window
   struct stat st {};
   const int64_t size = ::fstat(fd.get(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
   // One more byte than the file holds, so that a small file is read (and its end seen) in one call.
@@ -425,8 +426,14 @@ std::string sha256_file(const std::string& path) {
   // Piece i is hashed on another thread while piece i + 1 is read. Declared last: a read that throws waits
   // here for the hash of the previous piece before the buffers go.
   std::future<void> hashing;
-  int64_t done = 0;
+  int64_t done = 0, advised = 0;
   for (int k = 0;; k ^= 1) {
+    // The kernel's read-ahead alone keeps one modest request in flight; POSIX_FADV_WILLNEED starts the reads of
+    // the next kReadAheadPieces pieces and returns, so that several large requests are in flight while this one
+    // is read and the previous one hashed.
+    for (; advised < std::min(size, done + kReadAheadPieces * static_cast<int64_t>(kIoBytes));
+         advised += static_cast<int64_t>(kIoBytes))
+      (void)::posix_fadvise(fd.get(), advised, static_cast<off_t>(kIoBytes), POSIX_FADV_WILLNEED);
     const size_t n = read_full(fd.get(), path, buffers[static_cast<size_t>(k)], piece, done);
     if (hashing.valid()) hashing.get();
     if (n == 0) break;
@@ -485,6 +492,18 @@ WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pie
     at = p.offset + p.bytes;
   }
   keep_until(total);
+  // The blocks are reserved in one call first, so that the file system lays them out in order: concurrent writes
+  // into holes would allocate each 16 MiB piece where its write lands first, and the file would be read back in
+  // scattered extents. A full disk shows here, before anything is written. File systems without fallocate
+  // (EOPNOTSUPP) just skip it.
+  if (total > 0) {
+    int err = 0;
+    do {
+      err = ::fallocate(fd.get(), 0, 0, total) == 0 ? 0 : errno;
+    } while (err == EINTR);
+    if (err != 0 && err != EOPNOTSUPP)
+      ST_FAULT("cannot write ", path, ": ", std::strerror(err), " (reserving its ", total, " bytes)");
+  }
 
   // The hash runs beside the writes, over the same bytes in file order.
   BackgroundHash hash(runs);

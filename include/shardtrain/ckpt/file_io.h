@@ -39,9 +39,9 @@ class RemoveOnFailure {
   std::string path_;
 };
 
-// SHA-256 (OpenSSL libcrypto) of a whole file, lowercase hex. Reads in 16 MiB pieces with sequential
-// read-ahead advised, hashing each piece while the next is read; the file's pages stay in the page cache,
-// so a reader that parses the file right after finds them there.
+// SHA-256 (OpenSSL libcrypto) of a whole file, lowercase hex. Reads in 16 MiB pieces, with the next 64 MiB
+// asked for ahead (POSIX_FADV_WILLNEED), hashing each piece while the next is read; the file's pages stay in the
+// page cache, so a reader that parses the file right after finds them there.
 std::string sha256_file(const std::string& path);
 std::string sha256_hex(const void* data, size_t bytes);
 // sha256_file: kBadInput naming the path if it cannot be opened; kFault if a read fails after that.
