@@ -19,7 +19,9 @@ constexpr const char* kCkptUsage =
     "  inspect STEP_DIR                 step, world size, training state, model config, units with their\n"
     "                                   tensors, and the rank files with their sizes and SHA-256\n"
     "  verify STEP_DIR                  checks the manifest and every rank file (size, SHA-256, structure,\n"
-    "                                   spans); exit 0 if all is well, 2 naming the first bad file\n"
+    "                                   spans); exit 0 if all is well, 2 naming the first bad file. A node-local\n"
+    "                                   copy (ckpt.replicas=1) checks the files it holds, and lists them as its\n"
+    "                                   node's primaries and the next node's replicas\n"
     "  export STEP_DIR --out PATH       gpt2: consolidated fp32 weights with Hugging Face GPT-2 names and layouts;\n"
     "                                   PATH ends in .safetensors or .h5; config.json is written beside it\n"
     "  export STEP_DIR --out DIR [--dtype f32|bf16] [--max-shard-size SIZE]\n"
@@ -111,6 +113,18 @@ int cmd_ckpt(const std::vector<std::string>& args) {
     const std::string dir = step_dir_arg(tool, positional);
     const st::VerifyReport r = st::verify_checkpoint(dir);
     std::printf("OK: %s: %d files, %lld bytes verified\n", dir.c_str(), r.files, static_cast<long long>(r.bytes));
+    if (r.node_local) {
+      auto names = [](const std::vector<std::string>& v) {
+        std::string out;
+        for (const std::string& n : v) out += (out.empty() ? "" : ", ") + n;
+        return out.empty() ? std::string("none") : out;
+      };
+      std::printf("node-local copy of node %d of %d (ckpt.replicas=1): primaries %s; replicas %s", r.node, r.nodes,
+                  names(r.primaries).c_str(), names(r.replicas).c_str());
+      if (!r.elsewhere.empty())
+        std::printf("; on other nodes' disks, not checked here: %s", names(r.elsewhere).c_str());
+      std::printf("\n");
+    }
     return st::kExitOk;
   }
   if (tool == "export") {

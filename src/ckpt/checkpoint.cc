@@ -1,132 +1,25 @@
 #include "shardtrain/ckpt/checkpoint.h"
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <regex>
 
 #include "shardtrain/ckpt/checkpoint_check.h"
+#include "shardtrain/ckpt/checkpoint_saver.h"
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/manifest.h"
 #include "shardtrain/ckpt/shard_file.h"
 #include "shardtrain/comm/on_all_ranks.h"
 #include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
-#include "shardtrain/core/fault.h"
 #include "shardtrain/core/log.h"
 
 namespace fs = std::filesystem;
 
 namespace st {
-namespace {
-
-[[noreturn]] void die_now(const char* point, int rank) {
-  std::fprintf(stderr, "SHARDTRAIN_FAULT: %s on rank %d: SIGKILL\n", point, rank);
-  std::fflush(stderr);
-  ::kill(::getpid(), SIGKILL);
-  std::abort();  // not reached
-}
-
-std::string rank_file_name(int rank) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "rank_%05d.h5", rank);
-  return buf;
-}
-
-// What each rank tells rank 0 about its file: size and hash, through one fixed-size broadcast per rank. With
-// hybrid sharding only the ranks of replica 0 write; `file` is the shard rank they write as (-1: no file).
-struct FileRecord {
-  int64_t bytes = 0;
-  int32_t file = -1;
-  char sha256[65] = {0};
-};
-
-std::vector<UnitSlice> slices_of(ModelBackend& model) {
-  std::vector<UnitSlice> out;
-  for (const UnitLayout& u : model.units()) {
-    const UnitShard& sh = model.shard(u.index);
-    out.push_back(UnitSlice{u.name, sh.span, sh.param.data(), sh.m.data(), sh.v.data()});
-  }
-  return out;
-}
-
-Manifest make_manifest(const Config& cfg, ModelBackend& model, const CheckpointState& state, int world,
-                       const std::vector<FileRecord>& records) {
-  Manifest m;
-  m.step = state.step;
-  m.world_size = world;
-  m.config_ini = to_ini(cfg);
-  m.model = cfg.model;
-  for (const UnitLayout& u : model.units()) {
-    ManifestUnit mu;
-    mu.name = u.name;
-    mu.numel = u.numel;
-    for (const TensorSpec& t : u.tensors) mu.tensors.push_back(ManifestTensor{t.name, t.shape, t.offset});
-    m.units.push_back(std::move(mu));
-  }
-  for (int r = 0; r < world; ++r) {
-    ManifestFile f;
-    f.name = rank_file_name(r);
-    f.rank = r;
-    f.bytes = records[static_cast<size_t>(r)].bytes;
-    f.sha256 = records[static_cast<size_t>(r)].sha256;
-    for (const UnitLayout& u : model.units()) f.spans.push_back(shard_span(u.numel, r, world));
-    m.files.push_back(std::move(f));
-  }
-  m.optimizer_updates = state.optimizer_updates;
-  m.lr_step = state.step;
-  m.data_cursor = state.step * cfg.train.global_batch;
-  m.global_batch = cfg.train.global_batch;
-  m.seed = cfg.train.seed;
-  m.shuffle = cfg.data.shuffle;
-  m.train_windows = state.data.train_windows;
-  m.rng_counters = state.rng_counters;
-  if (m.rng_counters.empty()) m.rng_counters.assign(static_cast<size_t>(world), 0);
-  m.loss_scale = state.loss_scale;
-  m.loss_scale_good_steps = state.loss_scale_good_steps;
-  m.skipped_steps = state.skipped_steps;
-  m.gemm_algorithms = model.gemm_algorithms();
-  return m;
-}
-
-// Renames tmp to final; a committed directory of the same step (a run that went back and saved the step
-// again) is moved aside first and removed after.
-void commit_rename(const fs::path& tmp, const fs::path& final_dir, const std::string& nonce) {
-  fs::path old;
-  if (fs::exists(final_dir)) {
-    old = final_dir;
-    old += ".old-" + nonce;
-    if (std::rename(final_dir.c_str(), old.c_str()) != 0)
-      ST_FAULT("cannot move ", final_dir.string(), " aside: ", std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), final_dir.c_str()) != 0)
-    ST_FAULT("cannot rename ", tmp.string(), " to ", final_dir.string(), ": ", std::strerror(errno));
-  if (!old.empty()) fs::remove_all(old);
-}
-
-// Keeps the newest `keep` committed checkpoints, and `protect` (the one resumed from) whatever its age.
-void apply_keep(const std::string& dir, int64_t keep, const std::string& protect) {
-  if (keep <= 0) return;
-  const std::vector<std::string> all = committed_checkpoints(dir);
-  const fs::path keep_path = protect.empty() ? fs::path() : fs::weakly_canonical(protect);
-  const int64_t old = static_cast<int64_t>(all.size()) - keep;
-  for (int64_t i = 0; i < old; ++i) {
-    const std::string& d = all[static_cast<size_t>(i)];
-    if (!protect.empty() && fs::weakly_canonical(d) == keep_path) continue;
-    fs::remove_all(d);
-    ST_LOG_INFO("ckpt.keep=", keep, ": removed ", d);
-  }
-}
-
-}  // namespace
 
 std::string step_dir_name(int64_t step) {
   char buf[32];
@@ -144,93 +37,12 @@ std::string hdf5_file_locking_mode() {
 
 std::string save_checkpoint(const Config& cfg, ModelBackend& model, const CheckpointState& state, Communicator& comm,
                             const std::string& protect) {
-  const int rank = comm.rank(), world = comm.world_size();
-  // The files: one per rank of the sharding group (the world, or a node in hybrid), written by replica 0.
-  const int file = model.shard_comm().rank(), files = model.shard_comm().world_size();
-  const bool writer = model.replica_index() == 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  model.pull_state();  // a device backend copies its shards to the host view
-  // One nonce for all ranks, so they all write into the same temporary directory.
-  uint64_t nonce_bits = 0;
-  if (rank == 0)
-    nonce_bits = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                 (static_cast<uint64_t>(::getpid()) << 32);
-  comm.broadcast(&nonce_bits, sizeof(nonce_bits), 0);
-  char nonce[20];
-  std::snprintf(nonce, sizeof(nonce), "%016llx", static_cast<unsigned long long>(nonce_bits));
-  const fs::path dir(cfg.ckpt.dir);
-  const fs::path final_dir = dir / step_dir_name(state.step);
-  const fs::path tmp = dir / (step_dir_name(state.step) + ".tmp-" + nonce);
-  const fs::path my_file = tmp / rank_file_name(file);
-
-  // 1. Every writing rank writes and fsyncs its own file (with hybrid sharding, replica 0's ranks).
-  FileRecord mine;
-  std::string my_error;
-  if (writer) {
-    try {
-      std::error_code ec;
-      fs::create_directories(tmp, ec);
-      if (ec) ST_FAULT("cannot create ", tmp.string(), ": ", ec.message());
-      const std::vector<UnitSlice> slices = slices_of(model);
-      if (fault_injected("ckpt_enospc", rank, state.step))
-        ST_FAULT("cannot write ", my_file.string(), ": ", std::strerror(ENOSPC), " (injected by SHARDTRAIN_FAULT)");
-      if (fault_injected("ckpt_mid_write", rank, state.step)) {
-        // Half the units reach the disk, then the process dies as if killed mid-write.
-        write_shard_file(my_file.string(), file, files, state.step,
-                         std::vector<UnitSlice>(slices.begin(), slices.begin() + static_cast<long>(slices.size() / 2)));
-        die_now("ckpt_mid_write", rank);
-      }
-      const WrittenFile written = write_shard_file(my_file.string(), file, files, state.step, slices);
-      mine.bytes = written.bytes;
-      mine.file = file;
-      std::snprintf(mine.sha256, sizeof(mine.sha256), "%s", written.sha256.c_str());
-    } catch (const Error& e) {
-      my_error = e.what();
-    }
-  }
-
-  // 2. All ranks agree that all succeeded.
-  std::vector<double> failed(static_cast<size_t>(world), 0.0);
-  failed[static_cast<size_t>(rank)] = my_error.empty() ? 0.0 : 1.0;
-  comm.all_reduce(failed.data(), world);
-  std::string failed_ranks;
-  for (int r = 0; r < world; ++r)
-    if (failed[static_cast<size_t>(r)] != 0.0) failed_ranks += (failed_ranks.empty() ? "" : ", ") + std::to_string(r);
-  if (!failed_ranks.empty()) {
-    // Every rank is past its write: the temporary directory is removed now rather than at the next start, so a
-    // full disk gets its space back and nothing half-written stays beside the committed checkpoints.
-    if (rank == 0) {
-      std::error_code ec;
-      fs::remove_all(tmp, ec);
-    }
-    ST_FAULT("checkpoint of step ", state.step, " not committed: rank(s) ", failed_ranks, " failed to write",
-             my_error.empty() ? std::string() : ": " + my_error);
-  }
-
-  // 3. Rank 0 learns every file's size and hash, writes the manifest and commits.
-  std::vector<FileRecord> records(static_cast<size_t>(files));
-  for (int r = 0; r < world; ++r) {
-    FileRecord rec = (r == rank) ? mine : FileRecord{};
-    comm.broadcast(&rec, sizeof(rec), r);
-    if (rec.file >= 0) records[static_cast<size_t>(rec.file)] = rec;
-  }
-  if (rank == 0) {
-    const Manifest m = make_manifest(cfg, model, state, files, records);
-    write_file_atomic((tmp / "manifest.json").string(), manifest_to_json(m));
-    if (fault_injected("ckpt_before_rename", rank, state.step)) die_now("ckpt_before_rename", rank);
-    commit_rename(tmp, final_dir, nonce);
-    fsync_path(dir.string());
-    check_latest_file(cfg.ckpt.dir);  // a directory made at `latest` during the run: bad input, the step committed
-    write_file_atomic((dir / "latest").string(), step_dir_name(state.step) + "\n");
-    apply_keep(cfg.ckpt.dir, cfg.ckpt.keep, protect);
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    int64_t total = 0;
-    for (const FileRecord& r : records) total += r.bytes;
-    ST_LOG_INFO("checkpoint: saved step ", state.step, " to ", final_dir.string(), " (", files, " files, ", total,
-                " bytes, ", sec, " s)");
-  }
-  comm.barrier();
-  return final_dir.string();
+  Config sync = cfg;  // written and committed before this returns; a failure throws
+  sync.ckpt.async = false;
+  sync.ckpt.on_error = CkptOnError::kStop;
+  CheckpointSaver saver(sync, model, comm, protect);
+  saver.save(state);
+  return saver.last_committed();
 }
 
 std::vector<std::string> committed_checkpoints(const std::string& dir) {
@@ -290,8 +102,9 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
         ST_BAD_INPUT(manifest_path, ": units[", u.index, "] is ", mu.name, " of ", mu.numel,
                      " elements, the model has ", u.name, " of ", u.numel);
     }
-    // A file this world reads no element of is still accounted for.
-    if (rank == 0) check_rank_file_sizes(step_dir, m);
+    // A file this world reads no element of is still accounted for: by rank 0, or in node-local copies
+    // (ckpt.replicas = 1, each node's step_dir its own) by each node's leader for the files its copy holds.
+    if (m.node_local ? comm.local_rank() == 0 : rank == 0) check_rank_file_sizes(step_dir, m);
   });
 
   model.pull_state();  // a device backend sizes its host view; every owned element is overwritten below

@@ -1,5 +1,6 @@
 #include "shardtrain/ckpt/checkpoint_check.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <regex>
@@ -70,14 +71,36 @@ std::string file_path_of(const std::string& step_dir, const ManifestFile& f) {
   return (fs::path(step_dir) / f.name).string();
 }
 
-void check_size(const std::string& path, const ManifestFile& f) {
+// `path`, and in a node-local copy what the file is there: "ck/node0/step_00000008/rank_00002.h5 (a replica:
+// another node's file, kept in node 0's copy)".
+std::string labelled(const std::string& path, const Manifest& m, int file) {
+  if (!m.node_local) return path;
+  const ManifestNodeLocal& n = *m.node_local;
+  const auto in = [&](const std::vector<int>& v) { return std::binary_search(v.begin(), v.end(), file); };
+  if (in(n.primaries)) return str_cat(path, " (a primary: node ", n.node, "'s own file)");
+  if (in(n.replicas)) return str_cat(path, " (a replica: another node's file, kept in node ", n.node, "'s copy)");
+  return path;
+}
+
+void check_size(const std::string& path, const std::string& label, const ManifestFile& f) {
   std::error_code ec;
   if (!fs::exists(path, ec))
-    ST_BAD_INPUT(path, ": missing (the manifest lists it as rank ", f.rank, "'s file of ", f.bytes, " bytes)");
+    ST_BAD_INPUT(label, ": missing (the manifest lists it as rank ", f.rank, "'s file of ", f.bytes, " bytes)");
   const int64_t bytes = file_size(path);
   if (bytes != f.bytes)
-    ST_BAD_INPUT(path, ": size mismatch: expected ", f.bytes, " bytes (manifest), actual ", bytes,
+    ST_BAD_INPUT(label, ": size mismatch: expected ", f.bytes, " bytes (manifest), actual ", bytes,
                  " (truncated or replaced)");
+}
+
+// "files 0, 1 (primaries) and 2, 3 (replicas)" of a node-local manifest.
+std::string held_text(const Manifest& m) {
+  auto list = [](const std::vector<int>& v) {
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+    return out.empty() ? std::string("none") : out;
+  };
+  return str_cat("files ", list(m.node_local->primaries), " (primaries) and ", list(m.node_local->replicas),
+                 " (replicas)");
 }
 
 }  // namespace
@@ -96,16 +119,30 @@ Manifest open_checkpoint(const std::string& step_dir) {
 }
 
 void check_rank_file_sizes(const std::string& step_dir, const Manifest& m) {
-  for (const ManifestFile& f : m.files) check_size(file_path_of(step_dir, f), f);
+  for (int f : files_held(m)) {
+    const ManifestFile& mf = m.files[static_cast<size_t>(f)];
+    const std::string path = file_path_of(step_dir, mf);
+    check_size(path, labelled(path, m, f), mf);
+  }
 }
 
 ShardFileReader open_rank_file(const std::string& step_dir, const Manifest& m, int file) {
   const ManifestFile& f = m.files[static_cast<size_t>(file)];
   const std::string path = file_path_of(step_dir, f);
-  check_size(path, f);
+  std::error_code ec;
+  if (m.node_local && !fs::exists(path, ec)) {
+    const std::vector<int> held = files_held(m);
+    if (!std::binary_search(held.begin(), held.end(), file))
+      ST_BAD_INPUT(path, ": not in this node-local directory (ckpt.replicas=1): node ", m.node_local->node,
+                   "'s copy holds ", held_text(m), "; rank ", f.rank,
+                   "'s file is on another node's disk. A run with "
+                   "ckpt.replicas=1 restores the files its ranks read from the other nodes; elsewhere, copy it here");
+  }
+  check_size(path, labelled(path, m, file), f);
   // The whole file is hashed before HDF5 parses it, so HDF5 only ever sees the bytes that were committed.
   const std::string hash = sha256_file(path);
-  if (hash != f.sha256) ST_BAD_INPUT(path, ": SHA-256 mismatch: expected ", f.sha256, " (manifest), actual ", hash);
+  if (hash != f.sha256)
+    ST_BAD_INPUT(labelled(path, m, file), ": SHA-256 mismatch: expected ", f.sha256, " (manifest), actual ", hash);
 
   ShardFileReader reader(path);
   const std::string field = str_cat("manifest files[", f.rank, "]");

@@ -13,11 +13,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "shardtrain/ckpt/node_local.h"
 #include "shardtrain/comm/on_all_ranks.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/log.h"
@@ -111,7 +113,7 @@ std::string check_same_directory(const std::string& dir, const std::string& reco
 
 }  // namespace
 
-DirLock DirLock::acquire(const std::string& dir) {
+DirLock DirLock::acquire(const std::string& dir, const std::string& extra) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) {
     fs::create_directories(dir, ec);
@@ -152,7 +154,8 @@ DirLock DirLock::acquire(const std::string& dir) {
   }
 
   prove_writable(dir);
-  const std::string record = str_cat("host=", this_host(), "\npid=", ::getpid(), "\nstarted=", utc_now_iso8601(), "\n");
+  const std::string record =
+      str_cat("host=", this_host(), "\npid=", ::getpid(), "\nstarted=", utc_now_iso8601(), "\n", extra);
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, record.data(), record.size(), 0) != static_cast<ssize_t>(record.size()) ||
       ::fsync(fd) != 0)
     ST_BAD_INPUT("ckpt.dir '", dir, "' is not writable: cannot write ", path, ": ", std::strerror(errno),
@@ -206,6 +209,64 @@ DirLock lock_checkpoint_dir(const std::string& dir, Communicator& comm) {
         if (!error.empty()) throw Error(ErrorKind::kBadInput, error);
       },
       "does not see rank 0's ckpt.dir");
+  return lock;
+}
+
+namespace {
+
+// The value of `key` in a lock record ("" if absent).
+std::string record_value(const std::string& record, const std::string& key) {
+  std::istringstream in(record);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
+  return "";
+}
+
+}  // namespace
+
+DirLock lock_node_local_dirs(const std::string& pattern, Communicator& comm) {
+  if (pattern.empty()) return DirLock();
+  const NodeLayout layout = node_layout(comm);
+  check_replica_layout(layout);
+  // This job, as every node's record names it: rank 0's host, pid and start time.
+  std::string job = comm.rank() == 0 ? str_cat(this_host(), ":", ::getpid(), ":", utc_now_iso8601()) : std::string();
+  int64_t bytes = static_cast<int64_t>(job.size());
+  comm.broadcast(&bytes, sizeof(bytes), 0);
+  job.resize(static_cast<size_t>(bytes));
+  comm.broadcast(job.data(), bytes, 0);
+
+  const int node = comm.node_id();
+  const bool leader = comm.local_rank() == 0;
+  const std::string dir = node_ckpt_dir(pattern, node);
+  DirLock lock;
+  std::optional<Error> failed;
+  if (leader) {
+    try {
+      lock = DirLock::acquire(dir, str_cat("job=", job, "\nnode=", node, "\n"));
+    } catch (const Error& e) {
+      failed = e;
+    }
+  }
+  comm.barrier();  // every leader that took its lock has written its record
+  on_all_ranks(
+      comm,
+      [&] {
+        if (!leader) return;
+        std::ifstream f((fs::path(dir) / kDirLockFile).string(), std::ios::binary);
+        const std::string seen = f ? std::string(std::istreambuf_iterator<char>(f), {}) : std::string();
+        const std::string other = record_value(seen, "node");
+        if (record_value(seen, "job") == job && !other.empty() && other != std::to_string(node))
+          ST_BAD_INPUT("ckpt.dir '", dir, "' is one directory for ", layout.describe_node(std::stoi(other)), " and ",
+                       layout.describe_node(node),
+                       ": with ckpt.replicas=1 each node keeps its files and a replica of the next node's in a "
+                       "directory of its own, and a replica in the same directory as its source protects nothing. "
+                       "Give each node a directory on its own disk (the same path on each machine), or put {node} "
+                       "in ckpt.dir (e.g. ckpt/node{node}); a directory every node shares takes ckpt.replicas=0");
+        if (failed) throw *failed;
+        ST_LOG_INFO("ckpt.dir ", dir, ": locked by this job for node ", node, " (", lock.path(), ")");
+      },
+      "could not take its node's ckpt.dir");
   return lock;
 }
 

@@ -454,6 +454,14 @@ std::string sha256_hex(const void* data, size_t bytes) {
   return sha256_end(ctx.get());
 }
 
+struct Sha256Stream::Ctx {
+  EvpCtx evp = sha256_begin();
+};
+
+Sha256Stream::Sha256Stream() : ctx_(std::make_unique<Ctx>()) {}
+Sha256Stream::~Sha256Stream() = default;
+void Sha256Stream::update(const void* data, size_t bytes) { sha256_update(ctx_->evp.get(), data, bytes); }
+std::string Sha256Stream::hex() { return sha256_end(ctx_->evp.get()); }
 WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pieces) {
   Fd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (fd.get() < 0) ST_FAULT("cannot open ", path, " to write it: ", errno_text());

@@ -242,6 +242,25 @@ void validate_coverage(const Manifest& m, const std::string& path) {
   }
 }
 
+// node_local: a node of the writing run, and file indices of the manifest, ascending, each in one list at most.
+void validate_node_local(const ManifestNodeLocal& n, int world_size, const std::string& path) {
+  require_at_least(path, "node_local.nodes", n.nodes, 2);
+  if (n.node < 0 || n.node >= n.nodes)
+    ST_BAD_INPUT(path, ": node_local.node is ", n.node, ", expected in [0, node_local.nodes = ", n.nodes, ")");
+  std::set<int> seen;
+  for (const auto& [name, list] : {std::pair<const char*, const std::vector<int>*>{"primaries", &n.primaries},
+                                   std::pair<const char*, const std::vector<int>*>{"replicas", &n.replicas}}) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      const int f = (*list)[i];
+      const std::string field = str_cat("node_local.", name, "[", i, "]");
+      if (f < 0 || f >= world_size)
+        ST_BAD_INPUT(path, ": ", field, " is ", f, ", expected a file index in [0, world_size = ", world_size, ")");
+      if (i > 0 && f <= (*list)[i - 1]) ST_BAD_INPUT(path, ": ", field, " is ", f, ", expected ascending indices");
+      if (!seen.insert(f).second) ST_BAD_INPUT(path, ": ", field, " is ", f, ", which node_local.primaries lists too");
+    }
+  }
+}
+
 }  // namespace
 
 void validate_manifest(const Manifest& m, const std::string& path) {
@@ -316,6 +335,19 @@ void validate_manifest(const Manifest& m, const std::string& path) {
                    " (one per unit)");
   }
   validate_coverage(m, path);
+  if (m.node_local) validate_node_local(*m.node_local, m.world_size, path);
+}
+
+std::vector<int> files_held(const Manifest& m) {
+  std::vector<int> held;
+  if (!m.node_local) {
+    for (int f = 0; f < m.world_size; ++f) held.push_back(f);
+    return held;
+  }
+  held = m.node_local->primaries;
+  held.insert(held.end(), m.node_local->replicas.begin(), m.node_local->replicas.end());
+  std::sort(held.begin(), held.end());
+  return held;
 }
 
 std::string manifest_to_json(const Manifest& m) {
@@ -372,6 +404,12 @@ std::string manifest_to_json(const Manifest& m) {
     units.push_back({{"name", u.name}, {"numel", u.numel}, {"tensors", std::move(tensors)}});
   }
   j["units"] = std::move(units);
+  if (m.node_local) {
+    j["node_local"] = {{"node", m.node_local->node},
+                       {"nodes", m.node_local->nodes},
+                       {"primaries", m.node_local->primaries},
+                       {"replicas", m.node_local->replicas}};
+  }
   j["config_ini"] = m.config_ini;
   if (!m.gemm_algorithms.empty()) {
     j["gemm_algorithms"] = {{"device", m.gemm_algorithms.device},
@@ -427,6 +465,19 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
     m.gemm_algorithms.device = r.string(g, "gemm_algorithms", "device");
     m.gemm_algorithms.library = r.i64(g, "gemm_algorithms", "library");
     m.gemm_algorithms.plans = r.string(g, "gemm_algorithms", "plans");
+  }
+  // Written by ckpt.replicas = 1 saves; optional.
+  if (j.contains("node_local")) {
+    const json& n = r.object(j, "", "node_local");
+    ManifestNodeLocal nl;
+    nl.node = r.i32(n, "node_local", "node");
+    nl.nodes = r.i32(n, "node_local", "nodes");
+    for (const auto& [key, list] : {std::pair<const char*, std::vector<int>*>{"primaries", &nl.primaries},
+                                    std::pair<const char*, std::vector<int>*>{"replicas", &nl.replicas}}) {
+      const json& a = r.array(n, "node_local", key);
+      for (size_t i = 0; i < a.size(); ++i) list->push_back(r.i32(a[i], index(join("node_local", key), i)));
+    }
+    m.node_local = std::move(nl);
   }
   validate_manifest(m, path);
   return m;

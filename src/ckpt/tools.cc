@@ -102,10 +102,24 @@ std::string inspect_checkpoint(const std::string& step_dir) {
 VerifyReport verify_checkpoint(const std::string& step_dir) {
   const Manifest m = open_checkpoint(step_dir);
   VerifyReport report;
-  for (const ManifestFile& f : m.files) {
+  for (int file : files_held(m)) {
+    const ManifestFile& f = m.files[static_cast<size_t>(file)];
     open_rank_file(step_dir, m, f.rank);
     ++report.files;
     report.bytes += f.bytes;
+  }
+  if (m.node_local) {
+    report.node_local = true;
+    report.node = m.node_local->node;
+    report.nodes = m.node_local->nodes;
+    const std::vector<int> held = files_held(m);
+    for (const ManifestFile& f : m.files) {
+      const auto in = [&](const std::vector<int>& v) { return std::find(v.begin(), v.end(), f.rank) != v.end(); };
+      (in(m.node_local->primaries)  ? report.primaries
+       : in(m.node_local->replicas) ? report.replicas
+                                    : report.elsewhere)
+          .push_back(f.name);
+    }
   }
   return report;
 }

@@ -42,6 +42,22 @@ inline void check_count(const void* buf, int64_t count, const char* what) {
   ST_CHECK(count == 0 || buf != nullptr, what, ": null buffer for count ", count);
 }
 
+// A point-to-point call's peer: another rank of the communicator.
+inline void check_peer(int peer, int rank, int world, const char* what) {
+  ST_CHECK(peer >= 0 && peer < world, what, ": peer rank ", peer, " outside [0, ", world, ")");
+  ST_CHECK(peer != rank, what, ": rank ", rank, " cannot exchange with itself");
+}
+
+// send_recv's arguments: counts, peers (checked only for a half that moves bytes) and non-overlapping buffers.
+inline void check_send_recv(const void* send_buf, int64_t send_bytes, int dest, const void* recv_buf,
+                            int64_t recv_bytes, int source, int rank, int world) {
+  check_count(send_buf, send_bytes, "send_recv (send)");
+  check_count(recv_buf, recv_bytes, "send_recv (recv)");
+  if (send_bytes > 0) check_peer(dest, rank, world, "send_recv (send)");
+  if (recv_bytes > 0) check_peer(source, rank, world, "send_recv (recv)");
+  ST_CHECK(!bytes_overlap(send_buf, send_bytes, recv_buf, recv_bytes), "send_recv: the send and recv buffers overlap");
+}
+
 inline void check_root(int root, int world) {
   ST_CHECK(root >= 0 && root < world, "broadcast: root ", root, " outside [0, ", world, ")");
 }

@@ -12,7 +12,7 @@
 namespace st::fake {
 namespace {
 
-enum Op : int { kBarrier = 1, kAllGather, kReduceScatter, kAllReduceFloat, kAllReduceDouble, kBroadcast };
+enum Op : int { kBarrier = 1, kAllGather, kReduceScatter, kAllReduceFloat, kAllReduceDouble, kBroadcast, kDup };
 
 const char* op_name(int op) {
   switch (op) {
@@ -28,6 +28,8 @@ const char* op_name(int op) {
       return "all_reduce(double)";
     case kBroadcast:
       return "broadcast";
+    case kDup:
+      return "dup";
   }
   return "?";
 }
@@ -38,20 +40,58 @@ FakeWorld::FakeWorld(int world_size, const WorldOptions& options) : world_size_(
   ST_CHECK(world_size >= 1, "fake world of ", world_size, " ranks");
   ST_CHECK(options.ranks_per_node >= 0, "ranks_per_node = ", options.ranks_per_node, " < 0");
   slots_.resize(static_cast<size_t>(world_size));
+  returned_.resize(static_cast<size_t>(world_size), 0);
 }
 
 void FakeWorld::fail(int rank, const std::string& what) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (failed_rank_ >= 0) return;
-  failed_rank_ = rank;
-  failure_ = what;
-  cv_.notify_all();
+  std::vector<std::weak_ptr<FakeWorld>> children;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_rank_ >= 0) return;
+    failed_rank_ = rank;
+    failure_ = what;
+    children = children_;
+    cv_.notify_all();
+  }
+  for (const std::weak_ptr<FakeWorld>& c : children)
+    if (std::shared_ptr<FakeWorld> w = c.lock()) w->fail(rank, what);
 }
 
 void FakeWorld::finish(int rank) {
+  std::vector<std::weak_ptr<FakeWorld>> children;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_++ == 0) first_finished_rank_ = rank;
+    returned_[static_cast<size_t>(rank)] = 1;
+    children = children_;
+    cv_.notify_all();
+  }
+  for (const std::weak_ptr<FakeWorld>& c : children)
+    if (std::shared_ptr<FakeWorld> w = c.lock()) w->finish(rank);
+}
+
+void FakeWorld::post(int from, int to, const void* buf, int64_t bytes) {
+  const auto* p = static_cast<const char*>(buf);
   std::lock_guard<std::mutex> lock(mu_);
-  if (finished_++ == 0) first_finished_rank_ = rank;
+  mail_[{from, to}].emplace_back(p, p + bytes);
   cv_.notify_all();
+}
+
+void FakeWorld::take(int from, int to, void* buf, int64_t bytes) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::deque<std::vector<char>>& box = mail_[{from, to}];
+  cv_.wait(lock, [&] { return !box.empty() || failed_rank_ >= 0 || returned_[static_cast<size_t>(from)]; });
+  if (box.empty()) {
+    if (failed_rank_ >= 0)
+      ST_FAULT("rank ", to, " in recv from rank ", from, ": peer rank ", failed_rank_, " failed: ", failure_);
+    ST_CHECK(false, "rank ", to, " waits in recv for rank ", from,
+             ", which has returned from its function without sending");
+  }
+  std::vector<char> msg = std::move(box.front());
+  box.pop_front();
+  ST_CHECK(static_cast<int64_t>(msg.size()) == bytes, "point-to-point mismatch: rank ", to, " receives ", bytes,
+           " bytes from rank ", from, ", which sent ", msg.size());
+  if (bytes > 0) std::memcpy(buf, msg.data(), static_cast<size_t>(bytes));
 }
 
 int FakeWorld::failed_rank() const {
@@ -203,6 +243,36 @@ void spawn(int world_size, const std::function<void(Communicator&)>& fn, const W
   if (start_error) std::rethrow_exception(start_error);
   const int failed = world->failed_rank();
   if (failed >= 0 && errors[failed]) std::rethrow_exception(errors[failed]);
+}
+
+void FakeCommunicator::send(const void* buf, int64_t bytes, int dest) { send_recv(buf, bytes, dest, nullptr, 0, -1); }
+
+void FakeCommunicator::recv(void* buf, int64_t bytes, int source) { send_recv(nullptr, 0, -1, buf, bytes, source); }
+
+void FakeCommunicator::send_recv(const void* send_buf, int64_t send_bytes, int dest, void* recv_buf, int64_t recv_bytes,
+                                 int source) {
+  detail::check_send_recv(send_buf, send_bytes, dest, recv_buf, recv_bytes, source, rank_, world_size());
+  if (send_bytes > 0) world_->post(rank_, dest, send_buf, send_bytes);  // never blocks: no ring can wait on itself
+  if (recv_bytes > 0) world_->take(source, rank_, recv_buf, recv_bytes);
+}
+
+std::unique_ptr<Communicator> FakeCommunicator::dup() {
+  FakeWorld& w = *world_;
+  enter(kDup, 0, -1, nullptr, nullptr);
+  if (rank_ == 0) {
+    auto copy = std::make_shared<FakeWorld>(w.world_size_, w.options_);
+    std::lock_guard<std::mutex> lock(w.mu_);
+    w.dup_ = copy;
+    w.children_.push_back(copy);
+  }
+  w.barrier(rank_, "dup (made)");
+  std::shared_ptr<FakeWorld> copy;
+  {
+    std::lock_guard<std::mutex> lock(w.mu_);
+    copy = w.dup_;
+  }
+  w.barrier(rank_, "dup (leaving)");  // rank 0 replaces dup_ only in a later dup, after everybody read this one
+  return std::make_unique<FakeCommunicator>(copy, rank_);
 }
 
 std::unique_ptr<Communicator> FakeCommunicator::split(int color, int key) {

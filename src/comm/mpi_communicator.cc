@@ -168,6 +168,14 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   return std::unique_ptr<Communicator>(new MpiCommunicator(sub, topology_.node_id, device_rank_, device_ranks_, max_chunk_));
 }
 
+std::unique_ptr<Communicator> MpiCommunicator::dup() {
+  ST_CHECK(comm_ != MPI_COMM_NULL, "dup of a moved-from MpiCommunicator");
+  MPI_Comm copy = MPI_COMM_NULL;
+  ST_MPI_CHECK(MPI_Comm_dup(comm_, &copy));
+  return std::unique_ptr<Communicator>(
+      new MpiCommunicator(copy, topology_.node_id, device_rank_, device_ranks_, max_chunk_));
+}
+
 MpiCommunicator::~MpiCommunicator() { free_handle(); }
 
 MpiCommunicator::MpiCommunicator(MpiCommunicator&& other) noexcept
@@ -258,6 +266,47 @@ void MpiCommunicator::broadcast(void* buf, int64_t bytes, int root) {
   for (int64_t off = 0; off < bytes; off += max_chunk_) {
     const int n = static_cast<int>(std::min(max_chunk_, bytes - off));
     ST_MPI_CHECK(MPI_Bcast(p + off, n, MPI_BYTE, root, comm_));
+  }
+}
+
+namespace {
+
+// Every point-to-point message carries this tag; the communicator's own context keeps it apart from other traffic.
+constexpr int kP2pTag = 7301;
+
+}  // namespace
+
+void MpiCommunicator::send(const void* buf, int64_t bytes, int dest) { send_recv(buf, bytes, dest, nullptr, 0, -1); }
+
+void MpiCommunicator::recv(void* buf, int64_t bytes, int source) { send_recv(nullptr, 0, -1, buf, bytes, source); }
+
+void MpiCommunicator::send_recv(const void* send_buf, int64_t send_bytes, int dest, void* recv_buf, int64_t recv_bytes,
+                                int source) {
+  detail::check_send_recv(send_buf, send_bytes, dest, recv_buf, recv_bytes, source, rank_, world_size_);
+  ST_CHECK(comm_ != MPI_COMM_NULL, "send_recv on a moved-from MpiCommunicator");
+  const auto* out = static_cast<const unsigned char*>(send_buf);
+  auto* in = static_cast<unsigned char*>(recv_buf);
+  // Message i of each direction goes in round i: the peer's round i posts the matching half, so a ring of ranks
+  // that each send left and receive right always has a round whose both halves are posted.
+  for (int64_t off = 0; off < send_bytes || off < recv_bytes; off += max_chunk_) {
+    const int s = static_cast<int>(std::clamp<int64_t>(send_bytes - off, 0, max_chunk_));
+    const int r = static_cast<int>(std::clamp<int64_t>(recv_bytes - off, 0, max_chunk_));
+    if (s > 0 && r > 0) {
+      MPI_Status status;
+      ST_MPI_CHECK(
+          MPI_Sendrecv(out + off, s, MPI_BYTE, dest, kP2pTag, in + off, r, MPI_BYTE, source, kP2pTag, comm_, &status));
+      int got = 0;
+      ST_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &got));
+      ST_CHECK(got == r, "send_recv: rank ", source, " sent ", got, " bytes where ", r, " were expected");
+    } else if (s > 0) {
+      ST_MPI_CHECK(MPI_Send(out + off, s, MPI_BYTE, dest, kP2pTag, comm_));
+    } else {
+      MPI_Status status;
+      ST_MPI_CHECK(MPI_Recv(in + off, r, MPI_BYTE, source, kP2pTag, comm_, &status));
+      int got = 0;
+      ST_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &got));
+      ST_CHECK(got == r, "recv: rank ", source, " sent ", got, " bytes where ", r, " were expected");
+    }
   }
 }
 

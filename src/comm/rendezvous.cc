@@ -243,44 +243,50 @@ void join_at_rank0(const RendezvousOptions& o, int mesh_port, TcpMesh* mesh) {
   mesh->links[0] = std::move(s);
 }
 
-// Every rank but 0: connect to the ranks between 0 and us, accept the ranks above us.
-void connect_mesh(const RendezvousOptions& o, const Socket& listener, TcpMesh* mesh) {
-  const auto deadline = after(o.timeout_s);
-  for (int r = 1; r < o.rank; ++r) {
-    const PeerInfo& p = mesh->peers[r];
+}  // namespace
+
+void connect_mesh(int rank, const std::vector<PeerInfo>& peers, const std::vector<int>& members, int first,
+                  const Socket& listener, double timeout_s, std::vector<Socket>* links) {
+  const auto deadline = after(timeout_s);
+  const auto me = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
+  ST_CHECK(me < static_cast<int>(members.size()), "connect_mesh: rank ", rank, " is not a member");
+  for (int i = first; i < me; ++i) {
+    const int r = members[static_cast<size_t>(i)];
+    const PeerInfo& p = peers[static_cast<size_t>(r)];
     std::string why;
     Socket s;
     while (!(s = tcp_connect(p.address, p.port, deadline, &why))) {
       if (Clock::now() >= deadline)
-        ST_FAULT("rendezvous: could not connect to rank ", r, " at ", p.address, ":", p.port, " within ", o.timeout_s,
+        ST_FAULT("rendezvous: could not connect to rank ", r, " at ", p.address, ":", p.port, " within ", timeout_s,
                  " s (", why, ")");
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     Writer w;
-    w.put(static_cast<int64_t>(o.rank));
+    w.put(static_cast<int64_t>(rank));
     w.send(s, deadline, str_cat("rendezvous: connecting to rank ", r));
-    mesh->links[r] = std::move(s);
+    (*links)[static_cast<size_t>(r)] = std::move(s);
   }
-  // Rank 0's links all came through MASTER_PORT already.
-  for (int expected = o.rank == 0 ? 0 : o.world_size - 1 - o.rank; expected > 0;) {
+  auto is_later_member = [&](int r) {
+    const auto at = std::find(members.begin(), members.end(), r) - members.begin();
+    return at > me && at < static_cast<std::ptrdiff_t>(members.size());
+  };
+  for (int expected = me < first ? 0 : static_cast<int>(members.size()) - 1 - me; expected > 0;) {
     Socket s = tcp_accept(listener, deadline);
     if (!s) {
       std::vector<int> missing;
-      for (int r = o.rank + 1; r < o.world_size; ++r)
-        if (!mesh->links[r]) missing.push_back(r);
-      ST_FAULT("rendezvous: rank(s) ", rank_list(missing), " did not connect to rank ", o.rank, " within ",
-               o.timeout_s, " s");
+      for (int r : members)
+        if (is_later_member(r) && !(*links)[static_cast<size_t>(r)]) missing.push_back(r);
+      ST_FAULT("rendezvous: rank(s) ", rank_list(missing), " did not connect to rank ", rank, " within ", timeout_s,
+               " s");
     }
     Reader hello(s, deadline, "rendezvous: mesh hello from " + peer_address(s));
     const auto r = static_cast<int>(hello.get<int64_t>());
-    if (r <= o.rank || r >= o.world_size || mesh->links[r])
-      ST_FAULT("rendezvous: unexpected mesh connection claiming rank ", r, " (to rank ", o.rank, ")");
-    mesh->links[r] = std::move(s);
+    if (!is_later_member(r) || (*links)[static_cast<size_t>(r)])
+      ST_FAULT("rendezvous: unexpected mesh connection claiming rank ", r, " (to rank ", rank, ")");
+    (*links)[static_cast<size_t>(r)] = std::move(s);
     --expected;
   }
 }
-
-}  // namespace
 
 RendezvousOptions rendezvous_options_from_env(double timeout_s) {
   RendezvousOptions o;
@@ -334,7 +340,10 @@ TcpMesh rendezvous(const RendezvousOptions& o) {
   } else {
     join_at_rank0(o, local_port(listener), &mesh);
   }
-  connect_mesh(o, listener, &mesh);
+  // Rank 0's links all came through MASTER_PORT already: the others connect to ranks 1.. below them.
+  std::vector<int> all(static_cast<size_t>(o.world_size));
+  for (int r = 0; r < o.world_size; ++r) all[static_cast<size_t>(r)] = r;
+  connect_mesh(o.rank, mesh.peers, all, 1, listener, o.timeout_s, &mesh.links);
   return mesh;
 }
 

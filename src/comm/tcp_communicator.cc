@@ -27,6 +27,9 @@ namespace {
 constexpr int64_t kRoundElements = int64_t{1} << 21;
 // Bytes per send()/recv() call, so that one peer's big message does not starve the others' progress.
 constexpr size_t kIoBytes = size_t{1} << 20;
+// dup(): every member is already connected and calls it at once, so a connection that takes longer than this is a
+// network that changed under the job.
+constexpr double kDupTimeoutS = 60;
 
 // One peer's part of a collective: bytes to send to it and bytes to receive from it (either may be empty).
 struct Transfer {
@@ -265,6 +268,48 @@ void TcpCommunicator::barrier() {
   for (int p = 0; p < world_size(); ++p)
     if (p != rank_) t.push_back(Transfer{p, &token, 1, &got[static_cast<size_t>(p)], 1});
   exchange(*world_, members_, members_[rank_], t, "barrier");
+}
+
+void TcpCommunicator::send(const void* buf, int64_t bytes, int dest) { send_recv(buf, bytes, dest, nullptr, 0, -1); }
+
+void TcpCommunicator::recv(void* buf, int64_t bytes, int source) { send_recv(nullptr, 0, -1, buf, bytes, source); }
+
+void TcpCommunicator::send_recv(const void* send_buf, int64_t send_bytes, int dest, void* recv_buf, int64_t recv_bytes,
+                                int source) {
+  detail::check_send_recv(send_buf, send_bytes, dest, recv_buf, recv_bytes, source, rank_, world_size());
+  std::vector<Transfer> t;
+  if (send_bytes > 0)
+    t.push_back(Transfer{dest, static_cast<const char*>(send_buf), static_cast<size_t>(send_bytes), nullptr, 0});
+  if (recv_bytes > 0) {
+    if (!t.empty() && dest == source) {  // one connection carries both directions
+      t.back().recv = static_cast<char*>(recv_buf);
+      t.back().recv_bytes = static_cast<size_t>(recv_bytes);
+    } else {
+      t.push_back(Transfer{source, nullptr, 0, static_cast<char*>(recv_buf), static_cast<size_t>(recv_bytes)});
+    }
+  }
+  exchange(*world_, members_, members_[rank_], t,
+           send_bytes > 0 && recv_bytes > 0 ? "send_recv"
+           : send_bytes > 0                 ? "send"
+                                            : "recv");
+}
+
+std::unique_ptr<Communicator> TcpCommunicator::dup() {
+  // A listener on a new port for every member, the ports exchanged over this mesh, then step 4 of the rendezvous.
+  Socket listener = tcp_listen(0);
+  const int64_t mine = local_port(listener);
+  std::vector<int64_t> ports(members_.size());
+  all_gather_impl(&mine, 1, ports.data(), "dup");
+  auto copy = std::make_shared<World>();
+  copy->peers = world_->peers;
+  copy->node_keys = world_->node_keys;
+  copy->links.resize(world_->links.size());
+  for (size_t i = 0; i < members_.size(); ++i)
+    copy->peers[static_cast<size_t>(members_[i])].port = static_cast<int>(ports[i]);
+  connect_mesh(members_[rank_], copy->peers, members_, 0, listener, kDupTimeoutS, &copy->links);
+  for (const Socket& s : copy->links)
+    if (s) set_nonblocking(s);
+  return std::unique_ptr<Communicator>(new TcpCommunicator(copy, members_, rank_, device_rank_, device_ranks_));
 }
 
 std::unique_ptr<Communicator> TcpCommunicator::split(int color, int key) {

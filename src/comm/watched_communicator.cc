@@ -55,4 +55,24 @@ std::unique_ptr<Communicator> WatchedCommunicator::split(int color, int key) {
   return std::make_unique<WatchedCommunicator>(std::move(sub), watchdog_, str_cat(name_, "/", color));
 }
 
+std::unique_ptr<Communicator> WatchedCommunicator::dup() {
+  std::unique_ptr<Communicator> copy;
+  watched("dup", 0, [&] { copy = inner_.dup(); });
+  return std::make_unique<WatchedCommunicator>(std::move(copy), watchdog_, name_ + "/dup");
+}
+
+void WatchedCommunicator::send(const void* buf, int64_t bytes, int dest) {
+  watched("send", bytes, [&] { inner_.send(buf, bytes, dest); });
+}
+
+void WatchedCommunicator::recv(void* buf, int64_t bytes, int source) {
+  watched("recv", bytes, [&] { inner_.recv(buf, bytes, source); });
+}
+
+void WatchedCommunicator::send_recv(const void* send_buf, int64_t send_bytes, int dest, void* recv_buf,
+                                    int64_t recv_bytes, int source) {
+  watched("send_recv", send_bytes + recv_bytes,
+          [&] { inner_.send_recv(send_buf, send_bytes, dest, recv_buf, recv_bytes, source); });
+}
+
 }  // namespace st

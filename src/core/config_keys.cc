@@ -42,6 +42,7 @@ constexpr EnumName<ShardingMode> kShardingModes[] = {
     {"full", ShardingMode::kFull}, {"hybrid", ShardingMode::kHybrid}, {"auto", ShardingMode::kAuto}};
 constexpr EnumName<Bootstrap> kBootstraps[] = {
     {"auto", Bootstrap::kAuto}, {"mpi", Bootstrap::kMpi}, {"env", Bootstrap::kEnv}};
+constexpr EnumName<CkptOnError> kCkptOnErrors[] = {{"stop", CkptOnError::kStop}, {"warn", CkptOnError::kWarn}};
 constexpr EnumName<CommEngine> kCommEngines[] = {
     {"auto", CommEngine::kAuto}, {"copy", CommEngine::kCopy}, {"sm", CommEngine::kSm}};
 
@@ -57,13 +58,15 @@ const auto& enum_names(const Speculation*) { return kSpeculations; }
 const auto& enum_names(const ShardingMode*) { return kShardingModes; }
 const auto& enum_names(const Bootstrap*) { return kBootstraps; }
 const auto& enum_names(const CommEngine*) { return kCommEngines; }
+const auto& enum_names(const CkptOnError*) { return kCkptOnErrors; }
 
 template <typename E>
 constexpr bool kIsConfigEnum =
     std::is_same_v<E, ModelArch> || std::is_same_v<E, RopeScaling> || std::is_same_v<E, DataFormat> ||
     std::is_same_v<E, LossMaskMode> || std::is_same_v<E, Device> || std::is_same_v<E, DType> ||
     std::is_same_v<E, AttentionImpl> || std::is_same_v<E, OffloadMode> || std::is_same_v<E, ShardingMode> ||
-    std::is_same_v<E, Bootstrap> || std::is_same_v<E, Speculation> || std::is_same_v<E, CommEngine>;
+    std::is_same_v<E, Bootstrap> || std::is_same_v<E, Speculation> || std::is_same_v<E, CommEngine> ||
+    std::is_same_v<E, CkptOnError>;
 
 template <typename E>
 std::string enum_name_list() {
@@ -93,6 +96,7 @@ const char* to_string(OffloadMode m) { return enum_to_string(m); }
 const char* to_string(ShardingMode m) { return enum_to_string(m); }
 const char* to_string(Bootstrap b) { return enum_to_string(b); }
 const char* to_string(CommEngine g) { return enum_to_string(g); }
+const char* to_string(CkptOnError e) { return enum_to_string(e); }
 const char* to_string(Speculation s) { return enum_to_string(s); }
 
 // Boost.ProgramOptions finds this overload by argument-dependent lookup when it parses an enum-valued key. The
@@ -406,6 +410,23 @@ const std::vector<Key>& keys() {
           "resume even if train.global_batch, data.shuffle, train.seed (shuffled data) or the training data's size "
           "differ from the checkpoint's, which skips or repeats data (the log says which); false: such a resume "
           "is refused with exit code 2, naming each key"),
+      key("ckpt", "async", &Config::ckpt, &CkptConfig::async,
+          "true: a save copies the state into host memory (pinned, on cuda) at the step boundary and a background "
+          "thread writes and commits it while training goes on; the next save, a stop signal and the end of the run "
+          "wait for it. false: training waits until the save is committed (no second copy of the state in host "
+          "memory)"),
+      key("ckpt", "on_error", &Config::ckpt, &CkptConfig::on_error,
+          "a save that fails (a full disk, an I/O error) is never committed, and its temporary directory is removed; "
+          "stop: the run then stops with exit code 75; warn: it logs the error and trains on"),
+      key("ckpt", "replicas", &Config::ckpt, &CkptConfig::replicas,
+          "0: ckpt.dir is one directory every node shares (a shared filesystem). 1: node-local checkpoints, for "
+          "machines without a shared filesystem: each node saves its ranks' files into its own ckpt.dir (the same "
+          "path on each machine's disk, or a path with {node}, which becomes the node id, e.g. ckpt/node{node}: one "
+          "directory per node on one host or a shared filesystem) and keeps a replica of the next node's files (the "
+          "last node keeps node 0's), so that resume restores a node whose directory was lost from its neighbour. "
+          "Needs 2 or more nodes with the same number of ranks and dist.sharding=full; about twice the disk, and "
+          "each save sends every rank's file over the network once (docs/checkpoint-format.md). {node} in ckpt.dir "
+          "or ckpt.resume needs 1"),
       key("ckpt", "export", &Config::ckpt, &CkptConfig::export_path,
           "at the end, write the full fp32 weights to this HDF5 file, one dataset per tensor under its Hugging Face "
           "name (GPT2LMHeadModel's, or LlamaForCausalLM's for a llama; empty: none). A Hugging Face model directory "

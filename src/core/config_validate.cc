@@ -130,6 +130,16 @@ std::vector<std::string> find_problems(const Config& c) {
   at_least("ckpt.every", c.ckpt.every, 0);
   at_least("ckpt.keep", c.ckpt.keep, 0);
   if (c.ckpt.resume.empty()) add("ckpt.resume must be auto, none, or a checkpoint directory (got an empty value)");
+  if (c.ckpt.replicas != 0 && c.ckpt.replicas != 1)
+    add("ckpt.replicas (", c.ckpt.replicas,
+        ") must be 0 (a shared ckpt.dir) or 1 (node-local ckpt.dirs, each node's "
+        "files replicated on the previous node)");
+  for (const auto& [key, value] : {std::pair<const char*, const std::string&>{"ckpt.dir", c.ckpt.dir},
+                                   std::pair<const char*, const std::string&>{"ckpt.resume", c.ckpt.resume}})
+    if (c.ckpt.replicas == 0 && value.find("{node}") != std::string::npos)
+      add(key, " ('", value,
+          "') contains {node}, which gives each node a directory of its own: that needs "
+          "ckpt.replicas=1 (with ckpt.replicas=0, ckpt.dir is one directory that every node shares)");
 
   at_least("log.every", c.log.every, 1);
   if (c.train.device == Device::kCpu && c.train.dtype != DType::kF32 && c.train.dtype != DType::kAuto)

@@ -3,7 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
+#include <future>
 #include <memory>
 #include <type_traits>
 
@@ -86,6 +89,8 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   }
   void pull_state() override;
   void push_state() override;
+  void snapshot_state(StateSnapshot* snap) override;
+  void reserve_snapshot(StateSnapshot* snap) override;
   MemoryStats memory() const override;
   int64_t peak_memory_bytes() override {
     sample_device_memory();
@@ -166,6 +171,12 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   gpu::AttentionChoice attention_;
   MemoryPlan plan_;
   CudaStream compute_stream_, comm_stream_;
+  // snapshot_state(): the copy stream, the event it starts after, and per unit the end of the unit's copy, which that
+  // unit's next AdamW waits for while snapshot_fence_ says so.
+  CudaStream snapshot_stream_;
+  CudaEvent snapshot_after_;
+  std::vector<CudaEvent> snapshot_copied_;
+  std::vector<bool> snapshot_fence_;
   gpu::Blas blas_;
   DeviceBuffer<unsigned char> scratch_, comm_scratch_;
   gpu::GpuContext ctx_, comm_ctx_;
@@ -173,6 +184,8 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   DeviceOptimizer<T> optimizer_;             // AdamW beside the next step's forward, the norm and the on-device gate
   std::unique_ptr<DeviceShards<T>> shards_;  // this rank's sharded state on the device
   std::unique_ptr<OffloadPipeline<T>> offload_;  // optim.offload; null without it
+  std::shared_future<void> snapshot_copier_;     // the last snapshot's copies of host-resident units (before offload_
+                                                 // in destruction: it reads the host state)
   int64_t micro_steps_left_ = 0;                 // expect_micro_steps(), counted down by micro_step()
   bool last_micro_ = true;                       // the running micro-step is the step's last
   bool summed_across_nodes_ = false;             // hybrid: this step's gradients went across nodes (zero_grads clears)
@@ -646,6 +659,10 @@ void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
 // gate), so that the next step's forward starts once unit 0 is updated and gathered, while the other units update.
 template <typename T>
 void CudaShardedModel<T>::device_adamw(int unit, const std::vector<AdamWRun>& runs, const StepGate* gate) {
+  if (unit < static_cast<int>(snapshot_fence_.size()) && snapshot_fence_[static_cast<size_t>(unit)]) {
+    snapshot_copied_[static_cast<size_t>(unit)].wait_on(optimizer_.stream());  // the snapshot has this unit's state
+    snapshot_fence_[static_cast<size_t>(unit)] = false;
+  }
   optimizer_.update(unit, shards_->optimizer_state(unit), runs, gate, compute_stream_.get());
   if (unit == 0 && !embedding_prefetched_) prefetch_embedding();
 }
@@ -718,6 +735,91 @@ void CudaShardedModel<T>::pull_state() {
   }
 }
 
+// Device-resident units are copied into pinned memory on a stream of their own, behind this step's AdamW (an event
+// on the optimizer stream), last unit first: the order in which the next step's backward finishes them. Each unit's
+// next AdamW waits for its own copy alone (device_adamw), so the copy engine moves the state while the next step's
+// forward and backward run. Offloaded units live in host memory already: they are copied once the host AdamW is done.
+template <typename T>
+void CudaShardedModel<T>::reserve_snapshot(StateSnapshot* snap) {
+  int64_t floats = 0;
+  for (int u = 0; u < static_cast<int>(shards_->size()); ++u) floats += 3 * shard(u).span.count;
+  if (snap->capacity >= floats) return;
+  snap->storage.reset();
+  float* p = nullptr;
+  ST_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p), static_cast<size_t>(floats) * sizeof(float)));
+  snap->storage = std::shared_ptr<float>(p, [](float* q) { cudaFreeHost(q); });
+  snap->capacity = floats;
+}
+
+template <typename T>
+void CudaShardedModel<T>::snapshot_state(StateSnapshot* snap) {
+  reserve_snapshot(snap);
+  if (snapshot_copier_.valid()) snapshot_copier_.wait();  // the last snapshot's host copies are done
+  if (offload_) offload_->wait_all();                     // this step's host updates too
+  const int n_units = static_cast<int>(shards_->size());
+  snapshot_copied_.resize(static_cast<size_t>(n_units));
+  snapshot_fence_.assign(static_cast<size_t>(n_units), false);
+  cudaStream_t cs = snapshot_stream_.get();
+  snapshot_after_.record(optimizer_.stream());
+  snapshot_after_.wait_on(cs);
+  snap->units.assign(static_cast<size_t>(n_units), StateSnapshot::Unit{});
+  float* at = snap->storage.get();
+  for (int u = 0; u < n_units; ++u) {
+    const UnitShard& view = shard(u);
+    const int64_t n = view.span.count;
+    snap->units[static_cast<size_t>(u)] = {units_[static_cast<size_t>(u)].name, view.span, at, at + n, at + 2 * n};
+    at += 3 * n;
+  }
+  // Host-resident units: copied by a thread of the snapshot's own, in the order the next step submits their host
+  // updates (the backward's with speculation, else unit order), each update held until its unit is copied.
+  struct HostCopy {
+    int unit;
+    const float* src[3];
+    float* dst;
+    int64_t n;
+  };
+  std::vector<HostCopy> host;
+  auto copied = std::make_shared<std::vector<std::atomic<bool>>>(static_cast<size_t>(n_units));
+  for (int u = n_units - 1; u >= 0; --u) {
+    const StateSnapshot::Unit& su = snap->units[static_cast<size_t>(u)];
+    float* dst = const_cast<float*>(su.param);
+    (*copied)[static_cast<size_t>(u)].store(!offload(u), std::memory_order_relaxed);
+    if (offload(u)) {
+      const UnitShard& view = shard(u);
+      host.push_back({u, {view.param.data(), view.m.data(), view.v.data()}, dst, su.span.count});
+      continue;
+    }
+    const size_t bytes = static_cast<size_t>(su.span.count) * sizeof(float);
+    const typename DeviceOptimizer<T>::UnitState d = shards_->optimizer_state(u);
+    ST_CUDA_CHECK(cudaMemcpyAsync(dst, d.master, bytes, cudaMemcpyDeviceToHost, cs));
+    ST_CUDA_CHECK(cudaMemcpyAsync(dst + su.span.count, d.m, bytes, cudaMemcpyDeviceToHost, cs));
+    ST_CUDA_CHECK(cudaMemcpyAsync(dst + 2 * su.span.count, d.v, bytes, cudaMemcpyDeviceToHost, cs));
+    snapshot_copied_[static_cast<size_t>(u)].record(cs);
+    snapshot_fence_[static_cast<size_t>(u)] = true;
+  }
+  std::shared_future<void> copier;
+  if (!host.empty()) {
+    if (!offload_->speculates()) std::reverse(host.begin(), host.end());
+    offload_->hold_updates_until(copied);
+    copier = std::async(std::launch::async, [host = std::move(host), copied] {
+               for (const HostCopy& h : host) {
+                 for (int k = 0; k < 3; ++k) std::copy_n(h.src[k], h.n, h.dst + k * h.n);
+                 (*copied)[static_cast<size_t>(h.unit)].store(true, std::memory_order_release);
+               }
+             }).share();
+    snapshot_copier_ = copier;
+  }
+  auto device_copied = std::make_shared<CudaEvent>();
+  device_copied->record(cs);
+  int device = 0;
+  ST_CUDA_CHECK(cudaGetDevice(&device));
+  snap->ready = [device_copied, copier, device] {
+    if (copier.valid()) copier.wait();
+    ST_CUDA_CHECK(cudaSetDevice(device));  // the waiting thread may be another than the one that trains
+    device_copied->synchronize();
+  };
+}
+
 template <typename T>
 void CudaShardedModel<T>::push_state() {
   if (embedding_prefetched_) {  // gathered from the shard this replaces
@@ -728,8 +830,9 @@ void CudaShardedModel<T>::push_state() {
     offload_->wait_all();
     offload_->synchronize();
   }
-  // Nothing in flight may still write the buffers replaced here.
-  for (const CudaStream* st : {&compute_stream_, &comm_stream_}) st->synchronize();
+  if (snapshot_copier_.valid()) snapshot_copier_.wait();
+  // Nothing in flight may still write the buffers replaced here, nor read them for a snapshot.
+  for (const CudaStream* st : {&compute_stream_, &comm_stream_, &snapshot_stream_}) st->synchronize();
   if (replica_) ST_CUDA_CHECK(cudaStreamSynchronize(replica_->stream()));
   optimizer_.synchronize();
   for (int u = 0; u < static_cast<int>(shards_->size()); ++u) {

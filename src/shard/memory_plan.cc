@@ -83,7 +83,8 @@ MemoryPlan plan_memory(const Config& cfg, int world, const CommPlan& comm, const
 
 std::string MemoryPlan::breakdown() const {
   return str_cat("sharded state ", format_gib(sharded_state), ", gather buffers ", format_gib(gather_buffers),
-                 ", activations ", format_gib(activations), ", workspace ", format_gib(workspace), "; total ",
+                 ", activations ", format_gib(activations), ", workspace ", format_gib(workspace),
+                 snapshot > 0 ? ", checkpoint snapshot " + format_gib(snapshot) : std::string(), "; total ",
                  format_gib(total()));
 }
 
@@ -112,9 +113,13 @@ MemoryPlan plan_host_memory(const Config& cfg, int world, int64_t replica_bucket
   comm.prefetch_depth = 0;
   comm.replica_bucket_elements = replica_bucket_elements;
   ComputeFootprint compute;
-  compute.activation_bytes = model_family(cfg.model.arch).cpu_footprint_bytes(cfg.model, cfg.train.micro_batch, cfg.train.recompute);
+  compute.activation_bytes =
+      model_family(cfg.model.arch).cpu_footprint_bytes(cfg.model, cfg.train.micro_batch, cfg.train.recompute);
   compute.runtime_reserve_bytes = kHostReserveBytes;
-  return plan_memory(host, world, comm, compute);
+  MemoryPlan plan = plan_memory(host, world, comm, compute);
+  // param, m and v of the 16 bytes an element of sharded state holds (checkpoint_saver.h)
+  if (cfg.ckpt.async && !cfg.ckpt.dir.empty()) plan.snapshot = plan.sharded_state / 16 * 12;
+  return plan;
 }
 
 void check_host_memory_plan(const Config& cfg, int world, int64_t replica_bucket_elements,

@@ -1,5 +1,7 @@
 #include "shardtrain/shard/model_backend.h"
 
+#include <algorithm>
+
 #include "shardtrain/core/error.h"
 #include "shardtrain/shard/sharded_model.h"
 
@@ -21,13 +23,41 @@ ModelBackend::GatedStep ModelBackend::finish_gated_step() {
   return {};
 }
 
+void ModelBackend::reserve_snapshot(StateSnapshot* snap) {
+  int64_t floats = 0;
+  for (const UnitLayout& u : units()) floats += 3 * shard(u.index).span.count;
+  if (snap->capacity >= floats) return;
+  snap->storage.reset();  // the old block goes before the new one is taken
+  snap->storage = std::shared_ptr<float>(new float[static_cast<size_t>(floats)], std::default_delete<float[]>());
+  snap->capacity = floats;
+}
+
+void ModelBackend::snapshot_state(StateSnapshot* snap) {
+  pull_state();
+  reserve_snapshot(snap);
+  float* at = snap->storage.get();
+  snap->units.clear();
+  snap->ready = nullptr;
+  for (const UnitLayout& u : units()) {
+    const UnitShard& sh = shard(u.index);
+    const size_t n = static_cast<size_t>(sh.span.count);
+    StateSnapshot::Unit su{u.name, sh.span, at, at + n, at + 2 * n};
+    std::copy_n(sh.param.data(), n, at);
+    std::copy_n(sh.m.data(), n, at + n);
+    std::copy_n(sh.v.data(), n, at + 2 * n);
+    at += 3 * n;
+    snap->units.push_back(std::move(su));
+  }
+}
+
 std::unique_ptr<ModelBackend> make_model_backend(const Config& cfg, Communicator& comm) {
   if (cfg.train.device == Device::kCpu) return std::make_unique<ShardedModel>(cfg, comm);
 #ifdef SHARDTRAIN_HAVE_CUDA
   return make_cuda_sharded_model(cfg, comm);
 #else
-  ST_BAD_INPUT("train.device = cuda, but this shardtrain was built without the CUDA backend (nvcc was not found "
-               "at configure time, or -DSHARDTRAIN_CUDA=OFF); use train.device = cpu or rebuild with CUDA");
+  ST_BAD_INPUT(
+      "train.device = cuda, but this shardtrain was built without the CUDA backend (nvcc was not found "
+      "at configure time, or -DSHARDTRAIN_CUDA=OFF); use train.device = cpu or rebuild with CUDA");
 #endif
 }
 

@@ -164,6 +164,16 @@ HostAdamW::Job OffloadPipeline<T>::job_for(int unit, const std::vector<AdamWRun>
   return job;
 }
 
+// A job of a unit whose state a snapshot is still copying (hold_updates_until) opens only once that unit is copied;
+// the snapshot copies units in the order their jobs are submitted, as the host AdamW's gates must open.
+template <typename T>
+void OffloadPipeline<T>::hold_for_snapshot(int unit, HostAdamW::Job* job) const {
+  if (!copied_ || (*copied_)[static_cast<size_t>(unit)].load(std::memory_order_acquire)) return;
+  job->ready = [copied = copied_, unit, gate = std::move(job->ready)] {
+    return (*copied)[static_cast<size_t>(unit)].load(std::memory_order_acquire) && (!gate || gate());
+  };
+}
+
 template <typename T>
 void OffloadPipeline<T>::update(int unit, const std::vector<AdamWRun>& runs, const DeviceBuffer<float>& grad,
                                 cudaStream_t final_stream) {
@@ -187,7 +197,9 @@ void OffloadPipeline<T>::update(int unit, const std::vector<AdamWRun>& runs, con
   }
   if (!x.grad_on_host) copy_grad_to_host(unit, grad, final_stream);
   x.grad_copied.synchronize();
-  x.ticket = host_adamw_->submit(job_for(unit, runs));
+  HostAdamW::Job job = job_for(unit, runs);
+  hold_for_snapshot(unit, &job);
+  x.ticket = host_adamw_->submit(std::move(job));
   upload_after_host_update(unit);
 }
 
@@ -220,6 +232,7 @@ void OffloadPipeline<T>::speculate(int unit) {
     cudaSetDevice(device);
     return cudaEventQuery(landed) != cudaErrorNotReady;
   };
+  hold_for_snapshot(unit, &job);
   x.ticket = host_adamw_->submit(std::move(job));
   x.speculated = true;
 }

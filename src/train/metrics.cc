@@ -57,6 +57,7 @@ void MetricsSink::step(const StepReport& r) {
     jsonl_ << "{\"step\": " << r.step << ", \"loss\": " << json_number(r.stats.loss)
            << ", \"lr\": " << json_number(r.stats.lr) << ", \"grad_norm\": " << json_number(r.stats.grad_norm)
            << ", \"tokens_per_s\": " << json_number(r.tokens_per_s) << ", \"ms\": " << json_number(r.ms)
+           << ", \"ckpt_ms\": " << json_number(r.ckpt_ms) << ", \"ckpt_wait_ms\": " << json_number(r.ckpt_wait_ms)
            << ", \"skipped\": " << (r.stats.skipped ? "true" : "false") << ", \"skipped_total\": " << r.skipped_total
            << ", \"loss_scale\": " << json_number(r.stats.loss_scale)
            << ", \"comm_exposed_ms\": " << json_number(r.comm_exposed_ms)

@@ -4,14 +4,18 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <memory>
 #include <sstream>
 #include <vector>
 
 #include "shardtrain/ckpt/checkpoint.h"
-#include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/checkpoint_saver.h"
 #include "shardtrain/ckpt/dir_lock.h"
+#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/ckpt/init_from.h"
+#include "shardtrain/ckpt/node_local.h"
+#include "shardtrain/ckpt/replica_resume.h"
 #include "shardtrain/ckpt/resume_data.h"
 #include "shardtrain/comm/watchdog.h"
 #include "shardtrain/comm/watched_communicator.h"
@@ -23,8 +27,8 @@
 #include "shardtrain/data/data_split.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/text_codec.h"
-#include "shardtrain/text/tokenizer_codec.h"
 #include "shardtrain/model/units.h"
+#include "shardtrain/text/tokenizer_codec.h"
 #include "shardtrain/train/metrics.h"
 #include "shardtrain/train/mfu.h"
 #include "shardtrain/train/step_engine.h"
@@ -84,8 +88,11 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   const bool lead = rank == 0;
   check_same_config(cfg, comm);
   // This job owns ckpt.dir from here to its exit: a second job on it, or a ckpt.dir that is a file or
-  // read-only, stops every rank with kBadInput before anything is loaded, cleaned or trained.
-  const DirLock ckpt_dir_lock = lock_checkpoint_dir(cfg.ckpt.dir, comm);
+  // read-only, stops every rank with kBadInput before anything is loaded, cleaned or trained. With
+  // ckpt.replicas = 1 each node owns its own directory (node_local.h).
+  const bool node_local = cfg.ckpt.replicas == 1;
+  const DirLock ckpt_dir_lock =
+      node_local ? lock_node_local_dirs(cfg.ckpt.dir, comm) : lock_checkpoint_dir(cfg.ckpt.dir, comm);
   const int64_t accum = cfg.grad_accum_steps(world);
   const int64_t B = cfg.train.micro_batch, T = cfg.model.seq_len;
 
@@ -147,14 +154,16 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   int64_t start_step = 0;
   std::string resumed_from;
   if (!cfg.ckpt.dir.empty()) {
-    if (lead) {
+    if (lead)
       ST_LOG_INFO("checkpoints: ", cfg.ckpt.dir, " every ", cfg.ckpt.every, " step(s), keep ", cfg.ckpt.keep,
+                  node_local ? "; node-local directories, each node's files replicated on the previous node" : "",
                   "; HDF5 file locking ", hdf5_file_locking_mode());
-      clean_uncommitted(cfg.ckpt.dir);
-    }
+    if (node_local ? comm.local_rank() == 0 : lead) clean_uncommitted(node_ckpt_dir(cfg.ckpt.dir, comm.node_id()));
     comm.barrier();
   }
-  if (const std::optional<std::string> from = resolve_resume(cfg.ckpt)) {
+  const std::optional<std::string> resume_from =
+      node_local ? resume_node_local(cfg, engine.sharded(), comm) : resolve_resume(cfg.ckpt);
+  if (const std::optional<std::string>& from = resume_from) {
     const CheckpointState cs = load_checkpoint(*from, cfg, engine.sharded(), comm);
     const DataOrder order{cfg.train.global_batch, cfg.train.seed, cfg.data.shuffle, train_sampler.num_windows()};
     const std::vector<std::string> notes = check_data_order(cs.data, cs.step, order, cfg.ckpt.allow_data_change, *from);
@@ -167,15 +176,18 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     resumed_from = *from;
     if (lead && !cfg.init.from.empty())
       ST_LOG_INFO("init.from ", cfg.init.from, " not used: the run resumes from ", *from);
-  } else if (cfg.ckpt.resume == "auto" && !cfg.ckpt.dir.empty() && lead) {
+  } else if (cfg.ckpt.resume == "auto" && !cfg.ckpt.dir.empty() && lead && !node_local) {
     ST_LOG_INFO("ckpt.resume=auto: no committed checkpoint in ", cfg.ckpt.dir, ": starting fresh");
   }
   if (resumed_from.empty() && !cfg.init.from.empty()) {
     init_from_weights(cfg.init.from, cfg.model, engine.sharded());
     if (lead) ST_LOG_INFO("init.from: weights loaded from ", cfg.init.from);
   }
+  // Saves run in the background (ckpt.async): their agreement rides on the per-step all-reduce below.
+  std::unique_ptr<CheckpointSaver> saver;
+  if (!cfg.ckpt.dir.empty()) saver = std::make_unique<CheckpointSaver>(cfg, engine.sharded(), comm, resumed_from);
   auto save = [&](int64_t steps_done) {
-    if (cfg.ckpt.dir.empty()) return;
+    if (!saver) return;
     CheckpointState cs;
     cs.step = steps_done;
     cs.optimizer_updates = engine.updates();
@@ -183,7 +195,10 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     cs.loss_scale = engine.loss_scaler().scale();
     cs.loss_scale_good_steps = engine.loss_scaler().good_steps();
     cs.data.train_windows = train_sampler.num_windows();
-    save_checkpoint(cfg, engine.sharded(), cs, comm, resumed_from);
+    saver->save(cs);
+  };
+  auto drain = [&] {
+    if (saver) saver->drain();
   };
 
   MetricsSink sink(cfg.log.metrics, cfg.train.steps, cfg.log.every, lead, /*append=*/start_step > 0);
@@ -242,23 +257,39 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
                                                   : std::string());
     }
     r.skipped_total = summary.skipped;
+    const bool last = step + 1 == cfg.train.steps;
+    const bool saved = last || (cfg.ckpt.every > 0 && (step + 1) % cfg.ckpt.every == 0);
+    if (saved) {
+      const auto s0 = std::chrono::steady_clock::now();
+      save(step + 1);
+      r.ckpt_ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count() * 1e3;
+      r.ckpt_wait_ms = saver ? saver->last_wait_ms() : 0.0;
+    }
+    // One all-reduce a step: a stop signal on any rank, and the pending save's agreement (checkpoint_saver.h).
+    std::vector<double> control(1 + (saver ? saver->control_words() : 0), 0.0);
+    if (fault_injected("sigterm", rank, step + 1)) std::raise(SIGTERM);  // a stop signal with a save pending
+    control[0] = preemption_requested() ? 1.0 : 0.0;
+    if (saver) saver->put_control(control.data() + 1);
+    comm.all_reduce(control.data(), static_cast<int64_t>(control.size()));
+    if (saver) saver->take_control(control.data() + 1);
+    const double stop = control[0];
     sink.step(r);
     if (step == start_step) engine.sharded().reset_op_profile();  // keep the first step's one-time costs out
     summary.steps = step + 1;
     summary.last_loss = stats.loss;
-    const bool last = step + 1 == cfg.train.steps;
     if (last || (cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0)) {
       summary.val_loss = evaluate(step + 1);
     }
-    const bool saved = last || (cfg.ckpt.every > 0 && (step + 1) % cfg.ckpt.every == 0);
-    if (saved) save(step + 1);
-    // Preemption: one signalled rank stops them all here, after a committed checkpoint.
-    double stop = preemption_requested() ? 1.0 : 0.0;
-    comm.all_reduce(&stop, 1);
+    // Preemption: one signalled rank stops them all here, after a committed checkpoint: the pending save commits
+    // first, then this step's.
     if (stop > 0 && !last) {
+      drain();
       if (!saved) save(step + 1);
+      drain();
       summary.preempted = true;
-      summary.checkpoint = cfg.ckpt.dir.empty() ? std::string() : cfg.ckpt.dir + "/" + step_dir_name(step + 1);
+      summary.checkpoint = cfg.ckpt.dir.empty()
+                               ? std::string()
+                               : node_ckpt_dir(cfg.ckpt.dir, comm.node_id()) + "/" + step_dir_name(step + 1);
       // Exit 76 either way (README "Exit codes"): the signal stopped the run, not its input or a fault.
       if (lead)
         ST_LOG_WARN("preempted (a stop signal on ", stop, " rank(s)) after step ", step + 1,
@@ -270,6 +301,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
       break;
     }
   }
+  drain();  // a normal end waits for the last save's commit
   summary.median_tokens_per_s = median(rates);
   if (summary.preempted) return summary;  // no export, no sample: the run is not finished
   const std::string profile =

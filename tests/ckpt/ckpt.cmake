@@ -1,7 +1,8 @@
 # Checkpoints with real processes under mpirun: bit-exact resume, resharding, killed ranks.
 find_program(CKPT_MPIRUN NAMES mpirun mpiexec)
 if(SYSTEM_PYTHON3 AND CKPT_MPIRUN)
-  set(ckpt_cases resume-1 resume-2 reshard-2-3 reshard-3-2 reshard-4-1 reshard-1-4 kill-mid-write kill-before-rename enospc)
+  set(ckpt_cases resume-1 resume-2 reshard-2-3 reshard-3-2 reshard-4-1 reshard-1-4 kill-mid-write kill-before-rename enospc
+                 kill-mid-write-sync enospc-sync)
   foreach(c ${ckpt_cases})
     add_test(NAME ckpt.process.${c}
              COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/ckpt/resume_faults_test.py $<TARGET_FILE:shardtrain>

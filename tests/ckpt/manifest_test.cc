@@ -341,6 +341,53 @@ TEST(Manifest, GemmAlgorithmsAreOptional) {
   EXPECT_EQ(back.gemm_algorithms.library, 0);
 }
 
+// A node-local copy (ckpt.replicas = 1) names its node and which files it holds; the field is optional, and a
+// manifest without it holds every file.
+TEST(Manifest, NodeLocalRoundTripsAndNamesWhatTheDirectoryHolds) {
+  Manifest m = make_manifest(3);
+  EXPECT_EQ(files_held(m), (std::vector<int>{0, 1, 2}));
+  EXPECT_FALSE(json::parse(manifest_to_json(m)).contains("node_local"));
+  m.node_local = ManifestNodeLocal{2, 3, {2}, {0}};
+  const std::string text = manifest_to_json(m);
+  EXPECT_EQ(json::parse(text)["node_local"].dump(), R"({"node":2,"nodes":3,"primaries":[2],"replicas":[0]})");
+  const Manifest back = manifest_from_json(text, kPath);
+  ASSERT_TRUE(back.node_local.has_value());
+  EXPECT_EQ(back.node_local->node, 2);
+  EXPECT_EQ(back.node_local->nodes, 3);
+  EXPECT_EQ(back.node_local->primaries, std::vector<int>{2});
+  EXPECT_EQ(back.node_local->replicas, std::vector<int>{0});
+  EXPECT_EQ(files_held(back), (std::vector<int>{0, 2}));
+  EXPECT_EQ(manifest_to_json(back), text);
+
+  const std::vector<JsonCase> cases = {
+      {"one node", [](json& j) { j["node_local"]["nodes"] = 1; }, {"node_local.nodes is 1, expected >= 2"}},
+      {"node out of range",
+       [](json& j) { j["node_local"]["node"] = 3; },
+       {"node_local.node is 3, expected in [0, node_local.nodes = 3)"}},
+      {"file out of range",
+       [](json& j) { j["node_local"]["replicas"][0] = 3; },
+       {"node_local.replicas[0] is 3, expected a file index in [0, world_size = 3)"}},
+      {"not ascending",
+       [](json& j) {
+         j["node_local"]["primaries"] = {1, 0};
+       },
+       {"node_local.primaries[1] is 0, expected ascending indices"}},
+      {"in both lists",
+       [](json& j) { j["node_local"]["replicas"] = {2}; },
+       {"node_local.replicas[0] is 2, which node_local.primaries lists too"}},
+      {"primaries not an array",
+       [](json& j) { j["node_local"]["primaries"] = 2; },
+       {"node_local.primaries must be an array, got number 2"}},
+  };
+  for (const JsonCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    json j = json::parse(text);
+    c.mutate(j);
+    const std::string msg = bad_input_message([&] { manifest_from_json(j.dump(), kPath); });
+    for (const std::string& e : c.expect) EXPECT_TRUE(contains(msg, e)) << "expected \"" << e << "\" in: " << msg;
+  }
+}
+
 TEST(Manifest, EmptySpansAnywhereAreValid) {
   // More ranks than elements in the head: trailing ranks own nothing there.
   Manifest m = make_manifest(7);

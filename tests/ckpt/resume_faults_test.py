@@ -15,24 +15,28 @@ CASE:
   enospc          3 ranks; rank 1's write of step 8 fails with ENOSPC: every rank reports it, the job
                   exits with the fault code 75, step 8 is not committed, step 4 is intact (verified by
                   resuming from it and matching an uninterrupted run).
+Saves run in the background (ckpt.async = true, the default): the kills land in a background write while the other
+ranks train on. A CASE ending in -sync runs the same with ckpt.async = false.
 """
-import json
 import os
 import shutil
 import subprocess
 import sys
 
-import h5py
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from ckpt_state import losses, same_bits, shard_state  # noqa: E402
 
 shardtrain, mpirun, work, case = sys.argv[1:5]
+sync = case.endswith("-sync")
+case = case[: -len("-sync")] if sync else case
 config = sys.argv[5] if len(sys.argv) > 5 else os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs", "tiny.ini")
 os.makedirs(work, exist_ok=True)
 COMMON = ["train", "--config", config,
           "--model.n_layer=2", "--model.seq_len=32", "--train.global_batch=12", "--train.micro_batch=1",
           "--train.steps=12", "--ckpt.every=4", "--ckpt.keep=0", "--train.eval_every=0", "--train.eval_batches=1",
-          "--train.sample_tokens=0", "--optim.warmup_steps=2", "--optim.eps=1e-6"]
+          "--train.sample_tokens=0", "--optim.warmup_steps=2", "--optim.eps=1e-6",
+          f"--ckpt.async={'false' if sync else 'true'}"]
 
 
 def run(tag, n, extra, env=None, expect_ok=True):
@@ -46,36 +50,6 @@ def run(tag, n, extra, env=None, expect_ok=True):
         print(" ".join(cmd) + "\n" + r.stdout)
         sys.exit(f"{tag}: exit code {r.returncode}")
     return r, metrics
-
-
-def losses(path):
-    # The text of each loss as written (%.9g round-trips a float), keyed by step.
-    out = {}
-    for line in open(path):
-        rec = json.loads(line)
-        if "loss" in rec:
-            out[rec["step"]] = rec["loss"]
-    return out
-
-
-def shard_state(step_dir):
-    """Full flat param / exp_avg / exp_avg_sq of every unit, reassembled from the rank files."""
-    man = json.load(open(os.path.join(step_dir, "manifest.json")))
-    out = {}
-    for u, unit in enumerate(man["units"]):
-        for ds in ("param", "exp_avg", "exp_avg_sq"):
-            full = np.zeros(unit["numel"], dtype=np.float32)
-            for f in man["files"]:
-                with h5py.File(os.path.join(step_dir, f["name"]), "r") as h:
-                    g = h["units"][unit["name"]]
-                    off, cnt = int(g.attrs["offset"]), int(g.attrs["count"])
-                    full[off:off + cnt] = g[ds][:]
-            out[(unit["name"], ds)] = full
-    return out
-
-
-def same_bits(a, b):
-    return all(np.array_equal(a[k].view(np.uint32), b[k].view(np.uint32)) for k in a) and a.keys() == b.keys()
 
 
 failures = []

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "point_to_point_checks.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/rng.h"
 
@@ -349,6 +350,79 @@ TEST(FakeCommunicatorTest, CountZeroAcceptsNullBuffers) {
     c.all_reduce(static_cast<double*>(nullptr), 0);
     c.broadcast(nullptr, 0, 2);
   });
+}
+
+TEST(FakeCommunicatorTest, PointToPointDeliversEveryByteInOrder) {
+  for (int n : {2, 3, 5}) {
+    std::mutex mu;
+    std::vector<std::string> errors;
+    fake::spawn(n, [&](Communicator& c) {
+      std::vector<std::string> mine = {testing::check_ring_send_recv(c, 0), testing::check_ring_send_recv(c, 4096),
+                                       testing::check_send_then_recv(c, 100)};
+      std::lock_guard<std::mutex> lock(mu);
+      for (const std::string& e : mine)
+        if (!e.empty()) errors.push_back(e);
+    });
+    EXPECT_EQ(errors, std::vector<std::string>{}) << "world " << n;
+  }
+}
+
+TEST(FakeCommunicatorTest, DupRunsBesideTheOriginalWithTheSameTopology) {
+  std::mutex mu;
+  std::vector<std::string> errors;
+  fake::spawn(
+      4,
+      [&](Communicator& c) {
+        const std::string e = testing::check_dup_beside(c, 50);
+        std::lock_guard<std::mutex> lock(mu);
+        if (!e.empty()) errors.push_back(e);
+      },
+      fake::WorldOptions{2});
+  EXPECT_EQ(errors, std::vector<std::string>{});
+}
+
+// What spawn rethrew: its kind and message, or "none".
+std::string outcome(const std::exception_ptr& error) {
+  if (!error) return "none";
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return std::to_string(static_cast<int>(e.kind())) + "|" + e.what();
+  }
+}
+
+TEST(FakeCommunicatorTest, PointToPointMismatchesAndMissingSendsFailNamingTheRanks) {
+  const std::string internal = std::to_string(static_cast<int>(ErrorKind::kInternal)) + "|";
+  // A receive of another size than the send: kInternal naming both sizes.
+  std::string got = outcome(spawn_with_deadline(10.0, 2, [](Communicator& c) {
+    char buf[8] = {};
+    if (c.rank() == 0) c.send(buf, 8, 1);
+    if (c.rank() == 1) c.recv(buf, 4, 0);
+  }));
+  EXPECT_EQ(got.rfind(internal, 0), 0u) << got;
+  EXPECT_NE(got.find("rank 1 receives 4 bytes from rank 0, which sent 8"), std::string::npos) << got;
+  // A sender that returns without sending: the receiver is told instead of waiting forever.
+  got = outcome(spawn_with_deadline(10.0, 2, [](Communicator& c) {
+    char buf[8] = {};
+    if (c.rank() == 1) c.recv(buf, 8, 0);
+  }));
+  EXPECT_EQ(got.rfind(internal, 0), 0u) << got;
+  EXPECT_NE(got.find("rank 1 waits in recv for rank 0, which has returned"), std::string::npos) << got;
+  // A failing rank releases a receiver blocked in the dup's mailbox too: spawn rethrows the original.
+  got = outcome(spawn_with_deadline(10.0, 2, [](Communicator& c) {
+    std::unique_ptr<Communicator> copy = c.dup();
+    char buf[8] = {};
+    if (c.rank() == 0) throw Error(ErrorKind::kBadInput, "rank 0 gave up");
+    copy->recv(buf, 8, 0);
+  }));
+  EXPECT_EQ(got, std::to_string(static_cast<int>(ErrorKind::kBadInput)) + "|rank 0 gave up");
+  // A rank sending to itself.
+  got = outcome(spawn_with_deadline(10.0, 2, [](Communicator& c) {
+    char buf[1] = {};
+    c.send(buf, 1, c.rank());
+  }));
+  EXPECT_EQ(got.rfind(internal, 0), 0u) << got;
+  EXPECT_NE(got.find("cannot exchange with itself"), std::string::npos) << got;
 }
 
 TEST(FakeCommunicatorTest, SpawnRejectsEmptyWorld) {

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "shardtrain/comm/communicator.h"
@@ -56,6 +59,25 @@ TEST(SoloCommunicatorTest, CountZeroAndBadArguments) {
   float x[4] = {};
   EXPECT_THROW(c.all_gather(x + 1, 2, x), Error);  // overlapping, not in place
   EXPECT_THROW(c.all_reduce(x, -1), Error);
+}
+
+TEST(SoloCommunicatorTest, PointToPointIsRefusedAndDupIsAnotherSolo) {
+  SoloCommunicator c;
+  char b[2] = {};
+  for (const auto& call : std::vector<std::function<void()>>{[&] { c.send(b, 1, 0); }, [&] { c.recv(b, 1, 0); },
+                                                             [&] { c.send_recv(b, 1, 0, b + 1, 1, 0); }}) {
+    try {
+      call();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInternal);
+      EXPECT_NE(std::string(e.what()).find("the solo communicator has no point-to-point"), std::string::npos)
+          << e.what();
+    }
+  }
+  const std::unique_ptr<Communicator> copy = c.dup();
+  EXPECT_EQ(copy->kind(), "solo");
+  EXPECT_EQ(copy->world_size(), 1);
 }
 
 }  // namespace

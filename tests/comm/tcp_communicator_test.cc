@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "env_guard.h"
+#include "point_to_point_checks.h"
 #include "shardtrain/comm/rendezvous.h"
 #include "shardtrain/core/error.h"
 
@@ -228,6 +229,28 @@ TEST(TcpCommunicatorTest, TopologyFromHostNamesAndSplit) {
         EXPECT_EQ(d, r < 2 ? 0 + 1 : 2 + 3);
       });
   for (int r = 0; r < 4; ++r) EXPECT_EQ(out[r].error, "") << "rank " << r;
+}
+
+// send, recv and send_recv around a ring; 3 MiB + 37 r bytes a message, past the 1 MiB of one socket call, so that
+// a blocking send on both sides of a pair would hang.
+TEST(TcpCommunicatorTest, PointToPointDeliversEveryByte) {
+  for (int n : {2, 3, 4}) {
+    run_world(n, [](TcpCommunicator& c) {
+      EXPECT_EQ(testing::check_ring_send_recv(c, 0), "");
+      EXPECT_EQ(testing::check_ring_send_recv(c, int64_t{3} << 20), "");
+      EXPECT_EQ(testing::check_send_then_recv(c, 100), "");
+    });
+  }
+}
+
+// dup() over a split's members too: the copy has its own connections, used from a second thread while the
+// original all-reduces.
+TEST(TcpCommunicatorTest, DupHasItsOwnConnections) {
+  run_world(4, [](TcpCommunicator& c) {
+    EXPECT_EQ(testing::check_dup_beside(c, 20), "");
+    std::unique_ptr<Communicator> half = c.split(c.rank() % 2, c.rank());
+    EXPECT_EQ(testing::check_dup_beside(*half, 5), "");
+  });
 }
 
 TEST(TcpCommunicatorTest, NodeIdOverrideAndMixedOverrideIsBadInput) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/comm/watched_communicator.h"
 
 namespace st {
@@ -158,6 +159,7 @@ class StuckBarrier final : public Communicator {
   void all_reduce(double* buf, int64_t count) override {}
   void broadcast(void* buf, int64_t bytes, int root) override {}
   void barrier() override { release.get_future().wait(); }
+  void recv(void*, int64_t, int) override { release.get_future().wait(); }  // a peer that never sends
   std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<SoloCommunicator>(); }
   std::promise<void> release;
 
@@ -208,6 +210,47 @@ TEST(WatchedCommunicator, ACollectiveThatNeverReturnsExpiresNamingIt) {
   EXPECT_NE(rec.events[0].find("barrier #2 on communicator 'world' (count 0) has not completed"), std::string::npos)
       << rec.events[0];
   EXPECT_NE(rec.events[0].find("last completed there: #1 all_reduce"), std::string::npos) << rec.events[0];
+}
+
+// Point-to-point calls and dup() go through the watchdog like the collectives: numbered on their channel, the dup on
+// a channel of its own named after the original.
+TEST(WatchedCommunicator, ForwardsPointToPointAndNamesItsDup) {
+  std::vector<std::string> last(2), dup_last(2), names(2);
+  std::vector<char> got(2);
+  fake::spawn(2, [&](Communicator& inner) {
+    Watchdog wd(0, inner.rank());
+    WatchedCommunicator w(inner, wd, "world");
+    const int me = w.rank(), peer = 1 - me;
+    const char mine = static_cast<char>('a' + me);
+    w.send_recv(&mine, 1, peer, &got[static_cast<size_t>(me)], 1, peer);
+    if (me == 0) w.send(&mine, 1, 1);
+    if (me == 1) w.recv(&got[1], 1, 0);
+    std::unique_ptr<Communicator> copy = w.dup();
+    names[static_cast<size_t>(me)] = copy->name();
+    copy->barrier();
+    last[static_cast<size_t>(me)] = wd.last_completed(0);
+    dup_last[static_cast<size_t>(me)] = wd.last_completed(1);
+  });
+  EXPECT_EQ(got, (std::vector<char>{'b', 'a'}));
+  EXPECT_EQ(last, (std::vector<std::string>{"#3 dup", "#3 dup"}));
+  EXPECT_EQ(dup_last, (std::vector<std::string>{"#1 barrier", "#1 barrier"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"world/dup", "world/dup"}));
+}
+
+TEST(WatchedCommunicator, ARecvThatNeverCompletesExpiresNamingIt) {
+  Recorder rec;
+  Watchdog wd(0.01, 0, rec.action(), kNoPoll);
+  StuckBarrier stuck;
+  WatchedCommunicator w(stuck, wd, "world/dup");
+  char c = 0;
+  std::thread waiter([&] { w.recv(&c, 1, 0); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  wd.check_now();
+  stuck.release.set_value();
+  waiter.join();
+  ASSERT_EQ(rec.events.size(), 1u);
+  EXPECT_NE(rec.events[0].find("recv #1 on communicator 'world/dup' (count 1) has not completed"), std::string::npos)
+      << rec.events[0];
 }
 
 }  // namespace

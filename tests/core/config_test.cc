@@ -88,6 +88,7 @@ TEST_F(ConfigTest, DefaultsAreTheStructInitialisers) {
   EXPECT_TRUE(c.data.shuffle);
   EXPECT_EQ(c.log.metrics, "");
   EXPECT_EQ(c.log.every, 1);
+  EXPECT_EQ(c.ckpt.replicas, 0);
   EXPECT_EQ(to_ini(c), to_ini(Config{}));
 }
 
@@ -312,6 +313,11 @@ TEST_F(ConfigTest, ValidationNamesKeysAndValues) {
       {"--log.every=0", "log.every must be >= 1 (got 0)"},
       {"--data.path=", "data.path must not be empty"},
       {"--log.metrics=a#b", "log.metrics ('a#b') cannot be written to INI"},
+      {"--ckpt.replicas=2", "ckpt.replicas (2) must be 0 (a shared ckpt.dir) or 1"},
+      {"--ckpt.dir=ck/node{node}",
+       "ckpt.dir ('ck/node{node}') contains {node}, which gives each node a directory "
+       "of its own: that needs ckpt.replicas=1"},
+      {"--ckpt.resume=ck/node{node}/step_00000004", "ckpt.resume ('ck/node{node}/step_00000004') contains {node}"},
   };
   for (const auto& c : cases) {
     const std::string msg = load_error(std::nullopt, {c.override_arg});
@@ -331,6 +337,9 @@ TEST_F(ConfigTest, ValidationNamesKeysAndValues) {
                                           "--optim.beta1=0",       "--optim.weight_decay=0", "--optim.grad_clip=0",
                                           "--optim.warmup_steps=0"};
   EXPECT_NO_THROW(load_config(std::nullopt, edges));
+  const Config node_local = load_config(std::nullopt, {"--ckpt.replicas=1", "--ckpt.dir=ck/node{node}"});
+  EXPECT_EQ(node_local.ckpt.replicas, 1);
+  EXPECT_EQ(node_local.ckpt.dir, "ck/node{node}");
 }
 
 TEST_F(ConfigTest, GradAccumSteps) {
@@ -553,7 +562,7 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
     ++keys;
   }
-  EXPECT_EQ(keys, 69);
+  EXPECT_EQ(keys, 72);
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
   EXPECT_NE(help.find("  dist.reshard_after_forward "), std::string::npos) << help;
@@ -585,7 +594,7 @@ TEST_F(ConfigTest, MarkdownHasOneRowPerKeyOfToIni) {
     EXPECT_EQ(cell_bars, 5) << line;
   }
   EXPECT_EQ(row_names, ini_names);
-  EXPECT_EQ(row_names.size(), 69u);
+  EXPECT_EQ(row_names.size(), 72u);
 
   EXPECT_EQ(md.substr(0, md.find('\n')), "# Configuration keys");
   EXPECT_NE(md.find("\n    ./build/shardtrain --help-config=markdown > docs/config.md\n"), std::string::npos);

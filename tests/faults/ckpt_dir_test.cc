@@ -200,7 +200,8 @@ TEST(CkptDirTest, AMachineWithADirectoryOfItsOwnStopsTheJob) {
 TEST(CkptDirTest, AJobStoppedMidRunKeepsItsDirectoryUntilKilled) {
   TempDir tmp;
   const std::string dir = tmp.file("ckpt");
-  BackgroundJob job(tiny_args(dir, 6, "--ckpt.every=2"), tmp.file("first.log"), "sigstop:0@4");
+  // Saves the run waits for: step 2 is committed by the time the run stops before step 4.
+  BackgroundJob job(tiny_args(dir, 6, "--ckpt.every=2 --ckpt.async=false"), tmp.file("first.log"), "sigstop:0@4");
   const pid_t first = job.pid();
   ASSERT_GT(first, 0);
   const bool stopped = wait_for([&] { return proc_state(first) == 'T' || proc_state(first) == 0; }, 240);

@@ -66,6 +66,25 @@ case "$case_name" in
       --ckpt.dir="$work/ckpt" --ckpt.resume=auto || fail "the save did not end as expected"
     step1_only "$work/ckpt"
     ;;
+  save_fsize_sync)
+    # The same with the save made while training waits (ckpt.async = false).
+    commit_step1 "$work/ckpt"
+    # shellcheck disable=SC2086
+    sh "$expect_exit" 75 "checkpoint of step 2 not committed: .*step_00000002\.tmp-[0-9a-f]+/rank_00000\.h5: File too large" -- \
+      sh -c "ulimit -f $fsize_blocks; exec \"\$0\" \"\$@\"" "$bin" train $model --train.steps=2 \
+      --ckpt.dir="$work/ckpt" --ckpt.resume=auto --ckpt.async=false || fail "the save did not end as expected"
+    step1_only "$work/ckpt"
+    ;;
+  save_fsize_warn)
+    # ckpt.on_error = warn: both failed saves are logged, the run trains to its end and exits 0, and nothing but
+    # step 1 is left in the directory.
+    commit_step1 "$work/ckpt"
+    # shellcheck disable=SC2086
+    sh "$expect_exit" 0 "checkpoint of step 3 not committed: .*File too large.*; training goes on \(ckpt\.on_error = warn\)" -- \
+      sh -c "ulimit -f $fsize_blocks; exec \"\$0\" \"\$@\"" "$bin" train $model --train.steps=3 --ckpt.every=1 \
+      --ckpt.dir="$work/ckpt" --ckpt.resume=auto --ckpt.on_error=warn || fail "the run did not end as expected"
+    step1_only "$work/ckpt"
+    ;;
   export_h5_fsize | export_safetensors_fsize)
     commit_step1 "$work/ckpt"
     ext=h5

@@ -20,6 +20,7 @@
 #include "../common/temp_dir.h"
 #include "../common/tiny_training.h"
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/checkpoint_saver.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/error.h"
@@ -240,8 +241,8 @@ TEST(CudaShardedModel, MemoryCapFailsBeforeAllocatingWithBreakdown) {
   } catch (const Error& err) {
     const std::string msg = err.what();
     EXPECT_EQ(err.kind(), ErrorKind::kBadInput) << msg;
-    for (const char* part : {"sharded state", "gather buffers", "activations", "workspace",
-                             "dist.max_gpu_mem_gib caps it at 0.25 GiB"})
+    for (const char* part :
+         {"sharded state", "gather buffers", "activations", "workspace", "dist.max_gpu_mem_gib caps it at 0.25 GiB"})
       EXPECT_NE(msg.find(part), std::string::npos) << part << " missing from: " << msg;
   }
 }
@@ -473,6 +474,71 @@ TEST(CudaShardedModel, OffloadTrainsWhatTheDeviceOptimizerTrains) {
   EXPECT_EQ(back.gather_params(), a.gather_params());
   // The restored compute copies (on the device, and staged from the host) are what the next forward reads.
   EXPECT_EQ(back.forward_backward(batches(off, 2), 2), b.forward_backward(batches(off, 2), 2));
+}
+
+// The state a snapshot holds is its step's, bit for bit, although the copy runs behind the step's queued AdamW and the
+// next steps train while it completes: with the optimizer on the device, and with offloaded units (host AdamW,
+// speculation). A background save of it, loaded after two more steps, gives the same state.
+TEST(CudaShardedModel, SnapshotHoldsTheStateOfItsStep) {
+  ST_SKIP_WITHOUT_GPU();
+  struct Case {
+    OffloadMode mode;
+    float fraction;
+    Speculation speculation;
+  };
+  for (const Case& k :
+       {Case{OffloadMode::kNone, 1.0f, Speculation::kOff}, Case{OffloadMode::kOptimizerParams, 0.5f, Speculation::kOff},
+        Case{OffloadMode::kOptimizer, 1.0f, Speculation::kOn}}) {
+    Config c = small(Device::kCuda, DType::kBF16);
+    c.optim.offload = k.mode;
+    c.optim.offload_fraction = k.fraction;
+    c.optim.offload_speculative = k.speculation;
+    c.optim.offload_threads = 2;
+    SCOPED_TRACE(::testing::Message() << "optim.offload=" << to_string(k.mode) << ", fraction " << k.fraction);
+    SoloCommunicator comm;
+    // The state after steps 0 and 1, pulled while nothing runs.
+    StepEngine ref(c, comm);
+    for (int64_t s = 0; s < 2; ++s) ref.train_step(batches(c, s), 2, s);
+    ref.sharded().pull_state();
+    std::vector<float> want;
+    for (const UnitLayout& u : ref.units()) {
+      const UnitShard& sh = ref.sharded().shard(u.index);
+      for (const std::vector<float>* v : {&sh.param, &sh.m, &sh.v})
+        want.insert(want.end(), v->begin(), v->begin() + sh.span.count);
+    }
+    const std::vector<std::vector<float>> want_params = ref.gather_params();
+
+    testing::TempDir dir;
+    c.ckpt.dir = dir.str();
+    c.ckpt.async = true;
+    StepEngine e(c, comm);
+    for (int64_t s = 0; s < 2; ++s) e.train_step(batches(c, s), 2, s);
+    StateSnapshot snap;
+    e.sharded().snapshot_state(&snap);
+    CheckpointSaver saver(c, e.sharded(), comm);
+    CheckpointState cs;
+    cs.step = 2;
+    cs.optimizer_updates = e.updates();
+    saver.save(cs);
+    for (int64_t s = 2; s < 4; ++s) e.train_step(batches(c, s), 2, s);
+    snap.wait();
+    for (int64_t s = 2; s < 4; ++s) ref.train_step(batches(c, s), 2, s);
+    EXPECT_EQ(e.gather_params(), ref.gather_params());  // the snapshot did not change the training
+    std::vector<float> got;
+    for (const StateSnapshot::Unit& u : snap.units)
+      for (const float* p : {u.param, u.exp_avg, u.exp_avg_sq}) got.insert(got.end(), p, p + u.span.count);
+    EXPECT_EQ(got, want);
+    saver.drain();
+    ASSERT_FALSE(saver.last_committed().empty());
+    Config cpu = c;
+    cpu.train.device = Device::kCpu;
+    cpu.train.dtype = DType::kF32;
+    cpu.optim.offload = OffloadMode::kNone;
+    cpu.optim.offload_speculative = Speculation::kAuto;
+    StepEngine loaded(cpu, comm);
+    load_checkpoint(saver.last_committed(), cpu, loaded.sharded(), comm);
+    EXPECT_EQ(loaded.gather_params(), want_params);
+  }
 }
 
 }  // namespace

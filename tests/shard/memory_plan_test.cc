@@ -202,6 +202,23 @@ TEST(HostMemoryPlan, OffloadAndDtypeDoNotShrinkTheCpuState) {
   EXPECT_EQ(plan_host_memory(gpt2_124m_cpu(), 2, 1000).gather_buffers, base.gather_buffers + 4000);
 }
 
+// Background checkpoints keep a copy of param, m and v (12 of the 16 bytes an element of state holds); saves that
+// training waits for, or no checkpoints, keep none.
+TEST(HostMemoryPlan, BackgroundCheckpointsPlanTheirSnapshot) {
+  Config c = gpt2_124m_cpu();
+  const MemoryPlan none = plan_host_memory(c, 2, 0);
+  EXPECT_EQ(none.snapshot, 0);
+  c.ckpt.dir = "ckpt";
+  c.ckpt.async = true;
+  const MemoryPlan async = plan_host_memory(c, 2, 0);
+  EXPECT_EQ(async.snapshot, 12 * kParams / 2);
+  EXPECT_EQ(async.total(), none.total() + 12 * kParams / 2);
+  EXPECT_NE(async.breakdown().find(", checkpoint snapshot "), std::string::npos) << async.breakdown();
+  c.ckpt.async = false;
+  EXPECT_EQ(plan_host_memory(c, 2, 0).total(), none.total());
+  EXPECT_EQ(none.breakdown().find("checkpoint"), std::string::npos) << none.breakdown();
+}
+
 TEST(HostMemoryPlan, TheSmallestLimitBindsAndSharedOnesAreSplitBetweenRanks) {
   HostMemoryLimits l;
   l.mem_available = 64 * kGiB;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../comm/point_to_point_checks.h"
 #include "shardtrain/comm/mpi_check.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/comm/mpi_session.h"
@@ -301,6 +302,20 @@ int run(int fail_rank) {
   for (const int64_t count : {0, 1, 13, 100003}) check_collectives(comm, count, check);
   st::MpiCommunicator chunked(st::MpiCommunicatorOptions{7});
   for (const int64_t count : {0, 1, 6, 7, 8, 13, 14, 101, 1009}) check_collectives(chunked, count, check);
+
+  // Point-to-point: one message a transfer, then (max_chunk 7) many, whose counts differ between the two halves of
+  // a send_recv; and a dup used from a second thread beside the original (MPI_THREAD_MULTIPLE).
+  auto p2p = [&](const std::string& error, const std::string& what) {
+    check.expect(error.empty(), what + ": " + error);
+  };
+  for (const int64_t bytes : {0, 1, 13, 100003}) {
+    p2p(st::testing::check_ring_send_recv(comm, bytes), st::str_cat("ring send_recv ", bytes));
+    p2p(st::testing::check_ring_send_recv(chunked, bytes), st::str_cat("ring send_recv ", bytes, " (max_chunk 7)"));
+  }
+  p2p(st::testing::check_send_then_recv(comm, 1000), "send then recv");
+  p2p(st::testing::check_send_then_recv(chunked, 50), "send then recv (max_chunk 7)");
+  p2p(st::testing::check_dup_beside(comm, 50), "dup beside the original");
+  p2p(st::testing::check_dup_beside(chunked, 10), "dup beside the original (max_chunk 7)");
 
   double totals[2] = {static_cast<double>(check.failures()), static_cast<double>(check.checks())};
   comm.all_reduce(totals, 2);

@@ -33,6 +33,8 @@ StepReport fake_report() {
   r.stats.loss_scale = 65536.0f;
   r.tokens_per_s = 1234.5;
   r.ms = 40.0;
+  r.ckpt_ms = 2.5;
+  r.ckpt_wait_ms = 1.25;
   r.comm_exposed_ms = 1.5;
   r.comm_cross_node_bytes = 4096;
   r.mem_sharded_bytes = 3407872;
@@ -52,7 +54,7 @@ TEST(MetricsSink, StepRecordHasEveryKeyInOrder) {
     sink.eval(7, 2.0f);
   }
   EXPECT_EQ(read_all(path),
-            "{\"step\": 7, \"loss\": 2.5, \"lr\": 0.25, \"grad_norm\": 0.5, \"tokens_per_s\": 1234.5, \"ms\": 40, "
+            "{\"step\": 7, \"loss\": 2.5, \"lr\": 0.25, \"grad_norm\": 0.5, \"tokens_per_s\": 1234.5, \"ms\": 40, \"ckpt_ms\": 2.5, \"ckpt_wait_ms\": 1.25, "
             "\"skipped\": true, \"skipped_total\": 3, \"loss_scale\": 65536, \"comm_exposed_ms\": 1.5, "
             "\"comm_cross_node_bytes\": 4096, \"mem_sharded_bytes\": 3407872, \"mem_gathered_peak_bytes\": 1187840, "
             "\"mem_peak_bytes\": [431046656, 9007199254740993], \"mfu\": 0.125}\n"

@@ -3,10 +3,13 @@
 // Commit protocol (docs/checkpoint-format.md has the layout):
 //   1. Every rank writes rank_XXXXX.h5 into <dir>/step_XXXXXXXX.tmp-<nonce>/ (one nonce, chosen by rank 0
 //      and broadcast) and fsyncs it; HDF5 never calls fsync itself.
-//   2. The ranks agree that every write succeeded (an all-reduce of failures). If any failed, every rank
-//      throws kFault naming the failed ranks, and nothing is committed: no manifest, no rename.
+//   2. The ranks agree that every write succeeded, and learn every file's size and SHA-256 (an all-reduce). If
+//      any failed, every rank throws kFault naming the failed ranks, and nothing is committed: no manifest, no
+//      rename.
 //   3. Rank 0 writes and fsyncs manifest.json (with every file's size and SHA-256), renames the directory
-//      to step_XXXXXXXX/, fsyncs <dir>, then replaces <dir>/latest atomically. A barrier ends the save.
+//      to step_XXXXXXXX/, fsyncs <dir>, then replaces <dir>/latest atomically. An all-reduce ends the save.
+// save_checkpoint() runs the protocol while the caller waits; CheckpointSaver (checkpoint_saver.h) runs the same
+// protocol in the background, the agreement riding on the trainer's per-step all-reduce.
 // A step directory without a manifest, or any *.tmp-* directory, is uncommitted: never loaded, removed
 // by clean_uncommitted() at start-up, and never counted by ckpt.keep.
 //
@@ -43,8 +46,9 @@ struct CheckpointState {
 // "step_00000100".
 std::string step_dir_name(int64_t step);
 
-// Saves into cfg.ckpt.dir. Collective. Returns the committed step directory. Then applies ckpt.keep,
-// never deleting `protect` (the directory resumed from).
+// Saves into cfg.ckpt.dir and commits before it returns, whatever ckpt.async and ckpt.on_error say (a failure
+// throws). Collective. Returns the committed step directory. Then applies ckpt.keep, never deleting `protect` (the
+// directory resumed from).
 std::string save_checkpoint(const Config& cfg, ModelBackend& model, const CheckpointState& state, Communicator& comm,
                             const std::string& protect = "");
 
@@ -53,7 +57,8 @@ std::vector<std::string> committed_checkpoints(const std::string& dir);
 
 // What ckpt.resume names: none -> nothing; auto -> the newest committed checkpoint in ckpt.dir, if any
 // (whatever `latest` says: it is written last and may lag); otherwise the given directory, which must exist
-// and be committed (kBadInput naming it otherwise). First, whatever ckpt.resume says, check_latest_file.
+// and be committed (kBadInput naming it otherwise). First, whatever ckpt.resume says, check_latest_file. For one
+// shared ckpt.dir; node-local directories (ckpt.replicas = 1) resume through resume_node_local (replica_resume.h).
 std::optional<std::string> resolve_resume(const CkptConfig& cfg);
 
 // kBadInput naming the path if <ckpt.dir>/latest exists and is not a file (a directory there would make

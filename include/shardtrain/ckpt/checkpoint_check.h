@@ -24,12 +24,14 @@ namespace st {
 //   * lr_step == step and data_cursor == step * global_batch (the writer derives both from the step).
 Manifest open_checkpoint(const std::string& step_dir);
 
-// Existence and size of every rank file the manifest lists; no file is opened. Cheap (one stat a file):
-// load_checkpoint runs it on one rank so that a file no rank reads is still accounted for.
+// Existence and size of every rank file the directory holds (files_held: all of the manifest's, or a node-local
+// copy's primaries and replicas); no file is opened. Cheap (one stat a file): load_checkpoint runs it on one rank
+// (one a node, for node-local copies) so that a file no rank reads is still accounted for.
 void check_rank_file_sizes(const std::string& step_dir, const Manifest& m);
 
 // Opens rank file `file` of the manifest after checking, in this order:
-//   1. it exists and its size and SHA-256 equal the manifest's (before HDF5 parses a byte of it);
+//   1. it exists and its size and SHA-256 equal the manifest's (before HDF5 parses a byte of it); a node-local copy
+//      that does not hold it says so, naming the files it holds;
 //   2. it is a well-formed shard file (ShardFileReader's constructor);
 //   3. its rank, world_size and step attributes equal `file`, the manifest's world_size and step;
 //   4. it holds exactly the manifest's units, each with the manifest's span for this file.

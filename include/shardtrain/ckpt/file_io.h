@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,21 @@ class RemoveOnFailure {
 std::string sha256_file(const std::string& path);
 std::string sha256_hex(const void* data, size_t bytes);
 // sha256_file: kBadInput naming the path if it cannot be opened; kFault if a read fails after that.
+
+// SHA-256 of bytes that come in pieces (a file received over the network, hashed as it arrives).
+class Sha256Stream {
+ public:
+  Sha256Stream();
+  ~Sha256Stream();
+  Sha256Stream(const Sha256Stream&) = delete;
+  Sha256Stream& operator=(const Sha256Stream&) = delete;
+  void update(const void* data, size_t bytes);
+  std::string hex();  // lowercase; ends the stream (call once)
+
+ private:
+  struct Ctx;
+  std::unique_ptr<Ctx> ctx_;
+};
 
 // What a writer put on disk: the file's length and the SHA-256 of its bytes (lowercase hex, equal to
 // sha256_file(path)), computed from memory while the bytes were written.

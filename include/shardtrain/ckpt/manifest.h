@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,15 @@ struct ManifestFile {
   std::vector<ShardSpan> spans;  // per unit, in unit order: the [offset, count) this file holds
 };
 
+// What one node-local checkpoint directory holds (ckpt.replicas = 1, ckpt/node_local.h): the manifest of every node's
+// copy of a step lists every file of the checkpoint, and this says which of them sit in this directory.
+struct ManifestNodeLocal {
+  int node = 0;                // whose ckpt.dir this is, in the writing run's node numbering
+  int nodes = 2;               // nodes of the writing run (>= 2)
+  std::vector<int> primaries;  // files (manifest indices) this node's ranks wrote, ascending
+  std::vector<int> replicas;   // files of other nodes held here (node + 1's, the last node: node 0's), ascending
+};
+
 struct Manifest {
   int format_version = kCheckpointFormatVersion;
   int64_t step = 0;     // optimizer steps completed when saved
@@ -58,7 +68,12 @@ struct Manifest {
   int64_t loss_scale_good_steps = 0;   // finite steps since the scale last changed (optional on read: 0)
   int64_t skipped_steps = 0;           // non-finite steps skipped so far
   GemmAlgorithms gemm_algorithms;      // optional (absent: none recorded, e.g. the cpu backend)
+  std::optional<ManifestNodeLocal> node_local;  // optional (absent: a shared ckpt.dir holding every file)
 };
+
+// The files a directory holds: every file of the manifest, or with node_local its primaries and replicas
+// (ascending).
+std::vector<int> files_held(const Manifest& m);
 
 std::string manifest_to_json(const Manifest& m);
 // Parses and validates (types, required fields, format version == kCheckpointFormatVersion, one file per

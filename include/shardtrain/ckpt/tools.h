@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "shardtrain/ckpt/checkpoint_check.h"
 #include "shardtrain/ckpt/manifest.h"
@@ -44,13 +45,18 @@ namespace st {
 std::string inspect_checkpoint(const std::string& step_dir);
 
 struct VerifyReport {
-  int files = 0;       // rank files checked (== world_size)
+  int files = 0;       // rank files checked (== world_size, or a node-local copy's primaries and replicas)
   int64_t bytes = 0;   // their total size
+  // A node-local copy (ckpt.replicas = 1; manifest node_local): whose it is, and its files by role (names).
+  bool node_local = false;
+  int node = 0, nodes = 0;
+  std::vector<std::string> primaries, replicas, elsewhere;  // elsewhere: on other nodes' disks, not checked here
 };
 
-// Checks the whole checkpoint: open_checkpoint, then open_rank_file on every rank file in rank order (size,
-// SHA-256, structure, rank / world_size / step attributes, units and spans), stopping at the first problem,
-// which is kBadInput naming the file and what mismatched, expected vs actual.
+// Checks the whole checkpoint: open_checkpoint, then open_rank_file on every rank file the directory holds (all of
+// them, or a node-local copy's primaries and replicas) in rank order (size, SHA-256, structure, rank / world_size /
+// step attributes, units and spans), stopping at the first problem, which is kBadInput naming the file and what
+// mismatched, expected vs actual.
 VerifyReport verify_checkpoint(const std::string& step_dir);
 
 enum class ExportFormat { kSafetensors, kHdf5 };

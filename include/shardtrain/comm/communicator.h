@@ -14,6 +14,9 @@
 //     receive buffer of one call must not overlap unless the call says so.
 //   * Reductions are sums; the caller scales (the gradient of a mean passes its 1/N in dloss).
 //   * Failures throw st::Error (kFault for a broken peer or library failure).
+//   * Point-to-point calls (send, recv, send_recv) are made by the two ranks concerned only. Messages from one
+//     rank to another arrive in the order sent, and a recv takes exactly the bytes of the matching send (the
+//     callers agree on sizes first, e.g. with a header message of fixed size).
 //
 //   std::vector<float> full(comm.world_size() * shard);
 //   comm.all_gather(shard_buf, shard, full.data());             // full = [rank 0's | rank 1's | ...]
@@ -83,6 +86,24 @@ class Communicator {
   // over this communicator. Its node_id/local_rank/local_size describe the members' machines again, numbered
   // within the group. Hybrid sharding splits the world into node groups and into replica groups.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // A communicator of the same ranks, in the same order and topology, whose traffic never mixes with this
+  // one's: it may be used from another thread while this one is in use (the checkpoint saver's background
+  // transfers beside the training step's collectives). Collective over this communicator. The default refuses
+  // (kInternal).
+  virtual std::unique_ptr<Communicator> dup();
+
+  // `bytes` bytes to rank `dest` (!= rank()), blocking until the buffer may be reused; the receiver calls
+  // recv(..., bytes, rank()). 0 bytes move nothing and need no matching call. The defaults refuse (kInternal): a
+  // communicator without point-to-point support.
+  virtual void send(const void* buf, int64_t bytes, int dest);
+  virtual void recv(void* buf, int64_t bytes, int source);
+  // send(send_buf, send_bytes, dest) and recv(recv_buf, recv_bytes, source) at once, so that ranks sending
+  // around a ring (each to its left neighbour, each from its right) cannot block each other. dest and source may
+  // be the same rank; either count may be 0 (that half is skipped: the peer makes no matching call). The buffers
+  // must not overlap.
+  virtual void send_recv(const void* send_buf, int64_t send_bytes, int dest, void* recv_buf, int64_t recv_bytes,
+                         int source);
 };
 
 // The communicator of a single process: every collective is a copy (or nothing). It checks its arguments
@@ -102,6 +123,8 @@ class SoloCommunicator final : public Communicator {
   void broadcast(void* buf, int64_t bytes, int root) override;
   void barrier() override {}
   std::unique_ptr<Communicator> split(int color, int key) override { return std::make_unique<SoloCommunicator>(); }
+  std::unique_ptr<Communicator> dup() override { return std::make_unique<SoloCommunicator>(); }
+  // send, recv and send_recv refuse (kInternal): a world of one process has no peer.
 };
 
 }  // namespace st

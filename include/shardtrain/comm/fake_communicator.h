@@ -8,6 +8,10 @@
 // a temporary before anyone overwrites a buffer. Every rank checks that all ranks called the same
 // collective with the same count (and root); a mismatch throws kInternal on every rank.
 //
+// Point-to-point: send copies the bytes into the world's mailbox for (sender, receiver) and returns at once; recv
+// waits for the oldest message there and takes it (its size must equal recv's count: kInternal otherwise).
+// dup() makes a new FakeWorld for the same ranks; a failure or a return in either world reaches the other's waits.
+//
 // Failure never hangs: when one rank's function throws, the world is marked failed and every rank that
 // is, or later gets, blocked in a collective throws st::Error (kFault, "peer rank R failed: ..."). A rank
 // whose function returns while a peer still waits for it in a collective fails that peer (kInternal).
@@ -20,10 +24,13 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardtrain/comm/communicator.h"
@@ -48,9 +55,10 @@ class FakeWorld {
   const WorldOptions& options() const { return options_; }
 
   // Marks the world failed because of `rank`; wakes every rank blocked in a collective. Only the
-  // first call counts.
+  // first call counts. Reaches the worlds dup() made from this one.
   void fail(int rank, const std::string& what);
-  // Records that rank's function has returned: a peer waiting for it in a collective then fails.
+  // Records that rank's function has returned: a peer waiting for it in a collective then fails. Reaches the
+  // worlds dup() made from this one.
   void finish(int rank);
   // The rank of the first failure, or -1.
   int failed_rank() const;
@@ -70,6 +78,10 @@ class FakeWorld {
   // The generation-counting barrier; throws kFault if the world has failed or kInternal if a peer
   // returned while this rank waits.
   void barrier(int rank, const char* what);
+  // The mailbox: post never blocks; take waits for the oldest message from `from` to `to`, failing as barrier does
+  // (and with kInternal when its size is not `bytes`).
+  void post(int from, int to, const void* buf, int64_t bytes);
+  void take(int from, int to, void* buf, int64_t bytes);
 
   const int world_size_;
   const WorldOptions options_;
@@ -81,7 +93,11 @@ class FakeWorld {
   int first_finished_rank_ = -1;
   int failed_rank_ = -1;
   std::string failure_;
+  std::vector<char> returned_;  // by rank: its function has returned
   std::vector<Slot> slots_;
+  std::map<std::pair<int, int>, std::deque<std::vector<char>>> mail_;  // by (from, to)
+  std::shared_ptr<FakeWorld> dup_;                                     // handed from rank 0 to the others by dup()
+  std::vector<std::weak_ptr<FakeWorld>> children_;                     // the worlds dup() made
 };
 
 class FakeCommunicator final : public Communicator {
@@ -103,6 +119,11 @@ class FakeCommunicator final : public Communicator {
   void barrier() override;
   // Not supported: a fake world is one group of threads (kInternal). Hybrid sharding is tested over MPI.
   std::unique_ptr<Communicator> split(int color, int key) override;
+  std::unique_ptr<Communicator> dup() override;
+  void send(const void* buf, int64_t bytes, int dest) override;
+  void recv(void* buf, int64_t bytes, int source) override;
+  void send_recv(const void* send_buf, int64_t send_bytes, int dest, void* recv_buf, int64_t recv_bytes,
+                 int source) override;
 
  private:
   // Publishes this rank's slot and waits for every rank's; then checks they all called the same thing.

@@ -12,6 +12,9 @@
 //     directly (in-place all_gather through MPI_IN_PLACE); beyond that each call goes through a staging
 //     buffer of world_size * chunk elements (at most 64 MiB, allocated per call).
 // Sums are MPI_SUM: their order is MPI's, so results may differ from a serial sum in the last bits.
+// Point-to-point calls (send, recv, send_recv: MPI_Send, MPI_Recv, MPI_Sendrecv) move at most max_chunk bytes a
+// message: a transfer is ceil(bytes / max_chunk) messages, which both sides count alike from the byte count.
+// dup() is MPI_Comm_dup: a separate context, safe to use from another thread under MPI_THREAD_MULTIPLE.
 //
 // Threads: one thread at a time per communicator (collectives are ordered per communicator). Separate
 // MpiCommunicators may be used from separate threads when MPI provides MPI_THREAD_MULTIPLE.
@@ -72,6 +75,11 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
   // MPI_Comm_split; the group's topology comes from its members' node ids (no new shared-memory split).
   std::unique_ptr<Communicator> split(int color, int key) override;
+  std::unique_ptr<Communicator> dup() override;
+  void send(const void* buf, int64_t bytes, int dest) override;
+  void recv(void* buf, int64_t bytes, int source) override;
+  void send_recv(const void* send_buf, int64_t send_bytes, int dest, void* recv_buf, int64_t recv_bytes,
+                 int source) override;
 
   // How many nodes the world spans.
   int num_nodes() const { return topology_.num_nodes; }
@@ -80,7 +88,8 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm handle() const { return comm_; }
 
  private:
-  // Takes ownership of `sub` (from MPI_Comm_split); `node_id` is this rank's node in the parent's numbering.
+  // Takes ownership of `sub` (from MPI_Comm_split or MPI_Comm_dup); `node_id` is this rank's node in the parent's
+  // numbering.
   MpiCommunicator(MPI_Comm sub, int node_id, int device_rank, int device_ranks, int64_t max_chunk);
   void free_handle() noexcept;
 

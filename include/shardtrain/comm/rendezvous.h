@@ -71,4 +71,12 @@ struct TcpMesh {
 // Runs the protocol above; collective over all world_size processes. world_size 1 returns at once.
 TcpMesh rendezvous(const RendezvousOptions& options);
 
+// Step 4 of the protocol over `members` (world ranks, `rank` among them; the members from `first` on take part
+// in connecting): the member at index i connects to the members at indices first..i-1 (their peers[] address and
+// port), saying who it is, and accepts the members after it on `listener` (none when i < first). Sets (*links)[r]
+// for each member r it connected. kFault naming the rank that could not be reached, or that did not connect,
+// within timeout_s. TcpCommunicator::dup builds its second mesh with it (first = 0).
+void connect_mesh(int rank, const std::vector<PeerInfo>& peers, const std::vector<int>& members, int first,
+                  const Socket& listener, double timeout_s, std::vector<Socket>* links);
+
 }  // namespace st

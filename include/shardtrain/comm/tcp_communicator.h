@@ -15,6 +15,13 @@
 // kFault naming the op and the peer ("all_reduce: lost rank 2 (host-b): connection closed by the peer"). There
 // are no timeouts in the collectives: a hung (not dead) peer blocks them (the watchdog's business).
 //
+// Point-to-point (send, recv, send_recv) moves the bytes over the one connection between the two ranks, through
+// the same poll() loop, so a send_recv around a ring never blocks.
+//
+// dup() connects a second full mesh (each rank listens on a new port, the ports go round over the first mesh, and
+// connect_mesh() of rendezvous.h links them): its own connections, so it may be used from another thread while
+// the world's communicators are in use.
+//
 // split() reuses the world's connections (shared by all communicators of one world), so the communicators of a
 // world must be used from one thread at a time, every rank calling their collectives in the same order (as SPMD
 // training does): the connections are ordered byte streams shared between them.
@@ -68,6 +75,11 @@ class TcpCommunicator final : public Communicator {
   void broadcast(void* buf, int64_t bytes, int root) override;
   void barrier() override;
   std::unique_ptr<Communicator> split(int color, int key) override;
+  std::unique_ptr<Communicator> dup() override;
+  void send(const void* buf, int64_t bytes, int dest) override;
+  void recv(void* buf, int64_t bytes, int source) override;
+  void send_recv(const void* send_buf, int64_t send_bytes, int dest, void* recv_buf, int64_t recv_bytes,
+                 int source) override;
 
   // The world's connections and what every world rank reported (private to tcp_communicator.cc).
   struct World;

@@ -2,7 +2,8 @@
 // (watchdog.h). It forwards each call unchanged, bracketed by Watchdog::begin/end on its own channel, so a
 // collective that never returns (a peer stopped, dead or hung) ends the job after dist.timeout_s with a message
 // naming the op and its sequence number. It does not own the inner communicator or the watchdog; both must
-// outlive it. split() returns a watched communicator too (owning its inner split), on a channel of its own.
+// outlive it. split() and dup() return a watched communicator too (owning the inner one), on a channel of its own.
+// Point-to-point calls are watched like the collectives: a peer that never posts the other half ends the job.
 //
 //   Watchdog wd(cfg.dist.timeout_s, comm.rank());
 //   WatchedCommunicator world(comm, wd, "world");
@@ -42,6 +43,12 @@ class WatchedCommunicator final : public Communicator {
   void barrier() override;
   // Named "<name>/<color>".
   std::unique_ptr<Communicator> split(int color, int key) override;
+  // Named "<name>/dup".
+  std::unique_ptr<Communicator> dup() override;
+  void send(const void* buf, int64_t bytes, int dest) override;
+  void recv(void* buf, int64_t bytes, int source) override;
+  void send_recv(const void* send_buf, int64_t send_bytes, int dest, void* recv_buf, int64_t recv_bytes,
+                 int source) override;
 
  private:
   template <typename F>

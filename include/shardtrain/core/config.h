@@ -108,6 +108,9 @@ struct DataConfig {
   std::string tokenizer;  // a Hugging Face tokenizer.json for text output; empty: none
 };
 
+// ckpt.on_error: what a failed checkpoint save does to the run (the save itself is never committed).
+enum class CkptOnError { kStop, kWarn };
+
 struct CkptConfig {
   std::string dir;              // empty: no checkpoints
   int64_t every = 0;            // steps; 0: only at the end
@@ -115,6 +118,10 @@ struct CkptConfig {
   std::string resume = "auto";  // "auto", "none" or a step directory
   std::string export_path;      // key ckpt.export; empty: none
   bool allow_data_change = false;  // resume even if the data order differs from the checkpoint's
+  bool async = true;               // write in the background from a snapshot; false: training waits for the commit
+  CkptOnError on_error = CkptOnError::kStop;
+  int64_t replicas = 0;  // 0: one ckpt.dir shared by every node; 1: node-local dirs, each node's files also on the
+                         // previous node's disk (ckpt/node_local.h)
 };
 
 struct InitConfig {
@@ -215,5 +222,6 @@ const char* to_string(ShardingMode m);
 const char* to_string(Bootstrap b);
 const char* to_string(CommEngine g);
 const char* to_string(Speculation s);
+const char* to_string(CkptOnError e);
 
 }  // namespace st

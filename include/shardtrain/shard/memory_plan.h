@@ -69,7 +69,8 @@ struct MemoryPlan {
   int64_t gather_buffers = 0;
   int64_t activations = 0;
   int64_t workspace = 0;  // the footprint's workspace plus its runtime reserve
-  int64_t total() const { return sharded_state + gather_buffers + activations + workspace; }
+  int64_t snapshot = 0;   // host plans: the checkpoint snapshot's copy of param, m and v (ckpt.async with ckpt.dir)
+  int64_t total() const { return sharded_state + gather_buffers + activations + workspace + snapshot; }
   std::string breakdown() const;  // "sharded state 1.23 GiB, gather buffers ..., total ..."
 };
 
@@ -93,8 +94,9 @@ void check_memory_plan(const MemoryPlan& plan, const DeviceBudget& budget, const
 
 // The CPU backend (ShardedModel, fp32) plans the same terms in host memory: the 16 S_u bytes of sharded state per
 // unit whatever optim.offload says (the optimizer already runs on the host), gather buffers at prefetch depth 0
-// (every collective blocks), the model's activations and scratch (its family's cpu_footprint_bytes), and
-// kHostReserveBytes for what runs beside them.
+// (every collective blocks), the model's activations and scratch (its family's cpu_footprint_bytes),
+// kHostReserveBytes for what runs beside them, and with background checkpoints (ckpt.dir and ckpt.async) the
+// snapshot's 12 S_u bytes per unit.
 //
 //   check_host_memory_plan(cfg, world, bucket, host_memory_budget(host_memory_limits(), comm.device_ranks()));
 //

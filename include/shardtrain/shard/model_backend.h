@@ -26,6 +26,7 @@
 #include "shardtrain/kernels/gemm_algorithms.h"
 #include "shardtrain/model/units.h"
 #include "shardtrain/shard/shard_span.h"
+#include "shardtrain/shard/state_snapshot.h"
 
 namespace st {
 
@@ -139,6 +140,15 @@ class ModelBackend {
   virtual UnitShard& shard(int unit) = 0;
   virtual void pull_state() {}
   virtual void push_state() {}
+  // Copies this rank's param/m/v shards (owned elements) into `snap`, reusing its storage when big enough, for a
+  // checkpoint written in the background. Between steps, on the thread that trains. The copy reflects every update
+  // made so far and none made later; snap->wait() returns once it is complete. The default copies synchronously
+  // after pull_state(); the cuda backend copies into pinned memory on a stream of its own, behind the step's last
+  // update, and holds each unit's next update until that unit is copied, so the step that takes it does not wait for
+  // the copy.
+  virtual void snapshot_state(StateSnapshot* snap);
+  // Gives `snap` the storage snapshot_state() needs (pinned on cuda), so that the first snapshot does not pay for it.
+  virtual void reserve_snapshot(StateSnapshot* snap);
 
   virtual MemoryStats memory() const = 0;
   // The most memory this rank has held at once so far, in bytes, for the metrics' mem_peak_bytes: on the

@@ -22,6 +22,7 @@
 // and overlaps the next forward; host AdamW and GPU AdamW give the same bits.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -83,6 +84,9 @@ class OffloadPipeline {
   // The step was skipped: drop every speculative update and restore what it changed.
   void drop_speculation();
 
+  // A checkpoint snapshot is copying the host state: from now on, a job of unit u is held until copied[u] is true, so
+  // that no update overwrites what the snapshot has not copied yet. copied[u] turns true once for every unit.
+  void hold_updates_until(std::shared_ptr<const std::vector<std::atomic<bool>>> copied) { copied_ = std::move(copied); }
   // After checkpoint load wrote state(unit): its rounded copy goes where gathers read it (synchronous).
   void push(int unit);
   void wait_all() { host_adamw_->wait_all(); }
@@ -120,6 +124,7 @@ class OffloadPipeline {
   };
   void copy_grad_to_host(int unit, const DeviceBuffer<float>& grad, cudaStream_t final_stream);
   HostAdamW::Job job_for(int unit, const std::vector<AdamWRun>& runs);
+  void hold_for_snapshot(int unit, HostAdamW::Job* job) const;
   void upload_after_host_update(int unit);
   void upload(int unit);  // synchronous: `out` = the host master rounded to T, and its device copy
   void speculate(int unit);
@@ -134,8 +139,9 @@ class OffloadPipeline {
   std::unique_ptr<HostAdamW> host_adamw_;
   std::vector<Unit> units_;
   bool speculative_ = false;
-  std::vector<std::vector<AdamWRun>> speculative_runs_;         // this step's, by unit
-  int64_t spec_kept_ = 0, spec_redone_ = 0, spec_dropped_ = 0;  // for the log
+  std::vector<std::vector<AdamWRun>> speculative_runs_;           // this step's, by unit
+  std::shared_ptr<const std::vector<std::atomic<bool>>> copied_;  // hold_updates_until(); null: nothing held
+  int64_t spec_kept_ = 0, spec_redone_ = 0, spec_dropped_ = 0;    // for the log
   std::vector<Staging> staging_;
   size_t next_staging_ = 0;
   Staging* staged_ = nullptr;  // the source of the gather being issued, when staged

@@ -33,6 +33,9 @@ struct StepReport {
   StepStats stats;
   double tokens_per_s = 0;
   double ms = 0;
+  double ckpt_ms = 0;  // after the step: the checkpoint save's time on the training thread (the snapshot, or with
+                       // ckpt.async = false the whole save); 0 at a step without a save
+  double ckpt_wait_ms = 0;  // of ckpt_ms: waiting for the previous save to commit first
   double comm_exposed_ms = 0;  // of ms: computation waiting for communication (ModelBackend::take_exposed_comm_ms)
   int64_t comm_cross_node_bytes = 0;  // this step's bytes between this rank and other nodes (CommCounters)
   int64_t mem_sharded_bytes = 0;        // this rank's param/grad/m/v shards (rank 0's, as logged)
