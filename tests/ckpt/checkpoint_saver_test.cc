@@ -3,7 +3,6 @@
 #include "shardtrain/ckpt/checkpoint_saver.h"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -13,6 +12,7 @@
 
 #include "../common/temp_dir.h"
 #include "../common/tiny_training.h"
+#include "tiny_ckpt_test.h"
 #include "ckpt_test_util.h"
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/comm/fake_communicator.h"
@@ -28,20 +28,7 @@ using testing::Trace;
 
 constexpr uint64_t kSeed = 11;
 
-class CheckpointSaverTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    omp_set_num_threads(1);
-    cfg_ = testing::tiny_config();
-    cfg_.train.steps = 8;
-    cfg_.optim.warmup_steps = 2;
-    cfg_.ckpt.dir = tmp_.file("ckpt");
-    cfg_.ckpt.keep = 0;
-  }
-  void TearDown() override { unsetenv("SHARDTRAIN_FAULT"); }
-  TempDir tmp_;
-  Config cfg_;
-};
+class CheckpointSaverTest : public testing::TinyCkptTest {};
 
 // What the trainer does after every step: one all-reduce of the saver's words.
 void control_round(CheckpointSaver& saver, Communicator& comm) {

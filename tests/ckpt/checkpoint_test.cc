@@ -2,7 +2,6 @@
 #include "shardtrain/ckpt/checkpoint.h"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +10,7 @@
 
 #include "../common/temp_dir.h"
 #include "../common/tiny_training.h"
+#include "tiny_ckpt_test.h"
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/shard/sharded_model.h"
@@ -26,20 +26,7 @@ using testing::Trace;
 
 constexpr uint64_t kSeed = 11;  // the corpus of testing::corpus_batches
 
-class CheckpointTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    omp_set_num_threads(1);
-    cfg_ = testing::tiny_config();
-    cfg_.train.steps = 8;
-    cfg_.optim.warmup_steps = 2;
-    cfg_.ckpt.dir = tmp_.file("ckpt");
-    cfg_.ckpt.keep = 0;
-  }
-  void TearDown() override { unsetenv("SHARDTRAIN_FAULT"); }
-  TempDir tmp_;
-  Config cfg_;
-};
+class CheckpointTest : public testing::TinyCkptTest {};
 
 struct State {
   std::vector<float> losses;
