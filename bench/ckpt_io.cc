@@ -5,8 +5,8 @@
 //
 // Each iteration times, on every rank at once (a barrier before each part):
 //   save     save_checkpoint: the rank file written and hashed, the manifest, the rename;
-//   load     load_checkpoint of that checkpoint, every check of open_rank_file (SHA-256 included);
-//   hash     the first half of that load on this rank's own file: sha256_file alone;
+//   load     load_checkpoint of that checkpoint, every check of open_rank_file (the digest included);
+//   hash     the first half of that load on this rank's own file: file_digest alone;
 //   reads    the second half: ShardFileReader hyperslab reads of this rank's spans, no hash (they find the file in
 //            the page cache, where the hash pass put it, as the load's reads do);
 //   writer   write_shard_file alone of this rank's state into --dir;
@@ -14,6 +14,8 @@
 //            write()s from one buffer, fsync, close;
 //   direct   the same with O_DIRECT (`dd bs=64M oflag=direct`, its last partial block without O_DIRECT as dd does,
 //            then fsync); skipped, and said so, where the file system refuses O_DIRECT (tmpfs).
+// Then, once, the digest's speed from memory over 256 MiB of varied bytes: SHA-256 of the whole (one stream, one
+// core) and the checkpoint digest (16 MiB pieces on four threads), the ceiling each puts on a writer that hashes.
 // Before the load and before the hash pass, this rank's file is dropped from the page cache (fdatasync, then
 // posix_fadvise DONTNEED, which drops clean pages without root), and the share of its pages still resident is
 // measured with mincore and printed: 0% means the part read the disk, 100% that it read memory.
@@ -223,7 +225,7 @@ int main(int argc, char** argv) {
       cached_hash.push_back(percent_in_page_cache(mine));
       comm->barrier();
       t0 = std::chrono::steady_clock::now();
-      st::sha256_file(mine);
+      st::file_digest(mine, st::kDigestPieceBytes);
       hash_s.push_back(seconds_since(t0));
       comm->barrier();
       t0 = std::chrono::steady_clock::now();
@@ -254,6 +256,14 @@ int main(int argc, char** argv) {
       direct_refused = !direct;
       fs::remove(plain_path);
     }
+    std::vector<char> hashed(size_t{256} << 20);
+    fill_varied(hashed.data(), hashed.size(), 7);
+    double digest_GBps[2];
+    for (int k = 0; k < 2; ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      st::digest_hex(hashed.data(), hashed.size(), k == 0 ? 0 : st::kDigestPieceBytes);
+      digest_GBps[k] = static_cast<double>(hashed.size()) / seconds_since(t0) / 1e9;
+    }
     double total = 0;
     for (const auto& e : fs::directory_iterator(where)) total += static_cast<double>(e.file_size());
     if (comm->rank() == 0) {
@@ -281,6 +291,8 @@ int main(int argc, char** argv) {
         std::printf("median_direct_s=%.3f direct_GBps=%.2f ", d, bytes / d / 1e9);
       }
       std::printf("writer_over_best_plain=%.2f\n", best / w);
+      std::printf("ckpt_io digest_from_memory sha256_one_stream_GBps=%.2f piece_digest_GBps=%.2f\n", digest_GBps[0],
+                  digest_GBps[1]);
     }
     return 0;
   } catch (const st::Error& e) {

@@ -57,11 +57,11 @@ std::string rank_file_name(int rank) {
 struct FileRecord {
   int64_t bytes = 0;
   int file = -1;
-  std::string sha256;  // lowercase hex
+  std::string digest;  // file_digest with kDigestPieceBytes, lowercase hex
 };
 
 // One rank's slot of the control words, summed over ranks (every other rank adds zeros to it). Every value is an
-// integer below 2^53, so the sum carries it exactly: the hash goes as eight 32-bit words.
+// integer below 2^53, so the sum carries it exactly: the digest goes as eight 32-bit words.
 enum Word : int { kStatus, kFile, kBytes, kSha, kCommit = kSha + 8, kSlot };
 enum Status : int { kWriting = 0, kWritten = 1, kWriteFailed = 2 };
 enum Commit : int { kNotYet = 0, kCommitted = 1, kCommitFault = 2, kCommitBadInput = 3 };
@@ -69,8 +69,8 @@ enum Commit : int { kNotYet = 0, kCommitted = 1, kCommitFault = 2, kCommitBadInp
 void put_record(const FileRecord& r, double* slot) {
   slot[kFile] = r.file + 1;
   slot[kBytes] = static_cast<double>(r.bytes);
-  for (int i = 0; i < 8 && r.sha256.size() == 64; ++i)
-    slot[kSha + i] = static_cast<double>(std::stoul(r.sha256.substr(static_cast<size_t>(8 * i), 8), nullptr, 16));
+  for (int i = 0; i < 8 && r.digest.size() == 64; ++i)
+    slot[kSha + i] = static_cast<double>(std::stoul(r.digest.substr(static_cast<size_t>(8 * i), 8), nullptr, 16));
 }
 
 FileRecord take_record(const double* slot) {
@@ -80,7 +80,7 @@ FileRecord take_record(const double* slot) {
   char hex[9];
   for (int i = 0; i < 8; ++i) {
     std::snprintf(hex, sizeof(hex), "%08lx", static_cast<unsigned long>(slot[kSha + i]));
-    r.sha256 += hex;
+    r.digest += hex;
   }
   return r;
 }
@@ -241,7 +241,7 @@ struct CheckpointSaver::Impl {
     }
     const WrittenFile written = write_shard_file(path.string(), file, files, state.step, slices);  // hashed as written
     mine.bytes = written.bytes;
-    mine.sha256 = written.sha256;
+    mine.digest = written.digest;
     mine.file = file;
   }
 
@@ -256,7 +256,9 @@ struct CheckpointSaver::Impl {
       failed = std::current_exception();
     }
     FileOffer offer;
-    if (!failed) offer = FileOffer{mine.file, (tmp / rank_file_name(mine.file)).string(), mine.bytes, mine.sha256};
+    if (!failed)
+      offer =
+          FileOffer{mine.file, (tmp / rank_file_name(mine.file)).string(), mine.bytes, mine.digest, kDigestPieceBytes};
     replica = FileTake{};
     try {
       transfer_files(*replica_comm, layout.holder_of(rank), &offer, layout.source_of(rank), &replica,
@@ -285,7 +287,7 @@ struct CheckpointSaver::Impl {
       f.name = rank_file_name(r);
       f.rank = r;
       f.bytes = records[static_cast<size_t>(r)].bytes;
-      f.sha256 = records[static_cast<size_t>(r)].sha256;
+      f.digest = records[static_cast<size_t>(r)].digest;
       for (const UnitLayout& u : model.units()) f.spans.push_back(shard_span(u.numel, r, files));
       m.files.push_back(std::move(f));
     }

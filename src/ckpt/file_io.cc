@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -80,23 +81,71 @@ void sha256_update(EVP_MD_CTX* ctx, const void* data, size_t bytes) {
   ST_CHECK(EVP_DigestUpdate(ctx, data, bytes) == 1, "EVP_DigestUpdate: ", openssl_error());
 }
 
-std::string sha256_end(EVP_MD_CTX* ctx) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
+using Digest = std::array<unsigned char, 32>;
+
+Digest sha256_final(EVP_MD_CTX* ctx) {
+  Digest digest;
   unsigned int len = 0;
-  ST_CHECK(EVP_DigestFinal_ex(ctx, digest, &len) == 1, "EVP_DigestFinal_ex: ", openssl_error());
+  ST_CHECK(EVP_DigestFinal_ex(ctx, digest.data(), &len) == 1 && len == digest.size(),
+           "EVP_DigestFinal_ex: ", openssl_error());
+  return digest;
+}
+
+std::string hex_of(const Digest& digest) {
   static const char kHex[] = "0123456789abcdef";
-  std::string out(2 * len, '0');
-  for (unsigned int i = 0; i < len; ++i) {
+  std::string out(2 * digest.size(), '0');
+  for (size_t i = 0; i < digest.size(); ++i) {
     out[2 * i] = kHex[digest[i] >> 4];
     out[2 * i + 1] = kHex[digest[i] & 0xf];
   }
   return out;
 }
 
+std::string sha256_end(EVP_MD_CTX* ctx) { return hex_of(sha256_final(ctx)); }
+
+// The digest of a file cut into pieces: the SHA-256 of the pieces' SHA-256s in order.
+std::string root_of(const std::vector<Digest>& pieces) {
+  EvpCtx ctx = sha256_begin();
+  for (const Digest& d : pieces) sha256_update(ctx.get(), d.data(), d.size());
+  return sha256_end(ctx.get());
+}
+
+// Calls fn(thread, i) for every i in [0, count), on min(threads, count) threads numbered from 0 (the calling thread
+// is thread 0), each taking the next i when done with one. fn returns false to stop every thread at its next i.
+// The first exception stops them the same way and is rethrown here once all have ended.
+template <class Fn>
+void for_each_index(int64_t count, int threads, Fn fn) {
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::exception_ptr error;
+  auto work = [&](int thread) {
+    try {
+      while (!stop) {
+        const int64_t i = next++;
+        if (i >= count || !fn(thread, i)) return;
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!error) error = std::current_exception();
+    }
+    stop = true;
+  };
+  const int n = static_cast<int>(std::min<int64_t>(count, threads));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n; ++t) pool.emplace_back(work, t);
+  if (n > 0) work(0);
+  for (std::thread& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
 // Bytes per read and write of a large file, and the writes in flight: 16 MiB x 4 wrote as fast as any size and
 // count measured (docs/performance.md, "Checkpoint writes"), and 64 MiB is all the memory a write holds.
 constexpr size_t kIoBytes = size_t{16} << 20;
 constexpr int kWritesInFlight = 4;
+// Threads that hash a file's digest pieces from memory, and that read and hash them from a file: four compute
+// SHA-256 at four times one core's speed, faster than the disks they write or read.
+constexpr int kDigestThreads = 4;
 // Pieces a hash pass asks the kernel to read ahead of the one it reads (64 MiB).
 constexpr int64_t kReadAheadPieces = 4;
 // O_DIRECT needs buffers, offsets and lengths aligned to the device's logical block: 4096 covers 512-byte
@@ -195,15 +244,15 @@ class Runs {
       ++i;
     }
   }
-  // Calls fn(data, n) on the bytes in file order, at most `piece` bytes a call, until fn returns false.
+  // Calls fn(data, n) on file bytes [begin, end) in order, one call per run they touch.
   template <class Fn>
-  void for_each_piece(size_t piece, Fn fn) const {
-    for (size_t i = 0; i < data_.size(); ++i) {
+  void for_each_span(int64_t begin, int64_t end, Fn fn) const {
+    if (begin >= end) return;
+    size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), begin) - starts_.begin()) - 1;
+    for (; i < data_.size() && starts_[i] < end; ++i) {
       const int64_t run_end = i + 1 < starts_.size() ? starts_[i + 1] : total_;
-      for (int64_t at = starts_[i]; at < run_end; at += static_cast<int64_t>(piece)) {
-        const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(piece), run_end - at));
-        if (!fn(data_[i] + (at - starts_[i]), n)) return;
-      }
+      const int64_t from = std::max(begin, starts_[i]), to = std::min(end, run_end);
+      fn(data_[i] + (from - starts_[i]), static_cast<size_t>(to - from));
     }
   }
 
@@ -238,45 +287,54 @@ WriteFailure pwrite_all(int fd, const char* buf, size_t n, int64_t offset) {
 // the other threads stop at their next piece.
 WriteFailure write_pieces(int fd, const Runs& runs, int64_t begin, int64_t end, const IoBuffers& buffers) {
   const int64_t pieces = (end - begin + static_cast<int64_t>(kIoBytes) - 1) / static_cast<int64_t>(kIoBytes);
-  std::atomic<int64_t> next{0};
-  std::atomic<bool> stop{false};
   std::mutex mu;
   WriteFailure first;
-  auto work = [&](char* buf) {
-    while (!stop) {
-      const int64_t i = next++;
-      if (i >= pieces) return;
-      const int64_t offset = begin + i * static_cast<int64_t>(kIoBytes);
-      const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kIoBytes), end - offset));
-      runs.gather(offset, n, buf);
-      const WriteFailure f = pwrite_all(fd, buf, n, offset);
-      if (f.failed()) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!first.failed()) first = f;
-        stop = true;
-      }
-    }
-  };
-  const int threads = static_cast<int>(std::min<int64_t>(pieces, static_cast<int64_t>(buffers.count())));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work, buffers[static_cast<size_t>(t)]);
-  work(buffers[0]);
-  for (std::thread& t : pool) t.join();
+  for_each_index(pieces, static_cast<int>(buffers.count()), [&](int thread, int64_t i) {
+    char* buf = buffers[static_cast<size_t>(thread)];
+    const int64_t offset = begin + i * static_cast<int64_t>(kIoBytes);
+    const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kIoBytes), end - offset));
+    runs.gather(offset, n, buf);
+    const WriteFailure f = pwrite_all(fd, buf, n, offset);
+    if (!f.failed()) return true;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!first.failed()) first = f;
+    return false;
+  });
   return first;
 }
 
-// The SHA-256 of `runs`, computed on a thread of its own. Destroyed before result(), it stops early.
-class BackgroundHash {
+// The digest (file_digest's) of `runs`, its pieces hashed on kDigestThreads threads. Returns "" once *cancel is set.
+std::string digest_runs(const Runs& runs, int64_t piece_bytes, const std::atomic<bool>& cancel) {
+  if (piece_bytes == 0) {
+    EvpCtx ctx = sha256_begin();
+    runs.for_each_span(0, runs.total(), [&](const char* p, size_t n) { sha256_update(ctx.get(), p, n); });
+    return sha256_end(ctx.get());
+  }
+  std::vector<Digest> digests(static_cast<size_t>((runs.total() + piece_bytes - 1) / piece_bytes));
+  for_each_index(static_cast<int64_t>(digests.size()), kDigestThreads, [&](int, int64_t i) {
+    if (cancel) return false;
+    EvpCtx ctx = sha256_begin();
+    runs.for_each_span(i * piece_bytes, std::min(runs.total(), (i + 1) * piece_bytes),
+                       [&](const char* p, size_t n) { sha256_update(ctx.get(), p, n); });
+    digests[static_cast<size_t>(i)] = sha256_final(ctx.get());
+    return true;
+  });
+  return cancel ? std::string() : root_of(digests);
+}
+
+// The digest of `runs`, computed on threads of its own. Destroyed before result(), it stops early.
+class BackgroundDigest {
  public:
-  explicit BackgroundHash(const Runs& runs) : thread_([this, &runs] { run(runs); }) {}
-  BackgroundHash(const BackgroundHash&) = delete;
-  BackgroundHash& operator=(const BackgroundHash&) = delete;
-  ~BackgroundHash() {
+  BackgroundDigest(const Runs& runs, int64_t piece_bytes)
+      : thread_([this, &runs, piece_bytes] { run(runs, piece_bytes); }) {}
+  BackgroundDigest(const BackgroundDigest&) = delete;
+  BackgroundDigest& operator=(const BackgroundDigest&) = delete;
+  ~BackgroundDigest() {
     if (!thread_.joinable()) return;
     cancel_ = true;
     thread_.join();
   }
-  // Waits for the hash; rethrows what it threw.
+  // Waits for the digest; rethrows what it threw.
   std::string result() {
     thread_.join();
     if (error_) std::rethrow_exception(error_);
@@ -284,15 +342,9 @@ class BackgroundHash {
   }
 
  private:
-  void run(const Runs& runs) {
+  void run(const Runs& runs, int64_t piece_bytes) {
     try {
-      EvpCtx ctx = sha256_begin();
-      runs.for_each_piece(kIoBytes, [&](const char* p, size_t n) {
-        if (cancel_) return false;
-        sha256_update(ctx.get(), p, n);
-        return true;
-      });
-      digest_ = sha256_end(ctx.get());
+      digest_ = digest_runs(runs, piece_bytes, cancel_);
     } catch (...) {
       error_ = std::current_exception();
     }
@@ -454,15 +506,89 @@ std::string sha256_hex(const void* data, size_t bytes) {
   return sha256_end(ctx.get());
 }
 
-struct Sha256Stream::Ctx {
-  EvpCtx evp = sha256_begin();
+std::string digest_hex(const void* data, size_t bytes, int64_t piece_bytes) {
+  ST_CHECK(piece_bytes >= 0, "digest piece size ", piece_bytes);
+  Runs runs;
+  runs.add(data, static_cast<int64_t>(bytes));
+  const std::atomic<bool> never{false};
+  return digest_runs(runs, piece_bytes, never);
+}
+
+std::string file_digest(const std::string& path, int64_t piece_bytes) {
+  ST_CHECK(piece_bytes >= 0, "digest piece size ", piece_bytes);
+  if (piece_bytes == 0) return sha256_file(path);
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) ST_BAD_INPUT("cannot read ", path, " to hash it: ", errno_text());
+  (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) ST_FAULT("cannot stat ", path, ": ", errno_text());
+  const int64_t size = static_cast<int64_t>(st.st_size);
+  // Each thread reads its piece in reads of up to kIoBytes into a buffer of its own, hashing each read. Several
+  // large reads in flight at different offsets read faster than the kernel's read-ahead of one stream.
+  const int64_t pieces = (size + piece_bytes - 1) / piece_bytes;
+  const size_t read_bytes = static_cast<size_t>(std::clamp<int64_t>(size, 1, static_cast<int64_t>(kIoBytes)));
+  const IoBuffers buffers(static_cast<int>(std::min<int64_t>(pieces, kDigestThreads)), read_bytes);
+  std::vector<Digest> digests(static_cast<size_t>(pieces));
+  for_each_index(pieces, kDigestThreads, [&](int thread, int64_t i) {
+    char* buf = buffers[static_cast<size_t>(thread)];
+    EvpCtx ctx = sha256_begin();
+    const int64_t end = std::min(size, (i + 1) * piece_bytes);
+    for (int64_t at = i * piece_bytes; at < end;) {
+      const size_t want = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(read_bytes), end - at));
+      const ssize_t got = ::pread(fd.get(), buf, want, at);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) ST_FAULT("read of ", path, " at byte ", at, " failed: ", errno_text());
+      if (got == 0) ST_FAULT("read of ", path, " at byte ", at, ": the file ended before its ", size, " bytes");
+      sha256_update(ctx.get(), buf, static_cast<size_t>(got));
+      at += got;
+    }
+    digests[static_cast<size_t>(i)] = sha256_final(ctx.get());
+    return true;
+  });
+  return root_of(digests);
+}
+
+struct DigestStream::Ctx {
+  int64_t piece_bytes = 0;
+  int64_t in_piece = 0;           // bytes in the current piece so far
+  EvpCtx piece = sha256_begin();  // the current piece's hash (the whole stream's when piece_bytes == 0)
+  EvpCtx root = sha256_begin();   // the pieces' digests so far
+  void end_piece() {
+    const Digest d = sha256_final(piece.get());
+    sha256_update(root.get(), d.data(), d.size());
+    piece = sha256_begin();
+    in_piece = 0;
+  }
 };
 
-Sha256Stream::Sha256Stream() : ctx_(std::make_unique<Ctx>()) {}
-Sha256Stream::~Sha256Stream() = default;
-void Sha256Stream::update(const void* data, size_t bytes) { sha256_update(ctx_->evp.get(), data, bytes); }
-std::string Sha256Stream::hex() { return sha256_end(ctx_->evp.get()); }
-WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pieces) {
+DigestStream::DigestStream(int64_t piece_bytes) : ctx_(std::make_unique<Ctx>()) {
+  ST_CHECK(piece_bytes >= 0, "digest piece size ", piece_bytes);
+  ctx_->piece_bytes = piece_bytes;
+}
+DigestStream::~DigestStream() = default;
+
+void DigestStream::update(const void* data, size_t bytes) {
+  Ctx& c = *ctx_;
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const size_t take = c.piece_bytes == 0 ? bytes : std::min(bytes, static_cast<size_t>(c.piece_bytes - c.in_piece));
+    sha256_update(c.piece.get(), p, take);
+    c.in_piece += static_cast<int64_t>(take);
+    p += take;
+    bytes -= take;
+    if (c.piece_bytes > 0 && c.in_piece == c.piece_bytes) c.end_piece();
+  }
+}
+
+std::string DigestStream::hex() {
+  Ctx& c = *ctx_;
+  if (c.piece_bytes == 0) return sha256_end(c.piece.get());
+  if (c.in_piece > 0) c.end_piece();
+  return sha256_end(c.root.get());
+}
+
+WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pieces, int64_t piece_bytes) {
+  ST_CHECK(piece_bytes > 0, path, ": digest piece size ", piece_bytes);
   Fd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (fd.get() < 0) ST_FAULT("cannot open ", path, " to write it: ", errno_text());
   struct stat st {};
@@ -505,8 +631,8 @@ WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pie
       ST_FAULT("cannot write ", path, ": ", std::strerror(err), " (reserving its ", total, " bytes)");
   }
 
-  // The hash runs beside the writes, over the same bytes in file order.
-  BackgroundHash hash(runs);
+  // The digest is computed beside the writes, from the same bytes in memory.
+  BackgroundDigest digest(runs, piece_bytes);
   const IoBuffers buffers(kWritesInFlight,
                           static_cast<size_t>(std::min<int64_t>(
                               static_cast<int64_t>(kIoBytes),
@@ -531,7 +657,7 @@ WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pie
     if (errno != EINTR) ST_FAULT("fsync of ", path, " failed: ", errno_text());
   }
   if (fd.close() != 0) ST_FAULT("close of ", path, " after writing failed: ", errno_text());
-  return {total, hash.result()};
+  return {total, digest.result()};
 }
 
 }  // namespace st

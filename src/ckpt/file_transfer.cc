@@ -18,7 +18,8 @@ namespace {
 struct Header {
   int64_t file = -1;  // -1: nothing follows
   int64_t bytes = 0;
-  char sha256[64] = {};
+  int64_t piece_bytes = 0;  // the digest's scheme (file_io.h)
+  char digest[64] = {};
 };
 
 std::string errno_text() { return std::strerror(errno); }
@@ -56,7 +57,7 @@ class Source {
 // The receiving side: writes and hashes what arrives; after a write error it only hashes.
 class Sink {
  public:
-  explicit Sink(std::string path) : path_(std::move(path)) {
+  Sink(std::string path, int64_t piece_bytes) : path_(std::move(path)), hash_(piece_bytes) {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) error_ = str_cat("cannot create ", path_, ": ", errno_text());
   }
@@ -73,7 +74,7 @@ class Sink {
       if (put > 0) done += put;
     }
   }
-  // fsync and close; then the SHA-256 of everything received.
+  // fsync and close; then the digest of everything received.
   std::string finish() {
     if (error_.empty() && ::fsync(fd_) != 0) error_ = str_cat("fsync of ", path_, " failed: ", errno_text());
     if (fd_ >= 0 && ::close(fd_) != 0 && error_.empty())
@@ -87,7 +88,7 @@ class Sink {
   std::string path_;
   int fd_ = -1;
   std::string error_;
-  Sha256Stream hash_;
+  DigestStream hash_;
 };
 
 }  // namespace
@@ -96,10 +97,12 @@ void transfer_files(Communicator& comm, int dest, const FileOffer* offer, int so
                     const std::function<std::string(int file)>& path_for) {
   Header out, in;
   if (offer != nullptr && offer->file >= 0) {
-    ST_CHECK(offer->sha256.size() == 64, "transfer_files: the SHA-256 of ", offer->path, " is not 64 hex digits");
+    ST_CHECK(offer->digest.size() == 64, "transfer_files: the digest of ", offer->path, " is not 64 hex digits");
+    ST_CHECK(offer->piece_bytes >= 0, "transfer_files: digest piece size ", offer->piece_bytes);
     out.file = offer->file;
     out.bytes = offer->bytes;
-    std::memcpy(out.sha256, offer->sha256.data(), 64);
+    out.piece_bytes = offer->piece_bytes;
+    std::memcpy(out.digest, offer->digest.data(), 64);
   }
   comm.send_recv(&out, offer ? static_cast<int64_t>(sizeof(out)) : 0, dest, &in,
                  take ? static_cast<int64_t>(sizeof(in)) : 0, source);
@@ -112,9 +115,10 @@ void transfer_files(Communicator& comm, int dest, const FileOffer* offer, int so
     take->received = true;
     take->file = static_cast<int>(in.file);
     take->bytes = in.bytes;
-    take->sha256.assign(in.sha256, 64);
+    take->digest.assign(in.digest, 64);
+    take->piece_bytes = in.piece_bytes;
     take->path = path_for(take->file);
-    sink = std::make_unique<Sink>(take->path);
+    sink = std::make_unique<Sink>(take->path, in.piece_bytes);
   }
   std::vector<char> out_buf(static_cast<size_t>(std::min(send_bytes, kTransferChunk)));
   std::vector<char> in_buf(static_cast<size_t>(std::min(recv_bytes, kTransferChunk)));
@@ -134,8 +138,8 @@ void transfer_files(Communicator& comm, int dest, const FileOffer* offer, int so
     const std::string what = str_cat("receiving file ", take->file, " from rank ", source, " into ", take->path);
     if (!sink->error().empty()) {
       error += str_cat(error.empty() ? "" : "; ", what, ": ", sink->error());
-    } else if (hash != take->sha256) {
-      error += str_cat(error.empty() ? "" : "; ", what, ": SHA-256 mismatch: expected ", take->sha256,
+    } else if (hash != take->digest) {
+      error += str_cat(error.empty() ? "" : "; ", what, ": SHA-256 mismatch: expected ", take->digest,
                        " (the sender's), actual ", hash);
     }
   }

@@ -168,13 +168,13 @@ ManifestUnit parse_unit(const FieldReader& r, const json& j, const std::string& 
   return u;
 }
 
-ManifestFile parse_file(const FieldReader& r, const json& j, const std::string& name) {
+ManifestFile parse_file(const FieldReader& r, const json& j, const std::string& name, const char* digest_field) {
   ManifestFile f;
   r.object(j, name);
   f.name = r.string(j, name, "name");
   f.rank = r.i32(j, name, "rank");
   f.bytes = r.i64(j, name, "bytes");
-  f.sha256 = r.string(j, name, "sha256");
+  f.digest = r.string(j, name, digest_field);
   const std::string spans_name = join(name, "spans");
   const json& spans = r.array(j, name, "spans");
   for (size_t i = 0; i < spans.size(); ++i) {
@@ -184,6 +184,9 @@ ManifestFile parse_file(const FieldReader& r, const json& j, const std::string& 
   }
   return f;
 }
+
+// The files' digest field: piece_sha256 with digest_piece_bytes, sha256 (of the whole file) without.
+const char* digest_field(const Manifest& m) { return m.digest_piece_bytes > 0 ? "piece_sha256" : "sha256"; }
 
 bool is_lower_hex_sha256(const std::string& s) {
   return s.size() == 64 &&
@@ -264,9 +267,10 @@ void validate_node_local(const ManifestNodeLocal& n, int world_size, const std::
 }  // namespace
 
 void validate_manifest(const Manifest& m, const std::string& path) {
-  if (m.format_version != kCheckpointFormatVersion)
-    ST_BAD_INPUT(path, ": unknown checkpoint format version ", m.format_version, " (this build reads ",
-                 kCheckpointFormatVersion, ")");
+  check_format_version(m.format_version, path);
+  if (m.format_version == 1 && m.digest_piece_bytes != 0)
+    ST_BAD_INPUT(path, ": digest_piece_bytes is ", m.digest_piece_bytes,
+                 ", expected none in format version 1 (whole-file digests)");
   require_at_least(path, "step", m.step, 0);
   require_at_least(path, "world_size", m.world_size, 1);
   require_at_least(path, "model.n_layer", m.model.n_layer, 1);
@@ -317,6 +321,10 @@ void validate_manifest(const Manifest& m, const std::string& path) {
   if (m.files.size() != static_cast<size_t>(m.world_size))
     ST_BAD_INPUT(path, ": files has ", m.files.size(), " entries, expected world_size = ", m.world_size,
                  " (one per rank)");
+  if (m.format_version > 1 &&
+      (m.digest_piece_bytes < kMinDigestPieceBytes || m.digest_piece_bytes > kMaxDigestPieceBytes))
+    ST_BAD_INPUT(path, ": digest_piece_bytes is ", m.digest_piece_bytes, ", expected ", kMinDigestPieceBytes, " to ",
+                 kMaxDigestPieceBytes);
   std::set<std::string> file_names;
   for (size_t f = 0; f < m.files.size(); ++f) {
     const ManifestFile& file = m.files[f];
@@ -328,8 +336,8 @@ void validate_manifest(const Manifest& m, const std::string& path) {
       ST_BAD_INPUT(path, ": ", fn, ".name \"", file.name, "\" is used by an earlier file too");
     if (file.rank != static_cast<int>(f)) ST_BAD_INPUT(path, ": ", fn, ".rank is ", file.rank, ", expected ", f);
     require_at_least(path, fn + ".bytes", file.bytes, 0);
-    if (!is_lower_hex_sha256(file.sha256))
-      ST_BAD_INPUT(path, ": ", fn, ".sha256 is \"", file.sha256, "\", expected 64 lowercase hex digits");
+    if (!is_lower_hex_sha256(file.digest))
+      ST_BAD_INPUT(path, ": ", fn, ".", digest_field(m), " is \"", file.digest, "\", expected 64 lowercase hex digits");
     if (file.spans.size() != m.units.size())
       ST_BAD_INPUT(path, ": ", fn, ".spans has ", file.spans.size(), " entries, expected ", m.units.size(),
                    " (one per unit)");
@@ -392,9 +400,13 @@ std::string manifest_to_json(const Manifest& m) {
   for (const ManifestFile& f : m.files) {
     ordered_json spans = ordered_json::array();
     for (const ShardSpan& s : f.spans) spans.push_back({{"offset", s.offset}, {"count", s.count}});
-    files.push_back(
-        {{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"sha256", f.sha256}, {"spans", std::move(spans)}});
+    files.push_back({{"name", f.name},
+                     {"rank", f.rank},
+                     {"bytes", f.bytes},
+                     {digest_field(m), f.digest},
+                     {"spans", std::move(spans)}});
   }
+  if (m.digest_piece_bytes > 0) j["digest_piece_bytes"] = m.digest_piece_bytes;
   j["files"] = std::move(files);
   ordered_json units = ordered_json::array();
   for (const ManifestUnit& u : m.units) {
@@ -431,9 +443,7 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   Manifest m;
   // The version comes first: a newer writer may have changed every other field.
   m.format_version = r.i32(j, "", "format_version");
-  if (m.format_version != kCheckpointFormatVersion)
-    ST_BAD_INPUT(path, ": unknown checkpoint format version ", m.format_version, " (this build reads ",
-                 kCheckpointFormatVersion, ")");
+  check_format_version(m.format_version, path);
   m.step = r.i64(j, "", "step");
   m.world_size = r.i32(j, "", "world_size");
   m.model = parse_model(r, r.object(j, "", "model"));
@@ -454,8 +464,11 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   m.skipped_steps = r.i64(j, "", "skipped_steps");
   // Added with fp16 training; manifests written before it have no such field and no scaling to resume.
   if (j.contains("loss_scale_good_steps")) m.loss_scale_good_steps = r.i64(j, "", "loss_scale_good_steps");
+  // Version 1 hashes each whole file (validate_manifest checks the range).
+  m.digest_piece_bytes = m.format_version == 1 ? 0 : r.i64(j, "", "digest_piece_bytes");
   const json& files = r.array(j, "", "files");
-  for (size_t i = 0; i < files.size(); ++i) m.files.push_back(parse_file(r, files[i], index("files", i)));
+  for (size_t i = 0; i < files.size(); ++i)
+    m.files.push_back(parse_file(r, files[i], index("files", i), digest_field(m)));
   const json& units = r.array(j, "", "units");
   for (size_t i = 0; i < units.size(); ++i) m.units.push_back(parse_unit(r, units[i], index("units", i)));
   m.config_ini = r.string(j, "", "config_ini");
@@ -481,6 +494,12 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   }
   validate_manifest(m, path);
   return m;
+}
+
+void check_format_version(int64_t version, const std::string& path) {
+  if (version < kOldestReadableFormatVersion || version > kCheckpointFormatVersion)
+    ST_BAD_INPUT(path, ": unknown checkpoint format version ", version, " (this build reads versions ",
+                 kOldestReadableFormatVersion, " to ", kCheckpointFormatVersion, ")");
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {

@@ -21,10 +21,10 @@ namespace fs = std::filesystem;
 namespace st {
 namespace {
 
-// A fingerprint of one save: the step and every file's name, size and hash (node_local differs between copies).
+// A fingerprint of one save: the step and every file's name, size and digest (node_local differs between copies).
 std::string save_fingerprint(const Manifest& m) {
-  std::string text = std::to_string(m.step) + "\n";
-  for (const ManifestFile& f : m.files) text += str_cat(f.name, " ", f.bytes, " ", f.sha256, "\n");
+  std::string text = str_cat(m.step, " ", m.digest_piece_bytes, "\n");
+  for (const ManifestFile& f : m.files) text += str_cat(f.name, " ", f.bytes, " ", f.digest, "\n");
   return sha256_hex(text.data(), text.size());
 }
 
@@ -416,16 +416,17 @@ std::optional<std::string> resume_node_local(const Config& cfg, ModelBackend& mo
     const ManifestFile& f = m.files[static_cast<size_t>(mv.file)];
     try {
       if (mv.from == node) {
-        const FileOffer offer{f.rank, (fs::path(dir) / step_name / f.name).string(), f.bytes, f.sha256};
+        const FileOffer offer{f.rank, (fs::path(dir) / step_name / f.name).string(), f.bytes, f.digest,
+                              m.digest_piece_bytes};
         transfer_files(comm, peer, &offer, -1, nullptr, nullptr);
       } else {
         FileTake take;
         const std::string sink = restore ? std::string() : "/dev/null";
         transfer_files(comm, -1, nullptr, peer, &take,
                        [&](int file) { return restore ? restore->path_of(file) : sink; });
-        if (take.file != f.rank || take.sha256 != f.sha256)
-          ST_FAULT("node ", mv.from, " sent file ", take.file, " (SHA-256 ", take.sha256, ") for ", f.name, " (",
-                   f.sha256, ")");
+        if (take.file != f.rank || take.digest != f.digest)
+          ST_FAULT("node ", mv.from, " sent file ", take.file, " (SHA-256 ", take.digest, ") for ", f.name, " (",
+                   f.digest, ")");
         received.push_back(f.rank);
         received_bytes += f.bytes;
       }

@@ -89,7 +89,7 @@ WrittenFile write_shard_file(const std::string& path, int rank, int world_size, 
     }
   }
   f.close();
-  return overwrite_file(path, std::move(raw));
+  return overwrite_file(path, std::move(raw), kDigestPieceBytes);
 }
 
 struct ShardFileReader::Impl {
@@ -121,9 +121,7 @@ ShardFileReader::ShardFileReader(const std::string& path) : impl_(new Impl) {
   const H5File& f = d.file;
 
   const int64_t version = h5_read_attr_i64(f, f.id(), "/", "format_version");
-  if (version != kCheckpointFormatVersion)
-    ST_BAD_INPUT(path, ": unknown checkpoint format version ", version, " (this build reads ", kCheckpointFormatVersion,
-                 ")");
+  check_format_version(version, path);
   const int64_t world_size = h5_read_attr_i64(f, f.id(), "/", "world_size");
   const int64_t rank = h5_read_attr_i64(f, f.id(), "/", "rank");
   d.step = h5_read_attr_i64(f, f.id(), "/", "step");

@@ -95,7 +95,9 @@ std::string inspect_checkpoint(const std::string& step_dir) {
   int64_t total = 0;
   for (const ManifestFile& f : m.files) total += f.bytes;
   os << "files " << m.files.size() << " bytes=" << total << "\n";
-  for (const ManifestFile& f : m.files) os << "  " << f.name << " bytes=" << f.bytes << " sha256=" << f.sha256 << "\n";
+  for (const ManifestFile& f : m.files)
+    os << "  " << f.name << " bytes=" << f.bytes << " " << (m.digest_piece_bytes > 0 ? "piece_sha256=" : "sha256=")
+       << f.digest << "\n";
   return os.str();
 }
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -83,6 +84,85 @@ TEST(Sha256, MissingFileIsBadInputNamingThePath) {
   EXPECT_TRUE(contains(msg, "No such file or directory")) << msg;
 }
 
+// Known digests, computed independently by Python's hashlib:
+//   h = sha256(); [h.update(sha256(data[i:i + p]).digest()) for i in range(0, len(data), p)]; h.hexdigest()
+TEST(Digest, KnownVectors) {
+  EXPECT_EQ(digest_hex("abc", 3, 4096), "4f8b42c22dd3729b519ba6f68d2da7cc5b2d606d05daed5ad5128cc03e6c6358");
+  EXPECT_EQ(digest_hex("", 0, 4096), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  const std::string a(10000, 'a');  // pieces of 4096, 4096 and 1808 bytes
+  EXPECT_EQ(digest_hex(a.data(), a.size(), 4096), "7066272a7c980edc7755dfc35591070ab25212163bcbc8e0b5ba8e6d28cee231");
+  TempDir dir;
+  write_bytes(dir.file("a"), std::string(1000000, 'a'));
+  EXPECT_EQ(file_digest(dir.file("a"), kDigestPieceBytes),
+            "80d1189477563e1b5206b2749f1afe4807e5705e8bd77887a60187a712156688");
+  // Without pieces it is the SHA-256 of the whole file.
+  EXPECT_EQ(file_digest(dir.file("a"), 0), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  EXPECT_EQ(digest_hex("abc", 3, 0), sha256_hex("abc", 3));
+}
+
+// The digest by its definition, from sha256_hex alone: the SHA-256 of the pieces' digests, concatenated.
+std::string digest_by_definition(const std::string& bytes, size_t piece) {
+  std::string digests;
+  for (size_t at = 0; at < bytes.size(); at += piece) {
+    const std::string hex = sha256_hex(bytes.data() + at, std::min(piece, bytes.size() - at));
+    for (size_t i = 0; i < hex.size(); i += 2) digests += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  }
+  return sha256_hex(digests.data(), digests.size());
+}
+
+// Every way to take a digest agrees with the definition: from memory (pieces on several threads), from a file
+// (pieces read side by side; a piece larger than one 16 MiB read takes several), and as a stream fed in sizes that
+// cross piece boundaries. Sizes: empty, below, at and across a piece, and many pieces.
+TEST(Digest, MemoryFileAndStreamAgreeWithTheDefinition) {
+  TempDir dir;
+  struct Case {
+    size_t size, piece;
+  };
+  for (const Case c :
+       {Case{0, 4096}, Case{1, 4096}, Case{4095, 4096}, Case{4096, 4096}, Case{4097, 4096}, Case{37 * 4096 + 5, 4096},
+        Case{3 * kMiB + 7, kMiB}, Case{2 * kIoBytes + 3 * kMiB + 5, 2 * kIoBytes}}) {
+    SCOPED_TRACE(::testing::Message() << c.size << " bytes in pieces of " << c.piece);
+    const std::string bytes = varied_bytes(c.size, c.size + 7);
+    const std::string expected = digest_by_definition(bytes, c.piece);
+    const int64_t piece = static_cast<int64_t>(c.piece);
+    EXPECT_EQ(digest_hex(bytes.data(), bytes.size(), piece), expected);
+    const std::string path = dir.file("blob");
+    write_bytes(path, bytes);
+    EXPECT_EQ(file_digest(path, piece), expected);
+    for (size_t feed : {size_t{1000}, c.piece, c.piece + 1}) {
+      DigestStream stream(piece);
+      for (size_t at = 0; at < bytes.size(); at += feed)
+        stream.update(bytes.data() + at, std::min(feed, bytes.size() - at));
+      EXPECT_EQ(stream.hex(), expected) << "fed " << feed << " bytes at a time";
+    }
+  }
+  DigestStream whole(0);
+  whole.update("ab", 2);
+  whole.update("c", 1);
+  EXPECT_EQ(whole.hex(), sha256_hex("abc", 3));
+}
+
+// One changed byte in any piece changes the digest.
+TEST(Digest, OneChangedByteChangesIt) {
+  std::string bytes = varied_bytes(5 * 4096, 9);
+  const std::string before = digest_hex(bytes.data(), bytes.size(), 4096);
+  for (size_t at : {size_t{0}, size_t{4096 * 2 + 17}, bytes.size() - 1}) {
+    bytes[at] ^= 1;
+    EXPECT_NE(digest_hex(bytes.data(), bytes.size(), 4096), before) << at;
+    bytes[at] ^= 1;
+  }
+  EXPECT_EQ(digest_hex(bytes.data(), bytes.size(), 4096), before);
+}
+
+TEST(Digest, MissingFileIsBadInputNamingThePath) {
+  TempDir dir;
+  for (int64_t piece : {int64_t{0}, kDigestPieceBytes}) {
+    const std::string msg = bad_input_message([&] { file_digest(dir.file("absent.h5"), piece); });
+    EXPECT_TRUE(contains(msg, dir.file("absent.h5"))) << msg;
+    EXPECT_TRUE(contains(msg, "No such file or directory")) << msg;
+  }
+}
+
 TEST(WriteFileAtomic, WritesReplacesAndLeavesNoTmpFile) {
   TempDir dir;
   const std::string path = dir.file("latest");
@@ -131,32 +211,34 @@ TEST(FsyncPath, FilesAndDirectoriesSucceedMissingIsAFault) {
 }
 
 // Writes a file of `size` varied bytes, overwrites three pieces of it (given out of order, one empty) and checks
-// the result: the pieces at their offsets, every other byte as it was, the length and SHA-256 returned equal to
-// the file's.
+// the result: the pieces at their offsets, every other byte as it was, the length and digest returned equal to
+// the file's, for digest pieces of 4 KiB (many pieces, hashed on several threads) and of the writers' size.
 void expect_overwrite_places_pieces(const std::string& path, size_t size) {
-  SCOPED_TRACE(::testing::Message() << path << " of " << size << " bytes");
-  std::string expected = varied_bytes(size, 1);
-  write_bytes(path, expected);
-  const std::string middle = varied_bytes(size / 3, 2), last = varied_bytes(std::min<size_t>(3, size), 3);
-  const std::vector<PlacedBytes> pieces = {
-      {static_cast<int64_t>(size - last.size()), last.data(), static_cast<int64_t>(last.size())},
-      {static_cast<int64_t>(size / 2), nullptr, 0},
-      {static_cast<int64_t>(size / 6), middle.data(), static_cast<int64_t>(middle.size())},
-  };
-  expected.replace(size / 6, middle.size(), middle);
-  expected.replace(size - last.size(), last.size(), last);
+  for (int64_t digest_piece : {int64_t{4096}, kDigestPieceBytes}) {
+    SCOPED_TRACE(::testing::Message() << path << " of " << size << " bytes, digest pieces of " << digest_piece);
+    std::string expected = varied_bytes(size, 1);
+    write_bytes(path, expected);
+    const std::string middle = varied_bytes(size / 3, 2), last = varied_bytes(std::min<size_t>(3, size), 3);
+    const std::vector<PlacedBytes> pieces = {
+        {static_cast<int64_t>(size - last.size()), last.data(), static_cast<int64_t>(last.size())},
+        {static_cast<int64_t>(size / 2), nullptr, 0},
+        {static_cast<int64_t>(size / 6), middle.data(), static_cast<int64_t>(middle.size())},
+    };
+    expected.replace(size / 6, middle.size(), middle);
+    expected.replace(size - last.size(), last.size(), last);
 
-  const WrittenFile w = overwrite_file(path, pieces);
-  EXPECT_EQ(w.bytes, static_cast<int64_t>(size));
-  EXPECT_EQ(w.sha256, sha256_hex(expected.data(), expected.size()));
-  EXPECT_EQ(w.sha256, sha256_file(path));
-  EXPECT_EQ(file_size(path), static_cast<int64_t>(size));
-  EXPECT_TRUE(read_bytes(path) == expected);  // not EXPECT_EQ: a mismatch would print megabytes
+    const WrittenFile w = overwrite_file(path, pieces, digest_piece);
+    EXPECT_EQ(w.bytes, static_cast<int64_t>(size));
+    EXPECT_EQ(w.digest, digest_hex(expected.data(), expected.size(), digest_piece));
+    EXPECT_EQ(w.digest, file_digest(path, digest_piece));
+    EXPECT_EQ(file_size(path), static_cast<int64_t>(size));
+    EXPECT_TRUE(read_bytes(path) == expected);  // not EXPECT_EQ: a mismatch would print megabytes
+  }
 }
 
 // Sizes below, at and across the 16 MiB write size, with and without a last partial 4 KiB block (written
 // without O_DIRECT); the largest runs several writes at once and its middle piece crosses a write boundary.
-TEST(OverwriteFile, PlacesThePiecesKeepsTheRestAndReturnsLengthAndHash) {
+TEST(OverwriteFile, PlacesThePiecesKeepsTheRestAndReturnsLengthAndDigest) {
   TempDir dir;
   for (size_t size : {size_t{0}, size_t{1}, size_t{4096}, size_t{5000}, kIoBytes, 3 * kIoBytes + 12345})
     expect_overwrite_places_pieces(dir.file("f_" + std::to_string(size)), size);
@@ -179,13 +261,13 @@ TEST(OverwriteFile, AWritePastTheFileSizeLimitIsAFaultNamingThePathAndTheByte) {
   write_bytes(path, varied_bytes(kMiB + 100, 4));
   const std::string piece = varied_bytes(kMiB, 5);
   expect_fault_past_file_size_limit(256 * 1024 + 100, path + ": File too large (at byte 262244 of 1048676)", [&] {
-    overwrite_file(path, {{0, piece.data(), static_cast<int64_t>(piece.size())}});
+    overwrite_file(path, {{0, piece.data(), static_cast<int64_t>(piece.size())}}, kDigestPieceBytes);
   });
 }
 
 TEST(OverwriteFile, AMissingFileIsAFaultNamingThePathAndErrno) {
   TempDir dir;
-  const std::string msg = fault_message([&] { overwrite_file(dir.file("gone"), {}); });
+  const std::string msg = fault_message([&] { overwrite_file(dir.file("gone"), {}, kDigestPieceBytes); });
   EXPECT_TRUE(contains(msg, "cannot open " + dir.file("gone") + " to write it: No such file or directory")) << msg;
 }
 
@@ -196,10 +278,10 @@ TEST(OverwriteFile, OverlappingOrOutsidePiecesAreAnInternalError) {
   write_bytes(path, std::string(100, 'x'));
   const std::string bytes(60, 'y');
   std::string msg = error_message(ErrorKind::kInternal, [&] {
-    overwrite_file(path, {{50, bytes.data(), 10}, {0, bytes.data(), 60}});
+    overwrite_file(path, {{50, bytes.data(), 10}, {0, bytes.data(), 60}}, kDigestPieceBytes);
   });
   EXPECT_TRUE(contains(msg, path + ": 10 bytes at 50 overlap the previous piece (ending at 60)")) << msg;
-  msg = error_message(ErrorKind::kInternal, [&] { overwrite_file(path, {{41, bytes.data(), 60}}); });
+  msg = error_message(ErrorKind::kInternal, [&] { overwrite_file(path, {{41, bytes.data(), 60}}, kDigestPieceBytes); });
   EXPECT_TRUE(contains(msg, path + ": 60 bytes at 41 overlap the previous piece (ending at 0) or pass the end of the "
                                    "100-byte file"))
       << msg;

@@ -71,7 +71,7 @@ Manifest make_manifest(int world, const ModelConfig& model = small_model()) {
     f.name = "rank_0000" + std::to_string(r) + ".h5";
     f.rank = r;
     f.bytes = 123456789012LL + r;
-    f.sha256 = sha256_hex(f.name.data(), f.name.size());
+    f.digest = sha256_hex(f.name.data(), f.name.size());
     for (const ManifestUnit& u : m.units) f.spans.push_back(shard_span(u.numel, r, world));
     m.files.push_back(std::move(f));
     m.rng_counters.push_back(r == 0 ? std::numeric_limits<uint64_t>::max() : (uint64_t{1} << 63) + r);
@@ -128,7 +128,7 @@ void expect_equal(const Manifest& a, const Manifest& b) {
     EXPECT_EQ(a.files[f].name, b.files[f].name);
     EXPECT_EQ(a.files[f].rank, b.files[f].rank);
     EXPECT_EQ(a.files[f].bytes, b.files[f].bytes);
-    EXPECT_EQ(a.files[f].sha256, b.files[f].sha256);
+    EXPECT_EQ(a.files[f].digest, b.files[f].digest);
     EXPECT_EQ(a.files[f].spans, b.files[f].spans);
   }
   EXPECT_EQ(a.optimizer_updates, b.optimizer_updates);
@@ -138,6 +138,7 @@ void expect_equal(const Manifest& a, const Manifest& b) {
   EXPECT_EQ(a.seed, b.seed);
   EXPECT_EQ(a.shuffle, b.shuffle);
   EXPECT_EQ(a.train_windows, b.train_windows);
+  EXPECT_EQ(a.digest_piece_bytes, b.digest_piece_bytes);
   EXPECT_EQ(a.rng_counters, b.rng_counters);
   EXPECT_EQ(a.loss_scale, b.loss_scale);  // exact, not approximate
   EXPECT_EQ(a.skipped_steps, b.skipped_steps);
@@ -159,7 +160,7 @@ TEST(Manifest, RoundTripKeepsEveryFieldExactly) {
 
 TEST(Manifest, JsonIsPrettyPrintedWithIndentTwoAndExactIntegers) {
   const std::string text = manifest_to_json(make_manifest(2));
-  EXPECT_EQ(text.rfind("{\n  \"format_version\": 1,\n  \"step\": 100,\n", 0), 0u) << text.substr(0, 80);
+  EXPECT_EQ(text.rfind("{\n  \"format_version\": 2,\n  \"step\": 100,\n", 0), 0u) << text.substr(0, 80);
   EXPECT_TRUE(contains(text, "\n  \"seed\": 18446744073709551615,\n")) << text;
   EXPECT_TRUE(contains(text, "\n  \"model\": {\n    \"arch\": \"gpt2\",\n    \"n_layer\": 2,\n")) << text;
   EXPECT_TRUE(contains(text, "\"spans\": [\n        {\n          \"offset\": 0,\n          \"count\": ")) << text;
@@ -197,19 +198,42 @@ TEST(Manifest, EachValidationErrorNamesThePathAndTheField) {
       {"top level not an object", [](json& j) { j = json::array(); }, {"the top level must be an object, got array"}},
       {"future version",
        [](json& j) { j["format_version"] = 7; },
-       {"unknown checkpoint format version 7 (this build reads 1)"}},
+       {"unknown checkpoint format version 7 (this build reads versions 1 to 2)"}},
+      {"version 0", [](json& j) { j["format_version"] = 0; }, {"unknown checkpoint format version 0"}},
       {"future version without the rest",
        [](json& j) {
-         j = json{{"format_version", 2}};
+         j = json{{"format_version", 3}};
        },
-       {"unknown checkpoint format version 2 (this build reads 1)"}},
-      {"missing sha256", [](json& j) { j["files"][1].erase("sha256"); }, {"required field files[1].sha256 is missing"}},
-      {"sha256 wrong type",
-       [](json& j) { j["files"][1]["sha256"] = 5; },
-       {"files[1].sha256 must be a string, got number 5"}},
-      {"sha256 not hex",
-       [](json& j) { j["files"][1]["sha256"] = "ABC"; },
-       {"files[1].sha256 is \"ABC\", expected 64 lowercase hex digits"}},
+       {"unknown checkpoint format version 3 (this build reads versions 1 to 2)"}},
+      {"missing digest_piece_bytes",
+       [](json& j) { j.erase("digest_piece_bytes"); },
+       {"required field digest_piece_bytes is missing"}},
+      {"missing digest",
+       [](json& j) { j["files"][1].erase("piece_sha256"); },
+       {"required field files[1].piece_sha256 is missing"}},
+      {"digest wrong type",
+       [](json& j) { j["files"][1]["piece_sha256"] = 5; },
+       {"files[1].piece_sha256 must be a string, got number 5"}},
+      {"digest not hex",
+       [](json& j) { j["files"][1]["piece_sha256"] = "ABC"; },
+       {"files[1].piece_sha256 is \"ABC\", expected 64 lowercase hex digits"}},
+      {"version 1 (whole-file digests)",
+       [](json& j) {
+         j["format_version"] = 1;
+         j.erase("digest_piece_bytes");
+         for (json& f : j["files"]) f["sha256"] = f["piece_sha256"];
+         j["files"][2]["sha256"] = "ABC";
+       },
+       {"files[2].sha256 is \"ABC\", expected 64 lowercase hex digits"}},
+      {"digest_piece_bytes wrong type",
+       [](json& j) { j["digest_piece_bytes"] = "16M"; },
+       {"digest_piece_bytes must be an integer, got string \"16M\""}},
+      {"digest pieces too small",
+       [](json& j) { j["digest_piece_bytes"] = 512; },
+       {"digest_piece_bytes is 512, expected 4096 to 1073741824"}},
+      {"digest pieces too large",
+       [](json& j) { j["digest_piece_bytes"] = int64_t{1} << 31; },
+       {"digest_piece_bytes is 2147483648, expected 4096 to 1073741824"}},
       {"missing model field",
        [](json& j) { j["model"].erase("seq_len"); },
        {"required field model.seq_len is missing"}},
@@ -235,11 +259,14 @@ TEST(Manifest, EachValidationErrorNamesThePathAndTheField) {
        {"units[1].tensors[2].shape[0] must be an integer, got string \"48\""}},
       {"zero loss scale", [](json& j) { j["loss_scale"] = 0; }, {"loss_scale is 0, expected a finite number > 0"}},
       {"zero global batch", [](json& j) { j["global_batch"] = 0; }, {"global_batch is 0, expected >= 1"}},
-      {"negative loss-scale count", [](json& j) { j["loss_scale_good_steps"] = -1; },
+      {"negative loss-scale count",
+       [](json& j) { j["loss_scale_good_steps"] = -1; },
        {"loss_scale_good_steps is -1, expected >= 0"}},
-      {"gemm library not an integer", [](json& j) { j["gemm_algorithms"]["library"] = "13.1"; },
+      {"gemm library not an integer",
+       [](json& j) { j["gemm_algorithms"]["library"] = "13.1"; },
        {"gemm_algorithms.library must be an integer, got string \"13.1\""}},
-      {"gemm plans missing", [](json& j) { j["gemm_algorithms"].erase("plans"); },
+      {"gemm plans missing",
+       [](json& j) { j["gemm_algorithms"].erase("plans"); },
        {"required field gemm_algorithms.plans is missing"}},
       {"one file too few",
        [](json& j) { j["files"].erase(2); },
@@ -305,6 +332,36 @@ TEST(Manifest, EachValidationErrorNamesThePathAndTheField) {
     EXPECT_TRUE(contains(msg, kPath + ": ")) << msg;
     for (const std::string& e : c.expect) EXPECT_TRUE(contains(msg, e)) << "expected \"" << e << "\" in: " << msg;
   }
+}
+
+// Format version 2 gives digest_piece_bytes and files[i].piece_sha256. Version 1 gives each whole file's SHA-256 in
+// files[i].sha256: it reads with digest_piece_bytes 0 and writes back the same way.
+TEST(Manifest, DigestsOfWholeFilesOrOfPieces) {
+  json j = json::parse(manifest_to_json(make_manifest(3)));
+  EXPECT_EQ(j["digest_piece_bytes"], kDigestPieceBytes);
+  EXPECT_TRUE(j["files"][0].contains("piece_sha256"));
+  EXPECT_FALSE(j["files"][0].contains("sha256"));
+  const std::string digest = j["files"][1]["piece_sha256"];
+  j["format_version"] = 1;
+  j.erase("digest_piece_bytes");
+  for (json& f : j["files"]) {
+    f["sha256"] = f["piece_sha256"];
+    f.erase("piece_sha256");
+  }
+  const Manifest m = manifest_from_json(j.dump(), kPath);
+  EXPECT_EQ(m.format_version, 1);
+  EXPECT_EQ(m.digest_piece_bytes, 0);
+  EXPECT_EQ(m.files[1].digest, digest);
+  const json back = json::parse(manifest_to_json(m));
+  EXPECT_EQ(back["format_version"], 1);
+  EXPECT_FALSE(back.contains("digest_piece_bytes"));
+  EXPECT_EQ(back["files"][1]["sha256"], digest);
+  EXPECT_FALSE(back["files"][1].contains("piece_sha256"));
+  // Version 2 does not read a whole-file digest field as its digest.
+  j["format_version"] = 2;
+  j["digest_piece_bytes"] = 4096;
+  const std::string msg = bad_input_message([&] { manifest_from_json(j.dump(), kPath); });
+  EXPECT_TRUE(contains(msg, kPath + ": required field files[0].piece_sha256 is missing")) << msg;
 }
 
 // Manifests written before fp16 training carry no loss_scale_good_steps: they read as 0.

@@ -195,7 +195,7 @@ TEST(FileTransfer, RingMovesEveryFileAndChecksItsHash) {
   fake::spawn(3, [&](Communicator& comm) {
     const int r = comm.rank();
     const std::string path = tmp.file("out" + std::to_string(r));
-    const FileOffer offer{r, path, sizes[static_cast<size_t>(r)], sha256_file(path)};
+    const FileOffer offer{r, path, sizes[static_cast<size_t>(r)], file_digest(path, 4096), 4096};
     transfer_files(comm, (r + 2) % 3, &offer, (r + 1) % 3, &got[static_cast<size_t>(r)],
                    [&](int f) { return tmp.file("in" + std::to_string(r) + "_of_" + std::to_string(f)); });
   });
@@ -218,7 +218,7 @@ TEST(FileTransfer, AHashThatDoesNotMatchFailsTheReceiverAndNothingOfferedIsNotAF
   fake::spawn(2, [&](Communicator& comm) {
     const int r = comm.rank();
     // Rank 0 offers its file with rank 1's idea of its hash wrong; rank 1 offers nothing (its write failed).
-    const FileOffer offer = r == 0 ? FileOffer{0, tmp.file("a"), 7, std::string(64, '0')} : FileOffer{};
+    const FileOffer offer = r == 0 ? FileOffer{0, tmp.file("a"), 7, std::string(64, '0'), 4096} : FileOffer{};
     try {
       transfer_files(comm, 1 - r, &offer, 1 - r, &got[static_cast<size_t>(r)],
                      [&](int f) { return tmp.file("got" + std::to_string(f)); });
@@ -233,7 +233,7 @@ TEST(FileTransfer, AHashThatDoesNotMatchFailsTheReceiverAndNothingOfferedIsNotAF
   EXPECT_EQ(errors[1].substr(0, 2), std::to_string(static_cast<int>(ErrorKind::kFault)) + "|");
   EXPECT_TRUE(contains(errors[1], ": receiving file 0 from rank 0 into " + tmp.file("got0") +
                                       ": SHA-256 mismatch: expected " + std::string(64, '0') +
-                                      " (the sender's), actual " + sha256_hex("payload", 7)))
+                                      " (the sender's), actual " + digest_hex("payload", 7, 4096)))
       << errors[1];
 }
 
@@ -316,7 +316,9 @@ TEST(ReplicaResume, WipedNodeIsRestoredFromItsNeighbourAndLoadsBitExact) {
     EXPECT_EQ(m.node_local->primaries, node == 0 ? (std::vector<int>{0, 1}) : (std::vector<int>{2, 3}));
     EXPECT_EQ(m.node_local->replicas, node == 0 ? (std::vector<int>{2, 3}) : (std::vector<int>{0, 1}));
     for (const ManifestFile& f : m.files)
-      EXPECT_EQ(sha256_file(tmp.file("ck/node" + std::to_string(node) + "/step_00000003/" + f.name)), f.sha256);
+      EXPECT_EQ(
+          file_digest(tmp.file("ck/node" + std::to_string(node) + "/step_00000003/" + f.name), m.digest_piece_bytes),
+          f.digest);
   }
   fs::remove_all(tmp.file("ck/node1"));
   std::vector<std::string> from(4);
@@ -343,7 +345,8 @@ TEST(ReplicaResume, WipedNodeIsRestoredFromItsNeighbourAndLoadsBitExact) {
   EXPECT_EQ(restored.node_local->primaries, (std::vector<int>{2, 3}));
   EXPECT_EQ(restored.node_local->replicas, (std::vector<int>{0, 1}));
   for (const ManifestFile& f : restored.files)
-    EXPECT_EQ(sha256_file(tmp.file("ck/node1/step_00000003/" + f.name)), f.sha256) << f.name;
+    EXPECT_EQ(file_digest(tmp.file("ck/node1/step_00000003/" + f.name), restored.digest_piece_bytes), f.digest)
+        << f.name;
 }
 
 }  // namespace

@@ -260,7 +260,7 @@ TEST(ShardFile, UnknownFormatVersionIsBadInput) {
     ASSERT_GE(H5Awrite(a.get(), H5T_NATIVE_INT64, &v), 0);
   }
   const std::string msg = bad_input_message([&] { ShardFileReader r(path); });
-  EXPECT_TRUE(contains(msg, path + ": unknown checkpoint format version 7 (this build reads 1)")) << msg;
+  EXPECT_TRUE(contains(msg, path + ": unknown checkpoint format version 7 (this build reads versions 1 to 2)")) << msg;
 }
 
 // Files built by hand with one thing wrong: each error names the file and the object.
@@ -297,13 +297,13 @@ TEST(ShardFile, MalformedFilesNameTheObject) {
   EXPECT_EQ(ShardFileReader(path).span("head"), (ShardSpan{0, 4}));
 }
 
-// Writes `slices`, then checks what write_shard_file returned against the file (length and SHA-256) and reads
+// Writes `slices`, then checks what write_shard_file returned against the file (length and digest) and reads
 // every unit back bit-exactly.
 void expect_written_and_read_back(const std::string& path, const std::vector<OwnedSlice>& slices) {
   SCOPED_TRACE(path);
   const WrittenFile w = write_shard_file(path, 0, 1, 77, views(slices));
   EXPECT_EQ(w.bytes, file_size(path));
-  EXPECT_EQ(w.sha256, sha256_file(path));
+  EXPECT_EQ(w.digest, file_digest(path, kDigestPieceBytes));
   const ShardFileReader r(path);
   EXPECT_EQ(r.step(), 77);
   ASSERT_EQ(r.unit_names().size(), slices.size());
@@ -317,10 +317,10 @@ void expect_written_and_read_back(const std::string& path, const std::vector<Own
   }
 }
 
-// The SHA-256 is taken from memory while the bytes are written: it must be the file's. Unit sets: the sample
+// The digest is taken from memory while the bytes are written: it must be the file's. Unit sets: the sample
 // (empty units among others), none, only empty ones, and one unit whose datasets (18 MB each) cross the 16 MiB
 // write size.
-TEST(ShardFile, WriteReturnsTheFilesLengthAndSha256) {
+TEST(ShardFile, WriteReturnsTheFilesLengthAndDigest) {
   TempDir dir;
   expect_written_and_read_back(dir.file("sample.h5"), sample_slices());
   expect_written_and_read_back(dir.file("none.h5"), {});
@@ -335,7 +335,7 @@ TEST(ShardFile, WriteReturnsTheFilesLengthAndSha256) {
 }
 
 // The same on a tmpfs, where the writes go through the page cache or, on Linux >= 6.6, direct.
-TEST(ShardFile, WriteOnTmpfsReturnsTheFilesLengthAndSha256) {
+TEST(ShardFile, WriteOnTmpfsReturnsTheFilesLengthAndDigest) {
   if (!on_tmpfs("/dev/shm")) GTEST_SKIP() << "/dev/shm is not a tmpfs here";
   TempDir dir("/dev/shm");
   expect_written_and_read_back(dir.file("sample.h5"), sample_slices());

@@ -139,8 +139,46 @@ TEST_F(CkptToolsTest, VerifyNamesAFileWithAFlippedByte) {
   const std::string msg = verify_error();
   EXPECT_TRUE(contains(msg, rank_file(1))) << msg;
   EXPECT_TRUE(contains(msg, "SHA-256 mismatch")) << msg;
-  EXPECT_TRUE(contains(msg, "expected " + m.files[1].sha256)) << msg;
-  EXPECT_TRUE(contains(msg, "actual " + sha256_file(rank_file(1)))) << msg;
+  EXPECT_TRUE(contains(msg, "expected " + m.files[1].digest)) << msg;
+  EXPECT_TRUE(contains(msg, "actual " + file_digest(rank_file(1), m.digest_piece_bytes))) << msg;
+}
+
+// A checkpoint of format version 1 (each file's digest the SHA-256 of the whole file, files[i].sha256) verifies and
+// exports as its version-2 original did, and a flipped byte is named with both whole-file hashes.
+TEST_F(CkptToolsTest, AFormatVersion1CheckpointVerifiesExportsAndNamesAFlippedByte) {
+  saved();
+  const std::string v2_export = tmp_.file("v2.safetensors"), v1_export = tmp_.file("v1.safetensors");
+  export_checkpoint(saved_.step_dir, v2_export);
+  const fs::path manifest = fs::path(saved_.step_dir) / "manifest.json";
+  nlohmann::json j = nlohmann::json::parse(read_bytes(manifest));
+  j["format_version"] = 1;
+  j.erase("digest_piece_bytes");
+  for (int r = 0; r < 3; ++r) {
+    const hid_t f = H5Fopen(rank_file(r).c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0) << rank_file(r);
+    const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+    const int64_t one = 1;
+    EXPECT_GE(H5Awrite(a, H5T_NATIVE_INT64, &one), 0);
+    H5Aclose(a);
+    H5Fclose(f);
+    nlohmann::json& file = j["files"][static_cast<size_t>(r)];
+    file.erase("piece_sha256");
+    file["bytes"] = file_size(rank_file(r));
+    file["sha256"] = sha256_file(rank_file(r));
+  }
+  write_bytes(manifest, j.dump(2));
+  EXPECT_EQ(verify_checkpoint(saved_.step_dir).files, 3);
+  export_checkpoint(saved_.step_dir, v1_export);
+  EXPECT_TRUE(read_bytes(v1_export) == read_bytes(v2_export));
+
+  const std::string before = sha256_file(rank_file(1));
+  std::string b = read_bytes(rank_file(1));
+  b[b.size() / 2] ^= 0x01;
+  write_bytes(rank_file(1), b);
+  const std::string msg = verify_error();
+  EXPECT_TRUE(contains(msg, rank_file(1) + ": SHA-256 mismatch: expected " + before + " (manifest), actual " +
+                                sha256_file(rank_file(1))))
+      << msg;
 }
 
 TEST_F(CkptToolsTest, VerifyNamesATruncatedFile) {
@@ -166,12 +204,12 @@ TEST_F(CkptToolsTest, VerifyNamesTheFileWhoseManifestHashWasEdited) {
   const fs::path manifest = fs::path(saved_.step_dir) / "manifest.json";
   nlohmann::json j = nlohmann::json::parse(read_bytes(manifest));
   const std::string fake(64, 'a');
-  j["files"][0]["sha256"] = fake;
+  j["files"][0]["piece_sha256"] = fake;
   write_bytes(manifest, j.dump(2));
   const std::string msg = verify_error();
   EXPECT_TRUE(contains(msg, rank_file(0))) << msg;
   EXPECT_TRUE(contains(msg, "expected " + fake)) << msg;
-  EXPECT_TRUE(contains(msg, "actual " + sha256_file(rank_file(0)))) << msg;
+  EXPECT_TRUE(contains(msg, "actual " + file_digest(rank_file(0), kDigestPieceBytes))) << msg;
 }
 
 // The manifest still covers every unit exactly once, and every file's bytes match, but the boundary
@@ -246,12 +284,12 @@ TEST_F(CkptToolsTest, InspectPrintsStateUnitsAndFiles) {
   const std::string text = inspect_checkpoint(saved_.step_dir);
   const Manifest m = read_manifest((fs::path(saved_.step_dir) / "manifest.json").string());
   for (const std::string& line :
-       {std::string("step 2\n"), std::string("world_size 3\n"), std::string("format_version 1\n"),
+       {std::string("step 2\n"), std::string("world_size 3\n"), std::string("format_version 2\n"),
         "optimizer_updates " + std::to_string(m.optimizer_updates) + "\n", std::string("data_cursor 12\n"),
         std::string("model n_layer=2 n_head=2 n_embd=16 vocab_size=50 seq_len=8\n"), std::string("units 4\n"),
         std::string("  embedding numel=2176\n"), std::string("    wte [128, 16]\n"),
         std::string("    attn.qkv.weight [48, 16]\n"), std::string("  head numel=32\n"),
-        "  rank_00002.h5 bytes=" + std::to_string(m.files[2].bytes) + " sha256=" + m.files[2].sha256 + "\n"})
+        "  rank_00002.h5 bytes=" + std::to_string(m.files[2].bytes) + " piece_sha256=" + m.files[2].digest + "\n"})
     EXPECT_TRUE(contains(text, line)) << "missing: " << line << "in:\n" << text;
 }
 

@@ -184,7 +184,7 @@ TEST_F(ResumeFaultTest, RankFileStepAttributeEditedIsRefused) {
   set_root_attr(rank0(), "step", 3);
   auto j = read_json(manifest());
   j["files"][0]["bytes"] = file_size(rank0());
-  j["files"][0]["sha256"] = sha256_file(rank0());
+  j["files"][0]["piece_sha256"] = file_digest(rank0(), j["digest_piece_bytes"].get<int64_t>());
   write_json(manifest(), j);
   expect_every_reader_refuses(step_dir(),
                               {rank0() + ": step attribute mismatch: expected 4 (manifest step), actual 3"});

@@ -1,10 +1,10 @@
 // Checkpoint files from one rank's disk to another's over a communicator's point-to-point calls: the replicas of
 // ckpt.replicas = 1 (node_local.h) at each save, and the files a node lost, at resume (replica_resume.h).
 //
-// A transfer is a header of fixed size (the file's manifest index, its size and SHA-256, or "nothing": the sender
+// A transfer is a header of fixed size (the file's manifest index, its size and digest, or "nothing": the sender
 // has no file) and then the bytes, read from the sender's file and written into the receiver's in pieces of at most
 // kTransferChunk bytes, so neither side holds the file in memory. The receiver hashes the bytes as they arrive,
-// fsyncs the file, and checks its size and SHA-256 against the header.
+// fsyncs the file, and checks its size and digest against the header.
 //
 // Both halves of a rank's part go at once (Communicator::send_recv), so ranks that each send to one neighbour and
 // receive from the other never wait on each other. A local failure (a read or write error, a full disk, a hash that
@@ -12,10 +12,10 @@
 // for what it could not read, the receiver drops what it cannot write, and the error is thrown (kFault, naming the
 // file, the peer and the cause) once every byte has crossed.
 //
-//   FileOffer mine{file, path, bytes, sha256};             // or FileOffer{} when the write failed
+//   FileOffer mine{file, path, bytes, digest, piece_bytes}; // or FileOffer{} when the write failed
 //   FileTake theirs;
 //   transfer_files(comm, holder, &mine, source, &theirs, [&](int f) { return dir + "/" + name(f); });
-//   if (theirs.received) ...;                               // theirs.file, theirs.bytes, theirs.sha256
+//   if (theirs.received) ...;                               // theirs.file, theirs.bytes, theirs.digest
 #pragma once
 
 #include <cstdint>
@@ -34,7 +34,8 @@ struct FileOffer {
   int file = -1;
   std::string path;
   int64_t bytes = 0;
-  std::string sha256;  // lowercase hex
+  std::string digest;  // file_digest(path, piece_bytes), lowercase hex
+  int64_t piece_bytes = 0;
 };
 
 // What a receiver got.
@@ -42,8 +43,9 @@ struct FileTake {
   bool received = false;  // false: the sender had nothing
   int file = -1;
   int64_t bytes = 0;
-  std::string sha256;
-  std::string path;  // where it was written
+  std::string digest;       // the sender's, which the received bytes matched
+  int64_t piece_bytes = 0;  // the sender's digest scheme
+  std::string path;         // where it was written
 };
 
 // Sends `offer` to rank `dest` and receives into `take` from rank `source`, at once; either side may be absent

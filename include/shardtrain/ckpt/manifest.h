@@ -10,13 +10,21 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/kernels/gemm_algorithms.h"
 #include "shardtrain/shard/shard_span.h"
 
 namespace st {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+// The format version writers put in manifest.json and in each rank file. Readers take every version from
+// kOldestReadableFormatVersion on: version 1 differs only in its files' digests (the SHA-256 of each whole file,
+// files[i].sha256, where version 2 has digest_piece_bytes and files[i].piece_sha256).
+inline constexpr int kCheckpointFormatVersion = 2;
+inline constexpr int kOldestReadableFormatVersion = 1;
+
+// kBadInput naming `path` unless this build reads format `version`.
+void check_format_version(int64_t version, const std::string& path);
 
 struct ManifestTensor {
   std::string name;            // as in model/units.h, e.g. "attn.qkv.weight"
@@ -34,7 +42,7 @@ struct ManifestFile {
   std::string name;              // "rank_00001.h5", relative to the step directory
   int rank = 0;
   int64_t bytes = 0;
-  std::string sha256;            // lowercase hex of the whole file
+  std::string digest;            // file_digest(file, Manifest::digest_piece_bytes), 64 lowercase hex digits
   std::vector<ShardSpan> spans;  // per unit, in unit order: the [offset, count) this file holds
 };
 
@@ -55,6 +63,9 @@ struct Manifest {
   ModelConfig model;
   std::vector<ManifestUnit> units;
   std::vector<ManifestFile> files;  // one per rank, in rank order
+  // The files' digests (ckpt/file_io.h): SHA-256 over pieces of this many bytes (format version 2: the field
+  // digest_piece_bytes, with files[i].piece_sha256); 0: of each whole file (version 1: files[i].sha256).
+  int64_t digest_piece_bytes = kDigestPieceBytes;
   // Training state beyond the tensors.
   int64_t optimizer_updates = 0;  // AdamW's t (applied steps; skipped steps do not count)
   int64_t lr_step = 0;            // the LR schedule position of the next step (== step)
@@ -76,12 +87,12 @@ struct Manifest {
 std::vector<int> files_held(const Manifest& m);
 
 std::string manifest_to_json(const Manifest& m);
-// Parses and validates (types, required fields, format version == kCheckpointFormatVersion, one file per
+// Parses and validates (types, required fields, a format version this build reads, one file per
 // rank, spans that cover every unit exactly once). Errors are kBadInput naming `path` and the field.
 Manifest manifest_from_json(const std::string& text, const std::string& path);
 Manifest read_manifest(const std::string& path);
 // The checks manifest_from_json makes after parsing, on a Manifest in memory: format version, value ranges,
-// units whose tensors tile [0, numel) in order, files[i].rank == i, sha256 as 64 lowercase hex digits, one
+// units whose tensors tile [0, numel) in order, files[i].rank == i, digests as 64 lowercase hex digits, one
 // span per unit per file, and spans that cover every unit exactly once. kBadInput naming `path` and the
 // field. A writer can call it before committing so that it never writes a checkpoint it cannot read.
 void validate_manifest(const Manifest& m, const std::string& path);

@@ -59,7 +59,7 @@ class ShardFileReader {
   const std::vector<std::string>& unit_names() const;
   bool has_unit(const std::string& unit) const;
   // Notes on the contract above:
-  //  * The constructor checks the whole file: format_version == kCheckpointFormatVersion, 0 <= rank <
+  //  * The constructor checks the whole file: a format_version this build reads (check_format_version), 0 <= rank <
   //    world_size, and for every unit the offset/count attributes and three 1-D float datasets of `count`
   //    elements. A missing, truncated or garbage file is kBadInput naming the path (HDF5's error text follows).
   //  * read(): a `want` outside span(unit) is kBadInput naming the path, the unit and both ranges (it means the

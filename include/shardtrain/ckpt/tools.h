@@ -28,7 +28,7 @@ namespace st {
 //   checkpoint ckpt/step_00000003
 //   step 3
 //   world_size 2
-//   format_version 1
+//   format_version 2
 //   optimizer_updates 3
 //   data_cursor 48
 //   model n_layer=4 n_head=4 n_embd=128 vocab_size=256 seq_len=128
@@ -40,8 +40,8 @@ namespace st {
 //       ln1.weight [128]
 //       ...
 //   files 2 bytes=6554528
-//     rank_00000.h5 bytes=3277264 sha256=97fd...
-//     rank_00001.h5 bytes=3277264 sha256=1c2a...
+//     rank_00000.h5 bytes=3277264 piece_sha256=97fd...   (format version 1: sha256=)
+//     rank_00001.h5 bytes=3277264 piece_sha256=1c2a...
 std::string inspect_checkpoint(const std::string& step_dir);
 
 struct VerifyReport {
