@@ -143,9 +143,14 @@ void for_each_index(int64_t count, int threads, Fn fn) {
 // count measured (docs/performance.md, "Checkpoint writes"), and 64 MiB is all the memory a write holds.
 constexpr size_t kIoBytes = size_t{16} << 20;
 constexpr int kWritesInFlight = 4;
-// Threads that hash a file's digest pieces from memory, and that read and hash them from a file: four compute
-// SHA-256 at four times one core's speed, faster than the disks they write or read.
+// Threads that hash a file's digest pieces from memory: four compute SHA-256 at four times one core's speed, faster
+// than the disks the pieces are written to.
 constexpr int kDigestThreads = 4;
+// Threads that read and hash a file's pieces, each with one read in flight: a disk reads faster with more requests
+// queued than with the four hashing needs (docs/performance.md, "Checkpoint writes").
+constexpr int kDigestReadThreads = 8;
+// Threads that copy a range of a file in the page cache into memory (read_at).
+constexpr int kCopyThreads = 4;
 // Pieces a hash pass asks the kernel to read ahead of the one it reads (64 MiB).
 constexpr int64_t kReadAheadPieces = 4;
 // O_DIRECT needs buffers, offsets and lengths aligned to the device's logical block: 4096 covers 512-byte
@@ -384,6 +389,20 @@ size_t read_full(int fd, const std::string& path, char* buf, size_t n, int64_t d
   return got;
 }
 
+// pread(2) until `n` bytes from `offset` are in buf or the file ends; returns the bytes read. kFault naming the path
+// and the byte if a read fails.
+size_t pread_full(int fd, const std::string& path, char* buf, size_t n, int64_t offset) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(fd, buf + got, n - got, offset + static_cast<int64_t>(got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) ST_FAULT("read of ", path, " at byte ", offset + static_cast<int64_t>(got), " failed: ", errno_text());
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  return got;
+}
+
 }  // namespace
 
 RemoveOnFailure::~RemoveOnFailure() {
@@ -527,25 +546,37 @@ std::string file_digest(const std::string& path, int64_t piece_bytes) {
   // large reads in flight at different offsets read faster than the kernel's read-ahead of one stream.
   const int64_t pieces = (size + piece_bytes - 1) / piece_bytes;
   const size_t read_bytes = static_cast<size_t>(std::clamp<int64_t>(size, 1, static_cast<int64_t>(kIoBytes)));
-  const IoBuffers buffers(static_cast<int>(std::min<int64_t>(pieces, kDigestThreads)), read_bytes);
+  const IoBuffers buffers(static_cast<int>(std::min<int64_t>(pieces, kDigestReadThreads)), read_bytes);
   std::vector<Digest> digests(static_cast<size_t>(pieces));
-  for_each_index(pieces, kDigestThreads, [&](int thread, int64_t i) {
+  for_each_index(pieces, kDigestReadThreads, [&](int thread, int64_t i) {
     char* buf = buffers[static_cast<size_t>(thread)];
     EvpCtx ctx = sha256_begin();
     const int64_t end = std::min(size, (i + 1) * piece_bytes);
     for (int64_t at = i * piece_bytes; at < end;) {
       const size_t want = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(read_bytes), end - at));
-      const ssize_t got = ::pread(fd.get(), buf, want, at);
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) ST_FAULT("read of ", path, " at byte ", at, " failed: ", errno_text());
-      if (got == 0) ST_FAULT("read of ", path, " at byte ", at, ": the file ended before its ", size, " bytes");
-      sha256_update(ctx.get(), buf, static_cast<size_t>(got));
-      at += got;
+      const size_t got = pread_full(fd.get(), path, buf, want, at);
+      if (got < want)
+        ST_FAULT("read of ", path, " at byte ", at + static_cast<int64_t>(got), ": the file ended before its ", size,
+                 " bytes");
+      sha256_update(ctx.get(), buf, got);
+      at += static_cast<int64_t>(got);
     }
     digests[static_cast<size_t>(i)] = sha256_final(ctx.get());
     return true;
   });
   return root_of(digests);
+}
+
+void read_at(int fd, const std::string& path, int64_t offset, int64_t bytes, void* out) {
+  const int64_t step = static_cast<int64_t>(kIoBytes);
+  for_each_index((bytes + step - 1) / step, kCopyThreads, [&](int, int64_t i) {
+    char* to = static_cast<char*>(out) + i * step;
+    const int64_t at = offset + i * step;
+    const size_t n = static_cast<size_t>(std::min(step, bytes - i * step));
+    const size_t got = pread_full(fd, path, to, n, at);
+    if (got < n) ST_FAULT("read of ", path, " at byte ", at + static_cast<int64_t>(got), ": the file ended early");
+    return true;
+  });
 }
 
 struct DigestStream::Ctx {

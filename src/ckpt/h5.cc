@@ -155,6 +155,17 @@ int64_t h5_dataset_offset(const H5File& f, hid_t ds, const std::string& name) {
   return static_cast<int64_t>(at);
 }
 
+int64_t h5_native_f32_offset(const H5File& f, hid_t ds, const std::string& name) {
+  H5Handle type(H5Dget_type(ds), H5Tclose);
+  ST_H5_CHECK(type.get());
+  const htri_t native = H5Tequal(type.get(), H5T_NATIVE_FLOAT);
+  ST_H5_CHECK(native);
+  H5Handle dcpl(H5Dget_create_plist(ds), H5Pclose);
+  ST_H5_CHECK(dcpl.get());
+  if (native == 0 || H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS || H5Pget_nfilters(dcpl.get()) != 0) return -1;
+  return h5_dataset_offset(f, ds, name);
+}
+
 void h5_read_f32(const H5File& f, const std::string& name, const std::vector<int64_t>& shape, float* data) {
   H5Handle ds(H5Dopen2(f.id(), name.c_str(), H5P_DEFAULT), H5Dclose);
   if (ds.get() < 0) ST_BAD_INPUT(f.path(), ": dataset ", name, " is missing");

@@ -1,6 +1,12 @@
 #include "shardtrain/ckpt/shard_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <climits>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -96,9 +102,15 @@ struct ShardFileReader::Impl {
   struct Unit {
     ShardSpan span;
     H5Handle datasets[kNumStates];
+    // Where the file holds each dataset's elements as this machine's fp32, back to back (-1: read through HDF5).
+    int64_t native_at[kNumStates] = {-1, -1, -1};
   };
+  ~Impl() {
+    if (fd >= 0) ::close(fd);
+  }
   // Declared first, destroyed last: the datasets close before the file.
   H5File file;
+  int fd = -1;  // the same file, for plain reads of the datasets that native_at locates
   int rank = 0;
   int world_size = 0;
   int64_t step = 0;
@@ -119,6 +131,10 @@ ShardFileReader::ShardFileReader(const std::string& path) : impl_(new Impl) {
   Impl& d = *impl_;
   d.file = H5File::open_read(path);
   const H5File& f = d.file;
+  d.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (d.fd < 0 || ::fstat(d.fd, &st) != 0) ST_FAULT("cannot open ", path, " to read it: ", std::strerror(errno));
+  const int64_t size = static_cast<int64_t>(st.st_size);
 
   const int64_t version = h5_read_attr_i64(f, f.id(), "/", "format_version");
   check_format_version(version, path);
@@ -149,7 +165,13 @@ ShardFileReader::ShardFileReader(const std::string& path) : impl_(new Impl) {
       const std::string ds_name = dataset_path(name, kStates[s]);
       u.datasets[s] = h5_open_dataset(f, ds_name);
       const std::vector<int64_t> shape = h5_dataset_shape(f, u.datasets[s].get(), ds_name);
-      if (shape != std::vector<int64_t>{u.span.count}) {
+      if (shape == std::vector<int64_t>{u.span.count}) {
+        const int64_t at = h5_native_f32_offset(f, u.datasets[s].get(), ds_name);
+        if (at >= 0 && (at > size || u.span.count > (size - at) / static_cast<int64_t>(sizeof(float))))
+          ST_BAD_INPUT(path, ": dataset ", ds_name, " of ", u.span.count, " elements at byte ", at,
+                       " passes the end of the ", size, "-byte file");
+        u.native_at[s] = at;
+      } else {
         std::string shown = "[";
         for (size_t i = 0; i < shape.size(); ++i) shown += (i ? ", " : "") + std::to_string(shape[i]);
         ST_BAD_INPUT(path, ": dataset ", ds_name, " has shape ", shown, "], expected [", u.span.count,
@@ -189,6 +211,11 @@ void ShardFileReader::read(const std::string& unit, ShardState state, const Shar
     ST_BAD_INPUT(path(), ": unit ", unit, " holds elements ", span_text(u.span), ", cannot read ", span_text(want));
   if (want.count == 0) return;
   const int s = static_cast<int>(state);
+  if (u.native_at[s] >= 0) {  // the bytes are the floats: read them straight into out, several reads at once
+    read_at(impl_->fd, path(), u.native_at[s] + (want.offset - u.span.offset) * static_cast<int64_t>(sizeof(float)),
+            want.count * static_cast<int64_t>(sizeof(float)), out);
+    return;
+  }
   h5_read_f32_range(impl_->file, u.datasets[s].get(), dataset_path(unit, state), want.offset - u.span.offset,
                     want.count, out);
 }

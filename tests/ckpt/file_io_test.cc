@@ -1,6 +1,8 @@
 #include "shardtrain/ckpt/file_io.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -161,6 +163,31 @@ TEST(Digest, MissingFileIsBadInputNamingThePath) {
     EXPECT_TRUE(contains(msg, dir.file("absent.h5"))) << msg;
     EXPECT_TRUE(contains(msg, "No such file or directory")) << msg;
   }
+}
+
+// Ranges below, at and across the 16 MiB read size, from offsets inside the file; a range past its end is a fault
+// naming the path and the byte where the file ended.
+TEST(ReadAt, ReadsTheRangeAndNamesAnEarlyEnd) {
+  TempDir dir;
+  const std::string bytes = varied_bytes(2 * kIoBytes + 5000, 11);
+  const std::string path = dir.file("blob");
+  write_bytes(path, bytes);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  for (const auto& [offset, n] : std::vector<std::pair<size_t, size_t>>{
+           {0, 0}, {0, 1}, {7, 4096}, {3, kIoBytes}, {kIoBytes - 1, 2}, {17, 2 * kIoBytes + 4983}}) {
+    std::string out(n + 2, '#');
+    read_at(fd, path, static_cast<int64_t>(offset), static_cast<int64_t>(n), out.data() + 1);
+    EXPECT_TRUE(out.substr(1, n) == bytes.substr(offset, n)) << offset << " + " << n;
+    EXPECT_EQ(out.front(), '#');
+    EXPECT_EQ(out.back(), '#');
+  }
+  std::string out(kIoBytes, '\0');
+  const std::string msg =
+      fault_message([&] { read_at(fd, path, static_cast<int64_t>(bytes.size()) - 10, 20, out.data()); });
+  EXPECT_TRUE(contains(msg, "read of " + path + " at byte " + std::to_string(bytes.size()) + ": the file ended early"))
+      << msg;
+  ::close(fd);
 }
 
 TEST(WriteFileAtomic, WritesReplacesAndLeavesNoTmpFile) {

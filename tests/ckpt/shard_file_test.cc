@@ -297,6 +297,47 @@ TEST(ShardFile, MalformedFilesNameTheObject) {
   EXPECT_EQ(ShardFileReader(path).span("head"), (ShardSpan{0, 4}));
 }
 
+// Datasets whose file bytes are not this machine's fp32 in one run (float64; chunked fp32) are read through HDF5,
+// which converts and gathers them; the others are read as plain bytes. Both give the wanted elements.
+TEST(ShardFile, DatasetsStoredOtherwiseAreReadThroughHdf5) {
+  TempDir dir;
+  const std::string path = dir.file("by_hand.h5");
+  {
+    H5File f = H5File::create(path);
+    h5_write_attr_i64(f, f.id(), "/", "format_version", kCheckpointFormatVersion);
+    h5_write_attr_i64(f, f.id(), "/", "rank", 0);
+    h5_write_attr_i64(f, f.id(), "/", "world_size", 1);
+    h5_write_attr_i64(f, f.id(), "/", "step", 0);
+    h5_create_group(f, "/units");
+    H5Handle g = h5_create_group(f, "/units/head");
+    h5_write_attr_i64(f, g.get(), "/units/head", "offset", 5);
+    h5_write_attr_i64(f, g.get(), "/units/head", "count", 10);
+    const hsize_t n = 10, chunk = 3;
+    H5Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+    const std::vector<double> f64 = {0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5};
+    H5Handle p(
+        H5Dcreate2(f.id(), "/units/head/param", H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+        H5Dclose);
+    ASSERT_GE(H5Dwrite(p.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, f64.data()), 0);
+    H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    ASSERT_GE(H5Pset_chunk(dcpl.get(), 1, &chunk), 0);
+    const std::vector<float> f32 = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19};
+    H5Handle m(
+        H5Dcreate2(f.id(), "/units/head/exp_avg", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+        H5Dclose);
+    ASSERT_GE(H5Dwrite(m.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, f32.data()), 0);
+    h5_write_f32(f, "/units/head/exp_avg_sq", {10}, f32.data());
+  }
+  const ShardFileReader r(path);
+  std::vector<float> out(5);
+  r.read("head", ShardState::kParam, {7, 5}, out.data());
+  EXPECT_EQ(out, (std::vector<float>{2.5f, 3.5f, 4.5f, 5.5f, 6.5f}));
+  r.read("head", ShardState::kExpAvg, {7, 5}, out.data());
+  EXPECT_EQ(out, (std::vector<float>{12, 13, 14, 15, 16}));
+  r.read("head", ShardState::kExpAvgSq, {10, 5}, out.data());
+  EXPECT_EQ(out, (std::vector<float>{15, 16, 17, 18, 19}));
+}
+
 // Writes `slices`, then checks what write_shard_file returned against the file (length and digest) and reads
 // every unit back bit-exactly.
 void expect_written_and_read_back(const std::string& path, const std::vector<OwnedSlice>& slices) {

@@ -82,6 +82,10 @@ void h5_write_i32(const H5File& f, const std::string& name, const std::vector<in
 H5Handle h5_create_f32_unfilled(const H5File& f, const std::string& name, int64_t count);
 // The file offset of a contiguous dataset's raw data; -1 if it has none (0 elements).
 int64_t h5_dataset_offset(const H5File& f, hid_t ds, const std::string& name);
+// The file offset of `ds`'s elements where the file holds them as this machine's fp32 in one contiguous run without
+// filters, so that a plain read of the file's bytes gives them; -1 otherwise (or with 0 elements), where
+// h5_read_f32_range is the way to read them.
+int64_t h5_native_f32_offset(const H5File& f, hid_t ds, const std::string& name);
 // Reads a whole fp32 dataset; the shape must match exactly (the error names the file, dataset and both shapes).
 void h5_read_f32(const H5File& f, const std::string& name, const std::vector<int64_t>& shape, float* data);
 
