@@ -9,6 +9,9 @@
 //   hash     the first half of that load on this rank's own file: file_digest alone;
 //   reads    the second half: ShardFileReader hyperslab reads of this rank's spans, no hash (they find the file in
 //            the page cache, where the hash pass put it, as the load's reads do);
+//   read     this rank's file read from the disk the way dd reads it (`dd bs=64M of=/dev/null`: 64 MiB read()s into
+//            one buffer), and again with O_DIRECT (`iflag=direct`), the faster of the two being what the disk gives a
+//            plain reader (load_over_best_plain_read);
 //   writer   write_shard_file alone of this rank's state into --dir;
 //   plain    the writer's byte count written as `dd bs=64M conv=fsync` does: open O_WRONLY|O_CREAT|O_TRUNC, 64 MiB
 //            write()s from one buffer, fsync, close;
@@ -141,6 +144,27 @@ std::optional<double> plain_write(const std::string& path, int64_t bytes, const 
   return seconds_since(t0);
 }
 
+// Reads the whole file the way dd reads it: 64 MiB read()s into `buf`, with O_DIRECT or through the page cache.
+// Returns the seconds, or nothing where the file system refuses O_DIRECT.
+std::optional<double> plain_read(const std::string& path, char* buf, bool direct) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
+  if (fd < 0 && direct && errno == EINVAL) return std::nullopt;
+  if (fd < 0) ST_FAULT("cannot open ", path, ": ", std::strerror(errno));
+  for (;;) {
+    const ssize_t r = ::read(fd, buf, kPlainBlock);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && direct && errno == EINVAL) {
+      ::close(fd);
+      return std::nullopt;
+    }
+    if (r < 0) ST_FAULT("cannot read ", path, ": ", std::strerror(errno));
+    if (r == 0) break;
+  }
+  ::close(fd);
+  return seconds_since(t0);
+}
+
 // Varied bits (a xorshift stream): no zero runs, no short period.
 void fill_varied(void* out, size_t bytes, uint64_t seed) {
   uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
@@ -202,6 +226,7 @@ int main(int argc, char** argv) {
     fill_varied(block.get(), kPlainBlock, 1000 + static_cast<uint64_t>(comm->rank()));
 
     std::vector<double> save_s, load_s, hash_s, read_s, writer_s, plain_s, direct_s, cached_load, cached_hash;
+    std::vector<double> plain_read_s;  // per iteration, the faster of the buffered and the O_DIRECT read
     bool direct_refused = false;
     std::string where;
     int64_t my_bytes = 0;
@@ -239,6 +264,14 @@ int main(int argc, char** argv) {
         }
       }
       read_s.push_back(seconds_since(t0));
+      double best_read = 0;
+      for (bool direct : {false, true}) {
+        drop_from_page_cache(mine);
+        comm->barrier();
+        const std::optional<double> r = plain_read(mine, block.get(), direct);
+        if (r && (best_read == 0 || *r < best_read)) best_read = *r;
+      }
+      plain_read_s.push_back(best_read);
 
       // The writer alone, then the disk alone with the same byte count.
       fs::remove(writer_path);
@@ -279,6 +312,9 @@ int main(int argc, char** argv) {
           "ckpt_io load_halves median_hash_s=%.3f hash_GBps=%.2f page_cache_before_hash=%.0f%% "
           "median_read_without_hash_s=%.3f (reads from the page cache the hash pass filled)\n",
           st::median(hash_s), bytes / st::median(hash_s) / 1e9, st::median(cached_hash), st::median(read_s));
+      const double pr = st::median(plain_read_s);
+      std::printf("ckpt_io read median_best_plain_read_s=%.3f plain_read_GBps=%.2f load_over_best_plain_read=%.2f\n", pr,
+                  bytes / pr / 1e9, pr / l);
       const double w = st::median(writer_s), p = st::median(plain_s);
       double best = p;
       std::printf("ckpt_io write median_writer_s=%.3f writer_GBps=%.2f median_plain_s=%.3f plain_GBps=%.2f ", w,
