@@ -2,7 +2,7 @@
 # One call on the GPU machine: build, run the gpu tests, benchmark shardtrain beside PyTorch FSDP2, and
 # print a short table last. Full logs go to $OUT (the device tool brings them back).
 #
-#   bash bench/device_check.sh [all|build|test|bench]      # default all
+#   bash bench/device_check.sh [all|build|test|bench|ckpt]      # default all
 #   BENCH_STEPS=20 BENCH_CASES="1:16 2:16 2:32 2:16:350m 2:32:124m:nop2p" bash bench/device_check.sh bench
 #
 # BENCH_CASES lists GPUS:MICRO_BATCH[:MODEL[:FLAGS]] cases, bf16, random tokens: MODEL a GPT-2 size at T=1024, 124m
@@ -10,6 +10,9 @@
 # smollm2-360m; token ids below 65536, the llm.c shard format's limit, with the classifier over the full vocabulary);
 # FLAGS a '+'-joined list, each given to both trainers:
 #   nop2p     NCCL_P2P_DISABLE=1 (the dual-RTX-4090 stand-in)
+#   hybrid    two workstations on a LAN stand-in: each rank its own node (SHARDTRAIN_NODE_ID = its MPI rank), NCCL over
+#             sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1), --dist.sharding=hybrid; the peer shards fully over the
+#             same sockets
 #   offload   --optim.offload=optimizer / --offload
 #   cap24     --dist.max_gpu_mem_gib=24 / --mem-cap-gib 24 (a 24 GB card)
 #   recompute --train.recompute=true / --recompute
@@ -19,6 +22,8 @@
 # The bench stage also runs bench_gemm_shapes (each GEMM of a GPT-2 124M step through our cuBLASLt layer)
 # and, with 2 GPUs, bench_collectives (NcclCommunicator vs raw NCCL busbw, and --exchange: the two reduce engines);
 # BENCH_EXTRAS=0 skips both.
+# The ckpt stage runs bench/ckpt_stall.sh for GPT-2 124M at micro batch 16 on two GPUs (one where there is one), with
+# and without background saves every 20 steps (CKPT_STEPS steps, default 100).
 # Each training run (ours or the peer's) still going after BENCH_TIMEOUT seconds (default 300; 0: no limit) is
 # stopped and its row reads FAILED, so one hung case cannot spend the whole device call.
 set -uo pipefail
@@ -29,7 +34,7 @@ OUT=${OUT:-/tmp/device_check}
 BUILD=${BUILD:-build-device}
 ARCHS=${ARCHS:-90}
 BENCH_STEPS=${BENCH_STEPS:-20}
-BENCH_CASES=${BENCH_CASES:-"1:16 1:32 2:16 2:32 2:16:350m 2:32:124m:nop2p"}
+BENCH_CASES=${BENCH_CASES:-"1:16 1:32 2:16 2:32 2:16:350m 2:32:124m:nop2p 2:16:124m:hybrid"}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
@@ -63,8 +68,9 @@ if [[ $STAGE == all || $STAGE == test ]]; then
   summary+=("gpu tests: rc $rc in $(( $(date +%s) - t0 )) s: $(grep -E 'tests passed' "$OUT/ctest_gpu.log")")
 fi
 
-if [[ $STAGE == all || $STAGE == bench ]]; then
-  data=/tmp/shardtrain_random_tokens.bin
+data=/tmp/shardtrain_random_tokens.bin
+make_data() {
+  [[ -f $data ]] && return
   python3 - "$data" <<'PY'
 import sys, numpy as np
 n = 1 << 24  # 16.8M random tokens, llm.c .bin shard format; below 49152, the smallest vocabulary benchmarked (SmolLM2)
@@ -72,6 +78,15 @@ h = np.zeros(256, dtype=np.int32); h[:3] = [20240520, 1, n]
 with open(sys.argv[1], "wb") as f:
     f.write(h.tobytes()); f.write(np.random.default_rng(0).integers(0, 49152, n, dtype=np.uint16).tobytes())
 PY
+}
+
+if [[ $STAGE == all || $STAGE == bench ]]; then
+  make_data
+  # A build directory whose `shardtrain` runs each MPI rank as a node of its own (the hybrid flag).
+  nodes_build=$(mktemp -d)
+  printf '#!/bin/sh\nexport SHARDTRAIN_NODE_ID="${OMPI_COMM_WORLD_RANK:-0}"\nexec %s/shardtrain "$@"\n' \
+    "$(cd "$BUILD" && pwd)" >"$nodes_build/shardtrain"
+  chmod +x "$nodes_build/shardtrain"
   table=("$(printf '%-22s %-13s %-10s %-7s %-14s %-10s %-11s %-9s %-10s %s' case system tok/s mfu "peak GiB/rank" \
     "median ms" "compute ms" "comm ms" "ours/fsdp2" "SM MHz / W / power-capped (ours)")")
   for c in $BENCH_CASES; do
@@ -87,19 +102,21 @@ PY
         seq=(--model.seq_len=2048) ;;
       *) echo "BENCH_CASES: unknown model '$model' in '$c' (124m, 350m, 1.5b, llama3.2-1b, llama3.2-3b, qwen2.5-0.5b, smollm2-360m)"; exit 2 ;;
     esac
-    link_env=() ours_flags=() peer_flags=()
+    link_env=() ours_flags=() peer_flags=() ours_build=$BUILD
     IFS=+ read -ra flag_list <<<"$flags"
     for f in "${flag_list[@]}"; do
       case $f in
         nop2p) link_env=(NCCL_P2P_DISABLE=1) ;;
+        hybrid) link_env=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1); ours_flags+=(--dist.sharding=hybrid)
+                ours_build=$nodes_build ;;
         offload) ours_flags+=(--optim.offload=optimizer); peer_flags+=(--offload) ;;
         cap24) ours_flags+=(--dist.max_gpu_mem_gib=24); peer_flags+=(--mem-cap-gib 24) ;;
         recompute) ours_flags+=(--train.recompute=true); peer_flags+=(--recompute) ;;
-        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, offload, cap24, recompute)"; exit 2 ;;
+        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, cap24, recompute)"; exit 2 ;;
       esac
     done
     tag="${model}_g${g}_b${b}${flags:+_${flags//+/-}}"
-    row=$(env "${link_env[@]}" TT_DIR="$OUT/tt" TT_TIMEOUT="$BENCH_TIMEOUT" bash bench/train_throughput.sh "$BUILD" "$g" \
+    row=$(env "${link_env[@]}" TT_DIR="$OUT/tt" TT_TIMEOUT="$BENCH_TIMEOUT" bash bench/train_throughput.sh "$ours_build" "$g" \
       "$config" "${seq[@]}" --train.dtype=bf16 --data.path="$data" --data.val_path= --data.val_holdout=0.01 --train.micro_batch="$b" \
       --train.global_batch=$((b * g)) --train.steps="$BENCH_STEPS" --log.every=5 --optim.warmup_steps=5 \
       "${ours_flags[@]}")
@@ -133,5 +150,14 @@ PY
     mpirun --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
       "$BUILD/bench_collectives" --dtype bf16 --max-mib 1024 --iters 20 --exchange </dev/null 2>&1 | tee "$OUT/collectives.txt"
   fi
+fi
+if [[ $STAGE == all || $STAGE == ckpt ]]; then
+  make_data
+  t0=$(date +%s)
+  g=$(( $(nvidia-smi -L | wc -l) >= 2 ? 2 : 1 ))
+  STEPS=${CKPT_STEPS:-100} EVERY=20 bash bench/ckpt_stall.sh "$BUILD" "$g" configs/gpt2-124m.ini "$OUT/ckpt_stall" \
+    --data.path="$data" --data.val_path= --data.val_holdout=0.01 --train.dtype=bf16 --train.micro_batch=16 \
+    --train.global_batch=$((16 * g)) 2>&1 | grep -v '^\[' | tee "$OUT/ckpt_stall.txt"
+  summary+=("ckpt stall: $g GPU(s) in $(( $(date +%s) - t0 )) s: $(grep -E '^async' "$OUT/ckpt_stall.txt" | tr -s ' ')")
 fi
 printf '%s\n' "${summary[@]}"

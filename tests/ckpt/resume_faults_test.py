@@ -25,6 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from ckpt_state import losses, same_bits, shard_state  # noqa: E402
+from killed_save import killed_save_failures, leftover_failures  # noqa: E402
 
 shardtrain, mpirun, work, case = sys.argv[1:5]
 sync = case.endswith("-sync")
@@ -85,18 +86,11 @@ elif case in ("kill-mid-write", "kill-before-rename"):
         failures.append("mpirun exited 0 although a rank was killed")
     if "SHARDTRAIN_FAULT" not in r.stdout:
         failures.append("the injected fault did not fire:\n" + r.stdout[-2000:])
-    names = sorted(os.listdir(dir_))
-    if os.path.exists(os.path.join(dir_, "step_00000008", "manifest.json")):
-        failures.append("step 8 was committed although its save was killed")
-    if not any(x.startswith("step_00000008.tmp-") for x in names):
-        failures.append(f"no uncommitted step 8 directory left behind: {names}")
-    if not os.path.exists(os.path.join(dir_, "step_00000004", "manifest.json")):
-        failures.append(f"step 4 is not committed: {names}")
+    failures += killed_save_failures(dir_, 8, 4)
     r2, m2 = run("rerun", 2, [f"--ckpt.dir={dir_}"])
     if "resumed from" not in r2.stdout or "step 4" not in r2.stdout:
         failures.append("the rerun did not resume from step 4:\n" + r2.stdout[-2000:])
-    if any(".tmp-" in x for x in os.listdir(dir_)):
-        failures.append(f"uncommitted directories survived the rerun: {os.listdir(dir_)}")
+    failures += leftover_failures(dir_)
     if not same_bits(shard_state(os.path.join(ref_dir, "step_00000012")), shard_state(os.path.join(dir_, "step_00000012"))):
         failures.append("the interrupted-and-resumed run ends with other weights than the uninterrupted one")
     print(f"{case}: killed run exit code {r.returncode}, rerun resumed and matched")

@@ -50,6 +50,11 @@ fewer GPUs than the case needs):
                     sharding, whose node and replica NCCL communicators are split from the world's (ncclCommSplit),
                     matches full sharding over the 4 GPUs to rel 1e-5 for 30 fp32 steps, with the default bucket
                     and with dist.bucket_mb=0.5; each rank's sharded state is half the model (2-rank shards).
+  async-kill        2 GPUs (fp32), saves in the background every 5 steps: SHARDTRAIN_FAULT=ckpt_mid_write:1@10 SIGKILLs
+                    rank 1 half way through writing step 10's file while rank 0 trains on. mpirun fails, step 10 is
+                    not committed (its temporary directory is left), step 5 is; a plain rerun (ckpt.resume=auto)
+                    says it resumed from step 5, removes the leftover and repeats the uninterrupted run's losses of
+                    steps 6-20 exactly (same world size: the same bits).
   watchdog          2 GPUs in bf16; SHARDTRAIN_FAULT=sigstop:1@3 stops rank 1 before step 3. Rank 0's next NCCL
                     collective passes dist.timeout_s=5: the watchdog names it (channel "nccl ...", op, sequence
                     number, the last completed op), aborts the NCCL communicators and mpirun exits 75.
@@ -70,6 +75,9 @@ import struct
 import shutil
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from killed_save import killed_save_failures, leftover_failures  # noqa: E402
 
 SKIP = 77
 
@@ -107,6 +115,7 @@ class Runner:
             f.write(text)
 
     def train(self, tag, ranks, overrides, device="cuda", fault=None, env=None, binary=None, expect_rc=0):
+        """The run's losses by step. expect_rc None: the run must fail, with any exit code (a killed rank)."""
         metrics = os.path.join(self.work, f"{tag}.jsonl")
         if os.path.exists(metrics):
             os.remove(metrics)
@@ -124,9 +133,9 @@ class Runner:
         env = dict(os.environ, SHARDTRAIN_FAULT=fault or "", **(env or {}))
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900,
                            stdin=subprocess.DEVNULL, env=env)
-        if r.returncode != expect_rc:
+        if r.returncode == 0 if expect_rc is None else r.returncode != expect_rc:
             print(" ".join(cmd) + "\n" + r.stdout[-6000:])
-            sys.exit(f"{tag} ended with exit code {r.returncode}, expected {expect_rc}")
+            sys.exit(f"{tag} ended with exit code {r.returncode}, expected {'a failure' if expect_rc is None else expect_rc}")
         self.last_output = r.stdout
         return read_losses(metrics) if expect_rc == 0 else None
 
@@ -417,6 +426,24 @@ def main():
             print(f"{tag}: sharded state {state} B per rank, full sharding {full_state} B")
             if not 1.9 * full_state <= state <= 2.1 * full_state:
                 failures.append(f"{tag}: sharded state {state} B per rank, expected about twice full's {full_state} B")
+    elif case == "async-kill":
+        common = ["--train.dtype=fp32", "--train.steps=20", "--ckpt.every=5", "--ckpt.keep=0", "--ckpt.async=true"]
+        straight = run.train("straight", 2, common + [f"--ckpt.dir={os.path.join(work, 'ckpt_straight')}"])
+        d = os.path.join(work, "ckpt_killed")
+        run.train("killed", 2, common + [f"--ckpt.dir={d}"], fault="ckpt_mid_write:1@10", expect_rc=None)
+        if "SHARDTRAIN_FAULT: ckpt_mid_write on rank 1" not in run.last_output:
+            failures.append("the injected kill did not fire:\n" + run.last_output[-2000:])
+        failures += killed_save_failures(d, 10, 5)
+        resumed = run.train("rerun", 2, common + [f"--ckpt.dir={d}"])
+        expect_in_log(failures, "rerun", run.last_output, r"resumed from \S*step_00000005 \(step 5")
+        failures += leftover_failures(d)
+        if sorted(resumed) != list(range(6, 21)):
+            failures.append(f"the rerun logged steps {sorted(resumed)}, expected 6..20")
+        for step in sorted(resumed):
+            if resumed[step] != straight.get(step):
+                failures.append(f"step {step}: loss {resumed[step]!r} after the kill and resume, "
+                                f"{straight.get(step)!r} straight through")
+        print(f"async-kill: {len(resumed)} resumed steps compared with the uninterrupted run")
     elif case == "watchdog":
         run.train("watchdog", 2, ["--train.dtype=bf16", "--train.steps=8", "--dist.timeout_s=5"],
                   fault="sigstop:1@3", expect_rc=75)
