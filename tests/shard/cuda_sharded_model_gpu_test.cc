@@ -297,6 +297,7 @@ struct StepsRun {
   std::vector<StepStats> stats;
   std::vector<std::vector<float>> params;
   int64_t updates = 0;
+  std::string gemm_plans;  // the cuBLASLt algorithm of every GEMM the run planned (for messages)
 };
 
 // Steps 0 .. 4 of two micro-steps on one rank, step s's batches and number of targets from step_batch(s, &n) (n left
@@ -315,6 +316,7 @@ StepsRun run_steps(const Config& c, bool gated, StepBatch step_batch) {
   }
   r.params = e.gather_params();
   r.updates = e.updates();
+  r.gemm_plans = e.sharded().gemm_algorithms().plans;
   return r;
 }
 
@@ -332,6 +334,10 @@ TEST(CudaShardedModel, TrainStepGatedOnDeviceMatchesHostPath) {
     ASSERT_EQ(setenv("SHARDTRAIN_FAULT", "grad_inf:0@3", 1), 0);
     const StepsRun host = run(false), device = run(true);
     unsetenv("SHARDTRAIN_FAULT");
+    // When the two runs differ, whether their GEMMs ran the same cuBLASLt algorithms says where to look.
+    SCOPED_TRACE(host.gemm_plans == device.gemm_plans ? std::string("both runs planned the same GEMM algorithms")
+                                                      : "the runs planned different GEMM algorithms; host path:\n" +
+                                                            host.gemm_plans + "gated:\n" + device.gemm_plans);
     ASSERT_EQ(host.stats.size(), device.stats.size());
     int clipped = 0;
     for (size_t i = 0; i < host.stats.size(); ++i) {
