@@ -57,9 +57,12 @@ class Source {
 // The receiving side: writes and hashes what arrives; after a write error it only hashes.
 class Sink {
  public:
-  Sink(std::string path, int64_t piece_bytes) : path_(std::move(path)), hash_(piece_bytes) {
+  // A header's piece size below 0 is reported after the exchange, like any other failure: throwing here would leave
+  // the sender waiting for its bytes to be taken.
+  Sink(std::string path, int64_t piece_bytes) : path_(std::move(path)), hash_(std::max<int64_t>(piece_bytes, 0)) {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) error_ = str_cat("cannot create ", path_, ": ", errno_text());
+    if (piece_bytes < 0) error_ = str_cat("the header gives digest piece size ", piece_bytes, ", expected >= 0");
   }
   ~Sink() {
     if (fd_ >= 0) ::close(fd_);
