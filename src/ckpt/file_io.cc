@@ -123,13 +123,14 @@ void for_each_index(int64_t count, int threads, Fn fn) {
     try {
       while (!stop) {
         const int64_t i = next++;
-        if (i >= count || !fn(thread, i)) return;
+        if (i >= count) return;
+        if (!fn(thread, i)) break;
       }
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu);
       if (!error) error = std::current_exception();
     }
-    stop = true;
+    stop = true;  // fn said stop, or threw
   };
   const int n = static_cast<int>(std::min<int64_t>(count, threads));
   std::vector<std::thread> pool;
