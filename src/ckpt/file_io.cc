@@ -239,16 +239,10 @@ class Runs {
   int64_t total() const { return total_; }
   // Copies file bytes [offset, offset + n) into out.
   void gather(int64_t offset, size_t n, char* out) const {
-    size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin()) - 1;
-    while (n > 0) {
-      const int64_t run_end = i + 1 < starts_.size() ? starts_[i + 1] : total_;
-      const size_t take = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(n), run_end - offset));
-      std::memcpy(out, data_[i] + (offset - starts_[i]), take);
-      out += take;
-      offset += static_cast<int64_t>(take);
-      n -= take;
-      ++i;
-    }
+    for_each_span(offset, offset + static_cast<int64_t>(n), [&out](const char* p, size_t k) {
+      std::memcpy(out, p, k);
+      out += k;
+    });
   }
   // Calls fn(data, n) on file bytes [begin, end) in order, one call per run they touch.
   template <class Fn>
@@ -362,36 +356,8 @@ class BackgroundDigest {
   std::thread thread_;  // last: it starts once the members above exist
 };
 
-// Reads file bytes [offset, offset + n); kFault naming the path (the file was just written by this process).
-std::string read_range(int fd, const std::string& path, int64_t offset, int64_t n) {
-  std::string out(static_cast<size_t>(n), '\0');
-  size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t r = ::pread(fd, out.data() + done, out.size() - done, offset + static_cast<int64_t>(done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) ST_FAULT("cannot read ", path, " at byte ", offset + static_cast<int64_t>(done), ": ", errno_text());
-    if (r == 0) ST_FAULT("cannot read ", path, " at byte ", offset + static_cast<int64_t>(done), ": end of file");
-    done += static_cast<size_t>(r);
-  }
-  return out;
-}
-
-// Reads until `n` bytes are in buf or the file ends; returns the bytes read. `done` is for the message only.
-size_t read_full(int fd, const std::string& path, char* buf, size_t n, int64_t done) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::read(fd, buf + got, n - got);
-    if (r < 0 && errno == EINTR) continue;
-    // The file opened, so a failing read is the storage's fault, not the user's.
-    if (r < 0) ST_FAULT("read of ", path, " failed after ", done + static_cast<int64_t>(got), " bytes: ", errno_text());
-    if (r == 0) break;
-    got += static_cast<size_t>(r);
-  }
-  return got;
-}
-
-// pread(2) until `n` bytes from `offset` are in buf or the file ends; returns the bytes read. kFault naming the path
-// and the byte if a read fails.
+// pread(2) until `n` bytes from `offset` are in buf or the file ends; returns the bytes read. A failing read is
+// kFault naming the path and the byte: the file opened, so it is the storage's fault, not the user's.
 size_t pread_full(int fd, const std::string& path, char* buf, size_t n, int64_t offset) {
   size_t got = 0;
   while (got < n) {
@@ -402,6 +368,12 @@ size_t pread_full(int fd, const std::string& path, char* buf, size_t n, int64_t 
     got += static_cast<size_t>(r);
   }
   return got;
+}
+
+// pread_full of exactly n bytes: an earlier end of the file is kFault naming the path and the byte where it ended.
+void pread_exact(int fd, const std::string& path, char* buf, size_t n, int64_t offset) {
+  const size_t got = pread_full(fd, path, buf, n, offset);
+  if (got < n) ST_FAULT("read of ", path, " at byte ", offset + static_cast<int64_t>(got), ": the file ended early");
 }
 
 }  // namespace
@@ -506,7 +478,7 @@ std::string sha256_file(const std::string& path) {
     for (; advised < std::min(size, done + kReadAheadPieces * static_cast<int64_t>(kIoBytes));
          advised += static_cast<int64_t>(kIoBytes))
       (void)::posix_fadvise(fd.get(), advised, static_cast<off_t>(kIoBytes), POSIX_FADV_WILLNEED);
-    const size_t n = read_full(fd.get(), path, buffers[static_cast<size_t>(k)], piece, done);
+    const size_t n = pread_full(fd.get(), path, buffers[static_cast<size_t>(k)], piece, done);
     if (hashing.valid()) hashing.get();
     if (n == 0) break;
     done += static_cast<int64_t>(n);
@@ -555,12 +527,9 @@ std::string file_digest(const std::string& path, int64_t piece_bytes) {
     const int64_t end = std::min(size, (i + 1) * piece_bytes);
     for (int64_t at = i * piece_bytes; at < end;) {
       const size_t want = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(read_bytes), end - at));
-      const size_t got = pread_full(fd.get(), path, buf, want, at);
-      if (got < want)
-        ST_FAULT("read of ", path, " at byte ", at + static_cast<int64_t>(got), ": the file ended before its ", size,
-                 " bytes");
-      sha256_update(ctx.get(), buf, got);
-      at += static_cast<int64_t>(got);
+      pread_exact(fd.get(), path, buf, want, at);
+      sha256_update(ctx.get(), buf, want);
+      at += static_cast<int64_t>(want);
     }
     digests[static_cast<size_t>(i)] = sha256_final(ctx.get());
     return true;
@@ -574,8 +543,7 @@ void read_at(int fd, const std::string& path, int64_t offset, int64_t bytes, voi
     char* to = static_cast<char*>(out) + i * step;
     const int64_t at = offset + i * step;
     const size_t n = static_cast<size_t>(std::min(step, bytes - i * step));
-    const size_t got = pread_full(fd, path, to, n, at);
-    if (got < n) ST_FAULT("read of ", path, " at byte ", at + static_cast<int64_t>(got), ": the file ended early");
+    pread_exact(fd, path, to, n, at);
     return true;
   });
 }
@@ -638,7 +606,8 @@ WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pie
   int64_t at = 0;
   auto keep_until = [&](int64_t end) {
     if (end <= at) return;
-    kept.push_back(read_range(fd.get(), path, at, end - at));
+    kept.emplace_back(static_cast<size_t>(end - at), '\0');
+    pread_exact(fd.get(), path, kept.back().data(), kept.back().size(), at);
     runs.add(kept.back().data(), end - at);
   };
   for (const PlacedBytes& p : pieces) {

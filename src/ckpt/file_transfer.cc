@@ -119,7 +119,6 @@ void transfer_files(Communicator& comm, int dest, const FileOffer* offer, int so
     take->file = static_cast<int>(in.file);
     take->bytes = in.bytes;
     take->digest.assign(in.digest, 64);
-    take->piece_bytes = in.piece_bytes;
     take->path = path_for(take->file);
     sink = std::make_unique<Sink>(take->path, in.piece_bytes);
   }

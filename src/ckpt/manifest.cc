@@ -168,13 +168,13 @@ ManifestUnit parse_unit(const FieldReader& r, const json& j, const std::string& 
   return u;
 }
 
-ManifestFile parse_file(const FieldReader& r, const json& j, const std::string& name, const char* digest_field) {
+ManifestFile parse_file(const FieldReader& r, const json& j, const std::string& name, const char* digest_key) {
   ManifestFile f;
   r.object(j, name);
   f.name = r.string(j, name, "name");
   f.rank = r.i32(j, name, "rank");
   f.bytes = r.i64(j, name, "bytes");
-  f.digest = r.string(j, name, digest_field);
+  f.digest = r.string(j, name, digest_key);
   const std::string spans_name = join(name, "spans");
   const json& spans = r.array(j, name, "spans");
   for (size_t i = 0; i < spans.size(); ++i) {
@@ -184,9 +184,6 @@ ManifestFile parse_file(const FieldReader& r, const json& j, const std::string& 
   }
   return f;
 }
-
-// The files' digest field: piece_sha256 with digest_piece_bytes, sha256 (of the whole file) without.
-const char* digest_field(const Manifest& m) { return m.digest_piece_bytes > 0 ? "piece_sha256" : "sha256"; }
 
 bool is_lower_hex_sha256(const std::string& s) {
   return s.size() == 64 &&
@@ -345,6 +342,8 @@ void validate_manifest(const Manifest& m, const std::string& path) {
   validate_coverage(m, path);
   if (m.node_local) validate_node_local(*m.node_local, m.world_size, path);
 }
+
+const char* digest_field(const Manifest& m) { return m.digest_piece_bytes > 0 ? "piece_sha256" : "sha256"; }
 
 std::vector<int> files_held(const Manifest& m) {
   std::vector<int> held;

@@ -96,8 +96,7 @@ std::string inspect_checkpoint(const std::string& step_dir) {
   for (const ManifestFile& f : m.files) total += f.bytes;
   os << "files " << m.files.size() << " bytes=" << total << "\n";
   for (const ManifestFile& f : m.files)
-    os << "  " << f.name << " bytes=" << f.bytes << " " << (m.digest_piece_bytes > 0 ? "piece_sha256=" : "sha256=")
-       << f.digest << "\n";
+    os << "  " << f.name << " bytes=" << f.bytes << " " << digest_field(m) << "=" << f.digest << "\n";
   return os.str();
 }
 

@@ -263,20 +263,27 @@ TEST(ShardFile, UnknownFormatVersionIsBadInput) {
   EXPECT_TRUE(contains(msg, path + ": unknown checkpoint format version 7 (this build reads versions 1 to 2)")) << msg;
 }
 
+// A rank file built by hand: the root attributes of rank 0 of 1 at step 0 and the group /units/head with its offset
+// attribute (and count, unless count < 0); the caller adds the datasets.
+H5File hand_built_file(const std::string& path, int64_t offset, int64_t count) {
+  H5File f = H5File::create(path);
+  h5_write_attr_i64(f, f.id(), "/", "format_version", kCheckpointFormatVersion);
+  h5_write_attr_i64(f, f.id(), "/", "rank", 0);
+  h5_write_attr_i64(f, f.id(), "/", "world_size", 1);
+  h5_write_attr_i64(f, f.id(), "/", "step", 0);
+  h5_create_group(f, "/units");
+  H5Handle g = h5_create_group(f, "/units/head");
+  h5_write_attr_i64(f, g.get(), "/units/head", "offset", offset);
+  if (count >= 0) h5_write_attr_i64(f, g.get(), "/units/head", "count", count);
+  return f;
+}
+
 // Files built by hand with one thing wrong: each error names the file and the object.
 TEST(ShardFile, MalformedFilesNameTheObject) {
   TempDir dir;
   auto build = [&](const std::string& name, bool with_count, int64_t param_len, bool with_exp_avg_sq) {
     const std::string path = dir.file(name);
-    H5File f = H5File::create(path);
-    h5_write_attr_i64(f, f.id(), "/", "format_version", kCheckpointFormatVersion);
-    h5_write_attr_i64(f, f.id(), "/", "rank", 0);
-    h5_write_attr_i64(f, f.id(), "/", "world_size", 1);
-    h5_write_attr_i64(f, f.id(), "/", "step", 0);
-    h5_create_group(f, "/units");
-    H5Handle g = h5_create_group(f, "/units/head");
-    h5_write_attr_i64(f, g.get(), "/units/head", "offset", 0);
-    if (with_count) h5_write_attr_i64(f, g.get(), "/units/head", "count", 4);
+    H5File f = hand_built_file(path, 0, with_count ? 4 : -1);
     const std::vector<float> data(8, 1.0f);
     h5_write_f32(f, "/units/head/param", {param_len}, data.data());
     h5_write_f32(f, "/units/head/exp_avg", {4}, data.data());
@@ -303,15 +310,7 @@ TEST(ShardFile, DatasetsStoredOtherwiseAreReadThroughHdf5) {
   TempDir dir;
   const std::string path = dir.file("by_hand.h5");
   {
-    H5File f = H5File::create(path);
-    h5_write_attr_i64(f, f.id(), "/", "format_version", kCheckpointFormatVersion);
-    h5_write_attr_i64(f, f.id(), "/", "rank", 0);
-    h5_write_attr_i64(f, f.id(), "/", "world_size", 1);
-    h5_write_attr_i64(f, f.id(), "/", "step", 0);
-    h5_create_group(f, "/units");
-    H5Handle g = h5_create_group(f, "/units/head");
-    h5_write_attr_i64(f, g.get(), "/units/head", "offset", 5);
-    h5_write_attr_i64(f, g.get(), "/units/head", "count", 10);
+    H5File f = hand_built_file(path, 5, 10);
     const hsize_t n = 10, chunk = 3;
     H5Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
     const std::vector<double> f64 = {0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5};

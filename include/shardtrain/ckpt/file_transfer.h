@@ -43,9 +43,8 @@ struct FileTake {
   bool received = false;  // false: the sender had nothing
   int file = -1;
   int64_t bytes = 0;
-  std::string digest;       // the sender's, which the received bytes matched
-  int64_t piece_bytes = 0;  // the sender's digest scheme
-  std::string path;         // where it was written
+  std::string digest;  // the sender's, which the received bytes matched
+  std::string path;    // where it was written
 };
 
 // Sends `offer` to rank `dest` and receives into `take` from rank `source`, at once; either side may be absent

@@ -86,6 +86,9 @@ struct Manifest {
 // (ascending).
 std::vector<int> files_held(const Manifest& m);
 
+// The JSON name of the files' digest: "piece_sha256" (digest_piece_bytes > 0), or "sha256" (whole files).
+const char* digest_field(const Manifest& m);
+
 std::string manifest_to_json(const Manifest& m);
 // Parses and validates (types, required fields, a format version this build reads, one file per
 // rank, spans that cover every unit exactly once). Errors are kBadInput naming `path` and the field.

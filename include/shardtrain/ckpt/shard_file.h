@@ -31,9 +31,9 @@ struct UnitSlice {
   const float* exp_avg_sq = nullptr;
 };
 
-// Writes the file (truncating) and fsyncs it; returns its length and SHA-256 (equal to file_size and
-// sha256_file of `path`), hashed from memory while the bytes were written, so that no second pass reads
-// the file. HDF5 writes the structure (attributes, groups, the datasets' headers and their allocated,
+// Writes the file (truncating) and fsyncs it; returns its length and digest with kDigestPieceBytes (equal to
+// file_size and file_digest of `path`), hashed from memory while the bytes were written, so that no second pass
+// reads the file. HDF5 writes the structure (attributes, groups, the datasets' headers and their allocated,
 // unfilled storage); the raw floats then go in with overwrite_file (file_io.h): large writes in file order.
 // I/O failures (ENOSPC, EFBIG, EIO) are kFault naming the path and the OS's error text; a failed write
 // leaves a partial file at `path`.
