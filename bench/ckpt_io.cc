@@ -5,10 +5,8 @@
 //
 // Each iteration times, on every rank at once (a barrier before each part):
 //   save     save_checkpoint: the rank file written and hashed, the manifest, the rename;
-//   load     load_checkpoint of that checkpoint, every check of open_rank_file (the digest included);
-//   hash     the first half of that load on this rank's own file: file_digest alone (the digest pass);
-//   reads    the second half: ShardFileReader reads of this rank's spans, no hash (they find the file in the page
-//            cache, where the hash pass put it, as the load's reads do);
+//   load     load_checkpoint of that checkpoint: every check of open_rank_file, the file read once (read_rank_file);
+//   pass     the load's pass over this rank's own file without the copies: file_digest alone;
 //   read     this rank's file read from the disk the way dd reads it (`dd bs=64M of=/dev/null`: 64 MiB read()s into
 //            one buffer), and again with O_DIRECT (`iflag=direct`), the faster of the two being what the disk gives a
 //            plain reader (load_over_best_plain_read);
@@ -19,7 +17,7 @@
 //            then fsync); skipped, and said so, where the file system refuses O_DIRECT (tmpfs).
 // Then, once, the digest's speed from memory over 256 MiB of varied bytes: SHA-256 of the whole (one stream, one
 // core) and the checkpoint digest (16 MiB pieces on four threads), the ceiling each puts on a writer that hashes.
-// Before the load and before the hash pass, this rank's file is dropped from the page cache (fdatasync, then
+// Before the load and before the pass, this rank's file is dropped from the page cache (fdatasync, then
 // posix_fadvise DONTNEED, which drops clean pages without root), and the share of its pages still resident is
 // measured with mincore and printed: 0% means the part read the disk, 100% that it read memory.
 // The AdamW moments, zero in a fresh model, are filled with varied floats first, as a trained model's are, and the
@@ -225,7 +223,7 @@ int main(int argc, char** argv) {
                                                       &std::free);
     fill_varied(block.get(), kPlainBlock, 1000 + static_cast<uint64_t>(comm->rank()));
 
-    std::vector<double> save_s, load_s, hash_s, read_s, writer_s, plain_s, direct_s, cached_load, cached_hash;
+    std::vector<double> save_s, load_s, hash_s, writer_s, plain_s, direct_s, cached_load, cached_hash;
     std::vector<double> plain_read_s[2];  // dd-style reads: buffered, O_DIRECT (absent where refused)
     bool direct_refused = false;
     std::string where;
@@ -244,26 +242,14 @@ int main(int argc, char** argv) {
       t0 = std::chrono::steady_clock::now();
       st::load_checkpoint(where, cfg, model, *comm);
       load_s.push_back(seconds_since(t0));
-      // The halves of the load on this rank's own file (the load above read the same file, written by the same
-      // world size): the hash pass from the disk, then the reads without it.
+      // The load's pass over this rank's own file (the load above read the same file, written by the same world
+      // size) without the copies into the model or HDF5's parse: what reading and hashing alone take.
       drop_from_page_cache(mine);
       cached_hash.push_back(percent_in_page_cache(mine));
       comm->barrier();
       t0 = std::chrono::steady_clock::now();
       st::file_digest(mine, st::kDigestPieceBytes);
       hash_s.push_back(seconds_since(t0));
-      comm->barrier();
-      t0 = std::chrono::steady_clock::now();
-      {
-        const st::ShardFileReader f(mine);
-        for (const st::UnitLayout& u : model.units()) {
-          st::UnitShard& sh = model.shard(u.index);
-          f.read(u.name, st::ShardState::kParam, sh.span, sh.param.data());
-          f.read(u.name, st::ShardState::kExpAvg, sh.span, sh.m.data());
-          f.read(u.name, st::ShardState::kExpAvgSq, sh.span, sh.v.data());
-        }
-      }
-      read_s.push_back(seconds_since(t0));
       for (bool direct : {false, true}) {
         drop_from_page_cache(mine);
         comm->barrier();
@@ -307,9 +293,9 @@ int main(int argc, char** argv) {
           comm->world_size(), bytes, total / 1e9, s, bytes / s / 1e9, l, bytes / l / 1e9, s / l,
           st::median(cached_load));
       std::printf(
-          "ckpt_io load_halves median_hash_s=%.3f hash_GBps=%.2f page_cache_before_hash=%.0f%% "
-          "median_read_without_hash_s=%.3f (reads from the page cache the hash pass filled)\n",
-          st::median(hash_s), bytes / st::median(hash_s) / 1e9, st::median(cached_hash), st::median(read_s));
+          "ckpt_io pass median_digest_pass_s=%.3f digest_pass_GBps=%.2f page_cache_before_pass=%.0f%% "
+          "(file_digest: the load's read and hash without its copies)\n",
+          st::median(hash_s), bytes / st::median(hash_s) / 1e9, st::median(cached_hash));
       const double buffered_read = st::median(plain_read_s[0]);
       double best_read = buffered_read;
       std::printf("ckpt_io read plain_buffered_read_GBps=%.2f ", bytes / buffered_read / 1e9);

@@ -109,25 +109,21 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
 
   model.pull_state();  // a device backend sizes its host view; every owned element is overwritten below
   on_all_ranks(comm, [&] {
-    // Old files are opened (and checked) only when one of this rank's spans meets theirs.
-    std::map<int, std::unique_ptr<ShardFileReader>> readers;
-    auto reader = [&](int r) -> const ShardFileReader& {
-      auto it = readers.find(r);
-      if (it != readers.end()) return *it->second;
-      return *readers.emplace(r, std::make_unique<ShardFileReader>(open_rank_file(step_dir, m, r))).first->second;
-    };
+    // What this rank reads of each old file; a file it reads nothing of is not opened.
+    std::map<int, std::vector<SliceRead>> reads;
     for (const UnitLayout& u : units) {
       UnitShard& sh = model.shard(u.index);
       for (int r = 0; r < m.world_size; ++r) {
         const ShardSpan part = intersect(sh.span, m.files[static_cast<size_t>(r)].spans[static_cast<size_t>(u.index)]);
         if (part.count == 0) continue;
-        const ShardFileReader& f = reader(r);
         const int64_t at = part.offset - sh.span.offset;
-        f.read(u.name, ShardState::kParam, part, sh.param.data() + at);
-        f.read(u.name, ShardState::kExpAvg, part, sh.m.data() + at);
-        f.read(u.name, ShardState::kExpAvgSq, part, sh.v.data() + at);
+        std::vector<SliceRead>& file = reads[r];
+        file.push_back(SliceRead{u.name, ShardState::kParam, part, sh.param.data() + at});
+        file.push_back(SliceRead{u.name, ShardState::kExpAvg, part, sh.m.data() + at});
+        file.push_back(SliceRead{u.name, ShardState::kExpAvgSq, part, sh.v.data() + at});
       }
     }
+    for (const auto& [file, slices] : reads) read_rank_file(step_dir, m, file, slices);
   });
   model.push_state();
   if (!m.gemm_algorithms.empty()) model.use_gemm_algorithms(m.gemm_algorithms);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <regex>
 #include <system_error>
 #include <vector>
@@ -126,7 +127,11 @@ void check_rank_file_sizes(const std::string& step_dir, const Manifest& m) {
   }
 }
 
-ShardFileReader open_rank_file(const std::string& step_dir, const Manifest& m, int file) {
+namespace {
+
+// The rank file's path, after checking that it is there with the manifest's size; a node-local copy that does not hold
+// it says so, naming the files it holds.
+std::string located_rank_file(const std::string& step_dir, const Manifest& m, int file) {
   const ManifestFile& f = m.files[static_cast<size_t>(file)];
   const std::string path = file_path_of(step_dir, f);
   std::error_code ec;
@@ -139,11 +144,18 @@ ShardFileReader open_rank_file(const std::string& step_dir, const Manifest& m, i
                    "ckpt.replicas=1 restores the files its ranks read from the other nodes; elsewhere, copy it here");
   }
   check_size(path, labelled(path, m, file), f);
-  // The whole file is hashed before HDF5 parses it, so HDF5 only ever sees the bytes that were committed.
-  const std::string digest = file_digest(path, m.digest_piece_bytes);
+  return path;
+}
+
+void check_digest(const std::string& path, const Manifest& m, int file, const std::string& digest) {
+  const ManifestFile& f = m.files[static_cast<size_t>(file)];
   if (digest != f.digest)
     ST_BAD_INPUT(labelled(path, m, file), ": SHA-256 mismatch: expected ", f.digest, " (manifest), actual ", digest);
+}
 
+// Steps 2 to 4 of open_rank_file.
+ShardFileReader parse_rank_file(const std::string& path, const Manifest& m, int file) {
+  const ManifestFile& f = m.files[static_cast<size_t>(file)];
   ShardFileReader reader(path);
   const std::string field = str_cat("manifest files[", f.rank, "]");
   if (reader.rank() != f.rank)
@@ -165,6 +177,30 @@ ShardFileReader open_rank_file(const std::string& step_dir, const Manifest& m, i
                    "]), actual ", span_str(actual));
   }
   return reader;
+}
+
+}  // namespace
+
+ShardFileReader open_rank_file(const std::string& step_dir, const Manifest& m, int file) {
+  const std::string path = located_rank_file(step_dir, m, file);
+  // The whole file is hashed before HDF5 parses it, so HDF5 only ever sees the bytes that were committed.
+  check_digest(path, m, file, file_digest(path, m.digest_piece_bytes));
+  return parse_rank_file(path, m, file);
+}
+
+void read_rank_file(const std::string& step_dir, const Manifest& m, int file, const std::vector<SliceRead>& reads) {
+  const std::string path = located_rank_file(step_dir, m, file);
+  std::optional<ShardFileReader> reader;
+  try {
+    reader.emplace(parse_rank_file(path, m, file));
+  } catch (const Error&) {
+    // A file that fails these checks has most likely changed since its commit: the digest says whether it has.
+    check_digest(path, m, file, file_digest(path, m.digest_piece_bytes));
+    throw;
+  }
+  check_digest(path, m, file, reader->read_plain_and_digest(reads, m.digest_piece_bytes));
+  for (const SliceRead& r : reads)
+    if (!reader->stored_plain(r.unit, r.state)) reader->read(r.unit, r.state, r.want, r.out);
 }
 
 }  // namespace st

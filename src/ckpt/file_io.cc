@@ -5,18 +5,21 @@
 #include <openssl/evp.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <filesystem>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -147,13 +150,16 @@ constexpr int kWritesInFlight = 4;
 // Threads that hash a file's digest pieces from memory: four compute SHA-256 at four times one core's speed, faster
 // than the disks the pieces are written to.
 constexpr int kDigestThreads = 4;
-// Threads that read and hash a file's pieces, each with one read in flight: a disk reads faster with more requests
-// queued than with the four hashing needs (docs/performance.md, "Checkpoint writes").
-constexpr int kDigestReadThreads = 8;
 // Threads that copy a range of a file in the page cache into memory (read_at).
 constexpr int kCopyThreads = 4;
-// Pieces a hash pass asks the kernel to read ahead of the one it reads (64 MiB).
-constexpr int64_t kReadAheadPieces = 4;
+// A pass over a whole file (digest_and_read) reads it in order, one 64 MiB read at a time, as `dd bs=64M` does:
+// on the disks measured this reads a cold file as fast as anything tried, and faster than several reads in flight
+// at different offsets, which break up the kernel's read-ahead (docs/performance.md, "Checkpoint loads").
+constexpr size_t kPassReadBytes = size_t{64} << 20;
+// Reads of a pass held in memory at once: one being read while the threads hash and copy the others.
+constexpr int kPassReads = 3;
+// kIoBytes buffers kept mapped between calls: a pass's reads.
+constexpr int kPooledBuffers = kPassReads * static_cast<int>(kPassReadBytes / kIoBytes);
 // O_DIRECT needs buffers, offsets and lengths aligned to the device's logical block: 4096 covers 512-byte
 // and 4 KiB devices alike.
 constexpr size_t kDirectAlign = 4096;
@@ -188,7 +194,7 @@ class IoBuffer {
 
 // kIoBytes buffers for large files, kept for the process's next call (a run saves every ckpt.every steps and
 // loads at start-up): mapping 64 MiB again each time costs 0.2 to 0.4 s on a busy virtual machine. At most
-// kWritesInFlight buffers (64 MiB) stay mapped. Smaller files get buffers of their own size.
+// kPooledBuffers buffers (192 MiB) stay mapped. Smaller files get buffers of their own size.
 class IoBuffers {
  public:
   IoBuffers(int count, size_t bytes) : pooled_(bytes >= kIoBytes) {
@@ -208,7 +214,7 @@ class IoBuffers {
     if (!pooled_) return;
     std::lock_guard<std::mutex> lock(pool_mu());
     for (IoBuffer& b : buffers_)
-      if (static_cast<int>(pool().size()) < kWritesInFlight) pool().push_back(std::move(b));
+      if (static_cast<int>(pool().size()) < kPooledBuffers) pool().push_back(std::move(b));
   }
   char* operator[](size_t i) const { return buffers_[i].data(); }
   size_t count() const { return buffers_.size(); }
@@ -376,6 +382,224 @@ void pread_exact(int fd, const std::string& path, char* buf, size_t n, int64_t o
   if (got < n) ST_FAULT("read of ", path, " at byte ", offset + static_cast<int64_t>(got), ": the file ended early");
 }
 
+// preadv(2) of exactly n bytes at `offset` into consecutive buffers of buf_bytes each, resuming after short reads. A
+// failing read is kFault naming the path and the byte; so is an earlier end of the file (it shrank while read).
+void preadv_exact(int fd, const std::string& path, char* const* bufs, size_t buf_bytes, size_t n, int64_t offset) {
+  std::vector<iovec> iov;
+  size_t got = 0;
+  while (got < n) {
+    iov.clear();
+    for (size_t at = got; at < n;) {
+      const size_t in_buf = at % buf_bytes, take = std::min(buf_bytes - in_buf, n - at);
+      iov.push_back(iovec{bufs[at / buf_bytes] + in_buf, take});
+      at += take;
+    }
+    const ssize_t r = ::preadv(fd, iov.data(), static_cast<int>(std::min<size_t>(iov.size(), IOV_MAX)),
+                               offset + static_cast<int64_t>(got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) ST_FAULT("read of ", path, " at byte ", offset + static_cast<int64_t>(got), " failed: ", errno_text());
+    if (r == 0) ST_FAULT("read of ", path, " at byte ", offset + static_cast<int64_t>(got), ": the file ended early");
+    got += static_cast<size_t>(r);
+  }
+}
+
+// One pass over a whole file for digest_and_read. The calling thread reads the file in order, kPassReadBytes per
+// read, into one of kPassReads slots; kDigestThreads threads hash and copy each read's bytes while the next ones
+// are read, and hand the slot back when done.
+//
+// Hashing: pieces are dealt to the threads in stripes of about kIoBytes (whole pieces, consecutive), stripe s to
+// thread s % kDigestThreads. A thread gets the bytes of its stripes in file order, so it hashes one piece at a time,
+// and a piece longer than a read (or the whole file, when piece_bytes is 0) is hashed across reads by one thread.
+// Copying: each buffer's share of the `wanted` ranges is copied by one thread, the buffers dealt round robin.
+class FilePass {
+ public:
+  FilePass(const std::string& path, int fd, int64_t size, int64_t piece_bytes, const std::vector<WantedBytes>& wanted)
+      : path_(path),
+        fd_(fd),
+        size_(size),
+        piece_bytes_(piece_bytes > 0 ? piece_bytes : size),
+        stripe_(piece_bytes > 0 ? piece_bytes * std::max<int64_t>(1, static_cast<int64_t>(kIoBytes) / piece_bytes)
+                                : size),
+        wanted_(wanted),
+        buf_bytes_(static_cast<size_t>(std::min<int64_t>(size, static_cast<int64_t>(kIoBytes)))),
+        bufs_per_read_(static_cast<int>(
+            (std::min<int64_t>(size, static_cast<int64_t>(kPassReadBytes)) + static_cast<int64_t>(buf_bytes_) - 1) /
+            static_cast<int64_t>(buf_bytes_))),
+        read_bytes_(static_cast<int64_t>(buf_bytes_) * bufs_per_read_),
+        reads_((size + read_bytes_ - 1) / read_bytes_),
+        slots_(static_cast<int>(std::min<int64_t>(reads_, kPassReads))),
+        buffers_(slots_ * bufs_per_read_, buf_bytes_),
+        digests_(static_cast<size_t>((size + piece_bytes_ - 1) / piece_bytes_)),
+        queues_(kDigestThreads),
+        pending_(static_cast<size_t>(slots_), 0),
+        read_at_(static_cast<size_t>(slots_), 0) {
+    for (int s = slots_ - 1; s >= 0; --s) free_.push_back(s);
+  }
+
+  // Reads the file and returns its pieces' digests in order (one, the whole file's, when piece_bytes is 0).
+  std::vector<Digest> run() {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kDigestThreads; ++t) threads.emplace_back([this, t] { work(t); });
+    try {
+      read_all();
+    } catch (...) {
+      fail(std::current_exception());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    work_cv_.notify_all();
+    for (std::thread& t : threads) t.join();
+    if (error_) std::rethrow_exception(error_);
+    return std::move(digests_);
+  }
+
+ private:
+  struct Task {
+    int slot = 0;
+    int64_t begin = 0, end = 0;  // file bytes, inside the slot's read
+    bool copy = false;           // copy the wanted bytes; else hash
+  };
+
+  void read_all() {
+    std::vector<char*> bufs(static_cast<size_t>(bufs_per_read_));
+    for (int64_t r = 0; r < reads_; ++r) {
+      int slot = 0;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        slot_cv_.wait(lock, [&] { return failed_ || !free_.empty(); });
+        if (failed_) return;
+        slot = free_.back();
+        free_.pop_back();
+      }
+      const int64_t begin = r * read_bytes_, end = std::min(size_, begin + read_bytes_);
+      for (int b = 0; b < bufs_per_read_; ++b) bufs[static_cast<size_t>(b)] = buffer(slot, b);
+      preadv_exact(fd_, path_, bufs.data(), buf_bytes_, static_cast<size_t>(end - begin), begin);
+      std::vector<std::pair<int, Task>> tasks;
+      for (int64_t s = begin / stripe_; s * stripe_ < end; ++s)
+        tasks.push_back({static_cast<int>(s % kDigestThreads),
+                         Task{slot, std::max(begin, s * stripe_), std::min(end, (s + 1) * stripe_), false}});
+      for (int64_t at = begin; at < end; at += static_cast<int64_t>(buf_bytes_)) {
+        const int64_t to = std::min(end, at + static_cast<int64_t>(buf_bytes_));
+        if (wants_any(at, to))
+          tasks.push_back(
+              {static_cast<int>((at / static_cast<int64_t>(buf_bytes_)) % kDigestThreads), Task{slot, at, to, true}});
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        read_at_[static_cast<size_t>(slot)] = begin;
+        pending_[static_cast<size_t>(slot)] = static_cast<int>(tasks.size());
+        for (const auto& [thread, task] : tasks) queues_[static_cast<size_t>(thread)].push_back(task);
+      }
+      work_cv_.notify_all();
+    }
+  }
+
+  void work(int thread) {
+    EvpCtx ctx;  // the piece this thread is in the middle of, if any
+    std::deque<Task>& queue = queues_[static_cast<size_t>(thread)];
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        work_cv_.wait(lock, [&] { return failed_ || done_ || !queue.empty(); });
+        if (failed_ || queue.empty()) return;  // failed, or done with nothing left
+        task = queue.front();
+        queue.pop_front();
+      }
+      try {
+        if (task.copy)
+          copy(task);
+        else
+          hash(task, ctx);
+      } catch (...) {
+        fail(std::current_exception());
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (--pending_[static_cast<size_t>(task.slot)] == 0) free_.push_back(task.slot);
+      }
+      slot_cv_.notify_one();
+    }
+  }
+
+  // Calls fn(data, n) on file bytes [begin, end) of a slot's read, one call per buffer they touch.
+  template <class Fn>
+  void for_each_span(const Task& t, int64_t begin, int64_t end, Fn fn) const {
+    const int64_t base = read_at_[static_cast<size_t>(t.slot)], buf = static_cast<int64_t>(buf_bytes_);
+    while (begin < end) {
+      const int64_t in_read = begin - base, in_buf = in_read % buf;
+      const int64_t n = std::min(end - begin, buf - in_buf);
+      fn(buffer(t.slot, static_cast<int>(in_read / buf)) + in_buf, static_cast<size_t>(n));
+      begin += n;
+    }
+  }
+
+  void hash(const Task& t, EvpCtx& ctx) {
+    for (int64_t at = t.begin; at < t.end;) {
+      const int64_t piece = at / piece_bytes_, piece_end = std::min(size_, (piece + 1) * piece_bytes_);
+      const int64_t to = std::min(t.end, piece_end);
+      if (!ctx) ctx = sha256_begin();
+      for_each_span(t, at, to, [&](const char* p, size_t n) { sha256_update(ctx.get(), p, n); });
+      at = to;
+      if (at == piece_end) {
+        digests_[static_cast<size_t>(piece)] = sha256_final(ctx.get());
+        ctx.reset();
+      }
+    }
+  }
+
+  void copy(const Task& t) const {
+    for (const WantedBytes& w : wanted_) {
+      const int64_t from = std::max(t.begin, w.offset), to = std::min(t.end, w.offset + w.bytes);
+      char* out = static_cast<char*>(w.out) + (from - w.offset);
+      for_each_span(t, from, to, [&out](const char* p, size_t n) {
+        std::memcpy(out, p, n);
+        out += n;
+      });
+    }
+  }
+
+  bool wants_any(int64_t begin, int64_t end) const {
+    return std::any_of(wanted_.begin(), wanted_.end(),
+                       [&](const WantedBytes& w) { return w.offset < end && w.offset + w.bytes > begin; });
+  }
+
+  char* buffer(int slot, int b) const { return buffers_[static_cast<size_t>(slot * bufs_per_read_ + b)]; }
+
+  void fail(std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::move(e);
+      failed_ = true;
+    }
+    work_cv_.notify_all();
+    slot_cv_.notify_all();
+  }
+
+  const std::string& path_;
+  const int fd_;
+  const int64_t size_, piece_bytes_, stripe_;
+  const std::vector<WantedBytes>& wanted_;
+  const size_t buf_bytes_;
+  const int bufs_per_read_;
+  const int64_t read_bytes_, reads_;
+  const int slots_;
+  const IoBuffers buffers_;
+  std::vector<Digest> digests_;
+
+  std::mutex mu_;  // guards everything below
+  std::condition_variable work_cv_, slot_cv_;
+  std::vector<std::deque<Task>> queues_;  // per thread
+  std::vector<int> pending_;              // per slot: tasks not yet done
+  std::vector<int64_t> read_at_;          // per slot: the file offset of its read
+  std::vector<int> free_;
+  bool done_ = false, failed_ = false;
+  std::exception_ptr error_;
+};
+
 }  // namespace
 
 RemoveOnFailure::~RemoveOnFailure() {
@@ -457,40 +681,7 @@ int64_t file_size(const std::string& path) {
   return static_cast<int64_t>(n);
 }
 
-std::string sha256_file(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) ST_BAD_INPUT("cannot read ", path, " to hash it: ", errno_text());
-  (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);  // doubles the kernel's read-ahead window
-  struct stat st {};
-  const int64_t size = ::fstat(fd.get(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
-  // One more byte than the file holds, so that a small file is read (and its end seen) in one call.
-  const size_t piece = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kIoBytes), size + 1));
-  EvpCtx ctx = sha256_begin();
-  const IoBuffers buffers(2, piece);
-  // Piece i is hashed on another thread while piece i + 1 is read. Declared last: a read that throws waits
-  // here for the hash of the previous piece before the buffers go.
-  std::future<void> hashing;
-  int64_t done = 0, advised = 0;
-  for (int k = 0;; k ^= 1) {
-    // The kernel's read-ahead alone keeps one modest request in flight; POSIX_FADV_WILLNEED starts the reads of
-    // the next kReadAheadPieces pieces and returns, so that several large requests are in flight while this one
-    // is read and the previous one hashed.
-    for (; advised < std::min(size, done + kReadAheadPieces * static_cast<int64_t>(kIoBytes));
-         advised += static_cast<int64_t>(kIoBytes))
-      (void)::posix_fadvise(fd.get(), advised, static_cast<off_t>(kIoBytes), POSIX_FADV_WILLNEED);
-    const size_t n = pread_full(fd.get(), path, buffers[static_cast<size_t>(k)], piece, done);
-    if (hashing.valid()) hashing.get();
-    if (n == 0) break;
-    done += static_cast<int64_t>(n);
-    if (n < piece) {  // the end of the file (or a short read): no read left to overlap
-      sha256_update(ctx.get(), buffers[static_cast<size_t>(k)], n);
-      continue;
-    }
-    hashing = std::async(std::launch::async,
-                         [&ctx, p = buffers[static_cast<size_t>(k)], n] { sha256_update(ctx.get(), p, n); });
-  }
-  return sha256_end(ctx.get());
-}
+std::string sha256_file(const std::string& path) { return digest_and_read(path, 0, {}); }
 
 std::string sha256_hex(const void* data, size_t bytes) {
   EvpCtx ctx = sha256_begin();
@@ -506,35 +697,23 @@ std::string digest_hex(const void* data, size_t bytes, int64_t piece_bytes) {
   return digest_runs(runs, piece_bytes, never);
 }
 
-std::string file_digest(const std::string& path, int64_t piece_bytes) {
+std::string file_digest(const std::string& path, int64_t piece_bytes) { return digest_and_read(path, piece_bytes, {}); }
+
+std::string digest_and_read(const std::string& path, int64_t piece_bytes, const std::vector<WantedBytes>& wanted) {
   ST_CHECK(piece_bytes >= 0, "digest piece size ", piece_bytes);
-  if (piece_bytes == 0) return sha256_file(path);
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) ST_BAD_INPUT("cannot read ", path, " to hash it: ", errno_text());
-  (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);  // doubles the kernel's read-ahead window
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) ST_FAULT("cannot stat ", path, ": ", errno_text());
   const int64_t size = static_cast<int64_t>(st.st_size);
-  // Each thread reads its piece in reads of up to kIoBytes into a buffer of its own, hashing each read. Several
-  // large reads in flight at different offsets read faster than the kernel's read-ahead of one stream.
-  const int64_t pieces = (size + piece_bytes - 1) / piece_bytes;
-  const size_t read_bytes = static_cast<size_t>(std::clamp<int64_t>(size, 1, static_cast<int64_t>(kIoBytes)));
-  const IoBuffers buffers(static_cast<int>(std::min<int64_t>(pieces, kDigestReadThreads)), read_bytes);
-  std::vector<Digest> digests(static_cast<size_t>(pieces));
-  for_each_index(pieces, kDigestReadThreads, [&](int thread, int64_t i) {
-    char* buf = buffers[static_cast<size_t>(thread)];
-    EvpCtx ctx = sha256_begin();
-    const int64_t end = std::min(size, (i + 1) * piece_bytes);
-    for (int64_t at = i * piece_bytes; at < end;) {
-      const size_t want = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(read_bytes), end - at));
-      pread_exact(fd.get(), path, buf, want, at);
-      sha256_update(ctx.get(), buf, want);
-      at += static_cast<int64_t>(want);
-    }
-    digests[static_cast<size_t>(i)] = sha256_final(ctx.get());
-    return true;
-  });
-  return root_of(digests);
+  for (const WantedBytes& w : wanted)
+    if (w.offset < 0 || w.bytes < 0 || w.offset > size - w.bytes)
+      ST_BAD_INPUT(path, ": bytes [", w.offset, ", ", w.offset + w.bytes, ") are wanted from a file of ", size,
+                   " bytes");
+  if (size == 0) return piece_bytes > 0 ? root_of({}) : sha256_hex(nullptr, 0);
+  const std::vector<Digest> digests = FilePass(path, fd.get(), size, piece_bytes, wanted).run();
+  return piece_bytes > 0 ? root_of(digests) : hex_of(digests[0]);
 }
 
 void read_at(int fd, const std::string& path, int64_t offset, int64_t bytes, void* out) {

@@ -123,6 +123,8 @@ struct ShardFileReader::Impl {
       ST_BAD_INPUT(file.path(), ": unit ", name, " is not in this file (no group /units/", name, ")");
     return it->second;
   }
+  const Unit& unit_holding(const std::string& name, const ShardSpan& want) const;
+  static WantedBytes plain_bytes(const Unit& u, ShardState state, const ShardSpan& want, float* out);
 };
 
 ShardFileReader::ShardFileReader(const std::string& path) : impl_(new Impl) {
@@ -205,19 +207,48 @@ bool ShardFileReader::has_unit(const std::string& unit) const { return impl_->un
 
 ShardSpan ShardFileReader::span(const std::string& unit) const { return impl_->unit(unit).span; }
 
-void ShardFileReader::read(const std::string& unit, ShardState state, const ShardSpan& want, float* out) const {
-  const Impl::Unit& u = impl_->unit(unit);
+// The unit `want` is read from, after checking that it holds `want`.
+const ShardFileReader::Impl::Unit& ShardFileReader::Impl::unit_holding(const std::string& name,
+                                                                       const ShardSpan& want) const {
+  const Unit& u = unit(name);
   if (want.count < 0 || want.offset < u.span.offset || want.end() > u.span.end())
-    ST_BAD_INPUT(path(), ": unit ", unit, " holds elements ", span_text(u.span), ", cannot read ", span_text(want));
+    ST_BAD_INPUT(file.path(), ": unit ", name, " holds elements ", span_text(u.span), ", cannot read ",
+                 span_text(want));
+  return u;
+}
+
+// Where the file holds `want` as plain floats.
+WantedBytes ShardFileReader::Impl::plain_bytes(const Unit& u, ShardState state, const ShardSpan& want, float* out) {
+  return WantedBytes{
+      u.native_at[static_cast<int>(state)] + (want.offset - u.span.offset) * static_cast<int64_t>(sizeof(float)),
+      want.count * static_cast<int64_t>(sizeof(float)), out};
+}
+
+void ShardFileReader::read(const std::string& unit, ShardState state, const ShardSpan& want, float* out) const {
+  const Impl::Unit& u = impl_->unit_holding(unit, want);
   if (want.count == 0) return;
   const int s = static_cast<int>(state);
   if (u.native_at[s] >= 0) {  // the bytes are the floats: read them straight into out, several reads at once
-    read_at(impl_->fd, path(), u.native_at[s] + (want.offset - u.span.offset) * static_cast<int64_t>(sizeof(float)),
-            want.count * static_cast<int64_t>(sizeof(float)), out);
+    const WantedBytes w = Impl::plain_bytes(u, state, want, out);
+    read_at(impl_->fd, path(), w.offset, w.bytes, w.out);
     return;
   }
   h5_read_f32_range(impl_->file, u.datasets[s].get(), dataset_path(unit, state), want.offset - u.span.offset,
                     want.count, out);
+}
+
+bool ShardFileReader::stored_plain(const std::string& unit, ShardState state) const {
+  return impl_->unit(unit).native_at[static_cast<int>(state)] >= 0;
+}
+
+std::string ShardFileReader::read_plain_and_digest(const std::vector<SliceRead>& reads, int64_t piece_bytes) const {
+  std::vector<WantedBytes> wanted;
+  for (const SliceRead& r : reads) {
+    const Impl::Unit& u = impl_->unit_holding(r.unit, r.want);
+    if (r.want.count > 0 && u.native_at[static_cast<int>(r.state)] >= 0)
+      wanted.push_back(Impl::plain_bytes(u, r.state, r.want, r.out));
+  }
+  return digest_and_read(path(), piece_bytes, wanted);
 }
 
 }  // namespace st

@@ -165,6 +165,75 @@ TEST(Digest, MissingFileIsBadInputNamingThePath) {
   }
 }
 
+// digest_and_read's bytes land in `out` with a guard byte on each side; this checks them against the file's bytes.
+struct Wanted {
+  size_t offset, bytes;
+  std::string out = std::string(bytes + 2, '#');
+  WantedBytes view() { return {static_cast<int64_t>(offset), static_cast<int64_t>(bytes), out.data() + 1}; }
+  bool holds(const std::string& file) const {
+    return out.front() == '#' && out.back() == '#' && out.compare(1, bytes, file, offset, bytes) == 0;
+  }
+};
+
+// One pass copies every wanted range and returns the digest, whatever the piece size: pieces inside one 16 MiB
+// buffer, pieces that cross buffers (5 MiB + 3), a piece longer than one 64 MiB read, and the whole file (0). The
+// file takes four 64 MiB reads, one more than the pass holds at once, so a buffer is reused; the ranges start and end
+// inside, at and across buffers and reads, and overlap.
+TEST(DigestAndRead, CopiesTheWantedRangesAndDigestsTheFileInOnePass) {
+  TempDir dir;
+  const size_t read = 4 * kIoBytes;
+  const std::string bytes = varied_bytes(3 * read + 5 * kMiB + 12345, 21);
+  const std::string path = dir.file("blob");
+  write_bytes(path, bytes);
+  for (const size_t piece : {kIoBytes, 5 * kMiB + 3, read + kIoBytes + 1, size_t{0}}) {
+    SCOPED_TRACE(::testing::Message() << "pieces of " << piece);
+    std::vector<Wanted> wanted = {{0, 0},
+                                  {0, 1},
+                                  {kIoBytes - 3, 10},
+                                  {read - 5, 10},
+                                  {1000, read + kIoBytes},
+                                  {1007, 100},
+                                  {bytes.size() - 17, 17},
+                                  {bytes.size() - 1, 1}};
+    std::vector<WantedBytes> views;
+    for (Wanted& w : wanted) views.push_back(w.view());
+    const std::string expected =
+        piece == 0 ? sha256_hex(bytes.data(), bytes.size()) : digest_by_definition(bytes, piece);
+    EXPECT_EQ(digest_and_read(path, static_cast<int64_t>(piece), views), expected);
+    for (const Wanted& w : wanted) EXPECT_TRUE(w.holds(bytes)) << w.offset << " + " << w.bytes;
+  }
+}
+
+// Files smaller than one buffer, down to empty, read in one short read.
+TEST(DigestAndRead, SmallFiles) {
+  TempDir dir;
+  for (const size_t size : {size_t{0}, size_t{1}, size_t{4097}, 3 * kMiB + 7}) {
+    SCOPED_TRACE(::testing::Message() << size << " bytes");
+    const std::string bytes = varied_bytes(size, size + 3);
+    const std::string path = dir.file("blob_" + std::to_string(size));
+    write_bytes(path, bytes);
+    std::vector<Wanted> wanted = {{0, size}, {size / 2, size - size / 2}};
+    std::vector<WantedBytes> views;
+    for (Wanted& w : wanted) views.push_back(w.view());
+    EXPECT_EQ(digest_and_read(path, 4096, views), digest_by_definition(bytes, 4096));
+    for (const Wanted& w : wanted) EXPECT_TRUE(w.holds(bytes)) << w.offset << " + " << w.bytes;
+  }
+}
+
+// A range past the end of the file is refused before anything is read: the message names the path, the range and
+// the file's size.
+TEST(DigestAndRead, ARangePastTheEndIsBadInputAndNothingIsCopied) {
+  TempDir dir;
+  const std::string path = dir.file("blob");
+  write_bytes(path, varied_bytes(5000, 1));
+  Wanted inside{0, 100}, past{4990, 20};
+  const std::string msg = bad_input_message([&] { digest_and_read(path, 4096, {inside.view(), past.view()}); });
+  EXPECT_TRUE(contains(msg, path + ": bytes [4990, 5010) are wanted from a file of 5000 bytes")) << msg;
+  EXPECT_EQ(inside.out, std::string(102, '#'));
+  const std::string missing = bad_input_message([&] { digest_and_read(dir.file("absent.h5"), 4096, {}); });
+  EXPECT_TRUE(contains(missing, dir.file("absent.h5") + " to hash it: No such file or directory")) << missing;
+}
+
 // Ranges below, at and across the 16 MiB read size, from offsets inside the file; a range past its end is a fault
 // naming the path and the byte where the file ended.
 TEST(ReadAt, ReadsTheRangeAndNamesAnEarlyEnd) {

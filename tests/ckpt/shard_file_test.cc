@@ -335,6 +335,45 @@ TEST(ShardFile, DatasetsStoredOtherwiseAreReadThroughHdf5) {
   EXPECT_EQ(out, (std::vector<float>{12, 13, 14, 15, 16}));
   r.read("head", ShardState::kExpAvgSq, {10, 5}, out.data());
   EXPECT_EQ(out, (std::vector<float>{15, 16, 17, 18, 19}));
+
+  // A load's one pass reads only the plain dataset, and returns the file's digest.
+  EXPECT_FALSE(r.stored_plain("head", ShardState::kParam));
+  EXPECT_FALSE(r.stored_plain("head", ShardState::kExpAvg));
+  EXPECT_TRUE(r.stored_plain("head", ShardState::kExpAvgSq));
+  std::vector<float> param(5, -1), m(5, -1), v(5, -1);
+  const std::vector<SliceRead> reads = {{"head", ShardState::kParam, {7, 5}, param.data()},
+                                        {"head", ShardState::kExpAvg, {7, 5}, m.data()},
+                                        {"head", ShardState::kExpAvgSq, {11, 3}, v.data() + 1}};
+  EXPECT_EQ(r.read_plain_and_digest(reads, 4096), file_digest(path, 4096));
+  EXPECT_EQ(param, std::vector<float>(5, -1));
+  EXPECT_EQ(m, std::vector<float>(5, -1));
+  EXPECT_EQ(v, (std::vector<float>{-1, 16, 17, 18, -1}));
+}
+
+// The one pass checks every wanted span as read() does, before it reads anything.
+TEST(ShardFile, OnePassRefusesASpanOutsideTheUnitAndReadsNothing) {
+  TempDir dir;
+  const std::string path = dir.file("rank_00000.h5");
+  const std::vector<OwnedSlice> slices = {OwnedSlice("head", {4, 6}, 1), OwnedSlice("tail", {0, 3}, 2)};
+  write_shard_file(path, 0, 1, 3, views(slices));
+  const ShardFileReader r(path);
+  std::vector<float> a(6, -1), b(6, -1);
+  const std::string msg = bad_input_message([&] {
+    r.read_plain_and_digest(
+        {{"head", ShardState::kParam, {4, 6}, a.data()}, {"tail", ShardState::kExpAvg, {1, 3}, b.data()}},
+        kDigestPieceBytes);
+  });
+  EXPECT_TRUE(contains(msg, path + ": unit tail holds elements [0, 3), cannot read [1, 4)")) << msg;
+  EXPECT_EQ(a, std::vector<float>(6, -1));
+  std::vector<float> param(6), m(6), v(6);
+  EXPECT_EQ(r.read_plain_and_digest({{"head", ShardState::kParam, {4, 6}, param.data()},
+                                     {"head", ShardState::kExpAvg, {4, 6}, m.data()},
+                                     {"head", ShardState::kExpAvgSq, {4, 6}, v.data()}},
+                                    kDigestPieceBytes),
+            file_digest(path, kDigestPieceBytes));
+  EXPECT_EQ(bits(param), bits(slices[0].state[0]));
+  EXPECT_EQ(bits(m), bits(slices[0].state[1]));
+  EXPECT_EQ(bits(v), bits(slices[0].state[2]));
 }
 
 // Writes `slices`, then checks what write_shard_file returned against the file (length and digest) and reads

@@ -1,14 +1,16 @@
 // What every reader of a committed checkpoint checks before it trusts a byte of it: resume
-// (load_checkpoint), `shardtrain eval`, `ckpt export` and `ckpt verify` all go through these two calls, so
+// (load_checkpoint), `shardtrain eval`, `ckpt export` and `ckpt verify` all go through these calls, so
 // they refuse exactly the same checkpoints (docs/checkpoint-format.md, "What a reader checks").
 //
 //   const Manifest m = open_checkpoint("ckpt/step_00000100");      // the manifest and the directory
 //   const ShardFileReader f = open_rank_file(dir, m, 1);           // rank_00001.h5, checked against m
+//   read_rank_file(dir, m, 1, slices);                             // a load: the same checks, one pass
 //
 // Every problem is kBadInput naming the file and what disagrees, expected vs actual.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "shardtrain/ckpt/manifest.h"
 #include "shardtrain/ckpt/shard_file.h"
@@ -36,5 +38,13 @@ void check_rank_file_sizes(const std::string& step_dir, const Manifest& m);
 //   3. its rank, world_size and step attributes equal `file`, the manifest's world_size and step;
 //   4. it holds exactly the manifest's units, each with the manifest's span for this file.
 ShardFileReader open_rank_file(const std::string& step_dir, const Manifest& m, int file);
+
+// A load's read of slices of rank file `file`: the same checks as open_rank_file, with the file read once. HDF5 parses
+// the file's structure first (checks 2 to 4; should one fail, the digest is checked first, so that a file changed
+// since its commit is named as such); then one pass reads every slice the file stores as plain floats and hashes the
+// same bytes (ShardFileReader::read_plain_and_digest), and the digest must equal the manifest's before the other
+// slices, if any, are read through HDF5. A digest that differs is kBadInput as in open_rank_file, after the
+// slices stored as plain floats were read: their `out` then holds bytes that were not committed.
+void read_rank_file(const std::string& step_dir, const Manifest& m, int file, const std::vector<SliceRead>& reads);
 
 }  // namespace st

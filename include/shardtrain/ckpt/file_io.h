@@ -39,12 +39,9 @@ class RemoveOnFailure {
   std::string path_;
 };
 
-// SHA-256 (OpenSSL libcrypto) of a whole file, lowercase hex. Reads in 16 MiB pieces, with the next 64 MiB
-// asked for ahead (POSIX_FADV_WILLNEED), hashing each piece while the next is read; the file's pages stay in the
-// page cache, so a reader that parses the file right after finds them there.
+// SHA-256 (OpenSSL libcrypto) of a whole file, lowercase hex: file_digest(path, 0).
 std::string sha256_file(const std::string& path);
 std::string sha256_hex(const void* data, size_t bytes);
-// sha256_file: kBadInput naming the path if it cannot be opened; kFault if a read fails after that.
 
 // A checkpoint file's digest (docs/checkpoint-format.md, "Digests"), lowercase hex. With piece_bytes > 0 it is the
 // SHA-256 of the SHA-256 digests (32 bytes each, in file order) of the file's consecutive piece_bytes pieces, the
@@ -58,10 +55,25 @@ inline constexpr int64_t kMaxDigestPieceBytes = int64_t{1} << 30;
 
 // The digest of bytes in memory.
 std::string digest_hex(const void* data, size_t bytes, int64_t piece_bytes);
-// The digest of a file, read through the page cache (so that a reader that parses the file right after finds its
-// pages there). piece_bytes > 0: eight threads read and hash pieces side by side; 0: sha256_file. kBadInput naming
-// the path if it cannot be opened; kFault if a read fails after that.
+// The digest of a file: digest_and_read with nothing wanted.
 std::string file_digest(const std::string& path, int64_t piece_bytes);
+
+// File bytes [offset, offset + bytes), wanted at `out`.
+struct WantedBytes {
+  int64_t offset = 0;
+  int64_t bytes = 0;
+  void* out = nullptr;
+};
+
+// Reads the whole file once and returns its digest with piece_bytes; on the way, the bytes of each `wanted` range are
+// copied to its `out`, so that a load reads its file once and checks what it read. The file is read in order,
+// 64 MiB at a time through the page cache (as `dd bs=64M` reads), while four threads hash the pieces and copy the
+// wanted bytes of the reads before. The caller compares the digest before it uses the copies: they hold what the file
+// held, whatever that was.
+//
+// kBadInput naming the path if it cannot be opened, or if a wanted range passes the file's end; kFault naming the path
+// and the byte if a read fails after that or the file ends early.
+std::string digest_and_read(const std::string& path, int64_t piece_bytes, const std::vector<WantedBytes>& wanted);
 
 // Reads `bytes` bytes of the open file `fd` at `offset` into `out`, in reads of up to 16 MiB on up to four threads (a
 // file in the page cache copies several times faster than one read(2) at a time). `path` is for messages: a failed

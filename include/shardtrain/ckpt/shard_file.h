@@ -40,6 +40,14 @@ struct UnitSlice {
 WrittenFile write_shard_file(const std::string& path, int rank, int world_size, int64_t step,
                              const std::vector<UnitSlice>& slices);
 
+// Elements [want.offset, want.end()) of a unit's state, to be read into out.
+struct SliceRead {
+  std::string unit;
+  ShardState state = ShardState::kParam;
+  ShardSpan want;
+  float* out = nullptr;
+};
+
 // Reads slices of one rank file.
 class ShardFileReader {
  public:
@@ -54,6 +62,12 @@ class ShardFileReader {
   ShardSpan span(const std::string& unit) const;  // kBadInput if the unit is absent
   // Reads elements [want.offset, want.end()) of the unit's state into out; `want` must lie inside span(unit).
   void read(const std::string& unit, ShardState state, const ShardSpan& want, float* out) const;
+  // A load's one pass over the file (digest_and_read): reads every slice of `reads` whose dataset the file holds as
+  // this machine's contiguous fp32, and returns the digest with piece_bytes of the bytes read. The caller compares
+  // the digest before it uses what was read, and then reads the other slices with read() (stored_plain is false for
+  // them: another type, or chunked). Each `want` is checked as read() checks it, before anything is read.
+  std::string read_plain_and_digest(const std::vector<SliceRead>& reads, int64_t piece_bytes) const;
+  bool stored_plain(const std::string& unit, ShardState state) const;
   const std::string& path() const;
   // The units this file holds, in the order they were written.
   const std::vector<std::string>& unit_names() const;
