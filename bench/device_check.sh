@@ -39,6 +39,8 @@ BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 summary=()
+# Libraries unpacked from .deps/ by the build stage (below); libicuuc loads libicudata itself, which no RPATH covers.
+export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 if [[ $STAGE == all || $STAGE == build ]]; then
   t0=$(date +%s)
@@ -51,6 +53,13 @@ if [[ $STAGE == all || $STAGE == build ]]; then
     cp /usr/lib/x86_64-linux-gnu/cmake/BoostDetectToolset-*.cmake /tmp/boost_po/usr/lib/x86_64-linux-gnu/cmake/ 2>/dev/null
     [[ -e /tmp/boost_po/usr/include ]] || ln -s /usr/include /tmp/boost_po/usr/include  # the image's 1.83 headers
     extra+=(-Dboost_program_options_DIR=/tmp/boost_po/usr/lib/x86_64-linux-gnu/cmake/boost_program_options-1.83.0)
+  fi
+  # An image without the tokenizer's ICU and PCRE2 development files builds with Debian 12's packages carried in .deps/
+  # (apt-get download libicu-dev libicu72 icu-devtools libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0
+  # libpcre2-posix3), unpacked and found through CMAKE_PREFIX_PATH and LD_LIBRARY_PATH (set above for every stage).
+  if [[ -d .deps ]] && ! { [[ -e /usr/include/pcre2.h ]] && ls /usr/include/unicode/uchar.h >/dev/null 2>&1; }; then
+    for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
+    extra+=(-DCMAKE_PREFIX_PATH=/tmp/deps/usr)
   fi
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" "${extra[@]}" \
     >"$OUT/configure.log" 2>&1 &&

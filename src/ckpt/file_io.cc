@@ -144,7 +144,7 @@ void for_each_index(int64_t count, int threads, Fn fn) {
 }
 
 // Bytes per read and write of a large file, and the writes in flight: 16 MiB x 4 wrote as fast as any size and
-// count measured (docs/performance.md, "Checkpoint writes"), and 64 MiB is all the memory a write holds.
+// count measured (docs/performance.md, "Checkpoint writes and loads"), and 64 MiB is all the memory a write holds.
 constexpr size_t kIoBytes = size_t{16} << 20;
 constexpr int kWritesInFlight = 4;
 // Threads that hash a file's digest pieces from memory: four compute SHA-256 at four times one core's speed, faster
@@ -154,7 +154,7 @@ constexpr int kDigestThreads = 4;
 constexpr int kCopyThreads = 4;
 // A pass over a whole file (digest_and_read) reads it in order, one 64 MiB read at a time, as `dd bs=64M` does:
 // on the disks measured this reads a cold file as fast as anything tried, and faster than several reads in flight
-// at different offsets, which break up the kernel's read-ahead (docs/performance.md, "Checkpoint loads").
+// at different offsets, which break up the kernel's read-ahead (docs/performance.md, "Checkpoint writes and loads").
 constexpr size_t kPassReadBytes = size_t{64} << 20;
 // Reads of a pass held in memory at once: one being read while the threads hash and copy the others.
 constexpr int kPassReads = 3;

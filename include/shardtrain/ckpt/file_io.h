@@ -121,7 +121,7 @@ struct PlacedBytes {
 // page cache. Four other threads hash the same bytes' pieces from memory meanwhile. Overwriting a file that already has
 // its length (HDF5 sets it when it closes) lets the direct writes run side by side, which extending writes on
 // ext4 do not. The 64 MiB of staging buffers stay mapped for the process's next call. Measurements:
-// docs/performance.md, "Checkpoint writes".
+// docs/performance.md, "Checkpoint writes and loads".
 //
 // A failed reservation, write, fsync or close (ENOSPC, EFBIG past RLIMIT_FSIZE with SIGXFSZ ignored, EIO, a
 // write that makes no progress) is kFault naming the path and the OS's error text; the partially written file
