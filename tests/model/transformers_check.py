@@ -17,6 +17,7 @@ usage: transformers_check.py SHARDTRAIN LOGITS_DUMP WORKDIR
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -32,7 +33,10 @@ if not torch.cuda.is_available():
     sys.exit(77)
 
 shardtrain, logits_dump, work = sys.argv[1:4]
-os.makedirs(work, exist_ok=True)
+# Every run starts from an empty WORKDIR: a second run would otherwise resume the first's checkpoint (ckpt.resume=auto,
+# nothing left to train) and export into its non-empty directory, which `ckpt export` refuses.
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
 T, V = 32, 1000
 failures = []
 
