@@ -13,9 +13,9 @@ double nccl_busbw(Communicator& group, CollectiveOp op, int64_t bytes) {
   NcclCommunicator nccl(group);
   const int64_t count = bytes / static_cast<int64_t>(sizeof(bf16));
   DeviceBuffer<bf16> shard(count), full(count * n);
-  ST_CUDA_CHECK(cudaMemset(shard.data(), 0, count * sizeof(bf16)));
-  ST_CUDA_CHECK(cudaMemset(full.data(), 0, count * n * sizeof(bf16)));
   CudaStream stream;
+  ST_CUDA_CHECK(cudaMemsetAsync(shard.data(), 0, count * sizeof(bf16), stream.get()));
+  ST_CUDA_CHECK(cudaMemsetAsync(full.data(), 0, count * n * sizeof(bf16), stream.get()));
   auto once = [&] {
     switch (op) {
       case CollectiveOp::kAllGather:

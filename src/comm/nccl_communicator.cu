@@ -58,8 +58,9 @@ std::string failed_peer_copies(int device, bool injected, int* checked) {
     ST_CUDA_CHECK(cudaDeviceSynchronize());
     ST_CUDA_CHECK(cudaSetDevice(device));
     DeviceBuffer<unsigned char> dst(kBytes);
-    ST_CUDA_CHECK(cudaMemset(dst.data(), 0, kBytes));
     CudaStream s;
+    // On s, before the copy: a cudaMemset would run on the legacy default stream, which s does not wait for.
+    ST_CUDA_CHECK(cudaMemsetAsync(dst.data(), 0, kBytes, s.get()));
     bool ok = cudaMemcpyPeerAsync(dst.data(), device, src, peer, kBytes, s.get()) == cudaSuccess;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     cudaError_t q = cudaErrorNotReady;

@@ -20,7 +20,10 @@ DeviceShards<T>::DeviceShards(const Config& cfg, const std::vector<UnitLayout>& 
     h.slot = padded_shard_size(u.numel, world);
     Device d;
     d.grad = DeviceBuffer<float>(h.slot);
-    ST_CUDA_CHECK(cudaMemset(d.grad.data(), 0, d.grad.bytes()));
+    // Every copy and memset goes on ctx.stream, which the conversion below and the training streams are ordered
+    // after: cudaMemcpy from pageable memory may return before its DMA lands, and cudaMemset runs on the legacy
+    // default stream, which our non-blocking streams do not wait for.
+    ST_CUDA_CHECK(cudaMemsetAsync(d.grad.data(), 0, d.grad.bytes(), ctx.stream));
     init.assign(static_cast<size_t>(h.slot), 0.0f);
     init_unit_range(u, cfg.model, cfg.train.seed, h.span.offset, h.span.end(), init.data());
     UnitShard state{h.span, h.slot, {}, {}, {}, {}};
@@ -37,20 +40,22 @@ DeviceShards<T>::DeviceShards(const Config& cfg, const std::vector<UnitLayout>& 
         d.master = DeviceBuffer<float>(h.slot);
       d.m = DeviceBuffer<float>(h.slot);
       d.v = DeviceBuffer<float>(h.slot);
-      ST_CUDA_CHECK(cudaMemcpy(d.master.data(), init.data(), d.master.bytes(), cudaMemcpyHostToDevice));
-      ST_CUDA_CHECK(cudaMemset(d.m.data(), 0, d.m.bytes()));
-      ST_CUDA_CHECK(cudaMemset(d.v.data(), 0, d.v.bytes()));
+      ST_CUDA_CHECK(
+          cudaMemcpyAsync(d.master.data(), init.data(), d.master.bytes(), cudaMemcpyHostToDevice, ctx.stream));
+      ST_CUDA_CHECK(cudaMemsetAsync(d.m.data(), 0, d.m.bytes(), ctx.stream));
+      ST_CUDA_CHECK(cudaMemsetAsync(d.v.data(), 0, d.v.bytes(), ctx.stream));
       if (!std::is_same_v<T, float>) {
         d.compute = sources.take<T>(h.slot);
         gpu::convert<T>(d.compute.data(), d.master.data(), h.slot, ctx);
       }
     }
+    // `init` is refilled for the next unit: its copy must be done with it first.
+    ST_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     device_.push_back(std::move(d));
     views_.push_back(std::move(h));
     initial->states.push_back(std::move(state));
     initial->copies.push_back(std::move(copy));
   }
-  ST_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 }
 
 template <typename T>
@@ -86,7 +91,8 @@ void DeviceShards<T>::push(int unit, const gpu::GpuContext& ctx) {
   Device& d = device_[static_cast<size_t>(unit)];
   for (auto [host, dev] : {std::pair{&h.param, &d.master}, std::pair{&h.m, &d.m}, std::pair{&h.v, &d.v}}) {
     ST_CHECK(static_cast<int64_t>(host->size()) == h.slot, "push_state without pull_state");
-    ST_CUDA_CHECK(cudaMemcpy(dev->data(), host->data(), dev->bytes(), cudaMemcpyHostToDevice));
+    // On ctx.stream, so that the conversion reads the landed bytes (see the constructor).
+    ST_CUDA_CHECK(cudaMemcpyAsync(dev->data(), host->data(), dev->bytes(), cudaMemcpyHostToDevice, ctx.stream));
   }
   if constexpr (!std::is_same_v<T, float>) gpu::convert<T>(d.compute.data(), d.master.data(), h.slot, ctx);
 }

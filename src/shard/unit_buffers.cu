@@ -20,6 +20,8 @@ UnitBuffers<T>::UnitBuffers(int units, int64_t emb_elements, int64_t unit_elemen
     b.data = grads.take<T>(unit_elements);
     ST_CUDA_CHECK(cudaMemset(b.data.data(), 0, b.data.bytes()));
   }
+  // cudaMemset runs on the legacy default stream, which the training streams (non-blocking) do not wait for.
+  ST_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 template <typename T>

@@ -184,6 +184,7 @@ TYPED_TEST(AdamWGpuTest, GateReplacesGradScaleOrSkips) {
     gate.skip = skip;
     DeviceBuffer<StepGate> d_gate(1);
     ST_CUDA_CHECK(cudaMemcpy(d_gate.data(), &gate, sizeof(StepGate), cudaMemcpyHostToDevice));
+    ST_CUDA_CHECK(cudaDeviceSynchronize());  // see to_device in tests/common/gpu_test.h
     TwoCopies<T> d(param, m, v, grad);
     auto& [a_param, a_m, a_v, b_param, b_m, b_v, d_grad, a_out, b_out] = d;
     gpu::adamw_update_runs<T>(a_param.data(), a_m.data(), a_v.data(), d_grad.data(), runs, a_out.data(), env.ctx,
@@ -233,6 +234,7 @@ TEST(DecideStepGpu, MatchesHost) {
                                       << " clip=" << c.clip);
     const double host_sums[2] = {c.sq, c.loss};
     ST_CUDA_CHECK(cudaMemcpy(sums.data(), host_sums, sizeof(host_sums), cudaMemcpyHostToDevice));
+    ST_CUDA_CHECK(cudaDeviceSynchronize());  // see to_device in tests/common/gpu_test.h
     gpu::decide_step(sums.data(), c.loss_scale, c.clip, out.data(), env.ctx);
     env.stream.synchronize();  // the copy below is on the legacy stream, which does not wait for env's
     StepGate got;

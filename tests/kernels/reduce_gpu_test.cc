@@ -32,6 +32,7 @@ constexpr double kStart = 2.5;
 DeviceBuffer<double> device_double(double x) {
   DeviceBuffer<double> d(1);
   ST_CUDA_CHECK(cudaMemcpy(d.data(), &x, sizeof(x), cudaMemcpyHostToDevice));
+  ST_CUDA_CHECK(cudaDeviceSynchronize());  // see to_device in tests/common/gpu_test.h
   return d;
 }
 double host_double(const DeviceBuffer<double>& d) {
@@ -113,6 +114,7 @@ TEST(ReduceSumGpuTest, SumInOrderOfPartsEqualsAccumulatingInTurn) {
   for (size_t i = 0; i < host_parts.size(); ++i) host_parts[i] = 1.0 / static_cast<double>(i + 3) * (i % 2 ? 1e10 : 1);
   DeviceBuffer<double> d_parts(static_cast<int64_t>(host_parts.size()));
   ST_CUDA_CHECK(cudaMemcpy(d_parts.data(), host_parts.data(), d_parts.bytes(), cudaMemcpyHostToDevice));
+  ST_CUDA_CHECK(cudaDeviceSynchronize());  // see to_device in tests/common/gpu_test.h
   double want = 0;
   for (double x : host_parts) want += x;
   gpu::sum_in_order(d_parts.data(), static_cast<int64_t>(host_parts.size()), in_order.data(), env.ctx);

@@ -19,8 +19,10 @@ CudaLlamaDecoder<T>::CudaLlamaDecoder(const ModelConfig& cfg, const std::vector<
   const RopeTable rope = rope_table(cfg, cfg.seq_len);
   for (auto [dst, src] : {std::make_pair(&rope_cos_, &rope.cos), std::make_pair(&rope_sin_, &rope.sin)}) {
     *dst = DeviceBuffer<float>(static_cast<int64_t>(src->size()));
-    ST_CUDA_CHECK(cudaMemcpy(dst->data(), src->data(), dst->bytes(), cudaMemcpyHostToDevice));
+    // On the decoder's stream: a pageable cudaMemcpy may return before its DMA lands, on a stream ours do not wait for.
+    ST_CUDA_CHECK(cudaMemcpyAsync(dst->data(), src->data(), dst->bytes(), cudaMemcpyHostToDevice, this->ctx_.stream));
   }
+  this->stream_.synchronize();  // the tables' host arrays go with this constructor
   for (DeviceBuffer<T>* b : {&x_, &norm_, &att_}) *b = DeviceBuffer<T>(rows * C);
   qkv_ = DeviceBuffer<T>(rows * cfg.qkv_dim());
   gate_up_ = DeviceBuffer<T>(rows * 2 * F);
