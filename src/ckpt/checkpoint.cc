@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <regex>
 
 #include "shardtrain/ckpt/checkpoint_check.h"

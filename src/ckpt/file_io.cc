@@ -362,26 +362,6 @@ class BackgroundDigest {
   std::thread thread_;  // last: it starts once the members above exist
 };
 
-// pread(2) until `n` bytes from `offset` are in buf or the file ends; returns the bytes read. A failing read is
-// kFault naming the path and the byte: the file opened, so it is the storage's fault, not the user's.
-size_t pread_full(int fd, const std::string& path, char* buf, size_t n, int64_t offset) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::pread(fd, buf + got, n - got, offset + static_cast<int64_t>(got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) ST_FAULT("read of ", path, " at byte ", offset + static_cast<int64_t>(got), " failed: ", errno_text());
-    if (r == 0) break;
-    got += static_cast<size_t>(r);
-  }
-  return got;
-}
-
-// pread_full of exactly n bytes: an earlier end of the file is kFault naming the path and the byte where it ended.
-void pread_exact(int fd, const std::string& path, char* buf, size_t n, int64_t offset) {
-  const size_t got = pread_full(fd, path, buf, n, offset);
-  if (got < n) ST_FAULT("read of ", path, " at byte ", offset + static_cast<int64_t>(got), ": the file ended early");
-}
-
 // preadv(2) of exactly n bytes at `offset` into consecutive buffers of buf_bytes each, resuming after short reads. A
 // failing read is kFault naming the path and the byte; so is an earlier end of the file (it shrank while read).
 void preadv_exact(int fd, const std::string& path, char* const* bufs, size_t buf_bytes, size_t n, int64_t offset) {
@@ -401,6 +381,11 @@ void preadv_exact(int fd, const std::string& path, char* const* bufs, size_t buf
     if (r == 0) ST_FAULT("read of ", path, " at byte ", offset + static_cast<int64_t>(got), ": the file ended early");
     got += static_cast<size_t>(r);
   }
+}
+
+// preadv_exact into one buffer.
+void pread_exact(int fd, const std::string& path, char* buf, size_t n, int64_t offset) {
+  preadv_exact(fd, path, &buf, n, n, offset);
 }
 
 // One pass over a whole file for digest_and_read. The calling thread reads the file in order, kPassReadBytes per
@@ -430,10 +415,15 @@ class FilePass {
         slots_(static_cast<int>(std::min<int64_t>(reads_, kPassReads))),
         buffers_(slots_ * bufs_per_read_, buf_bytes_),
         digests_(static_cast<size_t>((size + piece_bytes_ - 1) / piece_bytes_)),
+        slot_bytes_(static_cast<size_t>(slots_)),
         queues_(kDigestThreads),
         pending_(static_cast<size_t>(slots_), 0),
         read_at_(static_cast<size_t>(slots_), 0) {
-    for (int s = slots_ - 1; s >= 0; --s) free_.push_back(s);
+    for (int s = slots_ - 1; s >= 0; --s) {
+      for (int b = 0; b < bufs_per_read_; ++b)
+        slot_bytes_[static_cast<size_t>(s)].add(buffer(s, b), static_cast<int64_t>(buf_bytes_));
+      free_.push_back(s);
+    }
   }
 
   // Reads the file and returns its pieces' digests in order (one, the whole file's, when piece_bytes is 0).
@@ -480,12 +470,10 @@ class FilePass {
       for (int64_t s = begin / stripe_; s * stripe_ < end; ++s)
         tasks.push_back({static_cast<int>(s % kDigestThreads),
                          Task{slot, std::max(begin, s * stripe_), std::min(end, (s + 1) * stripe_), false}});
-      for (int64_t at = begin; at < end; at += static_cast<int64_t>(buf_bytes_)) {
-        const int64_t to = std::min(end, at + static_cast<int64_t>(buf_bytes_));
-        if (wants_any(at, to))
-          tasks.push_back(
-              {static_cast<int>((at / static_cast<int64_t>(buf_bytes_)) % kDigestThreads), Task{slot, at, to, true}});
-      }
+      if (!wanted_.empty())
+        for (int64_t at = begin; at < end; at += static_cast<int64_t>(buf_bytes_))
+          tasks.push_back({static_cast<int>((at / static_cast<int64_t>(buf_bytes_)) % kDigestThreads),
+                           Task{slot, at, std::min(end, at + static_cast<int64_t>(buf_bytes_)), true}});
       {
         std::lock_guard<std::mutex> lock(mu_);
         read_at_[static_cast<size_t>(slot)] = begin;
@@ -528,13 +516,8 @@ class FilePass {
   // Calls fn(data, n) on file bytes [begin, end) of a slot's read, one call per buffer they touch.
   template <class Fn>
   void for_each_span(const Task& t, int64_t begin, int64_t end, Fn fn) const {
-    const int64_t base = read_at_[static_cast<size_t>(t.slot)], buf = static_cast<int64_t>(buf_bytes_);
-    while (begin < end) {
-      const int64_t in_read = begin - base, in_buf = in_read % buf;
-      const int64_t n = std::min(end - begin, buf - in_buf);
-      fn(buffer(t.slot, static_cast<int>(in_read / buf)) + in_buf, static_cast<size_t>(n));
-      begin += n;
-    }
+    const int64_t base = read_at_[static_cast<size_t>(t.slot)];
+    slot_bytes_[static_cast<size_t>(t.slot)].for_each_span(begin - base, end - base, fn);
   }
 
   void hash(const Task& t, EvpCtx& ctx) {
@@ -562,11 +545,6 @@ class FilePass {
     }
   }
 
-  bool wants_any(int64_t begin, int64_t end) const {
-    return std::any_of(wanted_.begin(), wanted_.end(),
-                       [&](const WantedBytes& w) { return w.offset < end && w.offset + w.bytes > begin; });
-  }
-
   char* buffer(int slot, int b) const { return buffers_[static_cast<size_t>(slot * bufs_per_read_ + b)]; }
 
   void fail(std::exception_ptr e) {
@@ -589,6 +567,7 @@ class FilePass {
   const int slots_;
   const IoBuffers buffers_;
   std::vector<Digest> digests_;
+  std::vector<Runs> slot_bytes_;  // per slot: its buffers, back to back
 
   std::mutex mu_;  // guards everything below
   std::condition_variable work_cv_, slot_cv_;
