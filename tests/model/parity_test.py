@@ -2,14 +2,30 @@
 """shardtrain's CPU model against PyTorch on the same weights and batches.
 
 Runs the parity_dump tool (under `MPIRUN -np N` when given: N ranks train their shares of each global batch),
-loads its initial weights into a PyTorch model written out here in float64 (GPT-2, or Hugging Face's Llama:
-RMSNorm, rotate-half RoPE with the llama3 frequency rule, grouped-query attention, SwiGLU, tied or untied head,
-q/k/v biases), runs the same batches and the same optimizer, and asserts, per family:
-  * every step's loss agrees to rel LOSS_TOL,
-  * every step-0 gradient agrees to max|diff| / max|ref| <= GRAD_TOL (per tensor),
-  * after all steps of AdamW (decay on block matrices only, global-norm clip, warmup+cosine lr), every
-    parameter agrees to max|diff| <= PARAM_TOL * max(1, max|param|).
-gpt2: 1e-5, 1e-4, 1e-5; llama: 1e-6, 1e-5, 2e-6; --tol LOSS,GRAD,PARAM sets them.
+loads its initial weights into a PyTorch model written out here (GPT-2, or Hugging Face's Llama: RMSNorm,
+rotate-half RoPE with the llama3 frequency rule, grouped-query attention, SwiGLU, tied or untied head, q/k/v
+biases), and trains it on the same batches with the same optimizer (AdamW, decay on block matrices only, global-norm
+clip, warmup + cosine lr) twice: in float64, the reference, and in float32, the calibration. It compares
+  * every step's loss and global gradient norm (relative error),
+  * every step-0 gradient, per tensor (max|diff| / max|ref|),
+  * every parameter after 5 steps, per tensor (max|diff| / max(1, max|ref|)),
+and every step's learning rate (exactly, to 1e-6 x lr).
+
+Where the bars come from. A float32 run differs from float64 by rounding whose size depends on the machine: the
+BLAS kernels OpenBLAS picks for the CPU (OPENBLAS_CORETYPE) sum in other orders, and AdamW turns the rounding of
+gradients near zero into parameter differences of up to lr x |dg| / eps. So the bars are measured, here and now:
+the same PyTorch model in float32 on the same machine and BLAS is an honest float32 implementation, and its error
+against float64 is the rounding this machine's float32 arithmetic makes on this model and data. shardtrain's error of
+each quantity must stay within FACTOR (8) x PyTorch float32's error of the same quantity, plus a FLOOR of a few
+float32 units (u = 2^-24) that keeps a bar from collapsing where PyTorch's rounding happens to cancel:
+  * loss and grad norm: per step, against PyTorch's worst step; floor 8u;
+  * gradients and parameters: per tensor, against PyTorch's error of that tensor or of the median tensor, whichever
+    is larger; floor 8u for gradients, 2u a step for parameters (a step rounds the decayed parameter and the
+    update's subtraction).
+Measured on one AMD EPYC (Zen 4) under each of OpenBLAS's Haswell, SkylakeX, Cooperlake, Zen and Prescott kernels,
+shardtrain's error is at most about 3x PyTorch's (docs/testing.md has the figures); the bugs these tests exist for
+are 100-10,000x: docs/testing.md also records the mutations (AdamW without bias correction, eps inside the square
+root, one head's RoPE a position off, the loss normaliser a token off) and the bars each one breaks.
 
 --mask: the batches come with a random loss mask (parity_dump --mask: half the targets, and rank 0's whole
 micro-batch of step 0's micro-step 1 masked). Here the masked targets are -100, and each step's loss is PyTorch's
@@ -17,7 +33,7 @@ F.cross_entropy(logits, targets, ignore_index=-100) with reduction mean over the
 of every rank in one call): the sum over the kept targets divided by their number.
 
 Needs Debian's python3-torch, python3-h5py, python3-numpy: run it with /usr/bin/python3.
-usage: parity_test.py [--mpirun MPIRUN --np N] [--mask] [--tol L,G,P] PARITY_DUMP CONFIG WORKDIR [--section.key=value ...]
+usage: parity_test.py [--mpirun MPIRUN --np N] [--mask] PARITY_DUMP CONFIG WORKDIR [--section.key=value ...]
 """
 import json
 import math
@@ -31,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 torch.set_default_dtype(torch.float32)
-torch.set_num_threads(2)
+torch.set_num_threads(1)  # deterministic, and no OpenMP team spinning against the ranks or another test
 
 
 def load(path):
@@ -149,7 +165,8 @@ class Llama(torch.nn.Module):
         H, KV, D, C = self.H, self.KV, self.D, self.C
         freqs = torch.outer(torch.arange(T, dtype=torch.float64), self.inv_freq)
         emb = torch.cat((freqs, freqs), -1)
-        cos, sin = emb.cos(), emb.sin()
+        dtype = self.w("model.embed_tokens.weight").dtype  # the angles in float64, the tables in the model's dtype
+        cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
 
         def rotate_half(x):
             return torch.cat((-x[..., D // 2:], x[..., :D // 2]), -1)
@@ -211,8 +228,71 @@ def decays(name):
     return name.startswith("transformer.h.") and name.endswith(".weight") and (".attn." in name or ".mlp." in name)
 
 
-TOLERANCES = {"gpt2": (1e-5, 1e-4, 1e-5), "llama": (1e-6, 1e-5, 2e-6)}  # loss, grad, param
+FACTOR = 8.0  # shardtrain's float32 error / PyTorch float32's, at most
+U = 2.0 ** -24  # float32's unit roundoff
+FLOOR = {"loss": 8 * U, "grad_norm": 8 * U, "grads0": 8 * U, "final": 2 * U}  # "final": per step
 IGNORE = -100  # PyTorch's default ignore_index
+
+
+def torch_run(trace, init, tokens, targets, masked, steps, dtype):
+    """The torch model in `dtype` from shardtrain's initial weights, trained on the same batches with the same
+    optimizer. Returns each step's loss and clipped-before global grad norm, the step-0 gradients and the final
+    parameters, the last two in shardtrain's names and layout."""
+    weights = {k: v.astype(np.float64 if dtype == torch.float64 else np.float32) for k, v in init.items()}
+    if trace["arch"] == "llama":
+        model = Llama(weights, trace)
+        to_ours = model.to_ours
+    else:
+        model = Gpt2(weights, trace["n_head"])
+        to_ours = lambda tensors: tensors
+    named = {k.replace("/", "."): p for k, p in model.p.items()}
+    groups = [{"params": [p for k, p in named.items() if decays(k)], "weight_decay": trace["weight_decay"]},
+              {"params": [p for k, p in named.items() if not decays(k)], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=trace["lr"], betas=(trace["beta1"], trace["beta2"]), eps=trace["eps"])
+    accum = tokens.shape[1]
+    losses, norms, grads0 = [], [], None
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        if masked:
+            # The whole global batch in one call: the ignore_index mean over all of its kept targets.
+            loss = model(tokens[step, :, :, :-1].reshape(-1, tokens.shape[-1] - 1),
+                         targets[step].reshape(-1, targets.shape[-1]))
+            loss.backward()
+            loss_sum = loss.item()
+        for micro in range(0 if masked else accum):
+            loss = model(tokens[step, micro][:, :-1], targets[step, micro]) / accum
+            loss.backward()
+            loss_sum += loss.item()
+        losses.append(loss_sum)
+        if step == 0:
+            grads0 = to_ours({k: p.grad.to(torch.float64, copy=True).numpy() for k, p in named.items()})
+        if trace["grad_clip"] > 0:
+            # torch.nn.utils.clip_grad_norm_'s rule, with the norm summed in float64: torch's float32 norm of a
+            # 50304 x 768 table is off by ~1e-4 relative, an error of torch's reduction, not of float32 training.
+            grads = [p.grad for p in named.values()]
+            norm = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads))
+            coef = min(1.0, trace["grad_clip"] / (norm + 1e-6))
+            for g in grads:
+                g.mul_(coef)
+            norms.append(norm)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(trace, step)
+        opt.step()
+    final = to_ours({k: p.detach().to(torch.float64, copy=True).numpy() for k, p in named.items()})
+    return {"loss": losses, "grad_norm": norms, "grads0": grads0, "final": final}
+
+
+def errors(run, ref):
+    """run's error against ref: per step for the loss and grad norm (relative), per tensor for the step-0 gradients
+    (max|diff| / max|ref|) and the final parameters (max|diff| / max(1, max|ref|))."""
+    out = {"loss": [abs(a - b) / abs(b) for a, b in zip(run["loss"], ref["loss"])],
+           "grad_norm": [abs(a - b) / abs(b) for a, b in zip(run["grad_norm"], ref["grad_norm"])]}
+    out["grads0"] = {k: float(np.abs(run["grads0"][k] - r).max() / max(np.abs(r).max(), 1e-30))
+                     for k, r in ref["grads0"].items()}
+    out["final"] = {k: float(np.abs(run["final"][k] - r).max() / max(1.0, np.abs(r).max()))
+                    for k, r in ref["final"].items()}
+    return out
 
 
 def main():
@@ -224,10 +304,6 @@ def main():
     masked = args[0] == "--mask"
     if masked:
         args = args[1:]
-    tol = None
-    if args[0] == "--tol":
-        tol = tuple(float(x) for x in args[1].split(","))
-        args = args[2:]
     tool, config, work = args[:3]
     overrides = args[3:]
     os.makedirs(work, exist_ok=True)
@@ -246,73 +322,50 @@ def main():
         empty = ((targets[0, 1] != IGNORE).sum(dim=1) == 0).sum().item() if targets.shape[1] > 1 else 0
         print(f"masked: targets kept per step {kept.tolist()} of {targets[0].numel()}; rows of step 0's micro-step 1 "
               f"with no target: {empty}")
-    grads0 = load(os.path.join(work, "grads0.h5"))
-    final = load(os.path.join(work, "final.h5"))
-    loss_tol, grad_tol, param_tol = tol or TOLERANCES[trace["arch"]]
-
-    init64 = {k: v.astype(np.float64) for k, v in init.items()}
-    if trace["arch"] == "llama":
-        model = Llama(init64, trace)
-        # Ours, in HF names: the torch model's tensors carry HF names, shardtrain's dumps its own.
-        def ours(dump):
-            V = trace["vocab_size"]
-            return {k: (v[:V] if k in ("embedding.embed_tokens", "head.lm_head") else v) for k, v in dump.items()}
-        to_ours = model.to_ours
-    else:
-        model = Gpt2(init64, trace["n_head"])
-        ours = lambda dump: dump
-        to_ours = lambda tensors: tensors
-    grads0, final = ours(grads0), ours(final)
-    named = {k.replace("/", "."): p for k, p in model.p.items()}
-    groups = [{"params": [p for k, p in named.items() if decays(k)], "weight_decay": trace["weight_decay"]},
-              {"params": [p for k, p in named.items() if not decays(k)], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=trace["lr"], betas=(trace["beta1"], trace["beta2"]), eps=trace["eps"])
-    failures = []
-    accum = tokens.shape[1]
+    V = trace["vocab_size"]
+    padded = ("embedding.embed_tokens", "head.lm_head") if trace["arch"] == "llama" else ()
+    cut = lambda dump: {k: (v[:V] if k in padded else v).astype(np.float64) for k, v in dump.items()}
+    ours = {"loss": [s["loss"] for s in trace["steps"]],
+            "grad_norm": [s["grad_norm"] for s in trace["steps"]] if trace["grad_clip"] > 0 else [],
+            "grads0": cut(load(os.path.join(work, "grads0.h5"))), "final": cut(load(os.path.join(work, "final.h5")))}
     for step in range(steps):
-        opt.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        if masked:
-            # The whole global batch in one call: the ignore_index mean over all of its kept targets.
-            loss = model(tokens[step, :, :, :-1].reshape(-1, tokens.shape[-1] - 1), targets[step].reshape(-1, targets.shape[-1]))
-            loss.backward()
-            loss_sum = loss.item()
-        for micro in range(0 if masked else accum):
-            batch = tokens[step, micro]
-            loss = model(batch[:, :-1], targets[step, micro]) / accum
-            loss.backward()
-            loss_sum += loss.item()
-        mine = trace["steps"][step]["loss"]
-        if abs(mine - loss_sum) > loss_tol * abs(loss_sum):
-            failures.append(f"step {step} loss: shardtrain {mine:.9f} torch {loss_sum:.9f}")
-        if step == 0:
-            worst = 0.0
-            for k, ref in to_ours({k: p.grad.numpy() for k, p in named.items()}).items():
-                err = np.abs(grads0[k] - ref).max() / max(np.abs(ref).max(), 1e-30)
-                worst = max(worst, err)
-                if err > grad_tol:
-                    failures.append(f"grad {k}: max|diff|/max|ref| = {err:.3e} > {grad_tol}")
-            print(f"step 0: loss shardtrain {mine:.9f} torch {loss_sum:.9f}; worst grad rel err {worst:.3e}")
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), trace["grad_clip"]) if trace["grad_clip"] > 0 else None
-        if norm is not None and abs(norm.item() - trace["steps"][step]["grad_norm"]) > 1e-4 * norm.item():
-            failures.append(f"step {step} grad norm: shardtrain {trace['steps'][step]['grad_norm']} torch {norm.item()}")
-        for g in opt.param_groups:
-            g["lr"] = lr_at(trace, step)
         if abs(lr_at(trace, step) - trace["steps"][step]["lr"]) > 1e-6 * trace["lr"]:
-            failures.append(f"step {step} lr: shardtrain {trace['steps'][step]['lr']} expected {lr_at(trace, step)}")
-        opt.step()
-    worst = 0.0
-    for k, ref in to_ours({k: p.detach().numpy() for k, p in named.items()}).items():
-        err = np.abs(final[k] - ref).max()
-        tol = param_tol * max(1.0, np.abs(ref).max())
-        worst = max(worst, err / tol)
-        if err > tol:
-            failures.append(f"param {k} after {steps} steps: max|diff| = {err:.3e} > {tol:.3e}")
-    print(f"after {steps} AdamW steps: worst param diff / tolerance = {worst:.3f}")
+            print(f"FAILED: step {step} lr: shardtrain {trace['steps'][step]['lr']} expected {lr_at(trace, step)}")
+            return 1
+
+    ref = torch_run(trace, init, tokens, targets, masked, steps, torch.float64)
+    t32 = torch_run(trace, init, tokens, targets, masked, steps, torch.float32)
+    return compare(errors(ours, ref), errors(t32, ref), steps, f"{trace['arch']}, {trace['world']} rank(s)"
+                   f"{', masked' if masked else ''}")
+
+
+def compare(e_ours, e_t32, steps, what):
+    """Each of shardtrain's errors against float64 must be within FACTOR x PyTorch's float32 error of the same
+    quantity on this machine, plus FLOOR (see the module docstring)."""
+    failures, report = [], []
+    for metric in ("loss", "grad_norm", "grads0", "final"):
+        ours, t32 = e_ours[metric], e_t32[metric]
+        if isinstance(ours, list):  # per step: calibrated by the run's worst step
+            ours, cal = dict(enumerate(ours)), {k: max(t32) for k in range(len(ours))}
+        else:  # per tensor: calibrated by the tensor's own error, or the median tensor's where that is larger
+            median = float(np.median(list(t32.values())))
+            cal = {k: max(t32[k], median) for k in ours}
+        floor = FLOOR[metric] * (steps if metric == "final" else 1)
+        worst, worst_key = 0.0, None
+        for k, err in ours.items():
+            bar = FACTOR * cal[k] + floor
+            if err / bar > worst:
+                worst, worst_key = err / bar, k
+            if err > bar:
+                failures.append(f"{metric} {k}: error {err:.3e} > bar {bar:.3e} ({FACTOR} x torch float32's "
+                                f"{cal[k]:.3e} + {floor:.1e})")
+        if ours:
+            report.append(f"{metric} {worst:.3f} ({worst_key}: {ours[worst_key]:.2e}, torch float32 {cal[worst_key]:.2e})")
+    print("error / bar, worst of each: " + "; ".join(report))
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures[:20]))
         return 1
-    print(f"parity OK over {len(named)} tensors ({trace['arch']}, {trace['world']} rank(s){', masked' if masked else ''})")
+    print(f"parity OK ({what})")
     return 0
 
 

@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
-"""N MPI ranks train exactly what one process trains.
+"""N MPI ranks train what one process trains.
 
-Runs `shardtrain train` once as a single process and once under `mpirun -np N`, both with
-data.shuffle=false and the same global batch (so every optimizer step sees the same sequences; the N-rank
-run splits them over ranks, the single process accumulates them), and asserts:
-  * every step's loss agrees to rel 1e-5,
-  * the final weights (ckpt.export) agree per tensor to ||diff|| / ||ref|| <= 1e-5,
+Runs `shardtrain train` once as a single process and once under `mpirun -np N`, both with data.shuffle=false and the
+same global batch (so every optimizer step sees the same sequences; the N-rank run splits them over ranks, the single
+process accumulates them), and asserts:
+  * every step's loss agrees with the single process's,
+  * the final weights (ckpt.export) agree per tensor in ||diff|| / ||ref||,
   * the per-rank sharded state in the metrics is 16 bytes x sum over units of ceil(numel / N).
-Summation order differs between the runs (ranks vs micro-steps), so the comparison is to rounding,
-not bitwise. Two things would otherwise let rounding grow past 1e-5, and the ctest cases avoid them:
+The two runs sum the same float32 terms in other orders (over ranks instead of micro-steps), so they agree to
+rounding, not bit for bit, and rounding grows over 30 steps of training by an amount no formula gives. The bar is
+therefore measured on this machine: a third run, the single process with train.micro_batch=2 (the same sums grouped
+two sequences a GEMM instead of one), differs from the first by this machine's reordering noise on this model, data
+and BLAS kernel. The N-rank run may differ by FACTOR (8) times that, plus a floor of 16 float32 units (u = 2^-24):
+  * loss: per step, against the calibration run's worst step (relative),
+  * weights: per tensor, against the calibration's error of that tensor or of the median tensor, whichever is larger.
+A rank that drops its micro-batches, double-counts a shard or reduces the wrong span is off by 1e-2 or more.
+Two things would otherwise let rounding grow into real divergence, and the ctest cases avoid them:
   * optim.eps = 1e-6: some gradients are exactly zero in exact arithmetic (the attention key bias:
     softmax ignores a constant added to every key) and fp32 noise in any order; Adam with eps = 1e-8
     turns that noise into +-lr steps. With 1e-6 such elements move by ~lr * 1e-3.
@@ -27,6 +34,10 @@ import sys
 
 import h5py
 import numpy as np
+
+
+FACTOR = 8.0  # the N-rank run's difference / the calibration run's, at most
+FLOOR = 16 * 2.0 ** -24  # 16 float32 units
 
 
 def read_jsonl(path):
@@ -103,10 +114,12 @@ def main():
     common = ["train", "--config", config, "--data.shuffle=false", "--train.sample_tokens=0",
               "--train.eval_every=0"] + overrides
 
-    def run(tag, prefix):
+    def run(tag, prefix, extra=()):
         metrics = os.path.join(work, f"{tag}.jsonl")
         weights = os.path.join(work, f"{tag}.h5")
-        cmd = prefix + [shardtrain] + common + [f"--log.metrics={metrics}", f"--ckpt.export={weights}"]
+        keys = {e.split("=")[0] for e in extra}
+        args = [a for a in common if a.split("=")[0] not in keys] + list(extra)  # a key is given once
+        cmd = prefix + [shardtrain] + args + [f"--log.metrics={metrics}", f"--ckpt.export={weights}"]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
         if r.returncode != 0:
             print(" ".join(cmd) + "\n" + r.stdout)
@@ -116,10 +129,16 @@ def main():
     (ref_steps, ref_evals), ref_w = run("ref", [])
     mpi = [mpirun, "--oversubscribe", "-np", str(n), "--bind-to", "none", "--mca", "btl", "self,vader"]
     (got_steps, got_evals), got_w = run(f"np{n}", mpi)
+    (cal_steps, _), cal_w = run("calibration", [], ["--train.micro_batch=2"])
 
     failures = []
     if len(ref_steps) != len(got_steps):
         failures.append(f"{len(got_steps)} steps, expected {len(ref_steps)}")
+    def loss_err(a, b):
+        return abs(a["loss"] - b["loss"]) / abs(a["loss"]) if a["loss"] is not None and b["loss"] is not None else 0.0
+
+    cal_loss = max(loss_err(a, b) for a, b in zip(ref_steps, cal_steps))
+    loss_bar = FACTOR * cal_loss + FLOOR
     worst_loss = 0.0
     for a, b in zip(ref_steps, got_steps):
         if a["loss"] is None or b["loss"] is None:  # a step with no target: NaN, written as null
@@ -127,20 +146,28 @@ def main():
                 failures.append(f"step {a['step']}: loss {b['loss']} (skipped {b['skipped']}) vs single-process "
                                 f"{a['loss']} (skipped {a['skipped']})")
             continue
-        rel = abs(a["loss"] - b["loss"]) / abs(a["loss"])
-        worst_loss = max(worst_loss, rel)
-        if rel > 1e-5:
-            failures.append(f"step {a['step']}: loss {b['loss']} vs single-process {a['loss']} (rel {rel:.2e})")
-    # A validation pass reads eval_batches micro-batches per rank, so only N = 1 reads the same windows.
+        worst_loss = max(worst_loss, loss_err(a, b) / loss_bar)
+        if loss_err(a, b) > loss_bar:
+            failures.append(f"step {a['step']}: loss {b['loss']} vs single-process {a['loss']} (rel "
+                            f"{loss_err(a, b):.2e} > bar {loss_bar:.2e}: {FACTOR} x calibration {cal_loss:.2e} + {FLOOR:.1e})")
+    # A validation pass reads eval_batches micro-batches per rank, so only N = 1 reads the same windows (the same
+    # arithmetic: exact).
     for a, b in zip(ref_evals, got_evals if n == 1 else []):
-        if abs(a["val_loss"] - b["val_loss"]) > 1e-5 * abs(a["val_loss"]):
+        if a["val_loss"] != b["val_loss"]:
             failures.append(f"val_loss at step {a['step']}: {b['val_loss']} vs {a['val_loss']}")
+
+    def rel(w, k):
+        return np.linalg.norm((w[k] - ref_w[k]).ravel()) / max(np.linalg.norm(ref_w[k].ravel()), 1e-30)
+
+    cal = {k: rel(cal_w, k) for k in ref_w}
+    median = float(np.median(list(cal.values())))
     worst_w = 0.0
-    for k, ref in ref_w.items():
-        diff = np.linalg.norm((got_w[k] - ref).ravel()) / max(np.linalg.norm(ref.ravel()), 1e-30)
-        worst_w = max(worst_w, diff)
-        if diff > 1e-5:
-            failures.append(f"{k}: ||diff||/||ref|| = {diff:.2e}, max|diff| = {np.abs(got_w[k] - ref).max():.2e}")
+    for k in ref_w:
+        bar = FACTOR * max(cal[k], median) + FLOOR
+        worst_w = max(worst_w, rel(got_w, k) / bar)
+        if rel(got_w, k) > bar:
+            failures.append(f"{k}: ||diff||/||ref|| = {rel(got_w, k):.2e} > bar {bar:.2e} ({FACTOR} x calibration "
+                            f"{max(cal[k], median):.2e} + {FLOOR:.1e}), max|diff| = {np.abs(got_w[k] - ref_w[k]).max():.2e}")
     if masked:
         skipped = [s["step"] for s in ref_steps if s["skipped"]]
         if (skipped != [5] or ref_steps[4]["loss"] is not None or got_steps[4]["skipped_total"] != 1
@@ -155,8 +182,8 @@ def main():
     memn = got_steps[0]["mem_sharded_bytes"]
     if not (memn * g >= mem1 and memn * g <= mem1 + 16 * g * g * 64):
         failures.append(f"sharded state {memn} B per rank at N={n} vs {mem1} B at N=1: not 1/{g} plus padding")
-    print(f"N={n}: {len(got_steps)} steps, worst loss rel diff {worst_loss:.2e}, worst weight rel diff {worst_w:.2e}, "
-          f"sharded state per rank {memn} B (N=1: {mem1} B)")
+    print(f"N={n}: {len(got_steps)} steps; error / bar, worst: loss {worst_loss:.3f} (calibration {cal_loss:.2e}), "
+          f"weights {worst_w:.3f} (median calibration {median:.2e}); sharded state per rank {memn} B (N=1: {mem1} B)")
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures[:20]))
         return 1

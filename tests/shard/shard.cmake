@@ -4,6 +4,12 @@
 find_program(MPIRUN_EXECUTABLE NAMES mpirun mpiexec)
 if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
   foreach(n 1 2 3 4)
+    # N = 3 (uneven spans) carries the label numeric: tests/numeric_per_coretype.sh runs it under each OpenBLAS core type.
+    if(n EQUAL 3)
+      set(labels "cpu;mpi;numeric")
+    else()
+      set(labels "cpu;mpi")
+    endif()
     add_test(NAME mpi.equivalence.tiny.np${n}
              COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/mpi_equivalence_test.py $<TARGET_FILE:shardtrain>
                      ${MPIRUN_EXECUTABLE} ${n} ${CMAKE_BINARY_DIR}/mpi_equiv_tiny_${n} ${CMAKE_SOURCE_DIR}/configs/tiny.ini
@@ -22,7 +28,7 @@ if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
                      --train.steps=30 --train.global_batch=12 --train.micro_batch=1 --model.seq_len=64
                      --optim.lr=1e-3 --optim.eps=1e-6 --model.rope_scaling=llama3
                      --model.rope_scaling_original_max_position=64 --model.tie_embeddings=false)
-    set_tests_properties(mpi.equivalence.tiny_llama.np${n} PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
+    set_tests_properties(mpi.equivalence.tiny_llama.np${n} PROPERTIES LABELS "${labels}" TIMEOUT 600 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
     # Loss masks over a glob of a uint16 and a uint32 shard: the ranks compute the step's normaliser from every rank's
     # mask bytes, and all skip the step with no target.
@@ -31,7 +37,7 @@ if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
                      ${MPIRUN_EXECUTABLE} ${n} ${CMAKE_BINARY_DIR}/mpi_equiv_masked_${n} @masked
                      --train.steps=30 --train.micro_batch=1 --optim.lr=1e-3 --optim.eps=1e-6)
     set_tests_properties(mpi.equivalence.tiny.np${n} mpi.equivalence.gpt2_shaped.np${n} mpi.equivalence.masked.np${n}
-                         PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
+                         PROPERTIES LABELS "${labels}" TIMEOUT 600 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
   endforeach()
 endif()
@@ -45,7 +51,7 @@ if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
                    ${MPIRUN_EXECUTABLE} 2 ${CMAKE_BINARY_DIR}/mpi_equiv_tiny_offload ${CMAKE_SOURCE_DIR}/configs/tiny.ini
                    --train.steps=20 --train.global_batch=12 --train.micro_batch=1 --model.seq_len=64
                    --optim.lr=1e-3 --optim.eps=1e-6 --optim.offload=optimizer)
-  set_tests_properties(mpi.equivalence.tiny.np2.offload PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
+  set_tests_properties(mpi.equivalence.tiny.np2.offload PROPERTIES LABELS "cpu;mpi;numeric" TIMEOUT 600 PROCESSORS 2
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
 endif()
 
@@ -68,7 +74,7 @@ if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
                      ${CMAKE_BINARY_DIR}/mpi_sharding_${mode} ${CMAKE_SOURCE_DIR}/configs/tiny.ini
                      --train.steps=20 --train.global_batch=12 --train.micro_batch=1 --model.seq_len=64
                      --optim.lr=1e-3 --optim.eps=1e-6 --dist.sharding=${mode})
-    set_tests_properties(mpi.sharding.${mode}.2x2 PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
+    set_tests_properties(mpi.sharding.${mode}.2x2 PROPERTIES LABELS "cpu;mpi;numeric" TIMEOUT 600 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;SHARD_GROUP=${group}")
   endforeach()
   # Hybrid's all-reduce across nodes in other bucket sizes than the default (one call per unit, the case above): a few
@@ -92,7 +98,7 @@ if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
                    ${CMAKE_BINARY_DIR}/mpi_sharding_offload ${CMAKE_SOURCE_DIR}/configs/tiny.ini
                    --train.steps=20 --train.global_batch=12 --train.micro_batch=1 --model.seq_len=64
                    --optim.lr=1e-3 --optim.eps=1e-6 --dist.sharding=hybrid --optim.offload=optimizer)
-  set_tests_properties(mpi.sharding.hybrid.2x2.offload PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
+  set_tests_properties(mpi.sharding.hybrid.2x2.offload PROPERTIES LABELS "cpu;mpi;numeric" TIMEOUT 600 PROCESSORS 2
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;SHARD_GROUP=2")
   # The llama family in hybrid sharding with the optimizer on host threads.
   add_test(NAME mpi.sharding.hybrid.2x2.llama_offload

@@ -51,6 +51,13 @@ Config small_llama() {
 
 Trace train(const Config& c, Communicator& comm) { return testing::train(c, comm, kSeed, c.train.steps); }
 
+// Where the bars come from: the N-rank run computes the same float32 terms as one process and sums each gradient
+// over ranks (reduce-scatter) instead of over one batch, so the runs differ by reordered sums, which grow through 4
+// AdamW steps (eps 1e-6 keeps AdamW from magnifying gradients that are rounding noise). A sum of n float32 terms in
+// another order moves by at most n u of the sum of their magnitudes (u = 2^-24); 1e-5 is that bound for n = 168,
+// above the 64 positions a gradient element sums here, and about 10x the sqrt(n) u growth of random rounding over 4
+// steps. A rank that loses a micro-batch or a shard is off by 1e-2 or more. Every OpenBLAS core type passes
+// (tests/numeric_per_coretype.sh, label numeric).
 void expect_close(const Trace& ref, const Trace& got, const std::string& what) {
   ASSERT_EQ(ref.losses.size(), got.losses.size());
   for (size_t i = 0; i < ref.losses.size(); ++i) {
