@@ -26,34 +26,12 @@
 #include <thread>
 #include <vector>
 
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/unique_fd.h"
 
 namespace st {
 namespace {
-
-// A file descriptor that closes itself. close() is called explicitly where its error matters (after
-// writing: NFS and some local file systems report deferred write errors only there).
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  // Returns close(2)'s result; errno is set on failure.
-  int close() {
-    const int fd = fd_;
-    fd_ = -1;
-    return ::close(fd);
-  }
-
- private:
-  int fd_ = -1;
-};
-
-std::string errno_text() { return std::strerror(errno); }
 
 std::string parent_dir(const std::string& path) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
@@ -593,7 +571,7 @@ void check_output_dir(const std::string& path, const std::string& what) {
     const int err = errno;
     if (err == ENOENT) ST_BAD_INPUT(what, " ", path, ": output directory ", dir, " does not exist");
     // ENOTDIR: a component above dir is a file.
-    ST_BAD_INPUT(what, " ", path, ": output directory ", dir, " cannot be used: ", std::strerror(err));
+    ST_BAD_INPUT(what, " ", path, ": output directory ", dir, " cannot be used: ", errno_text(err));
   }
   if (!S_ISDIR(st.st_mode))
     ST_BAD_INPUT(what, " ", path, ": ", dir,
@@ -602,7 +580,7 @@ void check_output_dir(const std::string& path, const std::string& what) {
 
 void fsync_path(const std::string& path) {
   // O_RDONLY works for directories too; fsync on a read-only descriptor flushes the whole inode.
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) ST_FAULT("cannot open ", path, " to fsync it: ", errno_text());
   while (::fsync(fd.get()) != 0) {
     if (errno != EINTR) ST_FAULT("fsync of ", path, " failed: ", errno_text());
@@ -614,7 +592,7 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   RemoveOnFailure cleanup(tmp);
   {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (fd.get() < 0) ST_FAULT("cannot create ", tmp, ": ", errno_text());
     size_t done = 0;
     while (done < text.size()) {
@@ -635,7 +613,7 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 }
 
 std::string read_file(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) ST_BAD_INPUT("cannot read ", path, ": ", errno_text());
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) ST_BAD_INPUT("cannot stat ", path, ": ", errno_text());
@@ -680,7 +658,7 @@ std::string file_digest(const std::string& path, int64_t piece_bytes) { return d
 
 std::string digest_and_read(const std::string& path, int64_t piece_bytes, const std::vector<WantedBytes>& wanted) {
   ST_CHECK(piece_bytes >= 0, "digest piece size ", piece_bytes);
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) ST_BAD_INPUT("cannot read ", path, " to hash it: ", errno_text());
   (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);  // doubles the kernel's read-ahead window
   struct stat st {};
@@ -747,7 +725,7 @@ std::string DigestStream::hex() {
 
 WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pieces, int64_t piece_bytes) {
   ST_CHECK(piece_bytes > 0, path, ": digest piece size ", piece_bytes);
-  Fd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (fd.get() < 0) ST_FAULT("cannot open ", path, " to write it: ", errno_text());
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) ST_FAULT("cannot stat ", path, ": ", errno_text());
@@ -787,7 +765,7 @@ WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pie
       err = ::fallocate(fd.get(), 0, 0, total) == 0 ? 0 : errno;
     } while (err == EINTR);
     if (err != 0 && err != EOPNOTSUPP)
-      ST_FAULT("cannot write ", path, ": ", std::strerror(err), " (reserving its ", total, " bytes)");
+      ST_FAULT("cannot write ", path, ": ", errno_text(err), " (reserving its ", total, " bytes)");
   }
 
   // The digest is computed beside the writes, from the same bytes in memory.
@@ -798,7 +776,7 @@ WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pie
                               (total + static_cast<int64_t>(kDirectAlign) - 1) / kDirectAlign * kDirectAlign)));
   WriteFailure failure;
   bool buffered = true;
-  Fd direct(::open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC));
+  UniqueFd direct(::open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC));
   if (direct.get() >= 0) {  // else the file system refuses O_DIRECT (tmpfs before Linux 6.6: EINVAL)
     // The aligned part goes direct; the last partial block, if any, through the page cache.
     const int64_t aligned_end = total / static_cast<int64_t>(kDirectAlign) * static_cast<int64_t>(kDirectAlign);
@@ -810,7 +788,7 @@ WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pie
   }
   if (buffered) failure = write_pieces(fd.get(), runs, 0, total, buffers);
   if (failure.failed())
-    ST_FAULT("cannot write ", path, ": ", std::strerror(failure.err), " (at byte ", failure.offset, " of ", total, ")");
+    ST_FAULT("cannot write ", path, ": ", errno_text(failure.err), " (at byte ", failure.offset, " of ", total, ")");
   // Durable before the caller commits it: data, length and the device's cache.
   while (::fsync(fd.get()) != 0) {
     if (errno != EINTR) ST_FAULT("fsync of ", path, " failed: ", errno_text());

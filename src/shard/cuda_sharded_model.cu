@@ -392,7 +392,7 @@ T* CudaShardedModel<T>::full_grad(int unit) {
     // padding, which nothing reads.
     if (unit == 0) {
       const int64_t n = shards_->view(0).slot * coll_.shard().world_size();
-      ST_CUDA_CHECK(cudaMemsetAsync(slot->data.data(), 0, sizeof(T) * static_cast<size_t>(n), cs));
+      zero_async(slot->data, n, cs);
     }
   }
   return slot->data.data();
