@@ -171,8 +171,9 @@ class IoBuffer {
 };
 
 // kIoBytes buffers for large files, kept for the process's next call (a run saves every ckpt.every steps and
-// loads at start-up): mapping 64 MiB again each time costs 0.2 to 0.4 s on a busy virtual machine. At most
-// kPooledBuffers buffers (192 MiB) stay mapped. Smaller files get buffers of their own size.
+// loads at start-up): mapping 64 MiB again each time is slow on a busy machine (docs/performance.md, "Checkpoint
+// writes and loads"). At most kPooledBuffers buffers (192 MiB) stay mapped. Smaller files get buffers of their own
+// size.
 class IoBuffers {
  public:
   IoBuffers(int count, size_t bytes) : pooled_(bytes >= kIoBytes) {

@@ -251,8 +251,9 @@ const std::vector<Key>& keys() {
           "operands filled with uniform random values (a shape whose operands do not fit in the scratch memory keeps "
           "the heuristic's first); rank 0 times and every rank takes its pick. Timings vary, so two fresh tuned runs "
           "may pick differently; tuned or not, a checkpoint records every GEMM's algorithm, and a run resumed on the "
-          "same GPU model and cuBLASLt version takes them, so it computes the same bits. 0 by default: the timed "
-          "picks measured 1.01x tokens/s at 124M and 1.00x at 350M on one H200 (docs/performance.md). The cpu "
+          "same GPU model and cuBLASLt version takes them, so it computes the same bits. 0 by default, since the "
+          "timed picks train no faster than the heuristic's at GPT-2 124M and 350M (docs/performance.md, GEMMs); "
+          "try it for shapes or GPUs the heuristic may serve less well, and keep it where tokens/s rise. The cpu "
           "backend takes 0 only"),
       key("train", "device", &Config::train, &TrainConfig::device,
           "cpu (fp32 reference, OpenBLAS, MPI) or cuda (one GPU per rank, NCCL)"),
