@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/digest.h"
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/shard_file.h"
 #include "shardtrain/comm/communicator.h"

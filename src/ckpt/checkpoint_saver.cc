@@ -14,8 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include "shardtrain/ckpt/digest.h"
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/file_transfer.h"
+#include "shardtrain/ckpt/file_write.h"
 #include "shardtrain/ckpt/manifest.h"
 #include "shardtrain/ckpt/node_local.h"
 #include "shardtrain/ckpt/shard_file.h"

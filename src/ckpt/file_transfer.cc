@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/digest.h"
 #include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/unique_fd.h"
@@ -20,7 +20,7 @@ namespace {
 struct Header {
   int64_t file = -1;  // -1: nothing follows
   int64_t bytes = 0;
-  int64_t piece_bytes = 0;  // the digest's scheme (file_io.h)
+  int64_t piece_bytes = 0;  // the digest's scheme (digest.h)
   char digest[64] = {};
 };
 

@@ -12,7 +12,9 @@
 #include <set>
 #include <utility>
 
-#include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/digest.h"
+#include "shardtrain/ckpt/file_read.h"
+#include "shardtrain/ckpt/file_write.h"
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/ckpt/manifest.h"
 #include "shardtrain/core/errno_text.h"
