@@ -44,13 +44,17 @@
 #include <vector>
 
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/digest.h"
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/shard_file.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/comm/launcher.h"
 #include "shardtrain/core/config.h"
+#include "shardtrain/core/elapsed.h"
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/stats.h"
+#include "shardtrain/core/unique_fd.h"
 #include "shardtrain/shard/sharded_model.h"
 
 namespace fs = std::filesystem;
@@ -60,39 +64,33 @@ namespace {
 constexpr size_t kPlainBlock = size_t{64} << 20;  // dd bs=64M
 constexpr size_t kDirectAlign = 4096;
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // Drops the file's pages from the page cache: fdatasync makes them clean, DONTNEED then drops clean pages.
 void drop_from_page_cache(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) ST_FAULT("cannot open ", path, ": ", std::strerror(errno));
-  ::fdatasync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
+  const st::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) ST_FAULT("cannot open ", path, ": ", st::errno_text());
+  ::fdatasync(fd.get());
+  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED);
 }
 
 // The share of the file's pages in the page cache, in percent (mincore of a read-only mapping).
 double percent_in_page_cache(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) ST_FAULT("cannot open ", path, ": ", std::strerror(errno));
+  const st::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) ST_FAULT("cannot open ", path, ": ", st::errno_text());
   struct stat st {};
-  ::fstat(fd, &st);
+  ::fstat(fd.get(), &st);
   const size_t size = static_cast<size_t>(st.st_size);
   double out = 0;
   if (size > 0) {
-    void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (map == MAP_FAILED) ST_FAULT("cannot map ", path, ": ", std::strerror(errno));
+    void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+    if (map == MAP_FAILED) ST_FAULT("cannot map ", path, ": ", st::errno_text());
     const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE)), pages = (size + page - 1) / page;
     std::vector<unsigned char> resident(pages);
-    if (::mincore(map, size, resident.data()) != 0) ST_FAULT("mincore of ", path, ": ", std::strerror(errno));
+    if (::mincore(map, size, resident.data()) != 0) ST_FAULT("mincore of ", path, ": ", st::errno_text());
     ::munmap(map, size);
     size_t in = 0;
     for (unsigned char r : resident) in += r & 1;
     out = 100.0 * static_cast<double>(in) / static_cast<double>(pages);
   }
-  ::close(fd);
   return out;
 }
 
@@ -100,7 +98,7 @@ void write_all(int fd, const char* buf, size_t n, const std::string& path) {
   while (n > 0) {
     const ssize_t w = ::write(fd, buf, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) ST_FAULT("cannot write ", path, ": ", w < 0 ? std::strerror(errno) : "no progress");
+    if (w <= 0) ST_FAULT("cannot write ", path, ": ", w < 0 ? st::errno_text() : "no progress");
     buf += w;
     n -= static_cast<size_t>(w);
   }
@@ -111,56 +109,53 @@ void write_all(int fd, const char* buf, size_t n, const std::string& path) {
 std::optional<double> plain_write(const std::string& path, int64_t bytes, const char* buf, bool direct) {
   fs::remove(path);
   const auto t0 = std::chrono::steady_clock::now();
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (direct ? O_DIRECT : 0), 0644);
-  if (fd < 0 && direct && errno == EINVAL) return std::nullopt;
-  if (fd < 0) ST_FAULT("cannot create ", path, ": ", std::strerror(errno));
+  st::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (direct ? O_DIRECT : 0), 0644));
+  if (!fd && direct && errno == EINVAL) return std::nullopt;
+  if (!fd) ST_FAULT("cannot create ", path, ": ", st::errno_text());
   // O_DIRECT takes whole blocks only: the last partial block is written without it, as dd does.
   const int64_t end = direct ? bytes / static_cast<int64_t>(kDirectAlign) * static_cast<int64_t>(kDirectAlign) : bytes;
   for (int64_t done = 0; done < end;) {
     const size_t n = static_cast<size_t>(std::min<int64_t>(end - done, static_cast<int64_t>(kPlainBlock)));
     if (direct && done == 0) {  // the first write shows whether the file system takes O_DIRECT writes
-      const ssize_t w = ::write(fd, buf, n);
+      const ssize_t w = ::write(fd.get(), buf, n);
       if (w < 0 && errno == EINVAL) {
-        ::close(fd);
+        fd.reset();
         fs::remove(path);
         return std::nullopt;
       }
-      if (w < 0) ST_FAULT("cannot write ", path, ": ", std::strerror(errno));
-      write_all(fd, buf + w, n - static_cast<size_t>(w), path);
+      if (w < 0) ST_FAULT("cannot write ", path, ": ", st::errno_text());
+      write_all(fd.get(), buf + w, n - static_cast<size_t>(w), path);
     } else {
-      write_all(fd, buf, n, path);
+      write_all(fd.get(), buf, n, path);
     }
     done += static_cast<int64_t>(n);
   }
   if (end < bytes) {
-    if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_DIRECT) != 0)
-      ST_FAULT("cannot turn O_DIRECT off on ", path, ": ", std::strerror(errno));
-    write_all(fd, buf, static_cast<size_t>(bytes - end), path);
+    if (::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_DIRECT) != 0)
+      ST_FAULT("cannot turn O_DIRECT off on ", path, ": ", st::errno_text());
+    write_all(fd.get(), buf, static_cast<size_t>(bytes - end), path);
   }
-  if (::fsync(fd) != 0) ST_FAULT("fsync of ", path, ": ", std::strerror(errno));
-  if (::close(fd) != 0) ST_FAULT("close of ", path, ": ", std::strerror(errno));
-  return seconds_since(t0);
+  if (::fsync(fd.get()) != 0) ST_FAULT("fsync of ", path, ": ", st::errno_text());
+  if (fd.close() != 0) ST_FAULT("close of ", path, ": ", st::errno_text());
+  return st::seconds_since(t0);
 }
 
 // Reads the whole file the way dd reads it: 64 MiB read()s into `buf`, with O_DIRECT or through the page cache.
 // Returns the seconds, or nothing where the file system refuses O_DIRECT.
 std::optional<double> plain_read(const std::string& path, char* buf, bool direct) {
   const auto t0 = std::chrono::steady_clock::now();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
-  if (fd < 0 && direct && errno == EINVAL) return std::nullopt;
-  if (fd < 0) ST_FAULT("cannot open ", path, ": ", std::strerror(errno));
+  st::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0)));
+  if (!fd && direct && errno == EINVAL) return std::nullopt;
+  if (!fd) ST_FAULT("cannot open ", path, ": ", st::errno_text());
   for (;;) {
-    const ssize_t r = ::read(fd, buf, kPlainBlock);
+    const ssize_t r = ::read(fd.get(), buf, kPlainBlock);
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && direct && errno == EINVAL) {
-      ::close(fd);
-      return std::nullopt;
-    }
-    if (r < 0) ST_FAULT("cannot read ", path, ": ", std::strerror(errno));
+    if (r < 0 && direct && errno == EINVAL) return std::nullopt;
+    if (r < 0) ST_FAULT("cannot read ", path, ": ", st::errno_text());
     if (r == 0) break;
   }
-  ::close(fd);
-  return seconds_since(t0);
+  fd.reset();  // the close is part of the read's time
+  return st::seconds_since(t0);
 }
 
 // Varied bits (a xorshift stream): no zero runs, no short period.
@@ -234,14 +229,14 @@ int main(int argc, char** argv) {
       comm->barrier();
       auto t0 = std::chrono::steady_clock::now();
       where = st::save_checkpoint(cfg, model, cs, *comm);
-      save_s.push_back(seconds_since(t0));
+      save_s.push_back(st::seconds_since(t0));
       const std::string mine = (fs::path(where) / name).string();
       drop_from_page_cache(mine);
       cached_load.push_back(percent_in_page_cache(mine));
       comm->barrier();
       t0 = std::chrono::steady_clock::now();
       st::load_checkpoint(where, cfg, model, *comm);
-      load_s.push_back(seconds_since(t0));
+      load_s.push_back(st::seconds_since(t0));
       // The load's pass over this rank's own file (the load above read the same file, written by the same world
       // size) without the copies into the model or HDF5's parse: what reading and hashing alone take.
       drop_from_page_cache(mine);
@@ -249,7 +244,7 @@ int main(int argc, char** argv) {
       comm->barrier();
       t0 = std::chrono::steady_clock::now();
       st::file_digest(mine, st::kDigestPieceBytes);
-      hash_s.push_back(seconds_since(t0));
+      hash_s.push_back(st::seconds_since(t0));
       for (bool direct : {false, true}) {
         drop_from_page_cache(mine);
         comm->barrier();
@@ -262,7 +257,7 @@ int main(int argc, char** argv) {
       comm->barrier();
       t0 = std::chrono::steady_clock::now();
       my_bytes = st::write_shard_file(writer_path, comm->rank(), comm->world_size(), cs.step, slices).bytes;
-      writer_s.push_back(seconds_since(t0));
+      writer_s.push_back(st::seconds_since(t0));
       fs::remove(writer_path);
       comm->barrier();
       plain_s.push_back(*plain_write(plain_path, my_bytes, block.get(), false));
@@ -279,7 +274,7 @@ int main(int argc, char** argv) {
     for (int k = 0; k < 2; ++k) {
       const auto t0 = std::chrono::steady_clock::now();
       st::digest_hex(hashed.data(), hashed.size(), k == 0 ? 0 : st::kDigestPieceBytes);
-      digest_GBps[k] = static_cast<double>(hashed.size()) / seconds_since(t0) / 1e9;
+      digest_GBps[k] = static_cast<double>(hashed.size()) / st::seconds_since(t0) / 1e9;
     }
     double total = 0;
     for (const auto& e : fs::directory_iterator(where)) total += static_cast<double>(e.file_size());

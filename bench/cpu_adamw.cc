@@ -18,14 +18,13 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/stats.h"
 #include "shardtrain/optim/host_adamw.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 template <typename Fn>
 double median_seconds(int iters, Fn fn) {
@@ -34,7 +33,7 @@ double median_seconds(int iters, Fn fn) {
   for (int i = 0; i < iters; ++i) {
     const auto t0 = Clock::now();
     fn();
-    t.push_back(seconds_since(t0));
+    t.push_back(st::seconds_since(t0));
   }
   return st::median(std::move(t));
 }

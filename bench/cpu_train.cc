@@ -12,6 +12,7 @@
 
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
+#include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/rng.h"
 #include "shardtrain/core/stats.h"
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
     for (int it = 0; it < warmup + iters; ++it) {
       const auto t0 = std::chrono::steady_clock::now();
       loss = s.optimizer_step(it, s.forward_backward(batch, accum)).loss;
-      const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double dt = st::seconds_since(t0) * 1e3;
       if (it >= warmup) ms.push_back(dt);
     }
     const double med = st::median(ms);

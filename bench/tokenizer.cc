@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/stats.h"
 
 namespace {
@@ -36,7 +37,7 @@ double median_seconds(int iters, Fn fn) {
   for (int i = 0; i < iters; ++i) {
     const auto t0 = Clock::now();
     fn();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    t.push_back(st::seconds_since(t0));
   }
   return st::median(std::move(t));
 }
@@ -108,7 +109,7 @@ int main(int argc, char** argv) {
 
     const auto t0 = Clock::now();
     const st::Tokenizer tok = st::Tokenizer::load(tokenizer_path);
-    const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double load_s = st::seconds_since(t0);
 
     std::vector<int32_t> ids;
     const double one = median_seconds(iters, [&] {

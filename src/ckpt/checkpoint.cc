@@ -8,7 +8,6 @@
 
 #include "shardtrain/ckpt/checkpoint_check.h"
 #include "shardtrain/ckpt/checkpoint_saver.h"
-#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/manifest.h"
 #include "shardtrain/ckpt/shard_file.h"
 #include "shardtrain/comm/on_all_ranks.h"

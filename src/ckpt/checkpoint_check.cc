@@ -8,6 +8,7 @@
 #include <system_error>
 #include <vector>
 
+#include "shardtrain/ckpt/digest.h"
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/model/units.h"

@@ -8,18 +8,21 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <functional>
 #include <thread>
 #include <vector>
 
+#include "shardtrain/ckpt/digest.h"
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/file_transfer.h"
+#include "shardtrain/ckpt/file_write.h"
 #include "shardtrain/ckpt/manifest.h"
 #include "shardtrain/ckpt/node_local.h"
 #include "shardtrain/ckpt/shard_file.h"
+#include "shardtrain/core/elapsed.h"
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/fault.h"
 #include "shardtrain/core/log.h"
@@ -30,8 +33,6 @@ namespace st {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::string format_ms(double ms) {
   char buf[32];
@@ -93,10 +94,10 @@ void commit_rename(const fs::path& tmp, const fs::path& final_dir, const std::st
     old = final_dir;
     old += ".old-" + nonce;
     if (std::rename(final_dir.c_str(), old.c_str()) != 0)
-      ST_FAULT("cannot move ", final_dir.string(), " aside: ", std::strerror(errno));
+      ST_FAULT("cannot move ", final_dir.string(), " aside: ", errno_text());
   }
   if (std::rename(tmp.c_str(), final_dir.c_str()) != 0)
-    ST_FAULT("cannot rename ", tmp.string(), " to ", final_dir.string(), ": ", std::strerror(errno));
+    ST_FAULT("cannot rename ", tmp.string(), " to ", final_dir.string(), ": ", errno_text());
   if (!old.empty()) fs::remove_all(old);
 }
 
@@ -232,7 +233,7 @@ struct CheckpointSaver::Impl {
     for (const StateSnapshot::Unit& u : snap.units)
       slices.push_back(UnitSlice{u.name, u.span, u.param, u.exp_avg, u.exp_avg_sq});
     if (fault_injected("ckpt_enospc", rank, state.step))
-      ST_FAULT("cannot write ", path.string(), ": ", std::strerror(ENOSPC), " (injected by SHARDTRAIN_FAULT)");
+      ST_FAULT("cannot write ", path.string(), ": ", errno_text(ENOSPC), " (injected by SHARDTRAIN_FAULT)");
     if (fault_injected("ckpt_mid_write", rank, state.step)) {
       // Half the units reach the disk, then the process dies as if killed mid-write.
       write_shard_file(path.string(), file, files, state.step,

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
-#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +20,7 @@
 
 #include "shardtrain/ckpt/node_local.h"
 #include "shardtrain/comm/on_all_ranks.h"
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/log.h"
 
@@ -82,7 +82,7 @@ bool no_lock_support(int err) { return err == ENOLCK || err == EOPNOTSUPP || err
 void prove_writable(const std::string& dir) {
   std::string probe = (fs::path(dir) / ".write-probe-XXXXXX").string();
   if (::mkdtemp(probe.data()) == nullptr)
-    ST_BAD_INPUT("ckpt.dir '", dir, "' is not writable: cannot create a directory in it: ", std::strerror(errno),
+    ST_BAD_INPUT("ckpt.dir '", dir, "' is not writable: cannot create a directory in it: ", errno_text(),
                  "; give ckpt.dir a directory this job can write");
   ::rmdir(probe.c_str());
 }
@@ -126,10 +126,10 @@ DirLock DirLock::acquire(const std::string& dir, const std::string& extra) {
   const std::string path = (fs::path(dir) / kDirLockFile).string();
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0)
-    ST_BAD_INPUT("ckpt.dir '", dir, "' is not writable: cannot open ", path, " for writing: ", std::strerror(errno),
+    ST_BAD_INPUT("ckpt.dir '", dir, "' is not writable: cannot open ", path, " for writing: ", errno_text(),
                  "; give ckpt.dir a directory this job can write");
   DirLock lock;
-  lock.fd_ = fd;  // closed by ~DirLock on every path below
+  lock.fd_ = UniqueFd(fd);  // closed by ~DirLock on every path below
   lock.path_ = path;
 
   int rc;
@@ -146,11 +146,11 @@ DirLock DirLock::acquire(const std::string& dir, const std::string& extra) {
                    "expires on NFS (docs/checkpoint-format.md, \"Checkpoint directory\")");
     if (no_lock_support(err))
       ST_BAD_INPUT("ckpt.dir '", dir, "' is on a filesystem without working file locks (flock on ", path, ": ",
-                   std::strerror(err),
+                   errno_text(err),
                    "). shardtrain locks ckpt.dir so that no two jobs write into it at once: "
                    "put ckpt.dir on a filesystem with locking (on NFS, a server and client with the lock service "
                    "running; docs/checkpoint-format.md, \"Checkpoint directory\")");
-    ST_BAD_INPUT("ckpt.dir '", dir, "': cannot lock ", path, ": ", std::strerror(err));
+    ST_BAD_INPUT("ckpt.dir '", dir, "': cannot lock ", path, ": ", errno_text(err));
   }
 
   prove_writable(dir);
@@ -158,30 +158,27 @@ DirLock DirLock::acquire(const std::string& dir, const std::string& extra) {
       str_cat("host=", this_host(), "\npid=", ::getpid(), "\nstarted=", utc_now_iso8601(), "\n", extra);
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, record.data(), record.size(), 0) != static_cast<ssize_t>(record.size()) ||
       ::fsync(fd) != 0)
-    ST_BAD_INPUT("ckpt.dir '", dir, "' is not writable: cannot write ", path, ": ", std::strerror(errno),
+    ST_BAD_INPUT("ckpt.dir '", dir, "' is not writable: cannot write ", path, ": ", errno_text(),
                  "; give ckpt.dir a directory this job can write");
   lock.record_ = record;
   return lock;
 }
 
 DirLock::DirLock(DirLock&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)),
+    : fd_(std::move(other.fd_)),
       path_(std::exchange(other.path_, std::string())),
       record_(std::exchange(other.record_, std::string())) {}
 
 DirLock& DirLock::operator=(DirLock&& other) noexcept {
   if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
+    fd_ = std::move(other.fd_);
     path_ = std::exchange(other.path_, std::string());
     record_ = std::exchange(other.record_, std::string());
   }
   return *this;
 }
 
-DirLock::~DirLock() {
-  if (fd_ >= 0) ::close(fd_);
-}
+DirLock::~DirLock() = default;
 
 DirLock lock_checkpoint_dir(const std::string& dir, Communicator& comm) {
   if (dir.empty()) return DirLock();

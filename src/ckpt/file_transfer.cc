@@ -8,8 +8,10 @@
 #include <cstring>
 #include <vector>
 
-#include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/digest.h"
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/unique_fd.h"
 
 namespace st {
 namespace {
@@ -18,27 +20,22 @@ namespace {
 struct Header {
   int64_t file = -1;  // -1: nothing follows
   int64_t bytes = 0;
-  int64_t piece_bytes = 0;  // the digest's scheme (file_io.h)
+  int64_t piece_bytes = 0;  // the digest's scheme (digest.h)
   char digest[64] = {};
 };
-
-std::string errno_text() { return std::strerror(errno); }
 
 // The sending side: reads the file piece by piece; after a read error it sends zeros so that the receiver still
 // gets every byte the header announced (and a hash that tells it the file is bad).
 class Source {
  public:
   explicit Source(const FileOffer& o) : offer_(o) {
-    fd_ = ::open(o.path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) error_ = str_cat("cannot read ", o.path, ": ", errno_text());
-  }
-  ~Source() {
-    if (fd_ >= 0) ::close(fd_);
+    fd_ = UniqueFd(::open(o.path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd_) error_ = str_cat("cannot read ", o.path, ": ", errno_text());
   }
   void read(char* buf, int64_t n) {
     int64_t done = 0;
     while (error_.empty() && done < n) {
-      const ssize_t got = ::read(fd_, buf + done, static_cast<size_t>(n - done));
+      const ssize_t got = ::read(fd_.get(), buf + done, static_cast<size_t>(n - done));
       if (got < 0 && errno == EINTR) continue;
       if (got < 0) error_ = str_cat("read of ", offer_.path, " failed: ", errno_text());
       if (got == 0) error_ = str_cat(offer_.path, " ended before its ", offer_.bytes, " bytes");
@@ -50,7 +47,7 @@ class Source {
 
  private:
   const FileOffer& offer_;
-  int fd_ = -1;
+  UniqueFd fd_;
   std::string error_;
 };
 
@@ -60,18 +57,15 @@ class Sink {
   // A header's piece size below 0 is reported after the exchange, like any other failure: throwing here would leave
   // the sender waiting for its bytes to be taken.
   Sink(std::string path, int64_t piece_bytes) : path_(std::move(path)), hash_(std::max<int64_t>(piece_bytes, 0)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) error_ = str_cat("cannot create ", path_, ": ", errno_text());
+    fd_ = UniqueFd(::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd_) error_ = str_cat("cannot create ", path_, ": ", errno_text());
     if (piece_bytes < 0) error_ = str_cat("the header gives digest piece size ", piece_bytes, ", expected >= 0");
-  }
-  ~Sink() {
-    if (fd_ >= 0) ::close(fd_);
   }
   void write(const char* buf, int64_t n) {
     hash_.update(buf, static_cast<size_t>(n));
     int64_t done = 0;
     while (error_.empty() && done < n) {
-      const ssize_t put = ::write(fd_, buf + done, static_cast<size_t>(n - done));
+      const ssize_t put = ::write(fd_.get(), buf + done, static_cast<size_t>(n - done));
       if (put < 0 && errno == EINTR) continue;
       if (put < 0) error_ = str_cat("write of ", path_, " failed: ", errno_text());
       if (put > 0) done += put;
@@ -79,17 +73,15 @@ class Sink {
   }
   // fsync and close; then the digest of everything received.
   std::string finish() {
-    if (error_.empty() && ::fsync(fd_) != 0) error_ = str_cat("fsync of ", path_, " failed: ", errno_text());
-    if (fd_ >= 0 && ::close(fd_) != 0 && error_.empty())
-      error_ = str_cat("close of ", path_, " failed: ", errno_text());
-    fd_ = -1;
+    if (error_.empty() && ::fsync(fd_.get()) != 0) error_ = str_cat("fsync of ", path_, " failed: ", errno_text());
+    if (fd_.close() != 0 && error_.empty()) error_ = str_cat("close of ", path_, " failed: ", errno_text());
     return hash_.hex();
   }
   const std::string& error() const { return error_; }
 
  private:
   std::string path_;
-  int fd_ = -1;
+  UniqueFd fd_;
   std::string error_;
   DigestStream hash_;
 };

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <map>
 
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/h5.h"
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/model/llama/llama_hf.h"
 
@@ -34,7 +34,7 @@ void write_hf_gpt2(const std::string& path, const ModelConfig& cfg, const std::v
   f.close();
   fsync_path(tmp);  // HDF5 never fsyncs
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    ST_FAULT("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
+    ST_FAULT("cannot rename ", tmp, " to ", path, ": ", errno_text());
   cleanup.dismiss();
 }
 
@@ -54,7 +54,7 @@ void write_hf_weights(const std::string& path, const ModelConfig& cfg, const std
   f.close();
   fsync_path(tmp);
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    ST_FAULT("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
+    ST_FAULT("cannot rename ", tmp, " to ", path, ": ", errno_text());
   cleanup.dismiss();
 }
 

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "shardtrain/ckpt/digest.h"
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/core/error.h"
 

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/digest.h"
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/file_transfer.h"
 #include "shardtrain/comm/on_all_ranks.h"

@@ -5,12 +5,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/unique_fd.h"
 #include "shardtrain/kernels/adamw_host.h"
 
 // safetensors stores little-endian data; we write memory as it is, which is only right on such a host.
@@ -65,8 +66,8 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Safete
   for (const SafetensorsTensor& t : tensors_) data_bytes += safetensors_bytes(t);
   file_bytes_ = 8 + static_cast<int64_t>(header.size()) + data_bytes;
 
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) ST_FAULT("cannot create ", path_, ": ", std::strerror(errno));
+  fd_ = UniqueFd(::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd_) ST_FAULT("cannot create ", path_, ": ", errno_text());
   unsigned char len[8];
   const uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
@@ -74,12 +75,10 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Safete
   write_all(header.data(), static_cast<int64_t>(header.size()));
 }
 
-SafetensorsWriter::~SafetensorsWriter() {
-  if (fd_ >= 0) ::close(fd_);
-}
+SafetensorsWriter::~SafetensorsWriter() = default;
 
 void SafetensorsWriter::write(const std::string& name, const float* data, int64_t numel) {
-  ST_CHECK(fd_ >= 0, path_, ": write(", name, ") after finish()");
+  ST_CHECK(fd_.get() >= 0, path_, ": write(", name, ") after finish()");
   ST_CHECK(next_ < tensors_.size(), path_, ": write(", name, "): all ", tensors_.size(), " tensors are written");
   const SafetensorsTensor& t = tensors_[next_];
   ST_CHECK(name == t.name, path_, ": write(", name, "): the next declared tensor is ", t.name);
@@ -101,17 +100,12 @@ void SafetensorsWriter::write(const std::string& name, const float* data, int64_
 }
 
 void SafetensorsWriter::finish() {
-  ST_CHECK(fd_ >= 0, path_, ": finish() called twice");
+  ST_CHECK(fd_.get() >= 0, path_, ": finish() called twice");
   ST_CHECK(next_ == tensors_.size(), path_, ": finish() after ", next_, " of ", tensors_.size(),
            " tensors; the next is ", tensors_[next_].name);
-  const int fd = fd_;
-  fd_ = -1;
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    ST_FAULT("cannot fsync ", path_, ": ", std::strerror(err));
-  }
-  if (::close(fd) != 0) ST_FAULT("cannot close ", path_, ": ", std::strerror(errno));
+  UniqueFd fd = std::move(fd_);  // closed on every path below
+  if (::fsync(fd.get()) != 0) ST_FAULT("cannot fsync ", path_, ": ", errno_text());
+  if (fd.close() != 0) ST_FAULT("cannot close ", path_, ": ", errno_text());
 }
 
 void SafetensorsWriter::write_all(const void* data, int64_t bytes) {
@@ -119,9 +113,9 @@ void SafetensorsWriter::write_all(const void* data, int64_t bytes) {
   while (bytes > 0) {
     // Linux moves at most about 2 GiB per write(2); ask for 1 GiB at a time.
     const size_t want = static_cast<size_t>(std::min<int64_t>(bytes, int64_t{1} << 30));
-    const ssize_t n = ::write(fd_, p, want);
+    const ssize_t n = ::write(fd_.get(), p, want);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) ST_FAULT("cannot write ", path_, ": ", std::strerror(errno));
+    if (n < 0) ST_FAULT("cannot write ", path_, ": ", errno_text());
     if (n == 0) ST_FAULT("cannot write ", path_, ": write(2) wrote nothing");
     p += n;
     bytes -= n;

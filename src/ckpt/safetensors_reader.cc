@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 
 namespace st {
@@ -51,7 +52,7 @@ float half_to_float(uint16_t h) {
 }  // namespace
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), in_(path, std::ios::binary) {
-  if (!in_) ST_BAD_INPUT("safetensors file '", path, "' cannot be opened: ", std::strerror(errno));
+  if (!in_) ST_BAD_INPUT("safetensors file '", path, "' cannot be opened: ", errno_text());
   std::error_code ec;
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) ST_BAD_INPUT("safetensors file '", path, "': cannot get its size: ", ec.message());

@@ -6,17 +6,20 @@
 
 #include <cerrno>
 #include <climits>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
 #include <set>
 #include <utility>
 
-#include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/digest.h"
+#include "shardtrain/ckpt/file_read.h"
+#include "shardtrain/ckpt/file_write.h"
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/ckpt/manifest.h"
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/unique_fd.h"
 
 namespace st {
 namespace {
@@ -105,12 +108,9 @@ struct ShardFileReader::Impl {
     // Where the file holds each dataset's elements as this machine's fp32, back to back (-1: read through HDF5).
     int64_t native_at[kNumStates] = {-1, -1, -1};
   };
-  ~Impl() {
-    if (fd >= 0) ::close(fd);
-  }
   // Declared first, destroyed last: the datasets close before the file.
   H5File file;
-  int fd = -1;  // the same file, for plain reads of the datasets that native_at locates
+  UniqueFd fd;  // the same file, for plain reads of the datasets that native_at locates
   int rank = 0;
   int world_size = 0;
   int64_t step = 0;
@@ -133,9 +133,9 @@ ShardFileReader::ShardFileReader(const std::string& path) : impl_(new Impl) {
   Impl& d = *impl_;
   d.file = H5File::open_read(path);
   const H5File& f = d.file;
-  d.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  d.fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat st {};
-  if (d.fd < 0 || ::fstat(d.fd, &st) != 0) ST_FAULT("cannot open ", path, " to read it: ", std::strerror(errno));
+  if (!d.fd || ::fstat(d.fd.get(), &st) != 0) ST_FAULT("cannot open ", path, " to read it: ", errno_text());
   const int64_t size = static_cast<int64_t>(st.st_size);
 
   const int64_t version = h5_read_attr_i64(f, f.id(), "/", "format_version");
@@ -230,7 +230,7 @@ void ShardFileReader::read(const std::string& unit, ShardState state, const Shar
   const int s = static_cast<int>(state);
   if (u.native_at[s] >= 0) {  // the bytes are the floats: read them straight into out, several reads at once
     const WantedBytes w = Impl::plain_bytes(u, state, want, out);
-    read_at(impl_->fd, path(), w.offset, w.bytes, w.out);
+    read_at(impl_->fd.get(), path(), w.offset, w.bytes, w.out);
     return;
   }
   h5_read_f32_range(impl_->file, u.datasets[s].get(), dataset_path(unit, state), want.offset - u.span.offset,

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -19,6 +18,7 @@
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/ckpt/safetensors.h"
 #include "shardtrain/ckpt/shard_file.h"
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/hf_config.h"
 #include "shardtrain/model/llama/llama_hf.h"
@@ -38,7 +38,7 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 // Renames tmp over path and makes the rename durable; kFault naming both on failure.
 void commit_rename(const std::string& tmp, const std::string& path) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    ST_FAULT("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
+    ST_FAULT("cannot rename ", tmp, " to ", path, ": ", errno_text());
   const fs::path dir = fs::path(path).parent_path();
   fsync_path(dir.empty() ? "." : dir.string());
 }

@@ -14,8 +14,8 @@ double nccl_busbw(Communicator& group, CollectiveOp op, int64_t bytes) {
   const int64_t count = bytes / static_cast<int64_t>(sizeof(bf16));
   DeviceBuffer<bf16> shard(count), full(count * n);
   CudaStream stream;
-  ST_CUDA_CHECK(cudaMemsetAsync(shard.data(), 0, count * sizeof(bf16), stream.get()));
-  ST_CUDA_CHECK(cudaMemsetAsync(full.data(), 0, count * n * sizeof(bf16), stream.get()));
+  zero_async(shard, count, stream.get());
+  zero_async(full, count * n, stream.get());
   auto once = [&] {
     switch (op) {
       case CollectiveOp::kAllGather:

@@ -60,7 +60,7 @@ std::string failed_peer_copies(int device, bool injected, int* checked) {
     DeviceBuffer<unsigned char> dst(kBytes);
     CudaStream s;
     // On s, before the copy: a cudaMemset would run on the legacy default stream, which s does not wait for.
-    ST_CUDA_CHECK(cudaMemsetAsync(dst.data(), 0, kBytes, s.get()));
+    zero_async(dst, kBytes, s.get());
     bool ok = cudaMemcpyPeerAsync(dst.data(), device, src, peer, kBytes, s.get()) == cudaSuccess;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     cudaError_t q = cudaErrorNotReady;

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "collective_args.h"
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/log.h"
 
@@ -142,7 +143,7 @@ void exchange(TcpCommunicator::World& world, const std::vector<int>& members, in
     if (fds.empty()) return;
     if (::poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
-      ST_FAULT(op, ": poll failed: ", errno_text(errno));
+      ST_FAULT(op, ": poll failed: ", errno_text_lower());
     }
     for (size_t k = 0; k < fds.size(); ++k) {
       Transfer& t = *pending[k];
@@ -151,7 +152,7 @@ void exchange(TcpCommunicator::World& world, const std::vector<int>& members, in
       if ((re & (POLLIN | POLLHUP | POLLERR)) && t.recv_bytes) {
         const ssize_t n = ::recv(fds[k].fd, t.recv, std::min(t.recv_bytes, kIoBytes), MSG_DONTWAIT);
         if (n == 0) lost(t, "connection closed by the peer");
-        if (n < 0 && !would_block(errno)) lost(t, errno_text(errno));
+        if (n < 0 && !would_block(errno)) lost(t, errno_text_lower());
         if (n > 0) {
           t.recv += n;
           t.recv_bytes -= static_cast<size_t>(n);
@@ -159,7 +160,7 @@ void exchange(TcpCommunicator::World& world, const std::vector<int>& members, in
       }
       if ((re & (POLLOUT | POLLHUP | POLLERR)) && t.send_bytes) {
         const ssize_t n = ::send(fds[k].fd, t.send, std::min(t.send_bytes, kIoBytes), MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0 && !would_block(errno)) lost(t, errno_text(errno));
+        if (n < 0 && !would_block(errno)) lost(t, errno_text_lower());
         if (n > 0) {
           t.send += n;
           t.send_bytes -= static_cast<size_t>(n);

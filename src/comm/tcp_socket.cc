@@ -16,6 +16,7 @@
 #include <memory>
 #include <utility>
 
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 
 namespace st {
@@ -39,14 +40,14 @@ bool wait_for(int fd, short events, Clock::time_point deadline) {
     const int r = ::poll(&p, 1, ms_left(deadline));
     if (r > 0) return true;
     if (r == 0) return false;
-    if (errno != EINTR) ST_FAULT("poll failed: ", errno_text(errno));
+    if (errno != EINTR) ST_FAULT("poll failed: ", errno_text_lower());
   }
 }
 
 void set_flags(int fd, bool nonblocking) {
   const int flags = ::fcntl(fd, F_GETFL, 0);
   if (flags < 0 || ::fcntl(fd, F_SETFL, nonblocking ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK)) < 0)
-    ST_FAULT("fcntl(O_NONBLOCK) failed: ", errno_text(errno));
+    ST_FAULT("fcntl(O_NONBLOCK) failed: ", errno_text_lower());
 }
 
 void set_nodelay(int fd) {
@@ -56,26 +57,9 @@ void set_nodelay(int fd) {
 
 }  // namespace
 
-Socket::~Socket() { reset(); }
-
-Socket::Socket(Socket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-
-Socket& Socket::operator=(Socket&& other) noexcept {
-  if (this != &other) {
-    reset();
-    fd_ = std::exchange(other.fd_, -1);
-  }
-  return *this;
-}
-
-void Socket::reset() noexcept {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
 Socket tcp_listen(int port) {
   Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s) ST_FAULT("socket() failed: ", errno_text(errno));
+  if (!s) ST_FAULT("socket() failed: ", errno_text_lower());
   const int one = 1;
   ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in addr{};
@@ -83,8 +67,8 @@ Socket tcp_listen(int port) {
   addr.sin_addr.s_addr = htonl(INADDR_ANY);
   addr.sin_port = htons(static_cast<uint16_t>(port));
   if (::bind(s.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-    ST_FAULT("cannot listen on TCP port ", port, ": ", errno_text(errno));
-  if (::listen(s.fd(), SOMAXCONN) != 0) ST_FAULT("listen() on TCP port ", port, " failed: ", errno_text(errno));
+    ST_FAULT("cannot listen on TCP port ", port, ": ", errno_text_lower());
+  if (::listen(s.fd(), SOMAXCONN) != 0) ST_FAULT("listen() on TCP port ", port, " failed: ", errno_text_lower());
   return s;
 }
 
@@ -92,7 +76,7 @@ int local_port(const Socket& s) {
   sockaddr_in addr{};
   socklen_t len = sizeof(addr);
   if (::getsockname(s.fd(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-    ST_FAULT("getsockname failed: ", errno_text(errno));
+    ST_FAULT("getsockname failed: ", errno_text_lower());
   return ntohs(addr.sin_port);
 }
 
@@ -100,7 +84,7 @@ std::string peer_address(const Socket& s) {
   sockaddr_in addr{};
   socklen_t len = sizeof(addr);
   if (::getpeername(s.fd(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-    ST_FAULT("getpeername failed: ", errno_text(errno));
+    ST_FAULT("getpeername failed: ", errno_text_lower());
   char text[INET_ADDRSTRLEN] = {0};
   ::inet_ntop(AF_INET, &addr.sin_addr, text, sizeof(text));
   return text;
@@ -118,12 +102,12 @@ Socket tcp_connect(const std::string& host, int port, Clock::time_point deadline
   }
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(found, &::freeaddrinfo);
   Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s) ST_FAULT("socket() failed: ", errno_text(errno));
+  if (!s) ST_FAULT("socket() failed: ", errno_text_lower());
   // Non-blocking connect, so that an address nobody answers (a wrong MASTER_ADDR) cannot outlast the deadline.
   set_flags(s.fd(), true);
   if (::connect(s.fd(), found->ai_addr, found->ai_addrlen) != 0) {
     if (errno != EINPROGRESS) {
-      *why = errno_text(errno);
+      *why = errno_text_lower();
       return Socket();
     }
     if (!wait_for(s.fd(), POLLOUT, deadline)) {
@@ -134,7 +118,7 @@ Socket tcp_connect(const std::string& host, int port, Clock::time_point deadline
     socklen_t len = sizeof(err);
     ::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) {
-      *why = errno_text(err);
+      *why = errno_text_lower(err);
       return Socket();
     }
   }
@@ -151,7 +135,7 @@ Socket tcp_accept(const Socket& listener, Clock::time_point deadline) {
       set_nodelay(s.fd());
       return s;
     }
-    if (errno != EINTR && errno != ECONNABORTED && errno != EAGAIN) ST_FAULT("accept failed: ", errno_text(errno));
+    if (errno != EINTR && errno != ECONNABORTED && errno != EAGAIN) ST_FAULT("accept failed: ", errno_text_lower());
   }
 }
 
@@ -162,7 +146,7 @@ void send_exact(const Socket& s, const void* buf, size_t n, Clock::time_point de
     const ssize_t k = ::send(s.fd(), p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k < 0) {
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-      ST_FAULT(what, ": ", errno_text(errno));
+      ST_FAULT(what, ": ", errno_text_lower());
     }
     p += k;
     n -= static_cast<size_t>(k);
@@ -177,7 +161,7 @@ void recv_exact(const Socket& s, void* buf, size_t n, Clock::time_point deadline
     if (k == 0) ST_FAULT(what, ": connection closed by the peer");
     if (k < 0) {
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-      ST_FAULT(what, ": ", errno_text(errno));
+      ST_FAULT(what, ": ", errno_text_lower());
     }
     p += k;
     n -= static_cast<size_t>(k);
@@ -186,7 +170,6 @@ void recv_exact(const Socket& s, void* buf, size_t n, Clock::time_point deadline
 
 void set_nonblocking(const Socket& s) { set_flags(s.fd(), true); }
 
-std::string errno_text(int err) { return lower_first(std::strerror(err)); }
 
 std::string local_host_name() {
   char name[256] = {0};

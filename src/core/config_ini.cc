@@ -9,13 +9,14 @@
 
 #include <boost/program_options.hpp>
 #include <cerrno>
-#include <cstring>
 #include <sstream>
 
 #include "config_keys.h"
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/excerpt.h"
 #include "shardtrain/core/format.h"
+#include "shardtrain/core/unique_fd.h"
 
 namespace po = boost::program_options;
 
@@ -256,7 +257,7 @@ std::string read_config_file(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) ST_BAD_INPUT(shown, " does not exist");
-    ST_BAD_INPUT(shown, " cannot be read: ", std::strerror(errno));
+    ST_BAD_INPUT(shown, " cannot be read: ", errno_text());
   }
   if (!S_ISREG(st.st_mode))
     ST_BAD_INPUT(shown, " is ", file_kind(st.st_mode),
@@ -266,18 +267,18 @@ std::string read_config_file(const std::string& path) {
                  st.st_size >= (int64_t{1} << 30) ? " (" + format_gib(st.st_size) + ")" : std::string(), ", over the ",
                  format_mib(kMaxConfigBytes), " limit for a config file");
   // O_NONBLOCK: should the path have become a FIFO since the stat, open(2) must still not wait for a writer.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) ST_BAD_INPUT(shown, " cannot be opened: ", std::strerror(errno));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) ST_BAD_INPUT(shown, " cannot be opened: ", errno_text());
   std::string text;
   int err = 0;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     err = EINVAL;
   } else {
     // Read one byte past the limit to tell a file that grew since the stat from one that is exactly at it.
     text.resize(static_cast<size_t>(kMaxConfigBytes) + 1);
     size_t got = 0;
     while (got < text.size()) {
-      const ssize_t r = ::read(fd, text.data() + got, text.size() - got);
+      const ssize_t r = ::read(fd.get(), text.data() + got, text.size() - got);
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) err = errno;
       if (r <= 0) break;
@@ -285,9 +286,9 @@ std::string read_config_file(const std::string& path) {
     }
     text.resize(got);
   }
-  ::close(fd);
+  fd.reset();
   if (err == EINVAL) ST_BAD_INPUT(shown, " changed while it was opened (it is no longer a regular file)");
-  if (err != 0) ST_BAD_INPUT(shown, " cannot be read: ", std::strerror(err));
+  if (err != 0) ST_BAD_INPUT(shown, " cannot be read: ", errno_text(err));
   if (static_cast<int64_t>(text.size()) > kMaxConfigBytes)
     ST_BAD_INPUT(shown, " grew past the ", format_mib(kMaxConfigBytes), " limit for a config file while it was read");
   return text;

@@ -1,5 +1,5 @@
-// The key table, and what each key's type brings: the allowed spellings of an enum, how a value prints, what a
-// value must look like, and how Boost.ProgramOptions parses an enum.
+// The key table, and what each key's type brings: how a value prints, what a value must look like, and how
+// Boost.ProgramOptions parses an enum (by its EnumNames table, enum_names.h).
 #include "config_keys.h"
 
 #include <algorithm>
@@ -9,109 +9,24 @@
 #include <iomanip>
 #include <limits>
 #include <locale>
+#include <optional>
 #include <sstream>
 #include <type_traits>
 
 namespace po = boost::program_options;
 
 namespace st {
-namespace {
 
-// The allowed spellings of each enum-valued key; to_string(), parsing and the error text all read these
-// tables (one per enum type, found by overload on a null pointer of that type).
-template <typename E>
-struct EnumName {
-  const char* name;
-  E value;
-};
-constexpr EnumName<ModelArch> kModelArchs[] = {{"gpt2", ModelArch::kGpt2}, {"llama", ModelArch::kLlama}};
-constexpr EnumName<RopeScaling> kRopeScalings[] = {{"none", RopeScaling::kNone}, {"llama3", RopeScaling::kLlama3}};
-constexpr EnumName<DataFormat> kDataFormats[] = {{"llmc", DataFormat::kLlmc}, {"text", DataFormat::kText}};
-constexpr EnumName<LossMaskMode> kLossMaskModes[] = {{"auto", LossMaskMode::kAuto}, {"off", LossMaskMode::kOff}};
-constexpr EnumName<Device> kDevices[] = {{"cpu", Device::kCpu}, {"cuda", Device::kCuda}};
-constexpr EnumName<DType> kDTypes[] = {
-    {"auto", DType::kAuto}, {"fp32", DType::kF32}, {"bf16", DType::kBF16}, {"fp16", DType::kF16}};
-constexpr EnumName<AttentionImpl> kAttentionImpls[] = {
-    {"auto", AttentionImpl::kAuto}, {"cudnn", AttentionImpl::kCudnn}, {"flash", AttentionImpl::kFlash}};
-constexpr EnumName<OffloadMode> kOffloadModes[] = {{"none", OffloadMode::kNone},
-                                                   {"optimizer", OffloadMode::kOptimizer},
-                                                   {"optimizer+params", OffloadMode::kOptimizerParams}};
-constexpr EnumName<Speculation> kSpeculations[] = {
-    {"auto", Speculation::kAuto}, {"true", Speculation::kOn}, {"false", Speculation::kOff}};
-constexpr EnumName<ShardingMode> kShardingModes[] = {
-    {"full", ShardingMode::kFull}, {"hybrid", ShardingMode::kHybrid}, {"auto", ShardingMode::kAuto}};
-constexpr EnumName<Bootstrap> kBootstraps[] = {
-    {"auto", Bootstrap::kAuto}, {"mpi", Bootstrap::kMpi}, {"env", Bootstrap::kEnv}};
-constexpr EnumName<CkptOnError> kCkptOnErrors[] = {{"stop", CkptOnError::kStop}, {"warn", CkptOnError::kWarn}};
-constexpr EnumName<CommEngine> kCommEngines[] = {
-    {"auto", CommEngine::kAuto}, {"copy", CommEngine::kCopy}, {"sm", CommEngine::kSm}};
-
-const auto& enum_names(const ModelArch*) { return kModelArchs; }
-const auto& enum_names(const RopeScaling*) { return kRopeScalings; }
-const auto& enum_names(const DataFormat*) { return kDataFormats; }
-const auto& enum_names(const LossMaskMode*) { return kLossMaskModes; }
-const auto& enum_names(const Device*) { return kDevices; }
-const auto& enum_names(const DType*) { return kDTypes; }
-const auto& enum_names(const AttentionImpl*) { return kAttentionImpls; }
-const auto& enum_names(const OffloadMode*) { return kOffloadModes; }
-const auto& enum_names(const Speculation*) { return kSpeculations; }
-const auto& enum_names(const ShardingMode*) { return kShardingModes; }
-const auto& enum_names(const Bootstrap*) { return kBootstraps; }
-const auto& enum_names(const CommEngine*) { return kCommEngines; }
-const auto& enum_names(const CkptOnError*) { return kCkptOnErrors; }
-
-template <typename E>
-constexpr bool kIsConfigEnum =
-    std::is_same_v<E, ModelArch> || std::is_same_v<E, RopeScaling> || std::is_same_v<E, DataFormat> ||
-    std::is_same_v<E, LossMaskMode> || std::is_same_v<E, Device> || std::is_same_v<E, DType> ||
-    std::is_same_v<E, AttentionImpl> || std::is_same_v<E, OffloadMode> || std::is_same_v<E, ShardingMode> ||
-    std::is_same_v<E, Bootstrap> || std::is_same_v<E, Speculation> || std::is_same_v<E, CommEngine> ||
-    std::is_same_v<E, CkptOnError>;
-
-template <typename E>
-std::string enum_name_list() {
-  std::string out;
-  for (const auto& f : enum_names(static_cast<const E*>(nullptr)))
-    out += (out.empty() ? "" : ", ") + std::string(f.name);
-  return out;
-}
-
-template <typename E>
-const char* enum_to_string(E v) {
-  for (const auto& entry : enum_names(static_cast<const E*>(nullptr)))
-    if (entry.value == v) return entry.name;
-  return "?";
-}
-
-}  // namespace
-
-const char* to_string(ModelArch a) { return enum_to_string(a); }
-const char* to_string(RopeScaling r) { return enum_to_string(r); }
-const char* to_string(DataFormat f) { return enum_to_string(f); }
-const char* to_string(LossMaskMode m) { return enum_to_string(m); }
-const char* to_string(Device d) { return enum_to_string(d); }
-const char* to_string(DType t) { return enum_to_string(t); }
-const char* to_string(AttentionImpl a) { return enum_to_string(a); }
-const char* to_string(OffloadMode m) { return enum_to_string(m); }
-const char* to_string(ShardingMode m) { return enum_to_string(m); }
-const char* to_string(Bootstrap b) { return enum_to_string(b); }
-const char* to_string(CommEngine g) { return enum_to_string(g); }
-const char* to_string(CkptOnError e) { return enum_to_string(e); }
-const char* to_string(Speculation s) { return enum_to_string(s); }
-
-// Boost.ProgramOptions finds this overload by argument-dependent lookup when it parses an enum-valued key. The
-// error it throws carries no text of ours: the catch site rewrites it with the key and allowed values.
-template <typename E, typename = std::enable_if_t<kIsConfigEnum<E>>>
+// Boost.ProgramOptions finds this overload by argument-dependent lookup when it parses an enum-valued key: any enum
+// with an EnumNames table (enum_names.h) takes exactly the names in it. The error it throws carries no text of ours:
+// the catch site rewrites it with the key and allowed values.
+template <typename E, typename = std::enable_if_t<kHasEnumNames<E>>>
 void validate(boost::any& out, const std::vector<std::string>& values, E*, int) {
   po::validators::check_first_occurrence(out);
   const std::string& s = po::validators::get_single_string(values);
-  for (const auto& entry : enum_names(static_cast<const E*>(nullptr))) {
-    if (s == entry.name) {
-      out = entry.value;
-      return;
-    }
-  }
-  throw po::invalid_option_value(s);
+  const std::optional<E> value = enum_from_name<E>(s);
+  if (!value) throw po::invalid_option_value(s);
+  out = *value;
 }
 
 namespace {
@@ -146,7 +61,7 @@ std::string format_value(const T& v) {
     return v ? "true" : "false";
   } else if constexpr (std::is_floating_point_v<T>) {
     return format_float(v);
-  } else if constexpr (kIsConfigEnum<T>) {
+  } else if constexpr (kHasEnumNames<T>) {
     return to_string(v);
   } else if constexpr (std::is_same_v<T, std::string>) {
     return v;
@@ -161,7 +76,7 @@ template <typename T>
 std::string expected_text() {
   if constexpr (std::is_same_v<T, bool>) {
     return "true/false, 1/0 or yes/no";
-  } else if constexpr (kIsConfigEnum<T>) {
+  } else if constexpr (kHasEnumNames<T>) {
     return "one of: " + enum_name_list<T>();
   } else if constexpr (std::is_floating_point_v<T>) {
     return "a finite number";
@@ -210,6 +125,12 @@ class MemberField final : public config_internal::Field {
   std::string format(const Config& cfg) const override { return format_value((cfg.*section_).*member_); }
   void copy(const Config& from, Config& to) const override { (to.*section_).*member_ = (from.*section_).*member_; }
   std::string expected() const override { return expected_text<T>(); }
+  std::vector<std::string> choices() const override {
+    std::vector<std::string> names;
+    if constexpr (kHasEnumNames<T>)
+      for (const EnumName<T>& n : EnumNames<T>::kList) names.emplace_back(n.name);
+    return names;
+  }
   bool rejects(const std::string& raw) const override {
     if constexpr (std::is_same_v<T, std::string>) {
       return false;
@@ -330,8 +251,9 @@ const std::vector<Key>& keys() {
           "operands filled with uniform random values (a shape whose operands do not fit in the scratch memory keeps "
           "the heuristic's first); rank 0 times and every rank takes its pick. Timings vary, so two fresh tuned runs "
           "may pick differently; tuned or not, a checkpoint records every GEMM's algorithm, and a run resumed on the "
-          "same GPU model and cuBLASLt version takes them, so it computes the same bits. 0 by default: the timed "
-          "picks measured 1.01x tokens/s at 124M and 1.00x at 350M on one H200 (docs/performance.md). The cpu "
+          "same GPU model and cuBLASLt version takes them, so it computes the same bits. 0 by default, since the "
+          "timed picks train no faster than the heuristic's at GPT-2 124M and 350M (docs/performance.md, GEMMs); "
+          "try it for shapes or GPUs the heuristic may serve less well, and keep it where tokens/s rise. The cpu "
           "backend takes 0 only"),
       key("train", "device", &Config::train, &TrainConfig::device,
           "cpu (fp32 reference, OpenBLAS, MPI) or cuda (one GPU per rank, NCCL)"),

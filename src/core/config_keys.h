@@ -1,7 +1,8 @@
 // Private to src/core: the table of config keys. Each entry names a key's section and name, binds the Config field
 // it sets (by pointer-to-member) and describes the key; this is the only description of a key. Parsing and
 // to_ini() (config_ini.cc), validation (config_validate.cc), `shardtrain --help` and docs/config.md (config_help.cc)
-// all read the table.
+// all read the table. A key whose field is an enum takes the names of that enum's EnumNames table (core/enum_names.h,
+// beside the enum in config.h): adding an enum-valued key is the enum with its table, the field, and the key here.
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -29,6 +30,8 @@ class Field {
   virtual void copy(const Config& from, Config& to) const = 0;
   // What a value must look like: "an integer", "one of: cpu, cuda", ... (errors, help, docs/config.md).
   virtual std::string expected() const = 0;
+  // The names an enum-valued key takes, in its EnumNames table's order (enum_names.h); empty for other keys.
+  virtual std::vector<std::string> choices() const = 0;
   // Texts Boost would take but we do not: an empty value for a non-string (Boost reads an empty bool
   // as true), a negative unsigned (Boost wraps -1 to 2^64-1), and inf or nan for a floating-point key.
   virtual bool rejects(const std::string& raw) const = 0;

@@ -11,8 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/unique_fd.h"
 #include "shardtrain/data/path_glob.h"
 
 namespace st {
@@ -138,21 +140,6 @@ std::vector<std::string> mask_paths(const std::vector<std::string>& paths, LossM
   return masks;
 }
 
-// A file descriptor that closes itself.
-class Fd {
- public:
-  explicit Fd(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
-    if (fd_ < 0) ST_BAD_INPUT("data file ", path, ": cannot open: ", std::strerror(errno));
-  }
-  ~Fd() { ::close(fd_); }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // Reads exactly `bytes` bytes at `offset` (pread may return short counts).
 bool pread_all(int fd, void* buf, int64_t bytes, int64_t offset) {
   auto* p = static_cast<char*>(buf);
@@ -211,7 +198,8 @@ int64_t find_first_at_least(const U* p, int64_t n, int64_t limit) {
 // and, with kSum, the sum of all of them (meaningful when there is none).
 template <typename U, bool kSum>
 MaskScan scan_file(const std::string& path, int64_t byte_offset, int64_t n, U lim) {
-  const Fd fd(path);
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) ST_BAD_INPUT("data file ", path, ": cannot open: ", errno_text());
   // 1 MiB per chunk: large enough to amortise the syscall, small enough to stay in L2 while it is scanned and to
   // balance a multi-GB file over the threads.
   constexpr int64_t kChunk = (int64_t{1} << 20) / static_cast<int64_t>(sizeof(U));

@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <utility>
 
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/unique_fd.h"
 
 namespace st {
 namespace {
@@ -87,10 +89,10 @@ void LlmcShardWriter::open_out(Out& out, const std::string& final_path) {
     discard();
     if (is_path_error(err))
       ST_BAD_INPUT("llm.c shard ", path_, ": cannot create a file in ", directory_of(final_path), ": ",
-                   std::strerror(err));
-    ST_FAULT("llm.c shard ", path_, ": cannot create a temporary file beside ", final_path, ": ", std::strerror(err));
+                   errno_text(err));
+    ST_FAULT("llm.c shard ", path_, ": cannot create a temporary file beside ", final_path, ": ", errno_text(err));
   }
-  out.fd = fd;
+  out.fd = UniqueFd(fd);
   out.tmp_path = name;
   if (::fchmod(fd, 0644) != 0) fail(str_cat("chmod of ", name), errno);
   out.buffer.reserve(kBufferBytes);
@@ -109,7 +111,7 @@ void LlmcShardWriter::append(Out& out, const void* bytes, size_t n) {
 
 void LlmcShardWriter::flush(Out& out) {
   if (out.buffer.empty()) return;
-  if (!write_all(out.fd, out.buffer.data(), out.buffer.size())) fail(str_cat("write to ", out.tmp_path), errno);
+  if (!write_all(out.fd.get(), out.buffer.data(), out.buffer.size())) fail(str_cat("write to ", out.tmp_path), errno);
   out.buffer.clear();
 }
 
@@ -167,12 +169,11 @@ void LlmcShardWriter::write(const int32_t* tokens, const uint8_t* mask, int64_t 
 void LlmcShardWriter::finish(Out& out, int32_t magic, int32_t version) {
   flush(out);
   int32_t header[kLlmcHeaderInts] = {magic, version, static_cast<int32_t>(count_)};
-  if (!write_all(out.fd, reinterpret_cast<const uint8_t*>(header), sizeof(header), 0))
+  if (!write_all(out.fd.get(), reinterpret_cast<const uint8_t*>(header), sizeof(header), 0))
     fail(str_cat("write of the header of ", out.tmp_path), errno);
-  if (!fsync_fd(out.fd)) fail(str_cat("fsync of ", out.tmp_path), errno);
-  const int fd = std::exchange(out.fd, -1);
+  if (!fsync_fd(out.fd.get())) fail(str_cat("fsync of ", out.tmp_path), errno);
   // NFS and some local file systems report deferred write errors only at close.
-  if (::close(fd) != 0) fail(str_cat("close of ", out.tmp_path), errno);
+  if (out.fd.close() != 0) fail(str_cat("close of ", out.tmp_path), errno);
 }
 
 void LlmcShardWriter::close() {
@@ -201,11 +202,11 @@ void LlmcShardWriter::close() {
   shard_renamed_ = true;
   // The renames are durable once the directory entry is.
   const std::string dir = directory_of(path_);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) fail(str_cat("open of its directory ", dir, " to fsync it"), errno);
-  const bool synced = fsync_fd(dfd);
+  UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dfd) fail(str_cat("open of its directory ", dir, " to fsync it"), errno);
+  const bool synced = fsync_fd(dfd.get());
   const int err = errno;
-  ::close(dfd);
+  dfd.reset();
   if (!synced) fail(str_cat("fsync of its directory ", dir), err);
   open_ = false;
   mask_renamed_ = shard_renamed_ = false;
@@ -214,7 +215,7 @@ void LlmcShardWriter::close() {
 void LlmcShardWriter::discard() noexcept {
   open_ = false;
   for (Out* out : {&tokens_, &mask_}) {
-    if (out->fd >= 0) ::close(std::exchange(out->fd, -1));
+    out->fd.reset();
     if (!out->tmp_path.empty()) ::unlink(out->tmp_path.c_str());
     out->tmp_path.clear();
     out->buffer.clear();
@@ -226,7 +227,7 @@ void LlmcShardWriter::discard() noexcept {
 
 void LlmcShardWriter::fail(const std::string& what, int err) {
   discard();
-  ST_FAULT("llm.c shard ", path_, ": ", what, " failed: ", std::strerror(err), "; nothing was left under ", path_,
+  ST_FAULT("llm.c shard ", path_, ": ", what, " failed: ", errno_text(err), "; nothing was left under ", path_,
            mask_path_.empty() ? std::string() : " or " + mask_path_);
 }
 

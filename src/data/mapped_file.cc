@@ -12,8 +12,10 @@
 #include <mutex>
 #include <utility>
 
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/excerpt.h"
+#include "shardtrain/core/unique_fd.h"
 
 namespace st {
 namespace {
@@ -90,28 +92,18 @@ void unguard(int slot) {
 }  // namespace
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) ST_BAD_INPUT("data file ", path, ": cannot open: ", std::strerror(errno));
+  // Closed when the constructor returns: the mapping keeps its own reference to the file.
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) ST_BAD_INPUT("data file ", path, ": cannot open: ", errno_text());
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    ST_BAD_INPUT("data file ", path, ": cannot stat: ", std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    ST_BAD_INPUT("data file ", path, ": not a regular file");
-  }
+  if (::fstat(fd.get(), &st) != 0) ST_BAD_INPUT("data file ", path, ": cannot stat: ", errno_text());
+  if (!S_ISREG(st.st_mode)) ST_BAD_INPUT("data file ", path, ": not a regular file");
   size_ = static_cast<int64_t>(st.st_size);
   if (size_ > 0) {
-    void* p = ::mmap(nullptr, static_cast<size_t>(size_), PROT_READ, MAP_PRIVATE, fd, 0);
-    const int err = errno;
-    ::close(fd);  // the mapping keeps its own reference to the file
-    if (p == MAP_FAILED) ST_FAULT("data file ", path, ": mmap of ", size_, " bytes failed: ", std::strerror(err));
+    void* p = ::mmap(nullptr, static_cast<size_t>(size_), PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (p == MAP_FAILED) ST_FAULT("data file ", path, ": mmap of ", size_, " bytes failed: ", errno_text());
     data_ = static_cast<const uint8_t*>(p);
     guard_slot_ = guard(data_, size_, path_);
-  } else {
-    ::close(fd);
   }
 }
 

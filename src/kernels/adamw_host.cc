@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/error.h"
 
 // Built with -ffp-contract=off (CMakeLists.txt): a fused multiply-add would change the bits.
@@ -213,8 +214,7 @@ SimdIsa fastest_simd_isa() {
         if (!simd_isa_supported(isas[k])) continue;
         const auto t0 = std::chrono::steady_clock::now();
         adamw_update_isa(isas[k], p.data(), m.data(), v.data(), g.data(), kN, a, HalfKind::kBF16, out.data());
-        fastest_s[k] = std::min(fastest_s[k],
-                                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        fastest_s[k] = std::min(fastest_s[k], seconds_since(t0));
       }
     }
     SimdIsa best = SimdIsa::kScalar;

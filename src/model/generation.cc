@@ -3,14 +3,11 @@
 #include <algorithm>
 #include <chrono>
 
+#include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/error.h"
 
 namespace st {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // The last `keep` tokens of a + b.
 std::vector<int32_t> tail(const std::vector<int32_t>& a, const std::vector<int32_t>& b, int64_t keep) {

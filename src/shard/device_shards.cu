@@ -23,7 +23,7 @@ DeviceShards<T>::DeviceShards(const Config& cfg, const std::vector<UnitLayout>& 
     // Every copy and memset goes on ctx.stream, which the conversion below and the training streams are ordered
     // after: cudaMemcpy from pageable memory may return before its DMA lands, and cudaMemset runs on the legacy
     // default stream, which our non-blocking streams do not wait for.
-    ST_CUDA_CHECK(cudaMemsetAsync(d.grad.data(), 0, d.grad.bytes(), ctx.stream));
+    zero_async(d.grad, d.grad.size(), ctx.stream);
     init.assign(static_cast<size_t>(h.slot), 0.0f);
     init_unit_range(u, cfg.model, cfg.train.seed, h.span.offset, h.span.end(), init.data());
     UnitShard state{h.span, h.slot, {}, {}, {}, {}};
@@ -42,8 +42,8 @@ DeviceShards<T>::DeviceShards(const Config& cfg, const std::vector<UnitLayout>& 
       d.v = DeviceBuffer<float>(h.slot);
       ST_CUDA_CHECK(
           cudaMemcpyAsync(d.master.data(), init.data(), d.master.bytes(), cudaMemcpyHostToDevice, ctx.stream));
-      ST_CUDA_CHECK(cudaMemsetAsync(d.m.data(), 0, d.m.bytes(), ctx.stream));
-      ST_CUDA_CHECK(cudaMemsetAsync(d.v.data(), 0, d.v.bytes(), ctx.stream));
+      zero_async(d.m, d.m.size(), ctx.stream);
+      zero_async(d.v, d.v.size(), ctx.stream);
       if (!std::is_same_v<T, float>) {
         d.compute = sources.take<T>(h.slot);
         gpu::convert<T>(d.compute.data(), d.master.data(), h.slot, ctx);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/process_memory.h"
 #include "shardtrain/model/family.h"
@@ -137,7 +138,7 @@ void ShardedModel::gather(int unit, size_t /*at*/) {
   occupy(s, unit);
   const auto t0 = std::chrono::steady_clock::now();
   shard.all_gather(sh.param.data(), sh.slot, s.data.data());
-  comm_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  comm_ms_ += seconds_since(t0) * 1e3;
   ++counters_.gathers[static_cast<size_t>(unit)];
   counters_.gathered_elements += sh.slot * shard.world_size();
   counters_.cross_node_bytes += groups_.shard_cross_bytes(sh.slot, sizeof(float));
@@ -170,7 +171,7 @@ void ShardedModel::reduce_scatter(int unit) {
   ST_CHECK(g.unit == unit, "reduce-scatter of unit ", unit, " without a gradient");
   const auto t0 = std::chrono::steady_clock::now();
   shard.reduce_scatter(g.data.data(), sh.slot, rs_scratch_.data());
-  comm_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  comm_ms_ += seconds_since(t0) * 1e3;
   for (int64_t i = 0; i < sh.span.count; ++i) sh.grad[static_cast<size_t>(i)] += rs_scratch_[static_cast<size_t>(i)];
   if (buckets_ && last_micro_) finish_grad(unit);
   release(g, unit);
@@ -191,7 +192,7 @@ void ShardedModel::finish_grad(int unit) {
     }
     const auto t0 = std::chrono::steady_clock::now();
     groups_.replica->all_reduce(bucket_.data(), b.elements);
-    comm_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    comm_ms_ += seconds_since(t0) * 1e3;
     for (size_t i = 0; i < b.units.size(); ++i) {
       UnitShard& sh = shards_[static_cast<size_t>(b.units[i])];
       std::copy(bucket_.begin() + b.offsets[i], bucket_.begin() + b.offsets[i] + sh.slot, sh.grad.begin());

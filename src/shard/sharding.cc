@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/model/units.h"
 
@@ -88,7 +89,7 @@ double fastest_collective_seconds(Communicator& comm, const std::function<void()
     comm.barrier();
     const auto t0 = std::chrono::steady_clock::now();
     op();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best, seconds_since(t0));
   }
   return best;
 }

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstring>
 #include <deque>
 #include <exception>
 #include <filesystem>
@@ -16,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shardtrain/core/elapsed.h"
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/rng.h"
 #include "shardtrain/data/llmc_format.h"
@@ -164,9 +165,9 @@ class Reader {
     for (const std::string& f : files_) {
       const InputFormat fmt = format_of(f, format_);
       std::ifstream in(f, std::ios::binary);
-      if (!in) ST_BAD_INPUT("cannot open input ", f, ": ", std::strerror(errno));
+      if (!in) ST_BAD_INPUT("cannot open input ", f, ": ", errno_text());
       if (fmt == InputFormat::kText ? !read_text(in, f) : !read_lines(in, f, fmt)) return;
-      if (in.bad()) ST_FAULT("reading input ", f, " failed: ", std::strerror(errno));
+      if (in.bad()) ST_FAULT("reading input ", f, " failed: ", errno_text());
     }
     flush();
   }
@@ -307,7 +308,6 @@ void refuse_existing_outputs(const std::string& prefix) {
 TokenizeSummary run_tokenize(const TokenizeOptions& opts,
                              const std::function<void(const TokenizeProgress&)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   if (opts.out_prefix.empty()) ST_BAD_INPUT("tokenize needs --out PREFIX");
   if (opts.inputs.empty()) ST_BAD_INPUT("tokenize needs at least one INPUT (a file or a glob)");
   if (!(opts.val_fraction >= 0 && opts.val_fraction < 1))
@@ -432,8 +432,8 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts,
                                      : static_cast<int64_t>(d.tokens.ids.size());
       }
       bytes_done += e.bytes;
-      if (progress && elapsed() - last_report >= 0.2) {
-        last_report = elapsed();
+      if (progress && seconds_since(t0) - last_report >= 0.2) {
+        last_report = seconds_since(t0);
         progress({bytes_done, total_bytes, last_report});
       }
     }
@@ -460,7 +460,7 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts,
   sum.bytes = bytes_done;
   sum.train_shards = train.shards();
   sum.val_shards = val.shards();
-  sum.seconds = elapsed();
+  sum.seconds = seconds_since(t0);
   if (progress) progress({bytes_done, total_bytes, sum.seconds});
   return sum;
 }

@@ -4,7 +4,6 @@
 #include "tokenizer_json.h"
 
 #include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -12,6 +11,7 @@
 #include <unordered_map>
 
 #include "byte_level.h"
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/excerpt.h"
 #include "split_regex.h"
@@ -87,10 +87,10 @@ class Fields {
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) ST_BAD_INPUT("tokenizer file ", path, " cannot be read: ", std::strerror(errno));
+  if (!in) ST_BAD_INPUT("tokenizer file ", path, " cannot be read: ", errno_text());
   std::ostringstream s;
   s << in.rdbuf();
-  if (!in.good() && !in.eof()) ST_BAD_INPUT("tokenizer file ", path, " cannot be read: ", std::strerror(errno));
+  if (!in.good() && !in.eof()) ST_BAD_INPUT("tokenizer file ", path, " cannot be read: ", errno_text());
   return std::move(s).str();
 }
 

@@ -5,10 +5,11 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <system_error>
 
+#include "shardtrain/core/elapsed.h"
+#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/train/progress_bar.h"
 
@@ -42,7 +43,7 @@ MetricsSink::MetricsSink(const std::string& path, int64_t total_steps, int64_t e
       ST_BAD_INPUT("log.metrics: cannot create the directory ", parent.string(), " of ", path, ": ", ec.message());
     path_ = path;
     jsonl_.open(path, std::ios::out | (append ? std::ios::app : std::ios::trunc));
-    if (!jsonl_) ST_BAD_INPUT("log.metrics: cannot open ", path, " for writing: ", std::strerror(errno));
+    if (!jsonl_) ST_BAD_INPUT("log.metrics: cannot open ", path, " for writing: ", errno_text());
   }
   start_ = std::chrono::steady_clock::now();
 }
@@ -104,7 +105,7 @@ void MetricsSink::flush_jsonl() {
   errno = 0;
   jsonl_.flush();
   // The stream keeps no error text: errno is the failed write(2)'s (EFBIG, ENOSPC).
-  if (!jsonl_) ST_FAULT("log.metrics: cannot write ", path_, ": ", errno != 0 ? std::strerror(errno) : "write failed");
+  if (!jsonl_) ST_FAULT("log.metrics: cannot write ", path_, ": ", errno != 0 ? errno_text() : "write failed");
 }
 
 void MetricsSink::line(const std::string& text) {
@@ -125,7 +126,7 @@ void MetricsSink::draw_bar(const StepReport& r) {
   ProgressState p;
   p.step = r.step;
   p.total = total_steps_;
-  p.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  p.elapsed_s = seconds_since(start_);
   p.steps_done = r.step - first_step_;
   p.tokens_per_s = step_seconds_ > 0 ? tokens_ / step_seconds_ : 0.0;
   p.loss = r.stats.loss;

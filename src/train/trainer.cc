@@ -19,6 +19,7 @@
 #include "shardtrain/ckpt/resume_data.h"
 #include "shardtrain/comm/watchdog.h"
 #include "shardtrain/comm/watched_communicator.h"
+#include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/fault.h"
 #include "shardtrain/core/format.h"
 #include "shardtrain/core/log.h"
@@ -225,7 +226,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     const StepStats stats =
         engine.train_step([&](int64_t micro, int32_t* in, int32_t* tgt) { train_sampler.fill(step, micro, in, tgt); },
                           accum, step, train_sampler.step_targets(step));
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double sec = seconds_since(t0);
 
     StepReport r;
     r.step = step + 1;
@@ -262,7 +263,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     if (saved) {
       const auto s0 = std::chrono::steady_clock::now();
       save(step + 1);
-      r.ckpt_ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count() * 1e3;
+      r.ckpt_ms = seconds_since(s0) * 1e3;
       r.ckpt_wait_ms = saver ? saver->last_wait_ms() : 0.0;
     }
     // One all-reduce a step: a stop signal on any rank, and the pending save's agreement (checkpoint_saver.h).

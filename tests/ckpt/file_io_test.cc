@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "ckpt_test_util.h"
+#include "shardtrain/ckpt/digest.h"
+#include "shardtrain/ckpt/file_read.h"
+#include "shardtrain/ckpt/file_write.h"
 
 namespace st {
 namespace {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ckpt_test_util.h"
+#include "shardtrain/ckpt/digest.h"
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/model/units.h"
 

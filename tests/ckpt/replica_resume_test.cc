@@ -1,6 +1,8 @@
 // Node-local checkpoint directories with peer replicas (ckpt.replicas = 1): the ring, the agreement on the checkpoint
 // to resume, the restore plan, file transfers, the directory locks, and a save / wipe / resume round trip on a fake
 // world of 2 nodes x 2 ranks. Real processes under mpirun: tests/faults/ckpt_replicas_test.py.
+#include "shardtrain/ckpt/digest.h"
+#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/replica_resume.h"
 
 #include <gtest/gtest.h>
@@ -16,7 +18,6 @@
 #include "ckpt_test_util.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/dir_lock.h"
-#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/file_transfer.h"
 #include "shardtrain/ckpt/node_local.h"
 #include "shardtrain/comm/fake_communicator.h"

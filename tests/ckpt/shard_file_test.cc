@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "ckpt_test_util.h"
+#include "shardtrain/ckpt/digest.h"
 #include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/file_write.h"
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/ckpt/manifest.h"
 

@@ -1,5 +1,7 @@
 // The offline checkpoint tools (ckpt/tools.h) on checkpoints written by the real save path: verify and
 // its failures, export to safetensors and HDF5 against the gathered parameters, and the CLI around them.
+#include "shardtrain/ckpt/digest.h"
+#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/tools.h"
 
 #include <gtest/gtest.h>
@@ -21,7 +23,6 @@
 #include "../common/tiny_training.h"
 #include "ckpt_test_util.h"
 #include "shardtrain/ckpt/checkpoint.h"
-#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/comm/fake_communicator.h"

@@ -8,6 +8,7 @@
 
 #include "../common/run_shardtrain.h"
 #include "../common/temp_dir.h"
+#include "shardtrain/ckpt/digest.h"
 #include "shardtrain/ckpt/file_io.h"
 
 namespace fs = std::filesystem;

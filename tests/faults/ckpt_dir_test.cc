@@ -21,6 +21,7 @@
 
 #include "../common/run_shardtrain.h"
 #include "../common/temp_dir.h"
+#include "shardtrain/core/unique_fd.h"
 
 namespace fs = std::filesystem;
 
@@ -120,16 +121,15 @@ char proc_state(pid_t pid) {
 // The test process holds the lock of `dir` as a live job would, with a holder record of its own.
 class HeldLock {
  public:
-  HeldLock(const std::string& dir, const std::string& record) {
-    fd_ = ::open((dir + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    EXPECT_GE(fd_, 0);
-    EXPECT_EQ(::flock(fd_, LOCK_EX | LOCK_NB), 0);
-    EXPECT_EQ(::pwrite(fd_, record.data(), record.size(), 0), static_cast<ssize_t>(record.size()));
+  HeldLock(const std::string& dir, const std::string& record)
+      : fd_(::open((dir + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    EXPECT_GE(fd_.get(), 0);
+    EXPECT_EQ(::flock(fd_.get(), LOCK_EX | LOCK_NB), 0);
+    EXPECT_EQ(::pwrite(fd_.get(), record.data(), record.size(), 0), static_cast<ssize_t>(record.size()));
   }
-  ~HeldLock() { ::close(fd_); }
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;  // closing it releases the lock
 };
 
 TEST(CkptDirTest, SecondJobOnAHeldDirectoryExits2NamingTheHolderAndTouchesNothing) {

@@ -14,6 +14,7 @@
 
 #include "../common/run_shardtrain.h"
 #include "../common/temp_dir.h"
+#include "shardtrain/ckpt/digest.h"
 #include "shardtrain/ckpt/dir_lock.h"
 #include "shardtrain/ckpt/file_io.h"
 

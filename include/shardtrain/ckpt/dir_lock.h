@@ -20,6 +20,7 @@
 #include <string>
 
 #include "shardtrain/comm/communicator.h"
+#include "shardtrain/core/unique_fd.h"
 
 namespace st {
 
@@ -38,12 +39,12 @@ class DirLock {
   DirLock& operator=(const DirLock&) = delete;
   ~DirLock();  // closes the descriptor, which releases the lock; the file stays
 
-  bool held() const { return fd_ >= 0; }
+  bool held() const { return static_cast<bool>(fd_); }
   const std::string& path() const { return path_; }      // <dir>/.lock, or "" when nothing is held
   const std::string& record() const { return record_; }  // what was written into it
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;
   std::string path_;
   std::string record_;
 };

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/digest.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/kernels/gemm_algorithms.h"
 #include "shardtrain/shard/shard_span.h"
@@ -63,7 +63,7 @@ struct Manifest {
   ModelConfig model;
   std::vector<ManifestUnit> units;
   std::vector<ManifestFile> files;  // one per rank, in rank order
-  // The files' digests (ckpt/file_io.h): SHA-256 over pieces of this many bytes (format version 2: the field
+  // The files' digests (ckpt/digest.h): SHA-256 over pieces of this many bytes (format version 2: the field
   // digest_piece_bytes, with files[i].piece_sha256); 0: of each whole file (version 1: files[i].sha256).
   int64_t digest_piece_bytes = kDigestPieceBytes;
   // Training state beyond the tensors.

@@ -37,6 +37,8 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/core/unique_fd.h"
+
 namespace st {
 
 enum class SafetensorsDtype { kF32, kBF16 };
@@ -77,7 +79,7 @@ class SafetensorsWriter {
   std::string path_;
   std::vector<SafetensorsTensor> tensors_;
   size_t next_ = 0;  // index of the next tensor to write
-  int fd_ = -1;
+  UniqueFd fd_;
   int64_t file_bytes_ = 0;
 };
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/file_write.h"
 #include "shardtrain/shard/shard_span.h"
 
 namespace st {
@@ -34,7 +34,7 @@ struct UnitSlice {
 // Writes the file (truncating) and fsyncs it; returns its length and digest with kDigestPieceBytes (equal to
 // file_size and file_digest of `path`), hashed from memory while the bytes were written, so that no second pass
 // reads the file. HDF5 writes the structure (attributes, groups, the datasets' headers and their allocated,
-// unfilled storage); the raw floats then go in with overwrite_file (file_io.h): large writes in file order.
+// unfilled storage); the raw floats then go in with overwrite_file (file_write.h): large writes in file order.
 // I/O failures (ENOSPC, EFBIG, EIO) are kFault naming the path and the OS's error text; a failed write
 // leaves a partial file at `path`.
 WrittenFile write_shard_file(const std::string& path, int rank, int world_size, int64_t step,

@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <string>
 
+#include "shardtrain/core/unique_fd.h"
+
 namespace st {
 
 using Clock = std::chrono::steady_clock;
@@ -26,18 +28,13 @@ class Socket {
  public:
   Socket() = default;
   explicit Socket(int fd) : fd_(fd) {}
-  ~Socket();
-  Socket(Socket&& other) noexcept;
-  Socket& operator=(Socket&& other) noexcept;
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
 
-  int fd() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  void reset() noexcept;
+  int fd() const { return fd_.get(); }
+  explicit operator bool() const { return static_cast<bool>(fd_); }
+  void reset() noexcept { fd_.reset(); }
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;
 };
 
 // A socket listening on all IPv4 interfaces at `port` (0: a free port the system picks), SO_REUSEADDR.
@@ -60,9 +57,6 @@ void recv_exact(const Socket& s, void* buf, size_t n, Clock::time_point deadline
 
 // Switches a connected socket to non-blocking mode (for the collectives' poll loop).
 void set_nonblocking(const Socket& s);
-
-// The system's text for errno value `err`, first letter in lower case ("connection reset by peer").
-std::string errno_text(int err);
 
 // This machine's host name (gethostname).
 std::string local_host_name();

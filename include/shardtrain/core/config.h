@@ -6,7 +6,8 @@
 //
 // The key table in src/core/config_keys.cc describes every key (meaning, unit, range, default); `shardtrain --help`
 // prints it and docs/config.md is generated from it (config_markdown()). The fields below carry at most a unit or
-// type note.
+// type note. Each enum's names are the EnumNames table beside it (enum_names.h): to_string() gives a value's name,
+// and a key of that enum takes exactly those names.
 //
 //   st::Config cfg = st::load_config("configs/tiny.ini", {"--train.steps=10"});
 //   int accum = cfg.grad_accum_steps(/*world_size=*/2);  // throws kBadInput if it does not divide
@@ -17,13 +18,23 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/core/enum_names.h"
+
 namespace st {
 
 // The model families: GPT-2 (LayerNorm, learned positions, GELU MLP, biases, tied head) and Llama (RMSNorm, RoPE,
 // grouped-query attention, SwiGLU MLP, no biases but optional q/k/v biases, tied or untied head). Qwen 2.5 is llama
 // with qkv_bias; SmolLM2 is a llama shape.
 enum class ModelArch { kGpt2, kLlama };
+template <>
+struct EnumNames<ModelArch> {
+  static constexpr EnumName<ModelArch> kList[] = {{ModelArch::kGpt2, "gpt2"}, {ModelArch::kLlama, "llama"}};
+};
 enum class RopeScaling { kNone, kLlama3 };  // kLlama3: Hugging Face's rope_type "llama3"
+template <>
+struct EnumNames<RopeScaling> {
+  static constexpr EnumName<RopeScaling> kList[] = {{RopeScaling::kNone, "none"}, {RopeScaling::kLlama3, "llama3"}};
+};
 
 struct ModelConfig {
   ModelArch arch = ModelArch::kGpt2;
@@ -57,8 +68,22 @@ struct ModelConfig {
 };
 
 enum class Device { kCpu, kCuda };
+template <>
+struct EnumNames<Device> {
+  static constexpr EnumName<Device> kList[] = {{Device::kCpu, "cpu"}, {Device::kCuda, "cuda"}};
+};
 enum class DType { kAuto, kF32, kBF16, kF16 };  // compute precision; Config::compute_dtype() resolves kAuto
+template <>
+struct EnumNames<DType> {
+  static constexpr EnumName<DType> kList[] = {
+      {DType::kAuto, "auto"}, {DType::kF32, "fp32"}, {DType::kBF16, "bf16"}, {DType::kF16, "fp16"}};
+};
 enum class AttentionImpl { kAuto, kCudnn, kFlash };
+template <>
+struct EnumNames<AttentionImpl> {
+  static constexpr EnumName<AttentionImpl> kList[] = {
+      {AttentionImpl::kAuto, "auto"}, {AttentionImpl::kCudnn, "cudnn"}, {AttentionImpl::kFlash, "flash"}};
+};
 
 struct TrainConfig {
   int64_t steps = 600;
@@ -77,7 +102,18 @@ struct TrainConfig {
 };
 
 enum class OffloadMode { kNone, kOptimizer, kOptimizerParams };
+template <>
+struct EnumNames<OffloadMode> {
+  static constexpr EnumName<OffloadMode> kList[] = {{OffloadMode::kNone, "none"},
+                                                    {OffloadMode::kOptimizer, "optimizer"},
+                                                    {OffloadMode::kOptimizerParams, "optimizer+params"}};
+};
 enum class Speculation { kAuto, kOn, kOff };  // optim.offload_speculative: auto, true, false
+template <>
+struct EnumNames<Speculation> {
+  static constexpr EnumName<Speculation> kList[] = {
+      {Speculation::kAuto, "auto"}, {Speculation::kOn, "true"}, {Speculation::kOff, "false"}};
+};
 
 struct OptimConfig {
   float lr = 3e-3f;
@@ -95,8 +131,16 @@ struct OptimConfig {
 };
 
 enum class DataFormat { kLlmc, kText };
+template <>
+struct EnumNames<DataFormat> {
+  static constexpr EnumName<DataFormat> kList[] = {{DataFormat::kLlmc, "llmc"}, {DataFormat::kText, "text"}};
+};
 // data.loss_mask: auto reads the llm.c shards' loss masks (NAME.mask beside NAME.bin) where they exist; off reads none.
 enum class LossMaskMode { kAuto, kOff };
+template <>
+struct EnumNames<LossMaskMode> {
+  static constexpr EnumName<LossMaskMode> kList[] = {{LossMaskMode::kAuto, "auto"}, {LossMaskMode::kOff, "off"}};
+};
 
 struct DataConfig {
   std::string path = "@fortunes";  // a file, a glob, or @fortunes
@@ -110,6 +154,10 @@ struct DataConfig {
 
 // ckpt.on_error: what a failed checkpoint save does to the run (the save itself is never committed).
 enum class CkptOnError { kStop, kWarn };
+template <>
+struct EnumNames<CkptOnError> {
+  static constexpr EnumName<CkptOnError> kList[] = {{CkptOnError::kStop, "stop"}, {CkptOnError::kWarn, "warn"}};
+};
 
 struct CkptConfig {
   std::string dir;              // empty: no checkpoints
@@ -135,8 +183,23 @@ struct LogConfig {
 
 // The world itself comes from the launcher; these shape how it is used.
 enum class ShardingMode { kFull, kHybrid, kAuto };
-enum class Bootstrap { kAuto, kMpi, kEnv };   // how the ranks find each other (comm/launcher.h)
+template <>
+struct EnumNames<ShardingMode> {
+  static constexpr EnumName<ShardingMode> kList[] = {
+      {ShardingMode::kFull, "full"}, {ShardingMode::kHybrid, "hybrid"}, {ShardingMode::kAuto, "auto"}};
+};
+enum class Bootstrap { kAuto, kMpi, kEnv };  // how the ranks find each other (comm/launcher.h)
+template <>
+struct EnumNames<Bootstrap> {
+  static constexpr EnumName<Bootstrap> kList[] = {
+      {Bootstrap::kAuto, "auto"}, {Bootstrap::kMpi, "mpi"}, {Bootstrap::kEnv, "env"}};
+};
 enum class CommEngine { kAuto, kCopy, kSm };  // what moves a kind of collective on cuda
+template <>
+struct EnumNames<CommEngine> {
+  static constexpr EnumName<CommEngine> kList[] = {
+      {CommEngine::kAuto, "auto"}, {CommEngine::kCopy, "copy"}, {CommEngine::kSm, "sm"}};
+};
 
 // dist.prefetch_depth's ceiling: each unit of depth holds one more gathered unit of parameters and of gradients.
 constexpr int64_t kMaxPrefetchDepth = 8;
@@ -209,19 +272,5 @@ std::string config_markdown();
 // The full config as INI text (every key, including defaults), for logs and checkpoint manifests.
 // load_config() of this text yields an equal Config.
 std::string to_ini(const Config& cfg);
-
-const char* to_string(ModelArch a);
-const char* to_string(RopeScaling r);
-const char* to_string(DataFormat f);
-const char* to_string(LossMaskMode m);
-const char* to_string(Device d);
-const char* to_string(DType t);
-const char* to_string(AttentionImpl a);
-const char* to_string(OffloadMode m);
-const char* to_string(ShardingMode m);
-const char* to_string(Bootstrap b);
-const char* to_string(CommEngine g);
-const char* to_string(Speculation s);
-const char* to_string(CkptOnError e);
 
 }  // namespace st

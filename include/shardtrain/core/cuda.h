@@ -148,4 +148,11 @@ using DeviceBuffer = CudaBuffer<T, detail::device_alloc, cudaFree>;
 template <typename T>
 using PinnedBuffer = CudaBuffer<T, detail::pinned_alloc, cudaFreeHost>;
 
+// Zeroes the first n elements of `b` (0 <= n <= b.size()) on stream `s`, in stream order with the work around it
+// (cudaMemsetAsync: never the legacy default stream, which the non-blocking streams do not wait for).
+template <typename T>
+void zero_async(DeviceBuffer<T>& b, int64_t n, cudaStream_t s) {
+  ST_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, sizeof(T) * static_cast<size_t>(n), s));
+}
+
 }  // namespace st

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/core/unique_fd.h"
 #include "shardtrain/data/llmc_format.h"
 
 namespace st {
@@ -55,7 +56,7 @@ class LlmcShardWriter {
   // One file being written: its temporary name and descriptor, and the bytes not yet written to it.
   struct Out {
     std::string final_path, tmp_path;
-    int fd = -1;
+    UniqueFd fd;
     std::vector<uint8_t> buffer;
   };
   void open_out(Out& out, const std::string& final_path);

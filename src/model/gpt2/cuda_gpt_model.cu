@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "shardtrain/core/cuda.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/kernels/gpu/embedding.h"
@@ -21,11 +22,6 @@ int64_t block_column_sums_bytes(int64_t BT, int C) {
   for (int oc : {C, 4 * C, C, 3 * C})
     b += gpu::ColumnSums::reserved_bytes(floats(gpu::matmul_backward_scratch_bytes(BT, oc)));
   return static_cast<int64_t>(b);
-}
-
-template <typename T>
-void zero_async(DeviceBuffer<T>& b, int64_t n, cudaStream_t s) {
-  ST_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, sizeof(T) * static_cast<size_t>(n), s));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "shardtrain/core/cuda.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/kernels/gpu/embedding.h"
@@ -41,11 +42,6 @@ struct Sizes {
   }
   int64_t floats(int hs) const { return blocks * block_floats() + BT + T * hs; }  // + rstdf; the RoPE tables
 };
-
-template <typename T>
-void zero_async(DeviceBuffer<T>& b, int64_t n, cudaStream_t s) {
-  ST_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, sizeof(T) * static_cast<size_t>(n), s));
-}
 
 template <typename T>
 DeviceBuffer<T> device_copy(const std::vector<T>& host, cudaStream_t s) {

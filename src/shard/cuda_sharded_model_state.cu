@@ -1,0 +1,175 @@
+// CudaShardedModel's state in and out: full units gathered for the host, the sharded state pulled to the host and
+// pushed back, and snapshots copied to pinned memory beside the next step.
+#include <algorithm>
+#include <atomic>
+#include <future>
+#include <memory>
+
+#include "cuda_sharded_model_impl.h"
+
+namespace st::shard_internal {
+
+template <typename T>
+std::vector<float> CudaShardedModel<T>::gather_full(int unit, bool grads) {
+  const UnitShard& h = shards_->view(unit);
+  cudaStream_t cs = compute_stream_.get();
+  optimizer_.synchronize();  // the master as the last AdamW left it
+  DeviceBuffer<float> full(h.slot * coll_.shard().world_size());
+  DeviceBuffer<float> host_master;  // optim.offload: the master is on the host
+  const float* source = grads ? shards_->grad(unit).data() : shards_->master(unit);
+  if (!grads && offload(unit)) {
+    const UnitShard& state = offload_->state(unit);
+    host_master = DeviceBuffer<float>(h.slot);
+    ST_CUDA_CHECK(
+        cudaMemcpyAsync(host_master.data(), state.param.data(), host_master.bytes(), cudaMemcpyHostToDevice, cs));
+    source = host_master.data();
+  }
+  coll_.shard().all_gather<float>(source, h.slot, full.data(), cs);
+  std::vector<float> out(static_cast<size_t>(full.size()));
+  ST_CUDA_CHECK(cudaMemcpyAsync(out.data(), full.data(), full.bytes(), cudaMemcpyDeviceToHost, cs));
+  compute_stream_.synchronize();
+  out.resize(static_cast<size_t>(units_[static_cast<size_t>(unit)].numel));
+  return out;
+}
+
+template <typename T>
+void CudaShardedModel<T>::pull_state() {
+  compute_stream_.synchronize();
+  optimizer_.synchronize();
+  comm_stream_.synchronize();
+  if (replica_) ST_CUDA_CHECK(cudaStreamSynchronize(replica_->stream()));
+  for (int u = 0; u < static_cast<int>(shards_->size()); ++u) {
+    if (!offload(u)) {
+      shards_->pull(u);
+      continue;
+    }
+    // Param, m and v are on the host already; the gradient is on the device.
+    UnitShard& state = offload_->state(u);
+    const DeviceBuffer<float>& g = shards_->grad(u);
+    state.grad.resize(static_cast<size_t>(state.slot));
+    ST_CUDA_CHECK(cudaMemcpy(state.grad.data(), g.data(), g.bytes(), cudaMemcpyDeviceToHost));
+  }
+}
+
+// Device-resident units are copied into pinned memory on a stream of their own, behind this step's AdamW (an event
+// on the optimizer stream), last unit first: the order in which the next step's backward finishes them. Each unit's
+// next AdamW waits for its own copy alone (device_adamw), so the copy engine moves the state while the next step's
+// forward and backward run. Offloaded units live in host memory already: they are copied once the host AdamW is done.
+template <typename T>
+void CudaShardedModel<T>::reserve_snapshot(StateSnapshot* snap) {
+  int64_t floats = 0;
+  for (int u = 0; u < static_cast<int>(shards_->size()); ++u) floats += 3 * shard(u).span.count;
+  if (snap->capacity >= floats) return;
+  snap->storage.reset();
+  float* p = nullptr;
+  ST_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p), static_cast<size_t>(floats) * sizeof(float)));
+  snap->storage = std::shared_ptr<float>(p, [](float* q) { cudaFreeHost(q); });
+  snap->capacity = floats;
+}
+
+template <typename T>
+void CudaShardedModel<T>::snapshot_state(StateSnapshot* snap) {
+  reserve_snapshot(snap);
+  if (snapshot_copier_.valid()) snapshot_copier_.wait();  // the last snapshot's host copies are done
+  if (offload_) offload_->wait_all();                     // this step's host updates too
+  const int n_units = static_cast<int>(shards_->size());
+  snapshot_copied_.resize(static_cast<size_t>(n_units));
+  snapshot_fence_.assign(static_cast<size_t>(n_units), false);
+  cudaStream_t cs = snapshot_stream_.get();
+  snapshot_after_.record(optimizer_.stream());
+  snapshot_after_.wait_on(cs);
+  snap->units.assign(static_cast<size_t>(n_units), StateSnapshot::Unit{});
+  float* at = snap->storage.get();
+  for (int u = 0; u < n_units; ++u) {
+    const UnitShard& view = shard(u);
+    const int64_t n = view.span.count;
+    snap->units[static_cast<size_t>(u)] = {units_[static_cast<size_t>(u)].name, view.span, at, at + n, at + 2 * n};
+    at += 3 * n;
+  }
+  // Host-resident units: copied by a thread of the snapshot's own, in the order the next step submits their host
+  // updates (the backward's with speculation, else unit order), each update held until its unit is copied.
+  struct HostCopy {
+    int unit;
+    const float* src[3];
+    float* dst;
+    int64_t n;
+  };
+  std::vector<HostCopy> host;
+  auto copied = std::make_shared<std::vector<std::atomic<bool>>>(static_cast<size_t>(n_units));
+  for (int u = n_units - 1; u >= 0; --u) {
+    const StateSnapshot::Unit& su = snap->units[static_cast<size_t>(u)];
+    float* dst = const_cast<float*>(su.param);
+    (*copied)[static_cast<size_t>(u)].store(!offload(u), std::memory_order_relaxed);
+    if (offload(u)) {
+      const UnitShard& view = shard(u);
+      host.push_back({u, {view.param.data(), view.m.data(), view.v.data()}, dst, su.span.count});
+      continue;
+    }
+    const size_t bytes = static_cast<size_t>(su.span.count) * sizeof(float);
+    const typename DeviceOptimizer<T>::UnitState d = shards_->optimizer_state(u);
+    ST_CUDA_CHECK(cudaMemcpyAsync(dst, d.master, bytes, cudaMemcpyDeviceToHost, cs));
+    ST_CUDA_CHECK(cudaMemcpyAsync(dst + su.span.count, d.m, bytes, cudaMemcpyDeviceToHost, cs));
+    ST_CUDA_CHECK(cudaMemcpyAsync(dst + 2 * su.span.count, d.v, bytes, cudaMemcpyDeviceToHost, cs));
+    snapshot_copied_[static_cast<size_t>(u)].record(cs);
+    snapshot_fence_[static_cast<size_t>(u)] = true;
+  }
+  std::shared_future<void> copier;
+  if (!host.empty()) {
+    if (!offload_->speculates()) std::reverse(host.begin(), host.end());
+    offload_->hold_updates_until(copied);
+    copier = std::async(std::launch::async, [host = std::move(host), copied] {
+               for (const HostCopy& h : host) {
+                 for (int k = 0; k < 3; ++k) std::copy_n(h.src[k], h.n, h.dst + k * h.n);
+                 (*copied)[static_cast<size_t>(h.unit)].store(true, std::memory_order_release);
+               }
+             }).share();
+    snapshot_copier_ = copier;
+  }
+  auto device_copied = std::make_shared<CudaEvent>();
+  device_copied->record(cs);
+  int device = 0;
+  ST_CUDA_CHECK(cudaGetDevice(&device));
+  snap->ready = [device_copied, copier, device] {
+    if (copier.valid()) copier.wait();
+    ST_CUDA_CHECK(cudaSetDevice(device));  // the waiting thread may be another than the one that trains
+    device_copied->synchronize();
+  };
+}
+
+template <typename T>
+void CudaShardedModel<T>::push_state() {
+  if (embedding_prefetched_) {  // gathered from the shard this replaces
+    release_params(0);
+    embedding_prefetched_ = false;
+  }
+  if (offload_) {
+    offload_->wait_all();
+    offload_->synchronize();
+  }
+  if (snapshot_copier_.valid()) snapshot_copier_.wait();
+  // Nothing in flight may still write the buffers replaced here, nor read them for a snapshot.
+  for (const CudaStream* st : {&compute_stream_, &comm_stream_, &snapshot_stream_}) st->synchronize();
+  if (replica_) ST_CUDA_CHECK(cudaStreamSynchronize(replica_->stream()));
+  optimizer_.synchronize();
+  for (int u = 0; u < static_cast<int>(shards_->size()); ++u) {
+    if (offload(u))
+      offload_->push(u);  // the host state is the state: only the compute copy follows it
+    else
+      shards_->push(u, ctx_);
+  }
+  compute_stream_.synchronize();
+}
+
+// The members defined here, for each compute type (the class itself is instantiated in cuda_sharded_model.cu).
+#define ST_INSTANTIATE_STATE(T)                                            \
+  template std::vector<float> CudaShardedModel<T>::gather_full(int, bool); \
+  template void CudaShardedModel<T>::pull_state();                         \
+  template void CudaShardedModel<T>::reserve_snapshot(StateSnapshot*);     \
+  template void CudaShardedModel<T>::snapshot_state(StateSnapshot*);       \
+  template void CudaShardedModel<T>::push_state();
+ST_INSTANTIATE_STATE(float)
+ST_INSTANTIATE_STATE(bf16)
+ST_INSTANTIATE_STATE(fp16)
+#undef ST_INSTANTIATE_STATE
+
+}  // namespace st::shard_internal
