@@ -88,6 +88,10 @@ TEST_F(Cli, HelpListsEveryConfigKey) {
                           "optim.weight_decay", "optim.beta1", "optim.beta2", "optim.eps", "optim.grad_clip",
                           "data.path", "data.format", "data.val_path", "data.shuffle", "log.metrics", "log.every"})
     EXPECT_TRUE(contains(r.output, key)) << key;
+  // The command list names both model families.
+  EXPECT_TRUE(contains(r.output, "\n  train    train a GPT-2 or Llama-family model: shardtrain train [--config FILE] "
+                                 "[--section.key=value ...]\n"))
+      << r.output;
   const Result t = run_shardtrain("train --help");
   EXPECT_EQ(t.code, 0);
   EXPECT_TRUE(contains(t.output, "train.micro_batch"));
