@@ -164,6 +164,11 @@ TEST_F(Cli, EvalOfACheckpointEqualsTheRunsValidationLoss) {
   ASSERT_NE(at, std::string::npos) << e.output;
   EXPECT_NEAR(std::stod(e.output.substr(at + 5)), val_loss, 1e-6) << e.output;
   EXPECT_TRUE(contains(e.output, "step 3")) << e.output;
+  // A read of the checkpoint, not a resume.
+  EXPECT_TRUE(contains(e.output, "checkpoint: loaded step 3 from " + ckpt +
+                                     "/step_00000003 (written by 1 rank(s), read by 1)\n"))
+      << e.output;
+  EXPECT_FALSE(contains(e.output, "resumed from")) << e.output;
 
   const Result bad = run_shardtrain("eval --ckpt " + ckpt + "/step_00000003 --model.n_embd=64");
   EXPECT_EQ(bad.code, 2);
@@ -239,6 +244,11 @@ TEST_F(Cli, GenerateIsDeterministicAndGreedyIsTheFullRecompute) {
       << summary.output;
   EXPECT_TRUE(contains(summary.output, "decode 19 tokens in ") && contains(summary.output, " tokens/s)"))
       << summary.output;
+  // generate reads the checkpoint's weights: the log says it loaded them, not that a run resumed.
+  EXPECT_TRUE(contains(summary.output, "checkpoint: loaded step 200 from " + step +
+                                           " (written by 1 rank(s), read by 1)\n"))
+      << summary.output;
+  EXPECT_FALSE(contains(summary.output, "resumed from")) << summary.output;
   // top-k 1 at any temperature is greedy.
   EXPECT_EQ(run_shardtrain(greedy + " --top-k 1 --temperature 3 2>/dev/null").output, want);
   // Past seq_len the context slides (at 5 + 27 tokens, then every 16) and generation goes on.
