@@ -46,9 +46,8 @@ std::string sha256_hex(const void* data, size_t bytes);
 // A checkpoint file's digest (docs/checkpoint-format.md, "Digests"), lowercase hex. With piece_bytes > 0 it is the
 // SHA-256 of the SHA-256 digests (32 bytes each, in file order) of the file's consecutive piece_bytes pieces, the
 // last one shorter (a file of no bytes has no pieces: the SHA-256 of nothing). Threads hash the pieces side by side,
-// so the digest keeps up with a disk that writes or reads faster than one core computes SHA-256 (about 1.3 GB/s with
-// the SHA extensions). With piece_bytes == 0 it is the SHA-256 of the whole file, as format version 1
-// manifests record it.
+// so the digest keeps up with a disk that writes or reads faster than one core computes SHA-256 (that section gives
+// the rates). With piece_bytes == 0 it is the SHA-256 of the whole file, as format version 1 manifests record it.
 inline constexpr int64_t kDigestPieceBytes = int64_t{16} << 20;  // what writers use
 inline constexpr int64_t kMinDigestPieceBytes = 4096;            // the range a manifest may give
 inline constexpr int64_t kMaxDigestPieceBytes = int64_t{1} << 30;
