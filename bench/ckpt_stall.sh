@@ -38,7 +38,7 @@ base=""
 for variant in none async sync; do
   m="$DIR/$variant.jsonl" log="$DIR/$variant.log"
   rm -rf "${DIR:?}/ckpt_$variant" "$m"
-  extra=()
+  extra=(--ckpt.dir=)  # none: no saves, whatever the config's ckpt.dir
   case $variant in
     async) extra=(--ckpt.dir="$DIR/ckpt_$variant" --ckpt.every="$EVERY" --ckpt.keep="$KEEP" --ckpt.async=true) ;;
     sync) extra=(--ckpt.dir="$DIR/ckpt_$variant" --ckpt.every="$EVERY" --ckpt.keep="$KEEP" --ckpt.async=false) ;;

@@ -6,12 +6,14 @@
 //
 // Each pass: 3 warm-up and `iters` timed samples with CUDA events on one stream, median; a sample is
 // kCallsPerSample calls back to back, as in a training step where the stream's queue is never empty (an event pair
-// around one call on an idle GPU adds ~5 us of launch latency, a third of the forward's time). Inputs are random
-// (rows with mean 1, standard deviation 2). Bytes counted are the activations' only, each once:
+// around one call on an idle GPU adds a launch latency of the order of the forward's own time; docs/performance.md,
+// "How to measure"). Inputs are random (rows with mean 1, standard deviation 2). Bytes counted are the activations'
+// only, each once:
 //   forward  reads inp, writes out                    = 2 * rows * n_embd * sizeof(T)
 //   backward reads inp, dout and dinp, writes dinp    = 4 * rows * n_embd * sizeof(T)  (dinp is accumulated into)
 // mean/rstd (8 bytes a row), weight/bias and the backward's partial column sums are left out, so GB/s is what the
-// caller gets per byte of activations, to set against the H200's ~4.8 TB/s peak (~4.3 TB/s device-to-device copy).
+// caller gets per byte of activations, to set against the device's memory bandwidth (docs/performance.md gives the
+// H200's peak and what a device-to-device copy reaches).
 // One GPU, no MPI.
 #include <cstdint>
 #include <cstdio>

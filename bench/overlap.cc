@@ -1,6 +1,7 @@
 // Does GPU 0 <-> GPU 1 traffic slow a concurrent GEMM less when the copy engines move the bytes
-// (cudaMemcpyPeerAsync, no SMs) than when NCCL's kernels do? A ZeRO-3 step's GEMMs run ~5% slower on 2 GPUs
-// than on 1 while all-gathers and reduce-scatters run beside them; this separates the two kinds of mover.
+// (cudaMemcpyPeerAsync, no SMs) than when NCCL's kernels do? A ZeRO-3 step's GEMMs run slower on 2 GPUs than on 1
+// while all-gathers and reduce-scatters run beside them (docs/performance.md, "How to measure"); this separates the
+// two kinds of mover.
 //
 //   NCCL_NVLS_ENABLE=0 ./build/bench_overlap [--mode all|alone|nccl|ce|ce-only-copy] [--m 16384] [--n 4096]
 //       [--k 1024] [--calls 50] [--rounds 5] [--mib 25]
@@ -44,8 +45,8 @@ namespace st {
 namespace {
 
 constexpr int kDevices = 2;
-// Traffic operations in flight per GPU: enough that the comm streams never run dry between the host's polls
-// (about 1.5 ms of 25 MiB operations on NVLink), few enough that they stop soon after the GEMMs do.
+// Traffic operations in flight per GPU: enough that the comm streams never run dry between the host's polls, few
+// enough that they stop soon after the GEMMs do (docs/performance.md, "How to measure", has their time on NVLink).
 constexpr int64_t kDepth = 16;
 // Operations finished before the GEMMs are enqueued, so the GEMMs meet traffic already in its steady state.
 constexpr int64_t kLead = 2;

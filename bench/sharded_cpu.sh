@@ -24,7 +24,7 @@ while read -r name config steps gb mb extra; do
     OMP_NUM_THREADS=$threads mpirun --oversubscribe --bind-to none --mca btl self,vader -np "$n" \
       "$build/shardtrain" train --config "configs/$config" --train.steps="$steps" --train.global_batch="$gb" \
       --train.micro_batch="$mb" --train.eval_every=0 --train.eval_batches=1 --train.sample_tokens=0 \
-      --data.path=@fortunes --data.format=text --log.metrics="$out/$name.$n.jsonl" $extra \
+      --data.path=@fortunes --data.format=text --ckpt.dir= --log.metrics="$out/$name.$n.jsonl" $extra \
       < /dev/null > "$out/$name.$n.log" 2>&1  # mpirun reads stdin: keep it off the case list
     echo "[$name] N=$n (OMP_NUM_THREADS=$threads): $(summary "$out/$name.$n.jsonl")"
   done

@@ -8,6 +8,7 @@
 #
 # GPUS = 0 runs the CPU backend in one process. Prints one table row (see HEADER below) and leaves the
 # JSONL and the log in ${TT_DIR:-/tmp/train_throughput}. WARMUP steps (default 3) are left out of the medians.
+# The run saves no checkpoint (the config's ckpt.dir is cleared) unless a flag names a --ckpt.dir.
 # TT_TIMEOUT seconds (default 0: none) bound the run: a run still going then is stopped (SIGTERM, SIGKILL 15 s
 # later) and reported as FAILED (exit 124), so that one hung variant cannot spend a whole device call.
 # With GPUs, nvidia-smi samples every GPU every 200 ms during the run; the row ends with the median SM clock and
@@ -44,7 +45,8 @@ fi
 limit=()
 [[ $TT_TIMEOUT -gt 0 ]] && limit=(timeout --kill-after=15 "$TT_TIMEOUT")
 start=$SECONDS
-"${limit[@]}" "${cmd[@]}" --train.eval_every=0 --train.eval_batches=1 --train.sample_tokens=0 --log.metrics="$m" "$@" \
+"${limit[@]}" "${cmd[@]}" --train.eval_every=0 --train.eval_batches=1 --train.sample_tokens=0 --ckpt.dir= --log.metrics="$m" \
+  "$@" \
   >"$log" 2>&1 </dev/null
 rc=$?
 [[ -n $smi_pid ]] && kill "$smi_pid" 2>/dev/null

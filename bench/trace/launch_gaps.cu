@@ -1,5 +1,5 @@
 // What a dependent launch costs on the device, and what CUDA graphs and programmatic dependent launch (PDL) take
-// off it: a bound on the 2-20 us gaps between the training step's kernels (docs/performance.md).
+// off it: a bound on the gaps between the training step's kernels (docs/performance.md).
 //
 //   build/bench_launch_gaps [--kernels 400] [--repeats 7] [--work 0,64,512]
 //

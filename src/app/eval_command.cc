@@ -62,7 +62,7 @@ int cmd_eval(const std::vector<std::string>& args, st::Communicator& comm) {
                  " tokens; ", batches, " batches of ", cfg.train.micro_batch, " rows need ", needed);
 
   st::StepEngine engine(cfg, comm);
-  const st::CheckpointState cs = st::load_checkpoint(dir, cfg, engine.sharded(), comm);
+  const st::CheckpointState cs = st::load_checkpoint(dir, cfg, engine.sharded(), comm, st::CheckpointLoad::kRead);
   const float loss = engine.evaluate(
       [&](int64_t i, int32_t* in, int32_t* tgt) { sampler.fill_eval(i, in, tgt); }, batches / world);
   if (comm.rank() == 0)

@@ -199,7 +199,7 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
     load.train.micro_batch = 1;
     load.train.global_batch = comm.world_size();
     st::StepEngine engine(load, comm);
-    step = st::load_checkpoint(g.dir, load, engine.sharded(), comm).step;
+    step = st::load_checkpoint(g.dir, load, engine.sharded(), comm, st::CheckpointLoad::kRead).step;
     weights = engine.gather_params();
   }
   const std::unique_ptr<st::Decoder> decoder = st::make_decoder(cfg, std::move(weights), comm.device_rank());

@@ -30,7 +30,7 @@ constexpr const char* kUsage =
     "usage: shardtrain <command> [options]\n"
     "\n"
     "commands:\n"
-    "  train    train a GPT-2 model: shardtrain train [--config FILE] [--section.key=value ...]\n"
+    "  train    train a GPT-2 or Llama-family model: shardtrain train [--config FILE] [--section.key=value ...]\n"
     "           without --config it runs configs/default.ini (the tiny model on the built-in corpus); one\n"
     "           --config at most, a regular file of at most 1 MiB\n"
     "  ckpt     checkpoint tools: shardtrain ckpt inspect|verify DIR, shardtrain ckpt export DIR --out PATH\n"

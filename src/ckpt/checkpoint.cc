@@ -84,7 +84,7 @@ std::optional<std::string> resolve_resume(const CkptConfig& cfg) {
 }
 
 CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, ModelBackend& model,
-                                Communicator& comm) {
+                                Communicator& comm, CheckpointLoad purpose) {
   const int rank = comm.rank(), world = comm.world_size();
   const std::string manifest_path = (fs::path(step_dir) / "manifest.json").string();
   const std::vector<UnitLayout>& units = model.units();
@@ -134,9 +134,12 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
   if (m.world_size == world) s.rng_counters = m.rng_counters;
   s.data = DataOrder{m.global_batch, m.seed, m.shuffle, m.train_windows};
   comm.barrier();
-  if (rank == 0)
+  if (rank == 0 && purpose == CheckpointLoad::kResume)
     ST_LOG_INFO("checkpoint: resumed from ", step_dir, " (step ", m.step, ", written by ", m.world_size,
                 " rank(s), loaded by ", world, ")");
+  if (rank == 0 && purpose == CheckpointLoad::kRead)
+    ST_LOG_INFO("checkpoint: loaded step ", m.step, " from ", step_dir, " (written by ", m.world_size,
+                " rank(s), read by ", world, ")");
   return s;
 }
 

@@ -48,6 +48,7 @@ std::string process_prefix() {
 namespace detail {
 
 void fail(ErrorKind kind, const char* file, int line, const char* expr, const std::string& detail) {
+  if (file == nullptr) throw Error(kind, process_prefix() + " " + detail);
   std::string msg = process_prefix() + " " + file + ":" + std::to_string(line) + ": ";
   if (expr != nullptr && expr[0] != '\0') msg += std::string("check failed: ") + expr;
   if (!detail.empty()) msg += (expr != nullptr && expr[0] != '\0' ? " (" + detail + ")" : detail);

@@ -25,8 +25,8 @@ namespace st::gpu::kernels_internal {
 inline constexpr int kWarpSize = 32;
 
 // Programmatic dependent launch: launch_after_predecessor() lets the device start launching a kernel while the
-// stream's previous kernel still runs (sm_90 and up; elsewhere an ordinary launch), which takes the launch latency,
-// about 1 us an H200 kernel (bench_launch_gaps), out of the gap between them. The kernel must call
+// stream's previous kernel still runs (sm_90 and up; elsewhere an ordinary launch), which takes the launch latency
+// out of the gap between them (bench_launch_gaps; docs/performance.md, "Kernels"). The kernel must call
 // wait_for_predecessor() as its first statement: until then the previous kernel may still be writing what it reads,
 // or reading what it writes. After it, the previous kernel has finished and its writes are visible.
 __device__ __forceinline__ void wait_for_predecessor() {

@@ -42,9 +42,9 @@ void row_pack_tiers(int packs, F&& f) {
 // with it every bit of the result, is the same on every run and every GPU. About kTargetChunks chunks: one block
 // of the fused backward each. 512 is about one wave of the fused kernel on an H200 at GPT-2's widths (132 SMs x 5
 // blocks at C = 768, x 3 at C = 1024), and the partials (2 * chunks * C floats, written and read back through L2)
-// stay ~4% of the rows' traffic. Measured with bench_layernorm (N = 16384 and 32768, C = 768 and 1024): 512 and 384
-// within 1% of each other and best, 256 2-8% slower, 640-768 (a second, partial wave) 4-13% slower. Rows per
-// chunk are a multiple of kFusedWarps so the fused block's warps get equal shares.
+// stay ~4% of the rows' traffic. In bench_layernorm's sweep 512 and 384 are the best; fewer chunks leave SMs idle,
+// more start a second, partial wave (docs/performance.md, "Kernels"). Rows per chunk are a multiple of kFusedWarps
+// so the fused block's warps get equal shares.
 constexpr int64_t kTargetChunks = 512;
 constexpr int64_t kMinChunkRows = 8;
 
@@ -301,10 +301,9 @@ constexpr int fused_min_blocks(int packs, int vec, int elem_bytes) {
 // kStage: the memory is read ahead by cp.async into the warp's staging area, not registers: the next row's inp and
 // dout while this row is worked on, and this row's dinp while its sums and reductions run, so a warp always has a
 // row in flight. Without it (kStage = false: the same sums in the same order, for GPUs that cannot give a block
-// the staging area's shared memory) the warp waits on each row's loads. ncu at C = 768, direct at 768 chunks ->
-// staged at 512: long-scoreboard stalls 4.7 -> 1.5 cycles an instruction, DRAM 47.7% -> 54.1% of peak. bench_layernorm on an H200, bf16,
-// N = 16384, both at 512 chunks, direct -> staged: C = 768 43.7 -> 38.8 us, C = 1024 55.3 -> 49.1 us,
-// C = 1600 86.1 -> 84.9 us.
+// the staging area's shared memory) the warp waits on each row's loads: ncu shows the long-scoreboard stalls, which
+// the staging cuts, raising the DRAM throughput and shortening the kernel at every width (docs/performance.md,
+// "Kernels").
 //
 // No atomics: each lane adds its own columns, one row after another, so each slice entry is a fixed sequence of
 // additions. After the rows, the block adds the warps' slices in warp order and writes part_w/part_b[chunk, C] for

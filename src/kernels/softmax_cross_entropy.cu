@@ -21,9 +21,9 @@ constexpr int kBlock = 256;
 // read from there for its max, its sum of exp and its gradient. A 100 KB row (bf16 at GPT-2's vocabulary) leaves
 // room for a second block in an H100/H200 SM's 228 KB, so one row's load overlaps the other's reductions and
 // stores (a 1024-thread block reading its row into registers runs its load, reductions and store one after
-// another: measured 46% slower than reading rows twice, docs/performance.md). A row with no room for two takes
-// the fallback. One block per row, scheduled by the hardware: an SM busy with another stream's kernel (NCCL's,
-// AdamW's) delays none of the others' rows.
+// another, slower even than reading each row twice: docs/performance.md, "Measured and dropped"). A row with no
+// room for two takes the fallback. One block per row, scheduled by the hardware: an SM busy with another stream's
+// kernel (NCCL's, AdamW's) delays none of the others' rows.
 constexpr int kStagedBlock = 512;
 constexpr int kStagedBlocksPerSm = 2;
 

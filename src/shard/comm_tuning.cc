@@ -11,13 +11,10 @@
 namespace st {
 namespace {
 
-// Prefetch depth: GPT-2 124M, 2 x 32, bf16 on 2x H200, tok/s by depth 0 / 1 / 2 / 3 (bench/comm_tuning.sh,
-// docs/performance.md):
-//   nvlink   1.070M / 1.077M / 1.083M / 1.082M   one unit ahead hides the gathers (exposed 3.8 -> 0.4 ms); more is
-//                                                noise (350M 2 x 16, two rounds: depth 1 390k 389k, depth 2 389k 390k)
-//   pcie     0.942M / 1.039M / 1.042M / 1.042M   (NCCL_P2P_DISABLE=1) 1 and 2 alike; 2 guards against uneven ops
-//   network  0.381M / 0.541M / 0.516M / 0.513M   (sockets; depth 1 and 2 twice more: 531k 500k, 510k 519k) deeper
-//                                                prefetch queues gathers ahead of the reduce-scatters on the one link
+// Prefetch depth, measured per link (docs/topology.md, "Communication tuning per link"): over NVLink one unit ahead
+// hides the gathers and deeper gains nothing; without peer-to-peer 1 and 2 are alike, and 2 guards against uneven op
+// lengths for one more unit of memory; over sockets more gathers in flight queue ahead of the reduce-scatters on the
+// one link, so 1 is best.
 int default_prefetch_depth(LinkKind k) {
   switch (k) {
     case LinkKind::kNvlink:
@@ -30,38 +27,26 @@ int default_prefetch_depth(LinkKind k) {
   return 1;
 }
 
-// The most CTAs of a block's gradient reduce-scatter (docs/performance.md). GPT-2 350M and 124M, 2 x 16, bf16 on
-// 2x H200, tok/s side by side, NCCL's own choice (24 channels) against 4:
-//   nvlink   350M 404.5k 406.2k against 411.8k 409.8k; 124M 1.029M against 1.052M. The backward's kernels lose fewer
-//            SMs to the reduce-scatter (compute 80.0 -> 78.7 ms a 350M step); 4 for all reduce-scatters, the
-//            embedding's too, gave 411.9k with 1.75 ms exposed against 1.1, so the embedding's (the step's last,
-//            which the next forward waits for) keeps NCCL's choice. Limiting the gathers too (NCCL_MAX_CTAS=4)
-//            exposed them: 403.4k, 3.1 ms exposed.
-//   pcie, network: not measured; NCCL's choice.
+// The most CTAs of a block's gradient reduce-scatter (docs/topology.md). Over NVLink 4 beats NCCL's own choice: the
+// backward's kernels lose fewer SMs to the reduce-scatter it overlaps. The embedding's reduce-scatter, the step's
+// last, which the next forward waits for, keeps NCCL's choice: capped it is exposed. Capping the gathers too
+// (NCCL_MAX_CTAS) exposes them. pcie, network: not measured; NCCL's choice.
 int default_reduce_scatter_ctas(LinkKind k) { return k == LinkKind::kNvlink ? 4 : 0; }
 
-// The all-gathers on the copy engines (NCCL's zero-CTA path) against NCCL's kernels, side by side on 2x H200
-// (docs/performance.md), tok/s:
-//   nvlink   350M 2 x 16, reduce-scatters on 4 CTAs: 417.5k 416.2k against 412.1k 413.2k; on NCCL's choice: 411.4k
-//            against 405.9k. 124M 2 x 16: 1.068M against 1.068M. The copy engines take no SM from the compute.
-//   pcie, network: NCCL has no copy-engine path there.
+// The all-gathers on the copy engines (NCCL's zero-CTA path) against NCCL's kernels (docs/topology.md): over NVLink
+// the copy engines take no SM from the compute, and the step is faster. pcie, network: NCCL has no copy-engine path
+// there.
 bool default_copy_engine_gathers(LinkKind k) { return k == LinkKind::kNvlink; }
 
-// The reduce-scatters as NCCL's zero-CTA (copy-engine) all-to-all, the owner adding the slices (docs/performance.md).
-// bench_collectives --exchange, 2x H200, bf16, against a 4-CTA reduce-scatter + accumulate: 16 MiB 80.9 against
-// 145.6 us, 64 MiB 195.2 against 517.5. Training, side by side, 3 rounds, tok/s:
-//   nvlink   124M 2 x 16 1.097M against 1.092M, peak 8.6 against 9.1 GiB; 350M 2 x 16 429.0k against 427.3k, 18.5
-//            against 19.0 GiB. Compute 0.0-0.5 ms shorter a step, as the backward keeps every SM.
-//   pcie, network: NCCL has no copy-engine path there.
+// The reduce-scatters as NCCL's zero-CTA (copy-engine) all-to-all, the owner adding the slices (docs/topology.md):
+// faster than a 4-CTA reduce-scatter and its accumulation at a block's sizes, with less peak memory, and the backward
+// keeps every SM. pcie, network: NCCL has no copy-engine path there.
 bool default_copy_engine_reduce_scatters(LinkKind k) { return k == LinkKind::kNvlink; }
 
-// The all-reduce across nodes: hybrid sharding, GPT-2 124M on 2x H200 with each GPU its own node over sockets
-// (bench/comm_tuning.sh hybrid), tok/s by dist.bucket_mb in three rounds:
-//   0 (one unit a call)  634k 553k 676k     8 MiB  592k 512k 634k     32 MiB  627k 563k 634k     256 MiB  552k
-// The sockets move +-10% from round to round; per unit has the best median. (At 124M a block's shard is 14 MB, so 0
-// and 8 are nearly the same plan: 8 only adds the 3 KB head to the last block's call.) One bucket for the whole model
-// waits for the end of the backward and loses the overlap. A bucket helps small units (small models, slow LANs)
-// amortise the per-call latency; set dist.bucket_mb for those.
+// The all-reduce across nodes (hybrid sharding), by dist.bucket_mb over sockets (docs/topology.md): one unit a call
+// has the best median (at GPT-2 124M a block's shard is 14 MB, so small buckets make nearly the same plan); one
+// bucket for the whole model waits for the end of the backward and loses the overlap. A bucket helps small units
+// (small models, slow LANs) amortise the per-call latency; set dist.bucket_mb for those.
 constexpr int64_t kDefaultBucketBytes = 0;
 
 }  // namespace

@@ -88,6 +88,10 @@ TEST_F(Cli, HelpListsEveryConfigKey) {
                           "optim.weight_decay", "optim.beta1", "optim.beta2", "optim.eps", "optim.grad_clip",
                           "data.path", "data.format", "data.val_path", "data.shuffle", "log.metrics", "log.every"})
     EXPECT_TRUE(contains(r.output, key)) << key;
+  // The command list names both model families.
+  EXPECT_TRUE(contains(r.output, "\n  train    train a GPT-2 or Llama-family model: shardtrain train [--config FILE] "
+                                 "[--section.key=value ...]\n"))
+      << r.output;
   const Result t = run_shardtrain("train --help");
   EXPECT_EQ(t.code, 0);
   EXPECT_TRUE(contains(t.output, "train.micro_batch"));
@@ -160,6 +164,11 @@ TEST_F(Cli, EvalOfACheckpointEqualsTheRunsValidationLoss) {
   ASSERT_NE(at, std::string::npos) << e.output;
   EXPECT_NEAR(std::stod(e.output.substr(at + 5)), val_loss, 1e-6) << e.output;
   EXPECT_TRUE(contains(e.output, "step 3")) << e.output;
+  // A read of the checkpoint, not a resume.
+  EXPECT_TRUE(contains(e.output, "checkpoint: loaded step 3 from " + ckpt +
+                                     "/step_00000003 (written by 1 rank(s), read by 1)\n"))
+      << e.output;
+  EXPECT_FALSE(contains(e.output, "resumed from")) << e.output;
 
   const Result bad = run_shardtrain("eval --ckpt " + ckpt + "/step_00000003 --model.n_embd=64");
   EXPECT_EQ(bad.code, 2);
@@ -198,7 +207,7 @@ TEST_F(Cli, DefaultRunLearnsTheCorpus) {
 }
 
 // The second default job: the tiny byte-level llama (configs/tiny-llama.ini) learns the built-in corpus as the GPT
-// does (val_loss 2.18 after its 200 steps, measured on 2026-12-01; uniform is ln 256 = 5.55) and samples text.
+// does (val_loss about 2.2 after its 200 steps, README's figure; uniform is ln 256 = 5.55) and samples text.
 TEST_F(Cli, TinyLlamaLearnsTheCorpus) {
   const Result r = run_shardtrain("train --config " + std::string(SHARDTRAIN_SOURCE_DIR) + "/configs/tiny-llama.ini");
   ASSERT_EQ(r.code, 0) << r.output;
@@ -235,6 +244,11 @@ TEST_F(Cli, GenerateIsDeterministicAndGreedyIsTheFullRecompute) {
       << summary.output;
   EXPECT_TRUE(contains(summary.output, "decode 19 tokens in ") && contains(summary.output, " tokens/s)"))
       << summary.output;
+  // generate reads the checkpoint's weights: the log says it loaded them, not that a run resumed.
+  EXPECT_TRUE(contains(summary.output, "checkpoint: loaded step 200 from " + step +
+                                           " (written by 1 rank(s), read by 1)\n"))
+      << summary.output;
+  EXPECT_FALSE(contains(summary.output, "resumed from")) << summary.output;
   // top-k 1 at any temperature is greedy.
   EXPECT_EQ(run_shardtrain(greedy + " --top-k 1 --temperature 3 2>/dev/null").output, want);
   // Past seq_len the context slides (at 5 + 27 tokens, then every 16) and generation goes on.

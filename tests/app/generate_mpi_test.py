@@ -7,7 +7,7 @@ Trains CONFIG (a byte-level model) for 3 steps twice, on 1 rank and on 2 ranks, 
 checkpoint, `generate` with sampling (temperature 0.8, top-k 20, seed 5) and greedy, on 1 rank and under
 `mpirun -np 2`: the 2-rank run exits 0 (every rank checks that it generated rank 0's tokens, and a rank that did not
 fails the run) and prints exactly the 1-rank run's text, from a checkpoint read at the world size that wrote it and at
-another. Exits 0 when every check holds.
+another; rank 0 logs that it loaded the checkpoint (a read, not a resume). Exits 0 when every check holds.
 """
 import os
 import shutil
@@ -51,6 +51,10 @@ def main():
             check(rc2 == 0, f"{name}, 2 ranks: exit 0: {two!r} {err2}")
             check(two == one, f"{name}: 2 ranks print the 1-rank text: {two!r} vs {one!r}")
             check(err2.count("generate: ") == 1, f"{name}: one summary line, from rank 0: {err2}")
+            for ranks, err in ((1, err1), (2, err2)):
+                loaded = f"checkpoint: loaded step 3 from {step} (written by {writers} rank(s), read by {ranks})\n"
+                check(err.count(loaded) == 1 and "resumed from" not in err,
+                      f"{name}, {ranks} rank(s): the log says it loaded the checkpoint, once: {err}")
     if failures:
         return 1
     print("ok: generate on 2 ranks prints the 1-rank text (sampled and greedy), from checkpoints of 1 and 2 ranks")

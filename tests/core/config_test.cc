@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -544,6 +547,71 @@ TEST_F(ConfigTest, ShippedLlamaConfigsAgreeWithTheirHuggingFaceConfigs) {
     same.init.from = hf.string();
     EXPECT_EQ(to_ini(with_hf), to_ini(same)) << "config.json and the file disagree on a model key";
   }
+}
+
+// What is wrong with the checkpoint directories of the configs (*.ini) in `dir`, one line a problem. Each config
+// names its ckpt.dir in a [ckpt] section: ckpt/<its file name without .ini>, so that no two configs' runs meet in
+// one directory (a run of one model would find the other's checkpoints and be refused), or nothing with a comment
+// that says the config saves no checkpoints.
+std::vector<std::string> checkpoint_dir_problems(const fs::path& dir) {
+  std::vector<std::string> problems;
+  std::map<std::string, std::string> owner;  // ckpt.dir -> the config that names it
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".ini") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  const std::regex dir_key(R"(^\s*dir\s*=.*)");
+  for (const fs::path& path : files) {
+    const std::string file = path.filename().string();
+    std::ifstream in(path);
+    std::string line, section, dir_line;
+    while (std::getline(in, line)) {
+      if (line.rfind('[', 0) == 0) section = line;
+      if (section == "[ckpt]" && std::regex_match(line, dir_key)) dir_line = line;
+    }
+    const std::string ckpt_dir = load_config(path.string(), {}).ckpt.dir;
+    if (dir_line.empty()) {
+      problems.push_back(file + ": no `dir =` line in a [ckpt] section");
+    } else if (ckpt_dir.empty()) {
+      if (dir_line.find("# empty: no checkpoints") == std::string::npos)
+        problems.push_back(file + ": an empty ckpt.dir without the comment '# empty: no checkpoints': " + dir_line);
+    } else {
+      if (ckpt_dir != "ckpt/" + path.stem().string())
+        problems.push_back(file + ": ckpt.dir is " + ckpt_dir + ", not ckpt/" + path.stem().string());
+      const auto [named, first] = owner.emplace(ckpt_dir, file);
+      if (!first) problems.push_back(file + " and " + named->second + " share ckpt.dir " + ckpt_dir);
+    }
+  }
+  return problems;
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const std::string& l : lines) out += l + "\n";
+  return out;
+}
+
+TEST_F(ConfigTest, EveryShippedConfigHasItsOwnCheckpointDirectory) {
+  const fs::path configs = fs::path(SHARDTRAIN_SOURCE_DIR) / "configs";
+  EXPECT_EQ(joined(checkpoint_dir_problems(configs)), "");
+  // The test models save only when told where; the GPT-2 and llama-family configs each name a directory.
+  for (const char* file : {"default.ini", "tiny.ini", "tiny-llama.ini"})
+    EXPECT_EQ(load_config(shipped(file), {}).ckpt.dir, "") << file;
+  for (const char* name : {"gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b", "gpt2-2.7b", "llama3.2-1b",
+                           "llama3.2-3b", "qwen2.5-0.5b", "smollm2-360m"})
+    EXPECT_EQ(load_config(shipped(std::string(name) + ".ini"), {}).ckpt.dir, "ckpt/" + std::string(name));
+
+  // The check itself: two configs in one directory, one in another's, and ones that do not say.
+  write("a.ini", "[ckpt]\ndir = ckpt/a\n");
+  write("b.ini", "[ckpt]\ndir = ckpt/a\n");
+  write("c.ini", "[model]\nn_layer = 2\n");
+  write("d.ini", "[ckpt]\ndir =\n");
+  write("e.ini", "[ckpt]\ndir =   # empty: no checkpoints\n");
+  EXPECT_EQ(joined(checkpoint_dir_problems(dir_)),
+            "b.ini: ckpt.dir is ckpt/a, not ckpt/b\n"
+            "b.ini and a.ini share ckpt.dir ckpt/a\n"
+            "c.ini: no `dir =` line in a [ckpt] section\n"
+            "d.ini: an empty ckpt.dir without the comment '# empty: no checkpoints': dir =\n");
 }
 
 TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {

@@ -58,8 +58,12 @@ TEST(ErrorTest, BadInputAndFaultKinds) {
   EXPECT_EQ(bad.kind(), ErrorKind::kBadInput);
   const std::string msg = bad.what();
   EXPECT_NE(msg.find("data file x.bin: token 70000 >= vocab_size 50257"), std::string::npos) << msg;
-  // A user-facing message carries no file:line noise.
-  EXPECT_EQ(msg.find("error_test.cc"), std::string::npos) << msg;
+  // A user-facing message carries no file:line noise: the process identity, then the message as given.
+  EXPECT_EQ(msg, process_prefix() + " data file x.bin: token 70000 >= vocab_size 50257");
+  // The same message through the one funnel, with no file.
+  const Error direct = caught([] { detail::fail(ErrorKind::kBadInput, nullptr, 0, nullptr, "key x: expected 1"); });
+  EXPECT_EQ(direct.kind(), ErrorKind::kBadInput);
+  EXPECT_EQ(std::string(direct.what()), process_prefix() + " key x: expected 1");
 
   const Error fault = caught([] { ST_FAULT("peer ", 3, " died"); });
   EXPECT_EQ(fault.kind(), ErrorKind::kFault);

@@ -457,7 +457,7 @@ def main():
         cmd = [shardtrain, "train", "--config", os.path.join(os.path.dirname(config), "gpt2-124m.ini"),
                "--train.device=cuda", "--train.micro_batch=96", "--train.global_batch=96",
                "--dist.max_gpu_mem_gib=24", f"--data.path={run.data}", "--data.format=text", "--data.val_path=",
-               "--model.vocab_size=256"]
+               "--model.vocab_size=256", "--ckpt.dir="]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
         print(f"exit code {r.returncode}: " + r.stdout.strip().splitlines()[-1][:400])
         if r.returncode != 2:

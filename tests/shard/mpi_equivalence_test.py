@@ -103,7 +103,7 @@ def main():
         write_llmc_shard(data, 60000, 50257, 7)
         config = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs", "gpt2-124m.ini")
         overrides = ["--model.n_layer=2", "--model.n_embd=64", "--model.n_head=4", "--model.seq_len=32",
-                     f"--data.path={data}", "--data.val_path=", "--train.eval_batches=2"] + overrides
+                     f"--data.path={data}", "--data.val_path=", "--train.eval_batches=2", "--ckpt.dir="] + overrides
     masked = config == "@masked"
     if masked:
         prefix = os.path.join(work, "masked")

@@ -70,9 +70,13 @@ void check_latest_file(const std::string& dir);
 // both values); rank 0 checks that every rank file exists with the manifest's size. Then each rank reads
 // the intersection of its spans with the old files' spans (hyperslabs), opening only those files, each
 // with open_rank_file (size, SHA-256, structure, attributes, spans) before its first read. A problem found
-// on any rank is thrown on every rank, with that rank's message and kind. Collective.
+// on any rank is thrown on every rank, with that rank's message and kind. Collective. Rank 0 logs the load as
+// `purpose` names it: "checkpoint: resumed from DIR (step N, written by W rank(s), loaded by X)" for a run that
+// continues from it, "checkpoint: loaded step N from DIR (written by W rank(s), read by X)" for a read of its weights
+// (eval, generate).
+enum class CheckpointLoad { kResume, kRead };
 CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, ModelBackend& model,
-                                Communicator& comm);
+                                Communicator& comm, CheckpointLoad purpose = CheckpointLoad::kResume);
 
 // Removes *.tmp-* directories left in `dir` by interrupted saves. Rank 0 only, before training, while it holds
 // the directory's lock (dir_lock.h): another job's save in flight looks the same.

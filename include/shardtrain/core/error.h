@@ -7,7 +7,8 @@
 //   * Only main() turns an Error into an exit code (exit_code_for()); library code never calls exit().
 //
 // Every macro funnels into st::detail::fail(), which prefixes the message with the process identity
-// (rank and host, once set_process_identity() has been called) and file:line.
+// (rank and host, once set_process_identity() has been called) and, except for ST_BAD_INPUT's user-facing
+// messages, file:line.
 //
 // Example:
 //   ST_CHECK(n > 0, "empty batch");
@@ -61,6 +62,9 @@ void set_process_identity(int rank, int world_size);
 std::string process_prefix();
 
 namespace detail {
+// Throws Error(kind, "<process_prefix()> <file>:<line>: check failed: <expr> (<detail>)"). With no expr (nullptr or
+// "") the message ends "<file>:<line>: <detail>"; with no file (nullptr) it is "<process_prefix()> <detail>", a
+// message for the user that names what they gave.
 [[noreturn]] void fail(ErrorKind kind, const char* file, int line, const char* expr, const std::string& detail);
 }  // namespace detail
 
@@ -90,7 +94,7 @@ namespace detail {
 
 // A user-facing error: no file:line noise, the message must name the file/key and expected vs actual.
 #define ST_BAD_INPUT(...) \
-  throw ::st::Error(::st::ErrorKind::kBadInput, ::st::process_prefix() + " " + ::st::str_cat(__VA_ARGS__))
+  ::st::detail::fail(::st::ErrorKind::kBadInput, nullptr, 0, nullptr, ::st::str_cat(__VA_ARGS__))
 
 // An environment fault (I/O error, dead peer): the run may be retried from its last checkpoint.
 #define ST_FAULT(...) ::st::detail::fail(::st::ErrorKind::kFault, __FILE__, __LINE__, "", ::st::str_cat(__VA_ARGS__))

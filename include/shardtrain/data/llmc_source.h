@@ -10,10 +10,9 @@
 //
 // Every file is validated completely when it is opened: header, size, every token (< vocab_size) and every mask byte
 // (0 or 1). The scans run on all OpenMP threads with pread(2) into per-thread buffers rather than through the
-// mapping: page-faulting a multi-GB mapping in 4 KiB pages runs at a fraction of memory bandwidth (measured 2 GB/s
-// vs 9 GB/s on a warm page cache), a buffered read does not. Any problem throws kBadInput whose message names the
-// file path, the field or byte offset, and the expected and actual values, so a bad shard stops the run before its
-// first step.
+// mapping: page-faulting a multi-GB mapping in 4 KiB pages runs at a fraction of memory bandwidth, a buffered read
+// does not (docs/performance.md, "CPU figures"). Any problem throws kBadInput whose message names the file path, the
+// field or byte offset, and the expected and actual values, so a bad shard stops the run before its first step.
 //
 //   auto src = st::open_llmc_source("data/tinyshakespeare_train_*.bin", /*vocab_size=*/50257);
 #pragma once

@@ -24,8 +24,8 @@ const char* to_string(SimdIsa isa);
 SimdIsa best_simd_isa();
 // The supported ISA that runs the update fastest here, timed once per process on 4 MiB arrays (a
 // hundredth of a second). Widest is not always fastest: AVX-512's division and square root, which dominate this loop,
-// are no faster per element than AVX2's on some CPUs (one thread of the development VM's AMD EPYC: AVX-512 0.88,
-// AVX2 1.64 Gparam/s, `bench_cpu_adamw --params 8388608 --iters 3 --max-threads 2`; docs/performance.md).
+// are no faster per element than AVX2's on some CPUs (an AMD EPYC runs AVX-512 at about half AVX2's speed:
+// docs/offload.md, "The host AdamW").
 SimdIsa fastest_simd_isa();
 // Whether this CPU can run `isa`.
 bool simd_isa_supported(SimdIsa isa);

@@ -1,6 +1,6 @@
 // How far communication runs ahead of compute, and how the cross-node gradient all-reduce is batched, chosen per
-// link kind. Links differ by two orders of magnitude (NVLink ~230 GB/s busbw, PCIe without peer-to-peer through host
-// memory, sockets ~3 GB/s), so one setting does not suit all:
+// link kind. Links differ in bandwidth by two orders of magnitude (NVLink, PCIe without peer-to-peer through host
+// memory, sockets; docs/topology.md has the figures), so one setting does not suit all:
 //
 //   prefetch depth  units whose all-gather may be in flight ahead of the unit computing (and gradient buffers whose
 //                   reduce-scatter may still run behind it): depth + 1 gathered units of memory each way (cuda).
@@ -16,8 +16,8 @@
 //                   (same conditions) whose owner adds them as it takes its shard (cuda).
 //
 // dist.prefetch_depth, dist.bucket_mb, dist.reduce_scatter_ctas, dist.gather_engine and dist.reduce_engine set them; -1
-// or auto (their defaults) take the measured default for the link kind, default_comm_tuning(), whose numbers come from
-// docs/performance.md.
+// or auto (their defaults) take the measured default for the link kind, default_comm_tuning(), whose measurements are
+// in docs/topology.md ("Communication tuning per link").
 //
 //   const LinkKind link = classify_link(groups.shard_peers_off_node > 0, p2p_disabled, all_pairs_nvlink);
 //   const CommTuning t = resolve_comm_tuning(cfg.dist, link, /*hybrid=*/groups.replica != nullptr);

@@ -101,9 +101,9 @@ void check_memory_plan(const MemoryPlan& plan, const DeviceBudget& budget, const
 //   check_host_memory_plan(cfg, world, bucket, host_memory_budget(host_memory_limits(), comm.device_ranks()));
 //
 // What runs beside the plan's buffers: the data pipeline's batches, OpenBLAS's and OpenMP's threads (their stacks
-// and malloc arenas count in full against RLIMIT_AS), MPI's shared-memory segments. configs/tiny.ini (plan 113 MiB
-// without this) peaks at 134 MiB resident and runs under ulimit -v 1000000 (2-core x86 host, 2026-12-01); 256 MiB
-// leaves room for a larger model's per-thread buffers.
+// and malloc arenas count in full against RLIMIT_AS), MPI's shared-memory segments. For the tiny model these came to
+// a small part of the reserve (docs/performance.md, "CPU figures"); the rest leaves room for a larger model's
+// per-thread buffers.
 inline constexpr int64_t kHostReserveBytes = int64_t{256} << 20;
 
 // The plan of one CPU rank for cfg sharded over `world` ranks; replica_bucket_elements is hybrid sharding's bucket.
