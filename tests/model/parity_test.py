@@ -342,7 +342,7 @@ def main():
 def compare(e_ours, e_t32, steps, what):
     """Each of shardtrain's errors against float64 must be within FACTOR x PyTorch's float32 error of the same
     quantity on this machine, plus FLOOR (see the module docstring)."""
-    failures, report = [], []
+    failures, report, total = [], [], 0
     for metric in ("loss", "grad_norm", "grads0", "final"):
         ours, t32 = e_ours[metric], e_t32[metric]
         if isinstance(ours, list):  # per step: calibrated by the run's worst step
@@ -353,6 +353,7 @@ def compare(e_ours, e_t32, steps, what):
         floor = FLOOR[metric] * (steps if metric == "final" else 1)
         worst, worst_key = 0.0, None
         for k, err in ours.items():
+            total += 1
             bar = FACTOR * cal[k] + floor
             if err / bar > worst:
                 worst, worst_key = err / bar, k
@@ -363,7 +364,7 @@ def compare(e_ours, e_t32, steps, what):
             report.append(f"{metric} {worst:.3f} ({worst_key}: {ours[worst_key]:.2e}, torch float32 {cal[worst_key]:.2e})")
     print("error / bar, worst of each: " + "; ".join(report))
     if failures:
-        print("FAILED:\n  " + "\n  ".join(failures[:20]))
+        print(f"FAILED: {len(failures)} of {total} quantities over their bars:\n  " + "\n  ".join(failures[:20]))
         return 1
     print(f"parity OK ({what})")
     return 0

@@ -40,8 +40,8 @@ for patch in "$root"/tests/mutations/*.patch; do
   ran=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#' "$work/$name.log" || true)
   failed=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#.*\*\*\*(Failed|Exception)' "$work/$name.log" || true)
   grep -E '^ *[0-9]+/[0-9]+ Test +#' "$work/$name.log" | sed 's/^/   /'
-  # The first bar each failing parity test broke.
-  grep -A1 '^FAILED:' "$work/$name.log" | grep -vE '^FAILED:|^--' | sed 's/^ */     /' || true
+  # Each parity test's worst error / bar per quantity (under 1 passes), and how many quantities broke their bars.
+  grep -E '^(error / bar|FAILED:)' "$work/$name.log" | cut -c1-240 | sed 's/^/     /' || true
   summary+=("$name: $failed of $ran named tests failed")
   if [ "$ran" -eq 0 ] || [ "$failed" -ne "$ran" ]; then
     status=1
