@@ -6,6 +6,7 @@
 # this OpenBLAS does not know (it would run another kernel instead).
 #
 # usage: tests/numeric_per_coretype.sh [--except-native] BUILD_DIR [CORETYPE ...]   (exit 0 when every run passes)
+#   NUMERIC_JOBS: ctest -j (default 2).
 #   --except-native: leave out the core type OpenBLAS picks by itself on this CPU (a full ctest run has run it).
 set -uo pipefail
 except_native=0
@@ -64,7 +65,7 @@ for ct in "${coretypes[@]}"; do
   fi
   echo "== OPENBLAS_CORETYPE=$ct"
   start=$(date +%s)
-  OPENBLAS_CORETYPE=$ct ctest --test-dir "$build" -L numeric -j2 -V >"$build/numeric_$ct.log" 2>&1
+  OPENBLAS_CORETYPE=$ct ctest --test-dir "$build" -L numeric -j"${NUMERIC_JOBS:-2}" -V >"$build/numeric_$ct.log" 2>&1
   rc=$?
   tail -n 4 "$build/numeric_$ct.log" | grep -E 'tests passed|tests failed' | sed 's/^/   /'
   line=$(grep -E 'tests passed|tests failed' "$build/numeric_$ct.log" | tail -1)
