@@ -3,7 +3,8 @@
 
 A hybrid run writes one file per rank of a node (replica 0's ranks write, the other node's replicas hold the
 same shards): its step-10 checkpoint has 2 files. Resumed with full sharding on the 4 ranks, and in one process,
-steps 11-20 repeat the uninterrupted hybrid run (rel 1e-5: the reductions run in another order). A full run's
+steps 11-20 repeat the uninterrupted hybrid run (rel 1e-5 = 168 u, u = 2^-24: the worst-case bound on a sum of 168
+float32 terms reordered, for reductions that run in another order over 10 steps at eps 1e-6). A full run's
 step-10 checkpoint (4 files) resumed with hybrid sharding repeats the uninterrupted full run the same way.
 
 usage: hybrid_checkpoint_test.py SHARDTRAIN_2_RANKS_PER_NODE MPIRUN WORKDIR CONFIG
