@@ -436,6 +436,8 @@ struct CheckpointSaver::Impl {
           std::error_code ec;
           fs::remove_all(tmp, ec);
         }
+        // No rank stops before the leaders have removed it: under mpirun the first rank to exit ends the others.
+        comm.barrier();
         fail(ErrorKind::kFault, str_cat("rank(s) ", failed, " failed to write"));
         return;
       }

@@ -13,8 +13,8 @@ CASE:
                   weights as an uninterrupted run.
   kill-before-rename  the same with rank 0 killed after the manifest's fsync, before the rename.
   enospc          3 ranks; rank 1's write of step 8 fails with ENOSPC: every rank reports it, the job
-                  exits with the fault code 75, step 8 is not committed, step 4 is intact (verified by
-                  resuming from it and matching an uninterrupted run).
+                  exits with the fault code 75, step 8 is not committed and leaves no temporary directory,
+                  step 4 is intact (verified by resuming from it and matching an uninterrupted run).
 Saves run in the background (ckpt.async = true, the default): the kills land in a background write while the other
 ranks train on. A CASE ending in -sync runs the same with ckpt.async = false.
 """
@@ -108,6 +108,9 @@ elif case == "enospc":
             break
     if os.path.exists(os.path.join(dir_, "step_00000008", "manifest.json")):
         failures.append("step 8 was committed although rank 1's write failed")
+    left = sorted(n for n in os.listdir(dir_) if ".tmp-" in n)
+    if left:
+        failures.append(f"the failed save left its temporary directory: {left}")
     r2, _ = run("rerun", 3, [f"--ckpt.dir={dir_}"])
     if "step 4" not in r2.stdout:
         failures.append("the rerun did not resume from step 4")
