@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "shardtrain/ckpt/digest.h"
@@ -224,6 +225,13 @@ struct CheckpointSaver::Impl {
 
   // The write job: this rank's file, from the snapshot, into the temporary directory.
   void write_file() {
+    // However the write ends, the state it reads from may change again afterwards.
+    struct Release {
+      StateSnapshot& s;
+      ~Release() {
+        if (s.release) std::exchange(s.release, nullptr)();
+      }
+    } release{snap};
     snap.wait();
     std::error_code ec;
     fs::create_directories(tmp, ec);

@@ -15,6 +15,20 @@
 
 namespace st {
 
+int64_t dtype_bytes(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+    case DType::kF16:
+      return 2;
+    case DType::kAuto:
+      break;
+  }
+  ST_CHECK(false, "dtype_bytes of an unresolved dtype (auto)");
+  return 0;
+}
+
 DType Config::compute_dtype() const {
   if (train.dtype != DType::kAuto) return train.dtype;
   return train.device == Device::kCuda ? DType::kBF16 : DType::kF32;

@@ -12,14 +12,6 @@
 
 namespace st {
 
-bool speculative_copy_fits(int64_t extra_bytes_per_rank, int local_ranks, int64_t available, std::string* why) {
-  const int64_t node = extra_bytes_per_rank * local_ranks;
-  const bool fits = available > 0 && 2 * node <= available;
-  if (why)
-    *why = str_cat("second copy ", format_gib(extra_bytes_per_rank), " per rank, ", format_gib(node),
-                   " for the node's ", local_ranks, " rank(s); ", format_gib(available), " available");
-  return fits;
-}
 namespace {
 
 std::vector<int> allowed_cpus() {

@@ -34,6 +34,9 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
           cudnn_)),
       plan_(
           checked_cuda_plan<T>(cfg, groups_.shard().world_size(), comm_plan(), device_name_, attention_.scratch_bytes)),
+      host_plan_(check_cuda_host_plan(cfg, groups_.shard().world_size(),
+                                      host_memory_budget(host_memory_limits(), comm.device_ranks()),
+                                      comm.device_ranks())),
       blas_(),
       scratch_(cuda_model_family<T>(cfg.model.arch)
                    .footprint(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.scratch_bytes)
@@ -95,7 +98,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   if (cfg.optim.offload != OffloadMode::kNone) {
     typename OffloadPipeline<T>::Options o;
     o.mode = cfg.optim.offload;
-    o.speculation = cfg.optim.offload_speculative;
+    o.speculative = host_plan_.speculative > 0;
     o.threads = static_cast<int>(cfg.optim.offload_threads);
     o.local_rank = comm.device_rank();  // the machine's CPUs, also under SHARDTRAIN_NODE_ID stand-ins
     o.local_size = comm.device_ranks();
@@ -103,6 +106,13 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     o.log = comm.rank() == 0;
     offload_ = std::make_unique<OffloadPipeline<T>>(o, offloaded, std::move(for_offload.states),
                                                     std::move(for_offload.copies));
+    if (o.log)
+      ST_LOG_INFO("host memory plan: ", host_plan_.breakdown(), " per rank; optim.offload_speculative=",
+                  to_string(cfg.optim.offload_speculative), ": ", o.speculative ? "on" : "off",
+                  cfg.optim.offload_speculative == Speculation::kAuto
+                      ? (o.speculative ? " (the second copy fits the host's budget)"
+                                       : " (the second copy would not fit the host's budget)")
+                      : "");
   }
   compute_stream_.synchronize();
   sample_device_memory();

@@ -5,8 +5,8 @@
 // members for fp32, bf16 and fp16.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
-#include <future>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -23,6 +23,7 @@
 #include "shardtrain/shard/comm_tuning.h"
 #include "shardtrain/shard/device_optimizer.h"
 #include "shardtrain/shard/device_shards.h"
+#include "shardtrain/shard/host_plan.h"
 #include "shardtrain/shard/memory_plan.h"
 #include "shardtrain/shard/model_backend.h"
 #include "shardtrain/shard/offload_pipeline.h"
@@ -165,6 +166,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   gpu::Cudnn cudnn_;
   gpu::AttentionChoice attention_;
   MemoryPlan plan_;
+  HostPlan host_plan_;  // checked before the host state and the pinned buffers are allocated
   CudaStream compute_stream_, comm_stream_;
   // snapshot_state(): the copy stream, the event it starts after, and per unit the end of the unit's copy, which that
   // unit's next AdamW waits for while snapshot_fence_ says so.
@@ -179,8 +181,8 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   DeviceOptimizer<T> optimizer_;             // AdamW beside the next step's forward, the norm and the on-device gate
   std::unique_ptr<DeviceShards<T>> shards_;  // this rank's sharded state on the device
   std::unique_ptr<OffloadPipeline<T>> offload_;  // optim.offload; null without it
-  std::shared_future<void> snapshot_copier_;     // the last snapshot's copies of host-resident units (before offload_
-                                                 // in destruction: it reads the host state)
+  // The last snapshot's offloaded units, each true once its writer released their host state (snapshot_state).
+  std::shared_ptr<std::vector<std::atomic<bool>>> snapshot_held_;
   int64_t micro_steps_left_ = 0;                 // expect_micro_steps(), counted down by micro_step()
   bool last_micro_ = true;                       // the running micro-step is the step's last
   bool summed_across_nodes_ = false;             // hybrid: this step's gradients went across nodes (zero_grads clears)

@@ -1,8 +1,8 @@
 // CudaShardedModel's state in and out: full units gathered for the host, the sharded state pulled to the host and
-// pushed back, and snapshots copied to pinned memory beside the next step.
+// pushed back, and snapshots: device-resident units copied to pinned memory beside the next step, offloaded ones read
+// in place.
 #include <algorithm>
 #include <atomic>
-#include <future>
 #include <memory>
 
 #include "cuda_sharded_model_impl.h"
@@ -39,30 +39,25 @@ void CudaShardedModel<T>::pull_state() {
   comm_stream_.synchronize();
   if (replica_) ST_CUDA_CHECK(cudaStreamSynchronize(replica_->stream()));
   for (int u = 0; u < static_cast<int>(shards_->size()); ++u) {
-    if (!offload(u)) {
-      shards_->pull(u);
-      continue;
-    }
-    // Param, m and v are on the host already; the gradient is on the device.
-    UnitShard& state = offload_->state(u);
-    const DeviceBuffer<float>& g = shards_->grad(u);
-    state.grad.resize(static_cast<size_t>(state.slot));
-    ST_CUDA_CHECK(cudaMemcpy(state.grad.data(), g.data(), g.bytes(), cudaMemcpyDeviceToHost));
+    if (!offload(u)) shards_->pull(u);  // offloaded units: param, m and v are on the host already
   }
 }
 
 // Device-resident units are copied into pinned memory on a stream of their own, behind this step's AdamW (an event
 // on the optimizer stream), last unit first: the order in which the next step's backward finishes them. Each unit's
 // next AdamW waits for its own copy alone (device_adamw), so the copy engine moves the state while the next step's
-// forward and backward run. Offloaded units live in host memory already: they are copied once the host AdamW is done.
+// forward and backward run. Offloaded units live in host memory already: the snapshot points at their state, and
+// their next host updates wait until the writer has released it (no second copy of the largest part of the state).
 template <typename T>
 void CudaShardedModel<T>::reserve_snapshot(StateSnapshot* snap) {
   int64_t floats = 0;
-  for (int u = 0; u < static_cast<int>(shards_->size()); ++u) floats += 3 * shard(u).span.count;
+  for (int u = 0; u < static_cast<int>(shards_->size()); ++u)
+    if (!offload(u)) floats += 3 * shard(u).span.count;
   if (snap->capacity >= floats) return;
   snap->storage.reset();
   float* p = nullptr;
-  ST_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p), static_cast<size_t>(floats) * sizeof(float)));
+  if (floats > 0)
+    ST_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p), static_cast<size_t>(floats) * sizeof(float)));
   snap->storage = std::shared_ptr<float>(p, [](float* q) { cudaFreeHost(q); });
   snap->capacity = floats;
 }
@@ -70,8 +65,7 @@ void CudaShardedModel<T>::reserve_snapshot(StateSnapshot* snap) {
 template <typename T>
 void CudaShardedModel<T>::snapshot_state(StateSnapshot* snap) {
   reserve_snapshot(snap);
-  if (snapshot_copier_.valid()) snapshot_copier_.wait();  // the last snapshot's host copies are done
-  if (offload_) offload_->wait_all();                     // this step's host updates too
+  if (offload_) offload_->wait_all();  // this step's host updates
   const int n_units = static_cast<int>(shards_->size());
   snapshot_copied_.resize(static_cast<size_t>(n_units));
   snapshot_fence_.assign(static_cast<size_t>(n_units), false);
@@ -79,58 +73,42 @@ void CudaShardedModel<T>::snapshot_state(StateSnapshot* snap) {
   snapshot_after_.record(optimizer_.stream());
   snapshot_after_.wait_on(cs);
   snap->units.assign(static_cast<size_t>(n_units), StateSnapshot::Unit{});
+  auto held = std::make_shared<std::vector<std::atomic<bool>>>(static_cast<size_t>(n_units));
+  bool any_held = false;
   float* at = snap->storage.get();
-  for (int u = 0; u < n_units; ++u) {
+  for (int u = n_units - 1; u >= 0; --u) {
     const UnitShard& view = shard(u);
     const int64_t n = view.span.count;
-    snap->units[static_cast<size_t>(u)] = {units_[static_cast<size_t>(u)].name, view.span, at, at + n, at + 2 * n};
-    at += 3 * n;
-  }
-  // Host-resident units: copied by a thread of the snapshot's own, in the order the next step submits their host
-  // updates (the backward's with speculation, else unit order), each update held until its unit is copied.
-  struct HostCopy {
-    int unit;
-    const float* src[3];
-    float* dst;
-    int64_t n;
-  };
-  std::vector<HostCopy> host;
-  auto copied = std::make_shared<std::vector<std::atomic<bool>>>(static_cast<size_t>(n_units));
-  for (int u = n_units - 1; u >= 0; --u) {
-    const StateSnapshot::Unit& su = snap->units[static_cast<size_t>(u)];
-    float* dst = const_cast<float*>(su.param);
-    (*copied)[static_cast<size_t>(u)].store(!offload(u), std::memory_order_relaxed);
+    StateSnapshot::Unit& su = snap->units[static_cast<size_t>(u)];
+    (*held)[static_cast<size_t>(u)].store(!offload(u), std::memory_order_relaxed);
     if (offload(u)) {
-      const UnitShard& view = shard(u);
-      host.push_back({u, {view.param.data(), view.m.data(), view.v.data()}, dst, su.span.count});
+      su = {units_[static_cast<size_t>(u)].name, view.span, view.param.data(), view.m.data(), view.v.data()};
+      any_held = true;
       continue;
     }
-    const size_t bytes = static_cast<size_t>(su.span.count) * sizeof(float);
+    su = {units_[static_cast<size_t>(u)].name, view.span, at, at + n, at + 2 * n};
+    at += 3 * n;
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
     const typename DeviceOptimizer<T>::UnitState d = shards_->optimizer_state(u);
-    ST_CUDA_CHECK(cudaMemcpyAsync(dst, d.master, bytes, cudaMemcpyDeviceToHost, cs));
-    ST_CUDA_CHECK(cudaMemcpyAsync(dst + su.span.count, d.m, bytes, cudaMemcpyDeviceToHost, cs));
-    ST_CUDA_CHECK(cudaMemcpyAsync(dst + 2 * su.span.count, d.v, bytes, cudaMemcpyDeviceToHost, cs));
+    ST_CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(su.param), d.master, bytes, cudaMemcpyDeviceToHost, cs));
+    ST_CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(su.exp_avg), d.m, bytes, cudaMemcpyDeviceToHost, cs));
+    ST_CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(su.exp_avg_sq), d.v, bytes, cudaMemcpyDeviceToHost, cs));
     snapshot_copied_[static_cast<size_t>(u)].record(cs);
     snapshot_fence_[static_cast<size_t>(u)] = true;
   }
-  std::shared_future<void> copier;
-  if (!host.empty()) {
-    if (!offload_->speculates()) std::reverse(host.begin(), host.end());
-    offload_->hold_updates_until(copied);
-    copier = std::async(std::launch::async, [host = std::move(host), copied] {
-               for (const HostCopy& h : host) {
-                 for (int k = 0; k < 3; ++k) std::copy_n(h.src[k], h.n, h.dst + k * h.n);
-                 (*copied)[static_cast<size_t>(h.unit)].store(true, std::memory_order_release);
-               }
-             }).share();
-    snapshot_copier_ = copier;
+  snap->release = nullptr;
+  if (any_held) {
+    offload_->hold_updates_until(held);
+    snapshot_held_ = held;
+    snap->release = [held] {
+      for (std::atomic<bool>& h : *held) h.store(true, std::memory_order_release);
+    };
   }
   auto device_copied = std::make_shared<CudaEvent>();
   device_copied->record(cs);
   int device = 0;
   ST_CUDA_CHECK(cudaGetDevice(&device));
-  snap->ready = [device_copied, copier, device] {
-    if (copier.valid()) copier.wait();
+  snap->ready = [device_copied, device] {
     ST_CUDA_CHECK(cudaSetDevice(device));  // the waiting thread may be another than the one that trains
     device_copied->synchronize();
   };
@@ -146,7 +124,9 @@ void CudaShardedModel<T>::push_state() {
     offload_->wait_all();
     offload_->synchronize();
   }
-  if (snapshot_copier_.valid()) snapshot_copier_.wait();
+  if (snapshot_held_)
+    for (const std::atomic<bool>& h : *snapshot_held_)
+      ST_CHECK(h.load(std::memory_order_acquire), "push_state while a checkpoint still writes the offloaded state");
   // Nothing in flight may still write the buffers replaced here, nor read them for a snapshot.
   for (const CudaStream* st : {&compute_stream_, &comm_stream_, &snapshot_stream_}) st->synchronize();
   if (replica_) ST_CUDA_CHECK(cudaStreamSynchronize(replica_->stream()));
@@ -158,6 +138,9 @@ void CudaShardedModel<T>::push_state() {
       shards_->push(u, ctx_);
   }
   compute_stream_.synchronize();
+  // The device holds the state now: the host view goes (a whole-model copy otherwise), and pull_state() refills it.
+  for (int u = 0; u < static_cast<int>(shards_->size()); ++u)
+    if (!offload(u)) shards_->release_view(u);
 }
 
 // The members defined here, for each compute type (the class itself is instantiated in cuda_sharded_model.cu).

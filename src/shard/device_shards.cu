@@ -78,8 +78,7 @@ template <typename T>
 void DeviceShards<T>::pull(int unit) {
   UnitShard& h = views_[static_cast<size_t>(unit)];
   const Device& d = device_[static_cast<size_t>(unit)];
-  for (auto [host, dev] :
-       {std::pair{&h.param, &d.master}, std::pair{&h.m, &d.m}, std::pair{&h.v, &d.v}, std::pair{&h.grad, &d.grad}}) {
+  for (auto [host, dev] : {std::pair{&h.param, &d.master}, std::pair{&h.m, &d.m}, std::pair{&h.v, &d.v}}) {
     host->resize(static_cast<size_t>(h.slot));
     ST_CUDA_CHECK(cudaMemcpy(host->data(), dev->data(), dev->bytes(), cudaMemcpyDeviceToHost));
   }
@@ -95,6 +94,12 @@ void DeviceShards<T>::push(int unit, const gpu::GpuContext& ctx) {
     ST_CUDA_CHECK(cudaMemcpyAsync(dev->data(), host->data(), dev->bytes(), cudaMemcpyHostToDevice, ctx.stream));
   }
   if constexpr (!std::is_same_v<T, float>) gpu::convert<T>(d.compute.data(), d.master.data(), h.slot, ctx);
+}
+
+template <typename T>
+void DeviceShards<T>::release_view(int unit) {
+  UnitShard& h = views_[static_cast<size_t>(unit)];
+  for (std::vector<float>* v : {&h.param, &h.m, &h.v}) std::vector<float>().swap(*v);
 }
 
 template <typename T>

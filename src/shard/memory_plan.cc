@@ -10,12 +10,6 @@
 #include "shardtrain/shard/shard_span.h"
 
 namespace st {
-namespace {
-
-int64_t element_bytes_of(DType t) { return t == DType::kF32 ? 4 : 2; }
-
-}  // namespace
-
 int param_pool_size(const Config& cfg, const CommPlan& comm) {
   return cfg.dist.reshard_after_forward ? comm.prefetch_depth + 1 : cfg.model.n_layer + 1;
 }
@@ -69,7 +63,7 @@ int64_t sharded_state_bytes(const Config& cfg, const std::vector<UnitLayout>& un
 MemoryPlan plan_memory(const Config& cfg, int world, const CommPlan& comm, const ComputeFootprint& compute) {
   const std::vector<UnitLayout> units = build_units(cfg.model);
   const UnitSizes s = unit_sizes(units, world);
-  const int64_t t = element_bytes_of(cfg.compute_dtype());
+  const int64_t t = dtype_bytes(cfg.compute_dtype());
   MemoryPlan p;
   p.sharded_state = sharded_state_bytes(cfg, units, world, t);
   p.gather_buffers = (s.emb_full + param_pool_size(cfg, comm) * s.unit_full) * t                    // parameters

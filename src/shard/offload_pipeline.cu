@@ -6,7 +6,6 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/core/process_memory.h"
 
 namespace st {
 
@@ -34,7 +33,7 @@ OffloadPipeline<T>::OffloadPipeline(const Options& o, std::vector<bool> offloade
   ho.local_rank = o.local_rank;
   ho.local_size = o.local_size;
   host_adamw_ = std::make_unique<HostAdamW>(ho);
-  speculative_ = resolve_speculation(o);
+  speculative_ = o.speculative;
   units_.resize(offloaded_.size());
   int64_t staged_slot = 0;
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -95,22 +94,6 @@ std::string OffloadPipeline<T>::describe(const std::vector<UnitLayout>& units) c
   return str_cat(n, " of ", units.size(), " units, ", pct, " of the parameters; host AdamW: ", host_adamw_->describe());
 }
 
-// Each rank decides for itself: speculation changes no bit and no collective, so ranks that differ still train
-// alike.
-template <typename T>
-bool OffloadPipeline<T>::resolve_speculation(const Options& o) const {
-  if (o.speculation != Speculation::kAuto) return o.speculation == Speculation::kOn;
-  int64_t elements = 0;
-  for (size_t u = 0; u < offloaded_.size(); ++u)
-    if (offloaded_[u]) elements += states_[u].slot;
-  std::string why;
-  // The machine's processes share its memory, whatever SHARDTRAIN_NODE_ID says.
-  const bool on = speculative_copy_fits(12 * elements, o.local_size, host_available_bytes(), &why);
-  if (log_)
-    ST_LOG_INFO("optim.offload_speculative=auto: ", on ? "on" : "off (it would take over half of it)", " (", why, ")");
-  return on;
-}
-
 template <typename T>
 void OffloadPipeline<T>::upload(int unit) {
   const UnitShard& h = states_[static_cast<size_t>(unit)];
@@ -164,8 +147,7 @@ HostAdamW::Job OffloadPipeline<T>::job_for(int unit, const std::vector<AdamWRun>
   return job;
 }
 
-// A job of a unit whose state a snapshot is still copying (hold_updates_until) opens only once that unit is copied;
-// the snapshot copies units in the order their jobs are submitted, as the host AdamW's gates must open.
+// A job of a unit whose state a checkpoint still reads (hold_updates_until) opens only once the writer released it.
 template <typename T>
 void OffloadPipeline<T>::hold_for_snapshot(int unit, HostAdamW::Job* job) const {
   if (!copied_ || (*copied_)[static_cast<size_t>(unit)].load(std::memory_order_acquire)) return;

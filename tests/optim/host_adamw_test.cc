@@ -13,19 +13,6 @@
 namespace st {
 namespace {
 
-// optim.offload_speculative=auto: the node's second copies must fit in half of what is available.
-TEST(SpeculativeCopyFits, HalfOfTheAvailableMemoryForTheNode) {
-  constexpr int64_t kGiB = int64_t{1} << 30;
-  std::string why;
-  EXPECT_TRUE(speculative_copy_fits(kGiB, 2, 4 * kGiB, &why));  // 2 GiB for the node, exactly half of 4
-  EXPECT_EQ(why, "second copy 1.00 GiB per rank, 2.00 GiB for the node's 2 rank(s); 4.00 GiB available");
-  EXPECT_FALSE(speculative_copy_fits(kGiB, 2, 4 * kGiB - 1, &why));
-  EXPECT_TRUE(speculative_copy_fits(3 * kGiB, 1, 6 * kGiB, &why));
-  EXPECT_FALSE(speculative_copy_fits(3 * kGiB, 4, 20 * kGiB, &why));
-  EXPECT_FALSE(speculative_copy_fits(1, 1, 0, &why));  // unknown availability: off
-  EXPECT_TRUE(speculative_copy_fits(0, 8, 1, nullptr));
-}
-
 std::vector<float> random_vector(int64_t n, uint64_t stream, float scale, bool non_negative = false) {
   std::vector<float> x(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {

@@ -8,11 +8,13 @@
 // per-element bound would test the summation order, not the model.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../common/gpu_test.h"
@@ -483,8 +485,9 @@ TEST(CudaShardedModel, OffloadTrainsWhatTheDeviceOptimizerTrains) {
 }
 
 // The state a snapshot holds is its step's, bit for bit, although the copy runs behind the step's queued AdamW and the
-// next steps train while it completes: with the optimizer on the device, and with offloaded units (host AdamW,
-// speculation). A background save of it, loaded after two more steps, gives the same state.
+// next step trains while it completes: with the optimizer on the device (copied), and with offloaded units (read in
+// place: their host updates wait for the release; with and without speculation). A background save, loaded after one
+// more step, gives the state of the step it was taken at.
 TEST(CudaShardedModel, SnapshotHoldsTheStateOfItsStep) {
   ST_SKIP_WITHOUT_GPU();
   struct Case {
@@ -512,7 +515,6 @@ TEST(CudaShardedModel, SnapshotHoldsTheStateOfItsStep) {
       for (const std::vector<float>* v : {&sh.param, &sh.m, &sh.v})
         want.insert(want.end(), v->begin(), v->begin() + sh.span.count);
     }
-    const std::vector<std::vector<float>> want_params = ref.gather_params();
 
     testing::TempDir dir;
     c.ckpt.dir = dir.str();
@@ -521,19 +523,29 @@ TEST(CudaShardedModel, SnapshotHoldsTheStateOfItsStep) {
     for (int64_t s = 0; s < 2; ++s) e.train_step(batches(c, s), 2, s);
     StateSnapshot snap;
     e.sharded().snapshot_state(&snap);
-    CheckpointSaver saver(c, e.sharded(), comm);
-    CheckpointState cs;
-    cs.step = 2;
-    cs.optimizer_updates = e.updates();
-    saver.save(cs);
-    for (int64_t s = 2; s < 4; ++s) e.train_step(batches(c, s), 2, s);
+    // The next step trains beside the snapshot; its updates of offloaded units (read in place) wait for the release.
+    std::thread next([&] { e.train_step(batches(c, 2), 2, 2); });
     snap.wait();
-    for (int64_t s = 2; s < 4; ++s) ref.train_step(batches(c, s), 2, s);
-    EXPECT_EQ(e.gather_params(), ref.gather_params());  // the snapshot did not change the training
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // room for an update that did not wait
     std::vector<float> got;
     for (const StateSnapshot::Unit& u : snap.units)
       for (const float* p : {u.param, u.exp_avg, u.exp_avg_sq}) got.insert(got.end(), p, p + u.span.count);
     EXPECT_EQ(got, want);
+    if (snap.release) snap.release();
+    next.join();
+    ref.train_step(batches(c, 2), 2, 2);
+    EXPECT_EQ(e.gather_params(), ref.gather_params());  // the snapshot did not change the training
+
+    // A background save of step 3 while step 4 trains, loaded on the CPU backend.
+    e.train_step(batches(c, 3), 2, 3);
+    ref.train_step(batches(c, 3), 2, 3);
+    const std::vector<std::vector<float>> want_saved = ref.gather_params();
+    CheckpointSaver saver(c, e.sharded(), comm);
+    CheckpointState cs;
+    cs.step = 4;
+    cs.optimizer_updates = e.updates();
+    saver.save(cs);
+    e.train_step(batches(c, 4), 2, 4);
     saver.drain();
     ASSERT_FALSE(saver.last_committed().empty());
     Config cpu = c;
@@ -543,7 +555,7 @@ TEST(CudaShardedModel, SnapshotHoldsTheStateOfItsStep) {
     cpu.optim.offload_speculative = Speculation::kAuto;
     StepEngine loaded(cpu, comm);
     load_checkpoint(saver.last_committed(), cpu, loaded.sharded(), comm);
-    EXPECT_EQ(loaded.gather_params(), want_params);
+    EXPECT_EQ(loaded.gather_params(), want_saved);
   }
 }
 

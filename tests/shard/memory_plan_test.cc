@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "plan_test_shapes.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/process_memory.h"
 #include "shardtrain/model/gpt2/gpt_model.h"
@@ -16,22 +17,7 @@
 namespace st {
 namespace {
 
-constexpr int64_t kParams = 124475904;
-constexpr int64_t kEmbedding = 39419904;
-constexpr int64_t kBlock = 7087872;
-constexpr int64_t kGiB = int64_t{1} << 30;
-
-Config gpt2_124m(DType dtype) {
-  Config c;
-  c.model.n_layer = 12;
-  c.model.n_head = 12;
-  c.model.n_embd = 768;
-  c.model.vocab_size = 50257;
-  c.model.seq_len = 1024;
-  c.train.device = Device::kCuda;
-  c.train.dtype = dtype;
-  return c;
-}
+using namespace plan_test;
 
 TEST(MemoryPlan, ShardedStateIs18BytesPerParameterInBf16And16InFp32) {
   const Config bf16 = gpt2_124m(DType::kBF16), fp32 = gpt2_124m(DType::kF32);

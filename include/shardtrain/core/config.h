@@ -78,6 +78,8 @@ struct EnumNames<DType> {
   static constexpr EnumName<DType> kList[] = {
       {DType::kAuto, "auto"}, {DType::kF32, "fp32"}, {DType::kBF16, "bf16"}, {DType::kF16, "fp16"}};
 };
+// Bytes of one element of a compute type: the one table the memory plans size buffers by (kAuto: resolve first).
+int64_t dtype_bytes(DType t);
 enum class AttentionImpl { kAuto, kCudnn, kFlash };
 template <>
 struct EnumNames<AttentionImpl> {

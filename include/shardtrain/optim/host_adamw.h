@@ -31,12 +31,6 @@
 
 namespace st {
 
-// optim.offload_speculative=auto's test: the second copy of the offloaded state that a speculative update writes
-// (12 bytes an offloaded element: param, m and v), `extra_bytes_per_rank` for each of the machine's `local_ranks`,
-// fits in half of the host's `available` bytes (host_available_bytes(); the rest is left to the page cache, the
-// data and the other ranks' start-up). `why` gets the numbers, for the log.
-bool speculative_copy_fits(int64_t extra_bytes_per_rank, int local_ranks, int64_t available, std::string* why);
-
 class HostAdamW {
  public:
   // 32 Ki floats: 128 KiB per state array, about 0.6 MiB of a tile's arrays in flight: L2-sized.

@@ -7,7 +7,7 @@
 //
 //   DeviceShards<bf16> shards(cfg, units, rank, world, offloaded, sources, ctx, &for_offload);
 //   nccl.all_gather<bf16>(shards.gather_source(u), shards.view(u).slot, full, stream);
-//   shards.pull(u);   // view(u).param, m, v, grad = the device state (checkpoint save)
+//   shards.pull(u);   // view(u).param, m, v = the device state (checkpoint save)
 #pragma once
 
 #include <cstdint>
@@ -41,7 +41,7 @@ class DeviceShards {
                const gpu::GpuContext& ctx, Offloaded* initial);
 
   size_t size() const { return device_.size(); }
-  // Span and slot of the unit's shard; param, m, v and grad after pull() (checkpoint save), before push() (load).
+  // Span and slot of the unit's shard; param, m and v after pull() (checkpoint save), before push() (load).
   UnitShard& view(int unit) { return views_[static_cast<size_t>(unit)]; }
   const UnitShard& view(int unit) const { return views_[static_cast<size_t>(unit)]; }
   DeviceBuffer<float>& grad(int unit) { return device_[static_cast<size_t>(unit)].grad; }
@@ -54,6 +54,8 @@ class DeviceShards {
   // optimizer is on the device.
   void pull(int unit);
   void push(int unit, const gpu::GpuContext& ctx);
+  // Frees the unit's host view (after push: the device holds the state; a later pull() fills it again).
+  void release_view(int unit);
   int64_t padding_elements() const;
 
  private:

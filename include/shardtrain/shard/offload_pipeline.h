@@ -42,7 +42,7 @@ class OffloadPipeline {
  public:
   struct Options {
     OffloadMode mode = OffloadMode::kOptimizer;  // optimizer or optimizer+params
-    Speculation speculation = Speculation::kAuto;
+    bool speculative = false;            // optim.offload_speculative as the host plan resolved it (host_plan.h)
     int threads = 0;                     // optim.offload_threads (0: the machine's share)
     int local_rank = 0, local_size = 1;  // this process among the machine's GPU processes (HostAdamW's CPUs)
     int device = 0;                      // this rank's CUDA device
@@ -76,16 +76,15 @@ class OffloadPipeline {
   const T* gather_source(int unit, cudaStream_t comm, bool* staged);
   void gather_issued(cudaStream_t comm);
 
-  // optim.offload_speculative resolved: true and false as said; auto speculates when the machine's ranks can hold
-  // the second copy of their offloaded state.
+  // Whether updates start during the backward on a second copy of the state (Options::speculative).
   bool speculates() const { return speculative_; }
   // The coming step's unclipped runs of every unit (ModelBackend::speculate_optimizer).
   void set_speculative_runs(std::vector<std::vector<AdamWRun>> runs) { speculative_runs_ = std::move(runs); }
   // The step was skipped: drop every speculative update and restore what it changed.
   void drop_speculation();
 
-  // A checkpoint snapshot is copying the host state: from now on, a job of unit u is held until copied[u] is true, so
-  // that no update overwrites what the snapshot has not copied yet. copied[u] turns true once for every unit.
+  // A checkpoint snapshot reads the host state: from now on, a job of unit u is held until copied[u] is true (the
+  // writer has released it), so that no update overwrites what the checkpoint has not written yet.
   void hold_updates_until(std::shared_ptr<const std::vector<std::atomic<bool>>> copied) { copied_ = std::move(copied); }
   // After checkpoint load wrote state(unit): its rounded copy goes where gathers read it (synchronous).
   void push(int unit);
@@ -128,7 +127,6 @@ class OffloadPipeline {
   void upload_after_host_update(int unit);
   void upload(int unit);  // synchronous: `out` = the host master rounded to T, and its device copy
   void speculate(int unit);
-  bool resolve_speculation(const Options& o) const;
 
   OffloadMode mode_;
   HalfKind kind_;

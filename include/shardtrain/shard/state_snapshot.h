@@ -47,6 +47,9 @@ struct StateSnapshot {
   std::shared_ptr<float> storage;
   int64_t capacity = 0;
   std::function<void()> ready;
+  // Set where arrays point into the live state (a device backend's offloaded units, which live in host memory): the
+  // writer calls it once it no longer reads them, and the state's next updates wait until then. Called once.
+  std::function<void()> release;
 };
 
 }  // namespace st

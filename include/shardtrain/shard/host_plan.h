@@ -1,0 +1,59 @@
+// The host memory a CUDA rank will hold, planned before anything large is allocated, and checked against what the
+// host, its cgroup and the process's rlimits allow (process_memory.h), summed over the ranks that share the host.
+// Host code: the CPU tests check every term, and `shardtrain plan` prints it without a GPU.
+//
+//   const HostPlan plan = plan_cuda_host(cfg, world, /*speculative=*/false);
+//   check_cuda_host_plan(cfg, world, budget, local_ranks);  // kBadInput with the breakdown and what to change
+//
+// Per rank, with S_u = padded_shard_size(numel_u, world) and t the compute type's size:
+//   optimizer state    12 S_u for each unit optim.offload moves to the host (fp32 master, AdamW m and v)
+//   gradient staging   pinned fp32 buffers, one per offloaded unit, that carry its gradient shard down (4 S_u)
+//   parameter staging  pinned buffers in the compute type, one per offloaded unit, that carry the host AdamW's
+//                      results up (optimizer+params: the parameters that gathers read) (t S_u)
+//   speculative copy   12 S_u per offloaded unit (optim.offload_speculative)
+//   snapshot           ckpt.async with ckpt.dir: 12 S_u per device-resident unit in pinned memory (param, m, v,
+//                      copied beside the next step); offloaded units are written from the host state itself
+//   loading            random initialisation fills one shard at a time; init.from, a checkpoint load and a
+//                      synchronous save hold the host view of the device-resident units' param, m and v (12 S_u)
+//   reserve            the CUDA runtime, NCCL, cuBLASLt, the data pipeline and the threads (kCudaHostReserveBytes)
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/core/process_memory.h"
+
+namespace st {
+
+// What the CUDA runtime, NCCL's host buffers, cuBLASLt, the data pipeline, the host AdamW's threads and the
+// allocator's arenas hold beside the plan's buffers, per rank (docs/offload.md: measured peaks against the plan).
+inline constexpr int64_t kCudaHostReserveBytes = int64_t{3} << 30;
+
+struct HostPlan {
+  int64_t optimizer_state = 0;
+  int64_t gradient_staging = 0;
+  int64_t parameter_staging = 0;
+  int64_t speculative = 0;
+  int64_t snapshot = 0;
+  int64_t loading = 0;
+  int64_t reserve = kCudaHostReserveBytes;
+  int64_t total() const {
+    return optimizer_state + gradient_staging + parameter_staging + speculative + snapshot + loading + reserve;
+  }
+  std::string breakdown() const;  // "optimizer state 89.75 GiB, gradient staging ..., total ..."
+};
+
+// The host plan of one CUDA rank for cfg sharded over `world` ranks, with or without the speculative copy.
+HostPlan plan_cuda_host(const Config& cfg, int world, bool speculative);
+
+// optim.offload_speculative resolved: true and false as said; auto speculates when the plan with the second copy
+// fits the budget (then it is planned, and used, for the whole run).
+bool resolve_speculation(const Config& cfg, int world, const HostMemoryBudget& budget);
+
+// kBadInput when the plan (with the speculation resolve_speculation picks) exceeds the budget of one of the
+// `local_ranks` ranks on this host: the breakdown, the limit that binds, and the changes that would make it fit.
+// Returns the plan otherwise.
+HostPlan check_cuda_host_plan(const Config& cfg, int world, const HostMemoryBudget& budget, int local_ranks);
+
+}  // namespace st

@@ -1,0 +1,111 @@
+#include "shardtrain/shard/host_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "shardtrain/core/error.h"
+#include "shardtrain/core/format.h"
+#include "shardtrain/model/units.h"
+#include "shardtrain/shard/memory_plan.h"
+#include "shardtrain/shard/shard_span.h"
+
+namespace st {
+
+std::string HostPlan::breakdown() const {
+  std::string s = str_cat("optimizer state ", format_gib(optimizer_state), ", gradient staging ",
+                          format_gib(gradient_staging), ", parameter staging ", format_gib(parameter_staging));
+  if (speculative > 0) s += ", speculative copy " + format_gib(speculative);
+  if (snapshot > 0) s += ", checkpoint snapshot " + format_gib(snapshot);
+  return str_cat(s, ", loading ", format_gib(loading), ", reserve ", format_gib(reserve), "; total ",
+                 format_gib(total()));
+}
+
+HostPlan plan_cuda_host(const Config& cfg, int world, bool speculative) {
+  const std::vector<UnitLayout> units = build_units(cfg.model);
+  const std::vector<bool> off = offloaded_units(cfg, units);
+  const int64_t t = dtype_bytes(cfg.compute_dtype());
+  int64_t off_slots = 0, dev_slots = 0, max_slot = 0;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const int64_t slot = padded_shard_size(units[i].numel, world);
+    max_slot = std::max(max_slot, slot);
+    if (off[i]) {
+      off_slots += slot;
+    } else {
+      dev_slots += slot;
+    }
+  }
+  HostPlan p;
+  p.optimizer_state = 12 * off_slots;
+  p.gradient_staging = 4 * off_slots;
+  p.parameter_staging = t * off_slots;
+  if (speculative) p.speculative = 12 * off_slots;
+  if (cfg.ckpt.async && !cfg.ckpt.dir.empty()) p.snapshot = 12 * dev_slots;
+  // Random initialisation fills one shard at a time; init.from, checkpoint loads and synchronous saves go through
+  // the host view of the device-resident units' param, m and v (offloaded units are read and written in place).
+  p.loading = std::max(4 * max_slot, cfg.init.from.empty() && cfg.ckpt.dir.empty() ? 0 : 12 * dev_slots);
+  return p;
+}
+
+bool resolve_speculation(const Config& cfg, int world, const HostMemoryBudget& budget) {
+  if (cfg.optim.offload == OffloadMode::kNone) return false;
+  if (cfg.optim.offload_speculative != Speculation::kAuto) return cfg.optim.offload_speculative == Speculation::kOn;
+  return plan_cuda_host(cfg, world, /*speculative=*/true).total() <= budget.bytes;
+}
+
+namespace {
+
+// The changes, one at a time, that bring the plan within `budget` bytes a rank: "ckpt.async=false (...)".
+std::vector<std::string> changes_that_fit(const Config& cfg, int world, bool speculative, int64_t budget,
+                                          int local_ranks) {
+  std::vector<std::string> out;
+  auto fits = [&](const Config& c, int w, bool spec) { return plan_cuda_host(c, w, spec).total() <= budget; };
+  if (speculative && fits(cfg, world, false)) out.push_back("optim.offload_speculative=false");
+  if (cfg.ckpt.async && !cfg.ckpt.dir.empty()) {
+    Config c = cfg;
+    c.ckpt.async = false;
+    if (fits(c, world, false)) out.push_back("ckpt.async=false (no pinned snapshot of the device-resident state)");
+  }
+  if (cfg.optim.offload != OffloadMode::kNone) {
+    // The largest offload fraction, in steps of 0.05, whose host plan fits (the device then holds the rest).
+    for (int k = static_cast<int>(cfg.optim.offload_fraction * 20) - 1; k >= 1; --k) {
+      Config c = cfg;
+      c.optim.offload_fraction = static_cast<float>(k / 20.0);
+      if (fits(c, world, false)) {
+        char f[16];
+        std::snprintf(f, sizeof(f), "%.2f", k / 20.0);
+        out.push_back(str_cat("optim.offload_fraction=", f, " (the device then holds the rest of the state)"));
+        break;
+      }
+    }
+  }
+  for (int k = 2; k <= 64; k *= 2) {
+    if (fits(cfg, world * k, false)) {
+      out.push_back(str_cat(world * k, " ranks on ", world * k / std::max(local_ranks, 1),
+                            " host(s) of this size (each rank then holds 1/", world * k, " of the state)"));
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+HostPlan check_cuda_host_plan(const Config& cfg, int world, const HostMemoryBudget& budget, int local_ranks) {
+  const bool speculative = resolve_speculation(cfg, world, budget);
+  const HostPlan plan = plan_cuda_host(cfg, world, speculative);
+  if (plan.total() <= budget.bytes) return plan;
+  const std::vector<std::string> changes = changes_that_fit(cfg, world, speculative, budget.bytes, local_ranks);
+  std::string advice;
+  for (size_t i = 0; i < changes.size(); ++i) advice += (i == 0 ? "" : "; or ") + changes[i];
+  ST_BAD_INPUT("host memory: this config needs ", format_gib(plan.total()), " per rank (", plan.breakdown(), ")",
+               local_ranks > 1 ? str_cat(", ", format_gib(plan.total() * local_ranks), " for this host's ",
+                                         local_ranks, " ranks")
+                               : std::string(),
+               ", but ", budget.limited_by, "; ",
+               advice.empty() ? std::string("no single change of offload, checkpointing or world size fits it")
+                              : "it fits with " + advice,
+               "");
+}
+
+}  // namespace st

@@ -1,0 +1,166 @@
+// The CUDA backend's host plan is host arithmetic: each term is checked against GPT-2 124M's unit sizes
+// (plan_test_shapes.h) and Llama-3.1-8B's (8,030,261,248 parameters).
+#include "shardtrain/shard/host_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "plan_test_shapes.h"
+#include "shardtrain/core/error.h"
+#include "shardtrain/core/format.h"
+
+namespace st {
+namespace {
+
+using namespace plan_test;
+
+Config llama31_8b() {
+  Config c;
+  c.model.arch = ModelArch::kLlama;
+  c.model.n_layer = 32;
+  c.model.n_head = 32;
+  c.model.n_kv_head = 8;
+  c.model.n_embd = 4096;
+  c.model.ffn_dim = 14336;
+  c.model.vocab_size = 128256;
+  c.model.seq_len = 2048;
+  c.model.tie_embeddings = false;
+  c.train.device = Device::kCuda;
+  c.train.dtype = DType::kBF16;
+  c.optim.offload = OffloadMode::kOptimizer;
+  return c;
+}
+
+HostMemoryBudget budget_of(int64_t bytes) { return {bytes, "a test budget of " + format_gib(bytes)}; }
+
+TEST(HostPlan, WithoutOffloadOnlyTheReserveAndRandomInit) {
+  const HostPlan p = plan_cuda_host(gpt2_124m(DType::kBF16), 1, false);
+  EXPECT_EQ(p.optimizer_state, 0);
+  EXPECT_EQ(p.gradient_staging, 0);
+  EXPECT_EQ(p.parameter_staging, 0);
+  EXPECT_EQ(p.snapshot, 0);
+  EXPECT_EQ(p.loading, 4 * kEmbedding);  // one shard of random init, the largest
+  EXPECT_EQ(p.total(), 4 * kEmbedding + kCudaHostReserveBytes);
+}
+
+TEST(HostPlan, OffloadedUnitsHoldTwelveBytesAndTheirStagingBuffers) {
+  Config c = gpt2_124m(DType::kBF16);
+  c.optim.offload = OffloadMode::kOptimizer;
+  const HostPlan p = plan_cuda_host(c, 1, false);
+  EXPECT_EQ(p.optimizer_state, 12 * kParams);
+  EXPECT_EQ(p.gradient_staging, 4 * kParams);   // fp32
+  EXPECT_EQ(p.parameter_staging, 2 * kParams);  // bf16
+  EXPECT_EQ(p.speculative, 0);
+  EXPECT_EQ(plan_cuda_host(c, 1, true).speculative, 12 * kParams);  // the second state
+  c.train.dtype = DType::kF16;
+  EXPECT_EQ(plan_cuda_host(c, 1, false).parameter_staging, 2 * kParams);
+}
+
+TEST(HostPlan, OffloadFractionAndWorldSizeShrinkTheHostState) {
+  Config c = gpt2_124m(DType::kBF16);
+  c.optim.offload = OffloadMode::kOptimizer;
+  c.optim.offload_fraction = 0.5f;  // the final LayerNorm and nine blocks (memory_plan_test.cc)
+  const int64_t on_host = 1536 + 9 * kBlock, on_device = kParams - on_host;
+  const HostPlan p = plan_cuda_host(c, 1, false);
+  EXPECT_EQ(p.optimizer_state, 12 * on_host);
+  EXPECT_EQ(p.gradient_staging, 4 * on_host);
+  // A background checkpoint copies the device-resident units' param, m and v; offloaded ones are written in place.
+  c.ckpt.dir = "ck";
+  EXPECT_EQ(plan_cuda_host(c, 1, false).snapshot, 12 * on_device);
+  c.ckpt.async = false;
+  EXPECT_EQ(plan_cuda_host(c, 1, false).snapshot, 0);
+  // Two ranks: every unit of GPT-2 124M divides evenly.
+  c.ckpt.dir.clear();
+  EXPECT_EQ(plan_cuda_host(c, 2, false).optimizer_state, 12 * on_host / 2);
+}
+
+TEST(HostPlan, LoadingCountsTheHostViewOfTheState) {
+  Config c = gpt2_124m(DType::kBF16);
+  c.optim.offload = OffloadMode::kOptimizer;
+  c.optim.offload_fraction = 0.5f;
+  const int64_t on_host = 1536 + 9 * kBlock, on_device = kParams - on_host;
+  EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 4 * kEmbedding);  // random init, the largest shard
+  c.init.from = "gpt2.safetensors";
+  EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 12 * on_device);
+  c.init.from.clear();
+  c.ckpt.dir = "ck";  // a resume, and synchronous saves, go through the same view
+  EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 12 * on_device);
+  c.optim.offload_fraction = 1.0f;  // nothing device-resident: offloaded units are read and written in place
+  EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 4 * kEmbedding);
+}
+
+TEST(HostPlan, Llama8BWithOptimizerOffloadOnOneRank) {
+  const Config c = llama31_8b();
+  const HostPlan p = plan_cuda_host(c, 1, false);
+  EXPECT_EQ(p.optimizer_state, 12 * int64_t{8030261248});
+  EXPECT_EQ(format_gib(p.optimizer_state), "89.75 GiB");  // the second copy the speculative check reported
+  EXPECT_EQ(p.gradient_staging, 4 * int64_t{8030261248});
+  EXPECT_EQ(p.parameter_staging, 2 * int64_t{8030261248});
+  // 89.75 + 29.92 + 14.96 + 1.96 (random init of the head, the largest unit: 525,336,576 + the final norm's 4,096)
+  // + 3 GiB of reserve: over the 125 GiB of a host that would otherwise be the OOM killer's.
+  EXPECT_EQ(p.loading, 4 * (int64_t{525336576} + 4096));
+  EXPECT_EQ(format_gib(p.total()), "139.57 GiB");
+  // Checkpoints and init.from add nothing: every unit is offloaded, read and written in place.
+  Config with_ckpt = c;
+  with_ckpt.ckpt.dir = "ck";
+  with_ckpt.init.from = "Llama-3.1-8B";
+  EXPECT_EQ(plan_cuda_host(with_ckpt, 1, false).total(), p.total());
+}
+
+TEST(HostPlan, AutoSpeculatesOnlyWhereTheSecondCopyFits) {
+  Config c = gpt2_124m(DType::kBF16);
+  c.optim.offload = OffloadMode::kOptimizer;
+  const int64_t with = plan_cuda_host(c, 1, true).total();
+  EXPECT_TRUE(resolve_speculation(c, 1, budget_of(with)));
+  EXPECT_FALSE(resolve_speculation(c, 1, budget_of(with - 1)));
+  c.optim.offload_speculative = Speculation::kOff;
+  EXPECT_FALSE(resolve_speculation(c, 1, budget_of(1000 * kGiB)));
+  c.optim.offload_speculative = Speculation::kOn;
+  EXPECT_TRUE(resolve_speculation(c, 1, budget_of(0)));
+  c.optim.offload = OffloadMode::kNone;
+  EXPECT_FALSE(resolve_speculation(c, 1, budget_of(1000 * kGiB)));
+}
+
+TEST(HostPlan, RefusalGivesTheBreakdownTheLimitAndWhatFits) {
+  Config c = llama31_8b();
+  c.optim.offload = OffloadMode::kOptimizerParams;
+  const HostPlan p = plan_cuda_host(c, 1, false);
+  EXPECT_EQ(check_cuda_host_plan(c, 1, budget_of(p.total()), 1).total(), p.total());
+  try {
+    check_cuda_host_plan(c, 1, budget_of(64 * kGiB), 1);
+    FAIL() << "a 64 GiB host passed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("host memory: this config needs " + format_gib(p.total()) + " per rank (optimizer state 89.75 GiB"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("but a test budget of 64.00 GiB"), std::string::npos) << m;
+    // A smaller offload share fits (its device-resident units cost the host nothing without checkpoints), or
+    // four times the ranks.
+    EXPECT_EQ(m.find("ckpt.async=false"), std::string::npos) << m;
+    EXPECT_NE(m.find("it fits with optim.offload_fraction=0.40 (the device then holds the rest"), std::string::npos)
+        << m;
+    EXPECT_NE(m.find("; or 4 ranks on 4 host(s) of this size"), std::string::npos) << m;
+  }
+  // With background checkpoints, device-resident units are copied to pinned memory and loaded through the host:
+  // a smaller share no longer helps.
+  c.ckpt.dir = "ck";
+  try {
+    check_cuda_host_plan(c, 1, budget_of(64 * kGiB), 1);
+    FAIL() << "a 64 GiB host passed";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("optim.offload_fraction"), std::string::npos) << e.what();
+  }
+  // Two ranks on one host share its budget: the message counts both.
+  try {
+    check_cuda_host_plan(c, 2, budget_of(16 * kGiB), 2);
+    FAIL() << "16 GiB a rank passed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(" for this host's 2 ranks"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace st
