@@ -23,6 +23,7 @@
 #include "shardtrain/core/fault.h"
 #include "shardtrain/core/format.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/new_file.h"
 #include "shardtrain/core/preempt.h"
 #include "shardtrain/core/stats.h"
 #include "shardtrain/data/data_split.h"
@@ -148,8 +149,12 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
                   format_mib(mem0.device_in_use_bytes));
   }
 
-  // ckpt.export is written at the end: a directory it cannot be written into is bad input, found before step 1.
-  if (!cfg.ckpt.export_path.empty()) check_output_dir(cfg.ckpt.export_path, "ckpt.export");
+  // ckpt.export is written at the end, by the lead rank, into a new file: a directory it cannot be written into, or a
+  // file already there, is bad input found before step 1.
+  if (!cfg.ckpt.export_path.empty()) {
+    check_output_dir(cfg.ckpt.export_path, "ckpt.export");
+    if (lead) refuse_existing(cfg.ckpt.export_path, "ckpt.export");
+  }
   // Resume before anything is written: a bad checkpoint is bad input, found before step 1.
   TrainSummary summary;
   int64_t start_step = 0;
