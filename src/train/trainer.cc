@@ -17,6 +17,7 @@
 #include "shardtrain/ckpt/node_local.h"
 #include "shardtrain/ckpt/replica_resume.h"
 #include "shardtrain/ckpt/resume_data.h"
+#include "shardtrain/comm/on_all_ranks.h"
 #include "shardtrain/comm/watchdog.h"
 #include "shardtrain/comm/watched_communicator.h"
 #include "shardtrain/core/elapsed.h"
@@ -153,7 +154,11 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   // file already there, is bad input found before step 1.
   if (!cfg.ckpt.export_path.empty()) {
     check_output_dir(cfg.ckpt.export_path, "ckpt.export");
-    if (lead) refuse_existing(cfg.ckpt.export_path, "ckpt.export");
+    // Every rank exits alike (the lead's error), rather than the others waiting for a lead that gave up.
+    const auto refuse = [&] {
+      if (lead) refuse_existing(cfg.ckpt.export_path, "ckpt.export");
+    };
+    on_all_ranks(comm, refuse, "refused ckpt.export");
   }
   // Resume before anything is written: a bad checkpoint is bad input, found before step 1.
   TrainSummary summary;
