@@ -238,10 +238,10 @@ class Reader {
   int64_t next_doc_ = 0;
 };
 
-// One output stream (train or val): shards of shard_tokens tokens.
 // Thrown from the writing thread when `stop_requested` asks the job to stop; run_tokenize catches it.
 struct Stopped {};
 
+// One output stream (train or val): shards of shard_tokens tokens.
 class ShardSeries {
  public:
   ShardSeries(std::string prefix, int64_t shard_tokens, int bits, bool masked, std::function<void()> check_stop)
