@@ -1,12 +1,14 @@
 // `shardtrain tokenize`: text or JSONL to llm.c token shards (text/tokenize_job.h). Single-process, multi-threaded.
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/preempt.h"
 #include "shardtrain/text/tokenize_job.h"
 #include "shardtrain/train/progress_bar.h"
 
@@ -25,7 +27,9 @@ constexpr const char* kTokenizeUsage =
     "  --shard-tokens N      tokens a shard (default 100000000)\n"
     "  --separator TOKEN     the added token before each document, or none (default: the tokenizer family's,\n"
     "                        <|begin_of_text|> for Llama 3, <|endoftext|> for GPT-2 and Qwen)\n"
-    "  --threads N           encoding threads (default: one per core); the output does not depend on it\n";
+    "  --threads N           encoding threads (default: one per core); the output does not depend on it\n"
+    "Only new files: existing PREFIX_train_*/PREFIX_val_* files are refused. While it writes, PREFIX.incomplete marks\n"
+    "the set as incomplete (training refuses it); SIGINT or SIGTERM removes what was written and exits 130 or 143.\n";
 
 std::string human_bytes(double b) {
   char buf[32];
@@ -128,8 +132,17 @@ int cmd_tokenize(const std::vector<std::string>& args) {
   if (o.tokenizer.empty()) ST_BAD_INPUT("tokenize needs --tokenizer FILE (a Hugging Face tokenizer.json)");
 
   const bool tty = isatty(STDERR_FILENO) != 0;
-  const st::TokenizeSummary s = st::run_tokenize(o, tty ? draw_progress : nullptr);
+  st::install_stop_handlers();
+  const st::TokenizeSummary s =
+      st::run_tokenize(o, tty ? draw_progress : nullptr, [] { return st::stop_signal() != 0; });
   if (tty) std::fputc('\n', stderr);
+  if (s.stopped) {
+    const int sig = st::stop_signal();
+    std::fprintf(stderr,
+                 "tokenize: interrupted by %s: removed every file it had written under %s_*; nothing was written\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", o.out_prefix.c_str());
+    return 128 + sig;
+  }
   const double per_token = s.tokens > 0 ? static_cast<double>(s.bytes) / static_cast<double>(s.tokens) : 0;
   std::printf("tokenize: %lld documents (%lld for validation), %lld tokens from %s in %.1f s (%.1f MB/s), "
               "%.2f bytes a token\n",

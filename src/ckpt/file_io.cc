@@ -10,6 +10,7 @@
 
 #include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/new_file.h"
 #include "shardtrain/core/unique_fd.h"
 
 namespace st {
@@ -51,27 +52,56 @@ void fsync_path(const std::string& path) {
   if (fd.close() != 0) ST_FAULT("close of ", path, " after fsync failed: ", errno_text());
 }
 
-void write_file_atomic(const std::string& path, const std::string& text) {
+namespace {
+
+// Writes `text` to a temporary beside `path`, fsynced, and returns its name; a failure removes it.
+std::string write_temporary(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   RemoveOnFailure cleanup(tmp);
-  {
-    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd.get() < 0) ST_FAULT("cannot create ", tmp, ": ", errno_text());
-    size_t done = 0;
-    while (done < text.size()) {
-      const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) ST_FAULT("write to ", tmp, " failed after ", done, " of ", text.size(), " bytes: ", errno_text());
-      done += static_cast<size_t>(n);
-    }
-    while (::fsync(fd.get()) != 0) {
-      if (errno != EINTR) ST_FAULT("fsync of ", tmp, " failed: ", errno_text());
-    }
-    if (fd.close() != 0) ST_FAULT("close of ", tmp, " failed: ", errno_text());
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) ST_FAULT("cannot create ", tmp, ": ", errno_text());
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) ST_FAULT("write to ", tmp, " failed after ", done, " of ", text.size(), " bytes: ", errno_text());
+    done += static_cast<size_t>(n);
   }
+  while (::fsync(fd.get()) != 0) {
+    if (errno != EINTR) ST_FAULT("fsync of ", tmp, " failed: ", errno_text());
+  }
+  if (fd.close() != 0) ST_FAULT("close of ", tmp, " failed: ", errno_text());
+  cleanup.dismiss();
+  return tmp;
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = write_temporary(path, text);
+  RemoveOnFailure cleanup(tmp);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) ST_FAULT("cannot rename ", tmp, " to ", path, ": ", errno_text());
   cleanup.dismiss();
   // The rename is durable only once the directory entry is.
+  fsync_path(parent_dir(path));
+}
+
+void write_new_file_atomic(const std::string& path, const std::string& text, const std::string& what) {
+  refuse_existing(path, what);
+  const std::string tmp = write_temporary(path, text);
+  commit_new_file(tmp, path, what);
+}
+
+void commit_new_file(const std::string& tmp, const std::string& path, const std::string& what) {
+  RemoveOnFailure cleanup(tmp);
+  if (const int err = rename_no_replace(tmp, path)) {
+    if (err == EEXIST)
+      ST_BAD_INPUT(what, " ", path,
+                   ": exists (it appeared while this was written; nothing was replaced): remove it, or name another "
+                   "path");
+    ST_FAULT("cannot rename ", tmp, " to ", path, ": ", errno_text(err));
+  }
+  cleanup.dismiss();
   fsync_path(parent_dir(path));
 }
 

@@ -1,5 +1,7 @@
 #include "shardtrain/ckpt/tools.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -21,6 +23,7 @@
 #include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/hf_config.h"
+#include "shardtrain/core/new_file.h"
 #include "shardtrain/model/llama/llama_hf.h"
 #include "shardtrain/model/units.h"
 
@@ -35,13 +38,9 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// Renames tmp over path and makes the rename durable; kFault naming both on failure.
-void commit_rename(const std::string& tmp, const std::string& path) {
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    ST_FAULT("cannot rename ", tmp, " to ", path, ": ", errno_text());
-  const fs::path dir = fs::path(path).parent_path();
-  fsync_path(dir.empty() ? "." : dir.string());
-}
+// The temporary name a writer uses beside `path`: a name of its own (its pid), so it never takes another run's or the
+// user's file for its own.
+std::string temporary_beside(const std::string& path) { return path + ".tmp-" + std::to_string(::getpid()); }
 
 // The checkpoint's parameters by range. Rank files are opened lazily, each checked (open_rank_file) before its
 // first read, and kept open for later ranges.
@@ -161,6 +160,13 @@ ExportReport export_checkpoint(const std::string& step_dir, const std::string& o
   if (!format) ST_BAD_INPUT("output path ", out_path, " must end in .safetensors or .h5");
   const fs::path out_dir = fs::path(out_path).parent_path().empty() ? fs::path(".") : fs::path(out_path).parent_path();
   check_output_dir(out_path, "ckpt export --out");
+  // Both files are new: the weights at --out, and the config.json beside them.
+  refuse_existing(out_path, "ckpt export --out");
+  const std::string config_path = (out_dir / "config.json").string();
+  if (path_exists(config_path))
+    ST_BAD_INPUT("ckpt export --out ", out_path, ": ", config_path,
+                 " exists, and the export writes GPT2Config's config.json beside the weights; shardtrain writes only "
+                 "new files: remove it, or export into another directory");
 
   const Manifest m = open_checkpoint(step_dir);
   if (m.model.is_llama())
@@ -186,11 +192,11 @@ ExportReport export_checkpoint(const std::string& step_dir, const std::string& o
 
   ExportReport report;
   report.path = out_path;
-  report.config_path = (out_dir / "config.json").string();
+  report.config_path = config_path;
   report.tensors = static_cast<int>(map.size());
-  // Written beside the target and renamed into place; a failed write removes it, so neither a *.tmp nor a
+  // Written beside the target and renamed into place; a failed write removes it, so neither a temporary nor a
   // half-written file at out_path is left.
-  const std::string tmp = out_path + ".tmp";
+  const std::string tmp = temporary_beside(out_path);
   RemoveOnFailure guard(tmp);
   if (*format == ExportFormat::kSafetensors) {
     std::vector<SafetensorsTensor> decl;
@@ -204,10 +210,13 @@ ExportReport export_checkpoint(const std::string& step_dir, const std::string& o
     f.close();
     fsync_path(tmp);  // HDF5 never fsyncs
   }
-  commit_rename(tmp, out_path);
   guard.dismiss();
+  commit_new_file(tmp, out_path, "ckpt export --out");
   report.bytes = file_size(out_path);
-  write_file_atomic(report.config_path, hf_gpt2_config_json(m.model));
+  // The export is the pair: weights without their config are removed again.
+  RemoveOnFailure weights(out_path);
+  write_new_file_atomic(config_path, hf_gpt2_config_json(m.model), "ckpt export --out " + out_path + ": the config");
+  weights.dismiss();
   return report;
 }
 
@@ -224,15 +233,18 @@ HfDirExportReport export_checkpoint_hf_dir(const std::string& step_dir, const st
     ST_BAD_INPUT("ckpt export ", step_dir, ": this checkpoint is model.arch=", to_string(m.model.arch), ": --out ",
                  out_dir, " must be a file with an allowed suffix (allowed: .safetensors, .h5); a Hugging Face model "
                  "directory is written for llama checkpoints");
-  // "out/" and "out" are the same directory; its parent must exist.
+  // "out/" and "out" are the same directory; its parent must exist. Every file is new: the directory is new or
+  // empty.
   std::string dir = out_dir;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   check_output_dir(dir, "ckpt export --out");
   std::error_code ec;
-  if (fs::exists(dir, ec) && (!fs::is_directory(dir, ec) || !fs::is_empty(dir, ec)))
+  const bool exists = path_exists(dir);
+  if (exists && (!fs::is_directory(fs::symlink_status(dir, ec)) || !fs::is_empty(dir, ec)))
     ST_BAD_INPUT("ckpt export --out ", dir, ": exists and is ",
-                 fs::is_directory(dir, ec) ? "not empty" : "not a directory",
-                 "; name a new directory (or an empty one) for the Hugging Face model");
+                 fs::is_directory(fs::symlink_status(dir, ec)) ? "not empty" : "not a directory",
+                 "; shardtrain writes only new files: name a new directory (or an empty one) for the Hugging Face "
+                 "model");
 
   const std::vector<UnitLayout> units = build_units(m.model);
   const std::vector<HfRange> map = llama_hf_tensor_map(m.model, units);
@@ -259,9 +271,9 @@ HfDirExportReport export_checkpoint_hf_dir(const std::string& step_dir, const st
     return std::string(name);
   };
 
-  const std::string tmp = dir + ".tmp";
-  fs::remove_all(tmp, ec);  // a previous export that was killed
-  if (!fs::create_directory(tmp, ec)) ST_FAULT("cannot create ", tmp, ": ", ec.message());
+  // A directory of this run's own: a killed export's (another pid) stays, and is never taken for this one.
+  const std::string tmp = temporary_beside(dir);
+  if (!fs::create_directory(tmp, ec)) ST_FAULT("cannot create ", tmp, ": ", ec ? ec.message() : "it exists");
   RemoveOnFailure guard(tmp);
 
   HfDirExportReport report;
@@ -295,9 +307,23 @@ HfDirExportReport export_checkpoint_hf_dir(const std::string& step_dir, const st
   write_file_atomic((fs::path(tmp) / "config.json").string(),
                     hf_llama_config_json(m.model, options.dtype == SafetensorsDtype::kBF16 ? "bfloat16" : "float32"));
   fsync_path(tmp);
-  // rename(2) replaces an empty directory.
-  commit_rename(tmp, dir);
   guard.dismiss();
+  if (exists) {
+    // rename(2) replaces an empty directory, and fails on one that files were put in meanwhile.
+    RemoveOnFailure leftover(tmp);
+    if (std::rename(tmp.c_str(), dir.c_str()) != 0) {
+      if (errno == ENOTEMPTY || errno == EEXIST)
+        ST_BAD_INPUT("ckpt export --out ", dir,
+                     ": files appeared in it while the export was written; nothing was replaced: name a new "
+                     "directory");
+      ST_FAULT("cannot rename ", tmp, " to ", dir, ": ", errno_text());
+    }
+    leftover.dismiss();
+    const fs::path parent = fs::path(dir).parent_path();
+    fsync_path(parent.empty() ? "." : parent.string());
+  } else {
+    commit_new_file(tmp, dir, "ckpt export --out");
+  }
   return report;
 }
 

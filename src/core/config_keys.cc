@@ -351,8 +351,9 @@ const std::vector<Key>& keys() {
           "or ckpt.resume needs 1"),
       key("ckpt", "export", &Config::ckpt, &CkptConfig::export_path,
           "at the end, write the full fp32 weights to this HDF5 file, one dataset per tensor under its Hugging Face "
-          "name (GPT2LMHeadModel's, or LlamaForCausalLM's for a llama; empty: none). A Hugging Face model directory "
-          "is written from a checkpoint: shardtrain ckpt export STEP_DIR --out DIR"),
+          "name (GPT2LMHeadModel's, or LlamaForCausalLM's for a llama; empty: none). A new file: one that exists is "
+          "refused before step 1. A Hugging Face model directory is written from a checkpoint: shardtrain ckpt export "
+          "STEP_DIR --out DIR"),
 
       key("init", "from", &Config::init, &InitConfig::from,
           "start from these weights instead of random init: .safetensors or .h5 with Hugging Face GPT-2 "

@@ -13,6 +13,7 @@
 
 #include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/new_file.h"
 #include "shardtrain/core/unique_fd.h"
 
 namespace st {
@@ -67,6 +68,14 @@ LlmcShardWriter::LlmcShardWriter(std::string path, int token_bits, bool with_mas
   if (token_bits_ != 16 && token_bits_ != 32)
     ST_BAD_INPUT("llm.c shard ", path_, ": token width ", token_bits_, " bits: expected 16 or 32");
   if (with_mask) mask_path_ = mask_path_for(path_);
+  // Only new files: an existing shard is refused, and so is a mask at this shard's mask path, which a shard written
+  // without one would otherwise be read with.
+  if (path_exists(path_))
+    ST_BAD_INPUT("llm.c shard ", path_, ": exists; shardtrain writes only new files: remove it, or write elsewhere");
+  if (path_exists(mask_path_for(path_)))
+    ST_BAD_INPUT("llm.c shard ", path_, ": ", mask_path_for(path_), " exists, and would be read as ",
+                 with_mask ? "this shard's new" : "the loss mask of this shard, which has none",
+                 "; shardtrain writes only new files: remove it, or write elsewhere");
   open_out(tokens_, path_);
   if (with_mask) open_out(mask_, mask_path_);
   open_ = true;
@@ -161,14 +170,21 @@ void LlmcShardWriter::write(const int32_t* tokens, const uint8_t* mask, int64_t 
       }
     }
     append(tokens_, staging_.data(), staging_.size());
-    if (mask != nullptr) append(mask_, mask + lo, static_cast<size_t>(m));
+    if (mask != nullptr) {
+      content_hash_.update(staging_.data(), staging_.size());
+      append(mask_, mask + lo, static_cast<size_t>(m));
+    }
   }
   count_ += n;
 }
 
-void LlmcShardWriter::finish(Out& out, int32_t magic, int32_t version) {
+void LlmcShardWriter::finish(Out& out, int32_t magic, int32_t version, uint64_t shard_hash) {
   flush(out);
   int32_t header[kLlmcHeaderInts] = {magic, version, static_cast<int32_t>(count_)};
+  if (magic == kLlmcMaskMagic) {
+    header[kLlmcMaskShardHashLo] = static_cast<int32_t>(static_cast<uint32_t>(shard_hash));
+    header[kLlmcMaskShardHashHi] = static_cast<int32_t>(static_cast<uint32_t>(shard_hash >> 32));
+  }
   if (!write_all(out.fd.get(), reinterpret_cast<const uint8_t*>(header), sizeof(header), 0))
     fail(str_cat("write of the header of ", out.tmp_path), errno);
   if (!fsync_fd(out.fd.get())) fail(str_cat("fsync of ", out.tmp_path), errno);
@@ -185,20 +201,18 @@ void LlmcShardWriter::close() {
   const bool masked = !mask_path_.empty();
   finish(tokens_, token_bits_ == 16 ? kLlmcMagic : kLlmcMagic32, token_bits_ == 16 ? kLlmcVersion : kLlmcVersion32);
   if (masked) {
-    finish(mask_, kLlmcMaskMagic, kLlmcMaskVersion);
+    finish(mask_, kLlmcMaskMagic, kLlmcMaskVersion, content_hash_.value());
     // The mask first: a reader that finds the shard finds its mask.
-    if (std::rename(mask_.tmp_path.c_str(), mask_path_.c_str()) != 0)
-      fail(str_cat("rename of ", mask_.tmp_path, " to ", mask_path_), errno);
-    mask_.tmp_path.clear();
+    commit(mask_, mask_path_);
     mask_renamed_ = true;
-  } else {
-    // A mask left by an earlier shard of this name would be read as this one's.
-    const std::string stale = mask_path_for(path_);
-    if (::unlink(stale.c_str()) != 0 && errno != ENOENT) fail(str_cat("removal of the stale mask ", stale), errno);
+  } else if (path_exists(mask_path_for(path_))) {
+    // A mask put at this shard's mask path since the constructor's check would be read as this one's.
+    discard();
+    ST_BAD_INPUT("llm.c shard ", path_, ": ", mask_path_for(path_),
+                 " appeared while the shard was written, and would be read as its loss mask; nothing was left under ",
+                 path_);
   }
-  if (std::rename(tokens_.tmp_path.c_str(), path_.c_str()) != 0)
-    fail(str_cat("rename of ", tokens_.tmp_path, " to ", path_), errno);
-  tokens_.tmp_path.clear();
+  commit(tokens_, path_);
   shard_renamed_ = true;
   // The renames are durable once the directory entry is.
   const std::string dir = directory_of(path_);
@@ -210,6 +224,17 @@ void LlmcShardWriter::close() {
   if (!synced) fail(str_cat("fsync of its directory ", dir), err);
   open_ = false;
   mask_renamed_ = shard_renamed_ = false;
+}
+
+void LlmcShardWriter::commit(Out& out, const std::string& final_path) {
+  if (const int err = rename_no_replace(out.tmp_path, final_path)) {
+    if (err != EEXIST) fail(str_cat("rename of ", out.tmp_path, " to ", final_path), err);
+    discard();
+    ST_BAD_INPUT("llm.c shard ", path_, ": ", final_path,
+                 " appeared while the shard was written; nothing was replaced, and nothing was left under ", path_,
+                 mask_path_.empty() ? "" : " or " + mask_path_, " by this writer");
+  }
+  out.tmp_path.clear();
 }
 
 void LlmcShardWriter::discard() noexcept {

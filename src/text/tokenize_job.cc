@@ -1,8 +1,13 @@
 #include "shardtrain/text/tokenize_job.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <deque>
 #include <exception>
@@ -18,7 +23,10 @@
 #include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/fault.h"
+#include "shardtrain/core/new_file.h"
 #include "shardtrain/core/rng.h"
+#include "shardtrain/core/unique_fd.h"
 #include "shardtrain/data/llmc_format.h"
 #include "shardtrain/data/llmc_writer.h"
 #include "shardtrain/data/path_glob.h"
@@ -195,11 +203,15 @@ class Reader {
 
   bool read_lines(std::ifstream& in, const std::string& f, InputFormat fmt) {
     std::string line;
-    for (int64_t n = 1; std::getline(in, line); ++n) {
+    int64_t n = 1, documents = 0;
+    for (; std::getline(in, line); ++n) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      ++documents;
       if (!add({next_doc_++, true, fmt, std::move(line), f + ":" + std::to_string(n)})) return false;
       line.clear();
     }
+    if (documents == 0 && !in.bad())
+      ST_BAD_INPUT("input ", f, " is empty: it holds no JSON line (", n - 1, " blank line(s)); nothing to tokenize");
     return true;
   }
 
@@ -226,11 +238,18 @@ class Reader {
   int64_t next_doc_ = 0;
 };
 
+// Thrown from the writing thread when `stop_requested` asks the job to stop; run_tokenize catches it.
+struct Stopped {};
+
 // One output stream (train or val): shards of shard_tokens tokens.
 class ShardSeries {
  public:
-  ShardSeries(std::string prefix, int64_t shard_tokens, int bits, bool masked)
-      : prefix_(std::move(prefix)), shard_tokens_(shard_tokens), bits_(bits), masked_(masked) {}
+  ShardSeries(std::string prefix, int64_t shard_tokens, int bits, bool masked, std::function<void()> check_stop)
+      : prefix_(std::move(prefix)),
+        shard_tokens_(shard_tokens),
+        bits_(bits),
+        masked_(masked),
+        check_stop_(std::move(check_stop)) {}
 
   void append(const EncodedDoc& d) {
     for (size_t at = 0; at < d.ids.size();) {
@@ -264,6 +283,7 @@ class ShardSeries {
 
  private:
   void open() {
+    check_stop_();
     char name[32];
     std::snprintf(name, sizeof name, "_%06zu.bin", done_.size());
     path_ = prefix_ + name;
@@ -274,18 +294,23 @@ class ShardSeries {
     writer_->close();
     writer_.reset();
     done_.push_back(path_);
+    // The test seam: a run stopped at a known point, for a signal to land in the middle of it.
+    if (fault_injected("tokenize_sigstop", 0, static_cast<int64_t>(done_.size()))) ::raise(SIGSTOP);
   }
 
   std::string prefix_;
   int64_t shard_tokens_;
   int bits_;
   bool masked_;
+  std::function<void()> check_stop_;
   std::unique_ptr<LlmcShardWriter> writer_;
   std::string path_;
   int64_t in_shard_ = 0, tokens_ = 0;
   std::vector<std::string> done_;
 };
 
+// Refuses an output set that is there already: the files of a finished run, or the leftovers (marker, shards,
+// temporaries) of one that was killed.
 void refuse_existing_outputs(const std::string& prefix) {
   const fs::path p(prefix);
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
@@ -293,20 +318,90 @@ void refuse_existing_outputs(const std::string& prefix) {
   if (stem.empty()) ST_BAD_INPUT("--out ", prefix, " names a directory: give a file prefix such as ", prefix, "data");
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return;
+  const std::string marker = incomplete_marker_for_prefix(prefix);
+  std::vector<std::string> found;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     for (const char* split : {"_train_", "_val_"})
-      if (name.rfind(stem + split, 0) == 0)
-        ST_BAD_INPUT("--out ", prefix, ": ", e.path().string(),
-                     " exists; remove the earlier output or choose another prefix (a shorter rerun would leave its "
-                     "stale shards behind)");
+      if (name.rfind(stem + split, 0) == 0) found.push_back(e.path().string());
   }
+  std::sort(found.begin(), found.end());
+  if (path_exists(marker)) {
+    std::string list;
+    for (size_t i = 0; i < found.size() && i < 5; ++i) list += (i ? ", " : "") + found[i];
+    if (found.size() > 5) list += str_cat(", ... (", found.size(), " files)");
+    ST_BAD_INPUT("--out ", prefix, ": ", marker,
+                 " exists: a tokenize run on this prefix was interrupted (or is still running), and its output is "
+                 "incomplete",
+                 found.empty() ? std::string() : ": " + list,
+                 "; remove them and the marker, then run again (or choose another prefix)");
+  }
+  if (!found.empty())
+    ST_BAD_INPUT("--out ", prefix, ": ", found.front(),
+                 " exists; remove the earlier output or choose another prefix (a shorter rerun would leave its stale "
+                 "shards behind)");
+}
+
+// Makes --out's directory; kBadInput naming --out when it cannot be made (a file in the way, a read-only file
+// system, no permission).
+void make_output_dir(const std::string& prefix) {
+  const fs::path parent = fs::path(prefix).parent_path();
+  if (parent.empty()) return;
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (!ec && fs::is_directory(parent, ec)) return;
+  for (fs::path up = parent; !up.empty(); up = up.parent_path()) {
+    std::error_code e;
+    const fs::file_status st = fs::status(up, e);
+    if (fs::exists(st) && !fs::is_directory(st))
+      ST_BAD_INPUT("--out ", prefix, ": ", up.string(), " is a file, not a directory");
+    if (up == up.parent_path()) break;
+  }
+  ST_BAD_INPUT("--out ", prefix, ": cannot create its directory ", parent.string(), ": ",
+               ec ? ec.message() : std::string("it is not a directory"));
+}
+
+// Makes a change to the directory entries beside `path` durable.
+void fsync_directory_of(const std::string& path) {
+  const fs::path dir = fs::path(path).parent_path();
+  UniqueFd dfd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dfd || ::fsync(dfd.get()) != 0) ST_FAULT("cannot fsync the directory of ", path, ": ", errno_text());
+}
+
+// The set's marker (llmc_format.h): created exclusively, written and made durable before the first shard.
+void create_marker(const std::string& prefix) {
+  const std::string marker = incomplete_marker_for_prefix(prefix);
+  UniqueFd fd(::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!fd) {
+    const int err = errno;
+    if (err == EEXIST)
+      ST_BAD_INPUT("--out ", prefix, ": ", marker, " appeared: another tokenize run is writing this prefix");
+    if (err == ENOSPC || err == EIO || err == EDQUOT) ST_FAULT("cannot create ", marker, ": ", errno_text(err));
+    ST_BAD_INPUT("--out ", prefix, ": cannot create ", marker, ": ", errno_text(err));
+  }
+  const std::string text =
+      str_cat("shardtrain tokenize (pid ", ::getpid(), ") is writing ", prefix, "_train_*.bin and ", prefix,
+              "_val_*.bin; while this file exists, the set is incomplete\n");
+  if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) || ::fsync(fd.get()) != 0 ||
+      fd.close() != 0) {
+    const int err = errno;
+    ::unlink(marker.c_str());
+    ST_FAULT("cannot write ", marker, ": ", errno_text(err));
+  }
+  fsync_directory_of(marker);
+}
+
+// Removes the marker (committing the set, or after its shards were removed) and makes that durable.
+void remove_marker(const std::string& prefix) {
+  const std::string marker = incomplete_marker_for_prefix(prefix);
+  if (::unlink(marker.c_str()) != 0) ST_FAULT("cannot remove ", marker, ": ", errno_text());
+  fsync_directory_of(marker);
 }
 
 }  // namespace
 
-TokenizeSummary run_tokenize(const TokenizeOptions& opts,
-                             const std::function<void(const TokenizeProgress&)>& progress) {
+TokenizeSummary run_tokenize(const TokenizeOptions& opts, const std::function<void(const TokenizeProgress&)>& progress,
+                             const std::function<bool()>& stop_requested) {
   const auto t0 = std::chrono::steady_clock::now();
   if (opts.out_prefix.empty()) ST_BAD_INPUT("tokenize needs --out PREFIX");
   if (opts.inputs.empty()) ST_BAD_INPUT("tokenize needs at least one INPUT (a file or a glob)");
@@ -319,20 +414,32 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts,
   for (const std::string& in : opts.inputs)
     for (std::string& f : expand_data_path(in, "input")) files.push_back(std::move(f));
   int64_t total_bytes = 0;
-  for (const std::string& f : files) total_bytes += static_cast<int64_t>(fs::file_size(f));
+  for (const std::string& f : files) {
+    const int64_t bytes = static_cast<int64_t>(fs::file_size(f));
+    if (bytes == 0) ST_BAD_INPUT("input ", f, " is empty (0 bytes): nothing to tokenize");
+    total_bytes += bytes;
+  }
 
+  TokenizeSummary sum;
+  const auto stop_now = [&] { return stop_requested && stop_requested(); };
   const Tokenizer tok = Tokenizer::load(opts.tokenizer);
   const Conventions conv(tok, opts.separator);
   refuse_existing_outputs(opts.out_prefix);
-  const fs::path parent = fs::path(opts.out_prefix).parent_path();
-  if (!parent.empty()) fs::create_directories(parent);
+  make_output_dir(opts.out_prefix);
+  if (stop_now()) {
+    sum.stopped = true;
+    return sum;
+  }
+  create_marker(opts.out_prefix);
 
-  TokenizeSummary sum;
   sum.token_bits = llmc_token_bits(tok.vocab_size());
   sum.family = to_string(conv.family());
   const bool masked = opts.format == InputFormat::kChat || opts.format == InputFormat::kPrompt;
-  ShardSeries train(opts.out_prefix + "_train", opts.shard_tokens, sum.token_bits, masked);
-  ShardSeries val(opts.out_prefix + "_val", opts.shard_tokens, sum.token_bits, masked);
+  const auto check_stop = [&] {
+    if (stop_now()) throw Stopped{};
+  };
+  ShardSeries train(opts.out_prefix + "_train", opts.shard_tokens, sum.token_bits, masked, check_stop);
+  ShardSeries val(opts.out_prefix + "_val", opts.shard_tokens, sum.token_bits, masked, check_stop);
 
   const int threads = opts.threads > 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency());
   const int64_t max_in_flight = 4 * threads;
@@ -412,7 +519,12 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts,
       Encoded e;
       {
         std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return done.count(written) || (reader_finished && produced == written); });
+        const auto ready = [&] { return done.count(written) || (reader_finished && produced == written); };
+        while (!cv.wait_for(lock, std::chrono::milliseconds(100), ready)) {
+          lock.unlock();
+          check_stop();
+          lock.lock();
+        }
         if (!done.count(written)) break;  // everything read has been written
         e = std::move(done[written]);
         done.erase(written);
@@ -421,6 +533,7 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts,
       }
       if (e.error) std::rethrow_exception(e.error);
       for (const DocTokens& d : e.docs) {
+        check_stop();
         const bool is_val = opts.val_fraction > 0 && uniform_at(0, kValSplitStream, d.doc) < opts.val_fraction;
         (is_val ? val : train).append(d.tokens);
         if (d.doc != last_doc) {
@@ -448,10 +561,24 @@ TokenizeSummary run_tokenize(const TokenizeOptions& opts,
     if (train.tokens() == 0) ST_BAD_INPUT("the inputs hold no document for training (", files.size(), " file(s))");
     train.finish();
     val.finish();
+    check_stop();  // the last moment a stop undoes the run: once the marker goes, the set is committed
+    remove_marker(opts.out_prefix);
+  } catch (const Stopped&) {
+    shut_down();
+    train.discard();
+    val.discard();
+    remove_marker(opts.out_prefix);
+    sum.stopped = true;
+    return sum;
   } catch (...) {
     shut_down();
     train.discard();
     val.discard();
+    try {
+      remove_marker(opts.out_prefix);
+    } catch (const Error&) {
+      // The job's own error is the one to report; a marker that stays names the set as incomplete.
+    }
     throw;
   }
   shut_down();

@@ -17,12 +17,14 @@
 #include "shardtrain/ckpt/node_local.h"
 #include "shardtrain/ckpt/replica_resume.h"
 #include "shardtrain/ckpt/resume_data.h"
+#include "shardtrain/comm/on_all_ranks.h"
 #include "shardtrain/comm/watchdog.h"
 #include "shardtrain/comm/watched_communicator.h"
 #include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/fault.h"
 #include "shardtrain/core/format.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/new_file.h"
 #include "shardtrain/core/preempt.h"
 #include "shardtrain/core/stats.h"
 #include "shardtrain/data/data_split.h"
@@ -148,8 +150,16 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
                   format_mib(mem0.device_in_use_bytes));
   }
 
-  // ckpt.export is written at the end: a directory it cannot be written into is bad input, found before step 1.
-  if (!cfg.ckpt.export_path.empty()) check_output_dir(cfg.ckpt.export_path, "ckpt.export");
+  // ckpt.export is written at the end, by the lead rank, into a new file: a directory it cannot be written into, or a
+  // file already there, is bad input found before step 1.
+  if (!cfg.ckpt.export_path.empty()) {
+    check_output_dir(cfg.ckpt.export_path, "ckpt.export");
+    // Every rank exits alike (the lead's error), rather than the others waiting for a lead that gave up.
+    const auto refuse = [&] {
+      if (lead) refuse_existing(cfg.ckpt.export_path, "ckpt.export");
+    };
+    on_all_ranks(comm, refuse, "refused ckpt.export");
+  }
   // Resume before anything is written: a bad checkpoint is bad input, found before step 1.
   TrainSummary summary;
   int64_t start_step = 0;

@@ -98,7 +98,8 @@ for key, value in {"n_embd": 128, "n_layer": 4, "n_head": 4, "vocab_size": 256, 
                    "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_inner": None,
                    "tie_word_embeddings": True}.items():
     check(cfg.get(key, "absent") == value, f"config.json {key} = {cfg.get(key, 'absent')}, expected {value}")
-check(not os.path.exists(exported + ".tmp"), "the temporary file was left behind")
+check(not any(n.startswith(os.path.basename(exported) + ".tmp") for n in os.listdir(os.path.dirname(exported))),
+      "the temporary file was left behind")
 
 # verify, then a flipped byte
 text = run("ckpt", "verify", step_dir)

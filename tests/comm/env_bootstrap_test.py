@@ -24,6 +24,7 @@ Ports: each run binds port 0 to get a free one, so parallel ctest runs do not co
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -178,7 +179,8 @@ def failure_case(case, shardtrain, work, config, overrides):
 def main():
     case, shardtrain, mpirun, work, config = sys.argv[1:6]
     overrides = sys.argv[6:]
-    os.makedirs(work, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # ckpt.export writes only new files: start from an empty directory
+    os.makedirs(work)
     if case in ("pod", "torchrun"):
         failures = equivalence(case, shardtrain, mpirun, work, config, overrides)
     else:

@@ -5,12 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <vector>
 
 #include "data_test_util.h"
+#include "shardtrain/data/llmc_format.h"
 #include "shardtrain/data/llmc_source.h"
 
 namespace st {
@@ -86,7 +88,7 @@ TEST(LlmcShardWriter, Writes32BitShardsWithMasksAcrossManyBuffers) {
   EXPECT_EQ(header_int(shard, 1), 7);
   EXPECT_EQ(header_int(shard, 2), n);
   EXPECT_EQ(header_int(m, 0), 20261201);
-  EXPECT_EQ(header_int(m, 1), 1);
+  EXPECT_EQ(header_int(m, 1), kLlmcMaskVersion);
   EXPECT_EQ(header_int(m, 2), n);
   auto src = open_llmc_source(dir.file("q_*.bin"), 151936);
   ASSERT_TRUE(src->has_loss_mask());
@@ -148,18 +150,79 @@ TEST(LlmcShardWriter, AMissingDirectoryIsBadInputNamingIt) {
       << msg;
 }
 
-TEST(LlmcShardWriter, AnUnmaskedShardReplacesAStaleMask) {
+// Only new files: an existing shard, and a mask at the mask path of a shard written without one (it would be read
+// as that shard's), are refused and kept.
+TEST(LlmcShardWriter, ExistingFilesAreRefusedAndKept) {
   TempDir dir;
   const std::vector<int32_t> tokens = {1, 2, 3};
   const std::vector<uint8_t> mask = {0, 1, 1};
   LlmcShardWriter a(dir.file("s.bin"), 16, true);
   a.write(tokens.data(), mask.data(), 3);
   a.close();
-  LlmcShardWriter b(dir.file("s.bin"), 16, false);
-  b.write(tokens.data(), 3);
-  b.close();
+  const std::string shard = read_bytes(dir.file("s.bin")), old_mask = read_bytes(dir.file("s.mask"));
+  std::string msg = error_of(ErrorKind::kBadInput, [&] { LlmcShardWriter(dir.file("s.bin"), 16, true); });
+  EXPECT_TRUE(contains(msg, "llm.c shard " + dir.file("s.bin") + ": exists")) << msg;
+  std::filesystem::remove(dir.file("s.bin"));
+  msg = error_of(ErrorKind::kBadInput, [&] { LlmcShardWriter(dir.file("s.bin"), 16, false); });
+  EXPECT_TRUE(contains(msg, dir.file("s.mask") + " exists, and would be read as the loss mask of this shard")) << msg;
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"s.mask"}));
+  EXPECT_TRUE(read_bytes(dir.file("s.mask")) == old_mask);
+}
+
+// A file that appears under the final name while the shard is written is not replaced: close() refuses, keeps it,
+// and leaves nothing of its own.
+TEST(LlmcShardWriter, AFileThatAppearsMeanwhileIsNotReplaced) {
+  TempDir dir;
+  const std::vector<int32_t> tokens = {1, 2, 3};
+  LlmcShardWriter w(dir.file("s.bin"), 16, false);
+  w.write(tokens.data(), 3);
+  testing::write_bytes(dir.file("s.bin"), "someone else's");
+  const std::string msg = error_of(ErrorKind::kBadInput, [&] { w.close(); });
+  EXPECT_TRUE(contains(msg, dir.file("s.bin") + " appeared while the shard was written; nothing was replaced")) << msg;
   EXPECT_EQ(dir.entries(), (std::vector<std::string>{"s.bin"}));
-  EXPECT_FALSE(open_llmc_source(dir.file("s.bin"), 256)->has_loss_mask());
+  EXPECT_EQ(read_bytes(dir.file("s.bin")), "someone else's");
+}
+
+// The mask records the shard's content hash: LlmcContentHash of the token bytes, whatever pieces they came in.
+TEST(LlmcShardWriter, TheMaskRecordsTheShardsContentHash) {
+  TempDir dir;
+  std::vector<int32_t> tokens(1001);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7919) % 60000);
+  const std::vector<uint8_t> mask(tokens.size(), 1);
+  LlmcShardWriter w(dir.file("s.bin"), 16, true);
+  for (size_t at = 0; at < tokens.size();) {  // pieces of odd lengths: words straddle write() calls
+    const size_t n = std::min<size_t>(tokens.size() - at, 3 + at % 5);
+    w.write(tokens.data() + at, mask.data() + at, static_cast<int64_t>(n));
+    at += n;
+  }
+  w.close();
+  const std::string shard = read_bytes(dir.file("s.bin")), m = read_bytes(dir.file("s.mask"));
+  LlmcContentHash h;
+  h.update(shard.data() + kLlmcHeaderBytes, shard.size() - kLlmcHeaderBytes);
+  EXPECT_EQ(header_int(m, 1), kLlmcMaskVersion);
+  EXPECT_EQ(static_cast<uint32_t>(header_int(m, 3)), static_cast<uint32_t>(h.value()));
+  EXPECT_EQ(static_cast<uint32_t>(header_int(m, 4)), static_cast<uint32_t>(h.value() >> 32));
+}
+
+// The hash of docs/data-format.md's Python code, in pieces of any size and summed over pieces.
+TEST(LlmcContentHash, IsTheDocumentedHashInAnyPieces) {
+  EXPECT_EQ(LlmcContentHash().value(), 0u);  // no word, and mix(0) = 0
+  LlmcContentHash whole;
+  whole.update("abcdefghijk", 11);
+  EXPECT_EQ(whole.value(), 8771532169255424598ull);  // content_hash(b"abcdefghijk") in Python
+  LlmcContentHash bytewise;
+  for (const char c : std::string("abcdefghijk")) bytewise.update(&c, 1);
+  EXPECT_EQ(bytewise.value(), whole.value());
+  const auto* p = reinterpret_cast<const uint8_t*>("abcdefghijk");
+  EXPECT_EQ(
+      LlmcContentHash::finish(LlmcContentHash::hash_words(p, 8, 0) + LlmcContentHash::hash_words(p + 8, 3, 1), 11),
+      whole.value());
+  LlmcContentHash other;
+  other.update("abcdefghijl", 11);
+  EXPECT_NE(other.value(), whole.value());
+  LlmcContentHash swapped;
+  swapped.update("ijkabcdefgh", 11);
+  EXPECT_NE(swapped.value(), whole.value());
 }
 
 // A write that fails half way (the file size limit, RLIMIT_FSIZE: EFBIG, as a full disk gives ENOSPC) throws kFault

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "../common/run_shardtrain.h"
 #include "../common/temp_dir.h"
 #include "../data/data_test_util.h"
+#include "shardtrain/data/llmc_writer.h"
 
 namespace st::testing {
 namespace {
@@ -107,6 +109,43 @@ TEST(LossMaskShard, OffIgnoresABrokenMask) {
                                      "OMP_NUM_THREADS=1 exec");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(has(r.output, "step      2/2")) << r.output;
+}
+
+// A mask is tied to its shard by a record of the shard's content in its header, not by length alone: shard b's mask
+// put beside shard a, of the same length, is refused naming both files.
+TEST(LossMaskShard, AMaskOfAnotherShardOfTheSameLengthIsRefusedNamingBoth) {
+  TempDir dir;
+  std::vector<int32_t> a(3000), b(3000);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<int32_t>(i % 256);
+    b[i] = static_cast<int32_t>((i * 7 + 3) % 256);
+  }
+  const std::vector<uint8_t> mask = every_other();
+  for (const auto& [name, tokens] : {std::pair{"a.bin", a}, std::pair{"b.bin", b}}) {
+    LlmcShardWriter w(dir.file(name), 32, /*with_mask=*/true);
+    w.write(tokens.data(), mask.data(), static_cast<int64_t>(tokens.size()));
+    w.close();
+  }
+  std::filesystem::copy_file(dir.file("b.mask"), dir.file("a.mask"), std::filesystem::copy_options::overwrite_existing);
+  const std::string out = refused(dir.file("a.bin"));
+  EXPECT_TRUE(has(out, "loss mask " + dir.file("a.mask") + " belongs to another shard")) << out;
+  EXPECT_TRUE(has(out, "its token shard " + dir.file("a.bin"))) << out;
+}
+
+// A mask of format version 1 records no shard: it is read, with a warning naming it.
+TEST(LossMaskShard, AVersion1MaskIsReadWithAWarning) {
+  TempDir dir;
+  write_bytes(dir.file("a.bin"), LlmcShard32{tokens32()}.bytes());
+  write_bytes(dir.file("a.mask"), LlmcMask{every_other()}.bytes());
+  const CliResult r = run_shardtrain("train --data.format=llmc --data.path=" + dir.file("a.bin") +
+                                         " --train.steps=1 --train.eval_batches=1 --train.sample_tokens=0 "
+                                         "--model.seq_len=16 --train.micro_batch=2 --train.global_batch=2",
+                                     "OMP_NUM_THREADS=1 exec");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "loss mask " + dir.file("a.mask") +
+                                " is format version 1, which records no token shard: it is tied to " +
+                                dir.file("a.bin") + " by its length only"))
+      << r.output;
 }
 
 }  // namespace

@@ -38,6 +38,7 @@ usage: parity_test.py [--mpirun MPIRUN --np N] [--mask] PARITY_DUMP CONFIG WORKD
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -306,7 +307,8 @@ def main():
         args = args[1:]
     tool, config, work = args[:3]
     overrides = args[3:]
-    os.makedirs(work, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # the dump writes only new weight files: start from an empty directory
+    os.makedirs(work)
     steps = 5
     subprocess.run(launch + [tool, "--config", config, "--out", work, "--steps", str(steps)] + (["--mask"] if masked else [])
                    + overrides, check=True)

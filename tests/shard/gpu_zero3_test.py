@@ -479,7 +479,8 @@ def main():
             d = os.path.join(work, f"ckpt_{tag}")
             run.train(tag, 2, ["--train.dtype=fp16", f"--train.steps={steps}", f"--ckpt.dir={d}"] + list(extra),
                       fault=fault)
-            out = os.path.join(work, f"{tag}.safetensors")
+            os.makedirs(os.path.join(work, f"{tag}_export"))  # an export's config.json is new: a directory each
+            out = os.path.join(work, f"{tag}_export", "model.safetensors")
             subprocess.run([shardtrain, "ckpt", "export", os.path.join(d, f"step_{steps:08d}"), "--out", out],
                            check=True, stdout=subprocess.DEVNULL)
             return out

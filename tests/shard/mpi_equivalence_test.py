@@ -29,6 +29,7 @@ mask (random, with window 13 wholly masked and every window of step 5 too, which
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -97,7 +98,8 @@ def main():
     shardtrain, mpirun, n, work, config = sys.argv[1:6]
     overrides = sys.argv[6:]
     n = int(n)
-    os.makedirs(work, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # ckpt.export writes only new files: start from an empty directory
+    os.makedirs(work)
     if config == "@gpt2-shaped":
         data = os.path.join(work, "tokens.bin")
         write_llmc_shard(data, 60000, 50257, 7)

@@ -297,6 +297,44 @@ TEST(Tokenize, RefusesToOverwriteEarlierShards) {
   EXPECT_NE(msg.find("data_train_000000.bin exists"), std::string::npos) << msg;
 }
 
+// An empty input is refused naming it, whatever its format, and nothing is written.
+TEST(Tokenize, EmptyInputsAreRefusedNamingThem) {
+  TempDir dir;
+  write_bytes(dir.file("a.txt"), "text");
+  write_bytes(dir.file("empty.txt"), "");
+  write_bytes(dir.file("empty.jsonl"), "");
+  write_bytes(dir.file("blank.jsonl"), "\n  \n");
+  for (const char* name : {"empty.txt", "empty.jsonl", "blank.jsonl"}) {
+    SCOPED_TRACE(name);
+    const std::string msg = bad_input([&] {
+      run_tokenize(options(dir, "gpt2", {dir.file("a.txt"), dir.file(name)}), nullptr);
+    });
+    EXPECT_NE(msg.find("input " + dir.file(name) + " is empty"), std::string::npos) << msg;
+    EXPECT_TRUE(!std::filesystem::exists(dir.file("out")) || std::filesystem::is_empty(dir.file("out")));
+  }
+}
+
+// A stop (a signal, for the command) in the middle of a run removes every shard and the marker.
+TEST(Tokenize, AStopRemovesEverythingItWrote) {
+  TempDir dir;
+  write_bytes(dir.file("a.txt"), gpl3() + gpl3());
+  TokenizeOptions o = options(dir, "gpt2", {dir.file("a.txt")});
+  o.shard_tokens = 1000;
+  bool saw_marker = false;
+  const TokenizeSummary s = run_tokenize(o, nullptr, [&] {
+    saw_marker = saw_marker || std::filesystem::exists(dir.file("out/data.incomplete"));
+    return std::filesystem::exists(dir.file("out/data_train_000002.bin"));
+  });
+  EXPECT_TRUE(s.stopped);
+  EXPECT_TRUE(saw_marker) << "no marker while the set was written";
+  EXPECT_TRUE(std::filesystem::is_empty(dir.file("out"))) << "left behind";
+  // A finished run leaves no marker.
+  const TokenizeSummary done = run_tokenize(o, nullptr);
+  EXPECT_FALSE(done.stopped);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out/data.incomplete")));
+  EXPECT_GT(done.train_shards.size(), 3u);
+}
+
 TEST(Tokenize, ValidationFractionThatChoosesNothingIsRefused) {
   TempDir dir;
   write_bytes(dir.file("a.txt"), "one document only");

@@ -11,8 +11,15 @@ namespace st {
 
 // fsync(2) of a file or directory by path; kFault naming the path and errno text on failure.
 void fsync_path(const std::string& path);
-// Writes `text` to `path` via `path.tmp-<pid>`: write, fsync, rename, fsync the directory.
+// Writes `text` to `path` via `path.tmp-<pid>`: write, fsync, rename, fsync the directory. Replaces what is at `path`:
+// for the files a protocol owns (a checkpoint's manifest, ckpt.dir/latest).
 void write_file_atomic(const std::string& path, const std::string& text);
+// The same for a user-named output, which is never replaced (core/new_file.h): kBadInput naming `path` with `what`
+// (e.g. "ckpt export --out") if it exists before the write or appears during it.
+void write_new_file_atomic(const std::string& path, const std::string& text, const std::string& what);
+// Gives the finished, fsynced file `tmp` the name `path` unless something is there (rename_no_replace), and fsyncs
+// the directory. `tmp` is removed on failure: kBadInput naming `path` with `what` if it exists, kFault otherwise.
+void commit_new_file(const std::string& tmp, const std::string& path, const std::string& what);
 std::string read_file(const std::string& path);  // kBadInput naming the path if it cannot be read
 int64_t file_size(const std::string& path);      // kBadInput naming the path if missing
 

@@ -16,7 +16,9 @@
 
 namespace st {
 
-// Writes every tensor from the units' full flat buffers (params or grads alike).
+// Writes every tensor from the units' full flat buffers (params or grads alike) into a new file: a `path` that exists,
+// or that appears while the file is written, is kBadInput naming it (as "ckpt.export"), and nothing is replaced. The
+// file is written beside `path` as `path`.tmp-<pid> and renamed into place; a failed write leaves neither.
 void write_hf_gpt2(const std::string& path, const ModelConfig& cfg, const std::vector<UnitLayout>& units,
                    const std::vector<const float*>& unit_buffers);
 

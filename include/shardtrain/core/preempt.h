@@ -16,4 +16,11 @@ namespace st {
 void install_preemption_handlers();
 bool preemption_requested();
 
+// For a command that stops rather than checkpoints (tokenize): SIGTERM and SIGINT are only recorded; the command
+// polls stop_signal() (the first signal's number, 0 before any), stops, removes what it wrote and exits with 128 +
+// that number (130 for SIGINT, 143 for SIGTERM), as a shell reports a process the signal killed. A second signal
+// exits at once with 128 + its number, without cleaning up.
+void install_stop_handlers();
+int stop_signal();
+
 }  // namespace st

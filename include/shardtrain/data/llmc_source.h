@@ -6,7 +6,12 @@
 // Loss masks (data.loss_mask): with LossMaskMode::kAuto, the masks are used when the files have them (NAME.mask
 // beside NAME.bin): either every file of the pattern has one or none does; a pattern where some do and some do not
 // is refused naming the first file without one. With kOff no mask is read. A stream whose masks mark no target at
-// all is refused: there would be nothing to train on.
+// all is refused: there would be nothing to train on. A mask of version 2 records its shard's content hash
+// (LlmcContentHash, computed in the same pass as the token check): a mask whose hash is not its shard's is refused
+// naming both; version 1 records none and is read with a warning.
+//
+// A shard of a set that `shardtrain tokenize` has not finished (its PREFIX.incomplete marker exists,
+// incomplete_marker_for()) is refused, naming the marker.
 //
 // Every file is validated completely when it is opened: header, size, every token (< vocab_size) and every mask byte
 // (0 or 1). The scans run on all OpenMP threads with pread(2) into per-thread buffers rather than through the

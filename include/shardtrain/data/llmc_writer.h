@@ -5,15 +5,19 @@
 // Durability and atomicity: the data goes to temporary files beside the final ones (PATH.tmp.XXXXXX and
 // MASK.tmp.XXXXXX, which match neither *.bin nor *.mask), whose headers are written last; close() fsyncs them,
 // renames the mask into place first and the shard second, and fsyncs the directory. So no half-written shard ever
-// carries its final name, and a reader that sees the shard sees its mask. A shard written without a mask removes a
-// stale NAME.mask left by an earlier shard of that name before it takes the name. Any failure (ENOSPC, EFBIG, EIO, a
-// directory that cannot be written...) throws naming the final path, and leaves nothing under the final names and no
-// temporary behind; so does an object destroyed without close() (an exception in the caller). Files are created with
-// mode 0644. Replacing an existing shard is atomic for the shard; its old mask is replaced (or removed) just before.
+// carries its final name, and a reader that sees the shard sees its mask. The mask (version 2) records the shard's
+// content hash (LlmcContentHash), computed as the tokens are written, so a reader can tell it from another shard's.
+// Any failure (ENOSPC, EFBIG, EIO, a directory that cannot be written...) throws naming the final path, and leaves
+// nothing under the final names and no temporary behind; so does an object destroyed without close() (an exception
+// in the caller). Files are created with mode 0644.
 //
-// Errors: a file that cannot be created (a missing or read-only directory) and values that do not fit the format
-// (a token outside [0, 2^bits), a mask byte other than 0 and 1, more than 2^31 - 1 tokens, a shard of no token) are
-// kBadInput; a failing write, fsync, close or rename is kFault.
+// Only new files: a shard that exists, or a file at its mask path (a shard written without a mask would be read with
+// it), is refused by the constructor; the renames never replace a file that appeared meanwhile (rename_no_replace),
+// which is refused too, leaving that file as it was.
+//
+// Errors: a file that cannot be created (a missing or read-only directory), a target that exists, and values that do
+// not fit the format (a token outside [0, 2^bits), a mask byte other than 0 and 1, more than 2^31 - 1 tokens, a shard
+// of no token) are kBadInput; a failing write, fsync, close or rename is kFault.
 //
 //   st::LlmcShardWriter w("out/train_000000.bin", st::llmc_token_bits(vocab_size), /*with_mask=*/true);
 //   w.write(tokens.data(), mask.data(), n);   // any number of times
@@ -62,7 +66,10 @@ class LlmcShardWriter {
   void open_out(Out& out, const std::string& final_path);
   void append(Out& out, const void* bytes, size_t n);
   void flush(Out& out);
-  void finish(Out& out, int32_t magic, int32_t version);
+  // Writes the header (a mask's with shard_hash), fsyncs and closes.
+  void finish(Out& out, int32_t magic, int32_t version, uint64_t shard_hash = 0);
+  // Renames out's temporary to final_path unless something is there (then kBadInput, after discard()).
+  void commit(Out& out, const std::string& final_path);
   void check_open(const char* call) const;
   // Removes what exists of the temporaries (and, from close(), what it already renamed into place); never throws.
   void discard() noexcept;
@@ -77,6 +84,7 @@ class LlmcShardWriter {
   bool mask_renamed_ = false, shard_renamed_ = false;
   Out tokens_, mask_;
   std::vector<uint8_t> staging_;  // one write() call's tokens at the shard's width
+  LlmcContentHash content_hash_;  // of the token bytes written, for the mask's header
 };
 
 }  // namespace st

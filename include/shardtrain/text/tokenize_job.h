@@ -19,9 +19,14 @@
 // an ASCII letter, where the split patterns of GPT-2, Llama 3 and Qwen 2.5 always end a pre-token, so the pieces
 // encode to the tokens of the whole file.
 //
-// Nothing is left half-written: each shard is written under a temporary name and renamed when complete, and on any
-// error the shards already written are removed before the error propagates. Existing PREFIX_train_* / PREFIX_val_*
-// files are refused up front (a shorter rerun would otherwise leave stale shards that a glob picks up).
+// Only new files, and nothing that looks complete before it is: existing PREFIX_train_* / PREFIX_val_* files are
+// refused up front (a shorter rerun would otherwise leave stale shards that a glob picks up), and so is an --out
+// whose directory cannot be made or written (kBadInput naming --out). While the set is written the marker
+// PREFIX.incomplete exists (data/llmc_format.h: readers refuse the shards of a set that has one); it is created
+// first, exclusively (two runs on one PREFIX cannot meet), and removed last, which commits the set. Each shard is
+// written under a temporary name and renamed when complete. On any error, and when `stop_requested` says so, the shards
+// already written are removed, then the marker. A process killed outright leaves the marker: the next run names the
+// leftovers as incomplete. An empty input file (0 bytes, or JSONL without a line) is refused, naming it.
 #pragma once
 
 #include <cstdint>
@@ -63,10 +68,14 @@ struct TokenizeSummary {
   std::string family;                  // conventions.h TokenFamily
   std::vector<std::string> train_shards, val_shards;
   double seconds = 0;
+  bool stopped = false;  // `stop_requested` asked the job to stop: it removed what it had written (the rest is unset)
 };
 
 // Runs the job; `progress` (may be empty) is called from the calling thread at most every 200 ms and once at
-// the end. kBadInput names the file (and line) of a bad input.
-TokenizeSummary run_tokenize(const TokenizeOptions& opts, const std::function<void(const TokenizeProgress&)>& progress);
+// the end. kBadInput names the file (and line) of a bad input. `stop_requested` (may be empty) is polled from the
+// calling thread (between documents and shards, and every 100 ms while it waits): true stops the job, which removes its
+// output and returns with `stopped` set.
+TokenizeSummary run_tokenize(const TokenizeOptions& opts, const std::function<void(const TokenizeProgress&)>& progress,
+                             const std::function<bool()>& stop_requested = nullptr);
 
 }  // namespace st
