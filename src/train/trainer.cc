@@ -99,6 +99,9 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
 
   // Everything that can be wrong with the inputs is found here, before step 1 (every rank opens and
   // validates the same files, so every rank fails alike).
+  // An init.from directory's config.json made the model: its own weights must agree with it (their vocabulary, every
+  // tensor and nothing more) before the data is judged against that vocab_size.
+  if (!cfg.init.from.empty()) check_init_from(cfg.init.from, cfg.model);
   DataSplit data = open_data(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
   if (lead) ST_LOG_INFO("data: train ", data.train->describe());
   if (lead) ST_LOG_INFO("data: val ", data.val->describe());
