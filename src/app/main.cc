@@ -48,9 +48,10 @@ constexpr const char* kUsage =
     "  --help-config=markdown    every config key as Markdown: docs/config.md is this output\n"
     "  --help-env                the environment variables shardtrain reads\n"
     "\n"
-    "exit codes: 0 success, 2 bad input (config, data, checkpoint, a ckpt.dir in use or not writable: do not\n"
-    "retry), 75 fault (retry from the last checkpoint), 76 preempted (SIGTERM, SIGINT or SIGUSR1: checkpoint\n"
-    "committed, or none without ckpt.dir; resume with ckpt.resume=auto), 1 internal error\n";
+    "exit codes: 0 success, 2 bad input (config, data, checkpoint, a ckpt.dir in use or not writable, a run whose\n"
+    "every step was skipped: do not retry), 75 fault (retry from the last checkpoint), 76 preempted (SIGTERM,\n"
+    "SIGINT or SIGUSR1: checkpoint committed, or none without ckpt.dir; resume with ckpt.resume=auto), 1 internal\n"
+    "error\n";
 
 void print_help(bool with_usage) {
   if (with_usage) std::fputs(kUsage, stdout);

@@ -109,7 +109,16 @@ std::string held_text(const Manifest& m) {
 
 Manifest open_checkpoint(const std::string& step_dir) {
   std::error_code ec;
-  if (!fs::is_directory(step_dir, ec)) ST_BAD_INPUT(step_dir, " is not a committed checkpoint: no such directory");
+  const fs::file_status st = fs::status(step_dir, ec);
+  if (st.type() == fs::file_type::not_found)
+    ST_BAD_INPUT(step_dir, " is not a committed checkpoint: no such file or directory");
+  if (ec) ST_BAD_INPUT(step_dir, " is not a committed checkpoint: cannot look at it: ", ec.message());
+  if (st.type() == fs::file_type::regular)
+    ST_BAD_INPUT(step_dir, " is a file, not a checkpoint directory (a committed checkpoint is a step_NNNNNNNN "
+                           "directory holding manifest.json and the rank files)");
+  if (st.type() != fs::file_type::directory)
+    ST_BAD_INPUT(step_dir, " is not a directory, so not a checkpoint (a committed checkpoint is a step_NNNNNNNN "
+                           "directory holding manifest.json and the rank files)");
   const std::string manifest = (fs::path(step_dir) / "manifest.json").string();
   if (!fs::is_regular_file(manifest, ec))
     ST_BAD_INPUT(step_dir, " is not a committed checkpoint: it has no manifest.json");

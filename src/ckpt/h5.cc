@@ -178,6 +178,10 @@ void h5_read_f32(const H5File& f, const std::string& name, const std::vector<int
   const std::vector<hsize_t> want = to_hsize(shape);
   if (dims != want)
     ST_BAD_INPUT(f.path(), ": dataset ", name, " has shape ", shape_str(dims), ", expected ", shape_str(want));
+  // HDF5 would convert integers too: a dataset of another class is not weights.
+  H5Handle type(H5Dget_type(ds.get()), H5Tclose);
+  ST_H5_CHECK(type.get());
+  if (H5Tget_class(type.get()) != H5T_FLOAT) ST_BAD_INPUT(f.path(), ": dataset ", name, " is not floating point");
   ST_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
 }
 
@@ -291,6 +295,54 @@ void h5_read_f32_range(const H5File& f, hid_t ds, const std::string& name, int64
   if (H5Dread(ds, H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT, out) < 0)
     ST_FAULT("cannot read elements [", offset, ", ", offset + count, ") of dataset ", name, " in ", f.path(), ": ",
              detail::h5_error_stack());
+}
+
+std::vector<std::string> h5_dataset_names(const H5File& f) {
+  struct Found {
+    std::vector<std::string> names;
+    bool failed = false;
+  } found;
+  // Links, not objects: a dataset reached by two links (a hard link) is listed under both names.
+  auto visit = [](hid_t group, const char* name, const H5L_info_t* info, void* data) -> herr_t {
+    auto* out = static_cast<Found*>(data);
+    if (info->type != H5L_TYPE_HARD) return 0;  // soft and external links lead elsewhere: not this file's data
+    const hid_t obj = H5Oopen(group, name, H5P_DEFAULT);
+    if (obj < 0) {
+      out->failed = true;
+      return -1;
+    }
+    if (H5Iget_type(obj) == H5I_DATASET) out->names.emplace_back(name);
+    H5Oclose(obj);
+    return 0;
+  };
+  if (H5Lvisit(f.id(), H5_INDEX_NAME, H5_ITER_INC, visit, &found) < 0 || found.failed)
+    ST_BAD_INPUT(f.path(), ": cannot list its datasets: ", detail::h5_error_stack());
+  return found.names;
+}
+
+void h5_check_disjoint(const H5File& f, const std::vector<std::pair<std::string, hid_t>>& datasets) {
+  struct Bytes {
+    haddr_t begin, end;
+    const std::string* name;
+  };
+  std::vector<Bytes> spans;
+  for (const auto& [name, ds] : datasets) {
+    const haddr_t at = H5Dget_offset(ds);
+    if (at == HADDR_UNDEF) continue;  // chunked, compact, or never written: HDF5 indexes those itself
+    const hsize_t bytes = H5Dget_storage_size(ds);
+    if (bytes == 0) continue;
+    if (at > HADDR_MAX - bytes)
+      ST_BAD_INPUT(f.path(), ": dataset ", name, " has its ", bytes, " bytes at file offset ", at, ", past any file");
+    spans.push_back(Bytes{at, at + bytes, &name});
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const Bytes& a, const Bytes& b) { return a.begin != b.begin ? a.begin < b.begin : *a.name < *b.name; });
+  for (size_t i = 1; i < spans.size(); ++i)
+    if (spans[i].begin < spans[i - 1].end)
+      ST_BAD_INPUT(f.path(), ": datasets ", *spans[i - 1].name, " (bytes [", spans[i - 1].begin, ", ",
+                   spans[i - 1].end, ")) and ", *spans[i].name, " (bytes [", spans[i].begin, ", ", spans[i].end,
+                   ")) overlap: every dataset's bytes must be its own (expected ", *spans[i].name, " to begin at ",
+                   spans[i - 1].end, " or later)");
 }
 
 }  // namespace st

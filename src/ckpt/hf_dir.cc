@@ -1,6 +1,7 @@
 #include "shardtrain/ckpt/hf_dir.h"
 
 #include <filesystem>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -39,6 +40,24 @@ HfDirWeights::HfDirWeights(const std::string& dir) : dir_(dir) {
                      ", expected the name of a file in ", dir);
       weight_map_.emplace(it.key(), it.value().get<std::string>());
     }
+    // Every file the index names is opened (its header validated) and must hold exactly the tensors the index
+    // places in it: a tensor in a file that the index does not list there would be loaded by nobody, or from
+    // another file than the one holding it.
+    std::map<std::string, std::set<std::string>> listed;  // file -> the tensors the index places in it
+    for (const auto& [name, file] : weight_map_) listed[file].insert(name);
+    for (const auto& [file, names] : listed) {
+      const SafetensorsReader& r = reader(file);
+      for (const std::string& name : names)
+        if (!r.has(name))
+          ST_BAD_INPUT(r.path(), ": tensor ", excerpt(name), " is missing (", index_path_, " places it in this file)");
+      for (const std::string& name : r.names()) {
+        if (names.count(name) != 0) continue;
+        const auto elsewhere = weight_map_.find(name);
+        ST_BAD_INPUT(r.path(), ": holds tensor ", excerpt(name), ", which ", index_path_,
+                     elsewhere == weight_map_.end() ? std::string(" does not list (its weight_map has no such tensor)")
+                                                    : " places in " + elsewhere->second);
+      }
+    }
     return;
   }
   if (!fs::is_regular_file(fs::path(dir) / kSingleFile))
@@ -54,6 +73,20 @@ const SafetensorsReader& HfDirWeights::reader(const std::string& file) const {
 }
 
 bool HfDirWeights::has(const std::string& name) const { return weight_map_.count(name) != 0; }
+
+std::vector<std::string> HfDirWeights::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, file] : weight_map_) out.push_back(name);
+  return out;
+}
+
+std::string HfDirWeights::path_of(const std::string& name) const { return reader(file_of(name)).path(); }
+
+const std::vector<int64_t>& HfDirWeights::shape(const std::string& name) const {
+  return reader(file_of(name)).shape(name);
+}
+
+const std::string& HfDirWeights::dtype(const std::string& name) const { return reader(file_of(name)).dtype(name); }
 
 const std::string& HfDirWeights::file_of(const std::string& name) const {
   const auto it = weight_map_.find(name);

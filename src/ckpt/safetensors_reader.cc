@@ -2,20 +2,37 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
 
 #include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/excerpt.h"
 
 namespace st {
 namespace {
 
+// The safetensors library's limit on the header (MAX_HEADER_SIZE): a longer one is refused there too.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// Bytes of one element of the dtypes this reader converts to fp32; 0 for the others.
 int64_t dtype_size(const std::string& dtype) {
   if (dtype == "F32") return 4;
   if (dtype == "F16" || dtype == "BF16") return 2;
   return 0;
+}
+
+// Bits of one element of every dtype the format defines (the safetensors library's Dtype), 0 for a name it does not.
+uint64_t dtype_bits(const std::string& dtype) {
+  static const std::map<std::string, uint64_t> bits = {
+      {"BOOL", 8},    {"F4", 4},      {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"U8", 8},   {"I8", 8},   {"F8_E5M2", 8},
+      {"F8_E4M3", 8}, {"F8_E8M0", 8}, {"I16", 16},    {"U16", 16},    {"F16", 16}, {"BF16", 16}, {"I32", 32},
+      {"U32", 32},    {"F32", 32},    {"C64", 64},    {"F64", 64},    {"I64", 64}, {"U64", 64}};
+  const auto it = bits.find(dtype);
+  return it == bits.end() ? 0 : it->second;
 }
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -23,6 +40,8 @@ std::string shape_str(const std::vector<int64_t>& s) {
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
 }
+
+std::string offsets_str(uint64_t begin, uint64_t end) { return str_cat("[", begin, ", ", end, "]"); }
 
 float half_to_float(uint16_t h) {
   const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
@@ -49,6 +68,12 @@ float half_to_float(uint16_t h) {
   return f;
 }
 
+// One tensor's declared bytes, relative to the data section, for the check that they tile it.
+struct Span {
+  uint64_t begin = 0, end = 0;
+  const std::string* name = nullptr;
+};
+
 }  // namespace
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), in_(path, std::ios::binary) {
@@ -66,59 +91,122 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), in_
   if (n > file_bytes - 8)
     ST_BAD_INPUT(path, ": header length ", n, " runs past the end of the ", file_bytes, "-byte file (at most ",
                  file_bytes - 8, " bytes follow the length)");
+  if (n > kMaxHeaderBytes)
+    ST_BAD_INPUT(path, ": header length ", n, " exceeds the safetensors format's limit of ", kMaxHeaderBytes,
+                 " bytes (the safetensors library refuses such a file too)");
   std::string text(n, '\0');
   in_.read(text.data(), static_cast<std::streamsize>(n));
   if (!in_) ST_BAD_INPUT(path, ": the ", n, "-byte safetensors header could not be read (file truncated?)");
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(text);
+    header = nlohmann::json::parse(text);  // refuses text that is not UTF-8, as the format requires
   } catch (const nlohmann::json::exception& e) {
-    ST_BAD_INPUT(path, ": the safetensors header is not valid JSON: ", e.what());
+    ST_BAD_INPUT(path, ": the safetensors header is not valid JSON: ", excerpt(e.what()));
   }
   if (!header.is_object()) ST_BAD_INPUT(path, ": the safetensors header is not a JSON object");
   const uint64_t data_start = 8 + n, data_bytes = file_bytes - data_start;  // n <= file_bytes - 8
+  std::vector<Span> spans;
   for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") continue;
-    const nlohmann::json& t = it.value();
-    const std::string where = str_cat(path, ": tensor ", it.key());
-    Entry e;
-    std::vector<uint64_t> off;
-    try {
-      e.dtype = t.at("dtype").get<std::string>();
-      // Negative numbers are refused by name: nlohmann would convert them to huge unsigned values.
-      for (const nlohmann::json& d : t.at("shape"))
-        if (!d.is_number_unsigned()) ST_BAD_INPUT(where, ": shape holds ", d.dump(), ", expected integers >= 0");
-      for (const nlohmann::json& o : t.at("data_offsets"))
-        if (!o.is_number_unsigned())
-          ST_BAD_INPUT(where, ": data_offsets holds ", o.dump(), ", expected integers >= 0");
-      const auto dims = t.at("shape").get<std::vector<uint64_t>>();
-      off = t.at("data_offsets").get<std::vector<uint64_t>>();
-      if (off.size() != 2) ST_BAD_INPUT(where, ": data_offsets must hold 2 numbers, it holds ", off.size());
-      // A tensor's elements fit its bytes, and its bytes fit the file: the shape's product is bounded by
-      // the data section's size before it is multiplied on, so it never wraps.
-      uint64_t numel = 1;
-      for (uint64_t d : dims) {
-        if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) || (d != 0 && numel > data_bytes / d))
-          ST_BAD_INPUT(where, ": shape ", t.at("shape").dump(), " holds more elements than the ", file_bytes,
-                       "-byte file has bytes");
-        numel *= d;
-        e.shape.push_back(static_cast<int64_t>(d));
-      }
-      if (off[0] > off[1] || off[1] > data_bytes)
-        ST_BAD_INPUT(where, ": data_offsets [", off[0], ", ", off[1], "] do not lie within the ", data_bytes,
-                     "-byte data section (bytes [", data_start, ", ", file_bytes, ") of the file)");
-      const uint64_t size = static_cast<uint64_t>(dtype_size(e.dtype));
-      if (size != 0 && (numel > data_bytes / size || off[1] - off[0] != numel * size))
-        ST_BAD_INPUT(where, " of shape ", shape_str(e.shape), " and dtype ", e.dtype, " needs ", numel, " x ", size,
-                     " bytes, its data_offsets [", off[0], ", ", off[1], "] hold ", off[1] - off[0]);
-    } catch (const nlohmann::json::exception& ex) {
-      ST_BAD_INPUT(where, ": ", ex.what());
+    if (it.key() == "__metadata__") {
+      // Free-form text: a map of strings to strings (or null), as the library reads it.
+      const nlohmann::json& m = it.value();
+      if (!m.is_object() && !m.is_null())
+        ST_BAD_INPUT(path, ": __metadata__ is ", excerpt(m.dump()), ", expected an object of strings");
+      if (m.is_object())
+        for (auto f = m.begin(); f != m.end(); ++f)
+          if (!f.value().is_string())
+            ST_BAD_INPUT(path, ": __metadata__[\"", excerpt(f.key()), "\"] is ", excerpt(f.value().dump()),
+                         ", expected a string (the format's metadata maps strings to strings)");
+      continue;
     }
+    const nlohmann::json& t = it.value();
+    const std::string where = str_cat(path, ": tensor ", excerpt(it.key()));
+    if (!t.is_object())
+      ST_BAD_INPUT(where, " is ", excerpt(t.dump()), ", expected an object with dtype, shape and data_offsets");
+    for (const char* field : {"dtype", "shape", "data_offsets"})
+      if (!t.contains(field)) ST_BAD_INPUT(where, " has no ", field, " (expected dtype, shape and data_offsets)");
+    if (!t.at("dtype").is_string()) ST_BAD_INPUT(where, ": dtype is ", excerpt(t.at("dtype").dump()), ", expected a string");
+    if (!t.at("shape").is_array()) ST_BAD_INPUT(where, ": shape is ", excerpt(t.at("shape").dump()), ", expected a list");
+    if (!t.at("data_offsets").is_array())
+      ST_BAD_INPUT(where, ": data_offsets is ", excerpt(t.at("data_offsets").dump()), ", expected a list of 2 numbers");
+    Entry e;
+    e.dtype = t.at("dtype").get<std::string>();
+    const uint64_t bits = dtype_bits(e.dtype);
+    if (bits == 0)
+      ST_BAD_INPUT(where, " has dtype ", excerpt(e.dtype),
+                   ", which the safetensors format does not define (it defines BOOL, U8, I8, I16, U16, I32, U32, I64, "
+                   "U64, F4, F6_E2M3, F6_E3M2, F8_E5M2, F8_E4M3, F8_E8M0, F16, BF16, F32, F64 and C64)");
+    // Negative numbers are refused by name: nlohmann would convert them to huge unsigned values.
+    for (const nlohmann::json& d : t.at("shape"))
+      if (!d.is_number_unsigned()) ST_BAD_INPUT(where, ": shape holds ", excerpt(d.dump()), ", expected integers >= 0");
+    for (const nlohmann::json& o : t.at("data_offsets"))
+      if (!o.is_number_unsigned())
+        ST_BAD_INPUT(where, ": data_offsets holds ", excerpt(o.dump()), ", expected integers >= 0");
+    const auto dims = t.at("shape").get<std::vector<uint64_t>>();
+    const auto off = t.at("data_offsets").get<std::vector<uint64_t>>();
+    if (off.size() != 2) ST_BAD_INPUT(where, ": data_offsets must hold 2 numbers, it holds ", off.size());
+    // A tensor's elements fit its bytes, and its bytes fit the file. Every dtype has at least 4 bits, so no
+    // tensor of the file holds more than 2 elements a byte; the product is bounded by that before it is
+    // multiplied on (in 128 bits: the bound and a dimension below 2^63 cannot wrap it).
+    unsigned __int128 numel = 1;
+    for (uint64_t d : dims) {
+      numel *= d;
+      if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+          numel > static_cast<unsigned __int128>(data_bytes) * 2)
+        ST_BAD_INPUT(where, ": shape ", excerpt(t.at("shape").dump()), " holds more elements than the ", file_bytes,
+                     "-byte file has bytes");
+      e.shape.push_back(static_cast<int64_t>(d));
+    }
+    if (off[0] > off[1] || off[1] > data_bytes)
+      ST_BAD_INPUT(where, ": data_offsets ", offsets_str(off[0], off[1]), " do not lie within the ", data_bytes,
+                   "-byte data section (bytes [", data_start, ", ", file_bytes, ") of the file); expected begin <= end <= ",
+                   data_bytes);
+    const unsigned __int128 need_bits = numel * bits;  // numel <= 2^65, bits <= 64
+    const uint64_t elements = static_cast<uint64_t>(numel);  // <= 2 * data_bytes < 2^65: see below
+    if (need_bits % 8 != 0)
+      ST_BAD_INPUT(where, " of shape ", shape_str(e.shape), " and dtype ", e.dtype, " holds ", elements, " elements of ",
+                   bits, " bits, which is not a whole number of bytes");
+    const unsigned __int128 need = need_bits / 8;
+    if (need != off[1] - off[0])
+      ST_BAD_INPUT(where, " of shape ", shape_str(e.shape), " and dtype ", e.dtype, " needs ",
+                   static_cast<uint64_t>(std::min<unsigned __int128>(need, std::numeric_limits<uint64_t>::max())),
+                   " bytes (", elements, " elements of ", bits, " bits), its data_offsets ", offsets_str(off[0], off[1]),
+                   " hold ", off[1] - off[0]);
     // All within the file's size, so within int64_t.
     e.begin = static_cast<int64_t>(data_start + off[0]);
     e.end = static_cast<int64_t>(data_start + off[1]);
-    tensors_.emplace(it.key(), std::move(e));
+    const auto placed = tensors_.emplace(it.key(), std::move(e)).first;
+    spans.push_back(Span{off[0], off[1], &placed->first});
   }
+  // The format's rule (the library's Metadata::validate): taken in the order of their offsets, each tensor begins
+  // where the one before it ends and the last ends at the end of the file. So no two tensors share a byte (one
+  // tensor's bytes read as another's), no byte of the data section is left out, and nothing trails the data.
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end != b.end ? a.end < b.end : *a.name < *b.name;
+  });
+  uint64_t at = 0;
+  const Span* before = nullptr;
+  for (const Span& s : spans) {
+    if (s.begin < at)
+      ST_BAD_INPUT(path, ": tensor ", excerpt(*s.name), " has data_offsets ", offsets_str(s.begin, s.end),
+                   ", which overlap tensor ", excerpt(*before->name), "'s ", offsets_str(before->begin, before->end),
+                   ": every tensor's bytes must be its own (expected it to begin at ", at, ", where ",
+                   excerpt(*before->name), " ends; it begins at ", s.begin, ")");
+    if (s.begin > at)
+      ST_BAD_INPUT(path, ": bytes [", at, ", ", s.begin, ") of the data section belong to no tensor (a hole ",
+                   before ? str_cat("between tensor ", excerpt(*before->name), ", which ends at ", at, ", and ")
+                          : std::string("before "),
+                   "tensor ", excerpt(*s.name), ", whose data_offsets are ", offsets_str(s.begin, s.end),
+                   "): the tensors must index the whole data section, back to back");
+    at = s.end;
+    before = &s;
+  }
+  if (at != data_bytes)
+    ST_BAD_INPUT(path, ": bytes [", at, ", ", data_bytes, ") of the ", data_bytes,
+                 "-byte data section belong to no tensor (",
+                 before ? str_cat("the last tensor, ", excerpt(*before->name), ", ends at ", at)
+                        : std::string("the header declares no tensor"),
+                 "; expected the data to end there): the file has trailing bytes, or its header leaves a tensor out");
 }
 
 std::vector<std::string> SafetensorsReader::names() const {

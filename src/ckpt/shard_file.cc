@@ -182,6 +182,11 @@ ShardFileReader::ShardFileReader(const std::string& path) : impl_(new Impl) {
     }
     d.units.emplace(name, std::move(u));
   }
+  // Reads of one dataset must never see another's bytes (a file edited so that m points at param's data).
+  std::vector<std::pair<std::string, hid_t>> datasets;
+  for (const auto& [name, u] : d.units)
+    for (int s = 0; s < kNumStates; ++s) datasets.emplace_back(dataset_path(name, kStates[s]), u.datasets[s].get());
+  h5_check_disjoint(f, datasets);
   guard.release();
 }
 

@@ -101,6 +101,9 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
 
   // Everything that can be wrong with the inputs is found here, before step 1 (every rank opens and
   // validates the same files, so every rank fails alike).
+  // An init.from directory's config.json made the model: its own weights must agree with it (their vocabulary, every
+  // tensor and nothing more) before the data is judged against that vocab_size.
+  if (!cfg.init.from.empty()) check_init_from(cfg.init.from, cfg.model);
   DataSplit data = open_data(cfg.data, cfg.model.vocab_size, cfg.model.seq_len);
   if (lead) ST_LOG_INFO("data: train ", data.train->describe());
   if (lead) ST_LOG_INFO("data: val ", data.val->describe());
@@ -228,6 +231,8 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     ST_LOG_INFO("nothing to train: the checkpoint ", resumed_from, " is at step ", start_step, ", train.steps is ",
                 cfg.train.steps, " (raise train.steps to train further)");
   summary.steps = start_step;
+  int64_t skipped_here = 0, no_targets_here = 0;  // this invocation's skipped steps (summary.skipped spans resumes)
+  StepStats last_stats;
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     engine.sharded().take_exposed_comm_ms();  // drop what evaluation or set-up waited
     const int64_t cross_before = engine.sharded().counters().cross_node_bytes;
@@ -253,6 +258,9 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     r.on_gpu = cfg.train.device == Device::kCuda;
     r.mfu = mfu(step_flops_per_token, r.tokens_per_s, world, engine.sharded().device_name());
     if (!stats.no_targets) rates.push_back(r.tokens_per_s);
+    last_stats = stats;
+    if (stats.skipped) ++skipped_here;
+    if (stats.no_targets) ++no_targets_here;
     if (stats.no_targets) {
       ++summary.skipped;
       if (lead)
@@ -315,6 +323,35 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   drain();  // a normal end waits for the last save's commit
   summary.median_tokens_per_s = median(rates);
   if (summary.preempted) return summary;  // no export, no sample: the run is not finished
+  // A run that applied no update trained nothing: not a success (README "Exit codes": bad input, as the weights, the
+  // data or the settings make every step non-finite, and a retry repeats it). Every rank sees the same skips (the
+  // norm and the loss are all-reduced), so every rank refuses alike. The checkpoints it saved stay; resuming from one
+  // finds the same (below, and the nothing-to-train case).
+  const int64_t ran = summary.steps - start_step;
+  if (ran > 0 && skipped_here == ran) {
+    const int64_t non_finite = ran - no_targets_here;
+    ST_BAD_INPUT(
+        "every one of the ", ran, " step(s) this run took was skipped, so no update was applied and the weights are "
+        "those it started from: ",
+        non_finite > 0 ? str_cat(non_finite, " for a non-finite loss or gradient norm (the last: loss ", last_stats.loss,
+                                 ", grad_norm ", last_stats.grad_norm,
+                                 engine.loss_scaler().active()
+                                     ? str_cat(", fp16 loss scale now ", engine.loss_scaler().scale())
+                                     : std::string(),
+                                 ")")
+                       : std::string(),
+        non_finite > 0 && no_targets_here > 0 ? ", " : "",
+        no_targets_here > 0 ? str_cat(no_targets_here, " because the loss masks mark no target in the step's batch")
+                            : std::string(),
+        ". Check the starting weights", cfg.init.from.empty() ? std::string() : " (init.from " + cfg.init.from + ")",
+        ", the data and optim.lr; a rerun repeats this",
+        saver ? str_cat(" (the checkpoints saved hold the starting weights, in ", cfg.ckpt.dir, ")") : std::string());
+  }
+  if (summary.nothing_to_train && start_step > 0 && summary.skipped == start_step)
+    ST_BAD_INPUT("nothing to train: the checkpoint ", resumed_from, " is at step ", start_step, ", but all ",
+                 start_step, " of its steps were skipped (non-finite loss or gradient, or no target), so it holds the "
+                 "starting weights, untrained; the run that wrote it failed. Start again without it, after fixing the "
+                 "weights, the data or optim.lr");
   const std::string profile =
       summary.nothing_to_train ? std::string() : engine.sharded().op_profile(summary.steps - start_step - 1);
   if (lead && !profile.empty()) sink.line(profile);

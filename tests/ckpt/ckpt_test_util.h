@@ -135,4 +135,12 @@ inline uint64_t safetensors_header_len(const std::string& blob) {
   return n;
 }
 
+// A safetensors file's bytes as given, valid or not: the 8-byte little-endian `length` (header.size() for a
+// well-formed file), then `header` and `data`.
+inline std::string safetensors_file(uint64_t length, const std::string& header, const std::string& data = "") {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>(length >> (8 * i));
+  return out + header + data;
+}
+
 }  // namespace st::testing

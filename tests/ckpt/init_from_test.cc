@@ -12,6 +12,7 @@
 #include "shardtrain/ckpt/safetensors.h"
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/model/units.h"
 #include "shardtrain/train/step_engine.h"
 
 namespace st {
@@ -25,8 +26,9 @@ class InitFromTest : public ::testing::Test {
     cfg_.train.seed = 1;
   }
 
-  // The seed-1 model's full weights, and files holding them under HF names.
-  std::vector<std::vector<float>> write_files(bool prefix, bool extra) {
+  // The seed-1 model's full weights, and files holding them under HF names. `extra` adds lm_head.weight: a copy of
+  // wte (as old GPT2LMHeadModel exports hold it), or with `head_differs` another matrix.
+  std::vector<std::vector<float>> write_files(bool prefix, bool extra, bool head_differs = false) {
     SoloCommunicator solo;
     StepEngine e(cfg_, solo);
     const auto full = e.gather_params();
@@ -44,7 +46,8 @@ class InitFromTest : public ::testing::Test {
       w.write(name_of(m), values.data(), static_cast<int64_t>(values.size()));
     }
     if (extra) {
-      const std::vector<float> head(static_cast<size_t>(cfg_.model.vocab_size * cfg_.model.n_embd), 0.5f);
+      std::vector<float> head = testing::hf_tensor_values(map.front(), full);  // transformer.wte.weight
+      if (head_differs) head[17] += 1.0f;
       w.write("lm_head.weight", head.data(), static_cast<int64_t>(head.size()));
     }
     w.finish();
@@ -75,9 +78,20 @@ TEST_F(InitFromTest, H5AndSafetensorsLoadBitExactAtAnyWorldSize) {
   }
 }
 
-TEST_F(InitFromTest, HuggingFaceNamesWithoutPrefixAndExtraTensorsAreAccepted) {
+TEST_F(InitFromTest, HuggingFaceNamesWithoutPrefixAndATiedHeadCopyAreAccepted) {
   const auto want = write_files(/*prefix=*/false, /*extra=*/true);
   EXPECT_EQ(load(dir_.file("w.safetensors"), 2, cfg_), want);
+}
+
+// GPT-2 ties its head to wte: an lm_head.weight that is not wte's copy would be dropped, so it is refused, on every
+// rank alike, naming the first element that differs.
+TEST_F(InitFromTest, AHeadThatIsNotTheEmbeddingsCopyIsRefused) {
+  ASSERT_EQ(hf_gpt2_tensor_map(cfg_.model, build_units(cfg_.model)).front().hf_name, "transformer.wte.weight");
+  write_files(/*prefix=*/true, /*extra=*/true, /*head_differs=*/true);
+  const std::string msg = testing::bad_input_message([&] { load(dir_.file("w.safetensors"), 3, cfg_); });
+  EXPECT_TRUE(testing::contains(msg, "tensor lm_head.weight in " + dir_.file("w.safetensors") +
+                                         " differs from transformer.wte.weight at element 17 (index [1, 1])"))
+      << msg;
 }
 
 TEST_F(InitFromTest, ShapeMismatchNamesTensorAndBothShapes) {
@@ -94,6 +108,7 @@ TEST_F(InitFromTest, ShapeMismatchNamesTensorAndBothShapes) {
     EXPECT_NE(msg.find("[50, 16]"), std::string::npos) << msg;
     EXPECT_NE(msg.find("[50, 32]"), std::string::npos) << msg;
   }
+  testing::write_bytes(dir_.file("w.bin"), "weights?");  // there, but of no known format
   try {
     load(dir_.file("w.bin"), 1, cfg_);
     ADD_FAILURE() << "an unknown suffix was accepted";

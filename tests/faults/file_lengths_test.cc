@@ -19,26 +19,20 @@ namespace {
 
 using st::testing::bad_input_message;
 using st::testing::contains;
+using st::testing::safetensors_file;
 using st::testing::TempDir;
 using st::testing::write_bytes;
-
-// The 8-byte little-endian length, then `header` and `data`.
-std::string safetensors_bytes(uint64_t length, const std::string& header, const std::string& data = "") {
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>(length >> (8 * i));
-  return out + header + data;
-}
 
 // A well-formed length around one tensor's JSON declaration and 16 data bytes.
 std::string one_tensor_file(const std::string& declaration) {
   const std::string header = "{\"t\":" + declaration + "}";
-  return safetensors_bytes(header.size(), header, std::string(16, '\0'));
+  return safetensors_file(header.size(), header, std::string(16, '\0'));
 }
 
 TEST(FileLengths, SafetensorsHeaderLengthOf2To63IsBadInputThroughTheCli) {
   TempDir dir;
   const std::string path = dir.file("huge.safetensors");
-  const std::string file = safetensors_bytes(uint64_t{1} << 63, "{}");
+  const std::string file = safetensors_file(uint64_t{1} << 63, "{}");
   write_bytes(path, file);
   const st::testing::CliResult r = st::testing::run_shardtrain(
       "train --config " SHARDTRAIN_SOURCE_DIR
@@ -60,7 +54,7 @@ struct BadSafetensors {
 
 TEST(FileLengths, SafetensorsLengthsShapesAndOffsetsAreBoundedByTheFile) {
   const BadSafetensors cases[] = {
-      {"max_length", safetensors_bytes(std::numeric_limits<uint64_t>::max(), "{}"),
+      {"max_length", safetensors_file(std::numeric_limits<uint64_t>::max(), "{}"),
        ": header length 18446744073709551615 runs past the end of the 10-byte file (at most 2 bytes follow the "
        "length)"},
       // 2^62 x 4 elements: the product is 2^64, 0 once it wraps, which [0, 0] would match.

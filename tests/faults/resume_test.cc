@@ -294,5 +294,19 @@ TEST_F(ResumeFaultTest, ResumingAFinishedRunHasNothingToTrain) {
   }
 }
 
+// `ckpt verify` of a regular file, and of a path that is not there: each named for what it is.
+TEST(CkptPaths, VerifyOfAFileSaysItIsAFileAndOfNothingThatItIsMissing) {
+  TempDir tmp;
+  testing::write_bytes(tmp.file("step_00000004"), "not a directory\n");
+  CliResult r = run_shardtrain("ckpt verify " + tmp.file("step_00000004"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, tmp.file("step_00000004") + " is a file, not a checkpoint directory")) << r.output;
+  EXPECT_FALSE(contains(r.output, "no such directory")) << r.output;
+  r = run_shardtrain("ckpt verify " + tmp.file("gone"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, tmp.file("gone") + " is not a committed checkpoint: no such file or directory"))
+      << r.output;
+}
+
 }  // namespace
 }  // namespace st

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardtrain/core/error.h"
@@ -86,8 +87,17 @@ int64_t h5_dataset_offset(const H5File& f, hid_t ds, const std::string& name);
 // filters, so that a plain read of the file's bytes gives them; -1 otherwise (or with 0 elements), where
 // h5_read_f32_range is the way to read them.
 int64_t h5_native_f32_offset(const H5File& f, hid_t ds, const std::string& name);
-// Reads a whole fp32 dataset; the shape must match exactly (the error names the file, dataset and both shapes).
+// Reads a whole floating-point dataset as fp32; the shape must match exactly (the error names the file, dataset and
+// both shapes) and the dataset must be of HDF5's float class (an integer one is kBadInput naming it).
 void h5_read_f32(const H5File& f, const std::string& name, const std::vector<int64_t>& shape, float* data);
+
+// Every dataset reachable from the root by hard links, as its path without the leading "/" ("transformer.wte.weight",
+// "units/head/param"), in name order. kBadInput naming the file if it cannot be walked.
+std::vector<std::string> h5_dataset_names(const H5File& f);
+// Checks that no two of these datasets (name, open handle) hold the same bytes of the file: each contiguous
+// dataset's raw data [offset, offset + storage size) is its own. kBadInput naming the file, both datasets and their
+// byte ranges. Datasets without one contiguous run (chunked, compact, empty) are HDF5's own to index and skipped.
+void h5_check_disjoint(const H5File& f, const std::vector<std::pair<std::string, hid_t>>& datasets);
 
 // Groups. h5_create_group creates `name` (its parent must exist; kFault naming the file) and tracks its
 // links in creation order, so that h5_list_group returns them in the order they were written.

@@ -19,11 +19,19 @@ namespace st {
 
 class HfDirWeights {
  public:
-  // Reads the index (when there is one: its weight_map must be an object of file names within `dir`); kBadInput
-  // naming the directory if it holds neither model.safetensors nor model.safetensors.index.json.
+  // Reads the index (when there is one: its weight_map must be an object of file names within `dir`) and opens every
+  // file it names, validating each header (SafetensorsReader) and that each file holds exactly the tensors the index
+  // places in it; kBadInput naming the directory if it holds neither model.safetensors nor
+  // model.safetensors.index.json, and naming the file and the tensor otherwise.
   explicit HfDirWeights(const std::string& dir);
 
   bool has(const std::string& name) const;
+  // Every tensor of the directory, in name order.
+  std::vector<std::string> names() const;
+  // The path of the file that holds `name`, for messages; its shape and dtype (as the header spells it).
+  std::string path_of(const std::string& name) const;
+  const std::vector<int64_t>& shape(const std::string& name) const;
+  const std::string& dtype(const std::string& name) const;
   // kBadInput naming the tensor and the file(s) looked in if it is missing, and naming the file and the tensor if
   // its shape differs from `shape` (both shapes) or its dtype is not F32, F16 or BF16.
   void check(const std::string& name, const std::vector<int64_t>& shape) const;

@@ -16,8 +16,16 @@ namespace st {
 
 class SafetensorsReader {
  public:
-  // Opens the file and validates the header: its length, JSON, and every tensor's dtype, shape and
-  // data_offsets (inside the file, matching shape x dtype size). Errors are kBadInput naming the path.
+  // Opens the file and validates the header as the safetensors library does (its Metadata::validate), so that
+  // every tensor's bytes are its own and nothing in the file goes unread:
+  //  * the header length fits the file and is at most 100,000,000 bytes; the header is a UTF-8 JSON object;
+  //  * __metadata__, if present, maps names to strings;
+  //  * every tensor has a dtype the format defines (BOOL, U8 ... F64, C64; reading converts F32, F16 and BF16 only),
+  //    a shape of integers >= 0 and data_offsets [begin, end] with begin <= end <= the data section's size and
+  //    end - begin = the shape's elements x the dtype's size;
+  //  * taken in offset order the tensors tile the data section: each begins where the one before it ends (no
+  //    overlap, no hole), the first at 0, and the last ends at the end of the file (no trailing bytes).
+  // Errors are kBadInput naming the path, the tensor(s) and the offsets, expected against actual.
   explicit SafetensorsReader(const std::string& path);
 
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
