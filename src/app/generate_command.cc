@@ -34,8 +34,8 @@ constexpr const char* kGenerateUsage =
     "  continues the prompt with checkpoint DIR's model, decoding with a key/value cache:\n"
     "  --prompt TEXT       text, read through the tokenizer as a new document (its family's separator first), or one\n"
     "                      token a byte for byte-level models (model.vocab_size 256); prints text\n"
-    "  --tokenizer FILE    a Hugging Face tokenizer.json (default: the checkpoint's data.tokenizer)\n"
-    "  --prompt-ids LIST   token ids, comma-separated (any model); prints ids\n"
+    "  --tokenizer FILE    a Hugging Face tokenizer.json (default: the checkpoint's data.tokenizer); read for --prompt\n"
+    "  --prompt-ids LIST   token ids, comma-separated (any model); prints ids and reads no tokenizer\n"
     "  --max-tokens N      tokens to generate (default 100); past model.seq_len positions the context slides to\n"
     "                      the last model.seq_len / 2 tokens\n"
     "  --temperature T     softmax temperature, >= 0 (default 1; 0: greedy, the most likely token)\n"
@@ -172,9 +172,11 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
   }
   const st::Config cfg = checkpoint_config(g.dir, g.overrides);
   // The one place text meets ids: the tokenizer (--tokenizer, or the run's data.tokenizer), else bytes for a
-  // byte-level model.
+  // byte-level model. Only text reads it: ids in and out open no tokenizer, so a checkpoint whose recorded tokenizer
+  // file has moved still generates ids.
   const std::unique_ptr<st::TextCodec> codec =
-      st::make_text_codec(cfg.data.tokenizer, cfg.model.vocab_size, "--tokenizer (data.tokenizer)");
+      g.prompt ? st::make_text_codec(cfg.data.tokenizer, cfg.model.vocab_size, "--tokenizer (data.tokenizer)")
+               : nullptr;
   std::vector<int32_t> prompt;
   if (g.prompt) {
     if (!codec)

@@ -48,9 +48,16 @@
 
 namespace st {
 
+// The largest tokenizer.json load() reads: the largest published ones (Llama 3, Qwen 2.5 and 3, Gemma) are under
+// 20 MB, and a bound keeps a mistaken multi-GB file from being read into memory before it is refused.
+inline constexpr int64_t kMaxTokenizerBytes = int64_t{64} << 20;
+
 class Tokenizer {
  public:
-  // Reads and checks `path`; kBadInput (naming `path` and the field) on anything it does not implement.
+  // Reads and checks `path`; kBadInput (naming `path` and the field) on anything it does not implement. Every
+  // reader of a tokenizer (tokenize, generate, train's sample) loads it here. A path that is not a regular file (a
+  // directory: naming the tokenizer.json it holds, if any; a FIFO, a device) or holds more than kMaxTokenizerBytes is
+  // refused unread, naming it (with its size and the limit).
   static Tokenizer load(const std::string& path);
 
   Tokenizer(Tokenizer&&) noexcept;
