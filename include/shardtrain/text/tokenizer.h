@@ -77,6 +77,9 @@ class Tokenizer {
   // Ids out of range: kBadInput.
   std::string decode(const std::vector<int32_t>& ids) const;
   std::string decode(const int32_t* ids, size_t n) const;
+  // One id's bytes before that replacement (a token can end inside a UTF-8 character): decode() of several ids is
+  // the lossy copy of their bytes concatenated. Valid until the Tokenizer is destroyed. An id out of range: kBadInput.
+  std::string_view token_bytes(int32_t id) const;
 
   // One past the largest id (the model's vocabulary must be at least this).
   int32_t vocab_size() const;
