@@ -50,7 +50,8 @@ constexpr const char* kUsage =
     "\n"
     "exit codes: 0 success, 2 bad input (config, data, checkpoint, a ckpt.dir in use or not writable: do not\n"
     "retry), 75 fault (retry from the last checkpoint), 76 preempted (SIGTERM, SIGINT or SIGUSR1: checkpoint\n"
-    "committed, or none without ckpt.dir; resume with ckpt.resume=auto), 1 internal error\n";
+    "committed, or none without ckpt.dir; resume with ckpt.resume=auto), 130 / 143 generate stopped by SIGINT /\n"
+    "SIGTERM (the text printed so far kept), 1 internal error\n";
 
 void print_help(bool with_usage) {
   if (with_usage) std::fputs(kUsage, stdout);
