@@ -3,9 +3,9 @@
 // The config comes from the checkpoint's manifest, with overrides that may change anything but the model
 // (train.device picks the decoder's device, train.dtype its compute type on cuda). Every rank (under mpirun) loads the
 // checkpoint at its world size, gathers the full weights and decodes the same tokens with the same seed; the ranks
-// check that they agree, and rank 0 prints: the generated text (--prompt, through the tokenizer or as bytes) or ids
-// (--prompt-ids)
-// on stdout, a summary with the prefill and decode rates on stderr.
+// check token by token that they agree, and rank 0 prints each token as it comes (generate_output.h): the generated
+// text (--prompt, through the tokenizer or as bytes) or ids (--prompt-ids) on stdout, a summary with the prefill and
+// decode rates on stderr. A closed stdout ends the run with exit 0, SIGINT or SIGTERM with 128 + the signal.
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -17,9 +17,11 @@
 
 #include "checkpoint_config.h"
 #include "commands.h"
+#include "generate_output.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/excerpt.h"
+#include "shardtrain/core/preempt.h"
 #include "shardtrain/data/text_codec.h"
 #include "shardtrain/model/decoder.h"
 #include "shardtrain/model/generation.h"
@@ -34,14 +36,15 @@ constexpr const char* kGenerateUsage =
     "  continues the prompt with checkpoint DIR's model, decoding with a key/value cache:\n"
     "  --prompt TEXT       text, read through the tokenizer as a new document (its family's separator first), or one\n"
     "                      token a byte for byte-level models (model.vocab_size 256); prints text\n"
-    "  --tokenizer FILE    a Hugging Face tokenizer.json (default: the checkpoint's data.tokenizer)\n"
-    "  --prompt-ids LIST   token ids, comma-separated (any model); prints ids\n"
+    "  --tokenizer FILE    a Hugging Face tokenizer.json for --prompt (default: the checkpoint's data.tokenizer)\n"
+    "  --prompt-ids LIST   token ids, comma-separated (any model); prints ids and reads no tokenizer\n"
     "  --max-tokens N      tokens to generate (default 100); past model.seq_len positions the context slides to\n"
     "                      the last model.seq_len / 2 tokens\n"
     "  --temperature T     softmax temperature, >= 0 (default 1; 0: greedy, the most likely token)\n"
     "  --top-k K           sample among the K most likely tokens (default 0: all)\n"
     "  --seed S            the sampling seed (default 0): the same seed gives the same tokens on every run and rank\n"
-    "  the generated text or ids go to stdout, a summary with prefill and decode tokens/s to stderr";
+    "  the generated text or ids go to stdout as they are decoded, a summary with prefill and decode tokens/s to\n"
+    "  stderr; a closed stdout ends it (exit 0), SIGINT or SIGTERM too, keeping what was printed (exit 130, 143)";
 
 struct GenerateArgs {
   std::string dir;
@@ -142,26 +145,6 @@ std::vector<int32_t> parse_ids(const std::string& list, int vocab_size) {
   return ids;
 }
 
-// Every rank must have generated rank 0's tokens: a rank that differs names the first token where it does.
-void check_ranks_agree(const std::vector<int32_t>& mine, st::Communicator& comm) {
-  if (comm.world_size() == 1) return;
-  std::vector<int32_t> lead = mine;
-  comm.broadcast(lead.data(), static_cast<int64_t>(lead.size() * sizeof(int32_t)), 0);
-  size_t at = 0;
-  while (at < mine.size() && mine[at] == lead[at]) ++at;
-  double differ = at < mine.size() ? 1.0 : 0.0;
-  comm.all_reduce(&differ, 1);
-  ST_CHECK(at == mine.size(), "rank ", comm.rank(), " generated token ", mine[at], " at index ", at,
-           " where rank 0 generated ", lead[at]);
-  ST_CHECK(differ == 0, differ, " rank(s) generated other tokens than rank 0 (their errors name the first)");
-}
-
-std::string join_ids(const std::vector<int32_t>& ids) {
-  std::string out;
-  for (size_t i = 0; i < ids.size(); ++i) out += (i > 0 ? "," : "") + std::to_string(ids[i]);
-  return out;
-}
-
 }  // namespace
 
 int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
@@ -172,9 +155,11 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
   }
   const st::Config cfg = checkpoint_config(g.dir, g.overrides);
   // The one place text meets ids: the tokenizer (--tokenizer, or the run's data.tokenizer), else bytes for a
-  // byte-level model.
+  // byte-level model. Only text reads it: ids in and out open no tokenizer, so a checkpoint whose recorded tokenizer
+  // file has moved still generates ids.
   const std::unique_ptr<st::TextCodec> codec =
-      st::make_text_codec(cfg.data.tokenizer, cfg.model.vocab_size, "--tokenizer (data.tokenizer)");
+      g.prompt ? st::make_text_codec(cfg.data.tokenizer, cfg.model.vocab_size, "--tokenizer (data.tokenizer)")
+               : nullptr;
   std::vector<int32_t> prompt;
   if (g.prompt) {
     if (!codec)
@@ -203,21 +188,35 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
     weights = engine.gather_params();
   }
   const std::unique_ptr<st::Decoder> decoder = st::make_decoder(cfg, std::move(weights), comm.device_rank());
+  // Each token is printed as it comes; a stop signal from here on ends the generation where it is (the text so far
+  // kept), and a closed stdout ends it quietly, as it ends any Unix filter.
+  TokenOutput output(codec ? codec->stream() : nullptr, comm);
+  st::install_interrupt_handlers();
   st::GenerationStats stats;
-  const std::vector<int32_t> out = st::generate_tokens(*decoder, prompt, g.max_tokens, g.sampling, &stats);
-  check_ranks_agree(out, comm);
-  if (comm.rank() != 0) return st::kExitOk;
-  const std::string text = g.prompt ? codec->decode(out) : join_ids(out);
-  std::printf("%s\n", text.c_str());
-  std::fflush(stdout);
-  auto rate = [](int64_t n, double s) { return s > 0 ? static_cast<double>(n) / s : 0.0; };
-  std::fprintf(stderr,
-               "generate: %s (step %lld) on %s: prefill %lld tokens in %.3f s (%.1f tokens/s), decode %lld tokens in "
-               "%.3f s (%.1f tokens/s)%s\n",
-               g.dir.c_str(), static_cast<long long>(step), decoder->describe().c_str(),
-               static_cast<long long>(stats.prompt_tokens), stats.prefill_seconds,
-               rate(stats.prompt_tokens, stats.prefill_seconds), static_cast<long long>(stats.decode_steps),
-               stats.decode_seconds, rate(stats.decode_steps, stats.decode_seconds),
-               stats.slides > 0 ? (", the context slid " + std::to_string(stats.slides) + " time(s)").c_str() : "");
-  return st::kExitOk;
+  st::generate_tokens(*decoder, prompt, g.max_tokens, g.sampling, &stats,
+                      [&](int32_t token, int64_t i) { return output.on_token(token, i); });
+  output.finish();
+  const int sig = output.stop_signal();
+  if (comm.rank() == 0 && sig != 0) {
+    std::fprintf(stderr,
+                 "generate: stopped by %s after %lld of %lld tokens; the text printed so far is kept (exit %d)\n",
+                 st::stop_signal_name(sig), static_cast<long long>(output.printed()),
+                 static_cast<long long>(g.max_tokens), 128 + sig);
+  } else if (comm.rank() == 0) {
+    auto rate = [](int64_t n, double s) { return s > 0 ? static_cast<double>(n) / s : 0.0; };
+    const std::string closed = output.stdout_closed()
+                                   ? "; stdout was closed after " + std::to_string(output.printed()) + " tokens"
+                                   : std::string();
+    std::fprintf(stderr,
+                 "generate: %s (step %lld) on %s: prefill %lld tokens in %.3f s (%.1f tokens/s), decode %lld tokens "
+                 "in %.3f s (%.1f tokens/s)%s%s\n",
+                 g.dir.c_str(), static_cast<long long>(step), decoder->describe().c_str(),
+                 static_cast<long long>(stats.prompt_tokens), stats.prefill_seconds,
+                 rate(stats.prompt_tokens, stats.prefill_seconds), static_cast<long long>(stats.decode_steps),
+                 stats.decode_seconds, rate(stats.decode_steps, stats.decode_seconds),
+                 stats.slides > 0 ? (", the context slid " + std::to_string(stats.slides) + " time(s)").c_str() : "",
+                 closed.c_str());
+  }
+  // 128 + the signal: what a shell reports for a filter the signal ended (130 for SIGINT, 143 for SIGTERM).
+  return sig != 0 ? 128 + sig : st::kExitOk;
 }

@@ -50,8 +50,9 @@ constexpr const char* kUsage =
     "\n"
     "exit codes: 0 success, 2 bad input (config, data, checkpoint, a ckpt.dir in use or not writable, a run whose\n"
     "every step was skipped: do not retry), 75 fault (retry from the last checkpoint), 76 preempted (SIGTERM,\n"
-    "SIGINT or SIGUSR1: checkpoint committed, or none without ckpt.dir; resume with ckpt.resume=auto), 1 internal\n"
-    "error\n";
+    "SIGINT or SIGUSR1: checkpoint committed, or none without ckpt.dir; resume with ckpt.resume=auto), 130 / 143\n"
+    "tokenize or generate stopped by SIGINT / SIGTERM (tokenize removed its files, generate kept what it printed),\n"
+    "1 internal error\n";
 
 void print_help(bool with_usage) {
   if (with_usage) std::fputs(kUsage, stdout);

@@ -132,7 +132,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
   if (o.tokenizer.empty()) ST_BAD_INPUT("tokenize needs --tokenizer FILE (a Hugging Face tokenizer.json)");
 
   const bool tty = isatty(STDERR_FILENO) != 0;
-  st::install_stop_handlers();
+  st::install_interrupt_handlers();
   const st::TokenizeSummary s =
       st::run_tokenize(o, tty ? draw_progress : nullptr, [] { return st::stop_signal() != 0; });
   if (tty) std::fputc('\n', stderr);
@@ -140,7 +140,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
     const int sig = st::stop_signal();
     std::fprintf(stderr,
                  "tokenize: interrupted by %s: removed every file it had written under %s_*; nothing was written\n",
-                 sig == SIGINT ? "SIGINT" : "SIGTERM", o.out_prefix.c_str());
+                 st::stop_signal_name(sig), o.out_prefix.c_str());
     return 128 + sig;
   }
   const double per_token = s.tokens > 0 ? static_cast<double>(s.bytes) / static_cast<double>(s.tokens) : 0;

@@ -3,20 +3,13 @@
 // must look like) and refuses what it would accept silently.
 #include "config_ini.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <boost/program_options.hpp>
-#include <cerrno>
 #include <sstream>
 
 #include "config_keys.h"
-#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/excerpt.h"
-#include "shardtrain/core/format.h"
-#include "shardtrain/core/unique_fd.h"
+#include "shardtrain/core/small_file.h"
 
 namespace po = boost::program_options;
 
@@ -26,16 +19,6 @@ namespace {
 
 // Boost's own messages quote the offending token: room for the text around it and an excerpt's worth of the token.
 constexpr size_t kBoostMessageChars = 2 * kExcerptChars;
-
-// What a path that is not a regular file is, for the error that refuses it.
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (a named pipe, or a pipe such as <(...))";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "of an unknown kind";
-}
 
 // The hint after "unknown key 'x.y'": what the section does hold, or that there is no such section.
 std::string unknown_key_hint(const std::string& full_name) {
@@ -252,46 +235,8 @@ void apply_overrides(const std::vector<std::string>& overrides, const po::option
 }  // namespace
 
 std::string read_config_file(const std::string& path) {
-  const std::string shown = "config file '" + excerpt(path, kExcerptPathChars) + "'";
-  // stat(2) first: a FIFO must be refused before open(2), which would wait for a writer.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) ST_BAD_INPUT(shown, " does not exist");
-    ST_BAD_INPUT(shown, " cannot be read: ", errno_text());
-  }
-  if (!S_ISREG(st.st_mode))
-    ST_BAD_INPUT(shown, " is ", file_kind(st.st_mode),
-                 ", not a regular file (a config must be one: write it to a file)");
-  if (st.st_size > kMaxConfigBytes)
-    ST_BAD_INPUT(shown, " is ", st.st_size, " bytes",
-                 st.st_size >= (int64_t{1} << 30) ? " (" + format_gib(st.st_size) + ")" : std::string(), ", over the ",
-                 format_mib(kMaxConfigBytes), " limit for a config file");
-  // O_NONBLOCK: should the path have become a FIFO since the stat, open(2) must still not wait for a writer.
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (!fd) ST_BAD_INPUT(shown, " cannot be opened: ", errno_text());
-  std::string text;
-  int err = 0;
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    err = EINVAL;
-  } else {
-    // Read one byte past the limit to tell a file that grew since the stat from one that is exactly at it.
-    text.resize(static_cast<size_t>(kMaxConfigBytes) + 1);
-    size_t got = 0;
-    while (got < text.size()) {
-      const ssize_t r = ::read(fd.get(), text.data() + got, text.size() - got);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) err = errno;
-      if (r <= 0) break;
-      got += static_cast<size_t>(r);
-    }
-    text.resize(got);
-  }
-  fd.reset();
-  if (err == EINVAL) ST_BAD_INPUT(shown, " changed while it was opened (it is no longer a regular file)");
-  if (err != 0) ST_BAD_INPUT(shown, " cannot be read: ", errno_text(err));
-  if (static_cast<int64_t>(text.size()) > kMaxConfigBytes)
-    ST_BAD_INPUT(shown, " grew past the ", format_mib(kMaxConfigBytes), " limit for a config file while it was read");
-  return text;
+  return read_small_file(path, {"config file '" + excerpt(path, kExcerptPathChars) + "'", "a config file",
+                                kMaxConfigBytes, "(a config must be one: write it to a file)"});
 }
 
 ExplicitKeys parse_into(Config& cfg, const std::optional<std::string>& ini_text, const std::string& label,

@@ -315,8 +315,9 @@ const std::vector<Key>& keys() {
           "being their mean over the step; off: read no mask, every token is a target "
           "(docs/data-format.md)"),
       key("data", "tokenizer", &Config::data, &DataConfig::tokenizer,
-          "a Hugging Face tokenizer.json (the one `shardtrain tokenize` wrote the data with): the end-of-run sample "
-          "is printed as text through it, and `shardtrain generate` uses it by default; its vocabulary must fit "
+          "a Hugging Face tokenizer.json file, at most 64 MiB (the one `shardtrain tokenize` wrote the data with; "
+          "the file, not its directory): the end-of-run sample is printed as text through it, and `shardtrain "
+          "generate` reads it by default for text (--prompt; --prompt-ids reads none); its vocabulary must fit "
           "model.vocab_size. Empty: byte-level models print bytes, others print no sample"),
 
       key("ckpt", "dir", &Config::ckpt, &CkptConfig::dir,

@@ -29,6 +29,21 @@ std::string ByteCodec::decode(const std::vector<int32_t>& ids) const {
   return out;
 }
 
+namespace {
+
+class ByteStream final : public TextStream {
+ public:
+  std::string push(int32_t id) override { return codec_.decode({id}); }
+  std::string finish() override { return {}; }
+
+ private:
+  ByteCodec codec_;
+};
+
+}  // namespace
+
+std::unique_ptr<TextStream> ByteCodec::stream() const { return std::make_unique<ByteStream>(); }
+
 std::unique_ptr<TextCodec> text_codec(int vocab_size) {
   if (vocab_size == kByteVocab) return std::make_unique<ByteCodec>();
   return nullptr;

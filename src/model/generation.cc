@@ -20,7 +20,7 @@ std::vector<int32_t> tail(const std::vector<int32_t>& a, const std::vector<int32
 }  // namespace
 
 std::vector<int32_t> generate_tokens(Decoder& decoder, const std::vector<int32_t>& prompt, int64_t n,
-                                     const SamplingOptions& options, GenerationStats* stats) {
+                                     const SamplingOptions& options, GenerationStats* stats, const TokenSink& sink) {
   if (prompt.empty()) ST_BAD_INPUT("generation needs a prompt of at least one token");
   ST_CHECK(n >= 0, "a generation of ", n, " tokens");
   check_sampling_options(options);
@@ -40,7 +40,8 @@ std::vector<int32_t> generate_tokens(Decoder& decoder, const std::vector<int32_t
   for (int64_t i = 0; i < n; ++i) {
     const int32_t token = sample_token(*logits, options, static_cast<uint64_t>(i));
     out.push_back(token);
-    if (i + 1 == n) break;
+    const bool more = !sink || sink(token, i);
+    if (i + 1 == n || !more) break;
     if (decoder.full()) {
       logits = &decoder.prefill(tail(prompt, out, keep));
       ++s.slides;

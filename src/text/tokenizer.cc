@@ -271,6 +271,13 @@ void Tokenizer::encode_into(std::string_view text, bool added_tokens, std::vecto
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const { return decode(ids.data(), ids.size()); }
 
+std::string_view Tokenizer::token_bytes(int32_t id) const {
+  const Impl& t = *impl_;
+  if (id < 0 || id >= t.vocab_size)
+    ST_BAD_INPUT(t.path, ": cannot decode id ", id, ": expected an id in 0..", t.vocab_size - 1);
+  return std::string_view(t.decode_bytes).substr(t.decode_start[id], t.decode_start[id + 1] - t.decode_start[id]);
+}
+
 std::string Tokenizer::decode(const int32_t* ids, size_t n) const {
   const Impl& t = *impl_;
   std::string bytes;
@@ -279,7 +286,7 @@ std::string Tokenizer::decode(const int32_t* ids, size_t n) const {
     if (id < 0 || id >= t.vocab_size) {
       ST_BAD_INPUT(t.path, ": cannot decode id ", id, " at position ", i, ": expected an id in 0..", t.vocab_size - 1);
     }
-    bytes.append(t.decode_bytes, t.decode_start[id], t.decode_start[id + 1] - t.decode_start[id]);
+    bytes.append(token_bytes(id));
   }
   std::string lossy;
   const std::string_view valid = text::utf8_lossy(bytes, &lossy);

@@ -2,6 +2,7 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/text/conventions.h"
+#include "utf8.h"
 
 namespace st {
 
@@ -20,6 +21,40 @@ std::vector<int32_t> TokenizerCodec::encode(const std::string& text) const {
 }
 
 std::string TokenizerCodec::decode(const std::vector<int32_t>& ids) const { return tok_.decode(ids); }
+
+namespace {
+
+class TokenizerStream final : public TextStream {
+ public:
+  explicit TokenizerStream(const Tokenizer& tok) : tok_(tok) {}
+
+  std::string push(int32_t id) override {
+    pending_.append(tok_.token_bytes(id));
+    const size_t ready = pending_.size() - text::utf8_unfinished_tail(pending_);
+    std::string piece = lossy(std::string_view(pending_).substr(0, ready));
+    pending_.erase(0, ready);
+    return piece;
+  }
+
+  std::string finish() override {
+    std::string rest = lossy(pending_);
+    pending_.clear();
+    return rest;
+  }
+
+ private:
+  static std::string lossy(std::string_view bytes) {
+    std::string buf;
+    return std::string(text::utf8_lossy(bytes, &buf));
+  }
+
+  const Tokenizer& tok_;
+  std::string pending_;  // at most 3 bytes: an unfinished character
+};
+
+}  // namespace
+
+std::unique_ptr<TextStream> TokenizerCodec::stream() const { return std::make_unique<TokenizerStream>(tok_); }
 
 std::unique_ptr<TextCodec> make_text_codec(const std::string& tokenizer_path, int vocab_size, const std::string& what) {
   if (tokenizer_path.empty()) return text_codec(vocab_size);

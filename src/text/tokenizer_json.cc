@@ -3,22 +3,22 @@
 // than silently tokenized differently.
 #include "tokenizer_json.h"
 
-#include <cerrno>
-#include <fstream>
+#include <filesystem>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string_view>
 #include <unordered_map>
 
 #include "byte_level.h"
-#include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/excerpt.h"
+#include "shardtrain/core/small_file.h"
+#include "shardtrain/text/tokenizer.h"
 #include "split_regex.h"
 
 namespace st::text {
 namespace {
 
+namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::string shown(const json& v) { return excerpt(v.dump()); }
@@ -86,12 +86,17 @@ class Fields {
 };
 
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) ST_BAD_INPUT("tokenizer file ", path, " cannot be read: ", errno_text());
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (!in.good() && !in.eof()) ST_BAD_INPUT("tokenizer file ", path, " cannot be read: ", errno_text());
-  return std::move(s).str();
+  // A directory is what Hugging Face's from_pretrained takes; here the file itself is named, so that the run
+  // records which file it read.
+  std::string not_regular = "(expected a Hugging Face tokenizer.json file)";
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    const std::string inside = (fs::path(path) / "tokenizer.json").string();
+    not_regular = fs::is_regular_file(inside, ec)
+                      ? "(it holds a tokenizer.json: did you mean " + inside + "?)"
+                      : "(expected a Hugging Face tokenizer.json file; the directory holds none)";
+  }
+  return read_small_file(path, {"tokenizer file " + path, "a tokenizer file", kMaxTokenizerBytes, not_regular});
 }
 
 // Vocab spelling -> id, over the strings of TokenizerSpec::vocab (which outlives it).

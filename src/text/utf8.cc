@@ -126,4 +126,19 @@ char32_t utf8_last(const char* begin, const char* end, int* len) {
   return n > 0 ? cp : kReplacementChar;
 }
 
+size_t utf8_unfinished_tail(std::string_view s) {
+  const auto* begin = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = begin + s.size();
+  // An unfinished character is at most 3 bytes: its lead is the last byte that is not a continuation byte.
+  for (size_t k = 1; k <= 3 && k <= s.size(); ++k) {
+    const unsigned char b = end[-static_cast<ptrdiff_t>(k)];
+    if (is_cont(b)) continue;
+    char32_t cp;
+    // A lead byte whose sequence is cut short by the end alone: utf8_decode accepted every byte up to it.
+    const bool lead = b >= 0xC2 && b <= 0xF4;
+    return lead && utf8_decode(end - k, end, &cp) == -static_cast<int>(k) ? k : 0;
+  }
+  return 0;
+}
+
 }  // namespace st::text

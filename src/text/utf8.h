@@ -24,6 +24,11 @@ bool utf8_valid(std::string_view s);
 // replaced by U+FFFD.
 std::string_view utf8_lossy(std::string_view s, std::string* buf);
 
+// How many bytes at the end of `s` begin a character that is valid so far but unfinished (a lead byte followed by
+// fewer continuation bytes than it needs): 0 to 3. Cutting them off leaves a prefix whose lossy copy does not depend on
+// what follows, so that utf8_lossy(prefix) + utf8_lossy(rest + more) == utf8_lossy(s + more) for any `more`.
+size_t utf8_unfinished_tail(std::string_view s);
+
 // Appends the UTF-8 encoding of `cp` (<= U+10FFFF, not a surrogate).
 void utf8_append(char32_t cp, std::string* out);
 

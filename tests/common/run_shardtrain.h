@@ -34,4 +34,11 @@ inline CliResult run_shardtrain(const std::string& args, const std::string& shel
   return run_command(shell_prefix + " " + std::string(SHARDTRAIN_BINARY) + " " + args);
 }
 
+// Runs shardtrain `args` under timeout(1) and with 4 GiB of address space, stdout and stderr together, so that a run
+// that blocks (a FIFO with no writer) or reads without end (/dev/zero, a huge file) fails the test instead of hanging
+// or filling the memory: such a run exits 124 (timeout) or fails to allocate.
+inline CliResult run_bounded(const std::string& args) {
+  return run_command("ulimit -v 4194304; exec timeout 60 " + std::string(SHARDTRAIN_BINARY) + " " + args);
+}
+
 }  // namespace st::testing

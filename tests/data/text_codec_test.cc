@@ -22,6 +22,21 @@ TEST(TextCodec, BytesAreTheirOwnIds) {
   EXPECT_THROW(codec->decode({256}), Error);
 }
 
+// A byte is a whole character of the byte codec's text: each token's text comes out at once.
+TEST(TextCodec, ByteStreamPrintsEachTokenAtOnce) {
+  const std::unique_ptr<TextCodec> codec = text_codec(256);
+  const std::unique_ptr<TextStream> s = codec->stream();
+  const std::vector<int32_t> ids = {72, 195, 169, 10, 0};
+  std::string joined;
+  for (int32_t id : ids) {
+    const std::string piece = s->push(id);
+    EXPECT_EQ(piece, codec->decode({id}));
+    joined += piece;
+  }
+  EXPECT_EQ(s->finish(), "");
+  EXPECT_EQ(joined, codec->decode(ids));
+}
+
 TEST(TextCodec, OtherVocabulariesNeedATokenizer) {
   EXPECT_EQ(text_codec(300), nullptr);
   EXPECT_EQ(text_codec(50257), nullptr);

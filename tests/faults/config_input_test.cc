@@ -18,22 +18,6 @@
 namespace st::testing {
 namespace {
 
-// Runs shardtrain `args` under timeout(1), so that a run that blocks (a FIFO with no writer) or reads without end
-// (/dev/zero) fails the test instead of hanging or filling the memory.
-CliResult run_bounded(const std::string& args) {
-  // 4 GiB of address space: far above what a run that stops at its config needs.
-  const std::string cmd = "ulimit -v 4194304; exec timeout 60 " + std::string(SHARDTRAIN_BINARY) + " " + args + " 2>&1";
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
 // The "error: ..." line of a run's output (the last one, if several).
 std::string error_line(const std::string& output) {
   const auto at = output.rfind("error: ");

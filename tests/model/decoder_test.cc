@@ -136,6 +136,27 @@ TEST_P(DecoderFamily, GreedyTokensEqualTheArgmaxOfFullRecomputes) {
   EXPECT_GT(std::set<int32_t>(got.begin(), got.end()).size(), 3u);
 }
 
+// The sink sees every token as it is sampled, in order, and stops the generation after the token it returns false on.
+TEST_P(DecoderFamily, TheSinkSeesEachTokenAndStopsTheGeneration) {
+  const std::unique_ptr<Decoder> d =
+      model_family(config().arch).make_cpu_decoder(config(), random_weights(config(), 9));
+  const SamplingOptions o{1.0, 0, 3};  // temperature 1, every token, seed 3
+  const std::vector<int32_t> all = generate_tokens(*d, kPrompt, 30, o);
+  std::vector<int32_t> seen;
+  const auto see = [&](int32_t t, int64_t i) {
+    EXPECT_EQ(i, static_cast<int64_t>(seen.size()));
+    seen.push_back(t);
+    return true;
+  };
+  EXPECT_EQ(generate_tokens(*d, kPrompt, 30, o, nullptr, see), all);
+  EXPECT_EQ(seen, all);
+  GenerationStats stats;
+  const std::vector<int32_t> first =
+      generate_tokens(*d, kPrompt, 30, o, &stats, [](int32_t, int64_t i) { return i + 1 < 7; });
+  EXPECT_EQ(first, std::vector<int32_t>(all.begin(), all.begin() + 7));
+  EXPECT_EQ(stats.decode_steps, 6);  // no forward after the last token
+}
+
 // Sampling: the same seed twice gives the same tokens, another seed others; top_k = 1 is greedy at any temperature.
 TEST_P(DecoderFamily, SampledTokensDependOnlyOnTheSeed) {
   const ModelConfig c = config();

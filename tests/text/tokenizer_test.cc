@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/byte_tokenizer.h"
 #include "../common/temp_dir.h"
 #include "shardtrain/core/error.h"
 
@@ -21,25 +22,8 @@ namespace st {
 namespace {
 
 using nlohmann::json;
+using testing::spell;
 using testing::TempDir;
-
-// GPT-2's byte-level spelling of byte b (openai/gpt-2 encoder.py, bytes_to_unicode), as UTF-8.
-std::string spell(unsigned char b) {
-  int next = 0;
-  uint32_t cp = 0;
-  for (int x = 0; x <= b; ++x) {
-    const bool printable = (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF);
-    cp = printable ? x : 256 + next++;
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
 
 // A byte-level BPE whose ids 0..255 are the bytes themselves, then:
 //   256 "ab", 257 "bc", 258 "abc", 259 "abab", 260 "ca" (no merge makes it; ignore_merges finds it whole)
@@ -360,7 +344,9 @@ TEST(Tokenizer, RefusesFilesThatAreNotTokenizers) {
     ADD_FAILURE() << "loaded a missing file";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
-    EXPECT_NE(std::string(e.what()).find(dir.file("missing.json") + " cannot be read"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tokenizer file " + dir.file("missing.json") + " does not exist"),
+              std::string::npos)
+        << e.what();
   }
   testing::write_bytes(dir.file("broken.json"), "{\"model\": ");
   try {

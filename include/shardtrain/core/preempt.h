@@ -7,20 +7,24 @@
 // MPI's mpirun forwards SIGUSR1 to every rank at once, whereas on SIGTERM or SIGINT it kills the job: it waits
 // odls_base_sigkill_timeout (1 s), sends the ranks SIGTERM, sends SIGKILL 1 s later, and exits 1.
 //
+// A command with nothing to save (generate, tokenize) installs the interrupt handlers instead: the same signals are only
+// recorded, the command stops where it is (keeping its output) and exits 128 + the signal's number, as a Unix filter
+// killed by it would be reported (130 for SIGINT, 143 for SIGTERM); a second signal exits at once with that code.
+//
 //   install_preemption_handlers();            // once, before training
 //   if (preemption_requested()) ...           // this process has been signalled
+//   install_interrupt_handlers();             // generate, tokenize
+//   if (int sig = stop_signal()) return 128 + sig;
 #pragma once
 
 namespace st {
 
 void install_preemption_handlers();
+void install_interrupt_handlers();
 bool preemption_requested();
-
-// For a command that stops rather than checkpoints (tokenize): SIGTERM and SIGINT are only recorded; the command
-// polls stop_signal() (the first signal's number, 0 before any), stops, removes what it wrote and exits with 128 +
-// that number (130 for SIGINT, 143 for SIGTERM), as a shell reports a process the signal killed. A second signal
-// exits at once with 128 + its number, without cleaning up.
-void install_stop_handlers();
+// The first stop signal this process received (SIGTERM, SIGINT or SIGUSR1), 0 for none.
 int stop_signal();
+// "SIGINT", "SIGTERM" or "SIGUSR1": for messages.
+const char* stop_signal_name(int sig);
 
 }  // namespace st

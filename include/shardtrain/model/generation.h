@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "shardtrain/model/decoder.h"
@@ -23,10 +24,16 @@ struct GenerationStats {
   int64_t slides = 0;          // times the context slid (a prefill of the last max_length() / 2 tokens)
 };
 
+// Called with each token as soon as it is sampled (index i from 0), before the next forward; returns whether to go
+// on. false ends the generation with that token, the last one returned (what a caller that streams its output does
+// when the output is closed or a stop signal came).
+using TokenSink = std::function<bool(int32_t token, int64_t i)>;
+
 // n >= 0 tokens continuing `prompt` (at least one token; a prompt longer than max_length() keeps its last
-// max_length() tokens). Token i is sample_token(logits, options, i). The same decoder type, weights, prompt and
-// options give the same tokens on every call.
+// max_length() tokens), or fewer when `sink` stops it. Token i is sample_token(logits, options, i). The same decoder
+// type, weights, prompt and options give the same tokens on every call.
 std::vector<int32_t> generate_tokens(Decoder& decoder, const std::vector<int32_t>& prompt, int64_t n,
-                                     const SamplingOptions& options, GenerationStats* stats = nullptr);
+                                     const SamplingOptions& options, GenerationStats* stats = nullptr,
+                                     const TokenSink& sink = nullptr);
 
 }  // namespace st

@@ -3,7 +3,7 @@
 //
 // The family is recognised from the tokenizer's added tokens:
 //   llama3   <|begin_of_text|>, <|end_of_text|>, <|start_header_id|>, <|end_header_id|>, <|eot_id|>
-//   chatml   <|im_start|>, <|im_end|>, <|endoftext|>            (Qwen 2 / 2.5)
+//   chatml   <|im_start|>, <|im_end|>, <|endoftext|>            (Qwen 2, 2.5 and 3, SmolLM2)
 //   gpt2     <|endoftext|>
 // (checked in that order; a tokenizer with none of them is `plain`: documents need an explicit separator).
 //
@@ -11,13 +11,26 @@
 // llama3's <|begin_of_text|> and gpt2's and chatml's <|endoftext|>, placed before each document as llm.c does.
 //
 // Chats (`{"messages": [{"role": ..., "content": ...}, ...]}`) follow the chat templates of the models' own
-// tokenizer_config.json, rendered for training (no generation prompt):
-//   llama3   <|begin_of_text|> then per message
+// tokenizer_config.json, rendered for training (no generation prompt). The template is the tokenizer's model's, told
+// apart by the added tokens (a tokenizer.json does not hold its template): any other tokenizer's chats are refused,
+// naming the templates known, rather than rendered with a template that may not be its model's.
+//   Llama 3 Instruct   a llama3 tokenizer whose ids 128008 and 128010 are still <|reserved_special_token_4|> and
+//            <|reserved_special_token_5|> (Llama 3.1 and later name them <|eom_id|> and <|python_tag|> and render a
+//            template with a dated system header): <|begin_of_text|> then per message
 //            <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>, CONTENT stripped of surrounding
-//            whitespace (Meta Llama 3 Instruct's template; no system message is added)
-//   chatml   per message <|im_start|>ROLE\nCONTENT<|im_end|>\n, preceded by Qwen 2.5's default system message
-//            "You are Qwen, created by Alibaba Cloud. You are a helpful assistant." when the first message is not
-//            a system message (Qwen 2.5 Instruct's template without tools)
+//            whitespace (no system message is added)
+//   Qwen 2.5 Instruct  a chatml tokenizer whose added tokens are Qwen 2.5's 22, ids 151643..151664, and no others:
+//            per message <|im_start|>ROLE\nCONTENT<|im_end|>\n, preceded by the default system message "You are
+//            Qwen, created by Alibaba Cloud. You are a helpful assistant." when the first message is not a system
+//            message (the template without tools)
+//   Qwen3    Qwen 2.5's added tokens and <tool_response>, </tool_response>, <think>, </think> (ids up to 151668): the
+//            same without a default system message; the last message, when it is an assistant message after the
+//            last user message, opens with an empty thinking block: <|im_start|>assistant\n<think>\n\n</think>\n\n
+//            then CONTENT without its leading newlines (the prompt of Qwen3's non-thinking mode, masked as a header
+//            is). An assistant message holding "</think>" (reasoning, which the template moves out of the message)
+//            is refused.
+// Models that ship one of these tokenizer.json files with another template (Qwen2.5-Math, QwQ) are rendered with the
+// template above for their tokenizer, not their own.
 // Roles are system, user and assistant. The loss mask keeps an assistant message's content and its end token
 // (<|eot_id|>, <|im_end|>) and masks everything else, as an assistant-only loss does. The text between two
 // special tokens is encoded as one piece, as Hugging Face encodes the rendered template; a token that straddles
@@ -42,6 +55,11 @@ namespace st {
 enum class TokenFamily { kLlama3, kChatml, kGpt2, kPlain };
 const char* to_string(TokenFamily f);
 
+// The chat template --format chat renders: the tokenizer's own model's, recognised by its added tokens (see above);
+// kNone for any other tokenizer, whose chats are refused.
+enum class ChatTemplate { kNone, kLlama3, kQwen2_5, kQwen3 };
+const char* to_string(ChatTemplate t);
+
 struct ChatMessage {
   std::string role;
   std::string content;
@@ -61,6 +79,7 @@ class Conventions {
 
   const Tokenizer& tokenizer() const { return tok_; }
   TokenFamily family() const { return family_; }
+  ChatTemplate chat_template() const { return chat_; }
   // The document separator's id, or -1 for none.
   int32_t separator() const { return separator_; }
   // "<|endoftext|>" etc., or "none": for messages.
@@ -82,13 +101,14 @@ class Conventions {
 
   const Tokenizer& tok_;
   TokenFamily family_ = TokenFamily::kPlain;
+  ChatTemplate chat_ = ChatTemplate::kNone;
   int32_t separator_ = -1;
   std::string separator_text_ = "none";
   int32_t end_ = -1;  // the prompt/completion end token
   // llama3
   int32_t start_header_ = -1, end_header_ = -1, eot_ = -1;
-  // chatml
-  int32_t im_start_ = -1, im_end_ = -1;
+  // chatml; Qwen3's thinking block
+  int32_t im_start_ = -1, im_end_ = -1, think_ = -1, end_think_ = -1;
 };
 
 // Python's str.strip() (what the chat template's `trim` does): removes leading and trailing Unicode whitespace.

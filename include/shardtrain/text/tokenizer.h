@@ -48,9 +48,16 @@
 
 namespace st {
 
+// The largest tokenizer.json load() reads: the largest published ones (Llama 3, Qwen 2.5 and 3, Gemma) are under
+// 20 MB, and a bound keeps a mistaken multi-GB file from being read into memory before it is refused.
+inline constexpr int64_t kMaxTokenizerBytes = int64_t{64} << 20;
+
 class Tokenizer {
  public:
-  // Reads and checks `path`; kBadInput (naming `path` and the field) on anything it does not implement.
+  // Reads and checks `path`; kBadInput (naming `path` and the field) on anything it does not implement. Every
+  // reader of a tokenizer (tokenize, generate, train's sample) loads it here. A path that is not a regular file (a
+  // directory: naming the tokenizer.json it holds, if any; a FIFO, a device) or holds more than kMaxTokenizerBytes is
+  // refused unread, naming it (with its size and the limit).
   static Tokenizer load(const std::string& path);
 
   Tokenizer(Tokenizer&&) noexcept;
@@ -70,6 +77,9 @@ class Tokenizer {
   // Ids out of range: kBadInput.
   std::string decode(const std::vector<int32_t>& ids) const;
   std::string decode(const int32_t* ids, size_t n) const;
+  // One id's bytes before that replacement (a token can end inside a UTF-8 character): decode() of several ids is
+  // the lossy copy of their bytes concatenated. Valid until the Tokenizer is destroyed. An id out of range: kBadInput.
+  std::string_view token_bytes(int32_t id) const;
 
   // One past the largest id (the model's vocabulary must be at least this).
   int32_t vocab_size() const;

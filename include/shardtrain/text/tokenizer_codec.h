@@ -23,6 +23,9 @@ class TokenizerCodec final : public TextCodec {
   explicit TokenizerCodec(Tokenizer tok);
   std::vector<int32_t> encode(const std::string& text) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
+  // Holds the bytes of an unfinished UTF-8 character until a later token completes it. The stream refers to this
+  // codec's tokenizer: it must not outlive the codec.
+  std::unique_ptr<TextStream> stream() const override;
   const Tokenizer& tokenizer() const { return tok_; }
 
  private:

