@@ -152,6 +152,8 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   void release_params(int unit);
   void prefetch_embedding();
   std::vector<float> gather_full(int unit, bool grads);
+  // ST_CHECK that the last snapshot's writer has released the offloaded state (snapshot_held_).
+  void check_snapshot_released(const char* caller) const;
 
   Config cfg_;
   Communicator& comm_;

@@ -63,7 +63,15 @@ void CudaShardedModel<T>::reserve_snapshot(StateSnapshot* snap) {
 }
 
 template <typename T>
+void CudaShardedModel<T>::check_snapshot_released(const char* caller) const {
+  if (snapshot_held_)
+    for (const std::atomic<bool>& h : *snapshot_held_)
+      ST_CHECK(h.load(std::memory_order_acquire), caller, " while a checkpoint still writes the offloaded state");
+}
+
+template <typename T>
 void CudaShardedModel<T>::snapshot_state(StateSnapshot* snap) {
+  check_snapshot_released("snapshot_state");  // a new hold would free the units the last writer still reads
   reserve_snapshot(snap);
   if (offload_) offload_->wait_all();  // this step's host updates
   const int n_units = static_cast<int>(shards_->size());
@@ -86,13 +94,14 @@ void CudaShardedModel<T>::snapshot_state(StateSnapshot* snap) {
       any_held = true;
       continue;
     }
-    su = {units_[static_cast<size_t>(u)].name, view.span, at, at + n, at + 2 * n};
+    float* dst = at;
     at += 3 * n;
+    su = {units_[static_cast<size_t>(u)].name, view.span, dst, dst + n, dst + 2 * n};
     const size_t bytes = static_cast<size_t>(n) * sizeof(float);
     const typename DeviceOptimizer<T>::UnitState d = shards_->optimizer_state(u);
-    ST_CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(su.param), d.master, bytes, cudaMemcpyDeviceToHost, cs));
-    ST_CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(su.exp_avg), d.m, bytes, cudaMemcpyDeviceToHost, cs));
-    ST_CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(su.exp_avg_sq), d.v, bytes, cudaMemcpyDeviceToHost, cs));
+    ST_CUDA_CHECK(cudaMemcpyAsync(dst, d.master, bytes, cudaMemcpyDeviceToHost, cs));
+    ST_CUDA_CHECK(cudaMemcpyAsync(dst + n, d.m, bytes, cudaMemcpyDeviceToHost, cs));
+    ST_CUDA_CHECK(cudaMemcpyAsync(dst + 2 * n, d.v, bytes, cudaMemcpyDeviceToHost, cs));
     snapshot_copied_[static_cast<size_t>(u)].record(cs);
     snapshot_fence_[static_cast<size_t>(u)] = true;
   }
@@ -124,9 +133,7 @@ void CudaShardedModel<T>::push_state() {
     offload_->wait_all();
     offload_->synchronize();
   }
-  if (snapshot_held_)
-    for (const std::atomic<bool>& h : *snapshot_held_)
-      ST_CHECK(h.load(std::memory_order_acquire), "push_state while a checkpoint still writes the offloaded state");
+  check_snapshot_released("push_state");
   // Nothing in flight may still write the buffers replaced here, nor read them for a snapshot.
   for (const CudaStream* st : {&compute_stream_, &comm_stream_, &snapshot_stream_}) st->synchronize();
   if (replica_) ST_CUDA_CHECK(cudaStreamSynchronize(replica_->stream()));
@@ -148,6 +155,7 @@ void CudaShardedModel<T>::push_state() {
   template std::vector<float> CudaShardedModel<T>::gather_full(int, bool); \
   template void CudaShardedModel<T>::pull_state();                         \
   template void CudaShardedModel<T>::reserve_snapshot(StateSnapshot*);     \
+  template void CudaShardedModel<T>::check_snapshot_released(const char*) const; \
   template void CudaShardedModel<T>::snapshot_state(StateSnapshot*);       \
   template void CudaShardedModel<T>::push_state();
 ST_INSTANTIATE_STATE(float)

@@ -94,11 +94,11 @@ TEST(HostPlan, Llama8BWithOptimizerOffloadOnOneRank) {
   const Config c = llama31_8b();
   const HostPlan p = plan_cuda_host(c, 1, false);
   EXPECT_EQ(p.optimizer_state, 12 * int64_t{8030261248});
-  EXPECT_EQ(format_gib(p.optimizer_state), "89.75 GiB");  // the second copy the speculative check reported
+  EXPECT_EQ(format_gib(p.optimizer_state), "89.75 GiB");
   EXPECT_EQ(p.gradient_staging, 4 * int64_t{8030261248});
   EXPECT_EQ(p.parameter_staging, 2 * int64_t{8030261248});
   // 89.75 + 29.92 + 14.96 + 1.96 (random init of the head, the largest unit: 525,336,576 + the final norm's 4,096)
-  // + 3 GiB of reserve: over the 125 GiB of a host that would otherwise be the OOM killer's.
+  // + 3 GiB of reserve: more than a host with 125 GiB can give.
   EXPECT_EQ(p.loading, 4 * (int64_t{525336576} + 4096));
   EXPECT_EQ(format_gib(p.total()), "139.57 GiB");
   // Checkpoints and init.from add nothing: every unit is offloaded, read and written in place.

@@ -1,6 +1,6 @@
 // How much host memory this process has used: the peak resident set ("high-water mark"), which the CPU
 // backend reports as its peak memory (ModelBackend::peak_memory_bytes) in the metrics; and how much the host has
-// left (optim.offload_speculative=auto asks before it allocates a second copy of the offloaded state), and what
+// left, and what
 // bounds it (the CPU backend's memory plan is checked against host_memory_budget before it allocates).
 //
 //   int64_t peak = st::process_peak_rss_bytes();   // e.g. 412.3 MiB after a tiny run

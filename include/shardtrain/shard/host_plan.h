@@ -26,8 +26,8 @@
 
 namespace st {
 
-// What the CUDA runtime, NCCL's host buffers, cuBLASLt, the data pipeline, the host AdamW's threads and the
-// allocator's arenas hold beside the plan's buffers, per rank (docs/offload.md: measured peaks against the plan).
+// A fixed allowance per rank for what the CUDA runtime, NCCL's host buffers, cuBLASLt, the data pipeline, the host
+// AdamW's threads and the allocator's arenas hold beside the plan's buffers.
 inline constexpr int64_t kCudaHostReserveBytes = int64_t{3} << 30;
 
 struct HostPlan {

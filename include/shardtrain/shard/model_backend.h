@@ -143,9 +143,9 @@ class ModelBackend {
   // Copies this rank's param/m/v shards (owned elements) into `snap`, reusing its storage when big enough, for a
   // checkpoint written in the background. Between steps, on the thread that trains. The copy reflects every update
   // made so far and none made later; snap->wait() returns once it is complete. The default copies synchronously
-  // after pull_state(); the cuda backend copies into pinned memory on a stream of its own, behind the step's last
-  // update, and holds each unit's next update until that unit is copied, so the step that takes it does not wait for
-  // the copy.
+  // after pull_state(); the cuda backend copies its device-resident units into pinned memory on a stream of its own,
+  // behind the step's last update, holding each unit's next update until that unit is copied, and points at the
+  // offloaded units' host state itself, holding their next updates until the writer calls snap->release().
   virtual void snapshot_state(StateSnapshot* snap);
   // Gives `snap` the storage snapshot_state() needs (pinned on cuda), so that the first snapshot does not pay for it.
   virtual void reserve_snapshot(StateSnapshot* snap);
