@@ -115,7 +115,12 @@ std::string check_same_directory(const std::string& dir, const std::string& reco
 
 DirLock DirLock::acquire(const std::string& dir, const std::string& extra) {
   std::error_code ec;
-  if (!fs::exists(dir, ec)) {
+  std::string created;  // the outermost directory this call creates
+  for (fs::path p = fs::absolute(dir, ec); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    created = p.string();
+    if (p == p.parent_path()) break;
+  }
+  if (!created.empty()) {
     fs::create_directories(dir, ec);
     if (ec) ST_BAD_INPUT("ckpt.dir '", dir, "' cannot be created: ", ec.message());
   }
@@ -124,18 +129,29 @@ DirLock DirLock::acquire(const std::string& dir, const std::string& extra) {
                  "; give ckpt.dir a directory path");
 
   const std::string path = (fs::path(dir) / kDirLockFile).string();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0)
-    ST_BAD_INPUT("ckpt.dir '", dir, "' is not writable: cannot open ", path, " for writing: ", errno_text(),
-                 "; give ckpt.dir a directory this job can write");
   DirLock lock;
-  lock.fd_ = UniqueFd(fd);  // closed by ~DirLock on every path below
+  lock.dir_ = dir;
+  lock.created_ = created;
+  int fd = -1, rc = 0;
+  // A job that leaves the directory unused removes the lock file while it holds the lock (~DirLock): a lock taken
+  // on a file that is no longer the directory's is no lock, so the file is opened again until they agree.
+  for (int attempt = 0;; ++attempt) {
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+      ST_BAD_INPUT("ckpt.dir '", dir, "' is not writable: cannot open ", path, " for writing: ", errno_text(),
+                   "; give ckpt.dir a directory this job can write");
+    lock.fd_ = UniqueFd(fd);  // closed by ~DirLock on every path below
+    do {
+      rc = ::flock(fd, LOCK_EX | LOCK_NB);
+    } while (rc != 0 && errno == EINTR);
+    struct stat held {
+    }, named{};
+    if (rc != 0 || attempt == 100 ||
+        (::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+         held.st_dev == named.st_dev))
+      break;
+  }
   lock.path_ = path;
-
-  int rc;
-  do {
-    rc = ::flock(fd, LOCK_EX | LOCK_NB);
-  } while (rc != 0 && errno == EINTR);
   if (rc != 0) {
     const int err = errno;
     if (err == EWOULDBLOCK)
@@ -164,21 +180,37 @@ DirLock DirLock::acquire(const std::string& dir, const std::string& extra) {
   return lock;
 }
 
-DirLock::DirLock(DirLock&& other) noexcept
-    : fd_(std::move(other.fd_)),
-      path_(std::exchange(other.path_, std::string())),
-      record_(std::exchange(other.record_, std::string())) {}
+DirLock::DirLock(DirLock&& other) noexcept { *this = std::move(other); }
 
 DirLock& DirLock::operator=(DirLock&& other) noexcept {
   if (this != &other) {
+    leave_if_unused();
     fd_ = std::move(other.fd_);
+    dir_ = std::exchange(other.dir_, std::string());
+    created_ = std::exchange(other.created_, std::string());
     path_ = std::exchange(other.path_, std::string());
     record_ = std::exchange(other.record_, std::string());
   }
   return *this;
 }
 
-DirLock::~DirLock() = default;
+DirLock::~DirLock() { leave_if_unused(); }
+
+// A job that wrote nothing into the directory (it stopped before step 1, or saved nothing) leaves it as it found it:
+// the lock file is removed while still locked, then the directories this job created, where they are empty.
+void DirLock::leave_if_unused() noexcept {
+  if (!fd_ || record_.empty()) return;  // not held, or taken but refused before its record was written
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename() != kDirLockFile) return;
+  if (ec) return;
+  ::unlink(path_.c_str());
+  fd_ = UniqueFd();
+  if (created_.empty()) return;
+  for (fs::path p = fs::absolute(dir_, ec); !ec && !p.empty(); p = p.parent_path()) {
+    if (::rmdir(p.c_str()) != 0 || p.string() == created_) break;
+  }
+}
 
 DirLock lock_checkpoint_dir(const std::string& dir, Communicator& comm) {
   if (dir.empty()) return DirLock();

@@ -9,12 +9,13 @@
 #include "shardtrain/model/units.h"
 #include "shardtrain/shard/memory_plan.h"
 #include "shardtrain/shard/shard_span.h"
+#include "shardtrain/shard/staging_ring.h"
 
 namespace st {
 
 std::string HostPlan::breakdown() const {
-  std::string s = str_cat("optimizer state ", format_gib(optimizer_state), ", gradient staging ",
-                          format_gib(gradient_staging), ", parameter staging ", format_gib(parameter_staging));
+  std::string s = str_cat("optimizer state ", format_gib(optimizer_state), ", staging ", format_gib(staging));
+  if (host_parameters > 0) s += ", host parameters " + format_gib(host_parameters);
   if (speculative > 0) s += ", speculative copy " + format_gib(speculative);
   if (snapshot > 0) s += ", checkpoint snapshot " + format_gib(snapshot);
   return str_cat(s, ", loading ", format_gib(loading), ", reserve ", format_gib(reserve), "; total ",
@@ -25,21 +26,26 @@ HostPlan plan_cuda_host(const Config& cfg, int world, bool speculative) {
   const std::vector<UnitLayout> units = build_units(cfg.model);
   const std::vector<bool> off = offloaded_units(cfg, units);
   const int64_t t = dtype_bytes(cfg.compute_dtype());
-  int64_t off_slots = 0, dev_slots = 0, max_slot = 0;
+  int64_t off_slots = 0, dev_slots = 0, max_slot = 0, max_off_slot = 0;
   for (size_t i = 0; i < units.size(); ++i) {
     const int64_t slot = padded_shard_size(units[i].numel, world);
     max_slot = std::max(max_slot, slot);
     if (off[i]) {
       off_slots += slot;
+      max_off_slot = std::max(max_off_slot, slot);
     } else {
       dev_slots += slot;
     }
   }
   HostPlan p;
   p.optimizer_state = 12 * off_slots;
-  p.gradient_staging = 4 * off_slots;
-  p.parameter_staging = t * off_slots;
-  if (speculative) p.speculative = 12 * off_slots;
+  if (speculative) {
+    p.staging = (4 + t) * off_slots;
+    p.speculative = 12 * off_slots;
+  } else if (max_off_slot > 0) {
+    p.staging = staging_ring_bytes(max_off_slot, t, cfg.optim.offload);
+    if (cfg.optim.offload == OffloadMode::kOptimizerParams) p.host_parameters = t * off_slots;
+  }
   if (cfg.ckpt.async && !cfg.ckpt.dir.empty()) p.snapshot = 12 * dev_slots;
   // Random initialisation fills one shard at a time; init.from, checkpoint loads and synchronous saves go through
   // the host view of the device-resident units' param, m and v (offloaded units are read and written in place).
@@ -99,9 +105,9 @@ HostPlan check_cuda_host_plan(const Config& cfg, int world, const HostMemoryBudg
   std::string advice;
   for (size_t i = 0; i < changes.size(); ++i) advice += (i == 0 ? "" : "; or ") + changes[i];
   ST_BAD_INPUT("host memory: this config needs ", format_gib(plan.total()), " per rank (", plan.breakdown(), ")",
-               local_ranks > 1 ? str_cat(", ", format_gib(plan.total() * local_ranks), " for this host's ",
-                                         local_ranks, " ranks")
-                               : std::string(),
+               local_ranks > 1
+                   ? str_cat(", ", format_gib(plan.total() * local_ranks), " for this host's ", local_ranks, " ranks")
+                   : std::string(),
                ", but ", budget.limited_by, "; ",
                advice.empty() ? std::string("no single change of offload, checkpointing or world size fits it")
                               : "it fits with " + advice,

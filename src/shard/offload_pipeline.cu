@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <type_traits>
 
 #include "shardtrain/core/error.h"
@@ -35,13 +36,19 @@ OffloadPipeline<T>::OffloadPipeline(const Options& o, std::vector<bool> offloade
   host_adamw_ = std::make_unique<HostAdamW>(ho);
   speculative_ = o.speculative;
   units_.resize(offloaded_.size());
-  int64_t staged_slot = 0;
+  int64_t staged_slot = 0, max_slot = 0;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (offloaded_[u]) max_slot = std::max(max_slot, states_[u].slot);
+  if (!speculative_ && max_slot > 0) {
+    ring_ = StagingRing(staging_ring_bytes(max_slot, sizeof(T), mode_));
+    ring_memory_ = PinnedBuffer<float>(ring_.capacity() / static_cast<int64_t>(sizeof(float)));
+  }
   for (size_t u = 0; u < units_.size(); ++u) {
     if (!offloaded_[u]) continue;
     const int64_t slot = states_[u].slot;
     Unit& x = units_[u];
-    x.grad = PinnedBuffer<float>(slot);
-    x.out = PinnedBuffer<T>(slot);
+    if (speculative_) x.grad = PinnedBuffer<float>(slot);
+    if (speculative_ || params_on_host(static_cast<int>(u))) x.out = PinnedBuffer<T>(slot);
     x.device = std::move(device_copies[u]);
     ST_CHECK(params_on_host(static_cast<int>(u)) == (x.device.size() == 0), "offload pipeline: unit ", u,
              params_on_host(static_cast<int>(u)) ? " keeps its parameters on the host but has a device copy"
@@ -56,10 +63,19 @@ OffloadPipeline<T>::OffloadPipeline(const Options& o, std::vector<bool> offloade
     staging_.resize(2);
     for (Staging& st : staging_) st.data = DeviceBuffer<T>(staged_slot);
   }
+  if (!speculative_ && max_slot > 0) stager_ = std::thread([this] { run_stager(); });
 }
 
 template <typename T>
 OffloadPipeline<T>::~OffloadPipeline() {
+  if (stager_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(stage_mu_);
+      stage_stop_ = true;  // the stager issues what it was given, then returns
+    }
+    stage_cv_.notify_all();
+    stager_.join();
+  }
   // Outstanding copies reference the pinned and device buffers; let them finish before those are freed.
   for (const CudaStream* s : {&offload_stream_, &h2d_stream_, &d2h_stream_}) cudaStreamSynchronize(s->get());
   // Host jobs write into the states and the second copies (speculative ones may still run if a step was cut
@@ -78,8 +94,20 @@ bool OffloadPipeline<T>::any() const {
 
 template <typename T>
 UnitShard& OffloadPipeline<T>::state(int unit) {
-  host_adamw_->wait_all();
+  wait_all();
   return states_[static_cast<size_t>(unit)];
+}
+
+template <typename T>
+void OffloadPipeline<T>::wait_all() {
+  drain();
+  host_adamw_->wait_all();
+}
+
+template <typename T>
+void OffloadPipeline<T>::hold_updates_until(std::shared_ptr<const std::vector<std::atomic<bool>>> copied) {
+  drain();  // the stager reads copied_ when it queues a job: none is being queued now
+  copied_ = std::move(copied);
 }
 
 template <typename T>
@@ -94,17 +122,26 @@ std::string OffloadPipeline<T>::describe(const std::vector<UnitLayout>& units) c
   return str_cat(n, " of ", units.size(), " units, ", pct, " of the parameters; host AdamW: ", host_adamw_->describe());
 }
 
+// Only while nothing is in flight (construction, or after wait_all() and synchronize()): the ring is idle then.
+template <typename T>
+T* OffloadPipeline<T>::out_buffer(int unit) {
+  Unit& x = units_[static_cast<size_t>(unit)];
+  return x.out.size() > 0 ? x.out.data() : reinterpret_cast<T*>(ring_memory_.data());
+}
+
 template <typename T>
 void OffloadPipeline<T>::upload(int unit) {
   const UnitShard& h = states_[static_cast<size_t>(unit)];
   Unit& x = units_[static_cast<size_t>(unit)];
-  uint16_t* out = reinterpret_cast<uint16_t*>(x.out.data());
+  T* rounded = out_buffer(unit);
+  uint16_t* out = reinterpret_cast<uint16_t*>(rounded);
   for (int64_t i = 0; i < h.slot; ++i) {
     const float v = h.param[static_cast<size_t>(i)];
     out[i] = kind_ == HalfKind::kBF16 ? round_to_bf16(v) : round_to_f16(v);
   }
   if (!params_on_host(unit))
-    ST_CUDA_CHECK(cudaMemcpy(x.device.data(), x.out.data(), x.out.bytes(), cudaMemcpyHostToDevice));
+    ST_CUDA_CHECK(
+        cudaMemcpy(x.device.data(), rounded, static_cast<size_t>(h.slot) * sizeof(T), cudaMemcpyHostToDevice));
 }
 
 template <typename T>
@@ -127,6 +164,7 @@ void OffloadPipeline<T>::copy_grad_to_host(int unit, const DeviceBuffer<float>& 
 
 template <typename T>
 void OffloadPipeline<T>::grad_final(int unit, const DeviceBuffer<float>& grad, cudaStream_t final_stream) {
+  if (!speculative_) return;
   copy_grad_to_host(unit, grad, final_stream);
   if (!speculative_runs_.empty()) speculate(unit);
 }
@@ -160,6 +198,17 @@ template <typename T>
 void OffloadPipeline<T>::update(int unit, const std::vector<AdamWRun>& runs, const DeviceBuffer<float>& grad,
                                 cudaStream_t final_stream) {
   Unit& x = units_[static_cast<size_t>(unit)];
+  if (!speculative_) {
+    x.final_mark.record(final_stream);
+    {
+      std::lock_guard<std::mutex> lock(stage_mu_);
+      if (stage_error_) std::rethrow_exception(stage_error_);
+      stage_queue_.push_back({unit, runs, grad.data(), static_cast<int64_t>(grad.bytes())});
+      ++x.requested;
+    }
+    stage_cv_.notify_all();
+    return;
+  }
   if (x.speculated) {
     x.speculated = false;
     if (runs == speculative_runs_[static_cast<size_t>(unit)]) {
@@ -170,7 +219,7 @@ void OffloadPipeline<T>::update(int unit, const std::vector<AdamWRun>& runs, con
       std::swap(h.param, x.next_param);
       std::swap(h.m, x.next_m);
       std::swap(h.v, x.next_v);
-      upload_after_host_update(unit);
+      upload_after_host_update(unit, x.out.data());
       return;
     }
     // Clipped: drop it (the state it read is untouched; `out` is rewritten) and update again below.
@@ -182,20 +231,104 @@ void OffloadPipeline<T>::update(int unit, const std::vector<AdamWRun>& runs, con
   HostAdamW::Job job = job_for(unit, runs);
   hold_for_snapshot(unit, &job);
   x.ticket = host_adamw_->submit(std::move(job));
-  upload_after_host_update(unit);
+  upload_after_host_update(unit, x.out.data());
+}
+
+template <typename T>
+void OffloadPipeline<T>::run_stager() {
+  cudaSetDevice(device_);
+  for (;;) {
+    StageRequest r;
+    {
+      std::unique_lock<std::mutex> lock(stage_mu_);
+      stage_cv_.wait(lock, [&] { return stage_stop_ || !stage_queue_.empty(); });
+      if (stage_queue_.empty()) return;  // stopping, and everything given has been issued
+      r = std::move(stage_queue_.front());
+      stage_queue_.pop_front();
+      stage_busy_ = true;
+    }
+    std::exception_ptr error;
+    try {
+      if (!stage_error_) stage(r);  // after an error, only counted, so that no waiter waits forever
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(stage_mu_);
+      if (error && !stage_error_) stage_error_ = error;
+      ++units_[static_cast<size_t>(r.unit)].staged;
+      stage_busy_ = false;
+    }
+    staged_cv_.notify_all();
+  }
+}
+
+// On the stager: room in the ring (waiting for the oldest units to give theirs back), the copy down behind the
+// gradient's last writer, the job behind the copy, and the copy up behind the job.
+template <typename T>
+void OffloadPipeline<T>::stage(const StageRequest& r) {
+  Unit& x = units_[static_cast<size_t>(r.unit)];
+  const int64_t slot = states_[static_cast<size_t>(r.unit)].slot;
+  const int64_t bytes = staging_unit_bytes(slot, sizeof(T), mode_);
+  std::optional<int64_t> at;
+  while (!(at = ring_.take(bytes))) {
+    const InFlight& oldest = in_flight_.front();
+    host_adamw_->wait(oldest.ticket);
+    if (!params_on_host(oldest.unit)) units_[static_cast<size_t>(oldest.unit)].uploaded.synchronize();
+    ring_.release_oldest();
+    in_flight_.pop_front();
+  }
+  char* base = reinterpret_cast<char*>(ring_memory_.data()) + *at;
+  float* grad = reinterpret_cast<float*>(base);
+  T* out = params_on_host(r.unit) ? x.out.data() : reinterpret_cast<T*>(base + staging_align(4 * slot));
+  cudaStream_t ds = d2h_stream_.get();
+  x.final_mark.wait_on(ds);
+  ST_CUDA_CHECK(cudaMemcpyAsync(grad, r.grad, static_cast<size_t>(r.bytes), cudaMemcpyDeviceToHost, ds));
+  x.grad_copied.record(ds);
+  HostAdamW::Job job = job_for(r.unit, r.runs);
+  job.grad = grad;
+  job.out = reinterpret_cast<uint16_t*>(out);
+  const cudaEvent_t landed = x.grad_copied.get();
+  const int device = device_;
+  job.ready = [landed, device] {  // asked on the host AdamW's workers
+    cudaSetDevice(device);
+    return cudaEventQuery(landed) != cudaErrorNotReady;
+  };
+  hold_for_snapshot(r.unit, &job);
+  x.ticket = host_adamw_->submit(std::move(job));
+  upload_after_host_update(r.unit, out);
+  if (!params_on_host(r.unit)) x.uploaded.record(offload_stream_.get());
+  in_flight_.push_back({r.unit, x.ticket});
+}
+
+template <typename T>
+void OffloadPipeline<T>::wait_staged(int unit) {
+  if (speculative_) return;
+  const Unit& x = units_[static_cast<size_t>(unit)];
+  std::unique_lock<std::mutex> lock(stage_mu_);
+  staged_cv_.wait(lock, [&] { return x.staged == x.requested; });
+  if (stage_error_) std::rethrow_exception(stage_error_);
+}
+
+template <typename T>
+void OffloadPipeline<T>::drain() {
+  if (speculative_) return;
+  std::unique_lock<std::mutex> lock(stage_mu_);
+  staged_cv_.wait(lock, [&] { return stage_queue_.empty() && !stage_busy_; });
+  if (stage_error_) std::rethrow_exception(stage_error_);
 }
 
 // In unit order (the optimizer's), so that the offload stream, which runs these in turn, copies the first units up
 // first: the order the host AdamW finishes them in (its priorities) and the next forward needs them in.
 template <typename T>
-void OffloadPipeline<T>::upload_after_host_update(int unit) {
+void OffloadPipeline<T>::upload_after_host_update(int unit, const T* out) {
   Unit& x = units_[static_cast<size_t>(unit)];
   CpuWait& w = x.waits[x.submissions++ % 2];
   w.ticket = x.ticket;
   cudaStream_t os = offload_stream_.get();
   ST_CUDA_CHECK(cudaLaunchHostFunc(os, wait_for_cpu, &w));
   if (!params_on_host(unit))
-    ST_CUDA_CHECK(cudaMemcpyAsync(x.device.data(), x.out.data(), x.out.bytes(), cudaMemcpyHostToDevice, os));
+    ST_CUDA_CHECK(cudaMemcpyAsync(x.device.data(), out, x.device.bytes(), cudaMemcpyHostToDevice, os));
   x.params_ready.record(os);
 }
 
@@ -233,6 +366,7 @@ void OffloadPipeline<T>::drop_speculation() {
 
 template <typename T>
 const T* OffloadPipeline<T>::gather_source(int unit, cudaStream_t comm, bool* staged) {
+  wait_staged(unit);  // params_ready is recorded for this step's update
   Unit& x = units_[static_cast<size_t>(unit)];
   *staged = params_on_host(unit);
   if (!*staged) {
@@ -259,7 +393,8 @@ void OffloadPipeline<T>::gather_issued(cudaStream_t comm) {
 
 template <typename T>
 void OffloadPipeline<T>::push(int unit) {
-  host_adamw_->wait_all();
+  wait_all();
+  synchronize();  // the ring (where upload() may round to) is idle
   const UnitShard& h = states_[static_cast<size_t>(unit)];
   for (const std::vector<float>* v : {&h.param, &h.m, &h.v})
     ST_CHECK(static_cast<int64_t>(v->size()) == h.slot, "push_state: unit ", unit, " holds ", v->size(),
@@ -269,6 +404,7 @@ void OffloadPipeline<T>::push(int unit) {
 
 template <typename T>
 void OffloadPipeline<T>::synchronize() {
+  drain();
   for (const CudaStream* s : {&offload_stream_, &h2d_stream_, &d2h_stream_}) s->synchronize();
 }
 

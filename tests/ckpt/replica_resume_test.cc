@@ -1,8 +1,6 @@
 // Node-local checkpoint directories with peer replicas (ckpt.replicas = 1): the ring, the agreement on the checkpoint
 // to resume, the restore plan, file transfers, the directory locks, and a save / wipe / resume round trip on a fake
 // world of 2 nodes x 2 ranks. Real processes under mpirun: tests/faults/ckpt_replicas_test.py.
-#include "shardtrain/ckpt/digest.h"
-#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/replica_resume.h"
 
 #include <gtest/gtest.h>
@@ -17,7 +15,9 @@
 #include "../common/tiny_training.h"
 #include "ckpt_test_util.h"
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/digest.h"
 #include "shardtrain/ckpt/dir_lock.h"
+#include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/file_transfer.h"
 #include "shardtrain/ckpt/node_local.h"
 #include "shardtrain/comm/fake_communicator.h"
@@ -240,18 +240,22 @@ TEST(FileTransfer, AHashThatDoesNotMatchFailsTheReceiverAndNothingOfferedIsNotAF
 
 TEST(NodeLocalLock, EachNodeLocksItsOwnDirectoryAndASharedOneIsRefusedNamingBothNodes) {
   TempDir tmp;
-  std::vector<int> held(4, -1);
+  std::vector<int> held(4, -1), lock_files(4, -1);
   fake::spawn(
       4,
       [&](Communicator& comm) {
         const DirLock lock = lock_node_local_dirs(tmp.file("ck/node{node}"), comm);
         held[static_cast<size_t>(comm.rank())] = lock.held();
+        lock_files[static_cast<size_t>(comm.rank())] =
+            fs::exists(tmp.file(str_cat("ck/node", comm.node_id(), "/.lock")));
         comm.barrier();  // every lock is held until all have looked
       },
       fake::WorldOptions{2});
   EXPECT_EQ(held, (std::vector<int>{1, 0, 1, 0}));
-  EXPECT_TRUE(fs::exists(tmp.file("ck/node0/.lock")));
-  EXPECT_TRUE(fs::exists(tmp.file("ck/node1/.lock")));
+  EXPECT_EQ(lock_files, (std::vector<int>{1, 1, 1, 1}));
+  // Nothing was written into them: the job that created them leaves nothing behind.
+  EXPECT_FALSE(fs::exists(tmp.file("ck/node0")));
+  EXPECT_FALSE(fs::exists(tmp.file("ck/node1")));
   std::vector<std::string> errors(4);
   fake::spawn(
       4,

@@ -3,9 +3,11 @@
 // initialising until std::bad_alloc ends the run as an internal error.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "../common/run_shardtrain.h"
+#include "../common/temp_dir.h"
 
 namespace st {
 namespace {
@@ -15,17 +17,22 @@ bool contains(const std::string& haystack, const std::string& needle) {
 }
 
 // The CPU backend, whose host plan is under test, also in a CUDA build on a machine with a GPU.
-const std::string kTiny = "train --config " SHARDTRAIN_SOURCE_DIR "/configs/tiny.ini --train.steps=1 --train.device=cpu ";
+const std::string kTiny =
+    "train --config " SHARDTRAIN_SOURCE_DIR "/configs/tiny.ini --train.steps=1 --train.device=cpu ";
 
 TEST(MemoryPlanFaults, AHugeEmbeddingIsRefusedWithTheBreakdown) {
-  // n_embd 65536: 12 x 4 x 65536^2 parameters, 3 TiB of sharded state; no test machine has that.
-  const st::testing::CliResult r = st::testing::run_shardtrain(kTiny + "--model.n_embd=65536");
+  // n_embd 65536: 12 x 4 x 65536^2 parameters, 3 TiB of sharded state; no test machine has that. The ckpt.dir it
+  // names is left as it was found: not created.
+  st::testing::TempDir tmp;
+  const st::testing::CliResult r =
+      st::testing::run_shardtrain(kTiny + "--model.n_embd=65536 --ckpt.async=false --ckpt.dir=" + tmp.file("new/ckpt"));
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_TRUE(contains(r.output,
                        "host memory: this config needs 3688.89 GiB per rank (sharded state 3072.43 GiB, gather buffers "
                        "576.20 GiB, activations 40.02 GiB, workspace 0.25 GiB; total 3688.89 GiB), but "))
       << r.output;
   EXPECT_TRUE(contains(r.output, "lower train.micro_batch, set train.recompute=true, or use more ranks")) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("new"))) << "the refused run left its ckpt.dir behind";
 }
 
 TEST(MemoryPlanFaults, AnAddressSpaceLimitIsNamed) {

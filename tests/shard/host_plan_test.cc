@@ -32,29 +32,40 @@ Config llama31_8b() {
   return c;
 }
 
+// Staging buffers start on 4 KiB boundaries.
+int64_t align4k(int64_t bytes) { return (bytes + 4095) / 4096 * 4096; }
+
 HostMemoryBudget budget_of(int64_t bytes) { return {bytes, "a test budget of " + format_gib(bytes)}; }
 
 TEST(HostPlan, WithoutOffloadOnlyTheReserveAndRandomInit) {
   const HostPlan p = plan_cuda_host(gpt2_124m(DType::kBF16), 1, false);
   EXPECT_EQ(p.optimizer_state, 0);
-  EXPECT_EQ(p.gradient_staging, 0);
-  EXPECT_EQ(p.parameter_staging, 0);
+  EXPECT_EQ(p.staging, 0);
+  EXPECT_EQ(p.host_parameters, 0);
   EXPECT_EQ(p.snapshot, 0);
   EXPECT_EQ(p.loading, 4 * kEmbedding);  // one shard of random init, the largest
   EXPECT_EQ(p.total(), 4 * kEmbedding + kCudaHostReserveBytes);
 }
 
-TEST(HostPlan, OffloadedUnitsHoldTwelveBytesAndTheirStagingBuffers) {
+TEST(HostPlan, OffloadedUnitsHoldTwelveBytesAndTheStagingRing) {
   Config c = gpt2_124m(DType::kBF16);
   c.optim.offload = OffloadMode::kOptimizer;
   const HostPlan p = plan_cuda_host(c, 1, false);
   EXPECT_EQ(p.optimizer_state, 12 * kParams);
-  EXPECT_EQ(p.gradient_staging, 4 * kParams);   // fp32
-  EXPECT_EQ(p.parameter_staging, 2 * kParams);  // bf16
+  // Two of the largest unit's gradient (fp32) and result (bf16), each rounded up to 4 KiB.
+  EXPECT_EQ(p.staging, 2 * (align4k(4 * kEmbedding) + align4k(2 * kEmbedding)));
+  EXPECT_EQ(p.host_parameters, 0);  // on the device
   EXPECT_EQ(p.speculative, 0);
-  EXPECT_EQ(plan_cuda_host(c, 1, true).speculative, 12 * kParams);  // the second state
+  // Speculation: the second state, and a gradient and result buffer for every unit.
+  const HostPlan spec = plan_cuda_host(c, 1, true);
+  EXPECT_EQ(spec.speculative, 12 * kParams);
+  EXPECT_EQ(spec.staging, (4 + 2) * kParams);
+  // Parameters on the host: their pinned bf16 copy, and a ring for the gradients alone.
+  c.optim.offload = OffloadMode::kOptimizerParams;
   c.train.dtype = DType::kF16;
-  EXPECT_EQ(plan_cuda_host(c, 1, false).parameter_staging, 2 * kParams);
+  EXPECT_EQ(plan_cuda_host(c, 1, false).host_parameters, 2 * kParams);
+  EXPECT_EQ(plan_cuda_host(c, 1, false).staging, 2 * align4k(4 * kEmbedding));
+  EXPECT_EQ(plan_cuda_host(c, 1, true).host_parameters, 0);  // the result buffers are the copy gathers read
 }
 
 TEST(HostPlan, OffloadFractionAndWorldSizeShrinkTheHostState) {
@@ -64,7 +75,7 @@ TEST(HostPlan, OffloadFractionAndWorldSizeShrinkTheHostState) {
   const int64_t on_host = 1536 + 9 * kBlock, on_device = kParams - on_host;
   const HostPlan p = plan_cuda_host(c, 1, false);
   EXPECT_EQ(p.optimizer_state, 12 * on_host);
-  EXPECT_EQ(p.gradient_staging, 4 * on_host);
+  EXPECT_EQ(p.staging, 2 * (align4k(4 * kBlock) + align4k(2 * kBlock)));  // the largest offloaded unit: a block
   // A background checkpoint copies the device-resident units' param, m and v; offloaded ones are written in place.
   c.ckpt.dir = "ck";
   EXPECT_EQ(plan_cuda_host(c, 1, false).snapshot, 12 * on_device);
@@ -95,12 +106,13 @@ TEST(HostPlan, Llama8BWithOptimizerOffloadOnOneRank) {
   const HostPlan p = plan_cuda_host(c, 1, false);
   EXPECT_EQ(p.optimizer_state, 12 * int64_t{8030261248});
   EXPECT_EQ(format_gib(p.optimizer_state), "89.75 GiB");
-  EXPECT_EQ(p.gradient_staging, 4 * int64_t{8030261248});
-  EXPECT_EQ(p.parameter_staging, 2 * int64_t{8030261248});
-  // 89.75 + 29.92 + 14.96 + 1.96 (random init of the head, the largest unit: 525,336,576 + the final norm's 4,096)
-  // + 3 GiB of reserve: more than a host with 125 GiB can give.
-  EXPECT_EQ(p.loading, 4 * (int64_t{525336576} + 4096));
-  EXPECT_EQ(format_gib(p.total()), "139.57 GiB");
+  // The head (525,336,576 + the final norm's 4,096) is the largest unit: two of its fp32 gradient and bf16 result.
+  const int64_t head = int64_t{525336576} + 4096;
+  EXPECT_EQ(p.staging, 2 * (4 * head + 2 * head));
+  EXPECT_EQ(format_gib(p.staging), "5.87 GiB");
+  // 89.75 + 5.87 + 1.96 (random init of the head) + 3 GiB of reserve.
+  EXPECT_EQ(p.loading, 4 * head);
+  EXPECT_EQ(format_gib(p.total()), "100.57 GiB");
   // Checkpoints and init.from add nothing: every unit is offloaded, read and written in place.
   Config with_ckpt = c;
   with_ckpt.ckpt.dir = "ck";
@@ -133,16 +145,17 @@ TEST(HostPlan, RefusalGivesTheBreakdownTheLimitAndWhatFits) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
     const std::string m = e.what();
-    EXPECT_NE(m.find("host memory: this config needs " + format_gib(p.total()) + " per rank (optimizer state 89.75 GiB"),
-              std::string::npos)
+    EXPECT_NE(
+        m.find("host memory: this config needs " + format_gib(p.total()) + " per rank (optimizer state 89.75 GiB"),
+        std::string::npos)
         << m;
     EXPECT_NE(m.find("but a test budget of 64.00 GiB"), std::string::npos) << m;
     // A smaller offload share fits (its device-resident units cost the host nothing without checkpoints), or
-    // four times the ranks.
+    // twice the ranks.
     EXPECT_EQ(m.find("ckpt.async=false"), std::string::npos) << m;
-    EXPECT_NE(m.find("it fits with optim.offload_fraction=0.40 (the device then holds the rest"), std::string::npos)
+    EXPECT_NE(m.find("it fits with optim.offload_fraction=0.50 (the device then holds the rest"), std::string::npos)
         << m;
-    EXPECT_NE(m.find("; or 4 ranks on 4 host(s) of this size"), std::string::npos) << m;
+    EXPECT_NE(m.find("; or 2 ranks on 2 host(s) of this size"), std::string::npos) << m;
   }
   // With background checkpoints, device-resident units are copied to pinned memory and loaded through the host:
   // a smaller share no longer helps.

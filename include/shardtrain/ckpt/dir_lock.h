@@ -37,14 +37,20 @@ class DirLock {
   DirLock& operator=(DirLock&& other) noexcept;
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
-  ~DirLock();  // closes the descriptor, which releases the lock; the file stays
+  // Closes the descriptor, which releases the lock. A directory this job wrote nothing into (only the lock file in
+  // it) is left as it was found: the lock file removed, and the directories acquire() created removed.
+  ~DirLock();
 
   bool held() const { return static_cast<bool>(fd_); }
   const std::string& path() const { return path_; }      // <dir>/.lock, or "" when nothing is held
   const std::string& record() const { return record_; }  // what was written into it
 
  private:
+  void leave_if_unused() noexcept;
+
   UniqueFd fd_;
+  std::string dir_;
+  std::string created_;  // the outermost directory acquire() created ("" if `dir` existed)
   std::string path_;
   std::string record_;
 };

@@ -7,9 +7,12 @@
 //
 // Per rank, with S_u = padded_shard_size(numel_u, world) and t the compute type's size:
 //   optimizer state    12 S_u for each unit optim.offload moves to the host (fp32 master, AdamW m and v)
-//   gradient staging   pinned fp32 buffers, one per offloaded unit, that carry its gradient shard down (4 S_u)
-//   parameter staging  pinned buffers in the compute type, one per offloaded unit, that carry the host AdamW's
-//                      results up (optimizer+params: the parameters that gathers read) (t S_u)
+//   staging            pinned memory that carries gradient shards down and the host AdamW's results up: the staging
+//                      ring (staging_ring.h: two of the largest offloaded unit's 4 S_u + t S_u, or 4 S_u with
+//                      optimizer+params); with speculation, a gradient and a result buffer per offloaded unit
+//                      (4 S_u + t S_u each)
+//   host parameters    optim.offload=optimizer+params: the pinned compute-type parameters that gathers read (t S_u
+//                      per offloaded unit; with speculation they are the result buffers above)
 //   speculative copy   12 S_u per offloaded unit (optim.offload_speculative)
 //   snapshot           ckpt.async with ckpt.dir: 12 S_u per device-resident unit in pinned memory (param, m, v,
 //                      copied beside the next step); offloaded units are written from the host state itself
@@ -32,16 +35,16 @@ inline constexpr int64_t kCudaHostReserveBytes = int64_t{3} << 30;
 
 struct HostPlan {
   int64_t optimizer_state = 0;
-  int64_t gradient_staging = 0;
-  int64_t parameter_staging = 0;
+  int64_t staging = 0;
+  int64_t host_parameters = 0;
   int64_t speculative = 0;
   int64_t snapshot = 0;
   int64_t loading = 0;
   int64_t reserve = kCudaHostReserveBytes;
   int64_t total() const {
-    return optimizer_state + gradient_staging + parameter_staging + speculative + snapshot + loading + reserve;
+    return optimizer_state + staging + host_parameters + speculative + snapshot + loading + reserve;
   }
-  std::string breakdown() const;  // "optimizer state 89.75 GiB, gradient staging ..., total ..."
+  std::string breakdown() const;  // "optimizer state 89.75 GiB, staging 5.87 GiB, ..., total ..."
 };
 
 // The host plan of one CUDA rank for cfg sharded over `world` ranks, with or without the speculative copy.

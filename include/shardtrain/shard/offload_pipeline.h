@@ -2,30 +2,38 @@
 // offloaded units (the last ones in forward order, memory_plan.h's offloaded_units) the fp32 master and AdamW
 // moments live in host memory and AdamW runs on HostAdamW's threads, overlapped with the GPU.
 //
-// The pipeline owns, per offloaded unit: the host state (the checkpoint view: param, m, v), the pinned gradient
-// and result buffers, the device copy of the parameters in the compute type that gathers read (with
-// optim.offload=optimizer), and the events of its trip; plus the staging buffers that carry parameters kept on the
-// host (optimizer+params) to a gather, the speculative second copy of the state, and the D2H, offload and H2D
-// streams. The model calls down into it; it never reaches back.
+// The pipeline owns, per offloaded unit: the host state (the checkpoint view: param, m, v), the device copy of the
+// parameters in the compute type that gathers read (with optim.offload=optimizer) or their pinned copy (with
+// optimizer+params), and the events of its trip; plus the pinned staging that carries gradients down and results up,
+// the staging buffers that carry parameters kept on the host to a gather, the speculative second copy of the state,
+// and the D2H, offload and H2D streams. The model calls down into it; it never reaches back.
 //
-// One step of an offloaded unit:
-//   1. grad_final(u, grad, s): during the last micro-step, as soon as the unit's gradient shard is final on stream
-//      s, it is copied to pinned memory on the D2H stream, behind the rest of the backward. With speculation, the
-//      host AdamW starts on it at once with the step's unclipped runs, writing the second copy.
-//   2. update(u, runs, grad, s): the step's AdamW. A speculative update whose runs equal these is kept (the copies
-//      swap); otherwise the job is queued now. The offload stream waits on a host function for the job, then copies
-//      the new parameters up (optimizer) or leaves them in pinned memory (optimizer+params). The trainer's thread
-//      does not wait.
-//   3. gather_source(u, comm): the next forward's gather waits for that on the GPU: it reads the device copy, or
-//      a staging buffer filled from pinned memory just before.
+// One step of an offloaded unit, without speculation (the default when the host has no room for a second copy):
+//   1. update(u, runs, grad, s): the step's AdamW, once the gradient norm is known. The unit goes to the stager, a
+//      thread of this pipeline that takes room in the staging ring (staging_ring.h) once earlier units have given
+//      it back, copies the gradient shard down into it on the D2H stream, and queues the host AdamW's job behind that
+//      copy. The offload stream waits on a host function for the job, then copies the new parameters up from the
+//      ring (optimizer) or leaves them in their pinned copy (optimizer+params). The trainer's thread does not wait.
+//   2. gather_source(u, comm): the next forward's gather waits for that on the GPU: it reads the device copy, or
+//      a staging buffer filled from pinned memory just before. The next step's reduce-scatter into the gradient shard
+//      follows that gather, so the copy down has read the shard by then.
+// With speculation (optim.offload_speculative, planned with the second copy), each unit has a pinned gradient and
+// result buffer of its own instead: grad_final(u, grad, s) copies the shard down as soon as it is final, during the
+// backward, and the host AdamW starts on it at once with the step's unclipped runs, writing the second copy; update()
+// keeps it when its runs equal the step's, else queues the job again.
 // The update needs the global gradient norm (clipping, the finite check), so it starts once the backward is done
 // and overlaps the next forward; host AdamW and GPU AdamW give the same bits.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shardtrain/core/config.h"
@@ -34,6 +42,7 @@
 #include "shardtrain/kernels/adamw_host.h"
 #include "shardtrain/optim/host_adamw.h"
 #include "shardtrain/shard/model_backend.h"
+#include "shardtrain/shard/staging_ring.h"
 
 namespace st {
 
@@ -42,11 +51,11 @@ class OffloadPipeline {
  public:
   struct Options {
     OffloadMode mode = OffloadMode::kOptimizer;  // optimizer or optimizer+params
-    bool speculative = false;            // optim.offload_speculative as the host plan resolved it (host_plan.h)
-    int threads = 0;                     // optim.offload_threads (0: the machine's share)
-    int local_rank = 0, local_size = 1;  // this process among the machine's GPU processes (HostAdamW's CPUs)
-    int device = 0;                      // this rank's CUDA device
-    bool log = false;                    // this rank logs the decisions (rank 0)
+    bool speculative = false;                    // optim.offload_speculative as the host plan resolved it (host_plan.h)
+    int threads = 0;                             // optim.offload_threads (0: the machine's share)
+    int local_rank = 0, local_size = 1;          // this process among the machine's GPU processes (HostAdamW's CPUs)
+    int device = 0;                              // this rank's CUDA device
+    bool log = false;                            // this rank logs the decisions (rank 0)
   };
   // states[u]: the host state of each unit (span and slot set; for an offloaded unit, param initialised and m, v
   // zero; others are left empty and unused). offloaded[u]: the unit's optimizer is on the host. device_copies[u]:
@@ -64,14 +73,15 @@ class OffloadPipeline {
   // "3 of 14 units, 25.0% of the parameters; host AdamW: ..." for the log.
   std::string describe(const std::vector<UnitLayout>& units) const;
 
-  // A new step: the compute stream (which the reduce-scatters that overwrite the gradient shards follow) waits for
-  // the last step's gradient copies.
+  // A new step: with speculation, the compute stream (which the reduce-scatters that overwrite the gradient shards
+  // follow) waits for the last step's gradient copies.
   void start_step(cudaStream_t compute);
-  // Step 1 above: `grad` is final once `final_stream` has run what it has queued so far.
+  // With speculation, the copy down and the speculative update: `grad` is final once `final_stream` has run what it
+  // has queued so far. Without, nothing (update() copies it).
   void grad_final(int unit, const DeviceBuffer<float>& grad, cudaStream_t final_stream);
-  // Step 2 above.
+  // Step 1 above. `grad` must stay unchanged until the unit's next gather_source().
   void update(int unit, const std::vector<AdamWRun>& runs, const DeviceBuffer<float>& grad, cudaStream_t final_stream);
-  // Step 3 above: the source a gather of `unit` issued on `comm` reads, ready on `comm`; *staged says whether it is a
+  // Step 2 above: the source a gather of `unit` issued on `comm` reads, ready on `comm`; *staged says whether it is a
   // staging buffer (then gather_issued() must follow the gather on `comm`).
   const T* gather_source(int unit, cudaStream_t comm, bool* staged);
   void gather_issued(cudaStream_t comm);
@@ -85,10 +95,11 @@ class OffloadPipeline {
 
   // A checkpoint snapshot reads the host state: from now on, a job of unit u is held until copied[u] is true (the
   // writer has released it), so that no update overwrites what the checkpoint has not written yet.
-  void hold_updates_until(std::shared_ptr<const std::vector<std::atomic<bool>>> copied) { copied_ = std::move(copied); }
+  void hold_updates_until(std::shared_ptr<const std::vector<std::atomic<bool>>> copied);
   // After checkpoint load wrote state(unit): its rounded copy goes where gathers read it (synchronous).
   void push(int unit);
-  void wait_all() { host_adamw_->wait_all(); }
+  // Every update queued so far has finished on the host.
+  void wait_all();
   // Every copy this pipeline queued has finished.
   void synchronize();
 
@@ -101,12 +112,17 @@ class OffloadPipeline {
   };
   static void wait_for_cpu(void* arg);
   struct Unit {
-    PinnedBuffer<float> grad;   // the finished gradient shard, copied from the device during backward
-    PinnedBuffer<T> out;        // the new parameters in T, written by the host AdamW, copied to the device
+    PinnedBuffer<float> grad;   // speculation: the finished gradient shard, copied from the device during backward
+    PinnedBuffer<T> out;        // speculation or params on the host: the new parameters in T, written by the host
+                                // AdamW (without speculation and with params on the device, they pass through the ring)
     DeviceBuffer<T> device;     // optimizer: the parameters in T on the device, which gathers read
-    CudaEvent grad_copied;      // the gradient has arrived in `grad`
+    CudaEvent final_mark;       // without speculation: the gradient shard is final (update())
+    CudaEvent grad_copied;      // the gradient has arrived on the host
     CudaEvent params_ready;     // the host AdamW is done (and, with params on the device, they are there)
-    bool grad_on_host = false;  // this step's copy has been issued
+    CudaEvent uploaded;         // without speculation, params on the device: the copy up has left the ring
+    bool grad_on_host = false;  // speculation: this step's copy has been issued
+    int64_t requested = 0;      // without speculation: updates given to the stager (trainer thread, under stage_mu_)
+    int64_t staged = 0;         // ... and issued by it (under stage_mu_)
     // What the offload stream's host function waits on, one per submission in turn: with speculation this thread
     // may queue the next step's job before the stream has run the last one's function (at most one ahead).
     CpuWait waits[2];
@@ -121,12 +137,41 @@ class OffloadPipeline {
     DeviceBuffer<T> data;
     CudaEvent ready, free;
   };
+  // An update given to the stager (without speculation).
+  struct StageRequest {
+    int unit;
+    std::vector<AdamWRun> runs;
+    const float* grad;  // the device shard
+    int64_t bytes;
+  };
+  // A range of the ring in use, oldest first: free once the job has finished and, with params on the device, the
+  // copy up has landed (the stager's own).
+  struct InFlight {
+    int unit;
+    int64_t ticket;
+  };
   void copy_grad_to_host(int unit, const DeviceBuffer<float>& grad, cudaStream_t final_stream);
   HostAdamW::Job job_for(int unit, const std::vector<AdamWRun>& runs);
   void hold_for_snapshot(int unit, HostAdamW::Job* job) const;
-  void upload_after_host_update(int unit);
-  void upload(int unit);  // synchronous: `out` = the host master rounded to T, and its device copy
+  void upload_after_host_update(int unit, const T* out);
+  void upload(int unit);    // synchronous: the host master rounded to T, into `out` or its device copy
+  T* out_buffer(int unit);  // where upload() rounds to: `out`, or the start of the idle ring
   void speculate(int unit);
+  void run_stager();
+  void stage(const StageRequest& r);
+  void wait_staged(int unit);  // until the stager has issued every update of `unit` given to it
+  void drain();                // until the stager has issued everything given to it
+
+  // Without speculation: the staging ring and its memory, and the stager thread with its queue.
+  StagingRing ring_{0};
+  PinnedBuffer<float> ring_memory_;
+  std::deque<InFlight> in_flight_;  // the stager's
+  std::mutex stage_mu_;
+  std::condition_variable stage_cv_, staged_cv_;
+  std::deque<StageRequest> stage_queue_;
+  bool stage_busy_ = false, stage_stop_ = false;
+  std::exception_ptr stage_error_;
+  std::thread stager_;
 
   OffloadMode mode_;
   HalfKind kind_;
