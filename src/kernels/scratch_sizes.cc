@@ -82,10 +82,13 @@ size_t embedding_backward_scratch_bytes(int B, int T_, int /*C*/) {
 }
 
 size_t cudnn_attention_scratch_bound(int B, int T_, int NH, int /*NKV*/, int hs) {
-  const size_t rows = static_cast<size_t>(B) * NH * T_;
-  const size_t dq = rows * static_cast<size_t>(hs) * sizeof(float);
-  const size_t workspace = rows * T_ * 2 + dq + (size_t{16} << 20);
-  return align_up(workspace) + align_up(rows * sizeof(float)) + align_up(dq);
+  // cuDNN pads the sequence to its 128-row tiles in the workspace (the deterministic backward's dS is
+  // B x NH x Tp x Tp in 16 bits); our own row sums and dQ accumulator follow at T.
+  const size_t heads = static_cast<size_t>(B) * NH, Tp = (static_cast<size_t>(T_) + 127) / 128 * 128;
+  const size_t workspace = heads * Tp * Tp * 2 + heads * Tp * hs * sizeof(float) + (size_t{16} << 20);
+  const size_t rows = heads * T_;
+  return align_up(workspace) + align_up(rows * sizeof(float)) +
+         align_up(rows * static_cast<size_t>(hs) * sizeof(float));
 }
 
 }  // namespace st::gpu

@@ -45,6 +45,10 @@ TEST(ScratchSizes, CubAndCudnnBoundsByHand) {
   // Llama 3.1 8B at B = 1, T = 2048: 65,536 rows of 32 heads; dS 256 MiB, the dQ accumulators 32 MiB each.
   constexpr size_t rows = 65536, dq = rows * 128 * 4;
   EXPECT_EQ(cudnn_attention_scratch_bound(1, 2048, 32, 8, 128), rows * 2048 * 2 + dq + (16u << 20) + rows * 4 + dq);
+  // T = 100 pads to 128 rows in cuDNN's workspace: 128^2 x 2 + 128 x 64 x 4 bytes a head, then 100 x 4 and
+  // 100 x 64 x 4 of ours (2 heads).
+  EXPECT_EQ(cudnn_attention_scratch_bound(1, 100, 2, 2, 64),
+            2 * (128 * 128 * 2 + 128 * 64 * 4) + (16u << 20) + 1024 + 2 * 100 * 64 * 4);
 }
 
 }  // namespace

@@ -60,10 +60,10 @@ size_t embedding_backward_scratch_bytes(int B, int T_, int C);
 size_t embedding_sort_temp_offset(int B, int T_);
 
 // An upper bound on the kernel scratch of cuDNN's fused attention (forward and backward share it) at [B, T_] with
-// NH query heads, NKV key/value heads and head size hs: cuDNN's workspace, bounded by a score-sized buffer (B NH T^2
-// bytes x 2: the deterministic backward keeps dS for every head) plus an fp32 dQ accumulator (B NH T hs x 4) and
-// 16 MiB, then the backward's row sums (B NH T x 4) and, for the nondeterministic backward, its own fp32 dQ
-// accumulator (B NH T hs x 4), each 256-byte aligned.
+// NH query heads, NKV key/value heads and head size hs. cuDNN's workspace is bounded by a score-sized buffer at the
+// sequence padded to 128 rows, Tp (B NH Tp^2 x 2 bytes: Hopper's deterministic backward keeps dS for every head),
+// plus an fp32 dQ accumulator (B NH Tp hs x 4) and 16 MiB; then come the backward's row sums (B NH T x 4) and, for
+// the nondeterministic backward, its own fp32 dQ accumulator (B NH T hs x 4), each 256-byte aligned.
 size_t cudnn_attention_scratch_bound(int B, int T_, int NH, int NKV, int hs);
 
 }  // namespace st::gpu
