@@ -15,6 +15,12 @@ int cmd_ckpt(const std::vector<std::string>& args);
 // group, and the sharding plan for the config (topo_command.cc). Collective, like train.
 int cmd_topo(const std::vector<std::string>& args, st::Communicator& world);
 
+// shardtrain plan --config FILE [--world N] [--ranks-per-node N] [--gpu-mem GiB] [--host-mem GiB] [...]: the run's
+// device and host memory plan on that target, without a GPU, and the smallest change that fits when it does not
+// (plan_command.cc). Single-process. Returns kExitOk when the config fits, kExitDoesNotFit when it does not.
+inline constexpr int kExitDoesNotFit = 3;
+int cmd_plan(const std::vector<std::string>& args);
+
 // shardtrain generate --ckpt DIR (--prompt TEXT | --prompt-ids 1,2,3) [...]: a checkpoint's model continues a prompt,
 // decoding with a key/value cache (generate_command.cc). Collective: every rank decodes the same; rank 0 prints.
 int cmd_generate(const std::vector<std::string>& args, st::Communicator& world);

@@ -39,6 +39,8 @@ constexpr const char* kUsage =
     "           --prompt-ids 1,2,3) [--max-tokens N] [--temperature T] [--top-k K] [--seed S] [--train.device=cuda]\n"
     "           (shardtrain generate --help for the details)\n"
     "  topo     nodes, measured link bandwidths and the sharding plan: shardtrain topo [--config FILE] [...]\n"
+    "  plan     the memory plan of a run per rank and node, and what would make it fit, without a GPU:\n"
+    "           shardtrain plan --config FILE [--world N] [--ranks-per-node N] [--gpu-mem GiB] [--host-mem GiB]\n"
     "  plot     a metrics file's curves as an SVG: shardtrain plot METRICS.jsonl [--out run.svg]\n"
     "  tokenize text or JSONL to token shards: shardtrain tokenize --tokenizer tokenizer.json --out PREFIX INPUT...\n"
     "\n"
@@ -52,7 +54,7 @@ constexpr const char* kUsage =
     "every step was skipped: do not retry), 75 fault (retry from the last checkpoint), 76 preempted (SIGTERM,\n"
     "SIGINT or SIGUSR1: checkpoint committed, or none without ckpt.dir; resume with ckpt.resume=auto), 130 / 143\n"
     "tokenize or generate stopped by SIGINT / SIGTERM (tokenize removed its files, generate kept what it printed),\n"
-    "1 internal error\n";
+    "3 plan: the config does not fit the target, 1 internal error\n";
 
 void print_help(bool with_usage) {
   if (with_usage) std::fputs(kUsage, stdout);
@@ -133,10 +135,11 @@ int run(int argc, char** argv, st::Communicator& comm) {
   if (cmd == "eval") return cmd_eval(rest, comm);
   if (cmd == "generate") return cmd_generate(rest, comm);
   if (cmd == "topo") return cmd_topo(rest, comm);
+  if (cmd == "plan") return cmd_plan(rest);
   if (cmd == "plot") return cmd_plot(rest);
   if (cmd == "tokenize") return cmd_tokenize(rest);
   ST_BAD_INPUT("unknown command '", st::excerpt(cmd),
-               "' (expected: train, eval, generate, topo, plot, tokenize or ckpt; see shardtrain --help)");
+               "' (expected: train, eval, generate, topo, plan, plot, tokenize or ckpt; see shardtrain --help)");
 }
 
 }  // namespace

@@ -32,9 +32,8 @@
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/format.h"
-#include "shardtrain/model/units.h"
 #include "shardtrain/shard/comm_tuning.h"
-#include "shardtrain/shard/shard_span.h"
+#include "shardtrain/shard/run_plan.h"
 #include "shardtrain/shard/sharding.h"
 
 namespace {
@@ -59,11 +58,11 @@ Busbw measure(st::Communicator& c, bool nccl) {
   return Busbw{st::host_busbw(c, st::CollectiveOp::kAllGather), st::host_busbw(c, st::CollectiveOp::kReduceScatter)};
 }
 
-// 16 bytes (param, grad, m, v) per element of every padded shard over `group` ranks.
-int64_t state_bytes(const st::Config& cfg, int group) {
-  int64_t b = 0;
-  for (const st::UnitLayout& u : st::build_units(cfg.model)) b += 16 * st::padded_shard_size(u.numel, group);
-  return b;
+// One rank's plan (run_plan.h: device memory on cuda, host memory on cpu) sharded over `group` of the `world` ranks,
+// as "state 1.23 GiB, total 4.56 GiB".
+std::string rank_plan(const st::Config& cfg, int group, int world) {
+  const st::MemoryPlan p = st::planned_rank_memory(cfg, group, group < world);
+  return st::str_cat("state ", st::format_gib(p.sharded_state), ", total ", st::format_gib(p.total()));
 }
 
 }  // namespace
@@ -164,11 +163,10 @@ int cmd_topo(const std::vector<std::string>& args, st::Communicator& world) {
       std::printf(
           "  %s\n",
           st::resolve_comm_tuning(cfg.dist, st::shard_link(plan), plan.replica != nullptr, copy_engines).why.c_str());
-    std::printf(
-        "  per-rank sharded state (cpu, 16 B an element): %s; full sharding %s, hybrid %s\n",
-        st::format_mib(state_bytes(cfg, plan.shard().world_size())).c_str(),
-        st::format_mib(state_bytes(cfg, n)).c_str(),
-        nodes > 1 && even ? st::format_mib(state_bytes(cfg, where[0].local_size)).c_str() : "n/a (needs equal nodes)");
+    std::printf("  per-rank %s (shardtrain plan has every term): this plan %s; full sharding %s; hybrid %s\n",
+                nccl ? "device memory" : "host memory", rank_plan(cfg, plan.shard().world_size(), n).c_str(),
+                rank_plan(cfg, n, n).c_str(),
+                nodes > 1 && even ? rank_plan(cfg, where[0].local_size, n).c_str() : "n/a (needs equal nodes)");
   }
   return st::kExitOk;
 }

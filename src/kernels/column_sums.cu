@@ -12,8 +12,6 @@ using namespace kernels_internal;  // gpu_pack.cuh
 
 namespace {
 
-constexpr size_t kAlign = 256;
-
 struct Jobs {
   ColumnSums::Job job[ColumnSums::kMaxQueued];
 };
@@ -32,10 +30,6 @@ __global__ void __launch_bounds__(kWarpSize* kFinishLanes) finish_queued_kernel(
 }  // namespace
 
 ColumnSums::ColumnSums(size_t bytes) : buffer_(static_cast<int64_t>(bytes)) {}
-
-size_t ColumnSums::reserved_bytes(int64_t floats) {
-  return (static_cast<size_t>(std::max<int64_t>(floats, 0)) * sizeof(float) + kAlign - 1) / kAlign * kAlign;
-}
 
 float* ColumnSums::reserve(int64_t floats) {
   const size_t need = reserved_bytes(floats);

@@ -835,17 +835,6 @@ dim3 tile_grid(const Shape& s, int heads) {
 
 }  // namespace
 
-// D has one float per (b, query head, t), whatever the K/V heads and the head size.
-size_t flash_attention_backward_scratch_bytes(int B, int T_, int NH, int /*NKV*/, int /*hs*/) {
-  constexpr size_t kAlign = 256;
-  const size_t bytes = static_cast<size_t>(B) * NH * T_ * sizeof(float);
-  return (bytes + kAlign - 1) / kAlign * kAlign;
-}
-
-size_t flash_attention_backward_scratch_bytes(int B, int T_, int /*C*/, int NH) {
-  return flash_attention_backward_scratch_bytes(B, T_, NH, NH, 0);
-}
-
 template <typename T>
 void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int NH, int NKV, int hs,
                              const GpuContext& ctx) {

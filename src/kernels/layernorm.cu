@@ -39,25 +39,19 @@ void row_pack_tiers(int packs, F&& f) {
 
 // dweight/dbias are summed per chunk of rows into part_w/part_b[chunk, C], then over chunks in order
 // (finish_column_sums_pair). Chunks are a function of N alone (never of the device), so the summation tree, and
-// with it every bit of the result, is the same on every run and every GPU. About kTargetChunks chunks: one block
-// of the fused backward each. 512 is about one wave of the fused kernel on an H200 at GPT-2's widths (132 SMs x 5
-// blocks at C = 768, x 3 at C = 1024), and the partials (2 * chunks * C floats, written and read back through L2)
-// stay ~4% of the rows' traffic. In bench_layernorm's sweep 512 and 384 are the best; fewer chunks leave SMs idle,
-// more start a second, partial wave (docs/performance.md, "Kernels"). Rows per chunk are a multiple of kFusedWarps
-// so the fused block's warps get equal shares.
-constexpr int64_t kTargetChunks = 512;
-constexpr int64_t kMinChunkRows = 8;
+// with it every bit of the result, is the same on every run and every GPU. About 512 chunks
+// (layernorm_backward_chunks, scratch_sizes.h): one block of the fused backward each. 512 is about one wave of the
+// fused kernel on an H200 at GPT-2's widths (132 SMs x 5 blocks at C = 768, x 3 at C = 1024), and the partials (2 *
+// chunks * C floats, written and read back through L2) stay ~4% of the rows' traffic. In bench_layernorm's sweep 512
+// and 384 are the best; fewer chunks leave SMs idle, more start a second, partial wave (docs/performance.md,
+// "Kernels"). Rows per chunk are a multiple of kFusedWarps so the fused block's warps get equal shares.
 
 // Fused backward: blocks of kFusedWarps warps (one row per warp at a time).
-constexpr int kFusedWarps = 4;
+constexpr int kFusedWarps = kLayernormFusedWarps;
 constexpr int kFusedThreads = kFusedWarps * kWarpSize;
 
-int64_t chunk_rows(int64_t N) {
-  const int64_t rows = std::max(kMinChunkRows, (N + kTargetChunks - 1) / kTargetChunks);
-  return (rows + kFusedWarps - 1) / kFusedWarps * kFusedWarps;
-}
-
-int64_t num_chunks(int64_t N) { return (N + chunk_rows(N) - 1) / chunk_rows(N); }
+int64_t chunk_rows(int64_t N) { return layernorm_backward_chunk_rows(N); }
+int64_t num_chunks(int64_t N) { return layernorm_backward_chunks(N); }
 
 // dweight/dbias of the two-kernel backward: a block covers kWarpSize packs of columns and one chunk of rows, with
 // kRowLanes threads down the rows.
@@ -442,10 +436,6 @@ __global__ void __launch_bounds__(kFusedThreads, fused_min_blocks(kPacks, kVec, 
 }
 
 }  // namespace
-
-size_t layernorm_backward_scratch_bytes(int64_t N, int C) {
-  return N <= 0 || C <= 0 ? 0 : 2 * static_cast<size_t>(num_chunks(N)) * C * sizeof(float);
-}
 
 template <typename T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int C,

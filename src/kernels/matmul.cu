@@ -399,14 +399,13 @@ __global__ void add_rows_kernel(T* out, const T* bias, int64_t n, int OC) {
 // dbias in two deterministic passes. Pass 1: block (x, y) sums rows [y * chunk_rows, ...) of columns
 // [32 x, 32 x + 32): each of 8 row lanes adds every 8th row in order, then lane sums are added in lane
 // order. Pass 2: one thread per column adds the chunk partials in chunk order to dbias. The order depends
-// only on (N, OC), never on scheduling.
+// only on (N, OC), never on scheduling. At most 128 chunks of at least 64 rows (matmul_bias_chunks,
+// scratch_sizes.h).
 constexpr int kBiasCols = 32;  // one warp across consecutive columns: coalesced rows
 constexpr int kBiasLanes = 8;
-constexpr int64_t kMaxChunks = 128;
-constexpr int64_t kMinChunkRows = 64;
 
-int64_t bias_chunk_rows(int64_t N) { return std::max(kMinChunkRows, (N + kMaxChunks - 1) / kMaxChunks); }
-int64_t bias_chunks(int64_t N) { return (N + bias_chunk_rows(N) - 1) / bias_chunk_rows(N); }
+int64_t bias_chunk_rows(int64_t N) { return matmul_bias_chunk_rows(N); }
+int64_t bias_chunks(int64_t N) { return matmul_bias_chunks(N); }
 
 // A thread covers kVec consecutive columns (one packed load a row); the sums, and so the bits, are the same for
 // every kVec: each column's lane y still adds rows r0 + y, r0 + y + kBiasLanes, ... in order.
@@ -440,10 +439,6 @@ __global__ void bias_partial_kernel(float* partial, const T* dout, int64_t N, in
 }
 
 }  // namespace
-
-size_t matmul_backward_scratch_bytes(int64_t N, int OC) {
-  return static_cast<size_t>(bias_chunks(N)) * static_cast<size_t>(OC) * sizeof(float);
-}
 
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC,

@@ -10,7 +10,6 @@ namespace {
 constexpr int kBlock = 256;
 // The sums always run kReduceBlocks x kBlock threads (enough to keep an H200 streaming), so the summation
 // tree depends on n only: results are bit-identical across runs and devices.
-constexpr int kReduceBlocks = 512;
 
 struct Square {
   __device__ __forceinline__ float operator()(float x) const { return x * x; }
@@ -168,8 +167,6 @@ void launch_accumulation(float* acc, const T* in, int64_t n, double* sum_sq, boo
 }
 
 }  // namespace
-
-size_t reduce_scratch_bytes() { return kReduceBlocks * sizeof(double); }
 
 template <typename T>
 void sum_of_squares(const T* x, int64_t n, double* out, const GpuContext& ctx) {

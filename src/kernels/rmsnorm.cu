@@ -17,15 +17,12 @@ constexpr int kRowBlock = kRowsPerBlock * kWarpSize;
 
 // dweight is summed per chunk of rows into part[chunk, C], then over chunks in order (finish_column_sums). Chunks
 // are a function of N alone (never of the device), so the summation tree, and with it every bit of the result, is
-// the same on every run and every GPU. About kTargetChunks chunks, as layernorm_backward's: with a thread per chunk
-// and column pack, enough threads to fill an H200 at any width, while the partials (chunks * C floats) stay small
-// beside the rows.
-constexpr int64_t kTargetChunks = 512;
-constexpr int64_t kMinChunkRows = 8;
+// the same on every run and every GPU. About 512 chunks, as layernorm_backward's (rmsnorm_backward_chunks,
+// scratch_sizes.h).
 constexpr int kPartialsBlock = 256;
 
-int64_t chunk_rows(int64_t N) { return std::max(kMinChunkRows, (N + kTargetChunks - 1) / kTargetChunks); }
-int64_t num_chunks(int64_t N) { return (N + chunk_rows(N) - 1) / chunk_rows(N); }
+int64_t chunk_rows(int64_t N) { return rmsnorm_backward_chunk_rows(N); }
+int64_t num_chunks(int64_t N) { return rmsnorm_backward_chunks(N); }
 
 // Calls f(n, lane) for each row n of this warp's: rows blockIdx.x * kRowsPerBlock + warp, then every
 // gridDim.x * kRowsPerBlock rows on. The loop is uniform over a warp, so f may reduce across its 32 lanes.
@@ -118,10 +115,6 @@ __global__ void rmsnorm_backward_partials_kernel(float* part, const T* dout, con
 }
 
 }  // namespace
-
-size_t rmsnorm_backward_scratch_bytes(int64_t N, int C) {
-  return N <= 0 || C <= 0 ? 0 : static_cast<size_t>(num_chunks(N)) * C * sizeof(float);
-}
 
 template <typename T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, float eps, int64_t N, int C,

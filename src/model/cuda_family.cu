@@ -25,9 +25,8 @@ std::unique_ptr<Decoder> make_decoder(const ModelConfig& cfg, const std::vector<
 
 template <typename T>
 const CudaModelFamily<T>& cuda_model_family(ModelArch arch) {
-  static const CudaModelFamily<T> gpt2{ModelArch::kGpt2, &make<T, CudaGpt<T>>, &cuda_gpt_footprint<T>,
-                                       &make_decoder<T, CudaGptDecoder<T>>};
-  static const CudaModelFamily<T> llama{ModelArch::kLlama, &make<T, CudaLlama<T>>, &cuda_llama_footprint<T>,
+  static const CudaModelFamily<T> gpt2{ModelArch::kGpt2, &make<T, CudaGpt<T>>, &make_decoder<T, CudaGptDecoder<T>>};
+  static const CudaModelFamily<T> llama{ModelArch::kLlama, &make<T, CudaLlama<T>>,
                                         &make_decoder<T, CudaLlamaDecoder<T>>};
   switch (arch) {
     case ModelArch::kGpt2:

@@ -9,21 +9,6 @@
 #include "shardtrain/kernels/gpu/softmax_cross_entropy.h"
 
 namespace st {
-namespace {
-
-// B x T = 16 x 1024 at a 50304-wide vocabulary: 4 chunks of 4096 rows. Each chunk's weight-gradient GEMM reads and
-// writes the whole [Vp, C] gradient once, so fewer, larger chunks cost less traffic and fewer roundings of that
-// gradient than many small ones.
-constexpr int64_t kLogitsChunkElems = int64_t{256} << 20;
-
-}  // namespace
-
-int64_t cuda_classifier_chunk_rows(const ModelConfig& cfg, int64_t BT) {
-  const int64_t max_rows = std::max<int64_t>(1, std::min<int64_t>(BT, kLogitsChunkElems / cfg.padded_vocab()));
-  const int64_t chunks = (BT + max_rows - 1) / max_rows;
-  return (BT + chunks - 1) / chunks;
-}
-
 template <typename T>
 CudaLmIo<T>::CudaLmIo(const ModelConfig& cfg, int64_t max_batch, cudaStream_t stream)
     : C_(cfg.n_embd),
@@ -38,13 +23,6 @@ CudaLmIo<T>::CudaLmIo(const ModelConfig& cfg, int64_t max_batch, cudaStream_t st
   losses_ = DeviceBuffer<float>(max_tokens_);
   loss_sum_ = DeviceBuffer<double>(1);
   ST_CUDA_CHECK(cudaMemsetAsync(loss_sum_.data(), 0, sizeof(double), stream));
-}
-
-template <typename T>
-int64_t CudaLmIo<T>::device_bytes(const ModelConfig& cfg, int64_t max_batch) {
-  const int64_t BT = max_batch * cfg.seq_len;
-  const int64_t logits = cuda_classifier_chunk_rows(cfg, BT) * cfg.padded_vocab() * static_cast<int64_t>(sizeof(T));
-  return logits + BT * 4 + 2 * BT * 4 + 8;  // + the losses; tokens and targets; their sum
 }
 
 template <typename T>

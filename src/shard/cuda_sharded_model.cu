@@ -13,6 +13,7 @@
 #include "shardtrain/core/log.h"
 #include "shardtrain/kernels/gpu/reduce.h"
 #include "shardtrain/shard/cuda_memory_plan.h"
+#include "shardtrain/shard/run_plan.h"
 
 namespace st {
 namespace shard_internal {
@@ -32,14 +33,14 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
           {cfg.train.attention, cfg.train.deterministic, static_cast<int>(cfg.train.micro_batch), cfg.model.seq_len,
            cfg.model.n_embd, cfg.model.n_head, cfg.model.kv_heads(), cfg.model.head_dim()},
           cudnn_)),
-      plan_(
-          checked_cuda_plan<T>(cfg, groups_.shard().world_size(), comm_plan(), device_name_, attention_.scratch_bytes)),
+      plan_(checked_cuda_plan(cfg, groups_.shard().world_size(), groups_.replica != nullptr, comm_plan(), device_name_,
+                              attention_.scratch_bytes)),
       host_plan_(check_cuda_host_plan(cfg, groups_.shard().world_size(),
                                       host_memory_budget(host_memory_limits(), comm.device_ranks()),
                                       comm.device_ranks())),
       blas_(),
-      scratch_(cuda_model_family<T>(cfg.model.arch)
-                   .footprint(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.scratch_bytes)
+      scratch_(cuda_model_footprint(cfg.model, cfg.train.micro_batch, cfg.train.recompute, cfg.compute_dtype(),
+                                    attention_.scratch_bytes)
                    .scratch_bytes),
       comm_scratch_(static_cast<int64_t>(gpu::reduce_scratch_bytes())),
       ctx_{compute_stream_.get(), &blas_, scratch_.data(), scratch_.bytes(), &cudnn_},

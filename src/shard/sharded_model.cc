@@ -11,6 +11,7 @@
 #include "shardtrain/model/family.h"
 #include "shardtrain/optim/adamw_optimizer.h"
 #include "shardtrain/shard/memory_plan.h"
+#include "shardtrain/shard/run_plan.h"
 
 namespace st {
 namespace {
@@ -23,14 +24,7 @@ int64_t bytes_of(const std::vector<float>& v) { return static_cast<int64_t>(v.si
 // host. Returns the model config for the model's constructor, which runs next.
 const ModelConfig& planned_model(const Config& cfg, const ShardingGroups& groups, Communicator& comm) {
   const int world = groups.shard().world_size();
-  int64_t bucket_elements = 0;
-  if (groups.replica) {
-    std::vector<int64_t> slots;
-    for (const UnitLayout& u : build_units(cfg.model)) slots.push_back(padded_shard_size(u.numel, world));
-    const CommTuning tuning = resolve_comm_tuning(cfg.dist, LinkKind::kNetwork, /*hybrid=*/true);
-    bucket_elements =
-        ReplicaBuckets(std::move(slots), tuning.bucket_bytes / static_cast<int64_t>(sizeof(float))).capacity();
-  }
+  const int64_t bucket_elements = groups.replica ? replica_bucket_elements(cfg, world, sizeof(float)) : 0;
   check_host_memory_plan(cfg, world, bucket_elements, host_memory_budget(host_memory_limits(), comm.device_ranks()));
   return cfg.model;
 }

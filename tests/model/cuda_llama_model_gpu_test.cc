@@ -123,7 +123,8 @@ Result gpu_run(const ModelConfig& c, const std::vector<std::vector<float>>& p, c
         static_cast<int64_t>(std::max(gpu::cudnn_attention_forward_scratch_bytes<T>(B, Tn, NH, KV, D, ctx),
                                       gpu::cudnn_attention_backward_scratch_bytes<T>(B, Tn, NH, KV, D, ctx)));
   }
-  DeviceBuffer<unsigned char> scratch(cuda_llama_footprint<T>(c, kB, recompute, attention_scratch).scratch_bytes);
+  DeviceBuffer<unsigned char> scratch(
+      cuda_llama_footprint(c, kB, recompute, sizeof(T), attention_scratch).scratch_bytes);
   ctx.scratch = scratch.data();
   ctx.scratch_bytes = scratch.bytes();
   CudaLlama<T> m(c, kB, recompute, cudnn, ctx);

@@ -1,9 +1,10 @@
-// The CUDA side of ModelFamily (family.h): per family, its GPU model and the device memory that model needs, which
-// the CUDA engine and its memory plan take from here, and its GPU decoder. Apart from family.h so that CPU-only builds
+// The CUDA side of ModelFamily (family.h): per family, its GPU model and its GPU decoder (the device memory that
+// model needs is host arithmetic: cuda_footprint.h). Apart from family.h so that CPU-only builds
 // see no CUDA type.
 //
 //   const CudaModelFamily<bf16>& f = cuda_model_family<bf16>(cfg.model.arch);
-//   const CudaModelFootprint need = f.footprint(cfg.model, B, recompute, attention.scratch_bytes);
+//   const CudaModelFootprint need =
+//       cuda_model_footprint(cfg.model, B, recompute, DType::kBF16, attention.scratch_bytes);  // cuda_footprint.h
 //   std::unique_ptr<CudaUnitModel<bf16>> m = f.make_model(cfg.model, B, recompute, attention.cudnn, ctx,
 //                                                         attention.backward);   // ctx.scratch >= need.scratch_bytes
 #pragma once
@@ -29,10 +30,6 @@ struct CudaModelFamily {
   std::unique_ptr<CudaUnitModel<T>> (*make_model)(const ModelConfig& cfg, int64_t max_batch, bool recompute,
                                                   bool cudnn_attention, const gpu::GpuContext& ctx,
                                                   gpu::CudnnBackwardMode attention_backward);
-  // The bytes that model allocates and the kernel scratch it needs (at least attention_scratch_bytes: what the
-  // attention choice asks for), computed without allocating.
-  CudaModelFootprint (*footprint)(const ModelConfig& cfg, int64_t max_batch, bool recompute,
-                                  int64_t attention_scratch_bytes);
   // The decoder with a key/value cache (decoder.h) on CUDA device `device`, its weights rounded to T from every
   // unit's full fp32 buffer.
   std::unique_ptr<Decoder> (*make_decoder)(const ModelConfig& cfg, const std::vector<std::vector<float>>& weights,

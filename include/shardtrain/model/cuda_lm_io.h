@@ -19,22 +19,17 @@
 #include "shardtrain/core/cuda_timer.h"
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/grad_write.h"
+#include "shardtrain/model/cuda_footprint.h"
 
 namespace st {
-
-// Classifier rows per chunk: the logits scratch holds at most 256 Mi elements (512 MB in bf16) whatever the
-// vocabulary and batch, and the rows are split evenly.
-int64_t cuda_classifier_chunk_rows(const ModelConfig& cfg, int64_t BT);
 
 template <typename T>
 class CudaLmIo {
  public:
   CudaLmIo() = default;
-  // Allocates for micro-batches of up to max_batch x cfg.seq_len tokens; zeroes the loss accumulator on `stream`.
+  // Allocates for micro-batches of up to max_batch x cfg.seq_len tokens (cuda_lm_io_device_bytes, cuda_footprint.h);
+  // zeroes the loss accumulator on `stream`.
   CudaLmIo(const ModelConfig& cfg, int64_t max_batch, cudaStream_t stream);
-
-  // Device bytes the constructor allocates: tokens, targets, the logits chunk, the per-token losses, their sum.
-  static int64_t device_bytes(const ModelConfig& cfg, int64_t max_batch);
 
   // Copies n host tokens (or targets) to the device on `stream` and returns where they are. The pinned staging area
   // is reused by the next upload: the caller synchronises the stream once per micro-step in between (take_loss_sum,

@@ -21,17 +21,10 @@
 #include <vector>
 
 #include "shardtrain/core/cuda_timer.h"
+#include "shardtrain/model/cuda_footprint.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
-
-// Device bytes a CUDA model allocates for micro-batches of max_batch (activations, backward scratch, logits chunk,
-// losses), and the kernel scratch it needs in GpuContext::scratch (at least the attention scratch it was given).
-// Used to plan memory before anything is allocated.
-struct CudaModelFootprint {
-  int64_t activation_bytes = 0;
-  int64_t scratch_bytes = 0;
-};
 
 template <typename T>
 class CudaUnitModel {

@@ -13,51 +13,16 @@
 #include "shardtrain/model/gpt2/block_view.h"
 
 namespace st {
-namespace {
-
-// Bytes of one block backward's deferred column sums (block_backward): two LayerNorms and four biases, at BT rows.
-int64_t block_column_sums_bytes(int64_t BT, int C) {
-  auto floats = [](size_t bytes) { return static_cast<int64_t>(bytes / sizeof(float)); };
-  size_t b = 2 * gpu::ColumnSums::reserved_bytes(floats(gpu::layernorm_backward_scratch_bytes(BT, C)));
-  for (int oc : {C, 4 * C, C, 3 * C})
-    b += gpu::ColumnSums::reserved_bytes(floats(gpu::matmul_backward_scratch_bytes(BT, oc)));
-  return static_cast<int64_t>(b);
-}
-
-}  // namespace
-
-template <typename T>
-CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute,
-                                      int64_t attention_scratch_bytes) {
-  const int64_t B = max_batch, T_ = cfg.seq_len, C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer;
-  const int64_t BT = B * T_, BTC = BT * C;
-  const int64_t per_block_t = 15 * BTC;
-  const int64_t blocks = recompute ? std::min<int64_t>(L, 1) : L;
-  const int64_t elems_t = blocks * per_block_t + L * BTC  // activations, block outputs
-                          + BTC                           // encoded
-                          + 4 * BTC + 3 * BTC + 4 * BTC;  // lnf, dresid, dlnf, dbuf_c; dqkv; dfch
-  const int64_t floats = blocks * (4 * BT + B * NH * T_) + 2 * BT;
-  CudaModelFootprint f;
-  f.activation_bytes = elems_t * static_cast<int64_t>(sizeof(T)) + floats * 4 + CudaLmIo<T>::device_bytes(cfg, B) +
-                       block_column_sums_bytes(BT, static_cast<int>(C));
-  size_t s = gpu::embedding_backward_scratch_bytes(static_cast<int>(B), static_cast<int>(T_), static_cast<int>(C));
-  s = std::max(s, gpu::layernorm_backward_scratch_bytes(BT, static_cast<int>(C)));
-  s = std::max(s, gpu::matmul_backward_scratch_bytes(BT, static_cast<int>(4 * C)));
-  s = std::max(s, gpu::flash_attention_backward_scratch_bytes(static_cast<int>(B), static_cast<int>(T_),
-                                                              static_cast<int>(C), static_cast<int>(NH)));
-  s = std::max(s, gpu::reduce_scratch_bytes());
-  s = std::max(s, static_cast<size_t>(attention_scratch_bytes));
-  f.scratch_bytes = static_cast<int64_t>(s);
-  return f;
-}
-
 template <typename T>
 CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
                     const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward)
     : CudaModelBase<T>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward,
-                       cuda_gpt_footprint<T>(cfg, max_batch, recompute).scratch_bytes) {
-  const int64_t BT = max_batch * cfg.seq_len, C = cfg.n_embd, NH = cfg.n_head, T_ = cfg.seq_len;
-  blocks_.resize(recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer);
+                       cuda_gpt_footprint(cfg, max_batch, recompute, sizeof(T), 0).scratch_bytes) {
+  // Exactly the buffers cuda_gpt_footprint counts (GptActivationSizes); the base allocates the layer outputs, the
+  // embedding output and CudaLmIo's.
+  const GptActivationSizes z(cfg, max_batch, recompute);
+  const int64_t BT = z.BT, C = z.C;
+  blocks_.resize(static_cast<size_t>(z.blocks));
   for (BlockActs& a : blocks_) {
     a.ln1 = DeviceBuffer<T>(BT * C);
     a.qkv = DeviceBuffer<T>(BT * 3 * C);
@@ -70,9 +35,9 @@ CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, b
     a.ln1_rstd = DeviceBuffer<float>(BT);
     a.ln2_mean = DeviceBuffer<float>(BT);
     a.ln2_rstd = DeviceBuffer<float>(BT);
-    a.att_lse = DeviceBuffer<float>(max_batch * NH * T_);
+    a.att_lse = DeviceBuffer<float>(z.B * z.NH * z.T);
   }
-  column_sums_ = gpu::ColumnSums(static_cast<size_t>(block_column_sums_bytes(BT, static_cast<int>(C))));
+  column_sums_ = gpu::ColumnSums(static_cast<size_t>(gpt_block_column_sums_bytes(BT, static_cast<int>(C))));
   lnf_ = DeviceBuffer<T>(BT * C);
   dresid_ = DeviceBuffer<T>(BT * C);
   dlnf_ = DeviceBuffer<T>(BT * C);
@@ -229,9 +194,6 @@ void CudaGpt<T>::embedding_backward(T* emb_grads) {
                              io_.tokens(), static_cast<int>(B_), static_cast<int>(T_), cfg_.n_embd, ctx_);
 }
 
-template CudaModelFootprint cuda_gpt_footprint<float>(const ModelConfig&, int64_t, bool, int64_t);
-template CudaModelFootprint cuda_gpt_footprint<bf16>(const ModelConfig&, int64_t, bool, int64_t);
-template CudaModelFootprint cuda_gpt_footprint<fp16>(const ModelConfig&, int64_t, bool, int64_t);
 template class CudaGpt<float>;
 template class CudaGpt<bf16>;
 template class CudaGpt<fp16>;

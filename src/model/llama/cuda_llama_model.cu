@@ -18,31 +18,6 @@
 namespace st {
 namespace {
 
-// Every device buffer's element count, from the config alone: the constructor allocates exactly these, and
-// cuda_llama_footprint sums them.
-struct Sizes {
-  int64_t B, T, BT, C, QKV, F, NH, blocks, layers;
-  Sizes(const ModelConfig& cfg, int64_t max_batch, bool recompute)
-      : B(max_batch),
-        T(cfg.seq_len),
-        BT(max_batch * cfg.seq_len),
-        C(cfg.n_embd),
-        QKV(cfg.qkv_dim()),
-        F(cfg.mlp_dim()),
-        NH(cfg.n_head),
-        blocks(recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer),
-        layers(cfg.n_layer) {}
-  // norm1, atty, res2, norm2; qkv; gate_up [2F] and mlp [F].
-  int64_t block_elems() const { return 4 * BT * C + BT * QKV + 3 * BT * F; }
-  int64_t block_floats() const { return 2 * BT + B * NH * T; }  // rstd1, rstd2; att_lse
-  int64_t elems() const {
-    return blocks * block_elems() + layers * BT * C  // activations, block outputs
-           + BT * C                                  // encoded
-           + 4 * BT * C + BT * QKV + 3 * BT * F;     // normf, dresid, dnormf, dbuf_c; dqkv; dmlp, dgate_up
-  }
-  int64_t floats(int hs) const { return blocks * block_floats() + BT + T * hs; }  // + rstdf; the RoPE tables
-};
-
 template <typename T>
 DeviceBuffer<T> device_copy(const std::vector<T>& host, cudaStream_t s) {
   DeviceBuffer<T> d(static_cast<int64_t>(host.size()));
@@ -53,30 +28,14 @@ DeviceBuffer<T> device_copy(const std::vector<T>& host, cudaStream_t s) {
 }  // namespace
 
 template <typename T>
-CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute,
-                                        int64_t attention_scratch_bytes) {
-  const Sizes z(cfg, max_batch, recompute);
-  const int B = static_cast<int>(z.B), T_ = static_cast<int>(z.T), C = static_cast<int>(z.C);
-  CudaModelFootprint f;
-  f.activation_bytes = z.elems() * static_cast<int64_t>(sizeof(T)) + z.floats(cfg.head_dim()) * 4 +
-                       CudaLmIo<T>::device_bytes(cfg, max_batch);
-  size_t s = gpu::embedding_backward_scratch_bytes(B, T_, C);
-  s = std::max(s, gpu::rmsnorm_backward_scratch_bytes(z.BT, C));
-  if (cfg.qkv_bias) s = std::max(s, gpu::matmul_backward_scratch_bytes(z.BT, static_cast<int>(z.QKV)));
-  s = std::max(s, gpu::flash_attention_backward_scratch_bytes(B, T_, cfg.n_head, cfg.kv_heads(), cfg.head_dim()));
-  s = std::max(s, gpu::reduce_scratch_bytes());
-  s = std::max(s, static_cast<size_t>(attention_scratch_bytes));
-  f.scratch_bytes = static_cast<int64_t>(s);
-  return f;
-}
-
-template <typename T>
 CudaLlama<T>::CudaLlama(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
                         const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward)
     : CudaModelBase<T>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward,
-                       cuda_llama_footprint<T>(cfg, max_batch, recompute).scratch_bytes) {
+                       cuda_llama_footprint(cfg, max_batch, recompute, sizeof(T), 0).scratch_bytes) {
   ST_CHECK(cfg.is_llama());
-  const Sizes z(cfg, max_batch, recompute);
+  // Exactly the buffers cuda_llama_footprint counts (LlamaActivationSizes); the base allocates the layer outputs, the
+  // embedding output and CudaLmIo's.
+  const LlamaActivationSizes z(cfg, max_batch, recompute);
   const int64_t BT = z.BT, C = z.C, F = z.F;
   const RopeTable rope = rope_table(cfg, cfg.seq_len);
   rope_cos_ = device_copy(rope.cos, ctx_.stream);
@@ -265,9 +224,6 @@ void CudaLlama<T>::embedding_backward(T* emb_grads) {
                              static_cast<int>(B_), static_cast<int>(T_), cfg_.n_embd, ctx_);
 }
 
-template CudaModelFootprint cuda_llama_footprint<float>(const ModelConfig&, int64_t, bool, int64_t);
-template CudaModelFootprint cuda_llama_footprint<bf16>(const ModelConfig&, int64_t, bool, int64_t);
-template CudaModelFootprint cuda_llama_footprint<fp16>(const ModelConfig&, int64_t, bool, int64_t);
 template class CudaLlama<float>;
 template class CudaLlama<bf16>;
 template class CudaLlama<fp16>;

@@ -22,6 +22,7 @@
 
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/kernels/grad_write.h"
+#include "shardtrain/kernels/scratch_sizes.h"
 
 namespace st::gpu {
 
@@ -49,7 +50,7 @@ class ColumnSums {
   size_t capacity_bytes() const { return static_cast<size_t>(buffer_.bytes()); }
 
   // Bytes reserve() takes for `floats`, with its alignment: for sizing the buffer.
-  static size_t reserved_bytes(int64_t floats);
+  static size_t reserved_bytes(int64_t floats) { return column_sums_reserved_bytes(floats); }
 
   struct Job {
     void* out;

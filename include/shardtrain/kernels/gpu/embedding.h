@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/scratch_sizes.h"
 
 namespace st::gpu {
 
@@ -24,8 +25,9 @@ template <typename T>
 void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C,
                         const GpuContext& ctx);
 
-// Scratch for embedding_backward: the positions sorted by token (cub radix sort keys, values and its
-// temporary storage). Queries CUB, so it needs a CUDA device.
-size_t embedding_backward_scratch_bytes(int B, int T_, int C);
+// What CUB's radix sort in embedding_backward asks for at B*T items (a run-time query, so it needs a CUDA device);
+// the scratch embedding_backward_scratch_bytes gives it is cub_sort_pairs_temp_bound(B*T) (scratch_sizes.h), and
+// embedding_backward refuses to run if CUB asks for more.
+size_t embedding_sort_temp_bytes(int64_t BT);
 
 }  // namespace st::gpu

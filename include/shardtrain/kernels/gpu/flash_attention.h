@@ -19,6 +19,7 @@
 #include <cstddef>
 
 #include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/scratch_sizes.h"
 
 namespace st::gpu {
 
@@ -39,9 +40,8 @@ template <typename T>
 void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
                               int NH, int NKV, int hs, const GpuContext& ctx);
 
-// Scratch of flash_attention_backward: D [B,NH,T] fp32, D[b,h,i] = sum_d dout[b,i,h*hs+d] * out[b,i,h*hs+d]
+// Its scratch (scratch_sizes.h): D [B,NH,T] fp32, D[b,h,i] = sum_d dout[b,i,h*hs+d] * out[b,i,h*hs+d]
 // (= sum_j P_ij dP_ij, the softmax backward's row term), rounded up to 256 bytes.
-size_t flash_attention_backward_scratch_bytes(int B, int T_, int NH, int NKV, int hs);
 
 // Without grouping (GPT-2): NKV = NH heads of size hs = C/NH, qkv [B,T,3C], out [B,T,C].
 template <typename T>
@@ -49,6 +49,5 @@ void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, in
 template <typename T>
 void flash_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
                               int C, int NH, const GpuContext& ctx);
-size_t flash_attention_backward_scratch_bytes(int B, int T_, int C, int NH);
 
 }  // namespace st::gpu

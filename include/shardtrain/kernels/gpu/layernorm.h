@@ -8,6 +8,7 @@
 
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/layernorm.h"
+#include "shardtrain/kernels/scratch_sizes.h"
 
 namespace st::gpu {
 
@@ -34,7 +35,5 @@ template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const float* mean,
                         const float* rstd, int64_t N, int C, const GpuContext& ctx,
                         GradWrite param_write = GradWrite::kAccumulate, RowStaging staging = RowStaging::kAuto);
-
-size_t layernorm_backward_scratch_bytes(int64_t N, int C);
 
 }  // namespace st::gpu

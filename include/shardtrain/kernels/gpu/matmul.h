@@ -22,6 +22,7 @@
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/grad_write.h"
+#include "shardtrain/kernels/scratch_sizes.h"
 
 namespace st::gpu {
 
@@ -39,7 +40,7 @@ struct GemmEpilogue {
 // shared by every call: use one Blas per stream.
 class Blas {
  public:
-  static constexpr size_t kDefaultWorkspaceBytes = size_t{32} << 20;
+  static constexpr size_t kDefaultWorkspaceBytes = kBlasWorkspaceBytes;
 
   explicit Blas(size_t workspace_bytes = kDefaultWorkspaceBytes);
   ~Blas();
@@ -159,6 +160,5 @@ void matmul_backward_gelu(T* dinp, T* dweight, T* dbias, const T* dout, const T*
                           const T* pre_gelu, int64_t N, int C, int OC, const GpuContext& ctx,
                           GradWrite param_write = GradWrite::kAccumulate);
 // Scratch of matmul_backward: fp32 partial column sums of dout, [chunks(N)][OC], chunks(N) <= 128.
-size_t matmul_backward_scratch_bytes(int64_t N, int OC);
 
 }  // namespace st::gpu

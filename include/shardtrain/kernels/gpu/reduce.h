@@ -11,11 +11,12 @@
 
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/grad_write.h"
+#include "shardtrain/kernels/scratch_sizes.h"
 
 namespace st::gpu {
 
-// Scratch needed by sum_of_squares and sum (a fixed number of per-block partials, whatever n is).
-size_t reduce_scratch_bytes();
+// sum_of_squares and sum need reduce_scratch_bytes() of scratch (scratch_sizes.h): a fixed number of per-block
+// partials, whatever n is.
 
 // Accumulates: *out += sum_i x[i]^2 (*out is one device double). Squares are summed in fp32 per thread
 // and in double across threads and blocks, over a fixed grid and in a fixed order: bit-identical run to

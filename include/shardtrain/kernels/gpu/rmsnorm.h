@@ -7,6 +7,7 @@
 
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/rmsnorm.h"
+#include "shardtrain/kernels/scratch_sizes.h"
 
 namespace st::gpu {
 
@@ -23,7 +24,5 @@ void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, float e
 template <typename T>
 void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const float* rstd, int64_t N,
                       int C, const GpuContext& ctx, GradWrite param_write = GradWrite::kAccumulate);
-
-size_t rmsnorm_backward_scratch_bytes(int64_t N, int C);
 
 }  // namespace st::gpu

@@ -24,23 +24,16 @@
 #include "shardtrain/kernels/gpu/column_sums.h"
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
+#include "shardtrain/model/cuda_footprint.h"
 #include "shardtrain/model/cuda_model_base.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
 
-// Device bytes CudaGpt<T> allocates for micro-batches of max_batch (activations, backward scratch,
-// logits chunk, losses), and the kernel scratch it needs in GpuContext::scratch, at least
-// attention_scratch_bytes (cuDNN attention's workspace, when the model runs it). Used to plan memory before
-// anything is allocated.
-template <typename T>
-CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute,
-                                      int64_t attention_scratch_bytes = 0);
-
 template <typename T>
 class CudaGpt final : public CudaModelBase<T> {
  public:
-  // ctx.scratch must hold cuda_gpt_footprint<T>(...).scratch_bytes; ctx must outlive the model. With
+  // ctx.scratch must hold cuda_gpt_footprint(...).scratch_bytes (cuda_footprint.h); ctx must outlive the model. With
   // cudnn_attention, passes at the full shape (max_batch x seq_len: every training micro-step) run cuDNN's
   // fused attention (ctx.cudnn, plans already built); other shapes (sampling, short evaluations) and
   // !cudnn_attention run flash attention. Both compute the same function. attention_backward picks cuDNN's

@@ -10,6 +10,7 @@
 // those that return a host value.
 //
 //   CudaLlama<bf16> m(cfg, B, recompute, cudnn_attention, ctx);   // ctx.scratch >= cuda_llama_footprint(...)
+//                                                                 // .scratch_bytes (cuda_footprint.h)
 //   ... the calls of CudaUnitModel, in its order ...
 #pragma once
 
@@ -21,21 +22,16 @@
 #include "shardtrain/core/cuda_timer.h"
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
+#include "shardtrain/model/cuda_footprint.h"
 #include "shardtrain/model/cuda_model_base.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
 
-// Device bytes CudaLlama<T> allocates for micro-batches of max_batch, and the kernel scratch it needs (at least
-// attention_scratch_bytes, cuDNN attention's workspace when the model runs it), computed without allocating.
-template <typename T>
-CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute,
-                                        int64_t attention_scratch_bytes = 0);
-
 template <typename T>
 class CudaLlama final : public CudaModelBase<T> {
  public:
-  // As CudaGpt's constructor: ctx.scratch must hold cuda_llama_footprint<T>(...).scratch_bytes and ctx must outlive
+  // As CudaGpt's constructor: ctx.scratch must hold cuda_llama_footprint(...).scratch_bytes and ctx must outlive
   // the model; with cudnn_attention, passes at the full shape (max_batch x seq_len) run cuDNN's fused attention,
   // others flash attention; attention_backward picks cuDNN's backward. Uploads the RoPE tables (st::rope_table) once.
   CudaLlama(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention, const gpu::GpuContext& ctx,

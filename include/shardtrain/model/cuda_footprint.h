@@ -1,0 +1,71 @@
+// The device memory of the CUDA models (CudaGpt, CudaLlama) as host arithmetic: every activation buffer's element
+// count from the config alone, which the models' constructors allocate and the memory plan sums, and the kernel
+// scratch their passes need (kernels/scratch_sizes.h). Host code, so that `shardtrain plan` and the CPU tests size a
+// CUDA run without a GPU.
+//
+//   const CudaModelFootprint f = cuda_model_footprint(cfg.model, B, recompute, DType::kBF16, attention_scratch);
+//   // f.activation_bytes: what the model allocates; f.scratch_bytes: what GpuContext::scratch must hold
+#pragma once
+
+#include <cstdint>
+
+#include "shardtrain/core/config.h"
+
+namespace st {
+
+// Device bytes a CUDA model allocates for micro-batches of max_batch (activations, backward buffers, logits chunk,
+// losses), and the kernel scratch it needs in GpuContext::scratch (at least the attention scratch it was given).
+struct CudaModelFootprint {
+  int64_t activation_bytes = 0;
+  int64_t scratch_bytes = 0;
+};
+
+// Classifier rows per chunk: the logits scratch holds at most 256 Mi elements (512 MB in bf16) whatever the
+// vocabulary and batch, and the rows are split evenly.
+int64_t cuda_classifier_chunk_rows(const ModelConfig& cfg, int64_t BT);
+
+// Device bytes of CudaLmIo (cuda_lm_io.h) for elements of elem_bytes: tokens, targets, the logits chunk, the
+// per-token losses and their sum.
+int64_t cuda_lm_io_device_bytes(const ModelConfig& cfg, int64_t max_batch, int64_t elem_bytes);
+
+// Element counts of every CudaLlama buffer. `blocks` blocks keep their activations (one with recompute: backward
+// refills it from the saved block input); every layer keeps its output.
+struct LlamaActivationSizes {
+  int64_t B, T, BT, C, QKV, F, NH, blocks, layers;
+  LlamaActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute);
+  // A block's norm1, atty, res2, norm2 [C]; qkv [QKV]; gate_up [2F] and mlp [F], in the compute type.
+  int64_t block_elems() const { return 4 * BT * C + BT * QKV + 3 * BT * F; }
+  int64_t block_floats() const { return 2 * BT + B * NH * T; }  // rstd1, rstd2; att_lse
+  // Compute-type elements in all: the blocks, the layer outputs, the embedding output, normf, dresid, dnormf,
+  // dbuf_c [C], dqkv [QKV], dmlp [F] and dgate_up [2F].
+  int64_t elems() const;
+  // fp32 elements in all: the blocks', rstdf [BT] and the RoPE tables (cos and sin [T, hs / 2]).
+  int64_t floats(int head_dim) const;
+};
+
+// Element counts of every CudaGpt buffer, as LlamaActivationSizes.
+struct GptActivationSizes {
+  int64_t B, T, BT, C, NH, blocks, layers;
+  GptActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute);
+  // A block's ln1, atty, res2, ln2 [C]; qkv [3C]; fch, fch_gelu [4C].
+  int64_t block_elems() const { return 15 * BT * C; }
+  int64_t block_floats() const { return 4 * BT + B * NH * T; }  // ln1 and ln2 mean and rstd; att_lse
+  // The blocks, the layer outputs, the embedding output, lnf, dresid, dlnf, dbuf_c [C], dqkv [3C], dfch [4C].
+  int64_t elems() const;
+  int64_t floats() const { return blocks * block_floats() + 2 * BT; }  // + lnf mean and rstd
+};
+
+// Bytes of one GPT-2 block backward's deferred column sums (ColumnSums): two LayerNorms and four biases at BT rows.
+int64_t gpt_block_column_sums_bytes(int64_t BT, int C);
+
+// The footprint of each family's CUDA model in elements of elem_bytes (4: fp32, 2: bf16/fp16), with at least
+// attention_scratch_bytes of kernel scratch (cuDNN attention's, when the model runs it).
+CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, int64_t elem_bytes,
+                                        int64_t attention_scratch_bytes);
+CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, int64_t elem_bytes,
+                                      int64_t attention_scratch_bytes);
+// cfg.arch's footprint in the compute type `dtype` (not kAuto).
+CudaModelFootprint cuda_model_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, DType dtype,
+                                        int64_t attention_scratch_bytes);
+
+}  // namespace st

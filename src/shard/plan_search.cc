@@ -1,0 +1,129 @@
+#include "shardtrain/shard/plan_search.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "shardtrain/core/error.h"
+#include "shardtrain/core/format.h"
+
+namespace st {
+namespace {
+
+// One knob's settings in the order the search tries them: the current value first (no change), then each step
+// further from it. `apply` sets step i on a config and target and returns its flags ("" for the current value), or
+// nullopt where the step is invalid (a micro-batch that does not divide the global batch).
+struct Knob {
+  int steps = 1;
+  std::function<std::optional<std::string>(int step, Config& c, RunTarget& t)> apply;
+};
+
+constexpr int kFractionSteps = 20;  // optim.offload_fraction in steps of 0.05
+
+std::string fraction_text(int k) {
+  char f[16];
+  std::snprintf(f, sizeof(f), "%.2f", k / double(kFractionSteps));
+  return f;
+}
+
+// optim.offload as one line of settings: 0 none, then optimizer at 0.05 ... 1, then optimizer+params likewise.
+int offload_index(const OptimConfig& o) {
+  if (o.offload == OffloadMode::kNone) return 0;
+  const int k =
+      std::max(1, std::min(kFractionSteps, static_cast<int>(std::lround(o.offload_fraction * kFractionSteps))));
+  return (o.offload == OffloadMode::kOptimizer ? 0 : kFractionSteps) + k;
+}
+
+std::vector<Knob> knobs(const Config& cfg) {
+  std::vector<Knob> out;
+  // recompute
+  out.push_back({cfg.train.recompute ? 1 : 2, [](int step, Config& c, RunTarget&) -> std::optional<std::string> {
+                   if (step == 0) return std::string();
+                   c.train.recompute = true;
+                   return std::string("--train.recompute=true");
+                 }});
+  // micro-batch: halved while even
+  int halvings = 0;
+  for (int64_t m = cfg.train.micro_batch; m % 2 == 0; m /= 2) ++halvings;
+  out.push_back({1 + halvings, [](int step, Config& c, RunTarget& t) -> std::optional<std::string> {
+                   if (step == 0) return std::string();
+                   c.train.micro_batch >>= step;
+                   if (c.train.global_batch % (c.train.micro_batch * t.world) != 0) return std::nullopt;
+                   return str_cat("--train.micro_batch=", c.train.micro_batch);
+                 }});
+  // offload: every other setting, nearest first (alternating up and down the line of settings)
+  if (cfg.train.device == Device::kCuda) {
+    const int here = offload_index(cfg.optim), last = 2 * kFractionSteps;
+    std::vector<int> order{here};
+    for (int d = 1; d <= last; ++d) {
+      if (here + d <= last) order.push_back(here + d);
+      if (here - d >= 0) order.push_back(here - d);
+    }
+    out.push_back(
+        {static_cast<int>(order.size()), [order](int step, Config& c, RunTarget&) -> std::optional<std::string> {
+           if (step == 0) return std::string();
+           const int i = order[static_cast<size_t>(step)];
+           if (i == 0) {
+             c.optim.offload = OffloadMode::kNone;
+             return std::string("--optim.offload=none");
+           }
+           c.optim.offload = i <= kFractionSteps ? OffloadMode::kOptimizer : OffloadMode::kOptimizerParams;
+           const int k = i <= kFractionSteps ? i : i - kFractionSteps;
+           c.optim.offload_fraction = static_cast<float>(k / double(kFractionSteps));
+           return str_cat("--optim.offload=", to_string(c.optim.offload),
+                          " --optim.offload_fraction=", fraction_text(k));
+         }});
+  }
+  // world: doubled up to 64 times, with as many ranks per node (more nodes)
+  out.push_back({7, [](int step, Config& c, RunTarget& t) -> std::optional<std::string> {
+                   if (step == 0) return std::string();
+                   t.world <<= step;
+                   if (c.train.global_batch % (c.train.micro_batch * t.world) != 0) return std::nullopt;
+                   return str_cat("--world ", t.world);
+                 }});
+  return out;
+}
+
+}  // namespace
+
+std::optional<PlanChange> smallest_fitting_change(const Config& cfg, const RunTarget& target) {
+  if (plan_run(cfg, target).fits()) return std::nullopt;
+  const std::vector<Knob> ks = knobs(cfg);
+  const int n = static_cast<int>(ks.size());
+  // Combinations with `changed` knobs moved, in the order of the knobs (cheapest first), each knob's steps nearest
+  // first; the first that fits is the smallest change.
+  for (int changed = 1; changed <= n; ++changed) {
+    // An odometer over every knob's steps, least significant digit the first knob (so cheaper knobs and nearer steps
+    // come first), taking the settings with exactly `changed` knobs moved.
+    std::vector<int> steps(static_cast<size_t>(n), 0);
+    for (;;) {
+      int moved = 0;
+      for (int s : steps) moved += s > 0;
+      if (moved == changed) {
+        PlanChange c{cfg, target, {}, {}};
+        bool valid = true;
+        for (int k = 0; k < n && valid; ++k) {  // world last: it checks the global batch with the final micro-batch
+          const std::optional<std::string> flags =
+              ks[static_cast<size_t>(k)].apply(steps[static_cast<size_t>(k)], c.config, c.target);
+          if (!flags)
+            valid = false;
+          else if (!flags->empty())
+            c.overrides += (c.overrides.empty() ? "" : " ") + *flags;
+        }
+        if (valid) {
+          c.plan = plan_run(c.config, c.target);
+          if (c.plan.fits()) return c;
+        }
+      }
+      int d = 0;
+      while (d < n && ++steps[static_cast<size_t>(d)] == ks[static_cast<size_t>(d)].steps)
+        steps[static_cast<size_t>(d++)] = 0;
+      if (d == n) break;  // every setting seen
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace st

@@ -1,0 +1,76 @@
+// The CUDA models allocate what the host footprint (cuda_footprint.h) counts: the device memory a CudaGpt and a
+// CudaLlama take when constructed (cudaMemGetInfo before and after) is their activation_bytes, to within the driver's
+// 2 MiB allocation granularity for each of their buffers, at shapes of about 1 GiB of activations.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "../common/gpu_test.h"
+#include "shardtrain/kernels/gpu/matmul.h"
+#include "shardtrain/model/cuda_footprint.h"
+#include "shardtrain/model/gpt2/cuda_gpt_model.h"
+#include "shardtrain/model/llama/cuda_llama_model.h"
+
+namespace st {
+namespace {
+
+constexpr int64_t kB = 8;
+constexpr int64_t kPage = int64_t{2} << 20;
+
+int64_t device_used() {
+  size_t free_b = 0, total_b = 0;
+  ST_CUDA_CHECK(cudaDeviceSynchronize());
+  ST_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return static_cast<int64_t>(total_b - free_b);
+}
+
+ModelConfig shape(ModelArch arch) {
+  ModelConfig m;
+  m.arch = arch;
+  m.n_layer = 2;
+  m.n_head = 16;
+  m.n_embd = 1024;
+  m.vocab_size = 256;
+  m.seq_len = 1024;
+  if (arch == ModelArch::kLlama) {
+    m.n_kv_head = 4;
+    m.ffn_dim = 2816;
+  }
+  return m;
+}
+
+// Device bytes the model took, against the footprint; `buffers` bounds the rounding.
+template <typename Model>
+void expect_allocates_its_footprint(const ModelConfig& m, bool recompute, int64_t buffers) {
+  const CudaModelFootprint f = cuda_model_footprint(m, kB, recompute, DType::kBF16, 0);
+  CudaStream stream;
+  gpu::Blas blas;
+  DeviceBuffer<unsigned char> scratch(f.scratch_bytes);
+  gpu::GpuContext ctx{stream.get(), &blas, scratch.data(), scratch.bytes()};
+  const int64_t before = device_used();
+  auto model = std::make_unique<Model>(m, kB, recompute, /*cudnn_attention=*/false, ctx);
+  const int64_t taken = device_used() - before;
+  EXPECT_GE(taken, f.activation_bytes - kPage) << "recompute " << recompute;
+  EXPECT_LE(taken, f.activation_bytes + buffers * kPage) << "recompute " << recompute;
+  EXPECT_GT(f.activation_bytes, int64_t{256} << 20);  // the shape is large beside the rounding
+}
+
+TEST(CudaFootprintGpu, CudaGptAllocatesItsFootprint) {
+  ST_SKIP_WITHOUT_GPU();
+  // Per block 12 buffers; 8 of the head and backward, the column sums, 2 layer outputs, the embedding output and
+  // CudaLmIo's 5.
+  for (const bool recompute : {false, true})
+    expect_allocates_its_footprint<CudaGpt<bf16>>(shape(ModelArch::kGpt2), recompute, 2 * 12 + 9 + 3 + 5);
+}
+
+TEST(CudaFootprintGpu, CudaLlamaAllocatesItsFootprint) {
+  ST_SKIP_WITHOUT_GPU();
+  // Per block 10 buffers; 8 of the head and backward, the RoPE tables, 2 layer outputs, the embedding output and
+  // CudaLmIo's 5.
+  for (const bool recompute : {false, true})
+    expect_allocates_its_footprint<CudaLlama<bf16>>(shape(ModelArch::kLlama), recompute, 2 * 10 + 10 + 3 + 5);
+}
+
+}  // namespace
+}  // namespace st

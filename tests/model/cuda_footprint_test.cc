@@ -1,0 +1,94 @@
+// The CUDA models' device memory as host arithmetic (cuda_footprint.h): every term for a small shape of each family,
+// worked out by hand from the buffers the constructors allocate, in bf16 and fp32.
+#include "shardtrain/model/cuda_footprint.h"
+
+#include <gtest/gtest.h>
+
+namespace st {
+namespace {
+
+// B = 4 sequences of T = 64 at C = 64 over a 256-token vocabulary: BT = 256 rows, BTC = 16,384 elements.
+constexpr int64_t kB = 4, kBT = 256, kBTC = 16384;
+
+// CudaLmIo: the logits chunk holds every row (256 x 256), then 4-byte losses, tokens and targets and an 8-byte sum.
+int64_t lm_io(int64_t t) { return kBT * 256 * t + kBT * 4 + 2 * kBT * 4 + 8; }
+
+// embedding_backward: three 256-byte-aligned int32 arrays of BT (3 x 1,024), then CUB's bound for 256 items:
+// alternate keys and values (2 x 1,024), its counters (1,024 + 1,024 = 2,048) and 1 MiB.
+constexpr int64_t kEmbeddingScratch = 3 * 1024 + 2 * 1024 + 2048 + (int64_t{1} << 20);
+
+ModelConfig gpt_shape() {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_embd = 64;
+  m.vocab_size = 256;
+  m.seq_len = 64;
+  return m;
+}
+
+ModelConfig llama_shape() {
+  ModelConfig m = gpt_shape();
+  m.arch = ModelArch::kLlama;
+  m.n_kv_head = 2;  // head size 16: q/k/v width (4 + 2 x 2) x 16 = 128
+  m.ffn_dim = 176;
+  return m;
+}
+
+TEST(CudaFootprint, Gpt2SmallShapeByHand) {
+  const ModelConfig m = gpt_shape();
+  // Compute-type elements: 2 blocks x 15 BTC (ln1, atty, res2, ln2: 4; qkv: 3; fch, fch_gelu: 8), 2 block outputs,
+  // the embedding output, and lnf, dresid, dlnf, dbuf_c (4), dqkv (3), dfch (4): 44 BTC.
+  constexpr int64_t elems = 44 * kBTC;
+  // fp32: per block the two LayerNorms' mean and rstd (4 BT) and att_lse (B x NH x T = 1,024); lnf's mean and rstd.
+  constexpr int64_t floats = 2 * (4 * kBT + 1024) + 2 * kBT;
+  // Column sums of a block backward: LayerNorm chunks of 8 rows (32 chunks) x 64 columns x 2 arrays x 4 bytes =
+  // 16,384, twice; matmul bias chunks of 64 rows (4 chunks) x (64 + 256 + 64 + 192) columns x 4 bytes = 9,216.
+  constexpr int64_t column_sums = 2 * 16384 + 9216;
+  for (const DType d : {DType::kBF16, DType::kF32}) {
+    const int64_t t = dtype_bytes(d);
+    const CudaModelFootprint f = cuda_model_footprint(m, kB, /*recompute=*/false, d, 0);
+    EXPECT_EQ(f.activation_bytes, elems * t + floats * 4 + lm_io(t) + column_sums) << to_string(d);
+    // The largest kernel scratch is the embedding backward's sort.
+    EXPECT_EQ(f.scratch_bytes, kEmbeddingScratch) << to_string(d);
+    EXPECT_EQ(f.activation_bytes, cuda_gpt_footprint(m, kB, false, t, 0).activation_bytes);
+  }
+  // Recompute keeps one block's activations: 15 BTC and 4 BT + 1,024 floats fewer.
+  EXPECT_EQ(cuda_model_footprint(m, kB, false, DType::kBF16, 0).activation_bytes -
+                cuda_model_footprint(m, kB, true, DType::kBF16, 0).activation_bytes,
+            15 * kBTC * 2 + (4 * kBT + 1024) * 4);
+  // An attention scratch larger than the kernels' is what the scratch holds.
+  EXPECT_EQ(cuda_model_footprint(m, kB, false, DType::kBF16, int64_t{3} << 20).scratch_bytes, int64_t{3} << 20);
+}
+
+TEST(CudaFootprint, LlamaSmallShapeByHand) {
+  const ModelConfig m = llama_shape();
+  // A block: norm1, atty, res2, norm2 (4 BTC = 65,536), qkv (BT x 128 = 32,768), gate_up and mlp (3 x BT x 176 =
+  // 135,168): 233,472. Then 2 block outputs and the embedding output (3 BTC), normf, dresid, dnormf, dbuf_c (4 BTC),
+  // dqkv (32,768), dmlp and dgate_up (135,168).
+  constexpr int64_t block = 65536 + 32768 + 135168;
+  constexpr int64_t elems = 2 * block + 7 * kBTC + 32768 + 135168;
+  // fp32: per block rstd1, rstd2 (2 BT) and att_lse (1,024); rstdf (BT); RoPE cos and sin (2 x 64 x 8).
+  constexpr int64_t floats = 2 * (2 * kBT + 1024) + kBT + 2 * 64 * 8;
+  for (const DType d : {DType::kBF16, DType::kF32}) {
+    const int64_t t = dtype_bytes(d);
+    const CudaModelFootprint f = cuda_model_footprint(m, kB, false, d, 0);
+    EXPECT_EQ(f.activation_bytes, elems * t + floats * 4 + lm_io(t)) << to_string(d);
+    EXPECT_EQ(f.scratch_bytes, kEmbeddingScratch) << to_string(d);
+  }
+  const LlamaActivationSizes z(m, kB, /*recompute=*/true);
+  EXPECT_EQ(z.blocks, 1);
+  EXPECT_EQ(z.elems(), block + 7 * kBTC + 32768 + 135168);
+}
+
+TEST(CudaFootprint, ClassifierChunksSplitRowsEvenly) {
+  ModelConfig m = gpt_shape();
+  m.vocab_size = 50257;                                       // padded to 50304: at most 5,336 rows of 256 Mi elements
+  EXPECT_EQ(cuda_classifier_chunk_rows(m, 16 * 1024), 4096);  // 4 chunks
+  EXPECT_EQ(cuda_classifier_chunk_rows(m, 5000), 5000);       // one
+  EXPECT_EQ(cuda_classifier_chunk_rows(m, 5337), 2669);       // two, split evenly
+  EXPECT_EQ(cuda_lm_io_device_bytes(m, 1, 2), 64 * 50304 * 2 + 64 * 12 + 8);
+}
+
+}  // namespace
+}  // namespace st
