@@ -105,25 +105,32 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
     if (m.node_local ? comm.local_rank() == 0 : rank == 0) check_rank_file_sizes(step_dir, m);
   });
 
-  model.pull_state();  // a device backend sizes its host view; every owned element is overwritten below
+  // Unit by unit, in the order the files hold them: each unit's host view is filled from every old file that holds
+  // a part of this rank's span, then pushed, before the next unit's is filled. Every old file this rank reads is
+  // open for the whole load and read once, in order (RankFileLoad), its digest checked at the end.
   on_all_ranks(comm, [&] {
-    // What this rank reads of each old file; a file it reads nothing of is not opened.
-    std::map<int, std::vector<SliceRead>> reads;
+    std::map<int, RankFileLoad> files;  // a file this rank reads nothing of is not opened
     for (const UnitLayout& u : units) {
+      const ShardSpan span = model.shard(u.index).span;
+      for (int r = 0; r < m.world_size; ++r)
+        if (intersect(span, m.files[static_cast<size_t>(r)].spans[static_cast<size_t>(u.index)]).count > 0)
+          files.try_emplace(r, step_dir, m, r);
+    }
+    for (const UnitLayout& u : units) {
+      model.pull_unit(u.index);  // a device backend sizes its host view; every owned element is overwritten below
       UnitShard& sh = model.shard(u.index);
-      for (int r = 0; r < m.world_size; ++r) {
+      for (auto& [r, file] : files) {
         const ShardSpan part = intersect(sh.span, m.files[static_cast<size_t>(r)].spans[static_cast<size_t>(u.index)]);
         if (part.count == 0) continue;
         const int64_t at = part.offset - sh.span.offset;
-        std::vector<SliceRead>& file = reads[r];
-        file.push_back(SliceRead{u.name, ShardState::kParam, part, sh.param.data() + at});
-        file.push_back(SliceRead{u.name, ShardState::kExpAvg, part, sh.m.data() + at});
-        file.push_back(SliceRead{u.name, ShardState::kExpAvgSq, part, sh.v.data() + at});
+        file.read({SliceRead{u.name, ShardState::kParam, part, sh.param.data() + at},
+                   SliceRead{u.name, ShardState::kExpAvg, part, sh.m.data() + at},
+                   SliceRead{u.name, ShardState::kExpAvgSq, part, sh.v.data() + at}});
       }
+      model.push_unit(u.index);
     }
-    for (const auto& [file, slices] : reads) read_rank_file(step_dir, m, file, slices);
+    for (auto& [r, file] : files) file.finish();
   });
-  model.push_state();
   if (!m.gemm_algorithms.empty()) model.use_gemm_algorithms(m.gemm_algorithms);
   CheckpointState s;
   s.step = m.step;
