@@ -10,17 +10,17 @@
 #pragma once
 
 #include <algorithm>
-#include <string>
 #include <vector>
 
+#include "../common/forwarding_backend.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/shard/model_backend.h"
 
 namespace st::testing {
 
-class HostViewBackend : public ModelBackend {
+class HostViewBackend : public ForwardingBackend {
  public:
-  explicit HostViewBackend(ModelBackend& inner) : inner_(inner) {
+  explicit HostViewBackend(ModelBackend& inner) : ForwardingBackend(inner) {
     for (const UnitLayout& u : inner.units()) {
       const UnitShard& sh = inner.shard(u.index);
       views_.push_back(UnitShard{sh.span, sh.slot, {}, {}, {}, {}});
@@ -29,7 +29,7 @@ class HostViewBackend : public ModelBackend {
 
   void pull_unit(int unit) override {
     UnitShard& view = views_[static_cast<size_t>(unit)];
-    const UnitShard& state = inner_.shard(unit);
+    const UnitShard& state = inner().shard(unit);
     view.param = state.param;
     view.m = state.m;
     view.v = state.v;
@@ -38,7 +38,7 @@ class HostViewBackend : public ModelBackend {
   }
   void push_unit(int unit) override {
     UnitShard& view = views_[static_cast<size_t>(unit)];
-    UnitShard& state = inner_.shard(unit);
+    UnitShard& state = inner().shard(unit);
     ST_CHECK(static_cast<int64_t>(view.param.size()) == view.slot, "push_unit(", unit, ") without pull_unit");
     state.param = view.param;
     state.m = view.m;
@@ -55,43 +55,13 @@ class HostViewBackend : public ModelBackend {
     for (const UnitShard& v : views_) n += v.param.empty() ? 0 : 1;
     return n;
   }
+  UnitShard& shard(int unit) override { return views_[static_cast<size_t>(unit)]; }
   // The most views held at once, and how many pulls and pushes there were, since construction.
   int64_t most_held() const { return most_held_; }
   int64_t pulls() const { return pulls_; }
   int64_t pushes() const { return pushes_; }
 
-  UnitShard& shard(int unit) override { return views_[static_cast<size_t>(unit)]; }
-
-  // Everything else is the wrapped model's.
-  const std::vector<UnitLayout>& units() const override { return inner_.units(); }
-  Communicator& comm() override { return inner_.comm(); }
-  Communicator& shard_comm() override { return inner_.shard_comm(); }
-  int replica_index() const override { return inner_.replica_index(); }
-  std::string describe() const override { return "host views over " + inner_.describe(); }
-  std::string device_name() const override { return inner_.device_name(); }
-  void zero_grads() override { inner_.zero_grads(); }
-  double micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override {
-    return inner_.micro_step(inputs, targets, dloss);
-  }
-  double eval_micro(const int32_t* inputs, const int32_t* targets) override {
-    return inner_.eval_micro(inputs, targets);
-  }
-  void last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) override {
-    inner_.last_logits(tokens, len, logits);
-  }
-  double grad_sum_of_squares() override { return inner_.grad_sum_of_squares(); }
-  void adamw(int unit, const std::vector<AdamWRun>& runs) override { inner_.adamw(unit, runs); }
-  std::vector<float> gather_params(int unit) override { return inner_.gather_params(unit); }
-  std::vector<float> gather_grads(int unit) override { return inner_.gather_grads(unit); }
-  MemoryStats memory() const override { return inner_.memory(); }
-  int64_t peak_memory_bytes() override { return inner_.peak_memory_bytes(); }
-  const CommCounters& counters() const override { return inner_.counters(); }
-  double take_exposed_comm_ms() override { return inner_.take_exposed_comm_ms(); }
-  GemmAlgorithms gemm_algorithms() const override { return inner_.gemm_algorithms(); }
-  void use_gemm_algorithms(const GemmAlgorithms& a) override { inner_.use_gemm_algorithms(a); }
-
  private:
-  ModelBackend& inner_;
   std::vector<UnitShard> views_;
   int64_t most_held_ = 0, pulls_ = 0, pushes_ = 0;
 };
