@@ -253,14 +253,14 @@ struct CheckpointSaver::Impl {
     } else {
       for (const UnitLayout& u : model.units()) slices.push_back(UnitSlice{u.name, model.shard(u.index).span});
     }
-    const UnitSource pulled{[this](size_t i) {
-                              const int u = static_cast<int>(i);
-                              model.pull_unit(u);
-                              const UnitShard& sh = model.shard(u);
-                              return UnitSlice{model.units()[i].name, sh.span, sh.param.data(), sh.m.data(),
-                                               sh.v.data()};
-                            },
-                            [this](size_t i) { model.release_unit(static_cast<int>(i)); }};
+    const UnitSource pulled{
+        [this](size_t i) {
+          const int u = static_cast<int>(i);
+          model.pull_unit(u);
+          const UnitShard& sh = model.shard(u);
+          return UnitSlice{model.units()[i].name, sh.span, sh.param.data(), sh.m.data(), sh.v.data()};
+        },
+        [this](size_t i) { model.release_unit(static_cast<int>(i)); }};
     // Hashed as written.
     auto write = [&](const std::vector<UnitSlice>& units) {
       return cfg.ckpt.async ? write_shard_file(path.string(), file, files, state.step, units)

@@ -41,8 +41,8 @@ constexpr int kCopyThreads = 4;
 
 // One pass over file bytes [begin, end) for digest_and_read and FilePassInParts: begin is a multiple of piece_bytes
 // and end one too or the file's end, so that the pass hashes whole pieces. The calling thread reads the bytes in
-// order, kPassReadBytes per read, into one of kPassReads slots; kDigestThreads threads hash and copy each read's bytes while the next ones
-// are read, and hand the slot back when done.
+// order, kPassReadBytes per read, into one of kPassReads slots; kDigestThreads threads hash and copy each read's bytes
+// while the next ones are read, and hand the slot back when done.
 //
 // Hashing: pieces are dealt to the threads in stripes of about kIoBytes (whole pieces, consecutive), stripe s to
 // thread s % kDigestThreads. A thread gets the bytes of its stripes in file order, so it hashes one piece at a time,
@@ -252,7 +252,8 @@ std::string digest_and_read(const std::string& path, int64_t piece_bytes, const 
   return piece_bytes > 0 ? root_of(digests) : hex_of(digests[0]);
 }
 
-FilePassInParts::FilePassInParts(const std::string& path, int64_t piece_bytes) : path_(path), piece_bytes_(piece_bytes) {
+FilePassInParts::FilePassInParts(const std::string& path, int64_t piece_bytes)
+    : path_(path), piece_bytes_(piece_bytes) {
   ST_CHECK(piece_bytes > 0, path, ": digest piece size ", piece_bytes);
   fd_ = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd_.get() < 0) ST_BAD_INPUT("cannot read ", path, " to hash it: ", errno_text());

@@ -54,7 +54,8 @@ WriteFailure pwrite_all(int fd, const char* buf, size_t n, int64_t offset) {
 // Writes file bytes [begin, end) through fd in kIoBytes pieces, one thread per buffer, each gathering its
 // piece from `runs` (which hold file bytes from `base` on) into its own buffer (aligned, so that fd may be O_DIRECT).
 // Returns the first failure; the other threads stop at their next piece.
-WriteFailure write_pieces(int fd, const Runs& runs, int64_t base, int64_t begin, int64_t end, const IoBuffers& buffers) {
+WriteFailure write_pieces(int fd, const Runs& runs, int64_t base, int64_t begin, int64_t end,
+                          const IoBuffers& buffers) {
   const int64_t pieces = (end - begin + static_cast<int64_t>(kIoBytes) - 1) / static_cast<int64_t>(kIoBytes);
   std::mutex mu;
   WriteFailure first;
@@ -171,9 +172,8 @@ WrittenFile overwrite_file_in_groups(const std::string& path, int64_t groups,
     const int64_t end = last ? total : std::max(done, at / step * step);
     if (end > done) {
       Runs section;
-      runs.for_each_span(0, end - done, [&section](const char* p, size_t n) {
-        section.add(p, static_cast<int64_t>(n));
-      });
+      runs.for_each_span(0, end - done,
+                         [&section](const char* p, size_t n) { section.add(p, static_cast<int64_t>(n)); });
       // The digest is computed beside the writes, from the same bytes in memory.
       BackgroundDigest digest(section, piece_bytes);
       failure = write_section(section, done, end);

@@ -142,8 +142,8 @@ WrittenFile write_shard_file(const std::string& path, int rank, int world_size, 
       [&](int64_t i) {
         const UnitSlice s = source.open(static_cast<size_t>(i));
         const UnitSlice& want = layout[static_cast<size_t>(i)];
-        ST_CHECK(s.unit == want.unit && s.span == want.span, "unit ", i, " opened as ", s.unit, " ",
-                 span_text(s.span), ", laid out as ", want.unit, " ", span_text(want.span));
+        ST_CHECK(s.unit == want.unit && s.span == want.span, "unit ", i, " opened as ", s.unit, " ", span_text(s.span),
+                 ", laid out as ", want.unit, " ", span_text(want.span));
         check_data(s);
         std::vector<PlacedBytes> raw;
         place(s, at[static_cast<size_t>(i)], &raw);

@@ -1,6 +1,6 @@
 // CudaShardedModel's state in and out: full units gathered for the host, the sharded state pulled to the host and
-// pushed back one unit at a time, and snapshots: device-resident units copied to pinned memory beside the next step, offloaded ones read
-// in place.
+// pushed back one unit at a time, and snapshots: device-resident units copied to pinned memory beside the next step,
+// offloaded ones read in place.
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -154,14 +154,14 @@ void CudaShardedModel<T>::push_unit(int unit) {
 }
 
 // The members defined here, for each compute type (the class itself is instantiated in cuda_sharded_model.cu).
-#define ST_INSTANTIATE_STATE(T)                                            \
-  template std::vector<float> CudaShardedModel<T>::gather_full(int, bool); \
-  template void CudaShardedModel<T>::quiesce_state();                      \
-  template void CudaShardedModel<T>::pull_unit(int);                       \
-  template void CudaShardedModel<T>::release_unit(int);                    \
-  template void CudaShardedModel<T>::reserve_snapshot(StateSnapshot*);     \
+#define ST_INSTANTIATE_STATE(T)                                                  \
+  template std::vector<float> CudaShardedModel<T>::gather_full(int, bool);       \
+  template void CudaShardedModel<T>::quiesce_state();                            \
+  template void CudaShardedModel<T>::pull_unit(int);                             \
+  template void CudaShardedModel<T>::release_unit(int);                          \
+  template void CudaShardedModel<T>::reserve_snapshot(StateSnapshot*);           \
   template void CudaShardedModel<T>::check_snapshot_released(const char*) const; \
-  template void CudaShardedModel<T>::snapshot_state(StateSnapshot*);       \
+  template void CudaShardedModel<T>::snapshot_state(StateSnapshot*);             \
   template void CudaShardedModel<T>::push_unit(int);
 ST_INSTANTIATE_STATE(float)
 ST_INSTANTIATE_STATE(bf16)

@@ -402,8 +402,8 @@ TEST(OverwriteFileInGroups, WritesWhatOverwriteFileWritesHoldingOneGroupAtATime)
           const auto [offset, bytes] = groups[static_cast<size_t>(g)];
           live[static_cast<size_t>(g)] = varied_bytes(bytes, 10 + static_cast<uint64_t>(g));
           most_held = std::max(most_held, ++held);
-          return std::vector<PlacedBytes>{{static_cast<int64_t>(offset), live[static_cast<size_t>(g)].data(),
-                                           static_cast<int64_t>(bytes)}};
+          return std::vector<PlacedBytes>{
+              {static_cast<int64_t>(offset), live[static_cast<size_t>(g)].data(), static_cast<int64_t>(bytes)}};
         },
         [&](int64_t g) {
           std::string().swap(live[static_cast<size_t>(g)]);  // what the writer still reads of it is gone

@@ -111,8 +111,8 @@ TEST_F(StreamedStateTest, InitFromALlamaDirectoryHoldsOneUnit) {
   v.files = 2;
   const std::string hf = tmp_.file("hf");
   const std::vector<testing::Tensor> tensors = testing::write_hf_dir(hf, v);
-  const Config c = load_config(std::nullopt, {"--init.from=" + hf, "--model.seq_len=16", "--train.micro_batch=1",
-                                              "--train.global_batch=6"});
+  const Config c = load_config(
+      std::nullopt, {"--init.from=" + hf, "--model.seq_len=16", "--train.micro_batch=1", "--train.global_batch=6"});
   const std::vector<std::vector<float>> want = testing::expected_units(build_units(c.model), tensors, c.model);
   fake::spawn(3, [&](Communicator& comm) {
     StepEngine e(c, comm);

@@ -21,7 +21,6 @@
 #include "../common/run_shardtrain.h"
 #include "../common/temp_dir.h"
 #include "../common/tiny_training.h"
-#include "small_cuda_config.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/checkpoint_saver.h"
 #include "shardtrain/comm/communicator.h"
@@ -29,6 +28,7 @@
 #include "shardtrain/core/error.h"
 #include "shardtrain/optim/loss_scaler.h"
 #include "shardtrain/train/step_engine.h"
+#include "small_cuda_config.h"
 
 namespace st {
 namespace {

@@ -102,7 +102,7 @@ TEST(HostPlan, OffloadFractionAndWorldSizeShrinkTheHostState) {
 TEST(HostPlan, LoadingCountsTheHostViewOfOneUnit) {
   Config c = gpt2_124m(DType::kBF16);
   c.optim.offload = OffloadMode::kOptimizer;
-  c.optim.offload_fraction = 0.5f;  // the embedding and three blocks stay on the device
+  c.optim.offload_fraction = 0.5f;                                 // the embedding and three blocks stay on the device
   EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 4 * kEmbedding);  // random init, the largest shard
   // init.from streams the device-resident units through the host one at a time: the largest is the embedding.
   c.init.from = "gpt2.safetensors";
@@ -184,8 +184,7 @@ TEST(HostPlan, RefusalGivesTheBreakdownTheLimitAndWhatFits) {
   // device costs the host 12 bytes a parameter, the rest nothing, so a smaller share fits again.
   c.ckpt.async = false;
   m = refusal(c, 64 * kGiB);
-  EXPECT_NE(m.find("it fits with optim.offload_fraction=0.45 (the device then holds the rest"), std::string::npos)
-      << m;
+  EXPECT_NE(m.find("it fits with optim.offload_fraction=0.45 (the device then holds the rest"), std::string::npos) << m;
   c.ckpt.async = true;
   // Two ranks on one host share its budget: the message counts both.
   try {

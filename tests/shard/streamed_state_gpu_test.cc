@@ -13,13 +13,13 @@
 #include "../common/gpu_test.h"
 #include "../common/temp_dir.h"
 #include "../common/tiny_training.h"
-#include "small_cuda_config.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/ckpt/init_from.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/train/step_engine.h"
+#include "small_cuda_config.h"
 
 namespace st {
 namespace {

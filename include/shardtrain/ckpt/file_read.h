@@ -52,8 +52,8 @@ class FilePassInParts {
   int64_t piece_bytes_ = 0;
   UniqueFd fd_;
   int64_t size_ = 0;
-  int64_t read_ = 0;        // bytes [0, read_) were read and hashed
-  int64_t carry_at_ = 0;    // carry_ holds bytes [carry_at_, read_)
+  int64_t read_ = 0;      // bytes [0, read_) were read and hashed
+  int64_t carry_at_ = 0;  // carry_ holds bytes [carry_at_, read_)
   std::string carry_;
   std::vector<std::array<unsigned char, 32>> digests_;  // the pieces hashed so far
 };
