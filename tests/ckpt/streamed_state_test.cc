@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +19,8 @@
 #include "shardtrain/ckpt/init_from.h"
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/config.h"
+#include "shardtrain/model/llama/llama_hf.h"
+#include "shardtrain/model/units.h"
 #include "shardtrain/train/step_engine.h"
 #include "tiny_ckpt_test.h"
 
@@ -123,6 +127,43 @@ TEST_F(StreamedStateTest, InitFromALlamaDirectoryHoldsOneUnit) {
     const std::vector<std::vector<float>> got = e.gather_params();
     if (comm.rank() == 0) EXPECT_EQ(got, want);
   });
+}
+
+// A NaN in one tensor of a llama directory: init.from is refused naming the tensor, the unit that holds it is never
+// pushed (its state stays the random init, every bit), the units before it were pushed from the file, and no view is
+// left held.
+TEST_F(StreamedStateTest, AUnitHoldingANonFiniteValueIsNotPushed) {
+  const std::string hf = tmp_.file("hf");
+  testing::write_hf_dir(hf, testing::Variant{});
+  std::vector<testing::Tensor> tensors = testing::hf_tensors(testing::Variant{});
+  const std::string bad = "model.layers.1.mlp.up_proj.weight";
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (testing::Tensor& t : tensors)
+    if (t.name == bad) std::memcpy(&t.raw[4 * 5], &nan, 4);  // element 5
+  std::vector<const testing::Tensor*> all;
+  for (const testing::Tensor& t : tensors) all.push_back(&t);
+  testing::write_safetensors(hf + "/model.safetensors", all, "F32");
+  const Config c = load_config(std::nullopt, {"--init.from=" + hf, "--model.seq_len=16", "--train.micro_batch=1",
+                                              "--train.global_batch=6"});
+  const std::vector<UnitLayout> units = build_units(c.model);
+  const std::vector<std::vector<float>> from_file = testing::expected_units(units, tensors, c.model);
+  int bad_unit = -1;
+  for (const HfRange& r : llama_hf_tensor_map(c.model, units))
+    if (r.hf_name == bad) bad_unit = r.unit;
+  ASSERT_GT(bad_unit, 0);
+  SoloCommunicator solo;
+  StepEngine e(c, solo);
+  const std::vector<std::vector<float>> before = e.gather_params();
+  HostViewBackend viewed(e.sharded());
+  const std::string msg = testing::bad_input_message([&] { init_from_weights(hf, c.model, viewed); });
+  EXPECT_TRUE(testing::contains(msg, bad)) << msg;
+  EXPECT_EQ(viewed.held_unit_views(), 0);
+  EXPECT_EQ(viewed.most_held(), 1);
+  const std::vector<std::vector<float>> after = e.gather_params();
+  const auto& b = before[static_cast<size_t>(bad_unit)];
+  const auto& a = after[static_cast<size_t>(bad_unit)];
+  EXPECT_EQ(testing::bits(a.data(), a.size()), testing::bits(b.data(), b.size()));
+  for (int u = 0; u < bad_unit; ++u) EXPECT_EQ(after[static_cast<size_t>(u)], from_file[static_cast<size_t>(u)]);
 }
 
 }  // namespace
