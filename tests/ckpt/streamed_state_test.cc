@@ -31,6 +31,12 @@ using testing::HostViewBackend;
 
 class StreamedStateTest : public testing::TinyCkptTest {};
 
+// The config of a run that starts from the llama directory `hf` (its config.json sets the model).
+Config llama_config(const std::string& hf) {
+  return load_config(std::nullopt,
+                     {"--init.from=" + hf, "--model.seq_len=16", "--train.micro_batch=1", "--train.global_batch=6"});
+}
+
 void expect_streamed_one_unit(const HostViewBackend& viewed, int64_t units, const std::string& what) {
   EXPECT_EQ(viewed.most_held(), 1) << what;
   EXPECT_EQ(viewed.held_unit_views(), 0) << what;
@@ -115,8 +121,7 @@ TEST_F(StreamedStateTest, InitFromALlamaDirectoryHoldsOneUnit) {
   v.files = 2;
   const std::string hf = tmp_.file("hf");
   const std::vector<testing::Tensor> tensors = testing::write_hf_dir(hf, v);
-  const Config c = load_config(
-      std::nullopt, {"--init.from=" + hf, "--model.seq_len=16", "--train.micro_batch=1", "--train.global_batch=6"});
+  const Config c = llama_config(hf);
   const std::vector<std::vector<float>> want = testing::expected_units(build_units(c.model), tensors, c.model);
   fake::spawn(3, [&](Communicator& comm) {
     StepEngine e(c, comm);
@@ -143,8 +148,7 @@ TEST_F(StreamedStateTest, AUnitHoldingANonFiniteValueIsNotPushed) {
   std::vector<const testing::Tensor*> all;
   for (const testing::Tensor& t : tensors) all.push_back(&t);
   testing::write_safetensors(hf + "/model.safetensors", all, "F32");
-  const Config c = load_config(std::nullopt, {"--init.from=" + hf, "--model.seq_len=16", "--train.micro_batch=1",
-                                              "--train.global_batch=6"});
+  const Config c = llama_config(hf);
   const std::vector<UnitLayout> units = build_units(c.model);
   const std::vector<std::vector<float>> from_file = testing::expected_units(units, tensors, c.model);
   int bad_unit = -1;
