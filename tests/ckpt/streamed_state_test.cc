@@ -21,6 +21,8 @@
 #include "shardtrain/core/config.h"
 #include "shardtrain/model/llama/llama_hf.h"
 #include "shardtrain/model/units.h"
+#include "shardtrain/shard/shard_span.h"
+#include "shardtrain/shard/sharded_model.h"
 #include "shardtrain/train/step_engine.h"
 #include "tiny_ckpt_test.h"
 
@@ -87,6 +89,49 @@ TEST_F(StreamedStateTest, SyncSaveAndLoadHoldOneUnitAndAreBitExact) {
       EXPECT_EQ(testing::bits(saved[i].data(), saved[i].size()), testing::bits(loaded[i].data(), loaded[i].size()))
           << trace << ": unit " << i / 3 << ", state " << i % 3;
   }
+}
+
+// A checkpoint of 70 files loaded by one rank: the files are opened 64 at a time, each unit pulled and pushed once per
+// batch that holds part of it (its second pull brings back what the first batch pushed), one unit in hand at a time,
+// every bit loaded.
+TEST_F(StreamedStateTest, ALoadOfMoreFilesThanItOpensAtOnceGoesOverTheUnitsPerBatch) {
+  constexpr int kWorld = 70;
+  std::vector<std::vector<float>> saved;
+  std::string where;
+  fake::spawn(kWorld, [&](Communicator& comm) {
+    ShardedModel model(cfg_, comm);
+    for (const UnitLayout& u : model.units()) {  // moments as a trained model's, unlike each other and the params
+      UnitShard& sh = model.shard(u.index);
+      for (int64_t i = 0; i < sh.span.count; ++i) {
+        sh.m[static_cast<size_t>(i)] = 1e-3f * static_cast<float>(sh.span.offset + i + u.index);
+        sh.v[static_cast<size_t>(i)] = 1e-6f * static_cast<float>(sh.span.offset + 2 * i + 1);
+      }
+    }
+    CheckpointState cs;
+    cs.step = 1;
+    const std::string w = save_checkpoint(cfg_, model, cs, comm);
+    std::vector<std::vector<float>> s = testing::full_state(model);
+    if (comm.rank() == 0) {
+      saved = std::move(s);
+      where = w;
+    }
+  });
+  SoloCommunicator solo;
+  ShardedModel model(cfg_, solo);
+  HostViewBackend viewed(model);
+  load_checkpoint(where, cfg_, viewed, solo);
+  const int64_t units = static_cast<int64_t>(model.units().size());
+  expect_streamed_one_unit(viewed, units, "70 files");
+  int64_t in_second_batch = 0;  // units with elements in files 64 .. 69 (a small unit's last spans are empty)
+  for (const UnitLayout& u : model.units()) in_second_batch += shard_span(u.numel, 64, kWorld).count > 0 ? 1 : 0;
+  EXPECT_GT(in_second_batch, 0);
+  EXPECT_EQ(viewed.pulls(), units + in_second_batch);
+  EXPECT_EQ(viewed.pushes(), units + in_second_batch);
+  const std::vector<std::vector<float>> loaded = testing::full_state(model);
+  ASSERT_EQ(saved.size(), loaded.size());
+  for (size_t i = 0; i < saved.size(); ++i)
+    EXPECT_EQ(testing::bits(saved[i].data(), saved[i].size()), testing::bits(loaded[i].data(), loaded[i].size()))
+        << "unit " << i / 3 << ", state " << i % 3;
 }
 
 // init.from a GPT-2 file at three ranks: one unit in hand at a time, and the weights the file holds.
