@@ -38,7 +38,8 @@ inline constexpr int64_t kCudaHostReserveBytes = int64_t{3} << 30;
 // What a streamed checkpoint load or save holds beside the unit in hand: the load's pass over a file (three 64 MiB
 // reads in flight) and the bytes it carries from one unit to the next (under a 16 MiB digest piece), or the writer's
 // four 16 MiB buffers and its carried piece; rounded up. A load of a checkpoint written by more ranks reads several
-// files, and carries up to 16 MiB for each of them beyond the first (the plan does not know that world size).
+// files, and carries up to 16 MiB for each of them beyond the first, 64 files at most at once (the plan does not know
+// that world size).
 inline constexpr int64_t kStreamingIoBytes = int64_t{256} << 20;
 
 struct HostPlan {
