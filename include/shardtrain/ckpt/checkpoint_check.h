@@ -49,7 +49,8 @@ ShardFileReader open_rank_file(const std::string& step_dir, const Manifest& m, i
 // the manifest's. A digest that differs is kBadInput as in open_rank_file, raised by finish(): the slices read
 // before it then hold bytes that were not committed. A file with a dataset stored other than as this machine's
 // contiguous fp32 (shardtrain writes none), or under a manifest whose digest is of the whole file (version 1), is
-// hashed whole by the constructor, and its slices are then read through HDF5.
+// hashed whole by the constructor, and its slices are then read through HDF5. `m` must outlive it; it holds three file
+// descriptors (HDF5's, the reader's and the pass's) until destroyed.
 class RankFileLoad {
  public:
   RankFileLoad(const std::string& step_dir, const Manifest& m, int file);
