@@ -5,7 +5,7 @@
 //
 // Each iteration times, on every rank at once (a barrier before each part):
 //   save     save_checkpoint: the rank file written and hashed, the manifest, the rename;
-//   load     load_checkpoint of that checkpoint: every check of open_rank_file, the file read once (read_rank_file);
+//   load     load_checkpoint of that checkpoint: every check of open_rank_file, the file read once (RankFileLoad);
 //   pass     the load's pass over this rank's own file without the copies: file_digest alone;
 //   read     this rank's file read from the disk the way dd reads it (`dd bs=64M of=/dev/null`: 64 MiB read()s into
 //            one buffer), and again with O_DIRECT (`iflag=direct`), the faster of the two being what the disk gives a

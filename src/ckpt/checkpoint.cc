@@ -105,25 +105,47 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
     if (m.node_local ? comm.local_rank() == 0 : rank == 0) check_rank_file_sizes(step_dir, m);
   });
 
-  model.pull_state();  // a device backend sizes its host view; every owned element is overwritten below
+  // Unit by unit, in the order the files hold them: each unit's host view is filled from the old files that hold a
+  // part of this rank's span, then pushed, before the next unit's is filled. Each old file this rank reads is read
+  // once, in order, across the units (RankFileLoad), its digest checked at the end. At most kFilesOpenAtOnce files
+  // are open at a time (three descriptors each): a load that reads more goes over the units once per batch of files,
+  // each pull bringing back what the batches before pushed.
+  constexpr size_t kFilesOpenAtOnce = 64;
   on_all_ranks(comm, [&] {
-    // What this rank reads of each old file; a file it reads nothing of is not opened.
-    std::map<int, std::vector<SliceRead>> reads;
-    for (const UnitLayout& u : units) {
-      UnitShard& sh = model.shard(u.index);
-      for (int r = 0; r < m.world_size; ++r) {
-        const ShardSpan part = intersect(sh.span, m.files[static_cast<size_t>(r)].spans[static_cast<size_t>(u.index)]);
-        if (part.count == 0) continue;
-        const int64_t at = part.offset - sh.span.offset;
-        std::vector<SliceRead>& file = reads[r];
-        file.push_back(SliceRead{u.name, ShardState::kParam, part, sh.param.data() + at});
-        file.push_back(SliceRead{u.name, ShardState::kExpAvg, part, sh.m.data() + at});
-        file.push_back(SliceRead{u.name, ShardState::kExpAvgSq, part, sh.v.data() + at});
+    std::vector<int> needed;  // a file this rank reads nothing of is not opened
+    for (int r = 0; r < m.world_size; ++r)
+      for (const UnitLayout& u : units)
+        if (intersect(model.shard(u.index).span, m.files[static_cast<size_t>(r)].spans[static_cast<size_t>(u.index)])
+                .count > 0) {
+          needed.push_back(r);
+          break;
+        }
+    for (size_t batch = 0; batch < needed.size(); batch += kFilesOpenAtOnce) {
+      std::map<int, RankFileLoad> files;
+      for (size_t i = batch; i < std::min(needed.size(), batch + kFilesOpenAtOnce); ++i)
+        files.try_emplace(needed[i], step_dir, m, needed[i]);
+      for (const UnitLayout& u : units) {
+        auto part_in = [&](int r) {
+          return intersect(model.shard(u.index).span,
+                           m.files[static_cast<size_t>(r)].spans[static_cast<size_t>(u.index)]);
+        };
+        if (std::none_of(files.begin(), files.end(), [&](const auto& f) { return part_in(f.first).count > 0; }))
+          continue;
+        model.pull_unit(u.index);  // a device backend sizes its host view; the batches overwrite every owned element
+        UnitShard& sh = model.shard(u.index);
+        for (auto& [r, file] : files) {
+          const ShardSpan part = part_in(r);
+          if (part.count == 0) continue;
+          const int64_t at = part.offset - sh.span.offset;
+          file.read({SliceRead{u.name, ShardState::kParam, part, sh.param.data() + at},
+                     SliceRead{u.name, ShardState::kExpAvg, part, sh.m.data() + at},
+                     SliceRead{u.name, ShardState::kExpAvgSq, part, sh.v.data() + at}});
+        }
+        model.push_unit(u.index);
       }
+      for (auto& [r, file] : files) file.finish();
     }
-    for (const auto& [file, slices] : reads) read_rank_file(step_dir, m, file, slices);
   });
-  model.push_state();
   if (!m.gemm_algorithms.empty()) model.use_gemm_algorithms(m.gemm_algorithms);
   CheckpointState s;
   s.step = m.step;

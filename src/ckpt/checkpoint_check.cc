@@ -198,19 +198,31 @@ ShardFileReader open_rank_file(const std::string& step_dir, const Manifest& m, i
   return parse_rank_file(path, m, file);
 }
 
-void read_rank_file(const std::string& step_dir, const Manifest& m, int file, const std::vector<SliceRead>& reads) {
-  const std::string path = located_rank_file(step_dir, m, file);
-  std::optional<ShardFileReader> reader;
+RankFileLoad::RankFileLoad(const std::string& step_dir, const Manifest& m, int file)
+    : m_(m), file_(file), path_(located_rank_file(step_dir, m, file)) {
   try {
-    reader.emplace(parse_rank_file(path, m, file));
+    reader_.emplace(parse_rank_file(path_, m, file));
   } catch (const Error&) {
     // A file that fails these checks has most likely changed since its commit: the digest says whether it has.
-    check_digest(path, m, file, file_digest(path, m.digest_piece_bytes));
+    check_digest(path_, m, file, file_digest(path_, m.digest_piece_bytes));
     throw;
   }
-  check_digest(path, m, file, reader->read_plain_and_digest(reads, m.digest_piece_bytes));
-  for (const SliceRead& r : reads)
-    if (!reader->stored_plain(r.unit, r.state)) reader->read(r.unit, r.state, r.want, r.out);
+  if (reader_->all_plain() && m.digest_piece_bytes > 0)
+    pass_.emplace(path_, m.digest_piece_bytes);
+  else
+    check_digest(path_, m, file, file_digest(path_, m.digest_piece_bytes));
+}
+
+void RankFileLoad::read(const std::vector<SliceRead>& reads) {
+  if (!pass_) {
+    for (const SliceRead& r : reads) reader_->read(r.unit, r.state, r.want, r.out);
+    return;
+  }
+  pass_->read(reader_->plain_bytes(reads));
+}
+
+void RankFileLoad::finish() {
+  if (pass_) check_digest(path_, m_, file_, pass_->finish());
 }
 
 }  // namespace st

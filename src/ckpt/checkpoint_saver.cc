@@ -122,20 +122,14 @@ class Job {
   ~Job() { join(); }
   void start(std::function<void()> fn) {
     join();
-    error_.clear();
-    kind_ = ErrorKind::kFault;
     done_.store(false, std::memory_order_relaxed);
-    thread_ = std::thread([this, fn = std::move(fn)] {
-      try {
-        fn();
-      } catch (const Error& e) {
-        error_ = e.what();
-        kind_ = e.kind();
-      } catch (const std::exception& e) {
-        error_ = e.what();
-      }
-      done_.store(true, std::memory_order_release);
-    });
+    thread_ = std::thread([this, fn = std::move(fn)] { record(fn); });
+  }
+  // Runs `fn` on this thread, recorded as start() records it: a synchronous save writes on the thread that trains,
+  // which is the one that may pull the state from the device.
+  void run_here(const std::function<void()>& fn) {
+    join();
+    record(fn);
   }
   // True once the work has ended; error() and kind() are then this run's.
   bool finished() const { return !thread_.joinable() || done_.load(std::memory_order_acquire); }
@@ -146,6 +140,20 @@ class Job {
   ErrorKind kind() const { return kind_; }
 
  private:
+  void record(const std::function<void()>& fn) {
+    error_.clear();
+    kind_ = ErrorKind::kFault;
+    try {
+      fn();
+    } catch (const Error& e) {
+      error_ = e.what();
+      kind_ = e.kind();
+    } catch (const std::exception& e) {
+      error_ = e.what();
+    }
+    done_.store(true, std::memory_order_release);
+  }
+
   std::thread thread_;
   std::atomic<bool> done_{true};
   std::string error_;
@@ -223,7 +231,8 @@ struct CheckpointSaver::Impl {
     if (cfg.ckpt.async && writer && !cfg.ckpt.dir.empty()) model.reserve_snapshot(&snap);
   }
 
-  // The write job: this rank's file, from the snapshot, into the temporary directory.
+  // The write job: this rank's file, into the temporary directory: from the snapshot (ckpt.async), or from the state
+  // itself, one unit at a time (each pulled to the host as the write reaches it and released after).
   void write_file() {
     // However the write ends, the state it reads from may change again afterwards.
     struct Release {
@@ -238,17 +247,33 @@ struct CheckpointSaver::Impl {
     if (ec) ST_FAULT("cannot create ", tmp.string(), ": ", ec.message());
     const fs::path path = tmp / rank_file_name(file);
     std::vector<UnitSlice> slices;
-    for (const StateSnapshot::Unit& u : snap.units)
-      slices.push_back(UnitSlice{u.name, u.span, u.param, u.exp_avg, u.exp_avg_sq});
+    if (cfg.ckpt.async) {
+      for (const StateSnapshot::Unit& u : snap.units)
+        slices.push_back(UnitSlice{u.name, u.span, u.param, u.exp_avg, u.exp_avg_sq});
+    } else {
+      for (const UnitLayout& u : model.units()) slices.push_back(UnitSlice{u.name, model.shard(u.index).span});
+    }
+    const UnitSource pulled{
+        [this](size_t i) {
+          const int u = static_cast<int>(i);
+          model.pull_unit(u);
+          const UnitShard& sh = model.shard(u);
+          return UnitSlice{model.units()[i].name, sh.span, sh.param.data(), sh.m.data(), sh.v.data()};
+        },
+        [this](size_t i) { model.release_unit(static_cast<int>(i)); }};
+    // Hashed as written.
+    auto write = [&](const std::vector<UnitSlice>& units) {
+      return cfg.ckpt.async ? write_shard_file(path.string(), file, files, state.step, units)
+                            : write_shard_file(path.string(), file, files, state.step, units, pulled);
+    };
     if (fault_injected("ckpt_enospc", rank, state.step))
       ST_FAULT("cannot write ", path.string(), ": ", errno_text(ENOSPC), " (injected by SHARDTRAIN_FAULT)");
     if (fault_injected("ckpt_mid_write", rank, state.step)) {
       // Half the units reach the disk, then the process dies as if killed mid-write.
-      write_shard_file(path.string(), file, files, state.step,
-                       std::vector<UnitSlice>(slices.begin(), slices.begin() + static_cast<long>(slices.size() / 2)));
+      write(std::vector<UnitSlice>(slices.begin(), slices.begin() + static_cast<long>(slices.size() / 2)));
       die_now("ckpt_mid_write", rank);
     }
-    const WrittenFile written = write_shard_file(path.string(), file, files, state.step, slices);  // hashed as written
+    const WrittenFile written = write(slices);
     mine.bytes = written.bytes;
     mine.digest = written.digest;
     mine.file = file;
@@ -372,18 +397,19 @@ struct CheckpointSaver::Impl {
     records.clear();
     phase = Phase::kWriting;
     if (!writer) return;  // hybrid: another node's ranks hold the same shards and write them
-    if (cfg.ckpt.async) {
-      model.snapshot_state(&snap);
-    } else {
-      // Written from the state itself while training waits: no second copy in host memory.
-      model.pull_state();
+    if (!cfg.ckpt.async) {
+      // Written from the state itself while training waits, on this thread, one unit at a time: no second copy in
+      // host memory.
       snap.units.clear();
       snap.ready = nullptr;
-      for (const UnitLayout& u : model.units()) {
-        const UnitShard& sh = model.shard(u.index);
-        snap.units.push_back({u.name, sh.span, sh.param.data(), sh.m.data(), sh.v.data()});
+      if (replicas) {
+        job.run_here([this] { write_and_replicate(); });
+      } else {
+        job.run_here([this] { write_file(); });
       }
+      return;
     }
+    model.snapshot_state(&snap);
     snapshot_ms = seconds_since(started) * 1e3;
     if (replicas) {
       job.start([this] { write_and_replicate(); });

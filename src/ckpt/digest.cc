@@ -66,6 +66,11 @@ std::string digest_runs(const Runs& runs, int64_t piece_bytes, const std::atomic
     runs.for_each_span(0, runs.total(), [&](const char* p, size_t n) { sha256_update(ctx.get(), p, n); });
     return sha256_end(ctx.get());
   }
+  const std::vector<Digest> pieces = digest_pieces(runs, piece_bytes, cancel);
+  return cancel ? std::string() : root_of(pieces);
+}
+
+std::vector<Digest> digest_pieces(const Runs& runs, int64_t piece_bytes, const std::atomic<bool>& cancel) {
   std::vector<Digest> digests(static_cast<size_t>((runs.total() + piece_bytes - 1) / piece_bytes));
   for_each_index(static_cast<int64_t>(digests.size()), kDigestThreads, [&](int, int64_t i) {
     if (cancel) return false;
@@ -75,7 +80,8 @@ std::string digest_runs(const Runs& runs, int64_t piece_bytes, const std::atomic
     digests[static_cast<size_t>(i)] = sha256_final(ctx.get());
     return true;
   });
-  return cancel ? std::string() : root_of(digests);
+  if (cancel) digests.clear();
+  return digests;
 }
 
 }  // namespace file_io_internal

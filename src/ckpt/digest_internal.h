@@ -36,10 +36,15 @@ std::string hex_of(const Digest& digest);
 // The digest of a file cut into pieces: the SHA-256 of the pieces' SHA-256s in order.
 std::string root_of(const std::vector<Digest>& pieces);
 
-// The digest (file_digest's) of `runs`, its pieces hashed on kDigestThreads threads. Returns "" once *cancel is set.
+// The digests of the pieces of `runs` (piece_bytes > 0), in order, hashed on kDigestThreads threads. Returns an empty
+// vector once *cancel is set.
+std::vector<Digest> digest_pieces(const Runs& runs, int64_t piece_bytes, const std::atomic<bool>& cancel);
+// The digest (file_digest's) of `runs`: root_of(digest_pieces), or with piece_bytes 0 the SHA-256 of all of it.
+// Returns "" once *cancel is set.
 std::string digest_runs(const Runs& runs, int64_t piece_bytes, const std::atomic<bool>& cancel);
 
-// The digest of `runs`, computed on threads of its own. Destroyed before result(), it stops early.
+// The digests of the pieces of `runs` (piece_bytes > 0), computed on threads of its own. Destroyed before result(), it
+// stops early.
 class BackgroundDigest {
  public:
   BackgroundDigest(const Runs& runs, int64_t piece_bytes)
@@ -51,24 +56,24 @@ class BackgroundDigest {
     cancel_ = true;
     thread_.join();
   }
-  // Waits for the digest; rethrows what it threw.
-  std::string result() {
+  // Waits for the pieces' digests; rethrows what it threw.
+  std::vector<Digest> result() {
     thread_.join();
     if (error_) std::rethrow_exception(error_);
-    return digest_;
+    return std::move(pieces_);
   }
 
  private:
   void run(const Runs& runs, int64_t piece_bytes) {
     try {
-      digest_ = digest_runs(runs, piece_bytes, cancel_);
+      pieces_ = digest_pieces(runs, piece_bytes, cancel_);
     } catch (...) {
       error_ = std::current_exception();
     }
   }
 
   std::atomic<bool> cancel_{false};
-  std::string digest_;
+  std::vector<Digest> pieces_;
   std::exception_ptr error_;
   std::thread thread_;  // last: it starts once the members above exist
 };

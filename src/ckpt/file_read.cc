@@ -39,9 +39,10 @@ namespace {
 // Threads that copy a range of a file in the page cache into memory (read_at).
 constexpr int kCopyThreads = 4;
 
-// One pass over a whole file for digest_and_read. The calling thread reads the file in order, kPassReadBytes per
-// read, into one of kPassReads slots; kDigestThreads threads hash and copy each read's bytes while the next ones
-// are read, and hand the slot back when done.
+// One pass over file bytes [begin, end) for digest_and_read and FilePassInParts: begin is a multiple of piece_bytes
+// and end one too or the file's end, so that the pass hashes whole pieces. The calling thread reads the bytes in
+// order, kPassReadBytes per read, into one of kPassReads slots; kDigestThreads threads hash and copy each read's bytes
+// while the next ones are read, and hand the slot back when done.
 //
 // Hashing: pieces are dealt to the threads in stripes of about kIoBytes (whole pieces, consecutive), stripe s to
 // thread s % kDigestThreads. A thread gets the bytes of its stripes in file order, so it hashes one piece at a time,
@@ -49,23 +50,25 @@ constexpr int kCopyThreads = 4;
 // Copying: each buffer's share of the `wanted` ranges is copied by one thread, the buffers dealt round robin.
 class FilePass {
  public:
-  FilePass(const std::string& path, int fd, int64_t size, int64_t piece_bytes, const std::vector<WantedBytes>& wanted)
+  FilePass(const std::string& path, int fd, int64_t begin, int64_t end, int64_t piece_bytes,
+           const std::vector<WantedBytes>& wanted)
       : path_(path),
         fd_(fd),
-        size_(size),
-        piece_bytes_(piece_bytes > 0 ? piece_bytes : size),
+        begin_(begin),
+        size_(end),
+        piece_bytes_(piece_bytes > 0 ? piece_bytes : end),
         stripe_(piece_bytes > 0 ? piece_bytes * std::max<int64_t>(1, static_cast<int64_t>(kIoBytes) / piece_bytes)
-                                : size),
+                                : end),
         wanted_(wanted),
-        buf_bytes_(static_cast<size_t>(std::min<int64_t>(size, static_cast<int64_t>(kIoBytes)))),
-        bufs_per_read_(static_cast<int>(
-            (std::min<int64_t>(size, static_cast<int64_t>(kPassReadBytes)) + static_cast<int64_t>(buf_bytes_) - 1) /
-            static_cast<int64_t>(buf_bytes_))),
+        buf_bytes_(static_cast<size_t>(std::min<int64_t>(end - begin, static_cast<int64_t>(kIoBytes)))),
+        bufs_per_read_(static_cast<int>((std::min<int64_t>(end - begin, static_cast<int64_t>(kPassReadBytes)) +
+                                         static_cast<int64_t>(buf_bytes_) - 1) /
+                                        static_cast<int64_t>(buf_bytes_))),
         read_bytes_(static_cast<int64_t>(buf_bytes_) * bufs_per_read_),
-        reads_((size + read_bytes_ - 1) / read_bytes_),
+        reads_((end - begin + read_bytes_ - 1) / read_bytes_),
         slots_(static_cast<int>(std::min<int64_t>(reads_, kPassReads))),
         buffers_(slots_ * bufs_per_read_, buf_bytes_),
-        digests_(static_cast<size_t>((size + piece_bytes_ - 1) / piece_bytes_)),
+        digests_(static_cast<size_t>((end - begin + piece_bytes_ - 1) / piece_bytes_)),
         slot_bytes_(static_cast<size_t>(slots_)),
         queues_(kDigestThreads),
         pending_(static_cast<size_t>(slots_), 0),
@@ -77,7 +80,7 @@ class FilePass {
     }
   }
 
-  // Reads the file and returns its pieces' digests in order (one, the whole file's, when piece_bytes is 0).
+  // Reads the bytes and returns their pieces' digests in order (one, the whole file's, when piece_bytes is 0).
   std::vector<Digest> run() {
     std::vector<std::thread> threads;
     for (int t = 0; t < kDigestThreads; ++t) threads.emplace_back([this, t] { work(t); });
@@ -114,7 +117,7 @@ class FilePass {
         slot = free_.back();
         free_.pop_back();
       }
-      const int64_t begin = r * read_bytes_, end = std::min(size_, begin + read_bytes_);
+      const int64_t begin = begin_ + r * read_bytes_, end = std::min(size_, begin + read_bytes_);
       for (int b = 0; b < bufs_per_read_; ++b) bufs[static_cast<size_t>(b)] = buffer(slot, b);
       preadv_exact(fd_, path_, bufs.data(), buf_bytes_, static_cast<size_t>(end - begin), begin);
       std::vector<std::pair<int, Task>> tasks;
@@ -179,7 +182,7 @@ class FilePass {
       for_each_span(t, at, to, [&](const char* p, size_t n) { sha256_update(ctx.get(), p, n); });
       at = to;
       if (at == piece_end) {
-        digests_[static_cast<size_t>(piece)] = sha256_final(ctx.get());
+        digests_[static_cast<size_t>(piece - begin_ / piece_bytes_)] = sha256_final(ctx.get());
         ctx.reset();
       }
     }
@@ -210,7 +213,7 @@ class FilePass {
 
   const std::string& path_;
   const int fd_;
-  const int64_t size_, piece_bytes_, stripe_;
+  const int64_t begin_, size_, piece_bytes_, stripe_;  // size_: the pass's end
   const std::vector<WantedBytes>& wanted_;
   const size_t buf_bytes_;
   const int bufs_per_read_;
@@ -245,8 +248,73 @@ std::string digest_and_read(const std::string& path, int64_t piece_bytes, const 
       ST_BAD_INPUT(path, ": bytes [", w.offset, ", ", w.offset + w.bytes, ") are wanted from a file of ", size,
                    " bytes");
   if (size == 0) return piece_bytes > 0 ? root_of({}) : sha256_hex(nullptr, 0);
-  const std::vector<Digest> digests = FilePass(path, fd.get(), size, piece_bytes, wanted).run();
+  const std::vector<Digest> digests = FilePass(path, fd.get(), 0, size, piece_bytes, wanted).run();
   return piece_bytes > 0 ? root_of(digests) : hex_of(digests[0]);
+}
+
+FilePassInParts::FilePassInParts(const std::string& path, int64_t piece_bytes)
+    : path_(path), piece_bytes_(piece_bytes) {
+  ST_CHECK(piece_bytes > 0, path, ": digest piece size ", piece_bytes);
+  fd_ = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd_.get() < 0) ST_BAD_INPUT("cannot read ", path, " to hash it: ", errno_text());
+  (void)::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  struct stat st {};
+  if (::fstat(fd_.get(), &st) != 0) ST_FAULT("cannot stat ", path, ": ", errno_text());
+  size_ = static_cast<int64_t>(st.st_size);
+}
+
+FilePassInParts::~FilePassInParts() = default;
+
+void FilePassInParts::read(const std::vector<WantedBytes>& wanted) {
+  int64_t need = read_;
+  for (const WantedBytes& w : wanted) {
+    if (w.offset < 0 || w.bytes < 0 || w.offset > size_ - w.bytes)
+      ST_BAD_INPUT(path_, ": bytes [", w.offset, ", ", w.offset + w.bytes, ") are wanted from a file of ", size_,
+                   " bytes");
+    if (w.bytes > 0) need = std::max(need, w.offset + w.bytes);
+  }
+  // The pass goes on to the end of the piece that holds the last wanted byte; what it read past that byte is kept
+  // for the next call.
+  const int64_t end = need <= read_ ? read_ : std::min(size_, (need + piece_bytes_ - 1) / piece_bytes_ * piece_bytes_);
+  std::vector<WantedBytes> from_pass;
+  std::string next_carry;
+  for (const WantedBytes& w : wanted) {
+    if (w.bytes == 0) continue;
+    char* out = static_cast<char*>(w.out);
+    const int64_t w_end = w.offset + w.bytes;
+    // Bytes read by an earlier call: kept ones from the carry, older ones (wanted out of file order) read again.
+    const int64_t kept_to = std::min(w_end, read_);
+    if (w.offset < carry_at_) {
+      const int64_t to = std::min(kept_to, carry_at_);
+      read_at(fd_.get(), path_, w.offset, to - w.offset, out);
+    }
+    const int64_t kept_from = std::max(w.offset, carry_at_);
+    if (kept_from < kept_to)
+      std::memcpy(out + (kept_from - w.offset), carry_.data() + (kept_from - carry_at_),
+                  static_cast<size_t>(kept_to - kept_from));
+    if (w_end > read_) {
+      const int64_t from = std::max(w.offset, read_);
+      from_pass.push_back(WantedBytes{from, w_end - from, out + (from - w.offset)});
+    }
+  }
+  if (end > read_) {
+    next_carry.assign(static_cast<size_t>(end - need), '\0');
+    if (end > need) from_pass.push_back(WantedBytes{need, end - need, next_carry.data()});
+    const std::vector<Digest> d = FilePass(path_, fd_.get(), read_, end, piece_bytes_, from_pass).run();
+    digests_.insert(digests_.end(), d.begin(), d.end());
+    read_ = end;
+    carry_at_ = need;
+    carry_.swap(next_carry);
+  }
+}
+
+std::string FilePassInParts::finish() {
+  if (read_ < size_) {
+    const std::vector<Digest> d = FilePass(path_, fd_.get(), read_, size_, piece_bytes_, {}).run();
+    digests_.insert(digests_.end(), d.begin(), d.end());
+    read_ = size_;
+  }
+  return root_of(digests_);
 }
 
 void read_at(int fd, const std::string& path, int64_t offset, int64_t bytes, void* out) {

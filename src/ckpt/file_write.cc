@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <numeric>
+
 #include "bulk_io.h"
 #include "digest_internal.h"
 #include "shardtrain/core/errno_text.h"
@@ -50,9 +52,10 @@ WriteFailure pwrite_all(int fd, const char* buf, size_t n, int64_t offset) {
 }
 
 // Writes file bytes [begin, end) through fd in kIoBytes pieces, one thread per buffer, each gathering its
-// piece from `runs` into its own buffer (aligned, so that fd may be O_DIRECT). Returns the first failure;
-// the other threads stop at their next piece.
-WriteFailure write_pieces(int fd, const Runs& runs, int64_t begin, int64_t end, const IoBuffers& buffers) {
+// piece from `runs` (which hold file bytes from `base` on) into its own buffer (aligned, so that fd may be O_DIRECT).
+// Returns the first failure; the other threads stop at their next piece.
+WriteFailure write_pieces(int fd, const Runs& runs, int64_t base, int64_t begin, int64_t end,
+                          const IoBuffers& buffers) {
   const int64_t pieces = (end - begin + static_cast<int64_t>(kIoBytes) - 1) / static_cast<int64_t>(kIoBytes);
   std::mutex mu;
   WriteFailure first;
@@ -60,7 +63,7 @@ WriteFailure write_pieces(int fd, const Runs& runs, int64_t begin, int64_t end, 
     char* buf = buffers[static_cast<size_t>(thread)];
     const int64_t offset = begin + i * static_cast<int64_t>(kIoBytes);
     const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kIoBytes), end - offset));
-    runs.gather(offset, n, buf);
+    runs.gather(offset - base, n, buf);
     const WriteFailure f = pwrite_all(fd, buf, n, offset);
     if (!f.failed()) return true;
     std::lock_guard<std::mutex> lock(mu);
@@ -73,37 +76,20 @@ WriteFailure write_pieces(int fd, const Runs& runs, int64_t begin, int64_t end, 
 }  // namespace
 
 WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pieces, int64_t piece_bytes) {
+  return overwrite_file_in_groups(
+      path, 1, [&pieces](int64_t) { return std::move(pieces); }, [](int64_t) {}, piece_bytes);
+}
+
+WrittenFile overwrite_file_in_groups(const std::string& path, int64_t groups,
+                                     const std::function<std::vector<PlacedBytes>(int64_t)>& acquire,
+                                     const std::function<void(int64_t)>& release, int64_t piece_bytes) {
   ST_CHECK(piece_bytes > 0, path, ": digest piece size ", piece_bytes);
+  ST_CHECK(groups >= 1, path, ": ", groups, " groups of pieces");
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (fd.get() < 0) ST_FAULT("cannot open ", path, " to write it: ", errno_text());
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) ST_FAULT("cannot stat ", path, ": ", errno_text());
   const int64_t total = static_cast<int64_t>(st.st_size);
-
-  // The file as runs of memory: each piece, and between them the bytes the file already holds.
-  pieces.erase(std::remove_if(pieces.begin(), pieces.end(), [](const PlacedBytes& p) { return p.bytes == 0; }),
-               pieces.end());
-  std::sort(pieces.begin(), pieces.end(),
-            [](const PlacedBytes& a, const PlacedBytes& b) { return a.offset < b.offset; });
-  std::vector<std::string> kept;
-  kept.reserve(pieces.size() + 1);  // no reallocation: the runs point into these strings
-  Runs runs;
-  int64_t at = 0;
-  auto keep_until = [&](int64_t end) {
-    if (end <= at) return;
-    kept.emplace_back(static_cast<size_t>(end - at), '\0');
-    pread_exact(fd.get(), path, kept.back().data(), kept.back().size(), at);
-    runs.add(kept.back().data(), end - at);
-  };
-  for (const PlacedBytes& p : pieces) {
-    ST_CHECK(p.bytes > 0 && p.offset >= at && p.offset <= total - p.bytes && p.data != nullptr, path, ": ", p.bytes,
-             " bytes at ", p.offset, " overlap the previous piece (ending at ", at, ") or pass the end of the ", total,
-             "-byte file");
-    keep_until(p.offset);
-    runs.add(p.data, p.bytes);
-    at = p.offset + p.bytes;
-  }
-  keep_until(total);
   // The blocks are reserved in one call first, so that the file system lays them out in order: concurrent writes
   // into holes would allocate each 16 MiB piece where its write lands first, and the file would be read back in
   // scattered extents. A full disk shows here, before anything is written. File systems without fallocate
@@ -117,25 +103,91 @@ WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pie
       ST_FAULT("cannot write ", path, ": ", errno_text(err), " (reserving its ", total, " bytes)");
   }
 
-  // The digest is computed beside the writes, from the same bytes in memory.
-  BackgroundDigest digest(runs, piece_bytes);
   const IoBuffers buffers(kWritesInFlight,
                           static_cast<size_t>(std::min<int64_t>(
                               static_cast<int64_t>(kIoBytes),
                               (total + static_cast<int64_t>(kDirectAlign) - 1) / kDirectAlign * kDirectAlign)));
-  WriteFailure failure;
-  bool buffered = true;
   UniqueFd direct(::open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC));
-  if (direct.get() >= 0) {  // else the file system refuses O_DIRECT (tmpfs before Linux 6.6: EINVAL)
-    // The aligned part goes direct; the last partial block, if any, through the page cache.
-    const int64_t aligned_end = total / static_cast<int64_t>(kDirectAlign) * static_cast<int64_t>(kDirectAlign);
-    failure = write_pieces(direct.get(), runs, 0, aligned_end, buffers);
-    // EINVAL: the file system opened O_DIRECT but refuses its writes; the buffered pass below starts over.
-    buffered = failure.err == EINVAL;
-    if (!failure.failed()) failure = write_pieces(fd.get(), runs, aligned_end, total, buffers);
-    if (direct.close() != 0 && !failure.failed()) failure = {errno, total};
+  // Else the file system refuses O_DIRECT (tmpfs before Linux 6.6: EINVAL), and everything goes through the page cache.
+  bool use_direct = direct.get() >= 0;
+  const int64_t aligned_total = total / static_cast<int64_t>(kDirectAlign) * static_cast<int64_t>(kDirectAlign);
+  // File bytes [begin, end) of `runs` (which start at begin): the aligned part direct, the last partial block, if any,
+  // through the page cache. A file system that opened O_DIRECT but refuses its writes (EINVAL) gets this section
+  // again, and the rest, through the page cache.
+  auto write_section = [&](const Runs& runs, int64_t begin, int64_t end) {
+    if (use_direct) {
+      const int64_t direct_end = std::min(end, aligned_total);
+      WriteFailure f = write_pieces(direct.get(), runs, begin, begin, direct_end, buffers);
+      if (f.err != EINVAL) {
+        if (!f.failed() && direct_end < end) f = write_pieces(fd.get(), runs, begin, direct_end, end, buffers);
+        return f;
+      }
+      use_direct = false;
+    }
+    return write_pieces(fd.get(), runs, begin, begin, end, buffers);
+  };
+
+  // Group by group, the file is written and hashed up to the last multiple of `step` the group's bytes reach (whole
+  // digest pieces, aligned for O_DIRECT); the bytes after it are copied into `carry` before the group is released,
+  // and go out with the next group's.
+  const int64_t step = std::lcm(piece_bytes, static_cast<int64_t>(kDirectAlign));
+  std::vector<file_io_internal::Digest> digests;
+  int64_t done = 0;  // file bytes [0, done) are written and hashed
+  int64_t at = 0;    // the end of the pieces placed so far; file bytes [done, at) are in carry
+  std::string carry;
+  WriteFailure failure;
+  for (int64_t g = 0; g < groups && !failure.failed(); ++g) {
+    std::vector<PlacedBytes> pieces = acquire(g);
+    struct Release {
+      const std::function<void(int64_t)>& release;
+      int64_t g;
+      ~Release() { release(g); }
+    } release_group{release, g};
+    // The file's bytes from `done` as runs of memory: the carry, each piece, and between them the bytes the file
+    // already holds.
+    pieces.erase(std::remove_if(pieces.begin(), pieces.end(), [](const PlacedBytes& p) { return p.bytes == 0; }),
+                 pieces.end());
+    std::sort(pieces.begin(), pieces.end(),
+              [](const PlacedBytes& a, const PlacedBytes& b) { return a.offset < b.offset; });
+    std::vector<std::string> kept;
+    kept.reserve(pieces.size() + 1);  // no reallocation: the runs point into these strings
+    Runs runs;
+    runs.add(carry.data(), static_cast<int64_t>(carry.size()));
+    auto keep_until = [&](int64_t end) {
+      if (end <= at) return;
+      kept.emplace_back(static_cast<size_t>(end - at), '\0');
+      pread_exact(fd.get(), path, kept.back().data(), kept.back().size(), at);
+      runs.add(kept.back().data(), end - at);
+    };
+    for (const PlacedBytes& p : pieces) {
+      ST_CHECK(p.bytes > 0 && p.offset >= at && p.offset <= total - p.bytes && p.data != nullptr, path, ": ", p.bytes,
+               " bytes at ", p.offset, " overlap the previous piece (ending at ", at, ") or pass the end of the ",
+               total, "-byte file");
+      keep_until(p.offset);
+      runs.add(p.data, p.bytes);
+      at = p.offset + p.bytes;
+    }
+    const bool last = g + 1 == groups;
+    if (last) keep_until(total);
+    const int64_t end = last ? total : std::max(done, at / step * step);
+    if (end > done) {
+      Runs section;
+      runs.for_each_span(0, end - done,
+                         [&section](const char* p, size_t n) { section.add(p, static_cast<int64_t>(n)); });
+      // The digest is computed beside the writes, from the same bytes in memory.
+      BackgroundDigest digest(section, piece_bytes);
+      failure = write_section(section, done, end);
+      if (failure.failed()) break;
+      const std::vector<file_io_internal::Digest> d = digest.result();
+      digests.insert(digests.end(), d.begin(), d.end());
+    }
+    std::string next(static_cast<size_t>(std::max<int64_t>(at - end, 0)), '\0');
+    runs.gather(end - done, next.size(), next.data());
+    carry.swap(next);
+    done = end;
+    at = std::max(at, end);
   }
-  if (buffered) failure = write_pieces(fd.get(), runs, 0, total, buffers);
+  if (direct.get() >= 0 && direct.close() != 0 && !failure.failed()) failure = {errno, total};
   if (failure.failed())
     ST_FAULT("cannot write ", path, ": ", errno_text(failure.err), " (at byte ", failure.offset, " of ", total, ")");
   // Durable before the caller commits it: data, length and the device's cache.
@@ -143,7 +195,7 @@ WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pie
     if (errno != EINTR) ST_FAULT("fsync of ", path, " failed: ", errno_text());
   }
   if (fd.close() != 0) ST_FAULT("close of ", path, " after writing failed: ", errno_text());
-  return {total, digest.result()};
+  return {total, file_io_internal::root_of(digests)};
 }
 
 }  // namespace st

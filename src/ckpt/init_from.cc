@@ -81,6 +81,43 @@ uint32_t bits_of(float v) {
   return b;
 }
 
+// The one unit whose host view is filled (ModelBackend::pull_unit): taking another puts this one back first, so a
+// device backend holds one unit's view on the host at a time. Putting back uploads the view, unless a non-finite value
+// was read into it (the load is refused then, and nothing non-finite reaches the device). A unit still in hand when
+// an error unwinds is released without an upload.
+class UnitInHand {
+ public:
+  explicit UnitInHand(ModelBackend& model) : model_(model) {}
+  UnitInHand(const UnitInHand&) = delete;
+  UnitInHand& operator=(const UnitInHand&) = delete;
+  ~UnitInHand() {
+    if (unit_ >= 0) model_.release_unit(unit_);
+  }
+  UnitShard& take(int unit) {
+    if (unit != unit_) {
+      put_back();
+      model_.pull_unit(unit);
+      unit_ = unit;
+    }
+    return model_.shard(unit);
+  }
+  void spoil() { spoiled_ = true; }  // a non-finite value went into the view in hand
+  void put_back() {
+    if (unit_ < 0) return;
+    if (spoiled_)
+      model_.release_unit(unit_);
+    else
+      model_.push_unit(unit_);
+    unit_ = -1;
+    spoiled_ = false;
+  }
+
+ private:
+  ModelBackend& model_;
+  int unit_ = -1;
+  bool spoiled_ = false;
+};
+
 // A problem one rank found in the tensor data it read. Ranks read different parts (a llama directory: each its own
 // spans), so every rank learns the first problem any rank found (lowest tensor, then element) and all refuse alike.
 struct Finding {
@@ -225,19 +262,24 @@ void init_from_hf_dir(const std::string& dir, const ModelConfig& cfg, ModelBacke
   const std::vector<HfRange> map = llama_hf_tensor_map(cfg, model.units());
   const bool head_copy = check_llama_dir(dir, weights, cfg, map);
   Communicator& comm = model.comm();
-  model.pull_state();  // only the ranges read below change; the padding rows keep their zero init
+  // Unit by unit in the map's order: only the ranges read below change; the padding rows keep their zero init.
   Finding mine;
+  UnitInHand hand(model);
   for (size_t k = 0; k < map.size(); ++k) {
     const HfRange& r = map[k];
-    UnitShard& sh = model.shard(r.unit);
-    const ShardSpan part = intersect(sh.span, ShardSpan{r.offset, r.numel});
+    const ShardSpan part = intersect(model.shard(r.unit).span, ShardSpan{r.offset, r.numel});
     if (part.count == 0) continue;
+    UnitShard& sh = hand.take(r.unit);
     float* out = sh.param.data() + (part.offset - sh.span.offset);
     weights.read_range(r.hf_name, part.offset - r.offset, part.count, out);
-    // On the host, before push_state uploads it: the same check for every backend.
+    // On the host, before the unit is pushed: the same check for every backend.
     const int64_t bad = first_non_finite(out, part.count);
-    if (bad >= 0) mine.note(static_cast<int64_t>(k), part.offset - r.offset + bad, bits_of(out[bad]));
+    if (bad >= 0) {
+      mine.note(static_cast<int64_t>(k), part.offset - r.offset + bad, bits_of(out[bad]));
+      hand.spoil();
+    }
   }
+  hand.put_back();
   // A tied head's copy must equal the embedding: each rank compares its share of the elements.
   if (head_copy && !mine.found()) {
     const int64_t n = int64_t{cfg.vocab_size} * cfg.n_embd, world = comm.world_size(), rank = comm.rank();
@@ -265,7 +307,6 @@ void init_from_hf_dir(const std::string& dir, const ModelConfig& cfg, ModelBacke
     const HfRange& r = map[static_cast<size_t>(first.tensor)];
     refuse_non_finite(dir, r.hf_name, weights.path_of(r.hf_name), r.hf_shape, first, comm.world_size());
   }
-  model.push_state();
 }
 
 // ---- GPT-2 files ----
@@ -357,18 +398,18 @@ void init_from_gpt2_file(const std::string& path, const ModelConfig& cfg, ModelB
   if (!unused.empty())
     refuse_unused(path, unused, cfg, [&](const std::string&) { return path; }, "model.n_layer");
 
-  model.pull_state();  // only the tensors read below change; the rest (wte padding rows) keeps its init
+  // Unit by unit in the map's order: only the tensors read below change; the rest (wte padding rows) keeps its init.
   Finding mine;
+  UnitInHand hand(model);
   std::vector<float> hf, ours, wte;
   for (size_t k = 0; k < map.size() && !mine.found(); ++k) {
     const HfTensorMap& m = map[k];
-    UnitShard& sh = model.shard(m.unit);
     const TensorSpec& t = *m.tensor;
     int64_t hf_numel = 1;
     for (int64_t d : m.hf_shape) hf_numel *= d;
     hf.resize(static_cast<size_t>(hf_numel));
     file.read(in_file[k], m.hf_shape, hf.data());
-    // Every rank reads the whole tensor, so every rank finds the same; checked on the host, before push_state.
+    // Every rank reads the whole tensor, so every rank finds the same; checked on the host, before any push.
     const int64_t bad = first_non_finite(hf.data(), hf_numel);
     if (bad >= 0) {
       mine.note(static_cast<int64_t>(k), bad, bits_of(hf[static_cast<size_t>(bad)]));
@@ -383,10 +424,13 @@ void init_from_gpt2_file(const std::string& path, const ModelConfig& cfg, ModelB
     }
     // The HF tensor covers [t.offset, t.offset + hf_numel) of the unit (wte: the real vocabulary rows,
     // which come first; the padding rows after them keep their zero init). Keep what this rank owns.
-    const ShardSpan part = intersect(sh.span, ShardSpan{t.offset, hf_numel});
+    const ShardSpan part = intersect(model.shard(m.unit).span, ShardSpan{t.offset, hf_numel});
+    if (part.count == 0) continue;
+    UnitShard& sh = hand.take(m.unit);
     std::copy(src + (part.offset - t.offset), src + (part.offset - t.offset) + part.count,
               sh.param.begin() + (part.offset - sh.span.offset));
   }
+  hand.put_back();
   if (head_copy && !mine.found()) {
     hf.resize(wte.size());
     file.read(kHead, wte_shape, hf.data());
@@ -404,7 +448,6 @@ void init_from_gpt2_file(const std::string& path, const ModelConfig& cfg, ModelB
     refuse_non_finite(path, in_file[static_cast<size_t>(first.tensor)], path, m.hf_shape, first,
                       model.comm().world_size());
   }
-  model.push_state();
 }
 
 }  // namespace

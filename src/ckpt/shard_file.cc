@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <climits>
 #include <limits>
@@ -58,8 +59,10 @@ const char* dataset_name(ShardState s) {
   return "?";
 }
 
-WrittenFile write_shard_file(const std::string& path, int rank, int world_size, int64_t step,
-                             const std::vector<UnitSlice>& slices) {
+namespace {
+
+// write_shard_file's checks of the layout (names and spans; the pointers are the callers' to check).
+void check_layout(int rank, int world_size, int64_t step, const std::vector<UnitSlice>& slices) {
   ST_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "rank ", rank, " of world_size ", world_size);
   ST_CHECK(step >= 0, "step = ", step);
   std::set<std::string> seen;
@@ -68,14 +71,20 @@ WrittenFile write_shard_file(const std::string& path, int rank, int world_size, 
              "\" is not a plain HDF5 group name");
     ST_CHECK(seen.insert(s.unit).second, "unit ", s.unit, " appears twice");
     ST_CHECK(s.span.offset >= 0 && s.span.count >= 0, "unit ", s.unit, " span ", span_text(s.span));
-    for (ShardState state : kStates)
-      ST_CHECK(s.span.count == 0 || state_data(s, state) != nullptr, "unit ", s.unit, ": ", dataset_name(state),
-               " is null for ", s.span.count, " elements");
   }
+}
 
-  // HDF5 lays the file out and writes everything but the floats; overwrite_file then puts them at their
-  // datasets' offsets and fsyncs (the commit protocol needs the bytes on disk before the rename).
-  std::vector<PlacedBytes> raw;
+void check_data(const UnitSlice& s) {
+  for (ShardState state : kStates)
+    ST_CHECK(s.span.count == 0 || state_data(s, state) != nullptr, "unit ", s.unit, ": ", dataset_name(state),
+             " is null for ", s.span.count, " elements");
+}
+
+// HDF5 lays the file out and writes everything but the floats: returns where each slice's datasets keep them (-1 for
+// an empty one), for overwrite_file to put them there.
+std::vector<std::array<int64_t, kNumStates>> lay_out(const std::string& path, int rank, int world_size, int64_t step,
+                                                     const std::vector<UnitSlice>& slices) {
+  std::vector<std::array<int64_t, kNumStates>> at;
   H5File f = H5File::create(path);
   h5_write_attr_i64(f, f.id(), "/", "format_version", kCheckpointFormatVersion);
   h5_write_attr_i64(f, f.id(), "/", "rank", rank);
@@ -88,17 +97,59 @@ WrittenFile write_shard_file(const std::string& path, int rank, int world_size, 
     H5Handle g = h5_create_group(f, group_name);
     h5_write_attr_i64(f, g.get(), group_name, "offset", s.span.offset);
     h5_write_attr_i64(f, g.get(), group_name, "count", s.span.count);
-    for (ShardState state : kStates) {
-      const std::string name = dataset_path(s.unit, state);
+    std::array<int64_t, kNumStates>& unit_at = at.emplace_back();
+    for (int k = 0; k < kNumStates; ++k) {
+      const std::string name = dataset_path(s.unit, kStates[k]);
       const H5Handle ds = h5_create_f32_unfilled(f, name, s.span.count);
+      unit_at[static_cast<size_t>(k)] = -1;
       if (s.span.count == 0) continue;
-      const int64_t at = h5_dataset_offset(f, ds.get(), name);
-      ST_CHECK(at >= 0, path, ": dataset ", name, " of ", s.span.count, " elements has no storage");
-      raw.push_back(PlacedBytes{at, state_data(s, state), s.span.count * static_cast<int64_t>(sizeof(float))});
+      unit_at[static_cast<size_t>(k)] = h5_dataset_offset(f, ds.get(), name);
+      ST_CHECK(unit_at[static_cast<size_t>(k)] >= 0, path, ": dataset ", name, " of ", s.span.count,
+               " elements has no storage");
     }
   }
   f.close();
+  return at;
+}
+
+// The raw floats of slice `s` at the offsets lay_out gave.
+void place(const UnitSlice& s, const std::array<int64_t, kNumStates>& at, std::vector<PlacedBytes>* raw) {
+  for (int k = 0; k < kNumStates; ++k)
+    if (at[static_cast<size_t>(k)] >= 0)
+      raw->push_back(PlacedBytes{at[static_cast<size_t>(k)], state_data(s, kStates[k]),
+                                 s.span.count * static_cast<int64_t>(sizeof(float))});
+}
+
+}  // namespace
+
+WrittenFile write_shard_file(const std::string& path, int rank, int world_size, int64_t step,
+                             const std::vector<UnitSlice>& slices) {
+  check_layout(rank, world_size, step, slices);
+  for (const UnitSlice& s : slices) check_data(s);
+  const std::vector<std::array<int64_t, kNumStates>> at = lay_out(path, rank, world_size, step, slices);
+  std::vector<PlacedBytes> raw;
+  for (size_t i = 0; i < slices.size(); ++i) place(slices[i], at[i], &raw);
   return overwrite_file(path, std::move(raw), kDigestPieceBytes);
+}
+
+WrittenFile write_shard_file(const std::string& path, int rank, int world_size, int64_t step,
+                             const std::vector<UnitSlice>& layout, const UnitSource& source) {
+  check_layout(rank, world_size, step, layout);
+  const std::vector<std::array<int64_t, kNumStates>> at = lay_out(path, rank, world_size, step, layout);
+  if (layout.empty()) return overwrite_file(path, {}, kDigestPieceBytes);
+  return overwrite_file_in_groups(
+      path, static_cast<int64_t>(layout.size()),
+      [&](int64_t i) {
+        const UnitSlice s = source.open(static_cast<size_t>(i));
+        const UnitSlice& want = layout[static_cast<size_t>(i)];
+        ST_CHECK(s.unit == want.unit && s.span == want.span, "unit ", i, " opened as ", s.unit, " ", span_text(s.span),
+                 ", laid out as ", want.unit, " ", span_text(want.span));
+        check_data(s);
+        std::vector<PlacedBytes> raw;
+        place(s, at[static_cast<size_t>(i)], &raw);
+        return raw;
+      },
+      [&](int64_t i) { source.close(static_cast<size_t>(i)); }, kDigestPieceBytes);
 }
 
 struct ShardFileReader::Impl {
@@ -246,14 +297,25 @@ bool ShardFileReader::stored_plain(const std::string& unit, ShardState state) co
   return impl_->unit(unit).native_at[static_cast<int>(state)] >= 0;
 }
 
-std::string ShardFileReader::read_plain_and_digest(const std::vector<SliceRead>& reads, int64_t piece_bytes) const {
+std::vector<WantedBytes> ShardFileReader::plain_bytes(const std::vector<SliceRead>& reads) const {
   std::vector<WantedBytes> wanted;
   for (const SliceRead& r : reads) {
     const Impl::Unit& u = impl_->unit_holding(r.unit, r.want);
     if (r.want.count > 0 && u.native_at[static_cast<int>(r.state)] >= 0)
       wanted.push_back(Impl::plain_bytes(u, r.state, r.want, r.out));
   }
-  return digest_and_read(path(), piece_bytes, wanted);
+  return wanted;
+}
+
+std::string ShardFileReader::read_plain_and_digest(const std::vector<SliceRead>& reads, int64_t piece_bytes) const {
+  return digest_and_read(path(), piece_bytes, plain_bytes(reads));
+}
+
+bool ShardFileReader::all_plain() const {
+  for (const auto& [name, u] : impl_->units)
+    for (int64_t at : u.native_at)
+      if (at < 0) return false;
+  return true;
 }
 
 }  // namespace st

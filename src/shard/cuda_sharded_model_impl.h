@@ -83,8 +83,10 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
     if (offload(unit)) return offload_->state(unit);  // the state the host AdamW writes
     return shards_->view(unit);
   }
-  void pull_state() override;
-  void push_state() override;
+  void pull_unit(int unit) override;
+  void push_unit(int unit) override;
+  void release_unit(int unit) override;
+  int64_t held_unit_views() const override { return shards_->views_held(); }
   void snapshot_state(StateSnapshot* snap) override;
   void reserve_snapshot(StateSnapshot* snap) override;
   MemoryStats memory() const override;
@@ -107,6 +109,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   using Buffer = typename UnitBuffers<T>::Buffer;
   enum class Mode { kTrain, kEval, kLogits };
   bool offload(int unit) const { return offload_ && offload_->holds(unit); }
+  void quiesce_state();
   // Every unit's shard size over the sharding group, in unit order; hybrid's bucket size in elements of T.
   std::vector<int64_t> shard_slots() const {
     std::vector<int64_t> slots;

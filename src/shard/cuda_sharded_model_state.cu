@@ -1,6 +1,6 @@
 // CudaShardedModel's state in and out: full units gathered for the host, the sharded state pulled to the host and
-// pushed back, and snapshots: device-resident units copied to pinned memory beside the next step, offloaded ones read
-// in place.
+// pushed back one unit at a time, and snapshots: device-resident units copied to pinned memory beside the next step,
+// offloaded ones read in place.
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -32,15 +32,28 @@ std::vector<float> CudaShardedModel<T>::gather_full(int unit, bool grads) {
   return out;
 }
 
+// Whatever may still write a unit's state (or, for a snapshot, read it) has finished: the streams, the optimizer and
+// the host AdamW of the offloaded units. Cheap when idle, so each unit's pull and push calls it.
 template <typename T>
-void CudaShardedModel<T>::pull_state() {
-  compute_stream_.synchronize();
-  optimizer_.synchronize();
-  comm_stream_.synchronize();
-  if (replica_) ST_CUDA_CHECK(cudaStreamSynchronize(replica_->stream()));
-  for (int u = 0; u < static_cast<int>(shards_->size()); ++u) {
-    if (!offload(u)) shards_->pull(u);  // offloaded units: param, m and v are on the host already
+void CudaShardedModel<T>::quiesce_state() {
+  if (offload_) {
+    offload_->wait_all();
+    offload_->synchronize();
   }
+  for (const CudaStream* st : {&compute_stream_, &comm_stream_, &snapshot_stream_}) st->synchronize();
+  if (replica_) ST_CUDA_CHECK(cudaStreamSynchronize(replica_->stream()));
+  optimizer_.synchronize();
+}
+
+template <typename T>
+void CudaShardedModel<T>::pull_unit(int unit) {
+  quiesce_state();
+  if (!offload(unit)) shards_->pull(unit);  // an offloaded unit's param, m and v are on the host already
+}
+
+template <typename T>
+void CudaShardedModel<T>::release_unit(int unit) {
+  if (!offload(unit)) shards_->release_view(unit);
 }
 
 // Device-resident units are copied into pinned memory on a stream of their own, behind this step's AdamW (an event
@@ -124,40 +137,32 @@ void CudaShardedModel<T>::snapshot_state(StateSnapshot* snap) {
 }
 
 template <typename T>
-void CudaShardedModel<T>::push_state() {
-  if (embedding_prefetched_) {  // gathered from the shard this replaces
+void CudaShardedModel<T>::push_unit(int unit) {
+  if (embedding_prefetched_) {  // gathered from the shard a push may replace
     release_params(0);
     embedding_prefetched_ = false;
   }
-  if (offload_) {
-    offload_->wait_all();
-    offload_->synchronize();
+  check_snapshot_released("push_unit");
+  quiesce_state();  // nothing in flight may still write the buffers replaced here, nor read them for a snapshot
+  if (offload(unit)) {
+    offload_->push(unit);  // the host state is the state: only the compute copy follows it
+    return;
   }
-  check_snapshot_released("push_state");
-  // Nothing in flight may still write the buffers replaced here, nor read them for a snapshot.
-  for (const CudaStream* st : {&compute_stream_, &comm_stream_, &snapshot_stream_}) st->synchronize();
-  if (replica_) ST_CUDA_CHECK(cudaStreamSynchronize(replica_->stream()));
-  optimizer_.synchronize();
-  for (int u = 0; u < static_cast<int>(shards_->size()); ++u) {
-    if (offload(u))
-      offload_->push(u);  // the host state is the state: only the compute copy follows it
-    else
-      shards_->push(u, ctx_);
-  }
-  compute_stream_.synchronize();
-  // The device holds the state now: the host view goes (a whole-model copy otherwise), and pull_state() refills it.
-  for (int u = 0; u < static_cast<int>(shards_->size()); ++u)
-    if (!offload(u)) shards_->release_view(u);
+  shards_->push(unit, ctx_);
+  compute_stream_.synchronize();  // the copies from the view have landed
+  shards_->release_view(unit);    // the device holds the state now; pull_unit() fills the view again
 }
 
 // The members defined here, for each compute type (the class itself is instantiated in cuda_sharded_model.cu).
-#define ST_INSTANTIATE_STATE(T)                                            \
-  template std::vector<float> CudaShardedModel<T>::gather_full(int, bool); \
-  template void CudaShardedModel<T>::pull_state();                         \
-  template void CudaShardedModel<T>::reserve_snapshot(StateSnapshot*);     \
+#define ST_INSTANTIATE_STATE(T)                                                  \
+  template std::vector<float> CudaShardedModel<T>::gather_full(int, bool);       \
+  template void CudaShardedModel<T>::quiesce_state();                            \
+  template void CudaShardedModel<T>::pull_unit(int);                             \
+  template void CudaShardedModel<T>::release_unit(int);                          \
+  template void CudaShardedModel<T>::reserve_snapshot(StateSnapshot*);           \
   template void CudaShardedModel<T>::check_snapshot_released(const char*) const; \
-  template void CudaShardedModel<T>::snapshot_state(StateSnapshot*);       \
-  template void CudaShardedModel<T>::push_state();
+  template void CudaShardedModel<T>::snapshot_state(StateSnapshot*);             \
+  template void CudaShardedModel<T>::push_unit(int);
 ST_INSTANTIATE_STATE(float)
 ST_INSTANTIATE_STATE(bf16)
 ST_INSTANTIATE_STATE(fp16)

@@ -89,7 +89,7 @@ void DeviceShards<T>::push(int unit, const gpu::GpuContext& ctx) {
   UnitShard& h = views_[static_cast<size_t>(unit)];
   Device& d = device_[static_cast<size_t>(unit)];
   for (auto [host, dev] : {std::pair{&h.param, &d.master}, std::pair{&h.m, &d.m}, std::pair{&h.v, &d.v}}) {
-    ST_CHECK(static_cast<int64_t>(host->size()) == h.slot, "push_state without pull_state");
+    ST_CHECK(static_cast<int64_t>(host->size()) == h.slot, "push_unit without pull_unit");
     // On ctx.stream, so that the conversion reads the landed bytes (see the constructor).
     ST_CUDA_CHECK(cudaMemcpyAsync(dev->data(), host->data(), dev->bytes(), cudaMemcpyHostToDevice, ctx.stream));
   }
@@ -100,6 +100,13 @@ template <typename T>
 void DeviceShards<T>::release_view(int unit) {
   UnitShard& h = views_[static_cast<size_t>(unit)];
   for (std::vector<float>* v : {&h.param, &h.m, &h.v}) std::vector<float>().swap(*v);
+}
+
+template <typename T>
+int64_t DeviceShards<T>::views_held() const {
+  int64_t n = 0;
+  for (const UnitShard& h : views_) n += h.param.empty() ? 0 : 1;
+  return n;
 }
 
 template <typename T>

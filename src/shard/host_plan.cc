@@ -26,7 +26,7 @@ HostPlan plan_cuda_host(const Config& cfg, int world, bool speculative) {
   const std::vector<UnitLayout> units = build_units(cfg.model);
   const std::vector<bool> off = offloaded_units(cfg, units);
   const int64_t t = dtype_bytes(cfg.compute_dtype());
-  int64_t off_slots = 0, dev_slots = 0, max_slot = 0, max_off_slot = 0;
+  int64_t off_slots = 0, dev_slots = 0, max_slot = 0, max_off_slot = 0, max_dev_slot = 0;
   for (size_t i = 0; i < units.size(); ++i) {
     const int64_t slot = padded_shard_size(units[i].numel, world);
     max_slot = std::max(max_slot, slot);
@@ -35,6 +35,7 @@ HostPlan plan_cuda_host(const Config& cfg, int world, bool speculative) {
       max_off_slot = std::max(max_off_slot, slot);
     } else {
       dev_slots += slot;
+      max_dev_slot = std::max(max_dev_slot, slot);
     }
   }
   HostPlan p;
@@ -47,9 +48,11 @@ HostPlan plan_cuda_host(const Config& cfg, int world, bool speculative) {
     if (cfg.optim.offload == OffloadMode::kOptimizerParams) p.host_parameters = t * off_slots;
   }
   if (cfg.ckpt.async && !cfg.ckpt.dir.empty()) p.snapshot = 12 * dev_slots;
-  // Random initialisation fills one shard at a time; init.from, checkpoint loads and synchronous saves go through
-  // the host view of the device-resident units' param, m and v (offloaded units are read and written in place).
-  p.loading = std::max(4 * max_slot, cfg.init.from.empty() && cfg.ckpt.dir.empty() ? 0 : 12 * dev_slots);
+  // Random initialisation fills one shard at a time; init.from, checkpoint loads and synchronous saves stream the
+  // device-resident units through the host one at a time (param, m and v of the unit in hand, and the file I/O's
+  // buffers); offloaded units are read and written in place.
+  const bool streams = !(cfg.init.from.empty() && cfg.ckpt.dir.empty());
+  p.loading = std::max(4 * max_slot, streams && max_dev_slot > 0 ? 12 * max_dev_slot + kStreamingIoBytes : 0);
   return p;
 }
 

@@ -23,6 +23,14 @@ ModelBackend::GatedStep ModelBackend::finish_gated_step() {
   return {};
 }
 
+void ModelBackend::pull_state() {
+  for (const UnitLayout& u : units()) pull_unit(u.index);
+}
+
+void ModelBackend::push_state() {
+  for (const UnitLayout& u : units()) push_unit(u.index);
+}
+
 void ModelBackend::reserve_snapshot(StateSnapshot* snap) {
   int64_t floats = 0;
   for (const UnitLayout& u : units()) floats += 3 * shard(u.index).span.count;

@@ -397,7 +397,7 @@ void OffloadPipeline<T>::push(int unit) {
   synchronize();  // the ring (where upload() may round to) is idle
   const UnitShard& h = states_[static_cast<size_t>(unit)];
   for (const std::vector<float>* v : {&h.param, &h.m, &h.v})
-    ST_CHECK(static_cast<int64_t>(v->size()) == h.slot, "push_state: unit ", unit, " holds ", v->size(),
+    ST_CHECK(static_cast<int64_t>(v->size()) == h.slot, "push_unit: unit ", unit, " holds ", v->size(),
              " elements, expected ", h.slot);
   upload(unit);
 }

@@ -23,6 +23,7 @@
 #include "../common/temp_dir.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/shard/model_backend.h"
 
 namespace st::testing {
 
@@ -71,6 +72,21 @@ inline void expect_fault_past_file_size_limit(rlim_t limit, const std::string& w
     return 12;
   });
   EXPECT_EQ(status, 0) << "10: setrlimit failed, 11: wrong error, 12: no error, > 128: killed by a signal";
+}
+
+// What a world holds, gathered in full: every unit's param, m and v, in that order (collective).
+inline std::vector<std::vector<float>> full_state(ModelBackend& m) {
+  std::vector<std::vector<float>> out;
+  for (const UnitLayout& u : m.units()) {
+    const UnitShard& sh = m.shard(u.index);
+    for (const std::vector<float>* part : {&sh.param, &sh.m, &sh.v}) {
+      std::vector<float> full(static_cast<size_t>(sh.slot * m.comm().world_size()));
+      m.comm().all_gather(part->data(), sh.slot, full.data());
+      full.resize(static_cast<size_t>(u.numel));
+      out.push_back(std::move(full));
+    }
+  }
+  return out;
 }
 
 // Bit patterns, so that NaN payloads, -0.0 and denormals must survive exactly.

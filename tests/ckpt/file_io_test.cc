@@ -207,6 +207,40 @@ TEST(DigestAndRead, CopiesTheWantedRangesAndDigestsTheFileInOnePass) {
   }
 }
 
+// A pass in parts copies every call's ranges and returns the one-pass digest: ranges that end inside a piece (the
+// rest of the piece is carried to the next call), that start inside the carried bytes, that lie wholly inside them,
+// that go back before them (read again) and that span several pieces; a call with nothing new; pieces of 16 MiB and of
+// 5 MiB + 3.
+TEST(FilePassInParts, CopiesEachCallsRangesAndDigestsTheFileOnce) {
+  TempDir dir;
+  const std::string bytes = varied_bytes(3 * kIoBytes + 12345, 22);
+  const std::string path = dir.file("blob");
+  write_bytes(path, bytes);
+  for (const size_t piece : {kIoBytes, 5 * kMiB + 3}) {
+    SCOPED_TRACE(::testing::Message() << "pieces of " << piece);
+    std::vector<std::vector<Wanted>> calls = {{{0, 1}, {10, 100}},
+                                              {{50, 20}, {kIoBytes - 7, 30}},
+                                              {{kIoBytes + 1, 5}},
+                                              {{3, 4}},
+                                              {{kIoBytes + 100, 2 * kIoBytes}, {2 * kIoBytes, 9}},
+                                              {{bytes.size() - 1, 1}, {bytes.size(), 0}}};
+    FilePassInParts pass(path, static_cast<int64_t>(piece));
+    for (std::vector<Wanted>& call : calls) {
+      std::vector<WantedBytes> views;
+      for (Wanted& w : call) views.push_back(w.view());
+      pass.read(views);
+      for (const Wanted& w : call) EXPECT_TRUE(w.holds(bytes)) << w.offset << " + " << w.bytes;
+    }
+    EXPECT_EQ(pass.finish(), digest_by_definition(bytes, piece));
+  }
+  FilePassInParts short_pass(path, kDigestPieceBytes);  // finish() alone reads the whole file
+  EXPECT_EQ(short_pass.finish(), file_digest(path, kDigestPieceBytes));
+  FilePassInParts past(path, kDigestPieceBytes);
+  Wanted beyond{bytes.size() - 2, 3};
+  const std::string msg = bad_input_message([&] { past.read({beyond.view()}); });
+  EXPECT_TRUE(contains(msg, path)) << msg;
+}
+
 // Files smaller than one buffer, down to empty, read in one short read.
 TEST(DigestAndRead, SmallFiles) {
   TempDir dir;
@@ -341,6 +375,49 @@ TEST(OverwriteFile, PlacesThePiecesKeepsTheRestAndReturnsLengthAndDigest) {
   TempDir dir;
   for (size_t size : {size_t{0}, size_t{1}, size_t{4096}, size_t{5000}, kIoBytes, 3 * kIoBytes + 12345})
     expect_overwrite_places_pieces(dir.file("f_" + std::to_string(size)), size);
+}
+
+// Groups acquired one at a time write the bytes and digest overwrite_file writes for the same pieces: each group's
+// memory exists only between its acquire and release (the test frees it there), groups end inside, at and across
+// 16 MiB writes and digest pieces, one group is empty, and the file's bytes between them are kept.
+TEST(OverwriteFileInGroups, WritesWhatOverwriteFileWritesHoldingOneGroupAtATime) {
+  TempDir dir;
+  const size_t size = 3 * kIoBytes + 12345;
+  const std::string original = varied_bytes(size, 5);
+  // [offset, bytes) of each group's one piece, in file order, with gaps between some.
+  const std::vector<std::pair<size_t, size_t>> groups = {
+      {100, 5000}, {5100, kIoBytes}, {kIoBytes + 6000, 0}, {kIoBytes + 6000, kIoBytes + 7}, {3 * kIoBytes, 12000}};
+  for (int64_t digest_piece : {int64_t{4096}, kDigestPieceBytes}) {
+    SCOPED_TRACE(::testing::Message() << "digest pieces of " << digest_piece);
+    std::string expected = original;
+    for (size_t g = 0; g < groups.size(); ++g)
+      expected.replace(groups[g].first, groups[g].second, varied_bytes(groups[g].second, 10 + g));
+    const std::string path = dir.file("f");
+    write_bytes(path, original);
+    std::vector<std::string> live(groups.size());
+    int held = 0, most_held = 0, released = 0;
+    const WrittenFile w = overwrite_file_in_groups(
+        path, static_cast<int64_t>(groups.size()),
+        [&](int64_t g) {
+          const auto [offset, bytes] = groups[static_cast<size_t>(g)];
+          live[static_cast<size_t>(g)] = varied_bytes(bytes, 10 + static_cast<uint64_t>(g));
+          most_held = std::max(most_held, ++held);
+          return std::vector<PlacedBytes>{
+              {static_cast<int64_t>(offset), live[static_cast<size_t>(g)].data(), static_cast<int64_t>(bytes)}};
+        },
+        [&](int64_t g) {
+          std::string().swap(live[static_cast<size_t>(g)]);  // what the writer still reads of it is gone
+          --held;
+          ++released;
+        },
+        digest_piece);
+    EXPECT_EQ(most_held, 1);
+    EXPECT_EQ(released, static_cast<int>(groups.size()));
+    EXPECT_EQ(w.bytes, static_cast<int64_t>(size));
+    EXPECT_EQ(w.digest, digest_hex(expected.data(), expected.size(), digest_piece));
+    EXPECT_EQ(w.digest, file_digest(path, digest_piece));
+    EXPECT_TRUE(read_bytes(path) == expected);
+  }
 }
 
 // On a tmpfs the writes go through the page cache or, on Linux >= 6.6, direct.

@@ -274,21 +274,6 @@ TEST(NodeLocalLock, EachNodeLocksItsOwnDirectoryAndASharedOneIsRefusedNamingBoth
   }
 }
 
-// What a world holds, gathered in full: every unit's param, m and v.
-std::vector<std::vector<float>> full_state(ModelBackend& m) {
-  std::vector<std::vector<float>> out;
-  for (const UnitLayout& u : m.units()) {
-    const UnitShard& sh = m.shard(u.index);
-    for (const std::vector<float>* part : {&sh.param, &sh.m, &sh.v}) {
-      std::vector<float> full(static_cast<size_t>(sh.slot * m.comm().world_size()));
-      m.comm().all_gather(part->data(), sh.slot, full.data());
-      full.resize(static_cast<size_t>(u.numel));
-      out.push_back(std::move(full));
-    }
-  }
-  return out;
-}
-
 // 2 nodes x 2 ranks save with replicas, node 1's directory is wiped, and a fresh world resumes: node 1's
 // directory is restored from node 0's copy and every rank loads the saved state bit for bit.
 TEST(ReplicaResume, WipedNodeIsRestoredFromItsNeighbourAndLoadsBitExact) {
@@ -310,7 +295,7 @@ TEST(ReplicaResume, WipedNodeIsRestoredFromItsNeighbourAndLoadsBitExact) {
         cs.step = 3;
         cs.optimizer_updates = e.updates();
         save_checkpoint(cfg, e.sharded(), cs, comm);
-        std::vector<std::vector<float>> s = full_state(e.sharded());
+        std::vector<std::vector<float>> s = testing::full_state(e.sharded());
         if (comm.rank() == 0) saved = std::move(s);
       },
       fake::WorldOptions{2});
@@ -336,7 +321,7 @@ TEST(ReplicaResume, WipedNodeIsRestoredFromItsNeighbourAndLoadsBitExact) {
         from[static_cast<size_t>(comm.rank())] = *where;
         const CheckpointState cs = load_checkpoint(*where, cfg, e.sharded(), comm);
         EXPECT_EQ(cs.step, 3);
-        std::vector<std::vector<float>> s = full_state(e.sharded());
+        std::vector<std::vector<float>> s = testing::full_state(e.sharded());
         if (comm.rank() == 0) loaded = std::move(s);
       },
       fake::WorldOptions{2});

@@ -40,8 +40,8 @@ TEST(HostPlanFaults, AnOffloadTheHostCannotHoldExits2AndLeavesNothing) {
   EXPECT_TRUE(contains(r.output, "host memory: this config needs ")) << r.output;
   EXPECT_TRUE(contains(r.output, " per rank (optimizer state 16.88 GiB")) << r.output;
   EXPECT_TRUE(contains(r.output, "but the data-segment limit (RLIMIT_DATA, ulimit -d) of 12.00 GiB")) << r.output;
-  // With a ckpt.dir, units kept on the device pass through host memory when saved and loaded: offloading less does
-  // not help, more ranks do.
+  // With a ckpt.dir and background saves (ckpt.async, the default), units kept on the device are copied to pinned host
+  // memory for each save: offloading less does not help, more ranks do.
   EXPECT_TRUE(contains(r.output, "; it fits with 4 ranks on 4 host(s) of this size")) << r.output;
   EXPECT_FALSE(std::filesystem::exists(tmp.file("run"))) << "the refused run left its ckpt.dir behind";
 }

@@ -37,6 +37,19 @@ int64_t align4k(int64_t bytes) { return (bytes + 4095) / 4096 * 4096; }
 
 HostMemoryBudget budget_of(int64_t bytes) { return {bytes, "a test budget of " + format_gib(bytes)}; }
 
+// What check_cuda_host_plan refuses `c` on one rank with under `budget` bytes (kBadInput; "" and a failure if it
+// passes).
+std::string refusal(const Config& c, int64_t budget) {
+  try {
+    check_cuda_host_plan(c, 1, budget_of(budget), 1);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    return e.what();
+  }
+  ADD_FAILURE() << "a budget of " << format_gib(budget) << " passed";
+  return "";
+}
+
 TEST(HostPlan, WithoutOffloadOnlyTheReserveAndRandomInit) {
   const HostPlan p = plan_cuda_host(gpt2_124m(DType::kBF16), 1, false);
   EXPECT_EQ(p.optimizer_state, 0);
@@ -86,17 +99,22 @@ TEST(HostPlan, OffloadFractionAndWorldSizeShrinkTheHostState) {
   EXPECT_EQ(plan_cuda_host(c, 2, false).optimizer_state, 12 * on_host / 2);
 }
 
-TEST(HostPlan, LoadingCountsTheHostViewOfTheState) {
+TEST(HostPlan, LoadingCountsTheHostViewOfOneUnit) {
   Config c = gpt2_124m(DType::kBF16);
   c.optim.offload = OffloadMode::kOptimizer;
-  c.optim.offload_fraction = 0.5f;
-  const int64_t on_host = 1536 + 9 * kBlock, on_device = kParams - on_host;
+  c.optim.offload_fraction = 0.5f;                                 // the embedding and three blocks stay on the device
   EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 4 * kEmbedding);  // random init, the largest shard
+  // init.from streams the device-resident units through the host one at a time: the largest is the embedding.
   c.init.from = "gpt2.safetensors";
-  EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 12 * on_device);
+  EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 12 * kEmbedding + kStreamingIoBytes);
   c.init.from.clear();
-  c.ckpt.dir = "ck";  // a resume, and synchronous saves, go through the same view
-  EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 12 * on_device);
+  c.ckpt.dir = "ck";  // a resume, and synchronous saves, stream the same way
+  EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 12 * kEmbedding + kStreamingIoBytes);
+  EXPECT_EQ(plan_cuda_host(c, 2, false).loading, 12 * kEmbedding / 2 + kStreamingIoBytes);  // its shard
+  // Without offload the same unit is in hand: not the whole model's 12 bytes a parameter.
+  c.optim.offload = OffloadMode::kNone;
+  EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 12 * kEmbedding + kStreamingIoBytes);
+  c.optim.offload = OffloadMode::kOptimizer;
   c.optim.offload_fraction = 1.0f;  // nothing device-resident: offloaded units are read and written in place
   EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 4 * kEmbedding);
 }
@@ -157,15 +175,17 @@ TEST(HostPlan, RefusalGivesTheBreakdownTheLimitAndWhatFits) {
         << m;
     EXPECT_NE(m.find("; or 2 ranks on 2 host(s) of this size"), std::string::npos) << m;
   }
-  // With background checkpoints, device-resident units are copied to pinned memory and loaded through the host:
-  // a smaller share no longer helps.
+  // With background checkpoints, device-resident units are copied to pinned memory: a smaller share no longer helps.
   c.ckpt.dir = "ck";
-  try {
-    check_cuda_host_plan(c, 1, budget_of(64 * kGiB), 1);
-    FAIL() << "a 64 GiB host passed";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).find("optim.offload_fraction"), std::string::npos) << e.what();
-  }
+  std::string m = refusal(c, 64 * kGiB);
+  EXPECT_EQ(m.find("optim.offload_fraction"), std::string::npos) << m;
+  EXPECT_NE(m.find("it fits with 2 ranks on 2 host(s) of this size"), std::string::npos) << m;
+  // Synchronous checkpoints stream the device-resident units through the host one at a time: the largest unit on the
+  // device costs the host 12 bytes a parameter, the rest nothing, so a smaller share fits again.
+  c.ckpt.async = false;
+  m = refusal(c, 64 * kGiB);
+  EXPECT_NE(m.find("it fits with optim.offload_fraction=0.45 (the device then holds the rest"), std::string::npos) << m;
+  c.ckpt.async = true;
   // Two ranks on one host share its budget: the message counts both.
   try {
     check_cuda_host_plan(c, 2, budget_of(16 * kGiB), 2);

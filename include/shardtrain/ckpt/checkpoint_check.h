@@ -4,11 +4,13 @@
 //
 //   const Manifest m = open_checkpoint("ckpt/step_00000100");      // the manifest and the directory
 //   const ShardFileReader f = open_rank_file(dir, m, 1);           // rank_00001.h5, checked against m
-//   read_rank_file(dir, m, 1, slices);                             // a load: the same checks, one pass
+//   RankFileLoad load(dir, m, 1);                                  // a load: the same checks, one pass
+//   load.read(slices_of_unit_0); ...; load.finish();               //   over the file, unit by unit
 //
 // Every problem is kBadInput naming the file and what disagrees, expected vs actual.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,12 +41,28 @@ void check_rank_file_sizes(const std::string& step_dir, const Manifest& m);
 //   4. it holds exactly the manifest's units, each with the manifest's span for this file.
 ShardFileReader open_rank_file(const std::string& step_dir, const Manifest& m, int file);
 
-// A load's read of slices of rank file `file`: the same checks as open_rank_file, with the file read once. HDF5 parses
-// the file's structure first (checks 2 to 4; should one fail, the digest is checked first, so that a file changed
-// since its commit is named as such); then one pass reads every slice the file stores as plain floats and hashes the
-// same bytes (ShardFileReader::read_plain_and_digest), and the digest must equal the manifest's before the other
-// slices, if any, are read through HDF5. A digest that differs is kBadInput as in open_rank_file, after the
-// slices stored as plain floats were read: their `out` then holds bytes that were not committed.
-void read_rank_file(const std::string& step_dir, const Manifest& m, int file, const std::vector<SliceRead>& reads);
+// A load's read of rank file `file`, unit by unit: the same checks as open_rank_file, with the file read once, in
+// order, across the read() calls, so that the reader needs one unit's slices in memory at a time. The constructor has
+// HDF5 parse the file's structure (checks 2 to 4; should one fail, the digest is checked first, so that a file changed
+// since its commit is named as such). Each read() copies its slices (one unit's, in the file's order) as the pass
+// reaches them and hashes the same bytes (FilePassInParts); finish() reads the rest and requires the digest to equal
+// the manifest's. A digest that differs is kBadInput as in open_rank_file, raised by finish(): the slices read
+// before it then hold bytes that were not committed. A file with a dataset stored other than as this machine's
+// contiguous fp32 (shardtrain writes none), or under a manifest whose digest is of the whole file (version 1), is
+// hashed whole by the constructor, and its slices are then read through HDF5. `m` must outlive it; it holds three file
+// descriptors (HDF5's, the reader's and the pass's) until destroyed.
+class RankFileLoad {
+ public:
+  RankFileLoad(const std::string& step_dir, const Manifest& m, int file);
+  void read(const std::vector<SliceRead>& reads);
+  void finish();
+
+ private:
+  const Manifest& m_;
+  int file_;
+  std::string path_;
+  std::optional<ShardFileReader> reader_;
+  std::optional<FilePassInParts> pass_;  // empty when the digest was checked up front
+};
 
 }  // namespace st

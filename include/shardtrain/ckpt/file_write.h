@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,5 +40,19 @@ struct PlacedBytes {
 // write that makes no progress) is kFault naming the path and the OS's error text; the partially written file
 // stays for the caller to remove.
 WrittenFile overwrite_file(const std::string& path, std::vector<PlacedBytes> pieces, int64_t piece_bytes);
+
+// overwrite_file for bytes that are not all in memory at once: group g's pieces are acquire(g)'s, whose memory must
+// stay valid until release(g) (called once each, also when the write fails), which comes before acquire(g + 1).
+// Groups come in file order: every piece of a group lies after those of the groups before. Each group's bytes are
+// written and hashed up to the last multiple of the digest piece (and of the 4 KiB direct-write block) that they
+// reach, and the bytes after it (less than a piece) are copied and go out with the next group's, so that the
+// writer itself holds at most one piece besides its 64 MiB of buffers. The file's bytes and digest are
+// overwrite_file's.
+//
+//   overwrite_file_in_groups(path, units, [&](int64_t u) { pull(u); return pieces_of(u); },
+//                            [&](int64_t u) { free(u); }, kDigestPieceBytes);
+WrittenFile overwrite_file_in_groups(const std::string& path, int64_t groups,
+                                     const std::function<std::vector<PlacedBytes>(int64_t)>& acquire,
+                                     const std::function<void(int64_t)>& release, int64_t piece_bytes);
 
 }  // namespace st

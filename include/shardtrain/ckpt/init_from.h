@@ -21,8 +21,11 @@
 //    value). Anything else is refused naming the first few tensors and their count (a config.json with fewer
 //    layers than the files: the layers it would drop);
 //  * a NaN or infinity in any tensor is refused naming the tensor, its file, the first such element and its value.
-//    The check runs on the host data as read, before push_state uploads it, so it holds for every backend. Ranks
-//    that read different parts agree through one all-reduce over model.comm(), so every rank refuses alike.
+//    The check runs on the host data as read, before its unit is pushed (a unit with such a value is not), so it
+//    holds for every backend. Ranks that read different parts agree through one all-reduce over model.comm(), so
+//    every rank refuses alike.
+// The state goes through the host one unit at a time (ModelBackend::pull_unit / push_unit, in the tensor map's order):
+// a device backend holds one unit's host view at once, besides what the reader needs for one tensor.
 // A path that does not exist is refused as such ("no such file or directory"), whatever its suffix. Headers are
 // validated by SafetensorsReader (no overlapping or unindexed bytes) and, for .h5, h5_check_disjoint.
 #pragma once

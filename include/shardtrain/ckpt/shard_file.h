@@ -12,9 +12,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "shardtrain/ckpt/file_read.h"
 #include "shardtrain/ckpt/file_write.h"
 #include "shardtrain/shard/shard_span.h"
 
@@ -39,6 +41,20 @@ struct UnitSlice {
 // leaves a partial file at `path`.
 WrittenFile write_shard_file(const std::string& path, int rank, int world_size, int64_t step,
                              const std::vector<UnitSlice>& slices);
+
+// Where the streamed write_shard_file finds each unit's floats: open(i) returns unit i's slice with its pointers
+// valid until close(i) (e.g. a device backend's unit pulled into its host view, and released).
+struct UnitSource {
+  std::function<UnitSlice(size_t)> open;
+  std::function<void(size_t)> close;
+};
+
+// write_shard_file for state that is not all in memory at once: `layout` gives each unit's name and span (its pointers
+// are not read), and the floats come from `source`, one unit at a time: units are opened in order, each once, as the
+// write reaches them (overwrite_file_in_groups), and each is closed before the next is opened, also when the write
+// fails. The file, its length and digest are those write_shard_file writes for the same slices.
+WrittenFile write_shard_file(const std::string& path, int rank, int world_size, int64_t step,
+                             const std::vector<UnitSlice>& layout, const UnitSource& source);
 
 // Elements [want.offset, want.end()) of a unit's state, to be read into out.
 struct SliceRead {
@@ -67,7 +83,12 @@ class ShardFileReader {
   // the digest before it uses what was read, and then reads the other slices with read() (stored_plain is false for
   // them: another type, or chunked). Each `want` is checked as read() checks it, before anything is read.
   std::string read_plain_and_digest(const std::vector<SliceRead>& reads, int64_t piece_bytes) const;
+  // The file bytes of each slice of `reads` whose dataset is stored plain (those read_plain_and_digest reads), each
+  // `want` checked as read() checks it: for a pass over the file that the caller runs (FilePassInParts).
+  std::vector<WantedBytes> plain_bytes(const std::vector<SliceRead>& reads) const;
   bool stored_plain(const std::string& unit, ShardState state) const;
+  // Whether every dataset of the file is stored plain.
+  bool all_plain() const;
   const std::string& path() const;
   // The units this file holds, in the order they were written.
   const std::vector<std::string>& unit_names() const;

@@ -7,7 +7,8 @@
 //
 //   DeviceShards<bf16> shards(cfg, units, rank, world, offloaded, sources, ctx, &for_offload);
 //   nccl.all_gather<bf16>(shards.gather_source(u), shards.view(u).slot, full, stream);
-//   shards.pull(u);   // view(u).param, m, v = the device state (checkpoint save)
+//   shards.pull(u);   // view(u).param, m, v = the device state (checkpoint save, one unit at a time)
+//   shards.release_view(u);
 #pragma once
 
 #include <cstdint>
@@ -56,6 +57,8 @@ class DeviceShards {
   void push(int unit, const gpu::GpuContext& ctx);
   // Frees the unit's host view (after push: the device holds the state; a later pull() fills it again).
   void release_view(int unit);
+  // How many units' views are filled now (pulled and not yet released).
+  int64_t views_held() const;
   int64_t padding_elements() const;
 
  private:

@@ -16,8 +16,10 @@
 //   speculative copy   12 S_u per offloaded unit (optim.offload_speculative)
 //   snapshot           ckpt.async with ckpt.dir: 12 S_u per device-resident unit in pinned memory (param, m, v,
 //                      copied beside the next step); offloaded units are written from the host state itself
-//   loading            random initialisation fills one shard at a time; init.from, a checkpoint load and a
-//                      synchronous save hold the host view of the device-resident units' param, m and v (12 S_u)
+//   loading            random initialisation fills one shard at a time (4 S_u of the largest unit); init.from, a
+//                      checkpoint load and a synchronous save stream the device-resident units through the host one
+//                      at a time: the view of one unit's param, m and v (12 S_u of the largest device-resident unit)
+//                      and the file I/O's buffers (kStreamingIoBytes); the larger of the two
 //   reserve            the CUDA runtime, NCCL, cuBLASLt, the data pipeline and the threads (kCudaHostReserveBytes)
 #pragma once
 
@@ -32,6 +34,13 @@ namespace st {
 // A fixed allowance per rank for what the CUDA runtime, NCCL's host buffers, cuBLASLt, the data pipeline, the host
 // AdamW's threads and the allocator's arenas hold beside the plan's buffers.
 inline constexpr int64_t kCudaHostReserveBytes = int64_t{3} << 30;
+
+// What a streamed checkpoint load or save holds beside the unit in hand: the load's pass over a file (three 64 MiB
+// reads in flight) and the bytes it carries from one unit to the next (under a 16 MiB digest piece), or the writer's
+// four 16 MiB buffers and its carried piece; rounded up. A load of a checkpoint written by more ranks reads several
+// files, and carries up to 16 MiB for each of them beyond the first, 64 files at most at once (the plan does not know
+// that world size).
+inline constexpr int64_t kStreamingIoBytes = int64_t{256} << 20;
 
 struct HostPlan {
   int64_t optimizer_state = 0;

@@ -5,8 +5,8 @@
 // Both hold, per unit u, the fp32 master parameter shard, gradient accumulator and AdamW moments over
 // this rank's ShardSpan (the same spans for the same world, whatever the backend), so a checkpoint is
 // the same file on either. The host view shard(u) is the state itself on the CPU; a device backend
-// keeps the state in device memory and fills the host view on pull_state() and reads it back on
-// push_state(): checkpoint save pulls, load and init.from push.
+// keeps the state in device memory and fills one unit's host view on pull_unit(u) and reads it back on
+// push_unit(u): checkpoint save pulls, load and init.from pull and push, one unit at a time.
 //
 //   std::unique_ptr<ModelBackend> m = make_model_backend(cfg, comm);
 //   m->zero_grads();
@@ -135,11 +135,27 @@ class ModelBackend {
   virtual std::vector<float> gather_params(int unit) = 0;
   virtual std::vector<float> gather_grads(int unit) = 0;
 
-  // Host view of the sharded state (see the file comment). Checkpoints read param/m/v after
-  // pull_state() and write them before push_state().
+  // Host view of the sharded state (see the file comment). span and slot are valid at any time; param, m and v hold
+  // the unit's state between pull_unit(unit) and push_unit(unit) or release_unit(unit). A checkpoint load, init.from
+  // and a synchronous save go through the units one at a time, so that a device backend holds one unit's view on
+  // the host at once:
+  //   model.pull_unit(u);      // shard(u).param, m, v = the unit's state
+  //   ... read or overwrite the owned elements of shard(u) ...
+  //   model.push_unit(u);      // what shard(u) holds becomes the state; or release_unit(u) when nothing changed
+  // On the CPU the view is the state and all three do nothing. A device backend first waits for everything that
+  // writes the unit (its streams, the optimizer, the offload pipeline); pull_unit fills the view of that unit only,
+  // push_unit uploads it, and both push_unit and release_unit free it (an offloaded unit's view is its host state
+  // itself, read and written in place and never freed). Not collective.
   virtual UnitShard& shard(int unit) = 0;
-  virtual void pull_state() {}
-  virtual void push_state() {}
+  virtual void pull_unit(int unit) {}
+  virtual void push_unit(int unit) {}
+  virtual void release_unit(int unit) {}
+  // How many units' host views a device backend holds filled now, offloaded units not counted (0 on the CPU): what
+  // tests check the streaming above with.
+  virtual int64_t held_unit_views() const { return 0; }
+  // Every unit at once: pull_unit (push_unit) over all units, for a whole-model copy (the default snapshot_state).
+  void pull_state();
+  void push_state();
   // Copies this rank's param/m/v shards (owned elements) into `snap`, reusing its storage when big enough, for a
   // checkpoint written in the background. Between steps, on the thread that trains. The copy reflects every update
   // made so far and none made later; snap->wait() returns once it is complete. The default copies synchronously
