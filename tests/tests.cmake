@@ -19,6 +19,12 @@ if(SYSTEM_PYTHON3)
   set_tests_properties(parity.torch.tiny parity.torch.gpt2_2layer PROPERTIES LABELS "cpu;parity;numeric" TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT OMP_NUM_THREADS=1)
 
+  # NF4 (QLoRA's 4-bit base weights) against an independent NumPy quantiser: identical codes, scales and values.
+  add_test(NAME nf4.numpy_reference
+           COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/kernels/nf4_test.py $<TARGET_FILE:nf4_codes>
+                   ${CMAKE_BINARY_DIR}/nf4_test)
+  set_tests_properties(nf4.numpy_reference PROPERTIES LABELS "cpu;numeric" TIMEOUT 300)
+
   # parity_case(NAME NP ARGS...): parity_test.py ARGS at NP ranks (NP > 1 under mpirun, where there is one).
   find_program(PARITY_MPIRUN NAMES mpirun mpiexec)
   function(parity_case name np)
