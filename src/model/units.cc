@@ -28,10 +28,16 @@ constexpr uint64_t kInitStreamBase = 0x1000;
 
 }  // namespace
 
-const TensorSpec& UnitLayout::tensor(const std::string& tensor_name) const {
+const TensorSpec* UnitLayout::find(const std::string& tensor_name) const {
   for (const TensorSpec& t : tensors)
-    if (t.name == tensor_name) return t;
-  ST_CHECK(false, "unit ", name, " has no tensor ", tensor_name);
+    if (t.name == tensor_name) return &t;
+  return nullptr;
+}
+
+const TensorSpec& UnitLayout::tensor(const std::string& tensor_name) const {
+  const TensorSpec* t = find(tensor_name);
+  ST_CHECK(t != nullptr, "unit ", name, " has no tensor ", tensor_name);
+  return *t;
 }
 
 std::vector<UnitLayout> build_units(const ModelConfig& cfg) {

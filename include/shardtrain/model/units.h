@@ -55,6 +55,7 @@ struct UnitLayout {
   int64_t numel = 0;
 
   const TensorSpec& tensor(const std::string& name) const;  // throws if absent
+  const TensorSpec* find(const std::string& name) const;    // null if absent
 };
 
 // The unit list of the config's family (cfg.arch): size n_layer + 2.

@@ -1,5 +1,6 @@
 // Named pointers into a block unit's flat buffer (parameters or gradients, host or device, any element
-// type), in the tensor order of units.h. Shared by the CPU model (gpt_model.cc) and the GPU model (cuda_gpt_model.cu).
+// type), found by the tensor names of units.h, so that tensors added to a block move none of them. Shared by the CPU
+// model (gpt_model.cc) and the GPU model (cuda_gpt_model.cu).
 //
 //   const BlockView<const float> p(params, units[1 + layer]);   // p.qkvw points at attn.qkv.weight
 #pragma once
@@ -12,18 +13,18 @@ template <typename P>
 struct BlockView {
   P *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
   BlockView(P* base, const UnitLayout& u)
-      : ln1w(base + u.tensors[0].offset),
-        ln1b(base + u.tensors[1].offset),
-        qkvw(base + u.tensors[2].offset),
-        qkvb(base + u.tensors[3].offset),
-        projw(base + u.tensors[4].offset),
-        projb(base + u.tensors[5].offset),
-        ln2w(base + u.tensors[6].offset),
-        ln2b(base + u.tensors[7].offset),
-        fcw(base + u.tensors[8].offset),
-        fcb(base + u.tensors[9].offset),
-        fcprojw(base + u.tensors[10].offset),
-        fcprojb(base + u.tensors[11].offset) {}
+      : ln1w(base + u.tensor("ln1.weight").offset),
+        ln1b(base + u.tensor("ln1.bias").offset),
+        qkvw(base + u.tensor("attn.qkv.weight").offset),
+        qkvb(base + u.tensor("attn.qkv.bias").offset),
+        projw(base + u.tensor("attn.proj.weight").offset),
+        projb(base + u.tensor("attn.proj.bias").offset),
+        ln2w(base + u.tensor("ln2.weight").offset),
+        ln2b(base + u.tensor("ln2.bias").offset),
+        fcw(base + u.tensor("mlp.fc.weight").offset),
+        fcb(base + u.tensor("mlp.fc.bias").offset),
+        fcprojw(base + u.tensor("mlp.proj.weight").offset),
+        fcprojb(base + u.tensor("mlp.proj.bias").offset) {}
 };
 
 }  // namespace st

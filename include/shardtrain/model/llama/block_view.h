@@ -1,5 +1,6 @@
 // Named pointers into a llama block unit's flat buffer (parameters or gradients, host or device, any element type),
-// in the tensor order of units.h. qkvb is null without model.qkv_bias.
+// found by the tensor names of units.h, so that tensors added to a block move none of them. qkvb is null without
+// model.qkv_bias.
 //
 //   const LlamaBlockView<const float> p(params, units[1 + layer]);   // p.qkvw points at attn.qkv.weight
 #pragma once
@@ -11,17 +12,14 @@ namespace st {
 template <typename P>
 struct LlamaBlockView {
   P *attn_norm, *qkvw, *qkvb, *ow, *mlp_norm, *gate_up, *down;
-  LlamaBlockView(P* base, const UnitLayout& u) {
-    const bool bias = u.tensors.size() > 2 && u.tensors[2].name == "attn.qkv.bias";
-    size_t i = 0;
-    attn_norm = base + u.tensors[i++].offset;
-    qkvw = base + u.tensors[i++].offset;
-    qkvb = bias ? base + u.tensors[i++].offset : nullptr;
-    ow = base + u.tensors[i++].offset;
-    mlp_norm = base + u.tensors[i++].offset;
-    gate_up = base + u.tensors[i++].offset;
-    down = base + u.tensors[i++].offset;
-  }
+  LlamaBlockView(P* base, const UnitLayout& u)
+      : attn_norm(base + u.tensor("attn_norm.weight").offset),
+        qkvw(base + u.tensor("attn.qkv.weight").offset),
+        qkvb(u.find("attn.qkv.bias") ? base + u.find("attn.qkv.bias")->offset : nullptr),
+        ow(base + u.tensor("attn.o.weight").offset),
+        mlp_norm(base + u.tensor("mlp_norm.weight").offset),
+        gate_up(base + u.tensor("mlp.gate_up.weight").offset),
+        down(base + u.tensor("mlp.down.weight").offset) {}
 };
 
 }  // namespace st
