@@ -207,7 +207,6 @@ int main(int argc, char** argv) {
       fill_varied(sh.v.data(), n * sizeof(float), 2 * static_cast<uint64_t>(u.index) + 2);
       slices.push_back(st::UnitSlice{u.name, sh.span, sh.param.data(), sh.m.data(), sh.v.data()});
     }
-    model.push_state();
 
     char name[32];
     std::snprintf(name, sizeof(name), "rank_%05d.h5", comm->rank());

@@ -5,9 +5,12 @@
 //
 //   $ shardtrain plan --config configs/llama3.1-8b.ini --world 2 --gpu-mem 24 --host-mem 64
 //   plan: configs/llama3.1-8b.ini: llama, 8.03 B parameters, bf16 on cuda; 2 rank(s), 2 per node, each unit ...
-//   device, per rank: sharded state 7.49 GiB, ...; total 15.12 GiB of 24.00 GiB (--gpu-mem): fits
-//   host, per rank: optimizer state ..., total 48.31 GiB; per node (2 ranks) 96.62 GiB of 64.00 GiB (--host-mem): ...
-//   does not fit; the smallest change that fits: --optim.offload_fraction=0.60 ...
+//     device, per rank: sharded state 15.94 GiB, ...; total 27.36 GiB
+//       budget 24.00 GiB (--gpu-mem 24.00 GiB): does not fit
+//     host, per rank: optimizer state 44.87 GiB, ...; total 58.29 GiB
+//       per node (2 rank(s)): 116.57 GiB; budget per rank 32.00 GiB (...): does not fit
+//   does not fit; the smallest change that fits: --world 4 (2 node(s) of 2 rank(s))
+//     ... (the plan with the change)
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -173,9 +176,7 @@ int cmd_plan(const std::vector<std::string>& args) {
   const st::Config cfg = st::load_config(parsed.config, parsed.overrides);
   const st::RunTarget t = make_target(cfg, a);
   const st::RunPlan p = st::plan_run(cfg, t);
-  int64_t params = 0;
-  for (const st::UnitLayout& u : st::build_units(cfg.model)) params += u.numel;
-  const double p9 = static_cast<double>(params) / 1e9;
+  const double p9 = static_cast<double>(st::count_params(st::build_units(cfg.model))) / 1e9;
   std::printf("plan: %s: %s, %.*f %s parameters, %s on %s; %d rank(s), %d per node, each unit sharded over %d%s\n",
               cfg.source.c_str(), st::to_string(cfg.model.arch), p9 >= 1 ? 2 : 1, p9 >= 1 ? p9 : p9 * 1000,
               p9 >= 1 ? "B" : "M", st::to_string(cfg.compute_dtype()), st::to_string(cfg.train.device), t.world,

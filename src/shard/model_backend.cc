@@ -27,10 +27,6 @@ void ModelBackend::pull_state() {
   for (const UnitLayout& u : units()) pull_unit(u.index);
 }
 
-void ModelBackend::push_state() {
-  for (const UnitLayout& u : units()) push_unit(u.index);
-}
-
 void ModelBackend::reserve_snapshot(StateSnapshot* snap) {
   int64_t floats = 0;
   for (const UnitLayout& u : units()) floats += 3 * shard(u.index).span.count;

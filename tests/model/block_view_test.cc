@@ -25,12 +25,15 @@ UnitLayout shuffled_with_extras(const UnitLayout& block) {
   return u;
 }
 
+// Where a view's pointer lies in the unit's buffer.
+int64_t at(const std::vector<float>& buf, const float* p) { return static_cast<int64_t>(p - buf.data()); }
+
 TEST(BlockView, Gpt2FindsEachTensorByName) {
   ModelConfig c;
   c.n_layer = 1, c.n_head = 2, c.n_embd = 8, c.vocab_size = 16, c.seq_len = 4;
   const UnitLayout u = shuffled_with_extras(build_units(c)[1]);
   const std::vector<float> buf(static_cast<size_t>(u.numel));
-  const auto at = [&](const float* p) { return static_cast<int64_t>(p - buf.data()); };
+  const auto at = [&](const float* p) { return st::at(buf, p); };
   const BlockView<const float> v(buf.data(), u);
   EXPECT_EQ(at(v.ln1w), u.tensor("ln1.weight").offset);
   EXPECT_EQ(at(v.ln1b), u.tensor("ln1.bias").offset);
@@ -55,7 +58,7 @@ TEST(BlockView, LlamaFindsEachTensorByNameWithAndWithoutTheBias) {
     c.qkv_bias = bias;
     const UnitLayout u = shuffled_with_extras(build_units(c)[1]);
     const std::vector<float> buf(static_cast<size_t>(u.numel));
-    const auto at = [&](const float* p) { return static_cast<int64_t>(p - buf.data()); };
+    const auto at = [&](const float* p) { return st::at(buf, p); };
     const LlamaBlockView<const float> v(buf.data(), u);
     EXPECT_EQ(at(v.attn_norm), u.tensor("attn_norm.weight").offset);
     EXPECT_EQ(at(v.qkvw), u.tensor("attn.qkv.weight").offset);

@@ -62,6 +62,22 @@ TEST(StagingRing, RangesInUseNeverOverlap) {
   EXPECT_GT(taken, 10000);
 }
 
+// Units of one size, at most the largest's (the blocks beside the embedding or the head): two always fit at once.
+TEST(StagingRing, EqualUnitsAreInFlightTwoAtATime) {
+  const int64_t largest = 1000, block = 700;
+  StagingRing r(2 * largest);
+  std::deque<int64_t> held;
+  for (int i = 0; i < 1000; ++i) {
+    if (held.size() == 2) {
+      r.release_oldest();
+      held.pop_front();
+    }
+    const std::optional<int64_t> at = r.take(block);
+    ASSERT_TRUE(at.has_value()) << "a ring of two of the largest refused a second unit at " << i;
+    held.push_back(*at);
+  }
+}
+
 TEST(StagingRing, SizesAUnitsGradientAndItsCopyUp) {
   // 1000 fp32 elements and 1000 bf16 ones, each rounded up to the 4 KiB alignment; params on the host: no copy up.
   EXPECT_EQ(staging_unit_bytes(1000, 2, OffloadMode::kOptimizer), 4096 + 4096);

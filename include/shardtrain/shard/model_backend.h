@@ -153,9 +153,8 @@ class ModelBackend {
   // How many units' host views a device backend holds filled now, offloaded units not counted (0 on the CPU): what
   // tests check the streaming above with.
   virtual int64_t held_unit_views() const { return 0; }
-  // Every unit at once: pull_unit (push_unit) over all units, for a whole-model copy (the default snapshot_state).
+  // Every unit at once: pull_unit over all units, for a whole-model copy (the default snapshot_state).
   void pull_state();
-  void push_state();
   // Copies this rank's param/m/v shards (owned elements) into `snap`, reusing its storage when big enough, for a
   // checkpoint written in the background. Between steps, on the thread that trains. The copy reflects every update
   // made so far and none made later; snap->wait() returns once it is complete. The default copies synchronously
