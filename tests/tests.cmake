@@ -25,9 +25,9 @@ if(SYSTEM_PYTHON3)
                    ${CMAKE_BINARY_DIR}/nf4_test)
   set_tests_properties(nf4.numpy_reference PROPERTIES LABELS "cpu;numeric" TIMEOUT 300)
 
-  # parity_case(NAME NP ARGS...): parity_test.py ARGS at NP ranks (NP > 1 under mpirun, where there is one).
+  # parity_case(NAME NP SCRIPT ARGS...): tests/model/SCRIPT ARGS at NP ranks (NP > 1 under mpirun, where there is one).
   find_program(PARITY_MPIRUN NAMES mpirun mpiexec)
-  function(parity_case name np)
+  function(parity_case name np script)
     if(np EQUAL 1)
       set(launch)
     elseif(PARITY_MPIRUN)
@@ -35,7 +35,7 @@ if(SYSTEM_PYTHON3)
     else()
       return()
     endif()
-    add_test(NAME ${name} COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/model/parity_test.py ${launch} ${ARGN})
+    add_test(NAME ${name} COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/model/${script} ${launch} ${ARGN})
     set_tests_properties(${name} PROPERTIES LABELS "cpu;parity;numeric" TIMEOUT 300 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
   endfunction()
@@ -50,7 +50,7 @@ if(SYSTEM_PYTHON3)
   set(llama_bias --model.n_kv_head=4 --model.qkv_bias=true --model.tie_embeddings=false)
   foreach(shape gqa bias)
     foreach(np 1 3)
-      parity_case(parity.torch.llama_${shape}.np${np} ${np} $<TARGET_FILE:parity_dump>
+      parity_case(parity.torch.llama_${shape}.np${np} ${np} parity_test.py $<TARGET_FILE:parity_dump>
                   ${CMAKE_SOURCE_DIR}/configs/tiny-llama.ini ${CMAKE_BINARY_DIR}/parity_llama_${shape}_${np}
                   ${llama_${shape}} ${parity_batches})
     endforeach()
@@ -64,8 +64,25 @@ if(SYSTEM_PYTHON3)
   set(masked_llama_args ${llama_gqa})
   foreach(family gpt2 llama)
     foreach(np 1 3)
-      parity_case(parity.torch.masked_${family}.np${np} ${np} --mask $<TARGET_FILE:parity_dump>
+      parity_case(parity.torch.masked_${family}.np${np} ${np} parity_test.py --mask $<TARGET_FILE:parity_dump>
                   ${masked_${family}_config} ${CMAKE_BINARY_DIR}/parity_masked_${family}_${np} ${masked_${family}_args}
+                  ${parity_batches})
+    endforeach()
+  endforeach()
+
+  # LoRA against a PyTorch LoRA on the same frozen base, at 1 and 3 ranks, with ranks, alphas and target sets that
+  # are not the defaults: gpt2 with rsLoRA on two of its four layers; llama with grouped-query attention on q, k, v
+  # (row slices of one stacked weight), gate and down; llama with q/k/v biases and an untied head on k, o and up.
+  set(lora_gpt2_config ${CMAKE_SOURCE_DIR}/configs/tiny.ini)
+  set(lora_gpt2_args --lora.rank=2 --lora.alpha=3 --lora.rslora=true --lora.targets=qkv,fc_proj)
+  set(lora_llama_gqa_config ${CMAKE_SOURCE_DIR}/configs/tiny-llama.ini)
+  set(lora_llama_gqa_args ${llama_gqa} --lora.rank=3 --lora.alpha=5 --lora.targets=q,k,v,gate,down)
+  set(lora_llama_bias_config ${CMAKE_SOURCE_DIR}/configs/tiny-llama.ini)
+  set(lora_llama_bias_args ${llama_bias} --lora.rank=5 --lora.alpha=7 --lora.targets=k,o,up)
+  foreach(shape gpt2 llama_gqa llama_bias)
+    foreach(np 1 3)
+      parity_case(parity.torch.lora_${shape}.np${np} ${np} lora_parity_test.py $<TARGET_FILE:parity_dump>
+                  ${lora_${shape}_config} ${CMAKE_BINARY_DIR}/parity_lora_${shape}_${np} ${lora_${shape}_args}
                   ${parity_batches})
     endforeach()
   endforeach()

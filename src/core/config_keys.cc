@@ -113,17 +113,19 @@ bool is_finite_literal(const std::string& s) {
   return end == s.c_str() + s.size() && std::isfinite(v);
 }
 
-template <typename S, typename T>
+// A key's field of type T, reached by `Get`: a generic callable that returns the field of a Config or of a const
+// Config (a member of a section, or a member of a struct inside one, as lora.* inside ModelConfig).
+template <typename T, typename Get>
 class MemberField final : public config_internal::Field {
  public:
-  MemberField(S Config::*section, T S::*member) : section_(section), member_(member) {}
+  explicit MemberField(Get get) : get_(get) {}
 
   void add_to(po::options_description& desc, const std::string& key, const char* description,
               Config& cfg) const override {
-    desc.add_options()(key.c_str(), po::value<T>(&((cfg.*section_).*member_)), description);
+    desc.add_options()(key.c_str(), po::value<T>(&get_(cfg)), description);
   }
-  std::string format(const Config& cfg) const override { return format_value((cfg.*section_).*member_); }
-  void copy(const Config& from, Config& to) const override { (to.*section_).*member_ = (from.*section_).*member_; }
+  std::string format(const Config& cfg) const override { return format_value(get_(cfg)); }
+  void copy(const Config& from, Config& to) const override { get_(to) = get_(from); }
   std::string expected() const override { return expected_text<T>(); }
   std::vector<std::string> choices() const override {
     std::vector<std::string> names;
@@ -165,14 +167,21 @@ class MemberField final : public config_internal::Field {
   }
 
  private:
-  S Config::*section_;
-  T S::*member_;
+  Get get_;
 };
 
 template <typename S, typename T>
 config_internal::Key key(const char* section, const char* name, S Config::*outer, T S::*member,
                          const char* description) {
-  return config_internal::Key{section, name, description, std::make_shared<MemberField<S, T>>(outer, member)};
+  auto get = [ outer, member ](auto& cfg) -> auto& { return (cfg.*outer).*member; };
+  return config_internal::Key{section, name, description, std::make_shared<MemberField<T, decltype(get)>>(get)};
+}
+
+// A lora.* key: a member of ModelConfig::lora.
+template <typename T>
+config_internal::Key lora_key(const char* name, T LoraConfig::*member, const char* description) {
+  auto get = [member](auto& cfg) -> auto& { return cfg.model.lora.*member; };
+  return config_internal::Key{"lora", name, description, std::make_shared<MemberField<T, decltype(get)>>(get)};
 }
 
 }  // namespace
@@ -361,6 +370,22 @@ const std::vector<Key>& keys() {
           "names, or a Hugging Face llama or qwen2 model directory (config.json and model.safetensors or its "
           "shards), whose config.json sets every model.* key but model.seq_len (a key set to another value is "
           "refused) (empty: random init; ignored when resuming a checkpoint)"),
+
+      lora_key("rank", &LoraConfig::rank,
+               "LoRA: the rank r of the adapters trained on a frozen base (0: full fine-tuning). Each targeted linear "
+               "layer computes W x + b + scale B A x with A [r, in] (Kaiming-uniform init, as PEFT) and B [out, r] "
+               "(zeros); the base (embeddings, norms, biases, every matrix) gets no gradient and no optimizer state"),
+      lora_key("alpha", &LoraConfig::alpha, "LoRA: scale = alpha / r (alpha / sqrt(r) with lora.rslora); > 0"),
+      lora_key("dropout", &LoraConfig::dropout,
+               "LoRA: dropout on each adapter's input during training, in [0, 1) (0: none)"),
+      lora_key("targets", &LoraConfig::targets,
+               "LoRA: the linear layers of every block that get adapters, comma-separated: q, k, v, o, gate, up, down "
+               "(llama) or qkv, proj, fc, fc_proj (gpt2); all: every one of them"),
+      lora_key("rslora", &LoraConfig::rslora, "LoRA: rank-stabilised scale alpha / sqrt(r) instead of alpha / r"),
+      lora_key("base_dtype", &LoraConfig::base_dtype,
+               "LoRA: storage of the frozen base: bf16 (the compute dtype: bf16 on cuda, fp32 on cpu) or nf4 "
+               "(QLoRA's 4-bit NormalFloat with double-quantised absmaxes, dequantised as each unit is used; "
+               "embeddings, norms and the LM head stay in the compute dtype)"),
 
       key("log", "metrics", &Config::log, &LogConfig::metrics,
           "JSONL metrics file written by rank 0, its directory made if missing (empty: none)"),

@@ -15,7 +15,7 @@
 namespace st::config_internal {
 
 // The INI sections, in the order help, docs/config.md and to_ini() list them.
-inline constexpr const char* kSections[] = {"model", "train", "optim", "data", "ckpt", "init", "log", "dist"};
+inline constexpr const char* kSections[] = {"model", "train", "optim", "data", "ckpt", "init", "lora", "log", "dist"};
 
 // One key's binding to its Config field, whatever the field's type.
 class Field {

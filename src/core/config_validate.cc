@@ -7,6 +7,7 @@
 #include "config_keys.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/excerpt.h"
+#include "shardtrain/model/lora.h"
 
 namespace st::config_internal {
 namespace {
@@ -66,6 +67,40 @@ void check_family_keys(const ModelConfig& m, Add&& add, FloatCheck&& float_check
   }
 }
 
+// The [lora] keys: their ranges, the family's target names, and what a LoRA run does not take yet. Without LoRA
+// (rank 0) every other lora key must keep its default, as it would be parsed and ignored.
+template <typename Add, typename FloatCheck>
+void check_lora_keys(const Config& c, Add&& add, FloatCheck&& float_check) {
+  const LoraConfig& l = c.model.lora;
+  const LoraConfig d;
+  if (l.rank < 0) add("lora.rank must be >= 0 (got ", l.rank, "; 0: full fine-tuning)");
+  if (l.rank <= 0) {
+    auto unused = [&](const char* name, bool is_default) {
+      if (!is_default) add("lora.", name, " applies when lora.rank > 0 (it is ", l.rank, ": full fine-tuning)");
+    };
+    unused("alpha", l.alpha == d.alpha);
+    unused("dropout", l.dropout == d.dropout);
+    unused("targets", l.targets == d.targets);
+    unused("rslora", l.rslora == d.rslora);
+    unused("base_dtype", l.base_dtype == d.base_dtype);
+    return;
+  }
+  float_check("lora.alpha", l.alpha, l.alpha > 0 && std::isfinite(l.alpha), "finite and > 0");
+  float_check("lora.dropout", l.dropout, l.dropout >= 0 && l.dropout < 1, "in [0, 1)");
+  try {
+    lora_targets(c.model);
+  } catch (const Error& e) {
+    add(e.what());
+  }
+  // What LoRA runs do not take yet: refused rather than run wrongly.
+  if (l.dropout != 0) add("lora.dropout (", format_number(l.dropout), ") must be 0: adapter dropout is not built yet");
+  if (l.base_dtype != LoraBase::kBf16) add("lora.base_dtype (nf4) is not built yet; use bf16");
+  if (c.train.device != Device::kCpu) add("lora.rank > 0 runs on train.device=cpu only in this build");
+  if (!c.init.from.empty()) add("lora.rank > 0 with init.from is not built yet");
+  if (!c.ckpt.dir.empty() || !c.ckpt.export_path.empty())
+    add("lora.rank > 0 with ckpt.dir or ckpt.export is not built yet (LoRA checkpoints)");
+}
+
 }  // namespace
 
 std::vector<std::string> find_problems(const Config& c) {
@@ -90,6 +125,7 @@ std::vector<std::string> find_problems(const Config& c) {
   if (c.model.n_head > 0 && c.model.n_embd > 0 && c.model.n_embd % c.model.n_head != 0)
     add("model.n_embd (", c.model.n_embd, ") must be a multiple of model.n_head (", c.model.n_head, ")");
   check_family_keys(c.model, add, float_check);
+  check_lora_keys(c, add, float_check);
 
   positive("train.steps", c.train.steps);
   positive("train.global_batch", c.train.global_batch);

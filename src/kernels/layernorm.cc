@@ -70,6 +70,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     }
   }
 
+  if (dweight == nullptr) return;  // frozen weight and bias
   const int nblocks = (C + kColBlock - 1) / kColBlock;
 #pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int blk = 0; blk < nblocks; ++blk) {

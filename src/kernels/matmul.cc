@@ -59,8 +59,9 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     }
     // The first row block writes dweight when overwriting; the later ones add to it.
     const float dweight_beta = param_add || n0 > 0 ? 1.0f : 0.0f;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, rows, 1.0f, dout + n0 * OC, OC, inp + n0 * C, C,
-                dweight_beta, dweight, C);
+    if (dweight != nullptr)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, rows, 1.0f, dout + n0 * OC, OC, inp + n0 * C, C,
+                  dweight_beta, dweight, C);
   }
   if (dbias != nullptr) {
     // Blocks of columns, rows summed in order by one thread each: deterministic for any thread count.

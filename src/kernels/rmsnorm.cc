@@ -46,6 +46,7 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
     for (int c = 0; c < C; ++c) g[c] += (weight[c] * d[c] - x[c] * r * mean_dn_norm) * r;
   }
 
+  if (dweight == nullptr) return;  // a frozen weight
   const int nblocks = (C + kColBlock - 1) / kColBlock;
 #pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int blk = 0; blk < nblocks; ++blk) {

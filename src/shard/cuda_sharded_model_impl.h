@@ -79,6 +79,11 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   void adamw(int unit, const std::vector<AdamWRun>& runs) override;
   std::vector<float> gather_params(int unit) override { return gather_full(unit, /*grads=*/false); }
   std::vector<float> gather_grads(int unit) override { return gather_full(unit, /*grads=*/true); }
+  // No frozen tensors: the config refuses LoRA on cuda for now.
+  std::vector<float> gather_frozen(int unit) override {
+    ST_CHECK(units_[static_cast<size_t>(unit)].frozen_numel == 0, "frozen tensors on the cuda backend");
+    return {};
+  }
   UnitShard& shard(int unit) override {
     if (offload(unit)) return offload_->state(unit);  // the state the host AdamW writes
     return shards_->view(unit);
@@ -188,10 +193,10 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   std::unique_ptr<OffloadPipeline<T>> offload_;  // optim.offload; null without it
   // The last snapshot's offloaded units, each true once its writer released their host state (snapshot_state).
   std::shared_ptr<std::vector<std::atomic<bool>>> snapshot_held_;
-  int64_t micro_steps_left_ = 0;                 // expect_micro_steps(), counted down by micro_step()
-  bool last_micro_ = true;                       // the running micro-step is the step's last
-  bool summed_across_nodes_ = false;             // hybrid: this step's gradients went across nodes (zero_grads clears)
-  std::unique_ptr<UnitBuffers<T>> buffers_;      // the gathered parameters and full gradients
+  int64_t micro_steps_left_ = 0;             // expect_micro_steps(), counted down by micro_step()
+  bool last_micro_ = true;                   // the running micro-step is the step's last
+  bool summed_across_nodes_ = false;         // hybrid: this step's gradients went across nodes (zero_grads clears)
+  std::unique_ptr<UnitBuffers<T>> buffers_;  // the gathered parameters and full gradients
   DeviceBuffer<T> rs_out_;
   std::unique_ptr<ReplicaReduction<T>> replica_;  // hybrid: the all-reduce across nodes, once per step
   // loss_queued_: micro_step_queued() left its loss on the device; gate_queued_: queue_gated_update() ran and

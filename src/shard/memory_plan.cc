@@ -16,16 +16,25 @@ int param_pool_size(const Config& cfg, const CommPlan& comm) {
 
 int grad_pool_size(const CommPlan& comm) { return comm.prefetch_depth + 1; }
 
+int64_t gathered_elements(const UnitLayout& unit, int world) {
+  const int64_t slot = padded_shard_size(unit.numel, world), frozen = padded_shard_size(unit.frozen_numel, world);
+  return std::max(slot * world, frozen > 0 ? unit.numel + frozen * world : 0);
+}
+
 UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world) {
   UnitSizes s;
   for (const UnitLayout& u : units) {
     const int64_t slot = padded_shard_size(u.numel, world);
-    if (u.index == 0)
-      s.emb_full = slot * world;
-    else
-      s.unit_full = std::max(s.unit_full, slot * world);
+    if (u.index == 0) {
+      s.emb_full = gathered_elements(u, world);
+      s.emb_grad_full = slot * world;
+    } else {
+      s.unit_full = std::max(s.unit_full, gathered_elements(u, world));
+      s.unit_grad_full = std::max(s.unit_grad_full, slot * world);
+    }
     s.max_slot = std::max(s.max_slot, slot);
     s.slots += slot;
+    s.frozen_slots += padded_shard_size(u.frozen_numel, world);
   }
   return s;
 }
@@ -65,11 +74,12 @@ MemoryPlan plan_memory(const Config& cfg, int world, const CommPlan& comm, const
   const UnitSizes s = unit_sizes(units, world);
   const int64_t t = dtype_bytes(cfg.compute_dtype());
   MemoryPlan p;
-  p.sharded_state = sharded_state_bytes(cfg, units, world, t);
-  p.gather_buffers = (s.emb_full + param_pool_size(cfg, comm) * s.unit_full) * t                    // parameters
-                     + (s.emb_full + grad_pool_size(comm) * s.unit_full) * t                        // full gradients
-                     + (comm.exchange_reduce ? std::max(s.emb_full, s.unit_full) : s.max_slot) * t  // RS output
-                     + comm.replica_bucket_elements * t;                                            // hybrid bucket
+  p.sharded_state = sharded_state_bytes(cfg, units, world, t) + s.frozen_slots * t;     // the frozen base: its dtype
+  p.gather_buffers = (s.emb_full + param_pool_size(cfg, comm) * s.unit_full) * t        // parameters
+                     + (s.emb_grad_full + grad_pool_size(comm) * s.unit_grad_full) * t  // full gradients
+                     +
+                     (comm.exchange_reduce ? std::max(s.emb_grad_full, s.unit_grad_full) : s.max_slot) * t  // RS output
+                     + comm.replica_bucket_elements * t;  // hybrid bucket
   p.activations = compute.activation_bytes;
   p.workspace = compute.workspace_bytes + compute.runtime_reserve_bytes;
   return p;

@@ -35,8 +35,8 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
     : cfg_(cfg),
       comm_(comm),
       groups_(make_sharding_groups(cfg, comm)),
-      model_(model_family(cfg.model.arch).make_cpu_model(planned_model(cfg, groups_, comm), cfg.train.micro_batch,
-                                                          cfg.train.recompute)) {
+      model_(model_family(cfg.model.arch)
+                 .make_cpu_model(planned_model(cfg, groups_, comm), cfg.train.micro_batch, cfg.train.recompute)) {
   if (cfg.optim.offload != OffloadMode::kNone) {
     HostAdamW::Options o;
     o.threads = static_cast<int>(cfg.optim.offload_threads);
@@ -45,7 +45,7 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
     offload_ = std::make_unique<HostAdamW>(o);
   }
   const int world = groups_.shard().world_size(), rank = groups_.shard().rank();
-  int64_t max_unit_full = 0, max_slot = 0;
+  int64_t max_unit_full = 0, max_unit_grad = 0, max_slot = 0;
   for (const UnitLayout& u : model_->units()) {
     UnitShard s;
     s.span = shard_span(u.numel, rank, world);
@@ -55,22 +55,30 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
     s.m.assign(s.slot, 0.0f);
     s.v.assign(s.slot, 0.0f);
     init_unit_range(u, cfg.model, cfg.train.seed, s.span.offset, s.span.end(), s.param.data());
-    if (u.index != 0) max_unit_full = std::max(max_unit_full, s.slot * world);
+    s.frozen_span = shard_span(u.frozen_numel, rank, world);
+    s.frozen_slot = padded_shard_size(u.frozen_numel, world);
+    s.frozen.assign(s.frozen_slot, 0.0f);
+    init_unit_range(u, cfg.model, cfg.train.seed, s.frozen_span.offset, s.frozen_span.end(), s.frozen.data(),
+                    Segment::kFrozen);
+    if (u.index != 0) {
+      max_unit_full = std::max(max_unit_full, gathered_elements(u, world));
+      max_unit_grad = std::max(max_unit_grad, s.slot * world);
+    }
     max_slot = std::max(max_slot, s.slot);
     shards_.push_back(std::move(s));
   }
-  emb_param_.data.assign(shards_[0].slot * world, 0.0f);
+  emb_param_.data.assign(gathered_elements(model_->units()[0], world), 0.0f);
   emb_grad_.data.assign(shards_[0].slot * world, 0.0f);
   unit_params_.resize(cfg.dist.reshard_after_forward ? 1 : static_cast<size_t>(cfg.model.n_layer + 1));
   for (Slot& s : unit_params_) s.data.assign(max_unit_full, 0.0f);
-  unit_grad_.data.assign(max_unit_full, 0.0f);
+  unit_grad_.data.assign(max_unit_grad, 0.0f);
   rs_scratch_.assign(max_slot, 0.0f);
   if (groups_.replica) {
     tuning_ = resolve_comm_tuning(cfg.dist, LinkKind::kNetwork, /*hybrid=*/true);
     std::vector<int64_t> slots;
     for (const UnitShard& s : shards_) slots.push_back(s.slot);
-    buckets_ = std::make_unique<ReplicaBuckets>(std::move(slots),
-                                                tuning_.bucket_bytes / static_cast<int64_t>(sizeof(float)));
+    buckets_ =
+        std::make_unique<ReplicaBuckets>(std::move(slots), tuning_.bucket_bytes / static_cast<int64_t>(sizeof(float)));
     bucket_.assign(static_cast<size_t>(buckets_->capacity()), 0.0f);
   }
   counters_.gathers.assign(shards_.size(), 0);
@@ -131,11 +139,15 @@ void ShardedModel::gather(int unit, size_t /*at*/) {
   Slot& s = param_slot(unit);
   occupy(s, unit);
   const auto t0 = std::chrono::steady_clock::now();
-  shard.all_gather(sh.param.data(), sh.slot, s.data.data());
+  // The trainable slots, then the frozen ones from element numel on: they overwrite the trainable slots' padding.
+  if (sh.slot > 0) shard.all_gather(sh.param.data(), sh.slot, s.data.data());
+  if (sh.frozen_slot > 0)
+    shard.all_gather(sh.frozen.data(), sh.frozen_slot,
+                     s.data.data() + model_->units()[static_cast<size_t>(unit)].numel);
   comm_ms_ += seconds_since(t0) * 1e3;
   ++counters_.gathers[static_cast<size_t>(unit)];
-  counters_.gathered_elements += sh.slot * shard.world_size();
-  counters_.cross_node_bytes += groups_.shard_cross_bytes(sh.slot, sizeof(float));
+  counters_.gathered_elements += (sh.slot + sh.frozen_slot) * shard.world_size();
+  counters_.cross_node_bytes += groups_.shard_cross_bytes(sh.slot + sh.frozen_slot, sizeof(float));
 }
 
 void ShardedModel::embedding_forward() { model_->embedding_forward(gathered(0), tokens_, batch_, len_); }
@@ -163,6 +175,11 @@ void ShardedModel::reduce_scatter(int unit) {
   Communicator& shard = groups_.shard();
   Slot& g = grad_slot(unit);
   ST_CHECK(g.unit == unit, "reduce-scatter of unit ", unit, " without a gradient");
+  if (sh.slot == 0) {  // wholly frozen: no gradient to reduce
+    if (buckets_ && last_micro_) finish_grad(unit);
+    release(g, unit);
+    return;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   shard.reduce_scatter(g.data.data(), sh.slot, rs_scratch_.data());
   comm_ms_ += seconds_since(t0) * 1e3;
@@ -198,7 +215,8 @@ void ShardedModel::finish_grad(int unit) {
 }
 
 double ShardedModel::micro_step(const int32_t* inputs, const int32_t* targets, float dloss) {
-  ST_CHECK(!summed_across_nodes_, "micro_step after this step's gradients were summed across nodes: call zero_grads() "
+  ST_CHECK(!summed_across_nodes_,
+           "micro_step after this step's gradients were summed across nodes: call zero_grads() "
            "and expect_micro_steps() first");
   last_micro_ = --micro_steps_left_ <= 0;
   tokens_ = inputs;
@@ -223,12 +241,13 @@ void ShardedModel::last_logits(const int32_t* tokens, int64_t len, std::vector<f
   logits_out_ = nullptr;
 }
 
-std::vector<float> ShardedModel::gather_full(int unit, std::vector<float> UnitShard::*state) {
+std::vector<float> ShardedModel::gather_full(int unit, std::vector<float> UnitShard::*state, int64_t UnitShard::*slot,
+                                             int64_t numel) {
   settle();
   const UnitShard& sh = shards_[static_cast<size_t>(unit)];
-  std::vector<float> full(static_cast<size_t>(sh.slot * groups_.shard().world_size()));
-  groups_.shard().all_gather((sh.*state).data(), sh.slot, full.data());
-  full.resize(static_cast<size_t>(model_->units()[static_cast<size_t>(unit)].numel));
+  std::vector<float> full(static_cast<size_t>(sh.*slot * groups_.shard().world_size()));
+  if (sh.*slot > 0) groups_.shard().all_gather((sh.*state).data(), sh.*slot, full.data());
+  full.resize(static_cast<size_t>(numel));
   return full;
 }
 
@@ -240,13 +259,12 @@ double ShardedModel::grad_sum_of_squares() {
 }
 
 std::string ShardedModel::describe() const {
-  return str_cat("cpu/fp32",
-                 offload_ ? str_cat(", optimizer on host AdamW threads (", offload_->describe(), ")") : std::string(),
-                 "; sharding ", groups_.why,
-                 buckets_ ? str_cat("; all-reduce across nodes once per step in buckets of ",
-                                    tuning_.bucket_bytes == 0 ? std::string("one unit")
-                                                              : str_cat(tuning_.bucket_bytes, " bytes"))
-                          : std::string());
+  return str_cat(
+      "cpu/fp32", offload_ ? str_cat(", optimizer on host AdamW threads (", offload_->describe(), ")") : std::string(),
+      "; sharding ", groups_.why,
+      buckets_ ? str_cat("; all-reduce across nodes once per step in buckets of ",
+                         tuning_.bucket_bytes == 0 ? std::string("one unit") : str_cat(tuning_.bucket_bytes, " bytes"))
+               : std::string());
 }
 
 void ShardedModel::adamw(int unit, const std::vector<AdamWRun>& runs) {
@@ -268,19 +286,27 @@ void ShardedModel::adamw(int unit, const std::vector<AdamWRun>& runs) {
   adamw_update_runs(sh.param.data(), sh.m.data(), sh.v.data(), sh.grad.data(), runs);
 }
 
-std::vector<float> ShardedModel::gather_params(int unit) { return gather_full(unit, &UnitShard::param); }
+std::vector<float> ShardedModel::gather_params(int unit) {
+  return gather_full(unit, &UnitShard::param, &UnitShard::slot, model_->units()[static_cast<size_t>(unit)].numel);
+}
 
-std::vector<float> ShardedModel::gather_grads(int unit) { return gather_full(unit, &UnitShard::grad); }
+std::vector<float> ShardedModel::gather_grads(int unit) {
+  return gather_full(unit, &UnitShard::grad, &UnitShard::slot, model_->units()[static_cast<size_t>(unit)].numel);
+}
+
+std::vector<float> ShardedModel::gather_frozen(int unit) {
+  return gather_full(unit, &UnitShard::frozen, &UnitShard::frozen_slot,
+                     model_->units()[static_cast<size_t>(unit)].frozen_numel);
+}
 
 MemoryStats ShardedModel::memory() const {
   MemoryStats m;
   for (const UnitShard& s : shards_) {
-    m.sharded_state_bytes += bytes_of(s.param) + bytes_of(s.grad) + bytes_of(s.m) + bytes_of(s.v);
+    m.sharded_state_bytes += bytes_of(s.param) + bytes_of(s.grad) + bytes_of(s.m) + bytes_of(s.v) + bytes_of(s.frozen);
     m.padding_elements += s.slot - s.span.count;
   }
   for (const Slot& s : unit_params_) m.gather_buffer_bytes += bytes_of(s.data);
-  m.gather_buffer_bytes += bytes_of(emb_param_.data) + bytes_of(emb_grad_.data) +
-                          bytes_of(unit_grad_.data);
+  m.gather_buffer_bytes += bytes_of(emb_param_.data) + bytes_of(emb_grad_.data) + bytes_of(unit_grad_.data);
   m.gathered_peak_bytes = peak_bytes_;
   return m;
 }

@@ -7,13 +7,17 @@
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/fault.h"
 #include "shardtrain/model/decoder.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/optim/adamw_optimizer.h"
 #include "shardtrain/optim/lr_schedule.h"
 
 namespace st {
 
 StepEngine::StepEngine(const Config& cfg, Communicator& comm)
-    : cfg_(cfg), comm_(comm), model_(make_model_backend(cfg, comm)), scaler_(LossScaler::for_dtype(cfg.compute_dtype())) {
+    : cfg_(cfg),
+      comm_(comm),
+      model_(make_model_backend(cfg, comm)),
+      scaler_(LossScaler::for_dtype(cfg.compute_dtype())) {
   const int64_t BT = cfg.train.micro_batch * cfg.model.seq_len;
   inputs_.resize(BT);
   targets_.resize(BT);
@@ -183,13 +187,21 @@ float StepEngine::evaluate(const BatchFn& batch, int64_t batches) {
 
 std::vector<int32_t> StepEngine::generate(const std::vector<int32_t>& prompt, int64_t n, const SamplingOptions& options,
                                           GenerationStats* stats) {
-  const std::unique_ptr<Decoder> decoder = make_decoder(cfg_, gather_params(), comm_.device_rank());
+  // A LoRA model decodes as its base with the adapters merged in.
+  Config merged = cfg_;
+  merged.model = base_model(cfg_.model);
+  const std::unique_ptr<Decoder> decoder =
+      make_decoder(merged, merge_lora(cfg_.model, units(), gather_params()), comm_.device_rank());
   return generate_tokens(*decoder, prompt, n, options, stats);
 }
 
 std::vector<std::vector<float>> StepEngine::gather_params() {
   std::vector<std::vector<float>> out;
-  for (const UnitLayout& u : units()) out.push_back(model_->gather_params(u.index));
+  for (const UnitLayout& u : units()) {
+    out.push_back(model_->gather_params(u.index));
+    const std::vector<float> frozen = model_->gather_frozen(u.index);
+    out.back().insert(out.back().end(), frozen.begin(), frozen.end());
+  }
   return out;
 }
 

@@ -39,6 +39,7 @@ class ForwardingBackend : public ModelBackend {
   void adamw(int unit, const std::vector<AdamWRun>& runs) override { inner_.adamw(unit, runs); }
   std::vector<float> gather_params(int unit) override { return inner_.gather_params(unit); }
   std::vector<float> gather_grads(int unit) override { return inner_.gather_grads(unit); }
+  std::vector<float> gather_frozen(int unit) override { return inner_.gather_frozen(unit); }
   UnitShard& shard(int unit) override { return inner_.shard(unit); }
   void pull_unit(int unit) override { inner_.pull_unit(unit); }
   void push_unit(int unit) override { inner_.push_unit(unit); }

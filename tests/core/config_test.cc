@@ -24,8 +24,6 @@ namespace fs = std::filesystem;
 using testing::ConfigTest;
 using testing::shipped;
 
-
-
 // Runs `f`, expects st::Error of kind kBadInput, and returns its message ("" and a failure otherwise).
 std::string bad_input_message(const std::function<void()>& f) {
   try {
@@ -41,7 +39,6 @@ std::string bad_input_message(const std::function<void()>& f) {
 std::string load_error(const std::optional<std::string>& path, const std::vector<std::string>& overrides = {}) {
   return bad_input_message([&] { load_config(path, overrides); });
 }
-
 
 TEST_F(ConfigTest, DefaultsAreTheStructInitialisers) {
   const Config c = load_config(std::nullopt, {});
@@ -424,7 +421,7 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
     ++keys;
   }
-  EXPECT_EQ(keys, 72);
+  EXPECT_EQ(keys, 78);
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
   EXPECT_NE(help.find("  dist.reshard_after_forward "), std::string::npos) << help;
@@ -456,7 +453,7 @@ TEST_F(ConfigTest, MarkdownHasOneRowPerKeyOfToIni) {
     EXPECT_EQ(cell_bars, 5) << line;
   }
   EXPECT_EQ(row_names, ini_names);
-  EXPECT_EQ(row_names.size(), 72u);
+  EXPECT_EQ(row_names.size(), 78u);
 
   EXPECT_EQ(md.substr(0, md.find('\n')), "# Configuration keys");
   EXPECT_NE(md.find("\n    ./build/shardtrain --help-config=markdown > docs/config.md\n"), std::string::npos);
@@ -499,8 +496,7 @@ TEST_F(ConfigTest, AttentionKernel) {
   EXPECT_NE(bad.find("train.attention"), std::string::npos) << bad;
   EXPECT_NE(bad.find("auto, cudnn, flash"), std::string::npos) << bad;
   const std::string cpu = load_error(std::nullopt, {"--train.attention=flash"});
-  EXPECT_NE(cpu.find("train.attention (flash) applies to train.device=cuda; cpu takes auto"), std::string::npos)
-      << cpu;
+  EXPECT_NE(cpu.find("train.attention (flash) applies to train.device=cuda; cpu takes auto"), std::string::npos) << cpu;
   const std::string fp32 =
       load_error(std::nullopt, {"--train.device=cuda", "--train.dtype=fp32", "--train.attention=cudnn"});
   EXPECT_NE(fp32.find("train.attention (cudnn) needs train.dtype bf16 or fp16"), std::string::npos) << fp32;
@@ -508,8 +504,8 @@ TEST_F(ConfigTest, AttentionKernel) {
 
 TEST_F(ConfigTest, OptimizerOffload) {
   EXPECT_EQ(load_config(std::nullopt, {}).optim.offload, OffloadMode::kNone);
-  const Config c = load_config(std::nullopt, {"--train.device=cuda", "--optim.offload=optimizer+params",
-                                              "--optim.offload_threads=6"});
+  const Config c = load_config(
+      std::nullopt, {"--train.device=cuda", "--optim.offload=optimizer+params", "--optim.offload_threads=6"});
   EXPECT_EQ(c.optim.offload, OffloadMode::kOptimizerParams);
   EXPECT_EQ(c.optim.offload_threads, 6);
   EXPECT_EQ(load_config_text(to_ini(c), "ini", {}).optim.offload, OffloadMode::kOptimizerParams);  // round trip
@@ -521,28 +517,29 @@ TEST_F(ConfigTest, OptimizerOffload) {
   EXPECT_NE(cpu.find("optim.offload (optimizer+params) applies to train.device=cuda"), std::string::npos) << cpu;
   const std::string threads = load_error(std::nullopt, {"--optim.offload_threads=-2"});
   EXPECT_NE(threads.find("optim.offload_threads"), std::string::npos) << threads;
-  EXPECT_EQ(load_config(std::nullopt, {"--optim.offload=optimizer", "--optim.offload_fraction=0.25"})
-                .optim.offload_fraction,
-            0.25f);
+  EXPECT_EQ(
+      load_config(std::nullopt, {"--optim.offload=optimizer", "--optim.offload_fraction=0.25"}).optim.offload_fraction,
+      0.25f);
   const std::string zero = load_error(std::nullopt, {"--optim.offload=optimizer", "--optim.offload_fraction=0"});
   EXPECT_NE(zero.find("optim.offload_fraction"), std::string::npos) << zero;
   const std::string unused = load_error(std::nullopt, {"--optim.offload_fraction=0.5"});
   EXPECT_NE(unused.find("optim.offload_fraction (0.5) needs optim.offload optimizer or optimizer+params"),
             std::string::npos)
       << unused;
-  const std::string fp32 = load_error(std::nullopt, {"--train.device=cuda", "--train.dtype=fp32",
-                                                     "--optim.offload=optimizer"});
+  const std::string fp32 =
+      load_error(std::nullopt, {"--train.device=cuda", "--train.dtype=fp32", "--optim.offload=optimizer"});
   EXPECT_NE(fp32.find("optim.offload (optimizer) needs train.dtype bf16 or fp16 on cuda"), std::string::npos) << fp32;
   // optim.offload_speculative: auto by default (valid anywhere: it resolves to off where it cannot apply), true
   // only with offload on cuda; the old true/false spellings still read.
   EXPECT_EQ(load_config(std::nullopt, {}).optim.offload_speculative, Speculation::kAuto);
-  const Config spec = load_config(std::nullopt, {"--train.device=cuda", "--optim.offload=optimizer",
-                                                 "--optim.offload_speculative=true"});
+  const Config spec = load_config(
+      std::nullopt, {"--train.device=cuda", "--optim.offload=optimizer", "--optim.offload_speculative=true"});
   EXPECT_EQ(spec.optim.offload_speculative, Speculation::kOn);
   EXPECT_EQ(load_config_text(to_ini(spec), "ini", {}).optim.offload_speculative, Speculation::kOn);
   EXPECT_EQ(load_config(std::nullopt, {"--optim.offload_speculative=false"}).optim.offload_speculative,
             Speculation::kOff);
-  const std::string on_cpu = load_error(std::nullopt, {"--optim.offload=optimizer", "--optim.offload_speculative=true"});
+  const std::string on_cpu =
+      load_error(std::nullopt, {"--optim.offload=optimizer", "--optim.offload_speculative=true"});
   EXPECT_NE(on_cpu.find("optim.offload_speculative (true) needs train.device=cuda"), std::string::npos) << on_cpu;
   const std::string word = load_error(std::nullopt, {"--optim.offload_speculative=yes"});
   EXPECT_NE(word.find("auto, true, false"), std::string::npos) << word;

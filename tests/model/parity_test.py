@@ -71,6 +71,9 @@ class Gpt2(torch.nn.Module):
     def w(self, name):
         return self.p[name.replace(".", "/")]
 
+    def linear(self, x, name):
+        return x @ self.w(name + ".weight") + self.w(name + ".bias")
+
     def forward(self, idx, tgt):
         B, T = idx.shape
         x = self.w("transformer.wte.weight")[idx] + self.w("transformer.wpe.weight")[:T]
@@ -78,15 +81,15 @@ class Gpt2(torch.nn.Module):
         for l in range(self.n_layer):
             h = f"transformer.h.{l}."
             a = F.layer_norm(x, (C,), self.w(h + "ln_1.weight"), self.w(h + "ln_1.bias"), 1e-5)
-            qkv = a @ self.w(h + "attn.c_attn.weight") + self.w(h + "attn.c_attn.bias")
+            qkv = self.linear(a, h + "attn.c_attn")
             q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in qkv.split(C, 2))
             att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.n_head)
             att = att.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf")).softmax(-1)
             y = (att @ v).transpose(1, 2).reshape(B, T, C)
-            x = x + y @ self.w(h + "attn.c_proj.weight") + self.w(h + "attn.c_proj.bias")
+            x = x + self.linear(y, h + "attn.c_proj")
             m = F.layer_norm(x, (C,), self.w(h + "ln_2.weight"), self.w(h + "ln_2.bias"), 1e-5)
-            m = F.gelu(m @ self.w(h + "mlp.c_fc.weight") + self.w(h + "mlp.c_fc.bias"), approximate="tanh")
-            x = x + m @ self.w(h + "mlp.c_proj.weight") + self.w(h + "mlp.c_proj.bias")
+            m = F.gelu(self.linear(m, h + "mlp.c_fc"), approximate="tanh")
+            x = x + self.linear(m, h + "mlp.c_proj")
         x = F.layer_norm(x, (C,), self.w("transformer.ln_f.weight"), self.w("transformer.ln_f.bias"), 1e-5)
         logits = x @ self.w("transformer.wte.weight").t()
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=IGNORE)

@@ -11,6 +11,10 @@
 //   grads0.h5   the gradient of step 0 (before clipping), named as init.h5
 //   final.h5    the weights after the last step
 //   trace.json  per step: loss, grad_norm, lr; the optimizer settings and model keys the test must mirror
+// With LoRA (lora.rank > 0) init.h5 and final.h5 hold the frozen base in the same names (final.h5: to check that it
+// did not change), adapters_init.h5 and adapters_final.h5 the adapters ("<unit>.lora.<target>.A" and ".B"), grads0.h5
+// the adapters' step-0 gradients, and trace.json the lora keys and the adapters (name, Hugging Face module, rows of
+// the weight, rank). Every B starts at N(0, 0.02) instead of zero, so that the step-0 gradient of every A is not zero.
 // Under mpirun (or the env bootstrap) every rank trains its share of the same global batches, as the trainer does.
 //
 //   parity_dump --config configs/tiny.ini --out /tmp/p --steps 5 [--mask] [--train.micro_batch=2 ...]
@@ -29,11 +33,12 @@
 
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/ckpt/hf_export.h"
-#include "shardtrain/core/config.h"
-#include "shardtrain/core/rng.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/comm/launcher.h"
+#include "shardtrain/core/config.h"
+#include "shardtrain/core/rng.h"
 #include "shardtrain/data/sampler.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/train/step_engine.h"
 
 namespace {
@@ -49,8 +54,62 @@ void write_weights(const std::string& path, const st::ModelConfig& model, const 
   }
   st::H5File f = st::H5File::create(path);
   for (const st::UnitLayout& u : units)
-    for (const st::TensorSpec& t : u.tensors) st::h5_write_f32(f, u.name + "." + t.name, t.shape, ptrs[u.index] + t.offset);
+    for (const st::TensorSpec& t : u.tensors)
+      st::h5_write_f32(f, u.name + "." + t.name, t.shape, ptrs[u.index] + t.offset);
   f.close();
+}
+
+// Adapter tensors as "<unit>.<tensor>" from the full buffers; the rest (the frozen base) as the base model's buffers.
+void write_adapters(const std::string& path, const std::vector<st::UnitLayout>& units,
+                    const std::vector<std::vector<float>>& full) {
+  st::H5File f = st::H5File::create(path);
+  for (const st::UnitLayout& u : units)
+    for (const st::TensorSpec& t : u.tensors)
+      if (!t.frozen) st::h5_write_f32(f, u.name + "." + t.name, t.shape, full[u.index].data() + t.offset);
+  f.close();
+}
+
+std::vector<std::vector<float>> base_of(const st::ModelConfig& model, const std::vector<st::UnitLayout>& units,
+                                        const std::vector<std::vector<float>>& full) {
+  const std::vector<st::UnitLayout> base = st::build_units(st::base_model(model));
+  std::vector<std::vector<float>> out;
+  for (const st::UnitLayout& u : units) {
+    out.emplace_back(static_cast<size_t>(base[u.index].numel), 0.0f);
+    for (const st::TensorSpec& t : u.tensors)
+      if (t.frozen) std::copy_n(full[u.index].begin() + t.offset, t.numel, out.back().begin() + t.init_index);
+  }
+  return out;
+}
+
+// Every B of every adapter from N(0, 0.02), on this rank's span of it.
+void perturb_adapters(st::ModelBackend& m, const st::ModelConfig& model) {
+  for (const st::UnitLayout& u : m.units()) {
+    m.pull_unit(u.index);
+    st::UnitShard& sh = m.shard(u.index);
+    for (const st::TensorSpec& t : u.tensors) {
+      if (t.frozen || t.init != st::InitKind::kZeros || t.name.rfind("lora.", 0) != 0) continue;
+      for (int64_t i = std::max(t.offset, sh.span.offset); i < std::min(t.offset + t.numel, sh.span.end()); ++i)
+        sh.param[static_cast<size_t>(i - sh.span.offset)] =
+            static_cast<float>(0.02 * st::normal_at(model.lora.rank, 0xADA97E5 + static_cast<uint64_t>(u.index),
+                                                    static_cast<uint64_t>(i)));
+    }
+    m.push_unit(u.index);
+  }
+}
+
+std::string lora_json(const st::ModelConfig& m) {
+  std::ostringstream o;
+  o << std::setprecision(9) << ", \"lora_rank\": " << m.lora.rank << ", \"lora_alpha\": " << m.lora.alpha
+    << ", \"lora_rslora\": " << (m.lora.rslora ? "true" : "false") << ", \"adapters\": [";
+  if (m.lora.enabled()) {
+    const std::vector<st::LoraLinear> targets = st::lora_targets(m);
+    for (size_t i = 0; i < targets.size(); ++i)
+      o << (i ? ", " : "") << "{\"name\": \"" << targets[i].name << "\", \"hf_module\": \"" << targets[i].hf_module
+        << "\", \"weight\": \"" << targets[i].weight << "\", \"row0\": " << targets[i].row0
+        << ", \"rows\": " << targets[i].rows << ", \"rank\": " << m.lora.rank << "}";
+  }
+  o << "]";
+  return o.str();
 }
 
 std::string model_json(const st::ModelConfig& m) {
@@ -62,7 +121,8 @@ std::string model_json(const st::ModelConfig& m) {
     << ", \"rope_scaling_low_freq_factor\": " << m.rope_scaling_low_freq_factor
     << ", \"rope_scaling_high_freq_factor\": " << m.rope_scaling_high_freq_factor
     << ", \"rope_scaling_original_max_position\": " << m.rope_scaling_original_max_position
-    << ", \"rms_norm_eps\": " << m.rms_norm_eps << ", \"tie_embeddings\": " << (m.tie_embeddings ? "true" : "false");
+    << ", \"rms_norm_eps\": " << m.rms_norm_eps << ", \"tie_embeddings\": " << (m.tie_embeddings ? "true" : "false")
+    << lora_json(m);
   return o.str();
 }
 
@@ -103,10 +163,17 @@ int main(int argc, char** argv) {
     const int64_t B = cfg.train.micro_batch, T = cfg.model.seq_len, rows = world * B;
     st::StepEngine s(cfg, *comm);
     const auto& units = s.units();
-    auto write = [&](const std::string& path, const std::vector<std::vector<float>>& full) {
-      if (lead) write_weights(path, cfg.model, units, full);
+    const bool lora = cfg.model.lora.enabled();
+    if (lora) perturb_adapters(s.sharded(), cfg.model);
+    // Parameters: the base (the whole model without LoRA) in the family's names, and the adapters apart.
+    auto write = [&](const std::string& name, const std::vector<std::vector<float>>& full) {
+      if (!lead) return;
+      if (!lora) return write_weights(out + "/" + name, cfg.model, units, full);
+      const st::ModelConfig base = st::base_model(cfg.model);
+      write_weights(out + "/" + name, base, st::build_units(base), base_of(cfg.model, units, full));
+      write_adapters(out + "/adapters_" + name, units, full);
     };
-    write(out + "/init.h5", s.gather_params());
+    write("init.h5", s.gather_params());
 
     std::vector<int32_t> tokens(static_cast<size_t>(steps * accum * rows * (T + 1)));
     st::Rng rng(cfg.train.seed, /*stream=*/0xBA7C4);
@@ -134,8 +201,8 @@ int main(int argc, char** argv) {
           << ", \"warmup_steps\": " << cfg.optim.warmup_steps << ", \"total_steps\": " << cfg.train.steps
           << ", \"weight_decay\": " << cfg.optim.weight_decay << ", \"beta1\": " << cfg.optim.beta1
           << ", \"beta2\": " << cfg.optim.beta2 << ", \"eps\": " << cfg.optim.eps
-          << ", \"grad_clip\": " << cfg.optim.grad_clip << ", \"world\": " << world << ", "
-          << model_json(cfg.model) << ", \"steps\": [";
+          << ", \"grad_clip\": " << cfg.optim.grad_clip << ", \"world\": " << world << ", " << model_json(cfg.model)
+          << ", \"steps\": [";
     for (int64_t step = 0; step < steps; ++step) {
       auto batch = [&](int64_t micro, int32_t* in, int32_t* tgt) {
         const int64_t row0 = (step * accum + micro) * rows + rank * B;
@@ -148,13 +215,17 @@ int main(int argc, char** argv) {
           }
       };
       const float loss = s.forward_backward(batch, accum, step, step_targets[static_cast<size_t>(step)]);
-      if (step == 0) write(out + "/grads0.h5", s.gather_grads());
+      if (step == 0) {
+        const std::vector<std::vector<float>> grads = s.gather_grads();
+        if (lead && lora) write_adapters(out + "/grads0.h5", units, grads);
+        if (lead && !lora) write_weights(out + "/grads0.h5", cfg.model, units, grads);
+      }
       const st::StepStats stats = s.optimizer_step(step, loss);
       trace << (step ? ", " : "") << "{\"loss\": " << stats.loss << ", \"grad_norm\": " << stats.grad_norm
             << ", \"lr\": " << stats.lr << "}";
     }
     trace << "]}\n";
-    write(out + "/final.h5", s.gather_params());
+    write("final.h5", s.gather_params());
     if (lead) std::ofstream(out + "/trace.json") << trace.str();
   } catch (const st::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());

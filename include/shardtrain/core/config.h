@@ -36,6 +36,28 @@ struct EnumNames<RopeScaling> {
   static constexpr EnumName<RopeScaling> kList[] = {{RopeScaling::kNone, "none"}, {RopeScaling::kLlama3, "llama3"}};
 };
 
+// lora.base_dtype: how the frozen base of a LoRA run is stored. bf16 is the compute dtype (bf16 on cuda, fp32 on
+// cpu); nf4 is QLoRA's NormalFloat4 with double quantisation (kernels/nf4.h).
+enum class LoraBase { kBf16, kNf4 };
+template <>
+struct EnumNames<LoraBase> {
+  static constexpr EnumName<LoraBase> kList[] = {{LoraBase::kBf16, "bf16"}, {LoraBase::kNf4, "nf4"}};
+};
+
+// The [lora] section: low-rank adapters on a frozen base (PEFT's LoRA). Each targeted linear layer y = W x + b
+// becomes y = W x + b + scale B A x, with A [rank, in] and B [out, rank] trained and everything else frozen
+// (model/lora.h). It changes the model's unit list, so it lives in ModelConfig.
+struct LoraConfig {
+  int64_t rank = 0;  // 0: full fine-tuning
+  float alpha = 8.0f;
+  float dropout = 0.0f;
+  std::string targets = "all";  // comma-separated names of the family's linear layers (model/lora.h), or all
+  bool rslora = false;          // scale alpha / sqrt(rank) instead of alpha / rank
+  LoraBase base_dtype = LoraBase::kBf16;
+
+  bool enabled() const { return rank > 0; }
+};
+
 struct ModelConfig {
   ModelArch arch = ModelArch::kGpt2;
   int n_layer = 4;
@@ -55,6 +77,7 @@ struct ModelConfig {
   float rms_norm_eps = 1e-5f;
   bool tie_embeddings = true;
   bool qkv_bias = false;
+  LoraConfig lora;  // keys lora.*
 
   // vocab_size rounded up to a multiple of 128 (50257 -> 50304): the embedding's rows in memory.
   int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
@@ -162,11 +185,11 @@ struct EnumNames<CkptOnError> {
 };
 
 struct CkptConfig {
-  std::string dir;              // empty: no checkpoints
-  int64_t every = 0;            // steps; 0: only at the end
-  int64_t keep = 3;             // 0: all
-  std::string resume = "auto";  // "auto", "none" or a step directory
-  std::string export_path;      // key ckpt.export; empty: none
+  std::string dir;                 // empty: no checkpoints
+  int64_t every = 0;               // steps; 0: only at the end
+  int64_t keep = 3;                // 0: all
+  std::string resume = "auto";     // "auto", "none" or a step directory
+  std::string export_path;         // key ckpt.export; empty: none
   bool allow_data_change = false;  // resume even if the data order differs from the checkpoint's
   bool async = true;               // write in the background from a snapshot; false: training waits for the commit
   CkptOnError on_error = CkptOnError::kStop;

@@ -17,6 +17,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 // Accumulates: dinp += ..., dweight += ..., dbias += ... . Deterministic over threads. With param_write =
 // kOverwrite, dweight and dbias are written instead (not read); dinp still accumulates (the residual stream's
 // gradient).
+// dweight and dbias may both be null (a frozen weight and bias).
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int C,
                         GradWrite param_write = GradWrite::kAccumulate);

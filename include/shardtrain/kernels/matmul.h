@@ -17,8 +17,8 @@ void matmul_forward_residual(float* out, const float* inp, const float* weight, 
                              const float* residual, int64_t N, int C, int OC);
 
 // Accumulates: dinp[N,C] += dout @ weight; dweight[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout[n,:].
-// dinp and dbias may be null (not needed / no bias). With dinp_write = kOverwrite, dinp = dout @ weight
-// instead (dinp is not read); with param_write = kOverwrite, dweight and dbias are written the same way.
+// dinp, dweight and dbias may be null (not needed: a frozen weight / no bias). With dinp_write = kOverwrite, dinp =
+// dout @ weight instead (dinp is not read); with param_write = kOverwrite, dweight and dbias are written the same way.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int C, int OC, GradWrite dinp_write = GradWrite::kAccumulate,
                      GradWrite param_write = GradWrite::kAccumulate);

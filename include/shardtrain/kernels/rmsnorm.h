@@ -12,7 +12,7 @@ namespace st {
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps, int64_t N, int C);
 
 // Accumulates dinp += ... (the residual stream's gradient) and dweight += ... . Deterministic over threads. With
-// param_write = kOverwrite, dweight is written instead (not read).
+// param_write = kOverwrite, dweight is written instead (not read). dweight may be null (a frozen weight).
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                       const float* rstd, int64_t N, int C, GradWrite param_write = GradWrite::kAccumulate);
 

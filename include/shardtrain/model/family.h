@@ -1,9 +1,9 @@
 // What differs between model families, in one place per family: src/model/gpt2/ and src/model/llama/ each define
-// their unit list (tensor layout, initialisation, weight-decay rule), their CPU model, their CPU decoder and their FLOP
-// count. The engine (sharding, schedules, collectives, offload, checkpoints, the memory plan) sees only the unit list
-// and the UnitModel calls, and so is the same for every family. The GPU side of a family (its CUDA model, that model's
-// device footprint and its CUDA decoder) is cuda_model_family() in cuda_family.h, apart so that CPU-only builds see no
-// CUDA type.
+// their unit list (tensor layout, initialisation, weight-decay rule), their CPU model, their CPU decoder, their FLOP
+// count and the linear layers LoRA can target. The engine (sharding, schedules, collectives, offload, checkpoints, the
+// memory plan) sees only the unit list and the UnitModel calls, and so is the same for every family. The GPU side of a
+// family (its CUDA model, that model's device footprint and its CUDA decoder) is cuda_model_family() in cuda_family.h,
+// apart so that CPU-only builds see no CUDA type.
 //
 //   const ModelFamily& f = model_family(cfg.model.arch);
 //   std::vector<UnitLayout> units = f.build_units(cfg.model);
@@ -15,6 +15,7 @@
 
 #include "shardtrain/core/config.h"
 #include "shardtrain/model/decoder.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/model/unit_model.h"
 #include "shardtrain/model/units.h"
 
@@ -34,6 +35,8 @@ struct ModelFamily {
   int64_t (*cpu_footprint_bytes)(const ModelConfig& cfg, int64_t max_batch, bool recompute);
   // The CPU fp32 decoder with a key/value cache (decoder.h) over every unit's full weights.
   std::unique_ptr<Decoder> (*make_cpu_decoder)(const ModelConfig& cfg, std::vector<std::vector<float>> weights);
+  // The linear layers of a block that LoRA can target (model/lora.h), in the family's order.
+  std::vector<LoraLinear> (*lora_linears)(const ModelConfig& cfg);
 };
 
 const ModelFamily& model_family(ModelArch arch);

@@ -37,16 +37,15 @@ class UnitModel {
   virtual void embedding_forward(const float* emb_params, const int32_t* tokens, int64_t B, int64_t t) = 0;
   // Forward of block `layer` on the active shape; keeps what its backward needs.
   virtual void block_forward(int layer, const float* block_params) = 0;
-  // Final norm, LM head, cross-entropy and, if head_grads is non-null, the start of backward: head_grads (+=),
-  // emb_grads (+= the classifier's gradient when the head is tied) and the residual gradient that block_backward
-  // continues from. Each token's loss gradient is scaled by dloss (the caller passes 1 / the step's number of
-  // targets). A target < 0 is not a target: no loss, no gradient. Returns the sum of the per-token losses over the
-  // active B*t tokens (the targets among them).
+  // Final norm, LM head, cross-entropy and the start of backward: head_grads (+=), emb_grads (+= the classifier's
+  // gradient when the head is tied) and the residual gradient that block_backward continues from; a frozen tensor
+  // (LoRA) gets no gradient, and a wholly frozen unit's buffer may be null. Each token's loss gradient is scaled by
+  // dloss (the caller passes 1 / the step's number of targets). A target < 0 is not a target: no loss, no gradient.
+  // Returns the sum of the per-token losses over the active B*t tokens (the targets among them).
   virtual double head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets,
                                        float dloss, float* head_grads, float* emb_grads) = 0;
-  double head_forward(const float* head_params, const float* emb_params, const int32_t* targets) {
-    return head_forward_backward(head_params, emb_params, targets, 0.0f, nullptr, nullptr);
-  }
+  // The same loss sum, without backward.
+  virtual double head_forward(const float* head_params, const float* emb_params, const int32_t* targets) = 0;
   // Logits over the real vocabulary for position `pos` of sequence 0 of the active batch (for sampling).
   virtual void head_logits(const float* head_params, const float* emb_params, int64_t pos,
                            std::vector<float>* logits) = 0;

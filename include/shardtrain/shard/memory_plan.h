@@ -43,12 +43,19 @@ int grad_pool_size(const CommPlan& comm);
 
 // Element counts that size the gather buffers.
 struct UnitSizes {
-  int64_t emb_full = 0;   // unit 0's gathered size (slot * world)
-  int64_t unit_full = 0;  // the largest other unit's gathered size
-  int64_t max_slot = 0;   // the largest shard
-  int64_t slots = 0;      // the sum of the shards
+  int64_t emb_full = 0;        // unit 0's gathered parameters (gathered_elements)
+  int64_t unit_full = 0;       // the largest other unit's gathered parameters
+  int64_t emb_grad_full = 0;   // unit 0's full gradient (its trainable slot * world)
+  int64_t unit_grad_full = 0;  // the largest other unit's full gradient
+  int64_t max_slot = 0;        // the largest shard of trainable state
+  int64_t slots = 0;           // the sum of those shards
+  int64_t frozen_slots = 0;    // the sum of the frozen tensors' shards (LoRA's base)
 };
 UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world);
+
+// The elements of a unit's gathered parameter buffer: the trainable slots of every rank, with the frozen tensors'
+// slots gathered from element numel on (units.h), so max(slot * world, numel + frozen_slot * world).
+int64_t gathered_elements(const UnitLayout& unit, int world);
 
 // Which units optim.offload moves to the host: from the last unit back, until optim.offload_fraction of the
 // parameters is covered (all of them at 1). The first units, the tied embedding first, keep their optimizer on

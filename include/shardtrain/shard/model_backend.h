@@ -36,17 +36,22 @@ struct UnitShard {
   ShardSpan span;
   int64_t slot = 0;  // padded_shard_size(numel, world)
   std::vector<float> param, grad, m, v;
+  // The unit's frozen tensors (LoRA's base; units.h): this rank's span of [0, frozen_numel) of the frozen segment,
+  // in fp32 in the host view (the backend's storage holds them in lora.base_dtype). Empty without frozen tensors.
+  ShardSpan frozen_span;
+  int64_t frozen_slot = 0;
+  std::vector<float> frozen;
 };
 
 struct MemoryStats {
-  int64_t sharded_state_bytes = 0;   // param + grad + m + v shards (+ compute-precision copies), padding included
-  int64_t padding_elements = 0;      // per state vector, summed over units
-  int64_t gather_buffer_bytes = 0;   // full-size parameter and gradient buffers, allocated once
-  int64_t gathered_peak_bytes = 0;   // the most of those buffers in use at one time so far
-  int64_t activation_bytes = 0;      // saved activations and backward scratch (device backends)
-  int64_t workspace_bytes = 0;       // kernel scratch and library workspaces (device backends)
-  int64_t device_in_use_bytes = 0;   // device memory in use now (cudaMemGetInfo; device backends). Every
-                                     // buffer is allocated at set-up, so after it this is also the peak.
+  int64_t sharded_state_bytes = 0;  // param + grad + m + v shards (+ compute-precision copies), padding included
+  int64_t padding_elements = 0;     // per state vector, summed over units
+  int64_t gather_buffer_bytes = 0;  // full-size parameter and gradient buffers, allocated once
+  int64_t gathered_peak_bytes = 0;  // the most of those buffers in use at one time so far
+  int64_t activation_bytes = 0;     // saved activations and backward scratch (device backends)
+  int64_t workspace_bytes = 0;      // kernel scratch and library workspaces (device backends)
+  int64_t device_in_use_bytes = 0;  // device memory in use now (cudaMemGetInfo; device backends). Every
+                                    // buffer is allocated at set-up, so after it this is also the peak.
 };
 
 // How often each unit was gathered and reduce-scattered since construction.
@@ -134,6 +139,9 @@ class ModelBackend {
   // Collective.
   virtual std::vector<float> gather_params(int unit) = 0;
   virtual std::vector<float> gather_grads(int unit) = 0;
+  // The unit's frozen segment (frozen_numel elements, units.h), in fp32, on every rank; empty for a unit without
+  // frozen tensors. Collective.
+  virtual std::vector<float> gather_frozen(int unit) = 0;
 
   // Host view of the sharded state (see the file comment). span and slot are valid at any time; param, m and v hold
   // the unit's state between pull_unit(unit) and push_unit(unit) or release_unit(unit). A checkpoint load, init.from

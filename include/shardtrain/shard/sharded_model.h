@@ -25,8 +25,8 @@
 #include "shardtrain/shard/model_backend.h"
 #include "shardtrain/shard/schedule.h"
 #include "shardtrain/shard/schedule_runner.h"
-#include "shardtrain/shard/sharding.h"
 #include "shardtrain/shard/shard_span.h"
+#include "shardtrain/shard/sharding.h"
 
 namespace st {
 
@@ -69,6 +69,7 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   std::vector<float> gather_params(int unit) override;
   // Same for the gradient accumulators.
   std::vector<float> gather_grads(int unit) override;
+  std::vector<float> gather_frozen(int unit) override;
 
   MemoryStats memory() const override;
   int64_t peak_memory_bytes() override;
@@ -95,7 +96,10 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   void embedding_backward() override;
   void reduce_scatter(int unit) override;
   void release(int unit) override;
-  std::vector<float> gather_full(int unit, std::vector<float> UnitShard::*state);
+  // The unit's `state` vectors of every rank, cut to `numel` elements (slot and slot_count: the state's per-rank
+  // size, the trainable or the frozen one).
+  std::vector<float> gather_full(int unit, std::vector<float> UnitShard::*state, int64_t UnitShard::*slot,
+                                 int64_t numel);
   // Blocks and the head share one buffer under ZeRO-3; without resharding after forward each keeps its own.
   Slot& param_slot(int unit) {
     if (unit == 0) return emb_param_;
@@ -118,8 +122,8 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
 
   Config cfg_;
   Communicator& comm_;
-  ShardingGroups groups_;  // dist.sharding: the world (full) or this node's ranks plus the replica group
-  std::unique_ptr<UnitModel> model_;  // the family's CPU model
+  ShardingGroups groups_;               // dist.sharding: the world (full) or this node's ranks plus the replica group
+  std::unique_ptr<UnitModel> model_;    // the family's CPU model
   std::unique_ptr<HostAdamW> offload_;  // optim.offload=optimizer: the host AdamW engine, else null
   std::vector<UnitShard> shards_;
   // Unit 0 (the tied embedding) is live at the same time as the head, so it has slots of its own.

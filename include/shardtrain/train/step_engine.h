@@ -85,7 +85,8 @@ class StepEngine {
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int64_t n, const SamplingOptions& options,
                                 GenerationStats* stats = nullptr);
 
-  // Full flat parameter (or gradient) buffers of every unit, on every rank. Collective.
+  // Full flat parameter buffers of every unit, every tensor at its offset (units.h: the trainable tensors, then the
+  // frozen ones), on every rank; and the gradient buffers (the trainable tensors). Collective.
   std::vector<std::vector<float>> gather_params();
   std::vector<std::vector<float>> gather_grads();
 

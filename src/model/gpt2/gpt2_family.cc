@@ -47,7 +47,15 @@ std::vector<UnitLayout> gpt2_units(const ModelConfig& cfg) {
 }
 
 // llm.c's convention: every parameter, wpe and the padding rows included.
-int64_t gpt2_flop_params(const ModelConfig& cfg) { return count_params(build_units(cfg)); }
+int64_t gpt2_flop_params(const ModelConfig& cfg) { return count_params(gpt2_units(cfg)); }
+
+std::vector<LoraLinear> gpt2_lora_linears(const ModelConfig& cfg) {
+  const int64_t C = cfg.n_embd;
+  return {{"qkv", "attn.qkv.weight", 0, 3 * C, C, "attn.c_attn"},
+          {"proj", "attn.proj.weight", 0, C, C, "attn.c_proj"},
+          {"fc", "mlp.fc.weight", 0, 4 * C, C, "mlp.c_fc"},
+          {"fc_proj", "mlp.proj.weight", 0, C, 4 * C, "mlp.c_proj"}};
+}
 
 std::unique_ptr<UnitModel> make_gpt2(const ModelConfig& cfg, int64_t max_batch, bool recompute) {
   return std::make_unique<GptModel>(cfg, max_batch, recompute);
@@ -60,8 +68,9 @@ std::unique_ptr<Decoder> make_gpt2_decoder(const ModelConfig& cfg, std::vector<s
 }  // namespace
 
 const ModelFamily& gpt2_family() {
-  static const ModelFamily f{ModelArch::kGpt2, "gpt2", gpt2_units, gpt2_flop_params, make_gpt2,
-                             GptModel::footprint_bytes, make_gpt2_decoder};
+  static const ModelFamily f{ModelArch::kGpt2,  "gpt2",           gpt2_units,
+                             gpt2_flop_params,  make_gpt2,        GptModel::footprint_bytes,
+                             make_gpt2_decoder, gpt2_lora_linears};
   return f;
 }
 

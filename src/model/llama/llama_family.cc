@@ -47,9 +47,21 @@ std::vector<UnitLayout> llama_units(const ModelConfig& cfg) {
 int64_t llama_flop_params(const ModelConfig& cfg) {
   int64_t n = 0;
   for (const UnitLayout& u : llama_units(cfg))
-    if (u.kind != UnitKind::kEmbedding) n += u.numel;
+    if (u.kind != UnitKind::kEmbedding) n += u.numel + u.frozen_numel;
   if (!cfg.tie_embeddings) n -= int64_t{cfg.padded_vocab()} * cfg.n_embd;  // lm_head, counted below
   return n + int64_t{cfg.vocab_size} * cfg.n_embd;
+}
+
+std::vector<LoraLinear> llama_lora_linears(const ModelConfig& cfg) {
+  const int64_t C = cfg.n_embd, Q = int64_t{cfg.n_head} * cfg.head_dim(), KV = int64_t{cfg.kv_heads()} * cfg.head_dim(),
+                F = cfg.mlp_dim();
+  return {{"q", "attn.qkv.weight", 0, Q, C, "self_attn.q_proj"},
+          {"k", "attn.qkv.weight", Q, KV, C, "self_attn.k_proj"},
+          {"v", "attn.qkv.weight", Q + KV, KV, C, "self_attn.v_proj"},
+          {"o", "attn.o.weight", 0, C, C, "self_attn.o_proj"},
+          {"gate", "mlp.gate_up.weight", 0, F, C, "mlp.gate_proj"},
+          {"up", "mlp.gate_up.weight", F, F, C, "mlp.up_proj"},
+          {"down", "mlp.down.weight", 0, C, F, "mlp.down_proj"}};
 }
 
 std::unique_ptr<UnitModel> make_llama(const ModelConfig& cfg, int64_t max_batch, bool recompute) {
@@ -63,8 +75,9 @@ std::unique_ptr<Decoder> make_llama_decoder(const ModelConfig& cfg, std::vector<
 }  // namespace
 
 const ModelFamily& llama_family() {
-  static const ModelFamily f{ModelArch::kLlama, "llama", llama_units, llama_flop_params, make_llama,
-                             LlamaModel::footprint_bytes, make_llama_decoder};
+  static const ModelFamily f{ModelArch::kLlama,  "llama",           llama_units,
+                             llama_flop_params,  make_llama,        LlamaModel::footprint_bytes,
+                             make_llama_decoder, llama_lora_linears};
   return f;
 }
 

@@ -7,9 +7,9 @@
 #include "shardtrain/kernels/attention.h"
 #include "shardtrain/kernels/embedding.h"
 #include "shardtrain/kernels/matmul.h"
-#include "shardtrain/model/classifier.h"
 #include "shardtrain/kernels/rmsnorm.h"
 #include "shardtrain/kernels/swiglu.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/model/llama/block_view.h"
 
 namespace st {
@@ -28,14 +28,13 @@ struct Sizes {
         QKV(cfg.qkv_dim()),
         F(cfg.mlp_dim()),
         att(max_batch * cfg.n_head * int64_t{cfg.seq_len} * cfg.seq_len),
-        chunk(classifier_chunk_rows(BT, cfg.padded_vocab()) *
-              cfg.padded_vocab()),
+        chunk(classifier_chunk_rows(BT, cfg.padded_vocab()) * cfg.padded_vocab()),
         rope(int64_t{cfg.seq_len} * cfg.head_dim()) {}  // cos and sin, [T, hs/2] each
   // norm1, atty, res2, norm2 (BT x C); two BT statistics; qkv; gate_up; mlp; att.
   int64_t per_block() const { return 4 * BT * C + 2 * BT + BT * QKV + 2 * BT * F + BT * F + att; }
   int64_t floats(int n_layer) const {
-    return blocks * per_block() + n_layer * BT * C  // block outputs
-           + BT * C + BT * C + 2 * BT                // encoded; normf and its statistics, losses
+    return blocks * per_block() + n_layer * BT * C                // block outputs
+           + BT * C + BT * C + 2 * BT                             // encoded; normf and its statistics, losses
            + 3 * BT * C + BT * QKV + BT * F + 2 * BT * F + chunk  // dresid, dnormf, dbuf_c; dqkv; dmlp; dgate_up
            + rope;
   }
@@ -48,7 +47,8 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t max_batch, bool recompute
       units_(build_units(cfg)),
       max_batch_(max_batch),
       recompute_(recompute),
-      rope_(rope_table(cfg, cfg.seq_len)) {
+      rope_(rope_table(cfg, cfg.seq_len)),
+      lora_(cfg, units_, max_batch * cfg.seq_len, recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer) {
   ST_CHECK(max_batch > 0 && cfg.is_llama());
   const Sizes z(cfg, max_batch, recompute);
   tokens_.resize(z.BT);
@@ -78,15 +78,16 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t max_batch, bool recompute
 
 int64_t LlamaModel::footprint_bytes(const ModelConfig& cfg, int64_t max_batch, bool recompute) {
   const Sizes z(cfg, max_batch, recompute);
-  return z.floats(cfg.n_layer) * static_cast<int64_t>(sizeof(float)) +
+  return (z.floats(cfg.n_layer) + CpuLora::footprint_floats(cfg, z.BT, z.blocks)) *
+             static_cast<int64_t>(sizeof(float)) +
          z.BT * static_cast<int64_t>(sizeof(int32_t));  // + tokens
 }
 
 int64_t LlamaModel::allocated_bytes() const {
   auto bytes = [](const auto& v) { return static_cast<int64_t>(v.size() * sizeof(v[0])); };
   int64_t n = bytes(tokens_) + bytes(encoded_) + bytes(normf_) + bytes(rstdf_) + bytes(losses_) + bytes(dresid_) +
-              bytes(dnormf_) + bytes(dbuf_c_) + bytes(dqkv_) + bytes(dmlp_) + bytes(dgate_up_) +
-              bytes(logits_chunk_) + bytes(rope_.cos) + bytes(rope_.sin);
+              bytes(dnormf_) + bytes(dbuf_c_) + bytes(dqkv_) + bytes(dmlp_) + bytes(dgate_up_) + bytes(logits_chunk_) +
+              bytes(rope_.cos) + bytes(rope_.sin) + lora_.allocated_floats() * static_cast<int64_t>(sizeof(float));
   for (const std::vector<float>& o : block_out_) n += bytes(o);
   for (const BlockActs& a : blocks_)
     for (const std::vector<float>* v :
@@ -110,8 +111,8 @@ void LlamaModel::embedding_forward(const float* emb_params, const int32_t* token
   B_ = B;
   T_ = t;
   std::copy(tokens, tokens + B * t, tokens_.begin());
-  st::embedding_forward(encoded_.data(), tokens_.data(), emb_params, nullptr, static_cast<int>(B),
-                        static_cast<int>(t), cfg_.n_embd);
+  st::embedding_forward(encoded_.data(), tokens_.data(), emb_params, nullptr, static_cast<int>(B), static_cast<int>(t),
+                        cfg_.n_embd);
 }
 
 void LlamaModel::block_forward(int layer, const float* block_params) {
@@ -124,28 +125,40 @@ void LlamaModel::block_forward(int layer, const float* block_params) {
   const float* x = block_input(layer);
   rmsnorm_forward(a.norm1.data(), a.rstd1.data(), x, p.attn_norm, cfg_.rms_norm_eps, N, C);
   matmul_forward(a.qkv.data(), a.norm1.data(), p.qkvw, p.qkvb, N, C, QKV);
+  lora_.forward(slot(layer), "attn.qkv.weight", block_params, a.qkv.data(), QKV, a.norm1.data(), N);
   rope_forward(a.qkv.data(), rope_.cos.data(), rope_.sin.data(), B_, T_, H, KV, D);
   attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), static_cast<int>(B_), static_cast<int>(T_), H, KV, D);
   matmul_forward_residual(a.res2.data(), a.atty.data(), p.ow, nullptr, x, N, C, C);
+  lora_.forward(slot(layer), "attn.o.weight", block_params, a.res2.data(), C, a.atty.data(), N);
   rmsnorm_forward(a.norm2.data(), a.rstd2.data(), a.res2.data(), p.mlp_norm, cfg_.rms_norm_eps, N, C);
   matmul_forward(a.gate_up.data(), a.norm2.data(), p.gate_up, nullptr, N, C, 2 * F);
+  lora_.forward(slot(layer), "mlp.gate_up.weight", block_params, a.gate_up.data(), 2 * F, a.norm2.data(), N);
   swiglu_forward(a.mlp.data(), a.gate_up.data(), N, F);
   matmul_forward_residual(out, a.mlp.data(), p.down, nullptr, a.res2.data(), N, F, C);
+  lora_.forward(slot(layer), "mlp.down.weight", block_params, out, C, a.mlp.data(), N);
 }
 
 double LlamaModel::head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets,
                                          float dloss, float* head_grads, float* emb_grads) {
+  return head_pass(head_params, emb_params, targets, dloss, head_grads, emb_grads, true);
+}
+
+double LlamaModel::head_forward(const float* head_params, const float* emb_params, const int32_t* targets) {
+  return head_pass(head_params, emb_params, targets, 0.0f, nullptr, nullptr, false);
+}
+
+double LlamaModel::head_pass(const float* head_params, const float* emb_params, const int32_t* targets, float dloss,
+                             float* head_grads, float* emb_grads, bool backward) {
   const UnitLayout& hu = units_.back();
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd, V = cfg_.vocab_size, Vp = cfg_.padded_vocab();
-  const bool backward = head_grads != nullptr;
   const float* x = cfg_.n_layer > 0 ? block_out_.back().data() : encoded_.data();
   const float* normw = head_params + hu.tensor("norm.weight").offset;
   const float* w = classifier(head_params, emb_params);
   float* dw = nullptr;
   if (backward)
-    dw = cfg_.tie_embeddings ? emb_grads + units_.front().tensor("embed_tokens").offset
-                             : head_grads + hu.tensor("lm_head").offset;
+    dw = cfg_.tie_embeddings ? tensor_in(emb_grads, units_.front().tensor("embed_tokens"), ViewOf::kGrads)
+                             : tensor_in(head_grads, hu.tensor("lm_head"), ViewOf::kGrads);
   rmsnorm_forward(normf_.data(), rstdf_.data(), x, normw, cfg_.rms_norm_eps, N, C);
   if (backward) zero(dnormf_, N * C);
 
@@ -153,8 +166,8 @@ double LlamaModel::head_forward_backward(const float* head_params, const float* 
                                              losses_.data(), backward ? dnormf_.data() : nullptr, dw);
   if (backward) {
     zero(dresid_, N * C);
-    rmsnorm_backward(dresid_.data(), head_grads + hu.tensor("norm.weight").offset, dnormf_.data(), x, normw,
-                     rstdf_.data(), N, C);
+    rmsnorm_backward(dresid_.data(), tensor_in(head_grads, hu.tensor("norm.weight"), ViewOf::kGrads), dnormf_.data(), x,
+                     normw, rstdf_.data(), N, C);
   }
   return loss_sum;
 }
@@ -176,7 +189,7 @@ void LlamaModel::head_logits(const float* head_params, const float* emb_params, 
 void LlamaModel::block_backward(int layer, const float* block_params, float* block_grads) {
   if (recompute_) block_forward(layer, block_params);  // refills the shared activations from the saved input
   const LlamaBlockView<const float> p(block_params, units_[1 + layer]);
-  const LlamaBlockView<float> g(block_grads, units_[1 + layer]);
+  const LlamaBlockView<float> g(block_grads, units_[1 + layer], ViewOf::kGrads);
   BlockActs& a = acts(layer);
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd, H = cfg_.n_head, KV = cfg_.kv_heads(), D = cfg_.head_dim(), QKV = cfg_.qkv_dim(),
@@ -184,27 +197,36 @@ void LlamaModel::block_backward(int layer, const float* block_params, float* blo
   const float* x = block_input(layer);
 
   // MLP branch: dresid is d(out); the residual passes it to res2 unchanged.
-  matmul_backward(dmlp_.data(), g.down, nullptr, dresid_.data(), a.mlp.data(), p.down, N, F, C,
-                  GradWrite::kOverwrite);
+  matmul_backward(dmlp_.data(), g.down, nullptr, dresid_.data(), a.mlp.data(), p.down, N, F, C, GradWrite::kOverwrite);
+  lora_.backward(slot(layer), "mlp.down.weight", block_params, block_grads, dmlp_.data(), dresid_.data(), C,
+                 a.mlp.data(), N);
   swiglu_backward(dgate_up_.data(), dmlp_.data(), a.gate_up.data(), N, F);
   matmul_backward(dbuf_c_.data(), g.gate_up, nullptr, dgate_up_.data(), a.norm2.data(), p.gate_up, N, C, 2 * F,
                   GradWrite::kOverwrite);
+  lora_.backward(slot(layer), "mlp.gate_up.weight", block_params, block_grads, dbuf_c_.data(), dgate_up_.data(), 2 * F,
+                 a.norm2.data(), N);
   rmsnorm_backward(dresid_.data(), g.mlp_norm, dbuf_c_.data(), a.res2.data(), p.mlp_norm, a.rstd2.data(), N, C);
 
   // Attention branch: dresid is now d(res2); the residual passes it to x unchanged.
   matmul_backward(dbuf_c_.data(), g.ow, nullptr, dresid_.data(), a.atty.data(), p.ow, N, C, C, GradWrite::kOverwrite);
+  lora_.backward(slot(layer), "attn.o.weight", block_params, block_grads, dbuf_c_.data(), dresid_.data(), C,
+                 a.atty.data(), N);
   zero(dqkv_, N * QKV);
   attention_backward(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.att.data(), static_cast<int>(B_),
                      static_cast<int>(T_), H, KV, D);
   rope_backward(dqkv_.data(), rope_.cos.data(), rope_.sin.data(), B_, T_, H, KV, D);
   matmul_backward(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.norm1.data(), p.qkvw, N, C, QKV,
                   GradWrite::kOverwrite);
+  lora_.backward(slot(layer), "attn.qkv.weight", block_params, block_grads, dbuf_c_.data(), dqkv_.data(), QKV,
+                 a.norm1.data(), N);
   rmsnorm_backward(dresid_.data(), g.attn_norm, dbuf_c_.data(), x, p.attn_norm, a.rstd1.data(), N, C);
 }
 
 void LlamaModel::embedding_backward(float* emb_grads) {
-  st::embedding_backward(emb_grads, nullptr, dresid_.data(), tokens_.data(), static_cast<int>(B_),
-                         static_cast<int>(T_), cfg_.n_embd);
+  float* dwte = tensor_in(emb_grads, units_.front().tensor("embed_tokens"), ViewOf::kGrads);
+  if (dwte == nullptr) return;  // frozen (LoRA)
+  st::embedding_backward(dwte, nullptr, dresid_.data(), tokens_.data(), static_cast<int>(B_), static_cast<int>(T_),
+                         cfg_.n_embd);
 }
 
 }  // namespace st

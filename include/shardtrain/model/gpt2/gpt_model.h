@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/model/cpu_lora.h"
 #include "shardtrain/model/unit_model.h"
 #include "shardtrain/model/units.h"
 
@@ -37,9 +38,8 @@ class GptModel final : public UnitModel {
   // Final LayerNorm and the classifier on wte (tied): its gradient goes to emb_grads.
   double head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets, float dloss,
                                float* head_grads, float* emb_grads) override;
-  using UnitModel::head_forward;
-  void head_logits(const float* head_params, const float* emb_params, int64_t pos,
-                   std::vector<float>* logits) override;
+  double head_forward(const float* head_params, const float* emb_params, const int32_t* targets) override;
+  void head_logits(const float* head_params, const float* emb_params, int64_t pos, std::vector<float>* logits) override;
   void block_backward(int layer, const float* block_params, float* block_grads) override;
   // Accumulates wte and wpe grads into emb_grads.
   void embedding_backward(float* emb_grads) override;
@@ -50,6 +50,10 @@ class GptModel final : public UnitModel {
   };
   const float* block_input(int layer) const;
   BlockActs& acts(int layer) { return blocks_[recompute_ ? 0 : layer]; }
+  int64_t slot(int layer) const { return recompute_ ? 0 : layer; }
+  // The head's forward, and its backward when `backward`.
+  double head_pass(const float* head_params, const float* emb_params, const int32_t* targets, float dloss,
+                   float* head_grads, float* emb_grads, bool backward);
 
   ModelConfig cfg_;
   std::vector<UnitLayout> units_;
@@ -58,11 +62,12 @@ class GptModel final : public UnitModel {
   int64_t B_ = 0, T_ = 0;  // the active shape of the last embedding_forward
   std::vector<int32_t> tokens_;
   std::vector<float> encoded_;
-  std::vector<BlockActs> blocks_;             // n_layer of them, or 1 with recompute
+  std::vector<BlockActs> blocks_;              // n_layer of them, or 1 with recompute
   std::vector<std::vector<float>> block_out_;  // each block's output: the next block's input
   std::vector<float> lnf_, lnf_mean_, lnf_rstd_, losses_;
   // Backward scratch, shared by all blocks.
   std::vector<float> dresid_, dlnf_, dbuf_c_, dqkv_, dfch_, logits_chunk_;
+  CpuLora lora_;  // the blocks' adapters (nothing without LoRA)
 };
 
 }  // namespace st

@@ -10,6 +10,7 @@
 
 #include "shardtrain/core/config.h"
 #include "shardtrain/kernels/rope.h"
+#include "shardtrain/model/cpu_lora.h"
 #include "shardtrain/model/unit_model.h"
 #include "shardtrain/model/units.h"
 
@@ -34,8 +35,8 @@ class LlamaModel final : public UnitModel {
   // lm_head (to head_grads).
   double head_forward_backward(const float* head_params, const float* emb_params, const int32_t* targets, float dloss,
                                float* head_grads, float* emb_grads) override;
-  void head_logits(const float* head_params, const float* emb_params, int64_t pos,
-                   std::vector<float>* logits) override;
+  double head_forward(const float* head_params, const float* emb_params, const int32_t* targets) override;
+  void head_logits(const float* head_params, const float* emb_params, int64_t pos, std::vector<float>* logits) override;
   void block_backward(int layer, const float* block_params, float* block_grads) override;
   void embedding_backward(float* emb_grads) override;
 
@@ -45,6 +46,10 @@ class LlamaModel final : public UnitModel {
   };
   const float* block_input(int layer) const;
   BlockActs& acts(int layer) { return blocks_[recompute_ ? 0 : layer]; }
+  int64_t slot(int layer) const { return recompute_ ? 0 : layer; }
+  // The head's forward, and its backward when `backward`.
+  double head_pass(const float* head_params, const float* emb_params, const int32_t* targets, float dloss,
+                   float* head_grads, float* emb_grads, bool backward);
   // The classifier's weight [Vp, C] and where its gradient goes.
   const float* classifier(const float* head_params, const float* emb_params) const;
 
@@ -61,6 +66,7 @@ class LlamaModel final : public UnitModel {
   std::vector<float> normf_, rstdf_, losses_;
   // Backward scratch, shared by all blocks.
   std::vector<float> dresid_, dnormf_, dbuf_c_, dqkv_, dmlp_, dgate_up_, logits_chunk_;
+  CpuLora lora_;  // the blocks' adapters (nothing without LoRA)
 };
 
 }  // namespace st

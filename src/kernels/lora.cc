@@ -1,0 +1,31 @@
+#include "shardtrain/kernels/lora.h"
+
+#include <cblas.h>
+
+#include <climits>
+
+#include "shardtrain/core/error.h"
+
+namespace st {
+
+void lora_forward(float* out, int64_t ldo, float* h, const float* x, const float* A, const float* B, int64_t N, int in,
+                  int r, int rows, float scale) {
+  ST_CHECK(N >= 0 && N <= INT_MAX && ldo >= rows, "lora_forward: N ", N, ", ldo ", ldo, ", rows ", rows);
+  if (N == 0) return;
+  const int n = static_cast<int>(N), ld = static_cast<int>(ldo);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r, in, 1.0f, x, in, A, in, 0.0f, h, r);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, r, scale, h, r, B, r, 1.0f, out, ld);
+}
+
+void lora_backward(float* dx, float* dA, float* dB, float* dh, const float* dout, int64_t ldo, const float* x,
+                   const float* h, const float* A, const float* B, int64_t N, int in, int r, int rows, float scale) {
+  ST_CHECK(N >= 0 && N <= INT_MAX && ldo >= rows, "lora_backward: N ", N, ", ldo ", ldo, ", rows ", rows);
+  if (N == 0) return;
+  const int n = static_cast<int>(N), ld = static_cast<int>(ldo);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, r, rows, scale, dout, ld, B, r, 0.0f, dh, r);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, r, n, scale, dout, ld, h, r, 1.0f, dB, r);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, in, n, 1.0f, dh, r, x, in, 1.0f, dA, in);
+  if (dx != nullptr) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, r, 1.0f, dh, r, A, in, 1.0f, dx, in);
+}
+
+}  // namespace st

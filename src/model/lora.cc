@@ -1,0 +1,139 @@
+#include "shardtrain/model/lora.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "shardtrain/core/error.h"
+#include "shardtrain/model/family.h"
+
+namespace st {
+namespace {
+
+std::string names_of(const std::vector<LoraLinear>& linears) {
+  std::string out;
+  for (const LoraLinear& l : linears) out += (out.empty() ? "" : ", ") + l.name;
+  return out;
+}
+
+std::string trimmed(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+std::string a_name(const LoraLinear& l) { return "lora." + l.name + ".A"; }
+std::string b_name(const LoraLinear& l) { return "lora." + l.name + ".B"; }
+
+}  // namespace
+
+std::vector<LoraLinear> lora_linears(const ModelConfig& cfg) { return model_family(cfg.arch).lora_linears(cfg); }
+
+std::vector<LoraLinear> lora_targets(const ModelConfig& cfg) {
+  const std::vector<LoraLinear> all = lora_linears(cfg);
+  const std::string& spec = cfg.lora.targets;
+  if (trimmed(spec) == "all") return all;
+  std::vector<bool> chosen(all.size(), false);
+  size_t begin = 0;
+  while (begin <= spec.size()) {
+    const size_t comma = std::min(spec.find(',', begin), spec.size());
+    const std::string name = trimmed(spec.substr(begin, comma - begin));
+    const auto it = std::find_if(all.begin(), all.end(), [&](const LoraLinear& l) { return l.name == name; });
+    if (it == all.end())
+      ST_BAD_INPUT("lora.targets ('", spec, "'): '", name, "' is no linear layer of a ", model_family(cfg.arch).name,
+                   " block (expected all, or a comma-separated list of: ", names_of(all), ")");
+    const size_t i = static_cast<size_t>(it - all.begin());
+    if (chosen[i]) ST_BAD_INPUT("lora.targets ('", spec, "') names '", name, "' twice");
+    chosen[i] = true;
+    begin = comma + 1;
+  }
+  std::vector<LoraLinear> out;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (chosen[i]) out.push_back(all[i]);
+  return out;
+}
+
+float lora_scale(const LoraConfig& lora) {
+  ST_CHECK(lora.rank > 0, "lora_scale without LoRA");
+  const double r = static_cast<double>(lora.rank);
+  return static_cast<float>(lora.alpha / (lora.rslora ? std::sqrt(r) : r));
+}
+
+std::vector<LoraAdapter> lora_adapters(const UnitLayout& unit, const ModelConfig& cfg) {
+  std::vector<LoraAdapter> out;
+  if (!cfg.lora.enabled() || unit.kind != UnitKind::kBlock) return out;
+  for (const LoraLinear& l : lora_targets(cfg)) {
+    LoraAdapter a;
+    a.linear = l;
+    a.rank = cfg.lora.rank;
+    a.a_offset = unit.tensor(a_name(l)).offset;
+    a.b_offset = unit.tensor(b_name(l)).offset;
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+ModelConfig base_model(const ModelConfig& cfg) {
+  ModelConfig base = cfg;
+  base.lora = LoraConfig{};
+  return base;
+}
+
+std::vector<std::vector<float>> merge_lora(const ModelConfig& cfg, const std::vector<UnitLayout>& units,
+                                           std::vector<std::vector<float>> full) {
+  if (!cfg.lora.enabled()) return full;
+  const std::vector<UnitLayout> base_units = build_units(base_model(cfg));
+  ST_ENFORCE_EQ(units.size(), base_units.size());
+  ST_ENFORCE_EQ(full.size(), units.size());
+  const float scale = lora_scale(cfg.lora);
+  std::vector<std::vector<float>> out(units.size());
+  for (size_t u = 0; u < units.size(); ++u) {
+    const std::vector<float>& f = full[u];
+    ST_CHECK(static_cast<int64_t>(f.size()) == units[u].numel + units[u].frozen_numel, "unit ", units[u].name, " has ",
+             f.size(), " elements, its layout ", units[u].numel + units[u].frozen_numel);
+    std::vector<float>& b = out[u];
+    b.assign(static_cast<size_t>(base_units[u].numel), 0.0f);
+    for (const TensorSpec& t : units[u].tensors)
+      if (t.frozen) std::copy(f.begin() + t.offset, f.begin() + t.offset + t.numel, b.begin() + t.init_index);
+    for (const LoraAdapter& a : lora_adapters(units[u], cfg)) {
+      const TensorSpec& w = base_units[u].tensor(a.linear.weight);
+      const int64_t in = a.linear.in, r = a.rank;
+      const float* A = f.data() + a.a_offset;
+      const float* B = f.data() + a.b_offset;
+      for (int64_t i = 0; i < a.linear.rows; ++i) {
+        float* row = b.data() + w.offset + (a.linear.row0 + i) * in;
+        for (int64_t c = 0; c < in; ++c) {
+          double sum = 0.0;
+          for (int64_t k = 0; k < r; ++k) sum += static_cast<double>(B[i * r + k]) * A[k * in + c];
+          row[c] = static_cast<float>(row[c] + scale * sum);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void add_lora(std::vector<UnitLayout>& units, const ModelConfig& cfg) {
+  if (!cfg.lora.enabled()) return;
+  const std::vector<LoraLinear> targets = lora_targets(cfg);
+  for (UnitLayout& u : units) {
+    const int64_t base_numel = u.numel;
+    for (TensorSpec& t : u.tensors) t.frozen = true;
+    if (u.kind == UnitKind::kBlock) {
+      for (const LoraLinear& l : targets) {
+        add_tensor(u, a_name(l), {cfg.lora.rank, l.in}, InitKind::kKaimingUniform, true);
+        add_tensor(u, b_name(l), {l.rows, cfg.lora.rank}, InitKind::kZeros, true);
+      }
+    }
+    // Each tensor keeps where it drew its initialisation from (adapters: past the base), and the trainable ones move
+    // to the front.
+    for (TensorSpec& t : u.tensors) t.init_index = t.offset;
+    ST_CHECK(u.numel >= base_numel);
+    u.numel = 0;
+    u.frozen_numel = 0;
+    for (TensorSpec& t : u.tensors)
+      if (!t.frozen) t.offset = u.numel, u.numel += t.numel;
+    for (TensorSpec& t : u.tensors)
+      if (t.frozen) t.offset = u.numel + u.frozen_numel, u.frozen_numel += t.numel;
+  }
+}
+
+}  // namespace st

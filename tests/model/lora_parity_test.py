@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""shardtrain's LoRA on the CPU against a LoRA written here in PyTorch, on the same base, adapters and batches.
+
+Runs parity_dump with lora.* set (under `MPIRUN -np N` when given). The dump holds the frozen base in the family's
+names (init.h5, and final.h5 after training), the adapters before and after (adapters_init.h5, adapters_final.h5),
+their step-0 gradients (grads0.h5) and, in trace.json, which layers carry adapters and the scale. Every B starts
+non-zero there, so that every A has a step-0 gradient.
+
+The PyTorch side is parity_test.py's GPT-2 or Llama with every parameter frozen and, on each adapted layer,
+PEFT's update y += scale * (x A^T) B^T (q, k and v, gate and up each their own module, as Hugging Face's layers are);
+AdamW (decay on every adapter) with the same schedule and global-norm clip over the adapters only. It runs in float64
+(the reference) and float32 (the calibration), and shardtrain must hold:
+  * every step's loss within rel 1e-6 of float64's;
+  * every adapter's step-0 gradient within 1e-5 of that tensor's largest float64 magnitude;
+  * the loss, the gradient norm, the step-0 gradients and the adapters after 5 steps within parity_test.py's
+    calibrated bars (FACTOR x PyTorch float32's error + FLOOR);
+  * the base bit-identical before and after training.
+
+Needs Debian's python3-torch, python3-h5py, python3-numpy: run it with /usr/bin/python3.
+usage: lora_parity_test.py [--mpirun MPIRUN --np N] PARITY_DUMP CONFIG WORKDIR [--section.key=value ...]
+"""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import parity_test as pt  # noqa: E402
+
+LOSS_REL = 1e-6
+GRAD_REL = 1e-5
+# lora.targets' names and the Hugging Face modules they adapt (PEFT's target_modules).
+MODULES = {"llama": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
+                     "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"},
+           "gpt2": {"qkv": "attn.c_attn", "proj": "attn.c_proj", "fc": "mlp.c_fc", "fc_proj": "mlp.c_proj"}}
+
+
+def torch_name(trace, ours):
+    """block.L.lora.TARGET.A -> (the Hugging Face module's full name, "A")."""
+    _, layer, _, target, which = ours.split(".")
+    prefix = "model.layers." if trace["arch"] == "llama" else "transformer.h."
+    return f"{prefix}{layer}.{MODULES[trace['arch']][target]}", which
+
+
+def scale_of(trace):
+    """PEFT's scaling: lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora."""
+    r = trace["lora_rank"]
+    return trace["lora_alpha"] / (math.sqrt(r) if trace["lora_rslora"] else r)
+
+
+def torch_run(trace, init, adapters, tokens, targets, steps, dtype):
+    np_dtype = np.float64 if dtype == torch.float64 else np.float32
+    weights = {k: v.astype(np_dtype) for k, v in init.items()}
+    model = pt.Llama(weights, trace) if trace["arch"] == "llama" else pt.Gpt2(weights, trace["n_head"])
+    model.requires_grad_(False)
+    params = {k: torch.nn.Parameter(torch.tensor(v.astype(np_dtype))) for k, v in adapters.items()}
+    by_module = {}
+    for k, p in params.items():
+        module, which = torch_name(trace, k)
+        by_module.setdefault(module, {})[which] = p
+    scale = scale_of(trace)
+    base_linear = model.linear
+
+    def linear(x, name):
+        y = base_linear(x, name)
+        if name in by_module:
+            a, b = by_module[name]["A"], by_module[name]["B"]
+            y = y + scale * ((x @ a.t()) @ b.t())
+        return y
+
+    model.linear = linear
+    opt = torch.optim.AdamW(list(params.values()), lr=trace["lr"], betas=(trace["beta1"], trace["beta2"]),
+                            eps=trace["eps"], weight_decay=trace["weight_decay"])
+    accum = tokens.shape[1]
+    losses, norms, grads0 = [], [], None
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for micro in range(accum):
+            loss = model(tokens[step, micro][:, :-1], targets[step, micro]) / accum
+            loss.backward()
+            loss_sum += loss.item()
+        losses.append(loss_sum)
+        if step == 0:
+            grads0 = {k: p.grad.to(torch.float64, copy=True).numpy() for k, p in params.items()}
+        if trace["grad_clip"] > 0:
+            norm = math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in params.values()))
+            coef = min(1.0, trace["grad_clip"] / (norm + 1e-6))
+            for p in params.values():
+                p.grad.mul_(coef)
+            norms.append(norm)
+        for g in opt.param_groups:
+            g["lr"] = pt.lr_at(trace, step)
+        opt.step()
+    final = {k: p.detach().to(torch.float64, copy=True).numpy() for k, p in params.items()}
+    return {"loss": losses, "grad_norm": norms, "grads0": grads0, "final": final}
+
+
+def main():
+    args = sys.argv[1:]
+    launch = []
+    if args[0] == "--mpirun":
+        launch = [args[1], "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader", "-np", args[3]]
+        args = args[4:]
+    tool, config, work = args[:3]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    steps = 5
+    subprocess.run(launch + [tool, "--config", config, "--out", work, "--steps", str(steps)] + args[3:], check=True)
+    trace = json.load(open(os.path.join(work, "trace.json")))
+    if not trace["adapters"]:
+        print("FAILED: the dump has no adapters (lora.rank must be > 0)")
+        return 1
+    base0, base1 = pt.load(os.path.join(work, "init.h5")), pt.load(os.path.join(work, "final.h5"))
+    changed = [k for k in base0 if not np.array_equal(base0[k], base1[k])]
+    if changed or base0.keys() != base1.keys():
+        print(f"FAILED: the frozen base changed in training: {changed[:10]}")
+        return 1
+    adapters = pt.load(os.path.join(work, "adapters_init.h5"))
+    expected = {f"block.{l}.lora.{a['name']}.{w}" for l in range(len({k.split('.')[1] for k in adapters}))
+                for a in trace["adapters"] for w in "AB"}
+    if set(adapters) != expected:
+        print(f"FAILED: trainable tensors {sorted(adapters)} are not exactly the adapters {sorted(expected)}")
+        return 1
+    batches = pt.load(os.path.join(work, "batches.h5"))
+    tokens = torch.tensor(batches["tokens"]).long()
+    targets = tokens[..., 1:].clone()
+    ours = {"loss": [s["loss"] for s in trace["steps"]],
+            "grad_norm": [s["grad_norm"] for s in trace["steps"]] if trace["grad_clip"] > 0 else [],
+            "grads0": {k: v.astype(np.float64) for k, v in pt.load(os.path.join(work, "grads0.h5")).items()},
+            "final": {k: v.astype(np.float64) for k, v in pt.load(os.path.join(work, "adapters_final.h5")).items()}}
+    ref = torch_run(trace, base0, adapters, tokens, targets, steps, torch.float64)
+    t32 = torch_run(trace, base0, adapters, tokens, targets, steps, torch.float32)
+
+    failures = []
+    for step, (a, b) in enumerate(zip(ours["loss"], ref["loss"])):
+        if abs(a - b) > LOSS_REL * abs(b):
+            failures.append(f"step {step} loss {a:.9g}, float64 {b:.9g}: rel {abs(a - b) / abs(b):.2e} > {LOSS_REL}")
+    for k, r in ref["grads0"].items():
+        top = np.abs(r).max()
+        if top == 0 or np.abs(ours["grads0"][k] - r).max() > GRAD_REL * top:
+            failures.append(f"{k} step-0 gradient: max|diff| {np.abs(ours['grads0'][k] - r).max():.3e}, "
+                            f"max|ref| {top:.3e}")
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures[:20]))
+        return 1
+    return pt.compare(pt.errors(ours, ref), pt.errors(t32, ref), steps,
+                      f"{trace['arch']} LoRA, {len(trace['adapters'])} targets, {trace['world']} rank(s)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
