@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "commands.h"
+#include "shardtrain/ckpt/checkpoint_check.h"
+#include "shardtrain/ckpt/lora_export.h"
 #include "shardtrain/ckpt/tools.h"
 #include "shardtrain/core/error.h"
 
@@ -30,7 +32,13 @@ constexpr const char* kCkptUsage =
     "                                   shards with model.safetensors.index.json) that LlamaForCausalLM or\n"
     "                                   Qwen2ForCausalLM loads; DIR must be new or empty. --dtype: f32 (default)\n"
     "                                   or bf16. --max-shard-size: bytes per file before splitting, with an\n"
-    "                                   optional KB, MB or GB (powers of 1000, as Hugging Face's; default 5GB)\n";
+    "                                   optional KB, MB or GB (powers of 1000, as Hugging Face's; default 5GB).\n"
+    "                                   A LoRA checkpoint exports its base (init.from, checked against the digests\n"
+    "                                   it recorded) with the adapters merged in\n"
+    "  export STEP_DIR --merged DIR     the same for a LoRA checkpoint only\n"
+    "  export STEP_DIR --adapter DIR    a LoRA checkpoint's adapters in PEFT's layout (adapter_config.json,\n"
+    "                                   adapter_model.safetensors), which peft.PeftModel.from_pretrained loads\n"
+    "                                   onto the base model; DIR must be new or empty\n";
 
 // "5GB", "200MB", "1000": bytes, in powers of 1000 as Hugging Face's max_shard_size.
 int64_t parse_size(const std::string& text) {
@@ -43,7 +51,8 @@ int64_t parse_size(const std::string& text) {
   if (unit == "MB") scale = 1000 * 1000;
   if (unit == "GB") scale = 1000 * 1000 * 1000;
   if (digits == 0 || digits > 12 || scale == 0)
-    ST_BAD_INPUT("ckpt export: --max-shard-size '", text, "': expected a byte count with an optional KB, MB or GB, "
+    ST_BAD_INPUT("ckpt export: --max-shard-size '", text,
+                 "': expected a byte count with an optional KB, MB or GB, "
                  "e.g. 5GB");
   const int64_t n = std::stoll(text.substr(0, digits)) * scale;
   if (n <= 0) ST_BAD_INPUT("ckpt export: --max-shard-size must be > 0 (got ", text, ")");
@@ -59,7 +68,8 @@ st::SafetensorsDtype parse_dtype(const std::string& text) {
 // The one positional STEP_DIR, refusing anything else unknown.
 std::string step_dir_arg(const std::string& tool, const std::vector<std::string>& positional) {
   if (positional.size() != 1)
-    ST_BAD_INPUT("ckpt ", tool, ": expected one STEP_DIR, got ", positional.size(), " arguments (see shardtrain ckpt --help)");
+    ST_BAD_INPUT("ckpt ", tool, ": expected one STEP_DIR, got ", positional.size(),
+                 " arguments (see shardtrain ckpt --help)");
   return positional[0];
 }
 
@@ -76,7 +86,7 @@ int cmd_ckpt(const std::vector<std::string>& args) {
     return st::kExitOk;
   }
   std::vector<std::string> positional;
-  std::string out, dtype, max_shard_size;
+  std::string out, dtype, max_shard_size, adapter, merged;
   // An export option as "--name VALUE" or "--name=VALUE"; true if `a` is one (and stores its value).
   size_t i = 1;
   auto option = [&](const std::string& a, const char* name, std::string& value) {
@@ -96,8 +106,9 @@ int cmd_ckpt(const std::vector<std::string>& args) {
       std::fputs(kCkptUsage, stdout);
       return st::kExitOk;
     }
-    if (tool == "export" && (option(a, "--out", out) || option(a, "--dtype", dtype) ||
-                             option(a, "--max-shard-size", max_shard_size))) {
+    if (tool == "export" &&
+        (option(a, "--out", out) || option(a, "--dtype", dtype) || option(a, "--max-shard-size", max_shard_size) ||
+         option(a, "--adapter", adapter) || option(a, "--merged", merged))) {
       continue;
     } else if (a.rfind("--", 0) == 0) {
       ST_BAD_INPUT("ckpt ", tool, ": unknown option ", a, " (see shardtrain ckpt --help)");
@@ -130,6 +141,22 @@ int cmd_ckpt(const std::vector<std::string>& args) {
   }
   if (tool == "export") {
     const std::string dir = step_dir_arg(tool, positional);
+    if ((!adapter.empty()) + (!merged.empty()) + (!out.empty()) > 1)
+      ST_BAD_INPUT("ckpt export: one of --out, --merged and --adapter at a time");
+    if (!adapter.empty()) {
+      if (!dtype.empty() || !max_shard_size.empty())
+        ST_BAD_INPUT("ckpt export: --dtype and --max-shard-size apply to a model directory; --adapter writes F32");
+      const st::AdapterExportReport r = st::export_peft_adapter(dir, adapter);
+      std::printf("exported %s: %d adapter tensors, %lld bytes, to %s\n", dir.c_str(), r.tensors,
+                  static_cast<long long>(r.bytes), r.dir.c_str());
+      return st::kExitOk;
+    }
+    if (!merged.empty()) {
+      if (!st::open_checkpoint(dir).model.lora.enabled())
+        ST_BAD_INPUT("ckpt export ", dir, " --merged: this checkpoint trained the whole model (no LoRA adapters to ",
+                     "merge): export it with --out");
+      out = merged;
+    }
     if (out.empty())
       ST_BAD_INPUT("ckpt export: --out is required (gpt2: a file ending in .safetensors or .h5; llama: a directory)");
     if (!st::export_format_for(out)) {

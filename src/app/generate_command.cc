@@ -25,6 +25,7 @@
 #include "shardtrain/data/text_codec.h"
 #include "shardtrain/model/decoder.h"
 #include "shardtrain/model/generation.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/text/tokenizer_codec.h"
 #include "shardtrain/train/step_engine.h"
 
@@ -32,7 +33,8 @@ namespace {
 
 constexpr const char* kGenerateUsage =
     "usage: shardtrain generate --ckpt DIR (--prompt TEXT | --prompt-ids 1,2,3) [--tokenizer FILE] [--max-tokens N]\n"
-    "                           [--temperature T] [--top-k K] [--seed S] [--train.device=cpu|cuda] [--section.key=value ...]\n"
+    "                           [--temperature T] [--top-k K] [--seed S] [--train.device=cpu|cuda] "
+    "[--section.key=value ...]\n"
     "  continues the prompt with checkpoint DIR's model, decoding with a key/value cache:\n"
     "  --prompt TEXT       text, read through the tokenizer as a new document (its family's separator first), or one\n"
     "                      token a byte for byte-level models (model.vocab_size 256); prints text\n"
@@ -185,9 +187,12 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
     load.train.global_batch = comm.world_size();
     st::StepEngine engine(load, comm);
     step = st::load_checkpoint(g.dir, load, engine.sharded(), comm, st::CheckpointLoad::kRead).step;
-    weights = engine.gather_params();
+    // A LoRA checkpoint decodes as its base (which the load read) with the adapters merged in.
+    weights = st::merge_lora(cfg.model, engine.units(), engine.gather_params());
   }
-  const std::unique_ptr<st::Decoder> decoder = st::make_decoder(cfg, std::move(weights), comm.device_rank());
+  st::Config decode = cfg;
+  decode.model = st::base_model(cfg.model);
+  const std::unique_ptr<st::Decoder> decoder = st::make_decoder(decode, std::move(weights), comm.device_rank());
   // Each token is printed as it comes; a stop signal from here on ends the generation where it is (the text so far
   // kept), and a closed stdout ends it quietly, as it ends any Unix filter.
   TokenOutput output(codec ? codec->stream() : nullptr, comm);

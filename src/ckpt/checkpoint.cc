@@ -8,6 +8,8 @@
 
 #include "shardtrain/ckpt/checkpoint_check.h"
 #include "shardtrain/ckpt/checkpoint_saver.h"
+#include "shardtrain/ckpt/init_from.h"
+#include "shardtrain/ckpt/lora_base.h"
 #include "shardtrain/ckpt/manifest.h"
 #include "shardtrain/ckpt/shard_file.h"
 #include "shardtrain/comm/on_all_ranks.h"
@@ -77,14 +79,42 @@ std::optional<std::string> resolve_resume(const CkptConfig& cfg) {
   }
   std::error_code ec;
   if (!fs::is_directory(cfg.resume, ec))
-    ST_BAD_INPUT("ckpt.resume: checkpoint directory '", cfg.resume, "' does not exist (use auto or none to start fresh)");
+    ST_BAD_INPUT("ckpt.resume: checkpoint directory '", cfg.resume,
+                 "' does not exist (use auto or none to start fresh)");
   if (!fs::exists(fs::path(cfg.resume) / "manifest.json"))
     ST_BAD_INPUT("ckpt.resume: '", cfg.resume, "' has no manifest.json: it is not a committed checkpoint");
   return cfg.resume;
 }
 
-CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, ModelBackend& model,
-                                Communicator& comm, CheckpointLoad purpose) {
+namespace {
+
+// The frozen base a LoRA checkpoint's adapters apply to: the files of init.from (this run's, which may have moved)
+// with the digests the manifest recorded, read into the model; or the random base of the seed the model was
+// initialised from, which must be the checkpoint's.
+void load_lora_base(const Manifest& m, const Config& cfg, ModelBackend& model, Communicator& comm,
+                    const std::string& manifest_path) {
+  on_all_ranks(
+      comm,
+      [&] {
+        if (comm.rank() != 0) return;
+        check_lora_base(m.base, describe_lora_base(cfg.init.from), manifest_path);
+        if (cfg.init.from.empty() && m.seed != cfg.train.seed)
+          ST_BAD_INPUT(manifest_path, ": the adapters were trained on the random base of train.seed ", m.seed,
+                       ", and this run's is train.seed ", cfg.train.seed);
+      },
+      "refused the LoRA base");
+  if (!cfg.init.from.empty()) init_from_weights(cfg.init.from, cfg.model, model);
+  if (comm.rank() == 0)
+    ST_LOG_INFO(
+        "checkpoint: LoRA base ",
+        cfg.init.from.empty() ? str_cat("drawn from train.seed ", cfg.train.seed) : "read from " + cfg.init.from, " (",
+        m.base.files.size(), " file(s), each as the checkpoint recorded it)");
+}
+
+}  // namespace
+
+CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, ModelBackend& model, Communicator& comm,
+                                CheckpointLoad purpose) {
   const int rank = comm.rank(), world = comm.world_size();
   const std::string manifest_path = (fs::path(step_dir) / "manifest.json").string();
   const std::vector<UnitLayout>& units = model.units();
@@ -151,10 +181,12 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
   s.step = m.step;
   s.optimizer_updates = m.optimizer_updates;
   s.skipped_steps = m.skipped_steps;
+  s.base = m.base;
   s.loss_scale = m.loss_scale;
   s.loss_scale_good_steps = m.loss_scale_good_steps;
   if (m.world_size == world) s.rng_counters = m.rng_counters;
   s.data = DataOrder{m.global_batch, m.seed, m.shuffle, m.train_windows};
+  if (m.model.lora.enabled()) load_lora_base(m, cfg, model, comm, manifest_path);
   comm.barrier();
   if (rank == 0 && purpose == CheckpointLoad::kResume)
     ST_LOG_INFO("checkpoint: resumed from ", step_dir, " (step ", m.step, ", written by ", m.world_size,

@@ -32,12 +32,16 @@ void check_units_match_model(const Manifest& m, const std::vector<UnitLayout>& u
     if (mu.name != u.name || mu.numel != u.numel)
       ST_BAD_INPUT(path, ": ", where, " is ", mu.name, " of ", mu.numel, " elements, the model config gives ", u.name,
                    " of ", u.numel);
-    if (mu.tensors.size() != u.tensors.size())
+    // The files hold the trainable tensors: all of them, or a LoRA model's adapters.
+    std::vector<const TensorSpec*> stored;
+    for (const TensorSpec& t : u.tensors)
+      if (!t.frozen) stored.push_back(&t);
+    if (mu.tensors.size() != stored.size())
       ST_BAD_INPUT(path, ": ", where, ".tensors has ", mu.tensors.size(), " entries, the model config gives ",
-                   u.tensors.size());
-    for (size_t k = 0; k < u.tensors.size(); ++k) {
+                   stored.size());
+    for (size_t k = 0; k < stored.size(); ++k) {
       const ManifestTensor& mt = mu.tensors[k];
-      const TensorSpec& t = u.tensors[k];
+      const TensorSpec& t = *stored[k];
       if (mt.name != t.name || mt.shape != t.shape || mt.offset != t.offset)
         ST_BAD_INPUT(path, ": ", where, ".tensors[", k, "] is ", mt.name, " ", shape_text(mt.shape), " at ", mt.offset,
                      ", the model config gives ", t.name, " ", shape_text(t.shape), " at ", t.offset);
@@ -114,11 +118,13 @@ Manifest open_checkpoint(const std::string& step_dir) {
     ST_BAD_INPUT(step_dir, " is not a committed checkpoint: no such file or directory");
   if (ec) ST_BAD_INPUT(step_dir, " is not a committed checkpoint: cannot look at it: ", ec.message());
   if (st.type() == fs::file_type::regular)
-    ST_BAD_INPUT(step_dir, " is a file, not a checkpoint directory (a committed checkpoint is a step_NNNNNNNN "
-                           "directory holding manifest.json and the rank files)");
+    ST_BAD_INPUT(step_dir,
+                 " is a file, not a checkpoint directory (a committed checkpoint is a step_NNNNNNNN "
+                 "directory holding manifest.json and the rank files)");
   if (st.type() != fs::file_type::directory)
-    ST_BAD_INPUT(step_dir, " is not a directory, so not a checkpoint (a committed checkpoint is a step_NNNNNNNN "
-                           "directory holding manifest.json and the rank files)");
+    ST_BAD_INPUT(step_dir,
+                 " is not a directory, so not a checkpoint (a committed checkpoint is a step_NNNNNNNN "
+                 "directory holding manifest.json and the rank files)");
   const std::string manifest = (fs::path(step_dir) / "manifest.json").string();
   if (!fs::is_regular_file(manifest, ec))
     ST_BAD_INPUT(step_dir, " is not a committed checkpoint: it has no manifest.json");

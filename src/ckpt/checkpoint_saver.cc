@@ -193,10 +193,10 @@ struct CheckpointSaver::Impl {
   double wait_ms = 0;  // the last save()'s wait for the save before it
   bool warned_wait = false;
   Job job;
-  FileRecord mine;                   // set by the write job before it ends
-  FileTake replica;                  // ckpt.replicas = 1: the source rank's file, received by the write job
-  std::vector<FileRecord> records;   // every file's, once all are written
-  std::vector<int> file_of_rank;     // which file each rank wrote (-1: none), once all are written
+  FileRecord mine;                  // set by the write job before it ends
+  FileTake replica;                 // ckpt.replicas = 1: the source rank's file, received by the write job
+  std::vector<FileRecord> records;  // every file's, once all are written
+  std::vector<int> file_of_rank;    // which file each rank wrote (-1: none), once all are written
 
   Impl(const Config& c, ModelBackend& m, Communicator& co, std::string p)
       : cfg(c), model(m), comm(co), protect(std::move(p)) {
@@ -313,7 +313,8 @@ struct CheckpointSaver::Impl {
       ManifestUnit mu;
       mu.name = u.name;
       mu.numel = u.numel;
-      for (const TensorSpec& t : u.tensors) mu.tensors.push_back(ManifestTensor{t.name, t.shape, t.offset});
+      for (const TensorSpec& t : u.tensors)
+        if (!t.frozen) mu.tensors.push_back(ManifestTensor{t.name, t.shape, t.offset});
       m.units.push_back(std::move(mu));
     }
     for (int r = 0; r < files; ++r) {
@@ -338,6 +339,7 @@ struct CheckpointSaver::Impl {
     m.loss_scale_good_steps = state.loss_scale_good_steps;
     m.skipped_steps = state.skipped_steps;
     m.gemm_algorithms = gemm;
+    m.base = state.base;
     if (replicas) {
       ManifestNodeLocal nl;
       nl.node = comm.node_id();

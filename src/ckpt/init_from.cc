@@ -159,9 +159,9 @@ Finding first_over_ranks(const Finding& mine, Communicator& comm) {
 
 [[noreturn]] void refuse_non_finite(const std::string& path, const std::string& tensor, const std::string& file,
                                     const std::vector<int64_t>& shape, const Finding& f, int world) {
-  ST_BAD_INPUT("init.from ", shown(path), ": tensor ", tensor, " in ", shown(file), " holds a non-finite value: element ",
-               f.index, " (index ", index_text(f.index, shape), ") is ", float_text(f.bits),
-               world > 1 ? str_cat(" (found by rank ", f.rank, ")") : std::string(),
+  ST_BAD_INPUT("init.from ", shown(path), ": tensor ", tensor, " in ", shown(file),
+               " holds a non-finite value: element ", f.index, " (index ", index_text(f.index, shape), ") is ",
+               float_text(f.bits), world > 1 ? str_cat(" (found by rank ", f.rank, ")") : std::string(),
                "; weights with NaN or inf give a non-finite loss at every step, so they are refused before step 1");
 }
 
@@ -190,10 +190,10 @@ Finding first_over_ranks(const Finding& mine, Communicator& comm) {
     std::smatch m;
     if (std::regex_search(name, m, layer_re)) top = std::max<int64_t>(top, std::stoll(m[1].str()));
   }
-  const std::string layers =
-      top >= cfg.n_layer ? str_cat(". The file(s) hold layers up to ", top, " (", top + 1, " layers), the model has ",
-                                   cfg.n_layer, " (", n_layer_source, ")")
-                         : std::string();
+  const std::string layers = top >= cfg.n_layer
+                                 ? str_cat(". The file(s) hold layers up to ", top, " (", top + 1,
+                                           " layers), the model has ", cfg.n_layer, " (", n_layer_source, ")")
+                                 : std::string();
   ST_BAD_INPUT("init.from ", shown(path), ": ", unused.size(), " tensor(s) would be left unused (this model is ",
                to_string(cfg.arch), " with ", cfg.n_layer, " layers): ", names, layers,
                ". Only rotary caches (*.rotary_emb.inv_freq), GPT-2's attention masks (h.N.attn.bias, "
@@ -247,8 +247,8 @@ bool check_llama_dir(const std::string& dir, const HfDirWeights& w, const ModelC
     unused.push_back(name);
   }
   if (!unused.empty())
-    refuse_unused(dir, unused, cfg, [&](const std::string& n) { return w.path_of(n); },
-                  "num_hidden_layers in " + config_json);
+    refuse_unused(
+        dir, unused, cfg, [&](const std::string& n) { return w.path_of(n); }, "num_hidden_layers in " + config_json);
   return head_copy;
 }
 
@@ -267,10 +267,10 @@ void init_from_hf_dir(const std::string& dir, const ModelConfig& cfg, ModelBacke
   UnitInHand hand(model);
   for (size_t k = 0; k < map.size(); ++k) {
     const HfRange& r = map[k];
-    const ShardSpan part = intersect(model.shard(r.unit).span, ShardSpan{r.offset, r.numel});
+    const UnitLayout& unit = model.units()[static_cast<size_t>(r.unit)];
+    const ShardSpan part = owned_range(model.shard(r.unit), unit, r.offset, r.numel).part;
     if (part.count == 0) continue;
-    UnitShard& sh = hand.take(r.unit);
-    float* out = sh.param.data() + (part.offset - sh.span.offset);
+    float* out = owned_range(hand.take(r.unit), unit, r.offset, r.numel).data;
     weights.read_range(r.hf_name, part.offset - r.offset, part.count, out);
     // On the host, before the unit is pushed: the same check for every backend.
     const int64_t bad = first_non_finite(out, part.count);
@@ -376,8 +376,8 @@ void init_from_gpt2_file(const std::string& path, const ModelConfig& cfg, ModelB
     in_file.push_back(file.resolve(m.hf_name));
     used.insert(in_file.back());
   }
-  const auto wte_at = std::find_if(map.begin(), map.end(),
-                                   [](const HfTensorMap& m) { return m.hf_name == "transformer.wte.weight"; });
+  const auto wte_at =
+      std::find_if(map.begin(), map.end(), [](const HfTensorMap& m) { return m.hf_name == "transformer.wte.weight"; });
   ST_CHECK(wte_at != map.end(), "the GPT-2 map has no transformer.wte.weight");
   const size_t wte_k = static_cast<size_t>(wte_at - map.begin());
   const std::vector<int64_t> wte_shape = wte_at->hf_shape;  // [vocab_size, C]
@@ -396,7 +396,8 @@ void init_from_gpt2_file(const std::string& path, const ModelConfig& cfg, ModelB
     unused.push_back(name);
   }
   if (!unused.empty())
-    refuse_unused(path, unused, cfg, [&](const std::string&) { return path; }, "model.n_layer");
+    refuse_unused(
+        path, unused, cfg, [&](const std::string&) { return path; }, "model.n_layer");
 
   // Unit by unit in the map's order: only the tensors read below change; the rest (wte padding rows) keeps its init.
   Finding mine;
@@ -424,11 +425,11 @@ void init_from_gpt2_file(const std::string& path, const ModelConfig& cfg, ModelB
     }
     // The HF tensor covers [t.offset, t.offset + hf_numel) of the unit (wte: the real vocabulary rows,
     // which come first; the padding rows after them keep their zero init). Keep what this rank owns.
-    const ShardSpan part = intersect(model.shard(m.unit).span, ShardSpan{t.offset, hf_numel});
+    const UnitLayout& unit = model.units()[static_cast<size_t>(m.unit)];
+    const ShardSpan part = owned_range(model.shard(m.unit), unit, t.offset, hf_numel).part;
     if (part.count == 0) continue;
-    UnitShard& sh = hand.take(m.unit);
     std::copy(src + (part.offset - t.offset), src + (part.offset - t.offset) + part.count,
-              sh.param.begin() + (part.offset - sh.span.offset));
+              owned_range(hand.take(m.unit), unit, t.offset, hf_numel).data);
   }
   hand.put_back();
   if (head_copy && !mine.found()) {

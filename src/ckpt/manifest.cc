@@ -136,7 +136,9 @@ ModelConfig parse_model(const FieldReader& r, const json& j) {
     } else if (scaling != to_string(RopeScaling::kNone)) {
       ST_BAD_INPUT(r.path(), ": model.rope_scaling is \"", scaling, "\", expected none or llama3");
     }
-    auto f32 = [&](const char* key) { return static_cast<float>(r.number(r.field(j, "model", key), join("model", key))); };
+    auto f32 = [&](const char* key) {
+      return static_cast<float>(r.number(r.field(j, "model", key), join("model", key)));
+    };
     m.rope_scaling_factor = f32("rope_scaling_factor");
     m.rope_scaling_low_freq_factor = f32("rope_scaling_low_freq_factor");
     m.rope_scaling_high_freq_factor = f32("rope_scaling_high_freq_factor");
@@ -146,6 +148,27 @@ ModelConfig parse_model(const FieldReader& r, const json& j) {
     m.qkv_bias = r.boolean(r.field(j, "model", "qkv_bias"), "model.qkv_bias");
   }
   return m;
+}
+
+void parse_lora(const FieldReader& r, const json& j, Manifest* m) {
+  LoraConfig& l = m->model.lora;
+  l.rank = r.i64(j, "lora", "rank");
+  l.alpha = static_cast<float>(r.number(r.field(j, "lora", "alpha"), "lora.alpha"));
+  l.targets = r.string(j, "lora", "targets");
+  l.rslora = r.boolean(r.field(j, "lora", "rslora"), "lora.rslora");
+  const std::string dtype = r.string(j, "lora", "base_dtype");
+  const std::optional<LoraBase> base_dtype = enum_from_name<LoraBase>(dtype);
+  if (!base_dtype)
+    ST_BAD_INPUT(r.path(), ": lora.base_dtype is \"", dtype, "\", expected one of: ", enum_name_list<LoraBase>());
+  l.base_dtype = *base_dtype;
+  const json& b = r.object(j, "lora", "base");
+  m->base.init_from = r.string(b, "lora.base", "init_from");
+  const json& files = r.array(b, "lora.base", "files");
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string fn = index("lora.base.files", i);
+    r.object(files[i], fn);
+    m->base.files.push_back(ManifestBaseFile{r.string(files[i], fn, "name"), r.string(files[i], fn, "sha256")});
+  }
 }
 
 ManifestUnit parse_unit(const FieldReader& r, const json& j, const std::string& name) {
@@ -342,6 +365,17 @@ void validate_manifest(const Manifest& m, const std::string& path) {
   }
   validate_coverage(m, path);
   if (m.node_local) validate_node_local(*m.node_local, m.world_size, path);
+  if (m.model.lora.enabled()) {
+    require_at_least(path, "lora.rank", m.model.lora.rank, 1);
+    if (!(m.model.lora.alpha > 0) || !std::isfinite(m.model.lora.alpha))
+      ST_BAD_INPUT(path, ": lora.alpha is ", m.model.lora.alpha, ", expected a finite number > 0");
+    for (size_t i = 0; i < m.base.files.size(); ++i)
+      if (!is_lower_hex_sha256(m.base.files[i].sha256))
+        ST_BAD_INPUT(path, ": lora.base.files[", i, "].sha256 is \"", m.base.files[i].sha256,
+                     "\", expected 64 lowercase hex digits");
+  } else if (!m.base.files.empty() || !m.base.init_from.empty()) {
+    ST_BAD_INPUT(path, ": a LoRA base without lora.rank > 0");
+  }
 }
 
 const char* digest_field(const Manifest& m) { return m.digest_piece_bytes > 0 ? "piece_sha256" : "sha256"; }
@@ -365,12 +399,8 @@ std::string manifest_to_json(const Manifest& m) {
   j["format_version"] = m.format_version;
   j["step"] = m.step;
   j["world_size"] = m.world_size;
-  j["model"] = {{"arch", to_string(m.model.arch)},
-                {"n_layer", m.model.n_layer},
-                {"n_head", m.model.n_head},
-                {"n_embd", m.model.n_embd},
-                {"vocab_size", m.model.vocab_size},
-                {"seq_len", m.model.seq_len}};
+  j["model"] = {{"arch", to_string(m.model.arch)}, {"n_layer", m.model.n_layer},       {"n_head", m.model.n_head},
+                {"n_embd", m.model.n_embd},        {"vocab_size", m.model.vocab_size}, {"seq_len", m.model.seq_len}};
   if (m.model.is_llama()) {
     ordered_json& mj = j["model"];
     mj["n_kv_head"] = m.model.kv_heads();
@@ -384,6 +414,17 @@ std::string manifest_to_json(const Manifest& m) {
     mj["rms_norm_eps"] = m.model.rms_norm_eps;
     mj["tie_embeddings"] = m.model.tie_embeddings;
     mj["qkv_bias"] = m.model.qkv_bias;
+  }
+  if (m.model.lora.enabled()) {
+    const LoraConfig& l = m.model.lora;
+    ordered_json files = ordered_json::array();
+    for (const ManifestBaseFile& f : m.base.files) files.push_back({{"name", f.name}, {"sha256", f.sha256}});
+    j["lora"] = {{"rank", l.rank},
+                 {"alpha", l.alpha},
+                 {"targets", l.targets},
+                 {"rslora", l.rslora},
+                 {"base_dtype", to_string(l.base_dtype)},
+                 {"base", {{"init_from", m.base.init_from}, {"files", std::move(files)}}}};
   }
   j["optimizer_updates"] = m.optimizer_updates;
   j["lr_step"] = m.lr_step;
@@ -447,6 +488,8 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
   m.step = r.i64(j, "", "step");
   m.world_size = r.i32(j, "", "world_size");
   m.model = parse_model(r, r.object(j, "", "model"));
+  // Added with LoRA; absent: full fine-tuning.
+  if (j.contains("lora")) parse_lora(r, r.object(j, "", "lora"), &m);
   m.optimizer_updates = r.i64(j, "", "optimizer_updates");
   m.lr_step = r.i64(j, "", "lr_step");
   m.data_cursor = r.i64(j, "", "data_cursor");
@@ -512,8 +555,9 @@ Manifest read_manifest(const std::string& path) { return manifest_from_json(read
 
 void check_model_matches(const Manifest& m, const ModelConfig& model, const std::string& path) {
   if (m.model.arch != model.arch)
-    ST_BAD_INPUT(path, ": the checkpoint holds a ", to_string(m.model.arch), " model (model.arch=",
-                 to_string(m.model.arch), "), the config asks for model.arch=", to_string(model.arch));
+    ST_BAD_INPUT(path, ": the checkpoint holds a ", to_string(m.model.arch),
+                 " model (model.arch=", to_string(m.model.arch),
+                 "), the config asks for model.arch=", to_string(model.arch));
   std::string mismatches;
   auto compare = [&](const char* field, auto in_checkpoint, auto in_config) {
     if (in_checkpoint == in_config) return;
@@ -547,8 +591,7 @@ void check_model_matches(const Manifest& m, const ModelConfig& model, const std:
     compare("rope_scaling", m.model.rope_scaling, model.rope_scaling);
     if (model.rope_scaling == RopeScaling::kLlama3 && m.model.rope_scaling == RopeScaling::kLlama3) {
       compare("rope_scaling_factor", m.model.rope_scaling_factor, model.rope_scaling_factor);
-      compare("rope_scaling_low_freq_factor", m.model.rope_scaling_low_freq_factor,
-              model.rope_scaling_low_freq_factor);
+      compare("rope_scaling_low_freq_factor", m.model.rope_scaling_low_freq_factor, model.rope_scaling_low_freq_factor);
       compare("rope_scaling_high_freq_factor", m.model.rope_scaling_high_freq_factor,
               model.rope_scaling_high_freq_factor);
       compare("rope_scaling_original_max_position", m.model.rope_scaling_original_max_position,
@@ -557,6 +600,26 @@ void check_model_matches(const Manifest& m, const ModelConfig& model, const std:
     compare("rms_norm_eps", m.model.rms_norm_eps, model.rms_norm_eps);
     compare("tie_embeddings", m.model.tie_embeddings, model.tie_embeddings);
     compare("qkv_bias", m.model.qkv_bias, model.qkv_bias);
+  }
+  // The adapters: their shapes and their scale (targets compare as written; both were validated by the same rule).
+  const LoraConfig &a = m.model.lora, &b = model.lora;
+  auto lora_field = [&](const char* field, const std::string& in_checkpoint, const std::string& in_config) {
+    if (in_checkpoint == in_config) return;
+    if (!mismatches.empty()) mismatches += "; ";
+    mismatches += str_cat("lora.", field, " is ", in_checkpoint, " in the checkpoint, ", in_config, " in the config");
+  };
+  lora_field("rank", std::to_string(a.rank), std::to_string(b.rank));
+  if (a.enabled() && b.enabled()) {
+    auto text = [](float v) {
+      std::ostringstream os;
+      os.imbue(std::locale::classic());
+      os << std::setprecision(9) << v;
+      return os.str();
+    };
+    lora_field("alpha", text(a.alpha), text(b.alpha));
+    lora_field("targets", a.targets, b.targets);
+    lora_field("rslora", a.rslora ? "true" : "false", b.rslora ? "true" : "false");
+    lora_field("base_dtype", to_string(a.base_dtype), to_string(b.base_dtype));
   }
   if (!mismatches.empty()) ST_BAD_INPUT(path, ": ", mismatches);
 }

@@ -8,12 +8,12 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <system_error>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "export_parts.h"
 #include "shardtrain/ckpt/checkpoint_check.h"
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/h5.h"
@@ -25,6 +25,7 @@
 #include "shardtrain/core/hf_config.h"
 #include "shardtrain/core/new_file.h"
 #include "shardtrain/model/llama/llama_hf.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/model/units.h"
 
 namespace fs = std::filesystem;
@@ -42,38 +43,75 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 // user's file for its own.
 std::string temporary_beside(const std::string& path) { return path + ".tmp-" + std::to_string(::getpid()); }
 
-// The checkpoint's parameters by range. Rank files are opened lazily, each checked (open_rank_file) before its
-// first read, and kept open for later ranges.
-class ParamGather {
- public:
-  ParamGather(const std::string& step_dir, const Manifest& m) : step_dir_(step_dir), m_(m) {}
-
-  // Elements `want` of unit u's parameters, from every rank file whose span meets them.
-  void read(const UnitLayout& u, ShardSpan want, float* out) {
-    int64_t filled = 0;
-    for (int r = 0; r < m_.world_size; ++r) {
-      const ShardSpan part = intersect(want, m_.files[static_cast<size_t>(r)].spans[static_cast<size_t>(u.index)]);
-      if (part.count == 0) continue;
-      reader(r).read(u.name, ShardState::kParam, part, out + (part.offset - want.offset));
-      filled += part.count;
-    }
-    // read_manifest checked that the spans cover each unit exactly once.
-    ST_ENFORCE_EQ(filled, want.count);
-  }
-
- private:
-  const ShardFileReader& reader(int r) {
-    auto it = readers_.find(r);
-    if (it != readers_.end()) return *it->second;
-    return *readers_.emplace(r, std::make_unique<ShardFileReader>(open_rank_file(step_dir_, m_, r))).first->second;
-  }
-
-  const std::string& step_dir_;
-  const Manifest& m_;
-  std::map<int, std::unique_ptr<ShardFileReader>> readers_;
-};
-
 }  // namespace
+
+namespace ckpt_internal {
+
+void ParamGather::read(const UnitLayout& u, ShardSpan want, float* out) {
+  int64_t filled = 0;
+  for (int r = 0; r < m_.world_size; ++r) {
+    const ShardSpan part = intersect(want, m_.files[static_cast<size_t>(r)].spans[static_cast<size_t>(u.index)]);
+    if (part.count == 0) continue;
+    reader(r).read(u.name, ShardState::kParam, part, out + (part.offset - want.offset));
+    filled += part.count;
+  }
+  // read_manifest checked that the spans cover each unit exactly once.
+  ST_ENFORCE_EQ(filled, want.count);
+}
+
+const ShardFileReader& ParamGather::reader(int r) {
+  auto it = readers_.find(r);
+  if (it != readers_.end()) return *it->second;
+  return *readers_.emplace(r, std::make_unique<ShardFileReader>(open_rank_file(step_dir_, m_, r))).first->second;
+}
+
+NewDirectory::NewDirectory(std::string dir, std::string what) : dir_(std::move(dir)), what_(std::move(what)) {
+  // "out/" and "out" are the same directory; its parent must exist. Every file is new: the directory is new or
+  // empty.
+  while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+  check_output_dir(dir_, what_);
+  std::error_code ec;
+  exists_ = path_exists(dir_);
+  if (exists_ && (!fs::is_directory(fs::symlink_status(dir_, ec)) || !fs::is_empty(dir_, ec)))
+    ST_BAD_INPUT(what_, " ", dir_, ": exists and is ",
+                 fs::is_directory(fs::symlink_status(dir_, ec)) ? "not empty" : "not a directory",
+                 "; shardtrain writes only new files: name a new directory (or an empty one)");
+  // A directory of this run's own: a killed export's (another pid) stays, and is never taken for this one.
+  tmp_ = temporary_beside(dir_);
+  if (!fs::create_directory(tmp_, ec)) ST_FAULT("cannot create ", tmp_, ": ", ec ? ec.message() : "it exists");
+}
+
+NewDirectory::~NewDirectory() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(tmp_, ec);
+}
+
+std::string NewDirectory::file(const std::string& name) const { return (fs::path(tmp_) / name).string(); }
+
+void NewDirectory::commit() {
+  fsync_path(tmp_);
+  if (exists_) {
+    // rename(2) replaces an empty directory, and fails on one that files were put in meanwhile.
+    if (std::rename(tmp_.c_str(), dir_.c_str()) != 0) {
+      if (errno == ENOTEMPTY || errno == EEXIST)
+        ST_BAD_INPUT(what_, " ", dir_,
+                     ": files appeared in it while the export was written; nothing was replaced: name a new "
+                     "directory");
+      ST_FAULT("cannot rename ", tmp_, " to ", dir_, ": ", errno_text());
+    }
+    const fs::path parent = fs::path(dir_).parent_path();
+    fsync_path(parent.empty() ? "." : parent.string());
+  } else {
+    commit_new_file(tmp_, dir_, what_);
+  }
+  committed_ = true;
+}
+
+}  // namespace ckpt_internal
+
+using ckpt_internal::NewDirectory;
+using ckpt_internal::ParamGather;
 
 std::string inspect_checkpoint(const std::string& step_dir) {
   const Manifest m = open_checkpoint(step_dir);
@@ -169,9 +207,14 @@ ExportReport export_checkpoint(const std::string& step_dir, const std::string& o
                  "new files: remove it, or export into another directory");
 
   const Manifest m = open_checkpoint(step_dir);
+  if (m.model.lora.enabled())
+    ST_BAD_INPUT("ckpt export ", step_dir, ": a GPT-2 LoRA checkpoint exports its adapters (--adapter DIR, PEFT's ",
+                 "layout); its merged weights file is not built yet");
   if (m.model.is_llama())
-    ST_BAD_INPUT("ckpt export ", step_dir, ": a llama checkpoint is exported as a Hugging Face model directory: --out "
-                 "names the directory (", out_path, " ends in a file suffix)");
+    ST_BAD_INPUT("ckpt export ", step_dir,
+                 ": a llama checkpoint is exported as a Hugging Face model directory: --out "
+                 "names the directory (",
+                 out_path, " ends in a file suffix)");
   const std::vector<UnitLayout> units = build_units(m.model);
   const std::vector<HfTensorMap> map = hf_gpt2_tensor_map(m.model, units);
 
@@ -231,21 +274,10 @@ HfDirExportReport export_checkpoint_hf_dir(const std::string& step_dir, const st
   const Manifest m = open_checkpoint(step_dir);
   if (!m.model.is_llama())
     ST_BAD_INPUT("ckpt export ", step_dir, ": this checkpoint is model.arch=", to_string(m.model.arch), ": --out ",
-                 out_dir, " must be a file with an allowed suffix (allowed: .safetensors, .h5); a Hugging Face model "
+                 out_dir,
+                 " must be a file with an allowed suffix (allowed: .safetensors, .h5); a Hugging Face model "
                  "directory is written for llama checkpoints");
-  // "out/" and "out" are the same directory; its parent must exist. Every file is new: the directory is new or
-  // empty.
-  std::string dir = out_dir;
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  check_output_dir(dir, "ckpt export --out");
-  std::error_code ec;
-  const bool exists = path_exists(dir);
-  if (exists && (!fs::is_directory(fs::symlink_status(dir, ec)) || !fs::is_empty(dir, ec)))
-    ST_BAD_INPUT("ckpt export --out ", dir, ": exists and is ",
-                 fs::is_directory(fs::symlink_status(dir, ec)) ? "not empty" : "not a directory",
-                 "; shardtrain writes only new files: name a new directory (or an empty one) for the Hugging Face "
-                 "model");
-
+  NewDirectory out(out_dir, "ckpt export --out");
   const std::vector<UnitLayout> units = build_units(m.model);
   const std::vector<HfRange> map = llama_hf_tensor_map(m.model, units);
 
@@ -271,27 +303,21 @@ HfDirExportReport export_checkpoint_hf_dir(const std::string& step_dir, const st
     return std::string(name);
   };
 
-  // A directory of this run's own: a killed export's (another pid) stays, and is never taken for this one.
-  const std::string tmp = temporary_beside(dir);
-  if (!fs::create_directory(tmp, ec)) ST_FAULT("cannot create ", tmp, ": ", ec ? ec.message() : "it exists");
-  RemoveOnFailure guard(tmp);
-
   HfDirExportReport report;
-  report.dir = dir;
+  report.dir = out.dir();
   report.tensors = static_cast<int>(map.size());
   report.files = static_cast<int>(files.size());
-  ParamGather gather(step_dir, m);
+  ckpt_internal::LlamaExportValues values(step_dir, m, units);
   std::vector<float> buf;
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   size_t next = 0;  // index into map
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string name = file_name(i);
-    const std::string path = (fs::path(tmp) / name).string();
-    SafetensorsWriter w(path, files[i]);
+    SafetensorsWriter w(out.file(name), files[i]);
     for (const SafetensorsTensor& t : files[i]) {
       const HfRange& r = map[next++];
       buf.resize(static_cast<size_t>(r.numel));
-      gather.read(units[static_cast<size_t>(r.unit)], ShardSpan{r.offset, r.numel}, buf.data());
+      values.read(r, buf.data());
       w.write(t.name, buf.data(), r.numel);
       weight_map[t.name] = name;
     }
@@ -302,28 +328,12 @@ HfDirExportReport export_checkpoint_hf_dir(const std::string& step_dir, const st
     nlohmann::ordered_json index;
     index["metadata"] = {{"total_size", total}};
     index["weight_map"] = weight_map;
-    write_file_atomic((fs::path(tmp) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+    write_file_atomic(out.file("model.safetensors.index.json"), index.dump(2) + "\n");
   }
-  write_file_atomic((fs::path(tmp) / "config.json").string(),
-                    hf_llama_config_json(m.model, options.dtype == SafetensorsDtype::kBF16 ? "bfloat16" : "float32"));
-  fsync_path(tmp);
-  guard.dismiss();
-  if (exists) {
-    // rename(2) replaces an empty directory, and fails on one that files were put in meanwhile.
-    RemoveOnFailure leftover(tmp);
-    if (std::rename(tmp.c_str(), dir.c_str()) != 0) {
-      if (errno == ENOTEMPTY || errno == EEXIST)
-        ST_BAD_INPUT("ckpt export --out ", dir,
-                     ": files appeared in it while the export was written; nothing was replaced: name a new "
-                     "directory");
-      ST_FAULT("cannot rename ", tmp, " to ", dir, ": ", errno_text());
-    }
-    leftover.dismiss();
-    const fs::path parent = fs::path(dir).parent_path();
-    fsync_path(parent.empty() ? "." : parent.string());
-  } else {
-    commit_new_file(tmp, dir, "ckpt export --out");
-  }
+  write_file_atomic(
+      out.file("config.json"),
+      hf_llama_config_json(base_model(m.model), options.dtype == SafetensorsDtype::kBF16 ? "bfloat16" : "float32"));
+  out.commit();
   return report;
 }
 

@@ -96,9 +96,7 @@ void check_lora_keys(const Config& c, Add&& add, FloatCheck&& float_check) {
   if (l.dropout != 0) add("lora.dropout (", format_number(l.dropout), ") must be 0: adapter dropout is not built yet");
   if (l.base_dtype != LoraBase::kBf16) add("lora.base_dtype (nf4) is not built yet; use bf16");
   if (c.train.device != Device::kCpu) add("lora.rank > 0 runs on train.device=cpu only in this build");
-  if (!c.init.from.empty()) add("lora.rank > 0 with init.from is not built yet");
-  if (!c.ckpt.dir.empty() || !c.ckpt.export_path.empty())
-    add("lora.rank > 0 with ckpt.dir or ckpt.export is not built yet (LoRA checkpoints)");
+  if (c.ckpt.replicas != 0) add("lora.rank > 0 with ckpt.replicas=1 (node-local checkpoints) is not built yet");
 }
 
 }  // namespace

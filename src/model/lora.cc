@@ -95,20 +95,22 @@ std::vector<std::vector<float>> merge_lora(const ModelConfig& cfg, const std::ve
       if (t.frozen) std::copy(f.begin() + t.offset, f.begin() + t.offset + t.numel, b.begin() + t.init_index);
     for (const LoraAdapter& a : lora_adapters(units[u], cfg)) {
       const TensorSpec& w = base_units[u].tensor(a.linear.weight);
-      const int64_t in = a.linear.in, r = a.rank;
-      const float* A = f.data() + a.a_offset;
-      const float* B = f.data() + a.b_offset;
-      for (int64_t i = 0; i < a.linear.rows; ++i) {
-        float* row = b.data() + w.offset + (a.linear.row0 + i) * in;
-        for (int64_t c = 0; c < in; ++c) {
-          double sum = 0.0;
-          for (int64_t k = 0; k < r; ++k) sum += static_cast<double>(B[i * r + k]) * A[k * in + c];
-          row[c] = static_cast<float>(row[c] + scale * sum);
-        }
-      }
+      add_lora_delta(b.data() + w.offset + a.linear.row0 * a.linear.in, f.data() + a.a_offset, f.data() + a.b_offset,
+                     a.linear.rows, a.linear.in, a.rank, scale);
     }
   }
   return out;
+}
+
+void add_lora_delta(float* w, const float* A, const float* B, int64_t rows, int64_t in, int64_t r, float scale) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = w + i * in;
+    for (int64_t c = 0; c < in; ++c) {
+      double sum = 0.0;
+      for (int64_t k = 0; k < r; ++k) sum += static_cast<double>(B[i * r + k]) * A[k * in + c];
+      row[c] = static_cast<float>(row[c] + scale * sum);
+    }
+  }
 }
 
 void add_lora(std::vector<UnitLayout>& units, const ModelConfig& cfg) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/ckpt/init_from.h"
+#include "shardtrain/ckpt/lora_base.h"
 #include "shardtrain/ckpt/node_local.h"
 #include "shardtrain/ckpt/replica_resume.h"
 #include "shardtrain/ckpt/resume_data.h"
@@ -30,6 +32,7 @@
 #include "shardtrain/data/data_split.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/text_codec.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/model/units.h"
 #include "shardtrain/text/tokenizer_codec.h"
 #include "shardtrain/train/metrics.h"
@@ -67,7 +70,8 @@ void check_same_config(const Config& cfg, Communicator& comm) {
   comm.all_reduce(&bad, 1);
   if (!differs.empty()) ST_BAD_INPUT("the ranks were given different configs; first difference: ", differs);
   if (bad > 0)
-    ST_BAD_INPUT("the ranks were given different configs (", bad, " rank(s) differ from rank 0; their errors name the key)");
+    ST_BAD_INPUT("the ranks were given different configs (", bad,
+                 " rank(s) differ from rank 0; their errors name the key)");
 }
 
 // Every rank's peak memory, in rank order, on every rank: one all-reduce of world doubles (exact for any byte
@@ -111,8 +115,9 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   // 1), or bytes for a byte-level text run.
   const bool byte_level = cfg.data.format == DataFormat::kText && cfg.model.vocab_size == 256;
   const std::unique_ptr<TextCodec> codec =
-      !cfg.data.tokenizer.empty() || byte_level ? make_text_codec(cfg.data.tokenizer, cfg.model.vocab_size, "data.tokenizer")
-                                                : nullptr;
+      !cfg.data.tokenizer.empty() || byte_level
+          ? make_text_codec(cfg.data.tokenizer, cfg.model.vocab_size, "data.tokenizer")
+          : nullptr;
   SamplerOptions so;
   so.T = static_cast<int>(T);
   so.micro_batch = B;
@@ -141,8 +146,8 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
                 ", n_embd ", cfg.model.n_embd, cfg.model.is_llama() ? str_cat(", ffn_dim ", cfg.model.ffn_dim) : "",
                 ", vocab ", cfg.model.vocab_size, " (padded ", cfg.model.padded_vocab(), "), seq_len ", T, ", ",
                 n_params, " parameters in ", engine.units().size(), " units");
-    ST_LOG_INFO("batch: global ", cfg.train.global_batch, " = micro ", B, " x world ", world, " x accum ", accum,
-                " (", cfg.train.global_batch * T, " tokens per step)", cfg.train.recompute ? ", recompute on" : "");
+    ST_LOG_INFO("batch: global ", cfg.train.global_batch, " = micro ", B, " x world ", world, " x accum ", accum, " (",
+                cfg.train.global_batch * T, " tokens per step)", cfg.train.recompute ? ", recompute on" : "");
     ST_LOG_INFO("backend: ", engine.sharded().describe());
     ST_LOG_INFO("sharding: ", comm.kind(), " communicator, ", world, " rank(s); per rank: sharded state ",
                 format_mib(mem0.sharded_state_bytes), " (16 B x ", mem0.sharded_state_bytes / 16, " elements, ",
@@ -175,6 +180,16 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     if (node_local ? comm.local_rank() == 0 : lead) clean_uncommitted(node_ckpt_dir(cfg.ckpt.dir, comm.node_id()));
     comm.barrier();
   }
+  // A LoRA run's frozen base, as its checkpoints name it (the lead hashes the files; only the lead writes manifests).
+  const bool lora = cfg.model.lora.enabled();
+  ManifestBase base;
+  if (lora && !cfg.ckpt.dir.empty())
+    on_all_ranks(
+        comm,
+        [&] {
+          if (lead) base = describe_lora_base(cfg.init.from);
+        },
+        "could not read the LoRA base");
   const std::optional<std::string> resume_from =
       node_local ? resume_node_local(cfg, engine.sharded(), comm) : resolve_resume(cfg.ckpt);
   if (const std::optional<std::string>& from = resume_from) {
@@ -188,11 +203,12 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     start_step = cs.step;
     summary.skipped = cs.skipped_steps;
     resumed_from = *from;
-    if (lead && !cfg.init.from.empty())
+    if (lead && !lora && !cfg.init.from.empty())
       ST_LOG_INFO("init.from ", cfg.init.from, " not used: the run resumes from ", *from);
   } else if (cfg.ckpt.resume == "auto" && !cfg.ckpt.dir.empty() && lead && !node_local) {
     ST_LOG_INFO("ckpt.resume=auto: no committed checkpoint in ", cfg.ckpt.dir, ": starting fresh");
   }
+  // (A LoRA checkpoint's load read the base from init.from already: the checkpoint holds the adapters only.)
   if (resumed_from.empty() && !cfg.init.from.empty()) {
     init_from_weights(cfg.init.from, cfg.model, engine.sharded());
     if (lead) ST_LOG_INFO("init.from: weights loaded from ", cfg.init.from);
@@ -209,6 +225,7 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     cs.loss_scale = engine.loss_scaler().scale();
     cs.loss_scale_good_steps = engine.loss_scaler().good_steps();
     cs.data.train_windows = train_sampler.num_windows();
+    cs.base = base;
     saver->save(cs);
   };
   auto drain = [&] {
@@ -271,9 +288,9 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
       if (lead)
         ST_LOG_WARN("step ", step + 1, ": non-finite loss (", stats.loss, ") or gradient norm (", stats.grad_norm,
                     "); update skipped on every rank",
-                    engine.loss_scaler().active() ? str_cat("; fp16 loss scale ", stats.loss_scale, " -> ",
-                                                            engine.loss_scaler().scale())
-                                                  : std::string());
+                    engine.loss_scaler().active()
+                        ? str_cat("; fp16 loss scale ", stats.loss_scale, " -> ", engine.loss_scaler().scale())
+                        : std::string());
     }
     r.skipped_total = summary.skipped;
     const bool last = step + 1 == cfg.train.steps;
@@ -331,15 +348,16 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   if (ran > 0 && skipped_here == ran) {
     const int64_t non_finite = ran - no_targets_here;
     ST_BAD_INPUT(
-        "every one of the ", ran, " step(s) this run took was skipped, so no update was applied and the weights are "
+        "every one of the ", ran,
+        " step(s) this run took was skipped, so no update was applied and the weights are "
         "those it started from: ",
-        non_finite > 0 ? str_cat(non_finite, " for a non-finite loss or gradient norm (the last: loss ", last_stats.loss,
-                                 ", grad_norm ", last_stats.grad_norm,
-                                 engine.loss_scaler().active()
-                                     ? str_cat(", fp16 loss scale now ", engine.loss_scaler().scale())
-                                     : std::string(),
-                                 ")")
-                       : std::string(),
+        non_finite > 0
+            ? str_cat(non_finite, " for a non-finite loss or gradient norm (the last: loss ", last_stats.loss,
+                      ", grad_norm ", last_stats.grad_norm,
+                      engine.loss_scaler().active() ? str_cat(", fp16 loss scale now ", engine.loss_scaler().scale())
+                                                    : std::string(),
+                      ")")
+            : std::string(),
         non_finite > 0 && no_targets_here > 0 ? ", " : "",
         no_targets_here > 0 ? str_cat(no_targets_here, " because the loss masks mark no target in the step's batch")
                             : std::string(),
@@ -349,7 +367,8 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   }
   if (summary.nothing_to_train && start_step > 0 && summary.skipped == start_step)
     ST_BAD_INPUT("nothing to train: the checkpoint ", resumed_from, " is at step ", start_step, ", but all ",
-                 start_step, " of its steps were skipped (non-finite loss or gradient, or no target), so it holds the "
+                 start_step,
+                 " of its steps were skipped (non-finite loss or gradient, or no target), so it holds the "
                  "starting weights, untrained; the run that wrote it failed. Start again without it, after fixing the "
                  "weights, the data or optim.lr");
   const std::string profile =
@@ -364,11 +383,14 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   }
 
   if (!cfg.ckpt.export_path.empty()) {
-    const std::vector<std::vector<float>> full = engine.gather_params();  // collective
+    // A LoRA model exports as its base with the adapters merged in.
+    const std::vector<std::vector<float>> full =
+        merge_lora(cfg.model, engine.units(), engine.gather_params());  // collective
     if (lead) {
       std::vector<const float*> ptrs;
       for (const auto& f : full) ptrs.push_back(f.data());
-      write_hf_weights(cfg.ckpt.export_path, cfg.model, engine.units(), ptrs);
+      const ModelConfig merged = base_model(cfg.model);
+      write_hf_weights(cfg.ckpt.export_path, merged, build_units(merged), ptrs);
       ST_LOG_INFO("ckpt.export: wrote the final weights to ", cfg.ckpt.export_path);
     }
   }

@@ -10,11 +10,11 @@
 
 #include "../common/temp_dir.h"
 #include "../common/tiny_training.h"
-#include "tiny_ckpt_test.h"
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/shard/sharded_model.h"
 #include "shardtrain/train/step_engine.h"
+#include "tiny_ckpt_test.h"
 
 namespace fs = std::filesystem;
 
@@ -81,50 +81,63 @@ State run(const Config& c, int world, bool with_resume) {
   return out;
 }
 
+// The same config with LoRA adapters: its checkpoints hold the adapters and their moments; the base is the seed's.
+Config with_lora(Config c) {
+  c.model.lora.rank = 3;
+  c.model.lora.alpha = 5;
+  c.model.lora.targets = "qkv,fc_proj";
+  return c;
+}
+
 TEST_F(CheckpointTest, ResumeIsBitExact) {
-  for (int world : {1, 2, 3}) {
-    const State straight = run(cfg_, world, false);
-    const State resumed = run(cfg_, world, true);
-    EXPECT_EQ(straight.losses, resumed.losses) << "world " << world;  // every bit
-    EXPECT_EQ(straight.param, resumed.param) << "world " << world;
-    EXPECT_EQ(straight.m, resumed.m) << "world " << world;
-    EXPECT_EQ(straight.v, resumed.v) << "world " << world;
-    fs::remove_all(cfg_.ckpt.dir);
+  for (const Config& c : {cfg_, with_lora(cfg_)}) {
+    for (int world : {1, 2, 3}) {
+      const std::string what = str_cat("world ", world, c.model.lora.enabled() ? ", LoRA" : "");
+      const State straight = run(c, world, false);
+      const State resumed = run(c, world, true);
+      EXPECT_EQ(straight.losses, resumed.losses) << what;  // every bit
+      EXPECT_EQ(straight.param, resumed.param) << what;
+      EXPECT_EQ(straight.m, resumed.m) << what;
+      EXPECT_EQ(straight.v, resumed.v) << what;
+      fs::remove_all(c.ckpt.dir);
+    }
   }
 }
 
 // Save at N ranks, load at M: the loaded state equals the saved one bit for bit.
 TEST_F(CheckpointTest, ReshardsToAnyWorldSize) {
   for (auto [from, to] : {std::pair{2, 3}, {3, 2}, {4, 1}, {1, 4}}) {
-    State saved;
-    std::string where;
-    fake::spawn(from, [&](Communicator& comm) {
-      StepEngine e(cfg_, comm);
-      Trace tr;
-      testing::train_steps(e, cfg_, comm, kSeed, 0, 3, &tr);
-      CheckpointState cs;
-      cs.step = 3;
-      cs.optimizer_updates = e.updates();
-      const std::string w = save_checkpoint(cfg_, e.sharded(), cs, comm);
-      State s = snapshot(e, tr.losses);
-      if (comm.rank() == 0) {
-        saved = std::move(s);
-        where = w;
-      }
-    });
-    State loaded;
-    fake::spawn(to, [&](Communicator& comm) {
-      StepEngine e(cfg_, comm);
-      const CheckpointState cs = load_checkpoint(where, cfg_, e.sharded(), comm);
-      EXPECT_EQ(cs.step, 3);
-      EXPECT_EQ(cs.optimizer_updates, 3);
-      State s = snapshot(e, {});
-      if (comm.rank() == 0) loaded = std::move(s);
-    });
-    EXPECT_EQ(saved.param, loaded.param) << from << " -> " << to;
-    EXPECT_EQ(saved.m, loaded.m) << from << " -> " << to;
-    EXPECT_EQ(saved.v, loaded.v) << from << " -> " << to;
-    fs::remove_all(cfg_.ckpt.dir);
+    for (const Config& cfg : {cfg_, with_lora(cfg_)}) {
+      State saved;
+      std::string where;
+      fake::spawn(from, [&](Communicator& comm) {
+        StepEngine e(cfg, comm);
+        Trace tr;
+        testing::train_steps(e, cfg, comm, kSeed, 0, 3, &tr);
+        CheckpointState cs;
+        cs.step = 3;
+        cs.optimizer_updates = e.updates();
+        const std::string w = save_checkpoint(cfg, e.sharded(), cs, comm);
+        State s = snapshot(e, tr.losses);
+        if (comm.rank() == 0) {
+          saved = std::move(s);
+          where = w;
+        }
+      });
+      State loaded;
+      fake::spawn(to, [&](Communicator& comm) {
+        StepEngine e(cfg, comm);
+        const CheckpointState cs = load_checkpoint(where, cfg, e.sharded(), comm);
+        EXPECT_EQ(cs.step, 3);
+        EXPECT_EQ(cs.optimizer_updates, 3);
+        State s = snapshot(e, {});
+        if (comm.rank() == 0) loaded = std::move(s);
+      });
+      EXPECT_EQ(saved.param, loaded.param) << from << " -> " << to << (cfg.model.lora.enabled() ? ", LoRA" : "");
+      EXPECT_EQ(saved.m, loaded.m) << from << " -> " << to << (cfg.model.lora.enabled() ? ", LoRA" : "");
+      EXPECT_EQ(saved.v, loaded.v) << from << " -> " << to << (cfg.model.lora.enabled() ? ", LoRA" : "");
+      fs::remove_all(cfg.ckpt.dir);
+    }
   }
 }
 

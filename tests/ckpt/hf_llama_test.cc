@@ -19,6 +19,7 @@
 #include "shardtrain/ckpt/tools.h"
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/hf_config.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/train/step_engine.h"
 
 namespace fs = std::filesystem;
@@ -29,20 +30,20 @@ namespace {
 using testing::bad_input_message;
 using testing::contains;
 
-using testing::kLayers;
-using testing::kHidden;
-using testing::kHeads;
+using testing::config_json;
+using testing::expected_units;
+using testing::find;
+using testing::hf_tensors;
 using testing::kFfn;
+using testing::kHeads;
+using testing::kHidden;
+using testing::kLayers;
 using testing::kVocab;
-using testing::Variant;
 using testing::Tensor;
+using testing::tensor_bytes;
+using testing::Variant;
 using testing::write_hf_dir;
 using testing::write_safetensors;
-using testing::config_json;
-using testing::hf_tensors;
-using testing::find;
-using testing::expected_units;
-using testing::tensor_bytes;
 
 class HfLlamaTest : public ::testing::Test {
  protected:
@@ -203,7 +204,8 @@ TEST_F(HfLlamaTest, EveryVariantLoadsAtOneAndThreeRanksAndExportsBitIdentically)
     o.dtype = v.dtype == "BF16" ? SafetensorsDtype::kBF16 : SafetensorsDtype::kF32;
     std::map<std::string, std::string> exported[2];
     for (int w : {1, 3}) {
-      const std::string step = load_and_save(cfg, w, want, dir_.file("ck" + std::to_string(i) + "_" + std::to_string(w)));
+      const std::string step =
+          load_and_save(cfg, w, want, dir_.file("ck" + std::to_string(i) + "_" + std::to_string(w)));
       const std::string out = dir_.file("out" + std::to_string(i) + "_" + std::to_string(w));
       export_checkpoint_hf_dir(step, out, o);
       exported[w == 3] = tensor_bytes(out);
@@ -229,6 +231,29 @@ TEST_F(HfLlamaTest, EveryVariantLoadsAtOneAndThreeRanksAndExportsBitIdentically)
   }
 }
 
+// A LoRA model takes the directory into its frozen base, at any world size: merged with its adapters (B is zero at
+// the start) it is the directory's model bit for bit.
+TEST_F(HfLlamaTest, ALoraModelLoadsTheDirectoryIntoItsFrozenBase) {
+  Variant v;
+  v.qwen2 = true;
+  v.tied = false;
+  const std::vector<Tensor> tensors = write_hf_dir(dir_.file("hf"), v);
+  const Config cfg = config_for(dir_.file("hf"), {"--lora.rank=2", "--lora.targets=q,v,down"});
+  const ModelConfig base = base_model(cfg.model);
+  const auto want = expected_units(build_units(base), tensors, base);
+  for (int world : {1, 3}) {
+    fake::spawn(world, [&](Communicator& comm) {
+      StepEngine e(cfg, comm);
+      init_from_weights(cfg.init.from, cfg.model, e.sharded());
+      const auto merged = merge_lora(cfg.model, e.units(), e.gather_params());
+      if (comm.rank() != 0) return;
+      ASSERT_EQ(merged.size(), want.size());
+      for (size_t u = 0; u < want.size(); ++u)
+        EXPECT_EQ(testing::bits(merged[u]), testing::bits(want[u])) << "unit " << u << ", world " << world;
+    });
+  }
+}
+
 // A tied model's directory may also hold lm_head.weight (a copy of embed_tokens): it is accepted and not read.
 TEST_F(HfLlamaTest, ATiedModelAcceptsAnLmHeadTensor) {
   std::vector<Tensor> tensors = write_hf_dir(dir_.file("hf"), Variant{});
@@ -248,14 +273,13 @@ TEST_F(HfLlamaTest, ExportShardsPastTheLimitWithAnIndex) {
   v.tied = false;
   const std::vector<Tensor> tensors = write_hf_dir(dir_.file("hf"), v);
   const Config cfg = config_for(dir_.file("hf"));
-  const std::string step = load_and_save(cfg, 2, expected_units(build_units(cfg.model), tensors, cfg.model),
-                                         dir_.file("ck"));
+  const std::string step =
+      load_and_save(cfg, 2, expected_units(build_units(cfg.model), tensors, cfg.model), dir_.file("ck"));
   HfDirExportOptions o;
   o.max_shard_bytes = 30000;  // embed_tokens alone is 25600 bytes
   const HfDirExportReport r = export_checkpoint_hf_dir(step, dir_.file("out"), o);
   EXPECT_GT(r.files, 2);
-  const nlohmann::json index =
-      nlohmann::json::parse(std::ifstream(dir_.file("out") + "/model.safetensors.index.json"));
+  const nlohmann::json index = nlohmann::json::parse(std::ifstream(dir_.file("out") + "/model.safetensors.index.json"));
   int64_t total = 0;
   for (const Tensor& t : tensors) total += static_cast<int64_t>(t.raw.size());
   EXPECT_EQ(index.at("metadata").at("total_size").get<int64_t>(), total);
@@ -331,10 +355,10 @@ TEST_F(HfLlamaTest, BadTensorsAreRefusedNamingFileAndTensor) {
   sharded.files = 2;
   write_hf_dir(dir_.file("hf2"), sharded);
   nlohmann::json index = nlohmann::json::parse(std::ifstream(dir_.file("hf2") + "/model.safetensors.index.json"));
-  index["weight_map"]["model.norm.weight"] = index["weight_map"]["model.embed_tokens.weight"] ==
-                                                     index["weight_map"]["model.norm.weight"]
-                                                 ? "model-00002-of-00002.safetensors"
-                                                 : index["weight_map"]["model.embed_tokens.weight"];
+  index["weight_map"]["model.norm.weight"] =
+      index["weight_map"]["model.embed_tokens.weight"] == index["weight_map"]["model.norm.weight"]
+          ? "model-00002-of-00002.safetensors"
+          : index["weight_map"]["model.embed_tokens.weight"];
   std::ofstream(dir_.file("hf2") + "/model.safetensors.index.json") << index.dump();
   msg = bad_input_message([&] { load(dir_.file("hf2")); });
   EXPECT_TRUE(contains(msg, "tensor model.norm.weight is missing") && contains(msg, "places it in this file")) << msg;

@@ -12,6 +12,7 @@
 #include "shardtrain/ckpt/safetensors.h"
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/model/units.h"
 #include "shardtrain/train/step_engine.h"
 
@@ -69,6 +70,18 @@ class InitFromTest : public ::testing::Test {
   testing::TempDir dir_;
   Config cfg_;
 };
+
+// A LoRA model takes the file into its frozen base: merged with its adapters (B is zero at the start) it is the
+// file's model bit for bit.
+TEST_F(InitFromTest, ALoraModelLoadsTheFileIntoItsFrozenBase) {
+  const auto want = write_files(/*prefix=*/true, /*extra=*/false);
+  Config c = cfg_;
+  c.model.lora.rank = 2;
+  c.model.lora.targets = "qkv,fc";
+  for (int world : {1, 3})
+    EXPECT_EQ(merge_lora(c.model, build_units(c.model), load(dir_.file("w.safetensors"), world, c)), want)
+        << "world " << world;
+}
 
 TEST_F(InitFromTest, H5AndSafetensorsLoadBitExactAtAnyWorldSize) {
   const auto want = write_files(/*prefix=*/true, /*extra=*/false);

@@ -32,6 +32,9 @@ if not torch.cuda.is_available():
     print("skipped: no CUDA device")
     sys.exit(77)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_check_util import run, write_tokens  # noqa: E402
+
 shardtrain, logits_dump, work = sys.argv[1:4]
 # Every run starts from an empty WORKDIR: a second run would otherwise resume the first's checkpoint (ckpt.resume=auto,
 # nothing left to train) and export into its non-empty directory, which `ckpt export` refuses.
@@ -52,22 +55,6 @@ CASES = {
                    num_key_value_heads=4, vocab_size=V, max_position_embeddings=64, rope_theta=1000000.0,
                    rms_norm_eps=1e-6, tie_word_embeddings=False)),
 }
-
-
-def run(cmd):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if r.returncode != 0:
-        print(" ".join(cmd) + "\n" + r.stdout)
-        sys.exit(f"exit code {r.returncode}")
-    return r.stdout
-
-
-def write_tokens(path, tokens):
-    header = np.zeros(256, dtype=np.int32)
-    header[:3] = [20240520, 1, len(tokens)]
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
 
 
 def ours_logits(config, tokens, *overrides):

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/ckpt/manifest.h"
 #include "shardtrain/ckpt/resume_data.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
@@ -41,6 +42,8 @@ struct CheckpointState {
   // The data order. On save only data.train_windows is read (the rest is the config's); on load all of it is
   // the manifest's.
   DataOrder data;
+  // A LoRA run's frozen base (manifest.h): on save, what the lead rank records; on load, what the checkpoint names.
+  ManifestBase base;
 };
 
 // "step_00000100".
@@ -73,10 +76,12 @@ void check_latest_file(const std::string& dir);
 // on any rank is thrown on every rank, with that rank's message and kind. Collective. Rank 0 logs the load as
 // `purpose` names it: "checkpoint: resumed from DIR (step N, written by W rank(s), loaded by X)" for a run that
 // continues from it, "checkpoint: loaded step N from DIR (written by W rank(s), read by X)" for a read of its weights
-// (eval, generate).
+// (eval, generate). A LoRA checkpoint (adapters only) also loads its frozen base: cfg.init.from, whose files must have
+// the digests the manifest recorded (ckpt/lora_base.h), read as init_from_weights reads it; or, without init.from,
+// the seed's random base, whose train.seed must be the checkpoint's.
 enum class CheckpointLoad { kResume, kRead };
-CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, ModelBackend& model,
-                                Communicator& comm, CheckpointLoad purpose = CheckpointLoad::kResume);
+CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, ModelBackend& model, Communicator& comm,
+                                CheckpointLoad purpose = CheckpointLoad::kResume);
 
 // Removes *.tmp-* directories left in `dir` by interrupted saves. Rank 0 only, before training, while it holds
 // the directory's lock (dir_lock.h): another job's save in flight looks the same.

@@ -27,9 +27,9 @@ inline constexpr int kOldestReadableFormatVersion = 1;
 void check_format_version(int64_t version, const std::string& path);
 
 struct ManifestTensor {
-  std::string name;            // as in model/units.h, e.g. "attn.qkv.weight"
+  std::string name;  // as in model/units.h, e.g. "attn.qkv.weight"
   std::vector<int64_t> shape;
-  int64_t offset = 0;          // in the unit's flat buffer
+  int64_t offset = 0;  // in the unit's flat buffer
 };
 
 struct ManifestUnit {
@@ -39,7 +39,7 @@ struct ManifestUnit {
 };
 
 struct ManifestFile {
-  std::string name;              // "rank_00001.h5", relative to the step directory
+  std::string name;  // "rank_00001.h5", relative to the step directory
   int rank = 0;
   int64_t bytes = 0;
   std::string digest;            // file_digest(file, Manifest::digest_piece_bytes), 64 lowercase hex digits
@@ -55,10 +55,23 @@ struct ManifestNodeLocal {
   std::vector<int> replicas;   // files of other nodes held here (node + 1's, the last node: node 0's), ascending
 };
 
+// The frozen base a LoRA checkpoint's adapters were trained on (manifest "lora.base"): init.from as the run gave it
+// and the SHA-256 of each of its files (a directory: config.json, the safetensors index if any, and each safetensors
+// file, by name inside it), or no path and no file for a base drawn from the seed.
+struct ManifestBaseFile {
+  std::string name;
+  std::string sha256;  // 64 lowercase hex digits
+  bool operator==(const ManifestBaseFile& o) const { return name == o.name && sha256 == o.sha256; }
+};
+struct ManifestBase {
+  std::string init_from;
+  std::vector<ManifestBaseFile> files;
+};
+
 struct Manifest {
   int format_version = kCheckpointFormatVersion;
-  int64_t step = 0;     // optimizer steps completed when saved
-  int world_size = 1;   // ranks that wrote it
+  int64_t step = 0;        // optimizer steps completed when saved
+  int world_size = 1;      // ranks that wrote it
   std::string config_ini;  // to_ini() of the run's config
   ModelConfig model;
   std::vector<ManifestUnit> units;
@@ -80,6 +93,9 @@ struct Manifest {
   int64_t skipped_steps = 0;           // non-finite steps skipped so far
   GemmAlgorithms gemm_algorithms;      // optional (absent: none recorded, e.g. the cpu backend)
   std::optional<ManifestNodeLocal> node_local;  // optional (absent: a shared ckpt.dir holding every file)
+  // LoRA checkpoints (model.lora.rank > 0, the manifest's "lora" object): the units and files hold the adapters
+  // (the trainable tensors) only, and this names the base they apply to.
+  ManifestBase base;
 };
 
 // The files a directory holds: every file of the manifest, or with node_local its primaries and replicas
@@ -103,7 +119,8 @@ void validate_manifest(const Manifest& m, const std::string& path);
 // A tensor shape for messages and listings: "[768, 2304]".
 std::string shape_text(const std::vector<int64_t>& shape);
 
-// kBadInput unless the checkpoint's model equals `model`: names the field (model.n_embd, ...) and both values.
+// kBadInput unless the checkpoint's model equals `model` (its lora.* adapters included): names the field
+// (model.n_embd, lora.rank, ...) and both values.
 void check_model_matches(const Manifest& m, const ModelConfig& model, const std::string& path);
 
 }  // namespace st

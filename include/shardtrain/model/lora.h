@@ -60,6 +60,10 @@ ModelConfig base_model(const ModelConfig& cfg);
 std::vector<std::vector<float>> merge_lora(const ModelConfig& cfg, const std::vector<UnitLayout>& units,
                                            std::vector<std::vector<float>> full);
 
+// w[i, :] += scale * (B A)[i, :] for the `rows` rows of w (row-major, `in` wide), B [rows, r], A [r, in]: each element
+// summed in double and rounded once. What merge_lora and a merged export add to an adapted weight.
+void add_lora_delta(float* w, const float* A, const float* B, int64_t rows, int64_t in, int64_t r, float scale);
+
 // Turns a family's unit list into its LoRA unit list (cfg.lora.rank > 0): every tensor frozen, each block's adapters
 // appended, trainable tensors laid out first (units.h).
 void add_lora(std::vector<UnitLayout>& units, const ModelConfig& cfg);

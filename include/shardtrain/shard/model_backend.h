@@ -43,6 +43,16 @@ struct UnitShard {
   std::vector<float> frozen;
 };
 
+// Elements [offset, offset + count) of a unit's flat buffer (one tensor's, so wholly trainable or wholly frozen,
+// units.h) as this rank holds them in `sh`'s host view: the part it owns, in the unit's flat coordinates, and where
+// the view keeps element `part.offset` (in param for trainable elements, in frozen for frozen ones; null when the
+// part is empty or the view is not filled).
+struct OwnedRange {
+  ShardSpan part;
+  float* data = nullptr;
+};
+OwnedRange owned_range(UnitShard& sh, const UnitLayout& unit, int64_t offset, int64_t count);
+
 struct MemoryStats {
   int64_t sharded_state_bytes = 0;  // param + grad + m + v shards (+ compute-precision copies), padding included
   int64_t padding_elements = 0;     // per state vector, summed over units

@@ -39,6 +39,7 @@ std::vector<HfTensorMap> hf_gpt2_tensor_map(const ModelConfig& cfg, const std::v
   std::vector<HfTensorMap> out;
   for (const UnitLayout& u : units) {
     for (const TensorSpec& t : u.tensors) {
+      if (cfg.lora.enabled() && !t.frozen) continue;  // an adapter: no tensor of the Hugging Face model
       HfTensorMap m;
       m.unit = u.index;
       m.tensor = &t;

@@ -1,0 +1,25 @@
+// The frozen base of a LoRA run, as a checkpoint names it (manifest.h, ManifestBase): init.from and the SHA-256 of
+// the files the base was read from. Resuming, evaluating or exporting a LoRA checkpoint reads the base again from
+// init.from, and refuses one whose files changed: the adapters only mean something on the base they were trained on.
+//
+//   const ManifestBase now = describe_lora_base(cfg.init.from);         // hashes every file (lead rank)
+//   check_lora_base(manifest.base, now, "ckpt/step_00000100/manifest.json");
+#pragma once
+
+#include <string>
+
+#include "shardtrain/ckpt/manifest.h"
+
+namespace st {
+
+// init_from as given and the SHA-256 of each of its files: a file itself (named by its file name), or a Hugging Face
+// directory's config.json, its model.safetensors.index.json when there is one, and every safetensors file the model
+// is read from (named relative to the directory), in name order. An empty init_from (a base drawn from the seed)
+// has no file. kBadInput naming a file that cannot be read.
+ManifestBase describe_lora_base(const std::string& init_from);
+
+// kBadInput unless `now` is the base `recorded` names: the same init.from and, file by file, the same digests; the
+// error names the file and both digests, or the files one side has and the other lacks, and `where` (the manifest).
+void check_lora_base(const ManifestBase& recorded, const ManifestBase& now, const std::string& where);
+
+}  // namespace st
