@@ -27,47 +27,57 @@ const std::array<float, 16> kNf4Levels = {
     1.0f,
 };
 
-namespace {
-
-int64_t blocks_of(int64_t n) { return (n + kNf4BlockSize - 1) / kNf4BlockSize; }
-int64_t groups_of(int64_t blocks) { return (blocks + kNf4AbsmaxGroupSize - 1) / kNf4AbsmaxGroupSize; }
-
-}  // namespace
-
-int64_t nf4_bytes(int64_t n) {
-  const int64_t blocks = blocks_of(n);
-  return (n + 1) / 2 + blocks + 4 * groups_of(blocks) + 4;
+Nf4Layout nf4_layout(int64_t n) {
+  ST_CHECK(n >= 0, "nf4_layout: ", n, " weights");
+  Nf4Layout l;
+  l.absmax_offset = 0;
+  l.absmax_scales = l.absmax_offset + static_cast<int64_t>(sizeof(float));
+  l.codes = l.absmax_scales + static_cast<int64_t>(sizeof(float)) * nf4_groups(n);
+  l.absmax_codes = l.codes + (n + 1) / 2;
+  l.bytes = l.absmax_codes + nf4_blocks(n);
+  return l;
 }
 
-int nf4_code(float scaled) {
-  int best = 0;
-  float best_distance = std::fabs(scaled - kNf4Levels[0]);
-  for (int k = 1; k < 16; ++k) {
-    const float d = std::fabs(scaled - kNf4Levels[static_cast<size_t>(k)]);
-    if (d < best_distance) best = k, best_distance = d;
-  }
-  return best;
+int64_t nf4_bytes(int64_t n) { return nf4_layout(n).bytes; }
+
+Nf4View nf4_view(uint8_t* buffer, int64_t n) {
+  ST_CHECK(reinterpret_cast<uintptr_t>(buffer) % alignof(float) == 0, "nf4_view: buffer ",
+           static_cast<const void*>(buffer), " is not 4-byte aligned");
+  const Nf4Layout l = nf4_layout(n);
+  return {n, buffer + l.codes, reinterpret_cast<int8_t*>(buffer + l.absmax_codes),
+          reinterpret_cast<float*>(buffer + l.absmax_scales), reinterpret_cast<float*>(buffer + l.absmax_offset)};
 }
 
-Nf4Quantized nf4_quantize(const float* x, int64_t n, const std::string& name) {
-  ST_CHECK(n >= 0, "nf4_quantize: ", n, " weights");
-  Nf4Quantized q;
-  q.n = n;
-  q.codes.assign(static_cast<size_t>((n + 1) / 2), 0);
-  const int64_t blocks = blocks_of(n), groups = groups_of(blocks);
+Nf4ConstView nf4_view(const uint8_t* buffer, int64_t n) { return nf4_view(const_cast<uint8_t*>(buffer), n); }
+
+Nf4View Nf4Quantized::view() { return {n, codes.data(), absmax_codes.data(), absmax_scales.data(), &absmax_offset}; }
+
+Nf4ConstView Nf4Quantized::view() const {
+  return {n, codes.data(), absmax_codes.data(), absmax_scales.data(), &absmax_offset};
+}
+
+int nf4_code(float scaled) { return nf4_nearest_code(scaled, kNf4Levels.data()); }
+
+void nf4_refuse(const std::string& name, int64_t i, float value) {
+  ST_BAD_INPUT(name, ": element ", i, " is ", value, "; NF4 quantises finite weights only");
+}
+
+void nf4_quantize(const float* x, int64_t n, Nf4View out, const std::string& name) {
+  ST_CHECK(n >= 0 && out.n == n, "nf4_quantize: ", n, " weights into storage for ", out.n);
+  const int64_t blocks = nf4_blocks(n), groups = nf4_groups(n);
+  std::fill(out.codes, out.codes + (n + 1) / 2, uint8_t{0});
   std::vector<float> absmax(static_cast<size_t>(blocks), 0.0f);
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t begin = b * kNf4BlockSize, end = std::min(n, begin + kNf4BlockSize);
     float m = 0.0f;
     for (int64_t i = begin; i < end; ++i) {
-      if (!std::isfinite(x[i]))
-        ST_BAD_INPUT(name, ": element ", i, " is ", x[i], "; NF4 quantises finite weights only");
+      if (!std::isfinite(x[i])) nf4_refuse(name, i, x[i]);
       m = std::max(m, std::fabs(x[i]));
     }
     absmax[static_cast<size_t>(b)] = m;
     for (int64_t i = begin; i < end; ++i) {
       const int code = m == 0.0f ? 7 : nf4_code(x[i] / m);
-      q.codes[static_cast<size_t>(i / 2)] |= static_cast<uint8_t>(i % 2 == 0 ? code << 4 : code);
+      out.codes[i / 2] |= static_cast<uint8_t>(i % 2 == 0 ? code << 4 : code);
     }
   }
   // Double quantisation of the absmaxes.
@@ -78,32 +88,39 @@ Nf4Quantized nf4_quantize(const float* x, int64_t n, const std::string& name) {
       group_sum += absmax[static_cast<size_t>(b)];
     sum += group_sum;
   }
-  q.absmax_offset = blocks > 0 ? static_cast<float>(sum / static_cast<double>(blocks)) : 0.0f;
-  q.absmax_codes.assign(static_cast<size_t>(blocks), 0);
-  q.absmax_scales.assign(static_cast<size_t>(groups), 0.0f);
+  const float offset = blocks > 0 ? static_cast<float>(sum / static_cast<double>(blocks)) : 0.0f;
+  *out.absmax_offset = offset;
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t begin = g * kNf4AbsmaxGroupSize, end = std::min(blocks, begin + kNf4AbsmaxGroupSize);
     float scale = 0.0f;
-    for (int64_t b = begin; b < end; ++b)
-      scale = std::max(scale, std::fabs(absmax[static_cast<size_t>(b)] - q.absmax_offset));
-    q.absmax_scales[static_cast<size_t>(g)] = scale;
-    if (scale == 0.0f) continue;
+    for (int64_t b = begin; b < end; ++b) scale = std::max(scale, std::fabs(absmax[static_cast<size_t>(b)] - offset));
+    out.absmax_scales[g] = scale;
     for (int64_t b = begin; b < end; ++b) {
-      const float centred = absmax[static_cast<size_t>(b)] - q.absmax_offset;
-      const float r = std::nearbyint((centred / scale) * 127.0f);  // the default rounding: half to even
-      q.absmax_codes[static_cast<size_t>(b)] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+      const float centred = absmax[static_cast<size_t>(b)] - offset;
+      const float r = scale == 0.0f ? 0.0f : std::nearbyint((centred / scale) * 127.0f);  // half to even
+      out.absmax_codes[b] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
     }
   }
+}
+
+Nf4Quantized nf4_quantize(const float* x, int64_t n, const std::string& name) {
+  ST_CHECK(n >= 0, "nf4_quantize: ", n, " weights");
+  Nf4Quantized q;
+  q.n = n;
+  q.codes.resize(static_cast<size_t>((n + 1) / 2));
+  q.absmax_codes.resize(static_cast<size_t>(nf4_blocks(n)));
+  q.absmax_scales.resize(static_cast<size_t>(nf4_groups(n)));
+  nf4_quantize(x, n, q.view(), name);
   return q;
 }
 
-float nf4_absmax(const Nf4Quantized& q, int64_t block) {
-  const float scale = q.absmax_scales[static_cast<size_t>(block / kNf4AbsmaxGroupSize)];
-  return ((static_cast<float>(q.absmax_codes[static_cast<size_t>(block)]) / 127.0f) * scale) + q.absmax_offset;
+float nf4_absmax(Nf4ConstView q, int64_t block) {
+  const float scale = q.absmax_scales[block / kNf4AbsmaxGroupSize];
+  return ((static_cast<float>(q.absmax_codes[block]) / 127.0f) * scale) + *q.absmax_offset;
 }
 
-void nf4_dequantize(const Nf4Quantized& q, float* out) {
-  for (int64_t b = 0; b < blocks_of(q.n); ++b) {
+void nf4_dequantize(Nf4ConstView q, float* out) {
+  for (int64_t b = 0; b < nf4_blocks(q.n); ++b) {
     const float absmax = nf4_absmax(q, b);
     for (int64_t i = b * kNf4BlockSize; i < std::min(q.n, (b + 1) * kNf4BlockSize); ++i)
       out[i] = kNf4Levels[static_cast<size_t>(q.code(i))] * absmax;

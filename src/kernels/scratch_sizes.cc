@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "shardtrain/core/error.h"
+#include "shardtrain/kernels/nf4.h"
 
 namespace st::gpu {
 namespace {
@@ -89,6 +90,12 @@ size_t cudnn_attention_scratch_bound(int B, int T_, int NH, int /*NKV*/, int hs)
   const size_t rows = heads * T_;
   return align_up(workspace) + align_up(rows * sizeof(float)) +
          align_up(rows * static_cast<size_t>(hs) * sizeof(float));
+}
+
+size_t nf4_quantize_scratch_bytes(int64_t n) {
+  const int64_t weights = std::max<int64_t>(n, 0);
+  return sizeof(uint64_t) + static_cast<size_t>(nf4_groups(weights)) * sizeof(double) +
+         static_cast<size_t>(nf4_blocks(weights)) * sizeof(float);
 }
 
 }  // namespace st::gpu

@@ -5,20 +5,12 @@
 #include <cstdint>
 #include <string>
 
+#include "../common/caught.h"
+
 namespace st {
 namespace {
 
-// Runs `f`, expects st::Error, and returns it (kind and message).
-template <typename F>
-Error caught(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected st::Error, nothing was thrown";
-  return Error(ErrorKind::kInternal, "");
-}
+using ::st::testing::caught;
 
 TEST(ErrorTest, EnforceEqPrintsBothValues) {
   const int64_t rows = 3072;

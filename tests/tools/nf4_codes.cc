@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   try {
     const st::Nf4Quantized q = st::nf4_quantize(w.data(), static_cast<int64_t>(w.size()), "weights");
     std::vector<float> back(w.size());
-    st::nf4_dequantize(q, back.data());
+    st::nf4_dequantize(q.view(), back.data());
     std::ofstream out(argv[2], std::ios::binary);
     const int64_t head[3] = {q.n, static_cast<int64_t>(q.absmax_codes.size()),
                              static_cast<int64_t>(q.absmax_scales.size())};

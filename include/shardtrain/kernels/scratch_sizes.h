@@ -66,4 +66,9 @@ size_t embedding_sort_temp_offset(int B, int T_);
 // the nondeterministic backward, its own fp32 dQ accumulator (B NH T hs x 4), each 256-byte aligned.
 size_t cudnn_attention_scratch_bound(int B, int T_, int NH, int NKV, int hs);
 
+// gpu::nf4_quantize's scratch for n weights (kernels/gpu/nf4.h): the first non-finite weight's index (8 bytes), one
+// double per group of 256 blocks (the group's absmaxes summed in order) and one float per block of 64 weights (its
+// absmax), in that order.
+size_t nf4_quantize_scratch_bytes(int64_t n);
+
 }  // namespace st::gpu
