@@ -464,6 +464,8 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
                         const float* rstd, int64_t N, int C, const GpuContext& ctx, GradWrite param_write,
                         RowStaging staging) {
   if (N == 0 || C == 0) return;
+  ST_CHECK((dweight == nullptr) == (dbias == nullptr), "layernorm_backward: weight and bias are frozen together");
+  const bool frozen = dweight == nullptr;
   ColumnSums* const deferred = ctx.column_sums;
   const size_t need = layernorm_backward_scratch_bytes(N, C);
   ST_CHECK(deferred != nullptr || (ctx.scratch != nullptr && ctx.scratch_bytes >= need), "layernorm_backward needs ",
@@ -509,6 +511,7 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
       layernorm_backward_dinp_kernel<decltype(w)::value>
           <<<grid, kRowBlock, 0, ctx.stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
     });
+    if (frozen) return;
     const dim3 block(kWarpSize, kRowLanes);
     launch_packed<T>(vec, [&](auto w) {
       constexpr int W = decltype(w)::value;
@@ -517,6 +520,9 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
           <<<tiles, block, 0, ctx.stream>>>(part_w, part_b, dout, inp, mean, rstd, N, C, chunk_rows(N));
     });
   }
+  // A frozen weight and bias still run the fused kernel, whose partials are then dropped: dinp keeps the bits of
+  // the trained case, and the partials are a small part of its traffic.
+  if (frozen) return;
   if (deferred) {
     deferred->queue(dweight, part_w, chunks, C, param_write);
     deferred->queue(dbias, part_b, chunks, C, param_write);

@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <climits>
 
 #include "shardtrain/core/error.h"
@@ -18,13 +19,22 @@ void lora_forward(float* out, int64_t ldo, float* h, const float* x, const float
 }
 
 void lora_backward(float* dx, float* dA, float* dB, float* dh, const float* dout, int64_t ldo, const float* x,
-                   const float* h, const float* A, const float* B, int64_t N, int in, int r, int rows, float scale) {
+                   const float* h, const float* A, const float* B, int64_t N, int in, int r, int rows, float scale,
+                   GradWrite param_write) {
   ST_CHECK(N >= 0 && N <= INT_MAX && ldo >= rows, "lora_backward: N ", N, ", ldo ", ldo, ", rows ", rows);
-  if (N == 0) return;
+  const bool add = param_write == GradWrite::kAccumulate;
+  if (N == 0) {  // no rows: the written gradients are the empty sums
+    if (!add) {
+      std::fill(dA, dA + int64_t{r} * in, 0.0f);
+      std::fill(dB, dB + int64_t{rows} * r, 0.0f);
+    }
+    return;
+  }
   const int n = static_cast<int>(N), ld = static_cast<int>(ldo);
+  const float beta = add ? 1.0f : 0.0f;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, r, rows, scale, dout, ld, B, r, 0.0f, dh, r);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, r, n, scale, dout, ld, h, r, 1.0f, dB, r);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, in, n, 1.0f, dh, r, x, in, 1.0f, dA, in);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, r, n, scale, dout, ld, h, r, beta, dB, r);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, in, n, 1.0f, dh, r, x, in, beta, dA, in);
   if (dx != nullptr) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, r, 1.0f, dh, r, A, in, 1.0f, dx, in);
 }
 

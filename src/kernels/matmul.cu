@@ -533,7 +533,8 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   if (dinp) blas.gemm(false, false, N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, dinp_beta, dinp, C, 0, 1, ctx.stream);
   // dweight[OC,C] (+)= dout^T @ inp[N,C]
   const float dweight_beta = param_write == GradWrite::kAccumulate ? 1.0f : 0.0f;
-  blas.gemm(true, false, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, dweight_beta, dweight, C, 0, 1, ctx.stream);
+  if (dweight)
+    blas.gemm(true, false, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, dweight_beta, dweight, C, 0, 1, ctx.stream);
   if (dbias) bias_grad(dbias, dout, N, OC, ctx, param_write);
 }
 

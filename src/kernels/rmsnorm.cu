@@ -135,14 +135,15 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
   if (N == 0 || C == 0) return;
   ColumnSums* const deferred = ctx.column_sums;
   const size_t need = rmsnorm_backward_scratch_bytes(N, C);
-  ST_CHECK(deferred != nullptr || (ctx.scratch != nullptr && ctx.scratch_bytes >= need), "rmsnorm_backward needs ",
-           need, " bytes of scratch, ctx has ", ctx.scratch_bytes);
+  ST_CHECK(dweight == nullptr || deferred != nullptr || (ctx.scratch != nullptr && ctx.scratch_bytes >= need),
+           "rmsnorm_backward needs ", need, " bytes of scratch, ctx has ", ctx.scratch_bytes);
   constexpr int kVec = 16 / sizeof(T);
   const bool vec = C % kVec == 0 && all_aligned(16, dinp, dout, inp, weight);
   launch_packed<T>(vec, [&](auto w) {
     rmsnorm_backward_dinp_kernel<decltype(w)::value>
         <<<grid_for(N, kRowsPerBlock), kRowBlock, 0, ctx.stream>>>(dinp, dout, inp, weight, rstd, N, C);
   });
+  if (dweight == nullptr) return;  // a frozen weight: dinp's kernel is the same either way
 
   const int64_t chunks = num_chunks(N);
   float* part = deferred ? deferred->reserve(chunks * C) : static_cast<float*>(ctx.scratch);

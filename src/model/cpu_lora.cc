@@ -6,15 +6,8 @@
 namespace st {
 
 CpuLora::CpuLora(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, int64_t slots)
-    : max_rows_(max_rows) {
-  if (!cfg.lora.enabled() || cfg.n_layer == 0) return;
-  adapters_ = lora_adapters(units[1], cfg);
-  for (size_t l = 2; l + 1 < units.size(); ++l) {
-    const std::vector<LoraAdapter> other = lora_adapters(units[l], cfg);
-    for (size_t i = 0; i < adapters_.size(); ++i)
-      ST_CHECK(other[i].a_offset == adapters_[i].a_offset && other[i].b_offset == adapters_[i].b_offset,
-               "LoRA adapters of ", units[l].name, " lie elsewhere than block.0's");
-  }
+    : adapters_(block_lora_adapters(units, cfg)), max_rows_(max_rows) {
+  if (adapters_.empty()) return;
   scale_ = lora_scale(cfg.lora);
   rank_ = cfg.lora.rank;
   h_.assign(static_cast<size_t>(footprint_floats(cfg, max_rows, slots) - max_rows * rank_), 0.0f);
@@ -22,9 +15,7 @@ CpuLora::CpuLora(const ModelConfig& cfg, const std::vector<UnitLayout>& units, i
 }
 
 int64_t CpuLora::footprint_floats(const ModelConfig& cfg, int64_t max_rows, int64_t slots) {
-  if (!cfg.lora.enabled() || cfg.n_layer == 0) return 0;
-  const int64_t adapters = static_cast<int64_t>(lora_targets(cfg).size());
-  return (slots * adapters + 1) * max_rows * cfg.lora.rank;
+  return lora_activation_elems(cfg, max_rows, slots);
 }
 
 void CpuLora::forward(int64_t slot, const std::string& weight, const float* params, float* out, int64_t ldo,

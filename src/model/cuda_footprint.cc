@@ -5,6 +5,7 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/scratch_sizes.h"
+#include "shardtrain/model/lora.h"
 
 namespace st {
 namespace {
@@ -44,10 +45,11 @@ LlamaActivationSizes::LlamaActivationSizes(const ModelConfig& cfg, int64_t max_b
       F(cfg.mlp_dim()),
       NH(cfg.n_head),
       blocks(kept_blocks(cfg, recompute)),
-      layers(cfg.n_layer) {}
+      layers(cfg.n_layer),
+      lora(lora_activation_elems(cfg, BT, blocks)) {}
 
 int64_t LlamaActivationSizes::elems() const {
-  return blocks * block_elems() + layers * BT * C + BT * C + 4 * BT * C + BT * QKV + 3 * BT * F;
+  return blocks * block_elems() + layers * BT * C + BT * C + 4 * BT * C + BT * QKV + 3 * BT * F + lora;
 }
 
 int64_t LlamaActivationSizes::floats(int head_dim) const { return blocks * block_floats() + BT + T * head_dim; }
@@ -59,10 +61,11 @@ GptActivationSizes::GptActivationSizes(const ModelConfig& cfg, int64_t max_batch
       C(cfg.n_embd),
       NH(cfg.n_head),
       blocks(kept_blocks(cfg, recompute)),
-      layers(cfg.n_layer) {}
+      layers(cfg.n_layer),
+      lora(lora_activation_elems(cfg, BT, blocks)) {}
 
 int64_t GptActivationSizes::elems() const {
-  return blocks * block_elems() + layers * BT * C + BT * C + 4 * BT * C + 3 * BT * C + 4 * BT * C;
+  return blocks * block_elems() + layers * BT * C + BT * C + 4 * BT * C + 3 * BT * C + 4 * BT * C + lora;
 }
 
 int64_t gpt_block_column_sums_bytes(int64_t BT, int C) {

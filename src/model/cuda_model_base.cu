@@ -1,5 +1,7 @@
 #include "shardtrain/model/cuda_model_base.h"
 
+#include <algorithm>
+
 #include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
 
@@ -25,6 +27,21 @@ CudaModelBase<T>::CudaModelBase(const ModelConfig& cfg, int64_t max_batch, bool 
   io_ = CudaLmIo<T>(cfg, max_batch, ctx_.stream);
   encoded_ = DeviceBuffer<T>(BTC);
   for (int l = 0; l < cfg.n_layer; ++l) block_out_.emplace_back(BTC);
+  lora_ = CudaLora<T>(cfg, units_, max_batch * cfg.seq_len, recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer);
+}
+
+template <typename T>
+void CudaModelBase<T>::head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets,
+                                             float dloss, T* head_grads, T* emb_grads) {
+  // With LoRA the head and the embedding may both be wholly frozen, with no gradient buffers: the residual gradient
+  // is still needed by the blocks' adapters.
+  const bool backward = head_grads != nullptr || cfg_.lora.enabled();
+  head_pass(head_params, emb_params, targets, dloss, head_grads, emb_grads, backward);
+}
+
+template <typename T>
+void CudaModelBase<T>::head_forward(const T* head_params, const T* emb_params, const int32_t* targets) {
+  head_pass(head_params, emb_params, targets, 0.0f, nullptr, nullptr, false);
 }
 
 template <typename T>

@@ -71,6 +71,25 @@ std::vector<LoraAdapter> lora_adapters(const UnitLayout& unit, const ModelConfig
   return out;
 }
 
+std::vector<LoraAdapter> block_lora_adapters(const std::vector<UnitLayout>& units, const ModelConfig& cfg) {
+  if (!cfg.lora.enabled() || cfg.n_layer == 0) return {};
+  ST_ENFORCE_EQ(units.size(), static_cast<size_t>(cfg.n_layer) + 2);
+  std::vector<LoraAdapter> adapters = lora_adapters(units[1], cfg);
+  for (size_t l = 2; l + 1 < units.size(); ++l) {
+    const std::vector<LoraAdapter> other = lora_adapters(units[l], cfg);
+    for (size_t i = 0; i < adapters.size(); ++i)
+      ST_CHECK(other[i].a_offset == adapters[i].a_offset && other[i].b_offset == adapters[i].b_offset,
+               "LoRA adapters of ", units[l].name, " lie elsewhere than block.0's");
+  }
+  return adapters;
+}
+
+int64_t lora_activation_elems(const ModelConfig& cfg, int64_t max_rows, int64_t slots) {
+  if (!cfg.lora.enabled() || cfg.n_layer == 0) return 0;
+  const int64_t adapters = static_cast<int64_t>(lora_targets(cfg).size());
+  return (slots * adapters + 1) * max_rows * cfg.lora.rank;
+}
+
 ModelConfig base_model(const ModelConfig& cfg) {
   ModelConfig base = cfg;
   base.lora = LoraConfig{};

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gpu_kernel_test.h"
+#include "shardtrain/kernels/gpu/column_sums.h"
 #include "shardtrain/kernels/gpu/layernorm.h"
 #include "shardtrain/kernels/layernorm.h"
 
@@ -198,6 +199,36 @@ TYPED_TEST(LayerNormGpuTest, BackwardStagedAndDirectAgreeBitwise) {
     ST_CUDA_CHECK(cudaGetDevice(&device));
     ST_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     if (limit >= 227 * 1024) EXPECT_TRUE(allowed) << "an H100/H200 allows every staged width";
+  }
+}
+
+// A frozen weight and bias (both null): dinp gets the same bits as with their gradients, through the fused and the
+// two-kernel backward, with and without a ColumnSums (nothing is queued on it). One null without the other is refused.
+TYPED_TEST(LayerNormGpuTest, BackwardWithoutParamGradsGivesTheSameDinp) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
+    const StartGrads<T> start(s);
+    const DeviceBackward<T> d(Problem<T>(s), s);
+    const size_t scratch = gpu::layernorm_backward_scratch_bytes(s.N, s.C);
+    test::GpuEnv env(scratch);
+    const std::vector<float> want = d.outputs(start, env.ctx)[0];
+    gpu::ColumnSums sums(gpu::ColumnSums::reserved_bytes(static_cast<int64_t>(scratch / 4)));
+    for (gpu::ColumnSums* deferred : {static_cast<gpu::ColumnSums*>(nullptr), &sums}) {
+      gpu::GpuContext ctx = env.ctx;
+      ctx.column_sums = deferred;
+      DeviceBuffer<T> dinp = to_device<T>(start.dinp);
+      gpu::layernorm_backward<T>(dinp.data(), nullptr, nullptr, d.dout.data(), d.inp.data(), d.weight.data(),
+                                 d.mean.data(), d.rstd.data(), s.N, s.C, ctx, GradWrite::kOverwrite);
+      EXPECT_TRUE(test::bitwise_equal(to_host(dinp), want)) << "column sums " << (deferred != nullptr);
+      EXPECT_TRUE(sums.empty());
+      sums.finish(env.stream.get());  // frees what the fused kernel reserved
+    }
+    DeviceBuffer<T> dinp = to_device<T>(start.dinp), dbias = to_device<T>(start.dbias);
+    EXPECT_THROW(gpu::layernorm_backward<T>(dinp.data(), nullptr, dbias.data(), d.dout.data(), d.inp.data(),
+                                            d.weight.data(), d.mean.data(), d.rstd.data(), s.N, s.C, env.ctx),
+                 Error);
   }
 }
 

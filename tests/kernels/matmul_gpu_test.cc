@@ -248,6 +248,41 @@ TYPED_TEST(MatmulGpu, BackwardOverwritesParamsOnRequest) {
   }
 }
 
+// A frozen weight (dweight null): no weight gradient, and dinp and dbias get the same bits as with it, through
+// matmul_backward and matmul_backward_gelu.
+TYPED_TEST(MatmulGpu, BackwardWithoutDweightGivesTheSameRest) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    for (bool gelu : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC << " gelu=" << gelu);
+      Operands<T> k(s, 480);
+      const std::vector<float> pre = random_input<T>(s.N * s.C, 481, 2.0f);
+      Env env(gpu::matmul_backward_scratch_bytes(s.N, s.OC));
+      auto dout = to_device<T>(k.dout), inp = to_device<T>(k.inp), w = to_device<T>(k.w), p = to_device<T>(pre);
+      auto run = [&](T* dweight, std::vector<float>* dinp_out, std::vector<float>* dbias_out) {
+        DeviceBuffer<T> dinp(s.N * s.C), dbias(s.OC);
+        poison(dinp);
+        poison(dbias);
+        if (gelu)
+          gpu::matmul_backward_gelu<T>(dinp.data(), dweight, dbias.data(), dout.data(), inp.data(), w.data(), p.data(),
+                                       s.N, s.C, s.OC, env.ctx(), GradWrite::kOverwrite);
+        else
+          gpu::matmul_backward<T>(dinp.data(), dweight, dbias.data(), dout.data(), inp.data(), w.data(), s.N, s.C, s.OC,
+                                  env.ctx(), GradWrite::kOverwrite, GradWrite::kOverwrite);
+        *dinp_out = to_host(dinp);
+        *dbias_out = to_host(dbias);
+      };
+      DeviceBuffer<T> dw(static_cast<int64_t>(s.OC) * s.C);
+      std::vector<float> want_dinp, want_dbias, dinp, dbias;
+      run(dw.data(), &want_dinp, &want_dbias);
+      run(nullptr, &dinp, &dbias);
+      EXPECT_TRUE(test::bitwise_equal(dinp, want_dinp)) << "dinp";
+      EXPECT_TRUE(test::bitwise_equal(dbias, want_dbias)) << "dbias";
+    }
+  }
+}
+
 // matmul_backward_gelu against the CPU reference: the DGELU epilogue where cuBLASLt has it (C % 8 == 0), the
 // GEMM plus the GELU kernel otherwise; dinp is overwritten (poisoned first), dweight and dbias accumulate.
 TYPED_TEST(MatmulGpu, BackwardGeluMatchesCpu) {

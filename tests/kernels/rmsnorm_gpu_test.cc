@@ -171,6 +171,31 @@ TYPED_TEST(RmsNormGpuTest, BackwardQueuedColumnSumsMatchImmediateBitwise) {
   }
 }
 
+// A frozen weight (dweight null): dinp gets the same bits as with a weight gradient, with no scratch and nothing queued
+// on a ColumnSums.
+TYPED_TEST(RmsNormGpuTest, BackwardWithoutDweightGivesTheSameDinp) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
+    const std::vector<float> dinp0 = test::random_input<T>(s.N * s.C, 11), dweight0 = test::random_input<T>(s.C, 12);
+    const DeviceBackward<T> d(Problem<T>(s), s);
+    test::GpuEnv env(gpu::rmsnorm_backward_scratch_bytes(s.N, s.C));
+    const std::vector<float> want = d.outputs(dinp0, dweight0, env.ctx)[0];
+    gpu::ColumnSums sums;
+    test::GpuEnv bare;
+    for (gpu::ColumnSums* deferred : {static_cast<gpu::ColumnSums*>(nullptr), &sums}) {
+      gpu::GpuContext ctx = bare.ctx;
+      ctx.column_sums = deferred;
+      DeviceBuffer<T> dinp = to_device<T>(dinp0);
+      gpu::rmsnorm_backward<T>(dinp.data(), nullptr, d.dout.data(), d.inp.data(), d.weight.data(), d.rstd.data(), s.N,
+                               s.C, ctx, GradWrite::kOverwrite);
+      EXPECT_TRUE(test::bitwise_equal(to_host(dinp), want)) << "column sums " << (deferred != nullptr);
+      EXPECT_TRUE(sums.empty());
+    }
+  }
+}
+
 TYPED_TEST(RmsNormGpuTest, BackwardRejectsTooLittleScratch) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;

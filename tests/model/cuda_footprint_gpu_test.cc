@@ -1,6 +1,7 @@
 // The CUDA models allocate what the host footprint (cuda_footprint.h) counts: the device memory a CudaGpt and a
 // CudaLlama take when constructed (cudaMemGetInfo before and after) is their activation_bytes, to within the driver's
-// 2 MiB allocation granularity for each of their buffers, at shapes of about 1 GiB of activations.
+// 2 MiB allocation granularity for each of their buffers, at shapes of about 1 GiB of activations, with and without
+// LoRA; and the adapters' buffers to the element.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include "../common/gpu_test.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/model/cuda_footprint.h"
+#include "shardtrain/model/cuda_lora.h"
 #include "shardtrain/model/gpt2/cuda_gpt_model.h"
 #include "shardtrain/model/llama/cuda_llama_model.h"
 
@@ -25,8 +27,12 @@ int64_t device_used() {
   return static_cast<int64_t>(total_b - free_b);
 }
 
-ModelConfig shape(ModelArch arch) {
+ModelConfig shape(ModelArch arch, bool lora = false) {
   ModelConfig m;
+  if (lora) {
+    m.lora.rank = 16;
+    m.lora.targets = "all";
+  }
   m.arch = arch;
   m.n_layer = 2;
   m.n_head = 16;
@@ -59,17 +65,37 @@ void expect_allocates_its_footprint(const ModelConfig& m, bool recompute, int64_
 TEST(CudaFootprintGpu, CudaGptAllocatesItsFootprint) {
   ST_SKIP_WITHOUT_GPU();
   // Per block 12 buffers; 8 of the head and backward, the column sums, 2 layer outputs, the embedding output and
-  // CudaLmIo's 5.
-  for (const bool recompute : {false, true})
-    expect_allocates_its_footprint<CudaGpt<bf16>>(shape(ModelArch::kGpt2), recompute, 2 * 12 + 9 + 3 + 5);
+  // CudaLmIo's 5; with LoRA the adapters' h and dh.
+  for (const bool lora : {false, true})
+    for (const bool recompute : {false, true})
+      expect_allocates_its_footprint<CudaGpt<bf16>>(shape(ModelArch::kGpt2, lora), recompute,
+                                                    2 * 12 + 9 + 3 + 5 + (lora ? 2 : 0));
 }
 
 TEST(CudaFootprintGpu, CudaLlamaAllocatesItsFootprint) {
   ST_SKIP_WITHOUT_GPU();
   // Per block 10 buffers; 8 of the head and backward, the RoPE tables, 2 layer outputs, the embedding output and
-  // CudaLmIo's 5.
-  for (const bool recompute : {false, true})
-    expect_allocates_its_footprint<CudaLlama<bf16>>(shape(ModelArch::kLlama), recompute, 2 * 10 + 10 + 3 + 5);
+  // CudaLmIo's 5; with LoRA the adapters' h and dh.
+  for (const bool lora : {false, true})
+    for (const bool recompute : {false, true})
+      expect_allocates_its_footprint<CudaLlama<bf16>>(shape(ModelArch::kLlama, lora), recompute,
+                                                      2 * 10 + 10 + 3 + 5 + (lora ? 2 : 0));
+}
+
+// The adapters' buffers, below the allocation granularity above, to the element: CudaLora allocates what the
+// footprint's lora term counts.
+TEST(CudaFootprintGpu, CudaLoraAllocatesTheFootprintsLoraTerm) {
+  ST_SKIP_WITHOUT_GPU();
+  for (const ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama}) {
+    const ModelConfig m = shape(arch, /*lora=*/true);
+    for (const bool recompute : {false, true}) {
+      const int64_t want = arch == ModelArch::kLlama ? LlamaActivationSizes(m, kB, recompute).lora
+                                                     : GptActivationSizes(m, kB, recompute).lora;
+      const CudaLora<bf16> lora(m, build_units(m), kB * m.seq_len, recompute ? 1 : m.n_layer);
+      EXPECT_EQ(lora.allocated_elems(), want) << "recompute " << recompute;
+      EXPECT_GT(want, 0);
+    }
+  }
 }
 
 }  // namespace

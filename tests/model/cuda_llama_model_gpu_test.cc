@@ -12,11 +12,11 @@
 
 #include "../common/gpu_test.h"
 #include "../common/tiny_training.h"
+#include "cpu_step_test_util.h"
 #include "shardtrain/core/rng.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/model/llama/cuda_llama_model.h"
-#include "shardtrain/model/llama/llama_model.h"
 
 namespace st {
 namespace {
@@ -71,41 +71,14 @@ std::vector<std::vector<float>> make_params(const ModelConfig& c) {
   return p;
 }
 
-struct Batch {
-  std::vector<int32_t> tokens, targets;
-};
-Batch make_batch(const ModelConfig& c) {
-  Rng rng(12, 0);
-  Batch b;
-  for (int64_t i = 0; i < kB * c.seq_len; ++i) {
-    b.tokens.push_back(static_cast<int32_t>(rng.next_below(c.vocab_size)));
-    b.targets.push_back(static_cast<int32_t>(rng.next_below(c.vocab_size)));
-  }
-  return b;
-}
+using testing::Batch;
+using testing::max_abs;
+using Result = testing::StepResult;
 
-struct Result {
-  double loss = 0;
-  std::vector<std::vector<float>> grads;  // per unit
-  std::vector<float> logits;              // the last position of sequence 0
-};
-
-float dloss_of(const ModelConfig& c) { return 1.0f / static_cast<float>(kB * c.seq_len); }
-
+Batch make_batch(const ModelConfig& c) { return testing::random_batch(c, kB, 12); }
+float dloss_of(const ModelConfig& c) { return testing::dloss_of(c, kB); }
 Result cpu_run(const ModelConfig& c, const std::vector<std::vector<float>>& p, const Batch& b) {
-  LlamaModel m(c, kB);
-  const int L = c.n_layer;
-  Result r;
-  for (const std::vector<float>& u : p) r.grads.emplace_back(u.size(), 0.0f);
-  m.embedding_forward(p[0].data(), b.tokens.data(), kB, c.seq_len);
-  for (int l = 0; l < L; ++l) m.block_forward(l, p[1 + l].data());
-  r.loss = m.head_forward_backward(p[L + 1].data(), p[0].data(), b.targets.data(), dloss_of(c), r.grads[L + 1].data(),
-                                   r.grads[0].data()) /
-           static_cast<double>(kB * c.seq_len);
-  for (int l = L - 1; l >= 0; --l) m.block_backward(l, p[1 + l].data(), r.grads[1 + l].data());
-  m.embedding_backward(r.grads[0].data());
-  m.head_logits(p[L + 1].data(), p[0].data(), c.seq_len - 1, &r.logits);
-  return r;
+  return testing::cpu_step(c, kB, p, b);
 }
 
 template <typename T>
@@ -145,12 +118,6 @@ Result gpu_run(const ModelConfig& c, const std::vector<std::vector<float>>& p, c
   for (const DeviceBuffer<T>& g : G) r.grads.push_back(test::to_host(g));
   m.head_logits(P[L + 1].data(), P[0].data(), c.seq_len - 1, &r.logits);
   return r;
-}
-
-double max_abs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, std::fabs(static_cast<double>(x)));
-  return m;
 }
 
 void expect_fp32_match(const Result& gpu, const Result& cpu) {

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "shardtrain/kernels/grad_write.h"
+
 namespace st {
 
 // h[N, r] = x[N, in] A[r, in]^T (kept for the backward), then out[n, 0..rows) += scale * (h B[rows, r]^T)[n, :].
@@ -19,7 +21,9 @@ void lora_forward(float* out, int64_t ldo, float* h, const float* x, const float
 //   dB[rows, r] += scale * dout^T h
 //   dA[r, in] += dh^T x
 //   dx[N, in] += dh A                   (dx may be null)
+// With param_write = kOverwrite, dA and dB are written instead (not read; zero when N = 0); dx still accumulates.
 void lora_backward(float* dx, float* dA, float* dB, float* dh, const float* dout, int64_t ldo, const float* x,
-                   const float* h, const float* A, const float* B, int64_t N, int in, int r, int rows, float scale);
+                   const float* h, const float* A, const float* B, int64_t N, int in, int r, int rows, float scale,
+                   GradWrite param_write = GradWrite::kAccumulate);
 
 }  // namespace st

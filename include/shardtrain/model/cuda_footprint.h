@@ -32,12 +32,13 @@ int64_t cuda_lm_io_device_bytes(const ModelConfig& cfg, int64_t max_batch, int64
 // refills it from the saved block input); every layer keeps its output.
 struct LlamaActivationSizes {
   int64_t B, T, BT, C, QKV, F, NH, blocks, layers;
+  int64_t lora;  // the LoRA adapters' h and dh (CudaLora): lora_activation_elems (model/lora.h); 0 without LoRA
   LlamaActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute);
   // A block's norm1, atty, res2, norm2 [C]; qkv [QKV]; gate_up [2F] and mlp [F], in the compute type.
   int64_t block_elems() const { return 4 * BT * C + BT * QKV + 3 * BT * F; }
   int64_t block_floats() const { return 2 * BT + B * NH * T; }  // rstd1, rstd2; att_lse
   // Compute-type elements in all: the blocks, the layer outputs, the embedding output, normf, dresid, dnormf,
-  // dbuf_c [C], dqkv [QKV], dmlp [F] and dgate_up [2F].
+  // dbuf_c [C], dqkv [QKV], dmlp [F], dgate_up [2F] and the adapters'.
   int64_t elems() const;
   // fp32 elements in all: the blocks', rstdf [BT] and the RoPE tables (cos and sin [T, hs / 2]).
   int64_t floats(int head_dim) const;
@@ -46,11 +47,13 @@ struct LlamaActivationSizes {
 // Element counts of every CudaGpt buffer, as LlamaActivationSizes.
 struct GptActivationSizes {
   int64_t B, T, BT, C, NH, blocks, layers;
+  int64_t lora;  // the LoRA adapters' h and dh, as LlamaActivationSizes::lora
   GptActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute);
   // A block's ln1, atty, res2, ln2 [C]; qkv [3C]; fch, fch_gelu [4C].
   int64_t block_elems() const { return 15 * BT * C; }
   int64_t block_floats() const { return 4 * BT + B * NH * T; }  // ln1 and ln2 mean and rstd; att_lse
-  // The blocks, the layer outputs, the embedding output, lnf, dresid, dlnf, dbuf_c [C], dqkv [3C], dfch [4C].
+  // The blocks, the layer outputs, the embedding output, lnf, dresid, dlnf, dbuf_c [C], dqkv [3C], dfch [4C] and the
+  // adapters'.
   int64_t elems() const;
   int64_t floats() const { return blocks * block_floats() + 2 * BT; }  // + lnf mean and rstd
 };

@@ -42,8 +42,8 @@ class CudaLmIo {
   // token's cross-entropy goes into the loss accumulator (a target < 0 is not a target: it adds 0, and its dlogits
   // row is 0, so it adds nothing to dx or dw either). With dx non-null (backward; each token's loss gradient
   // scaled by dloss), writes dx [N, C] and adds the weight's gradient to dw [Vp, C], or writes it for the first
-  // chunk when dw_write is kOverwrite. Laps: head.classifier_fwd, head.softmax_xent, head.classifier_bwd,
-  // head.loss_sum.
+  // chunk when dw_write is kOverwrite; dw may be null (a frozen classifier: no weight gradient). Laps:
+  // head.classifier_fwd, head.softmax_xent, head.classifier_bwd, head.loss_sum.
   void classify(const T* x, const T* w, int64_t N, float dloss, T* dx, T* dw, GradWrite dw_write, OpTimer::Laps& lap,
                 const gpu::GpuContext& ctx);
   // Logits over the real vocabulary of one normalised row x [C]; synchronises ctx.stream.

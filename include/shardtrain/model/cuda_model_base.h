@@ -1,7 +1,7 @@
 // What every family's CUDA model (CudaGpt, CudaLlama) keeps besides its own activations, and the CudaUnitModel calls
 // that need nothing else: the config and unit list, the context and attention choice, the active shape, the op
-// timer, the token embedding's output and each block's output (the next block's input), and the two ends (CudaLmIo:
-// uploads, the chunked classifier, the loss accumulator).
+// timer, the token embedding's output and each block's output (the next block's input), the two ends (CudaLmIo:
+// uploads, the chunked classifier, the loss accumulator) and the blocks' LoRA adapters (CudaLora).
 #pragma once
 
 #include <cstddef>
@@ -14,6 +14,7 @@
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/model/cuda_lm_io.h"
+#include "shardtrain/model/cuda_lora.h"
 #include "shardtrain/model/cuda_unit_model.h"
 #include "shardtrain/model/units.h"
 
@@ -26,10 +27,14 @@ class CudaModelBase : public CudaUnitModel<T> {
   double take_loss_sum() override;
   void move_loss_sum(double* dst) override;
   OpTimer& timer() override { return timer_; }
+  // head_pass with backward, or (head_grads null without LoRA) without.
+  void head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
+                             T* head_grads, T* emb_grads) override;
+  void head_forward(const T* head_params, const T* emb_params, const int32_t* targets) override;
 
  protected:
   // Checks that ctx holds scratch_bytes of kernel scratch (and a cuDNN handle with cudnn_attention), and allocates
-  // the ends and the block outputs for micro-batches of up to max_batch x cfg.seq_len tokens.
+  // the ends, the block outputs and the adapters for micro-batches of up to max_batch x cfg.seq_len tokens.
   CudaModelBase(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
                 const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward, int64_t scratch_bytes);
 
@@ -41,6 +46,10 @@ class CudaModelBase : public CudaUnitModel<T> {
   bool cudnn_shape() const { return cudnn_attention_ && B_ == max_batch_ && T_ == cfg_.seq_len; }
   // Which set of block activations layer `layer` uses: its own, or with recompute the one shared set.
   size_t acts_index(int layer) const { return recompute_ ? 0 : static_cast<size_t>(layer); }
+  // The family's head: final norm, classifier and loss, and with `backward` the start of backward
+  // (head_forward_backward's gradients).
+  virtual void head_pass(const T* head_params, const T* emb_params, const int32_t* targets, float dloss, T* head_grads,
+                         T* emb_grads, bool backward) = 0;
   // Block `layer`'s input: the embedding's output or the previous block's; final_output() is the head's input.
   const T* block_input(int layer) const {
     return layer == 0 ? encoded_.data() : block_out_[static_cast<size_t>(layer - 1)].data();
@@ -59,6 +68,7 @@ class CudaModelBase : public CudaUnitModel<T> {
   CudaLmIo<T> io_;                          // tokens and targets, the chunked classifier, the loss accumulator
   DeviceBuffer<T> encoded_;                 // [B, T, C]: the token embedding's output
   std::vector<DeviceBuffer<T>> block_out_;  // [B, T, C] per block
+  CudaLora<T> lora_;                        // the blocks' adapters, h in acts_index's slots (nothing without LoRA)
 };
 
 }  // namespace st

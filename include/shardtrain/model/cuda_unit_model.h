@@ -37,12 +37,15 @@ class CudaUnitModel {
   virtual void embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) = 0;
   // Forward of block `layer` on the active shape; keeps what its backward needs.
   virtual void block_forward(int layer, const T* block_params) = 0;
-  // Final norm, classifier, cross-entropy (targets: host [B, t]) and, if head_grads is non-null, the start of
-  // backward (UnitModel::head_forward_backward): head_grads written, emb_grads += the classifier's gradient when the
-  // head is tied. A target < 0 is not a target: no loss, no gradient. The batch's summed per-token loss is added to a
-  // device accumulator read by take_loss_sum().
+  // Final norm, classifier, cross-entropy (targets: host [B, t]) and the start of backward
+  // (UnitModel::head_forward_backward): head_grads written, emb_grads += the classifier's gradient when the head is
+  // tied; a frozen tensor (LoRA) gets no gradient, and a wholly frozen unit's buffer may be null. Without LoRA a null
+  // head_grads runs the forward only, as head_forward. A target < 0 is not a target: no loss, no gradient. The batch's
+  // summed per-token loss is added to a device accumulator read by take_loss_sum().
   virtual void head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
                                      T* head_grads, T* emb_grads) = 0;
+  // The same loss, added to the same accumulator, without backward.
+  virtual void head_forward(const T* head_params, const T* emb_params, const int32_t* targets) = 0;
   // Sum of the per-token losses since the last call; synchronises the stream.
   virtual double take_loss_sum() = 0;
   // The same sum, moved to *dst (device memory) on the stream, without waiting: the accumulator restarts at 0. The
@@ -50,10 +53,10 @@ class CudaUnitModel {
   virtual void move_loss_sum(double* dst) = 0;
   // Logits over the real vocabulary at position `pos` of sequence 0; synchronises.
   virtual void head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits) = 0;
-  // Backward of block `layer`: consumes the residual gradient and writes block_grads. With recompute it first re-runs
-  // the block's forward from its saved input.
+  // Backward of block `layer`: consumes the residual gradient and writes block_grads (its trainable tensors': with
+  // LoRA the adapters'). With recompute it first re-runs the block's forward from its saved input.
   virtual void block_backward(int layer, const T* block_params, T* block_grads) = 0;
-  // Backward of unit 0: accumulates into emb_grads.
+  // Backward of unit 0: accumulates into emb_grads; nothing when its tensors are frozen (LoRA).
   virtual void embedding_backward(T* emb_grads) = 0;
 
   // Per-op GPU time of the calls above (SHARDTRAIN_PROFILE_OPS=1; see core/cuda_timer.h). Collected by

@@ -51,6 +51,15 @@ struct LoraAdapter {
 // The unit's adapters, in the family's order (empty without LoRA and for the embedding and the head).
 std::vector<LoraAdapter> lora_adapters(const UnitLayout& unit, const ModelConfig& cfg);
 
+// The adapters of every block of the unit list (units[1 .. n_layer]), which all lay them out alike (checked), so one
+// list serves the models for every block; empty without LoRA or blocks.
+std::vector<LoraAdapter> block_lora_adapters(const std::vector<UnitLayout>& units, const ModelConfig& cfg);
+
+// Elements a model keeps for its adapters: h [max_rows, rank] for each adapter of `slots` blocks (those whose
+// activations it keeps at once: n_layer, or 1 with recompute) and one dh [max_rows, rank] of backward scratch. 0
+// without LoRA or blocks.
+int64_t lora_activation_elems(const ModelConfig& cfg, int64_t max_rows, int64_t slots);
+
 // The model without adapters: cfg with lora.rank 0, whose unit list is the family's own.
 ModelConfig base_model(const ModelConfig& cfg);
 

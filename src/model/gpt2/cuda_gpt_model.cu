@@ -7,6 +7,7 @@
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
 #include "shardtrain/kernels/gpu/embedding.h"
 #include "shardtrain/kernels/gpu/flash_attention.h"
+#include "shardtrain/kernels/gpu/gelu.h"
 #include "shardtrain/kernels/gpu/layernorm.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/kernels/gpu/reduce.h"
@@ -19,7 +20,7 @@ CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, b
     : CudaModelBase<T>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward,
                        cuda_gpt_footprint(cfg, max_batch, recompute, sizeof(T), 0).scratch_bytes) {
   // Exactly the buffers cuda_gpt_footprint counts (GptActivationSizes); the base allocates the layer outputs, the
-  // embedding output and CudaLmIo's.
+  // embedding output, CudaLmIo's and the adapters'.
   const GptActivationSizes z(cfg, max_batch, recompute);
   const int64_t BT = z.BT, C = z.C;
   blocks_.resize(static_cast<size_t>(z.blocks));
@@ -63,6 +64,7 @@ template <typename T>
 void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   const BlockView<const T> p(block_params, units_[static_cast<size_t>(1 + layer)]);
   BlockActs& a = acts(layer);
+  const int64_t slot = static_cast<int64_t>(this->acts_index(layer));
   T* out = block_out_[static_cast<size_t>(layer)].data();
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd;
@@ -72,6 +74,7 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   gpu::layernorm_forward<T>(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln1w, p.ln1b, N, C, ctx_);
   lap("fwd.matmul");
   gpu::matmul_forward<T>(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C, ctx_);
+  lora_.forward(slot, "attn.qkv.weight", block_params, a.qkv.data(), 3 * C, a.ln1.data(), N, lap, ctx_);
   lap("fwd.attention");
   if (cudnn_shape())
     gpu::cudnn_attention_forward<T>(a.atty.data(), a.att_lse.data(), a.qkv.data(), static_cast<int>(B_),
@@ -81,39 +84,51 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
                                     static_cast<int>(T_), C, cfg_.n_head, ctx_);
   lap("fwd.matmul_residual");
   gpu::matmul_forward_residual<T>(a.res2.data(), a.atty.data(), p.projw, p.projb, x, N, C, C, ctx_);
+  // The adapters of the residual GEMMs add to x + proj(atty): the CPU model's sum, in another order.
+  lora_.forward(slot, "attn.proj.weight", block_params, a.res2.data(), C, a.atty.data(), N, lap, ctx_);
   lap("fwd.layernorm");
   gpu::layernorm_forward<T>(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C,
                             ctx_);
-  lap("fwd.matmul_gelu");
-  gpu::matmul_forward_gelu<T>(a.fch_gelu.data(), a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, ctx_);
+  if (lora_.adapts("mlp.fc.weight")) {
+    // The adapters add to fc's output before the GELU, which the fused GEMM + GELU cannot wait for: apart here.
+    lap("fwd.matmul");
+    gpu::matmul_forward<T>(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, ctx_);
+    lora_.forward(slot, "mlp.fc.weight", block_params, a.fch.data(), 4 * C, a.ln2.data(), N, lap, ctx_);
+    lap("fwd.gelu");
+    gpu::gelu_forward<T>(a.fch_gelu.data(), a.fch.data(), N * 4 * C, ctx_);
+  } else {
+    lap("fwd.matmul_gelu");
+    gpu::matmul_forward_gelu<T>(a.fch_gelu.data(), a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, ctx_);
+  }
   lap("fwd.matmul_residual");
   gpu::matmul_forward_residual<T>(out, a.fch_gelu.data(), p.fcprojw, p.fcprojb, a.res2.data(), N, 4 * C, C, ctx_);
+  lora_.forward(slot, "mlp.proj.weight", block_params, out, C, a.fch_gelu.data(), N, lap, ctx_);
 }
 
 template <typename T>
-void CudaGpt<T>::head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
-                                       T* head_grads, T* emb_grads) {
+void CudaGpt<T>::head_pass(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
+                           T* head_grads, T* emb_grads, bool backward) {
   const UnitLayout& hu = units_.back();
   const UnitLayout& eu = units_[0];
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd;
-  const bool backward = head_grads != nullptr;
   const T* x = final_output();
-  const T* lnfw = head_params + hu.tensors[0].offset;
-  const T* lnfb = head_params + hu.tensors[1].offset;
+  const T* lnfw = head_params + hu.tensor("lnf.weight").offset;
+  const T* lnfb = head_params + hu.tensor("lnf.bias").offset;
   io_.upload_targets(targets, N, ctx_.stream);
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   lap("head.layernorm");
   gpu::layernorm_forward<T>(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, lnfw, lnfb, N, C, ctx_);
-  io_.classify(lnf_.data(), emb_params + eu.tensors[0].offset, N, dloss, backward ? dlnf_.data() : nullptr,
-               backward ? emb_grads + eu.tensors[0].offset : nullptr, GradWrite::kAccumulate, lap, ctx_);
+  io_.classify(lnf_.data(), emb_params + eu.tensor("wte").offset, N, dloss, backward ? dlnf_.data() : nullptr,
+               backward ? tensor_in(emb_grads, eu.tensor("wte"), ViewOf::kGrads) : nullptr, GradWrite::kAccumulate, lap,
+               ctx_);
   if (backward) {
     lap("head.layernorm_bwd");
     zero_async(dresid_, N * C, ctx_.stream);
-    // The head unit's only gradients: written, not added to.
-    gpu::layernorm_backward<T>(dresid_.data(), head_grads + hu.tensors[0].offset, head_grads + hu.tensors[1].offset,
-                               dlnf_.data(), x, lnfw, lnf_mean_.data(), lnf_rstd_.data(), N, C, ctx_,
-                               GradWrite::kOverwrite);
+    // The head unit's only gradients: written, not added to (none when frozen).
+    gpu::layernorm_backward<T>(dresid_.data(), tensor_in(head_grads, hu.tensor("lnf.weight"), ViewOf::kGrads),
+                               tensor_in(head_grads, hu.tensor("lnf.bias"), ViewOf::kGrads), dlnf_.data(), x, lnfw,
+                               lnf_mean_.data(), lnf_rstd_.data(), N, C, ctx_, GradWrite::kOverwrite);
   }
 }
 
@@ -133,28 +148,43 @@ template <typename T>
 void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads) {
   if (recompute_) block_forward(layer, block_params);
   const BlockView<const T> p(block_params, units_[static_cast<size_t>(1 + layer)]);
-  const BlockView<T> g(block_grads, units_[static_cast<size_t>(1 + layer)]);
+  const BlockView<T> g(block_grads, units_[static_cast<size_t>(1 + layer)], ViewOf::kGrads);
   BlockActs& a = acts(layer);
+  const int64_t slot = static_cast<int64_t>(this->acts_index(layer));
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd;
   const T* x = block_input(layer);
   cudaStream_t s = ctx_.stream;
   OpTimer::Laps lap = timer_.laps(s);
   // Single-producer buffers, no memsets: the activation gradients, and every one of the block's parameter gradients
-  // (block_grads is written, not added to; the caller need not zero it).
+  // (block_grads is written, not added to; the caller need not zero it). An adapted GEMM's input gradient also gets
+  // its adapters' part, added; a frozen tensor's gradient pointer is null: skipped.
   constexpr GradWrite kOverwrite = GradWrite::kOverwrite;
   // The four biases' and two LayerNorms' gradient sums are finished together at the end, in one launch.
   gpu::GpuContext ctx = ctx_;
   ctx.column_sums = &column_sums_;
 
-  // MLP branch: dresid is d(out); the residual passes it to res2 unchanged. d(fch) through the GELU in one pass.
+  // MLP branch: dresid is d(out); the residual passes it to res2 unchanged. d(fch) through the GELU in one pass,
+  // or, when adapters add to d(fch_gelu) first, in two (matmul_backward_gelu's unfused path, around them).
   T* dfch = dfch_.data();
-  lap("bwd.matmul_gelu");
-  gpu::matmul_backward_gelu<T>(dfch, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, a.fch.data(),
-                               N, 4 * C, C, ctx, kOverwrite);
+  if (lora_.adapts("mlp.proj.weight")) {
+    lap("bwd.matmul");
+    gpu::matmul_backward<T>(dfch, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, N, 4 * C, C, ctx,
+                            kOverwrite, kOverwrite);
+    lora_.backward(slot, "mlp.proj.weight", block_params, block_grads, dfch, dresid_.data(), C, a.fch_gelu.data(), N,
+                   lap, ctx);
+    lap("bwd.gelu");
+    gpu::gelu_backward<T>(dfch, a.fch.data(), dfch, N * 4 * C, ctx, kOverwrite);
+  } else {
+    lap("bwd.matmul_gelu");
+    gpu::matmul_backward_gelu<T>(dfch, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, a.fch.data(),
+                                 N, 4 * C, C, ctx, kOverwrite);
+  }
   lap("bwd.matmul");
   gpu::matmul_backward<T>(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx, kOverwrite,
                           kOverwrite);
+  lora_.backward(slot, "mlp.fc.weight", block_params, block_grads, dbuf_c_.data(), dfch, 4 * C, a.ln2.data(), N, lap,
+                 ctx);
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln2w, g.ln2b, dbuf_c_.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
                              a.ln2_rstd.data(), N, C, ctx, kOverwrite);
@@ -163,6 +193,8 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   lap("bwd.matmul");
   gpu::matmul_backward<T>(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C, ctx,
                           kOverwrite, kOverwrite);
+  lora_.backward(slot, "attn.proj.weight", block_params, block_grads, dbuf_c_.data(), dresid_.data(), C, a.atty.data(),
+                 N, lap, ctx);
   if (cudnn_shape()) {  // overwrites dqkv
     lap("bwd.attention");
     gpu::cudnn_attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.atty.data(), a.att_lse.data(),
@@ -178,6 +210,8 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   lap("bwd.matmul");
   gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C, ctx,
                           kOverwrite, kOverwrite);
+  lora_.backward(slot, "attn.qkv.weight", block_params, block_grads, dbuf_c_.data(), dqkv_.data(), 3 * C, a.ln1.data(),
+                 N, lap, ctx);
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln1w, g.ln1b, dbuf_c_.data(), x, p.ln1w, a.ln1_mean.data(),
                              a.ln1_rstd.data(), N, C, ctx, kOverwrite);
@@ -188,10 +222,14 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
 template <typename T>
 void CudaGpt<T>::embedding_backward(T* emb_grads) {
   const UnitLayout& u = units_[0];
+  T* dwte = tensor_in(emb_grads, u.tensor("wte"), ViewOf::kGrads);
+  T* dwpe = tensor_in(emb_grads, u.tensor("wpe"), ViewOf::kGrads);
+  if (dwte == nullptr && dwpe == nullptr) return;  // frozen (LoRA)
+  ST_CHECK(dwte != nullptr && dwpe != nullptr, "wte and wpe are trained together or not at all");
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   lap("bwd.embedding");
-  gpu::embedding_backward<T>(emb_grads + u.tensors[0].offset, emb_grads + u.tensors[1].offset, dresid_.data(),
-                             io_.tokens(), static_cast<int>(B_), static_cast<int>(T_), cfg_.n_embd, ctx_);
+  gpu::embedding_backward<T>(dwte, dwpe, dresid_.data(), io_.tokens(), static_cast<int>(B_), static_cast<int>(T_),
+                             cfg_.n_embd, ctx_);
 }
 
 template class CudaGpt<float>;

@@ -34,7 +34,7 @@ CudaLlama<T>::CudaLlama(const ModelConfig& cfg, int64_t max_batch, bool recomput
                        cuda_llama_footprint(cfg, max_batch, recompute, sizeof(T), 0).scratch_bytes) {
   ST_CHECK(cfg.is_llama());
   // Exactly the buffers cuda_llama_footprint counts (LlamaActivationSizes); the base allocates the layer outputs, the
-  // embedding output and CudaLmIo's.
+  // embedding output, CudaLmIo's and the adapters'.
   const LlamaActivationSizes z(cfg, max_batch, recompute);
   const int64_t BT = z.BT, C = z.C, F = z.F;
   const RopeTable rope = rope_table(cfg, cfg.seq_len);
@@ -88,6 +88,7 @@ template <typename T>
 void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   const LlamaBlockView<const T> p(block_params, units_[static_cast<size_t>(1 + layer)]);
   BlockActs& a = acts(layer);
+  const int64_t slot = static_cast<int64_t>(this->acts_index(layer));
   T* out = block_out_[static_cast<size_t>(layer)].data();
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd, QKV = cfg_.qkv_dim(), F = cfg_.mlp_dim();
@@ -98,6 +99,7 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   gpu::rmsnorm_forward<T>(a.norm1.data(), a.rstd1.data(), x, p.attn_norm, eps, N, C, ctx_);
   lap("fwd.matmul");
   gpu::matmul_forward<T>(a.qkv.data(), a.norm1.data(), p.qkvw, p.qkvb, N, C, QKV, ctx_);
+  lora_.forward(slot, "attn.qkv.weight", block_params, a.qkv.data(), QKV, a.norm1.data(), N, lap, ctx_);
   lap("fwd.rope");
   gpu::rope_forward<T>(a.qkv.data(), rope_cos_.data(), rope_sin_.data(), B_, T_, cfg_.n_head, cfg_.kv_heads(),
                        cfg_.head_dim(), ctx_);
@@ -105,31 +107,34 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   attention_forward(a);
   lap("fwd.matmul_residual");
   gpu::matmul_forward_residual<T>(a.res2.data(), a.atty.data(), p.ow, nullptr, x, N, C, C, ctx_);
+  // The adapter adds to x + o(atty): the CPU model's sum, in another order.
+  lora_.forward(slot, "attn.o.weight", block_params, a.res2.data(), C, a.atty.data(), N, lap, ctx_);
   lap("fwd.rmsnorm");
   gpu::rmsnorm_forward<T>(a.norm2.data(), a.rstd2.data(), a.res2.data(), p.mlp_norm, eps, N, C, ctx_);
   lap("fwd.matmul");
   gpu::matmul_forward<T>(a.gate_up.data(), a.norm2.data(), p.gate_up, nullptr, N, C, 2 * F, ctx_);
+  lora_.forward(slot, "mlp.gate_up.weight", block_params, a.gate_up.data(), 2 * F, a.norm2.data(), N, lap, ctx_);
   lap("fwd.swiglu");
   gpu::swiglu_forward<T>(a.mlp.data(), a.gate_up.data(), N, F, ctx_);
   lap("fwd.matmul_residual");
   gpu::matmul_forward_residual<T>(out, a.mlp.data(), p.down, nullptr, a.res2.data(), N, F, C, ctx_);
+  lora_.forward(slot, "mlp.down.weight", block_params, out, C, a.mlp.data(), N, lap, ctx_);
 }
 
 template <typename T>
-void CudaLlama<T>::head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
-                                         T* head_grads, T* emb_grads) {
+void CudaLlama<T>::head_pass(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
+                             T* head_grads, T* emb_grads, bool backward) {
   const UnitLayout& hu = units_.back();
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd;
-  const bool backward = head_grads != nullptr;
   const T* x = final_output();
   const T* normw = head_params + hu.tensor("norm.weight").offset;
   // Tied: the classifier's gradient adds to the embedding's (the token lookup adds to it too). Untied: lm_head's is
-  // the head's own, written by the first chunk.
+  // the head's own, written by the first chunk. Frozen (LoRA): none.
   T* dw = nullptr;
   if (backward)
-    dw = cfg_.tie_embeddings ? emb_grads + units_.front().tensor("embed_tokens").offset
-                             : head_grads + hu.tensor("lm_head").offset;
+    dw = cfg_.tie_embeddings ? tensor_in(emb_grads, units_.front().tensor("embed_tokens"), ViewOf::kGrads)
+                             : tensor_in(head_grads, hu.tensor("lm_head"), ViewOf::kGrads);
   const GradWrite dw_write = cfg_.tie_embeddings ? GradWrite::kAccumulate : GradWrite::kOverwrite;
   io_.upload_targets(targets, N, ctx_.stream);
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
@@ -140,8 +145,8 @@ void CudaLlama<T>::head_forward_backward(const T* head_params, const T* emb_para
   if (backward) {
     lap("head.rmsnorm_bwd");
     zero_async(dresid_, N * C, ctx_.stream);
-    gpu::rmsnorm_backward<T>(dresid_.data(), head_grads + hu.tensor("norm.weight").offset, dnormf_.data(), x, normw,
-                             rstdf_.data(), N, C, ctx_, GradWrite::kOverwrite);
+    gpu::rmsnorm_backward<T>(dresid_.data(), tensor_in(head_grads, hu.tensor("norm.weight"), ViewOf::kGrads),
+                             dnormf_.data(), x, normw, rstdf_.data(), N, C, ctx_, GradWrite::kOverwrite);
   }
 }
 
@@ -177,25 +182,31 @@ template <typename T>
 void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_grads) {
   if (recompute_) block_forward(layer, block_params);  // refills the shared activations from the saved input
   const LlamaBlockView<const T> p(block_params, units_[static_cast<size_t>(1 + layer)]);
-  const LlamaBlockView<T> g(block_grads, units_[static_cast<size_t>(1 + layer)]);
+  const LlamaBlockView<T> g(block_grads, units_[static_cast<size_t>(1 + layer)], ViewOf::kGrads);
   BlockActs& a = acts(layer);
+  const int64_t slot = static_cast<int64_t>(this->acts_index(layer));
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd, QKV = cfg_.qkv_dim(), F = cfg_.mlp_dim();
   const T* x = block_input(layer);
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   // Every activation gradient has one producer and every parameter gradient of the block is written, not added to
-  // (the caller need not zero block_grads); only dresid accumulates, through the two RMSNorms' input gradients.
+  // (the caller need not zero block_grads); only dresid accumulates, through the two RMSNorms' input gradients, and
+  // each adapted GEMM's input gradient, through its adapters'. A frozen tensor's gradient pointer is null: skipped.
   constexpr GradWrite kOverwrite = GradWrite::kOverwrite;
 
   // MLP branch: dresid is d(out); the residual passes it to res2 unchanged.
   lap("bwd.matmul");
   gpu::matmul_backward<T>(dmlp_.data(), g.down, nullptr, dresid_.data(), a.mlp.data(), p.down, N, F, C, ctx_,
                           kOverwrite, kOverwrite);
+  lora_.backward(slot, "mlp.down.weight", block_params, block_grads, dmlp_.data(), dresid_.data(), C, a.mlp.data(), N,
+                 lap, ctx_);
   lap("bwd.swiglu");
   gpu::swiglu_backward<T>(dgate_up_.data(), dmlp_.data(), a.gate_up.data(), N, F, ctx_, kOverwrite);
   lap("bwd.matmul");
   gpu::matmul_backward<T>(dbuf_c_.data(), g.gate_up, nullptr, dgate_up_.data(), a.norm2.data(), p.gate_up, N, C, 2 * F,
                           ctx_, kOverwrite, kOverwrite);
+  lora_.backward(slot, "mlp.gate_up.weight", block_params, block_grads, dbuf_c_.data(), dgate_up_.data(), 2 * F,
+                 a.norm2.data(), N, lap, ctx_);
   lap("bwd.rmsnorm");
   gpu::rmsnorm_backward<T>(dresid_.data(), g.mlp_norm, dbuf_c_.data(), a.res2.data(), p.mlp_norm, a.rstd2.data(), N, C,
                            ctx_, kOverwrite);
@@ -204,6 +215,8 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
   lap("bwd.matmul");
   gpu::matmul_backward<T>(dbuf_c_.data(), g.ow, nullptr, dresid_.data(), a.atty.data(), p.ow, N, C, C, ctx_, kOverwrite,
                           kOverwrite);
+  lora_.backward(slot, "attn.o.weight", block_params, block_grads, dbuf_c_.data(), dresid_.data(), C, a.atty.data(), N,
+                 lap, ctx_);
   attention_backward(a, lap);
   lap("bwd.rope");  // d(rotated q, k) -> d(q, k) as the qkv matmul produced them
   gpu::rope_backward<T>(dqkv_.data(), rope_cos_.data(), rope_sin_.data(), B_, T_, cfg_.n_head, cfg_.kv_heads(),
@@ -211,6 +224,8 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
   lap("bwd.matmul");
   gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.norm1.data(), p.qkvw, N, C, QKV, ctx_,
                           kOverwrite, kOverwrite);
+  lora_.backward(slot, "attn.qkv.weight", block_params, block_grads, dbuf_c_.data(), dqkv_.data(), QKV, a.norm1.data(),
+                 N, lap, ctx_);
   lap("bwd.rmsnorm");
   gpu::rmsnorm_backward<T>(dresid_.data(), g.attn_norm, dbuf_c_.data(), x, p.attn_norm, a.rstd1.data(), N, C, ctx_,
                            kOverwrite);
@@ -218,10 +233,12 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
 
 template <typename T>
 void CudaLlama<T>::embedding_backward(T* emb_grads) {
+  T* dwte = tensor_in(emb_grads, units_[0].tensor("embed_tokens"), ViewOf::kGrads);
+  if (dwte == nullptr) return;  // frozen (LoRA)
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   lap("bwd.embedding");
-  gpu::embedding_backward<T>(emb_grads + units_[0].tensor("embed_tokens").offset, nullptr, dresid_.data(), io_.tokens(),
-                             static_cast<int>(B_), static_cast<int>(T_), cfg_.n_embd, ctx_);
+  gpu::embedding_backward<T>(dwte, nullptr, dresid_.data(), io_.tokens(), static_cast<int>(B_), static_cast<int>(T_),
+                             cfg_.n_embd, ctx_);
 }
 
 template class CudaLlama<float>;

@@ -22,7 +22,9 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 // are written, as st::layernorm_backward). dweight and dbias are reduced over rows in fp32, per fixed chunk of rows
 // into ctx.scratch and then over chunks in order, so the result is bit-identical run to run. Needs
 // layernorm_backward_scratch_bytes(N, C) bytes of scratch, or, with ctx.column_sums, as much room there, and dweight
-// and dbias are then complete only after that ColumnSums's finish() (column_sums.h).
+// and dbias are then complete only after that ColumnSums's finish() (column_sums.h). dweight and dbias may both be
+// null (a frozen weight and bias): no reduction is finished and dinp gets the same bits; the scratch is needed all
+// the same.
 //
 // How the bf16/fp16 backward (C <= 2560, a multiple of 8) reads its rows: kStaged reads each row ahead into shared
 // memory, kDirect straight into registers when it is used. Both do the same arithmetic in the same order, so give

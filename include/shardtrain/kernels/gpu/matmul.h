@@ -139,10 +139,10 @@ void matmul_forward_gelu(T* out, T* pre_gelu, const T* inp, const T* weight, con
                          const GpuContext& ctx);
 
 // Accumulates, like st::matmul_backward: dinp[N,C] += dout @ weight; dweight[OC,C] += dout^T @ inp;
-// dbias[OC] += sum_n dout[n,:]. dinp and dbias may be null; dinp_write = kOverwrite writes dinp = dout @ weight
-// without reading it, param_write = kOverwrite likewise dweight and dbias (the values of adding to zeroed ones).
-// The bias sum runs in fp32 in a fixed order
-// that depends only on (N, OC), so it is bit-reproducible; it needs ctx.scratch of
+// dbias[OC] += sum_n dout[n,:]. dinp, dweight and dbias may be null (not needed: a frozen weight / no bias), and
+// what is null is not computed; dinp_write = kOverwrite writes dinp = dout @ weight without reading it, param_write =
+// kOverwrite likewise dweight and dbias (the values of adding to zeroed ones). The bias sum runs in fp32 in a fixed
+// order that depends only on (N, OC), so it is bit-reproducible; it needs ctx.scratch of
 // matmul_backward_scratch_bytes(N, OC) bytes when dbias is given, or, with ctx.column_sums, as much room there, and
 // dbias is then complete only after that ColumnSums's finish() (column_sums.h).
 template <typename T>
@@ -152,8 +152,8 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 
 // The backward of out = gelu(pre_gelu) @ weight^T + bias in one pass over the input gradient, like
 // st::matmul_backward_gelu: dinp[N,C] = gelu'(pre_gelu) * (dout @ weight), overwritten (in the MLP, the gradient
-// of the GELU's input); dweight and dbias from inp (= gelu(pre_gelu)), as matmul_backward (param_write). For
-// T = bf16/fp16 with C % 8 == 0 the GELU derivative runs in cuBLASLt's DGELU epilogue when it has an
+// of the GELU's input); dweight and dbias from inp (= gelu(pre_gelu)), as matmul_backward (param_write; either may
+// be null). For T = bf16/fp16 with C % 8 == 0 the GELU derivative runs in cuBLASLt's DGELU epilogue when it has an
 // algorithm for it; otherwise, and always for T = float, it is matmul_backward and gelu_backward in place.
 template <typename T>
 void matmul_backward_gelu(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,

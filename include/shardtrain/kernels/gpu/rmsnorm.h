@@ -20,7 +20,7 @@ void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, float e
 // reduced over rows in fp32 in a fixed order (per chunk of rows into ctx.scratch, then over chunks), so the result
 // is bit-identical run to run. Needs rmsnorm_backward_scratch_bytes(N, C) bytes of ctx.scratch, or, with
 // ctx.column_sums, as much room there, and dweight is then complete only after that ColumnSums's finish()
-// (column_sums.h).
+// (column_sums.h). dweight may be null (a frozen weight): no reduction, no scratch, and dinp gets the same bits.
 template <typename T>
 void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const float* rstd, int64_t N,
                       int C, const GpuContext& ctx, GradWrite param_write = GradWrite::kAccumulate);

@@ -1,7 +1,9 @@
 // GPT-2 forward and backward on one GPU, unit by unit: the CUDA twin of GptModel (gpt_model.h), with the same
 // calls (those of CudaUnitModel, cuda_unit_model.h) and the same unit layout. Gradients: the embedding's accumulate
 // (+=: the classifier and the token lookup both add to it), as in GptModel; a block's and the head's are written (=),
-// so their buffers need no zeroing (GptModel adds to them, the same values on zeroed buffers). Parameters and gradients
+// so their buffers need no zeroing (GptModel adds to them, the same values on zeroed buffers). With LoRA
+// (model/lora.h) the targeted GEMMs' adapters add to their outputs (CudaLora; fc's before the GELU, so an adapted fc
+// runs without the fused GEMM + GELU) and frozen tensors get no gradient, as in GptModel. Parameters and gradients
 // are the unit's full flat buffers in the compute type T (float, bf16 or fp16), in device memory, gathered and
 // reduce-scattered by the caller. Activations are T; LayerNorm statistics and per-token losses are fp32. Every call is
 // asynchronous on ctx.stream except those that return a host value.
@@ -43,10 +45,6 @@ class CudaGpt final : public CudaModelBase<T> {
 
   void embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) override;
   void block_forward(int layer, const T* block_params) override;
-  // Final LayerNorm, the classifier tied to wte, cross-entropy (targets: host [B, t]) and, with head_grads, the
-  // start of backward (GptModel::head_forward_backward).
-  void head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
-                             T* head_grads, T* emb_grads) override;
   void head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits) override;
   void block_backward(int layer, const T* block_params, T* block_grads) override;
   void embedding_backward(T* emb_grads) override;
@@ -54,14 +52,18 @@ class CudaGpt final : public CudaModelBase<T> {
  private:
   using Base = CudaModelBase<T>;
   using Base::attention_backward_, Base::B_, Base::block_input, Base::block_out_, Base::cfg_, Base::ctx_,
-      Base::cudnn_shape, Base::encoded_, Base::final_output, Base::io_, Base::recompute_, Base::T_, Base::timer_,
-      Base::units_;
+      Base::cudnn_shape, Base::encoded_, Base::final_output, Base::io_, Base::lora_, Base::recompute_, Base::T_,
+      Base::timer_, Base::units_;
   struct BlockActs {
     DeviceBuffer<T> ln1, qkv, atty, res2, ln2, fch, fch_gelu;
     DeviceBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
     DeviceBuffer<float> att_lse;  // [B, NH, T]: what flash attention's backward needs besides qkv and atty
   };
   BlockActs& acts(int layer) { return blocks_[this->acts_index(layer)]; }
+  // Final LayerNorm, the classifier tied to wte, cross-entropy (targets: host [B, t]) and, with backward, the start
+  // of backward (GptModel::head_forward_backward).
+  void head_pass(const T* head_params, const T* emb_params, const int32_t* targets, float dloss, T* head_grads,
+                 T* emb_grads, bool backward) override;
 
   std::vector<BlockActs> blocks_;
   DeviceBuffer<T> lnf_, dresid_, dlnf_, dbuf_c_, dqkv_, dfch_;

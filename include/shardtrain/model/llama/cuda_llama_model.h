@@ -3,6 +3,8 @@
 //   h   = x + o(attention(rope(q), rope(k), v))    with q, k, v = qkv(rmsnorm(x)) (+ bias with model.qkv_bias)
 //   out = h + down(silu(gate(n)) * up(n))         with n = rmsnorm(h)
 // grouped-query attention (model.n_kv_head), the final RMSNorm and a classifier tied to embed_tokens or untied.
+// With LoRA (model/lora.h) the targeted GEMMs' adapters add to their outputs (CudaLora) and frozen tensors get no
+// gradient, as in LlamaModel.
 // Gradients: the embedding's accumulate (+=: the token lookup, and the classifier when tied, add to it); a block's
 // and the head's are written (=), so their buffers need no zeroing. Parameters and gradients are the unit's full flat
 // buffers in the compute type T (float, bf16 or fp16), in device memory. Activations are T; RMSNorm statistics, the
@@ -39,10 +41,6 @@ class CudaLlama final : public CudaModelBase<T> {
 
   void embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) override;
   void block_forward(int layer, const T* block_params) override;
-  // Final RMSNorm and the classifier: embed_tokens when tied (its gradient added to emb_grads), else the head's
-  // lm_head (its gradient written into head_grads).
-  void head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
-                             T* head_grads, T* emb_grads) override;
   void head_logits(const T* head_params, const T* emb_params, int64_t pos, std::vector<float>* logits) override;
   void block_backward(int layer, const T* block_params, T* block_grads) override;
   void embedding_backward(T* emb_grads) override;
@@ -50,14 +48,18 @@ class CudaLlama final : public CudaModelBase<T> {
  private:
   using Base = CudaModelBase<T>;
   using Base::attention_backward_, Base::B_, Base::block_input, Base::block_out_, Base::cfg_, Base::ctx_,
-      Base::cudnn_shape, Base::encoded_, Base::final_output, Base::io_, Base::recompute_, Base::T_, Base::timer_,
-      Base::units_;
+      Base::cudnn_shape, Base::encoded_, Base::final_output, Base::io_, Base::lora_, Base::recompute_, Base::T_,
+      Base::timer_, Base::units_;
   struct BlockActs {
     DeviceBuffer<T> norm1, qkv, atty, res2, norm2, gate_up, mlp;
     DeviceBuffer<float> rstd1, rstd2;
     DeviceBuffer<float> att_lse;  // [B, NH, T]: what attention's backward needs besides qkv and atty
   };
   BlockActs& acts(int layer) { return blocks_[this->acts_index(layer)]; }
+  // Final RMSNorm and the classifier: embed_tokens when tied (its gradient added to emb_grads), else the head's
+  // lm_head (its gradient written into head_grads).
+  void head_pass(const T* head_params, const T* emb_params, const int32_t* targets, float dloss, T* head_grads,
+                 T* emb_grads, bool backward) override;
   // The classifier's weight [Vp, C]: embed_tokens when tied, else lm_head.
   const T* classifier(const T* head_params, const T* emb_params) const;
   void attention_forward(BlockActs& a);

@@ -1,0 +1,64 @@
+#include "shardtrain/kernels/gpu/lora.h"
+
+#include "shardtrain/core/cuda.h"
+#include "shardtrain/core/error.h"
+#include "shardtrain/kernels/gpu/matmul.h"
+
+namespace st::gpu {
+namespace {
+
+Blas& blas_for_lora(const GpuContext& ctx) {
+  ST_CHECK(ctx.blas != nullptr, "GpuContext::blas is null; LoRA needs a Blas");
+  return *ctx.blas;
+}
+
+void check_shape(const char* what, int64_t N, int64_t ldo, int in, int r, int rows) {
+  ST_CHECK(N >= 0 && in > 0 && r > 0 && rows > 0 && ldo >= rows, what, ": N ", N, ", in ", in, ", r ", r, ", rows ",
+           rows, ", ldo ", ldo);
+}
+
+}  // namespace
+
+template <typename T>
+void lora_forward(T* out, int64_t ldo, T* h, const T* x, const T* A, const T* B, int64_t N, int in, int r, int rows,
+                  float scale, const GpuContext& ctx) {
+  check_shape("lora_forward", N, ldo, in, r, rows);
+  if (N == 0) return;
+  Blas& blas = blas_for_lora(ctx);
+  blas.gemm(false, true, N, r, in, 1.0f, x, in, 0, A, in, 0, 0.0f, h, r, 0, 1, ctx.stream);
+  blas.gemm(false, true, N, rows, r, scale, h, r, 0, B, r, 0, 1.0f, out, ldo, 0, 1, ctx.stream);
+}
+
+template <typename T>
+void lora_backward(T* dx, T* dA, T* dB, T* dh, const T* dout, int64_t ldo, const T* x, const T* h, const T* A,
+                   const T* B, int64_t N, int in, int r, int rows, float scale, const GpuContext& ctx,
+                   GradWrite param_write) {
+  check_shape("lora_backward", N, ldo, in, r, rows);
+  const bool add = param_write == GradWrite::kAccumulate;
+  if (N == 0) {  // no rows: the written gradients are the empty sums (a GEMM of depth 0 may have no algorithm)
+    if (!add) {
+      ST_CUDA_CHECK(cudaMemsetAsync(dA, 0, sizeof(T) * static_cast<size_t>(int64_t{r} * in), ctx.stream));
+      ST_CUDA_CHECK(cudaMemsetAsync(dB, 0, sizeof(T) * static_cast<size_t>(int64_t{rows} * r), ctx.stream));
+    }
+    return;
+  }
+  Blas& blas = blas_for_lora(ctx);
+  const float beta = add ? 1.0f : 0.0f;
+  blas.gemm(false, false, N, r, rows, scale, dout, ldo, 0, B, r, 0, 0.0f, dh, r, 0, 1, ctx.stream);
+  blas.gemm(true, false, rows, r, N, scale, dout, ldo, 0, h, r, 0, beta, dB, r, 0, 1, ctx.stream);
+  blas.gemm(true, false, r, in, N, 1.0f, dh, r, 0, x, in, 0, beta, dA, in, 0, 1, ctx.stream);
+  if (dx != nullptr) blas.gemm(false, false, N, in, r, 1.0f, dh, r, 0, A, in, 0, 1.0f, dx, in, 0, 1, ctx.stream);
+}
+
+#define ST_INSTANTIATE_LORA(T)                                                                                       \
+  template void lora_forward<T>(T*, int64_t, T*, const T*, const T*, const T*, int64_t, int, int, int, float,        \
+                                const GpuContext&);                                                                  \
+  template void lora_backward<T>(T*, T*, T*, T*, const T*, int64_t, const T*, const T*, const T*, const T*, int64_t, \
+                                 int, int, int, float, const GpuContext&, GradWrite);
+
+ST_INSTANTIATE_LORA(float)
+ST_INSTANTIATE_LORA(bf16)
+ST_INSTANTIATE_LORA(fp16)
+#undef ST_INSTANTIATE_LORA
+
+}  // namespace st::gpu

@@ -1,0 +1,147 @@
+// gpu::lora_forward / gpu::lora_backward (cuBLASLt) against the CPU reference st::lora_*, for T = float (1e-5),
+// bf16 and fp16 (1e-2): an adapter on a row slice of a wider output (row0 > 0, ldo > rows, odd sizes everywhere),
+// accumulating and written parameter gradients, dx null.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "gpu_kernel_test.h"
+#include "shardtrain/kernels/gpu/lora.h"
+#include "shardtrain/kernels/gpu/matmul.h"
+#include "shardtrain/kernels/lora.h"
+
+namespace st {
+namespace {
+
+using test::close;
+using test::kTol;
+using test::poison;
+using test::random_input;
+using test::to_device;
+using test::to_host;
+
+// N = 1 and N = 130; in, rows and ldo not multiples of 8 (rows of no 16-byte pitch); row0 odd (a 4- or 2-byte aligned
+// output); rank 1 and 3.
+struct Shape {
+  int64_t N;
+  int in, r, rows, row0, ldo;
+};
+const Shape kShapes[] = {{1, 7, 1, 5, 0, 5}, {37, 13, 3, 11, 3, 19}, {130, 64, 3, 48, 96, 193}, {131, 40, 2, 9, 1, 17}};
+constexpr float kScale = 5.0f / 3.0f;
+
+// Random operands rounded through T, so that the CPU reference sees the GPU's values.
+template <typename T>
+struct Operands {
+  Shape s;
+  std::vector<float> x, A, B, out0, dout;
+  Operands(const Shape& shape, uint64_t stream) : s(shape) {
+    x = random_input<T>(s.N * s.in, stream);
+    A = random_input<T>(int64_t{s.r} * s.in, stream + 1, 0.3f);
+    B = random_input<T>(int64_t{s.rows} * s.r, stream + 2, 0.3f);
+    out0 = random_input<T>(s.N * s.ldo, stream + 3);
+    dout = random_input<T>(s.N * s.ldo, stream + 4);
+  }
+};
+
+struct Env {
+  gpu::Blas blas;
+  gpu::GpuContext ctx() { return {nullptr, &blas, nullptr, 0}; }
+};
+
+template <typename T>
+class LoraGpu : public ::testing::Test {};
+TYPED_TEST_SUITE(LoraGpu, test::ActivationTypes, test::ActivationNames);
+
+// h and the whole output against the reference: the slice's columns updated, the others' bits untouched.
+TYPED_TEST(LoraGpu, ForwardMatchesCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  Env env;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " in=" << s.in << " r=" << s.r << " rows=" << s.rows
+                                      << " row0=" << s.row0 << " ldo=" << s.ldo);
+    const Operands<T> k(s, 100);
+    std::vector<float> want_out = k.out0, want_h(s.N * s.r);
+    lora_forward(want_out.data() + s.row0, s.ldo, want_h.data(), k.x.data(), k.A.data(), k.B.data(), s.N, s.in, s.r,
+                 s.rows, kScale);
+
+    auto x = to_device<T>(k.x), A = to_device<T>(k.A), B = to_device<T>(k.B), out = to_device<T>(k.out0);
+    DeviceBuffer<T> h(s.N * s.r);
+    poison(h);
+    gpu::lora_forward<T>(out.data() + s.row0, s.ldo, h.data(), x.data(), A.data(), B.data(), s.N, s.in, s.r, s.rows,
+                         kScale, env.ctx());
+    const std::vector<float> got = to_host(out);
+    EXPECT_TRUE(close(to_host(h), want_h, kTol<T>)) << "h";
+    EXPECT_TRUE(close(got, want_out, kTol<T>)) << "out";
+    for (int64_t n = 0; n < s.N; ++n)
+      for (int c = 0; c < s.ldo; ++c)
+        if (c < s.row0 || c >= s.row0 + s.rows) ASSERT_EQ(got[n * s.ldo + c], k.out0[n * s.ldo + c]) << n << ", " << c;
+  }
+}
+
+// Both sides run from the same h (the GPU's, in T). Accumulate: dA, dB and dx add to random starting values. Write:
+// dA and dB poisoned first. dx always adds; dx null leaves dA and dB as they are with it.
+TYPED_TEST(LoraGpu, BackwardMatchesCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  Env env;
+  for (const Shape& s : kShapes) {
+    for (const GradWrite w : {GradWrite::kAccumulate, GradWrite::kOverwrite}) {
+      const bool add = w == GradWrite::kAccumulate;
+      SCOPED_TRACE(::testing::Message() << "N=" << s.N << " in=" << s.in << " r=" << s.r << " rows=" << s.rows
+                                        << " row0=" << s.row0 << " ldo=" << s.ldo << " accumulate=" << add);
+      const Operands<T> k(s, 200);
+      auto x = to_device<T>(k.x), A = to_device<T>(k.A), B = to_device<T>(k.B), out = to_device<T>(k.out0);
+      DeviceBuffer<T> h(s.N * s.r), dh(s.N * s.r);
+      gpu::lora_forward<T>(out.data() + s.row0, s.ldo, h.data(), x.data(), A.data(), B.data(), s.N, s.in, s.r, s.rows,
+                           kScale, env.ctx());
+      const std::vector<float> h_host = to_host(h);
+      const std::vector<float> dA0 = random_input<T>(int64_t{s.r} * s.in, 210),
+                               dB0 = random_input<T>(int64_t{s.rows} * s.r, 211),
+                               dx0 = random_input<T>(s.N * s.in, 212);
+      std::vector<float> want_dA = add ? dA0 : std::vector<float>(dA0.size(), 0.0f),
+                         want_dB = add ? dB0 : std::vector<float>(dB0.size(), 0.0f), want_dx = dx0, want_dh(s.N * s.r);
+      lora_backward(want_dx.data(), want_dA.data(), want_dB.data(), want_dh.data(), k.dout.data() + s.row0, s.ldo,
+                    k.x.data(), h_host.data(), k.A.data(), k.B.data(), s.N, s.in, s.r, s.rows, kScale);
+
+      auto dout = to_device<T>(k.dout), dx = to_device<T>(dx0), dA = to_device<T>(dA0), dB = to_device<T>(dB0);
+      if (!add) {
+        poison(dA);
+        poison(dB);
+      }
+      poison(dh);
+      gpu::lora_backward<T>(dx.data(), dA.data(), dB.data(), dh.data(), dout.data() + s.row0, s.ldo, x.data(), h.data(),
+                            A.data(), B.data(), s.N, s.in, s.r, s.rows, kScale, env.ctx(), w);
+      EXPECT_TRUE(close(to_host(dA), want_dA, kTol<T>)) << "dA";
+      EXPECT_TRUE(close(to_host(dB), want_dB, kTol<T>)) << "dB";
+      EXPECT_TRUE(close(to_host(dx), want_dx, kTol<T>)) << "dx";
+
+      auto dA_alone = to_device<T>(dA0), dB_alone = to_device<T>(dB0);
+      gpu::lora_backward<T>(nullptr, dA_alone.data(), dB_alone.data(), dh.data(), dout.data() + s.row0, s.ldo, x.data(),
+                            h.data(), A.data(), B.data(), s.N, s.in, s.r, s.rows, kScale, env.ctx(), w);
+      EXPECT_TRUE(test::bitwise_equal(to_host(dA_alone), to_host(dA))) << "dA without dx";
+      EXPECT_TRUE(test::bitwise_equal(to_host(dB_alone), to_host(dB))) << "dB without dx";
+    }
+  }
+}
+
+// No rows: written gradients are zero, accumulated ones keep their values, and nothing else is touched.
+TYPED_TEST(LoraGpu, BackwardOverNoRows) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  Env env;
+  const Shape s{0, 13, 3, 11, 3, 19};
+  const std::vector<float> A0 = random_input<T>(int64_t{s.r} * s.in, 300), B0 = random_input<T>(s.rows * s.r, 301);
+  auto A = to_device<T>(A0), B = to_device<T>(B0), dA = to_device<T>(A0), dB = to_device<T>(B0);
+  gpu::lora_backward<T>(nullptr, dA.data(), dB.data(), nullptr, nullptr, s.ldo, nullptr, nullptr, A.data(), B.data(), 0,
+                        s.in, s.r, s.rows, kScale, env.ctx());
+  EXPECT_TRUE(test::bitwise_equal(to_host(dA), A0));
+  EXPECT_TRUE(test::bitwise_equal(to_host(dB), B0));
+  gpu::lora_backward<T>(nullptr, dA.data(), dB.data(), nullptr, nullptr, s.ldo, nullptr, nullptr, A.data(), B.data(), 0,
+                        s.in, s.r, s.rows, kScale, env.ctx(), GradWrite::kOverwrite);
+  EXPECT_EQ(to_host(dA), std::vector<float>(A0.size(), 0.0f));
+  EXPECT_EQ(to_host(dB), std::vector<float>(B0.size(), 0.0f));
+}
+
+}  // namespace
+}  // namespace st
