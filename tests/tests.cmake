@@ -101,7 +101,10 @@ if(PATH_PYTHON3 AND SHARDTRAIN_HAVE_CUDA)
   add_test(NAME gpu.peft.lora
            COMMAND ${PATH_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/model/peft_check.py $<TARGET_FILE:shardtrain>
                    ${CMAKE_BINARY_DIR}/peft_check)
-  set_tests_properties(gpu.peft.lora PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)
+  add_test(NAME gpu.peft.lora_cuda
+           COMMAND ${PATH_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/model/peft_check.py $<TARGET_FILE:shardtrain>
+                   ${CMAKE_BINARY_DIR}/peft_check_cuda --train.device=cuda)
+  set_tests_properties(gpu.peft.lora gpu.peft.lora_cuda PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)
 endif()
 include(${CMAKE_SOURCE_DIR}/tests/shard/shard.cmake)
 include(${CMAKE_SOURCE_DIR}/tests/comm/comm.cmake)

@@ -95,7 +95,12 @@ void check_lora_keys(const Config& c, Add&& add, FloatCheck&& float_check) {
   // What LoRA runs do not take yet: refused rather than run wrongly.
   if (l.dropout != 0) add("lora.dropout (", format_number(l.dropout), ") must be 0: adapter dropout is not built yet");
   if (l.base_dtype != LoraBase::kBf16) add("lora.base_dtype (nf4) is not built yet; use bf16");
-  if (c.train.device != Device::kCpu) add("lora.rank > 0 runs on train.device=cpu only in this build");
+  if (c.train.device == Device::kCuda && c.optim.offload != OffloadMode::kNone)
+    add("optim.offload (", to_string(c.optim.offload), ") with lora.rank > 0 on train.device=cuda is not built yet: ",
+        "the adapters' optimizer state is small, and the frozen base has none");
+  if (c.train.device == Device::kCuda && c.dist.sharding != ShardingMode::kFull)
+    add("dist.sharding (", to_string(c.dist.sharding),
+        ") with lora.rank > 0 on train.device=cuda is not built yet: ", "use full");
   if (c.ckpt.replicas != 0) add("lora.rank > 0 with ckpt.replicas=1 (node-local checkpoints) is not built yet");
 }
 

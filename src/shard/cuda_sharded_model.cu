@@ -73,8 +73,10 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   // The gathers' sources (each unit's shard in T, read on the device) and destinations, in two symmetric windows of
   // the zero-CTA communicator for copy-engine gathers (each buffer its own allocation otherwise).
   int64_t source_bytes = 0;
-  for (const UnitLayout& u : units_)
+  for (const UnitLayout& u : units_) {
     if (!params_on_host(u.index)) source_bytes += WindowArena::bytes_for(padded_shard_size(u.numel, world), sizeof(T));
+    source_bytes += WindowArena::bytes_for(padded_shard_size(u.frozen_numel, world), sizeof(T));  // the frozen base
+  }
   WindowArena sources(gather_windows, source_bytes);
   const int64_t pool_size = param_pool_size(cfg, comm_plan());
   WindowArena gathered(gather_windows, WindowArena::bytes_for(s.emb_full, sizeof(T)) +
@@ -84,13 +86,14 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
                                               cfg.optim.offload == OffloadMode::kOptimizerParams, sources, ctx_,
                                               &for_offload);
   // The full gradients and, for copy-engine reduce-scatters, their all-to-all's output: in a third window then.
-  const int64_t exchanged = std::max(s.emb_full, s.unit_full);
-  WindowArena grads(grad_windows, WindowArena::bytes_for(s.emb_full, sizeof(T)) +
-                                      grad_pool_size(comm_plan()) * WindowArena::bytes_for(s.unit_full, sizeof(T)) +
-                                      WindowArena::bytes_for(exchanged, sizeof(T)));
-  buffers_ =
-      std::make_unique<UnitBuffers<T>>(static_cast<int>(units_.size()), s.emb_full, s.unit_full,
-                                       static_cast<int>(pool_size), grad_pool_size(comm_plan()), gathered, grads);
+  const int64_t exchanged = std::max(s.emb_grad_full, s.unit_grad_full);
+  WindowArena grads(grad_windows,
+                    WindowArena::bytes_for(s.emb_grad_full, sizeof(T)) +
+                        grad_pool_size(comm_plan()) * WindowArena::bytes_for(s.unit_grad_full, sizeof(T)) +
+                        WindowArena::bytes_for(exchanged, sizeof(T)));
+  buffers_ = std::make_unique<UnitBuffers<T>>(static_cast<int>(units_.size()), s.emb_full, s.unit_full, s.emb_grad_full,
+                                              s.unit_grad_full, static_cast<int>(pool_size),
+                                              grad_pool_size(comm_plan()), gathered, grads);
   if (groups_.replica)
     replica_ = std::make_unique<ReplicaReduction<T>>(shard_slots(), replica_bucket_size(), *coll_.replica());
   rs_out_ = coll_.exchange() ? grads.take<T>(exchanged) : DeviceBuffer<T>(s.max_slot);
@@ -108,8 +111,9 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     offload_ = std::make_unique<OffloadPipeline<T>>(o, offloaded, std::move(for_offload.states),
                                                     std::move(for_offload.copies));
     if (o.log)
-      ST_LOG_INFO("host memory plan: ", host_plan_.breakdown(), " per rank; optim.offload_speculative=",
-                  to_string(cfg.optim.offload_speculative), ": ", o.speculative ? "on" : "off",
+      ST_LOG_INFO("host memory plan: ", host_plan_.breakdown(),
+                  " per rank; optim.offload_speculative=", to_string(cfg.optim.offload_speculative), ": ",
+                  o.speculative ? "on" : "off",
                   cfg.optim.offload_speculative == Speculation::kAuto
                       ? (o.speculative ? " (the second copy fits the host's budget)"
                                        : " (the second copy would not fit the host's budget)")

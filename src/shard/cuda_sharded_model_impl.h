@@ -79,11 +79,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   void adamw(int unit, const std::vector<AdamWRun>& runs) override;
   std::vector<float> gather_params(int unit) override { return gather_full(unit, /*grads=*/false); }
   std::vector<float> gather_grads(int unit) override { return gather_full(unit, /*grads=*/true); }
-  // No frozen tensors: the config refuses LoRA on cuda for now.
-  std::vector<float> gather_frozen(int unit) override {
-    ST_CHECK(units_[static_cast<size_t>(unit)].frozen_numel == 0, "frozen tensors on the cuda backend");
-    return {};
-  }
+  std::vector<float> gather_frozen(int unit) override;
   UnitShard& shard(int unit) override {
     if (offload(unit)) return offload_->state(unit);  // the state the host AdamW writes
     return shards_->view(unit);

@@ -37,13 +37,20 @@ void CudaShardedModel<T>::issue_gather(int unit) {
   b->free.wait_on(ns);                // the unit that held it has finished computing
   optimizer_.wait_updated(unit, ns);  // the shard its device AdamW writes (optimizer stream)
   bool staged = false;                // optim.offload=optimizer+params: a staging buffer filled from the host
-  const T* source = offload(unit) ? offload_->gather_source(unit, ns, &staged) : shards_->gather_source(unit);
-  coll_.gather_comm(staged).all_gather<T>(source, slot, b->data.data(), ns);
-  if (staged) offload_->gather_issued(ns);
+  if (slot > 0) {
+    const T* source = offload(unit) ? offload_->gather_source(unit, ns, &staged) : shards_->gather_source(unit);
+    coll_.gather_comm(staged).all_gather<T>(source, slot, b->data.data(), ns);
+    if (staged) offload_->gather_issued(ns);
+  }
+  // The frozen tensors (LoRA's base) from element numel on, over the trainable slots' padding (units.h).
+  const int64_t frozen_slot = shards_->view(unit).frozen_slot;
+  if (frozen_slot > 0)
+    coll_.gather_comm(false).all_gather<T>(shards_->frozen_source(unit), frozen_slot,
+                                           b->data.data() + units_[static_cast<size_t>(unit)].numel, ns);
   b->ready.record(ns);
   ++counters_.gathers[static_cast<size_t>(unit)];
-  counters_.gathered_elements += slot * coll_.shard().world_size();
-  counters_.cross_node_bytes += groups_.shard_cross_bytes(slot, sizeof(T));
+  counters_.gathered_elements += (slot + frozen_slot) * coll_.shard().world_size();
+  counters_.cross_node_bytes += groups_.shard_cross_bytes(slot + frozen_slot, sizeof(T));
 }
 
 // Issues, in schedule order, every gather that lies at most prefetch_depth compute ops ahead of `at` and has a free
@@ -88,7 +95,7 @@ T* CudaShardedModel<T>::full_grad(int unit) {
     // padding, which nothing reads.
     if (unit == 0) {
       const int64_t n = shards_->view(0).slot * coll_.shard().world_size();
-      zero_async(slot->data, n, cs);
+      if (n > 0) zero_async(slot->data, n, cs);
     }
   }
   return slot->data.data();
@@ -102,6 +109,11 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
   cudaStream_t ns = comm_stream_.get();
   b->ready.record(compute_stream_.get());
   b->ready.wait_on(ns);
+  if (h.slot == 0) {  // wholly frozen (LoRA's embedding and head): nothing to reduce; its share of the norm is 0
+    if (last_micro_) finish_grad(unit, /*norm_taken=*/false);
+    buffers_->release_grads(unit, ns);
+    return;
+  }
   const GradWrite write = fresh_grads_ ? GradWrite::kOverwrite : GradWrite::kAccumulate;
   float* const shard_grad = shards_->grad(unit).data();
   double* const squares = squares_of(unit);
@@ -222,7 +234,7 @@ void CudaShardedModel<T>::head(int unit) {
   if (mode_ == Mode::kLogits) {
     model_->head_logits(gathered(unit), gathered(0), len_ - 1, logits_out_);
   } else if (mode_ == Mode::kEval) {
-    model_->head_forward_backward(gathered(unit), gathered(0), targets_, 0.0f, nullptr, nullptr);
+    model_->head_forward(gathered(unit), gathered(0), targets_);
   } else {
     T* head_grad = full_grad(unit);
     T* emb_grad = full_grad(0);

@@ -12,6 +12,7 @@ namespace st::shard_internal {
 template <typename T>
 std::vector<float> CudaShardedModel<T>::gather_full(int unit, bool grads) {
   const UnitShard& h = shards_->view(unit);
+  if (h.slot == 0) return {};  // wholly frozen
   cudaStream_t cs = compute_stream_.get();
   optimizer_.synchronize();  // the master as the last AdamW left it
   DeviceBuffer<float> full(h.slot * coll_.shard().world_size());
@@ -32,6 +33,21 @@ std::vector<float> CudaShardedModel<T>::gather_full(int unit, bool grads) {
   return out;
 }
 
+template <typename T>
+std::vector<float> CudaShardedModel<T>::gather_frozen(int unit) {
+  const UnitShard& h = shards_->view(unit);
+  if (h.frozen_slot == 0) return {};
+  cudaStream_t cs = compute_stream_.get();
+  DeviceBuffer<T> full(h.frozen_slot * coll_.shard().world_size());
+  coll_.shard().all_gather<T>(shards_->frozen_source(unit), h.frozen_slot, full.data(), cs);
+  std::vector<T> raw(static_cast<size_t>(full.size()));
+  ST_CUDA_CHECK(cudaMemcpyAsync(raw.data(), full.data(), full.bytes(), cudaMemcpyDeviceToHost, cs));
+  compute_stream_.synchronize();
+  std::vector<float> out(static_cast<size_t>(units_[static_cast<size_t>(unit)].frozen_numel));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(raw[i]);
+  return out;
+}
+
 // Whatever may still write a unit's state (or, for a snapshot, read it) has finished: the streams, the optimizer and
 // the host AdamW of the offloaded units. Cheap when idle, so each unit's pull and push calls it.
 template <typename T>
@@ -49,6 +65,7 @@ template <typename T>
 void CudaShardedModel<T>::pull_unit(int unit) {
   quiesce_state();
   if (!offload(unit)) shards_->pull(unit);  // an offloaded unit's param, m and v are on the host already
+  shards_->pull_frozen(unit);               // the frozen base is always on the device
 }
 
 template <typename T>
@@ -149,6 +166,7 @@ void CudaShardedModel<T>::push_unit(int unit) {
     return;
   }
   shards_->push(unit, ctx_);
+  shards_->push_frozen(unit, ctx_);
   compute_stream_.synchronize();  // the copies from the view have landed
   shards_->release_view(unit);    // the device holds the state now; pull_unit() fills the view again
 }
@@ -156,6 +174,7 @@ void CudaShardedModel<T>::push_unit(int unit) {
 // The members defined here, for each compute type (the class itself is instantiated in cuda_sharded_model.cu).
 #define ST_INSTANTIATE_STATE(T)                                                  \
   template std::vector<float> CudaShardedModel<T>::gather_full(int, bool);       \
+  template std::vector<float> CudaShardedModel<T>::gather_frozen(int);           \
   template void CudaShardedModel<T>::quiesce_state();                            \
   template void CudaShardedModel<T>::pull_unit(int);                             \
   template void CudaShardedModel<T>::release_unit(int);                          \

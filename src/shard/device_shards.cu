@@ -9,6 +9,21 @@
 
 namespace st {
 
+namespace {
+// dst (device, T) = the fp32 host values rounded to T, through a device staging copy on ctx.stream; synchronous.
+template <typename T>
+void upload_rounded(DeviceBuffer<T>& dst, const std::vector<float>& host, const gpu::GpuContext& ctx) {
+  if constexpr (std::is_same_v<T, float>) {
+    ST_CUDA_CHECK(cudaMemcpyAsync(dst.data(), host.data(), dst.bytes(), cudaMemcpyHostToDevice, ctx.stream));
+  } else {
+    DeviceBuffer<float> staging(dst.size());
+    ST_CUDA_CHECK(cudaMemcpyAsync(staging.data(), host.data(), staging.bytes(), cudaMemcpyHostToDevice, ctx.stream));
+    gpu::convert<T>(dst.data(), staging.data(), dst.size(), ctx);
+  }
+  ST_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // the staging buffer and the host values are done with
+}
+}  // namespace
+
 template <typename T>
 DeviceShards<T>::DeviceShards(const Config& cfg, const std::vector<UnitLayout>& units, int rank, int world,
                               const std::vector<bool>& offloaded, bool params_on_host, WindowArena& sources,
@@ -48,6 +63,16 @@ DeviceShards<T>::DeviceShards(const Config& cfg, const std::vector<UnitLayout>& 
         d.compute = sources.take<T>(h.slot);
         gpu::convert<T>(d.compute.data(), d.master.data(), h.slot, ctx);
       }
+    }
+    // The frozen base's shard, from the seed as one process would draw it, rounded to T on the device.
+    h.frozen_span = shard_span(u.frozen_numel, rank, world);
+    h.frozen_slot = padded_shard_size(u.frozen_numel, world);
+    if (h.frozen_slot > 0) {
+      d.frozen = sources.take<T>(h.frozen_slot);
+      std::vector<float> frozen(static_cast<size_t>(h.frozen_slot), 0.0f);
+      init_unit_range(u, cfg.model, cfg.train.seed, h.frozen_span.offset, h.frozen_span.end(), frozen.data(),
+                      Segment::kFrozen);
+      upload_rounded(d.frozen, frozen, ctx);
     }
     // `init` is refilled for the next unit: its copy must be done with it first.
     ST_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
@@ -97,15 +122,38 @@ void DeviceShards<T>::push(int unit, const gpu::GpuContext& ctx) {
 }
 
 template <typename T>
+void DeviceShards<T>::pull_frozen(int unit) {
+  UnitShard& h = views_[static_cast<size_t>(unit)];
+  const Device& d = device_[static_cast<size_t>(unit)];
+  h.frozen.assign(static_cast<size_t>(h.frozen_slot), 0.0f);
+  if (h.frozen_slot == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    ST_CUDA_CHECK(cudaMemcpy(h.frozen.data(), d.frozen.data(), d.frozen.bytes(), cudaMemcpyDeviceToHost));
+  } else {
+    std::vector<T> raw(static_cast<size_t>(h.frozen_slot));
+    ST_CUDA_CHECK(cudaMemcpy(raw.data(), d.frozen.data(), d.frozen.bytes(), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < raw.size(); ++i) h.frozen[i] = static_cast<float>(raw[i]);
+  }
+}
+
+template <typename T>
+void DeviceShards<T>::push_frozen(int unit, const gpu::GpuContext& ctx) {
+  UnitShard& h = views_[static_cast<size_t>(unit)];
+  if (h.frozen_slot == 0) return;
+  ST_CHECK(static_cast<int64_t>(h.frozen.size()) == h.frozen_slot, "push_frozen without pull_frozen");
+  upload_rounded(device_[static_cast<size_t>(unit)].frozen, h.frozen, ctx);
+}
+
+template <typename T>
 void DeviceShards<T>::release_view(int unit) {
   UnitShard& h = views_[static_cast<size_t>(unit)];
-  for (std::vector<float>* v : {&h.param, &h.m, &h.v}) std::vector<float>().swap(*v);
+  for (std::vector<float>* v : {&h.param, &h.m, &h.v, &h.frozen}) std::vector<float>().swap(*v);
 }
 
 template <typename T>
 int64_t DeviceShards<T>::views_held() const {
   int64_t n = 0;
-  for (const UnitShard& h : views_) n += h.param.empty() ? 0 : 1;
+  for (const UnitShard& h : views_) n += h.param.empty() && h.frozen.empty() ? 0 : 1;
   return n;
 }
 

@@ -7,18 +7,19 @@
 namespace st {
 
 template <typename T>
-UnitBuffers<T>::UnitBuffers(int units, int64_t emb_elements, int64_t unit_elements, int param_pool, int grad_pool,
-                            WindowArena& params, WindowArena& grads)
+UnitBuffers<T>::UnitBuffers(int units, int64_t emb_elements, int64_t unit_elements, int64_t emb_grad_elements,
+                            int64_t unit_grad_elements, int param_pool, int grad_pool, WindowArena& params,
+                            WindowArena& grads)
     : param_pool_(static_cast<size_t>(param_pool)),
       grad_pool_(static_cast<size_t>(grad_pool)),
       params_of_(static_cast<size_t>(units), nullptr),
       grads_of_(static_cast<size_t>(units), nullptr) {
   emb_params_.data = params.take<T>(emb_elements);
   for (Buffer& b : param_pool_) b.data = params.take<T>(unit_elements);
-  emb_grads_.data = grads.take<T>(emb_elements);
+  emb_grads_.data = grads.take<T>(emb_grad_elements);
   for (Buffer& b : grad_pool_) {
-    b.data = grads.take<T>(unit_elements);
-    ST_CUDA_CHECK(cudaMemset(b.data.data(), 0, b.data.bytes()));
+    b.data = grads.take<T>(unit_grad_elements);
+    if (b.data.bytes() > 0) ST_CUDA_CHECK(cudaMemset(b.data.data(), 0, b.data.bytes()));
   }
   // cudaMemset runs on the legacy default stream, which the training streams (non-blocking) do not wait for.
   ST_CUDA_CHECK(cudaDeviceSynchronize());

@@ -49,12 +49,17 @@ class DeviceShards {
   const float* master(int unit) const { return device_[static_cast<size_t>(unit)].master.data(); }
   // What a gather of a unit whose optimizer is on the device reads.
   const T* gather_source(int unit) const;
+  // The unit's frozen tensors' shard (LoRA's base, units.h) in T, always on the device; what their gather reads.
+  const T* frozen_source(int unit) const { return device_[static_cast<size_t>(unit)].frozen.data(); }
   // What AdamW updates for a unit whose optimizer is on the device.
   typename DeviceOptimizer<T>::UnitState optimizer_state(int unit);
   // view(unit) = the device state (synchronous), and back (the compute copy rounded on ctx.stream). For units whose
-  // optimizer is on the device.
+  // optimizer is on the device; pull_frozen/push_frozen the same for the frozen shard (view(unit).frozen, fp32 on the
+  // host, T on the device), of any unit.
   void pull(int unit);
   void push(int unit, const gpu::GpuContext& ctx);
+  void pull_frozen(int unit);
+  void push_frozen(int unit, const gpu::GpuContext& ctx);
   // Frees the unit's host view (after push: the device holds the state; a later pull() fills it again).
   void release_view(int unit);
   // How many units' views are filled now (pulled and not yet released).
@@ -65,6 +70,7 @@ class DeviceShards {
   struct Device {
     DeviceBuffer<float> master, grad, m, v;  // master, m, v empty for an offloaded unit
     DeviceBuffer<T> compute;                 // empty when T is float, and for an offloaded unit
+    DeviceBuffer<T> frozen;                  // the frozen tensors' shard (empty without them)
   };
   std::vector<Device> device_;
   std::vector<UnitShard> views_;

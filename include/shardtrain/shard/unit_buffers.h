@@ -28,12 +28,14 @@ class UnitBuffers {
     CudaEvent ready, free;
   };
 
-  // `units` units; unit 0's buffers hold emb_elements, the pools' unit_elements. Parameter buffers are carved from
+  // `units` units; unit 0's parameter buffer holds emb_elements, the parameter pool's unit_elements, and the gradient
+  // buffers emb_grad_elements and unit_grad_elements (fewer with frozen tensors, which have no gradient). Parameter
+  // buffers are carved from
   // `params`, gradient buffers from `grads` (unit 0's first, then the pool's, in that order on every rank). The
   // gradient pool is zeroed once: no unit writes past its elements, so what its reduce-scatter sends from there
   // stays 0.
-  UnitBuffers(int units, int64_t emb_elements, int64_t unit_elements, int param_pool, int grad_pool,
-              WindowArena& params, WindowArena& grads);
+  UnitBuffers(int units, int64_t emb_elements, int64_t unit_elements, int64_t emb_grad_elements,
+              int64_t unit_grad_elements, int param_pool, int grad_pool, WindowArena& params, WindowArena& grads);
 
   // The buffer holding the unit's parameters (gradient), or null.
   Buffer* params(int unit) { return params_of_[static_cast<size_t>(unit)]; }
