@@ -18,8 +18,12 @@ constexpr Peak kPeaks[] = {
 }  // namespace
 
 double flops_per_token(const ModelConfig& cfg) {
-  return 6.0 * static_cast<double>(model_family(cfg.arch).flop_params(cfg)) +
-         6.0 * static_cast<double>(cfg.n_layer) * cfg.n_embd * static_cast<double>(cfg.seq_len);
+  const double attention = 6.0 * static_cast<double>(cfg.n_layer) * cfg.n_embd * static_cast<double>(cfg.seq_len);
+  const double params = static_cast<double>(model_family(cfg.arch).flop_params(cfg));
+  if (!cfg.lora.enabled()) return 6.0 * params + attention;
+  // A frozen weight needs its forward and its input gradient, not its weight gradient: 4 per parameter; each adapter
+  // parameter all 6 (the peers' count: PEFT's benchmark counts the same).
+  return 4.0 * params + 6.0 * static_cast<double>(count_trainable_params(build_units(cfg))) + attention;
 }
 
 std::optional<double> dense_bf16_peak(const std::string& device_name) {

@@ -32,6 +32,20 @@ TEST(Mfu, Gpt2SmallAtKnownThroughput) {
   EXPECT_FALSE(mfu(flops_per_token(m), 1.0e6, 2, "Some Future GPU").has_value());
 }
 
+// LoRA: 4 per frozen parameter (forward and input gradient), 6 per adapter parameter. GPT-2 small with r = 8 on
+// qkv alone: 12 x (8 x 768 + 2304 x 8) = 294,912 adapter parameters.
+TEST(Mfu, LoraCountsNoWeightGradientForTheFrozenBase) {
+  ModelConfig m;
+  m.n_layer = 12;
+  m.n_head = 12;
+  m.n_embd = 768;
+  m.vocab_size = 50257;
+  m.seq_len = 1024;
+  m.lora.rank = 8;
+  m.lora.targets = "qkv";
+  EXPECT_DOUBLE_EQ(flops_per_token(m), 4.0 * 124475904 + 6.0 * 294912 + 6.0 * 12 * 768 * 1024);
+}
+
 // Llama-3.2-1B's shape: P = 16 x (3072 x 2048 (q, k, v with 8 K/V heads) + 2048^2 + 3 x 8192 x 2048 + 2 x 2048
 // (norms)) + 2048 + 128256 x 2048 (the tied head, counted once) = 1,235,814,400: the model's parameter count, which
 // is what the Hugging Face peer counts.

@@ -3,7 +3,8 @@
 //   FLOPs per token = 6 P + 6 L C T     (L layers, C width, T context: matmuls + causal attention)
 //
 // P is the family's count (model/family.h): gpt2 every parameter (llm.c's convention), llama the parameters of
-// matrix products (the Hugging Face / torchtitan peers' convention).
+// matrix products (the Hugging Face / torchtitan peers' convention). With LoRA the frozen weights need no weight
+// gradient: 4 P + 6 A + 6 L C T, with A the adapters' parameters.
 //   MFU = tokens/s per device * FLOPs per token / peak
 //
 // Peaks are the dense bf16 tensor rates (fp32 accumulate) from the vendors' datasheets, keyed by the
