@@ -6,7 +6,7 @@
 
 #include "commands.h"
 #include "shardtrain/ckpt/checkpoint_check.h"
-#include "shardtrain/ckpt/lora_export.h"
+#include "shardtrain/ckpt/peft_adapter.h"
 #include "shardtrain/ckpt/tools.h"
 #include "shardtrain/core/error.h"
 

@@ -1,4 +1,4 @@
-// Private to src/ckpt: what the checkpoint exports share (tools.cc, lora_export.cc): reading a checkpoint's
+// Private to src/ckpt: what the checkpoint exports share (tools.cc, peft_adapter.cc): reading a checkpoint's
 // parameters by range, and writing a new output directory that appears whole or not at all.
 #pragma once
 

@@ -386,6 +386,11 @@ const std::vector<Key>& keys() {
                "LoRA: storage of the frozen base: bf16 (the compute dtype: bf16 on cuda, fp32 on cpu) or nf4 "
                "(QLoRA's 4-bit NormalFloat with double-quantised absmaxes, dequantised as each unit is used; "
                "embeddings, norms and the LM head stay in the compute dtype)"),
+      lora_key("from", &LoraConfig::from,
+               "LoRA: start the adapters from a PEFT adapter directory (adapter_config.json and "
+               "adapter_model.safetensors, as `ckpt export --adapter` or PEFT's save_pretrained write), whose r, "
+               "lora_alpha, use_rslora and target_modules must be these keys' (empty: A random, B zero; not used when "
+               "resuming a checkpoint)"),
 
       key("log", "metrics", &Config::log, &LogConfig::metrics,
           "JSONL metrics file written by rank 0, its directory made if missing (empty: none)"),

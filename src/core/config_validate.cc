@@ -83,6 +83,7 @@ void check_lora_keys(const Config& c, Add&& add, FloatCheck&& float_check) {
     unused("targets", l.targets == d.targets);
     unused("rslora", l.rslora == d.rslora);
     unused("base_dtype", l.base_dtype == d.base_dtype);
+    unused("from", l.from == d.from);
     return;
   }
   float_check("lora.alpha", l.alpha, l.alpha > 0 && std::isfinite(l.alpha), "finite and > 0");

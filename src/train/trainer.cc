@@ -17,6 +17,7 @@
 #include "shardtrain/ckpt/init_from.h"
 #include "shardtrain/ckpt/lora_base.h"
 #include "shardtrain/ckpt/node_local.h"
+#include "shardtrain/ckpt/peft_adapter.h"
 #include "shardtrain/ckpt/replica_resume.h"
 #include "shardtrain/ckpt/resume_data.h"
 #include "shardtrain/comm/on_all_ranks.h"
@@ -212,6 +213,10 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   if (resumed_from.empty() && !cfg.init.from.empty()) {
     init_from_weights(cfg.init.from, cfg.model, engine.sharded());
     if (lead) ST_LOG_INFO("init.from: weights loaded from ", cfg.init.from);
+  }
+  if (resumed_from.empty() && !cfg.model.lora.from.empty()) {
+    load_peft_adapter(cfg.model.lora.from, cfg.model, engine.sharded());
+    if (lead) ST_LOG_INFO("lora.from: adapters loaded from ", cfg.model.lora.from);
   }
   // Saves run in the background (ckpt.async): their agreement rides on the per-step all-reduce below.
   std::unique_ptr<CheckpointSaver> saver;

@@ -54,6 +54,7 @@ struct LoraConfig {
   std::string targets = "all";  // comma-separated names of the family's linear layers (model/lora.h), or all
   bool rslora = false;          // scale alpha / sqrt(rank) instead of alpha / rank
   LoraBase base_dtype = LoraBase::kBf16;
+  std::string from;  // a PEFT adapter directory to start the adapters from; empty: A random, B zero
 
   bool enabled() const { return rank > 0; }
 };
