@@ -72,14 +72,20 @@ if(SYSTEM_PYTHON3)
 
   # LoRA against a PyTorch LoRA on the same frozen base, at 1 and 3 ranks, with ranks, alphas and target sets that
   # are not the defaults: gpt2 with rsLoRA on two of its four layers; llama with grouped-query attention on q, k, v
-  # (row slices of one stacked weight), gate and down; llama with q/k/v biases and an untied head on k, o and up.
+  # (row slices of one stacked weight), gate and down; llama with q/k/v biases and an untied head on k, o and up;
+  # the first two again with adapter dropout.
   set(lora_gpt2_config ${CMAKE_SOURCE_DIR}/configs/tiny.ini)
   set(lora_gpt2_args --lora.rank=2 --lora.alpha=3 --lora.rslora=true --lora.targets=qkv,fc_proj)
   set(lora_llama_gqa_config ${CMAKE_SOURCE_DIR}/configs/tiny-llama.ini)
   set(lora_llama_gqa_args ${llama_gqa} --lora.rank=3 --lora.alpha=5 --lora.targets=q,k,v,gate,down)
   set(lora_llama_bias_config ${CMAKE_SOURCE_DIR}/configs/tiny-llama.ini)
   set(lora_llama_bias_args ${llama_bias} --lora.rank=5 --lora.alpha=7 --lora.targets=k,o,up)
-  foreach(shape gpt2 llama_gqa llama_bias)
+  # With adapter dropout, whose masks the test draws from kernels/lora.h's formula.
+  set(lora_gpt2_dropout_config ${lora_gpt2_config})
+  set(lora_gpt2_dropout_args ${lora_gpt2_args} --lora.dropout=0.1)
+  set(lora_llama_dropout_config ${lora_llama_gqa_config})
+  set(lora_llama_dropout_args ${lora_llama_gqa_args} --lora.dropout=0.25)
+  foreach(shape gpt2 llama_gqa llama_bias gpt2_dropout llama_dropout)
     foreach(np 1 3)
       parity_case(parity.torch.lora_${shape}.np${np} ${np} lora_parity_test.py $<TARGET_FILE:parity_dump>
                   ${lora_${shape}_config} ${CMAKE_BINARY_DIR}/parity_lora_${shape}_${np} ${lora_${shape}_args}

@@ -86,8 +86,12 @@ std::vector<LoraAdapter> block_lora_adapters(const std::vector<UnitLayout>& unit
 
 int64_t lora_activation_elems(const ModelConfig& cfg, int64_t max_rows, int64_t slots) {
   if (!cfg.lora.enabled() || cfg.n_layer == 0) return 0;
-  const int64_t adapters = static_cast<int64_t>(lora_targets(cfg).size());
-  return (slots * adapters + 1) * max_rows * cfg.lora.rank;
+  const std::vector<LoraLinear> targets = lora_targets(cfg);
+  int64_t widest = 0;
+  for (const LoraLinear& t : targets) widest = std::max(widest, t.in);
+  // h for each adapter of each slot, dh; with dropout the dropped input and its gradient, for the widest adapter.
+  const int64_t dropout = cfg.lora.dropout > 0 ? 2 * max_rows * widest : 0;
+  return (slots * static_cast<int64_t>(targets.size()) + 1) * max_rows * cfg.lora.rank + dropout;
 }
 
 ModelConfig base_model(const ModelConfig& cfg) {

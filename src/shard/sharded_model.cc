@@ -222,10 +222,13 @@ double ShardedModel::micro_step(const int32_t* inputs, const int32_t* targets, f
   tokens_ = inputs;
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;
+  model_->set_dropout_batch(cfg_.train.seed, first_sequence_);
+  first_sequence_ = -1;
   return run(training_schedule(cfg_.model.n_layer, cfg_.dist.reshard_after_forward), Mode::kTrain, targets, dloss);
 }
 
 double ShardedModel::eval_micro(const int32_t* inputs, const int32_t* targets) {
+  model_->set_dropout_batch(cfg_.train.seed, -1);
   tokens_ = inputs;
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;
@@ -233,6 +236,7 @@ double ShardedModel::eval_micro(const int32_t* inputs, const int32_t* targets) {
 }
 
 void ShardedModel::last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) {
+  model_->set_dropout_batch(cfg_.train.seed, -1);
   tokens_ = tokens;
   batch_ = 1;
   len_ = len;

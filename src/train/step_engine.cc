@@ -35,6 +35,10 @@ int64_t StepEngine::step_targets(int64_t accum, int64_t targets) const {
 }
 
 float StepEngine::begin_step(int64_t accum, int64_t step, int64_t targets) {
+  ST_CHECK(step >= 0 || !cfg_.model.lora.enabled() || cfg_.model.lora.dropout == 0,
+           "a training step with adapter dropout needs its step number: the dropout masks are keyed by it");
+  step_ = step;
+  accum_ = accum;
   model_->zero_grads();
   model_->expect_micro_steps(accum);
   if (model_->speculates() && step >= 0) {
@@ -52,6 +56,10 @@ float StepEngine::begin_step(int64_t accum, int64_t step, int64_t targets) {
 
 int64_t StepEngine::fill(const BatchFn& batch, int64_t micro) {
   batch(micro, inputs_.data(), targets_.data());
+  // The micro-batch's first global sequence in the sampler's order (data/sampler.h), which keys adapter dropout;
+  // evaluation runs without it whatever is set here.
+  const int64_t B = cfg_.train.micro_batch;
+  model_->set_dropout_batch(step_ < 0 ? -1 : ((step_ * accum_ + micro) * comm_.world_size() + comm_.rank()) * B);
   return static_cast<int64_t>(std::count_if(targets_.begin(), targets_.end(), [](int32_t t) { return t >= 0; }));
 }
 

@@ -40,6 +40,7 @@ class ForwardingBackend : public ModelBackend {
   std::vector<float> gather_params(int unit) override { return inner_.gather_params(unit); }
   std::vector<float> gather_grads(int unit) override { return inner_.gather_grads(unit); }
   std::vector<float> gather_frozen(int unit) override { return inner_.gather_frozen(unit); }
+  void set_dropout_batch(int64_t first_sequence) override { inner_.set_dropout_batch(first_sequence); }
   UnitShard& shard(int unit) override { return inner_.shard(unit); }
   void pull_unit(int unit) override { inner_.pull_unit(unit); }
   void push_unit(int unit) override { inner_.push_unit(unit); }

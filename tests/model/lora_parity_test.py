@@ -47,6 +47,34 @@ def torch_name(trace, ours):
     return f"{prefix}{layer}.{MODULES[trace['arch']][target]}", which
 
 
+def mix64(x):
+    """core/rng.h's SplitMix64 finaliser on uint64 arrays (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def dropout_scale(trace, layer, target, first_seq, rows, T, width):
+    """kernels/lora.h's dropout mask for one adapter over a batch of `rows` sequences from global sequence first_seq,
+    as 0 or 1 / (1 - p) per element [rows * T, width]: element (n, c) is kept when the top 24 bits of
+    random_bits_at(seed, 0x10DA0000 + 16 layer + the target's place in the family, (sequence * seq_len + position) *
+    width + c), over 2^24, are at least p."""
+    linear = list(MODULES[trace["arch"]]).index(target)
+    stream = np.uint64(0x10DA0000 + 16 * layer + linear)
+    with np.errstate(over="ignore"):
+        key = mix64(np.uint64(trace["seed"]) ^ mix64(stream + np.uint64(0x632BE59BD9B4E019)))
+        n = np.arange(rows * T, dtype=np.uint64)
+        seq = np.uint64(first_seq) + n // np.uint64(T)
+        base = (seq * np.uint64(trace["seq_len"]) + n % np.uint64(T)) * np.uint64(width)
+        index = base[:, None] + np.arange(width, dtype=np.uint64)[None, :]
+        bits = mix64(key + index)
+    u = (bits >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -24)
+    p = np.float32(trace["lora_dropout"])
+    return np.where(u >= p, np.float32(1.0) / (np.float32(1.0) - p), np.float32(0.0))
+
+
 def scale_of(trace):
     """PEFT's scaling: lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora."""
     r = trace["lora_rank"]
@@ -70,10 +98,16 @@ def torch_run(trace, init, adapters, tokens, targets, steps, dtype):
         y = base_linear(x, name)
         if name in by_module:
             a, b = by_module[name]["A"], by_module[name]["B"]
+            if trace["lora_dropout"] > 0 and model.first_seq is not None:
+                layer, target = int(name.split(".")[2]), modules_to_target[name.split(".", 3)[3]]
+                mask = dropout_scale(trace, layer, target, model.first_seq, x.shape[0], x.shape[1], x.shape[2])
+                x = x * torch.tensor(mask, dtype=x.dtype).view(x.shape)
             y = y + scale * ((x @ a.t()) @ b.t())
         return y
 
     model.linear = linear
+    modules_to_target = {m: t for t, m in MODULES[trace["arch"]].items()}
+    model.first_seq = None
     opt = torch.optim.AdamW(list(params.values()), lr=trace["lr"], betas=(trace["beta1"], trace["beta2"]),
                             eps=trace["eps"], weight_decay=trace["weight_decay"])
     accum = tokens.shape[1]
@@ -82,6 +116,7 @@ def torch_run(trace, init, adapters, tokens, targets, steps, dtype):
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0
         for micro in range(accum):
+            model.first_seq = (step * accum + micro) * tokens.shape[2]  # the batch's global sequences, in order
             loss = model(tokens[step, micro][:, :-1], targets[step, micro]) / accum
             loss.backward()
             loss_sum += loss.item()

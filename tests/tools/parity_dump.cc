@@ -100,7 +100,8 @@ void perturb_adapters(st::ModelBackend& m, const st::ModelConfig& model) {
 std::string lora_json(const st::ModelConfig& m) {
   std::ostringstream o;
   o << std::setprecision(9) << ", \"lora_rank\": " << m.lora.rank << ", \"lora_alpha\": " << m.lora.alpha
-    << ", \"lora_rslora\": " << (m.lora.rslora ? "true" : "false") << ", \"adapters\": [";
+    << ", \"lora_rslora\": " << (m.lora.rslora ? "true" : "false") << ", \"lora_dropout\": " << m.lora.dropout
+    << ", \"seq_len\": " << m.seq_len << ", \"adapters\": [";
   if (m.lora.enabled()) {
     const std::vector<st::LoraLinear> targets = st::lora_targets(m);
     for (size_t i = 0; i < targets.size(); ++i)
@@ -201,8 +202,8 @@ int main(int argc, char** argv) {
           << ", \"warmup_steps\": " << cfg.optim.warmup_steps << ", \"total_steps\": " << cfg.train.steps
           << ", \"weight_decay\": " << cfg.optim.weight_decay << ", \"beta1\": " << cfg.optim.beta1
           << ", \"beta2\": " << cfg.optim.beta2 << ", \"eps\": " << cfg.optim.eps
-          << ", \"grad_clip\": " << cfg.optim.grad_clip << ", \"world\": " << world << ", " << model_json(cfg.model)
-          << ", \"steps\": [";
+          << ", \"grad_clip\": " << cfg.optim.grad_clip << ", \"world\": " << world << ", \"seed\": " << cfg.train.seed
+          << ", " << model_json(cfg.model) << ", \"steps\": [";
     for (int64_t step = 0; step < steps; ++step) {
       auto batch = [&](int64_t micro, int32_t* in, int32_t* tgt) {
         const int64_t row0 = (step * accum + micro) * rows + rank * B;

@@ -56,8 +56,8 @@ std::vector<LoraAdapter> lora_adapters(const UnitLayout& unit, const ModelConfig
 std::vector<LoraAdapter> block_lora_adapters(const std::vector<UnitLayout>& units, const ModelConfig& cfg);
 
 // Elements a model keeps for its adapters: h [max_rows, rank] for each adapter of `slots` blocks (those whose
-// activations it keeps at once: n_layer, or 1 with recompute) and one dh [max_rows, rank] of backward scratch. 0
-// without LoRA or blocks.
+// activations it keeps at once: n_layer, or 1 with recompute), one dh [max_rows, rank] of backward scratch and, with
+// lora.dropout, the dropped input and its gradient [max_rows, the widest adapter's in] each. 0 without LoRA or blocks.
 int64_t lora_activation_elems(const ModelConfig& cfg, int64_t max_rows, int64_t slots);
 
 // The model without adapters: cfg with lora.rank 0, whose unit list is the family's own.

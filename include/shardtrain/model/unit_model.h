@@ -33,6 +33,10 @@ class UnitModel {
   // The bytes of activations and scratch the model allocated (equals its family's cpu_footprint_bytes).
   virtual int64_t allocated_bytes() const = 0;
 
+  // The micro-batches that follow: the global index of the first one's first sequence (its rows are sequences first
+  // .. first + B - 1) and the run's seed, which key adapter dropout (kernels/lora.h); first < 0 (the default): no
+  // dropout, as evaluation.
+  virtual void set_dropout_batch(uint64_t seed, int64_t first_sequence) = 0;
   // Forward of unit 0. tokens [B, t] with B <= max_batch, t <= seq_len; sets the active shape.
   virtual void embedding_forward(const float* emb_params, const int32_t* tokens, int64_t B, int64_t t) = 0;
   // Forward of block `layer` on the active shape; keeps what its backward needs.

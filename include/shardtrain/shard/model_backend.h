@@ -98,6 +98,9 @@ class ModelBackend {
   // across nodes) does so during the last one; without this hint it treats every micro-step as the last, and
   // hybrid then refuses a second micro-step before zero_grads().
   virtual void expect_micro_steps(int64_t n) {}
+  // The global index of the next micro_step's first sequence (data/sampler.h), which keys adapter dropout
+  // (lora.dropout); -1: none. Evaluation and logits passes never drop.
+  virtual void set_dropout_batch(int64_t first_sequence) {}
   // One training micro-step (forward, loss, backward, reduce-scatter) on this rank's micro_batch x
   // seq_len tokens (host arrays). Gradients of the loss, scaled by dloss per token, accumulate into the
   // grad shards. A target < 0 is not a target (a masked position): no loss, no gradient. Returns this rank's sum of

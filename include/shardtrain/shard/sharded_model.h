@@ -57,6 +57,7 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   // micro_batch x seq_len tokens. Gradients of the loss scaled by dloss per token accumulate into the
   // grad shards. Returns this rank's loss sum over its targets (targets < 0 are not). Collective.
   double micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override;
+  void set_dropout_batch(int64_t first_sequence) override { first_sequence_ = first_sequence; }
   // Forward and loss only. Collective.
   double eval_micro(const int32_t* inputs, const int32_t* targets) override;
   // Logits over the real vocabulary at the last position of tokens[0, len) (B = 1). Collective.
@@ -146,7 +147,8 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   Mode mode_ = Mode::kTrain;
   const int32_t* targets_ = nullptr;
   float dloss_ = 0.0f;
-  double loss_ = 0.0;  // the head's loss sum
+  double loss_ = 0.0;            // the head's loss sum
+  int64_t first_sequence_ = -1;  // set_dropout_batch, for the next micro-step only
 };
 
 }  // namespace st

@@ -100,6 +100,7 @@ class StepEngine {
  private:
   // The step's number of targets: `targets`, or every position for kEveryPosition.
   int64_t step_targets(int64_t accum, int64_t targets) const;
+  int64_t step_ = -1, accum_ = 1;  // the running step (begin_step), for the dropout keys of its micro-batches
   // zero_grads, the micro-step count, the speculative update; returns the loss gradient a token (the fault seam's)
   // for a step of `targets` (> 0) targets.
   float begin_step(int64_t accum, int64_t step, int64_t targets);

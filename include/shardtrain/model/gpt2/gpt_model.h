@@ -29,6 +29,10 @@ class GptModel final : public UnitModel {
   const ModelConfig& config() const override { return cfg_; }
   const std::vector<UnitLayout>& units() const override { return units_; }
 
+  void set_dropout_batch(uint64_t seed, int64_t first_sequence) override {
+    dropout_seed_ = seed;
+    first_sequence_ = first_sequence;
+  }
   void embedding_forward(const float* emb_params, const int32_t* tokens, int64_t B, int64_t t) override;
   void embedding_forward(const float* emb_params, const int32_t* tokens) {
     embedding_forward(emb_params, tokens, max_batch_, cfg_.seq_len);
@@ -68,6 +72,8 @@ class GptModel final : public UnitModel {
   // Backward scratch, shared by all blocks.
   std::vector<float> dresid_, dlnf_, dbuf_c_, dqkv_, dfch_, logits_chunk_;
   CpuLora lora_;  // the blocks' adapters (nothing without LoRA)
+  uint64_t dropout_seed_ = 0;
+  int64_t first_sequence_ = -1;
 };
 
 }  // namespace st

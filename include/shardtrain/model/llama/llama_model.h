@@ -29,6 +29,10 @@ class LlamaModel final : public UnitModel {
   const ModelConfig& config() const override { return cfg_; }
   const std::vector<UnitLayout>& units() const override { return units_; }
 
+  void set_dropout_batch(uint64_t seed, int64_t first_sequence) override {
+    dropout_seed_ = seed;
+    first_sequence_ = first_sequence;
+  }
   void embedding_forward(const float* emb_params, const int32_t* tokens, int64_t B, int64_t t) override;
   void block_forward(int layer, const float* block_params) override;
   // Final RMSNorm and the classifier: embed_tokens when tied (its gradient goes to emb_grads), else the head's
@@ -67,6 +71,8 @@ class LlamaModel final : public UnitModel {
   // Backward scratch, shared by all blocks.
   std::vector<float> dresid_, dnormf_, dbuf_c_, dqkv_, dmlp_, dgate_up_, logits_chunk_;
   CpuLora lora_;  // the blocks' adapters (nothing without LoRA)
+  uint64_t dropout_seed_ = 0;
+  int64_t first_sequence_ = -1;
 };
 
 }  // namespace st
