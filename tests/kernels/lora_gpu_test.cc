@@ -15,6 +15,11 @@ namespace {
 
 using test::close;
 using test::kTol;
+
+// The half-precision adapter rounds twice on its way out: h = x A^T is stored in T before h B^T, and dh before dh A.
+// Measured on an H200 (bf16): elements off by up to 1.7% of their size (floor included); 3x the one-GEMM bar.
+template <typename T>
+inline constexpr double kLoraTol = std::is_same_v<T, float> ? kTol<T> : 3 * kTol<T>;
 using test::poison;
 using test::random_input;
 using test::to_device;
@@ -71,8 +76,8 @@ TYPED_TEST(LoraGpu, ForwardMatchesCpu) {
     gpu::lora_forward<T>(out.data() + s.row0, s.ldo, h.data(), x.data(), A.data(), B.data(), s.N, s.in, s.r, s.rows,
                          kScale, env.ctx());
     const std::vector<float> got = to_host(out);
-    EXPECT_TRUE(close(to_host(h), want_h, kTol<T>)) << "h";
-    EXPECT_TRUE(close(got, want_out, kTol<T>)) << "out";
+    EXPECT_TRUE(close(to_host(h), want_h, kLoraTol<T>)) << "h";
+    EXPECT_TRUE(close(got, want_out, kLoraTol<T>)) << "out";
     for (int64_t n = 0; n < s.N; ++n)
       for (int c = 0; c < s.ldo; ++c)
         if (c < s.row0 || c >= s.row0 + s.rows) ASSERT_EQ(got[n * s.ldo + c], k.out0[n * s.ldo + c]) << n << ", " << c;
@@ -112,9 +117,9 @@ TYPED_TEST(LoraGpu, BackwardMatchesCpu) {
       poison(dh);
       gpu::lora_backward<T>(dx.data(), dA.data(), dB.data(), dh.data(), dout.data() + s.row0, s.ldo, x.data(), h.data(),
                             A.data(), B.data(), s.N, s.in, s.r, s.rows, kScale, env.ctx(), w);
-      EXPECT_TRUE(close(to_host(dA), want_dA, kTol<T>)) << "dA";
-      EXPECT_TRUE(close(to_host(dB), want_dB, kTol<T>)) << "dB";
-      EXPECT_TRUE(close(to_host(dx), want_dx, kTol<T>)) << "dx";
+      EXPECT_TRUE(close(to_host(dA), want_dA, kLoraTol<T>)) << "dA";
+      EXPECT_TRUE(close(to_host(dB), want_dB, kLoraTol<T>)) << "dB";
+      EXPECT_TRUE(close(to_host(dx), want_dx, kLoraTol<T>)) << "dx";
 
       auto dA_alone = to_device<T>(dA0), dB_alone = to_device<T>(dB0);
       gpu::lora_backward<T>(nullptr, dA_alone.data(), dB_alone.data(), dh.data(), dout.data() + s.row0, s.ldo, x.data(),

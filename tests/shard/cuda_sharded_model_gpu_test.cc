@@ -239,6 +239,8 @@ TEST(CudaShardedModel, MemoryCapFailsBeforeAllocatingWithBreakdown) {
 // The device memory in use covers the plan's buffers, and the plan start-up checked (run_plan.h: what `shardtrain plan`
 // prints) covers what the rank allocates: the model's activations are exactly the host footprint's, and the memory
 // the engine added, before and after two steps, is within the planned total (its runtime reserve included).
+// cudaMemGetInfo counts the whole device: run it with no other process on the GPU (bench/device_check.sh runs it
+// alone, after the parallel pass).
 TEST(CudaShardedModel, PeakMemoryCoversThePlanAndNeverDecreases) {
   ST_SKIP_WITHOUT_GPU();
   const Config c = small(Device::kCuda, DType::kBF16);
