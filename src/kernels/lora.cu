@@ -1,7 +1,10 @@
 #include "shardtrain/kernels/gpu/lora.h"
 
+#include <algorithm>
+
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/rng.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 
 namespace st::gpu {
@@ -50,11 +53,64 @@ void lora_backward(T* dx, T* dA, T* dB, T* dh, const T* dout, int64_t ldo, const
   if (dx != nullptr) blas.gemm(false, false, N, in, r, 1.0f, dh, r, 0, A, in, 0, 1.0f, dx, in, 0, 1, ctx.stream);
 }
 
+namespace {
+
+__device__ __forceinline__ float dropout_factor(const LoraDropoutKey& k, int64_t n, int in, int c, float inv) {
+  const int64_t sequence = k.first_sequence + n / k.rows_per_sequence, position = n % k.rows_per_sequence;
+  const uint64_t index = static_cast<uint64_t>((sequence * k.seq_stride + position) * in + c);
+  const float u = static_cast<float>(random_bits_at(k.seed, k.stream, index) >> 40) * (1.0f / 16777216.0f);
+  return u >= k.p ? inv : 0.0f;
+}
+
+// One thread an element: the hash is the cost, and it needs the element's row and column.
+template <typename T>
+__global__ void dropout_kernel(T* out, const T* x, int64_t N, int in, LoraDropoutKey key, float inv) {
+  const int64_t total = N * in;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t n = i / in;
+    const int c = static_cast<int>(i - n * in);
+    out[i] = static_cast<T>(static_cast<float>(x[i]) * dropout_factor(key, n, in, c, inv));
+  }
+}
+
+template <typename T>
+__global__ void dropout_backward_kernel(T* dx, const T* dxd, int64_t N, int in, LoraDropoutKey key, float inv) {
+  const int64_t total = N * in;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t n = i / in;
+    const int c = static_cast<int>(i - n * in);
+    dx[i] = static_cast<T>(static_cast<float>(dx[i]) + static_cast<float>(dxd[i]) * dropout_factor(key, n, in, c, inv));
+  }
+}
+
+unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536)); }
+
+}  // namespace
+
+template <typename T>
+void lora_dropout(T* out, const T* x, int64_t N, int in, const LoraDropoutKey& key, const GpuContext& ctx) {
+  if (N * in == 0) return;
+  dropout_kernel<T><<<blocks_for(N * in), 256, 0, ctx.stream>>>(out, x, N, in, key, 1.0f / (1.0f - key.p));
+  ST_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void lora_dropout_backward(T* dx, T* dxd, const T* dh, const T* A, int64_t N, int in, int r, const LoraDropoutKey& key,
+                           const GpuContext& ctx) {
+  if (N == 0) return;
+  blas_for_lora(ctx).gemm(false, false, N, in, r, 1.0f, dh, r, 0, A, in, 0, 0.0f, dxd, in, 0, 1, ctx.stream);
+  dropout_backward_kernel<T><<<blocks_for(N * in), 256, 0, ctx.stream>>>(dx, dxd, N, in, key, 1.0f / (1.0f - key.p));
+  ST_CUDA_CHECK_LAUNCH();
+}
+
 #define ST_INSTANTIATE_LORA(T)                                                                                       \
   template void lora_forward<T>(T*, int64_t, T*, const T*, const T*, const T*, int64_t, int, int, int, float,        \
                                 const GpuContext&);                                                                  \
   template void lora_backward<T>(T*, T*, T*, T*, const T*, int64_t, const T*, const T*, const T*, const T*, int64_t, \
-                                 int, int, int, float, const GpuContext&, GradWrite);
+                                 int, int, int, float, const GpuContext&, GradWrite);                                \
+  template void lora_dropout<T>(T*, const T*, int64_t, int, const LoraDropoutKey&, const GpuContext&);               \
+  template void lora_dropout_backward<T>(T*, T*, const T*, const T*, int64_t, int, int, const LoraDropoutKey&,       \
+                                         const GpuContext&);
 
 ST_INSTANTIATE_LORA(float)
 ST_INSTANTIATE_LORA(bf16)

@@ -12,14 +12,8 @@ CpuLora::CpuLora(const ModelConfig& cfg, const std::vector<UnitLayout>& units, i
   if (adapters_.empty()) return;
   scale_ = lora_scale(cfg.lora);
   rank_ = cfg.lora.rank;
-  const std::vector<LoraLinear> linears = lora_linears(cfg);
-  int64_t widest = 0;
-  for (const LoraAdapter& a : adapters_) {
-    int index = 0;
-    while (linears[static_cast<size_t>(index)].name != a.linear.name) ++index;
-    linear_index_.push_back(index);
-    widest = std::max(widest, a.linear.in);
-  }
+  linear_index_ = lora_linear_indices(adapters_, cfg);
+  const int64_t widest = widest_lora_input(adapters_);
   key_.p = cfg.lora.dropout;
   key_.seq_stride = cfg.seq_len;
   const int64_t dropout_floats = key_.p > 0 ? 2 * max_rows * widest : 0;

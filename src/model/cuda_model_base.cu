@@ -50,6 +50,7 @@ const int32_t* CudaModelBase<T>::start_batch(const int32_t* tokens, int64_t B, i
            ", ", cfg_.seq_len, "]");
   B_ = B;
   T_ = t;
+  lora_.set_batch(dropout_seed_, first_sequence_, t);
   return io_.upload_tokens(tokens, B * t, ctx_.stream);
 }
 

@@ -84,6 +84,24 @@ std::vector<LoraAdapter> block_lora_adapters(const std::vector<UnitLayout>& unit
   return adapters;
 }
 
+std::vector<int> lora_linear_indices(const std::vector<LoraAdapter>& adapters, const ModelConfig& cfg) {
+  const std::vector<LoraLinear> linears = lora_linears(cfg);
+  std::vector<int> out;
+  for (const LoraAdapter& a : adapters) {
+    const auto it =
+        std::find_if(linears.begin(), linears.end(), [&](const LoraLinear& l) { return l.name == a.linear.name; });
+    ST_CHECK(it != linears.end(), "adapter ", a.linear.name, " on no linear layer of the family");
+    out.push_back(static_cast<int>(it - linears.begin()));
+  }
+  return out;
+}
+
+int64_t widest_lora_input(const std::vector<LoraAdapter>& adapters) {
+  int64_t widest = 0;
+  for (const LoraAdapter& a : adapters) widest = std::max(widest, a.linear.in);
+  return widest;
+}
+
 int64_t lora_activation_elems(const ModelConfig& cfg, int64_t max_rows, int64_t slots) {
   if (!cfg.lora.enabled() || cfg.n_layer == 0) return 0;
   const std::vector<LoraLinear> targets = lora_targets(cfg);

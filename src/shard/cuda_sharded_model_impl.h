@@ -68,6 +68,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   }
   bool speculates() const override { return offload_ && offload_->speculates(); }
   double micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override;
+  void set_dropout_batch(int64_t first_sequence) override { first_sequence_ = first_sequence; }
   bool gates_on_device() const override { return !(offload_ && offload_->any()); }
   void micro_step_queued(const int32_t* inputs, const int32_t* targets, float dloss) override;
   void queue_gated_update(double earlier_losses, double loss_scale, float grad_clip,
@@ -159,6 +160,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   // ST_CHECK that the last snapshot's writer has released the offloaded state (snapshot_held_).
   void check_snapshot_released(const char* caller) const;
 
+  int64_t first_sequence_ = -1;  // set_dropout_batch, for the next micro-step only
   Config cfg_;
   Communicator& comm_;
   std::vector<UnitLayout> units_;

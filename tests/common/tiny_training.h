@@ -72,7 +72,7 @@ inline void train_steps(StepEngine& e, const Config& c, Communicator& comm, uint
                         Trace* tr, bool record_grads = false) {
   const int64_t accum = c.grad_accum_steps(comm.world_size());
   for (int64_t step = from; step < to; ++step) {
-    const float loss = e.forward_backward(corpus_batches(c, seed, step, comm.world_size(), comm.rank()), accum);
+    const float loss = e.forward_backward(corpus_batches(c, seed, step, comm.world_size(), comm.rank()), accum, step);
     if (record_grads && step == from) tr->grads0 = e.gather_grads();
     const StepStats s = e.optimizer_step(step, loss);
     tr->losses.push_back(s.loss);

@@ -33,7 +33,7 @@ Config lora(Config c, const char* targets) {
 }
 
 // gpt2 (the small odd-sized model) on two of its layers; llama with grouped-query attention, q/k/v biases and an
-// untied head on four.
+// untied head on four, with adapter dropout.
 std::vector<Config> configs(Device device, DType dtype) {
   Config llama = testing::small_config(device, dtype);
   llama.model.arch = ModelArch::kLlama;
@@ -42,7 +42,9 @@ std::vector<Config> configs(Device device, DType dtype) {
   llama.model.ffn_dim = 80;
   llama.model.qkv_bias = true;
   llama.model.tie_embeddings = false;
-  return {lora(testing::small_config(device, dtype), "qkv,fc_proj"), lora(llama, "q,v,o,down")};
+  Config dropped = lora(llama, "q,v,o,down");
+  dropped.model.lora.dropout = 0.1f;  // the GPU draws the CPU's masks
+  return {lora(testing::small_config(device, dtype), "qkv,fc_proj"), dropped};
 }
 
 Trace train(const Config& c, int64_t steps) {
@@ -104,7 +106,7 @@ TEST(LoraCuda, GatedStepsAndCheckpointsMatchTheHostPathAndTheCpu) {
     for (int64_t s = 0; s < 3; ++s) {
       const BatchFn b = testing::corpus_batches(c, kSeed, s);
       const StepStats a = gated.train_step(b, 2, s);
-      const StepStats h = host.optimizer_step(s, host.forward_backward(b, 2));
+      const StepStats h = host.optimizer_step(s, host.forward_backward(b, 2, s));
       EXPECT_EQ(a.loss, h.loss) << "step " << s;
       EXPECT_EQ(a.grad_norm, h.grad_norm) << "step " << s;
     }

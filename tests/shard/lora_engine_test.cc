@@ -47,6 +47,7 @@ Config lora_llama() {
   c.model.qkv_bias = true;
   c.model.lora.targets = "k,v,o,up";
   c.model.lora.rslora = true;
+  c.model.lora.dropout = 0.2f;  // one mask for any world size
   return c;
 }
 
@@ -92,7 +93,7 @@ TEST_F(LoraEngineTest, FrozenUnitsAreGatheredButNeverReducedOrUpdated) {
       const int64_t accum = c.grad_accum_steps(3);
       std::vector<std::vector<float>> frozen_before;
       for (const UnitLayout& u : e.units()) frozen_before.push_back(e.sharded().gather_frozen(u.index));
-      e.forward_backward(testing::corpus_batches(c, kSeed, 0, 3, comm.rank()), accum);
+      e.forward_backward(testing::corpus_batches(c, kSeed, 0, 3, comm.rank()), accum, 0);
       const CommCounters& k = e.sharded().counters();
       const int64_t L = c.model.n_layer;
       EXPECT_EQ(k.reduce_scatters.front(), 0);
@@ -101,7 +102,7 @@ TEST_F(LoraEngineTest, FrozenUnitsAreGatheredButNeverReducedOrUpdated) {
       EXPECT_EQ(k.gathers.back(), accum);
       e.optimizer_step(0, 1.0f);
       for (int step = 1; step < 3; ++step) {
-        e.forward_backward(testing::corpus_batches(c, kSeed, step, 3, comm.rank()), accum);
+        e.forward_backward(testing::corpus_batches(c, kSeed, step, 3, comm.rank()), accum, step);
         e.optimizer_step(step, 1.0f);
       }
       int64_t want = 0;

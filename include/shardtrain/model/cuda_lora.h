@@ -7,7 +7,8 @@
 //
 //   CudaLora<bf16> lora(cfg, units, max_batch * cfg.seq_len, recompute ? 1 : cfg.n_layer);
 //   gpu::matmul_forward<bf16>(a.qkv, a.norm1, p.qkvw, p.qkvb, N, C, QKV, ctx);
-//   lora.forward(slot, "attn.qkv.weight", params, a.qkv, QKV, a.norm1, N, lap, ctx);   // q, k and v's adapters
+//   lora.forward(layer, "attn.qkv.weight", params, a.qkv, QKV, a.norm1, N, lap, ctx);   // q, k and v's adapters
+// With lora.dropout each adapter's input goes through gpu::lora_dropout, keyed by set_batch as CpuLora's.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/core/cuda_timer.h"
 #include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/lora.h"
 #include "shardtrain/model/lora.h"
 #include "shardtrain/model/units.h"
 
@@ -31,27 +33,35 @@ class CudaLora {
   // lora_activation_elems(cfg, max_rows, slots) elements of T (model/lora.h), which the CUDA footprint counts.
   CudaLora(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, int64_t slots);
 
-  int64_t allocated_elems() const { return h_.size() + dh_.size(); }
+  int64_t allocated_elems() const { return h_.size() + dh_.size() + x_drop_.size() + dxd_.size(); }
+  // As CpuLora::set_batch: the micro-batch that keys the dropout masks; first_sequence < 0: no dropout.
+  void set_batch(uint64_t seed, int64_t first_sequence, int64_t rows_per_sequence);
   // Whether `weight` (a block tensor's name) has adapters: its GEMM's fused epilogue (GELU) must then wait for them.
   bool adapts(const std::string& weight) const;
 
   // out[n, row0 .. row0 + rows) += scale B A x[n] for each adapter of `weight` (out's row pitch ldo), x [N, in];
   // the block's parameters are `params` (its gathered flat buffer, device memory). Lap "fwd.lora" when it adapts.
-  void forward(int64_t slot, const std::string& weight, const T* params, T* out, int64_t ldo, const T* x, int64_t N,
+  void forward(int layer, const std::string& weight, const T* params, T* out, int64_t ldo, const T* x, int64_t N,
                OpTimer::Laps& lap, const gpu::GpuContext& ctx);
   // With dout the gradient of that output (row pitch ldo): writes the adapters' A and B gradients into grads (the
   // block's gradient buffer) and adds their part of x's gradient to dx [N, in]. Lap "bwd.lora" when it adapts.
-  void backward(int64_t slot, const std::string& weight, const T* params, T* grads, T* dx, const T* dout, int64_t ldo,
+  void backward(int layer, const std::string& weight, const T* params, T* grads, T* dx, const T* dout, int64_t ldo,
                 const T* x, int64_t N, OpTimer::Laps& lap, const gpu::GpuContext& ctx);
 
  private:
-  T* h(int64_t slot, size_t adapter) const;
+  T* h(int layer, size_t adapter) const;
+  // The dropout key of `layer`'s adapter i, or null without dropout for the running micro-batch.
+  const LoraDropoutKey* dropout(int layer, size_t i);
 
   std::vector<LoraAdapter> adapters_;
   float scale_ = 0.0f;
   int64_t rank_ = 0, max_rows_ = 0, slots_ = 0;
-  DeviceBuffer<T> h_;   // [slot][adapter][max_rows][rank]
-  DeviceBuffer<T> dh_;  // [max_rows][rank]
+  DeviceBuffer<T> h_;              // [slot][adapter][max_rows][rank]
+  DeviceBuffer<T> dh_;             // [max_rows][rank]
+  std::vector<int> linear_index_;  // each adapter's place in the family's lora_linears
+  LoraDropoutKey key_;             // p, seed and batch; stream set per adapter
+  bool dropping_ = false;
+  DeviceBuffer<T> x_drop_, dxd_;  // [max_rows][widest in], with dropout only
 };
 
 }  // namespace st

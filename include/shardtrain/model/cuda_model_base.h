@@ -31,6 +31,10 @@ class CudaModelBase : public CudaUnitModel<T> {
   void head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
                              T* head_grads, T* emb_grads) override;
   void head_forward(const T* head_params, const T* emb_params, const int32_t* targets) override;
+  void set_dropout_batch(uint64_t seed, int64_t first_sequence) override {
+    dropout_seed_ = seed;
+    first_sequence_ = first_sequence;
+  }
 
  protected:
   // Checks that ctx holds scratch_bytes of kernel scratch (and a cuDNN handle with cudnn_attention), and allocates
@@ -68,7 +72,9 @@ class CudaModelBase : public CudaUnitModel<T> {
   CudaLmIo<T> io_;                          // tokens and targets, the chunked classifier, the loss accumulator
   DeviceBuffer<T> encoded_;                 // [B, T, C]: the token embedding's output
   std::vector<DeviceBuffer<T>> block_out_;  // [B, T, C] per block
-  CudaLora<T> lora_;                        // the blocks' adapters, h in acts_index's slots (nothing without LoRA)
+  uint64_t dropout_seed_ = 0;
+  int64_t first_sequence_ = -1;  // set_dropout_batch
+  CudaLora<T> lora_;             // the blocks' adapters, h in acts_index's slots (nothing without LoRA)
 };
 
 }  // namespace st

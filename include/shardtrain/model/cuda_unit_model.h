@@ -34,6 +34,9 @@ class CudaUnitModel {
   virtual const std::vector<UnitLayout>& units() const = 0;
 
   // Copies tokens [B, t] (host) to the device and runs unit 0's forward; sets the active shape.
+  // As UnitModel::set_dropout_batch: the seed and the first global sequence of the micro-batches that follow, which
+  // key adapter dropout; first_sequence < 0: none.
+  virtual void set_dropout_batch(uint64_t seed, int64_t first_sequence) = 0;
   virtual void embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) = 0;
   // Forward of block `layer` on the active shape; keeps what its backward needs.
   virtual void block_forward(int layer, const T* block_params) = 0;

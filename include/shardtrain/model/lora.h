@@ -55,6 +55,11 @@ std::vector<LoraAdapter> lora_adapters(const UnitLayout& unit, const ModelConfig
 // list serves the models for every block; empty without LoRA or blocks.
 std::vector<LoraAdapter> block_lora_adapters(const std::vector<UnitLayout>& units, const ModelConfig& cfg);
 
+// Each adapter's place in the family's lora_linears (what its dropout stream is keyed by, kernels/lora.h), and the
+// widest input among them (the width of the dropout buffers).
+std::vector<int> lora_linear_indices(const std::vector<LoraAdapter>& adapters, const ModelConfig& cfg);
+int64_t widest_lora_input(const std::vector<LoraAdapter>& adapters);
+
 // Elements a model keeps for its adapters: h [max_rows, rank] for each adapter of `slots` blocks (those whose
 // activations it keeps at once: n_layer, or 1 with recompute), one dh [max_rows, rank] of backward scratch and, with
 // lora.dropout, the dropped input and its gradient [max_rows, the widest adapter's in] each. 0 without LoRA or blocks.

@@ -74,7 +74,7 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   gpu::layernorm_forward<T>(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln1w, p.ln1b, N, C, ctx_);
   lap("fwd.matmul");
   gpu::matmul_forward<T>(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C, ctx_);
-  lora_.forward(slot, "attn.qkv.weight", block_params, a.qkv.data(), 3 * C, a.ln1.data(), N, lap, ctx_);
+  lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), 3 * C, a.ln1.data(), N, lap, ctx_);
   lap("fwd.attention");
   if (cudnn_shape())
     gpu::cudnn_attention_forward<T>(a.atty.data(), a.att_lse.data(), a.qkv.data(), static_cast<int>(B_),
@@ -85,7 +85,7 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   lap("fwd.matmul_residual");
   gpu::matmul_forward_residual<T>(a.res2.data(), a.atty.data(), p.projw, p.projb, x, N, C, C, ctx_);
   // The adapters of the residual GEMMs add to x + proj(atty): the CPU model's sum, in another order.
-  lora_.forward(slot, "attn.proj.weight", block_params, a.res2.data(), C, a.atty.data(), N, lap, ctx_);
+  lora_.forward(layer, "attn.proj.weight", block_params, a.res2.data(), C, a.atty.data(), N, lap, ctx_);
   lap("fwd.layernorm");
   gpu::layernorm_forward<T>(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C,
                             ctx_);
@@ -93,7 +93,7 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
     // The adapters add to fc's output before the GELU, which the fused GEMM + GELU cannot wait for: apart here.
     lap("fwd.matmul");
     gpu::matmul_forward<T>(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, ctx_);
-    lora_.forward(slot, "mlp.fc.weight", block_params, a.fch.data(), 4 * C, a.ln2.data(), N, lap, ctx_);
+    lora_.forward(layer, "mlp.fc.weight", block_params, a.fch.data(), 4 * C, a.ln2.data(), N, lap, ctx_);
     lap("fwd.gelu");
     gpu::gelu_forward<T>(a.fch_gelu.data(), a.fch.data(), N * 4 * C, ctx_);
   } else {
@@ -102,7 +102,7 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   }
   lap("fwd.matmul_residual");
   gpu::matmul_forward_residual<T>(out, a.fch_gelu.data(), p.fcprojw, p.fcprojb, a.res2.data(), N, 4 * C, C, ctx_);
-  lora_.forward(slot, "mlp.proj.weight", block_params, out, C, a.fch_gelu.data(), N, lap, ctx_);
+  lora_.forward(layer, "mlp.proj.weight", block_params, out, C, a.fch_gelu.data(), N, lap, ctx_);
 }
 
 template <typename T>
@@ -171,7 +171,7 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
     lap("bwd.matmul");
     gpu::matmul_backward<T>(dfch, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, N, 4 * C, C, ctx,
                             kOverwrite, kOverwrite);
-    lora_.backward(slot, "mlp.proj.weight", block_params, block_grads, dfch, dresid_.data(), C, a.fch_gelu.data(), N,
+    lora_.backward(layer, "mlp.proj.weight", block_params, block_grads, dfch, dresid_.data(), C, a.fch_gelu.data(), N,
                    lap, ctx);
     lap("bwd.gelu");
     gpu::gelu_backward<T>(dfch, a.fch.data(), dfch, N * 4 * C, ctx, kOverwrite);
@@ -183,7 +183,7 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   lap("bwd.matmul");
   gpu::matmul_backward<T>(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx, kOverwrite,
                           kOverwrite);
-  lora_.backward(slot, "mlp.fc.weight", block_params, block_grads, dbuf_c_.data(), dfch, 4 * C, a.ln2.data(), N, lap,
+  lora_.backward(layer, "mlp.fc.weight", block_params, block_grads, dbuf_c_.data(), dfch, 4 * C, a.ln2.data(), N, lap,
                  ctx);
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln2w, g.ln2b, dbuf_c_.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
@@ -193,7 +193,7 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   lap("bwd.matmul");
   gpu::matmul_backward<T>(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C, ctx,
                           kOverwrite, kOverwrite);
-  lora_.backward(slot, "attn.proj.weight", block_params, block_grads, dbuf_c_.data(), dresid_.data(), C, a.atty.data(),
+  lora_.backward(layer, "attn.proj.weight", block_params, block_grads, dbuf_c_.data(), dresid_.data(), C, a.atty.data(),
                  N, lap, ctx);
   if (cudnn_shape()) {  // overwrites dqkv
     lap("bwd.attention");
@@ -210,7 +210,7 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   lap("bwd.matmul");
   gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C, ctx,
                           kOverwrite, kOverwrite);
-  lora_.backward(slot, "attn.qkv.weight", block_params, block_grads, dbuf_c_.data(), dqkv_.data(), 3 * C, a.ln1.data(),
+  lora_.backward(layer, "attn.qkv.weight", block_params, block_grads, dbuf_c_.data(), dqkv_.data(), 3 * C, a.ln1.data(),
                  N, lap, ctx);
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln1w, g.ln1b, dbuf_c_.data(), x, p.ln1w, a.ln1_mean.data(),

@@ -31,4 +31,12 @@ void lora_backward(T* dx, T* dA, T* dB, T* dh, const T* dout, int64_t ldo, const
                    const T* B, int64_t N, int in, int r, int rows, float scale, const GpuContext& ctx,
                    GradWrite param_write = GradWrite::kAccumulate);
 
+// As st::lora_dropout and st::lora_dropout_backward (kernels/lora.h): the same mask, element for element; T values
+// are scaled in fp32 and rounded once at their store.
+template <typename T>
+void lora_dropout(T* out, const T* x, int64_t N, int in, const LoraDropoutKey& key, const GpuContext& ctx);
+template <typename T>
+void lora_dropout_backward(T* dx, T* dxd, const T* dh, const T* A, int64_t N, int in, int r, const LoraDropoutKey& key,
+                           const GpuContext& ctx);
+
 }  // namespace st::gpu
