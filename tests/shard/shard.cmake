@@ -90,6 +90,23 @@ if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
     set_tests_properties(mpi.sharding.hybrid.2x2.bucket_${bucket} PROPERTIES LABELS "cpu;mpi" TIMEOUT 600 PROCESSORS 2
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;SHARD_GROUP=2")
   endforeach()
+  # LoRA (adapters with dropout on a frozen base) in hybrid sharding with the optimizer on host threads, and at 2 ranks
+  # over loss-masked shards with recompute: against one process as above (ckpt.export merges the adapters).
+  add_test(NAME mpi.sharding.hybrid.2x2.lora_offload
+           COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/mpi_equivalence_test.py
+                   ${CMAKE_BINARY_DIR}/shardtrain_2_ranks_per_node.sh ${MPIRUN_EXECUTABLE} 4
+                   ${CMAKE_BINARY_DIR}/mpi_sharding_lora ${CMAKE_SOURCE_DIR}/configs/tiny.ini
+                   --train.steps=20 --train.global_batch=12 --train.micro_batch=1 --model.seq_len=64
+                   --optim.lr=1e-3 --optim.eps=1e-6 --dist.sharding=hybrid --optim.offload=optimizer
+                   --lora.rank=4 --lora.targets=qkv,fc --lora.dropout=0.1)
+  add_test(NAME mpi.equivalence.masked_lora.np2
+           COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/mpi_equivalence_test.py $<TARGET_FILE:shardtrain>
+                   ${MPIRUN_EXECUTABLE} 2 ${CMAKE_BINARY_DIR}/mpi_equiv_masked_lora @masked
+                   --train.steps=30 --train.micro_batch=1 --optim.lr=1e-3 --optim.eps=1e-6 --lora.rank=4
+                   --lora.alpha=8 --lora.dropout=0.1 --train.recompute=true)
+  set_tests_properties(mpi.sharding.hybrid.2x2.lora_offload mpi.equivalence.masked_lora.np2 PROPERTIES
+                       LABELS "cpu;mpi;numeric" TIMEOUT 600 PROCESSORS 2
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;SHARD_GROUP=2")
   # Hybrid with the optimizer on host threads: the gradient shards are summed across nodes before the host AdamW
   # reads them.
   add_test(NAME mpi.sharding.hybrid.2x2.offload
