@@ -26,10 +26,11 @@ HostPlan plan_cuda_host(const Config& cfg, int world, bool speculative) {
   const std::vector<UnitLayout> units = build_units(cfg.model);
   const std::vector<bool> off = offloaded_units(cfg, units);
   const int64_t t = dtype_bytes(cfg.compute_dtype());
-  int64_t off_slots = 0, dev_slots = 0, max_slot = 0, max_off_slot = 0, max_dev_slot = 0;
+  int64_t off_slots = 0, dev_slots = 0, max_slot = 0, max_off_slot = 0, max_dev_slot = 0, max_frozen_slot = 0;
   for (size_t i = 0; i < units.size(); ++i) {
     const int64_t slot = padded_shard_size(units[i].numel, world);
     max_slot = std::max(max_slot, slot);
+    max_frozen_slot = std::max(max_frozen_slot, padded_shard_size(units[i].frozen_numel, world));
     if (off[i]) {
       off_slots += slot;
       max_off_slot = std::max(max_off_slot, slot);
@@ -53,6 +54,10 @@ HostPlan plan_cuda_host(const Config& cfg, int world, bool speculative) {
   // buffers); offloaded units are read and written in place.
   const bool streams = !(cfg.init.from.empty() && cfg.ckpt.dir.empty());
   p.loading = std::max(4 * max_slot, streams && max_dev_slot > 0 ? 12 * max_dev_slot + kStreamingIoBytes : 0);
+  // A LoRA base goes through the host a unit's frozen shard at a time: its fp32 view, and the device copy read back
+  // (compute dtype) or the file's reads beside it.
+  if (max_frozen_slot > 0)
+    p.loading = std::max(p.loading, (4 + t) * max_frozen_slot + (streams ? kStreamingIoBytes : 0));
   return p;
 }
 
