@@ -14,6 +14,7 @@
 #include <regex>
 #include <set>
 
+#include "shardtrain/ckpt/gpt2_file.h"
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/ckpt/hf_dir.h"
 #include "shardtrain/ckpt/hf_export.h"
@@ -310,61 +311,6 @@ void init_from_hf_dir(const std::string& dir, const ModelConfig& cfg, ModelBacke
 }
 
 // ---- GPT-2 files ----
-
-// A .safetensors or .h5 file of GPT-2 tensors under Hugging Face's names: with or without "transformer."
-// (GPT2LMHeadModel's exports carry it; GPT2Model's, the hub's gpt2, do not).
-class Gpt2File {
- public:
-  explicit Gpt2File(const std::string& path) : path_(path) {
-    const std::optional<ExportFormat> format = export_format_for(path);
-    if (format == ExportFormat::kSafetensors) {
-      st_ = std::make_unique<SafetensorsReader>(path);
-      for (const std::string& n : st_->names()) names_.insert(n);
-    } else if (format == ExportFormat::kHdf5) {
-      h5_ = std::make_unique<H5File>(H5File::open_read(path));
-      std::vector<H5Handle> open;
-      std::vector<std::pair<std::string, hid_t>> datasets;
-      for (const std::string& n : h5_dataset_names(*h5_)) {
-        names_.insert(n);
-        open.push_back(h5_open_dataset(*h5_, n));
-        datasets.emplace_back(n, open.back().get());
-      }
-      h5_check_disjoint(*h5_, datasets);
-    } else {
-      ST_BAD_INPUT("init.from '", shown(path),
-                   "': expected a .safetensors or .h5 file, or a Hugging Face model directory");
-    }
-  }
-
-  const std::set<std::string>& names() const { return names_; }
-
-  // The name `hf_name` has in the file, or kBadInput naming both spellings.
-  std::string resolve(const std::string& hf_name) const {
-    const std::string bare = hf_name.substr(std::string("transformer.").size());
-    if (names_.count(hf_name) != 0) return hf_name;
-    if (names_.count(bare) != 0) return bare;
-    ST_BAD_INPUT("init.from ", shown(path_), ": tensor ", hf_name, " (or ", bare, ") is missing");
-  }
-
-  std::vector<int64_t> shape(const std::string& name) const {
-    if (st_) return st_->shape(name);
-    const H5Handle ds = h5_open_dataset(*h5_, name);
-    return h5_dataset_shape(*h5_, ds.get(), name);
-  }
-
-  void read(const std::string& name, const std::vector<int64_t>& shape, float* out) const {
-    if (st_)
-      st_->read(name, shape, out);
-    else
-      h5_read_f32(*h5_, name, shape, out);
-  }
-
- private:
-  std::string path_;
-  std::unique_ptr<SafetensorsReader> st_;
-  std::unique_ptr<H5File> h5_;
-  std::set<std::string> names_;
-};
 
 void init_from_gpt2_file(const std::string& path, const ModelConfig& cfg, ModelBackend& model) {
   const Gpt2File file(path);

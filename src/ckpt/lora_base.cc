@@ -64,4 +64,13 @@ void check_lora_base(const ManifestBase& recorded, const ManifestBase& now, cons
                    ", which the base the adapters were trained on did not have");
 }
 
+std::string lora_base_to_merge(const Manifest& m, const std::string& step_dir) {
+  const std::string where = (fs::path(step_dir) / "manifest.json").string();
+  if (m.base.init_from.empty())
+    ST_BAD_INPUT(where, ": the adapters were trained on the random base of train.seed ", m.seed,
+                 ", which has no file to merge them into: export the adapters (--adapter) instead");
+  check_lora_base(m.base, describe_lora_base(m.base.init_from), where);
+  return m.base.init_from;
+}
+
 }  // namespace st

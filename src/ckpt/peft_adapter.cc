@@ -23,12 +23,7 @@ LlamaExportValues::LlamaExportValues(const std::string& step_dir, const Manifest
                                      const std::vector<UnitLayout>& units)
     : m_(m), units_(units), gather_(step_dir, m) {
   if (!m.model.lora.enabled()) return;
-  const std::string where = step_dir + "/manifest.json";
-  if (m.base.init_from.empty())
-    ST_BAD_INPUT(where, ": the adapters were trained on the random base of train.seed ", m.seed,
-                 ", which has no files to merge them into: export the adapters (--adapter) instead");
-  check_lora_base(m.base, describe_lora_base(m.base.init_from), where);
-  base_ = std::make_unique<HfDirWeights>(m.base.init_from);
+  base_ = std::make_unique<HfDirWeights>(lora_base_to_merge(m, step_dir));
 }
 
 void LlamaExportValues::read(const HfRange& r, float* out) {

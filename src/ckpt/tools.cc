@@ -16,8 +16,10 @@
 #include "export_parts.h"
 #include "shardtrain/ckpt/checkpoint_check.h"
 #include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/gpt2_file.h"
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/ckpt/hf_export.h"
+#include "shardtrain/ckpt/lora_base.h"
 #include "shardtrain/ckpt/safetensors.h"
 #include "shardtrain/ckpt/shard_file.h"
 #include "shardtrain/core/errno_text.h"
@@ -207,9 +209,6 @@ ExportReport export_checkpoint(const std::string& step_dir, const std::string& o
                  "new files: remove it, or export into another directory");
 
   const Manifest m = open_checkpoint(step_dir);
-  if (m.model.lora.enabled())
-    ST_BAD_INPUT("ckpt export ", step_dir, ": a GPT-2 LoRA checkpoint exports its adapters (--adapter DIR, PEFT's ",
-                 "layout); its merged weights file is not built yet");
   if (m.model.is_llama())
     ST_BAD_INPUT("ckpt export ", step_dir,
                  ": a llama checkpoint is exported as a Hugging Face model directory: --out "
@@ -223,10 +222,31 @@ ExportReport export_checkpoint(const std::string& step_dir, const std::string& o
   // One HF tensor: the elements [offset, offset + numel) of its unit (wte: its first vocab_size rows, which
   // are contiguous), gathered from the rank files, then transposed for Conv1D.
   std::vector<float> buf, scratch;
+  // A LoRA checkpoint: each tensor is its base's (the manifest's init.from, checked against the digests it recorded)
+  // with the adapters of the tensor merged in, in shardtrain's layout before the Conv1D transpose.
+  std::unique_ptr<Gpt2File> base;
+  if (m.model.lora.enabled()) base = std::make_unique<Gpt2File>(lora_base_to_merge(m, step_dir));
+  std::vector<float> a, b;
   auto load = [&](const HfTensorMap& t) -> const float* {
+    const UnitLayout& u = units[static_cast<size_t>(t.unit)];
     const ShardSpan want{t.tensor->offset, numel_of(t.hf_shape)};
     buf.resize(static_cast<size_t>(want.count));
-    gather.read(units[static_cast<size_t>(t.unit)], want, buf.data());
+    if (!base) {
+      gather.read(u, want, buf.data());
+    } else {
+      scratch.resize(buf.size());
+      base->read(base->resolve(t.hf_name), t.hf_shape, t.transpose ? scratch.data() : buf.data());
+      if (t.transpose) transpose_2d(scratch.data(), buf.data(), t.hf_shape[0], t.hf_shape[1]);  // to [out, in]
+      for (const LoraAdapter& ad : lora_adapters(u, m.model)) {
+        if (ad.linear.weight != t.tensor->name) continue;
+        a.resize(static_cast<size_t>(ad.rank * ad.linear.in));
+        b.resize(static_cast<size_t>(ad.linear.rows * ad.rank));
+        gather.read(u, ShardSpan{ad.a_offset, static_cast<int64_t>(a.size())}, a.data());
+        gather.read(u, ShardSpan{ad.b_offset, static_cast<int64_t>(b.size())}, b.data());
+        add_lora_delta(buf.data() + ad.linear.row0 * ad.linear.in, a.data(), b.data(), ad.linear.rows, ad.linear.in,
+                       ad.rank, lora_scale(m.model.lora));
+      }
+    }
     if (!t.transpose) return buf.data();
     scratch.resize(buf.size());
     transpose_2d(buf.data(), scratch.data(), t.tensor->shape[0], t.tensor->shape[1]);
@@ -258,7 +278,8 @@ ExportReport export_checkpoint(const std::string& step_dir, const std::string& o
   report.bytes = file_size(out_path);
   // The export is the pair: weights without their config are removed again.
   RemoveOnFailure weights(out_path);
-  write_new_file_atomic(config_path, hf_gpt2_config_json(m.model), "ckpt export --out " + out_path + ": the config");
+  write_new_file_atomic(config_path, hf_gpt2_config_json(base_model(m.model)),
+                        "ckpt export --out " + out_path + ": the config");
   weights.dismiss();
   return report;
 }

@@ -9,9 +9,16 @@
 #include <vector>
 
 #include "../common/tiny_training.h"
+#include "ckpt_test_util.h"
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/hf_export.h"
+#include "shardtrain/ckpt/init_from.h"
+#include "shardtrain/ckpt/lora_base.h"
+#include "shardtrain/ckpt/safetensors_reader.h"
+#include "shardtrain/ckpt/tools.h"
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/train/step_engine.h"
 #include "tiny_ckpt_test.h"
 
@@ -93,6 +100,43 @@ TEST_F(PeftAdapterTest, AnAdapterForOtherKeysIsRefusedNamingTheField) {
   std::ofstream(dir + "/adapter_config.json")
       << R"({"peft_type": "LORA", "r": 3, "lora_alpha": 6, "target_modules": ["c_attn", "mlp.c_proj"]})";
   EXPECT_EQ(refusal(cfg_, dir), "");
+}
+
+// A GPT-2 LoRA checkpoint's merged export (ckpt export --out FILE): its base read again from init.from with every
+// adapter added in, bit for bit what merge_lora gives from the trained model, in Hugging Face's names and layouts.
+TEST_F(PeftAdapterTest, MergedGpt2ExportIsTheBaseWithTheAdaptersAdded) {
+  Config base_cfg = cfg_;
+  base_cfg.model.lora = LoraConfig{};
+  const std::string base_file = tmp_.file("base.h5");
+  std::vector<std::vector<float>> merged;
+  std::string step;
+  fake::spawn(1, [&](Communicator& comm) {
+    StepEngine b(base_cfg, comm);
+    std::vector<const float*> ptrs;
+    const auto full = b.gather_params();
+    for (const auto& f : full) ptrs.push_back(f.data());
+    write_hf_gpt2(base_file, base_cfg.model, b.units(), ptrs);
+    Config c = cfg_;
+    c.init.from = base_file;
+    StepEngine e(c, comm);
+    init_from_weights(base_file, c.model, e.sharded());
+    testing::Trace tr;
+    testing::train_steps(e, c, comm, 5, 0, 2, &tr);
+    CheckpointState cs;
+    cs.step = 2;
+    cs.base = describe_lora_base(base_file);
+    step = save_checkpoint(c, e.sharded(), cs, comm);
+    merged = merge_lora(c.model, e.units(), e.gather_params());
+  });
+  const std::string out = tmp_.file("merged.safetensors");
+  export_checkpoint(step, out);
+  const SafetensorsReader file(out);
+  const std::vector<UnitLayout> units = build_units(base_cfg.model);
+  for (const HfTensorMap& t : hf_gpt2_tensor_map(base_cfg.model, units)) {
+    std::vector<float> got(testing::hf_tensor_values(t, merged).size());
+    file.read(t.hf_name, t.hf_shape, got.data());
+    EXPECT_EQ(got, testing::hf_tensor_values(t, merged)) << t.hf_name;
+  }
 }
 
 }  // namespace

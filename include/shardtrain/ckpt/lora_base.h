@@ -22,4 +22,8 @@ ManifestBase describe_lora_base(const std::string& init_from);
 // error names the file and both digests, or the files one side has and the other lacks, and `where` (the manifest).
 void check_lora_base(const ManifestBase& recorded, const ManifestBase& now, const std::string& where);
 
+// The base files a LoRA checkpoint's merged export reads: the manifest's init.from, checked against the digests it
+// recorded (check_lora_base). kBadInput for a base drawn from the seed, which has no file (export the adapters).
+std::string lora_base_to_merge(const Manifest& m, const std::string& step_dir);
+
 }  // namespace st
