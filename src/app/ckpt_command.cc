@@ -35,7 +35,7 @@ constexpr const char* kCkptUsage =
     "                                   optional KB, MB or GB (powers of 1000, as Hugging Face's; default 5GB).\n"
     "                                   A LoRA checkpoint exports its base (init.from, checked against the digests\n"
     "                                   it recorded) with the adapters merged in\n"
-    "  export STEP_DIR --merged DIR     the same for a LoRA checkpoint only\n"
+    "  export STEP_DIR --merged PATH    the same for a LoRA checkpoint only (gpt2: a file, llama: a directory)\n"
     "  export STEP_DIR --adapter DIR    a LoRA checkpoint's adapters in PEFT's layout (adapter_config.json,\n"
     "                                   adapter_model.safetensors), which peft.PeftModel.from_pretrained loads\n"
     "                                   onto the base model; DIR must be new or empty\n";
