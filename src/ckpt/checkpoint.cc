@@ -90,14 +90,17 @@ namespace {
 
 // The frozen base a LoRA checkpoint's adapters apply to: the files of init.from (this run's, which may have moved)
 // with the digests the manifest recorded, read into the model; or the random base of the seed the model was
-// initialised from, which must be the checkpoint's.
-void load_lora_base(const Manifest& m, const Config& cfg, ModelBackend& model, Communicator& comm,
-                    const std::string& manifest_path) {
+// initialised from, which must be the checkpoint's. Returns the base as this run read it (on rank 0, which hashed
+// the files; empty elsewhere), for the run's next checkpoints.
+ManifestBase load_lora_base(const Manifest& m, const Config& cfg, ModelBackend& model, Communicator& comm,
+                            const std::string& manifest_path) {
+  ManifestBase now;
   on_all_ranks(
       comm,
       [&] {
         if (comm.rank() != 0) return;
-        check_lora_base(m.base, describe_lora_base(cfg.init.from), manifest_path);
+        now = describe_lora_base(cfg.init.from);
+        check_lora_base(m.base, now, manifest_path);
         if (cfg.init.from.empty() && m.seed != cfg.train.seed)
           ST_BAD_INPUT(manifest_path, ": the adapters were trained on the random base of train.seed ", m.seed,
                        ", and this run's is train.seed ", cfg.train.seed);
@@ -109,6 +112,7 @@ void load_lora_base(const Manifest& m, const Config& cfg, ModelBackend& model, C
         "checkpoint: LoRA base ",
         cfg.init.from.empty() ? str_cat("drawn from train.seed ", cfg.train.seed) : "read from " + cfg.init.from, " (",
         m.base.files.size(), " file(s), each as the checkpoint recorded it)");
+  return now;
 }
 
 }  // namespace
@@ -181,12 +185,11 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
   s.step = m.step;
   s.optimizer_updates = m.optimizer_updates;
   s.skipped_steps = m.skipped_steps;
-  s.base = m.base;
   s.loss_scale = m.loss_scale;
   s.loss_scale_good_steps = m.loss_scale_good_steps;
   if (m.world_size == world) s.rng_counters = m.rng_counters;
   s.data = DataOrder{m.global_batch, m.seed, m.shuffle, m.train_windows};
-  if (m.model.lora.enabled()) load_lora_base(m, cfg, model, comm, manifest_path);
+  if (m.model.lora.enabled()) s.base = load_lora_base(m, cfg, model, comm, manifest_path);
   comm.barrier();
   if (rank == 0 && purpose == CheckpointLoad::kResume)
     ST_LOG_INFO("checkpoint: resumed from ", step_dir, " (step ", m.step, ", written by ", m.world_size,

@@ -158,7 +158,6 @@ void add_lora(std::vector<UnitLayout>& units, const ModelConfig& cfg) {
   if (!cfg.lora.enabled()) return;
   const std::vector<LoraLinear> targets = lora_targets(cfg);
   for (UnitLayout& u : units) {
-    const int64_t base_numel = u.numel;
     for (TensorSpec& t : u.tensors) t.frozen = true;
     if (u.kind == UnitKind::kBlock) {
       for (const LoraLinear& l : targets) {
@@ -169,7 +168,6 @@ void add_lora(std::vector<UnitLayout>& units, const ModelConfig& cfg) {
     // Each tensor keeps where it drew its initialisation from (adapters: past the base), and the trainable ones move
     // to the front.
     for (TensorSpec& t : u.tensors) t.init_index = t.offset;
-    ST_CHECK(u.numel >= base_numel);
     u.numel = 0;
     u.frozen_numel = 0;
     for (TensorSpec& t : u.tensors)

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <vector>
@@ -181,16 +180,10 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     if (node_local ? comm.local_rank() == 0 : lead) clean_uncommitted(node_ckpt_dir(cfg.ckpt.dir, comm.node_id()));
     comm.barrier();
   }
-  // A LoRA run's frozen base, as its checkpoints name it (the lead hashes the files; only the lead writes manifests).
+  // A LoRA run's frozen base, as its checkpoints name it (the lead hashes the files once; only the lead writes
+  // manifests): what a resume read, else described below.
   const bool lora = cfg.model.lora.enabled();
   ManifestBase base;
-  if (lora && !cfg.ckpt.dir.empty())
-    on_all_ranks(
-        comm,
-        [&] {
-          if (lead) base = describe_lora_base(cfg.init.from);
-        },
-        "could not read the LoRA base");
   const std::optional<std::string> resume_from =
       node_local ? resume_node_local(cfg, engine.sharded(), comm) : resolve_resume(cfg.ckpt);
   if (const std::optional<std::string>& from = resume_from) {
@@ -204,11 +197,19 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
     start_step = cs.step;
     summary.skipped = cs.skipped_steps;
     resumed_from = *from;
+    base = cs.base;
     if (lead && !lora && !cfg.init.from.empty())
       ST_LOG_INFO("init.from ", cfg.init.from, " not used: the run resumes from ", *from);
   } else if (cfg.ckpt.resume == "auto" && !cfg.ckpt.dir.empty() && lead && !node_local) {
     ST_LOG_INFO("ckpt.resume=auto: no committed checkpoint in ", cfg.ckpt.dir, ": starting fresh");
   }
+  if (lora && !cfg.ckpt.dir.empty() && resumed_from.empty())
+    on_all_ranks(
+        comm,
+        [&] {
+          if (lead) base = describe_lora_base(cfg.init.from);
+        },
+        "could not read the LoRA base");
   // (A LoRA checkpoint's load read the base from init.from already: the checkpoint holds the adapters only.)
   if (resumed_from.empty() && !cfg.init.from.empty()) {
     init_from_weights(cfg.init.from, cfg.model, engine.sharded());

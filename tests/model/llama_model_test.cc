@@ -23,14 +23,21 @@ ModelConfig tiny_llama(bool tied, bool qkv_bias) {
 }
 
 // The memory plan counts the model before it exists: the count must be what the constructor allocates.
+// Also with LoRA adapters, and with their dropout buffers.
 TEST(LlamaModel, FootprintIsWhatItAllocates) {
   for (bool recompute : {false, true})
-    for (bool tied : {false, true}) {
-      const ModelConfig c = tiny_llama(tied, !tied);
-      const LlamaModel m(c, 3, recompute);
-      EXPECT_EQ(LlamaModel::footprint_bytes(c, 3, recompute), m.allocated_bytes()) << recompute << tied;
-      EXPECT_EQ(model_family(ModelArch::kLlama).cpu_footprint_bytes(c, 3, recompute), m.allocated_bytes());
-    }
+    for (bool tied : {false, true})
+      for (float dropout : {-1.0f, 0.0f, 0.1f}) {  // -1: no LoRA
+        ModelConfig c = tiny_llama(tied, !tied);
+        if (dropout >= 0) {
+          c.lora.rank = 3;
+          c.lora.targets = "q,o,down";
+          c.lora.dropout = dropout;
+        }
+        const LlamaModel m(c, 3, recompute);
+        EXPECT_EQ(LlamaModel::footprint_bytes(c, 3, recompute), m.allocated_bytes()) << recompute << tied << dropout;
+        EXPECT_EQ(model_family(ModelArch::kLlama).cpu_footprint_bytes(c, 3, recompute), m.allocated_bytes());
+      }
 }
 
 // An untied head trains its own lm_head and leaves the embedding's classifier gradient alone; tied, the classifier's

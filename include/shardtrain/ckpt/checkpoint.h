@@ -42,7 +42,8 @@ struct CheckpointState {
   // The data order. On save only data.train_windows is read (the rest is the config's); on load all of it is
   // the manifest's.
   DataOrder data;
-  // A LoRA run's frozen base (manifest.h): on save, what the lead rank records; on load, what the checkpoint names.
+  // A LoRA run's frozen base (manifest.h): on save, what the lead rank records; on load, the base this run read (on
+  // rank 0, which hashed its files and found the checkpoint's digests; empty on the others).
   ManifestBase base;
 };
 

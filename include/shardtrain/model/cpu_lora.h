@@ -15,6 +15,7 @@
 #include "shardtrain/core/config.h"
 #include "shardtrain/kernels/lora.h"
 #include "shardtrain/model/lora.h"
+#include "shardtrain/model/lora_run.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
@@ -24,13 +25,16 @@ class CpuLora {
   // `slots` blocks keep their h at once (n_layer, or 1 with recompute), each for up to max_rows tokens.
   CpuLora(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, int64_t slots);
 
-  // The micro-batch the next calls run: its first sequence's global index and its active length (rows per sequence),
-  // which key the dropout masks with `seed`; first_sequence < 0 runs without dropout (evaluation).
-  void set_batch(uint64_t seed, int64_t first_sequence, int64_t rows_per_sequence);
+  // LoraRun::set_batch: the micro-batch that keys the dropout masks; first_sequence < 0: no dropout (evaluation).
+  void set_batch(uint64_t seed, int64_t first_sequence, int64_t rows_per_sequence) {
+    run_.set_batch(seed, first_sequence, rows_per_sequence);
+  }
 
-  // Floats the constructor allocates.
+  // Floats the constructor allocates (lora_activation_elems).
   static int64_t footprint_floats(const ModelConfig& cfg, int64_t max_rows, int64_t slots);
-  int64_t allocated_floats() const { return static_cast<int64_t>(h_.size() + dh_.size()); }
+  int64_t allocated_floats() const {
+    return static_cast<int64_t>(h_.size() + dh_.size() + x_drop_.size() + dxd_.size());
+  }
 
   // out[n, row0 .. row0 + rows) += scale B A x[n] for each adapter of `weight` (out's row pitch ldo), x [N, in];
   // the block's parameters are `params` (its gathered flat buffer).
@@ -42,25 +46,8 @@ class CpuLora {
                 int64_t ldo, const float* x, int64_t N);
 
  private:
-  float* h(int64_t slot, size_t adapter) {
-    return h_.data() +
-           (slot * static_cast<int64_t>(adapters_.size()) + static_cast<int64_t>(adapter)) * max_rows_ * rank_;
-  }
-
-  int64_t slot(int layer) const { return slots_ == 1 ? 0 : layer; }
-  // The dropout key of `layer`'s adapter i, or null without dropout for the running micro-batch.
-  const LoraDropoutKey* dropout(int layer, size_t i);
-
-  std::vector<LoraAdapter> adapters_;
-  std::vector<int> linear_index_;  // each adapter's place in the family's lora_linears
-  int64_t slots_ = 0;
-  LoraDropoutKey key_;  // p, seed and batch; stream set per adapter
-  bool dropping_ = false;
-  std::vector<float> x_drop_, dxd_;  // [max_rows][max in], with dropout only
-  float scale_ = 0.0f;
-  int64_t rank_ = 0, max_rows_ = 0;
-  std::vector<float> h_;   // [slot][adapter][max_rows][rank]
-  std::vector<float> dh_;  // [max_rows][rank]
+  LoraRun run_;
+  std::vector<float> h_, dh_, x_drop_, dxd_;  // the buffers LoraRun sizes
 };
 
 }  // namespace st

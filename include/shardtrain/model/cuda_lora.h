@@ -21,6 +21,7 @@
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/lora.h"
 #include "shardtrain/model/lora.h"
+#include "shardtrain/model/lora_run.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
@@ -34,10 +35,12 @@ class CudaLora {
   CudaLora(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, int64_t slots);
 
   int64_t allocated_elems() const { return h_.size() + dh_.size() + x_drop_.size() + dxd_.size(); }
-  // As CpuLora::set_batch: the micro-batch that keys the dropout masks; first_sequence < 0: no dropout.
-  void set_batch(uint64_t seed, int64_t first_sequence, int64_t rows_per_sequence);
+  // LoraRun::set_batch: the micro-batch that keys the dropout masks; first_sequence < 0: no dropout.
+  void set_batch(uint64_t seed, int64_t first_sequence, int64_t rows_per_sequence) {
+    run_.set_batch(seed, first_sequence, rows_per_sequence);
+  }
   // Whether `weight` (a block tensor's name) has adapters: its GEMM's fused epilogue (GELU) must then wait for them.
-  bool adapts(const std::string& weight) const;
+  bool adapts(const std::string& weight) const { return run_.adapts(weight); }
 
   // out[n, row0 .. row0 + rows) += scale B A x[n] for each adapter of `weight` (out's row pitch ldo), x [N, in];
   // the block's parameters are `params` (its gathered flat buffer, device memory). Lap "fwd.lora" when it adapts.
@@ -49,19 +52,8 @@ class CudaLora {
                 const T* x, int64_t N, OpTimer::Laps& lap, const gpu::GpuContext& ctx);
 
  private:
-  T* h(int layer, size_t adapter) const;
-  // The dropout key of `layer`'s adapter i, or null without dropout for the running micro-batch.
-  const LoraDropoutKey* dropout(int layer, size_t i);
-
-  std::vector<LoraAdapter> adapters_;
-  float scale_ = 0.0f;
-  int64_t rank_ = 0, max_rows_ = 0, slots_ = 0;
-  DeviceBuffer<T> h_;              // [slot][adapter][max_rows][rank]
-  DeviceBuffer<T> dh_;             // [max_rows][rank]
-  std::vector<int> linear_index_;  // each adapter's place in the family's lora_linears
-  LoraDropoutKey key_;             // p, seed and batch; stream set per adapter
-  bool dropping_ = false;
-  DeviceBuffer<T> x_drop_, dxd_;  // [max_rows][widest in], with dropout only
+  LoraRun run_;
+  DeviceBuffer<T> h_, dh_, x_drop_, dxd_;  // the buffers LoraRun sizes
 };
 
 }  // namespace st

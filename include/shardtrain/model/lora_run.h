@@ -1,0 +1,57 @@
+// What the CPU and the CUDA models share about running the blocks' adapters (CpuLora, CudaLora): the adapter list
+// (every block has the same layout), the scale, the sizes of the buffers each keeps and where an adapter's h lies in
+// them, and the dropout key of the running micro-batch. The models keep the buffers themselves, in their memory.
+//
+//   LoraRun run(cfg, units, max_batch * cfg.seq_len, recompute ? 1 : cfg.n_layer);
+//   h_.assign(run.h_elems(), 0);  ...  h_.data() + run.h_offset(layer, i)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/kernels/lora.h"
+#include "shardtrain/model/lora.h"
+#include "shardtrain/model/units.h"
+
+namespace st {
+
+class LoraRun {
+ public:
+  LoraRun() = default;
+  // `slots` blocks keep their h at once (n_layer, or 1 with recompute), each for up to max_rows tokens.
+  LoraRun(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, int64_t slots);
+
+  const std::vector<LoraAdapter>& adapters() const { return adapters_; }
+  float scale() const { return scale_; }
+  int rank() const { return static_cast<int>(rank_); }
+  int64_t max_rows() const { return max_rows_; }
+  // Whether `weight` (a block tensor's name) has adapters.
+  bool adapts(const std::string& weight) const;
+
+  // The buffers a model keeps, in elements: h [slots][adapters][max_rows][rank], dh [max_rows][rank], and with
+  // dropout the dropped input and its gradient [max_rows][the widest adapter input] each (0 without). Their sum is
+  // lora_activation_elems (model/lora.h), which the footprints count.
+  int64_t h_elems() const { return slots_ * static_cast<int64_t>(adapters_.size()) * max_rows_ * rank_; }
+  int64_t dh_elems() const { return max_rows_ * rank_; }
+  int64_t dropout_elems() const { return dropout_elems_; }
+  // Where `layer`'s adapter i keeps its h in the h buffer.
+  int64_t h_offset(int layer, size_t adapter) const;
+
+  // The micro-batch the next calls run: its first sequence's global index and its active length (rows per
+  // sequence), which key the dropout masks with `seed`; first_sequence < 0 runs without dropout (evaluation).
+  void set_batch(uint64_t seed, int64_t first_sequence, int64_t rows_per_sequence);
+  // The dropout key of `layer`'s adapter i, or null without dropout for the running micro-batch.
+  const LoraDropoutKey* dropout(int layer, size_t i);
+
+ private:
+  std::vector<LoraAdapter> adapters_;
+  std::vector<int> linear_index_;  // each adapter's place in the family's lora_linears
+  float scale_ = 0.0f;
+  int64_t rank_ = 0, max_rows_ = 0, slots_ = 0, dropout_elems_ = 0;
+  LoraDropoutKey key_;  // p, seed and batch; stream set per adapter
+  bool dropping_ = false;
+};
+
+}  // namespace st

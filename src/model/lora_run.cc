@@ -1,0 +1,44 @@
+#include "shardtrain/model/lora_run.h"
+
+#include "shardtrain/core/error.h"
+
+namespace st {
+
+LoraRun::LoraRun(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, int64_t slots)
+    : adapters_(block_lora_adapters(units, cfg)), max_rows_(max_rows), slots_(slots) {
+  if (adapters_.empty()) return;
+  scale_ = lora_scale(cfg.lora);
+  rank_ = cfg.lora.rank;
+  linear_index_ = lora_linear_indices(adapters_, cfg);
+  key_.p = cfg.lora.dropout;
+  key_.seq_stride = cfg.seq_len;
+  dropout_elems_ = key_.p > 0 ? max_rows * widest_lora_input(adapters_) : 0;
+  ST_ENFORCE_EQ(h_elems() + dh_elems() + 2 * dropout_elems_, lora_activation_elems(cfg, max_rows, slots));
+}
+
+bool LoraRun::adapts(const std::string& weight) const {
+  for (const LoraAdapter& a : adapters_)
+    if (a.linear.weight == weight) return true;
+  return false;
+}
+
+int64_t LoraRun::h_offset(int layer, size_t adapter) const {
+  const int64_t slot = slots_ == 1 ? 0 : layer;
+  ST_CHECK(slot >= 0 && slot < slots_, "LoRA slot ", slot, " of ", slots_);
+  return (slot * static_cast<int64_t>(adapters_.size()) + static_cast<int64_t>(adapter)) * max_rows_ * rank_;
+}
+
+void LoraRun::set_batch(uint64_t seed, int64_t first_sequence, int64_t rows_per_sequence) {
+  dropping_ = key_.p > 0 && first_sequence >= 0;
+  key_.seed = seed;
+  key_.first_sequence = first_sequence;
+  key_.rows_per_sequence = rows_per_sequence;
+}
+
+const LoraDropoutKey* LoraRun::dropout(int layer, size_t i) {
+  if (!dropping_) return nullptr;
+  key_.stream = lora_dropout_stream(layer, linear_index_[i]);
+  return &key_;
+}
+
+}  // namespace st
