@@ -168,6 +168,7 @@ TEST(LoraUnits, TargetsTakeTheFamilysNames) {
   c.lora.targets = "q";
   try {
     lora_targets(c);
+    ADD_FAILURE() << "llama's q was taken for gpt2";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("qkv, proj, fc, fc_proj"), std::string::npos) << e.what();
   }

@@ -82,16 +82,15 @@ std::vector<std::vector<float>> base_of(const st::ModelConfig& model, const std:
 }
 
 // Every B of every adapter from N(0, 0.02), on this rank's span of it.
-void perturb_adapters(st::ModelBackend& m, const st::ModelConfig& model) {
+void perturb_adapters(st::ModelBackend& m, uint64_t seed) {
   for (const st::UnitLayout& u : m.units()) {
     m.pull_unit(u.index);
     st::UnitShard& sh = m.shard(u.index);
     for (const st::TensorSpec& t : u.tensors) {
       if (t.frozen || t.init != st::InitKind::kZeros || t.name.rfind("lora.", 0) != 0) continue;
       for (int64_t i = std::max(t.offset, sh.span.offset); i < std::min(t.offset + t.numel, sh.span.end()); ++i)
-        sh.param[static_cast<size_t>(i - sh.span.offset)] =
-            static_cast<float>(0.02 * st::normal_at(model.lora.rank, 0xADA97E5 + static_cast<uint64_t>(u.index),
-                                                    static_cast<uint64_t>(i)));
+        sh.param[static_cast<size_t>(i - sh.span.offset)] = static_cast<float>(
+            0.02 * st::normal_at(seed, 0xADA97E5 + static_cast<uint64_t>(u.index), static_cast<uint64_t>(i)));
     }
     m.push_unit(u.index);
   }
@@ -165,7 +164,7 @@ int main(int argc, char** argv) {
     st::StepEngine s(cfg, *comm);
     const auto& units = s.units();
     const bool lora = cfg.model.lora.enabled();
-    if (lora) perturb_adapters(s.sharded(), cfg.model);
+    if (lora) perturb_adapters(s.sharded(), cfg.train.seed);
     // Parameters: the base (the whole model without LoRA) in the family's names, and the adapters apart.
     auto write = [&](const std::string& name, const std::vector<std::vector<float>>& full) {
       if (!lead) return;
