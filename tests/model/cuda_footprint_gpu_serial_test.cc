@@ -2,6 +2,7 @@
 // CudaLlama take when constructed (cudaMemGetInfo before and after) is their activation_bytes, to within the driver's
 // 2 MiB allocation granularity for each of their buffers, at shapes of about 1 GiB of activations, with and without
 // LoRA; and the adapters' buffers to the element.
+// cudaMemGetInfo counts the whole device: the binary of *_gpu_serial_test.cc files runs each test alone (RUN_SERIAL).
 #include <gtest/gtest.h>
 
 #include <cstdint>
