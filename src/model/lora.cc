@@ -174,6 +174,7 @@ void add_lora(std::vector<UnitLayout>& units, const ModelConfig& cfg) {
       if (!t.frozen) t.offset = u.numel, u.numel += t.numel;
     for (TensorSpec& t : u.tensors)
       if (t.frozen) t.offset = u.numel + u.frozen_numel, u.frozen_numel += t.numel;
+    u.nf4_base = u.kind == UnitKind::kBlock && cfg.lora.base_dtype == LoraBase::kNf4;
   }
 }
 

@@ -30,7 +30,9 @@ HostPlan plan_cuda_host(const Config& cfg, int world, bool speculative) {
   for (size_t i = 0; i < units.size(); ++i) {
     const int64_t slot = padded_shard_size(units[i].numel, world);
     max_slot = std::max(max_slot, slot);
-    max_frozen_slot = std::max(max_frozen_slot, padded_shard_size(units[i].frozen_numel, world));
+    // An NF4 unit's host view is its whole frozen segment (model_backend.h).
+    max_frozen_slot = std::max(max_frozen_slot, units[i].nf4_base ? units[i].frozen_numel
+                                                                   : padded_shard_size(units[i].frozen_numel, world));
     if (off[i]) {
       off_slots += slot;
       max_off_slot = std::max(max_off_slot, slot);

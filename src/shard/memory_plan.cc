@@ -6,7 +6,9 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/format.h"
+#include "shardtrain/kernels/scratch_sizes.h"
 #include "shardtrain/model/family.h"
+#include "shardtrain/model/nf4_base.h"
 #include "shardtrain/shard/shard_span.h"
 
 namespace st {
@@ -17,7 +19,9 @@ int param_pool_size(const Config& cfg, const CommPlan& comm) {
 int grad_pool_size(const CommPlan& comm) { return comm.prefetch_depth + 1; }
 
 int64_t gathered_elements(const UnitLayout& unit, int world) {
-  const int64_t slot = padded_shard_size(unit.numel, world), frozen = padded_shard_size(unit.frozen_numel, world);
+  const int64_t slot = padded_shard_size(unit.numel, world);
+  if (unit.nf4_base) return std::max(slot * world, unit.numel + unit.frozen_numel);
+  const int64_t frozen = padded_shard_size(unit.frozen_numel, world);
   return std::max(slot * world, frozen > 0 ? unit.numel + frozen * world : 0);
 }
 
@@ -34,7 +38,17 @@ UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world) {
     }
     s.max_slot = std::max(s.max_slot, slot);
     s.slots += slot;
-    s.frozen_slots += padded_shard_size(u.frozen_numel, world);
+    if (!u.nf4_base) {
+      s.frozen_slots += padded_shard_size(u.frozen_numel, world);
+      continue;
+    }
+    const int64_t words = nf4_unit_storage(u).words, nf4_slot = padded_shard_size(words, world);
+    s.nf4_words += nf4_slot;
+    if (world > 1) s.nf4_full = std::max(s.nf4_full, nf4_slot * world);
+    s.nf4_segment = std::max(s.nf4_segment, u.frozen_numel);
+    s.nf4_storage_words = std::max(s.nf4_storage_words, words);
+    for (const TensorSpec& t : u.tensors)
+      if (nf4_quantizes(u, t)) s.nf4_tensor = std::max(s.nf4_tensor, t.numel);
   }
   return s;
 }
@@ -74,14 +88,23 @@ MemoryPlan plan_memory(const Config& cfg, int world, const CommPlan& comm, const
   const UnitSizes s = unit_sizes(units, world);
   const int64_t t = dtype_bytes(cfg.compute_dtype());
   MemoryPlan p;
-  p.sharded_state = sharded_state_bytes(cfg, units, world, t) + s.frozen_slots * t;     // the frozen base: its dtype
+  p.sharded_state = sharded_state_bytes(cfg, units, world, t) + s.frozen_slots * t  // the frozen base: its dtype
+                    + s.nf4_words * 4;                                                // or NF4
   p.gather_buffers = (s.emb_full + param_pool_size(cfg, comm) * s.unit_full) * t        // parameters
                      + (s.emb_grad_full + grad_pool_size(comm) * s.unit_grad_full) * t  // full gradients
                      +
                      (comm.exchange_reduce ? std::max(s.emb_grad_full, s.unit_grad_full) : s.max_slot) * t  // RS output
-                     + comm.replica_bucket_elements * t;  // hybrid bucket
+                     + comm.replica_bucket_elements * t  // hybrid bucket
+                     + s.nf4_full * 4;                   // an NF4 unit's gathered storage, before dequantisation
   p.activations = compute.activation_bytes;
   p.workspace = compute.workspace_bytes + compute.runtime_reserve_bytes;
+  // Loading an NF4 base, after every buffer above is allocated: on the CPU the unit's whole frozen segment and its
+  // storage; on a GPU one matrix's fp32 values uploaded, the unit's storage and the quantiser's scratch.
+  if (s.nf4_segment > 0)
+    p.workspace += cfg.train.device == Device::kCpu
+                       ? 4 * (s.nf4_segment + s.nf4_storage_words)
+                       : 4 * (s.nf4_tensor + s.nf4_storage_words) +
+                             static_cast<int64_t>(gpu::nf4_quantize_scratch_bytes(s.nf4_tensor));
   return p;
 }
 
@@ -122,7 +145,7 @@ MemoryPlan plan_host_memory(const Config& cfg, int world, int64_t replica_bucket
   compute.runtime_reserve_bytes = kHostReserveBytes;
   MemoryPlan plan = plan_memory(host, world, comm, compute);
   // param, m and v of the 16 bytes an element of sharded state holds (checkpoint_saver.h)
-  if (cfg.ckpt.async && !cfg.ckpt.dir.empty()) plan.snapshot = plan.sharded_state / 16 * 12;
+  if (cfg.ckpt.async && !cfg.ckpt.dir.empty()) plan.snapshot = sharded_state_bytes(host, build_units(cfg.model), world, 4) / 16 * 12;
   return plan;
 }
 

@@ -29,6 +29,16 @@ const ModelConfig& planned_model(const Config& cfg, const ShardingGroups& groups
   return cfg.model;
 }
 
+// Quantises the NF4 unit's whole frozen segment, held in sh->frozen, into this rank's words of its storage, and frees
+// the segment.
+void store_nf4(const UnitLayout& u, const Nf4UnitStorage& storage, UnitShard* sh) {
+  std::vector<float> words(static_cast<size_t>(storage.words));
+  nf4_quantize_unit(u, storage, sh->frozen.data(), storage_bytes(words));
+  sh->nf4_words.assign(static_cast<size_t>(sh->nf4_slot), 0.0f);
+  std::copy_n(words.begin() + sh->nf4_span.offset, sh->nf4_span.count, sh->nf4_words.begin());
+  std::vector<float>().swap(sh->frozen);
+}
+
 }  // namespace
 
 ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
@@ -45,7 +55,7 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
     offload_ = std::make_unique<HostAdamW>(o);
   }
   const int world = groups_.shard().world_size(), rank = groups_.shard().rank();
-  int64_t max_unit_full = 0, max_unit_grad = 0, max_slot = 0;
+  int64_t max_unit_full = 0, max_unit_grad = 0, max_slot = 0, nf4_full = 0;
   for (const UnitLayout& u : model_->units()) {
     UnitShard s;
     s.span = shard_span(u.numel, rank, world);
@@ -55,11 +65,24 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
     s.m.assign(s.slot, 0.0f);
     s.v.assign(s.slot, 0.0f);
     init_unit_range(u, cfg.model, cfg.train.seed, s.span.offset, s.span.end(), s.param.data());
-    s.frozen_span = shard_span(u.frozen_numel, rank, world);
-    s.frozen_slot = padded_shard_size(u.frozen_numel, world);
-    s.frozen.assign(s.frozen_slot, 0.0f);
-    init_unit_range(u, cfg.model, cfg.train.seed, s.frozen_span.offset, s.frozen_span.end(), s.frozen.data(),
-                    Segment::kFrozen);
+    if (u.nf4_base) {
+      // Every rank draws the whole frozen segment, as one process would, and keeps its words of the storage.
+      nf4_storage_.push_back(nf4_unit_storage(u));
+      s.frozen_span = ShardSpan{0, u.frozen_numel};
+      s.nf4_span = shard_span(nf4_storage_.back().words, rank, world);
+      s.nf4_slot = padded_shard_size(nf4_storage_.back().words, world);
+      s.frozen.assign(static_cast<size_t>(u.frozen_numel), 0.0f);
+      init_unit_range(u, cfg.model, cfg.train.seed, 0, u.frozen_numel, s.frozen.data(), Segment::kFrozen);
+      store_nf4(u, nf4_storage_.back(), &s);
+      if (world > 1) nf4_full = std::max(nf4_full, s.nf4_slot * world);
+    } else {
+      nf4_storage_.emplace_back();
+      s.frozen_span = shard_span(u.frozen_numel, rank, world);
+      s.frozen_slot = padded_shard_size(u.frozen_numel, world);
+      s.frozen.assign(s.frozen_slot, 0.0f);
+      init_unit_range(u, cfg.model, cfg.train.seed, s.frozen_span.offset, s.frozen_span.end(), s.frozen.data(),
+                      Segment::kFrozen);
+    }
     if (u.index != 0) {
       max_unit_full = std::max(max_unit_full, gathered_elements(u, world));
       max_unit_grad = std::max(max_unit_grad, s.slot * world);
@@ -73,6 +96,7 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
   for (Slot& s : unit_params_) s.data.assign(max_unit_full, 0.0f);
   unit_grad_.data.assign(max_unit_grad, 0.0f);
   rs_scratch_.assign(max_slot, 0.0f);
+  nf4_full_.assign(static_cast<size_t>(nf4_full), 0.0f);
   if (groups_.replica) {
     tuning_ = resolve_comm_tuning(cfg.dist, LinkKind::kNetwork, /*hybrid=*/true);
     std::vector<int64_t> slots;
@@ -145,9 +169,23 @@ void ShardedModel::gather(int unit, size_t /*at*/) {
     shard.all_gather(sh.frozen.data(), sh.frozen_slot,
                      s.data.data() + model_->units()[static_cast<size_t>(unit)].numel);
   comm_ms_ += seconds_since(t0) * 1e3;
+  if (sh.nf4_slot > 0) gather_nf4(unit, s.data.data() + model_->units()[static_cast<size_t>(unit)].numel);
   ++counters_.gathers[static_cast<size_t>(unit)];
-  counters_.gathered_elements += (sh.slot + sh.frozen_slot) * shard.world_size();
-  counters_.cross_node_bytes += groups_.shard_cross_bytes(sh.slot + sh.frozen_slot, sizeof(float));
+  counters_.gathered_elements += (sh.slot + sh.frozen_slot + sh.nf4_slot) * shard.world_size();
+  counters_.cross_node_bytes += groups_.shard_cross_bytes(sh.slot + sh.frozen_slot + sh.nf4_slot, sizeof(float));
+}
+
+void ShardedModel::gather_nf4(int unit, float* segment) {
+  const UnitShard& sh = shards_[static_cast<size_t>(unit)];
+  const float* words = sh.nf4_words.data();  // one rank holds the whole storage
+  if (groups_.shard().world_size() > 1) {
+    const auto t0 = std::chrono::steady_clock::now();
+    groups_.shard().all_gather(sh.nf4_words.data(), sh.nf4_slot, nf4_full_.data());
+    comm_ms_ += seconds_since(t0) * 1e3;
+    words = nf4_full_.data();
+  }
+  nf4_dequantize_unit(model_->units()[static_cast<size_t>(unit)], nf4_storage_[static_cast<size_t>(unit)],
+                      reinterpret_cast<const uint8_t*>(words), segment);
 }
 
 void ShardedModel::embedding_forward() { model_->embedding_forward(gathered(0), tokens_, batch_, len_); }
@@ -299,18 +337,47 @@ std::vector<float> ShardedModel::gather_grads(int unit) {
 }
 
 std::vector<float> ShardedModel::gather_frozen(int unit) {
-  return gather_full(unit, &UnitShard::frozen, &UnitShard::frozen_slot,
-                     model_->units()[static_cast<size_t>(unit)].frozen_numel);
+  const UnitLayout& u = model_->units()[static_cast<size_t>(unit)];
+  if (!u.nf4_base) return gather_full(unit, &UnitShard::frozen, &UnitShard::frozen_slot, u.frozen_numel);
+  settle();
+  std::vector<float> segment(static_cast<size_t>(u.frozen_numel));
+  gather_nf4(unit, segment.data());
+  return segment;
+}
+
+void ShardedModel::pull_unit(int unit) {
+  settle();
+  const UnitLayout& u = model_->units()[static_cast<size_t>(unit)];
+  if (u.nf4_base)
+    shards_[static_cast<size_t>(unit)].frozen.assign(static_cast<size_t>(u.frozen_numel), unwritten_frozen());
+}
+
+void ShardedModel::push_unit(int unit) {
+  const UnitLayout& u = model_->units()[static_cast<size_t>(unit)];
+  UnitShard& sh = shards_[static_cast<size_t>(unit)];
+  if (!u.nf4_base || sh.frozen.empty()) return;
+  if (nf4_view_written(u, sh.frozen.data())) {
+    store_nf4(u, nf4_storage_[static_cast<size_t>(unit)], &sh);
+  } else {
+    std::vector<float>().swap(sh.frozen);
+  }
+}
+
+void ShardedModel::release_unit(int unit) {
+  if (model_->units()[static_cast<size_t>(unit)].nf4_base)
+    std::vector<float>().swap(shards_[static_cast<size_t>(unit)].frozen);
 }
 
 MemoryStats ShardedModel::memory() const {
   MemoryStats m;
   for (const UnitShard& s : shards_) {
-    m.sharded_state_bytes += bytes_of(s.param) + bytes_of(s.grad) + bytes_of(s.m) + bytes_of(s.v) + bytes_of(s.frozen);
+    m.sharded_state_bytes +=
+        bytes_of(s.param) + bytes_of(s.grad) + bytes_of(s.m) + bytes_of(s.v) + bytes_of(s.frozen) + bytes_of(s.nf4_words);
     m.padding_elements += s.slot - s.span.count;
   }
   for (const Slot& s : unit_params_) m.gather_buffer_bytes += bytes_of(s.data);
-  m.gather_buffer_bytes += bytes_of(emb_param_.data) + bytes_of(emb_grad_.data) + bytes_of(unit_grad_.data);
+  m.gather_buffer_bytes +=
+      bytes_of(emb_param_.data) + bytes_of(emb_grad_.data) + bytes_of(unit_grad_.data) + bytes_of(nf4_full_);
   m.gathered_peak_bytes = peak_bytes_;
   return m;
 }

@@ -174,7 +174,7 @@ TEST(LoraUnits, TargetsTakeTheFamilysNames) {
   }
 }
 
-TEST(LoraConfigKeys, RefusedWithoutARankAndWhatIsNotBuilt) {
+TEST(LoraConfigKeys, RefusedWithoutARankOrOutOfRange) {
   auto problem = [](const std::vector<std::string>& overrides) {
     try {
       load_config(std::nullopt, overrides);
@@ -189,7 +189,8 @@ TEST(LoraConfigKeys, RefusedWithoutARankAndWhatIsNotBuilt) {
   EXPECT_NE(problem({"--lora.rank=4", "--lora.targets=q"}).find("lora.targets"), std::string::npos);
   EXPECT_NE(problem({"--lora.rank=4", "--lora.dropout=1"}).find("lora.dropout must be in [0, 1)"), std::string::npos);
   EXPECT_EQ(problem({"--lora.rank=4", "--lora.dropout=0.1"}), "");
-  EXPECT_NE(problem({"--lora.rank=4", "--lora.base_dtype=nf4"}).find("lora.base_dtype"), std::string::npos);
+  EXPECT_EQ(problem({"--lora.rank=4", "--lora.base_dtype=nf4"}), "");
+  EXPECT_NE(problem({"--lora.base_dtype=nf4"}).find("lora.base_dtype applies when lora.rank > 0"), std::string::npos);
   EXPECT_EQ(problem({"--lora.rank=4", "--lora.alpha=8", "--lora.targets=qkv,proj"}), "");
 }
 

@@ -23,7 +23,8 @@
 // for each targeted linear layer, in the family's order of its linear layers. A unit's trainable tensors come first
 // in its flat buffer, [0, numel): that is the sharded state (master weights, gradients, AdamW moments); its frozen
 // tensors follow, [numel, numel + frozen_numel): held in their storage dtype only, sharded and gathered the same way,
-// never given a gradient. A wholly frozen unit (numel 0) has no gradient, reduce-scatter or optimizer step.
+// never given a gradient. A wholly frozen unit (numel 0) has no gradient, reduce-scatter or optimizer step. With
+// lora.base_dtype = nf4 a block's frozen segment is stored as QLoRA's NF4 instead (nf4_base, model/nf4_base.h).
 #pragma once
 
 #include <cstdint>
@@ -66,6 +67,9 @@ struct UnitLayout {
   std::vector<TensorSpec> tensors;
   int64_t numel = 0;         // trainable elements: the sharded state
   int64_t frozen_numel = 0;  // frozen elements, after them
+  // The frozen segment is stored as NF4 (lora.base_dtype = nf4: the blocks; model/nf4_base.h), not in the compute
+  // dtype.
+  bool nf4_base = false;
 
   const TensorSpec& tensor(const std::string& name) const;  // throws if absent
   const TensorSpec* find(const std::string& name) const;    // null if absent

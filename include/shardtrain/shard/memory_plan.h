@@ -49,12 +49,18 @@ struct UnitSizes {
   int64_t unit_grad_full = 0;  // the largest other unit's full gradient
   int64_t max_slot = 0;        // the largest shard of trainable state
   int64_t slots = 0;           // the sum of those shards
-  int64_t frozen_slots = 0;    // the sum of the frozen tensors' shards (LoRA's base)
+  int64_t frozen_slots = 0;    // the sum of the frozen tensors' shards in the compute dtype (LoRA's base)
+  int64_t nf4_words = 0;       // the sum of the NF4 units' shards of storage, in 4-byte words (model/nf4_base.h)
+  int64_t nf4_full = 0;        // words of the largest NF4 unit's gathered storage (0 at world 1: no gather copy)
+  // Loading an NF4 base quantises one tensor at a time from its fp32 values: the largest frozen segment of an NF4
+  // unit (the host view), its largest matrix, and the largest unit's storage.
+  int64_t nf4_segment = 0, nf4_tensor = 0, nf4_storage_words = 0;
 };
 UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world);
 
 // The elements of a unit's gathered parameter buffer: the trainable slots of every rank, with the frozen tensors'
-// slots gathered from element numel on (units.h), so max(slot * world, numel + frozen_slot * world).
+// slots gathered from element numel on (units.h), so max(slot * world, numel + frozen_slot * world); an NF4 unit's
+// frozen segment is dequantised there, numel + frozen_numel.
 int64_t gathered_elements(const UnitLayout& unit, int world);
 
 // Which units optim.offload moves to the host: from the last unit back, until optim.offload_fraction of the

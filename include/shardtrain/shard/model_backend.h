@@ -41,6 +41,13 @@ struct UnitShard {
   ShardSpan frozen_span;
   int64_t frozen_slot = 0;
   std::vector<float> frozen;
+  // An NF4 unit (unit.nf4_base; model/nf4_base.h) shards its NF4 storage instead, in 4-byte words: this rank's span
+  // of them and its slot (nf4_words holds them on the CPU backend; a device backend holds them on the device). Its
+  // frozen_span is then the whole segment and frozen_slot 0: between pull_unit and push_unit the view `frozen` holds
+  // every frozen weight, unwritten_frozen() until a loader writes them, and the push quantises what it holds.
+  ShardSpan nf4_span;
+  int64_t nf4_slot = 0;
+  std::vector<float> nf4_words;
 };
 
 // Elements [offset, offset + count) of a unit's flat buffer (one tensor's, so wholly trainable or wholly frozen,

@@ -19,6 +19,7 @@
 
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
+#include "shardtrain/model/nf4_base.h"
 #include "shardtrain/model/unit_model.h"
 #include "shardtrain/optim/host_adamw.h"
 #include "shardtrain/shard/comm_tuning.h"
@@ -71,6 +72,11 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   // Same for the gradient accumulators.
   std::vector<float> gather_grads(int unit) override;
   std::vector<float> gather_frozen(int unit) override;
+  // The view is the state, except an NF4 unit's frozen view (model_backend.h): pull fills it with
+  // unwritten_frozen(), push quantises what a loader wrote there, and both push and release free it.
+  void pull_unit(int unit) override;
+  void push_unit(int unit) override;
+  void release_unit(int unit) override;
 
   MemoryStats memory() const override;
   int64_t peak_memory_bytes() override;
@@ -108,6 +114,8 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   }
   Slot& grad_slot(int unit) { return unit == 0 ? emb_grad_ : unit_grad_; }
   const float* gathered(int unit);
+  // An NF4 unit's frozen segment, gathered and dequantised into `segment` (frozen_numel floats).
+  void gather_nf4(int unit, float* segment);
   float* full_grad(int unit);
   void occupy(Slot& s, int unit);
   void release(Slot& s, int unit);
@@ -131,6 +139,8 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   Slot emb_param_, emb_grad_, unit_grad_;
   std::vector<Slot> unit_params_;
   std::vector<float> rs_scratch_;
+  std::vector<Nf4UnitStorage> nf4_storage_;  // per unit (empty parts for units without an NF4 base)
+  std::vector<float> nf4_full_;              // an NF4 unit's gathered storage (world > 1)
   CommTuning tuning_;                        // dist.bucket_mb resolved (hybrid)
   std::unique_ptr<ReplicaBuckets> buckets_;  // hybrid: the cross-node all-reduce's buckets
   std::vector<float> bucket_;                // hybrid: one bucket's shards, contiguous
