@@ -34,6 +34,8 @@ template <>
 ncclDataType_t nccl_type<bf16>() { return ncclBfloat16; }
 template <>
 ncclDataType_t nccl_type<fp16>() { return ncclFloat16; }
+template <>
+ncclDataType_t nccl_type<uint8_t>() { return ncclUint8; }
 
 namespace {
 
@@ -261,5 +263,7 @@ ST_NCCL_INSTANTIATE(float)
 ST_NCCL_INSTANTIATE(double)
 ST_NCCL_INSTANTIATE(bf16)
 ST_NCCL_INSTANTIATE(fp16)
+// Bytes: an NF4 base's storage (model/nf4_base.h) is gathered as it is stored.
+template void NcclCommunicator::all_gather<uint8_t>(const uint8_t*, int64_t, uint8_t*, cudaStream_t);
 
 }  // namespace st

@@ -75,12 +75,16 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   int64_t source_bytes = 0;
   for (const UnitLayout& u : units_) {
     if (!params_on_host(u.index)) source_bytes += WindowArena::bytes_for(padded_shard_size(u.numel, world), sizeof(T));
-    source_bytes += WindowArena::bytes_for(padded_shard_size(u.frozen_numel, world), sizeof(T));  // the frozen base
+    // The frozen base: its shard in T, or an NF4 unit's words of storage.
+    source_bytes += u.nf4_base ? WindowArena::bytes_for(padded_shard_size(nf4_unit_storage(u).words, world), 4)
+                               : WindowArena::bytes_for(padded_shard_size(u.frozen_numel, world), sizeof(T));
   }
   WindowArena sources(gather_windows, source_bytes);
   const int64_t pool_size = param_pool_size(cfg, comm_plan());
   WindowArena gathered(gather_windows, WindowArena::bytes_for(s.emb_full, sizeof(T)) +
-                                           pool_size * WindowArena::bytes_for(s.unit_full, sizeof(T)));
+                                           pool_size * WindowArena::bytes_for(s.unit_full, sizeof(T)) +
+                                           WindowArena::bytes_for(s.nf4_full, 4));
+  if (s.nf4_full > 0) nf4_full_ = gathered.take<uint8_t>(s.nf4_full * 4);
   typename DeviceShards<T>::Offloaded for_offload;  // optim.offload: the initial state of the units it holds
   shards_ = std::make_unique<DeviceShards<T>>(cfg, units_, rank, world, offloaded,
                                               cfg.optim.offload == OffloadMode::kOptimizerParams, sources, ctx_,

@@ -196,6 +196,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   bool summed_across_nodes_ = false;         // hybrid: this step's gradients went across nodes (zero_grads clears)
   std::unique_ptr<UnitBuffers<T>> buffers_;  // the gathered parameters and full gradients
   DeviceBuffer<T> rs_out_;
+  DeviceBuffer<uint8_t> nf4_full_;  // an NF4 unit's gathered storage, dequantised from (world > 1; model/nf4_base.h)
   std::unique_ptr<ReplicaReduction<T>> replica_;  // hybrid: the all-reduce across nodes, once per step
   // loss_queued_: micro_step_queued() left its loss on the device; gate_queued_: queue_gated_update() ran and
   // finish_gated_step() has not.

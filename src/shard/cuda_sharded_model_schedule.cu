@@ -47,10 +47,22 @@ void CudaShardedModel<T>::issue_gather(int unit) {
   if (frozen_slot > 0)
     coll_.gather_comm(false).all_gather<T>(shards_->frozen_source(unit), frozen_slot,
                                            b->data.data() + units_[static_cast<size_t>(unit)].numel, ns);
+  // An NF4 unit's storage, gathered as bytes and dequantised there on this stream (one staging buffer serves every
+  // unit: the gathers are in order on this stream).
+  const int64_t nf4_slot = shards_->view(unit).nf4_slot;
+  if (nf4_slot > 0) {
+    const uint8_t* storage = shards_->nf4_source(unit);
+    if (coll_.shard().world_size() > 1) {
+      coll_.gather_comm(false).all_gather<uint8_t>(storage, nf4_slot * 4, nf4_full_.data(), ns);
+      storage = nf4_full_.data();
+    }
+    shards_->dequantize_nf4(unit, storage, b->data.data() + units_[static_cast<size_t>(unit)].numel, comm_ctx_);
+  }
   b->ready.record(ns);
   ++counters_.gathers[static_cast<size_t>(unit)];
-  counters_.gathered_elements += (slot + frozen_slot) * coll_.shard().world_size();
-  counters_.cross_node_bytes += groups_.shard_cross_bytes(slot + frozen_slot, sizeof(T));
+  counters_.gathered_elements += (slot + frozen_slot + nf4_slot) * coll_.shard().world_size();
+  counters_.cross_node_bytes += groups_.shard_cross_bytes(slot + frozen_slot, sizeof(T)) +
+                                groups_.shard_cross_bytes(nf4_slot, 4);
 }
 
 // Issues, in schedule order, every gather that lies at most prefetch_depth compute ops ahead of `at` and has a free

@@ -36,6 +36,18 @@ std::vector<float> CudaShardedModel<T>::gather_full(int unit, bool grads) {
 template <typename T>
 std::vector<float> CudaShardedModel<T>::gather_frozen(int unit) {
   const UnitShard& h = shards_->view(unit);
+  const UnitLayout& u = units_[static_cast<size_t>(unit)];
+  if (u.nf4_base) {  // the storage itself, dequantised as the CPU backend does (fp32)
+    cudaStream_t cs = compute_stream_.get();
+    DeviceBuffer<uint8_t> full(h.nf4_slot * 4 * coll_.shard().world_size());
+    coll_.shard().all_gather<uint8_t>(shards_->nf4_source(unit), h.nf4_slot * 4, full.data(), cs);
+    std::vector<float> words(static_cast<size_t>(h.nf4_slot * coll_.shard().world_size()));
+    ST_CUDA_CHECK(cudaMemcpyAsync(words.data(), full.data(), full.bytes(), cudaMemcpyDeviceToHost, cs));
+    compute_stream_.synchronize();
+    std::vector<float> out(static_cast<size_t>(u.frozen_numel));
+    nf4_dequantize_unit(u, shards_->nf4_storage(unit), storage_bytes(words), out.data());
+    return out;
+  }
   if (h.frozen_slot == 0) return {};
   cudaStream_t cs = compute_stream_.get();
   DeviceBuffer<T> full(h.frozen_slot * coll_.shard().world_size());

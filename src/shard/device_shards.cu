@@ -1,9 +1,11 @@
 #include "shardtrain/shard/device_shards.h"
 
+#include <algorithm>
 #include <type_traits>
 #include <utility>
 
 #include "shardtrain/core/error.h"
+#include "shardtrain/kernels/gpu/nf4.h"
 #include "shardtrain/kernels/gpu/reduce.h"
 #include "shardtrain/shard/shard_span.h"
 
@@ -27,7 +29,8 @@ void upload_rounded(DeviceBuffer<T>& dst, const std::vector<float>& host, const 
 template <typename T>
 DeviceShards<T>::DeviceShards(const Config& cfg, const std::vector<UnitLayout>& units, int rank, int world,
                               const std::vector<bool>& offloaded, bool params_on_host, WindowArena& sources,
-                              const gpu::GpuContext& ctx, Offloaded* initial) {
+                              const gpu::GpuContext& ctx, Offloaded* initial)
+    : units_(units) {
   std::vector<float> init;
   for (const UnitLayout& u : units) {
     UnitShard h;
@@ -64,9 +67,20 @@ DeviceShards<T>::DeviceShards(const Config& cfg, const std::vector<UnitLayout>& 
         gpu::convert<T>(d.compute.data(), d.master.data(), h.slot, ctx);
       }
     }
-    // The frozen base's shard, from the seed as one process would draw it, rounded to T on the device.
-    h.frozen_span = shard_span(u.frozen_numel, rank, world);
-    h.frozen_slot = padded_shard_size(u.frozen_numel, world);
+    // The frozen base's shard, from the seed as one process would draw it, rounded to T on the device; an NF4 unit's
+    // whole segment, quantised on the device, of which the rank keeps its words.
+    nf4_storage_.push_back(u.nf4_base ? nf4_unit_storage(u) : Nf4UnitStorage{});
+    if (u.nf4_base) {
+      h.frozen_span = ShardSpan{0, u.frozen_numel};
+      h.nf4_span = shard_span(nf4_storage_.back().words, rank, world);
+      h.nf4_slot = padded_shard_size(nf4_storage_.back().words, world);
+      d.nf4 = sources.take<uint8_t>(h.nf4_slot * 4);
+      h.frozen.assign(static_cast<size_t>(u.frozen_numel), 0.0f);
+      init_unit_range(u, cfg.model, cfg.train.seed, 0, u.frozen_numel, h.frozen.data(), Segment::kFrozen);
+    } else {
+      h.frozen_span = shard_span(u.frozen_numel, rank, world);
+      h.frozen_slot = padded_shard_size(u.frozen_numel, world);
+    }
     if (h.frozen_slot > 0) {
       d.frozen = sources.take<T>(h.frozen_slot);
       std::vector<float> frozen(static_cast<size_t>(h.frozen_slot), 0.0f);
@@ -78,6 +92,7 @@ DeviceShards<T>::DeviceShards(const Config& cfg, const std::vector<UnitLayout>& 
     ST_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     device_.push_back(std::move(d));
     views_.push_back(std::move(h));
+    if (u.nf4_base) store_nf4(u.index, ctx);
     initial->states.push_back(std::move(state));
     initial->copies.push_back(std::move(copy));
   }
@@ -122,9 +137,63 @@ void DeviceShards<T>::push(int unit, const gpu::GpuContext& ctx) {
 }
 
 template <typename T>
+void DeviceShards<T>::store_nf4(int unit, const gpu::GpuContext& ctx) {
+  const UnitLayout& u = units_[static_cast<size_t>(unit)];
+  const Nf4UnitStorage& s = nf4_storage_[static_cast<size_t>(unit)];
+  UnitShard& h = views_[static_cast<size_t>(unit)];
+  Device& d = device_[static_cast<size_t>(unit)];
+  ST_CHECK(static_cast<int64_t>(h.frozen.size()) == u.frozen_numel, "store_nf4 of ", u.name, " without its view");
+  // One matrix at a time: its fp32 values uploaded and quantised into the whole storage, whose span is then kept.
+  int64_t largest = 0;
+  for (const Nf4Part& p : s.parts) largest = std::max(largest, u.tensors[static_cast<size_t>(p.tensor)].numel);
+  DeviceBuffer<uint8_t> storage(s.words * 4);
+  DeviceBuffer<float> values(largest);
+  DeviceBuffer<unsigned char> scratch(static_cast<int64_t>(gpu::nf4_quantize_scratch_bytes(largest)));
+  gpu::GpuContext q = ctx;
+  q.scratch = scratch.data();
+  q.scratch_bytes = scratch.bytes();
+  zero_async(storage, storage.size(), ctx.stream);  // the gaps between parts
+  for (const Nf4Part& p : s.parts) {
+    const TensorSpec& t = u.tensors[static_cast<size_t>(p.tensor)];
+    const float* x = h.frozen.data() + (t.offset - u.numel);
+    if (!p.quantized) {
+      ST_CUDA_CHECK(cudaMemcpyAsync(storage.data() + p.byte_offset, x, static_cast<size_t>(p.bytes),
+                                    cudaMemcpyHostToDevice, ctx.stream));
+      continue;
+    }
+    ST_CUDA_CHECK(cudaMemcpyAsync(values.data(), x, static_cast<size_t>(t.numel) * sizeof(float),
+                                  cudaMemcpyHostToDevice, ctx.stream));
+    gpu::nf4_quantize<float>(values.data(), t.numel, nf4_view(storage.data() + p.byte_offset, t.numel),
+                             u.name + "." + t.name, q);  // waits for ctx.stream
+  }
+  zero_async(d.nf4, d.nf4.size(), ctx.stream);  // the padding past the span
+  ST_CUDA_CHECK(cudaMemcpyAsync(d.nf4.data(), storage.data() + h.nf4_span.offset * 4, h.nf4_span.count * 4,
+                                cudaMemcpyDeviceToDevice, ctx.stream));
+  ST_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // before the temporaries and the view go
+  std::vector<float>().swap(h.frozen);
+}
+
+template <typename T>
+void DeviceShards<T>::dequantize_nf4(int unit, const uint8_t* storage, T* segment, const gpu::GpuContext& ctx) const {
+  const UnitLayout& u = units_[static_cast<size_t>(unit)];
+  for (const Nf4Part& p : nf4_storage_[static_cast<size_t>(unit)].parts) {
+    const TensorSpec& t = u.tensors[static_cast<size_t>(p.tensor)];
+    T* out = segment + (t.offset - u.numel);
+    if (p.quantized)
+      gpu::nf4_dequantize<T>(nf4_view(storage + p.byte_offset, t.numel), out, ctx);
+    else
+      gpu::convert<T>(out, reinterpret_cast<const float*>(storage + p.byte_offset), t.numel, ctx);
+  }
+}
+
+template <typename T>
 void DeviceShards<T>::pull_frozen(int unit) {
   UnitShard& h = views_[static_cast<size_t>(unit)];
   const Device& d = device_[static_cast<size_t>(unit)];
+  if (units_[static_cast<size_t>(unit)].nf4_base) {
+    h.frozen.assign(static_cast<size_t>(units_[static_cast<size_t>(unit)].frozen_numel), unwritten_frozen());
+    return;
+  }
   h.frozen.assign(static_cast<size_t>(h.frozen_slot), 0.0f);
   if (h.frozen_slot == 0) return;
   if constexpr (std::is_same_v<T, float>) {
@@ -139,6 +208,11 @@ void DeviceShards<T>::pull_frozen(int unit) {
 template <typename T>
 void DeviceShards<T>::push_frozen(int unit, const gpu::GpuContext& ctx) {
   UnitShard& h = views_[static_cast<size_t>(unit)];
+  const UnitLayout& u = units_[static_cast<size_t>(unit)];
+  if (u.nf4_base) {
+    if (!h.frozen.empty() && nf4_view_written(u, h.frozen.data())) store_nf4(unit, ctx);
+    return;
+  }
   if (h.frozen_slot == 0) return;
   ST_CHECK(static_cast<int64_t>(h.frozen.size()) == h.frozen_slot, "push_frozen without pull_frozen");
   upload_rounded(device_[static_cast<size_t>(unit)].frozen, h.frozen, ctx);

@@ -17,6 +17,7 @@
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/model/nf4_base.h"
 #include "shardtrain/model/units.h"
 #include "shardtrain/shard/device_optimizer.h"
 #include "shardtrain/shard/model_backend.h"
@@ -51,11 +52,18 @@ class DeviceShards {
   const T* gather_source(int unit) const;
   // The unit's frozen tensors' shard (LoRA's base, units.h) in T, always on the device; what their gather reads.
   const T* frozen_source(int unit) const { return device_[static_cast<size_t>(unit)].frozen.data(); }
+  // An NF4 unit's shard of its storage (model/nf4_base.h; view(unit).nf4_slot words), what its gather reads; and the
+  // whole storage (gathered, or this shard at world 1) dequantised into `segment` (the unit's frozen_numel elements
+  // of its gathered buffer), asynchronously on ctx.stream.
+  const uint8_t* nf4_source(int unit) const { return device_[static_cast<size_t>(unit)].nf4.data(); }
+  void dequantize_nf4(int unit, const uint8_t* storage, T* segment, const gpu::GpuContext& ctx) const;
+  const Nf4UnitStorage& nf4_storage(int unit) const { return nf4_storage_[static_cast<size_t>(unit)]; }
   // What AdamW updates for a unit whose optimizer is on the device.
   typename DeviceOptimizer<T>::UnitState optimizer_state(int unit);
   // view(unit) = the device state (synchronous), and back (the compute copy rounded on ctx.stream). For units whose
   // optimizer is on the device; pull_frozen/push_frozen the same for the frozen shard (view(unit).frozen, fp32 on the
-  // host, T on the device), of any unit.
+  // host, T on the device), of any unit. An NF4 unit's frozen view is its whole segment (model_backend.h): the pull
+  // fills it with unwritten_frozen(), and the push quantises it on the device (synchronous) if it was written.
   void pull(int unit);
   void push(int unit, const gpu::GpuContext& ctx);
   void pull_frozen(int unit);
@@ -70,8 +78,14 @@ class DeviceShards {
   struct Device {
     DeviceBuffer<float> master, grad, m, v;  // master, m, v empty for an offloaded unit
     DeviceBuffer<T> compute;                 // empty when T is float, and for an offloaded unit
-    DeviceBuffer<T> frozen;                  // the frozen tensors' shard (empty without them)
+    DeviceBuffer<T> frozen;                  // the frozen tensors' shard (empty without them, and for NF4 units)
+    DeviceBuffer<uint8_t> nf4;               // an NF4 unit's shard of its storage
   };
+  // view(unit).frozen, the whole segment, quantised into the unit's NF4 shard (synchronous); the view is freed.
+  void store_nf4(int unit, const gpu::GpuContext& ctx);
+
+  const std::vector<UnitLayout>& units_;
+  std::vector<Nf4UnitStorage> nf4_storage_;  // per unit (no parts for units without an NF4 base)
   std::vector<Device> device_;
   std::vector<UnitShard> views_;
 };
