@@ -195,5 +195,6 @@ template void nf4_quantize<float>(const float*, int64_t, Nf4View, const std::str
 template void nf4_quantize<bf16>(const bf16*, int64_t, Nf4View, const std::string&, const GpuContext&);
 template void nf4_dequantize<float>(Nf4ConstView, float*, const GpuContext&);
 template void nf4_dequantize<bf16>(Nf4ConstView, bf16*, const GpuContext&);
+template void nf4_dequantize<fp16>(Nf4ConstView, fp16*, const GpuContext&);
 
 }  // namespace st::gpu

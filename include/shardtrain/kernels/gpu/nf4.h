@@ -25,7 +25,7 @@ namespace st::gpu {
 template <typename T>
 void nf4_quantize(const T* x, int64_t n, Nf4View out, const std::string& name, const GpuContext& ctx);
 
-// st::nf4_dequantize(q, out) for T in {float, bf16}: out[i] = T(level(code_i) * absmax_i), i < q.n, with q's
+// st::nf4_dequantize(q, out) for T in {float, bf16, fp16}: out[i] = T(level(code_i) * absmax_i), i < q.n, with q's
 // storage and out on the device. Asynchronous on ctx.stream; no scratch. Reads the codes four bytes at a time and
 // writes 16-byte packs when q.codes is 4-byte aligned and out 16-byte aligned (nf4_view's buffers from cudaMalloc
 // are), else one weight at a time.
