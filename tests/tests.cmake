@@ -92,6 +92,15 @@ if(SYSTEM_PYTHON3)
                   ${parity_batches})
     endforeach()
   endforeach()
+  # QLoRA: the first two on an NF4 base (lora.base_dtype = nf4), which the test quantises from the drawn weights with
+  # its own NumPy NF4.
+  foreach(shape gpt2 llama_gqa)
+    foreach(np 1 3)
+      parity_case(parity.torch.qlora_${shape}.np${np} ${np} lora_parity_test.py $<TARGET_FILE:parity_dump>
+                  ${lora_${shape}_config} ${CMAKE_BINARY_DIR}/parity_qlora_${shape}_${np} ${lora_${shape}_args}
+                  --lora.base_dtype=nf4 ${parity_batches})
+    endforeach()
+  endforeach()
 endif()
 # The llama family against Hugging Face transformers (on the GPU machine, whose python3 has it): import of
 # save_pretrained directories, logits, bf16 loss, and train -> export -> from_pretrained. Skipped (exit 77) where

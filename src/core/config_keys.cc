@@ -384,8 +384,9 @@ const std::vector<Key>& keys() {
       lora_key("rslora", &LoraConfig::rslora, "LoRA: rank-stabilised scale alpha / sqrt(r) instead of alpha / r"),
       lora_key("base_dtype", &LoraConfig::base_dtype,
                "LoRA: storage of the frozen base: bf16 (the compute dtype: bf16 on cuda, fp32 on cpu) or nf4 "
-               "(QLoRA's 4-bit NormalFloat with double-quantised absmaxes, dequantised as each unit is used; "
-               "embeddings, norms and the LM head stay in the compute dtype)"),
+               "(QLoRA's 4-bit NormalFloat, blocks of 64 with double-quantised absmaxes: each block's weight matrices, "
+               "quantised whole once at load and dequantised into the compute dtype after each gather; embeddings, "
+               "the LM head, norms and biases are not quantised)"),
       lora_key("from", &LoraConfig::from,
                "LoRA: start the adapters from a PEFT adapter directory (adapter_config.json and "
                "adapter_model.safetensors, as `ckpt export --adapter` or PEFT's save_pretrained write), whose r, "

@@ -10,6 +10,9 @@
 
 #include "../common/temp_dir.h"
 #include "../common/tiny_training.h"
+#include "shardtrain/ckpt/hf_export.h"
+#include "shardtrain/ckpt/init_from.h"
+#include "shardtrain/ckpt/lora_base.h"
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/shard/sharded_model.h"
@@ -31,6 +34,7 @@ class CheckpointTest : public testing::TinyCkptTest {};
 struct State {
   std::vector<float> losses;
   std::vector<std::vector<float>> param, m, v;  // full, per unit
+  std::vector<std::vector<float>> frozen;       // the frozen segment as the model computes with it, per unit
 };
 
 std::vector<float> gather(ModelBackend& m, int unit, std::vector<float> UnitShard::*state) {
@@ -48,8 +52,22 @@ State snapshot(StepEngine& e, std::vector<float> losses) {
     s.param.push_back(gather(e.sharded(), u.index, &UnitShard::param));
     s.m.push_back(gather(e.sharded(), u.index, &UnitShard::m));
     s.v.push_back(gather(e.sharded(), u.index, &UnitShard::v));
+    s.frozen.push_back(e.sharded().gather_frozen(u.index));
   }
   return s;
+}
+
+// A fresh run's start, as the trainer makes it: the base read from init.from when there is one; and the checkpoint
+// state of its step-`step` save, which names that base.
+void start(const Config& c, StepEngine& e) {
+  if (!c.init.from.empty()) init_from_weights(c.init.from, c.model, e.sharded());
+}
+CheckpointState state_at(const Config& c, const StepEngine& e, int64_t step) {
+  CheckpointState cs;
+  cs.step = step;
+  cs.optimizer_updates = e.updates();
+  if (c.model.lora.enabled()) cs.base = describe_lora_base(c.init.from);
+  return cs;
 }
 
 // Straight through, or S steps, save, a fresh engine, load, S more: every bit equal.
@@ -59,6 +77,7 @@ State run(const Config& c, int world, bool with_resume) {
     Trace tr;  // the losses of every step, before and after the resume
     const int64_t half = c.train.steps / 2;
     StepEngine first(c, comm);
+    start(c, first);
     if (!with_resume) {
       testing::train_steps(first, c, comm, kSeed, 0, c.train.steps, &tr);
       State s = snapshot(first, tr.losses);
@@ -66,11 +85,8 @@ State run(const Config& c, int world, bool with_resume) {
       return;
     }
     testing::train_steps(first, c, comm, kSeed, 0, half, &tr);
-    CheckpointState cs;
-    cs.step = half;
-    cs.optimizer_updates = first.updates();
-    const std::string where = save_checkpoint(c, first.sharded(), cs, comm);
-    StepEngine second(c, comm);  // fresh init, then overwritten by the load
+    const std::string where = save_checkpoint(c, first.sharded(), state_at(c, first, half), comm);
+    StepEngine second(c, comm);  // fresh init, then overwritten by the load (a LoRA base: read again from init.from)
     const CheckpointState back = load_checkpoint(where, c, second.sharded(), comm);
     EXPECT_EQ(back.step, half);
     second.set_updates(back.optimizer_updates);
@@ -89,35 +105,57 @@ Config with_lora(Config c) {
   return c;
 }
 
+// QLoRA: the adapters on an NF4 base read from init.from, a GPT-2 file of another seed's random model written at
+// `path` (so that a base drawn from the run's own seed could not pass for it).
+Config with_qlora(Config c, const std::string& path) {
+  Config other = c;
+  other.train.seed = c.train.seed + 1;
+  SoloCommunicator solo;
+  StepEngine e(other, solo);
+  const std::vector<std::vector<float>> full = e.gather_params();
+  std::vector<const float*> ptrs;
+  for (const std::vector<float>& f : full) ptrs.push_back(f.data());
+  write_hf_gpt2(path, other.model, e.units(), ptrs);
+  c = with_lora(c);
+  c.model.lora.base_dtype = LoraBase::kNf4;
+  c.init.from = path;
+  return c;
+}
+
+std::string describe(const Config& c) {
+  if (!c.model.lora.enabled()) return "";
+  return c.model.lora.base_dtype == LoraBase::kNf4 ? ", QLoRA" : ", LoRA";
+}
+
 TEST_F(CheckpointTest, ResumeIsBitExact) {
-  for (const Config& c : {cfg_, with_lora(cfg_)}) {
+  for (const Config& c : {cfg_, with_lora(cfg_), with_qlora(cfg_, tmp_.file("base.h5"))}) {
     for (int world : {1, 2, 3}) {
-      const std::string what = str_cat("world ", world, c.model.lora.enabled() ? ", LoRA" : "");
+      const std::string what = str_cat("world ", world, describe(c));
       const State straight = run(c, world, false);
       const State resumed = run(c, world, true);
       EXPECT_EQ(straight.losses, resumed.losses) << what;  // every bit
       EXPECT_EQ(straight.param, resumed.param) << what;
       EXPECT_EQ(straight.m, resumed.m) << what;
       EXPECT_EQ(straight.v, resumed.v) << what;
+      EXPECT_EQ(straight.frozen, resumed.frozen) << what;
       fs::remove_all(c.ckpt.dir);
     }
   }
 }
 
-// Save at N ranks, load at M: the loaded state equals the saved one bit for bit.
+// Save at N ranks, load at M: the loaded state equals the saved one bit for bit, and so does a LoRA model's base.
 TEST_F(CheckpointTest, ReshardsToAnyWorldSize) {
-  for (auto [from, to] : {std::pair{2, 3}, {3, 2}, {4, 1}, {1, 4}}) {
-    for (const Config& cfg : {cfg_, with_lora(cfg_)}) {
+  const Config qlora = with_qlora(cfg_, tmp_.file("base.h5"));
+  for (auto [from, to] : {std::pair{2, 3}, {3, 2}, {4, 1}, {1, 4}, {1, 3}, {3, 1}}) {
+    for (const Config& cfg : {cfg_, with_lora(cfg_), qlora}) {
       State saved;
       std::string where;
       fake::spawn(from, [&](Communicator& comm) {
         StepEngine e(cfg, comm);
+        start(cfg, e);
         Trace tr;
         testing::train_steps(e, cfg, comm, kSeed, 0, 3, &tr);
-        CheckpointState cs;
-        cs.step = 3;
-        cs.optimizer_updates = e.updates();
-        const std::string w = save_checkpoint(cfg, e.sharded(), cs, comm);
+        const std::string w = save_checkpoint(cfg, e.sharded(), state_at(cfg, e, 3), comm);
         State s = snapshot(e, tr.losses);
         if (comm.rank() == 0) {
           saved = std::move(s);
@@ -133,9 +171,10 @@ TEST_F(CheckpointTest, ReshardsToAnyWorldSize) {
         State s = snapshot(e, {});
         if (comm.rank() == 0) loaded = std::move(s);
       });
-      EXPECT_EQ(saved.param, loaded.param) << from << " -> " << to << (cfg.model.lora.enabled() ? ", LoRA" : "");
-      EXPECT_EQ(saved.m, loaded.m) << from << " -> " << to << (cfg.model.lora.enabled() ? ", LoRA" : "");
-      EXPECT_EQ(saved.v, loaded.v) << from << " -> " << to << (cfg.model.lora.enabled() ? ", LoRA" : "");
+      EXPECT_EQ(saved.param, loaded.param) << from << " -> " << to << describe(cfg);
+      EXPECT_EQ(saved.m, loaded.m) << from << " -> " << to << describe(cfg);
+      EXPECT_EQ(saved.v, loaded.v) << from << " -> " << to << describe(cfg);
+      EXPECT_EQ(saved.frozen, loaded.frozen) << from << " -> " << to << describe(cfg);
       fs::remove_all(cfg.ckpt.dir);
     }
   }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/nf4_round_trip.h"
 #include "ckpt_test_util.h"
 #include "hf_dir_test_util.h"
 #include "shardtrain/ckpt/checkpoint.h"
@@ -231,26 +232,36 @@ TEST_F(HfLlamaTest, EveryVariantLoadsAtOneAndThreeRanksAndExportsBitIdentically)
   }
 }
 
-// A LoRA model takes the directory into its frozen base, at any world size: merged with its adapters (B is zero at
-// the start) it is the directory's model bit for bit.
+// A LoRA model takes the directory (two files and an index here) into its frozen base, at any world size: in the
+// compute dtype as the directory holds it; as NF4 (QLoRA) each block matrix (the stacked q/k/v, o, the stacked
+// gate/up, down) as the NF4 round trip of the directory's tensors, and every other frozen tensor (the embedding, the
+// untied head, norms, q/k/v biases) as the directory holds it.
 TEST_F(HfLlamaTest, ALoraModelLoadsTheDirectoryIntoItsFrozenBase) {
   Variant v;
   v.qwen2 = true;
   v.tied = false;
+  v.files = 2;
   const std::vector<Tensor> tensors = write_hf_dir(dir_.file("hf"), v);
-  const Config cfg = config_for(dir_.file("hf"), {"--lora.rank=2", "--lora.targets=q,v,down"});
-  const ModelConfig base = base_model(cfg.model);
-  const auto want = expected_units(build_units(base), tensors, base);
-  for (int world : {1, 3}) {
-    fake::spawn(world, [&](Communicator& comm) {
-      StepEngine e(cfg, comm);
-      init_from_weights(cfg.init.from, cfg.model, e.sharded());
-      const auto merged = merge_lora(cfg.model, e.units(), e.gather_params());
-      if (comm.rank() != 0) return;
-      ASSERT_EQ(merged.size(), want.size());
-      for (size_t u = 0; u < want.size(); ++u)
-        EXPECT_EQ(testing::bits(merged[u]), testing::bits(want[u])) << "unit " << u << ", world " << world;
-    });
+  for (LoraBase dtype : {LoraBase::kBf16, LoraBase::kNf4}) {
+    const Config cfg = config_for(
+        dir_.file("hf"), {"--lora.rank=2", "--lora.targets=q,v,down", str_cat("--lora.base_dtype=", to_string(dtype))});
+    const ModelConfig base = base_model(cfg.model);
+    const auto want = expected_units(build_units(base), tensors, base);
+    const bool nf4 = dtype == LoraBase::kNf4;
+    for (int world : {1, 3}) {
+      fake::spawn(world, [&](Communicator& comm) {
+        StepEngine e(cfg, comm);
+        init_from_weights(cfg.init.from, cfg.model, e.sharded());
+        for (const UnitLayout& u : e.units()) {
+          const std::vector<float> frozen = e.sharded().gather_frozen(u.index);
+          if (comm.rank() != 0) continue;
+          const std::string what = str_cat(u.name, ", ", to_string(dtype), ", world ", world);
+          const std::vector<float> as_dir = testing::frozen_segment(u, want[static_cast<size_t>(u.index)]);
+          EXPECT_EQ(testing::bits(frozen), testing::bits(nf4 ? testing::nf4_round_trip(u, as_dir) : as_dir)) << what;
+          EXPECT_EQ(frozen == as_dir, !nf4 || u.kind != UnitKind::kBlock) << what << ": NF4 changes a block's weights";
+        }
+      });
+    }
   }
 }
 

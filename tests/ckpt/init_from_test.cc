@@ -1,4 +1,5 @@
-// init.from: a model starts from exported full weights, whatever the world size.
+// init.from: a model starts from exported full weights, whatever the world size, into a LoRA model's frozen base too
+// (compute dtype or NF4).
 #include "shardtrain/ckpt/init_from.h"
 
 #include <gtest/gtest.h>
@@ -6,13 +7,13 @@
 
 #include <vector>
 
+#include "../common/nf4_round_trip.h"
 #include "../common/tiny_training.h"
 #include "ckpt_test_util.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/ckpt/safetensors.h"
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/error.h"
-#include "shardtrain/model/lora.h"
 #include "shardtrain/model/units.h"
 #include "shardtrain/train/step_engine.h"
 
@@ -71,16 +72,32 @@ class InitFromTest : public ::testing::Test {
   Config cfg_;
 };
 
-// A LoRA model takes the file into its frozen base: merged with its adapters (B is zero at the start) it is the
-// file's model bit for bit.
+// A LoRA model takes the file into its frozen base, from either format at any world size: in the compute dtype as
+// the file holds it; as NF4 (QLoRA) each block matrix as the NF4 round trip of the file's tensor, and every other
+// frozen tensor (the embeddings, norms and biases) as the file holds it.
 TEST_F(InitFromTest, ALoraModelLoadsTheFileIntoItsFrozenBase) {
   const auto want = write_files(/*prefix=*/true, /*extra=*/false);
-  Config c = cfg_;
-  c.model.lora.rank = 2;
-  c.model.lora.targets = "qkv,fc";
-  for (int world : {1, 3})
-    EXPECT_EQ(merge_lora(c.model, build_units(c.model), load(dir_.file("w.safetensors"), world, c)), want)
-        << "world " << world;
+  for (LoraBase dtype : {LoraBase::kBf16, LoraBase::kNf4}) {
+    Config c = cfg_;
+    c.model.lora.rank = 2;
+    c.model.lora.targets = "qkv,fc";
+    c.model.lora.base_dtype = dtype;
+    const bool nf4 = dtype == LoraBase::kNf4;
+    const std::vector<UnitLayout> units = build_units(c.model);
+    for (const char* file : {"w.h5", "w.safetensors"}) {
+      for (int world : {1, 3}) {
+        const auto got = load(dir_.file(file), world, c);  // per unit: the adapters, then the frozen segment
+        for (const UnitLayout& u : units) {
+          const auto i = static_cast<size_t>(u.index);
+          const std::string what = str_cat(u.name, ", ", to_string(dtype), ", ", file, ", world ", world);
+          const std::vector<float> frozen(got[i].begin() + u.numel, got[i].end());
+          const std::vector<float> as_file = testing::frozen_segment(u, want[i]);
+          EXPECT_EQ(frozen, nf4 ? testing::nf4_round_trip(u, as_file) : as_file) << what;
+          EXPECT_EQ(frozen == as_file, !nf4 || u.kind != UnitKind::kBlock) << what << ": NF4 changes a block's weights";
+        }
+      }
+    }
+  }
 }
 
 TEST_F(InitFromTest, H5AndSafetensorsLoadBitExactAtAnyWorldSize) {

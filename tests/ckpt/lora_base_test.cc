@@ -69,6 +69,7 @@ TEST(LoraBase, ManifestRoundTripsTheLoraFields) {
   m.model.lora.alpha = 12;
   m.model.lora.targets = "qkv,fc";
   m.model.lora.rslora = true;
+  m.model.lora.base_dtype = LoraBase::kNf4;
   m.base.init_from = "/w.h5";
   m.base.files = {{"w.h5", sha256_hex("x", 1)}};
   m.rng_counters = {0};
@@ -82,6 +83,7 @@ TEST(LoraBase, ManifestRoundTripsTheLoraFields) {
   EXPECT_EQ(back.model.lora.alpha, 12.0f);
   EXPECT_EQ(back.model.lora.targets, "qkv,fc");
   EXPECT_TRUE(back.model.lora.rslora);
+  EXPECT_EQ(back.model.lora.base_dtype, LoraBase::kNf4);
   EXPECT_EQ(back.base.init_from, "/w.h5");
   EXPECT_EQ(back.base.files, m.base.files);
   check_model_matches(back, m.model, "m.json");
@@ -92,6 +94,17 @@ TEST(LoraBase, ManifestRoundTripsTheLoraFields) {
     ADD_FAILURE() << "another rank was taken";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("lora.rank is 4 in the checkpoint, 8 in the config"), std::string::npos)
+        << e.what();
+  }
+  // Adapters trained on an NF4 base resume on that base only.
+  other = m.model;
+  other.lora.base_dtype = LoraBase::kBf16;
+  try {
+    check_model_matches(back, other, "m.json");
+    ADD_FAILURE() << "a bf16 base was taken for adapters trained on an NF4 one";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("m.json: lora.base_dtype is nf4 in the checkpoint, bf16 in the config"),
+              std::string::npos)
         << e.what();
   }
 }

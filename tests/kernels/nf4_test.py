@@ -3,6 +3,7 @@
 their mean), in the fixed float32 order shardtrain documents (include/shardtrain/kernels/nf4.h). Identical 4-bit codes,
 absmax codes, scales and offset, and equal dequantised values, on random and adversarial tensors; non-finite weights
 refused.
+`reference` is importable: tests/model/lora_parity_test.py quantises a QLoRA base with it.
 
     python3 nf4_test.py NF4_CODES_BINARY WORKDIR
 """
@@ -12,8 +13,6 @@ import sys
 
 import numpy as np
 
-TOOL, WORK = sys.argv[1], sys.argv[2]
-os.makedirs(WORK, exist_ok=True)
 f32 = np.float32
 
 # The 16 levels of the paper's NF4 data type (float32, as bitsandbytes ships them).
@@ -24,6 +23,7 @@ LEVELS = np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.3949174880
 
 
 def reference(x):
+    """QLoRA's NF4 of the float32 vector x: (packed 4-bit codes, absmax codes, group scales, offset, dequantised x)."""
     n = x.size
     blocks = -(-n // 64)
     groups = -(-blocks // 256)
@@ -60,18 +60,15 @@ def reference(x):
     return packed, q, scales, offset, back
 
 
-def run(name, x):
-    src, dst = os.path.join(WORK, name + ".in"), os.path.join(WORK, name + ".out")
+def run(tool, work, name, x):
+    src, dst = os.path.join(work, name + ".in"), os.path.join(work, name + ".out")
     x.astype("<f4").tofile(src)
-    r = subprocess.run([TOOL, src, dst], capture_output=True, text=True)
+    r = subprocess.run([tool, src, dst], capture_output=True, text=True)
     return r, dst
 
 
-failures = []
-
-
-def check(name, x):
-    r, dst = run(name, x)
+def check(tool, work, failures, name, x):
+    r, dst = run(tool, work, name, x)
     if r.returncode != 0:
         failures.append(f"{name}: exit {r.returncode}: {r.stderr.strip()}")
         return
@@ -97,34 +94,48 @@ def check(name, x):
           f"{'ok' if not any(f.startswith(name + ':') for f in failures) else 'FAILED'}")
 
 
-rng = np.random.default_rng(2023)
-check("normal_1e5", rng.standard_normal(100_000).astype(f32) * f32(0.02))  # 1563 blocks: 7 groups, the last short
-check("uniform_odd", rng.uniform(-3, 3, 64 * 256 + 37).astype(f32))       # an odd count: a half-filled last byte
-check("tiny", np.array([0.5], dtype=f32))
-zeros = rng.standard_normal(64 * 300).astype(f32)
-zeros[64:192] = 0                                                          # two all-zero blocks
-check("zero_blocks", zeros)
-check("all_zero", np.zeros(1000, dtype=f32))
-huge = rng.standard_normal(64 * 20).astype(f32)
-huge[100] = f32(3e38)                                                      # one huge value: its block's others -> 0
-check("one_huge", huge)
-denormal = (rng.standard_normal(64 * 10) * 1e-39).astype(f32)              # below FLT_MIN: subnormal weights
-check("denormals", denormal)
-ties = np.tile(((LEVELS[:-1] + LEVELS[1:]) / 2).astype(f32), 8)            # float32 midpoints between the levels
-ties[::64] = 1.0                                                           # each block's absmax is 1
-check("midpoints", ties)
-check("equal_absmaxes", np.tile(np.linspace(-1, 1, 64, dtype=f32), 512))  # every absmax equal: scale 0
+def main():
+    tool, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    failures = []
 
-for name, bad in (("nan", np.nan), ("inf", np.inf), ("-inf", -np.inf)):
-    x = rng.standard_normal(200).astype(f32)
-    x[130] = bad
-    r, _ = run("refused_" + name, x)
-    if r.returncode != 2 or "weights: element 130 is" not in r.stderr or "NF4 quantises finite weights only" not in r.stderr:
-        failures.append(f"{name}: expected exit 2 naming element 130, got {r.returncode}: {r.stderr.strip()}")
-    else:
-        print(f"refused_{name}: exit 2: {r.stderr.strip()}")
+    def case(name, x):
+        check(tool, work, failures, name, x)
 
-if failures:
-    print("\n".join(failures))
-    sys.exit(1)
-print("all equal")
+    rng = np.random.default_rng(2023)
+    case("normal_1e5", rng.standard_normal(100_000).astype(f32) * f32(0.02))  # 1563 blocks: 7 groups, the last short
+    case("uniform_odd", rng.uniform(-3, 3, 64 * 256 + 37).astype(f32))       # an odd count: a half-filled last byte
+    case("tiny", np.array([0.5], dtype=f32))
+    zeros = rng.standard_normal(64 * 300).astype(f32)
+    zeros[64:192] = 0                                                          # two all-zero blocks
+    case("zero_blocks", zeros)
+    case("all_zero", np.zeros(1000, dtype=f32))
+    huge = rng.standard_normal(64 * 20).astype(f32)
+    huge[100] = f32(3e38)                                                      # one huge value: its block's others -> 0
+    case("one_huge", huge)
+    denormal = (rng.standard_normal(64 * 10) * 1e-39).astype(f32)              # below FLT_MIN: subnormal weights
+    case("denormals", denormal)
+    ties = np.tile(((LEVELS[:-1] + LEVELS[1:]) / 2).astype(f32), 8)            # float32 midpoints between the levels
+    ties[::64] = 1.0                                                           # each block's absmax is 1
+    case("midpoints", ties)
+    case("equal_absmaxes", np.tile(np.linspace(-1, 1, 64, dtype=f32), 512))  # every absmax equal: scale 0
+
+    for name, bad in (("nan", np.nan), ("inf", np.inf), ("-inf", -np.inf)):
+        x = rng.standard_normal(200).astype(f32)
+        x[130] = bad
+        r, _ = run(tool, work, "refused_" + name, x)
+        if (r.returncode != 2 or "weights: element 130 is" not in r.stderr
+                or "NF4 quantises finite weights only" not in r.stderr):
+            failures.append(f"{name}: expected exit 2 naming element 130, got {r.returncode}: {r.stderr.strip()}")
+        else:
+            print(f"refused_{name}: exit 2: {r.stderr.strip()}")
+
+    if failures:
+        print("\n".join(failures))
+        return 1
+    print("all equal")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,6 +16,13 @@ AdamW (decay on every adapter) with the same schedule and global-norm clip over 
     calibrated bars (FACTOR x PyTorch float32's error + FLOOR);
   * the base bit-identical before and after training.
 
+With lora.base_dtype = nf4 (QLoRA) the PyTorch side starts from the base as drawn, before quantisation
+(init_unquantised.h5), and quantises it here: each block's matrix whole, in shardtrain's layout, with nf4_test.py's
+NumPy NF4 (QLoRA's paper: blocks of 64, double-quantised absmaxes), then dequantises it; embeddings, head, norms and
+biases stay as drawn. shardtrain's base (init.h5) must equal that bit for bit, the bars above hold against PyTorch on
+it, and PyTorch on the unquantised base must miss the loss bar (else the test could not tell NF4 from no
+quantisation).
+
 Needs Debian's python3-torch, python3-h5py, python3-numpy: run it with /usr/bin/python3.
 usage: lora_parity_test.py [--mpirun MPIRUN --np N] PARITY_DUMP CONFIG WORKDIR [--section.key=value ...]
 """
@@ -30,6 +37,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels"))
+import nf4_test as nf4  # noqa: E402
 import parity_test as pt  # noqa: E402
 
 LOSS_REL = 1e-6
@@ -79,6 +88,22 @@ def scale_of(trace):
     """PEFT's scaling: lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora."""
     r = trace["lora_rank"]
     return trace["lora_alpha"] / (math.sqrt(r) if trace["lora_rslora"] else r)
+
+
+def nf4_base(trace, drawn):
+    """The base as lora.base_dtype = nf4 holds it: each block's matrix (two dimensions) quantised whole to NF4 and
+    dequantised, in shardtrain's layout ([out, in]: GPT-2's Hugging Face Conv1D tensors, [in, out], are transposed
+    for it); the embeddings, the head and every vector as drawn."""
+    gpt2 = trace["arch"] == "gpt2"
+    out = {}
+    for k, v in drawn.items():
+        if not (k.startswith("transformer.h." if gpt2 else "block.") and v.ndim == 2):
+            out[k] = v
+            continue
+        ours = np.ascontiguousarray(v.T if gpt2 else v, dtype=np.float32)
+        back = nf4.reference(ours.reshape(-1))[4].reshape(ours.shape)
+        out[k] = np.ascontiguousarray(back.T) if gpt2 else back
+    return out
 
 
 def torch_run(trace, init, adapters, tokens, targets, steps, dtype):
@@ -165,12 +190,23 @@ def main():
     batches = pt.load(os.path.join(work, "batches.h5"))
     tokens = torch.tensor(batches["tokens"]).long()
     targets = tokens[..., 1:].clone()
+    base = base0
+    if trace["lora_base_dtype"] == "nf4":
+        drawn = pt.load(os.path.join(work, "init_unquantised.h5"))
+        base = nf4_base(trace, drawn)
+        quantised = [k for k in base if base[k] is not drawn[k]]
+        differ = [k for k in base if not np.array_equal(base[k], base0[k])]
+        if base.keys() != base0.keys() or differ or not quantised:
+            print(f"FAILED: shardtrain's NF4 base is not NumPy's NF4 round trip of the drawn base: {differ[:10]}, "
+                  f"{len(quantised)} matrices quantised")
+            return 1
+        print(f"NF4 base: {len(quantised)} matrices, bit-identical to NumPy's round trip")
     ours = {"loss": [s["loss"] for s in trace["steps"]],
             "grad_norm": [s["grad_norm"] for s in trace["steps"]] if trace["grad_clip"] > 0 else [],
             "grads0": {k: v.astype(np.float64) for k, v in pt.load(os.path.join(work, "grads0.h5")).items()},
             "final": {k: v.astype(np.float64) for k, v in pt.load(os.path.join(work, "adapters_final.h5")).items()}}
-    ref = torch_run(trace, base0, adapters, tokens, targets, steps, torch.float64)
-    t32 = torch_run(trace, base0, adapters, tokens, targets, steps, torch.float32)
+    ref = torch_run(trace, base, adapters, tokens, targets, steps, torch.float64)
+    t32 = torch_run(trace, base, adapters, tokens, targets, steps, torch.float32)
 
     failures = []
     for step, (a, b) in enumerate(zip(ours["loss"], ref["loss"])):
@@ -181,11 +217,20 @@ def main():
         if top == 0 or np.abs(ours["grads0"][k] - r).max() > GRAD_REL * top:
             failures.append(f"{k} step-0 gradient: max|diff| {np.abs(ours['grads0'][k] - r).max():.3e}, "
                             f"max|ref| {top:.3e}")
+    if base is not base0:
+        # The same bars against PyTorch on the unquantised base: the loss must miss, so that they can tell the two.
+        plain = torch_run(trace, drawn, adapters, tokens, targets, 1, torch.float64)["loss"][0]
+        rel = abs(ours["loss"][0] - plain) / abs(plain)
+        print(f"step 0 loss against PyTorch on the unquantised base: rel {rel:.2e} (bar {LOSS_REL})")
+        if rel <= LOSS_REL:
+            failures.append(f"step 0 loss {ours['loss'][0]:.9g} is within rel {LOSS_REL} of PyTorch's on the "
+                            f"unquantised base, {plain:.9g}")
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures[:20]))
         return 1
     return pt.compare(pt.errors(ours, ref), pt.errors(t32, ref), steps,
-                      f"{trace['arch']} LoRA, {len(trace['adapters'])} targets, {trace['world']} rank(s)")
+                      f"{trace['arch']} {'QLoRA' if base is not base0 else 'LoRA'}, {len(trace['adapters'])} targets, "
+                      f"{trace['world']} rank(s)")
 
 
 if __name__ == "__main__":

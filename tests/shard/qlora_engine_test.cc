@@ -7,14 +7,15 @@
 #include <omp.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
+#include "../common/nf4_round_trip.h"
 #include "../common/rank_equivalence.h"
 #include "../common/tiny_training.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/error.h"
-#include "shardtrain/kernels/nf4.h"
 #include "shardtrain/model/nf4_base.h"
 #include "shardtrain/shard/shard_span.h"
 #include "shardtrain/train/step_engine.h"
@@ -55,12 +56,7 @@ Config qlora(ModelArch arch) {
 std::vector<float> round_trip(const UnitLayout& u, const Config& c) {
   std::vector<float> segment(static_cast<size_t>(u.frozen_numel));
   init_unit_range(u, c.model, c.train.seed, 0, u.frozen_numel, segment.data(), Segment::kFrozen);
-  for (const TensorSpec& t : u.tensors) {
-    if (!t.frozen || t.shape.size() != 2) continue;
-    float* x = segment.data() + (t.offset - u.numel);
-    nf4_dequantize(nf4_quantize(x, t.numel, t.name).view(), x);
-  }
-  return segment;
+  return testing::nf4_round_trip(u, std::move(segment));
 }
 
 class QloraEngineTest : public ::testing::Test {
@@ -162,11 +158,8 @@ TEST_F(QloraEngineTest, AViewPushQuantisesOnlyAWrittenBase) {
     m.pull_unit(u.index);
     std::copy(fresh.begin(), fresh.end(), m.shard(u.index).frozen.begin());
     m.push_unit(u.index);
-    for (const TensorSpec& t : u.tensors) {
-      if (!t.frozen) continue;
-      float* x = fresh.data() + (t.offset - u.numel);
-      if (t.shape.size() == 2) nf4_dequantize(nf4_quantize(x, t.numel, t.name).view(), x);
-    }
+    ASSERT_EQ(u.kind, UnitKind::kBlock);
+    fresh = testing::nf4_round_trip(u, fresh);
     EXPECT_EQ(m.gather_frozen(u.index), fresh);
 
     m.pull_unit(u.index);

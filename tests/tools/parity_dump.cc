@@ -15,6 +15,8 @@
 // did not change), adapters_init.h5 and adapters_final.h5 the adapters ("<unit>.lora.<target>.A" and ".B"), grads0.h5
 // the adapters' step-0 gradients, and trace.json the lora keys and the adapters (name, Hugging Face module, rows of
 // the weight, rank). Every B starts at N(0, 0.02) instead of zero, so that the step-0 gradient of every A is not zero.
+// With lora.base_dtype = nf4 init.h5 holds the base as the model computes with it (each block's matrices dequantised
+// from NF4), and init_unquantised.h5 the same tensors as drawn from the seed, before quantisation.
 // Under mpirun (or the env bootstrap) every rank trains its share of the same global batches, as the trainer does.
 //
 //   parity_dump --config configs/tiny.ini --out /tmp/p --steps 5 [--mask] [--train.micro_batch=2 ...]
@@ -39,6 +41,7 @@
 #include "shardtrain/core/rng.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/model/lora.h"
+#include "shardtrain/model/units.h"
 #include "shardtrain/train/step_engine.h"
 
 namespace {
@@ -81,6 +84,17 @@ std::vector<std::vector<float>> base_of(const st::ModelConfig& model, const std:
   return out;
 }
 
+// `full` with each NF4 unit's frozen segment as drawn from the seed, before quantisation: init_unit_range is a pure
+// function of the seed, which the engine quantised at construction.
+std::vector<std::vector<float>> unquantised(const st::Config& cfg, const std::vector<st::UnitLayout>& units,
+                                            std::vector<std::vector<float>> full) {
+  for (const st::UnitLayout& u : units)
+    if (u.nf4_base)
+      st::init_unit_range(u, cfg.model, cfg.train.seed, 0, u.frozen_numel, full[u.index].data() + u.numel,
+                          st::Segment::kFrozen);
+  return full;
+}
+
 // Every B of every adapter from N(0, 0.02), on this rank's span of it.
 void perturb_adapters(st::ModelBackend& m, uint64_t seed) {
   for (const st::UnitLayout& u : m.units()) {
@@ -100,6 +114,7 @@ std::string lora_json(const st::ModelConfig& m) {
   std::ostringstream o;
   o << std::setprecision(9) << ", \"lora_rank\": " << m.lora.rank << ", \"lora_alpha\": " << m.lora.alpha
     << ", \"lora_rslora\": " << (m.lora.rslora ? "true" : "false") << ", \"lora_dropout\": " << m.lora.dropout
+    << ", \"lora_base_dtype\": \"" << st::to_string(m.lora.base_dtype) << "\""
     << ", \"seq_len\": " << m.seq_len << ", \"adapters\": [";
   if (m.lora.enabled()) {
     const std::vector<st::LoraLinear> targets = st::lora_targets(m);
@@ -166,14 +181,20 @@ int main(int argc, char** argv) {
     const bool lora = cfg.model.lora.enabled();
     if (lora) perturb_adapters(s.sharded(), cfg.train.seed);
     // Parameters: the base (the whole model without LoRA) in the family's names, and the adapters apart.
+    const st::ModelConfig base = st::base_model(cfg.model);
+    auto write_base = [&](const std::string& name, const std::vector<std::vector<float>>& full) {
+      write_weights(out + "/" + name, base, st::build_units(base), base_of(cfg.model, units, full));
+    };
     auto write = [&](const std::string& name, const std::vector<std::vector<float>>& full) {
       if (!lead) return;
       if (!lora) return write_weights(out + "/" + name, cfg.model, units, full);
-      const st::ModelConfig base = st::base_model(cfg.model);
-      write_weights(out + "/" + name, base, st::build_units(base), base_of(cfg.model, units, full));
+      write_base(name, full);
       write_adapters(out + "/adapters_" + name, units, full);
     };
-    write("init.h5", s.gather_params());
+    const std::vector<std::vector<float>> init = s.gather_params();
+    write("init.h5", init);
+    if (lead && lora && cfg.model.lora.base_dtype == st::LoraBase::kNf4)
+      write_base("init_unquantised.h5", unquantised(cfg, units, init));
 
     std::vector<int32_t> tokens(static_cast<size_t>(steps * accum * rows * (T + 1)));
     st::Rng rng(cfg.train.seed, /*stream=*/0xBA7C4);
