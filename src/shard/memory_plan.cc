@@ -145,7 +145,8 @@ MemoryPlan plan_host_memory(const Config& cfg, int world, int64_t replica_bucket
   compute.runtime_reserve_bytes = kHostReserveBytes;
   MemoryPlan plan = plan_memory(host, world, comm, compute);
   // param, m and v of the 16 bytes an element of sharded state holds (checkpoint_saver.h)
-  if (cfg.ckpt.async && !cfg.ckpt.dir.empty()) plan.snapshot = sharded_state_bytes(host, build_units(cfg.model), world, 4) / 16 * 12;
+  if (cfg.ckpt.async && !cfg.ckpt.dir.empty())
+    plan.snapshot = sharded_state_bytes(host, build_units(cfg.model), world, 4) / 16 * 12;
   return plan;
 }
 

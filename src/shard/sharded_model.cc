@@ -372,7 +372,8 @@ MemoryStats ShardedModel::memory() const {
   MemoryStats m;
   for (const UnitShard& s : shards_) {
     m.sharded_state_bytes +=
-        bytes_of(s.param) + bytes_of(s.grad) + bytes_of(s.m) + bytes_of(s.v) + bytes_of(s.frozen) + bytes_of(s.nf4_words);
+        bytes_of(s.param) + bytes_of(s.grad) + bytes_of(s.m) + bytes_of(s.v) + bytes_of(s.frozen) +
+        bytes_of(s.nf4_words);
     m.padding_elements += s.slot - s.span.count;
   }
   for (const Slot& s : unit_params_) m.gather_buffer_bytes += bytes_of(s.data);

@@ -150,8 +150,8 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
                 cfg.train.global_batch * T, " tokens per step)", cfg.train.recompute ? ", recompute on" : "");
     ST_LOG_INFO("backend: ", engine.sharded().describe());
     ST_LOG_INFO("sharding: ", comm.kind(), " communicator, ", world, " rank(s); per rank: sharded state ",
-                format_mib(mem0.sharded_state_bytes), " (", mem0.padding_elements, " elements of padding), gather buffers ",
-                format_mib(mem0.gather_buffer_bytes));
+                format_mib(mem0.sharded_state_bytes), " (", mem0.padding_elements,
+                " elements of padding), gather buffers ", format_mib(mem0.gather_buffer_bytes));
     if (cfg.train.device == Device::kCuda)
       ST_LOG_INFO("device memory per rank: activations ", format_mib(mem0.activation_bytes), ", workspace ",
                   format_mib(mem0.workspace_bytes), "; in use on the device after set-up ",

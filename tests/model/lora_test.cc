@@ -190,6 +190,10 @@ TEST(LoraConfigKeys, RefusedWithoutARankOrOutOfRange) {
   EXPECT_NE(problem({"--lora.rank=4", "--lora.dropout=1"}).find("lora.dropout must be in [0, 1)"), std::string::npos);
   EXPECT_EQ(problem({"--lora.rank=4", "--lora.dropout=0.1"}), "");
   EXPECT_EQ(problem({"--lora.rank=4", "--lora.base_dtype=nf4"}), "");
+  EXPECT_NE(problem({"--lora.rank=4", "--lora.base_dtype=nf4", "--init.from=base.safetensors", "--ckpt.export=out.h5"})
+                .find("ckpt export STEP --merged"),
+            std::string::npos);
+  EXPECT_EQ(problem({"--lora.rank=4", "--lora.base_dtype=nf4", "--ckpt.export=out.h5"}), "");
   EXPECT_NE(problem({"--lora.base_dtype=nf4"}).find("lora.base_dtype applies when lora.rank > 0"), std::string::npos);
   EXPECT_EQ(problem({"--lora.rank=4", "--lora.alpha=8", "--lora.targets=qkv,proj"}), "");
 }
