@@ -384,7 +384,7 @@ const std::vector<Key>& keys() {
       lora_key("rslora", &LoraConfig::rslora, "LoRA: rank-stabilised scale alpha / sqrt(r) instead of alpha / r"),
       lora_key("base_dtype", &LoraConfig::base_dtype,
                "LoRA: storage of the frozen base: bf16 (the compute dtype: bf16 on cuda, fp32 on cpu) or nf4 "
-               "(QLoRA's 4-bit NormalFloat, blocks of 64 with double-quantised absmaxes: each block's weight matrices, "
+               "(QLoRA's 4-bit NormalFloat, blocks of 64 with double-quantised absmaxes: each linear layer's weights, "
                "quantised whole once at load and dequantised into the compute dtype after each gather; embeddings, "
                "the LM head, norms and biases are not quantised)"),
       lora_key("from", &LoraConfig::from,

@@ -175,6 +175,16 @@ void add_lora(std::vector<UnitLayout>& units, const ModelConfig& cfg) {
     for (TensorSpec& t : u.tensors)
       if (t.frozen) t.offset = u.numel + u.frozen_numel, u.frozen_numel += t.numel;
     u.nf4_base = u.kind == UnitKind::kBlock && cfg.lora.base_dtype == LoraBase::kNf4;
+    if (!u.nf4_base) continue;
+    for (const LoraLinear& l : lora_linears(cfg)) {  // in each matrix's row order
+      for (TensorSpec& t : u.tensors) {
+        if (t.name != l.weight || l.rows == t.shape[0]) continue;
+        int64_t row0 = 0;
+        for (int64_t r : t.nf4_rows) row0 += r;
+        ST_CHECK(row0 == l.row0, l.name, " starts at row ", l.row0, " of ", t.name, ", not after its layers so far");
+        t.nf4_rows.push_back(l.rows);
+      }
+    }
   }
 }
 

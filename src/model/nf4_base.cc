@@ -1,5 +1,6 @@
 #include "shardtrain/model/nf4_base.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -36,13 +37,24 @@ Nf4UnitStorage nf4_unit_storage(const UnitLayout& unit) {
   for (size_t i = 0; i < unit.tensors.size(); ++i) {
     const TensorSpec& t = unit.tensors[i];
     if (!t.frozen) continue;
-    Nf4Part p;
-    p.tensor = static_cast<int>(i);
-    p.byte_offset = at;
-    p.quantized = nf4_quantizes(unit, t);
-    p.bytes = p.quantized ? nf4_bytes(t.numel) : t.numel * static_cast<int64_t>(sizeof(float));
-    at = round_up(at + p.bytes, kPartAlignment);
-    s.parts.push_back(p);
+    const bool quantized = nf4_quantizes(unit, t);
+    const int64_t row_len = t.numel / std::max<int64_t>(t.shape[0], 1);
+    std::vector<int64_t> rows = t.nf4_rows;
+    if (!quantized || rows.empty()) rows = {t.shape.empty() ? 1 : t.shape[0]};
+    int64_t first = 0;
+    for (int64_t r : rows) {
+      Nf4Part p;
+      p.tensor = static_cast<int>(i);
+      p.first = first;
+      p.numel = quantized ? r * row_len : t.numel;
+      p.byte_offset = at;
+      p.quantized = quantized;
+      p.bytes = quantized ? nf4_bytes(p.numel) : p.numel * static_cast<int64_t>(sizeof(float));
+      at = round_up(at + p.bytes, kPartAlignment);
+      first += p.numel;
+      s.parts.push_back(p);
+    }
+    ST_CHECK(first == t.numel, unit.name, ".", t.name, ": its NF4 parts cover ", first, " of ", t.numel, " elements");
   }
   s.words = at / static_cast<int64_t>(sizeof(float));
   return s;
@@ -52,9 +64,9 @@ void nf4_quantize_unit(const UnitLayout& unit, const Nf4UnitStorage& s, const fl
   std::memset(storage, 0, static_cast<size_t>(s.words) * sizeof(float));  // the alignment gaps too
   for (const Nf4Part& p : s.parts) {
     const TensorSpec& t = unit.tensors[static_cast<size_t>(p.tensor)];
-    const float* x = segment + segment_offset(unit, t);
+    const float* x = segment + segment_offset(unit, t) + p.first;
     if (p.quantized)
-      nf4_quantize(x, t.numel, nf4_view(storage + p.byte_offset, t.numel), unit.name + "." + t.name);
+      nf4_quantize(x, p.numel, nf4_view(storage + p.byte_offset, p.numel), nf4_part_name(unit, p));
     else
       std::memcpy(storage + p.byte_offset, x, static_cast<size_t>(p.bytes));
   }
@@ -63,12 +75,19 @@ void nf4_quantize_unit(const UnitLayout& unit, const Nf4UnitStorage& s, const fl
 void nf4_dequantize_unit(const UnitLayout& unit, const Nf4UnitStorage& s, const uint8_t* storage, float* segment) {
   for (const Nf4Part& p : s.parts) {
     const TensorSpec& t = unit.tensors[static_cast<size_t>(p.tensor)];
-    float* out = segment + segment_offset(unit, t);
+    float* out = segment + segment_offset(unit, t) + p.first;
     if (p.quantized)
-      nf4_dequantize(nf4_view(storage + p.byte_offset, t.numel), out);
+      nf4_dequantize(nf4_view(storage + p.byte_offset, p.numel), out);
     else
       std::memcpy(out, storage + p.byte_offset, static_cast<size_t>(p.bytes));
   }
+}
+
+std::string nf4_part_name(const UnitLayout& unit, const Nf4Part& p) {
+  const TensorSpec& t = unit.tensors[static_cast<size_t>(p.tensor)];
+  if (p.numel == t.numel) return unit.name + "." + t.name;
+  const int64_t row_len = t.numel / t.shape[0];
+  return str_cat(unit.name, ".", t.name, " rows [", p.first / row_len, ", ", (p.first + p.numel) / row_len, ")");
 }
 
 float unwritten_frozen() { return std::numeric_limits<float>::quiet_NaN(); }

@@ -145,7 +145,7 @@ void DeviceShards<T>::store_nf4(int unit, const gpu::GpuContext& ctx) {
   ST_CHECK(static_cast<int64_t>(h.frozen.size()) == u.frozen_numel, "store_nf4 of ", u.name, " without its view");
   // One matrix at a time: its fp32 values uploaded and quantised into the whole storage, whose span is then kept.
   int64_t largest = 0;
-  for (const Nf4Part& p : s.parts) largest = std::max(largest, u.tensors[static_cast<size_t>(p.tensor)].numel);
+  for (const Nf4Part& p : s.parts) largest = std::max(largest, p.numel);
   DeviceBuffer<uint8_t> storage(s.words * 4);
   DeviceBuffer<float> values(largest);
   DeviceBuffer<unsigned char> scratch(static_cast<int64_t>(gpu::nf4_quantize_scratch_bytes(largest)));
@@ -155,16 +155,16 @@ void DeviceShards<T>::store_nf4(int unit, const gpu::GpuContext& ctx) {
   zero_async(storage, storage.size(), ctx.stream);  // the gaps between parts
   for (const Nf4Part& p : s.parts) {
     const TensorSpec& t = u.tensors[static_cast<size_t>(p.tensor)];
-    const float* x = h.frozen.data() + (t.offset - u.numel);
+    const float* x = h.frozen.data() + (t.offset - u.numel) + p.first;
     if (!p.quantized) {
       ST_CUDA_CHECK(cudaMemcpyAsync(storage.data() + p.byte_offset, x, static_cast<size_t>(p.bytes),
                                     cudaMemcpyHostToDevice, ctx.stream));
       continue;
     }
-    ST_CUDA_CHECK(cudaMemcpyAsync(values.data(), x, static_cast<size_t>(t.numel) * sizeof(float),
+    ST_CUDA_CHECK(cudaMemcpyAsync(values.data(), x, static_cast<size_t>(p.numel) * sizeof(float),
                                   cudaMemcpyHostToDevice, ctx.stream));
-    gpu::nf4_quantize<float>(values.data(), t.numel, nf4_view(storage.data() + p.byte_offset, t.numel),
-                             u.name + "." + t.name, q);  // waits for ctx.stream
+    gpu::nf4_quantize<float>(values.data(), p.numel, nf4_view(storage.data() + p.byte_offset, p.numel),
+                             nf4_part_name(u, p), q);  // waits for ctx.stream
   }
   zero_async(d.nf4, d.nf4.size(), ctx.stream);  // the padding past the span
   ST_CUDA_CHECK(cudaMemcpyAsync(d.nf4.data(), storage.data() + h.nf4_span.offset * 4, h.nf4_span.count * 4,
@@ -178,11 +178,11 @@ void DeviceShards<T>::dequantize_nf4(int unit, const uint8_t* storage, T* segmen
   const UnitLayout& u = units_[static_cast<size_t>(unit)];
   for (const Nf4Part& p : nf4_storage_[static_cast<size_t>(unit)].parts) {
     const TensorSpec& t = u.tensors[static_cast<size_t>(p.tensor)];
-    T* out = segment + (t.offset - u.numel);
+    T* out = segment + (t.offset - u.numel) + p.first;
     if (p.quantized)
-      gpu::nf4_dequantize<T>(nf4_view(storage + p.byte_offset, t.numel), out, ctx);
+      gpu::nf4_dequantize<T>(nf4_view(storage + p.byte_offset, p.numel), out, ctx);
     else
-      gpu::convert<T>(out, reinterpret_cast<const float*>(storage + p.byte_offset), t.numel, ctx);
+      gpu::convert<T>(out, reinterpret_cast<const float*>(storage + p.byte_offset), p.numel, ctx);
   }
 }
 

@@ -47,8 +47,8 @@ UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world) {
     if (world > 1) s.nf4_full = std::max(s.nf4_full, nf4_slot * world);
     s.nf4_segment = std::max(s.nf4_segment, u.frozen_numel);
     s.nf4_storage_words = std::max(s.nf4_storage_words, words);
-    for (const TensorSpec& t : u.tensors)
-      if (nf4_quantizes(u, t)) s.nf4_tensor = std::max(s.nf4_tensor, t.numel);
+    for (const Nf4Part& p : nf4_unit_storage(u).parts)
+      if (p.quantized) s.nf4_tensor = std::max(s.nf4_tensor, p.numel);
   }
   return s;
 }

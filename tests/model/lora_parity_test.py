@@ -17,7 +17,7 @@ AdamW (decay on every adapter) with the same schedule and global-norm clip over 
   * the base bit-identical before and after training.
 
 With lora.base_dtype = nf4 (QLoRA) the PyTorch side starts from the base as drawn, before quantisation
-(init_unquantised.h5), and quantises it here: each block's matrix whole, in shardtrain's layout, with nf4_test.py's
+(init_unquantised.h5), and quantises it here: each block's linear layer whole, in shardtrain's layout, with nf4_test.py's
 NumPy NF4 (QLoRA's paper: blocks of 64, double-quantised absmaxes), then dequantises it; embeddings, head, norms and
 biases stay as drawn. shardtrain's base (init.h5) must equal that bit for bit, the bars above hold against PyTorch on
 it, and PyTorch on the unquantised base must miss the loss bar (else the test could not tell NF4 from no
@@ -91,7 +91,7 @@ def scale_of(trace):
 
 
 def nf4_base(trace, drawn):
-    """The base as lora.base_dtype = nf4 holds it: each block's matrix (two dimensions) quantised whole to NF4 and
+    """The base as lora.base_dtype = nf4 holds it: each block's linear layer quantised whole to NF4 and
     dequantised, in shardtrain's layout ([out, in]: GPT-2's Hugging Face Conv1D tensors, [in, out], are transposed
     for it); the embeddings, the head and every vector as drawn."""
     gpt2 = trace["arch"] == "gpt2"
@@ -101,7 +101,17 @@ def nf4_base(trace, drawn):
             out[k] = v
             continue
         ours = np.ascontiguousarray(v.T if gpt2 else v, dtype=np.float32)
-        back = nf4.reference(ours.reshape(-1))[4].reshape(ours.shape)
+        # Each Hugging Face layer on its own, as bitsandbytes quantises it: llama's stacked q/k/v (q: n_embd rows, k
+        # and v half the rest each) and gate/up (half each); GPT-2's c_attn is one layer.
+        rows, width = ours.shape
+        layers = [rows]
+        if not gpt2 and k.endswith("attn.qkv.weight"):
+            layers = [width, (rows - width) // 2, (rows - width) // 2]
+        elif not gpt2 and k.endswith("mlp.gate_up.weight"):
+            layers = [rows // 2, rows // 2]
+        cut = np.cumsum([0] + layers)
+        back = np.concatenate([nf4.reference(ours[a:b].reshape(-1))[4].reshape(b - a, width)
+                               for a, b in zip(cut[:-1], cut[1:])])
         out[k] = np.ascontiguousarray(back.T) if gpt2 else back
     return out
 

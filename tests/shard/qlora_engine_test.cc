@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -57,6 +58,32 @@ std::vector<float> round_trip(const UnitLayout& u, const Config& c) {
   std::vector<float> segment(static_cast<size_t>(u.frozen_numel));
   init_unit_range(u, c.model, c.train.seed, 0, u.frozen_numel, segment.data(), Segment::kFrozen);
   return testing::nf4_round_trip(u, std::move(segment));
+}
+
+// Each Hugging Face layer is its own NF4 tensor, as bitsandbytes quantises it: llama's stacked q, k, v and gate, up
+// are five parts of two matrices, GPT-2's c_attn one; and quantising a stacked matrix whole would give other weights.
+TEST(Nf4Base, QuantisesEachHuggingFaceLayerOnItsOwn) {
+  const Config llama = qlora(ModelArch::kLlama), gpt2 = qlora(ModelArch::kGpt2);
+  const UnitLayout l = build_units(llama.model)[1], g = build_units(gpt2.model)[1];
+  auto part_sizes = [](const UnitLayout& u, const char* name) {
+    std::vector<int64_t> n;
+    for (const Nf4Part& p : nf4_unit_storage(u).parts)
+      if (u.tensors[static_cast<size_t>(p.tensor)].name == name) n.push_back(p.numel);
+    return n;
+  };
+  const int64_t C = llama.model.n_embd, kv = llama.model.n_kv_head * llama.model.head_dim(), F = llama.model.ffn_dim;
+  EXPECT_EQ(part_sizes(l, "attn.qkv.weight"), (std::vector<int64_t>{C * C, kv * C, kv * C}));
+  EXPECT_EQ(part_sizes(l, "mlp.gate_up.weight"), (std::vector<int64_t>{F * C, F * C}));
+  EXPECT_EQ(part_sizes(l, "attn.qkv.bias"), (std::vector<int64_t>{C + 2 * kv}));
+  EXPECT_EQ(part_sizes(g, "attn.qkv.weight"), (std::vector<int64_t>{3 * C * C}));
+  std::vector<float> segment(static_cast<size_t>(l.frozen_numel));
+  init_unit_range(l, llama.model, llama.train.seed, 0, l.frozen_numel, segment.data(), Segment::kFrozen);
+  const TensorSpec& qkv = l.tensor("attn.qkv.weight");
+  std::vector<float> whole(segment.begin() + (qkv.offset - l.numel),
+                           segment.begin() + (qkv.offset - l.numel) + qkv.numel);
+  nf4_dequantize(nf4_quantize(whole.data(), qkv.numel, qkv.name).view(), whole.data());
+  const std::vector<float> per_layer = testing::nf4_round_trip(l, segment);
+  EXPECT_FALSE(std::equal(whole.begin(), whole.end(), per_layer.begin() + (qkv.offset - l.numel)));
 }
 
 class QloraEngineTest : public ::testing::Test {

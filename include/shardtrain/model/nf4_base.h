@@ -1,8 +1,9 @@
 // QLoRA's frozen base (lora.base_dtype = nf4): how a block's frozen segment (units.h) is stored as NF4.
 //
-// Each frozen matrix of a block is quantised whole, as one NF4 tensor (kernels/nf4.h: its absmax mean is the
-// tensor's), so the storage depends on the unit list only, never on the world size. The block's other frozen tensors
-// (norm weights, biases) keep fp32 values. One unit's storage is one buffer, its parts back to back in tensor order,
+// Each Hugging Face linear layer of a block is quantised whole, as one NF4 tensor (kernels/nf4.h: its absmax mean is
+// the layer's), as bitsandbytes quantises it: a matrix that stacks several (llama's q, k, v and gate, up:
+// TensorSpec::nf4_rows) is several NF4 tensors. The storage depends on the unit list only, never on the world size.
+// The block's other frozen tensors (norm weights, biases) keep fp32 values. One unit's storage is one buffer, its parts back to back in tensor order,
 // each starting on a 16-byte boundary (nf4_layout's sections align with it), padded to whole 4-byte words: that
 // buffer is what the ranks shard and gather, as words, like a unit's parameters.
 //
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "shardtrain/kernels/nf4.h"
@@ -25,7 +27,9 @@
 namespace st {
 
 struct Nf4Part {
-  int tensor = 0;          // index in unit.tensors (a frozen tensor)
+  int tensor = 0;           // index in unit.tensors (a frozen tensor)
+  int64_t first = 0;        // its elements [first, first + numel) (a layer's rows of a stacked matrix; else all)
+  int64_t numel = 0;
   int64_t byte_offset = 0;  // in the unit's storage
   int64_t bytes = 0;
   bool quantized = false;  // NF4 (nf4_layout(numel)); else numel fp32 values
@@ -50,6 +54,9 @@ void nf4_quantize_unit(const UnitLayout& unit, const Nf4UnitStorage& s, const fl
 // The frozen segment as the model computes with it: each quantised weight dequantised (nf4_dequantize), the rest
 // as stored.
 void nf4_dequantize_unit(const UnitLayout& unit, const Nf4UnitStorage& s, const uint8_t* storage, float* segment);
+
+// "block.3.attn.qkv.weight rows [0, 64)": what errors call a part (the whole tensor's name when it is one part).
+std::string nf4_part_name(const UnitLayout& unit, const Nf4Part& p);
 
 // The value pull_unit fills an NF4 unit's frozen view with: a NaN, which no loader writes (they refuse non-finite
 // weights before a push).

@@ -57,6 +57,10 @@ struct TensorSpec {
   // Where the tensor's random initialisation draws from: its offset in the unit without LoRA (an adapter's continues
   // past the base's), so a frozen base initialises as the same model trained in full.
   int64_t init_index = 0;
+  // An NF4 base's matrix that stacks several Hugging Face linear layers (llama's q, k, v; gate, up): their row counts,
+  // in order, each quantised as its own NF4 tensor as bitsandbytes quantises each layer (model/nf4_base.h). Empty:
+  // the matrix is one layer.
+  std::vector<int64_t> nf4_rows;
 };
 
 struct UnitLayout {
