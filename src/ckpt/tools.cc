@@ -124,8 +124,22 @@ std::string inspect_checkpoint(const std::string& step_dir) {
      << "format_version " << m.format_version << "\n"
      << "optimizer_updates " << m.optimizer_updates << "\n"
      << "data_cursor " << m.data_cursor << "\n"
-     << "model n_layer=" << m.model.n_layer << " n_head=" << m.model.n_head << " n_embd=" << m.model.n_embd
-     << " vocab_size=" << m.model.vocab_size << " seq_len=" << m.model.seq_len << "\n";
+     << "model arch=" << to_string(m.model.arch) << " n_layer=" << m.model.n_layer << " n_head=" << m.model.n_head
+     << " n_embd=" << m.model.n_embd << " vocab_size=" << m.model.vocab_size << " seq_len=" << m.model.seq_len;
+  if (m.model.is_llama()) os << " n_kv_head=" << m.model.kv_heads() << " ffn_dim=" << m.model.ffn_dim;
+  os << "\n";
+  // A LoRA checkpoint holds the adapters; the base it applies to is named, not stored.
+  const LoraConfig& l = m.model.lora;
+  if (l.enabled()) {
+    os << "lora rank=" << l.rank << " alpha=" << l.alpha << " targets=" << l.targets
+       << " rslora=" << (l.rslora ? "true" : "false") << " dropout=" << l.dropout
+       << " base_dtype=" << to_string(l.base_dtype) << "\n";
+    if (m.base.init_from.empty())
+      os << "lora base: drawn from train.seed " << m.seed << "\n";
+    else
+      os << "lora base: init.from " << m.base.init_from << "\n";
+    for (const ManifestBaseFile& f : m.base.files) os << "  " << f.name << " sha256=" << f.sha256 << "\n";
+  }
   os << "units " << m.units.size() << "\n";
   for (const ManifestUnit& u : m.units) {
     os << "  " << u.name << " numel=" << u.numel << "\n";

@@ -100,7 +100,6 @@ void check_lora_keys(const Config& c, Add&& add, FloatCheck&& float_check) {
   if (c.train.device == Device::kCuda && c.dist.sharding != ShardingMode::kFull)
     add("dist.sharding (", to_string(c.dist.sharding),
         ") with lora.rank > 0 on train.device=cuda is not built yet: ", "use full");
-  if (c.ckpt.replicas != 0) add("lora.rank > 0 with ckpt.replicas=1 (node-local checkpoints) is not built yet");
   // The end of a run holds the dequantised base only; the original weights are init.from's files.
   if (l.base_dtype == LoraBase::kNf4 && !c.init.from.empty() && !c.ckpt.export_path.empty())
     add("ckpt.export with lora.base_dtype=nf4 would merge the adapters into the NF4-rounded base; merge them into ",

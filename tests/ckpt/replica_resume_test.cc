@@ -276,13 +276,25 @@ TEST(NodeLocalLock, EachNodeLocksItsOwnDirectoryAndASharedOneIsRefusedNamingBoth
 
 // 2 nodes x 2 ranks save with replicas, node 1's directory is wiped, and a fresh world resumes: node 1's
 // directory is restored from node 0's copy and every rank loads the saved state bit for bit.
-TEST(ReplicaResume, WipedNodeIsRestoredFromItsNeighbourAndLoadsBitExact) {
+// Full training, LoRA and QLoRA (the adapters' state in the files, the base drawn again from the seed).
+std::vector<Config> replica_configs() {
+  Config full = testing::tiny_config();
+  full.train.steps = 4;
+  full.ckpt.replicas = 1;
+  full.ckpt.keep = 0;
+  Config lora = full;
+  lora.model.lora.rank = 2;
+  lora.model.lora.targets = "qkv,fc";
+  Config qlora = lora;
+  qlora.model.lora.base_dtype = LoraBase::kNf4;
+  return {full, lora, qlora};
+}
+
+// Saves at step 3 on 2 nodes x 2 ranks, wipes node 1, and resumes: node 1 gets its files back from node 0, and the
+// state (and the frozen base) loads bit-exact.
+void wiped_node_restores(Config cfg) {
   omp_set_num_threads(1);
   TempDir tmp;
-  Config cfg = testing::tiny_config();
-  cfg.train.steps = 4;
-  cfg.ckpt.replicas = 1;
-  cfg.ckpt.keep = 0;
   cfg.ckpt.dir = tmp.file("ck/node{node}");
   std::vector<std::vector<float>> saved, loaded;
   fake::spawn(
@@ -296,6 +308,7 @@ TEST(ReplicaResume, WipedNodeIsRestoredFromItsNeighbourAndLoadsBitExact) {
         cs.optimizer_updates = e.updates();
         save_checkpoint(cfg, e.sharded(), cs, comm);
         std::vector<std::vector<float>> s = testing::full_state(e.sharded());
+        for (const UnitLayout& u : e.units()) s.push_back(e.sharded().gather_frozen(u.index));
         if (comm.rank() == 0) saved = std::move(s);
       },
       fake::WorldOptions{2});
@@ -322,6 +335,7 @@ TEST(ReplicaResume, WipedNodeIsRestoredFromItsNeighbourAndLoadsBitExact) {
         const CheckpointState cs = load_checkpoint(*where, cfg, e.sharded(), comm);
         EXPECT_EQ(cs.step, 3);
         std::vector<std::vector<float>> s = testing::full_state(e.sharded());
+        for (const UnitLayout& u : e.units()) s.push_back(e.sharded().gather_frozen(u.index));
         if (comm.rank() == 0) loaded = std::move(s);
       },
       fake::WorldOptions{2});
@@ -337,6 +351,13 @@ TEST(ReplicaResume, WipedNodeIsRestoredFromItsNeighbourAndLoadsBitExact) {
   for (const ManifestFile& f : restored.files)
     EXPECT_EQ(file_digest(tmp.file("ck/node1/step_00000003/" + f.name), restored.digest_piece_bytes), f.digest)
         << f.name;
+}
+
+TEST(ReplicaResume, WipedNodeIsRestoredFromItsNeighbourAndLoadsBitExact) {
+  for (Config cfg : replica_configs()) {
+    SCOPED_TRACE(cfg.model.lora.enabled() ? to_string(cfg.model.lora.base_dtype) : "full");
+    wiped_node_restores(cfg);
+  }
 }
 
 }  // namespace

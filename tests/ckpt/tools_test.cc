@@ -298,11 +298,34 @@ TEST_F(CkptToolsTest, InspectPrintsStateUnitsAndFiles) {
   for (const std::string& line :
        {std::string("step 2\n"), std::string("world_size 3\n"), std::string("format_version 2\n"),
         "optimizer_updates " + std::to_string(m.optimizer_updates) + "\n", std::string("data_cursor 12\n"),
-        std::string("model n_layer=2 n_head=2 n_embd=16 vocab_size=50 seq_len=8\n"), std::string("units 4\n"),
+        std::string("model arch=gpt2 n_layer=2 n_head=2 n_embd=16 vocab_size=50 seq_len=8\n"),
+        std::string("units 4\n"),
         std::string("  embedding numel=2176\n"), std::string("    wte [128, 16]\n"),
         std::string("    attn.qkv.weight [48, 16]\n"), std::string("  head numel=32\n"),
         "  rank_00002.h5 bytes=" + std::to_string(m.files[2].bytes) + " piece_sha256=" + m.files[2].digest + "\n"})
     EXPECT_TRUE(contains(text, line)) << "missing: " << line << "in:\n" << text;
+}
+
+// A LoRA checkpoint lists its adapters, their settings and the base they apply to (here the seed's: no files).
+TEST_F(CkptToolsTest, InspectPrintsTheLoraSettingsAndTheBase) {
+  Config c = cfg_;
+  c.model.arch = ModelArch::kLlama;
+  c.model.n_head = 4;
+  c.model.n_kv_head = 2;
+  c.model.ffn_dim = 40;
+  c.model.lora.rank = 3;
+  c.model.lora.alpha = 6;
+  c.model.lora.targets = "q,down";
+  c.model.lora.base_dtype = LoraBase::kNf4;
+  c.ckpt.dir = tmp_.file("lora");
+  const std::string text = inspect_checkpoint(train_and_save(c, 2, 1).step_dir);
+  for (const std::string& line :
+       {std::string("model arch=llama n_layer=2 n_head=4 n_embd=16 vocab_size=50 seq_len=8 n_kv_head=2 ffn_dim=40\n"),
+        std::string("lora rank=3 alpha=6 targets=q,down rslora=false dropout=0 base_dtype=nf4\n"),
+        "lora base: drawn from train.seed " + std::to_string(c.train.seed) + "\n"})
+    EXPECT_TRUE(contains(text, line)) << "missing: " << line << "in:\n" << text;
+  EXPECT_TRUE(contains(text, "    lora.down.A [3, 40]\n")) << text;
+  EXPECT_FALSE(contains(text, "mlp.down.weight")) << "the frozen base is not in the files:\n" << text;
 }
 
 TEST_F(CkptToolsTest, ExportSafetensorsEqualsTheGatheredParameters) {
