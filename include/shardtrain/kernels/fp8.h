@@ -1,0 +1,62 @@
+// FP8: the two 8-bit float formats of Hopper and Ada tensor cores (OCP FP8, as CUDA's __nv_fp8_e4m3 and
+// __nv_fp8_e5m2), and the scaled casts that feed FP8 GEMMs. The CPU reference of train.fp8: the GPU's casts give these
+// bytes, and the CPU backend computes with the values they decode to.
+//
+//   E4M3: sign, 4 exponent bits (bias 7), 3 mantissa bits; no infinity, NaN = S.1111.111; largest finite 448,
+//         smallest normal 2^-6, smallest subnormal 2^-9.
+//   E5M2: sign, 5 exponent bits (bias 15), 2 mantissa bits; IEEE-like (infinities, NaNs); largest finite 57344,
+//         smallest normal 2^-14, smallest subnormal 2^-16.
+//
+// A cast rounds to nearest, ties to the even code, and saturates: a finite value beyond the largest finite one
+// becomes it, with its sign (CUDA's __NV_SATFINITE, what cuBLASLt's FP8 outputs and our cast kernels use). Non-finite
+// inputs are refused before any cast (kBadInput naming the tensor and the element).
+//
+// A scaled cast stores q = fp8(x * scale) and the GEMM multiplies its result by 1 / scale: scale = max / amax puts the
+// tensor's (or row's) largest magnitude at the format's largest finite value, torchao's dynamic scaling:
+//   const float s = fp8_scale(amax, Fp8Format::kE4M3);
+//   fp8_quantize(x, n, s, Fp8Format::kE4M3, q, "block.3 attn.qkv input");
+//   float back = fp8_decode(q[i], Fp8Format::kE4M3) / s;
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace st {
+
+enum class Fp8Format { kE4M3, kE5M2 };
+
+// "e4m3", "e5m2".
+const char* to_string(Fp8Format f);
+
+// The largest finite value: 448 (E4M3), 57344 (E5M2).
+float fp8_max(Fp8Format f);
+
+// The code of x rounded to nearest (ties to even), saturated to the largest finite value; x finite.
+uint8_t fp8_encode(float x, Fp8Format f);
+
+// The value of a code (NaN for E4M3's and E5M2's NaN codes, +-infinity for E5M2's infinities).
+float fp8_decode(uint8_t code, Fp8Format f);
+
+// The scale that maps a largest magnitude `amax` onto fp8_max(f): fp8_max(f) / max(amax, 1e-12), in float (an amax of
+// 0 gives a finite scale, and every code 0). With power_of_2 the scale is rounded down to a power of two (torchao's
+// rowwise recipe), so that scaling and unscaling are exact.
+float fp8_scale(float amax, Fp8Format f, bool power_of_2 = false);
+
+// q[i] = fp8_encode(x[i] * scale, f) (the product in float), i < n. Refuses the first non-finite x[i] (kBadInput:
+// "<what>: element <i> is <value>; FP8 casts finite values only").
+void fp8_quantize(const float* x, int64_t n, float scale, Fp8Format f, uint8_t* q, const std::string& what);
+
+// The largest |x[i]|, i < n (0 for n = 0).
+float abs_max(const float* x, int64_t n);
+
+// Which elements of a matrix share a scale: all of them (tensorwise), each row's, or each column's (rowwise recipes
+// scale an activation per row and a weight along the dimension that is not summed over).
+enum class Fp8Scaling { kTensor, kRow, kColumn };
+
+// The row-major matrix x [rows, cols] as an FP8 GEMM computes with it: each element cast with its group's scale,
+// fp8_scale(the group's abs_max, f, power_of_2), and multiplied by 1 / scale (the dequantisation factor cuBLASLt
+// applies to the product). out may be x. Refuses a non-finite element as fp8_quantize does, naming `what`.
+void fp8_round_trip(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
+                    float* out, const std::string& what);
+
+}  // namespace st

@@ -1,0 +1,121 @@
+#include "shardtrain/kernels/fp8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "shardtrain/core/error.h"
+
+namespace st {
+
+namespace {
+
+struct Format {
+  int man_bits;      // mantissa bits
+  int bias;          // exponent bias
+  uint8_t max_code;  // the largest finite value's code, sign clear
+  float max;
+};
+
+Format format(Fp8Format f) {
+  return f == Fp8Format::kE4M3 ? Format{3, 7, 0x7E, 448.0f} : Format{2, 15, 0x7B, 57344.0f};
+}
+
+}  // namespace
+
+const char* to_string(Fp8Format f) { return f == Fp8Format::kE4M3 ? "e4m3" : "e5m2"; }
+
+float fp8_max(Fp8Format f) { return format(f).max; }
+
+uint8_t fp8_encode(float x, Fp8Format f) {
+  const Format F = format(f);
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  const double a = std::fabs(static_cast<double>(x));
+  if (a >= F.max) return sign | F.max_code;
+  const int steps = 1 << F.man_bits;  // codes per binade
+  const int min_exp = 1 - F.bias;     // the smallest normal's exponent
+  int e = 0;
+  std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1): a's binade is 2^(e - 1)
+  --e;
+  // In units of the last place of a's binade (of the subnormals' below the smallest normal), rounded half to even:
+  // every step is exact in double, and nearbyint rounds to even under the default rounding mode.
+  const int binade = a == 0.0 ? min_exp : std::max(e, min_exp);
+  const double ulps = std::nearbyint(std::ldexp(a, F.man_bits - binade));
+  // Codes are ordered as the values: the subnormal range counts ulps from code 0, each normal binade from its first
+  // code; a round-up to the next binade's first code falls out of the same sum.
+  int64_t code = binade == min_exp && a < std::ldexp(1.0, min_exp)
+                     ? static_cast<int64_t>(ulps)
+                     : static_cast<int64_t>(binade - min_exp + 1) * steps + static_cast<int64_t>(ulps) - steps;
+  if (code > F.max_code) code = F.max_code;
+  return static_cast<uint8_t>(sign | code);
+}
+
+float fp8_decode(uint8_t code, Fp8Format f) {
+  const Format F = format(f);
+  const bool negative = (code & 0x80) != 0;
+  const int bits = code & 0x7F;
+  const int exp_field = bits >> F.man_bits, man = bits & ((1 << F.man_bits) - 1);
+  const int exp_max = (1 << (7 - F.man_bits)) - 1;
+  float v = 0.0f;
+  if (f == Fp8Format::kE4M3 && bits == 0x7F) {
+    v = std::numeric_limits<float>::quiet_NaN();
+  } else if (f == Fp8Format::kE5M2 && exp_field == exp_max) {
+    v = man == 0 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+  } else if (exp_field == 0) {
+    v = static_cast<float>(std::ldexp(static_cast<double>(man), 1 - F.bias - F.man_bits));
+  } else {
+    v = static_cast<float>(std::ldexp(static_cast<double>(man + (1 << F.man_bits)), exp_field - F.bias - F.man_bits));
+  }
+  return negative ? -v : v;
+}
+
+float fp8_scale(float amax, Fp8Format f, bool power_of_2) {
+  const float scale = fp8_max(f) / std::max(amax, 1e-12f);
+  if (!power_of_2) return scale;
+  int e = 0;
+  std::frexp(scale, &e);  // scale = m 2^e, m in [0.5, 1)
+  return std::ldexp(1.0f, e - 1);
+}
+
+void fp8_quantize(const float* x, int64_t n, float scale, Fp8Format f, uint8_t* q, const std::string& what) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) ST_BAD_INPUT(what, ": element ", i, " is ", x[i], "; FP8 casts finite values only");
+    q[i] = fp8_encode(x[i] * scale, f);
+  }
+}
+
+float abs_max(const float* x, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  return m;
+}
+
+void fp8_round_trip(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
+                    float* out, const std::string& what) {
+  const int64_t n = rows * cols;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) ST_BAD_INPUT(what, ": element ", i, " is ", x[i], "; FP8 casts finite values only");
+  // The scale of each group: one, one per row, or one per column.
+  std::vector<float> amax(static_cast<size_t>(scaling == Fp8Scaling::kTensor ? 1
+                                              : scaling == Fp8Scaling::kRow  ? rows
+                                                                             : cols),
+                          0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      float& m = amax[static_cast<size_t>(scaling == Fp8Scaling::kTensor ? 0 : scaling == Fp8Scaling::kRow ? r : c)];
+      m = std::max(m, std::fabs(x[r * cols + c]));
+    }
+  std::vector<float> scale(amax.size()), inverse(amax.size());
+  for (size_t g = 0; g < amax.size(); ++g) {
+    scale[g] = fp8_scale(amax[g], f, power_of_2);
+    inverse[g] = 1.0f / scale[g];
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t g = static_cast<size_t>(scaling == Fp8Scaling::kTensor ? 0 : scaling == Fp8Scaling::kRow ? r : c);
+      out[r * cols + c] = fp8_decode(fp8_encode(x[r * cols + c] * scale[g], f), f) * inverse[g];
+    }
+}
+
+}  // namespace st

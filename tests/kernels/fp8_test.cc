@@ -1,0 +1,236 @@
+// The FP8 casts (kernels/fp8.h) against a brute-force reference written here: every code's value from the formats'
+// definitions, and the nearest finite code to a value found by searching all 256 codes, ties to the even code,
+// saturated at the largest finite value. Checked on every code's value, every midpoint between neighbouring codes and
+// the floats beside it, subnormals of both the format and float, random values over 40 binades, values past the
+// largest finite one; non-finite inputs are refused; scales map a tensor's largest magnitude onto the format's.
+#include "shardtrain/kernels/fp8.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "shardtrain/core/error.h"
+#include "shardtrain/kernels/matmul.h"
+
+namespace st {
+namespace {
+
+constexpr Fp8Format kFormats[] = {Fp8Format::kE4M3, Fp8Format::kE5M2};
+
+// The value of a code from the format's definition (exponent bits, bias, mantissa bits), NaN for non-finite codes.
+double reference_value(uint8_t code, Fp8Format f) {
+  const int man_bits = f == Fp8Format::kE4M3 ? 3 : 2, bias = f == Fp8Format::kE4M3 ? 7 : 15;
+  const int e = (code & 0x7F) >> man_bits, m = code & ((1 << man_bits) - 1);
+  const int e_max = (1 << (7 - man_bits)) - 1;
+  if (f == Fp8Format::kE4M3 && e == e_max && m == (1 << man_bits) - 1) return NAN;
+  if (f == Fp8Format::kE5M2 && e == e_max) return NAN;  // infinities and NaNs: never a cast's result here
+  const double mag = e == 0 ? std::ldexp(m, 1 - bias - man_bits) : std::ldexp(m + (1 << man_bits), e - bias - man_bits);
+  return (code & 0x80) ? -mag : mag;
+}
+
+// The finite code nearest to x, ties to the even code, |x| past the largest finite value saturated to it.
+uint8_t reference_encode(float x, Fp8Format f) {
+  int best = -1;
+  double best_d = INFINITY;
+  for (int c = 0; c < 256; ++c) {
+    const double v = reference_value(static_cast<uint8_t>(c), f);
+    if (std::isnan(v) || std::signbit(v) != std::signbit(x)) continue;
+    const double d = std::fabs(v - static_cast<double>(x));
+    if (d < best_d || (d == best_d && (c & 1) == 0)) best = c, best_d = d;
+  }
+  return static_cast<uint8_t>(best);
+}
+
+TEST(Fp8, CodesDecodeToTheFormatsValues) {
+  for (Fp8Format f : kFormats)
+    for (int c = 0; c < 256; ++c) {
+      const double want = reference_value(static_cast<uint8_t>(c), f);
+      const float got = fp8_decode(static_cast<uint8_t>(c), f);
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(got) || std::isinf(got)) << to_string(f) << " code " << c;
+      else
+        EXPECT_EQ(static_cast<double>(got), want) << to_string(f) << " code " << c;
+    }
+  EXPECT_EQ(fp8_decode(0x7E, Fp8Format::kE4M3), 448.0f);
+  EXPECT_EQ(fp8_decode(0x38, Fp8Format::kE4M3), 1.0f);
+  EXPECT_EQ(fp8_decode(0x01, Fp8Format::kE4M3), std::ldexp(1.0f, -9));
+  EXPECT_TRUE(std::isnan(fp8_decode(0xFF, Fp8Format::kE4M3)));
+  EXPECT_EQ(fp8_decode(0x7B, Fp8Format::kE5M2), 57344.0f);
+  EXPECT_EQ(fp8_decode(0x3C, Fp8Format::kE5M2), 1.0f);
+  EXPECT_EQ(fp8_decode(0x01, Fp8Format::kE5M2), std::ldexp(1.0f, -16));
+  EXPECT_EQ(fp8_decode(0x7C, Fp8Format::kE5M2), INFINITY);
+  EXPECT_EQ(fp8_max(Fp8Format::kE4M3), 448.0f);
+  EXPECT_EQ(fp8_max(Fp8Format::kE5M2), 57344.0f);
+}
+
+// Every value a code holds, every midpoint between neighbours (a tie: the even code wins) and the floats just beside
+// each midpoint (no tie: the nearer code).
+TEST(Fp8, CastsRoundToNearestEvenAtEveryCodeAndMidpoint) {
+  for (Fp8Format f : kFormats) {
+    std::vector<float> values;
+    for (int c = 0; c < 128; ++c) {
+      const double v = reference_value(static_cast<uint8_t>(c), f), next = reference_value(static_cast<uint8_t>(c + 1), f);
+      if (std::isnan(v)) continue;
+      values.push_back(static_cast<float>(v));
+      if (std::isnan(next) || c + 1 >= 128) continue;
+      const float mid = static_cast<float>((v + next) / 2);  // exact: a few bits past the code's mantissa
+      values.insert(values.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)});
+    }
+    int ties = 0;
+    for (float v : values)
+      for (float x : {v, -v}) {
+        EXPECT_EQ(fp8_encode(x, f), reference_encode(x, f)) << to_string(f) << " x " << x;
+        ties += fp8_decode(fp8_encode(x, f), f) != x && std::fabs(x) < fp8_max(f) ? 1 : 0;
+      }
+    EXPECT_GT(ties, 200) << "the midpoints were cast";
+  }
+}
+
+// Random magnitudes over 2^-30 .. 2^20 (the format's and float's subnormals, past the largest finite value), both signs.
+TEST(Fp8, CastsRandomValuesAsTheReferenceAndSaturates) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> log2_mag(-30.0, 20.0);
+  for (Fp8Format f : kFormats) {
+    for (int i = 0; i < 20000; ++i) {
+      const float x = static_cast<float>(std::exp2(log2_mag(rng)) * (i % 2 ? -1 : 1));
+      ASSERT_EQ(fp8_encode(x, f), reference_encode(x, f)) << to_string(f) << " x " << x;
+    }
+    const uint8_t max_code = f == Fp8Format::kE4M3 ? 0x7E : 0x7B;
+    for (float big : {fp8_max(f) * 1.01f, 1e30f, std::numeric_limits<float>::max()}) {
+      EXPECT_EQ(fp8_encode(big, f), max_code) << to_string(f);
+      EXPECT_EQ(fp8_encode(-big, f), 0x80 | max_code) << to_string(f);
+    }
+    EXPECT_EQ(fp8_encode(std::numeric_limits<float>::denorm_min(), f), 0);
+    EXPECT_EQ(fp8_encode(-0.0f, f), 0x80);
+  }
+  EXPECT_EQ(fp8_encode(464.0f, Fp8Format::kE4M3), 0x7E);  // the midpoint to E4M3's NaN code saturates
+}
+
+TEST(Fp8, ScaledCastsRefuseNonFiniteValuesAndMapTheLargestMagnitudeToTheMax) {
+  for (Fp8Format f : kFormats) {
+    const std::vector<float> x = {0.5f, -3.25f, 0.001f, 2.0f};
+    const float s = fp8_scale(abs_max(x.data(), 4), f);
+    std::vector<uint8_t> q(4);
+    fp8_quantize(x.data(), 4, s, f, q.data(), "t");
+    EXPECT_EQ(fp8_decode(q[1], f), -fp8_max(f)) << to_string(f);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(q[static_cast<size_t>(i)], fp8_encode(x[static_cast<size_t>(i)] * s, f));
+    // An amax of 0: a finite scale, every code 0.
+    const std::vector<float> zeros(3, 0.0f);
+    const float z = fp8_scale(abs_max(zeros.data(), 3), f);
+    EXPECT_TRUE(std::isfinite(z));
+    fp8_quantize(zeros.data(), 3, z, f, q.data(), "zeros");
+    EXPECT_EQ(q[0] | q[1] | q[2], 0);
+    // Power-of-two scales: a power of two in (scale / 2, scale].
+    const float p = fp8_scale(3.25f, f, /*power_of_2=*/true);
+    int e = 0;
+    EXPECT_EQ(std::frexp(p, &e), 0.5f);
+    EXPECT_LE(p, s);
+    EXPECT_GT(2 * p, s);
+    for (float bad : {NAN, INFINITY, -INFINITY}) {
+      const std::vector<float> y = {1.0f, bad};
+      try {
+        fp8_quantize(y.data(), 2, 1.0f, f, q.data(), "block.2 mlp.fc input");
+        ADD_FAILURE() << "accepted " << bad;
+      } catch (const Error& err) {
+        EXPECT_EQ(err.kind(), ErrorKind::kBadInput);
+        EXPECT_NE(std::string(err.what()).find("block.2 mlp.fc input: element 1 is"), std::string::npos) << err.what();
+      }
+    }
+  }
+}
+
+// Signal-to-noise ratio of x against ref in dB, 20 log10(||ref|| / ||ref - x||), the measure torchao's FP8 tests use.
+double snr_db(const std::vector<float>& ref, const std::vector<float>& x) {
+  double s = 0, e = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    s += static_cast<double>(ref[i]) * ref[i];
+    e += (static_cast<double>(ref[i]) - x[i]) * (static_cast<double>(ref[i]) - x[i]);
+  }
+  return 10 * std::log10(s / std::max(e, 1e-300));
+}
+
+std::vector<float> normal(int64_t n, double sigma, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> d(0.0, sigma);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = static_cast<float>(d(rng));
+  return v;
+}
+
+// Rows (or columns) six orders of magnitude apart: one tensorwise scale flushes the small ones to zero, a scale per
+// row keeps them. Every element is its group's cast.
+TEST(Fp8, RoundTripsScaleEachGroupOnItsOwn) {
+  const int64_t rows = 4, cols = 64;
+  std::vector<float> x = normal(rows * cols, 1.0, 3);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(r * cols + c)] *= static_cast<float>(std::pow(10.0, -2 * r));
+  std::vector<float> xt(x.size());  // the transpose, for per-column scales
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) xt[static_cast<size_t>(c * rows + r)] = x[static_cast<size_t>(r * cols + c)];
+  const auto row_of = [&](const std::vector<float>& v, int64_t r) {
+    return std::vector<float>(v.begin() + r * cols, v.begin() + (r + 1) * cols);
+  };
+  std::vector<float> tensor(x.size()), row(x.size()), column(x.size());
+  fp8_round_trip(x.data(), rows, cols, Fp8Format::kE4M3, Fp8Scaling::kTensor, false, tensor.data(), "x");
+  fp8_round_trip(x.data(), rows, cols, Fp8Format::kE4M3, Fp8Scaling::kRow, false, row.data(), "x");
+  fp8_round_trip(xt.data(), cols, rows, Fp8Format::kE4M3, Fp8Scaling::kColumn, false, column.data(), "xt");
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<float> ref = row_of(x, r);
+    EXPECT_GT(snr_db(ref, row_of(row, r)), 28.0) << "row " << r;
+    const float s = fp8_scale(abs_max(ref.data(), cols), Fp8Format::kE4M3);
+    for (int64_t c = 0; c < cols; ++c) {
+      const float want = fp8_decode(fp8_encode(ref[static_cast<size_t>(c)] * s, Fp8Format::kE4M3), Fp8Format::kE4M3) / s;
+      EXPECT_NEAR(row[static_cast<size_t>(r * cols + c)], want, std::fabs(want) * 1e-6f);
+      EXPECT_EQ(column[static_cast<size_t>(c * rows + r)], row[static_cast<size_t>(r * cols + c)]);
+    }
+  }
+  EXPECT_GT(snr_db(row_of(x, 0), row_of(tensor, 0)), 28.0);
+  const std::vector<float> smallest = row_of(tensor, rows - 1);
+  EXPECT_EQ(abs_max(smallest.data(), cols), 0.0f) << "tensorwise: the 1e-6 row is below E4M3's smallest subnormal";
+}
+
+// The three GEMMs of a linear layer on cast operands against fp32: forward (input and weight in E4M3), input gradient
+// (output gradient in E5M2, weight in E4M3), weight gradient (output gradient in E5M2, input in E4M3), tensorwise and
+// rowwise, at torchao's floors: 25 dB forward, 20 dB for the gradients' GEMMs (these shapes give about 28, 25, 25).
+TEST(Fp8, GemmsOfCastOperandsTrackFp32) {
+  const int64_t N = 96, C = 128, OC = 80;
+  const std::vector<float> x = normal(N * C, 1.0, 1), w = normal(OC * C, 0.02, 2), dy = normal(N * OC, 1e-3, 3);
+  std::vector<float> y(static_cast<size_t>(N * OC)), dx(static_cast<size_t>(N * C)), dw(static_cast<size_t>(OC * C));
+  matmul_forward(y.data(), x.data(), w.data(), nullptr, N, static_cast<int>(C), static_cast<int>(OC));
+  matmul_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N, static_cast<int>(C),
+                  static_cast<int>(OC), GradWrite::kOverwrite, GradWrite::kOverwrite);
+  for (bool rowwise : {false, true}) {
+    SCOPED_TRACE(rowwise ? "rowwise" : "tensorwise");
+    const auto cast = [&](const std::vector<float>& v, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling by) {
+      std::vector<float> out(v.size());
+      fp8_round_trip(v.data(), rows, cols, f, rowwise ? by : Fp8Scaling::kTensor, rowwise, out.data(), "operand");
+      return out;
+    };
+    // Rowwise: each operand scaled along the dimension the GEMM does not sum over.
+    const std::vector<float> xq = cast(x, N, C, Fp8Format::kE4M3, Fp8Scaling::kRow),
+                             wq = cast(w, OC, C, Fp8Format::kE4M3, Fp8Scaling::kRow);
+    std::vector<float> yq(y.size()), dxq(dx.size()), dwq(dw.size());
+    matmul_forward(yq.data(), xq.data(), wq.data(), nullptr, N, static_cast<int>(C), static_cast<int>(OC));
+    const std::vector<float> dy_rows = cast(dy, N, OC, Fp8Format::kE5M2, Fp8Scaling::kRow),
+                             w_cols = cast(w, OC, C, Fp8Format::kE4M3, Fp8Scaling::kColumn);
+    matmul_backward(dxq.data(), nullptr, nullptr, dy_rows.data(), x.data(), w_cols.data(), N, static_cast<int>(C),
+                    static_cast<int>(OC), GradWrite::kOverwrite, GradWrite::kOverwrite);
+    const std::vector<float> dy_cols = cast(dy, N, OC, Fp8Format::kE5M2, Fp8Scaling::kColumn),
+                             x_cols = cast(x, N, C, Fp8Format::kE4M3, Fp8Scaling::kColumn);
+    matmul_backward(nullptr, dwq.data(), nullptr, dy_cols.data(), x_cols.data(), w.data(), N, static_cast<int>(C),
+                    static_cast<int>(OC), GradWrite::kOverwrite, GradWrite::kOverwrite);
+    const double fwd = snr_db(y, yq), dgrad = snr_db(dx, dxq), wgrad = snr_db(dw, dwq);
+    EXPECT_GT(fwd, 25.0);
+    EXPECT_GT(dgrad, 20.0);
+    EXPECT_GT(wgrad, 20.0);
+  }
+}
+
+}  // namespace
+}  // namespace st
