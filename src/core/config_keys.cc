@@ -264,6 +264,12 @@ const std::vector<Key>& keys() {
           "timed picks train no faster than the heuristic's at GPT-2 124M and 350M (docs/performance.md, GEMMs); "
           "try it for shapes or GPUs the heuristic may serve less well, and keep it where tokens/s rise. The cpu "
           "backend takes 0 only"),
+      key("train", "fp8", &Config::train, &TrainConfig::fp8,
+          "the GEMMs of the blocks' linear layers in FP8 (docs/performance.md): off; tensorwise (E4M3 inputs and "
+          "weights, E5M2 gradients, one dynamic scale per tensor); rowwise (the same with a scale per row of each "
+          "operand along the dimension the GEMM keeps, powers of two). Master weights, activations, attention, norms, "
+          "embeddings and the classifier stay as train.dtype says. The cpu backend emulates the casts; cuda does not "
+          "run it yet"),
       key("train", "device", &Config::train, &TrainConfig::device,
           "cpu (fp32 reference, OpenBLAS, MPI) or cuda (one GPU per rank, NCCL)"),
       key("train", "dtype", &Config::train, &TrainConfig::dtype,

@@ -143,6 +143,17 @@ MemoryPlan plan_host_memory(const Config& cfg, int world, int64_t replica_bucket
   compute.activation_bytes =
       model_family(cfg.model.arch).cpu_footprint_bytes(cfg.model, cfg.train.micro_batch, cfg.train.recompute);
   compute.runtime_reserve_bytes = kHostReserveBytes;
+  if (cfg.train.fp8 != Fp8Recipe::kOff) {  // the two cast operands of the largest GEMM (model/cpu_linear.h)
+    const int64_t N = cfg.train.micro_batch * cfg.model.seq_len;
+    int64_t a = 0, b = 0;
+    for (const UnitLayout& u : build_units(cfg.model))
+      for (const TensorSpec& t : u.tensors)
+        if (u.kind == UnitKind::kBlock && t.shape.size() == 2) {
+          a = std::max(a, N * std::max(t.shape[0], t.shape[1]));
+          b = std::max(b, std::max(t.numel, N * t.shape[1]));
+        }
+    compute.activation_bytes += 4 * (a + b);
+  }
   MemoryPlan plan = plan_memory(host, world, comm, compute);
   // param, m and v of the 16 bytes an element of sharded state holds (checkpoint_saver.h)
   if (cfg.ckpt.async && !cfg.ckpt.dir.empty())

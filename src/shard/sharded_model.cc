@@ -47,6 +47,7 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
       groups_(make_sharding_groups(cfg, comm)),
       model_(model_family(cfg.model.arch)
                  .make_cpu_model(planned_model(cfg, groups_, comm), cfg.train.micro_batch, cfg.train.recompute)) {
+  model_->set_fp8(fp8_policy(cfg.train.fp8));
   if (cfg.optim.offload != OffloadMode::kNone) {
     HostAdamW::Options o;
     o.threads = static_cast<int>(cfg.optim.offload_threads);

@@ -17,7 +17,10 @@
 
 namespace st::testing {
 
-inline void expect_ranks_equal_one_process(const Config& c, uint64_t seed, std::initializer_list<int> worlds) {
+// param_bar: the parameters' bar (FP8 casts turn a last-bit difference of a reordered sum into a code's step now and
+// then, and take a looser one).
+inline void expect_ranks_equal_one_process(const Config& c, uint64_t seed, std::initializer_list<int> worlds,
+                                           double param_bar = 1e-5) {
   SoloCommunicator solo;
   const Trace ref = train(c, solo, seed, c.train.steps);
   for (int world : worlds) {
@@ -30,7 +33,7 @@ inline void expect_ranks_equal_one_process(const Config& c, uint64_t seed, std::
     for (size_t i = 0; i < ref.losses.size(); ++i)
       EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::fabs(ref.losses[i])) << "world " << world;
     for (size_t u = 0; u < ref.params.size(); ++u)
-      EXPECT_LE(rel_norm_error(got.params[u], ref.params[u]), 1e-5) << "world " << world << " unit " << u;
+      EXPECT_LE(rel_norm_error(got.params[u], ref.params[u]), param_bar) << "world " << world << " unit " << u;
   }
   EXPECT_LT(ref.losses.back(), ref.losses.front());
 }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/snr.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/matmul.h"
 
@@ -145,16 +146,6 @@ TEST(Fp8, ScaledCastsRefuseNonFiniteValuesAndMapTheLargestMagnitudeToTheMax) {
   }
 }
 
-// Signal-to-noise ratio of x against ref in dB, 20 log10(||ref|| / ||ref - x||), the measure torchao's FP8 tests use.
-double snr_db(const std::vector<float>& ref, const std::vector<float>& x) {
-  double s = 0, e = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    s += static_cast<double>(ref[i]) * ref[i];
-    e += (static_cast<double>(ref[i]) - x[i]) * (static_cast<double>(ref[i]) - x[i]);
-  }
-  return 10 * std::log10(s / std::max(e, 1e-300));
-}
-
 std::vector<float> normal(int64_t n, double sigma, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> d(0.0, sigma);
@@ -182,7 +173,7 @@ TEST(Fp8, RoundTripsScaleEachGroupOnItsOwn) {
   fp8_round_trip(xt.data(), cols, rows, Fp8Format::kE4M3, Fp8Scaling::kColumn, false, column.data(), "xt");
   for (int64_t r = 0; r < rows; ++r) {
     const std::vector<float> ref = row_of(x, r);
-    EXPECT_GT(snr_db(ref, row_of(row, r)), 28.0) << "row " << r;
+    EXPECT_GT(testing::snr_db(ref, row_of(row, r)), 28.0) << "row " << r;
     const float s = fp8_scale(abs_max(ref.data(), cols), Fp8Format::kE4M3);
     for (int64_t c = 0; c < cols; ++c) {
       const float want = fp8_decode(fp8_encode(ref[static_cast<size_t>(c)] * s, Fp8Format::kE4M3), Fp8Format::kE4M3) / s;
@@ -190,7 +181,7 @@ TEST(Fp8, RoundTripsScaleEachGroupOnItsOwn) {
       EXPECT_EQ(column[static_cast<size_t>(c * rows + r)], row[static_cast<size_t>(r * cols + c)]);
     }
   }
-  EXPECT_GT(snr_db(row_of(x, 0), row_of(tensor, 0)), 28.0);
+  EXPECT_GT(testing::snr_db(row_of(x, 0), row_of(tensor, 0)), 28.0);
   const std::vector<float> smallest = row_of(tensor, rows - 1);
   EXPECT_EQ(abs_max(smallest.data(), cols), 0.0f) << "tensorwise: the 1e-6 row is below E4M3's smallest subnormal";
 }
@@ -225,7 +216,7 @@ TEST(Fp8, GemmsOfCastOperandsTrackFp32) {
                              x_cols = cast(x, N, C, Fp8Format::kE4M3, Fp8Scaling::kColumn);
     matmul_backward(nullptr, dwq.data(), nullptr, dy_cols.data(), x_cols.data(), w.data(), N, static_cast<int>(C),
                     static_cast<int>(OC), GradWrite::kOverwrite, GradWrite::kOverwrite);
-    const double fwd = snr_db(y, yq), dgrad = snr_db(dx, dxq), wgrad = snr_db(dw, dwq);
+    const double fwd = testing::snr_db(y, yq), dgrad = testing::snr_db(dx, dxq), wgrad = testing::snr_db(dw, dwq);
     EXPECT_GT(fwd, 25.0);
     EXPECT_GT(dgrad, 20.0);
     EXPECT_GT(wgrad, 20.0);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/config_problem.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/error.h"
 
@@ -175,14 +176,7 @@ TEST(LoraUnits, TargetsTakeTheFamilysNames) {
 }
 
 TEST(LoraConfigKeys, RefusedWithoutARankOrOutOfRange) {
-  auto problem = [](const std::vector<std::string>& overrides) {
-    try {
-      load_config(std::nullopt, overrides);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  const auto problem = testing::config_problem;
   EXPECT_NE(problem({"--lora.alpha=16"}).find("lora.alpha applies when lora.rank > 0"), std::string::npos);
   EXPECT_NE(problem({"--lora.rank=-1"}).find("lora.rank must be >= 0"), std::string::npos);
   EXPECT_NE(problem({"--lora.rank=4", "--lora.alpha=0"}).find("lora.alpha must be finite and > 0"), std::string::npos);

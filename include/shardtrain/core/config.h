@@ -111,6 +111,14 @@ struct EnumNames<AttentionImpl> {
       {AttentionImpl::kAuto, "auto"}, {AttentionImpl::kCudnn, "cudnn"}, {AttentionImpl::kFlash, "flash"}};
 };
 
+// train.fp8: the blocks' linear layers in FP8 (model/fp8_policy.h): off, dynamic per-tensor scales, or per-row ones.
+enum class Fp8Recipe { kOff, kTensorwise, kRowwise };
+template <>
+struct EnumNames<Fp8Recipe> {
+  static constexpr EnumName<Fp8Recipe> kList[] = {
+      {Fp8Recipe::kOff, "off"}, {Fp8Recipe::kTensorwise, "tensorwise"}, {Fp8Recipe::kRowwise, "rowwise"}};
+};
+
 struct TrainConfig {
   int64_t steps = 600;
   int64_t global_batch = 16;  // sequences, over all ranks
@@ -125,6 +133,7 @@ struct TrainConfig {
   AttentionImpl attention = AttentionImpl::kAuto;
   bool deterministic = true;
   int64_t gemm_autotune = 0;  // cuBLASLt candidates timed per GEMM shape, <= kMaxGemmCandidates
+  Fp8Recipe fp8 = Fp8Recipe::kOff;
 };
 
 enum class OffloadMode { kNone, kOptimizer, kOptimizerParams };

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/model/fp8_policy.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
@@ -37,6 +38,8 @@ class UnitModel {
   // .. first + B - 1) and the run's seed, which key adapter dropout (kernels/lora.h); first < 0 (the default): no
   // dropout, as evaluation.
   virtual void set_dropout_batch(uint64_t seed, int64_t first_sequence) = 0;
+  // The precision of the blocks' linear layers' GEMMs from now on (train.fp8; fp32 until called).
+  virtual void set_fp8(const Fp8Policy& policy) = 0;
   // Forward of unit 0. tokens [B, t] with B <= max_batch, t <= seq_len; sets the active shape.
   virtual void embedding_forward(const float* emb_params, const int32_t* tokens, int64_t B, int64_t t) = 0;
   // Forward of block `layer` on the active shape; keeps what its backward needs.

@@ -107,7 +107,8 @@ void check_memory_plan(const MemoryPlan& plan, const DeviceBudget& budget, const
 
 // The CPU backend (ShardedModel, fp32) plans the same terms in host memory: the 16 S_u bytes of sharded state per
 // unit whatever optim.offload says (the optimizer already runs on the host), gather buffers at prefetch depth 0
-// (every collective blocks), the model's activations and scratch (its family's cpu_footprint_bytes),
+// (every collective blocks), the model's activations and scratch (its family's cpu_footprint_bytes; with train.fp8
+// the cast copies of the largest GEMM's operands),
 // kHostReserveBytes for what runs beside them, and with background checkpoints (ckpt.dir and ckpt.async) the
 // snapshot's 12 S_u bytes per unit.
 //

@@ -10,6 +10,7 @@
 
 #include "shardtrain/core/config.h"
 #include "shardtrain/kernels/rope.h"
+#include "shardtrain/model/cpu_linear.h"
 #include "shardtrain/model/cpu_lora.h"
 #include "shardtrain/model/unit_model.h"
 #include "shardtrain/model/units.h"
@@ -29,6 +30,7 @@ class LlamaModel final : public UnitModel {
   const ModelConfig& config() const override { return cfg_; }
   const std::vector<UnitLayout>& units() const override { return units_; }
 
+  void set_fp8(const Fp8Policy& policy) override { linear_.set_policy(policy); }
   void set_dropout_batch(uint64_t seed, int64_t first_sequence) override {
     dropout_seed_ = seed;
     first_sequence_ = first_sequence;
@@ -70,7 +72,8 @@ class LlamaModel final : public UnitModel {
   std::vector<float> normf_, rstdf_, losses_;
   // Backward scratch, shared by all blocks.
   std::vector<float> dresid_, dnormf_, dbuf_c_, dqkv_, dmlp_, dgate_up_, logits_chunk_;
-  CpuLora lora_;  // the blocks' adapters (nothing without LoRA)
+  CpuLora lora_;      // the blocks' adapters (nothing without LoRA)
+  CpuLinear linear_;  // the blocks' linear layers' GEMMs (train.fp8)
   uint64_t dropout_seed_ = 0;
   int64_t first_sequence_ = -1;
 };

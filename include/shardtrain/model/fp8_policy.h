@@ -1,0 +1,42 @@
+// What a block's linear layer computes its three GEMMs in under train.fp8: data, not branches. Each GEMM kind names
+// its two operands' FP8 format and how their scales are grouped (kernels/fp8.h); a GEMM takes FP8 when the recipe is
+// on and its shape is eligible. The families' linear layers are the block matrices (model/lora.h's lora_linears name
+// them); the classifier, attention, norms and embeddings are not linear layers of a block and never take FP8.
+//
+//   forward        y  = x W^T     x [N, C] E4M3 (per row),       W [OC, C] E4M3 (per row: an output feature)
+//   input grad     dx = dy W      dy [N, OC] E5M2 (per row),     W E4M3 (per column: an input feature)
+//   weight grad    dW = dy^T x    dy E5M2 (per column),          x E4M3 (per column)
+// tensorwise scales each operand as a whole; rowwise as above, with power-of-two scales (torchao's rowwise recipe).
+// Gradients take E5M2 for its range (2^-16 .. 57344) where their magnitudes spread wider than activations'; inputs
+// and weights E4M3 for its extra mantissa bit.
+#pragma once
+
+#include <cstdint>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/kernels/fp8.h"
+
+namespace st {
+
+struct Fp8Operand {
+  Fp8Format format = Fp8Format::kE4M3;
+  Fp8Scaling scaling = Fp8Scaling::kTensor;
+};
+
+struct Fp8Gemm {
+  Fp8Operand a, b;  // in the order of the table above
+};
+
+struct Fp8Policy {
+  Fp8Recipe recipe = Fp8Recipe::kOff;
+  bool power_of_2 = false;
+  Fp8Gemm forward, input_grad, weight_grad;
+
+  // Whether a linear layer of `in` inputs and `out` outputs runs in FP8: the recipe is on, and both dimensions are
+  // multiples of 16 (FP8 tensor-core GEMMs need 16-byte aligned rows of the operands).
+  bool applies(int64_t in, int64_t out) const { return recipe != Fp8Recipe::kOff && in % 16 == 0 && out % 16 == 0; }
+};
+
+Fp8Policy fp8_policy(Fp8Recipe recipe);
+
+}  // namespace st
