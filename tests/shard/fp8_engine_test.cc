@@ -10,10 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "../ckpt/ckpt_test_util.h"
 #include "../common/config_problem.h"
 #include "../common/rank_equivalence.h"
 #include "../common/snr.h"
+#include "../common/temp_dir.h"
 #include "../common/tiny_training.h"
+#include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/error.h"
@@ -100,6 +103,30 @@ TEST(Fp8Engine, TrainsAsFp32DoesOverAFewSteps) {
     const testing::Trace got = testing::train(tiny(arch, Fp8Recipe::kRowwise), solo, kSeed, 4);
     for (size_t i = 0; i < ref.losses.size(); ++i) EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-2 * ref.losses[i]);
     EXPECT_LT(got.losses.back(), got.losses.front());
+  }
+}
+
+// train.fp8 is how a run computes, not what it holds: a checkpoint written with FP8 resumes without it and back, with
+// the state bit-identical.
+TEST(Fp8Engine, CheckpointsResumeAcrossFp8AndOff) {
+  omp_set_num_threads(1);
+  for (Fp8Recipe from : {Fp8Recipe::kRowwise, Fp8Recipe::kOff}) {
+    testing::TempDir dir;
+    Config a = tiny(ModelArch::kLlama, from);
+    a.ckpt.dir = dir.str();
+    SoloCommunicator solo;
+    StepEngine e(a, solo);
+    testing::Trace t;
+    testing::train_steps(e, a, solo, kSeed, 0, 2, &t);
+    CheckpointState cs;
+    cs.step = 2;
+    cs.optimizer_updates = e.updates();
+    const std::string where = save_checkpoint(a, e.sharded(), cs, solo);
+    Config b = a;
+    b.train.fp8 = from == Fp8Recipe::kOff ? Fp8Recipe::kTensorwise : Fp8Recipe::kOff;
+    StepEngine f(b, solo);
+    EXPECT_EQ(load_checkpoint(where, b, f.sharded(), solo).step, 2);
+    EXPECT_EQ(testing::full_state(f.sharded()), testing::full_state(e.sharded())) << to_string(from);
   }
 }
 
