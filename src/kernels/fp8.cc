@@ -91,31 +91,36 @@ float abs_max(const float* x, int64_t n) {
   return m;
 }
 
-void fp8_round_trip(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
-                    float* out, const std::string& what) {
+void fp8_quantize_matrix(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
+                         uint8_t* q, float* inverse_scales, const std::string& what) {
   const int64_t n = rows * cols;
   for (int64_t i = 0; i < n; ++i)
     if (!std::isfinite(x[i])) ST_BAD_INPUT(what, ": element ", i, " is ", x[i], "; FP8 casts finite values only");
-  // The scale of each group: one, one per row, or one per column.
-  std::vector<float> amax(static_cast<size_t>(scaling == Fp8Scaling::kTensor ? 1
-                                              : scaling == Fp8Scaling::kRow  ? rows
-                                                                             : cols),
-                          0.0f);
+  std::vector<float> amax(static_cast<size_t>(fp8_groups(scaling, rows, cols)), 0.0f);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
-      float& m = amax[static_cast<size_t>(scaling == Fp8Scaling::kTensor ? 0 : scaling == Fp8Scaling::kRow ? r : c)];
+      float& m = amax[static_cast<size_t>(fp8_group(scaling, r, c))];
       m = std::max(m, std::fabs(x[r * cols + c]));
     }
-  std::vector<float> scale(amax.size()), inverse(amax.size());
+  std::vector<float> scale(amax.size());
   for (size_t g = 0; g < amax.size(); ++g) {
     scale[g] = fp8_scale(amax[g], f, power_of_2);
-    inverse[g] = 1.0f / scale[g];
+    inverse_scales[g] = 1.0f / scale[g];
   }
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const size_t g = static_cast<size_t>(scaling == Fp8Scaling::kTensor ? 0 : scaling == Fp8Scaling::kRow ? r : c);
-      out[r * cols + c] = fp8_decode(fp8_encode(x[r * cols + c] * scale[g], f), f) * inverse[g];
-    }
+    for (int64_t c = 0; c < cols; ++c)
+      q[r * cols + c] = fp8_encode(x[r * cols + c] * scale[static_cast<size_t>(fp8_group(scaling, r, c))], f);
+}
+
+void fp8_round_trip(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
+                    float* out, const std::string& what) {
+  std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
+  std::vector<float> inverse(static_cast<size_t>(fp8_groups(scaling, rows, cols)));
+  fp8_quantize_matrix(x, rows, cols, f, scaling, power_of_2, q.data(), inverse.data(), what);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      out[r * cols + c] =
+          fp8_decode(q[static_cast<size_t>(r * cols + c)], f) * inverse[static_cast<size_t>(fp8_group(scaling, r, c))];
 }
 
 }  // namespace st

@@ -138,6 +138,19 @@ void launch_packed(bool vec, F&& launch) {
   ST_CUDA_CHECK_LAUNCH();
 }
 
+// Element i of device array x, copied to the host as a float (synchronous): the value an error message names.
+template <typename T>
+float element_on_host(const T* x, int64_t i) {
+  T value;
+  ST_CUDA_CHECK(cudaMemcpy(&value, x + i, sizeof(T), cudaMemcpyDeviceToHost));
+  if constexpr (std::is_same_v<T, float>)
+    return value;
+  else if constexpr (std::is_same_v<T, bf16>)
+    return __bfloat162float(value);
+  else
+    return __half2float(value);
+}
+
 // Threads for n items with `block` threads each, for a grid-stride loop: capped so huge n reuses threads.
 inline unsigned grid_for(int64_t n, int block) {
   constexpr int64_t kMaxBlocks = 1 << 16;

@@ -169,15 +169,7 @@ void nf4_quantize(const T* x, int64_t n, Nf4View out, const std::string& name, c
   ST_CUDA_CHECK(cudaMemcpyAsync(&bad, first_bad, sizeof(bad), cudaMemcpyDeviceToHost, ctx.stream));
   ST_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
   if (bad == ULLONG_MAX) return;
-  T value;
-  ST_CUDA_CHECK(cudaMemcpyAsync(&value, x + bad, sizeof(T), cudaMemcpyDeviceToHost, ctx.stream));
-  ST_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-  float as_float;
-  if constexpr (std::is_same_v<T, float>)
-    as_float = value;
-  else
-    as_float = __bfloat162float(value);
-  nf4_refuse(name, static_cast<int64_t>(bad), as_float);
+  nf4_refuse(name, static_cast<int64_t>(bad), element_on_host(x, static_cast<int64_t>(bad)));
 }
 
 template <typename T>

@@ -98,4 +98,8 @@ size_t nf4_quantize_scratch_bytes(int64_t n) {
          static_cast<size_t>(nf4_blocks(weights)) * sizeof(float);
 }
 
+size_t fp8_quantize_scratch_bytes(int64_t groups) {
+  return sizeof(uint64_t) + 2 * static_cast<size_t>(std::max<int64_t>(groups, 0)) * sizeof(float);
+}
+
 }  // namespace st::gpu

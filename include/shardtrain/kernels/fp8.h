@@ -53,6 +53,20 @@ float abs_max(const float* x, int64_t n);
 // scale an activation per row and a weight along the dimension that is not summed over).
 enum class Fp8Scaling { kTensor, kRow, kColumn };
 
+// The group of element (r, c) of a [rows, cols] matrix, and how many groups there are.
+inline int64_t fp8_group(Fp8Scaling s, int64_t r, int64_t c) {
+  return s == Fp8Scaling::kTensor ? 0 : s == Fp8Scaling::kRow ? r : c;
+}
+inline int64_t fp8_groups(Fp8Scaling s, int64_t rows, int64_t cols) {
+  return s == Fp8Scaling::kTensor ? 1 : s == Fp8Scaling::kRow ? rows : cols;
+}
+
+// The FP8 operand of a GEMM: q[r * cols + c] = fp8_encode(x[r, c] * scale_g, f) with scale_g = fp8_scale(the group's
+// abs_max, f, power_of_2), and inverse_scales[g] = 1 / scale_g (what cuBLASLt multiplies the product by), for the
+// fp8_groups(s, rows, cols) groups. Refuses a non-finite element as fp8_quantize does, naming `what`.
+void fp8_quantize_matrix(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
+                         uint8_t* q, float* inverse_scales, const std::string& what);
+
 // The row-major matrix x [rows, cols] as an FP8 GEMM computes with it: each element cast with its group's scale,
 // fp8_scale(the group's abs_max, f, power_of_2), and multiplied by 1 / scale (the dequantisation factor cuBLASLt
 // applies to the product). out may be x. Refuses a non-finite element as fp8_quantize does, naming `what`.

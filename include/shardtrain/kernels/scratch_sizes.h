@@ -71,4 +71,8 @@ size_t cudnn_attention_scratch_bound(int B, int T_, int NH, int NKV, int hs);
 // absmax), in that order.
 size_t nf4_quantize_scratch_bytes(int64_t n);
 
+// gpu::fp8_quantize_matrix's scratch for `groups` scale groups (kernels/gpu/fp8.h): the first non-finite element's
+// index (8 bytes), then each group's absolute maximum and scale (two floats).
+size_t fp8_quantize_scratch_bytes(int64_t groups);
+
 }  // namespace st::gpu
