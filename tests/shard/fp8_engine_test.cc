@@ -106,6 +106,34 @@ TEST(Fp8Engine, TrainsAsFp32DoesOverAFewSteps) {
   }
 }
 
+// Recompute re-runs a block's forward with the same casts: the same losses and parameters, bit for bit. With LoRA
+// (and a QLoRA base) the frozen base's GEMMs take FP8 (no weight gradient) and the adapters' stay fp32: the adapters'
+// gradients track fp32's above 20 dB.
+TEST(Fp8Engine, RecomputeGivesTheSameBitsAndLoraTrainsItsAdapters) {
+  omp_set_num_threads(1);
+  SoloCommunicator solo;
+  for (ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama}) {
+    SCOPED_TRACE(to_string(arch));
+    Config c = tiny(arch, Fp8Recipe::kRowwise), r = c;
+    r.train.recompute = true;
+    const testing::Trace plain = testing::train(c, solo, kSeed, 2), again = testing::train(r, solo, kSeed, 2);
+    EXPECT_EQ(again.losses, plain.losses);
+    EXPECT_EQ(again.params, plain.params);
+    for (LoraBase base : {LoraBase::kBf16, LoraBase::kNf4}) {
+      Config lora = tiny(arch, Fp8Recipe::kTensorwise);
+      lora.model.lora.rank = 4;
+      lora.model.lora.base_dtype = base;
+      Config ref = lora;
+      ref.train.fp8 = Fp8Recipe::kOff;
+      const testing::Trace want = testing::train(ref, solo, kSeed, 1, /*record_grads=*/true);
+      const testing::Trace got = testing::train(lora, solo, kSeed, 1, /*record_grads=*/true);
+      EXPECT_NE(got.losses[0], want.losses[0]);
+      for (size_t u = 0; u < want.grads0.size(); ++u)
+        if (!want.grads0[u].empty()) EXPECT_GT(testing::snr_db(want.grads0[u], got.grads0[u]), 20.0) << "unit " << u;
+    }
+  }
+}
+
 // train.fp8 is how a run computes, not what it holds: a checkpoint written with FP8 resumes without it and back, with
 // the state bit-identical.
 TEST(Fp8Engine, CheckpointsResumeAcrossFp8AndOff) {
