@@ -78,19 +78,6 @@ float fp8_scale(float amax, Fp8Format f, bool power_of_2) {
   return std::ldexp(1.0f, e - 1);
 }
 
-void fp8_quantize(const float* x, int64_t n, float scale, Fp8Format f, uint8_t* q, const std::string& what) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(x[i])) ST_BAD_INPUT(what, ": element ", i, " is ", x[i], "; FP8 casts finite values only");
-    q[i] = fp8_encode(x[i] * scale, f);
-  }
-}
-
-float abs_max(const float* x, int64_t n) {
-  float m = 0.0f;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
-  return m;
-}
-
 void fp8_quantize_matrix(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
                          uint8_t* q, float* inverse_scales, const std::string& what) {
   const int64_t n = rows * cols;

@@ -24,11 +24,12 @@ uint32_t bits_of(float f) {
   return b;
 }
 
-}  // namespace
-
+// Which frozen tensors are quantised: the matrices (two dimensions) of an nf4_base unit.
 bool nf4_quantizes(const UnitLayout& unit, const TensorSpec& t) {
   return unit.nf4_base && t.frozen && t.shape.size() == 2;
 }
+
+}  // namespace
 
 Nf4UnitStorage nf4_unit_storage(const UnitLayout& unit) {
   ST_CHECK(unit.nf4_base, unit.name, " does not store its frozen tensors as NF4");

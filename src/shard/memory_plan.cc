@@ -42,12 +42,13 @@ UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world) {
       s.frozen_slots += padded_shard_size(u.frozen_numel, world);
       continue;
     }
-    const int64_t words = nf4_unit_storage(u).words, nf4_slot = padded_shard_size(words, world);
+    const Nf4UnitStorage storage = nf4_unit_storage(u);
+    const int64_t nf4_slot = padded_shard_size(storage.words, world);
     s.nf4_words += nf4_slot;
     if (world > 1) s.nf4_full = std::max(s.nf4_full, nf4_slot * world);
     s.nf4_segment = std::max(s.nf4_segment, u.frozen_numel);
-    s.nf4_storage_words = std::max(s.nf4_storage_words, words);
-    for (const Nf4Part& p : nf4_unit_storage(u).parts)
+    s.nf4_storage_words = std::max(s.nf4_storage_words, storage.words);
+    for (const Nf4Part& p : storage.parts)
       if (p.quantized) s.nf4_tensor = std::max(s.nf4_tensor, p.numel);
   }
   return s;

@@ -15,6 +15,7 @@
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/train/step_engine.h"
+#include "lora_checkpoint_check.h"
 #include "small_cuda_config.h"
 
 namespace st {
@@ -111,21 +112,7 @@ TEST(LoraCuda, GatedStepsAndCheckpointsMatchTheHostPathAndTheCpu) {
       EXPECT_EQ(a.grad_norm, h.grad_norm) << "step " << s;
     }
     EXPECT_EQ(gated.gather_params(), host.gather_params());
-    CheckpointState cs;
-    cs.step = 3;
-    cs.optimizer_updates = gated.updates();
-    const std::string where = save_checkpoint(c, gated.sharded(), cs, comm);
-    Config cpu_cfg = c;
-    cpu_cfg.train.device = Device::kCpu;
-    cpu_cfg.train.dtype = DType::kF32;
-    StepEngine cpu(cpu_cfg, comm);
-    load_checkpoint(where, cpu_cfg, cpu.sharded(), comm);
-    const std::vector<std::vector<float>> a = gated.gather_params(), b = cpu.gather_params();
-    for (const UnitLayout& u : gated.units()) {
-      const auto& x = a[static_cast<size_t>(u.index)];
-      const auto& y = b[static_cast<size_t>(u.index)];
-      EXPECT_TRUE(std::equal(x.begin(), x.begin() + u.numel, y.begin())) << u.name << ": the adapters differ";
-    }
+    testing::expect_adapters_load_on_the_cpu(c, gated, 3, comm);
   }
 }
 

@@ -15,6 +15,7 @@
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/train/step_engine.h"
+#include "lora_checkpoint_check.h"
 #include "small_cuda_config.h"
 
 namespace st {
@@ -108,18 +109,7 @@ TEST(QloraCuda, AWrittenBaseAndCheckpointsMatchTheCpu) {
     for (const UnitLayout& u : gpu.units())
       if (u.nf4_base) EXPECT_EQ(gpu.sharded().gather_frozen(u.index), cpu.sharded().gather_frozen(u.index)) << u.name;
     for (int64_t s = 0; s < 2; ++s) gpu.train_step(testing::corpus_batches(c, kSeed, s), 2, s);
-    CheckpointState cs;
-    cs.step = 2;
-    cs.optimizer_updates = gpu.updates();
-    const std::string where = save_checkpoint(c, gpu.sharded(), cs, comm);
-    StepEngine back(cpu_cfg, comm);
-    load_checkpoint(where, cpu_cfg, back.sharded(), comm);
-    const std::vector<std::vector<float>> a = gpu.gather_params(), b = back.gather_params();
-    for (const UnitLayout& u : gpu.units()) {
-      const auto& x = a[static_cast<size_t>(u.index)];
-      const auto& y = b[static_cast<size_t>(u.index)];
-      EXPECT_TRUE(std::equal(x.begin(), x.begin() + u.numel, y.begin())) << u.name << ": the adapters differ";
-    }
+    testing::expect_adapters_load_on_the_cpu(c, gpu, 2, comm);
   }
 }
 

@@ -13,9 +13,8 @@
 //
 // A scaled cast stores q = fp8(x * scale) and the GEMM multiplies its result by 1 / scale: scale = max / amax puts the
 // tensor's (or row's) largest magnitude at the format's largest finite value, torchao's dynamic scaling:
-//   const float s = fp8_scale(amax, Fp8Format::kE4M3);
-//   fp8_quantize(x, n, s, Fp8Format::kE4M3, q, "block.3 attn.qkv input");
-//   float back = fp8_decode(q[i], Fp8Format::kE4M3) / s;
+//   fp8_quantize_matrix(x, rows, cols, Fp8Format::kE4M3, Fp8Scaling::kRow, true, q, inverse, "attn.qkv input");
+//   float back = fp8_decode(q[r * cols + c], Fp8Format::kE4M3) * inverse[r];
 #pragma once
 
 #include <cstdint>
@@ -42,13 +41,6 @@ float fp8_decode(uint8_t code, Fp8Format f);
 // rowwise recipe), so that scaling and unscaling are exact.
 float fp8_scale(float amax, Fp8Format f, bool power_of_2 = false);
 
-// q[i] = fp8_encode(x[i] * scale, f) (the product in float), i < n. Refuses the first non-finite x[i] (kBadInput:
-// "<what>: element <i> is <value>; FP8 casts finite values only").
-void fp8_quantize(const float* x, int64_t n, float scale, Fp8Format f, uint8_t* q, const std::string& what);
-
-// The largest |x[i]|, i < n (0 for n = 0).
-float abs_max(const float* x, int64_t n);
-
 // Which elements of a matrix share a scale: all of them (tensorwise), each row's, or each column's (rowwise recipes
 // scale an activation per row and a weight along the dimension that is not summed over).
 enum class Fp8Scaling { kTensor, kRow, kColumn };
@@ -62,14 +54,15 @@ inline int64_t fp8_groups(Fp8Scaling s, int64_t rows, int64_t cols) {
 }
 
 // The FP8 operand of a GEMM: q[r * cols + c] = fp8_encode(x[r, c] * scale_g, f) with scale_g = fp8_scale(the group's
-// abs_max, f, power_of_2), and inverse_scales[g] = 1 / scale_g (what cuBLASLt multiplies the product by), for the
-// fp8_groups(s, rows, cols) groups. Refuses a non-finite element as fp8_quantize does, naming `what`.
+// largest magnitude, f, power_of_2) (the product in float), and inverse_scales[g] = 1 / scale_g (what cuBLASLt
+// multiplies the product by), for the fp8_groups(s, rows, cols) groups. Refuses the first non-finite element
+// (kBadInput: "<what>: element <i> is <value>; FP8 casts finite values only").
 void fp8_quantize_matrix(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
                          uint8_t* q, float* inverse_scales, const std::string& what);
 
 // The row-major matrix x [rows, cols] as an FP8 GEMM computes with it: each element cast with its group's scale,
 // fp8_scale(the group's abs_max, f, power_of_2), and multiplied by 1 / scale (the dequantisation factor cuBLASLt
-// applies to the product). out may be x. Refuses a non-finite element as fp8_quantize does, naming `what`.
+// applies to the product). out may be x. Refuses a non-finite element as fp8_quantize_matrix does.
 void fp8_round_trip(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
                     float* out, const std::string& what);
 

@@ -40,9 +40,6 @@ struct Nf4UnitStorage {
   int64_t words = 0;           // 4-byte words of the whole storage
 };
 
-// Which frozen tensors are quantised: the matrices (two dimensions) of an nf4_base unit.
-bool nf4_quantizes(const UnitLayout& unit, const TensorSpec& t);
-
 // The storage of `unit`'s frozen segment (unit.nf4_base; kInternal otherwise).
 Nf4UnitStorage nf4_unit_storage(const UnitLayout& unit);
 
