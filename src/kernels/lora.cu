@@ -15,42 +15,62 @@ Blas& blas_for_lora(const GpuContext& ctx) {
   return *ctx.blas;
 }
 
-void check_shape(const char* what, int64_t N, int64_t ldo, int in, int r, int rows) {
-  ST_CHECK(N >= 0 && in > 0 && r > 0 && rows > 0 && ldo >= rows, what, ": N ", N, ", in ", in, ", r ", r, ", rows ",
-           rows, ", ldo ", ldo);
+void check_stack(const char* what, int64_t N, int64_t ldo, const LoraStack& s) {
+  ST_CHECK(N >= 0 && s.in > 0 && s.r > 0 && !s.slices.empty(), what, ": N ", N, ", in ", s.in, ", r ", s.r, ", ",
+           s.slices.size(), " adapters");
+  for (const LoraSlice& sl : s.slices)
+    ST_CHECK(sl.row0 >= 0 && sl.rows > 0 && sl.row0 + sl.rows <= ldo, what, ": an adapter's columns [", sl.row0, ", ",
+             sl.row0 + sl.rows, ") outside the output's ", ldo);
 }
 
 }  // namespace
 
 template <typename T>
-void lora_forward(T* out, int64_t ldo, T* h, const T* x, const T* A, const T* B, int64_t N, int in, int r, int rows,
-                  float scale, const GpuContext& ctx) {
-  check_shape("lora_forward", N, ldo, in, r, rows);
+void lora_forward(T* out, int64_t ldo, GradWrite out_write, T* h, const T* x, const T* A, const T* B, int64_t N,
+                  const LoraStack& s, float scale, const GpuContext& ctx) {
+  check_stack("lora_forward", N, ldo, s);
   if (N == 0) return;
   Blas& blas = blas_for_lora(ctx);
-  blas.gemm(false, true, N, r, in, 1.0f, x, in, 0, A, in, 0, 0.0f, h, r, 0, 1, ctx.stream);
-  blas.gemm(false, true, N, rows, r, scale, h, r, 0, B, r, 0, 1.0f, out, ldo, 0, 1, ctx.stream);
+  const int64_t w = s.width(), r = s.r;
+  const float beta = out_write == GradWrite::kAccumulate ? 1.0f : 0.0f;
+  blas.gemm(false, true, N, w, s.in, 1.0f, x, s.in, 0, A, s.in, 0, 0.0f, h, w, 0, 1, ctx.stream);
+  const T* Bj = B;
+  for (size_t j = 0; j < s.slices.size(); ++j) {
+    const LoraSlice& sl = s.slices[j];
+    blas.gemm(false, true, N, sl.rows, r, scale, h + j * r, w, 0, Bj, r, 0, beta, out + sl.row0, ldo, 0, 1, ctx.stream);
+    Bj += sl.rows * r;
+  }
 }
 
 template <typename T>
-void lora_backward(T* dx, T* dA, T* dB, T* dh, const T* dout, int64_t ldo, const T* x, const T* h, const T* A,
-                   const T* B, int64_t N, int in, int r, int rows, float scale, const GpuContext& ctx,
+void lora_backward(T* dx, GradWrite dx_write, T* dA, T* dB, T* dh, const T* dout, int64_t ldo, const T* x, const T* h,
+                   const T* A, const T* B, int64_t N, const LoraStack& s, float scale, const GpuContext& ctx,
                    GradWrite param_write) {
-  check_shape("lora_backward", N, ldo, in, r, rows);
+  check_stack("lora_backward", N, ldo, s);
   const bool add = param_write == GradWrite::kAccumulate;
+  const int64_t w = s.width(), r = s.r;
   if (N == 0) {  // no rows: the written gradients are the empty sums (a GEMM of depth 0 may have no algorithm)
     if (!add) {
-      ST_CUDA_CHECK(cudaMemsetAsync(dA, 0, sizeof(T) * static_cast<size_t>(int64_t{r} * in), ctx.stream));
-      ST_CUDA_CHECK(cudaMemsetAsync(dB, 0, sizeof(T) * static_cast<size_t>(int64_t{rows} * r), ctx.stream));
+      ST_CUDA_CHECK(cudaMemsetAsync(dA, 0, sizeof(T) * static_cast<size_t>(w * s.in), ctx.stream));
+      ST_CUDA_CHECK(cudaMemsetAsync(dB, 0, sizeof(T) * static_cast<size_t>(s.b_rows() * r), ctx.stream));
     }
     return;
   }
   Blas& blas = blas_for_lora(ctx);
   const float beta = add ? 1.0f : 0.0f;
-  blas.gemm(false, false, N, r, rows, scale, dout, ldo, 0, B, r, 0, 0.0f, dh, r, 0, 1, ctx.stream);
-  blas.gemm(true, false, rows, r, N, scale, dout, ldo, 0, h, r, 0, beta, dB, r, 0, 1, ctx.stream);
-  blas.gemm(true, false, r, in, N, 1.0f, dh, r, 0, x, in, 0, beta, dA, in, 0, 1, ctx.stream);
-  if (dx != nullptr) blas.gemm(false, false, N, in, r, 1.0f, dh, r, 0, A, in, 0, 1.0f, dx, in, 0, 1, ctx.stream);
+  int64_t b_row = 0;
+  for (size_t j = 0; j < s.slices.size(); ++j) {
+    const LoraSlice& sl = s.slices[j];
+    const T* g = dout + sl.row0;
+    blas.gemm(false, false, N, r, sl.rows, scale, g, ldo, 0, B + b_row * r, r, 0, 0.0f, dh + j * r, w, 0, 1,
+              ctx.stream);
+    blas.gemm(true, false, sl.rows, r, N, scale, g, ldo, 0, h + j * r, w, 0, beta, dB + b_row * r, r, 0, 1, ctx.stream);
+    b_row += sl.rows;
+  }
+  blas.gemm(true, false, w, s.in, N, 1.0f, dh, w, 0, x, s.in, 0, beta, dA, s.in, 0, 1, ctx.stream);
+  if (dx != nullptr)
+    blas.gemm(false, false, N, s.in, w, 1.0f, dh, w, 0, A, s.in, 0, dx_write == GradWrite::kAccumulate ? 1.0f : 0.0f,
+              dx, s.in, 0, 1, ctx.stream);
 }
 
 namespace {
@@ -103,13 +123,13 @@ void lora_dropout_backward(T* dx, T* dxd, const T* dh, const T* A, int64_t N, in
   ST_CUDA_CHECK_LAUNCH();
 }
 
-#define ST_INSTANTIATE_LORA(T)                                                                                       \
-  template void lora_forward<T>(T*, int64_t, T*, const T*, const T*, const T*, int64_t, int, int, int, float,        \
-                                const GpuContext&);                                                                  \
-  template void lora_backward<T>(T*, T*, T*, T*, const T*, int64_t, const T*, const T*, const T*, const T*, int64_t, \
-                                 int, int, int, float, const GpuContext&, GradWrite);                                \
-  template void lora_dropout<T>(T*, const T*, int64_t, int, const LoraDropoutKey&, const GpuContext&);               \
-  template void lora_dropout_backward<T>(T*, T*, const T*, const T*, int64_t, int, int, const LoraDropoutKey&,       \
+#define ST_INSTANTIATE_LORA(T)                                                                                         \
+  template void lora_forward<T>(T*, int64_t, GradWrite, T*, const T*, const T*, const T*, int64_t, const LoraStack&,   \
+                                float, const GpuContext&);                                                             \
+  template void lora_backward<T>(T*, GradWrite, T*, T*, T*, const T*, int64_t, const T*, const T*, const T*, const T*, \
+                                 int64_t, const LoraStack&, float, const GpuContext&, GradWrite);                      \
+  template void lora_dropout<T>(T*, const T*, int64_t, int, const LoraDropoutKey&, const GpuContext&);                 \
+  template void lora_dropout_backward<T>(T*, T*, const T*, const T*, int64_t, int, int, const LoraDropoutKey&,         \
                                          const GpuContext&);
 
 ST_INSTANTIATE_LORA(float)

@@ -19,33 +19,30 @@ int64_t CpuLora::footprint_floats(const ModelConfig& cfg, int64_t max_rows, int6
 void CpuLora::forward(int layer, const std::string& weight, const float* params, float* out, int64_t ldo,
                       const float* x, int64_t N) {
   ST_CHECK(N <= run_.max_rows(), "LoRA forward over ", N, " rows, sized for ", run_.max_rows());
-  for (size_t i = 0; i < run_.adapters().size(); ++i) {
-    const LoraAdapter& a = run_.adapters()[i];
-    if (a.linear.weight != weight) continue;
-    const int in = static_cast<int>(a.linear.in);
+  for (const LoraRun::Stack& s : run_.stacks()) {
+    if (s.weight != weight) continue;
     const float* input = x;
-    if (const LoraDropoutKey* key = run_.dropout(layer, i)) {
-      lora_dropout(x_drop_.data(), x, N, in, *key);
+    if (const LoraDropoutKey* key = run_.dropout(layer, s.first)) {
+      lora_dropout(x_drop_.data(), x, N, s.shape.in, *key);
       input = x_drop_.data();
     }
-    lora_forward(out + a.linear.row0, ldo, h_.data() + run_.h_offset(layer, i), input, params + a.a_offset,
-                 params + a.b_offset, N, in, run_.rank(), static_cast<int>(a.linear.rows), run_.scale());
+    lora_forward(out, ldo, GradWrite::kAccumulate, h_.data() + run_.h_offset(layer, s.first), input,
+                 params + s.a_offset, params + s.b_offset, N, s.shape, run_.scale());
   }
 }
 
 void CpuLora::backward(int layer, const std::string& weight, const float* params, float* grads, float* dx,
                        const float* dout, int64_t ldo, const float* x, int64_t N) {
-  for (size_t i = 0; i < run_.adapters().size(); ++i) {
-    const LoraAdapter& a = run_.adapters()[i];
-    if (a.linear.weight != weight) continue;
-    const int in = static_cast<int>(a.linear.in), r = run_.rank();
-    const LoraDropoutKey* key = run_.dropout(layer, i);
-    // With dropout, the same mask again: dA from the dropped input, and x's gradient through the mask.
+  for (const LoraRun::Stack& s : run_.stacks()) {
+    if (s.weight != weight) continue;
+    const int in = s.shape.in;
+    const LoraDropoutKey* key = run_.dropout(layer, s.first);
+    // With dropout (a stack of one), the same mask again: dA from the dropped input, and x's gradient through it.
     if (key != nullptr) lora_dropout(x_drop_.data(), x, N, in, *key);
-    lora_backward(key != nullptr ? nullptr : dx, grads + a.a_offset, grads + a.b_offset, dh_.data(),
-                  dout + a.linear.row0, ldo, key != nullptr ? x_drop_.data() : x, h_.data() + run_.h_offset(layer, i),
-                  params + a.a_offset, params + a.b_offset, N, in, r, static_cast<int>(a.linear.rows), run_.scale());
-    if (key != nullptr) lora_dropout_backward(dx, dxd_.data(), dh_.data(), params + a.a_offset, N, in, r, *key);
+    lora_backward(key != nullptr ? nullptr : dx, GradWrite::kAccumulate, grads + s.a_offset, grads + s.b_offset,
+                  dh_.data(), dout, ldo, key != nullptr ? x_drop_.data() : x, h_.data() + run_.h_offset(layer, s.first),
+                  params + s.a_offset, params + s.b_offset, N, s.shape, run_.scale());
+    if (key != nullptr) lora_dropout_backward(dx, dxd_.data(), dh_.data(), params + s.a_offset, N, in, s.shape.r, *key);
   }
 }
 

@@ -107,9 +107,15 @@ int64_t lora_activation_elems(const ModelConfig& cfg, int64_t max_rows, int64_t 
   const std::vector<LoraLinear> targets = lora_targets(cfg);
   int64_t widest = 0;
   for (const LoraLinear& t : targets) widest = std::max(widest, t.in);
+  // The most adapters on one weight: a stack (model/lora_run.h), whose dh is that wide.
+  int64_t widest_stack = 0;
+  for (size_t i = 0, run = 0; i < targets.size(); ++i) {
+    run = i > 0 && targets[i].weight == targets[i - 1].weight ? run + 1 : 1;
+    widest_stack = std::max<int64_t>(widest_stack, static_cast<int64_t>(run));
+  }
   // h for each adapter of each slot, dh; with dropout the dropped input and its gradient, for the widest adapter.
   const int64_t dropout = cfg.lora.dropout > 0 ? 2 * max_rows * widest : 0;
-  return (slots * static_cast<int64_t>(targets.size()) + 1) * max_rows * cfg.lora.rank + dropout;
+  return (slots * static_cast<int64_t>(targets.size()) + widest_stack) * max_rows * cfg.lora.rank + dropout;
 }
 
 ModelConfig base_model(const ModelConfig& cfg) {
@@ -160,10 +166,11 @@ void add_lora(std::vector<UnitLayout>& units, const ModelConfig& cfg) {
   for (UnitLayout& u : units) {
     for (TensorSpec& t : u.tensors) t.frozen = true;
     if (u.kind == UnitKind::kBlock) {
-      for (const LoraLinear& l : targets) {
+      // Every A, then every B: the adapters of one weight (llama's q, k, v; gate, up) lie stacked, A [count * r, in]
+      // and B [their rows, r], so that they run as one (kernels/lora.h, LoraStack).
+      for (const LoraLinear& l : targets)
         add_tensor(u, a_name(l), {cfg.lora.rank, l.in}, InitKind::kKaimingUniform, true);
-        add_tensor(u, b_name(l), {l.rows, cfg.lora.rank}, InitKind::kZeros, true);
-      }
+      for (const LoraLinear& l : targets) add_tensor(u, b_name(l), {l.rows, cfg.lora.rank}, InitKind::kZeros, true);
     }
     // Each tensor keeps where it drew its initialisation from (adapters: past the base), and the trainable ones move
     // to the front.

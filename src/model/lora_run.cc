@@ -1,5 +1,7 @@
 #include "shardtrain/model/lora_run.h"
 
+#include <algorithm>
+
 #include "shardtrain/core/error.h"
 
 namespace st {
@@ -12,6 +14,24 @@ LoraRun::LoraRun(const ModelConfig& cfg, const std::vector<UnitLayout>& units, i
   linear_index_ = lora_linear_indices(adapters_, cfg);
   key_.p = cfg.lora.dropout;
   key_.seq_stride = cfg.seq_len;
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    const LoraAdapter& a = adapters_[i];
+    const Stack one{
+        a.linear.weight, i,
+        LoraStack{static_cast<int>(a.linear.in), static_cast<int>(rank_), {LoraSlice{a.linear.row0, a.linear.rows}}},
+        a.a_offset, a.b_offset};
+    singles_.push_back(one);
+    if (i == 0 || stacked_.back().weight != a.linear.weight) {
+      stacked_.push_back(one);
+      continue;
+    }
+    // add_lora stacks the A and B matrices of one weight's adapters: the next ones follow the stack's last.
+    Stack& s = stacked_.back();
+    ST_ENFORCE_EQ(a.a_offset, s.a_offset + int64_t{s.shape.width()} * s.shape.in);
+    ST_ENFORCE_EQ(a.b_offset, s.b_offset + s.shape.b_rows() * rank_);
+    s.shape.slices.push_back(one.shape.slices[0]);
+  }
+  for (const Stack& s : stacked_) widest_stack_ = std::max<int64_t>(widest_stack_, s.shape.slices.size());
   dropout_elems_ = key_.p > 0 ? max_rows * widest_lora_input(adapters_) : 0;
   ST_ENFORCE_EQ(h_elems() + dh_elems() + 2 * dropout_elems_, lora_activation_elems(cfg, max_rows, slots));
 }
@@ -20,6 +40,13 @@ bool LoraRun::adapts(const std::string& weight) const {
   for (const LoraAdapter& a : adapters_)
     if (a.linear.weight == weight) return true;
   return false;
+}
+
+bool LoraRun::covers(const std::string& weight, int64_t width) const {
+  int64_t rows = 0;
+  for (const LoraAdapter& a : adapters_)
+    if (a.linear.weight == weight) rows += a.linear.rows;
+  return rows == width;  // the adapters' slices of one output are disjoint
 }
 
 int64_t LoraRun::h_offset(int layer, size_t adapter) const {

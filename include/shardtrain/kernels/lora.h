@@ -1,30 +1,49 @@
-// The low-rank update of a LoRA adapter (model/lora.h) on row-major fp32 matrices: the CPU reference, through
-// OpenBLAS sgemm. The adapter adds to `rows` columns of a wider output (the row slice of a stacked weight that it
-// adapts): out points at its first column, and ldo is the output's row pitch.
+// The low-rank update of LoRA adapters (model/lora.h) on row-major fp32 matrices: the CPU reference, through
+// OpenBLAS sgemm. The adapters of one weight that read one input run as a stack: their A matrices stacked into one
+// [count * r, in] matrix and their B matrices into one [sum of rows, r] matrix, each adapter writing its own columns
+// (its slice: the rows of a stacked weight it adapts) of a wider output of row pitch ldo. A stack of one is a lone
+// adapter.
 //
 //   matmul_forward(qkv, x, w_qkv, nullptr, N, C, QKV);                    // the frozen base
-//   lora_forward(qkv + k_row0, QKV, h_k, x, A_k, B_k, N, C, r, KV * D, scale);
+//   const LoraStack qkv_stack{C, r, {{0, C}, {C, KV * D}, {C + KV * D, KV * D}}};   // q, k and v
+//   lora_forward(qkv, QKV, GradWrite::kAccumulate, h, x, A_qkv, B_qkv, N, qkv_stack, scale);
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "shardtrain/kernels/grad_write.h"
 
 namespace st {
 
-// h[N, r] = x[N, in] A[r, in]^T (kept for the backward), then out[n, 0..rows) += scale * (h B[rows, r]^T)[n, :].
-void lora_forward(float* out, int64_t ldo, float* h, const float* x, const float* A, const float* B, int64_t N, int in,
-                  int r, int rows, float scale);
+// Adapter j of a stack writes output columns [row0, row0 + rows).
+struct LoraSlice {
+  int64_t row0 = 0, rows = 0;
+};
 
-// With dout[n, 0..rows) the output's gradient (row pitch ldo):
-//   dh[N, r] = scale * dout B          (scratch, overwritten)
-//   dB[rows, r] += scale * dout^T h
-//   dA[r, in] += dh^T x
-//   dx[N, in] += dh A                   (dx may be null)
-// With param_write = kOverwrite, dA and dB are written instead (not read; zero when N = 0); dx still accumulates.
-void lora_backward(float* dx, float* dA, float* dB, float* dh, const float* dout, int64_t ldo, const float* x,
-                   const float* h, const float* A, const float* B, int64_t N, int in, int r, int rows, float scale,
-                   GradWrite param_write = GradWrite::kAccumulate);
+struct LoraStack {
+  int in = 0;  // the input's width
+  int r = 0;   // each adapter's rank
+  std::vector<LoraSlice> slices;
+  int width() const { return r * static_cast<int>(slices.size()); }  // h's columns: count * r
+  int64_t b_rows() const;                                            // B's rows: the slices' rows summed
+};
+
+// h[N, count * r] = x[N, in] A^T (kept for the backward); then for each adapter j, with h_j = h[:, j r .. (j + 1) r)
+// and B_j its rows of B: out[n, row0_j + i] (+)= scale * (h_j B_j^T)[n, i]. out_write = kAccumulate adds to out,
+// kOverwrite writes it (not read); columns outside the slices are untouched.
+void lora_forward(float* out, int64_t ldo, GradWrite out_write, float* h, const float* x, const float* A,
+                  const float* B, int64_t N, const LoraStack& s, float scale);
+
+// With dout (row pitch ldo) the output's gradient and g_j = dout[:, row0_j .. row0_j + rows_j):
+//   dh[N, count * r] = scale * [g_0 B_0 | g_1 B_1 | ...]   (scratch, overwritten)
+//   dB_j (+)= scale * g_j^T h_j
+//   dA (+)= dh^T x                                         ([count * r, in])
+//   dx (+)= dh A                                           (dx may be null)
+// param_write says whether dA and dB are added to or written (zero when N = 0); dx_write likewise for dx.
+void lora_backward(float* dx, GradWrite dx_write, float* dA, float* dB, float* dh, const float* dout, int64_t ldo,
+                   const float* x, const float* h, const float* A, const float* B, int64_t N, const LoraStack& s,
+                   float scale, GradWrite param_write = GradWrite::kAccumulate);
 
 // Adapter dropout (PEFT's lora_dropout): element (n, c) of an adapter's input x [N, in] is kept with probability 1 - p
 // and then scaled by 1 / (1 - p). Whether it is kept is a pure function of the key and the element's place in the

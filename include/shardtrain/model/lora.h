@@ -61,8 +61,8 @@ std::vector<int> lora_linear_indices(const std::vector<LoraAdapter>& adapters, c
 int64_t widest_lora_input(const std::vector<LoraAdapter>& adapters);
 
 // Elements a model keeps for its adapters: h [max_rows, rank] for each adapter of `slots` blocks (those whose
-// activations it keeps at once: n_layer, or 1 with recompute), one dh [max_rows, rank] of backward scratch and, with
-// lora.dropout, the dropped input and its gradient [max_rows, the widest adapter's in] each. 0 without LoRA or blocks.
+// activations it keeps at once: n_layer, or 1 with recompute), one dh [max_rows, rank x the most adapters on one
+// weight] of backward scratch and, with lora.dropout, the dropped input and its gradient [max_rows, the widest adapter's in] each. 0 without LoRA or blocks.
 int64_t lora_activation_elems(const ModelConfig& cfg, int64_t max_rows, int64_t slots);
 
 // The model without adapters: cfg with lora.rank 0, whose unit list is the family's own.
@@ -79,7 +79,7 @@ std::vector<std::vector<float>> merge_lora(const ModelConfig& cfg, const std::ve
 void add_lora_delta(float* w, const float* A, const float* B, int64_t rows, int64_t in, int64_t r, float scale);
 
 // Turns a family's unit list into its LoRA unit list (cfg.lora.rank > 0): every tensor frozen, each block's adapters
-// appended, trainable tensors laid out first (units.h).
+// appended (every A, then every B, in the family's order), trainable tensors laid out first (units.h).
 void add_lora(std::vector<UnitLayout>& units, const ModelConfig& cfg);
 
 }  // namespace st

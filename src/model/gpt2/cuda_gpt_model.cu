@@ -72,9 +72,14 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   lap("fwd.layernorm");
   gpu::layernorm_forward<T>(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln1w, p.ln1b, N, C, ctx_);
-  lap("fwd.matmul");
-  gpu::matmul_forward<T>(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C, ctx_);
-  lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), 3 * C, a.ln1.data(), N, lap, ctx_);
+  lora_.forward(
+      layer, "attn.qkv.weight", block_params, a.qkv.data(), 3 * C, a.ln1.data(), N, lap, ctx_, [&](bool onto) {
+        lap("fwd.matmul");
+        if (onto)
+          gpu::matmul_forward_residual<T>(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, a.qkv.data(), N, C, 3 * C, ctx_);
+        else
+          gpu::matmul_forward<T>(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C, ctx_);
+      });
   lap("fwd.attention");
   if (cudnn_shape())
     gpu::cudnn_attention_forward<T>(a.atty.data(), a.att_lse.data(), a.qkv.data(), static_cast<int>(B_),
@@ -91,9 +96,14 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
                             ctx_);
   if (lora_.adapts("mlp.fc.weight")) {
     // The adapters add to fc's output before the GELU, which the fused GEMM + GELU cannot wait for: apart here.
-    lap("fwd.matmul");
-    gpu::matmul_forward<T>(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, ctx_);
-    lora_.forward(layer, "mlp.fc.weight", block_params, a.fch.data(), 4 * C, a.ln2.data(), N, lap, ctx_);
+    lora_.forward(
+        layer, "mlp.fc.weight", block_params, a.fch.data(), 4 * C, a.ln2.data(), N, lap, ctx_, [&](bool onto) {
+          lap("fwd.matmul");
+          if (onto)
+            gpu::matmul_forward_residual<T>(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, a.fch.data(), N, C, 4 * C, ctx_);
+          else
+            gpu::matmul_forward<T>(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, ctx_);
+        });
     lap("fwd.gelu");
     gpu::gelu_forward<T>(a.fch_gelu.data(), a.fch.data(), N * 4 * C, ctx_);
   } else {
@@ -158,7 +168,7 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   OpTimer::Laps lap = timer_.laps(s);
   // Single-producer buffers, no memsets: the activation gradients, and every one of the block's parameter gradients
   // (block_grads is written, not added to; the caller need not zero it). An adapted GEMM's input gradient also gets
-  // its adapters' part, added; a frozen tensor's gradient pointer is null: skipped.
+  // its adapters' part (base_write: whichever runs second adds); a frozen tensor's gradient pointer is null: skipped.
   constexpr GradWrite kOverwrite = GradWrite::kOverwrite;
   // The four biases' and two LayerNorms' gradient sums are finished together at the end, in one launch.
   gpu::GpuContext ctx = ctx_;
@@ -168,11 +178,12 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   // or, when adapters add to d(fch_gelu) first, in two (matmul_backward_gelu's unfused path, around them).
   T* dfch = dfch_.data();
   if (lora_.adapts("mlp.proj.weight")) {
-    lap("bwd.matmul");
-    gpu::matmul_backward<T>(dfch, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, N, 4 * C, C, ctx,
-                            kOverwrite, kOverwrite);
     lora_.backward(layer, "mlp.proj.weight", block_params, block_grads, dfch, dresid_.data(), C, a.fch_gelu.data(), N,
-                   lap, ctx);
+                   lap, ctx, [&](bool onto) {
+                     lap("bwd.matmul");
+                     gpu::matmul_backward<T>(dfch, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw,
+                                             N, 4 * C, C, ctx, base_write(onto), kOverwrite);
+                   });
     lap("bwd.gelu");
     gpu::gelu_backward<T>(dfch, a.fch.data(), dfch, N * 4 * C, ctx, kOverwrite);
   } else {
@@ -180,21 +191,23 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
     gpu::matmul_backward_gelu<T>(dfch, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, a.fch.data(),
                                  N, 4 * C, C, ctx, kOverwrite);
   }
-  lap("bwd.matmul");
-  gpu::matmul_backward<T>(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx, kOverwrite,
-                          kOverwrite);
   lora_.backward(layer, "mlp.fc.weight", block_params, block_grads, dbuf_c_.data(), dfch, 4 * C, a.ln2.data(), N, lap,
-                 ctx);
+                 ctx, [&](bool onto) {
+                   lap("bwd.matmul");
+                   gpu::matmul_backward<T>(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx,
+                                           base_write(onto), kOverwrite);
+                 });
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln2w, g.ln2b, dbuf_c_.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
                              a.ln2_rstd.data(), N, C, ctx, kOverwrite);
 
   // Attention branch: dresid is now d(res2); the residual passes it to x unchanged.
-  lap("bwd.matmul");
-  gpu::matmul_backward<T>(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C, ctx,
-                          kOverwrite, kOverwrite);
   lora_.backward(layer, "attn.proj.weight", block_params, block_grads, dbuf_c_.data(), dresid_.data(), C, a.atty.data(),
-                 N, lap, ctx);
+                 N, lap, ctx, [&](bool onto) {
+                   lap("bwd.matmul");
+                   gpu::matmul_backward<T>(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N,
+                                           C, C, ctx, base_write(onto), kOverwrite);
+                 });
   if (cudnn_shape()) {  // overwrites dqkv
     lap("bwd.attention");
     gpu::cudnn_attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.atty.data(), a.att_lse.data(),
@@ -207,11 +220,12 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
     gpu::flash_attention_backward<T>(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.atty.data(), a.att_lse.data(),
                                      static_cast<int>(B_), static_cast<int>(T_), C, cfg_.n_head, ctx);
   }
-  lap("bwd.matmul");
-  gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C, ctx,
-                          kOverwrite, kOverwrite);
   lora_.backward(layer, "attn.qkv.weight", block_params, block_grads, dbuf_c_.data(), dqkv_.data(), 3 * C, a.ln1.data(),
-                 N, lap, ctx);
+                 N, lap, ctx, [&](bool onto) {
+                   lap("bwd.matmul");
+                   gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C,
+                                           3 * C, ctx, base_write(onto), kOverwrite);
+                 });
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln1w, g.ln1b, dbuf_c_.data(), x, p.ln1w, a.ln1_mean.data(),
                              a.ln1_rstd.data(), N, C, ctx, kOverwrite);

@@ -97,9 +97,14 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   lap("fwd.rmsnorm");
   gpu::rmsnorm_forward<T>(a.norm1.data(), a.rstd1.data(), x, p.attn_norm, eps, N, C, ctx_);
-  lap("fwd.matmul");
-  gpu::matmul_forward<T>(a.qkv.data(), a.norm1.data(), p.qkvw, p.qkvb, N, C, QKV, ctx_);
-  lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), QKV, a.norm1.data(), N, lap, ctx_);
+  lora_.forward(
+      layer, "attn.qkv.weight", block_params, a.qkv.data(), QKV, a.norm1.data(), N, lap, ctx_, [&](bool onto) {
+        lap("fwd.matmul");
+        if (onto)
+          gpu::matmul_forward_residual<T>(a.qkv.data(), a.norm1.data(), p.qkvw, p.qkvb, a.qkv.data(), N, C, QKV, ctx_);
+        else
+          gpu::matmul_forward<T>(a.qkv.data(), a.norm1.data(), p.qkvw, p.qkvb, N, C, QKV, ctx_);
+      });
   lap("fwd.rope");
   gpu::rope_forward<T>(a.qkv.data(), rope_cos_.data(), rope_sin_.data(), B_, T_, cfg_.n_head, cfg_.kv_heads(),
                        cfg_.head_dim(), ctx_);
@@ -111,9 +116,15 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   lora_.forward(layer, "attn.o.weight", block_params, a.res2.data(), C, a.atty.data(), N, lap, ctx_);
   lap("fwd.rmsnorm");
   gpu::rmsnorm_forward<T>(a.norm2.data(), a.rstd2.data(), a.res2.data(), p.mlp_norm, eps, N, C, ctx_);
-  lap("fwd.matmul");
-  gpu::matmul_forward<T>(a.gate_up.data(), a.norm2.data(), p.gate_up, nullptr, N, C, 2 * F, ctx_);
-  lora_.forward(layer, "mlp.gate_up.weight", block_params, a.gate_up.data(), 2 * F, a.norm2.data(), N, lap, ctx_);
+  lora_.forward(layer, "mlp.gate_up.weight", block_params, a.gate_up.data(), 2 * F, a.norm2.data(), N, lap, ctx_,
+                [&](bool onto) {
+                  lap("fwd.matmul");
+                  if (onto)
+                    gpu::matmul_forward_residual<T>(a.gate_up.data(), a.norm2.data(), p.gate_up, nullptr,
+                                                    a.gate_up.data(), N, C, 2 * F, ctx_);
+                  else
+                    gpu::matmul_forward<T>(a.gate_up.data(), a.norm2.data(), p.gate_up, nullptr, N, C, 2 * F, ctx_);
+                });
   lap("fwd.swiglu");
   gpu::swiglu_forward<T>(a.mlp.data(), a.gate_up.data(), N, F, ctx_);
   lap("fwd.matmul_residual");
@@ -191,41 +202,46 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   // Every activation gradient has one producer and every parameter gradient of the block is written, not added to
   // (the caller need not zero block_grads); only dresid accumulates, through the two RMSNorms' input gradients, and
-  // each adapted GEMM's input gradient, through its adapters'. A frozen tensor's gradient pointer is null: skipped.
+  // each adapted GEMM's input gradient, with its adapters' (base_write: whichever runs second adds). A frozen tensor's
+  // gradient pointer is null: skipped.
   constexpr GradWrite kOverwrite = GradWrite::kOverwrite;
 
   // MLP branch: dresid is d(out); the residual passes it to res2 unchanged.
-  lap("bwd.matmul");
-  gpu::matmul_backward<T>(dmlp_.data(), g.down, nullptr, dresid_.data(), a.mlp.data(), p.down, N, F, C, ctx_,
-                          kOverwrite, kOverwrite);
   lora_.backward(layer, "mlp.down.weight", block_params, block_grads, dmlp_.data(), dresid_.data(), C, a.mlp.data(), N,
-                 lap, ctx_);
+                 lap, ctx_, [&](bool onto) {
+                   lap("bwd.matmul");
+                   gpu::matmul_backward<T>(dmlp_.data(), g.down, nullptr, dresid_.data(), a.mlp.data(), p.down, N, F, C,
+                                           ctx_, base_write(onto), kOverwrite);
+                 });
   lap("bwd.swiglu");
   gpu::swiglu_backward<T>(dgate_up_.data(), dmlp_.data(), a.gate_up.data(), N, F, ctx_, kOverwrite);
-  lap("bwd.matmul");
-  gpu::matmul_backward<T>(dbuf_c_.data(), g.gate_up, nullptr, dgate_up_.data(), a.norm2.data(), p.gate_up, N, C, 2 * F,
-                          ctx_, kOverwrite, kOverwrite);
   lora_.backward(layer, "mlp.gate_up.weight", block_params, block_grads, dbuf_c_.data(), dgate_up_.data(), 2 * F,
-                 a.norm2.data(), N, lap, ctx_);
+                 a.norm2.data(), N, lap, ctx_, [&](bool onto) {
+                   lap("bwd.matmul");
+                   gpu::matmul_backward<T>(dbuf_c_.data(), g.gate_up, nullptr, dgate_up_.data(), a.norm2.data(),
+                                           p.gate_up, N, C, 2 * F, ctx_, base_write(onto), kOverwrite);
+                 });
   lap("bwd.rmsnorm");
   gpu::rmsnorm_backward<T>(dresid_.data(), g.mlp_norm, dbuf_c_.data(), a.res2.data(), p.mlp_norm, a.rstd2.data(), N, C,
                            ctx_, kOverwrite);
 
   // Attention branch: dresid is now d(res2); the residual passes it to x unchanged.
-  lap("bwd.matmul");
-  gpu::matmul_backward<T>(dbuf_c_.data(), g.ow, nullptr, dresid_.data(), a.atty.data(), p.ow, N, C, C, ctx_, kOverwrite,
-                          kOverwrite);
   lora_.backward(layer, "attn.o.weight", block_params, block_grads, dbuf_c_.data(), dresid_.data(), C, a.atty.data(), N,
-                 lap, ctx_);
+                 lap, ctx_, [&](bool onto) {
+                   lap("bwd.matmul");
+                   gpu::matmul_backward<T>(dbuf_c_.data(), g.ow, nullptr, dresid_.data(), a.atty.data(), p.ow, N, C, C,
+                                           ctx_, base_write(onto), kOverwrite);
+                 });
   attention_backward(a, lap);
   lap("bwd.rope");  // d(rotated q, k) -> d(q, k) as the qkv matmul produced them
   gpu::rope_backward<T>(dqkv_.data(), rope_cos_.data(), rope_sin_.data(), B_, T_, cfg_.n_head, cfg_.kv_heads(),
                         cfg_.head_dim(), ctx_);
-  lap("bwd.matmul");
-  gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.norm1.data(), p.qkvw, N, C, QKV, ctx_,
-                          kOverwrite, kOverwrite);
   lora_.backward(layer, "attn.qkv.weight", block_params, block_grads, dbuf_c_.data(), dqkv_.data(), QKV, a.norm1.data(),
-                 N, lap, ctx_);
+                 N, lap, ctx_, [&](bool onto) {
+                   lap("bwd.matmul");
+                   gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.norm1.data(), p.qkvw, N, C,
+                                           QKV, ctx_, base_write(onto), kOverwrite);
+                 });
   lap("bwd.rmsnorm");
   gpu::rmsnorm_backward<T>(dresid_.data(), g.attn_norm, dbuf_c_.data(), x, p.attn_norm, a.rstd1.data(), N, C, ctx_,
                            kOverwrite);

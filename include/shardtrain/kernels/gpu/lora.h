@@ -2,11 +2,13 @@
 // through cuBLASLt (Blas::gemm: row-major with leading dimensions, products accumulated in fp32), for activations T
 // in {float, bf16, fp16}. Device pointers, asynchronous on ctx.stream; needs ctx.blas, no scratch.
 //
-//   gpu::matmul_forward<bf16>(qkv, x, w_qkv, nullptr, N, C, QKV, ctx);                 // the frozen base
-//   gpu::lora_forward<bf16>(qkv + k_row0, QKV, h_k, x, A_k, B_k, N, C, r, KV * D, scale, ctx);
+//   gpu::lora_forward<bf16>(qkv, QKV, GradWrite::kOverwrite, h, x, A_qkv, B_qkv, N, qkv_stack, scale, ctx);
+//   gpu::matmul_forward_residual<bf16>(qkv, x, w_qkv, nullptr, qkv, N, C, QKV, ctx);   // the frozen base, added
 //
-// Precision: h and dh are T, rounded once at their store; the forward's update and the backward's dB read that
-// rounded h, so both use the same h. For T = float every product is an fp32 GEMM, as the CPU reference's.
+// A stack's adapters share one GEMM for h = x A^T, one for dA and one for dx (the input read once, the input
+// gradient written once); each has its own B GEMMs. Precision: h and dh are T, rounded once at their store; the
+// forward's update and the backward's dB read that rounded h, so both use the same h. For T = float every product is
+// an fp32 GEMM, as the CPU reference's.
 #pragma once
 
 #include <cstdint>
@@ -17,18 +19,13 @@
 
 namespace st::gpu {
 
-// h[N, r] = x[N, in] A[r, in]^T (kept for the backward), then out[n, 0..rows) += scale * (h B[rows, r]^T)[n, :], out
-// with row pitch ldo >= rows.
+// As st::lora_forward and st::lora_backward (kernels/lora.h), on device pointers.
 template <typename T>
-void lora_forward(T* out, int64_t ldo, T* h, const T* x, const T* A, const T* B, int64_t N, int in, int r, int rows,
-                  float scale, const GpuContext& ctx);
-
-// As st::lora_backward: dh [N, r] = scale * dout B (scratch, overwritten); dB [rows, r] += scale * dout^T h;
-// dA [r, in] += dh^T x; dx [N, in] += dh A (dx may be null). With param_write = kOverwrite, dA and dB are written
-// instead (not read; zero when N = 0); dx still accumulates.
+void lora_forward(T* out, int64_t ldo, GradWrite out_write, T* h, const T* x, const T* A, const T* B, int64_t N,
+                  const LoraStack& s, float scale, const GpuContext& ctx);
 template <typename T>
-void lora_backward(T* dx, T* dA, T* dB, T* dh, const T* dout, int64_t ldo, const T* x, const T* h, const T* A,
-                   const T* B, int64_t N, int in, int r, int rows, float scale, const GpuContext& ctx,
+void lora_backward(T* dx, GradWrite dx_write, T* dA, T* dB, T* dh, const T* dout, int64_t ldo, const T* x, const T* h,
+                   const T* A, const T* B, int64_t N, const LoraStack& s, float scale, const GpuContext& ctx,
                    GradWrite param_write = GradWrite::kAccumulate);
 
 // As st::lora_dropout and st::lora_dropout_backward (kernels/lora.h): the same mask, element for element; T values
