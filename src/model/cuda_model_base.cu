@@ -4,6 +4,7 @@
 
 #include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/kernels/gpu/matmul.h"
 
 namespace st {
 
@@ -64,6 +65,15 @@ double CudaModelBase<T>::take_loss_sum() {
 template <typename T>
 void CudaModelBase<T>::move_loss_sum(double* dst) {
   io_.move_loss_sum(dst, ctx_.stream);
+}
+
+template <typename T>
+void CudaModelBase<T>::base_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, int C, int OC,
+                                    bool onto) {
+  if (onto)
+    gpu::matmul_forward_residual<T>(out, inp, w, bias, out, N, C, OC, ctx_);
+  else
+    gpu::matmul_forward<T>(out, inp, w, bias, N, C, OC, ctx_);
 }
 
 template class CudaModelBase<float>;

@@ -59,6 +59,9 @@ class CudaModelBase : public CudaUnitModel<T> {
     return layer == 0 ? encoded_.data() : block_out_[static_cast<size_t>(layer - 1)].data();
   }
   const T* final_output() const { return block_input(cfg_.n_layer); }
+  // An adapted base GEMM's forward, out[N, OC] = inp @ w^T + bias, as CudaLora::forward's base(onto) runs it: with
+  // onto, added to what out holds (the adapters' update).
+  void base_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, int C, int OC, bool onto);
 
   ModelConfig cfg_;
   std::vector<UnitLayout> units_;

@@ -72,14 +72,11 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   lap("fwd.layernorm");
   gpu::layernorm_forward<T>(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln1w, p.ln1b, N, C, ctx_);
-  lora_.forward(
-      layer, "attn.qkv.weight", block_params, a.qkv.data(), 3 * C, a.ln1.data(), N, lap, ctx_, [&](bool onto) {
-        lap("fwd.matmul");
-        if (onto)
-          gpu::matmul_forward_residual<T>(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, a.qkv.data(), N, C, 3 * C, ctx_);
-        else
-          gpu::matmul_forward<T>(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C, ctx_);
-      });
+  lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), 3 * C, a.ln1.data(), N, lap, ctx_,
+                [&](bool onto) {
+                  lap("fwd.matmul");
+                  this->base_forward(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C, onto);
+                });
   lap("fwd.attention");
   if (cudnn_shape())
     gpu::cudnn_attention_forward<T>(a.atty.data(), a.att_lse.data(), a.qkv.data(), static_cast<int>(B_),
@@ -96,14 +93,11 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
                             ctx_);
   if (lora_.adapts("mlp.fc.weight")) {
     // The adapters add to fc's output before the GELU, which the fused GEMM + GELU cannot wait for: apart here.
-    lora_.forward(
-        layer, "mlp.fc.weight", block_params, a.fch.data(), 4 * C, a.ln2.data(), N, lap, ctx_, [&](bool onto) {
-          lap("fwd.matmul");
-          if (onto)
-            gpu::matmul_forward_residual<T>(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, a.fch.data(), N, C, 4 * C, ctx_);
-          else
-            gpu::matmul_forward<T>(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, ctx_);
-        });
+    lora_.forward(layer, "mlp.fc.weight", block_params, a.fch.data(), 4 * C, a.ln2.data(), N, lap, ctx_,
+                  [&](bool onto) {
+                    lap("fwd.matmul");
+                    this->base_forward(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, onto);
+                  });
     lap("fwd.gelu");
     gpu::gelu_forward<T>(a.fch_gelu.data(), a.fch.data(), N * 4 * C, ctx_);
   } else {

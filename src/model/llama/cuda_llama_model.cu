@@ -97,14 +97,11 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   lap("fwd.rmsnorm");
   gpu::rmsnorm_forward<T>(a.norm1.data(), a.rstd1.data(), x, p.attn_norm, eps, N, C, ctx_);
-  lora_.forward(
-      layer, "attn.qkv.weight", block_params, a.qkv.data(), QKV, a.norm1.data(), N, lap, ctx_, [&](bool onto) {
-        lap("fwd.matmul");
-        if (onto)
-          gpu::matmul_forward_residual<T>(a.qkv.data(), a.norm1.data(), p.qkvw, p.qkvb, a.qkv.data(), N, C, QKV, ctx_);
-        else
-          gpu::matmul_forward<T>(a.qkv.data(), a.norm1.data(), p.qkvw, p.qkvb, N, C, QKV, ctx_);
-      });
+  lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), QKV, a.norm1.data(), N, lap, ctx_,
+                [&](bool onto) {
+                  lap("fwd.matmul");
+                  this->base_forward(a.qkv.data(), a.norm1.data(), p.qkvw, p.qkvb, N, C, QKV, onto);
+                });
   lap("fwd.rope");
   gpu::rope_forward<T>(a.qkv.data(), rope_cos_.data(), rope_sin_.data(), B_, T_, cfg_.n_head, cfg_.kv_heads(),
                        cfg_.head_dim(), ctx_);
@@ -119,11 +116,7 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   lora_.forward(layer, "mlp.gate_up.weight", block_params, a.gate_up.data(), 2 * F, a.norm2.data(), N, lap, ctx_,
                 [&](bool onto) {
                   lap("fwd.matmul");
-                  if (onto)
-                    gpu::matmul_forward_residual<T>(a.gate_up.data(), a.norm2.data(), p.gate_up, nullptr,
-                                                    a.gate_up.data(), N, C, 2 * F, ctx_);
-                  else
-                    gpu::matmul_forward<T>(a.gate_up.data(), a.norm2.data(), p.gate_up, nullptr, N, C, 2 * F, ctx_);
+                  this->base_forward(a.gate_up.data(), a.norm2.data(), p.gate_up, nullptr, N, C, 2 * F, onto);
                 });
   lap("fwd.swiglu");
   gpu::swiglu_forward<T>(a.mlp.data(), a.gate_up.data(), N, F, ctx_);
