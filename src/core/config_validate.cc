@@ -94,9 +94,6 @@ void check_lora_keys(const Config& c, Add&& add, FloatCheck&& float_check) {
     add(e.what());
   }
   // What LoRA runs do not take yet: refused rather than run wrongly.
-  if (c.train.device == Device::kCuda && c.optim.offload != OffloadMode::kNone)
-    add("optim.offload (", to_string(c.optim.offload), ") with lora.rank > 0 on train.device=cuda is not built yet: ",
-        "the adapters' optimizer state is small, and the frozen base has none");
   if (c.train.device == Device::kCuda && c.dist.sharding != ShardingMode::kFull)
     add("dist.sharding (", to_string(c.dist.sharding),
         ") with lora.rank > 0 on train.device=cuda is not built yet: ", "use full");

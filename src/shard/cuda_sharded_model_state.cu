@@ -77,12 +77,13 @@ template <typename T>
 void CudaShardedModel<T>::pull_unit(int unit) {
   quiesce_state();
   if (!offload(unit)) shards_->pull(unit);  // an offloaded unit's param, m and v are on the host already
-  shards_->pull_frozen(unit);               // the frozen base is always on the device
+  shards_->pull_frozen(unit, shard(unit));  // the frozen base is always on the device
 }
 
 template <typename T>
 void CudaShardedModel<T>::release_unit(int unit) {
-  if (!offload(unit)) shards_->release_view(unit);
+  if (!offload(unit)) return shards_->release_view(unit);
+  std::vector<float>().swap(shard(unit).frozen);  // the host state stays: it is the state
 }
 
 // Device-resident units are copied into pinned memory on a stream of their own, behind this step's AdamW (an event
@@ -173,14 +174,13 @@ void CudaShardedModel<T>::push_unit(int unit) {
   }
   check_snapshot_released("push_unit");
   quiesce_state();  // nothing in flight may still write the buffers replaced here, nor read them for a snapshot
-  if (offload(unit)) {
+  if (offload(unit))
     offload_->push(unit);  // the host state is the state: only the compute copy follows it
-    return;
-  }
-  shards_->push(unit, ctx_);
-  shards_->push_frozen(unit, ctx_);
+  else
+    shards_->push(unit, ctx_);
+  shards_->push_frozen(unit, shard(unit), ctx_);
   compute_stream_.synchronize();  // the copies from the view have landed
-  shards_->release_view(unit);    // the device holds the state now; pull_unit() fills the view again
+  release_unit(unit);             // the device holds the state now; pull_unit() fills the view again
 }
 
 // The members defined here, for each compute type (the class itself is instantiated in cuda_sharded_model.cu).

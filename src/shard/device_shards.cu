@@ -92,7 +92,12 @@ DeviceShards<T>::DeviceShards(const Config& cfg, const std::vector<UnitLayout>& 
     ST_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     device_.push_back(std::move(d));
     views_.push_back(std::move(h));
-    if (u.nf4_base) store_nf4(u.index, ctx);
+    if (u.nf4_base) store_nf4(u.index, views_.back(), ctx);
+    // An offloaded unit's view is its host state (OffloadPipeline::state): it carries the frozen spans too.
+    state.frozen_span = views_.back().frozen_span;
+    state.frozen_slot = views_.back().frozen_slot;
+    state.nf4_span = views_.back().nf4_span;
+    state.nf4_slot = views_.back().nf4_slot;
     initial->states.push_back(std::move(state));
     initial->copies.push_back(std::move(copy));
   }
@@ -137,10 +142,9 @@ void DeviceShards<T>::push(int unit, const gpu::GpuContext& ctx) {
 }
 
 template <typename T>
-void DeviceShards<T>::store_nf4(int unit, const gpu::GpuContext& ctx) {
+void DeviceShards<T>::store_nf4(int unit, UnitShard& h, const gpu::GpuContext& ctx) {
   const UnitLayout& u = units_[static_cast<size_t>(unit)];
   const Nf4UnitStorage& s = nf4_storage_[static_cast<size_t>(unit)];
-  UnitShard& h = views_[static_cast<size_t>(unit)];
   Device& d = device_[static_cast<size_t>(unit)];
   ST_CHECK(static_cast<int64_t>(h.frozen.size()) == u.frozen_numel, "store_nf4 of ", u.name, " without its view");
   // One matrix at a time: its fp32 values uploaded and quantised into the whole storage, whose span is then kept.
@@ -187,8 +191,7 @@ void DeviceShards<T>::dequantize_nf4(int unit, const uint8_t* storage, T* segmen
 }
 
 template <typename T>
-void DeviceShards<T>::pull_frozen(int unit) {
-  UnitShard& h = views_[static_cast<size_t>(unit)];
+void DeviceShards<T>::pull_frozen(int unit, UnitShard& h) {
   const Device& d = device_[static_cast<size_t>(unit)];
   if (units_[static_cast<size_t>(unit)].nf4_base) {
     h.frozen.assign(static_cast<size_t>(units_[static_cast<size_t>(unit)].frozen_numel), unwritten_frozen());
@@ -206,11 +209,10 @@ void DeviceShards<T>::pull_frozen(int unit) {
 }
 
 template <typename T>
-void DeviceShards<T>::push_frozen(int unit, const gpu::GpuContext& ctx) {
-  UnitShard& h = views_[static_cast<size_t>(unit)];
+void DeviceShards<T>::push_frozen(int unit, UnitShard& h, const gpu::GpuContext& ctx) {
   const UnitLayout& u = units_[static_cast<size_t>(unit)];
   if (u.nf4_base) {
-    if (!h.frozen.empty() && nf4_view_written(u, h.frozen.data())) store_nf4(unit, ctx);
+    if (!h.frozen.empty() && nf4_view_written(u, h.frozen.data())) store_nf4(unit, h, ctx);
     return;
   }
   if (h.frozen_slot == 0) return;

@@ -61,7 +61,7 @@ std::vector<bool> offloaded_units(const Config& cfg, const std::vector<UnitLayou
   for (const UnitLayout& u : units) total += u.numel;
   const double target = static_cast<double>(cfg.optim.offload_fraction) * static_cast<double>(total);
   for (size_t i = units.size(); i-- > 0 && static_cast<double>(covered) < target;) {
-    out[i] = true;
+    out[i] = units[i].numel > 0;  // a wholly frozen unit (LoRA's embedding and head) has no optimizer state
     covered += units[i].numel;
   }
   return out;

@@ -116,5 +116,79 @@ TEST(LoraCuda, GatedStepsAndCheckpointsMatchTheHostPathAndTheCpu) {
   }
 }
 
+// Optimizer offload on one GPU, with a base written through the host view as init.from writes it (an offloaded unit's
+// view is its host state): the host AdamW trains the adapters the device AdamW trains, bit for bit, for LoRA and QLoRA
+// bases, whichever units it holds and whether it speculates; a checkpoint of the offloaded run loads into a run
+// without offload with the same parameters.
+TEST(LoraCuda, OffloadTrainsWhatTheDeviceOptimizerTrains) {
+  ST_SKIP_WITHOUT_GPU();
+  struct Case {
+    OffloadMode mode;
+    float fraction;
+    Speculation speculation;
+  };
+  const auto write_base = [](StepEngine& e) {
+    for (const UnitLayout& u : e.units()) {
+      if (u.frozen_numel == 0) continue;
+      e.sharded().pull_unit(u.index);
+      UnitShard& view = e.sharded().shard(u.index);
+      ASSERT_EQ(view.frozen.size(), static_cast<size_t>(u.nf4_base ? u.frozen_numel : view.frozen_slot)) << u.name;
+      for (int64_t i = 0; i < view.frozen_span.count; ++i)
+        view.frozen[static_cast<size_t>(i)] = 0.001f * static_cast<float>((view.frozen_span.offset + i) * 7919 % 401) -
+                                              0.2f;
+      e.sharded().push_unit(u.index);
+    }
+  };
+  const auto run = [&](const Config& c, std::vector<std::vector<float>>* params, const std::string& save_to) {
+    SoloCommunicator comm;
+    StepEngine e(c, comm);
+    write_base(e);
+    std::vector<float> losses;
+    for (int64_t s = 0; s < 4; ++s) losses.push_back(e.train_step(testing::corpus_batches(c, kSeed, s), 2, s).loss);
+    *params = e.gather_params();
+    if (!save_to.empty()) {
+      Config saving = c;
+      saving.ckpt.dir = save_to;
+      CheckpointState cs;
+      cs.step = 4;
+      cs.optimizer_updates = e.updates();
+      Config plain = c;
+      plain.optim.offload = OffloadMode::kNone;
+      const std::string where = save_checkpoint(saving, e.sharded(), cs, comm);
+      StepEngine back(plain, comm);
+      load_checkpoint(where, plain, back.sharded(), comm);
+      write_base(back);  // the checkpoint names its base (here written, not read from init.from)
+      EXPECT_EQ(back.gather_params(), *params) << "loaded without offload";
+    }
+    return losses;
+  };
+  std::vector<Config> cfgs = configs(Device::kCuda, DType::kBF16);
+  Config qlora = cfgs[1];
+  qlora.model.lora.base_dtype = LoraBase::kNf4;
+  cfgs.push_back(qlora);
+  for (Config base : cfgs) {
+    base.optim.grad_clip = 0.05f;  // clipped steps: speculative updates are redone
+    base.optim.offload_threads = 2;
+    SCOPED_TRACE(::testing::Message() << to_string(base.model.arch) << " " << to_string(base.model.lora.base_dtype));
+    std::vector<std::vector<float>> want_params;
+    const std::vector<float> want = run(base, &want_params, "");
+    for (const Case& k : {Case{OffloadMode::kOptimizer, 1.0f, Speculation::kOff},
+                          Case{OffloadMode::kOptimizerParams, 1.0f, Speculation::kOff},
+                          Case{OffloadMode::kOptimizer, 1.0f, Speculation::kOn},
+                          Case{OffloadMode::kOptimizerParams, 0.5f, Speculation::kOn}}) {
+      Config c = base;
+      c.optim.offload = k.mode;
+      c.optim.offload_fraction = k.fraction;
+      c.optim.offload_speculative = k.speculation;
+      SCOPED_TRACE(::testing::Message() << "optim.offload=" << to_string(k.mode) << ", fraction " << k.fraction
+                                        << ", speculation " << (k.speculation == Speculation::kOn));
+      testing::TempDir dir;
+      std::vector<std::vector<float>> params;
+      EXPECT_EQ(run(c, &params, dir.str()), want);
+      EXPECT_EQ(params, want_params);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace st

@@ -63,6 +63,17 @@ TEST(MemoryPlan, OffloadFractionMovesTheLastUnitsToTheHost) {
   EXPECT_EQ(offloaded_units(c, build_units(c.model)), std::vector<bool>(14, false));
 }
 
+// With LoRA the embedding and the head are wholly frozen: no optimizer state to move, so never offloaded; every block
+// (its adapters) is, at fraction 1.
+TEST(MemoryPlan, OffloadLeavesWhollyFrozenUnits) {
+  Config c = gpt2_124m(DType::kBF16);
+  c.model.lora.rank = 8;
+  c.optim.offload = OffloadMode::kOptimizer;
+  std::vector<bool> want(14, true);
+  want.front() = want.back() = false;
+  EXPECT_EQ(offloaded_units(c, build_units(c.model)), want);
+}
+
 TEST(MemoryPlan, GatherBuffersFollowThePrefetchDepthAndResharding) {
   const Config c = gpt2_124m(DType::kBF16);
   CommPlan comm;

@@ -61,13 +61,14 @@ class DeviceShards {
   // What AdamW updates for a unit whose optimizer is on the device.
   typename DeviceOptimizer<T>::UnitState optimizer_state(int unit);
   // view(unit) = the device state (synchronous), and back (the compute copy rounded on ctx.stream). For units whose
-  // optimizer is on the device; pull_frozen/push_frozen the same for the frozen shard (view(unit).frozen, fp32 on the
-  // host, T on the device), of any unit. An NF4 unit's frozen view is its whole segment (model_backend.h): the pull
-  // fills it with unwritten_frozen(), and the push quantises it on the device (synchronous) if it was written.
+  // optimizer is on the device; pull_frozen/push_frozen the same for the frozen shard of any unit, into and from the
+  // `frozen` of the unit's view: view(unit), or an offloaded unit's host state (fp32 on the host, T on the device).
+  // An NF4 unit's frozen view is its whole segment (model_backend.h): the pull fills it with unwritten_frozen(), and
+  // the push quantises it on the device (synchronous) if it was written, and frees it.
   void pull(int unit);
   void push(int unit, const gpu::GpuContext& ctx);
-  void pull_frozen(int unit);
-  void push_frozen(int unit, const gpu::GpuContext& ctx);
+  void pull_frozen(int unit, UnitShard& view);
+  void push_frozen(int unit, UnitShard& view, const gpu::GpuContext& ctx);
   // Frees the unit's host view (after push: the device holds the state; a later pull() fills it again).
   void release_view(int unit);
   // How many units' views are filled now (pulled and not yet released).
@@ -81,8 +82,8 @@ class DeviceShards {
     DeviceBuffer<T> frozen;                  // the frozen tensors' shard (empty without them, and for NF4 units)
     DeviceBuffer<uint8_t> nf4;               // an NF4 unit's shard of its storage
   };
-  // view(unit).frozen, the whole segment, quantised into the unit's NF4 shard (synchronous); the view is freed.
-  void store_nf4(int unit, const gpu::GpuContext& ctx);
+  // view.frozen, the unit's whole segment, quantised into its NF4 shard (synchronous); view.frozen is freed.
+  void store_nf4(int unit, UnitShard& view, const gpu::GpuContext& ctx);
 
   const std::vector<UnitLayout>& units_;
   std::vector<Nf4UnitStorage> nf4_storage_;  // per unit (no parts for units without an NF4 base)

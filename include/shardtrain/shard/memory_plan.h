@@ -65,7 +65,8 @@ int64_t gathered_elements(const UnitLayout& unit, int world);
 
 // Which units optim.offload moves to the host: from the last unit back, until optim.offload_fraction of the
 // parameters is covered (all of them at 1). The first units, the tied embedding first, keep their optimizer on
-// the device, so the next step's forward can start while the host AdamW still works on the later units.
+// the device, so the next step's forward can start while the host AdamW still works on the later units. A wholly
+// frozen unit (LoRA's embedding and head) has no optimizer state and is never offloaded.
 std::vector<bool> offloaded_units(const Config& cfg, const std::vector<UnitLayout>& units);
 
 // What the compute side needs besides the sharded state and the gather buffers: the CUDA model's activations and its
