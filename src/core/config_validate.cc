@@ -93,10 +93,6 @@ void check_lora_keys(const Config& c, Add&& add, FloatCheck&& float_check) {
   } catch (const Error& e) {
     add(e.what());
   }
-  // What LoRA runs do not take yet: refused rather than run wrongly.
-  if (c.train.device == Device::kCuda && c.dist.sharding != ShardingMode::kFull)
-    add("dist.sharding (", to_string(c.dist.sharding),
-        ") with lora.rank > 0 on train.device=cuda is not built yet: ", "use full");
   // The end of a run holds the dequantised base only; the original weights are init.from's files.
   if (l.base_dtype == LoraBase::kNf4 && !c.init.from.empty() && !c.ckpt.export_path.empty())
     add("ckpt.export with lora.base_dtype=nf4 would merge the adapters into the NF4-rounded base; merge them into ",

@@ -181,7 +181,7 @@ endif()
 find_program(ANY_PYTHON3 NAMES python3)
 if(SHARDTRAIN_HAVE_CUDA AND ANY_PYTHON3 AND MPIRUN_EXECUTABLE)
   foreach(case equivalence-fp32 equivalence-bf16 checkpoint fp16-overflow memory-cap offload hybrid comm-tuning
-               hybrid-2x2 watchdog backends async-kill)
+               hybrid-2x2 watchdog backends async-kill lora-hybrid)
     add_test(NAME gpu.zero3.${case}
              COMMAND ${ANY_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/gpu_zero3_test.py ${case} $<TARGET_FILE:shardtrain>
                      $<TARGET_FILE:gpu_count> ${MPIRUN_EXECUTABLE} ${CMAKE_BINARY_DIR}/gpu_zero3_${case}
@@ -191,8 +191,8 @@ if(SHARDTRAIN_HAVE_CUDA AND ANY_PYTHON3 AND MPIRUN_EXECUTABLE)
   endforeach()
   # The llama family (configs/tiny-llama.ini: grouped-query attention, RoPE, RMSNorm, SwiGLU): 1 vs 2 GPUs, checkpoints
   # across world sizes and backends (2 GPUs -> 1 GPU, 2 GPUs -> 3 CPU ranks -> 1 GPU; on one GPU, 1 GPU <-> 3 CPU
-  # ranks), and optimizer offload.
-  foreach(case equivalence-fp32 equivalence-bf16 checkpoint offload backends)
+  # ranks), optimizer offload, and LoRA in hybrid sharding.
+  foreach(case equivalence-fp32 equivalence-bf16 checkpoint offload backends lora-hybrid)
     add_test(NAME gpu.zero3.llama.${case}
              COMMAND ${ANY_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/gpu_zero3_test.py ${case} $<TARGET_FILE:shardtrain>
                      $<TARGET_FILE:gpu_count> ${MPIRUN_EXECUTABLE} ${CMAKE_BINARY_DIR}/gpu_zero3_llama_${case}
