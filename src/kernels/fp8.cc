@@ -79,7 +79,7 @@ float fp8_scale(float amax, Fp8Format f, bool power_of_2) {
 }
 
 void fp8_quantize_matrix(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
-                         uint8_t* q, float* inverse_scales, const std::string& what) {
+                         Fp8Layout layout, uint8_t* q, float* inverse_scales, const std::string& what) {
   const int64_t n = rows * cols;
   for (int64_t i = 0; i < n; ++i)
     if (!std::isfinite(x[i])) ST_BAD_INPUT(what, ": element ", i, " is ", x[i], "; FP8 casts finite values only");
@@ -94,16 +94,18 @@ void fp8_quantize_matrix(const float* x, int64_t rows, int64_t cols, Fp8Format f
     scale[g] = fp8_scale(amax[g], f, power_of_2);
     inverse_scales[g] = 1.0f / scale[g];
   }
+  const bool transposed = layout == Fp8Layout::kTransposed;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
-      q[r * cols + c] = fp8_encode(x[r * cols + c] * scale[static_cast<size_t>(fp8_group(scaling, r, c))], f);
+      q[transposed ? c * rows + r : r * cols + c] =
+          fp8_encode(x[r * cols + c] * scale[static_cast<size_t>(fp8_group(scaling, r, c))], f);
 }
 
 void fp8_round_trip(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
                     float* out, const std::string& what) {
   std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
   std::vector<float> inverse(static_cast<size_t>(fp8_groups(scaling, rows, cols)));
-  fp8_quantize_matrix(x, rows, cols, f, scaling, power_of_2, q.data(), inverse.data(), what);
+  fp8_quantize_matrix(x, rows, cols, f, scaling, power_of_2, Fp8Layout::kRowMajor, q.data(), inverse.data(), what);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       out[r * cols + c] =

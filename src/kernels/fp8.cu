@@ -17,82 +17,161 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ int64_t group_of(Fp8Scaling s, int64_t i, int64_t cols) {
+__device__ __forceinline__ int64_t group_of(Fp8Scaling s, int64_t r, int64_t c) {
+  return s == Fp8Scaling::kTensor ? 0 : s == Fp8Scaling::kRow ? r : c;
+}
+// The same for flat index i of a row-major [rows, cols] matrix, dividing only where the group needs it.
+__device__ __forceinline__ int64_t group_at(Fp8Scaling s, int64_t i, int64_t cols) {
   return s == Fp8Scaling::kTensor ? 0 : s == Fp8Scaling::kRow ? i / cols : i % cols;
 }
 
+// The one definition of an element's cast, for both layouts: st::fp8_encode(v * scale, f).
+__device__ __forceinline__ uint8_t encode(float v, float scale, __nv_fp8_interpretation_t format) {
+  return __nv_cvt_float_to_fp8(__fmul_rn(v, scale), __NV_SATFINITE, format);
+}
+
 // Each element's magnitude into its group's maximum (atomicMax on the bits: the bits of non-negative floats order as
-// the floats), and the lowest index of a non-finite element.
+// the floats, and a NaN's or an infinity's above every finite one, so a non-finite element leaves its group's maximum
+// non-finite), and, when first_bad is given, the lowest index of a non-finite element.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     amax_kernel(const T* x, int64_t n, int64_t cols, Fp8Scaling s, unsigned* amax_bits, unsigned long long* first_bad) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
     const float v = to_f32(x[i]);
-    if (!isfinite(v)) {
-      atomicMin(first_bad, static_cast<unsigned long long>(i));
-      continue;
-    }
-    atomicMax(amax_bits + group_of(s, i, cols), __float_as_uint(fabsf(v)));
+    if (first_bad != nullptr && !isfinite(v)) atomicMin(first_bad, static_cast<unsigned long long>(i));
+    atomicMax(amax_bits + group_at(s, i, cols), __float_as_uint(fabsf(v)));
   }
 }
 
-// st::fp8_scale's steps per group, and its inverse for the GEMM.
+// st::fp8_scale's steps per group, and its inverse for the GEMM. A non-finite maximum (only the async cast gets this
+// far with one) gives a NaN scale: every code of the group and its inverse scale are then NaN.
 __global__ void scale_kernel(const unsigned* amax_bits, int64_t groups, float fp8_max, bool power_of_2, float* scale,
                              float* inverse) {
   for (int64_t g = thread_index(); g < groups; g += thread_count()) {
-    float sc = __fdiv_rn(fp8_max, fmaxf(__uint_as_float(amax_bits[g]), 1e-12f));
-    if (power_of_2) sc = __uint_as_float(__float_as_uint(sc) & 0xFF800000u);  // a normal float: its power of two
+    const float amax = __uint_as_float(amax_bits[g]);
+    float sc = __int_as_float(0x7fffffff);  // NaN
+    if (isfinite(amax)) {
+      sc = __fdiv_rn(fp8_max, fmaxf(amax, 1e-12f));
+      if (power_of_2) sc = __uint_as_float(__float_as_uint(sc) & 0xFF800000u);  // a normal float: its power of two
+    }
     scale[g] = sc;
     inverse[g] = __fdiv_rn(1.0f, sc);
   }
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) cast_kernel(const T* x, int64_t n, int64_t cols, Fp8Scaling s,
-                                                        const float* scale, __nv_fp8_interpretation_t format,
-                                                        uint8_t* q) {
+__global__ void __launch_bounds__(kThreads)
+    cast_kernel(const T* x, int64_t n, int64_t cols, Fp8Scaling s, const float* scale, __nv_fp8_interpretation_t format,
+                uint8_t* q) {
   for (int64_t i = thread_index(); i < n; i += thread_count())
-    q[i] = __nv_cvt_float_to_fp8(__fmul_rn(to_f32(x[i]), scale[group_of(s, i, cols)]), __NV_SATFINITE, format);
+    q[i] = encode(to_f32(x[i]), scale[group_at(s, i, cols)], format);
+}
+
+// The transposed cast, q[c * rows + r] = code of x[r, c], through a 32 x 32 tile in shared memory so that both the
+// reads of x and the writes of q run along consecutive addresses: a block reads the tile's rows of x (threadIdx.x
+// along x's columns), stores each code at [column][row], and writes the tile's rows of q (threadIdx.x along x's
+// rows). Tiles run along x's rows in blockIdx.x (the long dimension: tokens) and along its columns in blockIdx.y.
+constexpr int kTile = 32, kTileRows = 8;
+
+template <typename T>
+__global__ void __launch_bounds__(kTile* kTileRows)
+    cast_transposed_kernel(const T* x, int64_t rows, int64_t cols, Fp8Scaling s, const float* scale,
+                           __nv_fp8_interpretation_t format, uint8_t* q) {
+  // A row of 36 bytes (9 words, odd): the column-wise stores of the first phase fall in 32 different banks.
+  __shared__ uint8_t tile[kTile][kTile + 4];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTile, c0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t c = c0 + threadIdx.x;
+  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+    const int64_t r = r0 + i;
+    if (r < rows && c < cols) tile[threadIdx.x][i] = encode(to_f32(x[r * cols + c]), scale[group_of(s, r, c)], format);
+  }
+  __syncthreads();
+  const int64_t r = r0 + threadIdx.x;
+  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+    const int64_t cc = c0 + i;
+    if (r < rows && cc < cols) q[cc * rows + r] = tile[i][threadIdx.x];
+  }
+}
+
+// Scratch as fp8_quantize_scratch_bytes lays it out.
+struct CastScratch {
+  unsigned long long* first_bad;
+  unsigned* amax_bits;
+  float* scale;
+};
+
+CastScratch cast_scratch(const GpuContext& ctx, int64_t rows, int64_t cols, int64_t groups) {
+  ST_CHECK(rows >= 0 && cols >= 0, "gpu::fp8_quantize_matrix: ", rows, " x ", cols);
+  ST_CHECK(ctx.scratch != nullptr && ctx.scratch_bytes >= fp8_quantize_scratch_bytes(groups),
+           "gpu::fp8_quantize_matrix needs ", fp8_quantize_scratch_bytes(groups), " bytes of scratch, ctx has ",
+           ctx.scratch_bytes);
+  auto* first_bad = static_cast<unsigned long long*>(ctx.scratch);
+  auto* amax_bits = reinterpret_cast<unsigned*>(first_bad + 1);
+  return {first_bad, amax_bits, reinterpret_cast<float*>(amax_bits + groups)};
+}
+
+// The three kernels of a cast, queued on ctx.stream; first_bad null: no record of non-finite elements.
+template <typename T>
+void enqueue_cast(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
+                  Fp8Layout layout, uint8_t* q, float* inverse_scales, const CastScratch& s,
+                  unsigned long long* first_bad, const GpuContext& ctx) {
+  const int64_t n = rows * cols, groups = fp8_groups(scaling, rows, cols);
+  ST_CUDA_CHECK(cudaMemsetAsync(s.amax_bits, 0, static_cast<size_t>(groups) * sizeof(unsigned), ctx.stream));
+  const unsigned grid = grid_for(n, kThreads);
+  amax_kernel<T><<<grid, kThreads, 0, ctx.stream>>>(x, n, cols, scaling, s.amax_bits, first_bad);
+  ST_CUDA_CHECK_LAUNCH();
+  scale_kernel<<<grid_for(groups, kThreads), kThreads, 0, ctx.stream>>>(s.amax_bits, groups, fp8_max(f), power_of_2,
+                                                                        s.scale, inverse_scales);
+  ST_CUDA_CHECK_LAUNCH();
+  const __nv_fp8_interpretation_t format = f == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
+  if (layout == Fp8Layout::kRowMajor) {
+    cast_kernel<T><<<grid, kThreads, 0, ctx.stream>>>(x, n, cols, scaling, s.scale, format, q);
+  } else {
+    const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
+    ST_CHECK(row_tiles <= INT_MAX && col_tiles <= 65535, "gpu::fp8_quantize_matrix: ", rows, " x ", cols,
+             " is too large to transpose");
+    const dim3 tiles(static_cast<unsigned>(row_tiles), static_cast<unsigned>(col_tiles));
+    cast_transposed_kernel<T>
+        <<<tiles, dim3(kTile, kTileRows), 0, ctx.stream>>>(x, rows, cols, scaling, s.scale, format, q);
+  }
+  ST_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 template <typename T>
 void fp8_quantize_matrix(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
-                         uint8_t* q, float* inverse_scales, const std::string& what, const GpuContext& ctx) {
-  const int64_t n = rows * cols, groups = fp8_groups(scaling, rows, cols);
-  ST_CHECK(rows >= 0 && cols >= 0, "gpu::fp8_quantize_matrix: ", rows, " x ", cols);
-  ST_CHECK(ctx.scratch != nullptr && ctx.scratch_bytes >= fp8_quantize_scratch_bytes(groups),
-           "gpu::fp8_quantize_matrix needs ", fp8_quantize_scratch_bytes(groups), " bytes of scratch, ctx has ",
-           ctx.scratch_bytes);
-  if (n == 0) return;
-  // Scratch as fp8_quantize_scratch_bytes lays it out.
-  auto* first_bad = static_cast<unsigned long long*>(ctx.scratch);
-  auto* amax_bits = reinterpret_cast<unsigned*>(first_bad + 1);
-  auto* scale = reinterpret_cast<float*>(amax_bits + groups);
-  ST_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xff, sizeof(*first_bad), ctx.stream));  // ULLONG_MAX: none yet
-  ST_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, static_cast<size_t>(groups) * sizeof(unsigned), ctx.stream));
-  const unsigned grid = grid_for(n, kThreads);
-  amax_kernel<T><<<grid, kThreads, 0, ctx.stream>>>(x, n, cols, scaling, amax_bits, first_bad);
-  ST_CUDA_CHECK_LAUNCH();
-  scale_kernel<<<grid_for(groups, kThreads), kThreads, 0, ctx.stream>>>(amax_bits, groups, fp8_max(f), power_of_2,
-                                                                       scale, inverse_scales);
-  ST_CUDA_CHECK_LAUNCH();
-  cast_kernel<T><<<grid, kThreads, 0, ctx.stream>>>(x, n, cols, scaling, scale,
-                                                    f == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2, q);
-  ST_CUDA_CHECK_LAUNCH();
+                         Fp8Layout layout, uint8_t* q, float* inverse_scales, const std::string& what,
+                         const GpuContext& ctx) {
+  const CastScratch s = cast_scratch(ctx, rows, cols, fp8_groups(scaling, rows, cols));
+  if (rows * cols == 0) return;
+  ST_CUDA_CHECK(cudaMemsetAsync(s.first_bad, 0xff, sizeof(*s.first_bad), ctx.stream));  // ULLONG_MAX: none yet
+  enqueue_cast(x, rows, cols, f, scaling, power_of_2, layout, q, inverse_scales, s, s.first_bad, ctx);
   // One wait: a non-finite activation or gradient surfaces here, named, not as a NaN loss steps later.
   unsigned long long bad = 0;
-  ST_CUDA_CHECK(cudaMemcpyAsync(&bad, first_bad, sizeof(bad), cudaMemcpyDeviceToHost, ctx.stream));
+  ST_CUDA_CHECK(cudaMemcpyAsync(&bad, s.first_bad, sizeof(bad), cudaMemcpyDeviceToHost, ctx.stream));
   ST_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
   if (bad == ULLONG_MAX) return;
   ST_BAD_INPUT(what, ": element ", bad, " is ", element_on_host(x, static_cast<int64_t>(bad)),
                "; FP8 casts finite values only");
 }
 
-template void fp8_quantize_matrix<float>(const float*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool, uint8_t*, float*,
-                                         const std::string&, const GpuContext&);
-template void fp8_quantize_matrix<bf16>(const bf16*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool, uint8_t*, float*,
-                                        const std::string&, const GpuContext&);
+template <typename T>
+void fp8_quantize_matrix_async(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
+                               Fp8Layout layout, uint8_t* q, float* inverse_scales, const GpuContext& ctx) {
+  const CastScratch s = cast_scratch(ctx, rows, cols, fp8_groups(scaling, rows, cols));
+  if (rows * cols == 0) return;
+  enqueue_cast(x, rows, cols, f, scaling, power_of_2, layout, q, inverse_scales, s, nullptr, ctx);
+}
+
+#define ST_INSTANTIATE_FP8_CAST(T)                                                                                   \
+  template void fp8_quantize_matrix<T>(const T*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool, Fp8Layout, uint8_t*, \
+                                       float*, const std::string&, const GpuContext&);                               \
+  template void fp8_quantize_matrix_async<T>(const T*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool, Fp8Layout,     \
+                                             uint8_t*, float*, const GpuContext&);
+
+ST_INSTANTIATE_FP8_CAST(float)
+ST_INSTANTIATE_FP8_CAST(bf16)
+#undef ST_INSTANTIATE_FP8_CAST
 
 }  // namespace st::gpu

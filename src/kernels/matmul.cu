@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "blas_plan.cuh"
 #include "gpu_pack.cuh"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/gemm_algorithms.h"
@@ -28,23 +29,6 @@ using namespace kernels_internal;  // gpu_pack.cuh
 // second our A (transposed iff trans_a), and D is [n, m] column-major. The bias epilogue adds a vector
 // along D's rows, i.e. our columns: exactly a per-output-feature bias.
 
-struct Blas::Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;  // cuBLASLt's A (our B), B (our A), C=D
-  cublasLtMatmulAlgo_t algo{};
-  bool found = false;  // false: cuBLASLt has no algorithm; remembered so a fallback is not re-planned
-
-  Plan() = default;
-  Plan(const Plan&) = delete;
-  Plan& operator=(const Plan&) = delete;
-  ~Plan() {
-    if (out) cublasLtMatrixLayoutDestroy(out);
-    if (second) cublasLtMatrixLayoutDestroy(second);
-    if (first) cublasLtMatrixLayoutDestroy(first);
-    if (desc) cublasLtMatmulDescDestroy(desc);
-  }
-};
-
 namespace {
 
 // A, B, C/D and the bias share T's type; compute and scale types are always fp32.
@@ -54,13 +38,6 @@ constexpr cudaDataType_t kDataType = std::is_same_v<T, float> ? CUDA_R_32F
 
 template <typename T>
 constexpr const char* kTypeName = std::is_same_v<T, float> ? "fp32" : (std::is_same_v<T, bf16> ? "bf16" : "fp16");
-
-// The alignment cuBLASLt may assume for a matrix: the largest power of two (<= 256, its default) dividing
-// the address and, when batched, the byte stride between matrices. A null pointer imposes nothing.
-int64_t alignment_of(const void* p, int64_t stride_bytes) {
-  const uint64_t x = reinterpret_cast<uintptr_t>(p) | 256u | static_cast<uint64_t>(stride_bytes);
-  return static_cast<int64_t>(x & (~x + 1));
-}
 
 void set_layout_batch(cublasLtMatrixLayout_t layout, int batch, int64_t stride) {
   if (batch == 1) return;
@@ -232,6 +209,40 @@ std::vector<double> Blas::time_algorithms(const Plan& plan, const cublasLtMatmul
   return ms;
 }
 
+bool Blas::take_preset(const Key& key, Plan& plan, const std::string& what) {
+  auto preset = presets_.find(key);
+  if (preset == presets_.end()) return false;
+  cublasLtMatmulHeuristicResult_t check{};
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoCheck(handle_, plan.desc, plan.first, plan.second, plan.out, plan.out, &preset->second, &check);
+  ST_CHECK(status == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= workspace_bytes_,
+           "the given cuBLASLt algorithm for ", what, " is not valid here (cublasLtMatmulAlgoCheck status ",
+           static_cast<int>(status), ", workspace ", check.workspaceSize, " of ", workspace_bytes_, " bytes)");
+  plan.algo = preset->second;
+  plan.found = true;
+  return true;
+}
+
+cublasStatus_t Blas::heuristic(const Plan& plan, int64_t align_first, int64_t align_second, int64_t align_out,
+                               std::vector<cublasLtMatmulHeuristicResult_t>& results, int& returned) {
+  returned = 0;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ST_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = workspace_bytes_;
+  cublasStatus_t status =
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_first);
+    set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_second);
+    set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_out);
+    set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_out);
+    status = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.first, plan.second, plan.out, plan.out, pref,
+                                            static_cast<int>(results.size()), results.data(), &returned);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  return status;
+}
+
 template <typename T>
 bool Blas::try_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const T* a, int64_t lda,
                     int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, float beta, T* c, int64_t ldc,
@@ -295,33 +306,10 @@ bool Blas::try_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
     set_layout_batch(plan->out, batch, stride_c);
 
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-    auto preset = presets_.find(key);
-    if (preset != presets_.end()) {
-      cublasLtMatmulHeuristicResult_t check{};
-      status = cublasLtMatmulAlgoCheck(handle_, plan->desc, plan->first, plan->second, plan->out, plan->out,
-                                       &preset->second, &check);
-      ST_CHECK(status == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= workspace_bytes_,
-               "the given cuBLASLt algorithm for the ", kTypeName<T>, " GEMM m=", m, " n=", n, " k=", k,
-               " is not valid here (cublasLtMatmulAlgoCheck status ", static_cast<int>(status), ", workspace ",
-               check.workspaceSize, " of ", workspace_bytes_, " bytes)");
-      plan->algo = preset->second;
-      plan->found = true;
-    } else {
-      cublasLtMatmulPreference_t pref = nullptr;
-      ST_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-      const uint64_t ws = workspace_bytes_;
-      status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    if (!take_preset(key, *plan, str_cat("the ", kTypeName<T>, " GEMM m=", m, " n=", n, " k=", k))) {
       std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(1, tune_candidates_)));
       int returned = 0;
-      if (status == CUBLAS_STATUS_SUCCESS) {
-        set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_b);
-        set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_a);
-        set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c);
-        set_pref_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c);
-        status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second, plan->out, plan->out,
-                                                pref, static_cast<int>(results.size()), results.data(), &returned);
-      }
-      cublasLtMatmulPreferenceDestroy(pref);
+      status = heuristic(*plan, align_b, align_a, align_c, results, returned);
       if (status == CUBLAS_STATUS_SUCCESS && returned > 0 && results[0].state == CUBLAS_STATUS_SUCCESS) {
         int pick = 0;
         if (tune_candidates_ > 1 && time_here_) {
@@ -540,8 +528,7 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 
 template <typename T>
 void matmul_backward_gelu(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                          const T* pre_gelu, int64_t N, int C, int OC, const GpuContext& ctx,
-                          GradWrite param_write) {
+                          const T* pre_gelu, int64_t N, int C, int OC, const GpuContext& ctx, GradWrite param_write) {
   if (N == 0) return;
   bool fused = false;
   if constexpr (!std::is_same_v<T, float>) {
@@ -552,8 +539,8 @@ void matmul_backward_gelu(T* dinp, T* dweight, T* dbias, const T* dout, const T*
                                   ctx.stream, ep);
   }
   if (fused) {
-    matmul_backward(static_cast<T*>(nullptr), dweight, dbias, dout, inp, weight, N, C, OC, ctx,
-                    GradWrite::kAccumulate, param_write);
+    matmul_backward(static_cast<T*>(nullptr), dweight, dbias, dout, inp, weight, N, C, OC, ctx, GradWrite::kAccumulate,
+                    param_write);
   } else {
     matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, ctx, GradWrite::kOverwrite, param_write);
     gelu_backward(dinp, pre_gelu, dinp, N * C, ctx, GradWrite::kOverwrite);

@@ -1,11 +1,15 @@
 // gpu::fp8_quantize_matrix against its CPU reference (kernels/fp8.h), byte for byte: the codes and the inverse scales
 // of tensorwise, per-row and per-column scaling, with and without power-of-two scales, in E4M3 and E5M2, from float and
-// from bf16 elements (bf16 as its float value), on random matrices of odd shapes and on ones with an all-zero row,
-// float subnormals and magnitudes far apart; the first non-finite element is refused with the CPU's error.
+// from bf16 elements (bf16 as its float value), in x's layout and transposed (odd shapes: partial 32 x 32 tiles), on
+// random matrices of odd shapes and on ones with an all-zero row, float subnormals and magnitudes far apart; the first
+// non-finite element is refused with the CPU's error. gpu::fp8_quantize_matrix_async writes the same bytes on finite
+// input, and NaN codes and scales for the group of a non-finite element, the other groups unchanged.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/caught.h"
@@ -25,21 +29,29 @@ struct Casted {
   std::vector<float> inverse;
 };
 
-Casted cpu_cast(const std::vector<float>& x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling s, bool p2) {
+Casted cpu_cast(const std::vector<float>& x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling s, bool p2,
+                Fp8Layout layout = Fp8Layout::kRowMajor) {
   Casted c{std::vector<uint8_t>(x.size(), 0xab), std::vector<float>(static_cast<size_t>(fp8_groups(s, rows, cols)))};
-  fp8_quantize_matrix(x.data(), rows, cols, f, s, p2, c.q.data(), c.inverse.data(), "x");
+  fp8_quantize_matrix(x.data(), rows, cols, f, s, p2, layout, c.q.data(), c.inverse.data(), "x");
   return c;
 }
 
+enum class Form { kSync, kAsync };
+
 template <typename T>
-Casted gpu_cast(const std::vector<float>& x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling s, bool p2) {
+Casted gpu_cast(const std::vector<float>& x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling s, bool p2,
+                Fp8Layout layout = Fp8Layout::kRowMajor, Form form = Form::kSync) {
   const int64_t groups = fp8_groups(s, rows, cols);
   const DeviceBuffer<T> dx = test::to_device<T>(x);
   DeviceBuffer<uint8_t> q(static_cast<int64_t>(x.size()));
   DeviceBuffer<float> inverse(groups);
   test::poison(q);
   test::GpuEnv env(gpu::fp8_quantize_scratch_bytes(groups));
-  gpu::fp8_quantize_matrix<T>(dx.data(), rows, cols, f, s, p2, q.data(), inverse.data(), "x", env.ctx);
+  if (form == Form::kSync)
+    gpu::fp8_quantize_matrix<T>(dx.data(), rows, cols, f, s, p2, layout, q.data(), inverse.data(), "x", env.ctx);
+  else
+    gpu::fp8_quantize_matrix_async<T>(dx.data(), rows, cols, f, s, p2, layout, q.data(), inverse.data(), env.ctx);
+  env.stream.synchronize();
   Casted c{std::vector<uint8_t>(x.size()), std::vector<float>(static_cast<size_t>(groups))};
   ST_CUDA_CHECK(cudaMemcpy(c.q.data(), q.data(), q.bytes(), cudaMemcpyDeviceToHost));
   ST_CUDA_CHECK(cudaMemcpy(c.inverse.data(), inverse.data(), inverse.bytes(), cudaMemcpyDeviceToHost));
@@ -49,7 +61,8 @@ Casted gpu_cast(const std::vector<float>& x, int64_t rows, int64_t cols, Fp8Form
 ::testing::AssertionResult same(const Casted& got, const Casted& want) {
   for (size_t g = 0; g < want.inverse.size(); ++g)
     if (std::memcmp(&got.inverse[g], &want.inverse[g], sizeof(float)) != 0)
-      return ::testing::AssertionFailure() << "inverse scale " << g << ": " << got.inverse[g] << " != " << want.inverse[g];
+      return ::testing::AssertionFailure()
+             << "inverse scale " << g << ": " << got.inverse[g] << " != " << want.inverse[g];
   for (size_t i = 0; i < want.q.size(); ++i)
     if (got.q[i] != want.q[i])
       return ::testing::AssertionFailure() << "code " << i << ": " << int{got.q[i]} << " != " << int{want.q[i]};
@@ -61,31 +74,87 @@ Casted gpu_cast(const std::vector<float>& x, int64_t rows, int64_t cols, Fp8Form
 std::vector<float> adversarial(int64_t rows, int64_t cols) {
   std::vector<float> x = test::random_input<float>(rows * cols, 9);
   for (int64_t c = 0; c < cols; ++c) {
-    x[static_cast<size_t>(c)] = 0.0f;                          // row 0
-    x[static_cast<size_t>(cols + c)] *= 1e-40f;                // row 1: float subnormals
-    x[static_cast<size_t>(2 * cols + c)] *= 1e-6f;             // row 2
+    x[static_cast<size_t>(c)] = 0.0f;               // row 0
+    x[static_cast<size_t>(cols + c)] *= 1e-40f;     // row 1: float subnormals
+    x[static_cast<size_t>(2 * cols + c)] *= 1e-6f;  // row 2
   }
   x[static_cast<size_t>(3 * cols + 1)] = 3e38f;
   return x;
 }
 
+// Both layouts; the transposed cast runs through 32 x 32 shared-memory tiles: one tile, partial tiles on either side,
+// many tiles (513 x 257: 17 x 9 tiles, the last ones one row or column wide).
 TEST(Fp8Gpu, CastsEqualTheCpusCodesAndScales) {
   ST_SKIP_WITHOUT_GPU();
-  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 33}, {64, 48}, {513, 257}})
-    for (Fp8Format f : kFormats)
-      for (Fp8Scaling s : kScalings)
-        for (bool p2 : {false, true}) {
-          SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " " << to_string(f) << " scaling "
-                                            << static_cast<int>(s) << (p2 ? " pow2" : ""));
-          const std::vector<float> x = test::random_input<float>(rows * cols, static_cast<uint64_t>(rows + cols), 3.0f);
-          EXPECT_TRUE(same(gpu_cast<float>(x, rows, cols, f, s, p2), cpu_cast(x, rows, cols, f, s, p2)));
-          const std::vector<float> h = test::random_input<bf16>(rows * cols, static_cast<uint64_t>(rows * cols), 0.5f);
-          EXPECT_TRUE(same(gpu_cast<bf16>(h, rows, cols, f, s, p2), cpu_cast(h, rows, cols, f, s, p2)));
-          if (rows >= 4) {
-            const std::vector<float> a = adversarial(rows, cols);
-            EXPECT_TRUE(same(gpu_cast<float>(a, rows, cols, f, s, p2), cpu_cast(a, rows, cols, f, s, p2)));
+  for (const auto& [rows, cols] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 70}, {70, 1}, {32, 32}, {7, 33}, {64, 48}, {513, 257}})
+    for (Fp8Layout l : {Fp8Layout::kRowMajor, Fp8Layout::kTransposed})
+      for (Fp8Format f : kFormats)
+        for (Fp8Scaling s : kScalings)
+          for (bool p2 : {false, true}) {
+            SCOPED_TRACE(::testing::Message()
+                         << rows << "x" << cols << " " << to_string(f) << " scaling " << static_cast<int>(s)
+                         << (p2 ? " pow2" : "") << (l == Fp8Layout::kTransposed ? " transposed" : ""));
+            const std::vector<float> x =
+                test::random_input<float>(rows * cols, static_cast<uint64_t>(rows + cols), 3.0f);
+            EXPECT_TRUE(same(gpu_cast<float>(x, rows, cols, f, s, p2, l), cpu_cast(x, rows, cols, f, s, p2, l)));
+            const std::vector<float> h =
+                test::random_input<bf16>(rows * cols, static_cast<uint64_t>(rows * cols), 0.5f);
+            EXPECT_TRUE(same(gpu_cast<bf16>(h, rows, cols, f, s, p2, l), cpu_cast(h, rows, cols, f, s, p2, l)));
+            if (rows >= 4) {
+              const std::vector<float> a = adversarial(rows, cols);
+              EXPECT_TRUE(same(gpu_cast<float>(a, rows, cols, f, s, p2, l), cpu_cast(a, rows, cols, f, s, p2, l)));
+            }
           }
+}
+
+TEST(Fp8Gpu, AsyncCastsEqualTheWaitingOnesOnFiniteInput) {
+  ST_SKIP_WITHOUT_GPU();
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 33}, {130, 96}})
+    for (Fp8Layout layout : {Fp8Layout::kRowMajor, Fp8Layout::kTransposed})
+      for (Fp8Scaling s : kScalings) {
+        SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " scaling " << static_cast<int>(s)
+                                          << (layout == Fp8Layout::kTransposed ? " transposed" : ""));
+        const std::vector<float> a = rows >= 4 ? adversarial(rows, cols) : test::random_input<float>(rows * cols, 5);
+        EXPECT_TRUE(same(gpu_cast<float>(a, rows, cols, Fp8Format::kE4M3, s, true, layout, Form::kAsync),
+                         gpu_cast<float>(a, rows, cols, Fp8Format::kE4M3, s, true, layout, Form::kSync)));
+        const std::vector<float> h = test::random_input<bf16>(rows * cols, 6);
+        EXPECT_TRUE(same(gpu_cast<bf16>(h, rows, cols, Fp8Format::kE5M2, s, false, layout, Form::kAsync),
+                         gpu_cast<bf16>(h, rows, cols, Fp8Format::kE5M2, s, false, layout, Form::kSync)));
+      }
+}
+
+// The async cast lets a non-finite element through as NaNs: its group's inverse scale and every code of the group
+// decode to NaN (so a GEMM's outputs that read them are NaN), and the other groups are the CPU's cast of the matrix
+// with that element zeroed (the element leaves no trace in their scales).
+TEST(Fp8Gpu, AsyncCastsTurnTheGroupOfANonFiniteElementIntoNaNs) {
+  ST_SKIP_WITHOUT_GPU();
+  const int64_t rows = 40, cols = 24, bad_r = 5, bad_c = 17;
+  for (float bad : {NAN, INFINITY, -INFINITY})
+    for (Fp8Scaling s : kScalings)
+      for (Fp8Layout layout : {Fp8Layout::kRowMajor, Fp8Layout::kTransposed}) {
+        SCOPED_TRACE(::testing::Message() << bad << " scaling " << static_cast<int>(s)
+                                          << (layout == Fp8Layout::kTransposed ? " transposed" : ""));
+        std::vector<float> x = test::random_input<float>(rows * cols, 8);
+        x[static_cast<size_t>(bad_r * cols + bad_c)] = 0.0f;
+        const Casted clean = cpu_cast(x, rows, cols, Fp8Format::kE4M3, s, false, layout);
+        x[static_cast<size_t>(bad_r * cols + bad_c)] = bad;
+        const Casted got = gpu_cast<float>(x, rows, cols, Fp8Format::kE4M3, s, false, layout, Form::kAsync);
+        const int64_t bad_group = fp8_group(s, bad_r, bad_c);
+        int64_t wrong = 0;
+        for (int64_t g = 0; g < static_cast<int64_t>(got.inverse.size()); ++g) {
+          const float inv = got.inverse[static_cast<size_t>(g)];
+          wrong +=
+              g == bad_group ? !std::isnan(inv) : std::memcmp(&inv, &clean.inverse[static_cast<size_t>(g)], 4) != 0;
         }
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) {
+            const size_t at = static_cast<size_t>(layout == Fp8Layout::kTransposed ? c * rows + r : r * cols + c);
+            wrong += fp8_group(s, r, c) == bad_group ? !std::isnan(fp8_decode(got.q[at], Fp8Format::kE4M3))
+                                                     : got.q[at] != clean.q[at];
+          }
+        EXPECT_EQ(wrong, 0);
+      }
 }
 
 TEST(Fp8Gpu, TheFirstNonFiniteElementIsRefusedAsTheCpuRefusesIt) {
@@ -96,15 +165,16 @@ TEST(Fp8Gpu, TheFirstNonFiniteElementIsRefusedAsTheCpuRefusesIt) {
   std::vector<uint8_t> q(x.size());
   std::vector<float> inv(1);
   const Error want = testing::caught([&] {
-    fp8_quantize_matrix(x.data(), 40, 16, Fp8Format::kE4M3, Fp8Scaling::kTensor, false, q.data(), inv.data(), "x");
+    fp8_quantize_matrix(x.data(), 40, 16, Fp8Format::kE4M3, Fp8Scaling::kTensor, false, Fp8Layout::kRowMajor, q.data(),
+                        inv.data(), "x");
   });
   const DeviceBuffer<float> dx = test::to_device<float>(x);
   DeviceBuffer<uint8_t> dq(static_cast<int64_t>(x.size()));
   DeviceBuffer<float> dinv(1);
   test::GpuEnv env(gpu::fp8_quantize_scratch_bytes(1));
   const Error got = testing::caught([&] {
-    gpu::fp8_quantize_matrix<float>(dx.data(), 40, 16, Fp8Format::kE4M3, Fp8Scaling::kTensor, false, dq.data(),
-                                    dinv.data(), "x", env.ctx);
+    gpu::fp8_quantize_matrix<float>(dx.data(), 40, 16, Fp8Format::kE4M3, Fp8Scaling::kTensor, false,
+                                    Fp8Layout::kTransposed, dq.data(), dinv.data(), "x", env.ctx);
   });
   EXPECT_EQ(got.kind(), ErrorKind::kBadInput);
   EXPECT_EQ(std::string(got.what()), std::string(want.what()));

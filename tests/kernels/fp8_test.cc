@@ -2,7 +2,8 @@
 // definitions, and the nearest finite code to a value found by searching all 256 codes, ties to the even code,
 // saturated at the largest finite value. Checked on every code's value, every midpoint between neighbouring codes and
 // the floats beside it, subnormals of both the format and float, random values over 40 binades, values past the
-// largest finite one; non-finite inputs are refused; scales map a tensor's largest magnitude onto the format's.
+// largest finite one; non-finite inputs are refused; scales map a tensor's largest magnitude onto the format's; a
+// transposed cast writes the same codes at the transposed places.
 #include "shardtrain/kernels/fp8.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/snr.h"
@@ -76,7 +78,8 @@ TEST(Fp8, CastsRoundToNearestEvenAtEveryCodeAndMidpoint) {
   for (Fp8Format f : kFormats) {
     std::vector<float> values;
     for (int c = 0; c < 128; ++c) {
-      const double v = reference_value(static_cast<uint8_t>(c), f), next = reference_value(static_cast<uint8_t>(c + 1), f);
+      const double v = reference_value(static_cast<uint8_t>(c), f),
+                   next = reference_value(static_cast<uint8_t>(c + 1), f);
       if (std::isnan(v)) continue;
       values.push_back(static_cast<float>(v));
       if (std::isnan(next) || c + 1 >= 128) continue;
@@ -93,7 +96,8 @@ TEST(Fp8, CastsRoundToNearestEvenAtEveryCodeAndMidpoint) {
   }
 }
 
-// Random magnitudes over 2^-30 .. 2^20 (the format's and float's subnormals, past the largest finite value), both signs.
+// Random magnitudes over 2^-30 .. 2^20 (the format's and float's subnormals, past the largest finite value), both
+// signs.
 TEST(Fp8, CastsRandomValuesAsTheReferenceAndSaturates) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> log2_mag(-30.0, 20.0);
@@ -119,14 +123,15 @@ TEST(Fp8, ScaledCastsRefuseNonFiniteValuesAndMapTheLargestMagnitudeToTheMax) {
     const float s = fp8_scale(3.25f, f);
     std::vector<uint8_t> q(4);
     float inverse = 0.0f;
-    fp8_quantize_matrix(x.data(), 1, 4, f, Fp8Scaling::kTensor, false, q.data(), &inverse, "t");
+    fp8_quantize_matrix(x.data(), 1, 4, f, Fp8Scaling::kTensor, false, Fp8Layout::kRowMajor, q.data(), &inverse, "t");
     EXPECT_EQ(fp8_decode(q[1], f), -fp8_max(f)) << to_string(f);
     EXPECT_EQ(inverse, 1.0f / s);
     for (int i = 0; i < 4; ++i) EXPECT_EQ(q[static_cast<size_t>(i)], fp8_encode(x[static_cast<size_t>(i)] * s, f));
     // An amax of 0: a finite scale, every code 0.
     const std::vector<float> zeros(3, 0.0f);
     EXPECT_TRUE(std::isfinite(fp8_scale(0.0f, f)));
-    fp8_quantize_matrix(zeros.data(), 3, 1, f, Fp8Scaling::kTensor, false, q.data(), &inverse, "zeros");
+    fp8_quantize_matrix(zeros.data(), 3, 1, f, Fp8Scaling::kTensor, false, Fp8Layout::kRowMajor, q.data(), &inverse,
+                        "zeros");
     EXPECT_EQ(q[0] | q[1] | q[2], 0);
     EXPECT_GT(inverse, 0.0f);
     // Power-of-two scales: a power of two in (scale / 2, scale].
@@ -138,7 +143,8 @@ TEST(Fp8, ScaledCastsRefuseNonFiniteValuesAndMapTheLargestMagnitudeToTheMax) {
     for (float bad : {NAN, INFINITY, -INFINITY}) {
       const std::vector<float> y = {1.0f, bad};
       try {
-        fp8_quantize_matrix(y.data(), 1, 2, f, Fp8Scaling::kTensor, false, q.data(), &inverse, "block.2 mlp.fc input");
+        fp8_quantize_matrix(y.data(), 1, 2, f, Fp8Scaling::kTensor, false, Fp8Layout::kRowMajor, q.data(), &inverse,
+                            "block.2 mlp.fc input");
         ADD_FAILURE() << "accepted " << bad;
       } catch (const Error& err) {
         EXPECT_EQ(err.kind(), ErrorKind::kBadInput);
@@ -162,7 +168,8 @@ TEST(Fp8, RoundTripsScaleEachGroupOnItsOwn) {
   const int64_t rows = 4, cols = 64;
   std::vector<float> x = normal(rows * cols, 1.0, 3);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(r * cols + c)] *= static_cast<float>(std::pow(10.0, -2 * r));
+    for (int64_t c = 0; c < cols; ++c)
+      x[static_cast<size_t>(r * cols + c)] *= static_cast<float>(std::pow(10.0, -2 * r));
   std::vector<float> xt(x.size());  // the transpose, for per-column scales
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) xt[static_cast<size_t>(c * rows + r)] = x[static_cast<size_t>(r * cols + c)];
@@ -180,7 +187,8 @@ TEST(Fp8, RoundTripsScaleEachGroupOnItsOwn) {
     for (float v : ref) amax = std::max(amax, std::fabs(v));
     const float s = fp8_scale(amax, Fp8Format::kE4M3);
     for (int64_t c = 0; c < cols; ++c) {
-      const float want = fp8_decode(fp8_encode(ref[static_cast<size_t>(c)] * s, Fp8Format::kE4M3), Fp8Format::kE4M3) / s;
+      const float want =
+          fp8_decode(fp8_encode(ref[static_cast<size_t>(c)] * s, Fp8Format::kE4M3), Fp8Format::kE4M3) / s;
       EXPECT_NEAR(row[static_cast<size_t>(r * cols + c)], want, std::fabs(want) * 1e-6f);
       EXPECT_EQ(column[static_cast<size_t>(c * rows + r)], row[static_cast<size_t>(r * cols + c)]);
     }
@@ -189,6 +197,33 @@ TEST(Fp8, RoundTripsScaleEachGroupOnItsOwn) {
   const std::vector<float> smallest = row_of(tensor, rows - 1);
   EXPECT_EQ(smallest, std::vector<float>(static_cast<size_t>(cols), 0.0f))
       << "tensorwise: the 1e-6 row is below E4M3's smallest subnormal";
+}
+
+// A transposed cast writes the same codes and scales, at the transposed places: q_t[c * rows + r] = q[r * cols + c],
+// for every scaling (groups are x's rows or columns either way), both formats, with and without power-of-two scales,
+// on shapes of one element, one row, one column and odd sizes.
+TEST(Fp8, TransposedCastsAreTheCodesTransposed) {
+  constexpr Fp8Scaling kScalings[] = {Fp8Scaling::kTensor, Fp8Scaling::kRow, Fp8Scaling::kColumn};
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 40}, {33, 1}, {7, 33}, {48, 20}})
+    for (Fp8Format f : kFormats)
+      for (Fp8Scaling s : kScalings)
+        for (bool p2 : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " " << to_string(f) << " scaling "
+                                            << static_cast<int>(s) << (p2 ? " pow2" : ""));
+          std::vector<float> x = normal(rows * cols, 2.0, static_cast<uint64_t>(rows * 100 + cols));
+          for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(c)] *= 1e-3f;  // row 0 on a scale of its own
+          const size_t groups = static_cast<size_t>(fp8_groups(s, rows, cols));
+          std::vector<uint8_t> q(x.size()), qt(x.size(), 0xab);
+          std::vector<float> inv(groups), inv_t(groups);
+          fp8_quantize_matrix(x.data(), rows, cols, f, s, p2, Fp8Layout::kRowMajor, q.data(), inv.data(), "x");
+          fp8_quantize_matrix(x.data(), rows, cols, f, s, p2, Fp8Layout::kTransposed, qt.data(), inv_t.data(), "x");
+          EXPECT_EQ(inv_t, inv);
+          int64_t differ = 0;
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c)
+              differ += qt[static_cast<size_t>(c * rows + r)] != q[static_cast<size_t>(r * cols + c)] ? 1 : 0;
+          EXPECT_EQ(differ, 0);
+        }
 }
 
 // The three GEMMs of a linear layer on cast operands against fp32: forward (input and weight in E4M3), input gradient

@@ -9,11 +9,13 @@
 //
 // A cast rounds to nearest, ties to the even code, and saturates: a finite value beyond the largest finite one
 // becomes it, with its sign (CUDA's __NV_SATFINITE, what cuBLASLt's FP8 outputs and our cast kernels use). Non-finite
-// inputs are refused before any cast (kBadInput naming the tensor and the element).
+// inputs are refused before any cast (kBadInput naming the tensor and the element); only the GPU's asynchronous form
+// (kernels/gpu/fp8.h) lets them through, as NaN codes and scales.
 //
 // A scaled cast stores q = fp8(x * scale) and the GEMM multiplies its result by 1 / scale: scale = max / amax puts the
 // tensor's (or row's) largest magnitude at the format's largest finite value, torchao's dynamic scaling:
-//   fp8_quantize_matrix(x, rows, cols, Fp8Format::kE4M3, Fp8Scaling::kRow, true, q, inverse, "attn.qkv input");
+//   fp8_quantize_matrix(x, rows, cols, Fp8Format::kE4M3, Fp8Scaling::kRow, true, Fp8Layout::kRowMajor, q, inverse,
+//                       "attn.qkv input");
 //   float back = fp8_decode(q[r * cols + c], Fp8Format::kE4M3) * inverse[r];
 #pragma once
 
@@ -53,12 +55,18 @@ inline int64_t fp8_groups(Fp8Scaling s, int64_t rows, int64_t cols) {
   return s == Fp8Scaling::kTensor ? 1 : s == Fp8Scaling::kRow ? rows : cols;
 }
 
-// The FP8 operand of a GEMM: q[r * cols + c] = fp8_encode(x[r, c] * scale_g, f) with scale_g = fp8_scale(the group's
-// largest magnitude, f, power_of_2) (the product in float), and inverse_scales[g] = 1 / scale_g (what cuBLASLt
-// multiplies the product by), for the fp8_groups(s, rows, cols) groups. Refuses the first non-finite element
-// (kBadInput: "<what>: element <i> is <value>; FP8 casts finite values only").
+// Where a cast writes the code of x[r, c]: at q[r * cols + c] (x's own [rows, cols] layout), or at q[c * rows + r]
+// (the transpose, [cols, rows]). FP8 GEMMs read both operands K-contiguous (kernels/fp8_gemm.h), so the backward's
+// GEMMs take W^T (input gradient), dy^T and x^T (weight gradient) as transposed casts.
+enum class Fp8Layout { kRowMajor, kTransposed };
+
+// The FP8 operand of a GEMM: the code of x[r, c] is fp8_encode(x[r, c] * scale_g, f), written where `layout` puts
+// it, with scale_g = fp8_scale(the group's largest magnitude, f, power_of_2) (the product in float), and
+// inverse_scales[g] = 1 / scale_g (what cuBLASLt multiplies the product by), for the fp8_groups(s, rows, cols) groups.
+// Groups are x's whatever the layout: kColumn with kTransposed gives one scale per row of the transposed codes.
+// Refuses the first non-finite element (kBadInput: "<what>: element <i> is <value>; FP8 casts finite values only").
 void fp8_quantize_matrix(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
-                         uint8_t* q, float* inverse_scales, const std::string& what);
+                         Fp8Layout layout, uint8_t* q, float* inverse_scales, const std::string& what);
 
 // The row-major matrix x [rows, cols] as an FP8 GEMM computes with it: each element cast with its group's scale,
 // fp8_scale(the group's abs_max, f, power_of_2), and multiplied by 1 / scale (the dequantisation factor cuBLASLt

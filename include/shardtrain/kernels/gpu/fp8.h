@@ -1,9 +1,14 @@
 // FP8 casts on the GPU: the CUDA version of kernels/fp8.h's fp8_quantize_matrix, same operands and meaning. Codes
 // and inverse scales are the CPU reference's bytes (the cast is CUDA's __nv_cvt_float_to_fp8 with __NV_SATFINITE:
 // round to nearest even, saturating), from float or bf16 elements (bf16 as the CPU reference sees it converted to
-// float). What an FP8 GEMM (cuBLASLt) reads: the codes and a pointer to the inverse scales.
+// float), in x's layout or transposed. What an FP8 GEMM (cuBLASLt, kernels/gpu/fp8_gemm.h) reads: the codes and a
+// pointer to the inverse scales.
 //
-//   gpu::fp8_quantize_matrix<bf16>(x, rows, cols, Fp8Format::kE4M3, Fp8Scaling::kRow, true, q, inv, "attn.qkv", ctx);
+//   gpu::fp8_quantize_matrix<bf16>(x, rows, cols, Fp8Format::kE4M3, Fp8Scaling::kRow, true, Fp8Layout::kRowMajor, q,
+//                                  inv, "attn.qkv", ctx);
+//
+// Two forms: fp8_quantize_matrix waits for the stream once to refuse a non-finite element by name, as the CPU does;
+// fp8_quantize_matrix_async never waits (the training loop's form) and lets a non-finite element through as NaNs.
 #pragma once
 
 #include <cstdint>
@@ -15,12 +20,23 @@
 
 namespace st::gpu {
 
-// st::fp8_quantize_matrix for T in {float, bf16}: x, q (rows x cols bytes) and inverse_scales (fp8_groups floats) on
-// the device. Needs fp8_quantize_scratch_bytes(fp8_groups(scaling, rows, cols)) of ctx.scratch. Runs on ctx.stream
-// and then waits for it once, to read whether an element was not finite: the first one (lowest index) is refused as
-// the CPU refuses it (kBadInput naming `what` and the element), and q is then unspecified.
+// st::fp8_quantize_matrix for T in {float, bf16}: x, q (rows x cols bytes, laid out as `layout` says) and
+// inverse_scales (fp8_groups floats) on the device. Needs fp8_quantize_scratch_bytes(fp8_groups(scaling, rows, cols))
+// of ctx.scratch. Runs on ctx.stream and then waits for it once, to read whether an element was not finite: the
+// first one (lowest index) is refused as the CPU refuses it (kBadInput naming `what` and the element), and q and
+// inverse_scales are then unspecified.
 template <typename T>
 void fp8_quantize_matrix(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
-                         uint8_t* q, float* inverse_scales, const std::string& what, const GpuContext& ctx);
+                         Fp8Layout layout, uint8_t* q, float* inverse_scales, const std::string& what,
+                         const GpuContext& ctx);
+
+// The same cast, only launched on ctx.stream (no wait, so it can sit between a step's kernels), with the same scratch.
+// On finite input it writes fp8_quantize_matrix's bytes. Nothing is refused: a non-finite element makes its group's
+// inverse scale NaN and every code of the group NaN, so each output of a GEMM that reads the group is NaN, and the
+// step's check of its gradients for non-finite values reports it a little later. (The CPU reference has no such
+// form: its cast costs no wait, and it refuses.)
+template <typename T>
+void fp8_quantize_matrix_async(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
+                               Fp8Layout layout, uint8_t* q, float* inverse_scales, const GpuContext& ctx);
 
 }  // namespace st::gpu

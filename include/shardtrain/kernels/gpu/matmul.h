@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "shardtrain/core/cuda.h"
+#include "shardtrain/kernels/fp8_gemm.h"
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/grad_write.h"
 #include "shardtrain/kernels/scratch_sizes.h"
@@ -67,7 +68,20 @@ class Blas {
                 int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, float beta, T* c, int64_t ldc,
                 int64_t stride_c, int batch, cudaStream_t stream, const GemmEpilogue& ep = {});
 
-  // Number of distinct GEMMs planned so far (each is planned once).
+  // st::fp8_gemm (kernels/fp8_gemm.h) for T in {float, bf16}, on `stream`, codes, scales and out on the device: one
+  // cuBLASLt call, FP8 operands in the TN layout, fp32 accumulation with FAST_ACCUM off (cuBLASLt promotes the tensor
+  // cores' partial sums to fp32 at intervals; between them Hopper's FP8 accumulator keeps about 13 mantissa bits),
+  // the inverse scales read from device memory (scalar mode or, per row, outer-vector mode), D = out in T rounded
+  // once, beta 1 reading out for kAccumulate. Refuses what
+  // check_fp8_gemm refuses, and throws st::Error naming the GEMM (describe_fp8_gemm) when cuBLASLt has no algorithm
+  // for it on this device. Plans sit among gemm's (plan_count, algorithms, use_algorithms), keyed by the formats,
+  // scale modes, T, shape, leading dimensions and alignments; an FP8 plan takes the heuristic's first algorithm (or
+  // the one use_algorithms gave), never timed.
+  template <typename T>
+  void fp8_gemm(T* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& a, const Fp8GemmOperand& b, int64_t m,
+                int64_t n, int64_t k, cudaStream_t stream);
+
+  // Number of distinct GEMMs planned so far (each is planned once), FP8 ones included.
   size_t plan_count() const { return plans_.size(); }
 
   // Tuning: for each new plan, time the first `candidates` algorithms cuBLASLt's heuristic lists (on scratch
@@ -105,6 +119,14 @@ class Blas {
   std::vector<double> time_algorithms(const Plan& plan, const cublasLtMatmulHeuristicResult_t* results, int count,
                                       float beta, cudaDataType_t type, int64_t a_elems, int64_t b_elems,
                                       int64_t c_elems, int64_t bias_elems, bool aux, cudaStream_t stream);
+
+  // For a new plan: the algorithm use_algorithms() gave for `key`, if any, checked with cublasLtMatmulAlgoCheck
+  // (st::Error naming `what` if cuBLASLt rejects it) and set in the plan; false when there is none.
+  bool take_preset(const Key& key, Plan& plan, const std::string& what);
+  // cuBLASLt's heuristic list for the plan's descriptors, the workspace and the alignments (bytes) of cuBLASLt's A,
+  // B and C/D: up to results.size() entries, `returned` of them filled. NOT_SUPPORTED: no algorithm.
+  cublasStatus_t heuristic(const Plan& plan, int64_t align_first, int64_t align_second, int64_t align_out,
+                           std::vector<cublasLtMatmulHeuristicResult_t>& results, int& returned);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
