@@ -16,6 +16,9 @@
 #   offload   --optim.offload=optimizer / --offload
 #   cap24     --dist.max_gpu_mem_gib=24 / --mem-cap-gib 24 (a 24 GB card)
 #   recompute --train.recompute=true / --recompute
+#   fp8t      --train.fp8=tensorwise (ours only: the peer stays bf16)
+#   fp8r      --train.fp8=rowwise (ours only)
+#   compile   the peer's torch.compile (--compile; ours unchanged)
 # e.g. BENCH_CASES="2:16:350m 2:16:350m:offload 2:4:1.5b:nop2p+cap24+recompute 2:4:1.5b:nop2p+cap24+recompute+offload".
 # The peers, when present, are .peer/fsdp2_gpt2.py and .peer/fsdp2_llama.py: PyTorch FSDP2 training the same GPT-2,
 # or transformers' Llama/Qwen2 (an ignored folder: carry it).
@@ -107,10 +110,10 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
       124m) peer_model=(--layers 12 --dim 768 --heads 12) ;;
       350m) peer_model=(--layers 24 --dim 1024 --heads 16) ;;
       1.5b) peer_model=(--layers 48 --dim 1600 --heads 25) ;;
-      llama3.2-1b | llama3.2-3b | qwen2.5-0.5b | smollm2-360m)
+      llama3.2-1b | llama3.2-3b | llama3.1-8b | qwen2.5-0.5b | smollm2-360m)
         config="configs/$model.ini" peer=.peer/fsdp2_llama.py peer_model=(--shape "$model" --T 2048)
         seq=(--model.seq_len=2048) ;;
-      *) echo "BENCH_CASES: unknown model '$model' in '$c' (124m, 350m, 1.5b, llama3.2-1b, llama3.2-3b, qwen2.5-0.5b, smollm2-360m)"; exit 2 ;;
+      *) echo "BENCH_CASES: unknown model '$model' in '$c' (124m, 350m, 1.5b, llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen2.5-0.5b, smollm2-360m)"; exit 2 ;;
     esac
     link_env=() ours_flags=() peer_flags=() ours_build=$BUILD
     IFS=+ read -ra flag_list <<<"$flags"
@@ -122,7 +125,11 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
         offload) ours_flags+=(--optim.offload=optimizer); peer_flags+=(--offload) ;;
         cap24) ours_flags+=(--dist.max_gpu_mem_gib=24); peer_flags+=(--mem-cap-gib 24) ;;
         recompute) ours_flags+=(--train.recompute=true); peer_flags+=(--recompute) ;;
-        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, cap24, recompute)"; exit 2 ;;
+        fp8t) ours_flags+=(--train.fp8=tensorwise) ;;
+        fp8r) ours_flags+=(--train.fp8=rowwise) ;;
+        compile) peer_flags+=(--compile) ;;
+        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, cap24, recompute, fp8t, fp8r, compile)"
+           exit 2 ;;
       esac
     done
     tag="${model}_g${g}_b${b}${flags:+_${flags//+/-}}"

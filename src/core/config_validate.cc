@@ -178,9 +178,8 @@ std::vector<std::string> find_problems(const Config& c) {
   at_least("log.every", c.log.every, 1);
   if (c.train.device == Device::kCpu && c.train.dtype != DType::kF32 && c.train.dtype != DType::kAuto)
     add("train.dtype (", to_string(c.train.dtype), ") must be fp32 when train.device is cpu");
-  if (c.train.fp8 != Fp8Recipe::kOff && c.train.device == Device::kCuda)
-    add("train.fp8 (", to_string(c.train.fp8), ") on train.device=cuda is not built yet: the cpu backend emulates its ",
-        "casts (use train.fp8=off on cuda)");
+  if (c.train.fp8 != Fp8Recipe::kOff && c.train.device == Device::kCuda && c.compute_dtype() == DType::kF16)
+    add("train.fp8 (", to_string(c.train.fp8), ") needs train.dtype bf16 or fp32 (its GEMMs write those), not fp16");
   if (c.train.device == Device::kCpu && c.train.attention != AttentionImpl::kAuto)
     add("train.attention (", to_string(c.train.attention), ") applies to train.device=cuda; cpu takes auto");
   if (c.train.attention == AttentionImpl::kCudnn && c.compute_dtype() == DType::kF32)

@@ -2,6 +2,7 @@
 
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <climits>
 
 #include "gpu_pack.cuh"
@@ -20,26 +21,96 @@ constexpr int kThreads = 256;
 __device__ __forceinline__ int64_t group_of(Fp8Scaling s, int64_t r, int64_t c) {
   return s == Fp8Scaling::kTensor ? 0 : s == Fp8Scaling::kRow ? r : c;
 }
-// The same for flat index i of a row-major [rows, cols] matrix, dividing only where the group needs it.
-__device__ __forceinline__ int64_t group_at(Fp8Scaling s, int64_t i, int64_t cols) {
-  return s == Fp8Scaling::kTensor ? 0 : s == Fp8Scaling::kRow ? i / cols : i % cols;
-}
 
 // The one definition of an element's cast, for both layouts: st::fp8_encode(v * scale, f).
 __device__ __forceinline__ uint8_t encode(float v, float scale, __nv_fp8_interpretation_t format) {
   return __nv_cvt_float_to_fp8(__fmul_rn(v, scale), __NV_SATFINITE, format);
 }
 
-// Each element's magnitude into its group's maximum (atomicMax on the bits: the bits of non-negative floats order as
-// the floats, and a NaN's or an infinity's above every finite one, so a non-finite element leaves its group's maximum
-// non-finite), and, when first_bad is given, the lowest index of a non-finite element.
+// A group's maximum is taken on the bits of |x|: the bits of non-negative floats order as the floats, and a NaN's or
+// an infinity's above every finite one, so a non-finite element leaves its group's maximum non-finite (a float max
+// would drop a NaN). Each block reduces its elements first and adds one atomicMax per group it touched, so that a
+// tensor's single maximum is not one contended address per element. first_bad, when given, gets the lowest index of a
+// non-finite element.
+struct Amax {
+  unsigned bits = 0;
+  unsigned long long bad = ULLONG_MAX;
+  __device__ void add(float v, int64_t i) {
+    bits = max(bits, __float_as_uint(fabsf(v)));
+    if (!isfinite(v)) bad = min(bad, static_cast<unsigned long long>(i));
+  }
+  __device__ void add(const Amax& o) {
+    bits = max(bits, o.bits);
+    bad = min(bad, o.bad);
+  }
+};
+
+// The block's threads' Amax combined into thread 0's (every thread of the block calls it).
+__device__ Amax block_amax(Amax a) {
+  __shared__ unsigned bits[kThreads / 32];
+  __shared__ unsigned long long bad[kThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) {
+    Amax o;
+    o.bits = __shfl_down_sync(0xffffffffu, a.bits, offset);
+    o.bad = __shfl_down_sync(0xffffffffu, a.bad, offset);
+    a.add(o);
+  }
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (lane == 0) bits[warp] = a.bits, bad[warp] = a.bad;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int w = 1; w < static_cast<int>(blockDim.x) / 32; ++w) a.add(Amax{bits[w], bad[w]});
+  __syncthreads();  // the shared arrays may be reused by the caller's next call
+  return a;
+}
+
+__device__ void publish(const Amax& a, unsigned* amax_bits, unsigned long long* first_bad) {
+  atomicMax(amax_bits, a.bits);
+  if (first_bad != nullptr && a.bad != ULLONG_MAX) atomicMin(first_bad, a.bad);
+}
+
+// kTensor: every element into one maximum, a grid-stride loop, one atomic a block.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    amax_kernel(const T* x, int64_t n, int64_t cols, Fp8Scaling s, unsigned* amax_bits, unsigned long long* first_bad) {
-  for (int64_t i = thread_index(); i < n; i += thread_count()) {
-    const float v = to_f32(x[i]);
-    if (first_bad != nullptr && !isfinite(v)) atomicMin(first_bad, static_cast<unsigned long long>(i));
-    atomicMax(amax_bits + group_at(s, i, cols), __float_as_uint(fabsf(v)));
+    amax_tensor_kernel(const T* x, int64_t n, unsigned* amax_bits, unsigned long long* first_bad) {
+  Amax a;
+  for (int64_t i = thread_index(); i < n; i += thread_count()) a.add(to_f32(x[i]), i);
+  a = block_amax(a);
+  if (threadIdx.x == 0) publish(a, amax_bits, first_bad);
+}
+
+// kRow: a block per row (grid-stride over rows), its threads along the row.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    amax_row_kernel(const T* x, int64_t rows, int64_t cols, unsigned* amax_bits, unsigned long long* first_bad) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    Amax a;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) a.add(to_f32(x[r * cols + c]), r * cols + c);
+    a = block_amax(a);
+    if (threadIdx.x == 0) publish(a, amax_bits + r, first_bad);
+  }
+}
+
+// kColumn: a block per 32 columns and kColumnRows rows, its 32 x 8 threads reading rows of 32 consecutive columns;
+// each column's 8 partial maxima combined in shared memory, one atomic per column a block.
+constexpr int kColumnRows = 256;
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    amax_column_kernel(const T* x, int64_t rows, int64_t cols, unsigned* amax_bits, unsigned long long* first_bad) {
+  __shared__ unsigned bits[8][32];
+  __shared__ unsigned long long bad[8][32];
+  const int tx = static_cast<int>(threadIdx.x) % 32, ty = static_cast<int>(threadIdx.x) / 32;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + tx, r0 = static_cast<int64_t>(blockIdx.y) * kColumnRows;
+  Amax a;
+  if (c < cols)
+    for (int64_t r = r0 + ty; r < rows && r < r0 + kColumnRows; r += 8) a.add(to_f32(x[r * cols + c]), r * cols + c);
+  bits[ty][tx] = a.bits;
+  bad[ty][tx] = a.bad;
+  __syncthreads();
+  if (ty == 0 && c < cols) {
+    for (int y = 1; y < 8; ++y) a.add(Amax{bits[y][tx], bad[y][tx]});
+    publish(a, amax_bits + c, first_bad);
   }
 }
 
@@ -59,12 +130,14 @@ __global__ void scale_kernel(const unsigned* amax_bits, int64_t groups, float fp
   }
 }
 
+// A block per row (grid-stride over rows), its threads along the row: each element's group without a division.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    cast_kernel(const T* x, int64_t n, int64_t cols, Fp8Scaling s, const float* scale, __nv_fp8_interpretation_t format,
-                uint8_t* q) {
-  for (int64_t i = thread_index(); i < n; i += thread_count())
-    q[i] = encode(to_f32(x[i]), scale[group_at(s, i, cols)], format);
+    cast_kernel(const T* x, int64_t rows, int64_t cols, Fp8Scaling s, const float* scale,
+                __nv_fp8_interpretation_t format, uint8_t* q) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+      q[r * cols + c] = encode(to_f32(x[r * cols + c]), scale[group_of(s, r, c)], format);
 }
 
 // The transposed cast, q[c * rows + r] = code of x[r, c], through a 32 x 32 tile in shared memory so that both the
@@ -118,14 +191,27 @@ void enqueue_cast(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scalin
   const int64_t n = rows * cols, groups = fp8_groups(scaling, rows, cols);
   ST_CUDA_CHECK(cudaMemsetAsync(s.amax_bits, 0, static_cast<size_t>(groups) * sizeof(unsigned), ctx.stream));
   const unsigned grid = grid_for(n, kThreads);
-  amax_kernel<T><<<grid, kThreads, 0, ctx.stream>>>(x, n, cols, scaling, s.amax_bits, first_bad);
+  if (scaling == Fp8Scaling::kTensor) {
+    amax_tensor_kernel<T><<<std::min(grid, 2048u), kThreads, 0, ctx.stream>>>(x, n, s.amax_bits, first_bad);
+  } else if (scaling == Fp8Scaling::kRow) {
+    amax_row_kernel<T><<<static_cast<unsigned>(std::min<int64_t>(rows, 65535)), kThreads, 0, ctx.stream>>>(
+        x, rows, cols, s.amax_bits, first_bad);
+  } else {
+    const int64_t col_blocks = (cols + 31) / 32, row_blocks = (rows + kColumnRows - 1) / kColumnRows;
+    ST_CHECK(col_blocks <= INT_MAX && row_blocks <= 65535, "gpu::fp8_quantize_matrix: ", rows, " x ", cols,
+             " has too many rows or columns for the column maxima");
+    amax_column_kernel<T>
+        <<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(row_blocks)), kThreads, 0, ctx.stream>>>(
+            x, rows, cols, s.amax_bits, first_bad);
+  }
   ST_CUDA_CHECK_LAUNCH();
   scale_kernel<<<grid_for(groups, kThreads), kThreads, 0, ctx.stream>>>(s.amax_bits, groups, fp8_max(f), power_of_2,
                                                                         s.scale, inverse_scales);
   ST_CUDA_CHECK_LAUNCH();
   const __nv_fp8_interpretation_t format = f == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
   if (layout == Fp8Layout::kRowMajor) {
-    cast_kernel<T><<<grid, kThreads, 0, ctx.stream>>>(x, n, cols, scaling, s.scale, format, q);
+    cast_kernel<T><<<static_cast<unsigned>(std::min<int64_t>(rows, 65535)), kThreads, 0, ctx.stream>>>(
+        x, rows, cols, scaling, s.scale, format, q);
   } else {
     const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
     ST_CHECK(row_tiles <= INT_MAX && col_tiles <= 65535, "gpu::fp8_quantize_matrix: ", rows, " x ", cols,

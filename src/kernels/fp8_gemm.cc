@@ -66,8 +66,10 @@ std::vector<float> decode(const Fp8GemmOperand& x, int64_t rows, int64_t k) {
 }  // namespace
 
 void fp8_gemm(float* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& a, const Fp8GemmOperand& b, int64_t m,
-              int64_t n, int64_t k) {
+              int64_t n, int64_t k, const float* bias, const float* residual) {
   check_fp8_gemm(a, b, m, n, k, ldo);
+  ST_CHECK(!residual || write == GradWrite::kOverwrite, describe_fp8_gemm(a, b, m, n, k, ldo),
+           ": a residual replaces out's old value; it takes GradWrite::kOverwrite");
   if (m == 0 || n == 0) return;
   ST_CHECK(n <= INT_MAX && k <= INT_MAX, describe_fp8_gemm(a, b, m, n, k, ldo), ": n and k must fit in int");
   const std::vector<float> da = decode(a, m, k), db = decode(b, n, k);
@@ -80,15 +82,16 @@ void fp8_gemm(float* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& a,
                 da.data() + r0 * k, static_cast<int>(k), db.data(), static_cast<int>(k), 0.0f, sums.data() + r0 * n,
                 static_cast<int>(n));
   }
-  const bool add = write == GradWrite::kAccumulate;
+  const float* c = residual ? residual : write == GradWrite::kAccumulate ? out : nullptr;  // the beta term
 #pragma omp parallel for schedule(static) if (m * n >= kMinParallelWork)
   for (int64_t i = 0; i < m; ++i) {
     const double sa = a.inverse_scales[a.per_row ? i : 0];
     for (int64_t j = 0; j < n; ++j) {
-      const double v = static_cast<double>(sums[static_cast<size_t>(i * n + j)]) * sa *
-                       static_cast<double>(b.inverse_scales[b.per_row ? j : 0]);
-      float& o = out[i * ldo + j];
-      o = static_cast<float>(add ? static_cast<double>(o) + v : v);
+      double v = static_cast<double>(sums[static_cast<size_t>(i * n + j)]) * sa *
+                 static_cast<double>(b.inverse_scales[b.per_row ? j : 0]);
+      if (c) v += static_cast<double>(c[i * ldo + j]);
+      if (bias) v += static_cast<double>(bias[j]);
+      out[i * ldo + j] = static_cast<float>(v);
     }
   }
 }

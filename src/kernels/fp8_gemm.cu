@@ -1,5 +1,6 @@
 #include "shardtrain/kernels/gpu/fp8_gemm.h"
 
+#include <algorithm>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -50,6 +51,13 @@ int compute_capability(int device) {
   return major * 10 + minor;
 }
 
+// out[i, j] += bias[j]: the bias of an fp32-output FP8 GEMM, for which cuBLASLt has no BIAS epilogue (on the H200 its
+// heuristic answers NOT_SUPPORTED); one more rounding than the bf16 path's fused add.
+__global__ void add_bias_kernel(float* out, int64_t ldo, const float* bias, int64_t m, int64_t n) {
+  for (int64_t i = blockIdx.x; i < m; i += gridDim.x)
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) out[i * ldo + j] += bias[j];
+}
+
 }  // namespace
 
 bool fp8_gemm_supported(int device) { return compute_capability(device) >= 89; }
@@ -58,17 +66,23 @@ bool fp8_rowwise_gemm_supported(int device) { return compute_capability(device) 
 
 template <typename T>
 void Blas::fp8_gemm(T* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& a, const Fp8GemmOperand& b, int64_t m,
-                    int64_t n, int64_t k, cudaStream_t stream) {
+                    int64_t n, int64_t k, cudaStream_t stream, const T* bias, const T* residual) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>, "FP8 GEMMs write float or bf16");
   check_fp8_gemm(a, b, m, n, k, ldo);
+  ST_CHECK(!residual || write == GradWrite::kOverwrite, describe_fp8_gemm(a, b, m, n, k, ldo),
+           ": a residual replaces out's old value; it takes GradWrite::kOverwrite");
   if (m == 0 || n == 0) return;
+  const T* c_in = residual ? residual : out;
   const int64_t align_a = alignment_of(a.codes, 0), align_b = alignment_of(b.codes, 0);
-  const int64_t align_out = alignment_of(out, 0);
+  const int64_t align_out = std::min(alignment_of(out, 0), alignment_of(c_in, 0));
+  // fp32 outputs take their bias after the GEMM (add_bias_kernel); bf16 outputs in cuBLASLt's epilogue.
+  const T* epilogue_bias = std::is_same_v<T, bf16> ? bias : nullptr;
+  const int64_t align_bias = epilogue_bias ? alignment_of(epilogue_bias, 0) : 0;
   const cudaDataType_t type_a = fp8_type(a.format), type_b = fp8_type(b.format);
   // An FP8 plan's key starts with an FP8 type (CUDA_R_8F_E4M3 = 28, CUDA_R_8F_E5M2 = 29), which never starts a gemm
   // key (T's type: 0, 2 or 14), so the two kinds share plans_ and the algorithm lists without clashing.
-  const Key key = {type_a, type_b,  kOutType<T>, a.per_row, b.per_row, m, n, k, a.ld, b.ld,
-                   ldo,    align_a, align_b,     align_out, 0,         0, 0, 0, 0};
+  const Key key = {type_a, type_b,  kOutType<T>, a.per_row, b.per_row,  m, n, k, a.ld, b.ld,
+                   ldo,    align_a, align_b,     align_out, align_bias, 0, 0, 0, 0};
   std::unique_ptr<Plan>& slot = plans_[key];
   if (!slot) {
     auto plan = std::make_unique<Plan>();
@@ -80,6 +94,13 @@ void Blas::fp8_gemm(T* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& 
     set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_first, sizeof(mode_first));
     set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_second, sizeof(mode_second));
     set_scale_pointers(plan->desc, a, b);
+    if (epilogue_bias) {  // a vector over cuBLASLt's M, our n: the output features
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const int32_t bias_type = kOutType<T>;
+      set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
+      set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type));
+      set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epilogue_bias, sizeof(epilogue_bias));
+    }
     ST_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->first, type_b, k, n, b.ld));
     ST_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->second, type_a, k, m, a.ld));
     // C and D alike: out, in T (cuBLASLt's FP8 GEMMs with a bf16 or fp32 D take C of D's type).
@@ -103,23 +124,31 @@ void Blas::fp8_gemm(T* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& 
     slot = std::move(plan);
   }
   set_scale_pointers(slot->desc, a, b);
-  const float alpha = 1.0f, beta = write == GradWrite::kAccumulate ? 1.0f : 0.0f;
-  ST_CUBLAS_CHECK(cublasLtMatmul(handle_, slot->desc, &alpha, b.codes, slot->first, a.codes, slot->second, &beta, out,
+  if (epilogue_bias)
+    set_attribute(slot->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epilogue_bias, sizeof(epilogue_bias));
+  const float alpha = 1.0f, beta = write == GradWrite::kAccumulate || residual ? 1.0f : 0.0f;
+  ST_CUBLAS_CHECK(cublasLtMatmul(handle_, slot->desc, &alpha, b.codes, slot->first, a.codes, slot->second, &beta, c_in,
                                  slot->out, out, slot->out, &slot->algo, workspace_, workspace_bytes_, stream));
+  if constexpr (std::is_same_v<T, float>) {
+    if (bias) {
+      add_bias_kernel<<<static_cast<unsigned>(std::min<int64_t>(m, 65535)), 256, 0, stream>>>(out, ldo, bias, m, n);
+      ST_CUDA_CHECK_LAUNCH();
+    }
+  }
 }
 
 template <typename T>
 void fp8_gemm(T* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& a, const Fp8GemmOperand& b, int64_t m,
-              int64_t n, int64_t k, const GpuContext& ctx) {
+              int64_t n, int64_t k, const GpuContext& ctx, const T* bias, const T* residual) {
   ST_CHECK(ctx.blas != nullptr, "GpuContext::blas is null; fp8_gemm needs a Blas");
-  ctx.blas->fp8_gemm(out, ldo, write, a, b, m, n, k, ctx.stream);
+  ctx.blas->fp8_gemm(out, ldo, write, a, b, m, n, k, ctx.stream, bias, residual);
 }
 
 #define ST_INSTANTIATE_FP8_GEMM(T)                                                                                  \
   template void Blas::fp8_gemm<T>(T*, int64_t, GradWrite, const Fp8GemmOperand&, const Fp8GemmOperand&, int64_t,    \
-                                  int64_t, int64_t, cudaStream_t);                                                  \
+                                  int64_t, int64_t, cudaStream_t, const T*, const T*);                              \
   template void fp8_gemm<T>(T*, int64_t, GradWrite, const Fp8GemmOperand&, const Fp8GemmOperand&, int64_t, int64_t, \
-                            int64_t, const GpuContext&);
+                            int64_t, const GpuContext&, const T*, const T*);
 
 ST_INSTANTIATE_FP8_GEMM(float)
 ST_INSTANTIATE_FP8_GEMM(bf16)

@@ -35,9 +35,10 @@ void CpuLinear::backward(float* dinp, float* dweight, float* dbias, const float*
     const float* wq = cast(w, OC, C, policy_.input_grad.b, &b_, what);
     matmul_backward(dinp, nullptr, nullptr, dy, inp, wq, N, C, OC, dinp_write, param_write);
   }
-  if (dweight) {
-    const float* dy = cast(dout, N, OC, policy_.weight_grad.a, &a_, what);
-    const float* xq = cast(inp, N, C, policy_.weight_grad.b, &b_, what);
+  if (dweight) {  // over a token count that is not a multiple of 16 (the GEMM's depth), in fp32 as the GPU's
+    const bool fp8 = policy_.weight_grad_applies(N);
+    const float* dy = fp8 ? cast(dout, N, OC, policy_.weight_grad.a, &a_, what) : dout;
+    const float* xq = fp8 ? cast(inp, N, C, policy_.weight_grad.b, &b_, what) : inp;
     matmul_backward(nullptr, dweight, nullptr, dy, xq, w, N, C, OC, dinp_write, param_write);
   }
   if (dbias) matmul_backward(nullptr, nullptr, dbias, dout, inp, w, N, C, OC, dinp_write, param_write);

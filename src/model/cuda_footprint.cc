@@ -5,6 +5,7 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/scratch_sizes.h"
+#include "shardtrain/model/fp8_policy.h"
 #include "shardtrain/model/lora.h"
 
 namespace st {
@@ -104,6 +105,13 @@ CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch,
        gpu::matmul_backward_scratch_bytes(z.BT, 4 * C), gpu::flash_attention_backward_scratch_bytes(B, T_, C, NH),
        gpu::reduce_scratch_bytes(), static_cast<size_t>(attention_scratch_bytes)});
   return f;
+}
+
+int64_t cuda_linear_workspace_bytes(const ModelConfig& cfg, int64_t max_rows, Fp8Recipe recipe) {
+  const Fp8Workspace w = fp8_workspace(cfg, max_rows, fp8_policy(recipe));
+  if (w.codes == 0) return 0;
+  return 2 * w.codes + 2 * w.groups * static_cast<int64_t>(sizeof(float)) +
+         static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(w.groups));
 }
 
 CudaModelFootprint cuda_model_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, DType dtype,

@@ -4,7 +4,6 @@
 
 #include "shardtrain/core/env.h"
 #include "shardtrain/core/error.h"
-#include "shardtrain/kernels/gpu/matmul.h"
 
 namespace st {
 
@@ -70,10 +69,12 @@ void CudaModelBase<T>::move_loss_sum(double* dst) {
 template <typename T>
 void CudaModelBase<T>::base_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, int C, int OC,
                                     bool onto) {
-  if (onto)
-    gpu::matmul_forward_residual<T>(out, inp, w, bias, out, N, C, OC, ctx_);
-  else
-    gpu::matmul_forward<T>(out, inp, w, bias, N, C, OC, ctx_);
+  linear_.forward(out, inp, w, bias, onto ? out : nullptr, N, C, OC, ctx_);
+}
+
+template <typename T>
+void CudaModelBase<T>::set_fp8(const Fp8Policy& policy) {
+  linear_ = CudaLinear<T>(policy, cfg_, max_batch_ * cfg_.seq_len);
 }
 
 template class CudaModelBase<float>;

@@ -1,5 +1,11 @@
 #include "shardtrain/model/fp8_policy.h"
 
+#include <algorithm>
+#include <set>
+
+#include "shardtrain/model/lora.h"
+#include "shardtrain/model/units.h"
+
 namespace st {
 
 Fp8Policy fp8_policy(Fp8Recipe recipe) {
@@ -12,6 +18,29 @@ Fp8Policy fp8_policy(Fp8Recipe recipe) {
   p.input_grad = {op(Fp8Format::kE5M2, Fp8Scaling::kRow), op(Fp8Format::kE4M3, Fp8Scaling::kColumn)};
   p.weight_grad = {op(Fp8Format::kE5M2, Fp8Scaling::kColumn), op(Fp8Format::kE4M3, Fp8Scaling::kColumn)};
   return p;
+}
+
+std::vector<LinearShape> block_linear_shapes(const ModelConfig& cfg) {
+  std::vector<LinearShape> out;
+  if (cfg.n_layer == 0) return out;
+  const UnitLayout block = build_units(base_model(cfg))[1];
+  std::set<std::string> seen;
+  for (const LoraLinear& l : lora_linears(cfg)) {
+    if (!seen.insert(l.weight).second) continue;
+    const TensorSpec& t = block.tensor(l.weight);
+    out.push_back({t.shape[0], t.shape[1]});
+  }
+  return out;
+}
+
+Fp8Workspace fp8_workspace(const ModelConfig& cfg, int64_t max_rows, const Fp8Policy& policy) {
+  Fp8Workspace w;
+  for (const LinearShape& s : block_linear_shapes(cfg)) {
+    if (!policy.applies(s.in, s.out)) continue;
+    w.codes = std::max({w.codes, max_rows * std::max(s.in, s.out), s.out * s.in});
+    w.groups = std::max({w.groups, max_rows, s.in, s.out});
+  }
+  return w;
 }
 
 }  // namespace st

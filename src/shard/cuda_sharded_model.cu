@@ -11,7 +11,9 @@
 #include "shardtrain/comm/gpu_topology.h"
 #include "shardtrain/comm/nccl_communicator.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/kernels/gpu/fp8_gemm.h"
 #include "shardtrain/kernels/gpu/reduce.h"
+#include "shardtrain/model/fp8_policy.h"
 #include "shardtrain/shard/cuda_memory_plan.h"
 #include "shardtrain/shard/run_plan.h"
 
@@ -49,6 +51,17 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
                  .make_model(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.cudnn, ctx_,
                              attention_.backward)),
       optimizer_(static_cast<int>(units_.size()), model_->timer()) {
+  if (cfg.train.fp8 != Fp8Recipe::kOff) {  // refused here, before any step, on a GPU without the FP8 GEMMs it needs
+    int device = 0;
+    ST_CUDA_CHECK(cudaGetDevice(&device));
+    if (!gpu::fp8_gemm_supported(device))
+      ST_BAD_INPUT("train.fp8 (", to_string(cfg.train.fp8), ") needs FP8 tensor cores (compute capability 8.9 or ",
+                   "higher: Ada, Hopper); ", device_name_, " has none: use train.fp8=off");
+    if (cfg.train.fp8 == Fp8Recipe::kRowwise && !gpu::fp8_rowwise_gemm_supported(device))
+      ST_BAD_INPUT("train.fp8 (rowwise) needs cuBLASLt's per-row FP8 scales, which it has on Hopper (compute ",
+                   "capability 9.x) only; ", device_name_, " takes train.fp8=tensorwise");
+    model_->set_fp8(fp8_policy(cfg.train.fp8));
+  }
   if (comm.local_rank() == 0) {  // each machine's GPUs and links, as `shardtrain topo` prints them
     char host[64] = {};
     gethostname(host, sizeof(host) - 1);

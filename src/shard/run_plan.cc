@@ -56,8 +56,10 @@ ComputeFootprint cuda_compute_footprint(const Config& cfg, int64_t attention_scr
                                                     cfg.compute_dtype(), attention_scratch_bytes);
   ComputeFootprint c;
   c.activation_bytes = f.activation_bytes;
+  // + the communication stream's scratch and the FP8 casts' workspace (train.fp8)
   c.workspace_bytes = f.scratch_bytes + static_cast<int64_t>(gpu::kBlasWorkspaceBytes) +
-                      static_cast<int64_t>(gpu::reduce_scratch_bytes());  // + the communication stream's
+                      static_cast<int64_t>(gpu::reduce_scratch_bytes()) +
+                      cuda_linear_workspace_bytes(cfg.model, cfg.train.micro_batch * cfg.model.seq_len, cfg.train.fp8);
   return c;
 }
 

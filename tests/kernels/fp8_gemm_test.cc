@@ -130,6 +130,39 @@ TEST(Fp8Gemm, MatchesTheDequantisedProductInDouble) {
         }
 }
 
+// A bias and a residual ride in the GEMM: out = residual + product + bias, summed in double and rounded once (out's old
+// value unread); without the residual, += adds the bias to out's old value and the product.
+TEST(Fp8Gemm, AddsTheBiasAndTheResidual) {
+  const int64_t m = 33, n = 40, k = 48, ldo = 43;
+  for (bool rowwise : {false, true}) {
+    SCOPED_TRACE(rowwise ? "rowwise" : "tensorwise");
+    const Fp8Scaling scaling = rowwise ? Fp8Scaling::kRow : Fp8Scaling::kTensor;
+    const Operand a = cast(testing::randn(m * k, 81), m, k, Fp8Format::kE4M3, scaling, Fp8Layout::kRowMajor);
+    const Operand b = cast(testing::randn(n * k, 82, 0.05f), n, k, Fp8Format::kE4M3, scaling, Fp8Layout::kRowMajor);
+    const std::vector<float> bias = testing::randn(n, 83), residual = testing::randn(m * ldo, 84),
+                             out0 = testing::randn(m * ldo, 85);
+    const std::vector<double> product = reference(a, b, out0, ldo, GradWrite::kOverwrite);
+    for (const bool with_residual : {false, true}) {
+      std::vector<float> out = out0, got;
+      fp8_gemm(out.data(), ldo, with_residual ? GradWrite::kOverwrite : GradWrite::kAccumulate, a.view(), b.view(), m,
+               n, k, bias.data(), with_residual ? residual.data() : nullptr);
+      std::vector<double> want;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const size_t at = static_cast<size_t>(i * ldo + j);
+          got.push_back(out[at]);
+          want.push_back((with_residual ? residual[at] : out0[at]) + product[static_cast<size_t>(i * n + j)] +
+                         bias[static_cast<size_t>(j)]);
+        }
+      EXPECT_LE(max_rel_diff(got, want), kRefTol) << "residual " << with_residual;
+    }
+  }
+  std::vector<float> out(static_cast<size_t>(m * ldo)), residual = out;
+  const Operand a = cast(testing::randn(m * k, 86), m, k, Fp8Format::kE4M3, Fp8Scaling::kTensor, Fp8Layout::kRowMajor);
+  EXPECT_THROW(fp8_gemm(out.data(), ldo, GradWrite::kAccumulate, a.view(), a.view(), m, m, k, nullptr, residual.data()),
+               Error);
+}
+
 // A linear layer y = x W^T with the FP8 policy's casts (model/fp8_policy.h): forward x (per row) and W (per row) in
 // E4M3; input gradient dy (per row, E5M2) and W^T (W per column, cast transposed); weight gradient dy^T (dy per
 // column, transposed, E5M2) and x^T (x per column, transposed). Each GEMM is the product of the operands as

@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
+#include "shardtrain/kernels/scratch_sizes.h"
+#include "shardtrain/model/fp8_policy.h"
+
 namespace st {
 namespace {
 
@@ -105,6 +110,30 @@ TEST(CudaFootprint, LoraAddsTheAdaptersActivations) {
   m.lora.rank = 3;
   m.lora.targets = "all";  // 7 adapters
   EXPECT_EQ(LlamaActivationSizes(m, kB, false).lora, (2 * 7 + 3) * kBT * 3);
+}
+
+// train.fp8's workspace (CudaLinear): two operand buffers as large as the largest of [BT, widest] and each eligible
+// weight, two scale buffers of the most groups (rows of an activation, or of a weight), the casts' scratch. llama_shape's layers (out x in): qkv 128 x 64,
+// o 64 x 64, gate_up 352 x 64, down 64 x 176, every dimension a multiple of 16: the widest operand is [BT, 352].
+TEST(CudaFootprint, Fp8WorkspaceCoversTheWidestOperand) {
+  const ModelConfig m = llama_shape();
+  const std::vector<LinearShape> shapes = block_linear_shapes(m);
+  ASSERT_EQ(shapes.size(), 4u);
+  EXPECT_EQ(shapes[0].out, 128);
+  EXPECT_EQ(shapes[2].out, 352);
+  EXPECT_EQ(shapes[3].in, 176);
+  EXPECT_EQ(cuda_linear_workspace_bytes(m, kBT, Fp8Recipe::kOff), 0);
+  const int64_t codes = kBT * 352, groups = 352;  // gate_up's weight scaled per row: 352 groups
+  const int64_t want = 2 * codes + 2 * 4 * groups + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(groups));
+  EXPECT_EQ(cuda_linear_workspace_bytes(m, kBT, Fp8Recipe::kTensorwise), want);
+  EXPECT_EQ(cuda_linear_workspace_bytes(m, kBT, Fp8Recipe::kRowwise), want);
+  ModelConfig odd = m;
+  odd.n_embd = 48;  // 3 heads of 16, one K/V head: qkv (3 + 2) x 16 = 80 x 48, o 48 x 48
+  odd.n_head = 3;
+  odd.n_kv_head = 1;
+  odd.ffn_dim = 40;  // gate_up 80 x 48; down 48 x 40, whose 40 is no multiple of 16: down stays in train.dtype
+  EXPECT_EQ(cuda_linear_workspace_bytes(odd, kBT, Fp8Recipe::kTensorwise),
+            2 * kBT * 80 + 2 * 4 * kBT + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(kBT)));
 }
 
 TEST(CudaFootprint, ClassifierChunksSplitRowsEvenly) {

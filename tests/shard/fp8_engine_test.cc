@@ -12,6 +12,7 @@
 
 #include "../ckpt/ckpt_test_util.h"
 #include "../common/config_problem.h"
+#include "../common/fp8_tiny.h"
 #include "../common/rank_equivalence.h"
 #include "../common/snr.h"
 #include "../common/temp_dir.h"
@@ -28,28 +29,19 @@ namespace {
 
 constexpr uint64_t kSeed = 5;
 
-// Every block dimension a multiple of 16, so that each linear layer takes FP8.
-Config tiny(ModelArch arch, Fp8Recipe fp8) {
-  Config c = testing::tiny_config();
-  c.train.steps = 4;
-  c.optim.warmup_steps = 1;
-  c.optim.lr = 1e-2f;  // the loss falls within the 4 steps, with and without FP8
-  c.train.fp8 = fp8;
-  if (arch == ModelArch::kLlama) {
-    c.model.arch = arch;
-    c.model.n_head = 4;
-    c.model.n_kv_head = 2;
-    c.model.ffn_dim = 48;
-    c.model.tie_embeddings = false;
-  }
-  return c;
+// 8 tokens a micro-batch (the weight gradients in fp32) where a test trains for several steps or across world sizes:
+// the loss falls over 4 steps there, and N ranks stay within 1e-4 of one; the one-step test takes 16 (every GEMM FP8).
+Config tiny(ModelArch arch, Fp8Recipe fp8, int64_t seq_len = 8) {
+  return testing::fp8_tiny(arch, fp8, Device::kCpu, DType::kF32, seq_len);
 }
 
-// train.fp8 is a config key; cuda refuses it before step 1 (its FP8 GEMMs are not built), the cpu takes it.
-TEST(Fp8Policy, TheKeyIsRefusedOnCudaAndTakenOnTheCpu) {
+// train.fp8 is a config key both backends take; cuda refuses it with fp16 compute (FP8 GEMMs write bf16 or fp32).
+TEST(Fp8Policy, TheKeyIsTakenAndFp16IsRefused) {
   const auto problem = testing::config_problem;
   EXPECT_EQ(problem({"--train.fp8=rowwise"}), "");
-  EXPECT_NE(problem({"--train.fp8=tensorwise", "--train.device=cuda"}).find("train.fp8 (tensorwise) on train.device=cuda"),
+  EXPECT_EQ(problem({"--train.fp8=tensorwise", "--train.device=cuda", "--train.dtype=bf16"}), "");
+  EXPECT_NE(problem({"--train.fp8=tensorwise", "--train.device=cuda", "--train.dtype=fp16"})
+                .find("train.fp8 (tensorwise) needs train.dtype bf16 or fp32"),
             std::string::npos);
   EXPECT_NE(problem({"--train.fp8=e4m3"}).find("train.fp8"), std::string::npos);
 }
@@ -61,6 +53,8 @@ TEST(Fp8Policy, NamesEachGemmsOperandsAndWhereItApplies) {
   EXPECT_TRUE(t.applies(64, 48));
   EXPECT_FALSE(t.applies(64, 40));  // 40 is not a multiple of 16
   EXPECT_FALSE(r.applies(24, 64));
+  EXPECT_TRUE(t.weight_grad_applies(32));
+  EXPECT_FALSE(t.weight_grad_applies(24));  // a weight gradient over 24 tokens stays in train.dtype
   for (const Fp8Policy* p : {&t, &r}) {
     EXPECT_EQ(p->forward.a.format, Fp8Format::kE4M3);
     EXPECT_EQ(p->forward.b.format, Fp8Format::kE4M3);
@@ -85,8 +79,8 @@ TEST(Fp8Engine, AStepsGradientsTrackFp32) {
     for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kRowwise}) {
       SCOPED_TRACE(std::string(to_string(arch)) + " " + to_string(recipe));
       SoloCommunicator solo;
-      const testing::Trace ref = testing::train(tiny(arch, Fp8Recipe::kOff), solo, kSeed, 1, /*record_grads=*/true);
-      const testing::Trace got = testing::train(tiny(arch, recipe), solo, kSeed, 1, /*record_grads=*/true);
+      const testing::Trace ref = testing::train(tiny(arch, Fp8Recipe::kOff, 16), solo, kSeed, 1, /*record_grads=*/true);
+      const testing::Trace got = testing::train(tiny(arch, recipe, 16), solo, kSeed, 1, /*record_grads=*/true);
       EXPECT_NEAR(got.losses[0], ref.losses[0], 1e-2 * ref.losses[0]);
       EXPECT_NE(got.losses[0], ref.losses[0]);
       for (size_t u = 0; u < ref.grads0.size(); ++u) EXPECT_GT(testing::snr_db(ref.grads0[u], got.grads0[u]), 20.0) << "unit " << u;

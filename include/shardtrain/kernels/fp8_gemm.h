@@ -43,11 +43,12 @@ std::string describe_fp8_gemm(const Fp8GemmOperand& a, const Fp8GemmOperand& b, 
 // mode scales both). Codes and scales given when m and n are not 0.
 void check_fp8_gemm(const Fp8GemmOperand& a, const Fp8GemmOperand& b, int64_t m, int64_t n, int64_t k, int64_t ldo);
 
-// out [m, n] (row pitch ldo) = (kOverwrite, out not read) or += (kAccumulate) the product above. The sum over k runs
-// in fp32 (OpenBLAS sgemm on the decoded codes, whose products are exact in fp32), then each element is multiplied
-// by its two inverse scales and written (or added to out) in double, rounded to float once. A NaN code or scale makes
-// its outputs NaN.
+// out [m, n] (row pitch ldo) = (kOverwrite, out not read) or += (kAccumulate) the product above, plus bias[j] (n
+// elements) when bias is given; with `residual` (same layout as out; kOverwrite only) out = residual + product (+
+// bias), a linear layer's residual add. The sum over k runs in fp32 (OpenBLAS sgemm on the decoded codes, whose
+// products are exact in fp32), then each element is multiplied by its two inverse scales and the other terms added in
+// double, rounded to float once. A NaN code or scale makes its outputs NaN.
 void fp8_gemm(float* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& a, const Fp8GemmOperand& b, int64_t m,
-              int64_t n, int64_t k);
+              int64_t n, int64_t k, const float* bias = nullptr, const float* residual = nullptr);
 
 }  // namespace st

@@ -13,6 +13,7 @@
 #include "shardtrain/core/cuda_timer.h"
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/gpu/cudnn_attention.h"
+#include "shardtrain/model/cuda_linear.h"
 #include "shardtrain/model/cuda_lm_io.h"
 #include "shardtrain/model/cuda_lora.h"
 #include "shardtrain/model/cuda_unit_model.h"
@@ -31,6 +32,9 @@ class CudaModelBase : public CudaUnitModel<T> {
   void head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
                              T* head_grads, T* emb_grads) override;
   void head_forward(const T* head_params, const T* emb_params, const int32_t* targets) override;
+  // Allocates the FP8 workspace of the blocks' linear layers (nothing without FP8).
+  void set_fp8(const Fp8Policy& policy) override;
+  int64_t fp8_workspace_bytes() const override { return linear_.allocated_bytes(); }
   void set_dropout_batch(uint64_t seed, int64_t first_sequence) override {
     dropout_seed_ = seed;
     first_sequence_ = first_sequence;
@@ -59,8 +63,8 @@ class CudaModelBase : public CudaUnitModel<T> {
     return layer == 0 ? encoded_.data() : block_out_[static_cast<size_t>(layer - 1)].data();
   }
   const T* final_output() const { return block_input(cfg_.n_layer); }
-  // An adapted base GEMM's forward, out[N, OC] = inp @ w^T + bias, as CudaLora::forward's base(onto) runs it: with
-  // onto, added to what out holds (the adapters' update).
+  // An adapted base GEMM's forward, out[N, OC] = inp @ w^T + bias (linear_: in FP8 where the policy says), as
+  // CudaLora::forward's base(onto) runs it: with onto, added to what out holds (the adapters' update).
   void base_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, int C, int OC, bool onto);
 
   ModelConfig cfg_;
@@ -78,6 +82,7 @@ class CudaModelBase : public CudaUnitModel<T> {
   uint64_t dropout_seed_ = 0;
   int64_t first_sequence_ = -1;  // set_dropout_batch
   CudaLora<T> lora_;             // the blocks' adapters, h in acts_index's slots (nothing without LoRA)
+  CudaLinear<T> linear_;         // the blocks' linear layers' GEMMs (train.fp8)
 };
 
 }  // namespace st

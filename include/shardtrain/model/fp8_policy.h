@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "shardtrain/core/config.h"
 #include "shardtrain/kernels/fp8.h"
@@ -35,8 +36,25 @@ struct Fp8Policy {
   // Whether a linear layer of `in` inputs and `out` outputs runs in FP8: the recipe is on, and both dimensions are
   // multiples of 16 (FP8 tensor-core GEMMs need 16-byte aligned rows of the operands).
   bool applies(int64_t in, int64_t out) const { return recipe != Fp8Recipe::kOff && in % 16 == 0 && out % 16 == 0; }
+  // Whether an applicable layer's weight gradient over `rows` tokens (its GEMM's depth) runs in FP8: a multiple of 16.
+  bool weight_grad_applies(int64_t rows) const { return rows % 16 == 0; }
 };
 
 Fp8Policy fp8_policy(Fp8Recipe recipe);
+
+// The [out, in] shapes of the family's block matrices that train.fp8 may put in FP8 (each weight of lora_linears
+// once: llama's attn.qkv, attn.o, mlp.gate_up, mlp.down; gpt2's attn.qkv, attn.proj, mlp.fc, mlp.proj).
+struct LinearShape {
+  int64_t out = 0, in = 0;
+};
+std::vector<LinearShape> block_linear_shapes(const ModelConfig& cfg);
+
+// What a linear layer's FP8 casts need at most over the block's layers the policy applies to, for up to max_rows
+// tokens: codes per operand buffer (forward x [N, in] and W [out, in]; input gradient dy [N, out] and W^T; weight
+// gradient dy^T [out, N] and x^T [in, N]) and scale groups per operand. Zero when none applies.
+struct Fp8Workspace {
+  int64_t codes = 0, groups = 0;
+};
+Fp8Workspace fp8_workspace(const ModelConfig& cfg, int64_t max_rows, const Fp8Policy& policy);
 
 }  // namespace st

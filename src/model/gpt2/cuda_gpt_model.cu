@@ -85,14 +85,15 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
     gpu::flash_attention_forward<T>(a.atty.data(), a.att_lse.data(), a.qkv.data(), static_cast<int>(B_),
                                     static_cast<int>(T_), C, cfg_.n_head, ctx_);
   lap("fwd.matmul_residual");
-  gpu::matmul_forward_residual<T>(a.res2.data(), a.atty.data(), p.projw, p.projb, x, N, C, C, ctx_);
+  linear_.forward(a.res2.data(), a.atty.data(), p.projw, p.projb, x, N, C, C, ctx_);
   // The adapters of the residual GEMMs add to x + proj(atty): the CPU model's sum, in another order.
   lora_.forward(layer, "attn.proj.weight", block_params, a.res2.data(), C, a.atty.data(), N, lap, ctx_);
   lap("fwd.layernorm");
   gpu::layernorm_forward<T>(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C,
                             ctx_);
-  if (lora_.adapts("mlp.fc.weight")) {
-    // The adapters add to fc's output before the GELU, which the fused GEMM + GELU cannot wait for: apart here.
+  if (lora_.adapts("mlp.fc.weight") || linear_.policy().applies(C, 4 * C)) {
+    // The adapters add to fc's output before the GELU, which the fused GEMM + GELU cannot wait for, and an FP8 GEMM
+    // has no GELU epilogue here: apart.
     lora_.forward(layer, "mlp.fc.weight", block_params, a.fch.data(), 4 * C, a.ln2.data(), N, lap, ctx_,
                   [&](bool onto) {
                     lap("fwd.matmul");
@@ -105,7 +106,7 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
     gpu::matmul_forward_gelu<T>(a.fch_gelu.data(), a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, ctx_);
   }
   lap("fwd.matmul_residual");
-  gpu::matmul_forward_residual<T>(out, a.fch_gelu.data(), p.fcprojw, p.fcprojb, a.res2.data(), N, 4 * C, C, ctx_);
+  linear_.forward(out, a.fch_gelu.data(), p.fcprojw, p.fcprojb, a.res2.data(), N, 4 * C, C, ctx_);
   lora_.forward(layer, "mlp.proj.weight", block_params, out, C, a.fch_gelu.data(), N, lap, ctx_);
 }
 
@@ -169,14 +170,14 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   ctx.column_sums = &column_sums_;
 
   // MLP branch: dresid is d(out); the residual passes it to res2 unchanged. d(fch) through the GELU in one pass,
-  // or, when adapters add to d(fch_gelu) first, in two (matmul_backward_gelu's unfused path, around them).
+  // or, when adapters add to d(fch_gelu) first or the GEMM runs in FP8, in two (matmul_backward_gelu's unfused path).
   T* dfch = dfch_.data();
-  if (lora_.adapts("mlp.proj.weight")) {
+  if (lora_.adapts("mlp.proj.weight") || linear_.policy().applies(4 * C, C)) {
     lora_.backward(layer, "mlp.proj.weight", block_params, block_grads, dfch, dresid_.data(), C, a.fch_gelu.data(), N,
                    lap, ctx, [&](bool onto) {
                      lap("bwd.matmul");
-                     gpu::matmul_backward<T>(dfch, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw,
-                                             N, 4 * C, C, ctx, base_write(onto), kOverwrite);
+                     linear_.backward(dfch, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, N,
+                                      4 * C, C, ctx, base_write(onto), kOverwrite);
                    });
     lap("bwd.gelu");
     gpu::gelu_backward<T>(dfch, a.fch.data(), dfch, N * 4 * C, ctx, kOverwrite);
@@ -188,8 +189,8 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   lora_.backward(layer, "mlp.fc.weight", block_params, block_grads, dbuf_c_.data(), dfch, 4 * C, a.ln2.data(), N, lap,
                  ctx, [&](bool onto) {
                    lap("bwd.matmul");
-                   gpu::matmul_backward<T>(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx,
-                                           base_write(onto), kOverwrite);
+                   linear_.backward(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx,
+                                    base_write(onto), kOverwrite);
                  });
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln2w, g.ln2b, dbuf_c_.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
@@ -199,8 +200,8 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   lora_.backward(layer, "attn.proj.weight", block_params, block_grads, dbuf_c_.data(), dresid_.data(), C, a.atty.data(),
                  N, lap, ctx, [&](bool onto) {
                    lap("bwd.matmul");
-                   gpu::matmul_backward<T>(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N,
-                                           C, C, ctx, base_write(onto), kOverwrite);
+                   linear_.backward(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C,
+                                    ctx, base_write(onto), kOverwrite);
                  });
   if (cudnn_shape()) {  // overwrites dqkv
     lap("bwd.attention");
@@ -217,8 +218,8 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
   lora_.backward(layer, "attn.qkv.weight", block_params, block_grads, dbuf_c_.data(), dqkv_.data(), 3 * C, a.ln1.data(),
                  N, lap, ctx, [&](bool onto) {
                    lap("bwd.matmul");
-                   gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C,
-                                           3 * C, ctx, base_write(onto), kOverwrite);
+                   linear_.backward(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C,
+                                    ctx, base_write(onto), kOverwrite);
                  });
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln1w, g.ln1b, dbuf_c_.data(), x, p.ln1w, a.ln1_mean.data(),

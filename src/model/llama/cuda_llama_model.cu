@@ -108,7 +108,7 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   lap("fwd.attention");
   attention_forward(a);
   lap("fwd.matmul_residual");
-  gpu::matmul_forward_residual<T>(a.res2.data(), a.atty.data(), p.ow, nullptr, x, N, C, C, ctx_);
+  linear_.forward(a.res2.data(), a.atty.data(), p.ow, nullptr, x, N, C, C, ctx_);
   // The adapter adds to x + o(atty): the CPU model's sum, in another order.
   lora_.forward(layer, "attn.o.weight", block_params, a.res2.data(), C, a.atty.data(), N, lap, ctx_);
   lap("fwd.rmsnorm");
@@ -121,7 +121,7 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   lap("fwd.swiglu");
   gpu::swiglu_forward<T>(a.mlp.data(), a.gate_up.data(), N, F, ctx_);
   lap("fwd.matmul_residual");
-  gpu::matmul_forward_residual<T>(out, a.mlp.data(), p.down, nullptr, a.res2.data(), N, F, C, ctx_);
+  linear_.forward(out, a.mlp.data(), p.down, nullptr, a.res2.data(), N, F, C, ctx_);
   lora_.forward(layer, "mlp.down.weight", block_params, out, C, a.mlp.data(), N, lap, ctx_);
 }
 
@@ -203,16 +203,16 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
   lora_.backward(layer, "mlp.down.weight", block_params, block_grads, dmlp_.data(), dresid_.data(), C, a.mlp.data(), N,
                  lap, ctx_, [&](bool onto) {
                    lap("bwd.matmul");
-                   gpu::matmul_backward<T>(dmlp_.data(), g.down, nullptr, dresid_.data(), a.mlp.data(), p.down, N, F, C,
-                                           ctx_, base_write(onto), kOverwrite);
+                   linear_.backward(dmlp_.data(), g.down, nullptr, dresid_.data(), a.mlp.data(), p.down, N, F, C, ctx_,
+                                    base_write(onto), kOverwrite);
                  });
   lap("bwd.swiglu");
   gpu::swiglu_backward<T>(dgate_up_.data(), dmlp_.data(), a.gate_up.data(), N, F, ctx_, kOverwrite);
   lora_.backward(layer, "mlp.gate_up.weight", block_params, block_grads, dbuf_c_.data(), dgate_up_.data(), 2 * F,
                  a.norm2.data(), N, lap, ctx_, [&](bool onto) {
                    lap("bwd.matmul");
-                   gpu::matmul_backward<T>(dbuf_c_.data(), g.gate_up, nullptr, dgate_up_.data(), a.norm2.data(),
-                                           p.gate_up, N, C, 2 * F, ctx_, base_write(onto), kOverwrite);
+                   linear_.backward(dbuf_c_.data(), g.gate_up, nullptr, dgate_up_.data(), a.norm2.data(), p.gate_up, N,
+                                    C, 2 * F, ctx_, base_write(onto), kOverwrite);
                  });
   lap("bwd.rmsnorm");
   gpu::rmsnorm_backward<T>(dresid_.data(), g.mlp_norm, dbuf_c_.data(), a.res2.data(), p.mlp_norm, a.rstd2.data(), N, C,
@@ -222,8 +222,8 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
   lora_.backward(layer, "attn.o.weight", block_params, block_grads, dbuf_c_.data(), dresid_.data(), C, a.atty.data(), N,
                  lap, ctx_, [&](bool onto) {
                    lap("bwd.matmul");
-                   gpu::matmul_backward<T>(dbuf_c_.data(), g.ow, nullptr, dresid_.data(), a.atty.data(), p.ow, N, C, C,
-                                           ctx_, base_write(onto), kOverwrite);
+                   linear_.backward(dbuf_c_.data(), g.ow, nullptr, dresid_.data(), a.atty.data(), p.ow, N, C, C, ctx_,
+                                    base_write(onto), kOverwrite);
                  });
   attention_backward(a, lap);
   lap("bwd.rope");  // d(rotated q, k) -> d(q, k) as the qkv matmul produced them
@@ -232,8 +232,8 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
   lora_.backward(layer, "attn.qkv.weight", block_params, block_grads, dbuf_c_.data(), dqkv_.data(), QKV, a.norm1.data(),
                  N, lap, ctx_, [&](bool onto) {
                    lap("bwd.matmul");
-                   gpu::matmul_backward<T>(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.norm1.data(), p.qkvw, N, C,
-                                           QKV, ctx_, base_write(onto), kOverwrite);
+                   linear_.backward(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.norm1.data(), p.qkvw, N, C, QKV,
+                                    ctx_, base_write(onto), kOverwrite);
                  });
   lap("bwd.rmsnorm");
   gpu::rmsnorm_backward<T>(dresid_.data(), g.attn_norm, dbuf_c_.data(), x, p.attn_norm, a.rstd1.data(), N, C, ctx_,

@@ -33,8 +33,10 @@ bool fp8_rowwise_gemm_supported(int device);
 // st::fp8_gemm for T in {float, bf16} on ctx.stream, through ctx.blas: fp32 accumulation, out rounded to T once
 // (kAccumulate: D = product + out in fp32, then rounded). Refuses what check_fp8_gemm refuses; st::Error naming the
 // GEMM when cuBLASLt has no algorithm for it here (Blas::fp8_gemm says more).
+// bias (n elements of T) rides in cuBLASLt's BIAS epilogue for bf16 outputs (fp32 outputs, which have none, add it
+// after the GEMM); a residual is its C matrix (beta 1), D = out.
 template <typename T>
 void fp8_gemm(T* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& a, const Fp8GemmOperand& b, int64_t m,
-              int64_t n, int64_t k, const GpuContext& ctx);
+              int64_t n, int64_t k, const GpuContext& ctx, const T* bias = nullptr, const T* residual = nullptr);
 
 }  // namespace st::gpu

@@ -77,9 +77,10 @@ class Blas {
   // for it on this device. Plans sit among gemm's (plan_count, algorithms, use_algorithms), keyed by the formats,
   // scale modes, T, shape, leading dimensions and alignments; an FP8 plan takes the heuristic's first algorithm (or
   // the one use_algorithms gave), never timed.
+  // With bias (the BIAS epilogue, n elements of T) and residual (C = residual, beta 1, D = out; kOverwrite only).
   template <typename T>
   void fp8_gemm(T* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& a, const Fp8GemmOperand& b, int64_t m,
-                int64_t n, int64_t k, cudaStream_t stream);
+                int64_t n, int64_t k, cudaStream_t stream, const T* bias = nullptr, const T* residual = nullptr);
 
   // Number of distinct GEMMs planned so far (each is planned once), FP8 ones included.
   size_t plan_count() const { return plans_.size(); }

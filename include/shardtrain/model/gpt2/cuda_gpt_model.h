@@ -52,8 +52,8 @@ class CudaGpt final : public CudaModelBase<T> {
  private:
   using Base = CudaModelBase<T>;
   using Base::attention_backward_, Base::B_, Base::block_input, Base::block_out_, Base::cfg_, Base::ctx_,
-      Base::cudnn_shape, Base::encoded_, Base::final_output, Base::io_, Base::lora_, Base::recompute_, Base::T_,
-      Base::timer_, Base::units_;
+      Base::cudnn_shape, Base::encoded_, Base::final_output, Base::io_, Base::linear_, Base::lora_, Base::recompute_,
+      Base::T_, Base::timer_, Base::units_;
   struct BlockActs {
     DeviceBuffer<T> ln1, qkv, atty, res2, ln2, fch, fch_gelu;
     DeviceBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;

@@ -48,8 +48,8 @@ class CudaLlama final : public CudaModelBase<T> {
  private:
   using Base = CudaModelBase<T>;
   using Base::attention_backward_, Base::B_, Base::block_input, Base::block_out_, Base::cfg_, Base::ctx_,
-      Base::cudnn_shape, Base::encoded_, Base::final_output, Base::io_, Base::lora_, Base::recompute_, Base::T_,
-      Base::timer_, Base::units_;
+      Base::cudnn_shape, Base::encoded_, Base::final_output, Base::io_, Base::linear_, Base::lora_, Base::recompute_,
+      Base::T_, Base::timer_, Base::units_;
   struct BlockActs {
     DeviceBuffer<T> norm1, qkv, atty, res2, norm2, gate_up, mlp;
     DeviceBuffer<float> rstd1, rstd2;

@@ -1,0 +1,59 @@
+// The GEMMs of a block's linear layers in the CUDA models: CpuLinear's calls (cpu_linear.h) on device buffers in the
+// compute type T. Without FP8 each call is kernels/gpu/matmul.h's; where train.fp8's policy (model/fp8_policy.h)
+// applies to a layer, each GEMM casts its two operands on the fly (gpu::fp8_quantize_matrix_async: the CPU's codes
+// and scales, transposed for W^T, dy^T and x^T, which the TN-only FP8 GEMMs read) into a workspace of its own and runs
+// gpu::fp8_gemm, with the bias and the residual in its epilogue; the bias gradient sums the T gradient.
+//
+//   CudaLinear<bf16> linear(fp8_policy(Fp8Recipe::kTensorwise), cfg, max_batch * cfg.seq_len);
+//   linear.forward(a.qkv, a.norm1, p.qkvw, p.qkvb, nullptr, N, C, QKV, ctx);
+//   linear.backward(dx, dw, db, dqkv, a.norm1, p.qkvw, N, C, QKV, ctx, GradWrite::kOverwrite, GradWrite::kOverwrite);
+//
+// A weight gradient over a token count that is not a multiple of 16 (its GEMM's depth) runs in T, as on the CPU
+// (Fp8Policy::weight_grad_applies). Everything runs on ctx.stream, without waiting: a non-finite operand makes the
+// GEMM's outputs NaN, which the step's non-finite gradient check then catches.
+#pragma once
+
+#include <cstdint>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/core/cuda.h"
+#include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/grad_write.h"
+#include "shardtrain/model/cuda_footprint.h"
+#include "shardtrain/model/fp8_policy.h"
+
+namespace st {
+
+template <typename T>
+class CudaLinear {
+ public:
+  CudaLinear() = default;
+  // Allocates cuda_linear_workspace_bytes(cfg, max_rows, policy.recipe) (cuda_footprint.h; nothing without FP8). T must
+  // be float or bf16 when FP8 is on (the FP8 GEMMs write those).
+  CudaLinear(const Fp8Policy& policy, const ModelConfig& cfg, int64_t max_rows);
+
+  const Fp8Policy& policy() const { return policy_; }
+  int64_t allocated_bytes() const {
+    return a_.bytes() + b_.bytes() + a_scales_.bytes() + b_scales_.bytes() + scratch_.bytes();
+  }
+
+  // out[N, OC] = (residual, when not null; it may be out) + inp[N, C] @ w[OC, C]^T + bias (may be null).
+  void forward(T* out, const T* inp, const T* w, const T* bias, const T* residual, int64_t N, int C, int OC,
+               const gpu::GpuContext& ctx);
+  // gpu::matmul_backward's gradients (dinp = dout @ w, dweight = dout^T @ inp, dbias = dout's column sums; any may be
+  // null), written or added to as dinp_write and param_write say.
+  void backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C, int OC,
+                const gpu::GpuContext& ctx, GradWrite dinp_write, GradWrite param_write);
+
+ private:
+  // x [rows, cols] cast as `op` says into the workspace `codes` (laid out as `layout`), with its inverse scales.
+  void cast(const T* x, int64_t rows, int64_t cols, const Fp8Operand& op, Fp8Layout layout,
+            DeviceBuffer<uint8_t>& codes, DeviceBuffer<float>& scales, const gpu::GpuContext& ctx);
+
+  Fp8Policy policy_;
+  DeviceBuffer<uint8_t> a_, b_;  // the two operands' codes
+  DeviceBuffer<float> a_scales_, b_scales_;
+  DeviceBuffer<unsigned char> scratch_;  // the casts' group maxima
+};
+
+}  // namespace st

@@ -1,0 +1,103 @@
+#include "shardtrain/model/cuda_linear.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "shardtrain/core/error.h"
+#include "shardtrain/kernels/gpu/fp8.h"
+#include "shardtrain/kernels/gpu/fp8_gemm.h"
+#include "shardtrain/kernels/gpu/matmul.h"
+#include "shardtrain/kernels/scratch_sizes.h"
+#include "shardtrain/model/fp8_policy.h"
+
+namespace st {
+namespace {
+
+// The policy groups an operand by the rows of the GEMM's operand as cast (x or W per row; a matrix cast transposed
+// per column): per-row scales, cuBLASLt's outer-vector mode, wherever the recipe groups at all.
+bool per_row(const Fp8Operand& op) { return op.scaling != Fp8Scaling::kTensor; }
+
+}  // namespace
+
+template <typename T>
+CudaLinear<T>::CudaLinear(const Fp8Policy& policy, const ModelConfig& cfg, int64_t max_rows) : policy_(policy) {
+  const Fp8Workspace w = fp8_workspace(cfg, max_rows, policy);
+  if (w.codes == 0) return;
+  ST_CHECK((std::is_same_v<T, float> || std::is_same_v<T, bf16>),
+           "train.fp8 computes in bf16 or fp32 (its GEMMs write those types)");  // the config refuses fp16 first
+  a_ = DeviceBuffer<uint8_t>(w.codes);
+  b_ = DeviceBuffer<uint8_t>(w.codes);
+  a_scales_ = DeviceBuffer<float>(w.groups);
+  b_scales_ = DeviceBuffer<float>(w.groups);
+  scratch_ = DeviceBuffer<unsigned char>(static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(w.groups)));
+}
+
+template <typename T>
+void CudaLinear<T>::cast(const T* x, int64_t rows, int64_t cols, const Fp8Operand& op, Fp8Layout layout,
+                         DeviceBuffer<uint8_t>& codes, DeviceBuffer<float>& scales, const gpu::GpuContext& ctx) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    ST_CHECK(rows * cols <= codes.size() && fp8_groups(op.scaling, rows, cols) <= scales.size(), "FP8 cast of ", rows,
+             " x ", cols, " past the workspace sized for ", codes.size(), " codes");
+    gpu::GpuContext c = ctx;
+    c.scratch = scratch_.data();
+    c.scratch_bytes = scratch_.bytes();
+    gpu::fp8_quantize_matrix_async<T>(x, rows, cols, op.format, op.scaling, policy_.power_of_2, layout, codes.data(),
+                                      scales.data(), c);
+  } else {
+    ST_CHECK(false, "train.fp8 computes in bf16 or fp32");
+  }
+}
+
+template <typename T>
+void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, const T* residual, int64_t N, int C,
+                            int OC, const gpu::GpuContext& ctx) {
+  if (!policy_.applies(C, OC) || a_.size() == 0) {
+    if (residual)
+      gpu::matmul_forward_residual<T>(out, inp, w, bias, residual, N, C, OC, ctx);
+    else
+      gpu::matmul_forward<T>(out, inp, w, bias, N, C, OC, ctx);
+    return;
+  }
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    const Fp8Gemm& g = policy_.forward;
+    cast(inp, N, C, g.a, Fp8Layout::kRowMajor, a_, a_scales_, ctx);
+    cast(w, OC, C, g.b, Fp8Layout::kRowMajor, b_, b_scales_, ctx);
+    gpu::fp8_gemm<T>(out, OC, GradWrite::kOverwrite, {a_.data(), C, g.a.format, a_scales_.data(), per_row(g.a)},
+                     {b_.data(), C, g.b.format, b_scales_.data(), per_row(g.b)}, N, OC, C, ctx, bias, residual);
+  }
+}
+
+template <typename T>
+void CudaLinear<T>::backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C,
+                             int OC, const gpu::GpuContext& ctx, GradWrite dinp_write, GradWrite param_write) {
+  if (!policy_.applies(C, OC) || a_.size() == 0) {
+    gpu::matmul_backward<T>(dinp, dweight, dbias, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);
+    return;
+  }
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    // Each GEMM with its own casts: the input gradient's (dy and W^T), then the weight gradient's (dy^T and x^T).
+    if (dinp) {
+      const Fp8Gemm& g = policy_.input_grad;
+      cast(dout, N, OC, g.a, Fp8Layout::kRowMajor, a_, a_scales_, ctx);
+      cast(w, OC, C, g.b, Fp8Layout::kTransposed, b_, b_scales_, ctx);
+      gpu::fp8_gemm<T>(dinp, C, dinp_write, {a_.data(), OC, g.a.format, a_scales_.data(), per_row(g.a)},
+                       {b_.data(), OC, g.b.format, b_scales_.data(), per_row(g.b)}, N, C, OC, ctx);
+    }
+    if (dweight && policy_.weight_grad_applies(N)) {
+      const Fp8Gemm& g = policy_.weight_grad;
+      cast(dout, N, OC, g.a, Fp8Layout::kTransposed, a_, a_scales_, ctx);
+      cast(inp, N, C, g.b, Fp8Layout::kTransposed, b_, b_scales_, ctx);
+      gpu::fp8_gemm<T>(dweight, C, param_write, {a_.data(), N, g.a.format, a_scales_.data(), per_row(g.a)},
+                       {b_.data(), N, g.b.format, b_scales_.data(), per_row(g.b)}, OC, C, N, ctx);
+    } else if (dweight) {
+      gpu::matmul_backward<T>(nullptr, dweight, nullptr, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);
+    }
+    if (dbias) gpu::matmul_backward<T>(nullptr, nullptr, dbias, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);
+  }
+}
+
+template class CudaLinear<float>;
+template class CudaLinear<bf16>;
+template class CudaLinear<fp16>;
+
+}  // namespace st
