@@ -69,82 +69,151 @@ __device__ void publish(const Amax& a, unsigned* amax_bits, unsigned long long* 
   if (first_bad != nullptr && a.bad != ULLONG_MAX) atomicMin(first_bad, a.bad);
 }
 
-// kTensor: every element into one maximum, a grid-stride loop, one atomic a block.
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    amax_tensor_kernel(const T* x, int64_t n, unsigned* amax_bits, unsigned long long* first_bad) {
-  Amax a;
-  for (int64_t i = thread_index(); i < n; i += thread_count()) a.add(to_f32(x[i]), i);
-  a = block_amax(a);
-  if (threadIdx.x == 0) publish(a, amax_bits, first_bad);
+// st::fp8_scale's steps for a group whose maximum has the bits amax_bits. A non-finite maximum (only the async cast
+// gets this far with one) gives a NaN scale: every code of the group and its inverse scale are then NaN.
+__device__ __forceinline__ float scale_of(unsigned amax_bits, float fp8_max, bool power_of_2) {
+  const float amax = __uint_as_float(amax_bits);
+  if (!isfinite(amax)) return __int_as_float(0x7fffffff);
+  float sc = __fdiv_rn(fp8_max, fmaxf(amax, 1e-12f));
+  if (power_of_2) sc = __uint_as_float(__float_as_uint(sc) & 0xFF800000u);  // a normal float: its power of two
+  return sc;
 }
 
-// kRow: a block per row (grid-stride over rows), its threads along the row.
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    amax_row_kernel(const T* x, int64_t rows, int64_t cols, unsigned* amax_bits, unsigned long long* first_bad) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    Amax a;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) a.add(to_f32(x[r * cols + c]), r * cols + c);
-    a = block_amax(a);
-    if (threadIdx.x == 0) publish(a, amax_bits + r, first_bad);
-  }
-}
-
-// kColumn: a block per 32 columns and kColumnRows rows, its 32 x 8 threads reading rows of 32 consecutive columns;
-// each column's 8 partial maxima combined in shared memory, one atomic per column a block.
-constexpr int kColumnRows = 256;
-
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    amax_column_kernel(const T* x, int64_t rows, int64_t cols, unsigned* amax_bits, unsigned long long* first_bad) {
-  __shared__ unsigned bits[8][32];
-  __shared__ unsigned long long bad[8][32];
-  const int tx = static_cast<int>(threadIdx.x) % 32, ty = static_cast<int>(threadIdx.x) / 32;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + tx, r0 = static_cast<int64_t>(blockIdx.y) * kColumnRows;
-  Amax a;
-  if (c < cols)
-    for (int64_t r = r0 + ty; r < rows && r < r0 + kColumnRows; r += 8) a.add(to_f32(x[r * cols + c]), r * cols + c);
-  bits[ty][tx] = a.bits;
-  bad[ty][tx] = a.bad;
-  __syncthreads();
-  if (ty == 0 && c < cols) {
-    for (int y = 1; y < 8; ++y) a.add(Amax{bits[y][tx], bad[y][tx]});
-    publish(a, amax_bits + c, first_bad);
-  }
-}
-
-// st::fp8_scale's steps per group, and its inverse for the GEMM. A non-finite maximum (only the async cast gets this
-// far with one) gives a NaN scale: every code of the group and its inverse scale are then NaN.
+// Each group's scale, and its inverse for the GEMM.
 __global__ void scale_kernel(const unsigned* amax_bits, int64_t groups, float fp8_max, bool power_of_2, float* scale,
                              float* inverse) {
   for (int64_t g = thread_index(); g < groups; g += thread_count()) {
-    const float amax = __uint_as_float(amax_bits[g]);
-    float sc = __int_as_float(0x7fffffff);  // NaN
-    if (isfinite(amax)) {
-      sc = __fdiv_rn(fp8_max, fmaxf(amax, 1e-12f));
-      if (power_of_2) sc = __uint_as_float(__float_as_uint(sc) & 0xFF800000u);  // a normal float: its power of two
-    }
+    const float sc = scale_of(amax_bits[g], fp8_max, power_of_2);
     scale[g] = sc;
     inverse[g] = __fdiv_rn(1.0f, sc);
   }
 }
 
+// Every kernel below reads V consecutive elements of a row at a time: V = 8 (one 16-byte load of bf16, two of float,
+// and one 8-byte store of codes) where the rows allow it (packed_ok), V = 1 otherwise.
+constexpr int kVec = 8;
+
+// kTensor: every element into one maximum, a grid-stride loop, one atomic a block.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    amax_tensor_kernel(const T* x, int64_t n, unsigned* amax_bits, unsigned long long* first_bad) {
+  Amax a;
+  for (int64_t i = thread_index() * V; i < n; i += thread_count() * V) {
+    float v[V];
+    load<V>(x + i, v);
+#pragma unroll
+    for (int k = 0; k < V; ++k) a.add(v[k], i + k);
+  }
+  a = block_amax(a);
+  if (threadIdx.x == 0) publish(a, amax_bits, first_bad);
+}
+
+// kRow's maximum of row r (every thread of the block calls it; thread 0 gets it).
+template <typename T, int V>
+__device__ Amax row_amax(const T* x, int64_t r, int64_t cols) {
+  Amax a;
+  for (int64_t c = threadIdx.x * V; c < cols; c += static_cast<int64_t>(blockDim.x) * V) {
+    float v[V];
+    load<V>(x + r * cols + c, v);
+#pragma unroll
+    for (int k = 0; k < V; ++k) a.add(v[k], r * cols + c + k);
+  }
+  return block_amax(a);
+}
+
+// kRow: a block per row (grid-stride over rows), its threads along the row.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    amax_row_kernel(const T* x, int64_t rows, int64_t cols, unsigned* amax_bits, unsigned long long* first_bad) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const Amax a = row_amax<T, V>(x, r, cols);
+    if (threadIdx.x == 0) publish(a, amax_bits + r, first_bad);
+  }
+}
+
+// kColumn: a block per 32 V columns and kColumnRows rows, its 32 x 8 threads each reading V consecutive columns of
+// every 8th row; each column's 8 partial maxima combined in shared memory, one atomic per column a block.
+constexpr int kColumnRows = 256;
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    amax_column_kernel(const T* x, int64_t rows, int64_t cols, unsigned* amax_bits, unsigned long long* first_bad) {
+  __shared__ unsigned bits[8][32 * V];
+  __shared__ unsigned long long bad[8][32 * V];
+  const int tx = static_cast<int>(threadIdx.x) % 32, ty = static_cast<int>(threadIdx.x) / 32;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32 * V, c = c0 + tx * V;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColumnRows;
+  Amax a[V];
+  if (c < cols)
+    for (int64_t r = r0 + ty; r < rows && r < r0 + kColumnRows; r += 8) {
+      float v[V];
+      load<V>(x + r * cols + c, v);
+#pragma unroll
+      for (int k = 0; k < V; ++k) a[k].add(v[k], r * cols + c + k);
+    }
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    bits[ty][tx * V + k] = a[k].bits;
+    bad[ty][tx * V + k] = a[k].bad;
+  }
+  __syncthreads();
+  for (int j = static_cast<int>(threadIdx.x); j < 32 * V; j += kThreads) {
+    if (c0 + j >= cols) continue;
+    Amax m{bits[0][j], bad[0][j]};
+    for (int y = 1; y < 8; ++y) m.add(Amax{bits[y][j], bad[y][j]});
+    publish(m, amax_bits + c0 + j, first_bad);
+  }
+}
+
+// V codes of row r from column c on, each with its group's scale, stored at q (8-byte aligned when V = 8).
+template <typename T, int V>
+__device__ __forceinline__ void cast_pack(const T* x, int64_t r, int64_t cols, int64_t c, Fp8Scaling s,
+                                          const float* scale, __nv_fp8_interpretation_t format, uint8_t* q) {
+  float v[V];
+  load<V>(x + r * cols + c, v);
+  Pack<uint8_t, V> out;
+#pragma unroll
+  for (int k = 0; k < V; ++k) out.v[k] = encode(v[k], scale[group_of(s, r, c + k)], format);
+  *reinterpret_cast<Pack<uint8_t, V>*>(q) = out;
+}
+
 // A block per row (grid-stride over rows), its threads along the row: each element's group without a division.
-template <typename T>
+template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     cast_kernel(const T* x, int64_t rows, int64_t cols, Fp8Scaling s, const float* scale,
                 __nv_fp8_interpretation_t format, uint8_t* q) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-      q[r * cols + c] = encode(to_f32(x[r * cols + c]), scale[group_of(s, r, c)], format);
+    for (int64_t c = threadIdx.x * V; c < cols; c += static_cast<int64_t>(blockDim.x) * V)
+      cast_pack<T, V>(x, r, cols, c, s, scale, format, q + r * cols + c);
 }
 
-// The transposed cast, q[c * rows + r] = code of x[r, c], through a 32 x 32 tile in shared memory so that both the
-// reads of x and the writes of q run along consecutive addresses: a block reads the tile's rows of x (threadIdx.x
-// along x's columns), stores each code at [column][row], and writes the tile's rows of q (threadIdx.x along x's
-// rows). Tiles run along x's rows in blockIdx.x (the long dimension: tokens) and along its columns in blockIdx.y.
-constexpr int kTile = 32, kTileRows = 8;
+// kRow in x's layout, in one kernel: a block per row takes the row's maximum, its scale (scale_of) and casts the
+// row, which it reads twice (the second time from cache).
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    row_cast_kernel(const T* x, int64_t rows, int64_t cols, float fp8_max, bool power_of_2,
+                    __nv_fp8_interpretation_t format, float* inverse, uint8_t* q, unsigned long long* first_bad) {
+  __shared__ float row_scale;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const Amax a = row_amax<T, V>(x, r, cols);
+    if (threadIdx.x == 0) {
+      if (first_bad != nullptr && a.bad != ULLONG_MAX) atomicMin(first_bad, a.bad);
+      row_scale = scale_of(a.bits, fp8_max, power_of_2);
+      inverse[r] = __fdiv_rn(1.0f, row_scale);
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x * V; c < cols; c += static_cast<int64_t>(blockDim.x) * V)
+      cast_pack<T, V>(x, r, cols, c, Fp8Scaling::kTensor, &row_scale, format, q + r * cols + c);
+    __syncthreads();  // row_scale is the next row's
+  }
+}
+
+// The transposed cast, q[c * rows + r] = code of x[r, c], through a tile in shared memory so that both the reads of
+// x and the writes of q run along consecutive addresses: a block reads the tile's rows of x, stores each code at
+// [column][row], and writes the tile's rows of q. Tiles run along x's rows in blockIdx.x (the long dimension: tokens)
+// and along its columns in blockIdx.y. Scalar: 32 x 32 tiles, a thread an element. Packed (rows and columns
+// multiples of 8): 64 x 64 tiles, a thread reading 8 elements of a row of x and writing 8 codes of a row of q.
+constexpr int kTile = 32, kTileRows = 8, kWideTile = 64;
 
 template <typename T>
 __global__ void __launch_bounds__(kTile* kTileRows)
@@ -166,6 +235,32 @@ __global__ void __launch_bounds__(kTile* kTileRows)
   }
 }
 
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    cast_transposed_packed_kernel(const T* x, int64_t rows, int64_t cols, Fp8Scaling s, const float* scale,
+                                  __nv_fp8_interpretation_t format, uint8_t* q) {
+  __shared__ uint8_t tile[kWideTile][kWideTile + 8];  // [column of x][row of x]
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kWideTile, c0 = static_cast<int64_t>(blockIdx.y) * kWideTile;
+  const int lane8 = static_cast<int>(threadIdx.x) % 8, line = static_cast<int>(threadIdx.x) / 8;  // 8 x 32 threads
+  for (int i = line; i < kWideTile; i += kThreads / 8) {
+    const int64_t r = r0 + i, c = c0 + lane8 * kVec;
+    if (r >= rows || c >= cols) continue;
+    float v[kVec];
+    load<kVec>(x + r * cols + c, v);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) tile[lane8 * kVec + k][i] = encode(v[k], scale[group_of(s, r, c + k)], format);
+  }
+  __syncthreads();
+  for (int j = line; j < kWideTile; j += kThreads / 8) {
+    const int64_t cc = c0 + j, r = r0 + lane8 * kVec;
+    if (cc >= cols || r >= rows) continue;
+    Pack<uint8_t, kVec> out;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) out.v[k] = tile[j][lane8 * kVec + k];
+    *reinterpret_cast<Pack<uint8_t, kVec>*>(q + cc * rows + r) = out;
+  }
+}
+
 // Scratch as fp8_quantize_scratch_bytes lays it out.
 struct CastScratch {
   unsigned long long* first_bad;
@@ -183,35 +278,71 @@ CastScratch cast_scratch(const GpuContext& ctx, int64_t rows, int64_t cols, int6
   return {first_bad, amax_bits, reinterpret_cast<float*>(amax_bits + groups)};
 }
 
-// The three kernels of a cast, queued on ctx.stream; first_bad null: no record of non-finite elements.
+// Whether the packed kernels (V = 8) can read x and write q: rows of whole packs, and aligned pointers.
+template <typename T>
+bool packed_ok(const T* x, int64_t cols, const uint8_t* q) {
+  return cols % kVec == 0 && reinterpret_cast<uintptr_t>(x) % (kVec * sizeof(T)) == 0 &&
+         reinterpret_cast<uintptr_t>(q) % kVec == 0;
+}
+
+// A cast's kernels, queued on ctx.stream; first_bad null: no record of non-finite elements. kRow in x's layout is
+// one kernel (row_cast_kernel); otherwise the groups' maxima, their scales, then the codes.
 template <typename T>
 void enqueue_cast(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
                   Fp8Layout layout, uint8_t* q, float* inverse_scales, const CastScratch& s,
                   unsigned long long* first_bad, const GpuContext& ctx) {
   const int64_t n = rows * cols, groups = fp8_groups(scaling, rows, cols);
+  const __nv_fp8_interpretation_t format = f == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
+  const bool packed = packed_ok(x, cols, q);
+  const unsigned row_grid = static_cast<unsigned>(std::min<int64_t>(rows, 65535));
+  if (scaling == Fp8Scaling::kRow && layout == Fp8Layout::kRowMajor) {
+    if (packed)
+      row_cast_kernel<T, kVec><<<row_grid, kThreads, 0, ctx.stream>>>(x, rows, cols, fp8_max(f), power_of_2, format,
+                                                                      inverse_scales, q, first_bad);
+    else
+      row_cast_kernel<T, 1><<<row_grid, kThreads, 0, ctx.stream>>>(x, rows, cols, fp8_max(f), power_of_2, format,
+                                                                   inverse_scales, q, first_bad);
+    ST_CUDA_CHECK_LAUNCH();
+    return;
+  }
   ST_CUDA_CHECK(cudaMemsetAsync(s.amax_bits, 0, static_cast<size_t>(groups) * sizeof(unsigned), ctx.stream));
-  const unsigned grid = grid_for(n, kThreads);
   if (scaling == Fp8Scaling::kTensor) {
-    amax_tensor_kernel<T><<<std::min(grid, 2048u), kThreads, 0, ctx.stream>>>(x, n, s.amax_bits, first_bad);
+    const unsigned grid = std::min(grid_for(n / (packed ? kVec : 1), kThreads), 2048u);
+    if (packed)
+      amax_tensor_kernel<T, kVec><<<grid, kThreads, 0, ctx.stream>>>(x, n, s.amax_bits, first_bad);
+    else
+      amax_tensor_kernel<T, 1><<<grid, kThreads, 0, ctx.stream>>>(x, n, s.amax_bits, first_bad);
   } else if (scaling == Fp8Scaling::kRow) {
-    amax_row_kernel<T><<<static_cast<unsigned>(std::min<int64_t>(rows, 65535)), kThreads, 0, ctx.stream>>>(
-        x, rows, cols, s.amax_bits, first_bad);
+    if (packed)
+      amax_row_kernel<T, kVec><<<row_grid, kThreads, 0, ctx.stream>>>(x, rows, cols, s.amax_bits, first_bad);
+    else
+      amax_row_kernel<T, 1><<<row_grid, kThreads, 0, ctx.stream>>>(x, rows, cols, s.amax_bits, first_bad);
   } else {
-    const int64_t col_blocks = (cols + 31) / 32, row_blocks = (rows + kColumnRows - 1) / kColumnRows;
+    const int64_t width = 32 * (packed ? kVec : 1);
+    const int64_t col_blocks = (cols + width - 1) / width, row_blocks = (rows + kColumnRows - 1) / kColumnRows;
     ST_CHECK(col_blocks <= INT_MAX && row_blocks <= 65535, "gpu::fp8_quantize_matrix: ", rows, " x ", cols,
              " has too many rows or columns for the column maxima");
-    amax_column_kernel<T>
-        <<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(row_blocks)), kThreads, 0, ctx.stream>>>(
-            x, rows, cols, s.amax_bits, first_bad);
+    const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(row_blocks));
+    if (packed)
+      amax_column_kernel<T, kVec><<<grid, kThreads, 0, ctx.stream>>>(x, rows, cols, s.amax_bits, first_bad);
+    else
+      amax_column_kernel<T, 1><<<grid, kThreads, 0, ctx.stream>>>(x, rows, cols, s.amax_bits, first_bad);
   }
   ST_CUDA_CHECK_LAUNCH();
   scale_kernel<<<grid_for(groups, kThreads), kThreads, 0, ctx.stream>>>(s.amax_bits, groups, fp8_max(f), power_of_2,
                                                                         s.scale, inverse_scales);
   ST_CUDA_CHECK_LAUNCH();
-  const __nv_fp8_interpretation_t format = f == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
   if (layout == Fp8Layout::kRowMajor) {
-    cast_kernel<T><<<static_cast<unsigned>(std::min<int64_t>(rows, 65535)), kThreads, 0, ctx.stream>>>(
-        x, rows, cols, scaling, s.scale, format, q);
+    if (packed)
+      cast_kernel<T, kVec><<<row_grid, kThreads, 0, ctx.stream>>>(x, rows, cols, scaling, s.scale, format, q);
+    else
+      cast_kernel<T, 1><<<row_grid, kThreads, 0, ctx.stream>>>(x, rows, cols, scaling, s.scale, format, q);
+  } else if (packed && rows % kVec == 0) {  // q's rows (x's columns) whole packs too
+    const int64_t row_tiles = (rows + kWideTile - 1) / kWideTile, col_tiles = (cols + kWideTile - 1) / kWideTile;
+    ST_CHECK(row_tiles <= INT_MAX && col_tiles <= 65535, "gpu::fp8_quantize_matrix: ", rows, " x ", cols,
+             " is too large to transpose");
+    const dim3 tiles(static_cast<unsigned>(row_tiles), static_cast<unsigned>(col_tiles));
+    cast_transposed_packed_kernel<T><<<tiles, kThreads, 0, ctx.stream>>>(x, rows, cols, scaling, s.scale, format, q);
   } else {
     const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
     ST_CHECK(row_tiles <= INT_MAX && col_tiles <= 65535, "gpu::fp8_quantize_matrix: ", rows, " x ", cols,

@@ -50,7 +50,7 @@ void CudaLinear<T>::cast(const T* x, int64_t rows, int64_t cols, const Fp8Operan
 
 template <typename T>
 void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, const T* residual, int64_t N, int C,
-                            int OC, const gpu::GpuContext& ctx) {
+                            int OC, const gpu::GpuContext& ctx, OpTimer::Laps* lap) {
   if (!policy_.applies(C, OC) || a_.size() == 0) {
     if (residual)
       gpu::matmul_forward_residual<T>(out, inp, w, bias, residual, N, C, OC, ctx);
@@ -60,8 +60,10 @@ void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, con
   }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
     const Fp8Gemm& g = policy_.forward;
+    if (lap) (*lap)("fwd.fp8_cast");
     cast(inp, N, C, g.a, Fp8Layout::kRowMajor, a_, a_scales_, ctx);
     cast(w, OC, C, g.b, Fp8Layout::kRowMajor, b_, b_scales_, ctx);
+    if (lap) (*lap)("fwd.fp8_gemm");
     gpu::fp8_gemm<T>(out, OC, GradWrite::kOverwrite, {a_.data(), C, g.a.format, a_scales_.data(), per_row(g.a)},
                      {b_.data(), C, g.b.format, b_scales_.data(), per_row(g.b)}, N, OC, C, ctx, bias, residual);
   }
@@ -69,7 +71,8 @@ void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, con
 
 template <typename T>
 void CudaLinear<T>::backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C,
-                             int OC, const gpu::GpuContext& ctx, GradWrite dinp_write, GradWrite param_write) {
+                             int OC, const gpu::GpuContext& ctx, GradWrite dinp_write, GradWrite param_write,
+                             OpTimer::Laps* lap) {
   if (!policy_.applies(C, OC) || a_.size() == 0) {
     gpu::matmul_backward<T>(dinp, dweight, dbias, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);
     return;
@@ -78,15 +81,19 @@ void CudaLinear<T>::backward(T* dinp, T* dweight, T* dbias, const T* dout, const
     // Each GEMM with its own casts: the input gradient's (dy and W^T), then the weight gradient's (dy^T and x^T).
     if (dinp) {
       const Fp8Gemm& g = policy_.input_grad;
+      if (lap) (*lap)("bwd.fp8_cast");
       cast(dout, N, OC, g.a, Fp8Layout::kRowMajor, a_, a_scales_, ctx);
       cast(w, OC, C, g.b, Fp8Layout::kTransposed, b_, b_scales_, ctx);
+      if (lap) (*lap)("bwd.fp8_gemm");
       gpu::fp8_gemm<T>(dinp, C, dinp_write, {a_.data(), OC, g.a.format, a_scales_.data(), per_row(g.a)},
                        {b_.data(), OC, g.b.format, b_scales_.data(), per_row(g.b)}, N, C, OC, ctx);
     }
     if (dweight && policy_.weight_grad_applies(N)) {
       const Fp8Gemm& g = policy_.weight_grad;
+      if (lap) (*lap)("bwd.fp8_cast");
       cast(dout, N, OC, g.a, Fp8Layout::kTransposed, a_, a_scales_, ctx);
       cast(inp, N, C, g.b, Fp8Layout::kTransposed, b_, b_scales_, ctx);
+      if (lap) (*lap)("bwd.fp8_gemm");
       gpu::fp8_gemm<T>(dweight, C, param_write, {a_.data(), N, g.a.format, a_scales_.data(), per_row(g.a)},
                        {b_.data(), N, g.b.format, b_scales_.data(), per_row(g.b)}, OC, C, N, ctx);
     } else if (dweight) {

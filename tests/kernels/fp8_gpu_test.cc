@@ -82,12 +82,13 @@ std::vector<float> adversarial(int64_t rows, int64_t cols) {
   return x;
 }
 
-// Both layouts; the transposed cast runs through 32 x 32 shared-memory tiles: one tile, partial tiles on either side,
-// many tiles (513 x 257: 17 x 9 tiles, the last ones one row or column wide).
+// Both layouts, the scalar kernels (sizes not multiples of 8) and the packed ones (8 elements a thread): the scalar
+// transposed cast runs through 32 x 32 shared-memory tiles (one tile, partial tiles on either side, 513 x 257: 17 x 9
+// tiles, the last ones one row or column wide), the packed one through 64 x 64 tiles (136 x 200: partial on both).
 TEST(Fp8Gpu, CastsEqualTheCpusCodesAndScales) {
   ST_SKIP_WITHOUT_GPU();
-  for (const auto& [rows, cols] :
-       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 70}, {70, 1}, {32, 32}, {7, 33}, {64, 48}, {513, 257}})
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {1, 70}, {70, 1}, {32, 32}, {7, 33}, {64, 48}, {136, 200}, {513, 257}})
     for (Fp8Layout l : {Fp8Layout::kRowMajor, Fp8Layout::kTransposed})
       for (Fp8Format f : kFormats)
         for (Fp8Scaling s : kScalings)

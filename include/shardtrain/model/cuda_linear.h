@@ -17,6 +17,7 @@
 
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/cuda.h"
+#include "shardtrain/core/cuda_timer.h"
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/grad_write.h"
 #include "shardtrain/model/cuda_footprint.h"
@@ -38,12 +39,14 @@ class CudaLinear {
   }
 
   // out[N, OC] = (residual, when not null; it may be out) + inp[N, C] @ w[OC, C]^T + bias (may be null).
+  // With `lap` (the caller's profile of this pass), an FP8 layer's casts and GEMMs get laps of their own:
+  // "fwd.fp8_cast" and "fwd.fp8_gemm" (backward: "bwd.*"); the caller names its next region itself.
   void forward(T* out, const T* inp, const T* w, const T* bias, const T* residual, int64_t N, int C, int OC,
-               const gpu::GpuContext& ctx);
+               const gpu::GpuContext& ctx, OpTimer::Laps* lap = nullptr);
   // gpu::matmul_backward's gradients (dinp = dout @ w, dweight = dout^T @ inp, dbias = dout's column sums; any may be
   // null), written or added to as dinp_write and param_write say.
   void backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C, int OC,
-                const gpu::GpuContext& ctx, GradWrite dinp_write, GradWrite param_write);
+                const gpu::GpuContext& ctx, GradWrite dinp_write, GradWrite param_write, OpTimer::Laps* lap = nullptr);
 
  private:
   // x [rows, cols] cast as `op` says into the workspace `codes` (laid out as `layout`), with its inverse scales.
