@@ -268,8 +268,8 @@ const std::vector<Key>& keys() {
           "the GEMMs of the blocks' linear layers in FP8 (docs/performance.md): off; tensorwise (E4M3 inputs and "
           "weights, E5M2 gradients, one dynamic scale per tensor); rowwise (the same with a scale per row of each "
           "operand along the dimension the GEMM keeps, powers of two). Master weights, activations, attention, norms, "
-          "embeddings and the classifier stay as train.dtype says. The cpu backend emulates the casts; cuda does not "
-          "run it yet"),
+          "embeddings and the classifier stay as train.dtype says. cuda runs cuBLASLt FP8 GEMMs (compute capability "
+          "8.9 or higher; rowwise on Hopper; train.dtype bf16 or fp32); the cpu backend emulates the casts"),
       key("train", "device", &Config::train, &TrainConfig::device,
           "cpu (fp32 reference, OpenBLAS, MPI) or cuda (one GPU per rank, NCCL)"),
       key("train", "dtype", &Config::train, &TrainConfig::dtype,
