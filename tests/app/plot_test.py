@@ -5,6 +5,7 @@
       a hand-written metrics file (a resumed run's repeated steps, a null loss, evaluations): the SVG is well-formed
       and self-contained, has the 4 panels, the loss polyline has one point per distinct step with a loss (the last
       record of a repeated step) at the pixel the panel's data range gives; bad files exit 2 naming file and line.
+      Two files drawn together: each run's loss under its file's stem, in a colour of its own.
   plot_test.py SHARDTRAIN WORKDIR MPIRUN CONFIG
       trains CONFIG for a few steps on 2 MPI ranks with log.metrics, checks the new JSONL fields (mem_peak_bytes has
       one entry > 0 per rank, skipped_total counts a step skipped on purpose, comm_exposed_ms), then plots the file.
@@ -120,7 +121,21 @@ def hand_written(shardtrain, work):
     nodir = os.path.join(work, "no-such-dir", "x.svg")
     expect_bad_input(shardtrain, [metrics, "--out=" + nodir],
                      "plot --out " + nodir + ": output directory " + os.path.dirname(nodir) + " does not exist")
-    print("ok: plot of a hand-written file: 4 panels, 5 loss points mapped, errors exit 2 with file and line")
+    # Two runs over each other: each run's series named by its file's stem, a colour a run, mapped in one range.
+    other = os.path.join(work, "fp8.jsonl")
+    with open(other, "w") as f:
+        f.write("\n".join(rec(step, loss) for step, loss in [(1, 5.25), (2, 4.5), (3, 6.0)]) + "\n")
+    both = os.path.join(work, "both.svg")
+    rc, out = run([shardtrain, "plot", metrics, other, "--out", both])
+    check(rc == 0 and "fp8.jsonl: 3 steps (1-3), 3 loss and 0 val_loss points" in out, f"plot of two runs: {out}")
+    panels = read_svg(both)
+    check_mapping(panels["panel-loss"], "run loss", [(1, 5.5), (2, 4.75), (3, 4.25), (4, 4.0), (6, 3.5)])
+    check_mapping(panels["panel-loss"], "fp8 loss", [(1, 5.25), (2, 4.5), (3, 6.0)])
+    colors = {e.get("data-series"): e.get("stroke") for e in panels["panel-loss"].iter(NS + "polyline")}
+    check(colors["run loss"] != colors["fp8 loss"], f"a colour a run: {colors}")
+    expect_bad_input(shardtrain, [metrics, other], "2 metrics files need --out FILE.svg")
+    print("ok: plot of a hand-written file: 4 panels, 5 loss points mapped, errors exit 2 with file and line; two "
+          "runs over each other")
 
 
 def trained(shardtrain, work, mpirun, config):
