@@ -50,6 +50,10 @@ fewer GPUs than the case needs):
                     sharding, whose node and replica NCCL communicators are split from the world's (ncclCommSplit),
                     matches full sharding over the 4 GPUs to rel 1e-5 for 30 fp32 steps, with the default bucket
                     and with dist.bucket_mb=0.5; each rank's sharded state is half the model (2-rank shards).
+  fp8               train.fp8=tensorwise (fp32 compute) on 1 and on 2 GPUs, same global batch: the casts are per
+                    micro-batch and per tensor and both runs cast the same micro-batches, so 30 steps' losses agree
+                    to rel 1e-3 (a value the reductions' order moves across a rounding boundary flips an FP8 code; a
+                    lost micro-batch is 1e-2 off or more).
   lora-hybrid       2 GPUs standing in for two workstations (as hybrid): LoRA (rank 4 on every linear layer, adapters
                     on a frozen base: wholly frozen embedding and head units, whose empty gradient shards join the
                     buckets summed across the nodes) with dist.sharding=hybrid over sockets matches full sharding over
@@ -437,6 +441,11 @@ def main():
             print(f"{tag}: sharded state {state} B per rank, full sharding {full_state} B")
             if not 1.9 * full_state <= state <= 2.1 * full_state:
                 failures.append(f"{tag}: sharded state {state} B per rank, expected about twice full's {full_state} B")
+    elif case == "fp8":
+        common = ["--train.dtype=fp32", "--train.steps=30", "--train.fp8=tensorwise"]
+        one = run.train("fp8_np1", 1, common)
+        two = run.train("fp8_np2", 2, common)
+        compare(failures, "2 GPUs vs 1 GPU (fp32, train.fp8=tensorwise)", one, two, range(1, 31), 1e-3)
     elif case == "lora-hybrid":
         wrapper = workstations_wrapper(work, shardtrain)
         sockets = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}

@@ -181,7 +181,7 @@ endif()
 find_program(ANY_PYTHON3 NAMES python3)
 if(SHARDTRAIN_HAVE_CUDA AND ANY_PYTHON3 AND MPIRUN_EXECUTABLE)
   foreach(case equivalence-fp32 equivalence-bf16 checkpoint fp16-overflow memory-cap offload hybrid comm-tuning
-               hybrid-2x2 watchdog backends async-kill lora-hybrid)
+               hybrid-2x2 watchdog backends async-kill lora-hybrid fp8)
     add_test(NAME gpu.zero3.${case}
              COMMAND ${ANY_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/gpu_zero3_test.py ${case} $<TARGET_FILE:shardtrain>
                      $<TARGET_FILE:gpu_count> ${MPIRUN_EXECUTABLE} ${CMAKE_BINARY_DIR}/gpu_zero3_${case}
