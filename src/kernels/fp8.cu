@@ -165,32 +165,45 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// V codes of row r from column c on, each with its group's scale, stored at q (8-byte aligned when V = 8).
+// V codes of row r from column c on, stored at q (8-byte aligned when V = 8): with one scale for all of them (kTensor,
+// or a row's), or, with kColumn, each column's own.
 template <typename T, int V>
 __device__ __forceinline__ void cast_pack(const T* x, int64_t r, int64_t cols, int64_t c, Fp8Scaling s,
                                           const float* scale, __nv_fp8_interpretation_t format, uint8_t* q) {
   float v[V];
   load<V>(x + r * cols + c, v);
   Pack<uint8_t, V> out;
+  if (s == Fp8Scaling::kColumn) {
 #pragma unroll
-  for (int k = 0; k < V; ++k) out.v[k] = encode(v[k], scale[group_of(s, r, c + k)], format);
+    for (int k = 0; k < V; ++k) out.v[k] = encode(v[k], scale[c + k], format);
+  } else {
+    const float sc = scale[s == Fp8Scaling::kRow ? r : 0];
+#pragma unroll
+    for (int k = 0; k < V; ++k) out.v[k] = encode(v[k], sc, format);
+  }
   *reinterpret_cast<Pack<uint8_t, V>*>(q) = out;
 }
 
-// A block per row (grid-stride over rows), its threads along the row: each element's group without a division.
+// A grid-stride loop over the matrix's packs of V elements (rows of whole packs: cols % V == 0), every thread busy
+// whatever the row width; a pack's row is one division, none for kTensor.
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     cast_kernel(const T* x, int64_t rows, int64_t cols, Fp8Scaling s, const float* scale,
                 __nv_fp8_interpretation_t format, uint8_t* q) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
-    for (int64_t c = threadIdx.x * V; c < cols; c += static_cast<int64_t>(blockDim.x) * V)
-      cast_pack<T, V>(x, r, cols, c, s, scale, format, q + r * cols + c);
+  const int64_t n = rows * cols;
+  for (int64_t i = thread_index() * V; i < n; i += thread_count() * V) {
+    const int64_t r = s == Fp8Scaling::kTensor ? 0 : i / cols;
+    cast_pack<T, V>(x, r, cols, i - r * cols, s, scale, format, q + i);
+  }
 }
 
 // kRow in x's layout, in one kernel: a block per row takes the row's maximum, its scale (scale_of) and casts the
-// row, which it reads twice (the second time from cache).
+// row, which it reads twice (the second time from cache). kRowThreads a block: a model's rows (3,072 to 28,672 bf16)
+// are then 3 to 28 packs a thread, with little of the last round idle.
+constexpr int kRowThreads = 128;
+
 template <typename T, int V>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kRowThreads)
     row_cast_kernel(const T* x, int64_t rows, int64_t cols, float fp8_max, bool power_of_2,
                     __nv_fp8_interpretation_t format, float* inverse, uint8_t* q, unsigned long long* first_bad) {
   __shared__ float row_scale;
@@ -247,8 +260,10 @@ __global__ void __launch_bounds__(kThreads)
     if (r >= rows || c >= cols) continue;
     float v[kVec];
     load<kVec>(x + r * cols + c, v);
+    const float sc = s == Fp8Scaling::kColumn ? 0.0f : scale[s == Fp8Scaling::kRow ? r : 0];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) tile[lane8 * kVec + k][i] = encode(v[k], scale[group_of(s, r, c + k)], format);
+    for (int k = 0; k < kVec; ++k)
+      tile[lane8 * kVec + k][i] = encode(v[k], s == Fp8Scaling::kColumn ? scale[c + k] : sc, format);
   }
   __syncthreads();
   for (int j = line; j < kWideTile; j += kThreads / 8) {
@@ -297,11 +312,11 @@ void enqueue_cast(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scalin
   const unsigned row_grid = static_cast<unsigned>(std::min<int64_t>(rows, 65535));
   if (scaling == Fp8Scaling::kRow && layout == Fp8Layout::kRowMajor) {
     if (packed)
-      row_cast_kernel<T, kVec><<<row_grid, kThreads, 0, ctx.stream>>>(x, rows, cols, fp8_max(f), power_of_2, format,
-                                                                      inverse_scales, q, first_bad);
+      row_cast_kernel<T, kVec><<<row_grid, kRowThreads, 0, ctx.stream>>>(x, rows, cols, fp8_max(f), power_of_2, format,
+                                                                         inverse_scales, q, first_bad);
     else
-      row_cast_kernel<T, 1><<<row_grid, kThreads, 0, ctx.stream>>>(x, rows, cols, fp8_max(f), power_of_2, format,
-                                                                   inverse_scales, q, first_bad);
+      row_cast_kernel<T, 1><<<row_grid, kRowThreads, 0, ctx.stream>>>(x, rows, cols, fp8_max(f), power_of_2, format,
+                                                                      inverse_scales, q, first_bad);
     ST_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -334,9 +349,10 @@ void enqueue_cast(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scalin
   ST_CUDA_CHECK_LAUNCH();
   if (layout == Fp8Layout::kRowMajor) {
     if (packed)
-      cast_kernel<T, kVec><<<row_grid, kThreads, 0, ctx.stream>>>(x, rows, cols, scaling, s.scale, format, q);
+      cast_kernel<T, kVec>
+          <<<grid_for(n / kVec, kThreads), kThreads, 0, ctx.stream>>>(x, rows, cols, scaling, s.scale, format, q);
     else
-      cast_kernel<T, 1><<<row_grid, kThreads, 0, ctx.stream>>>(x, rows, cols, scaling, s.scale, format, q);
+      cast_kernel<T, 1><<<grid_for(n, kThreads), kThreads, 0, ctx.stream>>>(x, rows, cols, scaling, s.scale, format, q);
   } else if (packed && rows % kVec == 0) {  // q's rows (x's columns) whole packs too
     const int64_t row_tiles = (rows + kWideTile - 1) / kWideTile, col_tiles = (cols + kWideTile - 1) / kWideTile;
     ST_CHECK(row_tiles <= INT_MAX && col_tiles <= 65535, "gpu::fp8_quantize_matrix: ", rows, " x ", cols,
