@@ -16,14 +16,20 @@ int64_t LoraStack::b_rows() const {
   return rows;
 }
 
-namespace {
-
-void check_stack(const char* what, int64_t N, int64_t ldo, const LoraStack& s) {
-  ST_CHECK(N >= 0 && N <= INT_MAX && s.in > 0 && s.r > 0 && !s.slices.empty(), what, ": N ", N, ", in ", s.in, ", r ",
-           s.r, ", ", s.slices.size(), " adapters");
+void check_lora_stack(const char* what, int64_t N, int64_t ldo, const LoraStack& s) {
+  ST_CHECK(N >= 0 && s.in > 0 && s.r > 0 && !s.slices.empty(), what, ": N ", N, ", in ", s.in, ", r ", s.r, ", ",
+           s.slices.size(), " adapters");
   for (const LoraSlice& sl : s.slices)
     ST_CHECK(sl.row0 >= 0 && sl.rows > 0 && sl.row0 + sl.rows <= ldo, what, ": an adapter's columns [", sl.row0, ", ",
              sl.row0 + sl.rows, ") outside the output's ", ldo);
+}
+
+namespace {
+
+// The CPU's GEMMs take int dimensions.
+void check_stack(const char* what, int64_t N, int64_t ldo, const LoraStack& s) {
+  check_lora_stack(what, N, ldo, s);
+  ST_CHECK(N <= INT_MAX, what, ": N ", N, " rows, more than OpenBLAS takes");
 }
 
 }  // namespace

@@ -15,20 +15,12 @@ Blas& blas_for_lora(const GpuContext& ctx) {
   return *ctx.blas;
 }
 
-void check_stack(const char* what, int64_t N, int64_t ldo, const LoraStack& s) {
-  ST_CHECK(N >= 0 && s.in > 0 && s.r > 0 && !s.slices.empty(), what, ": N ", N, ", in ", s.in, ", r ", s.r, ", ",
-           s.slices.size(), " adapters");
-  for (const LoraSlice& sl : s.slices)
-    ST_CHECK(sl.row0 >= 0 && sl.rows > 0 && sl.row0 + sl.rows <= ldo, what, ": an adapter's columns [", sl.row0, ", ",
-             sl.row0 + sl.rows, ") outside the output's ", ldo);
-}
-
 }  // namespace
 
 template <typename T>
 void lora_forward(T* out, int64_t ldo, GradWrite out_write, T* h, const T* x, const T* A, const T* B, int64_t N,
                   const LoraStack& s, float scale, const GpuContext& ctx) {
-  check_stack("lora_forward", N, ldo, s);
+  check_lora_stack("lora_forward", N, ldo, s);
   if (N == 0) return;
   Blas& blas = blas_for_lora(ctx);
   const int64_t w = s.width(), r = s.r;
@@ -46,7 +38,7 @@ template <typename T>
 void lora_backward(T* dx, GradWrite dx_write, T* dA, T* dB, T* dh, const T* dout, int64_t ldo, const T* x, const T* h,
                    const T* A, const T* B, int64_t N, const LoraStack& s, float scale, const GpuContext& ctx,
                    GradWrite param_write) {
-  check_stack("lora_backward", N, ldo, s);
+  check_lora_stack("lora_backward", N, ldo, s);
   const bool add = param_write == GradWrite::kAccumulate;
   const int64_t w = s.width(), r = s.r;
   if (N == 0) {  // no rows: the written gradients are the empty sums (a GEMM of depth 0 may have no algorithm)

@@ -29,6 +29,10 @@ struct LoraStack {
   int64_t b_rows() const;                                            // B's rows: the slices' rows summed
 };
 
+// The shapes lora_forward and lora_backward take, on the CPU and the GPU alike (st::Error naming `what` otherwise):
+// N >= 0, in and r > 0, at least one adapter, every slice inside the output's ldo columns.
+void check_lora_stack(const char* what, int64_t N, int64_t ldo, const LoraStack& s);
+
 // h[N, count * r] = x[N, in] A^T (kept for the backward); then for each adapter j, with h_j = h[:, j r .. (j + 1) r)
 // and B_j its rows of B: out[n, row0_j + i] (+)= scale * (h_j B_j^T)[n, i]. out_write = kAccumulate adds to out,
 // kOverwrite writes it (not read); columns outside the slices are untouched.
