@@ -45,23 +45,24 @@ struct Amax {
   }
 };
 
-// The block's threads' Amax combined into thread 0's (every thread of the block calls it).
-__device__ Amax block_amax(Amax a) {
-  __shared__ unsigned bits[kThreads / 32];
-  __shared__ unsigned long long bad[kThreads / 32];
-  for (int offset = 16; offset > 0; offset /= 2) {
-    Amax o;
-    o.bits = __shfl_down_sync(0xffffffffu, a.bits, offset);
-    o.bad = __shfl_down_sync(0xffffffffu, a.bad, offset);
-    a.add(o);
+struct MaxOp {
+  template <typename V>
+  __device__ __forceinline__ V operator()(V a, V b) const {
+    return max(a, b);
   }
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  if (lane == 0) bits[warp] = a.bits, bad[warp] = a.bad;
-  __syncthreads();
-  if (threadIdx.x == 0)
-    for (int w = 1; w < static_cast<int>(blockDim.x) / 32; ++w) a.add(Amax{bits[w], bad[w]});
-  __syncthreads();  // the shared arrays may be reused by the caller's next call
-  return a;
+};
+struct MinOp {
+  template <typename V>
+  __device__ __forceinline__ V operator()(V a, V b) const {
+    return min(a, b);
+  }
+};
+
+// The block's threads' Amax combined (gpu_pack.cuh's block_reduce on each field; every thread gets it).
+__device__ Amax block_amax(Amax a) {
+  __shared__ unsigned bits[32];
+  __shared__ unsigned long long bad[32];
+  return Amax{block_reduce(a.bits, MaxOp{}, bits), block_reduce(a.bad, MinOp{}, bad)};
 }
 
 __device__ void publish(const Amax& a, unsigned* amax_bits, unsigned long long* first_bad) {

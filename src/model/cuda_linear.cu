@@ -49,6 +49,22 @@ void CudaLinear<T>::cast(const T* x, int64_t rows, int64_t cols, const Fp8Operan
 }
 
 template <typename T>
+void CudaLinear<T>::fp8_product(const Fp8Gemm& g, const Fp8Source& a, const Fp8Source& b, T* out, int64_t ldo,
+                                GradWrite write, const gpu::GpuContext& ctx, OpTimer::Laps* lap, bool backward,
+                                const T* bias, const T* residual) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    if (lap) (*lap)(backward ? "bwd.fp8_cast" : "fwd.fp8_cast");
+    cast(a.x, a.rows, a.cols, g.a, a.layout, a_, a_scales_, ctx);
+    cast(b.x, b.rows, b.cols, g.b, b.layout, b_, b_scales_, ctx);
+    if (lap) (*lap)(backward ? "bwd.fp8_gemm" : "fwd.fp8_gemm");
+    // The GEMM's depth k: the operand's columns as cast, the source's rows when transposed.
+    const int64_t m = a.gemm_rows(), n = b.gemm_rows(), k = a.gemm_depth();
+    gpu::fp8_gemm<T>(out, ldo, write, {a_.data(), k, g.a.format, a_scales_.data(), per_row(g.a)},
+                     {b_.data(), k, g.b.format, b_scales_.data(), per_row(g.b)}, m, n, k, ctx, bias, residual);
+  }
+}
+
+template <typename T>
 void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, const T* residual, int64_t N, int C,
                             int OC, const gpu::GpuContext& ctx, OpTimer::Laps* lap) {
   if (!policy_.applies(C, OC) || a_.size() == 0) {
@@ -58,15 +74,8 @@ void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, con
       gpu::matmul_forward<T>(out, inp, w, bias, N, C, OC, ctx);
     return;
   }
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
-    const Fp8Gemm& g = policy_.forward;
-    if (lap) (*lap)("fwd.fp8_cast");
-    cast(inp, N, C, g.a, Fp8Layout::kRowMajor, a_, a_scales_, ctx);
-    cast(w, OC, C, g.b, Fp8Layout::kRowMajor, b_, b_scales_, ctx);
-    if (lap) (*lap)("fwd.fp8_gemm");
-    gpu::fp8_gemm<T>(out, OC, GradWrite::kOverwrite, {a_.data(), C, g.a.format, a_scales_.data(), per_row(g.a)},
-                     {b_.data(), C, g.b.format, b_scales_.data(), per_row(g.b)}, N, OC, C, ctx, bias, residual);
-  }
+  fp8_product(policy_.forward, {inp, N, C, Fp8Layout::kRowMajor}, {w, OC, C, Fp8Layout::kRowMajor}, out, OC,
+              GradWrite::kOverwrite, ctx, lap, false, bias, residual);
 }
 
 template <typename T>
@@ -77,30 +86,16 @@ void CudaLinear<T>::backward(T* dinp, T* dweight, T* dbias, const T* dout, const
     gpu::matmul_backward<T>(dinp, dweight, dbias, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);
     return;
   }
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
-    // Each GEMM with its own casts: the input gradient's (dy and W^T), then the weight gradient's (dy^T and x^T).
-    if (dinp) {
-      const Fp8Gemm& g = policy_.input_grad;
-      if (lap) (*lap)("bwd.fp8_cast");
-      cast(dout, N, OC, g.a, Fp8Layout::kRowMajor, a_, a_scales_, ctx);
-      cast(w, OC, C, g.b, Fp8Layout::kTransposed, b_, b_scales_, ctx);
-      if (lap) (*lap)("bwd.fp8_gemm");
-      gpu::fp8_gemm<T>(dinp, C, dinp_write, {a_.data(), OC, g.a.format, a_scales_.data(), per_row(g.a)},
-                       {b_.data(), OC, g.b.format, b_scales_.data(), per_row(g.b)}, N, C, OC, ctx);
-    }
-    if (dweight && policy_.weight_grad_applies(N)) {
-      const Fp8Gemm& g = policy_.weight_grad;
-      if (lap) (*lap)("bwd.fp8_cast");
-      cast(dout, N, OC, g.a, Fp8Layout::kTransposed, a_, a_scales_, ctx);
-      cast(inp, N, C, g.b, Fp8Layout::kTransposed, b_, b_scales_, ctx);
-      if (lap) (*lap)("bwd.fp8_gemm");
-      gpu::fp8_gemm<T>(dweight, C, param_write, {a_.data(), N, g.a.format, a_scales_.data(), per_row(g.a)},
-                       {b_.data(), N, g.b.format, b_scales_.data(), per_row(g.b)}, OC, C, N, ctx);
-    } else if (dweight) {
-      gpu::matmul_backward<T>(nullptr, dweight, nullptr, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);
-    }
-    if (dbias) gpu::matmul_backward<T>(nullptr, nullptr, dbias, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);
-  }
+  // Each GEMM with its own casts: the input gradient's (dy and W^T), then the weight gradient's (dy^T and x^T).
+  if (dinp)
+    fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor}, {w, OC, C, Fp8Layout::kTransposed}, dinp, C,
+                dinp_write, ctx, lap, true);
+  if (dweight && policy_.weight_grad_applies(N))
+    fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, {inp, N, C, Fp8Layout::kTransposed},
+                dweight, C, param_write, ctx, lap, true);
+  else if (dweight)
+    gpu::matmul_backward<T>(nullptr, dweight, nullptr, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);
+  if (dbias) gpu::matmul_backward<T>(nullptr, nullptr, dbias, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);
 }
 
 template class CudaLinear<float>;

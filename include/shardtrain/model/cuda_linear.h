@@ -49,6 +49,20 @@ class CudaLinear {
                 const gpu::GpuContext& ctx, GradWrite dinp_write, GradWrite param_write, OpTimer::Laps* lap = nullptr);
 
  private:
+  // A GEMM operand's source: x [rows, cols], cast in its layout or transposed. As the GEMM reads it: gemm_rows() rows
+  // of gemm_depth() codes.
+  struct Fp8Source {
+    const T* x;
+    int64_t rows, cols;
+    Fp8Layout layout;
+    int64_t gemm_rows() const { return layout == Fp8Layout::kRowMajor ? rows : cols; }
+    int64_t gemm_depth() const { return layout == Fp8Layout::kRowMajor ? cols : rows; }
+  };
+  // out [a's GEMM rows, b's GEMM rows] (ldo) = the product of the two operands cast as g says (written or added to as
+  // `write` says; with the bias and the residual in the GEMM), with laps "fwd." or "bwd." + fp8_cast, fp8_gemm.
+  void fp8_product(const Fp8Gemm& g, const Fp8Source& a, const Fp8Source& b, T* out, int64_t ldo, GradWrite write,
+                   const gpu::GpuContext& ctx, OpTimer::Laps* lap, bool backward, const T* bias = nullptr,
+                   const T* residual = nullptr);
   // x [rows, cols] cast as `op` says into the workspace `codes` (laid out as `layout`), with its inverse scales.
   void cast(const T* x, int64_t rows, int64_t cols, const Fp8Operand& op, Fp8Layout layout,
             DeviceBuffer<uint8_t>& codes, DeviceBuffer<float>& scales, const gpu::GpuContext& ctx);
