@@ -101,6 +101,14 @@ void fp8_quantize_matrix(const float* x, int64_t rows, int64_t cols, Fp8Format f
           fp8_encode(x[r * cols + c] * scale[static_cast<size_t>(fp8_group(scaling, r, c))], f);
 }
 
+void fp8_quantize_pair(const float* x, int64_t rows, int64_t cols, bool power_of_2, const Fp8Cast& row_major,
+                       const Fp8Cast& transposed, const std::string& what) {
+  fp8_quantize_matrix(x, rows, cols, row_major.format, row_major.scaling, power_of_2, Fp8Layout::kRowMajor, row_major.q,
+                      row_major.inverse_scales, what);
+  fp8_quantize_matrix(x, rows, cols, transposed.format, transposed.scaling, power_of_2, Fp8Layout::kTransposed,
+                      transposed.q, transposed.inverse_scales, what);
+}
+
 void fp8_round_trip(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
                     float* out, const std::string& what) {
   std::vector<uint8_t> q(static_cast<size_t>(rows * cols));

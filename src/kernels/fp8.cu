@@ -166,35 +166,50 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// V codes of row r from column c on, stored at q (8-byte aligned when V = 8): with one scale for all of them (kTensor,
-// or a row's), or, with kColumn, each column's own.
+// Where a kernel writes a cast's codes, with their groups, scales and format.
+struct Codes {
+  Fp8Scaling s;
+  const float* scale;
+  __nv_fp8_interpretation_t format;
+  uint8_t* q;
+};
+
+// The scale of element (r, c).
+__device__ __forceinline__ float scale_at(const Codes& o, int64_t r, int64_t c) {
+  return o.scale[group_of(o.s, r, c)];
+}
+
+// The codes of V elements v of row r from column c on, each with its own scale only where the groups are columns.
+template <int V>
+__device__ __forceinline__ Pack<uint8_t, V> encode_pack(const float (&v)[V], int64_t r, int64_t c, const Codes& o) {
+  Pack<uint8_t, V> out;
+  if (o.s == Fp8Scaling::kColumn) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) out.v[k] = encode(v[k], o.scale[c + k], o.format);
+  } else {
+    const float sc = o.scale[o.s == Fp8Scaling::kRow ? r : 0];
+#pragma unroll
+    for (int k = 0; k < V; ++k) out.v[k] = encode(v[k], sc, o.format);
+  }
+  return out;
+}
+
+// V codes of row r from column c on, stored in x's layout (at o.q + r * cols + c, 8-byte aligned when V = 8).
 template <typename T, int V>
-__device__ __forceinline__ void cast_pack(const T* x, int64_t r, int64_t cols, int64_t c, Fp8Scaling s,
-                                          const float* scale, __nv_fp8_interpretation_t format, uint8_t* q) {
+__device__ __forceinline__ void cast_pack(const T* x, int64_t r, int64_t cols, int64_t c, const Codes& o) {
   float v[V];
   load<V>(x + r * cols + c, v);
-  Pack<uint8_t, V> out;
-  if (s == Fp8Scaling::kColumn) {
-#pragma unroll
-    for (int k = 0; k < V; ++k) out.v[k] = encode(v[k], scale[c + k], format);
-  } else {
-    const float sc = scale[s == Fp8Scaling::kRow ? r : 0];
-#pragma unroll
-    for (int k = 0; k < V; ++k) out.v[k] = encode(v[k], sc, format);
-  }
-  *reinterpret_cast<Pack<uint8_t, V>*>(q) = out;
+  *reinterpret_cast<Pack<uint8_t, V>*>(o.q + r * cols + c) = encode_pack<V>(v, r, c, o);
 }
 
 // A grid-stride loop over the matrix's packs of V elements (rows of whole packs: cols % V == 0), every thread busy
 // whatever the row width; a pack's row is one division, none for kTensor.
 template <typename T, int V>
-__global__ void __launch_bounds__(kThreads)
-    cast_kernel(const T* x, int64_t rows, int64_t cols, Fp8Scaling s, const float* scale,
-                __nv_fp8_interpretation_t format, uint8_t* q) {
+__global__ void __launch_bounds__(kThreads) cast_kernel(const T* x, int64_t rows, int64_t cols, Codes o) {
   const int64_t n = rows * cols;
   for (int64_t i = thread_index() * V; i < n; i += thread_count() * V) {
-    const int64_t r = s == Fp8Scaling::kTensor ? 0 : i / cols;
-    cast_pack<T, V>(x, r, cols, i - r * cols, s, scale, format, q + i);
+    const int64_t r = o.s == Fp8Scaling::kTensor ? 0 : i / cols;
+    cast_pack<T, V>(x, r, cols, i - r * cols, o);
   }
 }
 
@@ -217,42 +232,42 @@ __global__ void __launch_bounds__(kRowThreads)
     }
     __syncthreads();
     for (int64_t c = threadIdx.x * V; c < cols; c += static_cast<int64_t>(blockDim.x) * V)
-      cast_pack<T, V>(x, r, cols, c, Fp8Scaling::kTensor, &row_scale, format, q + r * cols + c);
+      cast_pack<T, V>(x, r, cols, c, Codes{Fp8Scaling::kTensor, &row_scale, format, q});
     __syncthreads();  // row_scale is the next row's
   }
 }
 
-// The transposed cast, q[c * rows + r] = code of x[r, c], through a tile in shared memory so that both the reads of
-// x and the writes of q run along consecutive addresses: a block reads the tile's rows of x, stores each code at
-// [column][row], and writes the tile's rows of q. Tiles run along x's rows in blockIdx.x (the long dimension: tokens)
-// and along its columns in blockIdx.y. Scalar: 32 x 32 tiles, a thread an element. Packed (rows and columns
-// multiples of 8): 64 x 64 tiles, a thread reading 8 elements of a row of x and writing 8 codes of a row of q.
+// The transposed cast, t.q[c * rows + r] = code of x[r, c], through a tile in shared memory so that both the reads of
+// x and the writes of the codes run along consecutive addresses: a block reads the tile's rows of x, stores each code
+// at [column][row], and writes the tile's rows of the codes. Tiles run along x's rows in blockIdx.x (the long
+// dimension: tokens) and along its columns in blockIdx.y. Scalar: 32 x 32 tiles, a thread an element. Packed (rows
+// and columns multiples of 8): 64 x 64 tiles, a thread reading 8 elements of a row of x and writing 8 codes of a row
+// of t; with a second cast `row` (row.q not null) it also writes those 8 elements' codes in x's layout, so that one
+// read of x gives both casts (fp8_quantize_pair).
 constexpr int kTile = 32, kTileRows = 8, kWideTile = 64;
 
 template <typename T>
 __global__ void __launch_bounds__(kTile* kTileRows)
-    cast_transposed_kernel(const T* x, int64_t rows, int64_t cols, Fp8Scaling s, const float* scale,
-                           __nv_fp8_interpretation_t format, uint8_t* q) {
+    cast_transposed_kernel(const T* x, int64_t rows, int64_t cols, Codes t) {
   // A row of 36 bytes (9 words, odd): the column-wise stores of the first phase fall in 32 different banks.
   __shared__ uint8_t tile[kTile][kTile + 4];
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTile, c0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int64_t c = c0 + threadIdx.x;
   for (int i = threadIdx.y; i < kTile; i += kTileRows) {
     const int64_t r = r0 + i;
-    if (r < rows && c < cols) tile[threadIdx.x][i] = encode(to_f32(x[r * cols + c]), scale[group_of(s, r, c)], format);
+    if (r < rows && c < cols) tile[threadIdx.x][i] = encode(to_f32(x[r * cols + c]), scale_at(t, r, c), t.format);
   }
   __syncthreads();
   const int64_t r = r0 + threadIdx.x;
   for (int i = threadIdx.y; i < kTile; i += kTileRows) {
     const int64_t cc = c0 + i;
-    if (r < rows && cc < cols) q[cc * rows + r] = tile[i][threadIdx.x];
+    if (r < rows && cc < cols) t.q[cc * rows + r] = tile[i][threadIdx.x];
   }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    cast_transposed_packed_kernel(const T* x, int64_t rows, int64_t cols, Fp8Scaling s, const float* scale,
-                                  __nv_fp8_interpretation_t format, uint8_t* q) {
+    cast_transposed_packed_kernel(const T* x, int64_t rows, int64_t cols, Codes t, Codes row) {
   __shared__ uint8_t tile[kWideTile][kWideTile + 8];  // [column of x][row of x]
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kWideTile, c0 = static_cast<int64_t>(blockIdx.y) * kWideTile;
   const int lane8 = static_cast<int>(threadIdx.x) % 8, line = static_cast<int>(threadIdx.x) / 8;  // 8 x 32 threads
@@ -261,10 +276,10 @@ __global__ void __launch_bounds__(kThreads)
     if (r >= rows || c >= cols) continue;
     float v[kVec];
     load<kVec>(x + r * cols + c, v);
-    const float sc = s == Fp8Scaling::kColumn ? 0.0f : scale[s == Fp8Scaling::kRow ? r : 0];
+    const Pack<uint8_t, kVec> codes = encode_pack<kVec>(v, r, c, t);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k)
-      tile[lane8 * kVec + k][i] = encode(v[k], s == Fp8Scaling::kColumn ? scale[c + k] : sc, format);
+    for (int k = 0; k < kVec; ++k) tile[lane8 * kVec + k][i] = codes.v[k];
+    if (row.q != nullptr) *reinterpret_cast<Pack<uint8_t, kVec>*>(row.q + r * cols + c) = encode_pack<kVec>(v, r, c, row);
   }
   __syncthreads();
   for (int j = line; j < kWideTile; j += kThreads / 8) {
@@ -273,7 +288,7 @@ __global__ void __launch_bounds__(kThreads)
     Pack<uint8_t, kVec> out;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) out.v[k] = tile[j][lane8 * kVec + k];
-    *reinterpret_cast<Pack<uint8_t, kVec>*>(q + cc * rows + r) = out;
+    *reinterpret_cast<Pack<uint8_t, kVec>*>(t.q + cc * rows + r) = out;
   }
 }
 
@@ -301,38 +316,26 @@ bool packed_ok(const T* x, int64_t cols, const uint8_t* q) {
          reinterpret_cast<uintptr_t>(q) % kVec == 0;
 }
 
-// A cast's kernels, queued on ctx.stream; first_bad null: no record of non-finite elements. kRow in x's layout is
-// one kernel (row_cast_kernel); otherwise the groups' maxima, their scales, then the codes.
+__nv_fp8_interpretation_t interpretation(Fp8Format f) { return f == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2; }
+
+// The groups' maxima of x into amax_bits (zeroed first), on ctx.stream.
 template <typename T>
-void enqueue_cast(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
-                  Fp8Layout layout, uint8_t* q, float* inverse_scales, const CastScratch& s,
-                  unsigned long long* first_bad, const GpuContext& ctx) {
+void enqueue_maxima(const T* x, int64_t rows, int64_t cols, Fp8Scaling scaling, bool packed, unsigned* amax_bits,
+                    unsigned long long* first_bad, const GpuContext& ctx) {
   const int64_t n = rows * cols, groups = fp8_groups(scaling, rows, cols);
-  const __nv_fp8_interpretation_t format = f == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
-  const bool packed = packed_ok(x, cols, q);
-  const unsigned row_grid = static_cast<unsigned>(std::min<int64_t>(rows, 65535));
-  if (scaling == Fp8Scaling::kRow && layout == Fp8Layout::kRowMajor) {
-    if (packed)
-      row_cast_kernel<T, kVec><<<row_grid, kRowThreads, 0, ctx.stream>>>(x, rows, cols, fp8_max(f), power_of_2, format,
-                                                                         inverse_scales, q, first_bad);
-    else
-      row_cast_kernel<T, 1><<<row_grid, kRowThreads, 0, ctx.stream>>>(x, rows, cols, fp8_max(f), power_of_2, format,
-                                                                      inverse_scales, q, first_bad);
-    ST_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  ST_CUDA_CHECK(cudaMemsetAsync(s.amax_bits, 0, static_cast<size_t>(groups) * sizeof(unsigned), ctx.stream));
+  ST_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, static_cast<size_t>(groups) * sizeof(unsigned), ctx.stream));
   if (scaling == Fp8Scaling::kTensor) {
     const unsigned grid = std::min(grid_for(n / (packed ? kVec : 1), kThreads), 2048u);
     if (packed)
-      amax_tensor_kernel<T, kVec><<<grid, kThreads, 0, ctx.stream>>>(x, n, s.amax_bits, first_bad);
+      amax_tensor_kernel<T, kVec><<<grid, kThreads, 0, ctx.stream>>>(x, n, amax_bits, first_bad);
     else
-      amax_tensor_kernel<T, 1><<<grid, kThreads, 0, ctx.stream>>>(x, n, s.amax_bits, first_bad);
+      amax_tensor_kernel<T, 1><<<grid, kThreads, 0, ctx.stream>>>(x, n, amax_bits, first_bad);
   } else if (scaling == Fp8Scaling::kRow) {
+    const unsigned row_grid = static_cast<unsigned>(std::min<int64_t>(rows, 65535));
     if (packed)
-      amax_row_kernel<T, kVec><<<row_grid, kThreads, 0, ctx.stream>>>(x, rows, cols, s.amax_bits, first_bad);
+      amax_row_kernel<T, kVec><<<row_grid, kThreads, 0, ctx.stream>>>(x, rows, cols, amax_bits, first_bad);
     else
-      amax_row_kernel<T, 1><<<row_grid, kThreads, 0, ctx.stream>>>(x, rows, cols, s.amax_bits, first_bad);
+      amax_row_kernel<T, 1><<<row_grid, kThreads, 0, ctx.stream>>>(x, rows, cols, amax_bits, first_bad);
   } else {
     const int64_t width = 32 * (packed ? kVec : 1);
     const int64_t col_blocks = (cols + width - 1) / width, row_blocks = (rows + kColumnRows - 1) / kColumnRows;
@@ -340,35 +343,69 @@ void enqueue_cast(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scalin
              " has too many rows or columns for the column maxima");
     const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(row_blocks));
     if (packed)
-      amax_column_kernel<T, kVec><<<grid, kThreads, 0, ctx.stream>>>(x, rows, cols, s.amax_bits, first_bad);
+      amax_column_kernel<T, kVec><<<grid, kThreads, 0, ctx.stream>>>(x, rows, cols, amax_bits, first_bad);
     else
-      amax_column_kernel<T, 1><<<grid, kThreads, 0, ctx.stream>>>(x, rows, cols, s.amax_bits, first_bad);
+      amax_column_kernel<T, 1><<<grid, kThreads, 0, ctx.stream>>>(x, rows, cols, amax_bits, first_bad);
   }
   ST_CUDA_CHECK_LAUNCH();
-  scale_kernel<<<grid_for(groups, kThreads), kThreads, 0, ctx.stream>>>(s.amax_bits, groups, fp8_max(f), power_of_2,
-                                                                        s.scale, inverse_scales);
+}
+
+// Each group's scale (into `scale`) and its inverse, from the maxima.
+void enqueue_scales(const unsigned* amax_bits, int64_t groups, Fp8Format f, bool power_of_2, float* scale,
+                    float* inverse, const GpuContext& ctx) {
+  scale_kernel<<<grid_for(groups, kThreads), kThreads, 0, ctx.stream>>>(amax_bits, groups, fp8_max(f), power_of_2,
+                                                                        scale, inverse);
   ST_CUDA_CHECK_LAUNCH();
+}
+
+// The grid of the 64 x 64 (wide) or 32 x 32 tiles over x.
+dim3 tile_grid(int64_t rows, int64_t cols, int tile) {
+  const int64_t row_tiles = (rows + tile - 1) / tile, col_tiles = (cols + tile - 1) / tile;
+  ST_CHECK(row_tiles <= INT_MAX && col_tiles <= 65535, "gpu::fp8_quantize_matrix: ", rows, " x ", cols,
+           " is too large to transpose");
+  return dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(col_tiles));
+}
+
+// The codes of x with scales already taken, in `layout`.
+template <typename T>
+void enqueue_codes(const T* x, int64_t rows, int64_t cols, Fp8Layout layout, bool packed, const Codes& o,
+                   const GpuContext& ctx) {
+  const int64_t n = rows * cols;
   if (layout == Fp8Layout::kRowMajor) {
     if (packed)
-      cast_kernel<T, kVec>
-          <<<grid_for(n / kVec, kThreads), kThreads, 0, ctx.stream>>>(x, rows, cols, scaling, s.scale, format, q);
+      cast_kernel<T, kVec><<<grid_for(n / kVec, kThreads), kThreads, 0, ctx.stream>>>(x, rows, cols, o);
     else
-      cast_kernel<T, 1><<<grid_for(n, kThreads), kThreads, 0, ctx.stream>>>(x, rows, cols, scaling, s.scale, format, q);
-  } else if (packed && rows % kVec == 0) {  // q's rows (x's columns) whole packs too
-    const int64_t row_tiles = (rows + kWideTile - 1) / kWideTile, col_tiles = (cols + kWideTile - 1) / kWideTile;
-    ST_CHECK(row_tiles <= INT_MAX && col_tiles <= 65535, "gpu::fp8_quantize_matrix: ", rows, " x ", cols,
-             " is too large to transpose");
-    const dim3 tiles(static_cast<unsigned>(row_tiles), static_cast<unsigned>(col_tiles));
-    cast_transposed_packed_kernel<T><<<tiles, kThreads, 0, ctx.stream>>>(x, rows, cols, scaling, s.scale, format, q);
+      cast_kernel<T, 1><<<grid_for(n, kThreads), kThreads, 0, ctx.stream>>>(x, rows, cols, o);
+  } else if (packed && rows % kVec == 0) {  // the codes' rows (x's columns) whole packs too
+    cast_transposed_packed_kernel<T><<<tile_grid(rows, cols, kWideTile), kThreads, 0, ctx.stream>>>(
+        x, rows, cols, o, Codes{o.s, nullptr, o.format, nullptr});
   } else {
-    const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
-    ST_CHECK(row_tiles <= INT_MAX && col_tiles <= 65535, "gpu::fp8_quantize_matrix: ", rows, " x ", cols,
-             " is too large to transpose");
-    const dim3 tiles(static_cast<unsigned>(row_tiles), static_cast<unsigned>(col_tiles));
-    cast_transposed_kernel<T>
-        <<<tiles, dim3(kTile, kTileRows), 0, ctx.stream>>>(x, rows, cols, scaling, s.scale, format, q);
+    cast_transposed_kernel<T><<<tile_grid(rows, cols, kTile), dim3(kTile, kTileRows), 0, ctx.stream>>>(x, rows, cols, o);
   }
   ST_CUDA_CHECK_LAUNCH();
+}
+
+// A cast's kernels, queued on ctx.stream; first_bad null: no record of non-finite elements. kRow in x's layout is
+// one kernel (row_cast_kernel); otherwise the groups' maxima, their scales, then the codes.
+template <typename T>
+void enqueue_cast(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
+                  Fp8Layout layout, uint8_t* q, float* inverse_scales, const CastScratch& s,
+                  unsigned long long* first_bad, const GpuContext& ctx) {
+  const bool packed = packed_ok(x, cols, q);
+  if (scaling == Fp8Scaling::kRow && layout == Fp8Layout::kRowMajor) {
+    const unsigned row_grid = static_cast<unsigned>(std::min<int64_t>(rows, 65535));
+    if (packed)
+      row_cast_kernel<T, kVec><<<row_grid, kRowThreads, 0, ctx.stream>>>(
+          x, rows, cols, fp8_max(f), power_of_2, interpretation(f), inverse_scales, q, first_bad);
+    else
+      row_cast_kernel<T, 1><<<row_grid, kRowThreads, 0, ctx.stream>>>(x, rows, cols, fp8_max(f), power_of_2,
+                                                                      interpretation(f), inverse_scales, q, first_bad);
+    ST_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  enqueue_maxima(x, rows, cols, scaling, packed, s.amax_bits, first_bad, ctx);
+  enqueue_scales(s.amax_bits, fp8_groups(scaling, rows, cols), f, power_of_2, s.scale, inverse_scales, ctx);
+  enqueue_codes(x, rows, cols, layout, packed, Codes{scaling, s.scale, interpretation(f), q}, ctx);
 }
 
 }  // namespace
@@ -398,11 +435,38 @@ void fp8_quantize_matrix_async(const T* x, int64_t rows, int64_t cols, Fp8Format
   enqueue_cast(x, rows, cols, f, scaling, power_of_2, layout, q, inverse_scales, s, nullptr, ctx);
 }
 
+template <typename T>
+void fp8_quantize_pair_async(const T* x, int64_t rows, int64_t cols, bool power_of_2, const Fp8Cast& row_major,
+                             const Fp8Cast& transposed, const GpuContext& ctx) {
+  const int64_t ga = fp8_groups(row_major.scaling, rows, cols), gb = fp8_groups(transposed.scaling, rows, cols);
+  const CastScratch s = cast_scratch(ctx, rows, cols, ga + gb);
+  if (rows * cols == 0) return;
+  const bool packed = packed_ok(x, cols, row_major.q) && packed_ok(x, cols, transposed.q) && rows % kVec == 0;
+  // Both casts grouped alike share one pass over x for their maxima; their scales differ only by format.
+  const bool shared = row_major.scaling == transposed.scaling;
+  unsigned* const amax_b = shared ? s.amax_bits : s.amax_bits + ga;
+  enqueue_maxima(x, rows, cols, row_major.scaling, packed, s.amax_bits, nullptr, ctx);
+  if (!shared) enqueue_maxima(x, rows, cols, transposed.scaling, packed, amax_b, nullptr, ctx);
+  enqueue_scales(s.amax_bits, ga, row_major.format, power_of_2, s.scale, row_major.inverse_scales, ctx);
+  enqueue_scales(amax_b, gb, transposed.format, power_of_2, s.scale + ga, transposed.inverse_scales, ctx);
+  const Codes a{row_major.scaling, s.scale, interpretation(row_major.format), row_major.q};
+  const Codes b{transposed.scaling, s.scale + ga, interpretation(transposed.format), transposed.q};
+  if (packed) {  // one read of x for both
+    cast_transposed_packed_kernel<T><<<tile_grid(rows, cols, kWideTile), kThreads, 0, ctx.stream>>>(x, rows, cols, b, a);
+    ST_CUDA_CHECK_LAUNCH();
+  } else {
+    enqueue_codes(x, rows, cols, Fp8Layout::kRowMajor, false, a, ctx);
+    enqueue_codes(x, rows, cols, Fp8Layout::kTransposed, false, b, ctx);
+  }
+}
+
 #define ST_INSTANTIATE_FP8_CAST(T)                                                                                   \
   template void fp8_quantize_matrix<T>(const T*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool, Fp8Layout, uint8_t*, \
                                        float*, const std::string&, const GpuContext&);                               \
   template void fp8_quantize_matrix_async<T>(const T*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool, Fp8Layout,     \
-                                             uint8_t*, float*, const GpuContext&);
+                                             uint8_t*, float*, const GpuContext&);                                   \
+  template void fp8_quantize_pair_async<T>(const T*, int64_t, int64_t, bool, const Fp8Cast&, const Fp8Cast&,        \
+                                           const GpuContext&);
 
 ST_INSTANTIATE_FP8_CAST(float)
 ST_INSTANTIATE_FP8_CAST(bf16)

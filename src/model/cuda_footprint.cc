@@ -109,9 +109,9 @@ CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch,
 
 int64_t cuda_linear_workspace_bytes(const ModelConfig& cfg, int64_t max_rows, Fp8Recipe recipe) {
   const Fp8Workspace w = fp8_workspace(cfg, max_rows, fp8_policy(recipe));
-  if (w.codes == 0) return 0;
-  return 2 * w.codes + 2 * w.groups * static_cast<int64_t>(sizeof(float)) +
-         static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(w.groups));
+  if (w.a == 0) return 0;
+  return w.a + w.b + w.t + 3 * w.groups * static_cast<int64_t>(sizeof(float)) +
+         static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * w.groups));
 }
 
 CudaModelFootprint cuda_model_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, DType dtype,

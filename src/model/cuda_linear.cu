@@ -22,14 +22,16 @@ bool per_row(const Fp8Operand& op) { return op.scaling != Fp8Scaling::kTensor; }
 template <typename T>
 CudaLinear<T>::CudaLinear(const Fp8Policy& policy, const ModelConfig& cfg, int64_t max_rows) : policy_(policy) {
   const Fp8Workspace w = fp8_workspace(cfg, max_rows, policy);
-  if (w.codes == 0) return;
+  if (w.a == 0) return;
   ST_CHECK((std::is_same_v<T, float> || std::is_same_v<T, bf16>),
            "train.fp8 computes in bf16 or fp32 (its GEMMs write those types)");  // the config refuses fp16 first
-  a_ = DeviceBuffer<uint8_t>(w.codes);
-  b_ = DeviceBuffer<uint8_t>(w.codes);
+  a_ = DeviceBuffer<uint8_t>(w.a);
+  b_ = DeviceBuffer<uint8_t>(w.b);
+  t_ = DeviceBuffer<uint8_t>(w.t);
   a_scales_ = DeviceBuffer<float>(w.groups);
   b_scales_ = DeviceBuffer<float>(w.groups);
-  scratch_ = DeviceBuffer<unsigned char>(static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(w.groups)));
+  t_scales_ = DeviceBuffer<float>(w.groups);
+  scratch_ = DeviceBuffer<unsigned char>(static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * w.groups)));
 }
 
 template <typename T>
@@ -49,17 +51,35 @@ void CudaLinear<T>::cast(const T* x, int64_t rows, int64_t cols, const Fp8Operan
 }
 
 template <typename T>
+void CudaLinear<T>::pair_cast(const T* dy, int64_t rows, int64_t cols, const Fp8Operand& row_major,
+                              const Fp8Operand& transposed, const gpu::GpuContext& ctx) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    ST_CHECK(rows * cols <= std::min(a_.size(), t_.size()), "FP8 cast of ", rows, " x ", cols,
+             " past the workspace sized for ", std::min(a_.size(), t_.size()), " codes");
+    gpu::GpuContext c = ctx;
+    c.scratch = scratch_.data();
+    c.scratch_bytes = scratch_.bytes();
+    gpu::fp8_quantize_pair_async<T>(dy, rows, cols, policy_.power_of_2,
+                                    {row_major.format, row_major.scaling, a_.data(), a_scales_.data()},
+                                    {transposed.format, transposed.scaling, t_.data(), t_scales_.data()}, c);
+  } else {
+    ST_CHECK(false, "train.fp8 computes in bf16 or fp32");
+  }
+}
+
+template <typename T>
 void CudaLinear<T>::fp8_product(const Fp8Gemm& g, const Fp8Source& a, const Fp8Source& b, T* out, int64_t ldo,
                                 GradWrite write, const gpu::GpuContext& ctx, OpTimer::Laps* lap, bool backward,
-                                const T* bias, const T* residual) {
+                                const T* bias, const T* residual, const Cast* a_cast) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
     if (lap) (*lap)(backward ? "bwd.fp8_cast" : "fwd.fp8_cast");
-    cast(a.x, a.rows, a.cols, g.a, a.layout, a_, a_scales_, ctx);
+    if (a_cast == nullptr) cast(a.x, a.rows, a.cols, g.a, a.layout, a_, a_scales_, ctx);
     cast(b.x, b.rows, b.cols, g.b, b.layout, b_, b_scales_, ctx);
     if (lap) (*lap)(backward ? "bwd.fp8_gemm" : "fwd.fp8_gemm");
     // The GEMM's depth k: the operand's columns as cast, the source's rows when transposed.
     const int64_t m = a.gemm_rows(), n = b.gemm_rows(), k = a.gemm_depth();
-    gpu::fp8_gemm<T>(out, ldo, write, {a_.data(), k, g.a.format, a_scales_.data(), per_row(g.a)},
+    const Cast ac = a_cast ? *a_cast : Cast{a_.data(), a_scales_.data()};
+    gpu::fp8_gemm<T>(out, ldo, write, {ac.codes, k, g.a.format, ac.inverse_scales, per_row(g.a)},
                      {b_.data(), k, g.b.format, b_scales_.data(), per_row(g.b)}, m, n, k, ctx, bias, residual);
   }
 }
@@ -86,14 +106,26 @@ void CudaLinear<T>::backward(T* dinp, T* dweight, T* dbias, const T* dout, const
     gpu::matmul_backward<T>(dinp, dweight, dbias, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);
     return;
   }
-  // Each GEMM with its own casts: the input gradient's (dy and W^T), then the weight gradient's (dy^T and x^T).
-  if (dinp)
+  const bool fp8_dweight = dweight && policy_.weight_grad_applies(N);
+  if (dinp && fp8_dweight) {
+    // dy once for both GEMMs (gpu::fp8_quantize_pair_async): row-major for the input gradient, transposed (kept in t_
+    // while the input gradient's GEMM runs) for the weight gradient's; W^T, then x^T, each cast as its GEMM comes.
+    if (lap) (*lap)("bwd.fp8_cast");
+    pair_cast(dout, N, OC, policy_.input_grad.a, policy_.weight_grad.a, ctx);
+    const Cast dy{a_.data(), a_scales_.data()}, dy_t{t_.data(), t_scales_.data()};
     fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor}, {w, OC, C, Fp8Layout::kTransposed}, dinp, C,
-                dinp_write, ctx, lap, true);
-  if (dweight && policy_.weight_grad_applies(N))
+                dinp_write, ctx, lap, true, nullptr, nullptr, &dy);
     fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, {inp, N, C, Fp8Layout::kTransposed},
-                dweight, C, param_write, ctx, lap, true);
-  else if (dweight)
+                dweight, C, param_write, ctx, lap, true, nullptr, nullptr, &dy_t);
+  } else {
+    if (dinp)
+      fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor}, {w, OC, C, Fp8Layout::kTransposed}, dinp, C,
+                  dinp_write, ctx, lap, true);
+    if (fp8_dweight)
+      fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, {inp, N, C, Fp8Layout::kTransposed},
+                  dweight, C, param_write, ctx, lap, true);
+  }
+  if (dweight && !fp8_dweight)
     gpu::matmul_backward<T>(nullptr, dweight, nullptr, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);
   if (dbias) gpu::matmul_backward<T>(nullptr, nullptr, dbias, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);
 }

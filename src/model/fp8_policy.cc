@@ -37,7 +37,9 @@ Fp8Workspace fp8_workspace(const ModelConfig& cfg, int64_t max_rows, const Fp8Po
   Fp8Workspace w;
   for (const LinearShape& s : block_linear_shapes(cfg)) {
     if (!policy.applies(s.in, s.out)) continue;
-    w.codes = std::max({w.codes, max_rows * std::max(s.in, s.out), s.out * s.in});
+    w.a = std::max({w.a, max_rows * s.in, max_rows * s.out});
+    w.b = std::max({w.b, s.out * s.in, max_rows * s.in});
+    w.t = std::max(w.t, max_rows * s.out);
     w.groups = std::max({w.groups, max_rows, s.in, s.out});
   }
   return w;

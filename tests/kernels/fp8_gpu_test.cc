@@ -3,7 +3,8 @@
 // from bf16 elements (bf16 as its float value), in x's layout and transposed (odd shapes: partial 32 x 32 tiles), on
 // random matrices of odd shapes and on ones with an all-zero row, float subnormals and magnitudes far apart; the first
 // non-finite element is refused with the CPU's error. gpu::fp8_quantize_matrix_async writes the same bytes on finite
-// input, and NaN codes and scales for the group of a non-finite element, the other groups unchanged.
+// input, and NaN codes and scales for the group of a non-finite element, the other groups unchanged;
+// gpu::fp8_quantize_pair_async's two casts equal the CPU's pair.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -36,6 +37,14 @@ Casted cpu_cast(const std::vector<float>& x, int64_t rows, int64_t cols, Fp8Form
   return c;
 }
 
+Casted to_host(const DeviceBuffer<uint8_t>& q, const DeviceBuffer<float>& inverse) {
+  ST_CUDA_CHECK(cudaDeviceSynchronize());
+  Casted c{std::vector<uint8_t>(static_cast<size_t>(q.size())), std::vector<float>(static_cast<size_t>(inverse.size()))};
+  ST_CUDA_CHECK(cudaMemcpy(c.q.data(), q.data(), q.bytes(), cudaMemcpyDeviceToHost));
+  ST_CUDA_CHECK(cudaMemcpy(c.inverse.data(), inverse.data(), inverse.bytes(), cudaMemcpyDeviceToHost));
+  return c;
+}
+
 enum class Form { kSync, kAsync };
 
 template <typename T>
@@ -52,10 +61,7 @@ Casted gpu_cast(const std::vector<float>& x, int64_t rows, int64_t cols, Fp8Form
   else
     gpu::fp8_quantize_matrix_async<T>(dx.data(), rows, cols, f, s, p2, layout, q.data(), inverse.data(), env.ctx);
   env.stream.synchronize();
-  Casted c{std::vector<uint8_t>(x.size()), std::vector<float>(static_cast<size_t>(groups))};
-  ST_CUDA_CHECK(cudaMemcpy(c.q.data(), q.data(), q.bytes(), cudaMemcpyDeviceToHost));
-  ST_CUDA_CHECK(cudaMemcpy(c.inverse.data(), inverse.data(), inverse.bytes(), cudaMemcpyDeviceToHost));
-  return c;
+  return to_host(q, inverse);
 }
 
 ::testing::AssertionResult same(const Casted& got, const Casted& want) {
@@ -107,6 +113,47 @@ TEST(Fp8Gpu, CastsEqualTheCpusCodesAndScales) {
               EXPECT_TRUE(same(gpu_cast<float>(a, rows, cols, f, s, p2, l), cpu_cast(a, rows, cols, f, s, p2, l)));
             }
           }
+}
+
+// The pair of casts of one matrix (a linear layer's output gradient: row-major for the input gradient, transposed for
+// the weight gradient) equals the CPU's pair, byte for byte: both codes and both inverse scales, for every pairing of
+// groups (alike: one pass for the maxima; tensorwise x rowwise and per row x per column: one each) and of formats,
+// through the one-read tile kernel (multiples of 8, partial 64 x 64 tiles) and the fallback (odd shapes).
+TEST(Fp8Gpu, PairedCastsEqualTheCpusPair) {
+  ST_SKIP_WITHOUT_GPU();
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{8, 8}, {136, 200}, {7, 33}, {40, 24}})
+    for (Fp8Scaling sa : kScalings)
+      for (Fp8Scaling sb : kScalings)
+        for (Fp8Format fb : kFormats) {
+          SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " scalings " << static_cast<int>(sa) << ", "
+                                            << static_cast<int>(sb) << " " << to_string(fb));
+          const int64_t ga = fp8_groups(sa, rows, cols), gb = fp8_groups(sb, rows, cols);
+          const std::vector<float> x = rows >= 4 ? adversarial(rows, cols) : test::random_input<float>(rows * cols, 4);
+          const std::vector<float> h = test::random_input<bf16>(rows * cols, 12, 2.0f);
+          for (const std::vector<float>* in : {&x, &h}) {
+            Casted wa{std::vector<uint8_t>(x.size()), std::vector<float>(static_cast<size_t>(ga))};
+            Casted wb{std::vector<uint8_t>(x.size()), std::vector<float>(static_cast<size_t>(gb))};
+            fp8_quantize_pair(in->data(), rows, cols, true, {Fp8Format::kE5M2, sa, wa.q.data(), wa.inverse.data()},
+                              {fb, sb, wb.q.data(), wb.inverse.data()}, "dy");
+            DeviceBuffer<uint8_t> qa(rows * cols), qb(rows * cols);
+            DeviceBuffer<float> ia(ga), ib(gb);
+            test::poison(qa);
+            test::poison(qb);
+            test::GpuEnv env(gpu::fp8_quantize_scratch_bytes(ga + gb));
+            const Fp8Cast a{Fp8Format::kE5M2, sa, qa.data(), ia.data()}, b{fb, sb, qb.data(), ib.data()};
+            if (in == &x) {
+              const DeviceBuffer<float> dx = test::to_device<float>(*in);
+              gpu::fp8_quantize_pair_async<float>(dx.data(), rows, cols, true, a, b, env.ctx);
+              env.stream.synchronize();
+            } else {
+              const DeviceBuffer<bf16> dx = test::to_device<bf16>(*in);
+              gpu::fp8_quantize_pair_async<bf16>(dx.data(), rows, cols, true, a, b, env.ctx);
+              env.stream.synchronize();
+            }
+            EXPECT_TRUE(same(to_host(qa, ia), wa)) << "row-major";
+            EXPECT_TRUE(same(to_host(qb, ib), wb)) << "transposed";
+          }
+        }
 }
 
 TEST(Fp8Gpu, AsyncCastsEqualTheWaitingOnesOnFiniteInput) {

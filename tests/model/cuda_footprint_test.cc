@@ -112,9 +112,10 @@ TEST(CudaFootprint, LoraAddsTheAdaptersActivations) {
   EXPECT_EQ(LlamaActivationSizes(m, kB, false).lora, (2 * 7 + 3) * kBT * 3);
 }
 
-// train.fp8's workspace (CudaLinear): two operand buffers as large as the largest of [BT, widest] and each eligible
-// weight, two scale buffers of the most groups (rows of an activation, or of a weight), the casts' scratch. llama_shape's layers (out x in): qkv 128 x 64,
-// o 64 x 64, gate_up 352 x 64, down 64 x 176, every dimension a multiple of 16: the widest operand is [BT, 352].
+// train.fp8's workspace (CudaLinear): each GEMM's first operand as large as the widest of x and dy ([BT, in or out]),
+// its second as large as the largest weight or x^T, dy^T's buffer [out, BT] for the widest output, three scale buffers
+// of the most groups (rows of an activation, or of a weight), and the scratch of a pair of casts. llama_shape's
+// layers (out x in): qkv 128 x 64, o 64 x 64, gate_up 352 x 64, down 64 x 176, every dimension a multiple of 16.
 TEST(CudaFootprint, Fp8WorkspaceCoversTheWidestOperand) {
   const ModelConfig m = llama_shape();
   const std::vector<LinearShape> shapes = block_linear_shapes(m);
@@ -123,8 +124,10 @@ TEST(CudaFootprint, Fp8WorkspaceCoversTheWidestOperand) {
   EXPECT_EQ(shapes[2].out, 352);
   EXPECT_EQ(shapes[3].in, 176);
   EXPECT_EQ(cuda_linear_workspace_bytes(m, kBT, Fp8Recipe::kOff), 0);
-  const int64_t codes = kBT * 352, groups = 352;  // gate_up's weight scaled per row: 352 groups
-  const int64_t want = 2 * codes + 2 * 4 * groups + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(groups));
+  // x^T [176, BT] outgrows gate_up's weight; gate_up's weight scaled per row: 352 groups, more than BT's
+  const int64_t a = kBT * 352, b = std::max<int64_t>(352 * 64, 176 * kBT), t = kBT * 352, groups = 352;
+  const int64_t want =
+      a + b + t + 3 * 4 * groups + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * groups));
   EXPECT_EQ(cuda_linear_workspace_bytes(m, kBT, Fp8Recipe::kTensorwise), want);
   EXPECT_EQ(cuda_linear_workspace_bytes(m, kBT, Fp8Recipe::kRowwise), want);
   ModelConfig odd = m;
@@ -133,7 +136,7 @@ TEST(CudaFootprint, Fp8WorkspaceCoversTheWidestOperand) {
   odd.n_kv_head = 1;
   odd.ffn_dim = 40;  // gate_up 80 x 48; down 48 x 40, whose 40 is no multiple of 16: down stays in train.dtype
   EXPECT_EQ(cuda_linear_workspace_bytes(odd, kBT, Fp8Recipe::kTensorwise),
-            2 * kBT * 80 + 2 * 4 * kBT + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(kBT)));
+            3 * kBT * 80 - kBT * 32 + 3 * 4 * kBT + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * kBT)));
 }
 
 TEST(CudaFootprint, ClassifierChunksSplitRowsEvenly) {

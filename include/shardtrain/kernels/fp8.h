@@ -68,6 +68,21 @@ enum class Fp8Layout { kRowMajor, kTransposed };
 void fp8_quantize_matrix(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
                          Fp8Layout layout, uint8_t* q, float* inverse_scales, const std::string& what);
 
+// One of the two casts of fp8_quantize_pair: its format, its groups, and where its codes and inverse scales go.
+struct Fp8Cast {
+  Fp8Format format;
+  Fp8Scaling scaling;
+  uint8_t* q;
+  float* inverse_scales;
+};
+
+// fp8_quantize_matrix twice on one x: `row_major` in x's layout, `transposed` transposed, each with its own format and
+// groups, and the same power_of_2. A linear layer's backward reads its output gradient both ways (the input
+// gradient's GEMM row-major, the weight gradient's transposed); the GPU form reads x once for both codes and takes the
+// groups' maxima once where both casts group alike. Refuses a non-finite element as fp8_quantize_matrix does.
+void fp8_quantize_pair(const float* x, int64_t rows, int64_t cols, bool power_of_2, const Fp8Cast& row_major,
+                       const Fp8Cast& transposed, const std::string& what);
+
 // The row-major matrix x [rows, cols] as an FP8 GEMM computes with it: each element cast with its group's scale,
 // fp8_scale(the group's abs_max, f, power_of_2), and multiplied by 1 / scale (the dequantisation factor cuBLASLt
 // applies to the product). out may be x. Refuses a non-finite element as fp8_quantize_matrix does.

@@ -67,9 +67,9 @@ CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batc
                                         int64_t attention_scratch_bytes);
 CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, int64_t elem_bytes,
                                       int64_t attention_scratch_bytes);
-// Device bytes of CudaLinear's FP8 workspace (cuda_linear.h) for micro-batches of up to max_rows tokens: two operand
-// buffers of fp8_workspace's codes (model/fp8_policy.h), their inverse scales and the casts' scratch. 0 when the recipe
-// is off or no layer is eligible.
+// Device bytes of CudaLinear's FP8 workspace (cuda_linear.h) for micro-batches of up to max_rows tokens: the three
+// operand buffers of fp8_workspace (model/fp8_policy.h), their inverse scales and the scratch of a pair of casts. 0
+// when the recipe is off or no layer is eligible.
 int64_t cuda_linear_workspace_bytes(const ModelConfig& cfg, int64_t max_rows, Fp8Recipe recipe);
 
 // cfg.arch's footprint in the compute type `dtype` (not kAuto).

@@ -2,7 +2,8 @@
 // compute type T. Without FP8 each call is kernels/gpu/matmul.h's; where train.fp8's policy (model/fp8_policy.h)
 // applies to a layer, each GEMM casts its two operands on the fly (gpu::fp8_quantize_matrix_async: the CPU's codes
 // and scales, transposed for W^T, dy^T and x^T, which the TN-only FP8 GEMMs read) into a workspace of its own and runs
-// gpu::fp8_gemm, with the bias and the residual in its epilogue; the bias gradient sums the T gradient.
+// gpu::fp8_gemm, with the bias and the residual in its epilogue; the bias gradient sums the T gradient. The backward
+// casts dy once for both of its GEMMs (gpu::fp8_quantize_pair_async: row-major and transposed from one read).
 //
 //   CudaLinear<bf16> linear(fp8_policy(Fp8Recipe::kTensorwise), cfg, max_batch * cfg.seq_len);
 //   linear.forward(a.qkv, a.norm1, p.qkvw, p.qkvb, nullptr, N, C, QKV, ctx);
@@ -35,7 +36,8 @@ class CudaLinear {
 
   const Fp8Policy& policy() const { return policy_; }
   int64_t allocated_bytes() const {
-    return a_.bytes() + b_.bytes() + a_scales_.bytes() + b_scales_.bytes() + scratch_.bytes();
+    return a_.bytes() + b_.bytes() + t_.bytes() + a_scales_.bytes() + b_scales_.bytes() + t_scales_.bytes() +
+           scratch_.bytes();
   }
 
   // out[N, OC] = (residual, when not null; it may be out) + inp[N, C] @ w[OC, C]^T + bias (may be null).
@@ -58,18 +60,27 @@ class CudaLinear {
     int64_t gemm_rows() const { return layout == Fp8Layout::kRowMajor ? rows : cols; }
     int64_t gemm_depth() const { return layout == Fp8Layout::kRowMajor ? cols : rows; }
   };
+  // An operand already cast: its codes and inverse scales.
+  struct Cast {
+    const uint8_t* codes;
+    const float* inverse_scales;
+  };
   // out [a's GEMM rows, b's GEMM rows] (ldo) = the product of the two operands cast as g says (written or added to as
-  // `write` says; with the bias and the residual in the GEMM), with laps "fwd." or "bwd." + fp8_cast, fp8_gemm.
+  // `write` says; with the bias and the residual in the GEMM), with laps "fwd." or "bwd." + fp8_cast, fp8_gemm. With
+  // a_cast, operand a is that cast (a's source then gives only the GEMM's shape).
   void fp8_product(const Fp8Gemm& g, const Fp8Source& a, const Fp8Source& b, T* out, int64_t ldo, GradWrite write,
                    const gpu::GpuContext& ctx, OpTimer::Laps* lap, bool backward, const T* bias = nullptr,
-                   const T* residual = nullptr);
+                   const T* residual = nullptr, const Cast* a_cast = nullptr);
   // x [rows, cols] cast as `op` says into the workspace `codes` (laid out as `layout`), with its inverse scales.
   void cast(const T* x, int64_t rows, int64_t cols, const Fp8Operand& op, Fp8Layout layout,
             DeviceBuffer<uint8_t>& codes, DeviceBuffer<float>& scales, const gpu::GpuContext& ctx);
+  // dy [rows, cols] cast row-major into a_ and transposed into t_ in one pass (gpu::fp8_quantize_pair_async).
+  void pair_cast(const T* dy, int64_t rows, int64_t cols, const Fp8Operand& row_major, const Fp8Operand& transposed,
+                 const gpu::GpuContext& ctx);
 
   Fp8Policy policy_;
-  DeviceBuffer<uint8_t> a_, b_;  // the two operands' codes
-  DeviceBuffer<float> a_scales_, b_scales_;
+  DeviceBuffer<uint8_t> a_, b_, t_;  // the two operands' codes; dy^T's, kept for the weight gradient
+  DeviceBuffer<float> a_scales_, b_scales_, t_scales_;
   DeviceBuffer<unsigned char> scratch_;  // the casts' group maxima
 };
 

@@ -50,10 +50,11 @@ struct LinearShape {
 std::vector<LinearShape> block_linear_shapes(const ModelConfig& cfg);
 
 // What a linear layer's FP8 casts need at most over the block's layers the policy applies to, for up to max_rows
-// tokens: codes per operand buffer (forward x [N, in] and W [out, in]; input gradient dy [N, out] and W^T; weight
-// gradient dy^T [out, N] and x^T [in, N]) and scale groups per operand. Zero when none applies.
+// tokens, in codes per operand buffer: `a`, each GEMM's first operand (forward x [N, in], input gradient dy [N, out]);
+// `b`, its second (W [out, in], W^T, x^T [in, N]); `t`, dy^T [out, N], cast with dy in one pass and kept for the
+// weight gradient's GEMM. `groups`: scale groups per operand. All zero when none applies.
 struct Fp8Workspace {
-  int64_t codes = 0, groups = 0;
+  int64_t a = 0, b = 0, t = 0, groups = 0;
 };
 Fp8Workspace fp8_workspace(const ModelConfig& cfg, int64_t max_rows, const Fp8Policy& policy);
 
