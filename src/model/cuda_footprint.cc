@@ -110,16 +110,23 @@ CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch,
 int64_t cuda_linear_workspace_bytes(const ModelConfig& cfg, int64_t max_rows, Fp8Recipe recipe) {
   const Fp8Workspace w = fp8_workspace(cfg, max_rows, fp8_policy(recipe));
   if (w.a == 0) return 0;
-  return w.a + w.b + w.t + 3 * w.groups * static_cast<int64_t>(sizeof(float)) +
+  return 3 * w.groups * static_cast<int64_t>(sizeof(float)) +
          static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * w.groups));
 }
 
+int64_t cuda_linear_codes_bytes(const ModelConfig& cfg, int64_t max_rows, Fp8Recipe recipe) {
+  const Fp8Workspace w = fp8_workspace(cfg, max_rows, fp8_policy(recipe));
+  return w.a == 0 ? 0 : w.region_bytes();
+}
+
 CudaModelFootprint cuda_model_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, DType dtype,
-                                        int64_t attention_scratch_bytes) {
+                                        int64_t attention_scratch_bytes, Fp8Recipe fp8) {
   ST_CHECK(dtype != DType::kAuto, "cuda_model_footprint needs a resolved compute type");
   const int64_t t = dtype_bytes(dtype);
-  return cfg.is_llama() ? cuda_llama_footprint(cfg, max_batch, recompute, t, attention_scratch_bytes)
-                        : cuda_gpt_footprint(cfg, max_batch, recompute, t, attention_scratch_bytes);
+  CudaModelFootprint f = cfg.is_llama() ? cuda_llama_footprint(cfg, max_batch, recompute, t, attention_scratch_bytes)
+                                        : cuda_gpt_footprint(cfg, max_batch, recompute, t, attention_scratch_bytes);
+  f.scratch_bytes = std::max(f.scratch_bytes, cuda_linear_codes_bytes(cfg, max_batch * cfg.seq_len, fp8));
+  return f;
 }
 
 }  // namespace st

@@ -75,6 +75,9 @@ void CudaModelBase<T>::base_forward(T* out, const T* inp, const T* w, const T* b
 template <typename T>
 void CudaModelBase<T>::set_fp8(const Fp8Policy& policy) {
   linear_ = CudaLinear<T>(policy, cfg_, max_batch_ * cfg_.seq_len);
+  ST_CHECK(ctx_.scratch_bytes >= static_cast<size_t>(linear_.codes_bytes()), "train.fp8 needs ", linear_.codes_bytes(),
+           " bytes of kernel scratch for its codes (cuda_model_footprint with the recipe), the context has ",
+           ctx_.scratch_bytes);
 }
 
 template class CudaModelBase<float>;

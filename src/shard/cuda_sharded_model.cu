@@ -42,7 +42,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
                                       comm.device_ranks())),
       blas_(),
       scratch_(cuda_model_footprint(cfg.model, cfg.train.micro_batch, cfg.train.recompute, cfg.compute_dtype(),
-                                    attention_.scratch_bytes)
+                                    attention_.scratch_bytes, cfg.train.fp8)
                    .scratch_bytes),
       comm_scratch_(static_cast<int64_t>(gpu::reduce_scratch_bytes())),
       ctx_{compute_stream_.get(), &blas_, scratch_.data(), scratch_.bytes(), &cudnn_},

@@ -53,10 +53,11 @@ int64_t attention_scratch_bound(const Config& cfg) {
 
 ComputeFootprint cuda_compute_footprint(const Config& cfg, int64_t attention_scratch_bytes) {
   const CudaModelFootprint f = cuda_model_footprint(cfg.model, cfg.train.micro_batch, cfg.train.recompute,
-                                                    cfg.compute_dtype(), attention_scratch_bytes);
+                                                    cfg.compute_dtype(), attention_scratch_bytes, cfg.train.fp8);
   ComputeFootprint c;
   c.activation_bytes = f.activation_bytes;
-  // + the communication stream's scratch and the FP8 casts' workspace (train.fp8)
+  // + the communication stream's scratch and the FP8 casts' scales and maxima (train.fp8; their codes sit in the
+  // kernel scratch)
   c.workspace_bytes = f.scratch_bytes + static_cast<int64_t>(gpu::kBlasWorkspaceBytes) +
                       static_cast<int64_t>(gpu::reduce_scratch_bytes()) +
                       cuda_linear_workspace_bytes(cfg.model, cfg.train.micro_batch * cfg.model.seq_len, cfg.train.fp8);

@@ -112,10 +112,11 @@ TEST(CudaFootprint, LoraAddsTheAdaptersActivations) {
   EXPECT_EQ(LlamaActivationSizes(m, kB, false).lora, (2 * 7 + 3) * kBT * 3);
 }
 
-// train.fp8's workspace (CudaLinear): each GEMM's first operand as large as the widest of x and dy ([BT, in or out]),
-// its second as large as the largest weight or x^T, dy^T's buffer [out, BT] for the widest output, three scale buffers
-// of the most groups (rows of an activation, or of a weight), and the scratch of a pair of casts. llama_shape's
-// layers (out x in): qkv 128 x 64, o 64 x 64, gate_up 352 x 64, down 64 x 176, every dimension a multiple of 16.
+// train.fp8's codes (CudaLinear, in the model's kernel scratch): each GEMM's first operand as large as the widest of x
+// and dy ([BT, in or out]), its second as large as the largest weight or x^T, dy^T's buffer [out, BT] for the widest
+// output, each at a 256-byte boundary; its own allocation: three scale buffers of the most groups (rows of an
+// activation, or of a weight) and the scratch of a pair of casts. llama_shape's layers (out x in): qkv 128 x 64,
+// o 64 x 64, gate_up 352 x 64, down 64 x 176, every dimension a multiple of 16.
 TEST(CudaFootprint, Fp8WorkspaceCoversTheWidestOperand) {
   const ModelConfig m = llama_shape();
   const std::vector<LinearShape> shapes = block_linear_shapes(m);
@@ -124,19 +125,38 @@ TEST(CudaFootprint, Fp8WorkspaceCoversTheWidestOperand) {
   EXPECT_EQ(shapes[2].out, 352);
   EXPECT_EQ(shapes[3].in, 176);
   EXPECT_EQ(cuda_linear_workspace_bytes(m, kBT, Fp8Recipe::kOff), 0);
+  EXPECT_EQ(cuda_linear_codes_bytes(m, kBT, Fp8Recipe::kOff), 0);
+  auto aligned = [](int64_t b) { return (b + 255) / 256 * 256; };
   // x^T [176, BT] outgrows gate_up's weight; gate_up's weight scaled per row: 352 groups, more than BT's
   const int64_t a = kBT * 352, b = std::max<int64_t>(352 * 64, 176 * kBT), t = kBT * 352, groups = 352;
-  const int64_t want =
-      a + b + t + 3 * 4 * groups + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * groups));
-  EXPECT_EQ(cuda_linear_workspace_bytes(m, kBT, Fp8Recipe::kTensorwise), want);
-  EXPECT_EQ(cuda_linear_workspace_bytes(m, kBT, Fp8Recipe::kRowwise), want);
+  const int64_t own = 3 * 4 * groups + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * groups));
+  for (Fp8Recipe r : {Fp8Recipe::kTensorwise, Fp8Recipe::kRowwise}) {
+    EXPECT_EQ(cuda_linear_codes_bytes(m, kBT, r), aligned(a) + aligned(b) + aligned(t));
+    EXPECT_EQ(cuda_linear_workspace_bytes(m, kBT, r), own);
+  }
   ModelConfig odd = m;
   odd.n_embd = 48;  // 3 heads of 16, one K/V head: qkv (3 + 2) x 16 = 80 x 48, o 48 x 48
   odd.n_head = 3;
   odd.n_kv_head = 1;
   odd.ffn_dim = 40;  // gate_up 80 x 48; down 48 x 40, whose 40 is no multiple of 16: down stays in train.dtype
+  EXPECT_EQ(cuda_linear_codes_bytes(odd, kBT, Fp8Recipe::kTensorwise),
+            aligned(kBT * 80) + aligned(kBT * 48) + aligned(kBT * 80));
   EXPECT_EQ(cuda_linear_workspace_bytes(odd, kBT, Fp8Recipe::kTensorwise),
-            3 * kBT * 80 - kBT * 32 + 3 * 4 * kBT + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * kBT)));
+            3 * 4 * kBT + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * kBT)));
+}
+
+// The codes share the kernel scratch: with train.fp8 on, the footprint's scratch is the larger of the kernels' and the
+// codes, and nothing else changes. Without an attention scratch the codes are the larger; with 64 MiB of it they cost
+// nothing.
+TEST(CudaFootprint, Fp8CodesShareTheKernelScratch) {
+  const ModelConfig m = llama_shape();
+  const int64_t codes = cuda_linear_codes_bytes(m, kBT, Fp8Recipe::kTensorwise);
+  for (int64_t attention : {int64_t{0}, int64_t{64} << 20}) {
+    const CudaModelFootprint off = cuda_model_footprint(m, kB, false, DType::kBF16, attention);
+    const CudaModelFootprint on = cuda_model_footprint(m, kB, false, DType::kBF16, attention, Fp8Recipe::kTensorwise);
+    EXPECT_EQ(on.scratch_bytes, attention == 0 ? codes : off.scratch_bytes) << attention;
+    EXPECT_EQ(on.activation_bytes, off.activation_bytes);
+  }
 }
 
 TEST(CudaFootprint, ClassifierChunksSplitRowsEvenly) {

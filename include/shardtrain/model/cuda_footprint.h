@@ -67,13 +67,17 @@ CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batc
                                         int64_t attention_scratch_bytes);
 CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, int64_t elem_bytes,
                                       int64_t attention_scratch_bytes);
-// Device bytes of CudaLinear's FP8 workspace (cuda_linear.h) for micro-batches of up to max_rows tokens: the three
-// operand buffers of fp8_workspace (model/fp8_policy.h), their inverse scales and the scratch of a pair of casts. 0
-// when the recipe is off or no layer is eligible.
+// CudaLinear's FP8 operand codes for micro-batches of up to max_rows tokens (fp8_workspace's region,
+// model/fp8_policy.h): they live in the model's kernel scratch (GpuContext::scratch), so cuda_model_footprint's
+// scratch_bytes is at least this. 0 when the recipe is off or no layer is eligible.
+int64_t cuda_linear_codes_bytes(const ModelConfig& cfg, int64_t max_rows, Fp8Recipe recipe);
+// The device bytes CudaLinear allocates itself (cuda_linear.h): the three operands' inverse scales and the scratch of a
+// pair of casts. 0 when the recipe is off or no layer is eligible.
 int64_t cuda_linear_workspace_bytes(const ModelConfig& cfg, int64_t max_rows, Fp8Recipe recipe);
 
-// cfg.arch's footprint in the compute type `dtype` (not kAuto).
+// cfg.arch's footprint in the compute type `dtype` (not kAuto); with train.fp8 on, its scratch also holds
+// cuda_linear_codes_bytes.
 CudaModelFootprint cuda_model_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, DType dtype,
-                                        int64_t attention_scratch_bytes);
+                                        int64_t attention_scratch_bytes, Fp8Recipe fp8 = Fp8Recipe::kOff);
 
 }  // namespace st

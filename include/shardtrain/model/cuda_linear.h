@@ -1,13 +1,18 @@
 // The GEMMs of a block's linear layers in the CUDA models: CpuLinear's calls (cpu_linear.h) on device buffers in the
 // compute type T. Without FP8 each call is kernels/gpu/matmul.h's; where train.fp8's policy (model/fp8_policy.h)
 // applies to a layer, each GEMM casts its two operands on the fly (gpu::fp8_quantize_matrix_async: the CPU's codes
-// and scales, transposed for W^T, dy^T and x^T, which the TN-only FP8 GEMMs read) into a workspace of its own and runs
-// gpu::fp8_gemm, with the bias and the residual in its epilogue; the bias gradient sums the T gradient. The backward
-// casts dy once for both of its GEMMs (gpu::fp8_quantize_pair_async: row-major and transposed from one read).
+// and scales, transposed for W^T, dy^T and x^T, which the TN-only FP8 GEMMs read) and runs gpu::fp8_gemm, with the
+// bias and the residual in its epilogue; the bias gradient sums the T gradient. The backward casts dy once for both of
+// its GEMMs (gpu::fp8_quantize_pair_async: row-major and transposed from one read).
 //
 //   CudaLinear<bf16> linear(fp8_policy(Fp8Recipe::kTensorwise), cfg, max_batch * cfg.seq_len);
 //   linear.forward(a.qkv, a.norm1, p.qkvw, p.qkvb, nullptr, N, C, QKV, ctx);
 //   linear.backward(dx, dw, db, dqkv, a.norm1, p.qkvw, N, C, QKV, ctx, GradWrite::kOverwrite, GradWrite::kOverwrite);
+//
+// The operands' codes live in ctx.scratch, the model's kernel scratch, from a layer's casts to its last GEMM: no
+// kernel in between uses it (the GEMMs get a context without it), and a kernel's scratch holds nothing from one call
+// to the next, so the codes cost no memory of their own where the attention's scratch is the larger
+// (cuda_linear_codes_bytes, cuda_footprint.h). The inverse scales and the casts' maxima are CudaLinear's own.
 //
 // A weight gradient over a token count that is not a multiple of 16 (its GEMM's depth) runs in T, as on the CPU
 // (Fp8Policy::weight_grad_applies). Everything runs on ctx.stream, without waiting: a non-finite operand makes the
@@ -30,15 +35,15 @@ template <typename T>
 class CudaLinear {
  public:
   CudaLinear() = default;
-  // Allocates cuda_linear_workspace_bytes(cfg, max_rows, policy.recipe) (cuda_footprint.h; nothing without FP8). T must
-  // be float or bf16 when FP8 is on (the FP8 GEMMs write those).
+  // Allocates cuda_linear_workspace_bytes(cfg, max_rows, policy.recipe) (cuda_footprint.h; nothing without FP8); the
+  // calls' contexts then need cuda_linear_codes_bytes of scratch. T must be float or bf16 when FP8 is on (the FP8
+  // GEMMs write those).
   CudaLinear(const Fp8Policy& policy, const ModelConfig& cfg, int64_t max_rows);
 
   const Fp8Policy& policy() const { return policy_; }
-  int64_t allocated_bytes() const {
-    return a_.bytes() + b_.bytes() + t_.bytes() + a_scales_.bytes() + b_scales_.bytes() + t_scales_.bytes() +
-           scratch_.bytes();
-  }
+  int64_t allocated_bytes() const { return a_scales_.bytes() + b_scales_.bytes() + t_scales_.bytes() + maxima_.bytes(); }
+  // The scratch each call's context must hold (0 without FP8).
+  int64_t codes_bytes() const { return codes_bytes_; }
 
   // out[N, OC] = (residual, when not null; it may be out) + inp[N, C] @ w[OC, C]^T + bias (may be null).
   // With `lap` (the caller's profile of this pass), an FP8 layer's casts and GEMMs get laps of their own:
@@ -60,28 +65,39 @@ class CudaLinear {
     int64_t gemm_rows() const { return layout == Fp8Layout::kRowMajor ? rows : cols; }
     int64_t gemm_depth() const { return layout == Fp8Layout::kRowMajor ? cols : rows; }
   };
-  // An operand already cast: its codes and inverse scales.
-  struct Cast {
-    const uint8_t* codes;
-    const float* inverse_scales;
+  // Where a cast goes: its codes (in the call's scratch) and inverse scales, with their capacities.
+  struct Slot {
+    uint8_t* codes;
+    int64_t capacity;
+    float* inverse_scales;
+    int64_t groups;
   };
-  // out [a's GEMM rows, b's GEMM rows] (ldo) = the product of the two operands cast as g says (written or added to as
-  // `write` says; with the bias and the residual in the GEMM), with laps "fwd." or "bwd." + fp8_cast, fp8_gemm. With
-  // a_cast, operand a is that cast (a's source then gives only the GEMM's shape).
-  void fp8_product(const Fp8Gemm& g, const Fp8Source& a, const Fp8Source& b, T* out, int64_t ldo, GradWrite write,
-                   const gpu::GpuContext& ctx, OpTimer::Laps* lap, bool backward, const T* bias = nullptr,
-                   const T* residual = nullptr, const Cast* a_cast = nullptr);
-  // x [rows, cols] cast as `op` says into the workspace `codes` (laid out as `layout`), with its inverse scales.
-  void cast(const T* x, int64_t rows, int64_t cols, const Fp8Operand& op, Fp8Layout layout,
-            DeviceBuffer<uint8_t>& codes, DeviceBuffer<float>& scales, const gpu::GpuContext& ctx);
-  // dy [rows, cols] cast row-major into a_ and transposed into t_ in one pass (gpu::fp8_quantize_pair_async).
+  // The three slots in ctx.scratch: each GEMM's first operand (a), its second (b), and dy^T (t).
+  struct Slots {
+    Slot a, b, t;
+  };
+  Slots slots(const gpu::GpuContext& ctx);
+  // out [a's GEMM rows, b's GEMM rows] (ldo) = the product of the two operands cast as g says into a and b (written or
+  // added to as `write` says; with the bias and the residual in the GEMM), with laps "fwd." or "bwd." + fp8_cast,
+  // fp8_gemm. With a_cast true, slot a already holds operand a (its source then gives only the GEMM's shape).
+  void fp8_product(const Fp8Gemm& g, const Fp8Source& a, const Fp8Source& b, const Slot& sa, const Slot& sb, T* out,
+                   int64_t ldo, GradWrite write, const gpu::GpuContext& ctx, OpTimer::Laps* lap, bool backward,
+                   const T* bias = nullptr, const T* residual = nullptr, bool a_cast = false);
+  // x [rows, cols] cast as `op` says into `slot` (laid out as `layout`).
+  void cast(const T* x, int64_t rows, int64_t cols, const Fp8Operand& op, Fp8Layout layout, const Slot& slot,
+            const gpu::GpuContext& ctx);
+  // dy [rows, cols] cast row-major into `row` and transposed into `tr` in one pass (gpu::fp8_quantize_pair_async).
   void pair_cast(const T* dy, int64_t rows, int64_t cols, const Fp8Operand& row_major, const Fp8Operand& transposed,
-                 const gpu::GpuContext& ctx);
+                 const Slot& row, const Slot& tr, const gpu::GpuContext& ctx);
+  // ctx with the casts' own scratch (the maxima), or with none (the GEMMs: the codes sit in ctx's).
+  gpu::GpuContext with_maxima(const gpu::GpuContext& ctx);
+  static gpu::GpuContext without_scratch(const gpu::GpuContext& ctx);
 
   Fp8Policy policy_;
-  DeviceBuffer<uint8_t> a_, b_, t_;  // the two operands' codes; dy^T's, kept for the weight gradient
+  Fp8Workspace workspace_;
+  int64_t codes_bytes_ = 0;
   DeviceBuffer<float> a_scales_, b_scales_, t_scales_;
-  DeviceBuffer<unsigned char> scratch_;  // the casts' group maxima
+  DeviceBuffer<unsigned char> maxima_;  // the casts' group maxima
 };
 
 }  // namespace st

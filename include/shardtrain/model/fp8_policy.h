@@ -52,9 +52,14 @@ std::vector<LinearShape> block_linear_shapes(const ModelConfig& cfg);
 // What a linear layer's FP8 casts need at most over the block's layers the policy applies to, for up to max_rows
 // tokens, in codes per operand buffer: `a`, each GEMM's first operand (forward x [N, in], input gradient dy [N, out]);
 // `b`, its second (W [out, in], W^T, x^T [in, N]); `t`, dy^T [out, N], cast with dy in one pass and kept for the
-// weight gradient's GEMM. `groups`: scale groups per operand. All zero when none applies.
+// weight gradient's GEMM. `groups`: scale groups per operand. All zero when none applies. The three buffers lie in
+// one region in that order, each at a 256-byte boundary.
 struct Fp8Workspace {
   int64_t a = 0, b = 0, t = 0, groups = 0;
+  static int64_t aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+  int64_t b_offset() const { return aligned(a); }
+  int64_t t_offset() const { return b_offset() + aligned(b); }
+  int64_t region_bytes() const { return t_offset() + aligned(t); }
 };
 Fp8Workspace fp8_workspace(const ModelConfig& cfg, int64_t max_rows, const Fp8Policy& policy);
 
