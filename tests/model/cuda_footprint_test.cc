@@ -146,14 +146,16 @@ TEST(CudaFootprint, Fp8WorkspaceCoversTheWidestOperand) {
 }
 
 // The codes share the kernel scratch: with train.fp8 on, the footprint's scratch is the larger of the kernels' and the
-// codes, and nothing else changes. Without an attention scratch the codes are the larger; with 64 MiB of it they cost
-// nothing.
+// codes, and nothing else changes. With a wide MLP (gate_up's gradient [BT, 8192]) and no attention scratch the codes
+// are the larger; with 64 MiB of attention scratch they cost nothing.
 TEST(CudaFootprint, Fp8CodesShareTheKernelScratch) {
-  const ModelConfig m = llama_shape();
+  ModelConfig m = llama_shape();
+  m.ffn_dim = 4096;
   const int64_t codes = cuda_linear_codes_bytes(m, kBT, Fp8Recipe::kTensorwise);
   for (int64_t attention : {int64_t{0}, int64_t{64} << 20}) {
     const CudaModelFootprint off = cuda_model_footprint(m, kB, false, DType::kBF16, attention);
     const CudaModelFootprint on = cuda_model_footprint(m, kB, false, DType::kBF16, attention, Fp8Recipe::kTensorwise);
+    EXPECT_EQ(on.scratch_bytes, std::max(off.scratch_bytes, codes)) << attention;
     EXPECT_EQ(on.scratch_bytes, attention == 0 ? codes : off.scratch_bytes) << attention;
     EXPECT_EQ(on.activation_bytes, off.activation_bytes);
   }
