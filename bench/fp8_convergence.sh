@@ -18,7 +18,7 @@
 # 1e-4), weight decay 0.1, clip 1, seed 1234, validation every 100 steps over 16 batches (262k tokens). Each run's
 # metrics go to OUT/<recipe>.jsonl (off: bf16), the three runs' curves over each other to OUT/fp8_vs_bf16.svg
 # (`shardtrain plot`); the table gives each run's final validation loss, its difference from bf16's, and its largest
-# loss spike: the most a step's loss exceeds the median of the 20 steps before it.
+# loss spike: the most a logged loss (every 10 steps) exceeds the median of the 20 logged before it.
 set -euo pipefail
 STAGE=${1:?usage: fp8_convergence.sh prepare|run DIR [OUT]}
 DIR=${2:?usage: fp8_convergence.sh prepare|run DIR [OUT]}
@@ -76,7 +76,7 @@ for recipe in off tensorwise rowwise; do
     --train.steps=${STEPS:-1000} --train.seed=1234 --train.eval_every=100 --train.eval_batches=16 \
     --optim.lr=1e-3 --optim.min_lr=1e-4 --optim.warmup_steps=100 --optim.weight_decay=0.1 --optim.grad_clip=1 \
     --data.path="$DIR/text_train_*.bin" --data.val_path="$DIR/text_val_*.bin" --data.format=llmc \
-    --ckpt.dir= --log.every=50 --log.metrics="$OUT/$recipe.jsonl" > "$OUT/$recipe.log" 2>&1
+    --ckpt.dir= --log.every=10 --log.metrics="$OUT/$recipe.jsonl" > "$OUT/$recipe.log" 2>&1
   grep -E "done:" "$OUT/$recipe.log"
 done
 "$BIN" plot "$OUT/off.jsonl" "$OUT/tensorwise.jsonl" "$OUT/rowwise.jsonl" --out "$OUT/fp8_vs_bf16.svg"
