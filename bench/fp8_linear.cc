@@ -1,7 +1,9 @@
 // A llama block's linear layers, one by one, in bf16 and in FP8 (model/cuda_linear.h's calls): each GEMM's time in
 // bf16 through cuBLASLt, the FP8 GEMM's time on cast operands, and the time of the casts that feed it, for both
 // recipes, so that a step's FP8 profile (fwd.fp8_cast, fwd.fp8_gemm, ...) splits by layer and by cast kind. The casts'
-// effective bandwidth counts one read of the bf16 operand and one write of its codes.
+// effective bandwidth counts one read of the bf16 operand and one write of its codes. A last row per layer times the
+// backward's cast of dy for both of its GEMMs at once (gpu::fp8_quantize_pair_async), which a step runs instead of
+// dy's two casts in the GEMM rows.
 //
 //   ./build/bench_fp8_linear [--rows 8192] [--n-embd 3072] [--ffn 8192] [--qkv 5120] [--iters 20]
 //
@@ -33,15 +35,17 @@ struct Layer {
 
 // The cast's codes and inverse scales, sized for the largest operand.
 struct Casts {
-  DeviceBuffer<uint8_t> a, b;
-  DeviceBuffer<float> a_inv, b_inv;
+  DeviceBuffer<uint8_t> a, b, t;
+  DeviceBuffer<float> a_inv, b_inv, t_inv;
   DeviceBuffer<unsigned char> scratch;
   Casts(int64_t codes, int64_t groups)
       : a(codes),
         b(codes),
+        t(codes),
         a_inv(groups),
         b_inv(groups),
-        scratch(static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(groups))) {}
+        t_inv(groups),
+        scratch(static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * groups))) {}
 };
 
 void run(int64_t rows, int64_t C, int64_t F, int64_t QKV, int iters) {
@@ -133,6 +137,21 @@ void run(int64_t rows, int64_t C, int64_t F, int64_t QKV, int iters) {
       cast_t += cast_ms[0];
       cast_r += cast_ms[1];
     }
+    // The backward casts dy once for both of its GEMMs (CudaLinear: gpu::fp8_quantize_pair_async), which replaces
+    // dy's two casts above (input grad's row-major, weight grad's transposed).
+    double pair_ms[2];
+    for (int p = 0; p < 2; ++p) {
+      const Fp8Policy& pol = p == 0 ? t : r;
+      pair_ms[p] = median_ms(s, iters, [&] {
+        gpu::fp8_quantize_pair_async<bf16>(
+            dy.data(), N, out_f, pol.power_of_2,
+            {pol.input_grad.a.format, pol.input_grad.a.scaling, casts.a.data(), casts.a_inv.data()},
+            {pol.weight_grad.a.format, pol.weight_grad.a.scaling, casts.t.data(), casts.t_inv.data()}, ctx);
+      });
+    }
+    const double pair_bytes = 4.0 * static_cast<double>(N * out_f);  // 2 B read, 2 x 1 B written
+    std::printf("%-12s %-10s %9s %9s %9s %9.3f %9.3f   (%.0f / %.0f GB/s)\n", l.name, "dy pair", "", "", "",
+                pair_ms[0], pair_ms[1], pair_bytes / (pair_ms[0] * 1e6), pair_bytes / (pair_ms[1] * 1e6));
   }
   std::printf("%-23s %9.3f %9.3f %9.3f %9.3f %9.3f   a block, all GEMMs and casts\n", "total", total_bf16, total_t,
               total_r, cast_t, cast_r);
