@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -78,8 +79,8 @@ float fp8_scale(float amax, Fp8Format f, bool power_of_2) {
   return std::ldexp(1.0f, e - 1);
 }
 
-void fp8_quantize_matrix(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
-                         Fp8Layout layout, uint8_t* q, float* inverse_scales, const std::string& what) {
+void fp8_maxima(const float* x, int64_t rows, int64_t cols, Fp8Scaling scaling, unsigned* maxima,
+                const std::string& what) {
   const int64_t n = rows * cols;
   for (int64_t i = 0; i < n; ++i)
     if (!std::isfinite(x[i])) ST_BAD_INPUT(what, ": element ", i, " is ", x[i], "; FP8 casts finite values only");
@@ -89,9 +90,17 @@ void fp8_quantize_matrix(const float* x, int64_t rows, int64_t cols, Fp8Format f
       float& m = amax[static_cast<size_t>(fp8_group(scaling, r, c))];
       m = std::max(m, std::fabs(x[r * cols + c]));
     }
-  std::vector<float> scale(amax.size());
-  for (size_t g = 0; g < amax.size(); ++g) {
-    scale[g] = fp8_scale(amax[g], f, power_of_2);
+  for (size_t g = 0; g < amax.size(); ++g) std::memcpy(&maxima[g], &amax[g], sizeof(float));
+}
+
+void fp8_quantize_with_maxima(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling,
+                              bool power_of_2, Fp8Layout layout, const unsigned* maxima, uint8_t* q,
+                              float* inverse_scales) {
+  std::vector<float> scale(static_cast<size_t>(fp8_groups(scaling, rows, cols)));
+  for (size_t g = 0; g < scale.size(); ++g) {
+    float amax = 0.0f;
+    std::memcpy(&amax, &maxima[g], sizeof(float));
+    scale[g] = fp8_scale(amax, f, power_of_2);
     inverse_scales[g] = 1.0f / scale[g];
   }
   const bool transposed = layout == Fp8Layout::kTransposed;
@@ -99,6 +108,13 @@ void fp8_quantize_matrix(const float* x, int64_t rows, int64_t cols, Fp8Format f
     for (int64_t c = 0; c < cols; ++c)
       q[transposed ? c * rows + r : r * cols + c] =
           fp8_encode(x[r * cols + c] * scale[static_cast<size_t>(fp8_group(scaling, r, c))], f);
+}
+
+void fp8_quantize_matrix(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
+                         Fp8Layout layout, uint8_t* q, float* inverse_scales, const std::string& what) {
+  std::vector<unsigned> maxima(static_cast<size_t>(fp8_groups(scaling, rows, cols)));
+  fp8_maxima(x, rows, cols, scaling, maxima.data(), what);
+  fp8_quantize_with_maxima(x, rows, cols, f, scaling, power_of_2, layout, maxima.data(), q, inverse_scales);
 }
 
 void fp8_quantize_pair(const float* x, int64_t rows, int64_t cols, bool power_of_2, const Fp8Cast& row_major,

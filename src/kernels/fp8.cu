@@ -436,6 +436,29 @@ void fp8_quantize_matrix_async(const T* x, int64_t rows, int64_t cols, Fp8Format
 }
 
 template <typename T>
+void fp8_maxima_async(const T* x, int64_t rows, int64_t cols, Fp8Scaling scaling, unsigned* maxima,
+                      const GpuContext& ctx) {
+  ST_CHECK(rows >= 0 && cols >= 0, "gpu::fp8_maxima: ", rows, " x ", cols);
+  const int64_t groups = fp8_groups(scaling, rows, cols);
+  if (rows * cols == 0) {
+    ST_CUDA_CHECK(cudaMemsetAsync(maxima, 0, static_cast<size_t>(groups) * sizeof(unsigned), ctx.stream));
+    return;
+  }
+  enqueue_maxima(x, rows, cols, scaling, packed_ok<T>(x, cols, nullptr), maxima, nullptr, ctx);
+}
+
+template <typename T>
+void fp8_quantize_with_maxima_async(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling,
+                                    bool power_of_2, Fp8Layout layout, const unsigned* maxima, uint8_t* q,
+                                    float* inverse_scales, const GpuContext& ctx) {
+  const int64_t groups = fp8_groups(scaling, rows, cols);
+  const CastScratch s = cast_scratch(ctx, rows, cols, groups);
+  if (rows * cols == 0) return;
+  enqueue_scales(maxima, groups, f, power_of_2, s.scale, inverse_scales, ctx);
+  enqueue_codes(x, rows, cols, layout, packed_ok(x, cols, q), Codes{scaling, s.scale, interpretation(f), q}, ctx);
+}
+
+template <typename T>
 void fp8_quantize_pair_async(const T* x, int64_t rows, int64_t cols, bool power_of_2, const Fp8Cast& row_major,
                              const Fp8Cast& transposed, const GpuContext& ctx) {
   const int64_t ga = fp8_groups(row_major.scaling, rows, cols), gb = fp8_groups(transposed.scaling, rows, cols);
@@ -466,7 +489,10 @@ void fp8_quantize_pair_async(const T* x, int64_t rows, int64_t cols, bool power_
   template void fp8_quantize_matrix_async<T>(const T*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool, Fp8Layout,     \
                                              uint8_t*, float*, const GpuContext&);                                   \
   template void fp8_quantize_pair_async<T>(const T*, int64_t, int64_t, bool, const Fp8Cast&, const Fp8Cast&,        \
-                                           const GpuContext&);
+                                           const GpuContext&);                                                     \
+  template void fp8_maxima_async<T>(const T*, int64_t, int64_t, Fp8Scaling, unsigned*, const GpuContext&);         \
+  template void fp8_quantize_with_maxima_async<T>(const T*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool,          \
+                                                  Fp8Layout, const unsigned*, uint8_t*, float*, const GpuContext&);
 
 ST_INSTANTIATE_FP8_CAST(float)
 ST_INSTANTIATE_FP8_CAST(bf16)

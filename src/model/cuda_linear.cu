@@ -30,6 +30,26 @@ CudaLinear<T>::CudaLinear(const Fp8Policy& policy, const ModelConfig& cfg, int64
   b_scales_ = DeviceBuffer<float>(workspace_.groups);
   t_scales_ = DeviceBuffer<float>(workspace_.groups);
   maxima_ = DeviceBuffer<unsigned char>(static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * workspace_.groups)));
+  for (const LinearShape& l : block_linear_shapes(cfg)) weights_.push_back(l.weight);
+  // x is cast row-major forward (forward.a) and transposed for the weight gradient (weight_grad.b); W row-major
+  // forward (forward.b) and transposed for the input gradient (input_grad.b). Groups are x's (W's) in both layouts.
+  const auto whole = [](const Fp8Operand& a, const Fp8Operand& b) {
+    return a.scaling == Fp8Scaling::kTensor && b.scaling == Fp8Scaling::kTensor;
+  };
+  keep_x_ = whole(policy.forward.a, policy.weight_grad.b);
+  keep_w_ = whole(policy.forward.b, policy.input_grad.b);
+  if (keep_x_ || keep_w_) kept_ = DeviceBuffer<unsigned>(int64_t{cfg.n_layer} * std::max<int64_t>(1, weights_.size()) * 2);
+}
+
+template <typename T>
+typename CudaLinear<T>::Maxima CudaLinear<T>::kept(LinearSite site, bool weight, bool taken) {
+  if (site.layer < 0 || !(weight ? keep_w_ : keep_x_)) return {};
+  const auto it = std::find(weights_.begin(), weights_.end(), std::string(site.weight));
+  ST_CHECK(it != weights_.end(), "CudaLinear: '", site.weight, "' is none of the blocks' linear layers");
+  const int64_t index = it - weights_.begin(), per_layer = static_cast<int64_t>(weights_.size()) * 2;
+  ST_CHECK(static_cast<int64_t>(site.layer) * per_layer < kept_.size(), "CudaLinear: layer ", site.layer,
+           " past the model's");
+  return {kept_.data() + site.layer * per_layer + index * 2 + (weight ? 1 : 0), taken};
 }
 
 template <typename T>
@@ -60,13 +80,20 @@ gpu::GpuContext CudaLinear<T>::without_scratch(const gpu::GpuContext& ctx) {
 }
 
 template <typename T>
-void CudaLinear<T>::cast(const T* x, int64_t rows, int64_t cols, const Fp8Operand& op, Fp8Layout layout,
-                         const Slot& slot, const gpu::GpuContext& ctx) {
+void CudaLinear<T>::cast(const Fp8Source& src, const Fp8Operand& op, const Slot& slot, const gpu::GpuContext& ctx) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    const int64_t rows = src.rows, cols = src.cols;
     ST_CHECK(rows * cols <= slot.capacity && fp8_groups(op.scaling, rows, cols) <= slot.groups, "FP8 cast of ", rows,
              " x ", cols, " past the workspace sized for ", slot.capacity, " codes");
-    gpu::fp8_quantize_matrix_async<T>(x, rows, cols, op.format, op.scaling, policy_.power_of_2, layout, slot.codes,
-                                      slot.inverse_scales, with_maxima(ctx));
+    const gpu::GpuContext c = with_maxima(ctx);
+    if (src.maxima.at == nullptr) {
+      gpu::fp8_quantize_matrix_async<T>(src.x, rows, cols, op.format, op.scaling, policy_.power_of_2, src.layout,
+                                        slot.codes, slot.inverse_scales, c);
+      return;
+    }
+    if (!src.maxima.taken) gpu::fp8_maxima_async<T>(src.x, rows, cols, op.scaling, src.maxima.at, c);
+    gpu::fp8_quantize_with_maxima_async<T>(src.x, rows, cols, op.format, op.scaling, policy_.power_of_2, src.layout,
+                                           src.maxima.at, slot.codes, slot.inverse_scales, c);
   } else {
     ST_CHECK(false, "train.fp8 computes in bf16 or fp32");
   }
@@ -94,8 +121,8 @@ void CudaLinear<T>::fp8_product(const Fp8Gemm& g, const Fp8Source& a, const Fp8S
                                 OpTimer::Laps* lap, bool backward, const T* bias, const T* residual, bool a_cast) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
     if (lap) (*lap)(backward ? "bwd.fp8_cast" : "fwd.fp8_cast");
-    if (!a_cast) cast(a.x, a.rows, a.cols, g.a, a.layout, sa, ctx);
-    cast(b.x, b.rows, b.cols, g.b, b.layout, sb, ctx);
+    if (!a_cast) cast(a, g.a, sa, ctx);
+    cast(b, g.b, sb, ctx);
     if (lap) (*lap)(backward ? "bwd.fp8_gemm" : "fwd.fp8_gemm");
     // The GEMM's depth k: the operand's columns as cast, the source's rows when transposed.
     const int64_t m = a.gemm_rows(), n = b.gemm_rows(), k = a.gemm_depth();
@@ -107,7 +134,7 @@ void CudaLinear<T>::fp8_product(const Fp8Gemm& g, const Fp8Source& a, const Fp8S
 
 template <typename T>
 void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, const T* residual, int64_t N, int C,
-                            int OC, const gpu::GpuContext& ctx, OpTimer::Laps* lap) {
+                            int OC, const gpu::GpuContext& ctx, OpTimer::Laps* lap, LinearSite site) {
   if (!policy_.applies(C, OC) || codes_bytes_ == 0) {
     if (residual)
       gpu::matmul_forward_residual<T>(out, inp, w, bias, residual, N, C, OC, ctx);
@@ -116,36 +143,40 @@ void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, con
     return;
   }
   const Slots s = slots(ctx);
-  fp8_product(policy_.forward, {inp, N, C, Fp8Layout::kRowMajor}, {w, OC, C, Fp8Layout::kRowMajor}, s.a, s.b, out, OC,
-              GradWrite::kOverwrite, ctx, lap, false, bias, residual);
+  fp8_product(policy_.forward, {inp, N, C, Fp8Layout::kRowMajor, kept(site, false, false)},
+              {w, OC, C, Fp8Layout::kRowMajor, kept(site, true, false)}, s.a, s.b, out, OC, GradWrite::kOverwrite, ctx,
+              lap, false, bias, residual);
 }
 
 template <typename T>
 void CudaLinear<T>::backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C,
                              int OC, const gpu::GpuContext& ctx, GradWrite dinp_write, GradWrite param_write,
-                             OpTimer::Laps* lap) {
+                             OpTimer::Laps* lap, LinearSite site) {
   if (!policy_.applies(C, OC) || codes_bytes_ == 0) {
     gpu::matmul_backward<T>(dinp, dweight, dbias, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);
     return;
   }
   const bool fp8_dweight = dweight && policy_.weight_grad_applies(N);
   const Slots s = slots(ctx);
+  // W^T and x^T with the maxima the site's forward kept, where it kept them.
+  const Fp8Source w_t{w, OC, C, Fp8Layout::kTransposed, kept(site, true, true)};
+  const Fp8Source x_t{inp, N, C, Fp8Layout::kTransposed, kept(site, false, true)};
   if (dinp && fp8_dweight) {
     // dy once for both GEMMs (gpu::fp8_quantize_pair_async): row-major for the input gradient, transposed (kept in
     // slot t while the input gradient's GEMM runs) for the weight gradient's; W^T, then x^T, each as its GEMM comes.
     if (lap) (*lap)("bwd.fp8_cast");
     pair_cast(dout, N, OC, policy_.input_grad.a, policy_.weight_grad.a, s.a, s.t, ctx);
-    fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor}, {w, OC, C, Fp8Layout::kTransposed}, s.a, s.b,
-                dinp, C, dinp_write, ctx, lap, true, nullptr, nullptr, true);
-    fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, {inp, N, C, Fp8Layout::kTransposed}, s.t,
-                s.b, dweight, C, param_write, ctx, lap, true, nullptr, nullptr, true);
+    fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor}, w_t, s.a, s.b, dinp, C, dinp_write, ctx, lap,
+                true, nullptr, nullptr, true);
+    fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, x_t, s.t, s.b, dweight, C, param_write,
+                ctx, lap, true, nullptr, nullptr, true);
   } else {
     if (dinp)
-      fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor}, {w, OC, C, Fp8Layout::kTransposed}, s.a,
-                  s.b, dinp, C, dinp_write, ctx, lap, true);
+      fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor}, w_t, s.a, s.b, dinp, C, dinp_write, ctx,
+                  lap, true);
     if (fp8_dweight)
-      fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, {inp, N, C, Fp8Layout::kTransposed},
-                  s.a, s.b, dweight, C, param_write, ctx, lap, true);
+      fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, x_t, s.a, s.b, dweight, C, param_write,
+                  ctx, lap, true);
   }
   if (dweight && !fp8_dweight)
     gpu::matmul_backward<T>(nullptr, dweight, nullptr, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);

@@ -68,8 +68,8 @@ void CudaModelBase<T>::move_loss_sum(double* dst) {
 
 template <typename T>
 void CudaModelBase<T>::base_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, int C, int OC,
-                                    bool onto, OpTimer::Laps* lap) {
-  linear_.forward(out, inp, w, bias, onto ? out : nullptr, N, C, OC, ctx_, lap);
+                                    bool onto, OpTimer::Laps* lap, LinearSite site) {
+  linear_.forward(out, inp, w, bias, onto ? out : nullptr, N, C, OC, ctx_, lap, site);
 }
 
 template <typename T>

@@ -28,7 +28,7 @@ std::vector<LinearShape> block_linear_shapes(const ModelConfig& cfg) {
   for (const LoraLinear& l : lora_linears(cfg)) {
     if (!seen.insert(l.weight).second) continue;
     const TensorSpec& t = block.tensor(l.weight);
-    out.push_back({t.shape[0], t.shape[1]});
+    out.push_back({t.shape[0], t.shape[1], l.weight});
   }
   return out;
 }

@@ -4,7 +4,8 @@
 // random matrices of odd shapes and on ones with an all-zero row, float subnormals and magnitudes far apart; the first
 // non-finite element is refused with the CPU's error. gpu::fp8_quantize_matrix_async writes the same bytes on finite
 // input, and NaN codes and scales for the group of a non-finite element, the other groups unchanged;
-// gpu::fp8_quantize_pair_async's two casts equal the CPU's pair.
+// gpu::fp8_quantize_pair_async's two casts equal the CPU's pair, and the cast in two halves (fp8_maxima_async, then
+// fp8_quantize_with_maxima_async) the CPU's halves.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -154,6 +155,43 @@ TEST(Fp8Gpu, PairedCastsEqualTheCpusPair) {
             EXPECT_TRUE(same(to_host(qb, ib), wb)) << "transposed";
           }
         }
+}
+
+// The cast in two halves (the maxima, then the codes with them), what a layer's backward does with the maxima its
+// forward took: each half equals the CPU's, and the codes equal the one-step cast's, in both layouts (the maxima
+// taken once serve both).
+TEST(Fp8Gpu, MaximaTakenOnceCastBothLayoutsAsTheCpuDoes) {
+  ST_SKIP_WITHOUT_GPU();
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 33}, {136, 200}})
+    for (Fp8Scaling s : kScalings) {
+      SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " scaling " << static_cast<int>(s));
+      const std::vector<float> x = rows >= 4 ? adversarial(rows, cols) : test::random_input<float>(rows * cols, 2);
+      const int64_t groups = fp8_groups(s, rows, cols);
+      std::vector<unsigned> want_maxima(static_cast<size_t>(groups));
+      fp8_maxima(x.data(), rows, cols, s, want_maxima.data(), "x");
+      const DeviceBuffer<float> dx = test::to_device<float>(x);
+      DeviceBuffer<unsigned> maxima(groups);
+      test::GpuEnv env(gpu::fp8_quantize_scratch_bytes(groups));
+      gpu::fp8_maxima_async<float>(dx.data(), rows, cols, s, maxima.data(), env.ctx);
+      env.stream.synchronize();
+      std::vector<unsigned> got_maxima(static_cast<size_t>(groups));
+      ST_CUDA_CHECK(cudaMemcpy(got_maxima.data(), maxima.data(), maxima.bytes(), cudaMemcpyDeviceToHost));
+      EXPECT_EQ(got_maxima, want_maxima);
+      for (Fp8Layout l : {Fp8Layout::kRowMajor, Fp8Layout::kTransposed})
+        for (Fp8Format f : kFormats) {
+          DeviceBuffer<uint8_t> q(rows * cols);
+          DeviceBuffer<float> inverse(groups);
+          test::poison(q);
+          gpu::fp8_quantize_with_maxima_async<float>(dx.data(), rows, cols, f, s, true, l, maxima.data(), q.data(),
+                                                     inverse.data(), env.ctx);
+          env.stream.synchronize();
+          Casted cpu{std::vector<uint8_t>(x.size()), std::vector<float>(static_cast<size_t>(groups))};
+          fp8_quantize_with_maxima(x.data(), rows, cols, f, s, true, l, want_maxima.data(), cpu.q.data(),
+                                   cpu.inverse.data());
+          EXPECT_TRUE(same(to_host(q, inverse), cpu)) << to_string(f) << (l == Fp8Layout::kTransposed ? " t" : "");
+          EXPECT_TRUE(same(cpu, cpu_cast(x, rows, cols, f, s, true, l)));
+        }
+    }
 }
 
 TEST(Fp8Gpu, AsyncCastsEqualTheWaitingOnesOnFiniteInput) {

@@ -3,7 +3,7 @@
 // saturated at the largest finite value. Checked on every code's value, every midpoint between neighbouring codes and
 // the floats beside it, subnormals of both the format and float, random values over 40 binades, values past the
 // largest finite one; non-finite inputs are refused; scales map a tensor's largest magnitude onto the format's; a
-// transposed cast writes the same codes at the transposed places.
+// transposed cast writes the same codes at the transposed places; the groups' maxima are their largest magnitudes.
 #include "shardtrain/kernels/fp8.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -229,6 +230,32 @@ TEST(Fp8, TransposedCastsAreTheCodesTransposed) {
 // The three GEMMs of a linear layer on cast operands against fp32: forward (input and weight in E4M3), input gradient
 // (output gradient in E5M2, weight in E4M3), weight gradient (output gradient in E5M2, input in E4M3), tensorwise and
 // rowwise, at torchao's floors: 25 dB forward, 20 dB for the gradients' GEMMs (these shapes give about 28, 25, 25).
+// The maxima are each group's largest magnitude as float bits: by hand on a 2 x 3 matrix, for each grouping; a
+// non-finite element is refused naming it.
+TEST(Fp8, MaximaAreEachGroupsLargestMagnitudeAsFloatBits) {
+  const std::vector<float> x = {1.5f, -4.0f, 0.25f, -0.0f, 3.0f, -7.5f};  // [[1.5, -4, 0.25], [-0, 3, -7.5]]
+  auto maxima = [&](Fp8Scaling s) {
+    std::vector<unsigned> m(static_cast<size_t>(fp8_groups(s, 2, 3)));
+    fp8_maxima(x.data(), 2, 3, s, m.data(), "x");
+    std::vector<float> v(m.size());
+    std::memcpy(v.data(), m.data(), m.size() * sizeof(float));
+    return v;
+  };
+  EXPECT_EQ(maxima(Fp8Scaling::kTensor), (std::vector<float>{7.5f}));
+  EXPECT_EQ(maxima(Fp8Scaling::kRow), (std::vector<float>{4.0f, 7.5f}));
+  EXPECT_EQ(maxima(Fp8Scaling::kColumn), (std::vector<float>{1.5f, 4.0f, 7.5f}));
+  std::vector<float> bad = x;
+  bad[4] = NAN;
+  unsigned m = 0;
+  try {
+    fp8_maxima(bad.data(), 2, 3, Fp8Scaling::kTensor, &m, "dy");
+    ADD_FAILURE() << "a NaN was not refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find("dy: element 4 is nan"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Fp8, GemmsOfCastOperandsTrackFp32) {
   const int64_t N = 96, C = 128, OC = 80;
   const std::vector<float> x = normal(N * C, 1.0, 1), w = normal(OC * C, 0.02, 2), dy = normal(N * OC, 1e-3, 3);

@@ -68,6 +68,17 @@ enum class Fp8Layout { kRowMajor, kTransposed };
 void fp8_quantize_matrix(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
                          Fp8Layout layout, uint8_t* q, float* inverse_scales, const std::string& what);
 
+// fp8_quantize_matrix in two halves, for an operand cast twice with the same groups (a layer's weight, forward and then
+// transposed for the input gradient): fp8_maxima writes the groups' maxima (fp8_groups(scaling, rows, cols) of
+// them, each the bits of the group's largest |x| as a float: bits of non-negative floats order as the floats), and
+// fp8_quantize_with_maxima casts x with maxima so taken, in either layout; together they write fp8_quantize_matrix's
+// bytes. fp8_maxima refuses a non-finite element as fp8_quantize_matrix does.
+void fp8_maxima(const float* x, int64_t rows, int64_t cols, Fp8Scaling scaling, unsigned* maxima,
+                const std::string& what);
+void fp8_quantize_with_maxima(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling,
+                              bool power_of_2, Fp8Layout layout, const unsigned* maxima, uint8_t* q,
+                              float* inverse_scales);
+
 // One of the two casts of fp8_quantize_pair: its format, its groups, and where its codes and inverse scales go.
 struct Fp8Cast {
   Fp8Format format;

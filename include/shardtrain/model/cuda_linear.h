@@ -9,6 +9,12 @@
 //   linear.forward(a.qkv, a.norm1, p.qkvw, p.qkvb, nullptr, N, C, QKV, ctx);
 //   linear.backward(dx, dw, db, dqkv, a.norm1, p.qkvw, N, C, QKV, ctx, GradWrite::kOverwrite, GradWrite::kOverwrite);
 //
+// A call may name its site: its block and its weight (LinearSite). A forward so named keeps the maxima of its casts of
+// x and W where the backward casts them again with the same groups (the tensorwise recipe: one maximum a tensor both
+// times; rowwise groups x by rows forward and by columns backward), and that site's backward takes them instead of a
+// pass over x and W of its own. The backward must then follow its forward with the same x and W, as a step's does
+// (recompute runs the block's forward again first).
+//
 // The operands' codes live in ctx.scratch, the model's kernel scratch, from a layer's casts to its last GEMM: no
 // kernel in between uses it (the GEMMs get a context without it), and a kernel's scratch holds nothing from one call
 // to the next, so the codes cost no memory of their own where the attention's scratch is the larger
@@ -20,6 +26,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/cuda.h"
@@ -31,6 +39,12 @@
 
 namespace st {
 
+// Which of the blocks' linear layers a call runs: the block's index and the weight's name (block_linear_shapes).
+struct LinearSite {
+  int layer = -1;  // -1: unnamed, nothing kept
+  const char* weight = "";
+};
+
 template <typename T>
 class CudaLinear {
  public:
@@ -41,7 +55,9 @@ class CudaLinear {
   CudaLinear(const Fp8Policy& policy, const ModelConfig& cfg, int64_t max_rows);
 
   const Fp8Policy& policy() const { return policy_; }
-  int64_t allocated_bytes() const { return a_scales_.bytes() + b_scales_.bytes() + t_scales_.bytes() + maxima_.bytes(); }
+  int64_t allocated_bytes() const {
+    return a_scales_.bytes() + b_scales_.bytes() + t_scales_.bytes() + maxima_.bytes() + kept_.bytes();
+  }
   // The scratch each call's context must hold (0 without FP8).
   int64_t codes_bytes() const { return codes_bytes_; }
 
@@ -49,19 +65,27 @@ class CudaLinear {
   // With `lap` (the caller's profile of this pass), an FP8 layer's casts and GEMMs get laps of their own:
   // "fwd.fp8_cast" and "fwd.fp8_gemm" (backward: "bwd.*"); the caller names its next region itself.
   void forward(T* out, const T* inp, const T* w, const T* bias, const T* residual, int64_t N, int C, int OC,
-               const gpu::GpuContext& ctx, OpTimer::Laps* lap = nullptr);
+               const gpu::GpuContext& ctx, OpTimer::Laps* lap = nullptr, LinearSite site = {});
   // gpu::matmul_backward's gradients (dinp = dout @ w, dweight = dout^T @ inp, dbias = dout's column sums; any may be
   // null), written or added to as dinp_write and param_write say.
   void backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C, int OC,
-                const gpu::GpuContext& ctx, GradWrite dinp_write, GradWrite param_write, OpTimer::Laps* lap = nullptr);
+                const gpu::GpuContext& ctx, GradWrite dinp_write, GradWrite param_write, OpTimer::Laps* lap = nullptr,
+                LinearSite site = {});
 
  private:
+  // Where a cast's maxima go or come from: nowhere (the cast takes its own), into `at` (taken = false: the cast takes
+  // them there, for a later cast), or from `at` (taken = true).
+  struct Maxima {
+    unsigned* at = nullptr;
+    bool taken = false;
+  };
   // A GEMM operand's source: x [rows, cols], cast in its layout or transposed. As the GEMM reads it: gemm_rows() rows
   // of gemm_depth() codes.
   struct Fp8Source {
     const T* x;
     int64_t rows, cols;
     Fp8Layout layout;
+    Maxima maxima = {};
     int64_t gemm_rows() const { return layout == Fp8Layout::kRowMajor ? rows : cols; }
     int64_t gemm_depth() const { return layout == Fp8Layout::kRowMajor ? cols : rows; }
   };
@@ -83,9 +107,11 @@ class CudaLinear {
   void fp8_product(const Fp8Gemm& g, const Fp8Source& a, const Fp8Source& b, const Slot& sa, const Slot& sb, T* out,
                    int64_t ldo, GradWrite write, const gpu::GpuContext& ctx, OpTimer::Laps* lap, bool backward,
                    const T* bias = nullptr, const T* residual = nullptr, bool a_cast = false);
-  // x [rows, cols] cast as `op` says into `slot` (laid out as `layout`).
-  void cast(const T* x, int64_t rows, int64_t cols, const Fp8Operand& op, Fp8Layout layout, const Slot& slot,
-            const gpu::GpuContext& ctx);
+  // The source cast as `op` says into `slot`.
+  void cast(const Fp8Source& src, const Fp8Operand& op, const Slot& slot, const gpu::GpuContext& ctx);
+  // The kept maxima of a site's input (x) or weight (w), or none: an unnamed site, or a recipe whose backward groups
+  // them otherwise.
+  Maxima kept(LinearSite site, bool weight, bool taken);
   // dy [rows, cols] cast row-major into `row` and transposed into `tr` in one pass (gpu::fp8_quantize_pair_async).
   void pair_cast(const T* dy, int64_t rows, int64_t cols, const Fp8Operand& row_major, const Fp8Operand& transposed,
                  const Slot& row, const Slot& tr, const gpu::GpuContext& ctx);
@@ -98,6 +124,9 @@ class CudaLinear {
   int64_t codes_bytes_ = 0;
   DeviceBuffer<float> a_scales_, b_scales_, t_scales_;
   DeviceBuffer<unsigned char> maxima_;  // the casts' group maxima
+  std::vector<std::string> weights_;     // block_linear_shapes' names, a site's index
+  bool keep_x_ = false, keep_w_ = false;
+  DeviceBuffer<unsigned> kept_;  // [layer][weight][x, w]: one maximum each
 };
 
 }  // namespace st

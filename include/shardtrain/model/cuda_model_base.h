@@ -67,7 +67,7 @@ class CudaModelBase : public CudaUnitModel<T> {
   // An adapted base GEMM's forward, out[N, OC] = inp @ w^T + bias (linear_: in FP8 where the policy says), as
   // CudaLora::forward's base(onto) runs it: with onto, added to what out holds (the adapters' update).
   void base_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, int C, int OC, bool onto,
-                    OpTimer::Laps* lap = nullptr);
+                    OpTimer::Laps* lap, LinearSite site);
 
   ModelConfig cfg_;
   std::vector<UnitLayout> units_;

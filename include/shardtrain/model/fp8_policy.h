@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "shardtrain/core/config.h"
@@ -43,9 +44,11 @@ struct Fp8Policy {
 Fp8Policy fp8_policy(Fp8Recipe recipe);
 
 // The [out, in] shapes of the family's block matrices that train.fp8 may put in FP8 (each weight of lora_linears
-// once: llama's attn.qkv, attn.o, mlp.gate_up, mlp.down; gpt2's attn.qkv, attn.proj, mlp.fc, mlp.proj).
+// once, in its order: llama's attn.qkv, attn.o, mlp.gate_up, mlp.down; gpt2's attn.qkv, attn.proj, mlp.fc, mlp.proj),
+// with the weight's name.
 struct LinearShape {
   int64_t out = 0, in = 0;
+  std::string weight;
 };
 std::vector<LinearShape> block_linear_shapes(const ModelConfig& cfg);
 

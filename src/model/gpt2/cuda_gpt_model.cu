@@ -75,7 +75,8 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), 3 * C, a.ln1.data(), N, lap, ctx_,
                 [&](bool onto) {
                   lap("fwd.matmul");
-                  this->base_forward(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C, onto, &lap);
+                  this->base_forward(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C, onto, &lap,
+                                     {layer, "attn.qkv.weight"});
                 });
   lap("fwd.attention");
   if (cudnn_shape())
@@ -85,7 +86,7 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
     gpu::flash_attention_forward<T>(a.atty.data(), a.att_lse.data(), a.qkv.data(), static_cast<int>(B_),
                                     static_cast<int>(T_), C, cfg_.n_head, ctx_);
   lap("fwd.matmul_residual");
-  linear_.forward(a.res2.data(), a.atty.data(), p.projw, p.projb, x, N, C, C, ctx_, &lap);
+  linear_.forward(a.res2.data(), a.atty.data(), p.projw, p.projb, x, N, C, C, ctx_, &lap, {layer, "attn.proj.weight"});
   // The adapters of the residual GEMMs add to x + proj(atty): the CPU model's sum, in another order.
   lora_.forward(layer, "attn.proj.weight", block_params, a.res2.data(), C, a.atty.data(), N, lap, ctx_);
   lap("fwd.layernorm");
@@ -97,7 +98,8 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
     lora_.forward(layer, "mlp.fc.weight", block_params, a.fch.data(), 4 * C, a.ln2.data(), N, lap, ctx_,
                   [&](bool onto) {
                     lap("fwd.matmul");
-                    this->base_forward(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, onto, &lap);
+                    this->base_forward(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, onto, &lap,
+                                       {layer, "mlp.fc.weight"});
                   });
     lap("fwd.gelu");
     gpu::gelu_forward<T>(a.fch_gelu.data(), a.fch.data(), N * 4 * C, ctx_);
@@ -106,7 +108,8 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
     gpu::matmul_forward_gelu<T>(a.fch_gelu.data(), a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, ctx_);
   }
   lap("fwd.matmul_residual");
-  linear_.forward(out, a.fch_gelu.data(), p.fcprojw, p.fcprojb, a.res2.data(), N, 4 * C, C, ctx_, &lap);
+  linear_.forward(out, a.fch_gelu.data(), p.fcprojw, p.fcprojb, a.res2.data(), N, 4 * C, C, ctx_, &lap,
+                  {layer, "mlp.proj.weight"});
   lora_.forward(layer, "mlp.proj.weight", block_params, out, C, a.fch_gelu.data(), N, lap, ctx_);
 }
 
@@ -177,7 +180,7 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
                    lap, ctx, [&](bool onto) {
                      lap("bwd.matmul");
                      linear_.backward(dfch, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, N,
-                                      4 * C, C, ctx, base_write(onto), kOverwrite, &lap);
+                                      4 * C, C, ctx, base_write(onto), kOverwrite, &lap, {layer, "mlp.proj.weight"});
                    });
     lap("bwd.gelu");
     gpu::gelu_backward<T>(dfch, a.fch.data(), dfch, N * 4 * C, ctx, kOverwrite);
@@ -190,7 +193,7 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
                  ctx, [&](bool onto) {
                    lap("bwd.matmul");
                    linear_.backward(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx,
-                                    base_write(onto), kOverwrite, &lap);
+                                    base_write(onto), kOverwrite, &lap, {layer, "mlp.fc.weight"});
                  });
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln2w, g.ln2b, dbuf_c_.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
@@ -201,7 +204,7 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
                  N, lap, ctx, [&](bool onto) {
                    lap("bwd.matmul");
                    linear_.backward(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C,
-                                    ctx, base_write(onto), kOverwrite, &lap);
+                                    ctx, base_write(onto), kOverwrite, &lap, {layer, "attn.proj.weight"});
                  });
   if (cudnn_shape()) {  // overwrites dqkv
     lap("bwd.attention");
@@ -219,7 +222,7 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
                  N, lap, ctx, [&](bool onto) {
                    lap("bwd.matmul");
                    linear_.backward(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C,
-                                    ctx, base_write(onto), kOverwrite, &lap);
+                                    ctx, base_write(onto), kOverwrite, &lap, {layer, "attn.qkv.weight"});
                  });
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln1w, g.ln1b, dbuf_c_.data(), x, p.ln1w, a.ln1_mean.data(),

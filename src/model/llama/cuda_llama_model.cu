@@ -100,7 +100,8 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), QKV, a.norm1.data(), N, lap, ctx_,
                 [&](bool onto) {
                   lap("fwd.matmul");
-                  this->base_forward(a.qkv.data(), a.norm1.data(), p.qkvw, p.qkvb, N, C, QKV, onto, &lap);
+                  this->base_forward(a.qkv.data(), a.norm1.data(), p.qkvw, p.qkvb, N, C, QKV, onto, &lap,
+                                     {layer, "attn.qkv.weight"});
                 });
   lap("fwd.rope");
   gpu::rope_forward<T>(a.qkv.data(), rope_cos_.data(), rope_sin_.data(), B_, T_, cfg_.n_head, cfg_.kv_heads(),
@@ -108,7 +109,7 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   lap("fwd.attention");
   attention_forward(a);
   lap("fwd.matmul_residual");
-  linear_.forward(a.res2.data(), a.atty.data(), p.ow, nullptr, x, N, C, C, ctx_, &lap);
+  linear_.forward(a.res2.data(), a.atty.data(), p.ow, nullptr, x, N, C, C, ctx_, &lap, {layer, "attn.o.weight"});
   // The adapter adds to x + o(atty): the CPU model's sum, in another order.
   lora_.forward(layer, "attn.o.weight", block_params, a.res2.data(), C, a.atty.data(), N, lap, ctx_);
   lap("fwd.rmsnorm");
@@ -116,12 +117,13 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   lora_.forward(layer, "mlp.gate_up.weight", block_params, a.gate_up.data(), 2 * F, a.norm2.data(), N, lap, ctx_,
                 [&](bool onto) {
                   lap("fwd.matmul");
-                  this->base_forward(a.gate_up.data(), a.norm2.data(), p.gate_up, nullptr, N, C, 2 * F, onto, &lap);
+                  this->base_forward(a.gate_up.data(), a.norm2.data(), p.gate_up, nullptr, N, C, 2 * F, onto, &lap,
+                                     {layer, "mlp.gate_up.weight"});
                 });
   lap("fwd.swiglu");
   gpu::swiglu_forward<T>(a.mlp.data(), a.gate_up.data(), N, F, ctx_);
   lap("fwd.matmul_residual");
-  linear_.forward(out, a.mlp.data(), p.down, nullptr, a.res2.data(), N, F, C, ctx_, &lap);
+  linear_.forward(out, a.mlp.data(), p.down, nullptr, a.res2.data(), N, F, C, ctx_, &lap, {layer, "mlp.down.weight"});
   lora_.forward(layer, "mlp.down.weight", block_params, out, C, a.mlp.data(), N, lap, ctx_);
 }
 
@@ -204,7 +206,7 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
                  lap, ctx_, [&](bool onto) {
                    lap("bwd.matmul");
                    linear_.backward(dmlp_.data(), g.down, nullptr, dresid_.data(), a.mlp.data(), p.down, N, F, C, ctx_,
-                                    base_write(onto), kOverwrite, &lap);
+                                    base_write(onto), kOverwrite, &lap, {layer, "mlp.down.weight"});
                  });
   lap("bwd.swiglu");
   gpu::swiglu_backward<T>(dgate_up_.data(), dmlp_.data(), a.gate_up.data(), N, F, ctx_, kOverwrite);
@@ -212,7 +214,7 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
                  a.norm2.data(), N, lap, ctx_, [&](bool onto) {
                    lap("bwd.matmul");
                    linear_.backward(dbuf_c_.data(), g.gate_up, nullptr, dgate_up_.data(), a.norm2.data(), p.gate_up, N,
-                                    C, 2 * F, ctx_, base_write(onto), kOverwrite, &lap);
+                                    C, 2 * F, ctx_, base_write(onto), kOverwrite, &lap, {layer, "mlp.gate_up.weight"});
                  });
   lap("bwd.rmsnorm");
   gpu::rmsnorm_backward<T>(dresid_.data(), g.mlp_norm, dbuf_c_.data(), a.res2.data(), p.mlp_norm, a.rstd2.data(), N, C,
@@ -223,7 +225,7 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
                  lap, ctx_, [&](bool onto) {
                    lap("bwd.matmul");
                    linear_.backward(dbuf_c_.data(), g.ow, nullptr, dresid_.data(), a.atty.data(), p.ow, N, C, C, ctx_,
-                                    base_write(onto), kOverwrite, &lap);
+                                    base_write(onto), kOverwrite, &lap, {layer, "attn.o.weight"});
                  });
   attention_backward(a, lap);
   lap("bwd.rope");  // d(rotated q, k) -> d(q, k) as the qkv matmul produced them
@@ -233,7 +235,7 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
                  N, lap, ctx_, [&](bool onto) {
                    lap("bwd.matmul");
                    linear_.backward(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.norm1.data(), p.qkvw, N, C, QKV,
-                                    ctx_, base_write(onto), kOverwrite, &lap);
+                                    ctx_, base_write(onto), kOverwrite, &lap, {layer, "attn.qkv.weight"});
                  });
   lap("bwd.rmsnorm");
   gpu::rmsnorm_backward<T>(dresid_.data(), g.attn_norm, dbuf_c_.data(), x, p.attn_norm, a.rstd1.data(), N, C, ctx_,

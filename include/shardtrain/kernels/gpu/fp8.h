@@ -39,6 +39,18 @@ template <typename T>
 void fp8_quantize_matrix_async(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
                                Fp8Layout layout, uint8_t* q, float* inverse_scales, const GpuContext& ctx);
 
+// st::fp8_maxima and st::fp8_quantize_with_maxima, launched on ctx.stream without waiting: fp8_quantize_matrix_async
+// in two halves, so that an operand cast twice with the same groups takes its maxima once (a non-finite element
+// leaves its group's maximum non-finite, and the cast then turns the group into NaNs). The second needs
+// fp8_quantize_scratch_bytes(groups) of ctx.scratch; the first none.
+template <typename T>
+void fp8_maxima_async(const T* x, int64_t rows, int64_t cols, Fp8Scaling scaling, unsigned* maxima,
+                      const GpuContext& ctx);
+template <typename T>
+void fp8_quantize_with_maxima_async(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling,
+                                    bool power_of_2, Fp8Layout layout, const unsigned* maxima, uint8_t* q,
+                                    float* inverse_scales, const GpuContext& ctx);
+
 // st::fp8_quantize_pair's two casts, launched on ctx.stream as fp8_quantize_matrix_async is (no wait; a non-finite
 // element gives NaN codes and scales), from one read of x where rows and columns are multiples of 8: each tile of x
 // gives both codes. The groups' maxima are one pass over x when both casts group alike, one each otherwise. Needs
