@@ -150,8 +150,8 @@ void run(int64_t rows, int64_t C, int64_t F, int64_t QKV, int iters) {
       });
     }
     const double pair_bytes = 4.0 * static_cast<double>(N * out_f);  // 2 B read, 2 x 1 B written
-    std::printf("%-12s %-10s %9s %9s %9s %9.3f %9.3f   (%.0f / %.0f GB/s)\n", l.name, "dy pair", "", "", "",
-                pair_ms[0], pair_ms[1], pair_bytes / (pair_ms[0] * 1e6), pair_bytes / (pair_ms[1] * 1e6));
+    std::printf("%-12s %-10s %9s %9s %9s %9.3f %9.3f   (%.0f / %.0f GB/s)\n", l.name, "dy pair", "", "", "", pair_ms[0],
+                pair_ms[1], pair_bytes / (pair_ms[0] * 1e6), pair_bytes / (pair_ms[1] * 1e6));
   }
   std::printf("%-23s %9.3f %9.3f %9.3f %9.3f %9.3f   a block, all GEMMs and casts\n", "total", total_bf16, total_t,
               total_r, cast_t, cast_r);

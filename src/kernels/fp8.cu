@@ -175,9 +175,7 @@ struct Codes {
 };
 
 // The scale of element (r, c).
-__device__ __forceinline__ float scale_at(const Codes& o, int64_t r, int64_t c) {
-  return o.scale[group_of(o.s, r, c)];
-}
+__device__ __forceinline__ float scale_at(const Codes& o, int64_t r, int64_t c) { return o.scale[group_of(o.s, r, c)]; }
 
 // The codes of V elements v of row r from column c on, each with its own scale only where the groups are columns.
 template <int V>
@@ -279,7 +277,8 @@ __global__ void __launch_bounds__(kThreads)
     const Pack<uint8_t, kVec> codes = encode_pack<kVec>(v, r, c, t);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) tile[lane8 * kVec + k][i] = codes.v[k];
-    if (row.q != nullptr) *reinterpret_cast<Pack<uint8_t, kVec>*>(row.q + r * cols + c) = encode_pack<kVec>(v, r, c, row);
+    if (row.q != nullptr)
+      *reinterpret_cast<Pack<uint8_t, kVec>*>(row.q + r * cols + c) = encode_pack<kVec>(v, r, c, row);
   }
   __syncthreads();
   for (int j = line; j < kWideTile; j += kThreads / 8) {
@@ -380,7 +379,8 @@ void enqueue_codes(const T* x, int64_t rows, int64_t cols, Fp8Layout layout, boo
     cast_transposed_packed_kernel<T><<<tile_grid(rows, cols, kWideTile), kThreads, 0, ctx.stream>>>(
         x, rows, cols, o, Codes{o.s, nullptr, o.format, nullptr});
   } else {
-    cast_transposed_kernel<T><<<tile_grid(rows, cols, kTile), dim3(kTile, kTileRows), 0, ctx.stream>>>(x, rows, cols, o);
+    cast_transposed_kernel<T>
+        <<<tile_grid(rows, cols, kTile), dim3(kTile, kTileRows), 0, ctx.stream>>>(x, rows, cols, o);
   }
   ST_CUDA_CHECK_LAUNCH();
 }
@@ -475,7 +475,8 @@ void fp8_quantize_pair_async(const T* x, int64_t rows, int64_t cols, bool power_
   const Codes a{row_major.scaling, s.scale, interpretation(row_major.format), row_major.q};
   const Codes b{transposed.scaling, s.scale + ga, interpretation(transposed.format), transposed.q};
   if (packed) {  // one read of x for both
-    cast_transposed_packed_kernel<T><<<tile_grid(rows, cols, kWideTile), kThreads, 0, ctx.stream>>>(x, rows, cols, b, a);
+    cast_transposed_packed_kernel<T>
+        <<<tile_grid(rows, cols, kWideTile), kThreads, 0, ctx.stream>>>(x, rows, cols, b, a);
     ST_CUDA_CHECK_LAUNCH();
   } else {
     enqueue_codes(x, rows, cols, Fp8Layout::kRowMajor, false, a, ctx);
@@ -483,16 +484,16 @@ void fp8_quantize_pair_async(const T* x, int64_t rows, int64_t cols, bool power_
   }
 }
 
-#define ST_INSTANTIATE_FP8_CAST(T)                                                                                   \
-  template void fp8_quantize_matrix<T>(const T*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool, Fp8Layout, uint8_t*, \
-                                       float*, const std::string&, const GpuContext&);                               \
-  template void fp8_quantize_matrix_async<T>(const T*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool, Fp8Layout,     \
-                                             uint8_t*, float*, const GpuContext&);                                   \
-  template void fp8_quantize_pair_async<T>(const T*, int64_t, int64_t, bool, const Fp8Cast&, const Fp8Cast&,        \
-                                           const GpuContext&);                                                     \
-  template void fp8_maxima_async<T>(const T*, int64_t, int64_t, Fp8Scaling, unsigned*, const GpuContext&);         \
-  template void fp8_quantize_with_maxima_async<T>(const T*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool,          \
-                                                  Fp8Layout, const unsigned*, uint8_t*, float*, const GpuContext&);
+#define ST_INSTANTIATE_FP8_CAST(T)                                                                                    \
+  template void fp8_quantize_matrix<T>(const T*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool, Fp8Layout, uint8_t*,  \
+                                       float*, const std::string&, const GpuContext&);                                \
+  template void fp8_quantize_matrix_async<T>(const T*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool, Fp8Layout,      \
+                                             uint8_t*, float*, const GpuContext&);                                    \
+  template void fp8_quantize_pair_async<T>(const T*, int64_t, int64_t, bool, const Fp8Cast&, const Fp8Cast&,          \
+                                           const GpuContext&);                                                        \
+  template void fp8_maxima_async<T>(const T*, int64_t, int64_t, Fp8Scaling, unsigned*, const GpuContext&);            \
+  template void fp8_quantize_with_maxima_async<T>(const T*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool, Fp8Layout, \
+                                                  const unsigned*, uint8_t*, float*, const GpuContext&);
 
 ST_INSTANTIATE_FP8_CAST(float)
 ST_INSTANTIATE_FP8_CAST(bf16)

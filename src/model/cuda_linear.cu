@@ -38,7 +38,8 @@ CudaLinear<T>::CudaLinear(const Fp8Policy& policy, const ModelConfig& cfg, int64
   };
   keep_x_ = whole(policy.forward.a, policy.weight_grad.b);
   keep_w_ = whole(policy.forward.b, policy.input_grad.b);
-  if (keep_x_ || keep_w_) kept_ = DeviceBuffer<unsigned>(int64_t{cfg.n_layer} * std::max<int64_t>(1, weights_.size()) * 2);
+  if (keep_x_ || keep_w_)
+    kept_ = DeviceBuffer<unsigned>(int64_t{cfg.n_layer} * std::max<int64_t>(1, weights_.size()) * 2);
 }
 
 template <typename T>
@@ -106,10 +107,9 @@ void CudaLinear<T>::pair_cast(const T* dy, int64_t rows, int64_t cols, const Fp8
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
     ST_CHECK(rows * cols <= std::min(row.capacity, tr.capacity), "FP8 cast of ", rows, " x ", cols,
              " past the workspace sized for ", std::min(row.capacity, tr.capacity), " codes");
-    gpu::fp8_quantize_pair_async<T>(dy, rows, cols, policy_.power_of_2,
-                                    {row_major.format, row_major.scaling, row.codes, row.inverse_scales},
-                                    {transposed.format, transposed.scaling, tr.codes, tr.inverse_scales},
-                                    with_maxima(ctx));
+    gpu::fp8_quantize_pair_async<T>(
+        dy, rows, cols, policy_.power_of_2, {row_major.format, row_major.scaling, row.codes, row.inverse_scales},
+        {transposed.format, transposed.scaling, tr.codes, tr.inverse_scales}, with_maxima(ctx));
   } else {
     ST_CHECK(false, "train.fp8 computes in bf16 or fp32");
   }
@@ -168,12 +168,12 @@ void CudaLinear<T>::backward(T* dinp, T* dweight, T* dbias, const T* dout, const
     pair_cast(dout, N, OC, policy_.input_grad.a, policy_.weight_grad.a, s.a, s.t, ctx);
     fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor}, w_t, s.a, s.b, dinp, C, dinp_write, ctx, lap,
                 true, nullptr, nullptr, true);
-    fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, x_t, s.t, s.b, dweight, C, param_write,
-                ctx, lap, true, nullptr, nullptr, true);
+    fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, x_t, s.t, s.b, dweight, C, param_write, ctx,
+                lap, true, nullptr, nullptr, true);
   } else {
     if (dinp)
-      fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor}, w_t, s.a, s.b, dinp, C, dinp_write, ctx,
-                  lap, true);
+      fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor}, w_t, s.a, s.b, dinp, C, dinp_write, ctx, lap,
+                  true);
     if (fp8_dweight)
       fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, x_t, s.a, s.b, dweight, C, param_write,
                   ctx, lap, true);

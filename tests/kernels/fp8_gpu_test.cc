@@ -40,7 +40,8 @@ Casted cpu_cast(const std::vector<float>& x, int64_t rows, int64_t cols, Fp8Form
 
 Casted to_host(const DeviceBuffer<uint8_t>& q, const DeviceBuffer<float>& inverse) {
   ST_CUDA_CHECK(cudaDeviceSynchronize());
-  Casted c{std::vector<uint8_t>(static_cast<size_t>(q.size())), std::vector<float>(static_cast<size_t>(inverse.size()))};
+  Casted c{std::vector<uint8_t>(static_cast<size_t>(q.size())),
+           std::vector<float>(static_cast<size_t>(inverse.size()))};
   ST_CUDA_CHECK(cudaMemcpy(c.q.data(), q.data(), q.bytes(), cudaMemcpyDeviceToHost));
   ST_CUDA_CHECK(cudaMemcpy(c.inverse.data(), inverse.data(), inverse.bytes(), cudaMemcpyDeviceToHost));
   return c;

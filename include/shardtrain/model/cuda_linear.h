@@ -124,7 +124,7 @@ class CudaLinear {
   int64_t codes_bytes_ = 0;
   DeviceBuffer<float> a_scales_, b_scales_, t_scales_;
   DeviceBuffer<unsigned char> maxima_;  // the casts' group maxima
-  std::vector<std::string> weights_;     // block_linear_shapes' names, a site's index
+  std::vector<std::string> weights_;    // block_linear_shapes' names, a site's index
   bool keep_x_ = false, keep_w_ = false;
   DeviceBuffer<unsigned> kept_;  // [layer][weight][x, w]: one maximum each
 };

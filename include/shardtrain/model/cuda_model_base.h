@@ -32,8 +32,8 @@ class CudaModelBase : public CudaUnitModel<T> {
   void head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
                              T* head_grads, T* emb_grads) override;
   void head_forward(const T* head_params, const T* emb_params, const int32_t* targets) override;
-  // Allocates the FP8 scales of the blocks' linear layers (nothing without FP8); checks that the context's scratch holds
-  // their codes.
+  // Allocates the FP8 scales of the blocks' linear layers (nothing without FP8); checks that the context's scratch
+  // holds their codes.
   void set_fp8(const Fp8Policy& policy) override;
   int64_t fp8_workspace_bytes() const override { return linear_.allocated_bytes(); }
   void set_dropout_batch(uint64_t seed, int64_t first_sequence) override {
