@@ -20,9 +20,9 @@
 # part): configs/smollm2-360m.ini's shape with the GPT-2 vocabulary (50257), T 1024, micro and global batch 16 (16,384
 # tokens a step; STEPS steps, default 1000, read the training text about once, so that the validation loss measures
 # the model, not how much of the text it memorised), AdamW at lr 1e-3 (warm-up 100 steps, cosine to 1e-4), weight
-# decay 0.1, clip 1, seed 1234, validation every 100 steps over 55 batches (901k tokens: the held-out set). `off` is bf16, `tensorwise`
-# and `rowwise` the recipes, `off-seed1235` bf16 at seed 1235: the spread two bf16 runs show by seed alone. Each
-# run's metrics go to OUT/<run>.jsonl. `report`: the curves over each other in OUT/fp8_vs_bf16.svg, and a table of
+# decay 0.1, clip 1, seed 1234, validation every 100 steps over 55 batches (901k tokens: the held-out set). `off` is
+# bf16, `tensorwise` and `rowwise` the recipes, `off-seed1235` bf16 at seed 1235: the spread two bf16 runs show by
+# seed alone. Each run's metrics go to OUT/<run>.jsonl. `report`: the curves over each other in OUT/fp8_vs_bf16.svg, and a table of
 # each run's final validation loss, its difference from bf16's, and its largest loss spike (the most a step's loss
 # exceeds the median of the 20 steps before it).
 set -euo pipefail
