@@ -4,7 +4,7 @@
 // codes, and the GEMMs differ in accumulation only: the FP8 tensor cores keep about 13 mantissa bits between
 // cuBLASLt's fp32 promotions); in bf16, the loss within 2e-2 and the gradients above 20 dB (torchao's floor for FP8
 // against its reference). Training in FP8 tracks bf16's losses within 1% over four steps; recompute repeats the same
-// bits; LoRA's adapters train on an FP8 base as on the CPU.
+// bits; LoRA's adapters train on an FP8 base as on the CPU; optimizer offload trains what the device optimizer does.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -84,6 +84,29 @@ TEST(Fp8Cuda, LoraTrainsItsAdaptersOnAnFp8BaseAsTheCpuDoes) {
       EXPECT_NEAR(gpu.losses[0], cpu.losses[0], 1e-3 * cpu.losses[0]);
       for (size_t u = 0; u < cpu.grads0.size(); ++u)
         if (!cpu.grads0[u].empty()) EXPECT_GT(testing::snr_db(cpu.grads0[u], gpu.grads0[u]), 30.0) << "unit " << u;
+    }
+}
+
+// Optimizer offload under FP8: the host AdamW trains what the device AdamW trains, bit for bit, whether the host also
+// holds the compute parameters (uploaded to other buffers for the backward than for the forward: the backward's casts
+// take the maxima its forward kept by layer and weight, not by address). 12 micro-batches a step: the gradients
+// accumulate across FP8 backwards.
+TEST(Fp8Cuda, OffloadTrainsWhatTheDeviceOptimizerTrains) {
+  ST_SKIP_WITHOUT_FP8();
+  for (ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama})
+    for (Fp8Recipe recipe : recipes()) {
+      SCOPED_TRACE(std::string(to_string(arch)) + " " + to_string(recipe));
+      const Config base = testing::fp8_tiny(arch, recipe, Device::kCuda, DType::kBF16);
+      ASSERT_EQ(base.train.global_batch / base.train.micro_batch, 12);
+      const testing::Trace want = train(base, 3);
+      for (OffloadMode mode : {OffloadMode::kOptimizer, OffloadMode::kOptimizerParams}) {
+        Config c = base;
+        c.optim.offload = mode;
+        c.optim.offload_threads = 2;
+        const testing::Trace got = train(c, 3);
+        EXPECT_EQ(got.losses, want.losses) << to_string(mode);
+        EXPECT_EQ(got.params, want.params) << to_string(mode);
+      }
     }
 }
 
