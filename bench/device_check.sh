@@ -27,6 +27,7 @@
 # BENCH_EXTRAS=0 skips both.
 # The ckpt stage runs bench/ckpt_stall.sh for GPT-2 124M at micro batch 16 on two GPUs (one where there is one), with
 # and without background saves every 20 steps (CKPT_STEPS steps, default 100).
+# With SHARDTRAIN_PROFILE_OPS=1, each of our cases prints its op profile (GPU time per op and step) after the table.
 # Each training run (ours or the peer's) still going after BENCH_TIMEOUT seconds (default 300; 0: no limit) is
 # stopped and its row reads FAILED, so one hung case cannot spend the whole device call.
 set -uo pipefail
@@ -100,6 +101,7 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
   printf '#!/bin/sh\nexport SHARDTRAIN_NODE_ID="${OMPI_COMM_WORLD_RANK:-0}"\nexec %s/shardtrain "$@"\n' \
     "$(cd "$BUILD" && pwd)" >"$nodes_build/shardtrain"
   chmod +x "$nodes_build/shardtrain"
+  profiles=()
   table=("$(printf '%-22s %-13s %-10s %-7s %-14s %-10s %-11s %-9s %-10s %s' case system tok/s mfu "peak GiB/rank" \
     "median ms" "compute ms" "comm ms" "ours/fsdp2" "SM MHz / W / power-capped (ours)")")
   for c in $BENCH_CASES; do
@@ -139,6 +141,9 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
       "${ours_flags[@]}")
     if [[ $row == FAILED* ]]; then table+=("$(printf '%-22s %-13s %s' "$tag" shardtrain "$row")"); continue; fi
     read -r tok mfu peak ms compute comm _ sm watts capped _ <<<"$row"
+    if [[ ${SHARDTRAIN_PROFILE_OPS:-0} == 1 ]]; then
+      profiles+=("$tag:" "$(awk '/op profile/ {on = 1} on {print} on && / total / {exit}' "$(ls -t "$OUT"/tt/*.log | head -1)")")
+    fi
     table+=("$(printf '%-22s %-13s %-10s %-7s %-14s %-10s %-11s %-9s %-10s %s' "$tag" shardtrain "$tok" "$mfu" "$peak" \
       "$ms" "$compute" "$comm" "" "$sm / $watts / $capped")")
     if [[ -f $peer ]]; then
@@ -162,6 +167,7 @@ PY
     fi
   done
   printf '%s\n' "${table[@]}" | tee "$OUT/bench_table.txt"
+  [[ ${#profiles[@]} -gt 0 ]] && printf '%s\n' "${profiles[@]}"
   [[ ${BENCH_EXTRAS:-1} == 1 ]] && "$BUILD/bench_gemm_shapes" --rows 16384 --n-embd 768 2>&1 | tee "$OUT/gemm_shapes.txt"
   if [[ ${BENCH_EXTRAS:-1} == 1 && $(nvidia-smi -L | wc -l) -ge 2 ]]; then
     mpirun --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
