@@ -23,7 +23,9 @@
 #include "../common/temp_dir.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/shard/model_backend.h"
+#include "shardtrain/train/step_engine.h"
 
 namespace st::testing {
 
@@ -119,6 +121,19 @@ inline std::vector<float> pattern(size_t n, uint32_t salt) {
     std::memcpy(&out[i], &b, 4);
   }
   return out;
+}
+
+// The random model that train.seed draws for c.model without its adapters (base_model), written as a GPT-2 file at
+// `path` (write_hf_gpt2): a base for init.from.
+inline void write_seed_model(const Config& c, const std::string& path) {
+  Config base = c;
+  base.model = base_model(c.model);
+  SoloCommunicator solo;
+  StepEngine e(base, solo);
+  const std::vector<std::vector<float>> full = e.gather_params();
+  std::vector<const float*> ptrs;
+  for (const std::vector<float>& f : full) ptrs.push_back(f.data());
+  write_hf_gpt2(path, base.model, e.units(), ptrs);
 }
 
 // The elements of a tensor of this shape (1 for a scalar).
