@@ -100,7 +100,7 @@ void store_frozen(const UnitLayout& u, const Config& cfg, std::vector<float>* fr
 
 CheckpointWeights read_checkpoint_weights(const std::string& step_dir, const Config& cfg, LoraBaseCheck base_check) {
   const std::string manifest_path = (std::filesystem::path(step_dir) / "manifest.json").string();
-  const Manifest m = open_checkpoint(step_dir);
+  Manifest m = open_checkpoint(step_dir);
   check_model_matches(m, cfg.model, manifest_path);
   // The base first: a changed base file stops the read before any rank file is opened.
   if (m.model.lora.enabled() && base_check == LoraBaseCheck::kCheck)
@@ -129,8 +129,7 @@ CheckpointWeights read_checkpoint_weights(const std::string& step_dir, const Con
   }
   CheckpointWeights w;
   w.units = merge_lora(cfg.model, units, views.take_full());
-  w.step = m.step;
-  w.world_size = m.world_size;
+  w.manifest = std::move(m);
   return w;
 }
 

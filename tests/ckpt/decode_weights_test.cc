@@ -5,7 +5,6 @@
 #include "shardtrain/ckpt/decode_weights.h"
 
 #include <gtest/gtest.h>
-#include <hdf5.h>
 
 #include <filesystem>
 #include <string>
@@ -113,8 +112,8 @@ TEST_F(DecodeWeightsTest, CheckpointWeightsAreTheEnginesAtAnyWriterWorldSize) {
       const std::string what = str_cat(to_string(c.model.arch), ", written by ", world);
       const std::string step = train_and_save(c, world);
       const CheckpointWeights w = read_checkpoint_weights(step, c);
-      EXPECT_EQ(w.step, 3) << what;
-      EXPECT_EQ(w.world_size, world) << what;
+      EXPECT_EQ(w.manifest.step, 3) << what;
+      EXPECT_EQ(w.manifest.world_size, world) << what;
       ASSERT_EQ(w.units.size(), static_cast<size_t>(c.model.n_layer + 2)) << what;
       expect_same_bits(w.units, engine_weights(step, c), what);
       fs::remove_all(c.ckpt.dir);
@@ -142,9 +141,9 @@ TEST_F(DecodeWeightsTest, LoraCheckpointsMergeTheBaseTheEngineHolds) {
   }
   for (const Config& c : cases) {
     for (int world : {1, 3}) {
-      const std::string what = str_cat(to_string(c.model.arch), " base ",
-                                       c.init.from.empty() ? std::string("from the seed") : c.init.from, " in ",
-                                       to_string(c.model.lora.base_dtype), ", written by ", world);
+      const std::string what =
+          str_cat(to_string(c.model.arch), " base ", c.init.from.empty() ? std::string("from the seed") : c.init.from,
+                  " in ", to_string(c.model.lora.base_dtype), ", written by ", world);
       const std::string step = train_and_save(c, world);
       const CheckpointWeights w = read_checkpoint_weights(step, c);
       const std::vector<std::vector<float>> want = engine_weights(step, c);
@@ -218,15 +217,7 @@ TEST_F(DecodeWeightsTest, MissingFilesAndDatasetsAreRefusedNamingThem) {
   const std::string step = train_and_save(cfg_, 3);
   // A rank file's parameter dataset gone (its link removed; the file keeps the manifest's size).
   const std::string file1 = step + "/rank_00001.h5";
-  const uintmax_t size = fs::file_size(file1);
-  {
-    const hid_t f = H5Fopen(file1.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    ASSERT_GE(f, 0);
-    ASSERT_GE(H5Ldelete(f, "/units/block.0/param", H5P_DEFAULT), 0);
-    ASSERT_GE(H5Fclose(f), 0);
-  }
-  ASSERT_LE(fs::file_size(file1), size);
-  fs::resize_file(file1, size);
+  testing::remove_dataset_keeping_size(file1, "/units/block.0/param");
   std::string msg = bad_input_message([&] { read_checkpoint_weights(step, cfg_); });
   EXPECT_TRUE(contains(msg, file1 + ": dataset /units/block.0/param is missing")) << msg;
   // A rank file gone.
@@ -252,7 +243,8 @@ TEST_F(DecodeWeightsTest, AChangedLoraBaseIsRefusedNamingTheFile) {
   write_gpt2_base(other, c.init.from);
   const std::string msg = bad_input_message([&] { read_checkpoint_weights(step, c); });
   EXPECT_TRUE(contains(msg, step + "/manifest.json: the base file base.h5 in init.from " + c.init.from +
-                                " changed since the adapters were trained on it")) << msg;
+                                " changed since the adapters were trained on it"))
+      << msg;
   EXPECT_TRUE(contains(msg, "the checkpoint recorded " + recorded)) << msg;
   EXPECT_EQ(read_checkpoint_weights(step, c, LoraBaseCheck::kSkip).units.size(), 4u);
   // A base drawn from the seed needs the checkpoint's seed.
@@ -262,8 +254,10 @@ TEST_F(DecodeWeightsTest, AChangedLoraBaseIsRefusedNamingTheFile) {
   Config reseeded = seeded;
   reseeded.train.seed += 1;
   const std::string seed_msg = bad_input_message([&] { read_checkpoint_weights(step2, reseeded); });
-  EXPECT_TRUE(contains(seed_msg, "the adapters were trained on the random base of train.seed 1337, and this run's is "
-                                 "train.seed 1338")) << seed_msg;
+  EXPECT_TRUE(contains(seed_msg,
+                       "the adapters were trained on the random base of train.seed 1337, and this run's is "
+                       "train.seed 1338"))
+      << seed_msg;
 }
 
 TEST_F(DecodeWeightsTest, InitFromRefusesALoraModel) {

@@ -18,10 +18,10 @@
 //    (init_unit_range).
 #pragma once
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "shardtrain/ckpt/manifest.h"
 #include "shardtrain/core/config.h"
 
 namespace st {
@@ -33,8 +33,7 @@ enum class LoraBaseCheck { kCheck, kSkip };
 
 struct CheckpointWeights {
   std::vector<std::vector<float>> units;  // base_model(cfg.model)'s units, each its full flat fp32 buffer
-  int64_t step = 0;                       // the checkpoint's step
-  int world_size = 0;                     // the ranks that wrote it
+  Manifest manifest;                      // the checkpoint's: its step, the ranks that wrote it, a LoRA base's files
 };
 
 // The weights of committed checkpoint `step_dir`, whatever world size wrote it. The checkpoint is checked as every
