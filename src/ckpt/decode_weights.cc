@@ -3,7 +3,9 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "shardtrain/ckpt/checkpoint_check.h"
 #include "shardtrain/ckpt/init_from.h"

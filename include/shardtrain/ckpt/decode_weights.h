@@ -9,7 +9,8 @@
 //   std::unique_ptr<Decoder> d = make_decoder(decode, std::move(w.units));
 //
 // Both give the buffers a training engine of `cfg` gives after loading the same source (StepEngine::gather_params,
-// merged with merge_lora), bit for bit, on either device:
+// merged with merge_lora), bit for bit (tests/ckpt/decode_weights_test.cc, on the CPU backend; for train.device = cuda
+// by storing the base as the CUDA backend stores it):
 //  * the trainable tensors as stored, in fp32;
 //  * a LoRA checkpoint's frozen base (the files of init.from, else drawn from train.seed) as the backend stores it:
 //    an NF4 block's (lora.base_dtype = nf4) quantised and dequantised (model/nf4_base.h); any other frozen tensor
