@@ -1,55 +1,76 @@
-// `shardtrain generate`: text (or token ids) from a committed checkpoint, decoded with a key/value cache.
+// `shardtrain generate`: text (or token ids) from a committed checkpoint or from init.from's weights, decoded with a
+// key/value cache.
 //
-// The config comes from the checkpoint's manifest, with overrides that may change anything but the model
-// (train.device picks the decoder's device, train.dtype its compute type on cuda). Every rank (under mpirun) loads the
-// checkpoint at its world size, gathers the full weights and decodes the same tokens with the same seed; the ranks
-// check token by token that they agree, and rank 0 prints each token as it comes (generate_output.h): the generated
-// text (--prompt, through the tokenizer or as bytes) or ids (--prompt-ids) on stdout, a summary with the prefill and
-// decode rates on stderr. A closed stdout ends the run with exit 0, SIGINT or SIGTERM with 128 + the signal.
+// The weights are all a decoder needs, read on their own (ckpt/decode_weights.h): a checkpoint's parameters (a LoRA
+// checkpoint's base read again and its adapters merged in), or a Hugging Face model directory or GPT-2 file as
+// training's init.from reads it; no optimizer state and no training engine. The config comes from the checkpoint's
+// manifest, or for --init.from from the built-in defaults with the model that init.from gives (load_config, as
+// `train --init.from` derives it), with overrides that may change anything but a checkpoint's model (train.device
+// picks the decoder's device, train.dtype its compute type on cuda). Every rank (under mpirun) reads the weights
+// itself and decodes the same tokens with the same seed; the ranks check token by token that they agree, and rank 0
+// prints each token as it comes (generate_output.h): the generated text (--prompt, through the tokenizer or as bytes)
+// or ids (--prompt-ids) on stdout, a summary with the load time and the prefill and decode rates on stderr. A closed
+// stdout ends the run with exit 0, SIGINT or SIGTERM with 128 + the signal.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <type_traits>
 #include <vector>
 
 #include "checkpoint_config.h"
 #include "commands.h"
 #include "generate_output.h"
-#include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/decode_weights.h"
+#include "shardtrain/ckpt/lora_base.h"
+#include "shardtrain/ckpt/manifest.h"
+#include "shardtrain/comm/on_all_ranks.h"
+#include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/excerpt.h"
+#include "shardtrain/core/log.h"
 #include "shardtrain/core/preempt.h"
 #include "shardtrain/data/text_codec.h"
 #include "shardtrain/model/decoder.h"
 #include "shardtrain/model/generation.h"
 #include "shardtrain/model/lora.h"
 #include "shardtrain/text/tokenizer_codec.h"
-#include "shardtrain/train/step_engine.h"
 
 namespace {
 
 constexpr const char* kGenerateUsage =
-    "usage: shardtrain generate --ckpt DIR (--prompt TEXT | --prompt-ids 1,2,3) [--tokenizer FILE] [--max-tokens N]\n"
-    "                           [--temperature T] [--top-k K] [--seed S] [--train.device=cpu|cuda] "
-    "[--section.key=value ...]\n"
-    "  continues the prompt with checkpoint DIR's model, decoding with a key/value cache:\n"
+    "usage: shardtrain generate (--ckpt DIR | --init.from PATH) (--prompt TEXT | --prompt-ids 1,2,3)\n"
+    "                           [--tokenizer FILE] [--max-tokens N] [--temperature T] [--top-k K] [--seed S]\n"
+    "                           [--train.device=cpu|cuda] [--section.key=value ...]\n"
+    "  continues the prompt with a model's weights, decoding with a key/value cache; it reads the weights alone:\n"
+    "  --ckpt DIR          a committed checkpoint (step directory): its parameters, whatever world size wrote it;\n"
+    "                      a LoRA checkpoint's base is read again from its init.from (--init.from=PATH names it\n"
+    "                      where it has moved) or drawn from its train.seed, and the adapters are merged in\n"
+    "  --init.from PATH    a Hugging Face model directory (its config.json gives the model) or a GPT-2\n"
+    "                      .safetensors/.h5 file, as train --init.from reads it; the rest of the config is the\n"
+    "                      built-in defaults (model.seq_len 128, the longest context: set it with --model.seq_len=N)\n"
     "  --prompt TEXT       text, read through the tokenizer as a new document (its family's separator first), or one\n"
     "                      token a byte for byte-level models (model.vocab_size 256); prints text\n"
-    "  --tokenizer FILE    a Hugging Face tokenizer.json for --prompt (default: the checkpoint's data.tokenizer)\n"
+    "  --tokenizer FILE    a Hugging Face tokenizer.json for --prompt (default: the checkpoint's data.tokenizer, or\n"
+    "                      the tokenizer.json of the --init.from directory)\n"
     "  --prompt-ids LIST   token ids, comma-separated (any model); prints ids and reads no tokenizer\n"
     "  --max-tokens N      tokens to generate (default 100); past model.seq_len positions the context slides to\n"
     "                      the last model.seq_len / 2 tokens\n"
     "  --temperature T     softmax temperature, >= 0 (default 1; 0: greedy, the most likely token)\n"
     "  --top-k K           sample among the K most likely tokens (default 0: all)\n"
     "  --seed S            the sampling seed (default 0): the same seed gives the same tokens on every run and rank\n"
-    "  the generated text or ids go to stdout as they are decoded, a summary with prefill and decode tokens/s to\n"
-    "  stderr; a closed stdout ends it (exit 0), SIGINT or SIGTERM too, keeping what was printed (exit 130, 143)";
+    "  the generated text or ids go to stdout as they are decoded, a summary with the load time and prefill and\n"
+    "  decode tokens/s to stderr; a closed stdout ends it (exit 0), SIGINT or SIGTERM too, keeping what was printed\n"
+    "  (exit 130, 143)";
 
 struct GenerateArgs {
-  std::string dir;
+  std::string dir;        // --ckpt
+  std::string init_from;  // --init.from
   std::optional<std::string> prompt, prompt_ids;
   int64_t max_tokens = 100;
   st::SamplingOptions sampling;
@@ -97,6 +118,10 @@ GenerateArgs parse_args(const std::vector<std::string>& args) {
       g.help = true;
     } else if (auto v = flag_value(args, &i, "--ckpt")) {
       g.dir = *v;
+    } else if (auto v = flag_value(args, &i, "--init.from")) {
+      g.init_from = *v;
+      if (g.init_from.empty())
+        ST_BAD_INPUT("--init.from is empty: name a Hugging Face model directory or a GPT-2 file");
     } else if (auto v = flag_value(args, &i, "--prompt")) {
       g.prompt = *v;
     } else if (auto v = flag_value(args, &i, "--prompt-ids")) {
@@ -125,7 +150,10 @@ GenerateArgs parse_args(const std::vector<std::string>& args) {
     }
   }
   if (g.help) return g;
-  if (g.dir.empty()) ST_BAD_INPUT("shardtrain generate needs --ckpt DIR (a committed step directory)");
+  if (g.dir.empty() && g.init_from.empty())
+    ST_BAD_INPUT(
+        "shardtrain generate needs weights: --ckpt DIR (a committed step directory) or --init.from PATH (a "
+        "Hugging Face model directory or a GPT-2 file)");
   if (g.prompt.has_value() == g.prompt_ids.has_value())
     ST_BAD_INPUT("shardtrain generate needs one prompt: --prompt TEXT or --prompt-ids 1,2,3",
                  g.prompt ? " (both given)" : "");
@@ -147,6 +175,61 @@ std::vector<int32_t> parse_ids(const std::string& list, int vocab_size) {
   return ids;
 }
 
+// The config: the checkpoint's (checkpoint_config), or the built-in defaults with init.from's model, as
+// `train --init.from` derives it. With --ckpt, --init.from is the init.from key of a LoRA checkpoint's config: where
+// its base is now.
+st::Config generate_config(const GenerateArgs& g) {
+  if (g.init_from.empty()) return checkpoint_config(g.dir, g.overrides);
+  std::vector<std::string> overrides = g.overrides;
+  overrides.push_back("--init.from=" + g.init_from);
+  if (!g.dir.empty()) {
+    const st::Config cfg = checkpoint_config(g.dir, overrides);
+    if (!cfg.model.lora.enabled())
+      ST_BAD_INPUT("shardtrain generate takes its weights from --ckpt DIR or from --init.from PATH, not both: ", g.dir,
+                   " holds a whole model (model.lora.rank 0), and with --ckpt, --init.from names only where a LoRA "
+                   "checkpoint's base is now");
+    return cfg;
+  }
+  st::Config cfg = st::load_config(std::nullopt, overrides);
+  // A Hugging Face directory's own tokenizer reads --prompt, unless --tokenizer names another.
+  const std::filesystem::path tokenizer = std::filesystem::path(g.init_from) / "tokenizer.json";
+  std::error_code ec;
+  if (cfg.data.tokenizer.empty() && std::filesystem::is_regular_file(tokenizer, ec))
+    cfg.data.tokenizer = tokenizer.string();
+  return cfg;
+}
+
+// The decoder's weights, read by every rank on its own (decode_weights.h), and what the summary calls them.
+struct LoadedWeights {
+  std::vector<std::vector<float>> units;
+  std::string source;  // "DIR (step N)" or "PATH (init.from)"
+};
+
+LoadedWeights load_weights(const GenerateArgs& g, const st::Config& cfg, st::Communicator& comm) {
+  LoadedWeights out;
+  if (g.dir.empty()) {
+    st::on_all_ranks(comm, [&] { out.units = st::read_init_from_weights(cfg); });
+    if (comm.rank() == 0) ST_LOG_INFO("init.from: weights loaded from ", cfg.init.from);
+    out.source = g.init_from + " (init.from)";
+    return out;
+  }
+  // A LoRA base's files are hashed by rank 0 alone; whatever any rank found, every rank throws.
+  st::CheckpointWeights w;
+  st::on_all_ranks(comm, [&] {
+    w = st::read_checkpoint_weights(g.dir, cfg,
+                                    comm.rank() == 0 ? st::LoraBaseCheck::kCheck : st::LoraBaseCheck::kSkip);
+  });
+  const st::Manifest& m = w.manifest;
+  if (comm.rank() == 0) {
+    if (m.model.lora.enabled()) ST_LOG_INFO("checkpoint: ", st::lora_base_read_text(m, cfg.init.from, cfg.train.seed));
+    ST_LOG_INFO("checkpoint: loaded step ", m.step, " from ", g.dir, " (written by ", m.world_size,
+                " rank(s), read by ", comm.world_size(), ")");
+  }
+  out.units = std::move(w.units);
+  out.source = g.dir + " (step " + std::to_string(m.step) + ")";
+  return out;
+}
+
 }  // namespace
 
 int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
@@ -155,7 +238,7 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
     std::puts(kGenerateUsage);
     return st::kExitOk;
   }
-  const st::Config cfg = checkpoint_config(g.dir, g.overrides);
+  const st::Config cfg = generate_config(g);
   // The one place text meets ids: the tokenizer (--tokenizer, or the run's data.tokenizer), else bytes for a
   // byte-level model. Only text reads it: ids in and out open no tokenizer, so a checkpoint whose recorded tokenizer
   // file has moved still generates ids.
@@ -177,22 +260,13 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
     ST_BAD_INPUT(g.prompt ? "--prompt" : "--prompt-ids", " holds ", prompt.size(), " tokens; the model reads at most ",
                  cfg.model.seq_len, " (model.seq_len)");
 
-  // The weights: the checkpoint loaded at this world size (one sequence a micro-batch: the engine's activations are
-  // never used), gathered in full on every rank; the engine is gone before the decoder is built.
-  std::vector<std::vector<float>> weights;
-  int64_t step = 0;
-  {
-    st::Config load = cfg;
-    load.train.micro_batch = 1;
-    load.train.global_batch = comm.world_size();
-    st::StepEngine engine(load, comm);
-    step = st::load_checkpoint(g.dir, load, engine.sharded(), comm, st::CheckpointLoad::kRead).step;
-    // A LoRA checkpoint decodes as its base (which the load read) with the adapters merged in.
-    weights = st::merge_lora(cfg.model, engine.units(), engine.gather_params());
-  }
+  // The weights, then the decoder of the model without adapters (a LoRA checkpoint's are merged in): the load.
+  const auto load_start = std::chrono::steady_clock::now();
+  LoadedWeights weights = load_weights(g, cfg, comm);
   st::Config decode = cfg;
   decode.model = st::base_model(cfg.model);
-  const std::unique_ptr<st::Decoder> decoder = st::make_decoder(decode, std::move(weights), comm.device_rank());
+  const std::unique_ptr<st::Decoder> decoder = st::make_decoder(decode, std::move(weights.units), comm.device_rank());
+  const double load_seconds = st::seconds_since(load_start);
   // Each token is printed as it comes; a stop signal from here on ends the generation where it is (the text so far
   // kept), and a closed stdout ends it quietly, as it ends any Unix filter.
   TokenOutput output(codec ? codec->stream() : nullptr, comm);
@@ -213,9 +287,9 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
                                    ? "; stdout was closed after " + std::to_string(output.printed()) + " tokens"
                                    : std::string();
     std::fprintf(stderr,
-                 "generate: %s (step %lld) on %s: prefill %lld tokens in %.3f s (%.1f tokens/s), decode %lld tokens "
-                 "in %.3f s (%.1f tokens/s)%s%s\n",
-                 g.dir.c_str(), static_cast<long long>(step), decoder->describe().c_str(),
+                 "generate: %s on %s: load %.3f s, prefill %lld tokens in %.3f s (%.1f tokens/s), decode %lld "
+                 "tokens in %.3f s (%.1f tokens/s)%s%s\n",
+                 weights.source.c_str(), decoder->describe().c_str(), load_seconds,
                  static_cast<long long>(stats.prompt_tokens), stats.prefill_seconds,
                  rate(stats.prompt_tokens, stats.prefill_seconds), static_cast<long long>(stats.decode_steps),
                  stats.decode_seconds, rate(stats.decode_steps, stats.decode_seconds),

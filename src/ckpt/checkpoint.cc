@@ -98,20 +98,12 @@ ManifestBase load_lora_base(const Manifest& m, const Config& cfg, ModelBackend& 
   on_all_ranks(
       comm,
       [&] {
-        if (comm.rank() != 0) return;
-        now = describe_lora_base(cfg.init.from);
-        check_lora_base(m.base, now, manifest_path);
-        if (cfg.init.from.empty() && m.seed != cfg.train.seed)
-          ST_BAD_INPUT(manifest_path, ": the adapters were trained on the random base of train.seed ", m.seed,
-                       ", and this run's is train.seed ", cfg.train.seed);
+        if (comm.rank() == 0) now = check_base_of_checkpoint(m, cfg.init.from, cfg.train.seed, manifest_path);
       },
       "refused the LoRA base");
   if (!cfg.init.from.empty()) init_from_weights(cfg.init.from, cfg.model, model);
   if (comm.rank() == 0)
-    ST_LOG_INFO(
-        "checkpoint: LoRA base ",
-        cfg.init.from.empty() ? str_cat("drawn from train.seed ", cfg.train.seed) : "read from " + cfg.init.from, " (",
-        m.base.files.size(), " file(s), each as the checkpoint recorded it)");
+    ST_LOG_INFO("checkpoint: ", lora_base_read_text(m, cfg.init.from, cfg.train.seed));
   return now;
 }
 

@@ -82,13 +82,13 @@ uint32_t bits_of(float v) {
   return b;
 }
 
-// The one unit whose host view is filled (ModelBackend::pull_unit): taking another puts this one back first, so a
+// The one unit whose host view is filled (HostViews::pull_unit): taking another puts this one back first, so a
 // device backend holds one unit's view on the host at a time. Putting back uploads the view, unless a non-finite value
 // was read into it (the load is refused then, and nothing non-finite reaches the device). A unit still in hand when
 // an error unwinds is released without an upload.
 class UnitInHand {
  public:
-  explicit UnitInHand(ModelBackend& model) : model_(model) {}
+  explicit UnitInHand(HostViews& model) : model_(model) {}
   UnitInHand(const UnitInHand&) = delete;
   UnitInHand& operator=(const UnitInHand&) = delete;
   ~UnitInHand() {
@@ -114,7 +114,7 @@ class UnitInHand {
   }
 
  private:
-  ModelBackend& model_;
+  HostViews& model_;
   int unit_ = -1;
   bool spoiled_ = false;
 };
@@ -255,7 +255,7 @@ bool check_llama_dir(const std::string& dir, const HfDirWeights& w, const ModelC
 
 // Every rank checks every tensor's presence, shape and dtype (from the headers), so a bad directory fails on all ranks
 // alike; then it reads only the elements inside its own spans, and the ranks agree on what the data held.
-void init_from_hf_dir(const std::string& dir, const ModelConfig& cfg, ModelBackend& model) {
+void init_from_hf_dir(const std::string& dir, const ModelConfig& cfg, HostViews& model) {
   if (!cfg.is_llama())
     ST_BAD_INPUT("init.from ", shown(dir), " is a directory (a Hugging Face llama or qwen2 model); this model is ",
                  "model.arch=", to_string(cfg.arch), ": a GPT-2 model starts from a .safetensors or .h5 file");
@@ -312,7 +312,7 @@ void init_from_hf_dir(const std::string& dir, const ModelConfig& cfg, ModelBacke
 
 // ---- GPT-2 files ----
 
-void init_from_gpt2_file(const std::string& path, const ModelConfig& cfg, ModelBackend& model) {
+void init_from_gpt2_file(const std::string& path, const ModelConfig& cfg, HostViews& model) {
   const Gpt2File file(path);
   const std::vector<HfTensorMap> map = hf_gpt2_tensor_map(cfg, model.units());
   // Names first, from the header alone: missing and unused tensors are refused before any data is read.
@@ -406,7 +406,7 @@ void check_init_from(const std::string& path, const ModelConfig& cfg) {
   check_llama_dir(path, weights, cfg, llama_hf_tensor_map(cfg, build_units(cfg)));
 }
 
-void init_from_weights(const std::string& path, const ModelConfig& cfg, ModelBackend& model) {
+void init_from_weights(const std::string& path, const ModelConfig& cfg, HostViews& model) {
   check_exists(path);
   if (std::filesystem::is_directory(path)) return init_from_hf_dir(path, cfg, model);
   init_from_gpt2_file(path, cfg, model);

@@ -64,6 +64,21 @@ void check_lora_base(const ManifestBase& recorded, const ManifestBase& now, cons
                    ", which the base the adapters were trained on did not have");
 }
 
+ManifestBase check_base_of_checkpoint(const Manifest& m, const std::string& init_from, uint64_t seed,
+                                      const std::string& where) {
+  ManifestBase now = describe_lora_base(init_from);
+  check_lora_base(m.base, now, where);
+  if (init_from.empty() && m.seed != seed)
+    ST_BAD_INPUT(where, ": the adapters were trained on the random base of train.seed ", m.seed,
+                 ", and this run's is train.seed ", seed);
+  return now;
+}
+
+std::string lora_base_read_text(const Manifest& m, const std::string& init_from, uint64_t seed) {
+  return str_cat("LoRA base ", init_from.empty() ? str_cat("drawn from train.seed ", seed) : "read from " + init_from,
+                 " (", m.base.files.size(), " file(s), each as the checkpoint recorded it)");
+}
+
 std::string lora_base_to_merge(const Manifest& m, const std::string& step_dir) {
   const std::string where = (fs::path(step_dir) / "manifest.json").string();
   if (m.base.init_from.empty())

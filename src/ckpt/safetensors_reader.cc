@@ -11,6 +11,7 @@
 #include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/excerpt.h"
+#include "shardtrain/kernels/adamw_host.h"
 
 namespace st {
 namespace {
@@ -42,31 +43,6 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 
 std::string offsets_str(uint64_t begin, uint64_t end) { return str_cat("[", begin, ", ", end, "]"); }
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: renormalise
-      int e = -1;
-      uint32_t m = mant;
-      do {
-        ++e;
-        m <<= 1;
-      } while ((m & 0x400u) == 0);
-      bits = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((m & 0x3ffu) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 // One tensor's declared bytes, relative to the data section, for the check that they tile it.
 struct Span {
@@ -248,12 +224,8 @@ void SafetensorsReader::read_range(const std::string& name, int64_t begin, int64
     std::vector<uint16_t> raw(static_cast<size_t>(count));
     in_.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(count * 2));
     for (int64_t i = 0; i < count; ++i) {
-      if (e.dtype == "BF16") {
-        const uint32_t bits = static_cast<uint32_t>(raw[static_cast<size_t>(i)]) << 16;
-        std::memcpy(out + i, &bits, 4);
-      } else {
-        out[i] = half_to_float(raw[static_cast<size_t>(i)]);
-      }
+      const uint16_t h = raw[static_cast<size_t>(i)];
+      out[i] = e.dtype == "BF16" ? bf16_to_float(h) : f16_to_float(h);
     }
   }
   if (!in_) ST_BAD_INPUT(path_, ": tensor ", name, " could not be read (file truncated?)");

@@ -240,7 +240,8 @@ TEST_F(Cli, GenerateIsDeterministicAndGreedyIsTheFullRecompute) {
   const std::string want = bytes.decode(ids) + "\n";
   EXPECT_EQ(g.output, want);
   const Result summary = run_shardtrain(greedy + " 2>&1 >/dev/null");
-  EXPECT_TRUE(contains(summary.output, "generate: " + step + " (step 200) on cpu/fp32: prefill 5 tokens in "))
+  EXPECT_TRUE(contains(summary.output, "generate: " + step + " (step 200) on cpu/fp32: load ") &&
+              contains(summary.output, " s, prefill 5 tokens in "))
       << summary.output;
   EXPECT_TRUE(contains(summary.output, "decode 19 tokens in ") && contains(summary.output, " tokens/s)"))
       << summary.output;

@@ -10,6 +10,7 @@
 
 #include "../common/temp_dir.h"
 #include "../common/tiny_training.h"
+#include "ckpt_test_util.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/ckpt/init_from.h"
 #include "shardtrain/ckpt/lora_base.h"
@@ -110,12 +111,7 @@ Config with_lora(Config c) {
 Config with_qlora(Config c, const std::string& path) {
   Config other = c;
   other.train.seed = c.train.seed + 1;
-  SoloCommunicator solo;
-  StepEngine e(other, solo);
-  const std::vector<std::vector<float>> full = e.gather_params();
-  std::vector<const float*> ptrs;
-  for (const std::vector<float>& f : full) ptrs.push_back(f.data());
-  write_hf_gpt2(path, other.model, e.units(), ptrs);
+  testing::write_seed_model(other, path);
   c = with_lora(c);
   c.model.lora.base_dtype = LoraBase::kNf4;
   c.init.from = path;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <sys/resource.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -23,7 +24,9 @@
 #include "../common/temp_dir.h"
 #include "shardtrain/ckpt/hf_export.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/shard/model_backend.h"
+#include "shardtrain/train/step_engine.h"
 
 namespace st::testing {
 
@@ -119,6 +122,31 @@ inline std::vector<float> pattern(size_t n, uint32_t salt) {
     std::memcpy(&out[i], &b, 4);
   }
   return out;
+}
+
+// The random model that train.seed draws for c.model without its adapters (base_model), written as a GPT-2 file at
+// `path` (write_hf_gpt2): a base for init.from.
+inline void write_seed_model(const Config& c, const std::string& path) {
+  Config base = c;
+  base.model = base_model(c.model);
+  SoloCommunicator solo;
+  StepEngine e(base, solo);
+  const std::vector<std::vector<float>> full = e.gather_params();
+  std::vector<const float*> ptrs;
+  for (const std::vector<float>& f : full) ptrs.push_back(f.data());
+  write_hf_gpt2(path, base.model, e.units(), ptrs);
+}
+
+// Removes dataset `name` from HDF5 file `path` (its link) and gives the file back the size it had, which a manifest
+// records: a reader then passes the size check and meets the missing dataset.
+inline void remove_dataset_keeping_size(const std::string& path, const std::string& name) {
+  const uintmax_t size = std::filesystem::file_size(path);
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0) << path;
+  ASSERT_GE(H5Ldelete(f, name.c_str(), H5P_DEFAULT), 0) << path << " " << name;
+  ASSERT_GE(H5Fclose(f), 0) << path;
+  ASSERT_LE(std::filesystem::file_size(path), size) << path;
+  std::filesystem::resize_file(path, size);
 }
 
 // The elements of a tensor of this shape (1 for a scalar).

@@ -1,6 +1,7 @@
 // What every reader of a committed checkpoint checks before it trusts a byte of it: resume
 // (load_checkpoint), `shardtrain eval`, `ckpt export` and `ckpt verify` all go through these calls, so
-// they refuse exactly the same checkpoints (docs/checkpoint-format.md, "What a reader checks").
+// they refuse exactly the same checkpoints (docs/checkpoint-format.md, "What a reader checks"). `shardtrain generate`
+// (decode_weights.h) makes the same checks but the rank files' digests, which would read the optimizer state too.
 //
 //   const Manifest m = open_checkpoint("ckpt/step_00000100");      // the manifest and the directory
 //   const ShardFileReader f = open_rank_file(dir, m, 1);           // rank_00001.h5, checked against m
@@ -33,13 +34,19 @@ Manifest open_checkpoint(const std::string& step_dir);
 // (one a node, for node-local copies) so that a file no rank reads is still accounted for.
 void check_rank_file_sizes(const std::string& step_dir, const Manifest& m);
 
+// Whether open_rank_file hashes the file. kCheck: the whole file, before HDF5 parses a byte of it. kSkip: the reader
+// reads one state of it (the parameters, for decoding: decode_weights.h) and would otherwise read all three to hash
+// them; the other checks still run (`shardtrain ckpt verify` hashes every file).
+enum class RankFileDigest { kCheck, kSkip };
+
 // Opens rank file `file` of the manifest after checking, in this order:
-//   1. it exists and its size and SHA-256 equal the manifest's (before HDF5 parses a byte of it); a node-local copy
-//      that does not hold it says so, naming the files it holds;
+//   1. it exists and its size and SHA-256 equal the manifest's (before HDF5 parses a byte of it; the size alone with
+//      RankFileDigest::kSkip); a node-local copy that does not hold it says so, naming the files it holds;
 //   2. it is a well-formed shard file (ShardFileReader's constructor);
 //   3. its rank, world_size and step attributes equal `file`, the manifest's world_size and step;
 //   4. it holds exactly the manifest's units, each with the manifest's span for this file.
-ShardFileReader open_rank_file(const std::string& step_dir, const Manifest& m, int file);
+ShardFileReader open_rank_file(const std::string& step_dir, const Manifest& m, int file,
+                               RankFileDigest digest = RankFileDigest::kCheck);
 
 // A load's read of rank file `file`, unit by unit: the same checks as open_rank_file, with the file read once, in
 // order, across the read() calls, so that the reader needs one unit's slices in memory at a time. The constructor has

@@ -24,7 +24,7 @@
 //    The check runs on the host data as read, before its unit is pushed (a unit with such a value is not), so it
 //    holds for every backend. Ranks that read different parts agree through one all-reduce over model.comm(), so
 //    every rank refuses alike.
-// The state goes through the host one unit at a time (ModelBackend::pull_unit / push_unit, in the tensor map's order):
+// The state goes through the host one unit at a time (HostViews::pull_unit / push_unit, in the tensor map's order):
 // a device backend holds one unit's host view at once, besides what the reader needs for one tensor.
 // A path that does not exist is refused as such ("no such file or directory"), whatever its suffix. Headers are
 // validated by SafetensorsReader (no overlapping or unindexed bytes) and, for .h5, h5_check_disjoint.
@@ -33,12 +33,13 @@
 #include <string>
 
 #include "shardtrain/core/config.h"
-#include "shardtrain/shard/model_backend.h"
+#include "shardtrain/shard/host_views.h"
 
 namespace st {
 
-// Loads the weights into `model` (collective over model.comm(): every rank calls it).
-void init_from_weights(const std::string& path, const ModelConfig& cfg, ModelBackend& model);
+// Loads the weights into `model`'s views: a backend's shards, or one process's full weights (collective over
+// model.comm(): every rank calls it).
+void init_from_weights(const std::string& path, const ModelConfig& cfg, HostViews& model);
 
 // Everything the headers of a llama-family directory show, without reading tensor data or building a model: the
 // embedding against config.json's vocab_size and hidden_size, every tensor's presence, shape and dtype, and no

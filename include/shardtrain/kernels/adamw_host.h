@@ -34,6 +34,9 @@ bool simd_isa_supported(SimdIsa isa);
 // (quiet) NaN, overflow goes to infinity, fp16 subnormals are rounded correctly.
 uint16_t round_to_bf16(float x);
 uint16_t round_to_f16(float x);
+// bf16 / fp16 bits -> float, exactly (fp16 subnormals included), as CUDA's __bfloat162float / __half2float.
+float bf16_to_float(uint16_t h);
+float f16_to_float(uint16_t h);
 
 // The state an update reads and the state it writes: the same arrays (in place), or others of the same length
 // (optimizer offload's speculative step writes beside the state it reads, so that dropping it costs nothing).
