@@ -159,7 +159,7 @@ TEST(Fp8Gpu, PairedCastsEqualTheCpusPair) {
 }
 
 // The cast in two halves (the maxima, then the codes with them), what a layer's backward does with the maxima its
-// forward took: each half equals the CPU's, and the codes equal the one-step cast's, in both layouts (the maxima
+// forward took: each half equals the CPU's, and the codes equal the GPU's one-step cast's, in both layouts (the maxima
 // taken once serve both).
 TEST(Fp8Gpu, MaximaTakenOnceCastBothLayoutsAsTheCpuDoes) {
   ST_SKIP_WITHOUT_GPU();
@@ -189,8 +189,9 @@ TEST(Fp8Gpu, MaximaTakenOnceCastBothLayoutsAsTheCpuDoes) {
           Casted cpu{std::vector<uint8_t>(x.size()), std::vector<float>(static_cast<size_t>(groups))};
           fp8_quantize_with_maxima(x.data(), rows, cols, f, s, true, l, want_maxima.data(), cpu.q.data(),
                                    cpu.inverse.data());
-          EXPECT_TRUE(same(to_host(q, inverse), cpu)) << to_string(f) << (l == Fp8Layout::kTransposed ? " t" : "");
-          EXPECT_TRUE(same(cpu, cpu_cast(x, rows, cols, f, s, true, l)));
+          const Casted halves = to_host(q, inverse);
+          EXPECT_TRUE(same(halves, cpu)) << to_string(f) << (l == Fp8Layout::kTransposed ? " t" : "");
+          EXPECT_TRUE(same(halves, gpu_cast<float>(x, rows, cols, f, s, true, l))) << "against the one-step cast";
         }
     }
 }
