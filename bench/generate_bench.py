@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""`shardtrain generate` beside transformers' `generate`, on the same weights and prompt, in one call on a GPU machine.
+
+A llama-family shape (Llama-3.2-1B by default) is random-initialised by transformers in bf16 (its init, std 0.08)
+and saved with save_pretrained into WORKDIR/model (kept: a second run reuses it). Then, batch 1, greedy, a prompt of
+PROMPT random token ids and NEW new tokens:
+  * transformers: generate() with the dynamic and with the static cache, in bf16 on the GPU; the median over REPEATS
+    runs after a warm-up of the new tokens per second, prefill included (as transformers users see it);
+  * shardtrain: `shardtrain generate --init.from WORKDIR/model --prompt-ids ... --temperature 0 --train.device=cuda
+    --train.dtype=bf16`, REPEATS runs after one that warms the page cache: the time to first token (process start to
+    the first id on stdout), the wall time, and the load, prefill and decode figures of its summary line; medians;
+  * the number of leading tokens on which the two greedy outputs agree;
+  * with --batch B > 1, shardtrain's `--prompts FILE` with B prompts of PROMPT ids (its summary's total decode rate).
+Prints one table (markdown) on stdout.
+
+usage: generate_bench.py SHARDTRAIN WORKDIR [--shape llama3.2-1b] [--prompt 128] [--new 256] [--repeats 3]
+                         [--batch 32]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import transformers
+
+SHAPES = {
+    "llama3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0,
+                        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                        rms_norm_eps=1e-5, tie_word_embeddings=True),
+    "llama3.2-3b": dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
+                        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0,
+                        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                        rms_norm_eps=1e-5, tie_word_embeddings=True),
+    "llama3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0,
+                        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                        rms_norm_eps=1e-5, tie_word_embeddings=False),
+}
+
+ap = argparse.ArgumentParser()
+ap.add_argument("shardtrain")
+ap.add_argument("workdir")
+ap.add_argument("--shape", default="llama3.2-1b", choices=sorted(SHAPES))
+ap.add_argument("--prompt", type=int, default=128)
+ap.add_argument("--new", type=int, default=256)
+ap.add_argument("--repeats", type=int, default=3)
+ap.add_argument("--batch", type=int, default=1)
+ap.add_argument("--seq-len", type=int, default=2048)
+args = ap.parse_args()
+
+model_dir = os.path.join(args.workdir, "model-" + args.shape)
+os.makedirs(args.workdir, exist_ok=True)
+torch.manual_seed(1234)
+# initializer_range 0.08 rather than 0.02: logits peaked enough that bf16 rounding rarely flips a greedy choice.
+config = transformers.LlamaConfig(**SHAPES[args.shape], initializer_range=0.08)
+if not os.path.exists(os.path.join(model_dir, "config.json")):
+    t0 = time.time()
+    with torch.device("cuda"):
+        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(model_dir)
+    print(f"# saved {args.shape} to {model_dir} in {time.time() - t0:.1f} s", file=sys.stderr)
+else:
+    model = transformers.LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda()
+model.eval()
+model.generation_config.eos_token_id = None  # random weights: every run generates all NEW tokens
+model.generation_config.bos_token_id = None
+gen = torch.Generator().manual_seed(7)
+prompts = torch.randint(0, config.vocab_size, (max(1, args.batch), args.prompt), generator=gen)
+prompt = prompts[0].tolist()
+
+
+def hf_generate(cache):
+    ids = torch.tensor([prompt], device="cuda")
+    kw = dict(max_new_tokens=args.new, do_sample=False, pad_token_id=0)
+    if cache == "static":
+        kw["cache_implementation"] = "static"
+    with torch.no_grad():
+        out = model.generate(ids, **kw)  # warm-up (and the static cache's allocation)
+        rates = []
+        for _ in range(args.repeats):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = model.generate(ids, **kw)
+            torch.cuda.synchronize()
+            rates.append(args.new / (time.perf_counter() - t0))
+    return statistics.median(rates), out[0, len(prompt):].tolist()
+
+
+rows = []
+hf_tokens = None
+for cache in ("dynamic", "static"):
+    rate, tokens = hf_generate(cache)
+    hf_tokens = hf_tokens or tokens
+    rows.append((f"transformers {cache} cache", "", "", "", f"{rate:,.1f}", ""))
+del model
+torch.cuda.empty_cache()
+
+SUMMARY = re.compile(r"load ([\d.]+) s, prefill (\d+) tokens in ([\d.]+) s \(([\d.]+) tokens/s\), decode (\d+) tokens "
+                     r"in ([\d.]+) s \(([\d.]+) tokens/s\)")
+
+
+def ours(extra):
+    """One run: (time to first token, wall, load, prefill s, decode tok/s, tokens, stderr)."""
+    cmd = [args.shardtrain, "generate", "--init.from", model_dir, "--max-tokens", str(args.new), "--temperature", "0",
+           "--train.device=cuda", "--train.dtype=bf16", f"--model.seq_len={args.seq_len}"] + extra
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = p.stdout.read(1)
+    ttft = time.perf_counter() - t0
+    rest, err = p.communicate()
+    wall = time.perf_counter() - t0
+    err = err.decode()
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)}: exit {p.returncode}\n{err}")
+    m = SUMMARY.search(err)
+    if not m:
+        sys.exit(f"no summary line in:\n{err}")
+    text = (first + rest).decode()
+    return ttft, wall, float(m.group(1)), float(m.group(3)), float(m.group(7)), text, err
+
+
+single = ["--prompt-ids", ",".join(map(str, prompt))]
+ours(single)  # warms the page cache
+runs = [ours(single) for _ in range(args.repeats)]
+med = lambda i: statistics.median(r[i] for r in runs)  # noqa: E731
+our_tokens = [int(t) for t in re.split(r"[,\s]+", runs[0][5].strip()) if t]
+agree = next((i for i, (a, b) in enumerate(zip(our_tokens, hf_tokens)) if a != b), min(len(our_tokens),
+                                                                                      len(hf_tokens)))
+rows.append(("shardtrain generate", f"{med(0):.2f}", f"{med(1):.2f}", f"{med(2):.2f}", f"{med(4):,.1f}",
+             f"{agree}/{len(hf_tokens)}"))
+if args.batch > 1:
+    path = os.path.join(args.workdir, "prompts.jsonl")
+    with open(path, "w") as f:
+        for p in prompts.tolist():
+            f.write(json.dumps({"prompt_ids": p}) + "\n")
+    batch_runs = [ours(["--prompts", path, "--jsonl"]) for _ in range(args.repeats)]
+    rows.append((f"shardtrain generate, {args.batch} prompts", "",
+                 f"{statistics.median(r[1] for r in batch_runs):.2f}", "",
+                 f"{statistics.median(r[4] for r in batch_runs):,.1f}", ""))
+print(f"\n{args.shape}, bf16, batch 1 unless named, {args.prompt}-token prompt, {args.new} new tokens, greedy; "
+      f"medians of {args.repeats}; {torch.cuda.get_device_name()}\n")
+print("| generator | first token s | wall s | load s | decode tok/s | greedy tokens equal |")
+print("|---|---|---|---|---|---|")
+for r in rows:
+    print("| " + " | ".join(r) + " |")
+print("\nshardtrain's summary line:\n" + runs[0][6].strip().splitlines()[-1])
