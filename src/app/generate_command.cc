@@ -199,35 +199,31 @@ st::Config generate_config(const GenerateArgs& g) {
   return cfg;
 }
 
-// The decoder's weights, read by every rank on its own (decode_weights.h), and what the summary calls them.
-struct LoadedWeights {
-  std::vector<std::vector<float>> units;
-  std::string source;  // "DIR (step N)" or "PATH (init.from)"
-};
-
-LoadedWeights load_weights(const GenerateArgs& g, const st::Config& cfg, st::Communicator& comm) {
-  LoadedWeights out;
+// The decoder of `decode` with its weights, read by every rank on its own (decode_weights.h) and streamed into it a
+// unit at a time, and what the summary calls them: "DIR (step N)" or "PATH (init.from)".
+std::unique_ptr<st::Decoder> load_decoder(const GenerateArgs& g, const st::Config& cfg, const st::Config& decode,
+                                          st::Communicator& comm, std::string* source) {
+  std::unique_ptr<st::Decoder> decoder = st::make_unloaded_decoder(decode, comm.device_rank());
+  const st::UnitSink sink = [&](int u, std::vector<float>& values) { decoder->load_unit(u, values); };
   if (g.dir.empty()) {
-    st::on_all_ranks(comm, [&] { out.units = st::read_init_from_weights(cfg); });
+    st::on_all_ranks(comm, [&] { st::read_init_from_weights(cfg, sink); });
     if (comm.rank() == 0) ST_LOG_INFO("init.from: weights loaded from ", cfg.init.from);
-    out.source = g.init_from + " (init.from)";
-    return out;
+    *source = g.init_from + " (init.from)";
+    return decoder;
   }
   // A LoRA base's files are hashed by rank 0 alone; whatever any rank found, every rank throws.
-  st::CheckpointWeights w;
+  st::Manifest m;
   st::on_all_ranks(comm, [&] {
-    w = st::read_checkpoint_weights(g.dir, cfg,
-                                    comm.rank() == 0 ? st::LoraBaseCheck::kCheck : st::LoraBaseCheck::kSkip);
+    m = st::read_checkpoint_weights(g.dir, cfg, comm.rank() == 0 ? st::LoraBaseCheck::kCheck : st::LoraBaseCheck::kSkip,
+                                    sink);
   });
-  const st::Manifest& m = w.manifest;
   if (comm.rank() == 0) {
     if (m.model.lora.enabled()) ST_LOG_INFO("checkpoint: ", st::lora_base_read_text(m, cfg.init.from, cfg.train.seed));
     ST_LOG_INFO("checkpoint: loaded step ", m.step, " from ", g.dir, " (written by ", m.world_size,
                 " rank(s), read by ", comm.world_size(), ")");
   }
-  out.units = std::move(w.units);
-  out.source = g.dir + " (step " + std::to_string(m.step) + ")";
-  return out;
+  *source = g.dir + " (step " + std::to_string(m.step) + ")";
+  return decoder;
 }
 
 }  // namespace
@@ -262,10 +258,10 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
 
   // The weights, then the decoder of the model without adapters (a LoRA checkpoint's are merged in): the load.
   const auto load_start = std::chrono::steady_clock::now();
-  LoadedWeights weights = load_weights(g, cfg, comm);
   st::Config decode = cfg;
   decode.model = st::base_model(cfg.model);
-  const std::unique_ptr<st::Decoder> decoder = st::make_decoder(decode, std::move(weights.units), comm.device_rank());
+  std::string source;
+  const std::unique_ptr<st::Decoder> decoder = load_decoder(g, cfg, decode, comm, &source);
   const double load_seconds = st::seconds_since(load_start);
   // Each token is printed as it comes; a stop signal from here on ends the generation where it is (the text so far
   // kept), and a closed stdout ends it quietly, as it ends any Unix filter.
@@ -289,10 +285,10 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
     std::fprintf(stderr,
                  "generate: %s on %s: load %.3f s, prefill %lld tokens in %.3f s (%.1f tokens/s), decode %lld "
                  "tokens in %.3f s (%.1f tokens/s)%s%s\n",
-                 weights.source.c_str(), decoder->describe().c_str(), load_seconds,
-                 static_cast<long long>(stats.prompt_tokens), stats.prefill_seconds,
-                 rate(stats.prompt_tokens, stats.prefill_seconds), static_cast<long long>(stats.decode_steps),
-                 stats.decode_seconds, rate(stats.decode_steps, stats.decode_seconds),
+                 source.c_str(), decoder->describe().c_str(), load_seconds, static_cast<long long>(stats.prompt_tokens),
+                 stats.prefill_seconds, rate(stats.prompt_tokens, stats.prefill_seconds),
+                 static_cast<long long>(stats.decode_steps), stats.decode_seconds,
+                 rate(stats.decode_steps, stats.decode_seconds),
                  stats.slides > 0 ? (", the context slid " + std::to_string(stats.slides) + " time(s)").c_str() : "",
                  closed.c_str());
   }

@@ -1,7 +1,9 @@
 #include "shardtrain/ckpt/decode_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
@@ -62,20 +64,83 @@ class FullViews final : public HostViews {
   std::vector<UnitShard> shards_;
 };
 
+// One process's full weights as host views that hold one unit at a time: pull_unit fills the unit's view with
+// kUnwritten, push_unit hands it to `done` (which may take the vector's contents) and frees it, so that a loader going
+// through the units in order (init_from_weights does) never holds more than one unit's fp32 buffer. A unit pulled
+// again after its push is a loader out of order (an internal error); finish() pushes every unit the loader never
+// pulled, all unwritten, and checks that none is still in hand. Not for LoRA models (their frozen views stay empty).
+class StreamViews final : public HostViews {
+ public:
+  using Done = std::function<void(const UnitLayout& u, std::vector<float>& values)>;
+  StreamViews(const ModelConfig& model, Done done) : units_(build_units(model)), done_(std::move(done)) {
+    for (const UnitLayout& u : units_) {
+      UnitShard sh;
+      sh.span = ShardSpan{0, u.numel};
+      sh.slot = u.numel;
+      shards_.push_back(std::move(sh));
+    }
+    pushed_.assign(units_.size(), false);
+  }
+  const std::vector<UnitLayout>& units() const override { return units_; }
+  Communicator& comm() override { return solo_; }
+  UnitShard& shard(int unit) override { return shards_[static_cast<size_t>(unit)]; }
+  void pull_unit(int unit) override {
+    ST_CHECK(!pushed_[static_cast<size_t>(unit)], "unit ", units_[static_cast<size_t>(unit)].name,
+             " pulled again after its push: a streamed load goes through the units in order");
+    std::vector<float>& param = shards_[static_cast<size_t>(unit)].param;
+    param.swap(spare_);  // the last unit's buffer, when the done callback left it
+    const int64_t n = units_[static_cast<size_t>(unit)].numel;
+    param.resize(static_cast<size_t>(n));
+    float* p = param.data();
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+    for (int64_t i = 0; i < n; ++i) p[i] = kUnwritten;
+  }
+  void push_unit(int unit) override {
+    std::vector<float>& param = shards_[static_cast<size_t>(unit)].param;
+    done_(units_[static_cast<size_t>(unit)], param);
+    pushed_[static_cast<size_t>(unit)] = true;
+    param.swap(spare_);
+    std::vector<float>().swap(param);
+  }
+  void release_unit(int unit) override { std::vector<float>().swap(shards_[static_cast<size_t>(unit)].param); }
+  void finish() {
+    for (const UnitLayout& u : units_)
+      if (!pushed_[static_cast<size_t>(u.index)]) {
+        pull_unit(u.index);
+        push_unit(u.index);
+      }
+  }
+
+ private:
+  std::vector<UnitLayout> units_;
+  Done done_;
+  SoloCommunicator solo_;
+  std::vector<UnitShard> shards_;
+  std::vector<bool> pushed_;
+  std::vector<float> spare_;
+};
+
 // The elements of one segment of `u` that no load wrote, drawn from the seed as a model initialised from it holds
 // them before a load overwrites the rest.
 void draw_unwritten(const UnitLayout& u, const ModelConfig& model, uint64_t seed, Segment segment,
                     std::vector<float>* values) {
+  // Each element's draw depends on its index alone (init_unit_range), so chunks scan and draw on their own.
+  constexpr int64_t kChunk = int64_t{1} << 20;
   const int64_t n = static_cast<int64_t>(values->size());
-  for (int64_t i = 0; i < n;) {
-    if (!std::isnan((*values)[static_cast<size_t>(i)])) {
-      ++i;
-      continue;
+  float* v = values->data();
+#pragma omp parallel for schedule(dynamic, 1) if (n > kChunk)
+  for (int64_t chunk = 0; chunk < n; chunk += kChunk) {
+    const int64_t stop = std::min(n, chunk + kChunk);
+    for (int64_t i = chunk; i < stop;) {
+      if (!std::isnan(v[i])) {
+        ++i;
+        continue;
+      }
+      int64_t end = i + 1;
+      while (end < stop && std::isnan(v[end])) ++end;
+      init_unit_range(u, model, seed, i, end, v + i, segment);
+      i = end;
     }
-    int64_t end = i + 1;
-    while (end < n && std::isnan((*values)[static_cast<size_t>(end)])) ++end;
-    init_unit_range(u, model, seed, i, end, values->data() + i, segment);
-    i = end;
   }
 }
 
@@ -100,7 +165,8 @@ void store_frozen(const UnitLayout& u, const Config& cfg, std::vector<float>* fr
 
 }  // namespace
 
-CheckpointWeights read_checkpoint_weights(const std::string& step_dir, const Config& cfg, LoraBaseCheck base_check) {
+Manifest read_checkpoint_weights(const std::string& step_dir, const Config& cfg, LoraBaseCheck base_check,
+                                 const UnitSink& sink) {
   const std::string manifest_path = (std::filesystem::path(step_dir) / "manifest.json").string();
   Manifest m = open_checkpoint(step_dir);
   check_model_matches(m, cfg.model, manifest_path);
@@ -110,42 +176,74 @@ CheckpointWeights read_checkpoint_weights(const std::string& step_dir, const Con
 
   // Every rank file there with its manifest size (a stat each), before the first is read.
   check_rank_file_sizes(step_dir, m);
-
-  FullViews views(cfg.model);
-  const std::vector<UnitLayout>& units = views.units();
-  // The trainable tensors: each rank file's span of every unit, a file at a time. The spans cover every unit once
-  // (read_manifest checked), so every element is written.
-  for (int f = 0; f < m.world_size; ++f) {
-    const ShardFileReader file = open_rank_file(step_dir, m, f, RankFileDigest::kSkip);
-    for (const UnitLayout& u : units) {
+  std::vector<ShardFileReader> files;
+  for (int f = 0; f < m.world_size; ++f) files.push_back(open_rank_file(step_dir, m, f, RankFileDigest::kSkip));
+  // Each rank file's span of a unit's trainable tensors. The spans cover every unit once (read_manifest checked), so
+  // every element is written.
+  const std::vector<UnitLayout> units = build_units(cfg.model);
+  auto read_params = [&](const UnitLayout& u, float* out) {
+    for (int f = 0; f < m.world_size; ++f) {
       const ShardSpan& span = m.files[static_cast<size_t>(f)].spans[static_cast<size_t>(u.index)];
-      file.read(u.name, ShardState::kParam, span, views.shard(u.index).param.data() + span.offset);
+      files[static_cast<size_t>(f)].read(u.name, ShardState::kParam, span, out + span.offset);
     }
+  };
+  if (!m.model.lora.enabled()) {
+    // A unit at a time, straight to the sink: one unit's fp32 buffer on the host at once.
+    std::vector<float> values;
+    for (const UnitLayout& u : units) {
+      values.resize(static_cast<size_t>(u.numel));
+      read_params(u, values.data());
+      sink(u.index, values);
+    }
+    return m;
   }
+  FullViews views(cfg.model);
+  for (const UnitLayout& u : units) read_params(u, views.shard(u.index).param.data());
   // A LoRA checkpoint's frozen base, as a training engine reads it on load: init.from over the seed's draw.
-  if (m.model.lora.enabled() && !cfg.init.from.empty()) init_from_weights(cfg.init.from, cfg.model, views);
+  if (!cfg.init.from.empty()) init_from_weights(cfg.init.from, cfg.model, views);
   for (const UnitLayout& u : units) {
     std::vector<float>& frozen = views.shard(u.index).frozen;
     draw_unwritten(u, cfg.model, cfg.train.seed, Segment::kFrozen, &frozen);
     store_frozen(u, cfg, &frozen);
   }
+  std::vector<std::vector<float>> merged = merge_lora(cfg.model, units, views.take_full());
+  for (size_t u = 0; u < merged.size(); ++u) {
+    sink(static_cast<int>(u), merged[u]);
+    std::vector<float>().swap(merged[u]);
+  }
+  return m;
+}
+
+CheckpointWeights read_checkpoint_weights(const std::string& step_dir, const Config& cfg, LoraBaseCheck base_check) {
   CheckpointWeights w;
-  w.units = merge_lora(cfg.model, units, views.take_full());
-  w.manifest = std::move(m);
+  w.manifest = read_checkpoint_weights(step_dir, cfg, base_check, [&](int u, std::vector<float>& values) {
+    if (static_cast<size_t>(u) >= w.units.size()) w.units.resize(static_cast<size_t>(u) + 1);
+    w.units[static_cast<size_t>(u)] = std::move(values);
+  });
   return w;
 }
 
-std::vector<std::vector<float>> read_init_from_weights(const Config& cfg) {
+void read_init_from_weights(const Config& cfg, const UnitSink& sink) {
   if (cfg.init.from.empty()) ST_BAD_INPUT("init.from is empty: name a Hugging Face model directory or a GPT-2 file");
   if (cfg.model.lora.enabled())
     ST_BAD_INPUT("lora.rank = ", cfg.model.lora.rank, ": init.from ", cfg.init.from,
                  " holds a whole model, without adapters; decode adapters from the checkpoint that trained them "
                  "(leave lora.rank at 0 to decode init.from's model)");
-  FullViews views(cfg.model);
+  StreamViews views(cfg.model, [&](const UnitLayout& u, std::vector<float>& values) {
+    draw_unwritten(u, cfg.model, cfg.train.seed, Segment::kTrainable, &values);
+    sink(u.index, values);
+  });
   init_from_weights(cfg.init.from, cfg.model, views);
-  for (const UnitLayout& u : views.units())
-    draw_unwritten(u, cfg.model, cfg.train.seed, Segment::kTrainable, &views.shard(u.index).param);
-  return views.take_full();
+  views.finish();
+}
+
+std::vector<std::vector<float>> read_init_from_weights(const Config& cfg) {
+  std::vector<std::vector<float>> units;
+  read_init_from_weights(cfg, [&](int u, std::vector<float>& values) {
+    if (static_cast<size_t>(u) >= units.size()) units.resize(static_cast<size_t>(u) + 1);
+    units[static_cast<size_t>(u)] = std::move(values);
+  });
+  return units;
 }
 
 }  // namespace st

@@ -2,9 +2,7 @@
 
 namespace st {
 
-CpuDecoderBase::CpuDecoderBase(const ModelConfig& cfg, std::vector<std::vector<float>> weights)
-    : Decoder(cfg), units_(build_units(cfg)), cache_(cfg), w_(std::move(weights)) {
-  check_decoder_weights(cfg, w_);
-}
+CpuDecoderBase::CpuDecoderBase(const ModelConfig& cfg)
+    : Decoder(cfg), units_(build_units(cfg)), cache_(cfg), w_(units_.size()) {}
 
 }  // namespace st

@@ -25,7 +25,7 @@ int use_device(int device) {
 }  // namespace
 
 template <typename T>
-CudaDecoderBase<T>::CudaDecoderBase(const ModelConfig& cfg, const std::vector<std::vector<float>>& weights, int device)
+CudaDecoderBase<T>::CudaDecoderBase(const ModelConfig& cfg, int device)
     : Decoder(cfg),
       device_(use_device(device)),
       units_(build_units(cfg)),
@@ -39,20 +39,27 @@ CudaDecoderBase<T>::CudaDecoderBase(const ModelConfig& cfg, const std::vector<st
       v_(cfg.n_layer * layer_elems_),
       logits_(cfg.padded_vocab()),
       tokens_(cfg.seq_len) {
-  check_decoder_weights(cfg, weights);
-  // fp32 up through one staging buffer of the largest unit, rounded to T on the device.
-  int64_t largest = 0;
-  for (const UnitLayout& u : units_) largest = std::max(largest, u.numel);
-  DeviceBuffer<float> staging(std::is_same_v<T, float> ? 0 : largest);
-  for (const UnitLayout& u : units_) {
-    const std::vector<float>& host = weights[static_cast<size_t>(u.index)];
-    w_.emplace_back(u.numel);
-    float* dst = std::is_same_v<T, float> ? reinterpret_cast<float*>(w_.back().data()) : staging.data();
-    ST_CUDA_CHECK(cudaMemcpyAsync(dst, host.data(), sizeof(float) * host.size(), cudaMemcpyHostToDevice, ctx_.stream));
-    if constexpr (!std::is_same_v<T, float>) gpu::convert<T>(w_.back().data(), staging.data(), u.numel, ctx_);
-    // The staging buffer is reused by the next unit, and the host array may go after the constructor.
-    stream_.synchronize();
+  for (const UnitLayout& u : units_) w_.emplace_back(u.numel);
+}
+
+template <typename T>
+void CudaDecoderBase<T>::store_unit(int u, std::vector<float>& values) {
+  // fp32 up through a staging buffer (the largest unit's, made by the first load), rounded to T on the device.
+  if constexpr (!std::is_same_v<T, float>) {
+    if (staging_.size() == 0) {
+      int64_t largest = 0;
+      for (const UnitLayout& unit : units_) largest = std::max(largest, unit.numel);
+      staging_ = DeviceBuffer<float>(largest);
+    }
   }
+  DeviceBuffer<T>& w = w_[static_cast<size_t>(u)];
+  float* dst = std::is_same_v<T, float> ? reinterpret_cast<float*>(w.data()) : staging_.data();
+  ST_CUDA_CHECK(
+      cudaMemcpyAsync(dst, values.data(), sizeof(float) * values.size(), cudaMemcpyHostToDevice, ctx_.stream));
+  if constexpr (!std::is_same_v<T, float>) gpu::convert<T>(w.data(), staging_.data(), w.size(), ctx_);
+  // The staging buffer is the next unit's, and `values` the caller's again.
+  stream_.synchronize();
+  if (++stored_ == static_cast<int>(w_.size())) staging_ = DeviceBuffer<float>();  // the last unit
 }
 
 template <typename T>
@@ -99,15 +106,14 @@ template class CudaDecoderBase<float>;
 template class CudaDecoderBase<bf16>;
 template class CudaDecoderBase<fp16>;
 
-std::unique_ptr<Decoder> make_cuda_decoder(const ModelConfig& model, DType dtype,
-                                           const std::vector<std::vector<float>>& weights, int device) {
+std::unique_ptr<Decoder> make_cuda_decoder(const ModelConfig& model, DType dtype, int device) {
   switch (dtype) {
     case DType::kF32:
-      return cuda_model_family<float>(model.arch).make_decoder(model, weights, device);
+      return cuda_model_family<float>(model.arch).make_decoder(model, device);
     case DType::kBF16:
-      return cuda_model_family<bf16>(model.arch).make_decoder(model, weights, device);
+      return cuda_model_family<bf16>(model.arch).make_decoder(model, device);
     case DType::kF16:
-      return cuda_model_family<fp16>(model.arch).make_decoder(model, weights, device);
+      return cuda_model_family<fp16>(model.arch).make_decoder(model, device);
     case DType::kAuto:
       break;
   }

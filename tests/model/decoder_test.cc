@@ -75,7 +75,7 @@ TEST_P(DecoderFamily, LogitsEqualTheFullForwardAtEveryStep) {
   const ModelConfig c = config();
   const std::vector<std::vector<float>> w = random_weights(c, 5);
   const std::unique_ptr<UnitModel> full = model_family(c.arch).make_cpu_model(c, 1, false);
-  const std::unique_ptr<Decoder> d = model_family(c.arch).make_cpu_decoder(c, w);
+  const std::unique_ptr<Decoder> d = load_decoder(model_family(c.arch).make_cpu_decoder(c), w);
   std::vector<int32_t> seq = kPrompt;
   std::vector<float> got = d->prefill(seq);
   ASSERT_EQ(got.size(), static_cast<size_t>(c.vocab_size));
@@ -97,7 +97,7 @@ TEST_P(DecoderFamily, LogitsEqualTheFullForwardAtEveryStep) {
 // A step on a full cache is refused, naming the cache's size; the decoder is still usable after a prefill.
 TEST_P(DecoderFamily, StepOnAFullCacheIsRefused) {
   const ModelConfig c = config();
-  const std::unique_ptr<Decoder> d = model_family(c.arch).make_cpu_decoder(c, random_weights(c, 6));
+  const std::unique_ptr<Decoder> d = load_decoder(model_family(c.arch).make_cpu_decoder(c), random_weights(c, 6));
   d->prefill(std::vector<int32_t>(static_cast<size_t>(c.seq_len), 4));
   ASSERT_TRUE(d->full());
   try {
@@ -122,7 +122,7 @@ TEST_P(DecoderFamily, GreedyTokensEqualTheArgmaxOfFullRecomputes) {
   const ModelConfig c = config();
   const std::vector<std::vector<float>> w = random_weights(c, 7);
   const std::unique_ptr<UnitModel> full = model_family(c.arch).make_cpu_model(c, 1, false);
-  const std::unique_ptr<Decoder> d = model_family(c.arch).make_cpu_decoder(c, w);
+  const std::unique_ptr<Decoder> d = load_decoder(model_family(c.arch).make_cpu_decoder(c), w);
   SamplingOptions greedy;
   greedy.temperature = 0;
   GenerationStats stats;
@@ -139,7 +139,7 @@ TEST_P(DecoderFamily, GreedyTokensEqualTheArgmaxOfFullRecomputes) {
 // The sink sees every token as it is sampled, in order, and stops the generation after the token it returns false on.
 TEST_P(DecoderFamily, TheSinkSeesEachTokenAndStopsTheGeneration) {
   const std::unique_ptr<Decoder> d =
-      model_family(config().arch).make_cpu_decoder(config(), random_weights(config(), 9));
+      load_decoder(model_family(config().arch).make_cpu_decoder(config()), random_weights(config(), 9));
   const SamplingOptions o{1.0, 0, 3};  // temperature 1, every token, seed 3
   const std::vector<int32_t> all = generate_tokens(*d, kPrompt, 30, o);
   std::vector<int32_t> seen;
@@ -161,12 +161,13 @@ TEST_P(DecoderFamily, TheSinkSeesEachTokenAndStopsTheGeneration) {
 TEST_P(DecoderFamily, SampledTokensDependOnlyOnTheSeed) {
   const ModelConfig c = config();
   const std::vector<std::vector<float>> w = random_weights(c, 8);
-  const std::unique_ptr<Decoder> d = model_family(c.arch).make_cpu_decoder(c, w);
+  const std::unique_ptr<Decoder> d = load_decoder(model_family(c.arch).make_cpu_decoder(c), w);
   SamplingOptions o;
   o.temperature = 1.5;
   o.seed = 11;
   const std::vector<int32_t> a = generate_tokens(*d, kPrompt, 30, o);
-  const std::vector<int32_t> b = generate_tokens(*model_family(c.arch).make_cpu_decoder(c, w), kPrompt, 30, o);
+  const std::vector<int32_t> b =
+      generate_tokens(*load_decoder(model_family(c.arch).make_cpu_decoder(c), w), kPrompt, 30, o);
   EXPECT_EQ(a, b);
   o.seed = 12;
   const std::vector<int32_t> other = generate_tokens(*d, kPrompt, 30, o);
@@ -194,16 +195,44 @@ TEST(Decoder, WeightsOfTheWrongShapeAreRefused) {
   const ModelConfig c = tiny_gpt2();
   std::vector<std::vector<float>> w = random_weights(c, 1);
   w.pop_back();
-  EXPECT_THROW(model_family(c.arch).make_cpu_decoder(c, w), Error);
+  EXPECT_THROW(load_decoder(model_family(c.arch).make_cpu_decoder(c), w), Error);
   w = random_weights(c, 1);
   w[1].pop_back();
   try {
-    model_family(c.arch).make_cpu_decoder(c, w);
+    load_decoder(model_family(c.arch).make_cpu_decoder(c), w);
     FAIL() << "a short block";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
     EXPECT_NE(std::string(e.what()).find("block.0"), std::string::npos) << e.what();
   }
+}
+
+// Units loaded one at a time, in any order, give the decoder that all of them at once give; a unit given twice is
+// refused by name, and a decoder missing one refuses to run.
+TEST(Decoder, UnitsLoadOneAtATimeInAnyOrder) {
+  const ModelConfig c = tiny_llama();
+  const std::vector<std::vector<float>> w = random_weights(c, 4);
+  const std::vector<float> want = load_decoder(model_family(c.arch).make_cpu_decoder(c), w)->prefill(kPrompt);
+  std::unique_ptr<Decoder> d = model_family(c.arch).make_cpu_decoder(c);
+  for (int u = static_cast<int>(w.size()) - 1; u >= 1; --u) {
+    std::vector<float> values = w[static_cast<size_t>(u)];
+    d->load_unit(u, values);
+  }
+  EXPECT_FALSE(d->loaded());
+  EXPECT_THROW(d->prefill(kPrompt), Error);
+  std::vector<float> again = w[1];
+  try {
+    d->load_unit(1, again);
+    FAIL() << "a unit loaded twice";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find("unit block.0's weights were given to the decoder twice"), std::string::npos)
+        << e.what();
+  }
+  std::vector<float> first = w[0];
+  d->load_unit(0, first);
+  ASSERT_TRUE(d->loaded());
+  EXPECT_EQ(d->prefill(kPrompt), want);
 }
 
 }  // namespace

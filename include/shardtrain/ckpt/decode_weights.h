@@ -8,6 +8,10 @@
 //   decode.model = base_model(cfg.model);
 //   std::unique_ptr<Decoder> d = make_decoder(decode, std::move(w.units));
 //
+// or, streamed into a decoder without the whole model in fp32 on the host:
+//   std::unique_ptr<Decoder> d = make_unloaded_decoder(decode);
+//   read_init_from_weights(cfg, [&](int u, std::vector<float>& values) { d->load_unit(u, values); });
+//
 // Both give the buffers a training engine of `cfg` gives after loading the same source (StepEngine::gather_params,
 // merged with merge_lora), bit for bit (tests/ckpt/decode_weights_test.cc, on the CPU backend; for train.device = cuda
 // by storing the base as the CUDA backend stores it):
@@ -19,6 +23,7 @@
 //    (init_unit_range).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,6 +31,11 @@
 #include "shardtrain/core/config.h"
 
 namespace st {
+
+// Where a streamed read hands each unit: called once per unit of base_model(cfg.model), in unit order, with the unit's
+// full flat fp32 buffer, which it may take over (Decoder::load_unit does on the CPU). The reads that stream hold one
+// unit's buffer on the host at a time (a LoRA checkpoint's, merged with its base, is read whole first).
+using UnitSink = std::function<void(int unit, std::vector<float>& values)>;
 
 // Whether read_checkpoint_weights checks a LoRA checkpoint's base (check_base_of_checkpoint, lora_base.h: it hashes
 // every file of init.from). kSkip is for ranks that read the same files as one that checks them and agree with it
@@ -46,10 +56,15 @@ struct CheckpointWeights {
 // naming the file and what disagrees: a missing rank file, a missing or misshapen dataset, a changed base file.
 CheckpointWeights read_checkpoint_weights(const std::string& step_dir, const Config& cfg,
                                           LoraBaseCheck base_check = LoraBaseCheck::kCheck);
+// The same weights streamed to `sink`, a unit at a time, every rank file open at once; returns the manifest.
+Manifest read_checkpoint_weights(const std::string& step_dir, const Config& cfg, LoraBaseCheck base_check,
+                                 const UnitSink& sink);
 
 // The weights of cfg.init.from (a Hugging Face model directory or a GPT-2 file: init_from.h, with every check of
 // init_from_weights) for the model cfg.model, which load_config derived from it as it does for training. kBadInput
 // for a LoRA model (model.lora.rank > 0: adapters come from a checkpoint).
 std::vector<std::vector<float>> read_init_from_weights(const Config& cfg);
+// The same weights streamed to `sink`, a unit at a time.
+void read_init_from_weights(const Config& cfg, const UnitSink& sink);
 
 }  // namespace st

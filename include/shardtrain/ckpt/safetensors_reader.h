@@ -6,11 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <fstream>
 
 namespace st {
 
@@ -51,6 +50,7 @@ class SafetensorsReader {
   };
   std::string path_;
   mutable std::ifstream in_;
+  mutable std::vector<uint16_t> raw_;  // read_range's 16-bit chunk
   std::map<std::string, Entry> tensors_;
 };
 

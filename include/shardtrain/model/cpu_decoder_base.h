@@ -18,8 +18,9 @@ class CpuDecoderBase : public Decoder {
   std::string describe() const override { return "cpu/fp32"; }
 
  protected:
-  // Checks the weights (check_decoder_weights) and keeps them.
-  CpuDecoderBase(const ModelConfig& cfg, std::vector<std::vector<float>> weights);
+  // No weights until load_unit gives them.
+  explicit CpuDecoderBase(const ModelConfig& cfg);
+  void store_unit(int u, std::vector<float>& values) override { w_[static_cast<size_t>(u)] = std::move(values); }
 
   // Unit u's weights.
   const float* unit(int u) const { return w_[static_cast<size_t>(u)].data(); }

@@ -11,9 +11,8 @@
 
 namespace st {
 
-// The decoder of model's family on CUDA device `device` in `dtype` (kF32, kBF16 or kF16), its weights rounded from
-// the fp32 ones (every unit's full flat buffer, in unit order). kBadInput when no such device is visible.
-std::unique_ptr<Decoder> make_cuda_decoder(const ModelConfig& model, DType dtype,
-                                           const std::vector<std::vector<float>>& weights, int device);
+// The decoder of model's family on CUDA device `device` in `dtype` (kF32, kBF16 or kF16), without weights yet
+// (load_unit rounds each unit's fp32 buffer to dtype). kBadInput when no such device is visible.
+std::unique_ptr<Decoder> make_cuda_decoder(const ModelConfig& model, DType dtype, int device);
 
 }  // namespace st

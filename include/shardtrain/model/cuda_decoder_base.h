@@ -24,8 +24,10 @@ class CudaDecoderBase : public Decoder {
   std::string describe() const override;
 
  protected:
-  // Makes `device` current (kBadInput when it is not visible), checks and uploads the weights, allocates the cache.
-  CudaDecoderBase(const ModelConfig& cfg, const std::vector<std::vector<float>>& weights, int device);
+  // Makes `device` current (kBadInput when it is not visible), allocates the weights (load_unit uploads them) and the
+  // cache.
+  CudaDecoderBase(const ModelConfig& cfg, int device);
+  void store_unit(int u, std::vector<float>& values) override;
 
   // Unit u's weights on the device, in T.
   const T* unit(int u) const { return w_[static_cast<size_t>(u)].data(); }
@@ -48,6 +50,8 @@ class CudaDecoderBase : public Decoder {
  private:
   std::string device_name_;
   std::vector<DeviceBuffer<T>> w_;
+  DeviceBuffer<float> staging_;  // while loading
+  int stored_ = 0;               // units loaded
   int64_t q_width_, kv_width_, qkv_width_, layer_elems_;
   DeviceBuffer<T> k_, v_, logits_;
   DeviceBuffer<int32_t> tokens_;

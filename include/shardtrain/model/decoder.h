@@ -5,6 +5,11 @@
 //
 //   std::unique_ptr<Decoder> d = make_decoder(cfg, engine.gather_params());   // the full weights of every unit
 //   std::vector<float> logits = d->prefill(prompt);   // positions 0 .. prompt.size() - 1
+//
+// A loader that reads the weights unit by unit hands each over as it comes, so that the whole model in fp32 is never
+// on the host (ckpt/decode_weights.h streams checkpoints and init.from that way):
+//   std::unique_ptr<Decoder> d = make_unloaded_decoder(cfg);
+//   d->load_unit(u, values);                          // each unit once, its full flat fp32 buffer
 //   logits = d->step(next);                           // one more position; d->position() counts them
 //
 // The cache holds model.seq_len positions (max_length()): the positions a model knows (gpt2's wpe has seq_len rows).
@@ -18,12 +23,21 @@
 #include <vector>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/model/units.h"
 
 namespace st {
 
 class Decoder {
  public:
   virtual ~Decoder() = default;
+
+  // Unit u's weights: its full flat fp32 buffer (unit.numel values), each unit once, all before the first prefill.
+  // The decoder keeps them (the CPU's takes `values` over, leaving it empty) or rounds them to its compute type (a
+  // GPU's, leaving `values` as it was, to be reused). kBadInput naming the unit for a wrong size, an unknown unit or
+  // one loaded twice.
+  void load_unit(int u, std::vector<float>& values);
+  // Whether every unit is loaded.
+  bool loaded() const { return units_loaded_ == static_cast<int>(loaded_.size()); }
 
   // Empties the cache and runs `tokens` (1 to max_length() of them, each in [0, vocab_size)) at positions 0 ..
   // n - 1. Returns the logits over the real vocabulary (model.vocab_size, fp32) for the position after the last.
@@ -43,6 +57,8 @@ class Decoder {
 
  protected:
   explicit Decoder(const ModelConfig& cfg);
+  // Keeps unit u's weights (load_unit has checked u and the size).
+  virtual void store_unit(int u, std::vector<float>& values) = 0;
   // Runs tokens[0, n) at positions pos .. pos + n - 1 with the cache holding positions 0 .. pos - 1, appends their
   // keys and values to it, and writes the logits over the real vocabulary that follow the last token into *logits.
   // The base class has checked n, pos and the tokens.
@@ -52,6 +68,9 @@ class Decoder {
   void check_tokens(const int32_t* tokens, int64_t n) const;
 
   ModelConfig cfg_;
+  std::vector<UnitLayout> layout_;
+  std::vector<bool> loaded_;
+  int units_loaded_ = 0;
   int64_t position_ = 0;
   std::vector<float> logits_;
 };
@@ -61,6 +80,10 @@ class Decoder {
 // buffer, in unit order (StepEngine::gather_params()). kBadInput for train.device = cuda in a build without CUDA or
 // with no such device.
 std::unique_ptr<Decoder> make_decoder(const Config& cfg, std::vector<std::vector<float>> weights, int cuda_device = 0);
+// The same decoder with no weights yet: load_unit each unit before the first prefill.
+std::unique_ptr<Decoder> make_unloaded_decoder(const Config& cfg, int cuda_device = 0);
+// Loads every unit of `weights` into the unloaded decoder d (check_decoder_weights first) and returns it.
+std::unique_ptr<Decoder> load_decoder(std::unique_ptr<Decoder> d, std::vector<std::vector<float>> weights);
 
 // The checks every implementation's constructor makes: one buffer per unit of cfg's unit list, each of its size
 // (kBadInput naming the unit, expected vs actual).

@@ -33,8 +33,8 @@ struct ModelFamily {
   // The CPU fp32 model, and the bytes it would allocate (for the memory plan, before it exists).
   std::unique_ptr<UnitModel> (*make_cpu_model)(const ModelConfig& cfg, int64_t max_batch, bool recompute);
   int64_t (*cpu_footprint_bytes)(const ModelConfig& cfg, int64_t max_batch, bool recompute);
-  // The CPU fp32 decoder with a key/value cache (decoder.h) over every unit's full weights.
-  std::unique_ptr<Decoder> (*make_cpu_decoder)(const ModelConfig& cfg, std::vector<std::vector<float>> weights);
+  // The CPU fp32 decoder with a key/value cache (decoder.h), without weights yet (load_unit or load_decoder).
+  std::unique_ptr<Decoder> (*make_cpu_decoder)(const ModelConfig& cfg);
   // The linear layers of a block that LoRA can target (model/lora.h), in the family's order.
   std::vector<LoraLinear> (*lora_linears)(const ModelConfig& cfg);
 };

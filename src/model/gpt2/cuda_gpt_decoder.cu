@@ -9,8 +9,7 @@
 namespace st {
 
 template <typename T>
-CudaGptDecoder<T>::CudaGptDecoder(const ModelConfig& cfg, const std::vector<std::vector<float>>& weights, int device)
-    : CudaDecoderBase<T>(cfg, weights, device) {
+CudaGptDecoder<T>::CudaGptDecoder(const ModelConfig& cfg, int device) : CudaDecoderBase<T>(cfg, device) {
   const int64_t rows = cfg.seq_len, C = cfg.n_embd;
   for (DeviceBuffer<T>* b : {&x_, &norm_, &att_}) *b = DeviceBuffer<T>(rows * C);
   qkv_ = DeviceBuffer<T>(rows * 3 * C);

@@ -61,9 +61,7 @@ std::unique_ptr<UnitModel> make_gpt2(const ModelConfig& cfg, int64_t max_batch, 
   return std::make_unique<GptModel>(cfg, max_batch, recompute);
 }
 
-std::unique_ptr<Decoder> make_gpt2_decoder(const ModelConfig& cfg, std::vector<std::vector<float>> weights) {
-  return std::make_unique<GptDecoder>(cfg, std::move(weights));
-}
+std::unique_ptr<Decoder> make_gpt2_decoder(const ModelConfig& cfg) { return std::make_unique<GptDecoder>(cfg); }
 
 }  // namespace
 

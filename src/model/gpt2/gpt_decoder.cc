@@ -9,8 +9,7 @@
 
 namespace st {
 
-GptDecoder::GptDecoder(const ModelConfig& cfg, std::vector<std::vector<float>> weights)
-    : CpuDecoderBase(cfg, std::move(weights)) {}
+GptDecoder::GptDecoder(const ModelConfig& cfg) : CpuDecoderBase(cfg) {}
 
 void GptDecoder::forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) {
   const ModelConfig& cfg = config();

@@ -12,9 +12,7 @@
 namespace st {
 
 template <typename T>
-CudaLlamaDecoder<T>::CudaLlamaDecoder(const ModelConfig& cfg, const std::vector<std::vector<float>>& weights,
-                                      int device)
-    : CudaDecoderBase<T>(cfg, weights, device) {
+CudaLlamaDecoder<T>::CudaLlamaDecoder(const ModelConfig& cfg, int device) : CudaDecoderBase<T>(cfg, device) {
   const int64_t rows = cfg.seq_len, C = cfg.n_embd, F = cfg.mlp_dim();
   const RopeTable rope = rope_table(cfg, cfg.seq_len);
   for (auto [dst, src] : {std::make_pair(&rope_cos_, &rope.cos), std::make_pair(&rope_sin_, &rope.sin)}) {

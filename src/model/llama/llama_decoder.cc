@@ -9,8 +9,7 @@
 
 namespace st {
 
-LlamaDecoder::LlamaDecoder(const ModelConfig& cfg, std::vector<std::vector<float>> weights)
-    : CpuDecoderBase(cfg, std::move(weights)), rope_(rope_table(cfg, cfg.seq_len)) {}
+LlamaDecoder::LlamaDecoder(const ModelConfig& cfg) : CpuDecoderBase(cfg), rope_(rope_table(cfg, cfg.seq_len)) {}
 
 void LlamaDecoder::forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) {
   const ModelConfig& cfg = config();

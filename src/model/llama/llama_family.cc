@@ -68,9 +68,7 @@ std::unique_ptr<UnitModel> make_llama(const ModelConfig& cfg, int64_t max_batch,
   return std::make_unique<LlamaModel>(cfg, max_batch, recompute);
 }
 
-std::unique_ptr<Decoder> make_llama_decoder(const ModelConfig& cfg, std::vector<std::vector<float>> weights) {
-  return std::make_unique<LlamaDecoder>(cfg, std::move(weights));
-}
+std::unique_ptr<Decoder> make_llama_decoder(const ModelConfig& cfg) { return std::make_unique<LlamaDecoder>(cfg); }
 
 }  // namespace
 

@@ -16,8 +16,8 @@ namespace st {
 template <typename T>
 class CudaLlamaDecoder final : public CudaDecoderBase<T> {
  public:
-  // weights: every unit's full flat fp32 buffer (check_decoder_weights); `device` becomes the current CUDA device.
-  CudaLlamaDecoder(const ModelConfig& cfg, const std::vector<std::vector<float>>& weights, int device);
+  // Without weights (load_unit gives them, decoder.h); `device` becomes the current CUDA device.
+  CudaLlamaDecoder(const ModelConfig& cfg, int device);
 
  protected:
   void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) override;

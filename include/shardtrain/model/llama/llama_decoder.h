@@ -15,8 +15,8 @@ namespace st {
 
 class LlamaDecoder final : public CpuDecoderBase {
  public:
-  // weights: every unit's full flat fp32 buffer (check_decoder_weights), kept by the decoder.
-  LlamaDecoder(const ModelConfig& cfg, std::vector<std::vector<float>> weights);
+  // Without weights: load_unit gives them (decoder.h).
+  explicit LlamaDecoder(const ModelConfig& cfg);
 
  protected:
   void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) override;
