@@ -14,11 +14,15 @@ namespace {
 constexpr int kColBlock = 32;
 }  // namespace
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C) {
+namespace {
+
+// positions: each row's own (null: row % T).
+void embed(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
+           const int32_t* positions) {
   const int64_t BT = static_cast<int64_t>(B) * T;
 #pragma omp parallel for schedule(static) if (BT * C >= kMinParallelWork)
   for (int64_t bt = 0; bt < BT; ++bt) {
-    const int64_t t = bt % T;
+    const int64_t t = positions != nullptr ? positions[bt] : bt % T;
     float* o = out + bt * C;
     const float* e = wte + static_cast<int64_t>(tokens[bt]) * C;
     if (wpe == nullptr) {
@@ -28,6 +32,17 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
     const float* p = wpe + t * C;
     for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
   }
+}
+
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C) {
+  embed(out, tokens, wte, wpe, B, T, C, nullptr);
+}
+
+void embedding_forward_at(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                          const int32_t* positions, int rows, int C) {
+  embed(out, tokens, wte, wpe, 1, rows, C, positions);
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C) {

@@ -15,7 +15,7 @@ constexpr int kSegmentBlock = 128;
 
 template <int kVec, typename T>
 __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t BT, int T_,
-                                         int C) {
+                                         int C, const int32_t* positions) {
   // kVec divides C (or is 1), so a pack never straddles two rows.
   for_each_pack<kVec>(BT * C, thread_index(), thread_count(), [&](int64_t i, auto w) {
     constexpr int W = decltype(w)::value;
@@ -23,7 +23,7 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T*
     float e[W], p[W];
     load<W>(wte + static_cast<int64_t>(tokens[bt]) * C + c, e);
     if (wpe != nullptr) {  // null: no position embedding (llama)
-      load<W>(wpe + (bt % T_) * C + c, p);
+      load<W>(wpe + (positions != nullptr ? positions[bt] : bt % T_) * C + c, p);
       for (int k = 0; k < W; ++k) e[k] += p[k];
     }
     store<W>(out + i, e);
@@ -95,18 +95,35 @@ size_t embedding_sort_temp_bytes(int64_t BT) {
   return bytes;
 }
 
+namespace {
+
+// `rows` rows, row r at position positions[r] (null: r % T_).
 template <typename T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C,
-                       const GpuContext& ctx) {
-  const int64_t BT = static_cast<int64_t>(B) * T_;
+void embed_rows(T* out, const int32_t* tokens, const T* wte, const T* wpe, const int32_t* positions, int64_t rows,
+                int T_, int C, const GpuContext& ctx) {
+  const int64_t BT = rows;
   if (BT == 0 || C == 0) return;
   constexpr int kVec = 16 / sizeof(T);
   // kVec divides C, so aligned base pointers give aligned rows.
   launch_packed<T>(C % kVec == 0 && all_aligned(16, out, wte, wpe), [&](auto w) {
     constexpr int W = decltype(w)::value;
     embedding_forward_kernel<W>
-        <<<grid_for(BT * C / W, kBlock), kBlock, 0, ctx.stream>>>(out, tokens, wte, wpe, BT, T_, C);
+        <<<grid_for(BT * C / W, kBlock), kBlock, 0, ctx.stream>>>(out, tokens, wte, wpe, BT, T_, C, positions);
   });
+}
+
+}  // namespace
+
+template <typename T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C,
+                       const GpuContext& ctx) {
+  embed_rows(out, tokens, wte, wpe, nullptr, static_cast<int64_t>(B) * T_, T_, C, ctx);
+}
+
+template <typename T>
+void embedding_forward_at(T* out, const int32_t* tokens, const T* wte, const T* wpe, const int32_t* positions, int rows,
+                          int C, const GpuContext& ctx) {
+  embed_rows(out, tokens, wte, wpe, positions, rows, 1, C, ctx);
 }
 
 template <typename T>
@@ -154,6 +171,12 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, 
   });
 }
 
+template void embedding_forward_at<float>(float*, const int32_t*, const float*, const float*, const int32_t*, int, int,
+                                          const GpuContext&);
+template void embedding_forward_at<bf16>(bf16*, const int32_t*, const bf16*, const bf16*, const int32_t*, int, int,
+                                         const GpuContext&);
+template void embedding_forward_at<fp16>(fp16*, const int32_t*, const fp16*, const fp16*, const int32_t*, int, int,
+                                         const GpuContext&);
 template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int, int, int,
                                        const GpuContext&);
 template void embedding_forward<bf16>(bf16*, const int32_t*, const bf16*, const bf16*, int, int, int,

@@ -53,14 +53,15 @@ RopeTable rope_table(const ModelConfig& cfg, int64_t positions) {
 namespace {
 
 // Turns the first NH + NKV heads of every row by +angle (sign = 1) or -angle (sign = -1).
-void rotate(float* qkv, const float* cos, const float* sin, int64_t B, int64_t T, int NH, int NKV, int hs,
-            float sign) {
+// positions: each row's own (null: row % T).
+void rotate(float* qkv, const float* cos, const float* sin, int64_t B, int64_t T, int NH, int NKV, int hs, float sign,
+            const int32_t* positions = nullptr) {
   const int half = hs / 2;
   const int64_t stride = static_cast<int64_t>(NH + 2 * NKV) * hs, rows = B * T;
   const int heads = NH + NKV;
 #pragma omp parallel for schedule(static) if (rows * heads * hs >= kMinParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = r % T;
+    const int64_t t = positions != nullptr ? positions[r] : r % T;
     const float* c = cos + t * half;
     const float* s = sin + t * half;
     for (int h = 0; h < heads; ++h) {
@@ -82,6 +83,11 @@ void rope_forward(float* qkv, const float* cos, const float* sin, int64_t B, int
 
 void rope_backward(float* dqkv, const float* cos, const float* sin, int64_t B, int64_t T, int NH, int NKV, int hs) {
   rotate(dqkv, cos, sin, B, T, NH, NKV, hs, -1.0f);
+}
+
+void rope_forward_at(float* qkv, const float* cos, const float* sin, const int32_t* positions, int64_t rows, int NH,
+                     int NKV, int hs) {
+  rotate(qkv, cos, sin, 1, rows, NH, NKV, hs, 1.0f, positions);
 }
 
 }  // namespace st

@@ -16,7 +16,7 @@ constexpr int kBlock = 256;
 // grid-stride loop runs over rows * heads * half / kVec such pair packs.
 template <int kVec, typename T>
 __global__ void rope_kernel(T* qkv, const float* cos, const float* sin, int64_t rows, int64_t T_, int heads, int stride,
-                            int half, float sign) {
+                            int half, float sign, const int32_t* positions) {
   const int64_t packs_per_head = half / kVec;
   const int64_t total = rows * heads * packs_per_head;
   for (int64_t i = thread_index(); i < total; i += thread_count()) {
@@ -24,7 +24,7 @@ __global__ void rope_kernel(T* qkv, const float* cos, const float* sin, int64_t 
     const int64_t rh = i / packs_per_head;  // row * heads + head
     const int h = static_cast<int>(rh % heads);
     const int64_t r = rh / heads;
-    const int64_t t = r % T_;
+    const int64_t t = positions != nullptr ? positions[r] : r % T_;
     T* x = qkv + r * stride + static_cast<int64_t>(h) * 2 * half + j;
     const float* c = cos + t * half + j;
     const float* s = sin + t * half + j;
@@ -45,7 +45,7 @@ __global__ void rope_kernel(T* qkv, const float* cos, const float* sin, int64_t 
 
 template <typename T>
 void rotate(T* qkv, const float* cos, const float* sin, int64_t B, int64_t T_, int NH, int NKV, int hs,
-            const GpuContext& ctx, float sign) {
+            const GpuContext& ctx, float sign, const int32_t* positions = nullptr) {
   ST_CHECK(hs % 2 == 0, "RoPE needs an even head dimension, got ", hs);
   const int64_t rows = B * T_;
   const int heads = NH + NKV;
@@ -56,8 +56,8 @@ void rotate(T* qkv, const float* cos, const float* sin, int64_t B, int64_t T_, i
   // With half a multiple of kVec, every head's halves start kVec-aligned from an aligned base.
   launch_packed<T>(half % kVec == 0 && all_aligned(16, qkv), [&](auto w) {
     constexpr int W = decltype(w)::value;
-    rope_kernel<W><<<grid_for(rows * heads * (half / W), kBlock), kBlock, 0, ctx.stream>>>(qkv, cos, sin, rows, T_,
-                                                                                           heads, stride, half, sign);
+    rope_kernel<W><<<grid_for(rows * heads * (half / W), kBlock), kBlock, 0, ctx.stream>>>(
+        qkv, cos, sin, rows, T_, heads, stride, half, sign, positions);
   });
 }
 
@@ -75,6 +75,18 @@ void rope_backward(T* dqkv, const float* cos, const float* sin, int64_t B, int64
   rotate(dqkv, cos, sin, B, T_, NH, NKV, hs, ctx, -1.0f);
 }
 
+template <typename T>
+void rope_forward_at(T* qkv, const float* cos, const float* sin, const int32_t* positions, int64_t rows, int NH,
+                     int NKV, int hs, const GpuContext& ctx) {
+  rotate(qkv, cos, sin, 1, rows, NH, NKV, hs, ctx, 1.0f, positions);
+}
+
+template void rope_forward_at<float>(float*, const float*, const float*, const int32_t*, int64_t, int, int, int,
+                                     const GpuContext&);
+template void rope_forward_at<bf16>(bf16*, const float*, const float*, const int32_t*, int64_t, int, int, int,
+                                    const GpuContext&);
+template void rope_forward_at<fp16>(fp16*, const float*, const float*, const int32_t*, int64_t, int, int, int,
+                                    const GpuContext&);
 template void rope_forward<float>(float*, const float*, const float*, int64_t, int64_t, int, int, int,
                                   const GpuContext&);
 template void rope_forward<bf16>(bf16*, const float*, const float*, int64_t, int64_t, int, int, int, const GpuContext&);

@@ -5,9 +5,12 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/format.h"
+#include "shardtrain/kernels/gpu/argmax.h"
+#include "shardtrain/kernels/gpu/decode_attention.h"
 #include "shardtrain/kernels/gpu/reduce.h"
 #include "shardtrain/model/cuda_decoder_base.h"
 #include "shardtrain/model/cuda_family.h"
+#include "shardtrain/model/sampling.h"
 
 namespace st {
 namespace {
@@ -38,8 +41,74 @@ CudaDecoderBase<T>::CudaDecoderBase(const ModelConfig& cfg, int device)
       k_(cfg.n_layer * layer_elems_),
       v_(cfg.n_layer * layer_elems_),
       logits_(cfg.padded_vocab()),
-      tokens_(cfg.seq_len) {
+      tokens_(cfg.seq_len),
+      step_host_(3),
+      step_dev_(3) {
   for (const UnitLayout& u : units_) w_.emplace_back(u.numel);
+}
+
+template <typename T>
+CudaDecoderBase<T>::~CudaDecoderBase() {
+  if (step_graph_ != nullptr) cudaGraphExecDestroy(step_graph_);
+}
+
+template <typename T>
+int32_t CudaDecoderBase<T>::forward_greedy(int32_t token, int64_t pos) {
+  // step_dev_: [0] the token, [1] its position, [2] the greedy next token.
+  int32_t* io = step_host_.data();
+  io[0] = token;
+  io[1] = static_cast<int32_t>(pos);
+  const int32_t* dev = step_dev_.data();
+  ST_CUDA_CHECK(cudaMemcpyAsync(step_dev_.data(), io, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, ctx_.stream));
+  auto step = [&] {
+    forward_step(dev, dev + 1);
+    gpu::argmax_rows<T>(logits_.data(), config().padded_vocab(), 1, config().vocab_size, step_dev_.data() + 2, ctx_);
+  };
+  if (step_graph_ != nullptr) {
+    ST_CUDA_CHECK(cudaGraphLaunch(step_graph_, ctx_.stream));
+  } else if (!step_warm_) {
+    step();  // eagerly: cuBLASLt's algorithm choices and any lazy setup happen outside a capture
+    step_warm_ = true;
+  } else {
+    cudaGraph_t graph = nullptr;
+    ST_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
+    step();
+    ST_CUDA_CHECK(cudaStreamEndCapture(ctx_.stream, &graph));
+    const cudaError_t made = cudaGraphInstantiate(&step_graph_, graph, 0);
+    cudaGraphDestroy(graph);
+    ST_CUDA_CHECK(made);
+    ST_CUDA_CHECK(cudaGraphLaunch(step_graph_, ctx_.stream));
+  }
+  ST_CUDA_CHECK(cudaMemcpyAsync(io + 2, dev + 2, sizeof(int32_t), cudaMemcpyDeviceToHost, ctx_.stream));
+  stream_.synchronize();
+  if (io[2] >= 0) return io[2];
+  // A NaN or an infinity among the logits: sample_token says which, as the host path does.
+  std::vector<float> logits;
+  copy_logits(&logits);
+  return sample_token(logits, SamplingOptions{0.0, 0, 0}, 0);
+}
+
+template <typename T>
+void CudaDecoderBase<T>::append_kv_at(int layer, const T* qkv, const int32_t* pos) {
+  const ModelConfig& cfg = config();
+  gpu::kv_append_at<T>(k_.data() + layer * layer_elems_, v_.data() + layer * layer_elems_, qkv, 0, pos, 1, cfg.n_head,
+                       cfg.kv_heads(), cfg.head_dim(), ctx_);
+}
+
+template <typename T>
+void CudaDecoderBase<T>::classify_on_device(const T* xn, const T* w) {
+  const ModelConfig& cfg = config();
+  gpu::matmul_forward<T>(logits_.data(), xn, w, nullptr, 1, cfg.n_embd, cfg.padded_vocab(), ctx_);
+}
+
+template <typename T>
+void CudaDecoderBase<T>::copy_logits(std::vector<float>* logits) {
+  std::vector<T> row(static_cast<size_t>(config().vocab_size));
+  ST_CUDA_CHECK(
+      cudaMemcpyAsync(row.data(), logits_.data(), sizeof(T) * row.size(), cudaMemcpyDeviceToHost, ctx_.stream));
+  stream_.synchronize();
+  logits->resize(row.size());
+  for (size_t i = 0; i < row.size(); ++i) (*logits)[i] = static_cast<float>(row[i]);
 }
 
 template <typename T>
@@ -92,14 +161,8 @@ void CudaDecoderBase<T>::append_kv(int layer, const T* qkv, int64_t n, int64_t p
 
 template <typename T>
 void CudaDecoderBase<T>::classify_row(const T* xn, const T* w, std::vector<float>* logits) {
-  const ModelConfig& cfg = config();
-  gpu::matmul_forward<T>(logits_.data(), xn, w, nullptr, 1, cfg.n_embd, cfg.padded_vocab(), ctx_);
-  std::vector<T> row(static_cast<size_t>(cfg.vocab_size));
-  ST_CUDA_CHECK(
-      cudaMemcpyAsync(row.data(), logits_.data(), sizeof(T) * row.size(), cudaMemcpyDeviceToHost, ctx_.stream));
-  stream_.synchronize();
-  logits->resize(row.size());
-  for (size_t i = 0; i < row.size(); ++i) (*logits)[i] = static_cast<float>(row[i]);
+  classify_on_device(xn, w);
+  copy_logits(logits);
 }
 
 template class CudaDecoderBase<float>;

@@ -2,6 +2,7 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/model/family.h"
+#include "shardtrain/model/sampling.h"
 #include "shardtrain/model/units.h"
 
 #ifdef SHARDTRAIN_HAVE_CUDA
@@ -51,6 +52,20 @@ const std::vector<float>& Decoder::step(int32_t token) {
   forward(&token, 1, position_, &logits_);
   ++position_;
   return logits_;
+}
+
+int32_t Decoder::step_greedy(int32_t token) {
+  ST_CHECK(!full(), "the KV cache is full: its ", max_length(),
+           " positions (model.seq_len) hold tokens; prefill again with a shorter context to continue");
+  check_tokens(&token, 1);
+  const int32_t next = forward_greedy(token, position_);
+  ++position_;
+  return next;
+}
+
+int32_t Decoder::forward_greedy(int32_t token, int64_t pos) {
+  forward(&token, 1, pos, &logits_);
+  return sample_token(logits_, SamplingOptions{0.0, 0, 0}, 0);  // greedy, refusing a non-finite logit
 }
 
 void check_decoder_weights(const ModelConfig& cfg, const std::vector<std::vector<float>>& weights) {

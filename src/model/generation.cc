@@ -37,14 +37,20 @@ std::vector<int32_t> generate_tokens(Decoder& decoder, const std::vector<int32_t
   s.prefill_seconds = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   const int64_t keep = std::max<int64_t>(1, decoder.max_length() / 2);
+  // Greedy decoding picks each next token inside the decoder (on the device for a GPU one): the same tokens.
+  const bool greedy = options.temperature == 0 || options.top_k == 1;
+  int32_t next = -1;  // the greedy token after the last step, when greedy
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t token = sample_token(*logits, options, static_cast<uint64_t>(i));
+    const int32_t token = next >= 0 ? next : sample_token(*logits, options, static_cast<uint64_t>(i));
+    next = -1;
     out.push_back(token);
     const bool more = !sink || sink(token, i);
     if (i + 1 == n || !more) break;
     if (decoder.full()) {
       logits = &decoder.prefill(tail(prompt, out, keep));
       ++s.slides;
+    } else if (greedy) {
+      next = decoder.step_greedy(token);
     } else {
       logits = &decoder.step(token);
     }

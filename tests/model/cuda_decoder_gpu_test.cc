@@ -93,6 +93,36 @@ TEST(CudaDecoderGpuGreedy, TokensEqualTheCpuDecoders) {
   }
 }
 
+// The greedy step the GPU decoder replays as a CUDA graph (eager on the first step, captured on the second) picks
+// what the argmax of its own host-side step picks, at every position, for every compute type and family; and after a
+// new prefill the graph reads the new positions.
+template <typename T>
+void expect_greedy_steps_equal_host_steps(const ModelConfig& c) {
+  const std::vector<std::vector<float>> w = random_weights(c, 31);
+  const std::unique_ptr<Decoder> host = load_decoder(make_cuda_decoder(c, kDType<T>, 0), w);
+  const std::unique_ptr<Decoder> graph = load_decoder(make_cuda_decoder(c, kDType<T>, 0), w);
+  for (int round = 0; round < 2; ++round) {
+    const std::vector<int32_t> prompt(kPrompt.begin(), kPrompt.end() - round);
+    int32_t token = argmax_token(host->prefill(prompt));
+    graph->prefill(prompt);
+    while (!host->full()) {
+      const int32_t next = graph->step_greedy(token);
+      token = argmax_token(host->step(token));
+      ASSERT_EQ(next, token) << "round " << round << " position " << host->position();
+    }
+  }
+}
+
+TEST(CudaDecoderGpuGreedy, GraphStepsEqualHostSteps) {
+  ST_SKIP_WITHOUT_GPU();
+  for (const ModelConfig& c : {testing::tiny_gpt2(), testing::tiny_llama()}) {
+    SCOPED_TRACE(to_string(c.arch));
+    expect_greedy_steps_equal_host_steps<float>(c);
+    expect_greedy_steps_equal_host_steps<bf16>(c);
+    expect_greedy_steps_equal_host_steps<fp16>(c);
+  }
+}
+
 TEST(CudaDecoderGpuFactory, MakeDecoderPicksTheDeviceAndType) {
   ST_SKIP_WITHOUT_GPU();
   Config cfg;

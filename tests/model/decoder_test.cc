@@ -136,6 +136,23 @@ TEST_P(DecoderFamily, GreedyTokensEqualTheArgmaxOfFullRecomputes) {
   EXPECT_GT(std::set<int32_t>(got.begin(), got.end()).size(), 3u);
 }
 
+// step_greedy is the argmax of step's logits, step after step (a GPU decoder replays it as a graph: its own test
+// compares it with the same step on the host), and moves the position as step does.
+TEST_P(DecoderFamily, AGreedyStepIsTheArgmaxOfAStep) {
+  const ModelConfig c = config();
+  const std::vector<std::vector<float>> w = random_weights(c, 12);
+  const std::unique_ptr<Decoder> a = load_decoder(model_family(c.arch).make_cpu_decoder(c), w);
+  const std::unique_ptr<Decoder> b = load_decoder(model_family(c.arch).make_cpu_decoder(c), w);
+  int32_t token = argmax_token(a->prefill(kPrompt));
+  b->prefill(kPrompt);
+  for (int i = 0; i < 10; ++i) {
+    const int32_t greedy = b->step_greedy(token);
+    token = argmax_token(a->step(token));
+    EXPECT_EQ(greedy, token) << "step " << i;
+    EXPECT_EQ(b->position(), a->position());
+  }
+}
+
 // The sink sees every token as it is sampled, in order, and stops the generation after the token it returns false on.
 TEST_P(DecoderFamily, TheSinkSeesEachTokenAndStopsTheGeneration) {
   const std::unique_ptr<Decoder> d =

@@ -39,4 +39,9 @@ void rope_forward(float* qkv, const float* cos, const float* sin, int64_t B, int
 // d[j] sin.
 void rope_backward(float* dqkv, const float* cos, const float* sin, int64_t B, int64_t T, int NH, int NKV, int hs);
 
+// rope_forward on `rows` rows [rows, (NH+2 NKV) hs], row r at position positions[r] (a row of cos/sin, which hold at
+// least max(positions) + 1 rows): what a decoding step reads from memory rather than from its launch.
+void rope_forward_at(float* qkv, const float* cos, const float* sin, const int32_t* positions, int64_t rows, int NH,
+                     int NKV, int hs);
+
 }  // namespace st

@@ -22,6 +22,7 @@ class CudaDecoderBase : public Decoder {
  public:
   // "cuda/bf16 on NVIDIA H200".
   std::string describe() const override;
+  ~CudaDecoderBase() override;
 
  protected:
   // Makes `device` current (kBadInput when it is not visible), allocates the weights (load_unit uploads them) and the
@@ -31,6 +32,18 @@ class CudaDecoderBase : public Decoder {
 
   // Unit u's weights on the device, in T.
   const T* unit(int u) const { return w_[static_cast<size_t>(u)].data(); }
+  // The greedy step as one CUDA graph: the token and position go up, the graph runs forward_step and the argmax, and
+  // the id comes back. The first call runs eagerly (cuBLASLt picks its algorithms), the second captures the graph.
+  int32_t forward_greedy(int32_t token, int64_t pos) override;
+  // One token (*token, device memory) at position *pos (device memory), through the classifier into the logits row
+  // (logits(), device): a step whose launches do not depend on the position, so that it can be captured. Never
+  // synchronises.
+  virtual void forward_step(const int32_t* token, const int32_t* pos) = 0;
+  // As append_kv for one row at position *pos (device memory).
+  void append_kv_at(int layer, const T* qkv, const int32_t* pos);
+  // The classifier over one normalised row xn [C] with w [Vp, C] into the logits row on the device; no synchronisation.
+  void classify_on_device(const T* xn, const T* w);
+
   // Copies n host tokens to the device; the host array may go when the call returns.
   const int32_t* upload_tokens(const int32_t* tokens, int64_t n);
   // As KvCache::append: the key and value heads of n fused qkv rows into positions pos .. pos + n - 1 of `layer`.
@@ -40,6 +53,8 @@ class CudaDecoderBase : public Decoder {
   // The logits over the real vocabulary of one normalised row xn [C] with the classifier w [Vp, C], in fp32 on the
   // host; synchronises the stream.
   void classify_row(const T* xn, const T* w, std::vector<float>* logits);
+  // The logits row over the real vocabulary, in fp32 on the host; synchronises the stream.
+  void copy_logits(std::vector<float>* logits);
 
   int device_;  // first: made current before the stream, cuBLASLt and the buffers are created
   std::vector<UnitLayout> units_;
@@ -51,7 +66,12 @@ class CudaDecoderBase : public Decoder {
   std::string device_name_;
   std::vector<DeviceBuffer<T>> w_;
   DeviceBuffer<float> staging_;  // while loading
-  int stored_ = 0;               // units loaded
+  // The greedy step: {token, position} up from pinned memory, the next id back; its graph once captured.
+  PinnedBuffer<int32_t> step_host_;
+  DeviceBuffer<int32_t> step_dev_;
+  bool step_warm_ = false;
+  cudaGraphExec_t step_graph_ = nullptr;
+  int stored_ = 0;  // units loaded
   int64_t q_width_, kv_width_, qkv_width_, layer_elems_;
   DeviceBuffer<T> k_, v_, logits_;
   DeviceBuffer<int32_t> tokens_;

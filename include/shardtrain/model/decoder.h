@@ -47,6 +47,11 @@ class Decoder {
   // cache is full(); kBadInput for a token outside the vocabulary.
   const std::vector<float>& step(int32_t token);
 
+  // As argmax_token(step(token)), the greedy next token, with the same checks (a NaN or infinite logit is kBadInput,
+  // as sample_token says it); a GPU decoder picks it on the device and hands back the id alone, in a step it
+  // replays as one CUDA graph.
+  int32_t step_greedy(int32_t token);
+
   // Positions in the cache: the prompt's and every step's since the last prefill.
   int64_t position() const { return position_; }
   int64_t max_length() const { return cfg_.seq_len; }
@@ -57,6 +62,8 @@ class Decoder {
 
  protected:
   explicit Decoder(const ModelConfig& cfg);
+  // step_greedy's forward at position pos (checked); by default forward and argmax_token on the host.
+  virtual int32_t forward_greedy(int32_t token, int64_t pos);
   // Keeps unit u's weights (load_unit has checked u and the size).
   virtual void store_unit(int u, std::vector<float>& values) = 0;
   // Runs tokens[0, n) at positions pos .. pos + n - 1 with the cache holding positions 0 .. pos - 1, appends their

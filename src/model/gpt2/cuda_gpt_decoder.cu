@@ -49,6 +49,34 @@ void CudaGptDecoder<T>::forward(const int32_t* tokens, int64_t n, int64_t pos, s
   this->classify_row(norm_.data(), wte, logits);
 }
 
+template <typename T>
+void CudaGptDecoder<T>::forward_step(const int32_t* token, const int32_t* pos) {
+  const ModelConfig& cfg = this->config();
+  const gpu::GpuContext& ctx = this->ctx_;
+  const std::vector<UnitLayout>& units = this->units_;
+  const int C = cfg.n_embd, NH = cfg.n_head, hs = cfg.head_dim();
+  const T* wte = this->unit(0) + units[0].tensors[0].offset;
+  const T* wpe = this->unit(0) + units[0].tensors[1].offset;
+  gpu::embedding_forward_at<T>(x_.data(), token, wte, wpe, pos, 1, C, ctx);
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const BlockView<const T> p(this->unit(1 + l), units[static_cast<size_t>(1 + l)]);
+    gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data(), p.ln1w, p.ln1b, 1, C, ctx);
+    gpu::matmul_forward<T>(qkv_.data(), norm_.data(), p.qkvw, p.qkvb, 1, C, 3 * C, ctx);
+    this->append_kv_at(l, qkv_.data(), pos);
+    gpu::decode_attention_at<T>(att_.data(), qkv_.data(), 3 * C, this->keys(l), this->values(l), 0, pos, 1, NH, NH, hs,
+                                ctx);
+    gpu::matmul_forward_residual<T>(x_.data(), att_.data(), p.projw, p.projb, x_.data(), 1, C, C, ctx);
+    gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data(), p.ln2w, p.ln2b, 1, C, ctx);
+    gpu::matmul_forward_gelu<T>(fch_gelu_.data(), fch_.data(), norm_.data(), p.fcw, p.fcb, 1, C, 4 * C, ctx);
+    gpu::matmul_forward_residual<T>(x_.data(), fch_gelu_.data(), p.fcprojw, p.fcprojb, x_.data(), 1, 4 * C, C, ctx);
+  }
+  const UnitLayout& hu = units.back();
+  const T* head = this->unit(cfg.n_layer + 1);
+  gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data(), head + hu.tensors[0].offset,
+                            head + hu.tensors[1].offset, 1, C, ctx);
+  this->classify_on_device(norm_.data(), wte);
+}
+
 template class CudaGptDecoder<float>;
 template class CudaGptDecoder<bf16>;
 template class CudaGptDecoder<fp16>;

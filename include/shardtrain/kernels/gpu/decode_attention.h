@@ -26,4 +26,13 @@ template <typename T>
 void decode_attention(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int n, int pos, int NH,
                       int NKV, int hs, const GpuContext& ctx);
 
+// As st::decode_attention_at and st::kv_append_at: row r's cache at k_cache / v_cache + r seq_stride, its position
+// positions[r] (device memory), so that a captured decoding step runs at any position.
+template <typename T>
+void decode_attention_at(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int64_t seq_stride,
+                         const int32_t* positions, int rows, int NH, int NKV, int hs, const GpuContext& ctx);
+template <typename T>
+void kv_append_at(T* k_cache, T* v_cache, const T* qkv, int64_t seq_stride, const int32_t* positions, int rows, int NH,
+                  int NKV, int hs, const GpuContext& ctx);
+
 }  // namespace st::gpu

@@ -17,6 +17,11 @@ template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C,
                        const GpuContext& ctx);
 
+// As st::embedding_forward_at: `rows` tokens, row r at position positions[r] (device memory; read only with wpe).
+template <typename T>
+void embedding_forward_at(T* out, const int32_t* tokens, const T* wte, const T* wpe, const int32_t* positions, int rows,
+                          int C, const GpuContext& ctx);
+
 // Accumulates: dwte[v,:] += sum over positions (b,t) with tokens[b,t] == v of dout[b,t,:], and
 // dwpe[t,:] += sum_b dout[b,t,:] (dwpe null: no position embedding, nothing added). Each sum is formed in fp32 in
 // (b,t) order and added to the output once, so the result is bit-identical run to run (no atomics). Rows of dwte

@@ -15,6 +15,11 @@ template <typename T>
 void rope_forward(T* qkv, const float* cos, const float* sin, int64_t B, int64_t T_, int NH, int NKV, int hs,
                   const GpuContext& ctx);
 
+// As st::rope_forward_at: row r of qkv [rows, (NH+2 NKV) hs] at position positions[r] (device memory).
+template <typename T>
+void rope_forward_at(T* qkv, const float* cos, const float* sin, const int32_t* positions, int64_t rows, int NH,
+                     int NKV, int hs, const GpuContext& ctx);
+
 // The transpose rotation on the gradient, in place on dqkv.
 template <typename T>
 void rope_backward(T* dqkv, const float* cos, const float* sin, int64_t B, int64_t T_, int NH, int NKV, int hs,

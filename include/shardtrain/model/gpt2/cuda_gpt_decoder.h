@@ -21,6 +21,7 @@ class CudaGptDecoder final : public CudaDecoderBase<T> {
 
  protected:
   void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) override;
+  void forward_step(const int32_t* token, const int32_t* pos) override;
 
  private:
   using Base = CudaDecoderBase<T>;

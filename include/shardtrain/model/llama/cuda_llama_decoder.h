@@ -21,6 +21,7 @@ class CudaLlamaDecoder final : public CudaDecoderBase<T> {
 
  protected:
   void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) override;
+  void forward_step(const int32_t* token, const int32_t* pos) override;
 
  private:
   DeviceBuffer<float> rope_cos_, rope_sin_;               // [seq_len, hs/2]

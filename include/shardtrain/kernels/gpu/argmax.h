@@ -1,0 +1,16 @@
+// The greedy choice of a decoding step on the GPU: the CUDA version of kernels/argmax.h, same meaning, for logits T
+// in {float, bf16, fp16} (compared as fp32). Device pointers, asynchronous on ctx.stream; no scratch. One block per
+// row; the result does not depend on the order in which threads meet (largest value, then lowest id).
+#pragma once
+
+#include <cstdint>
+
+#include "shardtrain/kernels/argmax.h"
+#include "shardtrain/kernels/gpu/context.h"
+
+namespace st::gpu {
+
+template <typename T>
+void argmax_rows(const T* logits, int64_t ld, int rows, int V, int32_t* tokens, const GpuContext& ctx);
+
+}  // namespace st::gpu

@@ -1,0 +1,120 @@
+// The kernels of a captured decoding step on the GPU (embedding_forward_at, rope_forward_at, kv_append_at,
+// decode_attention_at, argmax_rows; float, bf16, fp16) against their CPU references on the same T-rounded operands:
+// positions read from device memory, several sequences at once each with its own cache and position, and the
+// greedy choice with ties, padding columns and non-finite rows.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <vector>
+
+#include "gpu_kernel_test.h"
+#include "shardtrain/core/config.h"
+#include "shardtrain/kernels/argmax.h"
+#include "shardtrain/kernels/decode_attention.h"
+#include "shardtrain/kernels/embedding.h"
+#include "shardtrain/kernels/gpu/argmax.h"
+#include "shardtrain/kernels/gpu/decode_attention.h"
+#include "shardtrain/kernels/gpu/embedding.h"
+#include "shardtrain/kernels/gpu/rope.h"
+#include "shardtrain/kernels/rope.h"
+
+namespace st {
+namespace {
+
+using test::kTol;
+
+template <typename T>
+class DecodeStepGpu : public ::testing::Test {};
+TYPED_TEST_SUITE(DecodeStepGpu, test::ActivationTypes, test::ActivationNames);
+
+const std::vector<int32_t> kPositions = {37, 0, 199, 64};  // four sequences, caches of 200 positions
+
+TYPED_TEST(DecodeStepGpu, EmbeddingAndRopeAtPositionsMatchTheCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  test::GpuEnv env;
+  const int V = 50, C = 64, L = 200, rows = 4, NH = 4, NKV = 2, hs = 16;
+  const std::vector<float> wte = test::random_input<T>(V * C, 3100), wpe = test::random_input<T>(L * C, 3101);
+  const std::vector<int32_t> tokens = {7, 49, 0, 7};
+  std::vector<float> want(rows * C);
+  embedding_forward_at(want.data(), tokens.data(), wte.data(), wpe.data(), kPositions.data(), rows, C);
+  const DeviceBuffer<int32_t> dev_tokens = test::ints_to_device(tokens), dev_pos = test::ints_to_device(kPositions);
+  const DeviceBuffer<T> dev_wte = test::to_device<T>(wte), dev_wpe = test::to_device<T>(wpe);
+  DeviceBuffer<T> out(rows * C);
+  gpu::embedding_forward_at<T>(out.data(), dev_tokens.data(), dev_wte.data(), dev_wpe.data(), dev_pos.data(), rows, C,
+                               env.ctx);
+  EXPECT_TRUE(test::bitwise_equal(test::to_host(out), test::round_through<T>(want)))
+      << "a sum of two T values, rounded";
+
+  ModelConfig cfg;
+  cfg.arch = ModelArch::kLlama;
+  cfg.n_head = NH;
+  cfg.n_kv_head = NKV;
+  cfg.n_embd = NH * hs;
+  cfg.seq_len = L;
+  const RopeTable table = rope_table(cfg, L);
+  const int64_t width = int64_t{NH + 2 * NKV} * hs;
+  const std::vector<float> qkv = test::random_input<T>(rows * width, 3102);
+  std::vector<float> turned = qkv;
+  rope_forward_at(turned.data(), table.cos.data(), table.sin.data(), kPositions.data(), rows, NH, NKV, hs);
+  DeviceBuffer<T> dev_qkv = test::to_device<T>(qkv);
+  const DeviceBuffer<float> cos = test::to_device<float>(table.cos), sin = test::to_device<float>(table.sin);
+  gpu::rope_forward_at<T>(dev_qkv.data(), cos.data(), sin.data(), dev_pos.data(), rows, NH, NKV, hs, env.ctx);
+  EXPECT_TRUE(test::close(test::to_host(dev_qkv), turned, kTol<T>));
+}
+
+TYPED_TEST(DecodeStepGpu, AppendAndAttendAtEachSequencesPositionMatchTheCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  test::GpuEnv env;
+  for (const auto& [NH, NKV, hs] : {std::tuple{8, 2, 64}, std::tuple{4, 4, 40}}) {
+    SCOPED_TRACE(::testing::Message() << "NH " << NH << " NKV " << NKV << " hs " << hs);
+    const int rows = 4, L = 200;
+    const int64_t q_width = int64_t{NH} * hs, kv = int64_t{NKV} * hs, width = q_width + 2 * kv, seq_stride = L * kv;
+    std::vector<float> k = test::random_input<T>(rows * seq_stride, 3200),
+                       v = test::random_input<T>(rows * seq_stride, 3201);
+    const std::vector<float> qkv = test::random_input<T>(rows * width, 3202);
+    DeviceBuffer<T> dk = test::to_device<T>(k), dv = test::to_device<T>(v);
+    const DeviceBuffer<T> dqkv = test::to_device<T>(qkv);
+    const DeviceBuffer<int32_t> dev_pos = test::ints_to_device(kPositions);
+    kv_append_at(k.data(), v.data(), qkv.data(), seq_stride, kPositions.data(), rows, NH, NKV, hs);
+    gpu::kv_append_at<T>(dk.data(), dv.data(), dqkv.data(), seq_stride, dev_pos.data(), rows, NH, NKV, hs, env.ctx);
+    EXPECT_TRUE(test::bitwise_equal(test::to_host(dk), k));
+    EXPECT_TRUE(test::bitwise_equal(test::to_host(dv), v));
+    std::vector<float> want(static_cast<size_t>(rows * q_width));
+    decode_attention_at(want.data(), qkv.data(), width, k.data(), v.data(), seq_stride, kPositions.data(), rows, NH,
+                        NKV, hs);
+    DeviceBuffer<T> out(rows * q_width);
+    gpu::decode_attention_at<T>(out.data(), dqkv.data(), width, dk.data(), dv.data(), seq_stride, dev_pos.data(), rows,
+                                NH, NKV, hs, env.ctx);
+    EXPECT_TRUE(test::close(test::to_host(out), want, kTol<T>));
+  }
+}
+
+TYPED_TEST(DecodeStepGpu, ArgmaxMatchesTheCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  test::GpuEnv env;
+  const int V = 50257, ld = 50304, rows = 5;
+  std::vector<float> logits = test::random_input<T>(int64_t{rows} * ld, 3300);
+  for (int r = 0; r < rows; ++r) logits[static_cast<size_t>(r * ld + V + 3)] = 100.0f;  // padding, not vocabulary
+  logits[static_cast<size_t>(1 * ld + 17)] = logits[static_cast<size_t>(1 * ld + 40000)] = 50.0f;  // a tie: 17
+  logits[static_cast<size_t>(2 * ld + V - 1)] = 60.0f;                                             // the last id
+  logits[static_cast<size_t>(3 * ld + 123)] = std::numeric_limits<float>::quiet_NaN();
+  logits[static_cast<size_t>(4 * ld + 9)] = -std::numeric_limits<float>::infinity();
+  std::vector<int32_t> want(rows);
+  argmax_rows(logits.data(), ld, rows, V, want.data());
+  EXPECT_EQ(want[1], 17);
+  EXPECT_EQ(want[2], V - 1);
+  EXPECT_EQ(want[3], -1);
+  EXPECT_EQ(want[4], -1);
+  const DeviceBuffer<T> dev = test::to_device<T>(logits);
+  DeviceBuffer<int32_t> tokens(rows);
+  gpu::argmax_rows<T>(dev.data(), ld, rows, V, tokens.data(), env.ctx);
+  std::vector<int32_t> got(rows);
+  ST_CUDA_CHECK(cudaMemcpy(got.data(), tokens.data(), tokens.bytes(), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got, want);
+}
+
+}  // namespace
+}  // namespace st
