@@ -34,7 +34,6 @@ CudaDecoderBase<T>::CudaDecoderBase(const ModelConfig& cfg, int device)
       units_(build_units(cfg)),
       ctx_{stream_.get(), &blas_, nullptr, 0},
       device_name_(cuda_device_name()),
-      q_width_(int64_t{cfg.n_head} * cfg.head_dim()),
       kv_width_(int64_t{cfg.kv_heads()} * cfg.head_dim()),
       qkv_width_(cfg.qkv_dim()),
       layer_elems_(int64_t{cfg.seq_len} * kv_width_),
@@ -42,6 +41,7 @@ CudaDecoderBase<T>::CudaDecoderBase(const ModelConfig& cfg, int device)
       v_(cfg.n_layer * layer_elems_),
       logits_(cfg.padded_vocab()),
       tokens_(cfg.seq_len),
+      positions_(cfg.seq_len),
       step_host_(3),
       step_dev_(3) {
   for (const UnitLayout& u : units_) w_.emplace_back(u.numel);
@@ -89,10 +89,14 @@ int32_t CudaDecoderBase<T>::forward_greedy(int32_t token, int64_t pos) {
 }
 
 template <typename T>
-void CudaDecoderBase<T>::append_kv_at(int layer, const T* qkv, const int32_t* pos) {
+void CudaDecoderBase<T>::attend(int layer, T* out, const T* qkv, const int32_t* positions, int64_t n) {
   const ModelConfig& cfg = config();
-  gpu::kv_append_at<T>(k_.data() + layer * layer_elems_, v_.data() + layer * layer_elems_, qkv, 0, pos, 1, cfg.n_head,
-                       cfg.kv_heads(), cfg.head_dim(), ctx_);
+  const int H = cfg.n_head, KV = cfg.kv_heads(), D = cfg.head_dim();
+  T* k = k_.data() + layer * layer_elems_;
+  T* v = v_.data() + layer * layer_elems_;
+  // One sequence: every row reads and writes the same cache (seq_stride 0).
+  gpu::kv_append_at<T>(k, v, qkv, 0, positions, static_cast<int>(n), H, KV, D, ctx_);
+  gpu::decode_attention_at<T>(out, qkv, qkv_width_, k, v, 0, positions, static_cast<int>(n), H, KV, D, ctx_);
 }
 
 template <typename T>
@@ -147,16 +151,15 @@ const int32_t* CudaDecoderBase<T>::upload_tokens(const int32_t* tokens, int64_t 
 }
 
 template <typename T>
-void CudaDecoderBase<T>::append_kv(int layer, const T* qkv, int64_t n, int64_t pos) {
-  ST_CHECK(pos >= 0 && n >= 1 && pos + n <= config().seq_len, "positions ", pos, " .. ", pos + n - 1,
-           " outside the cache's ", config().seq_len);
-  const size_t row = sizeof(T) * static_cast<size_t>(kv_width_);
-  const size_t src_pitch = sizeof(T) * static_cast<size_t>(qkv_width_);
-  const size_t rows = static_cast<size_t>(n);
-  ST_CUDA_CHECK(cudaMemcpy2DAsync(k_.data() + layer * layer_elems_ + pos * kv_width_, row, qkv + q_width_, src_pitch,
-                                  row, rows, cudaMemcpyDeviceToDevice, ctx_.stream));
-  ST_CUDA_CHECK(cudaMemcpy2DAsync(v_.data() + layer * layer_elems_ + pos * kv_width_, row, qkv + q_width_ + kv_width_,
-                                  src_pitch, row, rows, cudaMemcpyDeviceToDevice, ctx_.stream));
+const int32_t* CudaDecoderBase<T>::upload_positions(int64_t pos, int64_t n) {
+  ST_CHECK(n >= 1 && pos >= 0 && pos + n <= positions_.size(), "positions ", pos, " .. ", pos + n - 1,
+           " outside the cache's ", positions_.size());
+  std::vector<int32_t> host(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(i)] = static_cast<int32_t>(pos + i);
+  // From pageable memory the copy has left the host array when the call returns.
+  ST_CUDA_CHECK(cudaMemcpyAsync(positions_.data(), host.data(), sizeof(int32_t) * host.size(), cudaMemcpyHostToDevice,
+                                ctx_.stream));
+  return positions_.data();
 }
 
 template <typename T>

@@ -39,17 +39,16 @@ class CudaDecoderBase : public Decoder {
   // (logits(), device): a step whose launches do not depend on the position, so that it can be captured. Never
   // synchronises.
   virtual void forward_step(const int32_t* token, const int32_t* pos) = 0;
-  // As append_kv for one row at position *pos (device memory).
-  void append_kv_at(int layer, const T* qkv, const int32_t* pos);
+  // Attention of n fused qkv rows at positions[0 .. n) (device memory) with `layer`'s cache: appends their keys
+  // and values there, then each row attends to positions 0 .. its own (decode_attention_at); out [n, NH hs].
+  void attend(int layer, T* out, const T* qkv, const int32_t* positions, int64_t n);
   // The classifier over one normalised row xn [C] with w [Vp, C] into the logits row on the device; no synchronisation.
   void classify_on_device(const T* xn, const T* w);
 
   // Copies n host tokens to the device; the host array may go when the call returns.
   const int32_t* upload_tokens(const int32_t* tokens, int64_t n);
-  // As KvCache::append: the key and value heads of n fused qkv rows into positions pos .. pos + n - 1 of `layer`.
-  void append_kv(int layer, const T* qkv, int64_t n, int64_t pos);
-  const T* keys(int layer) const { return k_.data() + layer * layer_elems_; }
-  const T* values(int layer) const { return v_.data() + layer * layer_elems_; }
+  // pos .. pos + n - 1 in device memory, for n rows of a prompt.
+  const int32_t* upload_positions(int64_t pos, int64_t n);
   // The logits over the real vocabulary of one normalised row xn [C] with the classifier w [Vp, C], in fp32 on the
   // host; synchronises the stream.
   void classify_row(const T* xn, const T* w, std::vector<float>* logits);
@@ -72,9 +71,9 @@ class CudaDecoderBase : public Decoder {
   bool step_warm_ = false;
   cudaGraphExec_t step_graph_ = nullptr;
   int stored_ = 0;  // units loaded
-  int64_t q_width_, kv_width_, qkv_width_, layer_elems_;
+  int64_t kv_width_, qkv_width_, layer_elems_;
   DeviceBuffer<T> k_, v_, logits_;
-  DeviceBuffer<int32_t> tokens_;
+  DeviceBuffer<int32_t> tokens_, positions_;
 };
 
 }  // namespace st

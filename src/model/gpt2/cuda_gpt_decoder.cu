@@ -21,21 +21,29 @@ CudaGptDecoder<T>::CudaGptDecoder(const ModelConfig& cfg, int device) : CudaDeco
 
 template <typename T>
 void CudaGptDecoder<T>::forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) {
+  run(this->upload_tokens(tokens, n), this->upload_positions(pos, n), n);
+  this->copy_logits(logits);
+}
+
+template <typename T>
+void CudaGptDecoder<T>::forward_step(const int32_t* token, const int32_t* pos) {
+  run(token, pos, 1);
+}
+
+template <typename T>
+void CudaGptDecoder<T>::run(const int32_t* tokens, const int32_t* positions, int64_t n) {
   const ModelConfig& cfg = this->config();
   const gpu::GpuContext& ctx = this->ctx_;
   const std::vector<UnitLayout>& units = this->units_;
-  const int C = cfg.n_embd, NH = cfg.n_head, hs = cfg.head_dim();
-  const int32_t* dev_tokens = this->upload_tokens(tokens, n);
+  const int C = cfg.n_embd;
   const T* wte = this->unit(0) + units[0].tensors[0].offset;
-  gpu::embedding_forward<T>(x_.data(), dev_tokens, wte, this->unit(0) + units[0].tensors[1].offset + pos * C, 1,
-                            static_cast<int>(n), C, ctx);
+  const T* wpe = this->unit(0) + units[0].tensors[1].offset;
+  gpu::embedding_forward_at<T>(x_.data(), tokens, wte, wpe, positions, static_cast<int>(n), C, ctx);
   for (int l = 0; l < cfg.n_layer; ++l) {
     const BlockView<const T> p(this->unit(1 + l), units[static_cast<size_t>(1 + l)]);
     gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data(), p.ln1w, p.ln1b, n, C, ctx);
     gpu::matmul_forward<T>(qkv_.data(), norm_.data(), p.qkvw, p.qkvb, n, C, 3 * C, ctx);
-    this->append_kv(l, qkv_.data(), n, pos);
-    gpu::decode_attention<T>(att_.data(), qkv_.data(), 3 * C, this->keys(l), this->values(l), static_cast<int>(n),
-                             static_cast<int>(pos), NH, NH, hs, ctx);
+    this->attend(l, att_.data(), qkv_.data(), positions, n);
     gpu::matmul_forward_residual<T>(x_.data(), att_.data(), p.projw, p.projb, x_.data(), n, C, C, ctx);
     gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data(), p.ln2w, p.ln2b, n, C, ctx);
     gpu::matmul_forward_gelu<T>(fch_gelu_.data(), fch_.data(), norm_.data(), p.fcw, p.fcb, n, C, 4 * C, ctx);
@@ -46,34 +54,6 @@ void CudaGptDecoder<T>::forward(const int32_t* tokens, int64_t n, int64_t pos, s
   const T* head = this->unit(cfg.n_layer + 1);
   gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data() + (n - 1) * C,
                             head + hu.tensors[0].offset, head + hu.tensors[1].offset, 1, C, ctx);
-  this->classify_row(norm_.data(), wte, logits);
-}
-
-template <typename T>
-void CudaGptDecoder<T>::forward_step(const int32_t* token, const int32_t* pos) {
-  const ModelConfig& cfg = this->config();
-  const gpu::GpuContext& ctx = this->ctx_;
-  const std::vector<UnitLayout>& units = this->units_;
-  const int C = cfg.n_embd, NH = cfg.n_head, hs = cfg.head_dim();
-  const T* wte = this->unit(0) + units[0].tensors[0].offset;
-  const T* wpe = this->unit(0) + units[0].tensors[1].offset;
-  gpu::embedding_forward_at<T>(x_.data(), token, wte, wpe, pos, 1, C, ctx);
-  for (int l = 0; l < cfg.n_layer; ++l) {
-    const BlockView<const T> p(this->unit(1 + l), units[static_cast<size_t>(1 + l)]);
-    gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data(), p.ln1w, p.ln1b, 1, C, ctx);
-    gpu::matmul_forward<T>(qkv_.data(), norm_.data(), p.qkvw, p.qkvb, 1, C, 3 * C, ctx);
-    this->append_kv_at(l, qkv_.data(), pos);
-    gpu::decode_attention_at<T>(att_.data(), qkv_.data(), 3 * C, this->keys(l), this->values(l), 0, pos, 1, NH, NH, hs,
-                                ctx);
-    gpu::matmul_forward_residual<T>(x_.data(), att_.data(), p.projw, p.projb, x_.data(), 1, C, C, ctx);
-    gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data(), p.ln2w, p.ln2b, 1, C, ctx);
-    gpu::matmul_forward_gelu<T>(fch_gelu_.data(), fch_.data(), norm_.data(), p.fcw, p.fcb, 1, C, 4 * C, ctx);
-    gpu::matmul_forward_residual<T>(x_.data(), fch_gelu_.data(), p.fcprojw, p.fcprojb, x_.data(), 1, 4 * C, C, ctx);
-  }
-  const UnitLayout& hu = units.back();
-  const T* head = this->unit(cfg.n_layer + 1);
-  gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data(), head + hu.tensors[0].offset,
-                            head + hu.tensors[1].offset, 1, C, ctx);
   this->classify_on_device(norm_.data(), wte);
 }
 

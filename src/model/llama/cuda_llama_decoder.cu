@@ -30,26 +30,31 @@ CudaLlamaDecoder<T>::CudaLlamaDecoder(const ModelConfig& cfg, int device) : Cuda
 
 template <typename T>
 void CudaLlamaDecoder<T>::forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) {
+  run(this->upload_tokens(tokens, n), this->upload_positions(pos, n), n);
+  this->copy_logits(logits);
+}
+
+template <typename T>
+void CudaLlamaDecoder<T>::forward_step(const int32_t* token, const int32_t* pos) {
+  run(token, pos, 1);
+}
+
+template <typename T>
+void CudaLlamaDecoder<T>::run(const int32_t* tokens, const int32_t* positions, int64_t n) {
   const ModelConfig& cfg = this->config();
   const gpu::GpuContext& ctx = this->ctx_;
   const std::vector<UnitLayout>& units = this->units_;
   const int C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), D = cfg.head_dim(), QKV = cfg.qkv_dim(),
             F = cfg.mlp_dim();
   const float eps = cfg.rms_norm_eps;
-  const int32_t* dev_tokens = this->upload_tokens(tokens, n);
   const T* embed = this->unit(0) + units[0].tensor("embed_tokens").offset;
-  gpu::embedding_forward<T>(x_.data(), dev_tokens, embed, nullptr, 1, static_cast<int>(n), C, ctx);
-  // Rows pos .. of the [seq_len, hs/2] tables: the rotation of each new position.
-  const float* cos = rope_cos_.data() + pos * (D / 2);
-  const float* sin = rope_sin_.data() + pos * (D / 2);
+  gpu::embedding_forward<T>(x_.data(), tokens, embed, nullptr, 1, static_cast<int>(n), C, ctx);
   for (int l = 0; l < cfg.n_layer; ++l) {
     const LlamaBlockView<const T> p(this->unit(1 + l), units[static_cast<size_t>(1 + l)]);
     gpu::rmsnorm_forward<T>(norm_.data(), rstd_.data(), x_.data(), p.attn_norm, eps, n, C, ctx);
     gpu::matmul_forward<T>(qkv_.data(), norm_.data(), p.qkvw, p.qkvb, n, C, QKV, ctx);
-    gpu::rope_forward<T>(qkv_.data(), cos, sin, 1, n, H, KV, D, ctx);
-    this->append_kv(l, qkv_.data(), n, pos);
-    gpu::decode_attention<T>(att_.data(), qkv_.data(), QKV, this->keys(l), this->values(l), static_cast<int>(n),
-                             static_cast<int>(pos), H, KV, D, ctx);
+    gpu::rope_forward_at<T>(qkv_.data(), rope_cos_.data(), rope_sin_.data(), positions, n, H, KV, D, ctx);
+    this->attend(l, att_.data(), qkv_.data(), positions, n);
     gpu::matmul_forward_residual<T>(x_.data(), att_.data(), p.ow, nullptr, x_.data(), n, C, C, ctx);
     gpu::rmsnorm_forward<T>(norm_.data(), rstd_.data(), x_.data(), p.mlp_norm, eps, n, C, ctx);
     gpu::matmul_forward<T>(gate_up_.data(), norm_.data(), p.gate_up, nullptr, n, C, 2 * F, ctx);
@@ -61,37 +66,6 @@ void CudaLlamaDecoder<T>::forward(const int32_t* tokens, int64_t n, int64_t pos,
   const T* head = this->unit(cfg.n_layer + 1);
   gpu::rmsnorm_forward<T>(norm_.data(), rstd_.data(), x_.data() + (n - 1) * C, head + hu.tensor("norm.weight").offset,
                           eps, 1, C, ctx);
-  this->classify_row(norm_.data(), cfg.tie_embeddings ? embed : head + hu.tensor("lm_head").offset, logits);
-}
-
-template <typename T>
-void CudaLlamaDecoder<T>::forward_step(const int32_t* token, const int32_t* pos) {
-  const ModelConfig& cfg = this->config();
-  const gpu::GpuContext& ctx = this->ctx_;
-  const std::vector<UnitLayout>& units = this->units_;
-  const int C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), D = cfg.head_dim(), QKV = cfg.qkv_dim(),
-            F = cfg.mlp_dim();
-  const float eps = cfg.rms_norm_eps;
-  const T* embed = this->unit(0) + units[0].tensor("embed_tokens").offset;
-  gpu::embedding_forward<T>(x_.data(), token, embed, nullptr, 1, 1, C, ctx);
-  for (int l = 0; l < cfg.n_layer; ++l) {
-    const LlamaBlockView<const T> p(this->unit(1 + l), units[static_cast<size_t>(1 + l)]);
-    gpu::rmsnorm_forward<T>(norm_.data(), rstd_.data(), x_.data(), p.attn_norm, eps, 1, C, ctx);
-    gpu::matmul_forward<T>(qkv_.data(), norm_.data(), p.qkvw, p.qkvb, 1, C, QKV, ctx);
-    gpu::rope_forward_at<T>(qkv_.data(), rope_cos_.data(), rope_sin_.data(), pos, 1, H, KV, D, ctx);
-    this->append_kv_at(l, qkv_.data(), pos);
-    gpu::decode_attention_at<T>(att_.data(), qkv_.data(), QKV, this->keys(l), this->values(l), 0, pos, 1, H, KV, D,
-                                ctx);
-    gpu::matmul_forward_residual<T>(x_.data(), att_.data(), p.ow, nullptr, x_.data(), 1, C, C, ctx);
-    gpu::rmsnorm_forward<T>(norm_.data(), rstd_.data(), x_.data(), p.mlp_norm, eps, 1, C, ctx);
-    gpu::matmul_forward<T>(gate_up_.data(), norm_.data(), p.gate_up, nullptr, 1, C, 2 * F, ctx);
-    gpu::swiglu_forward<T>(mlp_.data(), gate_up_.data(), 1, F, ctx);
-    gpu::matmul_forward_residual<T>(x_.data(), mlp_.data(), p.down, nullptr, x_.data(), 1, F, C, ctx);
-  }
-  const UnitLayout& hu = units.back();
-  const T* head = this->unit(cfg.n_layer + 1);
-  gpu::rmsnorm_forward<T>(norm_.data(), rstd_.data(), x_.data(), head + hu.tensor("norm.weight").offset, eps, 1, C,
-                          ctx);
   this->classify_on_device(norm_.data(), cfg.tie_embeddings ? embed : head + hu.tensor("lm_head").offset);
 }
 

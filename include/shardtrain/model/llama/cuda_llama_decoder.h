@@ -24,6 +24,11 @@ class CudaLlamaDecoder final : public CudaDecoderBase<T> {
   void forward_step(const int32_t* token, const int32_t* pos) override;
 
  private:
+  // n tokens at the positions in device memory (a prompt's pos .. pos + n - 1, or a step's one), through the
+  // classifier of the last into the logits row; never synchronises, so that a step can be captured.
+  void run(const int32_t* tokens, const int32_t* positions, int64_t n);
+
+ private:
   DeviceBuffer<float> rope_cos_, rope_sin_;               // [seq_len, hs/2]
   DeviceBuffer<T> x_, norm_, qkv_, att_, gate_up_, mlp_;  // [seq_len rows]
   DeviceBuffer<float> rstd_;
