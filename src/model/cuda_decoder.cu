@@ -61,7 +61,7 @@ int32_t CudaDecoderBase<T>::forward_greedy(int32_t token, int64_t pos) {
   const int32_t* dev = step_dev_.data();
   ST_CUDA_CHECK(cudaMemcpyAsync(step_dev_.data(), io, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, ctx_.stream));
   auto step = [&] {
-    forward_step(dev, dev + 1);
+    run(dev, dev + 1, 1);
     gpu::argmax_rows<T>(logits_.data(), config().padded_vocab(), 1, config().vocab_size, step_dev_.data() + 2, ctx_);
   };
   if (step_graph_ != nullptr) {
@@ -148,6 +148,12 @@ const int32_t* CudaDecoderBase<T>::upload_tokens(const int32_t* tokens, int64_t 
   ST_CUDA_CHECK(cudaMemcpyAsync(tokens_.data(), tokens, sizeof(int32_t) * static_cast<size_t>(n),
                                 cudaMemcpyHostToDevice, ctx_.stream));
   return tokens_.data();
+}
+
+template <typename T>
+void CudaDecoderBase<T>::forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) {
+  run(upload_tokens(tokens, n), upload_positions(pos, n), n);
+  copy_logits(logits);
 }
 
 template <typename T>

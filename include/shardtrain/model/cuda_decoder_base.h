@@ -32,13 +32,15 @@ class CudaDecoderBase : public Decoder {
 
   // Unit u's weights on the device, in T.
   const T* unit(int u) const { return w_[static_cast<size_t>(u)].data(); }
-  // The greedy step as one CUDA graph: the token and position go up, the graph runs forward_step and the argmax, and
-  // the id comes back. The first call runs eagerly (cuBLASLt picks its algorithms), the second captures the graph.
+  // The greedy step as one CUDA graph: the token and position go up, the graph runs run() on one token and the argmax,
+  // and the id comes back. The first call runs eagerly (cuBLASLt picks its algorithms), the second captures the graph.
   int32_t forward_greedy(int32_t token, int64_t pos) override;
-  // One token (*token, device memory) at position *pos (device memory), through the classifier into the logits row
-  // (logits(), device): a step whose launches do not depend on the position, so that it can be captured. Never
-  // synchronises.
-  virtual void forward_step(const int32_t* token, const int32_t* pos) = 0;
+  // The prompt's tokens and positions up, run, the logits row down.
+  void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) override;
+  // The family's forward: n tokens (device memory) at the positions in device memory (a prompt's pos .. pos + n - 1,
+  // or a step's one), through the classifier of the last into the logits row on the device. Its launches do not
+  // depend on the positions and it never synchronises, so that a step can be captured.
+  virtual void run(const int32_t* tokens, const int32_t* positions, int64_t n) = 0;
   // Attention of n fused qkv rows at positions[0 .. n) (device memory) with `layer`'s cache: appends their keys
   // and values there, then each row attends to positions 0 .. its own (decode_attention_at); out [n, NH hs].
   void attend(int layer, T* out, const T* qkv, const int32_t* positions, int64_t n);

@@ -20,17 +20,6 @@ CudaGptDecoder<T>::CudaGptDecoder(const ModelConfig& cfg, int device) : CudaDeco
 }
 
 template <typename T>
-void CudaGptDecoder<T>::forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) {
-  run(this->upload_tokens(tokens, n), this->upload_positions(pos, n), n);
-  this->copy_logits(logits);
-}
-
-template <typename T>
-void CudaGptDecoder<T>::forward_step(const int32_t* token, const int32_t* pos) {
-  run(token, pos, 1);
-}
-
-template <typename T>
 void CudaGptDecoder<T>::run(const int32_t* tokens, const int32_t* positions, int64_t n) {
   const ModelConfig& cfg = this->config();
   const gpu::GpuContext& ctx = this->ctx_;

@@ -20,13 +20,7 @@ class CudaGptDecoder final : public CudaDecoderBase<T> {
   CudaGptDecoder(const ModelConfig& cfg, int device);
 
  protected:
-  void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) override;
-  void forward_step(const int32_t* token, const int32_t* pos) override;
-
- private:
-  // n tokens at the positions in device memory (a prompt's pos .. pos + n - 1, or a step's one), through the
-  // classifier of the last into the logits row; never synchronises, so that a step can be captured.
-  void run(const int32_t* tokens, const int32_t* positions, int64_t n);
+  void run(const int32_t* tokens, const int32_t* positions, int64_t n) override;
 
  private:
   using Base = CudaDecoderBase<T>;
