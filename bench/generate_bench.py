@@ -101,6 +101,11 @@ for cache in ("dynamic", "static"):
     rate, tokens = hf_generate(cache)
     hf_tokens = hf_tokens or tokens
     rows.append((f"transformers {cache} cache", "", "", "", f"{rate:,.1f}", ""))
+# The same weights in fp32 on both sides: the greedy tokens must agree (bf16 may part where two logits nearly tie).
+model.float()
+with torch.no_grad():
+    hf_fp32 = model.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=32, do_sample=False,
+                             pad_token_id=0)[0, len(prompt):].tolist()
 del model
 torch.cuda.empty_cache()
 
@@ -108,10 +113,10 @@ SUMMARY = re.compile(r"load ([\d.]+) s, prefill (\d+) tokens in ([\d.]+) s \(([\
                      r"in ([\d.]+) s \(([\d.]+) tokens/s\)")
 
 
-def ours(extra):
+def ours(extra, dtype="bf16", new=None):
     """One run: (time to first token, wall, load, prefill s, decode tok/s, tokens, stderr)."""
-    cmd = [args.shardtrain, "generate", "--init.from", model_dir, "--max-tokens", str(args.new), "--temperature", "0",
-           "--train.device=cuda", "--train.dtype=bf16", f"--model.seq_len={args.seq_len}"] + extra
+    cmd = [args.shardtrain, "generate", "--init.from", model_dir, "--max-tokens", str(new or args.new), "--temperature",
+           "0", "--train.device=cuda", f"--train.dtype={dtype}", f"--model.seq_len={args.seq_len}"] + extra
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = p.stdout.read(1)
@@ -132,11 +137,18 @@ single = ["--prompt-ids", ",".join(map(str, prompt))]
 ours(single)  # warms the page cache
 runs = [ours(single) for _ in range(args.repeats)]
 med = lambda i: statistics.median(r[i] for r in runs)  # noqa: E731
-our_tokens = [int(t) for t in re.split(r"[,\s]+", runs[0][5].strip()) if t]
-agree = next((i for i, (a, b) in enumerate(zip(our_tokens, hf_tokens)) if a != b), min(len(our_tokens),
-                                                                                      len(hf_tokens)))
+
+
+def agreement(text, reference):
+    tokens = [int(t) for t in re.split(r"[,\s]+", text.strip()) if t]
+    same = next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b), min(len(tokens), len(reference)))
+    return f"{same}/{len(reference)}"
+
+
+agree = agreement(runs[0][5], hf_tokens)
+agree32 = agreement(ours(single, "fp32", 32)[5], hf_fp32)
 rows.append(("shardtrain generate", f"{med(0):.2f}", f"{med(1):.2f}", f"{med(2):.2f}", f"{med(4):,.1f}",
-             f"{agree}/{len(hf_tokens)}"))
+             f"{agree} (fp32: {agree32})"))
 if args.batch > 1:
     path = os.path.join(args.workdir, "prompts.jsonl")
     with open(path, "w") as f:

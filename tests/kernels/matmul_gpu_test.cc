@@ -20,12 +20,14 @@ using test::random_input;
 using test::to_device;
 using test::to_host;
 
-// Odd sizes in every dimension (no 16-byte rows), N = 1, and N > 128 so the bias sum spans several chunks.
+// Odd sizes in every dimension (no 16-byte rows), N = 1, and N > 128 so the bias sum spans several chunks; N of 2
+// and 4 with 16-byte rows, for the forward's GEMV of a decoding step's few rows.
 struct Shape {
   int64_t N;
   int C, OC;
 };
-const Shape kShapes[] = {{1, 7, 13}, {5, 13, 7}, {37, 64, 48}, {130, 24, 72}, {300, 96, 200}};
+const Shape kShapes[] = {{1, 7, 13},     {5, 13, 7},   {37, 64, 48}, {130, 24, 72},
+                         {300, 96, 200}, {2, 256, 96}, {4, 520, 72}};
 
 // Stream 0: the test helpers' cudaMemcpy/cudaMemset run there too, so everything is ordered.
 struct Env {
