@@ -111,6 +111,7 @@ TYPED_TEST(DecodeStepGpu, ArgmaxMatchesTheCpu) {
   const DeviceBuffer<T> dev = test::to_device<T>(logits);
   DeviceBuffer<int32_t> tokens(rows);
   gpu::argmax_rows<T>(dev.data(), ld, rows, V, tokens.data(), env.ctx);
+  env.stream.synchronize();  // the copy below runs on another stream
   std::vector<int32_t> got(rows);
   ST_CUDA_CHECK(cudaMemcpy(got.data(), tokens.data(), tokens.bytes(), cudaMemcpyDeviceToHost));
   EXPECT_EQ(got, want);
