@@ -21,9 +21,9 @@ int cmd_topo(const std::vector<std::string>& args, st::Communicator& world);
 inline constexpr int kExitDoesNotFit = 3;
 int cmd_plan(const std::vector<std::string>& args);
 
-// shardtrain generate (--ckpt DIR | --init.from PATH) (--prompt TEXT | --prompt-ids 1,2,3) [...]: a checkpoint's model,
-// or init.from's, continues a prompt, decoding with a key/value cache (generate_command.cc). Every rank reads the
-// weights and decodes the same; the ranks check each token together (collective); rank 0 prints.
+// shardtrain generate (--ckpt DIR | --init.from PATH) (--prompt TEXT | --prompt-ids 1,2,3 | --prompts FILE) [...]: a
+// checkpoint's model, or init.from's, continues each prompt, decoding with a key/value cache (generate_command.cc).
+// Every rank reads the weights and decodes the same; the ranks check each token together (collective); rank 0 prints.
 int cmd_generate(const std::vector<std::string>& args, st::Communicator& world);
 
 // shardtrain plot METRICS.jsonl [--out FILE.svg]: the run's curves as a self-contained SVG (plot_command.cc).

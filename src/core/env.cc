@@ -31,9 +31,9 @@ const std::vector<EnvVar>& env_table() {
        "peer-to-peer copy check fails, as on a machine whose GPUs report peer access they cannot do), sigstop (this "
        "rank stops itself with SIGSTOP before step STEP: a hung rank, for the watchdog), sigterm (this rank sends "
        "itself SIGTERM after step STEP, at the step boundary where the stop signal is read; in generate: once it has "
-       "sampled token STEP, counted from 1), sigint (generate: this rank sends itself SIGINT once it has sampled "
-       "token STEP), tokenize_sigstop (rank 0: tokenize stops itself with SIGSTOP once it has written STEP shards of "
-       "a series, for a signal to land mid-run)"},
+       "sampled token STEP of a sequence, counted from 1), sigint (generate: this rank sends itself SIGINT once it has "
+       "sampled token STEP of a sequence), tokenize_sigstop (rank 0: tokenize stops itself with SIGSTOP once it has "
+       "written STEP shards of a series, for a signal to land mid-run)"},
       {"NCCL_P2P_DISABLE", "",
        "read by NCCL; shardtrain reads it too: unset, it first checks that the GPUs which report peer access can "
        "copy to each other, and sets it to 1 for the run if they cannot (the log says so)"},

@@ -164,17 +164,44 @@ void Conventions::encode_split(const std::string& prefix, std::string_view body,
   for (size_t i = 0; i < all.size(); ++i) push(all[i], i < shared ? 0 : body_mask, out);
 }
 
-void Conventions::encode_chat(const std::vector<ChatMessage>& messages, const std::string& where,
-                              EncodedDoc* out) const {
+void Conventions::check_chat_template(const std::string& needs, const std::string& otherwise) const {
   if (chat_ == ChatTemplate::kNone)
-    ST_BAD_INPUT(where, ": --format chat needs a tokenizer whose chat template shardtrain renders: ",
-                 to_string(ChatTemplate::kLlama3), ", ", to_string(ChatTemplate::kQwen2_5), " or ",
-                 to_string(ChatTemplate::kQwen3), ", each recognised by its tokenizer's added tokens; ", tok_.path(),
-                 " is a ", to_string(family_), " tokenizer",
+    ST_BAD_INPUT(needs, " needs a tokenizer whose chat template shardtrain renders: ", to_string(ChatTemplate::kLlama3),
+                 ", ", to_string(ChatTemplate::kQwen2_5), " or ", to_string(ChatTemplate::kQwen3),
+                 ", each recognised by its tokenizer's added tokens; ", tok_.path(), " is a ", to_string(family_),
+                 " tokenizer",
                  family_ == TokenFamily::kPlain || family_ == TokenFamily::kGpt2
                      ? ""
                      : " of another model (a template shardtrain cannot check against it is refused, not guessed)",
-                 ": use --format prompt or text");
+                 ": ", otherwise);
+}
+
+std::vector<int32_t> Conventions::chat_end_tokens() const {
+  if (chat_ == ChatTemplate::kNone) return {};
+  return chat_ == ChatTemplate::kLlama3 ? std::vector<int32_t>{eot_, end_} : std::vector<int32_t>{im_end_, end_};
+}
+
+std::vector<int32_t> Conventions::encode_chat_prompt(const std::vector<ChatMessage>& messages,
+                                                     const std::string& where) const {
+  EncodedDoc doc;
+  encode_chat(messages, where, &doc);
+  // The header alone, as the template ends the text with it: Llama 3's "\n\n" and ChatML's "assistant\n" are
+  // pieces of their own after a special token.
+  if (chat_ == ChatTemplate::kLlama3) {
+    push(start_header_, 0, &doc);
+    encode_split("assistant", "", 0, &doc);
+    push(end_header_, 0, &doc);
+    encode_split("\n\n", "", 0, &doc);
+  } else {
+    push(im_start_, 0, &doc);
+    encode_split("assistant\n", "", 0, &doc);
+  }
+  return doc.ids;
+}
+
+void Conventions::encode_chat(const std::vector<ChatMessage>& messages, const std::string& where,
+                              EncodedDoc* out) const {
+  check_chat_template(where + ": --format chat", "use --format prompt or text");
   if (messages.empty()) ST_BAD_INPUT(where, ": \"messages\" is empty: expected at least one message");
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& r = messages[i].role;

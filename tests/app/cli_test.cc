@@ -263,8 +263,9 @@ TEST_F(Cli, GenerateIsDeterministicAndGreedyIsTheFullRecompute) {
 TEST_F(Cli, GenerateHelpListsItsFlags) {
   const Result r = run_shardtrain("generate --help");
   EXPECT_EQ(r.code, 0);
-  for (const char* flag : {"--ckpt DIR", "--prompt TEXT", "--prompt-ids LIST", "--max-tokens N", "--temperature T",
-                           "--top-k K", "--seed S", "--train.device=cpu|cuda"})
+  for (const char* flag : {"--ckpt DIR", "--prompt TEXT", "--prompt-ids LIST", "--prompts FILE", "--chat", "--stop STR",
+                           "--jsonl", "--max-tokens N", "--temperature T", "--top-k K", "--seed S",
+                           "--train.device=cpu|cuda"})
     EXPECT_TRUE(contains(r.output, flag)) << flag << " missing in " << r.output;
   EXPECT_TRUE(contains(run_shardtrain("--help").output, "  generate text from a checkpoint"));
 }

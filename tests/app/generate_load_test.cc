@@ -6,7 +6,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +13,7 @@
 #include "../ckpt/hf_dir_test_util.h"
 #include "../common/byte_tokenizer.h"
 #include "../common/run_shardtrain.h"
+#include "generate_cli_util.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/checkpoint_check.h"
 #include "shardtrain/ckpt/init_from.h"
@@ -30,6 +30,7 @@ namespace {
 
 using testing::CliResult;
 using testing::contains;
+using testing::parse_ids;
 using testing::run_shardtrain;
 
 constexpr const char* kPrompt = "72,104,101,32,113";
@@ -51,13 +52,6 @@ std::vector<Sampling> samplings() {
   out[2].options.temperature = 1.2;
   out[2].options.seed = 3;
   return out;
-}
-
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::istringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) ids.push_back(std::stoi(item));
-  return ids;
 }
 
 // The ids `generate` prints for kPrompt (stdout only); a failure when it does not exit 0.

@@ -8,7 +8,8 @@ checkpoint, `generate` with sampling (temperature 0.8, top-k 20, seed 5) and gre
 `mpirun -np 2`: the 2-rank run exits 0 (every rank checks that it generated rank 0's tokens, and a rank that did not
 fails the run) and prints exactly the 1-rank run's text, from a checkpoint read at the world size that wrote it and at
 another; rank 0 logs that it loaded the checkpoint (a read, not a resume). The same for the first run's exported
-weights read as --init.from, and for a LoRA checkpoint on them (rank 0 alone hashes the base); with the base replaced
+weights read as --init.from, and for a LoRA checkpoint on them (rank 0 alone hashes the base). A --prompts batch of 3
+prompts, as lines and as JSON lines with a stop string, prints on 2 ranks the 1-rank results. With the base replaced
 by other weights, both ranks refuse it (exit 2, the file named once, by rank 0's message on each). Exits 0 when every
 check holds.
 """
@@ -71,6 +72,21 @@ def main():
             for ranks, err in ((1, err1), (2, err2)):
                 check(err.count(logged(ranks)) == 1 and "resumed from" not in err,
                       f"{name}, {ranks} rank(s): the log says it loaded the weights, once: {err}")
+    # A batch: a prompts file, a result a line and as JSON lines with a stop string, on 2 ranks as on 1 (the ranks
+    # check every token of every sequence together, and agree on where each one stops).
+    prompts = os.path.join(work, "prompts.txt")
+    with open(prompts, "w") as f:
+        f.write("The \nOnce upon a time\n\nA\n")
+    for extra in ([], ["--jsonl", "--stop", "e"]):
+        gen = [shardtrain, "generate", "--ckpt", sources[0][0][1], "--prompts", prompts, "--max-tokens", "40",
+               "--temperature", "0.8", "--seed", "9"] + extra
+        name = "--prompts " + " ".join(extra)
+        rc1, one, err1 = run(gen)
+        check(rc1 == 0 and one.count("\n") == 3, f"{name}, 1 rank: exit 0 and 3 result lines: {one!r} {err1}")
+        rc2, two, err2 = run(mpi + gen)
+        check(rc2 == 0, f"{name}, 2 ranks: exit 0: {two!r} {err2}")
+        check(two == one, f"{name}: 2 ranks print the 1-rank results: {two!r} vs {one!r}")
+    check('"finish_reason":"stop"' in one, f"a stop string ended a result: {one!r}")
     # The base replaced by other weights: rank 0 finds it, and both ranks stop with its message.
     os.remove(base)
     rc, out, err = run([shardtrain] + train + ["--train.seed=7", "--ckpt.export=" + base])
@@ -81,7 +97,7 @@ def main():
     if failures:
         return 1
     print("ok: generate on 2 ranks prints the 1-rank text (sampled and greedy), from checkpoints of 1 and 2 ranks, "
-          "init.from and a LoRA checkpoint; a changed base stops both ranks")
+          "init.from and a LoRA checkpoint, and a batch's results; a changed base stops both ranks")
     return 0
 
 

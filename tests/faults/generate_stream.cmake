@@ -1,7 +1,7 @@
 # `shardtrain generate` through real pipes and signals (tests/faults/generate_stream.sh): a closed stdout ends it with
 # exit 0, SIGINT and SIGTERM at a known token (SHARDTRAIN_FAULT) keep the tokens printed and exit 130 / 143, on one
 # rank and on two under mpirun. The setup case trains the checkpoint the others read.
-set(generate_stream_cases pipe_ids pipe_text sigint_ids sigterm_text sigint_mpi)
+set(generate_stream_cases pipe_ids pipe_text sigint_ids sigterm_text sigint_mpi pipe_lines sigint_lines)
 set(generate_stream_work ${CMAKE_BINARY_DIR}/faults_generate_stream)
 add_test(NAME faults.generate.setup
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/generate_stream.sh setup $<TARGET_FILE:shardtrain>

@@ -2,13 +2,13 @@
 # `shardtrain generate` as a Unix filter, through real pipes and signals: it prints each token as it is decoded, stops
 # at once with exit 0 when its stdout is closed (`| head -c 100`), and on SIGINT or SIGTERM stops decoding, keeps what
 # it printed (ending the line) and exits 130 or 143 with one line on stderr; under mpirun every rank stops at the same
-# token. The signal comes at a known token through SHARDTRAIN_FAULT (sigint or sigterm:RANK@TOKEN), not a timer, and
+# token. A batch (--prompts) does the same a result line at a time. The signal comes at a known token through SHARDTRAIN_FAULT (sigint or sigterm:RANK@TOKEN), not a timer, and
 # every run asks for 100 million tokens: one that does not stop runs into the deadline of each wait (a fixed code
 # stops within a second).
 #
 #   generate_stream.sh CASE SHARDTRAIN CONFIG WORKDIR
 #   CASE: setup (trains the checkpoint the other cases read, in WORKDIR/ckpt) | pipe_ids | pipe_text | sigint_ids |
-#         sigterm_text | sigint_mpi
+#         sigterm_text | sigint_mpi | pipe_lines | sigint_lines
 #
 # Exit 0: the case passed; 77: skipped (the reason is printed); anything else: failed.
 set -u
@@ -75,6 +75,41 @@ stopped_at_7() {
   fi
 }
 
+# A batch (--prompts) whose reader leaves after 2 result lines: generate exits 0 long before the 400 results, and the
+# reader took the 2 lines a run of those 2 prompts prints.
+closed_pipe_lines() {
+  local out=$work/$case_name.out err=$work/$case_name.err prompts=$work/$case_name.prompts
+  for ((k = 0; k < 200; ++k)); do printf 'The \nOnce upon\n'; done >"$prompts"
+  printf 'The \nOnce upon\n' >"$prompts.2"
+  local start=$SECONDS
+  bounded "$bin" generate --ckpt "$step" --prompts "$prompts" --max-tokens 100 $sampling 2>"$err" | head -n 2 >"$out"
+  local rc=${PIPESTATUS[0]}
+  ((rc == 0)) || fail "generate exited $rc after its reader closed the pipe, expected 0 (124: still decoding at 60 s)"
+  ((SECONDS - start < 30)) || fail "generate took $((SECONDS - start)) s to stop after its reader left"
+  grep -q -E '^generate: .*, 400 prompts; stdout was closed after [0-9] results$' "$err" ||
+    fail "no summary saying stdout was closed after a few results: $(cat "$err")"
+  # shellcheck disable=SC2086
+  cmp -s "$out" <(bounded "$bin" generate --ckpt "$step" --prompts "$prompts.2" --max-tokens 100 $sampling 2>/dev/null) ||
+    fail "the 2 lines are not the first 2 results: $(cat "$out")"
+}
+
+# SIGINT on the last token of the first of 3 results (--max-tokens 7, the signal at token 7): exit 130, that result
+# printed (the first line of a whole run), the others not, and one line on stderr saying so.
+stopped_lines() {
+  local out=$work/$case_name.out err=$work/$case_name.err prompts=$work/$case_name.prompts
+  printf 'The \nOnce upon\nA\n' >"$prompts"
+  SHARDTRAIN_FAULT=sigint:0@7 bounded "$bin" generate --ckpt "$step" --prompts "$prompts" --max-tokens 7 \
+    $sampling >"$out" 2>"$err"
+  local rc=$?
+  ((rc == 130)) || fail "exit $rc, expected 130; stderr: $(cat "$err")"
+  # shellcheck disable=SC2086
+  cmp -s "$out" <(bounded "$bin" generate --ckpt "$step" --prompts "$prompts" --max-tokens 7 $sampling 2>/dev/null |
+    head -n 1) || fail "stdout is not the first result alone: $(od -c "$out" | head)"
+  local line="generate: stopped by SIGINT after 1 of 3 results; the results printed so far are kept (exit 130)"
+  [[ $(grep -v -E '^I \[.*\] checkpoint: loaded ' "$err") == "$line" ]] ||
+    fail "stderr is not the one line saying so: $(cat "$err")"
+}
+
 case "$case_name" in
   setup)
     rm -rf "$work" && mkdir -p "$work" || fail "cannot create $work"
@@ -87,6 +122,8 @@ case "$case_name" in
   pipe_text) closed_pipe "--prompt The" ;;
   sigint_ids) stopped_at_7 INT "--prompt-ids 84,104,101,32" 0 130 ;;
   sigterm_text) stopped_at_7 TERM "--prompt The" 0 143 ;;
+  pipe_lines) closed_pipe_lines ;;
+  sigint_lines) stopped_lines ;;
   sigint_mpi)
     if ! command -v mpirun >/dev/null; then
       echo "SKIPPED: mpirun is not installed"

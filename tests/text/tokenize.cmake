@@ -20,6 +20,22 @@ if(NODE_EXECUTABLE)
                    ${NODE_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/text/reference/chat_check.js $<TARGET_FILE:shardtrain>
                    qwen3 ${CMAKE_SOURCE_DIR}/tests/text/data/chats_thinking.jsonl ${tok_work}/chat_thinking)
   set_tests_properties(tokenize.chat_template.qwen3_thinking PROPERTIES LABELS cpu TIMEOUT 120)
+  # The prompts `generate` decodes from a chat: each conversation cut after each user message, with the generation
+  # prompt, identical to Hugging Face's apply_chat_template(..., add_generation_prompt=True).
+  foreach(family llama3 qwen2_5 qwen3)
+    add_test(NAME generate.chat_prompt.${family}
+             COMMAND ${tok_expect} 0 "tokens identical to Hugging Face's add_generation_prompt rendering" --
+                     ${NODE_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/text/reference/chat_prompt_check.js
+                     $<TARGET_FILE:chat_prompt_ids> ${family} ${CMAKE_SOURCE_DIR}/tests/text/data/chats.jsonl
+                     ${tok_work}/chat_prompt)
+    set_tests_properties(generate.chat_prompt.${family} PROPERTIES LABELS cpu TIMEOUT 120)
+  endforeach()
+  add_test(NAME generate.chat_prompt.qwen3_thinking
+           COMMAND ${tok_expect} 0 "tokens identical to Hugging Face's add_generation_prompt rendering" --
+                   ${NODE_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/text/reference/chat_prompt_check.js
+                   $<TARGET_FILE:chat_prompt_ids> qwen3 ${CMAKE_SOURCE_DIR}/tests/text/data/chats_thinking.jsonl
+                   ${tok_work}/chat_prompt_thinking)
+  set_tests_properties(generate.chat_prompt.qwen3_thinking PROPERTIES LABELS cpu TIMEOUT 120)
 endif()
 
 # Two text files in 1000-token shards: the summary line and the shards it names.

@@ -90,6 +90,18 @@ class Conventions {
   // Appends a chat with its mask. kBadInput (prefixed with `where`, e.g. "chat.jsonl:12") for an unknown role or
   // a family without a chat template.
   void encode_chat(const std::vector<ChatMessage>& messages, const std::string& where, EncodedDoc* out) const;
+  // A chat as a prompt for the assistant's next turn: encode_chat's ids, then the assistant's header, as
+  // apply_chat_template(messages, add_generation_prompt=True) renders it: Llama 3
+  // <|start_header_id|>assistant<|end_header_id|>\n\n, Qwen 2.5 and Qwen3 <|im_start|>assistant\n (Qwen3's thinking
+  // mode, the template's default: no empty thinking block). The same refusals as encode_chat.
+  std::vector<int32_t> encode_chat_prompt(const std::vector<ChatMessage>& messages, const std::string& where) const;
+  // The ids that end an assistant's turn, where generation from encode_chat_prompt stops (the eos_token_id of these
+  // models' generation_config.json): llama3 <|eot_id|> and <|end_of_text|>, chatml <|im_end|> and <|endoftext|>;
+  // none without a chat template.
+  std::vector<int32_t> chat_end_tokens() const;
+  // kBadInput unless chat_template() is one shardtrain renders: "NEEDS needs a tokenizer whose chat template
+  // shardtrain renders: ..., naming the tokenizer's file and family, then OTHERWISE (what to do instead).
+  void check_chat_template(const std::string& needs, const std::string& otherwise) const;
   // Appends a prompt/completion pair with its mask.
   void encode_prompt(std::string_view prompt, std::string_view completion, EncodedDoc* out) const;
 
