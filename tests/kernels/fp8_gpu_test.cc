@@ -157,10 +157,10 @@ TEST(Fp8Gpu, PairedCastsEqualTheCpusPair) {
             EXPECT_TRUE(same(to_host(qb, ib), wb)) << "transposed";
             if (sa != sb) continue;
             // The pair with its maxima taken beforehand (fp8_maxima_async here; a producer kernel's amax in a step),
-            // into freshly poisoned codes.
+            // into freshly poisoned codes and scales.
             DeviceBuffer<unsigned> maxima(ga);
-            test::poison(qa);
-            test::poison(qb);
+            for (DeviceBuffer<uint8_t>* q : {&qa, &qb}) test::poison(*q);
+            for (DeviceBuffer<float>* inverse : {&ia, &ib}) test::poison(*inverse);
             if (in == &x) {
               const DeviceBuffer<float> dx = test::to_device<float>(*in);
               gpu::fp8_maxima_async<float>(dx.data(), rows, cols, sa, maxima.data(), env.ctx);
