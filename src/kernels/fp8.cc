@@ -93,6 +93,17 @@ void fp8_maxima(const float* x, int64_t rows, int64_t cols, Fp8Scaling scaling, 
   for (size_t g = 0; g < amax.size(); ++g) std::memcpy(&maxima[g], &amax[g], sizeof(float));
 }
 
+void fp8_fold_maximum(const float* x, int64_t n, unsigned* amax) {
+  unsigned m = *amax;
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    unsigned bits = 0;
+    std::memcpy(&bits, &a, sizeof(bits));
+    m = std::max(m, bits);
+  }
+  *amax = m;
+}
+
 void fp8_quantize_with_maxima(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling,
                               bool power_of_2, Fp8Layout layout, const unsigned* maxima, uint8_t* q,
                               float* inverse_scales) {
@@ -123,6 +134,15 @@ void fp8_quantize_pair(const float* x, int64_t rows, int64_t cols, bool power_of
                       row_major.inverse_scales, what);
   fp8_quantize_matrix(x, rows, cols, transposed.format, transposed.scaling, power_of_2, Fp8Layout::kTransposed,
                       transposed.q, transposed.inverse_scales, what);
+}
+
+void fp8_quantize_pair_with_maxima(const float* x, int64_t rows, int64_t cols, bool power_of_2,
+                                   const Fp8Cast& row_major, const Fp8Cast& transposed, const unsigned* maxima) {
+  ST_CHECK(row_major.scaling == transposed.scaling, "fp8_quantize_pair_with_maxima: the casts group differently");
+  fp8_quantize_with_maxima(x, rows, cols, row_major.format, row_major.scaling, power_of_2, Fp8Layout::kRowMajor, maxima,
+                           row_major.q, row_major.inverse_scales);
+  fp8_quantize_with_maxima(x, rows, cols, transposed.format, transposed.scaling, power_of_2, Fp8Layout::kTransposed,
+                           maxima, transposed.q, transposed.inverse_scales);
 }
 
 void fp8_round_trip(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,

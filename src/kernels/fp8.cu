@@ -408,6 +408,35 @@ void enqueue_cast(const T* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scalin
   enqueue_codes(x, rows, cols, layout, packed, Codes{scaling, s.scale, interpretation(f), q}, ctx);
 }
 
+// fp8_quantize_pair_async's kernels; with `maxima` (both casts grouped alike) they take those instead of a pass.
+template <typename T>
+void enqueue_pair(const T* x, int64_t rows, int64_t cols, bool power_of_2, const Fp8Cast& row_major,
+                  const Fp8Cast& transposed, const unsigned* maxima, const GpuContext& ctx) {
+  const int64_t ga = fp8_groups(row_major.scaling, rows, cols), gb = fp8_groups(transposed.scaling, rows, cols);
+  const CastScratch s = cast_scratch(ctx, rows, cols, ga + gb);
+  if (rows * cols == 0) return;
+  const bool packed = packed_ok(x, cols, row_major.q) && packed_ok(x, cols, transposed.q) && rows % kVec == 0;
+  // Both casts grouped alike share one pass over x for their maxima (or none, given them); their scales differ only
+  // by format.
+  const bool shared = row_major.scaling == transposed.scaling;
+  const unsigned* amax_a = maxima != nullptr ? maxima : s.amax_bits;
+  const unsigned* amax_b = shared ? amax_a : s.amax_bits + ga;
+  if (maxima == nullptr) enqueue_maxima(x, rows, cols, row_major.scaling, packed, s.amax_bits, nullptr, ctx);
+  if (!shared) enqueue_maxima(x, rows, cols, transposed.scaling, packed, s.amax_bits + ga, nullptr, ctx);
+  enqueue_scales(amax_a, ga, row_major.format, power_of_2, s.scale, row_major.inverse_scales, ctx);
+  enqueue_scales(amax_b, gb, transposed.format, power_of_2, s.scale + ga, transposed.inverse_scales, ctx);
+  const Codes a{row_major.scaling, s.scale, interpretation(row_major.format), row_major.q};
+  const Codes b{transposed.scaling, s.scale + ga, interpretation(transposed.format), transposed.q};
+  if (packed) {  // one read of x for both
+    cast_transposed_packed_kernel<T>
+        <<<tile_grid(rows, cols, kWideTile), kThreads, 0, ctx.stream>>>(x, rows, cols, b, a);
+    ST_CUDA_CHECK_LAUNCH();
+  } else {
+    enqueue_codes(x, rows, cols, Fp8Layout::kRowMajor, false, a, ctx);
+    enqueue_codes(x, rows, cols, Fp8Layout::kTransposed, false, b, ctx);
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -461,27 +490,15 @@ void fp8_quantize_with_maxima_async(const T* x, int64_t rows, int64_t cols, Fp8F
 template <typename T>
 void fp8_quantize_pair_async(const T* x, int64_t rows, int64_t cols, bool power_of_2, const Fp8Cast& row_major,
                              const Fp8Cast& transposed, const GpuContext& ctx) {
-  const int64_t ga = fp8_groups(row_major.scaling, rows, cols), gb = fp8_groups(transposed.scaling, rows, cols);
-  const CastScratch s = cast_scratch(ctx, rows, cols, ga + gb);
-  if (rows * cols == 0) return;
-  const bool packed = packed_ok(x, cols, row_major.q) && packed_ok(x, cols, transposed.q) && rows % kVec == 0;
-  // Both casts grouped alike share one pass over x for their maxima; their scales differ only by format.
-  const bool shared = row_major.scaling == transposed.scaling;
-  unsigned* const amax_b = shared ? s.amax_bits : s.amax_bits + ga;
-  enqueue_maxima(x, rows, cols, row_major.scaling, packed, s.amax_bits, nullptr, ctx);
-  if (!shared) enqueue_maxima(x, rows, cols, transposed.scaling, packed, amax_b, nullptr, ctx);
-  enqueue_scales(s.amax_bits, ga, row_major.format, power_of_2, s.scale, row_major.inverse_scales, ctx);
-  enqueue_scales(amax_b, gb, transposed.format, power_of_2, s.scale + ga, transposed.inverse_scales, ctx);
-  const Codes a{row_major.scaling, s.scale, interpretation(row_major.format), row_major.q};
-  const Codes b{transposed.scaling, s.scale + ga, interpretation(transposed.format), transposed.q};
-  if (packed) {  // one read of x for both
-    cast_transposed_packed_kernel<T>
-        <<<tile_grid(rows, cols, kWideTile), kThreads, 0, ctx.stream>>>(x, rows, cols, b, a);
-    ST_CUDA_CHECK_LAUNCH();
-  } else {
-    enqueue_codes(x, rows, cols, Fp8Layout::kRowMajor, false, a, ctx);
-    enqueue_codes(x, rows, cols, Fp8Layout::kTransposed, false, b, ctx);
-  }
+  enqueue_pair(x, rows, cols, power_of_2, row_major, transposed, nullptr, ctx);
+}
+
+template <typename T>
+void fp8_quantize_pair_with_maxima_async(const T* x, int64_t rows, int64_t cols, bool power_of_2,
+                                         const Fp8Cast& row_major, const Fp8Cast& transposed, const unsigned* maxima,
+                                         const GpuContext& ctx) {
+  ST_CHECK(row_major.scaling == transposed.scaling, "gpu::fp8_quantize_pair_with_maxima: the casts group differently");
+  enqueue_pair(x, rows, cols, power_of_2, row_major, transposed, maxima, ctx);
 }
 
 #define ST_INSTANTIATE_FP8_CAST(T)                                                                                    \
@@ -491,6 +508,8 @@ void fp8_quantize_pair_async(const T* x, int64_t rows, int64_t cols, bool power_
                                              uint8_t*, float*, const GpuContext&);                                    \
   template void fp8_quantize_pair_async<T>(const T*, int64_t, int64_t, bool, const Fp8Cast&, const Fp8Cast&,          \
                                            const GpuContext&);                                                        \
+  template void fp8_quantize_pair_with_maxima_async<T>(const T*, int64_t, int64_t, bool, const Fp8Cast&,              \
+                                                       const Fp8Cast&, const unsigned*, const GpuContext&);           \
   template void fp8_maxima_async<T>(const T*, int64_t, int64_t, Fp8Scaling, unsigned*, const GpuContext&);            \
   template void fp8_quantize_with_maxima_async<T>(const T*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool, Fp8Layout, \
                                                   const unsigned*, uint8_t*, float*, const GpuContext&);

@@ -1,6 +1,7 @@
 #include "shardtrain/kernels/gelu.h"
 
 #include "parallel.h"
+#include "shardtrain/kernels/fp8.h"
 #include "vec_math.h"
 
 namespace st {
@@ -12,7 +13,7 @@ using kernels_internal::kMinParallelWork;
 
 // 0.5 (1 + tanh(u)) = 1 / (1 + e^{-2u}): one exp_fast instead of a tanhf call, and x * sigmoid(2u) keeps
 // full relative precision for negative x, where 1 + tanh(u) cancels.
-void gelu_forward(float* out, const float* inp, int64_t n) {
+void gelu_forward(float* out, const float* inp, int64_t n, unsigned* amax) {
   const ExpRange er = exp_range();
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
@@ -20,6 +21,7 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
     const float u = gelu_tanh_arg(x);
     out[i] = x / (1.0f + exp_fast(-2.0f * u, er));
   }
+  if (amax != nullptr) fp8_fold_maximum(out, n, amax);
 }
 
 // gelu' from s = sigmoid(2u) (gelu_grad_from_sigmoid).

@@ -23,15 +23,18 @@ __device__ __forceinline__ float gelu_grad(float x) {
   return gelu_grad_from_sigmoid(x, s);
 }
 
+// amax, when not null: out's maximum folded in (MaximumFold).
 template <int kVec, typename T>
-__global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
+__global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n, unsigned* amax) {
+  MaximumFold fold{amax};
   for_each_pack<kVec>(n, thread_index(), thread_count(), [&](int64_t i, auto w) {
     constexpr int W = decltype(w)::value;
     float x[W];
     load<W>(inp + i, x);
     for (int k = 0; k < W; ++k) x[k] = gelu(x[k]);
-    store<W>(out + i, x);
+    fold.store<W>(out + i, x);
   });
+  fold.finish();
 }
 
 template <int kVec, typename T>
@@ -64,11 +67,11 @@ __global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t 
 }  // namespace
 
 template <typename T>
-void gelu_forward(T* out, const T* inp, int64_t n, const GpuContext& ctx) {
+void gelu_forward(T* out, const T* inp, int64_t n, const GpuContext& ctx, unsigned* amax) {
   if (n == 0) return;
   launch_packed<T>(all_aligned(16, out, inp), [&](auto w) {
     constexpr int kVec = decltype(w)::value;
-    gelu_forward_kernel<kVec><<<grid_for((n + kVec - 1) / kVec, kBlock), kBlock, 0, ctx.stream>>>(out, inp, n);
+    gelu_forward_kernel<kVec><<<grid_for((n + kVec - 1) / kVec, kBlock), kBlock, 0, ctx.stream>>>(out, inp, n, amax);
   });
 }
 
@@ -77,8 +80,8 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, const GpuCon
   if (n == 0) return;
   launch_packed<T>(all_aligned(16, dinp, inp, dout), [&](auto w) {
     constexpr int kVec = decltype(w)::value;
-    gelu_backward_kernel<kVec><<<grid_for((n + kVec - 1) / kVec, kBlock), kBlock, 0, ctx.stream>>>(dinp, inp, dout, n,
-                                                                                      write == GradWrite::kAccumulate);
+    gelu_backward_kernel<kVec><<<grid_for((n + kVec - 1) / kVec, kBlock), kBlock, 0, ctx.stream>>>(
+        dinp, inp, dout, n, write == GradWrite::kAccumulate);
   });
 }
 
@@ -91,9 +94,9 @@ void residual_forward(T* out, const T* a, const T* b, int64_t n, const GpuContex
   });
 }
 
-template void gelu_forward<float>(float*, const float*, int64_t, const GpuContext&);
-template void gelu_forward<bf16>(bf16*, const bf16*, int64_t, const GpuContext&);
-template void gelu_forward<fp16>(fp16*, const fp16*, int64_t, const GpuContext&);
+template void gelu_forward<float>(float*, const float*, int64_t, const GpuContext&, unsigned*);
+template void gelu_forward<bf16>(bf16*, const bf16*, int64_t, const GpuContext&, unsigned*);
+template void gelu_forward<fp16>(fp16*, const fp16*, int64_t, const GpuContext&, unsigned*);
 template void gelu_backward<float>(float*, const float*, const float*, int64_t, const GpuContext&, GradWrite);
 template void gelu_backward<bf16>(bf16*, const bf16*, const bf16*, int64_t, const GpuContext&, GradWrite);
 template void gelu_backward<fp16>(fp16*, const fp16*, const fp16*, int64_t, const GpuContext&, GradWrite);

@@ -223,6 +223,43 @@ struct Add {
     return a + b;
   }
 };
+// The optional `unsigned* amax` of the kernels that write a linear layer's input (RMSNorm, SwiGLU, RoPE's backward,
+// ...): the tensorwise maximum that fp8_maxima_async (kernels/gpu/fp8.h) would take of what they write, folded in as
+// they write it. Each value counts as stored (rounded to T), by fp8.cu's own expression, the bits of |v| as a float:
+// the bits of non-negative floats order as the floats, and an infinity's or a NaN's lie above every finite one, so
+// the fold gives that pass's bits whatever the order. A kernel stores through store() (or folds a value it only reads
+// through add()), and every thread of the block then calls finish(): one atomicMax a block into *out, which the
+// caller zeroed. With out null nothing is folded and finish() returns at once.
+struct MaximumFold {
+  unsigned* out = nullptr;
+  unsigned bits = 0;
+
+  struct Larger {
+    __device__ __forceinline__ unsigned operator()(unsigned a, unsigned b) const { return max(a, b); }
+  };
+
+  template <typename T>
+  __device__ __forceinline__ void add(T stored) {
+    if (out != nullptr) bits = max(bits, __float_as_uint(fabsf(to_f32(stored))));
+  }
+  // store<kVec>(p, x), folding the stored values.
+  template <int kVec, typename T>
+  __device__ __forceinline__ void store(T* p, const float (&x)[kVec]) {
+    Pack<T, kVec> pk;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) pk.v[k] = from_f32<T>(x[k]);
+    *reinterpret_cast<Pack<T, kVec>*>(p) = pk;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) add(pk.v[k]);
+  }
+  // Every thread of the block (blockDim.x a multiple of 32, blockDim.y = blockDim.z = 1), after its last fold.
+  __device__ void finish() {
+    if (out == nullptr) return;  // uniform over the grid
+    __shared__ unsigned shared[kWarpSize];
+    const unsigned m = block_reduce(bits, Larger(), shared);
+    if (threadIdx.x == 0) atomicMax(out, m);
+  }
+};
 
 // The second level of a deterministic column sum: out[c] += sum over g in [0, chunks) of part[g * C + c], for
 // c in [0, C), where part holds per-chunk partial sums (fp32). A block covers 32 columns with
@@ -279,7 +316,7 @@ void launch_finish_column_sums(unsigned outputs, T* out0, const float* part0, T*
                                int64_t chunks, int C, cudaStream_t stream, GradWrite write) {
   const dim3 grid((C + kWarpSize - 1) / kWarpSize, outputs);
   finish_column_sums_kernel<<<grid, dim3(kWarpSize, kFinishLanes), 0, stream>>>(out0, part0, out1, part1, chunks, C,
-                                                                                 write == GradWrite::kAccumulate);
+                                                                                write == GradWrite::kAccumulate);
   ST_CUDA_CHECK_LAUNCH();
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "parallel.h"
+#include "shardtrain/kernels/fp8.h"
 
 namespace st {
 
@@ -16,7 +17,7 @@ constexpr int kColBlock = 32;
 }  // namespace
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
-                       int64_t N, int C) {
+                       int64_t N, int C, unsigned* amax) {
 #pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;
@@ -39,6 +40,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
     mean[n] = mf;
     rstd[n] = r;
   }
+  if (amax != nullptr) fp8_fold_maximum(out, N * C, amax);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

@@ -62,9 +62,11 @@ __device__ __forceinline__ unsigned char* dynamic_smem() {
   return st_layernorm_smem;
 }
 
+// amax, when not null: out's maximum folded in (MaximumFold), as in layernorm_forward_rows_kernel.
 template <int kVec, typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
-                                         int64_t N, int C) {
+                                         int64_t N, int C, unsigned* amax) {
+  MaximumFold fold{amax};
   const int lane = threadIdx.x % kWarpSize;
   const int64_t nwarps = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
   // The row loop is uniform over a warp, so the shuffles below see all 32 lanes.
@@ -95,13 +97,14 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
       load<W>(weight + c, wt);
       load<W>(bias + c, b);
       for (int k = 0; k < W; ++k) v[k] = (v[k] - m) * r * wt[k] + b[k];
-      store<W>(out + n * C + c, v);
+      fold.store<W>(out + n * C + c, v);
     });
     if (lane == 0) {
       mean[n] = m;
       rstd[n] = r;
     }
   }
+  fold.finish();
 }
 
 template <int kVec, typename T>
@@ -217,12 +220,13 @@ struct RowPacks {
 // Forward for packed rows of up to kPacks packs a lane: one warp per row, as layernorm_forward_kernel, but the row
 // is loaded once, every pack's load in flight at once, and both passes of the (two-pass) variance read it from
 // registers. The sums run over the same packs and elements in the same order as layernorm_forward_kernel's, so
-// the results are bit-identical to it.
+// the results are bit-identical to it. amax, when not null: out's maximum folded in (MaximumFold).
 template <int kVec, int kPacks, typename T>
 __global__ void __launch_bounds__(kRowBlock)
     layernorm_forward_rows_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
-                                  int64_t N, int C) {
+                                  int64_t N, int C, unsigned* amax) {
   wait_for_predecessor();  // launched by launch_after_predecessor
+  MaximumFold fold{amax};
   using Row = RowPacks<kVec, kPacks, T>;
   const int lane = threadIdx.x % kWarpSize;
   const int64_t nwarps = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
@@ -256,13 +260,14 @@ __global__ void __launch_bounds__(kRowBlock)
       load<kVec>(bias + c, b);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) v[k] = (x.at(i, k) - m) * r * wt[k] + b[k];
-      store<kVec>(out + n * C + c, v);
+      fold.store<kVec>(out + n * C + c, v);
     }
     if (lane == 0) {
       mean[n] = m;
       rstd[n] = r;
     }
   }
+  fold.finish();
 }
 
 // Shared memory of the fused backward: each warp owns a [2][slots] float4 slice (sums of norm * dout, then of
@@ -439,7 +444,7 @@ __global__ void __launch_bounds__(kFusedThreads, fused_min_blocks(kPacks, kVec, 
 
 template <typename T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int C,
-                       const GpuContext& ctx) {
+                       const GpuContext& ctx, unsigned* amax) {
   if (N == 0 || C == 0) return;
   constexpr int kVec = 16 / sizeof(T);
   const unsigned grid = grid_for(N, kRowsPerBlock);
@@ -449,13 +454,13 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
   if (vec && packs <= kMaxRowPacks) {
     row_pack_tiers(packs, [&](auto packs_c) {
       launch_after_predecessor(layernorm_forward_rows_kernel<kVec, decltype(packs_c)::value, T>, grid, kRowBlock, 0,
-                               ctx.stream, out, mean, rstd, inp, weight, bias, N, C);
+                               ctx.stream, out, mean, rstd, inp, weight, bias, N, C, amax);
     });
     return;
   }
   launch_packed<T>(vec, [&](auto w) {
     layernorm_forward_kernel<decltype(w)::value>
-        <<<grid, kRowBlock, 0, ctx.stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+        <<<grid, kRowBlock, 0, ctx.stream>>>(out, mean, rstd, inp, weight, bias, N, C, amax);
   });
 }
 
@@ -532,11 +537,11 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t, int,
-                                       const GpuContext&);
+                                       const GpuContext&, unsigned*);
 template void layernorm_forward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*, int64_t, int,
-                                      const GpuContext&);
+                                      const GpuContext&, unsigned*);
 template void layernorm_forward<fp16>(fp16*, float*, float*, const fp16*, const fp16*, const fp16*, int64_t, int,
-                                      const GpuContext&);
+                                      const GpuContext&, unsigned*);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
                                         const float*, int64_t, int, const GpuContext&, GradWrite, RowStaging);
 template void layernorm_backward<bf16>(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*, const float*,

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "parallel.h"
+#include "shardtrain/kernels/fp8.h"
 
 namespace st {
 
@@ -15,7 +16,8 @@ namespace {
 constexpr int kColBlock = 32;
 }  // namespace
 
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps, int64_t N, int C) {
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps, int64_t N, int C,
+                     unsigned* amax) {
 #pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;
@@ -27,10 +29,11 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
     for (int c = 0; c < C; ++c) o[c] = x[c] * r * weight[c];
     rstd[n] = r;
   }
+  if (amax != nullptr) fp8_fold_maximum(out, N * C, amax);
 }
 
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                      const float* rstd, int64_t N, int C, GradWrite param_write) {
+                      const float* rstd, int64_t N, int C, GradWrite param_write, unsigned* amax) {
   const bool param_add = param_write == GradWrite::kAccumulate;
   // dinp = rstd * (dn - norm * mean(dn * norm)), with norm = inp * rstd and dn = weight * dout; rows independent.
 #pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
@@ -45,6 +48,7 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
     float* g = dinp + n * C;
     for (int c = 0; c < C; ++c) g[c] += (weight[c] * d[c] - x[c] * r * mean_dn_norm) * r;
   }
+  if (amax != nullptr) fp8_fold_maximum(dinp, N * C, amax);
 
   if (dweight == nullptr) return;  // a frozen weight
   const int nblocks = (C + kColBlock - 1) / kColBlock;

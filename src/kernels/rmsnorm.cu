@@ -34,10 +34,11 @@ __device__ __forceinline__ void for_each_warp_row(int64_t N, F&& f) {
 }
 
 // out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps): the sum of squares in fp32 over the warp, then a
-// second pass over the row (from L1) for the output.
+// second pass over the row (from L1) for the output, whose maximum folds into amax (MaximumFold) when not null.
 template <int kVec, typename T>
-__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const T* weight, float eps, int64_t N,
-                                       int C) {
+__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const T* weight, float eps, int64_t N, int C,
+                                       unsigned* amax) {
+  MaximumFold fold{amax};
   for_each_warp_row(N, [&](int64_t n, int lane) {
     const T* x = inp + n * C;
     float ss = 0;
@@ -54,16 +55,18 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const 
       load<W>(x + c, v);
       load<W>(weight + c, wt);
       for (int k = 0; k < W; ++k) v[k] = v[k] * r * wt[k];
-      store<W>(out + n * C + c, v);
+      fold.store<W>(out + n * C + c, v);
     });
     if (lane == 0) rstd[n] = r;
   });
+  fold.finish();
 }
 
 // dinp += rstd * (dn - norm * mean(dn * norm)), norm = inp * rstd, dn = weight * dout, as the reference.
 template <int kVec, typename T>
 __global__ void rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight, const float* rstd,
-                                             int64_t N, int C) {
+                                             int64_t N, int C, unsigned* amax) {
+  MaximumFold fold{amax};
   for_each_warp_row(N, [&](int64_t n, int lane) {
     const int64_t row = n * C;
     const float r = rstd[n];
@@ -85,9 +88,10 @@ __global__ void rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* in
       load<W>(weight + c, wt);
       load<W>(dinp + row + c, g);
       for (int k = 0; k < W; ++k) g[k] += (wt[k] * dv[k] - xv[k] * r * mean_dn_norm) * r;
-      store<W>(dinp + row + c, g);
+      fold.store<W>(dinp + row + c, g);
     });
   });
+  fold.finish();
 }
 
 // part[chunk, c] = sum over the chunk's rows n, in order, of (inp[n, c] * rstd[n]) * dout[n, c]: one thread per
@@ -118,20 +122,20 @@ __global__ void rmsnorm_backward_partials_kernel(float* part, const T* dout, con
 
 template <typename T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, float eps, int64_t N, int C,
-                     const GpuContext& ctx) {
+                     const GpuContext& ctx, unsigned* amax) {
   if (N == 0 || C == 0) return;
   constexpr int kVec = 16 / sizeof(T);
   // With C a multiple of kVec, aligned base pointers give aligned rows.
   const bool vec = C % kVec == 0 && all_aligned(16, out, inp, weight);
   launch_packed<T>(vec, [&](auto w) {
     rmsnorm_forward_kernel<decltype(w)::value>
-        <<<grid_for(N, kRowsPerBlock), kRowBlock, 0, ctx.stream>>>(out, rstd, inp, weight, eps, N, C);
+        <<<grid_for(N, kRowsPerBlock), kRowBlock, 0, ctx.stream>>>(out, rstd, inp, weight, eps, N, C, amax);
   });
 }
 
 template <typename T>
 void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const float* rstd, int64_t N,
-                      int C, const GpuContext& ctx, GradWrite param_write) {
+                      int C, const GpuContext& ctx, GradWrite param_write, unsigned* amax) {
   if (N == 0 || C == 0) return;
   ColumnSums* const deferred = ctx.column_sums;
   const size_t need = rmsnorm_backward_scratch_bytes(N, C);
@@ -141,7 +145,7 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
   const bool vec = C % kVec == 0 && all_aligned(16, dinp, dout, inp, weight);
   launch_packed<T>(vec, [&](auto w) {
     rmsnorm_backward_dinp_kernel<decltype(w)::value>
-        <<<grid_for(N, kRowsPerBlock), kRowBlock, 0, ctx.stream>>>(dinp, dout, inp, weight, rstd, N, C);
+        <<<grid_for(N, kRowsPerBlock), kRowBlock, 0, ctx.stream>>>(dinp, dout, inp, weight, rstd, N, C, amax);
   });
   if (dweight == nullptr) return;  // a frozen weight: dinp's kernel is the same either way
 
@@ -158,15 +162,17 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
     finish_column_sums(dweight, part, chunks, C, ctx.stream, param_write);
 }
 
-template void rmsnorm_forward<float>(float*, float*, const float*, const float*, float, int64_t, int,
-                                     const GpuContext&);
-template void rmsnorm_forward<bf16>(bf16*, float*, const bf16*, const bf16*, float, int64_t, int, const GpuContext&);
-template void rmsnorm_forward<fp16>(fp16*, float*, const fp16*, const fp16*, float, int64_t, int, const GpuContext&);
+template void rmsnorm_forward<float>(float*, float*, const float*, const float*, float, int64_t, int, const GpuContext&,
+                                     unsigned*);
+template void rmsnorm_forward<bf16>(bf16*, float*, const bf16*, const bf16*, float, int64_t, int, const GpuContext&,
+                                    unsigned*);
+template void rmsnorm_forward<fp16>(fp16*, float*, const fp16*, const fp16*, float, int64_t, int, const GpuContext&,
+                                    unsigned*);
 template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*, const float*, int64_t,
-                                      int, const GpuContext&, GradWrite);
+                                      int, const GpuContext&, GradWrite, unsigned*);
 template void rmsnorm_backward<bf16>(bf16*, bf16*, const bf16*, const bf16*, const bf16*, const float*, int64_t, int,
-                                     const GpuContext&, GradWrite);
+                                     const GpuContext&, GradWrite, unsigned*);
 template void rmsnorm_backward<fp16>(fp16*, fp16*, const fp16*, const fp16*, const fp16*, const float*, int64_t, int,
-                                     const GpuContext&, GradWrite);
+                                     const GpuContext&, GradWrite, unsigned*);
 
 }  // namespace st::gpu

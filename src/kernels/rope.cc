@@ -4,6 +4,7 @@
 
 #include "parallel.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/kernels/fp8.h"
 
 namespace st {
 
@@ -81,8 +82,10 @@ void rope_forward(float* qkv, const float* cos, const float* sin, int64_t B, int
   rotate(qkv, cos, sin, B, T, NH, NKV, hs, 1.0f);
 }
 
-void rope_backward(float* dqkv, const float* cos, const float* sin, int64_t B, int64_t T, int NH, int NKV, int hs) {
+void rope_backward(float* dqkv, const float* cos, const float* sin, int64_t B, int64_t T, int NH, int NKV, int hs,
+                   unsigned* amax) {
   rotate(dqkv, cos, sin, B, T, NH, NKV, hs, -1.0f);
+  if (amax != nullptr) fp8_fold_maximum(dqkv, B * T * (NH + 2 * NKV) * hs, amax);
 }
 
 void rope_forward_at(float* qkv, const float* cos, const float* sin, const int32_t* positions, int64_t rows, int NH,

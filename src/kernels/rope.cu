@@ -13,10 +13,13 @@ constexpr int kBlock = 256;
 // Turns the first NH + NKV heads of every row of qkv by +angle (sign = 1) or -angle (sign = -1), as the reference's
 // rotate. A thread takes kVec consecutive pairs (j, j + half) of one head, j a multiple of kVec (kVec divides half):
 // it reads both halves before it writes them, and no other thread touches them, so the update in place is safe. The
-// grid-stride loop runs over rows * heads * half / kVec such pair packs.
+// grid-stride loop runs over rows * heads * half / kVec such pair packs. With amax (the backward's) the maximum of the
+// whole of qkv folds into it (MaximumFold): the rotated heads' as they are stored, then the value heads', which are
+// only read (the rest of each row, past the rotated heads).
 template <int kVec, typename T>
 __global__ void rope_kernel(T* qkv, const float* cos, const float* sin, int64_t rows, int64_t T_, int heads, int stride,
-                            int half, float sign, const int32_t* positions) {
+                            int half, float sign, const int32_t* positions, unsigned* amax) {
+  MaximumFold fold{amax};
   const int64_t packs_per_head = half / kVec;
   const int64_t total = rows * heads * packs_per_head;
   for (int64_t i = thread_index(); i < total; i += thread_count()) {
@@ -38,14 +41,25 @@ __global__ void rope_kernel(T* qkv, const float* cos, const float* sin, int64_t 
       a[k] = ak * ck - bk * sk;
       b[k] = bk * ck + ak * sk;
     }
-    store<kVec>(x, a);
-    store<kVec>(x + half, b);
+    fold.store<kVec>(x, a);
+    fold.store<kVec>(x + half, b);
   }
+  if (amax != nullptr) {
+    const int64_t rotated = static_cast<int64_t>(heads) * 2 * half, packs_per_row = (stride - rotated) / kVec;
+    for (int64_t i = thread_index(); i < rows * packs_per_row; i += thread_count()) {
+      const int64_t r = i / packs_per_row;
+      float v[kVec];
+      load<kVec>(qkv + r * stride + rotated + (i - r * packs_per_row) * kVec, v);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) fold.add(v[k]);
+    }
+  }
+  fold.finish();
 }
 
 template <typename T>
 void rotate(T* qkv, const float* cos, const float* sin, int64_t B, int64_t T_, int NH, int NKV, int hs,
-            const GpuContext& ctx, float sign, const int32_t* positions = nullptr) {
+            const GpuContext& ctx, float sign, const int32_t* positions, unsigned* amax) {
   ST_CHECK(hs % 2 == 0, "RoPE needs an even head dimension, got ", hs);
   const int64_t rows = B * T_;
   const int heads = NH + NKV;
@@ -57,7 +71,7 @@ void rotate(T* qkv, const float* cos, const float* sin, int64_t B, int64_t T_, i
   launch_packed<T>(half % kVec == 0 && all_aligned(16, qkv), [&](auto w) {
     constexpr int W = decltype(w)::value;
     rope_kernel<W><<<grid_for(rows * heads * (half / W), kBlock), kBlock, 0, ctx.stream>>>(
-        qkv, cos, sin, rows, T_, heads, stride, half, sign, positions);
+        qkv, cos, sin, rows, T_, heads, stride, half, sign, positions, amax);
   });
 }
 
@@ -66,19 +80,19 @@ void rotate(T* qkv, const float* cos, const float* sin, int64_t B, int64_t T_, i
 template <typename T>
 void rope_forward(T* qkv, const float* cos, const float* sin, int64_t B, int64_t T_, int NH, int NKV, int hs,
                   const GpuContext& ctx) {
-  rotate(qkv, cos, sin, B, T_, NH, NKV, hs, ctx, 1.0f);
+  rotate(qkv, cos, sin, B, T_, NH, NKV, hs, ctx, 1.0f, nullptr, nullptr);
 }
 
 template <typename T>
 void rope_backward(T* dqkv, const float* cos, const float* sin, int64_t B, int64_t T_, int NH, int NKV, int hs,
-                   const GpuContext& ctx) {
-  rotate(dqkv, cos, sin, B, T_, NH, NKV, hs, ctx, -1.0f);
+                   const GpuContext& ctx, unsigned* amax) {
+  rotate(dqkv, cos, sin, B, T_, NH, NKV, hs, ctx, -1.0f, nullptr, amax);
 }
 
 template <typename T>
 void rope_forward_at(T* qkv, const float* cos, const float* sin, const int32_t* positions, int64_t rows, int NH,
                      int NKV, int hs, const GpuContext& ctx) {
-  rotate(qkv, cos, sin, 1, rows, NH, NKV, hs, ctx, 1.0f, positions);
+  rotate(qkv, cos, sin, 1, rows, NH, NKV, hs, ctx, 1.0f, positions, nullptr);
 }
 
 template void rope_forward_at<float>(float*, const float*, const float*, const int32_t*, int64_t, int, int, int,
@@ -92,10 +106,10 @@ template void rope_forward<float>(float*, const float*, const float*, int64_t, i
 template void rope_forward<bf16>(bf16*, const float*, const float*, int64_t, int64_t, int, int, int, const GpuContext&);
 template void rope_forward<fp16>(fp16*, const float*, const float*, int64_t, int64_t, int, int, int, const GpuContext&);
 template void rope_backward<float>(float*, const float*, const float*, int64_t, int64_t, int, int, int,
-                                   const GpuContext&);
-template void rope_backward<bf16>(bf16*, const float*, const float*, int64_t, int64_t, int, int, int,
-                                  const GpuContext&);
-template void rope_backward<fp16>(fp16*, const float*, const float*, int64_t, int64_t, int, int, int,
-                                  const GpuContext&);
+                                   const GpuContext&, unsigned*);
+template void rope_backward<bf16>(bf16*, const float*, const float*, int64_t, int64_t, int, int, int, const GpuContext&,
+                                  unsigned*);
+template void rope_backward<fp16>(fp16*, const float*, const float*, int64_t, int64_t, int, int, int, const GpuContext&,
+                                  unsigned*);
 
 }  // namespace st::gpu

@@ -3,12 +3,13 @@
 #include <cmath>
 
 #include "parallel.h"
+#include "shardtrain/kernels/fp8.h"
 
 namespace st {
 
 using kernels_internal::kMinParallelWork;
 
-void swiglu_forward(float* out, const float* gate_up, int64_t N, int F) {
+void swiglu_forward(float* out, const float* gate_up, int64_t N, int F, unsigned* amax) {
 #pragma omp parallel for schedule(static) if (N * F >= kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     const float* g = gate_up + n * 2 * F;
@@ -16,9 +17,11 @@ void swiglu_forward(float* out, const float* gate_up, int64_t N, int F) {
     float* o = out + n * F;
     for (int f = 0; f < F; ++f) o[f] = g[f] / (1.0f + std::exp(-g[f])) * u[f];
   }
+  if (amax != nullptr) fp8_fold_maximum(out, N * F, amax);
 }
 
-void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int F, GradWrite write) {
+void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int F, GradWrite write,
+                     unsigned* amax) {
   const bool add = write == GradWrite::kAccumulate;
 #pragma omp parallel for schedule(static) if (N * F >= kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
@@ -36,6 +39,7 @@ void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, i
       du[f] = add ? du[f] + vu : vu;
     }
   }
+  if (amax != nullptr) fp8_fold_maximum(dgate_up, N * 2 * F, amax);
 }
 
 }  // namespace st

@@ -25,23 +25,27 @@ __device__ __forceinline__ void for_each_gate_pack(int64_t N, int Fdim, F&& f) {
   });
 }
 
+// amax, when not null: out's maximum folded in (MaximumFold), as the backward's is dgate_up's.
 template <int kVec, typename T>
-__global__ void swiglu_forward_kernel(T* out, const T* gate_up, int64_t N, int F) {
+__global__ void swiglu_forward_kernel(T* out, const T* gate_up, int64_t N, int F, unsigned* amax) {
+  MaximumFold fold{amax};
   for_each_gate_pack<kVec>(N, F, [&](int64_t i, int64_t g_at, auto w) {
     constexpr int W = decltype(w)::value;
     float g[W], u[W];
     load<W>(gate_up + g_at, g);
     load<W>(gate_up + g_at + F, u);
     for (int k = 0; k < W; ++k) g[k] = silu(g[k]) * u[k];
-    store<W>(out + i, g);
+    fold.store<W>(out + i, g);
   });
+  fold.finish();
 }
 
 // d gate = dout * up * silu'(gate), d up = dout * silu(gate), silu'(g) = s (1 + g (1 - s)). dgate_up may alias
 // gate_up: each element's inputs are loaded before its outputs are stored, by the same thread.
 template <int kVec, typename T>
-__global__ void swiglu_backward_kernel(T* dgate_up, const T* dout, const T* gate_up, int64_t N, int F,
-                                       bool accumulate) {
+__global__ void swiglu_backward_kernel(T* dgate_up, const T* dout, const T* gate_up, int64_t N, int F, bool accumulate,
+                                       unsigned* amax) {
+  MaximumFold fold{amax};
   for_each_gate_pack<kVec>(N, F, [&](int64_t i, int64_t g_at, auto w) {
     constexpr int W = decltype(w)::value;
     float g[W], u[W], d[W], dg[W] = {}, du[W] = {};
@@ -58,41 +62,45 @@ __global__ void swiglu_backward_kernel(T* dgate_up, const T* dout, const T* gate
       dg[k] += d[k] * u[k] * dsilu;
       du[k] += d[k] * (g[k] * s);
     }
-    store<W>(dgate_up + g_at, dg);
-    store<W>(dgate_up + g_at + F, du);
+    fold.store<W>(dgate_up + g_at, dg);
+    fold.store<W>(dgate_up + g_at + F, du);
   });
+  fold.finish();
 }
 
 }  // namespace
 
 template <typename T>
-void swiglu_forward(T* out, const T* gate_up, int64_t N, int F, const GpuContext& ctx) {
+void swiglu_forward(T* out, const T* gate_up, int64_t N, int F, const GpuContext& ctx, unsigned* amax) {
   if (N == 0 || F == 0) return;
   constexpr int kVec = 16 / sizeof(T);
   // With F a multiple of kVec, aligned base pointers give aligned gate and up packs.
   launch_packed<T>(F % kVec == 0 && all_aligned(16, out, gate_up), [&](auto w) {
     constexpr int W = decltype(w)::value;
-    swiglu_forward_kernel<W><<<grid_for(N * F / W, kBlock), kBlock, 0, ctx.stream>>>(out, gate_up, N, F);
+    swiglu_forward_kernel<W><<<grid_for(N * F / W, kBlock), kBlock, 0, ctx.stream>>>(out, gate_up, N, F, amax);
   });
 }
 
 template <typename T>
 void swiglu_backward(T* dgate_up, const T* dout, const T* gate_up, int64_t N, int F, const GpuContext& ctx,
-                     GradWrite write) {
+                     GradWrite write, unsigned* amax) {
   if (N == 0 || F == 0) return;
   constexpr int kVec = 16 / sizeof(T);
   launch_packed<T>(F % kVec == 0 && all_aligned(16, dgate_up, dout, gate_up), [&](auto w) {
     constexpr int W = decltype(w)::value;
-    swiglu_backward_kernel<W><<<grid_for(N * F / W, kBlock), kBlock, 0, ctx.stream>>>(dgate_up, dout, gate_up, N, F,
-                                                                                      write == GradWrite::kAccumulate);
+    swiglu_backward_kernel<W><<<grid_for(N * F / W, kBlock), kBlock, 0, ctx.stream>>>(
+        dgate_up, dout, gate_up, N, F, write == GradWrite::kAccumulate, amax);
   });
 }
 
-template void swiglu_forward<float>(float*, const float*, int64_t, int, const GpuContext&);
-template void swiglu_forward<bf16>(bf16*, const bf16*, int64_t, int, const GpuContext&);
-template void swiglu_forward<fp16>(fp16*, const fp16*, int64_t, int, const GpuContext&);
-template void swiglu_backward<float>(float*, const float*, const float*, int64_t, int, const GpuContext&, GradWrite);
-template void swiglu_backward<bf16>(bf16*, const bf16*, const bf16*, int64_t, int, const GpuContext&, GradWrite);
-template void swiglu_backward<fp16>(fp16*, const fp16*, const fp16*, int64_t, int, const GpuContext&, GradWrite);
+template void swiglu_forward<float>(float*, const float*, int64_t, int, const GpuContext&, unsigned*);
+template void swiglu_forward<bf16>(bf16*, const bf16*, int64_t, int, const GpuContext&, unsigned*);
+template void swiglu_forward<fp16>(fp16*, const fp16*, int64_t, int, const GpuContext&, unsigned*);
+template void swiglu_backward<float>(float*, const float*, const float*, int64_t, int, const GpuContext&, GradWrite,
+                                     unsigned*);
+template void swiglu_backward<bf16>(bf16*, const bf16*, const bf16*, int64_t, int, const GpuContext&, GradWrite,
+                                    unsigned*);
+template void swiglu_backward<fp16>(fp16*, const fp16*, const fp16*, int64_t, int, const GpuContext&, GradWrite,
+                                    unsigned*);
 
 }  // namespace st::gpu

@@ -17,6 +17,13 @@ namespace {
 // per column): per-row scales, cuBLASLt's outer-vector mode, wherever the recipe groups at all.
 bool per_row(const Fp8Operand& op) { return op.scaling != Fp8Scaling::kTensor; }
 
+// A site's kept maxima: x's, W's and dy's, in that order.
+constexpr int64_t kKeptPerSite = 3;
+int64_t input_offset(LinearInput input) { return input == LinearInput::kX ? 0 : 2; }
+// A site's handed-out slots: x's and dy's.
+constexpr int64_t kHandedPerSite = 2;
+int64_t handed_offset(LinearInput input) { return input == LinearInput::kX ? 0 : 1; }
+
 }  // namespace
 
 template <typename T>
@@ -30,27 +37,70 @@ CudaLinear<T>::CudaLinear(const Fp8Policy& policy, const ModelConfig& cfg, int64
   b_scales_ = DeviceBuffer<float>(workspace_.groups);
   t_scales_ = DeviceBuffer<float>(workspace_.groups);
   maxima_ = DeviceBuffer<unsigned char>(static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * workspace_.groups)));
-  for (const LinearShape& l : block_linear_shapes(cfg)) weights_.push_back(l.weight);
+  weights_ = block_linear_shapes(cfg);
+  n_layer_ = cfg.n_layer;
   // x is cast row-major forward (forward.a) and transposed for the weight gradient (weight_grad.b); W row-major
-  // forward (forward.b) and transposed for the input gradient (input_grad.b). Groups are x's (W's) in both layouts.
+  // forward (forward.b) and transposed for the input gradient (input_grad.b); dy row-major for the input gradient
+  // (input_grad.a) and transposed for the weight gradient (weight_grad.a). Groups are x's (W's, dy's) in both layouts.
   const auto whole = [](const Fp8Operand& a, const Fp8Operand& b) {
     return a.scaling == Fp8Scaling::kTensor && b.scaling == Fp8Scaling::kTensor;
   };
   keep_x_ = whole(policy.forward.a, policy.weight_grad.b);
   keep_w_ = whole(policy.forward.b, policy.input_grad.b);
-  if (keep_x_ || keep_w_)
-    kept_ = DeviceBuffer<unsigned>(int64_t{cfg.n_layer} * std::max<int64_t>(1, weights_.size()) * 2);
+  keep_dy_ = whole(policy.input_grad.a, policy.weight_grad.a);
+  if (keep_x_ || keep_w_ || keep_dy_) {
+    const int64_t sites = int64_t{cfg.n_layer} * std::max<int64_t>(1, weights_.size());
+    kept_ = DeviceBuffer<unsigned>(sites * kKeptPerSite);
+    handed_.assign(static_cast<size_t>(sites * kHandedPerSite), 0);
+  }
+}
+
+template <typename T>
+int64_t CudaLinear<T>::site_index(LinearSite site) const {
+  const auto it =
+      std::find_if(weights_.begin(), weights_.end(), [&](const LinearShape& l) { return l.weight == site.weight; });
+  ST_CHECK(it != weights_.end(), "CudaLinear: '", site.weight, "' is none of the blocks' linear layers");
+  ST_CHECK(site.layer < n_layer_, "CudaLinear: layer ", site.layer, " past the model's ", n_layer_);
+  return static_cast<int64_t>(site.layer) * static_cast<int64_t>(weights_.size()) + (it - weights_.begin());
 }
 
 template <typename T>
 typename CudaLinear<T>::Maxima CudaLinear<T>::kept(LinearSite site, bool weight, bool taken) {
   if (site.layer < 0 || !(weight ? keep_w_ : keep_x_)) return {};
-  const auto it = std::find(weights_.begin(), weights_.end(), std::string(site.weight));
-  ST_CHECK(it != weights_.end(), "CudaLinear: '", site.weight, "' is none of the blocks' linear layers");
-  const int64_t index = it - weights_.begin(), per_layer = static_cast<int64_t>(weights_.size()) * 2;
-  ST_CHECK(static_cast<int64_t>(site.layer) * per_layer < kept_.size(), "CudaLinear: layer ", site.layer,
-           " past the model's");
-  return {kept_.data() + site.layer * per_layer + index * 2 + (weight ? 1 : 0), taken};
+  return {kept_.data() + site_index(site) * kKeptPerSite + (weight ? 1 : 0), taken};
+}
+
+template <typename T>
+unsigned* CudaLinear<T>::dy_slot(LinearSite site) {
+  return kept_.data() + site_index(site) * kKeptPerSite + input_offset(LinearInput::kDy);
+}
+
+template <typename T>
+bool CudaLinear<T>::takes_input_maxima(LinearSite site, LinearInput input) const {
+  if (!policy_.producer_maxima || site.layer < 0 || codes_bytes_ == 0) return false;
+  if (!(input == LinearInput::kX ? keep_x_ : keep_dy_)) return false;
+  const LinearShape& l = weights_[static_cast<size_t>(site_index(site) % static_cast<int64_t>(weights_.size()))];
+  return policy_.applies(l.in, l.out);
+}
+
+template <typename T>
+unsigned* CudaLinear<T>::input_maxima(LinearSite site, LinearInput input, const gpu::GpuContext& ctx) {
+  if (!takes_input_maxima(site, input)) return nullptr;
+  const int64_t index = site_index(site);
+  unsigned* const at = kept_.data() + index * kKeptPerSite + input_offset(input);
+  // The producer folds its blocks' maxima in with atomicMax: from 0, as fp8_maxima_async starts its own.
+  ST_CUDA_CHECK(cudaMemsetAsync(at, 0, sizeof(unsigned), ctx.stream));
+  handed_[static_cast<size_t>(index * kHandedPerSite + handed_offset(input))] = 1;
+  return at;
+}
+
+template <typename T>
+bool CudaLinear<T>::produced(LinearSite site, LinearInput input) {
+  if (site.layer < 0 || handed_.empty()) return false;
+  char& handed = handed_[static_cast<size_t>(site_index(site) * kHandedPerSite + handed_offset(input))];
+  const bool was = handed != 0;
+  handed = 0;
+  return was;
 }
 
 template <typename T>
@@ -102,14 +152,17 @@ void CudaLinear<T>::cast(const Fp8Source& src, const Fp8Operand& op, const Slot&
 
 template <typename T>
 void CudaLinear<T>::pair_cast(const T* dy, int64_t rows, int64_t cols, const Fp8Operand& row_major,
-                              const Fp8Operand& transposed, const Slot& row, const Slot& tr,
+                              const Fp8Operand& transposed, const Slot& row, const Slot& tr, const unsigned* maxima,
                               const gpu::GpuContext& ctx) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
     ST_CHECK(rows * cols <= std::min(row.capacity, tr.capacity), "FP8 cast of ", rows, " x ", cols,
              " past the workspace sized for ", std::min(row.capacity, tr.capacity), " codes");
-    gpu::fp8_quantize_pair_async<T>(
-        dy, rows, cols, policy_.power_of_2, {row_major.format, row_major.scaling, row.codes, row.inverse_scales},
-        {transposed.format, transposed.scaling, tr.codes, tr.inverse_scales}, with_maxima(ctx));
+    const Fp8Cast a{row_major.format, row_major.scaling, row.codes, row.inverse_scales};
+    const Fp8Cast b{transposed.format, transposed.scaling, tr.codes, tr.inverse_scales};
+    if (maxima != nullptr)
+      gpu::fp8_quantize_pair_with_maxima_async<T>(dy, rows, cols, policy_.power_of_2, a, b, maxima, with_maxima(ctx));
+    else
+      gpu::fp8_quantize_pair_async<T>(dy, rows, cols, policy_.power_of_2, a, b, with_maxima(ctx));
   } else {
     ST_CHECK(false, "train.fp8 computes in bf16 or fp32");
   }
@@ -135,6 +188,7 @@ void CudaLinear<T>::fp8_product(const Fp8Gemm& g, const Fp8Source& a, const Fp8S
 template <typename T>
 void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, const T* residual, int64_t N, int C,
                             int OC, const gpu::GpuContext& ctx, OpTimer::Laps* lap, LinearSite site) {
+  const bool x_produced = produced(site, LinearInput::kX);  // x's maximum is in the kept slot already
   if (!policy_.applies(C, OC) || codes_bytes_ == 0) {
     if (residual)
       gpu::matmul_forward_residual<T>(out, inp, w, bias, residual, N, C, OC, ctx);
@@ -143,7 +197,7 @@ void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, con
     return;
   }
   const Slots s = slots(ctx);
-  fp8_product(policy_.forward, {inp, N, C, Fp8Layout::kRowMajor, kept(site, false, false)},
+  fp8_product(policy_.forward, {inp, N, C, Fp8Layout::kRowMajor, kept(site, false, x_produced)},
               {w, OC, C, Fp8Layout::kRowMajor, kept(site, true, false)}, s.a, s.b, out, OC, GradWrite::kOverwrite, ctx,
               lap, false, bias, residual);
 }
@@ -152,6 +206,7 @@ template <typename T>
 void CudaLinear<T>::backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C,
                              int OC, const gpu::GpuContext& ctx, GradWrite dinp_write, GradWrite param_write,
                              OpTimer::Laps* lap, LinearSite site) {
+  const bool dy_produced = produced(site, LinearInput::kDy);
   if (!policy_.applies(C, OC) || codes_bytes_ == 0) {
     gpu::matmul_backward<T>(dinp, dweight, dbias, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);
     return;
@@ -161,22 +216,24 @@ void CudaLinear<T>::backward(T* dinp, T* dweight, T* dbias, const T* dout, const
   // W^T and x^T with the maxima the site's forward kept, where it kept them.
   const Fp8Source w_t{w, OC, C, Fp8Layout::kTransposed, kept(site, true, true)};
   const Fp8Source x_t{inp, N, C, Fp8Layout::kTransposed, kept(site, false, true)};
+  // dy's maximum, where the kernel that wrote dy took it.
+  const Maxima dy = dy_produced ? Maxima{dy_slot(site), true} : Maxima{};
   if (dinp && fp8_dweight) {
     // dy once for both GEMMs (gpu::fp8_quantize_pair_async): row-major for the input gradient, transposed (kept in
     // slot t while the input gradient's GEMM runs) for the weight gradient's; W^T, then x^T, each as its GEMM comes.
     if (lap) (*lap)("bwd.fp8_cast");
-    pair_cast(dout, N, OC, policy_.input_grad.a, policy_.weight_grad.a, s.a, s.t, ctx);
+    pair_cast(dout, N, OC, policy_.input_grad.a, policy_.weight_grad.a, s.a, s.t, dy.at, ctx);
     fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor}, w_t, s.a, s.b, dinp, C, dinp_write, ctx, lap,
                 true, nullptr, nullptr, true);
     fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, x_t, s.t, s.b, dweight, C, param_write, ctx,
                 lap, true, nullptr, nullptr, true);
   } else {
     if (dinp)
-      fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor}, w_t, s.a, s.b, dinp, C, dinp_write, ctx, lap,
-                  true);
+      fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor, dy}, w_t, s.a, s.b, dinp, C, dinp_write, ctx,
+                  lap, true);
     if (fp8_dweight)
-      fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, x_t, s.a, s.b, dweight, C, param_write,
-                  ctx, lap, true);
+      fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed, dy}, x_t, s.a, s.b, dweight, C,
+                  param_write, ctx, lap, true);
   }
   if (dweight && !fp8_dweight)
     gpu::matmul_backward<T>(nullptr, dweight, nullptr, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);

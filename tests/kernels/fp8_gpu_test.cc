@@ -4,7 +4,8 @@
 // random matrices of odd shapes and on ones with an all-zero row, float subnormals and magnitudes far apart; the first
 // non-finite element is refused with the CPU's error. gpu::fp8_quantize_matrix_async writes the same bytes on finite
 // input, and NaN codes and scales for the group of a non-finite element, the other groups unchanged;
-// gpu::fp8_quantize_pair_async's two casts equal the CPU's pair, and the cast in two halves (fp8_maxima_async, then
+// gpu::fp8_quantize_pair_async's two casts equal the CPU's pair (also given the maxima beforehand,
+// fp8_quantize_pair_with_maxima_async), and the cast in two halves (fp8_maxima_async, then
 // fp8_quantize_with_maxima_async) the CPU's halves.
 #include <gtest/gtest.h>
 
@@ -154,6 +155,26 @@ TEST(Fp8Gpu, PairedCastsEqualTheCpusPair) {
             }
             EXPECT_TRUE(same(to_host(qa, ia), wa)) << "row-major";
             EXPECT_TRUE(same(to_host(qb, ib), wb)) << "transposed";
+            if (sa != sb) continue;
+            // The pair with its maxima taken beforehand (fp8_maxima_async here; a producer kernel's amax in a step),
+            // into freshly poisoned codes and scales.
+            DeviceBuffer<unsigned> maxima(ga);
+            for (DeviceBuffer<uint8_t>* q : {&qa, &qb}) test::poison(*q);
+            for (DeviceBuffer<float>* inverse : {&ia, &ib}) test::poison(*inverse);
+            if (in == &x) {
+              const DeviceBuffer<float> dx = test::to_device<float>(*in);
+              gpu::fp8_maxima_async<float>(dx.data(), rows, cols, sa, maxima.data(), env.ctx);
+              gpu::fp8_quantize_pair_with_maxima_async<float>(dx.data(), rows, cols, true, a, b, maxima.data(),
+                                                              env.ctx);
+              env.stream.synchronize();
+            } else {
+              const DeviceBuffer<bf16> dx = test::to_device<bf16>(*in);
+              gpu::fp8_maxima_async<bf16>(dx.data(), rows, cols, sa, maxima.data(), env.ctx);
+              gpu::fp8_quantize_pair_with_maxima_async<bf16>(dx.data(), rows, cols, true, a, b, maxima.data(), env.ctx);
+              env.stream.synchronize();
+            }
+            EXPECT_TRUE(same(to_host(qa, ia), wa)) << "row-major, maxima taken beforehand";
+            EXPECT_TRUE(same(to_host(qb, ib), wb)) << "transposed, maxima taken beforehand";
           }
         }
 }

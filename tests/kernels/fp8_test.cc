@@ -256,6 +256,70 @@ TEST(Fp8, MaximaAreEachGroupsLargestMagnitudeAsFloatBits) {
   }
 }
 
+// fp8_fold_maximum, the kernels' amax: from 0, fp8_maxima's tensorwise bits; it keeps a larger value it held; where
+// fp8_maxima refuses a non-finite element it folds its bits, an infinity's above every finite value's and a NaN's
+// above an infinity's, whatever the sign.
+TEST(Fp8, FoldedMaximumIsTheTensorwiseMaximumAndTakesNonFiniteBits) {
+  const std::vector<float> x = {1.5f, -4.0f, 0.25f, -0.0f, 3.0f, -7.5f};
+  const auto bits = [](float v) {
+    unsigned b = 0;
+    std::memcpy(&b, &v, sizeof(b));
+    return b;
+  };
+  unsigned want = 0, got = 0;
+  fp8_maxima(x.data(), 2, 3, Fp8Scaling::kTensor, &want, "x");
+  fp8_fold_maximum(x.data(), 6, &got);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got, bits(7.5f));
+  fp8_fold_maximum(x.data(), 0, &got);
+  EXPECT_EQ(got, bits(7.5f));
+  unsigned above = bits(9.0f);
+  fp8_fold_maximum(x.data(), 6, &above);
+  EXPECT_EQ(above, bits(9.0f));
+  const std::vector<float> zeros = {-0.0f, 0.0f};
+  unsigned zero = 0;
+  fp8_fold_maximum(zeros.data(), 2, &zero);
+  EXPECT_EQ(zero, 0u);
+
+  std::vector<float> bad = x;
+  bad[1] = -std::numeric_limits<float>::infinity();
+  unsigned inf = 0;
+  fp8_fold_maximum(bad.data(), 6, &inf);
+  EXPECT_EQ(inf, bits(std::numeric_limits<float>::infinity()));
+  bad[4] = -std::numeric_limits<float>::quiet_NaN();
+  unsigned nan = 0;
+  fp8_fold_maximum(bad.data(), 6, &nan);
+  EXPECT_EQ(nan, bits(std::fabs(bad[4])));
+  EXPECT_GT(nan, inf);
+}
+
+// fp8_quantize_pair_with_maxima with maxima taken beforehand writes fp8_quantize_pair's bytes, for both recipes'
+// groupings of a pair grouped alike.
+TEST(Fp8, PairWithMaximaTakenBeforehandIsThePair) {
+  const int64_t rows = 24, cols = 40;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (float& v : x) v = normal(rng);
+  for (const Fp8Scaling s : {Fp8Scaling::kTensor, Fp8Scaling::kRow, Fp8Scaling::kColumn})
+    for (const bool power_of_2 : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "scaling " << static_cast<int>(s) << " power_of_2 " << power_of_2);
+      const size_t n = x.size(), g = static_cast<size_t>(fp8_groups(s, rows, cols));
+      std::vector<uint8_t> qa(n), qb(n), wa(n), wb(n);
+      std::vector<float> ia(g), ib(g), va(g), vb(g);
+      fp8_quantize_pair(x.data(), rows, cols, power_of_2, {Fp8Format::kE5M2, s, wa.data(), va.data()},
+                        {Fp8Format::kE4M3, s, wb.data(), vb.data()}, "dy");
+      std::vector<unsigned> maxima(g);
+      fp8_maxima(x.data(), rows, cols, s, maxima.data(), "dy");
+      fp8_quantize_pair_with_maxima(x.data(), rows, cols, power_of_2, {Fp8Format::kE5M2, s, qa.data(), ia.data()},
+                                    {Fp8Format::kE4M3, s, qb.data(), ib.data()}, maxima.data());
+      EXPECT_EQ(qa, wa);
+      EXPECT_EQ(qb, wb);
+      EXPECT_EQ(ia, va);
+      EXPECT_EQ(ib, vb);
+    }
+}
+
 TEST(Fp8, GemmsOfCastOperandsTrackFp32) {
   const int64_t N = 96, C = 128, OC = 80;
   const std::vector<float> x = normal(N * C, 1.0, 1), w = normal(OC * C, 0.02, 2), dy = normal(N * OC, 1e-3, 3);

@@ -1,6 +1,7 @@
 // gpu::gelu_* and gpu::residual_forward against the CPU references in st.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "gpu_kernel_test.h"
@@ -43,6 +44,54 @@ TYPED_TEST(GeluGpuTest, ForwardMatchesCpu) {
     gpu::gelu_forward<T>(out.data() + s.offset, d_inp.data() + s.offset, s.n, env.ctx);
     EXPECT_TRUE(close(test::download(out, s.offset), want, kTol<T>));
   }
+}
+
+// amax (the optional output that a linear layer's tensorwise FP8 cast reads instead of a pass of its own): out's
+// tensorwise maximum as fp8_maxima takes it of the stored values, bit for bit, and within kTol of the CPU reference's
+// amax; out keeps the bits of a run without it.
+TYPED_TEST(GeluGpuTest, ForwardAmaxIsTheMaximumOfItsOutput) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << s.n << " offset=" << s.offset);
+    const std::vector<float> inp = test::random_input<T>(s.n, 1, 2.0f);
+    std::vector<float> want(s.n);
+    unsigned cpu = 0;
+    gelu_forward(want.data(), inp.data(), s.n, &cpu);
+    test::GpuEnv env;
+    DeviceBuffer<T> d_inp = test::upload<T>(inp, s.offset);
+    DeviceBuffer<T> plain(s.offset + s.n), out(s.offset + s.n);
+    gpu::gelu_forward<T>(plain.data() + s.offset, d_inp.data() + s.offset, s.n, env.ctx);
+    test::DeviceMaximum amax;
+    gpu::gelu_forward<T>(out.data() + s.offset, d_inp.data() + s.offset, s.n, env.ctx, amax.data());
+    const std::vector<float> got = test::download(out, s.offset);
+    EXPECT_TRUE(test::bitwise_equal(got, test::download(plain, s.offset)));
+    EXPECT_TRUE(test::maximum_matches(amax.bits(), got, cpu, kTol<T>));
+  }
+}
+
+// Non-finite values count as the maxima pass counts them (gpu::fp8_maxima_async of out): a NaN input, an infinite
+// one. Float and bf16, the types FP8 casts read.
+template <typename T>
+void expect_non_finite_maxima() {
+  for (const Shape& s : kShapes)
+    for (const float bad : {NAN, INFINITY}) {
+      SCOPED_TRACE(::testing::Message() << "n=" << s.n << " offset=" << s.offset << " " << bad);
+      std::vector<float> inp = test::random_input<T>(s.n, 1, 2.0f);
+      inp[static_cast<size_t>(s.n / 2)] = bad;
+      test::GpuEnv env;
+      DeviceBuffer<T> d_inp = test::upload<T>(inp, s.offset), out(s.offset + s.n);
+      test::DeviceMaximum amax;
+      gpu::gelu_forward<T>(out.data() + s.offset, d_inp.data() + s.offset, s.n, env.ctx, amax.data());
+      EXPECT_TRUE(test::non_finite_bits(amax.bits())) << std::hex << amax.bits();
+      EXPECT_EQ(amax.bits(), test::device_maximum(out.data() + s.offset, s.n, env.ctx));
+    }
+}
+
+TEST(GeluGpu, ForwardAmaxTakesNonFiniteValuesAsTheMaximaPass) {
+  ST_SKIP_WITHOUT_GPU();
+  expect_non_finite_maxima<float>();
+  expect_non_finite_maxima<bf16>();
 }
 
 TYPED_TEST(GeluGpuTest, BackwardAccumulatesLikeCpu) {

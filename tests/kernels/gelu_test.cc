@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "grad_check.h"
+#include "maximum_check.h"
 
 namespace st {
 namespace {
@@ -36,6 +37,22 @@ TEST(Gelu, ForwardMatchesNaiveDouble) {
   std::vector<double> ref(n);
   for (int64_t i = 0; i < n; ++i) ref[i] = gelu_ref(x[i]);
   EXPECT_LE(max_rel_diff(out, ref), testing::kRefTol);
+}
+
+// amax: the tensorwise maximum fp8_maxima takes of out, folded into what *amax held; out keeps the bits of a run
+// without it.
+TEST(Gelu, ForwardAmaxIsTheMaximumOfItsOutput) {
+  const int64_t n = 1037;
+  const std::vector<float> x = randn(n, 305, 3.0f);
+  std::vector<float> plain(n), out(n);
+  gelu_forward(plain.data(), x.data(), n);
+  unsigned amax = 0;
+  gelu_forward(out.data(), x.data(), n, &amax);
+  EXPECT_EQ(out, plain);
+  EXPECT_EQ(amax, testing::tensor_maximum(out));
+  unsigned above = testing::maximum_bits(1e30f);
+  gelu_forward(out.data(), x.data(), n, &above);
+  EXPECT_EQ(above, testing::maximum_bits(1e30f));
 }
 
 TEST(Gelu, KnownValues) {

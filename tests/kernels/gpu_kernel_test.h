@@ -1,5 +1,6 @@
 // Shared by the kernels' GPU tests (*_gpu_test.cc): the activation types with their tolerances, the
-// comparison rule against the CPU reference, integer uploads and a stream + scratch + context.
+// comparison rule against the CPU reference, integer uploads, a stream + scratch + context, and the checks of a
+// producer kernel's amax output.
 #pragma once
 
 #include <algorithm>
@@ -11,8 +12,10 @@
 
 #include "../common/gpu_test.h"
 #include "grad_check.h"
+#include "maximum_check.h"
 #include "shardtrain/core/rng.h"
 #include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/gpu/fp8.h"
 
 namespace st::test {
 
@@ -81,6 +84,47 @@ DeviceBuffer<I> ints_to_device(const std::vector<I>& host) {
   ST_CUDA_CHECK(cudaDeviceSynchronize());  // see to_device in tests/common/gpu_test.h
   return d;
 }
+
+// A producer kernel's optional amax output (kernels/gpu/rmsnorm.h, ...) on the device: one maximum, zeroed; bits()
+// reads it back once the device is idle.
+struct DeviceMaximum {
+  DeviceBuffer<unsigned> at = ints_to_device(std::vector<unsigned>{0});
+  unsigned* data() { return at.data(); }
+  unsigned bits() const {
+    ST_CUDA_CHECK(cudaDeviceSynchronize());
+    unsigned b = 0;
+    ST_CUDA_CHECK(cudaMemcpy(&b, at.data(), sizeof(b), cudaMemcpyDeviceToHost));
+    return b;
+  }
+};
+
+// A producer's amax against what it must hold: bit for bit, the tensorwise maximum fp8_maxima takes of `written`
+// (the kernel's output as stored, downloaded: finite); and, within rtol, the CPU reference's amax `cpu` over its own
+// output.
+inline ::testing::AssertionResult maximum_matches(unsigned got, const std::vector<float>& written, unsigned cpu,
+                                                  double rtol) {
+  const unsigned want = ::st::testing::tensor_maximum(written);
+  if (got != want)
+    return ::testing::AssertionFailure() << "amax bits " << std::hex << got << ", the output's maximum " << want;
+  float g = 0, c = 0;
+  std::memcpy(&g, &got, sizeof(g));
+  std::memcpy(&c, &cpu, sizeof(c));
+  if (!(std::fabs(g - c) <= rtol * c))
+    return ::testing::AssertionFailure() << "amax " << g << ", the CPU reference's " << c << " (rtol " << rtol << ")";
+  return ::testing::AssertionSuccess();
+}
+
+// gpu::fp8_maxima_async's tensorwise maximum of x [n] (T float or bf16, the types FP8 casts read), as bits: what a
+// producer's amax must equal, non-finite values included.
+template <typename T>
+unsigned device_maximum(const T* x, int64_t n, const gpu::GpuContext& ctx) {
+  DeviceMaximum m;
+  gpu::fp8_maxima_async<T>(x, 1, n, Fp8Scaling::kTensor, m.data(), ctx);
+  return m.bits();
+}
+
+// Bits at or above an infinity's: a non-finite maximum.
+inline bool non_finite_bits(unsigned bits) { return bits >= 0x7f800000u; }
 
 // A stream, `scratch_bytes` of scratch and the context over them. Construct after ST_SKIP_WITHOUT_GPU.
 struct GpuEnv {

@@ -1,6 +1,7 @@
 // gpu::layernorm_* against the CPU reference st::layernorm_*.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,67 @@ TYPED_TEST(LayerNormGpuTest, ForwardMatchesCpu) {
     EXPECT_TRUE(close(to_host(mean), p.mean, kTol<float>)) << "mean";
     EXPECT_TRUE(close(to_host(rstd), p.rstd, kTol<float>)) << "rstd";
   }
+}
+
+// amax (the optional output that a linear layer's tensorwise FP8 cast reads instead of a pass of its own): out's
+// tensorwise maximum as fp8_maxima takes it of the stored values, bit for bit, and within kTol of the CPU reference's
+// amax, from both forward kernels (the row in registers, and the general one); out, mean and rstd keep the bits of a
+// run without it.
+TYPED_TEST(LayerNormGpuTest, ForwardAmaxIsTheMaximumOfItsOutput) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
+    const Problem<T> p(s);
+    test::GpuEnv env;
+    DeviceBuffer<T> inp = to_device<T>(p.inp), weight = to_device<T>(p.weight), bias = to_device<T>(p.bias);
+    DeviceBuffer<T> plain(s.N * s.C), out(s.N * s.C);
+    DeviceBuffer<float> mean(s.N), rstd(s.N), plain_mean(s.N), plain_rstd(s.N);
+    gpu::layernorm_forward<T>(plain.data(), plain_mean.data(), plain_rstd.data(), inp.data(), weight.data(),
+                              bias.data(), s.N, s.C, env.ctx);
+    test::DeviceMaximum amax;
+    gpu::layernorm_forward<T>(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), s.N, s.C,
+                              env.ctx, amax.data());
+    const std::vector<float> got = to_host(out);
+    EXPECT_TRUE(test::bitwise_equal(got, to_host(plain))) << "out";
+    EXPECT_TRUE(test::bitwise_equal(to_host(mean), to_host(plain_mean))) << "mean";
+    EXPECT_TRUE(test::bitwise_equal(to_host(rstd), to_host(plain_rstd))) << "rstd";
+    std::vector<float> cpu_out(s.N * s.C), cpu_mean(s.N), cpu_rstd(s.N);
+    unsigned cpu = 0;
+    layernorm_forward(cpu_out.data(), cpu_mean.data(), cpu_rstd.data(), p.inp.data(), p.weight.data(), p.bias.data(),
+                      s.N, s.C, &cpu);
+    EXPECT_TRUE(test::maximum_matches(amax.bits(), got, cpu, kTol<T>));
+  }
+}
+
+// Non-finite values count as the maxima pass counts them (gpu::fp8_maxima_async of out): a NaN input makes its row
+// NaN, an infinite weight its column infinite. Float and bf16, the types FP8 casts read.
+template <typename T>
+void expect_non_finite_maxima() {
+  for (const Shape& s : {Shape{5, 64}, Shape{37, 771}, Shape{70, 768}})
+    for (const float bad : {NAN, INFINITY}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C << " " << bad);
+      Problem<T> p(s);
+      if (std::isnan(bad))
+        p.inp[static_cast<size_t>(s.C + 1)] = bad;  // row 1
+      else
+        p.weight[1] = bad;
+      test::GpuEnv env;
+      DeviceBuffer<T> inp = to_device<T>(p.inp), weight = to_device<T>(p.weight), bias = to_device<T>(p.bias);
+      DeviceBuffer<T> out(s.N * s.C);
+      DeviceBuffer<float> mean(s.N), rstd(s.N);
+      test::DeviceMaximum amax;
+      gpu::layernorm_forward<T>(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), s.N, s.C,
+                                env.ctx, amax.data());
+      EXPECT_TRUE(test::non_finite_bits(amax.bits())) << std::hex << amax.bits();
+      EXPECT_EQ(amax.bits(), test::device_maximum(out.data(), s.N * s.C, env.ctx));
+    }
+}
+
+TEST(LayerNormGpu, ForwardAmaxTakesNonFiniteValuesAsTheMaximaPass) {
+  ST_SKIP_WITHOUT_GPU();
+  expect_non_finite_maxima<float>();
+  expect_non_finite_maxima<bf16>();
 }
 
 TYPED_TEST(LayerNormGpuTest, BackwardAccumulatesLikeCpu) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "grad_check.h"
+#include "maximum_check.h"
 
 namespace st {
 namespace {
@@ -82,6 +83,21 @@ TEST(LayerNorm, ForwardMatchesNaiveDouble) {
   EXPECT_LE(max_rel_diff(out, r.out), testing::kRefTol);
   EXPECT_LE(max_rel_diff(mean, r.mean), testing::kRefTol);
   EXPECT_LE(max_rel_diff(rstd, r.rstd), testing::kRefTol);
+}
+
+// amax: the tensorwise maximum fp8_maxima takes of out, folded into what *amax held; out keeps the bits of a run
+// without it.
+TEST(LayerNorm, ForwardAmaxIsTheMaximumOfItsOutput) {
+  Fixture f(19, 40, 105);
+  std::vector<float> plain(f.N * f.C), out(f.N * f.C), mean(f.N), rstd(f.N);
+  layernorm_forward(plain.data(), mean.data(), rstd.data(), f.x.data(), f.w.data(), f.b.data(), f.N, f.C);
+  unsigned amax = 0;
+  layernorm_forward(out.data(), mean.data(), rstd.data(), f.x.data(), f.w.data(), f.b.data(), f.N, f.C, &amax);
+  EXPECT_EQ(0, std::memcmp(out.data(), plain.data(), out.size() * sizeof(float)));
+  EXPECT_EQ(amax, testing::tensor_maximum(out));
+  unsigned above = testing::maximum_bits(1e30f);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), f.x.data(), f.w.data(), f.b.data(), f.N, f.C, &above);
+  EXPECT_EQ(above, testing::maximum_bits(1e30f));
 }
 
 TEST(LayerNorm, ConstantRowGivesBias) {

@@ -1,6 +1,7 @@
 // gpu::rmsnorm_* against the CPU reference st::rmsnorm_*.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "gpu_kernel_test.h"
@@ -194,6 +195,85 @@ TYPED_TEST(RmsNormGpuTest, BackwardWithoutDweightGivesTheSameDinp) {
       EXPECT_TRUE(sums.empty());
     }
   }
+}
+
+// amax (the optional output that a linear layer's tensorwise FP8 cast reads instead of a pass of its own): the
+// tensorwise maximum of out, and of dinp as accumulated, as fp8_maxima takes it of the stored values, bit for bit, and
+// within kTol of the CPU reference's amax; out, rstd and dinp keep the bits of a run without it.
+TYPED_TEST(RmsNormGpuTest, AmaxIsTheMaximumOfWhatItWrites) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C);
+    const Problem<T> p(s);
+    test::GpuEnv env;
+    DeviceBuffer<T> inp = to_device<T>(p.inp), weight = to_device<T>(p.weight);
+    DeviceBuffer<T> plain(s.N * s.C), out(s.N * s.C);
+    DeviceBuffer<float> plain_rstd(s.N), rstd(s.N);
+    gpu::rmsnorm_forward<T>(plain.data(), plain_rstd.data(), inp.data(), weight.data(), kEps, s.N, s.C, env.ctx);
+    test::DeviceMaximum amax;
+    gpu::rmsnorm_forward<T>(out.data(), rstd.data(), inp.data(), weight.data(), kEps, s.N, s.C, env.ctx, amax.data());
+    const std::vector<float> got = to_host(out);
+    EXPECT_TRUE(test::bitwise_equal(got, to_host(plain))) << "out";
+    EXPECT_TRUE(test::bitwise_equal(to_host(rstd), to_host(plain_rstd))) << "rstd";
+    std::vector<float> cpu_out(s.N * s.C), cpu_rstd(s.N);
+    unsigned cpu = 0;
+    rmsnorm_forward(cpu_out.data(), cpu_rstd.data(), p.inp.data(), p.weight.data(), kEps, s.N, s.C, &cpu);
+    EXPECT_TRUE(test::maximum_matches(amax.bits(), got, cpu, kTol<T>)) << "forward";
+
+    const std::vector<float> dinp0 = test::random_input<T>(s.N * s.C, 13);
+    const DeviceBackward<T> d(p, s);
+    DeviceBuffer<T> dplain = to_device<T>(dinp0), dinp = to_device<T>(dinp0);
+    gpu::rmsnorm_backward<T>(dplain.data(), nullptr, d.dout.data(), d.inp.data(), d.weight.data(), d.rstd.data(), s.N,
+                             s.C, env.ctx, GradWrite::kOverwrite);
+    test::DeviceMaximum damax;
+    gpu::rmsnorm_backward<T>(dinp.data(), nullptr, d.dout.data(), d.inp.data(), d.weight.data(), d.rstd.data(), s.N,
+                             s.C, env.ctx, GradWrite::kOverwrite, damax.data());
+    const std::vector<float> dgot = to_host(dinp);
+    EXPECT_TRUE(test::bitwise_equal(dgot, to_host(dplain))) << "dinp";
+    std::vector<float> cpu_dinp = dinp0;
+    unsigned dcpu = 0;
+    rmsnorm_backward(cpu_dinp.data(), nullptr, p.dout.data(), p.inp.data(), p.weight.data(), p.rstd.data(), s.N, s.C,
+                     GradWrite::kOverwrite, &dcpu);
+    EXPECT_TRUE(test::maximum_matches(damax.bits(), dgot, dcpu, kTol<T>)) << "backward";
+  }
+}
+
+// Non-finite values count as the maxima pass counts them (gpu::fp8_maxima_async of the output: a NaN's or an
+// infinity's bits above every finite value's): a NaN input makes its row NaN, an infinite weight its column infinite.
+// Float and bf16, the types FP8 casts read.
+template <typename T>
+void expect_non_finite_maxima() {
+  for (const Shape& s : {Shape{5, 64}, Shape{37, 771}, Shape{103, 4096}})
+    for (const float bad : {NAN, INFINITY}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C << " " << bad);
+      Problem<T> p(s);
+      if (std::isnan(bad))
+        p.inp[static_cast<size_t>(s.C + 1)] = bad;  // row 1
+      else
+        p.weight[1] = bad;
+      test::GpuEnv env;
+      DeviceBuffer<T> inp = to_device<T>(p.inp), weight = to_device<T>(p.weight), out(s.N * s.C);
+      DeviceBuffer<float> rstd(s.N);
+      test::DeviceMaximum amax;
+      gpu::rmsnorm_forward<T>(out.data(), rstd.data(), inp.data(), weight.data(), kEps, s.N, s.C, env.ctx, amax.data());
+      EXPECT_TRUE(test::non_finite_bits(amax.bits())) << std::hex << amax.bits();
+      EXPECT_EQ(amax.bits(), test::device_maximum(out.data(), s.N * s.C, env.ctx)) << "forward";
+
+      const DeviceBackward<T> d(p, s);
+      DeviceBuffer<T> dinp = to_device<T>(std::vector<float>(s.N * s.C, 0.0f));
+      test::DeviceMaximum damax;
+      gpu::rmsnorm_backward<T>(dinp.data(), nullptr, d.dout.data(), d.inp.data(), d.weight.data(), d.rstd.data(), s.N,
+                               s.C, env.ctx, GradWrite::kOverwrite, damax.data());
+      EXPECT_TRUE(test::non_finite_bits(damax.bits())) << std::hex << damax.bits();
+      EXPECT_EQ(damax.bits(), test::device_maximum(dinp.data(), s.N * s.C, env.ctx)) << "backward";
+    }
+}
+
+TEST(RmsNormGpu, AmaxTakesNonFiniteValuesAsTheMaximaPass) {
+  ST_SKIP_WITHOUT_GPU();
+  expect_non_finite_maxima<float>();
+  expect_non_finite_maxima<bf16>();
 }
 
 TYPED_TEST(RmsNormGpuTest, BackwardRejectsTooLittleScratch) {

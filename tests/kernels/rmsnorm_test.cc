@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "grad_check.h"
+#include "maximum_check.h"
 
 namespace st {
 namespace {
@@ -126,6 +127,31 @@ TEST(RmsNorm, BackwardAccumulatesOrOverwritesParams) {
                    GradWrite::kOverwrite);
   EXPECT_EQ(0, std::memcmp(dinp2.data(), dinp.data(), dinp.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(dw2.data(), once_w.data(), once_w.size() * sizeof(float)));
+}
+
+// amax: the tensorwise maximum fp8_maxima takes of the tensor written (the forward's out, the backward's dinp as
+// accumulated), folded into what *amax held (a larger value stays); the outputs keep the bits of a run without it.
+TEST(RmsNorm, AmaxIsTheMaximumOfWhatItWrites) {
+  Fixture f(37, 24, 250);
+  std::vector<float> plain(f.N * f.C), plain_rstd(f.N), out(f.N * f.C), rstd(f.N);
+  rmsnorm_forward(plain.data(), plain_rstd.data(), f.x.data(), f.w.data(), kEps, f.N, f.C);
+  unsigned amax = 0;
+  rmsnorm_forward(out.data(), rstd.data(), f.x.data(), f.w.data(), kEps, f.N, f.C, &amax);
+  EXPECT_EQ(0, std::memcmp(out.data(), plain.data(), out.size() * sizeof(float)));
+  EXPECT_EQ(amax, testing::tensor_maximum(out));
+  EXPECT_GT(amax, 0u);
+  unsigned above = testing::maximum_bits(1e30f);
+  rmsnorm_forward(out.data(), rstd.data(), f.x.data(), f.w.data(), kEps, f.N, f.C, &above);
+  EXPECT_EQ(above, testing::maximum_bits(1e30f));
+
+  const std::vector<float> dinp0 = randn(f.N * f.C, 251);
+  std::vector<float> dinp_plain = dinp0, dinp = dinp0;
+  rmsnorm_backward(dinp_plain.data(), nullptr, f.dout.data(), f.x.data(), f.w.data(), rstd.data(), f.N, f.C);
+  unsigned damax = 0;
+  rmsnorm_backward(dinp.data(), nullptr, f.dout.data(), f.x.data(), f.w.data(), rstd.data(), f.N, f.C,
+                   GradWrite::kOverwrite, &damax);
+  EXPECT_EQ(0, std::memcmp(dinp.data(), dinp_plain.data(), dinp.size() * sizeof(float)));
+  EXPECT_EQ(damax, testing::tensor_maximum(dinp));
 }
 
 TEST(RmsNorm, BackwardDeterministicAcrossThreadCounts) {

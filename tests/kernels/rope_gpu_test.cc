@@ -99,6 +99,67 @@ TYPED_TEST(RopeGpuTest, ForwardAndBackwardMatchCpu) {
   }
 }
 
+// The backward's amax (the optional output that the q/k/v projection's tensorwise FP8 cast of dqkv reads instead of a
+// pass of its own): the tensorwise maximum of the whole of dqkv after the rotation, the value heads included, as
+// fp8_maxima takes it of the stored values, bit for bit, and within kTol of the CPU reference's amax; here a value
+// head holds the largest magnitude, then a query head does. The rotation keeps the bits of a run without it.
+TYPED_TEST(RopeGpuTest, BackwardAmaxIsTheMaximumOfTheWholeGradient) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    const int64_t width = Problem<T>::width(s), last_value = width - 1, first_query = (Problem<T>::rows(s) - 1) * width;
+    for (const int64_t at : {last_value, first_query}) {
+      SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV
+                                        << " hs=" << s.hs << " offset=" << s.offset << " large at " << at);
+      Problem<T> p(s);
+      p.qkv[static_cast<size_t>(at)] = at == last_value ? -50.0f : 60.0f;
+      test::GpuEnv env;
+      DeviceBuffer<T> plain = test::upload<T>(p.qkv, s.offset), qkv = test::upload<T>(p.qkv, s.offset);
+      DeviceBuffer<float> cos = to_device<float>(p.cos), sin = to_device<float>(p.sin);
+      gpu::rope_backward<T>(plain.data() + s.offset, cos.data(), sin.data(), s.B, s.T, s.NH, s.NKV, s.hs, env.ctx);
+      test::DeviceMaximum amax;
+      gpu::rope_backward<T>(qkv.data() + s.offset, cos.data(), sin.data(), s.B, s.T, s.NH, s.NKV, s.hs, env.ctx,
+                            amax.data());
+      const std::vector<float> got = test::download(qkv, s.offset);
+      EXPECT_TRUE(test::bitwise_equal(got, test::download(plain, s.offset)));
+      std::vector<float> want = p.qkv;
+      unsigned cpu = 0;
+      rope_backward(want.data(), p.cos.data(), p.sin.data(), s.B, s.T, s.NH, s.NKV, s.hs, &cpu);
+      EXPECT_TRUE(test::maximum_matches(amax.bits(), got, cpu, kTol<T>));
+      if (at == last_value) EXPECT_EQ(amax.bits(), testing::maximum_bits(50.0f));
+    }
+  }
+}
+
+// Non-finite values count as the maxima pass counts them (gpu::fp8_maxima_async of dqkv): an infinity in a query
+// head, a NaN in a value head (which the backward only reads). Float and bf16, the types FP8 casts read.
+template <typename T>
+void expect_non_finite_maxima() {
+  for (const Shape& s : {kShapes[1], kShapes[4], kShapes[5], kShapes[7]})
+    for (const float bad : {INFINITY, NAN}) {
+      SCOPED_TRACE(::testing::Message() << "NH=" << s.NH << " NKV=" << s.NKV << " hs=" << s.hs << " offset=" << s.offset
+                                        << " " << bad);
+      Problem<T> p(s);
+      const int64_t width = Problem<T>::width(s);
+      p.qkv[static_cast<size_t>(std::isnan(bad) ? 2 * width - 1 : width)] = bad;  // row 1's last value, first query
+      test::GpuEnv env;
+      DeviceBuffer<T> qkv = test::upload<T>(p.qkv, s.offset);
+      DeviceBuffer<float> cos = to_device<float>(p.cos), sin = to_device<float>(p.sin);
+      test::DeviceMaximum amax;
+      gpu::rope_backward<T>(qkv.data() + s.offset, cos.data(), sin.data(), s.B, s.T, s.NH, s.NKV, s.hs, env.ctx,
+                            amax.data());
+      EXPECT_TRUE(test::non_finite_bits(amax.bits())) << std::hex << amax.bits();
+      EXPECT_EQ(amax.bits(),
+                test::device_maximum(qkv.data() + s.offset, Problem<T>::rows(s) * Problem<T>::width(s), env.ctx));
+    }
+}
+
+TEST(RopeGpu, BackwardAmaxTakesNonFiniteValuesAsTheMaximaPass) {
+  ST_SKIP_WITHOUT_GPU();
+  expect_non_finite_maxima<float>();
+  expect_non_finite_maxima<bf16>();
+}
+
 // Forward then backward on the device gives the input back: in fp32 to the rounding of two rotations (|cos|, |sin|
 // <= 1, so a few ulps of the pair's magnitude: 1e-6 of max|x|); in bf16/fp16 the intermediate is rounded to T,
 // within kTol.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "grad_check.h"
+#include "maximum_check.h"
 
 namespace st {
 namespace {
@@ -196,6 +197,28 @@ TEST(Rope, BackwardIsTransposeOfForward) {
     std::vector<float> back = fx;
     rope_backward(back.data(), table.cos.data(), table.sin.data(), s.B, s.T, s.NH, s.NKV, s.hs);
     EXPECT_LE(max_rel_diff(back, testing::to_double(x)), 1e-6);
+  }
+}
+
+// The backward's amax: the tensorwise maximum fp8_maxima takes of the whole of dqkv after the rotation, the value
+// heads (which it does not rotate) included: here a value head holds the largest magnitude, then a rotated one does.
+// The rotation keeps the bits of a run without it.
+TEST(Rope, BackwardAmaxIsTheMaximumOfTheWholeGradient) {
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "NH=" << s.NH << " NKV=" << s.NKV << " hs=" << s.hs);
+    const RopeTable table = rope_table(shape_config(s), s.T);
+    std::vector<float> x = randn(int64_t{s.B} * s.T * width(s), 330);
+    const int64_t last_value = width(s) - 1, first_query = width(s);  // row 0's last value head, row 1's first query
+    for (const int64_t at : {last_value, first_query}) {
+      x[at] = at == last_value ? -50.0f : 60.0f;
+      std::vector<float> plain = x, got = x;
+      rope_backward(plain.data(), table.cos.data(), table.sin.data(), s.B, s.T, s.NH, s.NKV, s.hs);
+      unsigned amax = 0;
+      rope_backward(got.data(), table.cos.data(), table.sin.data(), s.B, s.T, s.NH, s.NKV, s.hs, &amax);
+      EXPECT_EQ(0, std::memcmp(got.data(), plain.data(), got.size() * sizeof(float)));
+      EXPECT_EQ(amax, testing::tensor_maximum(got));
+      if (at == last_value) EXPECT_EQ(amax, testing::maximum_bits(50.0f));
+    }
   }
 }
 

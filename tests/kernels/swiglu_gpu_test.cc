@@ -1,6 +1,7 @@
 // gpu::swiglu_* against the CPU reference st::swiglu_*.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "gpu_kernel_test.h"
@@ -99,6 +100,74 @@ TYPED_TEST(SwigluGpuTest, BackwardOverwritesAccumulatesOrReplacesLikeCpu) {
     p.backward(p.d_gate_up, env.ctx);
     EXPECT_TRUE(test::bitwise_equal(test::download(p.d_gate_up, s.offset), got)) << "in place";
   }
+}
+
+// amax (the optional output that a linear layer's tensorwise FP8 cast reads instead of a pass of its own): the
+// tensorwise maximum of out, and of dgate_up written or as accumulated, as fp8_maxima takes it of the stored values,
+// bit for bit, and within kTol of the CPU reference's amax; the outputs keep the bits of a run without it.
+TYPED_TEST(SwigluGpuTest, AmaxIsTheMaximumOfWhatItWrites) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "N=" << s.N << " F=" << s.F << " offset=" << s.offset);
+    const Problem<T> p(s);
+    test::GpuEnv env;
+    DeviceBuffer<T> plain(s.offset + s.N * s.F), out(s.offset + s.N * s.F);
+    gpu::swiglu_forward<T>(plain.data() + s.offset, p.d_gate_up.data() + s.offset, s.N, s.F, env.ctx);
+    test::DeviceMaximum amax;
+    gpu::swiglu_forward<T>(out.data() + s.offset, p.d_gate_up.data() + s.offset, s.N, s.F, env.ctx, amax.data());
+    const std::vector<float> got = test::download(out, s.offset);
+    EXPECT_TRUE(test::bitwise_equal(got, test::download(plain, s.offset))) << "out";
+    std::vector<float> cpu_out(s.N * s.F);
+    unsigned cpu = 0;
+    swiglu_forward(cpu_out.data(), p.gate_up.data(), s.N, s.F, &cpu);
+    EXPECT_TRUE(test::maximum_matches(amax.bits(), got, cpu, kTol<T>)) << "forward";
+
+    for (GradWrite write : {GradWrite::kOverwrite, GradWrite::kAccumulate}) {
+      const char* what = write == GradWrite::kOverwrite ? "overwrite" : "accumulate";
+      const std::vector<float> start = test::random_input<T>(s.N * 2 * s.F, 4);
+      DeviceBuffer<T> dplain = test::upload<T>(start, s.offset), d = test::upload<T>(start, s.offset);
+      p.backward(dplain, env.ctx, write);
+      test::DeviceMaximum damax;
+      gpu::swiglu_backward<T>(d.data() + s.offset, p.d_dout.data() + s.offset, p.d_gate_up.data() + s.offset, s.N, s.F,
+                              env.ctx, write, damax.data());
+      const std::vector<float> dgot = test::download(d, s.offset);
+      EXPECT_TRUE(test::bitwise_equal(dgot, test::download(dplain, s.offset))) << what;
+      std::vector<float> cpu_d = start;
+      unsigned dcpu = 0;
+      swiglu_backward(cpu_d.data(), p.dout.data(), p.gate_up.data(), s.N, s.F, write, &dcpu);
+      EXPECT_TRUE(test::maximum_matches(damax.bits(), dgot, dcpu, kTol<T>)) << what;
+    }
+  }
+}
+
+// Non-finite values count as the maxima pass counts them (gpu::fp8_maxima_async of the output): a NaN gate, an
+// infinite up. Float and bf16, the types FP8 casts read.
+template <typename T>
+void expect_non_finite_maxima() {
+  for (const float bad : {NAN, INFINITY})
+    for (const Shape& s : {Shape{3, 7, 0}, Shape{50, 64, 0}, Shape{301, 344, 0}}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << s.N << " F=" << s.F << " " << bad);
+      Problem<T> p(s);
+      p.gate_up[std::isnan(bad) ? 1 : s.F + 1] = bad;  // row 0's gate 1, or its up 1
+      p.d_gate_up = test::upload<T>(p.gate_up, s.offset);
+      test::GpuEnv env;
+      DeviceBuffer<T> out(s.N * s.F), d(s.N * 2 * s.F);
+      test::DeviceMaximum amax, damax;
+      gpu::swiglu_forward<T>(out.data(), p.d_gate_up.data(), s.N, s.F, env.ctx, amax.data());
+      EXPECT_TRUE(test::non_finite_bits(amax.bits())) << std::hex << amax.bits();
+      EXPECT_EQ(amax.bits(), test::device_maximum(out.data(), s.N * s.F, env.ctx)) << "forward";
+      gpu::swiglu_backward<T>(d.data(), p.d_dout.data(), p.d_gate_up.data(), s.N, s.F, env.ctx, GradWrite::kOverwrite,
+                              damax.data());
+      EXPECT_TRUE(test::non_finite_bits(damax.bits())) << std::hex << damax.bits();
+      EXPECT_EQ(damax.bits(), test::device_maximum(d.data(), s.N * 2 * s.F, env.ctx)) << "backward";
+    }
+}
+
+TEST(SwigluGpu, AmaxTakesNonFiniteValuesAsTheMaximaPass) {
+  ST_SKIP_WITHOUT_GPU();
+  expect_non_finite_maxima<float>();
+  expect_non_finite_maxima<bf16>();
 }
 
 }  // namespace

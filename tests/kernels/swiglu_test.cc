@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "grad_check.h"
+#include "maximum_check.h"
 
 namespace st {
 namespace {
@@ -128,6 +129,31 @@ TEST(Swiglu, BackwardOverwritesOrAccumulates) {
   std::vector<float> added = start;
   swiglu_backward(added.data(), f.dout.data(), f.gate_up.data(), f.N, f.F, GradWrite::kAccumulate);
   for (int64_t i = 0; i < n; ++i) EXPECT_EQ(added[i], start[i] + once[i]) << i;
+}
+
+// amax: the tensorwise maximum fp8_maxima takes of the tensor written (out; dgate_up written or as accumulated),
+// folded into what *amax held; the outputs keep the bits of a run without it.
+TEST(Swiglu, AmaxIsTheMaximumOfWhatItWrites) {
+  const Fixture f(9, 40, 160);
+  std::vector<float> plain(f.N * f.F), out(f.N * f.F);
+  swiglu_forward(plain.data(), f.gate_up.data(), f.N, f.F);
+  unsigned amax = 0;
+  swiglu_forward(out.data(), f.gate_up.data(), f.N, f.F, &amax);
+  EXPECT_EQ(0, std::memcmp(out.data(), plain.data(), out.size() * sizeof(float)));
+  EXPECT_EQ(amax, testing::tensor_maximum(out));
+  unsigned above = testing::maximum_bits(1e30f);
+  swiglu_forward(out.data(), f.gate_up.data(), f.N, f.F, &above);
+  EXPECT_EQ(above, testing::maximum_bits(1e30f));
+
+  for (GradWrite write : {GradWrite::kOverwrite, GradWrite::kAccumulate}) {
+    const std::vector<float> start = randn(f.N * 2 * f.F, 161);
+    std::vector<float> dplain = start, d = start;
+    swiglu_backward(dplain.data(), f.dout.data(), f.gate_up.data(), f.N, f.F, write);
+    unsigned damax = 0;
+    swiglu_backward(d.data(), f.dout.data(), f.gate_up.data(), f.N, f.F, write, &damax);
+    EXPECT_EQ(0, std::memcmp(d.data(), dplain.data(), d.size() * sizeof(float)));
+    EXPECT_EQ(damax, testing::tensor_maximum(d)) << (write == GradWrite::kOverwrite ? "overwrite" : "accumulate");
+  }
 }
 
 TEST(Swiglu, DeterministicAcrossThreadCounts) {

@@ -79,6 +79,15 @@ void fp8_quantize_with_maxima(const float* x, int64_t rows, int64_t cols, Fp8For
                               bool power_of_2, Fp8Layout layout, const unsigned* maxima, uint8_t* q,
                               float* inverse_scales);
 
+// Folds the tensorwise maximum of x [n] into *amax: *amax becomes the larger of itself and the bits of the largest
+// |x[i]| as a float, so that from a zeroed *amax it holds fp8_maxima(x, 1, n, kTensor, ...)'s bits. Non-finite elements
+// are not refused but fold like any other, as the GPU's maxima take them: an infinity's or a NaN's bits lie above every
+// finite value's. The `amax` output of the kernels that write a linear layer's input (rmsnorm_forward, swiglu_forward,
+// ...) is this, over what they write, so that its tensorwise cast needs no pass of its own:
+//   unsigned amax = 0;
+//   rmsnorm_forward(out, rstd, inp, weight, eps, N, C, &amax);   // amax == fp8_maxima of out [N, C], tensorwise
+void fp8_fold_maximum(const float* x, int64_t n, unsigned* amax);
+
 // One of the two casts of fp8_quantize_pair: its format, its groups, and where its codes and inverse scales go.
 struct Fp8Cast {
   Fp8Format format;
@@ -93,6 +102,11 @@ struct Fp8Cast {
 // groups' maxima once where both casts group alike. Refuses a non-finite element as fp8_quantize_matrix does.
 void fp8_quantize_pair(const float* x, int64_t rows, int64_t cols, bool power_of_2, const Fp8Cast& row_major,
                        const Fp8Cast& transposed, const std::string& what);
+
+// fp8_quantize_pair with the groups' maxima already taken (fp8_maxima, or fp8_fold_maximum for kTensor): both casts
+// group alike and take `maxima` (fp8_groups(scaling, rows, cols) of them), each with its own format.
+void fp8_quantize_pair_with_maxima(const float* x, int64_t rows, int64_t cols, bool power_of_2,
+                                   const Fp8Cast& row_major, const Fp8Cast& transposed, const unsigned* maxima);
 
 // The row-major matrix x [rows, cols] as an FP8 GEMM computes with it: each element cast with its group's scale,
 // fp8_scale(the group's abs_max, f, power_of_2), and multiplied by 1 / scale (the dequantisation factor cuBLASLt

@@ -21,8 +21,9 @@ ST_HOST_DEVICE inline float gelu_grad_from_sigmoid(float x, float s) {
   return s + 2.0f * x * s * (1.0f - s) * gelu_tanh_arg_grad(x);
 }
 
-// out[i] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-void gelu_forward(float* out, const float* inp, int64_t n);
+// out[i] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). out feeds GPT-2's mlp.proj: with `amax` not null, its
+// maximum folds into *amax (fp8_fold_maximum, kernels/fp8.h), what train.fp8 = tensorwise scales that layer's cast by.
+void gelu_forward(float* out, const float* inp, int64_t n, unsigned* amax = nullptr);
 // Accumulates: dinp[i] += gelu'(inp[i]) * dout[i]. With write = kOverwrite, dinp[i] = gelu'(inp[i]) * dout[i]
 // (dinp is not read, and may be dout: in place).
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n,

@@ -36,8 +36,11 @@ void rope_forward(float* qkv, const float* cos, const float* sin, int64_t B, int
 
 // The backward: turns the gradient of the rotated q and k back by -angle, in place on dqkv (same layout). The
 // rotation is orthogonal, so this is its transpose: d[j] <- d[j] cos + d[j+hs/2] sin, d[j+hs/2] <- d[j+hs/2] cos -
-// d[j] sin.
-void rope_backward(float* dqkv, const float* cos, const float* sin, int64_t B, int64_t T, int NH, int NKV, int hs);
+// d[j] sin. dqkv feeds the q/k/v projection's backward: with `amax` not null, the maximum of the whole of dqkv after
+// the rotation (the value heads' gradient, which it leaves as it is, included) folds into *amax (fp8_fold_maximum,
+// kernels/fp8.h), what train.fp8 = tensorwise scales that layer's cast of it by.
+void rope_backward(float* dqkv, const float* cos, const float* sin, int64_t B, int64_t T, int NH, int NKV, int hs,
+                   unsigned* amax = nullptr);
 
 // rope_forward on `rows` rows [rows, (NH+2 NKV) hs], row r at position positions[r] (a row of cos/sin, which hold at
 // least max(positions) + 1 rows): what a decoding step reads from memory rather than from its launch.

@@ -1,6 +1,10 @@
 // The SwiGLU gate of Llama's MLP: out = silu(gate) * up, silu(g) = g / (1 + exp(-g)). The gate and up projections
 // are one GEMM, so their output is one buffer: gate_up [N, 2F], each row F gate values then F up values.
 // CPU fp32 reference.
+//
+// Each output feeds a linear layer (out the down projection, dgate_up the gate/up projection's backward): with `amax`
+// not null, the tensor written gets its maximum folded into *amax as it is written (fp8_fold_maximum, kernels/fp8.h),
+// what train.fp8 = tensorwise scales that layer's cast by.
 #pragma once
 
 #include <cstdint>
@@ -10,11 +14,12 @@
 namespace st {
 
 // out [N, F] = silu(gate_up[:, :F]) * gate_up[:, F:].
-void swiglu_forward(float* out, const float* gate_up, int64_t N, int F);
+void swiglu_forward(float* out, const float* gate_up, int64_t N, int F, unsigned* amax = nullptr);
 
 // dgate_up [N, 2F] = d(out)/d(gate_up) applied to dout [N, F]: d gate = dout * up * silu'(gate), d up = dout *
-// silu(gate), with silu'(g) = s (1 + g (1 - s)), s = sigmoid(g). Written (kOverwrite, the default) or added.
+// silu(gate), with silu'(g) = s (1 + g (1 - s)), s = sigmoid(g). Written (kOverwrite, the default) or added (amax:
+// of the sums).
 void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int F,
-                     GradWrite write = GradWrite::kOverwrite);
+                     GradWrite write = GradWrite::kOverwrite, unsigned* amax = nullptr);
 
 }  // namespace st

@@ -15,6 +15,10 @@
 // pass over x and W of its own. The backward must then follow its forward with the same x and W, as a step's does
 // (recompute runs the block's forward again first).
 //
+// Where a named site's cast scales x (forward) or dy (backward) by one maximum of the whole tensor, the kernel that
+// writes that operand can take the maximum as it writes it (input_maxima, Fp8Policy::producer_maxima): the cast then
+// reads the operand once, for its codes, and gets the bits a pass of its own would take.
+//
 // The operands' codes live in ctx.scratch, the model's kernel scratch, from a layer's casts to its last GEMM: no
 // kernel in between uses it (the GEMMs get a context without it), and a kernel's scratch holds nothing from one call
 // to the next, so the codes cost no memory of their own where the attention's scratch is the larger
@@ -45,6 +49,10 @@ struct LinearSite {
   const char* weight = "";
 };
 
+// The operand of a linear layer that another kernel writes: the forward's input x, or the backward's output gradient
+// dy (which both backward GEMMs read).
+enum class LinearInput { kX, kDy };
+
 template <typename T>
 class CudaLinear {
  public:
@@ -60,6 +68,18 @@ class CudaLinear {
   }
   // The scratch each call's context must hold (0 without FP8).
   int64_t codes_bytes() const { return codes_bytes_; }
+
+  // The slot for the maximum of operand `input` of the site's next call, for the kernel about to write that operand
+  // to fold its maximum into as it writes it (the `amax` of rmsnorm_forward, swiglu_forward, rope_backward, ...):
+  // zeroed here on ctx.stream. That call (the site's next forward for kX, its next backward for kDy) then casts the
+  // operand with the maximum found there, once, instead of a pass of its own; the kernel must write the very tensor
+  // the call casts, and nothing may change it in between. nullptr, and nothing queued, where that cast takes no such
+  // maximum: an unnamed site, a layer not in FP8, a recipe that groups the operand by rows or columns, or
+  // policy().producer_maxima off.
+  //   gpu::rmsnorm_forward<T>(norm1, rstd1, x, attn_norm, eps, N, C, ctx,
+  //                           linear.input_maxima({layer, "attn.qkv.weight"}, LinearInput::kX, ctx));
+  //   linear.forward(qkv, norm1, qkvw, qkvb, nullptr, N, C, QKV, ctx, nullptr, {layer, "attn.qkv.weight"});
+  unsigned* input_maxima(LinearSite site, LinearInput input, const gpu::GpuContext& ctx);
 
   // out[N, OC] = (residual, when not null; it may be out) + inp[N, C] @ w[OC, C]^T + bias (may be null).
   // With `lap` (the caller's profile of this pass), an FP8 layer's casts and GEMMs get laps of their own:
@@ -112,9 +132,20 @@ class CudaLinear {
   // The kept maxima of a site's input (x) or weight (w), or none: an unnamed site, or a recipe whose backward groups
   // them otherwise.
   Maxima kept(LinearSite site, bool weight, bool taken);
-  // dy [rows, cols] cast row-major into `row` and transposed into `tr` in one pass (gpu::fp8_quantize_pair_async).
+  // A named site's index in weights_, refused when it names none of the blocks' linear layers or a layer past the
+  // model's.
+  int64_t site_index(LinearSite site) const;
+  // Whether input_maxima hands out the slot of (site, input).
+  bool takes_input_maxima(LinearSite site, LinearInput input) const;
+  // Where the site's dy maximum is kept.
+  unsigned* dy_slot(LinearSite site);
+  // Whether a producer was handed the slot of (site, input) since the call that last cast that operand; the call
+  // that casts it asks once, and clears it.
+  bool produced(LinearSite site, LinearInput input);
+  // dy [rows, cols] cast row-major into `row` and transposed into `tr` in one pass (gpu::fp8_quantize_pair_async),
+  // with the maxima in `maxima` when not null (both casts grouped alike).
   void pair_cast(const T* dy, int64_t rows, int64_t cols, const Fp8Operand& row_major, const Fp8Operand& transposed,
-                 const Slot& row, const Slot& tr, const gpu::GpuContext& ctx);
+                 const Slot& row, const Slot& tr, const unsigned* maxima, const gpu::GpuContext& ctx);
   // ctx with the casts' own scratch (the maxima), or with none (the GEMMs: the codes sit in ctx's).
   gpu::GpuContext with_maxima(const gpu::GpuContext& ctx);
   static gpu::GpuContext without_scratch(const gpu::GpuContext& ctx);
@@ -124,9 +155,11 @@ class CudaLinear {
   int64_t codes_bytes_ = 0;
   DeviceBuffer<float> a_scales_, b_scales_, t_scales_;
   DeviceBuffer<unsigned char> maxima_;  // the casts' group maxima
-  std::vector<std::string> weights_;    // block_linear_shapes' names, a site's index
-  bool keep_x_ = false, keep_w_ = false;
-  DeviceBuffer<unsigned> kept_;  // [layer][weight][x, w]: one maximum each
+  std::vector<LinearShape> weights_;    // block_linear_shapes, in the order of a site's index
+  int n_layer_ = 0;
+  bool keep_x_ = false, keep_w_ = false, keep_dy_ = false;
+  DeviceBuffer<unsigned> kept_;  // [layer][weight][x, w, dy]: one maximum each
+  std::vector<char> handed_;     // [layer][weight][x, dy]: a producer has the slot (input_maxima, produced)
 };
 
 }  // namespace st

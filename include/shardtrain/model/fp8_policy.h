@@ -33,6 +33,11 @@ struct Fp8Policy {
   Fp8Recipe recipe = Fp8Recipe::kOff;
   bool power_of_2 = false;
   Fp8Gemm forward, input_grad, weight_grad;
+  // Where a cast scales an operand by one maximum of the whole tensor, whether the kernel that writes the operand
+  // (a norm, SwiGLU, RoPE's backward, ...) folds that maximum in as it writes it (CudaLinear::input_maxima) instead of
+  // the cast taking a pass over the tensor: the same bits either way, one read of the tensor fewer. Off only to
+  // compare the two. The CPU backend takes its maxima in its casts either way.
+  bool producer_maxima = true;
 
   // Whether a linear layer of `in` inputs and `out` outputs runs in FP8: the recipe is on, and both dimensions are
   // multiples of 16 (FP8 tensor-core GEMMs need 16-byte aligned rows of the operands).

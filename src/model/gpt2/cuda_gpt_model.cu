@@ -11,6 +11,7 @@
 #include "shardtrain/kernels/gpu/layernorm.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/kernels/gpu/reduce.h"
+#include "shardtrain/model/cuda_linear.h"
 #include "shardtrain/model/gpt2/block_view.h"
 
 namespace st {
@@ -70,8 +71,10 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   const int C = cfg_.n_embd;
   const T* x = block_input(layer);
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
+  // The LayerNorms and the GELU write the inputs of the linear layers after them with their maxima (input_maxima).
   lap("fwd.layernorm");
-  gpu::layernorm_forward<T>(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln1w, p.ln1b, N, C, ctx_);
+  gpu::layernorm_forward<T>(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln1w, p.ln1b, N, C, ctx_,
+                            linear_.input_maxima({layer, "attn.qkv.weight"}, LinearInput::kX, ctx_));
   lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), 3 * C, a.ln1.data(), N, lap, ctx_,
                 [&](bool onto) {
                   lap("fwd.matmul");
@@ -91,7 +94,7 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   lora_.forward(layer, "attn.proj.weight", block_params, a.res2.data(), C, a.atty.data(), N, lap, ctx_);
   lap("fwd.layernorm");
   gpu::layernorm_forward<T>(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C,
-                            ctx_);
+                            ctx_, linear_.input_maxima({layer, "mlp.fc.weight"}, LinearInput::kX, ctx_));
   if (lora_.adapts("mlp.fc.weight") || linear_.policy().applies(C, 4 * C)) {
     // The adapters add to fc's output before the GELU, which the fused GEMM + GELU cannot wait for, and an FP8 GEMM
     // has no GELU epilogue here: apart.
@@ -102,7 +105,8 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
                                        {layer, "mlp.fc.weight"});
                   });
     lap("fwd.gelu");
-    gpu::gelu_forward<T>(a.fch_gelu.data(), a.fch.data(), N * 4 * C, ctx_);
+    gpu::gelu_forward<T>(a.fch_gelu.data(), a.fch.data(), N * 4 * C, ctx_,
+                         linear_.input_maxima({layer, "mlp.proj.weight"}, LinearInput::kX, ctx_));
   } else {
     lap("fwd.matmul_gelu");
     gpu::matmul_forward_gelu<T>(a.fch_gelu.data(), a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, ctx_);

@@ -13,6 +13,7 @@
 #include "shardtrain/kernels/gpu/rope.h"
 #include "shardtrain/kernels/gpu/swiglu.h"
 #include "shardtrain/kernels/rope.h"
+#include "shardtrain/model/cuda_linear.h"
 #include "shardtrain/model/llama/block_view.h"
 
 namespace st {
@@ -95,8 +96,10 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   const float eps = cfg_.rms_norm_eps;
   const T* x = block_input(layer);
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
+  // The norms and the SwiGLU write the inputs of the linear layers after them with their maxima (input_maxima).
   lap("fwd.rmsnorm");
-  gpu::rmsnorm_forward<T>(a.norm1.data(), a.rstd1.data(), x, p.attn_norm, eps, N, C, ctx_);
+  gpu::rmsnorm_forward<T>(a.norm1.data(), a.rstd1.data(), x, p.attn_norm, eps, N, C, ctx_,
+                          linear_.input_maxima({layer, "attn.qkv.weight"}, LinearInput::kX, ctx_));
   lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), QKV, a.norm1.data(), N, lap, ctx_,
                 [&](bool onto) {
                   lap("fwd.matmul");
@@ -113,7 +116,8 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   // The adapter adds to x + o(atty): the CPU model's sum, in another order.
   lora_.forward(layer, "attn.o.weight", block_params, a.res2.data(), C, a.atty.data(), N, lap, ctx_);
   lap("fwd.rmsnorm");
-  gpu::rmsnorm_forward<T>(a.norm2.data(), a.rstd2.data(), a.res2.data(), p.mlp_norm, eps, N, C, ctx_);
+  gpu::rmsnorm_forward<T>(a.norm2.data(), a.rstd2.data(), a.res2.data(), p.mlp_norm, eps, N, C, ctx_,
+                          linear_.input_maxima({layer, "mlp.gate_up.weight"}, LinearInput::kX, ctx_));
   lora_.forward(layer, "mlp.gate_up.weight", block_params, a.gate_up.data(), 2 * F, a.norm2.data(), N, lap, ctx_,
                 [&](bool onto) {
                   lap("fwd.matmul");
@@ -121,7 +125,8 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
                                      {layer, "mlp.gate_up.weight"});
                 });
   lap("fwd.swiglu");
-  gpu::swiglu_forward<T>(a.mlp.data(), a.gate_up.data(), N, F, ctx_);
+  gpu::swiglu_forward<T>(a.mlp.data(), a.gate_up.data(), N, F, ctx_,
+                         linear_.input_maxima({layer, "mlp.down.weight"}, LinearInput::kX, ctx_));
   lap("fwd.matmul_residual");
   linear_.forward(out, a.mlp.data(), p.down, nullptr, a.res2.data(), N, F, C, ctx_, &lap, {layer, "mlp.down.weight"});
   lora_.forward(layer, "mlp.down.weight", block_params, out, C, a.mlp.data(), N, lap, ctx_);
@@ -151,8 +156,12 @@ void CudaLlama<T>::head_pass(const T* head_params, const T* emb_params, const in
   if (backward) {
     lap("head.rmsnorm_bwd");
     zero_async(dresid_, N * C, ctx_.stream);
+    // dresid is the last block's d(out), the output gradient of its down projection.
+    unsigned* const down_dy = cfg_.n_layer > 0
+                                  ? linear_.input_maxima({cfg_.n_layer - 1, "mlp.down.weight"}, LinearInput::kDy, ctx_)
+                                  : nullptr;
     gpu::rmsnorm_backward<T>(dresid_.data(), tensor_in(head_grads, hu.tensor("norm.weight"), ViewOf::kGrads),
-                             dnormf_.data(), x, normw, rstdf_.data(), N, C, ctx_, GradWrite::kOverwrite);
+                             dnormf_.data(), x, normw, rstdf_.data(), N, C, ctx_, GradWrite::kOverwrite, down_dy);
   }
 }
 
@@ -198,7 +207,9 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
   // Every activation gradient has one producer and every parameter gradient of the block is written, not added to
   // (the caller need not zero block_grads); only dresid accumulates, through the two RMSNorms' input gradients, and
   // each adapted GEMM's input gradient, with its adapters' (base_write: whichever runs second adds). A frozen tensor's
-  // gradient pointer is null: skipped.
+  // gradient pointer is null: skipped. The kernels that write the linear layers' output gradients (the SwiGLU, the
+  // RMSNorms, RoPE) take their maxima as they write them (input_maxima); dresid as d(out) came from the head's or the
+  // next block's RMSNorm with the down projection's.
   constexpr GradWrite kOverwrite = GradWrite::kOverwrite;
 
   // MLP branch: dresid is d(out); the residual passes it to res2 unchanged.
@@ -209,7 +220,8 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
                                     base_write(onto), kOverwrite, &lap, {layer, "mlp.down.weight"});
                  });
   lap("bwd.swiglu");
-  gpu::swiglu_backward<T>(dgate_up_.data(), dmlp_.data(), a.gate_up.data(), N, F, ctx_, kOverwrite);
+  gpu::swiglu_backward<T>(dgate_up_.data(), dmlp_.data(), a.gate_up.data(), N, F, ctx_, kOverwrite,
+                          linear_.input_maxima({layer, "mlp.gate_up.weight"}, LinearInput::kDy, ctx_));
   lora_.backward(layer, "mlp.gate_up.weight", block_params, block_grads, dbuf_c_.data(), dgate_up_.data(), 2 * F,
                  a.norm2.data(), N, lap, ctx_, [&](bool onto) {
                    lap("bwd.matmul");
@@ -218,7 +230,7 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
                  });
   lap("bwd.rmsnorm");
   gpu::rmsnorm_backward<T>(dresid_.data(), g.mlp_norm, dbuf_c_.data(), a.res2.data(), p.mlp_norm, a.rstd2.data(), N, C,
-                           ctx_, kOverwrite);
+                           ctx_, kOverwrite, linear_.input_maxima({layer, "attn.o.weight"}, LinearInput::kDy, ctx_));
 
   // Attention branch: dresid is now d(res2); the residual passes it to x unchanged.
   lora_.backward(layer, "attn.o.weight", block_params, block_grads, dbuf_c_.data(), dresid_.data(), C, a.atty.data(), N,
@@ -230,16 +242,19 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
   attention_backward(a, lap);
   lap("bwd.rope");  // d(rotated q, k) -> d(q, k) as the qkv matmul produced them
   gpu::rope_backward<T>(dqkv_.data(), rope_cos_.data(), rope_sin_.data(), B_, T_, cfg_.n_head, cfg_.kv_heads(),
-                        cfg_.head_dim(), ctx_);
+                        cfg_.head_dim(), ctx_,
+                        linear_.input_maxima({layer, "attn.qkv.weight"}, LinearInput::kDy, ctx_));
   lora_.backward(layer, "attn.qkv.weight", block_params, block_grads, dbuf_c_.data(), dqkv_.data(), QKV, a.norm1.data(),
                  N, lap, ctx_, [&](bool onto) {
                    lap("bwd.matmul");
                    linear_.backward(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.norm1.data(), p.qkvw, N, C, QKV,
                                     ctx_, base_write(onto), kOverwrite, &lap, {layer, "attn.qkv.weight"});
                  });
-  lap("bwd.rmsnorm");
+  lap("bwd.rmsnorm");  // dresid becomes d(x), the previous block's d(out)
+  unsigned* const down_dy =
+      layer > 0 ? linear_.input_maxima({layer - 1, "mlp.down.weight"}, LinearInput::kDy, ctx_) : nullptr;
   gpu::rmsnorm_backward<T>(dresid_.data(), g.attn_norm, dbuf_c_.data(), x, p.attn_norm, a.rstd1.data(), N, C, ctx_,
-                           kOverwrite);
+                           kOverwrite, down_dy);
 }
 
 template <typename T>

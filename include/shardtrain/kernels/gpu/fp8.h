@@ -59,4 +59,12 @@ template <typename T>
 void fp8_quantize_pair_async(const T* x, int64_t rows, int64_t cols, bool power_of_2, const Fp8Cast& row_major,
                              const Fp8Cast& transposed, const GpuContext& ctx);
 
+// st::fp8_quantize_pair_with_maxima: fp8_quantize_pair_async with both casts grouped alike and their groups' maxima
+// already in `maxima` (device; fp8_maxima_async's, or a producer kernel's amax for kTensor), so no pass over x takes
+// them. The same scratch.
+template <typename T>
+void fp8_quantize_pair_with_maxima_async(const T* x, int64_t rows, int64_t cols, bool power_of_2,
+                                         const Fp8Cast& row_major, const Fp8Cast& transposed, const unsigned* maxima,
+                                         const GpuContext& ctx);
+
 }  // namespace st::gpu

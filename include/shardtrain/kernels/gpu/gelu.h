@@ -10,9 +10,11 @@
 
 namespace st::gpu {
 
-// out[i] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x = inp[i].
+// out[i] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x = inp[i]. amax (device, optional) gets out's maximum
+// folded in as kernels/gelu.h says, of the values as stored in T: the bits gpu::fp8_maxima_async (kernels/gpu/fp8.h)
+// takes of out, non-finite values included, one atomicMax a block; the caller zeroes it first.
 template <typename T>
-void gelu_forward(T* out, const T* inp, int64_t n, const GpuContext& ctx);
+void gelu_forward(T* out, const T* inp, int64_t n, const GpuContext& ctx, unsigned* amax = nullptr);
 
 // Accumulates: dinp[i] += gelu'(inp[i]) * dout[i]. With write = kOverwrite, dinp[i] = gelu'(inp[i]) * dout[i],
 // and dinp may be dout (in place).

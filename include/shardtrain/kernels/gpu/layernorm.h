@@ -13,10 +13,12 @@
 namespace st::gpu {
 
 // For each of N rows of C: out = (inp - mean) * rstd * weight + bias. Writes mean[N] and rstd[N]
-// (rstd = 1/sqrt(biased var + eps)) for backward. No scratch.
+// (rstd = 1/sqrt(biased var + eps)) for backward. No scratch. amax (device, optional) gets out's maximum folded in as
+// kernels/layernorm.h says, of the values as stored in T: the bits gpu::fp8_maxima_async (kernels/gpu/fp8.h) takes of
+// out, non-finite values included, one atomicMax a block; the caller zeroes it first.
 template <typename T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int C,
-                       const GpuContext& ctx);
+                       const GpuContext& ctx, unsigned* amax = nullptr);
 
 // Accumulates: dinp [N,C] += ..., dweight [C] += ..., dbias [C] += ... (param_write = kOverwrite: dweight and dbias
 // are written, as st::layernorm_backward). dweight and dbias are reduced over rows in fp32, per fixed chunk of rows

@@ -20,9 +20,12 @@ template <typename T>
 void rope_forward_at(T* qkv, const float* cos, const float* sin, const int32_t* positions, int64_t rows, int NH,
                      int NKV, int hs, const GpuContext& ctx);
 
-// The transpose rotation on the gradient, in place on dqkv.
+// The transpose rotation on the gradient, in place on dqkv. amax (device, optional) gets the maximum of the whole of
+// dqkv after it folded in, as kernels/rope.h says: the rotated heads' values as stored in T, and the value heads' as
+// read; the bits gpu::fp8_maxima_async (kernels/gpu/fp8.h) takes of dqkv, non-finite values included, one atomicMax a
+// block. The caller zeroes it first.
 template <typename T>
 void rope_backward(T* dqkv, const float* cos, const float* sin, int64_t B, int64_t T_, int NH, int NKV, int hs,
-                   const GpuContext& ctx);
+                   const GpuContext& ctx, unsigned* amax = nullptr);
 
 }  // namespace st::gpu
