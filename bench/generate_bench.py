@@ -106,6 +106,7 @@ model.float()
 with torch.no_grad():
     hf_fp32 = model.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=32, do_sample=False,
                              pad_token_id=0)[0, len(prompt):].tolist()
+    first_logits = model(torch.tensor([prompt], device="cuda")).logits[0, -1].float().cpu()
 del model
 torch.cuda.empty_cache()
 
@@ -146,7 +147,13 @@ def agreement(text, reference):
 
 
 agree = agreement(runs[0][5], hf_tokens)
-agree32 = agreement(ours(single, "fp32", 32)[5], hf_fp32)
+ours32 = ours(single, "fp32", 32)[5]
+agree32 = agreement(ours32, hf_fp32)
+top = torch.topk(first_logits, 5)
+mine = int(re.split(r"[,\s]+", ours32.strip())[0])
+print(f"# fp32 first position: transformers' top 5 {top.indices.tolist()} {[round(v, 4) for v in top.values.tolist()]};"
+      f" shardtrain's token {mine}, transformers' logit for it {first_logits[mine].item():.4f}, rank "
+      f"{int((first_logits > first_logits[mine]).sum())}", file=sys.stderr)
 rows.append(("shardtrain generate", f"{med(0):.2f}", f"{med(1):.2f}", f"{med(2):.2f}", f"{med(4):,.1f}",
              f"{agree} (fp32: {agree32})"))
 if args.batch > 1:

@@ -56,7 +56,10 @@ void decode_attention(float* out, const float* q, int64_t q_stride, const float*
 }
 
 void decode_attention_at(float* out, const float* q, int64_t q_stride, const float* k_cache, const float* v_cache,
-                         int64_t seq_stride, const int32_t* positions, int rows, int NH, int NKV, int hs) {
+                         int64_t seq_stride, const int32_t* positions, int rows, int NH, int NKV, int hs, int max_len) {
+  for (int r = 0; r < rows; ++r)
+    ST_CHECK(positions[r] >= 0 && positions[r] < max_len, "row ", r, " at position ", positions[r],
+             " outside caches of ", max_len);
   for (int r = 0; r < rows; ++r)
     decode_attention(out + int64_t{r} * NH * hs, q + r * q_stride, q_stride, k_cache + r * seq_stride,
                      v_cache + r * seq_stride, 1, positions[r], NH, NKV, hs);

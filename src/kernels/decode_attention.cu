@@ -103,19 +103,152 @@ void decode_attention(T* out, const T* q, int64_t q_stride, const T* k_cache, co
   ST_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+// The split-K step (few rows): block (s, h, r) scores keys [s kDecodeSplitKeys, + kDecodeSplitKeys) of row r's cache
+// below its length for query head h, and writes its partial softmax: the running max m, the sum l of exp(score - m)
+// and acc[d] = the sum of exp(score - m) v[d], at part + ((r NH + h) splits + s) (hs + 2) as acc[0 .. hs), m, l.
+// Thread t < count scores key t (its row read in packs of kVec); warp w sums the values of keys w, w + 4, ... with its
+// lanes over the dimensions; the four warps' sums are added in warp order. Splits past the row's length return.
+constexpr int kSplitWarps = kThreads / kWarpSize;
+
+struct Max {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+static_assert(kDecodeSplitKeys <= kThreads, "a split's keys are one per thread");
+
+template <int kVec, typename T>
+__global__ void __launch_bounds__(kThreads)
+    decode_split_kernel(float* part, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache,
+                        int64_t seq_stride, const int32_t* positions, int NH, int group, int hs, int64_t kv_stride,
+                        float scale, int splits) {
+  __shared__ float qs[kDecodeAttentionMaxHeadSize];
+  __shared__ float p[kDecodeSplitKeys];
+  __shared__ float sums[kSplitWarps][kDecodeAttentionMaxHeadSize];
+  __shared__ float stats[2];
+  const int s = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
+  const int len = positions[r] + 1, j0 = s * kDecodeSplitKeys;
+  if (j0 >= len) return;
+  const int count = min(kDecodeSplitKeys, len - j0);
+  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const T* qh = q + r * q_stride + static_cast<int64_t>(h) * hs;
+  const int64_t kv_off = r * seq_stride + static_cast<int64_t>(h / group) * hs;
+  for (int d = tid; d < hs; d += kThreads) qs[d] = to_f32(qh[d]);
+  __syncthreads();
+  if (tid < count) {
+    const T* k = k_cache + kv_off + (j0 + tid) * kv_stride;
+    float dot = 0.0f;
+#pragma unroll 4
+    for (int d = 0; d < hs; d += kVec) {
+      float kv[kVec];
+      load<kVec>(k + d, kv);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) dot += qs[d + i] * kv[i];
+    }
+    p[tid] = dot * scale;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    float m = -INFINITY;
+    for (int j = lane; j < count; j += kWarpSize) m = fmaxf(m, p[j]);
+    m = warp_reduce(m, Max());
+    float l = 0.0f;
+    for (int j = lane; j < count; j += kWarpSize) {
+      const float e = expf(p[j] - m);
+      p[j] = e;
+      l += e;
+    }
+    l = warp_reduce(l, Add());
+    if (lane == 0) stats[0] = m, stats[1] = l;
+  }
+  __syncthreads();
+  constexpr int kPerLane = kDecodeAttentionMaxHeadSize / kWarpSize;
+  float acc[kPerLane];
+#pragma unroll
+  for (int c = 0; c < kPerLane; ++c) acc[c] = 0.0f;
+  for (int j = warp; j < count; j += kSplitWarps) {
+    const T* v = v_cache + kv_off + (j0 + j) * kv_stride;
+    const float pj = p[j];
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) {
+      const int d = lane + c * kWarpSize;
+      if (d < hs) acc[c] += pj * to_f32(v[d]);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kPerLane; ++c) {
+    const int d = lane + c * kWarpSize;
+    if (d < hs) sums[warp][d] = acc[c];
+  }
+  __syncthreads();
+  float* out = part + ((static_cast<int64_t>(r) * NH + h) * splits + s) * (hs + 2);
+  for (int d = tid; d < hs; d += kThreads) {
+    float a = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kSplitWarps; ++w) a += sums[w][d];
+    out[d] = a;
+  }
+  if (tid == 0) out[hs] = stats[0], out[hs + 1] = stats[1];
+}
+
+// Block (h, r): the partials of row r's splits below its length, merged in split order:
+// out[d] = sum_s exp(m_s - M) acc_s[d] / sum_s exp(m_s - M) l_s, M the largest m_s.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    decode_combine_kernel(T* out, const float* part, const int32_t* positions, int NH, int hs, int splits) {
+  const int h = blockIdx.x, r = blockIdx.y;
+  const int n = (positions[r] + kDecodeSplitKeys) / kDecodeSplitKeys;  // ceil((position + 1) / kDecodeSplitKeys)
+  const float* base = part + (static_cast<int64_t>(r) * NH + h) * splits * (hs + 2);
+  float M = -INFINITY;
+  for (int s = 0; s < n; ++s) M = fmaxf(M, base[s * (hs + 2) + hs]);
+  float L = 0.0f;
+  for (int s = 0; s < n; ++s) L += expf(base[s * (hs + 2) + hs] - M) * base[s * (hs + 2) + hs + 1];
+  T* o = out + (static_cast<int64_t>(r) * NH + h) * hs;
+  for (int d = threadIdx.x; d < hs; d += kThreads) {
+    float a = 0.0f;
+    for (int s = 0; s < n; ++s) a += expf(base[s * (hs + 2) + hs] - M) * base[s * (hs + 2) + d];
+    o[d] = from_f32<T>(a / L);
+  }
+}
+
+}  // namespace
+
+size_t decode_attention_at_scratch_bytes(int rows, int NH, int hs, int max_len) {
+  if (rows > kDecodeSplitMaxRows) return 0;
+  const int64_t splits = (int64_t{max_len} + kDecodeSplitKeys - 1) / kDecodeSplitKeys;
+  return sizeof(float) * static_cast<size_t>(int64_t{rows} * NH * splits * (hs + 2));
+}
+
 template <typename T>
 void decode_attention_at(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int64_t seq_stride,
-                         const int32_t* positions, int rows, int NH, int NKV, int hs, const GpuContext& ctx) {
+                         const int32_t* positions, int rows, int NH, int NKV, int hs, int max_len,
+                         const GpuContext& ctx) {
   ST_CHECK(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0, "NH = ", NH, " is not a positive multiple of NKV = ", NKV);
   ST_CHECK(hs <= kDecodeAttentionMaxHeadSize, "decode attention takes head sizes up to ", kDecodeAttentionMaxHeadSize,
            ", got ", hs);
-  ST_CHECK(rows >= 1 && q_stride >= int64_t{NH} * hs, "decode attention of ", rows, " rows with a query row stride of ",
-           q_stride);
+  ST_CHECK(rows >= 1 && max_len >= 1 && q_stride >= int64_t{NH} * hs, "decode attention of ", rows,
+           " rows with a query row stride of ", q_stride, " and caches of ", max_len, " positions");
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  if (rows <= kDecodeSplitMaxRows) {
+    const size_t need = decode_attention_at_scratch_bytes(rows, NH, hs, max_len);
+    ST_CHECK(ctx.scratch != nullptr && ctx.scratch_bytes >= need, "decode_attention_at needs ", need,
+             " bytes of scratch, ctx has ", ctx.scratch_bytes);
+    const int splits = (max_len + kDecodeSplitKeys - 1) / kDecodeSplitKeys;
+    auto* part = static_cast<float*>(ctx.scratch);
+    launch_packed<T>(hs % (16 / sizeof(T)) == 0 && all_aligned(16, k_cache), [&](auto w) {
+      constexpr int W = decltype(w)::value;
+      decode_split_kernel<W, T><<<dim3(splits, NH, rows), kThreads, 0, ctx.stream>>>(
+          part, q, q_stride, k_cache, v_cache, seq_stride, positions, NH, NH / NKV, hs, int64_t{NKV} * hs, scale,
+          splits);
+    });
+    decode_combine_kernel<T><<<dim3(NH, rows), kThreads, 0, ctx.stream>>>(out, part, positions, NH, hs, splits);
+    ST_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const int64_t blocks = int64_t{rows} * NH;
   ST_CHECK(blocks < (int64_t{1} << 31), "decode attention of ", rows, " rows x ", NH, " heads");
   decode_attention_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, ctx.stream>>>(
-      out, q, q_stride, k_cache, v_cache, 0, NH, NH / NKV, hs, int64_t{NKV} * hs,
-      1.0f / std::sqrt(static_cast<float>(hs)), positions, seq_stride);
+      out, q, q_stride, k_cache, v_cache, 0, NH, NH / NKV, hs, int64_t{NKV} * hs, scale, positions, seq_stride);
   ST_CUDA_CHECK_LAUNCH();
 }
 
@@ -152,7 +285,7 @@ void kv_append_at(T* k_cache, T* v_cache, const T* qkv, int64_t seq_stride, cons
 
 #define ST_DECODE_STEP_INSTANTIATE(T)                                                                                \
   template void decode_attention_at<T>(T*, const T*, int64_t, const T*, const T*, int64_t, const int32_t*, int, int, \
-                                       int, int, const GpuContext&);                                                 \
+                                       int, int, int, const GpuContext&);                                            \
   template void kv_append_at<T>(T*, T*, const T*, int64_t, const int32_t*, int, int, int, int, const GpuContext&);
 ST_DECODE_STEP_INSTANTIATE(float)
 ST_DECODE_STEP_INSTANTIATE(bf16)

@@ -42,6 +42,8 @@ CudaDecoderBase<T>::CudaDecoderBase(const ModelConfig& cfg, int device)
       logits_(cfg.padded_vocab()),
       tokens_(cfg.seq_len),
       positions_(cfg.seq_len),
+      attention_scratch_(static_cast<int64_t>(
+          gpu::decode_attention_at_scratch_bytes(gpu::kDecodeSplitMaxRows, cfg.n_head, cfg.head_dim(), cfg.seq_len))),
       step_host_(3),
       step_dev_(3) {
   for (const UnitLayout& u : units_) w_.emplace_back(u.numel);
@@ -96,7 +98,10 @@ void CudaDecoderBase<T>::attend(int layer, T* out, const T* qkv, const int32_t* 
   T* v = v_.data() + layer * layer_elems_;
   // One sequence: every row reads and writes the same cache (seq_stride 0).
   gpu::kv_append_at<T>(k, v, qkv, 0, positions, static_cast<int>(n), H, KV, D, ctx_);
-  gpu::decode_attention_at<T>(out, qkv, qkv_width_, k, v, 0, positions, static_cast<int>(n), H, KV, D, ctx_);
+  gpu::GpuContext c = ctx_;  // a step's split-K partials
+  c.scratch = attention_scratch_.data();
+  c.scratch_bytes = attention_scratch_.bytes();
+  gpu::decode_attention_at<T>(out, qkv, qkv_width_, k, v, 0, positions, static_cast<int>(n), H, KV, D, cfg.seq_len, c);
 }
 
 template <typename T>

@@ -63,31 +63,42 @@ TYPED_TEST(DecodeStepGpu, EmbeddingAndRopeAtPositionsMatchTheCpu) {
   EXPECT_TRUE(test::close(test::to_host(dev_qkv), turned, kTol<T>));
 }
 
+// 1 and 4 rows take the split-K path (splits of 64 keys over caches of 200: a row at 0, inside the first split, on a
+// split's last key and at the cache's end), 6 rows one block per (row, head); reruns are bit-identical.
 TYPED_TEST(DecodeStepGpu, AppendAndAttendAtEachSequencesPositionMatchTheCpu) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;
-  test::GpuEnv env;
-  for (const auto& [NH, NKV, hs] : {std::tuple{8, 2, 64}, std::tuple{4, 4, 40}}) {
-    SCOPED_TRACE(::testing::Message() << "NH " << NH << " NKV " << NKV << " hs " << hs);
-    const int rows = 4, L = 200;
-    const int64_t q_width = int64_t{NH} * hs, kv = int64_t{NKV} * hs, width = q_width + 2 * kv, seq_stride = L * kv;
-    std::vector<float> k = test::random_input<T>(rows * seq_stride, 3200),
-                       v = test::random_input<T>(rows * seq_stride, 3201);
-    const std::vector<float> qkv = test::random_input<T>(rows * width, 3202);
-    DeviceBuffer<T> dk = test::to_device<T>(k), dv = test::to_device<T>(v);
-    const DeviceBuffer<T> dqkv = test::to_device<T>(qkv);
-    const DeviceBuffer<int32_t> dev_pos = test::ints_to_device(kPositions);
-    kv_append_at(k.data(), v.data(), qkv.data(), seq_stride, kPositions.data(), rows, NH, NKV, hs);
-    gpu::kv_append_at<T>(dk.data(), dv.data(), dqkv.data(), seq_stride, dev_pos.data(), rows, NH, NKV, hs, env.ctx);
-    EXPECT_TRUE(test::bitwise_equal(test::to_host(dk), k));
-    EXPECT_TRUE(test::bitwise_equal(test::to_host(dv), v));
-    std::vector<float> want(static_cast<size_t>(rows * q_width));
-    decode_attention_at(want.data(), qkv.data(), width, k.data(), v.data(), seq_stride, kPositions.data(), rows, NH,
-                        NKV, hs);
-    DeviceBuffer<T> out(rows * q_width);
-    gpu::decode_attention_at<T>(out.data(), dqkv.data(), width, dk.data(), dv.data(), seq_stride, dev_pos.data(), rows,
-                                NH, NKV, hs, env.ctx);
-    EXPECT_TRUE(test::close(test::to_host(out), want, kTol<T>));
+  const std::vector<int32_t> positions = {37, 0, 199, 63, 130, 5};
+  for (const auto& [NH, NKV, hs] : {std::tuple{8, 2, 64}, std::tuple{4, 4, 40}, std::tuple{2, 1, 128}}) {
+    for (int rows : {1, 4, 6}) {
+      SCOPED_TRACE(::testing::Message() << "NH " << NH << " NKV " << NKV << " hs " << hs << " rows " << rows);
+      const int L = 200;
+      test::GpuEnv env(gpu::decode_attention_at_scratch_bytes(rows, NH, hs, L));
+      const int64_t q_width = int64_t{NH} * hs, kv = int64_t{NKV} * hs, width = q_width + 2 * kv, seq_stride = L * kv;
+      std::vector<float> k = test::random_input<T>(rows * seq_stride, 3200),
+                         v = test::random_input<T>(rows * seq_stride, 3201);
+      const std::vector<float> qkv = test::random_input<T>(rows * width, 3202);
+      DeviceBuffer<T> dk = test::to_device<T>(k), dv = test::to_device<T>(v);
+      const DeviceBuffer<T> dqkv = test::to_device<T>(qkv);
+      const DeviceBuffer<int32_t> dev_pos = test::ints_to_device(positions);
+      kv_append_at(k.data(), v.data(), qkv.data(), seq_stride, positions.data(), rows, NH, NKV, hs);
+      gpu::kv_append_at<T>(dk.data(), dv.data(), dqkv.data(), seq_stride, dev_pos.data(), rows, NH, NKV, hs, env.ctx);
+      EXPECT_TRUE(test::bitwise_equal(test::to_host(dk), k));
+      EXPECT_TRUE(test::bitwise_equal(test::to_host(dv), v));
+      std::vector<float> want(static_cast<size_t>(rows * q_width));
+      decode_attention_at(want.data(), qkv.data(), width, k.data(), v.data(), seq_stride, positions.data(), rows, NH,
+                          NKV, hs, L);
+      std::vector<float> runs[2];
+      for (std::vector<float>& got : runs) {
+        DeviceBuffer<T> out(rows * q_width);
+        test::poison(out);
+        gpu::decode_attention_at<T>(out.data(), dqkv.data(), width, dk.data(), dv.data(), seq_stride, dev_pos.data(),
+                                    rows, NH, NKV, hs, L, env.ctx);
+        got = test::to_host(out);
+      }
+      EXPECT_TRUE(test::close(runs[0], want, kTol<T>));
+      EXPECT_TRUE(test::bitwise_equal(runs[0], runs[1]));
+    }
   }
 }
 

@@ -81,7 +81,7 @@ TEST(DecodeStep, AttentionAtEachRowsPositionIsThatSequencesStep) {
     }
   std::vector<float> got(static_cast<size_t>(rows * q_width)), want(static_cast<size_t>(q_width));
   decode_attention_at(got.data(), qkv.data(), width, k.data(), v.data(), seq_stride, positions.data(), rows, NH, NKV,
-                      hs);
+                      hs, L);
   for (int r = 0; r < rows; ++r) {
     decode_attention(want.data(), qkv.data() + r * width, width, k.data() + r * seq_stride, v.data() + r * seq_stride,
                      1, positions[r], NH, NKV, hs);

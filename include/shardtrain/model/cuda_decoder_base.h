@@ -76,6 +76,7 @@ class CudaDecoderBase : public Decoder {
   int64_t kv_width_, qkv_width_, layer_elems_;
   DeviceBuffer<T> k_, v_, logits_;
   DeviceBuffer<int32_t> tokens_, positions_;
+  DeviceBuffer<unsigned char> attention_scratch_;  // decode_attention_at's split-K partials
 };
 
 }  // namespace st

@@ -26,11 +26,24 @@ template <typename T>
 void decode_attention(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int n, int pos, int NH,
                       int NKV, int hs, const GpuContext& ctx);
 
+// Keys per split of decode_attention_at's split-K path, and the rows at most that take it: a decoding step's one
+// query per head would otherwise be NH blocks walking the whole cache one tile after another.
+inline constexpr int kDecodeSplitKeys = 64;
+inline constexpr int kDecodeSplitMaxRows = 4;
+
+// The scratch decode_attention_at needs (0 for more than kDecodeSplitMaxRows rows): each (row, head, split)'s partial
+// softmax, for caches of max_len positions.
+size_t decode_attention_at_scratch_bytes(int rows, int NH, int hs, int max_len);
+
 // As st::decode_attention_at and st::kv_append_at: row r's cache at k_cache / v_cache + r seq_stride, its position
-// positions[r] (device memory), so that a captured decoding step runs at any position.
+// positions[r] (device memory), so that a captured decoding step runs at any position below max_len. Up to
+// kDecodeSplitMaxRows rows split each row's keys into blocks of kDecodeSplitKeys (a fixed grid over max_len; splits
+// past a row's length return at once), merged in split order by a second kernel; more rows take one block per (row,
+// head). Deterministic either way.
 template <typename T>
 void decode_attention_at(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int64_t seq_stride,
-                         const int32_t* positions, int rows, int NH, int NKV, int hs, const GpuContext& ctx);
+                         const int32_t* positions, int rows, int NH, int NKV, int hs, int max_len,
+                         const GpuContext& ctx);
 template <typename T>
 void kv_append_at(T* k_cache, T* v_cache, const T* qkv, int64_t seq_stride, const int32_t* positions, int rows, int NH,
                   int NKV, int hs, const GpuContext& ctx);
