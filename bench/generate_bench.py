@@ -153,7 +153,7 @@ top = torch.topk(first_logits, 5)
 mine = int(re.split(r"[,\s]+", ours32.strip())[0])
 print(f"# fp32 first position: transformers' top 5 {top.indices.tolist()} {[round(v, 4) for v in top.values.tolist()]};"
       f" shardtrain's token {mine}, transformers' logit for it {first_logits[mine].item():.4f}, rank "
-      f"{int((first_logits > first_logits[mine]).sum())}", file=sys.stderr)
+      f"{int((first_logits > first_logits[mine]).sum())}")
 rows.append(("shardtrain generate", f"{med(0):.2f}", f"{med(1):.2f}", f"{med(2):.2f}", f"{med(4):,.1f}",
              f"{agree} (fp32: {agree32})"))
 if args.batch > 1:
