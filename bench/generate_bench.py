@@ -122,9 +122,10 @@ def ours(extra, dtype="bf16", new=None):
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = p.stdout.read(1)
     ttft = time.perf_counter() - t0
-    rest, err = p.communicate()
+    rest = p.stdout.read()  # the rest from the same buffered reader (communicate() would skip what it buffered)
+    err = p.stderr.read().decode()
+    p.wait()
     wall = time.perf_counter() - t0
-    err = err.decode()
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)}: exit {p.returncode}\n{err}")
     m = SUMMARY.search(err)
