@@ -9,7 +9,7 @@
 
 const char* const kGenerateUsage =
     "usage: shardtrain generate (--ckpt DIR | --init.from PATH) (--prompt TEXT | --prompt-ids 1,2,3 | --prompts FILE)\n"
-    "                           [--chat] [--stop STR ...] [--jsonl] [--tokenizer FILE] [--max-tokens N]\n"
+    "                           [--chat] [--stop STR ...] [--jsonl] [--tokenizer FILE] [--max-tokens N] [--batch N]\n"
     "                           [--temperature T] [--top-k K] [--seed S] [--train.device=cpu|cuda]\n"
     "                           [--section.key=value ...]\n"
     "  continues each prompt with a model's weights, decoding with a key/value cache; it reads the weights alone:\n"
@@ -41,6 +41,8 @@ const char* const kGenerateUsage =
     "                      given; without either, the output is ids, comma-separated\n"
     "  --max-tokens N      tokens to generate for each prompt (default 100); past model.seq_len positions the context\n"
     "                      slides to the last model.seq_len / 2 tokens\n"
+    "  --batch N           prompts of --prompts decoded together, one token each a step (default 16); each holds a\n"
+    "                      key/value cache of model.seq_len positions on the device\n"
     "  --temperature T     softmax temperature, >= 0 (default 1; 0: greedy, the most likely token)\n"
     "  --top-k K           sample among the K most likely tokens (default 0: all)\n"
     "  --seed S            the sampling seed (default 0): the same seed gives the same tokens on every run and rank,\n"
@@ -117,6 +119,9 @@ GenerateArgs parse_generate_args(const std::vector<std::string>& args) {
       g.stops.push_back(*v);
     } else if (auto v = flag_value(args, &i, "--tokenizer")) {
       g.overrides.push_back("--data.tokenizer=" + *v);
+    } else if (auto v = flag_value(args, &i, "--batch")) {
+      g.batch = parse_value<int64_t>("--batch", *v, "an integer >= 1");
+      if (g.batch < 1 || g.batch > 4096) ST_BAD_INPUT("--batch ", g.batch, " is out of range (expected 1 to 4096)");
     } else if (auto v = flag_value(args, &i, "--max-tokens")) {
       g.max_tokens = parse_value<int64_t>("--max-tokens", *v, "an integer >= 1");
       if (g.max_tokens < 1) ST_BAD_INPUT("--max-tokens ", g.max_tokens, " is out of range (expected >= 1)");

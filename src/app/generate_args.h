@@ -20,6 +20,7 @@ struct GenerateArgs {
   bool jsonl = false;              // --jsonl
   std::vector<std::string> stops;  // --stop, each non-empty
   int64_t max_tokens = 100;
+  int64_t batch = 16;  // --batch: the prompts decoded together
   st::SamplingOptions sampling;
   std::vector<std::string> overrides;  // --section.key=value, and --tokenizer as --data.tokenizer
   bool help = false;

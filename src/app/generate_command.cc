@@ -12,6 +12,7 @@
 // and rank 0 prints (generate_output.h): one prompt's text or ids as they come, or a result a line, on stdout; a
 // summary with the load time and the prefill and decode rates on stderr. A closed stdout ends the run with exit 0,
 // SIGINT or SIGTERM with 128 + the signal.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -67,8 +68,8 @@ st::Config generate_config(const GenerateArgs& g) {
 // The decoder of `decode` with its weights, read by every rank on its own (decode_weights.h) and streamed into it a
 // unit at a time, and what the summary calls them: "DIR (step N)" or "PATH (init.from)".
 std::unique_ptr<st::Decoder> load_decoder(const GenerateArgs& g, const st::Config& cfg, const st::Config& decode,
-                                          st::Communicator& comm, std::string* source) {
-  std::unique_ptr<st::Decoder> decoder = st::make_unloaded_decoder(decode, comm.device_rank());
+                                          int max_batch, st::Communicator& comm, std::string* source) {
+  std::unique_ptr<st::Decoder> decoder = st::make_unloaded_decoder(decode, comm.device_rank(), max_batch);
   const st::UnitSink sink = [&](int u, std::vector<float>& values) { decoder->load_unit(u, values); };
   if (g.dir.empty()) {
     st::on_all_ranks(comm, [&] { st::read_init_from_weights(cfg, sink); });
@@ -107,7 +108,9 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
   st::Config decode = cfg;
   decode.model = st::base_model(cfg.model);
   std::string source;
-  const std::unique_ptr<st::Decoder> decoder = load_decoder(g, cfg, decode, comm, &source);
+  // A cache for each prompt decoded together: --batch of them, or fewer prompts.
+  const int max_batch = static_cast<int>(std::min<int64_t>(g.batch, static_cast<int64_t>(prompts.ids.size())));
+  const std::unique_ptr<st::Decoder> decoder = load_decoder(g, cfg, decode, max_batch, comm, &source);
   const double load_seconds = st::seconds_since(load_start);
   // One prompt streams its tokens as they come; a batch prints whole results. A stop signal from here on ends the
   // generation where it is (what was printed kept), and a closed stdout ends it quietly, as it ends any Unix filter.

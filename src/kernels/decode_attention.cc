@@ -58,17 +58,20 @@ void decode_attention(float* out, const float* q, int64_t q_stride, const float*
 void decode_attention_at(float* out, const float* q, int64_t q_stride, const float* k_cache, const float* v_cache,
                          int64_t seq_stride, const int32_t* positions, int rows, int NH, int NKV, int hs, int max_len) {
   for (int r = 0; r < rows; ++r)
-    ST_CHECK(positions[r] >= 0 && positions[r] < max_len, "row ", r, " at position ", positions[r],
-             " outside caches of ", max_len);
+    ST_CHECK(positions[r] < max_len, "row ", r, " at position ", positions[r], " outside caches of ", max_len);
   for (int r = 0; r < rows; ++r)
-    decode_attention(out + int64_t{r} * NH * hs, q + r * q_stride, q_stride, k_cache + r * seq_stride,
-                     v_cache + r * seq_stride, 1, positions[r], NH, NKV, hs);
+    if (positions[r] < 0)
+      std::fill(out + int64_t{r} * NH * hs, out + int64_t{r + 1} * NH * hs, 0.0f);
+    else
+      decode_attention(out + int64_t{r} * NH * hs, q + r * q_stride, q_stride, k_cache + r * seq_stride,
+                       v_cache + r * seq_stride, 1, positions[r], NH, NKV, hs);
 }
 
 void kv_append_at(float* k_cache, float* v_cache, const float* qkv, int64_t seq_stride, const int32_t* positions,
                   int rows, int NH, int NKV, int hs) {
   const int64_t q_width = int64_t{NH} * hs, kv_width = int64_t{NKV} * hs;
   for (int r = 0; r < rows; ++r) {
+    if (positions[r] < 0) continue;
     const float* row = qkv + r * (q_width + 2 * kv_width);
     const int64_t at = r * seq_stride + int64_t{positions[r]} * kv_width;
     std::copy(row + q_width, row + q_width + kv_width, k_cache + at);

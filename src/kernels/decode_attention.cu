@@ -32,6 +32,10 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
   // keys 0 .. pos + i, or with positions 0 .. positions[i] of row i's own cache
   const int len = positions != nullptr ? positions[i] + 1 : pos + i + 1;
+  if (len <= 0) {  // an idle row (negative position): zeros
+    for (int d = tid; d < hs; d += kThreads) out[(static_cast<int64_t>(i) * NH + h) * hs + d] = from_f32<T>(0.0f);
+    return;
+  }
   if (positions != nullptr) {
     k_cache += i * seq_stride;
     v_cache += i * seq_stride;
@@ -197,7 +201,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     decode_combine_kernel(T* out, const float* part, const int32_t* positions, int NH, int hs, int splits) {
   const int h = blockIdx.x, r = blockIdx.y;
-  const int n = (positions[r] + kDecodeSplitKeys) / kDecodeSplitKeys;  // ceil((position + 1) / kDecodeSplitKeys)
+  const int n = max(0, positions[r] + kDecodeSplitKeys) / kDecodeSplitKeys;  // ceil((position + 1) / split), 0 idle
   const float* base = part + (static_cast<int64_t>(r) * NH + h) * splits * (hs + 2);
   float M = -INFINITY;
   for (int s = 0; s < n; ++s) M = fmaxf(M, base[s * (hs + 2) + hs]);
@@ -207,7 +211,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int d = threadIdx.x; d < hs; d += kThreads) {
     float a = 0.0f;
     for (int s = 0; s < n; ++s) a += expf(base[s * (hs + 2) + hs] - M) * base[s * (hs + 2) + d];
-    o[d] = from_f32<T>(a / L);
+    o[d] = from_f32<T>(n == 0 ? 0.0f : a / L);
   }
 }
 
@@ -262,6 +266,7 @@ __global__ void kv_append_kernel(T* k_cache, T* v_cache, const T* qkv, int64_t s
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / kv_width, c = i % kv_width;
+    if (positions[r] < 0) continue;  // an idle row
     const int64_t at = r * seq_stride + static_cast<int64_t>(positions[r]) * kv_width + c;
     const T* row = qkv + r * (q_width + 2 * kv_width);
     k_cache[at] = row[q_width + c];

@@ -22,7 +22,7 @@ void embed(float* out, const int32_t* tokens, const float* wte, const float* wpe
   const int64_t BT = static_cast<int64_t>(B) * T;
 #pragma omp parallel for schedule(static) if (BT * C >= kMinParallelWork)
   for (int64_t bt = 0; bt < BT; ++bt) {
-    const int64_t t = positions != nullptr ? positions[bt] : bt % T;
+    const int64_t t = positions != nullptr ? std::max<int64_t>(positions[bt], 0) : bt % T;  // idle rows: position 0
     float* o = out + bt * C;
     const float* e = wte + static_cast<int64_t>(tokens[bt]) * C;
     if (wpe == nullptr) {

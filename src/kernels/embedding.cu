@@ -23,7 +23,7 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T*
     float e[W], p[W];
     load<W>(wte + static_cast<int64_t>(tokens[bt]) * C + c, e);
     if (wpe != nullptr) {  // null: no position embedding (llama)
-      load<W>(wpe + (positions != nullptr ? positions[bt] : bt % T_) * C + c, p);
+      load<W>(wpe + (positions != nullptr ? max(positions[bt], 0) : bt % T_) * C + c, p);  // idle rows: row 0
       for (int k = 0; k < W; ++k) e[k] += p[k];
     }
     store<W>(out + i, e);

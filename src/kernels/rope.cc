@@ -63,6 +63,7 @@ void rotate(float* qkv, const float* cos, const float* sin, int64_t B, int64_t T
 #pragma omp parallel for schedule(static) if (rows * heads * hs >= kMinParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = positions != nullptr ? positions[r] : r % T;
+    if (t < 0) continue;  // an idle row of a decoding step
     const float* c = cos + t * half;
     const float* s = sin + t * half;
     for (int h = 0; h < heads; ++h) {

@@ -28,6 +28,7 @@ __global__ void rope_kernel(T* qkv, const float* cos, const float* sin, int64_t 
     const int h = static_cast<int>(rh % heads);
     const int64_t r = rh / heads;
     const int64_t t = positions != nullptr ? positions[r] : r % T_;
+    if (t < 0) continue;  // an idle row of a decoding step
     T* x = qkv + r * stride + static_cast<int64_t>(h) * 2 * half + j;
     const float* c = cos + t * half + j;
     const float* s = sin + t * half + j;

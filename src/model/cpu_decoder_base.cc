@@ -2,7 +2,10 @@
 
 namespace st {
 
-CpuDecoderBase::CpuDecoderBase(const ModelConfig& cfg)
-    : Decoder(cfg), units_(build_units(cfg)), cache_(cfg), w_(units_.size()) {}
+CpuDecoderBase::CpuDecoderBase(const ModelConfig& cfg, int max_batch)
+    : Decoder(cfg, max_batch),
+      units_(build_units(cfg)),
+      caches_(static_cast<size_t>(max_batch), KvCache(cfg)),
+      w_(units_.size()) {}
 
 }  // namespace st

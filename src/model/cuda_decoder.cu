@@ -28,62 +28,75 @@ int use_device(int device) {
 }  // namespace
 
 template <typename T>
-CudaDecoderBase<T>::CudaDecoderBase(const ModelConfig& cfg, int device)
-    : Decoder(cfg),
+CudaDecoderBase<T>::CudaDecoderBase(const ModelConfig& cfg, int device, int max_batch)
+    : Decoder(cfg, max_batch),
       device_(use_device(device)),
       units_(build_units(cfg)),
       ctx_{stream_.get(), &blas_, nullptr, 0},
       device_name_(cuda_device_name()),
       kv_width_(int64_t{cfg.kv_heads()} * cfg.head_dim()),
       qkv_width_(cfg.qkv_dim()),
-      layer_elems_(int64_t{cfg.seq_len} * kv_width_),
+      seq_elems_(int64_t{cfg.seq_len} * kv_width_),
+      layer_elems_(max_batch * seq_elems_),
       k_(cfg.n_layer * layer_elems_),
       v_(cfg.n_layer * layer_elems_),
-      logits_(cfg.padded_vocab()),
-      tokens_(cfg.seq_len),
-      positions_(cfg.seq_len),
+      logits_(max_batch * cfg.padded_vocab()),
+      tokens_(max_rows()),
+      positions_(max_rows()),
       attention_scratch_(static_cast<int64_t>(
           gpu::decode_attention_at_scratch_bytes(gpu::kDecodeSplitMaxRows, cfg.n_head, cfg.head_dim(), cfg.seq_len))),
-      step_host_(3),
-      step_dev_(3) {
+      step_host_(3 * max_batch),
+      step_dev_(3 * max_batch) {
   for (const UnitLayout& u : units_) w_.emplace_back(u.numel);
 }
 
 template <typename T>
 CudaDecoderBase<T>::~CudaDecoderBase() {
-  if (step_graph_ != nullptr) cudaGraphExecDestroy(step_graph_);
+  for (auto& [n, graph] : graphs_) cudaGraphExecDestroy(graph);
+}
+
+template <typename T>
+void CudaDecoderBase<T>::greedy_step(int n, bool batch) {
+  const int B = max_batch(), key = batch ? n : 0;
+  int32_t* io = step_host_.data();
+  int32_t* dev = step_dev_.data();
+  ST_CUDA_CHECK(cudaMemcpyAsync(dev, io, 2 * B * sizeof(int32_t), cudaMemcpyHostToDevice, ctx_.stream));
+  auto step = [&] {
+    run(dev, dev + B, n, batch);
+    gpu::argmax_rows<T>(logits_.data(), config().padded_vocab(), n, config().vocab_size, dev + 2 * B, ctx_);
+  };
+  const auto graph = graphs_.find(key);
+  if (graph != graphs_.end()) {
+    ST_CUDA_CHECK(cudaGraphLaunch(graph->second, ctx_.stream));
+  } else if (warm_.count(key) == 0) {
+    step();  // eagerly: cuBLASLt's algorithm choices and any lazy setup happen outside a capture
+    warm_.insert(key);
+  } else {
+    cudaGraph_t captured = nullptr;
+    ST_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
+    step();
+    ST_CUDA_CHECK(cudaStreamEndCapture(ctx_.stream, &captured));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = cudaGraphInstantiate(&exec, captured, 0);
+    cudaGraphDestroy(captured);
+    ST_CUDA_CHECK(made);
+    graphs_[key] = exec;
+    ST_CUDA_CHECK(cudaGraphLaunch(exec, ctx_.stream));
+  }
+  ST_CUDA_CHECK(cudaMemcpyAsync(io + 2 * B, dev + 2 * B, n * sizeof(int32_t), cudaMemcpyDeviceToHost, ctx_.stream));
+  stream_.synchronize();
 }
 
 template <typename T>
 int32_t CudaDecoderBase<T>::forward_greedy(int32_t token, int64_t pos) {
-  // step_dev_: [0] the token, [1] its position, [2] the greedy next token.
+  // Sequence 0 alone: its graph reads sequence 0's cache (use_sequence(0) came first, as step_greedy does it).
+  ST_CHECK(seq_ == 0, "the single greedy step is sequence 0's, not ", seq_, "'s");
   int32_t* io = step_host_.data();
+  const int B = max_batch();
   io[0] = token;
-  io[1] = static_cast<int32_t>(pos);
-  const int32_t* dev = step_dev_.data();
-  ST_CUDA_CHECK(cudaMemcpyAsync(step_dev_.data(), io, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, ctx_.stream));
-  auto step = [&] {
-    run(dev, dev + 1, 1);
-    gpu::argmax_rows<T>(logits_.data(), config().padded_vocab(), 1, config().vocab_size, step_dev_.data() + 2, ctx_);
-  };
-  if (step_graph_ != nullptr) {
-    ST_CUDA_CHECK(cudaGraphLaunch(step_graph_, ctx_.stream));
-  } else if (!step_warm_) {
-    step();  // eagerly: cuBLASLt's algorithm choices and any lazy setup happen outside a capture
-    step_warm_ = true;
-  } else {
-    cudaGraph_t graph = nullptr;
-    ST_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
-    step();
-    ST_CUDA_CHECK(cudaStreamEndCapture(ctx_.stream, &graph));
-    const cudaError_t made = cudaGraphInstantiate(&step_graph_, graph, 0);
-    cudaGraphDestroy(graph);
-    ST_CUDA_CHECK(made);
-    ST_CUDA_CHECK(cudaGraphLaunch(step_graph_, ctx_.stream));
-  }
-  ST_CUDA_CHECK(cudaMemcpyAsync(io + 2, dev + 2, sizeof(int32_t), cudaMemcpyDeviceToHost, ctx_.stream));
-  stream_.synchronize();
-  if (io[2] >= 0) return io[2];
+  io[B] = static_cast<int32_t>(pos);
+  greedy_step(1, false);
+  if (io[2 * B] >= 0) return io[2 * B];
   // A NaN or an infinity among the logits: sample_token says which, as the host path does.
   std::vector<float> logits;
   copy_logits(&logits);
@@ -91,30 +104,62 @@ int32_t CudaDecoderBase<T>::forward_greedy(int32_t token, int64_t pos) {
 }
 
 template <typename T>
-void CudaDecoderBase<T>::attend(int layer, T* out, const T* qkv, const int32_t* positions, int64_t n) {
+void CudaDecoderBase<T>::forward_batch_greedy(const int32_t* tokens, const int32_t* positions, int n, int32_t* next) {
+  int32_t* io = step_host_.data();
+  const int B = max_batch();
+  std::copy(tokens, tokens + n, io);
+  std::copy(positions, positions + n, io + B);
+  greedy_step(n, true);
+  std::copy(io + 2 * B, io + 2 * B + n, next);
+  for (int r = 0; r < n; ++r) {
+    if (positions[r] < 0 || next[r] >= 0) continue;
+    // A NaN or an infinity among row r's logits: sample_token says which, as the host path does.
+    std::vector<float> rows;
+    copy_logits(&rows, n);
+    const auto V = static_cast<ptrdiff_t>(config().vocab_size);
+    sample_token(std::vector<float>(rows.begin() + r * V, rows.begin() + (r + 1) * V), SamplingOptions{0.0, 0, 0}, 0);
+  }
+}
+
+template <typename T>
+void CudaDecoderBase<T>::forward_batch(const int32_t* tokens, const int32_t* positions, int n,
+                                       std::vector<float>* logits) {
+  const int32_t* dev_tokens = upload_tokens(tokens, n);
+  ST_CUDA_CHECK(cudaMemcpyAsync(positions_.data(), positions, sizeof(int32_t) * static_cast<size_t>(n),
+                                cudaMemcpyHostToDevice, ctx_.stream));
+  run(dev_tokens, positions_.data(), n, true);
+  copy_logits(logits, n);
+}
+
+template <typename T>
+void CudaDecoderBase<T>::attend(int layer, T* out, const T* qkv, const int32_t* positions, int64_t n, bool batch) {
   const ModelConfig& cfg = config();
   const int H = cfg.n_head, KV = cfg.kv_heads(), D = cfg.head_dim();
-  T* k = k_.data() + layer * layer_elems_;
-  T* v = v_.data() + layer * layer_elems_;
-  // One sequence: every row reads and writes the same cache (seq_stride 0).
-  gpu::kv_append_at<T>(k, v, qkv, 0, positions, static_cast<int>(n), H, KV, D, ctx_);
+  // batch: row r in sequence r's cache; otherwise every row in the current sequence's (seq_stride 0).
+  T* k = k_.data() + layer * layer_elems_ + (batch ? 0 : seq_ * seq_elems_);
+  T* v = v_.data() + layer * layer_elems_ + (batch ? 0 : seq_ * seq_elems_);
+  const int64_t seq_stride = batch ? seq_elems_ : 0;
+  gpu::kv_append_at<T>(k, v, qkv, seq_stride, positions, static_cast<int>(n), H, KV, D, ctx_);
   gpu::GpuContext c = ctx_;  // a step's split-K partials
   c.scratch = attention_scratch_.data();
   c.scratch_bytes = attention_scratch_.bytes();
-  gpu::decode_attention_at<T>(out, qkv, qkv_width_, k, v, 0, positions, static_cast<int>(n), H, KV, D, cfg.seq_len, c);
+  gpu::decode_attention_at<T>(out, qkv, qkv_width_, k, v, seq_stride, positions, static_cast<int>(n), H, KV, D,
+                              cfg.seq_len, c);
 }
 
 template <typename T>
-void CudaDecoderBase<T>::classify_on_device(const T* xn, const T* w) {
+void CudaDecoderBase<T>::classify_on_device(const T* xn, const T* w, int64_t rows) {
   const ModelConfig& cfg = config();
-  gpu::matmul_forward<T>(logits_.data(), xn, w, nullptr, 1, cfg.n_embd, cfg.padded_vocab(), ctx_);
+  gpu::matmul_forward<T>(logits_.data(), xn, w, nullptr, rows, cfg.n_embd, cfg.padded_vocab(), ctx_);
 }
 
 template <typename T>
-void CudaDecoderBase<T>::copy_logits(std::vector<float>* logits) {
-  std::vector<T> row(static_cast<size_t>(config().vocab_size));
-  ST_CUDA_CHECK(
-      cudaMemcpyAsync(row.data(), logits_.data(), sizeof(T) * row.size(), cudaMemcpyDeviceToHost, ctx_.stream));
+void CudaDecoderBase<T>::copy_logits(std::vector<float>* logits, int64_t rows) {
+  const auto V = static_cast<size_t>(config().vocab_size), Vp = static_cast<size_t>(config().padded_vocab());
+  // The rows' real vocabularies, one 2D copy leaving the padding behind.
+  std::vector<T> row(static_cast<size_t>(rows) * V);
+  ST_CUDA_CHECK(cudaMemcpy2DAsync(row.data(), sizeof(T) * V, logits_.data(), sizeof(T) * Vp, sizeof(T) * V,
+                                  static_cast<size_t>(rows), cudaMemcpyDeviceToHost, ctx_.stream));
   stream_.synchronize();
   logits->resize(row.size());
   for (size_t i = 0; i < row.size(); ++i) (*logits)[i] = static_cast<float>(row[i]);
@@ -157,7 +202,7 @@ const int32_t* CudaDecoderBase<T>::upload_tokens(const int32_t* tokens, int64_t 
 
 template <typename T>
 void CudaDecoderBase<T>::forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) {
-  run(upload_tokens(tokens, n), upload_positions(pos, n), n);
+  run(upload_tokens(tokens, n), upload_positions(pos, n), n, false);
   copy_logits(logits);
 }
 
@@ -183,14 +228,14 @@ template class CudaDecoderBase<float>;
 template class CudaDecoderBase<bf16>;
 template class CudaDecoderBase<fp16>;
 
-std::unique_ptr<Decoder> make_cuda_decoder(const ModelConfig& model, DType dtype, int device) {
+std::unique_ptr<Decoder> make_cuda_decoder(const ModelConfig& model, DType dtype, int device, int max_batch) {
   switch (dtype) {
     case DType::kF32:
-      return cuda_model_family<float>(model.arch).make_decoder(model, device);
+      return cuda_model_family<float>(model.arch).make_decoder(model, device, max_batch);
     case DType::kBF16:
-      return cuda_model_family<bf16>(model.arch).make_decoder(model, device);
+      return cuda_model_family<bf16>(model.arch).make_decoder(model, device, max_batch);
     case DType::kF16:
-      return cuda_model_family<fp16>(model.arch).make_decoder(model, device);
+      return cuda_model_family<fp16>(model.arch).make_decoder(model, device, max_batch);
     case DType::kAuto:
       break;
   }

@@ -1,5 +1,7 @@
 #include "shardtrain/model/decoder.h"
 
+#include <algorithm>
+
 #include "shardtrain/core/error.h"
 #include "shardtrain/model/family.h"
 #include "shardtrain/model/sampling.h"
@@ -11,7 +13,11 @@
 
 namespace st {
 
-Decoder::Decoder(const ModelConfig& cfg) : cfg_(cfg), layout_(build_units(cfg)), loaded_(layout_.size(), false) {}
+Decoder::Decoder(const ModelConfig& cfg, int max_batch)
+    : cfg_(cfg), layout_(build_units(cfg)), loaded_(layout_.size(), false) {
+  if (max_batch < 1) ST_BAD_INPUT("a decoder holds at least one sequence, asked for ", max_batch);
+  positions_.assign(static_cast<size_t>(max_batch), 0);
+}
 
 void Decoder::load_unit(int u, std::vector<float>& values) {
   if (u < 0 || u >= static_cast<int>(loaded_.size()))
@@ -25,42 +31,116 @@ void Decoder::load_unit(int u, std::vector<float>& values) {
   ++units_loaded_;
 }
 
-void Decoder::check_tokens(const int32_t* tokens, int64_t n) const {
+void Decoder::check_tokens(const int32_t* tokens, int64_t n, int64_t pos) const {
   for (int64_t i = 0; i < n; ++i)
     if (tokens[i] < 0 || tokens[i] >= cfg_.vocab_size)
-      ST_BAD_INPUT("token ", tokens[i], " (at position ", position_ + i, ") is outside the vocabulary [0, ",
-                   cfg_.vocab_size, ")");
+      ST_BAD_INPUT("token ", tokens[i], " (at position ", pos + i, ") is outside the vocabulary [0, ", cfg_.vocab_size,
+                   ")");
 }
 
-const std::vector<float>& Decoder::prefill(const std::vector<int32_t>& tokens) {
-  const auto n = static_cast<int64_t>(tokens.size());
+void Decoder::check_loaded() const {
   ST_CHECK(loaded(), "a decoder runs once every unit's weights are loaded (", units_loaded_, " of ", loaded_.size(),
            " are)");
+}
+
+namespace {
+
+void check_room(int64_t position, int64_t max_length, int seq) {
+  ST_CHECK(position < max_length, "the KV cache of sequence ", seq, " is full: its ", max_length,
+           " positions (model.seq_len) hold tokens; prefill again with a shorter context to continue");
+}
+
+}  // namespace
+
+const std::vector<float>& Decoder::prefill(const std::vector<int32_t>& tokens, int seq) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  check_loaded();
+  ST_CHECK(seq >= 0 && seq < max_batch(), "sequence ", seq, " of a decoder of ", max_batch());
   if (n < 1 || n > max_length())
     ST_BAD_INPUT("a prompt of ", n, " tokens: the model reads 1 to ", max_length(), " (model.seq_len)");
-  position_ = 0;
-  check_tokens(tokens.data(), n);
+  positions_[static_cast<size_t>(seq)] = 0;
+  check_tokens(tokens.data(), n, 0);
+  use_sequence(seq);
   forward(tokens.data(), n, 0, &logits_);
-  position_ = n;
+  positions_[static_cast<size_t>(seq)] = n;
   return logits_;
 }
 
 const std::vector<float>& Decoder::step(int32_t token) {
-  ST_CHECK(!full(), "the KV cache is full: its ", max_length(),
-           " positions (model.seq_len) hold tokens; prefill again with a shorter context to continue");
-  check_tokens(&token, 1);
-  forward(&token, 1, position_, &logits_);
-  ++position_;
+  check_room(position(), max_length(), 0);
+  check_tokens(&token, 1, position());
+  use_sequence(0);
+  forward(&token, 1, position(), &logits_);
+  ++positions_[0];
   return logits_;
 }
 
 int32_t Decoder::step_greedy(int32_t token) {
-  ST_CHECK(!full(), "the KV cache is full: its ", max_length(),
-           " positions (model.seq_len) hold tokens; prefill again with a shorter context to continue");
-  check_tokens(&token, 1);
-  const int32_t next = forward_greedy(token, position_);
-  ++position_;
+  check_room(position(), max_length(), 0);
+  check_tokens(&token, 1, position());
+  use_sequence(0);
+  const int32_t next = forward_greedy(token, position());
+  ++positions_[0];
   return next;
+}
+
+std::vector<int32_t> Decoder::batch_positions(const std::vector<int32_t>& tokens) const {
+  check_loaded();
+  ST_CHECK(!tokens.empty() && tokens.size() <= positions_.size(), "a batched step of ", tokens.size(),
+           " sequences for a decoder of ", positions_.size());
+  std::vector<int32_t> at(tokens.size(), -1);
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    if (tokens[s] == kIdle) continue;
+    check_room(positions_[s], max_length(), static_cast<int>(s));
+    check_tokens(&tokens[s], 1, positions_[s]);
+    at[s] = static_cast<int32_t>(positions_[s]);
+  }
+  return at;
+}
+
+const std::vector<float>& Decoder::step_batch(const std::vector<int32_t>& tokens) {
+  const std::vector<int32_t> at = batch_positions(tokens);
+  std::vector<int32_t> ids = tokens;
+  for (int32_t& t : ids) t = std::max(t, 0);  // an idle row runs token 0, whatever it gives
+  forward_batch(ids.data(), at.data(), static_cast<int>(ids.size()), &logits_);
+  for (size_t s = 0; s < tokens.size(); ++s) positions_[s] += at[s] >= 0 ? 1 : 0;
+  return logits_;
+}
+
+std::vector<int32_t> Decoder::step_batch_greedy(const std::vector<int32_t>& tokens) {
+  const std::vector<int32_t> at = batch_positions(tokens);
+  std::vector<int32_t> ids = tokens;
+  for (int32_t& t : ids) t = std::max(t, 0);
+  std::vector<int32_t> next(tokens.size());
+  forward_batch_greedy(ids.data(), at.data(), static_cast<int>(ids.size()), next.data());
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    positions_[s] += at[s] >= 0 ? 1 : 0;
+    if (at[s] < 0) next[s] = kIdle;
+  }
+  return next;
+}
+
+void Decoder::forward_batch(const int32_t* tokens, const int32_t* positions, int n, std::vector<float>* logits) {
+  const auto V = static_cast<size_t>(cfg_.vocab_size);
+  logits->assign(static_cast<size_t>(n) * V, 0.0f);
+  std::vector<float> row;
+  for (int r = 0; r < n; ++r) {
+    if (positions[r] < 0) continue;
+    use_sequence(r);
+    forward(tokens + r, 1, positions[r], &row);
+    std::copy(row.begin(), row.end(), logits->begin() + static_cast<ptrdiff_t>(r * V));
+  }
+}
+
+void Decoder::forward_batch_greedy(const int32_t* tokens, const int32_t* positions, int n, int32_t* next) {
+  std::vector<float> rows;
+  forward_batch(tokens, positions, n, &rows);
+  const auto V = static_cast<ptrdiff_t>(cfg_.vocab_size);
+  for (int r = 0; r < n; ++r) {
+    if (positions[r] < 0) continue;
+    const std::vector<float> row(rows.begin() + r * V, rows.begin() + (r + 1) * V);
+    next[r] = sample_token(row, SamplingOptions{0.0, 0, 0}, 0);  // greedy, refusing a non-finite logit
+  }
 }
 
 int32_t Decoder::forward_greedy(int32_t token, int64_t pos) {
@@ -91,10 +171,10 @@ std::unique_ptr<Decoder> make_decoder(const Config& cfg, std::vector<std::vector
   return load_decoder(make_unloaded_decoder(cfg, cuda_device), std::move(weights));
 }
 
-std::unique_ptr<Decoder> make_unloaded_decoder(const Config& cfg, int cuda_device) {
-  if (cfg.train.device == Device::kCpu) return model_family(cfg.model.arch).make_cpu_decoder(cfg.model);
+std::unique_ptr<Decoder> make_unloaded_decoder(const Config& cfg, int cuda_device, int max_batch) {
+  if (cfg.train.device == Device::kCpu) return model_family(cfg.model.arch).make_cpu_decoder(cfg.model, max_batch);
 #ifdef SHARDTRAIN_HAVE_CUDA
-  return make_cuda_decoder(cfg.model, cfg.compute_dtype(), cuda_device);
+  return make_cuda_decoder(cfg.model, cfg.compute_dtype(), cuda_device, max_batch);
 #else
   ST_BAD_INPUT(
       "train.device = cuda, but this shardtrain was built without the CUDA backend (nvcc was not found "

@@ -67,6 +67,75 @@ std::vector<int32_t> continue_prompt(Decoder& decoder, const std::vector<int32_t
   return out;
 }
 
+// generate_batch's group: prompts [first, first + count) in decoder sequences 0 .. count - 1, stepped together. Each
+// round, every live sequence's pending token (sampled, handed to the sink, not yet run) is run: in the batched step,
+// or, for a sequence whose cache is full, by a prefill of its last max_length() / 2 tokens (the slide of
+// continue_prompt). Finished sequences sit the steps out (Decoder::kIdle).
+void continue_together(Decoder& decoder, const std::vector<std::vector<int32_t>>& prompts, size_t first, size_t count,
+                       int64_t n, const SamplingOptions& options, GenerationStats* s, const BatchTokenSink& sink,
+                       std::vector<std::vector<int32_t>>* out) {
+  const bool greedy = options.temperature == 0 || options.top_k == 1;
+  const int64_t keep = std::max<int64_t>(1, decoder.max_length() / 2);
+  const auto V = static_cast<ptrdiff_t>(decoder.config().vocab_size);
+  std::vector<int32_t> pending(count, Decoder::kIdle);  // kIdle: finished
+  std::vector<int64_t> index(count, 0);                 // the index of each sequence's next token
+  // Hands token `t` of sequence j to the sink; whether the sequence goes on.
+  auto emit = [&](size_t j, int32_t t) {
+    std::vector<int32_t>& o = (*out)[first + j];
+    o.push_back(t);
+    const int64_t i = index[j]++;
+    const bool more = !sink || sink(static_cast<int>(first + j), t, i);
+    pending[j] = more && i + 1 < n ? t : Decoder::kIdle;
+  };
+  auto sample_row = [&](const float* row, int64_t i) {
+    return sample_token(std::vector<float>(row, row + V), options, static_cast<uint64_t>(i));
+  };
+  for (size_t j = 0; j < count; ++j) {
+    const std::vector<int32_t> context = tail(prompts[first + j], {}, decoder.max_length());
+    s->prompt_tokens += static_cast<int64_t>(context.size());
+    const std::vector<float>* logits = nullptr;
+    {
+      const AddElapsed timer(&s->prefill_seconds);
+      logits = &decoder.prefill(context, static_cast<int>(j));
+    }
+    const AddElapsed timer(&s->decode_seconds);
+    emit(j, sample_row(logits->data(), 0));
+  }
+  const AddElapsed timer(&s->decode_seconds);
+  for (;;) {
+    std::vector<int32_t> step(count, Decoder::kIdle);
+    std::vector<int32_t> slid(count, Decoder::kIdle);  // the token a slide's prefill gave
+    bool any = false;
+    for (size_t j = 0; j < count; ++j) {
+      if (pending[j] == Decoder::kIdle) continue;
+      any = true;
+      if (!decoder.full(static_cast<int>(j))) {
+        step[j] = pending[j];
+        continue;
+      }
+      const std::vector<float>& logits =
+          decoder.prefill(tail(prompts[first + j], (*out)[first + j], keep), static_cast<int>(j));
+      slid[j] = sample_row(logits.data(), index[j]);
+      ++s->slides;
+    }
+    if (!any) return;
+    std::vector<int32_t> next(count, Decoder::kIdle);
+    const bool stepped = std::any_of(step.begin(), step.end(), [](int32_t t) { return t != Decoder::kIdle; });
+    if (stepped && greedy) {
+      next = decoder.step_batch_greedy(step);
+    } else if (stepped) {
+      const std::vector<float>& rows = decoder.step_batch(step);
+      for (size_t j = 0; j < count; ++j)
+        if (step[j] != Decoder::kIdle) next[j] = sample_row(rows.data() + static_cast<ptrdiff_t>(j) * V, index[j]);
+    }
+    for (size_t j = 0; j < count; ++j) {
+      if (pending[j] == Decoder::kIdle) continue;
+      ++s->decode_steps;
+      emit(j, step[j] != Decoder::kIdle ? next[j] : slid[j]);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<int32_t> generate_tokens(Decoder& decoder, const std::vector<int32_t>& prompt, int64_t n,
@@ -91,16 +160,20 @@ std::vector<std::vector<int32_t>> generate_batch(Decoder& decoder, const std::ve
   ST_CHECK(prompts.size() <= static_cast<size_t>(std::numeric_limits<int>::max()), "a batch of ", prompts.size(),
            " prompts");
   check_sampling_options(options);
-  // One sequence after another through the single-sequence decoder: each is generate_tokens' own, the contract a
-  // batched step keeps.
   GenerationStats total;
   std::vector<std::vector<int32_t>> out(prompts.size());
   try {
-    for (size_t s = 0; s < prompts.size() && n > 0; ++s) {
-      const int seq = static_cast<int>(s);
-      TokenSink one;
-      if (sink) one = [&sink, seq](int32_t token, int64_t i) { return sink(seq, token, i); };
-      out[s] = continue_prompt(decoder, prompts[s], n, options, &total, one);
+    const size_t group = static_cast<size_t>(decoder.max_batch());
+    for (size_t first = 0; first < prompts.size() && n > 0; first += group) {
+      const size_t count = std::min(group, prompts.size() - first);
+      if (count == 1) {  // one sequence: the single-sequence path (its greedy step is the lighter graph)
+        const int seq = static_cast<int>(first);
+        TokenSink one;
+        if (sink) one = [&sink, seq](int32_t token, int64_t i) { return sink(seq, token, i); };
+        out[first] = continue_prompt(decoder, prompts[first], n, options, &total, one);
+        continue;
+      }
+      continue_together(decoder, prompts, first, count, n, options, &total, sink, &out);
     }
   } catch (...) {
     if (stats != nullptr) *stats = total;

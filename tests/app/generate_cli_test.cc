@@ -83,7 +83,7 @@ class GenerateCli : public ::testing::Test {
 };
 
 // Text lines (blank lines skipped, a CRLF line, a backslash) print, a line each in order, exactly what --prompt
-// prints for each alone, escaped.
+// prints for each alone, escaped, however many are decoded together.
 TEST_F(GenerateCli, TextPromptsPrintTheSinglePromptResultsInOrder) {
   const std::vector<std::string> prompts = {"The ", "Once upon a time", "a\\b", "x", "Q: why?\tA:", "zz top"};
   const std::string file = write("p.txt", prompts[0] + "\n\n" + prompts[1] + "\r\n" + prompts[2] + "\n   \n" +
@@ -97,6 +97,9 @@ TEST_F(GenerateCli, TextPromptsPrintTheSinglePromptResultsInOrder) {
   }
   // The results differ: each line is its own prompt's.
   EXPECT_NE(got[0], got[1]);
+  // All six decoded together (the default --batch 16), in groups of four and two, or one at a time: the same lines.
+  for (const char* batch : {" --batch 4", " --batch 1"})
+    EXPECT_EQ(lines_of(run("--prompts " + file + " --max-tokens 24" + kSampling + batch)), got) << batch;
 }
 
 // JSONL of each kind: "prompt" (with a newline), "prompt_ids", "messages" is tested with a chat template in

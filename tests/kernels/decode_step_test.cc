@@ -19,6 +19,17 @@ namespace {
 
 using testing::randn;
 
+// A llama's attention shape, for its RoPE table.
+ModelConfig llama_heads(int NH, int NKV, int hs, int seq_len) {
+  ModelConfig cfg;
+  cfg.arch = ModelArch::kLlama;
+  cfg.n_head = NH;
+  cfg.n_kv_head = NKV;
+  cfg.n_embd = NH * hs;
+  cfg.seq_len = seq_len;
+  return cfg;
+}
+
 TEST(DecodeStep, EmbeddingAtAPositionIsThatRowOfTheSequence) {
   const int V = 11, C = 8, T = 9;
   const std::vector<float> wte = randn(V * C, 1), wpe = randn(T * C, 2);
@@ -42,14 +53,8 @@ TEST(DecodeStep, EmbeddingAtAPositionIsThatRowOfTheSequence) {
 }
 
 TEST(DecodeStep, RopeAtAPositionTurnsAsTheSequenceDoes) {
-  ModelConfig cfg;
-  cfg.arch = ModelArch::kLlama;
-  cfg.n_head = 4;
-  cfg.n_kv_head = 2;
-  cfg.n_embd = 32;
-  cfg.seq_len = 16;
   const int NH = 4, NKV = 2, hs = 8, T = 16;
-  const RopeTable table = rope_table(cfg, T);
+  const RopeTable table = rope_table(llama_heads(NH, NKV, hs, T), T);
   const int64_t width = int64_t{NH + 2 * NKV} * hs;
   const std::vector<float> x = randn(T * width, 3);
   std::vector<float> all = x;
@@ -87,6 +92,25 @@ TEST(DecodeStep, AttentionAtEachRowsPositionIsThatSequencesStep) {
                      1, positions[r], NH, NKV, hs);
     for (int64_t c = 0; c < q_width; ++c) EXPECT_EQ(got[static_cast<size_t>(r * q_width + c)], want[c]) << r;
   }
+}
+
+// A row at a negative position is idle: nothing appended to its cache, zeros out of attention, RoPE leaves it.
+TEST(DecodeStep, IdleRowsTouchNothing) {
+  const int NH = 2, NKV = 1, hs = 4, L = 6;
+  const int64_t q_width = int64_t{NH} * hs, kv = int64_t{NKV} * hs, width = q_width + 2 * kv;
+  std::vector<float> k = randn(L * kv, 7), v = randn(L * kv, 8);
+  const std::vector<float> k0 = k, v0 = v, qkv = randn(width, 9);
+  const std::vector<int32_t> idle = {-1};
+  kv_append_at(k.data(), v.data(), qkv.data(), 0, idle.data(), 1, NH, NKV, hs);
+  EXPECT_EQ(k, k0);
+  EXPECT_EQ(v, v0);
+  std::vector<float> out(static_cast<size_t>(q_width), 1.0f);
+  decode_attention_at(out.data(), qkv.data(), width, k.data(), v.data(), 0, idle.data(), 1, NH, NKV, hs, L);
+  EXPECT_EQ(out, std::vector<float>(static_cast<size_t>(q_width), 0.0f));
+  const RopeTable table = rope_table(llama_heads(NH, NKV, hs, L), L);
+  std::vector<float> turned = qkv;
+  rope_forward_at(turned.data(), table.cos.data(), table.sin.data(), idle.data(), 1, NH, NKV, hs);
+  EXPECT_EQ(turned, qkv);
 }
 
 TEST(DecodeStep, ArgmaxIsTheLargestLogitTiesToTheLowestIdNonFiniteRowsMinusOne) {

@@ -51,7 +51,7 @@ const std::vector<int32_t> kPrompt = {17, 250, 3, 3, 99, 12, 0};
 template <typename T>
 void expect_logits_match(const ModelConfig& c) {
   const std::vector<std::vector<float>> w = rounded<T>(random_weights(c, 21));
-  const std::unique_ptr<Decoder> cpu = load_decoder(model_family(c.arch).make_cpu_decoder(c), w);
+  const std::unique_ptr<Decoder> cpu = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), w);
   const std::unique_ptr<Decoder> gpu = load_decoder(make_cuda_decoder(c, kDType<T>, 0), w);
   EXPECT_LE(rel_max_error(gpu->prefill(kPrompt), cpu->prefill(kPrompt)), kLogitTol<T>) << "prefill";
   for (int32_t t : {4, 299, 42, 42, 7, 123, 250, 1, 64, 200, 5, 9, 180}) {  // to the last position
@@ -85,7 +85,7 @@ TEST(CudaDecoderGpuGreedy, TokensEqualTheCpuDecoders) {
     SamplingOptions greedy;
     greedy.temperature = 0;
     const std::vector<int32_t> want =
-        generate_tokens(*load_decoder(model_family(c.arch).make_cpu_decoder(c), w), kPrompt, 24, greedy);
+        generate_tokens(*load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), w), kPrompt, 24, greedy);
     GenerationStats stats;
     EXPECT_EQ(generate_tokens(*load_decoder(make_cuda_decoder(c, DType::kF32, 0), w), kPrompt, 24, greedy, &stats),
               want);
@@ -120,6 +120,55 @@ TEST(CudaDecoderGpuGreedy, GraphStepsEqualHostSteps) {
     expect_greedy_steps_equal_host_steps<float>(c);
     expect_greedy_steps_equal_host_steps<bf16>(c);
     expect_greedy_steps_equal_host_steps<fp16>(c);
+  }
+}
+
+// A batch of three sequences stepped together (two rows take the split-K attention and the GEMV; one sits a step out):
+// each row's logits are what a decoder of one sequence gives for it, to fp32 rounding; the greedy batch step replayed
+// as a graph picks the argmax of the same batched step on a twin decoder, row by row, and an idle row moves nothing.
+TEST(CudaDecoderGpuBatch, RowsAreTheirSequencesOwnSteps) {
+  ST_SKIP_WITHOUT_GPU();
+  for (const ModelConfig& c : {testing::tiny_gpt2(), testing::tiny_llama()}) {
+    SCOPED_TRACE(to_string(c.arch));
+    const std::vector<std::vector<float>> w = random_weights(c, 41);
+    const std::vector<std::vector<int32_t>> prompts = {{5, 9, 200}, {77}, {1, 2, 3, 4, 5, 6, 7}};
+    const std::unique_ptr<Decoder> batch = load_decoder(make_cuda_decoder(c, DType::kF32, 0, 3), w);
+    const std::unique_ptr<Decoder> twin = load_decoder(make_cuda_decoder(c, DType::kF32, 0, 3), w);
+    std::vector<int32_t> tokens;
+    for (int s = 0; s < 3; ++s) {
+      tokens.push_back(argmax_token(batch->prefill(prompts[static_cast<size_t>(s)], s)));
+      twin->prefill(prompts[static_cast<size_t>(s)], s);
+    }
+    const std::vector<float> rows = batch->step_batch(tokens);
+    const auto V = static_cast<ptrdiff_t>(c.vocab_size);
+    for (int s = 0; s < 3; ++s) {
+      std::vector<int32_t> seq = prompts[static_cast<size_t>(s)];
+      seq.push_back(tokens[static_cast<size_t>(s)]);
+      const std::unique_ptr<Decoder> one = load_decoder(make_cuda_decoder(c, DType::kF32, 0), w);
+      const std::vector<float> want = one->prefill(seq);
+      EXPECT_LE(rel_max_error(std::vector<float>(rows.begin() + s * V, rows.begin() + (s + 1) * V), want), 1e-4)
+          << "sequence " << s;
+    }
+    twin->step_batch(tokens);
+    std::vector<int32_t> pending = tokens;  // each sequence's next token (an idle one keeps its own)
+    for (int round = 0; round < 6; ++round) {
+      std::vector<int32_t> step = pending;
+      if (round == 2) step[1] = Decoder::kIdle;
+      const int64_t before = batch->position(1);
+      const std::vector<float> host = twin->step_batch(step);
+      const std::vector<int32_t> got = batch->step_batch_greedy(step);
+      for (int s = 0; s < 3; ++s) {
+        const auto j = static_cast<size_t>(s);
+        if (step[j] == Decoder::kIdle) {
+          EXPECT_EQ(got[j], Decoder::kIdle);
+          EXPECT_EQ(batch->position(1), before);
+          continue;
+        }
+        EXPECT_EQ(got[j], argmax_token(std::vector<float>(host.begin() + s * V, host.begin() + (s + 1) * V)))
+            << "round " << round << " sequence " << s;
+        pending[j] = got[j];
+      }
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -28,15 +29,24 @@ const std::vector<std::vector<int32_t>> kPrompts = {
     {7}, {72, 104, 101, 32, 113}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 299}, {20, 21, 22, 23, 24, 25, 26, 27, 28, 29,
                                                                              30, 31, 32, 33, 34, 35, 36, 37, 38, 39}};
 
-class BatchFamily : public ::testing::TestWithParam<ModelArch> {
+// Each family with decoders of 1 sequence (the prompts one after another), 3 (a group of three stepped together, then
+// one alone) and 8 (all four together).
+class BatchFamily : public ::testing::TestWithParam<std::tuple<ModelArch, int>> {
  protected:
-  ModelConfig config() const { return GetParam() == ModelArch::kLlama ? tiny_llama() : tiny_gpt2(); }
-  std::unique_ptr<Decoder> decoder(uint64_t seed) const {
-    return load_decoder(model_family(config().arch).make_cpu_decoder(config()), random_weights(config(), seed));
+  ModelConfig config() const { return std::get<0>(GetParam()) == ModelArch::kLlama ? tiny_llama() : tiny_gpt2(); }
+  std::unique_ptr<Decoder> decoder(uint64_t seed, int max_batch = 0) const {
+    return load_decoder(
+        model_family(config().arch).make_cpu_decoder(config(), max_batch > 0 ? max_batch : std::get<1>(GetParam())),
+        random_weights(config(), seed));
   }
 };
-INSTANTIATE_TEST_SUITE_P(Families, BatchFamily, ::testing::Values(ModelArch::kGpt2, ModelArch::kLlama),
-                         [](const auto& info) { return std::string(to_string(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Families, BatchFamily,
+                         ::testing::Combine(::testing::Values(ModelArch::kGpt2, ModelArch::kLlama),
+                                            ::testing::Values(1, 3, 8)),
+                         [](const auto& info) {
+                           return std::string(to_string(std::get<0>(info.param))) + "_batch" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 std::vector<SamplingOptions> samplings() {
   return {{0.0, 0, 0}, {1.0, 0, 3}, {0.9, 20, 7}};  // greedy; plain sampling; top-k
@@ -48,7 +58,7 @@ TEST_P(BatchFamily, EachSequenceIsItsPromptsOwnGeneration) {
     const std::vector<std::vector<int32_t>> got = generate_batch(*d, kPrompts, 30, o);
     ASSERT_EQ(got.size(), kPrompts.size());
     for (size_t s = 0; s < kPrompts.size(); ++s) {
-      EXPECT_EQ(got[s], generate_tokens(*decoder(5), kPrompts[s], 30, o))
+      EXPECT_EQ(got[s], generate_tokens(*decoder(5, 1), kPrompts[s], 30, o))
           << "sequence " << s << ", temperature " << o.temperature << ", top_k " << o.top_k;
       EXPECT_EQ(got[s].size(), 30u);
     }

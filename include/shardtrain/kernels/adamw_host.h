@@ -45,9 +45,7 @@ struct AdamWArrays {
   const float *param, *m, *v;
   float *param_out, *m_out, *v_out;
   static AdamWArrays in_place(float* param, float* m, float* v) { return {param, m, v, param, m, v}; }
-  AdamWArrays offset(int64_t i) const {
-    return {param + i, m + i, v + i, param_out + i, m_out + i, v_out + i};
-  }
+  AdamWArrays offset(int64_t i) const { return {param + i, m + i, v + i, param_out + i, m_out + i, v_out + i}; }
 };
 
 // adamw_update on [0, n) with `isa` (which the CPU must support): reads a.param/m/v, writes a.param_out/m_out/v_out;
@@ -55,7 +53,7 @@ struct AdamWArrays {
 void adamw_update_isa(SimdIsa isa, const AdamWArrays& a, const float* grad, int64_t n, const AdamWParams& p,
                       HalfKind kind, uint16_t* out);
 // The same, in place.
-void adamw_update_isa(SimdIsa isa, float* param, float* m, float* v, const float* grad, int64_t n,
-                      const AdamWParams& p, HalfKind kind, uint16_t* out);
+void adamw_update_isa(SimdIsa isa, float* param, float* m, float* v, const float* grad, int64_t n, const AdamWParams& p,
+                      HalfKind kind, uint16_t* out);
 
 }  // namespace st

@@ -21,12 +21,14 @@ void decode_attention(float* out, const float* q, int64_t q_stride, const float*
 
 // A decoding step of `rows` sequences, one query each, whatever their positions: row r's query (at q + r q_stride)
 // attends to keys 0 .. positions[r] of its own cache, k_cache and v_cache + r seq_stride ([>= positions[r] + 1, NKV
-// hs] each); every position is below max_len, the caches' length. Overwrites out [rows, NH hs].
+// hs] each); every position is below max_len, the caches' length. A negative position makes the row idle (a
+// sequence that sits a batched step out): its output is zeros. Overwrites out [rows, NH hs].
 void decode_attention_at(float* out, const float* q, int64_t q_stride, const float* k_cache, const float* v_cache,
                          int64_t seq_stride, const int32_t* positions, int rows, int NH, int NKV, int hs, int max_len);
 
 // Copies the key and value heads of `rows` fused qkv rows [rows, (NH + 2 NKV) hs] into position positions[r] of row
-// r's cache (k_cache and v_cache + r seq_stride, position-major [., NKV hs]).
+// r's cache (k_cache and v_cache + r seq_stride, position-major [., NKV hs]); an idle row (negative position) writes
+// nothing.
 void kv_append_at(float* k_cache, float* v_cache, const float* qkv, int64_t seq_stride, const int32_t* positions,
                   int rows, int NH, int NKV, int hs);
 

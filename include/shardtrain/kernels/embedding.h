@@ -11,7 +11,7 @@ namespace st {
 // Every token must be in [0, Vp); the data layer guarantees tokens < vocab_size.
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
 // embedding_forward of `rows` tokens, row r at position positions[r] (wpe's row; wpe may be null): what a decoding
-// step reads from memory rather than from its launch.
+// step reads from memory rather than from its launch. A negative position (an idle row) reads wpe's row 0.
 void embedding_forward_at(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                           const int32_t* positions, int rows, int C);
 

@@ -43,7 +43,8 @@ void rope_backward(float* dqkv, const float* cos, const float* sin, int64_t B, i
                    unsigned* amax = nullptr);
 
 // rope_forward on `rows` rows [rows, (NH+2 NKV) hs], row r at position positions[r] (a row of cos/sin, which hold at
-// least max(positions) + 1 rows): what a decoding step reads from memory rather than from its launch.
+// least max(positions) + 1 rows): what a decoding step reads from memory rather than from its launch. A row at a
+// negative position (idle) is left as it is.
 void rope_forward_at(float* qkv, const float* cos, const float* sin, const int32_t* positions, int64_t rows, int NH,
                      int NKV, int hs);
 

@@ -11,7 +11,7 @@ namespace st {
 // in [V,Vp). dlogits may alias logits (in place), which is how the chunked classifier uses it.
 // A target < 0 is not a target (a masked position, PyTorch's ignore_index): its loss is 0 and its dlogits row is 0
 // in [0,Vp), whatever its logits hold.
-void softmax_cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets, int64_t N,
-                           int V, int Vp, float dloss);
+void softmax_cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets, int64_t N, int V,
+                           int Vp, float dloss);
 
 }  // namespace st

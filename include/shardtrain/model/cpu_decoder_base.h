@@ -18,15 +18,19 @@ class CpuDecoderBase : public Decoder {
   std::string describe() const override { return "cpu/fp32"; }
 
  protected:
-  // No weights until load_unit gives them.
-  explicit CpuDecoderBase(const ModelConfig& cfg);
+  // No weights until load_unit gives them; a cache for each of max_batch sequences.
+  CpuDecoderBase(const ModelConfig& cfg, int max_batch);
+  void use_sequence(int seq) override { seq_ = seq; }
+  // The cache of the sequence forward() runs.
+  KvCache& cache() { return caches_[static_cast<size_t>(seq_)]; }
   void store_unit(int u, std::vector<float>& values) override { w_[static_cast<size_t>(u)] = std::move(values); }
 
   // Unit u's weights.
   const float* unit(int u) const { return w_[static_cast<size_t>(u)].data(); }
 
   std::vector<UnitLayout> units_;
-  KvCache cache_;
+  std::vector<KvCache> caches_;
+  int seq_ = 0;
 
  private:
   std::vector<std::vector<float>> w_;

@@ -24,8 +24,8 @@ class CpuLinear {
   const Fp8Policy& policy() const { return policy_; }
 
   // out[N, OC] = (residual, when not null) + inp[N, C] @ w[OC, C]^T + bias (may be null).
-  void forward(float* out, const float* inp, const float* w, const float* bias, const float* residual, int64_t N,
-               int C, int OC, const char* what);
+  void forward(float* out, const float* inp, const float* w, const float* bias, const float* residual, int64_t N, int C,
+               int OC, const char* what);
   // matmul_backward's gradients: dinp = dout @ w, dweight = dout^T @ inp, dbias = the column sums of dout (the last
   // from the fp32 gradient); any may be null.
   void backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* w,

@@ -12,7 +12,8 @@
 namespace st {
 
 // The decoder of model's family on CUDA device `device` in `dtype` (kF32, kBF16 or kF16), without weights yet
-// (load_unit rounds each unit's fp32 buffer to dtype). kBadInput when no such device is visible.
-std::unique_ptr<Decoder> make_cuda_decoder(const ModelConfig& model, DType dtype, int device);
+// (load_unit rounds each unit's fp32 buffer to dtype), holding max_batch sequences. kBadInput when no such device is
+// visible.
+std::unique_ptr<Decoder> make_cuda_decoder(const ModelConfig& model, DType dtype, int device, int max_batch = 1);
 
 }  // namespace st

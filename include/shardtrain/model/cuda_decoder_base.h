@@ -4,7 +4,10 @@
 // upload and the classifier's last row. The CUDA twin of what GptDecoder and LlamaDecoder share (kv_cache.h).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,27 +28,37 @@ class CudaDecoderBase : public Decoder {
   ~CudaDecoderBase() override;
 
  protected:
-  // Makes `device` current (kBadInput when it is not visible), allocates the weights (load_unit uploads them) and the
-  // cache.
-  CudaDecoderBase(const ModelConfig& cfg, int device);
+  // Makes `device` current (kBadInput when it is not visible), allocates the weights (load_unit uploads them) and a
+  // cache for each of max_batch sequences.
+  CudaDecoderBase(const ModelConfig& cfg, int device, int max_batch);
   void store_unit(int u, std::vector<float>& values) override;
+  void use_sequence(int seq) override { seq_ = seq; }
+  // The rows a forward may run: a prompt's (seq_len) or a batched step's (max_batch).
+  int64_t max_rows() const { return std::max<int64_t>(config().seq_len, max_batch()); }
 
   // Unit u's weights on the device, in T.
   const T* unit(int u) const { return w_[static_cast<size_t>(u)].data(); }
-  // The greedy step as one CUDA graph: the token and position go up, the graph runs run() on one token and the argmax,
-  // and the id comes back. The first call runs eagerly (cuBLASLt picks its algorithms), the second captures the graph.
+  // The greedy steps as CUDA graphs, one for sequence 0's step and one per batch size: tokens and positions go up,
+  // the graph runs run() and the argmax, and the ids come back. A graph's first call runs eagerly (cuBLASLt picks its
+  // algorithms), the second captures it.
   int32_t forward_greedy(int32_t token, int64_t pos) override;
-  // The prompt's tokens and positions up, run, the logits row down.
+  void forward_batch_greedy(const int32_t* tokens, const int32_t* positions, int n, int32_t* next) override;
+  // The tokens and positions up, run, the logits rows down.
   void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) override;
-  // The family's forward: n tokens (device memory) at the positions in device memory (a prompt's pos .. pos + n - 1,
-  // or a step's one), through the classifier of the last into the logits row on the device. Its launches do not
-  // depend on the positions and it never synchronises, so that a step can be captured.
-  virtual void run(const int32_t* tokens, const int32_t* positions, int64_t n) = 0;
-  // Attention of n fused qkv rows at positions[0 .. n) (device memory) with `layer`'s cache: appends their keys
-  // and values there, then each row attends to positions 0 .. its own (decode_attention_at); out [n, NH hs].
-  void attend(int layer, T* out, const T* qkv, const int32_t* positions, int64_t n);
-  // The classifier over one normalised row xn [C] with w [Vp, C] into the logits row on the device; no synchronisation.
-  void classify_on_device(const T* xn, const T* w);
+  void forward_batch(const int32_t* tokens, const int32_t* positions, int n, std::vector<float>* logits) override;
+  // The family's forward: n tokens (device memory) at the positions in device memory, through the final norm and the
+  // classifier into the logits rows on the device. `batch`: row r is sequence r's step (positions negative for an
+  // idle row), every row classified; otherwise the rows are the current sequence's (a prompt's pos .. pos + n - 1, or
+  // a step's one) and the last is classified. Its launches do not depend on the positions and it never synchronises,
+  // so that a step can be captured.
+  virtual void run(const int32_t* tokens, const int32_t* positions, int64_t n, bool batch) = 0;
+  // Attention of n fused qkv rows at positions[0 .. n) (device memory): appends their keys and values to the cache of
+  // the current sequence (batch: of sequence r for row r), then each row attends to positions 0 .. its own
+  // (decode_attention_at); out [n, NH hs].
+  void attend(int layer, T* out, const T* qkv, const int32_t* positions, int64_t n, bool batch);
+  // The classifier over `rows` normalised rows xn [rows, C] with w [Vp, C] into the logits rows on the device; no
+  // synchronisation.
+  void classify_on_device(const T* xn, const T* w, int64_t rows = 1);
 
   // Copies n host tokens to the device; the host array may go when the call returns.
   const int32_t* upload_tokens(const int32_t* tokens, int64_t n);
@@ -54,8 +67,8 @@ class CudaDecoderBase : public Decoder {
   // The logits over the real vocabulary of one normalised row xn [C] with the classifier w [Vp, C], in fp32 on the
   // host; synchronises the stream.
   void classify_row(const T* xn, const T* w, std::vector<float>* logits);
-  // The logits row over the real vocabulary, in fp32 on the host; synchronises the stream.
-  void copy_logits(std::vector<float>* logits);
+  // The first `rows` logits rows over the real vocabulary, in fp32 on the host; synchronises the stream.
+  void copy_logits(std::vector<float>* logits, int64_t rows = 1);
 
   int device_;  // first: made current before the stream, cuBLASLt and the buffers are created
   std::vector<UnitLayout> units_;
@@ -67,13 +80,18 @@ class CudaDecoderBase : public Decoder {
   std::string device_name_;
   std::vector<DeviceBuffer<T>> w_;
   DeviceBuffer<float> staging_;  // while loading
-  // The greedy step: {token, position} up from pinned memory, the next id back; its graph once captured.
+  // Runs a greedy step of n rows (tokens and positions in step_host_'s first two thirds) through its graph and leaves
+  // the ids in its last third.
+  void greedy_step(int n, bool batch);
+  // The greedy steps: tokens [0, B), positions [B, 2 B) up from pinned memory, ids [2 B, 3 B) back (B = max_batch);
+  // each step's graph (key 0: sequence 0's step; n: a batch of n) once captured, and whether it ran eagerly.
   PinnedBuffer<int32_t> step_host_;
   DeviceBuffer<int32_t> step_dev_;
-  bool step_warm_ = false;
-  cudaGraphExec_t step_graph_ = nullptr;
+  std::map<int, cudaGraphExec_t> graphs_;
+  std::set<int> warm_;
+  int seq_ = 0;
   int stored_ = 0;  // units loaded
-  int64_t kv_width_, qkv_width_, layer_elems_;
+  int64_t kv_width_, qkv_width_, seq_elems_, layer_elems_;
   DeviceBuffer<T> k_, v_, logits_;
   DeviceBuffer<int32_t> tokens_, positions_;
   DeviceBuffer<unsigned char> attention_scratch_;  // decode_attention_at's split-K partials

@@ -30,9 +30,9 @@ struct CudaModelFamily {
   std::unique_ptr<CudaUnitModel<T>> (*make_model)(const ModelConfig& cfg, int64_t max_batch, bool recompute,
                                                   bool cudnn_attention, const gpu::GpuContext& ctx,
                                                   gpu::CudnnBackwardMode attention_backward);
-  // The decoder with a key/value cache (decoder.h) on CUDA device `device`, without weights yet: load_unit rounds
-  // each unit's fp32 buffer to T.
-  std::unique_ptr<Decoder> (*make_decoder)(const ModelConfig& cfg, int device);
+  // The decoder with a key/value cache for each of max_batch sequences (decoder.h) on CUDA device `device`, without
+  // weights yet: load_unit rounds each unit's fp32 buffer to T.
+  std::unique_ptr<Decoder> (*make_decoder)(const ModelConfig& cfg, int device, int max_batch);
 };
 
 template <typename T>

@@ -15,6 +15,13 @@
 // The cache holds model.seq_len positions (max_length()): the positions a model knows (gpt2's wpe has seq_len rows).
 // A step on a full cache is an error; a caller that needs more tokens prefills again with a shorter context
 // (generate_tokens in generation.h slides the window that way).
+//
+// A decoder made for max_batch sequences holds a cache for each and steps them together, one token each:
+//   d->prefill(prompt_a, 0);  d->prefill(prompt_b, 1);
+//   const std::vector<float>& rows = d->step_batch({next_a, next_b});   // [2, vocab_size]
+// A sequence given kIdle sits the step out (its cache and position unchanged). The CPU decoders run the rows one
+// after another, bit for bit what single steps give; a GPU decoder runs them as one forward, whose products of several
+// rows may round differently from one row's.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +49,9 @@ class Decoder {
   // Empties the cache and runs `tokens` (1 to max_length() of them, each in [0, vocab_size)) at positions 0 ..
   // n - 1. Returns the logits over the real vocabulary (model.vocab_size, fp32) for the position after the last.
   // kBadInput for an empty or too long prompt or a token outside the vocabulary.
-  const std::vector<float>& prefill(const std::vector<int32_t>& tokens);
+  const std::vector<float>& prefill(const std::vector<int32_t>& tokens) { return prefill(tokens, 0); }
+  // The same for sequence seq of the batch (0 .. max_batch() - 1).
+  const std::vector<float>& prefill(const std::vector<int32_t>& tokens, int seq);
   // Runs one token at position() and returns the logits that follow it. Throws (naming the cache's size) when the
   // cache is full(); kBadInput for a token outside the vocabulary.
   const std::vector<float>& step(int32_t token);
@@ -52,18 +61,38 @@ class Decoder {
   // replays as one CUDA graph.
   int32_t step_greedy(int32_t token);
 
-  // Positions in the cache: the prompt's and every step's since the last prefill.
-  int64_t position() const { return position_; }
+  // What step_batch takes for a sequence that sits the step out.
+  static constexpr int32_t kIdle = -1;
+  // One token for each sequence s < tokens.size() (at most max_batch()) at position(s), in one forward: tokens[s], or
+  // kIdle. Returns the logits over the real vocabulary of every row, [tokens.size(), vocab_size] row-major (an idle
+  // row's are unspecified). The same checks as step for each stepped sequence.
+  const std::vector<float>& step_batch(const std::vector<int32_t>& tokens);
+  // The greedy token of each row of step_batch (kIdle for an idle row), with step_greedy's checks; a GPU decoder
+  // picks them on the device, in a step it replays as one CUDA graph per batch size.
+  std::vector<int32_t> step_batch_greedy(const std::vector<int32_t>& tokens);
+
+  // Positions in sequence seq's cache: its prompt's and every step's since its last prefill.
+  int64_t position(int seq = 0) const { return positions_[static_cast<size_t>(seq)]; }
   int64_t max_length() const { return cfg_.seq_len; }
-  bool full() const { return position_ >= max_length(); }
+  bool full(int seq = 0) const { return position(seq) >= max_length(); }
+  // The sequences the decoder holds (make_decoder's max_batch).
+  int max_batch() const { return static_cast<int>(positions_.size()); }
   const ModelConfig& config() const { return cfg_; }
   // "cpu/fp32", "cuda/bf16 on NVIDIA H200", for logs.
   virtual std::string describe() const = 0;
 
  protected:
-  explicit Decoder(const ModelConfig& cfg);
-  // step_greedy's forward at position pos (checked); by default forward and argmax_token on the host.
+  Decoder(const ModelConfig& cfg, int max_batch);
+  // step_greedy's forward of sequence 0 at position pos (checked); by default forward and argmax_token on the host.
   virtual int32_t forward_greedy(int32_t token, int64_t pos);
+  // Makes sequence seq's cache the one forward() reads and appends to.
+  virtual void use_sequence(int seq) = 0;
+  // step_batch's forward: row r is sequence r's token at positions[r] (negative: idle), the logits of every row into
+  // *logits ([n, vocab_size]). By default forward() row by row.
+  virtual void forward_batch(const int32_t* tokens, const int32_t* positions, int n, std::vector<float>* logits);
+  // step_batch_greedy's: each row's greedy token into next[r] (idle rows: anything). By default forward_batch, then
+  // sample_token's greedy choice of each row on the host.
+  virtual void forward_batch_greedy(const int32_t* tokens, const int32_t* positions, int n, int32_t* next);
   // Keeps unit u's weights (load_unit has checked u and the size).
   virtual void store_unit(int u, std::vector<float>& values) = 0;
   // Runs tokens[0, n) at positions pos .. pos + n - 1 with the cache holding positions 0 .. pos - 1, appends their
@@ -72,13 +101,16 @@ class Decoder {
   virtual void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) = 0;
 
  private:
-  void check_tokens(const int32_t* tokens, int64_t n) const;
+  void check_tokens(const int32_t* tokens, int64_t n, int64_t pos) const;
+  void check_loaded() const;
+  // step_batch's checks; the rows' positions (kIdle's negative).
+  std::vector<int32_t> batch_positions(const std::vector<int32_t>& tokens) const;
 
   ModelConfig cfg_;
   std::vector<UnitLayout> layout_;
   std::vector<bool> loaded_;
   int units_loaded_ = 0;
-  int64_t position_ = 0;
+  std::vector<int64_t> positions_;
   std::vector<float> logits_;
 };
 
@@ -88,7 +120,8 @@ class Decoder {
 // with no such device.
 std::unique_ptr<Decoder> make_decoder(const Config& cfg, std::vector<std::vector<float>> weights, int cuda_device = 0);
 // The same decoder with no weights yet: load_unit each unit before the first prefill.
-std::unique_ptr<Decoder> make_unloaded_decoder(const Config& cfg, int cuda_device = 0);
+// max_batch: the sequences it holds (a cache each).
+std::unique_ptr<Decoder> make_unloaded_decoder(const Config& cfg, int cuda_device = 0, int max_batch = 1);
 // Loads every unit of `weights` into the unloaded decoder d (check_decoder_weights first) and returns it.
 std::unique_ptr<Decoder> load_decoder(std::unique_ptr<Decoder> d, std::vector<std::vector<float>> weights);
 

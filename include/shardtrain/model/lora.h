@@ -62,7 +62,8 @@ int64_t widest_lora_input(const std::vector<LoraAdapter>& adapters);
 
 // Elements a model keeps for its adapters: h [max_rows, rank] for each adapter of `slots` blocks (those whose
 // activations it keeps at once: n_layer, or 1 with recompute), one dh [max_rows, rank x the most adapters on one
-// weight] of backward scratch and, with lora.dropout, the dropped input and its gradient [max_rows, the widest adapter's in] each. 0 without LoRA or blocks.
+// weight] of backward scratch and, with lora.dropout, the dropped input and its gradient [max_rows, the widest
+// adapter's in] each. 0 without LoRA or blocks.
 int64_t lora_activation_elems(const ModelConfig& cfg, int64_t max_rows, int64_t slots);
 
 // The model without adapters: cfg with lora.rank 0, whose unit list is the family's own.

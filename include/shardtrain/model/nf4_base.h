@@ -3,9 +3,9 @@
 // Each Hugging Face linear layer of a block is quantised whole, as one NF4 tensor (kernels/nf4.h: its absmax mean is
 // the layer's), as bitsandbytes quantises it: a matrix that stacks several (llama's q, k, v and gate, up:
 // TensorSpec::nf4_rows) is several NF4 tensors. The storage depends on the unit list only, never on the world size.
-// The block's other frozen tensors (norm weights, biases) keep fp32 values. One unit's storage is one buffer, its parts back to back in tensor order,
-// each starting on a 16-byte boundary (nf4_layout's sections align with it), padded to whole 4-byte words: that
-// buffer is what the ranks shard and gather, as words, like a unit's parameters.
+// The block's other frozen tensors (norm weights, biases) keep fp32 values. One unit's storage is one buffer, its parts
+// back to back in tensor order, each starting on a 16-byte boundary (nf4_layout's sections align with it), padded to
+// whole 4-byte words: that buffer is what the ranks shard and gather, as words, like a unit's parameters.
 //
 //   const Nf4UnitStorage s = nf4_unit_storage(unit);           // unit.nf4_base
 //   std::vector<float> words(s.words);                         // the storage, 4-byte words
@@ -27,8 +27,8 @@
 namespace st {
 
 struct Nf4Part {
-  int tensor = 0;           // index in unit.tensors (a frozen tensor)
-  int64_t first = 0;        // its elements [first, first + numel) (a layer's rows of a stacked matrix; else all)
+  int tensor = 0;     // index in unit.tensors (a frozen tensor)
+  int64_t first = 0;  // its elements [first, first + numel) (a layer's rows of a stacked matrix; else all)
   int64_t numel = 0;
   int64_t byte_offset = 0;  // in the unit's storage
   int64_t bytes = 0;

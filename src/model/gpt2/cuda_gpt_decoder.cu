@@ -9,8 +9,9 @@
 namespace st {
 
 template <typename T>
-CudaGptDecoder<T>::CudaGptDecoder(const ModelConfig& cfg, int device) : CudaDecoderBase<T>(cfg, device) {
-  const int64_t rows = cfg.seq_len, C = cfg.n_embd;
+CudaGptDecoder<T>::CudaGptDecoder(const ModelConfig& cfg, int device, int max_batch)
+    : CudaDecoderBase<T>(cfg, device, max_batch) {
+  const int64_t rows = this->max_rows(), C = cfg.n_embd;
   for (DeviceBuffer<T>* b : {&x_, &norm_, &att_}) *b = DeviceBuffer<T>(rows * C);
   qkv_ = DeviceBuffer<T>(rows * 3 * C);
   fch_ = DeviceBuffer<T>(rows * 4 * C);
@@ -20,7 +21,7 @@ CudaGptDecoder<T>::CudaGptDecoder(const ModelConfig& cfg, int device) : CudaDeco
 }
 
 template <typename T>
-void CudaGptDecoder<T>::run(const int32_t* tokens, const int32_t* positions, int64_t n) {
+void CudaGptDecoder<T>::run(const int32_t* tokens, const int32_t* positions, int64_t n, bool batch) {
   const ModelConfig& cfg = this->config();
   const gpu::GpuContext& ctx = this->ctx_;
   const std::vector<UnitLayout>& units = this->units_;
@@ -32,18 +33,19 @@ void CudaGptDecoder<T>::run(const int32_t* tokens, const int32_t* positions, int
     const BlockView<const T> p(this->unit(1 + l), units[static_cast<size_t>(1 + l)]);
     gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data(), p.ln1w, p.ln1b, n, C, ctx);
     gpu::matmul_forward<T>(qkv_.data(), norm_.data(), p.qkvw, p.qkvb, n, C, 3 * C, ctx);
-    this->attend(l, att_.data(), qkv_.data(), positions, n);
+    this->attend(l, att_.data(), qkv_.data(), positions, n, batch);
     gpu::matmul_forward_residual<T>(x_.data(), att_.data(), p.projw, p.projb, x_.data(), n, C, C, ctx);
     gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data(), p.ln2w, p.ln2b, n, C, ctx);
     gpu::matmul_forward_gelu<T>(fch_gelu_.data(), fch_.data(), norm_.data(), p.fcw, p.fcb, n, C, 4 * C, ctx);
     gpu::matmul_forward_residual<T>(x_.data(), fch_gelu_.data(), p.fcprojw, p.fcprojb, x_.data(), n, 4 * C, C, ctx);
   }
-  // The final LayerNorm and the classifier (wte, tied) on the last position only.
+  // The final LayerNorm and the classifier (wte, tied): every row of a batch, a prompt's last.
   const UnitLayout& hu = units.back();
   const T* head = this->unit(cfg.n_layer + 1);
-  gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data() + (n - 1) * C,
-                            head + hu.tensors[0].offset, head + hu.tensors[1].offset, 1, C, ctx);
-  this->classify_on_device(norm_.data(), wte);
+  const int64_t first = batch ? 0 : n - 1, rows = batch ? n : 1;
+  gpu::layernorm_forward<T>(norm_.data(), mean_.data(), rstd_.data(), x_.data() + first * C,
+                            head + hu.tensors[0].offset, head + hu.tensors[1].offset, rows, C, ctx);
+  this->classify_on_device(norm_.data(), wte, rows);
 }
 
 template class CudaGptDecoder<float>;

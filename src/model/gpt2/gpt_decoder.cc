@@ -9,7 +9,7 @@
 
 namespace st {
 
-GptDecoder::GptDecoder(const ModelConfig& cfg) : CpuDecoderBase(cfg) {}
+GptDecoder::GptDecoder(const ModelConfig& cfg, int max_batch) : CpuDecoderBase(cfg, max_batch) {}
 
 void GptDecoder::forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) {
   const ModelConfig& cfg = config();
@@ -29,8 +29,8 @@ void GptDecoder::forward(const int32_t* tokens, int64_t n, int64_t pos, std::vec
     const BlockView<const float> p(unit(1 + l), units_[static_cast<size_t>(1 + l)]);
     layernorm_forward(norm_.data(), mean_.data(), rstd_.data(), x_.data(), p.ln1w, p.ln1b, n, C);
     matmul_forward(qkv_.data(), norm_.data(), p.qkvw, p.qkvb, n, C, 3 * C);
-    cache_.append(l, qkv_.data(), n, pos);
-    decode_attention(att_.data(), qkv_.data(), 3 * C, cache_.keys(l), cache_.values(l), static_cast<int>(n),
+    cache().append(l, qkv_.data(), n, pos);
+    decode_attention(att_.data(), qkv_.data(), 3 * C, cache().keys(l), cache().values(l), static_cast<int>(n),
                      static_cast<int>(pos), NH, NH, hs);
     matmul_forward_residual(x_.data(), att_.data(), p.projw, p.projb, x_.data(), n, C, C);
     layernorm_forward(norm_.data(), mean_.data(), rstd_.data(), x_.data(), p.ln2w, p.ln2b, n, C);

@@ -12,8 +12,9 @@
 namespace st {
 
 template <typename T>
-CudaLlamaDecoder<T>::CudaLlamaDecoder(const ModelConfig& cfg, int device) : CudaDecoderBase<T>(cfg, device) {
-  const int64_t rows = cfg.seq_len, C = cfg.n_embd, F = cfg.mlp_dim();
+CudaLlamaDecoder<T>::CudaLlamaDecoder(const ModelConfig& cfg, int device, int max_batch)
+    : CudaDecoderBase<T>(cfg, device, max_batch) {
+  const int64_t rows = this->max_rows(), C = cfg.n_embd, F = cfg.mlp_dim();
   const RopeTable rope = rope_table(cfg, cfg.seq_len);
   for (auto [dst, src] : {std::make_pair(&rope_cos_, &rope.cos), std::make_pair(&rope_sin_, &rope.sin)}) {
     *dst = DeviceBuffer<float>(static_cast<int64_t>(src->size()));
@@ -29,7 +30,7 @@ CudaLlamaDecoder<T>::CudaLlamaDecoder(const ModelConfig& cfg, int device) : Cuda
 }
 
 template <typename T>
-void CudaLlamaDecoder<T>::run(const int32_t* tokens, const int32_t* positions, int64_t n) {
+void CudaLlamaDecoder<T>::run(const int32_t* tokens, const int32_t* positions, int64_t n, bool batch) {
   const ModelConfig& cfg = this->config();
   const gpu::GpuContext& ctx = this->ctx_;
   const std::vector<UnitLayout>& units = this->units_;
@@ -43,19 +44,20 @@ void CudaLlamaDecoder<T>::run(const int32_t* tokens, const int32_t* positions, i
     gpu::rmsnorm_forward<T>(norm_.data(), rstd_.data(), x_.data(), p.attn_norm, eps, n, C, ctx);
     gpu::matmul_forward<T>(qkv_.data(), norm_.data(), p.qkvw, p.qkvb, n, C, QKV, ctx);
     gpu::rope_forward_at<T>(qkv_.data(), rope_cos_.data(), rope_sin_.data(), positions, n, H, KV, D, ctx);
-    this->attend(l, att_.data(), qkv_.data(), positions, n);
+    this->attend(l, att_.data(), qkv_.data(), positions, n, batch);
     gpu::matmul_forward_residual<T>(x_.data(), att_.data(), p.ow, nullptr, x_.data(), n, C, C, ctx);
     gpu::rmsnorm_forward<T>(norm_.data(), rstd_.data(), x_.data(), p.mlp_norm, eps, n, C, ctx);
     gpu::matmul_forward<T>(gate_up_.data(), norm_.data(), p.gate_up, nullptr, n, C, 2 * F, ctx);
     gpu::swiglu_forward<T>(mlp_.data(), gate_up_.data(), n, F, ctx);
     gpu::matmul_forward_residual<T>(x_.data(), mlp_.data(), p.down, nullptr, x_.data(), n, F, C, ctx);
   }
-  // The final RMSNorm and the classifier (embed_tokens when tied, else lm_head) on the last position only.
+  // The final RMSNorm and the classifier (embed_tokens when tied, else lm_head): every row of a batch, a prompt's last.
   const UnitLayout& hu = units.back();
   const T* head = this->unit(cfg.n_layer + 1);
-  gpu::rmsnorm_forward<T>(norm_.data(), rstd_.data(), x_.data() + (n - 1) * C, head + hu.tensor("norm.weight").offset,
-                          eps, 1, C, ctx);
-  this->classify_on_device(norm_.data(), cfg.tie_embeddings ? embed : head + hu.tensor("lm_head").offset);
+  const int64_t first = batch ? 0 : n - 1, rows = batch ? n : 1;
+  gpu::rmsnorm_forward<T>(norm_.data(), rstd_.data(), x_.data() + first * C, head + hu.tensor("norm.weight").offset,
+                          eps, rows, C, ctx);
+  this->classify_on_device(norm_.data(), cfg.tie_embeddings ? embed : head + hu.tensor("lm_head").offset, rows);
 }
 
 template class CudaLlamaDecoder<float>;

@@ -9,7 +9,8 @@
 
 namespace st {
 
-LlamaDecoder::LlamaDecoder(const ModelConfig& cfg) : CpuDecoderBase(cfg), rope_(rope_table(cfg, cfg.seq_len)) {}
+LlamaDecoder::LlamaDecoder(const ModelConfig& cfg, int max_batch)
+    : CpuDecoderBase(cfg, max_batch), rope_(rope_table(cfg, cfg.seq_len)) {}
 
 void LlamaDecoder::forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) {
   const ModelConfig& cfg = config();
@@ -33,8 +34,8 @@ void LlamaDecoder::forward(const int32_t* tokens, int64_t n, int64_t pos, std::v
     rmsnorm_forward(norm_.data(), rstd_.data(), x_.data(), p.attn_norm, eps, n, C);
     matmul_forward(qkv_.data(), norm_.data(), p.qkvw, p.qkvb, n, C, QKV);
     rope_forward(qkv_.data(), cos, sin, 1, n, H, KV, D);
-    cache_.append(l, qkv_.data(), n, pos);
-    decode_attention(att_.data(), qkv_.data(), QKV, cache_.keys(l), cache_.values(l), static_cast<int>(n),
+    cache().append(l, qkv_.data(), n, pos);
+    decode_attention(att_.data(), qkv_.data(), QKV, cache().keys(l), cache().values(l), static_cast<int>(n),
                      static_cast<int>(pos), H, KV, D);
     matmul_forward_residual(x_.data(), att_.data(), p.ow, nullptr, x_.data(), n, C, C);
     rmsnorm_forward(norm_.data(), rstd_.data(), x_.data(), p.mlp_norm, eps, n, C);

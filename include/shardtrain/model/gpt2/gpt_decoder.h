@@ -14,7 +14,7 @@ namespace st {
 class GptDecoder final : public CpuDecoderBase {
  public:
   // Without weights: load_unit gives them (decoder.h).
-  explicit GptDecoder(const ModelConfig& cfg);
+  GptDecoder(const ModelConfig& cfg, int max_batch = 1);
 
  protected:
   void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) override;

@@ -16,11 +16,12 @@ namespace st {
 template <typename T>
 class CudaLlamaDecoder final : public CudaDecoderBase<T> {
  public:
-  // Without weights (load_unit gives them, decoder.h); `device` becomes the current CUDA device.
-  CudaLlamaDecoder(const ModelConfig& cfg, int device);
+  // Without weights (load_unit gives them, decoder.h), for max_batch sequences; `device` becomes the current CUDA
+  // device.
+  CudaLlamaDecoder(const ModelConfig& cfg, int device, int max_batch = 1);
 
  protected:
-  void run(const int32_t* tokens, const int32_t* positions, int64_t n) override;
+  void run(const int32_t* tokens, const int32_t* positions, int64_t n, bool batch) override;
 
  private:
   DeviceBuffer<float> rope_cos_, rope_sin_;               // [seq_len, hs/2]

@@ -16,7 +16,7 @@ namespace st {
 class LlamaDecoder final : public CpuDecoderBase {
  public:
   // Without weights: load_unit gives them (decoder.h).
-  explicit LlamaDecoder(const ModelConfig& cfg);
+  LlamaDecoder(const ModelConfig& cfg, int max_batch = 1);
 
  protected:
   void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) override;
