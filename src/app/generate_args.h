@@ -11,6 +11,9 @@
 
 extern const char* const kGenerateUsage;
 
+// The prompts decoded together when --batch is not given, where the device's memory holds them.
+inline constexpr int kDefaultBatch = 16;
+
 struct GenerateArgs {
   std::string dir;        // --ckpt
   std::string init_from;  // --init.from
@@ -20,7 +23,7 @@ struct GenerateArgs {
   bool jsonl = false;              // --jsonl
   std::vector<std::string> stops;  // --stop, each non-empty
   int64_t max_tokens = 100;
-  int64_t batch = 16;  // --batch: the prompts decoded together
+  int64_t batch = 0;  // --batch: the prompts decoded together; 0: as many as fit, up to kDefaultBatch
   st::SamplingOptions sampling;
   std::vector<std::string> overrides;  // --section.key=value, and --tokenizer as --data.tokenizer
   bool help = false;

@@ -36,6 +36,9 @@
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/preempt.h"
 #include "shardtrain/model/decoder.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "shardtrain/model/cuda_decoder.h"
+#endif
 #include "shardtrain/model/generation.h"
 #include "shardtrain/model/lora.h"
 
@@ -108,8 +111,14 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
   st::Config decode = cfg;
   decode.model = st::base_model(cfg.model);
   std::string source;
-  // A cache for each prompt decoded together: --batch of them, or fewer prompts.
-  const int max_batch = static_cast<int>(std::min<int64_t>(g.batch, static_cast<int64_t>(prompts.ids.size())));
+  // A cache for each prompt decoded together: --batch of them (checked against the device's memory when the decoder
+  // is made), or by default up to kDefaultBatch, as many as the device holds; never more than the prompts.
+  const int64_t wanted = std::min<int64_t>(g.batch > 0 ? g.batch : kDefaultBatch, prompts.ids.size());
+  int max_batch = static_cast<int>(wanted);
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (g.batch == 0 && decode.train.device == st::Device::kCuda)
+    max_batch = st::fitting_batch(decode, max_batch, st::cuda_device_free_bytes(comm.device_rank()));
+#endif
   const std::unique_ptr<st::Decoder> decoder = load_decoder(g, cfg, decode, max_batch, comm, &source);
   const double load_seconds = st::seconds_since(load_start);
   // One prompt streams its tokens as they come; a batch prints whole results. A stop signal from here on ends the

@@ -228,6 +228,18 @@ template class CudaDecoderBase<float>;
 template class CudaDecoderBase<bf16>;
 template class CudaDecoderBase<fp16>;
 
+int64_t cuda_device_free_bytes(int device) {
+  use_device(device);
+  size_t free_b = 0, total_b = 0;
+  ST_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return static_cast<int64_t>(free_b);
+}
+
+std::string cuda_device_name_of(int device) {
+  use_device(device);
+  return cuda_device_name();
+}
+
 std::unique_ptr<Decoder> make_cuda_decoder(const ModelConfig& model, DType dtype, int device, int max_batch) {
   switch (dtype) {
     case DType::kF32:

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "shardtrain/core/config.h"
@@ -15,5 +16,10 @@ namespace st {
 // (load_unit rounds each unit's fp32 buffer to dtype), holding max_batch sequences. kBadInput when no such device is
 // visible.
 std::unique_ptr<Decoder> make_cuda_decoder(const ModelConfig& model, DType dtype, int device, int max_batch = 1);
+
+// The free memory of CUDA device `device` and its name (kBadInput when it is not visible), for the decoder's memory
+// check before it allocates.
+int64_t cuda_device_free_bytes(int device);
+std::string cuda_device_name_of(int device);
 
 }  // namespace st
