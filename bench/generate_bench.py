@@ -10,7 +10,8 @@ PROMPT random token ids and NEW new tokens:
     --train.dtype=bf16`, REPEATS runs after one that warms the page cache: the time to first token (process start to
     the first id on stdout), the wall time, and the load, prefill and decode figures of its summary line; medians;
   * the number of leading tokens on which the two greedy outputs agree;
-  * with --batch B > 1, shardtrain's `--prompts FILE` with B prompts of PROMPT ids (its summary's total decode rate).
+  * with --batch B > 1, shardtrain's `--prompts FILE --batch B` with B prompts of PROMPT ids, decoded together (its
+    summary's decode rate over every sequence's tokens).
 Prints one table (markdown) on stdout.
 
 usage: generate_bench.py SHARDTRAIN WORKDIR [--shape llama3.2-1b] [--prompt 128] [--new 256] [--repeats 3]
@@ -162,7 +163,7 @@ if args.batch > 1:
     with open(path, "w") as f:
         for p in prompts.tolist():
             f.write(json.dumps({"prompt_ids": p}) + "\n")
-    batch_runs = [ours(["--prompts", path, "--jsonl"]) for _ in range(args.repeats)]
+    batch_runs = [ours(["--prompts", path, "--jsonl", "--batch", str(args.batch)]) for _ in range(args.repeats)]
     rows.append((f"shardtrain generate, {args.batch} prompts", "",
                  f"{statistics.median(r[1] for r in batch_runs):.2f}", "",
                  f"{statistics.median(r[4] for r in batch_runs):,.1f}", ""))
