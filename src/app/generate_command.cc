@@ -41,6 +41,7 @@
 #endif
 #include "shardtrain/model/generation.h"
 #include "shardtrain/model/lora.h"
+#include "shardtrain/shard/memory_plan.h"
 
 namespace {
 
@@ -111,13 +112,16 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
   st::Config decode = cfg;
   decode.model = st::base_model(cfg.model);
   std::string source;
-  // A cache for each prompt decoded together: --batch of them (checked against the device's memory when the decoder
-  // is made), or by default up to kDefaultBatch, as many as the device holds; never more than the prompts.
+  // A cache for each prompt decoded together: --batch of them, or by default up to kDefaultBatch, as many as the
+  // device holds; never more than the prompts. On a GPU the decoder is planned before it allocates anything.
   const int64_t wanted = std::min<int64_t>(g.batch > 0 ? g.batch : kDefaultBatch, prompts.ids.size());
   int max_batch = static_cast<int>(wanted);
 #ifdef SHARDTRAIN_HAVE_CUDA
-  if (g.batch == 0 && decode.train.device == st::Device::kCuda)
-    max_batch = st::fitting_batch(decode, max_batch, st::cuda_device_free_bytes(comm.device_rank()));
+  if (decode.train.device == st::Device::kCuda) {
+    const st::DeviceBudget budget = st::DeviceBudget::of(decode, st::cuda_device_free_bytes(comm.device_rank()));
+    if (g.batch == 0) max_batch = st::fitting_batch(decode, max_batch, budget);
+    st::check_decoder_memory(decode, max_batch, budget, st::cuda_device_name_of(comm.device_rank()));
+  }
 #endif
   const std::unique_ptr<st::Decoder> decoder = load_decoder(g, cfg, decode, max_batch, comm, &source);
   const double load_seconds = st::seconds_since(load_start);

@@ -68,7 +68,7 @@ class FullViews final : public HostViews {
 // kUnwritten, push_unit hands it to `done` (which may take the vector's contents) and frees it, so that a loader going
 // through the units in order (init_from_weights does) never holds more than one unit's fp32 buffer. A unit pulled
 // again after its push is a loader out of order (an internal error); finish() pushes every unit the loader never
-// pulled, all unwritten, and checks that none is still in hand. Not for LoRA models (their frozen views stay empty).
+// pulled, all unwritten. Not for LoRA models (their frozen views stay empty).
 class StreamViews final : public HostViews {
  public:
   using Done = std::function<void(const UnitLayout& u, std::vector<float>& values)>;

@@ -218,12 +218,6 @@ const int32_t* CudaDecoderBase<T>::upload_positions(int64_t pos, int64_t n) {
   return positions_.data();
 }
 
-template <typename T>
-void CudaDecoderBase<T>::classify_row(const T* xn, const T* w, std::vector<float>* logits) {
-  classify_on_device(xn, w);
-  copy_logits(logits);
-}
-
 template class CudaDecoderBase<float>;
 template class CudaDecoderBase<bf16>;
 template class CudaDecoderBase<fp16>;

@@ -167,49 +167,22 @@ std::string DecoderFootprint::breakdown() const {
 DecoderFootprint decoder_footprint(const ModelConfig& model, DType dtype, int max_batch) {
   const int64_t e = dtype == DType::kF32 ? 4 : 2;
   DecoderFootprint f;
-  for (const UnitLayout& u : build_units(model)) f.weights += e * u.numel;
+  int64_t largest = 0;
+  for (const UnitLayout& u : build_units(model)) {
+    f.weights += e * u.numel;
+    largest = std::max(largest, u.numel);
+  }
   const int64_t kv = int64_t{model.kv_heads()} * model.head_dim();
   f.cache = 2 * e * model.n_layer * int64_t{max_batch} * model.seq_len * kv;
   // The families' row buffers (x, norm, attention out, qkv, the MLP's widest two) over the widest forward, the token
   // and position uploads, the logits rows, the split-K partials (4 rows' at most, fp32) and a loading staging unit.
   const int64_t rows = std::max<int64_t>(model.seq_len, max_batch);
   const int64_t row = 3 * model.n_embd + model.qkv_dim() + 3 * int64_t{model.mlp_dim()};
-  int64_t largest = 0;
-  for (const UnitLayout& u : build_units(model)) largest = std::max(largest, u.numel);
   const int64_t splits = (int64_t{model.seq_len} + 63) / 64;
   f.activations = e * rows * row + 8 * rows + e * int64_t{max_batch} * model.padded_vocab() +
                   4 * int64_t{4} * model.n_head * splits * (model.head_dim() + 2) + (e == 4 ? 0 : 4 * largest);
   f.runtime = int64_t{768} << 20;
   return f;
-}
-
-namespace {
-
-// The device memory a decoder may plan on: the free memory, capped by dist.max_gpu_mem_gib where set.
-int64_t decoder_budget(const Config& cfg, int64_t free_bytes) {
-  if (cfg.dist.max_gpu_mem_gib <= 0) return free_bytes;
-  return std::min(free_bytes, static_cast<int64_t>(cfg.dist.max_gpu_mem_gib * double(int64_t{1} << 30)));
-}
-
-}  // namespace
-
-int fitting_batch(const Config& cfg, int want, int64_t free_bytes) {
-  const int64_t usable = decoder_budget(cfg, free_bytes);
-  int batch = std::max(want, 1);
-  while (batch > 1 && decoder_footprint(cfg.model, cfg.compute_dtype(), batch).total() > usable) --batch;
-  return batch;
-}
-
-void check_decoder_memory(const Config& cfg, int max_batch, int64_t free_bytes, const std::string& device) {
-  const DecoderFootprint f = decoder_footprint(cfg.model, cfg.compute_dtype(), max_batch);
-  const bool capped = cfg.dist.max_gpu_mem_gib > 0;
-  const int64_t cap = capped ? static_cast<int64_t>(cfg.dist.max_gpu_mem_gib * double(int64_t{1} << 30)) : free_bytes;
-  if (f.total() <= decoder_budget(cfg, free_bytes)) return;
-  ST_BAD_INPUT("device memory: a decoder of ", max_batch, " sequence(s) of ", cfg.model.seq_len, " positions needs ",
-               format_gib(f.total()), " (", f.breakdown(), "), but ",
-               capped && cap < free_bytes ? str_cat("dist.max_gpu_mem_gib caps it at ", format_gib(cap))
-                                          : str_cat(device, " has ", format_gib(free_bytes), " free"),
-               "; lower generate's --batch or model.seq_len, or compute in bf16 (train.dtype)");
 }
 
 std::unique_ptr<Decoder> load_decoder(std::unique_ptr<Decoder> d, std::vector<std::vector<float>> weights) {
@@ -228,7 +201,6 @@ std::unique_ptr<Decoder> make_decoder(const Config& cfg, std::vector<std::vector
 std::unique_ptr<Decoder> make_unloaded_decoder(const Config& cfg, int cuda_device, int max_batch) {
   if (cfg.train.device == Device::kCpu) return model_family(cfg.model.arch).make_cpu_decoder(cfg.model, max_batch);
 #ifdef SHARDTRAIN_HAVE_CUDA
-  check_decoder_memory(cfg, max_batch, cuda_device_free_bytes(cuda_device), cuda_device_name_of(cuda_device));
   return make_cuda_decoder(cfg.model, cfg.compute_dtype(), cuda_device, max_batch);
 #else
   ST_BAD_INPUT(

@@ -89,8 +89,8 @@ MemoryPlan plan_memory(const Config& cfg, int world, const CommPlan& comm, const
   const UnitSizes s = unit_sizes(units, world);
   const int64_t t = dtype_bytes(cfg.compute_dtype());
   MemoryPlan p;
-  p.sharded_state = sharded_state_bytes(cfg, units, world, t) + s.frozen_slots * t  // the frozen base: its dtype
-                    + s.nf4_words * 4;                                                // or NF4
+  p.sharded_state = sharded_state_bytes(cfg, units, world, t) + s.frozen_slots * t      // the frozen base: its dtype
+                    + s.nf4_words * 4;                                                  // or NF4
   p.gather_buffers = (s.emb_full + param_pool_size(cfg, comm) * s.unit_full) * t        // parameters
                      + (s.emb_grad_full + grad_pool_size(comm) * s.unit_grad_full) * t  // full gradients
                      +
@@ -124,13 +124,35 @@ DeviceBudget DeviceBudget::of(const Config& cfg, int64_t free_bytes) {
   return b;
 }
 
+namespace {
+
+// What binds a budget: the cap where it is below the free memory, else the device's free memory.
+std::string budget_limit(const DeviceBudget& budget, const std::string& device) {
+  return budget.capped && budget.cap < budget.free ? str_cat("dist.max_gpu_mem_gib caps it at ", format_gib(budget.cap))
+                                                   : str_cat(device, " has ", format_gib(budget.free), " free");
+}
+
+}  // namespace
+
 void check_memory_plan(const MemoryPlan& plan, const DeviceBudget& budget, const std::string& device) {
   if (plan.total() <= budget.usable()) return;
-  ST_BAD_INPUT(
-      "device memory: this config needs ", format_gib(plan.total()), " per rank (", plan.breakdown(), "), but ",
-      budget.capped && budget.cap < budget.free ? str_cat("dist.max_gpu_mem_gib caps it at ", format_gib(budget.cap))
-                                                : str_cat(device, " has ", format_gib(budget.free), " free"),
-      "; lower train.micro_batch, set train.recompute=true, or use more ranks");
+  ST_BAD_INPUT("device memory: this config needs ", format_gib(plan.total()), " per rank (", plan.breakdown(),
+               "), but ", budget_limit(budget, device),
+               "; lower train.micro_batch, set train.recompute=true, or use more ranks");
+}
+
+void check_decoder_memory(const Config& cfg, int max_batch, const DeviceBudget& budget, const std::string& device) {
+  const DecoderFootprint f = decoder_footprint(cfg.model, cfg.compute_dtype(), max_batch);
+  if (f.total() <= budget.usable()) return;
+  ST_BAD_INPUT("device memory: a decoder of ", max_batch, " sequence(s) of ", cfg.model.seq_len, " positions needs ",
+               format_gib(f.total()), " (", f.breakdown(), "), but ", budget_limit(budget, device),
+               "; lower generate's --batch or model.seq_len, or compute in bf16 (train.dtype)");
+}
+
+int fitting_batch(const Config& cfg, int want, const DeviceBudget& budget) {
+  int batch = std::max(want, 1);
+  while (batch > 1 && decoder_footprint(cfg.model, cfg.compute_dtype(), batch).total() > budget.usable()) --batch;
+  return batch;
 }
 
 MemoryPlan plan_host_memory(const Config& cfg, int world, int64_t replica_bucket_elements) {

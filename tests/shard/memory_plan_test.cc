@@ -11,6 +11,7 @@
 
 #include "plan_test_shapes.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/core/format.h"
 #include "shardtrain/core/process_memory.h"
 #include "shardtrain/model/gpt2/gpt_model.h"
 
@@ -288,6 +289,43 @@ TEST(HostMemoryPlan, AModelPastTheArithmeticIsRefusedOnItsEstimate) {
                      "has 64.00 GiB available"),
               std::string::npos)
         << m;
+  }
+}
+
+// generate's decoder against the device budget: what fits passes; the rest is refused naming the footprint's
+// breakdown, the limit (the device's free memory, or dist.max_gpu_mem_gib where it binds) and what to lower; without
+// --batch the most sequences that fit are taken.
+TEST(DecoderMemory, ADecoderThatDoesNotFitIsRefusedWithItsBreakdown) {
+  Config cfg = plan_test::llama_1b();
+  const int64_t gib = plan_test::kGiB;
+  EXPECT_NO_THROW(check_decoder_memory(cfg, 1, DeviceBudget::of(cfg, 6 * gib), "GPU"));
+  const DecoderFootprint f = decoder_footprint(cfg.model, DType::kBF16, 64);
+  try {
+    check_decoder_memory(cfg, 64, DeviceBudget::of(cfg, 4 * gib), "NVIDIA GeForce RTX 4090");
+    FAIL() << "64 caches of 64 MiB past 4 GiB";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    const std::string want = "device memory: a decoder of 64 sequence(s) of 2048 positions needs " +
+                             format_gib(f.total()) + " (" + f.breakdown() +
+                             "), but NVIDIA GeForce RTX 4090 has 4.00 GiB free; lower generate's --batch or "
+                             "model.seq_len, or compute in bf16 (train.dtype)";
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+  const int fit = fitting_batch(cfg, 64, DeviceBudget::of(cfg, 6 * gib));
+  EXPECT_GT(fit, 1);
+  EXPECT_LT(fit, 64);
+  EXPECT_LE(decoder_footprint(cfg.model, DType::kBF16, fit).total(), 6 * gib);
+  EXPECT_GT(decoder_footprint(cfg.model, DType::kBF16, fit + 1).total(), 6 * gib);
+  EXPECT_EQ(fitting_batch(cfg, 64, DeviceBudget::of(cfg, gib)), 1);  // not even one: the check then refuses it
+  EXPECT_EQ(fitting_batch(cfg, 3, DeviceBudget::of(cfg, 80 * gib)), 3);
+  cfg.dist.max_gpu_mem_gib = 3;
+  EXPECT_EQ(fitting_batch(cfg, 3, DeviceBudget::of(cfg, 80 * gib)), 1);
+  try {
+    check_decoder_memory(cfg, 1, DeviceBudget::of(cfg, 80 * gib), "NVIDIA H200");
+    FAIL() << "a 3 GiB cap";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("but dist.max_gpu_mem_gib caps it at 3.00 GiB;"), std::string::npos)
+        << e.what();
   }
 }
 

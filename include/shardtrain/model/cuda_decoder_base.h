@@ -64,9 +64,6 @@ class CudaDecoderBase : public Decoder {
   const int32_t* upload_tokens(const int32_t* tokens, int64_t n);
   // pos .. pos + n - 1 in device memory, for n rows of a prompt.
   const int32_t* upload_positions(int64_t pos, int64_t n);
-  // The logits over the real vocabulary of one normalised row xn [C] with the classifier w [Vp, C], in fp32 on the
-  // host; synchronises the stream.
-  void classify_row(const T* xn, const T* w, std::vector<float>* logits);
   // The first `rows` logits rows over the real vocabulary, in fp32 on the host; synchronises the stream.
   void copy_logits(std::vector<float>* logits, int64_t rows = 1);
 

@@ -129,6 +129,7 @@ std::unique_ptr<Decoder> load_decoder(std::unique_ptr<Decoder> d, std::vector<st
 // allocated: the weights in the compute type, the key/value caches (keys and values of every layer, max_batch x
 // seq_len positions), the activations of the widest forward (a prompt's seq_len rows or a batch's max_batch) with the
 // logits rows and the split-K attention's partials, and the runtime's reserve (the CUDA context and cuBLASLt).
+// shard/memory_plan.h checks it against the device's budget.
 struct DecoderFootprint {
   int64_t weights = 0, cache = 0, activations = 0, runtime = 0;
   int64_t total() const { return weights + cache + activations + runtime; }
@@ -136,13 +137,6 @@ struct DecoderFootprint {
   std::string breakdown() const;
 };
 DecoderFootprint decoder_footprint(const ModelConfig& model, DType dtype, int max_batch);
-// kBadInput, before anything is allocated, when cfg's GPU decoder of max_batch sequences needs more than `device` has
-// free (free_bytes), or than dist.max_gpu_mem_gib where set: the breakdown, the limit and what to lower (generate's
-// --batch, model.seq_len, the compute type). make_unloaded_decoder checks it on train.device = cuda.
-void check_decoder_memory(const Config& cfg, int max_batch, int64_t free_bytes, const std::string& device);
-// The most sequences, from 1 to `want`, whose decoder fits free_bytes (and dist.max_gpu_mem_gib): 1 when none does
-// (check_decoder_memory then says why).
-int fitting_batch(const Config& cfg, int want, int64_t free_bytes);
 
 // The checks every implementation's constructor makes: one buffer per unit of cfg's unit list, each of its size
 // (kBadInput naming the unit, expected vs actual).

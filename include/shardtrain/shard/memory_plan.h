@@ -20,6 +20,7 @@
 
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/process_memory.h"
+#include "shardtrain/model/decoder.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
@@ -105,6 +106,14 @@ struct DeviceBudget {
 // kBadInput when the plan exceeds the budget: the message gives the plan's breakdown, what limits it (the cap, or
 // `device`'s free memory) and what to change.
 void check_memory_plan(const MemoryPlan& plan, const DeviceBudget& budget, const std::string& device);
+
+// generate's GPU decoder of max_batch sequences (decoder_footprint, model/decoder.h) against the same budget, before
+// anything is allocated: kBadInput with the footprint's breakdown, what limits it and what to lower (generate's
+// --batch, model.seq_len, the compute type).
+void check_decoder_memory(const Config& cfg, int max_batch, const DeviceBudget& budget, const std::string& device);
+// The most sequences, from 1 to `want`, whose decoder fits the budget: 1 when none does (check_decoder_memory then
+// says why).
+int fitting_batch(const Config& cfg, int want, const DeviceBudget& budget);
 
 // The CPU backend (ShardedModel, fp32) plans the same terms in host memory: the 16 S_u bytes of sharded state per
 // unit whatever optim.offload says (the optimizer already runs on the host), gather buffers at prefetch depth 0
