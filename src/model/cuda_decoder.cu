@@ -56,21 +56,23 @@ CudaDecoderBase<T>::~CudaDecoderBase() {
 }
 
 template <typename T>
-void CudaDecoderBase<T>::greedy_step(int n, bool batch) {
-  const int B = max_batch(), key = batch ? n : 0;
+void CudaDecoderBase<T>::forward_batch_greedy(const int32_t* tokens, const int32_t* positions, int n, int32_t* next) {
+  const int B = max_batch();
   int32_t* io = step_host_.data();
   int32_t* dev = step_dev_.data();
+  std::copy(tokens, tokens + n, io);
+  std::copy(positions, positions + n, io + B);
   ST_CUDA_CHECK(cudaMemcpyAsync(dev, io, 2 * B * sizeof(int32_t), cudaMemcpyHostToDevice, ctx_.stream));
   auto step = [&] {
-    run(dev, dev + B, n, batch);
+    run(dev, dev + B, n, true);
     gpu::argmax_rows<T>(logits_.data(), config().padded_vocab(), n, config().vocab_size, dev + 2 * B, ctx_);
   };
-  const auto graph = graphs_.find(key);
+  const auto graph = graphs_.find(n);
   if (graph != graphs_.end()) {
     ST_CUDA_CHECK(cudaGraphLaunch(graph->second, ctx_.stream));
-  } else if (warm_.count(key) == 0) {
+  } else if (warm_.count(n) == 0) {
     step();  // eagerly: cuBLASLt's algorithm choices and any lazy setup happen outside a capture
-    warm_.insert(key);
+    warm_.insert(n);
   } else {
     cudaGraph_t captured = nullptr;
     ST_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
@@ -80,36 +82,11 @@ void CudaDecoderBase<T>::greedy_step(int n, bool batch) {
     const cudaError_t made = cudaGraphInstantiate(&exec, captured, 0);
     cudaGraphDestroy(captured);
     ST_CUDA_CHECK(made);
-    graphs_[key] = exec;
+    graphs_[n] = exec;
     ST_CUDA_CHECK(cudaGraphLaunch(exec, ctx_.stream));
   }
   ST_CUDA_CHECK(cudaMemcpyAsync(io + 2 * B, dev + 2 * B, n * sizeof(int32_t), cudaMemcpyDeviceToHost, ctx_.stream));
   stream_.synchronize();
-}
-
-template <typename T>
-int32_t CudaDecoderBase<T>::forward_greedy(int32_t token, int64_t pos) {
-  // Sequence 0 alone: its graph reads sequence 0's cache (use_sequence(0) came first, as step_greedy does it).
-  ST_CHECK(seq_ == 0, "the single greedy step is sequence 0's, not ", seq_, "'s");
-  int32_t* io = step_host_.data();
-  const int B = max_batch();
-  io[0] = token;
-  io[B] = static_cast<int32_t>(pos);
-  greedy_step(1, false);
-  if (io[2 * B] >= 0) return io[2 * B];
-  // A NaN or an infinity among the logits: sample_token says which, as the host path does.
-  std::vector<float> logits;
-  copy_logits(&logits);
-  return sample_token(logits, SamplingOptions{0.0, 0, 0}, 0);
-}
-
-template <typename T>
-void CudaDecoderBase<T>::forward_batch_greedy(const int32_t* tokens, const int32_t* positions, int n, int32_t* next) {
-  int32_t* io = step_host_.data();
-  const int B = max_batch();
-  std::copy(tokens, tokens + n, io);
-  std::copy(positions, positions + n, io + B);
-  greedy_step(n, true);
   std::copy(io + 2 * B, io + 2 * B + n, next);
   for (int r = 0; r < n; ++r) {
     if (positions[r] < 0 || next[r] >= 0) continue;

@@ -76,15 +76,6 @@ const std::vector<float>& Decoder::step(int32_t token) {
   return logits_;
 }
 
-int32_t Decoder::step_greedy(int32_t token) {
-  check_room(position(), max_length(), 0);
-  check_tokens(&token, 1, position());
-  use_sequence(0);
-  const int32_t next = forward_greedy(token, position());
-  ++positions_[0];
-  return next;
-}
-
 std::vector<int32_t> Decoder::batch_positions(const std::vector<int32_t>& tokens) const {
   check_loaded();
   ST_CHECK(!tokens.empty() && tokens.size() <= positions_.size(), "a batched step of ", tokens.size(),
@@ -142,11 +133,6 @@ void Decoder::forward_batch_greedy(const int32_t* tokens, const int32_t* positio
     const std::vector<float> row(rows.begin() + r * V, rows.begin() + (r + 1) * V);
     next[r] = sample_token(row, SamplingOptions{0.0, 0, 0}, 0);  // greedy, refusing a non-finite logit
   }
-}
-
-int32_t Decoder::forward_greedy(int32_t token, int64_t pos) {
-  forward(&token, 1, pos, &logits_);
-  return sample_token(logits_, SamplingOptions{0.0, 0, 0}, 0);  // greedy, refusing a non-finite logit
 }
 
 void check_decoder_weights(const ModelConfig& cfg, const std::vector<std::vector<float>>& weights) {

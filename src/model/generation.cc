@@ -31,46 +31,11 @@ class AddElapsed {
   std::chrono::steady_clock::time_point t0_;
 };
 
-// generate_tokens' loop, adding its counts and times to *s as it goes, so that *s holds the work done when the sink
-// throws. The prompt is not empty, n >= 1 and the options are checked.
-std::vector<int32_t> continue_prompt(Decoder& decoder, const std::vector<int32_t>& prompt, int64_t n,
-                                     const SamplingOptions& options, GenerationStats* s, const TokenSink& sink) {
-  std::vector<int32_t> out;
-  const std::vector<int32_t> context = tail(prompt, {}, decoder.max_length());
-  s->prompt_tokens += static_cast<int64_t>(context.size());
-  const std::vector<float>* logits = nullptr;  // the decoder's own, valid until its next call
-  {
-    const AddElapsed timer(&s->prefill_seconds);
-    logits = &decoder.prefill(context);
-  }
-  const AddElapsed timer(&s->decode_seconds);
-  const int64_t keep = std::max<int64_t>(1, decoder.max_length() / 2);
-  // Greedy decoding picks each next token inside the decoder (on the device for a GPU one): the same tokens.
-  const bool greedy = options.temperature == 0 || options.top_k == 1;
-  int32_t next = -1;  // the greedy token after the last step, when greedy
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t token = next >= 0 ? next : sample_token(*logits, options, static_cast<uint64_t>(i));
-    next = -1;
-    out.push_back(token);
-    const bool more = !sink || sink(token, i);
-    if (i + 1 == n || !more) break;
-    if (decoder.full()) {
-      logits = &decoder.prefill(tail(prompt, out, keep));
-      ++s->slides;
-    } else if (greedy) {
-      next = decoder.step_greedy(token);
-    } else {
-      logits = &decoder.step(token);
-    }
-    ++s->decode_steps;
-  }
-  return out;
-}
-
-// generate_batch's group: prompts [first, first + count) in decoder sequences 0 .. count - 1, stepped together. Each
-// round, every live sequence's pending token (sampled, handed to the sink, not yet run) is run: in the batched step,
-// or, for a sequence whose cache is full, by a prefill of its last max_length() / 2 tokens (the slide of
-// continue_prompt). Finished sequences sit the steps out (Decoder::kIdle).
+// The loop of generate_tokens and generate_batch: prompts [first, first + count) in decoder sequences 0 .. count - 1,
+// stepped together, adding counts and times to *s as it goes (so that *s holds the work done when the sink throws).
+// Each round, every live sequence's pending token (sampled, handed to the sink, not yet run) is run: in the batched
+// step, or, for a sequence whose cache is full, by a prefill of its last max_length() / 2 tokens (the slide).
+// Finished sequences sit the steps out (Decoder::kIdle). The prompts are not empty, n >= 1, the options checked.
 void continue_together(Decoder& decoder, const std::vector<std::vector<int32_t>>& prompts, size_t first, size_t count,
                        int64_t n, const SamplingOptions& options, GenerationStats* s, const BatchTokenSink& sink,
                        std::vector<std::vector<int32_t>>* out) {
@@ -144,10 +109,12 @@ std::vector<int32_t> generate_tokens(Decoder& decoder, const std::vector<int32_t
   ST_CHECK(n >= 0, "a generation of ", n, " tokens");
   check_sampling_options(options);
   GenerationStats s;
-  std::vector<int32_t> out;
-  if (n > 0) out = continue_prompt(decoder, prompt, n, options, &s, sink);
+  std::vector<std::vector<int32_t>> out(1);
+  BatchTokenSink one;
+  if (sink) one = [&sink](int, int32_t token, int64_t i) { return sink(token, i); };
+  if (n > 0) continue_together(decoder, {prompt}, 0, 1, n, options, &s, one, &out);
   if (stats != nullptr) *stats = s;
-  return out;
+  return out[0];
 }
 
 std::vector<std::vector<int32_t>> generate_batch(Decoder& decoder, const std::vector<std::vector<int32_t>>& prompts,
@@ -166,13 +133,6 @@ std::vector<std::vector<int32_t>> generate_batch(Decoder& decoder, const std::ve
     const size_t group = static_cast<size_t>(decoder.max_batch());
     for (size_t first = 0; first < prompts.size() && n > 0; first += group) {
       const size_t count = std::min(group, prompts.size() - first);
-      if (count == 1) {  // one sequence: the single-sequence path (its greedy step is the lighter graph)
-        const int seq = static_cast<int>(first);
-        TokenSink one;
-        if (sink) one = [&sink, seq](int32_t token, int64_t i) { return sink(seq, token, i); };
-        out[first] = continue_prompt(decoder, prompts[first], n, options, &total, one);
-        continue;
-      }
       continue_together(decoder, prompts, first, count, n, options, &total, sink, &out);
     }
   } catch (...) {

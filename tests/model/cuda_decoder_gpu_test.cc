@@ -106,7 +106,7 @@ void expect_greedy_steps_equal_host_steps(const ModelConfig& c) {
     int32_t token = argmax_token(host->prefill(prompt));
     graph->prefill(prompt);
     while (!host->full()) {
-      const int32_t next = graph->step_greedy(token);
+      const int32_t next = graph->step_batch_greedy({token})[0];
       token = argmax_token(host->step(token));
       ASSERT_EQ(next, token) << "round " << round << " position " << host->position();
     }

@@ -137,8 +137,9 @@ TEST_P(DecoderFamily, GreedyTokensEqualTheArgmaxOfFullRecomputes) {
   EXPECT_GT(std::set<int32_t>(got.begin(), got.end()).size(), 3u);
 }
 
-// step_greedy is the argmax of step's logits, step after step (a GPU decoder replays it as a graph: its own test
-// compares it with the same step on the host), and moves the position as step does.
+// A greedy step (step_batch_greedy of one sequence) is the argmax of step's logits, step after step (a GPU decoder
+// replays it as a graph: its own test compares it with the same step on the host), and moves the position as step
+// does.
 TEST_P(DecoderFamily, AGreedyStepIsTheArgmaxOfAStep) {
   const ModelConfig c = config();
   const std::vector<std::vector<float>> w = random_weights(c, 12);
@@ -147,7 +148,7 @@ TEST_P(DecoderFamily, AGreedyStepIsTheArgmaxOfAStep) {
   int32_t token = argmax_token(a->prefill(kPrompt));
   b->prefill(kPrompt);
   for (int i = 0; i < 10; ++i) {
-    const int32_t greedy = b->step_greedy(token);
+    const int32_t greedy = b->step_batch_greedy({token})[0];
     token = argmax_token(a->step(token));
     EXPECT_EQ(greedy, token) << "step " << i;
     EXPECT_EQ(b->position(), a->position());

@@ -38,10 +38,8 @@ class CudaDecoderBase : public Decoder {
 
   // Unit u's weights on the device, in T.
   const T* unit(int u) const { return w_[static_cast<size_t>(u)].data(); }
-  // The greedy steps as CUDA graphs, one for sequence 0's step and one per batch size: tokens and positions go up,
-  // the graph runs run() and the argmax, and the ids come back. A graph's first call runs eagerly (cuBLASLt picks its
-  // algorithms), the second captures it.
-  int32_t forward_greedy(int32_t token, int64_t pos) override;
+  // The greedy step as a CUDA graph per batch size: tokens and positions go up, the graph runs run() and the argmax,
+  // and the ids come back. A graph's first call runs eagerly (cuBLASLt picks its algorithms), the second captures it.
   void forward_batch_greedy(const int32_t* tokens, const int32_t* positions, int n, int32_t* next) override;
   // The tokens and positions up, run, the logits rows down.
   void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) override;
@@ -77,11 +75,8 @@ class CudaDecoderBase : public Decoder {
   std::string device_name_;
   std::vector<DeviceBuffer<T>> w_;
   DeviceBuffer<float> staging_;  // while loading
-  // Runs a greedy step of n rows (tokens and positions in step_host_'s first two thirds) through its graph and leaves
-  // the ids in its last third.
-  void greedy_step(int n, bool batch);
   // The greedy steps: tokens [0, B), positions [B, 2 B) up from pinned memory, ids [2 B, 3 B) back (B = max_batch);
-  // each step's graph (key 0: sequence 0's step; n: a batch of n) once captured, and whether it ran eagerly.
+  // each batch size's graph once captured, and whether it ran eagerly.
   PinnedBuffer<int32_t> step_host_;
   DeviceBuffer<int32_t> step_dev_;
   std::map<int, cudaGraphExec_t> graphs_;

@@ -56,19 +56,15 @@ class Decoder {
   // cache is full(); kBadInput for a token outside the vocabulary.
   const std::vector<float>& step(int32_t token);
 
-  // As argmax_token(step(token)), the greedy next token, with the same checks (a NaN or infinite logit is kBadInput,
-  // as sample_token says it); a GPU decoder picks it on the device and hands back the id alone, in a step it
-  // replays as one CUDA graph.
-  int32_t step_greedy(int32_t token);
-
   // What step_batch takes for a sequence that sits the step out.
   static constexpr int32_t kIdle = -1;
   // One token for each sequence s < tokens.size() (at most max_batch()) at position(s), in one forward: tokens[s], or
   // kIdle. Returns the logits over the real vocabulary of every row, [tokens.size(), vocab_size] row-major (an idle
   // row's are unspecified). The same checks as step for each stepped sequence.
   const std::vector<float>& step_batch(const std::vector<int32_t>& tokens);
-  // The greedy token of each row of step_batch (kIdle for an idle row), with step_greedy's checks; a GPU decoder
-  // picks them on the device, in a step it replays as one CUDA graph per batch size.
+  // The greedy token of each row of step_batch (kIdle for an idle row): argmax_token of its logits, a NaN or infinite
+  // logit refused as sample_token refuses it (kBadInput). A GPU decoder picks them on the device and hands back the
+  // ids alone, in a step it replays as one CUDA graph per batch size.
   std::vector<int32_t> step_batch_greedy(const std::vector<int32_t>& tokens);
 
   // Positions in sequence seq's cache: its prompt's and every step's since its last prefill.
@@ -83,8 +79,6 @@ class Decoder {
 
  protected:
   Decoder(const ModelConfig& cfg, int max_batch);
-  // step_greedy's forward of sequence 0 at position pos (checked); by default forward and argmax_token on the host.
-  virtual int32_t forward_greedy(int32_t token, int64_t pos);
   // Makes sequence seq's cache the one forward() reads and appends to.
   virtual void use_sequence(int seq) = 0;
   // step_batch's forward: row r is sequence r's token at positions[r] (negative: idle), the logits of every row into
