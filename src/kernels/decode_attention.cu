@@ -23,23 +23,19 @@ static_assert(kDecodeAttentionTile <= kThreads, "a tile's probabilities are one 
 // probabilities times the values of the dimensions it owns (d = threadIdx.x + k * kThreads).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    decode_attention_kernel(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int pos, int NH,
-                            int group, int hs, int64_t kv_stride, float scale, const int32_t* positions,
-                            int64_t seq_stride) {
+    decode_attention_kernel(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int NH, int group,
+                            int hs, int64_t kv_stride, float scale, const int32_t* positions, int64_t seq_stride) {
   __shared__ float qs[kDecodeAttentionMaxHeadSize];
   __shared__ float p[kDecodeAttentionTile];
   const int i = static_cast<int>(blockIdx.x / NH), h = static_cast<int>(blockIdx.x % NH);
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
-  // keys 0 .. pos + i, or with positions 0 .. positions[i] of row i's own cache
-  const int len = positions != nullptr ? positions[i] + 1 : pos + i + 1;
-  if (len <= 0) {  // an idle row (negative position): zeros
+  const int len = positions[i] + 1;  // keys 0 .. positions[i] of row i's own cache
+  if (len <= 0) {                    // an idle row (negative position): zeros
     for (int d = tid; d < hs; d += kThreads) out[(static_cast<int64_t>(i) * NH + h) * hs + d] = from_f32<T>(0.0f);
     return;
   }
-  if (positions != nullptr) {
-    k_cache += i * seq_stride;
-    v_cache += i * seq_stride;
-  }
+  k_cache += i * seq_stride;
+  v_cache += i * seq_stride;
   const T* qh = q + i * q_stride + static_cast<int64_t>(h) * hs;
   const int64_t kv_off = static_cast<int64_t>(h / group) * hs;
   for (int d = tid; d < hs; d += kThreads) qs[d] = to_f32(qh[d]);
@@ -90,22 +86,6 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 }  // namespace
-
-template <typename T>
-void decode_attention(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int n, int pos, int NH,
-                      int NKV, int hs, const GpuContext& ctx) {
-  ST_CHECK(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0, "NH = ", NH, " is not a positive multiple of NKV = ", NKV);
-  ST_CHECK(hs <= kDecodeAttentionMaxHeadSize, "decode attention takes head sizes up to ", kDecodeAttentionMaxHeadSize,
-           ", got ", hs);
-  ST_CHECK(n >= 1 && pos >= 0 && q_stride >= int64_t{NH} * hs, "decode attention of ", n, " queries at position ", pos,
-           " with a query row stride of ", q_stride);
-  const int64_t blocks = int64_t{n} * NH;
-  ST_CHECK(blocks < (int64_t{1} << 31), "decode attention of ", n, " queries x ", NH, " heads");
-  decode_attention_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, ctx.stream>>>(
-      out, q, q_stride, k_cache, v_cache, pos, NH, NH / NKV, hs, int64_t{NKV} * hs,
-      1.0f / std::sqrt(static_cast<float>(hs)), nullptr, 0);
-  ST_CUDA_CHECK_LAUNCH();
-}
 
 namespace {
 
@@ -252,7 +232,7 @@ void decode_attention_at(T* out, const T* q, int64_t q_stride, const T* k_cache,
   const int64_t blocks = int64_t{rows} * NH;
   ST_CHECK(blocks < (int64_t{1} << 31), "decode attention of ", rows, " rows x ", NH, " heads");
   decode_attention_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, ctx.stream>>>(
-      out, q, q_stride, k_cache, v_cache, 0, NH, NH / NKV, hs, int64_t{NKV} * hs, scale, positions, seq_stride);
+      out, q, q_stride, k_cache, v_cache, NH, NH / NKV, hs, int64_t{NKV} * hs, scale, positions, seq_stride);
   ST_CUDA_CHECK_LAUNCH();
 }
 
@@ -296,12 +276,5 @@ ST_DECODE_STEP_INSTANTIATE(float)
 ST_DECODE_STEP_INSTANTIATE(bf16)
 ST_DECODE_STEP_INSTANTIATE(fp16)
 #undef ST_DECODE_STEP_INSTANTIATE
-
-template void decode_attention<float>(float*, const float*, int64_t, const float*, const float*, int, int, int, int,
-                                      int, const GpuContext&);
-template void decode_attention<bf16>(bf16*, const bf16*, int64_t, const bf16*, const bf16*, int, int, int, int, int,
-                                     const GpuContext&);
-template void decode_attention<fp16>(fp16*, const fp16*, int64_t, const fp16*, const fp16*, int, int, int, int, int,
-                                     const GpuContext&);
 
 }  // namespace st::gpu

@@ -1,6 +1,6 @@
-// st::gpu::decode_attention (float, bf16, fp16) against its CPU reference st::decode_attention on the same
-// T-rounded operands, element by element: multi-head and grouped-query attention (NH/NKV 4/4, 8/2, 14/2, 4/1), head
-// sizes 64, 128 and 40 (no power of two), caches of 1, 63, 64, 65 and 200 positions (around the 64-key tile), one
+// st::gpu::decode_attention_at over one sequence (float, bf16, fp16) against the CPU reference st::decode_attention on
+// the same T-rounded operands, element by element: multi-head and grouped-query attention (NH/NKV 4/4, 8/2, 14/2, 4/1),
+// head sizes 64, 128 and 40 (no power of two), caches of 1, 63, 64, 65 and 200 positions (around the 64-key tile), one
 // query (a decoding step) and several at once (a prompt's prefill, query i seeing pos + i + 1 keys), queries inside
 // fused qkv rows; and reruns bit-identical.
 #include <gtest/gtest.h>
@@ -48,14 +48,20 @@ struct Problem {
   }
 };
 
+// One sequence's n rows at positions pos .. pos + n - 1 (seq_stride 0), its cache pos + n long: a decoding step (n
+// = 1) takes the split-K path, a prompt one block per (row, head).
 template <typename T>
 std::vector<float> run_gpu(const Problem<T>& p, const Case& c) {
-  test::GpuEnv env;
+  const int max_len = c.pos + c.n;
+  test::GpuEnv env(gpu::decode_attention_at_scratch_bytes(c.n, c.NH, c.hs, max_len));
   DeviceBuffer<T> qkv = test::to_device<T>(p.qkv), k = test::to_device<T>(p.k), v = test::to_device<T>(p.v);
+  std::vector<int32_t> positions(static_cast<size_t>(c.n));
+  for (int i = 0; i < c.n; ++i) positions[static_cast<size_t>(i)] = c.pos + i;
+  const DeviceBuffer<int32_t> dev_pos = test::ints_to_device(positions);
   DeviceBuffer<T> out(c.out_size());
   test::poison(out);
-  gpu::decode_attention<T>(out.data(), qkv.data(), c.qkv_width(), k.data(), v.data(), c.n, c.pos, c.NH, c.NKV, c.hs,
-                           env.ctx);
+  gpu::decode_attention_at<T>(out.data(), qkv.data(), c.qkv_width(), k.data(), v.data(), 0, dev_pos.data(), c.n, c.NH,
+                              c.NKV, c.hs, max_len, env.ctx);
   return test::to_host(out);
 }
 
@@ -99,11 +105,18 @@ TEST(DecodeAttentionGpuChecks, RejectsBadShapes) {
   ST_SKIP_WITHOUT_GPU();
   test::GpuEnv env;
   // The checks come before any device access.
-  EXPECT_THROW(gpu::decode_attention<bf16>(nullptr, nullptr, 48, nullptr, nullptr, 1, 0, 6, 4, 8, env.ctx), Error);
-  EXPECT_THROW(gpu::decode_attention<bf16>(nullptr, nullptr, 1024, nullptr, nullptr, 1, 0, 1, 1,
-                                           gpu::kDecodeAttentionMaxHeadSize + 8, env.ctx),
-               Error);
-  EXPECT_THROW(gpu::decode_attention<bf16>(nullptr, nullptr, 16, nullptr, nullptr, 1, 0, 4, 2, 8, env.ctx), Error);
+  EXPECT_THROW(
+      gpu::decode_attention_at<bf16>(nullptr, nullptr, 48, nullptr, nullptr, 0, nullptr, 1, 6, 4, 8, 8, env.ctx),
+      Error);  // NH not a multiple of NKV
+  EXPECT_THROW(gpu::decode_attention_at<bf16>(nullptr, nullptr, 1024, nullptr, nullptr, 0, nullptr, 1, 1, 1,
+                                              gpu::kDecodeAttentionMaxHeadSize + 8, 8, env.ctx),
+               Error);  // a head past the largest
+  EXPECT_THROW(
+      gpu::decode_attention_at<bf16>(nullptr, nullptr, 16, nullptr, nullptr, 0, nullptr, 1, 4, 2, 8, 8, env.ctx),
+      Error);  // a query row stride shorter than the heads
+  EXPECT_THROW(
+      gpu::decode_attention_at<bf16>(nullptr, nullptr, 64, nullptr, nullptr, 0, nullptr, 1, 4, 2, 8, 8, env.ctx),
+      Error);  // a step without the scratch of its split-K partials
 }
 
 }  // namespace

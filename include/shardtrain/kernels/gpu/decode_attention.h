@@ -1,10 +1,11 @@
-// Attention of new queries against a key/value cache on the GPU: the CUDA version of kernels/decode_attention.h,
-// same operands and meaning, for T in {float, bf16, fp16} (q, the cache and out in T; scores, softmax and sums in
-// fp32). Device pointers, asynchronous on ctx.stream; no scratch.
+// Attention of new queries against a key/value cache on the GPU: the CUDA version of decode_attention_at and
+// kv_append_at (kernels/decode_attention.h), same operands and meaning, for T in {float, bf16, fp16} (q, the cache and
+// out in T; scores, softmax and sums in fp32). Device pointers, the positions in device memory, asynchronous on
+// ctx.stream. A prompt's rows are one sequence's (seq_stride 0, positions pos .. pos + n - 1); a batched decoding
+// step's are a row per sequence.
 //
-// One block per (query, head) pair walks the visible keys in tiles of kDecodeAttentionTile with an online softmax
+// Many rows: one block per (row, head) walks the visible keys in tiles of kDecodeAttentionTile with an online softmax
 // (a running max and sum, the accumulator rescaled when the max grows), in a fixed order: reruns are bit-identical.
-// A single query (decoding one token) gets NH blocks, each reading its K/V head's pos + 1 keys and values once.
 #pragma once
 
 #include <cstdint>
@@ -18,13 +19,6 @@ namespace st::gpu {
 inline constexpr int kDecodeAttentionTile = 64;
 // The largest head size: each of the block's 128 threads keeps 4 of a head's output values.
 inline constexpr int kDecodeAttentionMaxHeadSize = 512;
-
-// As st::decode_attention: out [n, NH hs] (overwritten) from the n queries at q + i * q_stride (positions pos .. pos
-// + n - 1) and the cache's keys and values [>= pos + n, NKV hs]; query i attends to keys 0 .. pos + i. hs <=
-// kDecodeAttentionMaxHeadSize.
-template <typename T>
-void decode_attention(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int n, int pos, int NH,
-                      int NKV, int hs, const GpuContext& ctx);
 
 // Keys per split of decode_attention_at's split-K path, and the rows at most that take it: a decoding step's one
 // query per head would otherwise be NH blocks walking the whole cache one tile after another.
