@@ -11,16 +11,25 @@ PROMPT random token ids and NEW new tokens:
     the first id on stdout), the wall time, and the load, prefill and decode figures of its summary line; medians;
   * the number of leading tokens on which the two greedy outputs agree;
   * with --batch B > 1, shardtrain's `--prompts FILE --batch B` with B prompts of PROMPT ids, decoded together (its
-    summary's decode rate over every sequence's tokens).
-Prints one table (markdown) on stdout.
+    summary's decode rate over every sequence's tokens);
+  * with --sample, both sides once more drawing their tokens (temperature 0.8, top-k 50; transformers with its static
+    cache);
+  * with --profile, shardtrain's decoding steps under Nsight Compute (ncu on the PATH or in /usr/local/cuda/bin;
+    caches and clocks left as they run): each kernel's share of the GPU time, launches, microseconds a launch and DRAM
+    throughput, over PROFILE_LAUNCHES kernels from the 3000th launch on (past the prompt and the first steps).
+Prints one table (markdown) on stdout, then the profile's.
 
 usage: generate_bench.py SHARDTRAIN WORKDIR [--shape llama3.2-1b] [--prompt 128] [--new 256] [--repeats 3]
-                         [--batch 32]
+                         [--batch 32] [--sample] [--profile] [--profile-launches 400]
 """
 import argparse
 import json
 import os
+import collections
+import csv
+import io
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -56,7 +65,11 @@ ap.add_argument("--new", type=int, default=256)
 ap.add_argument("--repeats", type=int, default=3)
 ap.add_argument("--batch", type=int, default=1)
 ap.add_argument("--seq-len", type=int, default=2048)
+ap.add_argument("--sample", action="store_true")
+ap.add_argument("--profile", action="store_true")
+ap.add_argument("--profile-launches", type=int, default=400)
 args = ap.parse_args()
+SAMPLE = dict(temperature=0.8, top_k=50)
 
 model_dir = os.path.join(args.workdir, "model-" + args.shape)
 os.makedirs(args.workdir, exist_ok=True)
@@ -79,9 +92,9 @@ prompts = torch.randint(0, config.vocab_size, (max(1, args.batch), args.prompt),
 prompt = prompts[0].tolist()
 
 
-def hf_generate(cache):
+def hf_generate(cache, sample=False):
     ids = torch.tensor([prompt], device="cuda")
-    kw = dict(max_new_tokens=args.new, do_sample=False, pad_token_id=0)
+    kw = dict(max_new_tokens=args.new, do_sample=sample, pad_token_id=0, **(SAMPLE if sample else {}))
     if cache == "static":
         kw["cache_implementation"] = "static"
     with torch.no_grad():
@@ -102,6 +115,9 @@ for cache in ("dynamic", "static"):
     rate, tokens = hf_generate(cache)
     hf_tokens = hf_tokens or tokens
     rows.append((f"transformers {cache} cache", "", "", "", f"{rate:,.1f}", ""))
+if args.sample:
+    rate, _ = hf_generate("static", sample=True)
+    rows.append(("transformers static cache, sampled", "", "", "", f"{rate:,.1f}", ""))
 # The same weights in fp32 on both sides: the greedy tokens must agree (bf16 may part where two logits nearly tie).
 model.float()
 with torch.no_grad():
@@ -115,10 +131,16 @@ SUMMARY = re.compile(r"load ([\d.]+) s, prefill (\d+) tokens in ([\d.]+) s \(([\
                      r"in ([\d.]+) s \(([\d.]+) tokens/s\)")
 
 
-def ours(extra, dtype="bf16", new=None):
+def ours_command(extra, dtype="bf16", new=None, sample=False):
+    how = ["--temperature", str(SAMPLE["temperature"]), "--top-k", str(SAMPLE["top_k"])] if sample else \
+        ["--temperature", "0"]
+    return [args.shardtrain, "generate", "--init.from", model_dir, "--max-tokens", str(new or args.new)] + how + \
+        ["--train.device=cuda", f"--train.dtype={dtype}", f"--model.seq_len={args.seq_len}"] + extra
+
+
+def ours(extra, dtype="bf16", new=None, sample=False):
     """One run: (time to first token, wall, load, prefill s, decode tok/s, tokens, stderr)."""
-    cmd = [args.shardtrain, "generate", "--init.from", model_dir, "--max-tokens", str(new or args.new), "--temperature",
-           "0", "--train.device=cuda", f"--train.dtype={dtype}", f"--model.seq_len={args.seq_len}"] + extra
+    cmd = ours_command(extra, dtype, new, sample)
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = p.stdout.read(1)
@@ -158,6 +180,11 @@ print(f"# fp32 first position: transformers' top 5 {top.indices.tolist()} {[roun
       f"{int((first_logits > first_logits[mine]).sum())}")
 rows.append(("shardtrain generate", f"{med(0):.2f}", f"{med(1):.2f}", f"{med(2):.2f}", f"{med(4):,.1f}",
              f"{agree} (fp32: {agree32})"))
+if args.sample:
+    sampled = [ours(single, sample=True) for _ in range(args.repeats)]
+    rows.append(("shardtrain generate, sampled", f"{statistics.median(r[0] for r in sampled):.2f}",
+                 f"{statistics.median(r[1] for r in sampled):.2f}", f"{statistics.median(r[2] for r in sampled):.2f}",
+                 f"{statistics.median(r[4] for r in sampled):,.1f}", ""))
 if args.batch > 1:
     path = os.path.join(args.workdir, "prompts.jsonl")
     with open(path, "w") as f:
@@ -174,3 +201,52 @@ print("|---|---|---|---|---|---|")
 for r in rows:
     print("| " + " | ".join(r) + " |")
 print("\nshardtrain's summary line:\n" + runs[0][6].strip().splitlines()[-1])
+
+
+def short_name(kernel):
+    """`gemv_kernel<8, true, __nv_bfloat16>` from ncu's demangled signature."""
+    name, depth = "", 0
+    for ch in re.sub(r"^void ", "", kernel.replace("(anonymous namespace)::", "")):
+        if ch == "(" and depth == 0:
+            break
+        depth += (ch == "<") - (ch == ">")
+        name += ch
+    return re.sub(r"^[\w:]*::", "", name)[:70]
+
+
+def profile():
+    """Per-kernel table of shardtrain's decoding steps under ncu."""
+    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    metrics = "gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+    cmd = [ncu, "--csv", "--cache-control", "none", "--clock-control", "none", "--metrics", metrics, "--launch-skip",
+           "3000", "--launch-count", str(args.profile_launches)] + ours_command(single, new=64)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-2000:]}")
+    time_ns, launches, dram = collections.Counter(), collections.Counter(), collections.defaultdict(list)
+    header = None
+    for r in csv.reader(io.StringIO(p.stdout)):
+        if "Kernel Name" in r:
+            header = r
+            continue
+        if header is None or len(r) != len(header):
+            continue
+        d = dict(zip(header, r))
+        name = short_name(d["Kernel Name"])
+        value = float(d["Metric Value"].replace(",", ""))
+        if d["Metric Name"] == "gpu__time_duration.sum":
+            time_ns[name] += value
+            launches[name] += 1
+        else:
+            dram[name].append(value)
+    total = sum(time_ns.values())
+    print(f"\nncu, {sum(launches.values())} kernels of the decoding steps ({total / 1e3:,.1f} us of GPU time):\n")
+    print("| kernel | share | launches | us a launch | DRAM % |")
+    print("|---|---|---|---|---|")
+    for name, t in time_ns.most_common(14):
+        print(f"| `{name}` | {100 * t / total:.1f}% | {launches[name]} | {t / launches[name] / 1e3:.1f} | "
+              f"{statistics.mean(dram[name]) if dram[name] else 0:.0f} |")
+
+
+if args.profile:
+    profile()
