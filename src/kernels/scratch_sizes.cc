@@ -102,4 +102,10 @@ size_t fp8_quantize_scratch_bytes(int64_t groups) {
   return sizeof(uint64_t) + 2 * static_cast<size_t>(std::max<int64_t>(groups, 0)) * sizeof(float);
 }
 
+int sample_chunks(int V) { return (V + kSampleChunk - 1) / kSampleChunk; }
+
+size_t sample_rows_scratch_bytes(int rows, int V) {
+  return static_cast<size_t>(rows) * (16 * static_cast<size_t>(sample_chunks(V)) + 8);
+}
+
 }  // namespace st::gpu

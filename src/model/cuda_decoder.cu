@@ -8,6 +8,8 @@
 #include "shardtrain/kernels/gpu/argmax.h"
 #include "shardtrain/kernels/gpu/decode_attention.h"
 #include "shardtrain/kernels/gpu/reduce.h"
+#include "shardtrain/kernels/gpu/sample.h"
+#include "shardtrain/kernels/scratch_sizes.h"
 #include "shardtrain/model/cuda_decoder_base.h"
 #include "shardtrain/model/cuda_family.h"
 #include "shardtrain/model/sampling.h"
@@ -43,48 +45,48 @@ CudaDecoderBase<T>::CudaDecoderBase(const ModelConfig& cfg, int device, int max_
       logits_(max_batch * cfg.padded_vocab()),
       tokens_(max_rows()),
       positions_(max_rows()),
-      attention_scratch_(static_cast<int64_t>(
-          gpu::decode_attention_at_scratch_bytes(gpu::kDecodeSplitMaxRows, cfg.n_head, cfg.head_dim(), cfg.seq_len))),
+      scratch_(static_cast<int64_t>(std::max(
+          gpu::decode_attention_at_scratch_bytes(gpu::kDecodeSplitMaxRows, cfg.n_head, cfg.head_dim(), cfg.seq_len),
+          gpu::sample_rows_scratch_bytes(max_batch, cfg.vocab_size)))),
       step_host_(3 * max_batch),
-      step_dev_(3 * max_batch) {
+      step_dev_(3 * max_batch),
+      draws_host_(max_batch),
+      draws_dev_(max_batch) {
   for (const UnitLayout& u : units_) w_.emplace_back(u.numel);
 }
 
 template <typename T>
 CudaDecoderBase<T>::~CudaDecoderBase() {
-  for (auto& [n, graph] : graphs_) cudaGraphExecDestroy(graph);
+  for (auto& [key, graph] : graphs_) cudaGraphExecDestroy(graph);
 }
 
 template <typename T>
-void CudaDecoderBase<T>::forward_batch_greedy(const int32_t* tokens, const int32_t* positions, int n, int32_t* next) {
-  const int B = max_batch();
+void CudaDecoderBase<T>::forward_batch_next(const int32_t* tokens, const int32_t* positions, int n,
+                                            const SamplingOptions& o, const uint64_t* draws, int32_t* next) {
+  const int B = max_batch(), V = config().vocab_size;
+  const bool greedy = o.temperature == 0 || o.top_k == 1;
   int32_t* io = step_host_.data();
   int32_t* dev = step_dev_.data();
   std::copy(tokens, tokens + n, io);
   std::copy(positions, positions + n, io + B);
   ST_CUDA_CHECK(cudaMemcpyAsync(dev, io, 2 * B * sizeof(int32_t), cudaMemcpyHostToDevice, ctx_.stream));
-  auto step = [&] {
-    run(dev, dev + B, n, true);
-    gpu::argmax_rows<T>(logits_.data(), config().padded_vocab(), n, config().vocab_size, dev + 2 * B, ctx_);
-  };
-  const auto graph = graphs_.find(n);
-  if (graph != graphs_.end()) {
-    ST_CUDA_CHECK(cudaGraphLaunch(graph->second, ctx_.stream));
-  } else if (warm_.count(n) == 0) {
-    step();  // eagerly: cuBLASLt's algorithm choices and any lazy setup happen outside a capture
-    warm_.insert(n);
-  } else {
-    cudaGraph_t captured = nullptr;
-    ST_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
-    step();
-    ST_CUDA_CHECK(cudaStreamEndCapture(ctx_.stream, &captured));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t made = cudaGraphInstantiate(&exec, captured, 0);
-    cudaGraphDestroy(captured);
-    ST_CUDA_CHECK(made);
-    graphs_[n] = exec;
-    ST_CUDA_CHECK(cudaGraphLaunch(exec, ctx_.stream));
+  if (!greedy) {
+    std::copy(draws, draws + n, draws_host_.data());
+    ST_CUDA_CHECK(cudaMemcpyAsync(draws_dev_.data(), draws_host_.data(), n * sizeof(uint64_t), cudaMemcpyHostToDevice,
+                                  ctx_.stream));
   }
+  const StepKey key = greedy ? StepKey{n, 0.0, 0, 0} : StepKey{n, o.temperature, o.top_k, o.seed};
+  run_step_graph(key, [&] {
+    run(dev, dev + B, n, true);
+    if (greedy) {
+      gpu::argmax_rows<T>(logits_.data(), config().padded_vocab(), n, V, dev + 2 * B, ctx_);
+      return;
+    }
+    gpu::GpuContext c = ctx_;
+    c.scratch = scratch_.data();
+    c.scratch_bytes = scratch_.bytes();
+    gpu::sample_rows<T>(logits_.data(), config().padded_vocab(), n, V, draws_dev_.data(), o, dev + 2 * B, c);
+  });
   ST_CUDA_CHECK(cudaMemcpyAsync(io + 2 * B, dev + 2 * B, n * sizeof(int32_t), cudaMemcpyDeviceToHost, ctx_.stream));
   stream_.synchronize();
   std::copy(io + 2 * B, io + 2 * B + n, next);
@@ -93,9 +95,33 @@ void CudaDecoderBase<T>::forward_batch_greedy(const int32_t* tokens, const int32
     // A NaN or an infinity among row r's logits: sample_token says which, as the host path does.
     std::vector<float> rows;
     copy_logits(&rows, n);
-    const auto V = static_cast<ptrdiff_t>(config().vocab_size);
-    sample_token(std::vector<float>(rows.begin() + r * V, rows.begin() + (r + 1) * V), SamplingOptions{0.0, 0, 0}, 0);
+    sample_token(std::vector<float>(rows.begin() + r * V, rows.begin() + (r + 1) * V), o, draws[r]);
+    ST_CHECK(false, "the device found a NaN or an infinity in row ", r, "'s logits, which the host does not see");
   }
+}
+
+template <typename T>
+void CudaDecoderBase<T>::run_step_graph(const StepKey& key, const std::function<void()>& step) {
+  const auto graph = graphs_.find(key);
+  if (graph != graphs_.end()) {
+    ST_CUDA_CHECK(cudaGraphLaunch(graph->second, ctx_.stream));
+    return;
+  }
+  if (warm_.count(key) == 0) {
+    step();  // eagerly: cuBLASLt's algorithm choices and any lazy setup happen outside a capture
+    warm_.insert(key);
+    return;
+  }
+  cudaGraph_t captured = nullptr;
+  ST_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
+  step();
+  ST_CUDA_CHECK(cudaStreamEndCapture(ctx_.stream, &captured));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, captured, 0);
+  cudaGraphDestroy(captured);
+  ST_CUDA_CHECK(made);
+  graphs_[key] = exec;
+  ST_CUDA_CHECK(cudaGraphLaunch(exec, ctx_.stream));
 }
 
 template <typename T>
@@ -118,8 +144,8 @@ void CudaDecoderBase<T>::attend(int layer, T* out, const T* qkv, const int32_t* 
   const int64_t seq_stride = batch ? seq_elems_ : 0;
   gpu::kv_append_at<T>(k, v, qkv, seq_stride, positions, static_cast<int>(n), H, KV, D, ctx_);
   gpu::GpuContext c = ctx_;  // a step's split-K partials
-  c.scratch = attention_scratch_.data();
-  c.scratch_bytes = attention_scratch_.bytes();
+  c.scratch = scratch_.data();
+  c.scratch_bytes = scratch_.bytes();
   gpu::decode_attention_at<T>(out, qkv, qkv_width_, k, v, seq_stride, positions, static_cast<int>(n), H, KV, D,
                               cfg.seq_len, c);
 }

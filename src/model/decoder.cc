@@ -4,6 +4,7 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/format.h"
+#include "shardtrain/kernels/scratch_sizes.h"
 #include "shardtrain/model/family.h"
 #include "shardtrain/model/sampling.h"
 #include "shardtrain/model/units.h"
@@ -99,12 +100,16 @@ const std::vector<float>& Decoder::step_batch(const std::vector<int32_t>& tokens
   return logits_;
 }
 
-std::vector<int32_t> Decoder::step_batch_greedy(const std::vector<int32_t>& tokens) {
+std::vector<int32_t> Decoder::step_batch_next(const std::vector<int32_t>& tokens, const SamplingOptions& o,
+                                              const std::vector<uint64_t>& draws) {
+  check_sampling_options(o);
+  ST_CHECK(draws.size() == tokens.size(), "a batched step of ", tokens.size(), " sequences with ", draws.size(),
+           " draw indices");
   const std::vector<int32_t> at = batch_positions(tokens);
   std::vector<int32_t> ids = tokens;
   for (int32_t& t : ids) t = std::max(t, 0);
   std::vector<int32_t> next(tokens.size());
-  forward_batch_greedy(ids.data(), at.data(), static_cast<int>(ids.size()), next.data());
+  forward_batch_next(ids.data(), at.data(), static_cast<int>(ids.size()), o, draws.data(), next.data());
   for (size_t s = 0; s < tokens.size(); ++s) {
     positions_[s] += at[s] >= 0 ? 1 : 0;
     if (at[s] < 0) next[s] = kIdle;
@@ -124,14 +129,14 @@ void Decoder::forward_batch(const int32_t* tokens, const int32_t* positions, int
   }
 }
 
-void Decoder::forward_batch_greedy(const int32_t* tokens, const int32_t* positions, int n, int32_t* next) {
+void Decoder::forward_batch_next(const int32_t* tokens, const int32_t* positions, int n, const SamplingOptions& o,
+                                 const uint64_t* draws, int32_t* next) {
   std::vector<float> rows;
   forward_batch(tokens, positions, n, &rows);
   const auto V = static_cast<ptrdiff_t>(cfg_.vocab_size);
   for (int r = 0; r < n; ++r) {
     if (positions[r] < 0) continue;
-    const std::vector<float> row(rows.begin() + r * V, rows.begin() + (r + 1) * V);
-    next[r] = sample_token(row, SamplingOptions{0.0, 0, 0}, 0);  // greedy, refusing a non-finite logit
+    next[r] = sample_token(std::vector<float>(rows.begin() + r * V, rows.begin() + (r + 1) * V), o, draws[r]);
   }
 }
 
@@ -161,12 +166,15 @@ DecoderFootprint decoder_footprint(const ModelConfig& model, DType dtype, int ma
   const int64_t kv = int64_t{model.kv_heads()} * model.head_dim();
   f.cache = 2 * e * model.n_layer * int64_t{max_batch} * model.seq_len * kv;
   // The families' row buffers (x, norm, attention out, qkv, the MLP's widest two) over the widest forward, the token
-  // and position uploads, the logits rows, the split-K partials (4 rows' at most, fp32) and a loading staging unit.
+  // and position uploads, the draw indices, the logits rows, the kernels' scratch (the split-K partials, 4 rows' at
+  // most in fp32, or sampling's candidates) and a loading staging unit.
   const int64_t rows = std::max<int64_t>(model.seq_len, max_batch);
   const int64_t row = 3 * model.n_embd + model.qkv_dim() + 3 * int64_t{model.mlp_dim()};
   const int64_t splits = (int64_t{model.seq_len} + 63) / 64;
-  f.activations = e * rows * row + 8 * rows + e * int64_t{max_batch} * model.padded_vocab() +
-                  4 * int64_t{4} * model.n_head * splits * (model.head_dim() + 2) + (e == 4 ? 0 : 4 * largest);
+  const int64_t scratch = std::max(4 * int64_t{4} * model.n_head * splits * (model.head_dim() + 2),
+                                   static_cast<int64_t>(gpu::sample_rows_scratch_bytes(max_batch, model.vocab_size)));
+  f.activations = e * rows * row + 8 * rows + 8 * int64_t{max_batch} + e * int64_t{max_batch} * model.padded_vocab() +
+                  scratch + (e == 4 ? 0 : 4 * largest);
   f.runtime = int64_t{768} << 20;
   return f;
 }

@@ -34,14 +34,13 @@ class AddElapsed {
 // The loop of generate_tokens and generate_batch: prompts [first, first + count) in decoder sequences 0 .. count - 1,
 // stepped together, adding counts and times to *s as it goes (so that *s holds the work done when the sink throws).
 // Each round, every live sequence's pending token (sampled, handed to the sink, not yet run) is run: in the batched
-// step, or, for a sequence whose cache is full, by a prefill of its last max_length() / 2 tokens (the slide).
+// step, which draws each row's next token too (Decoder::step_batch_next: on a GPU, on the device), or, for a sequence
+// whose cache is full, by a prefill of its last max_length() / 2 tokens (the slide), its next token drawn here.
 // Finished sequences sit the steps out (Decoder::kIdle). The prompts are not empty, n >= 1, the options checked.
 void continue_together(Decoder& decoder, const std::vector<std::vector<int32_t>>& prompts, size_t first, size_t count,
                        int64_t n, const SamplingOptions& options, GenerationStats* s, const BatchTokenSink& sink,
                        std::vector<std::vector<int32_t>>* out) {
-  const bool greedy = options.temperature == 0 || options.top_k == 1;
   const int64_t keep = std::max<int64_t>(1, decoder.max_length() / 2);
-  const auto V = static_cast<ptrdiff_t>(decoder.config().vocab_size);
   std::vector<int32_t> pending(count, Decoder::kIdle);  // kIdle: finished
   std::vector<int64_t> index(count, 0);                 // the index of each sequence's next token
   // Hands token `t` of sequence j to the sink; whether the sequence goes on.
@@ -52,9 +51,6 @@ void continue_together(Decoder& decoder, const std::vector<std::vector<int32_t>>
     const bool more = !sink || sink(static_cast<int>(first + j), t, i);
     pending[j] = more && i + 1 < n ? t : Decoder::kIdle;
   };
-  auto sample_row = [&](const float* row, int64_t i) {
-    return sample_token(std::vector<float>(row, row + V), options, static_cast<uint64_t>(i));
-  };
   for (size_t j = 0; j < count; ++j) {
     const std::vector<int32_t> context = tail(prompts[first + j], {}, decoder.max_length());
     s->prompt_tokens += static_cast<int64_t>(context.size());
@@ -64,7 +60,7 @@ void continue_together(Decoder& decoder, const std::vector<std::vector<int32_t>>
       logits = &decoder.prefill(context, static_cast<int>(j));
     }
     const AddElapsed timer(&s->decode_seconds);
-    emit(j, sample_row(logits->data(), 0));
+    emit(j, sample_token(*logits, options, 0));
   }
   const AddElapsed timer(&s->decode_seconds);
   for (;;) {
@@ -80,19 +76,13 @@ void continue_together(Decoder& decoder, const std::vector<std::vector<int32_t>>
       }
       const std::vector<float>& logits =
           decoder.prefill(tail(prompts[first + j], (*out)[first + j], keep), static_cast<int>(j));
-      slid[j] = sample_row(logits.data(), index[j]);
+      slid[j] = sample_token(logits, options, static_cast<uint64_t>(index[j]));
       ++s->slides;
     }
     if (!any) return;
     std::vector<int32_t> next(count, Decoder::kIdle);
-    const bool stepped = std::any_of(step.begin(), step.end(), [](int32_t t) { return t != Decoder::kIdle; });
-    if (stepped && greedy) {
-      next = decoder.step_batch_greedy(step);
-    } else if (stepped) {
-      const std::vector<float>& rows = decoder.step_batch(step);
-      for (size_t j = 0; j < count; ++j)
-        if (step[j] != Decoder::kIdle) next[j] = sample_row(rows.data() + static_cast<ptrdiff_t>(j) * V, index[j]);
-    }
+    if (std::any_of(step.begin(), step.end(), [](int32_t t) { return t != Decoder::kIdle; }))
+      next = decoder.step_batch_next(step, options, std::vector<uint64_t>(index.begin(), index.end()));
     for (size_t j = 0; j < count; ++j) {
       if (pending[j] == Decoder::kIdle) continue;
       ++s->decode_steps;

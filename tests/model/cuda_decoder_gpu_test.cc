@@ -93,39 +93,45 @@ TEST(CudaDecoderGpuGreedy, TokensEqualTheCpuDecoders) {
   }
 }
 
-// The greedy step the GPU decoder replays as a CUDA graph (eager on the first step, captured on the second) picks
-// what the argmax of its own host-side step picks, at every position, for every compute type and family; and after a
-// new prefill the graph reads the new positions.
+// The step the GPU decoder replays as a CUDA graph (eager on the first step, captured on the second) picks the token
+// sample_token picks from the logits of the same batched step on a twin decoder, at every position, for every compute
+// type and family, greedy and sampled (the graph reads each step's draw index from device memory); and after a new
+// prefill the graph reads the new positions.
 template <typename T>
-void expect_greedy_steps_equal_host_steps(const ModelConfig& c) {
+void expect_graph_steps_equal_host_steps(const ModelConfig& c) {
   const std::vector<std::vector<float>> w = random_weights(c, 31);
   const std::unique_ptr<Decoder> host = load_decoder(make_cuda_decoder(c, kDType<T>, 0), w);
   const std::unique_ptr<Decoder> graph = load_decoder(make_cuda_decoder(c, kDType<T>, 0), w);
-  for (int round = 0; round < 2; ++round) {
-    const std::vector<int32_t> prompt(kPrompt.begin(), kPrompt.end() - round);
-    int32_t token = argmax_token(host->prefill(prompt));
-    graph->prefill(prompt);
-    while (!host->full()) {
-      const int32_t next = graph->step_batch_greedy({token})[0];
-      token = argmax_token(host->step(token));
-      ASSERT_EQ(next, token) << "round " << round << " position " << host->position();
+  for (const SamplingOptions& o :
+       {SamplingOptions{0.0, 0, 0}, SamplingOptions{1.0, 0, 8}, SamplingOptions{0.7, 40, 9}}) {
+    for (int round = 0; round < 2; ++round) {
+      const std::vector<int32_t> prompt(kPrompt.begin(), kPrompt.end() - round);
+      int32_t token = sample_token(host->prefill(prompt), o, 0);
+      graph->prefill(prompt);
+      for (uint64_t i = 1; !host->full(); ++i) {
+        const int32_t next = graph->step_batch_next({token}, o, {i})[0];
+        token = sample_token(host->step_batch({token}), o, i);
+        ASSERT_EQ(next, token) << "temperature " << o.temperature << " top_k " << o.top_k << " round " << round
+                               << " position " << host->position();
+      }
     }
   }
 }
 
-TEST(CudaDecoderGpuGreedy, GraphStepsEqualHostSteps) {
+TEST(CudaDecoderGpuGraph, GraphStepsEqualHostSteps) {
   ST_SKIP_WITHOUT_GPU();
   for (const ModelConfig& c : {testing::tiny_gpt2(), testing::tiny_llama()}) {
     SCOPED_TRACE(to_string(c.arch));
-    expect_greedy_steps_equal_host_steps<float>(c);
-    expect_greedy_steps_equal_host_steps<bf16>(c);
-    expect_greedy_steps_equal_host_steps<fp16>(c);
+    expect_graph_steps_equal_host_steps<float>(c);
+    expect_graph_steps_equal_host_steps<bf16>(c);
+    expect_graph_steps_equal_host_steps<fp16>(c);
   }
 }
 
 // A batch of three sequences stepped together (two rows take the split-K attention and the GEMV; one sits a step out):
-// each row's logits are what a decoder of one sequence gives for it, to fp32 rounding; the greedy batch step replayed
-// as a graph picks the argmax of the same batched step on a twin decoder, row by row, and an idle row moves nothing.
+// each row's logits are what a decoder of one sequence gives for it, to fp32 rounding; the batch step replayed as a
+// graph, greedy and sampled, picks sample_token's token of the same batched step on a twin decoder, row by row, and
+// an idle row moves nothing.
 TEST(CudaDecoderGpuBatch, RowsAreTheirSequencesOwnSteps) {
   ST_SKIP_WITHOUT_GPU();
   for (const ModelConfig& c : {testing::tiny_gpt2(), testing::tiny_llama()}) {
@@ -151,12 +157,16 @@ TEST(CudaDecoderGpuBatch, RowsAreTheirSequencesOwnSteps) {
     }
     twin->step_batch(tokens);
     std::vector<int32_t> pending = tokens;  // each sequence's next token (an idle one keeps its own)
-    for (int round = 0; round < 6; ++round) {
+    for (int round = 0; round < 8; ++round) {
       std::vector<int32_t> step = pending;
-      if (round == 2) step[1] = Decoder::kIdle;
+      if (round == 2 || round == 5) step[1] = Decoder::kIdle;
+      // Greedy and sampled rounds, each sampled round with new draw indices (its own per row).
+      const SamplingOptions o = round % 2 == 0 ? SamplingOptions{0.0, 0, 0} : SamplingOptions{0.9, 20, 4};
+      const auto first = static_cast<uint64_t>(3 * round);
+      const std::vector<uint64_t> draws = {first, first + 1, first + 2};
       const int64_t before = batch->position(1);
       const std::vector<float> host = twin->step_batch(step);
-      const std::vector<int32_t> got = batch->step_batch_greedy(step);
+      const std::vector<int32_t> got = batch->step_batch_next(step, o, draws);
       for (int s = 0; s < 3; ++s) {
         const auto j = static_cast<size_t>(s);
         if (step[j] == Decoder::kIdle) {
@@ -164,7 +174,8 @@ TEST(CudaDecoderGpuBatch, RowsAreTheirSequencesOwnSteps) {
           EXPECT_EQ(batch->position(1), before);
           continue;
         }
-        EXPECT_EQ(got[j], argmax_token(std::vector<float>(host.begin() + s * V, host.begin() + (s + 1) * V)))
+        EXPECT_EQ(got[j],
+                  sample_token(std::vector<float>(host.begin() + s * V, host.begin() + (s + 1) * V), o, draws[j]))
             << "round " << round << " sequence " << s;
         pending[j] = got[j];
       }

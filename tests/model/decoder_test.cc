@@ -137,21 +137,24 @@ TEST_P(DecoderFamily, GreedyTokensEqualTheArgmaxOfFullRecomputes) {
   EXPECT_GT(std::set<int32_t>(got.begin(), got.end()).size(), 3u);
 }
 
-// A greedy step (step_batch_greedy of one sequence) is the argmax of step's logits, step after step (a GPU decoder
-// replays it as a graph: its own test compares it with the same step on the host), and moves the position as step
-// does.
-TEST_P(DecoderFamily, AGreedyStepIsTheArgmaxOfAStep) {
+// A step's token (step_batch_next of one sequence) is sample_token of step's logits with the step's draw index,
+// greedy and sampled, step after step (a GPU decoder replays it as a graph: its own test compares it with the same
+// step on the host), and moves the position as step does.
+TEST_P(DecoderFamily, AStepsTokenIsSampleTokenOfAStep) {
   const ModelConfig c = config();
   const std::vector<std::vector<float>> w = random_weights(c, 12);
   const std::unique_ptr<Decoder> a = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), w);
   const std::unique_ptr<Decoder> b = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), w);
-  int32_t token = argmax_token(a->prefill(kPrompt));
-  b->prefill(kPrompt);
-  for (int i = 0; i < 10; ++i) {
-    const int32_t greedy = b->step_batch_greedy({token})[0];
-    token = argmax_token(a->step(token));
-    EXPECT_EQ(greedy, token) << "step " << i;
-    EXPECT_EQ(b->position(), a->position());
+  for (const SamplingOptions& o :
+       {SamplingOptions{0.0, 0, 0}, SamplingOptions{1.3, 0, 5}, SamplingOptions{0.8, 4, 6}}) {
+    int32_t token = sample_token(a->prefill(kPrompt), o, 0);
+    b->prefill(kPrompt);
+    for (uint64_t i = 1; i <= 10; ++i) {
+      const int32_t next = b->step_batch_next({token}, o, {i})[0];
+      token = sample_token(a->step(token), o, i);
+      EXPECT_EQ(next, token) << "temperature " << o.temperature << ", step " << i;
+      EXPECT_EQ(b->position(), a->position());
+    }
   }
 }
 

@@ -1,16 +1,17 @@
 // The sampling rule of sampling.h: greedy with ties to the lowest id, the softmax's frequencies at temperatures 1 and
-// 2, top-k's candidates, the draw's dependence on (seed, index) alone, and the refusals.
+// 2, top-k's candidates, draw i as sample_rows's at draw index i, and the refusals.
 #include "shardtrain/model/sampling.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "shardtrain/core/error.h"
-#include "shardtrain/core/rng.h"
+#include "shardtrain/kernels/sample.h"
 
 namespace st {
 namespace {
@@ -66,17 +67,20 @@ TEST(Sampling, TopKSamplesAmongTheKLargest) {
   EXPECT_EQ(frequencies(logits, options(1.0, 60, 9), 5000), frequencies(logits, options(1.0, 0, 9), 5000));
 }
 
-// Two equal logits: draw i is token 0 exactly when uniform_at(seed, kSampleStream, i) <= 1/2, on any run or rank.
-TEST(Sampling, DrawIIsUniformAtSeedStreamI) {
-  const std::vector<float> logits = {0.25f, 0.25f};
-  int zeros = 0;
-  for (uint64_t i = 0; i < 200; ++i) {
-    const int want = uniform_at(42, kSampleStream, i) <= 0.5 ? 0 : 1;
-    EXPECT_EQ(sample_token(logits, options(1.0, 0, 42), i), want) << i;
-    zeros += want == 0;
+// Token i is sample_rows's for the row with draw index i (kernels/sample.h): the rule a GPU decoder follows on the
+// device. The draws differ from one index to the next, and the same index draws the same token on every call.
+TEST(Sampling, DrawIIsSampleRowsAtDrawIndexI) {
+  const std::vector<float> logits = {0.3f, -1.0f, 2.0f, 2.0f, 0.0f, 1.5f, -0.5f};
+  for (const SamplingOptions& o : {options(1.0, 0, 42), options(0.7, 3, 42), options(2.0, 0, 5)}) {
+    std::vector<int32_t> seen(logits.size(), 0);
+    for (uint64_t i = 0; i < 300; ++i) {
+      int32_t want = -1;
+      sample_rows(logits.data(), 7, 1, 7, &i, o, &want);
+      EXPECT_EQ(sample_token(logits, o, i), want) << i;
+      seen[static_cast<size_t>(want)] = 1;
+    }
+    EXPECT_GE(std::count(seen.begin(), seen.end(), 1), o.top_k == 3 ? 3 : 5) << o.temperature << " " << o.top_k;
   }
-  EXPECT_GT(zeros, 50);
-  EXPECT_LT(zeros, 150);
 }
 
 TEST(Sampling, BadOptionsAndLogitsAreRefused) {

@@ -75,4 +75,11 @@ size_t nf4_quantize_scratch_bytes(int64_t n);
 // index (8 bytes), then each group's absolute maximum and scale (two floats).
 size_t fp8_quantize_scratch_bytes(int64_t groups);
 
+// gpu::sample_rows's chunks (kernels/gpu/sample.h): a block scores kSampleChunk ids of a row.
+inline constexpr int kSampleChunk = 4096;
+int sample_chunks(int V);
+// Its scratch for `rows` rows of V logits: each (row, chunk)'s best candidate (16 bytes), then each row's k-th
+// candidate (8 bytes).
+size_t sample_rows_scratch_bytes(int rows, int V);
+
 }  // namespace st::gpu

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "shardtrain/core/config.h"
@@ -38,9 +40,11 @@ class CudaDecoderBase : public Decoder {
 
   // Unit u's weights on the device, in T.
   const T* unit(int u) const { return w_[static_cast<size_t>(u)].data(); }
-  // The greedy step as a CUDA graph per batch size: tokens and positions go up, the graph runs run() and the argmax,
-  // and the ids come back. A graph's first call runs eagerly (cuBLASLt picks its algorithms), the second captures it.
-  void forward_batch_greedy(const int32_t* tokens, const int32_t* positions, int n, int32_t* next) override;
+  // The step as a CUDA graph per batch size and sampling options: tokens, positions (and a sampled step's draw
+  // indices) go up, the graph runs run() and argmax_rows or sample_rows, and the ids come back. A graph's first call
+  // runs eagerly (cuBLASLt picks its algorithms), the second captures it; each new set of options adds its graphs.
+  void forward_batch_next(const int32_t* tokens, const int32_t* positions, int n, const SamplingOptions& o,
+                          const uint64_t* draws, int32_t* next) override;
   // The tokens and positions up, run, the logits rows down.
   void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) override;
   void forward_batch(const int32_t* tokens, const int32_t* positions, int n, std::vector<float>* logits) override;
@@ -75,18 +79,33 @@ class CudaDecoderBase : public Decoder {
   std::string device_name_;
   std::vector<DeviceBuffer<T>> w_;
   DeviceBuffer<float> staging_;  // while loading
-  // The greedy steps: tokens [0, B), positions [B, 2 B) up from pinned memory, ids [2 B, 3 B) back (B = max_batch);
-  // each batch size's graph once captured, and whether it ran eagerly.
+  // A captured step: its rows and the options its token choice was captured with (greedy: all zero).
+  struct StepKey {
+    int rows;
+    double temperature;
+    int64_t top_k;
+    uint64_t seed;
+    bool operator<(const StepKey& o) const {
+      return std::tie(rows, temperature, top_k, seed) < std::tie(o.rows, o.temperature, o.top_k, o.seed);
+    }
+  };
+  // Runs `step` as the graph of `key`: eagerly on its first call, captured on the second, replayed after.
+  void run_step_graph(const StepKey& key, const std::function<void()>& step);
+
+  // The steps: tokens [0, B), positions [B, 2 B) up from pinned memory, ids [2 B, 3 B) back (B = max_batch), and a
+  // sampled step's draw indices up; each key's graph once captured, and whether it ran eagerly.
   PinnedBuffer<int32_t> step_host_;
   DeviceBuffer<int32_t> step_dev_;
-  std::map<int, cudaGraphExec_t> graphs_;
-  std::set<int> warm_;
+  PinnedBuffer<uint64_t> draws_host_;
+  DeviceBuffer<uint64_t> draws_dev_;
+  std::map<StepKey, cudaGraphExec_t> graphs_;
+  std::set<StepKey> warm_;
   int seq_ = 0;
   int stored_ = 0;  // units loaded
   int64_t kv_width_, qkv_width_, seq_elems_, layer_elems_;
   DeviceBuffer<T> k_, v_, logits_;
   DeviceBuffer<int32_t> tokens_, positions_;
-  DeviceBuffer<unsigned char> attention_scratch_;  // decode_attention_at's split-K partials
+  DeviceBuffer<unsigned char> scratch_;  // decode_attention_at's split-K partials, then sample_rows's candidates
 };
 
 }  // namespace st

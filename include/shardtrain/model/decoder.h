@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/model/sampling.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
@@ -62,10 +63,13 @@ class Decoder {
   // kIdle. Returns the logits over the real vocabulary of every row, [tokens.size(), vocab_size] row-major (an idle
   // row's are unspecified). The same checks as step for each stepped sequence.
   const std::vector<float>& step_batch(const std::vector<int32_t>& tokens);
-  // The greedy token of each row of step_batch (kIdle for an idle row): argmax_token of its logits, a NaN or infinite
-  // logit refused as sample_token refuses it (kBadInput). A GPU decoder picks them on the device and hands back the
-  // ids alone, in a step it replays as one CUDA graph per batch size.
-  std::vector<int32_t> step_batch_greedy(const std::vector<int32_t>& tokens);
+  // The next token of each row of step_batch (kIdle for an idle row): sample_token(its logits, o, draws[s]), the
+  // argmax when o.temperature is 0 or o.top_k is 1, a NaN or infinite logit refused as sample_token refuses it
+  // (kBadInput). draws: each sequence's draw index (an idle one's unused), as many as tokens. A GPU decoder picks the
+  // tokens on the device (argmax_rows, or sample_rows: the same token for the same logits) and hands back the ids
+  // alone, in a step it replays as one CUDA graph per batch size and options.
+  std::vector<int32_t> step_batch_next(const std::vector<int32_t>& tokens, const SamplingOptions& o,
+                                       const std::vector<uint64_t>& draws);
 
   // Positions in sequence seq's cache: its prompt's and every step's since its last prefill.
   int64_t position(int seq = 0) const { return positions_[static_cast<size_t>(seq)]; }
@@ -84,9 +88,10 @@ class Decoder {
   // step_batch's forward: row r is sequence r's token at positions[r] (negative: idle), the logits of every row into
   // *logits ([n, vocab_size]). By default forward() row by row.
   virtual void forward_batch(const int32_t* tokens, const int32_t* positions, int n, std::vector<float>* logits);
-  // step_batch_greedy's: each row's greedy token into next[r] (idle rows: anything). By default forward_batch, then
-  // sample_token's greedy choice of each row on the host.
-  virtual void forward_batch_greedy(const int32_t* tokens, const int32_t* positions, int n, int32_t* next);
+  // step_batch_next's: each row's token into next[r] (idle rows: anything), the options checked. By default
+  // forward_batch, then sample_token of each row on the host.
+  virtual void forward_batch_next(const int32_t* tokens, const int32_t* positions, int n, const SamplingOptions& o,
+                                  const uint64_t* draws, int32_t* next);
   // Keeps unit u's weights (load_unit has checked u and the size).
   virtual void store_unit(int u, std::vector<float>& values) = 0;
   // Runs tokens[0, n) at positions pos .. pos + n - 1 with the cache holding positions 0 .. pos - 1, appends their

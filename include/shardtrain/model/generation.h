@@ -44,17 +44,16 @@ std::vector<int32_t> generate_tokens(Decoder& decoder, const std::vector<int32_t
 // `stats` holding the work done until then, and no sequence is returned.
 using BatchTokenSink = std::function<bool(int seq, int32_t token, int64_t i)>;
 
-// Continues each of `prompts` (each at least one token) by n >= 0 tokens, or fewer where `sink` ends a sequence.
-// The prompts go through the decoder max_batch() at a time, each group stepped together (Decoder::step_batch; a
-// decoder of one sequence takes them one after another). Token i of every sequence is sample_token(logits, options,
-// i), a draw of uniform_at(seed, kSampleStream, i), whatever the other sequences are, and a sequence the sink ends
-// leaves the others whole: on the CPU sequence s's tokens are exactly generate_tokens(decoder, prompts[s], n,
-// options)'s; a GPU decoder's batched forward may round its products differently from one row's. The sink sees each
-// sequence's tokens in order (i = 0, 1, ...); how the calls of different sequences interleave is the implementation's,
-// the same on every call with the same decoder type, prompts and options (so ranks that decode the same batch call
-// their sinks in the same order). `stats`: prompt_tokens, decode_steps and slides summed over the sequences,
-// prefill_seconds the time of every prompt's prefill and decode_seconds of the rest. The decoder's cache is left
-// holding an unspecified sequence.
+// Continues each of `prompts` (each at least one token) by n >= 0 tokens, or fewer where `sink` ends a sequence. The
+// prompts go through the decoder max_batch() at a time, each group stepped together (Decoder::step_batch_next; a
+// decoder of one sequence takes them one after another). Token i of every sequence is sample_token(logits, options, i),
+// draw index i, whatever the other sequences are, and a sequence the sink ends leaves the others whole: on the CPU
+// sequence s's tokens are exactly generate_tokens(decoder, prompts[s], n, options)'s; a GPU decoder's batched forward
+// may round its products differently from one row's. The sink sees each sequence's tokens in order (i = 0, 1, ...); how
+// the calls of different sequences interleave is the implementation's, the same on every call with the same decoder
+// type, prompts and options (so ranks that decode the same batch call their sinks in the same order). `stats`:
+// prompt_tokens, decode_steps and slides summed over the sequences, prefill_seconds the time of every prompt's prefill
+// and decode_seconds of the rest. The decoder's cache is left holding an unspecified sequence.
 std::vector<std::vector<int32_t>> generate_batch(Decoder& decoder, const std::vector<std::vector<int32_t>>& prompts,
                                                  int64_t n, const SamplingOptions& options,
                                                  GenerationStats* stats = nullptr,
