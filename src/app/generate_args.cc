@@ -10,7 +10,8 @@
 const char* const kGenerateUsage =
     "usage: shardtrain generate (--ckpt DIR | --init.from PATH) (--prompt TEXT | --prompt-ids 1,2,3 | --prompts FILE)\n"
     "                           [--chat] [--stop STR ...] [--jsonl] [--tokenizer FILE] [--max-tokens N] [--batch N]\n"
-    "                           [--temperature T] [--top-k K] [--seed S] [--train.device=cpu|cuda]\n"
+    "                           [--temperature T] [--top-k K] [--seed S] [--split auto|layers|none]\n"
+    "                           [--train.device=cpu|cuda]\n"
     "                           [--section.key=value ...]\n"
     "  continues each prompt with a model's weights, decoding with a key/value cache; it reads the weights alone:\n"
     "  --ckpt DIR          a committed checkpoint (step directory): its parameters, whatever world size wrote it;\n"
@@ -48,6 +49,10 @@ const char* const kGenerateUsage =
     "  --top-k K           sample among the K most likely tokens (default 0: all)\n"
     "  --seed S            the sampling seed (default 0): the same seed gives the same tokens on every run and rank,\n"
     "                      for each prompt whatever the others are\n"
+    "  --split MODE        under mpirun, how the model goes on the ranks: layers splits it, each rank holding a\n"
+    "                      contiguous stage of its blocks (weights and key/value caches) and every forward passing\n"
+    "                      through the ranks in turn; none gives every rank the whole model; auto (default) splits\n"
+    "                      on cuda when the whole model does not fit one GPU and its stages do (never on cpu)\n"
     "  --prompt and --prompt-ids print the text or ids to stdout as they are decoded; --prompts and --jsonl print\n"
     "  whole results; a summary with the load time and prefill and decode tokens/s goes to stderr. A closed stdout\n"
     "  ends it (exit 0), SIGINT or SIGTERM too, keeping what was printed (exit 130, 143)";
@@ -134,6 +139,15 @@ GenerateArgs parse_generate_args(const std::vector<std::string>& args) {
       g.sampling.top_k = parse_value<int64_t>("--top-k", *v, "an integer >= 0; 0: every token");
       if (g.sampling.top_k < 0)
         ST_BAD_INPUT("--top-k ", g.sampling.top_k, " is out of range (expected >= 0; 0: every token)");
+    } else if (auto v = flag_value(args, &i, "--split")) {
+      if (*v == "auto")
+        g.split = st::LayerSplit::kAuto;
+      else if (*v == "layers")
+        g.split = st::LayerSplit::kLayers;
+      else if (*v == "none")
+        g.split = st::LayerSplit::kNone;
+      else
+        ST_BAD_INPUT("--split '", st::excerpt(*v), "' is not a split (expected auto, layers or none)");
     } else if (auto v = flag_value(args, &i, "--seed")) {
       const int64_t seed = parse_value<int64_t>("--seed", *v, "an integer >= 0");
       if (seed < 0) ST_BAD_INPUT("--seed ", seed, " is out of range (expected >= 0)");

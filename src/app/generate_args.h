@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/model/decoder_stage.h"
 #include "shardtrain/model/sampling.h"
 
 extern const char* const kGenerateUsage;
@@ -24,6 +25,7 @@ struct GenerateArgs {
   std::vector<std::string> stops;  // --stop, each non-empty
   int64_t max_tokens = 100;
   int64_t batch = 0;  // --batch: the prompts decoded together; 0: as many as fit, up to kDefaultBatch
+  st::LayerSplit split = st::LayerSplit::kAuto;  // --split
   st::SamplingOptions sampling;
   std::vector<std::string> overrides;  // --section.key=value, and --tokenizer as --data.tokenizer
   bool help = false;

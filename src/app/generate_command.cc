@@ -8,10 +8,11 @@
 // `train --init.from` derives it), with overrides that may change anything but a checkpoint's model (train.device
 // picks the decoder's device, train.dtype its compute type on cuda). The flags are generate_args.h's, the prompts
 // generate_prompts.h's, all read and checked before the weights. Every rank (under mpirun) reads the weights itself
-// and decodes the same sequences with the same seed (generate_batch); the ranks check token by token that they agree,
-// and rank 0 prints (generate_output.h): one prompt's text or ids as they come, or a result a line, on stdout; a
-// summary with the load time and the prefill and decode rates on stderr. A closed stdout ends the run with exit 0,
-// SIGINT or SIGTERM with 128 + the signal.
+// and decodes the same sequences with the same seed (generate_batch): the whole model, or, in a layer split
+// (--split; model/decoder_stage.h), its stage's units alone, each forward passing through the ranks; the ranks check
+// token by token that they agree, and rank 0 prints (generate_output.h): one prompt's text or ids as they come, or a
+// result a line, on stdout; a summary with the load time and the prefill and decode rates on stderr. A closed stdout
+// ends the run with exit 0, SIGINT or SIGTERM with 128 + the signal.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -69,14 +70,17 @@ st::Config generate_config(const GenerateArgs& g) {
   return cfg;
 }
 
-// The decoder of `decode` with its weights, read by every rank on its own (decode_weights.h) and streamed into it a
-// unit at a time, and what the summary calls them: "DIR (step N)" or "PATH (init.from)".
+// The decoder of `decode` (of `stage`) with its weights, the units it holds read by every rank on its own
+// (decode_weights.h) and streamed into it a unit at a time, and what the summary calls them: "DIR (step N)" or "PATH
+// (init.from)".
 std::unique_ptr<st::Decoder> load_decoder(const GenerateArgs& g, const st::Config& cfg, const st::Config& decode,
-                                          int max_batch, st::Communicator& comm, std::string* source) {
-  std::unique_ptr<st::Decoder> decoder = st::make_unloaded_decoder(decode, comm.device_rank(), max_batch);
+                                          int max_batch, const st::DecoderStage& stage, st::Communicator& comm,
+                                          std::string* source) {
+  std::unique_ptr<st::Decoder> decoder = st::make_unloaded_decoder(decode, comm.device_rank(), max_batch, stage);
   const st::UnitSink sink = [&](int u, std::vector<float>& values) { decoder->load_unit(u, values); };
+  const std::vector<bool>& held = decoder->held_units();
   if (g.dir.empty()) {
-    st::on_all_ranks(comm, [&] { st::read_init_from_weights(cfg, sink); });
+    st::on_all_ranks(comm, [&] { st::read_init_from_weights(cfg, sink, held); });
     if (comm.rank() == 0) ST_LOG_INFO("init.from: weights loaded from ", cfg.init.from);
     *source = g.init_from + " (init.from)";
     return decoder;
@@ -85,7 +89,7 @@ std::unique_ptr<st::Decoder> load_decoder(const GenerateArgs& g, const st::Confi
   st::Manifest m;
   st::on_all_ranks(comm, [&] {
     m = st::read_checkpoint_weights(g.dir, cfg, comm.rank() == 0 ? st::LoraBaseCheck::kCheck : st::LoraBaseCheck::kSkip,
-                                    sink);
+                                    sink, held);
   });
   if (comm.rank() == 0) {
     if (m.model.lora.enabled()) ST_LOG_INFO("checkpoint: ", st::lora_base_read_text(m, cfg.init.from, cfg.train.seed));
@@ -95,6 +99,17 @@ std::unique_ptr<st::Decoder> load_decoder(const GenerateArgs& g, const st::Confi
   *source = g.dir + " (step " + std::to_string(m.step) + ")";
   return decoder;
 }
+
+#ifdef SHARDTRAIN_HAVE_CUDA
+// The least of every rank's `bytes`: each rank's slot of one all-reduce.
+int64_t least_over_ranks(st::Communicator& comm, int64_t bytes) {
+  if (comm.world_size() == 1) return bytes;
+  std::vector<double> all(static_cast<size_t>(comm.world_size()), 0.0);
+  all[static_cast<size_t>(comm.rank())] = static_cast<double>(bytes);
+  comm.all_reduce(all.data(), static_cast<int64_t>(all.size()));
+  return static_cast<int64_t>(*std::min_element(all.begin(), all.end()));
+}
+#endif
 
 }  // namespace
 
@@ -113,17 +128,30 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
   decode.model = st::base_model(cfg.model);
   std::string source;
   // A cache for each prompt decoded together: --batch of them, or by default up to kDefaultBatch, as many as the
-  // device holds; never more than the prompts. On a GPU the decoder is planned before it allocates anything.
+  // device holds; never more than the prompts. On a GPU the decoder is placed (whole on every rank, or its layers
+  // split over them) and planned before it allocates anything, every rank planning with the least free memory of any
+  // so that all place it alike; on the CPU only --split layers splits it.
   const int64_t wanted = std::min<int64_t>(g.batch > 0 ? g.batch : kDefaultBatch, prompts.ids.size());
   int max_batch = static_cast<int>(wanted);
+  int stages = g.split == st::LayerSplit::kLayers ? comm.world_size() : 1;
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (decode.train.device == st::Device::kCuda) {
-    const st::DeviceBudget budget = st::DeviceBudget::of(decode, st::cuda_device_free_bytes(comm.device_rank()));
-    if (g.batch == 0) max_batch = st::fitting_batch(decode, max_batch, budget);
-    st::check_decoder_memory(decode, max_batch, budget, st::cuda_device_name_of(comm.device_rank()));
+    const st::DeviceBudget budget =
+        st::DeviceBudget::of(decode, least_over_ranks(comm, st::cuda_device_free_bytes(comm.device_rank())));
+    const st::DecoderPlacement placed = st::place_decoder(decode, max_batch, g.batch == 0, g.split, comm.world_size(),
+                                                          budget, st::cuda_device_name_of(comm.device_rank()));
+    max_batch = placed.max_batch;
+    stages = placed.stages;
   }
 #endif
-  const std::unique_ptr<st::Decoder> decoder = load_decoder(g, cfg, decode, max_batch, comm, &source);
+  st::DecoderStage stage;
+  if (stages > 1) {
+    const std::vector<st::UnitRange> ranges = st::split_units(decode.model, max_batch, stages);
+    stage = st::DecoderStage{comm.rank(), stages, ranges[static_cast<size_t>(comm.rank())], &comm};
+    if (comm.rank() == 0)
+      ST_LOG_INFO("generate: the layers split over ", stages, " ranks: ", st::describe_split(decode.model, ranges));
+  }
+  const std::unique_ptr<st::Decoder> decoder = load_decoder(g, cfg, decode, max_batch, stage, comm, &source);
   const double load_seconds = st::seconds_since(load_start);
   // One prompt streams its tokens as they come; a batch prints whole results. A stop signal from here on ends the
   // generation where it is (what was printed kept), and a closed stdout ends it quietly, as it ends any Unix filter.
@@ -150,12 +178,14 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
   } else if (comm.rank() == 0) {
     auto rate = [](int64_t n, double s) { return s > 0 ? static_cast<double>(n) / s : 0.0; };
     const std::string batch = prompts.ids.size() > 1 ? ", " + std::to_string(prompts.ids.size()) + " prompts" : "";
+    const std::string device =
+        decoder->describe() + (stages > 1 ? ", its layers split over " + std::to_string(stages) + " ranks" : "");
     const std::string closed =
         output.stdout_closed() ? "; stdout was closed after " + std::to_string(printed) + " " + what : std::string();
     std::fprintf(stderr,
                  "generate: %s on %s: load %.3f s, prefill %lld tokens in %.3f s (%.1f tokens/s), decode %lld "
                  "tokens in %.3f s (%.1f tokens/s)%s%s%s\n",
-                 source.c_str(), decoder->describe().c_str(), load_seconds, static_cast<long long>(stats.prompt_tokens),
+                 source.c_str(), device.c_str(), load_seconds, static_cast<long long>(stats.prompt_tokens),
                  stats.prefill_seconds, rate(stats.prompt_tokens, stats.prefill_seconds),
                  static_cast<long long>(stats.decode_steps), stats.decode_seconds,
                  rate(stats.decode_steps, stats.decode_seconds),

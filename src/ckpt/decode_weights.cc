@@ -27,19 +27,24 @@ namespace {
 // holds this after a load is one the source does not have.
 constexpr float kUnwritten = std::numeric_limits<float>::quiet_NaN();
 
-// One process's full weights as host views: every unit whole (span [0, numel), frozen span [0, frozen_numel)), so
-// that init_from_weights fills them as it fills one rank of one. Views need no pull or push: they are the weights.
+// Whether unit u is one of `held` (empty: every unit is).
+bool wanted(const std::vector<bool>& held, int u) { return held.empty() || held[static_cast<size_t>(u)]; }
+
+// One process's full weights as host views: every unit it holds whole (span [0, numel), frozen span [0,
+// frozen_numel)), so that init_from_weights fills them as it fills one rank of one; the others empty (spans of none,
+// which the loaders skip). Views need no pull or push: they are the weights.
 class FullViews final : public HostViews {
  public:
-  explicit FullViews(const ModelConfig& model) : units_(build_units(model)) {
+  FullViews(const ModelConfig& model, const std::vector<bool>& held) : units_(build_units(model)) {
     for (const UnitLayout& u : units_) {
+      const bool mine = wanted(held, u.index);
       UnitShard sh;
-      sh.span = ShardSpan{0, u.numel};
-      sh.slot = u.numel;
-      sh.param.assign(static_cast<size_t>(u.numel), kUnwritten);
-      sh.frozen_span = ShardSpan{0, u.frozen_numel};
-      sh.frozen_slot = u.frozen_numel;
-      sh.frozen.assign(static_cast<size_t>(u.frozen_numel), kUnwritten);
+      sh.span = ShardSpan{0, mine ? u.numel : 0};
+      sh.slot = sh.span.count;
+      sh.param.assign(static_cast<size_t>(sh.slot), kUnwritten);
+      sh.frozen_span = ShardSpan{0, mine ? u.frozen_numel : 0};
+      sh.frozen_slot = sh.frozen_span.count;
+      sh.frozen.assign(static_cast<size_t>(sh.frozen_slot), kUnwritten);
       shards_.push_back(std::move(sh));
     }
   }
@@ -67,16 +72,18 @@ class FullViews final : public HostViews {
 // One process's full weights as host views that hold one unit at a time: pull_unit fills the unit's view with
 // kUnwritten, push_unit hands it to `done` (which may take the vector's contents) and frees it, so that a loader going
 // through the units in order (init_from_weights does) never holds more than one unit's fp32 buffer. A unit pulled
-// again after its push is a loader out of order (an internal error); finish() pushes every unit the loader never
-// pulled, all unwritten. Not for LoRA models (their frozen views stay empty).
+// again after its push is a loader out of order (an internal error); finish() pushes every unit held that the loader
+// never pulled, all unwritten. The units not held have spans of none: the loaders skip them, and `done` never sees
+// them. Not for LoRA models (their frozen views stay empty).
 class StreamViews final : public HostViews {
  public:
   using Done = std::function<void(const UnitLayout& u, std::vector<float>& values)>;
-  StreamViews(const ModelConfig& model, Done done) : units_(build_units(model)), done_(std::move(done)) {
+  StreamViews(const ModelConfig& model, const std::vector<bool>& held, Done done)
+      : units_(build_units(model)), held_(held), done_(std::move(done)) {
     for (const UnitLayout& u : units_) {
       UnitShard sh;
-      sh.span = ShardSpan{0, u.numel};
-      sh.slot = u.numel;
+      sh.span = ShardSpan{0, wanted(held_, u.index) ? u.numel : 0};
+      sh.slot = sh.span.count;
       shards_.push_back(std::move(sh));
     }
     pushed_.assign(units_.size(), false);
@@ -105,7 +112,7 @@ class StreamViews final : public HostViews {
   void release_unit(int unit) override { std::vector<float>().swap(shards_[static_cast<size_t>(unit)].param); }
   void finish() {
     for (const UnitLayout& u : units_)
-      if (!pushed_[static_cast<size_t>(u.index)]) {
+      if (wanted(held_, u.index) && !pushed_[static_cast<size_t>(u.index)]) {
         pull_unit(u.index);
         push_unit(u.index);
       }
@@ -113,6 +120,7 @@ class StreamViews final : public HostViews {
 
  private:
   std::vector<UnitLayout> units_;
+  std::vector<bool> held_;
   Done done_;
   SoloCommunicator solo_;
   std::vector<UnitShard> shards_;
@@ -166,7 +174,7 @@ void store_frozen(const UnitLayout& u, const Config& cfg, std::vector<float>* fr
 }  // namespace
 
 Manifest read_checkpoint_weights(const std::string& step_dir, const Config& cfg, LoraBaseCheck base_check,
-                                 const UnitSink& sink) {
+                                 const UnitSink& sink, const std::vector<bool>& held) {
   const std::string manifest_path = (std::filesystem::path(step_dir) / "manifest.json").string();
   Manifest m = open_checkpoint(step_dir);
   check_model_matches(m, cfg.model, manifest_path);
@@ -191,14 +199,16 @@ Manifest read_checkpoint_weights(const std::string& step_dir, const Config& cfg,
     // A unit at a time, straight to the sink: one unit's fp32 buffer on the host at once.
     std::vector<float> values;
     for (const UnitLayout& u : units) {
+      if (!wanted(held, u.index)) continue;
       values.resize(static_cast<size_t>(u.numel));
       read_params(u, values.data());
       sink(u.index, values);
     }
     return m;
   }
-  FullViews views(cfg.model);
-  for (const UnitLayout& u : units) read_params(u, views.shard(u.index).param.data());
+  FullViews views(cfg.model, held);
+  for (const UnitLayout& u : units)
+    if (wanted(held, u.index)) read_params(u, views.shard(u.index).param.data());
   // A LoRA checkpoint's frozen base, as a training engine reads it on load: init.from over the seed's draw.
   if (!cfg.init.from.empty()) init_from_weights(cfg.init.from, cfg.model, views);
   for (const UnitLayout& u : units) {
@@ -208,6 +218,7 @@ Manifest read_checkpoint_weights(const std::string& step_dir, const Config& cfg,
   }
   std::vector<std::vector<float>> merged = merge_lora(cfg.model, units, views.take_full());
   for (size_t u = 0; u < merged.size(); ++u) {
+    if (!wanted(held, static_cast<int>(u))) continue;
     sink(static_cast<int>(u), merged[u]);
     std::vector<float>().swap(merged[u]);
   }
@@ -223,13 +234,13 @@ CheckpointWeights read_checkpoint_weights(const std::string& step_dir, const Con
   return w;
 }
 
-void read_init_from_weights(const Config& cfg, const UnitSink& sink) {
+void read_init_from_weights(const Config& cfg, const UnitSink& sink, const std::vector<bool>& held) {
   if (cfg.init.from.empty()) ST_BAD_INPUT("init.from is empty: name a Hugging Face model directory or a GPT-2 file");
   if (cfg.model.lora.enabled())
     ST_BAD_INPUT("lora.rank = ", cfg.model.lora.rank, ": init.from ", cfg.init.from,
                  " holds a whole model, without adapters; decode adapters from the checkpoint that trained them "
                  "(leave lora.rank at 0 to decode init.from's model)");
-  StreamViews views(cfg.model, [&](const UnitLayout& u, std::vector<float>& values) {
+  StreamViews views(cfg.model, held, [&](const UnitLayout& u, std::vector<float>& values) {
     draw_unwritten(u, cfg.model, cfg.train.seed, Segment::kTrainable, &values);
     sink(u.index, values);
   });

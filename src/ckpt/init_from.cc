@@ -358,9 +358,15 @@ void init_from_gpt2_file(const std::string& path, const ModelConfig& cfg, HostVi
     const TensorSpec& t = *m.tensor;
     int64_t hf_numel = 1;
     for (int64_t d : m.hf_shape) hf_numel *= d;
+    // The HF tensor covers [t.offset, t.offset + hf_numel) of the unit (wte: the real vocabulary rows, which come
+    // first; the padding rows after them keep their zero init). A rank that owns none of it (a layer split's other
+    // stages' units) does not read it.
+    const UnitLayout& unit = model.units()[static_cast<size_t>(m.unit)];
+    const ShardSpan part = owned_range(model.shard(m.unit), unit, t.offset, hf_numel).part;
+    if (part.count == 0) continue;
     hf.resize(static_cast<size_t>(hf_numel));
     file.read(in_file[k], m.hf_shape, hf.data());
-    // Every rank reads the whole tensor, so every rank finds the same; checked on the host, before any push.
+    // Every rank that owns a part reads the whole tensor; checked on the host, before any push.
     const int64_t bad = first_non_finite(hf.data(), hf_numel);
     if (bad >= 0) {
       mine.note(static_cast<int64_t>(k), bad, bits_of(hf[static_cast<size_t>(bad)]));
@@ -373,16 +379,12 @@ void init_from_gpt2_file(const std::string& path, const ModelConfig& cfg, HostVi
       transpose_2d(hf.data(), ours.data(), m.hf_shape[0], m.hf_shape[1]);
       src = ours.data();
     }
-    // The HF tensor covers [t.offset, t.offset + hf_numel) of the unit (wte: the real vocabulary rows,
-    // which come first; the padding rows after them keep their zero init). Keep what this rank owns.
-    const UnitLayout& unit = model.units()[static_cast<size_t>(m.unit)];
-    const ShardSpan part = owned_range(model.shard(m.unit), unit, t.offset, hf_numel).part;
-    if (part.count == 0) continue;
+    // Keep what this rank owns.
     std::copy(src + (part.offset - t.offset), src + (part.offset - t.offset) + part.count,
               owned_range(hand.take(m.unit), unit, t.offset, hf_numel).data);
   }
   hand.put_back();
-  if (head_copy && !mine.found()) {
+  if (head_copy && !mine.found() && !wte.empty()) {  // by the ranks that read wte
     hf.resize(wte.size());
     file.read(kHead, wte_shape, hf.data());
     for (size_t i = 0; i < wte.size(); ++i)

@@ -30,19 +30,21 @@ int use_device(int device) {
 }  // namespace
 
 template <typename T>
-CudaDecoderBase<T>::CudaDecoderBase(const ModelConfig& cfg, int device, int max_batch)
-    : Decoder(cfg, max_batch),
+CudaDecoderBase<T>::CudaDecoderBase(const ModelConfig& cfg, int device, int max_batch, const DecoderStage& stage)
+    : Decoder(cfg, max_batch, stage),
       device_(use_device(device)),
       units_(build_units(cfg)),
       ctx_{stream_.get(), &blas_, nullptr, 0},
+      x_(max_rows() * cfg.n_embd),
       device_name_(cuda_device_name()),
       kv_width_(int64_t{cfg.kv_heads()} * cfg.head_dim()),
       qkv_width_(cfg.qkv_dim()),
       seq_elems_(int64_t{cfg.seq_len} * kv_width_),
       layer_elems_(max_batch * seq_elems_),
-      k_(cfg.n_layer * layer_elems_),
-      v_(cfg.n_layer * layer_elems_),
-      logits_(max_batch * cfg.padded_vocab()),
+      k_(layers().count() * layer_elems_),
+      v_(layers().count() * layer_elems_),
+      logits_(stage.last() ? max_batch * cfg.padded_vocab() : 0),
+      rows_host_(stage.split() ? max_rows() * cfg.n_embd : 0),
       tokens_(max_rows()),
       positions_(max_rows()),
       scratch_(static_cast<int64_t>(std::max(
@@ -52,7 +54,7 @@ CudaDecoderBase<T>::CudaDecoderBase(const ModelConfig& cfg, int device, int max_
       step_dev_(3 * max_batch),
       draws_host_(max_batch),
       draws_dev_(max_batch) {
-  for (const UnitLayout& u : units_) w_.emplace_back(u.numel);
+  for (const UnitLayout& u : units_) w_.emplace_back(holds(u.index) ? u.numel : 0);
 }
 
 template <typename T>
@@ -75,9 +77,9 @@ void CudaDecoderBase<T>::forward_batch_next(const int32_t* tokens, const int32_t
     ST_CUDA_CHECK(cudaMemcpyAsync(draws_dev_.data(), draws_host_.data(), n * sizeof(uint64_t), cudaMemcpyHostToDevice,
                                   ctx_.stream));
   }
-  const StepKey key = greedy ? StepKey{n, 0.0, 0, 0} : StepKey{n, o.temperature, o.top_k, o.seed};
-  run_step_graph(key, [&] {
+  auto step = [&] {
     run(dev, dev + B, n, true);
+    if (!stage().last()) return;
     if (greedy) {
       gpu::argmax_rows<T>(logits_.data(), config().padded_vocab(), n, V, dev + 2 * B, ctx_);
       return;
@@ -86,7 +88,13 @@ void CudaDecoderBase<T>::forward_batch_next(const int32_t* tokens, const int32_t
     c.scratch = scratch_.data();
     c.scratch_bytes = scratch_.bytes();
     gpu::sample_rows<T>(logits_.data(), config().padded_vocab(), n, V, draws_dev_.data(), o, dev + 2 * B, c);
-  });
+  };
+  if (stage().split()) {
+    step();  // eagerly: a stage's transfers are host calls
+    if (!stage().last()) return;  // the last stage's ids: step_batch_next broadcasts them
+  } else {
+    run_step_graph(greedy ? StepKey{n, 0.0, 0, 0} : StepKey{n, o.temperature, o.top_k, o.seed}, step);
+  }
   ST_CUDA_CHECK(cudaMemcpyAsync(io + 2 * B, dev + 2 * B, n * sizeof(int32_t), cudaMemcpyDeviceToHost, ctx_.stream));
   stream_.synchronize();
   std::copy(io + 2 * B, io + 2 * B + n, next);
@@ -131,16 +139,37 @@ void CudaDecoderBase<T>::forward_batch(const int32_t* tokens, const int32_t* pos
   ST_CUDA_CHECK(cudaMemcpyAsync(positions_.data(), positions, sizeof(int32_t) * static_cast<size_t>(n),
                                 cudaMemcpyHostToDevice, ctx_.stream));
   run(dev_tokens, positions_.data(), n, true);
-  copy_logits(logits, n);
+  if (stage().last()) copy_logits(logits, n);
+}
+
+template <typename T>
+void CudaDecoderBase<T>::run(const int32_t* tokens, const int32_t* positions, int64_t n, bool batch) {
+  const auto bytes = static_cast<int64_t>(sizeof(T)) * n * config().n_embd;
+  if (stage().first()) {
+    embed(tokens, positions, n);
+  } else {
+    // The pinned rows are free: the last use of them, a send or an upload, was synchronised since.
+    receive_rows(rows_host_.data(), bytes);
+    ST_CUDA_CHECK(
+        cudaMemcpyAsync(x_.data(), rows_host_.data(), static_cast<size_t>(bytes), cudaMemcpyHostToDevice, ctx_.stream));
+  }
+  for (int l = layers().first; l < layers().end; ++l) block(l, positions, n, batch);
+  if (stage().last()) return head(batch ? 0 : n - 1, batch ? n : 1);
+  ST_CUDA_CHECK(
+      cudaMemcpyAsync(rows_host_.data(), x_.data(), static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, ctx_.stream));
+  stream_.synchronize();
+  send_rows(rows_host_.data(), bytes);
 }
 
 template <typename T>
 void CudaDecoderBase<T>::attend(int layer, T* out, const T* qkv, const int32_t* positions, int64_t n, bool batch) {
   const ModelConfig& cfg = config();
   const int H = cfg.n_head, KV = cfg.kv_heads(), D = cfg.head_dim();
-  // batch: row r in sequence r's cache; otherwise every row in the current sequence's (seq_stride 0).
-  T* k = k_.data() + layer * layer_elems_ + (batch ? 0 : seq_ * seq_elems_);
-  T* v = v_.data() + layer * layer_elems_ + (batch ? 0 : seq_ * seq_elems_);
+  // batch: row r in sequence r's cache; otherwise every row in the current sequence's (seq_stride 0). The caches are
+  // the stage's layers'.
+  const int64_t at = (layer - layers().first) * layer_elems_ + (batch ? 0 : seq_ * seq_elems_);
+  T* k = k_.data() + at;
+  T* v = v_.data() + at;
   const int64_t seq_stride = batch ? seq_elems_ : 0;
   gpu::kv_append_at<T>(k, v, qkv, seq_stride, positions, static_cast<int>(n), H, KV, D, ctx_);
   gpu::GpuContext c = ctx_;  // a step's split-K partials
@@ -174,7 +203,8 @@ void CudaDecoderBase<T>::store_unit(int u, std::vector<float>& values) {
   if constexpr (!std::is_same_v<T, float>) {
     if (staging_.size() == 0) {
       int64_t largest = 0;
-      for (const UnitLayout& unit : units_) largest = std::max(largest, unit.numel);
+      for (const UnitLayout& unit : units_)
+        if (holds(unit.index)) largest = std::max(largest, unit.numel);
       staging_ = DeviceBuffer<float>(largest);
     }
   }
@@ -185,7 +215,8 @@ void CudaDecoderBase<T>::store_unit(int u, std::vector<float>& values) {
   if constexpr (!std::is_same_v<T, float>) gpu::convert<T>(w.data(), staging_.data(), w.size(), ctx_);
   // The staging buffer is the next unit's, and `values` the caller's again.
   stream_.synchronize();
-  if (++stored_ == static_cast<int>(w_.size())) staging_ = DeviceBuffer<float>();  // the last unit
+  if (++stored_ == static_cast<int>(std::count(held_units().begin(), held_units().end(), true)))
+    staging_ = DeviceBuffer<float>();  // the last unit
 }
 
 template <typename T>
@@ -206,7 +237,7 @@ const int32_t* CudaDecoderBase<T>::upload_tokens(const int32_t* tokens, int64_t 
 template <typename T>
 void CudaDecoderBase<T>::forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) {
   run(upload_tokens(tokens, n), upload_positions(pos, n), n, false);
-  copy_logits(logits);
+  if (stage().last()) copy_logits(logits);
 }
 
 template <typename T>
@@ -237,14 +268,15 @@ std::string cuda_device_name_of(int device) {
   return cuda_device_name();
 }
 
-std::unique_ptr<Decoder> make_cuda_decoder(const ModelConfig& model, DType dtype, int device, int max_batch) {
+std::unique_ptr<Decoder> make_cuda_decoder(const ModelConfig& model, DType dtype, int device, int max_batch,
+                                           const DecoderStage& stage) {
   switch (dtype) {
     case DType::kF32:
-      return cuda_model_family<float>(model.arch).make_decoder(model, device, max_batch);
+      return cuda_model_family<float>(model.arch).make_decoder(model, device, max_batch, stage);
     case DType::kBF16:
-      return cuda_model_family<bf16>(model.arch).make_decoder(model, device, max_batch);
+      return cuda_model_family<bf16>(model.arch).make_decoder(model, device, max_batch, stage);
     case DType::kF16:
-      return cuda_model_family<fp16>(model.arch).make_decoder(model, device, max_batch);
+      return cuda_model_family<fp16>(model.arch).make_decoder(model, device, max_batch, stage);
     case DType::kAuto:
       break;
   }

@@ -16,8 +16,8 @@ std::unique_ptr<CudaUnitModel<T>> make(const ModelConfig& cfg, int64_t max_batch
 }
 
 template <typename T, typename D>
-std::unique_ptr<Decoder> make_decoder(const ModelConfig& cfg, int device, int max_batch) {
-  return std::make_unique<D>(cfg, device, max_batch);
+std::unique_ptr<Decoder> make_decoder(const ModelConfig& cfg, int device, int max_batch, const DecoderStage& stage) {
+  return std::make_unique<D>(cfg, device, max_batch, stage);
 }
 
 }  // namespace

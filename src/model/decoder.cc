@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/format.h"
 #include "shardtrain/kernels/scratch_sizes.h"
@@ -15,9 +16,26 @@
 
 namespace st {
 
-Decoder::Decoder(const ModelConfig& cfg, int max_batch)
-    : cfg_(cfg), layout_(build_units(cfg)), loaded_(layout_.size(), false) {
+Decoder::Decoder(const ModelConfig& cfg, int max_batch, const DecoderStage& stage)
+    : cfg_(cfg),
+      stage_(stage),
+      layout_(build_units(cfg)),
+      held_(st::held_units(cfg, stage)),
+      loaded_(layout_.size(), false),
+      units_held_(static_cast<int>(std::count(held_.begin(), held_.end(), true))),
+      layers_(stage_layers(cfg, stage)) {
   if (max_batch < 1) ST_BAD_INPUT("a decoder holds at least one sequence, asked for ", max_batch);
+  if (stage.split()) {
+    const int units = static_cast<int>(layout_.size());
+    ST_CHECK(stage.comm != nullptr && stage.comm->world_size() == stage.count && stage.comm->rank() == stage.index,
+             "stage ", stage.index, " of ", stage.count, " needs a communicator of ", stage.count,
+             " ranks in which it is rank ", stage.index);
+    ST_CHECK(layers_.count() >= 1 && stage.units.first == (stage.first() ? 0 : layers_.first + 1) &&
+                 stage.units.end == (stage.last() ? units : layers_.end + 1),
+             "stage ", stage.index, " of ", stage.count, " holds units [", stage.units.first, ", ", stage.units.end,
+             ") of ", units,
+             ": a stage runs at least one block, the first starts at the embedding, the last ends at the head");
+  }
   positions_.assign(static_cast<size_t>(max_batch), 0);
 }
 
@@ -25,6 +43,9 @@ void Decoder::load_unit(int u, std::vector<float>& values) {
   if (u < 0 || u >= static_cast<int>(loaded_.size()))
     ST_BAD_INPUT("a decoder of ", loaded_.size(), " units was given weights for unit ", u);
   const UnitLayout& unit = layout_[static_cast<size_t>(u)];
+  if (!holds(u))
+    ST_BAD_INPUT("unit ", unit.name, " belongs to another stage of the layer split: stage ", stage_.index,
+                 " holds units [", stage_.units.first, ", ", stage_.units.end, ")");
   if (loaded_[static_cast<size_t>(u)]) ST_BAD_INPUT("unit ", unit.name, "'s weights were given to the decoder twice");
   if (static_cast<int64_t>(values.size()) != unit.numel)
     ST_BAD_INPUT("unit ", unit.name, " has ", values.size(), " weights, expected ", unit.numel);
@@ -41,8 +62,18 @@ void Decoder::check_tokens(const int32_t* tokens, int64_t n, int64_t pos) const 
 }
 
 void Decoder::check_loaded() const {
-  ST_CHECK(loaded(), "a decoder runs once every unit's weights are loaded (", units_loaded_, " of ", loaded_.size(),
+  ST_CHECK(loaded(), "a decoder runs once every unit's weights are loaded (", units_loaded_, " of ", units_held_,
            " are)");
+}
+
+void Decoder::receive_rows(void* rows, int64_t bytes) { stage_.comm->recv(rows, bytes, stage_.index - 1); }
+
+void Decoder::send_rows(const void* rows, int64_t bytes) { stage_.comm->send(rows, bytes, stage_.index + 1); }
+
+void Decoder::share_logits(int64_t rows) {
+  if (!stage_.split()) return;
+  logits_.resize(static_cast<size_t>(rows * cfg_.vocab_size));
+  stage_.comm->broadcast(logits_.data(), static_cast<int64_t>(sizeof(float) * logits_.size()), stage_.count - 1);
 }
 
 namespace {
@@ -64,6 +95,7 @@ const std::vector<float>& Decoder::prefill(const std::vector<int32_t>& tokens, i
   check_tokens(tokens.data(), n, 0);
   use_sequence(seq);
   forward(tokens.data(), n, 0, &logits_);
+  share_logits(1);
   positions_[static_cast<size_t>(seq)] = n;
   return logits_;
 }
@@ -73,6 +105,7 @@ const std::vector<float>& Decoder::step(int32_t token) {
   check_tokens(&token, 1, position());
   use_sequence(0);
   forward(&token, 1, position(), &logits_);
+  share_logits(1);
   ++positions_[0];
   return logits_;
 }
@@ -96,6 +129,7 @@ const std::vector<float>& Decoder::step_batch(const std::vector<int32_t>& tokens
   std::vector<int32_t> ids = tokens;
   for (int32_t& t : ids) t = std::max(t, 0);  // an idle row runs token 0, whatever it gives
   forward_batch(ids.data(), at.data(), static_cast<int>(ids.size()), &logits_);
+  share_logits(static_cast<int64_t>(ids.size()));
   for (size_t s = 0; s < tokens.size(); ++s) positions_[s] += at[s] >= 0 ? 1 : 0;
   return logits_;
 }
@@ -110,6 +144,8 @@ std::vector<int32_t> Decoder::step_batch_next(const std::vector<int32_t>& tokens
   for (int32_t& t : ids) t = std::max(t, 0);
   std::vector<int32_t> next(tokens.size());
   forward_batch_next(ids.data(), at.data(), static_cast<int>(ids.size()), o, draws.data(), next.data());
+  if (stage_.split())
+    stage_.comm->broadcast(next.data(), static_cast<int64_t>(sizeof(int32_t) * next.size()), stage_.count - 1);
   for (size_t s = 0; s < tokens.size(); ++s) {
     positions_[s] += at[s] >= 0 ? 1 : 0;
     if (at[s] < 0) next[s] = kIdle;
@@ -133,6 +169,7 @@ void Decoder::forward_batch_next(const int32_t* tokens, const int32_t* positions
                                  const uint64_t* draws, int32_t* next) {
   std::vector<float> rows;
   forward_batch(tokens, positions, n, &rows);
+  if (!stage_.last()) return;  // the last stage's tokens: step_batch_next broadcasts them
   const auto V = static_cast<ptrdiff_t>(cfg_.vocab_size);
   for (int r = 0; r < n; ++r) {
     if (positions[r] < 0) continue;
@@ -155,16 +192,18 @@ std::string DecoderFootprint::breakdown() const {
                  format_gib(activations), ", runtime ", format_gib(runtime), "; total ", format_gib(total()));
 }
 
-DecoderFootprint decoder_footprint(const ModelConfig& model, DType dtype, int max_batch) {
+DecoderFootprint decoder_footprint(const ModelConfig& model, DType dtype, int max_batch, const DecoderStage& stage) {
   const int64_t e = dtype == DType::kF32 ? 4 : 2;
+  const std::vector<bool> held = held_units(model, stage);
   DecoderFootprint f;
   int64_t largest = 0;
   for (const UnitLayout& u : build_units(model)) {
+    if (!held[static_cast<size_t>(u.index)]) continue;
     f.weights += e * u.numel;
     largest = std::max(largest, u.numel);
   }
   const int64_t kv = int64_t{model.kv_heads()} * model.head_dim();
-  f.cache = 2 * e * model.n_layer * int64_t{max_batch} * model.seq_len * kv;
+  f.cache = 2 * e * stage_layers(model, stage).count() * int64_t{max_batch} * model.seq_len * kv;
   // The families' row buffers (x, norm, attention out, qkv, the MLP's widest two) over the widest forward, the token
   // and position uploads, the draw indices, the logits rows, the kernels' scratch (the split-K partials, 4 rows' at
   // most in fp32, or sampling's candidates) and a loading staging unit.
@@ -173,8 +212,8 @@ DecoderFootprint decoder_footprint(const ModelConfig& model, DType dtype, int ma
   const int64_t splits = (int64_t{model.seq_len} + 63) / 64;
   const int64_t scratch = std::max(4 * int64_t{4} * model.n_head * splits * (model.head_dim() + 2),
                                    static_cast<int64_t>(gpu::sample_rows_scratch_bytes(max_batch, model.vocab_size)));
-  f.activations = e * rows * row + 8 * rows + 8 * int64_t{max_batch} + e * int64_t{max_batch} * model.padded_vocab() +
-                  scratch + (e == 4 ? 0 : 4 * largest);
+  const int64_t logits = stage.last() ? e * int64_t{max_batch} * model.padded_vocab() : 0;
+  f.activations = e * rows * row + 8 * rows + 8 * int64_t{max_batch} + logits + scratch + (e == 4 ? 0 : 4 * largest);
   f.runtime = int64_t{768} << 20;
   return f;
 }
@@ -182,7 +221,7 @@ DecoderFootprint decoder_footprint(const ModelConfig& model, DType dtype, int ma
 std::unique_ptr<Decoder> load_decoder(std::unique_ptr<Decoder> d, std::vector<std::vector<float>> weights) {
   check_decoder_weights(d->config(), weights);
   for (size_t u = 0; u < weights.size(); ++u) {
-    d->load_unit(static_cast<int>(u), weights[u]);
+    if (d->holds(static_cast<int>(u))) d->load_unit(static_cast<int>(u), weights[u]);
     std::vector<float>().swap(weights[u]);  // a GPU decoder has its copy: the host's goes at once
   }
   return d;
@@ -192,10 +231,12 @@ std::unique_ptr<Decoder> make_decoder(const Config& cfg, std::vector<std::vector
   return load_decoder(make_unloaded_decoder(cfg, cuda_device), std::move(weights));
 }
 
-std::unique_ptr<Decoder> make_unloaded_decoder(const Config& cfg, int cuda_device, int max_batch) {
-  if (cfg.train.device == Device::kCpu) return model_family(cfg.model.arch).make_cpu_decoder(cfg.model, max_batch);
+std::unique_ptr<Decoder> make_unloaded_decoder(const Config& cfg, int cuda_device, int max_batch,
+                                               const DecoderStage& stage) {
+  if (cfg.train.device == Device::kCpu)
+    return model_family(cfg.model.arch).make_cpu_decoder(cfg.model, max_batch, stage);
 #ifdef SHARDTRAIN_HAVE_CUDA
-  return make_cuda_decoder(cfg.model, cfg.compute_dtype(), cuda_device, max_batch);
+  return make_cuda_decoder(cfg.model, cfg.compute_dtype(), cuda_device, max_batch, stage);
 #else
   ST_BAD_INPUT(
       "train.device = cuda, but this shardtrain was built without the CUDA backend (nvcc was not found "

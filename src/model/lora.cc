@@ -134,6 +134,7 @@ std::vector<std::vector<float>> merge_lora(const ModelConfig& cfg, const std::ve
   std::vector<std::vector<float>> out(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
     const std::vector<float>& f = full[u];
+    if (f.empty()) continue;
     ST_CHECK(static_cast<int64_t>(f.size()) == units[u].numel + units[u].frozen_numel, "unit ", units[u].name, " has ",
              f.size(), " elements, its layout ", units[u].numel + units[u].frozen_numel);
     std::vector<float>& b = out[u];

@@ -141,18 +141,65 @@ void check_memory_plan(const MemoryPlan& plan, const DeviceBudget& budget, const
                "; lower train.micro_batch, set train.recompute=true, or use more ranks");
 }
 
-void check_decoder_memory(const Config& cfg, int max_batch, const DeviceBudget& budget, const std::string& device) {
-  const DecoderFootprint f = decoder_footprint(cfg.model, cfg.compute_dtype(), max_batch);
-  if (f.total() <= budget.usable()) return;
-  ST_BAD_INPUT("device memory: a decoder of ", max_batch, " sequence(s) of ", cfg.model.seq_len, " positions needs ",
-               format_gib(f.total()), " (", f.breakdown(), "), but ", budget_limit(budget, device),
-               "; lower generate's --batch or model.seq_len, or compute in bf16 (train.dtype)");
+std::vector<DecoderFootprint> stage_footprints(const Config& cfg, int max_batch, int stages) {
+  if (stages <= 1) return {decoder_footprint(cfg.model, cfg.compute_dtype(), max_batch)};
+  const std::vector<UnitRange> ranges = split_units(cfg.model, max_batch, stages);
+  std::vector<DecoderFootprint> out;
+  for (int s = 0; s < stages; ++s)
+    out.push_back(decoder_footprint(cfg.model, cfg.compute_dtype(), max_batch,
+                                    DecoderStage{s, stages, ranges[static_cast<size_t>(s)], nullptr}));
+  return out;
 }
 
-int fitting_batch(const Config& cfg, int want, const DeviceBudget& budget) {
+namespace {
+
+int64_t largest_total(const std::vector<DecoderFootprint>& stages) {
+  int64_t most = 0;
+  for (const DecoderFootprint& f : stages) most = std::max(most, f.total());
+  return most;
+}
+
+}  // namespace
+
+bool decoder_fits(const Config& cfg, int max_batch, const DeviceBudget& budget, int stages) {
+  return largest_total(stage_footprints(cfg, max_batch, stages)) <= budget.usable();
+}
+
+void check_decoder_memory(const Config& cfg, int max_batch, const DeviceBudget& budget, const std::string& device,
+                          int stages) {
+  const std::vector<DecoderFootprint> f = stage_footprints(cfg, max_batch, stages);
+  const int64_t most = largest_total(f);
+  if (most <= budget.usable()) return;
+  const std::string what =
+      str_cat("device memory: a decoder of ", max_batch, " sequence(s) of ", cfg.model.seq_len, " positions");
+  if (stages <= 1)
+    ST_BAD_INPUT(what, " needs ", format_gib(most), " (", f[0].breakdown(), "), but ", budget_limit(budget, device),
+                 "; lower generate's --batch or model.seq_len, or compute in bf16 (train.dtype)");
+  const std::vector<UnitRange> ranges = split_units(cfg.model, max_batch, stages);
+  std::string each;
+  for (int s = 0; s < stages; ++s)
+    each += str_cat(s == 0 ? "" : "; ", "rank ", s, " (", describe_units(cfg.model, ranges[static_cast<size_t>(s)]),
+                    "): ", f[static_cast<size_t>(s)].breakdown());
+  ST_BAD_INPUT(what, " split over ", stages, " GPUs needs ", format_gib(most), " on its largest stage (", each,
+               "), but ", budget_limit(budget, device),
+               "; lower generate's --batch or model.seq_len, compute in bf16 (train.dtype), or split over more GPUs");
+}
+
+int fitting_batch(const Config& cfg, int want, const DeviceBudget& budget, int stages) {
   int batch = std::max(want, 1);
-  while (batch > 1 && decoder_footprint(cfg.model, cfg.compute_dtype(), batch).total() > budget.usable()) --batch;
+  while (batch > 1 && !decoder_fits(cfg, batch, budget, stages)) --batch;
   return batch;
+}
+
+DecoderPlacement place_decoder(const Config& cfg, int want, bool fit_batch, LayerSplit split, int ranks,
+                               const DeviceBudget& budget, const std::string& device) {
+  auto batch = [&](int stages) { return fit_batch ? fitting_batch(cfg, want, budget, stages) : std::max(want, 1); };
+  DecoderPlacement p;
+  if (split == LayerSplit::kLayers || (split == LayerSplit::kAuto && ranks > 1 && !decoder_fits(cfg, batch(1), budget)))
+    p.stages = ranks;
+  p.max_batch = batch(p.stages);
+  check_decoder_memory(cfg, p.max_batch, budget, device, p.stages);
+  return p;
 }
 
 MemoryPlan plan_host_memory(const Config& cfg, int world, int64_t replica_bucket_elements) {

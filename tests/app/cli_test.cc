@@ -265,7 +265,7 @@ TEST_F(Cli, GenerateHelpListsItsFlags) {
   EXPECT_EQ(r.code, 0);
   for (const char* flag : {"--ckpt DIR", "--prompt TEXT", "--prompt-ids LIST", "--prompts FILE", "--chat", "--stop STR",
                            "--jsonl", "--max-tokens N", "--temperature T", "--top-k K", "--seed S",
-                           "--train.device=cpu|cuda"})
+                           "--split auto|layers|none", "--train.device=cpu|cuda"})
     EXPECT_TRUE(contains(r.output, flag)) << flag << " missing in " << r.output;
   EXPECT_TRUE(contains(run_shardtrain("--help").output, "  generate text from a checkpoint"));
 }
@@ -280,6 +280,7 @@ TEST_F(Cli, GenerateRefusesBadFlagsNamingThem) {
            {"--max-tokens 0", "--max-tokens"},
            {"--max-tokens", "--max-tokens"},
            {"--seed -1", "--seed"},
+           {"--split pipeline", "--split 'pipeline' is not a split (expected auto, layers or none)"},
            {"--topk 3", "--topk"},
            {"--prompt-ids 1,2", "both"}}) {
     const Result r = run_shardtrain(no_ckpt + args);

@@ -1,12 +1,13 @@
 // The weights decoding reads (decode_weights.h) against a training engine that loads the same source, gathers its
 // weights and merges its adapters (load_checkpoint or init_from_weights, StepEngine::gather_params, merge_lora): bit
-// for bit, for checkpoints written at 1 and 3 ranks, LoRA bases of every kind, and init.from; and the refusals of
-// what is missing or changed, each naming the file.
+// for bit, for checkpoints written at 1 and 3 ranks, LoRA bases of every kind, and init.from; a layer split's stage
+// reading its units alone; and the refusals of what is missing or changed, each naming the file.
 #include "shardtrain/ckpt/decode_weights.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "shardtrain/ckpt/lora_base.h"
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/kernels/adamw_host.h"
+#include "shardtrain/model/decoder_stage.h"
 #include "shardtrain/model/lora.h"
 #include "shardtrain/train/step_engine.h"
 #include "tiny_ckpt_test.h"
@@ -211,6 +213,47 @@ TEST_F(DecodeWeightsTest, InitFromWeightsAreTheEngines) {
     init_from_weights(c.init.from, c.model, e.sharded());
     expect_same_bits(read_init_from_weights(c), e.gather_params(), c.init.from);
   }
+}
+
+// A stage of a layer split (model/decoder_stage.h) reads its units alone: each one it holds as the whole read gives it,
+// the others never handed over; for checkpoints, a LoRA checkpoint on a Hugging Face directory's base, and init.from
+// (a directory and a GPT-2 file).
+TEST_F(DecodeWeightsTest, AStageOfALayerSplitReadsItsUnitsAlone) {
+  using Read = std::function<void(const UnitSink&, const std::vector<bool>&)>;
+  auto expect_stages = [](const Config& c, const Read& read, const std::string& what) {
+    const ModelConfig base = base_model(c.model);
+    std::vector<std::vector<float>> whole(static_cast<size_t>(base.n_layer) + 2);
+    read([&](int u, std::vector<float>& v) { whole[static_cast<size_t>(u)] = v; }, {});
+    const std::vector<UnitRange> ranges = split_units(base, 1, 2);
+    for (int s = 0; s < 2; ++s) {
+      const std::vector<bool> held = held_units(base, DecoderStage{s, 2, ranges[static_cast<size_t>(s)], nullptr});
+      std::vector<std::vector<float>> got(whole.size());
+      read([&](int u, std::vector<float>& v) { got[static_cast<size_t>(u)] = v; }, held);
+      for (size_t u = 0; u < whole.size(); ++u) {
+        EXPECT_EQ(bits(got[u]), held[u] ? bits(whole[u]) : bits(std::vector<float>()))
+            << what << ", stage " << s << ", unit " << u;
+      }
+    }
+  };
+  const std::string hf = tmp_.file("hf");
+  testing::write_hf_dir(hf, testing::Variant{});
+  for (const Config& c : {cfg_, llama(), with_lora(from_hf(hf), LoraBase::kBf16)}) {
+    const std::string step = train_and_save(c, 2);
+    expect_stages(
+        c,
+        [&](const UnitSink& sink, const std::vector<bool>& held) {
+          read_checkpoint_weights(step, c, LoraBaseCheck::kCheck, sink, held);
+        },
+        step);
+    fs::remove_all(c.ckpt.dir);
+  }
+  Config gpt2 = cfg_;
+  gpt2.init.from = tmp_.file("gpt2.h5");
+  write_gpt2_base(cfg_, gpt2.init.from);
+  for (const Config& c : {from_hf(hf), gpt2})
+    expect_stages(
+        c, [&](const UnitSink& sink, const std::vector<bool>& held) { read_init_from_weights(c, sink, held); },
+        c.init.from);
 }
 
 TEST_F(DecodeWeightsTest, MissingFilesAndDatasetsAreRefusedNamingThem) {

@@ -51,7 +51,7 @@ const std::vector<int32_t> kPrompt = {17, 250, 3, 3, 99, 12, 0};
 template <typename T>
 void expect_logits_match(const ModelConfig& c) {
   const std::vector<std::vector<float>> w = rounded<T>(random_weights(c, 21));
-  const std::unique_ptr<Decoder> cpu = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), w);
+  const std::unique_ptr<Decoder> cpu = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1, {}), w);
   const std::unique_ptr<Decoder> gpu = load_decoder(make_cuda_decoder(c, kDType<T>, 0), w);
   EXPECT_LE(rel_max_error(gpu->prefill(kPrompt), cpu->prefill(kPrompt)), kLogitTol<T>) << "prefill";
   for (int32_t t : {4, 299, 42, 42, 7, 123, 250, 1, 64, 200, 5, 9, 180}) {  // to the last position
@@ -85,7 +85,7 @@ TEST(CudaDecoderGpuGreedy, TokensEqualTheCpuDecoders) {
     SamplingOptions greedy;
     greedy.temperature = 0;
     const std::vector<int32_t> want =
-        generate_tokens(*load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), w), kPrompt, 24, greedy);
+        generate_tokens(*load_decoder(model_family(c.arch).make_cpu_decoder(c, 1, {}), w), kPrompt, 24, greedy);
     GenerationStats stats;
     EXPECT_EQ(generate_tokens(*load_decoder(make_cuda_decoder(c, DType::kF32, 0), w), kPrompt, 24, greedy, &stats),
               want);

@@ -76,7 +76,7 @@ TEST_P(DecoderFamily, LogitsEqualTheFullForwardAtEveryStep) {
   const ModelConfig c = config();
   const std::vector<std::vector<float>> w = random_weights(c, 5);
   const std::unique_ptr<UnitModel> full = model_family(c.arch).make_cpu_model(c, 1, false);
-  const std::unique_ptr<Decoder> d = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), w);
+  const std::unique_ptr<Decoder> d = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1, {}), w);
   std::vector<int32_t> seq = kPrompt;
   std::vector<float> got = d->prefill(seq);
   ASSERT_EQ(got.size(), static_cast<size_t>(c.vocab_size));
@@ -98,7 +98,8 @@ TEST_P(DecoderFamily, LogitsEqualTheFullForwardAtEveryStep) {
 // A step on a full cache is refused, naming the cache's size; the decoder is still usable after a prefill.
 TEST_P(DecoderFamily, StepOnAFullCacheIsRefused) {
   const ModelConfig c = config();
-  const std::unique_ptr<Decoder> d = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), random_weights(c, 6));
+  const std::unique_ptr<Decoder> d =
+      load_decoder(model_family(c.arch).make_cpu_decoder(c, 1, {}), random_weights(c, 6));
   d->prefill(std::vector<int32_t>(static_cast<size_t>(c.seq_len), 4));
   ASSERT_TRUE(d->full());
   try {
@@ -123,7 +124,7 @@ TEST_P(DecoderFamily, GreedyTokensEqualTheArgmaxOfFullRecomputes) {
   const ModelConfig c = config();
   const std::vector<std::vector<float>> w = random_weights(c, 7);
   const std::unique_ptr<UnitModel> full = model_family(c.arch).make_cpu_model(c, 1, false);
-  const std::unique_ptr<Decoder> d = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), w);
+  const std::unique_ptr<Decoder> d = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1, {}), w);
   SamplingOptions greedy;
   greedy.temperature = 0;
   GenerationStats stats;
@@ -143,8 +144,8 @@ TEST_P(DecoderFamily, GreedyTokensEqualTheArgmaxOfFullRecomputes) {
 TEST_P(DecoderFamily, AStepsTokenIsSampleTokenOfAStep) {
   const ModelConfig c = config();
   const std::vector<std::vector<float>> w = random_weights(c, 12);
-  const std::unique_ptr<Decoder> a = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), w);
-  const std::unique_ptr<Decoder> b = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), w);
+  const std::unique_ptr<Decoder> a = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1, {}), w);
+  const std::unique_ptr<Decoder> b = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1, {}), w);
   for (const SamplingOptions& o :
        {SamplingOptions{0.0, 0, 0}, SamplingOptions{1.3, 0, 5}, SamplingOptions{0.8, 4, 6}}) {
     int32_t token = sample_token(a->prefill(kPrompt), o, 0);
@@ -161,7 +162,7 @@ TEST_P(DecoderFamily, AStepsTokenIsSampleTokenOfAStep) {
 // The sink sees every token as it is sampled, in order, and stops the generation after the token it returns false on.
 TEST_P(DecoderFamily, TheSinkSeesEachTokenAndStopsTheGeneration) {
   const std::unique_ptr<Decoder> d =
-      load_decoder(model_family(config().arch).make_cpu_decoder(config(), 1), random_weights(config(), 9));
+      load_decoder(model_family(config().arch).make_cpu_decoder(config(), 1, {}), random_weights(config(), 9));
   const SamplingOptions o{1.0, 0, 3};  // temperature 1, every token, seed 3
   const std::vector<int32_t> all = generate_tokens(*d, kPrompt, 30, o);
   std::vector<int32_t> seen;
@@ -183,13 +184,13 @@ TEST_P(DecoderFamily, TheSinkSeesEachTokenAndStopsTheGeneration) {
 TEST_P(DecoderFamily, SampledTokensDependOnlyOnTheSeed) {
   const ModelConfig c = config();
   const std::vector<std::vector<float>> w = random_weights(c, 8);
-  const std::unique_ptr<Decoder> d = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), w);
+  const std::unique_ptr<Decoder> d = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1, {}), w);
   SamplingOptions o;
   o.temperature = 1.5;
   o.seed = 11;
   const std::vector<int32_t> a = generate_tokens(*d, kPrompt, 30, o);
   const std::vector<int32_t> b =
-      generate_tokens(*load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), w), kPrompt, 30, o);
+      generate_tokens(*load_decoder(model_family(c.arch).make_cpu_decoder(c, 1, {}), w), kPrompt, 30, o);
   EXPECT_EQ(a, b);
   o.seed = 12;
   const std::vector<int32_t> other = generate_tokens(*d, kPrompt, 30, o);
@@ -217,11 +218,11 @@ TEST(Decoder, WeightsOfTheWrongShapeAreRefused) {
   const ModelConfig c = tiny_gpt2();
   std::vector<std::vector<float>> w = random_weights(c, 1);
   w.pop_back();
-  EXPECT_THROW(load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), w), Error);
+  EXPECT_THROW(load_decoder(model_family(c.arch).make_cpu_decoder(c, 1, {}), w), Error);
   w = random_weights(c, 1);
   w[1].pop_back();
   try {
-    load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), w);
+    load_decoder(model_family(c.arch).make_cpu_decoder(c, 1, {}), w);
     FAIL() << "a short block";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
@@ -234,8 +235,8 @@ TEST(Decoder, WeightsOfTheWrongShapeAreRefused) {
 TEST(Decoder, UnitsLoadOneAtATimeInAnyOrder) {
   const ModelConfig c = tiny_llama();
   const std::vector<std::vector<float>> w = random_weights(c, 4);
-  const std::vector<float> want = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1), w)->prefill(kPrompt);
-  std::unique_ptr<Decoder> d = model_family(c.arch).make_cpu_decoder(c, 1);
+  const std::vector<float> want = load_decoder(model_family(c.arch).make_cpu_decoder(c, 1, {}), w)->prefill(kPrompt);
+  std::unique_ptr<Decoder> d = model_family(c.arch).make_cpu_decoder(c, 1, {});
   for (int u = static_cast<int>(w.size()) - 1; u >= 1; --u) {
     std::vector<float> values = w[static_cast<size_t>(u)];
     d->load_unit(u, values);

@@ -35,9 +35,9 @@ class BatchFamily : public ::testing::TestWithParam<std::tuple<ModelArch, int>> 
  protected:
   ModelConfig config() const { return std::get<0>(GetParam()) == ModelArch::kLlama ? tiny_llama() : tiny_gpt2(); }
   std::unique_ptr<Decoder> decoder(uint64_t seed, int max_batch = 0) const {
-    return load_decoder(
-        model_family(config().arch).make_cpu_decoder(config(), max_batch > 0 ? max_batch : std::get<1>(GetParam())),
-        random_weights(config(), seed));
+    const int batch = max_batch > 0 ? max_batch : std::get<1>(GetParam());
+    return load_decoder(model_family(config().arch).make_cpu_decoder(config(), batch, {}),
+                        random_weights(config(), seed));
   }
 };
 INSTANTIATE_TEST_SUITE_P(Families, BatchFamily,

@@ -1,18 +1,21 @@
 // The GPU memory plan is host arithmetic: every term is checked here against numbers worked out by hand for
 // GPT-2 124M; so is the CPU backend's host plan, with its budget (core/process_memory.h) and GptModel's real
 // allocations (llm.c's layout: 124,475,904 parameters; unit 0 = wte + wpe 39,419,904; each block 7,087,872; the
-// final LayerNorm 1,536).
+// final LayerNorm 1,536); generate's decoder, whole and split over GPUs, for Llama-3.2-1B.
 #include "shardtrain/shard/memory_plan.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "plan_test_shapes.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/format.h"
 #include "shardtrain/core/process_memory.h"
+#include "shardtrain/model/decoder_stage.h"
 #include "shardtrain/model/gpt2/gpt_model.h"
 
 namespace st {
@@ -327,6 +330,76 @@ TEST(DecoderMemory, ADecoderThatDoesNotFitIsRefusedWithItsBreakdown) {
     EXPECT_NE(std::string(e.what()).find("but dist.max_gpu_mem_gib caps it at 3.00 GiB;"), std::string::npos)
         << e.what();
   }
+}
+
+// Llama-3.2-1B over 2 GPUs: embedding_tokens 128,256 x 2,048 = 262,668,288 elements, each block 60,821,504, the head
+// its final norm's 2,048 (tied). The halves are the embedding and blocks 0-7, and blocks 8-15 with the head and the
+// tied classifier's copy of the embedding.
+TEST(DecoderMemory, AStageHoldsItsUnitsWeightsAndItsLayersCaches) {
+  const Config cfg = llama_1b();
+  const std::vector<UnitRange> halves = split_units(cfg.model, 4, 2);
+  ASSERT_EQ(halves.size(), 2u);
+  EXPECT_EQ(halves[0].end, 9);
+  const DecoderFootprint whole = decoder_footprint(cfg.model, DType::kBF16, 4);
+  const std::vector<DecoderFootprint> f = stage_footprints(cfg, 4, 2);
+  ASSERT_EQ(f.size(), 2u);
+  constexpr int64_t kEmbedding = 262668288, kLlamaBlock = 60821504;
+  EXPECT_EQ(f[0].weights, 2 * (kEmbedding + 8 * kLlamaBlock));
+  EXPECT_EQ(f[1].weights, 2 * (kEmbedding + 8 * kLlamaBlock + 2048));
+  EXPECT_EQ(f[0].weights + f[1].weights, whole.weights + 2 * kEmbedding);
+  EXPECT_EQ(f[0].cache, 8 * 4 * (int64_t{4} << 20));  // 4 MiB a layer and sequence
+  EXPECT_EQ(f[0].cache + f[1].cache, whole.cache);
+  EXPECT_EQ(whole.activations - f[0].activations, 2 * 4 * 128256);  // the logits rows: the last stage's alone
+  EXPECT_EQ(f[1].activations, whole.activations);
+  EXPECT_EQ(f[0].runtime, whole.runtime);
+  EXPECT_EQ(stage_footprints(cfg, 4, 1)[0].total(), whole.total());
+}
+
+TEST(DecoderMemory, AutoSplitsTheLayersWhenTheWholeDoesNotFitAndRefusesASplitThatDoesNot) {
+  const Config cfg = llama_1b();
+  const int64_t whole = decoder_footprint(cfg.model, DType::kBF16, 1).total();
+  const std::vector<DecoderFootprint> stages = stage_footprints(cfg, 1, 2);
+  const int64_t largest = std::max(stages[0].total(), stages[1].total());
+  ASSERT_LT(largest, whole);
+  const DeviceBudget between = DeviceBudget::of(cfg, (whole + largest) / 2), roomy = DeviceBudget::of(cfg, 80 * kGiB);
+  auto place = [&](LayerSplit split, int ranks, const DeviceBudget& budget, int want = 1, bool fit = false) {
+    return place_decoder(cfg, want, fit, split, ranks, budget, "NVIDIA GeForce RTX 4090");
+  };
+  EXPECT_EQ(place(LayerSplit::kAuto, 2, roomy).stages, 1);
+  EXPECT_EQ(place(LayerSplit::kAuto, 2, between).stages, 2);
+  EXPECT_EQ(place(LayerSplit::kLayers, 2, roomy).stages, 2);
+  EXPECT_EQ(place(LayerSplit::kLayers, 1, roomy).stages, 1);  // one rank, one stage
+  EXPECT_EQ(place(LayerSplit::kAuto, 2, roomy, 16, true).max_batch, 16);
+  // Fitting sequences: the whole model holds none in `between`, so auto splits and fits what the stages hold.
+  const DecoderPlacement fitted = place(LayerSplit::kAuto, 3, between, 16, true);
+  EXPECT_EQ(fitted.stages, 3);
+  EXPECT_EQ(fitted.max_batch, fitting_batch(cfg, 16, between, 3));
+  EXPECT_GT(fitted.max_batch, 1);
+  auto refusal = [&](LayerSplit split, int ranks, const DeviceBudget& budget) {
+    try {
+      place(split, ranks, budget);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+      return std::string(e.what());
+    }
+    return std::string("not refused");
+  };
+  // Kept whole (none, or one rank): the whole model's refusal.
+  const std::string whole_needs = "a decoder of 1 sequence(s) of 2048 positions needs " + format_gib(whole) + " (";
+  EXPECT_NE(refusal(LayerSplit::kNone, 2, between).find(whole_needs), std::string::npos);
+  EXPECT_NE(refusal(LayerSplit::kAuto, 1, between).find(whole_needs), std::string::npos);
+  // A split that does not fit either: every stage's breakdown.
+  const std::string split = refusal(LayerSplit::kAuto, 2, DeviceBudget::of(cfg, largest - 1));
+  const std::string want = "device memory: a decoder of 1 sequence(s) of 2048 positions split over 2 GPUs needs " +
+                           format_gib(largest) +
+                           " on its largest stage (rank 0 (embedding .. block.7): " + stages[0].breakdown() +
+                           "; rank 1 (block.8 .. head): " + stages[1].breakdown() +
+                           "), but NVIDIA GeForce RTX 4090 has " + format_gib(largest - 1) +
+                           " free; lower generate's --batch or model.seq_len, compute in bf16 (train.dtype), or split "
+                           "over more GPUs";
+  EXPECT_NE(split.find(want), std::string::npos) << split;
+  EXPECT_NE(refusal(LayerSplit::kLayers, 17, roomy).find("a layer split over 17 ranks needs a block for each"),
+            std::string::npos);
 }
 
 }  // namespace

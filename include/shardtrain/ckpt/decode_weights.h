@@ -36,6 +36,9 @@ namespace st {
 // full flat fp32 buffer, which it may take over (Decoder::load_unit does on the CPU). The reads that stream hold one
 // unit's buffer on the host at a time (a LoRA checkpoint's, merged with its base, is read whole first).
 using UnitSink = std::function<void(int unit, std::vector<float>& values)>;
+// The streamed reads take `held`, the units wanted by index (a layer split's stage, Decoder::held_units(); empty:
+// every unit): the sink sees those alone, and the others are not read (no rank file's span of them, no init.from
+// tensor of theirs; a LoRA checkpoint's base and adapters of them neither).
 
 // Whether read_checkpoint_weights checks a LoRA checkpoint's base (check_base_of_checkpoint, lora_base.h: it hashes
 // every file of init.from). kSkip is for ranks that read the same files as one that checks them and agree with it
@@ -58,13 +61,13 @@ CheckpointWeights read_checkpoint_weights(const std::string& step_dir, const Con
                                           LoraBaseCheck base_check = LoraBaseCheck::kCheck);
 // The same weights streamed to `sink`, a unit at a time, every rank file open at once; returns the manifest.
 Manifest read_checkpoint_weights(const std::string& step_dir, const Config& cfg, LoraBaseCheck base_check,
-                                 const UnitSink& sink);
+                                 const UnitSink& sink, const std::vector<bool>& held = {});
 
 // The weights of cfg.init.from (a Hugging Face model directory or a GPT-2 file: init_from.h, with every check of
 // init_from_weights) for the model cfg.model, which load_config derived from it as it does for training. kBadInput
 // for a LoRA model (model.lora.rank > 0: adapters come from a checkpoint).
 std::vector<std::vector<float>> read_init_from_weights(const Config& cfg);
 // The same weights streamed to `sink`, a unit at a time.
-void read_init_from_weights(const Config& cfg, const UnitSink& sink);
+void read_init_from_weights(const Config& cfg, const UnitSink& sink, const std::vector<bool>& held = {});
 
 }  // namespace st

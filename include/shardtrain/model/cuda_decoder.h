@@ -13,9 +13,10 @@
 namespace st {
 
 // The decoder of model's family on CUDA device `device` in `dtype` (kF32, kBF16 or kF16), without weights yet
-// (load_unit rounds each unit's fp32 buffer to dtype), holding max_batch sequences. kBadInput when no such device is
-// visible.
-std::unique_ptr<Decoder> make_cuda_decoder(const ModelConfig& model, DType dtype, int device, int max_batch = 1);
+// (load_unit rounds each unit's fp32 buffer to dtype), holding max_batch sequences; stage: its stage of a layer split
+// (decoder_stage.h; {}: the whole model). kBadInput when no such device is visible.
+std::unique_ptr<Decoder> make_cuda_decoder(const ModelConfig& model, DType dtype, int device, int max_batch = 1,
+                                           const DecoderStage& stage = {});
 
 // The free memory of CUDA device `device` and its name (kBadInput when it is not visible), for the decoder's memory
 // check before it allocates.

@@ -1,7 +1,10 @@
 // What every family's GPU decoder (CudaGptDecoder, CudaLlamaDecoder) keeps besides its own activations: the device
 // and its stream, cuBLASLt and kernel context, the weights in the compute type T (float, bf16 or fp16; uploaded once,
-// rounded from fp32), the key/value cache in T ([n_layer, seq_len, NKV hs] for keys, the same for values), the token
-// upload and the classifier's last row. The CUDA twin of what GptDecoder and LlamaDecoder share (kv_cache.h).
+// rounded from fp32), the key/value cache in T ([layers, seq_len, NKV hs] for keys, the same for values), the hidden
+// rows, the token upload and the classifier's rows; and the forward, which runs the family's three parts (embed,
+// block, head). A stage of a layer split (decoder_stage.h) holds its units' weights and its layers' caches alone, and
+// passes the hidden rows between the ranks through pinned host memory. The CUDA twin of CpuDecoderBase
+// (cpu_decoder_base.h).
 #pragma once
 
 #include <algorithm>
@@ -30,9 +33,9 @@ class CudaDecoderBase : public Decoder {
   ~CudaDecoderBase() override;
 
  protected:
-  // Makes `device` current (kBadInput when it is not visible), allocates the weights (load_unit uploads them) and a
-  // cache for each of max_batch sequences.
-  CudaDecoderBase(const ModelConfig& cfg, int device, int max_batch);
+  // Makes `device` current (kBadInput when it is not visible), allocates the weights of the units its stage holds
+  // (load_unit uploads them) and a cache of the stage's layers for each of max_batch sequences.
+  CudaDecoderBase(const ModelConfig& cfg, int device, int max_batch, const DecoderStage& stage);
   void store_unit(int u, std::vector<float>& values) override;
   void use_sequence(int seq) override { seq_ = seq; }
   // The rows a forward may run: a prompt's (seq_len) or a batched step's (max_batch).
@@ -42,18 +45,27 @@ class CudaDecoderBase : public Decoder {
   const T* unit(int u) const { return w_[static_cast<size_t>(u)].data(); }
   // The step as a CUDA graph per batch size and sampling options: tokens, positions (and a sampled step's draw
   // indices) go up, the graph runs run() and argmax_rows or sample_rows, and the ids come back. A graph's first call
-  // runs eagerly (cuBLASLt picks its algorithms), the second captures it; each new set of options adds its graphs.
+  // runs eagerly (cuBLASLt picks its algorithms), the second captures it; each new set of options adds its graphs. A
+  // stage of a split runs its part eagerly, its transfers being host calls, and only the last chooses the tokens.
   void forward_batch_next(const int32_t* tokens, const int32_t* positions, int n, const SamplingOptions& o,
                           const uint64_t* draws, int32_t* next) override;
   // The tokens and positions up, run, the logits rows down.
   void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) override;
   void forward_batch(const int32_t* tokens, const int32_t* positions, int n, std::vector<float>* logits) override;
-  // The family's forward: n tokens (device memory) at the positions in device memory, through the final norm and the
+  // The forward: n tokens (device memory) at the positions in device memory, through the final norm and the
   // classifier into the logits rows on the device. `batch`: row r is sequence r's step (positions negative for an
   // idle row), every row classified; otherwise the rows are the current sequence's (a prompt's pos .. pos + n - 1, or
-  // a step's one) and the last is classified. Its launches do not depend on the positions and it never synchronises,
-  // so that a step can be captured.
-  virtual void run(const int32_t* tokens, const int32_t* positions, int64_t n, bool batch) = 0;
+  // a step's one) and the last is classified. Its launches do not depend on the positions and, unless split, it never
+  // synchronises, so that a step can be captured. A stage of a split takes the hidden rows from the previous rank
+  // instead of embedding, runs its layers, and sends them to the next rank instead of classifying (synchronising).
+  void run(const int32_t* tokens, const int32_t* positions, int64_t n, bool batch);
+  // The family's forward in three parts over the hidden rows x_ [n, n_embd], launched on the stream:
+  // the embedding of n tokens at the positions into x_;
+  virtual void embed(const int32_t* tokens, const int32_t* positions, int64_t n) = 0;
+  // block `layer` on x_ in place (attend() appends to the caches);
+  virtual void block(int layer, const int32_t* positions, int64_t n, bool batch) = 0;
+  // the final norm of x_'s rows [first, first + rows) and the classifier (classify_on_device).
+  virtual void head(int64_t first, int64_t rows) = 0;
   // Attention of n fused qkv rows at positions[0 .. n) (device memory): appends their keys and values to the cache of
   // the current sequence (batch: of sequence r for row r), then each row attends to positions 0 .. its own
   // (decode_attention_at); out [n, NH hs].
@@ -74,6 +86,7 @@ class CudaDecoderBase : public Decoder {
   CudaStream stream_;
   gpu::Blas blas_;
   gpu::GpuContext ctx_;
+  DeviceBuffer<T> x_;  // the hidden rows [max_rows, n_embd]
 
  private:
   std::string device_name_;
@@ -103,7 +116,8 @@ class CudaDecoderBase : public Decoder {
   int seq_ = 0;
   int stored_ = 0;  // units loaded
   int64_t kv_width_, qkv_width_, seq_elems_, layer_elems_;
-  DeviceBuffer<T> k_, v_, logits_;
+  DeviceBuffer<T> k_, v_, logits_;  // logits_: the last stage's
+  PinnedBuffer<T> rows_host_;       // a split's hidden rows on their way between the ranks
   DeviceBuffer<int32_t> tokens_, positions_;
   DeviceBuffer<unsigned char> scratch_;  // decode_attention_at's split-K partials, then sample_rows's candidates
 };

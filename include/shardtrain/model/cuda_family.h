@@ -31,8 +31,9 @@ struct CudaModelFamily {
                                                   bool cudnn_attention, const gpu::GpuContext& ctx,
                                                   gpu::CudnnBackwardMode attention_backward);
   // The decoder with a key/value cache for each of max_batch sequences (decoder.h) on CUDA device `device`, without
-  // weights yet: load_unit rounds each unit's fp32 buffer to T.
-  std::unique_ptr<Decoder> (*make_decoder)(const ModelConfig& cfg, int device, int max_batch);
+  // weights yet: load_unit rounds each unit's fp32 buffer to T. stage: its stage of a layer split (decoder_stage.h).
+  std::unique_ptr<Decoder> (*make_decoder)(const ModelConfig& cfg, int device, int max_batch,
+                                           const DecoderStage& stage);
 };
 
 template <typename T>

@@ -22,6 +22,11 @@
 // A sequence given kIdle sits the step out (its cache and position unchanged). The CPU decoders run the rows one
 // after another, bit for bit what single steps give; a GPU decoder runs them as one forward, whose products of several
 // rows may round differently from one row's.
+//
+// A decoder made for a stage of a layer split (decoder_stage.h) holds its stage's units and its blocks' caches alone,
+// and every call above is collective over the stage's communicator: every rank makes the same calls with the same
+// tokens, each forward crosses the ranks once, and each returns on every rank what the whole model's decoder returns
+// (the last stage's logits or greedy tokens, broadcast): the same operations on the same rows, split between ranks.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +35,7 @@
 #include <vector>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/model/decoder_stage.h"
 #include "shardtrain/model/sampling.h"
 #include "shardtrain/model/units.h"
 
@@ -39,13 +45,17 @@ class Decoder {
  public:
   virtual ~Decoder() = default;
 
-  // Unit u's weights: its full flat fp32 buffer (unit.numel values), each unit once, all before the first prefill.
-  // The decoder keeps them (the CPU's takes `values` over, leaving it empty) or rounds them to its compute type (a
-  // GPU's, leaving `values` as it was, to be reused). kBadInput naming the unit for a wrong size, an unknown unit or
-  // one loaded twice.
+  // Unit u's weights: its full flat fp32 buffer (unit.numel values), each unit it holds once, all before the first
+  // prefill. The decoder keeps them (the CPU's takes `values` over, leaving it empty) or rounds them to its compute
+  // type (a GPU's, leaving `values` as it was, to be reused). kBadInput naming the unit for a wrong size, an unknown
+  // unit, one another stage holds or one loaded twice.
   void load_unit(int u, std::vector<float>& values);
-  // Whether every unit is loaded.
-  bool loaded() const { return units_loaded_ == static_cast<int>(loaded_.size()); }
+  // Whether every unit it holds is loaded.
+  bool loaded() const { return units_loaded_ == units_held_; }
+  // The units it holds, by index (held_units of its stage: every unit unless split), and its stage.
+  const std::vector<bool>& held_units() const { return held_; }
+  bool holds(int u) const { return u >= 0 && u < static_cast<int>(held_.size()) && held_[static_cast<size_t>(u)]; }
+  const DecoderStage& stage() const { return stage_; }
 
   // Empties the cache and runs `tokens` (1 to max_length() of them, each in [0, vocab_size)) at positions 0 ..
   // n - 1. Returns the logits over the real vocabulary (model.vocab_size, fp32) for the position after the last.
@@ -82,11 +92,19 @@ class Decoder {
   virtual std::string describe() const = 0;
 
  protected:
-  Decoder(const ModelConfig& cfg, int max_batch);
+  // kInternal for a split stage whose communicator is not its stages' (rank index of count) or whose units do not
+  // form a stage (a block or more; the embedding first on stage 0, the head last on the last).
+  Decoder(const ModelConfig& cfg, int max_batch, const DecoderStage& stage);
+  // The blocks it runs (stage_layers).
+  const LayerRange& layers() const { return layers_; }
+  // A split's hidden rows: `bytes` of them from the previous stage's rank, or to the next's.
+  void receive_rows(void* rows, int64_t bytes);
+  void send_rows(const void* rows, int64_t bytes);
   // Makes sequence seq's cache the one forward() reads and appends to.
   virtual void use_sequence(int seq) = 0;
   // step_batch's forward: row r is sequence r's token at positions[r] (negative: idle), the logits of every row into
-  // *logits ([n, vocab_size]). By default forward() row by row.
+  // *logits ([n, vocab_size]). By default forward() row by row. In a split, only the last stage writes the logits
+  // (or, below, the tokens) of forward, forward_batch and forward_batch_next: the calls above broadcast them.
   virtual void forward_batch(const int32_t* tokens, const int32_t* positions, int n, std::vector<float>* logits);
   // step_batch_next's: each row's token into next[r] (idle rows: anything), the options checked. By default
   // forward_batch, then sample_token of each row on the host.
@@ -96,19 +114,24 @@ class Decoder {
   virtual void store_unit(int u, std::vector<float>& values) = 0;
   // Runs tokens[0, n) at positions pos .. pos + n - 1 with the cache holding positions 0 .. pos - 1, appends their
   // keys and values to it, and writes the logits over the real vocabulary that follow the last token into *logits.
-  // The base class has checked n, pos and the tokens.
+  // The base class has checked n, pos and the tokens. A stage of a split runs its blocks alone: it receives the hidden
+  // rows unless it is the first, and sends them on unless it is the last.
   virtual void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) = 0;
 
  private:
   void check_tokens(const int32_t* tokens, int64_t n, int64_t pos) const;
   void check_loaded() const;
+  // A split's last stage's `rows` logits rows to every rank.
+  void share_logits(int64_t rows);
   // step_batch's checks; the rows' positions (kIdle's negative).
   std::vector<int32_t> batch_positions(const std::vector<int32_t>& tokens) const;
 
   ModelConfig cfg_;
+  DecoderStage stage_;
   std::vector<UnitLayout> layout_;
-  std::vector<bool> loaded_;
-  int units_loaded_ = 0;
+  std::vector<bool> held_, loaded_;
+  int units_held_ = 0, units_loaded_ = 0;
+  LayerRange layers_;
   std::vector<int64_t> positions_;
   std::vector<float> logits_;
 };
@@ -118,24 +141,28 @@ class Decoder {
 // buffer, in unit order (StepEngine::gather_params()). kBadInput for train.device = cuda in a build without CUDA or
 // with no such device.
 std::unique_ptr<Decoder> make_decoder(const Config& cfg, std::vector<std::vector<float>> weights, int cuda_device = 0);
-// The same decoder with no weights yet: load_unit each unit before the first prefill.
-// max_batch: the sequences it holds (a cache each).
-std::unique_ptr<Decoder> make_unloaded_decoder(const Config& cfg, int cuda_device = 0, int max_batch = 1);
-// Loads every unit of `weights` into the unloaded decoder d (check_decoder_weights first) and returns it.
+// The same decoder with no weights yet: load_unit each unit it holds before the first prefill.
+// max_batch: the sequences it holds (a cache each); stage: its stage of a layer split (default: the whole model).
+std::unique_ptr<Decoder> make_unloaded_decoder(const Config& cfg, int cuda_device = 0, int max_batch = 1,
+                                               const DecoderStage& stage = {});
+// Loads every unit of `weights` that the unloaded decoder d holds into it (check_decoder_weights first) and returns
+// it.
 std::unique_ptr<Decoder> load_decoder(std::unique_ptr<Decoder> d, std::vector<std::vector<float>> weights);
 
 // The device memory of a GPU decoder of `model` in `dtype` holding max_batch sequences, planned before anything is
 // allocated: the weights in the compute type, the key/value caches (keys and values of every layer, max_batch x
 // seq_len positions), the activations of the widest forward (a prompt's seq_len rows or a batch's max_batch) with the
 // logits rows and the split-K attention's partials, and the runtime's reserve (the CUDA context and cuBLASLt).
-// shard/memory_plan.h checks it against the device's budget.
+// shard/memory_plan.h checks it against the device's budget. For a stage of a layer split (decoder_stage.h): its units'
+// weights, its blocks' caches, the same row buffers, and the logits rows on the last stage alone.
 struct DecoderFootprint {
   int64_t weights = 0, cache = 0, activations = 0, runtime = 0;
   int64_t total() const { return weights + cache + activations + runtime; }
   // "weights 2.30 GiB, key/value caches 1.00 GiB, activations 0.20 GiB, runtime 0.75 GiB; total 4.25 GiB"
   std::string breakdown() const;
 };
-DecoderFootprint decoder_footprint(const ModelConfig& model, DType dtype, int max_batch);
+DecoderFootprint decoder_footprint(const ModelConfig& model, DType dtype, int max_batch,
+                                   const DecoderStage& stage = {});
 
 // The checks every implementation's constructor makes: one buffer per unit of cfg's unit list, each of its size
 // (kBadInput naming the unit, expected vs actual).

@@ -34,8 +34,8 @@ struct ModelFamily {
   std::unique_ptr<UnitModel> (*make_cpu_model)(const ModelConfig& cfg, int64_t max_batch, bool recompute);
   int64_t (*cpu_footprint_bytes)(const ModelConfig& cfg, int64_t max_batch, bool recompute);
   // The CPU fp32 decoder with a key/value cache for each of max_batch sequences (decoder.h), without weights yet
-  // (load_unit or load_decoder).
-  std::unique_ptr<Decoder> (*make_cpu_decoder)(const ModelConfig& cfg, int max_batch);
+  // (load_unit or load_decoder); stage: its stage of a layer split (decoder_stage.h; {}: the whole model).
+  std::unique_ptr<Decoder> (*make_cpu_decoder)(const ModelConfig& cfg, int max_batch, const DecoderStage& stage);
   // The linear layers of a block that LoRA can target (model/lora.h), in the family's order.
   std::vector<LoraLinear> (*lora_linears)(const ModelConfig& cfg);
 };

@@ -71,7 +71,8 @@ ModelConfig base_model(const ModelConfig& cfg);
 
 // Every unit's full flat buffer (numel + frozen_numel elements: trainable tensors, then frozen ones, as units.h
 // lays them out) turned into the base model's buffers (base_model's unit list) with each adapter merged into its
-// weight: W[row0 + i, :] += scale * (B A)[i, :], summed in double and rounded once. Without LoRA, `full` itself.
+// weight: W[row0 + i, :] += scale * (B A)[i, :], summed in double and rounded once. Without LoRA, `full` itself. An
+// empty buffer (a unit another stage of a layer split holds, decoder_stage.h) stays empty.
 std::vector<std::vector<float>> merge_lora(const ModelConfig& cfg, const std::vector<UnitLayout>& units,
                                            std::vector<std::vector<float>> full);
 

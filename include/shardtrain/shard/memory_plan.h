@@ -21,6 +21,7 @@
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/process_memory.h"
 #include "shardtrain/model/decoder.h"
+#include "shardtrain/model/decoder_stage.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
@@ -108,12 +109,31 @@ struct DeviceBudget {
 void check_memory_plan(const MemoryPlan& plan, const DeviceBudget& budget, const std::string& device);
 
 // generate's GPU decoder of max_batch sequences (decoder_footprint, model/decoder.h) against the same budget, before
-// anything is allocated: kBadInput with the footprint's breakdown, what limits it and what to lower (generate's
-// --batch, model.seq_len, the compute type).
-void check_decoder_memory(const Config& cfg, int max_batch, const DeviceBudget& budget, const std::string& device);
-// The most sequences, from 1 to `want`, whose decoder fits the budget: 1 when none does (check_decoder_memory then
-// says why).
-int fitting_batch(const Config& cfg, int want, const DeviceBudget& budget);
+// anything is allocated: whole (stages 1), or split over `stages` GPUs, one stage each (model/decoder_stage.h:
+// split_units' stages, each of which must fit). kBadInput with the footprint's breakdown (a split's: every stage's,
+// naming its units), what limits it and what to lower (generate's --batch, model.seq_len, the compute type; or more
+// GPUs for a split).
+void check_decoder_memory(const Config& cfg, int max_batch, const DeviceBudget& budget, const std::string& device,
+                          int stages = 1);
+// Whether check_decoder_memory passes.
+bool decoder_fits(const Config& cfg, int max_batch, const DeviceBudget& budget, int stages = 1);
+// The footprint of each of split_units' `stages` stages (one, the whole model's, for stages 1).
+std::vector<DecoderFootprint> stage_footprints(const Config& cfg, int max_batch, int stages);
+// The most sequences, from 1 to `want`, whose decoder (split over `stages` GPUs) fits the budget: 1 when none does
+// (check_decoder_memory then says why).
+int fitting_batch(const Config& cfg, int want, const DeviceBudget& budget, int stages = 1);
+
+// Where generate's GPU decoder goes on `ranks` ranks (one GPU each, `budget` the smallest of theirs): the sequences it
+// holds (`want`, or with fit_batch as many as fit up to it: fitting_batch) and its stages: 1 (every rank decodes the
+// whole model) or `ranks` (a layer split). LayerSplit::kAuto splits only when the whole decoder does not fit (at the
+// batch asked for, or at one sequence when fitting one); kLayers always, kNone never. The placement is checked
+// (check_decoder_memory: kBadInput with its breakdown) before anything is allocated.
+struct DecoderPlacement {
+  int max_batch = 1;
+  int stages = 1;
+};
+DecoderPlacement place_decoder(const Config& cfg, int want, bool fit_batch, LayerSplit split, int ranks,
+                               const DeviceBudget& budget, const std::string& device);
 
 // The CPU backend (ShardedModel, fp32) plans the same terms in host memory: the 16 S_u bytes of sharded state per
 // unit whatever optim.offload says (the optimizer already runs on the host), gather buffers at prefetch depth 0

@@ -61,8 +61,8 @@ std::unique_ptr<UnitModel> make_gpt2(const ModelConfig& cfg, int64_t max_batch, 
   return std::make_unique<GptModel>(cfg, max_batch, recompute);
 }
 
-std::unique_ptr<Decoder> make_gpt2_decoder(const ModelConfig& cfg, int max_batch) {
-  return std::make_unique<GptDecoder>(cfg, max_batch);
+std::unique_ptr<Decoder> make_gpt2_decoder(const ModelConfig& cfg, int max_batch, const DecoderStage& stage) {
+  return std::make_unique<GptDecoder>(cfg, max_batch, stage);
 }
 
 }  // namespace

@@ -68,8 +68,8 @@ std::unique_ptr<UnitModel> make_llama(const ModelConfig& cfg, int64_t max_batch,
   return std::make_unique<LlamaModel>(cfg, max_batch, recompute);
 }
 
-std::unique_ptr<Decoder> make_llama_decoder(const ModelConfig& cfg, int max_batch) {
-  return std::make_unique<LlamaDecoder>(cfg, max_batch);
+std::unique_ptr<Decoder> make_llama_decoder(const ModelConfig& cfg, int max_batch, const DecoderStage& stage) {
+  return std::make_unique<LlamaDecoder>(cfg, max_batch, stage);
 }
 
 }  // namespace

@@ -13,15 +13,17 @@ namespace st {
 
 class GptDecoder final : public CpuDecoderBase {
  public:
-  // Without weights: load_unit gives them (decoder.h).
-  GptDecoder(const ModelConfig& cfg, int max_batch = 1);
+  // Without weights: load_unit gives them (decoder.h); stage: its stage of a layer split (decoder_stage.h).
+  GptDecoder(const ModelConfig& cfg, int max_batch = 1, const DecoderStage& stage = {});
 
  protected:
-  void forward(const int32_t* tokens, int64_t n, int64_t pos, std::vector<float>* logits) override;
+  void embed(const int32_t* tokens, int64_t n, int64_t pos, float* x) override;
+  void block(int layer, float* x, int64_t n, int64_t pos) override;
+  void head(const float* x, float* logits) override;
 
  private:
   // Activations of the new positions (n rows), resized per call.
-  std::vector<float> x_, norm_, mean_, rstd_, qkv_, att_, fch_, fch_gelu_;
+  std::vector<float> norm_, mean_, rstd_, qkv_, att_, fch_, fch_gelu_;
 };
 
 }  // namespace st

@@ -16,16 +16,18 @@ namespace st {
 template <typename T>
 class CudaLlamaDecoder final : public CudaDecoderBase<T> {
  public:
-  // Without weights (load_unit gives them, decoder.h), for max_batch sequences; `device` becomes the current CUDA
-  // device.
-  CudaLlamaDecoder(const ModelConfig& cfg, int device, int max_batch = 1);
+  // Without weights (load_unit gives them, decoder.h), for max_batch sequences of a stage of a layer split
+  // (decoder_stage.h; {}: the whole model); `device` becomes the current CUDA device.
+  CudaLlamaDecoder(const ModelConfig& cfg, int device, int max_batch = 1, const DecoderStage& stage = {});
 
  protected:
-  void run(const int32_t* tokens, const int32_t* positions, int64_t n, bool batch) override;
+  void embed(const int32_t* tokens, const int32_t* positions, int64_t n) override;
+  void block(int layer, const int32_t* positions, int64_t n, bool batch) override;
+  void head(int64_t first, int64_t rows) override;
 
  private:
-  DeviceBuffer<float> rope_cos_, rope_sin_;               // [seq_len, hs/2]
-  DeviceBuffer<T> x_, norm_, qkv_, att_, gate_up_, mlp_;  // [seq_len rows]
+  DeviceBuffer<float> rope_cos_, rope_sin_;           // [seq_len, hs/2]
+  DeviceBuffer<T> norm_, qkv_, att_, gate_up_, mlp_;  // [seq_len rows]
   DeviceBuffer<float> rstd_;
 };
 
