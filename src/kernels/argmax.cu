@@ -19,6 +19,8 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const T* logits, int64
   __shared__ float values[kThreads];
   __shared__ int ids[kThreads];
   __shared__ int bad;
+  allow_dependents();
+  wait_for_predecessor();  // launched by launch_after_predecessor
   const T* row = logits + blockIdx.x * ld;
   const int tid = threadIdx.x;
   if (tid == 0) bad = 0;
@@ -49,8 +51,8 @@ template <typename T>
 void argmax_rows(const T* logits, int64_t ld, int rows, int V, int32_t* tokens, const GpuContext& ctx) {
   ST_CHECK(rows >= 0 && V >= 1 && ld >= V, "argmax of ", rows, " rows of ", V, " logits with a row stride of ", ld);
   if (rows == 0) return;
-  argmax_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, ctx.stream>>>(logits, ld, V, tokens);
-  ST_CUDA_CHECK_LAUNCH();
+  launch_after_predecessor(argmax_kernel<T>, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, ctx.stream, logits,
+                           ld, V, tokens);
 }
 
 template void argmax_rows<float>(const float*, int64_t, int, int, int32_t*, const GpuContext&);

@@ -6,6 +6,7 @@
 
 #include "parallel.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/kernels/rope.h"
 
 namespace st {
 
@@ -77,6 +78,12 @@ void kv_append_at(float* k_cache, float* v_cache, const float* qkv, int64_t seq_
     std::copy(row + q_width, row + q_width + kv_width, k_cache + at);
     std::copy(row + q_width + kv_width, row + q_width + 2 * kv_width, v_cache + at);
   }
+}
+
+void rope_kv_append_at(float* qkv, float* k_cache, float* v_cache, const float* cos, const float* sin,
+                       int64_t seq_stride, const int32_t* positions, int rows, int NH, int NKV, int hs) {
+  rope_forward_at(qkv, cos, sin, positions, rows, NH, NKV, hs);
+  kv_append_at(k_cache, v_cache, qkv, seq_stride, positions, rows, NH, NKV, hs);
 }
 
 }  // namespace st

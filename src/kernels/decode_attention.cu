@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "gpu_pack.cuh"
+#include "rope_turn.cuh"
 #include "shardtrain/core/error.h"
 
 namespace st::gpu {
@@ -13,6 +14,7 @@ using namespace kernels_internal;  // gpu_pack.cuh
 namespace {
 
 constexpr int kThreads = 128;
+constexpr int kAppendBlock = 256;  // threads of a block of the cache appends
 constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kDimsPerThread = kDecodeAttentionMaxHeadSize / kThreads;
 static_assert(kDecodeAttentionTile <= kThreads, "a tile's probabilities are one per thread");
@@ -92,14 +94,16 @@ namespace {
 // The split-K step (few rows): block (s, h, r) scores keys [s kDecodeSplitKeys, + kDecodeSplitKeys) of row r's cache
 // below its length for query head h, and writes its partial softmax: the running max m, the sum l of exp(score - m)
 // and acc[d] = the sum of exp(score - m) v[d], at part + ((r NH + h) splits + s) (hs + 2) as acc[0 .. hs), m, l.
-// Thread t < count scores key t (its row read in packs of kVec); warp w sums the values of keys w, w + 4, ... with its
-// lanes over the dimensions; the four warps' sums are added in warp order. Splits past the row's length return.
-constexpr int kSplitWarps = kThreads / kWarpSize;
+// Thread t < count scores key t (its row read in packs of kVec); warp 0 takes the softmax; the values are summed by
+// groups of keys (below). Splits past the row's length return.
 
 struct Max {
   __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 static_assert(kDecodeSplitKeys <= kThreads, "a split's keys are one per thread");
+// The value sums of a split's groups: G hs <= kThreads kVec with fewer packs than threads (kVec <= 8), else hs.
+constexpr int kSplitSums = kThreads * 8;
+static_assert(kSplitSums >= kDecodeAttentionMaxHeadSize, "one group's sums fit");
 
 template <int kVec, typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -108,8 +112,10 @@ __global__ void __launch_bounds__(kThreads)
                         float scale, int splits) {
   __shared__ float qs[kDecodeAttentionMaxHeadSize];
   __shared__ float p[kDecodeSplitKeys];
-  __shared__ float sums[kSplitWarps][kDecodeAttentionMaxHeadSize];
+  __shared__ float sums[kSplitSums];
   __shared__ float stats[2];
+  allow_dependents();
+  wait_for_predecessor();
   const int s = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
   const int len = positions[r] + 1, j0 = s * kDecodeSplitKeys;
   if (j0 >= len) return;
@@ -146,30 +152,31 @@ __global__ void __launch_bounds__(kThreads)
     if (lane == 0) stats[0] = m, stats[1] = l;
   }
   __syncthreads();
-  constexpr int kPerLane = kDecodeAttentionMaxHeadSize / kWarpSize;
-  float acc[kPerLane];
+  // The values: thread t sums pack pk = t % P of the head's P = hs / kVec packs over the keys g, g + G, ... of its
+  // group g = t / P (G = kThreads / P groups); with as many packs as threads or more, one group, and each thread takes
+  // the packs t, t + kThreads, ... The groups' sums are added in group order.
+  const int P = hs / kVec, G = P >= kThreads ? 1 : kThreads / P;
+  if (P >= kThreads || tid < G * P) {
+    const int g = P >= kThreads ? 0 : tid / P;
+    for (int pk = P >= kThreads ? tid : tid % P; pk < P; pk += kThreads) {
+      float acc[kVec] = {};
+#pragma unroll 4
+      for (int j = g; j < count; j += G) {
+        float v[kVec];
+        load<kVec>(v_cache + kv_off + (j0 + j) * kv_stride + pk * kVec, v);
+        const float pj = p[j];
 #pragma unroll
-  for (int c = 0; c < kPerLane; ++c) acc[c] = 0.0f;
-  for (int j = warp; j < count; j += kSplitWarps) {
-    const T* v = v_cache + kv_off + (j0 + j) * kv_stride;
-    const float pj = p[j];
+        for (int i = 0; i < kVec; ++i) acc[i] += pj * v[i];
+      }
 #pragma unroll
-    for (int c = 0; c < kPerLane; ++c) {
-      const int d = lane + c * kWarpSize;
-      if (d < hs) acc[c] += pj * to_f32(v[d]);
+      for (int i = 0; i < kVec; ++i) sums[g * hs + pk * kVec + i] = acc[i];
     }
-  }
-#pragma unroll
-  for (int c = 0; c < kPerLane; ++c) {
-    const int d = lane + c * kWarpSize;
-    if (d < hs) sums[warp][d] = acc[c];
   }
   __syncthreads();
   float* out = part + ((static_cast<int64_t>(r) * NH + h) * splits + s) * (hs + 2);
   for (int d = tid; d < hs; d += kThreads) {
     float a = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kSplitWarps; ++w) a += sums[w][d];
+    for (int w = 0; w < G; ++w) a += sums[w * hs + d];
     out[d] = a;
   }
   if (tid == 0) out[hs] = stats[0], out[hs + 1] = stats[1];
@@ -180,6 +187,8 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     decode_combine_kernel(T* out, const float* part, const int32_t* positions, int NH, int hs, int splits) {
+  allow_dependents();
+  wait_for_predecessor();
   const int h = blockIdx.x, r = blockIdx.y;
   const int n = max(0, positions[r] + kDecodeSplitKeys) / kDecodeSplitKeys;  // ceil((position + 1) / split), 0 idle
   const float* base = part + (static_cast<int64_t>(r) * NH + h) * splits * (hs + 2);
@@ -219,14 +228,14 @@ void decode_attention_at(T* out, const T* q, int64_t q_stride, const T* k_cache,
              " bytes of scratch, ctx has ", ctx.scratch_bytes);
     const int splits = (max_len + kDecodeSplitKeys - 1) / kDecodeSplitKeys;
     auto* part = static_cast<float*>(ctx.scratch);
-    launch_packed<T>(hs % (16 / sizeof(T)) == 0 && all_aligned(16, k_cache), [&](auto w) {
+    launch_packed<T>(hs % (16 / sizeof(T)) == 0 && all_aligned(16, k_cache, v_cache), [&](auto w) {
       constexpr int W = decltype(w)::value;
-      decode_split_kernel<W, T><<<dim3(splits, NH, rows), kThreads, 0, ctx.stream>>>(
-          part, q, q_stride, k_cache, v_cache, seq_stride, positions, NH, NH / NKV, hs, int64_t{NKV} * hs, scale,
-          splits);
+      launch_after_predecessor(decode_split_kernel<W, T>, dim3(splits, NH, rows), dim3(kThreads), 0, ctx.stream, part,
+                               q, q_stride, k_cache, v_cache, seq_stride, positions, NH, NH / NKV, hs,
+                               int64_t{NKV} * hs, scale, splits);
     });
-    decode_combine_kernel<T><<<dim3(NH, rows), kThreads, 0, ctx.stream>>>(out, part, positions, NH, hs, splits);
-    ST_CUDA_CHECK_LAUNCH();
+    launch_after_predecessor(decode_combine_kernel<T>, dim3(NH, rows), dim3(kThreads), 0, ctx.stream, out, part,
+                             positions, NH, hs, splits);
     return;
   }
   const int64_t blocks = int64_t{rows} * NH;
@@ -242,6 +251,8 @@ namespace {
 template <typename T>
 __global__ void kv_append_kernel(T* k_cache, T* v_cache, const T* qkv, int64_t seq_stride, const int32_t* positions,
                                  int rows, int64_t q_width, int64_t kv_width) {
+  allow_dependents();
+  wait_for_predecessor();
   const int64_t total = static_cast<int64_t>(rows) * kv_width;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -261,17 +272,83 @@ void kv_append_at(T* k_cache, T* v_cache, const T* qkv, int64_t seq_stride, cons
                   int NKV, int hs, const GpuContext& ctx) {
   const int64_t kv_width = int64_t{NKV} * hs, total = int64_t{rows} * kv_width;
   if (total == 0) return;
-  constexpr int kBlock = 256;
-  const int64_t grid = std::min<int64_t>((total + kBlock - 1) / kBlock, 4096);
-  kv_append_kernel<T><<<static_cast<unsigned>(grid), kBlock, 0, ctx.stream>>>(
-      k_cache, v_cache, qkv, seq_stride, positions, rows, int64_t{NH} * hs, kv_width);
-  ST_CUDA_CHECK_LAUNCH();
+  const int64_t grid = std::min<int64_t>((total + kAppendBlock - 1) / kAppendBlock, 4096);
+  launch_after_predecessor(kv_append_kernel<T>, dim3(static_cast<unsigned>(grid)), dim3(kAppendBlock), 0, ctx.stream,
+                           k_cache, v_cache, qkv, seq_stride, positions, rows, int64_t{NH} * hs, kv_width);
+}
+
+namespace {
+
+// Row r's query and key heads turned by RoPE at positions[r], in place, as rope_forward_at's kernel turns them (the
+// same products, rounded to T once), the turned key heads into the key cache as they are stored, and the value heads
+// into the value cache. Threads run over the [rows, NH + NKV, hs / 2 / kVec] pair packs of the turned heads (a pack:
+// kVec pairs (j, j + hs / 2) of one head), then over the [rows, NKV, hs / kVec] packs of the value heads. An idle
+// row (negative position) is left alone.
+template <int kVec, typename T>
+__global__ void rope_kv_append_kernel(T* qkv, T* k_cache, T* v_cache, const float* cos, const float* sin,
+                                      int64_t seq_stride, const int32_t* positions, int rows, int NH, int NKV, int hs) {
+  allow_dependents();
+  wait_for_predecessor();
+  const int half = hs / 2, heads = NH + NKV;
+  const int64_t kv_width = int64_t{NKV} * hs, width = int64_t{NH + 2 * NKV} * hs;
+  const int64_t pair_packs = half / kVec, value_packs = hs / kVec;
+  const int64_t turned = int64_t{rows} * heads * pair_packs, total = turned + int64_t{rows} * NKV * value_packs;
+  for (int64_t i = thread_index(); i < total; i += thread_count()) {
+    if (i < turned) {
+      const int j = static_cast<int>(i % pair_packs) * kVec;
+      const int64_t rh = i / pair_packs;
+      const int h = static_cast<int>(rh % heads);
+      const int64_t r = rh / heads;
+      const int64_t t = positions[r];
+      if (t < 0) continue;
+      T* x = qkv + r * width + int64_t{h} * hs + j;
+      float a[kVec], b[kVec];
+      rope_turn<kVec>(x, half, cos + t * half + j, sin + t * half + j, 1.0f, a, b);
+      store<kVec>(x, a);
+      store<kVec>(x + half, b);
+      if (h >= NH) {
+        T* key = k_cache + r * seq_stride + t * kv_width + int64_t{h - NH} * hs + j;
+        store<kVec>(key, a);
+        store<kVec>(key + half, b);
+      }
+    } else {
+      const int64_t v = i - turned;
+      const int j = static_cast<int>(v % value_packs) * kVec;
+      const int64_t rh = v / value_packs;
+      const int h = static_cast<int>(rh % NKV);
+      const int64_t r = rh / NKV;
+      const int64_t t = positions[r];
+      if (t < 0) continue;
+      float x[kVec];
+      load<kVec>(qkv + r * width + int64_t{heads + h} * hs + j, x);
+      store<kVec>(v_cache + r * seq_stride + t * kv_width + int64_t{h} * hs + j, x);
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void rope_kv_append_at(T* qkv, T* k_cache, T* v_cache, const float* cos, const float* sin, int64_t seq_stride,
+                       const int32_t* positions, int rows, int NH, int NKV, int hs, const GpuContext& ctx) {
+  ST_CHECK(hs % 2 == 0, "RoPE needs an even head dimension, got ", hs);
+  const int64_t total = int64_t{rows} * (int64_t{NH + NKV} * hs / 2 + int64_t{NKV} * hs);
+  if (total == 0) return;
+  constexpr int kVec = 16 / sizeof(T);
+  // With hs / 2 a multiple of kVec, every head's halves, rows and cache positions start kVec-aligned.
+  launch_packed<T>((hs / 2) % kVec == 0 && all_aligned(16, qkv, k_cache, v_cache), [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    launch_after_predecessor(rope_kv_append_kernel<W, T>, dim3(grid_for(total / W, kAppendBlock)), dim3(kAppendBlock),
+                             0, ctx.stream, qkv, k_cache, v_cache, cos, sin, seq_stride, positions, rows, NH, NKV, hs);
+  });
 }
 
 #define ST_DECODE_STEP_INSTANTIATE(T)                                                                                \
   template void decode_attention_at<T>(T*, const T*, int64_t, const T*, const T*, int64_t, const int32_t*, int, int, \
                                        int, int, int, const GpuContext&);                                            \
-  template void kv_append_at<T>(T*, T*, const T*, int64_t, const int32_t*, int, int, int, int, const GpuContext&);
+  template void kv_append_at<T>(T*, T*, const T*, int64_t, const int32_t*, int, int, int, int, const GpuContext&);   \
+  template void rope_kv_append_at<T>(T*, T*, T*, const float*, const float*, int64_t, const int32_t*, int, int, int, \
+                                     int, const GpuContext&);
 ST_DECODE_STEP_INSTANTIATE(float)
 ST_DECODE_STEP_INSTANTIATE(bf16)
 ST_DECODE_STEP_INSTANTIATE(fp16)

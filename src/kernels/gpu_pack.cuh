@@ -35,6 +35,15 @@ __device__ __forceinline__ void wait_for_predecessor() {
 #endif
 }
 
+// Lets the stream's next kernel, when launched by launch_after_predecessor, start launching now instead of at this
+// kernel's end: its blocks take the room this kernel's leave and run up to their wait_for_predecessor() (a GEMV reads
+// its constant weights there). Harmless where nothing follows that way, and a no-op below sm_90.
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+
 template <typename... Params, typename... Args>
 void launch_after_predecessor(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
                               Args... args) {

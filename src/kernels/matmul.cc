@@ -7,6 +7,7 @@
 
 #include "parallel.h"
 #include "shardtrain/kernels/gelu.h"
+#include "shardtrain/kernels/rmsnorm.h"
 
 namespace st {
 
@@ -45,6 +46,12 @@ void matmul_forward_residual(float* out, const float* inp, const float* weight, 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, OC, C, 1.0f, inp + n0 * C, C, weight, C, 1.0f,
                 out + n0 * OC, OC);
   }
+}
+
+void rmsnorm_matmul_forward(float* out, float* norm, float* rstd, const float* inp, const float* norm_weight, float eps,
+                            const float* weight, const float* bias, int64_t N, int C, int OC) {
+  rmsnorm_forward(norm, rstd, inp, norm_weight, eps, N, C);
+  matmul_forward(out, norm, weight, bias, N, C, OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

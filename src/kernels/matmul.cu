@@ -9,12 +9,14 @@
 #include <vector>
 
 #include "blas_plan.cuh"
+#include "gemv.cuh"
 #include "gpu_pack.cuh"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/gemm_algorithms.h"
 #include "shardtrain/kernels/gpu/column_sums.h"
 #include "shardtrain/kernels/gpu/fill.h"
 #include "shardtrain/kernels/gpu/gelu.h"
+#include "shardtrain/kernels/gpu/rmsnorm.h"
 
 namespace st::gpu {
 
@@ -428,69 +430,10 @@ __global__ void bias_partial_kernel(float* partial, const T* dout, int64_t N, in
 
 }  // namespace
 
-namespace {
-
-// Products of at most kGemvRows rows (a decoding step's): cuBLASLt's tiles leave most of the GPU idle on them, while
-// they only need to stream the weight once at full bandwidth. One warp per output column o: its lanes read W's row o
-// in packs (16 bytes), every row of inp against it, fp32 sums reduced across the warp; then residual + bias + product,
-// rounded to T once (as the fused cuBLASLt epilogue rounds it).
-constexpr int kGemvRows = 4;
-constexpr int kGemvWarps = 8;
-
-template <int kVec, typename T>
-__global__ void __launch_bounds__(kGemvWarps* kWarpSize)
-    gemv_kernel(T* out, const T* inp, const T* weight, const T* bias, const T* residual, int rows, int C, int OC) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / kWarpSize;
-  if (o >= OC) return;
-  const T* w = weight + o * C;
-  float acc[kGemvRows] = {};
-#pragma unroll 4
-  for (int k = lane * kVec; k < C; k += kWarpSize * kVec) {
-    float wv[kVec];
-    load<kVec>(w + k, wv);
-#pragma unroll
-    for (int r = 0; r < kGemvRows; ++r) {
-      if (r >= rows) break;
-      float xv[kVec];
-      load<kVec>(inp + static_cast<int64_t>(r) * C + k, xv);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) acc[r] += xv[j] * wv[j];
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kGemvRows; ++r) {
-    if (r >= rows) break;
-    const float sum = warp_reduce(acc[r], Add());
-    if (lane == 0) {
-      const int64_t at = static_cast<int64_t>(r) * OC + o;
-      float v = sum;
-      if (bias != nullptr) v += to_f32(bias[o]);
-      if (residual != nullptr) v += to_f32(residual[at]);
-      out[at] = from_f32<T>(v);
-    }
-  }
-}
-
-// out[rows, OC] = residual + inp @ weight^T + bias (residual and bias may be null; out may be residual).
-template <typename T>
-void gemv(T* out, const T* inp, const T* weight, const T* bias, const T* residual, int64_t rows, int C, int OC,
-          const GpuContext& ctx) {
-  constexpr int kVec = 16 / sizeof(T);
-  const unsigned blocks = static_cast<unsigned>((OC + kGemvWarps - 1) / kGemvWarps);
-  launch_packed<T>(C % kVec == 0 && all_aligned(16, inp, weight), [&](auto w) {
-    constexpr int W = decltype(w)::value;
-    gemv_kernel<W><<<blocks, kGemvWarps * kWarpSize, 0, ctx.stream>>>(out, inp, weight, bias, residual,
-                                                                      static_cast<int>(rows), C, OC);
-  });
-}
-
-}  // namespace
-
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC,
                     const GpuContext& ctx) {
-  if (N <= kGemvRows) return gemv(out, inp, weight, bias, static_cast<const T*>(nullptr), N, C, OC, ctx);
+  if (N <= kGemvMaxRows) return gemv<T>(out, inp, nullptr, 0.0f, weight, bias, nullptr, N, C, OC, ctx);
   Blas& blas = blas_of(ctx);
   if (bias == nullptr) {
     blas.gemm(false, true, N, OC, C, 1.0f, inp, C, 0, weight, C, 0, 0.0f, out, OC, 0, 1, ctx.stream);
@@ -509,7 +452,7 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 template <typename T>
 void matmul_forward_residual(T* out, const T* inp, const T* weight, const T* bias, const T* residual, int64_t N, int C,
                              int OC, const GpuContext& ctx) {
-  if (N <= kGemvRows) return gemv(out, inp, weight, bias, residual, N, C, OC, ctx);
+  if (N <= kGemvMaxRows) return gemv<T>(out, inp, nullptr, 0.0f, weight, bias, residual, N, C, OC, ctx);
   GemmEpilogue ep;
   ep.bias = bias;
   ep.c_in = residual;
@@ -528,11 +471,19 @@ void matmul_forward_residual(T* out, const T* inp, const T* weight, const T* bia
 }
 
 template <typename T>
+void rmsnorm_matmul_forward(T* out, T* norm, float* rstd, const T* inp, const T* norm_weight, float eps,
+                            const T* weight, const T* bias, int64_t N, int C, int OC, const GpuContext& ctx) {
+  if (N <= kGemvMaxRows) return gemv<T>(out, inp, norm_weight, eps, weight, bias, nullptr, N, C, OC, ctx);
+  rmsnorm_forward(norm, rstd, inp, norm_weight, eps, N, C, ctx);
+  matmul_forward(out, norm, weight, bias, N, C, OC, ctx);
+}
+
+template <typename T>
 void matmul_forward_gelu(T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC,
                          const GpuContext& ctx) {
   if constexpr (!std::is_same_v<T, float>) {
-    if (N <= kGemvRows) {  // the product through gemv, then gelu_forward's kernel
-      gemv(pre_gelu, inp, weight, bias, static_cast<const T*>(nullptr), N, C, OC, ctx);
+    if (N <= kGemvMaxRows) {  // the product through gemv, then gelu_forward's kernel
+      gemv<T>(pre_gelu, inp, nullptr, 0.0f, weight, bias, nullptr, N, C, OC, ctx);
       gelu_forward(out, pre_gelu, N * OC, ctx);
       return;
     }
@@ -613,19 +564,21 @@ void matmul_backward_gelu(T* dinp, T* dweight, T* dbias, const T* dout, const T*
   }
 }
 
-#define ST_INSTANTIATE_MATMUL(T)                                                                                      \
-  template void Blas::gemm<T>(bool, bool, int64_t, int64_t, int64_t, float, const T*, int64_t, int64_t, const T*,     \
-                              int64_t, int64_t, float, T*, int64_t, int64_t, int, cudaStream_t, const GemmEpilogue&); \
-  template bool Blas::try_gemm<T>(bool, bool, int64_t, int64_t, int64_t, float, const T*, int64_t, int64_t, const T*, \
-                                  int64_t, int64_t, float, T*, int64_t, int64_t, int, cudaStream_t,                   \
-                                  const GemmEpilogue&);                                                               \
-  template void matmul_forward<T>(T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&);            \
-  template void matmul_forward_gelu<T>(T*, T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&);   \
-  template void matmul_forward_residual<T>(T*, const T*, const T*, const T*, const T*, int64_t, int, int,             \
-                                           const GpuContext&);                                                        \
-  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&,    \
-                                   GradWrite, GradWrite);                                                             \
-  template void matmul_backward_gelu<T>(T*, T*, T*, const T*, const T*, const T*, const T*, int64_t, int, int,        \
+#define ST_INSTANTIATE_MATMUL(T)                                                                                       \
+  template void Blas::gemm<T>(bool, bool, int64_t, int64_t, int64_t, float, const T*, int64_t, int64_t, const T*,      \
+                              int64_t, int64_t, float, T*, int64_t, int64_t, int, cudaStream_t, const GemmEpilogue&);  \
+  template bool Blas::try_gemm<T>(bool, bool, int64_t, int64_t, int64_t, float, const T*, int64_t, int64_t, const T*,  \
+                                  int64_t, int64_t, float, T*, int64_t, int64_t, int, cudaStream_t,                    \
+                                  const GemmEpilogue&);                                                                \
+  template void matmul_forward<T>(T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&);             \
+  template void rmsnorm_matmul_forward<T>(T*, T*, float*, const T*, const T*, float, const T*, const T*, int64_t, int, \
+                                          int, const GpuContext&);                                                     \
+  template void matmul_forward_gelu<T>(T*, T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&);    \
+  template void matmul_forward_residual<T>(T*, const T*, const T*, const T*, const T*, int64_t, int, int,              \
+                                           const GpuContext&);                                                         \
+  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&,     \
+                                   GradWrite, GradWrite);                                                              \
+  template void matmul_backward_gelu<T>(T*, T*, T*, const T*, const T*, const T*, const T*, int64_t, int, int,         \
                                         const GpuContext&, GradWrite);
 
 ST_INSTANTIATE_MATMUL(float)

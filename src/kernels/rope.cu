@@ -1,6 +1,7 @@
 #include "shardtrain/kernels/gpu/rope.h"
 
 #include "gpu_pack.cuh"
+#include "rope_turn.cuh"
 
 namespace st::gpu {
 
@@ -33,15 +34,7 @@ __global__ void rope_kernel(T* qkv, const float* cos, const float* sin, int64_t 
     const float* c = cos + t * half + j;
     const float* s = sin + t * half + j;
     float a[kVec], b[kVec];
-    load<kVec>(x, a);
-    load<kVec>(x + half, b);
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      const float ck = c[k], sk = sign * s[k];
-      const float ak = a[k], bk = b[k];
-      a[k] = ak * ck - bk * sk;
-      b[k] = bk * ck + ak * sk;
-    }
+    rope_turn<kVec>(x, half, c, s, sign, a, b);
     fold.store<kVec>(x, a);
     fold.store<kVec>(x + half, b);
   }

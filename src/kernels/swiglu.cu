@@ -28,6 +28,8 @@ __device__ __forceinline__ void for_each_gate_pack(int64_t N, int Fdim, F&& f) {
 // amax, when not null: out's maximum folded in (MaximumFold), as the backward's is dgate_up's.
 template <int kVec, typename T>
 __global__ void swiglu_forward_kernel(T* out, const T* gate_up, int64_t N, int F, unsigned* amax) {
+  allow_dependents();
+  wait_for_predecessor();  // launched by launch_after_predecessor
   MaximumFold fold{amax};
   for_each_gate_pack<kVec>(N, F, [&](int64_t i, int64_t g_at, auto w) {
     constexpr int W = decltype(w)::value;
@@ -77,7 +79,8 @@ void swiglu_forward(T* out, const T* gate_up, int64_t N, int F, const GpuContext
   // With F a multiple of kVec, aligned base pointers give aligned gate and up packs.
   launch_packed<T>(F % kVec == 0 && all_aligned(16, out, gate_up), [&](auto w) {
     constexpr int W = decltype(w)::value;
-    swiglu_forward_kernel<W><<<grid_for(N * F / W, kBlock), kBlock, 0, ctx.stream>>>(out, gate_up, N, F, amax);
+    launch_after_predecessor(swiglu_forward_kernel<W, T>, dim3(grid_for(N * F / W, kBlock)), dim3(kBlock), 0,
+                             ctx.stream, out, gate_up, N, F, amax);
   });
 }
 

@@ -90,7 +90,7 @@ void CudaDecoderBase<T>::forward_batch_next(const int32_t* tokens, const int32_t
     gpu::sample_rows<T>(logits_.data(), config().padded_vocab(), n, V, draws_dev_.data(), o, dev + 2 * B, c);
   };
   if (stage().split()) {
-    step();  // eagerly: a stage's transfers are host calls
+    step();                       // eagerly: a stage's transfers are host calls
     if (!stage().last()) return;  // the last stage's ids: step_batch_next broadcasts them
   } else {
     run_step_graph(greedy ? StepKey{n, 0.0, 0, 0} : StepKey{n, o.temperature, o.top_k, o.seed}, step);
@@ -162,7 +162,8 @@ void CudaDecoderBase<T>::run(const int32_t* tokens, const int32_t* positions, in
 }
 
 template <typename T>
-void CudaDecoderBase<T>::attend(int layer, T* out, const T* qkv, const int32_t* positions, int64_t n, bool batch) {
+void CudaDecoderBase<T>::attend(int layer, T* out, T* qkv, const int32_t* positions, int64_t n, bool batch,
+                                const float* rope_cos, const float* rope_sin) {
   const ModelConfig& cfg = config();
   const int H = cfg.n_head, KV = cfg.kv_heads(), D = cfg.head_dim();
   // batch: row r in sequence r's cache; otherwise every row in the current sequence's (seq_stride 0). The caches are
@@ -171,7 +172,11 @@ void CudaDecoderBase<T>::attend(int layer, T* out, const T* qkv, const int32_t* 
   T* k = k_.data() + at;
   T* v = v_.data() + at;
   const int64_t seq_stride = batch ? seq_elems_ : 0;
-  gpu::kv_append_at<T>(k, v, qkv, seq_stride, positions, static_cast<int>(n), H, KV, D, ctx_);
+  if (rope_cos != nullptr)
+    gpu::rope_kv_append_at<T>(qkv, k, v, rope_cos, rope_sin, seq_stride, positions, static_cast<int>(n), H, KV, D,
+                              ctx_);
+  else
+    gpu::kv_append_at<T>(k, v, qkv, seq_stride, positions, static_cast<int>(n), H, KV, D, ctx_);
   gpu::GpuContext c = ctx_;  // a step's split-K partials
   c.scratch = scratch_.data();
   c.scratch_bytes = scratch_.bytes();
@@ -183,6 +188,14 @@ template <typename T>
 void CudaDecoderBase<T>::classify_on_device(const T* xn, const T* w, int64_t rows) {
   const ModelConfig& cfg = config();
   gpu::matmul_forward<T>(logits_.data(), xn, w, nullptr, rows, cfg.n_embd, cfg.padded_vocab(), ctx_);
+}
+
+template <typename T>
+void CudaDecoderBase<T>::rmsnorm_classify_on_device(const T* x, const T* norm_weight, float eps, const T* w,
+                                                    int64_t rows, T* norm, float* rstd) {
+  const ModelConfig& cfg = config();
+  gpu::rmsnorm_matmul_forward<T>(logits_.data(), norm, rstd, x, norm_weight, eps, w, nullptr, rows, cfg.n_embd,
+                                 cfg.padded_vocab(), ctx_);
 }
 
 template <typename T>

@@ -1,13 +1,15 @@
 // The kernels of a captured decoding step on the GPU (embedding_forward_at, rope_forward_at, kv_append_at,
-// decode_attention_at, argmax_rows; float, bf16, fp16) against their CPU references on the same T-rounded operands:
-// positions read from device memory, several sequences at once each with its own cache and position, and the
-// greedy choice with ties, padding columns and non-finite rows.
+// rope_kv_append_at, decode_attention_at, argmax_rows; float, bf16, fp16) against their CPU references on the same
+// T-rounded operands: positions read from device memory, several sequences at once each with its own cache and
+// position, and the greedy choice with ties, padding columns and non-finite rows.
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "gpu_kernel_test.h"
+#include "rope_table_shape.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/kernels/argmax.h"
 #include "shardtrain/kernels/decode_attention.h"
@@ -46,13 +48,7 @@ TYPED_TEST(DecodeStepGpu, EmbeddingAndRopeAtPositionsMatchTheCpu) {
   EXPECT_TRUE(test::bitwise_equal(test::to_host(out), test::round_through<T>(want)))
       << "a sum of two T values, rounded";
 
-  ModelConfig cfg;
-  cfg.arch = ModelArch::kLlama;
-  cfg.n_head = NH;
-  cfg.n_kv_head = NKV;
-  cfg.n_embd = NH * hs;
-  cfg.seq_len = L;
-  const RopeTable table = rope_table(cfg, L);
+  const RopeTable table = test::llama_rope_table(NH, NKV, hs, L);
   const int64_t width = int64_t{NH + 2 * NKV} * hs;
   const std::vector<float> qkv = test::random_input<T>(rows * width, 3102);
   std::vector<float> turned = qkv;
@@ -99,6 +95,44 @@ TYPED_TEST(DecodeStepGpu, AppendAndAttendAtEachSequencesPositionMatchTheCpu) {
       EXPECT_TRUE(test::close(runs[0], want, kTol<T>));
       EXPECT_TRUE(test::bitwise_equal(runs[0], runs[1]));
     }
+  }
+}
+
+// The fused turn and append against the CPU's rope_forward_at + kv_append_at, and bit for bit against the GPU's two
+// kernels: packed (hs / 2 a multiple of the pack) and scalar head sizes, an idle row.
+TYPED_TEST(DecodeStepGpu, RopeAppendMatchesTheCpuAndTheTwoKernels) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  const std::vector<int32_t> positions = {37, -1, 199, 63};
+  const int rows = 4, L = 200;
+  for (const auto& [NH, NKV, hs] : {std::tuple{8, 2, 64}, std::tuple{4, 4, 40}, std::tuple{2, 1, 12}}) {
+    SCOPED_TRACE(::testing::Message() << "NH " << NH << " NKV " << NKV << " hs " << hs);
+    test::GpuEnv env;
+    const RopeTable table = test::llama_rope_table(NH, NKV, hs, L);
+    const int64_t kv = int64_t{NKV} * hs, width = int64_t{NH} * hs + 2 * kv, seq_stride = L * kv;
+    std::vector<float> qkv = test::random_input<T>(rows * width, 3400),
+                       k = test::random_input<T>(rows * seq_stride, 3401),
+                       v = test::random_input<T>(rows * seq_stride, 3402);
+    const DeviceBuffer<float> cos = test::to_device<float>(table.cos), sin = test::to_device<float>(table.sin);
+    const DeviceBuffer<int32_t> dev_pos = test::ints_to_device(positions);
+    DeviceBuffer<T> fused_qkv = test::to_device<T>(qkv), fused_k = test::to_device<T>(k),
+                    fused_v = test::to_device<T>(v);
+    DeviceBuffer<T> two_qkv = test::to_device<T>(qkv), two_k = test::to_device<T>(k), two_v = test::to_device<T>(v);
+    gpu::rope_kv_append_at<T>(fused_qkv.data(), fused_k.data(), fused_v.data(), cos.data(), sin.data(), seq_stride,
+                              dev_pos.data(), rows, NH, NKV, hs, env.ctx);
+    gpu::rope_forward_at<T>(two_qkv.data(), cos.data(), sin.data(), dev_pos.data(), rows, NH, NKV, hs, env.ctx);
+    gpu::kv_append_at<T>(two_k.data(), two_v.data(), two_qkv.data(), seq_stride, dev_pos.data(), rows, NH, NKV, hs,
+                         env.ctx);
+    rope_kv_append_at(qkv.data(), k.data(), v.data(), table.cos.data(), table.sin.data(), seq_stride, positions.data(),
+                      rows, NH, NKV, hs);
+    const std::vector<float> got_qkv = test::to_host(fused_qkv), got_k = test::to_host(fused_k),
+                             got_v = test::to_host(fused_v);
+    EXPECT_TRUE(test::close(got_qkv, qkv, kTol<T>));
+    EXPECT_TRUE(test::close(got_k, k, kTol<T>));
+    EXPECT_TRUE(test::bitwise_equal(got_v, v)) << "values are copied";
+    EXPECT_TRUE(test::bitwise_equal(got_qkv, test::to_host(two_qkv)));
+    EXPECT_TRUE(test::bitwise_equal(got_k, test::to_host(two_k)));
+    EXPECT_TRUE(test::bitwise_equal(got_v, test::to_host(two_v)));
   }
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "grad_check.h"
+#include "rope_table_shape.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/kernels/argmax.h"
 #include "shardtrain/kernels/decode_attention.h"
@@ -18,17 +19,6 @@ namespace st {
 namespace {
 
 using testing::randn;
-
-// A llama's attention shape, for its RoPE table.
-ModelConfig llama_heads(int NH, int NKV, int hs, int seq_len) {
-  ModelConfig cfg;
-  cfg.arch = ModelArch::kLlama;
-  cfg.n_head = NH;
-  cfg.n_kv_head = NKV;
-  cfg.n_embd = NH * hs;
-  cfg.seq_len = seq_len;
-  return cfg;
-}
 
 TEST(DecodeStep, EmbeddingAtAPositionIsThatRowOfTheSequence) {
   const int V = 11, C = 8, T = 9;
@@ -54,7 +44,7 @@ TEST(DecodeStep, EmbeddingAtAPositionIsThatRowOfTheSequence) {
 
 TEST(DecodeStep, RopeAtAPositionTurnsAsTheSequenceDoes) {
   const int NH = 4, NKV = 2, hs = 8, T = 16;
-  const RopeTable table = rope_table(llama_heads(NH, NKV, hs, T), T);
+  const RopeTable table = test::llama_rope_table(NH, NKV, hs, T);
   const int64_t width = int64_t{NH + 2 * NKV} * hs;
   const std::vector<float> x = randn(T * width, 3);
   std::vector<float> all = x;
@@ -107,7 +97,7 @@ TEST(DecodeStep, IdleRowsTouchNothing) {
   std::vector<float> out(static_cast<size_t>(q_width), 1.0f);
   decode_attention_at(out.data(), qkv.data(), width, k.data(), v.data(), 0, idle.data(), 1, NH, NKV, hs, L);
   EXPECT_EQ(out, std::vector<float>(static_cast<size_t>(q_width), 0.0f));
-  const RopeTable table = rope_table(llama_heads(NH, NKV, hs, L), L);
+  const RopeTable table = test::llama_rope_table(NH, NKV, hs, L);
   std::vector<float> turned = qkv;
   rope_forward_at(turned.data(), table.cos.data(), table.sin.data(), idle.data(), 1, NH, NKV, hs);
   EXPECT_EQ(turned, qkv);

@@ -8,6 +8,7 @@
 #include "gpu_kernel_test.h"
 #include "shardtrain/kernels/gelu.h"
 #include "shardtrain/kernels/gpu/matmul.h"
+#include "shardtrain/kernels/gpu/rmsnorm.h"
 #include "shardtrain/kernels/matmul.h"
 
 namespace st {
@@ -139,6 +140,39 @@ TYPED_TEST(MatmulGpu, ForwardResidualMatchesCpu) {
 
 // Operands one element past an allocation: 4- or 2-byte aligned only, which rules out the vectorised
 // cuBLASLt kernels (and, possibly, the fused bias).
+// The RMSNorm and the product: up to 4 rows one GEMV that normalises as it reads (rows longer than one pass of its
+// loads, and rows of no 16-byte packs), more rows the two kernels; against the CPU, and the GEMV bit for bit against
+// rmsnorm_forward followed by matmul_forward (the same rounding of the normalised rows, the same sums).
+TYPED_TEST(MatmulGpu, RmsnormForwardMatchesCpuAndTheTwoKernels) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  Env env;
+  const float eps = 1e-5f;
+  for (const Shape& s : {Shape{1, 7, 13}, Shape{3, 4104, 40}, Shape{4, 2048, 72}, Shape{2, 520, 9}, Shape{9, 96, 40}}) {
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC << " bias=" << with_bias);
+      Operands<T> k(s, 400);
+      const std::vector<float> g = test::random_input<T>(s.C, 404);
+      std::vector<float> want(s.N * s.OC), norm(s.N * s.C), rstd(s.N);
+      rmsnorm_matmul_forward(want.data(), norm.data(), rstd.data(), k.inp.data(), g.data(), eps, k.w.data(),
+                             with_bias ? k.b.data() : nullptr, s.N, s.C, s.OC);
+      auto inp = to_device<T>(k.inp), w = to_device<T>(k.w), b = to_device<T>(k.b), dg = to_device<T>(g);
+      DeviceBuffer<T> out(s.N * s.OC), dnorm(s.N * s.C);
+      DeviceBuffer<float> drstd(s.N);
+      poison(out);
+      const T* bias = with_bias ? b.data() : nullptr;
+      gpu::rmsnorm_matmul_forward<T>(out.data(), dnorm.data(), drstd.data(), inp.data(), dg.data(), eps, w.data(), bias,
+                                     s.N, s.C, s.OC, env.ctx());
+      const std::vector<float> got = to_host(out);
+      EXPECT_TRUE(close(got, want, kTol<T>));
+      DeviceBuffer<T> two(s.N * s.OC);
+      gpu::rmsnorm_forward<T>(dnorm.data(), drstd.data(), inp.data(), dg.data(), eps, s.N, s.C, env.ctx());
+      gpu::matmul_forward<T>(two.data(), dnorm.data(), w.data(), bias, s.N, s.C, s.OC, env.ctx());
+      if (s.N <= 4) EXPECT_TRUE(test::bitwise_equal(got, to_host(two)));
+    }
+  }
+}
+
 TYPED_TEST(MatmulGpu, ForwardUnalignedOperands) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;

@@ -32,4 +32,9 @@ void decode_attention_at(float* out, const float* q, int64_t q_stride, const flo
 void kv_append_at(float* k_cache, float* v_cache, const float* qkv, int64_t seq_stride, const int32_t* positions,
                   int rows, int NH, int NKV, int hs);
 
+// rope_forward_at (kernels/rope.h), then kv_append_at: a decoding step's query and key heads turned by RoPE in place
+// at each row's position, and the turned keys with the values into the cache, in one pass on the GPU.
+void rope_kv_append_at(float* qkv, float* k_cache, float* v_cache, const float* cos, const float* sin,
+                       int64_t seq_stride, const int32_t* positions, int rows, int NH, int NKV, int hs);
+
 }  // namespace st

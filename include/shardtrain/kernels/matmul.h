@@ -16,6 +16,12 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_forward_residual(float* out, const float* inp, const float* weight, const float* bias,
                              const float* residual, int64_t N, int C, int OC);
 
+// out[N,OC] = norm @ weight^T + bias, norm[N,C] the rows of inp through RMSNorm (rmsnorm_forward, which writes norm
+// and rstd[N]): a pre-norm block's norm and the projection that reads it, as a decoding step runs them. bias may be
+// null.
+void rmsnorm_matmul_forward(float* out, float* norm, float* rstd, const float* inp, const float* norm_weight, float eps,
+                            const float* weight, const float* bias, int64_t N, int C, int OC);
+
 // Accumulates: dinp[N,C] += dout @ weight; dweight[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout[n,:].
 // dinp, dweight and dbias may be null (not needed: a frozen weight / no bias). With dinp_write = kOverwrite, dinp =
 // dout @ weight instead (dinp is not read); with param_write = kOverwrite, dweight and dbias are written the same way.

@@ -64,15 +64,22 @@ class CudaDecoderBase : public Decoder {
   virtual void embed(const int32_t* tokens, const int32_t* positions, int64_t n) = 0;
   // block `layer` on x_ in place (attend() appends to the caches);
   virtual void block(int layer, const int32_t* positions, int64_t n, bool batch) = 0;
-  // the final norm of x_'s rows [first, first + rows) and the classifier (classify_on_device).
+  // the final norm of x_'s rows [first, first + rows) and the classifier (classify_on_device or
+  // rmsnorm_classify_on_device).
   virtual void head(int64_t first, int64_t rows) = 0;
-  // Attention of n fused qkv rows at positions[0 .. n) (device memory): appends their keys and values to the cache of
-  // the current sequence (batch: of sequence r for row r), then each row attends to positions 0 .. its own
+  // Attention of n fused qkv rows at positions[0 .. n) (device memory): turns their query and key heads by RoPE in
+  // place when given its tables (rope_kv_append_at), appends their keys and values to the cache of the current
+  // sequence (batch: of sequence r for row r), then each row attends to positions 0 .. its own
   // (decode_attention_at); out [n, NH hs].
-  void attend(int layer, T* out, const T* qkv, const int32_t* positions, int64_t n, bool batch);
+  void attend(int layer, T* out, T* qkv, const int32_t* positions, int64_t n, bool batch,
+              const float* rope_cos = nullptr, const float* rope_sin = nullptr);
   // The classifier over `rows` normalised rows xn [rows, C] with w [Vp, C] into the logits rows on the device; no
   // synchronisation.
   void classify_on_device(const T* xn, const T* w, int64_t rows = 1);
+  // The same after the final RMSNorm of `rows` rows x [rows, C] (norm_weight, eps), through rmsnorm_matmul_forward:
+  // one kernel for a step's rows; norm [rows, C] and rstd [rows] its scratch for more.
+  void rmsnorm_classify_on_device(const T* x, const T* norm_weight, float eps, const T* w, int64_t rows, T* norm,
+                                  float* rstd);
 
   // Copies n host tokens to the device; the host array may go when the call returns.
   const int32_t* upload_tokens(const int32_t* tokens, int64_t n);

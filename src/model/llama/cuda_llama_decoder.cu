@@ -3,8 +3,6 @@
 #include "shardtrain/kernels/gpu/decode_attention.h"
 #include "shardtrain/kernels/gpu/embedding.h"
 #include "shardtrain/kernels/gpu/matmul.h"
-#include "shardtrain/kernels/gpu/rmsnorm.h"
-#include "shardtrain/kernels/gpu/rope.h"
 #include "shardtrain/kernels/gpu/swiglu.h"
 #include "shardtrain/kernels/rope.h"
 #include "shardtrain/model/llama/block_view.h"
@@ -39,18 +37,16 @@ template <typename T>
 void CudaLlamaDecoder<T>::block(int layer, const int32_t* positions, int64_t n, bool batch) {
   const ModelConfig& cfg = this->config();
   const gpu::GpuContext& ctx = this->ctx_;
-  const int C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), D = cfg.head_dim(), QKV = cfg.qkv_dim(),
-            F = cfg.mlp_dim();
+  const int C = cfg.n_embd, QKV = cfg.qkv_dim(), F = cfg.mlp_dim();
   const float eps = cfg.rms_norm_eps;
   T* x = this->x_.data();
   const LlamaBlockView<const T> p(this->unit(1 + layer), this->units_[static_cast<size_t>(1 + layer)]);
-  gpu::rmsnorm_forward<T>(norm_.data(), rstd_.data(), x, p.attn_norm, eps, n, C, ctx);
-  gpu::matmul_forward<T>(qkv_.data(), norm_.data(), p.qkvw, p.qkvb, n, C, QKV, ctx);
-  gpu::rope_forward_at<T>(qkv_.data(), rope_cos_.data(), rope_sin_.data(), positions, n, H, KV, D, ctx);
-  this->attend(layer, att_.data(), qkv_.data(), positions, n, batch);
+  gpu::rmsnorm_matmul_forward<T>(qkv_.data(), norm_.data(), rstd_.data(), x, p.attn_norm, eps, p.qkvw, p.qkvb, n, C,
+                                 QKV, ctx);
+  this->attend(layer, att_.data(), qkv_.data(), positions, n, batch, rope_cos_.data(), rope_sin_.data());
   gpu::matmul_forward_residual<T>(x, att_.data(), p.ow, nullptr, x, n, C, C, ctx);
-  gpu::rmsnorm_forward<T>(norm_.data(), rstd_.data(), x, p.mlp_norm, eps, n, C, ctx);
-  gpu::matmul_forward<T>(gate_up_.data(), norm_.data(), p.gate_up, nullptr, n, C, 2 * F, ctx);
+  gpu::rmsnorm_matmul_forward<T>(gate_up_.data(), norm_.data(), rstd_.data(), x, p.mlp_norm, eps, p.gate_up, nullptr, n,
+                                 C, 2 * F, ctx);
   gpu::swiglu_forward<T>(mlp_.data(), gate_up_.data(), n, F, ctx);
   gpu::matmul_forward_residual<T>(x, mlp_.data(), p.down, nullptr, x, n, F, C, ctx);
 }
@@ -62,11 +58,10 @@ void CudaLlamaDecoder<T>::head(int64_t first, int64_t rows) {
   const int C = cfg.n_embd;
   const UnitLayout& hu = this->units_.back();
   const T* h = this->unit(cfg.n_layer + 1);
-  gpu::rmsnorm_forward<T>(norm_.data(), rstd_.data(), this->x_.data() + first * C, h + hu.tensor("norm.weight").offset,
-                          cfg.rms_norm_eps, rows, C, this->ctx_);
   const T* classifier = cfg.tie_embeddings ? this->unit(0) + this->units_[0].tensor("embed_tokens").offset
                                            : h + hu.tensor("lm_head").offset;
-  this->classify_on_device(norm_.data(), classifier, rows);
+  this->rmsnorm_classify_on_device(this->x_.data() + first * C, h + hu.tensor("norm.weight").offset, cfg.rms_norm_eps,
+                                   classifier, rows, norm_.data(), rstd_.data());
 }
 
 template class CudaLlamaDecoder<float>;

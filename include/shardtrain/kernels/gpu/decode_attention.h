@@ -41,5 +41,9 @@ void decode_attention_at(T* out, const T* q, int64_t q_stride, const T* k_cache,
 template <typename T>
 void kv_append_at(T* k_cache, T* v_cache, const T* qkv, int64_t seq_stride, const int32_t* positions, int rows, int NH,
                   int NKV, int hs, const GpuContext& ctx);
+// As st::rope_kv_append_at: one kernel turns the query and key heads and appends the keys and values.
+template <typename T>
+void rope_kv_append_at(T* qkv, T* k_cache, T* v_cache, const float* cos, const float* sin, int64_t seq_stride,
+                       const int32_t* positions, int rows, int NH, int NKV, int hs, const GpuContext& ctx);
 
 }  // namespace st::gpu

@@ -152,6 +152,13 @@ template <typename T>
 void matmul_forward_residual(T* out, const T* inp, const T* weight, const T* bias, const T* residual, int64_t N, int C,
                              int OC, const GpuContext& ctx);
 
+// out[N,OC] = norm @ weight^T + bias with norm the RMSNorm of inp's rows, like st::rmsnorm_matmul_forward. Up to 4
+// rows (a decoding step) are one kernel that normalises the rows as it reads them, as rmsnorm_forward would have
+// written them, and leaves norm and rstd unwritten; more are rmsnorm_forward into norm and rstd, then matmul_forward.
+template <typename T>
+void rmsnorm_matmul_forward(T* out, T* norm, float* rstd, const T* inp, const T* norm_weight, float eps,
+                            const T* weight, const T* bias, int64_t N, int C, int OC, const GpuContext& ctx);
+
 // pre_gelu[N,OC] = matmul_forward(inp, weight, bias); out[N,OC] = gelu(pre_gelu), the tanh GELU of
 // kernels/gelu.h. Both are overwritten; pre_gelu is what gelu_backward needs. For T = bf16 or fp16 with
 // OC % 8 == 0 this is one cuBLASLt call when it has a GELU_AUX(_BIAS) algorithm for the operands' alignment

@@ -1,0 +1,23 @@
+// Private to src/kernels/*.cu: the matrix-vector product of a decoding step, which matmul_forward and its residual,
+// GELU and RMSNorm forms take for at most kGemvMaxRows rows.
+#pragma once
+
+#include <cstdint>
+
+#include "shardtrain/kernels/gpu/context.h"
+
+namespace st::gpu::kernels_internal {
+
+// The most rows gemv takes; more go to cuBLASLt.
+inline constexpr int kGemvMaxRows = 4;
+
+// out[rows, OC] = residual + x @ weight^T + bias, with x = inp, or, when norm_weight is given, inp's rows through
+// RMSNorm: round_T(inp * rstd * norm_weight) with rstd = 1 / sqrt(mean(inp^2) + eps), as rmsnorm_forward writes
+// them, bit for bit (its sum of squares in the same order). residual, bias and norm_weight may be null; out may be
+// residual. Sums in fp32, rounded to T once. rows in [1, kGemvMaxRows]. Launched after its predecessor on sm_90
+// (launch_after_predecessor): it reads the first packs of its weights before the kernel before it has finished.
+template <typename T>
+void gemv(T* out, const T* inp, const T* norm_weight, float eps, const T* weight, const T* bias, const T* residual,
+          int64_t rows, int C, int OC, const GpuContext& ctx);
+
+}  // namespace st::gpu::kernels_internal
