@@ -70,14 +70,26 @@ st::Config generate_config(const GenerateArgs& g) {
   return cfg;
 }
 
+// Where a load's time went: making the decoder (on cuda the device's buffers), and handing it the weights as they are
+// read, the rest of the time reading them.
+struct LoadSeconds {
+  double decoder = 0, handing = 0;
+};
+
 // The decoder of `decode` (of `stage`) with its weights, the units it holds read by every rank on its own
 // (decode_weights.h) and streamed into it a unit at a time, and what the summary calls them: "DIR (step N)" or "PATH
-// (init.from)".
+// (init.from)". Adds the time of making the decoder and of handing it the weights to *seconds.
 std::unique_ptr<st::Decoder> load_decoder(const GenerateArgs& g, const st::Config& cfg, const st::Config& decode,
                                           int max_batch, const st::DecoderStage& stage, st::Communicator& comm,
-                                          std::string* source) {
+                                          std::string* source, LoadSeconds* seconds) {
+  const auto made = std::chrono::steady_clock::now();
   std::unique_ptr<st::Decoder> decoder = st::make_unloaded_decoder(decode, comm.device_rank(), max_batch, stage);
-  const st::UnitSink sink = [&](int u, std::vector<float>& values) { decoder->load_unit(u, values); };
+  seconds->decoder += st::seconds_since(made);
+  const st::UnitSink sink = [&](int u, std::vector<float>& values) {
+    const auto handed = std::chrono::steady_clock::now();
+    decoder->load_unit(u, values);
+    seconds->handing += st::seconds_since(handed);
+  };
   const std::vector<bool>& held = decoder->held_units();
   if (g.dir.empty()) {
     st::on_all_ranks(comm, [&] { st::read_init_from_weights(cfg, sink, held); });
@@ -151,8 +163,13 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
     if (comm.rank() == 0)
       ST_LOG_INFO("generate: the layers split over ", stages, " ranks: ", st::describe_split(decode.model, ranges));
   }
-  const std::unique_ptr<st::Decoder> decoder = load_decoder(g, cfg, decode, max_batch, stage, comm, &source);
+  LoadSeconds parts;
+  const auto placed_at = std::chrono::steady_clock::now();
+  const std::unique_ptr<st::Decoder> decoder = load_decoder(g, cfg, decode, max_batch, stage, comm, &source, &parts);
   const double load_seconds = st::seconds_since(load_start);
+  // Before the decoder: the device's first calls (on cuda, its context) and the plan.
+  const double opening = std::chrono::duration<double>(placed_at - load_start).count();
+  const double reading = load_seconds - opening - parts.decoder - parts.handing;
   // One prompt streams its tokens as they come; a batch prints whole results. A stop signal from here on ends the
   // generation where it is (what was printed kept), and a closed stdout ends it quietly, as it ends any Unix filter.
   const OutputForm form = g.jsonl ? OutputForm::kJsonl : g.prompts_file ? OutputForm::kLines : OutputForm::kStream;
@@ -184,13 +201,14 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
         output.stdout_closed() ? "; stdout was closed after " + std::to_string(printed) + " " + what : std::string();
     std::fprintf(stderr,
                  "generate: %s on %s: load %.3f s, prefill %lld tokens in %.3f s (%.1f tokens/s), decode %lld "
-                 "tokens in %.3f s (%.1f tokens/s)%s%s%s\n",
+                 "tokens in %.3f s (%.1f tokens/s)%s%s%s; the load: %.3f s opening the device and planning, %.3f s "
+                 "making the decoder, %.3f s reading the weights, %.3f s handing them over\n",
                  source.c_str(), device.c_str(), load_seconds, static_cast<long long>(stats.prompt_tokens),
                  stats.prefill_seconds, rate(stats.prompt_tokens, stats.prefill_seconds),
                  static_cast<long long>(stats.decode_steps), stats.decode_seconds,
                  rate(stats.decode_steps, stats.decode_seconds),
                  stats.slides > 0 ? (", the context slid " + std::to_string(stats.slides) + " time(s)").c_str() : "",
-                 batch.c_str(), closed.c_str());
+                 batch.c_str(), closed.c_str(), opening, parts.decoder, reading, parts.handing);
   }
   // 128 + the signal: what a shell reports for a filter the signal ended (130 for SIGINT, 143 for SIGTERM).
   return sig != 0 ? 128 + sig : st::kExitOk;

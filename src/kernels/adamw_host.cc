@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "parallel.h"
 #include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/error.h"
 
@@ -247,6 +248,13 @@ uint16_t round_to_f16(float x) {
   const uint32_t odd = (u >> 13) & 1u;
   u += 0xc8000fffu + odd;  // re-bias the exponent (127 -> 15) and round to nearest even
   return static_cast<uint16_t>(sign | (u >> 13));
+}
+
+void round_to_half(const float* in, int64_t n, HalfKind kind, uint16_t* out) {
+  ST_CHECK(kind == HalfKind::kBF16 || kind == HalfKind::kF16, "round_to_half needs bf16 or fp16");
+  const bool bf = kind == HalfKind::kBF16;
+#pragma omp parallel for schedule(static) if (n >= kernels_internal::kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) out[i] = bf ? round_to_bf16(in[i]) : round_to_f16(in[i]);
 }
 
 float bf16_to_float(uint16_t h) {

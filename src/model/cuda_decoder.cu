@@ -5,9 +5,9 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/format.h"
+#include "shardtrain/kernels/adamw_host.h"
 #include "shardtrain/kernels/gpu/argmax.h"
 #include "shardtrain/kernels/gpu/decode_attention.h"
-#include "shardtrain/kernels/gpu/reduce.h"
 #include "shardtrain/kernels/gpu/sample.h"
 #include "shardtrain/kernels/scratch_sizes.h"
 #include "shardtrain/model/cuda_decoder_base.h"
@@ -212,24 +212,29 @@ void CudaDecoderBase<T>::copy_logits(std::vector<float>* logits, int64_t rows) {
 
 template <typename T>
 void CudaDecoderBase<T>::store_unit(int u, std::vector<float>& values) {
-  // fp32 up through a staging buffer (the largest unit's, made by the first load), rounded to T on the device.
-  if constexpr (!std::is_same_v<T, float>) {
-    if (staging_.size() == 0) {
-      int64_t largest = 0;
-      for (const UnitLayout& unit : units_)
-        if (holds(unit.index)) largest = std::max(largest, unit.numel);
-      staging_ = DeviceBuffer<float>(largest);
+  DeviceBuffer<T>& w = w_[static_cast<size_t>(u)];
+  if constexpr (std::is_same_v<T, float>) {
+    ST_CUDA_CHECK(
+        cudaMemcpyAsync(w.data(), values.data(), sizeof(float) * values.size(), cudaMemcpyHostToDevice, ctx_.stream));
+  } else {
+    // Rounded to T on the host (round_to_half: CUDA's rounding, bit for bit) into two pinned chunks in turn, each
+    // uploaded while the next is rounded: half the bytes of fp32 cross the bus, and the device holds no fp32 copy.
+    if (upload_.size() == 0) upload_ = PinnedBuffer<T>(2 * kUploadChunk);
+    const HalfKind kind = std::is_same_v<T, bf16> ? HalfKind::kBF16 : HalfKind::kF16;
+    for (int64_t at = 0, i = 0; at < w.size(); at += kUploadChunk, ++i) {
+      const int64_t n = std::min(kUploadChunk, w.size() - at);
+      T* chunk = upload_.data() + (i % 2) * kUploadChunk;
+      CudaEvent& uploaded = chunk_uploaded_[i % 2];
+      if (i >= 2) uploaded.synchronize();  // the chunk's last upload has left it
+      round_to_half(values.data() + at, n, kind, reinterpret_cast<uint16_t*>(chunk));
+      ST_CUDA_CHECK(cudaMemcpyAsync(w.data() + at, chunk, sizeof(T) * static_cast<size_t>(n), cudaMemcpyHostToDevice,
+                                    ctx_.stream));
+      uploaded.record(ctx_.stream);
     }
   }
-  DeviceBuffer<T>& w = w_[static_cast<size_t>(u)];
-  float* dst = std::is_same_v<T, float> ? reinterpret_cast<float*>(w.data()) : staging_.data();
-  ST_CUDA_CHECK(
-      cudaMemcpyAsync(dst, values.data(), sizeof(float) * values.size(), cudaMemcpyHostToDevice, ctx_.stream));
-  if constexpr (!std::is_same_v<T, float>) gpu::convert<T>(w.data(), staging_.data(), w.size(), ctx_);
-  // The staging buffer is the next unit's, and `values` the caller's again.
-  stream_.synchronize();
+  stream_.synchronize();  // `values` is the caller's again, and the chunks the next unit's
   if (++stored_ == static_cast<int>(std::count(held_units().begin(), held_units().end(), true)))
-    staging_ = DeviceBuffer<float>();  // the last unit
+    upload_ = PinnedBuffer<T>();  // the last unit
 }
 
 template <typename T>

@@ -196,24 +196,21 @@ DecoderFootprint decoder_footprint(const ModelConfig& model, DType dtype, int ma
   const int64_t e = dtype == DType::kF32 ? 4 : 2;
   const std::vector<bool> held = held_units(model, stage);
   DecoderFootprint f;
-  int64_t largest = 0;
-  for (const UnitLayout& u : build_units(model)) {
-    if (!held[static_cast<size_t>(u.index)]) continue;
-    f.weights += e * u.numel;
-    largest = std::max(largest, u.numel);
-  }
+  for (const UnitLayout& u : build_units(model))
+    if (held[static_cast<size_t>(u.index)]) f.weights += e * u.numel;
   const int64_t kv = int64_t{model.kv_heads()} * model.head_dim();
   f.cache = 2 * e * stage_layers(model, stage).count() * int64_t{max_batch} * model.seq_len * kv;
   // The families' row buffers (x, norm, attention out, qkv, the MLP's widest two) over the widest forward, the token
   // and position uploads, the draw indices, the logits rows, the kernels' scratch (the split-K partials, 4 rows' at
-  // most in fp32, or sampling's candidates) and a loading staging unit.
+  // most in fp32, or sampling's candidates). The weights come up already rounded to the compute type (a GPU decoder
+  // rounds them on the host), with no staging on the device.
   const int64_t rows = std::max<int64_t>(model.seq_len, max_batch);
   const int64_t row = 3 * model.n_embd + model.qkv_dim() + 3 * int64_t{model.mlp_dim()};
   const int64_t splits = (int64_t{model.seq_len} + 63) / 64;
   const int64_t scratch = std::max(4 * int64_t{4} * model.n_head * splits * (model.head_dim() + 2),
                                    static_cast<int64_t>(gpu::sample_rows_scratch_bytes(max_batch, model.vocab_size)));
   const int64_t logits = stage.last() ? e * int64_t{max_batch} * model.padded_vocab() : 0;
-  f.activations = e * rows * row + 8 * rows + 8 * int64_t{max_batch} + logits + scratch + (e == 4 ? 0 : 4 * largest);
+  f.activations = e * rows * row + 8 * rows + 8 * int64_t{max_batch} + logits + scratch;
   f.runtime = int64_t{768} << 20;
   return f;
 }

@@ -20,7 +20,13 @@ std::vector<int32_t> TokenizerCodec::encode(const std::string& text) const {
   return ids;
 }
 
-std::string TokenizerCodec::decode(const std::vector<int32_t>& ids) const { return tok_.decode(ids); }
+std::string TokenizerCodec::decode(const std::vector<int32_t>& ids) const {
+  std::vector<int32_t> known;
+  known.reserve(ids.size());
+  for (const int32_t id : ids)
+    if (id >= 0 && id < tok_.vocab_size()) known.push_back(id);
+  return tok_.decode(known);
+}
 
 namespace {
 
@@ -29,6 +35,7 @@ class TokenizerStream final : public TextStream {
   explicit TokenizerStream(const Tokenizer& tok) : tok_(tok) {}
 
   std::string push(int32_t id) override {
+    if (id < 0 || id >= tok_.vocab_size()) return "";  // a row of the model's the tokenizer lacks
     pending_.append(tok_.token_bytes(id));
     const size_t ready = pending_.size() - text::utf8_unfinished_tail(pending_);
     std::string piece = lossy(std::string_view(pending_).substr(0, ready));

@@ -87,7 +87,7 @@ closed_pipe_lines() {
   ((rc == 0)) || fail "generate exited $rc after its reader closed the pipe, expected 0 (124: still decoding at 60 s)"
   ((SECONDS - start < 30)) || fail "generate took $((SECONDS - start)) s to stop after its reader left"
   # The closed pipe shows at the next write: within the first --batch (16) prompts decoded together, or soon after.
-  grep -q -E '^generate: .*, 400 prompts; stdout was closed after [0-9]{1,2} results$' "$err" ||
+  grep -q -E '^generate: .*, 400 prompts; stdout was closed after [0-9]{1,2} results; the load: ' "$err" ||
     fail "no summary saying stdout was closed after a few results: $(cat "$err")"
   # shellcheck disable=SC2086
   cmp -s "$out" <(bounded "$bin" generate --ckpt "$step" --prompts "$prompts.2" --max-tokens 100 $sampling 2>/dev/null) ||

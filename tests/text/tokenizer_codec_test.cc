@@ -69,5 +69,16 @@ TEST(TokenizerCodec, StreamedPiecesAreTheDecodeOfAll) {
   }
 }
 
+// The byte tokenizer's 257 ids in a model of 300 rows: an id the tokenizer lacks decodes to nothing, whole or
+// streamed (Hugging Face's decode skips it), and does not cut a character it falls inside.
+TEST(TokenizerCodec, IdsPastTheTokenizerDecodeToNothing) {
+  TempDir dir;
+  const TokenizerCodec codec = byte_codec(dir);
+  EXPECT_EQ(codec.decode({'a', 269, 'b', 299, 256}), "ab<|endoftext|>");
+  EXPECT_EQ(pieces(codec, {'a', 0xE2, 0x82, 269, 0xAC}), (std::vector<std::string>{"a", "", "", "", "\u20AC", ""}));
+  EXPECT_EQ(codec.decode({0xE2, 0x82, 269, 0xAC}), "\u20AC");
+  EXPECT_EQ(make_text_codec(dir.file("tokenizer.json"), 300, "data.tokenizer")->decode({'x', 257}), "x");
+}
+
 }  // namespace
 }  // namespace st

@@ -34,6 +34,8 @@ bool simd_isa_supported(SimdIsa isa);
 // (quiet) NaN, overflow goes to infinity, fp16 subnormals are rounded correctly.
 uint16_t round_to_bf16(float x);
 uint16_t round_to_f16(float x);
+// out[i] = round_to_bf16(in[i]) or round_to_f16(in[i]) (kind kBF16 or kF16) for i < n, on every core.
+void round_to_half(const float* in, int64_t n, HalfKind kind, uint16_t* out);
 // bf16 / fp16 bits -> float, exactly (fp16 subnormals included), as CUDA's __bfloat162float / __half2float.
 float bf16_to_float(uint16_t h);
 float f16_to_float(uint16_t h);

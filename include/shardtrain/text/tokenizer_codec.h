@@ -4,7 +4,9 @@
 // A prompt is read as a new document: the tokenizer family's document separator first (conventions.h: Llama 3's
 // <|begin_of_text|>, GPT-2's and Qwen's <|endoftext|>, as `shardtrain tokenize` writes documents), unless the text
 // already starts with it, then the text with its added tokens recognised (writing "<|im_start|>" in a prompt gives
-// that token). Decoding gives the tokens' text, added tokens as their content.
+// that token). Decoding gives the tokens' text, added tokens as their content. A model's vocabulary may have rows past
+// the tokenizer's ids (Qwen2.5's 151,936 for 151,665 tokens, or a vocabulary padded for the GPU): a sampled id there
+// decodes to nothing, as Hugging Face's decode skips an id its tokenizer lacks.
 //
 //   std::unique_ptr<st::TextCodec> c = st::make_text_codec(cfg.data.tokenizer, cfg.model.vocab_size, "data.tokenizer");
 #pragma once
