@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "grad_check.h"
+#include "shardtrain/core/error.h"
 #include "shardtrain/core/rng.h"
 
 namespace st {
@@ -212,6 +213,23 @@ TEST(AdamWHost, RoundToF16FixedCases) {
   EXPECT_EQ(round_to_f16(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
   EXPECT_EQ(round_to_f16(-std::numeric_limits<float>::infinity()), 0xfc00);
   EXPECT_EQ(round_to_f16(std::numeric_limits<float>::quiet_NaN()), 0x7fff);
+}
+
+// The bulk rounding (on every core above the parallel threshold) gives each element's scalar rounding, NaN and
+// infinities among them, and refuses a kind that is not a half.
+TEST(AdamWHost, RoundToHalfIsTheScalarRoundingOfEachElement) {
+  Rng rng(9, 0);
+  std::vector<float> in(100003);
+  for (float& x : in) x = from_bits(static_cast<uint32_t>(rng.next_u64()));
+  in[7] = std::numeric_limits<float>::quiet_NaN();
+  in[8] = -std::numeric_limits<float>::infinity();
+  std::vector<uint16_t> out(in.size());
+  for (const HalfKind kind : {HalfKind::kBF16, HalfKind::kF16}) {
+    round_to_half(in.data(), static_cast<int64_t>(in.size()), kind, out.data());
+    for (size_t i = 0; i < in.size(); ++i)
+      ASSERT_EQ(out[i], kind == HalfKind::kBF16 ? round_to_bf16(in[i]) : round_to_f16(in[i])) << i;
+  }
+  EXPECT_THROW(round_to_half(in.data(), 4, HalfKind::kNone, out.data()), Error);
 }
 
 __attribute__((target("f16c"))) uint16_t hardware_f16(float x) {
