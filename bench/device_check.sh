@@ -2,7 +2,7 @@
 # One call on the GPU machine: build, run the gpu tests, benchmark shardtrain beside PyTorch FSDP2, and
 # print a short table last. Full logs go to $OUT (the device tool brings them back).
 #
-#   bash bench/device_check.sh [all|build|test|bench|ckpt]      # default all
+#   bash bench/device_check.sh [all|build|test|bench|ckpt|generate]      # default all (generate: only when named)
 #   BENCH_STEPS=20 BENCH_CASES="1:16 2:16 2:32 2:16:350m 2:32:124m:nop2p" bash bench/device_check.sh bench
 #
 # BENCH_CASES lists GPUS:MICRO_BATCH[:MODEL[:FLAGS]] cases, bf16, random tokens: MODEL a GPT-2 size at T=1024, 124m
@@ -25,6 +25,8 @@
 # The bench stage also runs bench_gemm_shapes (each GEMM of a GPT-2 124M step through our cuBLASLt layer)
 # and, with 2 GPUs, bench_collectives (NcclCommunicator vs raw NCCL busbw, and --exchange: the two reduce engines);
 # BENCH_EXTRAS=0 skips both.
+# The generate stage runs the GPU tests of decoding (ctest -R GEN_TESTS) and bench/generate_bench.py with GEN_ARGS
+# (default --repeats 3 --batch 32 --sample --profile) in GEN_DIR (default /tmp/genbench).
 # The ckpt stage runs bench/ckpt_stall.sh for GPT-2 124M at micro batch 16 on two GPUs (one where there is one), with
 # and without background saves every 20 steps (CKPT_STEPS steps, default 100).
 # With SHARDTRAIN_PROFILE_OPS=1, each of our cases prints its op profile (GPU time per op and step) after the table.
@@ -40,6 +42,8 @@ ARCHS=${ARCHS:-90}
 BENCH_STEPS=${BENCH_STEPS:-20}
 BENCH_CASES=${BENCH_CASES:-"1:16 1:32 2:16 2:32 2:16:350m 2:32:124m:nop2p 2:16:124m:hybrid"}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
+GEN_TESTS=${GEN_TESTS:-"MatmulGpu|DecodeStep|DecodeAttention|CudaDecoder|SampleGpu|Swiglu|Argmax|Rmsnorm|Rope"}
+GEN_TESTS+="|enerate|transformers|peft"  # generate's CLI tests, the checks against transformers and PEFT
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 summary=()
@@ -182,5 +186,17 @@ if [[ $STAGE == all || $STAGE == ckpt ]]; then
     --data.path="$data" --data.val_path= --data.val_holdout=0.01 --train.dtype=bf16 --train.micro_batch=16 \
     --train.global_batch=$((16 * g)) 2>&1 | grep -v '^\[' | tee "$OUT/ckpt_stall.txt"
   summary+=("ckpt stall: $g GPU(s) in $(( $(date +%s) - t0 )) s: $(grep -E '^async' "$OUT/ckpt_stall.txt" | tr -s ' ')")
+fi
+if [[ $STAGE == generate ]]; then
+  # The decoding kernels' and decoders' GPU tests, then generate beside transformers (GEN_ARGS: generate_bench's flags).
+  t0=$(date +%s)
+  ctest --test-dir "$BUILD" -L gpu -R "$GEN_TESTS" -j4 >"$OUT/ctest_generate.log" 2>&1
+  rc=$?
+  grep -E "tests passed|\*\*\*Failed|Failed  " "$OUT/ctest_generate.log" | head -30
+  summary+=("generate tests: rc $rc in $(( $(date +%s) - t0 )) s: $(grep -E 'tests passed' "$OUT/ctest_generate.log")")
+  gen_args=${GEN_ARGS:-"--repeats 3 --batch 32 --sample --profile"}
+  # shellcheck disable=SC2086
+  python3 bench/generate_bench.py "$BUILD/shardtrain" "${GEN_DIR:-/tmp/genbench}" $gen_args \
+    2>&1 | grep -v -E "Loading weights|Writing model shards|UserWarning|warnings.warn" | tee "$OUT/generate_bench.txt"
 fi
 printf '%s\n' "${summary[@]}"
