@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,22 @@ class GenerateLoad : public ::testing::Test {
   testing::TempDir tmp_;
 };
 
+// The summary's load and the parts it ends with (opening the device and planning, making the decoder, reading the
+// weights, handing them over): each at least 0, and together the load, to the printed figures' rounding.
+void expect_load_parts(const std::string& output) {
+  const std::regex summary(R"(load ([0-9.]+) s, prefill .*; the load: ([0-9.]+) s opening the device and planning, )"
+                           R"(([0-9.]+) s making the decoder, ([0-9.-]+) s reading the weights, ([0-9.]+) s handing )"
+                           R"(them over\n)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(output, m, summary)) << output;
+  double parts = 0;
+  for (size_t k = 2; k <= 5; ++k) {
+    EXPECT_GE(std::stod(m[k].str()), 0.0) << output;
+    parts += std::stod(m[k].str());
+  }
+  EXPECT_NEAR(parts, std::stod(m[1].str()), 0.003) << output;  // five roundings to 0.0005 s
+}
+
 // A gpt2 and a llama checkpoint, a LoRA one on a base read from a file and a QLoRA llama on the seed's base: every
 // token as the engine decodes it, with each sampling; the summary names the checkpoint and its step, and the load.
 TEST_F(GenerateLoad, CheckpointTokensAreTheEngines) {
@@ -114,6 +131,7 @@ TEST_F(GenerateLoad, CheckpointTokensAreTheEngines) {
     const CliResult r = run_shardtrain("generate --ckpt " + step + " --prompt-ids 72 --max-tokens 2 2>&1 >/dev/null");
     EXPECT_TRUE(contains(r.output, "generate: " + step + " (step 12) on cpu/fp32: load ")) << r.output;
     EXPECT_TRUE(contains(r.output, " s, prefill 1 tokens in ")) << r.output;
+    expect_load_parts(r.output);
   }
 }
 
