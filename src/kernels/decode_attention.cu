@@ -206,12 +206,6 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-size_t decode_attention_at_scratch_bytes(int rows, int NH, int hs, int max_len) {
-  if (rows > kDecodeSplitMaxRows) return 0;
-  const int64_t splits = (int64_t{max_len} + kDecodeSplitKeys - 1) / kDecodeSplitKeys;
-  return sizeof(float) * static_cast<size_t>(int64_t{rows} * NH * splits * (hs + 2));
-}
-
 template <typename T>
 void decode_attention_at(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int64_t seq_stride,
                          const int32_t* positions, int rows, int NH, int NKV, int hs, int max_len,

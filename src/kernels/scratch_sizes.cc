@@ -102,10 +102,21 @@ size_t fp8_quantize_scratch_bytes(int64_t groups) {
   return sizeof(uint64_t) + 2 * static_cast<size_t>(std::max<int64_t>(groups, 0)) * sizeof(float);
 }
 
+size_t decode_attention_at_scratch_bytes(int rows, int NH, int hs, int max_len) {
+  if (rows > kDecodeSplitMaxRows) return 0;
+  const int64_t splits = (int64_t{max_len} + kDecodeSplitKeys - 1) / kDecodeSplitKeys;
+  return sizeof(float) * static_cast<size_t>(int64_t{rows} * NH * splits * (hs + 2));
+}
+
 int sample_chunks(int V) { return (V + kSampleChunk - 1) / kSampleChunk; }
 
 size_t sample_rows_scratch_bytes(int rows, int V) {
   return static_cast<size_t>(rows) * (16 * static_cast<size_t>(sample_chunks(V)) + 8);
+}
+
+size_t decode_step_scratch_bytes(int max_batch, int NH, int hs, int max_len, int V) {
+  return std::max(decode_attention_at_scratch_bytes(kDecodeSplitMaxRows, NH, hs, max_len),
+                  sample_rows_scratch_bytes(max_batch, V));
 }
 
 }  // namespace st::gpu

@@ -47,9 +47,8 @@ CudaDecoderBase<T>::CudaDecoderBase(const ModelConfig& cfg, int device, int max_
       rows_host_(stage.split() ? max_rows() * cfg.n_embd : 0),
       tokens_(max_rows()),
       positions_(max_rows()),
-      scratch_(static_cast<int64_t>(std::max(
-          gpu::decode_attention_at_scratch_bytes(gpu::kDecodeSplitMaxRows, cfg.n_head, cfg.head_dim(), cfg.seq_len),
-          gpu::sample_rows_scratch_bytes(max_batch, cfg.vocab_size)))),
+      scratch_(static_cast<int64_t>(
+          gpu::decode_step_scratch_bytes(max_batch, cfg.n_head, cfg.head_dim(), cfg.seq_len, cfg.vocab_size))),
       step_host_(3 * max_batch),
       step_dev_(3 * max_batch),
       draws_host_(max_batch),
@@ -233,8 +232,7 @@ void CudaDecoderBase<T>::store_unit(int u, std::vector<float>& values) {
     }
   }
   stream_.synchronize();  // `values` is the caller's again, and the chunks the next unit's
-  if (++stored_ == static_cast<int>(std::count(held_units().begin(), held_units().end(), true)))
-    upload_ = PinnedBuffer<T>();  // the last unit
+  if (units_to_load() == 1) upload_ = PinnedBuffer<T>();  // this was the last (load_unit counts it on return)
 }
 
 template <typename T>

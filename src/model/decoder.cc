@@ -110,24 +110,25 @@ const std::vector<float>& Decoder::step(int32_t token) {
   return logits_;
 }
 
-std::vector<int32_t> Decoder::batch_positions(const std::vector<int32_t>& tokens) const {
+std::vector<int32_t> Decoder::batch_positions(const std::vector<int32_t>& tokens, std::vector<int32_t>* ids) const {
   check_loaded();
   ST_CHECK(!tokens.empty() && tokens.size() <= positions_.size(), "a batched step of ", tokens.size(),
            " sequences for a decoder of ", positions_.size());
   std::vector<int32_t> at(tokens.size(), -1);
+  ids->assign(tokens.size(), 0);  // an idle row runs token 0, whatever it gives
   for (size_t s = 0; s < tokens.size(); ++s) {
     if (tokens[s] == kIdle) continue;
     check_room(positions_[s], max_length(), static_cast<int>(s));
     check_tokens(&tokens[s], 1, positions_[s]);
     at[s] = static_cast<int32_t>(positions_[s]);
+    (*ids)[s] = tokens[s];
   }
   return at;
 }
 
 const std::vector<float>& Decoder::step_batch(const std::vector<int32_t>& tokens) {
-  const std::vector<int32_t> at = batch_positions(tokens);
-  std::vector<int32_t> ids = tokens;
-  for (int32_t& t : ids) t = std::max(t, 0);  // an idle row runs token 0, whatever it gives
+  std::vector<int32_t> ids;
+  const std::vector<int32_t> at = batch_positions(tokens, &ids);
   forward_batch(ids.data(), at.data(), static_cast<int>(ids.size()), &logits_);
   share_logits(static_cast<int64_t>(ids.size()));
   for (size_t s = 0; s < tokens.size(); ++s) positions_[s] += at[s] >= 0 ? 1 : 0;
@@ -139,9 +140,8 @@ std::vector<int32_t> Decoder::step_batch_next(const std::vector<int32_t>& tokens
   check_sampling_options(o);
   ST_CHECK(draws.size() == tokens.size(), "a batched step of ", tokens.size(), " sequences with ", draws.size(),
            " draw indices");
-  const std::vector<int32_t> at = batch_positions(tokens);
-  std::vector<int32_t> ids = tokens;
-  for (int32_t& t : ids) t = std::max(t, 0);
+  std::vector<int32_t> ids;
+  const std::vector<int32_t> at = batch_positions(tokens, &ids);
   std::vector<int32_t> next(tokens.size());
   forward_batch_next(ids.data(), at.data(), static_cast<int>(ids.size()), o, draws.data(), next.data());
   if (stage_.split())
@@ -201,14 +201,13 @@ DecoderFootprint decoder_footprint(const ModelConfig& model, DType dtype, int ma
   const int64_t kv = int64_t{model.kv_heads()} * model.head_dim();
   f.cache = 2 * e * stage_layers(model, stage).count() * int64_t{max_batch} * model.seq_len * kv;
   // The families' row buffers (x, norm, attention out, qkv, the MLP's widest two) over the widest forward, the token
-  // and position uploads, the draw indices, the logits rows, the kernels' scratch (the split-K partials, 4 rows' at
-  // most in fp32, or sampling's candidates). The weights come up already rounded to the compute type (a GPU decoder
-  // rounds them on the host), with no staging on the device.
+  // and position uploads, the draw indices, the logits rows and the kernels' scratch (decode_step_scratch_bytes). The
+  // weights come up already rounded to the compute type (a GPU decoder rounds them on the host), with no staging on
+  // the device.
   const int64_t rows = std::max<int64_t>(model.seq_len, max_batch);
   const int64_t row = 3 * model.n_embd + model.qkv_dim() + 3 * int64_t{model.mlp_dim()};
-  const int64_t splits = (int64_t{model.seq_len} + 63) / 64;
-  const int64_t scratch = std::max(4 * int64_t{4} * model.n_head * splits * (model.head_dim() + 2),
-                                   static_cast<int64_t>(gpu::sample_rows_scratch_bytes(max_batch, model.vocab_size)));
+  const auto scratch = static_cast<int64_t>(
+      gpu::decode_step_scratch_bytes(max_batch, model.n_head, model.head_dim(), model.seq_len, model.vocab_size));
   const int64_t logits = stage.last() ? e * int64_t{max_batch} * model.padded_vocab() : 0;
   f.activations = e * rows * row + 8 * rows + 8 * int64_t{max_batch} + logits + scratch;
   f.runtime = int64_t{768} << 20;

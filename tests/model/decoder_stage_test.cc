@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../common/caught.h"
 #include "decoder_test_util.h"
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/error.h"
@@ -119,16 +120,12 @@ TEST(SplitUnits, TheLargestStageIsTheLeastOfEverySplit) {
 }
 
 TEST(SplitUnits, FewerBlocksThanRanksAreRefused) {
-  try {
-    split_units(with_layers(tiny_gpt2(), 2), 1, 3);
-    FAIL() << "3 stages of 2 blocks";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
-    EXPECT_NE(std::string(e.what()).find("a layer split over 3 ranks needs a block for each, and this model has 2 "
-                                         "(model.n_layer 2): run it on at most 2 rank(s), or without --split layers"),
-              std::string::npos)
-        << e.what();
-  }
+  const Error e = testing::caught([] { split_units(with_layers(tiny_gpt2(), 2), 1, 3); });
+  EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+  EXPECT_NE(std::string(e.what()).find("a layer split over 3 ranks needs a block for each, and this model has 2 "
+                                       "(model.n_layer 2): run it on at most 2 rank(s), or without --split layers"),
+            std::string::npos)
+      << e.what();
 }
 
 TEST(HeldUnits, AStageHoldsItsRangeAndATiedHeadsEmbedding) {
@@ -238,16 +235,12 @@ TEST(DecoderSplitLoad, AUnitOfAnotherStageIsRefused) {
     const std::unique_ptr<Decoder> d = model_family(c.arch).make_cpu_decoder(c, 1, stage);
     const int other = comm.rank() == 0 ? 4 : 1;  // a block of the other stage
     std::vector<float> values = w[static_cast<size_t>(other)];
-    try {
-      d->load_unit(other, values);
-      ADD_FAILURE() << "rank " << comm.rank() << " loaded unit " << other;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
-      EXPECT_NE(std::string(e.what()).find("unit block." + std::to_string(other - 1) +
-                                           " belongs to another stage of the layer split"),
-                std::string::npos)
-          << e.what();
-    }
+    const Error e = testing::caught([&] { d->load_unit(other, values); });
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput) << "rank " << comm.rank() << " loading unit " << other;
+    EXPECT_NE(std::string(e.what()).find("unit block." + std::to_string(other - 1) +
+                                         " belongs to another stage of the layer split"),
+              std::string::npos)
+        << e.what();
     EXPECT_FALSE(d->loaded());
   });
 }

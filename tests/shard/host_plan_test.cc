@@ -16,18 +16,7 @@ namespace {
 using namespace plan_test;
 
 Config llama31_8b() {
-  Config c;
-  c.model.arch = ModelArch::kLlama;
-  c.model.n_layer = 32;
-  c.model.n_head = 32;
-  c.model.n_kv_head = 8;
-  c.model.n_embd = 4096;
-  c.model.ffn_dim = 14336;
-  c.model.vocab_size = 128256;
-  c.model.seq_len = 2048;
-  c.model.tie_embeddings = false;
-  c.train.device = Device::kCuda;
-  c.train.dtype = DType::kBF16;
+  Config c = llama(32, 4096, 14336, false);
   c.optim.offload = OffloadMode::kOptimizer;
   return c;
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/caught.h"
 #include "plan_test_shapes.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/format.h"
@@ -303,17 +304,14 @@ TEST(DecoderMemory, ADecoderThatDoesNotFitIsRefusedWithItsBreakdown) {
   const int64_t gib = plan_test::kGiB;
   EXPECT_NO_THROW(check_decoder_memory(cfg, 1, DeviceBudget::of(cfg, 6 * gib), "GPU"));
   const DecoderFootprint f = decoder_footprint(cfg.model, DType::kBF16, 64);
-  try {
-    check_decoder_memory(cfg, 64, DeviceBudget::of(cfg, 4 * gib), "NVIDIA GeForce RTX 4090");
-    FAIL() << "64 caches of 64 MiB past 4 GiB";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
-    const std::string want = "device memory: a decoder of 64 sequence(s) of 2048 positions needs " +
-                             format_gib(f.total()) + " (" + f.breakdown() +
-                             "), but NVIDIA GeForce RTX 4090 has 4.00 GiB free; lower generate's --batch or "
-                             "model.seq_len, or compute in bf16 (train.dtype)";
-    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-  }
+  const Error big = testing::caught(
+      [&] { check_decoder_memory(cfg, 64, DeviceBudget::of(cfg, 4 * gib), "NVIDIA GeForce RTX 4090"); });
+  EXPECT_EQ(big.kind(), ErrorKind::kBadInput);
+  const std::string want = "device memory: a decoder of 64 sequence(s) of 2048 positions needs " +
+                           format_gib(f.total()) + " (" + f.breakdown() +
+                           "), but NVIDIA GeForce RTX 4090 has 4.00 GiB free; lower generate's --batch or "
+                           "model.seq_len, or compute in bf16 (train.dtype)";
+  EXPECT_NE(std::string(big.what()).find(want), std::string::npos) << big.what();
   const int fit = fitting_batch(cfg, 64, DeviceBudget::of(cfg, 6 * gib));
   EXPECT_GT(fit, 1);
   EXPECT_LT(fit, 64);
@@ -323,13 +321,10 @@ TEST(DecoderMemory, ADecoderThatDoesNotFitIsRefusedWithItsBreakdown) {
   EXPECT_EQ(fitting_batch(cfg, 3, DeviceBudget::of(cfg, 80 * gib)), 3);
   cfg.dist.max_gpu_mem_gib = 3;
   EXPECT_EQ(fitting_batch(cfg, 3, DeviceBudget::of(cfg, 80 * gib)), 1);
-  try {
-    check_decoder_memory(cfg, 1, DeviceBudget::of(cfg, 80 * gib), "NVIDIA H200");
-    FAIL() << "a 3 GiB cap";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("but dist.max_gpu_mem_gib caps it at 3.00 GiB;"), std::string::npos)
-        << e.what();
-  }
+  const Error capped =
+      testing::caught([&] { check_decoder_memory(cfg, 1, DeviceBudget::of(cfg, 80 * gib), "NVIDIA H200"); });
+  EXPECT_NE(std::string(capped.what()).find("but dist.max_gpu_mem_gib caps it at 3.00 GiB;"), std::string::npos)
+      << capped.what();
 }
 
 // Llama-3.2-1B over 2 GPUs: embedding_tokens 128,256 x 2,048 = 262,668,288 elements, each block 60,821,504, the head
@@ -376,13 +371,9 @@ TEST(DecoderMemory, AutoSplitsTheLayersWhenTheWholeDoesNotFitAndRefusesASplitTha
   EXPECT_EQ(fitted.max_batch, fitting_batch(cfg, 16, between, 3));
   EXPECT_GT(fitted.max_batch, 1);
   auto refusal = [&](LayerSplit split, int ranks, const DeviceBudget& budget) {
-    try {
-      place(split, ranks, budget);
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
-      return std::string(e.what());
-    }
-    return std::string("not refused");
+    const Error e = testing::caught([&] { place(split, ranks, budget); });
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    return std::string(e.what());
   };
   // Kept whole (none, or one rank): the whole model's refusal.
   const std::string whole_needs = "a decoder of 1 sequence(s) of 2048 positions needs " + format_gib(whole) + " (";

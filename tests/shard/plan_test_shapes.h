@@ -1,6 +1,6 @@
-// The shapes the memory plans' tests work their numbers out from. GPT-2 124M's unit sizes (llm.c's layout: 124,475,904
-// parameters; unit 0 = wte + wpe 39,419,904; each block 7,087,872; the final LayerNorm 1,536), which the memory plans'
-// tests work their numbers out from.
+// The shapes the memory plans' tests work their numbers out from: GPT-2 124M's unit sizes (llm.c's layout:
+// 124,475,904 parameters; unit 0 = wte + wpe 39,419,904; each block 7,087,872; the final LayerNorm 1,536) and Llama
+// shapes.
 #pragma once
 
 #include <cstdint>
@@ -26,22 +26,26 @@ inline Config gpt2_124m(DType dtype) {
   return c;
 }
 
-// Llama-3.2-1B on cuda in bf16 (16 layers, 2048 channels, 32 query and 8 key/value heads of 64, SwiGLU 8192,
-// vocabulary 128256, tied head, 2048 positions): a decoder's key/value cache is 64 MiB a sequence.
-inline Config llama_1b() {
+// A llama on cuda in bf16 with 32 query and 8 key/value heads (of n_embd / 32), a vocabulary of 128256 and 2048
+// positions.
+inline Config llama(int n_layer, int n_embd, int ffn_dim, bool tie_embeddings) {
   Config c;
   c.model.arch = ModelArch::kLlama;
-  c.model.n_layer = 16;
+  c.model.n_layer = n_layer;
   c.model.n_head = 32;
   c.model.n_kv_head = 8;
-  c.model.n_embd = 2048;
-  c.model.ffn_dim = 8192;
+  c.model.n_embd = n_embd;
+  c.model.ffn_dim = ffn_dim;
   c.model.vocab_size = 128256;
   c.model.seq_len = 2048;
-  c.model.tie_embeddings = true;
+  c.model.tie_embeddings = tie_embeddings;
   c.train.device = Device::kCuda;
   c.train.dtype = DType::kBF16;
   return c;
 }
+
+// Llama-3.2-1B (16 layers, 2048 channels, heads of 64, SwiGLU 8192, tied head): a decoder's key/value cache is 64 MiB
+// a sequence.
+inline Config llama_1b() { return llama(16, 2048, 8192, true); }
 
 }  // namespace st::plan_test

@@ -75,11 +75,24 @@ size_t nf4_quantize_scratch_bytes(int64_t n);
 // index (8 bytes), then each group's absolute maximum and scale (two floats).
 size_t fp8_quantize_scratch_bytes(int64_t groups);
 
+// Keys per split of decode_attention_at's split-K path (kernels/gpu/decode_attention.h), and the rows at most that
+// take it: a decoding step's one query per head would otherwise be NH blocks walking the whole cache one tile after
+// another.
+inline constexpr int kDecodeSplitKeys = 64;
+inline constexpr int kDecodeSplitMaxRows = 4;
+// The scratch decode_attention_at needs (0 for more than kDecodeSplitMaxRows rows): each (row, head, split)'s partial
+// softmax (hs sums, the running max and the sum of exponentials, in fp32), for caches of max_len positions.
+size_t decode_attention_at_scratch_bytes(int rows, int NH, int hs, int max_len);
+
 // gpu::sample_rows's chunks (kernels/gpu/sample.h): a block scores kSampleChunk ids of a row.
 inline constexpr int kSampleChunk = 4096;
 int sample_chunks(int V);
 // Its scratch for `rows` rows of V logits: each (row, chunk)'s best candidate (16 bytes), then each row's k-th
 // candidate (8 bytes).
 size_t sample_rows_scratch_bytes(int rows, int V);
+
+// A GPU decoder's kernel scratch for a step of up to max_batch rows: the split-K attention's partials, then, in the
+// same bytes, sample_rows's candidates.
+size_t decode_step_scratch_bytes(int max_batch, int NH, int hs, int max_len, int V);
 
 }  // namespace st::gpu

@@ -124,7 +124,6 @@ class CudaDecoderBase : public Decoder {
   std::map<StepKey, cudaGraphExec_t> graphs_;
   std::set<StepKey> warm_;
   int seq_ = 0;
-  int stored_ = 0;  // units loaded
   int64_t kv_width_, qkv_width_, seq_elems_, layer_elems_;
   DeviceBuffer<T> k_, v_, logits_;  // logits_: the last stage's
   PinnedBuffer<T> rows_host_;       // a split's hidden rows on their way between the ranks

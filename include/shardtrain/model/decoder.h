@@ -52,6 +52,8 @@ class Decoder {
   void load_unit(int u, std::vector<float>& values);
   // Whether every unit it holds is loaded.
   bool loaded() const { return units_loaded_ == units_held_; }
+  // The units it holds that are yet to be loaded.
+  int units_to_load() const { return units_held_ - units_loaded_; }
   // The units it holds, by index (held_units of its stage: every unit unless split), and its stage.
   const std::vector<bool>& held_units() const { return held_; }
   bool holds(int u) const { return u >= 0 && u < static_cast<int>(held_.size()) && held_[static_cast<size_t>(u)]; }
@@ -123,8 +125,9 @@ class Decoder {
   void check_loaded() const;
   // A split's last stage's `rows` logits rows to every rank.
   void share_logits(int64_t rows);
-  // step_batch's checks; the rows' positions (kIdle's negative).
-  std::vector<int32_t> batch_positions(const std::vector<int32_t>& tokens) const;
+  // step_batch's checks; the rows' positions (kIdle's negative), and into *ids the tokens the forward runs (an idle
+  // row's 0).
+  std::vector<int32_t> batch_positions(const std::vector<int32_t>& tokens, std::vector<int32_t>* ids) const;
 
   ModelConfig cfg_;
   DecoderStage stage_;

@@ -30,7 +30,6 @@ enum class LayerSplit { kAuto, kLayers, kNone };
 // Units [first, end) of the unit list.
 struct UnitRange {
   int first = 0, end = 0;
-  bool contains(int unit) const { return unit >= first && unit < end; }
 };
 
 // Layers [first, end): the blocks of units first + 1 .. end.

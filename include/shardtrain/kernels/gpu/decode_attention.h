@@ -12,6 +12,7 @@
 
 #include "shardtrain/kernels/decode_attention.h"
 #include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/kernels/scratch_sizes.h"
 
 namespace st::gpu {
 
@@ -19,15 +20,6 @@ namespace st::gpu {
 inline constexpr int kDecodeAttentionTile = 64;
 // The largest head size: each of the block's 128 threads keeps 4 of a head's output values.
 inline constexpr int kDecodeAttentionMaxHeadSize = 512;
-
-// Keys per split of decode_attention_at's split-K path, and the rows at most that take it: a decoding step's one
-// query per head would otherwise be NH blocks walking the whole cache one tile after another.
-inline constexpr int kDecodeSplitKeys = 64;
-inline constexpr int kDecodeSplitMaxRows = 4;
-
-// The scratch decode_attention_at needs (0 for more than kDecodeSplitMaxRows rows): each (row, head, split)'s partial
-// softmax, for caches of max_len positions.
-size_t decode_attention_at_scratch_bytes(int rows, int NH, int hs, int max_len);
 
 // As st::decode_attention_at and st::kv_append_at: row r's cache at k_cache / v_cache + r seq_stride, its position
 // positions[r] (device memory), so that a captured decoding step runs at any position below max_len. Up to
