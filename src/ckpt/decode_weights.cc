@@ -139,6 +139,10 @@ void draw_unwritten(const UnitLayout& u, const ModelConfig& model, uint64_t seed
 #pragma omp parallel for schedule(dynamic, 1) if (n > kChunk)
   for (int64_t chunk = 0; chunk < n; chunk += kChunk) {
     const int64_t stop = std::min(n, chunk + kChunk);
+    // Most chunks hold no NaN: a vectorised look first (x != x only for NaN).
+    bool unwritten = false;
+    for (int64_t i = chunk; i < stop; ++i) unwritten |= v[i] != v[i];
+    if (!unwritten) continue;
     for (int64_t i = chunk; i < stop;) {
       if (!std::isnan(v[i])) {
         ++i;

@@ -289,6 +289,19 @@ float f16_to_float(uint16_t h) {
   return f;
 }
 
+void widen_half(const uint16_t* in, int64_t n, HalfKind kind, float* out) {
+  ST_CHECK(kind == HalfKind::kBF16 || kind == HalfKind::kF16, "widen_half needs bf16 or fp16");
+  if (kind == HalfKind::kF16) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f16_to_float(in[i]);
+    return;
+  }
+  // bf16 is fp32's top half: a shift the compiler vectorises, where a call per element is not.
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
+    std::memcpy(out + i, &bits, sizeof(bits));
+  }
+}
+
 void adamw_update_isa(SimdIsa isa, const AdamWArrays& a, const float* grad, int64_t n, const AdamWParams& p,
                       HalfKind kind, uint16_t* out) {
   ST_CHECK(kind == HalfKind::kNone || out != nullptr, "adamw_update_isa: a half-precision copy needs `out`");

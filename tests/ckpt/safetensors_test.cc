@@ -4,12 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "ckpt_test_util.h"
+#include "shardtrain/ckpt/safetensors_reader.h"
+#include "shardtrain/kernels/adamw_host.h"
 
 namespace st {
 namespace {
@@ -73,12 +74,44 @@ TEST(Safetensors, HeaderPaddingAlignsEveryLength) {
   }
 }
 
+// The reader hands back any range of a tensor as written, a BF16 tensor read and widened in chunks of 2^20 elements
+// on several threads: ranges that start and end inside chunks, span several, or hold one element.
+TEST(Safetensors, ReaderReadsAnyRangeOfALargeTensor) {
+  TempDir tmp;
+  const std::string path = tmp.file("big.safetensors");
+  const int64_t n = (int64_t{5} << 20) + 17;
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = static_cast<float>(i % 1000003) * 0.37f - 9.0f;
+  SafetensorsWriter w(path, {{"f", {n}, SafetensorsDtype::kF32}, {"h", {n}, SafetensorsDtype::kBF16}});
+  w.write("f", values.data(), n);
+  w.write("h", values.data(), n);
+  w.finish();
+  const SafetensorsReader r(path);
+  const std::vector<std::pair<int64_t, int64_t>> ranges = {
+      {0, n}, {12345, (int64_t{3} << 20) + 5}, {(int64_t{1} << 20) - 1, 2}, {n - 1, 1}, {7, 0}};
+  for (const auto& [begin, count] : ranges) {
+    std::vector<float> f(static_cast<size_t>(count) + 1, -1.0f), h(f);
+    r.read_range("f", begin, count, f.data());
+    r.read_range("h", begin, count, h.data());
+    std::vector<float> want_f(values.begin() + begin, values.begin() + begin + count), want_h(want_f);
+    for (float& x : want_h) x = bf16_to_float(round_to_bf16(x));
+    EXPECT_TRUE(bits(f.data(), static_cast<size_t>(count)) == bits(want_f)) << "f [" << begin << ", +" << count << ")";
+    EXPECT_TRUE(bits(h.data(), static_cast<size_t>(count)) == bits(want_h)) << "h [" << begin << ", +" << count << ")";
+    EXPECT_EQ(f.back(), -1.0f) << "read past the range";
+    EXPECT_EQ(h.back(), -1.0f) << "read past the range";
+  }
+}
+
 TEST(Safetensors, MisuseIsAnInternalErrorNamingTheTensor) {
   TempDir tmp;
   const std::vector<float> x(6, 1.0f);
-  EXPECT_TRUE(contains(internal_error([&] { SafetensorsWriter(tmp.file("a"), {{"t", {1}}, {"t", {2}}}); }),
+  EXPECT_TRUE(contains(internal_error([&] {
+                         SafetensorsWriter(tmp.file("a"), {{"t", {1}}, {"t", {2}}});
+                       }),
                        "t is declared twice"));
-  EXPECT_TRUE(contains(internal_error([&] { SafetensorsWriter(tmp.file("b"), {{"__metadata__", {1}}}); }),
+  EXPECT_TRUE(contains(internal_error([&] {
+                         SafetensorsWriter(tmp.file("b"), {{"__metadata__", {1}}});
+                       }),
                        "__metadata__"));
   EXPECT_TRUE(contains(internal_error([&] { SafetensorsWriter(tmp.file("c"), {{"neg", {2, -1}}}); }), "neg"));
   EXPECT_FALSE(std::filesystem::exists(tmp.file("a")));  // refused before the file is created

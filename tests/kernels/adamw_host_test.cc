@@ -232,6 +232,22 @@ TEST(AdamWHost, RoundToHalfIsTheScalarRoundingOfEachElement) {
   EXPECT_THROW(round_to_half(in.data(), 4, HalfKind::kNone, out.data()), Error);
 }
 
+// The bulk widening gives each of the 65,536 bit patterns its scalar value (the bits themselves for NaNs), in both
+// kinds, and refuses a kind that is not a half.
+TEST(AdamWHost, WidenHalfIsTheScalarWideningOfEachPattern) {
+  std::vector<uint16_t> in(65536);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint16_t>(i);
+  std::vector<float> out(in.size());
+  for (const HalfKind kind : {HalfKind::kBF16, HalfKind::kF16}) {
+    widen_half(in.data(), static_cast<int64_t>(in.size()), kind, out.data());
+    for (size_t i = 0; i < in.size(); ++i)
+      ASSERT_EQ(bits(out[i]), bits(kind == HalfKind::kBF16 ? bf16_to_float(in[i]) : f16_to_float(in[i])))
+          << std::hex << "bits 0x" << i;
+  }
+  EXPECT_EQ(bits(out[0x3c00]), bits(1.0f));  // fp16 1.0
+  EXPECT_THROW(widen_half(in.data(), 4, HalfKind::kNone, out.data()), Error);
+}
+
 __attribute__((target("f16c"))) uint16_t hardware_f16(float x) {
   return static_cast<uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }

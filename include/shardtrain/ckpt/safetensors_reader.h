@@ -1,15 +1,16 @@
 // Reads tensors from a safetensors file (the layout is in safetensors.h) as fp32, one tensor at a time:
-// opening parses and validates only the header; read() seeks to the one tensor asked for.
+// opening parses and validates only the header; read() reads the one tensor asked for.
 //
 //   SafetensorsReader r("model.safetensors");
 //   if (r.has("wte.weight")) r.read("wte.weight", {50257, 768}, buf.data());
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "shardtrain/core/unique_fd.h"
 
 namespace st {
 
@@ -36,7 +37,8 @@ class SafetensorsReader {
   // and both shapes); dtypes F32, F16 and BF16 are accepted (any other is kBadInput naming the file, the tensor
   // and the dtype), and converted exactly.
   void read(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
-  // Elements [begin, begin + count) of the tensor in row-major order, as read(): only their bytes are read.
+  // Elements [begin, begin + count) of the tensor in row-major order, as read(): only their bytes are read, on up to
+  // eight threads. Not for two threads at once.
   void read_range(const std::string& name, int64_t begin, int64_t count, float* out) const;
   const std::string& path() const { return path_; }
 
@@ -49,8 +51,8 @@ class SafetensorsReader {
     int64_t begin = 0, end = 0;  // absolute byte offsets in the file
   };
   std::string path_;
-  mutable std::ifstream in_;
-  mutable std::vector<uint16_t> raw_;  // read_range's 16-bit chunk
+  UniqueFd fd_;
+  mutable std::vector<std::vector<uint16_t>> raw_;  // read_range's 16-bit chunk, one a thread
   std::map<std::string, Entry> tensors_;
 };
 

@@ -39,6 +39,9 @@ void round_to_half(const float* in, int64_t n, HalfKind kind, uint16_t* out);
 // bf16 / fp16 bits -> float, exactly (fp16 subnormals included), as CUDA's __bfloat162float / __half2float.
 float bf16_to_float(uint16_t h);
 float f16_to_float(uint16_t h);
+// out[i] = bf16_to_float(in[i]) or f16_to_float(in[i]) (kind kBF16 or kF16) for i < n, on the calling thread alone
+// (vectorised: a reader's threads each widen what they read).
+void widen_half(const uint16_t* in, int64_t n, HalfKind kind, float* out);
 
 // The state an update reads and the state it writes: the same arrays (in place), or others of the same length
 // (optimizer offload's speculative step writes beside the state it reads, so that dropping it costs nothing).
