@@ -150,15 +150,8 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
   const st::Config cfg = generate_config(g);
   GeneratePrompts prompts = read_generate_prompts(g, cfg);
 
-  // The weights, then the decoder of the model without adapters (a LoRA checkpoint's are merged in): the load. One
-  // rank holds every unit (a split takes two or more), so it reads them from the start, on a thread of its own, while
-  // the device is opened and the decoder made; the ranks of a run read theirs once the placement says which they hold.
+  // The weights, then the decoder of the model without adapters (a LoRA checkpoint's are merged in): the load.
   const auto load_start = std::chrono::steady_clock::now();
-  std::optional<st::Manifest> manifest;
-  std::unique_ptr<st::UnitReadAhead> ahead;
-  if (comm.world_size() == 1)
-    ahead = std::make_unique<st::UnitReadAhead>(
-        [&](const st::UnitSink& sink) { manifest = read_weights(g, cfg, 0, sink, {}); });
   st::Config decode = cfg;
   decode.model = st::base_model(cfg.model);
   std::string source;
@@ -169,6 +162,17 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
   const int64_t wanted = std::min<int64_t>(g.batch > 0 ? g.batch : kDefaultBatch, prompts.ids.size());
   int max_batch = static_cast<int>(wanted);
   int stages = g.split == st::LayerSplit::kLayers ? comm.world_size() : 1;
+  // The host's memory is planned before a weight is read. One rank holds every unit (a split takes two or more), so
+  // it plans and reads them from the start, on a thread of its own, while the device is opened and the decoder made;
+  // the ranks of a run plan and read theirs once the placement says which units each holds.
+  const st::HostMemoryBudget host = st::host_memory_budget(st::host_memory_limits(), comm.device_ranks());
+  std::optional<st::Manifest> manifest;
+  std::unique_ptr<st::UnitReadAhead> ahead;
+  if (comm.world_size() == 1) {
+    st::check_decoder_host_memory(cfg, max_batch, {}, host);
+    ahead = std::make_unique<st::UnitReadAhead>(
+        [&](const st::UnitSink& sink) { manifest = read_weights(g, cfg, 0, sink, {}); });
+  }
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (decode.train.device == st::Device::kCuda) {
     const st::DeviceBudget budget =
@@ -186,6 +190,8 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
     if (comm.rank() == 0)
       ST_LOG_INFO("generate: the layers split over ", stages, " ranks: ", st::describe_split(decode.model, ranges));
   }
+  if (comm.world_size() > 1)
+    st::on_all_ranks(comm, [&] { st::check_decoder_host_memory(cfg, max_batch, stage, host); });
   LoadSeconds parts;
   const auto placed_at = std::chrono::steady_clock::now();
   const std::unique_ptr<st::Decoder> decoder =

@@ -8,7 +8,9 @@
 #include "shardtrain/core/format.h"
 #include "shardtrain/kernels/scratch_sizes.h"
 #include "shardtrain/model/family.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/model/nf4_base.h"
+#include "shardtrain/shard/host_plan.h"
 #include "shardtrain/shard/shard_span.h"
 
 namespace st {
@@ -253,6 +255,64 @@ void check_host_memory_plan(const Config& cfg, int world, int64_t replica_bucket
   if (plan.total() <= budget.bytes) return;
   ST_BAD_INPUT("host memory: this config needs ", format_gib(plan.total()), " per rank (", plan.breakdown(), "), but ",
                budget.limited_by, what_to_change);
+}
+
+std::string DecoderHostPlan::breakdown() const {
+  std::string out;
+  if (decoder > 0)
+    out =
+        str_cat("decoder ", format_gib(decoder), " (weights ", format_gib(decoder_parts.weights), ", key/value caches ",
+                format_gib(decoder_parts.cache), ", activations ", format_gib(decoder_parts.activations), "), ");
+  out += str_cat("loading ", format_gib(loading));
+  if (upload > 0) out += str_cat(", upload ", format_gib(upload));
+  return out + str_cat(", reserve ", format_gib(reserve), "; total ", format_gib(total()));
+}
+
+DecoderHostPlan plan_decoder_host(const Config& cfg, int max_batch, const DecoderStage& stage) {
+  const ModelConfig base = base_model(cfg.model);
+  const std::vector<bool> held = held_units(base, stage);
+  const bool cuda = cfg.train.device == Device::kCuda;
+  DecoderHostPlan p;
+  if (!cuda) {
+    p.decoder_parts = decoder_footprint(base, DType::kF32, max_batch, stage);
+    p.decoder_parts.runtime = 0;
+    p.decoder = p.decoder_parts.total();
+  }
+  int64_t largest = 0, merged = 0;
+  for (const UnitLayout& u : build_units(base))
+    if (held[static_cast<size_t>(u.index)]) {
+      largest = std::max(largest, 4 * u.numel);
+      merged += 4 * u.numel;
+    }
+  if (cfg.model.lora.enabled()) {
+    int64_t whole = 0;  // the held units of the LoRA model, trainable and frozen, as the checkpoint's read holds them
+    for (const UnitLayout& u : build_units(cfg.model))
+      if (held[static_cast<size_t>(u.index)]) whole += 4 * (u.numel + u.frozen_numel);
+    p.loading = whole + (cuda ? merged : 0);
+  } else {
+    p.loading = cuda ? 3 * largest : 0;
+  }
+  p.loading += kStreamingIoBytes;
+  p.upload = cuda ? 2 * kDecoderUploadChunk * dtype_bytes(cfg.compute_dtype()) : 0;
+  p.reserve = cuda ? kCudaHostReserveBytes : kHostReserveBytes;
+  return p;
+}
+
+void check_decoder_host_memory(const Config& cfg, int max_batch, const DecoderStage& stage,
+                               const HostMemoryBudget& budget) {
+  const DecoderHostPlan p = plan_decoder_host(cfg, max_batch, stage);
+  if (p.total() <= budget.bytes) return;
+  const bool cuda = cfg.train.device == Device::kCuda;
+  const std::string whose =
+      stage.split() ? str_cat(" on rank ", stage.index, " of a split over ", stage.count) : std::string();
+  const std::string what =
+      cuda ? std::string("generate on cuda")
+           : str_cat("generate on cpu with ", max_batch, " sequence(s) of ", cfg.model.seq_len, " positions");
+  ST_BAD_INPUT("host memory: ", what, " needs ", format_gib(p.total()), whose, " (", p.breakdown(), "), but ",
+               budget.limited_by,
+               cuda ? "; free host memory, or run fewer ranks on this host"
+                    : "; lower generate's --batch or model.seq_len, decode on a GPU (--train.device=cuda), or split "
+                      "the layers over more hosts (--split layers under mpirun)");
 }
 
 }  // namespace st

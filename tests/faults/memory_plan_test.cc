@@ -2,12 +2,17 @@
 // refuses at start-up with the plan's breakdown and the limit that binds (exit 2), instead of allocating and
 // initialising until std::bad_alloc ends the run as an internal error.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "../common/run_shardtrain.h"
 #include "../common/temp_dir.h"
+#include "shardtrain/ckpt/safetensors.h"
 
 namespace st {
 namespace {
@@ -48,6 +53,68 @@ TEST(MemoryPlanFaults, AnAddressSpaceLimitIsNamed) {
                        "buffers 0.14 GiB, activations 0.64 GiB, workspace 0.25 GiB; total 1.79 GiB), but "
                        "the address-space limit (RLIMIT_AS, ulimit -v) of 1.50 GiB leaves "))
       << r.output;
+}
+
+// A Hugging Face llama directory of 2048 channels, 8 layers, SwiGLU 8192 and 32,000 tokens (602,441,728 parameters:
+// 2.24 GiB in fp32) whose model.safetensors is sparse: a valid header and data that reads as zeros, 1.2 GB long and
+// taking no disk.
+std::string sparse_llama_dir(const st::testing::TempDir& tmp) {
+  const int64_t C = 2048, F = 8192, V = 32000, L = 8;
+  const std::string dir = tmp.file("llama");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json")
+      << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000, "hidden_size": 2048, )"
+      << R"("intermediate_size": 8192, "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 16, )"
+      << R"("max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": true, )"
+      << R"("hidden_act": "silu", "torch_dtype": "bfloat16"})";
+  std::vector<SafetensorsTensor> tensors = {{"model.embed_tokens.weight", {V, C}, SafetensorsDtype::kBF16}};
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const char* n : {"input_layernorm", "post_attention_layernorm"})
+      tensors.push_back({p + n + ".weight", {C}, SafetensorsDtype::kBF16});
+    for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"})
+      tensors.push_back({p + "self_attn." + n + ".weight", {C, C}, SafetensorsDtype::kBF16});
+    tensors.push_back({p + "mlp.gate_proj.weight", {F, C}, SafetensorsDtype::kBF16});
+    tensors.push_back({p + "mlp.up_proj.weight", {F, C}, SafetensorsDtype::kBF16});
+    tensors.push_back({p + "mlp.down_proj.weight", {C, F}, SafetensorsDtype::kBF16});
+  }
+  tensors.push_back({"model.norm.weight", {C}, SafetensorsDtype::kBF16});
+  const std::string header = safetensors_header(tensors);
+  int64_t bytes = 8 + static_cast<int64_t>(header.size());
+  for (const SafetensorsTensor& t : tensors) bytes += safetensors_bytes(t);
+  const std::string file = dir + "/model.safetensors";
+  {
+    std::ofstream out(file, std::ios::binary);
+    const uint64_t n = header.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << header;
+  }
+  EXPECT_EQ(::truncate(file.c_str(), bytes), 0);
+  return dir;
+}
+
+// generate plans the host's memory before it reads a weight: a CPU decoder of 2.24 GiB of fp32 weights under a 1.50
+// GiB address-space limit is refused with its breakdown and the limit (exit 2), not ended by a failed allocation.
+TEST(MemoryPlanFaults, GenerateIsRefusedBeforeItReadsAWeight) {
+  st::testing::TempDir tmp;
+  const std::string dir = sparse_llama_dir(tmp);
+  const st::testing::CliResult r = st::testing::run_shardtrain(
+      "generate --init.from " + dir + " --prompt-ids 1,2,3 --max-tokens 2 --train.device=cpu --model.seq_len=256",
+      "ulimit -v 1572864 && OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 exec");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "host memory: generate on cpu with 1 sequence(s) of 256 positions needs 2.81 GiB (decoder 2.31 "
+                       "GiB (weights 2.24 GiB, "))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "but the address-space limit (RLIMIT_AS, ulimit -v) of 1.50 GiB leaves ")) << r.output;
+  // Without the limit the same directory decodes (zeros: every logit ties, and the argmax takes token 0).
+  const st::testing::CliResult ok =
+      st::testing::run_shardtrain("generate --init.from " + dir +
+                                      " --prompt-ids 1,2,3 --max-tokens 2 --temperature 0 "
+                                      "--train.device=cpu --model.seq_len=256",
+                                  "OPENBLAS_NUM_THREADS=1 exec");
+  EXPECT_EQ(ok.code, 0) << ok.output;
+  EXPECT_TRUE(contains(ok.output, "0,0\n")) << ok.output;
 }
 
 }  // namespace

@@ -1,14 +1,18 @@
-// The CUDA backend's host plan is host arithmetic: each term is checked against GPT-2 124M's unit sizes
+// The host plans are host arithmetic: each term is checked against GPT-2 124M's unit sizes
 // (plan_test_shapes.h) and Llama-3.1-8B's (8,030,261,248 parameters).
 #include "shardtrain/shard/host_plan.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
+#include "../common/caught.h"
 #include "plan_test_shapes.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/format.h"
+#include "shardtrain/model/decoder_stage.h"
+#include "shardtrain/shard/memory_plan.h"
 
 namespace st {
 namespace {
@@ -182,6 +186,99 @@ TEST(HostPlan, RefusalGivesTheBreakdownTheLimitAndWhatFits) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(" for this host's 2 ranks"), std::string::npos) << e.what();
   }
+}
+
+// generate's host plan at Llama-3.2-1B: 262,668,288 embedding elements, 16 blocks of 60,821,504, the final norm's
+// 2,048 (tied head): 1,235,814,400 in all.
+constexpr int64_t k1bEmbedding = 262668288, k1bBlock = 60821504, k1bParams = 1235814400;
+
+// On the CPU the decoder is its fp32 footprint (no runtime term) and keeps the buffers the load reads into: the load
+// adds only the file reads' buffers.
+TEST(DecoderHostPlan, TheCpuDecoderIsItsFp32FootprintAndKeepsWhatTheLoadReads) {
+  Config c = llama_1b();
+  c.train.device = Device::kCpu;
+  c.train.dtype = DType::kF32;
+  const DecoderHostPlan p = plan_decoder_host(c, 2);
+  EXPECT_EQ(p.decoder_parts.weights, 4 * k1bParams);
+  EXPECT_EQ(p.decoder_parts.cache, 2 * 4 * 16 * 2 * int64_t{2048} * 512);  // k and v, fp32, 16 layers, 2 x 2048 rows
+  EXPECT_EQ(p.decoder_parts.runtime, 0);
+  const DecoderFootprint f = decoder_footprint(c.model, DType::kF32, 2);
+  EXPECT_EQ(p.decoder, f.weights + f.cache + f.activations);
+  EXPECT_EQ(p.loading, kStreamingIoBytes);
+  EXPECT_EQ(p.upload, 0);
+  EXPECT_EQ(p.reserve, kHostReserveBytes);
+  EXPECT_EQ(p.total(), p.decoder + kStreamingIoBytes + kHostReserveBytes);
+  // A stage of a split holds its units alone: the second half of two holds blocks 8-15, the head and the tied
+  // classifier's copy of the embedding.
+  const std::vector<UnitRange> halves = split_units(c.model, 2, 2);
+  const DecoderHostPlan second = plan_decoder_host(c, 2, DecoderStage{1, 2, halves[1], nullptr});
+  EXPECT_EQ(second.decoder_parts.weights, 4 * (k1bEmbedding + 8 * k1bBlock + 2048));
+  EXPECT_EQ(second.decoder_parts.cache, p.decoder_parts.cache / 2);
+}
+
+// On cuda the host holds no decoder: three of the largest unit's fp32 buffers in flight (read, waiting, handed over),
+// the file reads' buffers, two pinned chunks of 2^23 bf16 elements, and the CUDA runtime's reserve.
+TEST(DecoderHostPlan, OnCudaTheHostHoldsThreeUnitsInFlightAndTwoPinnedChunks) {
+  const Config c = llama_1b();
+  const DecoderHostPlan p = plan_decoder_host(c, 16);
+  EXPECT_EQ(p.decoder, 0);
+  EXPECT_EQ(p.loading, 3 * 4 * k1bEmbedding + kStreamingIoBytes);
+  EXPECT_EQ(p.upload, int64_t{32} << 20);
+  EXPECT_EQ(p.reserve, kCudaHostReserveBytes);
+  EXPECT_EQ(plan_decoder_host(c, 1).total(), p.total());  // the sequences live on the device
+  // The first stage of a 2-way split of a 4-layer untied model holds the embedding and two blocks: its largest unit is
+  // still the embedding; the second stage's, the head's lm_head.
+  Config untied = llama(4, 2048, 8192, false);
+  const std::vector<UnitRange> halves = split_units(untied.model, 1, 2);
+  const DecoderHostPlan first = plan_decoder_host(untied, 1, DecoderStage{0, 2, halves[0], nullptr});
+  EXPECT_EQ(first.loading, 3 * 4 * k1bEmbedding + kStreamingIoBytes);
+  const DecoderHostPlan last = plan_decoder_host(untied, 1, DecoderStage{1, 2, halves[1], nullptr});
+  EXPECT_EQ(last.loading, 3 * 4 * (k1bEmbedding + 2048) + kStreamingIoBytes);
+}
+
+// A LoRA checkpoint is read whole (its held units with their adapters) before the adapters are merged into a copy of
+// the base, which the CPU decoder keeps and cuda uploads. Rank 16 on every linear layer adds, a block: q 16 x (2048 +
+// 2048), k and v 16 x (2048 + 512) each, o 16 x (2048 + 2048), gate and up 16 x (2048 + 8192) each, down 16 x (8192 +
+// 2048): 704,512 elements.
+TEST(DecoderHostPlan, ALoraCheckpointIsReadWholeAndThenMerged) {
+  Config c = llama_1b();
+  c.model.lora.rank = 16;
+  const int64_t whole = 4 * (k1bParams + 16 * 704512);
+  EXPECT_EQ(plan_decoder_host(c, 1).loading, whole + 4 * k1bParams + kStreamingIoBytes);
+  c.train.device = Device::kCpu;
+  c.train.dtype = DType::kF32;
+  const DecoderHostPlan cpu = plan_decoder_host(c, 1);
+  EXPECT_EQ(cpu.loading, whole + kStreamingIoBytes);
+  EXPECT_EQ(cpu.decoder_parts.weights, 4 * k1bParams);  // the merged model, without adapters
+}
+
+// The plan against the host's budget: its total passes; a byte less is refused with the breakdown, the limit that
+// binds and what to change, which differs between the devices.
+TEST(DecoderHostPlan, APlanPastTheBudgetIsRefusedWithItsBreakdown) {
+  Config c = llama_1b();
+  c.train.device = Device::kCpu;
+  c.train.dtype = DType::kF32;
+  const DecoderHostPlan p = plan_decoder_host(c, 2);
+  EXPECT_NO_THROW(check_decoder_host_memory(c, 2, {}, budget_of(p.total())));
+  const Error e = testing::caught([&] { check_decoder_host_memory(c, 2, {}, budget_of(p.total() - 1)); });
+  EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+  const std::string want = "host memory: generate on cpu with 2 sequence(s) of 2048 positions needs " +
+                           format_gib(p.total()) + " (decoder " + format_gib(p.decoder) + " (weights 4.60 GiB, " +
+                           "key/value caches 0.25 GiB, activations " + format_gib(p.decoder_parts.activations) +
+                           "), loading 0.25 GiB, reserve 0.25 GiB; total " + format_gib(p.total()) +
+                           "), but a test budget of " + format_gib(p.total() - 1) +
+                           "; lower generate's --batch or model.seq_len, decode on a GPU (--train.device=cuda), or "
+                           "split the layers over more hosts (--split layers under mpirun)";
+  EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  const Config gpu = llama_1b();
+  const Error g = testing::caught([&] { check_decoder_host_memory(gpu, 4, {}, budget_of(kGiB)); });
+  EXPECT_NE(std::string(g.what()).find("host memory: generate on cuda needs " +
+                                       format_gib(plan_decoder_host(gpu, 4).total()) + " (loading 3.19 GiB, upload " +
+                                       "0.03 GiB, reserve 3.00 GiB; total "),
+            std::string::npos)
+      << g.what();
+  EXPECT_NE(std::string(g.what()).find("; free host memory, or run fewer ranks on this host"), std::string::npos)
+      << g.what();
 }
 
 }  // namespace

@@ -99,7 +99,7 @@ class CudaDecoderBase : public Decoder {
   std::string device_name_;
   std::vector<DeviceBuffer<T>> w_;
   // While loading: two chunks of a unit's weights rounded to T on the host, each uploaded while the next is rounded.
-  static constexpr int64_t kUploadChunk = int64_t{1} << 23;
+  static constexpr int64_t kUploadChunk = kDecoderUploadChunk;
   PinnedBuffer<T> upload_;
   CudaEvent chunk_uploaded_[2];
   // A captured step: its rows and the options its token choice was captured with (greedy: all zero).

@@ -152,6 +152,10 @@ std::unique_ptr<Decoder> make_unloaded_decoder(const Config& cfg, int cuda_devic
 // it.
 std::unique_ptr<Decoder> load_decoder(std::unique_ptr<Decoder> d, std::vector<std::vector<float>> weights);
 
+// Elements of the compute type in each of the two pinned chunks a GPU decoder uploads a unit through, one rounded on
+// the host while the other goes up.
+inline constexpr int64_t kDecoderUploadChunk = int64_t{1} << 23;
+
 // The device memory of a GPU decoder of `model` in `dtype` holding max_batch sequences, planned before anything is
 // allocated: the weights in the compute type, the key/value caches (keys and values of every layer, max_batch x
 // seq_len positions), the activations of the widest forward (a prompt's seq_len rows or a batch's max_batch) with the

@@ -135,6 +135,31 @@ struct DecoderPlacement {
 DecoderPlacement place_decoder(const Config& cfg, int want, bool fit_batch, LayerSplit split, int ranks,
                                const DeviceBudget& budget, const std::string& device);
 
+// generate's host memory on one rank, planned before a weight is read: `cfg` is the run's (its model with adapters
+// for a LoRA checkpoint; the decoder's is base_model(cfg.model)), its decoder holding max_batch sequences of `stage`.
+//   decoder   train.device = cpu: the decoder itself, decoder_footprint in fp32 (its weights, key/value caches and
+//             activations; no runtime term)
+//   loading   the load's buffers beside the decoder's: on cuda three of the largest held unit's fp32 buffers (one
+//             read, one waiting, one handed over: ckpt/unit_read_ahead.h); a LoRA checkpoint is read whole first (every
+//             held unit with its adapters, then merged into a second copy on cuda, where the CPU decoder keeps the
+//             merged one); and the file reads' buffers (kStreamingIoBytes)
+//   upload    cuda: the two pinned chunks a unit goes up in (kDecoderUploadChunk elements of the compute type each)
+//   reserve   what runs beside them: kHostReserveBytes on the CPU, kCudaHostReserveBytes (the CUDA runtime and
+//             cuBLASLt) on cuda
+struct DecoderHostPlan {
+  int64_t decoder = 0, loading = 0, upload = 0, reserve = 0;
+  int64_t total() const { return decoder + loading + upload + reserve; }
+  // "decoder 4.80 GiB (weights 4.60 GiB, key/value caches 0.06 GiB, activations 0.14 GiB), loading 0.25 GiB,
+  // reserve 0.25 GiB; total 5.30 GiB" (cpu), "loading 2.00 GiB, upload 0.03 GiB, reserve 3.00 GiB; total ..." (cuda)
+  std::string breakdown() const;
+  DecoderFootprint decoder_parts;  // the CPU decoder's terms (runtime 0)
+};
+DecoderHostPlan plan_decoder_host(const Config& cfg, int max_batch, const DecoderStage& stage = {});
+// kBadInput when the plan exceeds the budget (core/process_memory.h: MemAvailable, the cgroup's limit or an rlimit,
+// split between the host's ranks): the breakdown, the limit that binds, and what to change.
+void check_decoder_host_memory(const Config& cfg, int max_batch, const DecoderStage& stage,
+                               const HostMemoryBudget& budget);
+
 // The CPU backend (ShardedModel, fp32) plans the same terms in host memory: the 16 S_u bytes of sharded state per
 // unit whatever optim.offload says (the optimizer already runs on the host), gather buffers at prefetch depth 0
 // (every collective blocks), the model's activations and scratch (its family's cpu_footprint_bytes; with train.fp8
