@@ -124,28 +124,33 @@ ModelConfig base_model(const ModelConfig& cfg) {
   return base;
 }
 
+std::vector<float> merge_lora_unit(const ModelConfig& cfg, const UnitLayout& unit, const UnitLayout& base_unit,
+                                   const std::vector<float>& full) {
+  ST_CHECK(static_cast<int64_t>(full.size()) == unit.numel + unit.frozen_numel, "unit ", unit.name, " has ",
+           full.size(), " elements, its layout ", unit.numel + unit.frozen_numel);
+  std::vector<float> b(static_cast<size_t>(base_unit.numel), 0.0f);
+  for (const TensorSpec& t : unit.tensors)
+    if (t.frozen) std::copy(full.begin() + t.offset, full.begin() + t.offset + t.numel, b.begin() + t.init_index);
+  const float scale = lora_scale(cfg.lora);
+  for (const LoraAdapter& a : lora_adapters(unit, cfg)) {
+    const TensorSpec& w = base_unit.tensor(a.linear.weight);
+    add_lora_delta(b.data() + w.offset + a.linear.row0 * a.linear.in, full.data() + a.a_offset,
+                   full.data() + a.b_offset, a.linear.rows, a.linear.in, a.rank, scale);
+  }
+  return b;
+}
+
 std::vector<std::vector<float>> merge_lora(const ModelConfig& cfg, const std::vector<UnitLayout>& units,
                                            std::vector<std::vector<float>> full) {
   if (!cfg.lora.enabled()) return full;
   const std::vector<UnitLayout> base_units = build_units(base_model(cfg));
   ST_ENFORCE_EQ(units.size(), base_units.size());
   ST_ENFORCE_EQ(full.size(), units.size());
-  const float scale = lora_scale(cfg.lora);
   std::vector<std::vector<float>> out(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
-    const std::vector<float>& f = full[u];
-    if (f.empty()) continue;
-    ST_CHECK(static_cast<int64_t>(f.size()) == units[u].numel + units[u].frozen_numel, "unit ", units[u].name, " has ",
-             f.size(), " elements, its layout ", units[u].numel + units[u].frozen_numel);
-    std::vector<float>& b = out[u];
-    b.assign(static_cast<size_t>(base_units[u].numel), 0.0f);
-    for (const TensorSpec& t : units[u].tensors)
-      if (t.frozen) std::copy(f.begin() + t.offset, f.begin() + t.offset + t.numel, b.begin() + t.init_index);
-    for (const LoraAdapter& a : lora_adapters(units[u], cfg)) {
-      const TensorSpec& w = base_units[u].tensor(a.linear.weight);
-      add_lora_delta(b.data() + w.offset + a.linear.row0 * a.linear.in, f.data() + a.a_offset, f.data() + a.b_offset,
-                     a.linear.rows, a.linear.in, a.rank, scale);
-    }
+    if (full[u].empty()) continue;
+    out[u] = merge_lora_unit(cfg, units[u], base_units[u], full[u]);
+    std::vector<float>().swap(full[u]);  // one unit's two copies at a time
   }
   return out;
 }

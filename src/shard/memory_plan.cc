@@ -315,4 +315,36 @@ void check_decoder_host_memory(const Config& cfg, int max_batch, const DecoderSt
                       "the layers over more hosts (--split layers under mpirun)");
 }
 
+SampleFootprint sample_footprint(const Config& cfg) {
+  const ModelConfig base = base_model(cfg.model);
+  const std::vector<UnitLayout> units = build_units(cfg.model), base_units = build_units(base);
+  int64_t gathered = 0, merged = 0;  // the largest unit's gathered buffer and merged copy
+  for (size_t u = 0; u < units.size(); ++u) {
+    gathered = std::max(gathered, 4 * (units[u].numel + units[u].frozen_numel));
+    merged = std::max(merged, 4 * base_units[u].numel);
+  }
+  const bool lora = cfg.model.lora.enabled();
+  SampleFootprint f;
+  if (cfg.train.device == Device::kCuda) {
+    f.device = decoder_footprint(base, cfg.compute_dtype(), 1).total();
+    f.host = gathered + (lora ? merged : 0) + 2 * kDecoderUploadChunk * dtype_bytes(cfg.compute_dtype());
+  } else {
+    DecoderFootprint d = decoder_footprint(base, DType::kF32, 1);
+    d.runtime = 0;
+    f.host = d.total() + (lora ? gathered : 0);
+  }
+  return f;
+}
+
+std::string sample_misfit(const Config& cfg, int64_t device_free, const HostMemoryBudget& host) {
+  const SampleFootprint f = sample_footprint(cfg);
+  if (f.device > device_free)
+    return str_cat("its decoder needs ", format_gib(f.device), " of device memory beside the training state, ",
+                   format_gib(device_free), " are free");
+  if (f.host > host.bytes)
+    return str_cat("its decoder needs ", format_gib(f.host), " of host memory beside the training state, but ",
+                   host.limited_by);
+  return "";
+}
+
 }  // namespace st

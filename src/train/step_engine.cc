@@ -198,18 +198,26 @@ std::vector<int32_t> StepEngine::generate(const std::vector<int32_t>& prompt, in
   // A LoRA model decodes as its base with the adapters merged in.
   Config merged = cfg_;
   merged.model = base_model(cfg_.model);
-  const std::unique_ptr<Decoder> decoder =
-      make_decoder(merged, merge_lora(cfg_.model, units(), gather_params()), comm_.device_rank());
+  const std::unique_ptr<Decoder> decoder = make_unloaded_decoder(merged, comm_.device_rank());
+  const std::vector<UnitLayout> base_units = build_units(merged.model);
+  for (const UnitLayout& u : units()) {
+    std::vector<float> w = gather_unit(u.index);
+    if (cfg_.model.lora.enabled()) w = merge_lora_unit(cfg_.model, u, base_units[static_cast<size_t>(u.index)], w);
+    decoder->load_unit(u.index, w);
+  }
   return generate_tokens(*decoder, prompt, n, options, stats);
+}
+
+std::vector<float> StepEngine::gather_unit(int unit) {
+  std::vector<float> out = model_->gather_params(unit);
+  const std::vector<float> frozen = model_->gather_frozen(unit);
+  out.insert(out.end(), frozen.begin(), frozen.end());
+  return out;
 }
 
 std::vector<std::vector<float>> StepEngine::gather_params() {
   std::vector<std::vector<float>> out;
-  for (const UnitLayout& u : units()) {
-    out.push_back(model_->gather_params(u.index));
-    const std::vector<float> frozen = model_->gather_frozen(u.index);
-    out.back().insert(out.back().end(), frozen.begin(), frozen.end());
-  }
+  for (const UnitLayout& u : units()) out.push_back(gather_unit(u.index));
   return out;
 }
 

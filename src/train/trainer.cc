@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <vector>
@@ -34,10 +35,14 @@
 #include "shardtrain/data/text_codec.h"
 #include "shardtrain/model/lora.h"
 #include "shardtrain/model/units.h"
+#include "shardtrain/shard/memory_plan.h"
 #include "shardtrain/text/tokenizer_codec.h"
 #include "shardtrain/train/metrics.h"
 #include "shardtrain/train/mfu.h"
 #include "shardtrain/train/step_engine.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "shardtrain/model/cuda_decoder.h"
+#endif
 
 namespace st {
 namespace {
@@ -83,6 +88,23 @@ std::vector<int64_t> peak_memory_per_rank(int64_t mine, Communicator& comm) {
   std::vector<int64_t> bytes;
   for (double b : all) bytes.push_back(std::llround(b));
   return bytes;
+}
+
+// Why the end-of-run sample's decoder does not fit beside the training state (memory_plan.h: sample_misfit), as this
+// rank finds it, or which rank lacks the memory; "" when it fits on every rank. Collective: every rank decides alike.
+std::string sample_misfit_on_ranks(const Config& cfg, Communicator& comm) {
+  int64_t device_free = std::numeric_limits<int64_t>::max();
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (cfg.train.device == Device::kCuda) device_free = cuda_device_free_bytes(comm.device_rank());
+#endif
+  const std::string mine =
+      sample_misfit(cfg, device_free, host_memory_budget(host_memory_limits(), comm.device_ranks()));
+  std::vector<double> misfit(static_cast<size_t>(comm.world_size()), 0.0);
+  misfit[static_cast<size_t>(comm.rank())] = mine.empty() ? 0.0 : 1.0;
+  comm.all_reduce(misfit.data(), static_cast<int64_t>(misfit.size()));
+  for (int r = 0; r < comm.world_size(); ++r)
+    if (misfit[static_cast<size_t>(r)] > 0) return r == comm.rank() ? mine : str_cat("on rank ", r, " it does not fit");
+  return "";
 }
 
 }  // namespace
@@ -389,19 +411,33 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   }
 
   if (!cfg.ckpt.export_path.empty()) {
-    // A LoRA model exports as its base with the adapters merged in.
-    const std::vector<std::vector<float>> full =
-        merge_lora(cfg.model, engine.units(), engine.gather_params());  // collective
+    // A LoRA model exports as its base with the adapters merged in. Every rank gathers each unit in turn (collective);
+    // the lead alone keeps them, merged as they come.
+    const ModelConfig merged = base_model(cfg.model);
+    const std::vector<UnitLayout> base_units = build_units(merged);
+    std::vector<std::vector<float>> full(base_units.size());
+    for (const UnitLayout& u : engine.units()) {
+      std::vector<float> w = engine.gather_unit(u.index);
+      if (!lead) continue;
+      full[static_cast<size_t>(u.index)] =
+          cfg.model.lora.enabled() ? merge_lora_unit(cfg.model, u, base_units[static_cast<size_t>(u.index)], w)
+                                   : std::move(w);
+    }
     if (lead) {
       std::vector<const float*> ptrs;
       for (const auto& f : full) ptrs.push_back(f.data());
-      const ModelConfig merged = base_model(cfg.model);
-      write_hf_weights(cfg.ckpt.export_path, merged, build_units(merged), ptrs);
+      write_hf_weights(cfg.ckpt.export_path, merged, base_units, ptrs);
       ST_LOG_INFO("ckpt.export: wrote the final weights to ", cfg.ckpt.export_path);
     }
   }
 
-  if (codec && cfg.train.sample_tokens > 0 && !summary.nothing_to_train) {
+  // The sample's decoder comes beside the training state, which stays allocated: a run whose memory leaves no room for
+  // it ends without the sample (the checkpoint decodes on its own: shardtrain generate --ckpt).
+  const std::string misfit =
+      codec && cfg.train.sample_tokens > 0 && !summary.nothing_to_train ? sample_misfit_on_ranks(cfg, comm) : "";
+  if (lead && !misfit.empty())
+    ST_LOG_INFO("sample: skipped, ", misfit, "; decode a checkpoint of this run with shardtrain generate --ckpt DIR");
+  if (codec && cfg.train.sample_tokens > 0 && !summary.nothing_to_train && misfit.empty()) {
     std::vector<int32_t> prompt(static_cast<size_t>(std::min<int64_t>(16, data.val->size())));
     data.val->read(0, static_cast<int64_t>(prompt.size()), prompt.data());
     SamplingOptions sampling;  // temperature 1 over the whole vocabulary

@@ -12,6 +12,7 @@
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/format.h"
 #include "shardtrain/model/decoder_stage.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/shard/memory_plan.h"
 
 namespace st {
@@ -279,6 +280,40 @@ TEST(DecoderHostPlan, APlanPastTheBudgetIsRefusedWithItsBreakdown) {
       << g.what();
   EXPECT_NE(std::string(g.what()).find("; free host memory, or run fewer ranks on this host"), std::string::npos)
       << g.what();
+}
+
+// The end-of-run sample beside the training state: on cuda the bf16 decoder of one sequence on the device, and on the
+// host the largest gathered unit (the embedding), its merged copy with LoRA and the two pinned chunks; on the CPU the
+// fp32 decoder on the host, which keeps each gathered buffer (with LoRA the gathered unit beside its merged copy).
+TEST(SampleFootprint, TheDecoderBesideTheTrainingState) {
+  Config c = llama_1b();
+  const SampleFootprint gpu = sample_footprint(c);
+  EXPECT_EQ(gpu.device, decoder_footprint(c.model, DType::kBF16, 1).total());
+  EXPECT_EQ(gpu.host, 4 * k1bEmbedding + (int64_t{32} << 20));
+  c.model.lora.rank = 16;
+  const SampleFootprint lora = sample_footprint(c);
+  EXPECT_EQ(lora.device, gpu.device);                                // the merged model's decoder
+  EXPECT_EQ(lora.host, 2 * 4 * k1bEmbedding + (int64_t{32} << 20));  // the embedding has no adapters
+  c.train.device = Device::kCpu;
+  c.train.dtype = DType::kF32;
+  DecoderFootprint cpu = decoder_footprint(base_model(c.model), DType::kF32, 1);
+  EXPECT_EQ(sample_footprint(c).device, 0);
+  EXPECT_EQ(sample_footprint(c).host, cpu.weights + cpu.cache + cpu.activations + 4 * k1bEmbedding);
+  c.model.lora.rank = 0;
+  EXPECT_EQ(sample_footprint(c).host, cpu.weights + cpu.cache + cpu.activations);
+}
+
+// What fits passes ("" back); the device is judged first, then the host, each message naming the need and the limit.
+TEST(SampleFootprint, AMisfitSaysWhichMemoryAndHowMuch) {
+  const Config c = llama_1b();
+  const SampleFootprint f = sample_footprint(c);
+  EXPECT_EQ(sample_misfit(c, f.device, budget_of(f.host)), "");
+  EXPECT_EQ(sample_misfit(c, f.device - 1, budget_of(0)), "its decoder needs " + format_gib(f.device) +
+                                                              " of device memory beside the training state, " +
+                                                              format_gib(f.device - 1) + " are free");
+  EXPECT_EQ(sample_misfit(c, f.device, budget_of(f.host - 1)),
+            "its decoder needs " + format_gib(f.host) + " of host memory beside the training state, but a test " +
+                "budget of " + format_gib(f.host - 1));
 }
 
 }  // namespace

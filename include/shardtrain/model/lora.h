@@ -75,6 +75,10 @@ ModelConfig base_model(const ModelConfig& cfg);
 // empty buffer (a unit another stage of a layer split holds, decoder_stage.h) stays empty.
 std::vector<std::vector<float>> merge_lora(const ModelConfig& cfg, const std::vector<UnitLayout>& units,
                                            std::vector<std::vector<float>> full);
+// One unit of merge_lora (cfg has adapters): `unit` of cfg's unit list, `full` its buffer, as `base_unit` (the same
+// unit of base_model(cfg)'s list) with its adapters merged in.
+std::vector<float> merge_lora_unit(const ModelConfig& cfg, const UnitLayout& unit, const UnitLayout& base_unit,
+                                   const std::vector<float>& full);
 
 // w[i, :] += scale * (B A)[i, :] for the `rows` rows of w (row-major, `in` wide), B [rows, r], A [r, in]: each element
 // summed in double and rounded once. What merge_lora and a merged export add to an adapted weight.

@@ -160,6 +160,19 @@ DecoderHostPlan plan_decoder_host(const Config& cfg, int max_batch, const Decode
 void check_decoder_host_memory(const Config& cfg, int max_batch, const DecoderStage& stage,
                                const HostMemoryBudget& budget);
 
+// The end-of-run sample's decoder (StepEngine::generate: one sequence, the units gathered into it one at a time) beside
+// the training state, which stays allocated: on cuda its device footprint (decoder_footprint in the compute type) and
+// on the host a gathered unit's buffer, its merged copy (LoRA) and the pinned upload chunks; on the CPU no device, and
+// on the host the decoder itself (decoder_footprint in fp32, which keeps each gathered buffer) and a LoRA unit's
+// gathered buffer beside its merged copy.
+struct SampleFootprint {
+  int64_t device = 0, host = 0;
+};
+SampleFootprint sample_footprint(const Config& cfg);
+// Why the sample does not fit `device_free` bytes of the device and `host` (the budget left now): "" when it does, else
+// "its decoder needs 16.21 GiB of device memory, 9.80 GiB are free" and the like.
+std::string sample_misfit(const Config& cfg, int64_t device_free, const HostMemoryBudget& host);
+
 // The CPU backend (ShardedModel, fp32) plans the same terms in host memory: the 16 S_u bytes of sharded state per
 // unit whatever optim.offload says (the optimizer already runs on the host), gather buffers at prefetch depth 0
 // (every collective blocks), the model's activations and scratch (its family's cpu_footprint_bytes; with train.fp8

@@ -81,13 +81,16 @@ class StepEngine {
 
   // Samples `n` tokens continuing `prompt` with a key/value-cache decoder on train.device (model/decoder.h) over the
   // gathered weights, by generate_tokens (model/generation.h: the sampling rule, the sliding context), identically
-  // on every rank. Collective (the gather).
+  // on every rank. Collective (the gather). The units are gathered into the decoder one at a time (a LoRA model's
+  // merged as they come), so that the host holds one unit's buffers beside the decoder's own.
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int64_t n, const SamplingOptions& options,
                                 GenerationStats* stats = nullptr);
 
   // Full flat parameter buffers of every unit, every tensor at its offset (units.h: the trainable tensors, then the
   // frozen ones), on every rank; and the gradient buffers (the trainable tensors). Collective.
   std::vector<std::vector<float>> gather_params();
+  // gather_params' buffer of one unit. Collective.
+  std::vector<float> gather_unit(int unit);
   std::vector<std::vector<float>> gather_grads();
 
   ModelBackend& sharded() { return *model_; }
