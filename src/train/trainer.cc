@@ -411,24 +411,38 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
   }
 
   if (!cfg.ckpt.export_path.empty()) {
-    // A LoRA model exports as its base with the adapters merged in. Every rank gathers each unit in turn (collective);
-    // the lead alone keeps them, merged as they come.
+    // A LoRA model exports as its base with the adapters merged in. Every rank gathers each unit in turn (collective),
+    // and the lead writes it (merged) before the next: one unit's buffers on the host at a time. Each step agrees
+    // across the ranks, so that a failed write stops every rank alike.
     const ModelConfig merged = base_model(cfg.model);
     const std::vector<UnitLayout> base_units = build_units(merged);
-    std::vector<std::vector<float>> full(base_units.size());
+    const char* what = "could not write ckpt.export";
+    std::unique_ptr<HfWeightsWriter> writer;
+    on_all_ranks(
+        comm,
+        [&] {
+          if (lead) writer = std::make_unique<HfWeightsWriter>(cfg.ckpt.export_path, merged, base_units);
+        },
+        what);
     for (const UnitLayout& u : engine.units()) {
       std::vector<float> w = engine.gather_unit(u.index);
-      if (!lead) continue;
-      full[static_cast<size_t>(u.index)] =
-          cfg.model.lora.enabled() ? merge_lora_unit(cfg.model, u, base_units[static_cast<size_t>(u.index)], w)
-                                   : std::move(w);
+      on_all_ranks(
+          comm,
+          [&] {
+            if (!lead) return;
+            if (cfg.model.lora.enabled())
+              w = merge_lora_unit(cfg.model, u, base_units[static_cast<size_t>(u.index)], w);
+            writer->write_unit(u.index, w.data());
+          },
+          what);
     }
-    if (lead) {
-      std::vector<const float*> ptrs;
-      for (const auto& f : full) ptrs.push_back(f.data());
-      write_hf_weights(cfg.ckpt.export_path, merged, base_units, ptrs);
-      ST_LOG_INFO("ckpt.export: wrote the final weights to ", cfg.ckpt.export_path);
-    }
+    on_all_ranks(
+        comm,
+        [&] {
+          if (lead) writer->commit();
+        },
+        what);
+    if (lead) ST_LOG_INFO("ckpt.export: wrote the final weights to ", cfg.ckpt.export_path);
   }
 
   // The sample's decoder comes beside the training state, which stays allocated: a run whose memory leaves no room for

@@ -141,5 +141,44 @@ TEST(HfExport, ShapeMismatchOnReadNamesTheDatasetAndBothShapes) {
   EXPECT_TRUE(contains(msg, path + ": dataset transformer.wpe.weight has shape [16, 8], expected [32, 8]")) << msg;
 }
 
+// The writer takes the units in any order, one at a time, and writes what write_hf_gpt2 writes from all at once.
+TEST(HfExport, TheWriterTakesTheUnitsOneAtATimeInAnyOrder) {
+  TempDir dir;
+  const Model m(small_model());
+  write_hf_gpt2(dir.file("whole.h5"), m.cfg, m.units, m.in());
+  {
+    HfWeightsWriter w(dir.file("units.h5"), m.cfg, m.units);
+    for (int u = static_cast<int>(m.units.size()) - 1; u >= 0; --u) {
+      const std::vector<float> one = m.buffers[static_cast<size_t>(u)];  // this unit's buffer alone
+      w.write_unit(u, one.data());
+    }
+    w.commit();
+  }
+  for (const char* file : {"whole.h5", "units.h5"}) {
+    std::vector<std::vector<float>> back;
+    for (const UnitLayout& u : m.units) back.emplace_back(static_cast<size_t>(u.numel), -1.0f);
+    std::vector<float*> out = out_ptrs(back);
+    read_hf_gpt2(dir.file(file), m.cfg, m.units, out);
+    for (size_t u = 1; u < m.units.size(); ++u) EXPECT_EQ(bits(back[u]), bits(m.buffers[u])) << file << " unit " << u;
+  }
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"units.h5", "whole.h5"}));
+}
+
+// A unit handed over twice, or a commit before every unit, is an internal error; a writer that never commits leaves
+// neither the file nor its temporary.
+TEST(HfExport, AWriterThatDoesNotCommitLeavesNothing) {
+  TempDir dir;
+  const Model m(small_model());
+  {
+    HfWeightsWriter w(dir.file("model.h5"), m.cfg, m.units);
+    w.write_unit(0, m.buffers[0].data());
+    EXPECT_TRUE(contains(testing::error_message(ErrorKind::kInternal, [&] { w.write_unit(0, m.buffers[0].data()); }),
+                         "unit 0 handed to the export twice"));
+    EXPECT_TRUE(contains(testing::error_message(ErrorKind::kInternal, [&] { w.commit(); }),
+                         "the export was committed without unit "));
+  }
+  EXPECT_TRUE(dir.entries().empty());
+}
+
 }  // namespace
 }  // namespace st

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/ckpt/file_io.h"
+#include "shardtrain/ckpt/h5.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/model/gpt2/gpt2_hf.h"
 #include "shardtrain/model/units.h"
@@ -26,6 +28,33 @@ void write_hf_gpt2(const std::string& path, const ModelConfig& cfg, const std::v
 // lm_head cut to vocab_size rows, q/k/v and gate/up split), fp32.
 void write_hf_weights(const std::string& path, const ModelConfig& cfg, const std::vector<UnitLayout>& units,
                       const std::vector<const float*>& unit_buffers);
+
+// write_hf_weights a unit at a time, for a writer that holds one unit's buffer at once (ckpt.export at the end of a
+// run gathers the units in turn): the same file, each unit's tensors written when it is handed over.
+//
+//   HfWeightsWriter w(path, cfg, units);         // kBadInput if `path` exists; the temporary file is created here
+//   for (int u = 0; u < n; ++u) w.write_unit(u, buffer_of(u));
+//   w.commit();                                  // every unit written (else kInternal); renamed into place
+//
+// A writer destroyed before commit() removes its temporary file. `units` must outlive the writer.
+class HfWeightsWriter {
+ public:
+  HfWeightsWriter(const std::string& path, const ModelConfig& cfg, const std::vector<UnitLayout>& units);
+  HfWeightsWriter(const HfWeightsWriter&) = delete;
+  HfWeightsWriter& operator=(const HfWeightsWriter&) = delete;
+  // Writes the tensors of unit `unit` from its full flat buffer; each unit once.
+  void write_unit(int unit, const float* buffer);
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  ModelConfig cfg_;
+  const std::vector<UnitLayout>& units_;
+  std::vector<bool> written_;
+  RemoveOnFailure cleanup_;  // declared before file_: the file is closed before a failed write removes it
+  H5File file_;
+  std::vector<float> scratch_;  // a transposed GPT-2 matrix
+};
 
 // Reads every tensor back into the units' flat buffers; wte padding rows are set to zero. Shapes must
 // match the config (errors name the file, the dataset and both shapes).
