@@ -220,11 +220,14 @@ Manifest read_checkpoint_weights(const std::string& step_dir, const Config& cfg,
     draw_unwritten(u, cfg.model, cfg.train.seed, Segment::kFrozen, &frozen);
     store_frozen(u, cfg, &frozen);
   }
-  std::vector<std::vector<float>> merged = merge_lora(cfg.model, units, views.take_full());
-  for (size_t u = 0; u < merged.size(); ++u) {
+  // Each unit merged as it goes to the sink, its full buffer freed then: the whole model once, and one merged unit.
+  std::vector<std::vector<float>> full = views.take_full();
+  const std::vector<UnitLayout> base_units = build_units(base_model(cfg.model));
+  for (size_t u = 0; u < full.size(); ++u) {
     if (!wanted(held, static_cast<int>(u))) continue;
-    sink(static_cast<int>(u), merged[u]);
-    std::vector<float>().swap(merged[u]);
+    std::vector<float> merged = merge_lora_unit(cfg.model, units[u], base_units[u], full[u]);
+    std::vector<float>().swap(full[u]);
+    sink(static_cast<int>(u), merged);
   }
   return m;
 }

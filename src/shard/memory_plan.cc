@@ -278,17 +278,18 @@ DecoderHostPlan plan_decoder_host(const Config& cfg, int max_batch, const Decode
     p.decoder_parts.runtime = 0;
     p.decoder = p.decoder_parts.total();
   }
-  int64_t largest = 0, merged = 0;
+  int64_t largest = 0, held_base = 0;
   for (const UnitLayout& u : build_units(base))
     if (held[static_cast<size_t>(u.index)]) {
       largest = std::max(largest, 4 * u.numel);
-      merged += 4 * u.numel;
+      held_base += 4 * u.numel;
     }
   if (cfg.model.lora.enabled()) {
     int64_t whole = 0;  // the held units of the LoRA model, trainable and frozen, as the checkpoint's read holds them
     for (const UnitLayout& u : build_units(cfg.model))
       if (held[static_cast<size_t>(u.index)]) whole += 4 * (u.numel + u.frozen_numel);
-    p.loading = whole + (cuda ? merged : 0);
+    // On the CPU the merged units are the decoder's weights, counted there, each taking a freed full unit's place.
+    p.loading = (cuda ? whole : whole - held_base) + largest;
   } else {
     p.loading = cuda ? 3 * largest : 0;
   }

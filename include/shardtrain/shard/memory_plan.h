@@ -140,9 +140,10 @@ DecoderPlacement place_decoder(const Config& cfg, int want, bool fit_batch, Laye
 //   decoder   train.device = cpu: the decoder itself, decoder_footprint in fp32 (its weights, key/value caches and
 //             activations; no runtime term)
 //   loading   the load's buffers beside the decoder's: on cuda three of the largest held unit's fp32 buffers (one
-//             read, one waiting, one handed over: ckpt/unit_read_ahead.h); a LoRA checkpoint is read whole first (every
-//             held unit with its adapters, then merged into a second copy on cuda, where the CPU decoder keeps the
-//             merged one); and the file reads' buffers (kStreamingIoBytes)
+//             read, one waiting, one handed over: ckpt/unit_read_ahead.h); a LoRA checkpoint is read whole first
+//             (every held unit with its adapters), then each unit merged as it is handed over (on cuda one merged
+//             unit beside it; the CPU decoder keeps the merged units as each full one is freed); and the file
+//             reads' buffers (kStreamingIoBytes)
 //   upload    cuda: the two pinned chunks a unit goes up in (kDecoderUploadChunk elements of the compute type each)
 //   reserve   what runs beside them: kHostReserveBytes on the CPU, kCudaHostReserveBytes (the CUDA runtime and
 //             cuBLASLt) on cuda
