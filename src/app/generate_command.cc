@@ -31,7 +31,6 @@
 #include "shardtrain/ckpt/decode_weights.h"
 #include "shardtrain/ckpt/lora_base.h"
 #include "shardtrain/ckpt/manifest.h"
-#include "shardtrain/ckpt/unit_read_ahead.h"
 #include "shardtrain/comm/on_all_ranks.h"
 #include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/error.h"
@@ -72,7 +71,7 @@ st::Config generate_config(const GenerateArgs& g) {
 }
 
 // Where a load's time went: making the decoder (on cuda the device's buffers), and handing it the weights as they are
-// read; the rest of the time, after opening the device and planning, waiting for the weights to be read.
+// read, the rest of the time reading them.
 struct LoadSeconds {
   double decoder = 0, handing = 0;
 };
@@ -90,14 +89,12 @@ std::optional<st::Manifest> read_weights(const GenerateArgs& g, const st::Config
                                      held);
 }
 
-// The decoder of `decode` (of `stage`) with its weights, streamed into it a unit at a time as they are read: by
-// `ahead`, which reads every unit and started before the device was opened, or else read here by every rank on its
-// own, the units of its stage alone (whatever any rank found, every rank throws). Adds the time of making the decoder
+// The decoder of `decode` (of `stage`) with its weights, the units it holds read by every rank on its own and
+// streamed into it a unit at a time (whatever any rank found, every rank throws). Adds the time of making the decoder
 // and of handing it the weights to *seconds, and sets what the summary calls the weights: "DIR (step N)" or "PATH
 // (init.from)".
 std::unique_ptr<st::Decoder> load_decoder(const GenerateArgs& g, const st::Config& cfg, const st::Config& decode,
                                           int max_batch, const st::DecoderStage& stage, st::Communicator& comm,
-                                          st::UnitReadAhead* ahead, std::optional<st::Manifest>* manifest,
                                           std::string* source, LoadSeconds* seconds) {
   const auto made = std::chrono::steady_clock::now();
   std::unique_ptr<st::Decoder> decoder = st::make_unloaded_decoder(decode, comm.device_rank(), max_batch, stage);
@@ -107,18 +104,14 @@ std::unique_ptr<st::Decoder> load_decoder(const GenerateArgs& g, const st::Confi
     decoder->load_unit(u, values);
     seconds->handing += st::seconds_since(handed);
   };
-  st::on_all_ranks(comm, [&] {
-    if (ahead != nullptr)
-      ahead->drain(sink);
-    else
-      *manifest = read_weights(g, cfg, comm.rank(), sink, decoder->held_units());
-  });
-  if (!manifest->has_value()) {
+  std::optional<st::Manifest> manifest;
+  st::on_all_ranks(comm, [&] { manifest = read_weights(g, cfg, comm.rank(), sink, decoder->held_units()); });
+  if (!manifest.has_value()) {
     if (comm.rank() == 0) ST_LOG_INFO("init.from: weights loaded from ", cfg.init.from);
     *source = g.init_from + " (init.from)";
     return decoder;
   }
-  const st::Manifest& m = **manifest;
+  const st::Manifest& m = *manifest;
   if (comm.rank() == 0) {
     if (m.model.lora.enabled()) ST_LOG_INFO("checkpoint: ", st::lora_base_read_text(m, cfg.init.from, cfg.train.seed));
     ST_LOG_INFO("checkpoint: loaded step ", m.step, " from ", g.dir, " (written by ", m.world_size,
@@ -162,17 +155,6 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
   const int64_t wanted = std::min<int64_t>(g.batch > 0 ? g.batch : kDefaultBatch, prompts.ids.size());
   int max_batch = static_cast<int>(wanted);
   int stages = g.split == st::LayerSplit::kLayers ? comm.world_size() : 1;
-  // The host's memory is planned before a weight is read. One rank holds every unit (a split takes two or more), so
-  // it plans and reads them from the start, on a thread of its own, while the device is opened and the decoder made;
-  // the ranks of a run plan and read theirs once the placement says which units each holds.
-  const st::HostMemoryBudget host = st::host_memory_budget(st::host_memory_limits(), comm.device_ranks());
-  std::optional<st::Manifest> manifest;
-  std::unique_ptr<st::UnitReadAhead> ahead;
-  if (comm.world_size() == 1) {
-    st::check_decoder_host_memory(cfg, max_batch, {}, host);
-    ahead = std::make_unique<st::UnitReadAhead>(
-        [&](const st::UnitSink& sink) { manifest = read_weights(g, cfg, 0, sink, {}); });
-  }
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (decode.train.device == st::Device::kCuda) {
     const st::DeviceBudget budget =
@@ -190,17 +172,18 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
     if (comm.rank() == 0)
       ST_LOG_INFO("generate: the layers split over ", stages, " ranks: ", st::describe_split(decode.model, ranges));
   }
-  if (comm.world_size() > 1)
-    st::on_all_ranks(comm, [&] { st::check_decoder_host_memory(cfg, max_batch, stage, host); });
+  // The host's memory too is planned before a weight is read (each rank's for the units it holds).
+  st::on_all_ranks(comm, [&] {
+    st::check_decoder_host_memory(cfg, max_batch, stage,
+                                  st::host_memory_budget(st::host_memory_limits(), comm.device_ranks()));
+  });
   LoadSeconds parts;
   const auto placed_at = std::chrono::steady_clock::now();
-  const std::unique_ptr<st::Decoder> decoder =
-      load_decoder(g, cfg, decode, max_batch, stage, comm, ahead.get(), &manifest, &source, &parts);
-  ahead.reset();
+  const std::unique_ptr<st::Decoder> decoder = load_decoder(g, cfg, decode, max_batch, stage, comm, &source, &parts);
   const double load_seconds = st::seconds_since(load_start);
   // Before the decoder: the device's first calls (on cuda, its context) and the plan.
   const double opening = std::chrono::duration<double>(placed_at - load_start).count();
-  const double waiting = load_seconds - opening - parts.decoder - parts.handing;
+  const double reading = load_seconds - opening - parts.decoder - parts.handing;
   // One prompt streams its tokens as they come; a batch prints whole results. A stop signal from here on ends the
   // generation where it is (what was printed kept), and a closed stdout ends it quietly, as it ends any Unix filter.
   const OutputForm form = g.jsonl ? OutputForm::kJsonl : g.prompts_file ? OutputForm::kLines : OutputForm::kStream;
@@ -233,13 +216,13 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
     std::fprintf(stderr,
                  "generate: %s on %s: load %.3f s, prefill %lld tokens in %.3f s (%.1f tokens/s), decode %lld "
                  "tokens in %.3f s (%.1f tokens/s)%s%s%s; the load: %.3f s opening the device and planning, %.3f s "
-                 "making the decoder, %.3f s waiting for the weights to be read, %.3f s handing them over\n",
+                 "making the decoder, %.3f s reading the weights, %.3f s handing them over\n",
                  source.c_str(), device.c_str(), load_seconds, static_cast<long long>(stats.prompt_tokens),
                  stats.prefill_seconds, rate(stats.prompt_tokens, stats.prefill_seconds),
                  static_cast<long long>(stats.decode_steps), stats.decode_seconds,
                  rate(stats.decode_steps, stats.decode_seconds),
                  stats.slides > 0 ? (", the context slid " + std::to_string(stats.slides) + " time(s)").c_str() : "",
-                 batch.c_str(), closed.c_str(), opening, parts.decoder, waiting, parts.handing);
+                 batch.c_str(), closed.c_str(), opening, parts.decoder, reading, parts.handing);
   }
   // 128 + the signal: what a shell reports for a filter the signal ended (130 for SIGINT, 143 for SIGTERM).
   return sig != 0 ? 128 + sig : st::kExitOk;

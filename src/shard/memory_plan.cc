@@ -291,7 +291,7 @@ DecoderHostPlan plan_decoder_host(const Config& cfg, int max_batch, const Decode
     // On the CPU the merged units are the decoder's weights, counted there, each taking a freed full unit's place.
     p.loading = (cuda ? whole : whole - held_base) + largest;
   } else {
-    p.loading = cuda ? 3 * largest : 0;
+    p.loading = cuda ? 2 * largest : 0;
   }
   p.loading += kStreamingIoBytes;
   p.upload = cuda ? 2 * kDecoderUploadChunk * dtype_bytes(cfg.compute_dtype()) : 0;

@@ -98,12 +98,12 @@ class GenerateLoad : public ::testing::Test {
   testing::TempDir tmp_;
 };
 
-// The summary's load and the parts it ends with (opening the device and planning, making the decoder, waiting for the
+// The summary's load and the parts it ends with (opening the device and planning, making the decoder, reading the
 // weights, handing them over): each at least 0, and together the load, to the printed figures' rounding.
 void expect_load_parts(const std::string& output) {
   const std::regex summary(R"(load ([0-9.]+) s, prefill .*; the load: ([0-9.]+) s opening the device and planning, )"
-                           R"(([0-9.]+) s making the decoder, ([0-9.-]+) s waiting for the weights to be read, )"
-                           R"(([0-9.]+) s handing them over\n)");
+                           R"(([0-9.]+) s making the decoder, ([0-9.-]+) s reading the weights, ([0-9.]+) s handing )"
+                           R"(them over\n)");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(output, m, summary)) << output;
   double parts = 0;

@@ -139,8 +139,8 @@ DecoderPlacement place_decoder(const Config& cfg, int want, bool fit_batch, Laye
 // for a LoRA checkpoint; the decoder's is base_model(cfg.model)), its decoder holding max_batch sequences of `stage`.
 //   decoder   train.device = cpu: the decoder itself, decoder_footprint in fp32 (its weights, key/value caches and
 //             activations; no runtime term)
-//   loading   the load's buffers beside the decoder's: on cuda three of the largest held unit's fp32 buffers (one
-//             read, one waiting, one handed over: ckpt/unit_read_ahead.h); a LoRA checkpoint is read whole first
+//   loading   the load's buffers beside the decoder's: on cuda two of the largest held unit's fp32 buffers (the one
+//             read reuses the last one's, which grows to a larger unit by a copy); a LoRA checkpoint is read whole first
 //             (every held unit with its adapters), then each unit merged as it is handed over (on cuda one merged
 //             unit beside it; the CPU decoder keeps the merged units as each full one is freed); and the file
 //             reads' buffers (kStreamingIoBytes)
