@@ -1,9 +1,8 @@
 #include "shardtrain/ckpt/hf_dir.h"
 
 #include <filesystem>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "shardtrain/ckpt/file_io.h"
 #include "shardtrain/ckpt/manifest.h"
@@ -101,8 +100,7 @@ const std::string& HfDirWeights::file_of(const std::string& name) const {
 void HfDirWeights::check(const std::string& name, const std::vector<int64_t>& shape) const {
   const std::string& file = file_of(name);
   const SafetensorsReader& r = reader(file);
-  if (!r.has(name))
-    ST_BAD_INPUT(r.path(), ": tensor ", name, " is missing (", index_path_, " places it in this file)");
+  if (!r.has(name)) ST_BAD_INPUT(r.path(), ": tensor ", name, " is missing (", index_path_, " places it in this file)");
   if (r.shape(name) != shape)
     ST_BAD_INPUT(r.path(), ": tensor ", name, " has shape ", shape_text(r.shape(name)), ", expected ",
                  shape_text(shape));
@@ -113,6 +111,11 @@ void HfDirWeights::check(const std::string& name, const std::vector<int64_t>& sh
 
 void HfDirWeights::read_range(const std::string& name, int64_t begin, int64_t count, float* out) const {
   reader(file_of(name)).read_range(name, begin, count, out);
+}
+
+int64_t HfDirWeights::read_range_half(const std::string& name, int64_t begin, int64_t count, HalfKind kind,
+                                      uint16_t* out) const {
+  return reader(file_of(name)).read_range_half(name, begin, count, kind, out);
 }
 
 }  // namespace st

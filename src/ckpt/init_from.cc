@@ -24,6 +24,7 @@
 #include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/excerpt.h"
+#include "shardtrain/kernels/adamw_host.h"
 #include "shardtrain/model/llama/llama_hf.h"
 
 namespace st {
@@ -263,6 +264,40 @@ bool check_llama_dir(const std::string& dir, const HfDirWeights& w, const ModelC
   return head_copy;
 }
 
+// A tied head's copy against the embedding: the share [rank, rank + 1) of `world` of their elements, compared bit
+// for bit; the first that differs, as a finding past the map's tensors (none: nothing found).
+Finding check_head_copy(const HfDirWeights& weights, const ModelConfig& cfg, const std::vector<HfRange>& map, int rank,
+                        int world) {
+  Finding mine;
+  const int64_t n = int64_t{cfg.vocab_size} * cfg.n_embd;
+  const int64_t begin = n * rank / world, end = n * (rank + 1) / world;
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  std::vector<float> a(static_cast<size_t>(std::min(kChunk, std::max<int64_t>(end - begin, 1)))), b(a.size());
+  for (int64_t at = begin; at < end && !mine.found(); at += kChunk) {
+    const int64_t count = std::min(kChunk, end - at);
+    weights.read_range(kHead, at, count, a.data());
+    weights.read_range(kEmbed, at, count, b.data());
+    for (int64_t i = 0; i < count; ++i)
+      if (bits_of(a[static_cast<size_t>(i)]) != bits_of(b[static_cast<size_t>(i)])) {
+        mine.note(static_cast<int64_t>(map.size()), at + i, bits_of(a[static_cast<size_t>(i)]),
+                  bits_of(b[static_cast<size_t>(i)]));
+        break;
+      }
+  }
+  return mine;
+}
+
+// Refuses what a llama directory's read found: a tied head that is not the embedding's copy, or a non-finite value.
+[[noreturn]] void refuse_llama_finding(const std::string& dir, const HfDirWeights& weights, const ModelConfig& cfg,
+                                       const std::vector<HfRange>& map, const Finding& first, int world) {
+  const std::vector<int64_t> embed_shape{cfg.vocab_size, cfg.n_embd};
+  if (first.tensor == static_cast<int64_t>(map.size()))
+    refuse_head_copy(dir, kEmbed, weights.path_of(kHead), embed_shape, first,
+                     "config.json has tie_word_embeddings true");
+  const HfRange& r = map[static_cast<size_t>(first.tensor)];
+  refuse_non_finite(dir, r.hf_name, weights.path_of(r.hf_name), r.hf_shape, first, world);
+}
+
 // Every rank checks every tensor's presence, shape and dtype (from the headers), so a bad directory fails on all ranks
 // alike; then it reads only the elements inside its own spans, and the ranks agree on what the data held.
 void init_from_hf_dir(const std::string& dir, const ModelConfig& cfg, HostViews& model) {
@@ -291,33 +326,9 @@ void init_from_hf_dir(const std::string& dir, const ModelConfig& cfg, HostViews&
     }
   }
   hand.put_back();
-  // A tied head's copy must equal the embedding: each rank compares its share of the elements.
-  if (head_copy && !mine.found()) {
-    const int64_t n = int64_t{cfg.vocab_size} * cfg.n_embd, world = comm.world_size(), rank = comm.rank();
-    const int64_t begin = n * rank / world, end = n * (rank + 1) / world;
-    constexpr int64_t kChunk = int64_t{1} << 20;
-    std::vector<float> a(static_cast<size_t>(std::min(kChunk, std::max<int64_t>(end - begin, 1)))), b(a.size());
-    for (int64_t at = begin; at < end && !mine.found(); at += kChunk) {
-      const int64_t count = std::min(kChunk, end - at);
-      weights.read_range(kHead, at, count, a.data());
-      weights.read_range(kEmbed, at, count, b.data());
-      for (int64_t i = 0; i < count; ++i)
-        if (bits_of(a[static_cast<size_t>(i)]) != bits_of(b[static_cast<size_t>(i)])) {
-          mine.note(static_cast<int64_t>(map.size()), at + i, bits_of(a[static_cast<size_t>(i)]),
-                    bits_of(b[static_cast<size_t>(i)]));
-          break;
-        }
-    }
-  }
-  const Finding first = first_over_ranks(mine, comm);
-  if (first.found()) {
-    const std::vector<int64_t> embed_shape{cfg.vocab_size, cfg.n_embd};
-    if (first.tensor == static_cast<int64_t>(map.size()))
-      refuse_head_copy(dir, kEmbed, weights.path_of(kHead), embed_shape, first,
-                       "config.json has tie_word_embeddings true");
-    const HfRange& r = map[static_cast<size_t>(first.tensor)];
-    refuse_non_finite(dir, r.hf_name, weights.path_of(r.hf_name), r.hf_shape, first, comm.world_size());
-  }
+  const Finding first = first_over_ranks(
+      head_copy && !mine.found() ? check_head_copy(weights, cfg, map, comm.rank(), comm.world_size()) : mine, comm);
+  if (first.found()) refuse_llama_finding(dir, weights, cfg, map, first, comm.world_size());
 }
 
 // ---- GPT-2 files ----
@@ -416,6 +427,54 @@ void check_init_from(const std::string& path, const ModelConfig& cfg) {
   if (!std::filesystem::is_directory(path) || !cfg.is_llama()) return;
   const HfDirWeights weights(path);
   check_llama_dir(path, weights, cfg, llama_hf_tensor_map(cfg, build_units(cfg)));
+}
+
+void init_from_hf_dir_half(const std::string& dir, const ModelConfig& cfg, uint64_t seed, HalfKind kind,
+                           const std::vector<bool>& held, const HalfUnitSink& sink) {
+  ST_CHECK(cfg.is_llama() && !cfg.lora.enabled(), "init_from_hf_dir_half reads a llama model without adapters");
+  check_exists(dir);
+  const HfDirWeights weights(dir);
+  const std::vector<UnitLayout> units = build_units(cfg);
+  const std::vector<HfRange> map = llama_hf_tensor_map(cfg, units);
+  const bool head_copy = check_llama_dir(dir, weights, cfg, map);
+  if (head_copy) {
+    const Finding differs = check_head_copy(weights, cfg, map, 0, 1);
+    if (differs.found()) refuse_llama_finding(dir, weights, cfg, map, differs, 1);
+  }
+  std::vector<uint16_t> values;
+  std::vector<float> drawn;
+  for (const UnitLayout& u : units) {
+    if (!held.empty() && !held[static_cast<size_t>(u.index)]) continue;
+    values.resize(static_cast<size_t>(u.numel));
+    // The directory's ranges of the unit, then what they leave out (the vocabulary's padding rows) as the seed draws
+    // it (init_unit_range: each element a function of its index alone), rounded as the ranges are.
+    std::vector<std::pair<int64_t, int64_t>> covered;
+    for (size_t k = 0; k < map.size(); ++k) {
+      const HfRange& r = map[k];
+      if (r.unit != u.index) continue;
+      const int64_t bad = weights.read_range_half(r.hf_name, 0, r.numel, kind, values.data() + r.offset);
+      if (bad >= 0) {
+        float value;
+        weights.read_range(r.hf_name, bad, 1, &value);
+        Finding f;
+        f.note(static_cast<int64_t>(k), bad, bits_of(value));
+        refuse_llama_finding(dir, weights, cfg, map, f, 1);
+      }
+      covered.emplace_back(r.offset, r.offset + r.numel);
+    }
+    std::sort(covered.begin(), covered.end());
+    int64_t at = 0;
+    covered.emplace_back(u.numel, u.numel);
+    for (const auto& [begin, end] : covered) {
+      if (begin > at) {
+        drawn.resize(static_cast<size_t>(begin - at));
+        init_unit_range(u, cfg, seed, at, begin, drawn.data(), Segment::kTrainable);
+        round_to_half(drawn.data(), begin - at, kind, values.data() + at);
+      }
+      at = std::max(at, end);
+    }
+    sink(u.index, values);
+  }
 }
 
 void init_from_weights(const std::string& path, const ModelConfig& cfg, HostViews& model) {

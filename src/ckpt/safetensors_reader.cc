@@ -3,6 +3,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -228,13 +229,20 @@ void SafetensorsReader::read(const std::string& name, const std::vector<int64_t>
   read_range(name, 0, size == 0 ? 0 : (e.end - e.begin) / size, out);
 }
 
-void SafetensorsReader::read_range(const std::string& name, int64_t begin, int64_t count, float* out) const {
+const SafetensorsReader::Entry& SafetensorsReader::readable(const std::string& name, int64_t begin,
+                                                            int64_t count) const {
   const Entry& e = entry(name);
   const int64_t size = dtype_size(e.dtype);
   if (size == 0) ST_BAD_INPUT(path_, ": tensor ", name, " has dtype ", e.dtype, "; F32, F16 and BF16 are supported");
   const int64_t numel = (e.end - e.begin) / size;
   ST_CHECK(begin >= 0 && count >= 0 && begin <= numel && count <= numel - begin, path_, ": tensor ", name,
            ": elements [", begin, ", ", begin + count, ") of ", numel);
+  return e;
+}
+
+void SafetensorsReader::read_range(const std::string& name, int64_t begin, int64_t count, float* out) const {
+  const Entry& e = readable(name, begin, count);
+  const int64_t size = dtype_size(e.dtype);
   if (size == 4) {
     read_at(fd_.get(), path_, e.begin + begin * 4, count * 4, out);
     return;
@@ -254,6 +262,61 @@ void SafetensorsReader::read_range(const std::string& name, int64_t begin, int64
     widen_half(raw.data(), n, bf16 ? HalfKind::kBF16 : HalfKind::kF16, out + at);
     return true;
   });
+}
+
+int64_t SafetensorsReader::read_range_half(const std::string& name, int64_t begin, int64_t count, HalfKind kind,
+                                           uint16_t* out) const {
+  ST_CHECK(kind == HalfKind::kBF16 || kind == HalfKind::kF16, "read_range_half needs bf16 or fp16");
+  const Entry& e = readable(name, begin, count);
+  const int64_t size = dtype_size(e.dtype);
+  const bool same = e.dtype == (kind == HalfKind::kBF16 ? "BF16" : "F16");
+  // Chunks on several threads as read_range reads them; each thread notes the first non-finite element of its own
+  // chunks, and the least of those is the tensor's.
+  const int64_t chunks = (count + kWidenChunk - 1) / kWidenChunk;
+  const int threads = static_cast<int>(std::min<int64_t>(chunks, reader_threads()));
+  if (static_cast<int>(wide_.size()) < threads) wide_.resize(static_cast<size_t>(threads));
+  if (static_cast<int>(raw_.size()) < threads) raw_.resize(static_cast<size_t>(threads));
+  std::vector<int64_t> first(static_cast<size_t>(std::max(threads, 1)), -1);
+  for_each_index(chunks, threads, [&](int thread, int64_t c) {
+    const int64_t at = c * kWidenChunk, n = std::min(kWidenChunk, count - at);
+    int64_t bad = -1;
+    if (same) {
+      pread_exact(fd_.get(), path_, reinterpret_cast<char*>(out + at), static_cast<size_t>(n * 2),
+                  e.begin + (begin + at) * 2);
+      // An exponent of all ones is inf or NaN: looked for in a loop that vectorises, then found.
+      const uint16_t exponent = kind == HalfKind::kBF16 ? 0x7f80 : 0x7c00;
+      const uint16_t* v = out + at;
+      int64_t found = 0;
+      for (int64_t i = 0; i < n; ++i) found += (v[i] & exponent) == exponent;
+      for (int64_t i = 0; found > 0 && bad < 0; ++i)
+        if ((v[i] & exponent) == exponent) bad = at + i;
+    } else {
+      std::vector<float>& wide = wide_[static_cast<size_t>(thread)];
+      wide.resize(static_cast<size_t>(kWidenChunk));
+      if (size == 4) {
+        pread_exact(fd_.get(), path_, reinterpret_cast<char*>(wide.data()), static_cast<size_t>(n * 4),
+                    e.begin + (begin + at) * 4);
+      } else {
+        std::vector<uint16_t>& raw = raw_[static_cast<size_t>(thread)];
+        raw.resize(static_cast<size_t>(kWidenChunk));
+        pread_exact(fd_.get(), path_, reinterpret_cast<char*>(raw.data()), static_cast<size_t>(n * 2),
+                    e.begin + (begin + at) * 2);
+        widen_half(raw.data(), n, e.dtype == "BF16" ? HalfKind::kBF16 : HalfKind::kF16, wide.data());
+      }
+      for (int64_t i = 0; i < n && bad < 0; ++i)
+        if (!std::isfinite(wide[static_cast<size_t>(i)])) bad = at + i;
+      for (int64_t i = 0; i < n; ++i)
+        out[at + i] = kind == HalfKind::kBF16 ? round_to_bf16(wide[static_cast<size_t>(i)])
+                                              : round_to_f16(wide[static_cast<size_t>(i)]);
+    }
+    int64_t& mine = first[static_cast<size_t>(thread)];
+    if (bad >= 0 && (mine < 0 || bad < mine)) mine = bad;
+    return true;
+  });
+  int64_t bad = -1;
+  for (int64_t f : first)
+    if (f >= 0 && (bad < 0 || f < bad)) bad = f;
+  return bad;
 }
 
 }  // namespace st

@@ -1,6 +1,7 @@
 #include "shardtrain/model/cuda_decoder.h"
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "shardtrain/core/error.h"
@@ -233,6 +234,33 @@ void CudaDecoderBase<T>::store_unit(int u, std::vector<float>& values) {
   }
   stream_.synchronize();  // `values` is the caller's again, and the chunks the next unit's
   if (units_to_load() == 1) upload_ = PinnedBuffer<T>();  // this was the last (load_unit counts it on return)
+}
+
+template <typename T>
+void CudaDecoderBase<T>::store_unit_half(int u, const std::vector<uint16_t>& values, HalfKind kind) {
+  if (kind != half_kind()) {
+    Decoder::store_unit_half(u, values, kind);  // widened, then rounded to T by store_unit
+    return;
+  }
+  DeviceBuffer<T>& w = w_[static_cast<size_t>(u)];
+  if (upload_.size() == 0) upload_ = PinnedBuffer<T>(2 * kUploadChunk);
+  for (int64_t at = 0, i = 0; at < w.size(); at += kUploadChunk, ++i) {
+    const int64_t n = std::min(kUploadChunk, w.size() - at);
+    T* chunk = upload_.data() + (i % 2) * kUploadChunk;
+    CudaEvent& uploaded = chunk_uploaded_[i % 2];
+    if (i >= 2) uploaded.synchronize();  // the chunk's last upload has left it
+    const uint16_t* from = values.data() + at;
+    uint16_t* to = reinterpret_cast<uint16_t*>(chunk);
+    constexpr int64_t kPiece = int64_t{1} << 18;
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < n; p += kPiece)
+      std::memcpy(to + p, from + p, sizeof(uint16_t) * static_cast<size_t>(std::min(kPiece, n - p)));
+    ST_CUDA_CHECK(
+        cudaMemcpyAsync(w.data() + at, chunk, sizeof(T) * static_cast<size_t>(n), cudaMemcpyHostToDevice, ctx_.stream));
+    uploaded.record(ctx_.stream);
+  }
+  stream_.synchronize();                                  // the chunks are the next unit's
+  if (units_to_load() == 1) upload_ = PinnedBuffer<T>();  // this was the last (load_unit_half counts it on return)
 }
 
 template <typename T>

@@ -5,6 +5,7 @@
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/format.h"
+#include "shardtrain/kernels/adamw_host.h"
 #include "shardtrain/kernels/scratch_sizes.h"
 #include "shardtrain/model/family.h"
 #include "shardtrain/model/sampling.h"
@@ -39,7 +40,7 @@ Decoder::Decoder(const ModelConfig& cfg, int max_batch, const DecoderStage& stag
   positions_.assign(static_cast<size_t>(max_batch), 0);
 }
 
-void Decoder::load_unit(int u, std::vector<float>& values) {
+void Decoder::check_unit(int u, int64_t size) const {
   if (u < 0 || u >= static_cast<int>(loaded_.size()))
     ST_BAD_INPUT("a decoder of ", loaded_.size(), " units was given weights for unit ", u);
   const UnitLayout& unit = layout_[static_cast<size_t>(u)];
@@ -47,11 +48,32 @@ void Decoder::load_unit(int u, std::vector<float>& values) {
     ST_BAD_INPUT("unit ", unit.name, " belongs to another stage of the layer split: stage ", stage_.index,
                  " holds units [", stage_.units.first, ", ", stage_.units.end, ")");
   if (loaded_[static_cast<size_t>(u)]) ST_BAD_INPUT("unit ", unit.name, "'s weights were given to the decoder twice");
-  if (static_cast<int64_t>(values.size()) != unit.numel)
-    ST_BAD_INPUT("unit ", unit.name, " has ", values.size(), " weights, expected ", unit.numel);
+  if (size != unit.numel) ST_BAD_INPUT("unit ", unit.name, " has ", size, " weights, expected ", unit.numel);
+}
+
+void Decoder::load_unit(int u, std::vector<float>& values) {
+  check_unit(u, static_cast<int64_t>(values.size()));
   store_unit(u, values);
   loaded_[static_cast<size_t>(u)] = true;
   ++units_loaded_;
+}
+
+void Decoder::load_unit_half(int u, const std::vector<uint16_t>& values, HalfKind kind) {
+  ST_CHECK(kind == HalfKind::kBF16 || kind == HalfKind::kF16, "load_unit_half takes bf16 or fp16");
+  check_unit(u, static_cast<int64_t>(values.size()));
+  store_unit_half(u, values, kind);
+  loaded_[static_cast<size_t>(u)] = true;
+  ++units_loaded_;
+}
+
+void Decoder::store_unit_half(int u, const std::vector<uint16_t>& values, HalfKind kind) {
+  std::vector<float> wide(values.size());
+  const int64_t n = static_cast<int64_t>(values.size());
+  constexpr int64_t kChunk = int64_t{1} << 20;
+#pragma omp parallel for schedule(static)
+  for (int64_t at = 0; at < n; at += kChunk)
+    widen_half(values.data() + at, std::min(kChunk, n - at), kind, wide.data() + at);
+  store_unit(u, wide);
 }
 
 void Decoder::check_tokens(const int32_t* tokens, int64_t n, int64_t pos) const {

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -254,6 +255,91 @@ TEST_F(DecodeWeightsTest, AStageOfALayerSplitReadsItsUnitsAlone) {
     expect_stages(
         c, [&](const UnitSink& sink, const std::vector<bool>& held) { read_init_from_weights(c, sink, held); },
         c.init.from);
+}
+
+// A GPU decoder of bf16 or fp16 reads a llama directory straight into 16-bit units (init_from_hf_dir_half): each unit
+// is the fp32 read rounded to that type, bit for bit, whatever the files store (F32, F16, BF16 over three files; tied,
+// and untied with q/k/v biases), the padding rows drawn alike; a stage's units alone.
+TEST_F(DecodeWeightsTest, AHalfReadIsTheFp32ReadRounded) {
+  std::vector<testing::Variant> variants(4);
+  variants[1].tied = false;
+  variants[1].qwen2 = true;
+  variants[2].dtype = "BF16";
+  variants[2].files = 3;
+  variants[3].dtype = "F16";
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const std::string dir = tmp_.file("hf" + std::to_string(i));
+    testing::write_hf_dir(dir, variants[i]);
+    const Config c = from_hf(dir);
+    const std::vector<std::vector<float>> fp32 = read_init_from_weights(c);
+    for (const HalfKind kind : {HalfKind::kBF16, HalfKind::kF16}) {
+      const std::string what = "variant " + std::to_string(i) + (kind == HalfKind::kBF16 ? ", bf16" : ", fp16");
+      std::vector<std::vector<uint16_t>> got(fp32.size());
+      init_from_hf_dir_half(dir, c.model, c.train.seed, kind, {},
+                            [&](int u, const std::vector<uint16_t>& v) { got[static_cast<size_t>(u)] = v; });
+      for (size_t u = 0; u < fp32.size(); ++u) {
+        std::vector<uint16_t> want(fp32[u].size());
+        round_to_half(fp32[u].data(), static_cast<int64_t>(want.size()), kind, want.data());
+        EXPECT_TRUE(got[u] == want) << what << ", unit " << u;
+      }
+    }
+  }
+  const Config c = from_hf(tmp_.file("hf1"));
+  const std::vector<UnitRange> ranges = split_units(c.model, 1, 2);
+  const std::vector<bool> held = held_units(c.model, DecoderStage{1, 2, ranges[1], nullptr});
+  std::vector<int> handed;
+  init_from_hf_dir_half(tmp_.file("hf1"), c.model, c.train.seed, HalfKind::kBF16, held,
+                        [&](int u, const std::vector<uint16_t>&) { handed.push_back(u); });
+  std::vector<int> want;
+  for (size_t u = 0; u < held.size(); ++u)
+    if (held[u]) want.push_back(static_cast<int>(u));
+  EXPECT_EQ(handed, want);
+}
+
+// What the fp32 read refuses, the half read refuses with the same message: a non-finite value (even one that only a
+// 16-bit tensor's bits show), and a tied head that is not the embedding's copy.
+TEST_F(DecodeWeightsTest, AHalfReadRefusesWhatTheFp32ReadRefuses) {
+  for (const std::string dtype : {"F32", "BF16"}) {
+    testing::Variant v;
+    v.dtype = dtype;
+    const std::string dir = tmp_.file("bad" + dtype);
+    testing::write_hf_dir(dir, v);
+    std::vector<testing::Tensor> ts = testing::hf_tensors(v);
+    testing::Tensor& norm = ts[1];  // model.layers.0.input_layernorm.weight
+    const uint32_t inf = 0x7f800000u;
+    if (dtype == "F32")
+      std::memcpy(norm.raw.data() + 4 * 5, &inf, 4);
+    else
+      std::memcpy(norm.raw.data() + 2 * 5, reinterpret_cast<const char*>(&inf) + 2, 2);
+    std::vector<const testing::Tensor*> all;
+    for (const testing::Tensor& t : ts) all.push_back(&t);
+    testing::write_safetensors(dir + "/model.safetensors", all, dtype);
+    const Config c = from_hf(dir);
+    const std::string fp32 = testing::bad_input_message([&] { read_init_from_weights(c); });
+    const std::string half = testing::bad_input_message([&] {
+      init_from_hf_dir_half(dir, c.model, c.train.seed, HalfKind::kBF16, {}, [](int, const std::vector<uint16_t>&) {});
+    });
+    EXPECT_TRUE(testing::contains(fp32, "holds a non-finite value: element 5")) << fp32;
+    EXPECT_EQ(half, fp32);
+  }
+  // A tied directory whose lm_head.weight differs from the embedding in one element.
+  const std::string dir = tmp_.file("head");
+  testing::write_hf_dir(dir, testing::Variant{});
+  std::vector<testing::Tensor> ts = testing::hf_tensors(testing::Variant{});
+  testing::Tensor head = ts[0];
+  head.name = "lm_head.weight";
+  head.raw[4 * 7] ^= 1;
+  std::vector<const testing::Tensor*> all;
+  for (const testing::Tensor& t : ts) all.push_back(&t);
+  all.push_back(&head);
+  testing::write_safetensors(dir + "/model.safetensors", all, "F32");
+  const Config c = from_hf(dir);
+  const std::string fp32 = testing::bad_input_message([&] { read_init_from_weights(c); });
+  const std::string half = testing::bad_input_message([&] {
+    init_from_hf_dir_half(dir, c.model, c.train.seed, HalfKind::kF16, {}, [](int, const std::vector<uint16_t>&) {});
+  });
+  EXPECT_TRUE(testing::contains(fp32, "differs from model.embed_tokens.weight at element 7")) << fp32;
+  EXPECT_EQ(half, fp32);
 }
 
 TEST_F(DecodeWeightsTest, MissingFilesAndDatasetsAreRefusedNamingThem) {

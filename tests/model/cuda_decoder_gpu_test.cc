@@ -14,6 +14,7 @@
 #include "../kernels/gpu_kernel_test.h"
 #include "decoder_test_util.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/kernels/adamw_host.h"
 #include "shardtrain/model/cuda_decoder.h"
 #include "shardtrain/model/decoder.h"
 #include "shardtrain/model/family.h"
@@ -181,6 +182,40 @@ TEST(CudaDecoderGpuBatch, RowsAreTheirSequencesOwnSteps) {
       }
     }
   }
+}
+
+// Units handed over in the decoder's own 16-bit type (load_unit_half: uploaded as their bits, through the pinned
+// chunks) give the decoder that the same values in fp32 give (load_unit: rounded on the host, exact for these): the
+// same logits, bit for bit, in bf16 and fp16; a unit in the other 16-bit type is widened and rounded the same way.
+TEST(CudaDecoderGpuHalfUnits, UnitsInTheComputeTypeAreUploadedAsTheyAre) {
+  ST_SKIP_WITHOUT_GPU();
+  const ModelConfig c = testing::tiny_llama();
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    const HalfKind kind = dtype == DType::kBF16 ? HalfKind::kBF16 : HalfKind::kF16;
+    const std::vector<std::vector<float>> w =
+        dtype == DType::kBF16 ? rounded<bf16>(random_weights(c, 29)) : rounded<fp16>(random_weights(c, 29));
+    const std::unique_ptr<Decoder> wide = load_decoder(make_cuda_decoder(c, dtype, 0), w);
+    const std::unique_ptr<Decoder> half = make_cuda_decoder(c, dtype, 0);
+    EXPECT_EQ(half->half_kind(), kind);
+    for (size_t u = 0; u < w.size(); ++u) {
+      std::vector<uint16_t> bits(w[u].size());
+      round_to_half(w[u].data(), static_cast<int64_t>(bits.size()), kind, bits.data());
+      half->load_unit_half(static_cast<int>(u), bits, kind);
+    }
+    ASSERT_TRUE(half->loaded());
+    EXPECT_EQ(half->prefill(kPrompt), wide->prefill(kPrompt)) << to_string(dtype);
+    EXPECT_EQ(half->step(42), wide->step(42)) << to_string(dtype);
+  }
+  // bf16 units to an fp16 decoder: widened, then rounded to fp16 as load_unit rounds fp32.
+  const std::vector<std::vector<float>> w = rounded<bf16>(random_weights(c, 31));
+  const std::unique_ptr<Decoder> wide = load_decoder(make_cuda_decoder(c, DType::kF16, 0), w);
+  const std::unique_ptr<Decoder> other = make_cuda_decoder(c, DType::kF16, 0);
+  for (size_t u = 0; u < w.size(); ++u) {
+    std::vector<uint16_t> bits(w[u].size());
+    round_to_half(w[u].data(), static_cast<int64_t>(bits.size()), HalfKind::kBF16, bits.data());
+    other->load_unit_half(static_cast<int>(u), bits, HalfKind::kBF16);
+  }
+  EXPECT_EQ(other->prefill(kPrompt), wide->prefill(kPrompt));
 }
 
 TEST(CudaDecoderGpuFactory, MakeDecoderPicksTheDeviceAndType) {

@@ -12,6 +12,7 @@
 #include <set>
 #include <vector>
 
+#include "../common/caught.h"
 #include "../kernels/grad_check.h"
 #include "../shard/plan_test_shapes.h"
 #include "decoder_test_util.h"
@@ -256,6 +257,42 @@ TEST(Decoder, UnitsLoadOneAtATimeInAnyOrder) {
   d->load_unit(0, first);
   ASSERT_TRUE(d->loaded());
   EXPECT_EQ(d->prefill(kPrompt), want);
+}
+
+// Units given in a 16-bit type: a CPU decoder keeps none (half_kind kNone) and widens them exactly, so it decodes as
+// one given the same values in fp32; the checks are load_unit's, and a kind that is not 16-bit is refused.
+TEST(Decoder, UnitsInSixteenBitsAreWidenedByACpuDecoder) {
+  const ModelConfig c = tiny_llama();
+  std::vector<std::vector<float>> w = random_weights(c, 5);
+  for (const HalfKind kind : {HalfKind::kBF16, HalfKind::kF16}) {
+    std::vector<std::vector<uint16_t>> half(w.size());
+    std::vector<std::vector<float>> wide(w.size());
+    for (size_t u = 0; u < w.size(); ++u) {
+      half[u].resize(w[u].size());
+      round_to_half(w[u].data(), static_cast<int64_t>(w[u].size()), kind, half[u].data());
+      wide[u].resize(w[u].size());
+      for (size_t i = 0; i < w[u].size(); ++i)
+        wide[u][i] = kind == HalfKind::kBF16 ? bf16_to_float(half[u][i]) : f16_to_float(half[u][i]);
+    }
+    const std::vector<float> want =
+        load_decoder(model_family(c.arch).make_cpu_decoder(c, 1, {}), wide)->prefill(kPrompt);
+    std::unique_ptr<Decoder> d = model_family(c.arch).make_cpu_decoder(c, 1, {});
+    EXPECT_EQ(d->half_kind(), HalfKind::kNone);
+    for (size_t u = 0; u < half.size(); ++u) d->load_unit_half(static_cast<int>(u), half[u], kind);
+    ASSERT_TRUE(d->loaded());
+    EXPECT_EQ(d->prefill(kPrompt), want);
+    std::unique_ptr<Decoder> e = model_family(c.arch).make_cpu_decoder(c, 1, {});
+    std::vector<uint16_t> short_block = half[1];
+    short_block.pop_back();
+    const Error size = testing::caught([&] { e->load_unit_half(1, short_block, kind); });
+    EXPECT_NE(std::string(size.what()).find("unit block.0 has"), std::string::npos) << size.what();
+    e->load_unit_half(1, half[1], kind);
+    const Error twice = testing::caught([&] { e->load_unit_half(1, half[1], kind); });
+    EXPECT_NE(std::string(twice.what()).find("unit block.0's weights were given to the decoder twice"),
+              std::string::npos)
+        << twice.what();
+    EXPECT_THROW(e->load_unit_half(0, half[0], HalfKind::kNone), Error);
+  }
 }
 
 // Llama-3.2-1B in bf16: the weights are every unit's elements at 2 bytes; the caches 2 (keys, values) x 16 layers x

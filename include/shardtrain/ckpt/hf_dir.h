@@ -37,6 +37,8 @@ class HfDirWeights {
   void check(const std::string& name, const std::vector<int64_t>& shape) const;
   // Elements [begin, begin + count) of a tensor, converted to fp32 exactly.
   void read_range(const std::string& name, int64_t begin, int64_t count, float* out) const;
+  // The same elements as 16-bit `kind` (SafetensorsReader::read_range_half): the first non-finite one, or -1.
+  int64_t read_range_half(const std::string& name, int64_t begin, int64_t count, HalfKind kind, uint16_t* out) const;
   // The safetensors file that holds `name` (per the index), relative to the directory.
   const std::string& file_of(const std::string& name) const;
 
@@ -44,8 +46,8 @@ class HfDirWeights {
   const SafetensorsReader& reader(const std::string& file) const;
 
   std::string dir_;
-  std::string index_path_;                          // empty: a single model.safetensors
-  std::map<std::string, std::string> weight_map_;   // tensor -> file (single file: every tensor it holds)
+  std::string index_path_;                         // empty: a single model.safetensors
+  std::map<std::string, std::string> weight_map_;  // tensor -> file (single file: every tensor it holds)
   mutable std::map<std::string, std::unique_ptr<SafetensorsReader>> readers_;  // by file name
 };
 

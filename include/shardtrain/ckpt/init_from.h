@@ -30,9 +30,13 @@
 // validated by SafetensorsReader (no overlapping or unindexed bytes) and, for .h5, h5_check_disjoint.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/kernels/adamw_host.h"
 #include "shardtrain/shard/host_views.h"
 
 namespace st {
@@ -40,6 +44,16 @@ namespace st {
 // Loads the weights into `model`'s views: a backend's shards, or one process's full weights (collective over
 // model.comm(): every rank calls it).
 void init_from_weights(const std::string& path, const ModelConfig& cfg, HostViews& model);
+
+// A llama-family directory's weights for a decoder that keeps them in 16-bit `kind` (bf16 or fp16; model.lora off):
+// each unit of cfg's list that `held` names (empty: every unit), in order, as its full flat buffer in `kind`, handed
+// to `sink`. A tensor stored in `kind` is copied as its bits, any other rounded (round_to_half), and the elements
+// the directory does not hold (the vocabulary's padding rows) are drawn from `seed` and rounded: what
+// init_from_weights loads, rounded to `kind`, without the fp32 buffers. The same checks and refusals as
+// init_from_weights, for one process.
+using HalfUnitSink = std::function<void(int unit, const std::vector<uint16_t>& values)>;
+void init_from_hf_dir_half(const std::string& dir, const ModelConfig& cfg, uint64_t seed, HalfKind kind,
+                           const std::vector<bool>& held, const HalfUnitSink& sink);
 
 // Everything the headers of a llama-family directory show, without reading tensor data or building a model: the
 // embedding against config.json's vocab_size and hidden_size, every tensor's presence, shape and dtype, and no

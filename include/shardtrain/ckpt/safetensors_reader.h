@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shardtrain/core/unique_fd.h"
+#include "shardtrain/kernels/adamw_host.h"
 
 namespace st {
 
@@ -40,11 +41,18 @@ class SafetensorsReader {
   // Elements [begin, begin + count) of the tensor in row-major order, as read(): only their bytes are read, on up to
   // eight threads. Not for two threads at once.
   void read_range(const std::string& name, int64_t begin, int64_t count, float* out) const;
+  // The same elements as 16-bit `kind` (HalfKind::kBF16 or kF16): a tensor stored in `kind` is copied as its bits;
+  // any other (F32, or the other 16-bit type) is widened and rounded to nearest even (round_to_half). Returns the
+  // first of them that is NaN or infinite as stored, before any rounding (-1: none), so that the check sees what a
+  // read as fp32 sees.
+  int64_t read_range_half(const std::string& name, int64_t begin, int64_t count, HalfKind kind, uint16_t* out) const;
   const std::string& path() const { return path_; }
 
  private:
   struct Entry;
   const Entry& entry(const std::string& name) const;
+  // The entry of a tensor whose elements [begin, begin + count) a read may take: a dtype it converts, a range inside.
+  const Entry& readable(const std::string& name, int64_t begin, int64_t count) const;
   struct Entry {
     std::string dtype;
     std::vector<int64_t> shape;
@@ -53,6 +61,7 @@ class SafetensorsReader {
   std::string path_;
   UniqueFd fd_;
   mutable std::vector<std::vector<uint16_t>> raw_;  // read_range's 16-bit chunk, one a thread
+  mutable std::vector<std::vector<float>> wide_;    // read_range_half's fp32 chunk, one a thread
   std::map<std::string, Entry> tensors_;
 };
 

@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "shardtrain/core/config.h"
@@ -37,6 +38,11 @@ class CudaDecoderBase : public Decoder {
   // (load_unit uploads them) and a cache of the stage's layers for each of max_batch sequences.
   CudaDecoderBase(const ModelConfig& cfg, int device, int max_batch, const DecoderStage& stage);
   void store_unit(int u, std::vector<float>& values) override;
+  HalfKind half_kind() const override {
+    return std::is_same_v<T, bf16> ? HalfKind::kBF16 : std::is_same_v<T, fp16> ? HalfKind::kF16 : HalfKind::kNone;
+  }
+  // Values in T already: copied into the pinned chunks and uploaded as store_unit uploads its rounded ones.
+  void store_unit_half(int u, const std::vector<uint16_t>& values, HalfKind kind) override;
   void use_sequence(int seq) override { seq_ = seq; }
   // The rows a forward may run: a prompt's (seq_len) or a batched step's (max_batch).
   int64_t max_rows() const { return std::max<int64_t>(config().seq_len, max_batch()); }

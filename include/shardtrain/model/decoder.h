@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/kernels/adamw_host.h"
 #include "shardtrain/model/decoder_stage.h"
 #include "shardtrain/model/sampling.h"
 #include "shardtrain/model/units.h"
@@ -50,6 +51,11 @@ class Decoder {
   // type (a GPU's, leaving `values` as it was, to be reused). kBadInput naming the unit for a wrong size, an unknown
   // unit, one another stage holds or one loaded twice.
   void load_unit(int u, std::vector<float>& values);
+  // The 16-bit type the decoder keeps its weights in (a GPU's bf16 or fp16), or kNone (fp32: the CPU's, a GPU's in
+  // fp32), and unit u's weights already in it, with load_unit's checks: a GPU decoder uploads their bits as they are,
+  // any other widens them (exactly) to fp32 and keeps those.
+  virtual HalfKind half_kind() const { return HalfKind::kNone; }
+  void load_unit_half(int u, const std::vector<uint16_t>& values, HalfKind kind);
   // Whether every unit it holds is loaded.
   bool loaded() const { return units_loaded_ == units_held_; }
   // The units it holds that are yet to be loaded.
@@ -114,6 +120,8 @@ class Decoder {
                                   const uint64_t* draws, int32_t* next);
   // Keeps unit u's weights (load_unit has checked u and the size).
   virtual void store_unit(int u, std::vector<float>& values) = 0;
+  // load_unit_half's: by default the values widened to fp32, to store_unit.
+  virtual void store_unit_half(int u, const std::vector<uint16_t>& values, HalfKind kind);
   // Runs tokens[0, n) at positions pos .. pos + n - 1 with the cache holding positions 0 .. pos - 1, appends their
   // keys and values to it, and writes the logits over the real vocabulary that follow the last token into *logits.
   // The base class has checked n, pos and the tokens. A stage of a split runs its blocks alone: it receives the hidden
@@ -123,6 +131,8 @@ class Decoder {
  private:
   void check_tokens(const int32_t* tokens, int64_t n, int64_t pos) const;
   void check_loaded() const;
+  // load_unit's checks of unit u and its buffer's size.
+  void check_unit(int u, int64_t size) const;
   // A split's last stage's `rows` logits rows to every rank.
   void share_logits(int64_t rows);
   // step_batch's checks; the rows' positions (kIdle's negative), and into *ids the tokens the forward runs (an idle
