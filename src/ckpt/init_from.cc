@@ -437,10 +437,6 @@ void init_from_hf_dir_half(const std::string& dir, const ModelConfig& cfg, uint6
   const std::vector<UnitLayout> units = build_units(cfg);
   const std::vector<HfRange> map = llama_hf_tensor_map(cfg, units);
   const bool head_copy = check_llama_dir(dir, weights, cfg, map);
-  if (head_copy) {
-    const Finding differs = check_head_copy(weights, cfg, map, 0, 1);
-    if (differs.found()) refuse_llama_finding(dir, weights, cfg, map, differs, 1);
-  }
   std::vector<uint16_t> values;
   std::vector<float> drawn;
   for (const UnitLayout& u : units) {
@@ -474,6 +470,11 @@ void init_from_hf_dir_half(const std::string& dir, const ModelConfig& cfg, uint6
       at = std::max(at, end);
     }
     sink(u.index, values);
+  }
+  // After the values, as init_from_weights checks it: a non-finite value is named first.
+  if (head_copy) {
+    const Finding differs = check_head_copy(weights, cfg, map, 0, 1);
+    if (differs.found()) refuse_llama_finding(dir, weights, cfg, map, differs, 1);
   }
 }
 

@@ -50,7 +50,8 @@ void init_from_weights(const std::string& path, const ModelConfig& cfg, HostView
 // to `sink`. A tensor stored in `kind` is copied as its bits, any other rounded (round_to_half), and the elements
 // the directory does not hold (the vocabulary's padding rows) are drawn from `seed` and rounded: what
 // init_from_weights loads, rounded to `kind`, without the fp32 buffers. The same checks and refusals as
-// init_from_weights, for one process.
+// init_from_weights, for one process; a value's refusal comes when its unit is read and the tied head's after every
+// unit, so units handed to `sink` before it are the caller's to drop.
 using HalfUnitSink = std::function<void(int unit, const std::vector<uint16_t>& values)>;
 void init_from_hf_dir_half(const std::string& dir, const ModelConfig& cfg, uint64_t seed, HalfKind kind,
                            const std::vector<bool>& held, const HalfUnitSink& sink);
