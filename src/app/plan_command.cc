@@ -11,6 +11,10 @@
 //       per node (2 rank(s)): 116.57 GiB; budget per rank 32.00 GiB (...): does not fit
 //   does not fit; the smallest change that fits: --world 4 (2 node(s) of 2 rank(s))
 //     ... (the plan with the change)
+//
+// With --generate [--batch N], the plan of `shardtrain generate` on the same target instead: where its decoder goes
+// (whole on each rank, or its layers split over the ranks: shard/memory_plan.h, place_decoder), the sequences it
+// holds (--batch, or as many as fit up to 16), each rank's device footprint and host plan (plan_decoder_host).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -28,7 +32,10 @@
 #include "shardtrain/core/excerpt.h"
 #include "shardtrain/core/format.h"
 #include "shardtrain/core/process_memory.h"
+#include "shardtrain/model/decoder_stage.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/model/units.h"
+#include "shardtrain/shard/memory_plan.h"
 #include "shardtrain/shard/plan_search.h"
 #include "shardtrain/shard/run_plan.h"
 
@@ -36,13 +43,17 @@ namespace {
 
 constexpr const char* kPlanUsage =
     "usage: shardtrain plan --config FILE [--world N] [--ranks-per-node N] [--gpu-mem GiB] [--host-mem GiB]\n"
-    "                       [--section.key=value ...]\n"
+    "                       [--generate [--batch N]] [--section.key=value ...]\n"
     "  the memory plan of a run, per rank and per node, without starting it (no GPU needed):\n"
     "  --world N           ranks (default 1)\n"
     "  --ranks-per-node N  ranks sharing one host's memory (default: min(world, 8), nodes of 8 GPUs)\n"
     "  --gpu-mem GiB       usable memory of each GPU (default: dist.max_gpu_mem_gib, else the free memory of this\n"
     "                      host's first GPU; needed for train.device=cuda on a host without one)\n"
     "  --host-mem GiB      host memory of each node (default: what this host has available for the run)\n"
+    "  --generate          plan `shardtrain generate` of the config's model instead of training it: the decoder\n"
+    "                      whole on each rank or its layers split over them, per rank (--config may be left out\n"
+    "                      for --init.from=DIR); --batch N: the sequences decoded together (default: as many as\n"
+    "                      fit, up to 16)\n"
     "  exit codes: 0 fits, 3 does not fit (with the smallest change that does), 2 bad input\n";
 
 constexpr int64_t kGiB = int64_t{1} << 30;
@@ -52,6 +63,8 @@ struct PlanArgs {
   int world = 1;
   std::optional<int> ranks_per_node;
   std::optional<double> gpu_gib, host_gib;
+  bool generate = false;
+  int batch = 0;                  // --batch; 0: as many as fit
   std::vector<std::string> rest;  // --config and the overrides, for parse_config_args
 };
 
@@ -81,7 +94,12 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
       flag = a.substr(0, eq);
       value = a.substr(eq + 1);
     }
-    if (flag != "--world" && flag != "--ranks-per-node" && flag != "--gpu-mem" && flag != "--host-mem") {
+    if (a == "--generate") {
+      out.generate = true;
+      continue;
+    }
+    if (flag != "--world" && flag != "--ranks-per-node" && flag != "--gpu-mem" && flag != "--host-mem" &&
+        flag != "--batch") {
       out.rest.push_back(a);
       continue;
     }
@@ -93,6 +111,7 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
     if (flag == "--ranks-per-node") out.ranks_per_node = parse_count(flag, value);
     if (flag == "--gpu-mem") out.gpu_gib = parse_gib(flag, value);
     if (flag == "--host-mem") out.host_gib = parse_gib(flag, value);
+    if (flag == "--batch") out.batch = parse_count(flag, value);
   }
   return out;
 }
@@ -159,6 +178,59 @@ void print_plan(const st::RunPlan& p, const st::RunTarget& t) {
               t.host.limited_by.c_str(), verdict(p.host_fits));
 }
 
+// `plan --generate`: the decoder's placement on the target and each rank's device and host plans. A placement that
+// does not fit prints place_decoder's refusal, which names what to lower.
+int plan_generate(const st::Config& cfg, const st::RunTarget& t, int batch) {
+  st::Config decode = cfg;
+  decode.model = st::base_model(cfg.model);
+  const bool cuda = cfg.train.device == st::Device::kCuda;
+  const int want = batch > 0 ? batch : 16;
+  st::DecoderPlacement placed{want, 1};
+  if (cuda) {
+    try {
+      placed = st::place_decoder(decode, want, batch == 0, st::LayerSplit::kAuto, t.world, t.device,
+                                 "the GPU (" + t.device_name + ")");
+    } catch (const st::Error& e) {
+      if (e.kind() != st::ErrorKind::kBadInput) throw;
+      std::string why = e.what();
+      const std::string prefix = st::process_prefix() + " ";
+      if (why.rfind(prefix, 0) == 0) why.erase(0, prefix.size());
+      std::printf("  decoder: %s\ndoes not fit\n", why.c_str());
+      return kExitDoesNotFit;
+    }
+  }
+  const std::vector<st::UnitRange> ranges = st::split_units(decode.model, placed.max_batch, placed.stages);
+  std::printf("  decoder: %s, %d sequence(s) of %lld positions\n",
+              placed.stages > 1 ? st::str_cat("its layers split over ", placed.stages, " ranks (",
+                                              st::describe_split(decode.model, ranges), ")")
+                                      .c_str()
+                                : "whole on each rank",
+              placed.max_batch, static_cast<long long>(cfg.model.seq_len));
+  int64_t host_most = 0;
+  std::string host_breakdown;
+  for (int s = 0; s < placed.stages; ++s) {
+    const st::DecoderStage stage{s, placed.stages, ranges[static_cast<size_t>(s)], nullptr};
+    const std::string who = placed.stages > 1 ? st::str_cat("rank ", s, ": ") : std::string();
+    if (cuda)
+      std::printf(
+          "    device, %s%s\n", who.empty() ? "per rank: " : who.c_str(),
+          st::decoder_footprint(decode.model, cfg.compute_dtype(), placed.max_batch, stage).breakdown().c_str());
+    const st::DecoderHostPlan host = st::plan_decoder_host(cfg, placed.max_batch, stage);
+    if (host.total() >= host_most) {
+      host_most = host.total();
+      host_breakdown = who + host.breakdown();
+    }
+  }
+  if (cuda)
+    std::printf("      budget %s (%s): fits\n", st::format_gib(t.device.usable()).c_str(), t.device_name.c_str());
+  const bool host_fits = host_most <= t.host.bytes;
+  std::printf("    host, %s%s\n      budget per rank %s (%s): %s\n",
+              placed.stages > 1 ? "largest: " : "per rank: ", host_breakdown.c_str(),
+              st::format_gib(t.host.bytes).c_str(), t.host.limited_by.c_str(), verdict(host_fits));
+  std::puts(verdict(host_fits));
+  return host_fits ? st::kExitOk : kExitDoesNotFit;
+}
+
 }  // namespace
 
 int cmd_plan(const std::vector<std::string>& args) {
@@ -168,18 +240,26 @@ int cmd_plan(const std::vector<std::string>& args) {
     std::fputs(kPlanUsage, stdout);
     return st::kExitOk;
   }
-  if (!parsed.config) ST_BAD_INPUT("plan: --config FILE is required (the config whose run to plan)");
+  if (!parsed.config && !a.generate) ST_BAD_INPUT("plan: --config FILE is required (the config whose run to plan)");
+  if (a.batch > 0 && !a.generate) ST_BAD_INPUT("plan: --batch N plans generate's sequences: give --generate too");
   for (const std::string& o : parsed.overrides)
     if (o.rfind("--", 0) != 0 || o.find('.') == std::string::npos)
       ST_BAD_INPUT("plan: unknown argument '", st::excerpt(o),
-                   "' (expected --world, --ranks-per-node, --gpu-mem, --host-mem, --config or --section.key=value)");
+                   "' (expected --world, --ranks-per-node, --gpu-mem, --host-mem, --generate, --batch, --config or "
+                   "--section.key=value)");
   const st::Config cfg = st::load_config(parsed.config, parsed.overrides);
   const st::RunTarget t = make_target(cfg, a);
-  const st::RunPlan p = st::plan_run(cfg, t);
   const double p9 = static_cast<double>(st::count_params(st::build_units(cfg.model))) / 1e9;
-  std::printf("plan: %s: %s, %.*f %s parameters, %s on %s; %d rank(s), %d per node, each unit sharded over %d%s\n",
-              cfg.source.c_str(), st::to_string(cfg.model.arch), p9 >= 1 ? 2 : 1, p9 >= 1 ? p9 : p9 * 1000,
-              p9 >= 1 ? "B" : "M", st::to_string(cfg.compute_dtype()), st::to_string(cfg.train.device), t.world,
+  char count[32];
+  std::snprintf(count, sizeof(count), "%.*f %s", p9 >= 1 ? 2 : 1, p9 >= 1 ? p9 : p9 * 1000, p9 >= 1 ? "B" : "M");
+  const std::string what = st::str_cat(cfg.source, ": ", st::to_string(cfg.model.arch), ", ", count, " parameters, ",
+                                       st::to_string(cfg.compute_dtype()), " on ", st::to_string(cfg.train.device));
+  if (a.generate) {
+    std::printf("plan: %s; generate on %d rank(s), %d per node\n", what.c_str(), t.world, t.ranks_per_node);
+    return plan_generate(cfg, t, a.batch);
+  }
+  const st::RunPlan p = st::plan_run(cfg, t);
+  std::printf("plan: %s; %d rank(s), %d per node, each unit sharded over %d%s\n", what.c_str(), t.world,
               t.ranks_per_node, p.shard_world, p.hybrid ? " (hybrid: one replica per node)" : "");
   print_plan(p, t);
   if (p.fits()) {

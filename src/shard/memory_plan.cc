@@ -174,17 +174,20 @@ void check_decoder_memory(const Config& cfg, int max_batch, const DeviceBudget& 
   if (most <= budget.usable()) return;
   const std::string what =
       str_cat("device memory: a decoder of ", max_batch, " sequence(s) of ", cfg.model.seq_len, " positions");
+  // What would make it fit: bf16 only where it computes in fp32.
+  const std::string lower = cfg.compute_dtype() == DType::kF32
+                                ? "; lower generate's --batch or model.seq_len, compute in bf16 (train.dtype), or "
+                                : "; lower generate's --batch or model.seq_len, or ";
   if (stages <= 1)
     ST_BAD_INPUT(what, " needs ", format_gib(most), " (", f[0].breakdown(), "), but ", budget_limit(budget, device),
-                 "; lower generate's --batch or model.seq_len, or compute in bf16 (train.dtype)");
+                 lower, "split its layers over several GPUs (mpirun -np N shardtrain generate)");
   const std::vector<UnitRange> ranges = split_units(cfg.model, max_batch, stages);
   std::string each;
   for (int s = 0; s < stages; ++s)
     each += str_cat(s == 0 ? "" : "; ", "rank ", s, " (", describe_units(cfg.model, ranges[static_cast<size_t>(s)]),
                     "): ", f[static_cast<size_t>(s)].breakdown());
   ST_BAD_INPUT(what, " split over ", stages, " GPUs needs ", format_gib(most), " on its largest stage (", each,
-               "), but ", budget_limit(budget, device),
-               "; lower generate's --batch or model.seq_len, compute in bf16 (train.dtype), or split over more GPUs");
+               "), but ", budget_limit(budget, device), lower, "split over more GPUs");
 }
 
 int fitting_batch(const Config& cfg, int want, const DeviceBudget& budget, int stages) {

@@ -1,5 +1,6 @@
 // `shardtrain plan` as a user runs it: a config that fits (exit 0), ones that do not (exit 3) with the smallest change
-// that fits, and bad flags (exit 2, naming the flag). No GPU is needed: every figure is host arithmetic.
+// that fits, generate's plan (--generate), and bad flags (exit 2, naming the flag). No GPU is needed: every figure is
+// host arithmetic.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -70,6 +71,46 @@ TEST(PlanCli, CpuConfigPlansHostMemory) {
   expect_has(no.output, "does not fit; no change of recompute, micro-batch, offload or world size");
 }
 
+// generate's plan: Llama-3.1-8B in bf16 (14.96 GiB of weights) splits its layers over two 12 GiB cards, 16 sequences
+// at 2048 positions (a 2 GiB cache on each); on one 12 GiB card it does not fit, and the refusal says what to change.
+TEST(PlanCli, GenerateSplitsWhatOneCardCannotHold) {
+  const std::string llama8b = "plan --config " + config("llama3.1-8b.ini") + " --generate --gpu-mem 12 --host-mem 64";
+  const auto two = run_shardtrain(llama8b + " --world 2");
+  EXPECT_EQ(two.code, 0) << two.output;
+  expect_has(two.output, "bf16 on cuda; generate on 2 rank(s), 2 per node\n");
+  expect_has(two.output,
+             "decoder: its layers split over 2 ranks (rank 0: embedding .. block.15; rank 1: block.16 .. "
+             "head), 16 sequence(s) of 2048 positions\n");
+  expect_has(two.output, "device, rank 1: weights 7.48 GiB, key/value caches 2.00 GiB");
+  expect_has(two.output, "budget 12.00 GiB (--gpu-mem 12.00 GiB): fits\n");
+  expect_has(two.output, "host, largest: rank 1: loading 4.16 GiB, upload 0.03 GiB, reserve 3.00 GiB; total 7.20 GiB");
+  EXPECT_EQ(two.output.substr(two.output.size() - 5), "fits\n");
+  const auto one = run_shardtrain(llama8b);
+  EXPECT_EQ(one.code, 3) << one.output;
+  expect_has(one.output, "decoder: device memory: a decoder of 1 sequence(s) of 2048 positions needs 16.19 GiB (");
+  expect_has(one.output,
+             "but the GPU (--gpu-mem 12.00 GiB) has 12.00 GiB free; lower generate's --batch or "
+             "model.seq_len, or split its layers over several GPUs");
+  // --batch asks for that many sequences: 4 fit whole on one 24 GiB card.
+  const auto batch =
+      run_shardtrain("plan --config " + config("llama3.1-8b.ini") + " --generate --batch 4 --gpu-mem 24 --host-mem 64");
+  EXPECT_EQ(batch.code, 0) << batch.output;
+  expect_has(batch.output, "decoder: whole on each rank, 4 sequence(s) of 2048 positions\n");
+  expect_has(batch.output, "device, per rank: weights 14.96 GiB, key/value caches 1.00 GiB");
+}
+
+// On the CPU generate's plan is the host's: Llama-3.2-1B's fp32 decoder (4.60 GiB of weights) does not fit 4 GiB.
+TEST(PlanCli, GenerateOnTheCpuPlansTheHost) {
+  const auto r = run_shardtrain("plan --config " + config("llama3.2-1b.ini") +
+                                " --generate --train.device=cpu --train.dtype=fp32 --batch 1 --host-mem 4");
+  EXPECT_EQ(r.code, 3) << r.output;
+  expect_has(r.output, "fp32 on cpu; generate on 1 rank(s), 1 per node\n");
+  expect_has(r.output, "host, per rank: decoder ");
+  expect_has(r.output, "(weights 4.60 GiB, ");
+  expect_has(r.output, "budget per rank 4.00 GiB (--host-mem gives each node 4.00 GiB): does not fit\ndoes not fit\n");
+  EXPECT_EQ(r.output.find("device, "), std::string::npos) << r.output;
+}
+
 TEST(PlanCli, BadFlagsAreBadInput) {
   const std::string gpt = " --config " + config("gpt2-124m.ini");
   const struct {
@@ -83,6 +124,8 @@ TEST(PlanCli, BadFlagsAreBadInput) {
       {"plan" + gpt + " --world 2 --ranks-per-node 3 --train.global_batch=32",
        "plan: --ranks-per-node 3 exceeds --world 2"},
       {"plan" + gpt + " stray", "plan: unknown argument 'stray'"},
+      {"plan" + gpt + " --batch 4", "plan: --batch N plans generate's sequences: give --generate too"},
+      {"plan" + gpt + " --generate --batch 0", "plan: --batch expects a whole number from 1 to 1048576, got '0'"},
       {"plan" + gpt + " --train.bogus=1", "unknown key 'train.bogus'"},
       {"plan" + gpt + " --world 3", "must be a multiple of train.micro_batch (16) x world size (3)"},
       {"plan" + gpt +

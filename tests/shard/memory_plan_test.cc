@@ -310,8 +310,17 @@ TEST(DecoderMemory, ADecoderThatDoesNotFitIsRefusedWithItsBreakdown) {
   const std::string want = "device memory: a decoder of 64 sequence(s) of 2048 positions needs " +
                            format_gib(f.total()) + " (" + f.breakdown() +
                            "), but NVIDIA GeForce RTX 4090 has 4.00 GiB free; lower generate's --batch or "
-                           "model.seq_len, or compute in bf16 (train.dtype)";
+                           "model.seq_len, or split its layers over several GPUs (mpirun -np N shardtrain generate)";
   EXPECT_NE(std::string(big.what()).find(want), std::string::npos) << big.what();
+  // In fp32 the message also says bf16 would halve it.
+  Config fp32 = cfg;
+  fp32.train.dtype = DType::kF32;
+  const Error wide = testing::caught([&] { check_decoder_memory(fp32, 64, DeviceBudget::of(fp32, 4 * gib), "GPU"); });
+  EXPECT_NE(std::string(wide.what())
+                .find("; lower generate's --batch or model.seq_len, compute in bf16 (train.dtype), "
+                      "or split its layers over several GPUs"),
+            std::string::npos)
+      << wide.what();
   const int fit = fitting_batch(cfg, 64, DeviceBudget::of(cfg, 6 * gib));
   EXPECT_GT(fit, 1);
   EXPECT_LT(fit, 64);
@@ -381,13 +390,11 @@ TEST(DecoderMemory, AutoSplitsTheLayersWhenTheWholeDoesNotFitAndRefusesASplitTha
   EXPECT_NE(refusal(LayerSplit::kAuto, 1, between).find(whole_needs), std::string::npos);
   // A split that does not fit either: every stage's breakdown.
   const std::string split = refusal(LayerSplit::kAuto, 2, DeviceBudget::of(cfg, largest - 1));
-  const std::string want = "device memory: a decoder of 1 sequence(s) of 2048 positions split over 2 GPUs needs " +
-                           format_gib(largest) +
-                           " on its largest stage (rank 0 (embedding .. block.7): " + stages[0].breakdown() +
-                           "; rank 1 (block.8 .. head): " + stages[1].breakdown() +
-                           "), but NVIDIA GeForce RTX 4090 has " + format_gib(largest - 1) +
-                           " free; lower generate's --batch or model.seq_len, compute in bf16 (train.dtype), or split "
-                           "over more GPUs";
+  const std::string want =
+      "device memory: a decoder of 1 sequence(s) of 2048 positions split over 2 GPUs needs " + format_gib(largest) +
+      " on its largest stage (rank 0 (embedding .. block.7): " + stages[0].breakdown() +
+      "; rank 1 (block.8 .. head): " + stages[1].breakdown() + "), but NVIDIA GeForce RTX 4090 has " +
+      format_gib(largest - 1) + " free; lower generate's --batch or model.seq_len, or split over more GPUs";
   EXPECT_NE(split.find(want), std::string::npos) << split;
   EXPECT_NE(refusal(LayerSplit::kLayers, 17, roomy).find("a layer split over 17 ranks needs a block for each"),
             std::string::npos);
