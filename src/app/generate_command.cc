@@ -100,9 +100,9 @@ std::unique_ptr<st::Decoder> load_decoder(const GenerateArgs& g, const st::Confi
   const auto made = std::chrono::steady_clock::now();
   std::unique_ptr<st::Decoder> decoder = st::make_unloaded_decoder(decode, comm.device_rank(), max_batch, stage);
   seconds->decoder += st::seconds_since(made);
-  const st::UnitSink sink = [&](int u, std::vector<float>& values) {
+  auto timed = [&](const auto& hand_over) {
     const auto handed = std::chrono::steady_clock::now();
-    decoder->load_unit(u, values);
+    hand_over();
     seconds->handing += st::seconds_since(handed);
   };
   std::optional<st::Manifest> manifest;
@@ -115,12 +115,11 @@ std::unique_ptr<st::Decoder> load_decoder(const GenerateArgs& g, const st::Confi
     st::on_all_ranks(comm, [&] {
       st::init_from_hf_dir_half(cfg.init.from, decode.model, cfg.train.seed, half, decoder->held_units(),
                                 [&](int u, const std::vector<uint16_t>& values) {
-                                  const auto handed = std::chrono::steady_clock::now();
-                                  decoder->load_unit_half(u, values, half);
-                                  seconds->handing += st::seconds_since(handed);
+                                  timed([&] { decoder->load_unit_half(u, values, half); });
                                 });
     });
   } else {
+    const st::UnitSink sink = [&](int u, std::vector<float>& values) { timed([&] { decoder->load_unit(u, values); }); };
     st::on_all_ranks(comm, [&] { manifest = read_weights(g, cfg, comm.rank(), sink, decoder->held_units()); });
   }
   if (!manifest.has_value()) {

@@ -34,26 +34,27 @@ HfWeightsWriter::HfWeightsWriter(const std::string& path, const ModelConfig& cfg
       written_(units.size(), false),
       cleanup_(tmp_),
       file_(H5File::create(tmp_)) {
-  if (!cfg.is_llama()) (void)hf_gpt2_tensor_map(cfg_, units_);  // a layout it cannot name fails before any write
+  // The family's names, once (a layout it cannot name fails before any write).
+  if (cfg.is_llama())
+    llama_map_ = llama_hf_tensor_map(cfg_, units_);
+  else
+    gpt2_map_ = hf_gpt2_tensor_map(cfg_, units_);
 }
 
 void HfWeightsWriter::write_unit(int unit, const float* buffer) {
   ST_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()) && !written_[static_cast<size_t>(unit)], "unit ", unit,
            " handed to the export twice or out of range (", units_.size(), " units)");
-  if (cfg_.is_llama()) {
-    for (const HfRange& r : llama_hf_tensor_map(cfg_, units_))
-      if (r.unit == unit) h5_write_f32(file_, r.hf_name, r.hf_shape, buffer + r.offset);
-  } else {
-    for (const HfTensorMap& m : hf_gpt2_tensor_map(cfg_, units_)) {
-      if (m.unit != unit) continue;
-      const float* src = buffer + m.tensor->offset;
-      if (m.transpose) {
-        scratch_.resize(static_cast<size_t>(m.tensor->numel));
-        transpose_2d(src, scratch_.data(), m.tensor->shape[0], m.tensor->shape[1]);
-        src = scratch_.data();
-      }
-      h5_write_f32(file_, m.hf_name, m.hf_shape, src);  // wte: the leading vocab_size rows are contiguous
+  for (const HfRange& r : llama_map_)
+    if (r.unit == unit) h5_write_f32(file_, r.hf_name, r.hf_shape, buffer + r.offset);
+  for (const HfTensorMap& m : gpt2_map_) {
+    if (m.unit != unit) continue;
+    const float* src = buffer + m.tensor->offset;
+    if (m.transpose) {
+      scratch_.resize(static_cast<size_t>(m.tensor->numel));
+      transpose_2d(src, scratch_.data(), m.tensor->shape[0], m.tensor->shape[1]);
+      src = scratch_.data();
     }
+    h5_write_f32(file_, m.hf_name, m.hf_shape, src);  // wte: the leading vocab_size rows are contiguous
   }
   written_[static_cast<size_t>(unit)] = true;
 }
@@ -69,12 +70,9 @@ void HfWeightsWriter::commit() {
 
 void write_hf_gpt2(const std::string& path, const ModelConfig& cfg, const std::vector<UnitLayout>& units,
                    const std::vector<const float*>& unit_buffers) {
-  ST_ENFORCE_EQ(unit_buffers.size(), units.size());
   ModelConfig gpt2 = cfg;
   gpt2.arch = ModelArch::kGpt2;
-  HfWeightsWriter w(path, gpt2, units);
-  for (size_t u = 0; u < units.size(); ++u) w.write_unit(static_cast<int>(u), unit_buffers[u]);
-  w.commit();
+  write_hf_weights(path, gpt2, units, unit_buffers);
 }
 
 void write_hf_weights(const std::string& path, const ModelConfig& cfg, const std::vector<UnitLayout>& units,

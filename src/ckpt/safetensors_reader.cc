@@ -1,19 +1,17 @@
 #include "shardtrain/ckpt/safetensors_reader.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "bulk_io.h"
-#include "shardtrain/ckpt/file_read.h"
 #include "shardtrain/core/errno_text.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/excerpt.h"
@@ -70,18 +68,16 @@ struct Span {
 SafetensorsReader::SafetensorsReader(const std::string& path)
     : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
   if (!fd_) ST_BAD_INPUT("safetensors file '", path, "' cannot be opened: ", errno_text());
-  std::ifstream in(path, std::ios::binary);
-  if (!in) ST_BAD_INPUT("safetensors file '", path, "' cannot be opened: ", errno_text());
-  std::error_code ec;
-  const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) ST_BAD_INPUT("safetensors file '", path, "': cannot get its size: ", ec.message());
+  struct stat st {};
+  if (::fstat(fd_.get(), &st) != 0) ST_BAD_INPUT("safetensors file '", path, "': cannot get its size: ", errno_text());
+  if (!S_ISREG(st.st_mode)) ST_BAD_INPUT("safetensors file '", path, "' is not a regular file");
   // Every length and offset below comes from the file: each is checked as an unsigned number against the
   // file's size before it sizes an allocation or enters signed arithmetic (a length of 2^63 or more would
-  // turn negative in an int64_t and pass a signed bound).
-  const uint64_t file_bytes = size;
+  // turn negative in an int64_t and pass a signed bound). The reads below stay within that size.
+  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  if (file_bytes < 8) ST_BAD_INPUT(path, ": shorter than the 8-byte safetensors header length");
   uint64_t n = 0;
-  in.read(reinterpret_cast<char*>(&n), 8);
-  if (!in || file_bytes < 8) ST_BAD_INPUT(path, ": shorter than the 8-byte safetensors header length");
+  pread_exact(fd_.get(), path_, reinterpret_cast<char*>(&n), 8, 0);
   if (n > file_bytes - 8)
     ST_BAD_INPUT(path, ": header length ", n, " runs past the end of the ", file_bytes, "-byte file (at most ",
                  file_bytes - 8, " bytes follow the length)");
@@ -89,8 +85,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path)
     ST_BAD_INPUT(path, ": header length ", n, " exceeds the safetensors format's limit of ", kMaxHeaderBytes,
                  " bytes (the safetensors library refuses such a file too)");
   std::string text(n, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(n));
-  if (!in) ST_BAD_INPUT(path, ": the ", n, "-byte safetensors header could not be read (file truncated?)");
+  pread_exact(fd_.get(), path_, text.data(), static_cast<size_t>(n), 8);
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);  // refuses text that is not UTF-8, as the format requires
@@ -240,26 +235,32 @@ const SafetensorsReader::Entry& SafetensorsReader::readable(const std::string& n
   return e;
 }
 
-void SafetensorsReader::read_range(const std::string& name, int64_t begin, int64_t count, float* out) const {
-  const Entry& e = readable(name, begin, count);
-  const int64_t size = dtype_size(e.dtype);
-  if (size == 4) {
-    read_at(fd_.get(), path_, e.begin + begin * 4, count * 4, out);
+void SafetensorsReader::read_chunk_wide(const Entry& e, int64_t first, int64_t n, int thread, float* out) const {
+  if (e.dtype == "F32") {
+    pread_exact(fd_.get(), path_, reinterpret_cast<char*>(out), static_cast<size_t>(n * 4), e.begin + first * 4);
     return;
   }
-  // 16-bit values a chunk at a time on several threads, each widening the chunk it read while its bytes are in its
-  // cache: one read(2) at a time copies a file in the page cache several times slower.
-  const bool bf16 = e.dtype == "BF16";
-  const int64_t chunks = (count + kWidenChunk - 1) / kWidenChunk;
+  std::vector<uint16_t>& raw = raw_[static_cast<size_t>(thread)];
+  raw.resize(static_cast<size_t>(kWidenChunk));
+  pread_exact(fd_.get(), path_, reinterpret_cast<char*>(raw.data()), static_cast<size_t>(n * 2), e.begin + first * 2);
+  widen_half(raw.data(), n, e.dtype == "BF16" ? HalfKind::kBF16 : HalfKind::kF16, out);
+}
+
+int SafetensorsReader::chunk_threads(int64_t chunks) const {
   const int threads = static_cast<int>(std::min<int64_t>(chunks, reader_threads()));
   if (static_cast<int>(raw_.size()) < threads) raw_.resize(static_cast<size_t>(threads));
-  for_each_index(chunks, threads, [&](int thread, int64_t c) {
-    std::vector<uint16_t>& raw = raw_[static_cast<size_t>(thread)];
-    const int64_t at = c * kWidenChunk, n = std::min(kWidenChunk, count - at);
-    raw.resize(static_cast<size_t>(kWidenChunk));
-    pread_exact(fd_.get(), path_, reinterpret_cast<char*>(raw.data()), static_cast<size_t>(n * 2),
-                e.begin + (begin + at) * 2);
-    widen_half(raw.data(), n, bf16 ? HalfKind::kBF16 : HalfKind::kF16, out + at);
+  if (static_cast<int>(wide_.size()) < threads) wide_.resize(static_cast<size_t>(threads));
+  return threads;
+}
+
+void SafetensorsReader::read_range(const std::string& name, int64_t begin, int64_t count, float* out) const {
+  const Entry& e = readable(name, begin, count);
+  // A chunk at a time on several threads, a 16-bit chunk widened by the thread that read it while its bytes are in
+  // its cache: one read(2) at a time copies a file in the page cache several times slower.
+  const int64_t chunks = (count + kWidenChunk - 1) / kWidenChunk;
+  for_each_index(chunks, chunk_threads(chunks), [&](int thread, int64_t c) {
+    const int64_t at = c * kWidenChunk;
+    read_chunk_wide(e, begin + at, std::min(kWidenChunk, count - at), thread, out + at);
     return true;
   });
 }
@@ -268,14 +269,11 @@ int64_t SafetensorsReader::read_range_half(const std::string& name, int64_t begi
                                            uint16_t* out) const {
   ST_CHECK(kind == HalfKind::kBF16 || kind == HalfKind::kF16, "read_range_half needs bf16 or fp16");
   const Entry& e = readable(name, begin, count);
-  const int64_t size = dtype_size(e.dtype);
   const bool same = e.dtype == (kind == HalfKind::kBF16 ? "BF16" : "F16");
   // Chunks on several threads as read_range reads them; each thread notes the first non-finite element of its own
   // chunks, and the least of those is the tensor's.
   const int64_t chunks = (count + kWidenChunk - 1) / kWidenChunk;
-  const int threads = static_cast<int>(std::min<int64_t>(chunks, reader_threads()));
-  if (static_cast<int>(wide_.size()) < threads) wide_.resize(static_cast<size_t>(threads));
-  if (static_cast<int>(raw_.size()) < threads) raw_.resize(static_cast<size_t>(threads));
+  const int threads = chunk_threads(chunks);
   std::vector<int64_t> first(static_cast<size_t>(std::max(threads, 1)), -1);
   for_each_index(chunks, threads, [&](int thread, int64_t c) {
     const int64_t at = c * kWidenChunk, n = std::min(kWidenChunk, count - at);
@@ -293,16 +291,7 @@ int64_t SafetensorsReader::read_range_half(const std::string& name, int64_t begi
     } else {
       std::vector<float>& wide = wide_[static_cast<size_t>(thread)];
       wide.resize(static_cast<size_t>(kWidenChunk));
-      if (size == 4) {
-        pread_exact(fd_.get(), path_, reinterpret_cast<char*>(wide.data()), static_cast<size_t>(n * 4),
-                    e.begin + (begin + at) * 4);
-      } else {
-        std::vector<uint16_t>& raw = raw_[static_cast<size_t>(thread)];
-        raw.resize(static_cast<size_t>(kWidenChunk));
-        pread_exact(fd_.get(), path_, reinterpret_cast<char*>(raw.data()), static_cast<size_t>(n * 2),
-                    e.begin + (begin + at) * 2);
-        widen_half(raw.data(), n, e.dtype == "BF16" ? HalfKind::kBF16 : HalfKind::kF16, wide.data());
-      }
+      read_chunk_wide(e, begin + at, n, thread, wide.data());
       for (int64_t i = 0; i < n && bad < 0; ++i)
         if (!std::isfinite(wide[static_cast<size_t>(i)])) bad = at + i;
       for (int64_t i = 0; i < n; ++i)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <type_traits>
 
 #include "shardtrain/core/error.h"
@@ -211,29 +212,37 @@ void CudaDecoderBase<T>::copy_logits(std::vector<float>* logits, int64_t rows) {
 }
 
 template <typename T>
-void CudaDecoderBase<T>::store_unit(int u, std::vector<float>& values) {
+void CudaDecoderBase<T>::upload_in_chunks(int u,
+                                          const std::function<void(int64_t at, int64_t n, uint16_t* chunk)>& fill) {
+  // Two pinned chunks in turn, each uploaded while the next is filled: the device holds no copy but the unit's own.
   DeviceBuffer<T>& w = w_[static_cast<size_t>(u)];
+  if (upload_.size() == 0) upload_ = PinnedBuffer<T>(2 * kUploadChunk);
+  for (int64_t at = 0, i = 0; at < w.size(); at += kUploadChunk, ++i) {
+    const int64_t n = std::min(kUploadChunk, w.size() - at);
+    T* chunk = upload_.data() + (i % 2) * kUploadChunk;
+    CudaEvent& uploaded = chunk_uploaded_[i % 2];
+    if (i >= 2) uploaded.synchronize();  // the chunk's last upload has left it
+    fill(at, n, reinterpret_cast<uint16_t*>(chunk));
+    ST_CUDA_CHECK(
+        cudaMemcpyAsync(w.data() + at, chunk, sizeof(T) * static_cast<size_t>(n), cudaMemcpyHostToDevice, ctx_.stream));
+    uploaded.record(ctx_.stream);
+  }
+  stream_.synchronize();                                  // the chunks are the next unit's, the values the caller's
+  if (units_to_load() == 1) upload_ = PinnedBuffer<T>();  // this was the last (the load counts it on return)
+}
+
+template <typename T>
+void CudaDecoderBase<T>::store_unit(int u, std::vector<float>& values) {
   if constexpr (std::is_same_v<T, float>) {
+    DeviceBuffer<T>& w = w_[static_cast<size_t>(u)];
     ST_CUDA_CHECK(
         cudaMemcpyAsync(w.data(), values.data(), sizeof(float) * values.size(), cudaMemcpyHostToDevice, ctx_.stream));
+    stream_.synchronize();  // `values` is the caller's again
   } else {
-    // Rounded to T on the host (round_to_half: CUDA's rounding, bit for bit) into two pinned chunks in turn, each
-    // uploaded while the next is rounded: half the bytes of fp32 cross the bus, and the device holds no fp32 copy.
-    if (upload_.size() == 0) upload_ = PinnedBuffer<T>(2 * kUploadChunk);
-    const HalfKind kind = std::is_same_v<T, bf16> ? HalfKind::kBF16 : HalfKind::kF16;
-    for (int64_t at = 0, i = 0; at < w.size(); at += kUploadChunk, ++i) {
-      const int64_t n = std::min(kUploadChunk, w.size() - at);
-      T* chunk = upload_.data() + (i % 2) * kUploadChunk;
-      CudaEvent& uploaded = chunk_uploaded_[i % 2];
-      if (i >= 2) uploaded.synchronize();  // the chunk's last upload has left it
-      round_to_half(values.data() + at, n, kind, reinterpret_cast<uint16_t*>(chunk));
-      ST_CUDA_CHECK(cudaMemcpyAsync(w.data() + at, chunk, sizeof(T) * static_cast<size_t>(n), cudaMemcpyHostToDevice,
-                                    ctx_.stream));
-      uploaded.record(ctx_.stream);
-    }
+    // Rounded to T on the host (round_to_half: CUDA's rounding, bit for bit): half the bytes of fp32 cross the bus.
+    upload_in_chunks(
+        u, [&](int64_t at, int64_t n, uint16_t* chunk) { round_to_half(values.data() + at, n, half_kind(), chunk); });
   }
-  stream_.synchronize();  // `values` is the caller's again, and the chunks the next unit's
-  if (units_to_load() == 1) upload_ = PinnedBuffer<T>();  // this was the last (load_unit counts it on return)
 }
 
 template <typename T>
@@ -242,25 +251,12 @@ void CudaDecoderBase<T>::store_unit_half(int u, const std::vector<uint16_t>& val
     Decoder::store_unit_half(u, values, kind);  // widened, then rounded to T by store_unit
     return;
   }
-  DeviceBuffer<T>& w = w_[static_cast<size_t>(u)];
-  if (upload_.size() == 0) upload_ = PinnedBuffer<T>(2 * kUploadChunk);
-  for (int64_t at = 0, i = 0; at < w.size(); at += kUploadChunk, ++i) {
-    const int64_t n = std::min(kUploadChunk, w.size() - at);
-    T* chunk = upload_.data() + (i % 2) * kUploadChunk;
-    CudaEvent& uploaded = chunk_uploaded_[i % 2];
-    if (i >= 2) uploaded.synchronize();  // the chunk's last upload has left it
-    const uint16_t* from = values.data() + at;
-    uint16_t* to = reinterpret_cast<uint16_t*>(chunk);
+  upload_in_chunks(u, [&](int64_t at, int64_t n, uint16_t* chunk) {
     constexpr int64_t kPiece = int64_t{1} << 18;
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < n; p += kPiece)
-      std::memcpy(to + p, from + p, sizeof(uint16_t) * static_cast<size_t>(std::min(kPiece, n - p)));
-    ST_CUDA_CHECK(
-        cudaMemcpyAsync(w.data() + at, chunk, sizeof(T) * static_cast<size_t>(n), cudaMemcpyHostToDevice, ctx_.stream));
-    uploaded.record(ctx_.stream);
-  }
-  stream_.synchronize();                                  // the chunks are the next unit's
-  if (units_to_load() == 1) upload_ = PinnedBuffer<T>();  // this was the last (load_unit_half counts it on return)
+      std::memcpy(chunk + p, values.data() + at + p, sizeof(uint16_t) * static_cast<size_t>(std::min(kPiece, n - p)));
+  });
 }
 
 template <typename T>

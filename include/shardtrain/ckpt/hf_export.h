@@ -14,6 +14,7 @@
 #include "shardtrain/ckpt/h5.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/model/gpt2/gpt2_hf.h"
+#include "shardtrain/model/llama/llama_hf.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
@@ -53,7 +54,9 @@ class HfWeightsWriter {
   std::vector<bool> written_;
   RemoveOnFailure cleanup_;  // declared before file_: the file is closed before a failed write removes it
   H5File file_;
-  std::vector<float> scratch_;  // a transposed GPT-2 matrix
+  std::vector<HfRange> llama_map_;     // the family's tensors: one of the two maps is empty
+  std::vector<HfTensorMap> gpt2_map_;  // (points into units_)
+  std::vector<float> scratch_;         // a transposed GPT-2 matrix
 };
 
 // Reads every tensor back into the units' flat buffers; wte padding rows are set to zero. Shapes must

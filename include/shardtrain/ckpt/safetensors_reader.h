@@ -53,6 +53,10 @@ class SafetensorsReader {
   const Entry& entry(const std::string& name) const;
   // The entry of a tensor whose elements [begin, begin + count) a read may take: a dtype it converts, a range inside.
   const Entry& readable(const std::string& name, int64_t begin, int64_t count) const;
+  // Elements [first, first + n) (n <= one chunk) of `e` widened to fp32 into out, through thread `thread`'s buffer.
+  void read_chunk_wide(const Entry& e, int64_t first, int64_t n, int thread, float* out) const;
+  // The threads that read `chunks` chunks, with a buffer each.
+  int chunk_threads(int64_t chunks) const;
   struct Entry {
     std::string dtype;
     std::vector<int64_t> shape;

@@ -104,8 +104,11 @@ class CudaDecoderBase : public Decoder {
  private:
   std::string device_name_;
   std::vector<DeviceBuffer<T>> w_;
-  // While loading: two chunks of a unit's weights rounded to T on the host, each uploaded while the next is rounded.
+  // While loading: two pinned chunks of a unit's weights in T, each uploaded while the next is filled.
   static constexpr int64_t kUploadChunk = kDecoderUploadChunk;
+  // Uploads unit u's weights through the two chunks, fill(at, n, chunk) writing elements [at, at + n) of them in T's
+  // bits into a chunk; returns once they are on the device.
+  void upload_in_chunks(int u, const std::function<void(int64_t at, int64_t n, uint16_t* chunk)>& fill);
   PinnedBuffer<T> upload_;
   CudaEvent chunk_uploaded_[2];
   // A captured step: its rows and the options its token choice was captured with (greedy: all zero).
