@@ -119,7 +119,14 @@ if args.sample:
     rate, _ = hf_generate("static", sample=True)
     rows.append(("transformers static cache, sampled", "", "", "", f"{rate:,.1f}", ""))
 # The same weights in fp32 on both sides: the greedy tokens must agree (bf16 may part where two logits nearly tie).
-model.float()
+# The reference is a fresh model read from the directory in fp32, TF32 off, not the bf16 one converted in place after
+# its static-cache runs (bench/results/2026-12-05-h200-generate.md says why).
+del model
+torch.cuda.empty_cache()
+torch.backends.cuda.matmul.allow_tf32 = False
+model = transformers.LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32).cuda().eval()
+model.generation_config.eos_token_id = None
+model.generation_config.bos_token_id = None
 with torch.no_grad():
     hf_fp32 = model.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=32, do_sample=False,
                              pad_token_id=0)[0, len(prompt):].tolist()
