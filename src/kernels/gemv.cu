@@ -1,6 +1,8 @@
 #include "gemv.cuh"
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "gpu_pack.cuh"
 #include "shardtrain/core/error.h"
@@ -9,11 +11,17 @@ namespace st::gpu::kernels_internal {
 namespace {
 
 // A decoding step's products read each weight once and do two flops per element: their time is the weights' bytes
-// over the memory bandwidth, if enough of them are in flight. One warp per output column o: its lanes stream W's row
-// o in packs (16 bytes), kDepth packs each in flight at once, every row of x against them, fp32 sums reduced across
-// the warp; then residual + bias + product, rounded to T once (as the fused cuBLASLt epilogue rounds it).
+// over the memory bandwidth, if enough of them are in flight. A warp computes output columns o, o + warps, ... (warps
+// the grid's): its lanes stream W's row o in packs (16 bytes), kDepth packs each in flight at once, every row of x
+// against them, fp32 sums reduced across the warp; then residual + bias + product, rounded to T once (as the fused
+// cuBLASLt epilogue rounds it). The next column's first packs are read before the sums are reduced and written, so
+// that a warp's loads stay in flight from column to column; with the RMSNorm folded in, a warp takes the rows' sums
+// of squares once for all its columns.
 constexpr int kGemvWarps = 8;
-constexpr int kDepth = 8;
+
+// The blocks a multiprocessor holds at once with kDepth packs in flight a lane: registers for 2 (at most 128 a
+// thread) with 8 packs, 3 with 4.
+constexpr int min_blocks(int depth) { return depth >= 8 ? 2 : 3; }
 
 // A pack of the weights, read with the evict-first hint: they are streamed once a forward through an L2 they do not
 // fit, which had better keep the activations and the key/value caches.
@@ -29,109 +37,149 @@ __device__ __forceinline__ Pack<T, kVec> load_streaming(const T* p) {
   return pk;
 }
 
-template <int kVec, bool kNorm, typename T>
-__global__ void __launch_bounds__(kGemvWarps* kWarpSize)
+// The lane's kDepth packs of row w from element k0 on (those below C), all issued before any is used.
+template <int kVec, int kDepth, typename T>
+__device__ __forceinline__ void fetch_packs(Pack<T, kVec> (&wp)[kDepth], const T* w, int k0, int lane, int C) {
+#pragma unroll
+  for (int u = 0; u < kDepth; ++u) {
+    const int k = k0 + lane * kVec + u * kWarpSize * kVec;
+    if (k < C) wp[u] = load_streaming<kVec>(w + k);
+  }
+}
+
+// rmsnorm_forward's sum of squares of row x: the lane's packs in order, then the butterfly.
+template <int kVec, typename T>
+__device__ __forceinline__ float inverse_rms(const T* x, int lane, int C, float eps) {
+  float ss = 0.0f;
+  for (int k = lane * kVec; k < C; k += kWarpSize * kVec) {
+    float v[kVec];
+    load<kVec>(x + k, v);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) ss += v[j] * v[j];
+  }
+  return 1.0f / sqrtf(warp_reduce(ss, Add()) / C + eps);
+}
+
+template <int kVec, bool kNorm, int kRows, int kDepth, typename T>
+__global__ void __launch_bounds__(kGemvWarps* kWarpSize, min_blocks(kDepth))
     gemv_kernel(T* out, const T* inp, const T* norm_weight, float eps, const T* weight, const T* bias,
-                const T* residual, int rows, int C, int OC) {
+                const T* residual, int C, int OC) {
   allow_dependents();
   constexpr int kStride = kWarpSize * kVec;  // the elements of a warp's packs side by side
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / kWarpSize;
-  const bool live = o < OC;
-  const T* w = weight + (live ? o : 0) * C;
-  // The first kDepth packs of the lane's share of row o, read while the kernel that writes inp may still run: the
-  // weights do not change during a forward.
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kGemvWarps;
+  int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / kWarpSize;
+  // The first packs of the warp's first column, read while the kernel that writes inp may still run: the weights do
+  // not change during a forward.
   Pack<T, kVec> wp[kDepth];
-#pragma unroll
-  for (int u = 0; u < kDepth; ++u) {
-    const int k = lane * kVec + u * kStride;
-    if (live && k < C) wp[u] = load_streaming<kVec>(w + k);
-  }
+  if (o < OC) fetch_packs<kVec, kDepth>(wp, weight + o * C, 0, lane, C);
   wait_for_predecessor();
-  if (!live) return;
-  float rstd[kGemvMaxRows];
+  if (o >= OC) return;
+  float rstd[kRows];
   if constexpr (kNorm) {
-    // rmsnorm_forward's sum of squares: a lane's packs in order, then the butterfly.
 #pragma unroll
-    for (int r = 0; r < kGemvMaxRows; ++r) {
-      if (r >= rows) break;
-      float ss = 0.0f;
-      for (int k = lane * kVec; k < C; k += kStride) {
-        float v[kVec];
-        load<kVec>(inp + static_cast<int64_t>(r) * C + k, v);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) ss += v[j] * v[j];
-      }
-      rstd[r] = 1.0f / sqrtf(warp_reduce(ss, Add()) / C + eps);
-    }
+    for (int r = 0; r < kRows; ++r) rstd[r] = inverse_rms<kVec>(inp + static_cast<int64_t>(r) * C, lane, C, eps);
   }
-  float acc[kGemvMaxRows] = {};
-  for (int k0 = 0; k0 < C; k0 += kDepth * kStride) {
-    if (k0 > 0) {
+  for (;;) {
+    const T* w = weight + o * C;
+    float acc[kRows] = {};
+    for (int k0 = 0; k0 < C; k0 += kDepth * kStride) {
+      if (k0 > 0) fetch_packs<kVec, kDepth>(wp, w, k0, lane, C);
 #pragma unroll
       for (int u = 0; u < kDepth; ++u) {
         const int k = k0 + lane * kVec + u * kStride;
-        if (k < C) wp[u] = load_streaming<kVec>(w + k);
-      }
-    }
+        if (k >= C) break;
+        float wv[kVec], g[kVec];
 #pragma unroll
-    for (int u = 0; u < kDepth; ++u) {
-      const int k = k0 + lane * kVec + u * kStride;
-      if (k >= C) break;
-      float wv[kVec], g[kVec];
+        for (int j = 0; j < kVec; ++j) wv[j] = to_f32(wp[u].v[j]);
+        if constexpr (kNorm) load<kVec>(norm_weight + k, g);
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) wv[j] = to_f32(wp[u].v[j]);
-      if constexpr (kNorm) load<kVec>(norm_weight + k, g);
+        for (int r = 0; r < kRows; ++r) {
+          float xv[kVec];
+          load<kVec>(inp + static_cast<int64_t>(r) * C + k, xv);
 #pragma unroll
-      for (int r = 0; r < kGemvMaxRows; ++r) {
-        if (r >= rows) break;
-        float xv[kVec];
-        load<kVec>(inp + static_cast<int64_t>(r) * C + k, xv);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          const float x = kNorm ? to_f32(from_f32<T>(xv[j] * rstd[r] * g[j])) : xv[j];
-          acc[r] += x * wv[j];
+          for (int j = 0; j < kVec; ++j) {
+            const float x = kNorm ? to_f32(from_f32<T>(xv[j] * rstd[r] * g[j])) : xv[j];
+            acc[r] += x * wv[j];
+          }
         }
       }
     }
-  }
+    const int64_t next = o + warps;
+    if (next < OC)
+      fetch_packs<kVec, kDepth>(wp, weight + next * C, 0, lane, C);  // in flight while this column's sums end
 #pragma unroll
-  for (int r = 0; r < kGemvMaxRows; ++r) {
-    if (r >= rows) break;
-    const float sum = warp_reduce(acc[r], Add());
-    if (lane == 0) {
-      const int64_t at = static_cast<int64_t>(r) * OC + o;
-      float v = sum;
-      if (bias != nullptr) v += to_f32(bias[o]);
-      if (residual != nullptr) v += to_f32(residual[at]);
-      out[at] = from_f32<T>(v);
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = warp_reduce(acc[r], Add());
+      if (lane == 0) {
+        const int64_t at = static_cast<int64_t>(r) * OC + o;
+        float v = sum;
+        if (bias != nullptr) v += to_f32(bias[o]);
+        if (residual != nullptr) v += to_f32(residual[at]);
+        out[at] = from_f32<T>(v);
+      }
     }
+    if (next >= OC) return;
+    o = next;
   }
 }
 
 }  // namespace
 
+int gemv_blocks(int OC, int blocks_per_sm) {
+  const int columns = (OC + kGemvWarps - 1) / kGemvWarps;  // a warp for each output column
+  if (blocks_per_sm <= 0) return columns;
+  int device = 0, sms = 0;
+  ST_CUDA_CHECK(cudaGetDevice(&device));
+  ST_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return std::min(columns, std::max(1, sms * blocks_per_sm));
+}
+
 template <typename T>
 void gemv(T* out, const T* inp, const T* norm_weight, float eps, const T* weight, const T* bias, const T* residual,
-          int64_t rows, int C, int OC, const GpuContext& ctx) {
+          int64_t rows, int C, int OC, const GpuContext& ctx, int blocks_per_sm, int depth) {
   ST_CHECK(rows >= 1 && rows <= kGemvMaxRows, "gemv takes 1 to ", kGemvMaxRows, " rows, got ", rows);
+  ST_CHECK(depth == 4 || depth == 8, "gemv keeps 4 or 8 packs in flight a lane, not ", depth);
   if (OC == 0) return;
   constexpr int kVec = 16 / sizeof(T);
-  const dim3 grid(static_cast<unsigned>((OC + kGemvWarps - 1) / kGemvWarps)), block(kGemvWarps * kWarpSize);
-  launch_packed<T>(C % kVec == 0 && all_aligned(16, inp, weight, norm_weight), [&](auto w) {
-    constexpr int W = decltype(w)::value;
-    if (norm_weight != nullptr)
-      launch_after_predecessor(gemv_kernel<W, true, T>, grid, block, 0, ctx.stream, out, inp, norm_weight, eps, weight,
-                               bias, residual, static_cast<int>(rows), C, OC);
+  const dim3 grid(static_cast<unsigned>(gemv_blocks(OC, blocks_per_sm))), block(kGemvWarps * kWarpSize);
+  auto launch = [&](auto kernel) {
+    launch_after_predecessor(kernel, grid, block, 0, ctx.stream, out, inp, norm_weight, eps, weight, bias, residual, C,
+                             OC);
+  };
+  // The rows, the norm and the depth are the kernel's constants: its registers then hold only what the call needs,
+  // and more of its blocks fit a multiprocessor.
+  auto pick = [&](auto w, auto norm, auto deep) {
+    constexpr int W = decltype(w)::value, D = decltype(deep)::value;
+    constexpr bool N = decltype(norm)::value;
+    switch (rows) {
+      case 1:
+        return launch(gemv_kernel<W, N, 1, D, T>);
+      case 2:
+        return launch(gemv_kernel<W, N, 2, D, T>);
+      case 3:
+        return launch(gemv_kernel<W, N, 3, D, T>);
+      default:
+        return launch(gemv_kernel<W, N, 4, D, T>);
+    }
+  };
+  auto with_depth = [&](auto w, auto norm) {
+    if (depth == 8)
+      pick(w, norm, Width<8>());
     else
-      launch_after_predecessor(gemv_kernel<W, false, T>, grid, block, 0, ctx.stream, out, inp, norm_weight, eps, weight,
-                               bias, residual, static_cast<int>(rows), C, OC);
+      pick(w, norm, Width<4>());
+  };
+  launch_packed<T>(C % kVec == 0 && all_aligned(16, inp, weight, norm_weight), [&](auto w) {
+    if (norm_weight != nullptr)
+      with_depth(w, std::true_type());
+    else
+      with_depth(w, std::false_type());
   });
 }
 
 #define ST_GEMV_INSTANTIATE(T)                                                                          \
   template void gemv<T>(T*, const T*, const T*, float, const T*, const T*, const T*, int64_t, int, int, \
-                        const GpuContext&);
+                        const GpuContext&, int, int);
 ST_GEMV_INSTANTIATE(float)
 ST_GEMV_INSTANTIATE(bf16)
 ST_GEMV_INSTANTIATE(fp16)

@@ -1,5 +1,5 @@
-// Private to src/kernels/*.cu: the matrix-vector product of a decoding step, which matmul_forward and its residual,
-// GELU and RMSNorm forms take for at most kGemvMaxRows rows.
+// Private to src/kernels/*.cu (and bench/decode_gemv.cc, which times its grid sizes): the matrix-vector product of a
+// decoding step, which matmul_forward and its residual, GELU and RMSNorm forms take for at most kGemvMaxRows rows.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,15 @@ namespace st::gpu::kernels_internal {
 // The most rows gemv takes; more go to cuBLASLt.
 inline constexpr int kGemvMaxRows = 4;
 
+// gemv's grid: at most this many blocks (8 warps each) a multiprocessor, each warp taking several output columns in
+// turn where there are more columns than warps (0: a warp for each column); and the 16-byte packs of weights each
+// lane keeps in flight (4 or 8). bench/decode_gemv.cc times the choices.
+inline constexpr int kGemvBlocksPerSm = 2;
+inline constexpr int kGemvDepth = 8;
+
+// The blocks of gemv's grid for OC output columns and that cap.
+int gemv_blocks(int OC, int blocks_per_sm);
+
 // out[rows, OC] = residual + x @ weight^T + bias, with x = inp, or, when norm_weight is given, inp's rows through
 // RMSNorm: round_T(inp * rstd * norm_weight) with rstd = 1 / sqrt(mean(inp^2) + eps), as rmsnorm_forward writes
 // them, bit for bit (its sum of squares in the same order). residual, bias and norm_weight may be null; out may be
@@ -18,6 +27,7 @@ inline constexpr int kGemvMaxRows = 4;
 // (launch_after_predecessor): it reads the first packs of its weights before the kernel before it has finished.
 template <typename T>
 void gemv(T* out, const T* inp, const T* norm_weight, float eps, const T* weight, const T* bias, const T* residual,
-          int64_t rows, int C, int OC, const GpuContext& ctx);
+          int64_t rows, int C, int OC, const GpuContext& ctx, int blocks_per_sm = kGemvBlocksPerSm,
+          int depth = kGemvDepth);
 
 }  // namespace st::gpu::kernels_internal

@@ -23,13 +23,14 @@ using test::to_device;
 using test::to_host;
 
 // Odd sizes in every dimension (no 16-byte rows), N = 1, and N > 128 so the bias sum spans several chunks; N of 2
-// and 4 with 16-byte rows, for the forward's GEMV of a decoding step's few rows.
+// and 4 with 16-byte rows, for the forward's GEMV of a decoding step's few rows, and 9,000 output columns, more than
+// the GEMV's grid has warps below 281 multiprocessors (each warp takes several columns in turn).
 struct Shape {
   int64_t N;
   int C, OC;
 };
 const Shape kShapes[] = {{1, 7, 13},     {5, 13, 7},   {37, 64, 48}, {130, 24, 72},
-                         {300, 96, 200}, {2, 256, 96}, {4, 520, 72}};
+                         {300, 96, 200}, {2, 256, 96}, {4, 520, 72}, {3, 136, 9000}};
 
 // Stream 0: the test helpers' cudaMemcpy/cudaMemset run there too, so everything is ordered.
 struct Env {
@@ -139,17 +140,17 @@ TYPED_TEST(MatmulGpu, ForwardResidualMatchesCpu) {
   }
 }
 
-// Operands one element past an allocation: 4- or 2-byte aligned only, which rules out the vectorised
-// cuBLASLt kernels (and, possibly, the fused bias).
 // The RMSNorm and the product: up to 4 rows one GEMV that normalises as it reads (rows longer than one pass of its
-// loads, and rows of no 16-byte packs), more rows the two kernels; against the CPU, and the GEMV bit for bit against
-// rmsnorm_forward followed by matmul_forward (the same rounding of the normalised rows, the same sums).
+// loads, rows of no 16-byte packs, and more columns than the GEMV has warps), more rows the two kernels; against the
+// CPU, and the GEMV bit for bit against rmsnorm_forward followed by matmul_forward (the same rounding of the
+// normalised rows, the same sums).
 TYPED_TEST(MatmulGpu, RmsnormForwardMatchesCpuAndTheTwoKernels) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;
   Env env;
   const float eps = 1e-5f;
-  for (const Shape& s : {Shape{1, 7, 13}, Shape{3, 4104, 40}, Shape{4, 2048, 72}, Shape{2, 520, 9}, Shape{9, 96, 40}}) {
+  for (const Shape& s : {Shape{1, 7, 13}, Shape{3, 4104, 40}, Shape{4, 2048, 72}, Shape{2, 520, 9}, Shape{9, 96, 40},
+                         Shape{2, 264, 9000}}) {
     for (bool with_bias : {true, false}) {
       SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC << " bias=" << with_bias);
       Operands<T> k(s, 400);
@@ -178,6 +179,8 @@ TYPED_TEST(MatmulGpu, RmsnormForwardMatchesCpuAndTheTwoKernels) {
   }
 }
 
+// Operands one element past an allocation: 4- or 2-byte aligned only, which rules out the vectorised
+// cuBLASLt kernels (and, possibly, the fused bias).
 TYPED_TEST(MatmulGpu, ForwardUnalignedOperands) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;
