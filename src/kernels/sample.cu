@@ -72,8 +72,26 @@ __device__ void pick_digit(const unsigned* hist, int shift, uint32_t* prefix, un
   }
 }
 
-// One block per row: the row's k-th candidate (1 <= k < V) into pivots[row].
-template <typename T>
+// The keys of a row's logits i .. i + kVec - 1 that lie below V (the others: 0, and in[j] false), read as one pack
+// where the pack is whole.
+template <int kVec, typename T>
+__device__ __forceinline__ void load_keys(const T* row, int i, int V, uint32_t (&key)[kVec], bool (&in)[kVec]) {
+  if (i + kVec <= V) {
+    const Pack<T, kVec> pk = *reinterpret_cast<const Pack<T, kVec>*>(row + i);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) key[j] = logit_key(to_f32(pk.v[j])), in[j] = true;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      in[j] = i + j < V;
+      key[j] = in[j] ? logit_key(to_f32(row[i + j])) : 0u;
+    }
+  }
+}
+
+// One block per row: the row's k-th candidate (1 <= k < V) into pivots[row]. Each radix pass reads the row in packs
+// of kVec (rows 16-byte aligned; else kVec 1), every thread kVec logits at a time.
+template <int kVec, typename T>
 __global__ void __launch_bounds__(kSelectThreads)
     select_kernel(const T* logits, int64_t ld, int V, int k, Pivot* pivots) {
   __shared__ unsigned hist[kBins];
@@ -89,10 +107,13 @@ __global__ void __launch_bounds__(kSelectThreads)
     __syncthreads();
     const uint32_t high = shift + kRadixBits >= 32 ? 0u : ~0u << (shift + kRadixBits);  // the digits found so far
     const uint32_t want = prefix & high;
-    for (int base = 0; base < V; base += kSelectThreads) {
-      const int i = base + tid;
-      const uint32_t key = i < V ? logit_key(to_f32(row[i])) : 0u;
-      count_digit(hist, (key >> shift) & (kBins - 1), i < V && (key & high) == want);
+    for (int base = 0; base < V; base += kSelectThreads * kVec) {  // the same trip count on every thread
+      uint32_t key[kVec];
+      bool in[kVec];
+      load_keys<kVec>(row, base + tid * kVec, V, key, in);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j)
+        count_digit(hist, (key[j] >> shift) & (kBins - 1), in[j] && (key[j] & high) == want);
     }
     __syncthreads();
     if (tid < kWarpSize) pick_digit(hist, shift, &prefix, &rank, &ties);
@@ -103,21 +124,33 @@ __global__ void __launch_bounds__(kSelectThreads)
     if (tid == 0) pivots[blockIdx.x] = Pivot{key, V - 1};
     return;
   }
-  // The rank-th lowest id among the logits equal to the k-th: each thread counts them in its own run of ids, and an
-  // exclusive scan over the runs finds the run that holds it.
-  const int per = (V + kSelectThreads - 1) / kSelectThreads;
+  // The rank-th lowest id among the logits equal to the k-th: each thread counts them in its own run of ids (whole
+  // packs), and an exclusive scan over the runs finds the run that holds it.
+  const int per = (V + kSelectThreads * kVec - 1) / (kSelectThreads * kVec) * kVec;
   const int lo = min(V, tid * per), hi = min(V, lo + per);
   int count = 0;
-  for (int i = lo; i < hi; ++i) count += logit_key(to_f32(row[i])) == key ? 1 : 0;
+  for (int i = lo; i < hi; i += kVec) {
+    uint32_t keys[kVec];
+    bool in[kVec];
+    load_keys<kVec>(row, i, V, keys, in);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) count += in[j] && keys[j] == key ? 1 : 0;
+  }
   int before = 0;
   Scan(scan).ExclusiveSum(count, before);
-  const int want = static_cast<int>(rank);
-  if (before >= want || want > before + count) return;
-  int left = want - before;
-  for (int i = lo; i < hi; ++i) {
-    if (logit_key(to_f32(row[i])) == key && --left == 0) {
-      pivots[blockIdx.x] = Pivot{key, i};
-      return;
+  const int target = static_cast<int>(rank);
+  if (before >= target || target > before + count) return;
+  int left = target - before;
+  for (int i = lo; i < hi; i += kVec) {
+    uint32_t keys[kVec];
+    bool in[kVec];
+    load_keys<kVec>(row, i, V, keys, in);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      if (in[j] && keys[j] == key && --left == 0) {
+        pivots[blockIdx.x] = Pivot{key, i + j};
+        return;
+      }
     }
   }
 }
@@ -204,8 +237,11 @@ void sample_rows(const T* logits, int64_t ld, int rows, int V, const uint64_t* d
   Pivot* pivots = nullptr;
   if (o.top_k > 0 && o.top_k < V) {
     pivots = reinterpret_cast<Pivot*>(part + int64_t{rows} * chunks);
-    select_kernel<T><<<static_cast<unsigned>(rows), kSelectThreads, 0, ctx.stream>>>(logits, ld, V,
-                                                                                     static_cast<int>(o.top_k), pivots);
+    constexpr int kVec = 16 / sizeof(T);
+    launch_packed<T>(all_aligned(16, logits) && ld % kVec == 0, [&](auto w) {
+      select_kernel<decltype(w)::value, T><<<static_cast<unsigned>(rows), kSelectThreads, 0, ctx.stream>>>(
+          logits, ld, V, static_cast<int>(o.top_k), pivots);
+    });
   }
   score_kernel<T><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(rows)), kScoreThreads, 0, ctx.stream>>>(
       logits, ld, V, draws, o.temperature, o.seed, pivots, part, chunks);

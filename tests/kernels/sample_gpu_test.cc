@@ -76,7 +76,9 @@ std::vector<int32_t> tokens_of(const DeviceBuffer<int32_t>& d) {
 TYPED_TEST(SampleGpu, TokensEqualTheCpuReference) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;
-  for (const auto& [V, ld] : {std::pair<int, int64_t>{50257, 50304}, std::pair<int, int64_t>{128256, 128384}}) {
+  // Rows 16-byte aligned (the top-k selection reads them in packs) and, with a stride of 50,261, not (one at a time).
+  for (const auto& [V, ld] : {std::pair<int, int64_t>{50257, 50304}, std::pair<int, int64_t>{128256, 128384},
+                              std::pair<int, int64_t>{50257, 50261}}) {
     const std::vector<float> logits = sample_logits<T>(V, ld);
     test::GpuEnv env(gpu::sample_rows_scratch_bytes(kRows, V));
     const DeviceBuffer<T> dev = test::to_device<T>(logits);
