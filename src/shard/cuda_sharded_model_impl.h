@@ -157,6 +157,11 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   void release_params(int unit);
   void prefetch_embedding();
   std::vector<float> gather_full(int unit, bool grads);
+  // All-gathers `slot` elements of every rank's `source` (device memory, or host memory when source_on_host) into
+  // the host's dst, world * slot elements in rank order, a piece of kGatherPieceBytes at a time: the device holds one
+  // piece of every rank's shard, not the unit.
+  template <typename E>
+  void gather_to_host(const E* source, bool source_on_host, int64_t slot, E* dst);
   // ST_CHECK that the last snapshot's writer has released the offloaded state (snapshot_held_).
   void check_snapshot_released(const char* caller) const;
 

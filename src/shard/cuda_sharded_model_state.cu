@@ -10,25 +10,39 @@
 namespace st::shard_internal {
 
 template <typename T>
+template <typename E>
+void CudaShardedModel<T>::gather_to_host(const E* source, bool source_on_host, int64_t slot, E* dst) {
+  // Every rank cuts its slot into the same pieces, so that each all-gather pairs up across the ranks.
+  const int world = coll_.shard().world_size();
+  const int64_t piece = std::max<int64_t>(1, std::min<int64_t>(slot, kGatherPieceBytes / sizeof(E) / world));
+  cudaStream_t cs = compute_stream_.get();
+  DeviceBuffer<E> gathered(piece * world), staged(source_on_host ? piece : 0);
+  for (int64_t at = 0; at < slot; at += piece) {
+    const int64_t n = std::min(piece, slot - at);
+    const E* send = source + at;
+    if (source_on_host) {
+      ST_CUDA_CHECK(cudaMemcpyAsync(staged.data(), send, sizeof(E) * n, cudaMemcpyHostToDevice, cs));
+      send = staged.data();
+    }
+    coll_.shard().template all_gather<E>(send, n, gathered.data(), cs);
+    // Rank r's n elements land at gathered + r n and belong at dst + r slot + at.
+    ST_CUDA_CHECK(cudaMemcpy2DAsync(dst + at, sizeof(E) * slot, gathered.data(), sizeof(E) * n, sizeof(E) * n, world,
+                                    cudaMemcpyDeviceToHost, cs));
+    compute_stream_.synchronize();  // the buffers take the next piece
+  }
+}
+
+template <typename T>
 std::vector<float> CudaShardedModel<T>::gather_full(int unit, bool grads) {
   const UnitShard& h = shards_->view(unit);
   if (h.slot == 0) return {};  // wholly frozen
-  cudaStream_t cs = compute_stream_.get();
-  optimizer_.synchronize();  // the master as the last AdamW left it
-  DeviceBuffer<float> full(h.slot * coll_.shard().world_size());
-  DeviceBuffer<float> host_master;  // optim.offload: the master is on the host
-  const float* source = grads ? shards_->grad(unit).data() : shards_->master(unit);
-  if (!grads && offload(unit)) {
-    const UnitShard& state = offload_->state(unit);
-    host_master = DeviceBuffer<float>(h.slot);
-    ST_CUDA_CHECK(
-        cudaMemcpyAsync(host_master.data(), state.param.data(), host_master.bytes(), cudaMemcpyHostToDevice, cs));
-    source = host_master.data();
+  optimizer_.synchronize();    // the master as the last AdamW left it
+  std::vector<float> out(static_cast<size_t>(h.slot * coll_.shard().world_size()));
+  if (!grads && offload(unit)) {  // optim.offload: the master is on the host
+    gather_to_host(offload_->state(unit).param.data(), /*source_on_host=*/true, h.slot, out.data());
+  } else {
+    gather_to_host<float>(grads ? shards_->grad(unit).data() : shards_->master(unit), false, h.slot, out.data());
   }
-  coll_.shard().all_gather<float>(source, h.slot, full.data(), cs);
-  std::vector<float> out(static_cast<size_t>(full.size()));
-  ST_CUDA_CHECK(cudaMemcpyAsync(out.data(), full.data(), full.bytes(), cudaMemcpyDeviceToHost, cs));
-  compute_stream_.synchronize();
   out.resize(static_cast<size_t>(units_[static_cast<size_t>(unit)].numel));
   return out;
 }
@@ -38,24 +52,16 @@ std::vector<float> CudaShardedModel<T>::gather_frozen(int unit) {
   const UnitShard& h = shards_->view(unit);
   const UnitLayout& u = units_[static_cast<size_t>(unit)];
   if (u.nf4_base) {  // the storage itself, dequantised as the CPU backend does (fp32)
-    cudaStream_t cs = compute_stream_.get();
-    DeviceBuffer<uint8_t> full(h.nf4_slot * 4 * coll_.shard().world_size());
-    coll_.shard().all_gather<uint8_t>(shards_->nf4_source(unit), h.nf4_slot * 4, full.data(), cs);
     std::vector<float> words(static_cast<size_t>(h.nf4_slot * coll_.shard().world_size()));
-    ST_CUDA_CHECK(cudaMemcpyAsync(words.data(), full.data(), full.bytes(), cudaMemcpyDeviceToHost, cs));
-    compute_stream_.synchronize();
+    gather_to_host(shards_->nf4_source(unit), false, h.nf4_slot * 4, reinterpret_cast<uint8_t*>(words.data()));
     std::vector<float> out(static_cast<size_t>(u.frozen_numel));
     nf4_dequantize_unit(u, shards_->nf4_storage(unit), storage_bytes(words), out.data());
     return out;
   }
   if (h.frozen_slot == 0) return {};
-  cudaStream_t cs = compute_stream_.get();
-  DeviceBuffer<T> full(h.frozen_slot * coll_.shard().world_size());
-  coll_.shard().all_gather<T>(shards_->frozen_source(unit), h.frozen_slot, full.data(), cs);
-  std::vector<T> raw(static_cast<size_t>(full.size()));
-  ST_CUDA_CHECK(cudaMemcpyAsync(raw.data(), full.data(), full.bytes(), cudaMemcpyDeviceToHost, cs));
-  compute_stream_.synchronize();
-  std::vector<float> out(static_cast<size_t>(units_[static_cast<size_t>(unit)].frozen_numel));
+  std::vector<T> raw(static_cast<size_t>(h.frozen_slot * coll_.shard().world_size()));
+  gather_to_host(shards_->frozen_source(unit), false, h.frozen_slot, raw.data());
+  std::vector<float> out(static_cast<size_t>(u.frozen_numel));
   for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(raw[i]);
   return out;
 }

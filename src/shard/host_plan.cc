@@ -6,6 +6,7 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/format.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/model/units.h"
 #include "shardtrain/shard/memory_plan.h"
 #include "shardtrain/shard/shard_span.h"
@@ -18,8 +19,24 @@ std::string HostPlan::breakdown() const {
   if (host_parameters > 0) s += ", host parameters " + format_gib(host_parameters);
   if (speculative > 0) s += ", speculative copy " + format_gib(speculative);
   if (snapshot > 0) s += ", checkpoint snapshot " + format_gib(snapshot);
-  return str_cat(s, ", loading ", format_gib(loading), ", reserve ", format_gib(reserve), "; total ",
-                 format_gib(total()));
+  s += ", loading " + format_gib(loading);
+  if (export_unit > 0) s += str_cat(", export ", format_gib(export_unit), " (the larger of loading and export counts)");
+  return str_cat(s, ", reserve ", format_gib(reserve), "; total ", format_gib(total()));
+}
+
+int64_t export_host_bytes(const Config& cfg, int world) {
+  if (cfg.ckpt.export_path.empty()) return 0;
+  const std::vector<UnitLayout> units = build_units(cfg.model), base = build_units(base_model(cfg.model));
+  const bool lora = cfg.model.lora.enabled();
+  int64_t most = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const int64_t trained = padded_shard_size(units[u].numel, world) * world;
+    const int64_t frozen = units[u].frozen_numel > 0 ? padded_shard_size(units[u].frozen_numel, world) * world : 0;
+    const int64_t gathered = frozen > 0 ? 8 * (trained + frozen) : 4 * trained;
+    const int64_t merged = lora ? 4 * (trained + frozen) + 4 * base[u].numel : 0;
+    most = std::max({most, gathered, merged});
+  }
+  return most + kStreamingIoBytes;
 }
 
 HostPlan plan_cuda_host(const Config& cfg, int world, bool speculative) {
@@ -31,8 +48,8 @@ HostPlan plan_cuda_host(const Config& cfg, int world, bool speculative) {
     const int64_t slot = padded_shard_size(units[i].numel, world);
     max_slot = std::max(max_slot, slot);
     // An NF4 unit's host view is its whole frozen segment (model_backend.h).
-    max_frozen_slot = std::max(max_frozen_slot, units[i].nf4_base ? units[i].frozen_numel
-                                                                   : padded_shard_size(units[i].frozen_numel, world));
+    max_frozen_slot = std::max(
+        max_frozen_slot, units[i].nf4_base ? units[i].frozen_numel : padded_shard_size(units[i].frozen_numel, world));
     if (off[i]) {
       off_slots += slot;
       max_off_slot = std::max(max_off_slot, slot);
@@ -60,6 +77,7 @@ HostPlan plan_cuda_host(const Config& cfg, int world, bool speculative) {
   // (compute dtype) or the file's reads beside it.
   if (max_frozen_slot > 0)
     p.loading = std::max(p.loading, (4 + t) * max_frozen_slot + (streams ? kStreamingIoBytes : 0));
+  p.export_unit = export_host_bytes(cfg, world);
   return p;
 }
 

@@ -114,7 +114,8 @@ MemoryPlan plan_memory(const Config& cfg, int world, const CommPlan& comm, const
 std::string MemoryPlan::breakdown() const {
   return str_cat("sharded state ", format_gib(sharded_state), ", gather buffers ", format_gib(gather_buffers),
                  ", activations ", format_gib(activations), ", workspace ", format_gib(workspace),
-                 snapshot > 0 ? ", checkpoint snapshot " + format_gib(snapshot) : std::string(), "; total ",
+                 snapshot > 0 ? ", checkpoint snapshot " + format_gib(snapshot) : std::string(),
+                 export_unit > 0 ? ", export " + format_gib(export_unit) : std::string(), "; total ",
                  format_gib(total()));
 }
 
@@ -233,6 +234,7 @@ MemoryPlan plan_host_memory(const Config& cfg, int world, int64_t replica_bucket
   // param, m and v of the 16 bytes an element of sharded state holds (checkpoint_saver.h)
   if (cfg.ckpt.async && !cfg.ckpt.dir.empty())
     plan.snapshot = sharded_state_bytes(host, build_units(cfg.model), world, 4) / 16 * 12;
+  plan.export_unit = export_host_bytes(cfg, world);
   return plan;
 }
 

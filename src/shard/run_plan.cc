@@ -56,11 +56,12 @@ ComputeFootprint cuda_compute_footprint(const Config& cfg, int64_t attention_scr
                                                     cfg.compute_dtype(), attention_scratch_bytes, cfg.train.fp8);
   ComputeFootprint c;
   c.activation_bytes = f.activation_bytes;
-  // + the communication stream's scratch and the FP8 casts' scales and maxima (train.fp8; their codes sit in the
-  // kernel scratch)
+  // + the communication stream's scratch, the FP8 casts' scales and maxima (train.fp8; their codes sit in the kernel
+  // scratch), and a unit's gather to the host (its pieces)
   c.workspace_bytes = f.scratch_bytes + static_cast<int64_t>(gpu::kBlasWorkspaceBytes) +
                       static_cast<int64_t>(gpu::reduce_scratch_bytes()) +
-                      cuda_linear_workspace_bytes(cfg.model, cfg.train.micro_batch * cfg.model.seq_len, cfg.train.fp8);
+                      cuda_linear_workspace_bytes(cfg.model, cfg.train.micro_batch * cfg.model.seq_len, cfg.train.fp8) +
+                      2 * kGatherPieceBytes;
   return c;
 }
 

@@ -210,7 +210,8 @@ std::vector<int32_t> StepEngine::generate(const std::vector<int32_t>& prompt, in
 
 std::vector<float> StepEngine::gather_unit(int unit) {
   std::vector<float> out = model_->gather_params(unit);
-  const std::vector<float> frozen = model_->gather_frozen(unit);
+  std::vector<float> frozen = model_->gather_frozen(unit);
+  if (out.empty()) return frozen;  // wholly frozen (a LoRA base's embedding): no second copy of it
   out.insert(out.end(), frozen.begin(), frozen.end());
   return out;
 }

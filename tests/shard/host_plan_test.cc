@@ -283,6 +283,36 @@ TEST(DecoderHostPlan, APlanPastTheBudgetIsRefusedWithItsBreakdown) {
       << g.what();
 }
 
+// ckpt.export gathers each unit whole on every rank at the end of the run and the lead writes it: the largest unit,
+// and with LoRA its frozen base joined to its adapters or merged beside it (8 bytes an element), beside the writer's
+// buffers. It never runs beside a load, so the larger of the two counts on cuda; the CPU plan adds it to the state
+// that stays allocated.
+TEST(HostPlan, ExportCountsTheLargestUnitGatheredWhole) {
+  Config c = gpt2_124m(DType::kBF16);
+  EXPECT_EQ(export_host_bytes(c, 1), 0);
+  c.ckpt.export_path = "final";
+  EXPECT_EQ(export_host_bytes(c, 1), 4 * kEmbedding + kStreamingIoBytes);
+  EXPECT_EQ(export_host_bytes(c, 2), 4 * kEmbedding + kStreamingIoBytes);  // every rank gathers the whole unit
+  const HostPlan p = plan_cuda_host(c, 1, false);
+  EXPECT_EQ(p.loading, 4 * kEmbedding);
+  EXPECT_EQ(p.export_unit, 4 * kEmbedding + kStreamingIoBytes);
+  EXPECT_EQ(p.total(), 4 * kEmbedding + kStreamingIoBytes + kCudaHostReserveBytes);
+  EXPECT_NE(p.breakdown().find(", loading 0.15 GiB, export 0.40 GiB (the larger of loading and export counts)"),
+            std::string::npos)
+      << p.breakdown();
+  Config lora = llama_1b();
+  lora.model.lora.rank = 16;
+  lora.ckpt.export_path = "final";
+  EXPECT_EQ(export_host_bytes(lora, 1), 8 * k1bEmbedding + kStreamingIoBytes);  // the embedding has no adapters
+  Config cpu = gpt2_124m(DType::kF32);
+  cpu.train.device = Device::kCpu;
+  const int64_t without = plan_host_memory(cpu, 1, 0).total();
+  cpu.ckpt.export_path = "final";
+  const MemoryPlan m = plan_host_memory(cpu, 1, 0);
+  EXPECT_EQ(m.export_unit, 4 * kEmbedding + kStreamingIoBytes);
+  EXPECT_EQ(m.total(), without + m.export_unit);
+}
+
 // The end-of-run sample beside the training state: on cuda the bf16 decoder of one sequence on the device, and on the
 // host the largest gathered unit (the embedding), its merged copy with LoRA and the two pinned chunks; on the CPU the
 // fp32 decoder on the host, which keeps each gathered buffer (with LoRA the gathered unit beside its merged copy).

@@ -73,7 +73,8 @@ TEST(RunPlan, Gpt2SmallDevicePlanIsMemoryPlanAtTheUnknownLink) {
   const ComputeFootprint f = cuda_compute_footprint(c, attention_scratch_bound(c));
   const CudaModelFootprint m = cuda_model_footprint(c.model, 4, false, DType::kBF16, attention_scratch_bound(c));
   EXPECT_EQ(f.activation_bytes, m.activation_bytes);
-  EXPECT_EQ(f.workspace_bytes, m.scratch_bytes + (int64_t{32} << 20) + 512 * 8);  // + cuBLASLt's + the reduction's
+  // + cuBLASLt's + the reduction's + a unit's gather to the host
+  EXPECT_EQ(f.workspace_bytes, m.scratch_bytes + (int64_t{32} << 20) + 512 * 8 + 2 * kGatherPieceBytes);
   const MemoryPlan want = plan_memory(c, 2, unknown_link_comm_plan(c, 2, false), f);
   EXPECT_EQ(p.device_plan.total(), want.total());
   // Gathers: unit 0 and 3 pooled blocks each way (prefetch 2), and the copy engines' whole unit 0 (the largest).

@@ -20,9 +20,12 @@
 //                      checkpoint load and a synchronous save stream the device-resident units through the host one
 //                      at a time: the view of one unit's param, m and v (12 S_u of the largest device-resident unit)
 //                      and the file I/O's buffers (kStreamingIoBytes); the larger of the two
+//   export             ckpt.export at the end of the run (export_host_bytes); never beside loading, so the larger of
+//                      the two counts
 //   reserve            the CUDA runtime, NCCL, cuBLASLt, the data pipeline and the threads (kCudaHostReserveBytes)
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -42,6 +45,12 @@ inline constexpr int64_t kCudaHostReserveBytes = int64_t{3} << 30;
 // that world size).
 inline constexpr int64_t kStreamingIoBytes = int64_t{256} << 20;
 
+// ckpt.export's host memory on each rank at the end of a run (0 without ckpt.export), that of the largest unit: every
+// rank gathers each unit whole in fp32 in turn, its trained and frozen parts joined into one buffer (8 bytes an
+// element while they join), and the lead merges a LoRA unit into the base's layout beside it (4 bytes an element of
+// the base's unit) and writes it through the writer's buffers (kStreamingIoBytes). Both backends' plans count it.
+int64_t export_host_bytes(const Config& cfg, int world);
+
 struct HostPlan {
   int64_t optimizer_state = 0;
   int64_t staging = 0;
@@ -49,9 +58,11 @@ struct HostPlan {
   int64_t speculative = 0;
   int64_t snapshot = 0;
   int64_t loading = 0;
+  int64_t export_unit = 0;
   int64_t reserve = kCudaHostReserveBytes;
   int64_t total() const {
-    return optimizer_state + staging + host_parameters + speculative + snapshot + loading + reserve;
+    return optimizer_state + staging + host_parameters + speculative + snapshot + std::max(loading, export_unit) +
+           reserve;
   }
   std::string breakdown() const;  // "optimizer state 89.75 GiB, staging 5.87 GiB, ..., total ..."
 };

@@ -30,6 +30,11 @@ namespace st {
 // internal state. Counted so that a cap of 24 GiB means the whole card.
 inline constexpr int64_t kRuntimeReserveBytes = int64_t{768} << 20;
 
+// A unit gathered whole for the host (ckpt.export, the end-of-run sample, tests) passes through the device a piece at
+// a time: this many bytes of every rank's shard together, and a rank's own piece staged from the host where its master
+// lives there (optim.offload). The CUDA plan's workspace counts both.
+inline constexpr int64_t kGatherPieceBytes = int64_t{16} << 20;
+
 // What the communication plan adds to the device memory.
 struct CommPlan {
   int prefetch_depth = 1;               // gathers in flight ahead of the unit computing (dist.prefetch_depth)
@@ -84,9 +89,10 @@ struct MemoryPlan {
   int64_t sharded_state = 0;
   int64_t gather_buffers = 0;
   int64_t activations = 0;
-  int64_t workspace = 0;  // the footprint's workspace plus its runtime reserve
-  int64_t snapshot = 0;   // host plans: the checkpoint snapshot's copy of param, m and v (ckpt.async with ckpt.dir)
-  int64_t total() const { return sharded_state + gather_buffers + activations + workspace + snapshot; }
+  int64_t workspace = 0;    // the footprint's workspace plus its runtime reserve
+  int64_t snapshot = 0;     // host plans: the checkpoint snapshot's copy of param, m and v (ckpt.async with ckpt.dir)
+  int64_t export_unit = 0;  // host plans: ckpt.export's unit at the end of the run (export_host_bytes, host_plan.h)
+  int64_t total() const { return sharded_state + gather_buffers + activations + workspace + snapshot + export_unit; }
   std::string breakdown() const;  // "sharded state 1.23 GiB, gather buffers ..., total ..."
 };
 
@@ -140,8 +146,8 @@ DecoderPlacement place_decoder(const Config& cfg, int want, bool fit_batch, Laye
 //   decoder   train.device = cpu: the decoder itself, decoder_footprint in fp32 (its weights, key/value caches and
 //             activations; no runtime term)
 //   loading   the load's buffers beside the decoder's: on cuda two of the largest held unit's fp32 buffers (the one
-//             read reuses the last one's, which grows to a larger unit by a copy); a LoRA checkpoint is read whole first
-//             (every held unit with its adapters), then each unit merged as it is handed over (on cuda one merged
+//             read reuses the last one's, which grows to a larger unit by a copy); a LoRA checkpoint is read whole
+//             first (every held unit with its adapters), then each unit merged as it is handed over (on cuda one merged
 //             unit beside it; the CPU decoder keeps the merged units as each full one is freed); and the file
 //             reads' buffers (kStreamingIoBytes)
 //   upload    cuda: the two pinned chunks a unit goes up in (kDecoderUploadChunk elements of the compute type each)
@@ -178,8 +184,9 @@ std::string sample_misfit(const Config& cfg, int64_t device_free, const HostMemo
 // unit whatever optim.offload says (the optimizer already runs on the host), gather buffers at prefetch depth 0
 // (every collective blocks), the model's activations and scratch (its family's cpu_footprint_bytes; with train.fp8
 // the cast copies of the largest GEMM's operands),
-// kHostReserveBytes for what runs beside them, and with background checkpoints (ckpt.dir and ckpt.async) the
-// snapshot's 12 S_u bytes per unit.
+// kHostReserveBytes for what runs beside them, with background checkpoints (ckpt.dir and ckpt.async) the
+// snapshot's 12 S_u bytes per unit, and with ckpt.export the unit it gathers at the end (export_host_bytes), beside
+// all of that.
 //
 //   check_host_memory_plan(cfg, world, bucket, host_memory_budget(host_memory_limits(), comm.device_ranks()));
 //
