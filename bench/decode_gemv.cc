@@ -1,5 +1,6 @@
-// The products of a decoding step (gemv: at most 4 rows, bf16) at a llama's shapes, for each depth (16-byte weight
-// packs in flight a lane) and cap on the GEMV's grid (blocks a multiprocessor; 0: a warp for each output column),
+// The products of a decoding step (gemv: at most 4 rows, bf16) at a llama's shapes, for each way gemv can run (its
+// rows staged in shared memory or not, 16-byte weight packs in flight a lane, and the cap on its grid in blocks a
+// multiprocessor, 0: a warp for each output column; kernels_internal::GemvLaunch),
 // against the device's copy bandwidth: microseconds and the weights' GB/s for each product, then a whole step's
 // products (layers x (q/k/v, o, gate/up, down) + the classifier) and the tokens/s they alone would allow, fastest
 // first.
@@ -11,12 +12,13 @@
 // memory and not the L2, as in a step, where the other layers' weights pass through it in between; the rows stay
 // cached, as they do there. The products with the RMSNorm folded in (q/k/v, gate/up, classifier) take it; o and down
 // take the residual. Each timing is the median of `iters` runs of 20 calls back to back (CUDA events), launched as
-// the decoder launches them (after their predecessor). Every depth and cap must give the defaults' bits on weights
-// that differ column by column, or the bench stops with an error. One GPU, no MPI.
+// the decoder launches them (after their predecessor). Every variant must give the defaults' bits on weights that
+// differ column by column, or the bench stops with an error. One GPU, no MPI.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <iterator>
+#include <string>
 #include <vector>
 
 #include "bench_util.h"
@@ -32,7 +34,7 @@ namespace {
 
 constexpr int kCalls = 20;
 constexpr int64_t kSpan = int64_t{1} << 30;  // bytes of weight copies a product cycles through
-const int kCaps[] = {0, 2, 3, 4, 6, 8, 16};
+const int kCaps[] = {0, 2, 4, 8};
 const int kDepths[] = {8, 4};
 
 // The first copy of a product's weights: bf16 values of either sign in [2^-7, 2^-6), a different sequence in every
@@ -53,6 +55,10 @@ std::vector<uint16_t> output_bits(const DeviceBuffer<bf16>& out, int64_t n, cuda
   ST_CUDA_CHECK(cudaMemcpyAsync(h.data(), out.data(), sizeof(uint16_t) * h.size(), cudaMemcpyDeviceToHost, s));
   ST_CUDA_CHECK(cudaStreamSynchronize(s));
   return h;
+}
+
+std::string describe(const gpu::kernels_internal::GemvLaunch& how) {
+  return str_cat(how.staged ? "staged" : "not staged", ", depth ", how.depth, ", cap ", how.blocks_per_sm);
 }
 
 struct Product {
@@ -90,17 +96,20 @@ void run(int hidden, int qkv, int ffn, int vocab, int layers, int iters) {
   const DeviceBuffer<bf16> g = bench::random_device<bf16>(max_in, 2, 0.1, 1.0);
   const DeviceBuffer<bf16> res = bench::random_device<bf16>(int64_t{4} * max_out, 3);
   DeviceBuffer<bf16> out(int64_t{4} * max_out);
-  std::printf("%-5s %-11s %-6s %-4s %10s %9s %7s\n", "rows", "product", "depth", "cap", "us/call", "GB/s", "x copy");
+  std::printf("%-5s %-11s %-7s %-6s %-4s %10s %9s %7s\n", "rows", "product", "staged", "depth", "cap", "us/call",
+              "GB/s", "x copy");
   struct Step {
-    int rows, depth, cap;
+    int rows;
+    gpu::kernels_internal::GemvLaunch how;
     double us;
   };
   std::vector<Step> steps;
   double step_bytes = 0;
   for (int rows : {1, 4}) {
     std::vector<Step> row_steps;
-    for (int depth : kDepths)
-      for (int cap : kCaps) row_steps.push_back({rows, depth, cap, 0.0});
+    for (bool staged : {false, true})
+      for (int depth : kDepths)
+        for (int cap : kCaps) row_steps.push_back({rows, {cap, depth, staged}, 0.0});
     step_bytes = 0;
     for (const Product& p : products) {
       const int64_t elems = int64_t{p.C} * p.OC, bytes = elems * static_cast<int64_t>(sizeof(bf16));
@@ -109,39 +118,38 @@ void run(int hidden, int qkv, int ffn, int vocab, int layers, int iters) {
       ST_CUDA_CHECK(cudaMemsetAsync(w.data(), 0x3C, static_cast<size_t>(w.bytes()), s));  // 0x3C3C: 0.0115
       fill_distinct(w.data(), elems, s);
       step_bytes += static_cast<double>(bytes) * p.per_step;
-      auto call = [&](int64_t copy, int cap, int depth) {
+      auto call = [&](int64_t copy, const gpu::kernels_internal::GemvLaunch& how) {
         gpu::kernels_internal::gemv<bf16>(out.data(), x.data(), p.norm ? g.data() : nullptr, 1e-5f,
                                           w.data() + copy * elems, nullptr, p.norm ? nullptr : res.data(), rows, p.C,
-                                          p.OC, ctx, cap, depth);
+                                          p.OC, ctx, how);
       };
-      call(0, gpu::kernels_internal::kGemvBlocksPerSm, gpu::kernels_internal::kGemvDepth);
+      call(0, {});
       const std::vector<uint16_t> want = output_bits(out, int64_t{rows} * p.OC, s);
       for (Step& st : row_steps) {
-        // Every depth and cap sums each column's products in the same order: the same bits as the defaults.
-        call(0, st.cap, st.depth);
-        ST_CHECK(output_bits(out, int64_t{rows} * p.OC, s) == want, "bench_decode_gemv: ", p.name, " at depth ",
-                 st.depth, " and cap ", st.cap, ", ", rows, " rows, differs from depth ",
-                 gpu::kernels_internal::kGemvDepth, " and cap ", gpu::kernels_internal::kGemvBlocksPerSm);
+        // Every variant sums each column's products in the same order: the same bits as the defaults.
+        call(0, st.how);
+        ST_CHECK(output_bits(out, int64_t{rows} * p.OC, s) == want, "bench_decode_gemv: ", p.name, " ",
+                 describe(st.how), ", ", rows, " rows, differs from the defaults");
         int64_t next = 0;
         const double ms = bench::median_ms(s, iters, [&] {
-          for (int i = 0; i < kCalls; ++i, next = (next + 1) % copies) call(next, st.cap, st.depth);
+          for (int i = 0; i < kCalls; ++i, next = (next + 1) % copies) call(next, st.how);
         });
         const double us = ms * 1e3 / kCalls, gbs = static_cast<double>(bytes) / (us * 1e3);
         st.us += us * p.per_step;
-        std::printf("%-5d %-11s %-6d %-4d %10.2f %9.0f %7.2f\n", rows, p.name, st.depth, st.cap, us, gbs,
-                    gbs / copy_gbs);
+        std::printf("%-5d %-11s %-7s %-6d %-4d %10.2f %9.0f %7.2f\n", rows, p.name, st.how.staged ? "yes" : "no",
+                    st.how.depth, st.how.blocks_per_sm, us, gbs, gbs / copy_gbs);
       }
     }
     std::sort(row_steps.begin(), row_steps.end(), [](const Step& a, const Step& b) { return a.us < b.us; });
     steps.insert(steps.end(), row_steps.begin(), row_steps.end());
   }
   std::printf("\n# a step's products (%.2f GB of weights), fastest first\n", step_bytes / 1e9);
-  std::printf("%-5s %-6s %-4s %10s %9s %7s %s\n", "rows", "depth", "cap", "us/step", "GB/s", "x copy",
+  std::printf("%-5s %-7s %-6s %-4s %10s %9s %7s %s\n", "rows", "staged", "depth", "cap", "us/step", "GB/s", "x copy",
               "tokens/s a sequence from the products alone");
   for (const Step& st : steps) {
     const double gbs = step_bytes / (st.us * 1e3);
-    std::printf("%-5d %-6d %-4d %10.1f %9.0f %7.2f %.0f\n", st.rows, st.depth, st.cap, st.us, gbs, gbs / copy_gbs,
-                1e6 / st.us);
+    std::printf("%-5d %-7s %-6d %-4d %10.1f %9.0f %7.2f %.0f\n", st.rows, st.how.staged ? "yes" : "no", st.how.depth,
+                st.how.blocks_per_sm, st.us, gbs, gbs / copy_gbs, 1e6 / st.us);
   }
 }
 

@@ -60,23 +60,52 @@ __device__ __forceinline__ float inverse_rms(const T* x, int lane, int C, float 
   return 1.0f / sqrtf(warp_reduce(ss, Add()) / C + eps);
 }
 
-template <int kVec, bool kNorm, int kRows, int kDepth, typename T>
+template <int kVec, bool kNorm, int kRows, int kDepth, bool kStaged, typename T>
 __global__ void __launch_bounds__(kGemvWarps* kWarpSize, min_blocks(kDepth))
     gemv_kernel(T* out, const T* inp, const T* norm_weight, float eps, const T* weight, const T* bias,
                 const T* residual, int C, int OC) {
   allow_dependents();
   constexpr int kStride = kWarpSize * kVec;  // the elements of a warp's packs side by side
-  const int lane = threadIdx.x % kWarpSize;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kGemvWarps;
-  int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / kWarpSize;
+  int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
   // The first packs of the warp's first column, read while the kernel that writes inp may still run: the weights do
   // not change during a forward.
   Pack<T, kVec> wp[kDepth];
   if (o < OC) fetch_packs<kVec, kDepth>(wp, weight + o * C, 0, lane, C);
   wait_for_predecessor();
+  // kStaged: the block's rows in shared memory as the products read them (normalised and rounded to T where the norm
+  // is folded in), written once for all the block's columns: the loop then reads each pack of x once from shared
+  // memory and does no norm arithmetic.
+  extern __shared__ __align__(16) unsigned char gemv_rows[];
+  const T* x = inp;
+  if constexpr (kStaged) {
+    T* xs = reinterpret_cast<T*>(gemv_rows);
+    __shared__ float rstd_s[kRows];
+    if constexpr (kNorm) {
+      if (warp < kRows) {
+        const float r = inverse_rms<kVec>(inp + static_cast<int64_t>(warp) * C, lane, C, eps);
+        if (lane == 0) rstd_s[warp] = r;
+      }
+      __syncthreads();
+    }
+    for (int i = threadIdx.x * kVec; i < kRows * C; i += kGemvWarps * kWarpSize * kVec) {
+      float v[kVec];
+      load<kVec>(inp + i, v);  // C % kVec == 0: a pack lies in one row
+      if constexpr (kNorm) {
+        float g[kVec];
+        load<kVec>(norm_weight + i % C, g);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) v[j] = v[j] * rstd_s[i / C] * g[j];
+      }
+      store<kVec>(xs + i, v);
+    }
+    __syncthreads();
+    x = xs;
+  }
   if (o >= OC) return;
   float rstd[kRows];
-  if constexpr (kNorm) {
+  if constexpr (kNorm && !kStaged) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) rstd[r] = inverse_rms<kVec>(inp + static_cast<int64_t>(r) * C, lane, C, eps);
   }
@@ -89,18 +118,19 @@ __global__ void __launch_bounds__(kGemvWarps* kWarpSize, min_blocks(kDepth))
       for (int u = 0; u < kDepth; ++u) {
         const int k = k0 + lane * kVec + u * kStride;
         if (k >= C) break;
+        constexpr bool kFold = kNorm && !kStaged;  // normalise x here
         float wv[kVec], g[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) wv[j] = to_f32(wp[u].v[j]);
-        if constexpr (kNorm) load<kVec>(norm_weight + k, g);
+        if constexpr (kFold) load<kVec>(norm_weight + k, g);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           float xv[kVec];
-          load<kVec>(inp + static_cast<int64_t>(r) * C + k, xv);
+          load<kVec>(x + static_cast<int64_t>(r) * C + k, xv);
 #pragma unroll
           for (int j = 0; j < kVec; ++j) {
-            const float x = kNorm ? to_f32(from_f32<T>(xv[j] * rstd[r] * g[j])) : xv[j];
-            acc[r] += x * wv[j];
+            const float xn = kFold ? to_f32(from_f32<T>(xv[j] * rstd[r] * g[j])) : xv[j];
+            acc[r] += xn * wv[j];
           }
         }
       }
@@ -137,37 +167,45 @@ int gemv_blocks(int OC, int blocks_per_sm) {
 
 template <typename T>
 void gemv(T* out, const T* inp, const T* norm_weight, float eps, const T* weight, const T* bias, const T* residual,
-          int64_t rows, int C, int OC, const GpuContext& ctx, int blocks_per_sm, int depth) {
+          int64_t rows, int C, int OC, const GpuContext& ctx, const GemvLaunch& how) {
   ST_CHECK(rows >= 1 && rows <= kGemvMaxRows, "gemv takes 1 to ", kGemvMaxRows, " rows, got ", rows);
-  ST_CHECK(depth == 4 || depth == 8, "gemv keeps 4 or 8 packs in flight a lane, not ", depth);
+  ST_CHECK(how.depth == 4 || how.depth == 8, "gemv keeps 4 or 8 packs in flight a lane, not ", how.depth);
   if (OC == 0) return;
   constexpr int kVec = 16 / sizeof(T);
-  const dim3 grid(static_cast<unsigned>(gemv_blocks(OC, blocks_per_sm))), block(kGemvWarps * kWarpSize);
+  const dim3 grid(static_cast<unsigned>(gemv_blocks(OC, how.blocks_per_sm))), block(kGemvWarps * kWarpSize);
+  const size_t staged_bytes = sizeof(T) * static_cast<size_t>(rows) * static_cast<size_t>(C);
+  const bool staged = how.staged && staged_bytes <= kGemvMaxStagedBytes;
   auto launch = [&](auto kernel) {
-    launch_after_predecessor(kernel, grid, block, 0, ctx.stream, out, inp, norm_weight, eps, weight, bias, residual, C,
-                             OC);
+    launch_after_predecessor(kernel, grid, block, staged ? staged_bytes : 0, ctx.stream, out, inp, norm_weight, eps,
+                             weight, bias, residual, C, OC);
   };
-  // The rows, the norm and the depth are the kernel's constants: its registers then hold only what the call needs,
-  // and more of its blocks fit a multiprocessor.
-  auto pick = [&](auto w, auto norm, auto deep) {
+  // The rows, the norm, the depth and the staging are the kernel's constants: its registers then hold only what the
+  // call needs, and more of its blocks fit a multiprocessor.
+  auto pick = [&](auto w, auto norm, auto deep, auto stage) {
     constexpr int W = decltype(w)::value, D = decltype(deep)::value;
-    constexpr bool N = decltype(norm)::value;
+    constexpr bool N = decltype(norm)::value, S = decltype(stage)::value;
     switch (rows) {
       case 1:
-        return launch(gemv_kernel<W, N, 1, D, T>);
+        return launch(gemv_kernel<W, N, 1, D, S, T>);
       case 2:
-        return launch(gemv_kernel<W, N, 2, D, T>);
+        return launch(gemv_kernel<W, N, 2, D, S, T>);
       case 3:
-        return launch(gemv_kernel<W, N, 3, D, T>);
+        return launch(gemv_kernel<W, N, 3, D, S, T>);
       default:
-        return launch(gemv_kernel<W, N, 4, D, T>);
+        return launch(gemv_kernel<W, N, 4, D, S, T>);
     }
   };
-  auto with_depth = [&](auto w, auto norm) {
-    if (depth == 8)
-      pick(w, norm, Width<8>());
+  auto with_staging = [&](auto w, auto norm, auto deep) {
+    if (staged)
+      pick(w, norm, deep, std::true_type());
     else
-      pick(w, norm, Width<4>());
+      pick(w, norm, deep, std::false_type());
+  };
+  auto with_depth = [&](auto w, auto norm) {
+    if (how.depth == 8)
+      with_staging(w, norm, Width<8>());
+    else
+      with_staging(w, norm, Width<4>());
   };
   launch_packed<T>(C % kVec == 0 && all_aligned(16, inp, weight, norm_weight), [&](auto w) {
     if (norm_weight != nullptr)
@@ -179,7 +217,7 @@ void gemv(T* out, const T* inp, const T* norm_weight, float eps, const T* weight
 
 #define ST_GEMV_INSTANTIATE(T)                                                                          \
   template void gemv<T>(T*, const T*, const T*, float, const T*, const T*, const T*, int64_t, int, int, \
-                        const GpuContext&, int, int);
+                        const GpuContext&, const GemvLaunch&);
 ST_GEMV_INSTANTIATE(float)
 ST_GEMV_INSTANTIATE(bf16)
 ST_GEMV_INSTANTIATE(fp16)

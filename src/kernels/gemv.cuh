@@ -2,6 +2,7 @@
 // decoding step, which matmul_forward and its residual, GELU and RMSNorm forms take for at most kGemvMaxRows rows.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "shardtrain/kernels/gpu/context.h"
@@ -11,11 +12,17 @@ namespace st::gpu::kernels_internal {
 // The most rows gemv takes; more go to cuBLASLt.
 inline constexpr int kGemvMaxRows = 4;
 
-// gemv's grid: at most this many blocks (8 warps each) a multiprocessor, each warp taking several output columns in
-// turn where there are more columns than warps (0: a warp for each column); and the 16-byte packs of weights each
-// lane keeps in flight (4 or 8). bench/decode_gemv.cc times the choices.
-inline constexpr int kGemvBlocksPerSm = 2;
-inline constexpr int kGemvDepth = 8;
+// How gemv runs (bench/decode_gemv.cc times the choices): the grid holds at most blocks_per_sm blocks (8 warps
+// each) a multiprocessor, each warp taking several output columns in turn where there are more columns than warps (0:
+// a warp for each column); each lane keeps `depth` 16-byte packs of weights in flight (4 or 8); with `staged`, a
+// block first writes its rows to shared memory as the products read them (normalised where the norm is folded in),
+// where they take at most kGemvMaxStagedBytes, and each warp reads them from there.
+struct GemvLaunch {
+  int blocks_per_sm = 2;
+  int depth = 8;
+  bool staged = false;
+};
+inline constexpr size_t kGemvMaxStagedBytes = 48 << 10;
 
 // The blocks of gemv's grid for OC output columns and that cap.
 int gemv_blocks(int OC, int blocks_per_sm);
@@ -27,7 +34,6 @@ int gemv_blocks(int OC, int blocks_per_sm);
 // (launch_after_predecessor): it reads the first packs of its weights before the kernel before it has finished.
 template <typename T>
 void gemv(T* out, const T* inp, const T* norm_weight, float eps, const T* weight, const T* bias, const T* residual,
-          int64_t rows, int C, int OC, const GpuContext& ctx, int blocks_per_sm = kGemvBlocksPerSm,
-          int depth = kGemvDepth);
+          int64_t rows, int C, int OC, const GpuContext& ctx, const GemvLaunch& how = {});
 
 }  // namespace st::gpu::kernels_internal

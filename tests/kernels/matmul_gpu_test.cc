@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "../../src/kernels/gemv.cuh"
 #include "gpu_kernel_test.h"
 #include "shardtrain/kernels/gelu.h"
 #include "shardtrain/kernels/gpu/matmul.h"
@@ -175,6 +176,39 @@ TYPED_TEST(MatmulGpu, RmsnormForwardMatchesCpuAndTheTwoKernels) {
       gpu::rmsnorm_forward<T>(dnorm.data(), drstd.data(), inp.data(), dg.data(), eps, s.N, s.C, env.ctx());
       gpu::matmul_forward<T>(two.data(), dnorm.data(), w.data(), bias, s.N, s.C, s.OC, env.ctx());
       if (s.N <= 4) EXPECT_TRUE(test::bitwise_equal(got, to_host(two)));
+    }
+  }
+}
+
+// Every way the GEMV of at most 4 rows can run (kernels_internal::GemvLaunch: its rows staged in shared memory or
+// read where they are, 4 or 8 weight packs in flight a lane, a warp for each column or grids of 1 to 8 blocks a
+// multiprocessor whose warps take several) sums each column in the same order: the defaults' bits, which the tests
+// above hold against the CPU, with the norm folded in and with a residual and bias, packed and unpacked rows.
+TYPED_TEST(MatmulGpu, EveryGemvLaunchGivesTheSameBits) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  Env env;
+  for (const Shape& s : {Shape{1, 264, 9000}, Shape{4, 520, 72}, Shape{3, 7, 13}, Shape{2, 2048, 600}}) {
+    for (bool norm : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << s.N << " C=" << s.C << " OC=" << s.OC << " norm=" << norm);
+      Operands<T> k(s, 500);
+      const std::vector<float> g = random_input<T>(s.C, 504), res = random_input<T>(s.N * s.OC, 505);
+      auto inp = to_device<T>(k.inp), w = to_device<T>(k.w), b = to_device<T>(k.b), dg = to_device<T>(g);
+      auto r = to_device<T>(res);
+      DeviceBuffer<T> out(s.N * s.OC);
+      auto run = [&](const gpu::kernels_internal::GemvLaunch& how) {
+        poison(out);
+        gpu::kernels_internal::gemv<T>(out.data(), inp.data(), norm ? dg.data() : nullptr, 1e-5f, w.data(), b.data(),
+                                       norm ? nullptr : r.data(), s.N, s.C, s.OC, env.ctx(), how);
+        return to_host(out);
+      };
+      const std::vector<float> want = run({});
+      for (bool staged : {false, true})
+        for (int depth : {4, 8})
+          for (int cap : {0, 1, 2, 8}) {
+            SCOPED_TRACE(::testing::Message() << "staged=" << staged << " depth=" << depth << " cap=" << cap);
+            EXPECT_TRUE(test::bitwise_equal(run({cap, depth, staged}), want));
+          }
     }
   }
 }
