@@ -26,8 +26,8 @@
 # and, with 2 GPUs, bench_collectives (NcclCommunicator vs raw NCCL busbw, and --exchange: the two reduce engines);
 # BENCH_EXTRAS=0 skips both.
 # The generate stage runs the GPU tests of decoding (ctest -R GEN_TESTS) and bench/generate_bench.py with GEN_ARGS
-# (default --repeats 3 --batch 32 --sample --profile) in GEN_DIR (default /tmp/genbench), then bench_decode_gemv (its
-# step summary printed, the whole table in $OUT/decode_gemv.txt).
+# (default --repeats 3 --batch 32 --sample --ckpt --profile) in GEN_DIR (default /tmp/genbench), then
+# bench_decode_gemv (its step summary printed, the whole table in $OUT/decode_gemv.txt).
 # The ckpt stage runs bench/ckpt_stall.sh for GPT-2 124M at micro batch 16 on two GPUs (one where there is one), with
 # and without background saves every 20 steps (CKPT_STEPS steps, default 100).
 # With SHARDTRAIN_PROFILE_OPS=1, each of our cases prints its op profile (GPU time per op and step) after the table.
@@ -195,7 +195,7 @@ if [[ $STAGE == generate ]]; then
   rc=$?
   grep -E "tests passed|\*\*\*Failed|Failed  " "$OUT/ctest_generate.log" | head -30
   summary+=("generate tests: rc $rc in $(( $(date +%s) - t0 )) s: $(grep -E 'tests passed' "$OUT/ctest_generate.log")")
-  gen_args=${GEN_ARGS:-"--repeats 3 --batch 32 --sample --profile"}
+  gen_args=${GEN_ARGS:-"--repeats 3 --batch 32 --sample --ckpt --profile"}
   # shellcheck disable=SC2086
   python3 bench/generate_bench.py "$BUILD/shardtrain" "${GEN_DIR:-/tmp/genbench}" $gen_args \
     2>&1 | grep -v -E "Loading weights|Writing model shards|UserWarning|warnings.warn" | tee "$OUT/generate_bench.txt"

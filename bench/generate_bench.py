@@ -14,13 +14,17 @@ PROMPT random token ids and NEW new tokens:
     summary's decode rate over every sequence's tokens);
   * with --sample, both sides once more drawing their tokens (temperature 0.8, top-k 50; transformers with its static
     cache);
+  * with --ckpt, the same from a shardtrain checkpoint: WORKDIR/ckpt-SHAPE is made once by one training step at
+    lr 1e-12 from the saved model (`shardtrain train --config configs/SHAPE.ini --init.from ...` on random tokens),
+    then `shardtrain generate --ckpt` from its step: the time to first token and decode rate, and whether its greedy
+    tokens equal those from the directory (printed after the main table);
   * with --profile, shardtrain's decoding steps under Nsight Compute (ncu on the PATH or in /usr/local/cuda/bin;
     caches and clocks left as they run): each kernel's share of the GPU time, launches, microseconds a launch and DRAM
     throughput, over PROFILE_LAUNCHES kernels from the 3000th launch on (past the prompt and the first steps).
 Prints one table (markdown) on stdout, then the profile's.
 
 usage: generate_bench.py SHARDTRAIN WORKDIR [--shape llama3.2-1b] [--prompt 128] [--new 256] [--repeats 3]
-                         [--batch 32] [--sample] [--profile] [--profile-launches 400]
+                         [--batch 32] [--sample] [--ckpt] [--profile] [--profile-launches 400]
 """
 import argparse
 import json
@@ -66,6 +70,7 @@ ap.add_argument("--repeats", type=int, default=3)
 ap.add_argument("--batch", type=int, default=1)
 ap.add_argument("--seq-len", type=int, default=2048)
 ap.add_argument("--sample", action="store_true")
+ap.add_argument("--ckpt", action="store_true")
 ap.add_argument("--profile", action="store_true")
 ap.add_argument("--profile-launches", type=int, default=400)
 args = ap.parse_args()
@@ -210,6 +215,57 @@ for r in rows:
 print("\nshardtrain's summary line:\n" + runs[0][6].strip().splitlines()[-1])
 
 
+def from_checkpoint():
+    """generate from a checkpoint of the same weights: its first token, decode rate and greedy agreement."""
+    ckpt_dir = os.path.join(args.workdir, "ckpt-" + args.shape)
+    step = os.path.join(ckpt_dir, "step_00000001")
+    if not os.path.exists(os.path.join(step, "manifest.json")):
+        tokens = os.path.join(args.workdir, "tokens.bin")  # llm.c's shard format, ids below 65536
+        header = [20240520, 1, 1 << 20] + [0] * 253
+        ids = torch.randint(0, 65536, (1 << 20,), generator=torch.Generator().manual_seed(3), dtype=torch.int32)
+        with open(tokens, "wb") as f:
+            f.write(torch.tensor(header, dtype=torch.int32).numpy().tobytes())
+            f.write(ids.to(torch.int32).numpy().astype("uint16").tobytes())
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        cmd = [args.shardtrain, "train", "--config", os.path.join(root, "configs", args.shape + ".ini"),
+               "--init.from", model_dir, "--train.device=cuda", "--train.dtype=bf16", "--train.steps=1",
+               "--train.micro_batch=1", "--train.global_batch=1", f"--model.seq_len={args.seq_len}",
+               "--optim.lr=1e-12", "--optim.min_lr=0", "--optim.warmup_steps=0", "--optim.weight_decay=0",
+               f"--data.path={tokens}", "--data.format=llmc", "--data.val_path=", "--data.val_holdout=0.01",
+               f"--ckpt.dir={ckpt_dir}"]
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-3000:]}")
+        print(f"# made {step} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    extra = ["--prompt-ids", ",".join(map(str, prompt))]
+    cmd = lambda: [args.shardtrain, "generate", "--ckpt", step, "--max-tokens", str(args.new), "--temperature", "0",
+                   "--train.device=cuda", "--train.dtype=bf16"] + extra  # noqa: E731
+    timed = []
+    for i in range(args.repeats + 1):  # the first warms the page cache
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = p.stdout.read(1)
+        ttft = time.perf_counter() - t0
+        rest = p.stdout.read()
+        err = p.stderr.read().decode()
+        p.wait()
+        if p.returncode != 0:
+            sys.exit(f"{' '.join(cmd())}: exit {p.returncode}\n{err}")
+        m = SUMMARY.search(err)
+        if not m:
+            sys.exit(f"no summary line in:\n{err}")
+        if i > 0:
+            timed.append((ttft, float(m.group(1)), float(m.group(7)), (first + rest).decode(), err))
+    same = agreement(timed[0][3], [int(t) for t in re.split(r"[,\s]+", runs[0][5].strip()) if t])
+    print(f"\nfrom the checkpoint (`generate --ckpt`), medians of {args.repeats}:\n")
+    print("| generator | first token s | load s | decode tok/s | greedy tokens equal to the directory's |")
+    print("|---|---|---|---|---|")
+    print(f"| shardtrain generate --ckpt | {statistics.median(t[0] for t in timed):.2f} | "
+          f"{statistics.median(t[1] for t in timed):.2f} | {statistics.median(t[2] for t in timed):,.1f} | {same} |")
+    print("\nits summary line:\n" + timed[0][4].strip().splitlines()[-1])
+
+
 def short_name(kernel):
     """`gemv_kernel<8, true, __nv_bfloat16>` from ncu's demangled signature."""
     name, depth = "", 0
@@ -255,5 +311,7 @@ def profile():
               f"{statistics.mean(dram[name]) if dram[name] else 0:.0f} |")
 
 
+if args.ckpt:
+    from_checkpoint()
 if args.profile:
     profile()
