@@ -60,7 +60,9 @@ __device__ __forceinline__ float inverse_rms(const T* x, int lane, int C, float 
   return 1.0f / sqrtf(warp_reduce(ss, Add()) / C + eps);
 }
 
-template <int kVec, bool kNorm, int kRows, int kDepth, bool kStaged, typename T>
+// kSwiglu (with kStaged, without kNorm): inp is [rows, 2C], each row's gate then up, and the product reads their
+// SwiGLU, rounded to T as swiglu_forward writes it.
+template <int kVec, bool kNorm, int kRows, int kDepth, bool kStaged, bool kSwiglu, typename T>
 __global__ void __launch_bounds__(kGemvWarps* kWarpSize, min_blocks(kDepth))
     gemv_kernel(T* out, const T* inp, const T* norm_weight, float eps, const T* weight, const T* bias,
                 const T* residual, int C, int OC) {
@@ -91,7 +93,16 @@ __global__ void __launch_bounds__(kGemvWarps* kWarpSize, min_blocks(kDepth))
     }
     for (int i = threadIdx.x * kVec; i < kRows * C; i += kGemvWarps * kWarpSize * kVec) {
       float v[kVec];
-      load<kVec>(inp + i, v);  // C % kVec == 0: a pack lies in one row
+      if constexpr (kSwiglu) {  // element (r, c) from gate (r, c) and up (r, C + c) of the [rows, 2C] input
+        const int at = i + (i / C) * C;
+        float u[kVec];
+        load<kVec>(inp + at, v);
+        load<kVec>(inp + at + C, u);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) v[j] = silu(v[j]) * u[j];
+      } else {
+        load<kVec>(inp + i, v);  // C % kVec == 0: a pack lies in one row
+      }
       if constexpr (kNorm) {
         float g[kVec];
         load<kVec>(norm_weight + i % C, g);
@@ -165,34 +176,36 @@ int gemv_blocks(int OC, int blocks_per_sm) {
   return std::min(columns, std::max(1, sms * blocks_per_sm));
 }
 
-template <typename T>
-void gemv(T* out, const T* inp, const T* norm_weight, float eps, const T* weight, const T* bias, const T* residual,
-          int64_t rows, int C, int OC, const GpuContext& ctx, const GemvLaunch& how) {
-  ST_CHECK(rows >= 1 && rows <= kGemvMaxRows, "gemv takes 1 to ", kGemvMaxRows, " rows, got ", rows);
-  ST_CHECK(how.depth == 4 || how.depth == 8, "gemv keeps 4 or 8 packs in flight a lane, not ", how.depth);
-  if (OC == 0) return;
+namespace {
+
+// gemv and gemv_swiglu: the kernel for the call's rows, norm, depth, staging and input.
+template <bool kSwiglu, typename T>
+void launch_gemv(T* out, const T* inp, const T* norm_weight, float eps, const T* weight, const T* bias,
+                 const T* residual, int64_t rows, int C, int OC, const GpuContext& ctx, const GemvLaunch& how,
+                 bool staged) {
   constexpr int kVec = 16 / sizeof(T);
   const dim3 grid(static_cast<unsigned>(gemv_blocks(OC, how.blocks_per_sm))), block(kGemvWarps * kWarpSize);
-  const size_t staged_bytes = sizeof(T) * static_cast<size_t>(rows) * static_cast<size_t>(C);
-  const bool staged = how.staged && staged_bytes <= kGemvMaxStagedBytes;
+  const size_t staged_bytes = staged ? sizeof(T) * static_cast<size_t>(rows) * static_cast<size_t>(C) : 0;
   auto launch = [&](auto kernel) {
-    launch_after_predecessor(kernel, grid, block, staged ? staged_bytes : 0, ctx.stream, out, inp, norm_weight, eps,
-                             weight, bias, residual, C, OC);
+    launch_after_predecessor(kernel, grid, block, staged_bytes, ctx.stream, out, inp, norm_weight, eps, weight, bias,
+                             residual, C, OC);
   };
   // The rows, the norm, the depth and the staging are the kernel's constants: its registers then hold only what the
   // call needs, and more of its blocks fit a multiprocessor.
   auto pick = [&](auto w, auto norm, auto deep, auto stage) {
     constexpr int W = decltype(w)::value, D = decltype(deep)::value;
     constexpr bool N = decltype(norm)::value, S = decltype(stage)::value;
-    switch (rows) {
-      case 1:
-        return launch(gemv_kernel<W, N, 1, D, S, T>);
-      case 2:
-        return launch(gemv_kernel<W, N, 2, D, S, T>);
-      case 3:
-        return launch(gemv_kernel<W, N, 3, D, S, T>);
-      default:
-        return launch(gemv_kernel<W, N, 4, D, S, T>);
+    if constexpr (!kSwiglu || (S && !N)) {
+      switch (rows) {
+        case 1:
+          return launch(gemv_kernel<W, N, 1, D, S, kSwiglu, T>);
+        case 2:
+          return launch(gemv_kernel<W, N, 2, D, S, kSwiglu, T>);
+        case 3:
+          return launch(gemv_kernel<W, N, 3, D, S, kSwiglu, T>);
+        default:
+          return launch(gemv_kernel<W, N, 4, D, S, kSwiglu, T>);
+      }
     }
   };
   auto with_staging = [&](auto w, auto norm, auto deep) {
@@ -215,9 +228,36 @@ void gemv(T* out, const T* inp, const T* norm_weight, float eps, const T* weight
   });
 }
 
-#define ST_GEMV_INSTANTIATE(T)                                                                          \
-  template void gemv<T>(T*, const T*, const T*, float, const T*, const T*, const T*, int64_t, int, int, \
-                        const GpuContext&, const GemvLaunch&);
+void check_launch(int64_t rows, const GemvLaunch& how) {
+  ST_CHECK(rows >= 1 && rows <= kGemvMaxRows, "gemv takes 1 to ", kGemvMaxRows, " rows, got ", rows);
+  ST_CHECK(how.depth == 4 || how.depth == 8, "gemv keeps 4 or 8 packs in flight a lane, not ", how.depth);
+}
+
+}  // namespace
+
+template <typename T>
+void gemv(T* out, const T* inp, const T* norm_weight, float eps, const T* weight, const T* bias, const T* residual,
+          int64_t rows, int C, int OC, const GpuContext& ctx, const GemvLaunch& how) {
+  check_launch(rows, how);
+  if (OC == 0) return;
+  const bool staged = how.staged && sizeof(T) * static_cast<size_t>(rows * C) <= kGemvMaxStagedBytes;
+  launch_gemv<false, T>(out, inp, norm_weight, eps, weight, bias, residual, rows, C, OC, ctx, how, staged);
+}
+
+template <typename T>
+bool gemv_swiglu(T* out, const T* gate_up, const T* weight, const T* bias, const T* residual, int64_t rows, int F,
+                 int OC, const GpuContext& ctx, const GemvLaunch& how) {
+  if (rows < 1 || rows > kGemvMaxRows || sizeof(T) * static_cast<size_t>(rows * F) > kGemvMaxStagedBytes) return false;
+  check_launch(rows, how);
+  if (OC > 0) launch_gemv<true, T>(out, gate_up, nullptr, 0.0f, weight, bias, residual, rows, F, OC, ctx, how, true);
+  return true;
+}
+
+#define ST_GEMV_INSTANTIATE(T)                                                                                   \
+  template void gemv<T>(T*, const T*, const T*, float, const T*, const T*, const T*, int64_t, int, int,          \
+                        const GpuContext&, const GemvLaunch&);                                                   \
+  template bool gemv_swiglu<T>(T*, const T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&, \
+                               const GemvLaunch&);
 ST_GEMV_INSTANTIATE(float)
 ST_GEMV_INSTANTIATE(bf16)
 ST_GEMV_INSTANTIATE(fp16)

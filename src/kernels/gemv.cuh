@@ -36,4 +36,12 @@ template <typename T>
 void gemv(T* out, const T* inp, const T* norm_weight, float eps, const T* weight, const T* bias, const T* residual,
           int64_t rows, int C, int OC, const GpuContext& ctx, const GemvLaunch& how = {});
 
+// out[rows, OC] = residual + swiglu(gate_up) @ weight^T + bias, gate_up [rows, 2F] (each row's gate then up): gemv
+// staged with the rows' SwiGLU, as swiglu_forward would have written it (the same bits as it followed by gemv).
+// False, and nothing launched, where the rows' SwiGLU exceeds kGemvMaxStagedBytes or there are more than
+// kGemvMaxRows rows; the caller then runs the two kernels.
+template <typename T>
+bool gemv_swiglu(T* out, const T* gate_up, const T* weight, const T* bias, const T* residual, int64_t rows, int F,
+                 int OC, const GpuContext& ctx, const GemvLaunch& how = {});
+
 }  // namespace st::gpu::kernels_internal

@@ -226,6 +226,10 @@ __device__ V block_reduce(V v, Op op, V* shared) {
   return v;
 }
 
+// SiLU as the CPU reference computes it: silu(g) = g / (1 + exp(-g)); for g << 0, expf overflows to inf and silu is
+// -0. The SwiGLU kernels and the GEMV that stages a SwiGLU share it, so that they give the same bits.
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+
 struct Add {
   template <typename V>
   __device__ __forceinline__ V operator()(V a, V b) const {

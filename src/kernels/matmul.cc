@@ -8,6 +8,7 @@
 #include "parallel.h"
 #include "shardtrain/kernels/gelu.h"
 #include "shardtrain/kernels/rmsnorm.h"
+#include "shardtrain/kernels/swiglu.h"
 
 namespace st {
 
@@ -52,6 +53,12 @@ void rmsnorm_matmul_forward(float* out, float* norm, float* rstd, const float* i
                             const float* weight, const float* bias, int64_t N, int C, int OC) {
   rmsnorm_forward(norm, rstd, inp, norm_weight, eps, N, C);
   matmul_forward(out, norm, weight, bias, N, C, OC);
+}
+
+void swiglu_matmul_forward_residual(float* out, float* mlp, const float* gate_up, const float* weight,
+                                    const float* bias, const float* residual, int64_t N, int F, int OC) {
+  swiglu_forward(mlp, gate_up, N, F);
+  matmul_forward_residual(out, mlp, weight, bias, residual, N, F, OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

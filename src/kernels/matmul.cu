@@ -17,6 +17,7 @@
 #include "shardtrain/kernels/gpu/fill.h"
 #include "shardtrain/kernels/gpu/gelu.h"
 #include "shardtrain/kernels/gpu/rmsnorm.h"
+#include "shardtrain/kernels/gpu/swiglu.h"
 
 namespace st::gpu {
 
@@ -479,6 +480,14 @@ void rmsnorm_matmul_forward(T* out, T* norm, float* rstd, const T* inp, const T*
 }
 
 template <typename T>
+void swiglu_matmul_forward_residual(T* out, T* mlp, const T* gate_up, const T* weight, const T* bias, const T* residual,
+                                    int64_t N, int F, int OC, const GpuContext& ctx) {
+  if (gemv_swiglu<T>(out, gate_up, weight, bias, residual, N, F, OC, ctx)) return;
+  swiglu_forward(mlp, gate_up, N, F, ctx);
+  matmul_forward_residual(out, mlp, weight, bias, residual, N, F, OC, ctx);
+}
+
+template <typename T>
 void matmul_forward_gelu(T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC,
                          const GpuContext& ctx) {
   if constexpr (!std::is_same_v<T, float>) {
@@ -573,6 +582,8 @@ void matmul_backward_gelu(T* dinp, T* dweight, T* dbias, const T* dout, const T*
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&);             \
   template void rmsnorm_matmul_forward<T>(T*, T*, float*, const T*, const T*, float, const T*, const T*, int64_t, int, \
                                           int, const GpuContext&);                                                     \
+  template void swiglu_matmul_forward_residual<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int, int,   \
+                                                  const GpuContext&);                                                  \
   template void matmul_forward_gelu<T>(T*, T*, const T*, const T*, const T*, int64_t, int, int, const GpuContext&);    \
   template void matmul_forward_residual<T>(T*, const T*, const T*, const T*, const T*, int64_t, int, int,              \
                                            const GpuContext&);                                                         \

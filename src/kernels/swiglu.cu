@@ -10,8 +10,6 @@ namespace {
 
 constexpr int kBlock = 256;
 
-// As the reference: silu(g) = g / (1 + exp(-g)); for g << 0, expf overflows to inf and silu is -0.
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
 
 // Visits out's N * F elements in packs of kVec (kVec divides F, so a pack never straddles two rows) and calls

@@ -10,8 +10,10 @@
 #include "shardtrain/kernels/gelu.h"
 #include "shardtrain/kernels/gpu/matmul.h"
 #include "shardtrain/kernels/gpu/rmsnorm.h"
+#include "shardtrain/kernels/gpu/swiglu.h"
 #include "shardtrain/kernels/matmul.h"
 #include "shardtrain/kernels/rmsnorm.h"
+#include "shardtrain/kernels/swiglu.h"
 
 namespace st {
 namespace {
@@ -176,6 +178,43 @@ TYPED_TEST(MatmulGpu, RmsnormForwardMatchesCpuAndTheTwoKernels) {
       gpu::rmsnorm_forward<T>(dnorm.data(), drstd.data(), inp.data(), dg.data(), eps, s.N, s.C, env.ctx());
       gpu::matmul_forward<T>(two.data(), dnorm.data(), w.data(), bias, s.N, s.C, s.OC, env.ctx());
       if (s.N <= 4) EXPECT_TRUE(test::bitwise_equal(got, to_host(two)));
+    }
+  }
+}
+
+// The SwiGLU and the down projection: up to 4 rows whose SwiGLU fits a block's shared memory one GEMV that stages it
+// (rows of 16-byte packs and not), the rest (more rows, or 4 rows of 8,192 in 16 bits) the two kernels; against the
+// CPU, and every shape bit for bit against swiglu_forward followed by matmul_forward_residual.
+TYPED_TEST(MatmulGpu, SwigluForwardResidualMatchesCpuAndTheTwoKernels) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  Env env;
+  for (const Shape& s : {Shape{1, 8, 40}, Shape{2, 2048, 72}, Shape{3, 13, 9}, Shape{4, 8192, 40}, Shape{9, 96, 40},
+                         Shape{1, 264, 9000}}) {
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "N=" << s.N << " F=" << s.C << " OC=" << s.OC << " bias=" << with_bias);
+      const std::vector<float> gate_up = random_input<T>(2 * s.N * s.C, 600, 2.0f);
+      const std::vector<float> w = random_input<T>(int64_t{s.OC} * s.C, 601, 0.3f), b = random_input<T>(s.OC, 602);
+      const std::vector<float> res = random_input<T>(s.N * s.OC, 603);
+      // The CPU reference (swiglu_matmul_forward_residual's two steps), with the SwiGLU rounded to T between them as
+      // both GPU paths store it.
+      std::vector<float> want(s.N * s.OC), mlp(s.N * s.C);
+      swiglu_forward(mlp.data(), gate_up.data(), s.N, s.C);
+      mlp = test::round_through<T>(std::move(mlp));
+      matmul_forward_residual(want.data(), mlp.data(), w.data(), with_bias ? b.data() : nullptr, res.data(), s.N, s.C,
+                              s.OC);
+      auto dgu = to_device<T>(gate_up), dw = to_device<T>(w), db = to_device<T>(b), dres = to_device<T>(res);
+      DeviceBuffer<T> dmlp(s.N * s.C), two_mlp(s.N * s.C), two(s.N * s.OC);
+      const T* bias = with_bias ? db.data() : nullptr;
+      gpu::swiglu_forward<T>(two_mlp.data(), dgu.data(), s.N, s.C, env.ctx());
+      gpu::matmul_forward_residual<T>(two.data(), two_mlp.data(), dw.data(), bias, dres.data(), s.N, s.C, s.OC,
+                                      env.ctx());
+      // In place on the residual, as the decoder runs it.
+      gpu::swiglu_matmul_forward_residual<T>(dres.data(), dmlp.data(), dgu.data(), dw.data(), bias, dres.data(), s.N,
+                                             s.C, s.OC, env.ctx());
+      const std::vector<float> got = to_host(dres);
+      EXPECT_TRUE(close(got, want, 2 * kTol<T>));
+      EXPECT_TRUE(test::bitwise_equal(got, to_host(two)));
     }
   }
 }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -77,6 +78,31 @@ TEST(Matmul, ForwardResidualMatchesNaiveDouble) {
       EXPECT_LE(max_rel_diff(out, want), testing::kRefTol);
     }
   }
+}
+
+// A SwiGLU block's down projection: residual + swiglu(gate_up) @ w^T + bias in place over the residual, and the SwiGLU
+// left in mlp, against double: silu(g) u = g u / (1 + exp(-g)).
+TEST(Matmul, SwigluForwardResidualMatchesNaiveDouble) {
+  const int64_t N = 5;
+  const int F = 37, OC = 23;
+  const std::vector<float> gate_up = randn(N * 2 * F, 231, 2.0f), w = randn(int64_t{OC} * F, 232, 0.3f);
+  const std::vector<float> b = randn(OC, 233), residual = randn(N * OC, 234);
+  std::vector<double> mlp_want(N * F), want(N * OC);
+  for (int64_t n = 0; n < N; ++n)
+    for (int f = 0; f < F; ++f) {
+      const double g = gate_up[n * 2 * F + f], u = gate_up[n * 2 * F + F + f];
+      mlp_want[n * F + f] = g * u / (1.0 + std::exp(-g));
+    }
+  for (int64_t n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      double s = residual[n * OC + o] + b[o];
+      for (int f = 0; f < F; ++f) s += mlp_want[n * F + f] * w[o * F + f];
+      want[n * OC + o] = s;
+    }
+  std::vector<float> out = residual, mlp(N * F, 1e6f);
+  swiglu_matmul_forward_residual(out.data(), mlp.data(), gate_up.data(), w.data(), b.data(), out.data(), N, F, OC);
+  EXPECT_LE(max_rel_diff(mlp, mlp_want), testing::kRefTol);
+  EXPECT_LE(max_rel_diff(out, want), testing::kRefTol);
 }
 
 TEST(Matmul, BackwardMatchesNaiveDouble) {

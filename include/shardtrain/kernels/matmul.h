@@ -22,6 +22,11 @@ void matmul_forward_residual(float* out, const float* inp, const float* weight, 
 void rmsnorm_matmul_forward(float* out, float* norm, float* rstd, const float* inp, const float* norm_weight, float eps,
                             const float* weight, const float* bias, int64_t N, int C, int OC);
 
+// out[N,OC] = residual + mlp @ weight^T + bias, mlp[N,F] the SwiGLU of gate_up[N, 2F] (swiglu_forward, which writes
+// mlp): a SwiGLU block's down projection as a decoding step runs it. bias may be null; out may be residual.
+void swiglu_matmul_forward_residual(float* out, float* mlp, const float* gate_up, const float* weight,
+                                    const float* bias, const float* residual, int64_t N, int F, int OC);
+
 // Accumulates: dinp[N,C] += dout @ weight; dweight[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout[n,:].
 // dinp, dweight and dbias may be null (not needed: a frozen weight / no bias). With dinp_write = kOverwrite, dinp =
 // dout @ weight instead (dinp is not read); with param_write = kOverwrite, dweight and dbias are written the same way.

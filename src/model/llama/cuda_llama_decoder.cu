@@ -3,7 +3,6 @@
 #include "shardtrain/kernels/gpu/decode_attention.h"
 #include "shardtrain/kernels/gpu/embedding.h"
 #include "shardtrain/kernels/gpu/matmul.h"
-#include "shardtrain/kernels/gpu/swiglu.h"
 #include "shardtrain/kernels/rope.h"
 #include "shardtrain/model/llama/block_view.h"
 
@@ -47,8 +46,7 @@ void CudaLlamaDecoder<T>::block(int layer, const int32_t* positions, int64_t n, 
   gpu::matmul_forward_residual<T>(x, att_.data(), p.ow, nullptr, x, n, C, C, ctx);
   gpu::rmsnorm_matmul_forward<T>(gate_up_.data(), norm_.data(), rstd_.data(), x, p.mlp_norm, eps, p.gate_up, nullptr, n,
                                  C, 2 * F, ctx);
-  gpu::swiglu_forward<T>(mlp_.data(), gate_up_.data(), n, F, ctx);
-  gpu::matmul_forward_residual<T>(x, mlp_.data(), p.down, nullptr, x, n, F, C, ctx);
+  gpu::swiglu_matmul_forward_residual<T>(x, mlp_.data(), gate_up_.data(), p.down, nullptr, x, n, F, C, ctx);
 }
 
 template <typename T>

@@ -4,7 +4,6 @@
 #include "shardtrain/kernels/embedding.h"
 #include "shardtrain/kernels/matmul.h"
 #include "shardtrain/kernels/rmsnorm.h"
-#include "shardtrain/kernels/swiglu.h"
 #include "shardtrain/model/llama/block_view.h"
 
 namespace st {
@@ -41,8 +40,7 @@ void LlamaDecoder::block(int layer, float* x, int64_t n, int64_t pos) {
   matmul_forward_residual(x, att_.data(), p.ow, nullptr, x, n, C, C);
   rmsnorm_forward(norm_.data(), rstd_.data(), x, p.mlp_norm, eps, n, C);
   matmul_forward(gate_up_.data(), norm_.data(), p.gate_up, nullptr, n, C, 2 * F);
-  swiglu_forward(mlp_.data(), gate_up_.data(), n, F);
-  matmul_forward_residual(x, mlp_.data(), p.down, nullptr, x, n, F, C);
+  swiglu_matmul_forward_residual(x, mlp_.data(), gate_up_.data(), p.down, nullptr, x, n, F, C);
 }
 
 void LlamaDecoder::head(const float* x, float* logits) {

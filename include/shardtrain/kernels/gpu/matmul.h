@@ -159,6 +159,15 @@ template <typename T>
 void rmsnorm_matmul_forward(T* out, T* norm, float* rstd, const T* inp, const T* norm_weight, float eps,
                             const T* weight, const T* bias, int64_t N, int C, int OC, const GpuContext& ctx);
 
+// out[N,OC] = residual + swiglu(gate_up) @ weight^T + bias, like st::swiglu_matmul_forward_residual (gate_up
+// [N, 2F], each row's gate then up): a SwiGLU block's down projection as a decoding step runs it. Up to 4 rows whose
+// SwiGLU fits a block's shared memory are one kernel that stages it there as swiglu_forward would have written it,
+// and leaves mlp unwritten; otherwise swiglu_forward into mlp[N, F], then matmul_forward_residual. out may be
+// residual.
+template <typename T>
+void swiglu_matmul_forward_residual(T* out, T* mlp, const T* gate_up, const T* weight, const T* bias, const T* residual,
+                                    int64_t N, int F, int OC, const GpuContext& ctx);
+
 // pre_gelu[N,OC] = matmul_forward(inp, weight, bias); out[N,OC] = gelu(pre_gelu), the tanh GELU of
 // kernels/gelu.h. Both are overwritten; pre_gelu is what gelu_backward needs. For T = bf16 or fp16 with
 // OC % 8 == 0 this is one cuBLASLt call when it has a GELU_AUX(_BIAS) algorithm for the operands' alignment
