@@ -151,8 +151,12 @@ def ours_command(extra, dtype="bf16", new=None, sample=False):
 
 
 def ours(extra, dtype="bf16", new=None, sample=False):
-    """One run: (time to first token, wall, load, prefill s, decode tok/s, tokens, stderr)."""
-    cmd = ours_command(extra, dtype, new, sample)
+    """One run from the directory: see timed_run."""
+    return timed_run(ours_command(extra, dtype, new, sample))
+
+
+def timed_run(cmd):
+    """One `shardtrain generate` run: (time to first token, wall, load, prefill s, decode tok/s, tokens, stderr)."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = p.stdout.read(1)
@@ -238,32 +242,17 @@ def from_checkpoint():
         if p.returncode != 0:
             sys.exit(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-3000:]}")
         print(f"# made {step} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    extra = ["--prompt-ids", ",".join(map(str, prompt))]
-    cmd = lambda: [args.shardtrain, "generate", "--ckpt", step, "--max-tokens", str(args.new), "--temperature", "0",
-                   "--train.device=cuda", "--train.dtype=bf16"] + extra  # noqa: E731
-    timed = []
-    for i in range(args.repeats + 1):  # the first warms the page cache
-        t0 = time.perf_counter()
-        p = subprocess.Popen(cmd(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        first = p.stdout.read(1)
-        ttft = time.perf_counter() - t0
-        rest = p.stdout.read()
-        err = p.stderr.read().decode()
-        p.wait()
-        if p.returncode != 0:
-            sys.exit(f"{' '.join(cmd())}: exit {p.returncode}\n{err}")
-        m = SUMMARY.search(err)
-        if not m:
-            sys.exit(f"no summary line in:\n{err}")
-        if i > 0:
-            timed.append((ttft, float(m.group(1)), float(m.group(7)), (first + rest).decode(), err))
-    same = agreement(timed[0][3], [int(t) for t in re.split(r"[,\s]+", runs[0][5].strip()) if t])
+    cmd = [args.shardtrain, "generate", "--ckpt", step, "--max-tokens", str(args.new), "--temperature", "0",
+           "--train.device=cuda", "--train.dtype=bf16", "--prompt-ids", ",".join(map(str, prompt))]
+    timed_run(cmd)  # warms the page cache
+    timed = [timed_run(cmd) for _ in range(args.repeats)]
+    same = agreement(timed[0][5], [int(t) for t in re.split(r"[,\s]+", runs[0][5].strip()) if t])
     print(f"\nfrom the checkpoint (`generate --ckpt`), medians of {args.repeats}:\n")
     print("| generator | first token s | load s | decode tok/s | greedy tokens equal to the directory's |")
     print("|---|---|---|---|---|")
     print(f"| shardtrain generate --ckpt | {statistics.median(t[0] for t in timed):.2f} | "
-          f"{statistics.median(t[1] for t in timed):.2f} | {statistics.median(t[2] for t in timed):,.1f} | {same} |")
-    print("\nits summary line:\n" + timed[0][4].strip().splitlines()[-1])
+          f"{statistics.median(t[2] for t in timed):.2f} | {statistics.median(t[4] for t in timed):,.1f} | {same} |")
+    print("\nits summary line:\n" + timed[0][6].strip().splitlines()[-1])
 
 
 def short_name(kernel):

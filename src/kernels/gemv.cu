@@ -165,8 +165,7 @@ __global__ void __launch_bounds__(kGemvWarps* kWarpSize, min_blocks(kDepth))
   }
 }
 
-}  // namespace
-
+// The blocks of gemv's grid for OC output columns and the cap.
 int gemv_blocks(int OC, int blocks_per_sm) {
   const int columns = (OC + kGemvWarps - 1) / kGemvWarps;  // a warp for each output column
   if (blocks_per_sm <= 0) return columns;
@@ -176,7 +175,11 @@ int gemv_blocks(int OC, int blocks_per_sm) {
   return std::min(columns, std::max(1, sms * blocks_per_sm));
 }
 
-namespace {
+// Whether `rows` rows of C elements of T fit a block's shared memory (the staged kernels').
+template <typename T>
+bool stage_fits(int64_t rows, int C) {
+  return sizeof(T) * static_cast<size_t>(rows) * static_cast<size_t>(C) <= kGemvMaxStagedBytes;
+}
 
 // gemv and gemv_swiglu: the kernel for the call's rows, norm, depth, staging and input.
 template <bool kSwiglu, typename T>
@@ -240,14 +243,14 @@ void gemv(T* out, const T* inp, const T* norm_weight, float eps, const T* weight
           int64_t rows, int C, int OC, const GpuContext& ctx, const GemvLaunch& how) {
   check_launch(rows, how);
   if (OC == 0) return;
-  const bool staged = how.staged && sizeof(T) * static_cast<size_t>(rows * C) <= kGemvMaxStagedBytes;
+  const bool staged = how.staged && stage_fits<T>(rows, C);
   launch_gemv<false, T>(out, inp, norm_weight, eps, weight, bias, residual, rows, C, OC, ctx, how, staged);
 }
 
 template <typename T>
 bool gemv_swiglu(T* out, const T* gate_up, const T* weight, const T* bias, const T* residual, int64_t rows, int F,
                  int OC, const GpuContext& ctx, const GemvLaunch& how) {
-  if (rows < 1 || rows > kGemvMaxRows || sizeof(T) * static_cast<size_t>(rows * F) > kGemvMaxStagedBytes) return false;
+  if (rows < 1 || rows > kGemvMaxRows || !stage_fits<T>(rows, F)) return false;
   check_launch(rows, how);
   if (OC > 0) launch_gemv<true, T>(out, gate_up, nullptr, 0.0f, weight, bias, residual, rows, F, OC, ctx, how, true);
   return true;

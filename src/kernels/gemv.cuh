@@ -24,9 +24,6 @@ struct GemvLaunch {
 };
 inline constexpr size_t kGemvMaxStagedBytes = 48 << 10;
 
-// The blocks of gemv's grid for OC output columns and that cap.
-int gemv_blocks(int OC, int blocks_per_sm);
-
 // out[rows, OC] = residual + x @ weight^T + bias, with x = inp, or, when norm_weight is given, inp's rows through
 // RMSNorm: round_T(inp * rstd * norm_weight) with rstd = 1 / sqrt(mean(inp^2) + eps), as rmsnorm_forward writes
 // them, bit for bit (its sum of squares in the same order). residual, bias and norm_weight may be null; out may be

@@ -24,8 +24,7 @@ std::string HostPlan::breakdown() const {
   return str_cat(s, ", reserve ", format_gib(reserve), "; total ", format_gib(total()));
 }
 
-int64_t export_host_bytes(const Config& cfg, int world) {
-  if (cfg.ckpt.export_path.empty()) return 0;
+int64_t gathered_unit_host_bytes(const Config& cfg, int world) {
   const std::vector<UnitLayout> units = build_units(cfg.model), base = build_units(base_model(cfg.model));
   const bool lora = cfg.model.lora.enabled();
   int64_t most = 0;
@@ -36,7 +35,11 @@ int64_t export_host_bytes(const Config& cfg, int world) {
     const int64_t merged = lora ? 4 * (trained + frozen) + 4 * base[u].numel : 0;
     most = std::max({most, gathered, merged});
   }
-  return most + kStreamingIoBytes;
+  return most;
+}
+
+int64_t export_host_bytes(const Config& cfg, int world) {
+  return cfg.ckpt.export_path.empty() ? 0 : gathered_unit_host_bytes(cfg, world) + kStreamingIoBytes;
 }
 
 HostPlan plan_cuda_host(const Config& cfg, int world, bool speculative) {
@@ -48,8 +51,8 @@ HostPlan plan_cuda_host(const Config& cfg, int world, bool speculative) {
     const int64_t slot = padded_shard_size(units[i].numel, world);
     max_slot = std::max(max_slot, slot);
     // An NF4 unit's host view is its whole frozen segment (model_backend.h).
-    max_frozen_slot = std::max(
-        max_frozen_slot, units[i].nf4_base ? units[i].frozen_numel : padded_shard_size(units[i].frozen_numel, world));
+    max_frozen_slot = std::max(max_frozen_slot, units[i].nf4_base ? units[i].frozen_numel
+                                                                   : padded_shard_size(units[i].frozen_numel, world));
     if (off[i]) {
       off_slots += slot;
       max_off_slot = std::max(max_off_slot, slot);

@@ -323,21 +323,18 @@ void check_decoder_host_memory(const Config& cfg, int max_batch, const DecoderSt
 
 SampleFootprint sample_footprint(const Config& cfg) {
   const ModelConfig base = base_model(cfg.model);
-  const std::vector<UnitLayout> units = build_units(cfg.model), base_units = build_units(base);
-  int64_t gathered = 0, merged = 0;  // the largest unit's gathered buffer and merged copy
-  for (size_t u = 0; u < units.size(); ++u) {
-    gathered = std::max(gathered, 4 * (units[u].numel + units[u].frozen_numel));
-    merged = std::max(merged, 4 * base_units[u].numel);
-  }
-  const bool lora = cfg.model.lora.enabled();
   SampleFootprint f;
   if (cfg.train.device == Device::kCuda) {
     f.device = decoder_footprint(base, cfg.compute_dtype(), 1).total();
-    f.host = gathered + (lora ? merged : 0) + 2 * kDecoderUploadChunk * dtype_bytes(cfg.compute_dtype());
+    // The unit in hand, merged, and the two pinned chunks it is uploaded through (padding of one rank).
+    f.host = gathered_unit_host_bytes(cfg, 1) + 2 * kDecoderUploadChunk * dtype_bytes(cfg.compute_dtype());
   } else {
+    // The merged units are the decoder's weights; with LoRA the gathered unit in hand beside them.
     DecoderFootprint d = decoder_footprint(base, DType::kF32, 1);
     d.runtime = 0;
-    f.host = d.total() + (lora ? gathered : 0);
+    int64_t gathered = 0;
+    for (const UnitLayout& u : build_units(cfg.model)) gathered = std::max(gathered, 4 * (u.numel + u.frozen_numel));
+    f.host = d.total() + (cfg.model.lora.enabled() ? gathered : 0);
   }
   return f;
 }

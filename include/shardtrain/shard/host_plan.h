@@ -45,10 +45,15 @@ inline constexpr int64_t kCudaHostReserveBytes = int64_t{3} << 30;
 // that world size).
 inline constexpr int64_t kStreamingIoBytes = int64_t{256} << 20;
 
-// ckpt.export's host memory on each rank at the end of a run (0 without ckpt.export), that of the largest unit: every
-// rank gathers each unit whole in fp32 in turn, its trained and frozen parts joined into one buffer (8 bytes an
-// element while they join), and the lead merges a LoRA unit into the base's layout beside it (4 bytes an element of
-// the base's unit) and writes it through the writer's buffers (kStreamingIoBytes). Both backends' plans count it.
+// The host memory of the largest unit gathered whole in fp32 at `world` ranks (StepEngine::gather_unit: a unit with
+// both parts joins its trained and frozen ones into one buffer, 8 bytes an element while they join) and, with LoRA,
+// merged into the base's layout beside it (4 bytes an element of the base's unit). ckpt.export and the end-of-run
+// sample on cuda hold it, a unit at a time.
+int64_t gathered_unit_host_bytes(const Config& cfg, int world);
+
+// ckpt.export's host memory on each rank at the end of a run (0 without ckpt.export): every rank gathers each unit in
+// turn, and the lead merges it and writes it through the writer's buffers (kStreamingIoBytes). Both backends' plans
+// count it.
 int64_t export_host_bytes(const Config& cfg, int world);
 
 struct HostPlan {
