@@ -180,6 +180,13 @@ std::vector<std::string> find_problems(const Config& c) {
     add("train.dtype (", to_string(c.train.dtype), ") must be fp32 when train.device is cpu");
   if (c.train.fp8 != Fp8Recipe::kOff && c.train.device == Device::kCuda && c.compute_dtype() == DType::kF16)
     add("train.fp8 (", to_string(c.train.fp8), ") needs train.dtype bf16 or fp32 (its GEMMs write those), not fp16");
+  if (c.dist.fp8_gather && c.train.fp8 != Fp8Recipe::kTensorwise)
+    add("dist.fp8_gather (true) needs train.fp8=tensorwise (got ", to_string(c.train.fp8),
+        "): the gathered codes serve the forward and, transposed, the backward, which takes one scale a tensor");
+  if (c.dist.fp8_gather && c.train.device == Device::kCuda)
+    add("dist.fp8_gather (true) runs on the cpu backend only so far; train.device=cuda gathers in train.dtype");
+  if (c.dist.fp8_gather && c.model.lora.rank > 0 && c.model.lora.base_dtype == LoraBase::kNf4)
+    add("dist.fp8_gather (true) does not apply with lora.base_dtype=nf4: that base is gathered as NF4 already");
   if (c.train.device == Device::kCpu && c.train.attention != AttentionImpl::kAuto)
     add("train.attention (", to_string(c.train.attention), ") applies to train.device=cuda; cpu takes auto");
   if (c.train.attention == AttentionImpl::kCudnn && c.compute_dtype() == DType::kF32)

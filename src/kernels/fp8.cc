@@ -121,6 +121,23 @@ void fp8_quantize_with_maxima(const float* x, int64_t rows, int64_t cols, Fp8For
           fp8_encode(x[r * cols + c] * scale[static_cast<size_t>(fp8_group(scaling, r, c))], f);
 }
 
+void fp8_scales_of_parts(const unsigned* maxima, int world, int64_t k, Fp8Format f, bool power_of_2,
+                         unsigned* out_maxima, float* inverse_scales) {
+  for (int64_t t = 0; t < k; ++t) {
+    unsigned m = 0;
+    for (int r = 0; r < world; ++r) m = std::max(m, maxima[r * k + t]);  // the bits of |x| order as the values
+    float amax = 0.0f;
+    std::memcpy(&amax, &m, sizeof(float));
+    out_maxima[t] = m;
+    inverse_scales[t] = 1.0f / fp8_scale(amax, f, power_of_2);
+  }
+}
+
+void fp8_transpose(const uint8_t* q, int64_t rows, int64_t cols, uint8_t* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = q[r * cols + c];
+}
+
 void fp8_quantize_matrix(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling, bool power_of_2,
                          Fp8Layout layout, uint8_t* q, float* inverse_scales, const std::string& what) {
   std::vector<unsigned> maxima(static_cast<size_t>(fp8_groups(scaling, rows, cols)));

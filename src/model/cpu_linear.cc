@@ -1,8 +1,15 @@
 #include "shardtrain/model/cpu_linear.h"
 
+#include "shardtrain/core/error.h"
 #include "shardtrain/kernels/matmul.h"
 
 namespace st {
+
+void CpuLinear::set_policy(const Fp8Policy& policy) {
+  ST_CHECK(!policy.weights_cast || policy.one_weight_cast(),
+           "CpuLinear: weights cast ahead need train.fp8 = tensorwise");
+  policy_ = policy;
+}
 
 const float* CpuLinear::cast(const float* x, int64_t rows, int64_t cols, const Fp8Operand& op,
                              std::vector<float>* buffer, const char* what) {
@@ -15,7 +22,7 @@ void CpuLinear::forward(float* out, const float* inp, const float* w, const floa
                         int64_t N, int C, int OC, const char* what) {
   if (policy_.applies(C, OC)) {
     inp = cast(inp, N, C, policy_.forward.a, &a_, what);
-    w = cast(w, OC, C, policy_.forward.b, &b_, what);
+    if (!policy_.weights_cast) w = cast(w, OC, C, policy_.forward.b, &b_, what);
   }
   if (residual)
     matmul_forward_residual(out, inp, w, bias, residual, N, C, OC);
@@ -32,7 +39,7 @@ void CpuLinear::backward(float* dinp, float* dweight, float* dbias, const float*
   // Each GEMM with its own casts: the input gradient's, then the weight gradient's; the bias from the fp32 gradient.
   if (dinp) {
     const float* dy = cast(dout, N, OC, policy_.input_grad.a, &a_, what);
-    const float* wq = cast(w, OC, C, policy_.input_grad.b, &b_, what);
+    const float* wq = policy_.weights_cast ? w : cast(w, OC, C, policy_.input_grad.b, &b_, what);
     matmul_backward(dinp, nullptr, nullptr, dy, inp, wq, N, C, OC, dinp_write, param_write);
   }
   if (dweight) {  // over a token count that is not a multiple of 16 (the GEMM's depth), in fp32 as the GPU's

@@ -10,6 +10,7 @@
 #include "shardtrain/model/family.h"
 #include "shardtrain/model/lora.h"
 #include "shardtrain/model/nf4_base.h"
+#include "shardtrain/shard/fp8_gather.h"
 #include "shardtrain/shard/host_plan.h"
 #include "shardtrain/shard/shard_span.h"
 
@@ -99,6 +100,9 @@ MemoryPlan plan_memory(const Config& cfg, int world, const CommPlan& comm, const
                      (comm.exchange_reduce ? std::max(s.emb_grad_full, s.unit_grad_full) : s.max_slot) * t  // RS output
                      + comm.replica_bucket_elements * t  // hybrid bucket
                      + s.nf4_full * 4;                   // an NF4 unit's gathered storage, before dequantisation
+  // dist.fp8_gather's staging of the codes (fp8_gather.h).
+  if (cfg.dist.fp8_gather)
+    p.gather_buffers += fp8_gather_staging_bytes(cfg.model, units, world, fp8_policy(cfg.train.fp8), t);
   p.activations = compute.activation_bytes;
   p.workspace = compute.workspace_bytes + compute.runtime_reserve_bytes;
   // Loading an NF4 base, after every buffer above is allocated: on the CPU the unit's whole frozen segment and its

@@ -8,6 +8,7 @@
 #include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/process_memory.h"
+#include "shardtrain/kernels/fp8.h"
 #include "shardtrain/model/family.h"
 #include "shardtrain/optim/adamw_optimizer.h"
 #include "shardtrain/shard/memory_plan.h"
@@ -47,7 +48,9 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
       groups_(make_sharding_groups(cfg, comm)),
       model_(model_family(cfg.model.arch)
                  .make_cpu_model(planned_model(cfg, groups_, comm), cfg.train.micro_batch, cfg.train.recompute)) {
-  model_->set_fp8(fp8_policy(cfg.train.fp8));
+  Fp8Policy fp8 = fp8_policy(cfg.train.fp8);
+  fp8.weights_cast = cfg.dist.fp8_gather;
+  model_->set_fp8(fp8);
   if (cfg.optim.offload != OffloadMode::kNone) {
     HostAdamW::Options o;
     o.threads = static_cast<int>(cfg.optim.offload_threads);
@@ -108,6 +111,19 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
   }
   counters_.gathers.assign(shards_.size(), 0);
   counters_.reduce_scatters.assign(shards_.size(), 0);
+  if (cfg.dist.fp8_gather) {
+    int64_t block = 0, received = 0;
+    for (const UnitLayout& u : model_->units()) {
+      fp8_segments_.push_back(
+          {fp8_gather_segment(cfg.model, u, false, world, fp8), fp8_gather_segment(cfg.model, u, true, world, fp8)});
+      for (const Fp8GatherSegment& g : fp8_segments_.back()) {
+        block = std::max(block, g.block_bytes(sizeof(float)));
+        received = std::max(received, g.world * g.block_bytes(sizeof(float)));
+      }
+    }
+    fp8_send_.assign(static_cast<size_t>(block / 4), 0.0f);
+    fp8_recv_.assign(static_cast<size_t>(received / 4), 0.0f);
+  }
 }
 
 void ShardedModel::zero_grads() {
@@ -160,20 +176,84 @@ double ShardedModel::run(const std::vector<ScheduleOp>& schedule, Mode mode, con
 
 void ShardedModel::gather(int unit, size_t /*at*/) {
   UnitShard& sh = shards_[static_cast<size_t>(unit)];
+  const UnitLayout& u = model_->units()[static_cast<size_t>(unit)];
   Communicator& shard = groups_.shard();
   Slot& s = param_slot(unit);
   occupy(s, unit);
   const auto t0 = std::chrono::steady_clock::now();
   // The trainable slots, then the frozen ones from element numel on: they overwrite the trainable slots' padding.
-  if (sh.slot > 0) shard.all_gather(sh.param.data(), sh.slot, s.data.data());
-  if (sh.frozen_slot > 0)
-    shard.all_gather(sh.frozen.data(), sh.frozen_slot,
-                     s.data.data() + model_->units()[static_cast<size_t>(unit)].numel);
+  const Fp8GatherSegment* fp8 = fp8_segments_.empty() ? nullptr : fp8_segments_[static_cast<size_t>(unit)].data();
+  int64_t received = 0;
+  if (fp8 != nullptr && !fp8[0].empty()) {
+    received += gather_fp8(fp8[0], sh.param.data(), s.data.data(), u.name);
+  } else if (sh.slot > 0) {
+    shard.all_gather(sh.param.data(), sh.slot, s.data.data());
+    received += sh.slot * shard.world_size() * 4;
+  }
+  if (fp8 != nullptr && !fp8[1].empty()) {
+    received += gather_fp8(fp8[1], sh.frozen.data(), s.data.data(), u.name);
+  } else if (sh.frozen_slot > 0) {
+    shard.all_gather(sh.frozen.data(), sh.frozen_slot, s.data.data() + u.numel);
+    received += sh.frozen_slot * shard.world_size() * 4;
+  }
   comm_ms_ += seconds_since(t0) * 1e3;
-  if (sh.nf4_slot > 0) gather_nf4(unit, s.data.data() + model_->units()[static_cast<size_t>(unit)].numel);
+  if (sh.nf4_slot > 0) gather_nf4(unit, s.data.data() + u.numel);
   ++counters_.gathers[static_cast<size_t>(unit)];
   counters_.gathered_elements += (sh.slot + sh.frozen_slot + sh.nf4_slot) * shard.world_size();
-  counters_.cross_node_bytes += groups_.shard_cross_bytes(sh.slot + sh.frozen_slot + sh.nf4_slot, sizeof(float));
+  counters_.gathered_bytes += received + sh.nf4_slot * shard.world_size() * 4;
+  counters_.cross_node_bytes +=
+      groups_.shard_cross_bytes(received / shard.world_size() + sh.nf4_slot * 4, 1);  // bytes each rank sends
+}
+
+int64_t ShardedModel::gather_fp8(const Fp8GatherSegment& g, const float* shard, float* full,
+                                 const std::string& unit_name) {
+  Communicator& comm = groups_.shard();
+  const int rank = comm.rank();
+  const int64_t k = static_cast<int64_t>(g.weights.size()), first = int64_t{rank} * g.slot;
+  const Fp8Format f = Fp8Format::kE4M3;  // forward.b and input_grad.b: one_weight_cast
+  const bool pow2 = false;
+  const std::vector<Fp8GatherPiece> mine = g.pieces_of(rank);
+  // 1. The maxima of this rank's parts of the weights, all-gathered; each weight's is the largest.
+  std::vector<unsigned> part_max(static_cast<size_t>(k), 0u), all(static_cast<size_t>(k * g.world), 0u);
+  for (const Fp8GatherPiece& p : mine)
+    if (p.weight >= 0)
+      fp8_maxima(shard + (p.offset - first), 1, p.count, Fp8Scaling::kTensor, &part_max[static_cast<size_t>(p.weight)],
+                 unit_name + " (dist.fp8_gather)");
+  static_assert(sizeof(unsigned) == sizeof(float));
+  comm.all_gather(reinterpret_cast<const float*>(part_max.data()), k, reinterpret_cast<float*>(all.data()));
+  std::vector<unsigned> maxima(static_cast<size_t>(k));
+  std::vector<float> inverse(static_cast<size_t>(k));
+  fp8_scales_of_parts(all.data(), g.world, k, f, pow2, maxima.data(), inverse.data());
+  // 2. This rank's codes and its rest, packed into its block; every rank's block all-gathered.
+  auto* codes = reinterpret_cast<uint8_t*>(fp8_send_.data());
+  float* rest = fp8_send_.data() + g.code_stride / 4;
+  std::fill(fp8_send_.begin(), fp8_send_.begin() + g.block_bytes(sizeof(float)) / 4, 0.0f);
+  for (const Fp8GatherPiece& p : mine) {
+    const float* x = shard + (p.offset - first);
+    if (p.weight < 0) {
+      std::copy_n(x, p.count, rest + p.staged_at);
+      continue;
+    }
+    float unused = 0.0f;
+    fp8_quantize_with_maxima(x, 1, p.count, f, Fp8Scaling::kTensor, pow2, Fp8Layout::kRowMajor,
+                             &maxima[static_cast<size_t>(p.weight)], codes + p.staged_at, &unused);
+  }
+  const int64_t block = g.block_bytes(sizeof(float));
+  comm.all_gather(fp8_send_.data(), block / 4, fp8_recv_.data());
+  // 3. Every rank's pieces into place: the weights as their codes decode (what fp8_round_trip gives the whole
+  // tensor), the rest as sent.
+  const auto* staged = reinterpret_cast<const uint8_t*>(fp8_recv_.data());
+  for (const Fp8GatherPiece& p : g.pieces) {
+    const uint8_t* from = staged + p.rank * block;
+    float* to = full + g.base + p.offset;
+    if (p.weight < 0) {
+      std::copy_n(reinterpret_cast<const float*>(from + g.code_stride) + p.staged_at, p.count, to);
+      continue;
+    }
+    const float inv = inverse[static_cast<size_t>(p.weight)];
+    for (int64_t i = 0; i < p.count; ++i) to[i] = fp8_decode(from[p.staged_at + i], f) * inv;
+  }
+  return g.received_bytes(sizeof(float));
 }
 
 void ShardedModel::gather_nf4(int unit, float* segment) {
@@ -378,8 +458,8 @@ MemoryStats ShardedModel::memory() const {
     m.padding_elements += s.slot - s.span.count;
   }
   for (const Slot& s : unit_params_) m.gather_buffer_bytes += bytes_of(s.data);
-  m.gather_buffer_bytes +=
-      bytes_of(emb_param_.data) + bytes_of(emb_grad_.data) + bytes_of(unit_grad_.data) + bytes_of(nf4_full_);
+  m.gather_buffer_bytes += bytes_of(emb_param_.data) + bytes_of(emb_grad_.data) + bytes_of(unit_grad_.data) +
+                           bytes_of(nf4_full_) + bytes_of(fp8_send_) + bytes_of(fp8_recv_);
   m.gathered_peak_bytes = peak_bytes_;
   return m;
 }

@@ -254,7 +254,8 @@ struct DistConfig {
   int64_t reduce_scatter_ctas = -1;   // <= kMaxNcclCtas; 0: NCCL's own; -1: the link's default
   CommEngine gather_engine = CommEngine::kAuto;
   CommEngine reduce_engine = CommEngine::kAuto;
-  double bucket_mb = -1;  // MiB; 0: one all-reduce per unit; -1: the default
+  bool fp8_gather = false;  // the blocks' FP8 weights gathered as E4M3 codes (shard/fp8_gather.h)
+  double bucket_mb = -1;    // MiB; 0: one all-reduce per unit; -1: the default
 };
 
 struct Config {

@@ -88,6 +88,19 @@ void fp8_quantize_with_maxima(const float* x, int64_t rows, int64_t cols, Fp8For
 //   rmsnorm_forward(out, rstd, inp, weight, eps, N, C, &amax);   // amax == fp8_maxima of out [N, C], tensorwise
 void fp8_fold_maximum(const float* x, int64_t n, unsigned* amax);
 
+// The maxima of k tensors each split into parts over `world` ranks (dist.fp8_gather, shard/fp8_gather.h): maxima
+// [world, k] holds each rank's part's maximum (fp8_maxima's bits; 0 for no part). Writes each tensor's maximum, the
+// largest of its parts' (out_maxima, k), and its inverse scale 1 / fp8_scale(that maximum, f, power_of_2)
+// (inverse_scales, k): what fp8_quantize_matrix gives the whole tensor, so that each rank's cast of its part with
+// that maximum (fp8_quantize_with_maxima) writes the whole tensor's codes.
+void fp8_scales_of_parts(const unsigned* maxima, int world, int64_t k, Fp8Format f, bool power_of_2,
+                         unsigned* out_maxima, float* inverse_scales);
+
+// The codes q [rows, cols] transposed into out [cols, rows] (out[c * rows + r] = q[r * cols + c]): a weight's codes
+// cast once (row-major, for the forward) as the input gradient's GEMM reads them. With one scale a tensor, the bytes
+// of casting the transpose.
+void fp8_transpose(const uint8_t* q, int64_t rows, int64_t cols, uint8_t* out);
+
 // One of the two casts of fp8_quantize_pair: its format, its groups, and where its codes and inverse scales go.
 struct Fp8Cast {
   Fp8Format format;

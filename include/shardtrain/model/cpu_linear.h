@@ -20,7 +20,8 @@ namespace st {
 
 class CpuLinear {
  public:
-  void set_policy(const Fp8Policy& policy) { policy_ = policy; }
+  // Refuses weights_cast without one_weight_cast().
+  void set_policy(const Fp8Policy& policy);
   const Fp8Policy& policy() const { return policy_; }
 
   // out[N, OC] = (residual, when not null) + inp[N, C] @ w[OC, C]^T + bias (may be null).

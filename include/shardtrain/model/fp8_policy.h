@@ -38,12 +38,22 @@ struct Fp8Policy {
   // the cast taking a pass over the tensor: the same bits either way, one read of the tensor fewer. Off only to
   // compare the two. The CPU backend takes its maxima in its casts either way.
   bool producer_maxima = true;
+  // dist.fp8_gather (shard/fp8_gather.h): the weights of the layers the policy applies to arrive cast, and both GEMMs
+  // that read W take them as they are: on the CPU, the values the codes decode to; on cuda, W's pointer is its E4M3
+  // codes [out, in], then its inverse scale (a float). Needs one_weight_cast().
+  bool weights_cast = false;
 
   // Whether a linear layer of `in` inputs and `out` outputs runs in FP8: the recipe is on, and both dimensions are
   // multiples of 16 (FP8 tensor-core GEMMs need 16-byte aligned rows of the operands).
   bool applies(int64_t in, int64_t out) const { return recipe != Fp8Recipe::kOff && in % 16 == 0 && out % 16 == 0; }
   // Whether an applicable layer's weight gradient over `rows` tokens (its GEMM's depth) runs in FP8: a multiple of 16.
   bool weight_grad_applies(int64_t rows) const { return rows % 16 == 0; }
+  // Whether one cast of a weight serves both GEMMs that read it (the forward's W and, transposed, the input
+  // gradient's): one scale a tensor and one format (tensorwise). What dist.fp8_gather needs (shard/fp8_gather.h).
+  bool one_weight_cast() const {
+    return recipe != Fp8Recipe::kOff && forward.b.scaling == Fp8Scaling::kTensor &&
+           input_grad.b.scaling == Fp8Scaling::kTensor && forward.b.format == input_grad.b.format;
+  }
 };
 
 Fp8Policy fp8_policy(Fp8Recipe recipe);

@@ -46,6 +46,7 @@ struct MemoryStats {
 struct CommCounters {
   std::vector<int64_t> gathers, reduce_scatters;  // per unit
   int64_t gathered_elements = 0;                  // received, padding included
+  int64_t gathered_bytes = 0;                     // received, padding included (dist.fp8_gather: codes and maxima)
   int64_t reduce_scattered_elements = 0;          // sent
   int64_t replica_reduced_elements = 0;           // gradient shard elements all-reduced across nodes (hybrid)
   // Bytes this rank exchanged with ranks on other nodes: what an all-gather receives from them, what a

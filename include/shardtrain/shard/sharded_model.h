@@ -13,8 +13,10 @@
 //   // optimizer steps m.shard(u) over m.shard(u).span
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "shardtrain/comm/communicator.h"
@@ -23,6 +25,7 @@
 #include "shardtrain/model/unit_model.h"
 #include "shardtrain/optim/host_adamw.h"
 #include "shardtrain/shard/comm_tuning.h"
+#include "shardtrain/shard/fp8_gather.h"
 #include "shardtrain/shard/model_backend.h"
 #include "shardtrain/shard/schedule.h"
 #include "shardtrain/shard/schedule_runner.h"
@@ -116,6 +119,10 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   const float* gathered(int unit);
   // An NF4 unit's frozen segment, gathered and dequantised into `segment` (frozen_numel floats).
   void gather_nf4(int unit, float* segment);
+  // One of a unit's segments gathered into `full` (the unit's gathered buffer) as fp8_gather.h says, from this rank's
+  // slot of it (`shard`): its FP8 weights as the values their codes decode to, the rest as they are. Returns the bytes
+  // this rank received.
+  int64_t gather_fp8(const Fp8GatherSegment& g, const float* shard, float* full, const std::string& unit_name);
   float* full_grad(int unit);
   void occupy(Slot& s, int unit);
   void release(Slot& s, int unit);
@@ -141,6 +148,10 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   std::vector<float> rs_scratch_;
   std::vector<Nf4UnitStorage> nf4_storage_;  // per unit (empty parts for units without an NF4 base)
   std::vector<float> nf4_full_;              // an NF4 unit's gathered storage (world > 1)
+  // dist.fp8_gather: each unit's trainable and frozen segments' plans (empty: gathered in fp32), and the staging that
+  // every gather shares: one rank's block of codes and rest, every rank's.
+  std::vector<std::array<Fp8GatherSegment, 2>> fp8_segments_;
+  std::vector<float> fp8_send_, fp8_recv_;
   CommTuning tuning_;                        // dist.bucket_mb resolved (hybrid)
   std::unique_ptr<ReplicaBuckets> buckets_;  // hybrid: the cross-node all-reduce's buckets
   std::vector<float> bucket_;                // hybrid: one bucket's shards, contiguous

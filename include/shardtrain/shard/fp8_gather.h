@@ -1,0 +1,83 @@
+// dist.fp8_gather: a unit's gather moves the blocks' FP8 weights as E4M3 codes instead of train.dtype (torchtitan's
+// float8 all-gather), under train.fp8 = tensorwise, where a weight has one scale for both GEMMs that read it.
+//
+// A gathered segment (the unit's trainable tensors, or its frozen ones: a LoRA base) splits into its FP8 weights (the
+// blocks' linear layers the policy applies to, model/fp8_policy.h) and the rest (norms, biases). Per gather:
+//   1. each rank takes the maximum of |w| over its part of each FP8 weight (0 where it owns none), and the ranks
+//      all-gather those maxima: each weight's maximum is the largest of them, the whole tensor's;
+//   2. each rank casts its part of each weight to E4M3 with the scale of that maximum (the codes and the scale a cast
+//      of the whole gathered tensor gives, kernels/fp8.h) into `code_stride` bytes, and the ranks all-gather them;
+//   3. the rest travels compacted: each rank's rest elements, `rest_slot` of them (zero-padded), all-gathered;
+//   4. each rest element lands at its place in the gathered buffer, and each weight's codes where the weight lies: on
+//      cuda its first numel bytes, then its inverse scale (a float), which a GEMM reads where it would have read the
+//      weight, and the backward transposes instead of casting W again (model/cuda_linear.h); on the CPU, which
+//      computes in fp32, the values the codes decode to, which its linear layers take as cast (model/cpu_linear.h).
+// The result is the bits of gathering in train.dtype and casting there; the bytes each rank receives per gather are
+// received_bytes(): about half of bf16's, a quarter of fp32's.
+//
+//   const Fp8GatherSegment g = fp8_gather_segment(cfg, units[u], /*frozen=*/false, world, policy);
+//   if (!g.empty()) for (const Fp8GatherPiece& p : g.pieces_of(rank)) ...
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "shardtrain/core/config.h"
+#include "shardtrain/model/fp8_policy.h"
+#include "shardtrain/model/units.h"
+
+namespace st {
+
+// A run of a segment's elements, segment-relative, owned by `rank`. For a weight's piece, `weight` indexes
+// Fp8GatherSegment::weights; -1 for a piece of the rest.
+struct Fp8GatherPiece {
+  int64_t offset = 0, count = 0;
+  int rank = 0;
+  int weight = -1;
+  // Where the piece's codes (a weight's) or its compacted elements (the rest's) lie in the gathered staging: rank
+  // `rank`'s block, at this element of it.
+  int64_t staged_at = 0;
+};
+
+struct Fp8GatherWeight {
+  int64_t offset = 0, numel = 0;  // segment-relative
+};
+
+struct Fp8GatherSegment {
+  int64_t base = 0;   // the segment's first element in the unit's gathered buffer: 0, or the unit's numel (frozen)
+  int64_t numel = 0;  // the segment's elements
+  int64_t slot = 0;   // each rank's elements of it (padded_shard_size)
+  int world = 1;
+  int64_t code_stride = 0;  // bytes of codes each rank sends: slot rounded up to 4 (a float word for the CPU's gathers)
+  int64_t rest_slot = 0;    // rest elements each rank sends: the most any rank owns
+  std::vector<Fp8GatherWeight> weights;
+  // Every rank's pieces in rank order, each rank's by offset: its parts of the weights, and its rest elements, which
+  // it packs in that order into its rest_slot elements.
+  std::vector<Fp8GatherPiece> pieces;
+
+  bool empty() const { return weights.empty(); }
+  std::vector<Fp8GatherPiece> pieces_of(int rank) const;
+  // The bytes each rank sends in the codes' gather: its codes (code_stride), then its rest (rest_slot elements of
+  // elem_bytes). Rank r's block lies at r x block_bytes in the gathered staging.
+  int64_t block_bytes(int64_t elem_bytes) const { return code_stride + rest_slot * elem_bytes; }
+  // Bytes one rank receives per gather: every rank's block and maxima.
+  int64_t received_bytes(int64_t elem_bytes) const {
+    return world * (block_bytes(elem_bytes) + static_cast<int64_t>(weights.size()) * 4);
+  }
+};
+
+// The FP8 plan of a unit's trainable (frozen = false) or frozen segment at `world` ranks: empty where no tensor of it
+// is an FP8 weight (a unit that is no block, a segment of LoRA adapters, an NF4 base, layers the policy does not apply
+// to) or where one cast of a weight does not serve both
+// its GEMMs (Fp8Policy::one_weight_cast).
+Fp8GatherSegment fp8_gather_segment(const ModelConfig& cfg, const UnitLayout& unit, bool frozen, int world,
+                                    const Fp8Policy& policy);
+
+// What dist.fp8_gather adds to a rank's memory beside the gather buffers, in bytes, with elem_bytes elements for the
+// rest: the send side (one rank's block and maxima), the receive side (every rank's) and the weights' maxima and
+// inverse scales, for the largest segment; 0 when no segment of `units` gathers in FP8. A rank's gathers run one at a
+// time, so one set serves every unit.
+int64_t fp8_gather_staging_bytes(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int world,
+                                 const Fp8Policy& policy, int64_t elem_bytes);
+
+}  // namespace st

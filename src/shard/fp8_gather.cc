@@ -1,0 +1,75 @@
+#include "shardtrain/shard/fp8_gather.h"
+
+#include <algorithm>
+
+#include "shardtrain/shard/shard_span.h"
+
+namespace st {
+
+std::vector<Fp8GatherPiece> Fp8GatherSegment::pieces_of(int rank) const {
+  std::vector<Fp8GatherPiece> out;
+  for (const Fp8GatherPiece& p : pieces)
+    if (p.rank == rank) out.push_back(p);
+  return out;
+}
+
+Fp8GatherSegment fp8_gather_segment(const ModelConfig& cfg, const UnitLayout& unit, bool frozen, int world,
+                                    const Fp8Policy& policy) {
+  Fp8GatherSegment g;
+  g.world = world;
+  g.base = frozen ? unit.numel : 0;
+  g.numel = frozen ? unit.frozen_numel : unit.numel;
+  if (unit.kind != UnitKind::kBlock || g.numel == 0 || (frozen && unit.nf4_base) || !policy.one_weight_cast()) return g;
+  for (const LinearShape& l : block_linear_shapes(cfg)) {
+    const TensorSpec* t = unit.find(l.weight);
+    if (t == nullptr || t->frozen != frozen || !policy.applies(l.in, l.out)) continue;
+    g.weights.push_back({t->offset - g.base, t->numel});
+  }
+  if (g.weights.empty()) return g;
+  std::sort(g.weights.begin(), g.weights.end(),
+            [](const Fp8GatherWeight& a, const Fp8GatherWeight& b) { return a.offset < b.offset; });
+  g.slot = padded_shard_size(g.numel, world);
+  g.code_stride = (g.slot + 3) / 4 * 4;
+  // The segment as runs: each weight, and the rest between them.
+  std::vector<Fp8GatherPiece> runs;
+  int64_t at = 0;
+  for (size_t w = 0; w < g.weights.size(); ++w) {
+    if (g.weights[w].offset > at) runs.push_back({at, g.weights[w].offset - at, 0, -1, 0});
+    runs.push_back({g.weights[w].offset, g.weights[w].numel, 0, static_cast<int>(w), 0});
+    at = g.weights[w].offset + g.weights[w].numel;
+  }
+  if (at < g.numel) runs.push_back({at, g.numel - at, 0, -1, 0});
+  for (int r = 0; r < world; ++r) {
+    const ShardSpan span = shard_span(g.numel, r, world);
+    int64_t packed = 0;  // the rank's rest elements so far
+    for (const Fp8GatherPiece& run : runs) {
+      const ShardSpan part = intersect(span, ShardSpan{run.offset, run.count});
+      if (part.empty()) continue;
+      Fp8GatherPiece p{part.offset, part.count, r, run.weight, 0};
+      if (run.weight >= 0) {
+        p.staged_at = part.offset - span.offset;  // the codes sit where the elements sit in the rank's slot
+      } else {
+        p.staged_at = packed;
+        packed += part.count;
+      }
+      g.pieces.push_back(p);
+    }
+    g.rest_slot = std::max(g.rest_slot, packed);
+  }
+  return g;
+}
+
+int64_t fp8_gather_staging_bytes(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int world,
+                                 const Fp8Policy& policy, int64_t elem_bytes) {
+  int64_t most = 0;
+  for (const UnitLayout& u : units)
+    for (bool frozen : {false, true}) {
+      const Fp8GatherSegment g = fp8_gather_segment(cfg, u, frozen, world, policy);
+      if (g.empty()) continue;
+      const int64_t k = static_cast<int64_t>(g.weights.size());
+      most = std::max(most, g.block_bytes(elem_bytes) + 4 * k + g.received_bytes(elem_bytes) + 8 * k);
+    }
+  return most;
+}
+
+}  // namespace st
