@@ -18,6 +18,7 @@
 #   recompute --train.recompute=true / --recompute
 #   fp8t      --train.fp8=tensorwise (ours only: the peer stays bf16)
 #   fp8r      --train.fp8=rowwise (ours only)
+#   fp8g      --train.fp8=tensorwise --dist.fp8_gather=true (ours only: the weights gathered as E4M3 codes)
 #   compile   the peer's torch.compile (--compile; ours unchanged)
 # e.g. BENCH_CASES="2:16:350m 2:16:350m:offload 2:4:1.5b:nop2p+cap24+recompute 2:4:1.5b:nop2p+cap24+recompute+offload".
 # The peers, when present, are .peer/fsdp2_gpt2.py and .peer/fsdp2_llama.py: PyTorch FSDP2 training the same GPT-2,
@@ -134,8 +135,9 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
         recompute) ours_flags+=(--train.recompute=true); peer_flags+=(--recompute) ;;
         fp8t) ours_flags+=(--train.fp8=tensorwise) ;;
         fp8r) ours_flags+=(--train.fp8=rowwise) ;;
+        fp8g) ours_flags+=(--train.fp8=tensorwise --dist.fp8_gather=true) ;;
         compile) peer_flags+=(--compile) ;;
-        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, cap24, recompute, fp8t, fp8r, compile)"
+        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, cap24, recompute, fp8t, fp8r, fp8g, compile)"
            exit 2 ;;
       esac
     done

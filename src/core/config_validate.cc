@@ -183,8 +183,6 @@ std::vector<std::string> find_problems(const Config& c) {
   if (c.dist.fp8_gather && c.train.fp8 != Fp8Recipe::kTensorwise)
     add("dist.fp8_gather (true) needs train.fp8=tensorwise (got ", to_string(c.train.fp8),
         "): the gathered codes serve the forward and, transposed, the backward, which takes one scale a tensor");
-  if (c.dist.fp8_gather && c.train.device == Device::kCuda)
-    add("dist.fp8_gather (true) runs on the cpu backend only so far; train.device=cuda gathers in train.dtype");
   if (c.dist.fp8_gather && c.model.lora.rank > 0 && c.model.lora.base_dtype == LoraBase::kNf4)
     add("dist.fp8_gather (true) does not apply with lora.base_dtype=nf4: that base is gathered as NF4 already");
   if (c.train.device == Device::kCpu && c.train.attention != AttentionImpl::kAuto)

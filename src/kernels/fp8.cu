@@ -501,6 +501,55 @@ void fp8_quantize_pair_with_maxima_async(const T* x, int64_t rows, int64_t cols,
   enqueue_pair(x, rows, cols, power_of_2, row_major, transposed, maxima, ctx);
 }
 
+namespace {
+
+// One thread a tensor: the largest of its parts' maxima, and its inverse scale as scale_kernel computes it.
+__global__ void scales_of_parts_kernel(const unsigned* maxima, int world, int64_t k, float fp8_max, bool power_of_2,
+                                       unsigned* out_maxima, float* inverse) {
+  for (int64_t t = thread_index(); t < k; t += thread_count()) {
+    unsigned m = 0;
+    for (int r = 0; r < world; ++r) m = max(m, maxima[r * k + t]);
+    out_maxima[t] = m;
+    inverse[t] = __fdiv_rn(1.0f, scale_of(m, fp8_max, power_of_2));
+  }
+}
+
+// cast_transposed_kernel's tiles on codes: a 32 x 32 tile of q read along its rows, written along the rows of out.
+__global__ void __launch_bounds__(kTile* kTileRows)
+    transpose_codes_kernel(const uint8_t* q, int64_t rows, int64_t cols, uint8_t* out) {
+  __shared__ uint8_t tile[kTile][kTile + 4];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTile, c0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t c = c0 + threadIdx.x;
+  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+    const int64_t r = r0 + i;
+    if (r < rows && c < cols) tile[threadIdx.x][i] = q[r * cols + c];
+  }
+  __syncthreads();
+  const int64_t r = r0 + threadIdx.x;
+  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+    const int64_t cc = c0 + i;
+    if (r < rows && cc < cols) out[cc * rows + r] = tile[i][threadIdx.x];
+  }
+}
+
+}  // namespace
+
+void fp8_scales_of_parts(const unsigned* maxima, int world, int64_t k, Fp8Format f, bool power_of_2,
+                         unsigned* out_maxima, float* inverse_scales, const GpuContext& ctx) {
+  ST_CHECK(world >= 1 && k >= 0, "gpu::fp8_scales_of_parts: world ", world, ", k ", k);
+  if (k == 0) return;
+  scales_of_parts_kernel<<<grid_for(k, kThreads), kThreads, 0, ctx.stream>>>(maxima, world, k, fp8_max(f), power_of_2,
+                                                                             out_maxima, inverse_scales);
+  ST_CUDA_CHECK_LAUNCH();
+}
+
+void fp8_transpose(const uint8_t* q, int64_t rows, int64_t cols, uint8_t* out, const GpuContext& ctx) {
+  ST_CHECK(rows >= 0 && cols >= 0, "gpu::fp8_transpose: ", rows, " x ", cols);
+  if (rows * cols == 0) return;
+  transpose_codes_kernel<<<tile_grid(rows, cols, kTile), dim3(kTile, kTileRows), 0, ctx.stream>>>(q, rows, cols, out);
+  ST_CUDA_CHECK_LAUNCH();
+}
+
 #define ST_INSTANTIATE_FP8_CAST(T)                                                                                    \
   template void fp8_quantize_matrix<T>(const T*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool, Fp8Layout, uint8_t*,  \
                                        float*, const std::string&, const GpuContext&);                                \

@@ -171,11 +171,12 @@ void CudaLinear<T>::pair_cast(const T* dy, int64_t rows, int64_t cols, const Fp8
 template <typename T>
 void CudaLinear<T>::fp8_product(const Fp8Gemm& g, const Fp8Source& a, const Fp8Source& b, const Slot& sa,
                                 const Slot& sb, T* out, int64_t ldo, GradWrite write, const gpu::GpuContext& ctx,
-                                OpTimer::Laps* lap, bool backward, const T* bias, const T* residual, bool a_cast) {
+                                OpTimer::Laps* lap, bool backward, const T* bias, const T* residual, bool a_cast,
+                                bool b_cast) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
     if (lap) (*lap)(backward ? "bwd.fp8_cast" : "fwd.fp8_cast");
     if (!a_cast) cast(a, g.a, sa, ctx);
-    cast(b, g.b, sb, ctx);
+    if (!b_cast) cast(b, g.b, sb, ctx);
     if (lap) (*lap)(backward ? "bwd.fp8_gemm" : "fwd.fp8_gemm");
     // The GEMM's depth k: the operand's columns as cast, the source's rows when transposed.
     const int64_t m = a.gemm_rows(), n = b.gemm_rows(), k = a.gemm_depth();
@@ -197,9 +198,30 @@ void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, con
     return;
   }
   const Slots s = slots(ctx);
-  fp8_product(policy_.forward, {inp, N, C, Fp8Layout::kRowMajor, kept(site, false, x_produced)},
-              {w, OC, C, Fp8Layout::kRowMajor, kept(site, true, false)}, s.a, s.b, out, OC, GradWrite::kOverwrite, ctx,
-              lap, false, bias, residual);
+  const Fp8Source x{inp, N, C, Fp8Layout::kRowMajor, kept(site, false, x_produced)};
+  if (policy_.weights_cast) {  // W's codes and inverse scale are the weight's buffer (dist.fp8_gather)
+    fp8_product(policy_.forward, x, {w, OC, C, Fp8Layout::kRowMajor}, s.a, weight_codes(w, OC, C), out, OC,
+                GradWrite::kOverwrite, ctx, lap, false, bias, residual, false, true);
+    return;
+  }
+  fp8_product(policy_.forward, x, {w, OC, C, Fp8Layout::kRowMajor, kept(site, true, false)}, s.a, s.b, out, OC,
+              GradWrite::kOverwrite, ctx, lap, false, bias, residual);
+}
+
+template <typename T>
+typename CudaLinear<T>::Slot CudaLinear<T>::weight_codes(const T* w, int OC, int C) const {
+  auto* codes = reinterpret_cast<uint8_t*>(const_cast<T*>(w));
+  return {codes, int64_t{OC} * C, reinterpret_cast<float*>(codes + int64_t{OC} * C), 1};
+}
+
+template <typename T>
+typename CudaLinear<T>::Slot CudaLinear<T>::transposed_weight(const T* w, int OC, int C, const Slot& b,
+                                                              const gpu::GpuContext& ctx) {
+  const Slot codes = weight_codes(w, OC, C);
+  ST_CHECK(codes.capacity <= b.capacity, "FP8 transpose of ", OC, " x ", C, " past the workspace sized for ",
+           b.capacity, " codes");
+  gpu::fp8_transpose(codes.codes, OC, C, b.codes, ctx);
+  return {b.codes, b.capacity, codes.inverse_scales, 1};
 }
 
 template <typename T>
@@ -218,19 +240,21 @@ void CudaLinear<T>::backward(T* dinp, T* dweight, T* dbias, const T* dout, const
   const Fp8Source x_t{inp, N, C, Fp8Layout::kTransposed, kept(site, false, true)};
   // dy's maximum, where the kernel that wrote dy took it.
   const Maxima dy = dy_produced ? Maxima{dy_slot(site), true} : Maxima{};
+  // With the weights cast (dist.fp8_gather), W^T is W's codes transposed, with W's inverse scale.
+  const auto w_slot = [&] { return policy_.weights_cast ? transposed_weight(w, OC, C, s.b, ctx) : s.b; };
   if (dinp && fp8_dweight) {
     // dy once for both GEMMs (gpu::fp8_quantize_pair_async): row-major for the input gradient, transposed (kept in
     // slot t while the input gradient's GEMM runs) for the weight gradient's; W^T, then x^T, each as its GEMM comes.
     if (lap) (*lap)("bwd.fp8_cast");
     pair_cast(dout, N, OC, policy_.input_grad.a, policy_.weight_grad.a, s.a, s.t, dy.at, ctx);
-    fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor}, w_t, s.a, s.b, dinp, C, dinp_write, ctx, lap,
-                true, nullptr, nullptr, true);
+    fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor}, w_t, s.a, w_slot(), dinp, C, dinp_write, ctx,
+                lap, true, nullptr, nullptr, true, policy_.weights_cast);
     fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, x_t, s.t, s.b, dweight, C, param_write, ctx,
                 lap, true, nullptr, nullptr, true);
   } else {
     if (dinp)
-      fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor, dy}, w_t, s.a, s.b, dinp, C, dinp_write, ctx,
-                  lap, true);
+      fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor, dy}, w_t, s.a, w_slot(), dinp, C, dinp_write,
+                  ctx, lap, true, nullptr, nullptr, false, policy_.weights_cast);
     if (fp8_dweight)
       fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed, dy}, x_t, s.a, s.b, dweight, C,
                   param_write, ctx, lap, true);

@@ -60,7 +60,9 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     if (cfg.train.fp8 == Fp8Recipe::kRowwise && !gpu::fp8_rowwise_gemm_supported(device))
       ST_BAD_INPUT("train.fp8 (rowwise) needs cuBLASLt's per-row FP8 scales, which it has on Hopper (compute ",
                    "capability 9.x) only; ", device_name_, " takes train.fp8=tensorwise");
-    model_->set_fp8(fp8_policy(cfg.train.fp8));
+    Fp8Policy fp8 = fp8_policy(cfg.train.fp8);
+    fp8.weights_cast = cfg.dist.fp8_gather;  // the gathers deliver the FP8 weights cast (fp8_gatherer.h)
+    model_->set_fp8(fp8);
   }
   if (comm.local_rank() == 0) {  // each machine's GPUs and links, as `shardtrain topo` prints them
     char host[64] = {};
@@ -98,6 +100,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
                                            pool_size * WindowArena::bytes_for(s.unit_full, sizeof(T)) +
                                            WindowArena::bytes_for(s.nf4_full, 4));
   if (s.nf4_full > 0) nf4_full_ = gathered.take<uint8_t>(s.nf4_full * 4);
+  if (cfg.dist.fp8_gather) fp8_gather_ = std::make_unique<Fp8Gatherer<T>>(cfg, units_, rank, world);
   typename DeviceShards<T>::Offloaded for_offload;  // optim.offload: the initial state of the units it holds
   shards_ = std::make_unique<DeviceShards<T>>(cfg, units_, rank, world, offloaded,
                                               cfg.optim.offload == OffloadMode::kOptimizerParams, sources, ctx_,

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "fp8_gatherer.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/cuda.h"
@@ -55,7 +56,8 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
         "cuda/", dtype, " on ", device_name_, ", attention ", attention_.what, "; sharding ", groups_.why, "; ",
         coll_.tuning().why,
         offload_ ? str_cat(", optim.offload=", to_string(cfg_.optim.offload), " (", offload_->describe(units_), ")")
-                 : std::string());
+                 : std::string(),
+        fp8_gather_ ? "; the blocks' FP8 weights gathered as E4M3 codes (dist.fp8_gather)" : "");
   }
   std::string device_name() const override { return device_name_; }
   void zero_grads() override;
@@ -202,6 +204,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   std::unique_ptr<UnitBuffers<T>> buffers_;  // the gathered parameters and full gradients
   DeviceBuffer<T> rs_out_;
   DeviceBuffer<uint8_t> nf4_full_;  // an NF4 unit's gathered storage, dequantised from (world > 1; model/nf4_base.h)
+  std::unique_ptr<Fp8Gatherer<T>> fp8_gather_;    // dist.fp8_gather; null without it
   std::unique_ptr<ReplicaReduction<T>> replica_;  // hybrid: the all-reduce across nodes, once per step
   // loss_queued_: micro_step_queued() left its loss on the device; gate_queued_: queue_gated_update() ran and
   // finish_gated_step() has not.

@@ -37,32 +37,44 @@ void CudaShardedModel<T>::issue_gather(int unit) {
   b->free.wait_on(ns);                // the unit that held it has finished computing
   optimizer_.wait_updated(unit, ns);  // the shard its device AdamW writes (optimizer stream)
   bool staged = false;                // optim.offload=optimizer+params: a staging buffer filled from the host
+  const int world = coll_.shard().world_size();
+  int64_t received = 0;  // bytes
+  // A segment in FP8 (dist.fp8_gather: fp8_gatherer.h), or in T: the trainable slots, then the frozen tensors (LoRA's
+  // base) from element numel on, over the trainable slots' padding (units.h).
+  const auto gather_segment = [&](int segment, const T* source, int64_t count, T* dst, bool from_staging) {
+    if (fp8_gather_ && fp8_gather_->applies(unit, segment)) {
+      received += fp8_gather_->gather(unit, segment, source, b->data.data(), coll_.shard(), comm_ctx_);
+      return;
+    }
+    coll_.gather_comm(from_staging).all_gather<T>(source, count, dst, ns);
+    received += count * world * static_cast<int64_t>(sizeof(T));
+  };
   if (slot > 0) {
     const T* source = offload(unit) ? offload_->gather_source(unit, ns, &staged) : shards_->gather_source(unit);
-    coll_.gather_comm(staged).all_gather<T>(source, slot, b->data.data(), ns);
+    gather_segment(0, source, slot, b->data.data(), staged);
     if (staged) offload_->gather_issued(ns);
   }
-  // The frozen tensors (LoRA's base) from element numel on, over the trainable slots' padding (units.h).
   const int64_t frozen_slot = shards_->view(unit).frozen_slot;
   if (frozen_slot > 0)
-    coll_.gather_comm(false).all_gather<T>(shards_->frozen_source(unit), frozen_slot,
-                                           b->data.data() + units_[static_cast<size_t>(unit)].numel, ns);
+    gather_segment(1, shards_->frozen_source(unit), frozen_slot,
+                   b->data.data() + units_[static_cast<size_t>(unit)].numel, false);
   // An NF4 unit's storage, gathered as bytes and dequantised there on this stream (one staging buffer serves every
   // unit: the gathers are in order on this stream).
   const int64_t nf4_slot = shards_->view(unit).nf4_slot;
   if (nf4_slot > 0) {
     const uint8_t* storage = shards_->nf4_source(unit);
-    if (coll_.shard().world_size() > 1) {
+    if (world > 1) {
       coll_.gather_comm(false).all_gather<uint8_t>(storage, nf4_slot * 4, nf4_full_.data(), ns);
       storage = nf4_full_.data();
+      received += nf4_slot * 4 * world;
     }
     shards_->dequantize_nf4(unit, storage, b->data.data() + units_[static_cast<size_t>(unit)].numel, comm_ctx_);
   }
   b->ready.record(ns);
   ++counters_.gathers[static_cast<size_t>(unit)];
-  counters_.gathered_elements += (slot + frozen_slot + nf4_slot) * coll_.shard().world_size();
-  counters_.cross_node_bytes += groups_.shard_cross_bytes(slot + frozen_slot, sizeof(T)) +
-                                groups_.shard_cross_bytes(nf4_slot, 4);
+  counters_.gathered_elements += (slot + frozen_slot + nf4_slot) * world;
+  counters_.gathered_bytes += received;
+  counters_.cross_node_bytes += groups_.shard_cross_bytes(received / world, 1);  // what each rank sends
 }
 
 // Issues, in schedule order, every gather that lies at most prefetch_depth compute ops ahead of `at` and has a free

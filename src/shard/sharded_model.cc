@@ -198,11 +198,11 @@ void ShardedModel::gather(int unit, size_t /*at*/) {
   }
   comm_ms_ += seconds_since(t0) * 1e3;
   if (sh.nf4_slot > 0) gather_nf4(unit, s.data.data() + u.numel);
+  if (shard.world_size() > 1) received += sh.nf4_slot * shard.world_size() * 4;  // gather_nf4's
   ++counters_.gathers[static_cast<size_t>(unit)];
   counters_.gathered_elements += (sh.slot + sh.frozen_slot + sh.nf4_slot) * shard.world_size();
-  counters_.gathered_bytes += received + sh.nf4_slot * shard.world_size() * 4;
-  counters_.cross_node_bytes +=
-      groups_.shard_cross_bytes(received / shard.world_size() + sh.nf4_slot * 4, 1);  // bytes each rank sends
+  counters_.gathered_bytes += received;
+  counters_.cross_node_bytes += groups_.shard_cross_bytes(received / shard.world_size(), 1);  // what each rank sends
 }
 
 int64_t ShardedModel::gather_fp8(const Fp8GatherSegment& g, const float* shard, float* full,
@@ -387,7 +387,8 @@ std::string ShardedModel::describe() const {
       "; sharding ", groups_.why,
       buckets_ ? str_cat("; all-reduce across nodes once per step in buckets of ",
                          tuning_.bucket_bytes == 0 ? std::string("one unit") : str_cat(tuning_.bucket_bytes, " bytes"))
-               : std::string());
+               : std::string(),
+      fp8_segments_.empty() ? "" : "; the blocks' FP8 weights gathered as E4M3 codes (dist.fp8_gather)");
 }
 
 void ShardedModel::adamw(int unit, const std::vector<AdamWRun>& runs) {

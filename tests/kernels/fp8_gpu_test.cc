@@ -6,7 +6,9 @@
 // input, and NaN codes and scales for the group of a non-finite element, the other groups unchanged;
 // gpu::fp8_quantize_pair_async's two casts equal the CPU's pair (also given the maxima beforehand,
 // fp8_quantize_pair_with_maxima_async), and the cast in two halves (fp8_maxima_async, then
-// fp8_quantize_with_maxima_async) the CPU's halves.
+// fp8_quantize_with_maxima_async) the CPU's halves. dist.fp8_gather's two helpers give the CPU's bytes: a tensor's
+// maximum and inverse scale from its parts' maxima (gpu::fp8_scales_of_parts, with an empty part, a zero tensor and a
+// NaN maximum), and codes transposed (gpu::fp8_transpose, partial 32 x 32 tiles).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -288,6 +290,45 @@ TEST(Fp8Gpu, TheFirstNonFiniteElementIsRefusedAsTheCpuRefusesIt) {
   EXPECT_EQ(got.kind(), ErrorKind::kBadInput);
   EXPECT_EQ(std::string(got.what()), std::string(want.what()));
   EXPECT_NE(std::string(got.what()).find("x: element 77 is -inf"), std::string::npos) << got.what();
+}
+
+TEST(Fp8Gpu, ScalesOfPartsAndTransposedCodesEqualTheCpus) {
+  ST_SKIP_WITHOUT_GPU();
+  test::GpuEnv env(0);
+  // [world 3][k 4]: tensor 0's largest on rank 1, tensor 1 on rank 0 only, tensor 2 all zero, tensor 3 a NaN maximum
+  // (which only the device takes: the CPU refuses non-finite elements before any maximum).
+  const float parts[12] = {0.5f, 2.0f, 0.0f, 1.0f, 7.25f, 0.0f, 0.0f, NAN, 1e-30f, 0.0f, 0.0f, 3.0f};
+  std::vector<unsigned> bits(12), finite(12);
+  std::memcpy(bits.data(), parts, sizeof(parts));
+  finite = bits;
+  finite[7] = 0;
+  for (Fp8Format f : kFormats)
+    for (bool p2 : {false, true}) {
+      std::vector<unsigned> want_max(4);
+      std::vector<float> want_inv(4);
+      fp8_scales_of_parts(finite.data(), 3, 4, f, p2, want_max.data(), want_inv.data());
+      const DeviceBuffer<unsigned> d = test::ints_to_device(bits);
+      DeviceBuffer<unsigned> got_max(4);
+      DeviceBuffer<float> got_inv(4);
+      gpu::fp8_scales_of_parts(d.data(), 3, 4, f, p2, got_max.data(), got_inv.data(), env.ctx);
+      const std::vector<unsigned> m = test::ints_to_host(got_max);
+      const std::vector<float> inv = test::ints_to_host(got_inv);
+      for (size_t t = 0; t < 3; ++t) {
+        EXPECT_EQ(m[t], want_max[t]) << "tensor " << t;
+        EXPECT_EQ(std::memcmp(&inv[t], &want_inv[t], sizeof(float)), 0)
+            << "tensor " << t << ": " << inv[t] << " != " << want_inv[t];
+      }
+      EXPECT_TRUE(std::isnan(inv[3]));
+    }
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{32, 32}, {513, 257}, {48, 1024}}) {
+    std::vector<uint8_t> q(static_cast<size_t>(rows * cols)), want(q.size());
+    for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<uint8_t>((i * 2654435761u) >> 24);
+    fp8_transpose(q.data(), rows, cols, want.data());
+    const DeviceBuffer<uint8_t> dq = test::ints_to_device(q);
+    DeviceBuffer<uint8_t> out(rows * cols);
+    gpu::fp8_transpose(dq.data(), rows, cols, out.data(), env.ctx);
+    EXPECT_EQ(test::ints_to_host(out), want) << rows << " x " << cols;
+  }
 }
 
 }  // namespace

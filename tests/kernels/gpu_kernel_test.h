@@ -85,6 +85,15 @@ DeviceBuffer<I> ints_to_device(const std::vector<I>& host) {
   return d;
 }
 
+// And back, once the device is idle.
+template <typename I>
+std::vector<I> ints_to_host(const DeviceBuffer<I>& d) {
+  ST_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<I> v(static_cast<size_t>(d.size()));
+  ST_CUDA_CHECK(cudaMemcpy(v.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost));
+  return v;
+}
+
 // A producer kernel's optional amax output (kernels/gpu/rmsnorm.h, ...) on the device: one maximum, zeroed; bits()
 // reads it back once the device is idle.
 struct DeviceMaximum {

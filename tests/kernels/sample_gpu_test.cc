@@ -66,13 +66,6 @@ void upload(DeviceBuffer<uint64_t>& d, const std::vector<uint64_t>& host) {
   ST_CUDA_CHECK(cudaDeviceSynchronize());  // see to_device in tests/common/gpu_test.h
 }
 
-std::vector<int32_t> tokens_of(const DeviceBuffer<int32_t>& d) {
-  ST_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<int32_t> out(static_cast<size_t>(d.size()));
-  ST_CUDA_CHECK(cudaMemcpy(out.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost));
-  return out;
-}
-
 TYPED_TEST(SampleGpu, TokensEqualTheCpuReference) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;
@@ -107,7 +100,7 @@ TYPED_TEST(SampleGpu, TokensEqualTheCpuReference) {
           upload(draws, d);
           ST_CUDA_CHECK(cudaMemset(tokens.data(), 0x7F, tokens.bytes()));  // no id, and not -1
           gpu::sample_rows<T>(dev.data(), ld, kRows, V, draws.data(), o, tokens.data(), env.ctx);
-          EXPECT_EQ(tokens_of(tokens), want);
+          EXPECT_EQ(test::ints_to_host(tokens), want);
         }
       }
     }
@@ -141,11 +134,11 @@ TYPED_TEST(SampleGpu, AGraphReplaysWithNewDraws) {
     upload(draws, d);
     ST_CUDA_CHECK(cudaGraphLaunch(exec, env.stream.get()));
     env.stream.synchronize();
-    const std::vector<int32_t> got = tokens_of(tokens);
+    const std::vector<int32_t> got = test::ints_to_host(tokens);
     EXPECT_EQ(got, want) << "round " << round;
     if (round == 0) first = got;
   }
-  EXPECT_NE(tokens_of(tokens), first);  // the rounds' draws gave other tokens
+  EXPECT_NE(test::ints_to_host(tokens), first);  // the rounds' draws gave other tokens
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   test::GpuEnv bare;

@@ -5,6 +5,9 @@
 // cuBLASLt's fp32 promotions); in bf16, the loss within 2e-2 and the gradients above 20 dB (torchao's floor for FP8
 // against its reference). Training in FP8 tracks bf16's losses within 1% over four steps; recompute repeats the same
 // bits; LoRA's adapters train on an FP8 base as on the CPU; optimizer offload trains what the device optimizer does.
+// dist.fp8_gather (the weights gathered as E4M3 codes, which the GEMMs read in place) trains the bits of casting after
+// the gather, in fp32 and bf16, full, LoRA, with recompute and with the parameters offloaded, and each gather receives
+// what its plan (shard/fp8_gather.h) says.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -17,6 +20,10 @@
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/kernels/gpu/fp8_gemm.h"
+#include "shardtrain/model/units.h"
+#include "shardtrain/shard/fp8_gather.h"
+#include "shardtrain/shard/shard_span.h"
+#include "shardtrain/train/step_engine.h"
 
 namespace st {
 namespace {
@@ -108,6 +115,57 @@ TEST(Fp8Cuda, OffloadTrainsWhatTheDeviceOptimizerTrains) {
         EXPECT_EQ(got.params, want.params) << to_string(mode);
       }
     }
+}
+
+// Steps of c on one GPU: the trace and the bytes its gathers received, against what the plan says of them.
+struct Gathered {
+  testing::Trace trace;
+  int64_t bytes = 0, planned = 0;
+};
+Gathered train_counting(const Config& c, int64_t steps) {
+  SoloCommunicator solo;
+  StepEngine e(c, solo);
+  Gathered g;
+  testing::train_steps(e, c, solo, kSeed, 0, steps, &g.trace);
+  g.trace.params = e.gather_params();
+  const CommCounters& n = e.sharded().counters();
+  g.bytes = n.gathered_bytes;
+  const std::vector<UnitLayout> units = build_units(c.model);
+  const int64_t t = c.compute_dtype() == DType::kF32 ? 4 : 2;
+  for (size_t u = 0; u < units.size(); ++u)
+    for (bool frozen : {false, true}) {
+      const Fp8GatherSegment s = c.dist.fp8_gather
+                                     ? fp8_gather_segment(c.model, units[u], frozen, 1, fp8_policy(c.train.fp8))
+                                     : Fp8GatherSegment{};
+      const int64_t numel = frozen ? units[u].frozen_numel : units[u].numel;
+      g.planned += n.gathers[u] * (s.empty() ? numel * t : s.received_bytes(t));
+    }
+  return g;
+}
+
+TEST(Fp8Cuda, GatheredCodesTrainTheBitsOfCastingAfterTheGather) {
+  ST_SKIP_WITHOUT_FP8();
+  for (ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama})
+    for (DType dtype : {DType::kF32, DType::kBF16})
+      for (const char* variant : {"full", "lora", "recompute", "offload"}) {
+        SCOPED_TRACE(std::string(to_string(arch)) + " " + to_string(dtype) + " " + variant);
+        Config off = testing::fp8_tiny(arch, Fp8Recipe::kTensorwise, Device::kCuda, dtype);
+        off.train.steps = 3;
+        if (std::string(variant) == "lora") off.model.lora.rank = 4;
+        if (std::string(variant) == "recompute") off.train.recompute = true;
+        if (std::string(variant) == "offload") {
+          off.optim.offload = OffloadMode::kOptimizerParams;
+          off.optim.offload_threads = 2;
+        }
+        Config on = off;
+        on.dist.fp8_gather = true;
+        const Gathered want = train_counting(off, 3), got = train_counting(on, 3);
+        EXPECT_EQ(got.trace.losses, want.trace.losses);
+        EXPECT_EQ(got.trace.params, want.trace.params);
+        EXPECT_EQ(want.bytes, want.planned);
+        EXPECT_EQ(got.bytes, got.planned);
+        EXPECT_LT(got.bytes, want.bytes);
+      }
 }
 
 }  // namespace

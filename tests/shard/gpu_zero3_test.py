@@ -53,7 +53,8 @@ fewer GPUs than the case needs):
   fp8               train.fp8=tensorwise (fp32 compute) on 1 and on 2 GPUs, same global batch: the casts are per
                     micro-batch and per tensor and both runs cast the same micro-batches, so 30 steps' losses agree
                     to rel 1e-3 (a value the reductions' order moves across a rounding boundary flips an FP8 code; a
-                    lost micro-batch is 1e-2 off or more).
+                    lost micro-batch is 1e-2 off or more). On 2 GPUs, dist.fp8_gather=true (the weights gathered as
+                    E4M3 codes) repeats the losses of gathering in train.dtype bit for bit, in fp32 and in bf16.
   lora-hybrid       2 GPUs standing in for two workstations (as hybrid): LoRA (rank 4 on every linear layer, adapters
                     on a frozen base: wholly frozen embedding and head units, whose empty gradient shards join the
                     buckets summed across the nodes) with dist.sharding=hybrid over sockets matches full sharding over
@@ -446,6 +447,12 @@ def main():
         one = run.train("fp8_np1", 1, common)
         two = run.train("fp8_np2", 2, common)
         compare(failures, "2 GPUs vs 1 GPU (fp32, train.fp8=tensorwise)", one, two, range(1, 31), 1e-3)
+        for dtype, steps in (("fp32", 30), ("bf16", 10)):
+            args = [f"--train.dtype={dtype}", f"--train.steps={steps}", "--train.fp8=tensorwise"]
+            plain = two if dtype == "fp32" else run.train("fp8_bf16_np2", 2, args)
+            codes = run.train(f"fp8_gather_{dtype}_np2", 2, args + ["--dist.fp8_gather=true"])
+            compare(failures, f"2 GPUs, dist.fp8_gather=true vs false ({dtype}): the same bits", plain, codes,
+                    range(1, steps + 1), 0)
     elif case == "lora-hybrid":
         wrapper = workstations_wrapper(work, shardtrain)
         sockets = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}

@@ -67,4 +67,10 @@ void fp8_quantize_pair_with_maxima_async(const T* x, int64_t rows, int64_t cols,
                                          const Fp8Cast& row_major, const Fp8Cast& transposed, const unsigned* maxima,
                                          const GpuContext& ctx);
 
+// st::fp8_scales_of_parts and st::fp8_transpose on the device, launched on ctx.stream (no scratch, no wait): the same
+// operands, the CPU reference's bits. A non-finite maximum gives a NaN inverse scale, as the casts' scales do.
+void fp8_scales_of_parts(const unsigned* maxima, int world, int64_t k, Fp8Format f, bool power_of_2,
+                         unsigned* out_maxima, float* inverse_scales, const GpuContext& ctx);
+void fp8_transpose(const uint8_t* q, int64_t rows, int64_t cols, uint8_t* out, const GpuContext& ctx);
+
 }  // namespace st::gpu

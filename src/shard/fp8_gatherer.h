@@ -1,0 +1,49 @@
+// Private to src/shard: dist.fp8_gather's gathers on the CUDA backend, for CudaShardedModel. Each is fp8_gather.h's
+// steps queued on the communication stream: this rank's maxima of its parts of the FP8 weights, their all-gather, the
+// weights' maxima and inverse scales (gpu::fp8_scales_of_parts), this rank's codes (gpu::fp8_quantize_with_maxima_async
+// over each part) and rest packed into its block, the blocks' all-gather, and every piece copied into place: a
+// weight's codes at the start of its region of the gathered buffer, its inverse scale after them (what CudaLinear
+// reads under Fp8Policy::weights_cast), the rest at its own elements.
+//
+//   Fp8Gatherer<bf16> fp8(cfg, units, rank, world);
+//   if (fp8.applies(u, 0)) received += fp8.gather(u, 0, shards.gather_source(u), full, nccl, comm_ctx);
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "shardtrain/comm/nccl_communicator.h"
+#include "shardtrain/core/config.h"
+#include "shardtrain/core/cuda.h"
+#include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/model/units.h"
+#include "shardtrain/shard/fp8_gather.h"
+
+namespace st::shard_internal {
+
+template <typename T>
+class Fp8Gatherer {
+ public:
+  // Every unit's segments planned at `world` ranks, and staging for the largest (fp8_gather_staging_bytes). Refuses a
+  // weight whose region of the gathered buffer does not start at a 16-byte boundary (its codes feed cuBLASLt as they
+  // lie), which block dimensions that take FP8 (multiples of 16) never give.
+  Fp8Gatherer(const Config& cfg, const std::vector<UnitLayout>& units, int rank, int world);
+
+  // Whether the unit's trainable (segment 0) or frozen (1) segment gathers in FP8.
+  bool applies(int unit, int segment) const { return !plans_[static_cast<size_t>(unit)][segment].empty(); }
+  // That segment gathered into `full`, the unit's gathered buffer, from this rank's slot of it (`source`, on the
+  // device), on ctx.stream through `nccl`; returns the bytes this rank receives.
+  int64_t gather(int unit, int segment, const T* source, T* full, NcclCommunicator& nccl, const gpu::GpuContext& ctx);
+
+ private:
+  std::vector<std::array<Fp8GatherSegment, 2>> plans_;
+  int rank_ = 0;
+  DeviceBuffer<uint8_t> send_, recv_;           // this rank's block; every rank's
+  DeviceBuffer<unsigned> part_max_, all_max_;   // this rank's parts' maxima; every rank's
+  DeviceBuffer<unsigned> maxima_;               // each weight's
+  DeviceBuffer<float> inverse_, cast_inverse_;  // each weight's inverse scale; the casts' own (unused)
+  DeviceBuffer<unsigned char> scratch_;         // the casts' scratch
+};
+
+}  // namespace st::shard_internal
