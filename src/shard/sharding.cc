@@ -7,7 +7,10 @@
 
 #include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/model/fp8_policy.h"
+#include "shardtrain/model/nf4_base.h"
 #include "shardtrain/model/units.h"
+#include "shardtrain/shard/fp8_gather.h"
 
 namespace st {
 namespace {
@@ -32,24 +35,44 @@ double seconds_at(double bytes, double gbs) {
 
 }  // namespace
 
+int64_t gathered_model_bytes(const Config& cfg, int64_t elem_bytes) {
+  const Fp8Policy fp8 = fp8_policy(cfg.train.fp8);
+  int64_t bytes = 0;
+  for (const UnitLayout& u : build_units(cfg.model)) {
+    for (bool frozen : {false, true}) {
+      const int64_t numel = frozen ? u.frozen_numel : u.numel;
+      if (frozen && u.nf4_base) {
+        bytes += nf4_unit_storage(u).words * 4;
+        continue;
+      }
+      const Fp8GatherSegment g =
+          cfg.dist.fp8_gather ? fp8_gather_segment(cfg.model, u, frozen, 1, fp8) : Fp8GatherSegment{};
+      int64_t codes = 0;  // the FP8 weights' elements, one byte each
+      for (const Fp8GatherWeight& w : g.weights) codes += w.numel;
+      bytes += codes + (numel - codes) * elem_bytes;
+    }
+  }
+  return bytes;
+}
+
 ShardingChoice choose_sharding(const ShardingEstimate& e) {
   const double P = static_cast<double>(e.params);
-  const double per_micro = static_cast<double>(e.gathers_per_micro_step) * P * static_cast<double>(e.gather_bytes) +
+  const double per_micro = static_cast<double>(e.gathers_per_micro_step) * static_cast<double>(e.gathered_bytes) +
                            P * static_cast<double>(e.grad_bytes);
   const double micro = static_cast<double>(e.micro_steps);
   ShardingChoice c;
   c.full_s = seconds_at(micro * per_micro * (e.world - 1) / e.world, e.world_all_gather);
-  c.hybrid_s = seconds_at(micro * per_micro * (e.local - 1) / e.local, e.node_all_gather) +
-               seconds_at(2.0 * (e.nodes - 1) / e.nodes * P / e.local * static_cast<double>(e.grad_bytes),
-                          e.replica_all_reduce);
+  c.hybrid_s =
+      seconds_at(micro * per_micro * (e.local - 1) / e.local, e.node_all_gather) +
+      seconds_at(2.0 * (e.nodes - 1) / e.nodes * P / e.local * static_cast<double>(e.grad_bytes), e.replica_all_reduce);
   std::string memory;
   if (e.full_fits && e.hybrid_fits) {
     c.hybrid = c.hybrid_s < c.full_s;
     memory = "both fit in memory";
   } else if (e.full_fits != e.hybrid_fits) {
     c.hybrid = e.hybrid_fits;
-    memory = e.hybrid_fits ? "only hybrid fits in memory" : str_cat("only full fits in memory (hybrid holds ", e.nodes,
-                                                                    "x the state per rank)");
+    memory = e.hybrid_fits ? "only hybrid fits in memory"
+                           : str_cat("only full fits in memory (hybrid holds ", e.nodes, "x the state per rank)");
   } else {
     c.hybrid = false;
     memory = "neither fits in memory: full needs the least";
@@ -147,7 +170,7 @@ ShardingGroups make_sharding_groups(const Config& cfg, Communicator& world, cons
     e.local = min_local;
     e.nodes = nodes;
     for (const UnitLayout& u : build_units(cfg.model)) e.params += u.numel;
-    e.gather_bytes = in.gather_bytes;
+    e.gathered_bytes = gathered_model_bytes(cfg, in.gather_bytes);
     e.grad_bytes = in.grad_bytes;
     e.gathers_per_micro_step = cfg.dist.reshard_after_forward ? 2 : 1;
     e.micro_steps = cfg.grad_accum_steps(e.world);

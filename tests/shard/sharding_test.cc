@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include "../common/fp8_tiny.h"
+#include "shardtrain/model/nf4_base.h"
+#include "shardtrain/model/units.h"
+
 namespace st {
 namespace {
 
@@ -12,7 +16,8 @@ ShardingEstimate two_workstations() {
   e.local = 1;
   e.nodes = 2;
   e.params = 124'000'000;
-  e.gather_bytes = e.grad_bytes = 2;
+  e.gathered_bytes = 2 * e.params;
+  e.grad_bytes = 2;
   e.world_all_gather = 3.0;
   e.replica_all_reduce = 3.0;
   return e;
@@ -91,6 +96,31 @@ TEST(ChooseSharding, AGroupThatMeasuredNothingNeverWins) {
   e = two_workstations();
   e.world_all_gather = 0;
   EXPECT_TRUE(choose_sharding(e).hybrid);
+}
+
+// What one pass of gathers moves: every tensor at the element size in full fine-tuning; with LoRA the frozen base
+// besides the adapters (most of it), an NF4 base as its storage; under dist.fp8_gather the FP8 weights a byte each.
+TEST(GatheredModelBytes, CountsTheFrozenBaseNf4StorageAndFp8Codes) {
+  Config c = testing::fp8_tiny(ModelArch::kLlama, Fp8Recipe::kTensorwise);
+  const auto all = [](const Config& cfg) { return count_params(build_units(cfg.model)); };
+  EXPECT_EQ(gathered_model_bytes(c, 2), 2 * all(c));
+  Config lora = c;
+  lora.model.lora.rank = 4;
+  EXPECT_EQ(gathered_model_bytes(lora, 4), 4 * all(lora));
+  EXPECT_GT(all(lora), 4 * count_trainable_params(build_units(lora.model)));  // the base is most of it
+  Config nf4 = lora;
+  nf4.model.lora.base_dtype = LoraBase::kNf4;
+  int64_t want = 0;
+  for (const UnitLayout& u : build_units(nf4.model))
+    want += 2 * u.numel + (u.nf4_base ? 4 * nf4_unit_storage(u).words : 2 * u.frozen_numel);
+  EXPECT_EQ(gathered_model_bytes(nf4, 2), want);
+  EXPECT_LT(gathered_model_bytes(nf4, 2), gathered_model_bytes(lora, 2));
+  // A block's q/k/v [32, 16], o [16, 16], gate/up [96, 16] and down [16, 48]: 3,072 elements a byte each.
+  for (Config* cfg : {&c, &lora}) {
+    Config on = *cfg;
+    on.dist.fp8_gather = true;
+    EXPECT_EQ(gathered_model_bytes(on, 2), gathered_model_bytes(*cfg, 2) - 2 * 3072);
+  }
 }
 
 }  // namespace

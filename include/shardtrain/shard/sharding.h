@@ -45,8 +45,8 @@ struct ShardingGroups {
 // with numbers); make_sharding_groups measures the bandwidths and fills it.
 struct ShardingEstimate {
   int world = 1, local = 1, nodes = 1;  // ranks, ranks per node, nodes (equal nodes)
-  int64_t params = 0;                   // elements of the model
-  int64_t gather_bytes = 4;             // bytes per element of a parameter all-gather
+  int64_t params = 0;                   // trainable elements: what gradients move
+  int64_t gathered_bytes = 0;           // bytes one gather of every unit moves in all (gathered_model_bytes)
   int64_t grad_bytes = 4;               // bytes per element of a gradient reduce-scatter / all-reduce
   int64_t gathers_per_micro_step = 2;   // forward, and again in backward (dist.reshard_after_forward)
   int64_t micro_steps = 1;              // gradient accumulation: gathers and reduce-scatters per step
@@ -63,7 +63,7 @@ struct ShardingChoice {
 };
 
 // Estimated per-step communication of each mode, from the bytes each rank moves and the measured bus bandwidths:
-//   full:   micro_steps x (gathers x P x gather_bytes + P x grad_bytes) x (W-1)/W / world_all_gather
+//   full:   micro_steps x (gathers x gathered_bytes + P x grad_bytes) x (W-1)/W / world_all_gather
 //   hybrid: the same over a node's L ranks at node_all_gather, plus the replica all-reduce of the gradient shard,
 //           2 (N-1)/N x P/L x grad_bytes / replica_all_reduce, once per step.
 // The faster mode that fits in memory wins; when only one fits, that one; when neither, full (the least memory;
@@ -75,10 +75,15 @@ ShardingChoice choose_sharding(const ShardingEstimate& e);
 // always).
 struct AutoShardingInputs {
   int64_t params = 0;
-  int64_t gather_bytes = 4, grad_bytes = 4;
+  int64_t gather_bytes = 4, grad_bytes = 4;  // bytes per element of the gathered and reduced tensors
   std::function<double(Communicator& group, CollectiveOp op)> busbw;  // GB/s; collective over `group`
   std::function<bool(int group_size)> fits;
 };
+
+// The bytes one gather of every unit of cfg's model moves in all ranks' shares together (padding aside): the
+// trainable tensors and a LoRA base at elem_bytes an element, an NF4 base as its storage, and under dist.fp8_gather the
+// FP8 weights at one byte an element (shard/fp8_gather.h). With LoRA the frozen base is most of it.
+int64_t gathered_model_bytes(const Config& cfg, int64_t elem_bytes);
 
 // Bus bandwidth in GB/s of `op` over `comm` through the Communicator itself (host buffers, 16 MiB of floats per
 // rank, fastest of 3). Collective.
