@@ -210,8 +210,10 @@ void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, con
 
 template <typename T>
 typename CudaLinear<T>::Slot CudaLinear<T>::weight_codes(const T* w, int OC, int C) const {
-  auto* codes = reinterpret_cast<uint8_t*>(const_cast<T*>(w));
-  return {codes, int64_t{OC} * C, reinterpret_cast<float*>(codes + int64_t{OC} * C), 1};
+  const int64_t n = int64_t{OC} * C;
+  uint8_t* codes = fp8_weight_codes(w, n, sizeof(T));
+  ST_CHECK(codes != nullptr, "CudaLinear: a cast ", OC, " x ", C, " weight without room for its codes");
+  return {codes, n, reinterpret_cast<float*>(codes + n), 1};
 }
 
 template <typename T>
@@ -252,9 +254,11 @@ void CudaLinear<T>::backward(T* dinp, T* dweight, T* dbias, const T* dout, const
     fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, x_t, s.t, s.b, dweight, C, param_write, ctx,
                 lap, true, nullptr, nullptr, true);
   } else {
-    if (dinp)
+    if (dinp) {
+      if (lap) (*lap)("bwd.fp8_cast");  // W's transpose (weights_cast) with the casts
       fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor, dy}, w_t, s.a, w_slot(), dinp, C, dinp_write,
                   ctx, lap, true, nullptr, nullptr, false, policy_.weights_cast);
+    }
     if (fp8_dweight)
       fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed, dy}, x_t, s.a, s.b, dweight, C,
                   param_write, ctx, lap, true);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "shardtrain/kernels/scratch_sizes.h"
 #include "shardtrain/shard/shard_span.h"
 
 namespace st {
@@ -28,6 +29,8 @@ Fp8GatherSegment fp8_gather_segment(const ModelConfig& cfg, const UnitLayout& un
   if (g.weights.empty()) return g;
   std::sort(g.weights.begin(), g.weights.end(),
             [](const Fp8GatherWeight& a, const Fp8GatherWeight& b) { return a.offset < b.offset; });
+  g.format = policy.forward.b.format;
+  g.power_of_2 = policy.power_of_2;
   g.slot = padded_shard_size(g.numel, world);
   g.code_stride = (g.slot + 3) / 4 * 4;
   // The segment as runs: each weight, and the rest between them.
@@ -61,15 +64,17 @@ Fp8GatherSegment fp8_gather_segment(const ModelConfig& cfg, const UnitLayout& un
 
 int64_t fp8_gather_staging_bytes(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int world,
                                  const Fp8Policy& policy, int64_t elem_bytes) {
-  int64_t most = 0;
+  int64_t block = 0, k = 0;
   for (const UnitLayout& u : units)
     for (bool frozen : {false, true}) {
       const Fp8GatherSegment g = fp8_gather_segment(cfg, u, frozen, world, policy);
-      if (g.empty()) continue;
-      const int64_t k = static_cast<int64_t>(g.weights.size());
-      most = std::max(most, g.block_bytes(elem_bytes) + 4 * k + g.received_bytes(elem_bytes) + 8 * k);
+      block = std::max(block, g.block_bytes(elem_bytes));
+      k = std::max(k, static_cast<int64_t>(g.weights.size()));
     }
-  return most;
+  if (k == 0) return 0;
+  // Blocks sent and received; maxima sent, received, and each weight's; inverse scales; the casts' own.
+  return (world + 1) * block + (world + 2) * 4 * k + 4 * k + 4 +
+         static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(1));
 }
 
 }  // namespace st

@@ -19,9 +19,6 @@ Fp8Gatherer<T>::Fp8Gatherer(const Config& cfg, const std::vector<UnitLayout>& un
     plans_.push_back({fp8_gather_segment(cfg.model, u, false, world, policy),
                       fp8_gather_segment(cfg.model, u, true, world, policy)});
     for (const Fp8GatherSegment& g : plans_.back()) {
-      for (const Fp8GatherWeight& w : g.weights)
-        ST_CHECK((g.base + w.offset) * static_cast<int64_t>(sizeof(T)) % 16 == 0, "dist.fp8_gather: ", u.name,
-                 "'s weight at element ", g.base + w.offset, " does not start at a 16-byte boundary");
       block = std::max(block, g.block_bytes(sizeof(T)));
       k = std::max<int64_t>(k, static_cast<int64_t>(g.weights.size()));
     }
@@ -47,7 +44,6 @@ int64_t Fp8Gatherer<T>::gather(int unit, int segment, const T* source, T* full, 
     ctx.scratch_bytes = scratch_.bytes();
     const cudaStream_t s = ctx.stream;
     const int64_t k = static_cast<int64_t>(g.weights.size()), first = int64_t{rank_} * g.slot;
-    const Fp8Format f = Fp8Format::kE4M3;  // forward.b and input_grad.b alike (Fp8Policy::one_weight_cast)
     const std::vector<Fp8GatherPiece> mine = g.pieces_of(rank_);
     // 1. The maxima of this rank's parts (0 for a weight it has none of), every rank's, each weight's.
     ST_CUDA_CHECK(cudaMemsetAsync(part_max_.data(), 0, static_cast<size_t>(k) * sizeof(unsigned), s));
@@ -57,40 +53,44 @@ int64_t Fp8Gatherer<T>::gather(int unit, int segment, const T* source, T* full, 
                                  part_max_.data() + p.weight, ctx);
     nccl.all_gather<float>(reinterpret_cast<const float*>(part_max_.data()), k,
                            reinterpret_cast<float*>(all_max_.data()), s);
-    gpu::fp8_scales_of_parts(all_max_.data(), g.world, k, f, false, maxima_.data(), inverse_.data(), ctx);
+    gpu::fp8_scales_of_parts(all_max_.data(), g.world, k, g.format, g.power_of_2, maxima_.data(), inverse_.data(), ctx);
     // 2. This rank's block: its codes where its elements sit in its slot, then its rest packed; every rank's.
     T* rest = reinterpret_cast<T*>(send_.data() + g.code_stride);
     for (const Fp8GatherPiece& p : mine) {
       const T* x = source + (p.offset - first);
       if (p.weight >= 0)
-        gpu::fp8_quantize_with_maxima_async<T>(x, 1, p.count, f, Fp8Scaling::kTensor, false, Fp8Layout::kRowMajor,
-                                               maxima_.data() + p.weight, send_.data() + p.staged_at,
-                                               cast_inverse_.data(), ctx);
+        gpu::fp8_quantize_with_maxima_async<T>(x, 1, p.count, g.format, Fp8Scaling::kTensor, g.power_of_2,
+                                               Fp8Layout::kRowMajor, maxima_.data() + p.weight,
+                                               send_.data() + p.staged_at, cast_inverse_.data(), ctx);
       else
         ST_CUDA_CHECK(cudaMemcpyAsync(rest + p.staged_at, x, static_cast<size_t>(p.count) * sizeof(T),
                                       cudaMemcpyDeviceToDevice, s));
     }
     const int64_t block = g.block_bytes(sizeof(T));
     nccl.all_gather<uint8_t>(send_.data(), block, recv_.data(), s);
-    // 3. Every piece into place, and each weight's inverse scale after its codes.
-    auto* out = reinterpret_cast<uint8_t*>(full + g.base);  // the segment's first element
+    // 3. Every piece into place: a weight's codes where fp8_weight_codes puts them in its region, then its inverse
+    // scale; the rest at its elements.
+    std::vector<uint8_t*> codes(static_cast<size_t>(k));
+    for (int64_t w = 0; w < k; ++w) {
+      const Fp8GatherWeight& gw = g.weights[static_cast<size_t>(w)];
+      codes[static_cast<size_t>(w)] = fp8_weight_codes(full + g.base + gw.offset, gw.numel, sizeof(T));
+      ST_CHECK(codes[static_cast<size_t>(w)] != nullptr, "dist.fp8_gather: a weight of ", gw.numel,
+               " elements at element ", g.base + gw.offset, " of unit ", unit,
+               "'s buffer has no room for its codes at a 256-byte boundary");
+      ST_CUDA_CHECK(cudaMemcpyAsync(codes[static_cast<size_t>(w)] + gw.numel, inverse_.data() + w, sizeof(float),
+                                    cudaMemcpyDeviceToDevice, s));
+    }
     for (const Fp8GatherPiece& p : g.pieces) {
       const uint8_t* from = recv_.data() + p.rank * block;
       if (p.weight >= 0) {
         const Fp8GatherWeight& w = g.weights[static_cast<size_t>(p.weight)];
-        uint8_t* region = out + w.offset * static_cast<int64_t>(sizeof(T));
-        ST_CUDA_CHECK(cudaMemcpyAsync(region + (p.offset - w.offset), from + p.staged_at, static_cast<size_t>(p.count),
-                                      cudaMemcpyDeviceToDevice, s));
+        ST_CUDA_CHECK(cudaMemcpyAsync(codes[static_cast<size_t>(p.weight)] + (p.offset - w.offset), from + p.staged_at,
+                                      static_cast<size_t>(p.count), cudaMemcpyDeviceToDevice, s));
       } else {
         ST_CUDA_CHECK(cudaMemcpyAsync(full + g.base + p.offset,
                                       reinterpret_cast<const T*>(from + g.code_stride) + p.staged_at,
                                       static_cast<size_t>(p.count) * sizeof(T), cudaMemcpyDeviceToDevice, s));
       }
-    }
-    for (int64_t w = 0; w < k; ++w) {
-      const Fp8GatherWeight& gw = g.weights[static_cast<size_t>(w)];
-      ST_CUDA_CHECK(cudaMemcpyAsync(out + gw.offset * static_cast<int64_t>(sizeof(T)) + gw.numel, inverse_.data() + w,
-                                    sizeof(float), cudaMemcpyDeviceToDevice, s));
     }
     return g.received_bytes(sizeof(T));
   } else {

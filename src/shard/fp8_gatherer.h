@@ -2,7 +2,7 @@
 // steps queued on the communication stream: this rank's maxima of its parts of the FP8 weights, their all-gather, the
 // weights' maxima and inverse scales (gpu::fp8_scales_of_parts), this rank's codes (gpu::fp8_quantize_with_maxima_async
 // over each part) and rest packed into its block, the blocks' all-gather, and every piece copied into place: a
-// weight's codes at the start of its region of the gathered buffer, its inverse scale after them (what CudaLinear
+// weight's codes and inverse scale in its region of the gathered buffer where fp8_weight_codes says (what CudaLinear
 // reads under Fp8Policy::weights_cast), the rest at its own elements.
 //
 //   Fp8Gatherer<bf16> fp8(cfg, units, rank, world);
@@ -25,15 +25,14 @@ namespace st::shard_internal {
 template <typename T>
 class Fp8Gatherer {
  public:
-  // Every unit's segments planned at `world` ranks, and staging for the largest (fp8_gather_staging_bytes). Refuses a
-  // weight whose region of the gathered buffer does not start at a 16-byte boundary (its codes feed cuBLASLt as they
-  // lie), which block dimensions that take FP8 (multiples of 16) never give.
+  // Every unit's segments planned at `world` ranks, and staging for the largest (fp8_gather_staging_bytes).
   Fp8Gatherer(const Config& cfg, const std::vector<UnitLayout>& units, int rank, int world);
 
   // Whether the unit's trainable (segment 0) or frozen (1) segment gathers in FP8.
   bool applies(int unit, int segment) const { return !plans_[static_cast<size_t>(unit)][segment].empty(); }
   // That segment gathered into `full`, the unit's gathered buffer, from this rank's slot of it (`source`, on the
-  // device), on ctx.stream through `nccl`; returns the bytes this rank receives.
+  // device), on ctx.stream through `nccl`; returns the bytes this rank receives. Refuses a weight whose region has no
+  // room for its codes at a 256-byte boundary (fp8_weight_codes: a 16 x 16 weight at most).
   int64_t gather(int unit, int segment, const T* source, T* full, NcclCommunicator& nccl, const gpu::GpuContext& ctx);
 
  private:

@@ -210,8 +210,8 @@ int64_t ShardedModel::gather_fp8(const Fp8GatherSegment& g, const float* shard, 
   Communicator& comm = groups_.shard();
   const int rank = comm.rank();
   const int64_t k = static_cast<int64_t>(g.weights.size()), first = int64_t{rank} * g.slot;
-  const Fp8Format f = Fp8Format::kE4M3;  // forward.b and input_grad.b: one_weight_cast
-  const bool pow2 = false;
+  const Fp8Format f = g.format;
+  const bool pow2 = g.power_of_2;
   const std::vector<Fp8GatherPiece> mine = g.pieces_of(rank);
   // 1. The maxima of this rank's parts of the weights, all-gathered; each weight's is the largest.
   std::vector<unsigned> part_max(static_cast<size_t>(k), 0u), all(static_cast<size_t>(k * g.world), 0u);

@@ -19,6 +19,7 @@
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/rng.h"
 #include "shardtrain/kernels/fp8.h"
+#include "shardtrain/kernels/scratch_sizes.h"
 #include "shardtrain/model/family.h"
 #include "shardtrain/shard/memory_plan.h"
 #include "shardtrain/shard/shard_span.h"
@@ -107,6 +108,17 @@ TEST(Fp8GatherPlan, LoraGathersItsBaseAsCodesAndRowwiseOrNf4NoSegment) {
   EXPECT_TRUE(fp8_gather_segment(nf4.model, build_units(nf4.model)[1], true, 2, tensorwise()).empty());
 }
 
+// On cuda a cast weight's codes start at the first 256-byte boundary of its region (the alignment a cast's own buffer
+// has, which cuBLASLt's choice of algorithm sees), its inverse scale right after them, where both fit the region.
+TEST(Fp8GatherPlan, WeightCodesSitAtTheRegionsFirst256ByteBoundary) {
+  alignas(256) static uint8_t buf[4096];
+  EXPECT_EQ(fp8_weight_codes(buf, 256, 2), buf);
+  EXPECT_EQ(fp8_weight_codes(buf + 32, 256, 2), buf + 256);  // 224 + 256 codes + 4 <= 512 bytes
+  EXPECT_EQ(fp8_weight_codes(buf + 2, 256, 2), nullptr);     // 254 + 256 + 4 > 512
+  EXPECT_EQ(fp8_weight_codes(buf + 2, 260, 2), buf + 256);   // 254 + 260 + 4 <= 520
+  EXPECT_EQ(fp8_weight_codes(buf + 4, 256, 4), buf + 256);
+}
+
 // A tensor's parts' maxima give the whole tensor's scale, and each part cast with it gives the whole cast's codes; a
 // cast's codes transposed are the transposed cast's.
 TEST(Fp8GatherKernels, PartsCastAsTheWholeTensorAndTransposeAsTheTransposedCast) {
@@ -165,7 +177,7 @@ TEST(Fp8GatherConfig, NeedsTensorwiseAndNoNf4Base) {
             std::string::npos);
 }
 
-// The plan's gather buffers grow by fp8_gather_staging_bytes, which holds a segment's send and receive sides.
+// The plan's gather buffers grow by fp8_gather_staging_bytes: what the CUDA gatherer allocates.
 TEST(Fp8GatherConfig, ThePlanCountsTheStaging) {
   Config c = tiny(ModelArch::kLlama);
   const MemoryPlan off = plan_host_memory(c, 3, 0);
@@ -174,7 +186,9 @@ TEST(Fp8GatherConfig, ThePlanCountsTheStaging) {
   const std::vector<UnitLayout> units = build_units(c.model);
   const int64_t staging = fp8_gather_staging_bytes(c.model, units, 3, tensorwise(), 4);
   const Fp8GatherSegment g = fp8_gather_segment(c.model, units[1], false, 3, tensorwise());
-  EXPECT_EQ(staging, g.block_bytes(4) + 16 + g.received_bytes(4) + 32);
+  // Four weights a block: blocks sent and received by 3 ranks, maxima sent, received and each weight's, inverse
+  // scales, one cast's inverse and scratch.
+  EXPECT_EQ(staging, 4 * g.block_bytes(4) + 5 * 16 + 16 + 4 + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(1)));
   EXPECT_EQ(on.gather_buffers, off.gather_buffers + staging);
 }
 

@@ -24,9 +24,9 @@
 // to the next, so the codes cost no memory of their own where the attention's scratch is the larger
 // (cuda_linear_codes_bytes, cuda_footprint.h). The inverse scales and the casts' maxima are CudaLinear's own.
 //
-// With Fp8Policy::weights_cast (dist.fp8_gather, shard/fp8_gather.h) a layer's W arrives cast: its buffer holds W's
-// E4M3 codes [OC, C], then its inverse scale. The forward's GEMM reads them in place, and the input gradient's reads
-// them transposed (gpu::fp8_transpose into slot b): no cast of W at all.
+// With Fp8Policy::weights_cast (dist.fp8_gather, shard/fp8_gather.h) a layer's W arrives cast: its region holds W's
+// E4M3 codes [OC, C] and its inverse scale where fp8_weight_codes says. The forward's GEMM reads them in place, and
+// the input gradient's reads them transposed (gpu::fp8_transpose into slot b): no cast of W at all.
 //
 // A weight gradient over a token count that is not a multiple of 16 (its GEMM's depth) runs in T, as on the CPU
 // (Fp8Policy::weight_grad_applies). Everything runs on ctx.stream, without waiting: a non-finite operand makes the
@@ -132,8 +132,8 @@ class CudaLinear {
   void fp8_product(const Fp8Gemm& g, const Fp8Source& a, const Fp8Source& b, const Slot& sa, const Slot& sb, T* out,
                    int64_t ldo, GradWrite write, const gpu::GpuContext& ctx, OpTimer::Laps* lap, bool backward,
                    const T* bias = nullptr, const T* residual = nullptr, bool a_cast = false, bool b_cast = false);
-  // Fp8Policy::weights_cast: W [OC, C]'s codes as the weight's buffer holds them (its OC x C codes, then its inverse
-  // scale), and transposed into slot b's codes with that inverse scale, for the input gradient.
+  // Fp8Policy::weights_cast: W [OC, C]'s codes and inverse scale as its region holds them (fp8_weight_codes), and the
+  // codes transposed into slot b's with that inverse scale, for the input gradient.
   Slot weight_codes(const T* w, int OC, int C) const;
   Slot transposed_weight(const T* w, int OC, int C, const Slot& b, const gpu::GpuContext& ctx);
   // The source cast as `op` says into `slot`.

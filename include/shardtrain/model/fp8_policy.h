@@ -39,8 +39,8 @@ struct Fp8Policy {
   // compare the two. The CPU backend takes its maxima in its casts either way.
   bool producer_maxima = true;
   // dist.fp8_gather (shard/fp8_gather.h): the weights of the layers the policy applies to arrive cast, and both GEMMs
-  // that read W take them as they are: on the CPU, the values the codes decode to; on cuda, W's pointer is its E4M3
-  // codes [out, in], then its inverse scale (a float). Needs one_weight_cast().
+  // that read W take them as they are: on the CPU, the values the codes decode to; on cuda, W's region holds its E4M3
+  // codes [out, in] and its inverse scale where fp8_weight_codes says. Needs one_weight_cast().
   bool weights_cast = false;
 
   // Whether a linear layer of `in` inputs and `out` outputs runs in FP8: the recipe is on, and both dimensions are
@@ -57,6 +57,19 @@ struct Fp8Policy {
 };
 
 Fp8Policy fp8_policy(Fp8Recipe recipe);
+
+// Where a weight cast by a gather (Fp8Policy::weights_cast) lies on cuda, given the weight's place in the gathered
+// buffer (`w`: its region of numel elements of elem_bytes each): its numel codes from the first 256-byte boundary in
+// the region (cuBLASLt's FP8 GEMM picks its algorithm by the operands' alignment: so the codes align as a cast's own
+// buffer does), then its inverse scale. Null where they do not fit the region (a weight of under 260 elements in 16
+// bits that starts just past a boundary; the gatherer refuses it).
+inline uint8_t* fp8_weight_codes(const void* w, int64_t numel, int64_t elem_bytes) {
+  const auto at = reinterpret_cast<uintptr_t>(w);
+  const uintptr_t codes = (at + 255) / 256 * 256;
+  if (codes - at + static_cast<uintptr_t>(numel) + sizeof(float) > static_cast<uintptr_t>(numel * elem_bytes))
+    return nullptr;
+  return reinterpret_cast<uint8_t*>(codes);
+}
 
 // The [out, in] shapes of the family's block matrices that train.fp8 may put in FP8 (each weight of lora_linears
 // once, in its order: llama's attn.qkv, attn.o, mlp.gate_up, mlp.down; gpt2's attn.qkv, attn.proj, mlp.fc, mlp.proj),

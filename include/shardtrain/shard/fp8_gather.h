@@ -9,9 +9,10 @@
 //      of the whole gathered tensor gives, kernels/fp8.h) into `code_stride` bytes, and the ranks all-gather them;
 //   3. the rest travels compacted: each rank's rest elements, `rest_slot` of them (zero-padded), all-gathered;
 //   4. each rest element lands at its place in the gathered buffer, and each weight's codes where the weight lies: on
-//      cuda its first numel bytes, then its inverse scale (a float), which a GEMM reads where it would have read the
-//      weight, and the backward transposes instead of casting W again (model/cuda_linear.h); on the CPU, which
-//      computes in fp32, the values the codes decode to, which its linear layers take as cast (model/cpu_linear.h).
+//      cuda at the first 256-byte boundary of its region (fp8_weight_codes, fp8_policy.h), then its inverse scale (a
+//      float), which a GEMM reads from the weight's pointer (model/cuda_linear.h: the forward in place, the input
+//      gradient transposed, no cast of W at all); on the CPU, which computes in fp32, the values the codes decode to,
+//      which its linear layers take as cast (model/cpu_linear.h).
 // The result is the bits of gathering in train.dtype and casting there; the bytes each rank receives per gather are
 // received_bytes(): about half of bf16's, a quarter of fp32's.
 //
@@ -48,6 +49,8 @@ struct Fp8GatherSegment {
   int64_t numel = 0;  // the segment's elements
   int64_t slot = 0;   // each rank's elements of it (padded_shard_size)
   int world = 1;
+  Fp8Format format = Fp8Format::kE4M3;  // the weights' casts: the policy's forward.b (= input_grad.b)
+  bool power_of_2 = false;
   int64_t code_stride = 0;  // bytes of codes each rank sends: slot rounded up to 4 (a float word for the CPU's gathers)
   int64_t rest_slot = 0;    // rest elements each rank sends: the most any rank owns
   std::vector<Fp8GatherWeight> weights;
@@ -74,8 +77,9 @@ Fp8GatherSegment fp8_gather_segment(const ModelConfig& cfg, const UnitLayout& un
                                     const Fp8Policy& policy);
 
 // What dist.fp8_gather adds to a rank's memory beside the gather buffers, in bytes, with elem_bytes elements for the
-// rest: the send side (one rank's block and maxima), the receive side (every rank's) and the weights' maxima and
-// inverse scales, for the largest segment; 0 when no segment of `units` gathers in FP8. A rank's gathers run one at a
+// rest, as the CUDA gatherer allocates it (the CPU's takes less): the send side (one rank's block and maxima) and the
+// receive side (every rank's) for the largest block and the most weights of any segment, each weight's maximum and
+// inverse scale, and the casts' scratch; 0 when no segment of `units` gathers in FP8. A rank's gathers run one at a
 // time, so one set serves every unit.
 int64_t fp8_gather_staging_bytes(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int world,
                                  const Fp8Policy& policy, int64_t elem_bytes);
