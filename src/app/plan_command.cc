@@ -167,6 +167,14 @@ st::RunTarget make_target(const st::Config& cfg, const PlanArgs& a) {
 
 const char* verdict(bool fits) { return fits ? "fits" : "does not fit"; }
 
+// "12.34 GiB", or "56.7 MiB" under a GiB.
+std::string bytes_text(int64_t bytes) {
+  if (bytes >= kGiB) return st::format_gib(bytes);
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.1f MiB", static_cast<double>(bytes) / double(int64_t{1} << 20));
+  return b;
+}
+
 void print_plan(const st::RunPlan& p, const st::RunTarget& t) {
   if (p.device == st::Device::kCuda)
     std::printf("  device, per rank: %s\n    budget %s (%s): %s\n", p.device_plan.breakdown().c_str(),
@@ -176,6 +184,14 @@ void print_plan(const st::RunPlan& p, const st::RunTarget& t) {
   std::printf("    per node (%d rank(s)): %s; budget per rank %s (%s): %s\n", t.ranks_per_node,
               st::format_gib(p.host_total() * t.ranks_per_node).c_str(), st::format_gib(t.host.bytes).c_str(),
               t.host.limited_by.c_str(), verdict(p.host_fits));
+  const st::StepTraffic& s = p.traffic;
+  const std::string across =
+      s.across_nodes > 0 ? st::str_cat(", all-reduce across nodes ", bytes_text(s.across_nodes)) : std::string();
+  std::printf(
+      "  communication, per rank and step (%lld micro-step(s)): all-gathers %s, reduce-scatters %s%s; %s of it "
+      "between ranks\n",
+      static_cast<long long>(s.micro_steps), bytes_text(s.gathered).c_str(), bytes_text(s.reduce_scattered).c_str(),
+      across.c_str(), bytes_text(s.from_peers()).c_str());
 }
 
 // `plan --generate`: the decoder's placement on the target and each rank's device and host plans. A placement that

@@ -95,6 +95,7 @@ RunPlan plan_run(const Config& cfg, const RunTarget& t) {
     p.cpu_host = planned_rank_memory(cfg, p.shard_world, p.hybrid);
   }
   p.host_fits = p.host_total() <= t.host.bytes;
+  p.traffic = step_traffic(cfg, t.world, p.shard_world, p.hybrid);
   return p;
 }
 

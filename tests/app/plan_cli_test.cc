@@ -31,6 +31,22 @@ TEST(PlanCli, Gpt2SmallFitsTwo24GiBCards) {
   EXPECT_EQ(r.output.substr(r.output.size() - 5), "fits\n");
 }
 
+// What a step's collectives move, per rank (shard/step_traffic.h): LoRA gathers its frozen base every micro-step (two
+// gathers of each block a micro-step, 4 micro-steps), an NF4 base travels as its storage, FP8 gathers as codes.
+TEST(PlanCli, SaysWhatAStepsCollectivesMove) {
+  const std::string base = "plan --config " + config("llama3.1-8b-lora.ini") + " --world 2 --gpu-mem 24 --host-mem 64";
+  const auto lora = run_shardtrain(base);
+  EXPECT_EQ(lora.code, 0) << lora.output;
+  expect_has(lora.output,
+             "  communication, per rank and step (4 micro-step(s)): all-gathers 112.46 GiB, reduce-scatters 320.0 MiB; "
+             "56.38 GiB of it between ranks\n");
+  const auto fp8 = run_shardtrain(base + " --train.fp8=tensorwise --dist.fp8_gather=true");
+  expect_has(fp8.output, "all-gathers 60.46 GiB, reduce-scatters 320.0 MiB; 30.39 GiB of it between ranks\n");
+  const auto qlora =
+      run_shardtrain("plan --config " + config("llama3.1-8b-qlora.ini") + " --world 2 --gpu-mem 24 --host-mem 64");
+  expect_has(qlora.output, "all-gathers 35.29 GiB, reduce-scatters 320.0 MiB; 17.80 GiB of it between ranks\n");
+}
+
 TEST(PlanCli, Llama8bOnTwo24GiBCardsNeedsTwoMoreRanks) {
   const auto r = run_shardtrain("plan --config " + config("llama3.1-8b.ini") + " --world 2 --gpu-mem 24 --host-mem 64");
   EXPECT_EQ(r.code, 3) << r.output;

@@ -25,6 +25,7 @@
 #include "shardtrain/core/process_memory.h"
 #include "shardtrain/shard/host_plan.h"
 #include "shardtrain/shard/memory_plan.h"
+#include "shardtrain/shard/step_traffic.h"
 
 namespace st {
 
@@ -80,6 +81,8 @@ struct RunPlan {
   std::string host_breakdown() const { return device == Device::kCuda ? cuda_host.breakdown() : cpu_host.breakdown(); }
   bool host_fits = true;
   bool fits() const { return device_fits && host_fits; }
+  // What one rank's collectives move in a step (step_traffic.h): memory is not all a plan should say.
+  StepTraffic traffic;
 };
 
 // cfg's plan on `target`. Throws kBadInput only for a config the plan cannot describe (a global batch that does not
