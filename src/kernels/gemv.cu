@@ -19,9 +19,10 @@ namespace {
 // of squares once for all its columns.
 constexpr int kGemvWarps = 8;
 
-// The blocks a multiprocessor holds at once with kDepth packs in flight a lane: registers for 2 (at most 128 a
-// thread) with 8 packs, 3 with 4.
-constexpr int min_blocks(int depth) { return depth >= 8 ? 2 : 3; }
+// The blocks a multiprocessor holds at once with kDepth packs in flight a lane over kRows rows: registers for 2 (at
+// most 128 a thread) with 8 packs or 4 rows, 3 with 4 packs over fewer rows (4 rows with the norm folded in take more
+// than the 85 registers a thread of 3 blocks may have).
+constexpr int min_blocks(int depth, int rows) { return depth >= 8 || rows >= 4 ? 2 : 3; }
 
 // A pack of the weights, read with the evict-first hint: they are streamed once a forward through an L2 they do not
 // fit, which had better keep the activations and the key/value caches.
@@ -63,7 +64,7 @@ __device__ __forceinline__ float inverse_rms(const T* x, int lane, int C, float 
 // kSwiglu (with kStaged, without kNorm): inp is [rows, 2C], each row's gate then up, and the product reads their
 // SwiGLU, rounded to T as swiglu_forward writes it.
 template <int kVec, bool kNorm, int kRows, int kDepth, bool kStaged, bool kSwiglu, typename T>
-__global__ void __launch_bounds__(kGemvWarps* kWarpSize, min_blocks(kDepth))
+__global__ void __launch_bounds__(kGemvWarps* kWarpSize, min_blocks(kDepth, kRows))
     gemv_kernel(T* out, const T* inp, const T* norm_weight, float eps, const T* weight, const T* bias,
                 const T* residual, int C, int OC) {
   allow_dependents();
@@ -175,12 +176,6 @@ int gemv_blocks(int OC, int blocks_per_sm) {
   return std::min(columns, std::max(1, sms * blocks_per_sm));
 }
 
-// Whether `rows` rows of C elements of T fit a block's shared memory (the staged kernels').
-template <typename T>
-bool stage_fits(int64_t rows, int C) {
-  return sizeof(T) * static_cast<size_t>(rows) * static_cast<size_t>(C) <= kGemvMaxStagedBytes;
-}
-
 // gemv and gemv_swiglu: the kernel for the call's rows, norm, depth, staging and input.
 template <bool kSwiglu, typename T>
 void launch_gemv(T* out, const T* inp, const T* norm_weight, float eps, const T* weight, const T* bias,
@@ -243,14 +238,14 @@ void gemv(T* out, const T* inp, const T* norm_weight, float eps, const T* weight
           int64_t rows, int C, int OC, const GpuContext& ctx, const GemvLaunch& how) {
   check_launch(rows, how);
   if (OC == 0) return;
-  const bool staged = how.staged && stage_fits<T>(rows, C);
+  const bool staged = how.staged && gemv_stage_fits<T>(rows, C);
   launch_gemv<false, T>(out, inp, norm_weight, eps, weight, bias, residual, rows, C, OC, ctx, how, staged);
 }
 
 template <typename T>
 bool gemv_swiglu(T* out, const T* gate_up, const T* weight, const T* bias, const T* residual, int64_t rows, int F,
                  int OC, const GpuContext& ctx, const GemvLaunch& how) {
-  if (rows < 1 || rows > kGemvMaxRows || !stage_fits<T>(rows, F)) return false;
+  if (rows < 1 || rows > kGemvMaxRows || !gemv_stage_fits<T>(rows, F)) return false;
   check_launch(rows, how);
   if (OC > 0) launch_gemv<true, T>(out, gate_up, nullptr, 0.0f, weight, bias, residual, rows, F, OC, ctx, how, true);
   return true;

@@ -24,6 +24,15 @@ struct GemvLaunch {
 };
 inline constexpr size_t kGemvMaxStagedBytes = 48 << 10;
 
+// Whether `rows` rows of C elements of T are staged where GemvLaunch::staged asks: they fit the block's shared memory,
+// kGemvMaxStagedBytes of it with the norm's statistics (a float a row) beside them, the most a kernel takes without
+// opting in to more.
+template <typename T>
+bool gemv_stage_fits(int64_t rows, int C) {
+  return sizeof(T) * static_cast<size_t>(rows) * static_cast<size_t>(C) + kGemvMaxRows * sizeof(float) <=
+         kGemvMaxStagedBytes;
+}
+
 // out[rows, OC] = residual + x @ weight^T + bias, with x = inp, or, when norm_weight is given, inp's rows through
 // RMSNorm: round_T(inp * rstd * norm_weight) with rstd = 1 / sqrt(mean(inp^2) + eps), as rmsnorm_forward writes
 // them, bit for bit (its sum of squares in the same order). residual, bias and norm_weight may be null; out may be

@@ -25,9 +25,11 @@ void CudaShardedModel<T>::gather_to_host(const E* source, bool source_on_host, i
       send = staged.data();
     }
     coll_.shard().template all_gather<E>(send, n, gathered.data(), cs);
-    // Rank r's n elements land at gathered + r n and belong at dst + r slot + at.
-    ST_CUDA_CHECK(cudaMemcpy2DAsync(dst + at, sizeof(E) * slot, gathered.data(), sizeof(E) * n, sizeof(E) * n, world,
-                                    cudaMemcpyDeviceToHost, cs));
+    // Rank r's n elements land at gathered + r n and belong at dst + r slot + at: a copy each (a 2D copy's pitch,
+    // slot elements, may pass the device's largest, 2^31 - 1 bytes).
+    for (int r = 0; r < world; ++r)
+      ST_CUDA_CHECK(
+          cudaMemcpyAsync(dst + r * slot + at, gathered.data() + r * n, sizeof(E) * n, cudaMemcpyDeviceToHost, cs));
     compute_stream_.synchronize();  // the buffers take the next piece
   }
 }

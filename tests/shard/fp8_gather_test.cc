@@ -1,5 +1,5 @@
 // dist.fp8_gather on the CPU backend (shard/fp8_gather.h): the plan of each segment, the two helpers its gathers use
-// against the casts they stand for, and training with it: the bits of training without it at 1, 2 and 3 ranks, for
+// against the casts they stand for, and training with it: the bits of training without it at 1 to 4 ranks, for
 // both families, full and LoRA, with the bytes each gather receives as the plan counts them.
 #include "shardtrain/shard/fp8_gather.h"
 
@@ -225,12 +225,12 @@ int64_t planned_gather_bytes(const Config& c, int world, const CommCounters& cou
 }
 
 // Training with the codes gathered gives the bits of training with fp32 gathered and cast after: losses and
-// parameters equal, at every world size, full and LoRA; and each gather received what the plan says.
+// parameters equal, at 1 to 4 ranks, full and LoRA; and each gather received what the plan says.
 TEST(Fp8GatherEngine, GivesTheBitsOfCastingAfterTheGather) {
   omp_set_num_threads(1);
   for (ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama})
     for (int lora : {0, 4})
-      for (int world : {1, 2, 3}) {
+      for (int world : {1, 2, 3, 4}) {
         SCOPED_TRACE(std::string(to_string(arch)) + " lora " + std::to_string(lora) + " world " +
                      std::to_string(world));
         Config off = tiny(arch, lora), on = off;
