@@ -304,6 +304,9 @@ DecoderHostPlan plan_decoder_host(const Config& cfg, int max_batch, const Decode
   }
   p.loading += kStreamingIoBytes;
   p.upload = cuda ? 2 * kDecoderUploadChunk * dtype_bytes(cfg.compute_dtype()) : 0;
+  // A split's rows pass between the ranks through a pinned buffer of the decoder's most rows (CudaDecoder).
+  if (cuda && stage.split())
+    p.upload += std::max<int64_t>(base.seq_len, max_batch) * base.n_embd * dtype_bytes(cfg.compute_dtype());
   p.reserve = cuda ? kCudaHostReserveBytes : kHostReserveBytes;
   return p;
 }

@@ -218,8 +218,8 @@ TEST(DecoderHostPlan, TheCpuDecoderIsItsFp32FootprintAndKeepsWhatTheLoadReads) {
 }
 
 // On cuda the host holds no decoder: two of the largest unit's fp32 buffers (the unit read, and the one before while
-// the buffer grows to it), the file reads' buffers, two pinned chunks of 2^23 bf16 elements, and the CUDA runtime's
-// reserve.
+// the buffer grows to it), the file reads' buffers, two pinned chunks of 2^23 bf16 elements (and, split, the rows
+// passed between ranks), and the CUDA runtime's reserve.
 TEST(DecoderHostPlan, OnCudaTheHostHoldsTwoUnitBuffersAndTwoPinnedChunks) {
   const Config c = llama_1b();
   const DecoderHostPlan p = plan_decoder_host(c, 16);
@@ -236,6 +236,9 @@ TEST(DecoderHostPlan, OnCudaTheHostHoldsTwoUnitBuffersAndTwoPinnedChunks) {
   EXPECT_EQ(first.loading, 2 * 4 * k1bEmbedding + kStreamingIoBytes);
   const DecoderHostPlan last = plan_decoder_host(untied, 1, DecoderStage{1, 2, halves[1], nullptr});
   EXPECT_EQ(last.loading, 2 * 4 * (k1bEmbedding + 2048) + kStreamingIoBytes);
+  // A split stage also pins the rows it passes on: max(seq_len, batch) rows of n_embd in the compute type.
+  EXPECT_EQ(first.upload, (int64_t{32} << 20) + untied.model.seq_len * 2048 * 2);
+  EXPECT_EQ(last.upload, first.upload);
 }
 
 // A LoRA checkpoint is read whole (its held units with their adapters), then each unit is merged as it is handed over:

@@ -151,6 +151,7 @@ DecoderPlacement place_decoder(const Config& cfg, int want, bool fit_batch, Laye
 //             unit beside it; the CPU decoder keeps the merged units as each full one is freed); and the file
 //             reads' buffers (kStreamingIoBytes)
 //   upload    cuda: the two pinned chunks a unit goes up in (kDecoderUploadChunk elements of the compute type each)
+//             and, split over ranks, the pinned rows passed between them (max(seq_len, batch) x n_embd)
 //   reserve   what runs beside them: kHostReserveBytes on the CPU, kCudaHostReserveBytes (the CUDA runtime and
 //             cuBLASLt) on cuda
 struct DecoderHostPlan {
