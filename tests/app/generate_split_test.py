@@ -13,7 +13,8 @@ time; the split run exits 0, prints one summary line (rank 0's, which says the l
 logs the stages. A model with fewer blocks than NP ranks is refused (exit 2), naming model.n_layer.
 
 With --cuda (2 GPUs; exits 77, which ctest reports as skipped, on fewer): the same comparison on train.device=cuda,
-one GPU against two split ranks, in fp32 and bf16; then (gpt2's run) a GPT-2 124M-shaped model (byte vocabulary) under
+one GPU against two split ranks, for the checkpoint in fp32 and bf16, and for the export and the LoRA checkpoint in
+bf16, greedy; then (gpt2's run) a GPT-2 124M-shaped model (byte vocabulary) under
 dist.max_gpu_mem_gib caps read off the refusals: a cap the whole decoder passes the stages' and not its own makes
 `--split auto` split (the text is one uncapped GPU's), and one rank alone refuses it; a cap below the largest stage is
 refused with each stage's breakdown. Exits 0 when every check holds.
@@ -75,23 +76,26 @@ def main():
              "a batch": ["--prompts", prompts, "--batch", "3", "--max-tokens", "40"]}
     dtypes = [["--train.device=cuda", "--train.dtype=fp32"], ["--train.device=cuda", "--train.dtype=bf16"]] if cuda \
         else [[]]
-    for source in sources if not cuda else sources[:1]:
-        for device in dtypes:
-            for sname, sampling in samplings.items():
-                for fname, form in forms.items():
-                    name = f"{' '.join(source + device)}, {sname}, {fname}"
-                    gen = [shardtrain, "generate"] + source + form + sampling + device
-                    rc1, one, err1 = run(gen)
-                    check(rc1 == 0 and len(one) > 40, f"{name}, 1 rank: exit 0 and text: {one!r} {err1}")
-                    rc2, split, err2 = run(mpi + gen + ["--split", "layers"])
-                    check(rc2 == 0, f"{name}, {np} split ranks: exit 0: {split!r} {err2}")
-                    check(split == one, f"{name}: {np} split ranks print the 1-rank text: {split!r} vs {one!r}")
-                    check(err2.count("generate: ") == 2 and f"its layers split over {np} ranks: load" in err2,
-                          f"{name}: one summary line, rank 0's, saying the layers were split: {err2}")
-                    check(f"generate: the layers split over {np} ranks: rank 0: embedding .. block." in err2,
-                          f"{name}: rank 0 logs the stages: {err2}")
-                    if "one prompt" in fname:
-                        check("the context slid" in err1, f"{name}: 70 tokens slide the window of 32: {err1}")
+    # On GPUs the checkpoint in both dtypes and both samplings; the export (read in the decoder's own 16 bits) and the
+    # LoRA checkpoint (merged as its units are handed over) in bf16, greedy.
+    combos = [(source, device, sname) for source in sources for device in dtypes for sname in samplings
+              if not cuda or source is sources[0] or (device[-1].endswith("bf16") and sname == "greedy")]
+    for source, device, sname in combos:
+        sampling = samplings[sname]
+        for fname, form in forms.items():
+            name = f"{' '.join(source + device)}, {sname}, {fname}"
+            gen = [shardtrain, "generate"] + source + form + sampling + device
+            rc1, one, err1 = run(gen)
+            check(rc1 == 0 and len(one) > 40, f"{name}, 1 rank: exit 0 and text: {one!r} {err1}")
+            rc2, split, err2 = run(mpi + gen + ["--split", "layers"])
+            check(rc2 == 0, f"{name}, {np} split ranks: exit 0: {split!r} {err2}")
+            check(split == one, f"{name}: {np} split ranks print the 1-rank text: {split!r} vs {one!r}")
+            check(err2.count("generate: ") == 2 and f"its layers split over {np} ranks: load" in err2,
+                  f"{name}: one summary line, rank 0's, saying the layers were split: {err2}")
+            check(f"generate: the layers split over {np} ranks: rank 0: embedding .. block." in err2,
+                  f"{name}: rank 0 logs the stages: {err2}")
+            if "one prompt" in fname:
+                check("the context slid" in err1, f"{name}: 70 tokens slide the window of 32: {err1}")
 
     # Fewer blocks than ranks: every rank refuses, naming the layer count.
     small = os.path.join(work, "small")
