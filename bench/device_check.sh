@@ -19,6 +19,7 @@
 #   fp8t      --train.fp8=tensorwise (ours only: the peer stays bf16)
 #   fp8r      --train.fp8=rowwise (ours only)
 #   fp8g      --train.fp8=tensorwise --dist.fp8_gather=true (ours only: the weights gathered as E4M3 codes)
+#   fp8fa     --train.fp8_fast_accum=true (with fp8t or fp8r: the forward GEMMs with cuBLASLt's fast accumulation)
 #   compile   the peer's torch.compile (--compile; ours unchanged)
 # e.g. BENCH_CASES="2:16:350m 2:16:350m:offload 2:4:1.5b:nop2p+cap24+recompute 2:4:1.5b:nop2p+cap24+recompute+offload".
 # The peers, when present, are .peer/fsdp2_gpt2.py and .peer/fsdp2_llama.py: PyTorch FSDP2 training the same GPT-2,
@@ -136,8 +137,9 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
         fp8t) ours_flags+=(--train.fp8=tensorwise) ;;
         fp8r) ours_flags+=(--train.fp8=rowwise) ;;
         fp8g) ours_flags+=(--train.fp8=tensorwise --dist.fp8_gather=true) ;;
+        fp8fa) ours_flags+=(--train.fp8_fast_accum=true) ;;
         compile) peer_flags+=(--compile) ;;
-        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, cap24, recompute, fp8t, fp8r, fp8g, compile)"
+        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, cap24, recompute, fp8t, fp8r, fp8g, fp8fa, compile)"
            exit 2 ;;
       esac
     done

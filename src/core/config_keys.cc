@@ -270,6 +270,11 @@ const std::vector<Key>& keys() {
           "operand along the dimension the GEMM keeps, powers of two). Master weights, activations, attention, norms, "
           "embeddings and the classifier stay as train.dtype says. cuda runs cuBLASLt FP8 GEMMs (compute capability "
           "8.9 or higher; rowwise on Hopper; train.dtype bf16 or fp32); the cpu backend emulates the casts"),
+      key("train", "fp8_fast_accum", &Config::train, &TrainConfig::fp8_fast_accum,
+          "cuda, with train.fp8: the forward GEMMs accumulate in the FP8 tensor cores' own precision throughout "
+          "(cuBLASLt's fast accumulation, torchao's choice for the output GEMM) instead of promoting to fp32 at "
+          "intervals: faster, less exact; the gradients' GEMMs always promote. The cpu backend, which emulates the "
+          "casts around fp32 GEMMs, takes false only"),
       key("train", "device", &Config::train, &TrainConfig::device,
           "cpu (fp32 reference, OpenBLAS, MPI) or cuda (one GPU per rank, NCCL)"),
       key("train", "dtype", &Config::train, &TrainConfig::dtype,

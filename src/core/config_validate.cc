@@ -180,6 +180,12 @@ std::vector<std::string> find_problems(const Config& c) {
     add("train.dtype (", to_string(c.train.dtype), ") must be fp32 when train.device is cpu");
   if (c.train.fp8 != Fp8Recipe::kOff && c.train.device == Device::kCuda && c.compute_dtype() == DType::kF16)
     add("train.fp8 (", to_string(c.train.fp8), ") needs train.dtype bf16 or fp32 (its GEMMs write those), not fp16");
+  if (c.train.fp8_fast_accum && c.train.fp8 == Fp8Recipe::kOff)
+    add("train.fp8_fast_accum (true) applies to the FP8 GEMMs: set train.fp8 (tensorwise or rowwise), or leave it "
+        "false");
+  if (c.train.fp8_fast_accum && c.train.device == Device::kCpu)
+    add("train.fp8_fast_accum (true) applies to train.device=cuda; the cpu backend accumulates its emulated FP8 GEMMs "
+        "in fp32 and takes false");
   if (c.dist.fp8_gather && c.train.fp8 != Fp8Recipe::kTensorwise)
     add("dist.fp8_gather (true) needs train.fp8=tensorwise (got ", to_string(c.train.fp8),
         "): the gathered codes serve the forward and, transposed, the backward, which takes one scale a tensor");

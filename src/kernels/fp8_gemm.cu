@@ -66,7 +66,7 @@ bool fp8_rowwise_gemm_supported(int device) { return compute_capability(device) 
 
 template <typename T>
 void Blas::fp8_gemm(T* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& a, const Fp8GemmOperand& b, int64_t m,
-                    int64_t n, int64_t k, cudaStream_t stream, const T* bias, const T* residual) {
+                    int64_t n, int64_t k, cudaStream_t stream, const T* bias, const T* residual, bool fast_accum) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>, "FP8 GEMMs write float or bf16");
   check_fp8_gemm(a, b, m, n, k, ldo);
   ST_CHECK(!residual || write == GradWrite::kOverwrite, describe_fp8_gemm(a, b, m, n, k, ldo),
@@ -81,8 +81,8 @@ void Blas::fp8_gemm(T* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& 
   const cudaDataType_t type_a = fp8_type(a.format), type_b = fp8_type(b.format);
   // An FP8 plan's key starts with an FP8 type (CUDA_R_8F_E4M3 = 28, CUDA_R_8F_E5M2 = 29), which never starts a gemm
   // key (T's type: 0, 2 or 14), so the two kinds share plans_ and the algorithm lists without clashing.
-  const Key key = {type_a, type_b,  kOutType<T>, a.per_row, b.per_row,  m, n, k, a.ld, b.ld,
-                   ldo,    align_a, align_b,     align_out, align_bias, 0, 0, 0, 0};
+  const Key key = {type_a,  type_b,  kOutType<T>, a.per_row,  b.per_row,          m, n, k, a.ld, b.ld, ldo,
+                   align_a, align_b, align_out,   align_bias, fast_accum ? 1 : 0, 0, 0, 0};
   std::unique_ptr<Plan>& slot = plans_[key];
   if (!slot) {
     auto plan = std::make_unique<Plan>();
@@ -94,6 +94,10 @@ void Blas::fp8_gemm(T* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& 
     set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_first, sizeof(mode_first));
     set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_second, sizeof(mode_second));
     set_scale_pointers(plan->desc, a, b);
+    if (fast_accum) {
+      const int8_t on = 1;
+      set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof(on));
+    }
     if (epilogue_bias) {  // a vector over cuBLASLt's M, our n: the output features
       const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
       const int32_t bias_type = kOutType<T>;
@@ -139,16 +143,16 @@ void Blas::fp8_gemm(T* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& 
 
 template <typename T>
 void fp8_gemm(T* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& a, const Fp8GemmOperand& b, int64_t m,
-              int64_t n, int64_t k, const GpuContext& ctx, const T* bias, const T* residual) {
+              int64_t n, int64_t k, const GpuContext& ctx, const T* bias, const T* residual, bool fast_accum) {
   ST_CHECK(ctx.blas != nullptr, "GpuContext::blas is null; fp8_gemm needs a Blas");
-  ctx.blas->fp8_gemm(out, ldo, write, a, b, m, n, k, ctx.stream, bias, residual);
+  ctx.blas->fp8_gemm(out, ldo, write, a, b, m, n, k, ctx.stream, bias, residual, fast_accum);
 }
 
 #define ST_INSTANTIATE_FP8_GEMM(T)                                                                                  \
   template void Blas::fp8_gemm<T>(T*, int64_t, GradWrite, const Fp8GemmOperand&, const Fp8GemmOperand&, int64_t,    \
-                                  int64_t, int64_t, cudaStream_t, const T*, const T*);                              \
+                                  int64_t, int64_t, cudaStream_t, const T*, const T*, bool);                        \
   template void fp8_gemm<T>(T*, int64_t, GradWrite, const Fp8GemmOperand&, const Fp8GemmOperand&, int64_t, int64_t, \
-                            int64_t, const GpuContext&, const T*, const T*);
+                            int64_t, const GpuContext&, const T*, const T*, bool);
 
 ST_INSTANTIATE_FP8_GEMM(float)
 ST_INSTANTIATE_FP8_GEMM(bf16)

@@ -182,7 +182,7 @@ void CudaLinear<T>::fp8_product(const Fp8Gemm& g, const Fp8Source& a, const Fp8S
     const int64_t m = a.gemm_rows(), n = b.gemm_rows(), k = a.gemm_depth();
     gpu::fp8_gemm<T>(out, ldo, write, {sa.codes, k, g.a.format, sa.inverse_scales, per_row(g.a)},
                      {sb.codes, k, g.b.format, sb.inverse_scales, per_row(g.b)}, m, n, k, without_scratch(ctx), bias,
-                     residual);
+                     residual, g.fast_accum);
   }
 }
 

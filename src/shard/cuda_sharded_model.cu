@@ -62,6 +62,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
                    "capability 9.x) only; ", device_name_, " takes train.fp8=tensorwise");
     Fp8Policy fp8 = fp8_policy(cfg.train.fp8);
     fp8.weights_cast = cfg.dist.fp8_gather;  // the gathers deliver the FP8 weights cast (fp8_gatherer.h)
+    fp8.forward.fast_accum = cfg.train.fp8_fast_accum;
     model_->set_fp8(fp8);
   }
   if (comm.local_rank() == 0) {  // each machine's GPUs and links, as `shardtrain topo` prints them

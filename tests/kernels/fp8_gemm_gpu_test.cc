@@ -16,6 +16,7 @@
 
 #include "../common/caught.h"
 #include "../common/fp8_gpu_test.h"
+#include "../common/snr.h"
 #include "gpu_kernel_test.h"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/fp8.h"
@@ -217,6 +218,32 @@ TYPED_TEST(Fp8GemmGpu, BiasAndResidualMatchTheCpu) {
                        d_bias.data(), d_residual.data());
       EXPECT_TRUE(fp8_close<T>(to_host(out), want));
     }
+  }
+}
+
+// FAST_ACCUM (Fp8Gemm::fast_accum, train.fp8_fast_accum): the tensor cores' accumulator over the whole depth, a
+// plan of its own. Over k = 2048 (where cuBLASLt's promotions matter) both forms stay above 40 dB of the CPU's fp32
+// sums (a 13-bit accumulator's drift over 2048 random-signed terms is about 60 dB down; a wrong scale or a lost k
+// block is under 20).
+TYPED_TEST(Fp8GemmGpu, FastAccumulationIsAPlanOfItsOwnNearTheCpu) {
+  ST_SKIP_WITHOUT_FP8();
+  using T = TypeParam;
+  Env env;
+  const int64_t N = 64, C = 2048, OC = 128;
+  const std::vector<float> x = test::random_input<float>(N * C, 601), w = test::random_input<float>(OC * C, 602, 0.02f);
+  const Operand a = cast(x, N, C, Fp8Format::kE4M3, false, Fp8Scaling::kRow, Fp8Layout::kRowMajor),
+                b = cast(w, OC, C, Fp8Format::kE4M3, false, Fp8Scaling::kRow, Fp8Layout::kRowMajor);
+  std::vector<float> want(static_cast<size_t>(N * OC));
+  fp8_gemm(want.data(), OC, GradWrite::kOverwrite, a.host(), b.host(), N, OC, C);
+  for (bool fast : {false, true}) {
+    SCOPED_TRACE(fast ? "fast accumulation" : "promoted");
+    DeviceBuffer<T> out(N * OC);
+    poison(out);
+    const size_t plans = env.blas.plan_count();
+    gpu::fp8_gemm<T>(out.data(), OC, GradWrite::kOverwrite, a.device(), b.device(), N, OC, C, env.ctx(), nullptr,
+                     nullptr, fast);
+    EXPECT_EQ(env.blas.plan_count(), plans + 1);
+    EXPECT_GT(testing::snr_db(want, to_host(out)), 40.0);
   }
 }
 

@@ -36,6 +36,7 @@ Config tiny(ModelArch arch, Fp8Recipe fp8, int64_t seq_len = 8) {
 }
 
 // train.fp8 is a config key both backends take; cuda refuses it with fp16 compute (FP8 GEMMs write bf16 or fp32).
+// train.fp8_fast_accum is cuda's alone.
 TEST(Fp8Policy, TheKeyIsTakenAndFp16IsRefused) {
   const auto problem = testing::config_problem;
   EXPECT_EQ(problem({"--train.fp8=rowwise"}), "");
@@ -44,6 +45,14 @@ TEST(Fp8Policy, TheKeyIsTakenAndFp16IsRefused) {
                 .find("train.fp8 (tensorwise) needs train.dtype bf16 or fp32"),
             std::string::npos);
   EXPECT_NE(problem({"--train.fp8=e4m3"}).find("train.fp8"), std::string::npos);
+  // Fast accumulation is the cuda FP8 GEMMs': refused without train.fp8 and on the cpu backend.
+  EXPECT_EQ(problem({"--train.fp8=tensorwise", "--train.fp8_fast_accum=true", "--train.device=cuda"}), "");
+  EXPECT_NE(problem({"--train.fp8_fast_accum=true", "--train.device=cuda"})
+                .find("train.fp8_fast_accum (true) applies to the FP8 GEMMs: set train.fp8"),
+            std::string::npos);
+  EXPECT_NE(problem({"--train.fp8=rowwise", "--train.fp8_fast_accum=true"})
+                .find("train.fp8_fast_accum (true) applies to train.device=cuda"),
+            std::string::npos);
 }
 
 TEST(Fp8Policy, NamesEachGemmsOperandsAndWhereItApplies) {
@@ -83,7 +92,8 @@ TEST(Fp8Engine, AStepsGradientsTrackFp32) {
       const testing::Trace got = testing::train(tiny(arch, recipe, 16), solo, kSeed, 1, /*record_grads=*/true);
       EXPECT_NEAR(got.losses[0], ref.losses[0], 1e-2 * ref.losses[0]);
       EXPECT_NE(got.losses[0], ref.losses[0]);
-      for (size_t u = 0; u < ref.grads0.size(); ++u) EXPECT_GT(testing::snr_db(ref.grads0[u], got.grads0[u]), 20.0) << "unit " << u;
+      for (size_t u = 0; u < ref.grads0.size(); ++u)
+        EXPECT_GT(testing::snr_db(ref.grads0[u], got.grads0[u]), 20.0) << "unit " << u;
     }
 }
 

@@ -134,6 +134,7 @@ struct TrainConfig {
   bool deterministic = true;
   int64_t gemm_autotune = 0;  // cuBLASLt candidates timed per GEMM shape, <= kMaxGemmCandidates
   Fp8Recipe fp8 = Fp8Recipe::kOff;
+  bool fp8_fast_accum = false;  // cuda: the FP8 forward GEMMs without fp32 promotion (model/fp8_policy.h)
 };
 
 enum class OffloadMode { kNone, kOptimizer, kOptimizerParams };

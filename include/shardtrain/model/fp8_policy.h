@@ -27,6 +27,10 @@ struct Fp8Operand {
 
 struct Fp8Gemm {
   Fp8Operand a, b;  // in the order of the table above
+  // cuda: the GEMM accumulates in the FP8 tensor cores' own precision throughout (cuBLASLt's FAST_ACCUM), as torchao
+  // runs its output GEMM: faster, less exact. train.fp8_fast_accum sets it for the forward; the gradients' GEMMs never
+  // take it. The CPU emulation accumulates in fp32 either way (and refuses the key).
+  bool fast_accum = false;
 };
 
 struct Fp8Policy {

@@ -34,9 +34,12 @@ bool fp8_rowwise_gemm_supported(int device);
 // (kAccumulate: D = product + out in fp32, then rounded). Refuses what check_fp8_gemm refuses; st::Error naming the
 // GEMM when cuBLASLt has no algorithm for it here (Blas::fp8_gemm says more).
 // bias (n elements of T) rides in cuBLASLt's BIAS epilogue for bf16 outputs (fp32 outputs, which have none, add it
-// after the GEMM); a residual is its C matrix (beta 1), D = out.
+// after the GEMM); a residual is its C matrix (beta 1), D = out. fast_accum: cuBLASLt's FAST_ACCUM, the FP8 tensor
+// cores' accumulator (about 13 mantissa bits on Hopper) kept throughout instead of promoted to fp32 at intervals:
+// faster, and further from the CPU reference (which accumulates in fp32).
 template <typename T>
 void fp8_gemm(T* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& a, const Fp8GemmOperand& b, int64_t m,
-              int64_t n, int64_t k, const GpuContext& ctx, const T* bias = nullptr, const T* residual = nullptr);
+              int64_t n, int64_t k, const GpuContext& ctx, const T* bias = nullptr, const T* residual = nullptr,
+              bool fast_accum = false);
 
 }  // namespace st::gpu

@@ -78,9 +78,12 @@ class Blas {
   // scale modes, T, shape, leading dimensions and alignments; an FP8 plan takes the heuristic's first algorithm (or
   // the one use_algorithms gave), never timed.
   // With bias (the BIAS epilogue, n elements of T) and residual (C = residual, beta 1, D = out; kOverwrite only).
+  // fast_accum: FAST_ACCUM on (the tensor cores' own accumulator throughout, no promotion: faster, less exact;
+  // Fp8Gemm::fast_accum), a plan of its own.
   template <typename T>
   void fp8_gemm(T* out, int64_t ldo, GradWrite write, const Fp8GemmOperand& a, const Fp8GemmOperand& b, int64_t m,
-                int64_t n, int64_t k, cudaStream_t stream, const T* bias = nullptr, const T* residual = nullptr);
+                int64_t n, int64_t k, cudaStream_t stream, const T* bias = nullptr, const T* residual = nullptr,
+                bool fast_accum = false);
 
   // Number of distinct GEMMs planned so far (each is planned once), FP8 ones included.
   size_t plan_count() const { return plans_.size(); }
