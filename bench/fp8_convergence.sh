@@ -21,8 +21,8 @@
 # tokens a step; STEPS steps, default 1000, read the training text about once, so that the validation loss measures
 # the model, not how much of the text it memorised), AdamW at lr 1e-3 (warm-up 100 steps, cosine to 1e-4), weight
 # decay 0.1, clip 1, seed 1234, validation every 100 steps over 55 batches (901k tokens: the held-out set). `off` is
-# bf16, `tensorwise` and `rowwise` the recipes, `off-seed1235` bf16 at seed 1235: the spread two bf16 runs show by
-# seed alone. Each run's metrics go to OUT/<run>.jsonl. `report`: the curves over each other in OUT/fp8_vs_bf16.svg, and a table of
+# bf16, `tensorwise` and `rowwise` the recipes, `tensorwise-fast` and `rowwise-fast` the same with
+# train.fp8_fast_accum, `off-seed1235` bf16 at seed 1235: the spread two bf16 runs show by seed alone. Each run's metrics go to OUT/<run>.jsonl. `report`: the curves over each other in OUT/fp8_vs_bf16.svg, and a table of
 # each run's final validation loss, its difference from bf16's, and its largest loss spike (the most a step's loss
 # exceeds the median of the 20 steps before it).
 set -euo pipefail
@@ -85,13 +85,17 @@ OUT=${3:-/tmp/fp8_convergence}
 mkdir -p "$OUT"
 if [[ $STAGE == run ]]; then
   for name in ${RUNS:-off tensorwise rowwise off-seed1235}; do
+    fast=false
     case $name in
       off | tensorwise | rowwise) recipe=$name seed=1234 ;;
+      tensorwise-fast | rowwise-fast) recipe=${name%-fast} seed=1234 fast=true ;;
       off-seed1235) recipe=off seed=1235 ;;
-      *) echo "RUNS: unknown run '$name' (off, tensorwise, rowwise, off-seed1235)"; exit 2 ;;
+      *) echo "RUNS: unknown run '$name' (off, tensorwise, rowwise, tensorwise-fast, rowwise-fast, off-seed1235)"
+         exit 2 ;;
     esac
     rm -f "$OUT/$name.jsonl"
     "$BIN" train --config configs/smollm2-360m.ini --train.device=cuda --train.dtype=bf16 --train.fp8="$recipe" \
+      --train.fp8_fast_accum="$fast" \
       --model.vocab_size=50257 --model.seq_len=1024 --train.micro_batch=16 --train.global_batch=16 \
       --train.steps="${STEPS:-1000}" --train.seed="$seed" --train.eval_every=100 --train.eval_batches=55 \
       --optim.lr=1e-3 --optim.min_lr=1e-4 --optim.warmup_steps=100 --optim.weight_decay=0.1 --optim.grad_clip=1 \
@@ -102,7 +106,9 @@ if [[ $STAGE == run ]]; then
   exit 0
 fi
 charts=()
-for name in off tensorwise rowwise; do [[ -f $OUT/$name.jsonl ]] && charts+=("$OUT/$name.jsonl"); done
+for name in off tensorwise rowwise tensorwise-fast rowwise-fast; do
+  [[ -f $OUT/$name.jsonl ]] && charts+=("$OUT/$name.jsonl")
+done
 "$BIN" plot "${charts[@]}" --out "$OUT/fp8_vs_bf16.svg"
 python3 - "$OUT" <<'PY'
 import json, os, statistics, sys
@@ -123,11 +129,11 @@ def spike(loss):
     return worst
 base = read("off")
 base_final = base[1][max(base[1])]
-print(f"{'run':<13} {'final val_loss':>15} {'vs bf16':>9} {'largest spike':>14}")
-for name in ("off", "tensorwise", "rowwise", "off-seed1235"):
+print(f"{'run':<15} {'final val_loss':>15} {'vs bf16':>9} {'largest spike':>14}")
+for name in ("off", "tensorwise", "rowwise", "tensorwise-fast", "rowwise-fast", "off-seed1235"):
     if not os.path.exists(os.path.join(out, name + ".jsonl")):
         continue
     loss, val = read(name)
     final = val[max(val)]
-    print(f"{name:<13} {final:>15.4f} {final / base_final - 1:>+8.2%} {spike(loss):>14.3f}")
+    print(f"{name:<15} {final:>15.4f} {final / base_final - 1:>+8.2%} {spike(loss):>14.3f}")
 PY
