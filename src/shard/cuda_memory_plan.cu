@@ -37,7 +37,7 @@ MemoryPlan checked_cuda_plan(const Config& cfg, int world, bool hybrid, const Co
 
 AutoShardingInputs cuda_auto_sharding_inputs(const Config& cfg, const Communicator& comm) {
   AutoShardingInputs in;
-  in.gather_bytes = in.grad_bytes = dtype_bytes(cfg.compute_dtype());
+  in.grad_bytes = dtype_bytes(cfg.compute_dtype());
   in.busbw = [](Communicator& group, CollectiveOp op) { return nccl_busbw(group, op); };
   in.fits = [&cfg, device = comm.device_rank(), world = comm.world_size()](int group) {
     ST_CUDA_CHECK(cudaSetDevice(device));

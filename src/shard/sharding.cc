@@ -7,10 +7,8 @@
 
 #include "shardtrain/core/elapsed.h"
 #include "shardtrain/core/error.h"
-#include "shardtrain/model/fp8_policy.h"
-#include "shardtrain/model/nf4_base.h"
 #include "shardtrain/model/units.h"
-#include "shardtrain/shard/fp8_gather.h"
+#include "shardtrain/shard/step_traffic.h"
 
 namespace st {
 namespace {
@@ -34,26 +32,6 @@ double seconds_at(double bytes, double gbs) {
 }
 
 }  // namespace
-
-int64_t gathered_model_bytes(const Config& cfg, int64_t elem_bytes) {
-  const Fp8Policy fp8 = fp8_policy(cfg.train.fp8);
-  int64_t bytes = 0;
-  for (const UnitLayout& u : build_units(cfg.model)) {
-    for (bool frozen : {false, true}) {
-      const int64_t numel = frozen ? u.frozen_numel : u.numel;
-      if (frozen && u.nf4_base) {
-        bytes += nf4_unit_storage(u).words * 4;
-        continue;
-      }
-      const Fp8GatherSegment g =
-          cfg.dist.fp8_gather ? fp8_gather_segment(cfg.model, u, frozen, 1, fp8) : Fp8GatherSegment{};
-      int64_t codes = 0;  // the FP8 weights' elements, one byte each
-      for (const Fp8GatherWeight& w : g.weights) codes += w.numel;
-      bytes += codes + (numel - codes) * elem_bytes;
-    }
-  }
-  return bytes;
-}
 
 ShardingChoice choose_sharding(const ShardingEstimate& e) {
   const double P = static_cast<double>(e.params);
@@ -170,7 +148,7 @@ ShardingGroups make_sharding_groups(const Config& cfg, Communicator& world, cons
     e.local = min_local;
     e.nodes = nodes;
     for (const UnitLayout& u : build_units(cfg.model)) e.params += u.numel;
-    e.gathered_bytes = gathered_model_bytes(cfg, in.gather_bytes);
+    e.gathered_bytes = gathered_model_bytes(cfg, e.world);
     e.grad_bytes = in.grad_bytes;
     e.gathers_per_micro_step = cfg.dist.reshard_after_forward ? 2 : 1;
     e.micro_steps = cfg.grad_accum_steps(e.world);

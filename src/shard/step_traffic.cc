@@ -11,12 +11,9 @@
 #include "shardtrain/shard/shard_span.h"
 
 namespace st {
-namespace {
-
-// The bytes one gather of `unit` receives at `world` ranks, as the backends count them: each segment at t an element
-// (or its FP8 plan's), an NF4 base's storage words where there are other ranks to gather them from.
-int64_t unit_gather_bytes(const Config& cfg, const UnitLayout& u, int world, int64_t t) {
+int64_t unit_gather_bytes(const Config& cfg, const UnitLayout& u, int world) {
   const Fp8Policy fp8 = fp8_policy(cfg.train.fp8);
+  const int64_t t = dtype_bytes(cfg.compute_dtype());
   int64_t bytes = 0;
   for (bool frozen : {false, true}) {
     if (frozen && u.nf4_base) {
@@ -30,7 +27,11 @@ int64_t unit_gather_bytes(const Config& cfg, const UnitLayout& u, int world, int
   return bytes;
 }
 
-}  // namespace
+int64_t gathered_model_bytes(const Config& cfg, int world) {
+  int64_t bytes = 0;
+  for (const UnitLayout& u : build_units(cfg.model)) bytes += unit_gather_bytes(cfg, u, world);
+  return bytes;
+}
 
 StepTraffic step_traffic(const Config& cfg, int world, int shard_world, bool hybrid) {
   ST_CHECK(world >= 1 && shard_world >= 1 && world % shard_world == 0, "step_traffic: ", world, " ranks sharded over ",
@@ -43,7 +44,7 @@ StepTraffic step_traffic(const Config& cfg, int world, int shard_world, bool hyb
   const bool cuda = cfg.train.device == Device::kCuda;
   for (const ScheduleOp& op : training_schedule(cfg.model.n_layer, cfg.dist.reshard_after_forward, cuda)) {
     const UnitLayout& u = units[static_cast<size_t>(op.unit)];
-    if (op.kind == OpKind::kGather) s.gathered += unit_gather_bytes(cfg, u, shard_world, t);
+    if (op.kind == OpKind::kGather) s.gathered += unit_gather_bytes(cfg, u, shard_world);
     if (op.kind == OpKind::kReduceScatter && u.numel > 0)
       s.reduce_scattered += padded_shard_size(u.numel, shard_world) * shard_world * t;
   }

@@ -21,8 +21,7 @@
 #include "shardtrain/core/config.h"
 #include "shardtrain/kernels/gpu/fp8_gemm.h"
 #include "shardtrain/model/units.h"
-#include "shardtrain/shard/fp8_gather.h"
-#include "shardtrain/shard/shard_span.h"
+#include "shardtrain/shard/step_traffic.h"
 #include "shardtrain/train/step_engine.h"
 
 namespace st {
@@ -147,15 +146,7 @@ Gathered train_counting(const Config& c, int64_t steps) {
   const CommCounters& n = e.sharded().counters();
   g.bytes = n.gathered_bytes;
   const std::vector<UnitLayout> units = build_units(c.model);
-  const int64_t t = c.compute_dtype() == DType::kF32 ? 4 : 2;
-  for (size_t u = 0; u < units.size(); ++u)
-    for (bool frozen : {false, true}) {
-      const Fp8GatherSegment s = c.dist.fp8_gather
-                                     ? fp8_gather_segment(c.model, units[u], frozen, 1, fp8_policy(c.train.fp8))
-                                     : Fp8GatherSegment{};
-      const int64_t numel = frozen ? units[u].frozen_numel : units[u].numel;
-      g.planned += n.gathers[u] * (s.empty() ? numel * t : s.received_bytes(t));
-    }
+  for (size_t u = 0; u < units.size(); ++u) g.planned += n.gathers[u] * unit_gather_bytes(c, units[u], 1);
   return g;
 }
 

@@ -23,6 +23,7 @@
 #include "shardtrain/model/family.h"
 #include "shardtrain/shard/memory_plan.h"
 #include "shardtrain/shard/shard_span.h"
+#include "shardtrain/shard/step_traffic.h"
 #include "shardtrain/train/step_engine.h"
 
 namespace st {
@@ -214,13 +215,7 @@ GatherRun run(const Config& c, int world) {
 int64_t planned_gather_bytes(const Config& c, int world, const CommCounters& counters) {
   const std::vector<UnitLayout> units = build_units(c.model);
   int64_t bytes = 0;
-  for (size_t u = 0; u < units.size(); ++u)
-    for (bool frozen : {false, true}) {
-      const Fp8GatherSegment g = fp8_gather_segment(c.model, units[u], frozen, world, tensorwise());
-      const int64_t numel = frozen ? units[u].frozen_numel : units[u].numel;
-      const int64_t each = g.empty() ? padded_shard_size(numel, world) * world * 4 : g.received_bytes(4);
-      bytes += counters.gathers[u] * each;
-    }
+  for (size_t u = 0; u < units.size(); ++u) bytes += counters.gathers[u] * unit_gather_bytes(c, units[u], world);
   return bytes;
 }
 

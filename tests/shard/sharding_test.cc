@@ -5,6 +5,8 @@
 #include "../common/fp8_tiny.h"
 #include "shardtrain/model/nf4_base.h"
 #include "shardtrain/model/units.h"
+#include "shardtrain/shard/shard_span.h"
+#include "shardtrain/shard/step_traffic.h"
 
 namespace st {
 namespace {
@@ -98,28 +100,32 @@ TEST(ChooseSharding, AGroupThatMeasuredNothingNeverWins) {
   EXPECT_TRUE(choose_sharding(e).hybrid);
 }
 
-// What one pass of gathers moves: every tensor at the element size in full fine-tuning; with LoRA the frozen base
-// besides the adapters (most of it), an NF4 base as its storage; under dist.fp8_gather the FP8 weights a byte each.
+// What one gather of every unit moves: every tensor at the element size in full fine-tuning; with LoRA the frozen
+// base besides the adapters (most of it); an NF4 base as its storage, where there are ranks to gather it from; under
+// dist.fp8_gather each block segment as its codes (a byte an element), its norms again in fp32 and 4 maxima.
 TEST(GatheredModelBytes, CountsTheFrozenBaseNf4StorageAndFp8Codes) {
-  Config c = testing::fp8_tiny(ModelArch::kLlama, Fp8Recipe::kTensorwise);
+  Config c = testing::fp8_tiny(ModelArch::kLlama, Fp8Recipe::kTensorwise);  // fp32 on the cpu: 4 bytes an element
   const auto all = [](const Config& cfg) { return count_params(build_units(cfg.model)); };
-  EXPECT_EQ(gathered_model_bytes(c, 2), 2 * all(c));
+  EXPECT_EQ(gathered_model_bytes(c, 1), 4 * all(c));
   Config lora = c;
   lora.model.lora.rank = 4;
-  EXPECT_EQ(gathered_model_bytes(lora, 4), 4 * all(lora));
+  EXPECT_EQ(gathered_model_bytes(lora, 1), 4 * all(lora));
   EXPECT_GT(all(lora), 4 * count_trainable_params(build_units(lora.model)));  // the base is most of it
   Config nf4 = lora;
   nf4.model.lora.base_dtype = LoraBase::kNf4;
   int64_t want = 0;
   for (const UnitLayout& u : build_units(nf4.model))
-    want += 2 * u.numel + (u.nf4_base ? 4 * nf4_unit_storage(u).words : 2 * u.frozen_numel);
+    want +=
+        4 * 2 * padded_shard_size(u.numel, 2) + (u.nf4_base ? 4 * 2 * padded_shard_size(nf4_unit_storage(u).words, 2)
+                                                            : 4 * 2 * padded_shard_size(u.frozen_numel, 2));
   EXPECT_EQ(gathered_model_bytes(nf4, 2), want);
   EXPECT_LT(gathered_model_bytes(nf4, 2), gathered_model_bytes(lora, 2));
-  // A block's q/k/v [32, 16], o [16, 16], gate/up [96, 16] and down [16, 48]: 3,072 elements a byte each.
+  // A block's 3,104 elements (q/k/v [32, 16], o [16, 16], gate/up [96, 16], down [16, 48], two norms of 16): 3,104
+  // code bytes, the 32 norm elements in fp32 and 4 maxima instead of 3,104 elements in fp32; two blocks.
   for (Config* cfg : {&c, &lora}) {
     Config on = *cfg;
     on.dist.fp8_gather = true;
-    EXPECT_EQ(gathered_model_bytes(on, 2), gathered_model_bytes(*cfg, 2) - 2 * 3072);
+    EXPECT_EQ(gathered_model_bytes(on, 1), gathered_model_bytes(*cfg, 1) - 2 * (4 * 3104 - (3104 + 4 * 32 + 4 * 4)));
   }
 }
 

@@ -46,7 +46,7 @@ struct ShardingGroups {
 struct ShardingEstimate {
   int world = 1, local = 1, nodes = 1;  // ranks, ranks per node, nodes (equal nodes)
   int64_t params = 0;                   // trainable elements: what gradients move
-  int64_t gathered_bytes = 0;           // bytes one gather of every unit moves in all (gathered_model_bytes)
+  int64_t gathered_bytes = 0;           // bytes one gather of every unit moves (step_traffic.h's gathered_model_bytes)
   int64_t grad_bytes = 4;               // bytes per element of a gradient reduce-scatter / all-reduce
   int64_t gathers_per_micro_step = 2;   // forward, and again in backward (dist.reshard_after_forward)
   int64_t micro_steps = 1;              // gradient accumulation: gathers and reduce-scatters per step
@@ -75,15 +75,10 @@ ShardingChoice choose_sharding(const ShardingEstimate& e);
 // always).
 struct AutoShardingInputs {
   int64_t params = 0;
-  int64_t gather_bytes = 4, grad_bytes = 4;  // bytes per element of the gathered and reduced tensors
+  int64_t grad_bytes = 4;                                             // bytes per element of the reduced gradients
   std::function<double(Communicator& group, CollectiveOp op)> busbw;  // GB/s; collective over `group`
   std::function<bool(int group_size)> fits;
 };
-
-// The bytes one gather of every unit of cfg's model moves in all ranks' shares together (padding aside): the
-// trainable tensors and a LoRA base at elem_bytes an element, an NF4 base as its storage, and under dist.fp8_gather the
-// FP8 weights at one byte an element (shard/fp8_gather.h). With LoRA the frozen base is most of it.
-int64_t gathered_model_bytes(const Config& cfg, int64_t elem_bytes);
 
 // Bus bandwidth in GB/s of `op` over `comm` through the Communicator itself (host buffers, 16 MiB of floats per
 // rank, fastest of 3). Collective.

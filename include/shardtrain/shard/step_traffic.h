@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/model/units.h"
 
 namespace st {
 
@@ -24,6 +25,14 @@ struct StepTraffic {
   // What moves between ranks: the other ranks' shares of the gathers and reduce-scatters, and the all-reduce.
   int64_t from_peers() const { return (gathered + reduce_scattered) / shard_world * (shard_world - 1) + across_nodes; }
 };
+
+// The bytes one gather of `unit` receives at `world` ranks, as the backends count them (CommCounters::gathered_bytes):
+// each segment in the compute type, or as its FP8 plan's codes (dist.fp8_gather), and an NF4 base's storage where
+// there are other ranks to gather it from.
+int64_t unit_gather_bytes(const Config& cfg, const UnitLayout& unit, int world);
+
+// One gather of every unit at `world` ranks (what dist.sharding=auto weighs): with LoRA the frozen base is most of it.
+int64_t gathered_model_bytes(const Config& cfg, int world);
 
 // One optimizer step of cfg on `world` ranks, each unit sharded over shard_world of them (hybrid: one replica a node,
 // world / shard_world nodes).
