@@ -1,6 +1,7 @@
 // The products of a decoding step (gemv: at most 4 rows, bf16) at a llama's shapes, for each way gemv can run (its
-// rows staged in shared memory or not, 16-byte weight packs in flight a lane, and the cap on its grid in blocks a
-// multiprocessor, 0: a warp for each output column; kernels_internal::GemvLaunch),
+// rows staged in shared memory or not, 16-byte weight packs in flight a lane, in registers or through a shared-memory
+// ring, and the cap on its grid in blocks a multiprocessor, 0: a warp for each output column;
+// kernels_internal::GemvLaunch),
 // against the device's copy bandwidth: microseconds and the weights' GB/s for each product, then a whole step's
 // products (layers x (q/k/v, o, gate/up, down) + the classifier) and the tokens/s they alone would allow, fastest
 // first.
@@ -34,7 +35,7 @@ namespace {
 
 constexpr int kCalls = 20;
 constexpr int64_t kSpan = int64_t{1} << 30;  // bytes of weight copies a product cycles through
-const int kCaps[] = {0, 2, 4, 8};
+const int kCaps[] = {0, 1, 2, 3, 4, 8};
 const int kDepths[] = {8, 4};
 
 // The first copy of a product's weights: bf16 values of either sign in [2^-7, 2^-6), a different sequence in every
@@ -58,7 +59,8 @@ std::vector<uint16_t> output_bits(const DeviceBuffer<bf16>& out, int64_t n, cuda
 }
 
 std::string describe(const gpu::kernels_internal::GemvLaunch& how) {
-  return str_cat(how.staged ? "staged" : "not staged", ", depth ", how.depth, ", cap ", how.blocks_per_sm);
+  return str_cat(how.staged ? "staged" : "not staged", ", depth ", how.depth, ", cap ", how.blocks_per_sm,
+                 how.ring ? ", ring" : "");
 }
 
 struct Product {
@@ -96,8 +98,8 @@ void run(int hidden, int qkv, int ffn, int vocab, int layers, int iters) {
   const DeviceBuffer<bf16> g = bench::random_device<bf16>(max_in, 2, 0.1, 1.0);
   const DeviceBuffer<bf16> res = bench::random_device<bf16>(int64_t{4} * max_out, 3);
   DeviceBuffer<bf16> out(int64_t{4} * max_out);
-  std::printf("%-5s %-11s %-7s %-6s %-4s %10s %9s %7s\n", "rows", "product", "staged", "depth", "cap", "us/call",
-              "GB/s", "x copy");
+  std::printf("%-5s %-11s %-7s %-6s %-4s %-5s %10s %9s %7s\n", "rows", "product", "staged", "depth", "cap", "ring",
+              "us/call", "GB/s", "x copy");
   struct Step {
     int rows;
     gpu::kernels_internal::GemvLaunch how;
@@ -107,9 +109,10 @@ void run(int hidden, int qkv, int ffn, int vocab, int layers, int iters) {
   double step_bytes = 0;
   for (int rows : {1, 4}) {
     std::vector<Step> row_steps;
-    for (bool staged : {false, true})
-      for (int depth : kDepths)
-        for (int cap : kCaps) row_steps.push_back({rows, {cap, depth, staged}, 0.0});
+    for (bool ring : {false, true})
+      for (bool staged : {false, true})
+        for (int depth : kDepths)
+          for (int cap : kCaps) row_steps.push_back({rows, {cap, depth, staged, ring}, 0.0});
     step_bytes = 0;
     for (const Product& p : products) {
       const int64_t elems = int64_t{p.C} * p.OC, bytes = elems * static_cast<int64_t>(sizeof(bf16));
@@ -139,20 +142,21 @@ void run(int hidden, int qkv, int ffn, int vocab, int layers, int iters) {
         const double us = ms * 1e3 / kCalls, gbs = static_cast<double>(bytes) / (us * 1e3);
         st.us += us * p.per_step;
         const bool staged = st.how.staged && gpu::kernels_internal::gemv_stage_fits<bf16>(rows, p.C);  // as it ran
-        std::printf("%-5d %-11s %-7s %-6d %-4d %10.2f %9.0f %7.2f\n", rows, p.name, staged ? "yes" : "no", st.how.depth,
-                    st.how.blocks_per_sm, us, gbs, gbs / copy_gbs);
+        std::printf("%-5d %-11s %-7s %-6d %-4d %-5s %10.2f %9.0f %7.2f\n", rows, p.name, staged ? "yes" : "no",
+                    st.how.depth, st.how.blocks_per_sm, st.how.ring ? "yes" : "no", us, gbs, gbs / copy_gbs);
       }
     }
     std::sort(row_steps.begin(), row_steps.end(), [](const Step& a, const Step& b) { return a.us < b.us; });
     steps.insert(steps.end(), row_steps.begin(), row_steps.end());
   }
   std::printf("\n# a step's products (%.2f GB of weights), fastest first\n", step_bytes / 1e9);
-  std::printf("%-5s %-7s %-6s %-4s %10s %9s %7s %s\n", "rows", "staged", "depth", "cap", "us/step", "GB/s", "x copy",
-              "tokens/s a sequence from the products alone");
+  std::printf("%-5s %-7s %-6s %-4s %-5s %10s %9s %7s %s\n", "rows", "staged", "depth", "cap", "ring", "us/step", "GB/s",
+              "x copy", "tokens/s a sequence from the products alone");
   for (const Step& st : steps) {
     const double gbs = step_bytes / (st.us * 1e3);
-    std::printf("%-5d %-7s %-6d %-4d %10.1f %9.0f %7.2f %.0f\n", st.rows, st.how.staged ? "yes" : "no", st.how.depth,
-                st.how.blocks_per_sm, st.us, gbs, gbs / copy_gbs, 1e6 / st.us);
+    std::printf("%-5d %-7s %-6d %-4d %-5s %10.1f %9.0f %7.2f %.0f\n", st.rows, st.how.staged ? "yes" : "no",
+                st.how.depth, st.how.blocks_per_sm, st.how.ring ? "yes" : "no", st.us, gbs, gbs / copy_gbs,
+                1e6 / st.us);
   }
 }
 

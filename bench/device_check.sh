@@ -109,6 +109,7 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
     "$(cd "$BUILD" && pwd)" >"$nodes_build/shardtrain"
   chmod +x "$nodes_build/shardtrain"
   profiles=()
+  declare -A peer_runs=()
   table=("$(printf '%-22s %-13s %-10s %-7s %-14s %-10s %-11s %-9s %-10s %s' case system tok/s mfu "peak GiB/rank" \
     "median ms" "compute ms" "comm ms" "ours/fsdp2" "SM MHz / W / power-capped (ours)")")
   for c in $BENCH_CASES; do
@@ -156,11 +157,16 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
     table+=("$(printf '%-22s %-13s %-10s %-7s %-14s %-10s %-11s %-9s %-10s %s' "$tag" shardtrain "$tok" "$mfu" "$peak" \
       "$ms" "$compute" "$comm" "" "$sm / $watts / $capped")")
     if [[ -f $peer ]]; then
-      j="$OUT/fsdp2_$tag.json"
-      peer_limit=()
-      [[ $BENCH_TIMEOUT -gt 0 ]] && peer_limit=(timeout --kill-after=15 "$BENCH_TIMEOUT")
-      env "${link_env[@]}" "${peer_limit[@]}" torchrun --nproc_per_node="$g" "$peer" "${peer_model[@]}" \
-        --B "$b" --steps "$BENCH_STEPS" "${peer_flags[@]}" --json "$j" >"$OUT/fsdp2_$tag.log" 2>&1 </dev/null
+      # Cases that differ only in our flags (fp8t, fp8g, ...) share one peer run: its arguments are the key.
+      key="$g ${link_env[*]} ${peer_model[*]} $b ${peer_flags[*]}"
+      j=${peer_runs[$key]:-"$OUT/fsdp2_$tag.json"}
+      if [[ -z ${peer_runs[$key]:-} ]]; then
+        peer_runs[$key]=$j
+        peer_limit=()
+        [[ $BENCH_TIMEOUT -gt 0 ]] && peer_limit=(timeout --kill-after=15 "$BENCH_TIMEOUT")
+        env "${link_env[@]}" "${peer_limit[@]}" torchrun --nproc_per_node="$g" "$peer" "${peer_model[@]}" \
+          --B "$b" --steps "$BENCH_STEPS" "${peer_flags[@]}" --json "$j" >"$OUT/fsdp2_$tag.log" 2>&1 </dev/null
+      fi
       if [[ -f $j ]]; then
         table+=("$(python3 - "$j" "$tag" "$tok" <<'PY'
 import json, sys

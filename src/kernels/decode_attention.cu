@@ -96,6 +96,10 @@ namespace {
 // and acc[d] = the sum of exp(score - m) v[d], at part + ((r NH + h) splits + s) (hs + 2) as acc[0 .. hs), m, l.
 // Thread t < count scores key t (its row read in packs of kVec); warp 0 takes the softmax; the values are summed by
 // groups of keys (below). Splits past the row's length return.
+//
+// With `arrivals` (a counter per (row, head), zero at the launch), the (row, head)'s splits count themselves in as
+// they finish, and the last one merges them all (merge_splits, as decode_combine_kernel does), then zeroes the
+// counter for the next launch: no second kernel. An idle row's first split writes its zeros.
 
 struct Max {
   __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
@@ -105,20 +109,46 @@ static_assert(kDecodeSplitKeys <= kThreads, "a split's keys are one per thread")
 constexpr int kSplitSums = kThreads * 8;
 static_assert(kSplitSums >= kDecodeAttentionMaxHeadSize, "one group's sums fit");
 
+// The splits of a row at `position` that hold keys: ceil((position + 1) / kDecodeSplitKeys), 0 for an idle row.
+__device__ __forceinline__ int split_count(int position) {
+  return max(0, position + kDecodeSplitKeys) / kDecodeSplitKeys;
+}
+
+// The block's (row, head): its n partials at base (split s at base + s (hs + 2)) merged in split order into o[0 .. hs):
+// o[d] = sum_s exp(m_s - M) acc_s[d] / sum_s exp(m_s - M) l_s, M the largest m_s; zeros for n = 0. The partials are
+// read through the L2 (__ldcg): other blocks wrote them, during this kernel where the last split merges.
+template <typename T>
+__device__ void merge_splits(T* o, const float* base, int n, int hs) {
+  float M = -INFINITY;
+  for (int s = 0; s < n; ++s) M = fmaxf(M, __ldcg(base + s * (hs + 2) + hs));
+  float L = 0.0f;
+  for (int s = 0; s < n; ++s) L += expf(__ldcg(base + s * (hs + 2) + hs) - M) * __ldcg(base + s * (hs + 2) + hs + 1);
+  for (int d = threadIdx.x; d < hs; d += kThreads) {
+    float a = 0.0f;
+    for (int s = 0; s < n; ++s) a += expf(__ldcg(base + s * (hs + 2) + hs) - M) * __ldcg(base + s * (hs + 2) + d);
+    o[d] = from_f32<T>(n == 0 ? 0.0f : a / L);
+  }
+}
+
 template <int kVec, typename T>
 __global__ void __launch_bounds__(kThreads)
-    decode_split_kernel(float* part, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache,
-                        int64_t seq_stride, const int32_t* positions, int NH, int group, int hs, int64_t kv_stride,
-                        float scale, int splits) {
+    decode_split_kernel(float* part, T* out, unsigned* arrivals, const T* q, int64_t q_stride, const T* k_cache,
+                        const T* v_cache, int64_t seq_stride, const int32_t* positions, int NH, int group, int hs,
+                        int64_t kv_stride, float scale, int splits) {
   __shared__ float qs[kDecodeAttentionMaxHeadSize];
   __shared__ float p[kDecodeSplitKeys];
   __shared__ float sums[kSplitSums];
   __shared__ float stats[2];
+  __shared__ bool last;
   allow_dependents();
   wait_for_predecessor();
   const int s = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
   const int len = positions[r] + 1, j0 = s * kDecodeSplitKeys;
-  if (j0 >= len) return;
+  const int head = r * NH + h;
+  if (j0 >= len) {
+    if (arrivals != nullptr && len <= 0 && s == 0) merge_splits(out + static_cast<int64_t>(head) * hs, part, 0, hs);
+    return;
+  }
   const int count = min(kDecodeSplitKeys, len - j0);
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
   const T* qh = q + r * q_stride + static_cast<int64_t>(h) * hs;
@@ -173,35 +203,40 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  float* out = part + ((static_cast<int64_t>(r) * NH + h) * splits + s) * (hs + 2);
+  float* const first = part + static_cast<int64_t>(head) * splits * (hs + 2);
+  float* const mine = first + static_cast<int64_t>(s) * (hs + 2);
   for (int d = tid; d < hs; d += kThreads) {
     float a = 0.0f;
     for (int w = 0; w < G; ++w) a += sums[w * hs + d];
-    out[d] = a;
+    mine[d] = a;
   }
-  if (tid == 0) out[hs] = stats[0], out[hs + 1] = stats[1];
+  if (tid == 0) mine[hs] = stats[0], mine[hs + 1] = stats[1];
+  if (arrivals == nullptr) return;
+  __threadfence();  // this block's partial, visible to the split that merges, before it counts in
+  __syncthreads();
+  // The splits that count in: those of the grid below the row's length.
+  const int n = min(split_count(len - 1), splits);
+  if (tid == 0) {
+    unsigned* const count = arrivals + head;
+    last = atomicAdd(count, 1u) == static_cast<unsigned>(n - 1);
+    if (last) *count = 0;  // every split has counted in
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  merge_splits(out + static_cast<int64_t>(head) * hs, first, n, hs);
 }
 
-// Block (h, r): the partials of row r's splits below its length, merged in split order:
-// out[d] = sum_s exp(m_s - M) acc_s[d] / sum_s exp(m_s - M) l_s, M the largest m_s.
+// Block (h, r): the partials of row r's splits below its length, merged in split order (merge_splits).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     decode_combine_kernel(T* out, const float* part, const int32_t* positions, int NH, int hs, int splits) {
   allow_dependents();
   wait_for_predecessor();
   const int h = blockIdx.x, r = blockIdx.y;
-  const int n = max(0, positions[r] + kDecodeSplitKeys) / kDecodeSplitKeys;  // ceil((position + 1) / split), 0 idle
-  const float* base = part + (static_cast<int64_t>(r) * NH + h) * splits * (hs + 2);
-  float M = -INFINITY;
-  for (int s = 0; s < n; ++s) M = fmaxf(M, base[s * (hs + 2) + hs]);
-  float L = 0.0f;
-  for (int s = 0; s < n; ++s) L += expf(base[s * (hs + 2) + hs] - M) * base[s * (hs + 2) + hs + 1];
-  T* o = out + (static_cast<int64_t>(r) * NH + h) * hs;
-  for (int d = threadIdx.x; d < hs; d += kThreads) {
-    float a = 0.0f;
-    for (int s = 0; s < n; ++s) a += expf(base[s * (hs + 2) + hs] - M) * base[s * (hs + 2) + d];
-    o[d] = from_f32<T>(n == 0 ? 0.0f : a / L);
-  }
+  const int head = r * NH + h;
+  merge_splits(out + static_cast<int64_t>(head) * hs, part + static_cast<int64_t>(head) * splits * (hs + 2),
+               min(split_count(positions[r]), splits), hs);
 }
 
 }  // namespace
@@ -209,7 +244,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 void decode_attention_at(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int64_t seq_stride,
                          const int32_t* positions, int rows, int NH, int NKV, int hs, int max_len,
-                         const GpuContext& ctx) {
+                         const GpuContext& ctx, unsigned* arrivals) {
   ST_CHECK(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0, "NH = ", NH, " is not a positive multiple of NKV = ", NKV);
   ST_CHECK(hs <= kDecodeAttentionMaxHeadSize, "decode attention takes head sizes up to ", kDecodeAttentionMaxHeadSize,
            ", got ", hs);
@@ -225,11 +260,12 @@ void decode_attention_at(T* out, const T* q, int64_t q_stride, const T* k_cache,
     launch_packed<T>(hs % (16 / sizeof(T)) == 0 && all_aligned(16, k_cache, v_cache), [&](auto w) {
       constexpr int W = decltype(w)::value;
       launch_after_predecessor(decode_split_kernel<W, T>, dim3(splits, NH, rows), dim3(kThreads), 0, ctx.stream, part,
-                               q, q_stride, k_cache, v_cache, seq_stride, positions, NH, NH / NKV, hs,
+                               out, arrivals, q, q_stride, k_cache, v_cache, seq_stride, positions, NH, NH / NKV, hs,
                                int64_t{NKV} * hs, scale, splits);
     });
-    launch_after_predecessor(decode_combine_kernel<T>, dim3(NH, rows), dim3(kThreads), 0, ctx.stream, out, part,
-                             positions, NH, hs, splits);
+    if (arrivals == nullptr)
+      launch_after_predecessor(decode_combine_kernel<T>, dim3(NH, rows), dim3(kThreads), 0, ctx.stream, out, part,
+                               positions, NH, hs, splits);
     return;
   }
   const int64_t blocks = int64_t{rows} * NH;
@@ -339,7 +375,7 @@ void rope_kv_append_at(T* qkv, T* k_cache, T* v_cache, const float* cos, const f
 
 #define ST_DECODE_STEP_INSTANTIATE(T)                                                                                \
   template void decode_attention_at<T>(T*, const T*, int64_t, const T*, const T*, int64_t, const int32_t*, int, int, \
-                                       int, int, int, const GpuContext&);                                            \
+                                       int, int, int, const GpuContext&, unsigned*);                                 \
   template void kv_append_at<T>(T*, T*, const T*, int64_t, const int32_t*, int, int, int, int, const GpuContext&);   \
   template void rope_kv_append_at<T>(T*, T*, T*, const float*, const float*, int64_t, const int32_t*, int, int, int, \
                                      int, const GpuContext&);

@@ -16,12 +16,17 @@ inline constexpr int kGemvMaxRows = 4;
 // each) a multiprocessor, each warp taking several output columns in turn where there are more columns than warps (0:
 // a warp for each column); each lane keeps `depth` 16-byte packs of weights in flight (4 or 8); with `staged`, a
 // block first writes its rows to shared memory as the products read them (normalised where the norm is folded in),
-// where they take at most kGemvMaxStagedBytes, and each warp reads them from there.
+// where they take at most kGemvMaxStagedBytes, and each warp reads them from there. With `ring`, the weights' packs
+// pass through a ring of kGemvRingStages chunks a warp in shared memory (cp.async, issued kGemvRingStages - 1 chunks
+// ahead of their use) instead of registers: more bytes in flight a multiprocessor, bounded by its shared memory; where
+// a block's shared memory on the device cannot hold the ring after the staged rows, the registers (the same bits).
 struct GemvLaunch {
   int blocks_per_sm = 2;
   int depth = 8;
   bool staged = false;
+  bool ring = false;
 };
+inline constexpr int kGemvRingStages = 4;
 inline constexpr size_t kGemvMaxStagedBytes = 48 << 10;
 
 // Whether `rows` rows of C elements of T are staged where GemvLaunch::staged asks: they fit the block's shared memory,

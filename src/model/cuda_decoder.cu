@@ -54,8 +54,10 @@ CudaDecoderBase<T>::CudaDecoderBase(const ModelConfig& cfg, int device, int max_
       step_host_(3 * max_batch),
       step_dev_(3 * max_batch),
       draws_host_(max_batch),
-      draws_dev_(max_batch) {
+      draws_dev_(max_batch),
+      arrivals_(int64_t{gpu::kDecodeSplitMaxRows} * cfg.n_head) {
   for (const UnitLayout& u : units_) w_.emplace_back(holds(u.index) ? u.numel : 0);
+  ST_CUDA_CHECK(cudaMemsetAsync(arrivals_.data(), 0, arrivals_.bytes(), stream_.get()));
 }
 
 template <typename T>
@@ -182,7 +184,7 @@ void CudaDecoderBase<T>::attend(int layer, T* out, T* qkv, const int32_t* positi
   c.scratch = scratch_.data();
   c.scratch_bytes = scratch_.bytes();
   gpu::decode_attention_at<T>(out, qkv, qkv_width_, k, v, seq_stride, positions, static_cast<int>(n), H, KV, D,
-                              cfg.seq_len, c);
+                              cfg.seq_len, c, arrivals_.data());
 }
 
 template <typename T>

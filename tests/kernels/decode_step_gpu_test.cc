@@ -60,7 +60,8 @@ TYPED_TEST(DecodeStepGpu, EmbeddingAndRopeAtPositionsMatchTheCpu) {
 }
 
 // 1 and 4 rows take the split-K path (splits of 64 keys over caches of 200: an idle row, one inside the first split, on
-// a split's last key and at the cache's end), 6 rows one block per (row, head); reruns are bit-identical.
+// a split's last key and at the cache's end), merged by a second kernel or by each (row, head)'s last split, 6 rows
+// one block per (row, head); reruns are bit-identical.
 TYPED_TEST(DecodeStepGpu, AppendAndAttendAtEachSequencesPositionMatchTheCpu) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;
@@ -94,6 +95,21 @@ TYPED_TEST(DecodeStepGpu, AppendAndAttendAtEachSequencesPositionMatchTheCpu) {
       }
       EXPECT_TRUE(test::close(runs[0], want, kTol<T>));
       EXPECT_TRUE(test::bitwise_equal(runs[0], runs[1]));
+      if (rows > gpu::kDecodeSplitMaxRows) continue;
+      // The splits merged by the last of each (row, head) to finish: the two kernels' bits, twice over the same
+      // counters, which each call leaves at zero.
+      DeviceBuffer<unsigned> arrivals(rows * NH);
+      ST_CUDA_CHECK(cudaMemset(arrivals.data(), 0, arrivals.bytes()));
+      for (int run = 0; run < 2; ++run) {
+        DeviceBuffer<T> out(rows * q_width);
+        test::poison(out);
+        gpu::decode_attention_at<T>(out.data(), dqkv.data(), width, dk.data(), dv.data(), seq_stride, dev_pos.data(),
+                                    rows, NH, NKV, hs, L, env.ctx, arrivals.data());
+        EXPECT_TRUE(test::bitwise_equal(test::to_host(out), runs[0])) << "run " << run;
+        std::vector<unsigned> left(static_cast<size_t>(rows * NH));
+        ST_CUDA_CHECK(cudaMemcpy(left.data(), arrivals.data(), arrivals.bytes(), cudaMemcpyDeviceToHost));
+        EXPECT_EQ(left, std::vector<unsigned>(left.size(), 0u)) << "run " << run;
+      }
     }
   }
 }

@@ -215,14 +215,22 @@ TYPED_TEST(MatmulGpu, SwigluForwardResidualMatchesCpuAndTheTwoKernels) {
       const std::vector<float> got = to_host(dres);
       EXPECT_TRUE(close(got, want, 2 * kTol<T>));
       EXPECT_TRUE(test::bitwise_equal(got, to_host(two)));
+      // The weights through the shared-memory ring, after the staged SwiGLU rows: the same bits.
+      for (int depth : {4, 8}) {
+        DeviceBuffer<T> ring_out = to_device<T>(res);
+        if (gpu::kernels_internal::gemv_swiglu<T>(ring_out.data(), dgu.data(), dw.data(), bias, ring_out.data(), s.N,
+                                                  s.C, s.OC, env.ctx(), {0, depth, true, true}))
+          EXPECT_TRUE(test::bitwise_equal(to_host(ring_out), got)) << "ring, depth " << depth;
+      }
     }
   }
 }
 
 // Every way the GEMV of at most 4 rows can run (kernels_internal::GemvLaunch: its rows staged in shared memory or
-// read where they are, 4 or 8 weight packs in flight a lane, a warp for each column or grids of 1 to 8 blocks a
-// multiprocessor whose warps take several) sums each column in the same order: the defaults' bits, which the tests
-// above hold against the CPU, with the norm folded in and with a residual and bias, packed and unpacked rows.
+// read where they are, 4 or 8 weight packs in flight a lane, in registers or through a shared-memory ring, a warp for
+// each column or grids of 1 to 8 blocks a multiprocessor whose warps take several) sums each column in the same order:
+// the defaults' bits, which the tests above hold against the CPU, with the norm folded in and with a residual and bias,
+// packed and unpacked rows.
 TYPED_TEST(MatmulGpu, EveryGemvLaunchGivesTheSameBits) {
   ST_SKIP_WITHOUT_GPU();
   using T = TypeParam;
@@ -242,12 +250,14 @@ TYPED_TEST(MatmulGpu, EveryGemvLaunchGivesTheSameBits) {
         return to_host(out);
       };
       const std::vector<float> want = run({});
-      for (bool staged : {false, true})
-        for (int depth : {4, 8})
-          for (int cap : {0, 1, 2, 8}) {
-            SCOPED_TRACE(::testing::Message() << "staged=" << staged << " depth=" << depth << " cap=" << cap);
-            EXPECT_TRUE(test::bitwise_equal(run({cap, depth, staged}), want));
-          }
+      for (bool ring : {false, true})
+        for (bool staged : {false, true})
+          for (int depth : {4, 8})
+            for (int cap : {0, 1, 2, 8}) {
+              SCOPED_TRACE(::testing::Message()
+                           << "ring=" << ring << " staged=" << staged << " depth=" << depth << " cap=" << cap);
+              EXPECT_TRUE(test::bitwise_equal(run({cap, depth, staged, ring}), want));
+            }
     }
   }
 }

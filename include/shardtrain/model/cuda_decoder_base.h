@@ -138,6 +138,7 @@ class CudaDecoderBase : public Decoder {
   PinnedBuffer<T> rows_host_;       // a split's hidden rows on their way between the ranks
   DeviceBuffer<int32_t> tokens_, positions_;
   DeviceBuffer<unsigned char> scratch_;  // decode_attention_at's split-K partials, then sample_rows's candidates
+  DeviceBuffer<unsigned> arrivals_;      // decode_attention_at's counters of finished splits, zero between calls
 };
 
 }  // namespace st

@@ -24,12 +24,13 @@ inline constexpr int kDecodeAttentionMaxHeadSize = 512;
 // As st::decode_attention_at and st::kv_append_at: row r's cache at k_cache / v_cache + r seq_stride, its position
 // positions[r] (device memory), so that a captured decoding step runs at any position below max_len. Up to
 // kDecodeSplitMaxRows rows split each row's keys into blocks of kDecodeSplitKeys (a fixed grid over max_len; splits
-// past a row's length return at once), merged in split order by a second kernel; more rows take one block per (row,
-// head). Deterministic either way.
+// past a row's length return at once), merged in split order by a second kernel, or, given `arrivals` (rows x NH
+// counters in device memory, zero at the call and left zero), by the last split of each (row, head) to finish, in
+// the same kernel and with the same bits; more rows take one block per (row, head). Deterministic either way.
 template <typename T>
 void decode_attention_at(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int64_t seq_stride,
                          const int32_t* positions, int rows, int NH, int NKV, int hs, int max_len,
-                         const GpuContext& ctx);
+                         const GpuContext& ctx, unsigned* arrivals = nullptr);
 template <typename T>
 void kv_append_at(T* k_cache, T* v_cache, const T* qkv, int64_t seq_stride, const int32_t* positions, int rows, int NH,
                   int NKV, int hs, const GpuContext& ctx);
