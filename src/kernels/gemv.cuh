@@ -23,7 +23,7 @@ inline constexpr int kGemvMaxRows = 4;
 struct GemvLaunch {
   int blocks_per_sm = 2;
   int depth = 8;
-  bool staged = false;
+  bool staged = true;
   bool ring = false;
 };
 inline constexpr int kGemvRingStages = 4;

@@ -155,6 +155,8 @@ TEST(Fp8Cuda, GatheredCodesTrainTheBitsOfCastingAfterTheGather) {
   for (ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama})
     for (DType dtype : {DType::kF32, DType::kBF16})
       for (const char* variant : {"full", "lora", "recompute", "offload"}) {
+        // optim.offload takes a half-precision compute type on cuda (the config refuses fp32).
+        if (std::string(variant) == "offload" && dtype == DType::kF32) continue;
         SCOPED_TRACE(std::string(to_string(arch)) + " " + to_string(dtype) + " " + variant);
         Config off = testing::fp8_tiny(arch, Fp8Recipe::kTensorwise, Device::kCuda, dtype);
         off.train.steps = 3;
