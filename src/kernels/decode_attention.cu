@@ -130,12 +130,33 @@ __device__ void merge_splits(T* o, const float* base, int n, int hs) {
   }
 }
 
+// RoPE and the cache append folded into the split-K step (rope_append_attend_at): the tables, and the caches to write.
+template <typename T>
+struct FoldedAppend {
+  const float* cos = nullptr;  // null: nothing folded in
+  const float* sin = nullptr;
+  T* k_cache = nullptr;
+  T* v_cache = nullptr;
+};
+
+// A float rounded through T, as a kernel that stores it in T and another that reads it back would see it.
+template <typename T>
+__device__ __forceinline__ float through(float x) {
+  return to_f32(from_f32<T>(x));
+}
+
+// With `fold` (one row per cache, or one row): the block turns its query head by RoPE at the row's position t itself
+// (rope_turn, rounded through T, as rope_kv_append_kernel stores it), and the split that holds t turns the new key
+// and takes it and the new value from the qkv row instead of the cache; the first query head of each key/value head
+// there also writes them to the caches. No block reads position t from a cache, so the appends race with nothing.
+// q's row is left as it came, unturned.
 template <int kVec, typename T>
 __global__ void __launch_bounds__(kThreads)
     decode_split_kernel(float* part, T* out, unsigned* arrivals, const T* q, int64_t q_stride, const T* k_cache,
                         const T* v_cache, int64_t seq_stride, const int32_t* positions, int NH, int group, int hs,
-                        int64_t kv_stride, float scale, int splits) {
+                        int64_t kv_stride, float scale, int splits, FoldedAppend<T> fold) {
   __shared__ float qs[kDecodeAttentionMaxHeadSize];
+  __shared__ float kt[kDecodeAttentionMaxHeadSize];  // fold: the new key, turned and rounded through T
   __shared__ float p[kDecodeSplitKeys];
   __shared__ float sums[kSplitSums];
   __shared__ float stats[2];
@@ -151,19 +172,56 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int count = min(kDecodeSplitKeys, len - j0);
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
-  const T* qh = q + r * q_stride + static_cast<int64_t>(h) * hs;
-  const int64_t kv_off = r * seq_stride + static_cast<int64_t>(h / group) * hs;
-  for (int d = tid; d < hs; d += kThreads) qs[d] = to_f32(qh[d]);
+  const T* row = q + r * q_stride;
+  const T* qh = row + static_cast<int64_t>(h) * hs;
+  const int kv_head = h / group;
+  const int64_t kv_off = r * seq_stride + static_cast<int64_t>(kv_head) * hs;
+  const int t = len - 1;  // the row's position: its new key's
+  const bool folded = fold.cos != nullptr;
+  const bool new_key = folded && j0 + count - 1 == t;  // this split holds it
+  const T* new_value = row + static_cast<int64_t>(NH) * hs + kv_stride + static_cast<int64_t>(kv_head) * hs;
+  if (folded) {
+    const int half = hs / 2;
+    const float* c = fold.cos + static_cast<int64_t>(t) * half;
+    const float* sn = fold.sin + static_cast<int64_t>(t) * half;
+    for (int d = tid; d < half; d += kThreads) {
+      float a[1], b[1];
+      rope_turn<1>(qh + d, half, c + d, sn + d, 1.0f, a, b);
+      qs[d] = through<T>(a[0]);
+      qs[d + half] = through<T>(b[0]);
+    }
+    if (new_key) {
+      const bool append = h % group == 0;
+      const T* key = row + static_cast<int64_t>(NH) * hs + static_cast<int64_t>(kv_head) * hs;
+      const int64_t at = kv_off + static_cast<int64_t>(t) * kv_stride;
+      for (int d = tid; d < half; d += kThreads) {
+        float a[1], b[1];
+        rope_turn<1>(key + d, half, c + d, sn + d, 1.0f, a, b);
+        const T ka = from_f32<T>(a[0]), kb = from_f32<T>(b[0]);
+        kt[d] = to_f32(ka);
+        kt[d + half] = to_f32(kb);
+        if (append) fold.k_cache[at + d] = ka, fold.k_cache[at + d + half] = kb;
+      }
+      if (append)
+        for (int d = tid; d < hs; d += kThreads) fold.v_cache[at + d] = new_value[d];
+    }
+  } else {
+    for (int d = tid; d < hs; d += kThreads) qs[d] = to_f32(qh[d]);
+  }
   __syncthreads();
   if (tid < count) {
-    const T* k = k_cache + kv_off + (j0 + tid) * kv_stride;
     float dot = 0.0f;
+    if (new_key && j0 + tid == t) {
+      for (int d = 0; d < hs; ++d) dot += qs[d] * kt[d];  // the packed loop's order
+    } else {
+      const T* k = k_cache + kv_off + (j0 + tid) * kv_stride;
 #pragma unroll 4
-    for (int d = 0; d < hs; d += kVec) {
-      float kv[kVec];
-      load<kVec>(k + d, kv);
+      for (int d = 0; d < hs; d += kVec) {
+        float kv[kVec];
+        load<kVec>(k + d, kv);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) dot += qs[d + i] * kv[i];
+        for (int i = 0; i < kVec; ++i) dot += qs[d + i] * kv[i];
+      }
     }
     p[tid] = dot * scale;
   }
@@ -193,7 +251,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll 4
       for (int j = g; j < count; j += G) {
         float v[kVec];
-        load<kVec>(v_cache + kv_off + (j0 + j) * kv_stride + pk * kVec, v);
+        const T* value = new_key && j0 + j == t ? new_value : v_cache + kv_off + (j0 + j) * kv_stride;
+        load<kVec>(value + pk * kVec, v);
         const float pj = p[j];
 #pragma unroll
         for (int i = 0; i < kVec; ++i) acc[i] += pj * v[i];
@@ -239,35 +298,51 @@ __global__ void __launch_bounds__(kThreads)
                min(split_count(positions[r]), splits), hs);
 }
 
+void check_attention(int rows, int NH, int NKV, int hs, int max_len, int64_t q_stride) {
+  ST_CHECK(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0, "NH = ", NH, " is not a positive multiple of NKV = ", NKV);
+  ST_CHECK(hs <= kDecodeAttentionMaxHeadSize, "decode attention takes head sizes up to ", kDecodeAttentionMaxHeadSize,
+           ", got ", hs);
+  ST_CHECK(rows >= 1 && max_len >= 1 && q_stride >= int64_t{NH} * hs, "decode attention of ", rows,
+           " rows with a query row stride of ", q_stride, " and caches of ", max_len, " positions");
+}
+
+// The split-K step of at most kDecodeSplitMaxRows rows (decode_split_kernel), merged by a second kernel or, given
+// arrivals, in it; with fold.cos, RoPE and the cache append folded in.
+template <typename T>
+void split_attention(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int64_t seq_stride,
+                     const int32_t* positions, int rows, int NH, int NKV, int hs, int max_len, const GpuContext& ctx,
+                     unsigned* arrivals, const FoldedAppend<T>& fold) {
+  const size_t need = decode_attention_at_scratch_bytes(rows, NH, hs, max_len);
+  ST_CHECK(ctx.scratch != nullptr && ctx.scratch_bytes >= need, "decode attention of ", rows, " rows needs ", need,
+           " bytes of scratch, ctx has ", ctx.scratch_bytes);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int splits = (max_len + kDecodeSplitKeys - 1) / kDecodeSplitKeys;
+  auto* part = static_cast<float*>(ctx.scratch);
+  // Folded, the new values are read from q's rows in packs too.
+  const bool packed =
+      hs % (16 / sizeof(T)) == 0 && all_aligned(16, k_cache, v_cache) && (fold.cos == nullptr || all_aligned(16, q));
+  launch_packed<T>(packed, [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    launch_after_predecessor(decode_split_kernel<W, T>, dim3(splits, NH, rows), dim3(kThreads), 0, ctx.stream, part,
+                             out, arrivals, q, q_stride, k_cache, v_cache, seq_stride, positions, NH, NH / NKV, hs,
+                             int64_t{NKV} * hs, scale, splits, fold);
+  });
+  if (arrivals == nullptr)
+    launch_after_predecessor(decode_combine_kernel<T>, dim3(NH, rows), dim3(kThreads), 0, ctx.stream, out, part,
+                             positions, NH, hs, splits);
+}
+
 }  // namespace
 
 template <typename T>
 void decode_attention_at(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int64_t seq_stride,
                          const int32_t* positions, int rows, int NH, int NKV, int hs, int max_len,
                          const GpuContext& ctx, unsigned* arrivals) {
-  ST_CHECK(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0, "NH = ", NH, " is not a positive multiple of NKV = ", NKV);
-  ST_CHECK(hs <= kDecodeAttentionMaxHeadSize, "decode attention takes head sizes up to ", kDecodeAttentionMaxHeadSize,
-           ", got ", hs);
-  ST_CHECK(rows >= 1 && max_len >= 1 && q_stride >= int64_t{NH} * hs, "decode attention of ", rows,
-           " rows with a query row stride of ", q_stride, " and caches of ", max_len, " positions");
+  check_attention(rows, NH, NKV, hs, max_len, q_stride);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  if (rows <= kDecodeSplitMaxRows) {
-    const size_t need = decode_attention_at_scratch_bytes(rows, NH, hs, max_len);
-    ST_CHECK(ctx.scratch != nullptr && ctx.scratch_bytes >= need, "decode_attention_at needs ", need,
-             " bytes of scratch, ctx has ", ctx.scratch_bytes);
-    const int splits = (max_len + kDecodeSplitKeys - 1) / kDecodeSplitKeys;
-    auto* part = static_cast<float*>(ctx.scratch);
-    launch_packed<T>(hs % (16 / sizeof(T)) == 0 && all_aligned(16, k_cache, v_cache), [&](auto w) {
-      constexpr int W = decltype(w)::value;
-      launch_after_predecessor(decode_split_kernel<W, T>, dim3(splits, NH, rows), dim3(kThreads), 0, ctx.stream, part,
-                               out, arrivals, q, q_stride, k_cache, v_cache, seq_stride, positions, NH, NH / NKV, hs,
-                               int64_t{NKV} * hs, scale, splits);
-    });
-    if (arrivals == nullptr)
-      launch_after_predecessor(decode_combine_kernel<T>, dim3(NH, rows), dim3(kThreads), 0, ctx.stream, out, part,
-                               positions, NH, hs, splits);
-    return;
-  }
+  if (rows <= kDecodeSplitMaxRows)
+    return split_attention<T>(out, q, q_stride, k_cache, v_cache, seq_stride, positions, rows, NH, NKV, hs, max_len,
+                              ctx, arrivals, {});
   const int64_t blocks = int64_t{rows} * NH;
   ST_CHECK(blocks < (int64_t{1} << 31), "decode attention of ", rows, " rows x ", NH, " heads");
   decode_attention_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, ctx.stream>>>(
@@ -373,12 +448,33 @@ void rope_kv_append_at(T* qkv, T* k_cache, T* v_cache, const float* cos, const f
   });
 }
 
+template <typename T>
+void rope_append_attend_at(T* out, T* qkv, T* k_cache, T* v_cache, const float* cos, const float* sin,
+                           int64_t seq_stride, const int32_t* positions, int rows, int NH, int NKV, int hs, int max_len,
+                           const GpuContext& ctx, unsigned* arrivals) {
+  const int64_t width = int64_t{NH + 2 * NKV} * hs;
+  check_attention(rows, NH, NKV, hs, max_len, width);
+  ST_CHECK(hs % 2 == 0, "RoPE needs an even head dimension, got ", hs);
+  // Folded, the split reads the new values from qkv's rows: in packs only where qkv allows them, and the cached keys
+  // and values in packs only where the caches do; the fold runs where both agree, so that its sums are the two
+  // calls' in the same order.
+  const bool cache_packs = hs % (16 / sizeof(T)) == 0 && all_aligned(16, k_cache, v_cache);
+  if (rows <= kDecodeSplitMaxRows && (seq_stride != 0 || rows == 1) && (!cache_packs || all_aligned(16, qkv)))
+    return split_attention<T>(out, qkv, width, k_cache, v_cache, seq_stride, positions, rows, NH, NKV, hs, max_len, ctx,
+                              arrivals, {cos, sin, k_cache, v_cache});
+  rope_kv_append_at<T>(qkv, k_cache, v_cache, cos, sin, seq_stride, positions, rows, NH, NKV, hs, ctx);
+  decode_attention_at<T>(out, qkv, width, k_cache, v_cache, seq_stride, positions, rows, NH, NKV, hs, max_len, ctx,
+                         arrivals);
+}
+
 #define ST_DECODE_STEP_INSTANTIATE(T)                                                                                \
   template void decode_attention_at<T>(T*, const T*, int64_t, const T*, const T*, int64_t, const int32_t*, int, int, \
                                        int, int, int, const GpuContext&, unsigned*);                                 \
   template void kv_append_at<T>(T*, T*, const T*, int64_t, const int32_t*, int, int, int, int, const GpuContext&);   \
   template void rope_kv_append_at<T>(T*, T*, T*, const float*, const float*, int64_t, const int32_t*, int, int, int, \
-                                     int, const GpuContext&);
+                                     int, const GpuContext&);                                                        \
+  template void rope_append_attend_at<T>(T*, T*, T*, T*, const float*, const float*, int64_t, const int32_t*, int,   \
+                                         int, int, int, int, const GpuContext&, unsigned*);
 ST_DECODE_STEP_INSTANTIATE(float)
 ST_DECODE_STEP_INSTANTIATE(bf16)
 ST_DECODE_STEP_INSTANTIATE(fp16)

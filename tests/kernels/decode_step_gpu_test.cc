@@ -4,6 +4,7 @@
 // position, and the greedy choice with ties, padding columns and non-finite rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <tuple>
 #include <vector>
@@ -103,6 +104,7 @@ TYPED_TEST(DecodeStepGpu, AppendAndAttendAtEachSequencesPositionMatchTheCpu) {
       for (int run = 0; run < 2; ++run) {
         DeviceBuffer<T> out(rows * q_width);
         test::poison(out);
+        ST_CUDA_CHECK(cudaDeviceSynchronize());  // the memsets before the context's stream runs
         gpu::decode_attention_at<T>(out.data(), dqkv.data(), width, dk.data(), dv.data(), seq_stride, dev_pos.data(),
                                     rows, NH, NKV, hs, L, env.ctx, arrivals.data());
         EXPECT_TRUE(test::bitwise_equal(test::to_host(out), runs[0])) << "run " << run;
@@ -149,6 +151,59 @@ TYPED_TEST(DecodeStepGpu, RopeAppendMatchesTheCpuAndTheTwoKernels) {
     EXPECT_TRUE(test::bitwise_equal(got_qkv, test::to_host(two_qkv)));
     EXPECT_TRUE(test::bitwise_equal(got_k, test::to_host(two_k)));
     EXPECT_TRUE(test::bitwise_equal(got_v, test::to_host(two_v)));
+  }
+}
+
+// RoPE, the append and the attention of a step's rows in one call against rope_kv_append_at then decode_attention_at:
+// the same output and caches, bit for bit. One row with a shared cache (a prompt's last token) or its own, four rows
+// with a cache each (one idle, one on a split's last key, one at the cache's end), merged in the kernel or by a second
+// one: the one-kernel path; two rows sharing a cache and six rows: the two calls. Packed and scalar head sizes,
+// grouped key/value heads.
+TYPED_TEST(DecodeStepGpu, RopeAppendAttendGivesTheBitsOfTheTwoCalls) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  const std::vector<int32_t> positions = {37, -1, 199, 63, 130, 0};
+  const int L = 200;
+  for (const auto& [NH, NKV, hs] : {std::tuple{8, 2, 64}, std::tuple{4, 4, 40}, std::tuple{2, 1, 12}}) {
+    for (const auto& [rows, shared, merged] :
+         {std::tuple{1, true, true}, std::tuple{1, false, false}, std::tuple{4, false, true},
+          std::tuple{4, false, false}, std::tuple{2, true, true}, std::tuple{6, false, true}}) {
+      SCOPED_TRACE(::testing::Message() << "NH " << NH << " NKV " << NKV << " hs " << hs << " rows " << rows
+                                        << (shared ? " sharing a cache" : "")
+                                        << (merged ? ", merged in the kernel" : ", merged by a second kernel"));
+      test::GpuEnv env(gpu::decode_attention_at_scratch_bytes(rows, NH, hs, L));
+      const RopeTable table = test::llama_rope_table(NH, NKV, hs, L);
+      const int64_t q_width = int64_t{NH} * hs, kv = int64_t{NKV} * hs, width = q_width + 2 * kv;
+      const int64_t seq_stride = shared ? 0 : L * kv, cache = (shared ? 1 : rows) * L * kv;
+      // A shared cache's rows are one sequence's consecutive positions.
+      std::vector<int32_t> pos(static_cast<size_t>(rows));
+      for (int r = 0; r < rows; ++r) pos[static_cast<size_t>(r)] = shared ? 120 + r : positions[static_cast<size_t>(r)];
+      const std::vector<float> qkv = test::random_input<T>(rows * width, 3500), k = test::random_input<T>(cache, 3501),
+                               v = test::random_input<T>(cache, 3502);
+      const DeviceBuffer<float> cos = test::to_device<float>(table.cos), sin = test::to_device<float>(table.sin);
+      const DeviceBuffer<int32_t> dev_pos = test::ints_to_device(pos);
+      DeviceBuffer<T> one_qkv = test::to_device<T>(qkv), one_k = test::to_device<T>(k), one_v = test::to_device<T>(v);
+      DeviceBuffer<T> two_qkv = test::to_device<T>(qkv), two_k = test::to_device<T>(k), two_v = test::to_device<T>(v);
+      DeviceBuffer<T> one(rows * q_width), two(rows * q_width);
+      test::poison(one);
+      test::poison(two);
+      DeviceBuffer<unsigned> arrivals(std::max(rows, gpu::kDecodeSplitMaxRows) * NH);
+      ST_CUDA_CHECK(cudaMemset(arrivals.data(), 0, arrivals.bytes()));
+      ST_CUDA_CHECK(cudaDeviceSynchronize());  // the memsets before the context's stream runs
+      gpu::rope_append_attend_at<T>(one.data(), one_qkv.data(), one_k.data(), one_v.data(), cos.data(), sin.data(),
+                                    seq_stride, dev_pos.data(), rows, NH, NKV, hs, L, env.ctx,
+                                    merged ? arrivals.data() : nullptr);
+      gpu::rope_kv_append_at<T>(two_qkv.data(), two_k.data(), two_v.data(), cos.data(), sin.data(), seq_stride,
+                                dev_pos.data(), rows, NH, NKV, hs, env.ctx);
+      gpu::decode_attention_at<T>(two.data(), two_qkv.data(), width, two_k.data(), two_v.data(), seq_stride,
+                                  dev_pos.data(), rows, NH, NKV, hs, L, env.ctx);
+      EXPECT_TRUE(test::bitwise_equal(test::to_host(one), test::to_host(two)));
+      EXPECT_TRUE(test::bitwise_equal(test::to_host(one_k), test::to_host(two_k)));
+      EXPECT_TRUE(test::bitwise_equal(test::to_host(one_v), test::to_host(two_v)));
+      std::vector<unsigned> left(static_cast<size_t>(arrivals.size()));
+      ST_CUDA_CHECK(cudaMemcpy(left.data(), arrivals.data(), arrivals.bytes(), cudaMemcpyDeviceToHost));
+      EXPECT_TRUE(std::all_of(left.begin(), left.end(), [](unsigned c) { return c == 0; })) << "counters left";
+    }
   }
 }
 

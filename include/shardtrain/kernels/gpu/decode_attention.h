@@ -38,5 +38,14 @@ void kv_append_at(T* k_cache, T* v_cache, const T* qkv, int64_t seq_stride, cons
 template <typename T>
 void rope_kv_append_at(T* qkv, T* k_cache, T* v_cache, const float* cos, const float* sin, int64_t seq_stride,
                        const int32_t* positions, int rows, int NH, int NKV, int hs, const GpuContext& ctx);
+// rope_kv_append_at, then decode_attention_at over the fused qkv rows [rows, (NH + 2 NKV) hs] (arrivals as there):
+// out and the caches get the bits of those two calls. Where each row's new key is the only new key it sees (a cache
+// per row, seq_stride != 0, or a single row) and the split-K path serves (rows <= kDecodeSplitMaxRows), it is one
+// kernel: each split turns its query head itself and the split that holds a row's position turns its new key, which
+// the first query head of each key/value head appends; qkv is then left unturned. Otherwise the two calls run.
+template <typename T>
+void rope_append_attend_at(T* out, T* qkv, T* k_cache, T* v_cache, const float* cos, const float* sin,
+                           int64_t seq_stride, const int32_t* positions, int rows, int NH, int NKV, int hs, int max_len,
+                           const GpuContext& ctx, unsigned* arrivals = nullptr);
 
 }  // namespace st::gpu
