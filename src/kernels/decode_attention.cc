@@ -86,4 +86,12 @@ void rope_kv_append_at(float* qkv, float* k_cache, float* v_cache, const float* 
   kv_append_at(k_cache, v_cache, qkv, seq_stride, positions, rows, NH, NKV, hs);
 }
 
+void rope_append_attend_at(float* out, float* qkv, float* k_cache, float* v_cache, const float* cos, const float* sin,
+                           int64_t seq_stride, const int32_t* positions, int rows, int NH, int NKV, int hs,
+                           int max_len) {
+  rope_kv_append_at(qkv, k_cache, v_cache, cos, sin, seq_stride, positions, rows, NH, NKV, hs);
+  decode_attention_at(out, qkv, int64_t{NH + 2 * NKV} * hs, k_cache, v_cache, seq_stride, positions, rows, NH, NKV, hs,
+                      max_len);
+}
+
 }  // namespace st

@@ -1,6 +1,7 @@
 // The kernels of a decoding step that read each row's position from memory (embedding_forward_at, rope_forward_at,
-// kv_append_at, decode_attention_at) against the same kernels given the position at the call, and argmax_rows
-// against its definition: the largest logit, ties to the lowest id, -1 for a row with a NaN or an infinity.
+// kv_append_at, decode_attention_at, rope_append_attend_at) against the same kernels given the position at the call,
+// and argmax_rows against its definition: the largest logit, ties to the lowest id, -1 for a row with a NaN or an
+// infinity.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -82,6 +83,38 @@ TEST(DecodeStep, AttentionAtEachRowsPositionIsThatSequencesStep) {
                      1, positions[r], NH, NKV, hs);
     for (int64_t c = 0; c < q_width; ++c) EXPECT_EQ(got[static_cast<size_t>(r * q_width + c)], want[c]) << r;
   }
+}
+
+// A sequence's last token as a decoding step (rope_append_attend_at over a cache of its first T - 1 turned keys and
+// values) attends as the whole sequence's last query does (RoPE over the sequence, then causal attention), and leaves
+// the token's turned key and its value in the cache.
+TEST(DecodeStep, RopeAppendAttendIsTheSequencesLastStep) {
+  const int NH = 4, NKV = 2, hs = 8, T = 6, L = 10;
+  const int64_t q_width = int64_t{NH} * hs, kv = int64_t{NKV} * hs, width = q_width + 2 * kv;
+  const RopeTable table = test::llama_rope_table(NH, NKV, hs, L);
+  const std::vector<float> seq = randn(T * width, 10);
+  std::vector<float> turned = seq;
+  rope_forward(turned.data(), table.cos.data(), table.sin.data(), 1, T, NH, NKV, hs);
+  std::vector<float> k(static_cast<size_t>(L * kv)), v(static_cast<size_t>(L * kv));
+  for (int t = 0; t < T; ++t)
+    for (int64_t c = 0; c < kv; ++c) {
+      k[static_cast<size_t>(t * kv + c)] = turned[static_cast<size_t>(t * width + q_width + c)];
+      v[static_cast<size_t>(t * kv + c)] = turned[static_cast<size_t>(t * width + q_width + kv + c)];
+    }
+  std::vector<float> all(static_cast<size_t>(T * q_width));
+  decode_attention(all.data(), turned.data(), width, k.data(), v.data(), T, 0, NH, NKV, hs);
+
+  std::vector<float> step_k(k.begin(), k.begin() + (T - 1) * kv), step_v(v.begin(), v.begin() + (T - 1) * kv);
+  step_k.resize(k.size(), 0.0f);
+  step_v.resize(v.size(), 0.0f);
+  std::vector<float> row(seq.end() - width, seq.end()), out(static_cast<size_t>(q_width));
+  const std::vector<int32_t> position = {T - 1};
+  rope_append_attend_at(out.data(), row.data(), step_k.data(), step_v.data(), table.cos.data(), table.sin.data(), 0,
+                        position.data(), 1, NH, NKV, hs, L);
+  for (int64_t c = 0; c < q_width; ++c)
+    EXPECT_FLOAT_EQ(out[static_cast<size_t>(c)], all[static_cast<size_t>((T - 1) * q_width + c)]) << c;
+  EXPECT_EQ(step_k, k);
+  EXPECT_EQ(step_v, v);
 }
 
 // A row at a negative position is idle: nothing appended to its cache, zeros out of attention, RoPE leaves it.

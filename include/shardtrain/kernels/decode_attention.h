@@ -37,4 +37,10 @@ void kv_append_at(float* k_cache, float* v_cache, const float* qkv, int64_t seq_
 void rope_kv_append_at(float* qkv, float* k_cache, float* v_cache, const float* cos, const float* sin,
                        int64_t seq_stride, const int32_t* positions, int rows, int NH, int NKV, int hs);
 
+// rope_kv_append_at, then decode_attention_at over the fused qkv rows [rows, (NH + 2 NKV) hs]: a decoding step's
+// attention with RoPE, whole (one kernel on the GPU for a step's few rows, which may leave qkv unturned there).
+void rope_append_attend_at(float* out, float* qkv, float* k_cache, float* v_cache, const float* cos, const float* sin,
+                           int64_t seq_stride, const int32_t* positions, int rows, int NH, int NKV, int hs,
+                           int max_len);
+
 }  // namespace st
