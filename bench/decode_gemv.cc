@@ -12,9 +12,11 @@
 // --layers 32. Each product reads its weights from the next of enough copies to span 1 GiB, so that they come from
 // memory and not the L2, as in a step, where the other layers' weights pass through it in between; the rows stay
 // cached, as they do there. The products with the RMSNorm folded in (q/k/v, gate/up, classifier) take it; o and down
-// take the residual. Each timing is the median of `iters` runs of 20 calls back to back (CUDA events), launched as
-// the decoder launches them (after their predecessor). Every variant must give the defaults' bits on weights that
-// differ column by column, or the bench stops with an error. One GPU, no MPI.
+// take the residual. `down+SwiGLU` is the down projection as the decoder runs it where the rows' SwiGLU fits a block
+// (gemv_swiglu, staged whatever the launch says): listed for its rows, not summed into the step, which counts `down`.
+// Each timing is the median of `iters` runs of 20 calls back to back (CUDA events), launched as the decoder launches
+// them (after their predecessor). Every variant must give the defaults' bits on weights that differ column by column,
+// or the bench stops with an error. One GPU, no MPI.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -68,6 +70,7 @@ struct Product {
   int C, OC;
   bool norm;  // the RMSNorm folded in; else the residual added
   int per_step;
+  bool swiglu = false;  // gemv_swiglu: the rows' SwiGLU of [rows, 2C] gate/up rows staged, the residual added
 };
 
 void run(int hidden, int qkv, int ffn, int vocab, int layers, int iters) {
@@ -88,13 +91,14 @@ void run(int hidden, int qkv, int ffn, int vocab, int layers, int iters) {
               prop.multiProcessorCount, copy_gbs);
   std::printf("# hidden %d, q/k/v %d, ffn %d, vocabulary %d, %d layers; bf16; medians of %d runs of %d calls\n", hidden,
               qkv, ffn, vocab, layers, iters, kCalls);
-  const std::vector<Product> products = {{"q/k/v", hidden, qkv, true, layers},
-                                         {"o", hidden, hidden, false, layers},
-                                         {"gate/up", hidden, 2 * ffn, true, layers},
-                                         {"down", ffn, hidden, false, layers},
-                                         {"classifier", hidden, vocab, true, 1}};
+  const std::vector<Product> products = {
+      {"q/k/v", hidden, qkv, true, layers},       {"o", hidden, hidden, false, layers},
+      {"gate/up", hidden, 2 * ffn, true, layers}, {"down", ffn, hidden, false, layers},
+      {"classifier", hidden, vocab, true, 1},     {"down+SwiGLU", ffn, hidden, false, 0, true},
+  };
   const int max_in = std::max(hidden, ffn), max_out = std::max({qkv, 2 * ffn, vocab, hidden});
   const DeviceBuffer<bf16> x = bench::random_device<bf16>(int64_t{4} * max_in, 1);
+  const DeviceBuffer<bf16> gate_up = bench::random_device<bf16>(int64_t{4} * 2 * ffn, 4);
   const DeviceBuffer<bf16> g = bench::random_device<bf16>(max_in, 2, 0.1, 1.0);
   const DeviceBuffer<bf16> res = bench::random_device<bf16>(int64_t{4} * max_out, 3);
   DeviceBuffer<bf16> out(int64_t{4} * max_out);
@@ -115,6 +119,7 @@ void run(int hidden, int qkv, int ffn, int vocab, int layers, int iters) {
           for (int cap : kCaps) row_steps.push_back({rows, {cap, depth, staged, ring}, 0.0});
     step_bytes = 0;
     for (const Product& p : products) {
+      if (p.swiglu && !gpu::kernels_internal::gemv_stage_fits<bf16>(rows, p.C)) continue;  // the two kernels run
       const int64_t elems = int64_t{p.C} * p.OC, bytes = elems * static_cast<int64_t>(sizeof(bf16));
       const int64_t copies = std::max<int64_t>(1, kSpan / bytes);
       DeviceBuffer<bf16> w(copies * elems);
@@ -122,9 +127,13 @@ void run(int hidden, int qkv, int ffn, int vocab, int layers, int iters) {
       fill_distinct(w.data(), elems, s);
       step_bytes += static_cast<double>(bytes) * p.per_step;
       auto call = [&](int64_t copy, const gpu::kernels_internal::GemvLaunch& how) {
-        gpu::kernels_internal::gemv<bf16>(out.data(), x.data(), p.norm ? g.data() : nullptr, 1e-5f,
-                                          w.data() + copy * elems, nullptr, p.norm ? nullptr : res.data(), rows, p.C,
-                                          p.OC, ctx, how);
+        if (p.swiglu)
+          gpu::kernels_internal::gemv_swiglu<bf16>(out.data(), gate_up.data(), w.data() + copy * elems, nullptr,
+                                                   res.data(), rows, p.C, p.OC, ctx, how);
+        else
+          gpu::kernels_internal::gemv<bf16>(out.data(), x.data(), p.norm ? g.data() : nullptr, 1e-5f,
+                                            w.data() + copy * elems, nullptr, p.norm ? nullptr : res.data(), rows, p.C,
+                                            p.OC, ctx, how);
       };
       call(0, {});
       const std::vector<uint16_t> want = output_bits(out, int64_t{rows} * p.OC, s);
@@ -141,7 +150,8 @@ void run(int hidden, int qkv, int ffn, int vocab, int layers, int iters) {
         });
         const double us = ms * 1e3 / kCalls, gbs = static_cast<double>(bytes) / (us * 1e3);
         st.us += us * p.per_step;
-        const bool staged = st.how.staged && gpu::kernels_internal::gemv_stage_fits<bf16>(rows, p.C);  // as it ran
+        const bool staged =
+            p.swiglu || (st.how.staged && gpu::kernels_internal::gemv_stage_fits<bf16>(rows, p.C));  // as it ran
         std::printf("%-5d %-11s %-7s %-6d %-4d %-5s %10.2f %9.0f %7.2f\n", rows, p.name, staged ? "yes" : "no",
                     st.how.depth, st.how.blocks_per_sm, st.how.ring ? "yes" : "no", us, gbs, gbs / copy_gbs);
       }
