@@ -165,7 +165,7 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
         peer_limit=()
         [[ $BENCH_TIMEOUT -gt 0 ]] && peer_limit=(timeout --kill-after=15 "$BENCH_TIMEOUT")
         env "${link_env[@]}" "${peer_limit[@]}" torchrun --nproc_per_node="$g" "$peer" "${peer_model[@]}" \
-          --B "$b" --steps "$BENCH_STEPS" "${peer_flags[@]}" --json "$j" >"$OUT/fsdp2_$tag.log" 2>&1 </dev/null
+          --B "$b" --steps "$BENCH_STEPS" "${peer_flags[@]}" --json "$j" >"${j%.json}.log" 2>&1 </dev/null
       fi
       if [[ -f $j ]]; then
         table+=("$(python3 - "$j" "$tag" "$tok" <<'PY'
@@ -177,7 +177,7 @@ print(f"{sys.argv[2]:<22} {'pytorch-fsdp2':<13} {r['tokens_per_s']:<10.0f} {r['m
 PY
 )")
       else
-        table+=("$(printf '%-22s %-13s FAILED' "$tag" pytorch-fsdp2)"); tail -5 "$OUT/fsdp2_$tag.log"
+        table+=("$(printf '%-22s %-13s FAILED' "$tag" pytorch-fsdp2)"); tail -5 "${j%.json}.log"
       fi
     fi
   done

@@ -298,6 +298,12 @@ __global__ void __launch_bounds__(kThreads)
                min(split_count(positions[r]), splits), hs);
 }
 
+// Whether the split kernel reads the caches' keys and values in 16-byte packs.
+template <typename T>
+bool cache_packs(int hs, const T* k_cache, const T* v_cache) {
+  return hs % (16 / sizeof(T)) == 0 && all_aligned(16, k_cache, v_cache);
+}
+
 void check_attention(int rows, int NH, int NKV, int hs, int max_len, int64_t q_stride) {
   ST_CHECK(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0, "NH = ", NH, " is not a positive multiple of NKV = ", NKV);
   ST_CHECK(hs <= kDecodeAttentionMaxHeadSize, "decode attention takes head sizes up to ", kDecodeAttentionMaxHeadSize,
@@ -307,7 +313,8 @@ void check_attention(int rows, int NH, int NKV, int hs, int max_len, int64_t q_s
 }
 
 // The split-K step of at most kDecodeSplitMaxRows rows (decode_split_kernel), merged by a second kernel or, given
-// arrivals, in it; with fold.cos, RoPE and the cache append folded in.
+// arrivals, in it; with fold.cos, RoPE and the cache append folded in, q's rows 16-byte aligned where the caches are
+// read in packs (the new values are read from them alike).
 template <typename T>
 void split_attention(T* out, const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, int64_t seq_stride,
                      const int32_t* positions, int rows, int NH, int NKV, int hs, int max_len, const GpuContext& ctx,
@@ -318,10 +325,7 @@ void split_attention(T* out, const T* q, int64_t q_stride, const T* k_cache, con
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int splits = (max_len + kDecodeSplitKeys - 1) / kDecodeSplitKeys;
   auto* part = static_cast<float*>(ctx.scratch);
-  // Folded, the new values are read from q's rows in packs too.
-  const bool packed =
-      hs % (16 / sizeof(T)) == 0 && all_aligned(16, k_cache, v_cache) && (fold.cos == nullptr || all_aligned(16, q));
-  launch_packed<T>(packed, [&](auto w) {
+  launch_packed<T>(cache_packs(hs, k_cache, v_cache), [&](auto w) {
     constexpr int W = decltype(w)::value;
     launch_after_predecessor(decode_split_kernel<W, T>, dim3(splits, NH, rows), dim3(kThreads), 0, ctx.stream, part,
                              out, arrivals, q, q_stride, k_cache, v_cache, seq_stride, positions, NH, NH / NKV, hs,
@@ -339,10 +343,10 @@ void decode_attention_at(T* out, const T* q, int64_t q_stride, const T* k_cache,
                          const int32_t* positions, int rows, int NH, int NKV, int hs, int max_len,
                          const GpuContext& ctx, unsigned* arrivals) {
   check_attention(rows, NH, NKV, hs, max_len, q_stride);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   if (rows <= kDecodeSplitMaxRows)
     return split_attention<T>(out, q, q_stride, k_cache, v_cache, seq_stride, positions, rows, NH, NKV, hs, max_len,
                               ctx, arrivals, {});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t blocks = int64_t{rows} * NH;
   ST_CHECK(blocks < (int64_t{1} << 31), "decode attention of ", rows, " rows x ", NH, " heads");
   decode_attention_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, ctx.stream>>>(
@@ -458,8 +462,8 @@ void rope_append_attend_at(T* out, T* qkv, T* k_cache, T* v_cache, const float* 
   // Folded, the split reads the new values from qkv's rows: in packs only where qkv allows them, and the cached keys
   // and values in packs only where the caches do; the fold runs where both agree, so that its sums are the two
   // calls' in the same order.
-  const bool cache_packs = hs % (16 / sizeof(T)) == 0 && all_aligned(16, k_cache, v_cache);
-  if (rows <= kDecodeSplitMaxRows && (seq_stride != 0 || rows == 1) && (!cache_packs || all_aligned(16, qkv)))
+  if (rows <= kDecodeSplitMaxRows && (seq_stride != 0 || rows == 1) &&
+      (!cache_packs(hs, k_cache, v_cache) || all_aligned(16, qkv)))
     return split_attention<T>(out, qkv, width, k_cache, v_cache, seq_stride, positions, rows, NH, NKV, hs, max_len, ctx,
                               arrivals, {cos, sin, k_cache, v_cache});
   rope_kv_append_at<T>(qkv, k_cache, v_cache, cos, sin, seq_stride, positions, rows, NH, NKV, hs, ctx);

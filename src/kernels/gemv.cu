@@ -298,7 +298,8 @@ void launch_gemv(T* out, const T* inp, const T* norm_weight, float eps, const T*
   const size_t staged_bytes = staged ? sizeof(T) * static_cast<size_t>(rows) * static_cast<size_t>(C) : 0;
   // The ring where the device's shared memory holds it after the staged rows (a 4090's 99 KiB a block takes a ring of
   // depth 4, or of 8 without staging); the register path where not: the same bits either way.
-  const size_t ring_at = ring_offset<T>(staged, static_cast<int>(rows), C), budget = ring_budget(staged, how.depth);
+  const size_t ring_at = ring_offset<T>(staged, static_cast<int>(rows), C);
+  const size_t budget = how.ring ? ring_budget(staged, how.depth) : 0;  // the device asked only for a ring
   const bool ring = how.ring && ring_at + ring_bytes(how.depth) <= budget;
   auto launch = [&](auto kernel, bool with_ring) {
     if (with_ring) opt_in(reinterpret_cast<const void*>(kernel), budget);
