@@ -8,6 +8,7 @@
 // Device cases: 3 warm-up and `iters` samples of kCallsPerSample calls back to back with CUDA events, median. The
 // host case is timed on the wall clock (median of `iters`), the copy's synchronisation included, as a step pays it.
 // One GPU, no MPI.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -45,7 +46,8 @@ void run(int V, int iters) {
   for (int rows : {1, 4, 16}) {
     CudaStream stream;
     const cudaStream_t s = stream.get();
-    DeviceBuffer<unsigned char> scratch(static_cast<int64_t>(gpu::sample_rows_scratch_bytes(rows, V)));
+    DeviceBuffer<unsigned char> scratch(static_cast<int64_t>(
+        std::max(gpu::sample_rows_scratch_bytes(rows, V), gpu::argmax_rows_scratch_bytes(rows, V))));
     const gpu::GpuContext ctx{s, nullptr, scratch.data(), scratch.bytes(), nullptr};
     const DeviceBuffer<bf16> logits = bench::random_device<bf16>(rows * ld, 1, 3.0);
     std::vector<uint64_t> draws(static_cast<size_t>(rows), 17);

@@ -114,9 +114,15 @@ size_t sample_rows_scratch_bytes(int rows, int V) {
   return static_cast<size_t>(rows) * (16 * static_cast<size_t>(sample_chunks(V)) + 8);
 }
 
+int argmax_chunks(int V) { return (V + kArgmaxChunk - 1) / kArgmaxChunk; }
+
+size_t argmax_rows_scratch_bytes(int rows, int V) {
+  return static_cast<size_t>(rows) * 12 * static_cast<size_t>(argmax_chunks(V));
+}
+
 size_t decode_step_scratch_bytes(int max_batch, int NH, int hs, int max_len, int V) {
-  return std::max(decode_attention_at_scratch_bytes(kDecodeSplitMaxRows, NH, hs, max_len),
-                  sample_rows_scratch_bytes(max_batch, V));
+  return std::max({decode_attention_at_scratch_bytes(kDecodeSplitMaxRows, NH, hs, max_len),
+                   sample_rows_scratch_bytes(max_batch, V), argmax_rows_scratch_bytes(max_batch, V)});
 }
 
 }  // namespace st::gpu

@@ -21,6 +21,7 @@
 #include "shardtrain/kernels/gpu/embedding.h"
 #include "shardtrain/kernels/gpu/rope.h"
 #include "shardtrain/kernels/rope.h"
+#include "shardtrain/kernels/scratch_sizes.h"
 
 namespace st {
 namespace {
@@ -219,23 +220,12 @@ TYPED_TEST(DecodeStepGpu, RopeAppendAttendGivesTheBitsOfTheTwoCalls) {
   }
 }
 
-TYPED_TEST(DecodeStepGpu, ArgmaxMatchesTheCpu) {
-  ST_SKIP_WITHOUT_GPU();
-  using T = TypeParam;
-  test::GpuEnv env;
-  const int V = 50257, ld = 50304, rows = 5;
-  std::vector<float> logits = test::random_input<T>(int64_t{rows} * ld, 3300);
-  for (int r = 0; r < rows; ++r) logits[static_cast<size_t>(r * ld + V + 3)] = 100.0f;  // padding, not vocabulary
-  logits[static_cast<size_t>(1 * ld + 17)] = logits[static_cast<size_t>(1 * ld + 40000)] = 50.0f;  // a tie: 17
-  logits[static_cast<size_t>(2 * ld + V - 1)] = 60.0f;                                             // the last id
-  logits[static_cast<size_t>(3 * ld + 123)] = std::numeric_limits<float>::quiet_NaN();
-  logits[static_cast<size_t>(4 * ld + 9)] = -std::numeric_limits<float>::infinity();
+// gpu::argmax_rows's tokens for `logits` [rows, ld] (V of each row the vocabulary), and the CPU's.
+template <typename T>
+void expect_argmax_of_the_cpu(const std::vector<float>& logits, int64_t ld, int rows, int V) {
+  test::GpuEnv env(gpu::argmax_rows_scratch_bytes(rows, V));
   std::vector<int32_t> want(rows);
   argmax_rows(logits.data(), ld, rows, V, want.data());
-  EXPECT_EQ(want[1], 17);
-  EXPECT_EQ(want[2], V - 1);
-  EXPECT_EQ(want[3], -1);
-  EXPECT_EQ(want[4], -1);
   const DeviceBuffer<T> dev = test::to_device<T>(logits);
   DeviceBuffer<int32_t> tokens(rows);
   gpu::argmax_rows<T>(dev.data(), ld, rows, V, tokens.data(), env.ctx);
@@ -243,6 +233,52 @@ TYPED_TEST(DecodeStepGpu, ArgmaxMatchesTheCpu) {
   std::vector<int32_t> got(rows);
   ST_CUDA_CHECK(cudaMemcpy(got.data(), tokens.data(), tokens.bytes(), cudaMemcpyDeviceToHost));
   EXPECT_EQ(got, want);
+}
+
+TYPED_TEST(DecodeStepGpu, ArgmaxMatchesTheCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  const int V = 50257, rows = 5;
+  // Rows padded to 16-byte packs, and rows of V (odd: every row but the first misaligned, read a logit at a time).
+  for (const int ld : {50304, V}) {
+    SCOPED_TRACE(ld);
+    std::vector<float> logits = test::random_input<T>(int64_t{rows} * ld, 3300);
+    if (ld > V)
+      for (int r = 0; r < rows; ++r) logits[static_cast<size_t>(r * ld + V + 3)] = 100.0f;  // padding, not vocabulary
+    logits[static_cast<size_t>(1 * ld + 17)] = logits[static_cast<size_t>(1 * ld + 40000)] = 50.0f;  // a tie: 17
+    logits[static_cast<size_t>(2 * ld + V - 1)] = 60.0f;  // the last id, in the last (partial) chunk
+    logits[static_cast<size_t>(3 * ld + 123)] = std::numeric_limits<float>::quiet_NaN();
+    logits[static_cast<size_t>(4 * ld + 9)] = -std::numeric_limits<float>::infinity();
+    std::vector<int32_t> want(rows);
+    argmax_rows(logits.data(), ld, rows, V, want.data());
+    EXPECT_EQ(want[1], 17);
+    EXPECT_EQ(want[2], V - 1);
+    EXPECT_EQ(want[3], -1);
+    EXPECT_EQ(want[4], -1);
+    expect_argmax_of_the_cpu<T>(logits, ld, rows, V);
+  }
+}
+
+TYPED_TEST(DecodeStepGpu, ArgmaxOfSmallRowsAndTies) {
+  ST_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  // A vocabulary under one chunk, rows of whole packs; row 0: a tie inside a pack (ids 9 and 11); row 1: -0 before +0
+  // as the largest (equal: the lower id); row 2: +0 before -0; row 3: every logit equal (id 0).
+  const int V = 1000, ld = 1024, rows = 4;
+  std::vector<float> logits = test::random_input<T>(int64_t{rows} * ld, 3301, 1.0f, -8.0f);  // below 0 (8 sigma)
+  logits[9] = logits[11] = 4.0f;
+  logits[static_cast<size_t>(ld + 300)] = -0.0f;
+  logits[static_cast<size_t>(ld + 301)] = 0.0f;
+  logits[static_cast<size_t>(2 * ld + 500)] = 0.0f;
+  logits[static_cast<size_t>(2 * ld + 700)] = -0.0f;
+  std::fill(logits.begin() + 3 * ld, logits.begin() + 4 * ld, 0.5f);
+  std::vector<int32_t> want(rows);
+  argmax_rows(logits.data(), ld, rows, V, want.data());
+  EXPECT_EQ(want[0], 9);
+  EXPECT_EQ(want[1], 300);
+  EXPECT_EQ(want[2], 500);
+  EXPECT_EQ(want[3], 0);
+  expect_argmax_of_the_cpu<T>(logits, ld, rows, V);
 }
 
 }  // namespace

@@ -91,8 +91,14 @@ int sample_chunks(int V);
 // candidate (8 bytes).
 size_t sample_rows_scratch_bytes(int rows, int V);
 
+// gpu::argmax_rows's chunks (kernels/gpu/argmax.h): a block takes the best of kArgmaxChunk ids of a row, then a warp
+// the best of the row's chunks. Its scratch: each (row, chunk)'s best (12 bytes).
+inline constexpr int kArgmaxChunk = 2048;
+int argmax_chunks(int V);
+size_t argmax_rows_scratch_bytes(int rows, int V);
+
 // A GPU decoder's kernel scratch for a step of up to max_batch rows: the split-K attention's partials, then, in the
-// same bytes, sample_rows's candidates.
+// same bytes, sample_rows's candidates or argmax_rows's chunks.
 size_t decode_step_scratch_bytes(int max_batch, int NH, int hs, int max_len, int V);
 
 }  // namespace st::gpu
