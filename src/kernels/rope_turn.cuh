@@ -17,8 +17,10 @@ __device__ __forceinline__ void rope_turn(const T* x, int half, const float* c, 
   for (int k = 0; k < kVec; ++k) {
     const float ck = c[k], sk = sign * s[k];
     const float ak = a[k], bk = b[k];
-    a[k] = ak * ck - bk * sk;
-    b[k] = bk * ck + ak * sk;
+    // Each product rounded on its own (no contraction into a fused multiply-add, which the compiler would choose
+    // per kernel): every kernel that turns a head gives the same bits, and the CPU reference's.
+    a[k] = __fsub_rn(__fmul_rn(ak, ck), __fmul_rn(bk, sk));
+    b[k] = __fadd_rn(__fmul_rn(bk, ck), __fmul_rn(ak, sk));
   }
 }
 

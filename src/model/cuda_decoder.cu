@@ -83,13 +83,10 @@ void CudaDecoderBase<T>::forward_batch_next(const int32_t* tokens, const int32_t
   auto step = [&] {
     run(dev, dev + B, n, true);
     if (!stage().last()) return;
-    if (greedy) {
-      gpu::argmax_rows<T>(logits_.data(), config().padded_vocab(), n, V, dev + 2 * B, ctx_);
-      return;
-    }
     gpu::GpuContext c = ctx_;
     c.scratch = scratch_.data();
     c.scratch_bytes = scratch_.bytes();
+    if (greedy) return gpu::argmax_rows<T>(logits_.data(), config().padded_vocab(), n, V, dev + 2 * B, c);
     gpu::sample_rows<T>(logits_.data(), config().padded_vocab(), n, V, draws_dev_.data(), o, dev + 2 * B, c);
   };
   if (stage().split()) {
@@ -175,16 +172,16 @@ void CudaDecoderBase<T>::attend(int layer, T* out, T* qkv, const int32_t* positi
   T* k = k_.data() + at;
   T* v = v_.data() + at;
   const int64_t seq_stride = batch ? seq_elems_ : 0;
-  if (rope_cos != nullptr)
-    gpu::rope_kv_append_at<T>(qkv, k, v, rope_cos, rope_sin, seq_stride, positions, static_cast<int>(n), H, KV, D,
-                              ctx_);
-  else
-    gpu::kv_append_at<T>(k, v, qkv, seq_stride, positions, static_cast<int>(n), H, KV, D, ctx_);
   gpu::GpuContext c = ctx_;  // a step's split-K partials
   c.scratch = scratch_.data();
   c.scratch_bytes = scratch_.bytes();
-  gpu::decode_attention_at<T>(out, qkv, qkv_width_, k, v, seq_stride, positions, static_cast<int>(n), H, KV, D,
-                              cfg.seq_len, c, arrivals_.data());
+  const int rows = static_cast<int>(n);
+  if (rope_cos != nullptr)
+    return gpu::rope_append_attend_at<T>(out, qkv, k, v, rope_cos, rope_sin, seq_stride, positions, rows, H, KV, D,
+                                         cfg.seq_len, c, arrivals_.data());
+  gpu::kv_append_at<T>(k, v, qkv, seq_stride, positions, rows, H, KV, D, ctx_);
+  gpu::decode_attention_at<T>(out, qkv, qkv_width_, k, v, seq_stride, positions, rows, H, KV, D, cfg.seq_len, c,
+                              arrivals_.data());
 }
 
 template <typename T>

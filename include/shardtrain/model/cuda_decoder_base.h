@@ -73,10 +73,11 @@ class CudaDecoderBase : public Decoder {
   // the final norm of x_'s rows [first, first + rows) and the classifier (classify_on_device or
   // rmsnorm_classify_on_device).
   virtual void head(int64_t first, int64_t rows) = 0;
-  // Attention of n fused qkv rows at positions[0 .. n) (device memory): turns their query and key heads by RoPE in
-  // place when given its tables (rope_kv_append_at), appends their keys and values to the cache of the current
-  // sequence (batch: of sequence r for row r), then each row attends to positions 0 .. its own
-  // (decode_attention_at); out [n, NH hs].
+  // Attention of n fused qkv rows at positions[0 .. n) (device memory): turns their query and key heads by RoPE when
+  // given its tables, appends their keys and values to the cache of the current sequence (batch: of sequence r for
+  // row r), then each row attends to positions 0 .. its own; out [n, NH hs]. With RoPE, rope_append_attend_at (one
+  // kernel where each row's only new key is its own, qkv then left unturned); without, kv_append_at and
+  // decode_attention_at.
   void attend(int layer, T* out, T* qkv, const int32_t* positions, int64_t n, bool batch,
               const float* rope_cos = nullptr, const float* rope_sin = nullptr);
   // The classifier over `rows` normalised rows xn [rows, C] with w [Vp, C] into the logits rows on the device; no
@@ -137,8 +138,10 @@ class CudaDecoderBase : public Decoder {
   DeviceBuffer<T> k_, v_, logits_;  // logits_: the last stage's
   PinnedBuffer<T> rows_host_;       // a split's hidden rows on their way between the ranks
   DeviceBuffer<int32_t> tokens_, positions_;
-  DeviceBuffer<unsigned char> scratch_;  // decode_attention_at's split-K partials, then sample_rows's candidates
-  DeviceBuffer<unsigned> arrivals_;      // decode_attention_at's counters of finished splits, zero between calls
+  // The step kernels' scratch, in stream order: the split-K attention's partials, then sample_rows's candidates or
+  // argmax_rows's chunks.
+  DeviceBuffer<unsigned char> scratch_;
+  DeviceBuffer<unsigned> arrivals_;  // the split-K attention's counters of finished splits, zero between calls
 };
 
 }  // namespace st
