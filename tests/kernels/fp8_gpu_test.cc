@@ -95,11 +95,13 @@ std::vector<float> adversarial(int64_t rows, int64_t cols) {
 
 // Both layouts, the scalar kernels (sizes not multiples of 8) and the packed ones (8 elements a thread): the scalar
 // transposed cast runs through 32 x 32 shared-memory tiles (one tile, partial tiles on either side, 513 x 257: 17 x 9
-// tiles, the last ones one row or column wide), the packed one through 64 x 64 tiles (136 x 200: partial on both).
+// tiles, the last ones one row or column wide), the packed one through 64 x 64 tiles (136 x 200: partial on both)
+// where the columns are not whole groups of 16, and through registers where the rows are whole groups of 8 and the
+// columns of 16 (8 x 16: one thread's block; 264 x 144: a 256 x 128 block of threads and partial ones on both sides).
 TEST(Fp8Gpu, CastsEqualTheCpusCodesAndScales) {
   ST_SKIP_WITHOUT_GPU();
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 1}, {1, 70}, {70, 1}, {32, 32}, {7, 33}, {64, 48}, {136, 200}, {513, 257}})
+           {1, 1}, {1, 70}, {70, 1}, {32, 32}, {7, 33}, {64, 48}, {136, 200}, {513, 257}, {8, 16}, {264, 144}})
     for (Fp8Layout l : {Fp8Layout::kRowMajor, Fp8Layout::kTransposed})
       for (Fp8Format f : kFormats)
         for (Fp8Scaling s : kScalings)
@@ -123,10 +125,12 @@ TEST(Fp8Gpu, CastsEqualTheCpusCodesAndScales) {
 // The pair of casts of one matrix (a linear layer's output gradient: row-major for the input gradient, transposed for
 // the weight gradient) equals the CPU's pair, byte for byte: both codes and both inverse scales, for every pairing of
 // groups (alike: one pass for the maxima; tensorwise x rowwise and per row x per column: one each) and of formats,
-// through the one-read tile kernel (multiples of 8, partial 64 x 64 tiles) and the fallback (odd shapes).
+// through the one-read kernels (in registers: rows in 8s, columns in 16s; else 64 x 64 tiles, partial ones: multiples
+// of 8) and the fallback (odd shapes).
 TEST(Fp8Gpu, PairedCastsEqualTheCpusPair) {
   ST_SKIP_WITHOUT_GPU();
-  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{8, 8}, {136, 200}, {7, 33}, {40, 24}})
+  for (const auto& [rows, cols] :
+       std::vector<std::pair<int64_t, int64_t>>{{8, 8}, {136, 200}, {7, 33}, {40, 24}, {8, 16}, {264, 144}})
     for (Fp8Scaling sa : kScalings)
       for (Fp8Scaling sb : kScalings)
         for (Fp8Format fb : kFormats) {
@@ -186,7 +190,7 @@ TEST(Fp8Gpu, PairedCastsEqualTheCpusPair) {
 // taken once serve both).
 TEST(Fp8Gpu, MaximaTakenOnceCastBothLayoutsAsTheCpuDoes) {
   ST_SKIP_WITHOUT_GPU();
-  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 33}, {136, 200}})
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 33}, {136, 200}, {264, 144}})
     for (Fp8Scaling s : kScalings) {
       SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " scaling " << static_cast<int>(s));
       const std::vector<float> x = rows >= 4 ? adversarial(rows, cols) : test::random_input<float>(rows * cols, 2);
