@@ -225,7 +225,7 @@ TEST(Fp8Gpu, MaximaTakenOnceCastBothLayoutsAsTheCpuDoes) {
 
 TEST(Fp8Gpu, AsyncCastsEqualTheWaitingOnesOnFiniteInput) {
   ST_SKIP_WITHOUT_GPU();
-  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 33}, {130, 96}})
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 33}, {130, 96}, {136, 144}})
     for (Fp8Layout layout : {Fp8Layout::kRowMajor, Fp8Layout::kTransposed})
       for (Fp8Scaling s : kScalings) {
         SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " scaling " << static_cast<int>(s)
@@ -244,32 +244,33 @@ TEST(Fp8Gpu, AsyncCastsEqualTheWaitingOnesOnFiniteInput) {
 // with that element zeroed (the element leaves no trace in their scales).
 TEST(Fp8Gpu, AsyncCastsTurnTheGroupOfANonFiniteElementIntoNaNs) {
   ST_SKIP_WITHOUT_GPU();
-  const int64_t rows = 40, cols = 24, bad_r = 5, bad_c = 17;
-  for (float bad : {NAN, INFINITY, -INFINITY})
-    for (Fp8Scaling s : kScalings)
-      for (Fp8Layout layout : {Fp8Layout::kRowMajor, Fp8Layout::kTransposed}) {
-        SCOPED_TRACE(::testing::Message() << bad << " scaling " << static_cast<int>(s)
-                                          << (layout == Fp8Layout::kTransposed ? " transposed" : ""));
-        std::vector<float> x = test::random_input<float>(rows * cols, 8);
-        x[static_cast<size_t>(bad_r * cols + bad_c)] = 0.0f;
-        const Casted clean = cpu_cast(x, rows, cols, Fp8Format::kE4M3, s, false, layout);
-        x[static_cast<size_t>(bad_r * cols + bad_c)] = bad;
-        const Casted got = gpu_cast<float>(x, rows, cols, Fp8Format::kE4M3, s, false, layout, Form::kAsync);
-        const int64_t bad_group = fp8_group(s, bad_r, bad_c);
-        int64_t wrong = 0;
-        for (int64_t g = 0; g < static_cast<int64_t>(got.inverse.size()); ++g) {
-          const float inv = got.inverse[static_cast<size_t>(g)];
-          wrong +=
-              g == bad_group ? !std::isnan(inv) : std::memcmp(&inv, &clean.inverse[static_cast<size_t>(g)], 4) != 0;
-        }
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < cols; ++c) {
-            const size_t at = static_cast<size_t>(layout == Fp8Layout::kTransposed ? c * rows + r : r * cols + c);
-            wrong += fp8_group(s, r, c) == bad_group ? !std::isnan(fp8_decode(got.q[at], Fp8Format::kE4M3))
-                                                     : got.q[at] != clean.q[at];
+  const int64_t rows = 40, bad_r = 5, bad_c = 17;
+  for (const int64_t cols : {24, 32})  // the transposed cast through 64 x 64 tiles, then through registers
+    for (float bad : {NAN, INFINITY, -INFINITY})
+      for (Fp8Scaling s : kScalings)
+        for (Fp8Layout layout : {Fp8Layout::kRowMajor, Fp8Layout::kTransposed}) {
+          SCOPED_TRACE(::testing::Message() << cols << " columns, " << bad << " scaling " << static_cast<int>(s)
+                                            << (layout == Fp8Layout::kTransposed ? " transposed" : ""));
+          std::vector<float> x = test::random_input<float>(rows * cols, 8);
+          x[static_cast<size_t>(bad_r * cols + bad_c)] = 0.0f;
+          const Casted clean = cpu_cast(x, rows, cols, Fp8Format::kE4M3, s, false, layout);
+          x[static_cast<size_t>(bad_r * cols + bad_c)] = bad;
+          const Casted got = gpu_cast<float>(x, rows, cols, Fp8Format::kE4M3, s, false, layout, Form::kAsync);
+          const int64_t bad_group = fp8_group(s, bad_r, bad_c);
+          int64_t wrong = 0;
+          for (int64_t g = 0; g < static_cast<int64_t>(got.inverse.size()); ++g) {
+            const float inv = got.inverse[static_cast<size_t>(g)];
+            wrong +=
+                g == bad_group ? !std::isnan(inv) : std::memcmp(&inv, &clean.inverse[static_cast<size_t>(g)], 4) != 0;
           }
-        EXPECT_EQ(wrong, 0);
-      }
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) {
+              const size_t at = static_cast<size_t>(layout == Fp8Layout::kTransposed ? c * rows + r : r * cols + c);
+              wrong += fp8_group(s, r, c) == bad_group ? !std::isnan(fp8_decode(got.q[at], Fp8Format::kE4M3))
+                                                       : got.q[at] != clean.q[at];
+            }
+          EXPECT_EQ(wrong, 0);
+        }
 }
 
 TEST(Fp8Gpu, TheFirstNonFiniteElementIsRefusedAsTheCpuRefusesIt) {
