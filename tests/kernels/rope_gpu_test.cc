@@ -14,7 +14,6 @@
 namespace st {
 namespace {
 
-using test::close;
 using test::kTol;
 using test::to_device;
 
@@ -79,9 +78,8 @@ template <typename T>
 class RopeGpuTest : public ::testing::Test {};
 TYPED_TEST_SUITE(RopeGpuTest, test::ActivationTypes, test::ActivationNames);
 
-// Tolerances (kTol, gpu_kernel_test.h): each output is x cos - y sin (or its transpose) of the same operands in fp32
-// on both sides, so fp32 outputs differ by an ulp or two (a fused multiply-add on the device); bf16 and fp16 outputs
-// are that value rounded once to T, a relative 2^-9 or 2^-12 at most, within 1e-2.
+// Each output is x cos - y sin (or its transpose) of the same operands in fp32 on both sides, each product rounded on
+// its own (no fused multiply-add on either side), then rounded once to T: the CPU's values rounded to T, bit for bit.
 // Both directions, in place; the value heads, which neither may touch, keep their bits.
 TYPED_TEST(RopeGpuTest, ForwardAndBackwardMatchCpu) {
   ST_SKIP_WITHOUT_GPU();
@@ -93,7 +91,7 @@ TYPED_TEST(RopeGpuTest, ForwardAndBackwardMatchCpu) {
                                         << (dir == Direction::kForward ? " forward" : " backward"));
       const Problem<T> p(s);
       const auto [want, got] = rotate_both(s, p, dir);
-      EXPECT_TRUE(close(got, want, kTol<T>));
+      EXPECT_TRUE(test::bitwise_equal(got, test::round_through<T>(want)));
       EXPECT_TRUE(test::bitwise_equal(value_heads(got, s), value_heads(p.qkv, s))) << "value heads";
     }
   }
