@@ -319,8 +319,11 @@ __global__ void __launch_bounds__(kTurnWarps* kWarpSize)
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTurnBlockRows + int64_t{lane} * kTurnRows;
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kTurnBlockCols + int64_t{warp} * kTurnCols;
   if (r0 >= rows || c0 >= cols) return;  // rows % kTurnRows == 0 and cols % kTurnCols == 0: a block is whole or absent
-  // lo[h][i], hi[h][i]: codes 0-3 and 4-7 of row r0 + i's columns c0 + 8h on.
+  // lo[h][i], hi[h][i]: codes 0-3 and 4-7 of row r0 + i's columns c0 + 8h on; rc[h][i]: the same in `row`'s cast.
+  // Every read comes before any write, so that the compiler may issue all sixteen at once (a write through the codes'
+  // byte pointers could otherwise alias what a later read reads).
   unsigned lo[2][kTurnRows], hi[2][kTurnRows];
+  uint2 rc[2][kTurnRows];
 #pragma unroll
   for (int i = 0; i < kTurnRows; ++i) {
 #pragma unroll
@@ -333,9 +336,17 @@ __global__ void __launch_bounds__(kTurnWarps* kWarpSize)
       memcpy(&u, &codes, sizeof(u));
       lo[h][i] = u.x;
       hi[h][i] = u.y;
-      if (row.q != nullptr)
-        *reinterpret_cast<Pack<uint8_t, kVec>*>(row.q + r * cols + c) = encode_pack<kVec>(v, r, c, row);
+      if (row.q != nullptr) {
+        const Pack<uint8_t, kVec> row_codes = encode_pack<kVec>(v, r, c, row);
+        memcpy(&rc[h][i], &row_codes, sizeof(uint2));
+      }
     }
+  }
+  if (row.q != nullptr) {
+#pragma unroll
+    for (int i = 0; i < kTurnRows; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) *reinterpret_cast<uint2*>(row.q + (r0 + i) * cols + c0 + h * kVec) = rc[h][i];
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
