@@ -1,5 +1,6 @@
 #include "shardtrain/kernels/gpu/argmax.h"
 
+#include "candidates.cuh"
 #include "gpu_pack.cuh"
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/scratch_sizes.h"
@@ -10,43 +11,21 @@ using namespace kernels_internal;  // gpu_pack.cuh
 
 namespace {
 
-constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kThreads = 256;
 static_assert(kArgmaxChunk % (16 / sizeof(float)) == 0 && kArgmaxChunk % (16 / sizeof(bf16)) == 0,
               "a chunk holds whole packs");
-
-// The best logit of a chunk (id V: none yet), and whether the chunk holds a non-finite one.
-struct Best {
-  float value;
-  int32_t id;
-  int32_t bad;
-};
+using Best = Candidate<float>;
 static_assert(sizeof(Best) == 12, "argmax_rows_scratch_bytes counts 12 bytes a chunk");
-
-// (value, id) pairs: the larger value wins, then the lower id.
-__device__ __forceinline__ bool better(float v, int i, float best, int best_i) {
-  return v > best || (v == best && i < best_i);
-}
-
-__device__ __forceinline__ void warp_best(float* value, int* id) {
-  for (int off = kWarpSize / 2; off > 0; off /= 2) {
-    const float v = __shfl_xor_sync(kFullMask, *value, off);
-    const int i = __shfl_xor_sync(kFullMask, *id, off);
-    if (better(v, i, *value, *id)) *value = v, *id = i;
-  }
-}
 
 __device__ __forceinline__ void take(float v, int i, float* best, int* best_i, int* bad) {
   if (!isfinite(v)) *bad = 1;
-  if (better(v, i, *best, *best_i)) *best = v, *best_i = i;
+  if (better_candidate(v, i, *best, *best_i)) *best = v, *best_i = i;
 }
 
 // Block (chunk c, row r): the best of ids [c kArgmaxChunk, (c + 1) kArgmaxChunk) of row r into part[r chunks + c],
 // read in packs of kVec (rows 16-byte aligned; else kVec 1).
 template <int kVec, typename T>
 __global__ void __launch_bounds__(kThreads) chunk_kernel(const T* logits, int64_t ld, int V, Best* part, int chunks) {
-  __shared__ float values[kThreads / kWarpSize];
-  __shared__ int ids[kThreads / kWarpSize];
   allow_dependents();
   wait_for_predecessor();  // launched by launch_after_predecessor
   const int r = static_cast<int>(blockIdx.y), c = static_cast<int>(blockIdx.x);
@@ -63,32 +42,7 @@ __global__ void __launch_bounds__(kThreads) chunk_kernel(const T* logits, int64_
       for (int j = i; j < end; ++j) take(to_f32(row[j]), j, &best, &best_id, &bad);
     }
   }
-  bad = __syncthreads_or(bad);
-  warp_best(&best, &best_id);
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  if (lane == 0) values[warp] = best, ids[warp] = best_id;
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  for (int w = 1; w < kThreads / kWarpSize; ++w)
-    if (better(values[w], ids[w], best, best_id)) best = values[w], best_id = ids[w];
-  part[r * chunks + c] = Best{best, best_id, bad};
-}
-
-// One warp per row: the best of the row's chunks, or -1 when one saw a non-finite logit.
-__global__ void finish_kernel(const Best* part, int chunks, int V, int32_t* tokens) {
-  allow_dependents();
-  wait_for_predecessor();  // launched by launch_after_predecessor
-  const int r = static_cast<int>(blockIdx.x), lane = static_cast<int>(threadIdx.x);
-  float best = -INFINITY;
-  int best_id = V, bad = 0;
-  for (int c = lane; c < chunks; c += kWarpSize) {
-    const Best b = part[r * chunks + c];
-    bad |= b.bad;
-    if (better(b.value, b.id, best, best_id)) best = b.value, best_id = b.id;
-  }
-  bad = __any_sync(kFullMask, bad != 0) ? 1 : 0;
-  warp_best(&best, &best_id);
-  if (lane == 0) tokens[r] = bad != 0 ? -1 : best_id;
+  block_best<kThreads>(best, best_id, bad, part + r * chunks + c);
 }
 
 }  // namespace
@@ -109,8 +63,8 @@ void argmax_rows(const T* logits, int64_t ld, int rows, int V, int32_t* tokens, 
                              dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(rows)), dim3(kThreads), 0,
                              ctx.stream, logits, ld, V, part, chunks);
   });
-  launch_after_predecessor(finish_kernel, dim3(static_cast<unsigned>(rows)), dim3(kWarpSize), 0, ctx.stream, part,
-                           chunks, V, tokens);
+  launch_after_predecessor(best_of_chunks_kernel<float>, dim3(static_cast<unsigned>(rows)), dim3(kWarpSize), 0,
+                           ctx.stream, part, chunks, V, tokens);
 }
 
 template void argmax_rows<float>(const float*, int64_t, int, int, int32_t*, const GpuContext&);

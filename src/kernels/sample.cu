@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cub/block/block_scan.cuh>
 
+#include "candidates.cuh"
 #include "gpu_pack.cuh"
 #include "sample_noise.h"
 #include "shardtrain/core/error.h"
@@ -27,12 +28,7 @@ struct Pivot {
   uint32_t key;
   int32_t id;
 };
-// The best candidate of a chunk (id V: none), and whether the chunk holds a non-finite logit.
-struct Best {
-  double score;
-  int32_t id;
-  int32_t bad;
-};
+using Best = Candidate<double>;  // a chunk's best (candidates.cuh)
 static_assert(sizeof(Best) == 16 && sizeof(Pivot) == 8, "sample_rows_scratch_bytes counts 16 and 8 bytes");
 
 // Adds one to hist[digit] for each lane with `in`, one shared atomic per distinct digit of the warp: a row's logits
@@ -155,23 +151,12 @@ __global__ void __launch_bounds__(kSelectThreads)
   }
 }
 
-// The better of two candidates, (score, id) in lanes' registers.
-__device__ __forceinline__ void warp_best(double* score, int* id) {
-  for (int off = kWarpSize / 2; off > 0; off /= 2) {
-    const double s = __shfl_xor_sync(kFullMask, *score, off);
-    const int i = __shfl_xor_sync(kFullMask, *id, off);
-    if (sample_better(s, i, *score, *id)) *score = s, *id = i;
-  }
-}
-
 // Block (chunk c, row r): the best candidate of ids [c kSampleChunk, (c + 1) kSampleChunk) of row r into
 // part[r chunks + c]. pivots null: every id is a candidate.
 template <typename T>
 __global__ void __launch_bounds__(kScoreThreads)
     score_kernel(const T* logits, int64_t ld, int V, const uint64_t* draws, double temperature, uint64_t seed,
                  const Pivot* pivots, Best* part, int chunks) {
-  __shared__ double scores[kScoreThreads / kWarpSize];
-  __shared__ int ids[kScoreThreads / kWarpSize];
   const int r = static_cast<int>(blockIdx.y), c = static_cast<int>(blockIdx.x);
   const T* row = logits + r * ld;
   const uint64_t first = draws[r] * static_cast<uint64_t>(V);
@@ -193,30 +178,7 @@ __global__ void __launch_bounds__(kScoreThreads)
     const double score = sample_score(v, temperature, seed, first + static_cast<uint64_t>(i));
     if (sample_better(score, i, best, best_id)) best = score, best_id = i;
   }
-  bad = __syncthreads_or(bad);
-  warp_best(&best, &best_id);
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  if (lane == 0) scores[warp] = best, ids[warp] = best_id;
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  for (int w = 1; w < kScoreThreads / kWarpSize; ++w)
-    if (sample_better(scores[w], ids[w], best, best_id)) best = scores[w], best_id = ids[w];
-  part[r * chunks + c] = Best{best, best_id, bad};
-}
-
-// One warp per row: the best of the row's chunks, or -1 when one saw a non-finite logit.
-__global__ void finish_kernel(const Best* part, int chunks, int V, int32_t* tokens) {
-  const int r = static_cast<int>(blockIdx.x), lane = static_cast<int>(threadIdx.x);
-  double best = -INFINITY;
-  int best_id = V, bad = 0;
-  for (int c = lane; c < chunks; c += kWarpSize) {
-    const Best b = part[r * chunks + c];
-    bad |= b.bad;
-    if (sample_better(b.score, b.id, best, best_id)) best = b.score, best_id = b.id;
-  }
-  bad = __any_sync(kFullMask, bad != 0) ? 1 : 0;
-  warp_best(&best, &best_id);
-  if (lane == 0) tokens[r] = bad != 0 ? -1 : best_id;
+  block_best<kScoreThreads>(best, best_id, bad, part + r * chunks + c);
 }
 
 }  // namespace
@@ -245,7 +207,7 @@ void sample_rows(const T* logits, int64_t ld, int rows, int V, const uint64_t* d
   }
   score_kernel<T><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(rows)), kScoreThreads, 0, ctx.stream>>>(
       logits, ld, V, draws, o.temperature, o.seed, pivots, part, chunks);
-  finish_kernel<<<static_cast<unsigned>(rows), kWarpSize, 0, ctx.stream>>>(part, chunks, V, tokens);
+  best_of_chunks_kernel<double><<<static_cast<unsigned>(rows), kWarpSize, 0, ctx.stream>>>(part, chunks, V, tokens);
   ST_CUDA_CHECK_LAUNCH();
 }
 

@@ -83,9 +83,7 @@ void CudaDecoderBase<T>::forward_batch_next(const int32_t* tokens, const int32_t
   auto step = [&] {
     run(dev, dev + B, n, true);
     if (!stage().last()) return;
-    gpu::GpuContext c = ctx_;
-    c.scratch = scratch_.data();
-    c.scratch_bytes = scratch_.bytes();
+    const gpu::GpuContext c = step_context();
     if (greedy) return gpu::argmax_rows<T>(logits_.data(), config().padded_vocab(), n, V, dev + 2 * B, c);
     gpu::sample_rows<T>(logits_.data(), config().padded_vocab(), n, V, draws_dev_.data(), o, dev + 2 * B, c);
   };
@@ -162,6 +160,14 @@ void CudaDecoderBase<T>::run(const int32_t* tokens, const int32_t* positions, in
 }
 
 template <typename T>
+gpu::GpuContext CudaDecoderBase<T>::step_context() const {
+  gpu::GpuContext c = ctx_;
+  c.scratch = scratch_.data();
+  c.scratch_bytes = scratch_.bytes();
+  return c;
+}
+
+template <typename T>
 void CudaDecoderBase<T>::attend(int layer, T* out, T* qkv, const int32_t* positions, int64_t n, bool batch,
                                 const float* rope_cos, const float* rope_sin) {
   const ModelConfig& cfg = config();
@@ -172,9 +178,7 @@ void CudaDecoderBase<T>::attend(int layer, T* out, T* qkv, const int32_t* positi
   T* k = k_.data() + at;
   T* v = v_.data() + at;
   const int64_t seq_stride = batch ? seq_elems_ : 0;
-  gpu::GpuContext c = ctx_;  // a step's split-K partials
-  c.scratch = scratch_.data();
-  c.scratch_bytes = scratch_.bytes();
+  const gpu::GpuContext c = step_context();
   const int rows = static_cast<int>(n);
   if (rope_cos != nullptr)
     return gpu::rope_append_attend_at<T>(out, qkv, k, v, rope_cos, rope_sin, seq_stride, positions, rows, H, KV, D,

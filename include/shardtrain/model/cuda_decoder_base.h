@@ -80,6 +80,8 @@ class CudaDecoderBase : public Decoder {
   // decode_attention_at.
   void attend(int layer, T* out, T* qkv, const int32_t* positions, int64_t n, bool batch,
               const float* rope_cos = nullptr, const float* rope_sin = nullptr);
+  // ctx_ with the step kernels' scratch (scratch_).
+  gpu::GpuContext step_context() const;
   // The classifier over `rows` normalised rows xn [rows, C] with w [Vp, C] into the logits rows on the device; no
   // synchronisation.
   void classify_on_device(const T* xn, const T* w, int64_t rows = 1);
