@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstring>
 
 #include "gpu_pack.cuh"
 
@@ -236,13 +235,13 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// The transposed cast, t.q[c * rows + r] = code of x[r, c], through a tile in shared memory so that both the reads of x
-// and the writes of the codes run along consecutive addresses: a block reads the tile's rows of x, stores each code at
-// [column][row], and writes the tile's rows of the codes. Tiles run along x's rows in blockIdx.x (the long dimension:
-// tokens) and along its columns in blockIdx.y; for the shapes cast_turned_kernel (below) does not take. Scalar: 32 x 32
-// tiles, a thread an element. Packed (rows and columns multiples of 8): 64 x 64 tiles, a thread reading 8 elements of a
-// row of x and writing 8 codes of a row of t; with a second cast `row` (row.q not null) it also writes those 8
-// elements' codes in x's layout, so that one read of x gives both casts (fp8_quantize_pair).
+// The transposed cast, t.q[c * rows + r] = code of x[r, c], through a tile in shared memory so that both the reads of
+// x and the writes of the codes run along consecutive addresses: a block reads the tile's rows of x, stores each code
+// at [column][row], and writes the tile's rows of the codes. Tiles run along x's rows in blockIdx.x (the long
+// dimension: tokens) and along its columns in blockIdx.y. Scalar: 32 x 32 tiles, a thread an element. Packed (rows
+// and columns multiples of 8): 64 x 64 tiles, a thread reading 8 elements of a row of x and writing 8 codes of a row
+// of t; with a second cast `row` (row.q not null) it also writes those 8 elements' codes in x's layout, so that one
+// read of x gives both casts (fp8_quantize_pair).
 constexpr int kTile = 32, kTileRows = 8, kWideTile = 64;
 
 template <typename T>
@@ -290,88 +289,6 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < kVec; ++k) out.v[k] = tile[j][lane8 * kVec + k];
     *reinterpret_cast<Pack<uint8_t, kVec>*>(t.q + cc * rows + r) = out;
   }
-}
-
-// The transposed cast without shared memory, where x's rows are whole groups of 8 and its columns of 16 (the token
-// and channel counts of a model's layers): a thread casts an 8-row x 16-column block of x (kVec elements a read),
-// turns its codes over as two 8 x 8 byte blocks in registers (byte permutes), and writes 16 runs of 8 codes into t's
-// rows. A warp's lanes take consecutive 8-row groups, so that each of its writes covers 256 consecutive bytes of a row
-// of t; a block's warps take consecutive 16-column groups of the same rows. With a second cast `row` (row.q not null)
-// it also writes the block's codes in x's layout (fp8_quantize_pair). The codes are the tile kernels' (encode_pack).
-constexpr int kTurnRows = 8, kTurnCols = 16, kTurnWarps = 8;
-constexpr int64_t kTurnBlockRows = int64_t{kWarpSize} * kTurnRows, kTurnBlockCols = int64_t{kTurnWarps} * kTurnCols;
-static_assert(kTurnCols == 2 * kVec, "a row of a thread's block is two packs");
-
-// Four rows of four bytes (a word each) turned over: word i then holds byte i of each row, the first row's lowest.
-__device__ __forceinline__ void turn4(unsigned& w0, unsigned& w1, unsigned& w2, unsigned& w3) {
-  const unsigned t0 = __byte_perm(w0, w1, 0x5140), t1 = __byte_perm(w0, w1, 0x7362);  // a0 b0 a1 b1, a2 b2 a3 b3
-  const unsigned t2 = __byte_perm(w2, w3, 0x5140), t3 = __byte_perm(w2, w3, 0x7362);  // c0 d0 c1 d1, c2 d2 c3 d3
-  w0 = __byte_perm(t0, t2, 0x5410);                                                   // a0 b0 c0 d0
-  w1 = __byte_perm(t0, t2, 0x7632);                                                   // a1 b1 c1 d1
-  w2 = __byte_perm(t1, t3, 0x5410);                                                   // a2 b2 c2 d2
-  w3 = __byte_perm(t1, t3, 0x7632);                                                   // a3 b3 c3 d3
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kTurnWarps* kWarpSize)
-    cast_turned_kernel(const T* x, int64_t rows, int64_t cols, Codes t, Codes row) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTurnBlockRows + int64_t{lane} * kTurnRows;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kTurnBlockCols + int64_t{warp} * kTurnCols;
-  if (r0 >= rows || c0 >= cols) return;  // rows % kTurnRows == 0 and cols % kTurnCols == 0: a block is whole or absent
-  // lo[h][i], hi[h][i]: codes 0-3 and 4-7 of row r0 + i's columns c0 + 8h on; rc[h][i]: the same in `row`'s cast.
-  // Every read comes before any write, so that the compiler may issue all sixteen at once (a write through the codes'
-  // byte pointers could otherwise alias what a later read reads).
-  unsigned lo[2][kTurnRows], hi[2][kTurnRows];
-  uint2 rc[2][kTurnRows];
-#pragma unroll
-  for (int i = 0; i < kTurnRows; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t r = r0 + i, c = c0 + h * kVec;
-      float v[kVec];
-      load<kVec>(x + r * cols + c, v);
-      const Pack<uint8_t, kVec> codes = encode_pack<kVec>(v, r, c, t);
-      uint2 u;
-      memcpy(&u, &codes, sizeof(u));
-      lo[h][i] = u.x;
-      hi[h][i] = u.y;
-      if (row.q != nullptr) {
-        const Pack<uint8_t, kVec> row_codes = encode_pack<kVec>(v, r, c, row);
-        memcpy(&rc[h][i], &row_codes, sizeof(uint2));
-      }
-    }
-  }
-  if (row.q != nullptr) {
-#pragma unroll
-    for (int i = 0; i < kTurnRows; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) *reinterpret_cast<uint2*>(row.q + (r0 + i) * cols + c0 + h * kVec) = rc[h][i];
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    turn4(lo[h][0], lo[h][1], lo[h][2], lo[h][3]);  // lo[h][k]: column c0 + 8h + k of rows r0 .. r0 + 3
-    turn4(lo[h][4], lo[h][5], lo[h][6], lo[h][7]);  // lo[h][4 + k]: of rows r0 + 4 .. r0 + 7
-    turn4(hi[h][0], hi[h][1], hi[h][2], hi[h][3]);  // hi: columns c0 + 8h + 4 + k
-    turn4(hi[h][4], hi[h][5], hi[h][6], hi[h][7]);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int64_t c = c0 + h * kVec + k;
-      *reinterpret_cast<uint2*>(t.q + c * rows + r0) = make_uint2(lo[h][k], lo[h][4 + k]);
-      *reinterpret_cast<uint2*>(t.q + (c + 4) * rows + r0) = make_uint2(hi[h][k], hi[h][4 + k]);
-    }
-  }
-}
-
-// Whether cast_turned_kernel serves a packed transposed cast of x [rows, cols].
-bool turned_ok(int64_t rows, int64_t cols) { return rows % kTurnRows == 0 && cols % kTurnCols == 0; }
-
-dim3 turned_grid(int64_t rows, int64_t cols) {
-  const int64_t row_blocks = (rows + kTurnBlockRows - 1) / kTurnBlockRows;
-  const int64_t col_blocks = (cols + kTurnBlockCols - 1) / kTurnBlockCols;
-  ST_CHECK(row_blocks <= INT_MAX && col_blocks <= 65535, "gpu::fp8_quantize_matrix: ", rows, " x ", cols,
-           " is too large to transpose");
-  return dim3(static_cast<unsigned>(row_blocks), static_cast<unsigned>(col_blocks));
 }
 
 // Scratch as fp8_quantize_scratch_bytes lays it out.
@@ -458,9 +375,6 @@ void enqueue_codes(const T* x, int64_t rows, int64_t cols, Fp8Layout layout, boo
       cast_kernel<T, kVec><<<grid_for(n / kVec, kThreads), kThreads, 0, ctx.stream>>>(x, rows, cols, o);
     else
       cast_kernel<T, 1><<<grid_for(n, kThreads), kThreads, 0, ctx.stream>>>(x, rows, cols, o);
-  } else if (packed && turned_ok(rows, cols)) {
-    cast_turned_kernel<T><<<turned_grid(rows, cols), kTurnWarps * kWarpSize, 0, ctx.stream>>>(
-        x, rows, cols, o, Codes{o.s, nullptr, o.format, nullptr});
   } else if (packed && rows % kVec == 0) {  // the codes' rows (x's columns) whole packs too
     cast_transposed_packed_kernel<T><<<tile_grid(rows, cols, kWideTile), kThreads, 0, ctx.stream>>>(
         x, rows, cols, o, Codes{o.s, nullptr, o.format, nullptr});
@@ -513,10 +427,7 @@ void enqueue_pair(const T* x, int64_t rows, int64_t cols, bool power_of_2, const
   enqueue_scales(amax_b, gb, transposed.format, power_of_2, s.scale + ga, transposed.inverse_scales, ctx);
   const Codes a{row_major.scaling, s.scale, interpretation(row_major.format), row_major.q};
   const Codes b{transposed.scaling, s.scale + ga, interpretation(transposed.format), transposed.q};
-  if (packed && turned_ok(rows, cols)) {  // one read of x for both
-    cast_turned_kernel<T><<<turned_grid(rows, cols), kTurnWarps * kWarpSize, 0, ctx.stream>>>(x, rows, cols, b, a);
-    ST_CUDA_CHECK_LAUNCH();
-  } else if (packed) {
+  if (packed) {  // one read of x for both
     cast_transposed_packed_kernel<T>
         <<<tile_grid(rows, cols, kWideTile), kThreads, 0, ctx.stream>>>(x, rows, cols, b, a);
     ST_CUDA_CHECK_LAUNCH();

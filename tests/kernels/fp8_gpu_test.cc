@@ -95,9 +95,8 @@ std::vector<float> adversarial(int64_t rows, int64_t cols) {
 
 // Both layouts, the scalar kernels (sizes not multiples of 8) and the packed ones (8 elements a thread): the scalar
 // transposed cast runs through 32 x 32 shared-memory tiles (one tile, partial tiles on either side, 513 x 257: 17 x 9
-// tiles, the last ones one row or column wide), the packed one through 64 x 64 tiles (136 x 200: partial on both)
-// where the columns are not whole groups of 16, and through registers where the rows are whole groups of 8 and the
-// columns of 16 (8 x 16: one thread's block; 264 x 144: a 256 x 128 block of threads and partial ones on both sides).
+// tiles, the last ones one row or column wide), the packed one through 64 x 64 tiles (136 x 200: partial on both;
+// 8 x 16: one partial tile; 264 x 144: 5 x 3 tiles, the last ones partial).
 TEST(Fp8Gpu, CastsEqualTheCpusCodesAndScales) {
   ST_SKIP_WITHOUT_GPU();
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
@@ -125,8 +124,7 @@ TEST(Fp8Gpu, CastsEqualTheCpusCodesAndScales) {
 // The pair of casts of one matrix (a linear layer's output gradient: row-major for the input gradient, transposed for
 // the weight gradient) equals the CPU's pair, byte for byte: both codes and both inverse scales, for every pairing of
 // groups (alike: one pass for the maxima; tensorwise x rowwise and per row x per column: one each) and of formats,
-// through the one-read kernels (in registers: rows in 8s, columns in 16s; else 64 x 64 tiles, partial ones: multiples
-// of 8) and the fallback (odd shapes).
+// through the one-read kernel (64 x 64 tiles, partial ones: multiples of 8) and the fallback (odd shapes).
 TEST(Fp8Gpu, PairedCastsEqualTheCpusPair) {
   ST_SKIP_WITHOUT_GPU();
   for (const auto& [rows, cols] :
@@ -245,7 +243,7 @@ TEST(Fp8Gpu, AsyncCastsEqualTheWaitingOnesOnFiniteInput) {
 TEST(Fp8Gpu, AsyncCastsTurnTheGroupOfANonFiniteElementIntoNaNs) {
   ST_SKIP_WITHOUT_GPU();
   const int64_t rows = 40, bad_r = 5, bad_c = 17;
-  for (const int64_t cols : {24, 32})  // the transposed cast through 64 x 64 tiles, then through registers
+  for (const int64_t cols : {24, 32})  // the transposed cast through a partial 64 x 64 tile, two widths
     for (float bad : {NAN, INFINITY, -INFINITY})
       for (Fp8Scaling s : kScalings)
         for (Fp8Layout layout : {Fp8Layout::kRowMajor, Fp8Layout::kTransposed}) {

@@ -52,7 +52,7 @@ void fp8_quantize_with_maxima_async(const T* x, int64_t rows, int64_t cols, Fp8F
                                     float* inverse_scales, const GpuContext& ctx);
 
 // st::fp8_quantize_pair's two casts, launched on ctx.stream as fp8_quantize_matrix_async is (no wait; a non-finite
-// element gives NaN codes and scales), from one read of x where rows and columns are multiples of 8: each block of x
+// element gives NaN codes and scales), from one read of x where rows and columns are multiples of 8: each tile of x
 // gives both codes. The groups' maxima are one pass over x when both casts group alike, one each otherwise. Needs
 // fp8_quantize_scratch_bytes(both casts' groups together) of ctx.scratch.
 template <typename T>
