@@ -11,8 +11,9 @@ namespace {
 
 template <typename T, typename Model>
 std::unique_ptr<CudaUnitModel<T>> make(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
-                                       const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward) {
-  return std::make_unique<Model>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward);
+                                       const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward,
+                                       const Fp8Policy& fp8) {
+  return std::make_unique<Model>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward, fp8);
 }
 
 template <typename T, typename D>

@@ -37,7 +37,8 @@ int64_t cuda_lm_io_device_bytes(const ModelConfig& cfg, int64_t max_batch, int64
   return logits + BT * 4 + 2 * BT * 4 + 8;  // + the losses; tokens and targets; their sum
 }
 
-LlamaActivationSizes::LlamaActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute)
+LlamaActivationSizes::LlamaActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute,
+                                           const Fp8Policy& fp8)
     : B(max_batch),
       T(cfg.seq_len),
       BT(max_batch * cfg.seq_len),
@@ -47,7 +48,14 @@ LlamaActivationSizes::LlamaActivationSizes(const ModelConfig& cfg, int64_t max_b
       NH(cfg.n_head),
       blocks(kept_blocks(cfg, recompute)),
       layers(cfg.n_layer),
-      lora(lora_activation_elems(cfg, BT, blocks)) {}
+      lora(lora_activation_elems(cfg, BT, blocks)) {
+  for (const LinearShape& l : block_linear_shapes(cfg)) {
+    if (!fp8_input_codes(cfg, fp8, l)) continue;
+    if (l.weight == "attn.qkv.weight") coded_qkv = true;
+    if (l.weight == "mlp.gate_up.weight") coded_gate_up = true;
+    if (l.weight == "mlp.down.weight") coded_down = true;
+  }
+}
 
 int64_t LlamaActivationSizes::elems() const {
   return blocks * block_elems() + layers * BT * C + BT * C + 4 * BT * C + BT * QKV + 3 * BT * F + lora;
@@ -78,12 +86,12 @@ int64_t gpt_block_column_sums_bytes(int64_t BT, int C) {
 }
 
 CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, int64_t elem_bytes,
-                                        int64_t attention_scratch_bytes) {
-  const LlamaActivationSizes z(cfg, max_batch, recompute);
+                                        int64_t attention_scratch_bytes, const Fp8Policy& fp8) {
+  const LlamaActivationSizes z(cfg, max_batch, recompute, fp8);
   const int B = static_cast<int>(z.B), T_ = static_cast<int>(z.T), C = static_cast<int>(z.C);
   CudaModelFootprint f;
-  f.activation_bytes =
-      z.elems() * elem_bytes + z.floats(cfg.head_dim()) * 4 + cuda_lm_io_device_bytes(cfg, max_batch, elem_bytes);
+  f.activation_bytes = z.elems() * elem_bytes + z.blocks * z.block_code_bytes() + z.floats(cfg.head_dim()) * 4 +
+                       cuda_lm_io_device_bytes(cfg, max_batch, elem_bytes);
   f.scratch_bytes =
       largest({gpu::embedding_backward_scratch_bytes(B, T_, C), gpu::rmsnorm_backward_scratch_bytes(z.BT, C),
                cfg.qkv_bias ? gpu::matmul_backward_scratch_bytes(z.BT, static_cast<int>(z.QKV)) : 0,
@@ -123,8 +131,9 @@ CudaModelFootprint cuda_model_footprint(const ModelConfig& cfg, int64_t max_batc
                                         int64_t attention_scratch_bytes, Fp8Recipe fp8) {
   ST_CHECK(dtype != DType::kAuto, "cuda_model_footprint needs a resolved compute type");
   const int64_t t = dtype_bytes(dtype);
-  CudaModelFootprint f = cfg.is_llama() ? cuda_llama_footprint(cfg, max_batch, recompute, t, attention_scratch_bytes)
-                                        : cuda_gpt_footprint(cfg, max_batch, recompute, t, attention_scratch_bytes);
+  CudaModelFootprint f =
+      cfg.is_llama() ? cuda_llama_footprint(cfg, max_batch, recompute, t, attention_scratch_bytes, fp8_policy(fp8))
+                     : cuda_gpt_footprint(cfg, max_batch, recompute, t, attention_scratch_bytes);
   f.scratch_bytes = std::max(f.scratch_bytes, cuda_linear_codes_bytes(cfg, max_batch * cfg.seq_len, fp8));
   return f;
 }

@@ -20,6 +20,9 @@ bool per_row(const Fp8Operand& op) { return op.scaling != Fp8Scaling::kTensor; }
 // A site's kept maxima: x's, W's and dy's, in that order.
 constexpr int64_t kKeptPerSite = 3;
 int64_t input_offset(LinearInput input) { return input == LinearInput::kX ? 0 : 2; }
+// A site's inverse scale of its kept x^T codes, one per 256 bytes: cuBLASLt refuses an FP8 GEMM (NOT_SUPPORTED) whose
+// scale pointer is only 4-byte aligned.
+constexpr int64_t kInputScaleStride = 64;
 // A site's handed-out slots: x's and dy's.
 constexpr int64_t kHandedPerSite = 2;
 int64_t handed_offset(LinearInput input) { return input == LinearInput::kX ? 0 : 1; }
@@ -48,11 +51,12 @@ CudaLinear<T>::CudaLinear(const Fp8Policy& policy, const ModelConfig& cfg, int64
   keep_x_ = whole(policy.forward.a, policy.weight_grad.b);
   keep_w_ = whole(policy.forward.b, policy.input_grad.b);
   keep_dy_ = whole(policy.input_grad.a, policy.weight_grad.a);
+  const int64_t sites = int64_t{cfg.n_layer} * std::max<int64_t>(1, weights_.size());
   if (keep_x_ || keep_w_ || keep_dy_) {
-    const int64_t sites = int64_t{cfg.n_layer} * std::max<int64_t>(1, weights_.size());
     kept_ = DeviceBuffer<unsigned>(sites * kKeptPerSite);
     handed_.assign(static_cast<size_t>(sites * kHandedPerSite), 0);
   }
+  if (keep_x_ && policy.keep_input_codes) input_scales_ = DeviceBuffer<float>(sites * kInputScaleStride);
 }
 
 template <typename T>
@@ -73,6 +77,13 @@ typename CudaLinear<T>::Maxima CudaLinear<T>::kept(LinearSite site, bool weight,
 template <typename T>
 unsigned* CudaLinear<T>::dy_slot(LinearSite site) {
   return kept_.data() + site_index(site) * kKeptPerSite + input_offset(LinearInput::kDy);
+}
+
+template <typename T>
+typename CudaLinear<T>::Slot CudaLinear<T>::input_codes(LinearSite site, uint8_t* codes, int64_t N, int C) {
+  ST_CHECK(site.layer >= 0 && input_scales_.size() > 0, "CudaLinear: x^T's codes kept at a site that keeps none ",
+           "(unnamed, or a policy without keep_input_codes)");
+  return {codes, N * C, input_scales_.data() + site_index(site) * kInputScaleStride, 1};
 }
 
 template <typename T>
@@ -151,18 +162,21 @@ void CudaLinear<T>::cast(const Fp8Source& src, const Fp8Operand& op, const Slot&
 }
 
 template <typename T>
-void CudaLinear<T>::pair_cast(const T* dy, int64_t rows, int64_t cols, const Fp8Operand& row_major,
-                              const Fp8Operand& transposed, const Slot& row, const Slot& tr, const unsigned* maxima,
+void CudaLinear<T>::pair_cast(const T* x, int64_t rows, int64_t cols, const Fp8Operand& row_major,
+                              const Fp8Operand& transposed, const Slot& row, const Slot& tr, Maxima maxima,
                               const gpu::GpuContext& ctx) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
     ST_CHECK(rows * cols <= std::min(row.capacity, tr.capacity), "FP8 cast of ", rows, " x ", cols,
              " past the workspace sized for ", std::min(row.capacity, tr.capacity), " codes");
     const Fp8Cast a{row_major.format, row_major.scaling, row.codes, row.inverse_scales};
     const Fp8Cast b{transposed.format, transposed.scaling, tr.codes, tr.inverse_scales};
-    if (maxima != nullptr)
-      gpu::fp8_quantize_pair_with_maxima_async<T>(dy, rows, cols, policy_.power_of_2, a, b, maxima, with_maxima(ctx));
-    else
-      gpu::fp8_quantize_pair_async<T>(dy, rows, cols, policy_.power_of_2, a, b, with_maxima(ctx));
+    const gpu::GpuContext c = with_maxima(ctx);
+    if (maxima.at == nullptr) {
+      gpu::fp8_quantize_pair_async<T>(x, rows, cols, policy_.power_of_2, a, b, c);
+      return;
+    }
+    if (!maxima.taken) gpu::fp8_maxima_async<T>(x, rows, cols, row_major.scaling, maxima.at, c);
+    gpu::fp8_quantize_pair_with_maxima_async<T>(x, rows, cols, policy_.power_of_2, a, b, maxima.at, c);
   } else {
     ST_CHECK(false, "train.fp8 computes in bf16 or fp32");
   }
@@ -188,8 +202,11 @@ void CudaLinear<T>::fp8_product(const Fp8Gemm& g, const Fp8Source& a, const Fp8S
 
 template <typename T>
 void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, const T* residual, int64_t N, int C,
-                            int OC, const gpu::GpuContext& ctx, OpTimer::Laps* lap, LinearSite site) {
+                            int OC, const gpu::GpuContext& ctx, OpTimer::Laps* lap, LinearSite site,
+                            uint8_t* x_t_codes) {
   const bool x_produced = produced(site, LinearInput::kX);  // x's maximum is in the kept slot already
+  ST_CHECK(x_t_codes == nullptr || (policy_.keeps_input_codes(C, OC) && codes_bytes_ > 0),
+           "CudaLinear: x^T's codes asked of a ", C, " -> ", OC, " layer whose policy keeps none");
   if (!policy_.applies(C, OC) || codes_bytes_ == 0) {
     if (residual)
       gpu::matmul_forward_residual<T>(out, inp, w, bias, residual, N, C, OC, ctx);
@@ -199,13 +216,19 @@ void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, con
   }
   const Slots s = slots(ctx);
   const Fp8Source x{inp, N, C, Fp8Layout::kRowMajor, kept(site, false, x_produced)};
+  const bool x_cast = x_t_codes != nullptr;
+  if (x_cast) {  // x for this GEMM and x^T for the backward's weight gradient from one read, with x's maximum
+    if (lap) (*lap)("fwd.fp8_cast");
+    pair_cast(inp, N, C, policy_.forward.a, policy_.weight_grad.b, s.a, input_codes(site, x_t_codes, N, C), x.maxima,
+              ctx);
+  }
   if (policy_.weights_cast) {  // W's codes and inverse scale are the weight's buffer (dist.fp8_gather)
     fp8_product(policy_.forward, x, {w, OC, C, Fp8Layout::kRowMajor}, s.a, weight_codes(w, OC, C), out, OC,
-                GradWrite::kOverwrite, ctx, lap, false, bias, residual, false, true);
+                GradWrite::kOverwrite, ctx, lap, false, bias, residual, x_cast, true);
     return;
   }
   fp8_product(policy_.forward, x, {w, OC, C, Fp8Layout::kRowMajor, kept(site, true, false)}, s.a, s.b, out, OC,
-              GradWrite::kOverwrite, ctx, lap, false, bias, residual);
+              GradWrite::kOverwrite, ctx, lap, false, bias, residual, x_cast);
 }
 
 template <typename T>
@@ -229,14 +252,21 @@ typename CudaLinear<T>::Slot CudaLinear<T>::transposed_weight(const T* w, int OC
 template <typename T>
 void CudaLinear<T>::backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C,
                              int OC, const gpu::GpuContext& ctx, GradWrite dinp_write, GradWrite param_write,
-                             OpTimer::Laps* lap, LinearSite site) {
+                             OpTimer::Laps* lap, LinearSite site, const uint8_t* x_t_codes) {
   const bool dy_produced = produced(site, LinearInput::kDy);
   if (!policy_.applies(C, OC) || codes_bytes_ == 0) {
+    ST_CHECK(x_t_codes == nullptr, "CudaLinear: x^T's codes given to a layer outside FP8");
     gpu::matmul_backward<T>(dinp, dweight, dbias, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);
     return;
   }
   const bool fp8_dweight = dweight && policy_.weight_grad_applies(N);
+  const bool codes_kept = x_t_codes != nullptr;
+  ST_CHECK(!codes_kept || !dweight || fp8_dweight, "CudaLinear: a weight gradient over ", N,
+           " tokens runs in the compute type and reads x, of which the forward kept only x^T's codes (they serve ",
+           "token counts that are multiples of 16)");
   const Slots s = slots(ctx);
+  // x^T as its GEMM reads it: the forward's codes, read in place, or cast into slot b.
+  const Slot x_slot = codes_kept ? input_codes(site, const_cast<uint8_t*>(x_t_codes), N, C) : s.b;
   // W^T and x^T with the maxima the site's forward kept, where it kept them.
   const Fp8Source w_t{w, OC, C, Fp8Layout::kTransposed, kept(site, true, true)};
   const Fp8Source x_t{inp, N, C, Fp8Layout::kTransposed, kept(site, false, true)};
@@ -248,11 +278,11 @@ void CudaLinear<T>::backward(T* dinp, T* dweight, T* dbias, const T* dout, const
     // dy once for both GEMMs (gpu::fp8_quantize_pair_async): row-major for the input gradient, transposed (kept in
     // slot t while the input gradient's GEMM runs) for the weight gradient's; W^T, then x^T, each as its GEMM comes.
     if (lap) (*lap)("bwd.fp8_cast");
-    pair_cast(dout, N, OC, policy_.input_grad.a, policy_.weight_grad.a, s.a, s.t, dy.at, ctx);
+    pair_cast(dout, N, OC, policy_.input_grad.a, policy_.weight_grad.a, s.a, s.t, dy, ctx);
     fp8_product(policy_.input_grad, {dout, N, OC, Fp8Layout::kRowMajor}, w_t, s.a, w_slot(), dinp, C, dinp_write, ctx,
                 lap, true, nullptr, nullptr, true, policy_.weights_cast);
-    fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, x_t, s.t, s.b, dweight, C, param_write, ctx,
-                lap, true, nullptr, nullptr, true);
+    fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed}, x_t, s.t, x_slot, dweight, C, param_write,
+                ctx, lap, true, nullptr, nullptr, true, codes_kept);
   } else {
     if (dinp) {
       if (lap) (*lap)("bwd.fp8_cast");  // W's transpose (weights_cast) with the casts
@@ -260,8 +290,8 @@ void CudaLinear<T>::backward(T* dinp, T* dweight, T* dbias, const T* dout, const
                   ctx, lap, true, nullptr, nullptr, false, policy_.weights_cast);
     }
     if (fp8_dweight)
-      fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed, dy}, x_t, s.a, s.b, dweight, C,
-                  param_write, ctx, lap, true);
+      fp8_product(policy_.weight_grad, {dout, N, OC, Fp8Layout::kTransposed, dy}, x_t, s.a, x_slot, dweight, C,
+                  param_write, ctx, lap, true, nullptr, nullptr, false, codes_kept);
   }
   if (dweight && !fp8_dweight)
     gpu::matmul_backward<T>(nullptr, dweight, nullptr, dout, inp, w, N, C, OC, ctx, dinp_write, param_write);

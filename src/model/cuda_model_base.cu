@@ -10,7 +10,7 @@ namespace st {
 template <typename T>
 CudaModelBase<T>::CudaModelBase(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
                                 const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward,
-                                int64_t scratch_bytes)
+                                int64_t scratch_bytes, const Fp8Policy& fp8)
     : cfg_(cfg),
       units_(build_units(cfg)),
       max_batch_(max_batch),
@@ -28,6 +28,10 @@ CudaModelBase<T>::CudaModelBase(const ModelConfig& cfg, int64_t max_batch, bool 
   encoded_ = DeviceBuffer<T>(BTC);
   for (int l = 0; l < cfg.n_layer; ++l) block_out_.emplace_back(BTC);
   lora_ = CudaLora<T>(cfg, units_, max_batch * cfg.seq_len, recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer);
+  linear_ = CudaLinear<T>(fp8, cfg_, max_batch * cfg.seq_len);
+  ST_CHECK(ctx_.scratch_bytes >= static_cast<size_t>(linear_.codes_bytes()), "train.fp8 needs ", linear_.codes_bytes(),
+           " bytes of kernel scratch for its codes (cuda_model_footprint with the recipe), the context has ",
+           ctx_.scratch_bytes);
 }
 
 template <typename T>
@@ -68,16 +72,8 @@ void CudaModelBase<T>::move_loss_sum(double* dst) {
 
 template <typename T>
 void CudaModelBase<T>::base_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, int C, int OC,
-                                    bool onto, OpTimer::Laps* lap, LinearSite site) {
-  linear_.forward(out, inp, w, bias, onto ? out : nullptr, N, C, OC, ctx_, lap, site);
-}
-
-template <typename T>
-void CudaModelBase<T>::set_fp8(const Fp8Policy& policy) {
-  linear_ = CudaLinear<T>(policy, cfg_, max_batch_ * cfg_.seq_len);
-  ST_CHECK(ctx_.scratch_bytes >= static_cast<size_t>(linear_.codes_bytes()), "train.fp8 needs ", linear_.codes_bytes(),
-           " bytes of kernel scratch for its codes (cuda_model_footprint with the recipe), the context has ",
-           ctx_.scratch_bytes);
+                                    bool onto, OpTimer::Laps* lap, LinearSite site, uint8_t* x_t_codes) {
+  linear_.forward(out, inp, w, bias, onto ? out : nullptr, N, C, OC, ctx_, lap, site, x_t_codes);
 }
 
 template class CudaModelBase<float>;

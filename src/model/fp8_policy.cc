@@ -33,6 +33,10 @@ std::vector<LinearShape> block_linear_shapes(const ModelConfig& cfg) {
   return out;
 }
 
+bool fp8_input_codes(const ModelConfig& cfg, const Fp8Policy& policy, const LinearShape& l) {
+  return policy.keeps_input_codes(l.in, l.out) && !cfg.lora.enabled() && policy.weight_grad_applies(cfg.seq_len);
+}
+
 Fp8Workspace fp8_workspace(const ModelConfig& cfg, int64_t max_rows, const Fp8Policy& policy) {
   Fp8Workspace w;
   for (const LinearShape& s : block_linear_shapes(cfg)) {

@@ -19,6 +19,27 @@
 
 namespace st {
 namespace shard_internal {
+namespace {
+
+// train.fp8's policy for the model (Fp8Policy{}: off), refused before anything runs on a GPU without the FP8 GEMMs
+// the recipe needs.
+Fp8Policy checked_fp8_policy(const Config& cfg, const std::string& device_name) {
+  if (cfg.train.fp8 == Fp8Recipe::kOff) return {};
+  int device = 0;
+  ST_CUDA_CHECK(cudaGetDevice(&device));
+  if (!gpu::fp8_gemm_supported(device))
+    ST_BAD_INPUT("train.fp8 (", to_string(cfg.train.fp8), ") needs FP8 tensor cores (compute capability 8.9 or ",
+                 "higher: Ada, Hopper); ", device_name, " has none: use train.fp8=off");
+  if (cfg.train.fp8 == Fp8Recipe::kRowwise && !gpu::fp8_rowwise_gemm_supported(device))
+    ST_BAD_INPUT("train.fp8 (rowwise) needs cuBLASLt's per-row FP8 scales, which it has on Hopper (compute ",
+                 "capability 9.x) only; ", device_name, " takes train.fp8=tensorwise");
+  Fp8Policy fp8 = fp8_policy(cfg.train.fp8);
+  fp8.weights_cast = cfg.dist.fp8_gather;  // the gathers deliver the FP8 weights cast (fp8_gatherer.h)
+  fp8.forward.fast_accum = cfg.train.fp8_fast_accum;
+  return fp8;
+}
+
+}  // namespace
 
 template <typename T>
 CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
@@ -49,22 +70,8 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       comm_ctx_{comm_stream_.get(), nullptr, comm_scratch_.data(), comm_scratch_.bytes()},
       model_(cuda_model_family<T>(cfg.model.arch)
                  .make_model(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.cudnn, ctx_,
-                             attention_.backward)),
+                             attention_.backward, checked_fp8_policy(cfg, device_name_))),
       optimizer_(static_cast<int>(units_.size()), model_->timer()) {
-  if (cfg.train.fp8 != Fp8Recipe::kOff) {  // refused here, before any step, on a GPU without the FP8 GEMMs it needs
-    int device = 0;
-    ST_CUDA_CHECK(cudaGetDevice(&device));
-    if (!gpu::fp8_gemm_supported(device))
-      ST_BAD_INPUT("train.fp8 (", to_string(cfg.train.fp8), ") needs FP8 tensor cores (compute capability 8.9 or ",
-                   "higher: Ada, Hopper); ", device_name_, " has none: use train.fp8=off");
-    if (cfg.train.fp8 == Fp8Recipe::kRowwise && !gpu::fp8_rowwise_gemm_supported(device))
-      ST_BAD_INPUT("train.fp8 (rowwise) needs cuBLASLt's per-row FP8 scales, which it has on Hopper (compute ",
-                   "capability 9.x) only; ", device_name_, " takes train.fp8=tensorwise");
-    Fp8Policy fp8 = fp8_policy(cfg.train.fp8);
-    fp8.weights_cast = cfg.dist.fp8_gather;  // the gathers deliver the FP8 weights cast (fp8_gatherer.h)
-    fp8.forward.fast_accum = cfg.train.fp8_fast_accum;
-    model_->set_fp8(fp8);
-  }
   if (comm.local_rank() == 0) {  // each machine's GPUs and links, as `shardtrain topo` prints them
     char host[64] = {};
     gethostname(host, sizeof(host) - 1);

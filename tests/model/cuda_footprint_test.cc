@@ -146,8 +146,8 @@ TEST(CudaFootprint, Fp8WorkspaceCoversTheWidestOperand) {
 }
 
 // The codes share the kernel scratch: with train.fp8 on, the footprint's scratch is the larger of the kernels' and the
-// codes, and nothing else changes. With a wide MLP (gate_up's gradient [BT, 8192]) and no attention scratch the codes
-// are the larger; with 64 MiB of attention scratch they cost nothing.
+// codes. With a wide MLP (gate_up's gradient [BT, 8192]) and no attention scratch the codes are the larger; with 64 MiB
+// of attention scratch they cost nothing. The activations change only by the inputs kept as x^T codes (below).
 TEST(CudaFootprint, Fp8CodesShareTheKernelScratch) {
   ModelConfig m = llama_shape();
   m.ffn_dim = 4096;
@@ -157,8 +157,48 @@ TEST(CudaFootprint, Fp8CodesShareTheKernelScratch) {
     const CudaModelFootprint on = cuda_model_footprint(m, kB, false, DType::kBF16, attention, Fp8Recipe::kTensorwise);
     EXPECT_EQ(on.scratch_bytes, std::max(off.scratch_bytes, codes)) << attention;
     EXPECT_EQ(on.scratch_bytes, attention == 0 ? codes : off.scratch_bytes) << attention;
-    EXPECT_EQ(on.activation_bytes, off.activation_bytes);
+    EXPECT_EQ(off.activation_bytes - on.activation_bytes, 2 * kBT * (64 + 64 + 4096)) << attention;
   }
+}
+
+// Tensorwise FP8 keeps the x^T codes of the q/k/v, gate/up and down inputs (norm1, norm2 [C]; mlp [F]) in place of
+// the inputs: a byte an element instead of the compute type's, in every kept block. Not where a layer is off FP8
+// (down's 40 inputs), nor with rowwise scales, LoRA (its adapters read x), a sequence length that is no multiple of 16
+// (a weight gradient in the compute type reads x) or the policy's keep_input_codes off.
+TEST(CudaFootprint, LlamaKeepsInputCodesUnderTensorwiseFp8) {
+  const ModelConfig m = llama_shape();  // C 64, F 176, 2 layers
+  const Fp8Policy tensorwise = fp8_policy(Fp8Recipe::kTensorwise);
+  const LlamaActivationSizes z(m, kB, false, tensorwise);
+  EXPECT_TRUE(z.coded_qkv && z.coded_gate_up && z.coded_down);
+  EXPECT_EQ(z.block_code_bytes(), kBT * (64 + 64 + 176));
+  for (const bool recompute : {false, true}) {
+    const int64_t blocks = recompute ? 1 : 2;
+    for (const DType d : {DType::kBF16, DType::kF32}) {
+      const int64_t t = dtype_bytes(d);
+      EXPECT_EQ(cuda_model_footprint(m, kB, recompute, d, 0).activation_bytes -
+                    cuda_model_footprint(m, kB, recompute, d, 0, Fp8Recipe::kTensorwise).activation_bytes,
+                blocks * kBT * (64 + 64 + 176) * (t - 1))
+          << recompute << " " << to_string(d);
+    }
+  }
+  ModelConfig odd = m;
+  odd.ffn_dim = 40;
+  const LlamaActivationSizes o(odd, kB, false, tensorwise);
+  EXPECT_TRUE(o.coded_qkv);
+  EXPECT_TRUE(o.coded_gate_up);  // 80 x 64 in FP8
+  EXPECT_FALSE(o.coded_down);    // 64 x 40 not
+  EXPECT_EQ(o.block_code_bytes(), kBT * (64 + 64));
+  ModelConfig lora = m;
+  lora.lora.rank = 4;
+  ModelConfig short_seq = m;
+  short_seq.seq_len = 24;
+  Fp8Policy off = tensorwise;
+  off.keep_input_codes = false;
+  for (const LlamaActivationSizes& none :
+       {LlamaActivationSizes(m, kB, false, fp8_policy(Fp8Recipe::kRowwise)),
+        LlamaActivationSizes(lora, kB, false, tensorwise), LlamaActivationSizes(short_seq, kB, false, tensorwise),
+        LlamaActivationSizes(m, kB, false, off), LlamaActivationSizes(m, kB, false)})
+    EXPECT_EQ(none.block_code_bytes(), 0);
 }
 
 TEST(CudaFootprint, ClassifierChunksSplitRowsEvenly) {

@@ -103,7 +103,7 @@ Result gpu_run(const ModelConfig& c, const std::vector<std::vector<float>>& p, c
   DeviceBuffer<unsigned char> scratch(cuda_model_footprint(c, kB, recompute, dtype, 0).scratch_bytes);
   gpu::GpuContext ctx{stream.get(), &blas, scratch.data(), scratch.bytes()};
   const std::unique_ptr<CudaUnitModel<T>> m = cuda_model_family<T>(c.arch).make_model(
-      c, kB, recompute, /*cudnn_attention=*/false, ctx, gpu::CudnnBackwardMode::kDeterministic);
+      c, kB, recompute, /*cudnn_attention=*/false, ctx, gpu::CudnnBackwardMode::kDeterministic, Fp8Policy{});
   const std::vector<UnitLayout>& units = m->units();
   const int L = c.n_layer;
   std::vector<DeviceBuffer<T>> P, G;

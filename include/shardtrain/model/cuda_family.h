@@ -6,7 +6,8 @@
 //   const CudaModelFootprint need =
 //       cuda_model_footprint(cfg.model, B, recompute, DType::kBF16, attention.scratch_bytes);  // cuda_footprint.h
 //   std::unique_ptr<CudaUnitModel<bf16>> m = f.make_model(cfg.model, B, recompute, attention.cudnn, ctx,
-//                                                         attention.backward);   // ctx.scratch >= need.scratch_bytes
+//                                                         attention.backward, Fp8Policy{});
+//                                                         // ctx.scratch >= need.scratch_bytes
 #pragma once
 
 #include <cstdint>
@@ -26,10 +27,11 @@ struct CudaModelFamily {
   ModelArch arch;
   // The model for micro-batches of up to max_batch sequences. With cudnn_attention, passes at the full shape
   // (max_batch x seq_len) run cuDNN's fused attention (ctx.cudnn, plans already built), others flash attention;
-  // attention_backward picks cuDNN's deterministic backward or not. ctx must outlive the model.
+  // attention_backward picks cuDNN's deterministic backward or not; fp8, the precision of the blocks' linear layers
+  // (train.fp8's policy, model/fp8_policy.h; Fp8Policy{}: the compute type). ctx must outlive the model.
   std::unique_ptr<CudaUnitModel<T>> (*make_model)(const ModelConfig& cfg, int64_t max_batch, bool recompute,
                                                   bool cudnn_attention, const gpu::GpuContext& ctx,
-                                                  gpu::CudnnBackwardMode attention_backward);
+                                                  gpu::CudnnBackwardMode attention_backward, const Fp8Policy& fp8);
   // The decoder with a key/value cache for each of max_batch sequences (decoder.h) on CUDA device `device`, without
   // weights yet: load_unit rounds each unit's fp32 buffer to T. stage: its stage of a layer split (decoder_stage.h).
   std::unique_ptr<Decoder> (*make_decoder)(const ModelConfig& cfg, int device, int max_batch,

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/model/fp8_policy.h"
 
 namespace st {
 
@@ -33,9 +34,21 @@ int64_t cuda_lm_io_device_bytes(const ModelConfig& cfg, int64_t max_batch, int64
 struct LlamaActivationSizes {
   int64_t B, T, BT, C, QKV, F, NH, blocks, layers;
   int64_t lora;  // the LoRA adapters' h and dh (CudaLora): lora_activation_elems (model/lora.h); 0 without LoRA
-  LlamaActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute);
-  // A block's norm1, atty, res2, norm2 [C]; qkv [QKV]; gate_up [2F] and mlp [F], in the compute type.
-  int64_t block_elems() const { return 4 * BT * C + BT * QKV + 3 * BT * F; }
+  // train.fp8: the inputs of the q/k/v, gate/up and down projections (norm1, norm2, mlp) kept as their x^T codes, 1
+  // byte an element, instead of in the compute type, where fp8_input_codes (model/fp8_policy.h) says. Their values
+  // then pass through buffers that only the backward uses otherwise (dbuf_c, dmlp): nothing else takes memory.
+  bool coded_qkv = false, coded_gate_up = false, coded_down = false;
+  LlamaActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute, const Fp8Policy& fp8 = {});
+  // A block's norm1, atty, res2, norm2 [C]; qkv [QKV]; gate_up [2F] and mlp [F], in the compute type, less those kept
+  // as codes.
+  int64_t block_elems() const {
+    return (coded_qkv ? 0 : BT * C) + 2 * BT * C + (coded_gate_up ? 0 : BT * C) + BT * QKV + 2 * BT * F +
+           (coded_down ? 0 : BT * F);
+  }
+  // A block's codes: norm1^T, norm2^T [C], mlp^T [F], those kept.
+  int64_t block_code_bytes() const {
+    return BT * ((coded_qkv ? C : 0) + (coded_gate_up ? C : 0) + (coded_down ? F : 0));
+  }
   int64_t block_floats() const { return 2 * BT + B * NH * T; }  // rstd1, rstd2; att_lse
   // Compute-type elements in all: the blocks, the layer outputs, the embedding output, normf, dresid, dnormf,
   // dbuf_c [C], dqkv [QKV], dmlp [F], dgate_up [2F] and the adapters'.
@@ -64,7 +77,7 @@ int64_t gpt_block_column_sums_bytes(int64_t BT, int C);
 // The footprint of each family's CUDA model in elements of elem_bytes (4: fp32, 2: bf16/fp16), with at least
 // attention_scratch_bytes of kernel scratch (cuDNN attention's, when the model runs it).
 CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, int64_t elem_bytes,
-                                        int64_t attention_scratch_bytes);
+                                        int64_t attention_scratch_bytes, const Fp8Policy& fp8 = {});
 CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, int64_t elem_bytes,
                                       int64_t attention_scratch_bytes);
 // CudaLinear's FP8 operand codes for micro-batches of up to max_rows tokens (fp8_workspace's region,

@@ -28,6 +28,12 @@
 // E4M3 codes [OC, C] and its inverse scale where fp8_weight_codes says. The forward's GEMM reads them in place, and
 // the input gradient's reads them transposed (gpu::fp8_transpose into slot b): no cast of W at all.
 //
+// Where a model keeps a layer's x^T codes in place of x (fp8_input_codes, model/fp8_policy.h), the forward takes a
+// buffer of N x C bytes for them (x_t_codes): it casts x for its GEMM and x^T into that buffer from one read, and keeps
+// x^T's inverse scale as the site's. The site's backward then takes the same buffer and reads the codes for the
+// weight gradient instead of casting x^T (x itself may then be gone: inp unread). A backward so called must have a
+// token count whose weight gradient runs in FP8 (Fp8Policy::weight_grad_applies).
+//
 // A weight gradient over a token count that is not a multiple of 16 (its GEMM's depth) runs in T, as on the CPU
 // (Fp8Policy::weight_grad_applies). Everything runs on ctx.stream, without waiting: a non-finite operand makes the
 // GEMM's outputs NaN, which the step's non-finite gradient check then catches.
@@ -68,7 +74,8 @@ class CudaLinear {
 
   const Fp8Policy& policy() const { return policy_; }
   int64_t allocated_bytes() const {
-    return a_scales_.bytes() + b_scales_.bytes() + t_scales_.bytes() + maxima_.bytes() + kept_.bytes();
+    return a_scales_.bytes() + b_scales_.bytes() + t_scales_.bytes() + maxima_.bytes() + kept_.bytes() +
+           input_scales_.bytes();
   }
   // The scratch each call's context must hold (0 without FP8).
   int64_t codes_bytes() const { return codes_bytes_; }
@@ -88,13 +95,16 @@ class CudaLinear {
   // out[N, OC] = (residual, when not null; it may be out) + inp[N, C] @ w[OC, C]^T + bias (may be null).
   // With `lap` (the caller's profile of this pass), an FP8 layer's casts and GEMMs get laps of their own:
   // "fwd.fp8_cast" and "fwd.fp8_gemm" (backward: "bwd.*"); the caller names its next region itself.
+  // With x_t_codes (a named site of a layer that Fp8Policy::keeps_input_codes), x^T's codes go there too.
   void forward(T* out, const T* inp, const T* w, const T* bias, const T* residual, int64_t N, int C, int OC,
-               const gpu::GpuContext& ctx, OpTimer::Laps* lap = nullptr, LinearSite site = {});
+               const gpu::GpuContext& ctx, OpTimer::Laps* lap = nullptr, LinearSite site = {},
+               uint8_t* x_t_codes = nullptr);
   // gpu::matmul_backward's gradients (dinp = dout @ w, dweight = dout^T @ inp, dbias = dout's column sums; any may be
-  // null), written or added to as dinp_write and param_write say.
+  // null), written or added to as dinp_write and param_write say. With x_t_codes (the site's forward's), the weight
+  // gradient reads them and inp may be null.
   void backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C, int OC,
                 const gpu::GpuContext& ctx, GradWrite dinp_write, GradWrite param_write, OpTimer::Laps* lap = nullptr,
-                LinearSite site = {});
+                LinearSite site = {}, const uint8_t* x_t_codes = nullptr);
 
  private:
   // Where a cast's maxima go or come from: nowhere (the cast takes its own), into `at` (taken = false: the cast takes
@@ -148,13 +158,15 @@ class CudaLinear {
   bool takes_input_maxima(LinearSite site, LinearInput input) const;
   // Where the site's dy maximum is kept.
   unsigned* dy_slot(LinearSite site);
+  // The slot of the site's kept x^T codes (forward's x_t_codes) for N tokens, with the site's inverse scale.
+  Slot input_codes(LinearSite site, uint8_t* codes, int64_t N, int C);
   // Whether a producer was handed the slot of (site, input) since the call that last cast that operand; the call
   // that casts it asks once, and clears it.
   bool produced(LinearSite site, LinearInput input);
-  // dy [rows, cols] cast row-major into `row` and transposed into `tr` in one pass (gpu::fp8_quantize_pair_async),
-  // with the maxima in `maxima` when not null (both casts grouped alike).
-  void pair_cast(const T* dy, int64_t rows, int64_t cols, const Fp8Operand& row_major, const Fp8Operand& transposed,
-                 const Slot& row, const Slot& tr, const unsigned* maxima, const gpu::GpuContext& ctx);
+  // x [rows, cols] (dy, or a forward's x) cast row-major into `row` and transposed into `tr` in one pass
+  // (gpu::fp8_quantize_pair_async), with the maxima where `maxima` says (both casts grouped alike).
+  void pair_cast(const T* x, int64_t rows, int64_t cols, const Fp8Operand& row_major, const Fp8Operand& transposed,
+                 const Slot& row, const Slot& tr, Maxima maxima, const gpu::GpuContext& ctx);
   // ctx with the casts' own scratch (the maxima), or with none (the GEMMs: the codes sit in ctx's).
   gpu::GpuContext with_maxima(const gpu::GpuContext& ctx);
   static gpu::GpuContext without_scratch(const gpu::GpuContext& ctx);
@@ -167,8 +179,9 @@ class CudaLinear {
   std::vector<LinearShape> weights_;    // block_linear_shapes, in the order of a site's index
   int n_layer_ = 0;
   bool keep_x_ = false, keep_w_ = false, keep_dy_ = false;
-  DeviceBuffer<unsigned> kept_;  // [layer][weight][x, w, dy]: one maximum each
-  std::vector<char> handed_;     // [layer][weight][x, dy]: a producer has the slot (input_maxima, produced)
+  DeviceBuffer<unsigned> kept_;       // [layer][weight][x, w, dy]: one maximum each
+  DeviceBuffer<float> input_scales_;  // [layer][weight]: the inverse scale of the x^T codes a forward kept (strided)
+  std::vector<char> handed_;          // [layer][weight][x, dy]: a producer has the slot (input_maxima, produced)
 };
 
 }  // namespace st

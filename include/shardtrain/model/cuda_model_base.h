@@ -32,9 +32,6 @@ class CudaModelBase : public CudaUnitModel<T> {
   void head_forward_backward(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
                              T* head_grads, T* emb_grads) override;
   void head_forward(const T* head_params, const T* emb_params, const int32_t* targets) override;
-  // Allocates the FP8 scales of the blocks' linear layers (nothing without FP8); checks that the context's scratch
-  // holds their codes.
-  void set_fp8(const Fp8Policy& policy) override;
   int64_t fp8_workspace_bytes() const override { return linear_.allocated_bytes(); }
   void set_dropout_batch(uint64_t seed, int64_t first_sequence) override {
     dropout_seed_ = seed;
@@ -43,9 +40,11 @@ class CudaModelBase : public CudaUnitModel<T> {
 
  protected:
   // Checks that ctx holds scratch_bytes of kernel scratch (and a cuDNN handle with cudnn_attention), and allocates
-  // the ends, the block outputs and the adapters for micro-batches of up to max_batch x cfg.seq_len tokens.
+  // the ends, the block outputs, the adapters and the linear layers' FP8 scales (fp8: train.fp8's policy; off: none)
+  // for micro-batches of up to max_batch x cfg.seq_len tokens; with FP8 the scratch must also hold the codes.
   CudaModelBase(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
-                const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward, int64_t scratch_bytes);
+                const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward, int64_t scratch_bytes,
+                const Fp8Policy& fp8);
 
   // Checks [B, t] against [max_batch, seq_len], makes it the active shape and uploads the tokens (host [B, t]);
   // returns them on the device.
@@ -65,9 +64,10 @@ class CudaModelBase : public CudaUnitModel<T> {
   }
   const T* final_output() const { return block_input(cfg_.n_layer); }
   // An adapted base GEMM's forward, out[N, OC] = inp @ w^T + bias (linear_: in FP8 where the policy says), as
-  // CudaLora::forward's base(onto) runs it: with onto, added to what out holds (the adapters' update).
+  // CudaLora::forward's base(onto) runs it: with onto, added to what out holds (the adapters' update). x_t_codes:
+  // CudaLinear::forward's.
   void base_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, int C, int OC, bool onto,
-                    OpTimer::Laps* lap, LinearSite site);
+                    OpTimer::Laps* lap, LinearSite site, uint8_t* x_t_codes = nullptr);
 
   ModelConfig cfg_;
   std::vector<UnitLayout> units_;

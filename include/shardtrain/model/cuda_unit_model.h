@@ -38,10 +38,8 @@ class CudaUnitModel {
   // As UnitModel::set_dropout_batch: the seed and the first global sequence of the micro-batches that follow, which
   // key adapter dropout; first_sequence < 0: none.
   virtual void set_dropout_batch(uint64_t seed, int64_t first_sequence) = 0;
-  // The precision of the blocks' linear layers' GEMMs from now on (train.fp8; the compute type until called): allocates
-  // their FP8 scales and maxima (cuda_linear_workspace_bytes, cuda_footprint.h), reported by fp8_workspace_bytes();
-  // their codes take the context's kernel scratch, which must hold cuda_linear_codes_bytes.
-  virtual void set_fp8(const Fp8Policy& policy) = 0;
+  // The FP8 scales and maxima of the blocks' linear layers (train.fp8, given to make_model:
+  // cuda_linear_workspace_bytes, cuda_footprint.h); their codes take the context's kernel scratch.
   virtual int64_t fp8_workspace_bytes() const = 0;
   virtual void embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) = 0;
   // Forward of block `layer` on the active shape; keeps what its backward needs.

@@ -46,12 +46,23 @@ struct Fp8Policy {
   // that read W take them as they are: on the CPU, the values the codes decode to; on cuda, W's region holds its E4M3
   // codes [out, in] and its inverse scale where fp8_weight_codes says. Needs one_weight_cast().
   bool weights_cast = false;
+  // cuda: a layer whose x both casts scale by one maximum of the whole tensor (tensorwise) casts x^T for its weight
+  // gradient in the forward, from the read that casts x (gpu::fp8_quantize_pair), and the model keeps those codes, 1
+  // byte an element, in place of x itself where only that gradient reads x (fp8_input_codes): the backward's cast of
+  // x^T goes, and so does half of what x took of the activations. The same bits either way. Off only to compare the
+  // two; the CPU backend keeps x either way.
+  bool keep_input_codes = true;
 
   // Whether a linear layer of `in` inputs and `out` outputs runs in FP8: the recipe is on, and both dimensions are
   // multiples of 16 (FP8 tensor-core GEMMs need 16-byte aligned rows of the operands).
   bool applies(int64_t in, int64_t out) const { return recipe != Fp8Recipe::kOff && in % 16 == 0 && out % 16 == 0; }
   // Whether an applicable layer's weight gradient over `rows` tokens (its GEMM's depth) runs in FP8: a multiple of 16.
   bool weight_grad_applies(int64_t rows) const { return rows % 16 == 0; }
+  // Whether a layer of `in` inputs and `out` outputs may keep x^T's codes from its forward (keep_input_codes).
+  bool keeps_input_codes(int64_t in, int64_t out) const {
+    return keep_input_codes && applies(in, out) && forward.a.scaling == Fp8Scaling::kTensor &&
+           weight_grad.b.scaling == Fp8Scaling::kTensor;
+  }
   // Whether one cast of a weight serves both GEMMs that read it (the forward's W and, transposed, the input
   // gradient's): one scale a tensor and one format (tensorwise). What dist.fp8_gather needs (shard/fp8_gather.h).
   bool one_weight_cast() const {
@@ -83,6 +94,12 @@ struct LinearShape {
   std::string weight;
 };
 std::vector<LinearShape> block_linear_shapes(const ModelConfig& cfg);
+
+// Whether a CUDA model of cfg keeps the codes of linear layer `l`'s x^T from its forward in place of x: the policy
+// allows it for the layer (Fp8Policy::keeps_input_codes); no LoRA (the adapters read x); and every training pass's
+// weight gradient runs in FP8 (cfg.seq_len a multiple of 16, so that any micro-batch's tokens are). The model then
+// keeps the codes only of layers whose x nothing else in the backward reads (llama: q/k/v, gate/up, down).
+bool fp8_input_codes(const ModelConfig& cfg, const Fp8Policy& policy, const LinearShape& l);
 
 // What a linear layer's FP8 casts need at most over the block's layers the policy applies to, for up to max_rows
 // tokens, in codes per operand buffer: `a`, each GEMM's first operand (forward x [N, in], input gradient dy [N, out]);

@@ -17,9 +17,9 @@
 namespace st {
 template <typename T>
 CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
-                    const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward)
+                    const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward, const Fp8Policy& fp8)
     : CudaModelBase<T>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward,
-                       cuda_gpt_footprint(cfg, max_batch, recompute, sizeof(T), 0).scratch_bytes) {
+                       cuda_gpt_footprint(cfg, max_batch, recompute, sizeof(T), 0).scratch_bytes, fp8) {
   // Exactly the buffers cuda_gpt_footprint counts (GptActivationSizes); the base allocates the layer outputs, the
   // embedding output, CudaLmIo's and the adapters'.
   const GptActivationSizes z(cfg, max_batch, recompute);

@@ -30,23 +30,32 @@ DeviceBuffer<T> device_copy(const std::vector<T>& host, cudaStream_t s) {
 
 template <typename T>
 CudaLlama<T>::CudaLlama(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
-                        const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward)
+                        const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward, const Fp8Policy& fp8)
     : CudaModelBase<T>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward,
-                       cuda_llama_footprint(cfg, max_batch, recompute, sizeof(T), 0).scratch_bytes) {
+                       cuda_llama_footprint(cfg, max_batch, recompute, sizeof(T), 0, fp8).scratch_bytes, fp8) {
   ST_CHECK(cfg.is_llama());
   // Exactly the buffers cuda_llama_footprint counts (LlamaActivationSizes); the base allocates the layer outputs, the
   // embedding output, CudaLmIo's and the adapters'.
-  const LlamaActivationSizes z(cfg, max_batch, recompute);
+  const LlamaActivationSizes z(cfg, max_batch, recompute, fp8);
   const int64_t BT = z.BT, C = z.C, F = z.F;
   const RopeTable rope = rope_table(cfg, cfg.seq_len);
   rope_cos_ = device_copy(rope.cos, ctx_.stream);
   rope_sin_ = device_copy(rope.sin, ctx_.stream);
   blocks_.resize(static_cast<size_t>(z.blocks));
+  // A linear layer's input in the compute type, or its x^T codes.
+  const auto input = [](bool coded, int64_t n, DeviceBuffer<T>* own, DeviceBuffer<uint8_t>* codes) {
+    if (coded)
+      *codes = DeviceBuffer<uint8_t>(n);
+    else
+      *own = DeviceBuffer<T>(n);
+  };
   for (BlockActs& a : blocks_) {
-    for (DeviceBuffer<T>* b : {&a.norm1, &a.atty, &a.res2, &a.norm2}) *b = DeviceBuffer<T>(BT * C);
+    for (DeviceBuffer<T>* b : {&a.atty, &a.res2}) *b = DeviceBuffer<T>(BT * C);
+    input(z.coded_qkv, BT * C, &a.norm1, &a.norm1_t);
+    input(z.coded_gate_up, BT * C, &a.norm2, &a.norm2_t);
+    input(z.coded_down, BT * F, &a.mlp, &a.mlp_t);
     a.qkv = DeviceBuffer<T>(BT * z.QKV);
     a.gate_up = DeviceBuffer<T>(BT * 2 * F);
-    a.mlp = DeviceBuffer<T>(BT * F);
     a.rstd1 = DeviceBuffer<float>(BT);
     a.rstd2 = DeviceBuffer<float>(BT);
     a.att_lse = DeviceBuffer<float>(z.B * z.NH * z.T);
@@ -95,17 +104,20 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   const int C = cfg_.n_embd, QKV = cfg_.qkv_dim(), F = cfg_.mlp_dim();
   const float eps = cfg_.rms_norm_eps;
   const T* x = block_input(layer);
+  // The linear layers' inputs: where the block keeps their codes, written into backward buffers idle till then.
+  T* const norm1 = input(a.norm1, dbuf_c_);
+  T* const norm2 = input(a.norm2, dbuf_c_);
+  T* const mlp = input(a.mlp, dmlp_);
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   // The norms and the SwiGLU write the inputs of the linear layers after them with their maxima (input_maxima).
   lap("fwd.rmsnorm");
-  gpu::rmsnorm_forward<T>(a.norm1.data(), a.rstd1.data(), x, p.attn_norm, eps, N, C, ctx_,
+  gpu::rmsnorm_forward<T>(norm1, a.rstd1.data(), x, p.attn_norm, eps, N, C, ctx_,
                           linear_.input_maxima({layer, "attn.qkv.weight"}, LinearInput::kX, ctx_));
-  lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), QKV, a.norm1.data(), N, lap, ctx_,
-                [&](bool onto) {
-                  lap("fwd.matmul");
-                  this->base_forward(a.qkv.data(), a.norm1.data(), p.qkvw, p.qkvb, N, C, QKV, onto, &lap,
-                                     {layer, "attn.qkv.weight"});
-                });
+  lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), QKV, norm1, N, lap, ctx_, [&](bool onto) {
+    lap("fwd.matmul");
+    this->base_forward(a.qkv.data(), norm1, p.qkvw, p.qkvb, N, C, QKV, onto, &lap, {layer, "attn.qkv.weight"},
+                       codes(a.norm1_t));
+  });
   lap("fwd.rope");
   gpu::rope_forward<T>(a.qkv.data(), rope_cos_.data(), rope_sin_.data(), B_, T_, cfg_.n_head, cfg_.kv_heads(),
                        cfg_.head_dim(), ctx_);
@@ -116,20 +128,21 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   // The adapter adds to x + o(atty): the CPU model's sum, in another order.
   lora_.forward(layer, "attn.o.weight", block_params, a.res2.data(), C, a.atty.data(), N, lap, ctx_);
   lap("fwd.rmsnorm");
-  gpu::rmsnorm_forward<T>(a.norm2.data(), a.rstd2.data(), a.res2.data(), p.mlp_norm, eps, N, C, ctx_,
+  gpu::rmsnorm_forward<T>(norm2, a.rstd2.data(), a.res2.data(), p.mlp_norm, eps, N, C, ctx_,
                           linear_.input_maxima({layer, "mlp.gate_up.weight"}, LinearInput::kX, ctx_));
-  lora_.forward(layer, "mlp.gate_up.weight", block_params, a.gate_up.data(), 2 * F, a.norm2.data(), N, lap, ctx_,
+  lora_.forward(layer, "mlp.gate_up.weight", block_params, a.gate_up.data(), 2 * F, norm2, N, lap, ctx_,
                 [&](bool onto) {
                   lap("fwd.matmul");
-                  this->base_forward(a.gate_up.data(), a.norm2.data(), p.gate_up, nullptr, N, C, 2 * F, onto, &lap,
-                                     {layer, "mlp.gate_up.weight"});
+                  this->base_forward(a.gate_up.data(), norm2, p.gate_up, nullptr, N, C, 2 * F, onto, &lap,
+                                     {layer, "mlp.gate_up.weight"}, codes(a.norm2_t));
                 });
   lap("fwd.swiglu");
-  gpu::swiglu_forward<T>(a.mlp.data(), a.gate_up.data(), N, F, ctx_,
+  gpu::swiglu_forward<T>(mlp, a.gate_up.data(), N, F, ctx_,
                          linear_.input_maxima({layer, "mlp.down.weight"}, LinearInput::kX, ctx_));
   lap("fwd.matmul_residual");
-  linear_.forward(out, a.mlp.data(), p.down, nullptr, a.res2.data(), N, F, C, ctx_, &lap, {layer, "mlp.down.weight"});
-  lora_.forward(layer, "mlp.down.weight", block_params, out, C, a.mlp.data(), N, lap, ctx_);
+  linear_.forward(out, mlp, p.down, nullptr, a.res2.data(), N, F, C, ctx_, &lap, {layer, "mlp.down.weight"},
+                  codes(a.mlp_t));
+  lora_.forward(layer, "mlp.down.weight", block_params, out, C, mlp, N, lap, ctx_);
 }
 
 template <typename T>
@@ -217,7 +230,7 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
                  lap, ctx_, [&](bool onto) {
                    lap("bwd.matmul");
                    linear_.backward(dmlp_.data(), g.down, nullptr, dresid_.data(), a.mlp.data(), p.down, N, F, C, ctx_,
-                                    base_write(onto), kOverwrite, &lap, {layer, "mlp.down.weight"});
+                                    base_write(onto), kOverwrite, &lap, {layer, "mlp.down.weight"}, codes(a.mlp_t));
                  });
   lap("bwd.swiglu");
   gpu::swiglu_backward<T>(dgate_up_.data(), dmlp_.data(), a.gate_up.data(), N, F, ctx_, kOverwrite,
@@ -226,7 +239,8 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
                  a.norm2.data(), N, lap, ctx_, [&](bool onto) {
                    lap("bwd.matmul");
                    linear_.backward(dbuf_c_.data(), g.gate_up, nullptr, dgate_up_.data(), a.norm2.data(), p.gate_up, N,
-                                    C, 2 * F, ctx_, base_write(onto), kOverwrite, &lap, {layer, "mlp.gate_up.weight"});
+                                    C, 2 * F, ctx_, base_write(onto), kOverwrite, &lap, {layer, "mlp.gate_up.weight"},
+                                    codes(a.norm2_t));
                  });
   lap("bwd.rmsnorm");
   gpu::rmsnorm_backward<T>(dresid_.data(), g.mlp_norm, dbuf_c_.data(), a.res2.data(), p.mlp_norm, a.rstd2.data(), N, C,
@@ -248,7 +262,8 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
                  N, lap, ctx_, [&](bool onto) {
                    lap("bwd.matmul");
                    linear_.backward(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.norm1.data(), p.qkvw, N, C, QKV,
-                                    ctx_, base_write(onto), kOverwrite, &lap, {layer, "attn.qkv.weight"});
+                                    ctx_, base_write(onto), kOverwrite, &lap, {layer, "attn.qkv.weight"},
+                                    codes(a.norm1_t));
                  });
   lap("bwd.rmsnorm");  // dresid becomes d(x), the previous block's d(out)
   unsigned* const down_dy =

@@ -39,9 +39,11 @@ class CudaGpt final : public CudaModelBase<T> {
   // cudnn_attention, passes at the full shape (max_batch x seq_len: every training micro-step) run cuDNN's
   // fused attention (ctx.cudnn, plans already built); other shapes (sampling, short evaluations) and
   // !cudnn_attention run flash attention. Both compute the same function. attention_backward picks cuDNN's
-  // deterministic backward or the one that adds dQ with atomics (train.deterministic=false).
+  // deterministic backward or the one that adds dQ with atomics (train.deterministic=false). fp8: train.fp8's policy
+  // for the blocks' linear layers (ctx.scratch then also holds their codes: cuda_model_footprint with the recipe).
   CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention, const gpu::GpuContext& ctx,
-          gpu::CudnnBackwardMode attention_backward = gpu::CudnnBackwardMode::kDeterministic);
+          gpu::CudnnBackwardMode attention_backward = gpu::CudnnBackwardMode::kDeterministic,
+          const Fp8Policy& fp8 = {});
 
   void embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) override;
   void block_forward(int layer, const T* block_params) override;

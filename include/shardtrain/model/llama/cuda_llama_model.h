@@ -9,7 +9,9 @@
 // and the head's are written (=), so their buffers need no zeroing. Parameters and gradients are the unit's full flat
 // buffers in the compute type T (float, bf16 or fp16), in device memory. Activations are T; RMSNorm statistics, the
 // RoPE tables, attention's logsumexp and per-token losses are fp32. Every call is asynchronous on ctx.stream except
-// those that return a host value.
+// those that return a host value. Under train.fp8 (tensorwise) a block keeps the x^T codes of its q/k/v, gate/up and
+// down projections' inputs instead of the inputs themselves (LlamaActivationSizes::coded_*: only their weight
+// gradients read them), and the forward writes those inputs into backward buffers that are idle until then.
 //
 //   CudaLlama<bf16> m(cfg, B, recompute, cudnn_attention, ctx);   // ctx.scratch >= cuda_llama_footprint(...)
 //                                                                 // .scratch_bytes (cuda_footprint.h)
@@ -36,8 +38,10 @@ class CudaLlama final : public CudaModelBase<T> {
   // As CudaGpt's constructor: ctx.scratch must hold cuda_llama_footprint(...).scratch_bytes and ctx must outlive
   // the model; with cudnn_attention, passes at the full shape (max_batch x seq_len) run cuDNN's fused attention,
   // others flash attention; attention_backward picks cuDNN's backward. Uploads the RoPE tables (st::rope_table) once.
+  // fp8: train.fp8's policy for the blocks' linear layers (ctx.scratch then also holds their codes).
   CudaLlama(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention, const gpu::GpuContext& ctx,
-            gpu::CudnnBackwardMode attention_backward = gpu::CudnnBackwardMode::kDeterministic);
+            gpu::CudnnBackwardMode attention_backward = gpu::CudnnBackwardMode::kDeterministic,
+            const Fp8Policy& fp8 = {});
 
   void embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) override;
   void block_forward(int layer, const T* block_params) override;
@@ -51,10 +55,15 @@ class CudaLlama final : public CudaModelBase<T> {
       Base::cudnn_shape, Base::encoded_, Base::final_output, Base::io_, Base::linear_, Base::lora_, Base::recompute_,
       Base::T_, Base::timer_, Base::units_;
   struct BlockActs {
-    DeviceBuffer<T> norm1, qkv, atty, res2, norm2, gate_up, mlp;
+    DeviceBuffer<T> norm1, qkv, atty, res2, norm2, gate_up, mlp;  // norm1, norm2, mlp: empty where coded
+    DeviceBuffer<uint8_t> norm1_t, norm2_t, mlp_t;                // their x^T codes [C|C|F, N], where coded
     DeviceBuffer<float> rstd1, rstd2;
     DeviceBuffer<float> att_lse;  // [B, NH, T]: what attention's backward needs besides qkv and atty
   };
+  // Where the forward writes a linear layer's input: the block's own buffer, or where the block keeps the input's codes
+  // instead (own empty), `idle`, a backward buffer.
+  static T* input(DeviceBuffer<T>& own, DeviceBuffer<T>& idle) { return own.size() > 0 ? own.data() : idle.data(); }
+  static uint8_t* codes(DeviceBuffer<uint8_t>& c) { return c.size() > 0 ? c.data() : nullptr; }
   BlockActs& acts(int layer) { return blocks_[this->acts_index(layer)]; }
   // Final RMSNorm and the classifier: embed_tokens when tied (its gradient added to emb_grads), else the head's
   // lm_head (its gradient written into head_grads).
