@@ -15,7 +15,8 @@
 #             same sockets
 #   offload   --optim.offload=optimizer / --offload
 #   cap24     --dist.max_gpu_mem_gib=24 / --mem-cap-gib 24 (a 24 GB card)
-#   recompute --train.recompute=true / --recompute
+#   recompute --train.recompute=true / --recompute (without it ours runs --train.recompute=false whatever the config
+#             says, as the peer does)
 #   fp8t      --train.fp8=tensorwise (ours only: the peer stays bf16)
 #   fp8r      --train.fp8=rowwise (ours only)
 #   fp8g      --train.fp8=tensorwise --dist.fp8_gather=true (ours only: the weights gathered as E4M3 codes)
@@ -125,7 +126,7 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
         seq=(--model.seq_len=2048) ;;
       *) echo "BENCH_CASES: unknown model '$model' in '$c' (124m, 350m, 1.5b, llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen2.5-0.5b, smollm2-360m)"; exit 2 ;;
     esac
-    link_env=() ours_flags=() peer_flags=() ours_build=$BUILD
+    link_env=() ours_flags=() peer_flags=() ours_build=$BUILD recompute=false
     IFS=+ read -ra flag_list <<<"$flags"
     for f in "${flag_list[@]}"; do
       case $f in
@@ -134,7 +135,7 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
                 ours_build=$nodes_build ;;
         offload) ours_flags+=(--optim.offload=optimizer); peer_flags+=(--offload) ;;
         cap24) ours_flags+=(--dist.max_gpu_mem_gib=24); peer_flags+=(--mem-cap-gib 24) ;;
-        recompute) ours_flags+=(--train.recompute=true); peer_flags+=(--recompute) ;;
+        recompute) recompute=true; peer_flags+=(--recompute) ;;
         fp8t) ours_flags+=(--train.fp8=tensorwise) ;;
         fp8r) ours_flags+=(--train.fp8=rowwise) ;;
         fp8g) ours_flags+=(--train.fp8=tensorwise --dist.fp8_gather=true) ;;
@@ -144,6 +145,7 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
            exit 2 ;;
       esac
     done
+    ours_flags+=(--train.recompute=$recompute)
     tag="${model}_g${g}_b${b}${flags:+_${flags//+/-}}"
     row=$(env "${link_env[@]}" TT_DIR="$OUT/tt" TT_TIMEOUT="$BENCH_TIMEOUT" bash bench/train_throughput.sh "$ours_build" "$g" \
       "$config" "${seq[@]}" --train.dtype=bf16 --data.path="$data" --data.val_path= --data.val_holdout=0.01 --train.micro_batch="$b" \
