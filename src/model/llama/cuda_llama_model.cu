@@ -116,7 +116,7 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), QKV, norm1, N, lap, ctx_, [&](bool onto) {
     lap("fwd.matmul");
     this->base_forward(a.qkv.data(), norm1, p.qkvw, p.qkvb, N, C, QKV, onto, &lap, {layer, "attn.qkv.weight"},
-                       codes(a.norm1_t));
+                       codes_to_keep(a.norm1_t));
   });
   lap("fwd.rope");
   gpu::rope_forward<T>(a.qkv.data(), rope_cos_.data(), rope_sin_.data(), B_, T_, cfg_.n_head, cfg_.kv_heads(),
@@ -134,14 +134,14 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
                 [&](bool onto) {
                   lap("fwd.matmul");
                   this->base_forward(a.gate_up.data(), norm2, p.gate_up, nullptr, N, C, 2 * F, onto, &lap,
-                                     {layer, "mlp.gate_up.weight"}, codes(a.norm2_t));
+                                     {layer, "mlp.gate_up.weight"}, codes_to_keep(a.norm2_t));
                 });
   lap("fwd.swiglu");
   gpu::swiglu_forward<T>(mlp, a.gate_up.data(), N, F, ctx_,
                          linear_.input_maxima({layer, "mlp.down.weight"}, LinearInput::kX, ctx_));
   lap("fwd.matmul_residual");
   linear_.forward(out, mlp, p.down, nullptr, a.res2.data(), N, F, C, ctx_, &lap, {layer, "mlp.down.weight"},
-                  codes(a.mlp_t));
+                  codes_to_keep(a.mlp_t));
   lora_.forward(layer, "mlp.down.weight", block_params, out, C, mlp, N, lap, ctx_);
 }
 
@@ -208,7 +208,11 @@ void CudaLlama<T>::attention_backward(BlockActs& a, OpTimer::Laps& lap) {
 
 template <typename T>
 void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_grads) {
-  if (recompute_) block_forward(layer, block_params);  // refills the shared activations from the saved input
+  if (recompute_) {  // refills the shared activations from the saved input
+    recomputing_ = true;
+    block_forward(layer, block_params);
+    recomputing_ = false;
+  }
   const LlamaBlockView<const T> p(block_params, units_[static_cast<size_t>(1 + layer)]);
   const LlamaBlockView<T> g(block_grads, units_[static_cast<size_t>(1 + layer)], ViewOf::kGrads);
   BlockActs& a = acts(layer);
