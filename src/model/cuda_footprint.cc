@@ -63,7 +63,7 @@ int64_t LlamaActivationSizes::elems() const {
 
 int64_t LlamaActivationSizes::floats(int head_dim) const { return blocks * block_floats() + BT + T * head_dim; }
 
-GptActivationSizes::GptActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute)
+GptActivationSizes::GptActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute, const Fp8Policy& fp8)
     : B(max_batch),
       T(cfg.seq_len),
       BT(max_batch * cfg.seq_len),
@@ -71,7 +71,14 @@ GptActivationSizes::GptActivationSizes(const ModelConfig& cfg, int64_t max_batch
       NH(cfg.n_head),
       blocks(kept_blocks(cfg, recompute)),
       layers(cfg.n_layer),
-      lora(lora_activation_elems(cfg, BT, blocks)) {}
+      lora(lora_activation_elems(cfg, BT, blocks)) {
+  for (const LinearShape& l : block_linear_shapes(cfg)) {
+    if (!fp8_input_codes(cfg, fp8, l)) continue;
+    if (l.weight == "attn.qkv.weight") coded_qkv = true;
+    if (l.weight == "mlp.fc.weight") coded_fc = true;
+    if (l.weight == "mlp.proj.weight") coded_proj = true;
+  }
+}
 
 int64_t GptActivationSizes::elems() const {
   return blocks * block_elems() + layers * BT * C + BT * C + 4 * BT * C + 3 * BT * C + 4 * BT * C + lora;
@@ -101,13 +108,13 @@ CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batc
 }
 
 CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, int64_t elem_bytes,
-                                      int64_t attention_scratch_bytes) {
-  const GptActivationSizes z(cfg, max_batch, recompute);
+                                      int64_t attention_scratch_bytes, const Fp8Policy& fp8) {
+  const GptActivationSizes z(cfg, max_batch, recompute, fp8);
   const int B = static_cast<int>(z.B), T_ = static_cast<int>(z.T), C = static_cast<int>(z.C),
             NH = static_cast<int>(z.NH);
   CudaModelFootprint f;
-  f.activation_bytes = z.elems() * elem_bytes + z.floats() * 4 + cuda_lm_io_device_bytes(cfg, max_batch, elem_bytes) +
-                       gpt_block_column_sums_bytes(z.BT, C);
+  f.activation_bytes = z.elems() * elem_bytes + z.blocks * z.block_code_bytes() + z.floats() * 4 +
+                       cuda_lm_io_device_bytes(cfg, max_batch, elem_bytes) + gpt_block_column_sums_bytes(z.BT, C);
   f.scratch_bytes = largest(
       {gpu::embedding_backward_scratch_bytes(B, T_, C), gpu::layernorm_backward_scratch_bytes(z.BT, C),
        gpu::matmul_backward_scratch_bytes(z.BT, 4 * C), gpu::flash_attention_backward_scratch_bytes(B, T_, C, NH),
@@ -133,7 +140,7 @@ CudaModelFootprint cuda_model_footprint(const ModelConfig& cfg, int64_t max_batc
   const int64_t t = dtype_bytes(dtype);
   CudaModelFootprint f =
       cfg.is_llama() ? cuda_llama_footprint(cfg, max_batch, recompute, t, attention_scratch_bytes, fp8_policy(fp8))
-                     : cuda_gpt_footprint(cfg, max_batch, recompute, t, attention_scratch_bytes);
+                     : cuda_gpt_footprint(cfg, max_batch, recompute, t, attention_scratch_bytes, fp8_policy(fp8));
   f.scratch_bytes = std::max(f.scratch_bytes, cuda_linear_codes_bytes(cfg, max_batch * cfg.seq_len, fp8));
   return f;
 }

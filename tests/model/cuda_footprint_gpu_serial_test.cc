@@ -1,7 +1,7 @@
 // The CUDA models allocate what the host footprint (cuda_footprint.h) counts: the device memory a CudaGpt and a
 // CudaLlama take when constructed (cudaMemGetInfo before and after) is their activation_bytes, to within the driver's
 // 2 MiB allocation granularity for each of their buffers, at shapes of about 1 GiB of activations, with and without
-// LoRA and train.fp8 (whose CudaLlama keeps x^T codes in place of three inputs a block); and the adapters' buffers to
+// LoRA and train.fp8 (whose models keep x^T codes in place of three inputs a block); and the adapters' buffers to
 // the element.
 // cudaMemGetInfo counts the whole device: the binary of *_gpu_serial_test.cc files runs each test alone (RUN_SERIAL).
 #include <gtest/gtest.h>
@@ -75,10 +75,11 @@ TEST(CudaFootprintGpu, CudaGptAllocatesItsFootprint) {
   ST_SKIP_WITHOUT_GPU();
   // Per block 12 buffers; 8 of the head and backward, the column sums, 2 layer outputs, the embedding output and
   // CudaLmIo's 5; with LoRA the adapters' h and dh.
-  for (const bool lora : {false, true})
-    for (const bool recompute : {false, true})
-      expect_allocates_its_footprint<CudaGpt<bf16>>(shape(ModelArch::kGpt2, lora), recompute,
-                                                    2 * 12 + 9 + 3 + 5 + (lora ? 2 : 0));
+  for (const Fp8Recipe fp8 : {Fp8Recipe::kOff, Fp8Recipe::kTensorwise})
+    for (const bool lora : {false, true})
+      for (const bool recompute : {false, true})
+        expect_allocates_its_footprint<CudaGpt<bf16>>(shape(ModelArch::kGpt2, lora), recompute,
+                                                      2 * 12 + 9 + 3 + 5 + (lora ? 2 : 0), fp8);
 }
 
 TEST(CudaFootprintGpu, CudaLlamaAllocatesItsFootprint) {

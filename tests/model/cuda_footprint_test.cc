@@ -201,6 +201,22 @@ TEST(CudaFootprint, LlamaKeepsInputCodesUnderTensorwiseFp8) {
     EXPECT_EQ(none.block_code_bytes(), 0);
 }
 
+// GPT-2 alike: ln1, ln2 [C] and the GELU's output [4C] as codes, 6 C bytes a token instead of 6 C elements.
+TEST(CudaFootprint, Gpt2KeepsInputCodesUnderTensorwiseFp8) {
+  const ModelConfig m = gpt_shape();  // C 64, 2 layers
+  const GptActivationSizes z(m, kB, false, fp8_policy(Fp8Recipe::kTensorwise));
+  EXPECT_TRUE(z.coded_qkv && z.coded_fc && z.coded_proj);
+  EXPECT_EQ(z.block_code_bytes(), 6 * kBTC);
+  EXPECT_EQ(z.block_elems(), 9 * kBTC);
+  for (const bool recompute : {false, true})
+    for (const DType d : {DType::kBF16, DType::kF32})
+      EXPECT_EQ(cuda_model_footprint(m, kB, recompute, d, 0).activation_bytes -
+                    cuda_model_footprint(m, kB, recompute, d, 0, Fp8Recipe::kTensorwise).activation_bytes,
+                (recompute ? 1 : 2) * 6 * kBTC * (dtype_bytes(d) - 1))
+          << recompute << " " << to_string(d);
+  EXPECT_EQ(GptActivationSizes(m, kB, false, fp8_policy(Fp8Recipe::kRowwise)).block_code_bytes(), 0);
+}
+
 TEST(CudaFootprint, ClassifierChunksSplitRowsEvenly) {
   ModelConfig m = gpt_shape();
   m.vocab_size = 50257;                                       // padded to 50304: at most 5,336 rows of 256 Mi elements

@@ -6,9 +6,9 @@
 // gradients in FP8 (64 tokens a micro-batch: dy cast both ways in one pass) and in the compute type (24 tokens: dy cast
 // for the input gradient alone). The same steps without FP8 give other losses: the casts are on. CudaLinear hands a
 // producer a slot, zeroed, only where a tensorwise cast takes it.
-// Fp8Policy::keep_input_codes likewise: llama's blocks keeping the x^T codes of their forwards' casts in place of the
-// q/k/v, gate/up and down inputs (at 64 tokens a micro-batch; at 24 the weight gradients run in the compute type and
-// the blocks keep x) give the bits of casting x^T in the backward.
+// Fp8Policy::keep_input_codes likewise: blocks keeping the x^T codes of their forwards' casts in place of the inputs of
+// llama's q/k/v, gate/up and down, GPT-2's qkv, fc and MLP proj (at 64 tokens a micro-batch; at 24 the weight
+// gradients run in the compute type and the blocks keep x) give the bits of casting x^T in the backward.
 #include <gtest/gtest.h>
 
 #include <cstring>

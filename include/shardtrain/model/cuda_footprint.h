@@ -61,9 +61,18 @@ struct LlamaActivationSizes {
 struct GptActivationSizes {
   int64_t B, T, BT, C, NH, blocks, layers;
   int64_t lora;  // the LoRA adapters' h and dh, as LlamaActivationSizes::lora
-  GptActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute);
-  // A block's ln1, atty, res2, ln2 [C]; qkv [3C]; fch, fch_gelu [4C].
-  int64_t block_elems() const { return 15 * BT * C; }
+  // train.fp8: the inputs of the qkv, fc and proj (MLP) layers (ln1, ln2, fch_gelu) kept as their x^T codes, as
+  // LlamaActivationSizes' (through dbuf_c and dfch in the forward).
+  bool coded_qkv = false, coded_fc = false, coded_proj = false;
+  GptActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute, const Fp8Policy& fp8 = {});
+  // A block's ln1, atty, res2, ln2 [C]; qkv [3C]; fch, fch_gelu [4C], less those kept as codes.
+  int64_t block_elems() const {
+    return 15 * BT * C - BT * C * ((coded_qkv ? 1 : 0) + (coded_fc ? 1 : 0) + (coded_proj ? 4 : 0));
+  }
+  // A block's codes: ln1^T, ln2^T [C], fch_gelu^T [4C], those kept.
+  int64_t block_code_bytes() const {
+    return BT * C * ((coded_qkv ? 1 : 0) + (coded_fc ? 1 : 0) + (coded_proj ? 4 : 0));
+  }
   int64_t block_floats() const { return 4 * BT + B * NH * T; }  // ln1 and ln2 mean and rstd; att_lse
   // The blocks, the layer outputs, the embedding output, lnf, dresid, dlnf, dbuf_c [C], dqkv [3C], dfch [4C] and the
   // adapters'.
@@ -79,7 +88,7 @@ int64_t gpt_block_column_sums_bytes(int64_t BT, int C);
 CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, int64_t elem_bytes,
                                         int64_t attention_scratch_bytes, const Fp8Policy& fp8 = {});
 CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, int64_t elem_bytes,
-                                      int64_t attention_scratch_bytes);
+                                      int64_t attention_scratch_bytes, const Fp8Policy& fp8 = {});
 // CudaLinear's FP8 operand codes for micro-batches of up to max_rows tokens (fp8_workspace's region,
 // model/fp8_policy.h): they live in the model's kernel scratch (GpuContext::scratch), so cuda_model_footprint's
 // scratch_bytes is at least this. 0 when the recipe is off or no layer is eligible.

@@ -68,11 +68,27 @@ class CudaModelBase : public CudaUnitModel<T> {
   // CudaLinear::forward's.
   void base_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, int C, int OC, bool onto,
                     OpTimer::Laps* lap, LinearSite site, uint8_t* x_t_codes = nullptr);
+  // Under train.fp8 a block may keep a linear layer's x^T codes (CudaLinear::forward's x_t_codes) in place of its
+  // input x, where only the layer's weight gradient reads x in the backward (fp8_input_codes): the input then passes
+  // through a backward buffer that is idle in the forward. input(): where the forward writes x, the block's own
+  // buffer, or `idle` where the block keeps none. codes(): the block's codes, or null where it keeps x.
+  static T* input(DeviceBuffer<T>& own, DeviceBuffer<T>& idle) { return own.size() > 0 ? own.data() : idle.data(); }
+  static uint8_t* codes(DeviceBuffer<uint8_t>& c) { return c.size() > 0 ? c.data() : nullptr; }
+  // Where a forward writes the codes: codes(c), unless its activations serve no backward (with recompute, only the
+  // forward that block_backward runs again writes them).
+  uint8_t* codes_to_keep(DeviceBuffer<uint8_t>& c) const { return !recompute_ || recomputing_ ? codes(c) : nullptr; }
+  // block_backward's first act with recompute: the block's forward again, from its saved input.
+  void recompute_forward(int layer, const T* block_params) {
+    recomputing_ = true;
+    this->block_forward(layer, block_params);
+    recomputing_ = false;
+  }
 
   ModelConfig cfg_;
   std::vector<UnitLayout> units_;
   int64_t max_batch_;
   bool recompute_;
+  bool recomputing_ = false;  // recompute_forward is running
   bool cudnn_attention_;
   gpu::CudnnBackwardMode attention_backward_;
   gpu::GpuContext ctx_;

@@ -19,20 +19,27 @@ template <typename T>
 CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
                     const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward, const Fp8Policy& fp8)
     : CudaModelBase<T>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward,
-                       cuda_gpt_footprint(cfg, max_batch, recompute, sizeof(T), 0).scratch_bytes, fp8) {
+                       cuda_gpt_footprint(cfg, max_batch, recompute, sizeof(T), 0, fp8).scratch_bytes, fp8) {
   // Exactly the buffers cuda_gpt_footprint counts (GptActivationSizes); the base allocates the layer outputs, the
   // embedding output, CudaLmIo's and the adapters'.
-  const GptActivationSizes z(cfg, max_batch, recompute);
+  const GptActivationSizes z(cfg, max_batch, recompute, fp8);
   const int64_t BT = z.BT, C = z.C;
   blocks_.resize(static_cast<size_t>(z.blocks));
+  // A linear layer's input in the compute type, or its x^T codes.
+  const auto input_of = [](bool coded, int64_t n, DeviceBuffer<T>* own, DeviceBuffer<uint8_t>* codes) {
+    if (coded)
+      *codes = DeviceBuffer<uint8_t>(n);
+    else
+      *own = DeviceBuffer<T>(n);
+  };
   for (BlockActs& a : blocks_) {
-    a.ln1 = DeviceBuffer<T>(BT * C);
+    input_of(z.coded_qkv, BT * C, &a.ln1, &a.ln1_t);
     a.qkv = DeviceBuffer<T>(BT * 3 * C);
     a.atty = DeviceBuffer<T>(BT * C);
     a.res2 = DeviceBuffer<T>(BT * C);
-    a.ln2 = DeviceBuffer<T>(BT * C);
+    input_of(z.coded_fc, BT * C, &a.ln2, &a.ln2_t);
     a.fch = DeviceBuffer<T>(BT * 4 * C);
-    a.fch_gelu = DeviceBuffer<T>(BT * 4 * C);
+    input_of(z.coded_proj, BT * 4 * C, &a.fch_gelu, &a.fch_gelu_t);
     a.ln1_mean = DeviceBuffer<float>(BT);
     a.ln1_rstd = DeviceBuffer<float>(BT);
     a.ln2_mean = DeviceBuffer<float>(BT);
@@ -70,17 +77,20 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   const int64_t N = B_ * T_;
   const int C = cfg_.n_embd;
   const T* x = block_input(layer);
+  // The linear layers' inputs: where the block keeps their codes, written into backward buffers idle till then.
+  T* const ln1 = input(a.ln1, dbuf_c_);
+  T* const ln2 = input(a.ln2, dbuf_c_);
+  T* const fch_gelu = input(a.fch_gelu, dfch_);
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   // The LayerNorms and the GELU write the inputs of the linear layers after them with their maxima (input_maxima).
   lap("fwd.layernorm");
-  gpu::layernorm_forward<T>(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln1w, p.ln1b, N, C, ctx_,
+  gpu::layernorm_forward<T>(ln1, a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln1w, p.ln1b, N, C, ctx_,
                             linear_.input_maxima({layer, "attn.qkv.weight"}, LinearInput::kX, ctx_));
-  lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), 3 * C, a.ln1.data(), N, lap, ctx_,
-                [&](bool onto) {
-                  lap("fwd.matmul");
-                  this->base_forward(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C, onto, &lap,
-                                     {layer, "attn.qkv.weight"});
-                });
+  lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), 3 * C, ln1, N, lap, ctx_, [&](bool onto) {
+    lap("fwd.matmul");
+    this->base_forward(a.qkv.data(), ln1, p.qkvw, p.qkvb, N, C, 3 * C, onto, &lap, {layer, "attn.qkv.weight"},
+                       codes_to_keep(a.ln1_t));
+  });
   lap("fwd.attention");
   if (cudnn_shape())
     gpu::cudnn_attention_forward<T>(a.atty.data(), a.att_lse.data(), a.qkv.data(), static_cast<int>(B_),
@@ -93,28 +103,27 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   // The adapters of the residual GEMMs add to x + proj(atty): the CPU model's sum, in another order.
   lora_.forward(layer, "attn.proj.weight", block_params, a.res2.data(), C, a.atty.data(), N, lap, ctx_);
   lap("fwd.layernorm");
-  gpu::layernorm_forward<T>(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C,
-                            ctx_, linear_.input_maxima({layer, "mlp.fc.weight"}, LinearInput::kX, ctx_));
+  gpu::layernorm_forward<T>(ln2, a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C, ctx_,
+                            linear_.input_maxima({layer, "mlp.fc.weight"}, LinearInput::kX, ctx_));
   if (lora_.adapts("mlp.fc.weight") || linear_.policy().applies(C, 4 * C)) {
     // The adapters add to fc's output before the GELU, which the fused GEMM + GELU cannot wait for, and an FP8 GEMM
     // has no GELU epilogue here: apart.
-    lora_.forward(layer, "mlp.fc.weight", block_params, a.fch.data(), 4 * C, a.ln2.data(), N, lap, ctx_,
-                  [&](bool onto) {
-                    lap("fwd.matmul");
-                    this->base_forward(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, onto, &lap,
-                                       {layer, "mlp.fc.weight"});
-                  });
+    lora_.forward(layer, "mlp.fc.weight", block_params, a.fch.data(), 4 * C, ln2, N, lap, ctx_, [&](bool onto) {
+      lap("fwd.matmul");
+      this->base_forward(a.fch.data(), ln2, p.fcw, p.fcb, N, C, 4 * C, onto, &lap, {layer, "mlp.fc.weight"},
+                         codes_to_keep(a.ln2_t));
+    });
     lap("fwd.gelu");
-    gpu::gelu_forward<T>(a.fch_gelu.data(), a.fch.data(), N * 4 * C, ctx_,
+    gpu::gelu_forward<T>(fch_gelu, a.fch.data(), N * 4 * C, ctx_,
                          linear_.input_maxima({layer, "mlp.proj.weight"}, LinearInput::kX, ctx_));
   } else {
     lap("fwd.matmul_gelu");
-    gpu::matmul_forward_gelu<T>(a.fch_gelu.data(), a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C, ctx_);
+    gpu::matmul_forward_gelu<T>(fch_gelu, a.fch.data(), ln2, p.fcw, p.fcb, N, C, 4 * C, ctx_);
   }
   lap("fwd.matmul_residual");
-  linear_.forward(out, a.fch_gelu.data(), p.fcprojw, p.fcprojb, a.res2.data(), N, 4 * C, C, ctx_, &lap,
-                  {layer, "mlp.proj.weight"});
-  lora_.forward(layer, "mlp.proj.weight", block_params, out, C, a.fch_gelu.data(), N, lap, ctx_);
+  linear_.forward(out, fch_gelu, p.fcprojw, p.fcprojb, a.res2.data(), N, 4 * C, C, ctx_, &lap,
+                  {layer, "mlp.proj.weight"}, codes_to_keep(a.fch_gelu_t));
+  lora_.forward(layer, "mlp.proj.weight", block_params, out, C, fch_gelu, N, lap, ctx_);
 }
 
 template <typename T>
@@ -158,7 +167,7 @@ void CudaGpt<T>::head_logits(const T* head_params, const T* emb_params, int64_t 
 
 template <typename T>
 void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads) {
-  if (recompute_) block_forward(layer, block_params);
+  if (recompute_) this->recompute_forward(layer, block_params);
   const BlockView<const T> p(block_params, units_[static_cast<size_t>(1 + layer)]);
   const BlockView<T> g(block_grads, units_[static_cast<size_t>(1 + layer)], ViewOf::kGrads);
   BlockActs& a = acts(layer);
@@ -184,7 +193,8 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
                    lap, ctx, [&](bool onto) {
                      lap("bwd.matmul");
                      linear_.backward(dfch, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, N,
-                                      4 * C, C, ctx, base_write(onto), kOverwrite, &lap, {layer, "mlp.proj.weight"});
+                                      4 * C, C, ctx, base_write(onto), kOverwrite, &lap, {layer, "mlp.proj.weight"},
+                                      codes(a.fch_gelu_t));
                    });
     lap("bwd.gelu");
     gpu::gelu_backward<T>(dfch, a.fch.data(), dfch, N * 4 * C, ctx, kOverwrite);
@@ -197,7 +207,7 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
                  ctx, [&](bool onto) {
                    lap("bwd.matmul");
                    linear_.backward(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, ctx,
-                                    base_write(onto), kOverwrite, &lap, {layer, "mlp.fc.weight"});
+                                    base_write(onto), kOverwrite, &lap, {layer, "mlp.fc.weight"}, codes(a.ln2_t));
                  });
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln2w, g.ln2b, dbuf_c_.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
@@ -226,7 +236,8 @@ void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads
                  N, lap, ctx, [&](bool onto) {
                    lap("bwd.matmul");
                    linear_.backward(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C,
-                                    ctx, base_write(onto), kOverwrite, &lap, {layer, "attn.qkv.weight"});
+                                    ctx, base_write(onto), kOverwrite, &lap, {layer, "attn.qkv.weight"},
+                                    codes(a.ln1_t));
                  });
   lap("bwd.layernorm");
   gpu::layernorm_backward<T>(dresid_.data(), g.ln1w, g.ln1b, dbuf_c_.data(), x, p.ln1w, a.ln1_mean.data(),

@@ -208,11 +208,7 @@ void CudaLlama<T>::attention_backward(BlockActs& a, OpTimer::Laps& lap) {
 
 template <typename T>
 void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_grads) {
-  if (recompute_) {  // refills the shared activations from the saved input
-    recomputing_ = true;
-    block_forward(layer, block_params);
-    recomputing_ = false;
-  }
+  if (recompute_) this->recompute_forward(layer, block_params);  // refills the shared activations
   const LlamaBlockView<const T> p(block_params, units_[static_cast<size_t>(1 + layer)]);
   const LlamaBlockView<T> g(block_grads, units_[static_cast<size_t>(1 + layer)], ViewOf::kGrads);
   BlockActs& a = acts(layer);

@@ -6,7 +6,8 @@
 // runs without the fused GEMM + GELU) and frozen tensors get no gradient, as in GptModel. Parameters and gradients
 // are the unit's full flat buffers in the compute type T (float, bf16 or fp16), in device memory, gathered and
 // reduce-scattered by the caller. Activations are T; LayerNorm statistics and per-token losses are fp32. Every call is
-// asynchronous on ctx.stream except those that return a host value.
+// asynchronous on ctx.stream except those that return a host value. Under train.fp8 (tensorwise) a block keeps the x^T
+// codes of its qkv, fc and MLP proj inputs instead of the inputs (GptActivationSizes::coded_*), as CudaLlama does.
 //
 //   CudaGpt<bf16> m(cfg, B, recompute, ctx);
 //   m.embedding_forward(P[0], host_tokens, B, T);
@@ -53,11 +54,12 @@ class CudaGpt final : public CudaModelBase<T> {
 
  private:
   using Base = CudaModelBase<T>;
-  using Base::attention_backward_, Base::B_, Base::block_input, Base::block_out_, Base::cfg_, Base::ctx_,
-      Base::cudnn_shape, Base::encoded_, Base::final_output, Base::io_, Base::linear_, Base::lora_, Base::recompute_,
-      Base::T_, Base::timer_, Base::units_;
+  using Base::attention_backward_, Base::B_, Base::block_input, Base::block_out_, Base::cfg_, Base::codes,
+      Base::codes_to_keep, Base::ctx_, Base::cudnn_shape, Base::encoded_, Base::final_output, Base::input, Base::io_,
+      Base::linear_, Base::lora_, Base::recompute_, Base::T_, Base::timer_, Base::units_;
   struct BlockActs {
-    DeviceBuffer<T> ln1, qkv, atty, res2, ln2, fch, fch_gelu;
+    DeviceBuffer<T> ln1, qkv, atty, res2, ln2, fch, fch_gelu;  // ln1, ln2, fch_gelu: empty where coded
+    DeviceBuffer<uint8_t> ln1_t, ln2_t, fch_gelu_t;            // their x^T codes [C|C|4C, N], where coded
     DeviceBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
     DeviceBuffer<float> att_lse;  // [B, NH, T]: what flash attention's backward needs besides qkv and atty
   };

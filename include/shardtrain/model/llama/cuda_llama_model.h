@@ -51,24 +51,15 @@ class CudaLlama final : public CudaModelBase<T> {
 
  private:
   using Base = CudaModelBase<T>;
-  using Base::attention_backward_, Base::B_, Base::block_input, Base::block_out_, Base::cfg_, Base::ctx_,
-      Base::cudnn_shape, Base::encoded_, Base::final_output, Base::io_, Base::linear_, Base::lora_, Base::recompute_,
-      Base::T_, Base::timer_, Base::units_;
+  using Base::attention_backward_, Base::B_, Base::block_input, Base::block_out_, Base::cfg_, Base::codes,
+      Base::codes_to_keep, Base::ctx_, Base::cudnn_shape, Base::encoded_, Base::final_output, Base::input, Base::io_,
+      Base::linear_, Base::lora_, Base::recompute_, Base::T_, Base::timer_, Base::units_;
   struct BlockActs {
     DeviceBuffer<T> norm1, qkv, atty, res2, norm2, gate_up, mlp;  // norm1, norm2, mlp: empty where coded
     DeviceBuffer<uint8_t> norm1_t, norm2_t, mlp_t;                // their x^T codes [C|C|F, N], where coded
     DeviceBuffer<float> rstd1, rstd2;
     DeviceBuffer<float> att_lse;  // [B, NH, T]: what attention's backward needs besides qkv and atty
   };
-  // Where the forward writes a linear layer's input: the block's own buffer, or where the block keeps the input's codes
-  // instead (own empty), `idle`, a backward buffer.
-  static T* input(DeviceBuffer<T>& own, DeviceBuffer<T>& idle) { return own.size() > 0 ? own.data() : idle.data(); }
-  // A block's x^T codes, or null where it keeps the input itself.
-  static uint8_t* codes(DeviceBuffer<uint8_t>& c) { return c.size() > 0 ? c.data() : nullptr; }
-  // Where a forward writes x^T's codes: codes(c), unless the forward's activations serve no backward (with recompute,
-  // only the forward that block_backward runs again writes them).
-  uint8_t* codes_to_keep(DeviceBuffer<uint8_t>& c) const { return !recompute_ || recomputing_ ? codes(c) : nullptr; }
-  bool recomputing_ = false;  // block_backward's forward is running
   BlockActs& acts(int layer) { return blocks_[this->acts_index(layer)]; }
   // Final RMSNorm and the classifier: embed_tokens when tied (its gradient added to emb_grads), else the head's
   // lm_head (its gradient written into head_grads).
