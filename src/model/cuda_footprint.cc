@@ -20,6 +20,14 @@ int64_t kept_blocks(const ModelConfig& cfg, bool recompute) {
   return recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer;
 }
 
+// Whether a block keeps the x^T codes of the input of its linear layer `weight` in place of the input
+// (fp8_input_codes).
+bool keeps_codes(const ModelConfig& cfg, const Fp8Policy& fp8, const char* weight) {
+  for (const LinearShape& l : block_linear_shapes(cfg))
+    if (l.weight == weight) return fp8_input_codes(cfg, fp8, l);
+  return false;
+}
+
 // The kernel scratch is one buffer that each pass uses in turn: it holds the largest need.
 int64_t largest(std::initializer_list<size_t> needs) { return static_cast<int64_t>(std::max(needs)); }
 
@@ -48,14 +56,10 @@ LlamaActivationSizes::LlamaActivationSizes(const ModelConfig& cfg, int64_t max_b
       NH(cfg.n_head),
       blocks(kept_blocks(cfg, recompute)),
       layers(cfg.n_layer),
-      lora(lora_activation_elems(cfg, BT, blocks)) {
-  for (const LinearShape& l : block_linear_shapes(cfg)) {
-    if (!fp8_input_codes(cfg, fp8, l)) continue;
-    if (l.weight == "attn.qkv.weight") coded_qkv = true;
-    if (l.weight == "mlp.gate_up.weight") coded_gate_up = true;
-    if (l.weight == "mlp.down.weight") coded_down = true;
-  }
-}
+      lora(lora_activation_elems(cfg, BT, blocks)),
+      coded_qkv(keeps_codes(cfg, fp8, "attn.qkv.weight")),
+      coded_gate_up(keeps_codes(cfg, fp8, "mlp.gate_up.weight")),
+      coded_down(keeps_codes(cfg, fp8, "mlp.down.weight")) {}
 
 int64_t LlamaActivationSizes::elems() const {
   return blocks * block_elems() + layers * BT * C + BT * C + 4 * BT * C + BT * QKV + 3 * BT * F + lora;
@@ -71,14 +75,10 @@ GptActivationSizes::GptActivationSizes(const ModelConfig& cfg, int64_t max_batch
       NH(cfg.n_head),
       blocks(kept_blocks(cfg, recompute)),
       layers(cfg.n_layer),
-      lora(lora_activation_elems(cfg, BT, blocks)) {
-  for (const LinearShape& l : block_linear_shapes(cfg)) {
-    if (!fp8_input_codes(cfg, fp8, l)) continue;
-    if (l.weight == "attn.qkv.weight") coded_qkv = true;
-    if (l.weight == "mlp.fc.weight") coded_fc = true;
-    if (l.weight == "mlp.proj.weight") coded_proj = true;
-  }
-}
+      lora(lora_activation_elems(cfg, BT, blocks)),
+      coded_qkv(keeps_codes(cfg, fp8, "attn.qkv.weight")),
+      coded_fc(keeps_codes(cfg, fp8, "mlp.fc.weight")),
+      coded_proj(keeps_codes(cfg, fp8, "mlp.proj.weight")) {}
 
 int64_t GptActivationSizes::elems() const {
   return blocks * block_elems() + layers * BT * C + BT * C + 4 * BT * C + 3 * BT * C + 4 * BT * C + lora;

@@ -74,6 +74,13 @@ class CudaModelBase : public CudaUnitModel<T> {
   // buffer, or `idle` where the block keeps none. codes(): the block's codes, or null where it keeps x.
   static T* input(DeviceBuffer<T>& own, DeviceBuffer<T>& idle) { return own.size() > 0 ? own.data() : idle.data(); }
   static uint8_t* codes(DeviceBuffer<uint8_t>& c) { return c.size() > 0 ? c.data() : nullptr; }
+  // A block's buffer for such an input of n elements: the input itself (own) or, where coded, its codes.
+  static void allocate_input(bool coded, int64_t n, DeviceBuffer<T>* own, DeviceBuffer<uint8_t>* codes) {
+    if (coded)
+      *codes = DeviceBuffer<uint8_t>(n);
+    else
+      *own = DeviceBuffer<T>(n);
+  }
   // Where a forward writes the codes: codes(c), unless its activations serve no backward (with recompute, only the
   // forward that block_backward runs again writes them).
   uint8_t* codes_to_keep(DeviceBuffer<uint8_t>& c) const { return !recompute_ || recomputing_ ? codes(c) : nullptr; }

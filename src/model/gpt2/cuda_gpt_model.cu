@@ -25,21 +25,14 @@ CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, b
   const GptActivationSizes z(cfg, max_batch, recompute, fp8);
   const int64_t BT = z.BT, C = z.C;
   blocks_.resize(static_cast<size_t>(z.blocks));
-  // A linear layer's input in the compute type, or its x^T codes.
-  const auto input_of = [](bool coded, int64_t n, DeviceBuffer<T>* own, DeviceBuffer<uint8_t>* codes) {
-    if (coded)
-      *codes = DeviceBuffer<uint8_t>(n);
-    else
-      *own = DeviceBuffer<T>(n);
-  };
   for (BlockActs& a : blocks_) {
-    input_of(z.coded_qkv, BT * C, &a.ln1, &a.ln1_t);
+    this->allocate_input(z.coded_qkv, BT * C, &a.ln1, &a.ln1_t);
     a.qkv = DeviceBuffer<T>(BT * 3 * C);
     a.atty = DeviceBuffer<T>(BT * C);
     a.res2 = DeviceBuffer<T>(BT * C);
-    input_of(z.coded_fc, BT * C, &a.ln2, &a.ln2_t);
+    this->allocate_input(z.coded_fc, BT * C, &a.ln2, &a.ln2_t);
     a.fch = DeviceBuffer<T>(BT * 4 * C);
-    input_of(z.coded_proj, BT * 4 * C, &a.fch_gelu, &a.fch_gelu_t);
+    this->allocate_input(z.coded_proj, BT * 4 * C, &a.fch_gelu, &a.fch_gelu_t);
     a.ln1_mean = DeviceBuffer<float>(BT);
     a.ln1_rstd = DeviceBuffer<float>(BT);
     a.ln2_mean = DeviceBuffer<float>(BT);

@@ -42,18 +42,11 @@ CudaLlama<T>::CudaLlama(const ModelConfig& cfg, int64_t max_batch, bool recomput
   rope_cos_ = device_copy(rope.cos, ctx_.stream);
   rope_sin_ = device_copy(rope.sin, ctx_.stream);
   blocks_.resize(static_cast<size_t>(z.blocks));
-  // A linear layer's input in the compute type, or its x^T codes.
-  const auto input = [](bool coded, int64_t n, DeviceBuffer<T>* own, DeviceBuffer<uint8_t>* codes) {
-    if (coded)
-      *codes = DeviceBuffer<uint8_t>(n);
-    else
-      *own = DeviceBuffer<T>(n);
-  };
   for (BlockActs& a : blocks_) {
     for (DeviceBuffer<T>* b : {&a.atty, &a.res2}) *b = DeviceBuffer<T>(BT * C);
-    input(z.coded_qkv, BT * C, &a.norm1, &a.norm1_t);
-    input(z.coded_gate_up, BT * C, &a.norm2, &a.norm2_t);
-    input(z.coded_down, BT * F, &a.mlp, &a.mlp_t);
+    this->allocate_input(z.coded_qkv, BT * C, &a.norm1, &a.norm1_t);
+    this->allocate_input(z.coded_gate_up, BT * C, &a.norm2, &a.norm2_t);
+    this->allocate_input(z.coded_down, BT * F, &a.mlp, &a.mlp_t);
     a.qkv = DeviceBuffer<T>(BT * z.QKV);
     a.gate_up = DeviceBuffer<T>(BT * 2 * F);
     a.rstd1 = DeviceBuffer<float>(BT);
