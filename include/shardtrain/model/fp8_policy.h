@@ -98,7 +98,8 @@ std::vector<LinearShape> block_linear_shapes(const ModelConfig& cfg);
 // Whether a CUDA model of cfg keeps the codes of linear layer `l`'s x^T from its forward in place of x: the policy
 // allows it for the layer (Fp8Policy::keeps_input_codes); no LoRA (the adapters read x); and every training pass's
 // weight gradient runs in FP8 (cfg.seq_len a multiple of 16, so that any micro-batch's tokens are). The model then
-// keeps the codes only of layers whose x nothing else in the backward reads (llama: q/k/v, gate/up, down).
+// keeps the codes only of layers whose x nothing else in the backward reads (llama: q/k/v, gate/up, down; GPT-2: qkv,
+// fc, MLP proj).
 bool fp8_input_codes(const ModelConfig& cfg, const Fp8Policy& policy, const LinearShape& l);
 
 // What a linear layer's FP8 casts need at most over the block's layers the policy applies to, for up to max_rows
