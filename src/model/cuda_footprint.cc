@@ -126,7 +126,8 @@ int64_t cuda_linear_workspace_bytes(const ModelConfig& cfg, int64_t max_rows, Fp
   const Fp8Workspace w = fp8_workspace(cfg, max_rows, fp8_policy(recipe));
   if (w.a == 0) return 0;
   return 3 * w.groups * static_cast<int64_t>(sizeof(float)) +
-         static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * w.groups));
+         static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * w.groups)) +
+         w.kept_maxima * static_cast<int64_t>(sizeof(unsigned)) + w.input_scales * static_cast<int64_t>(sizeof(float));
 }
 
 int64_t cuda_linear_codes_bytes(const ModelConfig& cfg, int64_t max_rows, Fp8Recipe recipe) {

@@ -17,12 +17,9 @@ namespace {
 // per column): per-row scales, cuBLASLt's outer-vector mode, wherever the recipe groups at all.
 bool per_row(const Fp8Operand& op) { return op.scaling != Fp8Scaling::kTensor; }
 
-// A site's kept maxima: x's, W's and dy's, in that order.
-constexpr int64_t kKeptPerSite = 3;
+// A site's kept maxima (Fp8Workspace::kMaximaPerSite): x's, W's and dy's, in that order.
+constexpr int64_t kKeptPerSite = Fp8Workspace::kMaximaPerSite;
 int64_t input_offset(LinearInput input) { return input == LinearInput::kX ? 0 : 2; }
-// A site's inverse scale of its kept x^T codes, one per 256 bytes: cuBLASLt refuses an FP8 GEMM (NOT_SUPPORTED) whose
-// scale pointer is only 4-byte aligned.
-constexpr int64_t kInputScaleStride = 64;
 // A site's handed-out slots: x's and dy's.
 constexpr int64_t kHandedPerSite = 2;
 int64_t handed_offset(LinearInput input) { return input == LinearInput::kX ? 0 : 1; }
@@ -45,18 +42,15 @@ CudaLinear<T>::CudaLinear(const Fp8Policy& policy, const ModelConfig& cfg, int64
   // x is cast row-major forward (forward.a) and transposed for the weight gradient (weight_grad.b); W row-major
   // forward (forward.b) and transposed for the input gradient (input_grad.b); dy row-major for the input gradient
   // (input_grad.a) and transposed for the weight gradient (weight_grad.a). Groups are x's (W's, dy's) in both layouts.
-  const auto whole = [](const Fp8Operand& a, const Fp8Operand& b) {
-    return a.scaling == Fp8Scaling::kTensor && b.scaling == Fp8Scaling::kTensor;
-  };
-  keep_x_ = whole(policy.forward.a, policy.weight_grad.b);
-  keep_w_ = whole(policy.forward.b, policy.input_grad.b);
-  keep_dy_ = whole(policy.input_grad.a, policy.weight_grad.a);
-  const int64_t sites = int64_t{cfg.n_layer} * std::max<int64_t>(1, weights_.size());
-  if (keep_x_ || keep_w_ || keep_dy_) {
-    kept_ = DeviceBuffer<unsigned>(sites * kKeptPerSite);
-    handed_.assign(static_cast<size_t>(sites * kHandedPerSite), 0);
+  const Fp8KeptMaxima keep = fp8_kept_maxima(policy);
+  keep_x_ = keep.x;
+  keep_w_ = keep.w;
+  keep_dy_ = keep.dy;
+  if (workspace_.kept_maxima > 0) {
+    kept_ = DeviceBuffer<unsigned>(workspace_.kept_maxima);
+    handed_.assign(static_cast<size_t>(workspace_.kept_maxima / kKeptPerSite * kHandedPerSite), 0);
   }
-  if (keep_x_ && policy.keep_input_codes) input_scales_ = DeviceBuffer<float>(sites * kInputScaleStride);
+  if (workspace_.input_scales > 0) input_scales_ = DeviceBuffer<float>(workspace_.input_scales);
 }
 
 template <typename T>
@@ -83,7 +77,7 @@ template <typename T>
 typename CudaLinear<T>::Slot CudaLinear<T>::input_codes(LinearSite site, uint8_t* codes, int64_t N, int C) {
   ST_CHECK(site.layer >= 0 && input_scales_.size() > 0, "CudaLinear: x^T's codes kept at a site that keeps none ",
            "(unnamed, or a policy without keep_input_codes)");
-  return {codes, N * C, input_scales_.data() + site_index(site) * kInputScaleStride, 1};
+  return {codes, N * C, input_scales_.data() + site_index(site) * Fp8Workspace::kInputScaleStride, 1};
 }
 
 template <typename T>

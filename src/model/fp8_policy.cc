@@ -37,15 +37,30 @@ bool fp8_input_codes(const ModelConfig& cfg, const Fp8Policy& policy, const Line
   return policy.keeps_input_codes(l.in, l.out) && !cfg.lora.enabled() && policy.weight_grad_applies(cfg.seq_len);
 }
 
+Fp8KeptMaxima fp8_kept_maxima(const Fp8Policy& policy) {
+  const auto whole = [](const Fp8Operand& a, const Fp8Operand& b) {
+    return a.scaling == Fp8Scaling::kTensor && b.scaling == Fp8Scaling::kTensor;
+  };
+  return {whole(policy.forward.a, policy.weight_grad.b), whole(policy.forward.b, policy.input_grad.b),
+          whole(policy.input_grad.a, policy.weight_grad.a)};
+}
+
 Fp8Workspace fp8_workspace(const ModelConfig& cfg, int64_t max_rows, const Fp8Policy& policy) {
   Fp8Workspace w;
-  for (const LinearShape& s : block_linear_shapes(cfg)) {
+  const std::vector<LinearShape> shapes = block_linear_shapes(cfg);
+  bool coded = false;
+  for (const LinearShape& s : shapes) {
     if (!policy.applies(s.in, s.out)) continue;
     w.a = std::max({w.a, max_rows * s.in, max_rows * s.out});
     w.b = std::max({w.b, s.out * s.in, max_rows * s.in});
     w.t = std::max(w.t, max_rows * s.out);
     w.groups = std::max({w.groups, max_rows, s.in, s.out});
+    coded = coded || fp8_input_codes(cfg, policy, s);
   }
+  if (w.a == 0) return w;
+  const int64_t sites = int64_t{cfg.n_layer} * static_cast<int64_t>(shapes.size());
+  if (fp8_kept_maxima(policy).any()) w.kept_maxima = sites * Fp8Workspace::kMaximaPerSite;
+  if (coded) w.input_scales = sites * Fp8Workspace::kInputScaleStride;
   return w;
 }
 

@@ -26,21 +26,25 @@ using test::random_input;
 using test::to_device;
 using test::to_host;
 
-// dw after dweight (+)= dout^T inp from dw0 [OC, C], against the CPU's want: each element within rtol of the scale of
-// its sum's rounding errors, |dw0| + the magnitudes of its terms (|dout|^T |inp|), or of close()'s floor. cuBLASLt may
-// round the product to T before it adds dw0 (an H200 does at 3 x 136 x 9,000 in bf16), and a product of many terms
-// may cancel to far below them: in both the error follows the terms, not the result.
+// dw after dweight (+)= dout^T inp from dw0 [OC, C] (N terms an element), against the CPU's want, element by element
+// within rtol of |dw0| + |the product| (or of 1e-3 of the largest |want|), plus fp32 accumulation's error over the
+// terms' magnitudes, 4 N 2^-24 sum |dout| |inp|. cuBLASLt may round the product to T before it adds dw0 (an H200 does
+// at 3 x 136 x 9,000 in bf16): where the two nearly cancel, the error is the product's rounding, not the sum's; and a
+// product of many terms may cancel far below them.
 ::testing::AssertionResult close_accumulated(const std::vector<float>& got, const std::vector<float>& want,
                                              const std::vector<float>& dw0, const std::vector<float>& dout,
                                              const std::vector<float>& inp, int64_t N, int C, int OC, double rtol) {
   double amax = 0;
   for (float w : want) amax = std::max(amax, std::fabs(static_cast<double>(w)));
+  const double accumulation = 4.0 * static_cast<double>(N) * std::ldexp(1.0, -24);
   for (int o = 0; o < OC; ++o)
     for (int c = 0; c < C; ++c) {
       const size_t i = static_cast<size_t>(o) * C + c;
-      double scale = std::fabs(static_cast<double>(dw0[i]));
-      for (int64_t n = 0; n < N; ++n) scale += std::fabs(static_cast<double>(dout[n * OC + o]) * inp[n * C + c]);
-      const double bound = rtol * std::max(scale, 1e-3 * amax);
+      double terms = 0;
+      for (int64_t n = 0; n < N; ++n) terms += std::fabs(static_cast<double>(dout[n * OC + o]) * inp[n * C + c]);
+      const double start = std::fabs(static_cast<double>(dw0[i]));
+      const double product = std::fabs(static_cast<double>(want[i]) - dw0[i]);
+      const double bound = rtol * std::max(start + product, 1e-3 * amax) + accumulation * terms;
       if (!(std::fabs(static_cast<double>(got[i]) - want[i]) <= bound))
         return ::testing::AssertionFailure()
                << "element " << i << ": got " << got[i] << ", want " << want[i] << " (bound " << bound << ")";

@@ -65,6 +65,7 @@ void expect_allocates_its_footprint(const ModelConfig& m, bool recompute, int64_
   auto model = std::make_unique<Model>(m, kB, recompute, /*cudnn_attention=*/false, ctx,
                                        gpu::CudnnBackwardMode::kDeterministic, fp8_policy(fp8));
   const int64_t taken = device_used() - before;
+  EXPECT_EQ(model->fp8_workspace_bytes(), cuda_linear_workspace_bytes(m, kB * m.seq_len, fp8));
   const int64_t fp8_buffers = fp8 == Fp8Recipe::kOff ? 0 : 6;
   EXPECT_GE(taken, f.activation_bytes - kPage);
   EXPECT_LE(taken, f.activation_bytes + (buffers + fp8_buffers) * kPage);

@@ -115,7 +115,8 @@ TEST(CudaFootprint, LoraAddsTheAdaptersActivations) {
 // train.fp8's codes (CudaLinear, in the model's kernel scratch): each GEMM's first operand as large as the widest of x
 // and dy ([BT, in or out]), its second as large as the largest weight or x^T, dy^T's buffer [out, BT] for the widest
 // output, each at a 256-byte boundary; its own allocation: three scale buffers of the most groups (rows of an
-// activation, or of a weight) and the scratch of a pair of casts. llama_shape's layers (out x in): qkv 128 x 64,
+// activation, or of a weight), the scratch of a pair of casts and, under tensorwise, for each of the 2 x 4 sites three
+// kept maxima and a 256-byte slot for its kept x^T codes' inverse scale. llama_shape's layers (out x in): qkv 128 x 64,
 // o 64 x 64, gate_up 352 x 64, down 64 x 176, every dimension a multiple of 16.
 TEST(CudaFootprint, Fp8WorkspaceCoversTheWidestOperand) {
   const ModelConfig m = llama_shape();
@@ -130,10 +131,14 @@ TEST(CudaFootprint, Fp8WorkspaceCoversTheWidestOperand) {
   // x^T [176, BT] outgrows gate_up's weight; gate_up's weight scaled per row: 352 groups, more than BT's
   const int64_t a = kBT * 352, b = std::max<int64_t>(352 * 64, 176 * kBT), t = kBT * 352, groups = 352;
   const int64_t own = 3 * 4 * groups + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * groups));
+  const int64_t kept = 8 * (3 * 4 + 256);
   for (Fp8Recipe r : {Fp8Recipe::kTensorwise, Fp8Recipe::kRowwise}) {
     EXPECT_EQ(cuda_linear_codes_bytes(m, kBT, r), aligned(a) + aligned(b) + aligned(t));
-    EXPECT_EQ(cuda_linear_workspace_bytes(m, kBT, r), own);
+    EXPECT_EQ(cuda_linear_workspace_bytes(m, kBT, r), own + (r == Fp8Recipe::kTensorwise ? kept : 0));
   }
+  ModelConfig lora = m;  // the maxima kept, no codes
+  lora.lora.rank = 4;
+  EXPECT_EQ(cuda_linear_workspace_bytes(lora, kBT, Fp8Recipe::kTensorwise), own + 8 * 3 * 4);
   ModelConfig odd = m;
   odd.n_embd = 48;  // 3 heads of 16, one K/V head: qkv (3 + 2) x 16 = 80 x 48, o 48 x 48
   odd.n_head = 3;
@@ -142,7 +147,7 @@ TEST(CudaFootprint, Fp8WorkspaceCoversTheWidestOperand) {
   EXPECT_EQ(cuda_linear_codes_bytes(odd, kBT, Fp8Recipe::kTensorwise),
             aligned(kBT * 80) + aligned(kBT * 48) + aligned(kBT * 80));
   EXPECT_EQ(cuda_linear_workspace_bytes(odd, kBT, Fp8Recipe::kTensorwise),
-            3 * 4 * kBT + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * kBT)));
+            3 * 4 * kBT + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * kBT)) + kept);
 }
 
 // The codes share the kernel scratch: with train.fp8 on, the footprint's scratch is the larger of the kernels' and the

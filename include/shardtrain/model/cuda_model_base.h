@@ -86,9 +86,12 @@ class CudaModelBase : public CudaUnitModel<T> {
   uint8_t* codes_to_keep(DeviceBuffer<uint8_t>& c) const { return !recompute_ || recomputing_ ? codes(c) : nullptr; }
   // block_backward's first act with recompute: the block's forward again, from its saved input.
   void recompute_forward(int layer, const T* block_params) {
-    recomputing_ = true;
+    struct Flag {  // cleared however block_forward ends
+      bool& on;
+      explicit Flag(bool& f) : on(f) { on = true; }
+      ~Flag() { on = false; }
+    } flag(recomputing_);
     this->block_forward(layer, block_params);
-    recomputing_ = false;
   }
 
   ModelConfig cfg_;

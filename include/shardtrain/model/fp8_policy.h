@@ -107,13 +107,26 @@ bool fp8_input_codes(const ModelConfig& cfg, const Fp8Policy& policy, const Line
 // `b`, its second (W [out, in], W^T, x^T [in, N]); `t`, dy^T [out, N], cast with dy in one pass and kept for the
 // weight gradient's GEMM. `groups`: scale groups per operand. All zero when none applies. The three buffers lie in
 // one region in that order, each at a 256-byte boundary.
+// Per site (a block's linear layer: n_layer x the family's), what CudaLinear keeps from a forward for its backward:
+// `kept_maxima`, the maxima of x, W and dy (kMaximaPerSite a site) where the recipe scales any of them as a whole
+// tensor; `input_scales`, the inverse scale of a layer's kept x^T codes, one a 256-byte slot (cuBLASLt refuses an
+// FP8 GEMM whose scale pointer is only 4-byte aligned), where some layer keeps them (fp8_input_codes).
 struct Fp8Workspace {
+  static constexpr int64_t kMaximaPerSite = 3, kInputScaleStride = 64;
   int64_t a = 0, b = 0, t = 0, groups = 0;
+  int64_t kept_maxima = 0, input_scales = 0;  // unsigned and float elements
   static int64_t aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
   int64_t b_offset() const { return aligned(a); }
   int64_t t_offset() const { return b_offset() + aligned(b); }
   int64_t region_bytes() const { return t_offset() + aligned(t); }
 };
 Fp8Workspace fp8_workspace(const ModelConfig& cfg, int64_t max_rows, const Fp8Policy& policy);
+// Whether the policy's casts of x (forward and weight gradient), W (forward and input gradient) or dy (both
+// gradients) take one maximum of the whole tensor both times, so that the first cast's maximum serves the second.
+struct Fp8KeptMaxima {
+  bool x = false, w = false, dy = false;
+  bool any() const { return x || w || dy; }
+};
+Fp8KeptMaxima fp8_kept_maxima(const Fp8Policy& policy);
 
 }  // namespace st
