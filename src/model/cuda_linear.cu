@@ -42,10 +42,7 @@ CudaLinear<T>::CudaLinear(const Fp8Policy& policy, const ModelConfig& cfg, int64
   // x is cast row-major forward (forward.a) and transposed for the weight gradient (weight_grad.b); W row-major
   // forward (forward.b) and transposed for the input gradient (input_grad.b); dy row-major for the input gradient
   // (input_grad.a) and transposed for the weight gradient (weight_grad.a). Groups are x's (W's, dy's) in both layouts.
-  const Fp8KeptMaxima keep = fp8_kept_maxima(policy);
-  keep_x_ = keep.x;
-  keep_w_ = keep.w;
-  keep_dy_ = keep.dy;
+  keep_ = fp8_kept_maxima(policy);
   if (workspace_.kept_maxima > 0) {
     kept_ = DeviceBuffer<unsigned>(workspace_.kept_maxima);
     handed_.assign(static_cast<size_t>(workspace_.kept_maxima / kKeptPerSite * kHandedPerSite), 0);
@@ -64,7 +61,7 @@ int64_t CudaLinear<T>::site_index(LinearSite site) const {
 
 template <typename T>
 typename CudaLinear<T>::Maxima CudaLinear<T>::kept(LinearSite site, bool weight, bool taken) {
-  if (site.layer < 0 || !(weight ? keep_w_ : keep_x_)) return {};
+  if (site.layer < 0 || !(weight ? keep_.w : keep_.x)) return {};
   return {kept_.data() + site_index(site) * kKeptPerSite + (weight ? 1 : 0), taken};
 }
 
@@ -83,7 +80,7 @@ typename CudaLinear<T>::Slot CudaLinear<T>::input_codes(LinearSite site, uint8_t
 template <typename T>
 bool CudaLinear<T>::takes_input_maxima(LinearSite site, LinearInput input) const {
   if (!policy_.producer_maxima || site.layer < 0 || codes_bytes_ == 0) return false;
-  if (!(input == LinearInput::kX ? keep_x_ : keep_dy_)) return false;
+  if (!(input == LinearInput::kX ? keep_.x : keep_.dy)) return false;
   const LinearShape& l = weights_[static_cast<size_t>(site_index(site) % static_cast<int64_t>(weights_.size()))];
   return policy_.applies(l.in, l.out);
 }

@@ -33,6 +33,10 @@ std::vector<LinearShape> block_linear_shapes(const ModelConfig& cfg) {
   return out;
 }
 
+bool Fp8Policy::keeps_input_codes(int64_t in, int64_t out) const {
+  return keep_input_codes && applies(in, out) && fp8_kept_maxima(*this).x;
+}
+
 bool fp8_input_codes(const ModelConfig& cfg, const Fp8Policy& policy, const LinearShape& l) {
   return policy.keeps_input_codes(l.in, l.out) && !cfg.lora.enabled() && policy.weight_grad_applies(cfg.seq_len);
 }

@@ -178,7 +178,7 @@ class CudaLinear {
   DeviceBuffer<unsigned char> maxima_;  // the casts' group maxima
   std::vector<LinearShape> weights_;    // block_linear_shapes, in the order of a site's index
   int n_layer_ = 0;
-  bool keep_x_ = false, keep_w_ = false, keep_dy_ = false;
+  Fp8KeptMaxima keep_;                // which operands' maxima a forward keeps for its backward
   DeviceBuffer<unsigned> kept_;       // [layer][weight][x, w, dy]: one maximum each
   DeviceBuffer<float> input_scales_;  // [layer][weight]: the inverse scale of the x^T codes a forward kept (strided)
   std::vector<char> handed_;          // [layer][weight][x, dy]: a producer has the slot (input_maxima, produced)

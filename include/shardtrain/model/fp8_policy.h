@@ -58,11 +58,9 @@ struct Fp8Policy {
   bool applies(int64_t in, int64_t out) const { return recipe != Fp8Recipe::kOff && in % 16 == 0 && out % 16 == 0; }
   // Whether an applicable layer's weight gradient over `rows` tokens (its GEMM's depth) runs in FP8: a multiple of 16.
   bool weight_grad_applies(int64_t rows) const { return rows % 16 == 0; }
-  // Whether a layer of `in` inputs and `out` outputs may keep x^T's codes from its forward (keep_input_codes).
-  bool keeps_input_codes(int64_t in, int64_t out) const {
-    return keep_input_codes && applies(in, out) && forward.a.scaling == Fp8Scaling::kTensor &&
-           weight_grad.b.scaling == Fp8Scaling::kTensor;
-  }
+  // Whether a layer of `in` inputs and `out` outputs may keep x^T's codes from its forward (keep_input_codes): it
+  // runs in FP8 and both casts of x take one maximum of the whole tensor (fp8_kept_maxima's x).
+  bool keeps_input_codes(int64_t in, int64_t out) const;
   // Whether one cast of a weight serves both GEMMs that read it (the forward's W and, transposed, the input
   // gradient's): one scale a tensor and one format (tensorwise). What dist.fp8_gather needs (shard/fp8_gather.h).
   bool one_weight_cast() const {
