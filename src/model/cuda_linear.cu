@@ -223,6 +223,27 @@ void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, con
 }
 
 template <typename T>
+void CudaLinear<T>::forward_without_output(const T* inp, const T* w, int64_t N, int C, int OC,
+                                           const gpu::GpuContext& ctx, OpTimer::Laps* lap, LinearSite site,
+                                           uint8_t* x_t_codes) {
+  const bool x_produced = produced(site, LinearInput::kX);
+  ST_CHECK(x_t_codes == nullptr || (policy_.keeps_input_codes(C, OC) && codes_bytes_ > 0),
+           "CudaLinear: x^T's codes asked of a ", C, " -> ", OC, " layer whose policy keeps none");
+  if (!policy_.applies(C, OC) || codes_bytes_ == 0) return;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    if (lap) (*lap)("fwd.fp8_cast");
+    const Maxima x = kept(site, false, x_produced);
+    if (x_t_codes != nullptr)  // the pair cast's x^T half: the same maximum, scale and codes
+      cast({inp, N, C, Fp8Layout::kTransposed, x}, policy_.weight_grad.b, input_codes(site, x_t_codes, N, C), ctx);
+    else if (x.at != nullptr && !x.taken)
+      gpu::fp8_maxima_async<T>(inp, N, C, policy_.forward.a.scaling, x.at, with_maxima(ctx));
+    const Maxima wm = kept(site, true, false);
+    if (wm.at != nullptr && !policy_.weights_cast)
+      gpu::fp8_maxima_async<T>(w, OC, C, policy_.forward.b.scaling, wm.at, with_maxima(ctx));
+  }
+}
+
+template <typename T>
 typename CudaLinear<T>::Slot CudaLinear<T>::weight_codes(const T* w, int OC, int C) const {
   const int64_t n = int64_t{OC} * C;
   uint8_t* codes = fp8_weight_codes(w, n, sizeof(T));

@@ -99,6 +99,12 @@ class CudaLinear {
   void forward(T* out, const T* inp, const T* w, const T* bias, const T* residual, int64_t N, int C, int OC,
                const gpu::GpuContext& ctx, OpTimer::Laps* lap = nullptr, LinearSite site = {},
                uint8_t* x_t_codes = nullptr);
+  // With recompute, the re-run forward of a layer whose output no backward reads (a block's last): only what the
+  // site's backward takes from its forward, without the GEMM. x^T's codes into x_t_codes (as forward() writes them)
+  // and the kept maxima of x and W (where the recipe keeps them for the backward's casts); nothing outside FP8, where
+  // the backward reads x and W themselves.
+  void forward_without_output(const T* inp, const T* w, int64_t N, int C, int OC, const gpu::GpuContext& ctx,
+                              OpTimer::Laps* lap, LinearSite site, uint8_t* x_t_codes);
   // gpu::matmul_backward's gradients (dinp = dout @ w, dweight = dout^T @ inp, dbias = dout's column sums; any may be
   // null), written or added to as dinp_write and param_write say. With x_t_codes (the site's forward's), the weight
   // gradient reads them and inp may be null.

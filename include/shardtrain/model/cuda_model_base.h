@@ -84,6 +84,10 @@ class CudaModelBase : public CudaUnitModel<T> {
   // Where a forward writes the codes: codes(c), unless its activations serve no backward (with recompute, only the
   // forward that block_backward runs again writes them).
   uint8_t* codes_to_keep(DeviceBuffer<uint8_t>& c) const { return !recompute_ || recomputing_ ? codes(c) : nullptr; }
+  // Whether the running forward may leave out the output of linear layer `weight`: with recompute, the re-run of a
+  // block's last layer, whose output is the next block's saved input, when no adapter of it keeps an activation of
+  // its own (CudaLinear::forward_without_output then does the rest).
+  bool output_unread(const char* weight) const { return recomputing_ && !lora_.adapts(weight); }
   // block_backward's first act with recompute: the block's forward again, from its saved input.
   void recompute_forward(int layer, const T* block_params) {
     struct Flag {  // cleared however block_forward ends
