@@ -96,11 +96,13 @@ std::vector<float> adversarial(int64_t rows, int64_t cols) {
 // Both layouts, the scalar kernels (sizes not multiples of 8) and the packed ones (8 elements a thread): the scalar
 // transposed cast runs through 32 x 32 shared-memory tiles (one tile, partial tiles on either side, 513 x 257: 17 x 9
 // tiles, the last ones one row or column wide), the packed one through 64 x 64 tiles (136 x 200: partial on both;
-// 8 x 16: one partial tile; 264 x 144: 5 x 3 tiles, the last ones partial).
+// 8 x 16: one partial tile; 264 x 144: 5 x 3 tiles, the last ones partial; 256 x 72: whole row tiles, the last column
+// tile 8 wide).
 TEST(Fp8Gpu, CastsEqualTheCpusCodesAndScales) {
   ST_SKIP_WITHOUT_GPU();
-  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 1}, {1, 70}, {70, 1}, {32, 32}, {7, 33}, {64, 48}, {136, 200}, {513, 257}, {8, 16}, {264, 144}})
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 1}, {1, 70}, {70, 1}, {32, 32}, {7, 33}, {64, 48}, {136, 200}, {513, 257}, {8, 16}, {264, 144}, {256, 72}};
+  for (const auto& [rows, cols] : shapes)
     for (Fp8Layout l : {Fp8Layout::kRowMajor, Fp8Layout::kTransposed})
       for (Fp8Format f : kFormats)
         for (Fp8Scaling s : kScalings)
@@ -128,7 +130,7 @@ TEST(Fp8Gpu, CastsEqualTheCpusCodesAndScales) {
 TEST(Fp8Gpu, PairedCastsEqualTheCpusPair) {
   ST_SKIP_WITHOUT_GPU();
   for (const auto& [rows, cols] :
-       std::vector<std::pair<int64_t, int64_t>>{{8, 8}, {136, 200}, {7, 33}, {40, 24}, {8, 16}, {264, 144}})
+       std::vector<std::pair<int64_t, int64_t>>{{8, 8}, {136, 200}, {7, 33}, {40, 24}, {8, 16}, {264, 144}, {256, 72}})
     for (Fp8Scaling sa : kScalings)
       for (Fp8Scaling sb : kScalings)
         for (Fp8Format fb : kFormats) {
