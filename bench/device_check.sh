@@ -22,6 +22,8 @@
 #   fp8g      --train.fp8=tensorwise --dist.fp8_gather=true (ours only: the weights gathered as E4M3 codes)
 #   fp8fa     --train.fp8_fast_accum=true (with fp8t or fp8r: the forward GEMMs with cuBLASLt's fast accumulation)
 #   compile   the peer's torch.compile (--compile; ours unchanged)
+#   accN      ours accumulates N micro-batches a step (--train.global_batch = MICRO_BATCH x GPUS x N); the peer, which
+#             has no accumulation, steps its optimizer every micro-batch
 # e.g. BENCH_CASES="2:16:350m 2:16:350m:offload 2:4:1.5b:nop2p+cap24+recompute 2:4:1.5b:nop2p+cap24+recompute+offload".
 # The peers, when present, are .peer/fsdp2_gpt2.py and .peer/fsdp2_llama.py: PyTorch FSDP2 training the same GPT-2,
 # or transformers' Llama/Qwen2 (an ignored folder: carry it).
@@ -126,7 +128,7 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
         seq=(--model.seq_len=2048) ;;
       *) echo "BENCH_CASES: unknown model '$model' in '$c' (124m, 350m, 1.5b, llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen2.5-0.5b, smollm2-360m)"; exit 2 ;;
     esac
-    link_env=() ours_flags=() peer_flags=() ours_build=$BUILD recompute=false
+    link_env=() ours_flags=() peer_flags=() ours_build=$BUILD recompute=false acc=1
     IFS=+ read -ra flag_list <<<"$flags"
     for f in "${flag_list[@]}"; do
       case $f in
@@ -141,7 +143,9 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
         fp8g) ours_flags+=(--train.fp8=tensorwise --dist.fp8_gather=true) ;;
         fp8fa) ours_flags+=(--train.fp8_fast_accum=true) ;;
         compile) peer_flags+=(--compile) ;;
-        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, cap24, recompute, fp8t, fp8r, fp8g, fp8fa, compile)"
+        acc[1-9]*) acc=${f#acc}
+                   [[ $acc =~ ^[0-9]+$ ]] || { echo "BENCH_CASES: '$f' in '$c' is not accN with N a count"; exit 2; } ;;
+        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, cap24, recompute, fp8t, fp8r, fp8g, fp8fa, compile, accN)"
            exit 2 ;;
       esac
     done
@@ -149,7 +153,7 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
     tag="${model}_g${g}_b${b}${flags:+_${flags//+/-}}"
     row=$(env "${link_env[@]}" TT_DIR="$OUT/tt" TT_TIMEOUT="$BENCH_TIMEOUT" bash bench/train_throughput.sh "$ours_build" "$g" \
       "$config" "${seq[@]}" --train.dtype=bf16 --data.path="$data" --data.val_path= --data.val_holdout=0.01 --train.micro_batch="$b" \
-      --train.global_batch=$((b * g)) --train.steps="$BENCH_STEPS" --log.every=5 --optim.warmup_steps=5 \
+      --train.global_batch=$((b * g * acc)) --train.steps="$BENCH_STEPS" --log.every=5 --optim.warmup_steps=5 \
       "${ours_flags[@]}")
     if [[ $row == FAILED* ]]; then table+=("$(printf '%-22s %-13s %s' "$tag" shardtrain "$row")"); continue; fi
     read -r tok mfu peak ms compute comm _ sm watts capped _ <<<"$row"
