@@ -316,8 +316,8 @@ const std::vector<Key>& keys() {
       key("optim", "offload_speculative", &Config::optim, &OptimConfig::offload_speculative,
           "with optim.offload on cuda: start each unit's host AdamW during the backward, as soon as its gradient is "
           "on the host, assuming the step is not clipped, into a second copy of the host state (12 more bytes per "
-          "offloaded parameter of host memory); a clipped step redoes it, a skipped one drops it: the results are "
-          "the same bits either way. true, false, or auto: on with optim.offload on cuda when the host memory plan "
+          "offloaded parameter of host memory); a clipped step redoes it, a skipped one drops it, and the step after "
+          "either speculates nothing: the results are the same bits either way. true, false, or auto: on with optim.offload on cuda when the host memory plan "
           "with the second copy fits the rank's share of the host (docs/offload.md; the log says which)"),
 
       key("data", "path", &Config::data, &DataConfig::path,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/fault.h"
@@ -13,11 +14,11 @@
 
 namespace st {
 
-StepEngine::StepEngine(const Config& cfg, Communicator& comm)
-    : cfg_(cfg),
-      comm_(comm),
-      model_(make_model_backend(cfg, comm)),
-      scaler_(LossScaler::for_dtype(cfg.compute_dtype())) {
+StepEngine::StepEngine(const Config& cfg, Communicator& comm) : StepEngine(cfg, comm, make_model_backend(cfg, comm)) {}
+
+StepEngine::StepEngine(const Config& cfg, Communicator& comm, std::unique_ptr<ModelBackend> model)
+    : cfg_(cfg), comm_(comm), model_(std::move(model)), scaler_(LossScaler::for_dtype(cfg.compute_dtype())) {
+  ST_CHECK(model_ != nullptr, "StepEngine over no backend");
   const int64_t BT = cfg.train.micro_batch * cfg.model.seq_len;
   inputs_.resize(BT);
   targets_.resize(BT);
@@ -43,8 +44,10 @@ float StepEngine::begin_step(int64_t accum, int64_t step, int64_t targets) {
   model_->expect_micro_steps(accum);
   if (model_->speculates() && step >= 0) {
     // The update this step takes unless it is clipped or skipped, so that the host AdamW can start during the
-    // backward: optimizer_step builds its runs the same way, so an unclipped step's are equal bit for bit.
-    model_->speculate_optimizer(unit_runs(next_update(step, 1.0f, scaler_.scale())));
+    // backward: optimizer_step builds its runs the same way, so an unclipped step's are equal bit for bit. None
+    // after a clipped or skipped step (speculate_next_).
+    model_->speculate_optimizer(speculate_next_ ? unit_runs(next_update(step, 1.0f, scaler_.scale()))
+                                                : std::vector<std::vector<AdamWRun>>{});
   }
   // The mean over the step's targets: each one's loss gradient is 1 / targets (times the fp16 loss scale).
   float dloss = static_cast<float>(scaler_.scale() / static_cast<double>(targets));
@@ -129,6 +132,7 @@ StepStats StepEngine::train_step(const BatchFn& batch, int64_t accum, int64_t st
 
 StepStats StepEngine::end_step(StepStats s, bool finite) {
   scaler_.update(finite);
+  speculate_next_ = finite && clip_coefficient(cfg_.optim, s.grad_norm) == 1.0f;
   if (!finite) {
     model_->drop_speculation();
     s.skipped = true;

@@ -299,7 +299,8 @@ def main():
             compare(failures, f"optim.offload={mode} (fraction {fraction}) vs none (bf16)", ref, got, range(1, 51),
                     1e-6)
         # optim.offload_speculative: each unit's host AdamW starts in the backward, unclipped. With the default clip
-        # some steps are clipped (redone) and some not (kept); with clipping off every one is kept. The default, auto,
+        # some steps are clipped (redone when speculated; the step after one does not speculate) and some not (kept);
+        # with clipping off every one is kept. The default, auto,
         # turns it on here (the host has the memory) and says so.
         for mode, spec in (("optimizer", "true"), ("optimizer+params", "auto")):
             tag = f"spec_{mode}"

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <set>
 #include <vector>
 
+#include "../common/forwarding_backend.h"
 #include "../common/tiny_training.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/data/sampler.h"
@@ -77,7 +79,8 @@ TEST_P(StepEngineFamily, GradientAccumulationMatchesOneBigBatch) {
   acc.train.micro_batch = 2;
   SoloCommunicator comm;
   StepEngine a(big, comm), b(acc, comm);
-  const float la = a.forward_backward([&](int64_t, int32_t* in, int32_t* tgt) { fill_sequences(big, 0, 4, in, tgt); }, 1);
+  const float la =
+      a.forward_backward([&](int64_t, int32_t* in, int32_t* tgt) { fill_sequences(big, 0, 4, in, tgt); }, 1);
   const float lb = b.forward_backward(
       [&](int64_t micro, int32_t* in, int32_t* tgt) { fill_sequences(acc, micro * 2, 2, in, tgt); }, 2);
   EXPECT_NEAR(la, lb, 1e-5 * la);
@@ -118,8 +121,7 @@ TEST_P(StepEngineFamily, OffloadedOptimizerGivesIdenticalWeights) {
   offload.optim.offload_threads = 3;
   SoloCommunicator comm;
   StepEngine a(plain, comm), b(offload, comm);
-  EXPECT_NE(b.sharded().describe().find("host AdamW threads (3 threads"), std::string::npos)
-      << b.sharded().describe();
+  EXPECT_NE(b.sharded().describe().find("host AdamW threads (3 threads"), std::string::npos) << b.sharded().describe();
   for (int step = 0; step < 10; ++step) {
     auto batch = [&](int64_t, int32_t* in, int32_t* tgt) { fill_sequences(plain, step * 4, 4, in, tgt); };
     const StepStats sa = a.optimizer_step(step, a.forward_backward(batch, 1));
@@ -141,13 +143,60 @@ TEST(StepEngine, NonFiniteLossSkipsTheUpdate) {
   StepEngine s(c, comm);
   s.sharded().shard(c.model.n_layer + 1).param[0] = std::numeric_limits<float>::quiet_NaN();  // lnf.weight[0]
   const std::vector<float> before = s.gather_params()[1];
-  const float loss = s.forward_backward([&](int64_t, int32_t* in, int32_t* tgt) { fill_sequences(c, 0, 4, in, tgt); }, 1);
+  const float loss =
+      s.forward_backward([&](int64_t, int32_t* in, int32_t* tgt) { fill_sequences(c, 0, 4, in, tgt); }, 1);
   ASSERT_TRUE(std::isnan(loss));
   const StepStats st = s.optimizer_step(0, loss);
   EXPECT_TRUE(st.skipped);
   EXPECT_EQ(s.updates(), 0);
   const std::vector<float> after = s.gather_params()[1];
   EXPECT_EQ(before, after);
+}
+
+// A backend that says it speculates (optim.offload_speculative, which only the cuda backend does) and records, step
+// by step, whether the engine handed it a speculative update; the wrapped CPU backend trains as it would.
+class Speculating : public testing::ForwardingBackend {
+ public:
+  explicit Speculating(std::unique_ptr<ModelBackend> model) : ForwardingBackend(*model), own_(std::move(model)) {}
+  bool speculates() const override { return true; }
+  void speculate_optimizer(std::vector<std::vector<AdamWRun>> runs) override { handed.push_back(!runs.empty()); }
+  std::vector<bool> handed;
+
+ private:
+  std::unique_ptr<ModelBackend> own_;
+};
+
+// Speculation pays only when the step applies its update unclipped: after a clipped or a skipped step the next one
+// speculates nothing, and after an unclipped one it speculates again.
+TEST(StepEngine, SpeculatesOnlyAfterAStepThatKeptItsUpdate) {
+  struct Case {
+    float grad_clip;
+    bool nan_at_step_1;
+    std::vector<bool> handed;
+  };
+  const std::vector<Case> cases = {
+      {0.0f, false, {true, true, true, true}},      // never clipped
+      {1e-6f, false, {true, false, false, false}},  // every step clipped
+      {0.0f, true, {true, true, false, true}},      // step 1 skipped (non-finite gradients), step 2 applied
+  };
+  for (const Case& k : cases) {
+    Config c = small_config();
+    c.optim.grad_clip = k.grad_clip;
+    SoloCommunicator comm;
+    auto backend = std::make_unique<Speculating>(make_model_backend(c, comm));
+    Speculating* watched = backend.get();
+    StepEngine s(c, comm, std::move(backend));
+    // Step 1 (1-based 2) of rank 0 with an infinite loss gradient: non-finite gradients, a skipped step.
+    if (k.nan_at_step_1) ASSERT_EQ(setenv("SHARDTRAIN_FAULT", "grad_inf:0@2", 1), 0);
+    std::vector<StepStats> stats;
+    for (int64_t step = 0; step < 4; ++step)
+      stats.push_back(
+          s.train_step([&](int64_t, int32_t* in, int32_t* tgt) { fill_sequences(c, step * 4, 4, in, tgt); }, 1, step));
+    unsetenv("SHARDTRAIN_FAULT");
+    EXPECT_EQ(watched->handed, k.handed) << "grad_clip " << k.grad_clip;
+    EXPECT_EQ(stats[1].skipped, k.nan_at_step_1);
+    if (k.grad_clip > 0) EXPECT_GT(stats[0].grad_norm, k.grad_clip);  // the clip the case is about
+  }
 }
 
 // Sequences as fill_sequences, with the targets at masked positions set to kNoTarget (-1): position p of the batch

@@ -117,8 +117,8 @@ class ModelBackend : public HostViews {
   // optim.offload_speculative: the runs of every unit (by index) that the coming step's adamw() calls pass if the
   // step is neither clipped nor skipped. Called before the step's first micro-step. A backend that speculates
   // starts each offloaded unit's update as soon as its gradient reaches the host, beside the state it reads, and
-  // adamw() keeps that result when its runs equal these exactly (else it redoes the update). Only the cuda
-  // backend speculates (the config refuses the key elsewhere).
+  // adamw() keeps that result when its runs equal these exactly (else it redoes the update); empty runs: the step
+  // speculates nothing. Only the cuda backend speculates (the config refuses the key elsewhere).
   virtual void speculate_optimizer(std::vector<std::vector<AdamWRun>> runs) {}
   // The step was skipped (non-finite): drop every speculative update and restore what it changed.
   virtual void drop_speculation() {}

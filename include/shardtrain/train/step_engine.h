@@ -56,6 +56,8 @@ struct StepStats {
 class StepEngine {
  public:
   StepEngine(const Config& cfg, Communicator& comm);
+  // Over a given backend (make_model_backend's for cfg, or one that wraps it).
+  StepEngine(const Config& cfg, Communicator& comm, std::unique_ptr<ModelBackend> model);
 
   // Zeroes the gradient shards, runs `accum` micro-steps, and returns the mean loss over the `targets` targets of
   // every rank's accum * micro_batch * seq_len positions (kEveryPosition: all of them). The gradient shards then
@@ -129,6 +131,10 @@ class StepEngine {
   int64_t updates_ = 0;
   LossScaler scaler_;
   bool no_targets_ = false;  // the last forward_backward had no target: optimizer_step applies nothing
+  // Whether the next step hands the backend its speculative update (ModelBackend::speculates): after a step whose
+  // update was clipped or skipped, the next one's most likely is too, and every unit's speculative update would be
+  // redone; a step speculates again after one that applied its update unclipped.
+  bool speculate_next_ = true;
 };
 
 }  // namespace st
