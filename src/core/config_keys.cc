@@ -317,8 +317,9 @@ const std::vector<Key>& keys() {
           "with optim.offload on cuda: start each unit's host AdamW during the backward, as soon as its gradient is "
           "on the host, assuming the step is not clipped, into a second copy of the host state (12 more bytes per "
           "offloaded parameter of host memory); a clipped step redoes it, a skipped one drops it, and the step after "
-          "either speculates nothing: the results are the same bits either way. true, false, or auto: on with optim.offload on cuda when the host memory plan "
-          "with the second copy fits the rank's share of the host (docs/offload.md; the log says which)"),
+          "either speculates nothing: the results are the same bits either way. true, false, or auto: on with "
+          "optim.offload on cuda when the host memory plan with the second copy fits the rank's share of the host "
+          "(docs/offload.md; the log says which)"),
 
       key("data", "path", &Config::data, &DataConfig::path,
           "training data: a file, a glob, or @fortunes (the built-in corpus)"),
