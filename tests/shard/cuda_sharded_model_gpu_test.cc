@@ -391,8 +391,9 @@ TEST(CudaShardedModel, MaskedStepsMatchCpu) {
 }
 
 // Optimizer offload on one GPU: the host AdamW trains what the device AdamW trains, bit for bit, whichever units it
-// holds and whether it speculates, over steps that clip (speculative updates are then redone); and a checkpoint of
-// the host state loads into a run without offload, and back.
+// holds and whether it speculates, over steps that clip (the first step's speculative updates are redone, and the
+// steps after a clipped one do not speculate) and over steps that do not (every speculative update kept); and a
+// checkpoint of the host state loads into a run without offload, and back.
 TEST(CudaShardedModel, OffloadTrainsWhatTheDeviceOptimizerTrains) {
   ST_SKIP_WITHOUT_GPU();
   Config base = small(Device::kCuda, DType::kBF16);
@@ -427,6 +428,14 @@ TEST(CudaShardedModel, OffloadTrainsWhatTheDeviceOptimizerTrains) {
     EXPECT_EQ(run(c, &params), want);
     EXPECT_EQ(params, want_params);
   }
+  Config unclipped = base;
+  unclipped.optim.grad_clip = 0.0f;
+  std::vector<std::vector<float>> plain_params, kept_params;
+  const std::vector<float> plain_losses = run(unclipped, &plain_params);
+  unclipped.optim.offload = OffloadMode::kOptimizer;
+  unclipped.optim.offload_speculative = Speculation::kOn;
+  EXPECT_EQ(run(unclipped, &kept_params), plain_losses) << "speculating, unclipped";
+  EXPECT_EQ(kept_params, plain_params) << "speculating, unclipped";
 
   testing::TempDir dir;
   Config off = base;

@@ -167,7 +167,7 @@ TEST(LoraCuda, OffloadTrainsWhatTheDeviceOptimizerTrains) {
   qlora.model.lora.base_dtype = LoraBase::kNf4;
   cfgs.push_back(qlora);
   for (Config base : cfgs) {
-    base.optim.grad_clip = 0.05f;  // clipped steps: speculative updates are redone
+    base.optim.grad_clip = 0.05f;  // clipped steps: the first speculates and redoes, the others do not speculate
     base.optim.offload_threads = 2;
     SCOPED_TRACE(::testing::Message() << to_string(base.model.arch) << " " << to_string(base.model.lora.base_dtype));
     std::vector<std::vector<float>> want_params;
