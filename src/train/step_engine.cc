@@ -42,12 +42,12 @@ float StepEngine::begin_step(int64_t accum, int64_t step, int64_t targets) {
   accum_ = accum;
   model_->zero_grads();
   model_->expect_micro_steps(accum);
-  if (model_->speculates() && step >= 0) {
+  if (model_->speculates()) {
     // The update this step takes unless it is clipped or skipped, so that the host AdamW can start during the
     // backward: optimizer_step builds its runs the same way, so an unclipped step's are equal bit for bit. None
-    // after a clipped or skipped step (speculate_next_).
-    model_->speculate_optimizer(speculate_next_ ? unit_runs(next_update(step, 1.0f, scaler_.scale()))
-                                                : std::vector<std::vector<AdamWRun>>{});
+    // after a clipped or skipped step (speculate_next_), or for a step without a number (whose update is unknown).
+    model_->speculate_optimizer(step >= 0 && speculate_next_ ? unit_runs(next_update(step, 1.0f, scaler_.scale()))
+                                                             : std::vector<std::vector<AdamWRun>>{});
   }
   // The mean over the step's targets: each one's loss gradient is 1 / targets (times the fp16 loss scale).
   float dloss = static_cast<float>(scaler_.scale() / static_cast<double>(targets));

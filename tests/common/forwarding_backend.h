@@ -26,6 +26,7 @@ class ForwardingBackend : public ModelBackend {
   std::string describe() const override { return inner_.describe(); }
   std::string device_name() const override { return inner_.device_name(); }
   void zero_grads() override { inner_.zero_grads(); }
+  void expect_micro_steps(int64_t n) override { inner_.expect_micro_steps(n); }
   double micro_step(const int32_t* inputs, const int32_t* targets, float dloss) override {
     return inner_.micro_step(inputs, targets, dloss);
   }

@@ -187,12 +187,16 @@ TEST(StepEngine, SpeculatesOnlyAfterAStepThatKeptItsUpdate) {
     Speculating* watched = backend.get();
     StepEngine s(c, comm, std::move(backend));
     // Step 1 (1-based 2) of rank 0 with an infinite loss gradient: non-finite gradients, a skipped step.
-    if (k.nan_at_step_1) ASSERT_EQ(setenv("SHARDTRAIN_FAULT", "grad_inf:0@2", 1), 0);
+    struct Fault {  // unset however the steps end
+      explicit Fault(bool on) {
+        if (on) setenv("SHARDTRAIN_FAULT", "grad_inf:0@2", 1);
+      }
+      ~Fault() { unsetenv("SHARDTRAIN_FAULT"); }
+    } fault(k.nan_at_step_1);
     std::vector<StepStats> stats;
     for (int64_t step = 0; step < 4; ++step)
       stats.push_back(
           s.train_step([&](int64_t, int32_t* in, int32_t* tgt) { fill_sequences(c, step * 4, 4, in, tgt); }, 1, step));
-    unsetenv("SHARDTRAIN_FAULT");
     EXPECT_EQ(watched->handed, k.handed) << "grad_clip " << k.grad_clip;
     EXPECT_EQ(stats[1].skipped, k.nan_at_step_1);
     if (k.grad_clip > 0) EXPECT_GT(stats[0].grad_norm, k.grad_clip);  // the clip the case is about
