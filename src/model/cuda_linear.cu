@@ -192,12 +192,17 @@ void CudaLinear<T>::fp8_product(const Fp8Gemm& g, const Fp8Source& a, const Fp8S
 }
 
 template <typename T>
+bool CudaLinear<T>::start_forward(LinearSite site, int C, int OC, const uint8_t* x_t_codes) {
+  ST_CHECK(x_t_codes == nullptr || (policy_.keeps_input_codes(C, OC) && codes_bytes_ > 0),
+           "CudaLinear: x^T's codes asked of a ", C, " -> ", OC, " layer whose policy keeps none");
+  return produced(site, LinearInput::kX);
+}
+
+template <typename T>
 void CudaLinear<T>::forward(T* out, const T* inp, const T* w, const T* bias, const T* residual, int64_t N, int C,
                             int OC, const gpu::GpuContext& ctx, OpTimer::Laps* lap, LinearSite site,
                             uint8_t* x_t_codes) {
-  const bool x_produced = produced(site, LinearInput::kX);  // x's maximum is in the kept slot already
-  ST_CHECK(x_t_codes == nullptr || (policy_.keeps_input_codes(C, OC) && codes_bytes_ > 0),
-           "CudaLinear: x^T's codes asked of a ", C, " -> ", OC, " layer whose policy keeps none");
+  const bool x_produced = start_forward(site, C, OC, x_t_codes);
   if (!policy_.applies(C, OC) || codes_bytes_ == 0) {
     if (residual)
       gpu::matmul_forward_residual<T>(out, inp, w, bias, residual, N, C, OC, ctx);
@@ -226,9 +231,7 @@ template <typename T>
 void CudaLinear<T>::forward_without_output(const T* inp, const T* w, int64_t N, int C, int OC,
                                            const gpu::GpuContext& ctx, OpTimer::Laps* lap, LinearSite site,
                                            uint8_t* x_t_codes) {
-  const bool x_produced = produced(site, LinearInput::kX);
-  ST_CHECK(x_t_codes == nullptr || (policy_.keeps_input_codes(C, OC) && codes_bytes_ > 0),
-           "CudaLinear: x^T's codes asked of a ", C, " -> ", OC, " layer whose policy keeps none");
+  const bool x_produced = start_forward(site, C, OC, x_t_codes);
   if (!policy_.applies(C, OC) || codes_bytes_ == 0) return;
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
     if (lap) (*lap)("fwd.fp8_cast");

@@ -169,6 +169,9 @@ class CudaLinear {
   // Whether a producer was handed the slot of (site, input) since the call that last cast that operand; the call
   // that casts it asks once, and clears it.
   bool produced(LinearSite site, LinearInput input);
+  // A forward's first act at a site (forward, forward_without_output): refuses x^T's codes asked of a layer that keeps
+  // none, and returns produced(site, kX), whether x's maximum is in the kept slot already.
+  bool start_forward(LinearSite site, int C, int OC, const uint8_t* x_t_codes);
   // x [rows, cols] (dy, or a forward's x) cast row-major into `row` and transposed into `tr` in one pass
   // (gpu::fp8_quantize_pair_async), with the maxima where `maxima` says (both casts grouped alike).
   void pair_cast(const T* x, int64_t rows, int64_t cols, const Fp8Operand& row_major, const Fp8Operand& transposed,
