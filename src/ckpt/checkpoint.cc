@@ -102,8 +102,7 @@ ManifestBase load_lora_base(const Manifest& m, const Config& cfg, ModelBackend& 
       },
       "refused the LoRA base");
   if (!cfg.init.from.empty()) init_from_weights(cfg.init.from, cfg.model, model);
-  if (comm.rank() == 0)
-    ST_LOG_INFO("checkpoint: ", lora_base_read_text(m, cfg.init.from, cfg.train.seed));
+  if (comm.rank() == 0) ST_LOG_INFO("checkpoint: ", lora_base_read_text(m, cfg.init.from, cfg.train.seed));
   return now;
 }
 
@@ -173,6 +172,7 @@ CheckpointState load_checkpoint(const std::string& step_dir, const Config& cfg, 
     }
   });
   if (!m.gemm_algorithms.empty()) model.use_gemm_algorithms(m.gemm_algorithms);
+  model.load_fp8_history(m.fp8_amax_history, manifest_path);
   CheckpointState s;
   s.step = m.step;
   s.optimizer_updates = m.optimizer_updates;

@@ -185,6 +185,7 @@ struct CheckpointSaver::Impl {
 
   StateSnapshot snap;
   GemmAlgorithms gemm;
+  std::vector<std::vector<float>> fp8_history;  // train.fp8=delayed's, as of the step saved
   Phase phase = Phase::kIdle;
   CheckpointState state;
   fs::path tmp, final_dir;
@@ -339,6 +340,7 @@ struct CheckpointSaver::Impl {
     m.loss_scale_good_steps = state.loss_scale_good_steps;
     m.skipped_steps = state.skipped_steps;
     m.gemm_algorithms = gemm;
+    m.fp8_amax_history = fp8_history;
     m.base = state.base;
     if (replicas) {
       ManifestNodeLocal nl;
@@ -395,6 +397,7 @@ struct CheckpointSaver::Impl {
     final_dir = fs::path(dir) / step_dir_name(state.step);
     tmp = fs::path(dir) / (step_dir_name(state.step) + ".tmp-" + nonce);
     gemm = model.gemm_algorithms();
+    fp8_history = model.fp8_history();
     mine = FileRecord{};
     records.clear();
     phase = Phase::kWriting;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <iomanip>
 #include <limits>
 #include <locale>
@@ -287,6 +288,25 @@ void validate_node_local(const ManifestNodeLocal& n, int world_size, const std::
 
 }  // namespace
 
+// Entries of one size, a multiple of the three operands a site has, at most train.fp8_amax_history's 1024 of them,
+// each maximum finite and >= 0.
+static void check_fp8_amax_history(const std::vector<std::vector<float>>& h, const std::string& path) {
+  if (h.empty()) return;
+  if (h.size() > 1024) ST_BAD_INPUT(path, ": fp8_amax_history holds ", h.size(), " entries, expected at most 1024");
+  const size_t n = h.front().size();
+  if (n == 0 || n % 3 != 0)
+    ST_BAD_INPUT(path, ": fp8_amax_history.maxima_per_entry is ", n,
+                 ", expected a positive multiple of 3 (x, W, dy a site)");
+  for (size_t e = 0; e < h.size(); ++e) {
+    if (h[e].size() != n)
+      ST_BAD_INPUT(path, ": ", index("fp8_amax_history.entries", e), " holds ", h[e].size(), " maxima, expected ", n);
+    for (size_t i = 0; i < n; ++i)
+      if (!(std::isfinite(h[e][i]) && h[e][i] >= 0.0f))
+        ST_BAD_INPUT(path, ": ", index(index("fp8_amax_history.entries", e), i), " is ", h[e][i],
+                     ", expected a finite maximum >= 0");
+  }
+}
+
 void validate_manifest(const Manifest& m, const std::string& path) {
   check_format_version(m.format_version, path);
   if (m.format_version == 1 && m.digest_piece_bytes != 0)
@@ -311,6 +331,8 @@ void validate_manifest(const Manifest& m, const std::string& path) {
   if (m.rng_counters.size() != static_cast<size_t>(m.world_size))
     ST_BAD_INPUT(path, ": rng_counters has ", m.rng_counters.size(), " entries, expected world_size = ", m.world_size,
                  " (one per rank)");
+
+  check_fp8_amax_history(m.fp8_amax_history, path);
 
   std::set<std::string> unit_names;
   for (size_t u = 0; u < m.units.size(); ++u) {
@@ -469,6 +491,15 @@ std::string manifest_to_json(const Manifest& m) {
                             {"library", m.gemm_algorithms.library},
                             {"plans", m.gemm_algorithms.plans}};
   }
+  if (!m.fp8_amax_history.empty()) {  // the floats' bits: exact, whatever the JSON library prints
+    ordered_json entries = ordered_json::array();
+    for (const std::vector<float>& e : m.fp8_amax_history) {
+      std::vector<uint32_t> bits(e.size());
+      std::memcpy(bits.data(), e.data(), e.size() * sizeof(float));
+      entries.push_back(bits);
+    }
+    j["fp8_amax_history"] = {{"maxima_per_entry", m.fp8_amax_history.front().size()}, {"entries", std::move(entries)}};
+  }
   return j.dump(2) + "\n";
 }
 
@@ -521,6 +552,26 @@ Manifest manifest_from_json(const std::string& text, const std::string& path) {
     m.gemm_algorithms.device = r.string(g, "gemm_algorithms", "device");
     m.gemm_algorithms.library = r.i64(g, "gemm_algorithms", "library");
     m.gemm_algorithms.plans = r.string(g, "gemm_algorithms", "plans");
+  }
+  // Written by train.fp8=delayed runs; optional.
+  if (j.contains("fp8_amax_history")) {
+    const json& h = r.object(j, "", "fp8_amax_history");
+    const int64_t per_entry = r.i64(h, "fp8_amax_history", "maxima_per_entry");
+    const json& entries = r.array(h, "fp8_amax_history", "entries");
+    for (size_t e = 0; e < entries.size(); ++e) {
+      const std::string en = index("fp8_amax_history.entries", e);
+      const json& a = r.array(entries[e], en);
+      if (static_cast<int64_t>(a.size()) != per_entry)
+        ST_BAD_INPUT(path, ": ", en, " holds ", a.size(), " maxima, expected maxima_per_entry = ", per_entry);
+      std::vector<float> maxima(a.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        const uint64_t bits = r.u64(a[i], index(en, i));
+        if (bits > 0xffffffffu) ST_BAD_INPUT(path, ": ", index(en, i), " is ", bits, ", expected a float's 32 bits");
+        const auto b32 = static_cast<uint32_t>(bits);
+        std::memcpy(&maxima[i], &b32, sizeof(float));
+      }
+      m.fp8_amax_history.push_back(std::move(maxima));
+    }
   }
   // Written by ckpt.replicas = 1 saves; optional.
   if (j.contains("node_local")) {

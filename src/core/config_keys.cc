@@ -267,9 +267,15 @@ const std::vector<Key>& keys() {
       key("train", "fp8", &Config::train, &TrainConfig::fp8,
           "the GEMMs of the blocks' linear layers in FP8 (docs/performance.md): off; tensorwise (E4M3 inputs and "
           "weights, E5M2 gradients, one dynamic scale per tensor); rowwise (the same with a scale per row of each "
-          "operand along the dimension the GEMM keeps, powers of two). Master weights, activations, attention, norms, "
+          "operand along the dimension the GEMM keeps, powers of two); delayed (as tensorwise, each scale from the "
+          "largest maximum its operand had over the last train.fp8_amax_history applied steps, Transformer Engine's "
+          "delayed scaling; train.device=cpu only). Master weights, activations, attention, norms, "
           "embeddings and the classifier stay as train.dtype says. cuda runs cuBLASLt FP8 GEMMs (compute capability "
           "8.9 or higher; rowwise on Hopper; train.dtype bf16 or fp32); the cpu backend emulates the casts"),
+      key("train", "fp8_amax_history", &Config::train, &TrainConfig::fp8_amax_history,
+          "train.fp8=delayed: how many applied steps of each operand's maxima its scale looks back over, 1 to 1024 "
+          "(the largest of them; a skipped step adds none). The first step, with none, scales as tensorwise. "
+          "Checkpoints keep the history, so a resumed run casts as the uninterrupted one"),
       key("train", "fp8_fast_accum", &Config::train, &TrainConfig::fp8_fast_accum,
           "cuda, with train.fp8: the forward GEMMs accumulate in the FP8 tensor cores' own precision throughout "
           "(cuBLASLt's fast accumulation, torchao's choice for the output GEMM) instead of promoting to fp32 at "

@@ -5,6 +5,7 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/scratch_sizes.h"
+#include "shardtrain/model/fp8_history.h"
 #include "shardtrain/model/fp8_policy.h"
 #include "shardtrain/model/lora.h"
 
@@ -122,12 +123,18 @@ CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch,
   return f;
 }
 
-int64_t cuda_linear_workspace_bytes(const ModelConfig& cfg, int64_t max_rows, Fp8Recipe recipe) {
-  const Fp8Workspace w = fp8_workspace(cfg, max_rows, fp8_policy(recipe));
+int64_t cuda_linear_workspace_bytes(const ModelConfig& cfg, int64_t max_rows, Fp8Recipe recipe, int amax_history) {
+  const Fp8Workspace w = fp8_workspace(cfg, max_rows, fp8_policy(recipe, amax_history));
   if (w.a == 0) return 0;
+  // delayed: CudaFp8History's ring of amax_history entries, the step's maxima, the history's and the applied ones.
+  const int64_t history = recipe == Fp8Recipe::kDelayed
+                              ? (amax_history + 3) * int64_t{cfg.n_layer} *
+                                    static_cast<int64_t>(block_linear_shapes(cfg).size()) * kFp8Operands
+                              : 0;
   return 3 * w.groups * static_cast<int64_t>(sizeof(float)) +
          static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * w.groups)) +
-         w.kept_maxima * static_cast<int64_t>(sizeof(unsigned)) + w.input_scales * static_cast<int64_t>(sizeof(float));
+         (w.kept_maxima + history) * static_cast<int64_t>(sizeof(unsigned)) +
+         w.input_scales * static_cast<int64_t>(sizeof(float));
 }
 
 int64_t cuda_linear_codes_bytes(const ModelConfig& cfg, int64_t max_rows, Fp8Recipe recipe) {

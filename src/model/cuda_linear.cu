@@ -48,21 +48,33 @@ CudaLinear<T>::CudaLinear(const Fp8Policy& policy, const ModelConfig& cfg, int64
     handed_.assign(static_cast<size_t>(workspace_.kept_maxima / kKeptPerSite * kHandedPerSite), 0);
   }
   if (workspace_.input_scales > 0) input_scales_ = DeviceBuffer<float>(workspace_.input_scales);
+  if (policy.delayed())
+    history_ = std::make_unique<CudaFp8History>(int64_t{n_layer_} * static_cast<int64_t>(weights_.size()),
+                                                policy.amax_history);
 }
 
 template <typename T>
 int64_t CudaLinear<T>::site_index(LinearSite site) const {
-  const auto it =
-      std::find_if(weights_.begin(), weights_.end(), [&](const LinearShape& l) { return l.weight == site.weight; });
-  ST_CHECK(it != weights_.end(), "CudaLinear: '", site.weight, "' is none of the blocks' linear layers");
-  ST_CHECK(site.layer < n_layer_, "CudaLinear: layer ", site.layer, " past the model's ", n_layer_);
-  return static_cast<int64_t>(site.layer) * static_cast<int64_t>(weights_.size()) + (it - weights_.begin());
+  return fp8_site_index(weights_, n_layer_, site);
 }
 
 template <typename T>
 typename CudaLinear<T>::Maxima CudaLinear<T>::kept(LinearSite site, bool weight, bool taken) {
   if (site.layer < 0 || !(weight ? keep_.w : keep_.x)) return {};
-  return {kept_.data() + site_index(site) * kKeptPerSite + (weight ? 1 : 0), taken};
+  const int64_t index = site_index(site);
+  return {kept_.data() + index * kKeptPerSite + (weight ? 1 : 0), taken,
+          history_ ? fp8_history_index(index, weight ? kFp8W : kFp8X) : -1};
+}
+
+template <typename T>
+typename CudaLinear<T>::Maxima CudaLinear<T>::dy_maxima(LinearSite site, bool produced) {
+  if (history_ && site.layer >= 0) return {dy_slot(site), produced, fp8_history_index(site_index(site), kFp8Dy)};
+  return produced ? Maxima{dy_slot(site), true} : Maxima{};
+}
+
+template <typename T>
+const unsigned* CudaLinear<T>::applied(const Maxima& m, const gpu::GpuContext& ctx) {
+  return m.history >= 0 ? history_->pick(m.history, m.at, ctx) : m.at;
 }
 
 template <typename T>
@@ -146,7 +158,7 @@ void CudaLinear<T>::cast(const Fp8Source& src, const Fp8Operand& op, const Slot&
     }
     if (!src.maxima.taken) gpu::fp8_maxima_async<T>(src.x, rows, cols, op.scaling, src.maxima.at, c);
     gpu::fp8_quantize_with_maxima_async<T>(src.x, rows, cols, op.format, op.scaling, policy_.power_of_2, src.layout,
-                                           src.maxima.at, slot.codes, slot.inverse_scales, c);
+                                           applied(src.maxima, ctx), slot.codes, slot.inverse_scales, c);
   } else {
     ST_CHECK(false, "train.fp8 computes in bf16 or fp32");
   }
@@ -167,7 +179,7 @@ void CudaLinear<T>::pair_cast(const T* x, int64_t rows, int64_t cols, const Fp8O
       return;
     }
     if (!maxima.taken) gpu::fp8_maxima_async<T>(x, rows, cols, row_major.scaling, maxima.at, c);
-    gpu::fp8_quantize_pair_with_maxima_async<T>(x, rows, cols, policy_.power_of_2, a, b, maxima.at, c);
+    gpu::fp8_quantize_pair_with_maxima_async<T>(x, rows, cols, policy_.power_of_2, a, b, applied(maxima, ctx), c);
   } else {
     ST_CHECK(false, "train.fp8 computes in bf16 or fp32");
   }
@@ -286,7 +298,7 @@ void CudaLinear<T>::backward(T* dinp, T* dweight, T* dbias, const T* dout, const
   const Fp8Source w_t{w, OC, C, Fp8Layout::kTransposed, kept(site, true, true)};
   const Fp8Source x_t{inp, N, C, Fp8Layout::kTransposed, kept(site, false, true)};
   // dy's maximum, where the kernel that wrote dy took it.
-  const Maxima dy = dy_produced ? Maxima{dy_slot(site), true} : Maxima{};
+  const Maxima dy = dy_maxima(site, dy_produced);
   // With the weights cast (dist.fp8_gather), W^T is W's codes transposed, with W's inverse scale.
   const auto w_slot = [&] { return policy_.weights_cast ? transposed_weight(w, OC, C, s.b, ctx) : s.b; };
   if (dinp && fp8_dweight) {

@@ -3,14 +3,16 @@
 #include <algorithm>
 #include <set>
 
+#include "shardtrain/core/error.h"
 #include "shardtrain/model/lora.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
 
-Fp8Policy fp8_policy(Fp8Recipe recipe) {
+Fp8Policy fp8_policy(Fp8Recipe recipe, int amax_history) {
   Fp8Policy p;
   p.recipe = recipe;
+  if (recipe == Fp8Recipe::kDelayed) p.amax_history = amax_history;
   const bool rowwise = recipe == Fp8Recipe::kRowwise;
   p.power_of_2 = rowwise;
   const auto op = [&](Fp8Format f, Fp8Scaling s) { return Fp8Operand{f, rowwise ? s : Fp8Scaling::kTensor}; };
@@ -31,6 +33,15 @@ std::vector<LinearShape> block_linear_shapes(const ModelConfig& cfg) {
     out.push_back({t.shape[0], t.shape[1], l.weight});
   }
   return out;
+}
+
+int64_t fp8_site_index(const std::vector<LinearShape>& weights, int n_layer, LinearSite site) {
+  const auto it =
+      std::find_if(weights.begin(), weights.end(), [&](const LinearShape& l) { return l.weight == site.weight; });
+  ST_CHECK(it != weights.end(), "'", site.weight, "' is none of the blocks' linear layers");
+  ST_CHECK(site.layer >= 0 && site.layer < n_layer, "linear layer site at block ", site.layer, ", outside the model's ",
+           n_layer, " blocks");
+  return static_cast<int64_t>(site.layer) * static_cast<int64_t>(weights.size()) + (it - weights.begin());
 }
 
 bool Fp8Policy::keeps_input_codes(int64_t in, int64_t out) const {

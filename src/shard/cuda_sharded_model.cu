@@ -33,7 +33,7 @@ Fp8Policy checked_fp8_policy(const Config& cfg, const std::string& device_name) 
   if (cfg.train.fp8 == Fp8Recipe::kRowwise && !gpu::fp8_rowwise_gemm_supported(device))
     ST_BAD_INPUT("train.fp8 (rowwise) needs cuBLASLt's per-row FP8 scales, which it has on Hopper (compute ",
                  "capability 9.x) only; ", device_name, " takes train.fp8=tensorwise");
-  Fp8Policy fp8 = fp8_policy(cfg.train.fp8);
+  Fp8Policy fp8 = fp8_policy(cfg.train.fp8, cfg.train.fp8_amax_history);
   fp8.weights_cast = cfg.dist.fp8_gather;  // the gathers deliver the FP8 weights cast (fp8_gatherer.h)
   fp8.forward.fast_accum = cfg.train.fp8_fast_accum;
   return fp8;

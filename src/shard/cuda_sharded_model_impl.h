@@ -108,6 +108,9 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   }
   void use_gemm_algorithms(const GemmAlgorithms& a) override;
   double take_exposed_comm_ms() override { return stalls_.take_ms(); }
+  void fp8_step_end(bool applied) override;
+  std::vector<std::vector<float>> fp8_history() override;
+  void load_fp8_history(const std::vector<std::vector<float>>& entries, const std::string& from) override;
 
  private:
   using Buffer = typename UnitBuffers<T>::Buffer;
@@ -136,6 +139,10 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   void wait_for_comm(const CudaEvent& done, const char* what);
   // Folds the device memory in use now (cudaMemGetInfo: total - free) into device_peak_bytes_.
   void sample_device_memory();
+  // train.fp8=delayed: whether the casts record their maxima into the history's step maxima (training passes).
+  void record_fp8_maxima(bool on) {
+    if (CudaFp8History* h = model_->fp8_history()) h->set_recording(on);
+  }
   void after_sync();
   // AdamW of a unit whose optimizer is on the device (DeviceOptimizer); gate: the device's decision, or null.
   void device_adamw(int unit, const std::vector<AdamWRun>& runs, const StepGate* gate);
@@ -206,6 +213,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   DeviceBuffer<uint8_t> nf4_full_;  // an NF4 unit's gathered storage, dequantised from (world > 1; model/nf4_base.h)
   std::unique_ptr<Fp8Gatherer<T>> fp8_gather_;    // dist.fp8_gather; null without it
   std::unique_ptr<ReplicaReduction<T>> replica_;  // hybrid: the all-reduce across nodes, once per step
+  DeviceBuffer<unsigned> fp8_gathered_;           // train.fp8=delayed: every rank's step maxima (fp8_step_end)
   // loss_queued_: micro_step_queued() left its loss on the device; gate_queued_: queue_gated_update() ran and
   // finish_gated_step() has not.
   bool loss_queued_ = false, gate_queued_ = false;

@@ -1,6 +1,7 @@
-// CudaShardedModel's optimizer step: the gradient norm, AdamW of each unit on the device or the host, and the gated
-// step that the device decides without a round trip to the host.
+// CudaShardedModel's optimizer step: the gradient norm, AdamW of each unit on the device or the host, the gated step
+// that the device decides without a round trip to the host, and the step's end for train.fp8=delayed's history.
 #include "cuda_sharded_model_impl.h"
+#include "shardtrain/kernels/gpu/fp8_history.h"
 
 namespace st::shard_internal {
 
@@ -73,6 +74,43 @@ ModelBackend::GatedStep CudaShardedModel<T>::finish_gated_step() {
   return g;
 }
 
+// train.fp8=delayed: the step's maxima all-gathered over the sharding group (and hybrid's replica group: every rank
+// of the world, in two hops) and reduced, then pushed; all on the compute stream, behind the step's casts and before
+// the next step's.
+template <typename T>
+void CudaShardedModel<T>::fp8_step_end(bool applied) {
+  CudaFp8History* h = model_->fp8_history();
+  if (h == nullptr) return;
+  if (!applied) {
+    h->drop(ctx_);
+    return;
+  }
+  const int64_t n = h->entry_size();
+  for (NcclCommunicator* group : {&coll_.shard(), coll_.replica()}) {
+    if (group == nullptr || group->world_size() == 1 || n == 0) continue;
+    const int world = group->world_size();
+    if (fp8_gathered_.size() < n * world) fp8_gathered_ = DeviceBuffer<unsigned>(n * world);
+    group->template all_gather<float>(reinterpret_cast<const float*>(h->step_maxima()), n,
+                                      reinterpret_cast<float*>(fp8_gathered_.data()), ctx_.stream);
+    gpu::fp8_max_over_ranks(fp8_gathered_.data(), world, n, h->step_maxima(), ctx_);
+  }
+  h->push(h->step_maxima(), ctx_);
+}
+
+template <typename T>
+std::vector<std::vector<float>> CudaShardedModel<T>::fp8_history() {
+  CudaFp8History* h = model_->fp8_history();
+  return h == nullptr ? std::vector<std::vector<float>>{} : h->entries(ctx_);
+}
+
+template <typename T>
+void CudaShardedModel<T>::load_fp8_history(const std::vector<std::vector<float>>& entries, const std::string& from) {
+  CudaFp8History* h = model_->fp8_history();
+  if (h == nullptr) return;
+  check_fp8_history_entries(entries, h->sites(), from);
+  h->load(entries, ctx_);
+}
+
 // The members defined here, for each compute type (the class itself is instantiated in cuda_sharded_model.cu).
 #define ST_INSTANTIATE_OPTIMIZER(T)                                                                    \
   template double CudaShardedModel<T>::grad_sum_of_squares();                                          \
@@ -81,7 +119,10 @@ ModelBackend::GatedStep CudaShardedModel<T>::finish_gated_step() {
   template void CudaShardedModel<T>::device_adamw(int, const std::vector<AdamWRun>&, const StepGate*); \
   template void CudaShardedModel<T>::queue_gated_update(double, double, float,                         \
                                                         const std::vector<std::vector<AdamWRun>>&);    \
-  template ModelBackend::GatedStep CudaShardedModel<T>::finish_gated_step();
+  template ModelBackend::GatedStep CudaShardedModel<T>::finish_gated_step();                           \
+  template void CudaShardedModel<T>::fp8_step_end(bool);                                               \
+  template std::vector<std::vector<float>> CudaShardedModel<T>::fp8_history();                         \
+  template void CudaShardedModel<T>::load_fp8_history(const std::vector<std::vector<float>>&, const std::string&);
 ST_INSTANTIATE_OPTIMIZER(float)
 ST_INSTANTIATE_OPTIMIZER(bf16)
 ST_INSTANTIATE_OPTIMIZER(fp16)

@@ -299,6 +299,7 @@ double CudaShardedModel<T>::micro_step(const int32_t* inputs, const int32_t* tar
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;
   model_->set_dropout_batch(cfg_.train.seed, first_sequence_);
+  record_fp8_maxima(true);
   first_sequence_ = -1;
   const double loss_sum =
       run(training_schedule(cfg_.model.n_layer, cfg_.dist.reshard_after_forward, /*keep_embedding=*/true), Mode::kTrain,
@@ -313,6 +314,7 @@ double CudaShardedModel<T>::micro_step(const int32_t* inputs, const int32_t* tar
 template <typename T>
 double CudaShardedModel<T>::eval_micro(const int32_t* inputs, const int32_t* targets) {
   model_->set_dropout_batch(cfg_.train.seed, -1);
+  record_fp8_maxima(false);
   tokens_ = inputs;
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;
@@ -322,6 +324,7 @@ double CudaShardedModel<T>::eval_micro(const int32_t* inputs, const int32_t* tar
 template <typename T>
 void CudaShardedModel<T>::last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) {
   model_->set_dropout_batch(cfg_.train.seed, -1);
+  record_fp8_maxima(false);
   tokens_ = tokens;
   batch_ = 1;
   len_ = len;

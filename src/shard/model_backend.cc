@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "shardtrain/core/error.h"
+#include "shardtrain/kernels/fp8_history.h"
 #include "shardtrain/shard/sharded_model.h"
 
 #ifdef SHARDTRAIN_HAVE_CUDA
@@ -52,6 +53,31 @@ void ModelBackend::snapshot_state(StateSnapshot* snap) {
     at += 3 * n;
     snap->units.push_back(std::move(su));
   }
+}
+
+void fp8_history_step_end(Fp8AmaxHistory* history, Communicator& comm, bool applied) {
+  if (history == nullptr) return;
+  if (!applied) {
+    history->drop();
+    return;
+  }
+  std::vector<unsigned>& step = history->step_maxima();
+  const int world = comm.world_size();
+  const auto n = static_cast<int64_t>(step.size());
+  if (world > 1 && n > 0) {  // every rank casts the same sites, so each sends the same count; the bits travel as floats
+    std::vector<unsigned> all(step.size() * static_cast<size_t>(world));
+    comm.all_gather(reinterpret_cast<const float*>(step.data()), n, reinterpret_cast<float*>(all.data()));
+    fp8_max_over_ranks(all.data(), world, n, step.data());
+  }
+  history->push(step);
+}
+
+void check_fp8_history_entries(const std::vector<std::vector<float>>& entries, int64_t sites, const std::string& from) {
+  const int64_t want = sites * kFp8Operands;
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (static_cast<int64_t>(entries[i].size()) != want)
+      ST_BAD_INPUT(from, ": fp8_amax_history entry ", i, " holds ", entries[i].size(), " maxima; this model has ",
+                   sites, " FP8 sites x ", kFp8Operands, " operands = ", want);
 }
 
 std::unique_ptr<ModelBackend> make_model_backend(const Config& cfg, Communicator& comm) {

@@ -60,7 +60,8 @@ ComputeFootprint cuda_compute_footprint(const Config& cfg, int64_t attention_scr
   // scratch), and a unit's gather to the host (its pieces)
   c.workspace_bytes = f.scratch_bytes + static_cast<int64_t>(gpu::kBlasWorkspaceBytes) +
                       static_cast<int64_t>(gpu::reduce_scratch_bytes()) +
-                      cuda_linear_workspace_bytes(cfg.model, cfg.train.micro_batch * cfg.model.seq_len, cfg.train.fp8) +
+                      cuda_linear_workspace_bytes(cfg.model, cfg.train.micro_batch * cfg.model.seq_len, cfg.train.fp8,
+                                                  cfg.train.fp8_amax_history) +
                       2 * kGatherPieceBytes;
   return c;
 }

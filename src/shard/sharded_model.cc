@@ -48,7 +48,7 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
       groups_(make_sharding_groups(cfg, comm)),
       model_(model_family(cfg.model.arch)
                  .make_cpu_model(planned_model(cfg, groups_, comm), cfg.train.micro_batch, cfg.train.recompute)) {
-  Fp8Policy fp8 = fp8_policy(cfg.train.fp8);
+  Fp8Policy fp8 = fp8_policy(cfg.train.fp8, cfg.train.fp8_amax_history);
   fp8.weights_cast = cfg.dist.fp8_gather;
   model_->set_fp8(fp8);
   if (cfg.optim.offload != OffloadMode::kNone) {
@@ -342,12 +342,14 @@ double ShardedModel::micro_step(const int32_t* inputs, const int32_t* targets, f
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;
   model_->set_dropout_batch(cfg_.train.seed, first_sequence_);
+  model_->set_fp8_recording(true);
   first_sequence_ = -1;
   return run(training_schedule(cfg_.model.n_layer, cfg_.dist.reshard_after_forward), Mode::kTrain, targets, dloss);
 }
 
 double ShardedModel::eval_micro(const int32_t* inputs, const int32_t* targets) {
   model_->set_dropout_batch(cfg_.train.seed, -1);
+  model_->set_fp8_recording(false);
   tokens_ = inputs;
   batch_ = cfg_.train.micro_batch;
   len_ = cfg_.model.seq_len;
@@ -356,6 +358,7 @@ double ShardedModel::eval_micro(const int32_t* inputs, const int32_t* targets) {
 
 void ShardedModel::last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) {
   model_->set_dropout_batch(cfg_.train.seed, -1);
+  model_->set_fp8_recording(false);
   tokens_ = tokens;
   batch_ = 1;
   len_ = len;
@@ -379,6 +382,18 @@ double ShardedModel::grad_sum_of_squares() {
   double s = 0.0;
   for (const UnitShard& sh : shards_) s += sum_of_squares(sh.grad.data(), sh.span.count);  // bit-reproducible
   return s;
+}
+
+std::vector<std::vector<float>> ShardedModel::fp8_history() {
+  const Fp8AmaxHistory* h = model_->fp8_history();
+  return h == nullptr ? std::vector<std::vector<float>>{} : h->entries();
+}
+
+void ShardedModel::load_fp8_history(const std::vector<std::vector<float>>& entries, const std::string& from) {
+  Fp8AmaxHistory* h = model_->fp8_history();
+  if (h == nullptr) return;
+  check_fp8_history_entries(entries, h->sites(), from);
+  h->load(entries);
 }
 
 std::string ShardedModel::describe() const {
@@ -453,9 +468,8 @@ void ShardedModel::release_unit(int unit) {
 MemoryStats ShardedModel::memory() const {
   MemoryStats m;
   for (const UnitShard& s : shards_) {
-    m.sharded_state_bytes +=
-        bytes_of(s.param) + bytes_of(s.grad) + bytes_of(s.m) + bytes_of(s.v) + bytes_of(s.frozen) +
-        bytes_of(s.nf4_words);
+    m.sharded_state_bytes += bytes_of(s.param) + bytes_of(s.grad) + bytes_of(s.m) + bytes_of(s.v) + bytes_of(s.frozen) +
+                             bytes_of(s.nf4_words);
     m.padding_elements += s.slot - s.span.count;
   }
   for (const Slot& s : unit_params_) m.gather_buffer_bytes += bytes_of(s.data);

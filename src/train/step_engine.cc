@@ -132,6 +132,7 @@ StepStats StepEngine::train_step(const BatchFn& batch, int64_t accum, int64_t st
 
 StepStats StepEngine::end_step(StepStats s, bool finite) {
   scaler_.update(finite);
+  model_->fp8_step_end(finite);
   speculate_next_ = finite && clip_coefficient(cfg_.optim, s.grad_norm) == 1.0f;
   if (!finite) {
     model_->drop_speculation();

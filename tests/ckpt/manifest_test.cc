@@ -88,6 +88,8 @@ Manifest make_manifest(int world, const ModelConfig& model = small_model()) {
   m.skipped_steps = 3;
   m.loss_scale_good_steps = 1999;
   m.gemm_algorithms = {"NVIDIA H200", 130100, "gemm 1 2 3\ngemm 4 5 6\n"};
+  // Two sites' x, W and dy over two steps, newest first; a denormal and 0 among them must round-trip bit for bit.
+  m.fp8_amax_history = {{0.0f, 1e-40f, 3.5f, 448.0f, 57344.0f, 0.1f}, {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}};
   return m;
 }
 
@@ -147,6 +149,7 @@ void expect_equal(const Manifest& a, const Manifest& b) {
   EXPECT_EQ(a.gemm_algorithms.device, b.gemm_algorithms.device);
   EXPECT_EQ(a.gemm_algorithms.library, b.gemm_algorithms.library);
   EXPECT_EQ(a.gemm_algorithms.plans, b.gemm_algorithms.plans);
+  EXPECT_EQ(a.fp8_amax_history, b.fp8_amax_history);
 }
 
 TEST(Manifest, RoundTripKeepsEveryFieldExactly) {
@@ -269,6 +272,24 @@ TEST(Manifest, EachValidationErrorNamesThePathAndTheField) {
       {"gemm plans missing",
        [](json& j) { j["gemm_algorithms"].erase("plans"); },
        {"required field gemm_algorithms.plans is missing"}},
+      {"fp8 history entry of another size",
+       [](json& j) { j["fp8_amax_history"]["entries"][1].erase(0); },
+       {"fp8_amax_history.entries[1] holds 5 maxima, expected maxima_per_entry = 6"}},
+      {"fp8 history NaN",
+       [](json& j) { j["fp8_amax_history"]["entries"][0][2] = 0x7fc00000u; },
+       {"fp8_amax_history.entries[0][2] is nan, expected a finite maximum >= 0"}},
+      {"fp8 history negative",
+       [](json& j) { j["fp8_amax_history"]["entries"][1][4] = 0xbf800000u; },
+       {"fp8_amax_history.entries[1][4] is -1, expected a finite maximum >= 0"}},
+      {"fp8 history past 32 bits",
+       [](json& j) { j["fp8_amax_history"]["entries"][0][0] = uint64_t{1} << 32; },
+       {"fp8_amax_history.entries[0][0] is 4294967296, expected a float's 32 bits"}},
+      {"fp8 history of no whole site",
+       [](json& j) {
+         j["fp8_amax_history"]["maxima_per_entry"] = 5;
+         for (json& e : j["fp8_amax_history"]["entries"]) e.erase(0);
+       },
+       {"fp8_amax_history.maxima_per_entry is 5, expected a positive multiple of 3 (x, W, dy a site)"}},
       {"one file too few",
        [](json& j) { j["files"].erase(2); },
        {"files has 2 entries, expected world_size = 3 (one per rank)"}},
@@ -397,6 +418,16 @@ TEST(Manifest, GemmAlgorithmsAreOptional) {
   const Manifest back = manifest_from_json(j.dump(), kPath);
   EXPECT_TRUE(back.gemm_algorithms.empty());
   EXPECT_EQ(back.gemm_algorithms.library, 0);
+}
+
+// Only train.fp8=delayed runs keep an amax history: otherwise the field is left out, and a manifest without it reads
+// as none.
+TEST(Manifest, Fp8AmaxHistoryIsOptional) {
+  Manifest m = make_manifest(2);
+  m.fp8_amax_history.clear();
+  const json j = json::parse(manifest_to_json(m));
+  EXPECT_FALSE(j.contains("fp8_amax_history"));
+  EXPECT_TRUE(manifest_from_json(j.dump(), kPath).fp8_amax_history.empty());
 }
 
 // A node-local copy (ckpt.replicas = 1) names its node and which files it holds; the field is optional, and a
@@ -537,10 +568,11 @@ TEST(Manifest, CheckModelMatchesNamesBothFamilies) {
   llama.tie_embeddings = true;
   llama.rope_scaling_factor = 8.0f;
   msg = bad_input_message([&] { check_model_matches(m, llama, kPath); });
-  EXPECT_TRUE(contains(msg, "model.n_kv_head is 2 in the checkpoint, 4 in the config; model.rope_scaling_factor is "
-                            "32 in the checkpoint, 8 in the config; model.rms_norm_eps is 9.99999997e-07 in the "
-                            "checkpoint, 9.99999975e-06 in the config; model.tie_embeddings is false in the "
-                            "checkpoint, true in the config"))
+  EXPECT_TRUE(contains(msg,
+                       "model.n_kv_head is 2 in the checkpoint, 4 in the config; model.rope_scaling_factor is "
+                       "32 in the checkpoint, 8 in the config; model.rms_norm_eps is 9.99999997e-07 in the "
+                       "checkpoint, 9.99999975e-06 in the config; model.tie_embeddings is false in the "
+                       "checkpoint, true in the config"))
       << msg;
 }
 

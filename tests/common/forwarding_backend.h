@@ -55,6 +55,11 @@ class ForwardingBackend : public ModelBackend {
   double take_exposed_comm_ms() override { return inner_.take_exposed_comm_ms(); }
   GemmAlgorithms gemm_algorithms() const override { return inner_.gemm_algorithms(); }
   void use_gemm_algorithms(const GemmAlgorithms& a) override { inner_.use_gemm_algorithms(a); }
+  void fp8_step_end(bool applied) override { inner_.fp8_step_end(applied); }
+  std::vector<std::vector<float>> fp8_history() override { return inner_.fp8_history(); }
+  void load_fp8_history(const std::vector<std::vector<float>>& entries, const std::string& from) override {
+    inner_.load_fp8_history(entries, from);
+  }
 
  protected:
   ModelBackend& inner() { return inner_; }

@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/rng.h"
@@ -78,6 +80,17 @@ inline void train_steps(StepEngine& e, const Config& c, Communicator& comm, uint
     tr->losses.push_back(s.loss);
     tr->norms.push_back(s.grad_norm);
   }
+}
+
+// Steps [0, steps) on e (train_steps, appending to *tr), then a checkpoint of them into c.ckpt.dir: its step
+// directory. Collective.
+inline std::string train_and_save(StepEngine& e, const Config& c, Communicator& comm, uint64_t seed, int64_t steps,
+                                  Trace* tr) {
+  train_steps(e, c, comm, seed, 0, steps, tr);
+  CheckpointState cs;
+  cs.step = steps;
+  cs.optimizer_updates = e.updates();
+  return save_checkpoint(c, e.sharded(), cs, comm);
 }
 
 // A fresh StepEngine of c on comm, trained for steps 0 .. steps - 1 (train_steps), then its parameters. Collective.

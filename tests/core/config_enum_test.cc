@@ -66,7 +66,7 @@ TEST(ConfigEnum, EveryNameParsesAndPrintsBackAsItself) {
       ++names_checked;
     }
   }
-  EXPECT_EQ(names_checked, 42);
+  EXPECT_EQ(names_checked, 43);
   EXPECT_STREQ(to_string(OffloadMode::kOptimizerParams), "optimizer+params");
   EXPECT_STREQ(to_string(Speculation::kOn), "true");
   EXPECT_STREQ(to_string(static_cast<DType>(99)), "?");

@@ -136,6 +136,10 @@ TEST(CudaFootprint, Fp8WorkspaceCoversTheWidestOperand) {
     EXPECT_EQ(cuda_linear_codes_bytes(m, kBT, r), aligned(a) + aligned(b) + aligned(t));
     EXPECT_EQ(cuda_linear_workspace_bytes(m, kBT, r), own + (r == Fp8Recipe::kTensorwise ? kept : 0));
   }
+  // delayed: tensorwise's, and the history of 5 steps with the step's, the history's and the applied maxima
+  EXPECT_EQ(cuda_linear_codes_bytes(m, kBT, Fp8Recipe::kDelayed),
+            cuda_linear_codes_bytes(m, kBT, Fp8Recipe::kTensorwise));
+  EXPECT_EQ(cuda_linear_workspace_bytes(m, kBT, Fp8Recipe::kDelayed, 5), own + kept + (5 + 3) * 8 * 3 * 4);
   ModelConfig lora = m;  // the maxima kept, no codes
   lora.lora.rank = 4;
   EXPECT_EQ(cuda_linear_workspace_bytes(lora, kBT, Fp8Recipe::kTensorwise), own + 8 * 3 * 4);

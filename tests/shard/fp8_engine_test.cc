@@ -110,7 +110,8 @@ TEST(Fp8Engine, TrainsAsFp32DoesOverAFewSteps) {
   }
 }
 
-// Recompute re-runs a block's forward with the same casts: the same losses and parameters, bit for bit. With LoRA
+// Recompute re-runs a block's forward with the same casts (under delayed, recording the same maxima again): the same
+// losses and parameters, bit for bit. With LoRA
 // (and a QLoRA base) the frozen base's GEMMs take FP8 (no weight gradient) and the adapters' stay fp32: the adapters'
 // gradients track fp32's above 20 dB.
 TEST(Fp8Engine, RecomputeGivesTheSameBitsAndLoraTrainsItsAdapters) {
@@ -118,11 +119,13 @@ TEST(Fp8Engine, RecomputeGivesTheSameBitsAndLoraTrainsItsAdapters) {
   SoloCommunicator solo;
   for (ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama}) {
     SCOPED_TRACE(to_string(arch));
-    Config c = tiny(arch, Fp8Recipe::kRowwise), r = c;
-    r.train.recompute = true;
-    const testing::Trace plain = testing::train(c, solo, kSeed, 2), again = testing::train(r, solo, kSeed, 2);
-    EXPECT_EQ(again.losses, plain.losses);
-    EXPECT_EQ(again.params, plain.params);
+    for (Fp8Recipe recipe : {Fp8Recipe::kRowwise, Fp8Recipe::kDelayed}) {
+      Config c = tiny(arch, recipe), r = c;
+      r.train.recompute = true;
+      const testing::Trace plain = testing::train(c, solo, kSeed, 3), again = testing::train(r, solo, kSeed, 3);
+      EXPECT_EQ(again.losses, plain.losses) << to_string(recipe);
+      EXPECT_EQ(again.params, plain.params) << to_string(recipe);
+    }
     for (LoraBase base : {LoraBase::kBf16, LoraBase::kNf4}) {
       Config lora = tiny(arch, Fp8Recipe::kTensorwise);
       lora.model.lora.rank = 4;
@@ -149,11 +152,7 @@ TEST(Fp8Engine, CheckpointsResumeAcrossFp8AndOff) {
     SoloCommunicator solo;
     StepEngine e(a, solo);
     testing::Trace t;
-    testing::train_steps(e, a, solo, kSeed, 0, 2, &t);
-    CheckpointState cs;
-    cs.step = 2;
-    cs.optimizer_updates = e.updates();
-    const std::string where = save_checkpoint(a, e.sharded(), cs, solo);
+    const std::string where = testing::train_and_save(e, a, solo, kSeed, 2, &t);
     Config b = a;
     b.train.fp8 = from == Fp8Recipe::kOff ? Fp8Recipe::kTensorwise : Fp8Recipe::kOff;
     StepEngine f(b, solo);

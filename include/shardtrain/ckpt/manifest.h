@@ -92,6 +92,9 @@ struct Manifest {
   int64_t loss_scale_good_steps = 0;   // finite steps since the scale last changed (optional on read: 0)
   int64_t skipped_steps = 0;           // non-finite steps skipped so far
   GemmAlgorithms gemm_algorithms;      // optional (absent: none recorded, e.g. the cpu backend)
+  // train.fp8=delayed: the amax history (model/fp8_history.h), newest entry first, each the maxima of every site's
+  // x, W and dy; optional (absent: none, as under any other recipe or before the first applied step).
+  std::vector<std::vector<float>> fp8_amax_history;
   std::optional<ManifestNodeLocal> node_local;  // optional (absent: a shared ckpt.dir holding every file)
   // LoRA checkpoints (model.lora.rank > 0, the manifest's "lora" object): the units and files hold the adapters
   // (the trainable tensors) only, and this names the base they apply to.

@@ -111,12 +111,15 @@ struct EnumNames<AttentionImpl> {
       {AttentionImpl::kAuto, "auto"}, {AttentionImpl::kCudnn, "cudnn"}, {AttentionImpl::kFlash, "flash"}};
 };
 
-// train.fp8: the blocks' linear layers in FP8 (model/fp8_policy.h): off, dynamic per-tensor scales, or per-row ones.
-enum class Fp8Recipe { kOff, kTensorwise, kRowwise };
+// train.fp8: the blocks' linear layers in FP8 (model/fp8_policy.h): off, dynamic per-tensor scales, per-row ones, or
+// per-tensor scales from the maxima of earlier steps (model/fp8_history.h).
+enum class Fp8Recipe { kOff, kTensorwise, kRowwise, kDelayed };
 template <>
 struct EnumNames<Fp8Recipe> {
-  static constexpr EnumName<Fp8Recipe> kList[] = {
-      {Fp8Recipe::kOff, "off"}, {Fp8Recipe::kTensorwise, "tensorwise"}, {Fp8Recipe::kRowwise, "rowwise"}};
+  static constexpr EnumName<Fp8Recipe> kList[] = {{Fp8Recipe::kOff, "off"},
+                                                  {Fp8Recipe::kTensorwise, "tensorwise"},
+                                                  {Fp8Recipe::kRowwise, "rowwise"},
+                                                  {Fp8Recipe::kDelayed, "delayed"}};
 };
 
 struct TrainConfig {
@@ -135,6 +138,7 @@ struct TrainConfig {
   int64_t gemm_autotune = 0;  // cuBLASLt candidates timed per GEMM shape, <= kMaxGemmCandidates
   Fp8Recipe fp8 = Fp8Recipe::kOff;
   bool fp8_fast_accum = false;  // cuda: the FP8 forward GEMMs without fp32 promotion (model/fp8_policy.h)
+  int fp8_amax_history = 16;    // train.fp8=delayed: steps of maxima a scale looks back over (model/fp8_history.h)
 };
 
 enum class OffloadMode { kNone, kOptimizer, kOptimizerParams };

@@ -94,9 +94,9 @@ CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch,
 // scratch_bytes is at least this. 0 when the recipe is off or no layer is eligible.
 int64_t cuda_linear_codes_bytes(const ModelConfig& cfg, int64_t max_rows, Fp8Recipe recipe);
 // The device bytes CudaLinear allocates itself (cuda_linear.h): the three operands' inverse scales, the scratch of a
-// pair of casts, and what it keeps per site (Fp8Workspace::kept_maxima, input_scales). 0 when the recipe is off or no
-// layer is eligible.
-int64_t cuda_linear_workspace_bytes(const ModelConfig& cfg, int64_t max_rows, Fp8Recipe recipe);
+// pair of casts, what it keeps per site (Fp8Workspace::kept_maxima, input_scales) and, under delayed, the amax history
+// of amax_history steps (cuda_fp8_history.h). 0 when the recipe is off or no layer is eligible.
+int64_t cuda_linear_workspace_bytes(const ModelConfig& cfg, int64_t max_rows, Fp8Recipe recipe, int amax_history = 16);
 
 // cfg.arch's footprint in the compute type `dtype` (not kAuto); with train.fp8 on, its scratch also holds
 // cuda_linear_codes_bytes.

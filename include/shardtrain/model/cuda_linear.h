@@ -19,6 +19,11 @@
 // writes that operand can take the maximum as it writes it (input_maxima, Fp8Policy::producer_maxima): the cast then
 // reads the operand once, for its codes, and gets the bits a pass of its own would take.
 //
+// Under train.fp8=delayed (Fp8Policy::delayed, model/cuda_fp8_history.h) a named site's casts take their maxima as
+// tensorwise's do (the producer's, kept ones, or a pass of their own), record them in the history while recording is
+// on, and scale by the history's pick for the operand (history()->pick): its largest over the last steps, or the
+// operand's own while the history is empty. An unnamed site casts as tensorwise.
+//
 // The operands' codes live in ctx.scratch, the model's kernel scratch, from a layer's casts to its last GEMM: no
 // kernel in between uses it (the GEMMs get a context without it), and a kernel's scratch holds nothing from one call
 // to the next, so the codes cost no memory of their own where the attention's scratch is the larger
@@ -40,6 +45,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,15 +55,10 @@
 #include "shardtrain/kernels/gpu/context.h"
 #include "shardtrain/kernels/grad_write.h"
 #include "shardtrain/model/cuda_footprint.h"
+#include "shardtrain/model/cuda_fp8_history.h"
 #include "shardtrain/model/fp8_policy.h"
 
 namespace st {
-
-// Which of the blocks' linear layers a call runs: the block's index and the weight's name (block_linear_shapes).
-struct LinearSite {
-  int layer = -1;  // -1: unnamed, nothing kept
-  const char* weight = "";
-};
 
 // The operand of a linear layer that another kernel writes: the forward's input x, or the backward's output gradient
 // dy (which both backward GEMMs read).
@@ -67,15 +68,17 @@ template <typename T>
 class CudaLinear {
  public:
   CudaLinear() = default;
-  // Allocates cuda_linear_workspace_bytes(cfg, max_rows, policy.recipe) (cuda_footprint.h; nothing without FP8); the
-  // calls' contexts then need cuda_linear_codes_bytes of scratch. T must be float or bf16 when FP8 is on (the FP8
-  // GEMMs write those).
+  // Allocates cuda_linear_workspace_bytes(cfg, max_rows, policy.recipe, policy.amax_history) (cuda_footprint.h;
+  // nothing without FP8); the calls' contexts then need cuda_linear_codes_bytes of scratch. T must be float or bf16
+  // when FP8 is on (the FP8 GEMMs write those).
   CudaLinear(const Fp8Policy& policy, const ModelConfig& cfg, int64_t max_rows);
 
   const Fp8Policy& policy() const { return policy_; }
+  // train.fp8=delayed: the amax history of the blocks' casts (null under any other recipe, or with no layer in FP8).
+  CudaFp8History* history() { return history_.get(); }
   int64_t allocated_bytes() const {
     return a_scales_.bytes() + b_scales_.bytes() + t_scales_.bytes() + maxima_.bytes() + kept_.bytes() +
-           input_scales_.bytes();
+           input_scales_.bytes() + (history_ ? history_->allocated_bytes() : 0);
   }
   // The scratch each call's context must hold (0 without FP8).
   int64_t codes_bytes() const { return codes_bytes_; }
@@ -118,6 +121,9 @@ class CudaLinear {
   struct Maxima {
     unsigned* at = nullptr;
     bool taken = false;
+    // train.fp8=delayed: the operand's index in the history (fp8_history_index), whose pick the cast scales by
+    // instead of `at`, its own maximum; -1: `at` itself.
+    int64_t history = -1;
   };
   // A GEMM operand's source: x [rows, cols], cast in its layout or transposed. As the GEMM reads it: gemm_rows() rows
   // of gemm_depth() codes.
@@ -152,6 +158,11 @@ class CudaLinear {
   // codes transposed into slot b's with that inverse scale, for the input gradient.
   Slot weight_codes(const T* w, int OC, int C) const;
   Slot transposed_weight(const T* w, int OC, int C, const Slot& b, const gpu::GpuContext& ctx);
+  // The maximum a cast with `m` scales by: m.at, or under delayed the history's pick for it (on ctx.stream).
+  const unsigned* applied(const Maxima& m, const gpu::GpuContext& ctx);
+  // The maxima of the site's dy for its backward's casts: the producer's (produced), else a pass of the cast's own;
+  // under delayed kept in the site's slot either way, for the history's pick.
+  Maxima dy_maxima(LinearSite site, bool produced);
   // The source cast as `op` says into `slot`.
   void cast(const Fp8Source& src, const Fp8Operand& op, const Slot& slot, const gpu::GpuContext& ctx);
   // The kept maxima of a site's input (x) or weight (w), or none: an unnamed site, or a recipe whose backward groups
@@ -191,6 +202,7 @@ class CudaLinear {
   DeviceBuffer<unsigned> kept_;       // [layer][weight][x, w, dy]: one maximum each
   DeviceBuffer<float> input_scales_;  // [layer][weight]: the inverse scale of the x^T codes a forward kept (strided)
   std::vector<char> handed_;          // [layer][weight][x, dy]: a producer has the slot (input_maxima, produced)
+  std::unique_ptr<CudaFp8History> history_;  // train.fp8=delayed
 };
 
 }  // namespace st

@@ -33,6 +33,7 @@ class CudaModelBase : public CudaUnitModel<T> {
                              T* head_grads, T* emb_grads) override;
   void head_forward(const T* head_params, const T* emb_params, const int32_t* targets) override;
   int64_t fp8_workspace_bytes() const override { return linear_.allocated_bytes(); }
+  CudaFp8History* fp8_history() override { return linear_.history(); }
   void set_dropout_batch(uint64_t seed, int64_t first_sequence) override {
     dropout_seed_ = seed;
     first_sequence_ = first_sequence;

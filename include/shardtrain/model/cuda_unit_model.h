@@ -22,6 +22,7 @@
 
 #include "shardtrain/core/cuda_timer.h"
 #include "shardtrain/model/cuda_footprint.h"
+#include "shardtrain/model/cuda_fp8_history.h"
 #include "shardtrain/model/fp8_policy.h"
 #include "shardtrain/model/units.h"
 
@@ -41,6 +42,9 @@ class CudaUnitModel {
   // The FP8 scales and maxima of the blocks' linear layers (train.fp8, given to make_model:
   // cuda_linear_workspace_bytes, cuda_footprint.h); their codes take the context's kernel scratch.
   virtual int64_t fp8_workspace_bytes() const = 0;
+  // train.fp8=delayed: the amax history the blocks' casts scale by (model/cuda_fp8_history.h); null under any other
+  // recipe.
+  virtual CudaFp8History* fp8_history() { return nullptr; }
   virtual void embedding_forward(const T* emb_params, const int32_t* tokens, int64_t B, int64_t t) = 0;
   // Forward of block `layer` on the active shape; keeps what its backward needs.
   virtual void block_forward(int layer, const T* block_params) = 0;

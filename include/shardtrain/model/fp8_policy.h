@@ -6,7 +6,8 @@
 //   forward        y  = x W^T     x [N, C] E4M3 (per row),       W [OC, C] E4M3 (per row: an output feature)
 //   input grad     dx = dy W      dy [N, OC] E5M2 (per row),     W E4M3 (per column: an input feature)
 //   weight grad    dW = dy^T x    dy E5M2 (per column),          x E4M3 (per column)
-// tensorwise scales each operand as a whole; rowwise as above, with power-of-two scales (torchao's rowwise recipe).
+// tensorwise scales each operand as a whole; rowwise as above, with power-of-two scales (torchao's rowwise recipe);
+// delayed as tensorwise, by the largest maximum of the operand over the last amax_history steps (model/fp8_history.h).
 // Gradients take E5M2 for its range (2^-16 .. 57344) where their magnitudes spread wider than activations'; inputs
 // and weights E4M3 for its extra mantissa bit.
 #pragma once
@@ -52,6 +53,9 @@ struct Fp8Policy {
   // x^T goes, and so does half of what x took of the activations. The same bits either way. Off only to compare the
   // two; the CPU backend keeps x either way.
   bool keep_input_codes = true;
+  // train.fp8=delayed: the steps of maxima a cast's scale looks back over (train.fp8_amax_history); 0 otherwise.
+  int amax_history = 0;
+  bool delayed() const { return recipe == Fp8Recipe::kDelayed; }
 
   // Whether a linear layer of `in` inputs and `out` outputs runs in FP8: the recipe is on, and both dimensions are
   // multiples of 16 (FP8 tensor-core GEMMs need 16-byte aligned rows of the operands).
@@ -69,7 +73,8 @@ struct Fp8Policy {
   }
 };
 
-Fp8Policy fp8_policy(Fp8Recipe recipe);
+// The recipe's policy; amax_history is the length a delayed recipe's histories keep (ignored by the others).
+Fp8Policy fp8_policy(Fp8Recipe recipe, int amax_history = 16);
 
 // Where a weight cast by a gather (Fp8Policy::weights_cast) lies on cuda, given the weight's place in the gathered
 // buffer (`w`: its region of numel elements of elem_bytes each): its numel codes from the first 256-byte boundary in
@@ -92,6 +97,15 @@ struct LinearShape {
   std::string weight;
 };
 std::vector<LinearShape> block_linear_shapes(const ModelConfig& cfg);
+
+// Which of the blocks' linear layers a call runs: the block's index and the weight's name (block_linear_shapes).
+struct LinearSite {
+  int layer = -1;  // -1: unnamed
+  const char* weight = "";
+};
+// The site's index among the model's n_layer x weights.size() sites, layer-major in the order of `weights`
+// (block_linear_shapes). Throws for a weight none of them names or a layer outside [0, n_layer).
+int64_t fp8_site_index(const std::vector<LinearShape>& weights, int n_layer, LinearSite site);
 
 // Whether a CUDA model of cfg keeps the codes of linear layer `l`'s x^T from its forward in place of x: the policy
 // allows it for the layer (Fp8Policy::keeps_input_codes); no LoRA (the adapters read x); and every training pass's

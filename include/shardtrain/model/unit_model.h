@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "shardtrain/core/config.h"
+#include "shardtrain/model/fp8_history.h"
 #include "shardtrain/model/fp8_policy.h"
 #include "shardtrain/model/units.h"
 
@@ -40,6 +41,10 @@ class UnitModel {
   virtual void set_dropout_batch(uint64_t seed, int64_t first_sequence) = 0;
   // The precision of the blocks' linear layers' GEMMs from now on (train.fp8; fp32 until called).
   virtual void set_fp8(const Fp8Policy& policy) = 0;
+  // train.fp8=delayed: the amax history the blocks' casts scale by (null under any other recipe), and whether the
+  // casts record their maxima into its step maxima (off until set: the training passes record, evaluation does not).
+  virtual Fp8AmaxHistory* fp8_history() { return nullptr; }
+  virtual void set_fp8_recording(bool on) {}
   // Forward of unit 0. tokens [B, t] with B <= max_batch, t <= seq_len; sets the active shape.
   virtual void embedding_forward(const float* emb_params, const int32_t* tokens, int64_t B, int64_t t) = 0;
   // Forward of block `layer` on the active shape; keeps what its backward needs.

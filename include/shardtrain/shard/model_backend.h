@@ -24,6 +24,7 @@
 #include "shardtrain/core/config.h"
 #include "shardtrain/kernels/adamw.h"
 #include "shardtrain/kernels/gemm_algorithms.h"
+#include "shardtrain/model/fp8_history.h"
 #include "shardtrain/model/units.h"
 #include "shardtrain/shard/host_views.h"
 #include "shardtrain/shard/shard_span.h"
@@ -123,6 +124,17 @@ class ModelBackend : public HostViews {
   // The step was skipped (non-finite): drop every speculative update and restore what it changed.
   virtual void drop_speculation() {}
 
+  // train.fp8=delayed (model/fp8_history.h): the step's end for the casts' scales. The maxima the casts of every rank
+  // took over the step's micro-steps are reduced (max) over the world and become the histories' newest entry when
+  // `applied`, or are dropped (a skipped step). The step engine calls it at the end of every step that ran; nothing
+  // under any other recipe. Collective.
+  virtual void fp8_step_end(bool applied) {}
+  // The amax history's entries, newest first (empty without delayed scaling or before the first applied step), for
+  // checkpoints; and a checkpoint's entries for the casts from now on, ignored without delayed scaling. Refused
+  // (kBadInput naming `from`) when an entry holds other than the model's sites x 3 maxima.
+  virtual std::vector<std::vector<float>> fp8_history() { return {}; }
+  virtual void load_fp8_history(const std::vector<std::vector<float>>& entries, const std::string& from) {}
+
   // The unit's full flat parameter (or gradient accumulator) buffer of numel elements, on every rank.
   // Collective.
   virtual std::vector<float> gather_params(int unit) = 0;
@@ -171,6 +183,12 @@ class ModelBackend : public HostViews {
   // otherwise dominate a short run's table).
   virtual void reset_op_profile() {}
 };
+
+// fp8_step_end for a history every rank holds alike: the ranks' step maxima all-gathered over comm, their largest
+// pushed (applied) or dropped. Nothing when history is null.
+void fp8_history_step_end(Fp8AmaxHistory* history, Communicator& comm, bool applied);
+// load_fp8_history's check: every entry holds the maxima of `sites` sites' three operands (kBadInput naming `from`).
+void check_fp8_history_entries(const std::vector<std::vector<float>>& entries, int64_t sites, const std::string& from);
 
 // The backend train.device names: ShardedModel for cpu, CudaShardedModel for cuda (kBadInput if this
 // build has no CUDA backend or no device is visible).

@@ -68,6 +68,9 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   void last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) override;
 
   double grad_sum_of_squares() override;
+  void fp8_step_end(bool applied) override { fp8_history_step_end(model_->fp8_history(), comm_, applied); }
+  std::vector<std::vector<float>> fp8_history() override;
+  void load_fp8_history(const std::vector<std::vector<float>>& entries, const std::string& from) override;
   void adamw(int unit, const std::vector<AdamWRun>& runs) override;
 
   // The unit's full flat parameter buffer (numel elements), on every rank. Collective.

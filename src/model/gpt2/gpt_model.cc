@@ -109,18 +109,18 @@ void GptModel::block_forward(int layer, const float* block_params) {
   const int C = cfg_.n_embd;
   const float* x = block_input(layer);
   layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln1w, p.ln1b, N, C);
-  linear_.forward(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, nullptr, N, C, 3 * C, "attn.qkv");
+  linear_.forward(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, nullptr, N, C, 3 * C, {layer, "attn.qkv.weight"});
   lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), 3 * C, a.ln1.data(), N);
   attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), static_cast<int>(B_), static_cast<int>(T_), C,
                     cfg_.n_head);
-  linear_.forward(a.res2.data(), a.atty.data(), p.projw, p.projb, nullptr, N, C, C, "attn.proj");
+  linear_.forward(a.res2.data(), a.atty.data(), p.projw, p.projb, nullptr, N, C, C, {layer, "attn.proj.weight"});
   lora_.forward(layer, "attn.proj.weight", block_params, a.res2.data(), C, a.atty.data(), N);
   residual_forward(a.res2.data(), a.res2.data(), x, N * C);
   layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C);
-  linear_.forward(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, nullptr, N, C, 4 * C, "mlp.fc");
+  linear_.forward(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, nullptr, N, C, 4 * C, {layer, "mlp.fc.weight"});
   lora_.forward(layer, "mlp.fc.weight", block_params, a.fch.data(), 4 * C, a.ln2.data(), N);
   gelu_forward(a.fch_gelu.data(), a.fch.data(), N * 4 * C);
-  linear_.forward(out, a.fch_gelu.data(), p.fcprojw, p.fcprojb, nullptr, N, 4 * C, C, "mlp.proj");
+  linear_.forward(out, a.fch_gelu.data(), p.fcprojw, p.fcprojb, nullptr, N, 4 * C, C, {layer, "mlp.proj.weight"});
   lora_.forward(layer, "mlp.proj.weight", block_params, out, C, a.fch_gelu.data(), N);
   residual_forward(out, out, a.res2.data(), N * C);
 }
@@ -187,29 +187,29 @@ void GptModel::block_backward(int layer, const float* block_params, float* block
   // MLP branch: dresid is d(out); the residual passes it to res2 unchanged.
   std::memset(dfch_.data(), 0, sizeof(float) * static_cast<size_t>(N * 8 * C));
   linear_.backward(dfch_gelu, g.fcprojw, g.fcprojb, dresid_.data(), a.fch_gelu.data(), p.fcprojw, N, 4 * C, C,
-                   GradWrite::kAccumulate, GradWrite::kAccumulate, "mlp.proj");
+                   GradWrite::kAccumulate, GradWrite::kAccumulate, {layer, "mlp.proj.weight"});
   lora_.backward(layer, "mlp.proj.weight", block_params, block_grads, dfch_gelu, dresid_.data(), C, a.fch_gelu.data(),
                  N);
   gelu_backward(dfch, a.fch.data(), dfch_gelu, N * 4 * C);
   zero(dbuf_c_, N * C);
-  linear_.backward(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, GradWrite::kAccumulate, GradWrite::kAccumulate,
-                   "mlp.fc");
+  linear_.backward(dbuf_c_.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C, GradWrite::kAccumulate,
+                   GradWrite::kAccumulate, {layer, "mlp.fc.weight"});
   lora_.backward(layer, "mlp.fc.weight", block_params, block_grads, dbuf_c_.data(), dfch, 4 * C, a.ln2.data(), N);
   layernorm_backward(dresid_.data(), g.ln2w, g.ln2b, dbuf_c_.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
                      a.ln2_rstd.data(), N, C);
 
   // Attention branch: dresid is now d(res2); the residual passes it to x unchanged.
   zero(dbuf_c_, N * C);
-  linear_.backward(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C, GradWrite::kAccumulate, GradWrite::kAccumulate,
-                   "attn.proj");
+  linear_.backward(dbuf_c_.data(), g.projw, g.projb, dresid_.data(), a.atty.data(), p.projw, N, C, C,
+                   GradWrite::kAccumulate, GradWrite::kAccumulate, {layer, "attn.proj.weight"});
   lora_.backward(layer, "attn.proj.weight", block_params, block_grads, dbuf_c_.data(), dresid_.data(), C, a.atty.data(),
                  N);
   zero(dqkv_, N * 3 * C);
   attention_backward(dqkv_.data(), dbuf_c_.data(), a.qkv.data(), a.att.data(), static_cast<int>(B_),
                      static_cast<int>(T_), C, cfg_.n_head);
   zero(dbuf_c_, N * C);
-  linear_.backward(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C, GradWrite::kAccumulate, GradWrite::kAccumulate,
-                   "attn.qkv");
+  linear_.backward(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.ln1.data(), p.qkvw, N, C, 3 * C,
+                   GradWrite::kAccumulate, GradWrite::kAccumulate, {layer, "attn.qkv.weight"});
   lora_.backward(layer, "attn.qkv.weight", block_params, block_grads, dbuf_c_.data(), dqkv_.data(), 3 * C, a.ln1.data(),
                  N);
   layernorm_backward(dresid_.data(), g.ln1w, g.ln1b, dbuf_c_.data(), x, p.ln1w, a.ln1_mean.data(), a.ln1_rstd.data(), N,

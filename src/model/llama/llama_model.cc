@@ -125,17 +125,18 @@ void LlamaModel::block_forward(int layer, const float* block_params) {
             F = cfg_.mlp_dim();
   const float* x = block_input(layer);
   rmsnorm_forward(a.norm1.data(), a.rstd1.data(), x, p.attn_norm, cfg_.rms_norm_eps, N, C);
-  linear_.forward(a.qkv.data(), a.norm1.data(), p.qkvw, p.qkvb, nullptr, N, C, QKV, "attn.qkv");
+  linear_.forward(a.qkv.data(), a.norm1.data(), p.qkvw, p.qkvb, nullptr, N, C, QKV, {layer, "attn.qkv.weight"});
   lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), QKV, a.norm1.data(), N);
   rope_forward(a.qkv.data(), rope_.cos.data(), rope_.sin.data(), B_, T_, H, KV, D);
   attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), static_cast<int>(B_), static_cast<int>(T_), H, KV, D);
-  linear_.forward(a.res2.data(), a.atty.data(), p.ow, nullptr, x, N, C, C, "attn.o");
+  linear_.forward(a.res2.data(), a.atty.data(), p.ow, nullptr, x, N, C, C, {layer, "attn.o.weight"});
   lora_.forward(layer, "attn.o.weight", block_params, a.res2.data(), C, a.atty.data(), N);
   rmsnorm_forward(a.norm2.data(), a.rstd2.data(), a.res2.data(), p.mlp_norm, cfg_.rms_norm_eps, N, C);
-  linear_.forward(a.gate_up.data(), a.norm2.data(), p.gate_up, nullptr, nullptr, N, C, 2 * F, "mlp.gate_up");
+  linear_.forward(a.gate_up.data(), a.norm2.data(), p.gate_up, nullptr, nullptr, N, C, 2 * F,
+                  {layer, "mlp.gate_up.weight"});
   lora_.forward(layer, "mlp.gate_up.weight", block_params, a.gate_up.data(), 2 * F, a.norm2.data(), N);
   swiglu_forward(a.mlp.data(), a.gate_up.data(), N, F);
-  linear_.forward(out, a.mlp.data(), p.down, nullptr, a.res2.data(), N, F, C, "mlp.down");
+  linear_.forward(out, a.mlp.data(), p.down, nullptr, a.res2.data(), N, F, C, {layer, "mlp.down.weight"});
   lora_.forward(layer, "mlp.down.weight", block_params, out, C, a.mlp.data(), N);
 }
 
@@ -199,18 +200,18 @@ void LlamaModel::block_backward(int layer, const float* block_params, float* blo
 
   // MLP branch: dresid is d(out); the residual passes it to res2 unchanged.
   linear_.backward(dmlp_.data(), g.down, nullptr, dresid_.data(), a.mlp.data(), p.down, N, F, C, GradWrite::kOverwrite,
-                   GradWrite::kAccumulate, "mlp.down");
+                   GradWrite::kAccumulate, {layer, "mlp.down.weight"});
   lora_.backward(layer, "mlp.down.weight", block_params, block_grads, dmlp_.data(), dresid_.data(), C, a.mlp.data(), N);
   swiglu_backward(dgate_up_.data(), dmlp_.data(), a.gate_up.data(), N, F);
   linear_.backward(dbuf_c_.data(), g.gate_up, nullptr, dgate_up_.data(), a.norm2.data(), p.gate_up, N, C, 2 * F,
-                   GradWrite::kOverwrite, GradWrite::kAccumulate, "mlp.gate_up");
+                   GradWrite::kOverwrite, GradWrite::kAccumulate, {layer, "mlp.gate_up.weight"});
   lora_.backward(layer, "mlp.gate_up.weight", block_params, block_grads, dbuf_c_.data(), dgate_up_.data(), 2 * F,
                  a.norm2.data(), N);
   rmsnorm_backward(dresid_.data(), g.mlp_norm, dbuf_c_.data(), a.res2.data(), p.mlp_norm, a.rstd2.data(), N, C);
 
   // Attention branch: dresid is now d(res2); the residual passes it to x unchanged.
   linear_.backward(dbuf_c_.data(), g.ow, nullptr, dresid_.data(), a.atty.data(), p.ow, N, C, C, GradWrite::kOverwrite,
-                   GradWrite::kAccumulate, "attn.o");
+                   GradWrite::kAccumulate, {layer, "attn.o.weight"});
   lora_.backward(layer, "attn.o.weight", block_params, block_grads, dbuf_c_.data(), dresid_.data(), C, a.atty.data(),
                  N);
   zero(dqkv_, N * QKV);
@@ -218,7 +219,7 @@ void LlamaModel::block_backward(int layer, const float* block_params, float* blo
                      static_cast<int>(T_), H, KV, D);
   rope_backward(dqkv_.data(), rope_.cos.data(), rope_.sin.data(), B_, T_, H, KV, D);
   linear_.backward(dbuf_c_.data(), g.qkvw, g.qkvb, dqkv_.data(), a.norm1.data(), p.qkvw, N, C, QKV,
-                   GradWrite::kOverwrite, GradWrite::kAccumulate, "attn.qkv");
+                   GradWrite::kOverwrite, GradWrite::kAccumulate, {layer, "attn.qkv.weight"});
   lora_.backward(layer, "attn.qkv.weight", block_params, block_grads, dbuf_c_.data(), dqkv_.data(), QKV, a.norm1.data(),
                  N);
   rmsnorm_backward(dresid_.data(), g.attn_norm, dbuf_c_.data(), x, p.attn_norm, a.rstd1.data(), N, C);

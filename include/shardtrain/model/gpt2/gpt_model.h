@@ -30,7 +30,9 @@ class GptModel final : public UnitModel {
   const ModelConfig& config() const override { return cfg_; }
   const std::vector<UnitLayout>& units() const override { return units_; }
 
-  void set_fp8(const Fp8Policy& policy) override { linear_.set_policy(policy); }
+  void set_fp8(const Fp8Policy& policy) override { linear_.set_policy(policy, cfg_); }
+  Fp8AmaxHistory* fp8_history() override { return linear_.history(); }
+  void set_fp8_recording(bool on) override { linear_.set_recording(on); }
   void set_dropout_batch(uint64_t seed, int64_t first_sequence) override {
     dropout_seed_ = seed;
     first_sequence_ = first_sequence;
