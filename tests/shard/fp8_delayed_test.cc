@@ -129,7 +129,7 @@ TEST(Fp8Delayed, EvaluationRecordsNothing) {
 // N ranks push the maxima of the whole batch, the largest over every rank's micro-batches: the same bits on every
 // rank, and the history one process pushes to 1e-5 (maxima of tensors whose sums were reordered); the parameters
 // to the FP8 engine tests' 1e-4. Over 6 steps at lr 3e-3, in which the loss falls.
-TEST(Fp8Delayed, NRanksPushOneProcesssHistory) {
+TEST(Fp8Delayed, NRanksEqualOneProcessAndPushOneHistory) {
   omp_set_num_threads(1);
   for (ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama}) {
     SCOPED_TRACE(to_string(arch));
