@@ -19,6 +19,7 @@
 #             says, as the peer does)
 #   fp8t      --train.fp8=tensorwise (ours only: the peer stays bf16)
 #   fp8r      --train.fp8=rowwise (ours only)
+#   fp8d      --train.fp8=delayed (ours only: scales from the last steps' maxima)
 #   fp8g      --train.fp8=tensorwise --dist.fp8_gather=true (ours only: the weights gathered as E4M3 codes)
 #   fp8fa     --train.fp8_fast_accum=true (with fp8t or fp8r: the forward GEMMs with cuBLASLt's fast accumulation)
 #   compile   the peer's torch.compile (--compile; ours unchanged)
@@ -140,12 +141,13 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
         recompute) recompute=true; peer_flags+=(--recompute) ;;
         fp8t) ours_flags+=(--train.fp8=tensorwise) ;;
         fp8r) ours_flags+=(--train.fp8=rowwise) ;;
+        fp8d) ours_flags+=(--train.fp8=delayed) ;;
         fp8g) ours_flags+=(--train.fp8=tensorwise --dist.fp8_gather=true) ;;
         fp8fa) ours_flags+=(--train.fp8_fast_accum=true) ;;
         compile) peer_flags+=(--compile) ;;
         acc[1-9]*) acc=${f#acc}
                    [[ $acc =~ ^[0-9]+$ ]] || { echo "BENCH_CASES: '$f' in '$c' is not accN with N a count"; exit 2; } ;;
-        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, cap24, recompute, fp8t, fp8r, fp8g, fp8fa, compile, accN)"
+        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, cap24, recompute, fp8t, fp8r, fp8d, fp8g, fp8fa, compile, accN)"
            exit 2 ;;
       esac
     done

@@ -21,8 +21,9 @@
 # tokens a step; STEPS steps, default 1000, read the training text about once, so that the validation loss measures
 # the model, not how much of the text it memorised), AdamW at lr 1e-3 (warm-up 100 steps, cosine to 1e-4), weight
 # decay 0.1, clip 1, seed 1234, validation every 100 steps over 55 batches (901k tokens: the held-out set). `off` is
-# bf16, `tensorwise` and `rowwise` the recipes, `tensorwise-fast` and `rowwise-fast` the same with
-# train.fp8_fast_accum, `off-seed1235` bf16 at seed 1235: the spread two bf16 runs show by seed alone. Each run's metrics go to OUT/<run>.jsonl. `report`: the curves over each other in OUT/fp8_vs_bf16.svg, and a table of
+# bf16, `tensorwise`, `rowwise` and `delayed` the recipes, `tensorwise-fast` and `rowwise-fast` the first two with
+# train.fp8_fast_accum, `off-seed1235` bf16 at seed 1235: the spread two bf16 runs show by seed alone. Each run's
+# metrics go to OUT/<run>.jsonl. `report`: the curves over each other in OUT/fp8_vs_bf16.svg, and a table of
 # each run's final validation loss, its difference from bf16's, and its largest loss spike (the most a step's loss
 # exceeds the median of the 20 steps before it).
 set -euo pipefail
@@ -87,10 +88,11 @@ if [[ $STAGE == run ]]; then
   for name in ${RUNS:-off tensorwise rowwise off-seed1235}; do
     fast=false
     case $name in
-      off | tensorwise | rowwise) recipe=$name seed=1234 ;;
+      off | tensorwise | rowwise | delayed) recipe=$name seed=1234 ;;
       tensorwise-fast | rowwise-fast) recipe=${name%-fast} seed=1234 fast=true ;;
       off-seed1235) recipe=off seed=1235 ;;
-      *) echo "RUNS: unknown run '$name' (off, tensorwise, rowwise, tensorwise-fast, rowwise-fast, off-seed1235)"
+      *) echo "RUNS: unknown run '$name'" \
+           "(off, tensorwise, rowwise, delayed, tensorwise-fast, rowwise-fast, off-seed1235)"
          exit 2 ;;
     esac
     rm -f "$OUT/$name.jsonl"
@@ -106,7 +108,7 @@ if [[ $STAGE == run ]]; then
   exit 0
 fi
 charts=()
-for name in off tensorwise rowwise tensorwise-fast rowwise-fast; do
+for name in off tensorwise rowwise delayed tensorwise-fast rowwise-fast; do
   [[ -f $OUT/$name.jsonl ]] && charts+=("$OUT/$name.jsonl")
 done
 "$BIN" plot "${charts[@]}" --out "$OUT/fp8_vs_bf16.svg"
@@ -130,7 +132,7 @@ def spike(loss):
 base = read("off")
 base_final = base[1][max(base[1])]
 print(f"{'run':<15} {'final val_loss':>15} {'vs bf16':>9} {'largest spike':>14}")
-for name in ("off", "tensorwise", "rowwise", "tensorwise-fast", "rowwise-fast", "off-seed1235"):
+for name in ("off", "tensorwise", "rowwise", "delayed", "tensorwise-fast", "rowwise-fast", "off-seed1235"):
     if not os.path.exists(os.path.join(out, name + ".jsonl")):
         continue
     loss, val = read(name)
