@@ -301,7 +301,7 @@ static void check_fp8_amax_history(const std::vector<std::vector<float>>& h, con
     if (h[e].size() != n)
       ST_BAD_INPUT(path, ": ", index("fp8_amax_history.entries", e), " holds ", h[e].size(), " maxima, expected ", n);
     for (size_t i = 0; i < n; ++i)
-      if (!(std::isfinite(h[e][i]) && h[e][i] >= 0.0f))
+      if (!(std::isfinite(h[e][i]) && h[e][i] >= 0.0f && !std::signbit(h[e][i])))
         ST_BAD_INPUT(path, ": ", index(index("fp8_amax_history.entries", e), i), " is ", h[e][i],
                      ", expected a finite maximum >= 0");
   }

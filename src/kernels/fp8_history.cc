@@ -6,11 +6,17 @@
 
 namespace st {
 
+namespace {
+constexpr unsigned kNonFiniteBits = 0x7f800000u;  // an infinity's: every non-finite maximum is at or above
+}  // namespace
+
 void fp8_delayed_maxima(const unsigned* own, unsigned* step, const unsigned* history_max, unsigned* applied, int64_t n,
                         bool record) {
   for (int64_t i = 0; i < n; ++i) {
     if (record) step[i] = std::max(step[i], own[i]);
-    applied[i] = history_max[i] != 0 ? history_max[i] : own[i];
+    // A non-finite own maximum (bits at or above an infinity's) is applied as it is, so that the cast turns NaN as
+    // tensorwise's does and the step is skipped, rather than saturating under the history's finite scale.
+    applied[i] = history_max[i] != 0 && own[i] < kNonFiniteBits ? history_max[i] : own[i];
   }
 }
 

@@ -17,7 +17,7 @@ __global__ void delayed_maxima_kernel(const unsigned* own, unsigned* step, const
   const unsigned o = own[i];
   if (record) step[i] = max(step[i], o);
   const unsigned h = history_max[i];
-  applied[i] = h != 0 ? h : o;
+  applied[i] = h != 0 && o < 0x7f800000u ? h : o;  // a non-finite own maximum as it is (the reference's rule)
 }
 
 // A rank whose row goes into out reads it before any thread writes it: each element is one thread's.

@@ -1,5 +1,7 @@
 // CudaShardedModel's optimizer step: the gradient norm, AdamW of each unit on the device or the host, the gated step
 // that the device decides without a round trip to the host, and the step's end for train.fp8=delayed's history.
+#include <algorithm>
+
 #include "cuda_sharded_model_impl.h"
 #include "shardtrain/kernels/gpu/fp8_history.h"
 
@@ -86,10 +88,11 @@ void CudaShardedModel<T>::fp8_step_end(bool applied) {
     return;
   }
   const int64_t n = h->entry_size();
+  const int most = std::max(coll_.shard().world_size(), coll_.replica() ? coll_.replica()->world_size() : 1);
+  if (fp8_gathered_.size() < n * most) fp8_gathered_ = DeviceBuffer<unsigned>(n * most);  // once: a few KB
   for (NcclCommunicator* group : {&coll_.shard(), coll_.replica()}) {
     if (group == nullptr || group->world_size() == 1 || n == 0) continue;
     const int world = group->world_size();
-    if (fp8_gathered_.size() < n * world) fp8_gathered_ = DeviceBuffer<unsigned>(n * world);
     group->template all_gather<float>(reinterpret_cast<const float*>(h->step_maxima()), n,
                                       reinterpret_cast<float*>(fp8_gathered_.data()), ctx_.stream);
     gpu::fp8_max_over_ranks(fp8_gathered_.data(), world, n, h->step_maxima(), ctx_);

@@ -1,7 +1,7 @@
 // gpu::fp8_delayed_maxima, gpu::fp8_max_over_ranks and gpu::fp8_history_push against their CPU references
-// (kernels/fp8_history.h), bit for bit: random maxima (zeros among them, so that both of a pick's branches run, and a
-// NaN's bits), recording on and off, one to four ranks with the result written over the first rank's row, and pushes
-// that wrap around the ring at lengths 1, 3 and 16 over more than 256 operands (several blocks).
+// (kernels/fp8_history.h), bit for bit: random maxima (zeros among them, so that both of a pick's branches run, a
+// NaN's and an infinity's bits), recording on and off, one to four ranks with the result written over the first rank's
+// row, and pushes that wrap around the ring at lengths 1, 3 and 16 over more than 256 operands (several blocks).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,8 +30,9 @@ TEST(Fp8HistoryGpu, DelayedMaximaGiveTheReferenceBits) {
   test::GpuEnv env;
   const int64_t n = 700;
   for (bool record : {true, false}) {
-    const std::vector<unsigned> own = random_maxima(n, 1, 5), history = random_maxima(n, 2),
-                                step0 = random_maxima(n, 3);
+    std::vector<unsigned> own = random_maxima(n, 1, 5);
+    own[6] = 0x7f800000u;  // an infinity's bits: applied as they are, whatever the history
+    const std::vector<unsigned> history = random_maxima(n, 2), step0 = random_maxima(n, 3);
     std::vector<unsigned> want_step = step0, want_applied(static_cast<size_t>(n));
     fp8_delayed_maxima(own.data(), want_step.data(), history.data(), want_applied.data(), n, record);
     const DeviceBuffer<unsigned> d_own = test::ints_to_device(own), d_history = test::ints_to_device(history);

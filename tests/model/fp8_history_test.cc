@@ -70,6 +70,10 @@ TEST(Fp8AmaxHistory, ASkippedStepsMaximaAreDropped) {
   EXPECT_EQ(h.scale_max(fp8_history_index(0, kFp8X)), 0.0f);
   // A history of zeros scales as an empty one: by the cast's own maximum.
   EXPECT_EQ(h.pick(fp8_history_index(0, kFp8X), bits(7.0f), false), bits(7.0f));
+  // A non-finite operand is cast by its own maximum, whatever the history, so that its cast turns NaN (and the step
+  // is skipped) instead of saturating: an infinity's bits and a NaN's.
+  for (unsigned nonfinite : {0x7f800000u, 0x7fc00000u})
+    EXPECT_EQ(h.pick(fp8_history_index(1, kFp8W), nonfinite, false), nonfinite);
   EXPECT_THROW(h.pick(6, bits(1.0f), true), Error);  // operand 6 of 2 sites x 3
 }
 
@@ -82,9 +86,11 @@ TEST(Fp8AmaxHistory, TheRanksMaximaAreTheLargestOfEach) {
   std::vector<unsigned> out(3, 0xdeadbeefu);
   fp8_max_over_ranks(gathered.data(), 3, 3, out.data());
   EXPECT_EQ(out, (std::vector<unsigned>{bits(2.0f), bits(3.0f), 0x7fc00000u}));
-  std::vector<unsigned> in_place(gathered.begin(), gathered.begin() + 3);  // one rank: its own row
-  fp8_max_over_ranks(gathered.data(), 1, 3, in_place.data());
-  EXPECT_EQ(in_place, (std::vector<unsigned>{bits(1.0f), bits(0.0f), bits(5.0f)}));
+  std::vector<unsigned> in_place = gathered;  // into the first rank's row, as the model reduces
+  fp8_max_over_ranks(in_place.data(), 3, 3, in_place.data());
+  EXPECT_EQ(std::vector<unsigned>(in_place.begin(), in_place.begin() + 3), out);
+  fp8_max_over_ranks(in_place.data(), 1, 3, in_place.data());  // one rank: its own row
+  EXPECT_EQ(std::vector<unsigned>(in_place.begin(), in_place.begin() + 3), out);
 }
 
 // A checkpoint's entries load into a history of any length: the newest `length` of them, in order.

@@ -12,7 +12,9 @@
 namespace st {
 
 // For each of n operands: its own maximum own[i] folded into the step's maxima step[i] when `record`, and the maximum
-// its cast scales by, applied[i]: history_max[i], or own[i] where that is 0 (an empty history, or one of zeros).
+// its cast scales by, applied[i]: history_max[i], or own[i] where that is 0 (an empty history, or one of zeros) or
+// where own[i] is not finite (so that the cast turns NaN, as a tensorwise cast of the operand would, and the step is
+// skipped, instead of saturating an infinity under the history's scale).
 void fp8_delayed_maxima(const unsigned* own, unsigned* step, const unsigned* history_max, unsigned* applied, int64_t n,
                         bool record);
 
