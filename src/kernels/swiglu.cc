@@ -1,6 +1,8 @@
 #include "shardtrain/kernels/swiglu.h"
 
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "parallel.h"
 #include "shardtrain/kernels/fp8.h"
@@ -18,6 +20,23 @@ void swiglu_forward(float* out, const float* gate_up, int64_t N, int F, unsigned
     for (int f = 0; f < F; ++f) o[f] = g[f] / (1.0f + std::exp(-g[f])) * u[f];
   }
   if (amax != nullptr) fp8_fold_maximum(out, N * F, amax);
+}
+
+void swiglu_forward_fp8(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const float* gate_up, int64_t N,
+                        int F, Fp8Format f, const unsigned* amax) {
+  float m = 0.0f;
+  std::memcpy(&m, amax, sizeof(m));
+  const float scale = fp8_scale(m, f);
+  *inverse_scale = 1.0f / scale;
+  std::vector<float> out(static_cast<size_t>(N) * static_cast<size_t>(F));
+  swiglu_forward(out.data(), gate_up, N, F, own);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < F; ++c) {
+      const float v = out[static_cast<size_t>(n * F + c)];
+      const uint8_t code = std::isfinite(v) && std::isfinite(scale) ? fp8_encode(v * scale, f) : uint8_t{0x7f};
+      if (q != nullptr) q[n * F + c] = code;
+      if (q_t != nullptr) q_t[c * N + n] = code;
+    }
 }
 
 void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int F, GradWrite write,

@@ -1,5 +1,7 @@
 #include "shardtrain/kernels/gpu/swiglu.h"
 
+#include <cuda_fp8.h>
+
 #include "gpu_pack.cuh"
 
 namespace st::gpu {
@@ -68,7 +70,108 @@ __global__ void swiglu_backward_kernel(T* dgate_up, const T* dout, const T* gate
   fold.finish();
 }
 
+// swiglu_forward_fp8: out's element as swiglu_forward<T> stores it, and its code (NaN's for a non-finite element).
+template <typename T>
+__device__ __forceinline__ float stored_out(float g, float u) {
+  return to_f32(from_f32<T>(silu(g) * u));
+}
+// (A finite product past the format's range saturates, as st::fp8_encode does.)
+__device__ __forceinline__ uint8_t code_of(float v, float scale, __nv_fp8_interpretation_t format) {
+  if (!isfinite(v) || !isfinite(scale)) return 0x7f;
+  return __nv_cvt_float_to_fp8(__fmul_rn(v, scale), __NV_SATFINITE, format);
+}
+// The scale of the given maximum, as st::fp8_scale's float steps (a non-finite maximum: NaN, every code NaN's).
+__device__ __forceinline__ float scale_of_maximum(unsigned amax_bits, float fp8_max) {
+  const float amax = __uint_as_float(amax_bits);
+  return isfinite(amax) ? __fdiv_rn(fp8_max, fmaxf(amax, 1e-12f)) : __int_as_float(0x7fffffff);
+}
+
+// Rows and columns multiples of 8: 64 x 64 tiles of out, 256 threads, each computing 8 consecutive elements of a row
+// from one load of their gates and one of their ups, storing their 8 codes in out's layout and into a tile at
+// [column][row], from which the tile's transposed rows are stored 8 codes at a time (the pair cast's tile,
+// kernels/fp8.cu).
+constexpr int kFp8Tile = 64, kFp8Vec = 8;
+
+template <typename T>
+__global__ void __launch_bounds__(kBlock)
+    swiglu_fp8_tile_kernel(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const T* gate_up, int64_t N,
+                           int F, float fp8_max, __nv_fp8_interpretation_t format, const unsigned* amax) {
+  __shared__ uint8_t tile[kFp8Tile][kFp8Tile + 8];  // [column of out][row of out]
+  const float scale = scale_of_maximum(*amax, fp8_max);
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inverse_scale = __fdiv_rn(1.0f, scale);
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kFp8Tile, c0 = static_cast<int64_t>(blockIdx.y) * kFp8Tile;
+  const int lane = static_cast<int>(threadIdx.x) % 8, line = static_cast<int>(threadIdx.x) / 8;  // 8 x 32 threads
+  MaximumFold fold{own};
+  for (int i = line; i < kFp8Tile; i += kBlock / 8) {
+    const int64_t r = r0 + i, c = c0 + lane * kFp8Vec;
+    if (r >= N || c >= F) continue;
+    float g[kFp8Vec], u[kFp8Vec];
+    load<kFp8Vec>(gate_up + r * 2 * F + c, g);
+    load<kFp8Vec>(gate_up + r * 2 * F + F + c, u);
+    Pack<uint8_t, kFp8Vec> codes;
+#pragma unroll
+    for (int k = 0; k < kFp8Vec; ++k) {
+      const float v = stored_out<T>(g[k], u[k]);
+      if (own != nullptr) fold.bits = max(fold.bits, __float_as_uint(fabsf(v)));
+      codes.v[k] = code_of(v, scale, format);
+      tile[lane * kFp8Vec + k][i] = codes.v[k];
+    }
+    if (q != nullptr) *reinterpret_cast<Pack<uint8_t, kFp8Vec>*>(q + r * F + c) = codes;
+  }
+  fold.finish();
+  if (q_t == nullptr) return;  // uniform over the grid
+  __syncthreads();
+  for (int j = line; j < kFp8Tile; j += kBlock / 8) {
+    const int64_t cc = c0 + j, r = r0 + lane * kFp8Vec;
+    if (cc >= F || r >= N) continue;
+    Pack<uint8_t, kFp8Vec> out;
+#pragma unroll
+    for (int k = 0; k < kFp8Vec; ++k) out.v[k] = tile[j][lane * kFp8Vec + k];
+    *reinterpret_cast<Pack<uint8_t, kFp8Vec>*>(q_t + cc * N + r) = out;
+  }
+}
+
+// Any shape: an element a thread (a grid-stride loop), the transposed codes stored one byte at a time.
+template <typename T>
+__global__ void __launch_bounds__(kBlock)
+    swiglu_fp8_kernel(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const T* gate_up, int64_t N, int F,
+                      float fp8_max, __nv_fp8_interpretation_t format, const unsigned* amax) {
+  const float scale = scale_of_maximum(*amax, fp8_max);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *inverse_scale = __fdiv_rn(1.0f, scale);
+  MaximumFold fold{own};
+  for (int64_t i = thread_index(); i < N * F; i += thread_count()) {
+    const int64_t r = i / F, c = i - r * F;
+    const float v = stored_out<T>(to_f32(gate_up[r * 2 * F + c]), to_f32(gate_up[r * 2 * F + F + c]));
+    if (own != nullptr) fold.bits = max(fold.bits, __float_as_uint(fabsf(v)));
+    const uint8_t code = code_of(v, scale, format);
+    if (q != nullptr) q[i] = code;
+    if (q_t != nullptr) q_t[c * N + r] = code;
+  }
+  fold.finish();
+}
+
 }  // namespace
+
+template <typename T>
+void swiglu_forward_fp8(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const T* gate_up, int64_t N,
+                        int F, Fp8Format f, const unsigned* amax, const GpuContext& ctx) {
+  ST_CHECK(N >= 0 && F >= 0, "gpu::swiglu_forward_fp8: ", N, " x ", F);
+  const auto format = f == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
+  if (N == 0 || F == 0) {
+    swiglu_fp8_kernel<T><<<1, kBlock, 0, ctx.stream>>>(q, q_t, inverse_scale, own, gate_up, 0, 0, fp8_max(f), format,
+                                                       amax);  // the inverse scale alone
+  } else if (N % kFp8Vec == 0 && F % kFp8Vec == 0 && all_aligned(kFp8Vec * sizeof(T), gate_up) &&
+             all_aligned(kFp8Vec, q, q_t)) {
+    const dim3 grid(static_cast<unsigned>((N + kFp8Tile - 1) / kFp8Tile),
+                    static_cast<unsigned>((F + kFp8Tile - 1) / kFp8Tile));
+    swiglu_fp8_tile_kernel<T>
+        <<<grid, kBlock, 0, ctx.stream>>>(q, q_t, inverse_scale, own, gate_up, N, F, fp8_max(f), format, amax);
+  } else {
+    swiglu_fp8_kernel<T><<<grid_for(N * F, kBlock), kBlock, 0, ctx.stream>>>(q, q_t, inverse_scale, own, gate_up, N, F,
+                                                                             fp8_max(f), format, amax);
+  }
+  ST_CUDA_CHECK_LAUNCH();
+}
 
 template <typename T>
 void swiglu_forward(T* out, const T* gate_up, int64_t N, int F, const GpuContext& ctx, unsigned* amax) {
@@ -97,6 +200,10 @@ void swiglu_backward(T* dgate_up, const T* dout, const T* gate_up, int64_t N, in
 template void swiglu_forward<float>(float*, const float*, int64_t, int, const GpuContext&, unsigned*);
 template void swiglu_forward<bf16>(bf16*, const bf16*, int64_t, int, const GpuContext&, unsigned*);
 template void swiglu_forward<fp16>(fp16*, const fp16*, int64_t, int, const GpuContext&, unsigned*);
+template void swiglu_forward_fp8<float>(uint8_t*, uint8_t*, float*, unsigned*, const float*, int64_t, int, Fp8Format,
+                                        const unsigned*, const GpuContext&);
+template void swiglu_forward_fp8<bf16>(uint8_t*, uint8_t*, float*, unsigned*, const bf16*, int64_t, int, Fp8Format,
+                                       const unsigned*, const GpuContext&);
 template void swiglu_backward<float>(float*, const float*, const float*, int64_t, int, const GpuContext&, GradWrite,
                                      unsigned*);
 template void swiglu_backward<bf16>(bf16*, const bf16*, const bf16*, int64_t, int, const GpuContext&, GradWrite,

@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "gpu_kernel_test.h"
+#include "shardtrain/kernels/gpu/fp8.h"
 #include "shardtrain/kernels/gpu/swiglu.h"
 #include "shardtrain/kernels/swiglu.h"
 
@@ -168,6 +171,72 @@ TEST(SwigluGpu, AmaxTakesNonFiniteValuesAsTheMaximaPass) {
   ST_SKIP_WITHOUT_GPU();
   expect_non_finite_maxima<float>();
   expect_non_finite_maxima<bf16>();
+}
+
+// gpu::swiglu_forward_fp8 writes the bits of the unfused path it replaces: swiglu_forward<T>'s out cast with the same
+// maximum by gpu::fp8_quantize_pair_with_maxima_async (codes in both layouts, inverse scale) and swiglu_forward's
+// amax, on the tiles (N and F multiples of 8) and on the any-shape path (odd shapes, a misaligned buffer), with one
+// layout left out; against the CPU reference st::swiglu_forward_fp8 each code within one step of the CPU's (the two
+// sides' expf may differ in the last bit, and bf16's out is rounded before its cast). Float and bf16, the types FP8
+// casts read; both formats; a given maximum of out's own and of a quarter of it (saturating).
+template <typename T>
+void expect_fused_cast_as_unfused() {
+  for (const Shape& s : {Shape{3, 7, 0}, Shape{16, 24, 0}, Shape{50, 64, 0}, Shape{50, 64, 1}, Shape{136, 344, 0}})
+    for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2})
+      for (float part : {1.0f, 0.25f}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "N=" << s.N << " F=" << s.F << " offset " << s.offset << " " << to_string(f) << " x" << part);
+        const Problem<T> p(s);
+        test::GpuEnv env(gpu::fp8_quantize_scratch_bytes(2));
+        const int64_t n = s.N * s.F;
+        DeviceBuffer<T> out(n);
+        test::DeviceMaximum out_max;
+        gpu::swiglu_forward<T>(out.data(), p.d_gate_up.data() + s.offset, s.N, s.F, env.ctx, out_max.data());
+        float m = 0.0f;
+        const unsigned own_bits = out_max.bits();
+        std::memcpy(&m, &own_bits, sizeof(m));
+        m *= part;
+        unsigned given = 0;
+        std::memcpy(&given, &m, sizeof(given));
+        const DeviceBuffer<unsigned> amax = test::ints_to_device(std::vector<unsigned>{given});
+        DeviceBuffer<uint8_t> want(n), want_t(n), q(n + 1), q_t(n);
+        DeviceBuffer<float> want_inv(2), inv(1);
+        gpu::fp8_quantize_pair_with_maxima_async<T>(
+            out.data(), s.N, s.F, false, Fp8Cast{f, Fp8Scaling::kTensor, want.data(), want_inv.data()},
+            Fp8Cast{f, Fp8Scaling::kTensor, want_t.data(), want_inv.data() + 1}, amax.data(), env.ctx);
+        test::DeviceMaximum own;
+        // q one byte in where the shape is misaligned (offset 1): the any-shape path.
+        uint8_t* q_at = q.data() + s.offset;
+        gpu::swiglu_forward_fp8<T>(q_at, q_t.data(), inv.data(), own.data(), p.d_gate_up.data() + s.offset, s.N, s.F, f,
+                                   amax.data(), env.ctx);
+        const std::vector<uint8_t> got = test::ints_to_host(q), got_t = test::ints_to_host(q_t);
+        EXPECT_EQ(std::vector<uint8_t>(got.begin() + s.offset, got.begin() + s.offset + n), test::ints_to_host(want));
+        EXPECT_EQ(got_t, test::ints_to_host(want_t));
+        EXPECT_EQ(test::ints_to_host(inv)[0], test::ints_to_host(want_inv)[0]);
+        EXPECT_EQ(own.bits(), own_bits);
+        DeviceBuffer<uint8_t> only(n);
+        gpu::swiglu_forward_fp8<T>(nullptr, only.data(), inv.data(), nullptr, p.d_gate_up.data() + s.offset, s.N, s.F,
+                                   f, amax.data(), env.ctx);
+        EXPECT_EQ(test::ints_to_host(only), got_t);
+        // The CPU reference on the same (T-rounded) operands.
+        std::vector<uint8_t> cpu(static_cast<size_t>(n));
+        float cpu_inv = 0;
+        swiglu_forward_fp8(cpu.data(), nullptr, &cpu_inv, nullptr, p.gate_up.data(), s.N, s.F, f, &given);
+        EXPECT_EQ(cpu_inv, test::ints_to_host(inv)[0]);
+        // Codes order as their magnitudes within a sign: one step apart at most.
+        const auto ordinal = [](uint8_t c) { return (c & 0x80) != 0 ? -(c & 0x7f) : (c & 0x7f); };
+        int64_t apart = 0;
+        for (int64_t i = 0; i < n; ++i)
+          if (std::abs(ordinal(cpu[static_cast<size_t>(i)]) - ordinal(got[static_cast<size_t>(s.offset + i)])) > 1)
+            ++apart;
+        EXPECT_EQ(apart, 0);
+      }
+}
+
+TEST(SwigluGpu, Fp8CastsAsTheUnfusedPathDoes) {
+  ST_SKIP_WITHOUT_GPU();
+  expect_fused_cast_as_unfused<float>();
+  expect_fused_cast_as_unfused<bf16>();
 }
 
 }  // namespace

@@ -169,3 +169,54 @@ TEST(Swiglu, DeterministicAcrossThreadCounts) {
 
 }  // namespace
 }  // namespace st
+
+namespace st {
+namespace {
+
+// swiglu_forward_fp8: the codes in both layouts are those of casting swiglu_forward's out with the given maximum
+// (fp8_quantize_with_maxima), its inverse scale and out's maximum as swiglu_forward's amax; a smaller maximum than
+// out's saturates, a zero one scales by fp8_max / 1e-12 (every nonzero code saturates), a non-finite element (an
+// infinite up) gets the NaN code, and either layout may be left out.
+TEST(Swiglu, Fp8CastsTheOutputItDoesNotStore) {
+  const Fixture x(6, 24, 40);
+  std::vector<float> out(static_cast<size_t>(x.N * x.F));
+  unsigned out_max = 0;
+  swiglu_forward(out.data(), x.gate_up.data(), x.N, x.F, &out_max);
+  float m = 0.0f;
+  std::memcpy(&m, &out_max, sizeof(m));
+  for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2})
+    for (float given : {m, m / 4, 2 * m, 0.0f}) {
+      SCOPED_TRACE(::testing::Message() << to_string(f) << " maximum " << given);
+      unsigned amax = 0;
+      std::memcpy(&amax, &given, sizeof(amax));
+      const size_t n = out.size();
+      std::vector<uint8_t> want(n), want_t(n), q(n, 0xab), q_t(n, 0xab);
+      float want_inv = 0, inv = 0;
+      fp8_quantize_with_maxima(out.data(), x.N, x.F, f, Fp8Scaling::kTensor, false, Fp8Layout::kRowMajor, &amax,
+                               want.data(), &want_inv);
+      fp8_quantize_with_maxima(out.data(), x.N, x.F, f, Fp8Scaling::kTensor, false, Fp8Layout::kTransposed, &amax,
+                               want_t.data(), &want_inv);
+      unsigned own = 0;
+      swiglu_forward_fp8(q.data(), q_t.data(), &inv, &own, x.gate_up.data(), x.N, x.F, f, &amax);
+      EXPECT_EQ(q, want);
+      EXPECT_EQ(q_t, want_t);
+      EXPECT_EQ(inv, want_inv);
+      EXPECT_EQ(own, out_max);
+      std::vector<uint8_t> only(n, 0xab);
+      swiglu_forward_fp8(nullptr, only.data(), &inv, nullptr, x.gate_up.data(), x.N, x.F, f, &amax);
+      EXPECT_EQ(only, want_t);
+    }
+  Fixture inf = x;
+  inf.gate_up[2 * 2 * 24 + 24 + 5] = INFINITY;  // row 2's up at column 5: out[2, 5] is infinite (its gate is not 0)
+  unsigned amax = 0;
+  std::memcpy(&amax, &m, sizeof(amax));
+  std::vector<uint8_t> q(out.size());
+  float inv = 0;
+  unsigned own = 0;
+  swiglu_forward_fp8(q.data(), nullptr, &inv, &own, inf.gate_up.data(), x.N, x.F, Fp8Format::kE4M3, &amax);
+  EXPECT_EQ(q[2 * 24 + 5], 0x7f);
+  EXPECT_EQ(own, 0x7f800000u);
+}
+
+}  // namespace
+}  // namespace st

@@ -9,12 +9,22 @@
 
 #include <cstdint>
 
+#include "shardtrain/kernels/fp8.h"
 #include "shardtrain/kernels/grad_write.h"
 
 namespace st {
 
 // out [N, F] = silu(gate_up[:, :F]) * gate_up[:, F:].
 void swiglu_forward(float* out, const float* gate_up, int64_t N, int F, unsigned* amax = nullptr);
+
+// swiglu_forward's out cast to FP8 as it is computed, with a maximum known ahead (train.fp8=delayed, whose history
+// gives it: model/fp8_history.h), so that out itself is never stored: its codes with the scale fp8_scale(amax, f)
+// (amax: *amax's bits as a float; tensorwise, not a power of two) in out's layout into q [N, F] and transposed into
+// q_t [F, N] (either may be null), 1 / scale into *inverse_scale, and out's maximum folded into *own (may be null;
+// fp8_fold_maximum). A non-finite element gets the NaN code (0x7f, either format), so that the GEMM reading it turns
+// NaN as a tensorwise cast of it would; otherwise the codes are fp8_quantize_with_maxima's of out.
+void swiglu_forward_fp8(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const float* gate_up, int64_t N,
+                        int F, Fp8Format f, const unsigned* amax);
 
 // dgate_up [N, 2F] = d(out)/d(gate_up) applied to dout [N, F]: d gate = dout * up * silu'(gate), d up = dout *
 // silu(gate), with silu'(g) = s (1 + g (1 - s)), s = sigmoid(g). Written (kOverwrite, the default) or added (amax:

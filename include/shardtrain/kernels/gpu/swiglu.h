@@ -16,6 +16,16 @@ namespace st::gpu {
 template <typename T>
 void swiglu_forward(T* out, const T* gate_up, int64_t N, int F, const GpuContext& ctx, unsigned* amax = nullptr);
 
+// st::swiglu_forward_fp8 for T in {float, bf16}: out as swiglu_forward<T> would store it (rounded to T), cast with
+// *amax's scale into q and q_t (device, either may be null) without being stored, 1 / scale into *inverse_scale, its
+// maximum folded into *own (device, optional; the caller zeroes it). One read of gate_up gives both layouts' codes
+// (64 x 64 tiles) where N and F are multiples of 8 and the pointers aligned; any shape otherwise. The codes are those
+// gpu::fp8_quantize_pair_with_maxima_async (kernels/gpu/fp8.h) casts swiglu_forward<T>'s out to with *amax, where
+// out is finite.
+template <typename T>
+void swiglu_forward_fp8(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const T* gate_up, int64_t N,
+                        int F, Fp8Format f, const unsigned* amax, const GpuContext& ctx);
+
 // dgate_up [N, 2F] = the gradient of out applied to dout [N, F]; written (kOverwrite) or added. dgate_up may be
 // gate_up itself (the gradient replaces the activation in place).
 template <typename T>
