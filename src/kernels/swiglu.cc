@@ -26,7 +26,7 @@ void swiglu_forward_fp8(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned
                         int F, Fp8Format f, const unsigned* amax) {
   float m = 0.0f;
   std::memcpy(&m, amax, sizeof(m));
-  const float scale = fp8_scale(m, f);
+  const float scale = m == 0.0f ? 1.0f : fp8_scale(m, f);
   *inverse_scale = 1.0f / scale;
   std::vector<float> out(static_cast<size_t>(N) * static_cast<size_t>(F));
   swiglu_forward(out.data(), gate_up, N, F, own);

@@ -80,9 +80,11 @@ __device__ __forceinline__ uint8_t code_of(float v, float scale, __nv_fp8_interp
   if (!isfinite(v) || !isfinite(scale)) return 0x7f;
   return __nv_cvt_float_to_fp8(__fmul_rn(v, scale), __NV_SATFINITE, format);
 }
-// The scale of the given maximum, as st::fp8_scale's float steps (a non-finite maximum: NaN, every code NaN's).
+// The scale of the given maximum, as st::fp8_scale's float steps (a non-finite maximum: NaN, every code NaN's; a zero
+// one: 1).
 __device__ __forceinline__ float scale_of_maximum(unsigned amax_bits, float fp8_max) {
   const float amax = __uint_as_float(amax_bits);
+  if (amax_bits == 0) return 1.0f;
   return isfinite(amax) ? __fdiv_rn(fp8_max, fmaxf(amax, 1e-12f)) : __int_as_float(0x7fffffff);
 }
 

@@ -1,6 +1,7 @@
 #include "shardtrain/model/cuda_linear.h"
 
 #include <algorithm>
+#include <optional>
 #include <type_traits>
 
 #include "shardtrain/core/error.h"
@@ -255,6 +256,63 @@ void CudaLinear<T>::forward_without_output(const T* inp, const T* w, int64_t N, 
     const Maxima wm = kept(site, true, false);
     if (wm.at != nullptr && !policy_.weights_cast)
       gpu::fp8_maxima_async<T>(w, OC, C, policy_.forward.b.scaling, wm.at, with_maxima(ctx));
+  }
+}
+
+template <typename T>
+std::optional<typename CudaLinear<T>::FusedInput> CudaLinear<T>::fused_input(LinearSite site, int64_t N, int C, int OC,
+                                                                             uint8_t* x_t_codes,
+                                                                             const gpu::GpuContext& ctx) {
+  if (!history_ || !policy_.fuse_casts || history_->filled() == 0 || site.layer < 0 || codes_bytes_ == 0 ||
+      !policy_.keeps_input_codes(C, OC) || policy_.forward.a.format != policy_.weight_grad.b.format)
+    return std::nullopt;
+  start_forward(site, C, OC, x_t_codes);
+  const Slots s = slots(ctx);
+  ST_CHECK(N * C <= s.a.capacity, "FP8 codes of ", N, " x ", C, " past the workspace sized for ", s.a.capacity);
+  const int64_t index = site_index(site);
+  unsigned* const own = kept_.data() + index * kKeptPerSite + input_offset(LinearInput::kX);
+  ST_CUDA_CHECK(cudaMemsetAsync(own, 0, sizeof(unsigned), ctx.stream));  // the producer folds its blocks' in
+  float* const inverse = x_t_codes != nullptr ? input_codes(site, x_t_codes, N, C).inverse_scales : s.a.inverse_scales;
+  return FusedInput{s.a.codes,
+                    x_t_codes,
+                    inverse,
+                    own,
+                    history_->history_max() + fp8_history_index(index, kFp8X),
+                    policy_.forward.a.format};
+}
+
+template <typename T>
+void CudaLinear<T>::record_fused_x(LinearSite site, const gpu::GpuContext& ctx) {
+  const int64_t index = site_index(site);
+  history_->pick(fp8_history_index(index, kFp8X), kept_.data() + index * kKeptPerSite + input_offset(LinearInput::kX),
+                 ctx);
+}
+
+template <typename T>
+void CudaLinear<T>::forward_fused(T* out, const T* w, const T* bias, const T* residual, int64_t N, int C, int OC,
+                                  const gpu::GpuContext& ctx, OpTimer::Laps* lap, LinearSite site, uint8_t* x_t_codes) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    const Slots s = slots(ctx);
+    // x's codes in slot a, with the inverse scale fused_input named.
+    const Slot x{s.a.codes, s.a.capacity,
+                 x_t_codes != nullptr ? input_codes(site, x_t_codes, N, C).inverse_scales : s.a.inverse_scales, 1};
+    record_fused_x(site, ctx);
+    fp8_product(policy_.forward, {nullptr, N, C, Fp8Layout::kRowMajor},
+                {w, OC, C, Fp8Layout::kRowMajor, kept(site, true, false)}, x, s.b, out, OC, GradWrite::kOverwrite, ctx,
+                lap, false, bias, residual, /*a_cast=*/true);
+  } else {
+    ST_CHECK(false, "train.fp8 computes in bf16 or fp32");
+  }
+}
+
+template <typename T>
+void CudaLinear<T>::forward_fused_without_output(const T* w, int64_t N, int C, int OC, const gpu::GpuContext& ctx,
+                                                 OpTimer::Laps* lap, LinearSite site) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    if (lap) (*lap)("fwd.fp8_cast");
+    record_fused_x(site, ctx);
+    const Maxima wm = kept(site, true, false);
+    if (wm.at != nullptr) gpu::fp8_maxima_async<T>(w, OC, C, policy_.forward.b.scaling, wm.at, with_maxima(ctx));
   }
 }
 

@@ -175,8 +175,8 @@ namespace {
 
 // swiglu_forward_fp8: the codes in both layouts are those of casting swiglu_forward's out with the given maximum
 // (fp8_quantize_with_maxima), its inverse scale and out's maximum as swiglu_forward's amax; a smaller maximum than
-// out's saturates, a zero one scales by fp8_max / 1e-12 (every nonzero code saturates), a non-finite element (an
-// infinite up) gets the NaN code, and either layout may be left out.
+// out's saturates, a zero one scales by 1 (the codes of out itself), a non-finite element (an infinite up) gets the
+// NaN code, and either layout may be left out.
 TEST(Swiglu, Fp8CastsTheOutputItDoesNotStore) {
   const Fixture x(6, 24, 40);
   std::vector<float> out(static_cast<size_t>(x.N * x.F));
@@ -192,9 +192,13 @@ TEST(Swiglu, Fp8CastsTheOutputItDoesNotStore) {
       const size_t n = out.size();
       std::vector<uint8_t> want(n), want_t(n), q(n, 0xab), q_t(n, 0xab);
       float want_inv = 0, inv = 0;
-      fp8_quantize_with_maxima(out.data(), x.N, x.F, f, Fp8Scaling::kTensor, false, Fp8Layout::kRowMajor, &amax,
+      // A zero maximum scales by 1: fp8_max's own scale.
+      float as_given = given == 0.0f ? fp8_max(f) : given;
+      unsigned scaled_by = 0;
+      std::memcpy(&scaled_by, &as_given, sizeof(scaled_by));
+      fp8_quantize_with_maxima(out.data(), x.N, x.F, f, Fp8Scaling::kTensor, false, Fp8Layout::kRowMajor, &scaled_by,
                                want.data(), &want_inv);
-      fp8_quantize_with_maxima(out.data(), x.N, x.F, f, Fp8Scaling::kTensor, false, Fp8Layout::kTransposed, &amax,
+      fp8_quantize_with_maxima(out.data(), x.N, x.F, f, Fp8Scaling::kTensor, false, Fp8Layout::kTransposed, &scaled_by,
                                want_t.data(), &want_inv);
       unsigned own = 0;
       swiglu_forward_fp8(q.data(), q_t.data(), &inv, &own, x.gate_up.data(), x.N, x.F, f, &amax);

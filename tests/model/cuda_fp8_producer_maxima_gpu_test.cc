@@ -8,7 +8,9 @@
 // producer a slot, zeroed, only where a tensorwise cast takes it.
 // Fp8Policy::keep_input_codes likewise: blocks keeping the x^T codes of their forwards' casts in place of the inputs of
 // llama's q/k/v, gate/up and down, GPT-2's qkv, fc and MLP proj (at 64 tokens a micro-batch; at 24 the weight
-// gradients run in the compute type and the blocks keep x) give the bits of casting x^T in the backward.
+// gradients run in the compute type and the blocks keep x) give the bits of casting x^T in the backward. Under
+// train.fp8 = delayed, llama's SwiGLU writing the down projection's codes itself (Fp8Policy::fuse_casts) gives the bits
+// of casting its output.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -83,6 +85,8 @@ Run train(const ModelConfig& c, const Fp8Policy& policy, bool recompute) {
       c, kB, recompute, /*cudnn_attention=*/false, ctx, gpu::CudnnBackwardMode::kDeterministic, policy);
   const std::vector<UnitLayout>& units = m->units();
   const int L = c.n_layer;
+  CudaFp8History* const history = m->fp8_history();  // train.fp8=delayed: each step's maxima pushed after it
+  if (history != nullptr) history->set_recording(true);
   Run r;
   for (const UnitLayout& u : units) {
     std::vector<float> p(static_cast<size_t>(u.numel));
@@ -118,6 +122,7 @@ Run train(const ModelConfig& c, const Fp8Policy& policy, bool recompute) {
     }
     r.losses.push_back(loss);
     r.grads.push_back(std::move(sum));
+    if (history != nullptr) history->push(history->step_maxima(), ctx);
   }
   return r;
 }
@@ -155,6 +160,35 @@ void expect_producers_change_no_bit(const ModelConfig& c) {
     }
     if (!recompute) EXPECT_NE(fused.losses, train<T>(c, fp8_policy(Fp8Recipe::kOff), false).losses);
   }
+}
+
+Fp8Policy delayed(bool fuse_casts) {
+  Fp8Policy p = fp8_policy(Fp8Recipe::kDelayed, 4);
+  p.fuse_casts = fuse_casts;
+  return p;
+}
+
+// train.fp8=delayed (Fp8Policy::fuse_casts): from the second step on, llama's SwiGLU writes the down projection's codes
+// with the history's maximum instead of its output: the bits of writing the output and casting it, with and without
+// recompute, at 32 tokens (the blocks keep the x^T codes) and 12 (they keep x, and nothing is fused). The steps after
+// the first differ from tensorwise's.
+template <typename T>
+void expect_fused_swiglu_changes_no_bit() {
+  for (const int seq_len : {32, 12})
+    for (const bool recompute : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "seq_len " << seq_len << " recompute " << recompute);
+      const Run fused = train<T>(llama(seq_len), delayed(true), recompute);
+      expect_same_bits(fused, train<T>(llama(seq_len), delayed(false), recompute));
+      const Run tensor = train<T>(llama(seq_len), tensorwise(true), recompute);
+      EXPECT_EQ(fused.losses[0], tensor.losses[0]);
+      EXPECT_NE(fused.losses, tensor.losses);
+    }
+}
+
+TEST(CudaFp8ProducerMaxima, DelayedFusedSwigluGivesTheBitsOfItsCast) {
+  ST_SKIP_WITHOUT_FP8();
+  expect_fused_swiglu_changes_no_bit<bf16>();
+  expect_fused_swiglu_changes_no_bit<float>();
 }
 
 TEST(CudaFp8ProducerMaxima, TensorwiseStepsGiveTheSameBitsAsTheCastsOwnPassesInBf16) {

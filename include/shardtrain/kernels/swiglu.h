@@ -19,10 +19,11 @@ void swiglu_forward(float* out, const float* gate_up, int64_t N, int F, unsigned
 
 // swiglu_forward's out cast to FP8 as it is computed, with a maximum known ahead (train.fp8=delayed, whose history
 // gives it: model/fp8_history.h), so that out itself is never stored: its codes with the scale fp8_scale(amax, f)
-// (amax: *amax's bits as a float; tensorwise, not a power of two) in out's layout into q [N, F] and transposed into
+// (amax: *amax's bits as a float; tensorwise, not a power of two; 1 for a maximum of 0, Transformer Engine's scale of
+// an operand that has been 0 throughout its history) in out's layout into q [N, F] and transposed into
 // q_t [F, N] (either may be null), 1 / scale into *inverse_scale, and out's maximum folded into *own (may be null;
 // fp8_fold_maximum). A non-finite element gets the NaN code (0x7f, either format), so that the GEMM reading it turns
-// NaN as a tensorwise cast of it would; otherwise the codes are fp8_quantize_with_maxima's of out.
+// NaN as a tensorwise cast of it would; otherwise, for a maximum > 0, the codes are fp8_quantize_with_maxima's of out.
 void swiglu_forward_fp8(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const float* gate_up, int64_t N,
                         int F, Fp8Format f, const unsigned* amax);
 

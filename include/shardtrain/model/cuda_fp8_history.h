@@ -40,6 +40,8 @@ class CudaFp8History {
   void set_recording(bool on) { recording_ = on; }
   // The step's running maxima (device, entry_size()), for the reduction over ranks.
   unsigned* step_maxima() { return step_.data(); }
+  // The history's largest maxima (device, entry_size()): what a cast scales by once the history holds a step.
+  const unsigned* history_max() const { return history_max_.data(); }
 
   // The step's end, on ctx.stream: `entry` (device, entry_size(): the step's maxima reduced over the ranks; it may be
   // step_maxima()) becomes the newest entry and the step's maxima restart from 0; or, for a skipped step, they are

@@ -46,6 +46,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,31 @@ class CudaLinear {
   // the backward reads x and W themselves.
   void forward_without_output(const T* inp, const T* w, int64_t N, int C, int OC, const gpu::GpuContext& ctx,
                               OpTimer::Laps* lap, LinearSite site, uint8_t* x_t_codes);
+  // train.fp8=delayed: a site's input x whose producer writes its codes itself, with the history's maximum for x
+  // known ahead, and never x (gpu::swiglu_forward_fp8). Taken where the policy fuses casts (Fp8Policy::fuse_casts),
+  // the history holds a step, the layer runs in FP8 and may keep x^T's codes, and both of x's casts take one format;
+  // otherwise empty, and the producer writes x as before. The caller asks only where nothing reads x after the
+  // forward (its block keeps x^T's codes in place of x, fp8_input_codes). q: x's codes for the forward's GEMM (the call's scratch);
+  // q_t: x_t_codes (null where the call keeps none); inverse_scale: where the kernel writes 1 / scale (the site's kept
+  // one with x_t_codes); own: where it folds x's maximum (zeroed here); amax: the history's maximum of x; format: the
+  // codes'. The site's next call is then forward_fused or forward_fused_without_output.
+  struct FusedInput {
+    uint8_t* q = nullptr;
+    uint8_t* q_t = nullptr;
+    float* inverse_scale = nullptr;
+    unsigned* own = nullptr;
+    const unsigned* amax = nullptr;
+    Fp8Format format = Fp8Format::kE4M3;
+  };
+  std::optional<FusedInput> fused_input(LinearSite site, int64_t N, int C, int OC, uint8_t* x_t_codes,
+                                        const gpu::GpuContext& ctx);
+  // forward() and forward_without_output() of a site whose producer wrote x's codes (fused_input, with the same
+  // x_t_codes): the GEMM reads them (the re-run reads none), x's maximum is recorded into the history, and W is cast
+  // (its maximum kept) as forward() does.
+  void forward_fused(T* out, const T* w, const T* bias, const T* residual, int64_t N, int C, int OC,
+                     const gpu::GpuContext& ctx, OpTimer::Laps* lap, LinearSite site, uint8_t* x_t_codes);
+  void forward_fused_without_output(const T* w, int64_t N, int C, int OC, const gpu::GpuContext& ctx,
+                                    OpTimer::Laps* lap, LinearSite site);
   // gpu::matmul_backward's gradients (dinp = dout @ w, dweight = dout^T @ inp, dbias = dout's column sums; any may be
   // null), written or added to as dinp_write and param_write say. With x_t_codes (the site's forward's), the weight
   // gradient reads them and inp may be null.
@@ -158,6 +184,8 @@ class CudaLinear {
   // codes transposed into slot b's with that inverse scale, for the input gradient.
   Slot weight_codes(const T* w, int OC, int C) const;
   Slot transposed_weight(const T* w, int OC, int C, const Slot& b, const gpu::GpuContext& ctx);
+  // fused_input's site: the history's record of x's maximum, which the producer folded into x's kept slot.
+  void record_fused_x(LinearSite site, const gpu::GpuContext& ctx);
   // The maximum a cast with `m` scales by: m.at, or under delayed the history's pick for it (on ctx.stream).
   const unsigned* applied(const Maxima& m, const gpu::GpuContext& ctx);
   // The maxima of the site's dy for its backward's casts: the producer's (produced), else a pass of the cast's own;

@@ -53,6 +53,11 @@ struct Fp8Policy {
   // x^T goes, and so does half of what x took of the activations. The same bits either way. Off only to compare the
   // two; the CPU backend keeps x either way.
   bool keep_input_codes = true;
+  // cuda, train.fp8=delayed: where the scale of a layer's input is known before the input is (a history of at least
+  // one step), the kernel that computes the input writes its codes instead of the input itself
+  // (CudaLinear::fused_input; the SwiGLU into the down projection). The bits of casting the written input, but for an
+  // input whose history holds only zeros (scale 1 instead of its own maximum's). Off only to compare the two.
+  bool fuse_casts = true;
   // train.fp8=delayed: the steps of maxima a cast's scale looks back over (train.fp8_amax_history); 0 otherwise.
   int amax_history = 0;
   bool delayed() const { return recipe == Fp8Recipe::kDelayed; }

@@ -1,6 +1,7 @@
 #include "shardtrain/model/llama/cuda_llama_model.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/core/error.h"
@@ -130,6 +131,7 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
                                      {layer, "mlp.gate_up.weight"}, codes_to_keep(a.norm2_t));
                 });
   lap("fwd.swiglu");
+  if (fused_swiglu(layer, a, p.down, out, N, lap)) return;
   gpu::swiglu_forward<T>(mlp, a.gate_up.data(), N, F, ctx_,
                          linear_.input_maxima({layer, "mlp.down.weight"}, LinearInput::kX, ctx_));
   if (this->output_unread("mlp.down.weight")) {  // the re-run ends with what the down projection's backward reads
@@ -141,6 +143,35 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   linear_.forward(out, mlp, p.down, nullptr, a.res2.data(), N, F, C, ctx_, &lap, {layer, "mlp.down.weight"},
                   codes_to_keep(a.mlp_t));
   lora_.forward(layer, "mlp.down.weight", block_params, out, C, mlp, N, lap, ctx_);
+}
+
+// train.fp8=delayed with a history (CudaLinear::fused_input): the SwiGLU writes the down projection's codes, never its
+// output, and the down projection reads them (its re-run under recompute keeps x^T's codes alone). No LoRA here: the
+// adapters read the SwiGLU's output, and fused_input takes only a layer that keeps x^T's codes, which LoRA's do not.
+template <typename T>
+bool CudaLlama<T>::fused_swiglu(int layer, BlockActs& a, const T* down, T* out, int64_t N, OpTimer::Laps& lap) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    const int C = cfg_.n_embd, F = cfg_.mlp_dim();
+    // Only where the block keeps the down projection's x^T codes in place of its input: the backward then reads no
+    // input (with recompute, the first forward writes the codes for its GEMM alone, and the re-run the x^T codes).
+    if (this->codes(a.mlp_t) == nullptr) return false;
+    const LinearSite site{layer, "mlp.down.weight"};
+    uint8_t* const codes = codes_to_keep(a.mlp_t);
+    const std::optional<typename CudaLinear<T>::FusedInput> in = linear_.fused_input(site, N, F, C, codes, ctx_);
+    if (!in) return false;
+    const bool rerun = this->output_unread("mlp.down.weight");
+    gpu::swiglu_forward_fp8<T>(rerun ? nullptr : in->q, in->q_t, in->inverse_scale, in->own, a.gate_up.data(), N, F,
+                               in->format, in->amax, ctx_);
+    if (rerun) {
+      linear_.forward_fused_without_output(down, N, F, C, ctx_, &lap, site);
+      return true;
+    }
+    lap("fwd.matmul_residual");
+    linear_.forward_fused(out, down, nullptr, a.res2.data(), N, F, C, ctx_, &lap, site, codes);
+    return true;
+  } else {
+    return false;
+  }
 }
 
 template <typename T>

@@ -68,6 +68,9 @@ class CudaLlama final : public CudaModelBase<T> {
   // The classifier's weight [Vp, C]: embed_tokens when tied, else lm_head.
   const T* classifier(const T* head_params, const T* emb_params) const;
   void attention_forward(BlockActs& a);
+  // train.fp8=delayed: the SwiGLU and the down projection of `layer` with the down projection's codes written by the
+  // SwiGLU (CudaLinear::fused_input), when the site takes them; false, and nothing run, otherwise.
+  bool fused_swiglu(int layer, BlockActs& a, const T* down, T* out, int64_t N, OpTimer::Laps& lap);
   void attention_backward(BlockActs& a, OpTimer::Laps& lap);  // dbuf_c_ (d atty) -> dqkv_ (written)
 
   DeviceBuffer<float> rope_cos_, rope_sin_;  // [seq_len, hs/2]
