@@ -317,6 +317,48 @@ void CudaLinear<T>::forward_fused_without_output(const T* w, int64_t N, int C, i
 }
 
 template <typename T>
+std::optional<typename CudaLinear<T>::FusedInput> CudaLinear<T>::fused_output_grad(LinearSite site, int64_t N, int C,
+                                                                                   int OC, const gpu::GpuContext& ctx) {
+  if (!history_ || !policy_.fuse_casts || history_->filled() == 0 || site.layer < 0 || codes_bytes_ == 0 ||
+      !policy_.applies(C, OC) || !policy_.weight_grad_applies(N) || !keep_.dy ||
+      policy_.input_grad.a.format != policy_.weight_grad.a.format)
+    return std::nullopt;
+  const Slots s = slots(ctx);
+  ST_CHECK(N * OC <= std::min(s.a.capacity, s.t.capacity), "FP8 codes of ", N, " x ", OC,
+           " past the workspace sized for ", std::min(s.a.capacity, s.t.capacity));
+  unsigned* const own = dy_slot(site);
+  ST_CUDA_CHECK(cudaMemsetAsync(own, 0, sizeof(unsigned), ctx.stream));  // the producer folds its blocks' in
+  return FusedInput{s.a.codes,
+                    s.t.codes,
+                    s.a.inverse_scales,
+                    own,
+                    history_->history_max() + fp8_history_index(site_index(site), kFp8Dy),
+                    policy_.input_grad.a.format};
+}
+
+template <typename T>
+void CudaLinear<T>::backward_fused(T* dinp, T* dweight, const T* inp, const T* w, int64_t N, int C, int OC,
+                                   const gpu::GpuContext& ctx, GradWrite dinp_write, GradWrite param_write,
+                                   OpTimer::Laps* lap, LinearSite site, const uint8_t* x_t_codes) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    const Slots s = slots(ctx);
+    history_->pick(fp8_history_index(site_index(site), kFp8Dy), dy_slot(site), ctx);  // records dy's maximum
+    // dy's codes in slot a and dy^T's in slot t, with the one inverse scale the producer wrote.
+    const Slot dy{s.a.codes, s.a.capacity, s.a.inverse_scales, 1}, dy_t{s.t.codes, s.t.capacity, s.a.inverse_scales, 1};
+    const bool codes_kept = x_t_codes != nullptr;
+    const Slot x_slot = codes_kept ? input_codes(site, const_cast<uint8_t*>(x_t_codes), N, C) : s.b;
+    const Fp8Source w_t{w, OC, C, Fp8Layout::kTransposed, kept(site, true, true)};
+    const Fp8Source x_t{inp, N, C, Fp8Layout::kTransposed, kept(site, false, true)};
+    fp8_product(policy_.input_grad, {nullptr, N, OC, Fp8Layout::kRowMajor}, w_t, dy, s.b, dinp, C, dinp_write, ctx, lap,
+                true, nullptr, nullptr, /*a_cast=*/true);
+    fp8_product(policy_.weight_grad, {nullptr, N, OC, Fp8Layout::kTransposed}, x_t, dy_t, x_slot, dweight, C,
+                param_write, ctx, lap, true, nullptr, nullptr, /*a_cast=*/true, codes_kept);
+  } else {
+    ST_CHECK(false, "train.fp8 computes in bf16 or fp32");
+  }
+}
+
+template <typename T>
 typename CudaLinear<T>::Slot CudaLinear<T>::weight_codes(const T* w, int OC, int C) const {
   const int64_t n = int64_t{OC} * C;
   uint8_t* codes = fp8_weight_codes(w, n, sizeof(T));

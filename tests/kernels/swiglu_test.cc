@@ -222,5 +222,35 @@ TEST(Swiglu, Fp8CastsTheOutputItDoesNotStore) {
   EXPECT_EQ(own, 0x7f800000u);
 }
 
+// swiglu_backward_fp8: dgate_up's codes in both layouts ([N, 2F] and [2F, N]) are those of casting swiglu_backward's
+// dgate_up with the given maximum, and its maximum swiglu_backward's amax.
+TEST(Swiglu, Fp8CastsTheGradientItDoesNotStore) {
+  const Fixture x(6, 24, 50);
+  const size_t n = static_cast<size_t>(x.N * 2 * x.F);
+  std::vector<float> dgate_up(n);
+  unsigned grad_max = 0;
+  swiglu_backward(dgate_up.data(), x.dout.data(), x.gate_up.data(), x.N, x.F, GradWrite::kOverwrite, &grad_max);
+  float m = 0.0f;
+  std::memcpy(&m, &grad_max, sizeof(m));
+  for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2})
+    for (float given : {m, m / 8}) {
+      SCOPED_TRACE(::testing::Message() << to_string(f) << " maximum " << given);
+      unsigned amax = 0;
+      std::memcpy(&amax, &given, sizeof(amax));
+      std::vector<uint8_t> want(n), want_t(n), q(n, 0xab), q_t(n, 0xab);
+      float want_inv = 0, inv = 0;
+      fp8_quantize_with_maxima(dgate_up.data(), x.N, 2 * x.F, f, Fp8Scaling::kTensor, false, Fp8Layout::kRowMajor,
+                               &amax, want.data(), &want_inv);
+      fp8_quantize_with_maxima(dgate_up.data(), x.N, 2 * x.F, f, Fp8Scaling::kTensor, false, Fp8Layout::kTransposed,
+                               &amax, want_t.data(), &want_inv);
+      unsigned own = 0;
+      swiglu_backward_fp8(q.data(), q_t.data(), &inv, &own, x.dout.data(), x.gate_up.data(), x.N, x.F, f, &amax);
+      EXPECT_EQ(q, want);
+      EXPECT_EQ(q_t, want_t);
+      EXPECT_EQ(inv, want_inv);
+      EXPECT_EQ(own, grad_max);
+    }
+}
+
 }  // namespace
 }  // namespace st

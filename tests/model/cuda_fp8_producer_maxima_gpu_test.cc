@@ -10,7 +10,7 @@
 // llama's q/k/v, gate/up and down, GPT-2's qkv, fc and MLP proj (at 64 tokens a micro-batch; at 24 the weight
 // gradients run in the compute type and the blocks keep x) give the bits of casting x^T in the backward. Under
 // train.fp8 = delayed, llama's SwiGLU writing the down projection's codes itself (Fp8Policy::fuse_casts) gives the bits
-// of casting its output.
+// of casting its output, and its backward writing the gate/up projection's dy codes those of casting d(gate_up).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -169,9 +169,10 @@ Fp8Policy delayed(bool fuse_casts) {
 }
 
 // train.fp8=delayed (Fp8Policy::fuse_casts): from the second step on, llama's SwiGLU writes the down projection's codes
-// with the history's maximum instead of its output: the bits of writing the output and casting it, with and without
-// recompute, at 32 tokens (the blocks keep the x^T codes) and 12 (they keep x, and nothing is fused). The steps after
-// the first differ from tensorwise's.
+// with the history's maximum instead of its output, and its backward the gate/up projection's dy and dy^T codes instead
+// of d(gate_up): the bits of writing the tensors and casting them, with and without recompute, at 32 tokens (the blocks
+// keep the x^T codes, and the weight gradients run in FP8) and 12 (nothing is fused). The steps after the first differ
+// from tensorwise's.
 template <typename T>
 void expect_fused_swiglu_changes_no_bit() {
   for (const int seq_len : {32, 12})

@@ -27,6 +27,13 @@ void swiglu_forward(float* out, const float* gate_up, int64_t N, int F, unsigned
 void swiglu_forward_fp8(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const float* gate_up, int64_t N,
                         int F, Fp8Format f, const unsigned* amax);
 
+// swiglu_backward's dgate_up (written, not added) cast to FP8 as it is computed, as swiglu_forward_fp8 casts out: its
+// codes in dgate_up's layout into q [N, 2F] and transposed into q_t [2F, N] (either may be null), 1 / scale into
+// *inverse_scale, and its maximum folded into *own (may be null). What the gate/up projection's backward reads of its
+// output gradient under train.fp8=delayed, where dgate_up itself is then never stored.
+void swiglu_backward_fp8(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const float* dout,
+                         const float* gate_up, int64_t N, int F, Fp8Format f, const unsigned* amax);
+
 // dgate_up [N, 2F] = d(out)/d(gate_up) applied to dout [N, F]: d gate = dout * up * silu'(gate), d up = dout *
 // silu(gate), with silu'(g) = s (1 + g (1 - s)), s = sigmoid(g). Written (kOverwrite, the default) or added (amax:
 // of the sums).

@@ -113,10 +113,10 @@ class CudaLinear {
   // known ahead, and never x (gpu::swiglu_forward_fp8). Taken where the policy fuses casts (Fp8Policy::fuse_casts),
   // the history holds a step, the layer runs in FP8 and may keep x^T's codes, and both of x's casts take one format;
   // otherwise empty, and the producer writes x as before. The caller asks only where nothing reads x after the
-  // forward (its block keeps x^T's codes in place of x, fp8_input_codes). q: x's codes for the forward's GEMM (the call's scratch);
-  // q_t: x_t_codes (null where the call keeps none); inverse_scale: where the kernel writes 1 / scale (the site's kept
-  // one with x_t_codes); own: where it folds x's maximum (zeroed here); amax: the history's maximum of x; format: the
-  // codes'. The site's next call is then forward_fused or forward_fused_without_output.
+  // forward (its block keeps x^T's codes in place of x, fp8_input_codes). q: x's codes for the forward's GEMM (the
+  // call's scratch); q_t: x_t_codes (null where the call keeps none); inverse_scale: where the kernel writes 1 / scale
+  // (the site's kept one with x_t_codes); own: where it folds x's maximum (zeroed here); amax: the history's maximum of
+  // x; format: the codes'. The site's next call is then forward_fused or forward_fused_without_output.
   struct FusedInput {
     uint8_t* q = nullptr;
     uint8_t* q_t = nullptr;
@@ -134,6 +134,18 @@ class CudaLinear {
                      const gpu::GpuContext& ctx, OpTimer::Laps* lap, LinearSite site, uint8_t* x_t_codes);
   void forward_fused_without_output(const T* w, int64_t N, int C, int OC, const gpu::GpuContext& ctx,
                                     OpTimer::Laps* lap, LinearSite site);
+  // The same for a site's output gradient dy (gpu::swiglu_backward_fp8): its codes written by the kernel that computes
+  // it, never dy itself, where the policy fuses casts, the history holds a step, the layer runs in FP8 with its weight
+  // gradient too (N tokens a multiple of 16), and both of dy's casts take one format. q: dy's codes [N, OC] for the
+  // input gradient (the call's scratch), q_t: dy^T's [OC, N] for the weight gradient, inverse_scale: one for both;
+  // own: dy's maximum (the site's kept slot, zeroed here); amax: the history's maximum of dy. The caller asks only
+  // where nothing else reads dy (no bias gradient, no adapters); the site's next call is backward_fused.
+  std::optional<FusedInput> fused_output_grad(LinearSite site, int64_t N, int C, int OC, const gpu::GpuContext& ctx);
+  // backward() of a site whose dy codes a kernel wrote (fused_output_grad): dy's maximum recorded, then the input
+  // gradient's GEMM (W^T cast as backward() casts it) and the weight gradient's (x^T from x_t_codes, or cast from inp).
+  void backward_fused(T* dinp, T* dweight, const T* inp, const T* w, int64_t N, int C, int OC,
+                      const gpu::GpuContext& ctx, GradWrite dinp_write, GradWrite param_write, OpTimer::Laps* lap,
+                      LinearSite site, const uint8_t* x_t_codes);
   // gpu::matmul_backward's gradients (dinp = dout @ w, dweight = dout^T @ inp, dbias = dout's column sums; any may be
   // null), written or added to as dinp_write and param_write say. With x_t_codes (the site's forward's), the weight
   // gradient reads them and inp may be null.

@@ -174,6 +174,29 @@ bool CudaLlama<T>::fused_swiglu(int layer, BlockActs& a, const T* down, T* out, 
   }
 }
 
+// train.fp8=delayed with a history (CudaLinear::fused_output_grad): the SwiGLU's backward writes the gate/up
+// projection's dy and dy^T codes, never d(gate_up), and that projection's backward reads them. Not with adapters on
+// gate/up (they read d(gate_up)), nor with its weight frozen.
+template <typename T>
+bool CudaLlama<T>::fused_swiglu_backward(int layer, BlockActs& a, const T* gate_up_w, T* gate_up_grad, int64_t N,
+                                         OpTimer::Laps& lap) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    if (lora_.adapts("mlp.gate_up.weight") || gate_up_grad == nullptr) return false;
+    const int C = cfg_.n_embd, F = cfg_.mlp_dim();
+    const LinearSite site{layer, "mlp.gate_up.weight"};
+    const std::optional<typename CudaLinear<T>::FusedInput> dy = linear_.fused_output_grad(site, N, C, 2 * F, ctx_);
+    if (!dy) return false;
+    gpu::swiglu_backward_fp8<T>(dy->q, dy->q_t, dy->inverse_scale, dy->own, dmlp_.data(), a.gate_up.data(), N, F,
+                                dy->format, dy->amax, ctx_);
+    lap("bwd.matmul");
+    linear_.backward_fused(dbuf_c_.data(), gate_up_grad, a.norm2.data(), gate_up_w, N, C, 2 * F, ctx_,
+                           GradWrite::kOverwrite, GradWrite::kOverwrite, &lap, site, this->codes(a.norm2_t));
+    return true;
+  } else {
+    return false;
+  }
+}
+
 template <typename T>
 void CudaLlama<T>::head_pass(const T* head_params, const T* emb_params, const int32_t* targets, float dloss,
                              T* head_grads, T* emb_grads, bool backward) {
@@ -262,15 +285,17 @@ void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_gra
                                     base_write(onto), kOverwrite, &lap, {layer, "mlp.down.weight"}, codes(a.mlp_t));
                  });
   lap("bwd.swiglu");
-  gpu::swiglu_backward<T>(dgate_up_.data(), dmlp_.data(), a.gate_up.data(), N, F, ctx_, kOverwrite,
-                          linear_.input_maxima({layer, "mlp.gate_up.weight"}, LinearInput::kDy, ctx_));
-  lora_.backward(layer, "mlp.gate_up.weight", block_params, block_grads, dbuf_c_.data(), dgate_up_.data(), 2 * F,
-                 a.norm2.data(), N, lap, ctx_, [&](bool onto) {
-                   lap("bwd.matmul");
-                   linear_.backward(dbuf_c_.data(), g.gate_up, nullptr, dgate_up_.data(), a.norm2.data(), p.gate_up, N,
-                                    C, 2 * F, ctx_, base_write(onto), kOverwrite, &lap, {layer, "mlp.gate_up.weight"},
-                                    codes(a.norm2_t));
-                 });
+  if (!fused_swiglu_backward(layer, a, p.gate_up, g.gate_up, N, lap)) {
+    gpu::swiglu_backward<T>(dgate_up_.data(), dmlp_.data(), a.gate_up.data(), N, F, ctx_, kOverwrite,
+                            linear_.input_maxima({layer, "mlp.gate_up.weight"}, LinearInput::kDy, ctx_));
+    lora_.backward(layer, "mlp.gate_up.weight", block_params, block_grads, dbuf_c_.data(), dgate_up_.data(), 2 * F,
+                   a.norm2.data(), N, lap, ctx_, [&](bool onto) {
+                     lap("bwd.matmul");
+                     linear_.backward(dbuf_c_.data(), g.gate_up, nullptr, dgate_up_.data(), a.norm2.data(), p.gate_up,
+                                      N, C, 2 * F, ctx_, base_write(onto), kOverwrite, &lap,
+                                      {layer, "mlp.gate_up.weight"}, codes(a.norm2_t));
+                   });
+  }
   lap("bwd.rmsnorm");
   gpu::rmsnorm_backward<T>(dresid_.data(), g.mlp_norm, dbuf_c_.data(), a.res2.data(), p.mlp_norm, a.rstd2.data(), N, C,
                            ctx_, kOverwrite, linear_.input_maxima({layer, "attn.o.weight"}, LinearInput::kDy, ctx_));

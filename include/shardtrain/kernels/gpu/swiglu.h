@@ -26,6 +26,15 @@ template <typename T>
 void swiglu_forward_fp8(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const T* gate_up, int64_t N,
                         int F, Fp8Format f, const unsigned* amax, const GpuContext& ctx);
 
+// st::swiglu_backward_fp8 for T in {float, bf16}: dgate_up as swiglu_backward<T> would write it (kOverwrite, rounded
+// to T) cast with *amax's scale into q [N, 2F] and q_t [2F, N] (device, either may be null) without being stored,
+// 1 / scale into *inverse_scale, its maximum folded into *own (optional; the caller zeroes it). Tiles as
+// swiglu_forward_fp8's (N and F multiples of 8, aligned pointers), any shape otherwise; the codes are those
+// gpu::fp8_quantize_pair_with_maxima_async casts swiglu_backward<T>'s dgate_up to with *amax, where it is finite.
+template <typename T>
+void swiglu_backward_fp8(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const T* dout, const T* gate_up,
+                         int64_t N, int F, Fp8Format f, const unsigned* amax, const GpuContext& ctx);
+
 // dgate_up [N, 2F] = the gradient of out applied to dout [N, F]; written (kOverwrite) or added. dgate_up may be
 // gate_up itself (the gradient replaces the activation in place).
 template <typename T>

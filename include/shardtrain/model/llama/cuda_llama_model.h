@@ -71,6 +71,10 @@ class CudaLlama final : public CudaModelBase<T> {
   // train.fp8=delayed: the SwiGLU and the down projection of `layer` with the down projection's codes written by the
   // SwiGLU (CudaLinear::fused_input), when the site takes them; false, and nothing run, otherwise.
   bool fused_swiglu(int layer, BlockActs& a, const T* down, T* out, int64_t N, OpTimer::Laps& lap);
+  // Its backward: the SwiGLU's backward writing the gate/up projection's dy codes (fused_output_grad), and that
+  // projection's backward; false, and nothing run, where the site does not take them.
+  bool fused_swiglu_backward(int layer, BlockActs& a, const T* gate_up_w, T* gate_up_grad, int64_t N,
+                             OpTimer::Laps& lap);
   void attention_backward(BlockActs& a, OpTimer::Laps& lap);  // dbuf_c_ (d atty) -> dqkv_ (written)
 
   DeviceBuffer<float> rope_cos_, rope_sin_;  // [seq_len, hs/2]
