@@ -30,7 +30,8 @@ void cast_both(const float* x, int64_t rows, int64_t cols, Fp8Format f, const un
                float* inverse_scale) {
   float m = 0.0f;
   std::memcpy(&m, amax, sizeof(m));
-  const float scale = m == 0.0f ? 1.0f : fp8_scale(m, f);
+  // A non-finite maximum gives a NaN scale, every code NaN's, as the GPU's casts take it.
+  const float scale = m == 0.0f ? 1.0f : std::isfinite(m) ? fp8_scale(m, f) : NAN;
   *inverse_scale = 1.0f / scale;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {

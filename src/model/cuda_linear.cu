@@ -264,7 +264,8 @@ std::optional<typename CudaLinear<T>::FusedInput> CudaLinear<T>::fused_input(Lin
                                                                              uint8_t* x_t_codes,
                                                                              const gpu::GpuContext& ctx) {
   if (!history_ || !policy_.fuse_casts || history_->filled() == 0 || site.layer < 0 || codes_bytes_ == 0 ||
-      !policy_.keeps_input_codes(C, OC) || policy_.forward.a.format != policy_.weight_grad.b.format)
+      policy_.power_of_2 || policy_.weights_cast || !policy_.keeps_input_codes(C, OC) ||
+      policy_.forward.a.format != policy_.weight_grad.b.format)
     return std::nullopt;
   start_forward(site, C, OC, x_t_codes);
   const Slots s = slots(ctx);
@@ -320,8 +321,8 @@ template <typename T>
 std::optional<typename CudaLinear<T>::FusedInput> CudaLinear<T>::fused_output_grad(LinearSite site, int64_t N, int C,
                                                                                    int OC, const gpu::GpuContext& ctx) {
   if (!history_ || !policy_.fuse_casts || history_->filled() == 0 || site.layer < 0 || codes_bytes_ == 0 ||
-      !policy_.applies(C, OC) || !policy_.weight_grad_applies(N) || !keep_.dy ||
-      policy_.input_grad.a.format != policy_.weight_grad.a.format)
+      policy_.power_of_2 || policy_.weights_cast || !policy_.applies(C, OC) || !policy_.weight_grad_applies(N) ||
+      !keep_.dy || policy_.input_grad.a.format != policy_.weight_grad.a.format)
     return std::nullopt;
   const Slots s = slots(ctx);
   ST_CHECK(N * OC <= std::min(s.a.capacity, s.t.capacity), "FP8 codes of ", N, " x ", OC,

@@ -176,7 +176,7 @@ namespace {
 // swiglu_forward_fp8: the codes in both layouts are those of casting swiglu_forward's out with the given maximum
 // (fp8_quantize_with_maxima), its inverse scale and out's maximum as swiglu_forward's amax; a smaller maximum than
 // out's saturates, a zero one scales by 1 (the codes of out itself), a non-finite element (an infinite up) gets the
-// NaN code, and either layout may be left out.
+// NaN code, so does every element under an infinite maximum, and either layout may be left out.
 TEST(Swiglu, Fp8CastsTheOutputItDoesNotStore) {
   const Fixture x(6, 24, 40);
   std::vector<float> out(static_cast<size_t>(x.N * x.F));
@@ -220,6 +220,11 @@ TEST(Swiglu, Fp8CastsTheOutputItDoesNotStore) {
   swiglu_forward_fp8(q.data(), nullptr, &inv, &own, inf.gate_up.data(), x.N, x.F, Fp8Format::kE4M3, &amax);
   EXPECT_EQ(q[2 * 24 + 5], 0x7f);
   EXPECT_EQ(own, 0x7f800000u);
+  // A non-finite given maximum: a NaN scale, every code NaN's, as the GPU's casts take it.
+  const unsigned infinite = 0x7f800000u;
+  swiglu_forward_fp8(q.data(), nullptr, &inv, nullptr, x.gate_up.data(), x.N, x.F, Fp8Format::kE5M2, &infinite);
+  EXPECT_EQ(q, std::vector<uint8_t>(q.size(), 0x7f));
+  EXPECT_TRUE(std::isnan(inv));
 }
 
 // swiglu_backward_fp8: dgate_up's codes in both layouts ([N, 2F] and [2F, N]) are those of casting swiglu_backward's
