@@ -6,9 +6,10 @@
 //
 // A site is a block's linear layer (fp8_site_index, model/fp8_policy.h); each has three operands, x, W and dy
 // (Fp8OperandIndex below), each with one maximum a tensor. The first step, with an empty history, scales by each
-// operand's own maximum, as train.fp8=tensorwise does; so does an operand whose history holds only zeros. Maxima are
-// held as fp8_maxima writes them (the bits of the float), and every change goes through kernels/fp8_history.h, whose
-// CUDA forms keep the same history on the device (model/cuda_fp8_history.h).
+// operand's own maximum, as train.fp8=tensorwise does; so does an operand whose history holds only zeros, and one whose
+// own maximum is not finite (its cast turns NaN and the step is skipped, as under tensorwise). Maxima are held as
+// fp8_maxima writes them (the bits of the float), and every change goes through kernels/fp8_history.h, whose CUDA
+// forms keep the same history on the device (model/cuda_fp8_history.h).
 //
 //   Fp8AmaxHistory h(sites, 16);
 //   const unsigned m = h.pick(fp8_history_index(site, kFp8X), own, /*record=*/true);  // what the cast scales by
