@@ -186,8 +186,6 @@ std::vector<std::string> find_problems(const Config& c) {
   if (c.train.fp8_fast_accum && c.train.device == Device::kCpu)
     add("train.fp8_fast_accum (true) applies to train.device=cuda; the cpu backend accumulates its emulated FP8 GEMMs "
         "in fp32 and takes false");
-  if (c.train.fp8 == Fp8Recipe::kDelayed && c.train.device == Device::kCuda)
-    add("train.fp8 (delayed) runs on train.device=cpu only; cuda takes tensorwise or rowwise");
   if (c.train.fp8_amax_history < 1 || c.train.fp8_amax_history > 1024)
     add("train.fp8_amax_history must be in [1, 1024] (got ", c.train.fp8_amax_history, ")");
   else if (c.train.fp8_amax_history != TrainConfig{}.fp8_amax_history && c.train.fp8 != Fp8Recipe::kDelayed)

@@ -104,6 +104,23 @@ void fp8_fold_maximum(const float* x, int64_t n, unsigned* amax) {
   *amax = m;
 }
 
+void fp8_quantize_ahead(const float* x, int64_t rows, int64_t cols, Fp8Format f, const unsigned* amax, uint8_t* q,
+                        uint8_t* q_t, float* inverse_scale, unsigned* own) {
+  float m = 0.0f;
+  std::memcpy(&m, amax, sizeof(m));
+  // A non-finite maximum gives a NaN scale, every code NaN's, as the GPU's casts take it.
+  const float scale = m == 0.0f ? 1.0f : std::isfinite(m) ? fp8_scale(m, f) : NAN;
+  *inverse_scale = 1.0f / scale;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = x[r * cols + c];
+      const uint8_t code = std::isfinite(v) && std::isfinite(scale) ? fp8_encode(v * scale, f) : uint8_t{0x7f};
+      if (q != nullptr) q[r * cols + c] = code;
+      if (q_t != nullptr) q_t[c * rows + r] = code;
+    }
+  if (own != nullptr) fp8_fold_maximum(x, rows * cols, own);
+}
+
 void fp8_quantize_with_maxima(const float* x, int64_t rows, int64_t cols, Fp8Format f, Fp8Scaling scaling,
                               bool power_of_2, Fp8Layout layout, const unsigned* maxima, uint8_t* q,
                               float* inverse_scales) {

@@ -72,19 +72,20 @@ __device__ void publish(const Amax& a, unsigned* amax_bits, unsigned long long* 
 
 // st::fp8_scale's steps for a group whose maximum has the bits amax_bits. A non-finite maximum (only the async cast
 // gets this far with one) gives a NaN scale: every code of the group and its inverse scale are then NaN.
-__device__ __forceinline__ float scale_of(unsigned amax_bits, float fp8_max, bool power_of_2) {
+__device__ __forceinline__ float scale_of(unsigned amax_bits, float fp8_max, bool power_of_2, bool ahead = false) {
   const float amax = __uint_as_float(amax_bits);
   if (!isfinite(amax)) return __int_as_float(0x7fffffff);
+  if (ahead && amax_bits == 0) return 1.0f;  // fp8_quantize_ahead: an operand 0 throughout its history
   float sc = __fdiv_rn(fp8_max, fmaxf(amax, 1e-12f));
   if (power_of_2) sc = __uint_as_float(__float_as_uint(sc) & 0xFF800000u);  // a normal float: its power of two
   return sc;
 }
 
 // Each group's scale, and its inverse for the GEMM.
-__global__ void scale_kernel(const unsigned* amax_bits, int64_t groups, float fp8_max, bool power_of_2, float* scale,
-                             float* inverse) {
+__global__ void scale_kernel(const unsigned* amax_bits, int64_t groups, float fp8_max, bool power_of_2, bool ahead,
+                             float* scale, float* inverse) {
   for (int64_t g = thread_index(); g < groups; g += thread_count()) {
-    const float sc = scale_of(amax_bits[g], fp8_max, power_of_2);
+    const float sc = scale_of(amax_bits[g], fp8_max, power_of_2, ahead);
     scale[g] = sc;
     inverse[g] = __fdiv_rn(1.0f, sc);
   }
@@ -172,7 +173,13 @@ struct Codes {
   const float* scale;
   __nv_fp8_interpretation_t format;
   uint8_t* q;
+  bool nan_codes = false;  // fp8_quantize_ahead: a non-finite element's code is NaN's (0x7f), never saturated
 };
+
+// An element's code as `o` casts it.
+__device__ __forceinline__ uint8_t encode(float v, float scale, const Codes& o) {
+  return o.nan_codes && !isfinite(v) ? uint8_t{0x7f} : encode(v, scale, o.format);
+}
 
 // The scale of element (r, c).
 __device__ __forceinline__ float scale_at(const Codes& o, int64_t r, int64_t c) { return o.scale[group_of(o.s, r, c)]; }
@@ -183,32 +190,45 @@ __device__ __forceinline__ Pack<uint8_t, V> encode_pack(const float (&v)[V], int
   Pack<uint8_t, V> out;
   if (o.s == Fp8Scaling::kColumn) {
 #pragma unroll
-    for (int k = 0; k < V; ++k) out.v[k] = encode(v[k], o.scale[c + k], o.format);
+    for (int k = 0; k < V; ++k) out.v[k] = encode(v[k], o.scale[c + k], o);
   } else {
     const float sc = o.scale[o.s == Fp8Scaling::kRow ? r : 0];
 #pragma unroll
-    for (int k = 0; k < V; ++k) out.v[k] = encode(v[k], sc, o.format);
+    for (int k = 0; k < V; ++k) out.v[k] = encode(v[k], sc, o);
   }
   return out;
 }
 
-// V codes of row r from column c on, stored in x's layout (at o.q + r * cols + c, 8-byte aligned when V = 8).
+// The elements a kernel read, folded into `fold` (none where its out is null).
+template <int V>
+__device__ __forceinline__ void fold_all(MaximumFold& fold, const float (&v)[V]) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) fold.add(v[k]);
+}
+
+// V codes of row r from column c on, stored in x's layout (at o.q + r * cols + c, 8-byte aligned when V = 8); the
+// elements folded into `fold` when given.
 template <typename T, int V>
-__device__ __forceinline__ void cast_pack(const T* x, int64_t r, int64_t cols, int64_t c, const Codes& o) {
+__device__ __forceinline__ void cast_pack(const T* x, int64_t r, int64_t cols, int64_t c, const Codes& o,
+                                          MaximumFold* fold = nullptr) {
   float v[V];
   load<V>(x + r * cols + c, v);
   *reinterpret_cast<Pack<uint8_t, V>*>(o.q + r * cols + c) = encode_pack<V>(v, r, c, o);
+  if (fold != nullptr) fold_all<V>(*fold, v);
 }
 
 // A grid-stride loop over the matrix's packs of V elements (rows of whole packs: cols % V == 0), every thread busy
-// whatever the row width; a pack's row is one division, none for kTensor.
+// whatever the row width; a pack's row is one division, none for kTensor. own, when not null: x's maximum folded in.
 template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) cast_kernel(const T* x, int64_t rows, int64_t cols, Codes o) {
+__global__ void __launch_bounds__(kThreads)
+    cast_kernel(const T* x, int64_t rows, int64_t cols, Codes o, unsigned* own) {
   const int64_t n = rows * cols;
+  MaximumFold fold{own};
   for (int64_t i = thread_index() * V; i < n; i += thread_count() * V) {
     const int64_t r = o.s == Fp8Scaling::kTensor ? 0 : i / cols;
-    cast_pack<T, V>(x, r, cols, i - r * cols, o);
+    cast_pack<T, V>(x, r, cols, i - r * cols, o, &fold);
   }
+  fold.finish();
 }
 
 // kRow in x's layout, in one kernel: a block per row takes the row's maximum, its scale (scale_of) and casts the
@@ -241,7 +261,7 @@ __global__ void __launch_bounds__(kRowThreads)
 // dimension: tokens) and along its columns in blockIdx.y. Scalar: 32 x 32 tiles, a thread an element. Packed (rows
 // and columns multiples of 8): 64 x 64 tiles, a thread reading 8 elements of a row of x and writing 8 codes of a row
 // of t; with a second cast `row` (row.q not null) it also writes those 8 elements' codes in x's layout, so that one
-// read of x gives both casts (fp8_quantize_pair).
+// read of x gives both casts (fp8_quantize_pair); with own not null, x's maximum folded in as it is read.
 constexpr int kTile = 32, kTileRows = 8, kWideTile = 64;
 
 template <typename T>
@@ -253,7 +273,7 @@ __global__ void __launch_bounds__(kTile* kTileRows)
   const int64_t c = c0 + threadIdx.x;
   for (int i = threadIdx.y; i < kTile; i += kTileRows) {
     const int64_t r = r0 + i;
-    if (r < rows && c < cols) tile[threadIdx.x][i] = encode(to_f32(x[r * cols + c]), scale_at(t, r, c), t.format);
+    if (r < rows && c < cols) tile[threadIdx.x][i] = encode(to_f32(x[r * cols + c]), scale_at(t, r, c), t);
   }
   __syncthreads();
   const int64_t r = r0 + threadIdx.x;
@@ -265,8 +285,9 @@ __global__ void __launch_bounds__(kTile* kTileRows)
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    cast_transposed_packed_kernel(const T* x, int64_t rows, int64_t cols, Codes t, Codes row) {
+    cast_transposed_packed_kernel(const T* x, int64_t rows, int64_t cols, Codes t, Codes row, unsigned* own) {
   __shared__ uint8_t tile[kWideTile][kWideTile + 8];  // [column of x][row of x]
+  MaximumFold fold{own};
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kWideTile, c0 = static_cast<int64_t>(blockIdx.y) * kWideTile;
   const int lane8 = static_cast<int>(threadIdx.x) % 8, line = static_cast<int>(threadIdx.x) / 8;  // 8 x 32 threads
   for (int i = line; i < kWideTile; i += kThreads / 8) {
@@ -274,6 +295,7 @@ __global__ void __launch_bounds__(kThreads)
     if (r >= rows || c >= cols) continue;
     float v[kVec];
     load<kVec>(x + r * cols + c, v);
+    fold_all<kVec>(fold, v);
     const Pack<uint8_t, kVec> codes = encode_pack<kVec>(v, r, c, t);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) tile[lane8 * kVec + k][i] = codes.v[k];
@@ -289,6 +311,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < kVec; ++k) out.v[k] = tile[j][lane8 * kVec + k];
     *reinterpret_cast<Pack<uint8_t, kVec>*>(t.q + cc * rows + r) = out;
   }
+  fold.finish();
 }
 
 // Scratch as fp8_quantize_scratch_bytes lays it out.
@@ -349,11 +372,18 @@ void enqueue_maxima(const T* x, int64_t rows, int64_t cols, Fp8Scaling scaling, 
   ST_CUDA_CHECK_LAUNCH();
 }
 
+// x's tensorwise maximum folded into *own (not zeroed first), on ctx.stream.
+template <typename T>
+void enqueue_maxima_folded(const T* x, int64_t n, unsigned* own, const GpuContext& ctx) {
+  amax_tensor_kernel<T, 1><<<std::min(grid_for(n, kThreads), 2048u), kThreads, 0, ctx.stream>>>(x, n, own, nullptr);
+  ST_CUDA_CHECK_LAUNCH();
+}
+
 // Each group's scale (into `scale`) and its inverse, from the maxima.
 void enqueue_scales(const unsigned* amax_bits, int64_t groups, Fp8Format f, bool power_of_2, float* scale,
-                    float* inverse, const GpuContext& ctx) {
+                    float* inverse, const GpuContext& ctx, bool ahead = false) {
   scale_kernel<<<grid_for(groups, kThreads), kThreads, 0, ctx.stream>>>(amax_bits, groups, fp8_max(f), power_of_2,
-                                                                        scale, inverse);
+                                                                        ahead, scale, inverse);
   ST_CUDA_CHECK_LAUNCH();
 }
 
@@ -365,20 +395,22 @@ dim3 tile_grid(int64_t rows, int64_t cols, int tile) {
   return dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(col_tiles));
 }
 
-// The codes of x with scales already taken, in `layout`.
+// The codes of x with scales already taken, in `layout`; own, when not null, gets x's maximum folded in (by a pass of
+// its own for the scalar transposed cast, whose two-dimensional blocks fold none).
 template <typename T>
 void enqueue_codes(const T* x, int64_t rows, int64_t cols, Fp8Layout layout, bool packed, const Codes& o,
-                   const GpuContext& ctx) {
+                   const GpuContext& ctx, unsigned* own = nullptr) {
   const int64_t n = rows * cols;
   if (layout == Fp8Layout::kRowMajor) {
     if (packed)
-      cast_kernel<T, kVec><<<grid_for(n / kVec, kThreads), kThreads, 0, ctx.stream>>>(x, rows, cols, o);
+      cast_kernel<T, kVec><<<grid_for(n / kVec, kThreads), kThreads, 0, ctx.stream>>>(x, rows, cols, o, own);
     else
-      cast_kernel<T, 1><<<grid_for(n, kThreads), kThreads, 0, ctx.stream>>>(x, rows, cols, o);
+      cast_kernel<T, 1><<<grid_for(n, kThreads), kThreads, 0, ctx.stream>>>(x, rows, cols, o, own);
   } else if (packed && rows % kVec == 0) {  // the codes' rows (x's columns) whole packs too
     cast_transposed_packed_kernel<T><<<tile_grid(rows, cols, kWideTile), kThreads, 0, ctx.stream>>>(
-        x, rows, cols, o, Codes{o.s, nullptr, o.format, nullptr});
+        x, rows, cols, o, Codes{o.s, nullptr, o.format, nullptr}, own);
   } else {
+    if (own != nullptr) enqueue_maxima_folded(x, n, own, ctx);
     cast_transposed_kernel<T>
         <<<tile_grid(rows, cols, kTile), dim3(kTile, kTileRows), 0, ctx.stream>>>(x, rows, cols, o);
   }
@@ -429,7 +461,7 @@ void enqueue_pair(const T* x, int64_t rows, int64_t cols, bool power_of_2, const
   const Codes b{transposed.scaling, s.scale + ga, interpretation(transposed.format), transposed.q};
   if (packed) {  // one read of x for both
     cast_transposed_packed_kernel<T>
-        <<<tile_grid(rows, cols, kWideTile), kThreads, 0, ctx.stream>>>(x, rows, cols, b, a);
+        <<<tile_grid(rows, cols, kWideTile), kThreads, 0, ctx.stream>>>(x, rows, cols, b, a, nullptr);
     ST_CUDA_CHECK_LAUNCH();
   } else {
     enqueue_codes(x, rows, cols, Fp8Layout::kRowMajor, false, a, ctx);
@@ -501,6 +533,31 @@ void fp8_quantize_pair_with_maxima_async(const T* x, int64_t rows, int64_t cols,
   enqueue_pair(x, rows, cols, power_of_2, row_major, transposed, maxima, ctx);
 }
 
+template <typename T>
+void fp8_quantize_ahead_async(const T* x, int64_t rows, int64_t cols, Fp8Format f, const unsigned* amax, uint8_t* q,
+                              uint8_t* q_t, float* inverse_scale, unsigned* own, const GpuContext& ctx) {
+  const CastScratch s = cast_scratch(ctx, rows, cols, 1);
+  enqueue_scales(amax, 1, f, false, s.scale, inverse_scale, ctx, /*ahead=*/true);
+  if (rows * cols == 0) return;
+  if (q == nullptr && q_t == nullptr) {
+    if (own != nullptr) enqueue_maxima_folded(x, rows * cols, own, ctx);
+    return;
+  }
+  const Codes row{Fp8Scaling::kTensor, s.scale, interpretation(f), q, /*nan_codes=*/true};
+  const Codes t{Fp8Scaling::kTensor, s.scale, interpretation(f), q_t, /*nan_codes=*/true};
+  const bool packed = packed_ok(x, cols, q) && packed_ok(x, cols, q_t);
+  if (q_t == nullptr) {
+    enqueue_codes(x, rows, cols, Fp8Layout::kRowMajor, packed, row, ctx, own);
+  } else if (packed && rows % kVec == 0) {  // one read of x for both (or for q_t alone), folding its maximum
+    cast_transposed_packed_kernel<T>
+        <<<tile_grid(rows, cols, kWideTile), kThreads, 0, ctx.stream>>>(x, rows, cols, t, row, own);
+    ST_CUDA_CHECK_LAUNCH();
+  } else {
+    if (q != nullptr) enqueue_codes(x, rows, cols, Fp8Layout::kRowMajor, false, row, ctx, own);
+    enqueue_codes(x, rows, cols, Fp8Layout::kTransposed, false, t, ctx, q != nullptr ? nullptr : own);
+  }
+}
+
 namespace {
 
 // One thread a tensor: the largest of its parts' maxima, and its inverse scale as scale_kernel computes it.
@@ -561,7 +618,9 @@ void fp8_transpose(const uint8_t* q, int64_t rows, int64_t cols, uint8_t* out, c
                                                        const Fp8Cast&, const unsigned*, const GpuContext&);           \
   template void fp8_maxima_async<T>(const T*, int64_t, int64_t, Fp8Scaling, unsigned*, const GpuContext&);            \
   template void fp8_quantize_with_maxima_async<T>(const T*, int64_t, int64_t, Fp8Format, Fp8Scaling, bool, Fp8Layout, \
-                                                  const unsigned*, uint8_t*, float*, const GpuContext&);
+                                                  const unsigned*, uint8_t*, float*, const GpuContext&);              \
+  template void fp8_quantize_ahead_async<T>(const T*, int64_t, int64_t, Fp8Format, const unsigned*, uint8_t*,         \
+                                            uint8_t*, float*, unsigned*, const GpuContext&);
 
 ST_INSTANTIATE_FP8_CAST(float)
 ST_INSTANTIATE_FP8_CAST(bf16)

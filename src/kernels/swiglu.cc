@@ -1,7 +1,6 @@
 #include "shardtrain/kernels/swiglu.h"
 
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "parallel.h"
@@ -22,40 +21,18 @@ void swiglu_forward(float* out, const float* gate_up, int64_t N, int F, unsigned
   if (amax != nullptr) fp8_fold_maximum(out, N * F, amax);
 }
 
-namespace {
-
-// x [rows, cols] cast as swiglu_forward_fp8 says: with *amax's scale (1 for a maximum of 0), a non-finite element's
-// code NaN's, into q in x's layout and q_t transposed (either may be null).
-void cast_both(const float* x, int64_t rows, int64_t cols, Fp8Format f, const unsigned* amax, uint8_t* q, uint8_t* q_t,
-               float* inverse_scale) {
-  float m = 0.0f;
-  std::memcpy(&m, amax, sizeof(m));
-  // A non-finite maximum gives a NaN scale, every code NaN's, as the GPU's casts take it.
-  const float scale = m == 0.0f ? 1.0f : std::isfinite(m) ? fp8_scale(m, f) : NAN;
-  *inverse_scale = 1.0f / scale;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const float v = x[r * cols + c];
-      const uint8_t code = std::isfinite(v) && std::isfinite(scale) ? fp8_encode(v * scale, f) : uint8_t{0x7f};
-      if (q != nullptr) q[r * cols + c] = code;
-      if (q_t != nullptr) q_t[c * rows + r] = code;
-    }
-}
-
-}  // namespace
-
 void swiglu_forward_fp8(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const float* gate_up, int64_t N,
                         int F, Fp8Format f, const unsigned* amax) {
   std::vector<float> out(static_cast<size_t>(N) * static_cast<size_t>(F));
-  swiglu_forward(out.data(), gate_up, N, F, own);
-  cast_both(out.data(), N, F, f, amax, q, q_t, inverse_scale);
+  swiglu_forward(out.data(), gate_up, N, F);
+  fp8_quantize_ahead(out.data(), N, F, f, amax, q, q_t, inverse_scale, own);
 }
 
 void swiglu_backward_fp8(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const float* dout,
                          const float* gate_up, int64_t N, int F, Fp8Format f, const unsigned* amax) {
   std::vector<float> dgate_up(static_cast<size_t>(N) * 2 * static_cast<size_t>(F));
-  swiglu_backward(dgate_up.data(), dout, gate_up, N, F, GradWrite::kOverwrite, own);
-  cast_both(dgate_up.data(), N, 2 * int64_t{F}, f, amax, q, q_t, inverse_scale);
+  swiglu_backward(dgate_up.data(), dout, gate_up, N, F);
+  fp8_quantize_ahead(dgate_up.data(), N, 2 * int64_t{F}, f, amax, q, q_t, inverse_scale, own);
 }
 
 void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int F, GradWrite write,

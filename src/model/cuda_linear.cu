@@ -79,6 +79,12 @@ const unsigned* CudaLinear<T>::applied(const Maxima& m, const gpu::GpuContext& c
 }
 
 template <typename T>
+bool CudaLinear<T>::ahead(const Maxima& m, const Fp8Operand& op) const {
+  return m.at != nullptr && !m.taken && m.history >= 0 && history_->filled() > 0 && policy_.fuse_casts &&
+         !policy_.power_of_2 && op.scaling == Fp8Scaling::kTensor;
+}
+
+template <typename T>
 unsigned* CudaLinear<T>::dy_slot(LinearSite site) {
   return kept_.data() + site_index(site) * kKeptPerSite + input_offset(LinearInput::kDy);
 }
@@ -157,6 +163,15 @@ void CudaLinear<T>::cast(const Fp8Source& src, const Fp8Operand& op, const Slot&
                                         slot.codes, slot.inverse_scales, c);
       return;
     }
+    if (ahead(src.maxima, op)) {  // the history's scale; x's own maximum folded in as the cast reads x
+      ST_CUDA_CHECK(cudaMemsetAsync(src.maxima.at, 0, sizeof(unsigned), ctx.stream));
+      const bool transposed = src.layout == Fp8Layout::kTransposed;
+      gpu::fp8_quantize_ahead_async<T>(src.x, rows, cols, op.format, history_->history_max() + src.maxima.history,
+                                       transposed ? nullptr : slot.codes, transposed ? slot.codes : nullptr,
+                                       slot.inverse_scales, src.maxima.at, c);
+      history_->pick(src.maxima.history, src.maxima.at, ctx);  // records it
+      return;
+    }
     if (!src.maxima.taken) gpu::fp8_maxima_async<T>(src.x, rows, cols, op.scaling, src.maxima.at, c);
     gpu::fp8_quantize_with_maxima_async<T>(src.x, rows, cols, op.format, op.scaling, policy_.power_of_2, src.layout,
                                            applied(src.maxima, ctx), slot.codes, slot.inverse_scales, c);
@@ -177,6 +192,16 @@ void CudaLinear<T>::pair_cast(const T* x, int64_t rows, int64_t cols, const Fp8O
     const gpu::GpuContext c = with_maxima(ctx);
     if (maxima.at == nullptr) {
       gpu::fp8_quantize_pair_async<T>(x, rows, cols, policy_.power_of_2, a, b, c);
+      return;
+    }
+    if (ahead(maxima, row_major) && ahead(maxima, transposed) && row_major.format == transposed.format) {
+      ST_CUDA_CHECK(cudaMemsetAsync(maxima.at, 0, sizeof(unsigned), ctx.stream));
+      gpu::fp8_quantize_ahead_async<T>(x, rows, cols, row_major.format, history_->history_max() + maxima.history,
+                                       row.codes, tr.codes, row.inverse_scales, maxima.at, c);
+      if (tr.inverse_scales != row.inverse_scales)
+        ST_CUDA_CHECK(cudaMemcpyAsync(tr.inverse_scales, row.inverse_scales, sizeof(float), cudaMemcpyDeviceToDevice,
+                                      ctx.stream));
+      history_->pick(maxima.history, maxima.at, ctx);  // records it
       return;
     }
     if (!maxima.taken) gpu::fp8_maxima_async<T>(x, rows, cols, row_major.scaling, maxima.at, c);

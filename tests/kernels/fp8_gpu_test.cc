@@ -273,6 +273,83 @@ TEST(Fp8Gpu, AsyncCastsTurnTheGroupOfANonFiniteElementIntoNaNs) {
         }
 }
 
+// gpu::fp8_quantize_ahead_async against the CPU's fp8_quantize_ahead, byte for byte: codes in either layout or both
+// (the one-read 64 x 64 tiles, partial ones, and the scalar kernels of odd shapes), the inverse scale and the folded
+// own maximum, from float and bf16, for a maximum x's own, below it (saturating), above it and 0, and with non-finite
+// elements (their codes NaN's, the others unchanged, own non-finite).
+TEST(Fp8Gpu, CastsWithAMaximumKnownAheadAsTheCpu) {
+  ST_SKIP_WITHOUT_GPU();
+  const auto bits = [](float v) {
+    unsigned b = 0;
+    std::memcpy(&b, &v, sizeof(b));
+    return b;
+  };
+  const auto run = [&](const std::vector<float>& x, int64_t rows, int64_t cols, Fp8Format f, unsigned amax, bool want_q,
+                       bool want_t, bool as_bf16) {
+    const size_t n = x.size();
+    std::vector<uint8_t> q(n, 0xab), q_t(n, 0xab), gq(n), gq_t(n);
+    float inv = 0, ginv = 0;
+    unsigned own = 0, gown = 0;
+    fp8_quantize_ahead(x.data(), rows, cols, f, &amax, want_q ? q.data() : nullptr, want_t ? q_t.data() : nullptr, &inv,
+                       &own);
+    DeviceBuffer<uint8_t> dq(static_cast<int64_t>(n)), dq_t(static_cast<int64_t>(n));
+    test::poison(dq);
+    test::poison(dq_t);
+    DeviceBuffer<float> dinv(1);
+    DeviceBuffer<unsigned> damax(1), down(1);
+    ST_CUDA_CHECK(cudaMemcpy(damax.data(), &amax, sizeof(amax), cudaMemcpyHostToDevice));
+    ST_CUDA_CHECK(cudaMemset(down.data(), 0, sizeof(unsigned)));
+    test::GpuEnv env(gpu::fp8_quantize_scratch_bytes(1));
+    uint8_t* const a = want_q ? dq.data() : nullptr;
+    uint8_t* const t = want_t ? dq_t.data() : nullptr;
+    if (as_bf16) {
+      const DeviceBuffer<bf16> dx = test::to_device<bf16>(x);
+      gpu::fp8_quantize_ahead_async<bf16>(dx.data(), rows, cols, f, damax.data(), a, t, dinv.data(), down.data(),
+                                          env.ctx);
+      env.stream.synchronize();
+    } else {
+      const DeviceBuffer<float> dx = test::to_device<float>(x);
+      gpu::fp8_quantize_ahead_async<float>(dx.data(), rows, cols, f, damax.data(), a, t, dinv.data(), down.data(),
+                                           env.ctx);
+      env.stream.synchronize();
+    }
+    ST_CUDA_CHECK(cudaMemcpy(gq.data(), dq.data(), n, cudaMemcpyDeviceToHost));
+    ST_CUDA_CHECK(cudaMemcpy(gq_t.data(), dq_t.data(), n, cudaMemcpyDeviceToHost));
+    ST_CUDA_CHECK(cudaMemcpy(&ginv, dinv.data(), sizeof(float), cudaMemcpyDeviceToHost));
+    ST_CUDA_CHECK(cudaMemcpy(&gown, down.data(), sizeof(unsigned), cudaMemcpyDeviceToHost));
+    if (want_q) EXPECT_EQ(gq, q);
+    if (want_t) EXPECT_EQ(gq_t, q_t);
+    EXPECT_EQ(bits(ginv), bits(inv));
+    // A NaN's payload is the hardware's: the GPU's |NaN| is 0x7fffffff. Both above every finite value's bits.
+    if (own > bits(INFINITY))
+      EXPECT_GT(gown, bits(INFINITY));
+    else
+      EXPECT_EQ(gown, own);
+  };
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {7, 33}, {8, 16}, {136, 200}, {264, 144}, {40, 24}};
+  for (const auto& [rows, cols] : shapes)
+    for (const Fp8Format f : kFormats)
+      for (const bool as_bf16 : {false, true}) {
+        std::vector<float> x =
+            as_bf16 ? test::random_input<bf16>(rows * cols, 4, 0.5f) : test::random_input<float>(rows * cols, 3, 3.0f);
+        unsigned own = 0;
+        fp8_fold_maximum(x.data(), rows * cols, &own);
+        float m = 0.0f;
+        std::memcpy(&m, &own, sizeof(m));
+        for (const float given : {m, m / 8, 2 * m, 0.0f})
+          for (const auto& [want_q, want_t] : {std::pair{true, true}, {true, false}, {false, true}}) {
+            SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " " << to_string(f) << (as_bf16 ? " bf16" : "")
+                                              << " maximum " << given << " q " << want_q << " q_t " << want_t);
+            run(x, rows, cols, f, bits(given), want_q, want_t, as_bf16);
+          }
+        if (rows * cols < 8) continue;
+        x[5] = -INFINITY;
+        x[static_cast<size_t>(rows * cols - 2)] = NAN;
+        SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " " << to_string(f) << " non-finite elements");
+        run(x, rows, cols, f, bits(m), true, true, as_bf16);
+      }
+}
+
 TEST(Fp8Gpu, TheFirstNonFiniteElementIsRefusedAsTheCpuRefusesIt) {
   ST_SKIP_WITHOUT_GPU();
   std::vector<float> x = test::random_input<float>(40 * 16, 3);

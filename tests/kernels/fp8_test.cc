@@ -293,6 +293,64 @@ TEST(Fp8, FoldedMaximumIsTheTensorwiseMaximumAndTakesNonFiniteBits) {
   EXPECT_GT(nan, inf);
 }
 
+// A cast with its maximum known ahead (train.fp8=delayed's) writes fp8_quantize_with_maxima's codes for a finite
+// maximum > 0, whether it is x's own or not (below it, values past it saturate), in both layouts; scales by 1 for a
+// maximum of 0; gives a non-finite element the NaN code and leaves the others as they were; turns every code NaN for a
+// non-finite maximum; and folds x's own maximum into *own, non-finite elements included.
+TEST(Fp8, CastsWithAMaximumKnownAheadAsWithTheirOwnAndRecordTheirOwn) {
+  const int64_t rows = 12, cols = 20;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (float& v : x) v = normal(rng);
+  unsigned own_max = 0;
+  fp8_fold_maximum(x.data(), rows * cols, &own_max);
+  float m = 0.0f;
+  std::memcpy(&m, &own_max, sizeof(m));
+  const size_t n = x.size();
+  for (const Fp8Format f : kFormats)
+    for (const float given : {m, m / 8, 4 * m, 0.0f}) {
+      SCOPED_TRACE(::testing::Message() << to_string(f) << " maximum " << given);
+      unsigned amax = 0;
+      std::memcpy(&amax, &given, sizeof(amax));
+      const float scaled_as = given == 0.0f ? fp8_max(f) : given;  // fp8_scale(fp8_max) is 1
+      unsigned scaled_by = 0;
+      std::memcpy(&scaled_by, &scaled_as, sizeof(scaled_by));
+      std::vector<uint8_t> want(n), want_t(n), q(n, 0xab), q_t(n, 0xab);
+      float want_inv = 0, inv = 0;
+      fp8_quantize_with_maxima(x.data(), rows, cols, f, Fp8Scaling::kTensor, false, Fp8Layout::kRowMajor, &scaled_by,
+                               want.data(), &want_inv);
+      fp8_quantize_with_maxima(x.data(), rows, cols, f, Fp8Scaling::kTensor, false, Fp8Layout::kTransposed, &scaled_by,
+                               want_t.data(), &want_inv);
+      unsigned own = 0;
+      fp8_quantize_ahead(x.data(), rows, cols, f, &amax, q.data(), q_t.data(), &inv, &own);
+      EXPECT_EQ(q, want);
+      EXPECT_EQ(q_t, want_t);
+      EXPECT_EQ(inv, want_inv);
+      EXPECT_EQ(own, own_max);
+      if (given == 0.0f) EXPECT_EQ(inv, 1.0f);
+    }
+  std::vector<float> bad = x;
+  bad[7] = -std::numeric_limits<float>::infinity();
+  bad[30] = std::numeric_limits<float>::quiet_NaN();
+  unsigned amax = 0, own = 0;
+  std::memcpy(&amax, &m, sizeof(amax));
+  std::vector<uint8_t> q(n), want(n);
+  float inv = 0, want_inv = 0;
+  fp8_quantize_ahead(bad.data(), rows, cols, Fp8Format::kE4M3, &amax, q.data(), nullptr, &inv, &own);
+  fp8_quantize_ahead(x.data(), rows, cols, Fp8Format::kE4M3, &amax, want.data(), nullptr, &want_inv, nullptr);
+  EXPECT_EQ(inv, want_inv);
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(q[i], i == 7 || i == 30 ? 0x7f : want[i]) << i;
+  unsigned bad_max = 0;
+  fp8_fold_maximum(bad.data(), rows * cols, &bad_max);
+  EXPECT_EQ(own, bad_max);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(&amax, &inf, sizeof(amax));
+  fp8_quantize_ahead(x.data(), rows, cols, Fp8Format::kE5M2, &amax, q.data(), nullptr, &inv, nullptr);
+  EXPECT_TRUE(std::isnan(inv));
+  EXPECT_EQ(q, std::vector<uint8_t>(n, 0x7f));
+}
+
 // fp8_quantize_pair_with_maxima with maxima taken beforehand writes fp8_quantize_pair's bytes, for both recipes'
 // groupings of a pair grouped alike.
 TEST(Fp8, PairWithMaximaTakenBeforehandIsThePair) {

@@ -169,10 +169,11 @@ Fp8Policy delayed(bool fuse_casts) {
 }
 
 // train.fp8=delayed (Fp8Policy::fuse_casts): from the second step on, llama's SwiGLU writes the down projection's codes
-// with the history's maximum instead of its output, and its backward the gate/up projection's dy and dy^T codes instead
-// of d(gate_up): the bits of writing the tensors and casting them, with and without recompute, at 32 tokens (the blocks
-// keep the x^T codes, and the weight gradients run in FP8) and 12 (nothing is fused). The steps after the first differ
-// from tensorwise's.
+// with the history's maximum instead of its output, its backward the gate/up projection's dy and dy^T codes instead
+// of d(gate_up), and every other cast whose maximum no producer took scales by the history's and folds its own in as
+// it reads (gpu::fp8_quantize_ahead_async, no pass for the maximum): the bits of writing the tensors and casting them,
+// with and without recompute, at 32 tokens (the blocks keep the x^T codes, and the weight gradients run in FP8) and 12
+// (nothing is fused). The steps after the first differ from tensorwise's.
 template <typename T>
 void expect_fused_swiglu_changes_no_bit() {
   for (const int seq_len : {32, 12})

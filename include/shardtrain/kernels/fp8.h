@@ -88,6 +88,17 @@ void fp8_quantize_with_maxima(const float* x, int64_t rows, int64_t cols, Fp8For
 //   rmsnorm_forward(out, rstd, inp, weight, eps, N, C, &amax);   // amax == fp8_maxima of out [N, C], tensorwise
 void fp8_fold_maximum(const float* x, int64_t n, unsigned* amax);
 
+// A tensorwise cast with its maximum known ahead (train.fp8=delayed: the history's, model/fp8_history.h), so that the
+// cast needs no pass over x for it: the codes of x [rows, cols] with scale fp8_scale(amax, f) (amax: *amax's bits as
+// a float; not a power of two; 1 for a maximum of 0, Transformer Engine's scale of an operand that has been 0
+// throughout its history), in x's layout into q and transposed into q_t (either may be null), 1 / scale into
+// *inverse_scale, and x's own maximum folded into *own (may be null; fp8_fold_maximum) for the history to record. A
+// non-finite element gets the NaN code (0x7f, either format), so that a GEMM reading it turns NaN as a tensorwise cast
+// of it would; for a finite maximum > 0 the codes are otherwise fp8_quantize_with_maxima's. A non-finite *amax gives a
+// NaN scale and every code NaN's.
+void fp8_quantize_ahead(const float* x, int64_t rows, int64_t cols, Fp8Format f, const unsigned* amax, uint8_t* q,
+                        uint8_t* q_t, float* inverse_scale, unsigned* own);
+
 // The maxima of k tensors each split into parts over `world` ranks (dist.fp8_gather, shard/fp8_gather.h): maxima
 // [world, k] holds each rank's part's maximum (fp8_maxima's bits; 0 for no part). Writes each tensor's maximum, the
 // largest of its parts' (out_maxima, k), and its inverse scale 1 / fp8_scale(that maximum, f, power_of_2)

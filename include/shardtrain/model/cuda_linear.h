@@ -200,6 +200,10 @@ class CudaLinear {
   void record_fused_x(LinearSite site, const gpu::GpuContext& ctx);
   // The maximum a cast with `m` scales by: m.at, or under delayed the history's pick for it (on ctx.stream).
   const unsigned* applied(const Maxima& m, const gpu::GpuContext& ctx);
+  // Whether a cast of an operand with maxima `m` takes the history's maximum ahead (gpu::fp8_quantize_ahead_async)
+  // and folds its own in as it reads the operand, with no pass of its own for it: train.fp8=delayed once the history
+  // holds a step (Fp8Policy::fuse_casts), for maxima no producer took.
+  bool ahead(const Maxima& m, const Fp8Operand& op) const;
   // The maxima of the site's dy for its backward's casts: the producer's (produced), else a pass of the cast's own;
   // under delayed kept in the site's slot either way, for the history's pick.
   Maxima dy_maxima(LinearSite site, bool produced);
