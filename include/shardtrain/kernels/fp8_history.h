@@ -14,7 +14,11 @@ namespace st {
 // For each of n operands: its own maximum own[i] folded into the step's maxima step[i] when `record`, and the maximum
 // its cast scales by, applied[i]: history_max[i], or own[i] where that is 0 (an empty history, or one of zeros) or
 // where own[i] is not finite (so that the cast turns NaN, as a tensorwise cast of the operand would, and the step is
-// skipped, instead of saturating an infinity under the history's scale).
+// skipped, instead of saturating an infinity under the history's scale). The rule of a cast that knows its operand's
+// own maximum before it casts (the CPU backend's; the GPU's where a producer took the maximum). A cast that takes its
+// scale ahead and the maximum as it reads (fp8_quantize_ahead, the SwiGLU's fused casts) scales by 1 where the
+// history's is 0, and turns only the non-finite elements NaN: the same bits wherever the history's maximum is > 0 and
+// the operand finite.
 void fp8_delayed_maxima(const unsigned* own, unsigned* step, const unsigned* history_max, unsigned* applied, int64_t n,
                         bool record);
 

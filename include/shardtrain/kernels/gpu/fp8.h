@@ -70,8 +70,8 @@ void fp8_quantize_pair_with_maxima_async(const T* x, int64_t rows, int64_t cols,
 // st::fp8_quantize_ahead for T in {float, bf16}, launched on ctx.stream (no wait): the codes of x with the scale of
 // the maximum *amax (device) known ahead, in x's layout into q and transposed into q_t (either may be null; one read
 // of x for both where rows and columns are multiples of 8), 1 / scale into *inverse_scale, and x's maximum folded into
-// *own (may be null) as x is read, so that no pass over x takes it. The CPU reference's bytes. Needs
-// fp8_quantize_scratch_bytes(1) of ctx.scratch.
+// *own (may be null) as x is read, so that no pass over x takes it. The CPU reference's bytes (a NaN inverse scale's
+// payload aside). Needs fp8_quantize_scratch_bytes(1) of ctx.scratch.
 template <typename T>
 void fp8_quantize_ahead_async(const T* x, int64_t rows, int64_t cols, Fp8Format f, const unsigned* amax, uint8_t* q,
                               uint8_t* q_t, float* inverse_scale, unsigned* own, const GpuContext& ctx);
