@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "fp8_ahead.cuh"
 #include "gpu_pack.cuh"
 
 namespace st::gpu {
@@ -72,20 +73,19 @@ __device__ void publish(const Amax& a, unsigned* amax_bits, unsigned long long* 
 
 // st::fp8_scale's steps for a group whose maximum has the bits amax_bits. A non-finite maximum (only the async cast
 // gets this far with one) gives a NaN scale: every code of the group and its inverse scale are then NaN.
-__device__ __forceinline__ float scale_of(unsigned amax_bits, float fp8_max, bool power_of_2, bool ahead = false) {
+__device__ __forceinline__ float scale_of(unsigned amax_bits, float fp8_max, bool power_of_2) {
   const float amax = __uint_as_float(amax_bits);
   if (!isfinite(amax)) return __int_as_float(0x7fffffff);
-  if (ahead && amax_bits == 0) return 1.0f;  // fp8_quantize_ahead: an operand 0 throughout its history
   float sc = __fdiv_rn(fp8_max, fmaxf(amax, 1e-12f));
   if (power_of_2) sc = __uint_as_float(__float_as_uint(sc) & 0xFF800000u);  // a normal float: its power of two
   return sc;
 }
 
-// Each group's scale, and its inverse for the GEMM.
+// Each group's scale, and its inverse for the GEMM; `ahead`: fp8_quantize_ahead's scale of a maximum known ahead.
 __global__ void scale_kernel(const unsigned* amax_bits, int64_t groups, float fp8_max, bool power_of_2, bool ahead,
                              float* scale, float* inverse) {
   for (int64_t g = thread_index(); g < groups; g += thread_count()) {
-    const float sc = scale_of(amax_bits[g], fp8_max, power_of_2, ahead);
+    const float sc = ahead ? scale_ahead(amax_bits[g], fp8_max) : scale_of(amax_bits[g], fp8_max, power_of_2);
     scale[g] = sc;
     inverse[g] = __fdiv_rn(1.0f, sc);
   }
@@ -178,7 +178,7 @@ struct Codes {
 
 // An element's code as `o` casts it.
 __device__ __forceinline__ uint8_t encode(float v, float scale, const Codes& o) {
-  return o.nan_codes && !isfinite(v) ? uint8_t{0x7f} : encode(v, scale, o.format);
+  return o.nan_codes ? code_ahead(v, scale, o.format) : encode(v, scale, o.format);
 }
 
 // The scale of element (r, c).

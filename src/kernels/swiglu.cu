@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "fp8_ahead.cuh"
 #include "gpu_pack.cuh"
 
 namespace st::gpu {
@@ -76,22 +77,10 @@ __global__ void swiglu_backward_kernel(T* dgate_up, const T* dout, const T* gate
   fold.finish();
 }
 
-// swiglu_forward_fp8: out's element as swiglu_forward<T> stores it, and its code (NaN's for a non-finite element).
+// swiglu_forward_fp8: out's element as swiglu_forward<T> stores it, which code_ahead (fp8_ahead.cuh) then casts.
 template <typename T>
 __device__ __forceinline__ float stored_out(float g, float u) {
   return to_f32(from_f32<T>(silu(g) * u));
-}
-// (A finite product past the format's range saturates, as st::fp8_encode does.)
-__device__ __forceinline__ uint8_t code_of(float v, float scale, __nv_fp8_interpretation_t format) {
-  if (!isfinite(v) || !isfinite(scale)) return 0x7f;
-  return __nv_cvt_float_to_fp8(__fmul_rn(v, scale), __NV_SATFINITE, format);
-}
-// The scale of the given maximum, as st::fp8_scale's float steps (a non-finite maximum: NaN, every code NaN's; a zero
-// one: 1).
-__device__ __forceinline__ float scale_of_maximum(unsigned amax_bits, float fp8_max) {
-  const float amax = __uint_as_float(amax_bits);
-  if (amax_bits == 0) return 1.0f;
-  return isfinite(amax) ? __fdiv_rn(fp8_max, fmaxf(amax, 1e-12f)) : __int_as_float(0x7fffffff);
 }
 
 // Rows and columns multiples of 8: 64 x 64 tiles of out, 256 threads, each computing 8 consecutive elements of a row
@@ -120,7 +109,7 @@ __global__ void __launch_bounds__(kBlock)
     swiglu_fp8_tile_kernel(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const T* gate_up, int64_t N,
                            int F, float fp8_max, __nv_fp8_interpretation_t format, const unsigned* amax) {
   __shared__ uint8_t tile[kFp8Tile][kFp8Tile + 8];  // [column of out][row of out]
-  const float scale = scale_of_maximum(*amax, fp8_max);
+  const float scale = scale_ahead(*amax, fp8_max);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inverse_scale = __fdiv_rn(1.0f, scale);
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kFp8Tile, c0 = static_cast<int64_t>(blockIdx.y) * kFp8Tile;
   const int lane = static_cast<int>(threadIdx.x) % 8, line = static_cast<int>(threadIdx.x) / 8;  // 8 x 32 threads
@@ -136,7 +125,7 @@ __global__ void __launch_bounds__(kBlock)
     for (int k = 0; k < kFp8Vec; ++k) {
       const float v = stored_out<T>(g[k], u[k]);
       if (own != nullptr) fold.bits = max(fold.bits, __float_as_uint(fabsf(v)));
-      codes.v[k] = code_of(v, scale, format);
+      codes.v[k] = code_ahead(v, scale, format);
       tile[lane * kFp8Vec + k][i] = codes.v[k];
     }
     if (q != nullptr) *reinterpret_cast<Pack<uint8_t, kFp8Vec>*>(q + r * F + c) = codes;
@@ -152,14 +141,14 @@ template <typename T>
 __global__ void __launch_bounds__(kBlock)
     swiglu_fp8_kernel(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const T* gate_up, int64_t N, int F,
                       float fp8_max, __nv_fp8_interpretation_t format, const unsigned* amax) {
-  const float scale = scale_of_maximum(*amax, fp8_max);
+  const float scale = scale_ahead(*amax, fp8_max);
   if (blockIdx.x == 0 && threadIdx.x == 0) *inverse_scale = __fdiv_rn(1.0f, scale);
   MaximumFold fold{own};
   for (int64_t i = thread_index(); i < N * F; i += thread_count()) {
     const int64_t r = i / F, c = i - r * F;
     const float v = stored_out<T>(to_f32(gate_up[r * 2 * F + c]), to_f32(gate_up[r * 2 * F + F + c]));
     if (own != nullptr) fold.bits = max(fold.bits, __float_as_uint(fabsf(v)));
-    const uint8_t code = code_of(v, scale, format);
+    const uint8_t code = code_ahead(v, scale, format);
     if (q != nullptr) q[i] = code;
     if (q_t != nullptr) q_t[c * N + r] = code;
   }
@@ -186,7 +175,7 @@ __global__ void __launch_bounds__(kBlock)
                                 const T* gate_up, int64_t N, int F, float fp8_max, __nv_fp8_interpretation_t format,
                                 const unsigned* amax) {
   __shared__ uint8_t tiles[2][kFp8Tile][kFp8Tile + 8];  // gate's and up's, [column][row]
-  const float scale = scale_of_maximum(*amax, fp8_max);
+  const float scale = scale_ahead(*amax, fp8_max);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inverse_scale = __fdiv_rn(1.0f, scale);
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kFp8Tile, c0 = static_cast<int64_t>(blockIdx.y) * kFp8Tile;
   const int lane = static_cast<int>(threadIdx.x) % 8, line = static_cast<int>(threadIdx.x) / 8;
@@ -206,7 +195,7 @@ __global__ void __launch_bounds__(kBlock)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (own != nullptr) fold.bits = max(fold.bits, __float_as_uint(fabsf(v[h])));
-        codes[h].v[k] = code_of(v[h], scale, format);
+        codes[h].v[k] = code_ahead(v[h], scale, format);
         tiles[h][lane * kFp8Vec + k][i] = codes[h].v[k];
       }
     }
@@ -224,7 +213,7 @@ __global__ void __launch_bounds__(kBlock)
     swiglu_grad_fp8_kernel(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, const T* dout,
                            const T* gate_up, int64_t N, int F, float fp8_max, __nv_fp8_interpretation_t format,
                            const unsigned* amax) {
-  const float scale = scale_of_maximum(*amax, fp8_max);
+  const float scale = scale_ahead(*amax, fp8_max);
   if (blockIdx.x == 0 && threadIdx.x == 0) *inverse_scale = __fdiv_rn(1.0f, scale);
   MaximumFold fold{own};
   for (int64_t i = thread_index(); i < N * F; i += thread_count()) {
@@ -233,7 +222,7 @@ __global__ void __launch_bounds__(kBlock)
     stored_grads<T>(to_f32(gate_up[r * 2 * F + c]), to_f32(gate_up[r * 2 * F + F + c]), to_f32(dout[i]), v[0], v[1]);
     for (int h = 0; h < 2; ++h) {
       if (own != nullptr) fold.bits = max(fold.bits, __float_as_uint(fabsf(v[h])));
-      const uint8_t code = code_of(v[h], scale, format);
+      const uint8_t code = code_ahead(v[h], scale, format);
       if (q != nullptr) q[r * 2 * F + h * F + c] = code;
       if (q_t != nullptr) q_t[(h * F + c) * N + r] = code;
     }

@@ -85,6 +85,17 @@ bool CudaLinear<T>::ahead(const Maxima& m, const Fp8Operand& op) const {
 }
 
 template <typename T>
+void CudaLinear<T>::cast_ahead(const T* x, int64_t rows, int64_t cols, Fp8Format format, const Maxima& m, uint8_t* q,
+                               uint8_t* q_t, float* inverse_scale, const gpu::GpuContext& ctx) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    ST_CUDA_CHECK(cudaMemsetAsync(m.at, 0, sizeof(unsigned), ctx.stream));  // the cast folds x's maximum in from 0
+    gpu::fp8_quantize_ahead_async<T>(x, rows, cols, format, history_->history_max() + m.history, q, q_t, inverse_scale,
+                                     m.at, with_maxima(ctx));
+    history_->pick(m.history, m.at, ctx);  // records it
+  }
+}
+
+template <typename T>
 unsigned* CudaLinear<T>::dy_slot(LinearSite site) {
   return kept_.data() + site_index(site) * kKeptPerSite + input_offset(LinearInput::kDy);
 }
@@ -163,13 +174,10 @@ void CudaLinear<T>::cast(const Fp8Source& src, const Fp8Operand& op, const Slot&
                                         slot.codes, slot.inverse_scales, c);
       return;
     }
-    if (ahead(src.maxima, op)) {  // the history's scale; x's own maximum folded in as the cast reads x
-      ST_CUDA_CHECK(cudaMemsetAsync(src.maxima.at, 0, sizeof(unsigned), ctx.stream));
+    if (ahead(src.maxima, op)) {
       const bool transposed = src.layout == Fp8Layout::kTransposed;
-      gpu::fp8_quantize_ahead_async<T>(src.x, rows, cols, op.format, history_->history_max() + src.maxima.history,
-                                       transposed ? nullptr : slot.codes, transposed ? slot.codes : nullptr,
-                                       slot.inverse_scales, src.maxima.at, c);
-      history_->pick(src.maxima.history, src.maxima.at, ctx);  // records it
+      cast_ahead(src.x, rows, cols, op.format, src.maxima, transposed ? nullptr : slot.codes,
+                 transposed ? slot.codes : nullptr, slot.inverse_scales, ctx);
       return;
     }
     if (!src.maxima.taken) gpu::fp8_maxima_async<T>(src.x, rows, cols, op.scaling, src.maxima.at, c);
@@ -195,13 +203,10 @@ void CudaLinear<T>::pair_cast(const T* x, int64_t rows, int64_t cols, const Fp8O
       return;
     }
     if (ahead(maxima, row_major) && ahead(maxima, transposed) && row_major.format == transposed.format) {
-      ST_CUDA_CHECK(cudaMemsetAsync(maxima.at, 0, sizeof(unsigned), ctx.stream));
-      gpu::fp8_quantize_ahead_async<T>(x, rows, cols, row_major.format, history_->history_max() + maxima.history,
-                                       row.codes, tr.codes, row.inverse_scales, maxima.at, c);
+      cast_ahead(x, rows, cols, row_major.format, maxima, row.codes, tr.codes, row.inverse_scales, ctx);
       if (tr.inverse_scales != row.inverse_scales)
         ST_CUDA_CHECK(cudaMemcpyAsync(tr.inverse_scales, row.inverse_scales, sizeof(float), cudaMemcpyDeviceToDevice,
                                       ctx.stream));
-      history_->pick(maxima.history, maxima.at, ctx);  // records it
       return;
     }
     if (!maxima.taken) gpu::fp8_maxima_async<T>(x, rows, cols, row_major.scaling, maxima.at, c);

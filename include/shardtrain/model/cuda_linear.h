@@ -204,6 +204,10 @@ class CudaLinear {
   // and folds its own in as it reads the operand, with no pass of its own for it: train.fp8=delayed once the history
   // holds a step (Fp8Policy::fuse_casts), for maxima no producer took.
   bool ahead(const Maxima& m, const Fp8Operand& op) const;
+  // That cast: x's codes in its layout into q and transposed into q_t (either may be null) with the history's scale for
+  // m's operand, 1 / scale into *inverse_scale, x's maximum into m.at and recorded by the history (on ctx.stream).
+  void cast_ahead(const T* x, int64_t rows, int64_t cols, Fp8Format format, const Maxima& m, uint8_t* q, uint8_t* q_t,
+                  float* inverse_scale, const gpu::GpuContext& ctx);
   // The maxima of the site's dy for its backward's casts: the producer's (produced), else a pass of the cast's own;
   // under delayed kept in the site's slot either way, for the history's pick.
   Maxima dy_maxima(LinearSite site, bool produced);
