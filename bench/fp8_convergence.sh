@@ -23,8 +23,9 @@
 # decay 0.1, clip 1, seed 1234, validation every 100 steps over 55 batches (901k tokens: the held-out set). `off` is
 # bf16, `tensorwise`, `rowwise` and `delayed` the recipes, `tensorwise-fast` and `rowwise-fast` the first two with
 # train.fp8_fast_accum, `off-seed1235` bf16 at seed 1235: the spread two bf16 runs show by seed alone. Each run's
-# metrics go to OUT/<run>.jsonl. `report`: the curves over each other in OUT/fp8_vs_bf16.svg, and a table of
-# each run's final validation loss, its difference from bf16's, and its largest loss spike (the most a step's loss
+# metrics go to OUT/<run>.jsonl (`delayed-seed1235`: delayed at seed 1235). `report`: the curves over each other in
+# OUT/fp8_vs_bf16.svg, and a table of each run's final validation loss and its mean training loss over the last 100
+# steps, each with its difference from bf16's at the same seed, and its largest loss spike (the most a step's loss
 # exceeds the median of the 20 steps before it).
 set -euo pipefail
 STAGE=${1:?usage: fp8_convergence.sh prepare|run|report DIR [OUT]}
@@ -90,9 +91,9 @@ if [[ $STAGE == run ]]; then
     case $name in
       off | tensorwise | rowwise | delayed) recipe=$name seed=1234 ;;
       tensorwise-fast | rowwise-fast) recipe=${name%-fast} seed=1234 fast=true ;;
-      off-seed1235) recipe=off seed=1235 ;;
+      off-seed1235 | delayed-seed1235) recipe=${name%-seed1235} seed=1235 ;;
       *) echo "RUNS: unknown run '$name'" \
-           "(off, tensorwise, rowwise, delayed, tensorwise-fast, rowwise-fast, off-seed1235)"
+           "(off, tensorwise, rowwise, delayed, tensorwise-fast, rowwise-fast, off-seed1235, delayed-seed1235)"
          exit 2 ;;
     esac
     rm -f "$OUT/$name.jsonl"
@@ -129,13 +130,21 @@ def spike(loss):
         before = statistics.median(loss[s] for s in steps[i - 20:i])
         worst = max(worst, loss[steps[i]] - before)
     return worst
-base = read("off")
-base_final = base[1][max(base[1])]
-print(f"{'run':<15} {'final val_loss':>15} {'vs bf16':>9} {'largest spike':>14}")
-for name in ("off", "tensorwise", "rowwise", "delayed", "tensorwise-fast", "rowwise-fast", "off-seed1235"):
-    if not os.path.exists(os.path.join(out, name + ".jsonl")):
-        continue
-    loss, val = read(name)
-    final = val[max(val)]
-    print(f"{name:<15} {final:>15.4f} {final / base_final - 1:>+8.2%} {spike(loss):>14.3f}")
+def tail_mean(loss):  # the mean training loss over the last 100 steps: less noisy than one validation pass
+    steps = sorted(loss)[-100:]
+    return statistics.mean(loss[s] for s in steps)
+runs = {}
+for name in ("off", "tensorwise", "rowwise", "delayed", "tensorwise-fast", "rowwise-fast", "off-seed1235",
+             "delayed-seed1235"):
+    if os.path.exists(os.path.join(out, name + ".jsonl")):
+        runs[name] = read(name)
+print(f"{'run':<17} {'final val_loss':>15} {'vs bf16':>9} {'train, last 100':>16} {'vs bf16':>9} {'largest spike':>14}")
+for name, (loss, val) in runs.items():
+    # Each run against bf16 at its seed; off-seed1235 against off (the spread a seed alone gives).
+    ref = "off-seed1235" if name.endswith("-seed1235") and name != "off-seed1235" else "off"
+    ref_loss, ref_val = runs.get(ref, (loss, val))
+    final, ref_final = val[max(val)], ref_val[max(ref_val)]
+    train, ref_train = tail_mean(loss), tail_mean(ref_loss)
+    print(f"{name:<17} {final:>15.4f} {final / ref_final - 1:>+8.2%} {train:>16.4f} {train / ref_train - 1:>+8.2%} "
+          f"{spike(loss):>14.3f}")
 PY

@@ -269,7 +269,8 @@ const std::vector<Key>& keys() {
           "weights, E5M2 gradients, one dynamic scale per tensor); rowwise (the same with a scale per row of each "
           "operand along the dimension the GEMM keeps, powers of two); delayed (as tensorwise, each scale from the "
           "largest maximum its operand had over the last train.fp8_amax_history applied steps, Transformer Engine's "
-          "delayed scaling). Master weights, activations, attention, norms, "
+          "delayed scaling; evaluation and generate scale as tensorwise). Master weights, activations, attention, "
+          "norms, "
           "embeddings and the classifier stay as train.dtype says. cuda runs cuBLASLt FP8 GEMMs (compute capability "
           "8.9 or higher; rowwise on Hopper; train.dtype bf16 or fp32); the cpu backend emulates the casts"),
       key("train", "fp8_amax_history", &Config::train, &TrainConfig::fp8_amax_history,

@@ -25,12 +25,12 @@ const float* CpuLinear::cast(const float* x, int64_t rows, int64_t cols, const F
     fp8_round_trip(x, rows, cols, op.format, op.scaling, policy_.power_of_2, buffer->data(), what);
     return buffer->data();
   }
-  // Delayed: the operand's own maximum is recorded, and the cast scales by the history's (its own while the history
-  // holds none, or only zeros).
+  // Delayed, in a training pass: the operand's own maximum is recorded, and the cast scales by the history's (its own
+  // while the history holds none, or only zeros). Evaluation scales by its own, as tensorwise.
   unsigned own = 0;
   fp8_maxima(x, rows, cols, Fp8Scaling::kTensor, &own, what);
   const unsigned amax =
-      history_.pick(fp8_history_index(fp8_site_index(weights_, n_layer_, site), operand), own, recording_);
+      recording_ ? history_.pick(fp8_history_index(fp8_site_index(weights_, n_layer_, site), operand), own, true) : own;
   if (codes_.size() < n) codes_.resize(n);
   float inverse = 0.0f;
   fp8_quantize_with_maxima(x, rows, cols, op.format, Fp8Scaling::kTensor, policy_.power_of_2, Fp8Layout::kRowMajor,

@@ -75,13 +75,13 @@ typename CudaLinear<T>::Maxima CudaLinear<T>::dy_maxima(LinearSite site, bool pr
 
 template <typename T>
 const unsigned* CudaLinear<T>::applied(const Maxima& m, const gpu::GpuContext& ctx) {
-  return m.history >= 0 ? history_->pick(m.history, m.at, ctx) : m.at;
+  return m.history >= 0 && history_->recording() ? history_->pick(m.history, m.at, ctx) : m.at;
 }
 
 template <typename T>
 bool CudaLinear<T>::ahead(const Maxima& m, const Fp8Operand& op) const {
-  return m.at != nullptr && !m.taken && m.history >= 0 && history_->filled() > 0 && policy_.fuse_casts &&
-         !policy_.power_of_2 && op.scaling == Fp8Scaling::kTensor;
+  return m.at != nullptr && !m.taken && m.history >= 0 && history_->recording() && history_->filled() > 0 &&
+         policy_.fuse_casts && !policy_.power_of_2 && op.scaling == Fp8Scaling::kTensor;
 }
 
 template <typename T>
@@ -293,8 +293,8 @@ template <typename T>
 std::optional<typename CudaLinear<T>::FusedInput> CudaLinear<T>::fused_input(LinearSite site, int64_t N, int C, int OC,
                                                                              uint8_t* x_t_codes,
                                                                              const gpu::GpuContext& ctx) {
-  if (!history_ || !policy_.fuse_casts || history_->filled() == 0 || site.layer < 0 || codes_bytes_ == 0 ||
-      policy_.power_of_2 || policy_.weights_cast || !policy_.keeps_input_codes(C, OC) ||
+  if (!history_ || !history_->recording() || !policy_.fuse_casts || history_->filled() == 0 || site.layer < 0 ||
+      codes_bytes_ == 0 || policy_.power_of_2 || policy_.weights_cast || !policy_.keeps_input_codes(C, OC) ||
       policy_.forward.a.format != policy_.weight_grad.b.format)
     return std::nullopt;
   start_forward(site, C, OC, x_t_codes);

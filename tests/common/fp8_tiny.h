@@ -3,6 +3,10 @@
 // micro-batch's tokens, a multiple of 16); with 8 they stay in train.dtype.
 #pragma once
 
+#include <string>
+
+#include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "tiny_training.h"
 
@@ -26,6 +30,27 @@ inline Config fp8_tiny(ModelArch arch, Fp8Recipe fp8, Device device = Device::kC
     c.model.tie_embeddings = false;
   }
   return c;
+}
+
+// A train.fp8=delayed engine of c (whose ckpt.dir names an empty folder) after `steps` steps, and a
+// train.fp8=tensorwise engine that loaded its checkpoint: the same weights, which the one evaluates with its history
+// at hand and the other with each tensor's own maximum. Their evaluation losses on held-out batches (another seed's).
+struct DelayedEvaluation {
+  float delayed = 0, tensorwise = 0;
+};
+
+inline DelayedEvaluation evaluate_delayed_and_tensorwise(const Config& c, uint64_t seed, int64_t steps) {
+  SoloCommunicator solo;
+  StepEngine delayed(c, solo);
+  Trace t;
+  const std::string where = train_and_save(delayed, c, solo, seed, steps, &t);
+  Config tc = c;
+  tc.train.fp8 = Fp8Recipe::kTensorwise;
+  tc.train.fp8_amax_history = Config{}.train.fp8_amax_history;
+  StepEngine tensorwise(tc, solo);
+  load_checkpoint(where, tc, tensorwise.sharded(), solo);
+  const BatchFn held_out = corpus_batches(c, seed + 100, 0);
+  return {delayed.evaluate(held_out, 2), tensorwise.evaluate(held_out, 2)};
 }
 
 }  // namespace st::testing

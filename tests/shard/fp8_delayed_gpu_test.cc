@@ -2,9 +2,9 @@
 // pushed at the step's end without the host) against the CPU backend's (model/fp8_history.h), both families: in fp32
 // the first step's loss and maxima within 1e-3 of the CPU's (the GEMMs differ in accumulation only), four steps'
 // losses within 1e-2 and their maxima within 2x; the first step casts as tensorwise does, bit for bit, and later ones
-// do not. In bf16: recompute repeats the bits, evaluation between steps records nothing, optimizer offload (whose step
-// ends on the host path) trains the device optimizer's bits, and a checkpoint resumes the uninterrupted run's bits and
-// history.
+// do not. In bf16: recompute repeats the bits, evaluation between steps records nothing and casts as tensorwise,
+// optimizer offload (whose step ends on the host path) trains the device optimizer's bits, and a checkpoint resumes the
+// uninterrupted run's bits and history.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -111,6 +111,21 @@ TEST(Fp8DelayedCuda, RecomputeOffloadAndEvaluationKeepTheBits) {
     EXPECT_EQ(t.losses, want.losses) << "evaluation between steps";
     EXPECT_EQ(e.gather_params(), want.params) << "evaluation between steps";
     EXPECT_EQ(e.sharded().fp8_history(), want_history) << "evaluation between steps";
+  }
+}
+
+// Evaluation casts as tensorwise (each tensor by its own maximum, no fused casts ahead): tensorwise's loss on the same
+// weights, bit for bit, in bf16.
+TEST(Fp8DelayedCuda, EvaluationCastsAsTensorwise) {
+  ST_SKIP_WITHOUT_FP8();
+  for (ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama}) {
+    SCOPED_TRACE(to_string(arch));
+    testing::TempDir dir;
+    Config c = tiny(arch, Fp8Recipe::kDelayed, Device::kCuda, DType::kBF16);
+    c.ckpt.dir = dir.str();
+    const testing::DelayedEvaluation e = testing::evaluate_delayed_and_tensorwise(c, kSeed, 3);
+    EXPECT_TRUE(std::isfinite(e.delayed));
+    EXPECT_EQ(e.delayed, e.tensorwise);
   }
 }
 

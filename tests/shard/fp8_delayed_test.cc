@@ -1,7 +1,8 @@
 // train.fp8=delayed on the CPU backend (model/fp8_history.h): the first step casts as tensorwise, later ones by the
 // history's maxima and so differently, the training tracks fp32's, the history's length matters, evaluation records
-// nothing, N ranks push the same history as one process, and a checkpoint keeps the history so that a resumed run
-// computes the uninterrupted run's bits. (Recompute: Fp8Engine.RecomputeGivesTheSameBitsAndLoraTrainsItsAdapters.)
+// nothing and casts as tensorwise, N ranks push the same history as one process, and a checkpoint keeps the history so
+// that a resumed run computes the uninterrupted run's bits. (Recompute:
+// Fp8Engine.RecomputeGivesTheSameBitsAndLoraTrainsItsAdapters.)
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -105,8 +106,8 @@ TEST(Fp8Delayed, TheHistorysLengthMatters) {
   EXPECT_NE(a.params, b.params);
 }
 
-// Evaluation casts by the history but records nothing into it: a run with evaluation passes between its steps
-// pushes the same history and trains the same bits as one without.
+// Evaluation records nothing into the history: a run with evaluation passes between its steps pushes the same history
+// and trains the same bits as one without.
 TEST(Fp8Delayed, EvaluationRecordsNothing) {
   omp_set_num_threads(1);
   const Config c = tiny(ModelArch::kGpt2, Fp8Recipe::kDelayed);
@@ -123,6 +124,21 @@ TEST(Fp8Delayed, EvaluationRecordsNothing) {
   EXPECT_EQ(te.losses, tp.losses);
   EXPECT_EQ(evaluated.sharded().fp8_history(), plain.sharded().fp8_history());
   EXPECT_EQ(evaluated.gather_params(), plain.gather_params());
+}
+
+// Evaluation casts as tensorwise, each tensor by its own maximum (the history holds the training batches' maxima, which
+// say nothing of held-out text): the loss of tensorwise on the same weights, bit for bit.
+TEST(Fp8Delayed, EvaluationCastsAsTensorwise) {
+  omp_set_num_threads(1);
+  for (ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama}) {
+    SCOPED_TRACE(to_string(arch));
+    testing::TempDir dir;
+    Config c = tiny(arch, Fp8Recipe::kDelayed);
+    c.ckpt.dir = dir.str();
+    const testing::DelayedEvaluation e = testing::evaluate_delayed_and_tensorwise(c, kSeed, 3);
+    EXPECT_TRUE(std::isfinite(e.delayed));
+    EXPECT_EQ(e.delayed, e.tensorwise);
+  }
 }
 
 // N ranks push the maxima of the whole batch, the largest over every rank's micro-batches: the same bits on every

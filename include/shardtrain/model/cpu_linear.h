@@ -2,8 +2,9 @@
 // (kernels/fp8.h's round trip: what an FP8 GEMM computes with) where train.fp8's policy applies to the layer
 // (model/fp8_policy.h). The bias, the residual and the accumulation stay fp32. Without FP8 each call is the plain
 // kernel. Each call names its site (LinearSite: the block and the weight), which errors name and which keys the amax
-// history of train.fp8=delayed (model/fp8_history.h): there each cast scales by the history's maximum for its site
-// and operand, and records its own maximum while recording is on (training passes; evaluation does not record).
+// history of train.fp8=delayed (model/fp8_history.h): there each cast of a training pass (recording on) records its own
+// maximum and scales by the history's for its site and operand; evaluation (recording off) scales by its own, as
+// tensorwise, for the history says nothing of held-out text.
 //
 //   CpuLinear linear;                 // fp32
 //   linear.set_policy(fp8_policy(Fp8Recipe::kTensorwise), cfg);

@@ -38,6 +38,7 @@ class CudaFp8History {
   const unsigned* pick(int64_t index, const unsigned* own, const gpu::GpuContext& ctx);
   // Whether pick() records (training passes) or not (evaluation); off until set.
   void set_recording(bool on) { recording_ = on; }
+  bool recording() const { return recording_; }
   // The step's running maxima (device, entry_size()), for the reduction over ranks.
   unsigned* step_maxima() { return step_.data(); }
   // The history's largest maxima (device, entry_size()): what a cast scales by once the history holds a step.

@@ -20,9 +20,9 @@
 // reads the operand once, for its codes, and gets the bits a pass of its own would take.
 //
 // Under train.fp8=delayed (Fp8Policy::delayed, model/cuda_fp8_history.h) a named site's casts take their maxima as
-// tensorwise's do (the producer's, kept ones, or a pass of their own), record them in the history while recording is
-// on, and scale by the history's pick for the operand (history()->pick): its largest over the last steps, or the
-// operand's own while the history is empty. An unnamed site casts as tensorwise.
+// tensorwise's do (the producer's, kept ones, or a pass of their own); in a training pass (recording on) they record
+// them in the history and scale by its pick for the operand (history()->pick): its largest over the last steps, or
+// the operand's own while the history is empty. Evaluation (recording off) and an unnamed site cast as tensorwise.
 //
 // The operands' codes live in ctx.scratch, the model's kernel scratch, from a layer's casts to its last GEMM: no
 // kernel in between uses it (the GEMMs get a context without it), and a kernel's scratch holds nothing from one call
