@@ -14,6 +14,8 @@
 #             sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1), --dist.sharding=hybrid; the peer shards fully over the
 #             same sockets
 #   offload   --optim.offload=optimizer / --offload
+#   fracNN    ours only, with offload: --optim.offload_fraction=NN/100 (that share of the parameters' optimizer on the
+#             host, the rest on the GPU; e.g. frac55)
 #   cap24     --dist.max_gpu_mem_gib=24 / --mem-cap-gib 24 (a 24 GB card)
 #   recompute --train.recompute=true / --recompute (without it ours runs --train.recompute=false whatever the config
 #             says, as the peer does)
@@ -145,9 +147,11 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
         fp8g) ours_flags+=(--train.fp8=tensorwise --dist.fp8_gather=true) ;;
         fp8fa) ours_flags+=(--train.fp8_fast_accum=true) ;;
         compile) peer_flags+=(--compile) ;;
+        frac[0-9]*) [[ ${f#frac} =~ ^[0-9]+$ ]] || { echo "BENCH_CASES: '$f' in '$c' is not fracNN (NN percent)"; exit 2; }
+                    ours_flags+=(--optim.offload_fraction=$(awk -v p="${f#frac}" 'BEGIN { print p / 100 }')) ;;
         acc[1-9]*) acc=${f#acc}
                    [[ $acc =~ ^[0-9]+$ ]] || { echo "BENCH_CASES: '$f' in '$c' is not accN with N a count"; exit 2; } ;;
-        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, cap24, recompute, fp8t, fp8r, fp8d, fp8g, fp8fa, compile, accN)"
+        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, fracNN, cap24, recompute, fp8t, fp8r, fp8d, fp8g, fp8fa, compile, accN)"
            exit 2 ;;
       esac
     done
