@@ -30,6 +30,7 @@
 # e.g. BENCH_CASES="2:16:350m 2:16:350m:offload 2:4:1.5b:nop2p+cap24+recompute 2:4:1.5b:nop2p+cap24+recompute+offload".
 # The peers, when present, are .peer/fsdp2_gpt2.py and .peer/fsdp2_llama.py: PyTorch FSDP2 training the same GPT-2,
 # or transformers' Llama/Qwen2 (an ignored folder: carry it).
+# BUILD_TARGETS, when set, builds only those targets (e.g. "shardtrain kernels_gpu_tests bench_fp8_linear").
 # The bench stage also runs bench_gemm_shapes (each GEMM of a GPT-2 124M step through our cuBLASLt layer)
 # and, with 2 GPUs, bench_collectives (NcclCommunicator vs raw NCCL busbw, and --exchange: the two reduce engines);
 # BENCH_EXTRAS=0 skips both.
@@ -80,7 +81,7 @@ if [[ $STAGE == all || $STAGE == build ]]; then
   fi
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" "${extra[@]}" \
     >"$OUT/configure.log" 2>&1 &&
-    cmake --build "$BUILD" -j"$(nproc)" >"$OUT/build.log" 2>&1
+    cmake --build "$BUILD" -j"$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS} >"$OUT/build.log" 2>&1
   rc=$?
   summary+=("build: rc $rc in $(( $(date +%s) - t0 )) s ($(head -1 "$OUT/gpus.txt"), x$(wc -l <"$OUT/gpus.txt"))")
   if [[ $rc != 0 ]]; then grep -E "error|Error" "$OUT/build.log" | head -30; printf '%s\n' "${summary[@]}"; exit 1; fi
