@@ -142,9 +142,11 @@ print(f"{'run':<17} {'final val_loss':>15} {'vs bf16':>9} {'train, last 100':>16
 for name, (loss, val) in runs.items():
     # Each run against bf16 at its seed; off-seed1235 against off (the spread a seed alone gives).
     ref = "off-seed1235" if name.endswith("-seed1235") and name != "off-seed1235" else "off"
-    ref_loss, ref_val = runs.get(ref, (loss, val))
-    final, ref_final = val[max(val)], ref_val[max(ref_val)]
-    train, ref_train = tail_mean(loss), tail_mean(ref_loss)
-    print(f"{name:<17} {final:>15.4f} {final / ref_final - 1:>+8.2%} {train:>16.4f} {train / ref_train - 1:>+8.2%} "
-          f"{spike(loss):>14.3f}")
+    final, train = val[max(val)], tail_mean(loss)
+    vs_val = vs_train = f"{'n/a':>9}"  # no bf16 run at this seed in OUT
+    if ref in runs:
+        ref_loss, ref_val = runs[ref]
+        vs_val = f"{final / ref_val[max(ref_val)] - 1:>+8.2%}"
+        vs_train = f"{train / tail_mean(ref_loss) - 1:>+8.2%}"
+    print(f"{name:<17} {final:>15.4f} {vs_val} {train:>16.4f} {vs_train} {spike(loss):>14.3f}")
 PY

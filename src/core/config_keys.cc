@@ -270,9 +270,8 @@ const std::vector<Key>& keys() {
           "operand along the dimension the GEMM keeps, powers of two); delayed (as tensorwise, each scale from the "
           "largest maximum its operand had over the last train.fp8_amax_history applied steps, Transformer Engine's "
           "delayed scaling; evaluation and generate scale as tensorwise). Master weights, activations, attention, "
-          "norms, "
-          "embeddings and the classifier stay as train.dtype says. cuda runs cuBLASLt FP8 GEMMs (compute capability "
-          "8.9 or higher; rowwise on Hopper; train.dtype bf16 or fp32); the cpu backend emulates the casts"),
+          "norms, embeddings and the classifier stay as train.dtype says. cuda runs cuBLASLt FP8 GEMMs (compute "
+          "capability 8.9 or higher; rowwise on Hopper; train.dtype bf16 or fp32); the cpu backend emulates the casts"),
       key("train", "fp8_amax_history", &Config::train, &TrainConfig::fp8_amax_history,
           "train.fp8=delayed: how many applied steps of each operand's maxima its scale looks back over, 1 to 1024 "
           "(the largest of them; a skipped step adds none). The first step, with none, scales as tensorwise. "
