@@ -424,6 +424,10 @@ const std::vector<Key>& keys() {
           "false: keep them until backward (fewer gathers, more memory)"),
       key("dist", "max_gpu_mem_gib", &Config::dist, &DistConfig::max_gpu_mem_gib,
           "cap on the device memory one rank may plan to use, in GiB, at most 1048576 (0: the card's free memory)"),
+      key("dist", "max_host_mem_gib", &Config::dist, &DistConfig::max_host_mem_gib,
+          "cap on the host memory one rank may plan to use, in GiB, at most 1048576 (0: the rank's share of what the "
+          "host, its cgroup and the process's limits allow); the host memory plan is checked against it, and "
+          "optim.offload_speculative=auto speculates only what fits under it"),
       key("dist", "timeout_s", &Config::dist, &DistConfig::timeout_s,
           "seconds one collective may take before the watchdog logs the op and ends the job with exit code 75 "
           "(a dead, stopped or hung rank); it must exceed the longest wait for a peer (a checkpoint save, "
