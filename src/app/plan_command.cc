@@ -160,10 +160,10 @@ st::RunTarget make_target(const st::Config& cfg, const PlanArgs& a) {
                                     t.ranks_per_node > 1 ? st::str_cat(", ", st::format_gib(t.host.bytes),
                                                                        " for each of its ", t.ranks_per_node, " ranks")
                                                          : std::string());
+    st::cap_host_memory_budget(&t.host, cfg.dist.max_host_mem_gib);  // the config's cap binds over the flag too
   } else {
     t.host = st::host_memory_budget(st::host_memory_limits(), t.ranks_per_node, cfg.dist.max_host_mem_gib);
   }
-  st::cap_host_memory_budget(&t.host, cfg.dist.max_host_mem_gib);  // over --host-mem too
   return t;
 }
 
