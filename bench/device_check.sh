@@ -17,6 +17,9 @@
 #   fracNN    ours only, with offload: --optim.offload_fraction=NN/100 (that share of the parameters' optimizer on the
 #             host, the rest on the GPU; e.g. frac55)
 #   cap24     --dist.max_gpu_mem_gib=24 / --mem-cap-gib 24 (a 24 GB card)
+#   nospec    ours only, with offload: --optim.offload_speculative=false (no unit speculates)
+#   hostNN    ours only: --dist.max_host_mem_gib=NN (the host memory a rank plans for, within which
+#             optim.offload_speculative=auto speculates; e.g. host64)
 #   recompute --train.recompute=true / --recompute (without it ours runs --train.recompute=false whatever the config
 #             says, as the peer does)
 #   fp8t      --train.fp8=tensorwise (ours only: the peer stays bf16)
@@ -141,6 +144,9 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
                 ours_build=$nodes_build ;;
         offload) ours_flags+=(--optim.offload=optimizer); peer_flags+=(--offload) ;;
         cap24) ours_flags+=(--dist.max_gpu_mem_gib=24); peer_flags+=(--mem-cap-gib 24) ;;
+        nospec) ours_flags+=(--optim.offload_speculative=false) ;;
+        host[0-9]*) [[ ${f#host} =~ ^[0-9]+$ ]] || { echo "BENCH_CASES: '$f' in '$c' is not hostNN (GiB)"; exit 2; }
+                    ours_flags+=(--dist.max_host_mem_gib=${f#host}) ;;
         recompute) recompute=true; peer_flags+=(--recompute) ;;
         fp8t) ours_flags+=(--train.fp8=tensorwise) ;;
         fp8r) ours_flags+=(--train.fp8=rowwise) ;;
@@ -152,7 +158,7 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
                     ours_flags+=(--optim.offload_fraction=$(awk -v p="${f#frac}" 'BEGIN { print p / 100 }')) ;;
         acc[1-9]*) acc=${f#acc}
                    [[ $acc =~ ^[0-9]+$ ]] || { echo "BENCH_CASES: '$f' in '$c' is not accN with N a count"; exit 2; } ;;
-        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, fracNN, cap24, recompute, fp8t, fp8r, fp8d, fp8g, fp8fa, compile, accN)"
+        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, fracNN, cap24, nospec, hostNN, recompute, fp8t, fp8r, fp8d, fp8g, fp8fa, compile, accN)"
            exit 2 ;;
       esac
     done

@@ -15,11 +15,14 @@ import glob, os, re, subprocess, sys
 exe, gpu, hosts = sys.argv[1], sys.argv[2], sys.argv[3:]
 
 def figures(lines):
-    """(device total per rank, host total per node, speculative) from a plan's device/host lines."""
+    """(device total per rank, host total per node, the speculation's note) from a plan's device/host lines."""
     dev = re.search(r"total ([0-9.]+) GiB", next(l for l in lines if l.strip().startswith("device,"))).group(1)
     host_line = next(l for l in lines if l.strip().startswith("host,"))
     node = re.search(r"per node \(\d+ rank\(s\)\): ([0-9.]+) GiB", "\n".join(lines)).group(1)
-    return dev, node, "speculative copy" in host_line
+    part = re.search(r"speculative copy [0-9.]+ GiB \((\d+) of (\d+) offloaded units\)", host_line)
+    spec = f" (speculative: {part.group(1)} of {part.group(2)} units)" if part else (
+        " (speculative)" if "speculative copy" in host_line else "")
+    return dev, node, spec
 
 def cell(config, host, extra):
     out = subprocess.run([exe, "plan", "--config", config, "--train.device=cuda", "--world", "2", "--ranks-per-node",
@@ -29,14 +32,14 @@ def cell(config, host, extra):
         return f"error (exit {out.returncode}): {(out.stderr or out.stdout).strip()[:120]}"
     cut = next((i for i, l in enumerate(lines) if "the smallest change that fits" in l), None)
     dev, node, spec = figures(lines[:cut] if cut is not None else lines)
-    shipped = f"{dev} GiB a GPU, {node}{' (speculative)' if spec else ''} GiB host"
+    shipped = f"{dev} GiB a GPU, {node}{spec} GiB host"
     if out.returncode == 0:
         return "fits: " + shipped
     if cut is None:
         return f"does not fit, and no single change of recompute, micro batch, offload or world size does (as shipped: {dev}, {node})"
     change = lines[cut].split("the smallest change that fits: ", 1)[1].strip()
     d2, n2, s2 = figures(lines[cut + 1:])
-    return f"needs `{change}`: {d2} GiB a GPU, {n2}{' (speculative)' if s2 else ''} GiB host (as shipped: {dev}, {node})"
+    return f"needs `{change}`: {d2} GiB a GPU, {n2}{s2} GiB host (as shipped: {dev}, {node})"
 
 print("| config | " + " | ".join(f"{h} GiB host" for h in hosts) + " |")
 print("|---" * (len(hosts) + 1) + "|")

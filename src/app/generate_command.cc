@@ -190,8 +190,9 @@ int cmd_generate(const std::vector<std::string>& args, st::Communicator& comm) {
   }
   // The host's memory too is planned before a weight is read (each rank's for the units it holds).
   st::on_all_ranks(comm, [&] {
-    st::check_decoder_host_memory(cfg, max_batch, stage,
-                                  st::host_memory_budget(st::host_memory_limits(), comm.device_ranks()));
+    st::check_decoder_host_memory(
+        cfg, max_batch, stage,
+        st::host_memory_budget(st::host_memory_limits(), comm.device_ranks(), cfg.dist.max_host_mem_gib));
   });
   LoadSeconds parts;
   const auto placed_at = std::chrono::steady_clock::now();

@@ -49,7 +49,8 @@ constexpr const char* kPlanUsage =
     "  --ranks-per-node N  ranks sharing one host's memory (default: min(world, 8), nodes of 8 GPUs)\n"
     "  --gpu-mem GiB       usable memory of each GPU (default: dist.max_gpu_mem_gib, else the free memory of this\n"
     "                      host's first GPU; needed for train.device=cuda on a host without one)\n"
-    "  --host-mem GiB      host memory of each node (default: what this host has available for the run)\n"
+    "  --host-mem GiB      host memory of each node (default: what this host has available for the run);\n"
+    "                      dist.max_host_mem_gib caps each rank's share\n"
     "  --generate          plan `shardtrain generate` of the config's model instead of training it: the decoder\n"
     "                      whole on each rank or its layers split over them, per rank (--config may be left out\n"
     "                      for --init.from=DIR); --batch N: the sequences decoded together (default: as many as\n"
@@ -159,8 +160,9 @@ st::RunTarget make_target(const st::Config& cfg, const PlanArgs& a) {
                                     t.ranks_per_node > 1 ? st::str_cat(", ", st::format_gib(t.host.bytes),
                                                                        " for each of its ", t.ranks_per_node, " ranks")
                                                          : std::string());
+    st::cap_host_memory_budget(&t.host, cfg.dist.max_host_mem_gib);  // the config's cap binds over the flag too
   } else {
-    t.host = st::host_memory_budget(st::host_memory_limits(), t.ranks_per_node);
+    t.host = st::host_memory_budget(st::host_memory_limits(), t.ranks_per_node, cfg.dist.max_host_mem_gib);
   }
   return t;
 }
@@ -180,7 +182,7 @@ void print_plan(const st::RunPlan& p, const st::RunTarget& t) {
     std::printf("  device, per rank: %s\n    budget %s (%s): %s\n", p.device_plan.breakdown().c_str(),
                 st::format_gib(t.device.usable()).c_str(), t.device_name.c_str(), verdict(p.device_fits));
   std::printf("  host, per rank: %s%s\n", p.host_breakdown().c_str(),
-              p.device == st::Device::kCuda && p.speculative ? " (with the speculative copy)" : "");
+              p.device == st::Device::kCuda && p.cuda_host.speculated_units > 0 ? " (with the speculative copy)" : "");
   std::printf("    per node (%d rank(s)): %s; budget per rank %s (%s): %s\n", t.ranks_per_node,
               st::format_gib(p.host_total() * t.ranks_per_node).c_str(), st::format_gib(t.host.bytes).c_str(),
               t.host.limited_by.c_str(), verdict(p.host_fits));

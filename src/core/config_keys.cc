@@ -320,12 +320,12 @@ const std::vector<Key>& keys() {
           "covered, in (0, 1] (1: all); the first units keep their optimizer on the GPU, so the next forward starts "
           "at once"),
       key("optim", "offload_speculative", &Config::optim, &OptimConfig::offload_speculative,
-          "with optim.offload on cuda: start each unit's host AdamW during the backward, as soon as its gradient is "
+          "with optim.offload on cuda: start a unit's host AdamW during the backward, as soon as its gradient is "
           "on the host, assuming the step is not clipped, into a second copy of the host state (12 more bytes per "
           "offloaded parameter of host memory); a clipped step redoes it, a skipped one drops it, and the step after "
-          "either speculates nothing: the results are the same bits either way. true, false, or auto: on with "
-          "optim.offload on cuda when the host memory plan with the second copy fits the rank's share of the host "
-          "(docs/offload.md; the log says which)"),
+          "either speculates nothing: the results are the same bits either way. true: every offloaded unit; false: "
+          "none; auto: as many of the last offloaded units as the rank's host budget holds with their second copies "
+          "(all, some or none; docs/offload.md; the log says how many)"),
 
       key("data", "path", &Config::data, &DataConfig::path,
           "training data: a file, a glob, or @fortunes (the built-in corpus)"),
@@ -424,6 +424,10 @@ const std::vector<Key>& keys() {
           "false: keep them until backward (fewer gathers, more memory)"),
       key("dist", "max_gpu_mem_gib", &Config::dist, &DistConfig::max_gpu_mem_gib,
           "cap on the device memory one rank may plan to use, in GiB, at most 1048576 (0: the card's free memory)"),
+      key("dist", "max_host_mem_gib", &Config::dist, &DistConfig::max_host_mem_gib,
+          "cap on the host memory one rank may plan to use, in GiB, at most 1048576 (0: the rank's share of what the "
+          "host, its cgroup and the process's limits allow); the host memory plan is checked against it, and "
+          "optim.offload_speculative=auto speculates only what fits under it"),
       key("dist", "timeout_s", &Config::dist, &DistConfig::timeout_s,
           "seconds one collective may take before the watchdog logs the op and ends the job with exit code 75 "
           "(a dead, stopped or hung rank); it must exceed the longest wait for a peer (a checkpoint save, "

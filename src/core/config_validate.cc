@@ -206,6 +206,8 @@ std::vector<std::string> find_problems(const Config& c) {
               c.dist.rendezvous_timeout_s > 0 && c.dist.rendezvous_timeout_s <= kMaxSeconds, "in (0, 1e8]");
   float_check("dist.max_gpu_mem_gib", c.dist.max_gpu_mem_gib,
               c.dist.max_gpu_mem_gib >= 0 && c.dist.max_gpu_mem_gib <= kMaxSizeUnits, "in [0, 1048576] (0: no cap)");
+  float_check("dist.max_host_mem_gib", c.dist.max_host_mem_gib,
+              c.dist.max_host_mem_gib >= 0 && c.dist.max_host_mem_gib <= kMaxSizeUnits, "in [0, 1048576] (0: no cap)");
   if (c.dist.prefetch_depth < -1 || c.dist.prefetch_depth > kMaxPrefetchDepth)
     add("dist.prefetch_depth (", c.dist.prefetch_depth, ") must be -1 (the link's default) or in [0, ",
         kMaxPrefetchDepth, "]");

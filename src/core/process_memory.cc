@@ -81,7 +81,7 @@ HostMemoryLimits host_memory_limits() {
   return l;
 }
 
-HostMemoryBudget host_memory_budget(const HostMemoryLimits& l, int local_ranks) {
+HostMemoryBudget host_memory_budget(const HostMemoryLimits& l, int local_ranks, double cap_gib) {
   const int64_t ranks = std::max(local_ranks, 1);
   const std::string shared = ranks > 1 ? str_cat(", shared by the ", ranks, " ranks on this host") : std::string();
   HostMemoryBudget b;
@@ -102,7 +102,16 @@ HostMemoryBudget host_memory_budget(const HostMemoryLimits& l, int local_ranks) 
   if (l.data_free >= 0)
     consider(l.data_free, str_cat("the data-segment limit (RLIMIT_DATA, ulimit -d) of ", format_gib(l.data_limit),
                                   " leaves ", format_gib(l.data_free), " to this process"));
+  cap_host_memory_budget(&b, cap_gib);
   return b;
+}
+
+void cap_host_memory_budget(HostMemoryBudget* b, double cap_gib) {
+  if (cap_gib <= 0) return;
+  const int64_t cap = static_cast<int64_t>(cap_gib * static_cast<double>(int64_t{1} << 30));
+  if (cap >= b->bytes) return;
+  b->bytes = cap;
+  b->limited_by = str_cat("dist.max_host_mem_gib caps each rank at ", format_gib(cap));
 }
 
 }  // namespace st

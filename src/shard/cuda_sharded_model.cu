@@ -58,9 +58,10 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
           cudnn_)),
       plan_(checked_cuda_plan(cfg, groups_.shard().world_size(), groups_.replica != nullptr, comm_plan(), device_name_,
                               attention_.scratch_bytes)),
-      host_plan_(check_cuda_host_plan(cfg, groups_.shard().world_size(),
-                                      host_memory_budget(host_memory_limits(), comm.device_ranks()),
-                                      comm.device_ranks())),
+      host_plan_(
+          check_cuda_host_plan(cfg, groups_.shard().world_size(),
+                               host_memory_budget(host_memory_limits(), comm.device_ranks(), cfg.dist.max_host_mem_gib),
+                               comm.device_ranks())),
       blas_(),
       scratch_(cuda_model_footprint(cfg.model, cfg.train.micro_batch, cfg.train.recompute, cfg.compute_dtype(),
                                     attention_.scratch_bytes, cfg.train.fp8)
@@ -130,7 +131,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   if (cfg.optim.offload != OffloadMode::kNone) {
     typename OffloadPipeline<T>::Options o;
     o.mode = cfg.optim.offload;
-    o.speculative = host_plan_.speculative > 0;
+    o.speculated_units = host_plan_.speculated_units;
     o.threads = static_cast<int>(cfg.optim.offload_threads);
     o.local_rank = comm.device_rank();  // the machine's CPUs, also under SHARDTRAIN_NODE_ID stand-ins
     o.local_size = comm.device_ranks();
@@ -138,14 +139,20 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
     o.log = comm.rank() == 0;
     offload_ = std::make_unique<OffloadPipeline<T>>(o, offloaded, std::move(for_offload.states),
                                                     std::move(for_offload.copies));
-    if (o.log)
-      ST_LOG_INFO("host memory plan: ", host_plan_.breakdown(),
-                  " per rank; optim.offload_speculative=", to_string(cfg.optim.offload_speculative), ": ",
-                  o.speculative ? "on" : "off",
-                  cfg.optim.offload_speculative == Speculation::kAuto
-                      ? (o.speculative ? " (the second copy fits the host's budget)"
-                                       : " (the second copy would not fit the host's budget)")
-                      : "");
+    if (o.log) {
+      const HostPlan& h = host_plan_;
+      const bool all = h.speculated_units == h.offloaded_units;
+      const std::string spec =
+          h.speculated_units == 0 ? std::string("off")
+          : all                   ? std::string("on")
+                : str_cat("the last ", h.speculated_units, " of the ", h.offloaded_units, " offloaded units");
+      const char* why = cfg.optim.offload_speculative != Speculation::kAuto ? ""
+                        : all                    ? " (the second copy fits the host's budget)"
+                        : h.speculated_units > 0 ? " (the second copy of the others would not fit the host's budget)"
+                                                 : " (the second copy would not fit the host's budget)";
+      ST_LOG_INFO("host memory plan: ", h.breakdown(),
+                  " per rank; optim.offload_speculative=", to_string(cfg.optim.offload_speculative), ": ", spec, why);
+    }
   }
   compute_stream_.synchronize();
   sample_device_memory();

@@ -7,6 +7,7 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/shard/host_plan.h"
 
 namespace st {
 
@@ -34,12 +35,13 @@ OffloadPipeline<T>::OffloadPipeline(const Options& o, std::vector<bool> offloade
   ho.local_rank = o.local_rank;
   ho.local_size = o.local_size;
   host_adamw_ = std::make_unique<HostAdamW>(ho);
-  speculative_ = o.speculative;
+  speculative_ = speculated_units(offloaded_, o.speculated_units);
+  speculated_ = static_cast<int>(std::count(speculative_.begin(), speculative_.end(), true));
   units_.resize(offloaded_.size());
-  int64_t staged_slot = 0, max_slot = 0;
+  int64_t staged_slot = 0, max_slot = 0;  // max_slot: the largest unit the ring carries
   for (size_t u = 0; u < units_.size(); ++u)
-    if (offloaded_[u]) max_slot = std::max(max_slot, states_[u].slot);
-  if (!speculative_ && max_slot > 0) {
+    if (offloaded_[u] && !speculative_[u]) max_slot = std::max(max_slot, states_[u].slot);
+  if (max_slot > 0) {
     ring_ = StagingRing(staging_ring_bytes(max_slot, sizeof(T), mode_));
     ring_memory_ = PinnedBuffer<float>(ring_.capacity() / static_cast<int64_t>(sizeof(float)));
   }
@@ -47,14 +49,14 @@ OffloadPipeline<T>::OffloadPipeline(const Options& o, std::vector<bool> offloade
     if (!offloaded_[u]) continue;
     const int64_t slot = states_[u].slot;
     Unit& x = units_[u];
-    if (speculative_) x.grad = PinnedBuffer<float>(slot);
-    if (speculative_ || params_on_host(static_cast<int>(u))) x.out = PinnedBuffer<T>(slot);
+    if (speculative_[u]) x.grad = PinnedBuffer<float>(slot);
+    if (speculative_[u] || params_on_host(static_cast<int>(u))) x.out = PinnedBuffer<T>(slot);
     x.device = std::move(device_copies[u]);
     ST_CHECK(params_on_host(static_cast<int>(u)) == (x.device.size() == 0), "offload pipeline: unit ", u,
              params_on_host(static_cast<int>(u)) ? " keeps its parameters on the host but has a device copy"
                                                  : " has no device copy");
     for (CpuWait& w : x.waits) w.engine = host_adamw_.get();
-    if (speculative_)
+    if (speculative_[u])
       for (std::vector<float>* a : {&x.next_param, &x.next_m, &x.next_v}) a->assign(static_cast<size_t>(slot), 0.0f);
     upload(static_cast<int>(u));
     if (params_on_host(static_cast<int>(u))) staged_slot = std::max(staged_slot, slot);
@@ -63,7 +65,7 @@ OffloadPipeline<T>::OffloadPipeline(const Options& o, std::vector<bool> offloade
     staging_.resize(2);
     for (Staging& st : staging_) st.data = DeviceBuffer<T>(staged_slot);
   }
-  if (!speculative_ && max_slot > 0) stager_ = std::thread([this] { run_stager(); });
+  if (max_slot > 0) stager_ = std::thread([this] { run_stager(); });
 }
 
 template <typename T>
@@ -81,7 +83,7 @@ OffloadPipeline<T>::~OffloadPipeline() {
   // Host jobs write into the states and the second copies (speculative ones may still run if a step was cut
   // short): finish them before those are freed. Every gradient copy has landed by now, so every gate is open.
   if (host_adamw_) host_adamw_->wait_all();
-  if (speculative_ && log_)
+  if (speculated_ > 0 && log_)
     ST_LOG_INFO("optim.offload_speculative: of ", spec_kept_ + spec_redone_ + spec_dropped_,
                 " speculative unit updates, ", spec_kept_, " kept, ", spec_redone_, " redone (clipped), ",
                 spec_dropped_, " dropped (skipped steps)");
@@ -164,7 +166,7 @@ void OffloadPipeline<T>::copy_grad_to_host(int unit, const DeviceBuffer<float>& 
 
 template <typename T>
 void OffloadPipeline<T>::grad_final(int unit, const DeviceBuffer<float>& grad, cudaStream_t final_stream) {
-  if (!speculative_) return;
+  if (!speculates(unit)) return;
   copy_grad_to_host(unit, grad, final_stream);
   if (!speculative_runs_.empty()) speculate(unit);
 }
@@ -198,15 +200,9 @@ template <typename T>
 void OffloadPipeline<T>::update(int unit, const std::vector<AdamWRun>& runs, const DeviceBuffer<float>& grad,
                                 cudaStream_t final_stream) {
   Unit& x = units_[static_cast<size_t>(unit)];
-  if (!speculative_) {
+  if (!speculates(unit)) {
     x.final_mark.record(final_stream);
-    {
-      std::lock_guard<std::mutex> lock(stage_mu_);
-      if (stage_error_) std::rethrow_exception(stage_error_);
-      stage_queue_.push_back({unit, runs, grad.data(), static_cast<int64_t>(grad.bytes())});
-      ++x.requested;
-    }
-    stage_cv_.notify_all();
+    give_stager({unit, runs, grad.data(), static_cast<int64_t>(grad.bytes())});
     return;
   }
   if (x.speculated) {
@@ -219,7 +215,7 @@ void OffloadPipeline<T>::update(int unit, const std::vector<AdamWRun>& runs, con
       std::swap(h.param, x.next_param);
       std::swap(h.m, x.next_m);
       std::swap(h.v, x.next_v);
-      upload_after_host_update(unit, x.out.data());
+      upload_speculated(unit);
       return;
     }
     // Clipped: drop it (the state it read is untouched; `out` is rewritten) and update again below.
@@ -231,7 +227,28 @@ void OffloadPipeline<T>::update(int unit, const std::vector<AdamWRun>& runs, con
   HostAdamW::Job job = job_for(unit, runs);
   hold_for_snapshot(unit, &job);
   x.ticket = host_adamw_->submit(std::move(job));
-  upload_after_host_update(unit, x.out.data());
+  upload_speculated(unit);
+}
+
+template <typename T>
+void OffloadPipeline<T>::give_stager(StageRequest r) {
+  {
+    std::lock_guard<std::mutex> lock(stage_mu_);
+    if (stage_error_) std::rethrow_exception(stage_error_);
+    ++units_[static_cast<size_t>(r.unit)].requested;
+    stage_queue_.push_back(std::move(r));
+  }
+  stage_cv_.notify_all();
+}
+
+// A speculated unit's copy up, once its job (x.ticket) is submitted: behind the updates of the earlier units that do
+// not speculate, on the stager, where there are any, so that the offload stream copies the units up in unit order.
+template <typename T>
+void OffloadPipeline<T>::upload_speculated(int unit) {
+  if (!stager_.joinable()) return upload_after_host_update(unit, units_[static_cast<size_t>(unit)].out.data());
+  StageRequest r{unit, {}, nullptr, 0};
+  r.upload_only = true;
+  give_stager(std::move(r));
 }
 
 template <typename T>
@@ -268,6 +285,7 @@ void OffloadPipeline<T>::run_stager() {
 template <typename T>
 void OffloadPipeline<T>::stage(const StageRequest& r) {
   Unit& x = units_[static_cast<size_t>(r.unit)];
+  if (r.upload_only) return upload_after_host_update(r.unit, x.out.data());
   const int64_t slot = states_[static_cast<size_t>(r.unit)].slot;
   const int64_t bytes = staging_unit_bytes(slot, sizeof(T), mode_);
   std::optional<int64_t> at;
@@ -303,7 +321,7 @@ void OffloadPipeline<T>::stage(const StageRequest& r) {
 
 template <typename T>
 void OffloadPipeline<T>::wait_staged(int unit) {
-  if (speculative_) return;
+  if (!stager_.joinable()) return;
   const Unit& x = units_[static_cast<size_t>(unit)];
   std::unique_lock<std::mutex> lock(stage_mu_);
   staged_cv_.wait(lock, [&] { return x.staged == x.requested; });
@@ -312,7 +330,7 @@ void OffloadPipeline<T>::wait_staged(int unit) {
 
 template <typename T>
 void OffloadPipeline<T>::drain() {
-  if (speculative_) return;
+  if (!stager_.joinable()) return;
   std::unique_lock<std::mutex> lock(stage_mu_);
   staged_cv_.wait(lock, [&] { return stage_queue_.empty() && !stage_busy_; });
   if (stage_error_) std::rethrow_exception(stage_error_);

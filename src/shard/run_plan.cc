@@ -86,8 +86,7 @@ RunPlan plan_run(const Config& cfg, const RunTarget& t) {
   if (p.device == Device::kCuda) {
     p.device_plan = planned_cuda_device(cfg, p.shard_world, p.hybrid);
     p.device_fits = p.device_plan.total() <= t.device.usable();
-    p.speculative = resolve_speculation(cfg, p.shard_world, t.host);
-    p.cuda_host = plan_cuda_host(cfg, p.shard_world, p.speculative);
+    p.cuda_host = plan_cuda_host(cfg, p.shard_world, resolve_speculation(cfg, p.shard_world, t.host));
   } else {
     // Refuses, as start-up does, a model whose size overflows the plan's arithmetic; no budget binds here.
     check_host_memory_plan(cfg, p.shard_world,

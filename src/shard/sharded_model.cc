@@ -26,7 +26,8 @@ int64_t bytes_of(const std::vector<float>& v) { return static_cast<int64_t>(v.si
 const ModelConfig& planned_model(const Config& cfg, const ShardingGroups& groups, Communicator& comm) {
   const int world = groups.shard().world_size();
   const int64_t bucket_elements = groups.replica ? replica_bucket_elements(cfg, world, sizeof(float)) : 0;
-  check_host_memory_plan(cfg, world, bucket_elements, host_memory_budget(host_memory_limits(), comm.device_ranks()));
+  check_host_memory_plan(cfg, world, bucket_elements,
+                         host_memory_budget(host_memory_limits(), comm.device_ranks(), cfg.dist.max_host_mem_gib));
   return cfg.model;
 }
 

@@ -97,8 +97,8 @@ std::string sample_misfit_on_ranks(const Config& cfg, Communicator& comm) {
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (cfg.train.device == Device::kCuda) device_free = cuda_device_free_bytes(comm.device_rank());
 #endif
-  const std::string mine =
-      sample_misfit(cfg, device_free, host_memory_budget(host_memory_limits(), comm.device_ranks()));
+  const std::string mine = sample_misfit(
+      cfg, device_free, host_memory_budget(host_memory_limits(), comm.device_ranks(), cfg.dist.max_host_mem_gib));
   std::vector<double> misfit(static_cast<size_t>(comm.world_size()), 0.0);
   misfit[static_cast<size_t>(comm.rank())] = mine.empty() ? 0.0 : 1.0;
   comm.all_reduce(misfit.data(), static_cast<int64_t>(misfit.size()));

@@ -421,7 +421,7 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
     ++keys;
   }
-  EXPECT_EQ(keys, 83);
+  EXPECT_EQ(keys, 84);
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
   EXPECT_NE(help.find("  dist.reshard_after_forward "), std::string::npos) << help;
@@ -453,7 +453,7 @@ TEST_F(ConfigTest, MarkdownHasOneRowPerKeyOfToIni) {
     EXPECT_EQ(cell_bars, 5) << line;
   }
   EXPECT_EQ(row_names, ini_names);
-  EXPECT_EQ(row_names.size(), 83u);
+  EXPECT_EQ(row_names.size(), 84u);
 
   EXPECT_EQ(md.substr(0, md.find('\n')), "# Configuration keys");
   EXPECT_NE(md.find("\n    ./build/shardtrain --help-config=markdown > docs/config.md\n"), std::string::npos);
@@ -479,6 +479,10 @@ TEST_F(ConfigTest, DeviceAndDtype) {
   EXPECT_NE(cpu16.find("train.dtype (bf16) must be fp32 when train.device is cpu"), std::string::npos) << cpu16;
   const std::string cap = load_error(std::nullopt, {"--dist.max_gpu_mem_gib=-1"});
   EXPECT_NE(cap.find("dist.max_gpu_mem_gib must be in [0, 1048576] (0: no cap) (got -1)"), std::string::npos) << cap;
+  const std::string host_cap = load_error(std::nullopt, {"--dist.max_host_mem_gib=-2"});
+  EXPECT_NE(host_cap.find("dist.max_host_mem_gib must be in [0, 1048576] (0: no cap) (got -2)"), std::string::npos)
+      << host_cap;
+  EXPECT_EQ(load_config(std::nullopt, {"--dist.max_host_mem_gib=96.5"}).dist.max_host_mem_gib, 96.5);
   const Config round = load_config_text(
       to_ini(load_config(std::nullopt,
                          {"--train.device=cuda", "--dist.reshard_after_forward=false", "--train.attention=flash"})),

@@ -391,9 +391,9 @@ TEST(CudaShardedModel, MaskedStepsMatchCpu) {
 }
 
 // Optimizer offload on one GPU: the host AdamW trains what the device AdamW trains, bit for bit, whichever units it
-// holds and whether it speculates, over steps that clip (the first step's speculative updates are redone, and the
-// steps after a clipped one do not speculate) and over steps that do not (every speculative update kept); and a
-// checkpoint of the host state loads into a run without offload, and back.
+// holds and whether all, some or none of them speculate, over steps that clip (the first step's speculative updates
+// are redone, and the steps after a clipped one do not speculate) and over steps that do not (every speculative update
+// kept); and a checkpoint of the host state loads into a run without offload, and back.
 TEST(CudaShardedModel, OffloadTrainsWhatTheDeviceOptimizerTrains) {
   ST_SKIP_WITHOUT_GPU();
   Config base = small(Device::kCuda, DType::kBF16);
@@ -407,23 +407,39 @@ TEST(CudaShardedModel, OffloadTrainsWhatTheDeviceOptimizerTrains) {
     *params = e.gather_params();
     return losses;
   };
+  // auto under a host budget halfway between the plans without and with every second copy: the last units
+  // speculate, the ring carries the others.
+  auto speculate_some = [](Config c) {
+    c.optim.offload_speculative = Speculation::kAuto;
+    const HostPlan none = plan_cuda_host(c, 1, 0);
+    const int64_t half = (none.total() + plan_cuda_host(c, 1, kEveryOffloadedUnit).total()) / 2;
+    c.dist.max_host_mem_gib = static_cast<double>(half) / static_cast<double>(int64_t{1} << 30);
+    const int k = resolve_speculation(c, 1, HostMemoryBudget{half, "half"});
+    EXPECT_GT(k, 0);
+    EXPECT_LT(k, none.offloaded_units);
+    return c;
+  };
   std::vector<std::vector<float>> want_params;
   const std::vector<float> want = run(base, &want_params);
   struct Case {
     OffloadMode mode;
     float fraction;
     Speculation speculation;
+    bool some = false;  // speculate_some
   };
   for (const Case& k : {Case{OffloadMode::kOptimizer, 1.0f, Speculation::kOff},
                         Case{OffloadMode::kOptimizerParams, 1.0f, Speculation::kOff},
                         Case{OffloadMode::kOptimizer, 1.0f, Speculation::kOn},
-                        Case{OffloadMode::kOptimizerParams, 0.5f, Speculation::kOn}}) {
+                        Case{OffloadMode::kOptimizerParams, 0.5f, Speculation::kOn},
+                        Case{OffloadMode::kOptimizer, 1.0f, Speculation::kAuto, true},
+                        Case{OffloadMode::kOptimizerParams, 1.0f, Speculation::kAuto, true}}) {
     Config c = base;
     c.optim.offload = k.mode;
     c.optim.offload_fraction = k.fraction;
     c.optim.offload_speculative = k.speculation;
+    if (k.some) c = speculate_some(c);
     SCOPED_TRACE(::testing::Message() << "optim.offload=" << to_string(k.mode) << ", fraction " << k.fraction
-                                      << ", speculation " << (k.speculation == Speculation::kOn));
+                                      << ", speculation " << to_string(k.speculation) << (k.some ? " (some)" : ""));
     std::vector<std::vector<float>> params;
     EXPECT_EQ(run(c, &params), want);
     EXPECT_EQ(params, want_params);
@@ -436,6 +452,8 @@ TEST(CudaShardedModel, OffloadTrainsWhatTheDeviceOptimizerTrains) {
   unclipped.optim.offload_speculative = Speculation::kOn;
   EXPECT_EQ(run(unclipped, &kept_params), plain_losses) << "speculating, unclipped";
   EXPECT_EQ(kept_params, plain_params) << "speculating, unclipped";
+  EXPECT_EQ(run(speculate_some(unclipped), &kept_params), plain_losses) << "some speculating, unclipped";
+  EXPECT_EQ(kept_params, plain_params) << "some speculating, unclipped";
 
   testing::TempDir dir;
   Config off = base;

@@ -13,7 +13,9 @@
 #include "shardtrain/core/format.h"
 #include "shardtrain/model/decoder_stage.h"
 #include "shardtrain/model/lora.h"
+#include "shardtrain/model/units.h"
 #include "shardtrain/shard/memory_plan.h"
+#include "shardtrain/shard/shard_span.h"
 
 namespace st {
 namespace {
@@ -45,7 +47,7 @@ std::string refusal(const Config& c, int64_t budget) {
 }
 
 TEST(HostPlan, WithoutOffloadOnlyTheReserveAndRandomInit) {
-  const HostPlan p = plan_cuda_host(gpt2_124m(DType::kBF16), 1, false);
+  const HostPlan p = plan_cuda_host(gpt2_124m(DType::kBF16), 1, 0);
   EXPECT_EQ(p.optimizer_state, 0);
   EXPECT_EQ(p.staging, 0);
   EXPECT_EQ(p.host_parameters, 0);
@@ -57,22 +59,23 @@ TEST(HostPlan, WithoutOffloadOnlyTheReserveAndRandomInit) {
 TEST(HostPlan, OffloadedUnitsHoldTwelveBytesAndTheStagingRing) {
   Config c = gpt2_124m(DType::kBF16);
   c.optim.offload = OffloadMode::kOptimizer;
-  const HostPlan p = plan_cuda_host(c, 1, false);
+  const HostPlan p = plan_cuda_host(c, 1, 0);
   EXPECT_EQ(p.optimizer_state, 12 * kParams);
   // Two of the largest unit's gradient (fp32) and result (bf16), each rounded up to 4 KiB.
   EXPECT_EQ(p.staging, 2 * (align4k(4 * kEmbedding) + align4k(2 * kEmbedding)));
   EXPECT_EQ(p.host_parameters, 0);  // on the device
   EXPECT_EQ(p.speculative, 0);
   // Speculation: the second state, and a gradient and result buffer for every unit.
-  const HostPlan spec = plan_cuda_host(c, 1, true);
+  const HostPlan spec = plan_cuda_host(c, 1, kEveryOffloadedUnit);
   EXPECT_EQ(spec.speculative, 12 * kParams);
   EXPECT_EQ(spec.staging, (4 + 2) * kParams);
   // Parameters on the host: their pinned bf16 copy, and a ring for the gradients alone.
   c.optim.offload = OffloadMode::kOptimizerParams;
   c.train.dtype = DType::kF16;
-  EXPECT_EQ(plan_cuda_host(c, 1, false).host_parameters, 2 * kParams);
-  EXPECT_EQ(plan_cuda_host(c, 1, false).staging, 2 * align4k(4 * kEmbedding));
-  EXPECT_EQ(plan_cuda_host(c, 1, true).host_parameters, 0);  // the result buffers are the copy gathers read
+  EXPECT_EQ(plan_cuda_host(c, 1, 0).host_parameters, 2 * kParams);
+  EXPECT_EQ(plan_cuda_host(c, 1, 0).staging, 2 * align4k(4 * kEmbedding));
+  EXPECT_EQ(plan_cuda_host(c, 1, kEveryOffloadedUnit).host_parameters,
+            0);  // the result buffers are the copy gathers read
 }
 
 TEST(HostPlan, OffloadFractionAndWorldSizeShrinkTheHostState) {
@@ -80,42 +83,42 @@ TEST(HostPlan, OffloadFractionAndWorldSizeShrinkTheHostState) {
   c.optim.offload = OffloadMode::kOptimizer;
   c.optim.offload_fraction = 0.5f;  // the final LayerNorm and nine blocks (memory_plan_test.cc)
   const int64_t on_host = 1536 + 9 * kBlock, on_device = kParams - on_host;
-  const HostPlan p = plan_cuda_host(c, 1, false);
+  const HostPlan p = plan_cuda_host(c, 1, 0);
   EXPECT_EQ(p.optimizer_state, 12 * on_host);
   EXPECT_EQ(p.staging, 2 * (align4k(4 * kBlock) + align4k(2 * kBlock)));  // the largest offloaded unit: a block
   // A background checkpoint copies the device-resident units' param, m and v; offloaded ones are written in place.
   c.ckpt.dir = "ck";
-  EXPECT_EQ(plan_cuda_host(c, 1, false).snapshot, 12 * on_device);
+  EXPECT_EQ(plan_cuda_host(c, 1, 0).snapshot, 12 * on_device);
   c.ckpt.async = false;
-  EXPECT_EQ(plan_cuda_host(c, 1, false).snapshot, 0);
+  EXPECT_EQ(plan_cuda_host(c, 1, 0).snapshot, 0);
   // Two ranks: every unit of GPT-2 124M divides evenly.
   c.ckpt.dir.clear();
-  EXPECT_EQ(plan_cuda_host(c, 2, false).optimizer_state, 12 * on_host / 2);
+  EXPECT_EQ(plan_cuda_host(c, 2, 0).optimizer_state, 12 * on_host / 2);
 }
 
 TEST(HostPlan, LoadingCountsTheHostViewOfOneUnit) {
   Config c = gpt2_124m(DType::kBF16);
   c.optim.offload = OffloadMode::kOptimizer;
-  c.optim.offload_fraction = 0.5f;                                 // the embedding and three blocks stay on the device
-  EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 4 * kEmbedding);  // random init, the largest shard
+  c.optim.offload_fraction = 0.5f;                             // the embedding and three blocks stay on the device
+  EXPECT_EQ(plan_cuda_host(c, 1, 0).loading, 4 * kEmbedding);  // random init, the largest shard
   // init.from streams the device-resident units through the host one at a time: the largest is the embedding.
   c.init.from = "gpt2.safetensors";
-  EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 12 * kEmbedding + kStreamingIoBytes);
+  EXPECT_EQ(plan_cuda_host(c, 1, 0).loading, 12 * kEmbedding + kStreamingIoBytes);
   c.init.from.clear();
   c.ckpt.dir = "ck";  // a resume, and synchronous saves, stream the same way
-  EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 12 * kEmbedding + kStreamingIoBytes);
-  EXPECT_EQ(plan_cuda_host(c, 2, false).loading, 12 * kEmbedding / 2 + kStreamingIoBytes);  // its shard
+  EXPECT_EQ(plan_cuda_host(c, 1, 0).loading, 12 * kEmbedding + kStreamingIoBytes);
+  EXPECT_EQ(plan_cuda_host(c, 2, 0).loading, 12 * kEmbedding / 2 + kStreamingIoBytes);  // its shard
   // Without offload the same unit is in hand: not the whole model's 12 bytes a parameter.
   c.optim.offload = OffloadMode::kNone;
-  EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 12 * kEmbedding + kStreamingIoBytes);
+  EXPECT_EQ(plan_cuda_host(c, 1, 0).loading, 12 * kEmbedding + kStreamingIoBytes);
   c.optim.offload = OffloadMode::kOptimizer;
   c.optim.offload_fraction = 1.0f;  // nothing device-resident: offloaded units are read and written in place
-  EXPECT_EQ(plan_cuda_host(c, 1, false).loading, 4 * kEmbedding);
+  EXPECT_EQ(plan_cuda_host(c, 1, 0).loading, 4 * kEmbedding);
 }
 
 TEST(HostPlan, Llama8BWithOptimizerOffloadOnOneRank) {
   const Config c = llama31_8b();
-  const HostPlan p = plan_cuda_host(c, 1, false);
+  const HostPlan p = plan_cuda_host(c, 1, 0);
   EXPECT_EQ(p.optimizer_state, 12 * int64_t{8030261248});
   EXPECT_EQ(format_gib(p.optimizer_state), "89.75 GiB");
   // The head (525,336,576 + the final norm's 4,096) is the largest unit: two of its fp32 gradient and bf16 result.
@@ -129,27 +132,84 @@ TEST(HostPlan, Llama8BWithOptimizerOffloadOnOneRank) {
   Config with_ckpt = c;
   with_ckpt.ckpt.dir = "ck";
   with_ckpt.init.from = "Llama-3.1-8B";
-  EXPECT_EQ(plan_cuda_host(with_ckpt, 1, false).total(), p.total());
+  EXPECT_EQ(plan_cuda_host(with_ckpt, 1, 0).total(), p.total());
 }
 
-TEST(HostPlan, AutoSpeculatesOnlyWhereTheSecondCopyFits) {
+TEST(HostPlan, SpeculatedUnitsAreTheLastOffloadedOnes) {
+  const std::vector<bool> off{false, true, true, true};
+  EXPECT_EQ(speculated_units(off, 0), std::vector<bool>(4, false));
+  EXPECT_EQ(speculated_units(off, 2), (std::vector<bool>{false, false, true, true}));
+  EXPECT_EQ(speculated_units(off, kEveryOffloadedUnit), off);
+  EXPECT_EQ(speculated_units(std::vector<bool>(3, false), kEveryOffloadedUnit), std::vector<bool>(3, false));
+}
+
+// Some units speculate: their second copies and buffers, and the ring for the others, sized by the largest of them.
+TEST(HostPlan, PartialSpeculationPlansTheSecondCopyOfTheLastUnitsAndTheRingForTheRest) {
   Config c = gpt2_124m(DType::kBF16);
   c.optim.offload = OffloadMode::kOptimizer;
-  const int64_t with = plan_cuda_host(c, 1, true).total();
-  EXPECT_TRUE(resolve_speculation(c, 1, budget_of(with)));
-  EXPECT_FALSE(resolve_speculation(c, 1, budget_of(with - 1)));
+  const std::vector<UnitLayout> units = build_units(c.model);
+  const int n = static_cast<int>(units.size());
+  ASSERT_EQ(speculated_units(offloaded_units(c, units), 2).back(), true);
+  const int64_t last_two =
+      padded_shard_size(units[units.size() - 1].numel, 1) + padded_shard_size(units[units.size() - 2].numel, 1);
+  const HostPlan p = plan_cuda_host(c, 1, 2);
+  EXPECT_EQ(p.offloaded_units, n);
+  EXPECT_EQ(p.speculated_units, 2);
+  EXPECT_EQ(p.optimizer_state, 12 * kParams);
+  EXPECT_EQ(p.speculative, 12 * last_two);
+  EXPECT_EQ(p.staging, (4 + 2) * last_two + 2 * (align4k(4 * kEmbedding) + align4k(2 * kEmbedding)));
+  EXPECT_NE(
+      p.breakdown().find(str_cat("speculative copy ", format_gib(12 * last_two), " (2 of ", n, " offloaded units)")),
+      std::string::npos)
+      << p.breakdown();
+  EXPECT_EQ(plan_cuda_host(c, 1, kEveryOffloadedUnit).speculated_units, n);
+  EXPECT_EQ(plan_cuda_host(c, 1, kEveryOffloadedUnit).breakdown().find("offloaded units)"), std::string::npos);
+  // Parameters on the host: the units that do not speculate keep their pinned copy.
+  c.optim.offload = OffloadMode::kOptimizerParams;
+  EXPECT_EQ(plan_cuda_host(c, 1, 2).host_parameters, 2 * (kParams - last_two));
+}
+
+// auto speculates as many of the last units as the budget holds: the plan of its count fits, one more does not.
+TEST(HostPlan, AutoSpeculatesTheLastUnitsThatFit) {
+  Config c = gpt2_124m(DType::kBF16);
+  c.optim.offload = OffloadMode::kOptimizer;
+  const int n = plan_cuda_host(c, 1, 0).offloaded_units;
+  const int64_t with = plan_cuda_host(c, 1, kEveryOffloadedUnit).total(), without = plan_cuda_host(c, 1, 0).total();
+  EXPECT_EQ(resolve_speculation(c, 1, budget_of(with)), n);
+  int partial = 0;
+  for (int64_t budget = without; budget < with; budget += (with - without) / 16) {
+    const int k = resolve_speculation(c, 1, budget_of(budget));
+    SCOPED_TRACE(::testing::Message() << format_gib(budget) << ": " << k << " units");
+    ASSERT_GE(k, 0);
+    ASSERT_LT(k, n);
+    if (k > 0) EXPECT_LE(plan_cuda_host(c, 1, k).total(), budget);
+    EXPECT_GT(plan_cuda_host(c, 1, k + 1).total(), budget);
+    partial += k > 0;
+  }
+  EXPECT_GT(partial, 8) << "budgets between the plans without and with the second copy speculate some units";
+  EXPECT_EQ(resolve_speculation(c, 1, budget_of(without - 1)), 0);
   c.optim.offload_speculative = Speculation::kOff;
-  EXPECT_FALSE(resolve_speculation(c, 1, budget_of(1000 * kGiB)));
+  EXPECT_EQ(resolve_speculation(c, 1, budget_of(1000 * kGiB)), 0);
   c.optim.offload_speculative = Speculation::kOn;
-  EXPECT_TRUE(resolve_speculation(c, 1, budget_of(0)));
+  EXPECT_EQ(resolve_speculation(c, 1, budget_of(0)), n);
+  // true that does not fit: auto would speculate what does.
+  const int64_t half = (with + without) / 2;
+  Config a = c;
+  a.optim.offload_speculative = Speculation::kAuto;
+  const int k = resolve_speculation(a, 1, budget_of(half));
+  ASSERT_GT(k, 0);
+  EXPECT_NE(refusal(c, half).find(str_cat("it fits with optim.offload_speculative=auto (", k, " of the ", n,
+                                          " offloaded units speculate)")),
+            std::string::npos)
+      << refusal(c, half);
   c.optim.offload = OffloadMode::kNone;
-  EXPECT_FALSE(resolve_speculation(c, 1, budget_of(1000 * kGiB)));
+  EXPECT_EQ(resolve_speculation(c, 1, budget_of(1000 * kGiB)), 0);
 }
 
 TEST(HostPlan, RefusalGivesTheBreakdownTheLimitAndWhatFits) {
   Config c = llama31_8b();
   c.optim.offload = OffloadMode::kOptimizerParams;
-  const HostPlan p = plan_cuda_host(c, 1, false);
+  const HostPlan p = plan_cuda_host(c, 1, 0);
   EXPECT_EQ(check_cuda_host_plan(c, 1, budget_of(p.total()), 1).total(), p.total());
   try {
     check_cuda_host_plan(c, 1, budget_of(64 * kGiB), 1);
@@ -296,7 +356,7 @@ TEST(HostPlan, ExportCountsTheLargestUnitGatheredWhole) {
   c.ckpt.export_path = "final";
   EXPECT_EQ(export_host_bytes(c, 1), 4 * kEmbedding + kStreamingIoBytes);
   EXPECT_EQ(export_host_bytes(c, 2), 4 * kEmbedding + kStreamingIoBytes);  // every rank gathers the whole unit
-  const HostPlan p = plan_cuda_host(c, 1, false);
+  const HostPlan p = plan_cuda_host(c, 1, 0);
   EXPECT_EQ(p.loading, 4 * kEmbedding);
   EXPECT_EQ(p.export_unit, 4 * kEmbedding + kStreamingIoBytes);
   EXPECT_EQ(p.total(), 4 * kEmbedding + kStreamingIoBytes + kCudaHostReserveBytes);

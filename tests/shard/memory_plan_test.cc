@@ -228,21 +228,33 @@ TEST(HostMemoryPlan, TheSmallestLimitBindsAndSharedOnesAreSplitBetweenRanks) {
   l.cgroup_free = 40 * kGiB;
   l.as_limit = 32 * kGiB;
   l.as_free = 30 * kGiB;
-  HostMemoryBudget b = host_memory_budget(l, 1);
+  HostMemoryBudget b = host_memory_budget(l, 1, 0);
   EXPECT_EQ(b.bytes, 30 * kGiB);
   EXPECT_EQ(b.limited_by,
             "the address-space limit (RLIMIT_AS, ulimit -v) of 32.00 GiB leaves 30.00 GiB to this process");
-  b = host_memory_budget(l, 2);  // the cgroup's 40 GiB between 2 ranks; RLIMIT_AS is each process's own
+  b = host_memory_budget(l, 2, 0);  // the cgroup's 40 GiB between 2 ranks; RLIMIT_AS is each process's own
   EXPECT_EQ(b.bytes, 20 * kGiB);
   EXPECT_EQ(b.limited_by,
             "the cgroup's memory limit (memory.max) of 48.00 GiB leaves 40.00 GiB, shared by the 2 ranks on this host");
   l.data_limit = 8 * kGiB;
   l.data_free = 7 * kGiB;
-  EXPECT_EQ(host_memory_budget(l, 2).bytes, 7 * kGiB);
+  EXPECT_EQ(host_memory_budget(l, 2, 0).bytes, 7 * kGiB);
   const HostMemoryLimits host_only{16 * kGiB};
-  b = host_memory_budget(host_only, 4);
+  b = host_memory_budget(host_only, 4, 0);
   EXPECT_EQ(b.bytes, 4 * kGiB);
   EXPECT_EQ(b.limited_by, "the host has 16.00 GiB available (MemAvailable), shared by the 4 ranks on this host");
+  // dist.max_host_mem_gib binds where it is the smallest, and only then.
+  b = host_memory_budget(host_only, 4, 2.5);
+  EXPECT_EQ(b.bytes, 5 * kGiB / 2);
+  EXPECT_EQ(b.limited_by, "dist.max_host_mem_gib caps each rank at 2.50 GiB");
+  EXPECT_EQ(host_memory_budget(host_only, 4, 6).bytes, 4 * kGiB);
+  EXPECT_EQ(host_memory_budget(host_only, 4, 6).limited_by,
+            "the host has 16.00 GiB available (MemAvailable), shared by the 4 ranks on this host");
+  HostMemoryBudget given{48 * kGiB, "--host-mem"};  // plan's flag, capped by the config
+  cap_host_memory_budget(&given, 40);
+  EXPECT_EQ(given.bytes, 40 * kGiB);
+  cap_host_memory_budget(&given, 0);
+  EXPECT_EQ(given.bytes, 40 * kGiB);
 }
 
 TEST(HostMemoryPlan, RlimitsAreRead) {

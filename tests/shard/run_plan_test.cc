@@ -80,7 +80,7 @@ TEST(RunPlan, Gpt2SmallDevicePlanIsMemoryPlanAtTheUnknownLink) {
   // Gathers: unit 0 and 3 pooled blocks each way (prefetch 2), and the copy engines' whole unit 0 (the largest).
   EXPECT_EQ(p.device_plan.gather_buffers, 2 * (2 * (kEmbedding + 3 * kBlock) + kEmbedding));
   EXPECT_TRUE(p.device_fits);
-  EXPECT_EQ(p.cuda_host.total(), plan_cuda_host(c, 2, false).total());
+  EXPECT_EQ(p.cuda_host.total(), plan_cuda_host(c, 2, 0).total());
   EXPECT_TRUE(p.fits());
 }
 

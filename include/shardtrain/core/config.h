@@ -251,8 +251,9 @@ constexpr int64_t kMaxGemmCandidates = 64;
 struct DistConfig {
   ShardingMode sharding = ShardingMode::kFull;
   bool reshard_after_forward = true;
-  double max_gpu_mem_gib = 0;  // GiB; 0: the card's free memory
-  double timeout_s = 600;      // seconds; 0: no deadline
+  double max_gpu_mem_gib = 0;   // GiB; 0: the card's free memory
+  double max_host_mem_gib = 0;  // GiB a rank; 0: its share of what the host allows (process_memory.h)
+  double timeout_s = 600;       // seconds; 0: no deadline
   Bootstrap bootstrap = Bootstrap::kAuto;
   double rendezvous_timeout_s = 300;  // seconds
   int64_t prefetch_depth = -1;        // units, <= kMaxPrefetchDepth; -1: the link's default

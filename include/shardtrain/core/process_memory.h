@@ -35,12 +35,15 @@ struct HostMemoryLimits {
 HostMemoryLimits host_memory_limits();
 
 // What one of `local_ranks` processes on a host may plan to allocate: the smallest of the host's MemAvailable
-// and the cgroup's free memory, each split evenly between the ranks, and this process's rlimit headroom.
-// `limited_by` says which limit that is, with its figures, for messages.
+// and the cgroup's free memory, each split evenly between the ranks, this process's rlimit headroom, and
+// `cap_gib` GiB where positive (dist.max_host_mem_gib). `limited_by` says which limit that is, with its figures, for
+// messages.
 struct HostMemoryBudget {
   int64_t bytes = 0;
   std::string limited_by;
 };
-HostMemoryBudget host_memory_budget(const HostMemoryLimits& limits, int local_ranks);
+HostMemoryBudget host_memory_budget(const HostMemoryLimits& limits, int local_ranks, double cap_gib);
+// `cap_gib` GiB, where positive and below b->bytes, becomes the budget, named as dist.max_host_mem_gib.
+void cap_host_memory_budget(HostMemoryBudget* b, double cap_gib);
 
 }  // namespace st

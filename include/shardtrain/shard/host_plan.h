@@ -2,18 +2,19 @@
 // host, its cgroup and the process's rlimits allow (process_memory.h), summed over the ranks that share the host.
 // Host code: the CPU tests check every term, and `shardtrain plan` prints it without a GPU.
 //
-//   const HostPlan plan = plan_cuda_host(cfg, world, /*speculative=*/false);
+//   const HostPlan plan = plan_cuda_host(cfg, world, /*speculated=*/0);
 //   check_cuda_host_plan(cfg, world, budget, local_ranks);  // kBadInput with the breakdown and what to change
 //
 // Per rank, with S_u = padded_shard_size(numel_u, world) and t the compute type's size:
 //   optimizer state    12 S_u for each unit optim.offload moves to the host (fp32 master, AdamW m and v)
-//   staging            pinned memory that carries gradient shards down and the host AdamW's results up: the staging
-//                      ring (staging_ring.h: two of the largest offloaded unit's 4 S_u + t S_u, or 4 S_u with
-//                      optimizer+params); with speculation, a gradient and a result buffer per offloaded unit
-//                      (4 S_u + t S_u each)
+//   staging            pinned memory that carries gradient shards down and the host AdamW's results up: for the units
+//                      that do not speculate, the staging ring (staging_ring.h: two of the largest such unit's
+//                      4 S_u + t S_u, or 4 S_u with optimizer+params); for each speculated unit, a gradient and a
+//                      result buffer of its own (4 S_u + t S_u)
 //   host parameters    optim.offload=optimizer+params: the pinned compute-type parameters that gathers read (t S_u
-//                      per offloaded unit; with speculation they are the result buffers above)
-//   speculative copy   12 S_u per offloaded unit (optim.offload_speculative)
+//                      per offloaded unit that does not speculate; a speculated unit's result buffer is its copy)
+//   speculative copy   12 S_u per speculated unit (optim.offload_speculative: the last offloaded units, from the head
+//                      back, whose gradients are final first in the backward)
 //   snapshot           ckpt.async with ckpt.dir: 12 S_u per device-resident unit in pinned memory (param, m, v,
 //                      copied beside the next step); offloaded units are written from the host state itself
 //   loading            random initialisation fills one shard at a time (4 S_u of the largest unit); init.from, a
@@ -27,7 +28,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/process_memory.h"
@@ -65,6 +68,7 @@ struct HostPlan {
   int64_t loading = 0;
   int64_t export_unit = 0;
   int64_t reserve = kCudaHostReserveBytes;
+  int offloaded_units = 0, speculated_units = 0;  // speculated_units of the offloaded_units have the second copy
   int64_t total() const {
     return optimizer_state + staging + host_parameters + speculative + snapshot + std::max(loading, export_unit) +
            reserve;
@@ -72,12 +76,20 @@ struct HostPlan {
   std::string breakdown() const;  // "optimizer state 89.75 GiB, staging 5.87 GiB, ..., total ..."
 };
 
-// The host plan of one CUDA rank for cfg sharded over `world` ranks, with or without the speculative copy.
-HostPlan plan_cuda_host(const Config& cfg, int world, bool speculative);
+// A count of speculated units that means every offloaded unit.
+inline constexpr int kEveryOffloadedUnit = std::numeric_limits<int>::max();
 
-// optim.offload_speculative resolved: true and false as said; auto speculates when the plan with the second copy
-// fits the budget (then it is planned, and used, for the whole run).
-bool resolve_speculation(const Config& cfg, int world, const HostMemoryBudget& budget);
+// The units that speculate: the last `count` of the offloaded ones, from the head back (the backward finishes their
+// gradients first, so their host AdamW has the most of it to overlap).
+std::vector<bool> speculated_units(const std::vector<bool>& offloaded, int count);
+
+// The host plan of one CUDA rank for cfg sharded over `world` ranks, with the speculative copy for `speculated` of
+// the offloaded units (speculated_units; 0: none, kEveryOffloadedUnit: all).
+HostPlan plan_cuda_host(const Config& cfg, int world, int speculated);
+
+// optim.offload_speculative resolved to the number of offloaded units that speculate: true all, false none, auto as
+// many as the budget holds with their second copies (all, some or none; then planned, and used, for the whole run).
+int resolve_speculation(const Config& cfg, int world, const HostMemoryBudget& budget);
 
 // kBadInput when the plan (with the speculation resolve_speculation picks) exceeds the budget of one of the
 // `local_ranks` ranks on this host: the breakdown, the limit that binds, and the changes that would make it fit.

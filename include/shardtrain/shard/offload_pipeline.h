@@ -8,7 +8,7 @@
 // the staging buffers that carry parameters kept on the host to a gather, the speculative second copy of the state,
 // and the D2H, offload and H2D streams. The model calls down into it; it never reaches back.
 //
-// One step of an offloaded unit, without speculation (the default when the host has no room for a second copy):
+// One step of an offloaded unit that does not speculate (none does when the host has no room for a second copy):
 //   1. update(u, runs, grad, s): the step's AdamW, once the gradient norm is known. The unit goes to the stager, a
 //      thread of this pipeline that takes room in the staging ring (staging_ring.h) once earlier units have given
 //      it back, copies the gradient shard down into it on the D2H stream, and queues the host AdamW's job behind that
@@ -17,10 +17,12 @@
 //   2. gather_source(u, comm): the next forward's gather waits for that on the GPU: it reads the device copy, or
 //      a staging buffer filled from pinned memory just before. The next step's reduce-scatter into the gradient shard
 //      follows that gather, so the copy down has read the shard by then.
-// With speculation (optim.offload_speculative, planned with the second copy), each unit has a pinned gradient and
-// result buffer of its own instead: grad_final(u, grad, s) copies the shard down as soon as it is final, during the
-// backward, and the host AdamW starts on it at once with the step's unclipped runs, writing the second copy; update()
-// keeps it when its runs equal the step's, else queues the job again.
+// A unit that speculates (optim.offload_speculative: the last offloaded units, as many as the host plan holds with
+// their second copies; host_plan.h's speculated_units) has a pinned gradient and result buffer of its own instead:
+// grad_final(u, grad, s) copies the shard down as soon as it is final, during the backward, and the host AdamW starts
+// on it at once with the step's unclipped runs, writing the second copy; update() keeps it when its runs equal the
+// step's, else queues the job again. Where units of both kinds exist, the speculated units' copies up go through the
+// stager's queue too, so that the offload stream runs every unit's copy up in unit order.
 // The update needs the global gradient norm (clipping, the finite check), so it starts once the backward is done
 // and overlaps the next forward; host AdamW and GPU AdamW give the same bits.
 #pragma once
@@ -51,11 +53,11 @@ class OffloadPipeline {
  public:
   struct Options {
     OffloadMode mode = OffloadMode::kOptimizer;  // optimizer or optimizer+params
-    bool speculative = false;                    // optim.offload_speculative as the host plan resolved it (host_plan.h)
-    int threads = 0;                             // optim.offload_threads (0: the machine's share)
-    int local_rank = 0, local_size = 1;          // this process among the machine's GPU processes (HostAdamW's CPUs)
-    int device = 0;                              // this rank's CUDA device
-    bool log = false;                            // this rank logs the decisions (rank 0)
+    int speculated_units = 0;            // how many of the offloaded units speculate, from the last back (host_plan.h)
+    int threads = 0;                     // optim.offload_threads (0: the machine's share)
+    int local_rank = 0, local_size = 1;  // this process among the machine's GPU processes (HostAdamW's CPUs)
+    int device = 0;                      // this rank's CUDA device
+    bool log = false;                    // this rank logs the decisions (rank 0)
   };
   // states[u]: the host state of each unit (span and slot set; for an offloaded unit, param initialised and m, v
   // zero; others are left empty and unused). offloaded[u]: the unit's optimizer is on the host. device_copies[u]:
@@ -73,11 +75,11 @@ class OffloadPipeline {
   // "3 of 14 units, 25.0% of the parameters; host AdamW: ..." for the log.
   std::string describe(const std::vector<UnitLayout>& units) const;
 
-  // A new step: with speculation, the compute stream (which the reduce-scatters that overwrite the gradient shards
-  // follow) waits for the last step's gradient copies.
+  // A new step: the compute stream (which the reduce-scatters that overwrite the gradient shards follow) waits for
+  // the last step's gradient copies of the speculated units.
   void start_step(cudaStream_t compute);
-  // With speculation, the copy down and the speculative update: `grad` is final once `final_stream` has run what it
-  // has queued so far. Without, nothing (update() copies it).
+  // For a unit that speculates, the copy down and the speculative update: `grad` is final once `final_stream` has run
+  // what it has queued so far. For one that does not, nothing (update() copies it).
   void grad_final(int unit, const DeviceBuffer<float>& grad, cudaStream_t final_stream);
   // Step 1 above. `grad` must stay unchanged until the unit's next gather_source().
   void update(int unit, const std::vector<AdamWRun>& runs, const DeviceBuffer<float>& grad, cudaStream_t final_stream);
@@ -86,8 +88,9 @@ class OffloadPipeline {
   const T* gather_source(int unit, cudaStream_t comm, bool* staged);
   void gather_issued(cudaStream_t comm);
 
-  // Whether updates start during the backward on a second copy of the state (Options::speculative).
-  bool speculates() const { return speculative_; }
+  // Whether any unit's update starts during the backward on a second copy of the state (Options::speculated_units).
+  bool speculates() const { return speculated_ > 0; }
+  bool speculates(int unit) const { return speculative_[static_cast<size_t>(unit)]; }
   // The coming step's unclipped runs of every unit (ModelBackend::speculate_optimizer).
   void set_speculative_runs(std::vector<std::vector<AdamWRun>> runs) { speculative_runs_ = std::move(runs); }
   // The step was skipped: drop every speculative update and restore what it changed.
@@ -112,16 +115,16 @@ class OffloadPipeline {
   };
   static void wait_for_cpu(void* arg);
   struct Unit {
-    PinnedBuffer<float> grad;   // speculation: the finished gradient shard, copied from the device during backward
-    PinnedBuffer<T> out;        // speculation or params on the host: the new parameters in T, written by the host
-                                // AdamW (without speculation and with params on the device, they pass through the ring)
+    PinnedBuffer<float> grad;   // speculating: the finished gradient shard, copied from the device during backward
+    PinnedBuffer<T> out;        // speculating or params on the host: the new parameters in T, written by the host
+                                // AdamW (otherwise, with params on the device, they pass through the ring)
     DeviceBuffer<T> device;     // optimizer: the parameters in T on the device, which gathers read
-    CudaEvent final_mark;       // without speculation: the gradient shard is final (update())
+    CudaEvent final_mark;       // not speculating: the gradient shard is final (update())
     CudaEvent grad_copied;      // the gradient has arrived on the host
     CudaEvent params_ready;     // the host AdamW is done (and, with params on the device, they are there)
-    CudaEvent uploaded;         // without speculation, params on the device: the copy up has left the ring
-    bool grad_on_host = false;  // speculation: this step's copy has been issued
-    int64_t requested = 0;      // without speculation: updates given to the stager (trainer thread, under stage_mu_)
+    CudaEvent uploaded;         // not speculating, params on the device: the copy up has left the ring
+    bool grad_on_host = false;  // speculating: this step's copy has been issued
+    int64_t requested = 0;      // requests given to the stager (trainer thread, under stage_mu_)
     int64_t staged = 0;         // ... and issued by it (under stage_mu_)
     // What the offload stream's host function waits on, one per submission in turn: with speculation this thread
     // may queue the next step's job before the stream has run the last one's function (at most one ahead).
@@ -137,12 +140,14 @@ class OffloadPipeline {
     DeviceBuffer<T> data;
     CudaEvent ready, free;
   };
-  // An update given to the stager (without speculation).
+  // An update given to the stager (a unit that does not speculate), or a speculated unit's copy up, whose job is
+  // submitted (upload_only).
   struct StageRequest {
     int unit;
     std::vector<AdamWRun> runs;
     const float* grad;  // the device shard
     int64_t bytes;
+    bool upload_only = false;
   };
   // A range of the ring in use, oldest first: free once the job has finished and, with params on the device, the
   // copy up has landed (the stager's own).
@@ -157,12 +162,14 @@ class OffloadPipeline {
   void upload(int unit);    // synchronous: the host master rounded to T, into `out` or its device copy
   T* out_buffer(int unit);  // where upload() rounds to: `out`, or the start of the idle ring
   void speculate(int unit);
+  void upload_speculated(int unit);
+  void give_stager(StageRequest r);
   void run_stager();
   void stage(const StageRequest& r);
   void wait_staged(int unit);  // until the stager has issued every update of `unit` given to it
   void drain();                // until the stager has issued everything given to it
 
-  // Without speculation: the staging ring and its memory, and the stager thread with its queue.
+  // For the units that do not speculate: the staging ring and its memory, and the stager thread with its queue.
   StagingRing ring_{0};
   PinnedBuffer<float> ring_memory_;
   std::deque<InFlight> in_flight_;  // the stager's
@@ -181,7 +188,8 @@ class OffloadPipeline {
   std::vector<UnitShard> states_;
   std::unique_ptr<HostAdamW> host_adamw_;
   std::vector<Unit> units_;
-  bool speculative_ = false;
+  std::vector<bool> speculative_;                                 // by unit: host_plan.h's speculated_units
+  int speculated_ = 0;                                            // how many
   std::vector<std::vector<AdamWRun>> speculative_runs_;           // this step's, by unit
   std::shared_ptr<const std::vector<std::atomic<bool>>> copied_;  // hold_updates_until(); null: nothing held
   int64_t spec_kept_ = 0, spec_redone_ = 0, spec_dropped_ = 0;    // for the log

@@ -73,9 +73,9 @@ struct RunPlan {
   // cuda: the device plan against RunTarget::device; cpu: none (device_fits is true).
   MemoryPlan device_plan;
   bool device_fits = true;
-  // cuda: plan_cuda_host with the speculation resolve_speculation picks; cpu: plan_host_memory.
+  // cuda: plan_cuda_host with the speculation resolve_speculation picks (cuda_host.speculated_units); cpu:
+  // plan_host_memory.
   HostPlan cuda_host;
-  bool speculative = false;
   MemoryPlan cpu_host;
   int64_t host_total() const { return device == Device::kCuda ? cuda_host.total() : cpu_host.total(); }
   std::string host_breakdown() const { return device == Device::kCuda ? cuda_host.breakdown() : cpu_host.breakdown(); }
