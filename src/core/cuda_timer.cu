@@ -12,16 +12,21 @@ void OpTimer::mark(const char* name, cudaStream_t s) {
   m.event.record(s);
 }
 
-void OpTimer::collect() {
-  for (size_t i = 0; i + 1 < used_; ++i) {
+void OpTimer::collect_first(size_t n) {
+  n = std::min(n, used_);
+  for (size_t i = 0; i + 1 < n; ++i) {
     if (marks_[i]->name == nullptr) continue;
+    marks_[i + 1]->event.synchronize();  // at once where the stream has passed it
     float ms = 0;
     ST_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i]->event.get(), marks_[i + 1]->event.get()));
     auto& t = totals_[marks_[i]->name];
     t.first += ms;
     ++t.second;
   }
-  used_ = 0;
+  // The marks after the first n move to the front, to be collected later; the collected ones are reused.
+  std::rotate(marks_.begin(), marks_.begin() + static_cast<std::ptrdiff_t>(n),
+              marks_.begin() + static_cast<std::ptrdiff_t>(used_));
+  used_ -= n;
 }
 
 std::string OpTimer::report(int64_t steps) const {

@@ -99,10 +99,16 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
     return device_peak_bytes_;
   }
   const CommCounters& counters() const override { return counters_; }
+  // Both collect the marks still pending first: the last step's AdamW laps, collected otherwise at the next gate.
   std::string op_profile(int64_t steps) override {
-    return model_->timer().enabled() ? model_->timer().report(steps) : std::string();
+    if (!model_->timer().enabled()) return std::string();
+    model_->timer().collect();
+    return model_->timer().report(steps);
   }
-  void reset_op_profile() override { model_->timer().reset(); }
+  void reset_op_profile() override {
+    model_->timer().collect();
+    model_->timer().reset();
+  }
   GemmAlgorithms gemm_algorithms() const override {
     return {device_name_, static_cast<int64_t>(cublasLtGetVersion()), blas_.algorithms()};
   }

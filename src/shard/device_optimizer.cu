@@ -64,29 +64,31 @@ void DeviceOptimizer<T>::queue_gate(double earlier_losses, double loss_scale, fl
                                     NcclCommunicator* replica, const gpu::GpuContext& ctx) {
   ST_CHECK(all_parts(), "the step's gate: ", parts_, " of ", units_, " units' gradients are final");
   cudaStream_t cs = ctx.stream;
-  OpTimer::Laps lap = timer_.laps(cs);
-  lap("optim.grad_norm");
-  gpu::sum_in_order(unit_sq_.data(), units_, sums_.data(), ctx);
-  // This rank's last loss goes to the host before the all-reduce; the earlier ones come up from it.
-  host_sums_.data()[1] = earlier_losses;  // read by the copy below, which runs before the next step writes here
-  ST_CUDA_CHECK(cudaMemcpyAsync(host_sums_.data(), sums_.data() + 1, sizeof(double), cudaMemcpyDeviceToHost, cs));
-  ST_CUDA_CHECK(cudaMemcpyAsync(sums_.data() + 2, host_sums_.data() + 1, sizeof(double), cudaMemcpyHostToDevice, cs));
-  shard.all_reduce<double>(sums_.data(), 3, cs);
-  // Hybrid: the replicas hold the same shards (the sum of squares is the sharding group's), but their own losses.
-  if (replica != nullptr) replica->all_reduce<double>(sums_.data() + 1, 2, cs);
-  gpu::decide_step(sums_.data(), loss_scale, grad_clip, gate_.data(), ctx);
-  ST_CUDA_CHECK(cudaMemcpyAsync(host_gate_.data(), gate_.data(), sizeof(StepGate), cudaMemcpyDeviceToHost, cs));
+  {
+    OpTimer::Laps lap = timer_.laps(cs);
+    lap("optim.grad_norm");
+    gpu::sum_in_order(unit_sq_.data(), units_, sums_.data(), ctx);
+    // This rank's last loss goes to the host before the all-reduce; the earlier ones come up from it.
+    host_sums_.data()[1] = earlier_losses;  // read by the copy below, which runs before the next step writes here
+    ST_CUDA_CHECK(cudaMemcpyAsync(host_sums_.data(), sums_.data() + 1, sizeof(double), cudaMemcpyDeviceToHost, cs));
+    ST_CUDA_CHECK(cudaMemcpyAsync(sums_.data() + 2, host_sums_.data() + 1, sizeof(double), cudaMemcpyHostToDevice, cs));
+    shard.all_reduce<double>(sums_.data(), 3, cs);
+    // Hybrid: the replicas hold the same shards (the sum of squares is the sharding group's), but their own losses.
+    if (replica != nullptr) replica->all_reduce<double>(sums_.data() + 1, 2, cs);
+    gpu::decide_step(sums_.data(), loss_scale, grad_clip, gate_.data(), ctx);
+    ST_CUDA_CHECK(cudaMemcpyAsync(host_gate_.data(), gate_.data(), sizeof(StepGate), cudaMemcpyDeviceToHost, cs));
+  }
   gate_ready_.record(cs);
+  gate_marks_ = timer_.recorded();  // the op profile's marks up to the gate; the step's AdamW laps follow
 }
 
 template <typename T>
 StepGate DeviceOptimizer<T>::finish_gate(double* last_loss_sum) {
   gate_ready_.synchronize();
-  // The op profile's marks include AdamW's, on the optimizer stream: collected once it is done (profiling only).
-  if (timer_.enabled()) {
-    stream_.synchronize();
-    timer_.collect();
-  }
+  // The op profile (profiling only): the marks up to the gate, the last step's AdamW laps among them (done: this
+  // step's gathers waited for them). This step's AdamW runs beside the next step's forward, as without the profile,
+  // and its laps are collected at the next gate.
+  if (timer_.enabled()) timer_.collect_first(gate_marks_);
   *last_loss_sum = host_sums_.data()[0];
   return *host_gate_.data();
 }

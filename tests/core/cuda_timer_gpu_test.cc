@@ -42,5 +42,37 @@ TEST(OpTimer, AttributesEachRegionToItsName) {
   EXPECT_EQ(off.report(1).find("fill"), std::string::npos);
 }
 
+// collect_first(n) adds the regions among the first n marks and keeps the later ones (another stream's, still
+// running) for the next collect, which adds them once.
+TEST(OpTimer, CollectFirstKeepsTheLaterMarks) {
+  ST_SKIP_WITHOUT_GPU();
+  CudaStream s, other;
+  DeviceBuffer<float> big(int64_t{16} << 20);
+  OpTimer timer(true);
+  {
+    OpTimer::Laps lap = timer.laps(s.get());
+    lap("first");
+    ST_CUDA_CHECK(cudaMemsetAsync(big.data(), 1, big.bytes(), s.get()));
+  }
+  const size_t n = timer.recorded();
+  EXPECT_EQ(n, 2u);  // the region's start and the scope's end
+  {
+    OpTimer::Laps lap = timer.laps(other.get());
+    lap("later");
+    ST_CUDA_CHECK(cudaMemsetAsync(big.data(), 2, big.bytes(), other.get()));
+  }
+  EXPECT_EQ(timer.recorded(), 4u);
+  timer.collect_first(n);
+  EXPECT_EQ(timer.recorded(), 2u);
+  std::string r = timer.report(1);
+  EXPECT_NE(r.find("first"), std::string::npos) << r;
+  EXPECT_EQ(r.find("later"), std::string::npos) << r;
+  timer.collect();
+  EXPECT_EQ(timer.recorded(), 0u);
+  r = timer.report(1);
+  EXPECT_NE(r.find("later"), std::string::npos) << r;
+  EXPECT_EQ(r.find("2.0 calls"), std::string::npos) << r;  // "first" added once
+}
+
 }  // namespace
 }  // namespace st

@@ -53,9 +53,13 @@ class OpTimer {
   // the training steps').
   // Laps already recorded are still collected.
   void pause(bool paused) { paused_ = paused; }
-  // Adds the elapsed time of every region recorded since the last call. Call after the stream has
-  // synchronised.
-  void collect();
+  // Adds the elapsed time of every region recorded since the last call, waiting for each region's end.
+  void collect() { collect_first(used_); }
+  // How many marks are recorded and not yet collected: a point to collect up to.
+  size_t recorded() const { return used_; }
+  // Adds the regions among the first `n` uncollected marks (waiting for each one's end) and keeps the later marks,
+  // whose work may still run on another stream, for a later collect.
+  void collect_first(size_t n);
   // One line per name, largest first: ms per step, share of the timed total, calls per step.
   std::string report(int64_t steps) const;
   // Forgets the totals so far (the first step's cuBLASLt planning and first-touch costs, for example).

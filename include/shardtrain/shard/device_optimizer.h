@@ -94,6 +94,7 @@ class DeviceOptimizer {
   PinnedBuffer<double> host_sums_;  // [this rank's last loss sum, its earlier losses]
   PinnedBuffer<StepGate> host_gate_;
   CudaEvent gate_ready_;
+  size_t gate_marks_ = 0;  // the op profile's uncollected marks when the gate was queued (OpTimer::recorded)
 };
 
 }  // namespace st
