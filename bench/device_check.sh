@@ -18,6 +18,7 @@
 #             host, the rest on the GPU; e.g. frac55)
 #   cap24     --dist.max_gpu_mem_gib=24 / --mem-cap-gib 24 (a 24 GB card)
 #   nospec    ours only, with offload: --optim.offload_speculative=false (no unit speculates)
+#   noclip    ours only: --optim.grad_clip=0 (no step is clipped, so every speculative unit update is kept)
 #   hostNN    ours only: --dist.max_host_mem_gib=NN (the host memory a rank plans for, within which
 #             optim.offload_speculative=auto speculates; e.g. host64)
 #   recompute --train.recompute=true / --recompute (without it ours runs --train.recompute=false whatever the config
@@ -145,6 +146,7 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
         offload) ours_flags+=(--optim.offload=optimizer); peer_flags+=(--offload) ;;
         cap24) ours_flags+=(--dist.max_gpu_mem_gib=24); peer_flags+=(--mem-cap-gib 24) ;;
         nospec) ours_flags+=(--optim.offload_speculative=false) ;;
+        noclip) ours_flags+=(--optim.grad_clip=0) ;;
         host[0-9]*) [[ ${f#host} =~ ^[0-9]+$ ]] || { echo "BENCH_CASES: '$f' in '$c' is not hostNN (GiB)"; exit 2; }
                     ours_flags+=(--dist.max_host_mem_gib=${f#host}) ;;
         recompute) recompute=true; peer_flags+=(--recompute) ;;
@@ -158,7 +160,7 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
                     ours_flags+=(--optim.offload_fraction=$(awk -v p="${f#frac}" 'BEGIN { print p / 100 }')) ;;
         acc[1-9]*) acc=${f#acc}
                    [[ $acc =~ ^[0-9]+$ ]] || { echo "BENCH_CASES: '$f' in '$c' is not accN with N a count"; exit 2; } ;;
-        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, fracNN, cap24, nospec, hostNN, recompute, fp8t, fp8r, fp8d, fp8g, fp8fa, compile, accN)"
+        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, fracNN, cap24, nospec, noclip, hostNN, recompute, fp8t, fp8r, fp8d, fp8g, fp8fa, compile, accN)"
            exit 2 ;;
       esac
     done
