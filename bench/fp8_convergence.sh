@@ -21,9 +21,9 @@
 # tokens a step; STEPS steps, default 1000, read the training text about once, so that the validation loss measures
 # the model, not how much of the text it memorised), AdamW at lr 1e-3 (warm-up 100 steps, cosine to 1e-4), weight
 # decay 0.1, clip 1, seed 1234, validation every 100 steps over 55 batches (901k tokens: the held-out set). `off` is
-# bf16, `tensorwise`, `rowwise` and `delayed` the recipes, `tensorwise-fast` and `rowwise-fast` the first two with
-# train.fp8_fast_accum, `off-seed1235` bf16 at seed 1235: the spread two bf16 runs show by seed alone. Each run's
-# metrics go to OUT/<run>.jsonl (`delayed-seed1235`: delayed at seed 1235). `report`: the curves over each other in
+# bf16, `tensorwise`, `rowwise` and `delayed` the recipes; `-fast` after a recipe adds train.fp8_fast_accum
+# (`delayed-fast`), and `-seedNNNN` after a name takes that seed (`off-seed1235`: the spread two bf16 runs show by seed
+# alone; `delayed-fast-seed1235`). Each run's metrics go to OUT/<run>.jsonl. `report`: the curves over each other in
 # OUT/fp8_vs_bf16.svg, and a table of each run's final validation loss and its mean training loss over the last 100
 # steps, each with its difference from bf16's at the same seed, and its largest loss spike (the most a step's loss
 # exceeds the median of the 20 steps before it).
@@ -87,15 +87,16 @@ OUT=${3:-/tmp/fp8_convergence}
 mkdir -p "$OUT"
 if [[ $STAGE == run ]]; then
   for name in ${RUNS:-off tensorwise rowwise off-seed1235}; do
-    fast=false
-    case $name in
-      off | tensorwise | rowwise | delayed) recipe=$name seed=1234 ;;
-      tensorwise-fast | rowwise-fast) recipe=${name%-fast} seed=1234 fast=true ;;
-      off-seed1235 | delayed-seed1235) recipe=${name%-seed1235} seed=1235 ;;
-      *) echo "RUNS: unknown run '$name'" \
-           "(off, tensorwise, rowwise, delayed, tensorwise-fast, rowwise-fast, off-seed1235, delayed-seed1235)"
-         exit 2 ;;
+    # A run's name: the recipe, then -fast for train.fp8_fast_accum, then -seedNNNN for a seed other than 1234.
+    base=$name seed=1234 fast=false
+    [[ $base =~ ^(.*)-seed([0-9]+)$ ]] && base=${BASH_REMATCH[1]} seed=${BASH_REMATCH[2]}
+    [[ $base == *-fast ]] && base=${base%-fast} fast=true
+    case $base in
+      off) [[ $fast == false ]] || { echo "RUNS: '$name': bf16 has no fast accumulation"; exit 2; } ;;
+      tensorwise | rowwise | delayed) ;;
+      *) echo "RUNS: unknown run '$name' (off, tensorwise, rowwise or delayed; then -fast; then -seedNNNN)"; exit 2 ;;
     esac
+    recipe=$base
     rm -f "$OUT/$name.jsonl"
     "$BIN" train --config configs/smollm2-360m.ini --train.device=cuda --train.dtype=bf16 --train.fp8="$recipe" \
       --train.fp8_fast_accum="$fast" \
@@ -109,7 +110,7 @@ if [[ $STAGE == run ]]; then
   exit 0
 fi
 charts=()
-for name in off tensorwise rowwise delayed tensorwise-fast rowwise-fast; do
+for name in off tensorwise rowwise delayed tensorwise-fast rowwise-fast delayed-fast; do
   [[ -f $OUT/$name.jsonl ]] && charts+=("$OUT/$name.jsonl")
 done
 "$BIN" plot "${charts[@]}" --out "$OUT/fp8_vs_bf16.svg"
@@ -133,20 +134,23 @@ def spike(loss):
 def tail_mean(loss):  # the mean training loss over the last 100 steps: less noisy than one validation pass
     steps = sorted(loss)[-100:]
     return statistics.mean(loss[s] for s in steps)
-runs = {}
-for name in ("off", "tensorwise", "rowwise", "delayed", "tensorwise-fast", "rowwise-fast", "off-seed1235",
-             "delayed-seed1235"):
-    if os.path.exists(os.path.join(out, name + ".jsonl")):
-        runs[name] = read(name)
-print(f"{'run':<17} {'final val_loss':>15} {'vs bf16':>9} {'train, last 100':>16} {'vs bf16':>9} {'largest spike':>14}")
+import glob, re
+order = ["off", "tensorwise", "rowwise", "delayed", "tensorwise-fast", "rowwise-fast", "delayed-fast"]
+def key(name):  # seed 1234's runs first, each seed in the recipes' order
+    m = re.fullmatch(r"(.*?)(-seed(\d+))?", name)
+    return (int(m.group(3) or 1234), order.index(m.group(1)) if m.group(1) in order else len(order), name)
+names = sorted((os.path.basename(f)[:-len(".jsonl")] for f in glob.glob(os.path.join(out, "*.jsonl"))), key=key)
+runs = {name: read(name) for name in names}
+print(f"{'run':<22} {'final val_loss':>15} {'vs bf16':>9} {'train, last 100':>16} {'vs bf16':>9} {'largest spike':>14}")
 for name, (loss, val) in runs.items():
-    # Each run against bf16 at its seed; off-seed1235 against off (the spread a seed alone gives).
-    ref = "off-seed1235" if name.endswith("-seed1235") and name != "off-seed1235" else "off"
+    # Each run against bf16 at its seed; bf16 at another seed against off (the spread a seed alone gives).
+    seed = re.search(r"-seed\d+$", name)
+    ref = "off" + seed.group(0) if seed and not name.startswith("off-") else "off"
     final, train = val[max(val)], tail_mean(loss)
     vs_val = vs_train = f"{'n/a':>9}"  # no bf16 run at this seed in OUT
     if ref in runs:
         ref_loss, ref_val = runs[ref]
         vs_val = f"{final / ref_val[max(ref_val)] - 1:>+8.2%}"
         vs_train = f"{train / tail_mean(ref_loss) - 1:>+8.2%}"
-    print(f"{name:<17} {final:>15.4f} {vs_val} {train:>16.4f} {vs_train} {spike(loss):>14.3f}")
+    print(f"{name:<22} {final:>15.4f} {vs_val} {train:>16.4f} {vs_train} {spike(loss):>14.3f}")
 PY
