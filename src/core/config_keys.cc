@@ -465,11 +465,12 @@ const std::vector<Key>& keys() {
           "buffer), sm (NCCL's reduce-scatter kernels), or auto (copy where that holds and dist.reduce_scatter_ctas "
           "is -1, else sm; the log says which). The cpu backend takes auto only"),
       key("dist", "fp8_gather", &Config::dist, &DistConfig::fp8_gather,
-          "train.fp8=tensorwise: each rank casts its part of every block weight that takes FP8 to E4M3 (with the "
-          "whole tensor's scale, whose maximum the ranks exchange first) and the parameter all-gathers move those "
-          "codes: half the bytes of bf16, a quarter of fp32, the same bits as casting after the gather, and no second "
-          "cast of W in the backward (its codes are transposed). Norms and biases travel in train.dtype. Not with "
-          "lora.base_dtype=nf4 (that base travels as NF4)"),
+          "train.fp8=tensorwise or delayed: each rank casts its part of every block weight that takes FP8 to E4M3 "
+          "(with the whole tensor's scale, whose maximum the ranks exchange first; under delayed, in training, the "
+          "amax history's) and the parameter all-gathers move those codes: half the bytes of bf16, a quarter of fp32, "
+          "the same bits as casting after the gather, and no second cast of W in the backward (its codes are "
+          "transposed). Norms and biases travel in train.dtype. Not with lora.base_dtype=nf4 (that base travels as "
+          "NF4)"),
       key("dist", "bucket_mb", &Config::dist, &DistConfig::bucket_mb,
           "hybrid sharding: the gradient shards of consecutive units are all-reduced across nodes together, once per "
           "optimizer step, as soon as this many MiB of them are final, at most 1048576 (0: one all-reduce per unit). "

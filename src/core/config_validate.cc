@@ -191,8 +191,8 @@ std::vector<std::string> find_problems(const Config& c) {
   else if (c.train.fp8_amax_history != TrainConfig{}.fp8_amax_history && c.train.fp8 != Fp8Recipe::kDelayed)
     add("train.fp8_amax_history (", c.train.fp8_amax_history, ") applies to train.fp8=delayed (got ",
         to_string(c.train.fp8), "): set train.fp8=delayed, or leave it at ", TrainConfig{}.fp8_amax_history);
-  if (c.dist.fp8_gather && c.train.fp8 != Fp8Recipe::kTensorwise)
-    add("dist.fp8_gather (true) needs train.fp8=tensorwise (got ", to_string(c.train.fp8),
+  if (c.dist.fp8_gather && c.train.fp8 != Fp8Recipe::kTensorwise && c.train.fp8 != Fp8Recipe::kDelayed)
+    add("dist.fp8_gather (true) needs train.fp8=tensorwise or delayed (got ", to_string(c.train.fp8),
         "): the gathered codes serve the forward and, transposed, the backward, which takes one scale a tensor");
   if (c.dist.fp8_gather && c.model.lora.rank > 0 && c.model.lora.base_dtype == LoraBase::kNf4)
     add("dist.fp8_gather (true) does not apply with lora.base_dtype=nf4: that base is gathered as NF4 already");

@@ -7,7 +7,7 @@ namespace st {
 
 void CpuLinear::set_policy(const Fp8Policy& policy, const ModelConfig& cfg) {
   ST_CHECK(!policy.weights_cast || policy.one_weight_cast(),
-           "CpuLinear: weights cast ahead need train.fp8 = tensorwise");
+           "CpuLinear: weights cast ahead need train.fp8 = tensorwise or delayed");
   policy_ = policy;
   weights_ = block_linear_shapes(cfg);
   n_layer_ = cfg.n_layer;

@@ -294,7 +294,7 @@ std::optional<typename CudaLinear<T>::FusedInput> CudaLinear<T>::fused_input(Lin
                                                                              uint8_t* x_t_codes,
                                                                              const gpu::GpuContext& ctx) {
   if (!history_ || !history_->recording() || !policy_.fuse_casts || history_->filled() == 0 || site.layer < 0 ||
-      codes_bytes_ == 0 || policy_.power_of_2 || policy_.weights_cast || !policy_.keeps_input_codes(C, OC) ||
+      codes_bytes_ == 0 || policy_.power_of_2 || !policy_.keeps_input_codes(C, OC) ||
       policy_.forward.a.format != policy_.weight_grad.b.format)
     return std::nullopt;
   start_forward(site, C, OC, x_t_codes);
@@ -328,6 +328,12 @@ void CudaLinear<T>::forward_fused(T* out, const T* w, const T* bias, const T* re
     const Slot x{s.a.codes, s.a.capacity,
                  x_t_codes != nullptr ? input_codes(site, x_t_codes, N, C).inverse_scales : s.a.inverse_scales, 1};
     record_fused_x(site, ctx);
+    if (policy_.weights_cast) {  // W's codes and inverse scale are the weight's buffer (dist.fp8_gather)
+      fp8_product(policy_.forward, {nullptr, N, C, Fp8Layout::kRowMajor}, {w, OC, C, Fp8Layout::kRowMajor}, x,
+                  weight_codes(w, OC, C), out, OC, GradWrite::kOverwrite, ctx, lap, false, bias, residual,
+                  /*a_cast=*/true, /*b_cast=*/true);
+      return;
+    }
     fp8_product(policy_.forward, {nullptr, N, C, Fp8Layout::kRowMajor},
                 {w, OC, C, Fp8Layout::kRowMajor, kept(site, true, false)}, x, s.b, out, OC, GradWrite::kOverwrite, ctx,
                 lap, false, bias, residual, /*a_cast=*/true);
@@ -343,7 +349,8 @@ void CudaLinear<T>::forward_fused_without_output(const T* w, int64_t N, int C, i
     if (lap) (*lap)("fwd.fp8_cast");
     record_fused_x(site, ctx);
     const Maxima wm = kept(site, true, false);
-    if (wm.at != nullptr) gpu::fp8_maxima_async<T>(w, OC, C, policy_.forward.b.scaling, wm.at, with_maxima(ctx));
+    if (wm.at != nullptr && !policy_.weights_cast)
+      gpu::fp8_maxima_async<T>(w, OC, C, policy_.forward.b.scaling, wm.at, with_maxima(ctx));
   }
 }
 
@@ -351,8 +358,8 @@ template <typename T>
 std::optional<typename CudaLinear<T>::FusedInput> CudaLinear<T>::fused_output_grad(LinearSite site, int64_t N, int C,
                                                                                    int OC, const gpu::GpuContext& ctx) {
   if (!history_ || !policy_.fuse_casts || history_->filled() == 0 || site.layer < 0 || codes_bytes_ == 0 ||
-      policy_.power_of_2 || policy_.weights_cast || !policy_.applies(C, OC) || !policy_.weight_grad_applies(N) ||
-      !keep_.dy || policy_.input_grad.a.format != policy_.weight_grad.a.format)
+      policy_.power_of_2 || !policy_.applies(C, OC) || !policy_.weight_grad_applies(N) || !keep_.dy ||
+      policy_.input_grad.a.format != policy_.weight_grad.a.format)
     return std::nullopt;
   const Slots s = slots(ctx);
   ST_CHECK(N * OC <= std::min(s.a.capacity, s.t.capacity), "FP8 codes of ", N, " x ", OC,
@@ -380,8 +387,10 @@ void CudaLinear<T>::backward_fused(T* dinp, T* dweight, const T* inp, const T* w
     const Slot x_slot = codes_kept ? input_codes(site, const_cast<uint8_t*>(x_t_codes), N, C) : s.b;
     const Fp8Source w_t{w, OC, C, Fp8Layout::kTransposed, kept(site, true, true)};
     const Fp8Source x_t{inp, N, C, Fp8Layout::kTransposed, kept(site, false, true)};
-    fp8_product(policy_.input_grad, {nullptr, N, OC, Fp8Layout::kRowMajor}, w_t, dy, s.b, dinp, C, dinp_write, ctx, lap,
-                true, nullptr, nullptr, /*a_cast=*/true);
+    // With the weights cast (dist.fp8_gather), W^T is W's codes transposed, with W's inverse scale.
+    const Slot w_slot = policy_.weights_cast ? transposed_weight(w, OC, C, s.b, ctx) : s.b;
+    fp8_product(policy_.input_grad, {nullptr, N, OC, Fp8Layout::kRowMajor}, w_t, dy, w_slot, dinp, C, dinp_write, ctx,
+                lap, true, nullptr, nullptr, /*a_cast=*/true, /*b_cast=*/policy_.weights_cast);
     fp8_product(policy_.weight_grad, {nullptr, N, OC, Fp8Layout::kTransposed}, x_t, dy_t, x_slot, dweight, C,
                 param_write, ctx, lap, true, nullptr, nullptr, /*a_cast=*/true, codes_kept);
   } else {

@@ -115,6 +115,8 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   void use_gemm_algorithms(const GemmAlgorithms& a) override;
   double take_exposed_comm_ms() override { return stalls_.take_ms(); }
   void fp8_step_end(bool applied) override;
+  // dist.fp8_gather under delayed: the communication stream waits for the history's push or drop (fp8_step_end).
+  void gathers_follow_fp8_step_end();
   std::vector<std::vector<float>> fp8_history() override;
   void load_fp8_history(const std::vector<std::vector<float>>& entries, const std::string& from) override;
 
@@ -220,6 +222,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   std::unique_ptr<Fp8Gatherer<T>> fp8_gather_;    // dist.fp8_gather; null without it
   std::unique_ptr<ReplicaReduction<T>> replica_;  // hybrid: the all-reduce across nodes, once per step
   DeviceBuffer<unsigned> fp8_gathered_;           // train.fp8=delayed: every rank's step maxima (fp8_step_end)
+  CudaEvent fp8_step_ended_;                      // delayed with dist.fp8_gather: the history's push, for the gathers
   // loss_queued_: micro_step_queued() left its loss on the device; gate_queued_: queue_gated_update() ran and
   // finish_gated_step() has not.
   bool loss_queued_ = false, gate_queued_ = false;

@@ -78,13 +78,15 @@ ModelBackend::GatedStep CudaShardedModel<T>::finish_gated_step() {
 
 // train.fp8=delayed: the step's maxima all-gathered over the sharding group (and hybrid's replica group: every rank
 // of the world, in two hops) and reduced, then pushed; all on the compute stream, behind the step's casts and before
-// the next step's.
+// the next step's. With dist.fp8_gather the gathers cast the weights by the history too (fp8_gatherer.h): the
+// communication stream then follows the push, so that the next step's gathers read the new history.
 template <typename T>
 void CudaShardedModel<T>::fp8_step_end(bool applied) {
   CudaFp8History* h = model_->fp8_history();
   if (h == nullptr) return;
   if (!applied) {
     h->drop(ctx_);
+    gathers_follow_fp8_step_end();
     return;
   }
   const int64_t n = h->entry_size();
@@ -98,6 +100,14 @@ void CudaShardedModel<T>::fp8_step_end(bool applied) {
     gpu::fp8_max_over_ranks(fp8_gathered_.data(), world, n, h->step_maxima(), ctx_);
   }
   h->push(h->step_maxima(), ctx_);
+  gathers_follow_fp8_step_end();
+}
+
+template <typename T>
+void CudaShardedModel<T>::gathers_follow_fp8_step_end() {
+  if (!fp8_gather_) return;
+  fp8_step_ended_.record(ctx_.stream);
+  fp8_step_ended_.wait_on(comm_stream_.get());
 }
 
 template <typename T>
@@ -124,6 +134,7 @@ void CudaShardedModel<T>::load_fp8_history(const std::vector<std::vector<float>>
                                                         const std::vector<std::vector<AdamWRun>>&);    \
   template ModelBackend::GatedStep CudaShardedModel<T>::finish_gated_step();                           \
   template void CudaShardedModel<T>::fp8_step_end(bool);                                               \
+  template void CudaShardedModel<T>::gathers_follow_fp8_step_end();                                    \
   template std::vector<std::vector<float>> CudaShardedModel<T>::fp8_history();                         \
   template void CudaShardedModel<T>::load_fp8_history(const std::vector<std::vector<float>>&, const std::string&);
 ST_INSTANTIATE_OPTIMIZER(float)

@@ -43,7 +43,8 @@ void CudaShardedModel<T>::issue_gather(int unit) {
   // base) from element numel on, over the trainable slots' padding (units.h).
   const auto gather_segment = [&](int segment, const T* source, int64_t count, T* dst, bool from_staging) {
     if (fp8_gather_ && fp8_gather_->applies(unit, segment)) {
-      received += fp8_gather_->gather(unit, segment, source, b->data.data(), coll_.shard(), comm_ctx_);
+      received +=
+          fp8_gather_->gather(unit, segment, source, b->data.data(), coll_.shard(), comm_ctx_, model_->fp8_history());
       return;
     }
     coll_.gather_comm(from_staging).all_gather<T>(source, count, dst, ns);

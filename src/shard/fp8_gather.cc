@@ -21,10 +21,12 @@ Fp8GatherSegment fp8_gather_segment(const ModelConfig& cfg, const UnitLayout& un
   g.base = frozen ? unit.numel : 0;
   g.numel = frozen ? unit.frozen_numel : unit.numel;
   if (unit.kind != UnitKind::kBlock || g.numel == 0 || (frozen && unit.nf4_base) || !policy.one_weight_cast()) return g;
-  for (const LinearShape& l : block_linear_shapes(cfg)) {
+  const std::vector<LinearShape> shapes = block_linear_shapes(cfg);
+  for (const LinearShape& l : shapes) {
     const TensorSpec* t = unit.find(l.weight);
     if (t == nullptr || t->frozen != frozen || !policy.applies(l.in, l.out)) continue;
-    g.weights.push_back({t->offset - g.base, t->numel});
+    g.weights.push_back(
+        {t->offset - g.base, t->numel, fp8_site_index(shapes, cfg.n_layer, {unit.layer, l.weight.c_str()})});
   }
   if (g.weights.empty()) return g;
   std::sort(g.weights.begin(), g.weights.end(),
@@ -72,8 +74,8 @@ int64_t fp8_gather_staging_bytes(const ModelConfig& cfg, const std::vector<UnitL
       k = std::max(k, static_cast<int64_t>(g.weights.size()));
     }
   if (k == 0) return 0;
-  // Blocks sent and received; maxima sent, received, and each weight's; inverse scales; the casts' own.
-  return (world + 1) * block + (world + 2) * 4 * k + 4 * k + 4 +
+  // Blocks sent and received; maxima sent, received, each weight's, the delayed picks; inverse scales; the casts'.
+  return (world + 1) * block + (world + 3) * 4 * k + 4 * k + 4 +
          static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(1));
 }
 

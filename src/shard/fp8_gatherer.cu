@@ -29,6 +29,7 @@ Fp8Gatherer<T>::Fp8Gatherer(const Config& cfg, const std::vector<UnitLayout>& un
   part_max_ = DeviceBuffer<unsigned>(k);
   all_max_ = DeviceBuffer<unsigned>(world * k);
   maxima_ = DeviceBuffer<unsigned>(k);
+  picked_ = DeviceBuffer<unsigned>(k);
   inverse_ = DeviceBuffer<float>(k);
   cast_inverse_ = DeviceBuffer<float>(1);
   scratch_ = DeviceBuffer<unsigned char>(static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(1)));
@@ -36,7 +37,7 @@ Fp8Gatherer<T>::Fp8Gatherer(const Config& cfg, const std::vector<UnitLayout>& un
 
 template <typename T>
 int64_t Fp8Gatherer<T>::gather(int unit, int segment, const T* source, T* full, NcclCommunicator& nccl,
-                               const gpu::GpuContext& comm_ctx) {
+                               const gpu::GpuContext& comm_ctx, CudaFp8History* history) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
     const Fp8GatherSegment& g = plans_[static_cast<size_t>(unit)][segment];
     gpu::GpuContext ctx = comm_ctx;
@@ -54,6 +55,16 @@ int64_t Fp8Gatherer<T>::gather(int unit, int segment, const T* source, T* full, 
     nccl.all_gather<float>(reinterpret_cast<const float*>(part_max_.data()), k,
                            reinterpret_cast<float*>(all_max_.data()), s);
     gpu::fp8_scales_of_parts(all_max_.data(), g.world, k, g.format, g.power_of_2, maxima_.data(), inverse_.data(), ctx);
+    // Delayed, in a training pass: each weight scales by the history's pick, which records its maximum, as the
+    // linear layers' cast of the gathered weight does (cuda_linear.cu).
+    if (history != nullptr && history->recording()) {
+      for (int64_t w = 0; w < k; ++w) {
+        const unsigned* pick =
+            history->pick(fp8_history_index(g.weights[static_cast<size_t>(w)].site, kFp8W), maxima_.data() + w, ctx);
+        ST_CUDA_CHECK(cudaMemcpyAsync(picked_.data() + w, pick, sizeof(unsigned), cudaMemcpyDeviceToDevice, s));
+      }
+      gpu::fp8_scales_of_parts(picked_.data(), 1, k, g.format, g.power_of_2, maxima_.data(), inverse_.data(), ctx);
+    }
     // 2. This rank's block: its codes where its elements sit in its slot, then its rest packed; every rank's.
     T* rest = reinterpret_cast<T*>(send_.data() + g.code_stride);
     for (const Fp8GatherPiece& p : mine) {

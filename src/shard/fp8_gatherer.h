@@ -17,6 +17,7 @@
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/kernels/gpu/context.h"
+#include "shardtrain/model/cuda_fp8_history.h"
 #include "shardtrain/model/units.h"
 #include "shardtrain/shard/fp8_gather.h"
 
@@ -32,15 +33,18 @@ class Fp8Gatherer {
   bool applies(int unit, int segment) const { return !plans_[static_cast<size_t>(unit)][segment].empty(); }
   // That segment gathered into `full`, the unit's gathered buffer, from this rank's slot of it (`source`, on the
   // device), on ctx.stream through `nccl`; returns the bytes this rank receives. Refuses a weight whose region has no
-  // room for its codes at a 256-byte boundary (fp8_weight_codes: a 16 x 16 weight at most).
-  int64_t gather(int unit, int segment, const T* source, T* full, NcclCommunicator& nccl, const gpu::GpuContext& ctx);
+  // room for its codes at a 256-byte boundary (fp8_weight_codes: a 16 x 16 weight at most). With `history`
+  // (train.fp8=delayed, recording: a training pass) each weight scales by its pick and records its maximum there;
+  // ctx.stream must then follow the history's step ends.
+  int64_t gather(int unit, int segment, const T* source, T* full, NcclCommunicator& nccl, const gpu::GpuContext& ctx,
+                 CudaFp8History* history = nullptr);
 
  private:
   std::vector<std::array<Fp8GatherSegment, 2>> plans_;
   int rank_ = 0;
   DeviceBuffer<uint8_t> send_, recv_;           // this rank's block; every rank's
   DeviceBuffer<unsigned> part_max_, all_max_;   // this rank's parts' maxima; every rank's
-  DeviceBuffer<unsigned> maxima_;               // each weight's
+  DeviceBuffer<unsigned> maxima_, picked_;      // each weight's; the delayed history's picks
   DeviceBuffer<float> inverse_, cast_inverse_;  // each weight's inverse scale; the casts' own (unused)
   DeviceBuffer<unsigned char> scratch_;         // the casts' scratch
 };

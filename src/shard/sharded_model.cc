@@ -10,6 +10,7 @@
 #include "shardtrain/core/process_memory.h"
 #include "shardtrain/kernels/fp8.h"
 #include "shardtrain/model/family.h"
+#include "shardtrain/model/fp8_history.h"
 #include "shardtrain/optim/adamw_optimizer.h"
 #include "shardtrain/shard/memory_plan.h"
 #include "shardtrain/shard/run_plan.h"
@@ -225,6 +226,16 @@ int64_t ShardedModel::gather_fp8(const Fp8GatherSegment& g, const float* shard, 
   std::vector<unsigned> maxima(static_cast<size_t>(k));
   std::vector<float> inverse(static_cast<size_t>(k));
   fp8_scales_of_parts(all.data(), g.world, k, f, pow2, maxima.data(), inverse.data());
+  // Delayed, in a training pass: each weight scales by the history's pick, and its maximum is recorded, as the
+  // linear layers' cast of the gathered weight does (cpu_linear.cc).
+  Fp8AmaxHistory* history = mode_ == Mode::kTrain ? model_->fp8_history() : nullptr;
+  if (history != nullptr) {
+    std::vector<unsigned> picked(static_cast<size_t>(k));
+    for (int64_t w = 0; w < k; ++w)
+      picked[static_cast<size_t>(w)] = history->pick(fp8_history_index(g.weights[static_cast<size_t>(w)].site, kFp8W),
+                                                     maxima[static_cast<size_t>(w)], true);
+    fp8_scales_of_parts(picked.data(), 1, k, f, pow2, maxima.data(), inverse.data());
+  }
   // 2. This rank's codes and its rest, packed into its block; every rank's block all-gathered.
   auto* codes = reinterpret_cast<uint8_t*>(fp8_send_.data());
   float* rest = fp8_send_.data() + g.code_stride / 4;

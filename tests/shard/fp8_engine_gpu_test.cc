@@ -5,9 +5,10 @@
 // cuBLASLt's fp32 promotions); in bf16, the loss within 2e-2 and the gradients above 20 dB (torchao's floor for FP8
 // against its reference). Training in FP8 tracks bf16's losses within 1% over four steps; recompute repeats the same
 // bits; LoRA's adapters train on an FP8 base as on the CPU; optimizer offload trains what the device optimizer does.
-// dist.fp8_gather (the weights gathered as E4M3 codes, which the GEMMs read in place) trains the bits of casting after
-// the gather, in fp32 and bf16, full, LoRA, with recompute and with the parameters offloaded, and each gather receives
-// what its plan (shard/fp8_gather.h) says. train.fp8_fast_accum's forward GEMMs train as bf16 does too.
+// dist.fp8_gather (the weights gathered as E4M3 codes, which the GEMMs read in place; tensorwise and delayed) trains
+// the bits of casting after the gather, in fp32 and bf16, full, LoRA, with recompute and with the parameters offloaded,
+// and each gather receives what its plan (shard/fp8_gather.h) says. train.fp8_fast_accum's forward GEMMs train as bf16
+// does too.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -132,10 +133,12 @@ TEST(Fp8Cuda, OffloadTrainsWhatTheDeviceOptimizerTrains) {
     }
 }
 
-// Steps of c on one GPU: the trace and the bytes its gathers received, against what the plan says of them.
+// Steps of c on one GPU: the trace, the bytes its gathers received, against what the plan says of them, and the amax
+// history of train.fp8=delayed.
 struct Gathered {
   testing::Trace trace;
   int64_t bytes = 0, planned = 0;
+  std::vector<std::vector<float>> history;
 };
 Gathered train_counting(const Config& c, int64_t steps) {
   SoloCommunicator solo;
@@ -147,34 +150,39 @@ Gathered train_counting(const Config& c, int64_t steps) {
   g.bytes = n.gathered_bytes;
   const std::vector<UnitLayout> units = build_units(c.model);
   for (size_t u = 0; u < units.size(); ++u) g.planned += n.gathers[u] * unit_gather_bytes(c, units[u], 1);
+  g.history = e.sharded().fp8_history();
   return g;
 }
 
+// Under delayed the gathers cast the weights by the history from the second step on and record their maxima: the
+// same history, and the same bits.
 TEST(Fp8Cuda, GatheredCodesTrainTheBitsOfCastingAfterTheGather) {
   ST_SKIP_WITHOUT_FP8();
-  for (ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama})
-    for (DType dtype : {DType::kF32, DType::kBF16})
-      for (const char* variant : {"full", "lora", "recompute", "offload"}) {
-        // optim.offload takes a half-precision compute type on cuda (the config refuses fp32).
-        if (std::string(variant) == "offload" && dtype == DType::kF32) continue;
-        SCOPED_TRACE(std::string(to_string(arch)) + " " + to_string(dtype) + " " + variant);
-        Config off = testing::fp8_tiny(arch, Fp8Recipe::kTensorwise, Device::kCuda, dtype);
-        off.train.steps = 3;
-        if (std::string(variant) == "lora") off.model.lora.rank = 4;
-        if (std::string(variant) == "recompute") off.train.recompute = true;
-        if (std::string(variant) == "offload") {
-          off.optim.offload = OffloadMode::kOptimizerParams;
-          off.optim.offload_threads = 2;
+  for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kDelayed})
+    for (ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama})
+      for (DType dtype : {DType::kF32, DType::kBF16})
+        for (const char* variant : {"full", "lora", "recompute", "offload"}) {
+          // optim.offload takes a half-precision compute type on cuda (the config refuses fp32).
+          if (std::string(variant) == "offload" && dtype == DType::kF32) continue;
+          SCOPED_TRACE(std::string(to_string(recipe)) + " " + to_string(arch) + " " + to_string(dtype) + " " + variant);
+          Config off = testing::fp8_tiny(arch, recipe, Device::kCuda, dtype);
+          off.train.steps = 3;
+          if (std::string(variant) == "lora") off.model.lora.rank = 4;
+          if (std::string(variant) == "recompute") off.train.recompute = true;
+          if (std::string(variant) == "offload") {
+            off.optim.offload = OffloadMode::kOptimizerParams;
+            off.optim.offload_threads = 2;
+          }
+          Config on = off;
+          on.dist.fp8_gather = true;
+          const Gathered want = train_counting(off, 3), got = train_counting(on, 3);
+          EXPECT_EQ(got.trace.losses, want.trace.losses);
+          EXPECT_EQ(got.trace.params, want.trace.params);
+          EXPECT_EQ(got.history, want.history);
+          EXPECT_EQ(want.bytes, want.planned);
+          EXPECT_EQ(got.bytes, got.planned);
+          EXPECT_LT(got.bytes, want.bytes);
         }
-        Config on = off;
-        on.dist.fp8_gather = true;
-        const Gathered want = train_counting(off, 3), got = train_counting(on, 3);
-        EXPECT_EQ(got.trace.losses, want.trace.losses);
-        EXPECT_EQ(got.trace.params, want.trace.params);
-        EXPECT_EQ(want.bytes, want.planned);
-        EXPECT_EQ(got.bytes, got.planned);
-        EXPECT_LT(got.bytes, want.bytes);
-      }
 }
 
 }  // namespace

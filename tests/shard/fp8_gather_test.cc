@@ -31,8 +31,8 @@ namespace {
 
 constexpr uint64_t kSeed = 5;
 
-Config tiny(ModelArch arch, int lora_rank = 0) {
-  Config c = testing::fp8_tiny(arch, Fp8Recipe::kTensorwise);
+Config tiny(ModelArch arch, int lora_rank = 0, Fp8Recipe recipe = Fp8Recipe::kTensorwise) {
+  Config c = testing::fp8_tiny(arch, recipe);
   c.train.steps = 3;
   c.model.lora.rank = lora_rank;
   if (lora_rank > 0) c.optim.lr = 1e-1f;  // the adapters move the loss within 3 steps
@@ -85,6 +85,14 @@ TEST(Fp8GatherPlan, ABlocksWeightsAreCodesAndEveryElementArrivesOnce) {
         EXPECT_TRUE(std::any_of(g.weights.begin(), g.weights.end(), [&](const Fp8GatherWeight& w) {
           return w.offset == t->offset && w.numel == t->numel;
         })) << name;
+      }
+      // Each weight names its site, whose W the delayed history keeps: block 1's, in the family's order.
+      const std::vector<LinearShape> shapes = block_linear_shapes(c.model);
+      for (const Fp8GatherWeight& w : g.weights) {
+        const auto it = std::find_if(shapes.begin(), shapes.end(),
+                                     [&](const LinearShape& l) { return block.tensor(l.weight).offset == w.offset; });
+        ASSERT_NE(it, shapes.end());
+        EXPECT_EQ(w.site, static_cast<int64_t>(shapes.size()) * block.layer + (it - shapes.begin()));
       }
       EXPECT_EQ(g.slot, padded_shard_size(block.numel, world));
       expect_plan_covers(g);
@@ -166,13 +174,15 @@ TEST(Fp8GatherKernels, PartsCastAsTheWholeTensorAndTransposeAsTheTransposedCast)
   EXPECT_EQ(out_inv[1], 1.0f / fp8_scale(0.0f, Fp8Format::kE5M2));
 }
 
-TEST(Fp8GatherConfig, NeedsTensorwiseAndNoNf4Base) {
+TEST(Fp8GatherConfig, NeedsOneScaleATensorAndNoNf4Base) {
   const auto problem = testing::config_problem;
   EXPECT_EQ(problem({"--train.fp8=tensorwise", "--dist.fp8_gather=true"}), "");
+  EXPECT_EQ(problem({"--train.fp8=delayed", "--dist.fp8_gather=true"}), "");
   EXPECT_NE(problem({"--train.fp8=rowwise", "--dist.fp8_gather=true"})
-                .find("dist.fp8_gather (true) needs train.fp8=tensorwise (got rowwise)"),
+                .find("dist.fp8_gather (true) needs train.fp8=tensorwise or delayed (got rowwise)"),
             std::string::npos);
-  EXPECT_NE(problem({"--dist.fp8_gather=true"}).find("needs train.fp8=tensorwise (got off)"), std::string::npos);
+  EXPECT_NE(problem({"--dist.fp8_gather=true"}).find("needs train.fp8=tensorwise or delayed (got off)"),
+            std::string::npos);
   EXPECT_NE(problem({"--train.fp8=tensorwise", "--dist.fp8_gather=true", "--lora.rank=4", "--lora.base_dtype=nf4"})
                 .find("dist.fp8_gather (true) does not apply with lora.base_dtype=nf4"),
             std::string::npos);
@@ -187,18 +197,19 @@ TEST(Fp8GatherConfig, ThePlanCountsTheStaging) {
   const std::vector<UnitLayout> units = build_units(c.model);
   const int64_t staging = fp8_gather_staging_bytes(c.model, units, 3, tensorwise(), 4);
   const Fp8GatherSegment g = fp8_gather_segment(c.model, units[1], false, 3, tensorwise());
-  // Four weights a block: blocks sent and received by 3 ranks, maxima sent, received and each weight's, inverse
-  // scales, one cast's inverse and scratch.
-  EXPECT_EQ(staging, 4 * g.block_bytes(4) + 5 * 16 + 16 + 4 + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(1)));
+  // Four weights a block: blocks sent and received by 3 ranks, maxima sent, received and each weight's, the delayed
+  // history's picks, inverse scales, one cast's inverse and scratch.
+  EXPECT_EQ(staging, 4 * g.block_bytes(4) + 6 * 16 + 16 + 4 + static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(1)));
   EXPECT_EQ(on.gather_buffers, off.gather_buffers + staging);
 }
 
 struct GatherRun {
   testing::Trace trace;
   CommCounters counters;
+  std::vector<std::vector<float>> history;  // train.fp8=delayed's
 };
 
-// steps of c at `world` ranks: rank 0's losses, every unit's parameters and its gather counters.
+// steps of c at `world` ranks: rank 0's losses, every unit's parameters, its gather counters and its amax history.
 GatherRun run(const Config& c, int world) {
   GatherRun out;
   fake::spawn(world, [&](Communicator& comm) {
@@ -206,7 +217,8 @@ GatherRun run(const Config& c, int world) {
     testing::Trace t;
     testing::train_steps(e, c, comm, kSeed, 0, c.train.steps, &t);
     t.params = e.gather_params();
-    if (comm.rank() == 0) out = {std::move(t), e.sharded().counters()};
+    std::vector<std::vector<float>> history = e.sharded().fp8_history();
+    if (comm.rank() == 0) out = {std::move(t), e.sharded().counters(), std::move(history)};
   });
   return out;
 }
@@ -220,25 +232,30 @@ int64_t planned_gather_bytes(const Config& c, int world, const CommCounters& cou
 }
 
 // Training with the codes gathered gives the bits of training with fp32 gathered and cast after: losses and
-// parameters equal, at 1 to 4 ranks, full and LoRA; and each gather received what the plan says.
+// parameters equal, at 1 to 4 ranks, full and LoRA, tensorwise and delayed (whose weights the gathers cast by the
+// history from the second step on, recording their maxima: the same history); and each gather received what the plan
+// says.
 TEST(Fp8GatherEngine, GivesTheBitsOfCastingAfterTheGather) {
   omp_set_num_threads(1);
-  for (ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama})
-    for (int lora : {0, 4})
-      for (int world : {1, 2, 3, 4}) {
-        SCOPED_TRACE(std::string(to_string(arch)) + " lora " + std::to_string(lora) + " world " +
-                     std::to_string(world));
-        Config off = tiny(arch, lora), on = off;
-        on.dist.fp8_gather = true;
-        const GatherRun want = run(off, world), got = run(on, world);
-        EXPECT_EQ(got.trace.losses, want.trace.losses);
-        EXPECT_EQ(got.trace.params, want.trace.params);
-        EXPECT_NE(want.trace.losses.back(), want.trace.losses.front());  // the steps trained
-        EXPECT_EQ(got.counters.gathers, want.counters.gathers);
-        EXPECT_EQ(want.counters.gathered_bytes, want.counters.gathered_elements * 4);
-        EXPECT_EQ(got.counters.gathered_bytes, planned_gather_bytes(on, world, got.counters));
-        EXPECT_LT(got.counters.gathered_bytes, want.counters.gathered_bytes);
-      }
+  for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kDelayed})
+    for (ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama})
+      for (int lora : {0, 4})
+        for (int world : {1, 2, 3, 4}) {
+          SCOPED_TRACE(std::string(to_string(recipe)) + " " + to_string(arch) + " lora " + std::to_string(lora) +
+                       " world " + std::to_string(world));
+          Config off = tiny(arch, lora, recipe), on = off;
+          on.dist.fp8_gather = true;
+          const GatherRun want = run(off, world), got = run(on, world);
+          EXPECT_EQ(got.trace.losses, want.trace.losses);
+          EXPECT_EQ(got.trace.params, want.trace.params);
+          EXPECT_EQ(got.history, want.history);
+          if (recipe == Fp8Recipe::kDelayed) EXPECT_EQ(want.history.size(), static_cast<size_t>(off.train.steps));
+          EXPECT_NE(want.trace.losses.back(), want.trace.losses.front());  // the steps trained
+          EXPECT_EQ(got.counters.gathers, want.counters.gathers);
+          EXPECT_EQ(want.counters.gathered_bytes, want.counters.gathered_elements * 4);
+          EXPECT_EQ(got.counters.gathered_bytes, planned_gather_bytes(on, world, got.counters));
+          EXPECT_LT(got.counters.gathered_bytes, want.counters.gathered_bytes);
+        }
 }
 
 }  // namespace

@@ -129,7 +129,7 @@ class CudaLinear {
                                         const gpu::GpuContext& ctx);
   // forward() and forward_without_output() of a site whose producer wrote x's codes (fused_input, with the same
   // x_t_codes): the GEMM reads them (the re-run reads none), x's maximum is recorded into the history, and W is cast
-  // (its maximum kept) as forward() does.
+  // (its maximum kept) as forward() does, or read as its codes under Fp8Policy::weights_cast.
   void forward_fused(T* out, const T* w, const T* bias, const T* residual, int64_t N, int C, int OC,
                      const gpu::GpuContext& ctx, OpTimer::Laps* lap, LinearSite site, uint8_t* x_t_codes);
   void forward_fused_without_output(const T* w, int64_t N, int C, int OC, const gpu::GpuContext& ctx,

@@ -1,12 +1,16 @@
 // dist.fp8_gather: a unit's gather moves the blocks' FP8 weights as E4M3 codes instead of train.dtype (torchtitan's
-// float8 all-gather), under train.fp8 = tensorwise, where a weight has one scale for both GEMMs that read it.
+// float8 all-gather), under train.fp8 = tensorwise or delayed, where a weight has one scale for both GEMMs that read
+// it.
 //
 // A gathered segment (the unit's trainable tensors, or its frozen ones: a LoRA base) splits into its FP8 weights (the
 // blocks' linear layers the policy applies to, model/fp8_policy.h) and the rest (norms, biases). Per gather:
 //   1. each rank takes the maximum of |w| over its part of each FP8 weight (0 where it owns none), and the ranks
 //      all-gather those maxima: each weight's maximum is the largest of them, the whole tensor's;
 //   2. each rank casts its part of each weight to E4M3 with the scale of that maximum (the codes and the scale a cast
-//      of the whole gathered tensor gives, kernels/fp8.h) into `code_stride` bytes, and the ranks all-gather them;
+//      of the whole gathered tensor gives, kernels/fp8.h) into `code_stride` bytes, and the ranks all-gather them.
+//      Under delayed, in a training pass, the scale is the amax history's pick for the weight instead
+//      (model/fp8_history.h: its largest over the last steps, or the whole tensor's maximum while it holds none),
+//      and that maximum is recorded in the step's maxima, as a cast of the gathered weight records it;
 //   3. the rest travels compacted: each rank's rest elements, `rest_slot` of them (zero-padded), all-gathered;
 //   4. each rest element lands at its place in the gathered buffer, and each weight's codes where the weight lies: on
 //      cuda at the first 256-byte boundary of its region (fp8_weight_codes, fp8_policy.h), then its inverse scale (a
@@ -42,6 +46,7 @@ struct Fp8GatherPiece {
 
 struct Fp8GatherWeight {
   int64_t offset = 0, numel = 0;  // segment-relative
+  int64_t site = -1;              // its linear layer's site (fp8_site_index), whose W the delayed history keeps
 };
 
 struct Fp8GatherSegment {
