@@ -471,6 +471,12 @@ const std::vector<Key>& keys() {
           "the same bits as casting after the gather, and no second cast of W in the backward (its codes are "
           "transposed). Norms and biases travel in train.dtype. Not with lora.base_dtype=nf4 (that base travels as "
           "NF4)"),
+      key("dist", "fp8_gather_keep", &Config::dist, &DistConfig::fp8_gather_keep,
+          "dist.fp8_gather: each rank keeps what it sends of a unit (its parts' codes and scales, its norms and "
+          "biases) from a training step's first gather of the unit for the step's other gathers of it (every "
+          "micro-batch's forward, recompute's and the backward's), which then skip the maxima's exchange and the "
+          "casts: the same bits. It costs a byte per FP8 weight element of the rank's shard and train.dtype's bytes "
+          "per other element, in the memory plan's sharded state; evaluation casts afresh"),
       key("dist", "bucket_mb", &Config::dist, &DistConfig::bucket_mb,
           "hybrid sharding: the gradient shards of consecutive units are all-reduced across nodes together, once per "
           "optimizer step, as soon as this many MiB of them are final, at most 1048576 (0: one all-reduce per unit). "

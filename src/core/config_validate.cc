@@ -194,6 +194,8 @@ std::vector<std::string> find_problems(const Config& c) {
   if (c.dist.fp8_gather && c.train.fp8 != Fp8Recipe::kTensorwise && c.train.fp8 != Fp8Recipe::kDelayed)
     add("dist.fp8_gather (true) needs train.fp8=tensorwise or delayed (got ", to_string(c.train.fp8),
         "): the gathered codes serve the forward and, transposed, the backward, which takes one scale a tensor");
+  if (c.dist.fp8_gather_keep && !c.dist.fp8_gather)
+    add("dist.fp8_gather_keep (true) keeps what dist.fp8_gather casts: set dist.fp8_gather=true, or leave it at false");
   if (c.dist.fp8_gather && c.model.lora.rank > 0 && c.model.lora.base_dtype == LoraBase::kNf4)
     add("dist.fp8_gather (true) does not apply with lora.base_dtype=nf4: that base is gathered as NF4 already");
   if (c.train.device == Device::kCpu && c.train.attention != AttentionImpl::kAuto)

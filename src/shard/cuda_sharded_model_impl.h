@@ -242,6 +242,9 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   int64_t batch_ = 0, len_ = 0;
   std::vector<float>* logits_out_ = nullptr;
   Mode mode_ = Mode::kTrain;
+  // Moves wherever a shard or the amax history may change (a step's start, the optimizer, a load, the history's step
+  // end): dist.fp8_gather_keep's kept blocks serve the training gathers of one epoch (fp8_gatherer.h).
+  int64_t params_epoch_ = 0;
   const int32_t* targets_ = nullptr;
   float dloss_ = 0.0f;
 };

@@ -28,6 +28,7 @@ void CudaShardedModel<T>::check_runs(int unit, const std::vector<AdamWRun>& runs
 template <typename T>
 void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
   check_runs(unit, runs);
+  ++params_epoch_;
   if (offload(unit)) {
     // Queued on the host AdamW; the offload stream waits for it and copies the new shard up, and the next gather of
     // this unit waits for that. This thread goes on to the next unit, then to the next step.
@@ -42,6 +43,7 @@ void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
 // gate), so that the next step's forward starts once unit 0 is updated and gathered, while the other units update.
 template <typename T>
 void CudaShardedModel<T>::device_adamw(int unit, const std::vector<AdamWRun>& runs, const StepGate* gate) {
+  ++params_epoch_;
   if (unit < static_cast<int>(snapshot_fence_.size()) && snapshot_fence_[static_cast<size_t>(unit)]) {
     snapshot_copied_[static_cast<size_t>(unit)].wait_on(optimizer_.stream());  // the snapshot has this unit's state
     snapshot_fence_[static_cast<size_t>(unit)] = false;
@@ -82,6 +84,7 @@ ModelBackend::GatedStep CudaShardedModel<T>::finish_gated_step() {
 // communication stream then follows the push, so that the next step's gathers read the new history.
 template <typename T>
 void CudaShardedModel<T>::fp8_step_end(bool applied) {
+  ++params_epoch_;
   CudaFp8History* h = model_->fp8_history();
   if (h == nullptr) return;
   if (!applied) {
@@ -118,6 +121,7 @@ std::vector<std::vector<float>> CudaShardedModel<T>::fp8_history() {
 
 template <typename T>
 void CudaShardedModel<T>::load_fp8_history(const std::vector<std::vector<float>>& entries, const std::string& from) {
+  ++params_epoch_;
   CudaFp8History* h = model_->fp8_history();
   if (h == nullptr) return;
   check_fp8_history_entries(entries, h->sites(), from);

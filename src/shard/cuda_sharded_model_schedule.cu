@@ -23,6 +23,7 @@ void CudaShardedModel<T>::zero_grads() {
   // the host are done before they do: the compute stream waits for those (start_step; with
   // optim.offload_speculative the optimizer does not wait for them).
   if (offload_) offload_->start_step(compute_stream_.get());
+  ++params_epoch_;  // the optimizer and the history's step end came before
   fresh_grads_ = true;
   optimizer_.reset_norm();
   summed_across_nodes_ = false;
@@ -43,8 +44,8 @@ void CudaShardedModel<T>::issue_gather(int unit) {
   // base) from element numel on, over the trainable slots' padding (units.h).
   const auto gather_segment = [&](int segment, const T* source, int64_t count, T* dst, bool from_staging) {
     if (fp8_gather_ && fp8_gather_->applies(unit, segment)) {
-      received +=
-          fp8_gather_->gather(unit, segment, source, b->data.data(), coll_.shard(), comm_ctx_, model_->fp8_history());
+      received += fp8_gather_->gather(unit, segment, source, b->data.data(), coll_.shard(), comm_ctx_,
+                                      model_->fp8_history(), mode_ == Mode::kTrain ? params_epoch_ : -1);
       return;
     }
     coll_.gather_comm(from_staging).all_gather<T>(source, count, dst, ns);

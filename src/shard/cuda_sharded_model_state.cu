@@ -83,6 +83,7 @@ void CudaShardedModel<T>::quiesce_state() {
 
 template <typename T>
 void CudaShardedModel<T>::pull_unit(int unit) {
+  ++params_epoch_;
   quiesce_state();
   if (!offload(unit)) shards_->pull(unit);  // an offloaded unit's param, m and v are on the host already
   shards_->pull_frozen(unit, shard(unit));  // the frozen base is always on the device
@@ -176,6 +177,7 @@ void CudaShardedModel<T>::snapshot_state(StateSnapshot* snap) {
 
 template <typename T>
 void CudaShardedModel<T>::push_unit(int unit) {
+  ++params_epoch_;
   if (embedding_prefetched_) {  // gathered from the shard a push may replace
     release_params(0);
     embedding_prefetched_ = false;

@@ -64,6 +64,17 @@ Fp8GatherSegment fp8_gather_segment(const ModelConfig& cfg, const UnitLayout& un
   return g;
 }
 
+int64_t fp8_gather_kept_bytes(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int world,
+                              const Fp8Policy& policy, int64_t elem_bytes) {
+  int64_t bytes = 0;
+  for (const UnitLayout& u : units)
+    for (bool frozen : {false, true}) {
+      const Fp8GatherSegment g = fp8_gather_segment(cfg, u, frozen, world, policy);
+      if (!g.empty()) bytes += g.block_bytes(elem_bytes) + 4 * static_cast<int64_t>(g.weights.size());
+    }
+  return bytes;
+}
+
 int64_t fp8_gather_staging_bytes(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int world,
                                  const Fp8Policy& policy, int64_t elem_bytes) {
   int64_t block = 0, k = 0;

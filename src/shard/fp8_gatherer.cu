@@ -24,6 +24,16 @@ Fp8Gatherer<T>::Fp8Gatherer(const Config& cfg, const std::vector<UnitLayout>& un
     }
   }
   if (k == 0) return;
+  if (cfg.dist.fp8_gather_keep) {  // fp8_gather_kept_bytes: what the memory plan counts
+    kept_.resize(plans_.size());
+    for (size_t u = 0; u < plans_.size(); ++u)
+      for (size_t s = 0; s < 2; ++s) {
+        const Fp8GatherSegment& g = plans_[u][s];
+        if (g.empty()) continue;
+        kept_[u][s].block = DeviceBuffer<uint8_t>(g.block_bytes(sizeof(T)));
+        kept_[u][s].inverse = DeviceBuffer<float>(static_cast<int64_t>(g.weights.size()));
+      }
+  }
   send_ = DeviceBuffer<uint8_t>(block);
   recv_ = DeviceBuffer<uint8_t>(world * block);
   part_max_ = DeviceBuffer<unsigned>(k);
@@ -37,48 +47,26 @@ Fp8Gatherer<T>::Fp8Gatherer(const Config& cfg, const std::vector<UnitLayout>& un
 
 template <typename T>
 int64_t Fp8Gatherer<T>::gather(int unit, int segment, const T* source, T* full, NcclCommunicator& nccl,
-                               const gpu::GpuContext& comm_ctx, CudaFp8History* history) {
+                               const gpu::GpuContext& comm_ctx, CudaFp8History* history, int64_t epoch) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
     const Fp8GatherSegment& g = plans_[static_cast<size_t>(unit)][segment];
     gpu::GpuContext ctx = comm_ctx;
     ctx.scratch = scratch_.data();
     ctx.scratch_bytes = scratch_.bytes();
     const cudaStream_t s = ctx.stream;
-    const int64_t k = static_cast<int64_t>(g.weights.size()), first = int64_t{rank_} * g.slot;
-    const std::vector<Fp8GatherPiece> mine = g.pieces_of(rank_);
-    // 1. The maxima of this rank's parts (0 for a weight it has none of), every rank's, each weight's.
-    ST_CUDA_CHECK(cudaMemsetAsync(part_max_.data(), 0, static_cast<size_t>(k) * sizeof(unsigned), s));
-    for (const Fp8GatherPiece& p : mine)
-      if (p.weight >= 0)
-        gpu::fp8_maxima_async<T>(source + (p.offset - first), 1, p.count, Fp8Scaling::kTensor,
-                                 part_max_.data() + p.weight, ctx);
-    nccl.all_gather<float>(reinterpret_cast<const float*>(part_max_.data()), k,
-                           reinterpret_cast<float*>(all_max_.data()), s);
-    gpu::fp8_scales_of_parts(all_max_.data(), g.world, k, g.format, g.power_of_2, maxima_.data(), inverse_.data(), ctx);
-    // Delayed, in a training pass: each weight scales by the history's pick, which records its maximum, as the
-    // linear layers' cast of the gathered weight does (cuda_linear.cu).
-    if (history != nullptr && history->recording()) {
-      for (int64_t w = 0; w < k; ++w) {
-        const unsigned* pick =
-            history->pick(fp8_history_index(g.weights[static_cast<size_t>(w)].site, kFp8W), maxima_.data() + w, ctx);
-        ST_CUDA_CHECK(cudaMemcpyAsync(picked_.data() + w, pick, sizeof(unsigned), cudaMemcpyDeviceToDevice, s));
-      }
-      gpu::fp8_scales_of_parts(picked_.data(), 1, k, g.format, g.power_of_2, maxima_.data(), inverse_.data(), ctx);
-    }
-    // 2. This rank's block: its codes where its elements sit in its slot, then its rest packed; every rank's.
-    T* rest = reinterpret_cast<T*>(send_.data() + g.code_stride);
-    for (const Fp8GatherPiece& p : mine) {
-      const T* x = source + (p.offset - first);
-      if (p.weight >= 0)
-        gpu::fp8_quantize_with_maxima_async<T>(x, 1, p.count, g.format, Fp8Scaling::kTensor, g.power_of_2,
-                                               Fp8Layout::kRowMajor, maxima_.data() + p.weight,
-                                               send_.data() + p.staged_at, cast_inverse_.data(), ctx);
-      else
-        ST_CUDA_CHECK(cudaMemcpyAsync(rest + p.staged_at, x, static_cast<size_t>(p.count) * sizeof(T),
-                                      cudaMemcpyDeviceToDevice, s));
-    }
-    const int64_t block = g.block_bytes(sizeof(T));
-    nccl.all_gather<uint8_t>(send_.data(), block, recv_.data(), s);
+    const int64_t k = static_cast<int64_t>(g.weights.size()), block = g.block_bytes(sizeof(T));
+    // dist.fp8_gather_keep: in a training pass the block and inverse scales are the segment's kept ones, cast by the
+    // epoch's first gather and sent as they are by its later ones.
+    Kept* const kept =
+        kept_.empty() || epoch < 0 ? nullptr : &kept_[static_cast<size_t>(unit)][static_cast<size_t>(segment)];
+    const bool hit = kept != nullptr && kept->epoch == epoch;
+    uint8_t* const send = kept != nullptr ? kept->block.data() : send_.data();
+    float* const inverse = kept != nullptr ? kept->inverse.data() : inverse_.data();
+    if (!hit) cast_block(g, source, send, inverse, history, nccl, ctx);
+    if (kept != nullptr) kept->epoch = epoch;
+    // Every rank's block; one rank's is its own, read where it lies.
+    const uint8_t* const blocks = g.world == 1 ? send : recv_.data();
+    if (g.world > 1) nccl.all_gather<uint8_t>(send, block, recv_.data(), s);
     // 3. Every piece into place: a weight's codes where fp8_weight_codes puts them in its region, then its inverse
     // scale; the rest at its elements.
     std::vector<uint8_t*> codes(static_cast<size_t>(k));
@@ -88,11 +76,11 @@ int64_t Fp8Gatherer<T>::gather(int unit, int segment, const T* source, T* full, 
       ST_CHECK(codes[static_cast<size_t>(w)] != nullptr, "dist.fp8_gather: a weight of ", gw.numel,
                " elements at element ", g.base + gw.offset, " of unit ", unit,
                "'s buffer has no room for its codes at a 256-byte boundary");
-      ST_CUDA_CHECK(cudaMemcpyAsync(codes[static_cast<size_t>(w)] + gw.numel, inverse_.data() + w, sizeof(float),
+      ST_CUDA_CHECK(cudaMemcpyAsync(codes[static_cast<size_t>(w)] + gw.numel, inverse + w, sizeof(float),
                                     cudaMemcpyDeviceToDevice, s));
     }
     for (const Fp8GatherPiece& p : g.pieces) {
-      const uint8_t* from = recv_.data() + p.rank * block;
+      const uint8_t* from = blocks + p.rank * block;
       if (p.weight >= 0) {
         const Fp8GatherWeight& w = g.weights[static_cast<size_t>(p.weight)];
         ST_CUDA_CHECK(cudaMemcpyAsync(codes[static_cast<size_t>(p.weight)] + (p.offset - w.offset), from + p.staged_at,
@@ -103,10 +91,53 @@ int64_t Fp8Gatherer<T>::gather(int unit, int segment, const T* source, T* full, 
                                       static_cast<size_t>(p.count) * sizeof(T), cudaMemcpyDeviceToDevice, s));
       }
     }
-    return g.received_bytes(sizeof(T));
+    return hit ? g.kept_received_bytes(sizeof(T)) : g.received_bytes(sizeof(T));
   } else {
     ST_CHECK(false, "dist.fp8_gather computes in bf16 or fp32");  // the config refuses fp16 with train.fp8
     return 0;
+  }
+}
+
+template <typename T>
+void Fp8Gatherer<T>::cast_block(const Fp8GatherSegment& g, const T* source, uint8_t* send, float* inverse,
+                                CudaFp8History* history, NcclCommunicator& nccl, const gpu::GpuContext& ctx) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    const cudaStream_t s = ctx.stream;
+    const int64_t k = static_cast<int64_t>(g.weights.size()), first = int64_t{rank_} * g.slot;
+    const std::vector<Fp8GatherPiece> mine = g.pieces_of(rank_);
+    // 1. The maxima of this rank's parts (0 for a weight it has none of), every rank's, each weight's.
+    ST_CUDA_CHECK(cudaMemsetAsync(part_max_.data(), 0, static_cast<size_t>(k) * sizeof(unsigned), s));
+    for (const Fp8GatherPiece& p : mine)
+      if (p.weight >= 0)
+        gpu::fp8_maxima_async<T>(source + (p.offset - first), 1, p.count, Fp8Scaling::kTensor,
+                                 part_max_.data() + p.weight, ctx);
+    if (g.world > 1)
+      nccl.all_gather<float>(reinterpret_cast<const float*>(part_max_.data()), k,
+                             reinterpret_cast<float*>(all_max_.data()), s);
+    const unsigned* const all = g.world == 1 ? part_max_.data() : all_max_.data();
+    gpu::fp8_scales_of_parts(all, g.world, k, g.format, g.power_of_2, maxima_.data(), inverse, ctx);
+    // Delayed, in a training pass: each weight scales by the history's pick, which records its maximum, as the
+    // linear layers' cast of the gathered weight does (cuda_linear.cu).
+    if (history != nullptr && history->recording()) {
+      for (int64_t w = 0; w < k; ++w) {
+        const unsigned* pick =
+            history->pick(fp8_history_index(g.weights[static_cast<size_t>(w)].site, kFp8W), maxima_.data() + w, ctx);
+        ST_CUDA_CHECK(cudaMemcpyAsync(picked_.data() + w, pick, sizeof(unsigned), cudaMemcpyDeviceToDevice, s));
+      }
+      gpu::fp8_scales_of_parts(picked_.data(), 1, k, g.format, g.power_of_2, maxima_.data(), inverse, ctx);
+    }
+    // 2. This rank's block: its codes where its elements sit in its slot, then its rest packed.
+    T* rest = reinterpret_cast<T*>(send + g.code_stride);
+    for (const Fp8GatherPiece& p : mine) {
+      const T* x = source + (p.offset - first);
+      if (p.weight >= 0)
+        gpu::fp8_quantize_with_maxima_async<T>(x, 1, p.count, g.format, Fp8Scaling::kTensor, g.power_of_2,
+                                               Fp8Layout::kRowMajor, maxima_.data() + p.weight, send + p.staged_at,
+                                               cast_inverse_.data(), ctx);
+      else
+        ST_CUDA_CHECK(cudaMemcpyAsync(rest + p.staged_at, x, static_cast<size_t>(p.count) * sizeof(T),
+                                      cudaMemcpyDeviceToDevice, s));
+    }
   }
 }
 

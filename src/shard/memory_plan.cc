@@ -92,8 +92,11 @@ MemoryPlan plan_memory(const Config& cfg, int world, const CommPlan& comm, const
   const UnitSizes s = unit_sizes(units, world);
   const int64_t t = dtype_bytes(cfg.compute_dtype());
   MemoryPlan p;
-  p.sharded_state = sharded_state_bytes(cfg, units, world, t) + s.frozen_slots * t      // the frozen base: its dtype
-                    + s.nf4_words * 4;                                                  // or NF4
+  p.sharded_state = sharded_state_bytes(cfg, units, world, t) + s.frozen_slots * t  // the frozen base: its dtype
+                    + s.nf4_words * 4;                                              // or NF4
+  // dist.fp8_gather_keep: the codes each rank keeps of its shard through a step (fp8_gather.h).
+  if (cfg.dist.fp8_gather_keep)
+    p.sharded_state += fp8_gather_kept_bytes(cfg.model, units, world, fp8_policy(cfg.train.fp8), t);
   p.gather_buffers = (s.emb_full + param_pool_size(cfg, comm) * s.unit_full) * t        // parameters
                      + (s.emb_grad_full + grad_pool_size(comm) * s.unit_grad_full) * t  // full gradients
                      +

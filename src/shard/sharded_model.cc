@@ -125,11 +125,13 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
     }
     fp8_send_.assign(static_cast<size_t>(block / 4), 0.0f);
     fp8_recv_.assign(static_cast<size_t>(received / 4), 0.0f);
+    if (cfg.dist.fp8_gather_keep) fp8_kept_.resize(fp8_segments_.size());  // each filled by its first gather
   }
 }
 
 void ShardedModel::zero_grads() {
   settle();
+  ++params_epoch_;  // a new step: the optimizer and the history's push came before it
   summed_across_nodes_ = false;
   if (buckets_) buckets_->drop();  // a step cut short (an exception in its backward) left units in a bucket
   for (UnitShard& s : shards_) std::fill(s.grad.begin(), s.grad.end(), 0.0f);
@@ -187,13 +189,13 @@ void ShardedModel::gather(int unit, size_t /*at*/) {
   const Fp8GatherSegment* fp8 = fp8_segments_.empty() ? nullptr : fp8_segments_[static_cast<size_t>(unit)].data();
   int64_t received = 0;
   if (fp8 != nullptr && !fp8[0].empty()) {
-    received += gather_fp8(fp8[0], sh.param.data(), s.data.data(), u.name);
+    received += gather_fp8(unit, 0, sh.param.data(), s.data.data());
   } else if (sh.slot > 0) {
     shard.all_gather(sh.param.data(), sh.slot, s.data.data());
     received += sh.slot * shard.world_size() * 4;
   }
   if (fp8 != nullptr && !fp8[1].empty()) {
-    received += gather_fp8(fp8[1], sh.frozen.data(), s.data.data(), u.name);
+    received += gather_fp8(unit, 1, sh.frozen.data(), s.data.data());
   } else if (sh.frozen_slot > 0) {
     shard.all_gather(sh.frozen.data(), sh.frozen_slot, s.data.data() + u.numel);
     received += sh.frozen_slot * shard.world_size() * 4;
@@ -207,51 +209,67 @@ void ShardedModel::gather(int unit, size_t /*at*/) {
   counters_.cross_node_bytes += groups_.shard_cross_bytes(received / shard.world_size(), 1);  // what each rank sends
 }
 
-int64_t ShardedModel::gather_fp8(const Fp8GatherSegment& g, const float* shard, float* full,
-                                 const std::string& unit_name) {
+int64_t ShardedModel::gather_fp8(int unit, int segment, const float* shard, float* full) {
+  const Fp8GatherSegment& g = fp8_segments_[static_cast<size_t>(unit)][static_cast<size_t>(segment)];
+  const std::string what = model_->units()[static_cast<size_t>(unit)].name + " (dist.fp8_gather)";
   Communicator& comm = groups_.shard();
   const int rank = comm.rank();
   const int64_t k = static_cast<int64_t>(g.weights.size()), first = int64_t{rank} * g.slot;
+  const int64_t block = g.block_bytes(sizeof(float));
   const Fp8Format f = g.format;
   const bool pow2 = g.power_of_2;
-  const std::vector<Fp8GatherPiece> mine = g.pieces_of(rank);
-  // 1. The maxima of this rank's parts of the weights, all-gathered; each weight's is the largest.
-  std::vector<unsigned> part_max(static_cast<size_t>(k), 0u), all(static_cast<size_t>(k * g.world), 0u);
-  for (const Fp8GatherPiece& p : mine)
-    if (p.weight >= 0)
-      fp8_maxima(shard + (p.offset - first), 1, p.count, Fp8Scaling::kTensor, &part_max[static_cast<size_t>(p.weight)],
-                 unit_name + " (dist.fp8_gather)");
-  static_assert(sizeof(unsigned) == sizeof(float));
-  comm.all_gather(reinterpret_cast<const float*>(part_max.data()), k, reinterpret_cast<float*>(all.data()));
-  std::vector<unsigned> maxima(static_cast<size_t>(k));
+  // dist.fp8_gather_keep: a training gather sends the block kept since the shard last changed, where there is one.
+  KeptFp8* kept = fp8_kept_.empty() || mode_ != Mode::kTrain
+                      ? nullptr
+                      : &fp8_kept_[static_cast<size_t>(unit)][static_cast<size_t>(segment)];
+  const bool hit = kept != nullptr && kept->epoch == params_epoch_;
   std::vector<float> inverse(static_cast<size_t>(k));
-  fp8_scales_of_parts(all.data(), g.world, k, f, pow2, maxima.data(), inverse.data());
-  // Delayed, in a training pass: each weight scales by the history's pick, and its maximum is recorded, as the
-  // linear layers' cast of the gathered weight does (cpu_linear.cc).
-  Fp8AmaxHistory* history = mode_ == Mode::kTrain ? model_->fp8_history() : nullptr;
-  if (history != nullptr) {
-    std::vector<unsigned> picked(static_cast<size_t>(k));
-    for (int64_t w = 0; w < k; ++w)
-      picked[static_cast<size_t>(w)] = history->pick(fp8_history_index(g.weights[static_cast<size_t>(w)].site, kFp8W),
-                                                     maxima[static_cast<size_t>(w)], true);
-    fp8_scales_of_parts(picked.data(), 1, k, f, pow2, maxima.data(), inverse.data());
-  }
-  // 2. This rank's codes and its rest, packed into its block; every rank's block all-gathered.
-  auto* codes = reinterpret_cast<uint8_t*>(fp8_send_.data());
-  float* rest = fp8_send_.data() + g.code_stride / 4;
-  std::fill(fp8_send_.begin(), fp8_send_.begin() + g.block_bytes(sizeof(float)) / 4, 0.0f);
-  for (const Fp8GatherPiece& p : mine) {
-    const float* x = shard + (p.offset - first);
-    if (p.weight < 0) {
-      std::copy_n(x, p.count, rest + p.staged_at);
-      continue;
+  if (hit) {
+    inverse = kept->inverse;
+  } else {
+    const std::vector<Fp8GatherPiece> mine = g.pieces_of(rank);
+    // 1. The maxima of this rank's parts of the weights, all-gathered; each weight's is the largest.
+    std::vector<unsigned> part_max(static_cast<size_t>(k), 0u), all(static_cast<size_t>(k * g.world), 0u);
+    for (const Fp8GatherPiece& p : mine)
+      if (p.weight >= 0)
+        fp8_maxima(shard + (p.offset - first), 1, p.count, Fp8Scaling::kTensor,
+                   &part_max[static_cast<size_t>(p.weight)], what);
+    static_assert(sizeof(unsigned) == sizeof(float));
+    comm.all_gather(reinterpret_cast<const float*>(part_max.data()), k, reinterpret_cast<float*>(all.data()));
+    std::vector<unsigned> maxima(static_cast<size_t>(k));
+    fp8_scales_of_parts(all.data(), g.world, k, f, pow2, maxima.data(), inverse.data());
+    // Delayed, in a training pass: each weight scales by the history's pick, and its maximum is recorded, as the
+    // linear layers' cast of the gathered weight does (cpu_linear.cc).
+    Fp8AmaxHistory* history = mode_ == Mode::kTrain ? model_->fp8_history() : nullptr;
+    if (history != nullptr) {
+      std::vector<unsigned> picked(static_cast<size_t>(k));
+      for (int64_t w = 0; w < k; ++w)
+        picked[static_cast<size_t>(w)] = history->pick(fp8_history_index(g.weights[static_cast<size_t>(w)].site, kFp8W),
+                                                       maxima[static_cast<size_t>(w)], true);
+      fp8_scales_of_parts(picked.data(), 1, k, f, pow2, maxima.data(), inverse.data());
     }
-    float unused = 0.0f;
-    fp8_quantize_with_maxima(x, 1, p.count, f, Fp8Scaling::kTensor, pow2, Fp8Layout::kRowMajor,
-                             &maxima[static_cast<size_t>(p.weight)], codes + p.staged_at, &unused);
+    // 2. This rank's codes and its rest, packed into its block.
+    auto* codes = reinterpret_cast<uint8_t*>(fp8_send_.data());
+    float* rest = fp8_send_.data() + g.code_stride / 4;
+    std::fill(fp8_send_.begin(), fp8_send_.begin() + block / 4, 0.0f);
+    for (const Fp8GatherPiece& p : mine) {
+      const float* x = shard + (p.offset - first);
+      if (p.weight < 0) {
+        std::copy_n(x, p.count, rest + p.staged_at);
+        continue;
+      }
+      float unused = 0.0f;
+      fp8_quantize_with_maxima(x, 1, p.count, f, Fp8Scaling::kTensor, pow2, Fp8Layout::kRowMajor,
+                               &maxima[static_cast<size_t>(p.weight)], codes + p.staged_at, &unused);
+    }
+    if (kept != nullptr) {
+      kept->block.assign(fp8_send_.begin(), fp8_send_.begin() + block / 4);
+      kept->inverse = inverse;
+      kept->epoch = params_epoch_;
+    }
   }
-  const int64_t block = g.block_bytes(sizeof(float));
-  comm.all_gather(fp8_send_.data(), block / 4, fp8_recv_.data());
+  // Every rank's block all-gathered.
+  comm.all_gather(hit ? kept->block.data() : fp8_send_.data(), block / 4, fp8_recv_.data());
   // 3. Every rank's pieces into place: the weights as their codes decode (what fp8_round_trip gives the whole
   // tensor), the rest as sent.
   const auto* staged = reinterpret_cast<const uint8_t*>(fp8_recv_.data());
@@ -265,7 +283,7 @@ int64_t ShardedModel::gather_fp8(const Fp8GatherSegment& g, const float* shard, 
     const float inv = inverse[static_cast<size_t>(p.weight)];
     for (int64_t i = 0; i < p.count; ++i) to[i] = fp8_decode(from[p.staged_at + i], f) * inv;
   }
-  return g.received_bytes(sizeof(float));
+  return hit ? g.kept_received_bytes(sizeof(float)) : g.received_bytes(sizeof(float));
 }
 
 void ShardedModel::gather_nf4(int unit, float* segment) {
@@ -402,6 +420,7 @@ std::vector<std::vector<float>> ShardedModel::fp8_history() {
 }
 
 void ShardedModel::load_fp8_history(const std::vector<std::vector<float>>& entries, const std::string& from) {
+  ++params_epoch_;
   Fp8AmaxHistory* h = model_->fp8_history();
   if (h == nullptr) return;
   check_fp8_history_entries(entries, h->sites(), from);
@@ -419,6 +438,7 @@ std::string ShardedModel::describe() const {
 }
 
 void ShardedModel::adamw(int unit, const std::vector<AdamWRun>& runs) {
+  ++params_epoch_;
   UnitShard& sh = shards_[static_cast<size_t>(unit)];
   for (const AdamWRun& r : runs) {
     ST_CHECK(r.offset >= 0 && r.offset + r.count <= sh.span.count, "AdamW run [", r.offset, ", +", r.count,
@@ -456,12 +476,14 @@ std::vector<float> ShardedModel::gather_frozen(int unit) {
 
 void ShardedModel::pull_unit(int unit) {
   settle();
+  ++params_epoch_;  // a load may write the shard
   const UnitLayout& u = model_->units()[static_cast<size_t>(unit)];
   if (u.nf4_base)
     shards_[static_cast<size_t>(unit)].frozen.assign(static_cast<size_t>(u.frozen_numel), unwritten_frozen());
 }
 
 void ShardedModel::push_unit(int unit) {
+  ++params_epoch_;
   const UnitLayout& u = model_->units()[static_cast<size_t>(unit)];
   UnitShard& sh = shards_[static_cast<size_t>(unit)];
   if (!u.nf4_base || sh.frozen.empty()) return;

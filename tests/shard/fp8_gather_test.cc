@@ -258,5 +258,78 @@ TEST(Fp8GatherEngine, GivesTheBitsOfCastingAfterTheGather) {
         }
 }
 
+// dist.fp8_gather_keep: steps of c at `world` ranks, evaluating between them (evaluation casts afresh and keeps
+// nothing): rank 0's losses and evaluation losses, parameters, history and gather counters.
+struct KeptRun {
+  GatherRun run;
+  std::vector<float> evals;
+};
+KeptRun run_with_evals(const Config& c, int world) {
+  KeptRun out;
+  fake::spawn(world, [&](Communicator& comm) {
+    StepEngine e(c, comm);
+    testing::Trace t;
+    std::vector<float> evals;
+    for (int64_t step = 0; step < c.train.steps; ++step) {
+      testing::train_steps(e, c, comm, kSeed, step, step + 1, &t);
+      evals.push_back(e.evaluate(testing::corpus_batches(c, kSeed + 1, step, comm.world_size(), comm.rank()), 1));
+    }
+    t.params = e.gather_params();
+    std::vector<std::vector<float>> history = e.sharded().fp8_history();
+    if (comm.rank() == 0) out = {{std::move(t), e.sharded().counters(), std::move(history)}, std::move(evals)};
+  });
+  return out;
+}
+
+// Kept blocks train the bits of casting at every gather, tensorwise and delayed, with micro-steps, recompute and
+// LoRA, at 1 to 3 ranks, and evaluations between the steps give the same losses; each training step's first gather
+// of a unit casts and its later ones skip the maxima (the bytes step_traffic says: one full gather a unit a step).
+TEST(Fp8GatherEngine, KeptBlocksTrainTheBitsOfCastingAtEveryGather) {
+  omp_set_num_threads(1);
+  for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kDelayed})
+    for (ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama})
+      for (const std::string variant : {"micro_steps", "recompute", "lora"})
+        for (int world : {1, 3}) {
+          SCOPED_TRACE(std::string(to_string(recipe)) + " " + to_string(arch) + " " + variant + " world " +
+                       std::to_string(world));
+          Config off = tiny(arch, variant == "lora" ? 4 : 0, recipe);
+          off.dist.fp8_gather = true;
+          off.train.global_batch = off.train.micro_batch * world * (variant == "micro_steps" ? 3 : 1);
+          off.train.recompute = variant == "recompute";
+          Config on = off;
+          on.dist.fp8_gather_keep = true;
+          const KeptRun want = run_with_evals(off, world), got = run_with_evals(on, world);
+          EXPECT_EQ(got.run.trace.losses, want.run.trace.losses);
+          EXPECT_EQ(got.run.trace.params, want.run.trace.params);
+          EXPECT_EQ(got.run.history, want.run.history);
+          EXPECT_EQ(got.evals, want.evals);
+          EXPECT_NE(want.run.trace.losses.back(), want.run.trace.losses.front());  // the steps trained
+          EXPECT_EQ(got.run.counters.gathers, want.run.counters.gathers);
+          // What the evaluations' gathers received: every gather's bytes without keep, less the training steps'.
+          const int64_t evaluated =
+              want.run.counters.gathered_bytes - off.train.steps * step_traffic(off, world, world, false).gathered;
+          EXPECT_EQ(got.run.counters.gathered_bytes,
+                    off.train.steps * step_traffic(on, world, world, false).gathered + evaluated);
+          EXPECT_LT(step_traffic(on, world, world, false).gathered, step_traffic(off, world, world, false).gathered);
+        }
+}
+
+TEST(Fp8GatherConfig, KeepNeedsTheGatherAndThePlanCountsItsBlocks) {
+  EXPECT_NE(testing::config_problem({"--train.fp8=tensorwise", "--dist.fp8_gather_keep=true"})
+                .find("dist.fp8_gather_keep (true) keeps what dist.fp8_gather casts"),
+            std::string::npos);
+  Config c = tiny(ModelArch::kLlama);
+  c.dist.fp8_gather = true;
+  const MemoryPlan off = plan_host_memory(c, 3, 0);
+  c.dist.fp8_gather_keep = true;
+  const MemoryPlan on = plan_host_memory(c, 3, 0);
+  const std::vector<UnitLayout> units = build_units(c.model);
+  const Fp8GatherSegment g = fp8_gather_segment(c.model, units[1], false, 3, tensorwise());
+  // Each block's segment: its block (codes and rest in fp32) and four inverse scales.
+  EXPECT_EQ(fp8_gather_kept_bytes(c.model, units, 3, tensorwise(), 4), c.model.n_layer * (g.block_bytes(4) + 16));
+  EXPECT_EQ(on.sharded_state, off.sharded_state + c.model.n_layer * (g.block_bytes(4) + 16));
+  EXPECT_EQ(on.gather_buffers, off.gather_buffers);
+}
+
 }  // namespace
 }  // namespace st

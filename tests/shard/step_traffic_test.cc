@@ -32,11 +32,13 @@ TEST(StepTraffic, IsWhatAStepsCollectivesMove) {
   omp_set_num_threads(1);
   Config base = testing::fp8_tiny(ModelArch::kLlama, Fp8Recipe::kTensorwise);
   base.train.global_batch = 6;  // 3 micro-steps a step at 2 ranks, 2 at 3
-  for (const std::string variant : {"full", "lora", "nf4", "fp8_gather", "fp8_gather_lora", "no_reshard"}) {
+  for (const std::string variant :
+       {"full", "lora", "nf4", "fp8_gather", "fp8_gather_lora", "fp8_gather_keep", "no_reshard"}) {
     Config c = base;
     if (variant.find("lora") != std::string::npos || variant == "nf4") c.model.lora.rank = 4;
     if (variant == "nf4") c.model.lora.base_dtype = LoraBase::kNf4;
     if (variant.rfind("fp8_gather", 0) == 0) c.dist.fp8_gather = true;
+    c.dist.fp8_gather_keep = variant == "fp8_gather_keep";
     if (variant == "no_reshard") c.dist.reshard_after_forward = false;
     for (int world : {2, 3}) {
       SCOPED_TRACE(variant + " at " + std::to_string(world) + " ranks");

@@ -260,8 +260,9 @@ struct DistConfig {
   int64_t reduce_scatter_ctas = -1;   // <= kMaxNcclCtas; 0: NCCL's own; -1: the link's default
   CommEngine gather_engine = CommEngine::kAuto;
   CommEngine reduce_engine = CommEngine::kAuto;
-  bool fp8_gather = false;  // the blocks' FP8 weights gathered as E4M3 codes (shard/fp8_gather.h)
-  double bucket_mb = -1;    // MiB; 0: one all-reduce per unit; -1: the default
+  bool fp8_gather = false;       // the blocks' FP8 weights gathered as E4M3 codes (shard/fp8_gather.h)
+  bool fp8_gather_keep = false;  // each rank keeps its codes from a step's first gather of a unit for the step's others
+  double bucket_mb = -1;         // MiB; 0: one all-reduce per unit; -1: the default
 };
 
 struct Config {

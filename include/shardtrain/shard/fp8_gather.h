@@ -20,6 +20,12 @@
 // The result is the bits of gathering in train.dtype and casting there; the bytes each rank receives per gather are
 // received_bytes(): about half of bf16's, a quarter of fp32's.
 //
+// With dist.fp8_gather_keep a rank keeps its block (its codes and rest) and the weights' inverse scales from a training
+// step's first gather of a unit: the step's later gathers of it (each micro-batch's forward, recompute's re-run, the
+// backward) send the kept block, with no maxima to exchange and nothing to cast (kept_received_bytes()). What a rank
+// sends changes only with its shard, which the optimizer writes between steps, and, under delayed, with the history,
+// which a step's end pushes: the kept blocks serve one step.
+//
 //   const Fp8GatherSegment g = fp8_gather_segment(cfg, units[u], /*frozen=*/false, world, policy);
 //   if (!g.empty()) for (const Fp8GatherPiece& p : g.pieces_of(rank)) ...
 #pragma once
@@ -72,6 +78,8 @@ struct Fp8GatherSegment {
   int64_t received_bytes(int64_t elem_bytes) const {
     return world * (block_bytes(elem_bytes) + static_cast<int64_t>(weights.size()) * 4);
   }
+  // The same for a gather that sends a kept block (dist.fp8_gather_keep): every rank's block, no maxima.
+  int64_t kept_received_bytes(int64_t elem_bytes) const { return world * block_bytes(elem_bytes); }
 };
 
 // The FP8 plan of a unit's trainable (frozen = false) or frozen segment at `world` ranks: empty where no tensor of it
@@ -80,6 +88,11 @@ struct Fp8GatherSegment {
 // its GEMMs (Fp8Policy::one_weight_cast).
 Fp8GatherSegment fp8_gather_segment(const ModelConfig& cfg, const UnitLayout& unit, bool frozen, int world,
                                     const Fp8Policy& policy);
+
+// dist.fp8_gather_keep: what a rank keeps of its gathers for a step's later ones, in bytes: for each unit's segment in
+// FP8, its block (block_bytes(elem_bytes): its codes and its rest) and each weight's inverse scale.
+int64_t fp8_gather_kept_bytes(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int world,
+                              const Fp8Policy& policy, int64_t elem_bytes);
 
 // What dist.fp8_gather adds to a rank's memory beside the gather buffers, in bytes, with elem_bytes elements for the
 // rest, as the CUDA gatherer allocates it (the CPU's takes less): the send side (one rank's block and maxima) and the

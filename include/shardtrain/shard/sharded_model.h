@@ -68,7 +68,10 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   void last_logits(const int32_t* tokens, int64_t len, std::vector<float>* logits) override;
 
   double grad_sum_of_squares() override;
-  void fp8_step_end(bool applied) override { fp8_history_step_end(model_->fp8_history(), comm_, applied); }
+  void fp8_step_end(bool applied) override {
+    fp8_history_step_end(model_->fp8_history(), comm_, applied);
+    ++params_epoch_;  // the history's pick moved
+  }
   std::vector<std::vector<float>> fp8_history() override;
   void load_fp8_history(const std::vector<std::vector<float>>& entries, const std::string& from) override;
   void adamw(int unit, const std::vector<AdamWRun>& runs) override;
@@ -122,10 +125,11 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   const float* gathered(int unit);
   // An NF4 unit's frozen segment, gathered and dequantised into `segment` (frozen_numel floats).
   void gather_nf4(int unit, float* segment);
-  // One of a unit's segments gathered into `full` (the unit's gathered buffer) as fp8_gather.h says, from this rank's
-  // slot of it (`shard`): its FP8 weights as the values their codes decode to, the rest as they are. Returns the bytes
-  // this rank received.
-  int64_t gather_fp8(const Fp8GatherSegment& g, const float* shard, float* full, const std::string& unit_name);
+  // Segment `segment` (0 trainable, 1 frozen) of `unit` gathered into `full` (the unit's gathered buffer) as
+  // fp8_gather.h says, from this rank's slot of it (`shard`): its FP8 weights as the values their codes decode to, the
+  // rest as they are; with dist.fp8_gather_keep, in training, from the block kept since the shard last changed. Returns
+  // the bytes this rank received.
+  int64_t gather_fp8(int unit, int segment, const float* shard, float* full);
   float* full_grad(int unit);
   void occupy(Slot& s, int unit);
   void release(Slot& s, int unit);
@@ -155,6 +159,15 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   // every gather shares: one rank's block of codes and rest, every rank's.
   std::vector<std::array<Fp8GatherSegment, 2>> fp8_segments_;
   std::vector<float> fp8_send_, fp8_recv_;
+  // dist.fp8_gather_keep: each segment's block and inverse scales as a training gather sent them, and the shard's
+  // epoch they were cast at; params_epoch_ moves wherever a shard or the amax history may change (a step's start, the
+  // optimizer, a load), so that a kept block serves only gathers of the same shard and history.
+  struct KeptFp8 {
+    std::vector<float> block, inverse;
+    int64_t epoch = -1;
+  };
+  std::vector<std::array<KeptFp8, 2>> fp8_kept_;
+  int64_t params_epoch_ = 0;
   CommTuning tuning_;                        // dist.bucket_mb resolved (hybrid)
   std::unique_ptr<ReplicaBuckets> buckets_;  // hybrid: the cross-node all-reduce's buckets
   std::vector<float> bucket_;                // hybrid: one bucket's shards, contiguous

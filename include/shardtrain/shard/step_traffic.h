@@ -28,8 +28,8 @@ struct StepTraffic {
 
 // The bytes one gather of `unit` receives at `world` ranks, as the backends count them (CommCounters::gathered_bytes):
 // each segment in the compute type, or as its FP8 plan's codes (dist.fp8_gather), and an NF4 base's storage where
-// there are other ranks to gather it from.
-int64_t unit_gather_bytes(const Config& cfg, const UnitLayout& unit, int world);
+// there are other ranks to gather it from. `kept`: a gather that sends what dist.fp8_gather_keep kept (no maxima).
+int64_t unit_gather_bytes(const Config& cfg, const UnitLayout& unit, int world, bool kept = false);
 
 // One gather of every unit at `world` ranks (what dist.sharding=auto weighs): with LoRA the frozen base is most of it.
 int64_t gathered_model_bytes(const Config& cfg, int world);
