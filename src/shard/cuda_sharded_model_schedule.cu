@@ -42,17 +42,22 @@ void CudaShardedModel<T>::issue_gather(int unit) {
   int64_t received = 0;  // bytes
   // A segment in FP8 (dist.fp8_gather: fp8_gatherer.h), or in T: the trainable slots, then the frozen tensors (LoRA's
   // base) from element numel on, over the trainable slots' padding (units.h).
+  const int64_t epoch = mode_ == Mode::kTrain ? params_epoch_ : -1;  // dist.fp8_gather_keep's
   const auto gather_segment = [&](int segment, const T* source, int64_t count, T* dst, bool from_staging) {
     if (fp8_gather_ && fp8_gather_->applies(unit, segment)) {
       received += fp8_gather_->gather(unit, segment, source, b->data.data(), coll_.shard(), comm_ctx_,
-                                      model_->fp8_history(), mode_ == Mode::kTrain ? params_epoch_ : -1);
+                                      model_->fp8_history(), epoch);
       return;
     }
     coll_.gather_comm(from_staging).all_gather<T>(source, count, dst, ns);
     received += count * world * static_cast<int64_t>(sizeof(T));
   };
   if (slot > 0) {
-    const T* source = offload(unit) ? offload_->gather_source(unit, ns, &staged) : shards_->gather_source(unit);
+    // A kept block (dist.fp8_gather_keep) needs no source: optim.offload=optimizer+params uploads none for it.
+    const bool kept = fp8_gather_ && fp8_gather_->kept(unit, 0, epoch);
+    const T* source = kept            ? nullptr
+                      : offload(unit) ? offload_->gather_source(unit, ns, &staged)
+                                      : shards_->gather_source(unit);
     gather_segment(0, source, slot, b->data.data(), staged);
     if (staged) offload_->gather_issued(ns);
   }

@@ -33,6 +33,11 @@ class Fp8Gatherer {
 
   // Whether the unit's trainable (segment 0) or frozen (1) segment gathers in FP8.
   bool applies(int unit, int segment) const { return !plans_[static_cast<size_t>(unit)][segment].empty(); }
+  // Whether that segment's gather at `epoch` sends a kept block (dist.fp8_gather_keep), and so reads no source.
+  bool kept(int unit, int segment, int64_t epoch) const {
+    return !kept_.empty() && epoch >= 0 && applies(unit, segment) &&
+           kept_[static_cast<size_t>(unit)][static_cast<size_t>(segment)].epoch == epoch;
+  }
   // That segment gathered into `full`, the unit's gathered buffer, from this rank's slot of it (`source`, on the
   // device), on ctx.stream through `nccl`; returns the bytes this rank receives. Refuses a weight whose region has no
   // room for its codes at a 256-byte boundary (fp8_weight_codes: a 16 x 16 weight at most). With `history`
