@@ -14,6 +14,7 @@
 #             sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1), --dist.sharding=hybrid; the peer shards fully over the
 #             same sockets
 #   offload   --optim.offload=optimizer / --offload
+#   offparams --optim.offload=optimizer+params / --offload (the compute copy on the host too)
 #   fracNN    ours only, with offload: --optim.offload_fraction=NN/100 (that share of the parameters' optimizer on the
 #             host, the rest on the GPU; e.g. frac55)
 #   cap24     --dist.max_gpu_mem_gib=24 / --mem-cap-gib 24 (a 24 GB card)
@@ -146,6 +147,7 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
         hybrid) link_env=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1); ours_flags+=(--dist.sharding=hybrid)
                 ours_build=$nodes_build ;;
         offload) ours_flags+=(--optim.offload=optimizer); peer_flags+=(--offload) ;;
+        offparams) ours_flags+=(--optim.offload=optimizer+params); peer_flags+=(--offload) ;;
         cap24) ours_flags+=(--dist.max_gpu_mem_gib=24); peer_flags+=(--mem-cap-gib 24) ;;
         nospec) ours_flags+=(--optim.offload_speculative=false) ;;
         noclip) ours_flags+=(--optim.grad_clip=0) ;;
@@ -164,7 +166,7 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
                     ours_flags+=(--optim.offload_fraction=$(awk -v p="${f#frac}" 'BEGIN { print p / 100 }')) ;;
         acc[1-9]*) acc=${f#acc}
                    [[ $acc =~ ^[0-9]+$ ]] || { echo "BENCH_CASES: '$f' in '$c' is not accN with N a count"; exit 2; } ;;
-        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, fracNN, cap24, nospec, noclip, hostNN, recompute, fp8t, fp8r, fp8d, fp8g, gather8, keep8, fp8fa, compile, accN)"
+        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, offparams, fracNN, cap24, nospec, noclip, hostNN, recompute, fp8t, fp8r, fp8d, fp8g, gather8, keep8, fp8fa, compile, accN)"
            exit 2 ;;
       esac
     done
