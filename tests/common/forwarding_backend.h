@@ -1,6 +1,6 @@
-// A ModelBackend that hands every call to another one: the base of test backends that watch or change a few calls
-// (tests/ckpt/host_view_backend.h gives the CPU backend a device backend's host views; the CUDA streaming test counts
-// the views the CUDA backend holds). The wrapped backend must outlive it.
+// A ModelBackend that hands every call to another one (every virtual of model_backend.h): the base of test backends
+// that watch or change a few calls (tests/ckpt/host_view_backend.h gives the CPU backend a device backend's host views;
+// the CUDA streaming test counts the views the CUDA backend holds). The wrapped backend must outlive it.
 //
 //   class Counting : public testing::ForwardingBackend {
 //     using ForwardingBackend::ForwardingBackend;
@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardtrain/shard/model_backend.h"
@@ -60,6 +61,22 @@ class ForwardingBackend : public ModelBackend {
   void load_fp8_history(const std::vector<std::vector<float>>& entries, const std::string& from) override {
     inner_.load_fp8_history(entries, from);
   }
+  bool gates_on_device() const override { return inner_.gates_on_device(); }
+  void micro_step_queued(const int32_t* inputs, const int32_t* targets, float dloss) override {
+    inner_.micro_step_queued(inputs, targets, dloss);
+  }
+  void queue_gated_update(double earlier_losses, double loss_scale, float grad_clip,
+                          const std::vector<std::vector<AdamWRun>>& runs) override {
+    inner_.queue_gated_update(earlier_losses, loss_scale, grad_clip, runs);
+  }
+  GatedStep finish_gated_step() override { return inner_.finish_gated_step(); }
+  bool speculates() const override { return inner_.speculates(); }
+  void speculate_optimizer(std::vector<std::vector<AdamWRun>> runs) override {
+    inner_.speculate_optimizer(std::move(runs));
+  }
+  void drop_speculation() override { inner_.drop_speculation(); }
+  std::string op_profile(int64_t steps) override { return inner_.op_profile(steps); }
+  void reset_op_profile() override { inner_.reset_op_profile(); }
 
  protected:
   ModelBackend& inner() { return inner_; }
