@@ -38,6 +38,12 @@ int offload_index(const OptimConfig& o) {
 
 std::vector<Knob> knobs(const Config& cfg) {
   std::vector<Knob> out;
+  // dist.fp8_gather_keep: off
+  out.push_back({cfg.dist.fp8_gather_keep ? 2 : 1, [](int step, Config& c, RunTarget&) -> std::optional<std::string> {
+                   if (step == 0) return std::string();
+                   c.dist.fp8_gather_keep = false;
+                   return std::string("--dist.fp8_gather_keep=false");
+                 }});
   // recompute
   out.push_back({cfg.train.recompute ? 1 : 2, [](int step, Config& c, RunTarget&) -> std::optional<std::string> {
                    if (step == 0) return std::string();

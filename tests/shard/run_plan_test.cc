@@ -188,6 +188,19 @@ TEST(PlanSearch, FitsAlreadyOrSmallestChange) {
 
   // Nothing fits a GPU smaller than the runtime's reserve.
   EXPECT_FALSE(smallest_fitting_change(tight, target(1, 1, 0.5, 64)).has_value());
+
+  // FP8 codes kept through a step (dist.fp8_gather_keep) on a GPU that holds the run without them: they go first.
+  Config kept = c;
+  kept.train.fp8 = Fp8Recipe::kDelayed;
+  kept.dist.fp8_gather = true;
+  Config dropped = kept;
+  kept.dist.fp8_gather_keep = true;
+  const RunPlan without = plan_run(dropped, target(1, 1, 1000, 64));
+  ASSERT_GT(plan_run(kept, target(1, 1, 1000, 64)).device_plan.total(), without.device_plan.total());
+  ch = smallest_fitting_change(kept, target(1, 1, double(without.device_plan.total()) / double(kGiB) + 0.001, 64));
+  ASSERT_TRUE(ch.has_value());
+  EXPECT_EQ(ch->overrides, "--dist.fp8_gather_keep=false");
+  EXPECT_FALSE(ch->config.dist.fp8_gather_keep);
 }
 
 }  // namespace

@@ -1,12 +1,13 @@
 // The smallest change of a config that makes its run plan (run_plan.h) fit a target, for `shardtrain plan`. Searched
-// over four knobs, each from its current value in one direction:
+// over five knobs, each from its current value in one direction:
+//   dist.fp8_gather_keep false, where it is on (the gathers cast again instead of keeping their codes through a step)
 //   train.recompute     true (one block's activations at a time in backward; about a third more compute)
 //   train.micro_batch   halved, down to 1, while it divides the global batch over the world
 //   optim.offload       none -> optimizer -> optimizer+params, each at optim.offload_fraction 0.05 ... 1 (cuda only;
 //                       and back towards none, a step at a time, when the host is what does not fit)
 //   world size          doubled, up to 64 times, where the global batch still divides
-// A change of fewer knobs is smaller; among as many, the one that costs least: recompute, then micro-batch, then
-// offload, then more GPUs; and on one knob, the step nearest the current value.
+// A change of fewer knobs is smaller; among as many, the one that costs least: the kept codes, then recompute, then
+// micro-batch, then offload, then more GPUs; and on one knob, the step nearest the current value.
 //
 //   const std::optional<PlanChange> c = smallest_fitting_change(cfg, target);
 //   if (c) std::puts(c->overrides.c_str());   // "--optim.offload=optimizer --optim.offload_fraction=0.50"
