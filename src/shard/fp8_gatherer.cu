@@ -59,7 +59,7 @@ int64_t Fp8Gatherer<T>::gather(int unit, int segment, const T* source, T* full, 
     // epoch's first gather and sent as they are by its later ones.
     Kept* const kept =
         kept_.empty() || epoch < 0 ? nullptr : &kept_[static_cast<size_t>(unit)][static_cast<size_t>(segment)];
-    const bool hit = kept != nullptr && kept->epoch == epoch;
+    const bool hit = this->kept(unit, segment, epoch);
     uint8_t* const send = kept != nullptr ? kept->block.data() : send_.data();
     float* const inverse = kept != nullptr ? kept->inverse.data() : inverse_.data();
     if (!hit) cast_block(g, source, send, inverse, history, nccl, ctx);

@@ -223,6 +223,8 @@ int64_t ShardedModel::gather_fp8(int unit, int segment, const float* shard, floa
                       ? nullptr
                       : &fp8_kept_[static_cast<size_t>(unit)][static_cast<size_t>(segment)];
   const bool hit = kept != nullptr && kept->epoch == params_epoch_;
+  // What this rank sends: its kept block, cast into by the epoch's first gather, or the shared staging.
+  std::vector<float>& send = kept != nullptr ? kept->block : fp8_send_;
   std::vector<float> inverse(static_cast<size_t>(k));
   if (hit) {
     inverse = kept->inverse;
@@ -249,9 +251,10 @@ int64_t ShardedModel::gather_fp8(int unit, int segment, const float* shard, floa
       fp8_scales_of_parts(picked.data(), 1, k, f, pow2, maxima.data(), inverse.data());
     }
     // 2. This rank's codes and its rest, packed into its block.
-    auto* codes = reinterpret_cast<uint8_t*>(fp8_send_.data());
-    float* rest = fp8_send_.data() + g.code_stride / 4;
-    std::fill(fp8_send_.begin(), fp8_send_.begin() + block / 4, 0.0f);
+    send.resize(std::max(send.size(), static_cast<size_t>(block / 4)));
+    auto* codes = reinterpret_cast<uint8_t*>(send.data());
+    float* rest = send.data() + g.code_stride / 4;
+    std::fill(send.begin(), send.begin() + block / 4, 0.0f);
     for (const Fp8GatherPiece& p : mine) {
       const float* x = shard + (p.offset - first);
       if (p.weight < 0) {
@@ -263,13 +266,12 @@ int64_t ShardedModel::gather_fp8(int unit, int segment, const float* shard, floa
                                &maxima[static_cast<size_t>(p.weight)], codes + p.staged_at, &unused);
     }
     if (kept != nullptr) {
-      kept->block.assign(fp8_send_.begin(), fp8_send_.begin() + block / 4);
       kept->inverse = inverse;
       kept->epoch = params_epoch_;
     }
   }
   // Every rank's block all-gathered.
-  comm.all_gather(hit ? kept->block.data() : fp8_send_.data(), block / 4, fp8_recv_.data());
+  comm.all_gather(send.data(), block / 4, fp8_recv_.data());
   // 3. Every rank's pieces into place: the weights as their codes decode (what fp8_round_trip gives the whole
   // tensor), the rest as sent.
   const auto* staged = reinterpret_cast<const uint8_t*>(fp8_recv_.data());

@@ -46,12 +46,12 @@ StepTraffic step_traffic(const Config& cfg, int world, int shard_world, bool hyb
   s.micro_steps = cfg.grad_accum_steps(world);
   const bool cuda = cfg.train.device == Device::kCuda;
   // dist.fp8_gather_keep: a unit's first gather of the step casts, its later ones send what that one kept.
+  const bool keep = cfg.dist.fp8_gather_keep;
   std::vector<char> gathered_once(units.size(), 0);
   int64_t first = 0;  // the gathers' bytes that only the step's first micro-step receives
   for (const ScheduleOp& op : training_schedule(cfg.model.n_layer, cfg.dist.reshard_after_forward, cuda)) {
     const UnitLayout& u = units[static_cast<size_t>(op.unit)];
     if (op.kind == OpKind::kGather) {
-      const bool keep = cfg.dist.fp8_gather_keep;
       const int64_t kept = unit_gather_bytes(cfg, u, shard_world, keep);
       s.gathered += kept;
       if (keep && !gathered_once[static_cast<size_t>(op.unit)]) first += unit_gather_bytes(cfg, u, shard_world) - kept;
