@@ -30,6 +30,7 @@
 #   fp8g      --train.fp8=tensorwise --dist.fp8_gather=true (ours only: the weights gathered as E4M3 codes)
 #   gather8   --dist.fp8_gather=true (ours only; with fp8t or fp8d: the weights gathered as E4M3 codes)
 #   keep8     --dist.fp8_gather=true --dist.fp8_gather_keep=true (ours only: the codes kept through a step)
+#   pfN       --dist.prefetch_depth=N (ours only)
 #   fp8fa     --train.fp8_fast_accum=true (with fp8t or fp8r: the forward GEMMs with cuBLASLt's fast accumulation)
 #   compile   the peer's torch.compile (--compile; ours unchanged)
 #   accN      ours accumulates N micro-batches a step (--train.global_batch = MICRO_BATCH x GPUS x N); the peer, which
@@ -161,12 +162,14 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
         gather8) ours_flags+=(--dist.fp8_gather=true) ;;
         keep8) ours_flags+=(--dist.fp8_gather=true --dist.fp8_gather_keep=true) ;;
         fp8fa) ours_flags+=(--train.fp8_fast_accum=true) ;;
+        pf[0-9]*) [[ ${f#pf} =~ ^[0-9]+$ ]] || { echo "BENCH_CASES: '$f' in '$c' is not pfN (prefetch depth)"; exit 2; }
+                  ours_flags+=(--dist.prefetch_depth=${f#pf}) ;;
         compile) peer_flags+=(--compile) ;;
         frac[0-9]*) [[ ${f#frac} =~ ^[0-9]+$ ]] || { echo "BENCH_CASES: '$f' in '$c' is not fracNN (NN percent)"; exit 2; }
                     ours_flags+=(--optim.offload_fraction=$(awk -v p="${f#frac}" 'BEGIN { print p / 100 }')) ;;
         acc[1-9]*) acc=${f#acc}
                    [[ $acc =~ ^[0-9]+$ ]] || { echo "BENCH_CASES: '$f' in '$c' is not accN with N a count"; exit 2; } ;;
-        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, offparams, fracNN, cap24, nospec, noclip, hostNN, recompute, fp8t, fp8r, fp8d, fp8g, gather8, keep8, fp8fa, compile, accN)"
+        *) echo "BENCH_CASES: unknown flag '$f' in '$c' (nop2p, hybrid, offload, offparams, fracNN, cap24, nospec, noclip, hostNN, recompute, fp8t, fp8r, fp8d, fp8g, gather8, keep8, fp8fa, pfN, compile, accN)"
            exit 2 ;;
       esac
     done

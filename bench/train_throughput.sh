@@ -50,6 +50,12 @@ start=$SECONDS
   >"$log" 2>&1 </dev/null
 rc=$?
 [[ -n $smi_pid ]] && kill "$smi_pid" 2>/dev/null
+# mpirun's ranks sit in process groups of their own, so a timed-out run's SIGKILL may leave them holding the GPU and
+# pinned host memory, and the next run would find neither: they are killed too, and waited for (at most 60 s).
+if [[ $GPUS -gt 0 && ($rc == 124 || $rc == 137) ]]; then
+  pkill -KILL -f "^$BUILD/shardtrain train " 2>/dev/null
+  for _ in $(seq 60); do pgrep -f "^$BUILD/shardtrain train " >/dev/null || break; sleep 1; done
+fi
 # 124: stopped by SIGTERM; 137: by the SIGKILL after it (or killed otherwise, e.g. out of memory, before the limit).
 if [[ $TT_TIMEOUT -gt 0 && ($rc == 124 || $rc == 137) && $((SECONDS - start)) -ge $TT_TIMEOUT ]]; then
   echo "FAILED (timed out after $TT_TIMEOUT s): see $log"
