@@ -181,8 +181,8 @@ std::vector<std::string> find_problems(const Config& c) {
   if (c.train.fp8 != Fp8Recipe::kOff && c.train.device == Device::kCuda && c.compute_dtype() == DType::kF16)
     add("train.fp8 (", to_string(c.train.fp8), ") needs train.dtype bf16 or fp32 (its GEMMs write those), not fp16");
   if (c.train.fp8_fast_accum && c.train.fp8 == Fp8Recipe::kOff)
-    add("train.fp8_fast_accum (true) applies to the FP8 GEMMs: set train.fp8 (tensorwise or rowwise), or leave it "
-        "false");
+    add("train.fp8_fast_accum (true) applies to the FP8 GEMMs: set train.fp8 (tensorwise, rowwise or delayed), or "
+        "leave it false");
   if (c.train.fp8_fast_accum && c.train.device == Device::kCpu)
     add("train.fp8_fast_accum (true) applies to train.device=cuda; the cpu backend accumulates its emulated FP8 GEMMs "
         "in fp32 and takes false");

@@ -107,6 +107,17 @@ if(SYSTEM_PYTHON3 AND MPIRUN_EXECUTABLE)
   set_tests_properties(mpi.sharding.hybrid.2x2.lora_offload mpi.equivalence.masked_lora.np2 PROPERTIES
                        LABELS "cpu;mpi;numeric" TIMEOUT 600 PROCESSORS 2
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;SHARD_GROUP=2")
+  # FP8 in hybrid sharding: delayed scaling, whose step maxima are reduced over the sharding group and then across
+  # nodes, with the weights gathered as E4M3 codes and kept through a step: against one process as above.
+  add_test(NAME mpi.sharding.hybrid.2x2.fp8
+           COMMAND ${SYSTEM_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/shard/mpi_equivalence_test.py
+                   ${CMAKE_BINARY_DIR}/shardtrain_2_ranks_per_node.sh ${MPIRUN_EXECUTABLE} 4
+                   ${CMAKE_BINARY_DIR}/mpi_sharding_fp8 ${CMAKE_SOURCE_DIR}/configs/tiny-llama.ini
+                   --train.steps=20 --train.global_batch=12 --train.micro_batch=1 --model.seq_len=64
+                   --optim.lr=1e-3 --optim.eps=1e-6 --dist.sharding=hybrid --train.fp8=delayed --dist.fp8_gather=true
+                   --dist.fp8_gather_keep=true)
+  set_tests_properties(mpi.sharding.hybrid.2x2.fp8 PROPERTIES LABELS "cpu;mpi;numeric" TIMEOUT 600 PROCESSORS 2
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;SHARD_GROUP=2")
   # Hybrid with the optimizer on host threads: the gradient shards are summed across nodes before the host AdamW
   # reads them.
   add_test(NAME mpi.sharding.hybrid.2x2.offload
