@@ -265,7 +265,7 @@ const std::vector<Key>& keys() {
           "try it for shapes or GPUs the heuristic may serve less well, and keep it where tokens/s rise. The cpu "
           "backend takes 0 only"),
       key("train", "fp8", &Config::train, &TrainConfig::fp8,
-          "the GEMMs of the blocks' linear layers in FP8 (docs/performance.md): off; tensorwise (E4M3 inputs and "
+          "the GEMMs of the blocks' linear layers in FP8 (docs/fp8.md): off; tensorwise (E4M3 inputs and "
           "weights, E5M2 gradients, one dynamic scale per tensor); rowwise (the same with a scale per row of each "
           "operand along the dimension the GEMM keeps, powers of two); delayed (as tensorwise, each scale from the "
           "largest maximum its operand had over the last train.fp8_amax_history applied steps, Transformer Engine's "
