@@ -475,8 +475,9 @@ const std::vector<Key>& keys() {
           "dist.fp8_gather: each rank keeps what it sends of a unit (its parts' codes and scales, its norms and "
           "biases) from a training step's first gather of the unit for the step's other gathers of it (every "
           "micro-batch's forward, recompute's and the backward's), which then skip the maxima's exchange and the "
-          "casts: the same bits (with optim.offload=optimizer+params they upload nothing either). It costs a byte per FP8 weight element of the rank's shard and train.dtype's bytes "
-          "per other element, in the memory plan's sharded state; evaluation casts afresh"),
+          "casts: the same bits (with optim.offload=optimizer+params they upload nothing either). It costs a byte "
+          "per FP8 weight element of the rank's shard and train.dtype's bytes per other element, in the memory "
+          "plan's sharded state; evaluation casts afresh"),
       key("dist", "bucket_mb", &Config::dist, &DistConfig::bucket_mb,
           "hybrid sharding: the gradient shards of consecutive units are all-reduced across nodes together, once per "
           "optimizer step, as soon as this many MiB of them are final, at most 1048576 (0: one all-reduce per unit). "

@@ -28,8 +28,8 @@ void CudaShardedModel<T>::check_runs(int unit, const std::vector<AdamWRun>& runs
 template <typename T>
 void CudaShardedModel<T>::adamw(int unit, const std::vector<AdamWRun>& runs) {
   check_runs(unit, runs);
-  ++params_epoch_;
   if (offload(unit)) {
+    ++params_epoch_;  // device_adamw moves it for the others
     // Queued on the host AdamW; the offload stream waits for it and copies the new shard up, and the next gather of
     // this unit waits for that. This thread goes on to the next unit, then to the next step.
     offload_->update(unit, runs, shards_->grad(unit), final_grad_stream());
