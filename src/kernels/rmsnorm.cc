@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "parallel.h"
 #include "shardtrain/kernels/fp8.h"
@@ -30,6 +31,13 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
     rstd[n] = r;
   }
   if (amax != nullptr) fp8_fold_maximum(out, N * C, amax);
+}
+
+void rmsnorm_forward_fp8(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, float* rstd, const float* inp,
+                         const float* weight, float eps, int64_t N, int C, Fp8Format f, const unsigned* amax) {
+  std::vector<float> out(static_cast<size_t>(N) * static_cast<size_t>(C));
+  rmsnorm_forward(out.data(), rstd, inp, weight, eps, N, C);
+  fp8_quantize_ahead(out.data(), N, C, f, amax, q, q_t, inverse_scale, own);
 }
 
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,

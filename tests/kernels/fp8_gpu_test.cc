@@ -402,7 +402,8 @@ TEST(Fp8Gpu, ScalesOfPartsAndTransposedCodesEqualTheCpus) {
       }
       EXPECT_TRUE(std::isnan(inv[3]));
     }
-  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{32, 32}, {513, 257}, {48, 1024}}) {
+  for (const auto& [rows, cols] :
+       {std::pair<int64_t, int64_t>{32, 32}, {513, 257}, {48, 1024}, {264, 72}, {520, 136}}) {
     std::vector<uint8_t> q(static_cast<size_t>(rows * cols)), want(q.size());
     for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<uint8_t>((i * 2654435761u) >> 24);
     fp8_transpose(q.data(), rows, cols, want.data());

@@ -144,4 +144,35 @@ struct GpuEnv {
   gpu::GpuContext ctx;
 };
 
+// The unfused path a fused FP8 producer replaces (gpu::swiglu_forward_fp8, gpu::rmsnorm_forward_fp8, ...): the tensor
+// it would write, `written` [rows, cols] on the device, cast with the maximum `given` by
+// gpu::fp8_quantize_pair_with_maxima_async: codes in both layouts and the inverse scale, on the host.
+template <typename T>
+struct UnfusedCast {
+  UnfusedCast(const T* written, int64_t rows, int64_t cols, Fp8Format f, unsigned given, GpuEnv& env) {
+    const int64_t n = rows * cols;
+    const DeviceBuffer<unsigned> amax = ints_to_device(std::vector<unsigned>{given});
+    DeviceBuffer<uint8_t> dq(n), dq_t(n);
+    DeviceBuffer<float> inv(2);
+    gpu::fp8_quantize_pair_with_maxima_async<T>(
+        written, rows, cols, false, Fp8Cast{f, Fp8Scaling::kTensor, dq.data(), inv.data()},
+        Fp8Cast{f, Fp8Scaling::kTensor, dq_t.data(), inv.data() + 1}, amax.data(), env.ctx);
+    q = ints_to_host(dq);
+    q_t = ints_to_host(dq_t);
+    inverse = ints_to_host(inv)[0];
+  }
+  std::vector<uint8_t> q, q_t;
+  float inverse = 0;
+};
+
+// How many of the CPU's codes lie more than one step from the GPU's (got, after `offset` bytes): codes order as their
+// magnitudes within a sign.
+inline int64_t codes_over_a_step_apart(const std::vector<uint8_t>& cpu, const std::vector<uint8_t>& got, int offset) {
+  const auto ordinal = [](uint8_t c) { return (c & 0x80) != 0 ? -(c & 0x7f) : (c & 0x7f); };
+  int64_t apart = 0;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    if (std::abs(ordinal(cpu[i]) - ordinal(got[static_cast<size_t>(offset) + i])) > 1) ++apart;
+  return apart;
+}
+
 }  // namespace st::test

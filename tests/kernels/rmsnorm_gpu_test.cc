@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "gpu_kernel_test.h"
@@ -274,6 +275,74 @@ TEST(RmsNormGpu, AmaxTakesNonFiniteValuesAsTheMaximaPass) {
   ST_SKIP_WITHOUT_GPU();
   expect_non_finite_maxima<float>();
   expect_non_finite_maxima<bf16>();
+}
+
+// gpu::rmsnorm_forward_fp8 writes the bits of the unfused path it replaces: rmsnorm_forward<T>'s rstd, and its out cast
+// with the same maximum (test::UnfusedCast) with its amax, on the 8 x 8 blocks (N and C multiples of 8: a block of
+// rows part full, C past one warp's columns and not a multiple of them) and on the any-shape path (odd shapes, a
+// misaligned input), either layout left out; against the CPU reference each code within one step of the CPU's (its
+// sum of squares is in double). Float and bf16; both formats; a given maximum of out's own and of a quarter of it.
+template <typename T>
+void expect_fused_cast_as_unfused() {
+  struct Case {
+    Shape s;
+    int offset;  // elements before the input: 1 misaligns it
+  };
+  for (const Case& k : {Case{{3, 7}, 0}, Case{{16, 24}, 0}, Case{{40, 64}, 0}, Case{{40, 64}, 1}, Case{{264, 136}, 0},
+                        Case{{72, 1160}, 0}})
+    for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2})
+      for (float part : {1.0f, 0.25f}) {
+        const Shape& s = k.s;
+        SCOPED_TRACE(::testing::Message()
+                     << "N=" << s.N << " C=" << s.C << " offset " << k.offset << " " << to_string(f) << " x" << part);
+        const Problem<T> p(s);
+        test::GpuEnv env(gpu::fp8_quantize_scratch_bytes(2));
+        const int64_t n = s.N * s.C;
+        std::vector<float> padded(static_cast<size_t>(k.offset), 0.0f);
+        padded.insert(padded.end(), p.inp.begin(), p.inp.end());
+        const DeviceBuffer<T> inp_buffer = to_device<T>(padded), weight = to_device<T>(p.weight);
+        const T* inp = inp_buffer.data() + k.offset;
+        DeviceBuffer<T> out(n);
+        DeviceBuffer<float> rstd(s.N), fused_rstd(s.N);
+        test::DeviceMaximum out_max;
+        gpu::rmsnorm_forward<T>(out.data(), rstd.data(), inp, weight.data(), kEps, s.N, s.C, env.ctx, out_max.data());
+        const unsigned own_bits = out_max.bits();
+        float m = 0.0f;
+        std::memcpy(&m, &own_bits, sizeof(m));
+        const unsigned given = testing::maximum_bits(m * part);
+        const DeviceBuffer<unsigned> amax = test::ints_to_device(std::vector<unsigned>{given});
+        const test::UnfusedCast<T> want(out.data(), s.N, s.C, f, given, env);
+        DeviceBuffer<uint8_t> q(n), q_t(n), only(n), row_only(n);
+        DeviceBuffer<float> inv(1);
+        test::DeviceMaximum own;
+        gpu::rmsnorm_forward_fp8<T>(q.data(), q_t.data(), inv.data(), own.data(), fused_rstd.data(), inp, weight.data(),
+                                    kEps, s.N, s.C, f, amax.data(), env.ctx);
+        const std::vector<uint8_t> got = test::ints_to_host(q);
+        EXPECT_EQ(got, want.q);
+        EXPECT_EQ(test::ints_to_host(q_t), want.q_t);
+        EXPECT_EQ(test::ints_to_host(inv)[0], want.inverse);
+        EXPECT_EQ(own.bits(), own_bits);
+        EXPECT_TRUE(test::bitwise_equal(to_host(fused_rstd), to_host(rstd)));
+        gpu::rmsnorm_forward_fp8<T>(nullptr, only.data(), inv.data(), nullptr, fused_rstd.data(), inp, weight.data(),
+                                    kEps, s.N, s.C, f, amax.data(), env.ctx);
+        EXPECT_EQ(test::ints_to_host(only), want.q_t);
+        gpu::rmsnorm_forward_fp8<T>(row_only.data(), nullptr, inv.data(), nullptr, fused_rstd.data(), inp,
+                                    weight.data(), kEps, s.N, s.C, f, amax.data(), env.ctx);
+        EXPECT_EQ(test::ints_to_host(row_only), want.q);
+        std::vector<uint8_t> cpu(static_cast<size_t>(n));
+        std::vector<float> cpu_rstd(static_cast<size_t>(s.N));
+        float cpu_inv = 0;
+        rmsnorm_forward_fp8(cpu.data(), nullptr, &cpu_inv, nullptr, cpu_rstd.data(), p.inp.data(), p.weight.data(),
+                            kEps, s.N, s.C, f, &given);
+        EXPECT_EQ(cpu_inv, want.inverse);
+        EXPECT_EQ(test::codes_over_a_step_apart(cpu, got, 0), 0);
+      }
+}
+
+TEST(RmsNormGpu, Fp8CastsAsTheUnfusedPathDoes) {
+  ST_SKIP_WITHOUT_GPU();
+  expect_fused_cast_as_unfused<float>();
+  expect_fused_cast_as_unfused<bf16>();
 }
 
 TYPED_TEST(RmsNormGpuTest, BackwardRejectsTooLittleScratch) {

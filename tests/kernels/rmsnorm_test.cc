@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -152,6 +153,24 @@ TEST(RmsNorm, AmaxIsTheMaximumOfWhatItWrites) {
                    GradWrite::kOverwrite, &damax);
   EXPECT_EQ(0, std::memcmp(dinp.data(), dinp_plain.data(), dinp.size() * sizeof(float)));
   EXPECT_EQ(damax, testing::tensor_maximum(dinp));
+}
+
+// rmsnorm_forward_fp8: rstd as rmsnorm_forward saves it, and the codes, inverse scale and maximum of casting its out
+// with the given maximum (a smaller one saturates, a zero one scales by 1), either layout left out.
+TEST(RmsNorm, Fp8CastsTheOutputItDoesNotStore) {
+  Fixture x(9, 40, 260);
+  std::vector<float> out(x.N * x.C), rstd(x.N), fused_rstd(x.N);
+  rmsnorm_forward(out.data(), rstd.data(), x.x.data(), x.w.data(), kEps, x.N, x.C);
+  float m = 0.0f;
+  const unsigned out_max = testing::tensor_maximum(out);
+  std::memcpy(&m, &out_max, sizeof(m));
+  testing::expect_cast_ahead(out, x.N, x.C, {m, m / 4, 0.0f},
+                             [&](uint8_t* q, uint8_t* q_t, float* inv, unsigned* own, Fp8Format f, const unsigned* a) {
+                               std::fill(fused_rstd.begin(), fused_rstd.end(), -1.0f);
+                               rmsnorm_forward_fp8(q, q_t, inv, own, fused_rstd.data(), x.x.data(), x.w.data(), kEps,
+                                                   x.N, x.C, f, a);
+                               EXPECT_EQ(0, std::memcmp(fused_rstd.data(), rstd.data(), rstd.size() * sizeof(float)));
+                             });
 }
 
 TEST(RmsNorm, BackwardDeterministicAcrossThreadCounts) {

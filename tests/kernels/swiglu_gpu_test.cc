@@ -174,16 +174,6 @@ TEST(SwigluGpu, AmaxTakesNonFiniteValuesAsTheMaximaPass) {
   expect_non_finite_maxima<bf16>();
 }
 
-// How many of the CPU's codes lie more than one step from the GPU's (got, after `offset` bytes): codes order as their
-// magnitudes within a sign.
-int64_t codes_over_a_step_apart(const std::vector<uint8_t>& cpu, const std::vector<uint8_t>& got, int offset) {
-  const auto ordinal = [](uint8_t c) { return (c & 0x80) != 0 ? -(c & 0x7f) : (c & 0x7f); };
-  int64_t apart = 0;
-  for (size_t i = 0; i < cpu.size(); ++i)
-    if (std::abs(ordinal(cpu[i]) - ordinal(got[static_cast<size_t>(offset) + i])) > 1) ++apart;
-  return apart;
-}
-
 // gpu::swiglu_forward_fp8 writes the bits of the unfused path it replaces: swiglu_forward<T>'s out cast with the same
 // maximum by gpu::fp8_quantize_pair_with_maxima_async (codes in both layouts, inverse scale) and swiglu_forward's
 // amax, on the tiles (N and F multiples of 8, partial tiles both ways) and on the any-shape path (odd shapes, a
@@ -193,7 +183,8 @@ int64_t codes_over_a_step_apart(const std::vector<uint8_t>& cpu, const std::vect
 // (saturating).
 template <typename T>
 void expect_fused_cast_as_unfused() {
-  for (const Shape& s : {Shape{3, 7, 0}, Shape{16, 24, 0}, Shape{48, 64, 0}, Shape{48, 64, 1}, Shape{136, 344, 0}})
+  for (const Shape& s :
+       {Shape{3, 7, 0}, Shape{16, 24, 0}, Shape{48, 64, 0}, Shape{48, 64, 1}, Shape{136, 344, 0}, Shape{264, 136, 0}})
     for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2})
       for (float part : {1.0f, 0.25f}) {
         SCOPED_TRACE(::testing::Message()
@@ -211,20 +202,18 @@ void expect_fused_cast_as_unfused() {
         unsigned given = 0;
         std::memcpy(&given, &m, sizeof(given));
         const DeviceBuffer<unsigned> amax = test::ints_to_device(std::vector<unsigned>{given});
-        DeviceBuffer<uint8_t> want(n), want_t(n), q(n + 1), q_t(n);
-        DeviceBuffer<float> want_inv(2), inv(1);
-        gpu::fp8_quantize_pair_with_maxima_async<T>(
-            out.data(), s.N, s.F, false, Fp8Cast{f, Fp8Scaling::kTensor, want.data(), want_inv.data()},
-            Fp8Cast{f, Fp8Scaling::kTensor, want_t.data(), want_inv.data() + 1}, amax.data(), env.ctx);
+        const test::UnfusedCast<T> want(out.data(), s.N, s.F, f, given, env);
+        DeviceBuffer<uint8_t> q(n + 1), q_t(n);
+        DeviceBuffer<float> inv(1);
         test::DeviceMaximum own;
         // q one byte in where the shape is misaligned (offset 1): the any-shape path.
         uint8_t* q_at = q.data() + s.offset;
         gpu::swiglu_forward_fp8<T>(q_at, q_t.data(), inv.data(), own.data(), p.d_gate_up.data() + s.offset, s.N, s.F, f,
                                    amax.data(), env.ctx);
         const std::vector<uint8_t> got = test::ints_to_host(q), got_t = test::ints_to_host(q_t);
-        EXPECT_EQ(std::vector<uint8_t>(got.begin() + s.offset, got.begin() + s.offset + n), test::ints_to_host(want));
-        EXPECT_EQ(got_t, test::ints_to_host(want_t));
-        EXPECT_EQ(test::ints_to_host(inv)[0], test::ints_to_host(want_inv)[0]);
+        EXPECT_EQ(std::vector<uint8_t>(got.begin() + s.offset, got.begin() + s.offset + n), want.q);
+        EXPECT_EQ(got_t, want.q_t);
+        EXPECT_EQ(test::ints_to_host(inv)[0], want.inverse);
         EXPECT_EQ(own.bits(), own_bits);
         DeviceBuffer<uint8_t> only(n);
         gpu::swiglu_forward_fp8<T>(nullptr, only.data(), inv.data(), nullptr, p.d_gate_up.data() + s.offset, s.N, s.F,
@@ -240,7 +229,7 @@ void expect_fused_cast_as_unfused() {
         float cpu_inv = 0;
         swiglu_forward_fp8(cpu.data(), nullptr, &cpu_inv, nullptr, p.gate_up.data(), s.N, s.F, f, &given);
         EXPECT_EQ(cpu_inv, test::ints_to_host(inv)[0]);
-        EXPECT_EQ(codes_over_a_step_apart(cpu, got, s.offset), 0);
+        EXPECT_EQ(test::codes_over_a_step_apart(cpu, got, s.offset), 0);
       }
 }
 
@@ -248,7 +237,8 @@ void expect_fused_cast_as_unfused() {
 // on the tiles and the any-shape path, either layout alone; the CPU reference's codes within one step.
 template <typename T>
 void expect_fused_grad_cast_as_unfused() {
-  for (const Shape& s : {Shape{3, 7, 0}, Shape{16, 24, 0}, Shape{48, 64, 0}, Shape{48, 64, 1}, Shape{136, 344, 0}})
+  for (const Shape& s :
+       {Shape{3, 7, 0}, Shape{16, 24, 0}, Shape{48, 64, 0}, Shape{48, 64, 1}, Shape{136, 344, 0}, Shape{264, 136, 0}})
     for (Fp8Format f : {Fp8Format::kE5M2, Fp8Format::kE4M3}) {
       SCOPED_TRACE(::testing::Message() << "N=" << s.N << " F=" << s.F << " offset " << s.offset << " "
                                         << to_string(f));
@@ -261,18 +251,16 @@ void expect_fused_grad_cast_as_unfused() {
                               GradWrite::kOverwrite, grad_max.data());
       const unsigned given = grad_max.bits();
       const DeviceBuffer<unsigned> amax = test::ints_to_device(std::vector<unsigned>{given});
-      DeviceBuffer<uint8_t> want(n), want_t(n), q(n + 1), q_t(n), only(n);
-      DeviceBuffer<float> want_inv(2), inv(1);
-      gpu::fp8_quantize_pair_with_maxima_async<T>(
-          grad.data(), s.N, 2 * s.F, false, Fp8Cast{f, Fp8Scaling::kTensor, want.data(), want_inv.data()},
-          Fp8Cast{f, Fp8Scaling::kTensor, want_t.data(), want_inv.data() + 1}, amax.data(), env.ctx);
+      const test::UnfusedCast<T> want(grad.data(), s.N, 2 * s.F, f, given, env);
+      DeviceBuffer<uint8_t> q(n + 1), q_t(n), only(n);
+      DeviceBuffer<float> inv(1);
       test::DeviceMaximum own;
       gpu::swiglu_backward_fp8<T>(q.data() + s.offset, q_t.data(), inv.data(), own.data(), p.d_dout.data() + s.offset,
                                   p.d_gate_up.data() + s.offset, s.N, s.F, f, amax.data(), env.ctx);
       const std::vector<uint8_t> got = test::ints_to_host(q), got_t = test::ints_to_host(q_t);
-      EXPECT_EQ(std::vector<uint8_t>(got.begin() + s.offset, got.begin() + s.offset + n), test::ints_to_host(want));
-      EXPECT_EQ(got_t, test::ints_to_host(want_t));
-      EXPECT_EQ(test::ints_to_host(inv)[0], test::ints_to_host(want_inv)[0]);
+      EXPECT_EQ(std::vector<uint8_t>(got.begin() + s.offset, got.begin() + s.offset + n), want.q);
+      EXPECT_EQ(got_t, want.q_t);
+      EXPECT_EQ(test::ints_to_host(inv)[0], want.inverse);
       EXPECT_EQ(own.bits(), given);
       gpu::swiglu_backward_fp8<T>(nullptr, only.data(), inv.data(), nullptr, p.d_dout.data() + s.offset,
                                   p.d_gate_up.data() + s.offset, s.N, s.F, f, amax.data(), env.ctx);
@@ -286,7 +274,7 @@ void expect_fused_grad_cast_as_unfused() {
       float cpu_inv = 0;
       swiglu_backward_fp8(cpu.data(), nullptr, &cpu_inv, nullptr, p.dout.data(), p.gate_up.data(), s.N, s.F, f, &given);
       EXPECT_EQ(cpu_inv, test::ints_to_host(inv)[0]);
-      EXPECT_EQ(codes_over_a_step_apart(cpu, got, s.offset), 0);
+      EXPECT_EQ(test::codes_over_a_step_apart(cpu, got, s.offset), 0);
     }
 }
 

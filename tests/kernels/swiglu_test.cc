@@ -184,32 +184,10 @@ TEST(Swiglu, Fp8CastsTheOutputItDoesNotStore) {
   swiglu_forward(out.data(), x.gate_up.data(), x.N, x.F, &out_max);
   float m = 0.0f;
   std::memcpy(&m, &out_max, sizeof(m));
-  for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2})
-    for (float given : {m, m / 4, 2 * m, 0.0f}) {
-      SCOPED_TRACE(::testing::Message() << to_string(f) << " maximum " << given);
-      unsigned amax = 0;
-      std::memcpy(&amax, &given, sizeof(amax));
-      const size_t n = out.size();
-      std::vector<uint8_t> want(n), want_t(n), q(n, 0xab), q_t(n, 0xab);
-      float want_inv = 0, inv = 0;
-      // A zero maximum scales by 1: fp8_max's own scale.
-      float as_given = given == 0.0f ? fp8_max(f) : given;
-      unsigned scaled_by = 0;
-      std::memcpy(&scaled_by, &as_given, sizeof(scaled_by));
-      fp8_quantize_with_maxima(out.data(), x.N, x.F, f, Fp8Scaling::kTensor, false, Fp8Layout::kRowMajor, &scaled_by,
-                               want.data(), &want_inv);
-      fp8_quantize_with_maxima(out.data(), x.N, x.F, f, Fp8Scaling::kTensor, false, Fp8Layout::kTransposed, &scaled_by,
-                               want_t.data(), &want_inv);
-      unsigned own = 0;
-      swiglu_forward_fp8(q.data(), q_t.data(), &inv, &own, x.gate_up.data(), x.N, x.F, f, &amax);
-      EXPECT_EQ(q, want);
-      EXPECT_EQ(q_t, want_t);
-      EXPECT_EQ(inv, want_inv);
-      EXPECT_EQ(own, out_max);
-      std::vector<uint8_t> only(n, 0xab);
-      swiglu_forward_fp8(nullptr, only.data(), &inv, nullptr, x.gate_up.data(), x.N, x.F, f, &amax);
-      EXPECT_EQ(only, want_t);
-    }
+  testing::expect_cast_ahead(out, x.N, x.F, {m, m / 4, 2 * m, 0.0f},
+                             [&](uint8_t* q, uint8_t* q_t, float* inv, unsigned* own, Fp8Format f, const unsigned* a) {
+                               swiglu_forward_fp8(q, q_t, inv, own, x.gate_up.data(), x.N, x.F, f, a);
+                             });
   Fixture inf = x;
   inf.gate_up[2 * 2 * 24 + 24 + 5] = INFINITY;  // row 2's up at column 5: out[2, 5] is infinite (its gate is not 0)
   unsigned amax = 0;
@@ -237,24 +215,10 @@ TEST(Swiglu, Fp8CastsTheGradientItDoesNotStore) {
   swiglu_backward(dgate_up.data(), x.dout.data(), x.gate_up.data(), x.N, x.F, GradWrite::kOverwrite, &grad_max);
   float m = 0.0f;
   std::memcpy(&m, &grad_max, sizeof(m));
-  for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2})
-    for (float given : {m, m / 8}) {
-      SCOPED_TRACE(::testing::Message() << to_string(f) << " maximum " << given);
-      unsigned amax = 0;
-      std::memcpy(&amax, &given, sizeof(amax));
-      std::vector<uint8_t> want(n), want_t(n), q(n, 0xab), q_t(n, 0xab);
-      float want_inv = 0, inv = 0;
-      fp8_quantize_with_maxima(dgate_up.data(), x.N, 2 * x.F, f, Fp8Scaling::kTensor, false, Fp8Layout::kRowMajor,
-                               &amax, want.data(), &want_inv);
-      fp8_quantize_with_maxima(dgate_up.data(), x.N, 2 * x.F, f, Fp8Scaling::kTensor, false, Fp8Layout::kTransposed,
-                               &amax, want_t.data(), &want_inv);
-      unsigned own = 0;
-      swiglu_backward_fp8(q.data(), q_t.data(), &inv, &own, x.dout.data(), x.gate_up.data(), x.N, x.F, f, &amax);
-      EXPECT_EQ(q, want);
-      EXPECT_EQ(q_t, want_t);
-      EXPECT_EQ(inv, want_inv);
-      EXPECT_EQ(own, grad_max);
-    }
+  testing::expect_cast_ahead(dgate_up, x.N, 2 * x.F, {m, m / 8},
+                             [&](uint8_t* q, uint8_t* q_t, float* inv, unsigned* own, Fp8Format f, const unsigned* a) {
+                               swiglu_backward_fp8(q, q_t, inv, own, x.dout.data(), x.gate_up.data(), x.N, x.F, f, a);
+                             });
 }
 
 }  // namespace

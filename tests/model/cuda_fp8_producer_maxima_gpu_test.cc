@@ -9,8 +9,9 @@
 // Fp8Policy::keep_input_codes likewise: blocks keeping the x^T codes of their forwards' casts in place of the inputs of
 // llama's q/k/v, gate/up and down, GPT-2's qkv, fc and MLP proj (at 64 tokens a micro-batch; at 24 the weight
 // gradients run in the compute type and the blocks keep x) give the bits of casting x^T in the backward. Under
-// train.fp8 = delayed, llama's SwiGLU writing the down projection's codes itself (Fp8Policy::fuse_casts) gives the bits
-// of casting its output, and its backward writing the gate/up projection's dy codes those of casting d(gate_up).
+// train.fp8 = delayed, llama's RMSNorms and SwiGLU writing the codes of the q/k/v, gate/up and down projections' inputs
+// themselves (Fp8Policy::fuse_casts) give the bits of casting their outputs, and the SwiGLU's backward writing the
+// gate/up projection's dy codes those of casting d(gate_up).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -168,14 +169,15 @@ Fp8Policy delayed(bool fuse_casts) {
   return p;
 }
 
-// train.fp8=delayed (Fp8Policy::fuse_casts): from the second step on, llama's SwiGLU writes the down projection's codes
-// with the history's maximum instead of its output, its backward the gate/up projection's dy and dy^T codes instead
-// of d(gate_up), and every other cast whose maximum no producer took scales by the history's and folds its own in as
-// it reads (gpu::fp8_quantize_ahead_async, no pass for the maximum): the bits of writing the tensors and casting them,
-// with and without recompute, at 32 tokens (the blocks keep the x^T codes, and the weight gradients run in FP8) and 12
-// (nothing is fused). The steps after the first differ from tensorwise's.
+// train.fp8=delayed (Fp8Policy::fuse_casts): from the second step on, llama's RMSNorms write the q/k/v and gate/up
+// projections' codes and its SwiGLU the down projection's with the history's maximum instead of their outputs, its
+// backward the gate/up projection's dy and dy^T codes instead of d(gate_up), and every other cast whose maximum no
+// producer took scales by the history's and folds its own in as it reads (gpu::fp8_quantize_ahead_async, no pass for
+// the maximum): the bits of writing the tensors and casting them, with and without recompute, at 32 tokens (the blocks
+// keep the x^T codes, and the weight gradients run in FP8) and 12 (nothing is fused). The steps after the first differ
+// from tensorwise's.
 template <typename T>
-void expect_fused_swiglu_changes_no_bit() {
+void expect_fused_producers_change_no_bit() {
   for (const int seq_len : {32, 12})
     for (const bool recompute : {false, true}) {
       SCOPED_TRACE(::testing::Message() << "seq_len " << seq_len << " recompute " << recompute);
@@ -187,10 +189,10 @@ void expect_fused_swiglu_changes_no_bit() {
     }
 }
 
-TEST(CudaFp8ProducerMaxima, DelayedFusedSwigluGivesTheBitsOfItsCast) {
+TEST(CudaFp8ProducerMaxima, DelayedFusedProducersGiveTheBitsOfTheirCasts) {
   ST_SKIP_WITHOUT_FP8();
-  expect_fused_swiglu_changes_no_bit<bf16>();
-  expect_fused_swiglu_changes_no_bit<float>();
+  expect_fused_producers_change_no_bit<bf16>();
+  expect_fused_producers_change_no_bit<float>();
 }
 
 TEST(CudaFp8ProducerMaxima, TensorwiseStepsGiveTheSameBitsAsTheCastsOwnPassesInBf16) {

@@ -55,9 +55,10 @@ struct Fp8Policy {
   bool keep_input_codes = true;
   // cuda, train.fp8=delayed: where the scale of a layer's input is known before the input is (a history of at least
   // one step), the kernel that computes the input writes its codes instead of the input itself
-  // (CudaLinear::fused_input, fused_output_grad; the SwiGLU into the down projection, its backward into the gate/up
-  // projection's backward). The bits of casting the written tensor, but for an
-  // input whose history holds only zeros (scale 1 instead of its own maximum's). Off only to compare the two.
+  // (CudaLinear::fused_input, fused_output_grad; llama's RMSNorms into the q/k/v and gate/up projections, the SwiGLU
+  // into the down projection, its backward into the gate/up projection's backward). The bits of casting the written
+  // tensor, but for an input whose history holds only zeros (scale 1 instead of its own maximum's). Off only to
+  // compare the two.
   bool fuse_casts = true;
   // train.fp8=delayed: the steps of maxima a cast's scale looks back over (train.fp8_amax_history); 0 otherwise.
   int amax_history = 0;

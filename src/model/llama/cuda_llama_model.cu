@@ -105,13 +105,16 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   OpTimer::Laps lap = timer_.laps(ctx_.stream);
   // The norms and the SwiGLU write the inputs of the linear layers after them with their maxima (input_maxima).
   lap("fwd.rmsnorm");
-  gpu::rmsnorm_forward<T>(norm1, a.rstd1.data(), x, p.attn_norm, eps, N, C, ctx_,
-                          linear_.input_maxima({layer, "attn.qkv.weight"}, LinearInput::kX, ctx_));
-  lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), QKV, norm1, N, lap, ctx_, [&](bool onto) {
-    lap("fwd.matmul");
-    this->base_forward(a.qkv.data(), norm1, p.qkvw, p.qkvb, N, C, QKV, onto, &lap, {layer, "attn.qkv.weight"},
-                       codes_to_keep(a.norm1_t));
-  });
+  if (!fused_norm({layer, "attn.qkv.weight"}, a.norm1_t, a.rstd1.data(), x, p.attn_norm, p.qkvw, p.qkvb, a.qkv.data(),
+                  QKV, lap)) {
+    gpu::rmsnorm_forward<T>(norm1, a.rstd1.data(), x, p.attn_norm, eps, N, C, ctx_,
+                            linear_.input_maxima({layer, "attn.qkv.weight"}, LinearInput::kX, ctx_));
+    lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), QKV, norm1, N, lap, ctx_, [&](bool onto) {
+      lap("fwd.matmul");
+      this->base_forward(a.qkv.data(), norm1, p.qkvw, p.qkvb, N, C, QKV, onto, &lap, {layer, "attn.qkv.weight"},
+                         codes_to_keep(a.norm1_t));
+    });
+  }
   lap("fwd.rope");
   gpu::rope_forward<T>(a.qkv.data(), rope_cos_.data(), rope_sin_.data(), B_, T_, cfg_.n_head, cfg_.kv_heads(),
                        cfg_.head_dim(), ctx_);
@@ -122,14 +125,17 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   // The adapter adds to x + o(atty): the CPU model's sum, in another order.
   lora_.forward(layer, "attn.o.weight", block_params, a.res2.data(), C, a.atty.data(), N, lap, ctx_);
   lap("fwd.rmsnorm");
-  gpu::rmsnorm_forward<T>(norm2, a.rstd2.data(), a.res2.data(), p.mlp_norm, eps, N, C, ctx_,
-                          linear_.input_maxima({layer, "mlp.gate_up.weight"}, LinearInput::kX, ctx_));
-  lora_.forward(layer, "mlp.gate_up.weight", block_params, a.gate_up.data(), 2 * F, norm2, N, lap, ctx_,
-                [&](bool onto) {
-                  lap("fwd.matmul");
-                  this->base_forward(a.gate_up.data(), norm2, p.gate_up, nullptr, N, C, 2 * F, onto, &lap,
-                                     {layer, "mlp.gate_up.weight"}, codes_to_keep(a.norm2_t));
-                });
+  if (!fused_norm({layer, "mlp.gate_up.weight"}, a.norm2_t, a.rstd2.data(), a.res2.data(), p.mlp_norm, p.gate_up,
+                  nullptr, a.gate_up.data(), 2 * F, lap)) {
+    gpu::rmsnorm_forward<T>(norm2, a.rstd2.data(), a.res2.data(), p.mlp_norm, eps, N, C, ctx_,
+                            linear_.input_maxima({layer, "mlp.gate_up.weight"}, LinearInput::kX, ctx_));
+    lora_.forward(layer, "mlp.gate_up.weight", block_params, a.gate_up.data(), 2 * F, norm2, N, lap, ctx_,
+                  [&](bool onto) {
+                    lap("fwd.matmul");
+                    this->base_forward(a.gate_up.data(), norm2, p.gate_up, nullptr, N, C, 2 * F, onto, &lap,
+                                       {layer, "mlp.gate_up.weight"}, codes_to_keep(a.norm2_t));
+                  });
+  }
   lap("fwd.swiglu");
   if (fused_swiglu(layer, a, p.down, out, N, lap)) return;
   gpu::swiglu_forward<T>(mlp, a.gate_up.data(), N, F, ctx_,
@@ -143,6 +149,30 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
   linear_.forward(out, mlp, p.down, nullptr, a.res2.data(), N, F, C, ctx_, &lap, {layer, "mlp.down.weight"},
                   codes_to_keep(a.mlp_t));
   lora_.forward(layer, "mlp.down.weight", block_params, out, C, mlp, N, lap, ctx_);
+}
+
+// train.fp8=delayed with a history (CudaLinear::fused_input): the RMSNorm writes the next projection's codes, never its
+// output, and the projection reads them: the codes for its GEMM in every forward, and x^T's where the forward keeps
+// them (codes_to_keep: with recompute, the re-run). Only where the block keeps x^T's codes in place of x, so that no
+// backward reads the norm's output (no LoRA there: fp8_input_codes).
+template <typename T>
+bool CudaLlama<T>::fused_norm(LinearSite site, DeviceBuffer<uint8_t>& kept, float* rstd, const T* inp, const T* norm_w,
+                              const T* w, const T* bias, T* out, int OC, OpTimer::Laps& lap) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    if (this->codes(kept) == nullptr) return false;
+    const int64_t N = B_ * T_;
+    const int C = cfg_.n_embd;
+    uint8_t* const codes = codes_to_keep(kept);
+    const std::optional<typename CudaLinear<T>::FusedInput> in = linear_.fused_input(site, N, C, OC, codes, ctx_);
+    if (!in) return false;
+    gpu::rmsnorm_forward_fp8<T>(in->q, in->q_t, in->inverse_scale, in->own, rstd, inp, norm_w, cfg_.rms_norm_eps, N, C,
+                                in->format, in->amax, ctx_);
+    lap("fwd.matmul");
+    linear_.forward_fused(out, w, bias, nullptr, N, C, OC, ctx_, &lap, site, codes);
+    return true;
+  } else {
+    return false;
+  }
 }
 
 // train.fp8=delayed with a history (CudaLinear::fused_input): the SwiGLU writes the down projection's codes, never its

@@ -19,6 +19,15 @@ template <typename T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, float eps, int64_t N, int C,
                      const GpuContext& ctx, unsigned* amax = nullptr);
 
+// st::rmsnorm_forward_fp8 (kernels/rmsnorm.h) on the device: rstd, and out's codes (q [N, C] and q_t [C, N], either may
+// be null), 1 / scale and out's maximum (own, may be null) as gpu::swiglu_forward_fp8 casts its output, for T float or
+// bf16, with the device's maximum *amax known ahead. rstd and the codes are the bits of rmsnorm_forward<T> followed
+// by that cast; out itself is never stored.
+template <typename T>
+void rmsnorm_forward_fp8(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigned* own, float* rstd, const T* inp,
+                         const T* weight, float eps, int64_t N, int C, Fp8Format f, const unsigned* amax,
+                         const GpuContext& ctx);
+
 // Accumulates dinp [N,C] += ... and dweight [C] += ... (param_write = kOverwrite: dweight is written). dweight is
 // reduced over rows in fp32 in a fixed order (per chunk of rows into ctx.scratch, then over chunks), so the result
 // is bit-identical run to run. Needs rmsnorm_backward_scratch_bytes(N, C) bytes of ctx.scratch, or, with

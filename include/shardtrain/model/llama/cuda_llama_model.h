@@ -68,6 +68,11 @@ class CudaLlama final : public CudaModelBase<T> {
   // The classifier's weight [Vp, C]: embed_tokens when tied, else lm_head.
   const T* classifier(const T* head_params, const T* emb_params) const;
   void attention_forward(BlockActs& a);
+  // train.fp8=delayed: an RMSNorm (rstd into rstd, its weight norm_w) and the linear layer at `site` after it (weight
+  // w, bias, OC outputs into out) with the layer's input codes written by the norm (CudaLinear::fused_input) into the
+  // block's kept x^T codes `kept`, when the site takes them; false, and nothing run, otherwise.
+  bool fused_norm(LinearSite site, DeviceBuffer<uint8_t>& kept, float* rstd, const T* inp, const T* norm_w, const T* w,
+                  const T* bias, T* out, int OC, OpTimer::Laps& lap);
   // train.fp8=delayed: the SwiGLU and the down projection of `layer` with the down projection's codes written by the
   // SwiGLU (CudaLinear::fused_input), when the site takes them; false, and nothing run, otherwise.
   bool fused_swiglu(int layer, BlockActs& a, const T* down, T* out, int64_t N, OpTimer::Laps& lap);
