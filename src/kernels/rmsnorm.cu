@@ -246,11 +246,12 @@ void rmsnorm_forward_fp8(uint8_t* q, uint8_t* q_t, float* inverse_scale, unsigne
     ST_CUDA_CHECK_LAUNCH();
     return;
   }
-  // Any shape, and N or C 0 (the inverse scale alone).
+  // Any shape, and N or C 0: the inverse scale alone (no rows, as rmsnorm_forward writes none).
+  const int64_t rows = C == 0 ? 0 : N;
   launch_packed<T>(vec, [&](auto w) {
     rmsnorm_fp8_kernel<decltype(w)::value, T>
-        <<<grid_for(std::max<int64_t>(N, 1), kRowsPerBlock), kRowBlock, 0, ctx.stream>>>(
-            q, q_t, inverse_scale, own, rstd, inp, weight, eps, N, C, fp8_max(f), format, amax);
+        <<<grid_for(std::max<int64_t>(rows, 1), kRowsPerBlock), kRowBlock, 0, ctx.stream>>>(
+            q, q_t, inverse_scale, own, rstd, inp, weight, eps, rows, C, fp8_max(f), format, amax);
   });
 }
 
