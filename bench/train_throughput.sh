@@ -25,6 +25,11 @@ mkdir -p "$TT_DIR"
 tag="g${GPUS}_$(basename "$CONFIG" .ini)_$$"
 m="$TT_DIR/$tag.jsonl" log="$TT_DIR/$tag.log"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# mpirun refuses root without these (containers run as root); libraries device_check.sh's build stage unpacked into
+# /tmp/deps (an image without the tokenizer's ICU) are found as they are there.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+[[ -d /tmp/deps/usr/lib/x86_64-linux-gnu ]] &&
+  export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 if [[ $GPUS -eq 0 ]]; then
   cmd=("$BUILD/shardtrain" train --config "$CONFIG" --train.device=cpu)
 else
