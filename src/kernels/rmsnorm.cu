@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kRowBlock)
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
           const float o = stored_out<T>(v[k], rr[i], wt[k]);
-          if (own != nullptr) fold.bits = max(fold.bits, __float_as_uint(fabsf(o)));
+          fold.add(o);
           codes[k] = code_ahead(o, scale, format);
         }
         rows[i] = pack_codes(codes);
@@ -149,7 +149,7 @@ __global__ void rmsnorm_fp8_kernel(uint8_t* q, uint8_t* q_t, float* inverse_scal
     const float r = row_rstd<kVec>(inp + n * C, C, lane, eps);
     for (int c = lane; c < C; c += kWarpSize) {
       const float o = stored_out<T>(to_f32(inp[n * C + c]), r, to_f32(weight[c]));
-      if (own != nullptr) fold.bits = max(fold.bits, __float_as_uint(fabsf(o)));
+      fold.add(o);
       const uint8_t code = code_ahead(o, scale, format);
       if (q != nullptr) q[n * C + c] = code;
       if (q_t != nullptr) q_t[int64_t{c} * N + n] = code;

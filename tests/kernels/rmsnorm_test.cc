@@ -156,7 +156,7 @@ TEST(RmsNorm, AmaxIsTheMaximumOfWhatItWrites) {
 }
 
 // rmsnorm_forward_fp8: rstd as rmsnorm_forward saves it, and the codes, inverse scale and maximum of casting its out
-// with the given maximum (a smaller one saturates, a zero one scales by 1), either layout left out.
+// with the given maximum (a smaller one saturates, a zero one scales by 1), and its transposed codes alone.
 TEST(RmsNorm, Fp8CastsTheOutputItDoesNotStore) {
   Fixture x(9, 40, 260);
   std::vector<float> out(x.N * x.C), rstd(x.N), fused_rstd(x.N);
