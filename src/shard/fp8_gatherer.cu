@@ -5,6 +5,7 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/gpu/fp8.h"
+#include "shardtrain/kernels/gpu/fp8_history.h"
 #include "shardtrain/kernels/scratch_sizes.h"
 #include "shardtrain/model/fp8_policy.h"
 
@@ -105,40 +106,72 @@ void Fp8Gatherer<T>::cast_block(const Fp8GatherSegment& g, const T* source, uint
     const cudaStream_t s = ctx.stream;
     const int64_t k = static_cast<int64_t>(g.weights.size()), first = int64_t{rank_} * g.slot;
     const std::vector<Fp8GatherPiece> mine = g.pieces_of(rank_);
-    // 1. The maxima of this rank's parts (0 for a weight it has none of), every rank's, each weight's.
+    const auto site = [&](int64_t w) { return fp8_history_index(g.weights[static_cast<size_t>(w)].site, kFp8W); };
+    // Delayed, in a training pass, once the history holds a step: each weight's scale is the history's largest
+    // maximum, known before the cast, as the linear layers' own casts ahead take it (CudaLinear, the fused
+    // producers: 1 for a weight 0 throughout its history), so that no pass over the source takes the maxima. Each
+    // cast folds this rank's part's maximum in as it reads; the ranks then trade those, and the history records
+    // each weight's.
+    const bool ahead = history != nullptr && history->recording() && history->filled() > 0 && !g.power_of_2;
     ST_CUDA_CHECK(cudaMemsetAsync(part_max_.data(), 0, static_cast<size_t>(k) * sizeof(unsigned), s));
-    for (const Fp8GatherPiece& p : mine)
-      if (p.weight >= 0)
-        gpu::fp8_maxima_async<T>(source + (p.offset - first), 1, p.count, Fp8Scaling::kTensor,
-                                 part_max_.data() + p.weight, ctx);
-    if (g.world > 1)
-      nccl.all_gather<float>(reinterpret_cast<const float*>(part_max_.data()), k,
-                             reinterpret_cast<float*>(all_max_.data()), s);
-    const unsigned* const all = g.world == 1 ? part_max_.data() : all_max_.data();
-    gpu::fp8_scales_of_parts(all, g.world, k, g.format, g.power_of_2, maxima_.data(), inverse, ctx);
-    // Delayed, in a training pass: each weight scales by the history's pick, which records its maximum, as the
-    // linear layers' cast of the gathered weight does (cuda_linear.cu).
-    if (history != nullptr && history->recording()) {
-      for (int64_t w = 0; w < k; ++w) {
-        const unsigned* pick =
-            history->pick(fp8_history_index(g.weights[static_cast<size_t>(w)].site, kFp8W), maxima_.data() + w, ctx);
-        ST_CUDA_CHECK(cudaMemcpyAsync(picked_.data() + w, pick, sizeof(unsigned), cudaMemcpyDeviceToDevice, s));
+    if (ahead) {
+      for (int64_t w = 0; w < k; ++w)  // the inverse scales alone, for the weights this rank holds none of too
+        gpu::fp8_quantize_ahead_async<T>(nullptr, 0, 0, g.format, history->history_max() + site(w), nullptr, nullptr,
+                                         inverse + w, nullptr, ctx);
+    } else {
+      // 1. The maxima of this rank's parts (0 for a weight it has none of), every rank's, each weight's.
+      for (const Fp8GatherPiece& p : mine)
+        if (p.weight >= 0)
+          gpu::fp8_maxima_async<T>(source + (p.offset - first), 1, p.count, Fp8Scaling::kTensor,
+                                   part_max_.data() + p.weight, ctx);
+      const unsigned* all = all_maxima(g, nccl, ctx);
+      gpu::fp8_scales_of_parts(all, g.world, k, g.format, g.power_of_2, maxima_.data(), inverse, ctx);
+      // Delayed, in a training pass, while the history holds no step: each weight scales by the history's pick (its
+      // own maximum), which records it, as the linear layers' cast of the gathered weight does (cuda_linear.cu).
+      if (history != nullptr && history->recording()) {
+        for (int64_t w = 0; w < k; ++w) {
+          const unsigned* pick = history->pick(site(w), maxima_.data() + w, ctx);
+          ST_CUDA_CHECK(cudaMemcpyAsync(picked_.data() + w, pick, sizeof(unsigned), cudaMemcpyDeviceToDevice, s));
+        }
+        gpu::fp8_scales_of_parts(picked_.data(), 1, k, g.format, g.power_of_2, maxima_.data(), inverse, ctx);
       }
-      gpu::fp8_scales_of_parts(picked_.data(), 1, k, g.format, g.power_of_2, maxima_.data(), inverse, ctx);
     }
     // 2. This rank's block: its codes where its elements sit in its slot, then its rest packed.
     T* rest = reinterpret_cast<T*>(send + g.code_stride);
     for (const Fp8GatherPiece& p : mine) {
       const T* x = source + (p.offset - first);
-      if (p.weight >= 0)
+      if (p.weight < 0)
+        ST_CUDA_CHECK(cudaMemcpyAsync(rest + p.staged_at, x, static_cast<size_t>(p.count) * sizeof(T),
+                                      cudaMemcpyDeviceToDevice, s));
+      else if (ahead)
+        gpu::fp8_quantize_ahead_async<T>(x, 1, p.count, g.format, history->history_max() + site(p.weight),
+                                         send + p.staged_at, nullptr, cast_inverse_.data(), part_max_.data() + p.weight,
+                                         ctx);
+      else
         gpu::fp8_quantize_with_maxima_async<T>(x, 1, p.count, g.format, Fp8Scaling::kTensor, g.power_of_2,
                                                Fp8Layout::kRowMajor, maxima_.data() + p.weight, send + p.staged_at,
                                                cast_inverse_.data(), ctx);
-      else
-        ST_CUDA_CHECK(cudaMemcpyAsync(rest + p.staged_at, x, static_cast<size_t>(p.count) * sizeof(T),
-                                      cudaMemcpyDeviceToDevice, s));
+    }
+    if (ahead) {  // each weight's maximum, the largest of the parts' its casts folded, into the step's maxima
+      const unsigned* all = all_maxima(g, nccl, ctx);
+      const unsigned* whole = all;
+      if (g.world > 1) {
+        gpu::fp8_max_over_ranks(all, g.world, k, maxima_.data(), ctx);
+        whole = maxima_.data();
+      }
+      for (int64_t w = 0; w < k; ++w) history->pick(site(w), whole + w, ctx);
     }
   }
+}
+
+template <typename T>
+const unsigned* Fp8Gatherer<T>::all_maxima(const Fp8GatherSegment& g, NcclCommunicator& nccl,
+                                           const gpu::GpuContext& ctx) {
+  if (g.world == 1) return part_max_.data();
+  const int64_t k = static_cast<int64_t>(g.weights.size());
+  nccl.all_gather<float>(reinterpret_cast<const float*>(part_max_.data()), k, reinterpret_cast<float*>(all_max_.data()),
+                         ctx.stream);
+  return all_max_.data();
 }
 
 template class Fp8Gatherer<float>;

@@ -3,9 +3,12 @@
 // weights' maxima and inverse scales (gpu::fp8_scales_of_parts), this rank's codes (gpu::fp8_quantize_with_maxima_async
 // over each part) and rest packed into its block, the blocks' all-gather, and every piece copied into place: a
 // weight's codes and inverse scale in its region of the gathered buffer where fp8_weight_codes says (what CudaLinear
-// reads under Fp8Policy::weights_cast), the rest at its own elements. One rank's gathers skip both all-gathers and read
-// its maxima and block where they lie. With dist.fp8_gather_keep a training gather at an epoch whose block is kept
-// skips everything before the blocks' all-gather.
+// reads under Fp8Policy::weights_cast), the rest at its own elements. Under delayed, in a training pass once the
+// history holds a step, the scales come from the history before any cast, and the casts
+// (gpu::fp8_quantize_ahead_async) fold the parts' maxima as they read: no pass over the source takes them, and their
+// all-gather follows the casts. One rank's gathers skip both all-gathers and read its maxima and block where they lie.
+// With dist.fp8_gather_keep a training gather at an epoch whose block is kept skips everything before the blocks'
+// all-gather.
 //
 //   Fp8Gatherer<bf16> fp8(cfg, units, rank, world);
 //   if (fp8.applies(u, 0)) received += fp8.gather(u, 0, shards.gather_source(u), full, nccl, comm_ctx);
@@ -53,6 +56,9 @@ class Fp8Gatherer {
   // scales into `inverse`, from its slot `source`, on ctx.stream (its scratch set).
   void cast_block(const Fp8GatherSegment& g, const T* source, uint8_t* send, float* inverse, CudaFp8History* history,
                   NcclCommunicator& nccl, const gpu::GpuContext& ctx);
+  // Every rank's part maxima of segment g's weights (part_max_, all-gathered into all_max_ past one rank), on
+  // ctx.stream: [world, k].
+  const unsigned* all_maxima(const Fp8GatherSegment& g, NcclCommunicator& nccl, const gpu::GpuContext& ctx);
 
   std::vector<std::array<Fp8GatherSegment, 2>> plans_;
   int rank_ = 0;

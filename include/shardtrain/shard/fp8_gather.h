@@ -10,7 +10,9 @@
 //      of the whole gathered tensor gives, kernels/fp8.h) into `code_stride` bytes, and the ranks all-gather them.
 //      Under delayed, in a training pass, the scale is the amax history's pick for the weight instead
 //      (model/fp8_history.h: its largest over the last steps, or the whole tensor's maximum while it holds none),
-//      and that maximum is recorded in the step's maxima, as a cast of the gathered weight records it;
+//      and that maximum is recorded in the step's maxima, as a cast of the gathered weight records it (on cuda, once
+//      the history holds a step, the casts come first, scaled as the linear layers' casts ahead are, and take the
+//      parts' maxima as they read: src/shard/fp8_gatherer.h);
 //   3. the rest travels compacted: each rank's rest elements, `rest_slot` of them (zero-padded), all-gathered;
 //   4. each rest element lands at its place in the gathered buffer, and each weight's codes where the weight lies: on
 //      cuda at the first 256-byte boundary of its region (fp8_weight_codes, fp8_policy.h), then its inverse scale (a
