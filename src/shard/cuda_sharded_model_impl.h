@@ -197,7 +197,9 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   gpu::AttentionChoice attention_;
   MemoryPlan plan_;
   HostPlan host_plan_;  // checked before the host state and the pinned buffers are allocated
-  CudaStream compute_stream_, comm_stream_;
+  // Above the optimizer's stream (DeviceOptimizer), whose AdamW of every unit a step's end queues beside the next
+  // step's forward: the forward's and the gathers' kernels take the SMs first, and AdamW's blocks fill what they leave.
+  CudaStream compute_stream_{CudaStream::Priority::kHigh}, comm_stream_{CudaStream::Priority::kHigh};
   // snapshot_state(): the copy stream, the event it starts after, and per unit the end of the unit's copy, which that
   // unit's next AdamW waits for while snapshot_fence_ says so.
   CudaStream snapshot_stream_;

@@ -58,7 +58,15 @@ namespace st {
 
 class CudaStream {
  public:
-  CudaStream() { ST_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  // A stream's claim on the SMs where kernels of several streams wait for them: the blocks of a kHigh stream's kernels
+  // are scheduled before those of a kLow one (the default priority), which fill what they leave.
+  enum class Priority { kLow, kHigh };
+  explicit CudaStream(Priority priority = Priority::kLow) {
+    int least = 0, greatest = 0;
+    ST_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    const int p = priority == Priority::kHigh ? greatest : least;
+    ST_CUDA_CHECK(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, p));
+  }
   ~CudaStream() {
     if (s_) cudaStreamDestroy(s_);
   }
