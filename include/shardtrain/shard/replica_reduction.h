@@ -49,7 +49,8 @@ class ReplicaReduction {
  private:
   ReplicaBuckets buckets_;
   NcclCommunicator& replica_;
-  CudaStream stream_;
+  // At the compute and communication streams' priority, above the device AdamW's (cuda_sharded_model_impl.h).
+  CudaStream stream_{CudaStream::Priority::kHigh};
   DeviceBuffer<T> bucket_;               // one bucket of gradient shards in T
   DeviceBuffer<unsigned char> scratch_;  // the replica stream's reductions
   gpu::GpuContext ctx_;
