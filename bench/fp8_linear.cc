@@ -10,6 +10,11 @@
 // The defaults are Llama-3.2-3B at micro batch 4, T 2048 (rows = micro_batch x seq_len; qkv = (heads + 2 x kv
 // heads) x head size). Each case: 3 warm-up and `iters` timed calls with CUDA events on one stream, median; random
 // operands at the scale of activations (1), weights (0.02) and gradients (1e-3). One GPU, no MPI.
+//
+// A last table times what train.fp8=delayed runs instead, each kernel one pass with the scale known ahead: the casts
+// ahead (gpu::fp8_quantize_ahead_async: a weight in both layouts, a layer's input in both, dy's pair) and the
+// producers that write their output's codes (RMSNorm, SwiGLU forward and backward) beside their bf16 forms, in GB/s
+// of the bytes each reads and writes once.
 #include <cstdint>
 #include <cstdio>
 
@@ -21,6 +26,8 @@
 #include "shardtrain/kernels/gpu/fp8.h"
 #include "shardtrain/kernels/gpu/fp8_gemm.h"
 #include "shardtrain/kernels/gpu/matmul.h"
+#include "shardtrain/kernels/gpu/rmsnorm.h"
+#include "shardtrain/kernels/gpu/swiglu.h"
 #include "shardtrain/model/fp8_policy.h"
 
 namespace st {
@@ -47,6 +54,67 @@ struct Casts {
         t_inv(groups),
         scratch(static_cast<int64_t>(gpu::fp8_quantize_scratch_bytes(2 * groups))) {}
 };
+
+// train.fp8=delayed's one-pass kernels at the block's shapes; `casts` holds room for the widest operand's codes.
+void run_delayed(int64_t N, int64_t C, int64_t F, int64_t QKV, int iters, const gpu::GpuContext& ctx, Casts& casts) {
+  cudaStream_t s = ctx.stream;
+  const int64_t widest = std::max({C, F, QKV, 2 * F});
+  const DeviceBuffer<bf16> x = bench::random_bf16(N * 2 * F, 4), dy = bench::random_bf16(N * widest, 5, 1e-3),
+                           w = bench::random_bf16(2 * F * C, 6, 0.02), norm_w = bench::random_bf16(C, 7, 0.1);
+  DeviceBuffer<bf16> out(N * 2 * F);
+  DeviceBuffer<float> rstd(N);
+  DeviceBuffer<unsigned> amax(3), own(1);
+  gpu::fp8_maxima_async<bf16>(x.data(), N, 2 * F, Fp8Scaling::kTensor, amax.data(), ctx);
+  gpu::fp8_maxima_async<bf16>(w.data(), 2 * F, C, Fp8Scaling::kTensor, amax.data() + 1, ctx);
+  gpu::fp8_maxima_async<bf16>(dy.data(), N, widest, Fp8Scaling::kTensor, amax.data() + 2, ctx);
+  std::printf("\ndelayed: one pass a kernel, scale known ahead; ms per call and GB/s of bytes read + written\n");
+  std::printf("%-34s %9s %9s\n", "kernel", "ms", "GB/s");
+  const auto row = [&](const char* name, double bytes, const auto& fn) {
+    const double ms = median_ms(s, iters, fn);
+    std::printf("%-34s %9.3f %9.0f\n", name, ms, bytes / (ms * 1e6));
+  };
+  uint8_t *q = casts.a.data(), *q_t = casts.t.data();
+  float* inv = casts.a_inv.data();
+  const struct {
+    const char* name;
+    int64_t rows, cols;
+    const bf16* src;
+    const unsigned* max;
+    Fp8Format f;
+  } aheads[] = {{"W attn.qkv, both layouts", QKV, C, w.data(), amax.data() + 1, Fp8Format::kE4M3},
+                {"W mlp.gate_up, both layouts", 2 * F, C, w.data(), amax.data() + 1, Fp8Format::kE4M3},
+                {"W mlp.down, both layouts", C, F, w.data(), amax.data() + 1, Fp8Format::kE4M3},
+                {"x attn.o, both layouts", N, C, x.data(), amax.data(), Fp8Format::kE4M3},
+                {"dy attn.qkv pair", N, QKV, dy.data(), amax.data() + 2, Fp8Format::kE5M2},
+                {"dy mlp.down pair", N, C, dy.data(), amax.data() + 2, Fp8Format::kE5M2}};
+  for (const auto& a : aheads)
+    row(a.name, 4.0 * static_cast<double>(a.rows * a.cols),
+        [&] { gpu::fp8_quantize_ahead_async<bf16>(a.src, a.rows, a.cols, a.f, a.max, q, q_t, inv, own.data(), ctx); });
+  const double nc = static_cast<double>(N * C), nf = static_cast<double>(N * F);
+  row("RMSNorm, bf16 out", 4.0 * nc, [&] {
+    gpu::rmsnorm_forward<bf16>(out.data(), rstd.data(), x.data(), norm_w.data(), 1e-5f, N, static_cast<int>(C), ctx);
+  });
+  row("RMSNorm, codes in both layouts", 4.0 * nc, [&] {
+    gpu::rmsnorm_forward_fp8<bf16>(q, q_t, inv, own.data(), rstd.data(), x.data(), norm_w.data(), 1e-5f, N,
+                                   static_cast<int>(C), Fp8Format::kE4M3, amax.data(), ctx);
+  });
+  row("RMSNorm, codes in x's layout", 3.0 * nc, [&] {
+    gpu::rmsnorm_forward_fp8<bf16>(q, nullptr, inv, own.data(), rstd.data(), x.data(), norm_w.data(), 1e-5f, N,
+                                   static_cast<int>(C), Fp8Format::kE4M3, amax.data(), ctx);
+  });
+  row("SwiGLU forward, bf16 out", 6.0 * nf,
+      [&] { gpu::swiglu_forward<bf16>(out.data(), x.data(), N, static_cast<int>(F), ctx); });
+  row("SwiGLU forward, codes both layouts", 6.0 * nf, [&] {
+    gpu::swiglu_forward_fp8<bf16>(q, q_t, inv, own.data(), x.data(), N, static_cast<int>(F), Fp8Format::kE4M3,
+                                  amax.data(), ctx);
+  });
+  row("SwiGLU backward, bf16 out", 10.0 * nf,
+      [&] { gpu::swiglu_backward<bf16>(out.data(), dy.data(), x.data(), N, static_cast<int>(F), ctx); });
+  row("SwiGLU backward, codes both layouts", 10.0 * nf, [&] {
+    gpu::swiglu_backward_fp8<bf16>(q, q_t, inv, own.data(), dy.data(), x.data(), N, static_cast<int>(F),
+                                   Fp8Format::kE5M2, amax.data() + 2, ctx);
+  });
+}
 
 void run(int64_t rows, int64_t C, int64_t F, int64_t QKV, int iters) {
   CudaStream stream;
@@ -155,6 +223,7 @@ void run(int64_t rows, int64_t C, int64_t F, int64_t QKV, int iters) {
   }
   std::printf("%-23s %9.3f %9.3f %9.3f %9.3f %9.3f   a block, all GEMMs and casts\n", "total", total_bf16, total_t,
               total_r, cast_t, cast_r);
+  run_delayed(rows, C, F, QKV, iters, ctx, casts);
 }
 
 }  // namespace
