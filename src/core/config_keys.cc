@@ -254,6 +254,10 @@ const std::vector<Key>& keys() {
           "bytes of text generated at the end of a byte-level run (0: none)"),
       key("train", "recompute", &Config::train, &TrainConfig::recompute,
           "keep only each block's input and recompute its activations in backward (less memory, more compute)"),
+      key("train", "recompute_blocks", &Config::train, &TrainConfig::recompute_blocks,
+          "with train.recompute=true: how many blocks recompute, the first ones (1 to model.n_layer; 0: all). The "
+          "others keep their activations: more memory than all, less compute. `shardtrain plan` gives what each "
+          "costs"),
       key("train", "gemm_autotune", &Config::train, &TrainConfig::gemm_autotune,
           "cuda: for each GEMM shape, time the first N algorithms of cuBLASLt's heuristic list and keep the fastest "
           "(0 or 1: the heuristic's first, untimed; at most 64). A shape is timed the first time it runs, on scratch "

@@ -186,6 +186,12 @@ std::vector<std::string> find_problems(const Config& c) {
   if (c.train.fp8_fast_accum && c.train.device == Device::kCpu)
     add("train.fp8_fast_accum (true) applies to train.device=cuda; the cpu backend accumulates its emulated FP8 GEMMs "
         "in fp32 and takes false");
+  if (c.train.recompute_blocks < 0 || c.train.recompute_blocks > c.model.n_layer)
+    add("train.recompute_blocks must be in [0, model.n_layer = ", c.model.n_layer, "] (got ", c.train.recompute_blocks,
+        ")");
+  else if (c.train.recompute_blocks != 0 && !c.train.recompute)
+    add("train.recompute_blocks (", c.train.recompute_blocks,
+        ") applies to train.recompute=true (got false): set train.recompute=true, or leave it at 0");
   if (c.train.fp8_amax_history < 1 || c.train.fp8_amax_history > 1024)
     add("train.fp8_amax_history must be in [1, 1024] (got ", c.train.fp8_amax_history, ")");
   else if (c.train.fp8_amax_history != TrainConfig{}.fp8_amax_history && c.train.fp8 != Fp8Recipe::kDelayed)

@@ -5,8 +5,8 @@
 
 namespace st {
 
-CpuLora::CpuLora(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, int64_t slots)
-    : run_(cfg, units, max_rows, slots),
+CpuLora::CpuLora(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, Recompute recompute)
+    : run_(cfg, units, max_rows, recompute),
       h_(static_cast<size_t>(run_.h_elems())),
       dh_(static_cast<size_t>(run_.dh_elems())),
       x_drop_(static_cast<size_t>(run_.dropout_elems())),

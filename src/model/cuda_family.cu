@@ -10,9 +10,9 @@ namespace st {
 namespace {
 
 template <typename T, typename Model>
-std::unique_ptr<CudaUnitModel<T>> make(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
-                                       const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward,
-                                       const Fp8Policy& fp8) {
+std::unique_ptr<CudaUnitModel<T>> make(const ModelConfig& cfg, int64_t max_batch, Recompute recompute,
+                                       bool cudnn_attention, const gpu::GpuContext& ctx,
+                                       gpu::CudnnBackwardMode attention_backward, const Fp8Policy& fp8) {
   return std::make_unique<Model>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward, fp8);
 }
 

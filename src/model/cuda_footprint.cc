@@ -17,10 +17,6 @@ namespace {
 // gradient than many small ones.
 constexpr int64_t kLogitsChunkElems = int64_t{256} << 20;
 
-int64_t kept_blocks(const ModelConfig& cfg, bool recompute) {
-  return recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer;
-}
-
 // Whether a block keeps the x^T codes of the input of its linear layer `weight` in place of the input
 // (fp8_input_codes).
 bool keeps_codes(const ModelConfig& cfg, const Fp8Policy& fp8, const char* weight) {
@@ -46,7 +42,7 @@ int64_t cuda_lm_io_device_bytes(const ModelConfig& cfg, int64_t max_batch, int64
   return logits + BT * 4 + 2 * BT * 4 + 8;  // + the losses; tokens and targets; their sum
 }
 
-LlamaActivationSizes::LlamaActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute,
+LlamaActivationSizes::LlamaActivationSizes(const ModelConfig& cfg, int64_t max_batch, Recompute recompute,
                                            const Fp8Policy& fp8)
     : B(max_batch),
       T(cfg.seq_len),
@@ -55,7 +51,7 @@ LlamaActivationSizes::LlamaActivationSizes(const ModelConfig& cfg, int64_t max_b
       QKV(cfg.qkv_dim()),
       F(cfg.mlp_dim()),
       NH(cfg.n_head),
-      blocks(kept_blocks(cfg, recompute)),
+      blocks(recompute.sets(cfg.n_layer)),
       layers(cfg.n_layer),
       lora(lora_activation_elems(cfg, BT, blocks)),
       coded_qkv(keeps_codes(cfg, fp8, "attn.qkv.weight")),
@@ -68,13 +64,14 @@ int64_t LlamaActivationSizes::elems() const {
 
 int64_t LlamaActivationSizes::floats(int head_dim) const { return blocks * block_floats() + BT + T * head_dim; }
 
-GptActivationSizes::GptActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute, const Fp8Policy& fp8)
+GptActivationSizes::GptActivationSizes(const ModelConfig& cfg, int64_t max_batch, Recompute recompute,
+                                       const Fp8Policy& fp8)
     : B(max_batch),
       T(cfg.seq_len),
       BT(max_batch * cfg.seq_len),
       C(cfg.n_embd),
       NH(cfg.n_head),
-      blocks(kept_blocks(cfg, recompute)),
+      blocks(recompute.sets(cfg.n_layer)),
       layers(cfg.n_layer),
       lora(lora_activation_elems(cfg, BT, blocks)),
       coded_qkv(keeps_codes(cfg, fp8, "attn.qkv.weight")),
@@ -93,8 +90,8 @@ int64_t gpt_block_column_sums_bytes(int64_t BT, int C) {
   return static_cast<int64_t>(b);
 }
 
-CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, int64_t elem_bytes,
-                                        int64_t attention_scratch_bytes, const Fp8Policy& fp8) {
+CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batch, Recompute recompute,
+                                        int64_t elem_bytes, int64_t attention_scratch_bytes, const Fp8Policy& fp8) {
   const LlamaActivationSizes z(cfg, max_batch, recompute, fp8);
   const int B = static_cast<int>(z.B), T_ = static_cast<int>(z.T), C = static_cast<int>(z.C);
   CudaModelFootprint f;
@@ -108,8 +105,8 @@ CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batc
   return f;
 }
 
-CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, int64_t elem_bytes,
-                                      int64_t attention_scratch_bytes, const Fp8Policy& fp8) {
+CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, Recompute recompute,
+                                      int64_t elem_bytes, int64_t attention_scratch_bytes, const Fp8Policy& fp8) {
   const GptActivationSizes z(cfg, max_batch, recompute, fp8);
   const int B = static_cast<int>(z.B), T_ = static_cast<int>(z.T), C = static_cast<int>(z.C),
             NH = static_cast<int>(z.NH);
@@ -142,7 +139,7 @@ int64_t cuda_linear_codes_bytes(const ModelConfig& cfg, int64_t max_rows, Fp8Rec
   return w.a == 0 ? 0 : w.region_bytes();
 }
 
-CudaModelFootprint cuda_model_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, DType dtype,
+CudaModelFootprint cuda_model_footprint(const ModelConfig& cfg, int64_t max_batch, Recompute recompute, DType dtype,
                                         int64_t attention_scratch_bytes, Fp8Recipe fp8) {
   ST_CHECK(dtype != DType::kAuto, "cuda_model_footprint needs a resolved compute type");
   const int64_t t = dtype_bytes(dtype);

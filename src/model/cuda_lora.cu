@@ -6,8 +6,9 @@
 namespace st {
 
 template <typename T>
-CudaLora<T>::CudaLora(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, int64_t slots)
-    : run_(cfg, units, max_rows, slots),
+CudaLora<T>::CudaLora(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows,
+                      Recompute recompute)
+    : run_(cfg, units, max_rows, recompute),
       h_(run_.h_elems()),
       dh_(run_.dh_elems()),
       x_drop_(run_.dropout_elems()),

@@ -8,7 +8,7 @@
 namespace st {
 
 template <typename T>
-CudaModelBase<T>::CudaModelBase(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
+CudaModelBase<T>::CudaModelBase(const ModelConfig& cfg, int64_t max_batch, Recompute recompute, bool cudnn_attention,
                                 const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward,
                                 int64_t scratch_bytes, const Fp8Policy& fp8)
     : cfg_(cfg),
@@ -27,7 +27,7 @@ CudaModelBase<T>::CudaModelBase(const ModelConfig& cfg, int64_t max_batch, bool 
   io_ = CudaLmIo<T>(cfg, max_batch, ctx_.stream);
   encoded_ = DeviceBuffer<T>(BTC);
   for (int l = 0; l < cfg.n_layer; ++l) block_out_.emplace_back(BTC);
-  lora_ = CudaLora<T>(cfg, units_, max_batch * cfg.seq_len, recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer);
+  lora_ = CudaLora<T>(cfg, units_, max_batch * cfg.seq_len, recompute);
   linear_ = CudaLinear<T>(fp8, cfg_, max_batch * cfg.seq_len);
   ST_CHECK(ctx_.scratch_bytes >= static_cast<size_t>(linear_.codes_bytes()), "train.fp8 needs ", linear_.codes_bytes(),
            " bytes of kernel scratch for its codes (cuda_model_footprint with the recipe), the context has ",

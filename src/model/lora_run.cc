@@ -6,8 +6,11 @@
 
 namespace st {
 
-LoraRun::LoraRun(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, int64_t slots)
-    : adapters_(block_lora_adapters(units, cfg)), max_rows_(max_rows), slots_(slots) {
+LoraRun::LoraRun(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, Recompute recompute)
+    : adapters_(block_lora_adapters(units, cfg)),
+      max_rows_(max_rows),
+      slots_(recompute.sets(cfg.n_layer)),
+      recompute_(recompute) {
   if (adapters_.empty()) return;
   scale_ = lora_scale(cfg.lora);
   rank_ = cfg.lora.rank;
@@ -33,7 +36,7 @@ LoraRun::LoraRun(const ModelConfig& cfg, const std::vector<UnitLayout>& units, i
   }
   for (const Stack& s : stacked_) widest_stack_ = std::max<int64_t>(widest_stack_, s.shape.slices.size());
   dropout_elems_ = key_.p > 0 ? max_rows * widest_lora_input(adapters_) : 0;
-  ST_ENFORCE_EQ(h_elems() + dh_elems() + 2 * dropout_elems_, lora_activation_elems(cfg, max_rows, slots));
+  ST_ENFORCE_EQ(h_elems() + dh_elems() + 2 * dropout_elems_, lora_activation_elems(cfg, max_rows, slots_));
 }
 
 bool LoraRun::adapts(const std::string& weight) const {
@@ -50,7 +53,7 @@ bool LoraRun::covers(const std::string& weight, int64_t width) const {
 }
 
 int64_t LoraRun::h_offset(int layer, size_t adapter) const {
-  const int64_t slot = slots_ == 1 ? 0 : layer;
+  const int64_t slot = recompute_.set_of(layer);
   ST_CHECK(slot >= 0 && slot < slots_, "LoRA slot ", slot, " of ", slots_);
   return (slot * static_cast<int64_t>(adapters_.size()) + static_cast<int64_t>(adapter)) * max_rows_ * rank_;
 }

@@ -14,6 +14,7 @@
 #include "shardtrain/kernels/gpu/fp8_gemm.h"
 #include "shardtrain/kernels/gpu/reduce.h"
 #include "shardtrain/model/fp8_policy.h"
+#include "shardtrain/model/recompute.h"
 #include "shardtrain/shard/cuda_memory_plan.h"
 #include "shardtrain/shard/run_plan.h"
 
@@ -63,14 +64,14 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
                                host_memory_budget(host_memory_limits(), comm.device_ranks(), cfg.dist.max_host_mem_gib),
                                comm.device_ranks())),
       blas_(),
-      scratch_(cuda_model_footprint(cfg.model, cfg.train.micro_batch, cfg.train.recompute, cfg.compute_dtype(),
+      scratch_(cuda_model_footprint(cfg.model, cfg.train.micro_batch, recompute_of(cfg.train), cfg.compute_dtype(),
                                     attention_.scratch_bytes, cfg.train.fp8)
                    .scratch_bytes),
       comm_scratch_(static_cast<int64_t>(gpu::reduce_scratch_bytes())),
       ctx_{compute_stream_.get(), &blas_, scratch_.data(), scratch_.bytes(), &cudnn_},
       comm_ctx_{comm_stream_.get(), nullptr, comm_scratch_.data(), comm_scratch_.bytes()},
       model_(cuda_model_family<T>(cfg.model.arch)
-                 .make_model(cfg.model, cfg.train.micro_batch, cfg.train.recompute, attention_.cudnn, ctx_,
+                 .make_model(cfg.model, cfg.train.micro_batch, recompute_of(cfg.train), attention_.cudnn, ctx_,
                              attention_.backward, checked_fp8_policy(cfg, device_name_))),
       optimizer_(static_cast<int>(units_.size()), model_->timer()) {
   if (comm.local_rank() == 0) {  // each machine's GPUs and links, as `shardtrain topo` prints them

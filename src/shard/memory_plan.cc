@@ -10,6 +10,7 @@
 #include "shardtrain/model/family.h"
 #include "shardtrain/model/lora.h"
 #include "shardtrain/model/nf4_base.h"
+#include "shardtrain/model/recompute.h"
 #include "shardtrain/shard/fp8_gather.h"
 #include "shardtrain/shard/host_plan.h"
 #include "shardtrain/shard/shard_span.h"
@@ -224,7 +225,7 @@ MemoryPlan plan_host_memory(const Config& cfg, int world, int64_t replica_bucket
   comm.replica_bucket_elements = replica_bucket_elements;
   ComputeFootprint compute;
   compute.activation_bytes =
-      model_family(cfg.model.arch).cpu_footprint_bytes(cfg.model, cfg.train.micro_batch, cfg.train.recompute);
+      model_family(cfg.model.arch).cpu_footprint_bytes(cfg.model, cfg.train.micro_batch, recompute_of(cfg.train));
   compute.runtime_reserve_bytes = kHostReserveBytes;
   if (cfg.train.fp8 != Fp8Recipe::kOff) {  // the two cast operands of the largest GEMM (model/cpu_linear.h)
     const int64_t N = cfg.train.micro_batch * cfg.model.seq_len;

@@ -8,6 +8,7 @@
 
 #include "shardtrain/core/error.h"
 #include "shardtrain/core/format.h"
+#include "shardtrain/model/recompute.h"
 
 namespace st {
 namespace {
@@ -44,12 +45,20 @@ std::vector<Knob> knobs(const Config& cfg) {
                    c.dist.fp8_gather_keep = false;
                    return std::string("--dist.fp8_gather_keep=false");
                  }});
-  // recompute
-  out.push_back({cfg.train.recompute ? 1 : 2, [](int step, Config& c, RunTarget&) -> std::optional<std::string> {
-                   if (step == 0) return std::string();
-                   c.train.recompute = true;
-                   return std::string("--train.recompute=true");
-                 }});
+  // recompute: more blocks than now, fewest first (train.recompute_blocks), then all of them
+  const int layers = static_cast<int>(cfg.model.n_layer);
+  const int recomputed = recompute_of(cfg.train).count(layers);
+  out.push_back(
+      {1 + layers - recomputed, [recomputed, layers](int step, Config& c, RunTarget&) -> std::optional<std::string> {
+         if (step == 0) return std::string();
+         const std::string on = c.train.recompute ? "" : "--train.recompute=true";
+         const bool partly_now = c.train.recompute_blocks != 0;
+         c.train.recompute = true;
+         const int blocks = recomputed + step;
+         c.train.recompute_blocks = blocks < layers ? blocks : 0;
+         if (blocks < layers) return str_cat(on, on.empty() ? "" : " ", "--train.recompute_blocks=", blocks);
+         return partly_now ? std::string("--train.recompute_blocks=0") : on;
+       }});
   // micro-batch: halved while even
   int halvings = 0;
   for (int64_t m = cfg.train.micro_batch; m % 2 == 0; m /= 2) ++halvings;

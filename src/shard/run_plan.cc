@@ -7,6 +7,7 @@
 #include "shardtrain/core/error.h"
 #include "shardtrain/kernels/scratch_sizes.h"
 #include "shardtrain/model/cuda_footprint.h"
+#include "shardtrain/model/recompute.h"
 #include "shardtrain/model/units.h"
 #include "shardtrain/shard/comm_tuning.h"
 #include "shardtrain/shard/shard_span.h"
@@ -52,7 +53,7 @@ int64_t attention_scratch_bound(const Config& cfg) {
 }
 
 ComputeFootprint cuda_compute_footprint(const Config& cfg, int64_t attention_scratch_bytes) {
-  const CudaModelFootprint f = cuda_model_footprint(cfg.model, cfg.train.micro_batch, cfg.train.recompute,
+  const CudaModelFootprint f = cuda_model_footprint(cfg.model, cfg.train.micro_batch, recompute_of(cfg.train),
                                                     cfg.compute_dtype(), attention_scratch_bytes, cfg.train.fp8);
   ComputeFootprint c;
   c.activation_bytes = f.activation_bytes;

@@ -11,6 +11,7 @@
 #include "shardtrain/kernels/fp8.h"
 #include "shardtrain/model/family.h"
 #include "shardtrain/model/fp8_history.h"
+#include "shardtrain/model/recompute.h"
 #include "shardtrain/optim/adamw_optimizer.h"
 #include "shardtrain/shard/memory_plan.h"
 #include "shardtrain/shard/run_plan.h"
@@ -49,7 +50,7 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
       comm_(comm),
       groups_(make_sharding_groups(cfg, comm)),
       model_(model_family(cfg.model.arch)
-                 .make_cpu_model(planned_model(cfg, groups_, comm), cfg.train.micro_batch, cfg.train.recompute)) {
+                 .make_cpu_model(planned_model(cfg, groups_, comm), cfg.train.micro_batch, recompute_of(cfg.train))) {
   Fp8Policy fp8 = fp8_policy(cfg.train.fp8, cfg.train.fp8_amax_history);
   fp8.weights_cast = cfg.dist.fp8_gather;
   model_->set_fp8(fp8);

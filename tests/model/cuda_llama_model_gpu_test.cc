@@ -82,7 +82,7 @@ Result cpu_run(const ModelConfig& c, const std::vector<std::vector<float>>& p, c
 }
 
 template <typename T>
-Result gpu_run(const ModelConfig& c, const std::vector<std::vector<float>>& p, const Batch& b, bool recompute,
+Result gpu_run(const ModelConfig& c, const std::vector<std::vector<float>>& p, const Batch& b, Recompute recompute,
                bool cudnn) {
   CudaStream stream;
   gpu::Blas blas;
@@ -171,7 +171,7 @@ TEST(CudaLlama, Bf16TracksCpuWithFlashAndCudnnAttention) {
 }
 
 // Deterministic kernels: recomputing each block's forward in its backward changes no bit, in fp32 and bf16, with
-// either attention.
+// either attention, nor does recomputing all blocks but the last.
 TEST(CudaLlama, RecomputeGivesTheSameBits) {
   ST_SKIP_WITHOUT_GPU();
   const ModelConfig c = gqa_llama3_tied();
@@ -186,6 +186,10 @@ TEST(CudaLlama, RecomputeGivesTheSameBits) {
   const std::vector<std::vector<float>> p16 = make_params<bf16>(c);
   same(gpu_run<bf16>(c, p16, b, false, false), gpu_run<bf16>(c, p16, b, true, false), "bf16, flash");
   same(gpu_run<bf16>(c, p16, b, false, true), gpu_run<bf16>(c, p16, b, true, true), "bf16, cudnn");
+  // All but the last block recompute, sharing one set of activations; the last keeps its own from the one forward.
+  ASSERT_GE(c.n_layer, 2);
+  same(gpu_run<bf16>(c, p16, b, false, true), gpu_run<bf16>(c, p16, b, Recompute::first(c.n_layer - 1), true),
+       "bf16, all but the last block");
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ ModelConfig tiny_llama(bool tied, bool qkv_bias) {
 // The memory plan counts the model before it exists: the count must be what the constructor allocates.
 // Also with LoRA adapters, and with their dropout buffers.
 TEST(LlamaModel, FootprintIsWhatItAllocates) {
-  for (bool recompute : {false, true})
+  for (const Recompute recompute : {Recompute(false), Recompute(true), Recompute::first(1), Recompute::first(2)})
     for (bool tied : {false, true})
       for (float dropout : {-1.0f, 0.0f, 0.1f}) {  // -1: no LoRA
         ModelConfig c = tiny_llama(tied, !tied);
@@ -35,7 +35,8 @@ TEST(LlamaModel, FootprintIsWhatItAllocates) {
           c.lora.dropout = dropout;
         }
         const LlamaModel m(c, 3, recompute);
-        EXPECT_EQ(LlamaModel::footprint_bytes(c, 3, recompute), m.allocated_bytes()) << recompute << tied << dropout;
+        EXPECT_EQ(LlamaModel::footprint_bytes(c, 3, recompute), m.allocated_bytes())
+            << recompute.count(c.n_layer) << tied << dropout;
         EXPECT_EQ(model_family(ModelArch::kLlama).cpu_footprint_bytes(c, 3, recompute), m.allocated_bytes());
       }
 }

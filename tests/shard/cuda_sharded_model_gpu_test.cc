@@ -134,13 +134,19 @@ TEST(CudaShardedModel, LlamaMatchesCpu) {
   }
 }
 
-// Recompute changes no bit for llama either.
+// Recompute changes no bit for llama either, in every block or in the first train.recompute_blocks.
 TEST(CudaShardedModel, LlamaRecomputeIsBitIdentical) {
   ST_SKIP_WITHOUT_GPU();
   const Config c = tiny_llama(Device::kCuda, DType::kBF16);
-  const Trace plain = train(c, 3), re = train(c, 3, /*recompute=*/true);
+  ASSERT_GE(c.model.n_layer, 2);
+  Config first = c;
+  first.train.recompute = true;
+  first.train.recompute_blocks = c.model.n_layer - 1;
+  const Trace plain = train(c, 3), re = train(c, 3, /*recompute=*/true), partly = train(first, 3, /*recompute=*/true);
   EXPECT_EQ(plain.losses, re.losses);
   EXPECT_EQ(plain.params, re.params);
+  EXPECT_EQ(plain.losses, partly.losses);
+  EXPECT_EQ(plain.params, partly.params);
 }
 
 // cuDNN's fused attention and our flash attention compute the same function: the same 5 steps in bf16 and fp16

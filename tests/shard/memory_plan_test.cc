@@ -170,11 +170,11 @@ ModelConfig small_model(int64_t vocab) {
 TEST(HostMemoryPlan, FootprintIsWhatGptModelAllocates) {
   // Byte-level (the logits chunk holds every row) and GPT-2's vocabulary (the chunk holds 166 of 256 rows).
   for (const int64_t vocab : {int64_t{256}, int64_t{50257}}) {
-    for (const bool recompute : {false, true}) {
+    for (const Recompute recompute : {Recompute(false), Recompute(true), Recompute::first(1)}) {
       const ModelConfig m = small_model(vocab);
       const GptModel model(m, 4, recompute);
       EXPECT_EQ(GptModel::footprint_bytes(m, 4, recompute), model.allocated_bytes())
-          << "vocab " << vocab << ", recompute " << recompute;
+          << "vocab " << vocab << ", recompute " << recompute.count(m.n_layer);
     }
   }
 }

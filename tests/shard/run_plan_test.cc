@@ -162,6 +162,19 @@ TEST(PlanSearch, FitsAlreadyOrSmallestChange) {
   EXPECT_EQ(ch->overrides, "--train.recompute=true");
   EXPECT_TRUE(ch->plan.fits());
 
+  // Room for all but 6 blocks' activations: recomputing the first 6 is the smallest change.
+  Config six = r;
+  six.train.recompute_blocks = 6;
+  const RunPlan with_six = plan_run(six, target(1, 1, 1000, 64));
+  r.train.recompute_blocks = 5;
+  ASSERT_GT(plan_run(r, target(1, 1, 1000, 64)).device_plan.total(), with_six.device_plan.total());
+  ASSERT_GT(with_six.device_plan.total(), with_recompute.device_plan.total());
+  r.train.recompute_blocks = 0;
+  ch = smallest_fitting_change(c, target(1, 1, double(with_six.device_plan.total()) / double(kGiB) + 0.001, 64));
+  ASSERT_TRUE(ch.has_value());
+  EXPECT_EQ(ch->overrides, "--train.recompute=true --train.recompute_blocks=6");
+  EXPECT_EQ(ch->config.train.recompute_blocks, 6);
+
   // Recompute already on: halving the micro-batch (16 -> 8) is next.
   Config half = r;
   half.train.micro_batch = 8;

@@ -125,7 +125,8 @@ TEST_F(ShardedTest, ShardedStateIs16BytesPerPaddedElement) {
       EXPECT_EQ(mem.sharded_state_bytes, want) << "world " << world;
       // 16 P / N plus at most 16 (N - 1) bytes of padding per unit.
       EXPECT_GE(mem.sharded_state_bytes * world, 16 * P);
-      EXPECT_LE(mem.sharded_state_bytes, 16 * P / world + 16 * (world - 1) * static_cast<int64_t>(m.units().size()) + 16);
+      EXPECT_LE(mem.sharded_state_bytes,
+                16 * P / world + 16 * (world - 1) * static_cast<int64_t>(m.units().size()) + 16);
     });
   }
 }
@@ -164,16 +165,26 @@ TEST_F(ShardedTest, GathersAndReduceScattersFollowTheSchedule) {
   });
 }
 
-// Recomputing activations in backward gives bit-identical results.
+// Recomputing activations in backward gives bit-identical results: in every block, or in the first
+// train.recompute_blocks of them.
 TEST_F(ShardedTest, RecomputeIsBitIdentical) {
-  for (Config c : {small(), small_llama()}) {
-    SCOPED_TRACE(to_string(c.model.arch));
+  Config llama = small_llama();
+  llama.model.n_layer = 3;
+  Config lora = llama;  // the adapters keep their h where their block keeps its activations
+  lora.model.lora.rank = 2;
+  lora.model.lora.dropout = 0.1f;
+  for (Config c : {small(/*n_layer=*/3), llama, lora}) {
+    SCOPED_TRACE(std::string(to_string(c.model.arch)) + (c.model.lora.rank > 0 ? " with LoRA" : ""));
     SoloCommunicator solo;
     const Trace plain = train(c, solo);
     c.train.recompute = true;
-    const Trace re = train(c, solo);
-    EXPECT_EQ(plain.losses, re.losses);
-    EXPECT_EQ(plain.params, re.params);
+    for (const int64_t blocks : {int64_t{0}, int64_t{1}, int64_t{c.model.n_layer - 1}, int64_t{c.model.n_layer}}) {
+      SCOPED_TRACE(blocks);
+      c.train.recompute_blocks = blocks;
+      const Trace re = train(c, solo);
+      EXPECT_EQ(plain.losses, re.losses);
+      EXPECT_EQ(plain.params, re.params);
+    }
   }
 }
 

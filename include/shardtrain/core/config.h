@@ -131,6 +131,7 @@ struct TrainConfig {
   int64_t eval_batches = 8;     // micro-batches, per rank
   int64_t sample_tokens = 200;  // bytes
   bool recompute = false;
+  int64_t recompute_blocks = 0;  // with recompute: the first n blocks recompute (0: all; model/recompute.h)
   Device device = Device::kCpu;
   DType dtype = DType::kAuto;
   AttentionImpl attention = AttentionImpl::kAuto;

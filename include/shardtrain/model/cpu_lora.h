@@ -22,8 +22,8 @@ namespace st {
 
 class CpuLora {
  public:
-  // `slots` blocks keep their h at once (n_layer, or 1 with recompute), each for up to max_rows tokens.
-  CpuLora(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, int64_t slots);
+  // recompute.sets(n_layer) blocks keep their h at once (LoraRun), each for up to max_rows tokens.
+  CpuLora(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, Recompute recompute);
 
   // LoraRun::set_batch: the micro-batch that keys the dropout masks; first_sequence < 0: no dropout (evaluation).
   void set_batch(uint64_t seed, int64_t first_sequence, int64_t rows_per_sequence) {

@@ -29,7 +29,7 @@ struct CudaModelFamily {
   // (max_batch x seq_len) run cuDNN's fused attention (ctx.cudnn, plans already built), others flash attention;
   // attention_backward picks cuDNN's deterministic backward or not; fp8, the precision of the blocks' linear layers
   // (train.fp8's policy, model/fp8_policy.h; Fp8Policy{}: the compute type). ctx must outlive the model.
-  std::unique_ptr<CudaUnitModel<T>> (*make_model)(const ModelConfig& cfg, int64_t max_batch, bool recompute,
+  std::unique_ptr<CudaUnitModel<T>> (*make_model)(const ModelConfig& cfg, int64_t max_batch, Recompute recompute,
                                                   bool cudnn_attention, const gpu::GpuContext& ctx,
                                                   gpu::CudnnBackwardMode attention_backward, const Fp8Policy& fp8);
   // The decoder with a key/value cache for each of max_batch sequences (decoder.h) on CUDA device `device`, without

@@ -11,6 +11,7 @@
 
 #include "shardtrain/core/config.h"
 #include "shardtrain/model/fp8_policy.h"
+#include "shardtrain/model/recompute.h"
 
 namespace st {
 
@@ -29,8 +30,9 @@ int64_t cuda_classifier_chunk_rows(const ModelConfig& cfg, int64_t BT);
 // per-token losses and their sum.
 int64_t cuda_lm_io_device_bytes(const ModelConfig& cfg, int64_t max_batch, int64_t elem_bytes);
 
-// Element counts of every CudaLlama buffer. `blocks` blocks keep their activations (one with recompute: backward
-// refills it from the saved block input); every layer keeps its output.
+// Element counts of every CudaLlama buffer. `blocks` sets of block activations (model/recompute.h: one shared by the
+// recomputed blocks, which backward refills from the saved block input, and one for each other block); every layer
+// keeps its output.
 struct LlamaActivationSizes {
   int64_t B, T, BT, C, QKV, F, NH, blocks, layers;
   int64_t lora;  // the LoRA adapters' h and dh (CudaLora): lora_activation_elems (model/lora.h); 0 without LoRA
@@ -38,7 +40,7 @@ struct LlamaActivationSizes {
   // byte an element, instead of in the compute type, where fp8_input_codes (model/fp8_policy.h) says. Their values
   // then pass through buffers that only the backward uses otherwise (dbuf_c, dmlp): nothing else takes memory.
   bool coded_qkv = false, coded_gate_up = false, coded_down = false;
-  LlamaActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute, const Fp8Policy& fp8 = {});
+  LlamaActivationSizes(const ModelConfig& cfg, int64_t max_batch, Recompute recompute, const Fp8Policy& fp8 = {});
   // A block's norm1, atty, res2, norm2 [C]; qkv [QKV]; gate_up [2F] and mlp [F], in the compute type, less those kept
   // as codes.
   int64_t block_elems() const {
@@ -64,7 +66,7 @@ struct GptActivationSizes {
   // train.fp8: the inputs of the qkv, fc and proj (MLP) layers (ln1, ln2, fch_gelu) kept as their x^T codes, as
   // LlamaActivationSizes' (through dbuf_c and dfch in the forward).
   bool coded_qkv = false, coded_fc = false, coded_proj = false;
-  GptActivationSizes(const ModelConfig& cfg, int64_t max_batch, bool recompute, const Fp8Policy& fp8 = {});
+  GptActivationSizes(const ModelConfig& cfg, int64_t max_batch, Recompute recompute, const Fp8Policy& fp8 = {});
   // A block's ln1, atty, res2, ln2 [C]; qkv [3C]; fch, fch_gelu [4C], less those kept as codes.
   int64_t block_elems() const {
     return 15 * BT * C - BT * C * ((coded_qkv ? 1 : 0) + (coded_fc ? 1 : 0) + (coded_proj ? 4 : 0));
@@ -85,10 +87,10 @@ int64_t gpt_block_column_sums_bytes(int64_t BT, int C);
 
 // The footprint of each family's CUDA model in elements of elem_bytes (4: fp32, 2: bf16/fp16), with at least
 // attention_scratch_bytes of kernel scratch (cuDNN attention's, when the model runs it).
-CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, int64_t elem_bytes,
-                                        int64_t attention_scratch_bytes, const Fp8Policy& fp8 = {});
-CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, int64_t elem_bytes,
-                                      int64_t attention_scratch_bytes, const Fp8Policy& fp8 = {});
+CudaModelFootprint cuda_llama_footprint(const ModelConfig& cfg, int64_t max_batch, Recompute recompute,
+                                        int64_t elem_bytes, int64_t attention_scratch_bytes, const Fp8Policy& fp8 = {});
+CudaModelFootprint cuda_gpt_footprint(const ModelConfig& cfg, int64_t max_batch, Recompute recompute,
+                                      int64_t elem_bytes, int64_t attention_scratch_bytes, const Fp8Policy& fp8 = {});
 // CudaLinear's FP8 operand codes for micro-batches of up to max_rows tokens (fp8_workspace's region,
 // model/fp8_policy.h): they live in the model's kernel scratch (GpuContext::scratch), so cuda_model_footprint's
 // scratch_bytes is at least this. 0 when the recipe is off or no layer is eligible.
@@ -100,7 +102,7 @@ int64_t cuda_linear_workspace_bytes(const ModelConfig& cfg, int64_t max_rows, Fp
 
 // cfg.arch's footprint in the compute type `dtype` (not kAuto); with train.fp8 on, its scratch also holds
 // cuda_linear_codes_bytes.
-CudaModelFootprint cuda_model_footprint(const ModelConfig& cfg, int64_t max_batch, bool recompute, DType dtype,
+CudaModelFootprint cuda_model_footprint(const ModelConfig& cfg, int64_t max_batch, Recompute recompute, DType dtype,
                                         int64_t attention_scratch_bytes, Fp8Recipe fp8 = Fp8Recipe::kOff);
 
 }  // namespace st

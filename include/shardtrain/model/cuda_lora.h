@@ -41,9 +41,9 @@ template <typename T>
 class CudaLora {
  public:
   CudaLora() = default;
-  // `slots` blocks keep their h at once (n_layer, or 1 with recompute), each for up to max_rows tokens: allocates
+  // recompute.sets(n_layer) blocks keep their h at once (LoraRun), each for up to max_rows tokens: allocates
   // lora_activation_elems(cfg, max_rows, slots) elements of T (model/lora.h), which the CUDA footprint counts.
-  CudaLora(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, int64_t slots);
+  CudaLora(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, Recompute recompute);
 
   int64_t allocated_elems() const { return h_.size() + dh_.size() + x_drop_.size() + dxd_.size(); }
   // LoraRun::set_batch: the micro-batch that keys the dropout masks; first_sequence < 0: no dropout.

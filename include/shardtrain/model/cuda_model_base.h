@@ -43,7 +43,7 @@ class CudaModelBase : public CudaUnitModel<T> {
   // Checks that ctx holds scratch_bytes of kernel scratch (and a cuDNN handle with cudnn_attention), and allocates
   // the ends, the block outputs, the adapters and the linear layers' FP8 scales (fp8: train.fp8's policy; off: none)
   // for micro-batches of up to max_batch x cfg.seq_len tokens; with FP8 the scratch must also hold the codes.
-  CudaModelBase(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
+  CudaModelBase(const ModelConfig& cfg, int64_t max_batch, Recompute recompute, bool cudnn_attention,
                 const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward, int64_t scratch_bytes,
                 const Fp8Policy& fp8);
 
@@ -53,8 +53,8 @@ class CudaModelBase : public CudaUnitModel<T> {
   // Passes at the full shape (every training micro-step) run cuDNN's fused attention when the model was made for it;
   // others (sampling, short evaluations) flash attention. Both compute the same function.
   bool cudnn_shape() const { return cudnn_attention_ && B_ == max_batch_ && T_ == cfg_.seq_len; }
-  // Which set of block activations layer `layer` uses: its own, or with recompute the one shared set.
-  size_t acts_index(int layer) const { return recompute_ ? 0 : static_cast<size_t>(layer); }
+  // Which set of block activations layer `layer` uses: its own, or where it recomputes the one shared set.
+  size_t acts_index(int layer) const { return static_cast<size_t>(recompute_.set_of(layer)); }
   // The family's head: final norm, classifier and loss, and with `backward` the start of backward
   // (head_forward_backward's gradients).
   virtual void head_pass(const T* head_params, const T* emb_params, const int32_t* targets, float dloss, T* head_grads,
@@ -82,9 +82,11 @@ class CudaModelBase : public CudaUnitModel<T> {
     else
       *own = DeviceBuffer<T>(n);
   }
-  // Where a forward writes the codes: codes(c), unless its activations serve no backward (with recompute, only the
-  // forward that block_backward runs again writes them).
-  uint8_t* codes_to_keep(DeviceBuffer<uint8_t>& c) const { return !recompute_ || recomputing_ ? codes(c) : nullptr; }
+  // Where block `layer`'s forward writes the codes: codes(c), unless its activations serve no backward (in a block
+  // that recomputes, only the forward that block_backward runs again writes them).
+  uint8_t* codes_to_keep(int layer, DeviceBuffer<uint8_t>& c) const {
+    return !recompute_.of(layer) || recomputing_ ? codes(c) : nullptr;
+  }
   // Whether the running forward may leave out the output of linear layer `weight`: with recompute, the re-run of a
   // block's last layer, whose output is the next block's saved input, when no adapter of it keeps an activation of
   // its own (CudaLinear::forward_without_output then does the rest).
@@ -102,7 +104,7 @@ class CudaModelBase : public CudaUnitModel<T> {
   ModelConfig cfg_;
   std::vector<UnitLayout> units_;
   int64_t max_batch_;
-  bool recompute_;
+  Recompute recompute_;
   bool recomputing_ = false;  // recompute_forward is running
   bool cudnn_attention_;
   gpu::CudnnBackwardMode attention_backward_;

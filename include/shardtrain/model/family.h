@@ -16,6 +16,7 @@
 #include "shardtrain/core/config.h"
 #include "shardtrain/model/decoder.h"
 #include "shardtrain/model/lora.h"
+#include "shardtrain/model/recompute.h"
 #include "shardtrain/model/unit_model.h"
 #include "shardtrain/model/units.h"
 
@@ -31,8 +32,8 @@ struct ModelFamily {
   // of Hugging Face / torchtitan peers).
   int64_t (*flop_params)(const ModelConfig& cfg);
   // The CPU fp32 model, and the bytes it would allocate (for the memory plan, before it exists).
-  std::unique_ptr<UnitModel> (*make_cpu_model)(const ModelConfig& cfg, int64_t max_batch, bool recompute);
-  int64_t (*cpu_footprint_bytes)(const ModelConfig& cfg, int64_t max_batch, bool recompute);
+  std::unique_ptr<UnitModel> (*make_cpu_model)(const ModelConfig& cfg, int64_t max_batch, Recompute recompute);
+  int64_t (*cpu_footprint_bytes)(const ModelConfig& cfg, int64_t max_batch, Recompute recompute);
   // The CPU fp32 decoder with a key/value cache for each of max_batch sequences (decoder.h), without weights yet
   // (load_unit or load_decoder); stage: its stage of a layer split (decoder_stage.h; {}: the whole model).
   std::unique_ptr<Decoder> (*make_cpu_decoder)(const ModelConfig& cfg, int max_batch, const DecoderStage& stage);

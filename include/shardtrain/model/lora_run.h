@@ -18,6 +18,7 @@
 #include "shardtrain/core/config.h"
 #include "shardtrain/kernels/lora.h"
 #include "shardtrain/model/lora.h"
+#include "shardtrain/model/recompute.h"
 #include "shardtrain/model/units.h"
 
 namespace st {
@@ -34,8 +35,9 @@ class LoraRun {
   };
 
   LoraRun() = default;
-  // `slots` blocks keep their h at once (n_layer, or 1 with recompute), each for up to max_rows tokens.
-  LoraRun(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, int64_t slots);
+  // recompute.sets(n_layer) blocks keep their h at once (model/recompute.h: one a block, the recomputed blocks
+  // sharing one), each for up to max_rows tokens.
+  LoraRun(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, Recompute recompute);
 
   const std::vector<LoraAdapter>& adapters() const { return adapters_; }
   float scale() const { return scale_; }
@@ -72,7 +74,8 @@ class LoraRun {
   std::vector<Stack> stacked_, singles_;
   float scale_ = 0.0f;
   int64_t rank_ = 0, max_rows_ = 0, slots_ = 0, dropout_elems_ = 0, widest_stack_ = 0;
-  LoraDropoutKey key_;  // p, seed and batch; stream set per adapter
+  Recompute recompute_;  // which slot a layer keeps its h in
+  LoraDropoutKey key_;   // p, seed and batch; stream set per adapter
   bool dropping_ = false;
 };
 

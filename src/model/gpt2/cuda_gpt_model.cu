@@ -16,7 +16,7 @@
 
 namespace st {
 template <typename T>
-CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
+CudaGpt<T>::CudaGpt(const ModelConfig& cfg, int64_t max_batch, Recompute recompute, bool cudnn_attention,
                     const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward, const Fp8Policy& fp8)
     : CudaModelBase<T>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward,
                        cuda_gpt_footprint(cfg, max_batch, recompute, sizeof(T), 0, fp8).scratch_bytes, fp8) {
@@ -82,7 +82,7 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), 3 * C, ln1, N, lap, ctx_, [&](bool onto) {
     lap("fwd.matmul");
     this->base_forward(a.qkv.data(), ln1, p.qkvw, p.qkvb, N, C, 3 * C, onto, &lap, {layer, "attn.qkv.weight"},
-                       codes_to_keep(a.ln1_t));
+                       codes_to_keep(layer, a.ln1_t));
   });
   lap("fwd.attention");
   if (cudnn_shape())
@@ -104,7 +104,7 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
     lora_.forward(layer, "mlp.fc.weight", block_params, a.fch.data(), 4 * C, ln2, N, lap, ctx_, [&](bool onto) {
       lap("fwd.matmul");
       this->base_forward(a.fch.data(), ln2, p.fcw, p.fcb, N, C, 4 * C, onto, &lap, {layer, "mlp.fc.weight"},
-                         codes_to_keep(a.ln2_t));
+                         codes_to_keep(layer, a.ln2_t));
     });
     lap("fwd.gelu");
     gpu::gelu_forward<T>(fch_gelu, a.fch.data(), N * 4 * C, ctx_,
@@ -115,12 +115,12 @@ void CudaGpt<T>::block_forward(int layer, const T* block_params) {
   }
   if (this->output_unread("mlp.proj.weight")) {  // the re-run ends with what the output projection's backward reads
     linear_.forward_without_output(fch_gelu, p.fcprojw, N, 4 * C, C, ctx_, &lap, {layer, "mlp.proj.weight"},
-                                   codes_to_keep(a.fch_gelu_t));
+                                   codes_to_keep(layer, a.fch_gelu_t));
     return;
   }
   lap("fwd.matmul_residual");
   linear_.forward(out, fch_gelu, p.fcprojw, p.fcprojb, a.res2.data(), N, 4 * C, C, ctx_, &lap,
-                  {layer, "mlp.proj.weight"}, codes_to_keep(a.fch_gelu_t));
+                  {layer, "mlp.proj.weight"}, codes_to_keep(layer, a.fch_gelu_t));
   lora_.forward(layer, "mlp.proj.weight", block_params, out, C, fch_gelu, N, lap, ctx_);
 }
 
@@ -165,7 +165,7 @@ void CudaGpt<T>::head_logits(const T* head_params, const T* emb_params, int64_t 
 
 template <typename T>
 void CudaGpt<T>::block_backward(int layer, const T* block_params, T* block_grads) {
-  if (recompute_) this->recompute_forward(layer, block_params);
+  if (recompute_.of(layer)) this->recompute_forward(layer, block_params);
   const BlockView<const T> p(block_params, units_[static_cast<size_t>(1 + layer)]);
   const BlockView<T> g(block_grads, units_[static_cast<size_t>(1 + layer)], ViewOf::kGrads);
   BlockActs& a = acts(layer);

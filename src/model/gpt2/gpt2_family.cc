@@ -57,7 +57,7 @@ std::vector<LoraLinear> gpt2_lora_linears(const ModelConfig& cfg) {
           {"fc_proj", "mlp.proj.weight", 0, C, 4 * C, "mlp.c_proj"}};
 }
 
-std::unique_ptr<UnitModel> make_gpt2(const ModelConfig& cfg, int64_t max_batch, bool recompute) {
+std::unique_ptr<UnitModel> make_gpt2(const ModelConfig& cfg, int64_t max_batch, Recompute recompute) {
   return std::make_unique<GptModel>(cfg, max_batch, recompute);
 }
 

@@ -19,17 +19,17 @@ void zero(std::vector<float>& v, int64_t n) { std::memset(v.data(), 0, sizeof(fl
 
 }  // namespace
 
-GptModel::GptModel(const ModelConfig& cfg, int64_t max_batch, bool recompute)
+GptModel::GptModel(const ModelConfig& cfg, int64_t max_batch, Recompute recompute)
     : cfg_(cfg),
       units_(build_units(cfg)),
       max_batch_(max_batch),
       recompute_(recompute),
-      lora_(cfg, units_, max_batch * cfg.seq_len, recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer) {
+      lora_(cfg, units_, max_batch * cfg.seq_len, recompute) {
   ST_CHECK(max_batch > 0);
   const int64_t BT = max_batch * cfg.seq_len, C = cfg.n_embd, NH = cfg.n_head, T = cfg.seq_len;
   tokens_.resize(BT);
   encoded_.resize(BT * C);
-  blocks_.resize(recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer);
+  blocks_.resize(static_cast<size_t>(recompute.sets(cfg.n_layer)));
   block_out_.assign(cfg.n_layer, std::vector<float>(BT * C));
   for (BlockActs& a : blocks_) {
     a.ln1.resize(BT * C);
@@ -59,9 +59,9 @@ GptModel::GptModel(const ModelConfig& cfg, int64_t max_batch, bool recompute)
   logits_chunk_.resize(chunk_rows * Vp);
 }
 
-int64_t GptModel::footprint_bytes(const ModelConfig& cfg, int64_t max_batch, bool recompute) {
+int64_t GptModel::footprint_bytes(const ModelConfig& cfg, int64_t max_batch, Recompute recompute) {
   const int64_t BT = max_batch * cfg.seq_len, C = cfg.n_embd, T = cfg.seq_len, Vp = cfg.padded_vocab();
-  const int64_t blocks = recompute ? std::min<int64_t>(cfg.n_layer, 1) : cfg.n_layer;
+  const int64_t blocks = recompute.sets(cfg.n_layer);
   // Per block: ln1, atty, res2, ln2 (BT x C), qkv (3), fch and fch_gelu (4 each); four BT statistics; att.
   const int64_t per_block = 15 * BT * C + 4 * BT + max_batch * cfg.n_head * T * T;
   const int64_t chunk_rows = classifier_chunk_rows(BT, Vp);
@@ -174,7 +174,7 @@ void GptModel::head_logits(const float* head_params, const float* emb_params, in
 }
 
 void GptModel::block_backward(int layer, const float* block_params, float* block_grads) {
-  if (recompute_) block_forward(layer, block_params);  // refills the shared activations from the saved input
+  if (recompute_.of(layer)) block_forward(layer, block_params);  // refills the shared activations from its input
   const BlockView<const float> p(block_params, units_[1 + layer]);
   const BlockView<float> g(block_grads, units_[1 + layer], ViewOf::kGrads);
   BlockActs& a = acts(layer);

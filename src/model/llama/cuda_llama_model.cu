@@ -30,7 +30,7 @@ DeviceBuffer<T> device_copy(const std::vector<T>& host, cudaStream_t s) {
 }  // namespace
 
 template <typename T>
-CudaLlama<T>::CudaLlama(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention,
+CudaLlama<T>::CudaLlama(const ModelConfig& cfg, int64_t max_batch, Recompute recompute, bool cudnn_attention,
                         const gpu::GpuContext& ctx, gpu::CudnnBackwardMode attention_backward, const Fp8Policy& fp8)
     : CudaModelBase<T>(cfg, max_batch, recompute, cudnn_attention, ctx, attention_backward,
                        cuda_llama_footprint(cfg, max_batch, recompute, sizeof(T), 0, fp8).scratch_bytes, fp8) {
@@ -112,7 +112,7 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
     lora_.forward(layer, "attn.qkv.weight", block_params, a.qkv.data(), QKV, norm1, N, lap, ctx_, [&](bool onto) {
       lap("fwd.matmul");
       this->base_forward(a.qkv.data(), norm1, p.qkvw, p.qkvb, N, C, QKV, onto, &lap, {layer, "attn.qkv.weight"},
-                         codes_to_keep(a.norm1_t));
+                         codes_to_keep(layer, a.norm1_t));
     });
   }
   lap("fwd.rope");
@@ -133,7 +133,7 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
                   [&](bool onto) {
                     lap("fwd.matmul");
                     this->base_forward(a.gate_up.data(), norm2, p.gate_up, nullptr, N, C, 2 * F, onto, &lap,
-                                       {layer, "mlp.gate_up.weight"}, codes_to_keep(a.norm2_t));
+                                       {layer, "mlp.gate_up.weight"}, codes_to_keep(layer, a.norm2_t));
                   });
   }
   lap("fwd.swiglu");
@@ -142,19 +142,19 @@ void CudaLlama<T>::block_forward(int layer, const T* block_params) {
                          linear_.input_maxima({layer, "mlp.down.weight"}, LinearInput::kX, ctx_));
   if (this->output_unread("mlp.down.weight")) {  // the re-run ends with what the down projection's backward reads
     linear_.forward_without_output(mlp, p.down, N, F, C, ctx_, &lap, {layer, "mlp.down.weight"},
-                                   codes_to_keep(a.mlp_t));
+                                   codes_to_keep(layer, a.mlp_t));
     return;
   }
   lap("fwd.matmul_residual");
   linear_.forward(out, mlp, p.down, nullptr, a.res2.data(), N, F, C, ctx_, &lap, {layer, "mlp.down.weight"},
-                  codes_to_keep(a.mlp_t));
+                  codes_to_keep(layer, a.mlp_t));
   lora_.forward(layer, "mlp.down.weight", block_params, out, C, mlp, N, lap, ctx_);
 }
 
 // train.fp8=delayed with a history (CudaLinear::fused_input): the RMSNorm writes the next projection's codes, never its
 // output, and the projection reads them: the codes for its GEMM in every forward, and x^T's where the forward keeps
-// them (codes_to_keep: with recompute, the re-run). Only where the block keeps x^T's codes in place of x, so that no
-// backward reads the norm's output (no LoRA there: fp8_input_codes).
+// them (codes_to_keep: in a block that recomputes, the re-run). Only where the block keeps x^T's codes in place of x,
+// so that no backward reads the norm's output (no LoRA there: fp8_input_codes).
 template <typename T>
 bool CudaLlama<T>::fused_norm(LinearSite site, DeviceBuffer<uint8_t>& kept, float* rstd, const T* inp, const T* norm_w,
                               const T* w, const T* bias, T* out, int OC, OpTimer::Laps& lap) {
@@ -162,7 +162,7 @@ bool CudaLlama<T>::fused_norm(LinearSite site, DeviceBuffer<uint8_t>& kept, floa
     if (this->codes(kept) == nullptr) return false;
     const int64_t N = B_ * T_;
     const int C = cfg_.n_embd;
-    uint8_t* const codes = codes_to_keep(kept);
+    uint8_t* const codes = codes_to_keep(site.layer, kept);
     const std::optional<typename CudaLinear<T>::FusedInput> in = linear_.fused_input(site, N, C, OC, codes, ctx_);
     if (!in) return false;
     gpu::rmsnorm_forward_fp8<T>(in->q, in->q_t, in->inverse_scale, in->own, rstd, inp, norm_w, cfg_.rms_norm_eps, N, C,
@@ -186,7 +186,7 @@ bool CudaLlama<T>::fused_swiglu(int layer, BlockActs& a, const T* down, T* out, 
     // input (with recompute, the first forward writes the codes for its GEMM alone, and the re-run the x^T codes).
     if (this->codes(a.mlp_t) == nullptr) return false;
     const LinearSite site{layer, "mlp.down.weight"};
-    uint8_t* const codes = codes_to_keep(a.mlp_t);
+    uint8_t* const codes = codes_to_keep(layer, a.mlp_t);
     const std::optional<typename CudaLinear<T>::FusedInput> in = linear_.fused_input(site, N, F, C, codes, ctx_);
     if (!in) return false;
     const bool rerun = this->output_unread("mlp.down.weight");
@@ -290,7 +290,7 @@ void CudaLlama<T>::attention_backward(BlockActs& a, OpTimer::Laps& lap) {
 
 template <typename T>
 void CudaLlama<T>::block_backward(int layer, const T* block_params, T* block_grads) {
-  if (recompute_) this->recompute_forward(layer, block_params);  // refills the shared activations
+  if (recompute_.of(layer)) this->recompute_forward(layer, block_params);  // refills the shared activations
   const LlamaBlockView<const T> p(block_params, units_[static_cast<size_t>(1 + layer)]);
   const LlamaBlockView<T> g(block_grads, units_[static_cast<size_t>(1 + layer)], ViewOf::kGrads);
   BlockActs& a = acts(layer);

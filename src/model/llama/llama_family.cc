@@ -64,7 +64,7 @@ std::vector<LoraLinear> llama_lora_linears(const ModelConfig& cfg) {
           {"down", "mlp.down.weight", 0, C, F, "mlp.down_proj"}};
 }
 
-std::unique_ptr<UnitModel> make_llama(const ModelConfig& cfg, int64_t max_batch, bool recompute) {
+std::unique_ptr<UnitModel> make_llama(const ModelConfig& cfg, int64_t max_batch, Recompute recompute) {
   return std::make_unique<LlamaModel>(cfg, max_batch, recompute);
 }
 

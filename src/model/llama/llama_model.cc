@@ -21,8 +21,8 @@ void zero(std::vector<float>& v, int64_t n) { std::memset(v.data(), 0, sizeof(fl
 // footprint_bytes sums them.
 struct Sizes {
   int64_t blocks, BT, C, QKV, F, att, chunk, rope;
-  Sizes(const ModelConfig& cfg, int64_t max_batch, bool recompute)
-      : blocks(recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer),
+  Sizes(const ModelConfig& cfg, int64_t max_batch, Recompute recompute)
+      : blocks(recompute.sets(cfg.n_layer)),
         BT(max_batch * cfg.seq_len),
         C(cfg.n_embd),
         QKV(cfg.qkv_dim()),
@@ -42,13 +42,13 @@ struct Sizes {
 
 }  // namespace
 
-LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t max_batch, bool recompute)
+LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t max_batch, Recompute recompute)
     : cfg_(cfg),
       units_(build_units(cfg)),
       max_batch_(max_batch),
       recompute_(recompute),
       rope_(rope_table(cfg, cfg.seq_len)),
-      lora_(cfg, units_, max_batch * cfg.seq_len, recompute ? std::min(cfg.n_layer, 1) : cfg.n_layer) {
+      lora_(cfg, units_, max_batch * cfg.seq_len, recompute) {
   ST_CHECK(max_batch > 0 && cfg.is_llama());
   const Sizes z(cfg, max_batch, recompute);
   tokens_.resize(z.BT);
@@ -76,7 +76,7 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t max_batch, bool recompute
   logits_chunk_.resize(z.chunk);
 }
 
-int64_t LlamaModel::footprint_bytes(const ModelConfig& cfg, int64_t max_batch, bool recompute) {
+int64_t LlamaModel::footprint_bytes(const ModelConfig& cfg, int64_t max_batch, Recompute recompute) {
   const Sizes z(cfg, max_batch, recompute);
   return (z.floats(cfg.n_layer) + CpuLora::footprint_floats(cfg, z.BT, z.blocks)) *
              static_cast<int64_t>(sizeof(float)) +
@@ -189,7 +189,7 @@ void LlamaModel::head_logits(const float* head_params, const float* emb_params, 
 }
 
 void LlamaModel::block_backward(int layer, const float* block_params, float* block_grads) {
-  if (recompute_) block_forward(layer, block_params);  // refills the shared activations from the saved input
+  if (recompute_.of(layer)) block_forward(layer, block_params);  // refills the shared activations from its input
   const LlamaBlockView<const float> p(block_params, units_[1 + layer]);
   const LlamaBlockView<float> g(block_grads, units_[1 + layer], ViewOf::kGrads);
   BlockActs& a = acts(layer);

@@ -42,7 +42,8 @@ class CudaGpt final : public CudaModelBase<T> {
   // !cudnn_attention run flash attention. Both compute the same function. attention_backward picks cuDNN's
   // deterministic backward or the one that adds dQ with atomics (train.deterministic=false). fp8: train.fp8's policy
   // for the blocks' linear layers (ctx.scratch then also holds their codes: cuda_model_footprint with the recipe).
-  CudaGpt(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention, const gpu::GpuContext& ctx,
+  CudaGpt(const ModelConfig& cfg, int64_t max_batch, Recompute recompute, bool cudnn_attention,
+          const gpu::GpuContext& ctx,
           gpu::CudnnBackwardMode attention_backward = gpu::CudnnBackwardMode::kDeterministic,
           const Fp8Policy& fp8 = {});
 

@@ -9,6 +9,7 @@
 #include "shardtrain/core/config.h"
 #include "shardtrain/model/cpu_linear.h"
 #include "shardtrain/model/cpu_lora.h"
+#include "shardtrain/model/recompute.h"
 #include "shardtrain/model/unit_model.h"
 #include "shardtrain/model/units.h"
 
@@ -16,15 +17,15 @@ namespace st {
 
 class GptModel final : public UnitModel {
  public:
-  // Allocates activations for micro-batches of up to max_batch sequences of cfg.seq_len tokens. With
-  // recompute, only each block's output (the next block's input) is kept per layer, plus one block's
-  // worth of activations that block_backward refills by re-running that block's forward.
-  GptModel(const ModelConfig& cfg, int64_t max_batch, bool recompute = false);
+  // Allocates activations for micro-batches of up to max_batch sequences of cfg.seq_len tokens. A block that
+  // recomputes (model/recompute.h) keeps only its output (the next block's input), and the recomputed blocks share
+  // one block's worth of activations that block_backward refills by re-running that block's forward.
+  GptModel(const ModelConfig& cfg, int64_t max_batch, Recompute recompute = false);
 
   // The bytes that constructor allocates (activations, backward scratch, the logits chunk), computed without
   // allocating: the CPU backend's memory plan (shard/memory_plan.h) counts them before the model exists.
   // Equals allocated_bytes() of the model it would build.
-  static int64_t footprint_bytes(const ModelConfig& cfg, int64_t max_batch, bool recompute);
+  static int64_t footprint_bytes(const ModelConfig& cfg, int64_t max_batch, Recompute recompute);
   int64_t allocated_bytes() const override;
 
   const ModelConfig& config() const override { return cfg_; }
@@ -57,8 +58,8 @@ class GptModel final : public UnitModel {
     std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
   };
   const float* block_input(int layer) const;
-  BlockActs& acts(int layer) { return blocks_[recompute_ ? 0 : layer]; }
-  int64_t slot(int layer) const { return recompute_ ? 0 : layer; }
+  BlockActs& acts(int layer) { return blocks_[static_cast<size_t>(recompute_.set_of(layer))]; }
+  int64_t slot(int layer) const { return recompute_.set_of(layer); }
   // The head's forward, and its backward when `backward`.
   double head_pass(const float* head_params, const float* emb_params, const int32_t* targets, float dloss,
                    float* head_grads, float* emb_grads, bool backward);
@@ -66,11 +67,11 @@ class GptModel final : public UnitModel {
   ModelConfig cfg_;
   std::vector<UnitLayout> units_;
   int64_t max_batch_;
-  bool recompute_;
+  Recompute recompute_;
   int64_t B_ = 0, T_ = 0;  // the active shape of the last embedding_forward
   std::vector<int32_t> tokens_;
   std::vector<float> encoded_;
-  std::vector<BlockActs> blocks_;              // n_layer of them, or 1 with recompute
+  std::vector<BlockActs> blocks_;              // recompute_.sets(n_layer) of them
   std::vector<std::vector<float>> block_out_;  // each block's output: the next block's input
   std::vector<float> lnf_, lnf_mean_, lnf_rstd_, losses_;
   // Backward scratch, shared by all blocks.

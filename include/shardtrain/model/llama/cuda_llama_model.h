@@ -39,7 +39,8 @@ class CudaLlama final : public CudaModelBase<T> {
   // the model; with cudnn_attention, passes at the full shape (max_batch x seq_len) run cuDNN's fused attention,
   // others flash attention; attention_backward picks cuDNN's backward. Uploads the RoPE tables (st::rope_table) once.
   // fp8: train.fp8's policy for the blocks' linear layers (ctx.scratch then also holds their codes).
-  CudaLlama(const ModelConfig& cfg, int64_t max_batch, bool recompute, bool cudnn_attention, const gpu::GpuContext& ctx,
+  CudaLlama(const ModelConfig& cfg, int64_t max_batch, Recompute recompute, bool cudnn_attention,
+            const gpu::GpuContext& ctx,
             gpu::CudnnBackwardMode attention_backward = gpu::CudnnBackwardMode::kDeterministic,
             const Fp8Policy& fp8 = {});
 

@@ -12,6 +12,7 @@
 #include "shardtrain/kernels/rope.h"
 #include "shardtrain/model/cpu_linear.h"
 #include "shardtrain/model/cpu_lora.h"
+#include "shardtrain/model/recompute.h"
 #include "shardtrain/model/unit_model.h"
 #include "shardtrain/model/units.h"
 
@@ -19,12 +20,13 @@ namespace st {
 
 class LlamaModel final : public UnitModel {
  public:
-  // Allocates activations for micro-batches of up to max_batch sequences of cfg.seq_len tokens. With recompute,
-  // only each block's output is kept per layer, plus one block's worth of activations that block_backward refills.
-  LlamaModel(const ModelConfig& cfg, int64_t max_batch, bool recompute = false);
+  // Allocates activations for micro-batches of up to max_batch sequences of cfg.seq_len tokens. A block that
+  // recomputes (model/recompute.h) keeps only its output, and the recomputed blocks share one block's worth of
+  // activations that block_backward refills.
+  LlamaModel(const ModelConfig& cfg, int64_t max_batch, Recompute recompute = false);
 
   // The bytes that constructor allocates, computed without allocating (the memory plan's count).
-  static int64_t footprint_bytes(const ModelConfig& cfg, int64_t max_batch, bool recompute);
+  static int64_t footprint_bytes(const ModelConfig& cfg, int64_t max_batch, Recompute recompute);
   int64_t allocated_bytes() const override;
 
   const ModelConfig& config() const override { return cfg_; }
@@ -53,8 +55,8 @@ class LlamaModel final : public UnitModel {
     std::vector<float> norm1, rstd1, qkv, att, atty, res2, norm2, rstd2, gate_up, mlp;
   };
   const float* block_input(int layer) const;
-  BlockActs& acts(int layer) { return blocks_[recompute_ ? 0 : layer]; }
-  int64_t slot(int layer) const { return recompute_ ? 0 : layer; }
+  BlockActs& acts(int layer) { return blocks_[static_cast<size_t>(recompute_.set_of(layer))]; }
+  int64_t slot(int layer) const { return recompute_.set_of(layer); }
   // The head's forward, and its backward when `backward`.
   double head_pass(const float* head_params, const float* emb_params, const int32_t* targets, float dloss,
                    float* head_grads, float* emb_grads, bool backward);
@@ -64,7 +66,7 @@ class LlamaModel final : public UnitModel {
   ModelConfig cfg_;
   std::vector<UnitLayout> units_;
   int64_t max_batch_;
-  bool recompute_;
+  Recompute recompute_;
   RopeTable rope_;
   int64_t B_ = 0, T_ = 0;
   std::vector<int32_t> tokens_;
