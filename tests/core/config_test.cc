@@ -421,7 +421,7 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
     ++keys;
   }
-  EXPECT_EQ(keys, 85);
+  EXPECT_EQ(keys, 86);
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
   EXPECT_NE(help.find("  dist.reshard_after_forward "), std::string::npos) << help;
@@ -453,7 +453,7 @@ TEST_F(ConfigTest, MarkdownHasOneRowPerKeyOfToIni) {
     EXPECT_EQ(cell_bars, 5) << line;
   }
   EXPECT_EQ(row_names, ini_names);
-  EXPECT_EQ(row_names.size(), 85u);
+  EXPECT_EQ(row_names.size(), 86u);
 
   EXPECT_EQ(md.substr(0, md.find('\n')), "# Configuration keys");
   EXPECT_NE(md.find("\n    ./build/shardtrain --help-config=markdown > docs/config.md\n"), std::string::npos);
