@@ -106,11 +106,11 @@ TEST(CudaFootprintGpu, CudaLoraAllocatesTheFootprintsLoraTerm) {
   ST_SKIP_WITHOUT_GPU();
   for (const ModelArch arch : {ModelArch::kGpt2, ModelArch::kLlama}) {
     const ModelConfig m = shape(arch, /*lora=*/true);
-    for (const bool recompute : {false, true}) {
+    for (const Recompute recompute : {Recompute(false), Recompute(true), Recompute::first(1)}) {
       const int64_t want = arch == ModelArch::kLlama ? LlamaActivationSizes(m, kB, recompute).lora
                                                      : GptActivationSizes(m, kB, recompute).lora;
-      const CudaLora<bf16> lora(m, build_units(m), kB * m.seq_len, recompute ? 1 : m.n_layer);
-      EXPECT_EQ(lora.allocated_elems(), want) << "recompute " << recompute;
+      const CudaLora<bf16> lora(m, build_units(m), kB * m.seq_len, recompute);
+      EXPECT_EQ(lora.allocated_elems(), want) << "recomputed blocks " << recompute.count(m.n_layer);
       EXPECT_GT(want, 0);
     }
   }
