@@ -168,13 +168,12 @@ TrainSummary run_training(const Config& cfg, Communicator& world_comm) {
                 ", n_embd ", cfg.model.n_embd, cfg.model.is_llama() ? str_cat(", ffn_dim ", cfg.model.ffn_dim) : "",
                 ", vocab ", cfg.model.vocab_size, " (padded ", cfg.model.padded_vocab(), "), seq_len ", T, ", ",
                 n_params, " parameters in ", engine.units().size(), " units");
-    ST_LOG_INFO(
-        "batch: global ", cfg.train.global_batch, " = micro ", B, " x world ", world, " x accum ", accum, " (",
-        cfg.train.global_batch * T, " tokens per step)",
-        !cfg.train.recompute ? ""
-        : cfg.train.recompute_blocks > 0
-            ? str_cat(", recompute on (blocks 0 to ", cfg.train.recompute_blocks - 1, " of ", cfg.model.n_layer, ")")
-            : ", recompute on");
+    ST_LOG_INFO("batch: global ", cfg.train.global_batch, " = micro ", B, " x world ", world, " x accum ", accum, " (",
+                cfg.train.global_batch * T, " tokens per step)",
+                !cfg.train.recompute             ? ""
+                : cfg.train.recompute_blocks > 0 ? str_cat(", recompute on (the first ", cfg.train.recompute_blocks,
+                                                           " of ", cfg.model.n_layer, " blocks)")
+                                                 : ", recompute on");
     ST_LOG_INFO("backend: ", engine.sharded().describe());
     ST_LOG_INFO("sharding: ", comm.kind(), " communicator, ", world, " rank(s); per rank: sharded state ",
                 format_mib(mem0.sharded_state_bytes), " (", mem0.padding_elements,
