@@ -282,6 +282,10 @@ int cmd_plan(const std::vector<std::string>& args) {
   print_plan(p, t);
   if (p.fits()) {
     std::puts("fits");
+    if (const std::optional<st::PlanChange> fewer = st::fewest_recomputed_blocks(cfg, t)) {
+      std::printf("with fewer blocks recomputed (less compute) it fits too: %s\n", fewer->overrides.c_str());
+      print_plan(fewer->plan, fewer->target);
+    }
     return st::kExitOk;
   }
   const std::optional<st::PlanChange> c = st::smallest_fitting_change(cfg, t);

@@ -141,4 +141,20 @@ std::optional<PlanChange> smallest_fitting_change(const Config& cfg, const RunTa
   return std::nullopt;
 }
 
+std::optional<PlanChange> fewest_recomputed_blocks(const Config& cfg, const RunTarget& target) {
+  if (!cfg.train.recompute || !plan_run(cfg, target).fits()) return std::nullopt;
+  const int recomputed = recompute_of(cfg.train).count(static_cast<int>(cfg.model.n_layer));
+  for (int k = 0; k < recomputed; ++k) {
+    PlanChange c{cfg, target, {}, {}};
+    c.config.train.recompute = k > 0;
+    c.config.train.recompute_blocks = k;
+    c.plan = plan_run(c.config, c.target);
+    if (!c.plan.fits()) continue;
+    c.overrides = k == 0 ? "--train.recompute=false" : str_cat("--train.recompute_blocks=", k);
+    if (k == 0 && cfg.train.recompute_blocks != 0) c.overrides += " --train.recompute_blocks=0";
+    return c;
+  }
+  return std::nullopt;
+}
+
 }  // namespace st

@@ -65,6 +65,18 @@ TEST(PlanCli, MicroBatchHalvedWhereRecomputeIsOn) {
   expect_has(r.output, "total 4.30 GiB\n    budget 4.50 GiB (--gpu-mem 4.50 GiB): fits");
 }
 
+TEST(PlanCli, SaysWhereFewerBlocksRecomputedFitToo) {
+  // GPT-2 124M fits an 80 GiB card without recompute: a run that recomputes is told it need not.
+  const auto r = run_shardtrain("plan --config " + config("gpt2-124m.ini") +
+                                " --train.device=cuda --train.recompute=true --gpu-mem 80 --host-mem 64");
+  EXPECT_EQ(r.code, 0) << r.output;
+  expect_has(r.output, "\nfits\nwith fewer blocks recomputed (less compute) it fits too: --train.recompute=false\n");
+  const auto none = run_shardtrain("plan --config " + config("gpt2-124m.ini") +
+                                   " --train.device=cuda --gpu-mem 80 --host-mem 64");
+  EXPECT_EQ(none.code, 0) << none.output;
+  EXPECT_EQ(none.output.find("with fewer blocks recomputed"), std::string::npos) << none.output;
+}
+
 TEST(PlanCli, OffloadWhereTheStateIsTooLarge) {
   // Qwen 2.5 1.5B on one 24 GiB card: 25.88 GiB of state, 31.22 GiB in all; with the optimizer of the last 40% of
   // the parameters on the host it plans 23.90 GiB.

@@ -175,6 +175,19 @@ TEST(PlanSearch, FitsAlreadyOrSmallestChange) {
   EXPECT_EQ(ch->overrides, "--train.recompute=true --train.recompute_blocks=6");
   EXPECT_EQ(ch->config.train.recompute_blocks, 6);
 
+  // The other way: a run that recomputes every block where 6 would do, or none.
+  const double six_gib = double(with_six.device_plan.total()) / double(kGiB) + 0.001;
+  ch = fewest_recomputed_blocks(r, target(1, 1, six_gib, 64));
+  ASSERT_TRUE(ch.has_value());
+  EXPECT_EQ(ch->overrides, "--train.recompute_blocks=6");
+  EXPECT_TRUE(ch->plan.fits());
+  ch = fewest_recomputed_blocks(r, target(1, 1, 1000, 64));
+  ASSERT_TRUE(ch.has_value());
+  EXPECT_EQ(ch->overrides, "--train.recompute=false");
+  EXPECT_FALSE(ch->config.train.recompute);
+  EXPECT_FALSE(fewest_recomputed_blocks(r, target(1, 1, between, 64)).has_value());  // needs every block
+  EXPECT_FALSE(fewest_recomputed_blocks(c, target(1, 1, 1000, 64)).has_value());     // recomputes none
+
   // Recompute already on: halving the micro-batch (16 -> 8) is next.
   Config half = r;
   half.train.micro_batch = 8;

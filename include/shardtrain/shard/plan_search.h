@@ -1,7 +1,8 @@
 // The smallest change of a config that makes its run plan (run_plan.h) fit a target, for `shardtrain plan`. Searched
 // over five knobs, each from its current value in one direction:
 //   dist.fp8_gather_keep false, where it is on (the gathers cast again instead of keeping their codes through a step)
-//   train.recompute     true (one block's activations at a time in backward; about a third more compute)
+//   train.recompute     true, over the first train.recompute_blocks blocks, fewest first, then all (one block's
+//                       activations at a time in backward; about a third more compute where all blocks recompute)
 //   train.micro_batch   halved, down to 1, while it divides the global batch over the world
 //   optim.offload       none -> optimizer -> optimizer+params, each at optim.offload_fraction 0.05 ... 1 (cuda only;
 //                       and back towards none, a step at a time, when the host is what does not fit)
@@ -30,5 +31,10 @@ struct PlanChange {
 
 // nullopt when cfg already fits, or when no change in the searched space does.
 std::optional<PlanChange> smallest_fitting_change(const Config& cfg, const RunTarget& target);
+
+// Where cfg recomputes and fits: the fewest recomputed blocks that fit too ("--train.recompute=false" where none
+// need to, else "--train.recompute_blocks=K"), the compute a run can take back. nullopt where cfg does not recompute,
+// does not fit, or needs every block it recomputes.
+std::optional<PlanChange> fewest_recomputed_blocks(const Config& cfg, const RunTarget& target);
 
 }  // namespace st
