@@ -37,6 +37,19 @@ int offload_index(const OptimConfig& o) {
   return (o.offload == OffloadMode::kOptimizer ? 0 : kFractionSteps) + k;
 }
 
+// Makes c recompute its first `blocks` blocks (0: none; n_layer: all) and returns the flags of that change ("" where
+// c already does).
+std::string recompute_first(Config& c, int blocks) {
+  const bool on = blocks > 0;
+  const int64_t count = on && blocks < c.model.n_layer ? blocks : 0;
+  std::string flags;
+  if (c.train.recompute != on) flags = str_cat("--train.recompute=", on ? "true" : "false");
+  if (c.train.recompute_blocks != count) flags += str_cat(flags.empty() ? "" : " ", "--train.recompute_blocks=", count);
+  c.train.recompute = on;
+  c.train.recompute_blocks = count;
+  return flags;
+}
+
 std::vector<Knob> knobs(const Config& cfg) {
   std::vector<Knob> out;
   // dist.fp8_gather_keep: off
@@ -46,19 +59,11 @@ std::vector<Knob> knobs(const Config& cfg) {
                    return std::string("--dist.fp8_gather_keep=false");
                  }});
   // recompute: more blocks than now, fewest first (train.recompute_blocks), then all of them
-  const int layers = static_cast<int>(cfg.model.n_layer);
-  const int recomputed = recompute_of(cfg.train).count(layers);
-  out.push_back(
-      {1 + layers - recomputed, [recomputed, layers](int step, Config& c, RunTarget&) -> std::optional<std::string> {
-         if (step == 0) return std::string();
-         const std::string on = c.train.recompute ? "" : "--train.recompute=true";
-         const bool partly_now = c.train.recompute_blocks != 0;
-         c.train.recompute = true;
-         const int blocks = recomputed + step;
-         c.train.recompute_blocks = blocks < layers ? blocks : 0;
-         if (blocks < layers) return str_cat(on, on.empty() ? "" : " ", "--train.recompute_blocks=", blocks);
-         return partly_now ? std::string("--train.recompute_blocks=0") : on;
-       }});
+  const int recomputed = recompute_of(cfg.train).count(static_cast<int>(cfg.model.n_layer));
+  out.push_back({1 + static_cast<int>(cfg.model.n_layer) - recomputed,
+                 [recomputed](int step, Config& c, RunTarget&) -> std::optional<std::string> {
+                   return step == 0 ? std::string() : recompute_first(c, recomputed + step);
+                 }});
   // micro-batch: halved while even
   int halvings = 0;
   for (int64_t m = cfg.train.micro_batch; m % 2 == 0; m /= 2) ++halvings;
@@ -146,13 +151,9 @@ std::optional<PlanChange> fewest_recomputed_blocks(const Config& cfg, const RunT
   const int recomputed = recompute_of(cfg.train).count(static_cast<int>(cfg.model.n_layer));
   for (int k = 0; k < recomputed; ++k) {
     PlanChange c{cfg, target, {}, {}};
-    c.config.train.recompute = k > 0;
-    c.config.train.recompute_blocks = k;
+    c.overrides = recompute_first(c.config, k);
     c.plan = plan_run(c.config, c.target);
-    if (!c.plan.fits()) continue;
-    c.overrides = k == 0 ? "--train.recompute=false" : str_cat("--train.recompute_blocks=", k);
-    if (k == 0 && cfg.train.recompute_blocks != 0) c.overrides += " --train.recompute_blocks=0";
-    return c;
+    if (c.plan.fits()) return c;
   }
   return std::nullopt;
 }

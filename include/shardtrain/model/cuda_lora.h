@@ -42,7 +42,8 @@ class CudaLora {
  public:
   CudaLora() = default;
   // recompute.sets(n_layer) blocks keep their h at once (LoraRun), each for up to max_rows tokens: allocates
-  // lora_activation_elems(cfg, max_rows, slots) elements of T (model/lora.h), which the CUDA footprint counts.
+  // lora_activation_elems(cfg, max_rows, recompute.sets(n_layer)) elements of T (model/lora.h), which the CUDA
+  // footprint counts.
   CudaLora(const ModelConfig& cfg, const std::vector<UnitLayout>& units, int64_t max_rows, Recompute recompute);
 
   int64_t allocated_elems() const { return h_.size() + dh_.size() + x_drop_.size() + dxd_.size(); }
