@@ -83,10 +83,14 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     for vi in "${!names[@]}"; do
       IFS=, read -r -a envs <<<"${envs_of[vi]}"
       IFS=, read -r -a vflags <<<"${flags_of[vi]}"
-      row=$(env "${envs[@]}" TT_TIMEOUT="$AB_TIMEOUT" bash bench/train_throughput.sh "${builds[vi]}" "$gpus" \
+      out=$(env "${envs[@]}" TT_TIMEOUT="$AB_TIMEOUT" bash bench/train_throughput.sh "${builds[vi]}" "$gpus" \
         "${configs[ci]}" "${dtype[@]}" --train.micro_batch="$mb" --train.global_batch=$((mb * (gpus > 0 ? gpus : 1))) \
-        --train.steps="${AB_STEPS:-14}" --log.every=5 "${flags[@]}" "${vflags[@]}" | tail -1)
+        --train.steps="${AB_STEPS:-14}" --log.every=5 "${flags[@]}" "${vflags[@]}")
+      row=$(tail -1 <<<"$out")
+      # A failed run prints FAILED and the reason its log gives: all of it goes under the row.
+      [[ $out == FAILED* ]] && row=$(head -1 <<<"$out") && out=$(tail -n +2 <<<"$out") || out=""
       printf '%-8s %-14s %-5s %s\n' "${names[vi]}" "${cases[ci]}" "$round" "$row"
+      [[ -n $out ]] && sed 's/^/    /' <<<"$out"
       printf '%s\t%s\t%s\n' "${names[vi]}" "${cases[ci]}" "$row" >>"$results"
     done
   done

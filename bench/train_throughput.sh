@@ -69,7 +69,8 @@ if [[ $TT_TIMEOUT -gt 0 && ($rc == 124 || $rc == 137) && $((SECONDS - start)) -g
 fi
 if [[ $rc != 0 ]]; then
   echo "FAILED (exit $rc): see $log"
-  tail -5 "$log"
+  # The first error a rank printed (a plan's refusal, an allocation that failed), else the log's end.
+  grep -m3 -E "error: |does not fit|out of memory" "$log" || tail -5 "$log"
   exit $rc
 fi
 python3 - "$m" "$log" "$WARMUP" "$smi" <<'PY'
