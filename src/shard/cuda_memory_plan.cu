@@ -3,6 +3,7 @@
 #include "shardtrain/comm/nccl_busbw.h"
 #include "shardtrain/core/cuda.h"
 #include "shardtrain/core/error.h"
+#include "shardtrain/shard/plan_search.h"
 #include "shardtrain/shard/run_plan.h"
 
 namespace st {
@@ -23,7 +24,7 @@ int64_t visible_device_free_bytes() {
   return device_free_bytes();
 }
 
-MemoryPlan checked_cuda_plan(const Config& cfg, int world, bool hybrid, const CommPlan& comm, const std::string& device,
+MemoryPlan checked_cuda_plan(const Config& cfg, int world, bool hybrid, const CommPlan& comm, RunTarget run,
                              int64_t attention_scratch_bytes) {
   const int64_t bound = attention_scratch_bound(cfg);
   ST_CHECK(attention_scratch_bytes <= bound, "cuDNN's attention asks for ", attention_scratch_bytes,
@@ -31,7 +32,10 @@ MemoryPlan checked_cuda_plan(const Config& cfg, int world, bool hybrid, const Co
            ", above the ", bound,
            " the memory plan allows it (cudnn_attention_scratch_bound); set "
            "train.attention=flash");
-  check_memory_plan(planned_cuda_device(cfg, world, hybrid), DeviceBudget::of(cfg, device_free_bytes()), device);
+  const MemoryPlan planned = planned_cuda_device(cfg, world, hybrid);
+  run.device = DeviceBudget::of(cfg, device_free_bytes());
+  if (planned.total() > run.device.usable())  // the search only where it is refused: it plans many configs
+    check_memory_plan(planned, run.device, run.device_name, device_misfit_advice(cfg, run));
   return plan_memory(cfg, world, comm, cuda_compute_footprint(cfg, attention_scratch_bytes));
 }
 

@@ -158,4 +158,22 @@ std::optional<PlanChange> fewest_recomputed_blocks(const Config& cfg, const RunT
   return std::nullopt;
 }
 
+std::string device_misfit_advice(const Config& cfg, const RunTarget& target) {
+  if (const std::optional<PlanChange> c = smallest_fitting_change(cfg, target))
+    return str_cat("it fits with ", c->overrides, " (`shardtrain plan` prints that plan)");
+  std::vector<std::string> knobs;
+  if (cfg.train.micro_batch > 1) knobs.emplace_back("lower train.micro_batch");
+  if (!cfg.train.recompute)
+    knobs.emplace_back("set train.recompute=true");
+  else if (cfg.train.recompute_blocks > 0)
+    knobs.emplace_back("recompute more blocks (train.recompute_blocks; 0: all)");
+  if (cfg.train.device == Device::kCuda &&
+      (cfg.optim.offload != OffloadMode::kOptimizerParams || cfg.optim.offload_fraction < 1))
+    knobs.emplace_back("offload more (optim.offload, optim.offload_fraction)");
+  knobs.emplace_back("use more ranks");
+  std::string out = "no change in `shardtrain plan`'s search fits it; ";
+  for (size_t i = 0; i < knobs.size(); ++i) out += (i == 0 ? "" : i + 1 == knobs.size() ? ", or " : ", ") + knobs[i];
+  return out;
+}
+
 }  // namespace st

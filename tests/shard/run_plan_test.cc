@@ -229,5 +229,42 @@ TEST(PlanSearch, FitsAlreadyOrSmallestChange) {
   EXPECT_FALSE(ch->config.dist.fp8_gather_keep);
 }
 
+// Start-up's refusal of a device plan names the search's smallest change, or, where nothing fits, the knobs left.
+TEST(PlanSearch, DeviceMisfitAdviceIsTheSmallestChange) {
+  Config c = gpt2_124m(DType::kBF16);
+  c.train.global_batch = 64;
+  c.train.micro_batch = 16;
+  c.train.recompute = true;
+  c.train.recompute_blocks = 6;
+  Config ten = c;
+  ten.train.recompute_blocks = 10;
+  const double ten_gib = double(plan_run(ten, target(1, 1, 1000, 64)).device_plan.total()) / double(kGiB) + 0.001;
+  RunTarget t = target(1, 1, ten_gib, 64);
+  const std::string advice = device_misfit_advice(c, t);
+  EXPECT_EQ(advice, "it fits with --train.recompute_blocks=10 (`shardtrain plan` prints that plan)");
+  try {
+    check_memory_plan(planned_cuda_device(c, 1, false), t.device, t.device_name, advice);
+    FAIL() << "6 recomputed blocks fit the budget of 10";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find("a test GPU has " + format_gib(t.device.free) + " free; " + advice),
+              std::string::npos)
+        << e.what();
+  }
+  // A GPU below the runtime's reserve: no change fits, and every knob that lowers the plan is still named.
+  EXPECT_EQ(
+      device_misfit_advice(c, target(1, 1, 0.5, 64)),
+      "no change in `shardtrain plan`'s search fits it; lower train.micro_batch, recompute more blocks "
+      "(train.recompute_blocks; 0: all), offload more (optim.offload, optim.offload_fraction), or use more ranks");
+  Config none = c;
+  none.train.micro_batch = 1;
+  none.train.recompute = false;
+  none.train.recompute_blocks = 0;
+  none.optim.offload = OffloadMode::kOptimizerParams;
+  none.optim.offload_fraction = 1;
+  EXPECT_EQ(device_misfit_advice(none, target(1, 1, 0.5, 64)),
+            "no change in `shardtrain plan`'s search fits it; set train.recompute=true, or use more ranks");
+}
+
 }  // namespace
 }  // namespace st
