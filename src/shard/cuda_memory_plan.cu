@@ -35,7 +35,7 @@ MemoryPlan checked_cuda_plan(const Config& cfg, int world, bool hybrid, const Co
   const MemoryPlan planned = planned_cuda_device(cfg, world, hybrid);
   run.device = DeviceBudget::of(cfg, device_free_bytes());
   if (planned.total() > run.device.usable())  // the search only where it is refused: it plans many configs
-    check_memory_plan(planned, run.device, run.device_name, device_misfit_advice(cfg, run));
+    check_memory_plan(planned, run.device, run.device_name, misfit_advice(cfg, run));
   return plan_memory(cfg, world, comm, cuda_compute_footprint(cfg, attention_scratch_bytes));
 }
 

@@ -248,7 +248,7 @@ MemoryPlan plan_host_memory(const Config& cfg, int world, int64_t replica_bucket
 }
 
 void check_host_memory_plan(const Config& cfg, int world, int64_t replica_bucket_elements,
-                            const HostMemoryBudget& budget) {
+                            const HostMemoryBudget& budget, const std::function<std::string()>& advice) {
   const std::string what_to_change = "; lower train.micro_batch, set train.recompute=true, or use more ranks";
   // The plan counts elements in int64_t, which wraps for an n_embd or seq_len in the millions of millions: its
   // largest terms are estimated in floating point first, and a config past 2^60 bytes (an exbibyte) is refused
@@ -268,7 +268,7 @@ void check_host_memory_plan(const Config& cfg, int world, int64_t replica_bucket
   const MemoryPlan plan = plan_host_memory(cfg, world, replica_bucket_elements);
   if (plan.total() <= budget.bytes) return;
   ST_BAD_INPUT("host memory: this config needs ", format_gib(plan.total()), " per rank (", plan.breakdown(), "), but ",
-               budget.limited_by, what_to_change);
+               budget.limited_by, advice ? "; " + advice() : what_to_change);
 }
 
 std::string DecoderHostPlan::breakdown() const {

@@ -158,7 +158,7 @@ std::optional<PlanChange> fewest_recomputed_blocks(const Config& cfg, const RunT
   return std::nullopt;
 }
 
-std::string device_misfit_advice(const Config& cfg, const RunTarget& target) {
+std::string misfit_advice(const Config& cfg, const RunTarget& target) {
   if (const std::optional<PlanChange> c = smallest_fitting_change(cfg, target))
     return str_cat("it fits with ", c->overrides, " (`shardtrain plan` prints that plan)");
   std::vector<std::string> knobs;

@@ -14,6 +14,7 @@
 #include "shardtrain/model/recompute.h"
 #include "shardtrain/optim/adamw_optimizer.h"
 #include "shardtrain/shard/memory_plan.h"
+#include "shardtrain/shard/plan_search.h"
 #include "shardtrain/shard/run_plan.h"
 
 namespace st {
@@ -24,12 +25,16 @@ int64_t bytes_of(const std::vector<float>& v) { return static_cast<int64_t>(v.si
 // Checks the host memory plan (shard/memory_plan.h) before the model's activations and the shards are
 // allocated, so a config that cannot fit is refused at once with its breakdown (kBadInput) rather than ending
 // in std::bad_alloc after minutes of allocating and initialising. The budget is split between the ranks of this
-// host. Returns the model config for the model's constructor, which runs next.
+// host. A refusal names the smallest change that fits, as `shardtrain plan` finds it for this run. Returns the model
+// config for the model's constructor, which runs next.
 const ModelConfig& planned_model(const Config& cfg, const ShardingGroups& groups, Communicator& comm) {
   const int world = groups.shard().world_size();
   const int64_t bucket_elements = groups.replica ? replica_bucket_elements(cfg, world, sizeof(float)) : 0;
-  check_host_memory_plan(cfg, world, bucket_elements,
-                         host_memory_budget(host_memory_limits(), comm.device_ranks(), cfg.dist.max_host_mem_gib));
+  RunTarget run;
+  run.world = comm.world_size();
+  run.ranks_per_node = comm.device_ranks();
+  run.host = host_memory_budget(host_memory_limits(), comm.device_ranks(), cfg.dist.max_host_mem_gib);
+  check_host_memory_plan(cfg, world, bucket_elements, run.host, [&] { return misfit_advice(cfg, run); });
   return cfg.model;
 }
 

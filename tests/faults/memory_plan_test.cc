@@ -36,8 +36,26 @@ TEST(MemoryPlanFaults, AHugeEmbeddingIsRefusedWithTheBreakdown) {
                        "host memory: this config needs 3688.89 GiB per rank (sharded state 3072.43 GiB, gather buffers "
                        "576.20 GiB, activations 40.02 GiB, workspace 0.25 GiB; total 3688.89 GiB), but "))
       << r.output;
-  EXPECT_TRUE(contains(r.output, "lower train.micro_batch, set train.recompute=true, or use more ranks")) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "no change in `shardtrain plan`'s search fits it; lower train.micro_batch, set "
+                       "train.recompute=true, or use more ranks"))
+      << r.output;
   EXPECT_FALSE(std::filesystem::exists(tmp.file("new"))) << "the refused run left its ckpt.dir behind";
+}
+
+TEST(MemoryPlanFaults, ARefusalNamesTheSmallestChangeThatFits) {
+  // n_embd 4096 plans 17.06 GiB a rank; a 4 GiB cap refuses it. `shardtrain plan` finds the same change.
+  const std::string flags = "--model.n_embd=4096 --ckpt.async=false --ckpt.dir= --dist.max_host_mem_gib=4";
+  const st::testing::CliResult r = st::testing::run_shardtrain(kTiny + flags);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "but dist.max_host_mem_gib caps each rank at 4.00 GiB; it fits with --train.micro_batch=2 "
+                       "--world 8 (`shardtrain plan` prints that plan)"))
+      << r.output;
+  const st::testing::CliResult plan = st::testing::run_shardtrain(
+      "plan --config " SHARDTRAIN_SOURCE_DIR "/configs/tiny.ini --train.device=cpu " + flags);
+  EXPECT_EQ(plan.code, 3) << plan.output;
+  EXPECT_TRUE(contains(plan.output, "the smallest change that fits: --train.micro_batch=2 --world 8")) << plan.output;
 }
 
 TEST(MemoryPlanFaults, AnAddressSpaceLimitIsNamed) {

@@ -240,7 +240,7 @@ TEST(PlanSearch, DeviceMisfitAdviceIsTheSmallestChange) {
   ten.train.recompute_blocks = 10;
   const double ten_gib = double(plan_run(ten, target(1, 1, 1000, 64)).device_plan.total()) / double(kGiB) + 0.001;
   RunTarget t = target(1, 1, ten_gib, 64);
-  const std::string advice = device_misfit_advice(c, t);
+  const std::string advice = misfit_advice(c, t);
   EXPECT_EQ(advice, "it fits with --train.recompute_blocks=10 (`shardtrain plan` prints that plan)");
   try {
     check_memory_plan(planned_cuda_device(c, 1, false), t.device, t.device_name, advice);
@@ -253,7 +253,7 @@ TEST(PlanSearch, DeviceMisfitAdviceIsTheSmallestChange) {
   }
   // A GPU below the runtime's reserve: no change fits, and every knob that lowers the plan is still named.
   EXPECT_EQ(
-      device_misfit_advice(c, target(1, 1, 0.5, 64)),
+      misfit_advice(c, target(1, 1, 0.5, 64)),
       "no change in `shardtrain plan`'s search fits it; lower train.micro_batch, recompute more blocks "
       "(train.recompute_blocks; 0: all), offload more (optim.offload, optim.offload_fraction), or use more ranks");
   Config none = c;
@@ -262,7 +262,7 @@ TEST(PlanSearch, DeviceMisfitAdviceIsTheSmallestChange) {
   none.train.recompute_blocks = 0;
   none.optim.offload = OffloadMode::kOptimizerParams;
   none.optim.offload_fraction = 1;
-  EXPECT_EQ(device_misfit_advice(none, target(1, 1, 0.5, 64)),
+  EXPECT_EQ(misfit_advice(none, target(1, 1, 0.5, 64)),
             "no change in `shardtrain plan`'s search fits it; set train.recompute=true, or use more ranks");
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -205,7 +206,9 @@ MemoryPlan plan_host_memory(const Config& cfg, int world, int64_t replica_bucket
 // kBadInput when the plan exceeds the budget (core/process_memory.h): the plan's breakdown, the limit that binds
 // (MemAvailable, the cgroup's memory.max, RLIMIT_AS or RLIMIT_DATA, and how many ranks share it) and what to change.
 // A model whose parameter count alone overflows the plan's arithmetic is refused the same way, before it is built.
+// `advice`, where given, says what to change where the plan exceeds the budget (start-up asks the plan search,
+// plan_search.h); otherwise, and for the overflow, the knobs that lower a plan.
 void check_host_memory_plan(const Config& cfg, int world, int64_t replica_bucket_elements,
-                            const HostMemoryBudget& budget);
+                            const HostMemoryBudget& budget, const std::function<std::string()>& advice = nullptr);
 
 }  // namespace st

@@ -37,9 +37,10 @@ std::optional<PlanChange> smallest_fitting_change(const Config& cfg, const RunTa
 // does not fit, or needs every block it recomputes.
 std::optional<PlanChange> fewest_recomputed_blocks(const Config& cfg, const RunTarget& target);
 
-// What start-up's device check (cuda_memory_plan.h) says to change where cfg's device plan exceeds target.device:
-// "it fits with FLAGS" for the smallest change that fits, as `shardtrain plan` finds it; where none in the search
-// does, the knobs that would lower the device plan and are not at their end yet.
-std::string device_misfit_advice(const Config& cfg, const RunTarget& target);
+// What start-up's memory checks say to change where cfg's plan exceeds its budget (the device plan on cuda:
+// cuda_memory_plan.h; the host plan on cpu: sharded_model.cc): "it fits with FLAGS" for the smallest change that fits
+// `target`, as `shardtrain plan` finds it; where none in the search does, the knobs that would lower the plan and are
+// not at their end yet.
+std::string misfit_advice(const Config& cfg, const RunTarget& target);
 
 }  // namespace st
