@@ -159,8 +159,11 @@ std::optional<PlanChange> fewest_recomputed_blocks(const Config& cfg, const RunT
 }
 
 std::string misfit_advice(const Config& cfg, const RunTarget& target) {
-  if (const std::optional<PlanChange> c = smallest_fitting_change(cfg, target))
-    return str_cat("it fits with ", c->overrides, " (`shardtrain plan` prints that plan)");
+  try {
+    if (const std::optional<PlanChange> c = smallest_fitting_change(cfg, target))
+      return str_cat("it fits with ", c->overrides, " (`shardtrain plan` prints that plan)");
+  } catch (const Error&) {  // a config the search cannot plan: the refusal it advises on still stands, with the knobs
+  }
   std::vector<std::string> knobs;
   if (cfg.train.micro_batch > 1) knobs.emplace_back("lower train.micro_batch");
   if (!cfg.train.recompute)
