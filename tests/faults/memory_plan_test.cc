@@ -44,18 +44,19 @@ TEST(MemoryPlanFaults, AHugeEmbeddingIsRefusedWithTheBreakdown) {
 }
 
 TEST(MemoryPlanFaults, ARefusalNamesTheSmallestChangeThatFits) {
-  // n_embd 4096 plans 17.06 GiB a rank; a 4 GiB cap refuses it. `shardtrain plan` finds the same change.
-  const std::string flags = "--model.n_embd=4096 --ckpt.async=false --ckpt.dir= --dist.max_host_mem_gib=4";
+  // n_embd 1024 plans 1.79 GiB a rank; a 1 GiB cap (below any test machine's free memory) refuses it. `shardtrain
+  // plan` finds the same change.
+  const std::string flags = "--model.n_embd=1024 --ckpt.async=false --ckpt.dir= --dist.max_host_mem_gib=1";
   const st::testing::CliResult r = st::testing::run_shardtrain(kTiny + flags);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_TRUE(contains(r.output,
-                       "but dist.max_host_mem_gib caps each rank at 4.00 GiB; it fits with --train.micro_batch=2 "
-                       "--world 8 (`shardtrain plan` prints that plan)"))
+                       "but dist.max_host_mem_gib caps each rank at 1.00 GiB; it fits with --train.micro_batch=4 "
+                       "--world 2 (`shardtrain plan` prints that plan)"))
       << r.output;
   const st::testing::CliResult plan = st::testing::run_shardtrain(
       "plan --config " SHARDTRAIN_SOURCE_DIR "/configs/tiny.ini --train.device=cpu " + flags);
   EXPECT_EQ(plan.code, 3) << plan.output;
-  EXPECT_TRUE(contains(plan.output, "the smallest change that fits: --train.micro_batch=2 --world 8")) << plan.output;
+  EXPECT_TRUE(contains(plan.output, "the smallest change that fits: --train.micro_batch=4 --world 2")) << plan.output;
 }
 
 TEST(MemoryPlanFaults, AnAddressSpaceLimitIsNamed) {
