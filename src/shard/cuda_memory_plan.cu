@@ -32,10 +32,9 @@ MemoryPlan checked_cuda_plan(const Config& cfg, int world, bool hybrid, const Co
            ", above the ", bound,
            " the memory plan allows it (cudnn_attention_scratch_bound); set "
            "train.attention=flash");
-  const MemoryPlan planned = planned_cuda_device(cfg, world, hybrid);
   run.device = DeviceBudget::of(cfg, device_free_bytes());
-  if (planned.total() > run.device.usable())  // the search only where it is refused: it plans many configs
-    check_memory_plan(planned, run.device, run.device_name, misfit_advice(cfg, run));
+  check_memory_plan(planned_cuda_device(cfg, world, hybrid), run.device, run.device_name,
+                    [&] { return misfit_advice(cfg, run); });
   return plan_memory(cfg, world, comm, cuda_compute_footprint(cfg, attention_scratch_bytes));
 }
 

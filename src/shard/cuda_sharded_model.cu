@@ -40,17 +40,6 @@ Fp8Policy checked_fp8_policy(const Config& cfg, const std::string& device_name) 
   return fp8;
 }
 
-// This run as `shardtrain plan` would target it: its ranks, those on this host, and this host's memory split between
-// them (the device budget is checked_cuda_plan's to take).
-RunTarget run_target(const Config& cfg, const Communicator& comm, const std::string& device_name) {
-  RunTarget t;
-  t.world = comm.world_size();
-  t.ranks_per_node = comm.device_ranks();
-  t.device_name = device_name;
-  t.host = host_memory_budget(host_memory_limits(), comm.device_ranks(), cfg.dist.max_host_mem_gib);
-  return t;
-}
-
 }  // namespace
 
 template <typename T>
@@ -63,17 +52,15 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
       replica_bucket_elements_(groups_.replica ? ReplicaReduction<T>::capacity_for(shard_slots(), replica_bucket_size())
                                                : 0),
       device_name_(cuda_device_name()),
+      target_(run_target(cfg, comm, device_name_)),
       cudnn_(),
       attention_(gpu::choose_attention<T>(
           {cfg.train.attention, cfg.train.deterministic, static_cast<int>(cfg.train.micro_batch), cfg.model.seq_len,
            cfg.model.n_embd, cfg.model.n_head, cfg.model.kv_heads(), cfg.model.head_dim()},
           cudnn_)),
-      plan_(checked_cuda_plan(cfg, groups_.shard().world_size(), groups_.replica != nullptr, comm_plan(),
-                              run_target(cfg, comm, device_name_), attention_.scratch_bytes)),
-      host_plan_(
-          check_cuda_host_plan(cfg, groups_.shard().world_size(),
-                               host_memory_budget(host_memory_limits(), comm.device_ranks(), cfg.dist.max_host_mem_gib),
-                               comm.device_ranks())),
+      plan_(checked_cuda_plan(cfg, groups_.shard().world_size(), groups_.replica != nullptr, comm_plan(), target_,
+                              attention_.scratch_bytes)),
+      host_plan_(check_cuda_host_plan(cfg, groups_.shard().world_size(), target_.host, comm.device_ranks())),
       blas_(),
       scratch_(cuda_model_footprint(cfg.model, cfg.train.micro_batch, recompute_of(cfg.train), cfg.compute_dtype(),
                                     attention_.scratch_bytes, cfg.train.fp8)

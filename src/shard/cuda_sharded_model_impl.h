@@ -29,6 +29,7 @@
 #include "shardtrain/shard/model_backend.h"
 #include "shardtrain/shard/offload_pipeline.h"
 #include "shardtrain/shard/replica_reduction.h"
+#include "shardtrain/shard/run_plan.h"
 #include "shardtrain/shard/schedule.h"
 #include "shardtrain/shard/schedule_runner.h"
 #include "shardtrain/shard/shard_collectives.h"
@@ -191,6 +192,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   ShardCollectives coll_;
   int64_t replica_bucket_elements_ = 0;  // hybrid: ReplicaReduction's staging buffer, planned before it exists
   std::string device_name_;
+  RunTarget target_;           // this run as `shardtrain plan` targets it (its device budget taken at the memory check)
   int gemm_candidates_ = 0;    // train.gemm_autotune resolved
   int gemm_timed_logged_ = 0;  // GEMM shapes timed when the log last said so
   gpu::Cudnn cudnn_;

@@ -146,11 +146,11 @@ std::string budget_limit(const DeviceBudget& budget, const std::string& device) 
 }  // namespace
 
 void check_memory_plan(const MemoryPlan& plan, const DeviceBudget& budget, const std::string& device,
-                       const std::string& advice) {
+                       const std::function<std::string()>& advice) {
   if (plan.total() <= budget.usable()) return;
   ST_BAD_INPUT("device memory: this config needs ", format_gib(plan.total()), " per rank (", plan.breakdown(),
                "), but ", budget_limit(budget, device), "; ",
-               advice.empty() ? "lower train.micro_batch, set train.recompute=true, or use more ranks" : advice);
+               advice ? advice() : "lower train.micro_batch, set train.recompute=true, or use more ranks");
 }
 
 std::vector<DecoderFootprint> stage_footprints(const Config& cfg, int max_batch, int stages) {

@@ -77,6 +77,15 @@ MemoryPlan planned_rank_memory(const Config& cfg, int shard_world, bool hybrid) 
   return plan_host_memory(cfg, shard_world, hybrid ? replica_bucket_elements(cfg, shard_world, sizeof(float)) : 0);
 }
 
+RunTarget run_target(const Config& cfg, const Communicator& comm, const std::string& device_name) {
+  RunTarget t;
+  t.world = comm.world_size();
+  t.ranks_per_node = comm.device_ranks();
+  t.device_name = device_name;
+  t.host = host_memory_budget(host_memory_limits(), comm.device_ranks(), cfg.dist.max_host_mem_gib);
+  return t;
+}
+
 RunPlan plan_run(const Config& cfg, const RunTarget& t) {
   ST_CHECK(t.world >= 1 && t.ranks_per_node >= 1, "plan_run: world ", t.world, ", ranks per node ", t.ranks_per_node);
   cfg.grad_accum_steps(t.world);  // kBadInput naming the three numbers where the global batch does not divide

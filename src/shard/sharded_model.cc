@@ -30,10 +30,7 @@ int64_t bytes_of(const std::vector<float>& v) { return static_cast<int64_t>(v.si
 const ModelConfig& planned_model(const Config& cfg, const ShardingGroups& groups, Communicator& comm) {
   const int world = groups.shard().world_size();
   const int64_t bucket_elements = groups.replica ? replica_bucket_elements(cfg, world, sizeof(float)) : 0;
-  RunTarget run;
-  run.world = comm.world_size();
-  run.ranks_per_node = comm.device_ranks();
-  run.host = host_memory_budget(host_memory_limits(), comm.device_ranks(), cfg.dist.max_host_mem_gib);
+  const RunTarget run = run_target(cfg, comm);
   check_host_memory_plan(cfg, world, bucket_elements, run.host, [&] { return misfit_advice(cfg, run); });
   return cfg.model;
 }

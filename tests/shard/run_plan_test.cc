@@ -243,7 +243,7 @@ TEST(PlanSearch, DeviceMisfitAdviceIsTheSmallestChange) {
   const std::string advice = misfit_advice(c, t);
   EXPECT_EQ(advice, "it fits with --train.recompute_blocks=10 (`shardtrain plan` prints that plan)");
   try {
-    check_memory_plan(planned_cuda_device(c, 1, false), t.device, t.device_name, advice);
+    check_memory_plan(planned_cuda_device(c, 1, false), t.device, t.device_name, [&] { return advice; });
     FAIL() << "6 recomputed blocks fit the budget of 10";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kBadInput);

@@ -112,10 +112,10 @@ struct DeviceBudget {
 };
 
 // kBadInput when the plan exceeds the budget: the message gives the plan's breakdown, what limits it (the cap, or
-// `device`'s free memory) and what to change: `advice` where given (start-up gives the plan search's smallest change,
-// plan_search.h), else the knobs that lower a device plan.
+// `device`'s free memory) and what to change: `advice()` where given, asked only on refusal (start-up asks the plan
+// search, plan_search.h), else the knobs that lower a device plan.
 void check_memory_plan(const MemoryPlan& plan, const DeviceBudget& budget, const std::string& device,
-                       const std::string& advice = "");
+                       const std::function<std::string()>& advice = nullptr);
 
 // generate's GPU decoder of max_batch sequences (decoder_footprint, model/decoder.h) against the same budget, before
 // anything is allocated: whole (stages 1), or split over `stages` GPUs, one stage each (model/decoder_stage.h:

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <string>
 
+#include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/config.h"
 #include "shardtrain/core/process_memory.h"
 #include "shardtrain/shard/host_plan.h"
@@ -37,6 +38,11 @@ struct RunTarget {
   std::string device_name = "the GPU";  // for messages
   HostMemoryBudget host;                // what one rank may plan on its host (already split between the node's ranks)
 };
+
+// This run as `shardtrain plan` would target it: comm's ranks, those on this host (device_ranks), and this host's
+// memory split between them under dist.max_host_mem_gib. The device budget is left to the caller (start-up reads the
+// GPU's free memory once it is bound).
+RunTarget run_target(const Config& cfg, const Communicator& comm, const std::string& device_name = "the GPU");
 
 // The ranks a unit is sharded over: ranks_per_node with dist.sharding=hybrid over several nodes, else the world
 // (dist.sharding=auto is planned as full sharding, which it picks unless measured links favour hybrid).
