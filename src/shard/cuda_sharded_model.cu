@@ -104,8 +104,12 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   }
   WindowArena sources(gather_windows, source_bytes);
   const int64_t pool_size = param_pool_size(cfg, comm_plan());
-  WindowArena gathered(gather_windows, WindowArena::bytes_for(s.emb_full, sizeof(T)) +
-                                           pool_size * WindowArena::bytes_for(s.unit_full, sizeof(T)) +
+  // Units that read their shards in place (params_in_place) take parameter buffers of no elements: the pools still
+  // order the schedule's gathers and releases.
+  in_place_ = params_in_place(cfg, units_, world);
+  const int64_t emb_full = in_place_ ? 0 : s.emb_full, unit_full = in_place_ ? 0 : s.unit_full;
+  WindowArena gathered(gather_windows, WindowArena::bytes_for(emb_full, sizeof(T)) +
+                                           pool_size * WindowArena::bytes_for(unit_full, sizeof(T)) +
                                            WindowArena::bytes_for(s.nf4_full, 4));
   if (s.nf4_full > 0) nf4_full_ = gathered.take<uint8_t>(s.nf4_full * 4);
   if (cfg.dist.fp8_gather) fp8_gather_ = std::make_unique<Fp8Gatherer<T>>(cfg, units_, rank, world);
@@ -119,12 +123,13 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
                     WindowArena::bytes_for(s.emb_grad_full, sizeof(T)) +
                         grad_pool_size(comm_plan()) * WindowArena::bytes_for(s.unit_grad_full, sizeof(T)) +
                         WindowArena::bytes_for(exchanged, sizeof(T)));
-  buffers_ = std::make_unique<UnitBuffers<T>>(static_cast<int>(units_.size()), s.emb_full, s.unit_full, s.emb_grad_full,
+  buffers_ = std::make_unique<UnitBuffers<T>>(static_cast<int>(units_.size()), emb_full, unit_full, s.emb_grad_full,
                                               s.unit_grad_full, static_cast<int>(pool_size),
                                               grad_pool_size(comm_plan()), gathered, grads);
   if (groups_.replica)
     replica_ = std::make_unique<ReplicaReduction<T>>(shard_slots(), replica_bucket_size(), *coll_.replica());
-  rs_out_ = coll_.exchange() ? grads.take<T>(exchanged) : DeviceBuffer<T>(s.max_slot);
+  // The reduce-scatter's output; at one rank the addition into the shard reads the full gradient itself.
+  rs_out_ = coll_.exchange() ? grads.take<T>(exchanged) : DeviceBuffer<T>(world > 1 ? s.max_slot : 0);
   counters_.gathers.assign(units_.size(), 0);
   counters_.reduce_scatters.assign(units_.size(), 0);
   if (cfg.optim.offload != OffloadMode::kNone) {

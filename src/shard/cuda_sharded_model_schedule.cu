@@ -35,9 +35,9 @@ void CudaShardedModel<T>::issue_gather(int unit) {
   Buffer* b = &buffers_->take_params(unit);
   const int64_t slot = shards_->view(unit).slot;
   cudaStream_t ns = comm_stream_.get();
-  b->free.wait_on(ns);                // the unit that held it has finished computing
-  optimizer_.wait_updated(unit, ns);  // the shard its device AdamW writes (optimizer stream)
-  bool staged = false;                // optim.offload=optimizer+params: a staging buffer filled from the host
+  if (!in_place_) b->free.wait_on(ns);  // the unit that held it has finished computing
+  optimizer_.wait_updated(unit, ns);    // the shard its device AdamW writes (optimizer stream)
+  bool staged = false;                  // optim.offload=optimizer+params: a staging buffer filled from the host
   const int world = coll_.shard().world_size();
   int64_t received = 0;  // bytes
   // A segment in FP8 (dist.fp8_gather: fp8_gatherer.h), or in T: the trainable slots, then the frozen tensors (LoRA's
@@ -52,7 +52,9 @@ void CudaShardedModel<T>::issue_gather(int unit) {
     coll_.gather_comm(from_staging).all_gather<T>(source, count, dst, ns);
     received += count * world * static_cast<int64_t>(sizeof(T));
   };
-  if (slot > 0) {
+  if (in_place_) {  // the unit reads its shard, once its AdamW has written it (above); nothing moves
+    received += slot * static_cast<int64_t>(sizeof(T));
+  } else if (slot > 0) {
     // A kept block (dist.fp8_gather_keep) needs no source: optim.offload=optimizer+params uploads none for it.
     const bool kept = fp8_gather_ && fp8_gather_->kept(unit, 0, epoch);
     const T* source = kept            ? nullptr
@@ -111,7 +113,7 @@ const T* CudaShardedModel<T>::gathered(int unit) {
   Buffer* b = buffers_->params(unit);
   ST_CHECK(b != nullptr, "unit ", unit, " used without being gathered");
   wait_for_comm(b->ready, unit == 0 ? "comm_wait.gather_embedding" : "comm_wait.gather");
-  return b->data.data();
+  return in_place_ ? shards_->gather_source(unit) : b->data.data();
 }
 
 template <typename T>
@@ -156,10 +158,15 @@ void CudaShardedModel<T>::reduce_scatter(int unit) {
     if (fresh_grads_) optimizer_.wait_updated(unit, ns);
     gpu::accumulate_parts<T>(shard_grad, rs_out_.data(), world, h.slot, h.span.count, comm_ctx_, write, squares);
   } else {
-    coll_.reduce_scatter_comm(unit).reduce_scatter<T>(b->data.data(), h.slot, rs_out_.data(), ns);
+    // At one rank the full gradient is the shard's: it is added as it lies, without the reduce-scatter's copy.
+    const T* part = b->data.data();
+    if (world > 1) {
+      coll_.reduce_scatter_comm(unit).reduce_scatter<T>(b->data.data(), h.slot, rs_out_.data(), ns);
+      part = rs_out_.data();
+    }
     // The step's first write of the shard replaces the last step's gradient, which that step's AdamW read.
     if (fresh_grads_) optimizer_.wait_updated(unit, ns);
-    gpu::accumulate<T>(shard_grad, rs_out_.data(), h.span.count, comm_ctx_, write, squares);
+    gpu::accumulate<T>(shard_grad, part, h.span.count, comm_ctx_, write, squares);
   }
   if (last_micro_) finish_grad(unit, squares != nullptr);  // overlaps the rest of the backward
   buffers_->release_grads(unit, ns);

@@ -58,6 +58,12 @@ UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world) {
   return s;
 }
 
+bool params_in_place(const Config& cfg, const std::vector<UnitLayout>& units, int world) {
+  if (world != 1 || cfg.optim.offload != OffloadMode::kNone || cfg.dist.fp8_gather) return false;
+  return std::all_of(units.begin(), units.end(),
+                     [](const UnitLayout& u) { return u.frozen_numel == 0 && !u.nf4_base; });
+}
+
 std::vector<bool> offloaded_units(const Config& cfg, const std::vector<UnitLayout>& units) {
   std::vector<bool> out(units.size(), false);
   if (cfg.optim.offload == OffloadMode::kNone) return out;
@@ -98,12 +104,13 @@ MemoryPlan plan_memory(const Config& cfg, int world, const CommPlan& comm, const
   // dist.fp8_gather_keep: the codes each rank keeps of its shard through a step (fp8_gather.h).
   if (cfg.dist.fp8_gather_keep)
     p.sharded_state += fp8_gather_kept_bytes(cfg.model, units, world, fp8_policy(cfg.train.fp8), t);
-  p.gather_buffers = (s.emb_full + param_pool_size(cfg, comm) * s.unit_full) * t        // parameters
-                     + (s.emb_grad_full + grad_pool_size(comm) * s.unit_grad_full) * t  // full gradients
-                     +
-                     (comm.exchange_reduce ? std::max(s.emb_grad_full, s.unit_grad_full) : s.max_slot) * t  // RS output
-                     + comm.replica_bucket_elements * t  // hybrid bucket
-                     + s.nf4_full * 4;                   // an NF4 unit's gathered storage, before dequantisation
+  // Parameters (none where the units read their shards in place), full gradients, the reduce-scatter's output (none
+  // at one rank: the addition reads the full gradient), the hybrid bucket, an NF4 unit's gathered storage.
+  const int64_t params = params_in_place(cfg, units, world) ? 0 : s.emb_full + param_pool_size(cfg, comm) * s.unit_full;
+  const int64_t grads = s.emb_grad_full + grad_pool_size(comm) * s.unit_grad_full;
+  int64_t rs_out = world > 1 ? s.max_slot : 0;
+  if (comm.exchange_reduce) rs_out = std::max(s.emb_grad_full, s.unit_grad_full);
+  p.gather_buffers = (params + grads + rs_out + comm.replica_bucket_elements) * t + s.nf4_full * 4;
   // dist.fp8_gather's staging of the codes (fp8_gather.h).
   if (cfg.dist.fp8_gather)
     p.gather_buffers += fp8_gather_staging_bytes(cfg.model, units, world, fp8_policy(cfg.train.fp8), t);

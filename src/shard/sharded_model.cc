@@ -99,12 +99,17 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
     max_slot = std::max(max_slot, s.slot);
     shards_.push_back(std::move(s));
   }
-  emb_param_.data.assign(gathered_elements(model_->units()[0], world), 0.0f);
+  // Units that read their shards in place (params_in_place: one rank) hold parameter slots of no elements. Here the
+  // host AdamW (optim.offload) updates the shards themselves, and settles before a schedule runs.
+  Config plain = cfg;
+  plain.optim.offload = OffloadMode::kNone;
+  in_place_ = params_in_place(plain, model_->units(), world);
+  emb_param_.data.assign(in_place_ ? 0 : gathered_elements(model_->units()[0], world), 0.0f);
   emb_grad_.data.assign(shards_[0].slot * world, 0.0f);
   unit_params_.resize(cfg.dist.reshard_after_forward ? 1 : static_cast<size_t>(cfg.model.n_layer + 1));
-  for (Slot& s : unit_params_) s.data.assign(max_unit_full, 0.0f);
+  for (Slot& s : unit_params_) s.data.assign(in_place_ ? 0 : max_unit_full, 0.0f);
   unit_grad_.data.assign(max_unit_grad, 0.0f);
-  rs_scratch_.assign(max_slot, 0.0f);
+  rs_scratch_.assign(world > 1 ? max_slot : 0, 0.0f);  // at one rank the shard adds the full gradient as it lies
   nf4_full_.assign(static_cast<size_t>(nf4_full), 0.0f);
   if (groups_.replica) {
     tuning_ = resolve_comm_tuning(cfg.dist, LinkKind::kNetwork, /*hybrid=*/true);
@@ -156,7 +161,7 @@ void ShardedModel::release(Slot& s, int unit) {
 const float* ShardedModel::gathered(int unit) {
   Slot& s = param_slot(unit);
   ST_CHECK(s.unit == unit, "unit ", unit, " used without being gathered");
-  return s.data.data();
+  return in_place_ ? shards_[static_cast<size_t>(unit)].param.data() : s.data.data();
 }
 
 float* ShardedModel::full_grad(int unit) {
@@ -191,7 +196,9 @@ void ShardedModel::gather(int unit, size_t /*at*/) {
   // The trainable slots, then the frozen ones from element numel on: they overwrite the trainable slots' padding.
   const Fp8GatherSegment* fp8 = fp8_segments_.empty() ? nullptr : fp8_segments_[static_cast<size_t>(unit)].data();
   int64_t received = 0;
-  if (fp8 != nullptr && !fp8[0].empty()) {
+  if (in_place_) {  // the unit reads its shard; nothing moves
+    received += sh.slot * 4;
+  } else if (fp8 != nullptr && !fp8[0].empty()) {
     received += gather_fp8(unit, 0, sh.param.data(), s.data.data());
   } else if (sh.slot > 0) {
     shard.all_gather(sh.param.data(), sh.slot, s.data.data());
@@ -334,10 +341,14 @@ void ShardedModel::reduce_scatter(int unit) {
     release(g, unit);
     return;
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  shard.reduce_scatter(g.data.data(), sh.slot, rs_scratch_.data());
-  comm_ms_ += seconds_since(t0) * 1e3;
-  for (int64_t i = 0; i < sh.span.count; ++i) sh.grad[static_cast<size_t>(i)] += rs_scratch_[static_cast<size_t>(i)];
+  const float* part = g.data.data();  // at one rank the full gradient is the shard's
+  if (shard.world_size() > 1) {
+    const auto t0 = std::chrono::steady_clock::now();
+    shard.reduce_scatter(g.data.data(), sh.slot, rs_scratch_.data());
+    comm_ms_ += seconds_since(t0) * 1e3;
+    part = rs_scratch_.data();
+  }
+  for (int64_t i = 0; i < sh.span.count; ++i) sh.grad[static_cast<size_t>(i)] += part[i];
   if (buckets_ && last_micro_) finish_grad(unit);
   release(g, unit);
   ++counters_.reduce_scatters[static_cast<size_t>(unit)];

@@ -196,6 +196,32 @@ TEST(CudaShardedModel, RecomputeAndNoReshardAreBitIdentical) {
   EXPECT_EQ(e.sharded().take_exposed_comm_ms(), 0.0);
 }
 
+// At one rank the units compute on their shards and the shards add the full gradients as they lie: no parameter
+// buffer holds a copy. The steps train the bits of a run whose units gather copies (optim.offload=optimizer+params:
+// each unit's compute copy staged from the host), in bf16 and with FP8 casts.
+TEST(CudaShardedModel, OneRankComputesOnItsShards) {
+  ST_SKIP_WITHOUT_GPU();
+  for (const Fp8Recipe fp8 : {Fp8Recipe::kOff, Fp8Recipe::kDelayed}) {
+    SCOPED_TRACE(to_string(fp8));
+    Config in_place = small(Device::kCuda, DType::kBF16);
+    in_place.train.fp8 = fp8;
+    Config copied = in_place;
+    copied.optim.offload = OffloadMode::kOptimizerParams;
+    copied.optim.offload_speculative = Speculation::kOff;
+    const Trace a = train(in_place, 3), b = train(copied, 3);
+    EXPECT_EQ(a.losses, b.losses);
+    EXPECT_EQ(a.params, b.params);
+    SoloCommunicator comm;
+    StepEngine e(in_place, comm), f(copied, comm);
+    e.forward_backward(batches(in_place, 0), 1);
+    f.forward_backward(batches(copied, 0), 1);
+    EXPECT_EQ(e.sharded().counters().gathers, f.sharded().counters().gathers);
+    // Only the full gradients' buffers are in use at the peak: the parameters' take no bytes.
+    EXPECT_LT(e.sharded().memory().gathered_peak_bytes, f.sharded().memory().gathered_peak_bytes);
+    EXPECT_LT(e.sharded().memory().gather_buffer_bytes, f.sharded().memory().gather_buffer_bytes);
+  }
+}
+
 // SHARDTRAIN_PROFILE_OPS=1: the op profile is the training steps'. An evaluation after every step (3 micro-batches
 // each, the same forward ops) adds no calls: one embedding forward and one head a step, as one micro-step makes.
 TEST(CudaShardedModel, OpProfileLeavesEvaluationsOut) {

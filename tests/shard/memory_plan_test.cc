@@ -18,6 +18,7 @@
 #include "shardtrain/core/process_memory.h"
 #include "shardtrain/model/decoder_stage.h"
 #include "shardtrain/model/gpt2/gpt_model.h"
+#include "shardtrain/shard/shard_span.h"
 
 namespace st {
 namespace {
@@ -80,12 +81,14 @@ TEST(MemoryPlan, OffloadLeavesWhollyFrozenUnits) {
 }
 
 TEST(MemoryPlan, GatherBuffersFollowThePrefetchDepthAndResharding) {
-  const Config c = gpt2_124m(DType::kBF16);
+  // Offloaded, one rank's units still gather their compute copies from the host's staging.
+  Config c = gpt2_124m(DType::kBF16);
+  c.optim.offload = OffloadMode::kOptimizerParams;
   CommPlan comm;
   comm.prefetch_depth = 1;
-  // Parameters and gradients: unit 0's buffer plus two unit-sized ones each; the reduce-scatter's output: the
-  // largest shard. In bf16.
-  const int64_t depth1 = 2 * 2 * (kEmbedding + 2 * kBlock) + 2 * kEmbedding;
+  // Parameters and gradients: unit 0's buffer plus two unit-sized ones each; no reduce-scatter output at one rank (the
+  // shard adds the full gradient). In bf16.
+  const int64_t depth1 = 2 * 2 * (kEmbedding + 2 * kBlock);
   EXPECT_EQ(plan_memory(c, 1, comm, {}).gather_buffers, depth1);
   comm.prefetch_depth = 3;
   EXPECT_EQ(param_pool_size(c, comm), 4);
@@ -95,11 +98,41 @@ TEST(MemoryPlan, GatherBuffersFollowThePrefetchDepthAndResharding) {
   Config keep = c;
   keep.dist.reshard_after_forward = false;
   EXPECT_EQ(param_pool_size(keep, comm), 13);
+  EXPECT_EQ(plan_memory(keep, 1, comm, {}).gather_buffers, depth1 + 2 * 2 * 2 * kBlock + 2 * 9 * kBlock);
   // Copy-engine reduce-scatters land a whole unit; hybrid stages one bucket across nodes.
   comm.prefetch_depth = 1;
   comm.exchange_reduce = true;
   comm.replica_bucket_elements = 1000;
-  EXPECT_EQ(plan_memory(c, 1, comm, {}).gather_buffers, depth1 + 2 * 1000);
+  EXPECT_EQ(plan_memory(c, 1, comm, {}).gather_buffers, depth1 + 2 * kEmbedding + 2 * 1000);
+}
+
+// At one rank the units compute on their shards, where nothing but the shard holds their parameters: no parameter
+// buffers, whatever the depth or resharding, and no reduce-scatter output. A frozen base (LoRA), offload or FP8
+// gathers bring the copies back.
+TEST(MemoryPlan, OneRankReadsItsShardsInPlace) {
+  const Config c = gpt2_124m(DType::kBF16);
+  const std::vector<UnitLayout> units = build_units(c.model);
+  EXPECT_TRUE(params_in_place(c, units, 1));
+  EXPECT_FALSE(params_in_place(c, units, 2));
+  CommPlan comm;
+  comm.prefetch_depth = 1;
+  EXPECT_EQ(plan_memory(c, 1, comm, {}).gather_buffers, 2 * (kEmbedding + 2 * kBlock));  // the full gradients
+  comm.prefetch_depth = 3;
+  EXPECT_EQ(plan_memory(c, 1, comm, {}).gather_buffers, 2 * (kEmbedding + 4 * kBlock));
+  Config keep = c;
+  keep.dist.reshard_after_forward = false;
+  EXPECT_EQ(plan_memory(keep, 1, comm, {}).gather_buffers, 2 * (kEmbedding + 4 * kBlock));
+  Config lora = c;
+  lora.model.lora.rank = 8;
+  EXPECT_FALSE(params_in_place(lora, build_units(lora.model), 1));
+  Config offload = c;
+  offload.optim.offload = OffloadMode::kOptimizer;
+  EXPECT_FALSE(params_in_place(offload, units, 1));
+  Config fp8 = c;
+  fp8.train.fp8 = Fp8Recipe::kTensorwise;
+  EXPECT_TRUE(params_in_place(fp8, units, 1));
+  fp8.dist.fp8_gather = true;
+  EXPECT_FALSE(params_in_place(fp8, units, 1));
 }
 
 TEST(MemoryPlan, WorkspaceAddsTheRuntimeReserve) {
@@ -182,9 +215,12 @@ TEST(HostMemoryPlan, FootprintIsWhatGptModelAllocates) {
 TEST(HostMemoryPlan, Gpt2SmallOnOneRankByHand) {
   const MemoryPlan p = plan_host_memory(gpt2_124m_cpu(), 1, 0);
   EXPECT_EQ(p.sharded_state, 16 * kParams);  // param, grad, m, v in fp32
-  // Gathered parameters and full gradients: unit 0's own and one shared by the blocks and the head (the largest
-  // is a block); the reduce-scatter's output: the largest shard (unit 0's).
-  EXPECT_EQ(p.gather_buffers, 4 * (2 * (kEmbedding + kBlock) + kEmbedding));
+  // Full gradients: unit 0's own and one shared by the blocks and the head (the largest is a block). At one rank the
+  // units read their shards in place and the shard adds the full gradient: no parameter buffers, no reduce-scatter
+  // output. At two, those too: the parameters' like the gradients', and the largest shard (unit 0's).
+  EXPECT_EQ(p.gather_buffers, 4 * (kEmbedding + kBlock));
+  const int64_t emb2 = padded_shard_size(kEmbedding, 2), block2 = padded_shard_size(kBlock, 2);
+  EXPECT_EQ(plan_host_memory(gpt2_124m_cpu(), 2, 0).gather_buffers, 4 * (4 * (emb2 + block2) + emb2));
   // B = 1, T = 1024, C = 768: per block 15 BTC + 4 BT + NH T^2 = 24,383,488 floats, 12 blocks; 12 block outputs;
   // encoded and lnf (2 BTC) and 3 BT; backward scratch 14 BTC; a 166-row logits chunk of 50304; 1024 tokens.
   EXPECT_EQ(p.activations,
@@ -283,8 +319,8 @@ TEST(HostMemoryPlan, APlanOverTheBudgetIsBadInputWithItsBreakdown) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
     const std::string m = e.what();
-    EXPECT_NE(m.find("host memory: this config needs 3.80 GiB per rank (sharded state 1.85 GiB, gather buffers 0.49 "
-                     "GiB, activations 1.20 GiB, workspace 0.25 GiB; total 3.80 GiB), but the host has 2.00 GiB "
+    EXPECT_NE(m.find("host memory: this config needs 3.48 GiB per rank (sharded state 1.85 GiB, gather buffers 0.17 "
+                     "GiB, activations 1.20 GiB, workspace 0.25 GiB; total 3.48 GiB), but the host has 2.00 GiB "
                      "available (MemAvailable); lower train.micro_batch"),
               std::string::npos)
         << m;
