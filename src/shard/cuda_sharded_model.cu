@@ -104,10 +104,11 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   }
   WindowArena sources(gather_windows, source_bytes);
   const int64_t pool_size = param_pool_size(cfg, comm_plan());
-  // Units that read their shards in place (params_in_place) take parameter buffers of no elements: the pools still
-  // order the schedule's gathers and releases.
-  in_place_ = params_in_place(cfg, units_, world);
-  const int64_t emb_full = in_place_ ? 0 : s.emb_full, unit_full = in_place_ ? 0 : s.unit_full;
+  // Units that read their shards in place (units_in_place); where all do, the parameter buffers hold no elements
+  // and the pools still order the schedule's gathers and releases.
+  in_place_ = units_in_place(cfg, units_, world);
+  const bool all_in_place = params_in_place(cfg, units_, world);
+  const int64_t emb_full = all_in_place ? 0 : s.emb_full, unit_full = all_in_place ? 0 : s.unit_full;
   WindowArena gathered(gather_windows, WindowArena::bytes_for(emb_full, sizeof(T)) +
                                            pool_size * WindowArena::bytes_for(unit_full, sizeof(T)) +
                                            WindowArena::bytes_for(s.nf4_full, 4));

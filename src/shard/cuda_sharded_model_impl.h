@@ -221,7 +221,7 @@ class CudaShardedModel final : public ModelBackend, private ScheduleExecutor {
   bool last_micro_ = true;                   // the running micro-step is the step's last
   bool summed_across_nodes_ = false;         // hybrid: this step's gradients went across nodes (zero_grads clears)
   std::unique_ptr<UnitBuffers<T>> buffers_;  // the gathered parameters and full gradients
-  bool in_place_ = false;  // the units read their parameters from their shards (params_in_place: one rank)
+  std::vector<bool> in_place_;  // per unit: it reads its parameters from its shard (units_in_place: one rank)
   DeviceBuffer<T> rs_out_;
   DeviceBuffer<uint8_t> nf4_full_;  // an NF4 unit's gathered storage, dequantised from (world > 1; model/nf4_base.h)
   std::unique_ptr<Fp8Gatherer<T>> fp8_gather_;    // dist.fp8_gather; null without it

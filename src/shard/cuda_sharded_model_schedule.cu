@@ -35,9 +35,10 @@ void CudaShardedModel<T>::issue_gather(int unit) {
   Buffer* b = &buffers_->take_params(unit);
   const int64_t slot = shards_->view(unit).slot;
   cudaStream_t ns = comm_stream_.get();
-  if (!in_place_) b->free.wait_on(ns);  // the unit that held it has finished computing
-  optimizer_.wait_updated(unit, ns);    // the shard its device AdamW writes (optimizer stream)
-  bool staged = false;                  // optim.offload=optimizer+params: a staging buffer filled from the host
+  const bool in_place = in_place_[static_cast<size_t>(unit)];
+  if (!in_place) b->free.wait_on(ns);  // the unit that held it has finished computing
+  optimizer_.wait_updated(unit, ns);   // the shard its device AdamW writes (optimizer stream)
+  bool staged = false;                 // optim.offload=optimizer+params: a staging buffer filled from the host
   const int world = coll_.shard().world_size();
   int64_t received = 0;  // bytes
   // A segment in FP8 (dist.fp8_gather: fp8_gatherer.h), or in T: the trainable slots, then the frozen tensors (LoRA's
@@ -52,7 +53,7 @@ void CudaShardedModel<T>::issue_gather(int unit) {
     coll_.gather_comm(from_staging).all_gather<T>(source, count, dst, ns);
     received += count * world * static_cast<int64_t>(sizeof(T));
   };
-  if (in_place_) {  // the unit reads its shard, once its AdamW has written it (above); nothing moves
+  if (in_place) {  // the unit reads its shard, once its AdamW has written it (above); nothing moves
     received += slot * static_cast<int64_t>(sizeof(T));
   } else if (slot > 0) {
     // A kept block (dist.fp8_gather_keep) needs no source: optim.offload=optimizer+params uploads none for it.
@@ -113,7 +114,7 @@ const T* CudaShardedModel<T>::gathered(int unit) {
   Buffer* b = buffers_->params(unit);
   ST_CHECK(b != nullptr, "unit ", unit, " used without being gathered");
   wait_for_comm(b->ready, unit == 0 ? "comm_wait.gather_embedding" : "comm_wait.gather");
-  return in_place_ ? shards_->gather_source(unit) : b->data.data();
+  return in_place_[static_cast<size_t>(unit)] ? shards_->gather_source(unit) : b->data.data();
 }
 
 template <typename T>

@@ -58,12 +58,6 @@ UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world) {
   return s;
 }
 
-bool params_in_place(const Config& cfg, const std::vector<UnitLayout>& units, int world) {
-  if (world != 1 || cfg.optim.offload != OffloadMode::kNone || cfg.dist.fp8_gather) return false;
-  return std::all_of(units.begin(), units.end(),
-                     [](const UnitLayout& u) { return u.frozen_numel == 0 && !u.nf4_base; });
-}
-
 std::vector<bool> offloaded_units(const Config& cfg, const std::vector<UnitLayout>& units) {
   std::vector<bool> out(units.size(), false);
   if (cfg.optim.offload == OffloadMode::kNone) return out;
@@ -75,6 +69,18 @@ std::vector<bool> offloaded_units(const Config& cfg, const std::vector<UnitLayou
     covered += units[i].numel;
   }
   return out;
+}
+
+std::vector<bool> units_in_place(const Config& cfg, const std::vector<UnitLayout>& units, int world) {
+  std::vector<bool> out = offloaded_units(cfg, units);
+  for (size_t u = 0; u < units.size(); ++u)
+    out[u] = world == 1 && !cfg.dist.fp8_gather && !out[u] && units[u].frozen_numel == 0 && !units[u].nf4_base;
+  return out;
+}
+
+bool params_in_place(const Config& cfg, const std::vector<UnitLayout>& units, int world) {
+  const std::vector<bool> each = units_in_place(cfg, units, world);
+  return std::all_of(each.begin(), each.end(), [](bool b) { return b; });
 }
 
 int64_t sharded_state_bytes(const Config& cfg, const std::vector<UnitLayout>& units, int world, int64_t t) {

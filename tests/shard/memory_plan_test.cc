@@ -107,8 +107,8 @@ TEST(MemoryPlan, GatherBuffersFollowThePrefetchDepthAndResharding) {
 }
 
 // At one rank the units compute on their shards, where nothing but the shard holds their parameters: no parameter
-// buffers, whatever the depth or resharding, and no reduce-scatter output. A frozen base (LoRA), offload or FP8
-// gathers bring the copies back.
+// buffers, whatever the depth or resharding, and no reduce-scatter output. A frozen base (LoRA), FP8 gathers or an
+// offloaded unit bring the buffers back.
 TEST(MemoryPlan, OneRankReadsItsShardsInPlace) {
   const Config c = gpt2_124m(DType::kBF16);
   const std::vector<UnitLayout> units = build_units(c.model);
@@ -128,6 +128,13 @@ TEST(MemoryPlan, OneRankReadsItsShardsInPlace) {
   Config offload = c;
   offload.optim.offload = OffloadMode::kOptimizer;
   EXPECT_FALSE(params_in_place(offload, units, 1));
+  // Units whose optimizer stays on the device still compute in place; the buffers serve the offloaded ones.
+  offload.optim.offload_fraction = 0.5f;
+  const std::vector<bool> off = offloaded_units(offload, units), each = units_in_place(offload, units, 1);
+  ASSERT_EQ(each.size(), off.size());
+  for (size_t u = 0; u < off.size(); ++u) EXPECT_EQ(each[u], !off[u]) << "unit " << u;
+  EXPECT_TRUE(each.front());
+  EXPECT_FALSE(each.back());
   Config fp8 = c;
   fp8.train.fp8 = Fp8Recipe::kTensorwise;
   EXPECT_TRUE(params_in_place(fp8, units, 1));

@@ -230,7 +230,7 @@ TEST(PlanSearch, FitsAlreadyOrSmallestChange) {
 }
 
 // Start-up's refusal of a device plan names the search's smallest change, or, where nothing fits, the knobs left.
-TEST(PlanSearch, DeviceMisfitAdviceIsTheSmallestChange) {
+TEST(PlanSearch, MisfitAdviceIsTheSmallestChange) {
   Config c = gpt2_124m(DType::kBF16);
   c.train.global_batch = 64;
   c.train.micro_batch = 16;

@@ -71,10 +71,11 @@ UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world);
 // frozen segment is dequantised there, numel + frozen_numel.
 int64_t gathered_elements(const UnitLayout& unit, int world);
 
-// Whether the units read their parameters from their shards in place: at one rank (of the sharding group) a gather
-// would copy the shard whole, so where every unit's parameters are its shard alone (no optim.offload, no frozen base,
-// no dist.fp8_gather) the units compute on the shards and the plan holds no gathered-parameter buffers. Their
-// gradients' reduce-scatter is then the addition into the shard, with no copy between either.
+// Which units read their parameters from their shards in place: at one rank (of the sharding group) a gather would
+// copy the shard whole, so a unit whose parameters are its shard alone (not offloaded, no frozen base, no
+// dist.fp8_gather) computes on its shard. Where every unit does (params_in_place) the plan holds no gathered-parameter
+// buffers. At one rank the reduce-scatter is the addition into the shard, with no copy between either.
+std::vector<bool> units_in_place(const Config& cfg, const std::vector<UnitLayout>& units, int world);
 bool params_in_place(const Config& cfg, const std::vector<UnitLayout>& units, int world);
 
 // Which units optim.offload moves to the host: from the last unit back, until optim.offload_fraction of the
