@@ -11,7 +11,8 @@
 // whose optimizer is offloaded (optim.offload) keeps only its gradient and compute copy on the device
 // (optimizer), or only its gradient (optimizer+params: its compute copy passes through one of two staging buffers
 // on its way to a gather). Gathered parameters and full gradients are unit-sized buffers in the compute type,
-// allocated once: a dedicated one for the tied embedding (unit 0) and pools for the rest.
+// allocated once: a dedicated one for the tied embedding (unit 0) and pools for the rest; at one rank the parameters'
+// hold nothing where every unit computes on its shard (params_in_place).
 #pragma once
 
 #include <cstdint>
