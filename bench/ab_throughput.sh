@@ -15,14 +15,16 @@
 # every run, after these defaults: --train.dtype=bf16 on GPUs, --train.steps=${AB_STEPS:-14}, --log.every=5 (a key
 # may be given once: set the steps through AB_STEPS). Each run is one bench/train_throughput.sh row (3 warm-up
 # steps, then medians); rows go to stdout as they finish, the summary last. A run still going after
-# ${AB_TIMEOUT:-300} seconds is stopped and counted as failed (AB_TIMEOUT=0: no limit).
+# ${AB_TIMEOUT:-300} seconds is stopped and counted as failed (AB_TIMEOUT=0: no limit). With SHARDTRAIN_PROFILE_OPS=1
+# (set for all, or in a variant's own variables) each run's op profile follows its row. Each run's JSONL and log stay
+# in ${TT_DIR:-/tmp/train_throughput}/ab<pid>_r<round>_c<case>_<variant>.
 #
 # A build of another commit, beside the working tree (the GPU machine gets a copy of the tree, not the history):
 #   git archive REV | (mkdir -p build-ab-src && tar -x -C build-ab-src)      # here; carry build-ab-src
 #   cmake -S build-ab-src -B build-base -DCMAKE_BUILD_TYPE=Release && cmake --build build-base --target shardtrain
 set -uo pipefail
 if [[ $# -lt 3 ]]; then
-  sed -n '2,16p' "$0" >&2
+  sed -n '2,20p' "$0" >&2
   exit 2
 fi
 ROUNDS=$1 CASES=$2
@@ -83,7 +85,8 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     for vi in "${!names[@]}"; do
       IFS=, read -r -a envs <<<"${envs_of[vi]}"
       IFS=, read -r -a vflags <<<"${flags_of[vi]}"
-      out=$(env "${envs[@]}" TT_TIMEOUT="$AB_TIMEOUT" bash bench/train_throughput.sh "${builds[vi]}" "$gpus" \
+      tt=${TT_DIR:-/tmp/train_throughput}/ab$$_r${round}_c${ci}_${names[vi]}  # the run's JSONL and log
+      out=$(env "${envs[@]}" TT_DIR="$tt" TT_TIMEOUT="$AB_TIMEOUT" bash bench/train_throughput.sh "${builds[vi]}" "$gpus" \
         "${configs[ci]}" "${dtype[@]}" --train.micro_batch="$mb" --train.global_batch=$((mb * (gpus > 0 ? gpus : 1))) \
         --train.steps="${AB_STEPS:-14}" --log.every=5 "${flags[@]}" "${vflags[@]}")
       row=$(tail -1 <<<"$out")
@@ -91,6 +94,10 @@ for ((round = 1; round <= ROUNDS; ++round)); do
       [[ $out == FAILED* ]] && row=$(head -1 <<<"$out") && out=$(tail -n +2 <<<"$out") || out=""
       printf '%-8s %-14s %-5s %s\n' "${names[vi]}" "${cases[ci]}" "$round" "$row"
       [[ -n $out ]] && sed 's/^/    /' <<<"$out"
+      # SHARDTRAIN_PROFILE_OPS=1, for every variant or in one's own: the run's op profile under its row.
+      if [[ ${SHARDTRAIN_PROFILE_OPS:-0} == 1 || ,${envs_of[vi]}, == *,SHARDTRAIN_PROFILE_OPS=1,* ]]; then
+        awk '/op profile/ {on = 1} on {print "    " $0} on && / total / {exit}' "$tt"/*.log
+      fi
       printf '%s\t%s\t%s\n' "${names[vi]}" "${cases[ci]}" "$row" >>"$results"
     done
   done
