@@ -92,7 +92,10 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   const auto params_on_host = [&](int u) {
     return offloaded[static_cast<size_t>(u)] && cfg.optim.offload == OffloadMode::kOptimizerParams;
   };
-  const UnitSizes s = unit_sizes(units_, world);
+  // Units that read their shards in place (units_in_place) leave the parameter buffers' sizes; where all do, those
+  // hold no elements and the pools still order the schedule's gathers and releases.
+  in_place_ = units_in_place(cfg, units_, world);
+  const UnitSizes s = unit_sizes(units_, world, in_place_);
   // The gathers' sources (each unit's shard in T, read on the device) and destinations, in two symmetric windows of
   // the zero-CTA communicator for copy-engine gathers (each buffer its own allocation otherwise).
   int64_t source_bytes = 0;
@@ -104,13 +107,8 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
   }
   WindowArena sources(gather_windows, source_bytes);
   const int64_t pool_size = param_pool_size(cfg, comm_plan());
-  // Units that read their shards in place (units_in_place); where all do, the parameter buffers hold no elements
-  // and the pools still order the schedule's gathers and releases.
-  in_place_ = units_in_place(cfg, units_, world);
-  const bool all_in_place = params_in_place(cfg, units_, world);
-  const int64_t emb_full = all_in_place ? 0 : s.emb_full, unit_full = all_in_place ? 0 : s.unit_full;
-  WindowArena gathered(gather_windows, WindowArena::bytes_for(emb_full, sizeof(T)) +
-                                           pool_size * WindowArena::bytes_for(unit_full, sizeof(T)) +
+  WindowArena gathered(gather_windows, WindowArena::bytes_for(s.emb_full, sizeof(T)) +
+                                           pool_size * WindowArena::bytes_for(s.unit_full, sizeof(T)) +
                                            WindowArena::bytes_for(s.nf4_full, 4));
   if (s.nf4_full > 0) nf4_full_ = gathered.take<uint8_t>(s.nf4_full * 4);
   if (cfg.dist.fp8_gather) fp8_gather_ = std::make_unique<Fp8Gatherer<T>>(cfg, units_, rank, world);
@@ -124,7 +122,7 @@ CudaShardedModel<T>::CudaShardedModel(const Config& cfg, Communicator& comm)
                     WindowArena::bytes_for(s.emb_grad_full, sizeof(T)) +
                         grad_pool_size(comm_plan()) * WindowArena::bytes_for(s.unit_grad_full, sizeof(T)) +
                         WindowArena::bytes_for(exchanged, sizeof(T)));
-  buffers_ = std::make_unique<UnitBuffers<T>>(static_cast<int>(units_.size()), emb_full, unit_full, s.emb_grad_full,
+  buffers_ = std::make_unique<UnitBuffers<T>>(static_cast<int>(units_.size()), s.emb_full, s.unit_full, s.emb_grad_full,
                                               s.unit_grad_full, static_cast<int>(pool_size),
                                               grad_pool_size(comm_plan()), gathered, grads);
   if (groups_.replica)

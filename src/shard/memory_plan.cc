@@ -29,15 +29,16 @@ int64_t gathered_elements(const UnitLayout& unit, int world) {
   return std::max(slot * world, frozen > 0 ? unit.numel + frozen * world : 0);
 }
 
-UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world) {
+UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world, const std::vector<bool>& in_place) {
   UnitSizes s;
   for (const UnitLayout& u : units) {
     const int64_t slot = padded_shard_size(u.numel, world);
+    const int64_t full = in_place.empty() || !in_place[static_cast<size_t>(u.index)] ? gathered_elements(u, world) : 0;
     if (u.index == 0) {
-      s.emb_full = gathered_elements(u, world);
+      s.emb_full = full;
       s.emb_grad_full = slot * world;
     } else {
-      s.unit_full = std::max(s.unit_full, gathered_elements(u, world));
+      s.unit_full = std::max(s.unit_full, full);
       s.unit_grad_full = std::max(s.unit_grad_full, slot * world);
     }
     s.max_slot = std::max(s.max_slot, slot);
@@ -102,7 +103,7 @@ int64_t sharded_state_bytes(const Config& cfg, const std::vector<UnitLayout>& un
 
 MemoryPlan plan_memory(const Config& cfg, int world, const CommPlan& comm, const ComputeFootprint& compute) {
   const std::vector<UnitLayout> units = build_units(cfg.model);
-  const UnitSizes s = unit_sizes(units, world);
+  const UnitSizes s = unit_sizes(units, world, units_in_place(cfg, units, world));
   const int64_t t = dtype_bytes(cfg.compute_dtype());
   MemoryPlan p;
   p.sharded_state = sharded_state_bytes(cfg, units, world, t) + s.frozen_slots * t  // the frozen base: its dtype
@@ -110,9 +111,9 @@ MemoryPlan plan_memory(const Config& cfg, int world, const CommPlan& comm, const
   // dist.fp8_gather_keep: the codes each rank keeps of its shard through a step (fp8_gather.h).
   if (cfg.dist.fp8_gather_keep)
     p.sharded_state += fp8_gather_kept_bytes(cfg.model, units, world, fp8_policy(cfg.train.fp8), t);
-  // Parameters (none where the units read their shards in place), full gradients, the reduce-scatter's output (none
-  // at one rank: the addition reads the full gradient), the hybrid bucket, an NF4 unit's gathered storage.
-  const int64_t params = params_in_place(cfg, units, world) ? 0 : s.emb_full + param_pool_size(cfg, comm) * s.unit_full;
+  // Parameters (of the units that gather copies), full gradients, the reduce-scatter's output (none at one rank: the
+  // addition reads the full gradient), the hybrid bucket, an NF4 unit's gathered storage.
+  const int64_t params = s.emb_full + param_pool_size(cfg, comm) * s.unit_full;
   const int64_t grads = s.emb_grad_full + grad_pool_size(comm) * s.unit_grad_full;
   int64_t rs_out = world > 1 ? s.max_slot : 0;
   if (comm.exchange_reduce) rs_out = std::max(s.emb_grad_full, s.unit_grad_full);

@@ -64,7 +64,7 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
     offload_ = std::make_unique<HostAdamW>(o);
   }
   const int world = groups_.shard().world_size(), rank = groups_.shard().rank();
-  int64_t max_unit_full = 0, max_unit_grad = 0, max_slot = 0, nf4_full = 0;
+  int64_t max_unit_grad = 0, max_slot = 0, nf4_full = 0;
   for (const UnitLayout& u : model_->units()) {
     UnitShard s;
     s.span = shard_span(u.numel, rank, world);
@@ -92,22 +92,20 @@ ShardedModel::ShardedModel(const Config& cfg, Communicator& comm)
       init_unit_range(u, cfg.model, cfg.train.seed, s.frozen_span.offset, s.frozen_span.end(), s.frozen.data(),
                       Segment::kFrozen);
     }
-    if (u.index != 0) {
-      max_unit_full = std::max(max_unit_full, gathered_elements(u, world));
-      max_unit_grad = std::max(max_unit_grad, s.slot * world);
-    }
+    if (u.index != 0) max_unit_grad = std::max(max_unit_grad, s.slot * world);
     max_slot = std::max(max_slot, s.slot);
     shards_.push_back(std::move(s));
   }
-  // Units that read their shards in place (params_in_place: one rank) hold parameter slots of no elements. Here the
-  // host AdamW (optim.offload) updates the shards themselves, and settles before a schedule runs.
+  // Units that read their shards in place (units_in_place: one rank) leave the parameter slots' sizes. Here the host
+  // AdamW (optim.offload) updates the shards themselves, and settles before a schedule runs.
   Config plain = cfg;
   plain.optim.offload = OffloadMode::kNone;
-  in_place_ = params_in_place(plain, model_->units(), world);
-  emb_param_.data.assign(in_place_ ? 0 : gathered_elements(model_->units()[0], world), 0.0f);
+  in_place_ = units_in_place(plain, model_->units(), world);
+  const UnitSizes sizes = unit_sizes(model_->units(), world, in_place_);
+  emb_param_.data.assign(sizes.emb_full, 0.0f);
   emb_grad_.data.assign(shards_[0].slot * world, 0.0f);
   unit_params_.resize(cfg.dist.reshard_after_forward ? 1 : static_cast<size_t>(cfg.model.n_layer + 1));
-  for (Slot& s : unit_params_) s.data.assign(in_place_ ? 0 : max_unit_full, 0.0f);
+  for (Slot& s : unit_params_) s.data.assign(sizes.unit_full, 0.0f);
   unit_grad_.data.assign(max_unit_grad, 0.0f);
   rs_scratch_.assign(world > 1 ? max_slot : 0, 0.0f);  // at one rank the shard adds the full gradient as it lies
   nf4_full_.assign(static_cast<size_t>(nf4_full), 0.0f);
@@ -161,7 +159,7 @@ void ShardedModel::release(Slot& s, int unit) {
 const float* ShardedModel::gathered(int unit) {
   Slot& s = param_slot(unit);
   ST_CHECK(s.unit == unit, "unit ", unit, " used without being gathered");
-  return in_place_ ? shards_[static_cast<size_t>(unit)].param.data() : s.data.data();
+  return in_place_[static_cast<size_t>(unit)] ? shards_[static_cast<size_t>(unit)].param.data() : s.data.data();
 }
 
 float* ShardedModel::full_grad(int unit) {
@@ -196,7 +194,7 @@ void ShardedModel::gather(int unit, size_t /*at*/) {
   // The trainable slots, then the frozen ones from element numel on: they overwrite the trainable slots' padding.
   const Fp8GatherSegment* fp8 = fp8_segments_.empty() ? nullptr : fp8_segments_[static_cast<size_t>(unit)].data();
   int64_t received = 0;
-  if (in_place_) {  // the unit reads its shard; nothing moves
+  if (in_place_[static_cast<size_t>(unit)]) {  // the unit reads its shard; nothing moves
     received += sh.slot * 4;
   } else if (fp8 != nullptr && !fp8[0].empty()) {
     received += gather_fp8(unit, 0, sh.param.data(), s.data.data());

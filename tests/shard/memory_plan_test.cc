@@ -135,6 +135,9 @@ TEST(MemoryPlan, OneRankReadsItsShardsInPlace) {
   for (size_t u = 0; u < off.size(); ++u) EXPECT_EQ(each[u], !off[u]) << "unit " << u;
   EXPECT_TRUE(each.front());
   EXPECT_FALSE(each.back());
+  // Unit 0 in place: no buffer of its own; the pool's two (prefetch depth 1) hold a block, the largest that copies.
+  comm.prefetch_depth = 1;
+  EXPECT_EQ(plan_memory(offload, 1, comm, {}).gather_buffers, 2 * (2 * kBlock + kEmbedding + 2 * kBlock));
   Config fp8 = c;
   fp8.train.fp8 = Fp8Recipe::kTensorwise;
   EXPECT_TRUE(params_in_place(fp8, units, 1));

@@ -12,7 +12,7 @@
 // (optimizer), or only its gradient (optimizer+params: its compute copy passes through one of two staging buffers
 // on its way to a gather). Gathered parameters and full gradients are unit-sized buffers in the compute type,
 // allocated once: a dedicated one for the tied embedding (unit 0) and pools for the rest; at one rank the parameters'
-// hold nothing where every unit computes on its shard (params_in_place).
+// are sized by the units that gather copies (units_in_place), and hold nothing where none does.
 #pragma once
 
 #include <cstdint>
@@ -52,8 +52,8 @@ int grad_pool_size(const CommPlan& comm);
 
 // Element counts that size the gather buffers.
 struct UnitSizes {
-  int64_t emb_full = 0;        // unit 0's gathered parameters (gathered_elements)
-  int64_t unit_full = 0;       // the largest other unit's gathered parameters
+  int64_t emb_full = 0;        // unit 0's gathered parameters (gathered_elements; 0 where it computes in place)
+  int64_t unit_full = 0;       // the largest other unit's gathered parameters, of those that gather a copy
   int64_t emb_grad_full = 0;   // unit 0's full gradient (its trainable slot * world)
   int64_t unit_grad_full = 0;  // the largest other unit's full gradient
   int64_t max_slot = 0;        // the largest shard of trainable state
@@ -65,7 +65,8 @@ struct UnitSizes {
   // unit (the host view), its largest matrix, and the largest unit's storage.
   int64_t nf4_segment = 0, nf4_tensor = 0, nf4_storage_words = 0;
 };
-UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world);
+// `in_place`: per unit, whether it computes on its shard (units_in_place; empty: none does).
+UnitSizes unit_sizes(const std::vector<UnitLayout>& units, int world, const std::vector<bool>& in_place = {});
 
 // The elements of a unit's gathered parameter buffer: the trainable slots of every rank, with the frozen tensors'
 // slots gathered from element numel on (units.h), so max(slot * world, numel + frozen_slot * world); an NF4 unit's
@@ -74,8 +75,9 @@ int64_t gathered_elements(const UnitLayout& unit, int world);
 
 // Which units read their parameters from their shards in place: at one rank (of the sharding group) a gather would
 // copy the shard whole, so a unit whose parameters are its shard alone (not offloaded, no frozen base, no
-// dist.fp8_gather) computes on its shard. Where every unit does (params_in_place) the plan holds no gathered-parameter
-// buffers. At one rank the reduce-scatter is the addition into the shard, with no copy between either.
+// dist.fp8_gather) computes on its shard, and the parameter buffers are sized by the units that gather copies (none
+// where every unit computes in place: params_in_place). At one rank the reduce-scatter is the addition into the
+// shard, with no copy between either.
 std::vector<bool> units_in_place(const Config& cfg, const std::vector<UnitLayout>& units, int world);
 bool params_in_place(const Config& cfg, const std::vector<UnitLayout>& units, int world);
 

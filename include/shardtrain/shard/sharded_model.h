@@ -152,7 +152,7 @@ class ShardedModel final : public ModelBackend, private ScheduleExecutor {
   // Unit 0 (the tied embedding) is live at the same time as the head, so it has slots of its own.
   Slot emb_param_, emb_grad_, unit_grad_;
   std::vector<Slot> unit_params_;
-  bool in_place_ = false;  // the units read their parameters from their shards (params_in_place: one rank)
+  std::vector<bool> in_place_;  // per unit: it reads its parameters from its shard (units_in_place: one rank)
   std::vector<float> rs_scratch_;
   std::vector<Nf4UnitStorage> nf4_storage_;  // per unit (empty parts for units without an NF4 base)
   std::vector<float> nf4_full_;              // an NF4 unit's gathered storage (world > 1)

@@ -2,9 +2,9 @@
 // and handed to the units in turn. Unit 0 (the tied embedding, live at both ends of the step) has a parameter and a
 // gradient buffer of its own; the other units share two pools (memory_plan.h sizes them). Each buffer carries two
 // events, recorded and waited on by the caller's streams: `ready` when its contents are complete (gather done,
-// backward done), `free` when its last reader has finished (compute done, reduce-scatter done). Where every unit
-// computes on its shard (one rank: memory_plan.h's params_in_place) the parameter buffers hold no elements and serve
-// only to order the schedule's gathers and releases.
+// backward done), `free` when its last reader has finished (compute done, reduce-scatter done). At one rank the
+// parameter buffers are sized by the units that gather copies (memory_plan.h's units_in_place); where none does they
+// hold no elements and serve only to order the schedule's gathers and releases.
 //
 //   Buffer& b = buffers.take_params(u);    // the least recently released free buffer
 //   b.free.wait_on(comm);  nccl.all_gather(src, slot, b.data.data(), comm);  b.ready.record(comm);
