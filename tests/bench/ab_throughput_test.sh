@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/ab_throughput.sh on the CPU backend: every variant runs every case each round (rows in that order), the
 # summary gives each case's median per variant with the first variant at exactly 1.000x, a variant's environment
-# and flags reach its runs only, and bad arguments are refused naming what is wrong.
+# and flags reach its runs only, each run keeps its log in a folder of its own, and bad arguments are refused naming
+# what is wrong.
 #   ab_throughput_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 SRC=$1 BUILD=$2
@@ -20,6 +21,14 @@ order=$(grep -E '^(one|two) ' <<<"$out" | awk '{print $1 $2 $3}' | tr '\n' ' ')
 for c in 0:1:tiny 0:2:tiny; do
   grep -qE "^  $c +one [0-9,]+ \(1\.000x\) \[2 runs\], two [0-9,]+ \([0-9.]+x\) \[2 runs\]$" <<<"$out" ||
     fail "no summary line for $c"
+done
+# Each run's JSONL and log stay in a folder of their own under TT_DIR.
+for v in one two; do
+  for r in 1 2; do
+    for c in 0 1; do
+      ls "$TT_DIR"/ab*_r${r}_c${c}_$v/*.log >/dev/null 2>&1 || fail "no log for $v, round $r, case $c in $TT_DIR"
+    done
+  done
 done
 # A variant's environment goes to its runs only: without the built-in corpus, that variant's runs fail.
 out=$(AB_STEPS=4 bash "$SRC/bench/ab_throughput.sh" 1 "0:2:tiny" ok="$BUILD" bad="$BUILD,SHARDTRAIN_FORTUNES_DIR=/no/such/dir" 2>&1)
