@@ -190,7 +190,7 @@ TEST_F(ShardedTest, RecomputeIsBitIdentical) {
 
 // Keeping blocks gathered from forward to backward (dist.reshard_after_forward = false) changes only the
 // communication: the results are bit-identical, each block is gathered once per micro-step, and more
-// gather buffers are held.
+// gather buffers are held (at two ranks; at one the units compute on their shards, with no buffer either way).
 TEST_F(ShardedTest, NoReshardAfterForwardIsBitIdenticalWithFewerGathers) {
   Config c = small(/*n_layer=*/3);
   fake::spawn(2, [&](Communicator& comm) {
@@ -206,6 +206,15 @@ TEST_F(ShardedTest, NoReshardAfterForwardIsBitIdenticalWithFewerGathers) {
     StepEngine z(c, comm);
     EXPECT_GT(e.sharded().memory().gather_buffer_bytes, z.sharded().memory().gather_buffer_bytes);
   });
+  // At one rank the units compute on their shards: the same bits again, and no buffer either way.
+  SoloCommunicator solo;
+  Config keep = c;
+  keep.dist.reshard_after_forward = false;
+  const Trace zero3 = train(c, solo), zero2 = train(keep, solo);
+  EXPECT_EQ(zero3.losses, zero2.losses);
+  EXPECT_EQ(zero3.params, zero2.params);
+  EXPECT_EQ(StepEngine(keep, solo).sharded().memory().gather_buffer_bytes,
+            StepEngine(c, solo).sharded().memory().gather_buffer_bytes);
 }
 
 }  // namespace
