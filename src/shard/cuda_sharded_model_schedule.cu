@@ -53,7 +53,7 @@ void CudaShardedModel<T>::issue_gather(int unit) {
     coll_.gather_comm(from_staging).all_gather<T>(source, count, dst, ns);
     received += count * world * static_cast<int64_t>(sizeof(T));
   };
-  if (in_place) {  // the unit reads its shard, once its AdamW has written it (above); nothing moves
+  if (in_place) {  // the unit reads its shard once its AdamW has written it (above); counted as the gather it replaces
     received += slot * static_cast<int64_t>(sizeof(T));
   } else if (slot > 0) {
     // A kept block (dist.fp8_gather_keep) needs no source: optim.offload=optimizer+params uploads none for it.

@@ -79,11 +79,6 @@ std::vector<bool> units_in_place(const Config& cfg, const std::vector<UnitLayout
   return out;
 }
 
-bool params_in_place(const Config& cfg, const std::vector<UnitLayout>& units, int world) {
-  const std::vector<bool> each = units_in_place(cfg, units, world);
-  return std::all_of(each.begin(), each.end(), [](bool b) { return b; });
-}
-
 int64_t sharded_state_bytes(const Config& cfg, const std::vector<UnitLayout>& units, int world, int64_t t) {
   const std::vector<bool> off = offloaded_units(cfg, units);
   int64_t bytes = 0, staged_slot = 0;

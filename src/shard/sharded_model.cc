@@ -194,7 +194,7 @@ void ShardedModel::gather(int unit, size_t /*at*/) {
   // The trainable slots, then the frozen ones from element numel on: they overwrite the trainable slots' padding.
   const Fp8GatherSegment* fp8 = fp8_segments_.empty() ? nullptr : fp8_segments_[static_cast<size_t>(unit)].data();
   int64_t received = 0;
-  if (in_place_[static_cast<size_t>(unit)]) {  // the unit reads its shard; nothing moves
+  if (in_place_[static_cast<size_t>(unit)]) {  // the unit reads its shard; counted as the gather it replaces
     received += sh.slot * 4;
   } else if (fp8 != nullptr && !fp8[0].empty()) {
     received += gather_fp8(unit, 0, sh.param.data(), s.data.data());
@@ -522,7 +522,8 @@ MemoryStats ShardedModel::memory() const {
   }
   for (const Slot& s : unit_params_) m.gather_buffer_bytes += bytes_of(s.data);
   m.gather_buffer_bytes += bytes_of(emb_param_.data) + bytes_of(emb_grad_.data) + bytes_of(unit_grad_.data) +
-                           bytes_of(nf4_full_) + bytes_of(fp8_send_) + bytes_of(fp8_recv_);
+                           bytes_of(rs_scratch_) + bytes_of(bucket_) + bytes_of(nf4_full_) + bytes_of(fp8_send_) +
+                           bytes_of(fp8_recv_);
   m.gathered_peak_bytes = peak_bytes_;
   return m;
 }

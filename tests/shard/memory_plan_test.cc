@@ -110,6 +110,10 @@ TEST(MemoryPlan, GatherBuffersFollowThePrefetchDepthAndResharding) {
 // buffers, whatever the depth or resharding, and no reduce-scatter output. A frozen base (LoRA), FP8 gathers or an
 // offloaded unit bring the buffers back.
 TEST(MemoryPlan, OneRankReadsItsShardsInPlace) {
+  const auto params_in_place = [](const Config& c, const std::vector<UnitLayout>& units, int world) {
+    const std::vector<bool> each = units_in_place(c, units, world);
+    return std::all_of(each.begin(), each.end(), [](bool b) { return b; });
+  };
   const Config c = gpt2_124m(DType::kBF16);
   const std::vector<UnitLayout> units = build_units(c.model);
   EXPECT_TRUE(params_in_place(c, units, 1));

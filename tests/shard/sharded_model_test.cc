@@ -6,12 +6,14 @@
 
 #include <cmath>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "../common/tiny_training.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/comm/fake_communicator.h"
 #include "shardtrain/core/process_memory.h"
+#include "shardtrain/shard/memory_plan.h"
 #include "shardtrain/train/step_engine.h"
 
 namespace st {
@@ -142,6 +144,27 @@ TEST_F(ShardedTest, PeakMemoryIsTheProcessPeakResidentSet) {
   EXPECT_GE(peak, mem.sharded_state_bytes + mem.gather_buffer_bytes);
   EXPECT_LE(peak, process_peak_rss_bytes());
   EXPECT_GE(m.peak_memory_bytes(), peak);
+}
+
+// The host plan's gather buffers are what the model allocates, at one rank (where the units compute on their shards
+// and only LoRA's frozen base brings the parameter slots back) and at two: plain, LoRA, offloaded, kept gathered.
+TEST_F(ShardedTest, GatherBuffersAreWhatTheHostPlanSays) {
+  for (const char* variant : {"plain", "lora", "offload", "no_reshard"}) {
+    Config c = small(/*n_layer=*/2);
+    if (std::string(variant) == "lora") c.model.lora.rank = 4;
+    if (std::string(variant) == "offload") {
+      c.optim.offload = OffloadMode::kOptimizer;
+      c.optim.offload_fraction = 0.5f;
+    }
+    c.dist.reshard_after_forward = std::string(variant) != "no_reshard";
+    for (int world : {1, 2}) {
+      SCOPED_TRACE(std::string(variant) + " at " + std::to_string(world) + " ranks");
+      fake::spawn(world, [&](Communicator& comm) {
+        ShardedModel m(c, comm);
+        EXPECT_EQ(m.memory().gather_buffer_bytes, plan_host_memory(c, world, 0).gather_buffers);
+      });
+    }
+  }
 }
 
 // Each micro-step gathers the embedding twice (forward and tied head), each block twice (forward and

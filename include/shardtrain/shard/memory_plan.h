@@ -76,10 +76,9 @@ int64_t gathered_elements(const UnitLayout& unit, int world);
 // Which units read their parameters from their shards in place: at one rank (of the sharding group) a gather would
 // copy the shard whole, so a unit whose parameters are its shard alone (not offloaded, no frozen base, no
 // dist.fp8_gather) computes on its shard, and the parameter buffers are sized by the units that gather copies (none
-// where every unit computes in place: params_in_place). At one rank the reduce-scatter is the addition into the
-// shard, with no copy between either.
+// where every unit computes in place). At one rank the reduce-scatter is the addition into the shard, with no copy
+// between either.
 std::vector<bool> units_in_place(const Config& cfg, const std::vector<UnitLayout>& units, int world);
-bool params_in_place(const Config& cfg, const std::vector<UnitLayout>& units, int world);
 
 // Which units optim.offload moves to the host: from the last unit back, until optim.offload_fraction of the
 // parameters is covered (all of them at 1). The first units, the tied embedding first, keep their optimizer on
