@@ -1,7 +1,8 @@
 // `shardtrain plan --config FILE [--world N] [--ranks-per-node N] [--gpu-mem GiB] [--host-mem GiB] [--section.key=value
 // ...]`: the run's memory plan (shard/run_plan.h) on a target, without starting a job and without a GPU. Prints per
 // rank and per node the device plan and the host plan, term by term, whether the config fits and, if not, the
-// smallest change that does (shard/plan_search.h). The plans are the ones `train` checks at start-up.
+// smallest change that does (shard/plan_search.h), and where that takes more ranks or nothing does, the LoRA or QLoRA
+// adapters that fit the target (adapters_that_fit). The plans are the ones `train` checks at start-up.
 //
 //   $ shardtrain plan --config configs/llama3.1-8b.ini --world 2 --gpu-mem 24 --host-mem 64
 //   plan: configs/llama3.1-8b.ini: llama, 8.03 B parameters, bf16 on cuda; 2 rank(s), 2 per node, each unit ...
@@ -291,13 +292,19 @@ int cmd_plan(const std::vector<std::string>& args) {
   const std::optional<st::PlanChange> c = st::smallest_fitting_change(cfg, t);
   if (!c) {
     std::puts("does not fit; no change of recompute, micro-batch, offload or world size (up to 64 times) fits");
-    return kExitDoesNotFit;
+  } else {
+    const int w = c->target.world, per_node = c->target.ranks_per_node;
+    std::printf("does not fit; the smallest change that fits: %s%s\n", c->overrides.c_str(),
+                w == t.world
+                    ? ""
+                    : st::str_cat(" (", (w + per_node - 1) / per_node, " node(s) of ", per_node, " rank(s))").c_str());
+    print_plan(c->plan, c->target);
   }
-  const int w = c->target.world, per_node = c->target.ranks_per_node;
-  std::printf("does not fit; the smallest change that fits: %s%s\n", c->overrides.c_str(),
-              w == t.world
-                  ? ""
-                  : st::str_cat(" (", (w + per_node - 1) / per_node, " node(s) of ", per_node, " rank(s))").c_str());
-  print_plan(c->plan, c->target);
+  // Another way to train the model on this target, where the run's own knobs need more ranks or find nothing.
+  if (!c || c->target.world != t.world)
+    if (const std::optional<st::PlanChange> a = st::adapters_that_fit(cfg, t)) {
+      std::printf("at this world size, LoRA adapters on a frozen base fit: %s\n", a->overrides.c_str());
+      print_plan(a->plan, a->target);
+    }
   return kExitDoesNotFit;
 }

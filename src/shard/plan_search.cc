@@ -158,10 +158,39 @@ std::optional<PlanChange> fewest_recomputed_blocks(const Config& cfg, const RunT
   return std::nullopt;
 }
 
+std::optional<PlanChange> adapters_that_fit(const Config& cfg, const RunTarget& target) {
+  if (cfg.model.lora.enabled() || plan_run(cfg, target).fits()) return std::nullopt;
+  for (const LoraBase base : {LoraBase::kBf16, LoraBase::kNf4}) {
+    PlanChange c{cfg, target, {}, {}};
+    LoraConfig& l = c.config.model.lora;
+    l.rank = 16;
+    l.alpha = 32.0f;
+    l.targets = "all";
+    l.base_dtype = base;
+    c.config.optim.offload = OffloadMode::kNone;
+    c.overrides = str_cat("--lora.rank=16 --lora.alpha=32 --lora.targets=all",
+                          base == LoraBase::kNf4 ? " --lora.base_dtype=nf4" : "",
+                          cfg.optim.offload != OffloadMode::kNone ? " --optim.offload=none" : "");
+    try {
+      c.plan = plan_run(c.config, c.target);
+    } catch (const Error&) {  // a setting adapters do not take: no advice
+      return std::nullopt;
+    }
+    if (c.plan.fits()) return c;
+  }
+  return std::nullopt;
+}
+
 std::string misfit_advice(const Config& cfg, const RunTarget& target) {
   try {
-    if (const std::optional<PlanChange> c = smallest_fitting_change(cfg, target))
-      return str_cat("it fits with ", c->overrides, " (`shardtrain plan` prints that plan)");
+    if (const std::optional<PlanChange> c = smallest_fitting_change(cfg, target)) {
+      const std::optional<PlanChange> a =
+          c->target.world != target.world ? adapters_that_fit(cfg, target) : std::nullopt;
+      return str_cat("it fits with ", c->overrides, " (`shardtrain plan` prints that plan)",
+                     a ? str_cat("; at this world size adapters on a frozen base fit: ", a->overrides) : "");
+    }
+    if (const std::optional<PlanChange> a = adapters_that_fit(cfg, target))
+      return str_cat("no change in `shardtrain plan`'s search fits it; adapters on a frozen base do: ", a->overrides);
   } catch (const Error&) {  // a config the search cannot plan: the refusal it advises on still stands, with the knobs
   }
   std::vector<std::string> knobs;

@@ -52,6 +52,10 @@ TEST(PlanCli, Llama8bOnTwo24GiBCardsNeedsTwoMoreRanks) {
   EXPECT_EQ(r.code, 3) << r.output;
   expect_has(r.output, "(--gpu-mem 24.00 GiB): does not fit");
   expect_has(r.output, "does not fit; the smallest change that fits: --world 4 (2 node(s) of 2 rank(s))");
+  // Another way to train it on these two cards, with its plan.
+  expect_has(r.output,
+             "at this world size, LoRA adapters on a frozen base fit: --lora.rank=16 --lora.alpha=32 "
+             "--lora.targets=all --optim.offload=none\n  device, per rank: sharded state 7.83 GiB");
 }
 
 TEST(PlanCli, MicroBatchHalvedWhereRecomputeIsOn) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -227,6 +228,43 @@ TEST(PlanSearch, FitsAlreadyOrSmallestChange) {
   ASSERT_TRUE(ch.has_value());
   EXPECT_EQ(ch->overrides, "--dist.fp8_gather_keep=false");
   EXPECT_FALSE(ch->config.dist.fp8_gather_keep);
+}
+
+// Where full fine-tuning of Llama-3.1-8B's shape needs more ranks than the target has, adapters on a frozen base fit at
+// its world size: LoRA (the shipped 7-8B adapter settings, no offload) on two 24 GiB cards, QLoRA's NF4 base on one
+// 16 GiB card where LoRA's bf16 base alone takes 15 GiB. Nothing where the run fits, trains adapters already, or has no
+// room for either; start-up's advice names them beside the smallest change.
+TEST(PlanSearch, AdaptersWhereFullFineTuningDoesNotFit) {
+  Config c = llama(32, 4096, 14336, false);
+  c.train.micro_batch = 1;
+  c.train.global_batch = 32;
+  c.train.recompute = true;
+  c.optim.offload = OffloadMode::kOptimizerParams;  // configs/llama3.1-8b.ini's settings
+  const RunTarget two = target(2, 2, 24, 64);
+  ASSERT_FALSE(plan_run(c, two).fits());
+  std::optional<PlanChange> a = adapters_that_fit(c, two);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->overrides, "--lora.rank=16 --lora.alpha=32 --lora.targets=all --optim.offload=none");
+  EXPECT_TRUE(a->plan.fits());
+  EXPECT_EQ(a->config.model.lora.rank, 16);
+  EXPECT_EQ(a->config.model.lora.base_dtype, LoraBase::kBf16);
+  EXPECT_EQ(a->target.world, 2);
+  const std::string advice = misfit_advice(c, two);
+  EXPECT_EQ(advice.rfind("it fits with --world ", 0), 0u) << advice;
+  EXPECT_NE(advice.find(" (`shardtrain plan` prints that plan); at this world size adapters on a frozen base fit: "
+                        "--lora.rank=16 --lora.alpha=32 --lora.targets=all --optim.offload=none"),
+            std::string::npos)
+      << advice;
+
+  a = adapters_that_fit(c, target(1, 1, 16, 128));
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->overrides,
+            "--lora.rank=16 --lora.alpha=32 --lora.targets=all --lora.base_dtype=nf4 --optim.offload=none");
+  EXPECT_EQ(a->config.model.lora.base_dtype, LoraBase::kNf4);
+
+  EXPECT_FALSE(adapters_that_fit(c, target(2, 2, 80, 64)).has_value()) << "full fine-tuning fits";
+  EXPECT_FALSE(adapters_that_fit(a->config, target(1, 1, 8, 128)).has_value()) << "adapters already";
+  EXPECT_FALSE(adapters_that_fit(c, target(1, 1, 4, 128)).has_value()) << "no room for either";
 }
 
 // Start-up's refusal of a device plan names the search's smallest change, or, where nothing fits, the knobs left.

@@ -37,6 +37,13 @@ std::optional<PlanChange> smallest_fitting_change(const Config& cfg, const RunTa
 // does not fit, or needs every block it recomputes.
 std::optional<PlanChange> fewest_recomputed_blocks(const Config& cfg, const RunTarget& target);
 
+// Where full fine-tuning (no lora.rank) does not fit `target`: the adapters that do at the same settings and world,
+// trained on a frozen base (docs/lora.md) with the shipped 7-8B adapter configs' settings: LoRA (rank 16, alpha 32,
+// every linear layer; no optimizer offload, which a base without optimizer state does not need), else QLoRA (the same
+// over an NF4 base). Another way to train the model, not a smaller change of this run: nullopt where cfg fits, already
+// trains adapters, or neither fits.
+std::optional<PlanChange> adapters_that_fit(const Config& cfg, const RunTarget& target);
+
 // What start-up's memory checks say to change where cfg's plan exceeds its budget (the device plan on cuda:
 // cuda_memory_plan.h; the host plan on cpu: sharded_model.cc): "it fits with FLAGS" for the smallest change that fits
 // `target`, as `shardtrain plan` finds it; where none in the search does, the knobs that would lower the plan and are
