@@ -168,7 +168,7 @@ std::optional<PlanChange> adapters_that_fit(const Config& cfg, const RunTarget& 
     l.targets = "all";
     l.base_dtype = base;
     c.config.optim.offload = OffloadMode::kNone;
-    c.overrides = str_cat("--lora.rank=16 --lora.alpha=32 --lora.targets=all",
+    c.overrides = str_cat("--lora.rank=", l.rank, " --lora.alpha=", l.alpha, " --lora.targets=", l.targets,
                           base == LoraBase::kNf4 ? " --lora.base_dtype=nf4" : "",
                           cfg.optim.offload != OffloadMode::kNone ? " --optim.offload=none" : "");
     try {
