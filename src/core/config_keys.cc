@@ -300,11 +300,17 @@ const std::vector<Key>& keys() {
           "The cpu backend is deterministic and takes true only"),
 
       key("optim", "lr", &Config::optim, &OptimConfig::lr,
-          "peak learning rate: a linear warmup to it over optim.warmup_steps, then a cosine decay to optim.min_lr at "
-          "train.steps"),
+          "peak learning rate: a linear warmup to it over optim.warmup_steps, held until the decay starts "
+          "(optim.decay_steps), then a decay (optim.decay) to optim.min_lr at train.steps"),
       key("optim", "min_lr", &Config::optim, &OptimConfig::min_lr,
-          "learning rate at the end of the cosine decay, in [0, optim.lr]"),
+          "learning rate at the end of the decay, in [0, optim.lr] (optim.lr: a constant rate after the warmup)"),
       key("optim", "warmup_steps", &Config::optim, &OptimConfig::warmup_steps, "steps of linear warmup to optim.lr"),
+      key("optim", "decay", &Config::optim, &OptimConfig::decay,
+          "the shape of the decay from optim.lr to optim.min_lr, over a progress p from 0 to 1: cosine "
+          "(0.5 (1 + cos(pi p))), linear (1 - p) or sqrt (1 - sqrt(p))"),
+      key("optim", "decay_steps", &Config::optim, &OptimConfig::decay_steps,
+          "steps the decay spans, the last ones of train.steps, with optim.lr held between the warmup and them "
+          "(warmup-stable-decay); 0: every step after the warmup. At most train.steps - optim.warmup_steps"),
       key("optim", "weight_decay", &Config::optim, &OptimConfig::weight_decay,
           "AdamW decoupled weight decay, applied to the blocks' matrices only (biases, LayerNorm gains and the "
           "embeddings do not decay)"),

@@ -137,6 +137,11 @@ std::vector<std::string> find_problems(const Config& c) {
   if (!(o.min_lr >= 0 && o.min_lr <= o.lr))
     add("optim.min_lr (", format_number(o.min_lr), ") must be in [0, optim.lr] = [0, ", format_number(o.lr), "]");
   at_least("optim.warmup_steps", o.warmup_steps, 0);
+  at_least("optim.decay_steps", o.decay_steps, 0);
+  if (o.decay_steps > 0 && c.train.steps > 0 && o.warmup_steps >= 0 && o.decay_steps > c.train.steps - o.warmup_steps)
+    add("optim.decay_steps (", o.decay_steps, ") must be at most train.steps - optim.warmup_steps = ", c.train.steps,
+        " - ", o.warmup_steps, " = ", c.train.steps - o.warmup_steps,
+        " (0: the decay spans every step after the warmup)");
   float_check("optim.weight_decay", o.weight_decay, o.weight_decay >= 0 && std::isfinite(o.weight_decay), ">= 0");
   float_check("optim.beta1", o.beta1, o.beta1 >= 0 && o.beta1 < 1, "in [0, 1)");
   float_check("optim.beta2", o.beta2, o.beta2 >= 0 && o.beta2 < 1, "in [0, 1)");

@@ -178,6 +178,27 @@ TEST_F(Cli, EvalOfACheckpointEqualsTheRunsValidationLoss) {
   EXPECT_TRUE(contains(missing.output, (dir_ / "nope").string())) << missing.output;
 }
 
+// optim.decay and optim.decay_steps reach the steps: the learning rate each step logs, over a warmup of 2, optim.lr
+// held, then a linear decay over the last 5 of 12 steps.
+TEST_F(Cli, LoggedLearningRatesFollowTheWarmupStableDecaySchedule) {
+  const std::string metrics = (dir_ / "m.jsonl").string();
+  const Result r = run_shardtrain("train --config " + std::string(SHARDTRAIN_SOURCE_DIR) +
+                                  "/configs/tiny.ini --train.steps=12 --train.sample_tokens=0 --train.eval_every=0 "
+                                  "--model.seq_len=32 --train.micro_batch=4 --train.global_batch=4 --optim.lr=0.001 "
+                                  "--optim.min_lr=0 --optim.warmup_steps=2 --optim.decay=linear "
+                                  "--optim.decay_steps=5 --log.metrics=" +
+                                  metrics);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(metrics);
+  std::string line;
+  std::vector<double> lrs;
+  while (std::getline(in, line))
+    if (contains(line, "\"lr\"")) lrs.push_back(std::stod(line.substr(line.find("\"lr\": ") + 6)));
+  const std::vector<double> want = {5e-4, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 8e-4, 6e-4, 4e-4, 2e-4};
+  ASSERT_EQ(lrs.size(), want.size()) << r.output;
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(lrs[i], want[i], 1e-9) << "step " << i + 1;
+}
+
 // The README's default run: the tiny model on the built-in corpus, on its defaults. Validation loss must
 // fall below 2.3 nats/byte (uniform is ln 256 = 5.55).
 TEST_F(Cli, DefaultRunLearnsTheCorpus) {

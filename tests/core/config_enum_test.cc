@@ -36,7 +36,7 @@ std::vector<const config_internal::Key*> enum_keys() {
 
 TEST(ConfigEnum, EveryEnumKeyListsItsTable) {
   const std::vector<const config_internal::Key*> keys = enum_keys();
-  EXPECT_EQ(keys.size(), 16u);  // two of them (dist.gather_engine, dist.reduce_engine) share CommEngine's table
+  EXPECT_EQ(keys.size(), 17u);  // two of them (dist.gather_engine, dist.reduce_engine) share CommEngine's table
   for (const config_internal::Key* k : keys) {
     const std::vector<std::string> names = k->field->choices();
     EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size()) << k->full_name();
@@ -66,7 +66,7 @@ TEST(ConfigEnum, EveryNameParsesAndPrintsBackAsItself) {
       ++names_checked;
     }
   }
-  EXPECT_EQ(names_checked, 43);
+  EXPECT_EQ(names_checked, 46);
   EXPECT_STREQ(to_string(OffloadMode::kOptimizerParams), "optimizer+params");
   EXPECT_STREQ(to_string(Speculation::kOn), "true");
   EXPECT_STREQ(to_string(static_cast<DType>(99)), "?");

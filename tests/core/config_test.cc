@@ -292,6 +292,7 @@ TEST_F(ConfigTest, ValidationNamesKeysAndValues) {
       {"--optim.weight_decay=-0.1", "optim.weight_decay must be >= 0 (got -0.1)"},
       {"--optim.grad_clip=-1", "optim.grad_clip must be >= 0 (0: off) (got -1)"},
       {"--optim.warmup_steps=-1", "optim.warmup_steps must be >= 0 (got -1)"},
+      {"--optim.decay_steps=-1", "optim.decay_steps must be >= 0 (got -1)"},
       {"--log.every=0", "log.every must be >= 1 (got 0)"},
       {"--data.path=", "data.path must not be empty"},
       {"--log.metrics=a#b", "log.metrics ('a#b') cannot be written to INI"},
@@ -315,10 +316,23 @@ TEST_F(ConfigTest, ValidationNamesKeysAndValues) {
   EXPECT_NE(both.find("model.n_layer"), std::string::npos) << both;
   EXPECT_NE(both.find("log.every"), std::string::npos) << both;
   // Boundaries that are allowed.
-  const std::vector<std::string> edges = {"--train.eval_every=0",  "--data.val_holdout=0",   "--optim.min_lr=0",
-                                          "--optim.beta1=0",       "--optim.weight_decay=0", "--optim.grad_clip=0",
-                                          "--optim.warmup_steps=0"};
+  const std::vector<std::string> edges = {"--train.eval_every=0",   "--data.val_holdout=0",   "--optim.min_lr=0",
+                                          "--optim.beta1=0",        "--optim.weight_decay=0", "--optim.grad_clip=0",
+                                          "--optim.warmup_steps=0", "--optim.decay_steps=0"};
   EXPECT_NO_THROW(load_config(std::nullopt, edges));
+  // The decay fits in the steps after the warmup, the edge included.
+  const std::string long_decay =
+      load_error(std::nullopt, {"--train.steps=100", "--optim.warmup_steps=30", "--optim.decay_steps=71"});
+  EXPECT_NE(long_decay.find("optim.decay_steps (71) must be at most train.steps - optim.warmup_steps = 100 - 30 = 70"),
+            std::string::npos)
+      << long_decay;
+  const Config wsd = load_config(
+      std::nullopt, {"--train.steps=100", "--optim.warmup_steps=30", "--optim.decay_steps=70", "--optim.decay=sqrt"});
+  EXPECT_EQ(wsd.optim.decay_steps, 70);
+  EXPECT_EQ(wsd.optim.decay, LrDecay::kSqrt);
+  const std::string shape = load_error(std::nullopt, {"--optim.decay=step"});
+  EXPECT_NE(shape.find("optim.decay"), std::string::npos) << shape;
+  EXPECT_NE(shape.find("cosine, linear, sqrt"), std::string::npos) << shape;
   const Config node_local = load_config(std::nullopt, {"--ckpt.replicas=1", "--ckpt.dir=ck/node{node}"});
   EXPECT_EQ(node_local.ckpt.replicas, 1);
   EXPECT_EQ(node_local.ckpt.dir, "ck/node{node}");
@@ -421,7 +435,7 @@ TEST_F(ConfigTest, HelpListsEveryKeyOfToIni) {
     EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name;
     ++keys;
   }
-  EXPECT_EQ(keys, 86);
+  EXPECT_EQ(keys, 88);
   EXPECT_NE(help.find("(default: 0.003)"), std::string::npos) << help;
   EXPECT_NE(help.find("(default: @fortunes)"), std::string::npos) << help;
   EXPECT_NE(help.find("  dist.reshard_after_forward "), std::string::npos) << help;
@@ -453,7 +467,7 @@ TEST_F(ConfigTest, MarkdownHasOneRowPerKeyOfToIni) {
     EXPECT_EQ(cell_bars, 5) << line;
   }
   EXPECT_EQ(row_names, ini_names);
-  EXPECT_EQ(row_names.size(), 86u);
+  EXPECT_EQ(row_names.size(), 88u);
 
   EXPECT_EQ(md.substr(0, md.find('\n')), "# Configuration keys");
   EXPECT_NE(md.find("\n    ./build/shardtrain --help-config=markdown > docs/config.md\n"), std::string::npos);

@@ -27,6 +27,55 @@ TEST(LrSchedule, WarmupThenCosineToMin) {
   EXPECT_FLOAT_EQ(lr_at(o, 0, 100), 1e-3f);
 }
 
+// The decay's shapes over the steps after the warmup: linear 1 - p, sqrt 1 - sqrt(p), as torchtitan's schedules.
+TEST(LrSchedule, LinearAndSqrtDecays) {
+  OptimConfig o;
+  o.lr = 1e-3f;
+  o.min_lr = 1e-4f;
+  o.warmup_steps = 10;
+  o.decay = LrDecay::kLinear;
+  EXPECT_FLOAT_EQ(lr_at(o, 9, 110), 1e-3f);
+  EXPECT_FLOAT_EQ(lr_at(o, 10, 110), 1e-3f);
+  EXPECT_FLOAT_EQ(lr_at(o, 35, 110), 7.75e-4f);  // a quarter of the way: lr - 0.25 (lr - min_lr)
+  EXPECT_FLOAT_EQ(lr_at(o, 60, 110), 5.5e-4f);
+  EXPECT_FLOAT_EQ(lr_at(o, 109, 110), 1.09e-4f);  // the last step: p = 99 / 100
+  EXPECT_FLOAT_EQ(lr_at(o, 110, 110), 1e-4f);
+  o.decay = LrDecay::kSqrt;
+  EXPECT_FLOAT_EQ(lr_at(o, 10, 110), 1e-3f);
+  EXPECT_FLOAT_EQ(lr_at(o, 35, 110), 5.5e-4f);  // p = 1/4: sqrt 1/2, half way down
+  EXPECT_FLOAT_EQ(lr_at(o, 110, 110), 1e-4f);
+  o.min_lr = o.lr;  // a constant rate after the warmup, whatever the shape
+  for (int64_t step : {10, 47, 109}) EXPECT_FLOAT_EQ(lr_at(o, step, 110), 1e-3f) << step;
+}
+
+// Warmup-stable-decay (optim.decay_steps): the warmup, optim.lr held, then the decay over the last decay_steps steps
+// only, the same curve as a schedule whose warmup ended where the decay starts.
+TEST(LrSchedule, WarmupStableDecay) {
+  OptimConfig o;
+  o.lr = 1e-3f;
+  o.min_lr = 0.0f;
+  o.warmup_steps = 10;
+  o.decay_steps = 20;
+  o.decay = LrDecay::kLinear;
+  EXPECT_FLOAT_EQ(lr_at(o, 4, 100), 5e-4f);  // the warmup is as without a stable phase
+  for (int64_t step : {10, 50, 79}) EXPECT_FLOAT_EQ(lr_at(o, step, 100), 1e-3f) << step;
+  EXPECT_FLOAT_EQ(lr_at(o, 80, 100), 1e-3f);  // the decay's first step: p = 0
+  EXPECT_FLOAT_EQ(lr_at(o, 90, 100), 5e-4f);
+  EXPECT_FLOAT_EQ(lr_at(o, 99, 100), 5e-5f);
+  OptimConfig late = o;
+  late.decay_steps = 0;
+  late.warmup_steps = 80;
+  for (LrDecay d : {LrDecay::kCosine, LrDecay::kLinear, LrDecay::kSqrt}) {
+    o.decay = late.decay = d;
+    for (int64_t step = 80; step <= 100; ++step) EXPECT_EQ(lr_at(o, step, 100), lr_at(late, step, 100)) << step;
+  }
+  // A decay that spans every step after the warmup is the default schedule.
+  o.decay_steps = 90;
+  OptimConfig all = o;
+  all.decay_steps = 0;
+  for (int64_t step = 0; step <= 100; ++step) EXPECT_EQ(lr_at(o, step, 100), lr_at(all, step, 100)) << step;
+}
+
 TEST(Clip, CoefficientFollowsTorchRule) {
   OptimConfig o;
   o.grad_clip = 1.0f;

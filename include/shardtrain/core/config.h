@@ -156,10 +156,19 @@ struct EnumNames<Speculation> {
       {Speculation::kAuto, "auto"}, {Speculation::kOn, "true"}, {Speculation::kOff, "false"}};
 };
 
+enum class LrDecay { kCosine, kLinear, kSqrt };  // optim.decay: the shape of the fall from optim.lr to optim.min_lr
+template <>
+struct EnumNames<LrDecay> {
+  static constexpr EnumName<LrDecay> kList[] = {
+      {LrDecay::kCosine, "cosine"}, {LrDecay::kLinear, "linear"}, {LrDecay::kSqrt, "sqrt"}};
+};
+
 struct OptimConfig {
   float lr = 3e-3f;
   float min_lr = 3e-4f;
   int64_t warmup_steps = 30;
+  LrDecay decay = LrDecay::kCosine;
+  int64_t decay_steps = 0;  // 0: the decay spans every step after the warmup; else the last decay_steps steps
   float weight_decay = 0.1f;
   float beta1 = 0.9f;
   float beta2 = 0.95f;

@@ -1,7 +1,10 @@
-// Learning-rate schedule: linear warmup, then cosine decay to min_lr at the last step.
+// Learning-rate schedule: linear warmup, lr held until the decay starts, then a decay to min_lr at the last step
+// (optim.decay, optim.decay_steps; with decay_steps 0 the decay starts right after the warmup).
 //
-//   step < warmup:   lr * (step + 1) / warmup
-//   otherwise:       min_lr + 0.5 (lr - min_lr) (1 + cos(pi * (step - warmup) / max(1, steps - warmup)))
+//   step < warmup:         lr * (step + 1) / warmup
+//   step < start:          lr                        start = max(warmup, steps - decay_steps), or warmup
+//   otherwise:             min_lr + (lr - min_lr) f(p),   p = min(1, (step - start) / max(1, steps - start))
+//   f: cosine 0.5 (1 + cos(pi p)), linear 1 - p, sqrt 1 - sqrt(p)
 // `step` is 0-based: the schedule position of the optimizer step about to be taken.
 #pragma once
 
